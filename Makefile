@@ -1,0 +1,47 @@
+# Two commands do everything on a fresh machine: `make demo` and `make test`.
+SHELL := /bin/bash
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+export JSII_SILENCE_WARNING_DEPRECATED_NODE_VERSION := 1
+export PATH := $(abspath $(BIN)):$(abspath node_modules/.bin):$(PATH)
+
+.PHONY: venv demo test test-unit test-integration test-infra synth lint docs bench clean
+
+$(STAMP): requirements.txt pyproject.toml package.json package-lock.json
+	$(PY) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -r requirements.txt
+	npm ci --silent --no-audit --no-fund
+	touch $(STAMP)
+
+venv: $(STAMP)
+
+demo: $(STAMP)
+	$(BIN)/review demo
+
+test: $(STAMP)
+	$(BIN)/python -m pytest -n 2 --dist loadgroup tests
+
+test-unit: $(STAMP)
+	$(BIN)/python -m pytest tests/unit
+
+test-integration: $(STAMP)
+	$(BIN)/python -m pytest tests/integration
+
+test-infra: $(STAMP)
+	$(BIN)/python -m pytest tests/infra
+
+synth: $(STAMP)
+	npx cdk synth -c profile=$${PROFILE:-prod} --quiet
+
+docs: $(STAMP)
+	PYTHONPATH=functions $(BIN)/python -m contract_review.errors > docs/error-codes.md
+	PYTHONPATH=functions $(BIN)/python -c "import json; from contract_review.messages import intake_json_schema; print(json.dumps(intake_json_schema(), indent=2))" > docs/intake-message.schema.json
+
+bench: $(STAMP)
+	$(BIN)/python bench/run.py
+
+clean:
+	rm -rf $(VENV) node_modules .review cdk.out

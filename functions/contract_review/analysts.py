@@ -1,0 +1,234 @@
+"""The specialist analysts: 12 risk categories, 11 analysts, each a sequence of model calls.
+
+An analyst runs two steps over one chunk:
+1. `locate`: quote the clauses of the chunk that belong to its categories (verbatim);
+2. `assess`: score each located clause (0-1 risk) with a one-line rationale.
+Each step's output is validated against a schema; quotes must appear verbatim in the chunk
+(their offsets are computed here, never trusted from the model). A failure to validate is a
+semantic error (`model.output_invalid`); a refusal is a policy error (`model.refused`).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from .chunking import Chunk
+from .errors import ReviewError
+from .models import ModelRequest, ModelResponse
+
+
+@dataclass(frozen=True)
+class Category:
+    key: str
+    title: str
+    cuad: tuple[str, ...]  # CUAD v1 categories this maps onto (ground truth), may be empty
+    question: str
+
+
+CATEGORIES: tuple[Category, ...] = (
+    Category("liability_cap", "Limitation of liability", ("Cap On Liability",),
+             "Does a clause cap or exclude a party's liability or damages?"),
+    Category("uncapped_liability", "Uncapped liability", ("Uncapped Liability",),
+             "Is any liability carved out of the cap or stated to be unlimited?"),
+    Category("indemnification", "Indemnification", (),
+             "Who must indemnify, defend or hold harmless whom, and for what?"),
+    Category("termination", "Termination rights", ("Termination For Convenience",),
+             "Can a party terminate without cause or for convenience, and on what notice?"),
+    Category("renewal", "Term and renewal", ("Renewal Term", "Notice Period To Terminate Renewal"),
+             "Does the agreement renew automatically, and how is renewal prevented?"),
+    Category("restrictive_covenants", "Exclusivity and restrictive covenants",
+             ("Non-Compete", "Exclusivity", "No-Solicit Of Customers", "No-Solicit Of Employees"),
+             "Does a party promise not to compete, solicit, or deal with others?"),
+    Category("assignment", "Assignment and change of control", ("Anti-Assignment", "Change Of Control"),
+             "May a party assign the agreement, and what happens on a change of control?"),
+    Category("ip_ownership", "Intellectual property ownership", ("Ip Ownership Assignment", "Joint Ip Ownership"),
+             "Who owns intellectual property created under the agreement?"),
+    Category("license_grant", "License grant", ("License Grant", "Non-Transferable License",
+                                                "Irrevocable Or Perpetual License"),
+             "What license is granted, to whom, and on what terms?"),
+    Category("governing_law", "Governing law and disputes", ("Governing Law",),
+             "Which law governs and where are disputes resolved?"),
+    Category("audit_rights", "Audit and inspection rights", ("Audit Rights",),
+             "May a party audit or inspect the other's books, records or facilities?"),
+    Category("commitments", "Minimum commitments and liquidated damages",
+             ("Minimum Commitment", "Liquidated Damages"),
+             "Is there a minimum purchase/volume commitment or a liquidated-damages amount?"),
+)
+CATEGORY_BY_KEY = {c.key: c for c in CATEGORIES}
+
+
+@dataclass(frozen=True)
+class AnalystSpec:
+    name: str
+    categories: tuple[str, ...]
+    mandatory: bool  # coverage policy: a mandatory gap fails the job, an optional one is listed
+
+
+ANALYSTS: tuple[AnalystSpec, ...] = (
+    AnalystSpec("liability", ("liability_cap", "uncapped_liability"), True),
+    AnalystSpec("indemnity", ("indemnification",), True),
+    AnalystSpec("termination", ("termination",), True),
+    AnalystSpec("renewal", ("renewal",), True),
+    AnalystSpec("restrictive_covenants", ("restrictive_covenants",), True),
+    AnalystSpec("assignment", ("assignment",), True),
+    AnalystSpec("ip", ("ip_ownership",), True),
+    AnalystSpec("licensing", ("license_grant",), False),
+    AnalystSpec("disputes", ("governing_law",), False),
+    AnalystSpec("audit", ("audit_rights",), False),
+    AnalystSpec("commercial", ("commitments",), False),
+)
+STEPS = ("locate", "assess")
+
+
+def analysts_for(count: int) -> tuple[AnalystSpec, ...]:
+    if not 1 <= count <= len(ANALYSTS):
+        raise ValueError(f"analyst_count must be 1..{len(ANALYSTS)}")
+    return ANALYSTS[:count]
+
+
+# --- structured outputs -------------------------------------------------------------------
+class Located(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    category: str
+    quote: str = Field(min_length=1)
+
+
+class LocateOutput(BaseModel):
+    clauses: list[Located]
+
+
+class Assessed(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    category: str
+    quote: str = Field(min_length=1)
+    score: float = Field(ge=0.0, le=1.0)
+    rationale: str = Field(min_length=1, max_length=1000)
+
+
+class AssessOutput(BaseModel):
+    findings: list[Assessed]
+
+
+class Finding(BaseModel):
+    """A finding as stored in checkpoints and reports. Offsets are document offsets."""
+
+    category: str
+    score: float
+    quote: str
+    start: int
+    end: int
+    rationale: str
+    analyst: str
+    chunk_id: str
+    chunk_index: int
+    status: str = "ok"  # ok | refused
+
+
+class AnalystOutput(BaseModel):
+    analyst: str
+    status: str  # ok | refused | failed
+    findings: list[Finding]
+    model_calls: int
+    error_code: str | None = None
+
+
+_SCHEMAS = {"locate": LocateOutput.model_json_schema(), "assess": AssessOutput.model_json_schema()}
+SYSTEM = ("You are a meticulous contract lawyer reviewing one excerpt of a contract. Quote clauses "
+          "verbatim, exactly as they appear, and answer only through the provided tool.")
+
+
+def build_request(spec: AnalystSpec, step: str, chunk: Chunk, prior: list[dict[str, Any]] | None,
+                  repair_hint: str | None) -> ModelRequest:
+    cats = [{"key": k, "title": CATEGORY_BY_KEY[k].title, "question": CATEGORY_BY_KEY[k].question}
+            for k in spec.categories]
+    payload: dict[str, Any] = {"categories": cats, "chunk_text": chunk.text, "chunk_index": chunk.index}
+    if step == "locate":
+        task = ("List every clause in the excerpt that answers one of these questions. "
+                "Quote each clause verbatim (a full sentence or sub-clause).")
+    else:
+        payload["clauses"] = prior or []
+        task = ("For each located clause, give a risk score from 0 (benign) to 1 (severe) for the "
+                "reviewing party and a one-sentence rationale. Keep each quote unchanged.\n"
+                f"Located clauses: {json.dumps(prior or [])}")
+    prompt = (f"Categories: {json.dumps(cats)}\n\nTask: {task}\n\n<excerpt>\n{chunk.text}\n</excerpt>")
+    if repair_hint:
+        payload["repair_hint"] = repair_hint
+        prompt += f"\n\nYour previous answer was invalid: {repair_hint}\nAnswer again, valid this time."
+    return ModelRequest(analyst=spec.name, step=step, system=SYSTEM, prompt=prompt, payload=payload,
+                        output_schema=_SCHEMAS[step], chunk_id=chunk.chunk_id)
+
+
+def parse_response(spec: AnalystSpec, step: str, chunk: Chunk, response: ModelResponse) -> list[dict[str, Any]]:
+    """Validate one step's answer; raise `model.refused` / `model.output_invalid` envelopes."""
+    if response.stop_reason in ("content_filtered", "guardrail_intervened"):
+        raise ReviewError.of("model.refused", f"stopReason={response.stop_reason}", step=f"{spec.name}.{step}")
+    if response.stop_reason in ("max_tokens", "malformed_model_output", "malformed_tool_use"):
+        raise ReviewError.of("model.output_invalid", f"stopReason={response.stop_reason}", step=f"{spec.name}.{step}")
+    try:
+        model = (LocateOutput if step == "locate" else AssessOutput).model_validate_json(response.text)
+    except ValidationError as exc:
+        raise ReviewError.of("model.output_invalid", _short(exc), step=f"{spec.name}.{step}") from exc
+    items = model.clauses if isinstance(model, LocateOutput) else model.findings
+    out = []
+    for item in items:
+        if item.category not in spec.categories:
+            raise ReviewError.of("model.output_invalid", f"category {item.category!r} not asked for",
+                                 step=f"{spec.name}.{step}")
+        if item.quote not in chunk.text:
+            raise ReviewError.of("model.output_invalid", "a quote is not verbatim from the excerpt",
+                                 step=f"{spec.name}.{step}")
+        out.append(item.model_dump())
+    return out
+
+
+def _short(exc: ValidationError) -> str:
+    return "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['type']}" for e in exc.errors()[:5])
+
+
+def to_findings(spec: AnalystSpec, chunk: Chunk, assessed: list[dict[str, Any]]) -> list[Finding]:
+    findings = []
+    seen: set[tuple[str, int]] = set()
+    for a in assessed:
+        local = chunk.text.find(a["quote"])
+        key = (a["category"], local)
+        if key in seen:
+            continue
+        seen.add(key)
+        start = chunk.start + local
+        findings.append(Finding(category=a["category"], score=round(float(a["score"]), 3), quote=a["quote"],
+                                start=start, end=start + len(a["quote"]), rationale=a["rationale"],
+                                analyst=spec.name, chunk_id=chunk.chunk_id, chunk_index=chunk.index))
+    return findings
+
+
+StepCaller = Callable[[Callable[[str | None], ModelRequest], Callable[[ModelResponse], list[dict[str, Any]]]],
+                      tuple[list[dict[str, Any]], int]]
+
+
+def run_analyst(spec: AnalystSpec, chunk: Chunk, call_step: StepCaller) -> AnalystOutput:
+    """Run the analyst's steps. `call_step(build, parse)` owns retries; returns (parsed, calls)."""
+    prior: list[dict[str, Any]] | None = None
+    calls = 0
+    for step in STEPS:
+        if step == "assess" and not prior:
+            return AnalystOutput(analyst=spec.name, status="ok", findings=[], model_calls=calls)
+        current_prior = prior
+        parsed, n = call_step(
+            lambda hint, s=step, p=current_prior: build_request(spec, s, chunk, p, hint),
+            lambda resp, s=step: parse_response(spec, s, chunk, resp),
+        )
+        calls += n
+        prior = parsed
+    return AnalystOutput(analyst=spec.name, status="ok", findings=to_findings(spec, chunk, prior or []),
+                         model_calls=calls)
+
+
+def refused_output(spec: AnalystSpec, chunk: Chunk, calls: int) -> AnalystOutput:
+    """Policy fallback: the analyst records that it was refused rather than retrying."""
+    return AnalystOutput(analyst=spec.name, status="refused", findings=[], model_calls=calls,
+                         error_code="model.refused")

@@ -1,0 +1,78 @@
+"""Clause-aware chunking with deterministic chunk ids.
+
+Boundaries fall, in order of preference, at section headings and blank lines, then at sentence
+ends, then (only for pathological text without either) at a hard character limit. Every chunk
+is an exact slice `text[start:end]` of the document, so offsets found inside a chunk map back
+to the document by adding `start`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from dataclasses import dataclass
+
+_PARAGRAPH = re.compile(r"\n\s*\n")
+_SENTENCE_END = re.compile(r"(?<=[.;:!?])\s+(?=[A-Z(\"'0-9])")
+
+
+@dataclass(frozen=True)
+class Chunk:
+    index: int
+    chunk_id: str
+    start: int
+    end: int
+    text: str
+
+
+def document_hash(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def _pieces(text: str, lo: int, hi: int, max_chars: int) -> list[tuple[int, int]]:
+    """Split [lo, hi) into spans of at most max_chars, preferring sentence ends."""
+    if hi - lo <= max_chars:
+        return [(lo, hi)]
+    cuts = [m.start() for m in _SENTENCE_END.finditer(text, lo, hi)]
+    spans: list[tuple[int, int]] = []
+    start = lo
+    while hi - start > max_chars:
+        limit = start + max_chars
+        candidates = [c for c in cuts if start < c <= limit]
+        cut = candidates[-1] if candidates else limit
+        spans.append((start, cut))
+        start = cut
+    spans.append((start, hi))
+    return spans
+
+
+def split_into_chunks(text: str, target_chars: int = 4000, max_chars: int = 6000) -> list[Chunk]:
+    if target_chars <= 0 or max_chars < target_chars:
+        raise ValueError("need 0 < target_chars <= max_chars")
+    # 1. paragraph spans (each paragraph keeps its trailing separator so slices tile the text)
+    spans: list[tuple[int, int]] = []
+    pos = 0
+    for m in _PARAGRAPH.finditer(text):
+        spans.extend(_pieces(text, pos, m.end(), max_chars))
+        pos = m.end()
+    if pos < len(text):
+        spans.extend(_pieces(text, pos, len(text), max_chars))
+    # 2. pack consecutive spans up to the target size
+    packed: list[tuple[int, int]] = []
+    cur_start, cur_end = None, None
+    for s, e in spans:
+        if cur_start is None:
+            cur_start, cur_end = s, e
+        elif e - cur_start <= target_chars:
+            cur_end = e
+        else:
+            packed.append((cur_start, cur_end))  # type: ignore[arg-type]
+            cur_start, cur_end = s, e
+    if cur_start is not None:
+        packed.append((cur_start, cur_end))  # type: ignore[arg-type]
+    doc = document_hash(text)[:16]
+    chunks = []
+    for i, (s, e) in enumerate(p for p in packed if text[p[0]:p[1]].strip()):
+        cid = hashlib.sha256(f"{doc}:{s}:{e}".encode()).hexdigest()[:12]
+        chunks.append(Chunk(index=i, chunk_id=f"c{i:05d}-{cid}", start=s, end=e, text=text[s:e]))
+    return chunks

@@ -1,0 +1,251 @@
+"""One registry of stable error codes, and the envelope every failure becomes.
+
+Classification reads structured fields only: botocore error codes, HTTP status codes, our own
+exception types. Never message text. `docs/error-codes.md` is generated from `REGISTRY`
+(`python -m contract_review.errors > docs/error-codes.md`); a test keeps the two equal.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict
+
+
+class ErrorClass(StrEnum):
+    TRANSIENT = "transient"  # retry: tier 1 with backoff, then tier 2 (the queue)
+    PERMANENT = "permanent"  # never retried
+    SEMANTIC = "semantic"  # output failed validation: one repair attempt, then permanent
+    POLICY = "policy"  # model refused / filtered: configured fallback, never retried
+    STATE = "state"  # ownership or lifecycle conflict: stop work, let the owner finish
+
+
+@dataclass(frozen=True)
+class ErrorCode:
+    code: str
+    cls: ErrorClass
+    retryable: bool
+    cause: str
+    recovery: str
+    job_fatal: bool = False  # one occurrence fails the whole job (no other chunk can succeed)
+
+
+_CODES = [
+    ErrorCode("model.throttled", ErrorClass.TRANSIENT, True,
+              "The model provider rejected the call for quota (HTTP 429 ThrottlingException / ModelNotReadyException).",
+              "Backpressure, not failure: retried in the worker honouring Retry-After, then the chunk is requeued with a delay. Never burns the receive count or the poison budget."),
+    ErrorCode("model.unavailable", ErrorClass.TRANSIENT, True,
+              "The model provider failed (HTTP 5xx: ServiceUnavailableException, InternalServerException).",
+              "Retried with full-jitter backoff (tier 1), then by queue redelivery (tier 2)."),
+    ErrorCode("model.timeout", ErrorClass.TRANSIENT, True,
+              "The model call timed out (HTTP 408 ModelTimeoutException, or the client read timeout).",
+              "Retried like model.unavailable. Check the model read timeout if it persists."),
+    ErrorCode("model.output_invalid", ErrorClass.SEMANTIC, False,
+              "The model's output failed schema validation, was truncated (stopReason max_tokens) or malformed.",
+              "One repair attempt with the validation error fed back; then permanent for that analyst."),
+    ErrorCode("model.refused", ErrorClass.POLICY, False,
+              "The model refused or its output was filtered (stopReason content_filtered / guardrail_intervened).",
+              "The analyst records a `refused` finding (policy fallback); the chunk is not retried. Coverage shows it."),
+    ErrorCode("model.access_denied", ErrorClass.PERMANENT, False,
+              "The account or role may not invoke the model (HTTP 403 AccessDeniedException).",
+              "Grant bedrock:InvokeModel on the model and enable model access, then resubmit. The job fails at once.",
+              job_fatal=True),
+    ErrorCode("model.not_found", ErrorClass.PERMANENT, False,
+              "The model id does not exist in this region (ResourceNotFoundException).",
+              "Fix the model id in the config profile and redeploy. The job fails at once.", job_fatal=True),
+    ErrorCode("model.request_invalid", ErrorClass.PERMANENT, False,
+              "The provider rejected the request (HTTP 400 ValidationException).",
+              "A bug or an input the model cannot take; the chunk fails permanently. Inspect the envelope."),
+    ErrorCode("input.invalid", ErrorClass.PERMANENT, False,
+              "The intake message is not valid JSON or violates the intake schema v1.",
+              "Fix the message (see docs/intake-message.schema.json) and send it again. Never retried."),
+    ErrorCode("input.empty_document", ErrorClass.PERMANENT, False,
+              "The document has no text (empty or whitespace only).", "Send a document with text."),
+    ErrorCode("input.undecodable", ErrorClass.PERMANENT, False,
+              "The document referenced by s3_uri is not UTF-8 text.", "Convert the document to UTF-8 text."),
+    ErrorCode("input.document_missing", ErrorClass.PERMANENT, False,
+              "The s3_uri points at an object that does not exist or may not be read.",
+              "Upload the document first, to the stack's bucket, and reference it."),
+    ErrorCode("input.too_large", ErrorClass.PERMANENT, False,
+              "The document exceeds the maximum size.", "Split the document."),
+    ErrorCode("aws.throttled", ErrorClass.TRANSIENT, True,
+              "An AWS API throttled us (ThrottlingException, ProvisionedThroughputExceededException, RequestLimitExceeded...).",
+              "Retried with tool backoff (250 ms base, 5 attempts), then by the queue."),
+    ErrorCode("aws.unavailable", ErrorClass.TRANSIENT, True,
+              "An AWS API failed with HTTP 5xx or the connection failed.", "Retried like aws.throttled."),
+    ErrorCode("aws.access_denied", ErrorClass.PERMANENT, False,
+              "A function's role lacks a permission (AccessDenied).", "Fix the grant in infra/ and redeploy.",
+              job_fatal=True),
+    ErrorCode("aws.client_error", ErrorClass.PERMANENT, False,
+              "An AWS API rejected a request for another reason (HTTP 4xx).", "Inspect provider_code; it is a bug."),
+    ErrorCode("runtime.lease_lost", ErrorClass.STATE, False,
+              "This worker's claim on the chunk lapsed and another worker took it (fencing token moved on).",
+              "None: the new owner finishes the chunk. The stale worker's writes were rejected."),
+    ErrorCode("runtime.worker_lost", ErrorClass.TRANSIENT, True,
+              "A worker died while holding the chunk (crash, kill -9, timeout) and left no error behind.",
+              "The sweeper re-enqueues the chunk after its lease lapses; after the poison budget it is dead-lettered."),
+    ErrorCode("runtime.retry_budget_exhausted", ErrorClass.TRANSIENT, True,
+              "Tier-1 retries used the chunk's retry budget (seconds of backoff) or its attempts.",
+              "The chunk goes back to the queue (tier 2) with its checkpoints saved."),
+    ErrorCode("runtime.checkpoint_missing", ErrorClass.STATE, False,
+              "A checkpoint referenced by a record could not be loaded (S3 object missing).",
+              "The analyst is re-run; an event records it."),
+    ErrorCode("runtime.time_exhausted", ErrorClass.TRANSIENT, True,
+              "The function's remaining time could not fit another model call.",
+              "Checkpoints are saved and the chunk is handed back to the queue without burning a receive."),
+    ErrorCode("runtime.dead_lettered", ErrorClass.PERMANENT, False,
+              "A chunk exhausted its receive count or poison budget and was dead-lettered.",
+              "Inspect with `review dlq show`, fix the cause, then `review dlq redrive`."),
+    ErrorCode("runtime.internal", ErrorClass.PERMANENT, False,
+              "An unexpected exception in our code (a bug).", "Inspect the envelope's provider_code (exception type) and logs."),
+    ErrorCode("job.chunks_missing", ErrorClass.PERMANENT, False,
+              "The job ended with mandatory analyst coverage missing on some chunks.",
+              "The job record lists each missing chunk and its last error; redrive them from the DLQ."),
+    ErrorCode("job.cancelled", ErrorClass.STATE, False, "The job was cancelled.", "Nothing: work stopped."),
+]
+
+REGISTRY: dict[str, ErrorCode] = {c.code: c for c in _CODES}
+
+
+class ErrorEnvelope(BaseModel):
+    """The data form of every failure. Stored on chunk and job records and in DLQ attributes."""
+
+    model_config = ConfigDict(frozen=True)
+
+    error_code: str
+    error_class: ErrorClass
+    retryable: bool
+    retry_after_s: float | None = None
+    http_status: int | None = None
+    provider_code: str | None = None
+    message: str = ""
+    step: str = ""
+    attempt: int = 0
+    first_seen_at: float = 0.0
+    last_seen_at: float = 0.0
+
+    @classmethod
+    def of(cls, code: str, message: str = "", **kw: Any) -> "ErrorEnvelope":
+        spec = REGISTRY[code]
+        now = time.time()
+        kw.setdefault("first_seen_at", now)
+        kw.setdefault("last_seen_at", now)
+        return cls(error_code=code, error_class=spec.cls, retryable=spec.retryable, message=message[:500], **kw)
+
+    @property
+    def job_fatal(self) -> bool:
+        return REGISTRY[self.error_code].job_fatal
+
+
+class ReviewError(Exception):
+    """An exception that already carries its envelope."""
+
+    def __init__(self, envelope: ErrorEnvelope):
+        super().__init__(f"{envelope.error_code}: {envelope.message}")
+        self.envelope = envelope
+
+    @classmethod
+    def of(cls, code: str, message: str = "", **kw: Any) -> "ReviewError":
+        return cls(ErrorEnvelope.of(code, message, **kw))
+
+
+class LeaseLost(ReviewError):
+    def __init__(self, message: str = "fencing token moved on"):
+        super().__init__(ErrorEnvelope.of("runtime.lease_lost", message))
+
+
+# --- classification --------------------------------------------------------------------
+_MODEL_CODES = {
+    "ThrottlingException": "model.throttled",
+    "ModelNotReadyException": "model.throttled",
+    "ServiceQuotaExceededException": "model.throttled",
+    "TooManyRequestsException": "model.throttled",
+    "ServiceUnavailableException": "model.unavailable",
+    "InternalServerException": "model.unavailable",
+    "ModelErrorException": "model.unavailable",
+    "ModelTimeoutException": "model.timeout",
+    "ValidationException": "model.request_invalid",
+    "AccessDeniedException": "model.access_denied",
+    "ResourceNotFoundException": "model.not_found",
+}
+_AWS_THROTTLE = {
+    "ThrottlingException", "Throttling", "ThrottledException", "RequestLimitExceeded",
+    "ProvisionedThroughputExceededException", "RequestThrottled", "SlowDown", "TooManyRequestsException",
+    "RequestThrottledException", "LimitExceededException",
+}
+_AWS_DENIED = {"AccessDenied", "AccessDeniedException", "UnauthorizedOperation", "KMS.AccessDeniedException"}
+_MODEL_STATUS = {429: "model.throttled", 408: "model.timeout", 403: "model.access_denied", 404: "model.not_found"}
+
+
+def _retry_after(response: dict[str, Any]) -> float | None:
+    headers = (response.get("ResponseMetadata") or {}).get("HTTPHeaders") or {}
+    raw = headers.get("retry-after") or headers.get("Retry-After")
+    try:
+        return float(raw) if raw is not None else None
+    except (TypeError, ValueError):
+        return None  # an HTTP-date Retry-After: ignored, backoff applies
+
+
+def classify(exc: BaseException, *, step: str = "", attempt: int = 0, model_call: bool = False) -> ErrorEnvelope:
+    """Turn any exception into an envelope, from structured fields only."""
+    from botocore.exceptions import ClientError, ConnectionError as BotoConnectionError
+    from botocore.exceptions import ReadTimeoutError, ConnectTimeoutError
+
+    if isinstance(exc, ReviewError):
+        return exc.envelope.model_copy(update={"step": exc.envelope.step or step, "attempt": attempt})
+    if isinstance(exc, ClientError):
+        response = exc.response
+        provider_code = str((response.get("Error") or {}).get("Code", ""))
+        status = (response.get("ResponseMetadata") or {}).get("HTTPStatusCode")
+        status = int(status) if status is not None else None
+        if model_call:
+            code = _MODEL_CODES.get(provider_code) or _MODEL_STATUS.get(status or 0)
+            if code is None:
+                code = "model.unavailable" if (status or 500) >= 500 else "model.request_invalid"
+        elif provider_code in _AWS_THROTTLE or status == 429:
+            code = "aws.throttled"
+        elif provider_code in _AWS_DENIED or status == 403:
+            code = "aws.access_denied"
+        elif status is not None and status >= 500:
+            code = "aws.unavailable"
+        else:
+            code = "aws.client_error"
+        return ErrorEnvelope.of(
+            code, str(exc), http_status=status, provider_code=provider_code or None,
+            retry_after_s=_retry_after(response), step=step, attempt=attempt,
+        )
+    if isinstance(exc, (ReadTimeoutError, ConnectTimeoutError, TimeoutError)):
+        return ErrorEnvelope.of("model.timeout" if model_call else "aws.unavailable", str(exc),
+                                provider_code=type(exc).__name__, step=step, attempt=attempt)
+    if isinstance(exc, (BotoConnectionError, ConnectionError)):
+        return ErrorEnvelope.of("model.unavailable" if model_call else "aws.unavailable", str(exc),
+                                provider_code=type(exc).__name__, step=step, attempt=attempt)
+    return ErrorEnvelope.of("runtime.internal", repr(exc), provider_code=type(exc).__name__, step=step, attempt=attempt)
+
+
+def render_markdown() -> str:
+    lines = [
+        "# Error codes",
+        "",
+        "Generated from `functions/contract_review/errors.py` by "
+        "`python -m contract_review.errors > docs/error-codes.md`. Do not edit by hand.",
+        "",
+        "Every failure is stored as an envelope: `error_code`, `error_class`, `retryable`, "
+        "`retry_after_s`, `http_status`, `provider_code`, `message`, `step`, `attempt`, timestamps.",
+        "",
+        "| code | class | retryable | job-fatal | cause | recovery |",
+        "|---|---|---|---|---|---|",
+    ]
+    for c in _CODES:
+        lines.append(
+            f"| `{c.code}` | {c.cls.value} | {'yes' if c.retryable else 'no'} | "
+            f"{'yes' if c.job_fatal else 'no'} | {c.cause} | {c.recovery} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    print(render_markdown(), end="")

@@ -1,0 +1,28 @@
+from __future__ import annotations
+
+from typing import Any
+
+from aws_lambda_powertools import Logger
+from aws_lambda_powertools.utilities.batch import SqsFifoPartialProcessor, process_partial_response
+from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
+from aws_lambda_powertools.utilities.typing import LambdaContext
+
+from ..aggregator import handle_result
+from ..messages import ResultMessage
+from . import deps
+
+logger = Logger(service="aggregator")
+# FIFO: on the first failure the rest of the batch is returned too, preserving per-job order.
+processor = SqsFifoPartialProcessor()
+
+
+def record_handler(record: SQSRecord) -> None:
+    msg = ResultMessage.model_validate_json(record.body)
+    outcome = handle_result(deps().store, msg)
+    logger.info("result processed", extra={"job_id": msg.job_id, "chunk_id": msg.chunk_id, "status": msg.status,
+                                           "outcome": outcome})
+
+
+@logger.inject_lambda_context
+def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
+    return process_partial_response(event=event, record_handler=record_handler, processor=processor, context=context)

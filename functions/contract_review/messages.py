@@ -1,0 +1,101 @@
+"""Typed message boundaries. The intake schema v1 is published as JSON Schema in
+`docs/intake-message.schema.json` (generated from `IntakeMessage`; a test keeps them equal)."""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from .errors import ReviewError
+
+MAX_INLINE_CHARS = 200_000  # SQS max message is 256 KiB; larger documents go through s3_uri
+MAX_DOCUMENT_BYTES = 5_000_000
+_S3_URI = re.compile(r"^s3://([a-z0-9][a-z0-9.\-]{1,61}[a-z0-9])/(.+)$")
+
+
+class InlineDocument(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    text: str = Field(description="The contract text, UTF-8.", max_length=MAX_INLINE_CHARS)
+
+
+class S3Document(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    s3_uri: str = Field(description="s3://bucket/key of a UTF-8 text object (claim check).", pattern=_S3_URI.pattern)
+
+    @property
+    def bucket_key(self) -> tuple[str, str]:
+        m = _S3_URI.match(self.s3_uri)
+        assert m
+        return m.group(1), m.group(2)
+
+
+class IntakeMessage(BaseModel):
+    """Intake message schema v1."""
+
+    model_config = ConfigDict(extra="forbid", title="ContractReviewIntakeMessageV1")
+
+    schema_version: Literal[1]
+    document: InlineDocument | S3Document
+    document_id: str | None = Field(default=None, max_length=256, pattern=r"^[A-Za-z0-9._:/\-]+$")
+    idempotency_key: str | None = Field(default=None, min_length=1, max_length=256)
+    metadata: dict[str, Any] = Field(default_factory=dict)
+
+    @field_validator("metadata")
+    @classmethod
+    def _small_metadata(cls, v: dict[str, Any]) -> dict[str, Any]:
+        if len(json.dumps(v)) > 8192:
+            raise ValueError("metadata larger than 8 KiB")
+        return v
+
+
+def parse_intake(body: str) -> IntakeMessage:
+    """Parse and validate; every failure is `input.invalid` (permanent)."""
+    try:
+        return IntakeMessage.model_validate_json(body)
+    except ValidationError as exc:
+        detail = "; ".join(f"{'.'.join(map(str, e['loc'])) or '<root>'}: {e['msg']}" for e in exc.errors()[:5])
+        raise ReviewError.of("input.invalid", detail, step="intake.parse") from exc
+
+
+def intake_json_schema() -> dict[str, Any]:
+    schema = IntakeMessage.model_json_schema()
+    schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
+    schema["$id"] = "https://contract-review.example/schemas/intake-message-v1.json"
+    return schema
+
+
+class AnalysisMessage(BaseModel):
+    """One chunk to analyse. Carries its own attempt accounting across requeues."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    job_id: str
+    chunk_id: str
+    chunk_index: int
+    chunk_count: int
+    start: int
+    end: int
+    text: str
+    attempt: int = 1  # real failed attempts so far + 1 (throttle requeues do not count)
+    max_attempts: int = 5  # poison budget
+    requeues: int = 0  # backpressure requeues (throttle / out of time), not failures
+    checkpoint_version: str = ""  # config hash the job is pinned to
+    resume_from: list[str] = Field(default_factory=list)  # analysts already checkpointed
+    reason: str = "intake"  # intake | throttled | time_exhausted | sweeper | redrive
+
+
+class ResultMessage(BaseModel):
+    """A chunk settled (done, failed or dead-lettered). Findings live in S3, referenced by the claim."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    job_id: str
+    chunk_id: str
+    chunk_index: int
+    status: Literal["done", "failed", "dead_lettered", "skipped"]
+    fence: int = 0
+    findings_key: str | None = None
+    error: dict[str, Any] | None = None

@@ -1,0 +1,339 @@
+"""`OfflineRuleModel`: a deterministic, rule-based analyst model. Not an LLM.
+
+It answers the same requests a Bedrock model gets (it reads the request's structured payload
+rather than the prose prompt) with keyword/regex rules per category, so the whole pipeline runs
+offline and its findings are reproducible. Recall against CUAD is measured by
+`tests/unit/test_cuad_quality.py`.
+
+How `locate` works:
+1. the chunk is split into sentence units (blank lines, and sentence ends that are not
+   abbreviations such as "Inc." or "U.S." or section numbers such as "14.1");
+2. each unit is tested against the category's rules. A rule is a regex, or a tuple of regexes
+   that must all match, where a regex prefixed with "!" must NOT match anywhere in the unit;
+3. the quote is the unit itself, or, for a long unit, only the ";"-separated parts of it that
+   hold the match. Every quote is an exact slice of the chunk text.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+
+from .models import ModelRequest, ModelResponse
+
+# A rule is a regex string, or a tuple of regex strings that must all match ("!" = must not match).
+Rule = str | tuple[str, ...]
+
+# Small building blocks shared by several rules.
+_NUM = r"(?:\d[\d,.]*|one|two|three|four|five|six|seven|eight|nine|ten|eleven|twelve|fifteen|twenty|thirty|forty|forty-five|fifty|sixty|seventy|seventy-five|eighty|ninety|one hundred(?: and)? \w+|hundred|\w+teen)"
+_PERIOD = rf"{_NUM}\s*(?:\(\d+\)\s*)?(?:calendar |business |working )?(?:days?|weeks?|months?|years?)['’]?"
+_NOTICE = rf"(?:{_PERIOD}\s*(?:prior |advance |previous |written |prior written |advance written )*(?:written )?notice|notice\b.{{0,40}}\b(?:of |at least |not less than |no less than )?{_PERIOD})"
+_FOR_CAUSE = (r"!\b(?:breach\w*|default\w*|insolven\w*|bankrupt\w*|fails?\b|failure|cure[sd]?\b|force majeure|violat\w*"
+              r"|receivership|liquidat\w*|winding.up|dissol\w*|misconduct|convicted|fraud)")
+_MONEYISH = r"(?:\$|dollars|euros?|€|£|percent|%|units?|barrels|kw|mw|hours|orders?|\[\*+\]|\*{3,}|\d)"
+
+PATTERNS: dict[str, tuple[Rule, ...]] = {
+    "liability_cap": (
+        r"\bin no (?:event|case|circumstances?)\b.{0,400}\bliab(?:le|ility)",
+        r"\bliab(?:le|ility)\b.{0,200}\bin no (?:event|case)\b",
+        r"\blimitations? (?:of|on) (?:liability|damages|remedies)\b",
+        r"\b(?:total|aggregate|cumulative|maximum|entire|overall|collective)\s+(?:\w+\s+){0,4}liabilit(?:y|ies)\b",
+        r"\bliabilit(?:y|ies)\b.{0,300}\b(?:shall|will|may|does|to) not\b.{0,30}\bexceed",
+        r"\bliabilit(?:y|ies)\b.{0,200}\b(?:limited to|capped at|not to exceed|in excess of)\b",
+        r"\b(?:shall|will|may) not be (?:held )?(?:liable|responsible)\b.{0,250}\b(?:damages|loss|losses|profits|costs)\b",
+        r"\b(?:not|in no event) be liable\b.{0,300}\b(?:indirect|consequential|special|incidental|punitive|exemplary|lost profits|loss of profits)",
+        r"\b(?:consequential|incidental|indirect|special|punitive|exemplary|multiple|treble)\s*(?:,|or|and|\s)*(?:\w+\s*,?\s*){0,6}\bdamages\b",
+        r"\bsole (?:and exclusive )?(?:remedy|remedies|obligation|liability)\b",
+        r"\bexclusive remed(?:y|ies)\b",
+        r"\b(?:limited|restricted) to (?:actual|direct|the (?:amount|fees|price)|refund|repair|replacement)",
+        r"\bwaives?\b.{0,150}\b(?:damages|claims? for)\b",
+        r"\b(?:no right|no rights|not be entitled) to (?:any )?(?:damages|compensation|indemnification)",
+        r"\b(?:not be required to contribute|required to contribute any amount in excess)\b",
+        r"\bno (?:action|claim|suit)\b.{0,150}\bmay be (?:brought|commenced|asserted)\b.{0,150}\b(?:after|more than)\b",
+        (r"\bliabilit(?:y|ies)\b", r"\b(?:shall|will) (?:in no event |not )?(?:exceed|be limited)\b"),
+    ),
+    "uncapped_liability": (
+        r"\bunlimited liability\b",
+        r"\bwithout limitation as to amount\b",
+        r"\b(?:shall|will) not be (?:subject to|limited by|counted toward)\b.{0,120}\b(?:limitation|cap|maximum|limit)",
+        r"\b(?:limitations?|exclusions?|caps?|maximum liability|limits?)\b.{0,250}\b(?:shall|will|do|does) not apply\b",
+        r"\b(?:shall|will|do|does) not (?:apply to|limit)\b.{0,250}\b(?:indemnif\w*|breach|gross negligence|wil(?:l)?ful|fraud|confidential\w*|infringe\w*|death|bodily injury|personal injury)",
+        r"\bnot be (?:limited|capped)\b.{0,100}\b(?:liab|damages)",
+        (r"\b(?:except|excluding|other than|excepting|save)\b(?:\s+(?:for|with respect to|with regard to|in the (?:event|case) of|as to|to the extent of))?.{0,400}"
+         r"\b(?:indemnif\w*|gross(?:ly)? negligen\w*|wil(?:l)?ful|intentional|fraud\w*|confidential\w*|infring\w*|misappropriat\w*|section \d+|article \d+|death|bodily injury|third.party claim)",
+         r"\b(?:liab(?:le|ility)|damages)\b",
+         r"\b(?:in no event|not be liable|not exceed|exceed|limited to|no liability|consequential|indirect|cap\b|maximum liability)"),
+    ),
+    "indemnification": (r"\bindemnif", r"\bhold\b.{0,60}\bharmless\b", r"\bdefend\b.{0,300}\bagainst\b"),
+    "termination": (
+        (r"\bterminat\w*\b.{0,250}\b(?:for (?:its )?convenience|without (?:any )?cause|for any reason|for no reason|any reason or no reason|with or without cause|at any time|in its (?:sole |absolute )*discretion|without (?:any )?(?:liability|penalty))",
+         r"!\b(?:(?:may not|shall not|cannot|not be entitled to) terminat\w*)"),
+        r"\b(?:for (?:its )?convenience|without (?:any )?cause|for any reason|with or without cause)\b.{0,150}\bterminat",
+        (r"\bterminat\w*\b", rf"{_NOTICE}", r"\b(?:may|can|shall have the (?:right|option|ability)|will have the (?:right|option|ability)|entitled|either (?:party|of)|any party|until|right to)\b", _FOR_CAUSE),
+        (r"\bnotice\b.{0,120}\b(?:decision|intent\w*|election|desire|wish) to terminate\b", _FOR_CAUSE),
+        (r"\b(?:discontinue|withdraw|cancel)\w*\b.{0,200}\b(?:at any time|upon|on)\b.{0,60}\bnotice\b", _FOR_CAUSE),
+    ),
+    "renewal": (
+        r"\b(?:automatic(?:ally)?|successive|additional|further|subsequent|consecutive)\b.{0,120}\b(?:renew\w*|extend\w*|extension|continue\w*)",
+        r"\b(?:renew\w*|extend\w*|extension|continue\w*)\b.{0,120}\b(?:automatic(?:ally)?|successive|additional|further|consecutive)\b.{0,60}\b(?:terms?|periods?|years?|months?|one.year)",
+        r"\brenew\w*\b.{0,150}\b(?:terms?|periods?|years?|months?|basis|expir\w*)\b",
+        r"\b(?:non-?renewal|not (?:to )?(?:renew|extend)|intention not to|elect(?:s|ion)? not to (?:renew|extend)|decline to renew)\b",
+        r"\bunless\b.{0,200}\b(?:notice|notif\w*|terminat\w*)\b.{0,250}\b(?:prior to|before|in advance of|preceding)\b.{0,80}\b(?:expiration|end|expiry|anniversary|termination)\b",
+        r"\b(?:continue|remain)\b.{0,150}\b(?:thereafter|in (?:full )?(?:force|effect))\b.{0,150}\buntil (?:terminated|either|one|a party|the (?:company|parties))",
+        r"\b(?:year.to.year|month.to.month|from year to year|evergreen)\b",
+        r"\bextend the term\b",
+        r"\binitial term\b",
+        r"\bterm of this agreement\b.{0,200}\b(?:shall|will) (?:commence|begin|continue|expire|end|remain)\b",
+    ),
+    "restrictive_covenants": (
+        r"\bnon-?compet\w*",
+        r"\b(?:not|no|refrain\w*|neither|nor)\b.{0,200}\bcompet(?:e|es|ing|itive|itor|itors|ition)\b",
+        r"\bcompet(?:e|ing|itive|itor|itors)\b.{0,200}\b(?:shall not|will not|may not|agrees not|prohibit\w*|restrict\w*)\b",
+        r"(?<!non-)(?<!non- )(?<!not )(?<!and )(?<!sole )\bexclusiv\w*\b(?! (?:remed\w*|jurisdiction|venue|forum|courts?|of\b|benefit|warranty|authority|procedures?|statement|agreement|property|holder|owner\w*|place|control|by the laws|in that state)|ly (?:by|liable|responsible|owned|in)\b)",
+        r"\b(?:solicit\w*|recruit\w*|hire|employ)\b.{0,200}\b(?:employees?|personnel|staff|customers?|clients?|consultants?|contractors?|suppliers?)\b.{0,100}",
+        r"\b(?:not|no|refrain\w*)\b.{0,120}\b(?:solicit\w*|entice\w*|divert\w*)",
+        r"\binduce\w*\b.{0,120}\bto (?:leave|terminate|cease|end|reduce)\b",
+        r"\b(?:shall|will|may|agrees?) not\b.{0,200}\b(?:engage|participate|invest|own|manage|operate|be (?:employed|engaged|interested))\b.{0,200}\b(?:business|project|enterprise|venture|activit\w*|similar|substantially similar)",
+        r"\b(?:sole|only|exclusive) (?:supplier|source|provider|distributor|reseller|licensee|agent|representative|vendor|manufacturer)\b",
+        r"\ball (?:of )?(?:its|their|the) (?:requirements|needs)\b",
+        r"\b(?:shall|will|may|agrees?(?: to)?) not\b.{0,80}\b(?:purchase|buy|source|procure|obtain|sell|distribute|market|resell|license)\b.{0,200}\b(?:from any (?:person|party|entity|third|other)|other than|any (?:third party|other (?:supplier|manufacturer|source|distributor|person|party)))",
+        r"\b(?:shall|will|may|agrees?(?: to)?) not\b.{0,40}\b(?:enter into|contract|deal|partner|collaborate|cooperate|work)\b.{0,200}\b(?:third part\w*|any other|similar|competitor|any (?:media|other) \w+)",
+        r"\b(?:non-?disparage\w*|disparage\w*)\b",
+    ),
+    "assignment": (
+        (r"\bassign(?:s|ed|ment|ments|able|ability|ee|ees|or)?\b",
+         r"!\bhereby (?:irrevocably )?assigns?\b|\bassigns? (?:and transfers? )?(?:to \w+ )?all (?:of its )?(?:right|rights|title)|\b(?:employees?|personnel|staff|individuals?) assigned\b|\bassigned to (?:him|her|it|them|such \w+|the project)\b|\bmeaning assigned\b|\bassigned (?:such |the )?meaning"),
+        r"\b(?:may not|shall not|will not|cannot|can not|not be|nor)\b.{0,120}\b(?:transfer\w*|delegat\w*|subcontract\w*|convey\w*|sublet|pledge|encumber)\b",
+        r"\b(?:transfer\w*|delegat\w*|subcontract\w*|convey\w*|transaction)\b.{0,250}\b(?:null and void|void ab initio|shall be void|is void|of no (?:force|effect))",
+        r"\bchange (?:of|in) (?:control|ownership)\b",
+        r"\b(?:acquired by|acquisition of|is acquired|be acquired|merge[sd]? with|merger|consolidat\w* (?:with|into)|reorgani[sz]ation)\b.{0,250}\b(?:assign\w*|terminat\w*|consent|control|successor|notice|deemed|entitled|provision)",
+        r"\b(?:sale|transfer|disposition)\b.{0,20}\b(?:of )?(?:all or )?(?:substantially all|a majority|more than (?:fifty|50)|(?:fifty|50) percent|control)\b",
+        r"\b(?:shareholders?|equity|ownership) (?:or equity )?(?:structure )?(?:changes?|is changed)\b",
+        r"\bceases? to (?:manage|control|be (?:controlled|owned|an affiliate))\b",
+        r"\b(?:ownership or control|control or ownership|controlling (?:interest|shareholder))\b",
+        r"\bvoting (?:stock|securities|power|shares|equity)\b.{0,150}\b(?:acquir\w*|transfer\w*|sold|sale|own\w*)",
+    ),
+    "ip_ownership": (
+        r"\bhereby (?:irrevocably )?(?:assigns?|transfers?|conveys?)\b",
+        r"\b(?:agrees? to|shall|will|must) (?:promptly )?(?:assign|transfer|convey)\b.{0,200}\b(?:right|title|interest|invention|patent|copyright|intellectual|ownership|share)",
+        r"\bassigns?\b.{0,60}\ball (?:of (?:its|their) )?(?:right|rights)\b",
+        r"\b(?:sole|exclusive|absolute) (?:and exclusive )?(?:owner\w*|property|holder)\b",
+        r"\b(?:owned|held) (?:solely|exclusively|jointly|wholly) by\b",
+        r"\b(?:shall|will) (?:at all times )?(?:be|remain) (?:solely |exclusively |jointly |wholly )?owned\b",
+        r"\b(?:shall|will) (?:solely |exclusively |jointly )?(?:own|vest in|belong to|be the (?:sole )?property|remain the (?:sole |exclusive )?property)",
+        r"\b(?:title|ownership)\b.{0,80}\b(?:shall|will) (?:vest|remain|belong|pass)",
+        r"\b(?:joint(?:ly)?|co-?)[ -]?(?:own\w*|owner\w*|invent\w*|register\w*|hold\w*|property|names|developed|inventors?)\b",
+        r"\bco-?ownership\b",
+        r"\bin (?:the )?(?:joint )?names? of\b.{0,60}\band\b",
+        r"\bwork(?:s)? (?:made )?for hire\b",
+        r"\btransfer\b.{0,60}\b(?:ownership|title)\b",
+        r"\bintellectual property\b.{0,200}\b(?:own\w*|vest\w*|belong\w*|assign\w*|retain\w*|property of)\b",
+        r"\b(?:own|owns|ownership|vest\w*|belong\w*|retains?)\b.{0,200}\b(?:intellectual property|inventions?|improvements?|work product|deliverables|developments?|derivative works?|patents?|copyrights?|know-how)\b",
+        r"\bright, title and interest\b",
+    ),
+    "license_grant": (
+        r"\bgrant\w*\b.{0,300}\b(?:licen[cs]e|sublicen[cs]e|right to (?:use|reproduce|distribute|market|sell|display|copy|modify|access|make|practice))",
+        r"\b(?:is|are|be|been) (?:hereby |hereunder |also )?licen[cs]ed\b",
+        r"\blicen[cs]ed (?:back )?to\b",
+        r"\b(?:shall|will|to) have (?:a|an|the)\b.{0,150}\blicen[cs]e\b",
+        r"\b(?:non-?exclusive|exclusive|limited|royalty[- ]free|worldwide|world-wide|perpetual|irrevocable|fully[- ]paid(?:[- ]up)?|paid[- ]up|revocable|personal)\b.{0,150}\b(?:licen[cs]e|right to use|right and license)\b",
+        r"\blicen[cs]e\b.{0,150}\b(?:non-?transferable|non-?assignable|perpetual|irrevocable|royalty[- ]free|worldwide|non-?exclusive|non-?sublicensable)\b",
+        r"\bright (?:and license )?to (?:use|reproduce|display|distribute)\b",
+        r"\bauthori[sz]es?\b.{0,150}\b(?:to|and) (?:use|display|reproduce|distribute|market|sell)\b",
+        r"\bsub-?licens\w*",
+        r"\bnon-?transferable\b",
+        r"\bnot (?:be )?(?:transferable|assignable|sublicensable)\b",
+        r"\bconveys?\b.{0,100}\b(?:no )?right\b",
+        r"\b(?:perpetual|irrevocabl\w*)\b.{0,150}\b(?:right|licen[cs]e|use)",
+        r"\bappoint\w*\b.{0,100}\bas\b.{0,60}\b(?:distributor|reseller|dealer|licensee|sales (?:agent|representative))\b",
+        r"\blicen[cs]e (?:agreement|terms|rights?) (?:to|for|in)\b",
+    ),
+    "governing_law": (
+        r"\bgovern(?:ed|s)?\b.{0,120}\blaws?\b",
+        r"\bgoverning law\b",
+        r"\blaws? of (?:the )?(?:state|commonwealth|province|republic|kingdom|people's republic|federal republic|united states|england|new york|delaware|california|texas)\b",
+        r"\b(?:construed|interpreted|enforced|determined)\b.{0,120}\b(?:in accordance with|under|pursuant to)\b.{0,40}\blaws?\b",
+        r"\b(?:exclusive|non-?exclusive) jurisdiction\b",
+        r"\b(?:submit\w*|consent\w*|irrevocably \w+)\b.{0,60}\bjurisdiction\b",
+        r"\bjurisdiction of (?:the )?(?:state |federal )?courts?\b",
+        r"\bvenue\b",
+        r"\barbitrat\w+",
+        r"\bdisputes?\b.{0,150}\b(?:resolved|settled|submitted|referred)\b",
+        r"\bconflicts? of laws?\b",
+    ),
+    "audit_rights": (
+        (r"\baudit\w*", r"!\baudited (?:financial|consolidated|balance)"),
+        r"\b(?:inspect\w*|examin\w*|review|copy|copies|verify|verification)\b.{0,200}\b(?:books|records|accounts|ledgers|documents|facilit\w*|premises|locations?|plants?|sites?|operations|warehouses?)\b",
+        r"\b(?:books|records|accounts)\b.{0,200}\b(?:inspect\w*|examin\w*|available|access|review|audit\w*|cop(?:y|ies)|verif\w*)\b",
+        r"\baccess\b.{0,150}\b(?:books|records|to verify|premises|facilit\w*)\b",
+        r"\b(?:to|and) verify\b.{0,150}\b(?:payments?|funds|amounts?|royalt\w*|fees|compliance|accuracy|reports?|statements?)",
+        r"\bright to (?:enter|visit)\b",
+        r"\binspection\b",
+    ),
+    "commitments": (
+        (r"\bminimum\b", r"!\bat a minimum\b|\bminimum (?:extent|necessary|standards?)\b|\bto the minimum\b"),
+        r"\b(?:purchase|spend|order|pay|buy|sell|provide|invest|commit|guarantee|tender|deliver|ship|broadcast|promote|achieve|generate)\w*\b.{0,150}\b(?:at least|not less than|no less than|a minimum of|in excess of)\b",
+        rf"\b(?:at least|not less than|no less than|not fewer than|no fewer than)\b.{{0,100}}{_MONEYISH}.{{0,150}}\b(?:purchase|spend|order|pay|buy|sell|provide|invest|commit|guarantee|tender|deliver|ship|royalt\w*|revenues?|sales|budget|units|fees?)",
+        r"\bguarantee\w*\b.{0,60}\b(?:to )?(?:purchase|order|buy|pay|spend|revenue|royalt)",
+        r"\bshortfall\b",
+        r"\btake[- ]or[- ]pay\b",
+        r"\bcommit\w*\b.{0,60}\b(?:to )?(?:purchase|buy|spend|order|budget|volume)",
+        r"\bbinding (?:forecast|order|commitment|purchase)s?\b",
+        r"\bfirm (?:orders?|commitments?|purchase)",
+        r"\bliquidated damages\b",
+        r"\b(?:termination|cancellation|break-?up|early termination|exit) (?:fee|payment|charge|penalty)s?\b",
+        r"\b(?:as|by way of|constitutes?|be deemed|not as|not a) (?:a )?penalty\b",
+        r"\b(?:shall|will) pay\b.{0,200}\b(?:as liquidated|as a penalty|by way of penalty|not as a penalty)\b",
+        r"\b(?:volume|quantity|revenue|sales) (?:target|requirement|commitment|guarantee|quota)s?\b",
+        r"\bquota\b",
+    ),
+}
+
+
+def _compile(rule: Rule) -> tuple[tuple[re.Pattern[str], ...], tuple[re.Pattern[str], ...]]:
+    parts = (rule,) if isinstance(rule, str) else rule
+    pos = tuple(re.compile(p, re.IGNORECASE | re.DOTALL) for p in parts if not p.startswith("!"))
+    neg = tuple(re.compile(p[1:], re.IGNORECASE | re.DOTALL) for p in parts if p.startswith("!"))
+    return pos, neg
+
+
+_COMPILED = {k: tuple(_compile(r) for r in v) for k, v in PATTERNS.items()}
+
+# Sentence-end candidates: . ! ? (optionally followed by closing quotes/brackets), then whitespace,
+# then something that can start a sentence. Blank lines always end a unit.
+_SENT_END = re.compile(r"[.!?][\"'”’)\]]*(?=\s+[\"'“‘(\[]?[A-Z0-9])")
+_BLANK = re.compile(r"\n[ \t\r\f\v]*\n")
+_ABBREV = frozenset("""inc ltd co corp no nos sec secs art arts e.g i.e etc vs v mr ms mrs dr st jr sr u.s u.k
+    l.p l.l.c llc n.a s.a b.v n.v p.c p.a fig figs approx para paras cf viz ex exh sch id hon prof
+    dept est jan feb mar apr jun jul aug sep sept oct nov dec pp p pty plc gmbh ag s.r.l cie bros""".split())
+_WORD_BEFORE = re.compile(r"([A-Za-z][A-Za-z.]*)$")
+_MIN_UNIT = 25
+_LONG_UNIT = 600  # units longer than this are quoted by their ";"-separated parts
+_PART_END = re.compile(r";\s+|:\s+(?=\(?[a-z0-9]{1,4}\)|[A-Z(])")
+
+
+def _is_boundary(text: str, pos: int) -> bool:
+    """Is the '.'/'!'/'?' at `pos` a sentence end (not an abbreviation or a number)?"""
+    if text[pos] != ".":
+        return True
+    before = text[max(0, pos - 12):pos]
+    if before[-1:].isdigit():
+        # "1." starting a numbered paragraph or "Section 14.1." -- both end a unit harmlessly,
+        # but a decimal like "$1.5" never reaches here (no whitespace after the dot).
+        return True
+    m = _WORD_BEFORE.search(before)
+    if not m:
+        return True
+    word = m.group(1).lower().strip(".")
+    if word in _ABBREV:
+        return False
+    if len(word) == 1 and word.isalpha():  # initials "J. Smith", list letters are rarer than initials
+        return not text[pos - 1].isupper() or pos >= 2 and text[pos - 2].isalpha()
+    return True
+
+
+def _unit_spans(text: str) -> list[tuple[int, int]]:
+    """Sentence-ish units as (start, end) offsets, whitespace-trimmed, at least _MIN_UNIT long."""
+    cuts = {m.end() for m in _BLANK.finditer(text)}
+    cuts.update(m.end() for m in _SENT_END.finditer(text) if _is_boundary(text, m.start()))
+    spans = []
+    prev = 0
+    for cut in sorted(cuts) + [len(text)]:
+        s, e = prev, cut
+        prev = cut
+        while s < e and text[s].isspace():
+            s += 1
+        while e > s and text[e - 1].isspace():
+            e -= 1
+        if e - s >= _MIN_UNIT:
+            spans.append((s, e))
+    return spans
+
+
+def _units(text: str) -> list[str]:
+    return [text[s:e] for s, e in _unit_spans(text)]
+
+
+def _match(unit: str, cat: str) -> list[tuple[int, int]]:
+    """Spans (within `unit`) of the rules of `cat` that fire on it."""
+    hits = []
+    for pos, neg in _COMPILED.get(cat, ()):
+        ms = [p.search(unit) for p in pos]
+        if all(ms) and not any(n.search(unit) for n in neg):
+            hits.append((min(m.start() for m in ms), max(m.end() for m in ms)))  # type: ignore[union-attr]
+    return hits
+
+
+def _quote_spans(unit: str, hits: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """The part(s) of a unit to quote: the whole unit, or for a long unit the parts holding a hit."""
+    if len(unit) <= _LONG_UNIT:
+        return [(0, len(unit))]
+    bounds = [0] + [m.end() for m in _PART_END.finditer(unit)] + [len(unit)]
+    out = []
+    for hs, he in hits:
+        first = max(i for i in range(len(bounds) - 1) if bounds[i] <= hs)
+        last = max(i for i in range(len(bounds) - 1) if bounds[i] < he) if he > 0 else first
+        s, e = bounds[first], bounds[max(first, last) + 1]
+        while e > s and unit[e - 1].isspace():
+            e -= 1
+        if (s, e) not in out:
+            out.append((s, e))
+    return out
+
+
+def locate(chunk_text: str, categories: list[str]) -> list[dict[str, str]]:
+    clauses = []
+    for us, ue in _unit_spans(chunk_text):
+        unit = chunk_text[us:ue]
+        for cat in categories:
+            hits = _match(unit, cat)
+            if not hits:
+                continue
+            for qs, qe in _quote_spans(unit, hits):
+                clauses.append({"category": cat, "quote": unit[qs:qe]})
+    return clauses
+
+
+# Words that raise the risk of a located clause for the reviewing party.
+_RISK = (
+    (re.compile(r"\b(unlimited|uncapped|without limit)", re.I), 0.35),
+    (re.compile(r"\b(sole (and absolute )?discretion|at any time|for any reason|without cause|for convenience)\b", re.I), 0.25),
+    (re.compile(r"\b(perpetual|irrevocable|exclusive|worldwide)\b", re.I), 0.2),
+    (re.compile(r"\b(indemnify|hold harmless|liquidated damages|penalt)", re.I), 0.2),
+    (re.compile(r"\b(automatically renew|shall not assign|change of control|change in control|non-?compet|minimum)", re.I), 0.15),
+    (re.compile(r"\b(gross negligence|wil(l)?ful misconduct|consequential damages|lost profits)\b", re.I), 0.1),
+)
+
+
+def score(quote: str) -> tuple[float, str]:
+    s = 0.2
+    reasons = []
+    for pattern, weight in _RISK:
+        m = pattern.search(quote)
+        if m:
+            s += weight
+            reasons.append(m.group(0).lower())
+    s = min(1.0, s)
+    why = ("raises risk: " + ", ".join(reasons)) if reasons else "standard wording, no aggravating terms"
+    return round(s, 2), why
+
+
+class OfflineRuleModel:
+    """Deterministic rule-based stand-in for a Bedrock model (offline default)."""
+
+    model_id = "offline-rules-v1"
+
+    def invoke(self, request: ModelRequest) -> ModelResponse:
+        payload = request.payload
+        cats = [c["key"] for c in payload["categories"]]
+        if request.step == "locate":
+            body = {"clauses": locate(payload["chunk_text"], cats)}
+        else:
+            findings = []
+            for c in payload.get("clauses", []):
+                s, why = score(c["quote"])
+                findings.append({"category": c["category"], "quote": c["quote"], "score": s, "rationale": why})
+            body = {"findings": findings}
+        text = json.dumps(body)
+        return ModelResponse(text=text, stop_reason="end_turn", input_tokens=len(request.prompt) // 4,
+                             output_tokens=len(text) // 4)

@@ -1,0 +1,201 @@
+"""Operator views and actions shared by the CLI (and, later, the Job API).
+
+- `job_view`: the job record answering the six questions (DESIGN rule 7).
+- `dlq_list` / `dlq_show`: DLQ messages joined with their job and chunk records.
+- `dlq_redrive`: re-inject with a fresh attempt budget, leaving an audit event. Works on moto
+  (no StartMessageMoveTask): receive, re-send, delete.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from typing import Any
+
+from pydantic import ValidationError
+
+from .aggregator import reliability
+from .messages import AnalysisMessage, ResultMessage
+from .store import TERMINAL_JOB_STATES, Store
+
+
+def job_view(store: Store, job_id: str) -> dict[str, Any] | None:
+    job = store.get_job(job_id)
+    if job is None:
+        return None
+    chunks = store.chunk_records(job_id) if job.get("chunk_count") else []
+    by_status = Counter(c.get("status", "pending") for c in chunks)
+    settled = len(job.get("settled") or ())
+    state = job.get("state")
+    last_cp = max((float(c.get("settled_at", 0)) for c in chunks if c.get("status") == "done"), default=None)
+    dead = [c for c in chunks if c.get("status") in ("dead_lettered", "failed")]
+    view = {
+        "job_id": job_id, "state": state, "document_id": job.get("document_id"),
+        "chunks": {"total": int(job.get("chunk_count") or 0), "settled": settled, **by_status},
+        "progress": (settled / int(job["chunk_count"])) if job.get("chunk_count") else (1.0 if state in TERMINAL_JOB_STATES else 0.0),
+        "error_code": job.get("error_code"), "error": job.get("error"),
+        "missing_chunks": [{"chunk_id": c["chunk_id"], "chunk_index": c.get("chunk_index"), "status": c.get("status"),
+                            "error_code": (c.get("last_error") or {}).get("error_code")} for c in dead],
+        "reliability": job.get("reliability") or reliability(chunks),
+        "report": {"json": job.get("report_json_key"), "markdown": job.get("report_md_key")},
+        "created_at": job.get("created_at"), "ended_at": job.get("ended_at"),
+        "model_id": job.get("model_id"), "prompt_version": job.get("prompt_version"),
+        # the six questions
+        "answers": {
+            "state": state,
+            "last_durable_checkpoint": (f"{by_status.get('done', 0)} of {job.get('chunk_count', 0)} chunks settled done"
+                                        + (f", last at {last_cp:.0f}" if last_cp else "")),
+            "side_effects_done": [k for k in ("report_json_key", "report_md_key") if job.get(k)],
+            "retry_would": ("nothing: the job is complete" if state == "completed" else
+                            f"redrive {len(dead)} chunk(s) from the DLQ; finished chunks and analysts are reused"
+                            if dead else "resume unsettled chunks from their checkpoints"),
+            "if_cancelled_now": ("nothing: it has ended" if state in TERMINAL_JOB_STATES else
+                                 "workers stop at the next stage entry; checkpoints stay; no report is written"),
+            "if_it_fails_again": "chunk messages go to the analysis DLQ with their error envelope; the job ends "
+                                 "`dead_lettered` listing them",
+        },
+    }
+    return view
+
+
+def _join(store: Store, queue: str, m: dict[str, Any]) -> dict[str, Any]:
+    attrs = {k: v.get("StringValue") for k, v in m.get("MessageAttributes", {}).items()}
+    entry: dict[str, Any] = {"message_id": m["MessageId"], "queue": queue,
+                             "receive_count": int(m.get("Attributes", {}).get("ApproximateReceiveCount", 0)),
+                             "error_code": attrs.get("error_code"), "body": m["Body"]}
+    if attrs.get("envelope"):
+        entry["envelope"] = json.loads(attrs["envelope"])
+    job_id = chunk_id = None
+    try:
+        if queue == "analysis":
+            am = AnalysisMessage.model_validate_json(m["Body"])
+            job_id, chunk_id = am.job_id, am.chunk_id
+            entry["payload"] = am.model_dump(exclude={"text"}) | {"text_chars": len(am.text)}
+        elif queue == "results":
+            rm = ResultMessage.model_validate_json(m["Body"])
+            job_id, chunk_id = rm.job_id, rm.chunk_id
+            entry["payload"] = rm.model_dump()
+        else:
+            entry["payload"] = {"chars": len(m["Body"])}  # intake bodies hold document text: not shown
+    except ValidationError:
+        entry["payload"] = {"unparsed": True, "chars": len(m["Body"])}
+    entry["job_id"], entry["chunk_id"] = job_id, chunk_id
+    if job_id:
+        job = store.get_job(job_id) or {}
+        entry["job"] = {"state": job.get("state"), "error_code": job.get("error_code")}
+    if job_id and chunk_id:
+        c = store.get_chunk(job_id, chunk_id) or {}
+        entry["chunk"] = {k: c.get(k) for k in ("status", "chunk_index", "failures", "receives", "redeliveries",
+                                                  "fence", "last_error", "n_calls", "retries", "claimed_by")}
+        entry.setdefault("envelope", c.get("last_error"))
+        entry["failed_step"] = (entry.get("envelope") or {}).get("step")
+    entry.pop("body")
+    return entry
+
+
+def _dlqs(store: Store) -> dict[str, str]:
+    s = store.s
+    return {k: v for k, v in {"analysis": s.analysis_dlq_url, "intake": s.intake_dlq_url,
+                              "results": s.results_dlq_url}.items() if v}
+
+
+def _receive_all(store: Store, url: str, visibility: int = 5) -> list[dict[str, Any]]:
+    """Read every message of a DLQ (they become visible again after `visibility` seconds)."""
+    seen: dict[str, dict[str, Any]] = {}
+    for _ in range(100):
+        r = store.aws.sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10, VisibilityTimeout=visibility,
+                                          MessageAttributeNames=["All"], MessageSystemAttributeNames=["All"],
+                                          WaitTimeSeconds=0)
+        batch = r.get("Messages", [])
+        if not batch:
+            break
+        for m in batch:
+            seen.setdefault(m["MessageId"], m)
+    return list(seen.values())
+
+
+def dlq_list(store: Store) -> list[dict[str, Any]]:
+    out = []
+    for queue, url in _dlqs(store).items():
+        for m in _receive_all(store, url, visibility=1):
+            out.append(_join(store, queue, m))
+    return out
+
+
+def dlq_show(store: Store, message_id: str) -> dict[str, Any] | None:
+    for item in dlq_list(store):
+        if item["message_id"] == message_id:
+            return item
+    return None
+
+
+def dlq_redrive(store: Store, message_ids: set[str] | None = None) -> list[dict[str, Any]]:
+    """Re-inject DLQ messages (all when message_ids is None) with a fresh attempt budget."""
+    s = store.s
+    done: list[dict[str, Any]] = []
+    chunk_seen: set[tuple[str, str]] = set()
+    for queue, url in _dlqs(store).items():
+        for m in _receive_all(store, url, visibility=30):
+            if message_ids is not None and m["MessageId"] not in message_ids:
+                continue
+            action = "resent"
+            if queue == "analysis":
+                try:
+                    am = AnalysisMessage.model_validate_json(m["Body"])
+                except ValidationError:
+                    continue
+                key = (am.job_id, am.chunk_id)
+                if key not in chunk_seen:
+                    chunk_seen.add(key)
+                    chunk = store.reset_for_redrive(am.job_id, am.chunk_id)
+                    if chunk is not None:
+                        store.unsettle_chunks(am.job_id, [am.chunk_id])
+                        store.transition(am.job_id, ["dead_lettered", "failed"], "running",
+                                         remove=["error", "error_code", "missing", "ended_at", "root_error"])
+                    current = store.get_chunk(am.job_id, am.chunk_id) or {}
+                    if current.get("status") in ("pending",):
+                        fresh = am.model_copy(update={"attempt": 1, "requeues": 0, "reason": "redrive",
+                                                      "max_attempts": s.profile.poison_budget})
+                        store.send_analysis([fresh.model_dump_json()])
+                    else:
+                        action = f"dropped (chunk is {current.get('status')})"
+                else:
+                    action = "dropped (duplicate of a chunk already redriven)"
+                store.event(am.job_id, "dlq.redriven", chunk_id=am.chunk_id, dlq_message_id=m["MessageId"],
+                            action=action)
+                entry = {"message_id": m["MessageId"], "queue": queue, "job_id": am.job_id, "chunk_id": am.chunk_id,
+                         "action": action}
+            elif queue == "intake":
+                store.aws.sqs.send_message(QueueUrl=s.intake_queue_url, MessageBody=m["Body"])
+                entry = {"message_id": m["MessageId"], "queue": queue, "action": action}
+            else:
+                rm = ResultMessage.model_validate_json(m["Body"])
+                store.send_result(m["Body"], rm.job_id, f"{rm.job_id}:{rm.chunk_id}:{rm.status}:{rm.fence}:redrive:{m['MessageId']}")
+                entry = {"message_id": m["MessageId"], "queue": queue, "job_id": rm.job_id, "action": action}
+            store.aws.sqs.delete_message(QueueUrl=url, ReceiptHandle=m["ReceiptHandle"])
+            done.append(entry)
+    return done
+
+
+def submit(store: Store, text: str, document_id: str | None = None, idempotency_key: str | None = None,
+           metadata: dict[str, Any] | None = None) -> str:
+    """Send one document to the intake queue (inline, or claim-check via S3 when large). Returns the job id."""
+    from .chunking import document_hash
+    from .intake import job_id_for
+    from .messages import MAX_INLINE_CHARS
+
+    key = idempotency_key or document_hash(text)
+    job_id = job_id_for(key)
+    if len(text) > MAX_INLINE_CHARS or len(text.encode("utf-8")) > 200_000:
+        upload_key = f"uploads/{job_id}.txt"
+        store.put_object(upload_key, text, "text/plain; charset=utf-8")
+        document: dict[str, Any] = {"s3_uri": f"s3://{store.s.bucket}/{upload_key}"}
+    else:
+        document = {"text": text}
+    body: dict[str, Any] = {"schema_version": 1, "document": document, "metadata": metadata or {}}
+    if document_id:
+        body["document_id"] = document_id
+    if idempotency_key:
+        body["idempotency_key"] = idempotency_key
+    store.aws.sqs.send_message(QueueUrl=store.s.intake_queue_url, MessageBody=json.dumps(body))
+    return job_id

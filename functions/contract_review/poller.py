@@ -1,0 +1,53 @@
+"""Long-running analysis poller: the Fargate alternative to the worker Lambda. Same core.
+
+It owns a short visibility timeout (heartbeated), so a dead task's chunk is back in
+`fargate_visibility_s` even without the sweeper. Stops cleanly on SIGTERM after the current chunk.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import threading
+
+import boto3
+
+from .config import Settings
+from .messages import AnalysisMessage
+from .runtime import build_deps
+from .worker import ChunkWorker, Delivery, Tier2
+
+log = logging.getLogger("contract_review.poller")
+
+
+def run(settings: Settings, stop: threading.Event) -> None:
+    d = build_deps(settings, boto3.Session())
+    worker = ChunkWorker(d.store, d.model())
+    sqs = d.store.aws.sqs
+    visibility = settings.profile.fargate_visibility_s
+    while not stop.is_set():
+        r = sqs.receive_message(QueueUrl=settings.analysis_queue_url, MaxNumberOfMessages=1, WaitTimeSeconds=10,
+                                VisibilityTimeout=visibility, MessageSystemAttributeNames=["ApproximateReceiveCount"])
+        for m in r.get("Messages", []):
+            delivery = Delivery(message_id=m["MessageId"], receipt_handle=m["ReceiptHandle"],
+                                receive_count=int(m["Attributes"]["ApproximateReceiveCount"]),
+                                queue_url=settings.analysis_queue_url, visibility_s=visibility)
+            try:
+                outcome = worker.handle(AnalysisMessage.model_validate_json(m["Body"]), delivery)
+            except Tier2 as exc:
+                log.warning("tier 2: %s", exc.envelope.error_code)
+                continue
+            log.info("chunk %s", outcome.action)
+            sqs.delete_message(QueueUrl=settings.analysis_queue_url, ReceiptHandle=m["ReceiptHandle"])
+
+
+def main() -> None:
+    logging.basicConfig(level=os.environ.get("LOG_LEVEL", "INFO"))
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    run(Settings.from_env(os.environ).model_copy(update={"worker_kind": "fargate"}), stop)
+
+
+if __name__ == "__main__":
+    main()

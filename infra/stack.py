@@ -1,0 +1,233 @@
+"""`ContractReviewStack`: queues, tables, bucket, functions, schedule, grants and outputs."""
+
+from __future__ import annotations
+
+import math
+
+from aws_cdk import CfnOutput, Duration, RemovalPolicy, Stack, Tags
+from aws_cdk import aws_events as events
+from aws_cdk import aws_events_targets as targets
+from aws_cdk import aws_iam as iam
+from aws_cdk import aws_lambda_event_sources as event_sources
+from constructs import Construct
+
+from contract_review.config import ENV
+
+from . import nag
+from .deploy_settings import DeploySettings
+from .fargate import FargateWorker
+from .functions import PipelineFunction, functions_code, powertools_layer
+from .permissions import grant_bedrock, grant_bucket, grant_peek, grant_table
+from .queues import QueueWithDlq
+from .storage import ArtifactBucket
+from .tables import CLAIMS_LEASE_INDEX, ReviewTables
+
+HANDLERS = "contract_review.handlers"
+INTAKE_MEMORY_MB = 512
+AGGREGATOR_MEMORY_MB = 512
+SWEEPER_MEMORY_MB = 256
+
+
+def sweep_rate_minutes(sweep_interval_s: float) -> int:
+    """EventBridge schedules have minute granularity: round up, at least one minute."""
+    return max(1, math.ceil(sweep_interval_s / 60))
+
+
+class ContractReviewStack(Stack):
+    """The whole pipeline, built from one profile. Env-agnostic: no account/region at synth."""
+
+    def __init__(self, scope: Construct, construct_id: str, *, settings: DeploySettings) -> None:
+        p = settings.profile
+        super().__init__(
+            scope,
+            construct_id,
+            stack_name=settings.stack_name,
+            description=f"Contract review pipeline (profile={p.name}, worker={settings.worker_kind})",
+        )
+        self.settings = settings
+        retain = not settings.is_disposable
+        removal = RemovalPolicy.RETAIN if retain else RemovalPolicy.DESTROY
+        Tags.of(self).add("project", "contract-review")
+        Tags.of(self).add("profile", p.name)
+
+        # ---- queues (the construct fails synth when a rule is broken) ------------------
+        self.intake = QueueWithDlq(
+            self, "Intake", profile=p, purpose="intake",
+            visibility_timeout_s=p.intake_visibility_s, consumer_timeout_s=p.intake_timeout_s,
+        )
+        self.analysis = QueueWithDlq(
+            self, "Analysis", profile=p, purpose="analysis",
+            visibility_timeout_s=p.analysis_visibility_s, consumer_timeout_s=p.worker_timeout_s,
+        )
+        self.results = QueueWithDlq(
+            self, "Results", profile=p, purpose="results", fifo=True, name_prefix=settings.stack_name,
+            visibility_timeout_s=p.results_visibility_s, consumer_timeout_s=p.aggregator_timeout_s,
+        )
+
+        # ---- data ----------------------------------------------------------------------
+        self.tables = ReviewTables(self, "Tables", retain=retain)
+        self.storage = ArtifactBucket(
+            self, "Storage", retain=retain, checkpoint_expiry_days=p.record_ttl_days + 1,
+            auto_delete_objects=settings.auto_delete_objects,
+        )
+
+        # ---- functions -----------------------------------------------------------------
+        code = functions_code()
+        layer = powertools_layer(self, settings.powertools_layer_version)
+        log_level = "DEBUG" if settings.is_disposable else "INFO"
+
+        def fn(cid: str, service: str, timeout_s: int, memory_mb: int, what: str) -> PipelineFunction:
+            return PipelineFunction(
+                self, cid, handler=f"{HANDLERS}.{service}.handler", service=service, code=code, layer=layer,
+                environment=self.function_environment("lambda"), timeout_s=timeout_s, memory_mb=memory_mb,
+                log_retention_days=p.record_ttl_days, log_level=log_level, removal_policy=removal,
+                description=f"contract-review {what} ({p.name})",
+            )
+
+        self.intake_fn = fn("IntakeFn", "intake", p.intake_timeout_s, INTAKE_MEMORY_MB, "intake: validate, chunk, fan out")
+        self.worker_fn = fn("WorkerFn", "worker", p.worker_timeout_s, p.worker_memory_mb, "analysis worker")
+        self.aggregator_fn = fn("AggregatorFn", "aggregator", p.aggregator_timeout_s, AGGREGATOR_MEMORY_MB,
+                                "aggregator: findings -> report, side effects")
+        self.sweeper_fn = fn("SweeperFn", "sweeper", p.sweeper_timeout_s, SWEEPER_MEMORY_MB,
+                             "sweeper: lapsed claims, DLQ explain")
+
+        # ---- event sources (partial batch responses everywhere) -------------------------
+        self.intake_fn.function.add_event_source(event_sources.SqsEventSource(
+            self.intake.queue, batch_size=p.intake_batch_size, report_batch_item_failures=True))
+        if settings.worker_kind == "lambda":
+            self.worker_fn.function.add_event_source(event_sources.SqsEventSource(
+                self.analysis.queue, batch_size=p.worker_batch_size, max_concurrency=p.worker_max_concurrency,
+                report_batch_item_failures=True))
+        self.aggregator_fn.function.add_event_source(event_sources.SqsEventSource(
+            self.results.queue, batch_size=p.aggregator_batch_size, report_batch_item_failures=True))
+
+        minutes = sweep_rate_minutes(p.sweep_interval_s)
+        self.sweep_rule = events.Rule(
+            self, "SweepSchedule",
+            description="Run the sweeper: reclaim lapsed claims, explain dead-lettered chunks",
+            schedule=events.Schedule.rate(Duration.minutes(minutes)),
+            # A missed sweep is covered by the next one: retry briefly, never pile up stale runs.
+            targets=[targets.LambdaFunction(self.sweeper_fn.function, retry_attempts=2,
+                                            max_event_age=Duration.minutes(max(1, minutes)))],
+        )
+
+        # ---- grants (least privilege, per function) -------------------------------------
+        self._grant_intake(self.intake_fn.role)
+        self._grant_worker(self.worker_fn.role)
+        self._grant_aggregator(self.aggregator_fn.role)
+        self._grant_sweeper(self.sweeper_fn.role)
+
+        # ---- Fargate alternative ---------------------------------------------------------
+        self.fargate: FargateWorker | None = None
+        if settings.worker_kind == "fargate":
+            self.fargate = FargateWorker(
+                self, "FargateWorker", queue=self.analysis.queue,
+                environment={**self.function_environment("fargate"), "POWERTOOLS_SERVICE_NAME": "worker",
+                             "POWERTOOLS_METRICS_NAMESPACE": "ContractReview", "LOG_LEVEL": log_level},
+                memory_mb=p.worker_memory_mb, max_tasks=p.worker_max_concurrency,
+                stop_timeout_s=p.worker_timeout_s + 10, log_retention_days=p.record_ttl_days,
+                removal_policy=removal,
+            )
+            self._grant_worker(self.fargate.task_role)
+
+        self._outputs()
+        nag.acknowledge(self)
+
+    # ------------------------------------------------------------------ environment
+    def function_environment(self, worker_kind: str) -> dict[str, str]:
+        """Every `config.ENV` variable (FAULT_SPEC only when a fault spec is given)."""
+        s, t, q = self.settings, self.tables, (self.intake, self.analysis, self.results)
+        values: dict[str, str] = {
+            "profile": s.profile.name,
+            "jobs_table": t.jobs.table_name,
+            "claims_table": t.claims.table_name,
+            "checkpoints_table": t.checkpoints.table_name,
+            "events_table": t.events.table_name,
+            "idempotency_table": t.idempotency.table_name,
+            "bucket": self.storage.bucket.bucket_name,
+            "intake_queue_url": q[0].queue.queue_url,
+            "analysis_queue_url": q[1].queue.queue_url,
+            "results_queue_url": q[2].queue.queue_url,
+            "intake_dlq_url": q[0].dlq.queue_url,
+            "analysis_dlq_url": q[1].dlq.queue_url,
+            "results_dlq_url": q[2].dlq.queue_url,
+            "model_provider": s.model_provider,
+            "model_id": s.profile.model_id,
+            "worker_kind": worker_kind,
+        }
+        if s.fault_spec is not None:
+            values["fault_spec"] = s.fault_spec.to_env()
+        unknown = set(ENV) - set(values) - {"fault_spec"}
+        if unknown:  # config.ENV grew: the template must pass it, or handlers break at cold start
+            raise ValueError(f"infra does not set config.ENV keys: {sorted(unknown)}")
+        return {ENV[k]: v for k, v in values.items()}
+
+    # ------------------------------------------------------------------ grants
+    def _grant_intake(self, g: iam.IGrantable) -> None:
+        t = self.tables
+        for table in (t.jobs, t.claims, t.events):
+            grant_table(g, table, write=True)
+        grant_bucket(g, self.storage.bucket, write=True)
+        self.analysis.queue.grant_send_messages(g)
+        self.intake.dlq.grant_send_messages(g)  # bad input: dead-lettered with its error envelope
+        self.intake.queue.grant_consume_messages(g)
+
+    def _grant_worker(self, g: iam.IGrantable) -> None:
+        t = self.tables
+        for table in (t.jobs, t.claims, t.checkpoints, t.events):
+            grant_table(g, table, write=True)
+        grant_bucket(g, self.storage.bucket, write=True)
+        self.analysis.queue.grant_send_messages(g)  # throttled chunks are requeued with a delay
+        self.analysis.queue.grant_consume_messages(g)  # incl. ChangeMessageVisibility (heartbeat)
+        self.analysis.dlq.grant_send_messages(g)  # poison budget spent: dead-letter with envelope
+        self.results.queue.grant_send_messages(g)
+        grant_bedrock(g, self, self.settings.profile.model_id)
+
+    def _grant_aggregator(self, g: iam.IGrantable) -> None:
+        t = self.tables
+        for table in (t.jobs, t.events, t.idempotency):
+            grant_table(g, table, write=True)
+        grant_table(g, t.claims, write=False)
+        grant_bucket(g, self.storage.bucket, write=True)
+        self.results.queue.grant_consume_messages(g)
+
+    def _grant_sweeper(self, g: iam.IGrantable) -> None:
+        t = self.tables
+        grant_table(g, t.claims, write=True, indexes=[CLAIMS_LEASE_INDEX])
+        for table in (t.jobs, t.events):
+            grant_table(g, table, write=True)
+        self.analysis.queue.grant_send_messages(g)  # redrive lapsed chunks
+        self.analysis.dlq.grant_send_messages(g)  # chunks whose poison budget is spent
+        grant_peek(g, self.analysis.dlq)  # read DLQ messages to explain them; never deletes
+        self.results.queue.grant_send_messages(g)
+        grant_bucket(g, self.storage.bucket, write=False)
+
+    # ------------------------------------------------------------------ outputs
+    def _outputs(self) -> None:
+        # CfnOutputs at stack scope keep their ids as logical ids (no hash suffix).
+        t = self.tables
+        outputs = {
+            "IntakeQueueUrl": (self.intake.queue.queue_url, "intake queue (documents in)"),
+            "IntakeDlqUrl": (self.intake.dlq.queue_url, "intake dead-letter queue"),
+            "AnalysisQueueUrl": (self.analysis.queue.queue_url, "analysis queue (one message per chunk)"),
+            "AnalysisDlqUrl": (self.analysis.dlq.queue_url, "analysis dead-letter queue"),
+            "ResultsQueueUrl": (self.results.queue.queue_url, "results queue (FIFO, group = job)"),
+            "ResultsDlqUrl": (self.results.dlq.queue_url, "results dead-letter queue (FIFO)"),
+            "IntakeQueueArn": (self.intake.queue.queue_arn, "intake queue ARN"),
+            "AnalysisQueueArn": (self.analysis.queue.queue_arn, "analysis queue ARN"),
+            "ResultsQueueArn": (self.results.queue.queue_arn, "results queue ARN"),
+            "JobsTableName": (t.jobs.table_name, "jobs table"),
+            "ClaimsTableName": (t.claims.table_name, "claims table"),
+            "CheckpointsTableName": (t.checkpoints.table_name, "checkpoints table"),
+            "EventsTableName": (t.events.table_name, "events table"),
+            "IdempotencyTableName": (t.idempotency.table_name, "Powertools idempotency table"),
+            "ArtifactBucketName": (self.storage.bucket.bucket_name, "artifacts bucket"),
+            "IntakeFunctionName": (self.intake_fn.function.function_name, "intake function"),
+            "WorkerFunctionName": (self.worker_fn.function.function_name, "worker function"),
+            "AggregatorFunctionName": (self.aggregator_fn.function.function_name, "aggregator function"),
+            "SweeperFunctionName": (self.sweeper_fn.function.function_name, "sweeper function"),
+            "ProfileName": (self.settings.profile.name, "config profile this stack was built from"),
+            "WorkerKind": (self.settings.worker_kind, "analysis worker: lambda or fargate"),
+        }
+        for output_id, (value, description) in outputs.items():
+            CfnOutput(self, output_id, value=value, description=description)

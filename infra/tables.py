@@ -1,0 +1,75 @@
+"""The five DynamoDB tables.
+
+`dynamodb.Table` on purpose, not `TableV2`: TableV2 synthesizes `AWS::DynamoDB::GlobalTable`,
+which moto's CloudFormation cannot create, and local runs deploy this very template into moto.
+All tables: on-demand billing, point-in-time recovery, AWS-managed KMS encryption, TTL.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from aws_cdk import RemovalPolicy
+from aws_cdk import aws_dynamodb as dynamodb
+from constructs import Construct
+
+RECORD_TTL_ATTRIBUTE = "expires_at"  # epoch seconds, written by the core (store.py)
+IDEMPOTENCY_TTL_ATTRIBUTE = "expiration"  # Powertools DynamoDBPersistenceLayer default
+IDEMPOTENCY_KEY = "id"  # Powertools DynamoDBPersistenceLayer default key_attr
+CLAIMS_LEASE_INDEX = "by-lease"  # sparse GSI of open claims, queried by the sweeper
+
+S = dynamodb.AttributeType.STRING
+N = dynamodb.AttributeType.NUMBER
+
+
+@dataclass(frozen=True)
+class TableSpec:
+    construct_id: str
+    partition_key: str
+    sort_key: str | None = None
+    ttl_attribute: str = RECORD_TTL_ATTRIBUTE
+    sort_key_type: dynamodb.AttributeType = S
+
+
+JOBS = TableSpec("JobsTable", "job_id")
+CLAIMS = TableSpec("ClaimsTable", "job_id", "chunk_id")
+CHECKPOINTS = TableSpec("CheckpointsTable", "pk", "analyst")
+EVENTS = TableSpec("EventsTable", "job_id", "seq")
+IDEMPOTENCY = TableSpec("IdempotencyTable", IDEMPOTENCY_KEY, ttl_attribute=IDEMPOTENCY_TTL_ATTRIBUTE)
+
+
+class ReviewTables(Construct):
+    """jobs, claims (+ `by-lease` GSI), checkpoints, events, idempotency."""
+
+    def __init__(self, scope: Construct, construct_id: str, *, retain: bool) -> None:
+        super().__init__(scope, construct_id)
+        self._retain = retain
+        self.jobs = self._table(JOBS)
+        self.claims = self._table(CLAIMS)
+        # Sparse: only claimed chunks carry `lease_bucket`, so the sweeper's query
+        # `lease_bucket = "open" AND claim_expires_at < now` reads open claims only.
+        self.claims.add_global_secondary_index(
+            index_name=CLAIMS_LEASE_INDEX,
+            partition_key=dynamodb.Attribute(name="lease_bucket", type=S),
+            sort_key=dynamodb.Attribute(name="claim_expires_at", type=N),
+            projection_type=dynamodb.ProjectionType.ALL,
+        )
+        self.checkpoints = self._table(CHECKPOINTS)
+        self.events = self._table(EVENTS)
+        self.idempotency = self._table(IDEMPOTENCY)
+
+    def _table(self, spec: TableSpec) -> dynamodb.Table:
+        return dynamodb.Table(
+            self,
+            spec.construct_id,
+            partition_key=dynamodb.Attribute(name=spec.partition_key, type=S),
+            sort_key=dynamodb.Attribute(name=spec.sort_key, type=spec.sort_key_type) if spec.sort_key else None,
+            billing_mode=dynamodb.BillingMode.PAY_PER_REQUEST,
+            point_in_time_recovery_specification=dynamodb.PointInTimeRecoverySpecification(
+                point_in_time_recovery_enabled=True
+            ),
+            encryption=dynamodb.TableEncryption.AWS_MANAGED,
+            time_to_live_attribute=spec.ttl_attribute,
+            deletion_protection=self._retain,
+            removal_policy=RemovalPolicy.RETAIN if self._retain else RemovalPolicy.DESTROY,
+        )

@@ -1,0 +1,205 @@
+"""Embedded AWS: a moto server, and the synthesized CDK template deployed into it.
+
+The template is the contract: queues, tables and the bucket are created by moto's
+CloudFormation from the very template `cdk deploy` would use. What moto cannot run (Lambda
+functions, event source mappings, ECS, IAM, schedules, custom resources) is filtered out of the
+deployed copy and emulated by `review_local.runtime` from the same template.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import boto3
+
+ROOT = Path(__file__).resolve().parents[1]
+STATE_DIR = ROOT / ".review"
+LOCAL_JSON = STATE_DIR / "local.json"
+REGION = "us-east-1"
+STACK_NAME = "ContractReview"
+# Resource types moto's CloudFormation creates faithfully; alarms are accepted (and skipped).
+DEPLOYABLE = {
+    "AWS::SQS::Queue", "AWS::SQS::QueuePolicy", "AWS::DynamoDB::Table", "AWS::S3::Bucket",
+    "AWS::S3::BucketPolicy", "AWS::CloudWatch::Alarm",
+}
+FAKE_CREDENTIALS = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_SESSION_TOKEN": "testing"}
+
+
+def _inputs_hash(profile: str, context: dict[str, str]) -> str:
+    h = hashlib.sha256(json.dumps([profile, sorted(context.items())]).encode())
+    files = [ROOT / "app.py", ROOT / "cdk.json", ROOT / "functions/contract_review/config.py"]
+    files += sorted((ROOT / "infra").rglob("*.py"))
+    for f in files:
+        if f.exists():
+            h.update(f.name.encode())
+            h.update(f.read_bytes())
+    return h.hexdigest()[:16]
+
+
+def synth(profile: str = "local", context: dict[str, str] | None = None, stack_name: str = STACK_NAME) -> dict[str, Any]:
+    """Synthesize the CDK app (cached by the hash of its inputs) and return the template."""
+    context = {"profile": profile, "stack_name": stack_name, **(context or {})}
+    outdir = STATE_DIR / "cdk.out" / _inputs_hash(profile, context)
+    template_path = outdir / f"{stack_name}.template.json"
+    if not template_path.exists():
+        env = {**os.environ, "CDK_OUTDIR": str(outdir), "CDK_CONTEXT_JSON": json.dumps(context),
+               "JSII_SILENCE_WARNING_DEPRECATED_NODE_VERSION": "1"}
+        proc = subprocess.run([sys.executable, str(ROOT / "app.py")], cwd=ROOT, env=env, capture_output=True, text=True)
+        if proc.returncode != 0 or not template_path.exists():
+            raise RuntimeError(f"cdk synth failed ({proc.returncode}):\n{proc.stderr[-4000:]}")
+    return json.loads(template_path.read_text())
+
+
+def deployable_template(template: dict[str, Any]) -> dict[str, Any]:
+    """The subset of the template moto can create, with outputs that only reference it."""
+    resources = {k: v for k, v in template["Resources"].items() if v["Type"] in DEPLOYABLE}
+    kept = set(resources)
+
+    def refs(node: Any) -> set[str]:
+        found: set[str] = set()
+        if isinstance(node, dict):
+            if "Ref" in node:
+                found.add(node["Ref"])
+            if "Fn::GetAtt" in node:
+                target = node["Fn::GetAtt"]
+                found.add(target[0] if isinstance(target, list) else target.split(".")[0])
+            for v in node.values():
+                found |= refs(v)
+        elif isinstance(node, list):
+            for v in node:
+                found |= refs(v)
+        return found
+
+    params = set(template.get("Parameters", {}))
+    pseudo = {r for r in refs(resources) if r.startswith("AWS::")}
+    for name, res in list(resources.items()):
+        missing = refs(res) - kept - params - pseudo
+        if missing:  # e.g. a policy naming a function role: drop the dependent resource, not the stack
+            del resources[name]
+    for res in resources.values():
+        deps = res.get("DependsOn")
+        if deps:
+            deps = [deps] if isinstance(deps, str) else deps
+            res["DependsOn"] = [d for d in deps if d in resources]
+            if not res["DependsOn"]:
+                del res["DependsOn"]
+    outputs = {k: v for k, v in template.get("Outputs", {}).items() if refs(v) <= set(resources) | params}
+    out = {k: v for k, v in template.items() if k not in ("Resources", "Outputs", "Conditions")}
+    out["Resources"] = resources
+    out["Outputs"] = outputs
+    if "Conditions" in template:
+        out["Conditions"] = template["Conditions"]
+    return out
+
+
+@dataclass
+class EmbeddedAws:
+    """A moto server on 127.0.0.1 (random port) with the stack deployed into it."""
+
+    region: str = REGION
+    stack_name: str = STACK_NAME
+    server: Any = None
+    endpoint: str = ""
+    outputs: dict[str, str] = field(default_factory=dict)
+    physical: dict[str, str] = field(default_factory=dict)
+    template: dict[str, Any] = field(default_factory=dict)
+
+    def start(self) -> "EmbeddedAws":
+        from moto.server import ThreadedMotoServer
+
+        self.server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+        self.server.start()
+        host, port = self.server.get_host_and_port()
+        self.endpoint = f"http://{host}:{port}"
+        return self
+
+    def stop(self) -> None:
+        if self.server is not None:
+            self.server.stop()
+            self.server = None
+
+    def session(self) -> boto3.Session:
+        return boto3.Session(aws_access_key_id="testing", aws_secret_access_key="testing",
+                             aws_session_token="testing", region_name=self.region)
+
+    def client(self, service: str) -> Any:
+        return self.session().client(service, endpoint_url=self.endpoint)
+
+    def deploy(self, template: dict[str, Any]) -> dict[str, str]:
+        self.template = template
+        ssm = self.client("ssm")
+        ssm.put_parameter(Name="/cdk-bootstrap/hnb659fds/version", Value="30", Type="String", Overwrite=True)
+        cfn = self.client("cloudformation")
+        cfn.create_stack(StackName=self.stack_name, TemplateBody=json.dumps(deployable_template(template)),
+                         Capabilities=["CAPABILITY_IAM", "CAPABILITY_NAMED_IAM"])
+        deadline = time.time() + 60
+        while True:
+            stack = cfn.describe_stacks(StackName=self.stack_name)["Stacks"][0]
+            status = stack["StackStatus"]
+            if status.endswith("_COMPLETE") and "ROLLBACK" not in status:
+                break
+            if "FAILED" in status or "ROLLBACK" in status or time.time() > deadline:
+                raise RuntimeError(f"stack deploy into moto failed: {status} {stack.get('StackStatusReason', '')}")
+            time.sleep(0.2)
+        self.outputs = {o["OutputKey"]: o["OutputValue"] for o in stack.get("Outputs", [])}
+        self.physical = {r["LogicalResourceId"]: r["PhysicalResourceId"]
+                         for r in cfn.describe_stack_resources(StackName=self.stack_name)["StackResources"]}
+        return self.outputs
+
+    def write_local_json(self, path: Path = LOCAL_JSON, extra: dict[str, Any] | None = None) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps({"endpoint": self.endpoint, "region": self.region, "stack_name": self.stack_name,
+                                    "outputs": self.outputs, **(extra or {})}, indent=2))
+
+    # -- resolving template expressions against the deployed stack --------------------------
+    def resolve(self, node: Any) -> Any:
+        """Resolve Ref / Fn::GetAtt / Fn::Join / Fn::Sub the way CloudFormation would (for env vars)."""
+        if isinstance(node, dict):
+            if "Ref" in node:
+                name = node["Ref"]
+                return {"AWS::Region": self.region, "AWS::AccountId": "123456789012", "AWS::Partition": "aws",
+                        "AWS::StackName": self.stack_name, "AWS::URLSuffix": "amazonaws.com"}.get(name) \
+                    or self.physical.get(name, name)
+            if "Fn::GetAtt" in node:
+                target = node["Fn::GetAtt"]
+                logical, attr = target if isinstance(target, list) else target.split(".", 1)
+                return self._get_att(logical, attr)
+            if "Fn::Join" in node:
+                sep, parts = node["Fn::Join"]
+                return sep.join(str(self.resolve(p)) for p in parts)
+            if "Fn::Sub" in node:
+                text = node["Fn::Sub"] if isinstance(node["Fn::Sub"], str) else node["Fn::Sub"][0]
+                for var in ("AWS::Region", "AWS::AccountId", "AWS::Partition", "AWS::StackName"):
+                    text = text.replace("${" + var + "}", str(self.resolve({"Ref": var})))
+                return text
+            return {k: self.resolve(v) for k, v in node.items()}
+        if isinstance(node, list):
+            return [self.resolve(v) for v in node]
+        return node
+
+    def _get_att(self, logical: str, attr: str) -> str:
+        res = self.template["Resources"][logical]
+        phys = self.physical.get(logical, "")
+        if res["Type"] == "AWS::SQS::Queue":
+            name = phys.rsplit("/", 1)[-1]
+            return {"Arn": f"arn:aws:sqs:{self.region}:123456789012:{name}", "QueueName": name,
+                    "QueueUrl": phys}[attr]
+        if res["Type"] == "AWS::DynamoDB::Table":
+            return {"Arn": f"arn:aws:dynamodb:{self.region}:123456789012:table/{phys}"}.get(attr, phys)
+        if res["Type"] == "AWS::S3::Bucket":
+            return {"Arn": f"arn:aws:s3:::{phys}", "DomainName": f"{phys}.s3.amazonaws.com"}.get(attr, phys)
+        return f"{logical}.{attr}"
+
+
+def load_local_json(path: Path = LOCAL_JSON) -> dict[str, Any]:
+    if not path.exists():
+        raise FileNotFoundError(f"{path} not found: is `review up` running?")
+    return json.loads(path.read_text())

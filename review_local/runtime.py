@@ -1,0 +1,162 @@
+"""Local Lambda runtime: an event-source-mapping emulator with real worker processes.
+
+From the synthesized template it reads every `AWS::Lambda::Function` (handler, timeout, memory,
+environment) and every `AWS::Lambda::EventSourceMapping` (queue, batch size,
+`ReportBatchItemFailures`, `ScalingConfig.MaximumConcurrency`) plus the sweeper's schedule.
+Each concurrent "sandbox" is a separate OS process (`python -m review_local.sandbox`) that polls
+its queue, invokes the real handler with a Lambda-shaped SQS event and context, and applies the
+partial batch response the way Lambda does. A crashed or timed-out sandbox is replaced, as
+Lambda would; `kill -9` on one is a real crash.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .embedded import FAKE_CREDENTIALS, ROOT, EmbeddedAws
+
+
+@dataclass
+class FunctionSpec:
+    logical_id: str
+    name: str  # short role: intake | worker | aggregator | sweeper
+    handler: str
+    timeout_s: int
+    memory_mb: int
+    env: dict[str, str]
+    queue_url: str = ""  # empty for scheduled functions
+    queue_arn: str = ""
+    batch_size: int = 10
+    report_batch_item_failures: bool = False
+    concurrency: int = 1
+    fifo: bool = False
+    schedule_s: float = 0.0  # > 0: invoked on a schedule (the sweeper)
+
+
+def function_specs(aws: EmbeddedAws, sweep_interval_s: float, default_concurrency: int = 2) -> list[FunctionSpec]:
+    tpl = aws.template["Resources"]
+    functions = {k: v for k, v in tpl.items() if v["Type"] == "AWS::Lambda::Function"
+                 and str(v["Properties"].get("Handler", "")).startswith("contract_review.handlers.")}
+    specs: dict[str, FunctionSpec] = {}
+    for logical, res in functions.items():
+        p = res["Properties"]
+        env = {k: str(v) for k, v in aws.resolve(p.get("Environment", {}).get("Variables", {})).items()}
+        specs[logical] = FunctionSpec(logical_id=logical, name=p["Handler"].split(".")[2], handler=p["Handler"],
+                                      timeout_s=int(p.get("Timeout", 3)), memory_mb=int(p.get("MemorySize", 128)),
+                                      env=env)
+    mapped: list[FunctionSpec] = []
+    for res in tpl.values():
+        if res["Type"] != "AWS::Lambda::EventSourceMapping":
+            continue
+        p = res["Properties"]
+        fn = p["FunctionName"]["Ref"] if isinstance(p["FunctionName"], dict) else p["FunctionName"]
+        spec = specs.pop(fn, None)
+        if spec is None:
+            continue
+        arn = aws.resolve(p["EventSourceArn"])
+        queue_name = arn.rsplit(":", 1)[-1]
+        spec.queue_arn = arn
+        spec.queue_url = f"{aws.endpoint}/123456789012/{queue_name}"
+        spec.batch_size = int(p.get("BatchSize", 10))
+        spec.report_batch_item_failures = "ReportBatchItemFailures" in p.get("FunctionResponseTypes", [])
+        spec.concurrency = int(p.get("ScalingConfig", {}).get("MaximumConcurrency", default_concurrency))
+        spec.fifo = queue_name.endswith(".fifo")
+        mapped.append(spec)
+    for spec in specs.values():  # functions without a queue: scheduled (EventBridge rule)
+        if spec.name == "sweeper":
+            spec.schedule_s = sweep_interval_s
+            mapped.append(spec)
+    return mapped
+
+
+@dataclass
+class Sandbox:
+    spec: FunctionSpec
+    slot: int
+    proc: subprocess.Popen[bytes] | None = None
+    restarts: int = 0
+
+
+@dataclass
+class LocalRuntime:
+    """Supervises the sandboxes. `env_overrides` adds e.g. FAULT_SPEC to a function's environment."""
+
+    aws: EmbeddedAws
+    specs: list[FunctionSpec]
+    env_overrides: dict[str, dict[str, str]] = field(default_factory=dict)
+    concurrency: dict[str, int] = field(default_factory=dict)  # override per function name
+    log_dir: Path = ROOT / ".review" / "logs"
+    sandboxes: list[Sandbox] = field(default_factory=list)
+    _stop: threading.Event = field(default_factory=threading.Event)
+    _thread: threading.Thread | None = None
+
+    def _env(self, spec: FunctionSpec) -> dict[str, str]:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
+        env.update(FAKE_CREDENTIALS)
+        env.update({"AWS_ENDPOINT_URL": self.aws.endpoint, "AWS_DEFAULT_REGION": self.aws.region,
+                    "AWS_REGION": self.aws.region, "AWS_LAMBDA_FUNCTION_NAME": spec.logical_id,
+                    "AWS_LAMBDA_FUNCTION_TIMEOUT": str(spec.timeout_s),
+                    "AWS_LAMBDA_FUNCTION_MEMORY_SIZE": str(spec.memory_mb),
+                    "POWERTOOLS_METRICS_DISABLED": "false", "PYTHONUNBUFFERED": "1",
+                    "PYTHONPATH": os.pathsep.join([str(ROOT / "functions"), str(ROOT)])})
+        env.update(spec.env)
+        env.update(self.env_overrides.get(spec.name, {}))
+        return env
+
+    def _spawn(self, box: Sandbox) -> None:
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        log = open(self.log_dir / f"{box.spec.name}-{box.slot}.log", "ab")
+        box.proc = subprocess.Popen([sys.executable, "-m", "review_local.sandbox", json.dumps(asdict(box.spec))],
+                                    env=self._env(box.spec), cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
+                                    start_new_session=True)
+        log.close()
+
+    def start(self) -> "LocalRuntime":
+        for spec in self.specs:
+            n = 1 if spec.schedule_s else self.concurrency.get(spec.name, spec.concurrency)
+            for slot in range(n):
+                box = Sandbox(spec, slot)
+                self._spawn(box)
+                self.sandboxes.append(box)
+        self._thread = threading.Thread(target=self._supervise, daemon=True, name="sandbox-supervisor")
+        self._thread.start()
+        return self
+
+    def _supervise(self) -> None:
+        while not self._stop.wait(0.2):
+            for box in self.sandboxes:
+                if box.proc is not None and box.proc.poll() is not None and not self._stop.is_set():
+                    box.restarts += 1  # crashed, killed or timed out: Lambda starts a new sandbox
+                    self._spawn(box)
+
+    def pids(self, name: str) -> list[int]:
+        return [b.proc.pid for b in self.sandboxes if b.spec.name == name and b.proc and b.proc.poll() is None]
+
+    def stop(self, timeout: float = 5.0) -> None:
+        self._stop.set()
+        if self._thread:
+            self._thread.join(timeout=2)
+        for box in self.sandboxes:
+            if box.proc and box.proc.poll() is None:
+                try:
+                    os.killpg(box.proc.pid, signal.SIGCONT)
+                    box.proc.terminate()
+                except ProcessLookupError:
+                    pass
+        deadline = time.time() + timeout
+        for box in self.sandboxes:
+            if box.proc:
+                try:
+                    box.proc.wait(timeout=max(0.1, deadline - time.time()))
+                except subprocess.TimeoutExpired:
+                    box.proc.kill()
+                    box.proc.wait()

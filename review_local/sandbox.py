@@ -1,0 +1,119 @@
+"""One emulated Lambda sandbox (a separate OS process): poll, invoke the real handler, ack.
+
+Usage: python -m review_local.sandbox '<FunctionSpec JSON>'   (started by LocalRuntime)
+
+Behaves like Lambda's SQS event source mapping: batches up to BatchSize, an event shaped like
+Lambda's, a context whose remaining time follows the function timeout, deletes only the records
+not listed in `batchItemFailures` (when ReportBatchItemFailures is on), deletes nothing when the
+handler raises, and the sandbox dies (and is replaced) when the invocation exceeds its timeout.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import signal
+import sys
+import time
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+import boto3
+
+
+@dataclass
+class LambdaContext:
+    function_name: str
+    memory_limit_in_mb: int
+    timeout_s: int
+    aws_request_id: str
+    region: str
+
+    def __post_init__(self) -> None:
+        self._deadline = time.monotonic() + self.timeout_s
+        self.invoked_function_arn = f"arn:aws:lambda:{self.region}:123456789012:function:{self.function_name}"
+        self.function_version = "$LATEST"
+        self.log_group_name = f"/aws/lambda/{self.function_name}"
+        self.log_stream_name = time.strftime("%Y/%m/%d/[$LATEST]") + uuid.uuid4().hex
+        self.identity = None
+        self.client_context = None
+
+    def get_remaining_time_in_millis(self) -> int:
+        return max(0, int((self._deadline - time.monotonic()) * 1000))
+
+
+def _on_timeout(signum: int, frame: Any) -> None:
+    # Lambda ends a timed-out invocation by discarding the sandbox: no cleanup, no acks.
+    sys.stderr.write("Task timed out\n")
+    sys.stderr.flush()
+    os._exit(124)
+
+
+def sqs_event(messages: list[dict[str, Any]], arn: str, region: str) -> dict[str, Any]:
+    records = []
+    for m in messages:
+        attrs = {k: v for k, v in m.get("Attributes", {}).items()}
+        records.append({
+            "messageId": m["MessageId"], "receiptHandle": m["ReceiptHandle"], "body": m["Body"],
+            "attributes": attrs,
+            "messageAttributes": {k: {"stringValue": v.get("StringValue"), "binaryValue": v.get("BinaryValue"),
+                                      "stringListValues": [], "binaryListValues": [], "dataType": v["DataType"]}
+                                  for k, v in m.get("MessageAttributes", {}).items()},
+            "md5OfBody": m.get("MD5OfBody", ""), "eventSource": "aws:sqs", "eventSourceARN": arn, "awsRegion": region,
+        })
+    return {"Records": records}
+
+
+def main(spec: dict[str, Any]) -> None:
+    region = os.environ.get("AWS_REGION", "us-east-1")
+    module, func = spec["handler"].rsplit(".", 1)
+    handler = getattr(importlib.import_module(module), func)
+    signal.signal(signal.SIGALRM, _on_timeout)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+
+    def invoke(event: dict[str, Any]) -> Any:
+        ctx = LambdaContext(spec["logical_id"], spec["memory_mb"], spec["timeout_s"], str(uuid.uuid4()), region)
+        signal.setitimer(signal.ITIMER_REAL, spec["timeout_s"])
+        try:
+            return handler(event, ctx)
+        finally:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+
+    if spec.get("schedule_s"):
+        while True:
+            started = time.monotonic()
+            try:
+                invoke({"version": "0", "id": str(uuid.uuid4()), "detail-type": "Scheduled Event",
+                        "source": "aws.events", "account": "123456789012",
+                        "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                    "region": region, "resources": [], "detail": {}})
+            except Exception as exc:  # a failed scheduled run; EventBridge would simply invoke again
+                sys.stderr.write(f"scheduled invocation failed: {type(exc).__name__}: {exc}\n")
+            time.sleep(max(0.0, spec["schedule_s"] - (time.monotonic() - started)))
+
+    sqs = boto3.client("sqs", region_name=region)
+    url, arn = spec["queue_url"], spec["queue_arn"]
+    while True:
+        r = sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=min(10, spec["batch_size"]), WaitTimeSeconds=1,
+                                MessageSystemAttributeNames=["All"], MessageAttributeNames=["All"])
+        messages = r.get("Messages", [])
+        if not messages:
+            continue
+        try:
+            response = invoke(sqs_event(messages, arn, region))
+        except Exception as exc:  # a function error: the whole batch returns after its visibility timeout
+            sys.stderr.write(f"invocation failed: {type(exc).__name__}: {exc}\n")
+            continue
+        failed: set[str] = set()
+        if spec["report_batch_item_failures"] and isinstance(response, dict):
+            failed = {f["itemIdentifier"] for f in response.get("batchItemFailures", [])}
+        done = [m for m in messages if m["MessageId"] not in failed]
+        for i in range(0, len(done), 10):
+            sqs.delete_message_batch(QueueUrl=url, Entries=[{"Id": str(n), "ReceiptHandle": m["ReceiptHandle"]}
+                                                            for n, m in enumerate(done[i:i + 10])])
+
+
+if __name__ == "__main__":
+    main(json.loads(sys.argv[1]))

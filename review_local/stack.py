@@ -1,0 +1,70 @@
+"""The whole local stack: embedded AWS with the template deployed, plus the worker sandboxes."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from contract_review.config import FaultSpec, get_profile
+from contract_review.store import Store
+
+from .connect import local_session, settings_from_outputs, store_for
+from .embedded import EmbeddedAws, synth
+from .runtime import LocalRuntime, function_specs
+
+
+@dataclass
+class LocalStack:
+    profile: str = "local"
+    faults: FaultSpec | None = None
+    concurrency: dict[str, int] = field(default_factory=dict)
+    extra_env: dict[str, dict[str, str]] = field(default_factory=dict)
+    aws: EmbeddedAws = field(default_factory=EmbeddedAws)
+    runtime: LocalRuntime | None = None
+    template: dict[str, Any] = field(default_factory=dict)
+
+    def start(self, workers: bool = True) -> "LocalStack":
+        self.template = synth(self.profile)
+        self.aws.start()
+        self.aws.deploy(self.template)
+        if workers:
+            self.start_workers()
+        return self
+
+    def start_workers(self) -> None:
+        prof = get_profile(self.profile)
+        env = {k: dict(v) for k, v in self.extra_env.items()}
+        if self.faults is not None:
+            env.setdefault("worker", {})["FAULT_SPEC"] = self.faults.to_env()
+        self.runtime = LocalRuntime(self.aws, function_specs(self.aws, prof.sweep_interval_s), env_overrides=env,
+                                    concurrency=self.concurrency).start()
+
+    def stop_workers(self) -> None:
+        if self.runtime is not None:
+            self.runtime.stop()
+            self.runtime = None
+
+    def stop(self) -> None:
+        self.stop_workers()
+        self.aws.stop()
+
+    def __enter__(self) -> "LocalStack":
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    @property
+    def outputs(self) -> dict[str, str]:
+        return self.aws.outputs
+
+    def store(self) -> Store:
+        return store_for(local_session(self.aws.region), settings_from_outputs(self.outputs, self.profile),
+                         self.aws.endpoint)
+
+    def write_local_json(self) -> None:
+        self.aws.write_local_json(extra={"profile": self.profile})
+
+    def describe(self) -> str:
+        return json.dumps({"endpoint": self.aws.endpoint, "region": self.aws.region, "outputs": self.outputs}, indent=2)
