@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -63,16 +64,10 @@ class DeploySettings:
             worker_kind=str(get("worker") or "lambda"),  # type: ignore[arg-type]
             model_provider=str(provider),  # type: ignore[arg-type]
             powertools_layer_version=int(get("powertools_layer_version") or POWERTOOLS_LAYER_VERSION),
-            fault_spec=FaultSpec.model_validate_json(fault if isinstance(fault, str) else _json(fault)) if fault else None,
+            fault_spec=FaultSpec.model_validate_json(fault if isinstance(fault, str) else json.dumps(fault)) if fault else None,
             auto_delete_objects=_truthy(get("auto_delete_objects")),
         )
 
 
 def _truthy(value: Any) -> bool:
     return str(value).strip().lower() in ("1", "true", "yes", "on") if value is not None else False
-
-
-def _json(value: Any) -> str:
-    import json
-
-    return json.dumps(value)

@@ -26,16 +26,17 @@ from constructs import Construct
 
 from .functions import FUNCTIONS_DIR, log_retention
 
-# Fargate CPU units -> allowed memory (MiB) range; the smallest CPU that fits the memory wins.
+# Fargate CPU units -> allowed memory (MiB) range.
 _FARGATE_SIZES = [(256, 512, 2048), (512, 1024, 4096), (1024, 2048, 8192), (2048, 4096, 16384), (4096, 8192, 30720)]
 FARGATE_MAX_STOP_TIMEOUT_S = 120
 
 
-def fargate_cpu_for(memory_mb: int) -> int:
-    for cpu, low, high in _FARGATE_SIZES:
-        if low <= memory_mb <= high:
-            return cpu
-    raise ValueError(f"no Fargate size for {memory_mb} MiB")
+def fargate_cpu_for(memory_mb: int, min_cpu: int = 512) -> int:
+    """Smallest valid Fargate CPU (at least `min_cpu` when the memory allows) for `memory_mb`."""
+    fitting = [cpu for cpu, low, high in _FARGATE_SIZES if low <= memory_mb <= high]
+    if not fitting:
+        raise ValueError(f"no Fargate size for {memory_mb} MiB")
+    return next((cpu for cpu in fitting if cpu >= min_cpu), fitting[-1])
 
 
 class FargateWorker(Construct):

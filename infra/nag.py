@@ -1,10 +1,49 @@
-"""cdk-nag (AwsSolutions pack) and every acknowledged finding, with its reason, in one place."""
+"""cdk-nag and every acknowledged finding, with its reason, in one place.
+
+cdk-nag 3 runs as a CDK policy-validation plugin (`Validations.of(app).add_plugins(...)`, the
+v3 replacement for `Aspects.of(app).add(AwsSolutionsChecks())`): any unacknowledged finding makes
+`app.synth()` raise `ValidationFailed` and writes `validation-report.json` into the cloud
+assembly, so `cdk synth`, `python app.py` and the infra tests all fail on a new finding.
+Acknowledgments use CDK's `Validations.of(construct).acknowledge(...)`; with
+`write_suppressions_to_cloud_formation` they are also written into the template metadata
+(`cdk_nag.rules_to_suppress`) for auditors. Findings are acknowledged one by one: IAM5 findings
+name the exact action or resource (`AwsSolutions-IAM5[Resource::<Bucket.Arn>/*]`).
+"""
 
 from __future__ import annotations
 
-from aws_cdk import Acknowledgment, App, Stack, Validations
+from aws_cdk import Acknowledgment, App, CfnElement, Stack, Validations
 from cdk_nag import AwsSolutionsChecks
 from constructs import IConstruct
+
+from .functions import PipelineFunction
+from .permissions import is_inference_profile
+
+REASONS = {
+    "L1": (
+        "Python 3.12 is pinned on purpose: the Powertools public layer used here is built for "
+        "python3.12/arm64 and the Fargate image uses python:3.12-slim, so both workers run the "
+        "same interpreter. Moving to a newer runtime is a deliberate upgrade of both."
+    ),
+    "IAM5-bucket-objects": (
+        "S3 object actions (GetObject, PutObject, AbortMultipartUpload) need an object ARN; the "
+        "grant is scoped to the single artifacts bucket of this stack, actions are listed "
+        "explicitly (no action wildcards)."
+    ),
+    "IAM5-bedrock-profile": (
+        "A cross-region inference profile routes to the same foundation model in several "
+        "regions; IAM requires the foundation-model ARN in each, hence the region wildcard. "
+        "The model id itself is fixed."
+    ),
+    "IAM5-ecr-token": (
+        "ecr:GetAuthorizationToken does not support resource-level permissions (AWS requires "
+        "Resource '*'); image pulls themselves are scoped to the asset repository."
+    ),
+    "ECS2": (
+        "The environment only carries resource names, queue URLs and the profile name (the same "
+        "values the Lambda functions get); no secrets are passed to the container."
+    ),
+}
 
 
 def apply(app: App) -> None:
@@ -12,9 +51,39 @@ def apply(app: App) -> None:
     Validations.of(app).add_plugins(AwsSolutionsChecks(app, verbose=True, write_suppressions_to_cloud_formation=True))
 
 
-def _ack(scope: IConstruct, rule: str, reason: str) -> None:
-    Validations.of(scope).acknowledge(Acknowledgment(id=rule, reason=reason))
+def _ack(scope: IConstruct, rule: str, reason_key: str) -> None:
+    Validations.of(scope).acknowledge(Acknowledgment(id=f"AwsSolutions-{rule}", reason=REASONS[reason_key]))
+
+
+def _ref(stack: Stack, construct: IConstruct) -> str:
+    """How cdk-nag prints a GetAtt of `construct`'s resource: `<LogicalId.Arn>`."""
+    child = construct.node.default_child
+    assert isinstance(child, CfnElement)
+    return f"<{stack.resolve(child.logical_id)}.Arn>"
 
 
 def acknowledge(stack: Stack) -> None:
-    pass
+    """Called at the end of `ContractReviewStack.__init__`, after every resource exists."""
+    functions = [c for c in stack.node.find_all() if isinstance(c, PipelineFunction)]
+    roles = [f.role for f in functions]
+    worker_roles = [stack.worker_fn.role]  # type: ignore[attr-defined]
+    for f in functions:
+        _ack(f.function, "L1", "L1")
+
+    fargate = getattr(stack, "fargate", None)
+    if fargate is not None:
+        task_definition = fargate.service.task_definition
+        roles.append(task_definition.task_role)
+        worker_roles.append(task_definition.task_role)
+        _ack(task_definition, "ECS2", "ECS2")
+        _ack(task_definition.obtain_execution_role(), "IAM5[Resource::*]", "IAM5-ecr-token")
+
+    bucket_objects = f"IAM5[Resource::{_ref(stack, stack.storage.bucket)}/*]"  # type: ignore[attr-defined]
+    for role in roles:  # every role has object grants on the artifacts bucket
+        _ack(role, bucket_objects, "IAM5-bucket-objects")
+
+    model_id = stack.settings.profile.model_id  # type: ignore[attr-defined]
+    if is_inference_profile(model_id):
+        any_region = f"IAM5[Resource::arn:<AWS::Partition>:bedrock:*::foundation-model/{model_id.split('.', 1)[1]}]"
+        for role in worker_roles:
+            _ack(role, any_region, "IAM5-bedrock-profile")

@@ -8,12 +8,14 @@ deployed copy and emulated by `review_local.runtime` from the same template.
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import os
 import subprocess
 import sys
 import time
+import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -22,14 +24,12 @@ import boto3
 
 ROOT = Path(__file__).resolve().parents[1]
 STATE_DIR = ROOT / ".review"
-LOCAL_JSON = STATE_DIR / "local.json"
+LOCAL_JSON = Path(os.environ.get("REVIEW_LOCAL_JSON", STATE_DIR / "local.json"))  # override: tests
 REGION = "us-east-1"
 STACK_NAME = "ContractReview"
-# Resource types moto's CloudFormation creates faithfully; alarms are accepted (and skipped).
-DEPLOYABLE = {
-    "AWS::SQS::Queue", "AWS::SQS::QueuePolicy", "AWS::DynamoDB::Table", "AWS::S3::Bucket",
-    "AWS::S3::BucketPolicy", "AWS::CloudWatch::Alarm",
-}
+# Resource types moto's CloudFormation creates faithfully. Queue/bucket policies and alarms
+# are not supported by moto (it skips them with a warning): tests/infra asserts them on the template.
+DEPLOYABLE = {"AWS::SQS::Queue", "AWS::DynamoDB::Table", "AWS::S3::Bucket"}
 FAKE_CREDENTIALS = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_SESSION_TOKEN": "testing"}
 
 
@@ -49,13 +49,21 @@ def synth(profile: str = "local", context: dict[str, str] | None = None, stack_n
     context = {"profile": profile, "stack_name": stack_name, **(context or {})}
     outdir = STATE_DIR / "cdk.out" / _inputs_hash(profile, context)
     template_path = outdir / f"{stack_name}.template.json"
-    if not template_path.exists():
-        env = {**os.environ, "CDK_OUTDIR": str(outdir), "CDK_CONTEXT_JSON": json.dumps(context),
-               "JSII_SILENCE_WARNING_DEPRECATED_NODE_VERSION": "1"}
-        proc = subprocess.run([sys.executable, str(ROOT / "app.py")], cwd=ROOT, env=env, capture_output=True, text=True)
-        if proc.returncode != 0 or not template_path.exists():
-            raise RuntimeError(f"cdk synth failed ({proc.returncode}):\n{proc.stderr[-4000:]}")
+    outdir.parent.mkdir(parents=True, exist_ok=True)
+    with open(outdir.parent / ".lock", "w") as lock:  # parallel test workers synthesize once
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not template_path.exists():
+            _run_synth(outdir, context)
     return json.loads(template_path.read_text())
+
+
+def _run_synth(outdir: Path, context: dict[str, str]) -> None:
+    template_path = outdir / f"{context['stack_name']}.template.json"
+    env = {**os.environ, "CDK_OUTDIR": str(outdir), "CDK_CONTEXT_JSON": json.dumps(context),
+           "JSII_SILENCE_WARNING_DEPRECATED_NODE_VERSION": "1"}
+    proc = subprocess.run([sys.executable, str(ROOT / "app.py")], cwd=ROOT, env=env, capture_output=True, text=True)
+    if proc.returncode != 0 or not template_path.exists():
+        raise RuntimeError(f"cdk synth failed ({proc.returncode}):\n{proc.stderr[-4000:]}")
 
 
 def deployable_template(template: dict[str, Any]) -> dict[str, Any]:
@@ -113,12 +121,18 @@ class EmbeddedAws:
     template: dict[str, Any] = field(default_factory=dict)
 
     def start(self) -> "EmbeddedAws":
+        import logging
+
         from moto.server import ThreadedMotoServer
+
+        logging.getLogger("werkzeug").setLevel(logging.ERROR)  # no per-request access log
 
         self.server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
         self.server.start()
         host, port = self.server.get_host_and_port()
         self.endpoint = f"http://{host}:{port}"
+        # moto's backends are process-global: a new embedded AWS starts empty (one at a time per process)
+        urllib.request.urlopen(urllib.request.Request(f"{self.endpoint}/moto-api/reset", method="POST"), timeout=10)
         return self
 
     def stop(self) -> None:
@@ -151,7 +165,8 @@ class EmbeddedAws:
             time.sleep(0.2)
         self.outputs = {o["OutputKey"]: o["OutputValue"] for o in stack.get("Outputs", [])}
         self.physical = {r["LogicalResourceId"]: r["PhysicalResourceId"]
-                         for r in cfn.describe_stack_resources(StackName=self.stack_name)["StackResources"]}
+                         for r in cfn.describe_stack_resources(StackName=self.stack_name)["StackResources"]
+                         if r.get("LogicalResourceId") and r.get("PhysicalResourceId")}
         return self.outputs
 
     def write_local_json(self, path: Path = LOCAL_JSON, extra: dict[str, Any] | None = None) -> None:

@@ -138,6 +138,15 @@ class LocalRuntime:
                     box.restarts += 1  # crashed, killed or timed out: Lambda starts a new sandbox
                     self._spawn(box)
 
+    def scale(self, name: str, n: int) -> None:
+        """Add sandboxes for function `name` until it has `n` (tests use it to start workers late)."""
+        spec = next(s for s in self.specs if s.name == name)
+        have = [b for b in self.sandboxes if b.spec.name == name]
+        for slot in range(len(have), n):
+            box = Sandbox(spec, slot)
+            self._spawn(box)
+            self.sandboxes.append(box)
+
     def pids(self, name: str) -> list[int]:
         return [b.proc.pid for b in self.sandboxes if b.spec.name == name and b.proc and b.proc.poll() is None]
 

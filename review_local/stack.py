@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from contract_review.config import FaultSpec, get_profile
 from contract_review.store import Store
 
 from .connect import local_session, settings_from_outputs, store_for
-from .embedded import EmbeddedAws, synth
+from .embedded import LOCAL_JSON, STATE_DIR, EmbeddedAws, synth
 from .runtime import LocalRuntime, function_specs
 
 
@@ -23,9 +24,10 @@ class LocalStack:
     aws: EmbeddedAws = field(default_factory=EmbeddedAws)
     runtime: LocalRuntime | None = None
     template: dict[str, Any] = field(default_factory=dict)
+    state_dir: Path = STATE_DIR  # worker logs go to state_dir/logs
 
     def start(self, workers: bool = True) -> "LocalStack":
-        self.template = synth(self.profile)
+        self.template = self.template or synth(self.profile)
         self.aws.start()
         self.aws.deploy(self.template)
         if workers:
@@ -38,7 +40,7 @@ class LocalStack:
         if self.faults is not None:
             env.setdefault("worker", {})["FAULT_SPEC"] = self.faults.to_env()
         self.runtime = LocalRuntime(self.aws, function_specs(self.aws, prof.sweep_interval_s), env_overrides=env,
-                                    concurrency=self.concurrency).start()
+                                    concurrency=self.concurrency, log_dir=self.state_dir / "logs").start()
 
     def stop_workers(self) -> None:
         if self.runtime is not None:
@@ -63,8 +65,8 @@ class LocalStack:
         return store_for(local_session(self.aws.region), settings_from_outputs(self.outputs, self.profile),
                          self.aws.endpoint)
 
-    def write_local_json(self) -> None:
-        self.aws.write_local_json(extra={"profile": self.profile})
+    def write_local_json(self, path: Path = LOCAL_JSON) -> None:
+        self.aws.write_local_json(path, extra={"profile": self.profile})
 
     def describe(self) -> str:
         return json.dumps({"endpoint": self.aws.endpoint, "region": self.aws.region, "outputs": self.outputs}, indent=2)

@@ -127,11 +127,11 @@ PROFILES: dict[str, Profile] = {
     "local": Profile(
         name="local",
         intake_timeout_s=10,
-        worker_timeout_s=10,
+        worker_timeout_s=20,
         aggregator_timeout_s=10,
         sweeper_timeout_s=10,
         worker_max_concurrency=4,
-        analysis_visibility_s=60,
+        analysis_visibility_s=120,  # deliberately long: recovery must come from lease + sweep
         intake_visibility_s=60,
         results_visibility_s=60,
         claim_lease_s=3.0,

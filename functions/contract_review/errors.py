@@ -124,6 +124,7 @@ class ErrorEnvelope(BaseModel):
     message: str = ""
     step: str = ""
     attempt: int = 0
+    cause_code: str | None = None  # for wrapper codes (retry budget exhausted): the error behind it
     first_seen_at: float = 0.0
     last_seen_at: float = 0.0
 
@@ -138,6 +139,11 @@ class ErrorEnvelope(BaseModel):
     @property
     def job_fatal(self) -> bool:
         return REGISTRY[self.error_code].job_fatal
+
+    @property
+    def is_backpressure(self) -> bool:
+        """Throttling (directly or behind a spent retry budget) or out of Lambda time: requeue, not failure."""
+        return "model.throttled" in (self.error_code, self.cause_code) or self.error_code == "runtime.time_exhausted"
 
 
 class ReviewError(Exception):
@@ -195,7 +201,7 @@ def classify(exc: BaseException, *, step: str = "", attempt: int = 0, model_call
     from botocore.exceptions import ReadTimeoutError, ConnectTimeoutError
 
     if isinstance(exc, ReviewError):
-        return exc.envelope.model_copy(update={"step": exc.envelope.step or step, "attempt": attempt})
+        return exc.envelope.model_copy(update={"step": exc.envelope.step or step, "attempt": attempt or exc.envelope.attempt})
     if isinstance(exc, ClientError):
         response = exc.response
         provider_code = str((response.get("Error") or {}).get("Code", ""))
@@ -234,7 +240,8 @@ def render_markdown() -> str:
         "`python -m contract_review.errors > docs/error-codes.md`. Do not edit by hand.",
         "",
         "Every failure is stored as an envelope: `error_code`, `error_class`, `retryable`, "
-        "`retry_after_s`, `http_status`, `provider_code`, `message`, `step`, `attempt`, timestamps.",
+        "`retry_after_s`, `http_status`, `provider_code`, `message`, `step`, `attempt`, `cause_code` "
+        "(the error behind a wrapper code such as `runtime.retry_budget_exhausted`), timestamps.",
         "",
         "| code | class | retryable | job-fatal | cause | recovery |",
         "|---|---|---|---|---|---|",

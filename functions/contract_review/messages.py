@@ -41,7 +41,15 @@ class IntakeMessage(BaseModel):
     document: InlineDocument | S3Document
     document_id: str | None = Field(default=None, max_length=256, pattern=r"^[A-Za-z0-9._:/\-]+$")
     idempotency_key: str | None = Field(default=None, min_length=1, max_length=256)
-    metadata: dict[str, Any] = Field(default_factory=dict)
+    metadata: dict[str, Any] = Field(default_factory=dict,
+                                     description="Free-form object, echoed on the job; at most 8 KiB as JSON.")
+
+    @field_validator("schema_version", mode="before")
+    @classmethod
+    def _integer_version(cls, v: Any) -> Any:
+        if isinstance(v, bool):  # JSON `true` == 1 in Python; the schema says integer 1
+            raise ValueError("schema_version must be the integer 1")
+        return v
 
     @field_validator("metadata")
     @classmethod

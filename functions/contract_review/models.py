@@ -105,8 +105,10 @@ class BedrockConverseModel:
 def bedrock_client_config(read_timeout_s: int) -> Any:
     from botocore.config import Config
 
-    # max_attempts=1: botocore makes one attempt; tier 1 (ours) owns retries.
-    return Config(read_timeout=read_timeout_s, connect_timeout=10, retries={"mode": "standard", "max_attempts": 1})
+    # total_max_attempts=1: botocore sends each call exactly once ("max_attempts" would mean one
+    # *retry*); tier 1 (ours) owns retries, so the two tiers never multiply.
+    return Config(read_timeout=read_timeout_s, connect_timeout=10,
+                  retries={"mode": "standard", "total_max_attempts": 1})
 
 
 def _client_error(code: str, status: int, message: str, retry_after: float | None = None) -> ClientError:

@@ -24,7 +24,7 @@ T = TypeVar("T")
 def backoff_delay(policy: RetryPolicy, attempt: int, rng: random.Random,
                   retry_after_s: float | None = None) -> float:
     """Delay before retry number `attempt` (0-based). Retry-After is a floor, not a suggestion."""
-    ceiling = min(policy.cap_s, policy.base_s * (2 ** attempt))
+    ceiling = min(policy.cap_s, policy.base_s * (2 ** min(attempt, 63)))  # no float overflow
     delay = rng.uniform(0, ceiling)
     if retry_after_s is not None and retry_after_s > delay:
         delay = retry_after_s
@@ -83,7 +83,10 @@ class Retrier:
                     raise RetryGiveUp(env) from exc
                 delay = backoff_delay(self.policy, attempt, self.rng, env.retry_after_s)
                 if not self.budget.can_spend(delay):
-                    raise RetryGiveUp(env.model_copy(update={"message": f"retry budget exhausted ({env.message})"})) from exc
+                    raise RetryGiveUp(ErrorEnvelope.of(
+                        "runtime.retry_budget_exhausted", f"{self.budget.spent:.2f}s of {self.budget.seconds:.2f}s used",
+                        cause_code=env.error_code, http_status=env.http_status, provider_code=env.provider_code,
+                        retry_after_s=env.retry_after_s, step=step, attempt=attempt + 1)) from exc
                 if not self.has_time(delay):
                     raise ReviewError(ErrorEnvelope.of("runtime.time_exhausted", f"after {env.error_code}",
                                                        step=step, attempt=attempt + 1)) from exc

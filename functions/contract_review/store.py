@@ -181,7 +181,7 @@ class Store:
 
     def create_chunk_record(self, job_id: str, chunk_id: str, record: dict[str, Any]) -> bool:
         item = {"job_id": job_id, "chunk_id": chunk_id, "status": "pending", "fence": 0, "failures": 0,
-                "receives": 0, "redeliveries": 0, "n_calls": 0, "retries": {}, "repairs": 0,
+                "receives": 0, "redeliveries": 0, "n_calls": 0, "retries": {}, "repairs": 0, "checkpoints": {},
                 "expires_at": int(self.clock()) + self.s.profile.record_ttl_s, **record}
         try:
             self.aws.ddb.put_item(TableName=self.s.claims_table, Item=serialize(item),
@@ -325,10 +325,25 @@ class Store:
         return deserialize(r["Attributes"])
 
     # ---------------------------------------------------------------- checkpoints
-    def checkpoints(self, job_id: str, chunk_id: str) -> dict[str, dict[str, Any]]:
-        r = self.aws.ddb.query(TableName=self.s.checkpoints_table, KeyConditionExpression="pk = :pk",
-                               ExpressionAttributeValues=serialize({":pk": f"{job_id}#{chunk_id}"}), ConsistentRead=True)
-        return {i["analyst"]: i for i in (deserialize(x) for x in r["Items"])}
+    # Write-then-commit: the checkpoint item is written under a key that includes the writer's
+    # fencing token, then committed by a fenced update of the chunk record's `checkpoints` map.
+    # A zombie can leave an orphan item behind, never a committed one. (No transactions: a
+    # single-item condition is the whole fence.)
+    def checkpoints(self, job_id: str, chunk_id: str, record: dict[str, Any] | None = None) -> dict[str, dict[str, Any]]:
+        """Committed checkpoints of a chunk: analyst -> checkpoint item."""
+        record = record if record is not None else (self.get_chunk(job_id, chunk_id) or {})
+        committed: dict[str, Any] = record.get("checkpoints") or {}
+        if not committed:
+            return {}
+        keys = [serialize({"pk": f"{job_id}#{chunk_id}", "analyst": f"{a}#{int(f):06d}"}) for a, f in committed.items()]
+        r = self.aws.ddb.batch_get_item(RequestItems={self.s.checkpoints_table: {"Keys": keys, "ConsistentRead": True}})
+        items = [deserialize(i) for i in r["Responses"].get(self.s.checkpoints_table, [])]
+        unprocessed = r.get("UnprocessedKeys", {}).get(self.s.checkpoints_table, {}).get("Keys", [])
+        for key in unprocessed:  # rare: read them one by one
+            got = self.aws.ddb.get_item(TableName=self.s.checkpoints_table, Key=key, ConsistentRead=True)
+            if "Item" in got:
+                items.append(deserialize(got["Item"]))
+        return {i["analyst"].split("#")[0]: i for i in items}
 
     def load_checkpoint_output(self, item: dict[str, Any]) -> dict[str, Any]:
         if "output" in item:
@@ -337,30 +352,21 @@ class Store:
 
     def put_checkpoint(self, job_id: str, chunk_id: str, analyst: str, fence: int, config_hash: str,
                        output: dict[str, Any]) -> bool:
-        """Write an analyst checkpoint, atomically conditional on still holding the chunk's fence."""
+        """Persist an analyst's output; returns False when the fence moved on (nothing committed)."""
         body = json.dumps(output)
-        item: dict[str, Any] = {"pk": f"{job_id}#{chunk_id}", "analyst": analyst, "fence": fence,
+        now = self.clock()
+        item: dict[str, Any] = {"pk": f"{job_id}#{chunk_id}", "analyst": f"{analyst}#{fence:06d}", "fence": fence,
                                 "config_hash": config_hash, "status": output.get("status", "ok"),
-                                "created_at": self.clock(), "expires_at": int(self.clock()) + self.s.profile.record_ttl_s}
+                                "created_at": now, "expires_at": int(now) + self.s.profile.record_ttl_s}
         if len(body.encode()) > self.s.profile.checkpoint_inline_max_bytes:
             key = f"checkpoints/{job_id}/{chunk_id}/{analyst}/{fence}.json"
             self.put_object(key, body)
             item["output_key"] = key
         else:
             item["output"] = body
-        try:
-            self.aws.ddb.transact_write_items(TransactItems=[
-                {"ConditionCheck": {"TableName": self.s.claims_table, "Key": self._ckey(job_id, chunk_id),
-                                    "ConditionExpression": "fence = :f AND #st = :claimed",
-                                    "ExpressionAttributeNames": {"#st": "status"},
-                                    "ExpressionAttributeValues": serialize({":f": fence, ":claimed": "claimed"})}},
-                {"Put": {"TableName": self.s.checkpoints_table, "Item": serialize(item)}},
-            ])
-            return True
-        except ClientError as exc:
-            if is_conditional_failure(exc):
-                return False
-            raise
+        self.aws.ddb.put_item(TableName=self.s.checkpoints_table, Item=serialize(item))
+        return self._fenced_update(job_id, chunk_id, fence, "SET checkpoints.#a = :f",
+                                   {":f": fence}, {"#a": analyst}) is not None
 
     # ---------------------------------------------------------------- objects
     def put_object(self, key: str, body: str, content_type: str = "application/json") -> None:

@@ -119,7 +119,7 @@ class ChunkWorker:
         stats = RetryStats()
         with Heartbeat(self.store, msg, fence, delivery, self.s.claim_lease_s) as hb:
             try:
-                outputs = self._run_analysts(msg, job, fence, delivery, stats, hb)
+                outputs = self._run_analysts(msg, job, fence, claim.item, delivery, stats, hb)
             except LeaseLost as exc:
                 self.store.event(msg.job_id, "chunk.lease_lost", chunk_id=msg.chunk_id, fence=fence)
                 return Outcome("lease_lost", {"error": exc.envelope.error_code})
@@ -143,12 +143,12 @@ class ChunkWorker:
     def _has_time(self, delivery: Delivery) -> Callable[[float], bool]:
         return lambda extra_s: delivery.remaining_ms() / 1000 - extra_s > self.call_safety_s
 
-    def _run_analysts(self, msg: AnalysisMessage, job: dict[str, Any], fence: int, delivery: Delivery,
-                      stats: RetryStats, hb: Heartbeat) -> dict[str, AnalystOutput]:
+    def _run_analysts(self, msg: AnalysisMessage, job: dict[str, Any], fence: int, claim_item: dict[str, Any],
+                      delivery: Delivery, stats: RetryStats, hb: Heartbeat) -> dict[str, AnalystOutput]:
         chunk = Chunk(index=msg.chunk_index, chunk_id=msg.chunk_id, start=msg.start, end=msg.end, text=msg.text)
         config_hash = job.get("config_hash") or self.s.analysis_config_hash()
         current_hash = self.s.analysis_config_hash()
-        saved = self.store.checkpoints(msg.job_id, msg.chunk_id)
+        saved = self.store.checkpoints(msg.job_id, msg.chunk_id, claim_item)
         outputs: dict[str, AnalystOutput] = {}
         retrier = Retrier(policy=self.s.profile.model_retry, budget=RetryBudget(self.s.profile.chunk_retry_budget_s),
                           stats=stats, rng=self.rng, sleep=self.sleep, has_time=self._has_time(delivery),
@@ -238,22 +238,24 @@ class ChunkWorker:
     def _on_error(self, msg: AnalysisMessage, job: dict[str, Any], fence: int, delivery: Delivery,
                   stats: RetryStats, env: ErrorEnvelope) -> Outcome:
         st = self._stats(stats)
-        done = sorted(self.store.checkpoints(msg.job_id, msg.chunk_id))
+        record = self.store.get_chunk(msg.job_id, msg.chunk_id) or {}
+        done = sorted(record.get("checkpoints") or {})
         # Backpressure: throttling and running out of Lambda time are not failures.
-        if env.error_code in ("model.throttled", "runtime.time_exhausted"):
+        if env.is_backpressure:
             if self.store.release(msg.job_id, msg.chunk_id, fence, st, env, failure=False) is None:
                 return Outcome("lease_lost")
             delay = 0.0
-            if env.error_code == "model.throttled":
+            if env.error_code != "runtime.time_exhausted":
                 # grows with consecutive requeues; never shorter than the provider's Retry-After
                 ceiling = min(self.s.profile.throttle_max_delay_s, self.s.profile.model_retry.cap_s * 2 ** min(msg.requeues, 10))
                 delay = max(env.retry_after_s or 0.0, self.rng.uniform(ceiling / 2, ceiling))
-            self._requeue(msg, delay, env.error_code, done)
-            self.store.event(msg.job_id, "chunk.requeued", chunk_id=msg.chunk_id, reason=env.error_code,
+            reason = "model.throttled" if env.error_code != "runtime.time_exhausted" else env.error_code
+            self._requeue(msg, delay, reason, done)
+            self.store.event(msg.job_id, "chunk.requeued", chunk_id=msg.chunk_id, reason=reason,
                              delay_s=round(delay, 3), checkpointed=len(done), tier=1)
-            return Outcome("requeued", {"reason": env.error_code})
+            return Outcome("requeued", {"reason": reason})
         if env.retryable:
-            failures = int((self.store.get_chunk(msg.job_id, msg.chunk_id) or {}).get("failures", 0)) + 1
+            failures = int(record.get("failures", 0)) + 1
             if failures >= msg.max_attempts:
                 return self._dead_letter(msg, fence, env.model_copy(update={"attempt": failures}), st)
             if self.store.release(msg.job_id, msg.chunk_id, fence, st, env, failure=True) is None:

@@ -18,7 +18,7 @@ processor = BatchProcessor(event_type=EventType.SQS)
 
 def record_handler(record: SQSRecord) -> None:
     result = handle_intake(deps().store, record.body, record.message_id)
-    logger.info("intake processed", extra={"job_id": result.job_id, "state": result.state, "created": result.created,
+    logger.info("intake processed", extra={"job_id": result.job_id, "state": result.state, "job_created": result.created,
                                            "error_code": result.error.error_code if result.error else None})
     metrics.add_metric(name="JobsCreated" if result.created else "IntakeDuplicates", unit=MetricUnit.Count, value=1)
 

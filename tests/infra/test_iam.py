@@ -1,0 +1,133 @@
+"""Least-privilege grants per function, read back from the template."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from .conftest import (
+    FARGATE,
+    LOCAL,
+    PROD,
+    Synth,
+    actions_on,
+    function_by_handler,
+    getatt_id,
+    policy_statements_for_role,
+    resources,
+    source_queues,
+)
+
+DDB_READ = {"dynamodb:GetItem", "dynamodb:BatchGetItem", "dynamodb:Query", "dynamodb:Scan",
+            "dynamodb:ConditionCheckItem", "dynamodb:DescribeTable"}
+DDB_WRITE = {"dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:DeleteItem", "dynamodb:BatchWriteItem"}
+SQS_SEND = {"sqs:SendMessage"}
+SQS_CONSUME = {"sqs:ReceiveMessage", "sqs:DeleteMessage", "sqs:ChangeMessageVisibility"}
+
+
+def _ids(t: dict[str, Any]) -> dict[str, str]:
+    """Logical ids by role in the pipeline."""
+    out: dict[str, str] = {}
+    for lid in t["Resources"]:
+        for prefix in ("TablesJobsTable", "TablesClaimsTable", "TablesCheckpointsTable", "TablesEventsTable",
+                       "TablesIdempotencyTable", "StorageArtifacts"):
+            if lid.startswith(prefix) and t["Resources"][lid]["Type"] in ("AWS::DynamoDB::Table", "AWS::S3::Bucket"):
+                out[prefix.removeprefix("Tables").removesuffix("Table").lower()] = lid
+    for qid, p in source_queues(t).items():
+        kind = next(k for k in ("intake", "analysis", "results") if qid.lower().startswith(k))
+        out[f"{kind}_q"] = qid
+        out[f"{kind}_dlq"] = getatt_id(p["RedrivePolicy"]["deadLetterTargetArn"])
+    out["bucket"] = out.pop("storageartifacts")
+    return out
+
+
+def _grants(t: dict[str, Any], handler: str) -> tuple[list[dict[str, Any]], dict[str, str]]:
+    _, fn = function_by_handler(t, f"{handler}.handler")
+    return policy_statements_for_role(t, getatt_id(fn["Role"])), _ids(t)
+
+
+@pytest.fixture(params=[LOCAL, PROD])
+def t(request: pytest.FixtureRequest, synth: Synth) -> dict[str, Any]:
+    return synth.templates[request.param]
+
+
+def test_no_managed_policies_and_no_action_wildcards_on_function_roles(t: dict[str, Any]) -> None:
+    for h in ("intake", "worker", "aggregator", "sweeper"):
+        _, fn = function_by_handler(t, f"{h}.handler")
+        role = t["Resources"][getatt_id(fn["Role"])]["Properties"]
+        assert "ManagedPolicyArns" not in role, h
+        for st in policy_statements_for_role(t, getatt_id(fn["Role"])):
+            actions = [st["Action"]] if isinstance(st["Action"], str) else st["Action"]
+            assert not any("*" in a for a in actions), (h, actions)
+            assert st["Effect"] == "Allow"
+
+
+def test_intake_grants(t: dict[str, Any]) -> None:
+    st, ids = _grants(t, "intake")
+    for table in ("jobs", "claims", "events"):
+        assert DDB_READ | DDB_WRITE <= actions_on(st, ids[table]), table
+    for table in ("checkpoints", "idempotency"):
+        assert not actions_on(st, ids[table]), table
+    assert {"s3:GetObject", "s3:PutObject", "s3:ListBucket"} <= actions_on(st, ids["bucket"])
+    assert SQS_SEND <= actions_on(st, ids["analysis_q"])
+    assert SQS_SEND <= actions_on(st, ids["intake_dlq"])
+    assert SQS_CONSUME <= actions_on(st, ids["intake_q"])
+    assert not actions_on(st, ids["results_q"])
+
+
+def test_worker_grants(t: dict[str, Any]) -> None:
+    st, ids = _grants(t, "worker")
+    for table in ("jobs", "claims", "checkpoints", "events"):
+        assert DDB_READ | DDB_WRITE <= actions_on(st, ids[table]), table
+    assert not actions_on(st, ids["idempotency"])
+    assert {"s3:GetObject", "s3:PutObject"} <= actions_on(st, ids["bucket"])
+    assert SQS_SEND | SQS_CONSUME <= actions_on(st, ids["analysis_q"])
+    assert SQS_SEND <= actions_on(st, ids["analysis_dlq"])
+    assert actions_on(st, ids["results_q"]) & SQS_CONSUME == set()
+    assert SQS_SEND <= actions_on(st, ids["results_q"])
+    bedrock = [s for s in st if s["Action"] == "bedrock:InvokeModel"]
+    assert len(bedrock) == 1
+    text = json.dumps(bedrock[0]["Resource"])
+    assert ":bedrock:" in text and "AWS::Region" in text
+    assert "foundation-model/anthropic.claude-3-5-sonnet-20240620-v1:0" in text
+
+
+def test_aggregator_grants(t: dict[str, Any]) -> None:
+    st, ids = _grants(t, "aggregator")
+    for table in ("jobs", "events", "idempotency"):
+        assert DDB_READ | DDB_WRITE <= actions_on(st, ids[table]), table
+    claims = actions_on(st, ids["claims"])
+    assert DDB_READ <= claims and not claims & DDB_WRITE, "claims are read-only for the aggregator"
+    assert not actions_on(st, ids["checkpoints"])
+    assert {"s3:GetObject", "s3:PutObject"} <= actions_on(st, ids["bucket"])
+    assert SQS_CONSUME <= actions_on(st, ids["results_q"])
+    assert not actions_on(st, ids["analysis_q"])
+    assert not [s for s in st if "bedrock" in json.dumps(s["Action"])]
+
+
+def test_sweeper_grants(t: dict[str, Any]) -> None:
+    st, ids = _grants(t, "sweeper")
+    for table in ("jobs", "claims", "events"):
+        assert DDB_READ | DDB_WRITE <= actions_on(st, ids[table]), table
+    index_arns = [json.dumps(s["Resource"]) for s in st if "dynamodb:Query" in s["Action"]]
+    assert any("/index/by-lease" in a for a in index_arns)
+    bucket = actions_on(st, ids["bucket"])
+    assert "s3:GetObject" in bucket and "s3:PutObject" not in bucket
+    assert SQS_SEND <= actions_on(st, ids["analysis_q"])
+    assert SQS_SEND <= actions_on(st, ids["results_q"])
+    dlq = actions_on(st, ids["analysis_dlq"])
+    assert "sqs:ReceiveMessage" in dlq and "sqs:DeleteMessage" not in dlq, "the sweeper reads the DLQ, never deletes"
+
+
+def test_fargate_task_role_has_the_worker_grants(synth: Synth) -> None:
+    t = synth.templates[FARGATE]
+    ids = _ids(t)
+    (task_def,) = resources(t, "AWS::ECS::TaskDefinition").values()
+    st = policy_statements_for_role(t, getatt_id(task_def["Properties"]["TaskRoleArn"]))
+    for table in ("jobs", "claims", "checkpoints", "events"):
+        assert DDB_READ | DDB_WRITE <= actions_on(st, ids[table]), table
+    assert SQS_SEND | SQS_CONSUME <= actions_on(st, ids["analysis_q"])
+    assert SQS_SEND <= actions_on(st, ids["results_q"])
+    assert any(s["Action"] == "bedrock:InvokeModel" for s in st)

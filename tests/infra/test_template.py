@@ -1,0 +1,318 @@
+"""Behaviour of the synthesized template (local and prod profiles)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from contract_review.config import ENV, LAMBDA_VISIBILITY_FACTOR
+
+from .conftest import (
+    FARGATE,
+    LOCAL,
+    PROD,
+    Synth,
+    function_by_handler,
+    getatt_id,
+    props,
+    queues,
+    resources,
+    source_queues,
+)
+
+STACKS = [LOCAL, PROD]
+REQUIRED_OUTPUTS = {
+    "IntakeQueueUrl", "IntakeDlqUrl", "AnalysisQueueUrl", "AnalysisDlqUrl", "ResultsQueueUrl", "ResultsDlqUrl",
+    "JobsTableName", "ClaimsTableName", "CheckpointsTableName", "EventsTableName", "IdempotencyTableName",
+    "ArtifactBucketName",
+}
+FOURTEEN_DAYS_S = 1_209_600
+
+
+@pytest.fixture(params=STACKS)
+def stack(request: pytest.FixtureRequest, synth: Synth) -> tuple[str, dict[str, Any]]:
+    return request.param, synth.templates[request.param]
+
+
+def test_synth_is_fast_enough(synth: Synth) -> None:
+    # One synth for the whole session (three stacks in one app); keep the infra tier cheap.
+    assert synth.seconds < 45, f"synth took {synth.seconds:.1f}s"
+
+
+# ---------------------------------------------------------------------- queues
+def test_every_queue_has_a_dlq_with_the_profiles_receive_count(stack: tuple[str, dict], synth: Synth) -> None:
+    name, t = stack
+    all_queues = queues(t)
+    sources = source_queues(t)
+    assert len(all_queues) == 6 and len(sources) == 3
+    dlq_ids = set()
+    for qid, p in sources.items():
+        redrive = p["RedrivePolicy"]
+        assert redrive["maxReceiveCount"] == synth.profiles[name].max_receive_count == 5, qid
+        dlq_id = getatt_id(redrive["deadLetterTargetArn"])
+        assert dlq_id in all_queues and dlq_id not in sources
+        dlq_ids.add(dlq_id)
+    assert dlq_ids == set(all_queues) - set(sources), "every non-source queue is some queue's DLQ"
+
+
+def test_dlq_retention_is_14_days_and_not_shorter_than_the_queue(stack: tuple[str, dict]) -> None:
+    _, t = stack
+    all_queues = queues(t)
+    for qid, p in source_queues(t).items():
+        dlq = all_queues[getatt_id(p["RedrivePolicy"]["deadLetterTargetArn"])]
+        assert dlq["MessageRetentionPeriod"] == FOURTEEN_DAYS_S
+        assert dlq["MessageRetentionPeriod"] >= p["MessageRetentionPeriod"], qid
+
+
+def test_queues_are_encrypted_and_tls_only(stack: tuple[str, dict]) -> None:
+    _, t = stack
+    for qid, p in queues(t).items():
+        assert p["SqsManagedSseEnabled"] is True, qid
+    denied = set()
+    for pol in resources(t, "AWS::SQS::QueuePolicy").values():
+        for st in pol["Properties"]["PolicyDocument"]["Statement"]:
+            if st["Effect"] == "Deny" and st["Condition"] == {"Bool": {"aws:SecureTransport": "false"}}:
+                denied.update(getatt_id(q) for q in pol["Properties"]["Queues"])
+    assert denied == set(queues(t))
+
+
+def test_results_queue_and_its_dlq_are_fifo_with_explicit_names(stack: tuple[str, dict]) -> None:
+    name, t = stack
+    fifo = {qid: p for qid, p in queues(t).items() if p.get("FifoQueue")}
+    assert len(fifo) == 2
+    names = {p["QueueName"] for p in fifo.values()}
+    assert names == {f"{name}-results.fifo", f"{name}-results-dlq.fifo"}
+    for p in fifo.values():
+        assert p.get("ContentBasedDeduplication", False) is False  # we send explicit dedup ids
+    results = next(p for p in fifo.values() if "RedrivePolicy" in p)
+    assert getatt_id(results["RedrivePolicy"]["deadLetterTargetArn"]) in fifo
+    for p in queues(t).values():  # standard queues get generated names
+        if not p.get("FifoQueue"):
+            assert "QueueName" not in p
+
+
+def _esm_pairs(t: dict[str, Any]) -> list[tuple[dict[str, Any], dict[str, Any], dict[str, Any]]]:
+    """(mapping, queue props, function props) for every SQS event source mapping."""
+    out = []
+    for r in resources(t, "AWS::Lambda::EventSourceMapping").values():
+        p = r["Properties"]
+        out.append((p, props(t, getatt_id(p["EventSourceArn"])), props(t, getatt_id(p["FunctionName"]))))
+    return out
+
+
+def test_visibility_is_at_least_six_times_the_consumer_timeout(stack: tuple[str, dict]) -> None:
+    _, t = stack
+    pairs = _esm_pairs(t)
+    assert len(pairs) == 3
+    for _, q, fn in pairs:
+        assert q["VisibilityTimeout"] >= LAMBDA_VISIBILITY_FACTOR * fn["Timeout"], fn["Handler"]
+
+
+def test_visibility_and_timeouts_come_from_the_profile(stack: tuple[str, dict], synth: Synth) -> None:
+    name, t = stack
+    p = synth.profiles[name]
+    expected = {
+        "intake.handler": (p.intake_timeout_s, p.intake_visibility_s, p.intake_batch_size),
+        "worker.handler": (p.worker_timeout_s, p.analysis_visibility_s, p.worker_batch_size),
+        "aggregator.handler": (p.aggregator_timeout_s, p.results_visibility_s, p.aggregator_batch_size),
+    }
+    seen = set()
+    for esm, q, fn in _esm_pairs(t):
+        key = fn["Handler"].rsplit(".", 2)[-2] + ".handler"
+        timeout, visibility, batch = expected[key]
+        assert (fn["Timeout"], q["VisibilityTimeout"], esm["BatchSize"]) == (timeout, visibility, batch), key
+        seen.add(key)
+    assert seen == set(expected)
+
+
+def test_event_source_mappings_report_partial_batch_failures(stack: tuple[str, dict], synth: Synth) -> None:
+    name, t = stack
+    for esm, _, fn in _esm_pairs(t):
+        assert esm["FunctionResponseTypes"] == ["ReportBatchItemFailures"], fn["Handler"]
+        if fn["Handler"].endswith("worker.handler"):
+            assert esm["ScalingConfig"] == {"MaximumConcurrency": synth.profiles[name].worker_max_concurrency}
+        else:
+            assert "ScalingConfig" not in esm
+
+
+def test_three_dlq_alarms_three_messages_in_five_minutes(stack: tuple[str, dict]) -> None:
+    _, t = stack
+    alarms = resources(t, "AWS::CloudWatch::Alarm")
+    assert len(alarms) == 3
+    dlqs = {getatt_id(p["RedrivePolicy"]["deadLetterTargetArn"]) for p in source_queues(t).values()}
+    watched = set()
+    for a in alarms.values():
+        p = a["Properties"]
+        assert p["MetricName"] == "ApproximateNumberOfMessagesVisible" and p["Namespace"] == "AWS/SQS"
+        assert p["Threshold"] == 3 and p["Period"] == 300 and p["EvaluationPeriods"] == 1
+        assert p["ComparisonOperator"] == "GreaterThanOrEqualToThreshold"
+        (dim,) = p["Dimensions"]
+        watched.add(getatt_id(dim["Value"]))
+    assert watched == dlqs
+
+
+# ---------------------------------------------------------------------- tables
+TABLE_KEYS = {
+    "TablesJobsTable": (["job_id"], "expires_at"),
+    "TablesClaimsTable": (["job_id", "chunk_id"], "expires_at"),
+    "TablesCheckpointsTable": (["pk", "analyst"], "expires_at"),
+    "TablesEventsTable": (["job_id", "seq"], "expires_at"),
+    "TablesIdempotencyTable": (["id"], "expiration"),
+}
+
+
+def _tables(t: dict[str, Any]) -> dict[str, tuple[str, dict[str, Any]]]:
+    out = {}
+    for lid, r in resources(t, "AWS::DynamoDB::Table").items():
+        prefix = next(k for k in TABLE_KEYS if lid.startswith(k))
+        out[prefix] = (lid, r)
+    return out
+
+
+def test_no_global_tables(stack: tuple[str, dict]) -> None:
+    _, t = stack
+    assert not resources(t, "AWS::DynamoDB::GlobalTable")  # moto cannot create them (TableV2)
+    assert len(resources(t, "AWS::DynamoDB::Table")) == 5
+
+
+def test_table_keys_ttl_pitr_billing_encryption(stack: tuple[str, dict]) -> None:
+    _, t = stack
+    tables = _tables(t)
+    assert set(tables) == set(TABLE_KEYS)
+    for prefix, (lid, r) in tables.items():
+        p = r["Properties"]
+        keys, ttl = TABLE_KEYS[prefix]
+        assert [k["AttributeName"] for k in p["KeySchema"]] == keys, lid
+        assert all(d["AttributeType"] == "S" for d in p["AttributeDefinitions"] if d["AttributeName"] in keys)
+        assert p["TimeToLiveSpecification"] == {"AttributeName": ttl, "Enabled": True}, lid
+        assert p["PointInTimeRecoverySpecification"] == {"PointInTimeRecoveryEnabled": True}, lid
+        assert p["BillingMode"] == "PAY_PER_REQUEST", lid
+        assert p["SSESpecification"] == {"SSEEnabled": True}, lid  # AWS-managed KMS key
+
+
+def test_claims_by_lease_gsi(stack: tuple[str, dict]) -> None:
+    _, t = stack
+    _, claims = _tables(t)["TablesClaimsTable"]
+    p = claims["Properties"]
+    (gsi,) = p["GlobalSecondaryIndexes"]
+    assert gsi["IndexName"] == "by-lease"
+    assert gsi["KeySchema"] == [
+        {"AttributeName": "lease_bucket", "KeyType": "HASH"},
+        {"AttributeName": "claim_expires_at", "KeyType": "RANGE"},
+    ]
+    assert gsi["Projection"] == {"ProjectionType": "ALL"}
+    types = {d["AttributeName"]: d["AttributeType"] for d in p["AttributeDefinitions"]}
+    assert types["lease_bucket"] == "S" and types["claim_expires_at"] == "N"
+
+
+@pytest.mark.parametrize("name,policy", [(LOCAL, "Delete"), (PROD, "Retain")])
+def test_removal_policy_follows_the_profile(synth: Synth, name: str, policy: str) -> None:
+    t = synth.templates[name]
+    kept = [*resources(t, "AWS::DynamoDB::Table").values(), *resources(t, "AWS::S3::Bucket").values()]
+    assert kept and all(r["DeletionPolicy"] == policy and r["UpdateReplacePolicy"] == policy for r in kept)
+    for r in resources(t, "AWS::DynamoDB::Table").values():
+        assert r["Properties"]["DeletionProtectionEnabled"] is (policy == "Retain")
+    # auto-delete is opt-in (its custom resource cannot run in moto)
+    assert not resources(t, "Custom::S3AutoDeleteObjects")
+
+
+# ---------------------------------------------------------------------- bucket
+def test_artifact_bucket_is_private_encrypted_versioned_tls_only(stack: tuple[str, dict]) -> None:
+    _, t = stack
+    buckets = resources(t, "AWS::S3::Bucket")
+    art_id = next(k for k in buckets if k.startswith("StorageArtifacts"))
+    p = buckets[art_id]["Properties"]
+    assert p["VersioningConfiguration"] == {"Status": "Enabled"}
+    assert p["PublicAccessBlockConfiguration"] == {
+        "BlockPublicAcls": True, "BlockPublicPolicy": True, "IgnorePublicAcls": True, "RestrictPublicBuckets": True}
+    (enc,) = p["BucketEncryption"]["ServerSideEncryptionConfiguration"]
+    assert enc["ServerSideEncryptionByDefault"] == {"SSEAlgorithm": "AES256"}
+    assert "LoggingConfiguration" in p
+    tls_only = set()
+    for pol in resources(t, "AWS::S3::BucketPolicy").values():
+        for st in pol["Properties"]["PolicyDocument"]["Statement"]:
+            if st["Effect"] == "Deny" and st.get("Condition") == {"Bool": {"aws:SecureTransport": "false"}}:
+                tls_only.add(getatt_id(pol["Properties"]["Bucket"]))
+    assert tls_only == set(buckets)
+
+
+# ---------------------------------------------------------------------- functions
+HANDLERS = ["intake", "worker", "aggregator", "sweeper"]
+
+
+def test_functions_runtime_architecture_handlers_layer(stack: tuple[str, dict], synth: Synth) -> None:
+    name, t = stack
+    p = synth.profiles[name]
+    timeouts = {"intake": p.intake_timeout_s, "worker": p.worker_timeout_s,
+                "aggregator": p.aggregator_timeout_s, "sweeper": p.sweeper_timeout_s}
+    assert len(resources(t, "AWS::Lambda::Function")) == 4
+    for h in HANDLERS:
+        _, fn = function_by_handler(t, f"contract_review.handlers.{h}.handler")
+        assert fn["Handler"] == f"contract_review.handlers.{h}.handler"
+        assert fn["Runtime"] == "python3.12" and fn["Architectures"] == ["arm64"]
+        assert fn["Timeout"] == timeouts[h]
+        (layer,) = fn["Layers"]
+        layer_arn = json.dumps(layer)
+        assert ":017000801446:layer:AWSLambdaPowertoolsPythonV3-python312-arm64:" in layer_arn
+        assert "AWS::Region" in layer_arn  # no hard-coded region
+        assert "S3Bucket" in fn["Code"] and "LoggingConfig" in fn
+    _, worker = function_by_handler(t, "worker.handler")
+    assert worker["MemorySize"] == p.worker_memory_mb
+
+
+def test_every_function_gets_the_whole_env_contract(stack: tuple[str, dict], synth: Synth) -> None:
+    name, t = stack
+    p = synth.profiles[name]
+    expected_provider = "offline" if name == LOCAL else "bedrock"
+    for h in HANDLERS:
+        _, fn = function_by_handler(t, f"{h}.handler")
+        env = fn["Environment"]["Variables"]
+        assert set(ENV.values()) - {ENV["fault_spec"]} <= set(env), h
+        assert ENV["fault_spec"] not in env
+        assert env[ENV["profile"]] == p.name
+        assert env[ENV["model_provider"]] == expected_provider
+        assert env[ENV["model_id"]] == p.model_id
+        assert env[ENV["worker_kind"]] == "lambda"
+        assert env["POWERTOOLS_SERVICE_NAME"] == h
+        assert env["POWERTOOLS_METRICS_NAMESPACE"] == "ContractReview"
+        assert env["LOG_LEVEL"] in ("DEBUG", "INFO")
+        # resource names are references into this template, never literals
+        for key in ("jobs_table", "claims_table", "bucket", "analysis_queue_url", "analysis_dlq_url"):
+            assert isinstance(env[ENV[key]], dict), key
+
+
+def test_log_groups_have_retention(stack: tuple[str, dict]) -> None:
+    _, t = stack
+    groups = resources(t, "AWS::Logs::LogGroup")
+    assert len(groups) == 4
+    assert all(g["Properties"]["RetentionInDays"] >= 1 for g in groups.values())
+    for h in HANDLERS:
+        _, fn = function_by_handler(t, f"{h}.handler")
+        assert getatt_id(fn["LoggingConfig"]["LogGroup"]) in groups
+
+
+def test_sweeper_runs_every_minute(stack: tuple[str, dict]) -> None:
+    _, t = stack
+    (rule,) = resources(t, "AWS::Events::Rule").values()
+    assert rule["Properties"]["ScheduleExpression"] == "rate(1 minute)"
+    sweeper_id, _ = function_by_handler(t, "sweeper.handler")
+    (target,) = rule["Properties"]["Targets"]
+    assert getatt_id(target["Arn"]) == sweeper_id
+
+
+# ---------------------------------------------------------------------- outputs
+@pytest.mark.parametrize("name", [LOCAL, PROD, FARGATE])
+def test_outputs_have_exact_ids(synth: Synth, name: str) -> None:
+    outputs = synth.templates[name]["Outputs"]
+    assert REQUIRED_OUTPUTS <= set(outputs)  # exact ids: no hash suffix
+    assert outputs["ProfileName"]["Value"] == synth.profiles[name].name
+
+
+def test_template_is_environment_agnostic(stack: tuple[str, dict]) -> None:
+    _, t = stack
+    text = json.dumps(t)
+    assert "123456789012" not in text
+    for region in ("us-east-1", "eu-west-1", "us-west-2"):
+        assert region not in text

@@ -1,0 +1,205 @@
+"""The specialist analysts: output validation, error codes, offsets, and the model-call count."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from contract_review.analysts import (
+    ANALYSTS,
+    CATEGORIES,
+    CATEGORY_BY_KEY,
+    STEPS,
+    AnalystSpec,
+    analysts_for,
+    build_request,
+    parse_response,
+    run_analyst,
+    to_findings,
+)
+from contract_review.chunking import Chunk, split_into_chunks
+from contract_review.errors import ReviewError
+from contract_review.models import ModelRequest, ModelResponse
+from contract_review.offline_model import OfflineRuleModel
+
+# One clause for each of the 12 categories, so every analyst's locate step finds something.
+ALL_CATEGORIES_TEXT = """\
+1. Liability. In no event shall either party's aggregate liability under this Agreement exceed the fees paid in the twelve months before the claim.
+2. Exclusions. The limitations in Section 1 shall not apply to a party's indemnification obligations or to its gross negligence or willful misconduct.
+3. Indemnity. The Supplier shall indemnify, defend and hold harmless the Customer against all third-party claims arising from the Services.
+4. Convenience. Either party may terminate this Agreement for convenience upon ninety (90) days' prior written notice to the other party.
+5. Term. This Agreement shall automatically renew for successive one-year renewal terms unless either party gives notice of non-renewal.
+6. Non-competition. During the Term the Supplier shall not, directly or indirectly, compete with the Customer in the Territory.
+7. Assignment. Neither party may assign this Agreement without the prior written consent of the other party, including on a change of control.
+8. Ownership. All Deliverables shall be the sole and exclusive property of the Customer, and the Supplier hereby assigns to the Customer all right, title and interest in them.
+9. Licence. The Supplier grants the Customer a non-exclusive, non-transferable, worldwide license to use the Software during the Term.
+10. Governing law. This Agreement shall be governed by the laws of the State of New York.
+11. Audit. The Customer may audit the Supplier's books and records once a year on thirty days' notice.
+12. Commitment. The Customer shall purchase a minimum of 10,000 units in each contract year.
+"""
+
+
+def _chunk(text: str, start: int = 0, index: int = 0) -> Chunk:
+    return Chunk(index=index, chunk_id=f"c{index:05d}-test", start=start, end=start + len(text), text=text)
+
+
+SPEC = AnalystSpec("liability", ("liability_cap", "uncapped_liability"), True)
+CHUNK = _chunk("Preamble. In no event shall the Supplier be liable for indirect damages. The end.")
+QUOTE = "In no event shall the Supplier be liable for indirect damages."
+
+
+def _resp(body: object, stop: str = "end_turn") -> ModelResponse:
+    return ModelResponse(text=body if isinstance(body, str) else json.dumps(body), stop_reason=stop)
+
+
+def _code(exc: pytest.ExceptionInfo[ReviewError]) -> str:
+    return exc.value.envelope.error_code
+
+
+class CountingModel:
+    """OfflineRuleModel behind a call counter; call_step makes exactly one attempt."""
+
+    def __init__(self) -> None:
+        self.inner = OfflineRuleModel()
+        self.requests: list[ModelRequest] = []
+
+    def call_step(self, build, parse):
+        request = build(None)
+        self.requests.append(request)
+        return parse(self.inner.invoke(request)), 1
+
+
+# --- parse_response ---------------------------------------------------------------------------
+
+def test_valid_locate_and_assess_answers_parse() -> None:
+    located = parse_response(SPEC, "locate", CHUNK, _resp({"clauses": [{"category": "liability_cap", "quote": QUOTE}]}))
+    assert located == [{"category": "liability_cap", "quote": QUOTE}]
+    assessed = parse_response(SPEC, "assess", CHUNK, _resp({"findings": [
+        {"category": "liability_cap", "quote": QUOTE, "score": 0.4, "rationale": "caps indirect damages"}]}))
+    assert assessed[0]["score"] == 0.4
+
+
+def test_non_verbatim_quote_is_output_invalid() -> None:
+    paraphrase = "In no event shall the supplier be liable for indirect damages."  # case changed
+    with pytest.raises(ReviewError) as exc:
+        parse_response(SPEC, "locate", CHUNK, _resp({"clauses": [{"category": "liability_cap", "quote": paraphrase}]}))
+    assert _code(exc) == "model.output_invalid"
+    assert "verbatim" in exc.value.envelope.message and exc.value.envelope.step == "liability.locate"
+
+
+def test_category_not_asked_for_is_output_invalid() -> None:
+    with pytest.raises(ReviewError) as exc:
+        parse_response(SPEC, "locate", CHUNK, _resp({"clauses": [{"category": "governing_law", "quote": QUOTE}]}))
+    assert _code(exc) == "model.output_invalid"
+
+
+@pytest.mark.parametrize("body", [
+    '{"clauses": [',                       # truncated JSON
+    "not json at all",
+    "",
+    '{"findings": []}',                    # the other step's shape
+    '{"clauses": [{"category": "liability_cap"}]}',  # missing quote
+    '{"clauses": [{"category": "liability_cap", "quote": ""}]}',  # empty quote
+])
+def test_bad_locate_json_is_output_invalid(body: str) -> None:
+    with pytest.raises(ReviewError) as exc:
+        parse_response(SPEC, "locate", CHUNK, _resp(body))
+    assert _code(exc) == "model.output_invalid"
+
+
+@pytest.mark.parametrize("finding", [
+    {"category": "liability_cap", "quote": QUOTE, "score": 1.5, "rationale": "x"},   # score out of range
+    {"category": "liability_cap", "quote": QUOTE, "score": 0.5, "rationale": ""},    # empty rationale
+    {"category": "liability_cap", "quote": QUOTE, "rationale": "no score"},
+])
+def test_bad_assess_answer_is_output_invalid(finding: dict) -> None:
+    with pytest.raises(ReviewError) as exc:
+        parse_response(SPEC, "assess", CHUNK, _resp({"findings": [finding]}))
+    assert _code(exc) == "model.output_invalid"
+
+
+@pytest.mark.parametrize("stop", ["content_filtered", "guardrail_intervened"])
+@pytest.mark.parametrize("step", STEPS)
+def test_refusal_stop_reasons_are_model_refused(stop: str, step: str) -> None:
+    with pytest.raises(ReviewError) as exc:
+        parse_response(SPEC, step, CHUNK, _resp({"clauses": []}, stop=stop))
+    assert _code(exc) == "model.refused"
+    assert exc.value.envelope.step == f"liability.{step}"
+
+
+@pytest.mark.parametrize("stop", ["max_tokens", "malformed_model_output", "malformed_tool_use"])
+def test_truncated_or_malformed_stop_reasons_are_output_invalid(stop: str) -> None:
+    with pytest.raises(ReviewError) as exc:
+        parse_response(SPEC, "locate", CHUNK, _resp({"clauses": []}, stop=stop))
+    assert _code(exc) == "model.output_invalid"
+
+
+# --- requests, findings and offsets -----------------------------------------------------------
+
+def test_request_carries_the_chunk_and_only_the_analysts_categories() -> None:
+    req = build_request(SPEC, "locate", CHUNK, None, None)
+    assert req.payload["chunk_text"] == CHUNK.text and CHUNK.text in req.prompt
+    assert [c["key"] for c in req.payload["categories"]] == list(SPEC.categories)
+    assert req.analyst == "liability" and req.step == "locate" and req.chunk_id == CHUNK.chunk_id
+    assess = build_request(SPEC, "assess", CHUNK, [{"category": "liability_cap", "quote": QUOTE}], "bad score")
+    assert assess.payload["clauses"] == [{"category": "liability_cap", "quote": QUOTE}]
+    assert "bad score" in assess.prompt and assess.payload["repair_hint"] == "bad score"
+
+
+def test_findings_offsets_map_back_to_the_document() -> None:
+    filler = "\n\n".join(f"Section {i}. The parties shall cooperate in good faith on item {i}." for i in range(60))
+    doc = filler + "\n\n" + ALL_CATEGORIES_TEXT + "\n\n" + filler
+    chunks = split_into_chunks(doc, target_chars=1500, max_chars=2000)
+    assert len(chunks) > 3
+    model = CountingModel()
+    findings = [f for c in chunks for spec in ANALYSTS for f in run_analyst(spec, c, model.call_step).findings]
+    assert {f.category for f in findings} == {c.key for c in CATEGORIES}
+    for f in findings:
+        assert doc[f.start:f.end] == f.quote
+        chunk = chunks[f.chunk_index]
+        assert chunk.chunk_id == f.chunk_id and chunk.start <= f.start and f.end <= chunk.end
+        assert 0.0 <= f.score <= 1.0 and f.rationale
+
+
+def test_to_findings_drops_duplicate_quotes_and_offsets_by_chunk_start() -> None:
+    chunk = _chunk(CHUNK.text, start=1000, index=7)
+    item = {"category": "liability_cap", "quote": QUOTE, "score": 0.5, "rationale": "r"}
+    out = to_findings(SPEC, chunk, [item, dict(item)])
+    assert len(out) == 1
+    assert out[0].start == 1000 + CHUNK.text.index(QUOTE) and out[0].end == out[0].start + len(QUOTE)
+    assert out[0].chunk_index == 7 and out[0].analyst == "liability"
+
+
+# --- model calls -------------------------------------------------------------------------------
+
+def test_all_eleven_analysts_make_22_calls_per_chunk_when_each_locate_finds_something() -> None:
+    chunk = _chunk(ALL_CATEGORIES_TEXT)
+    model = CountingModel()
+    outputs = [run_analyst(spec, chunk, model.call_step) for spec in ANALYSTS]
+    assert len(ANALYSTS) == 11 and len(CATEGORIES) == 12
+    assert [o.model_calls for o in outputs] == [2] * 11
+    assert sum(o.model_calls for o in outputs) == len(model.requests) == 22
+    assert [(r.analyst, r.step) for r in model.requests] == [(s.name, step) for s in ANALYSTS for step in STEPS]
+    for spec, out in zip(ANALYSTS, outputs):
+        assert out.status == "ok" and out.findings, spec.name
+        assert {f.category for f in out.findings} <= set(spec.categories)
+        for f in out.findings:
+            assert ALL_CATEGORIES_TEXT[f.start:f.end] == f.quote
+    assert {f.category for o in outputs for f in o.findings} == set(CATEGORY_BY_KEY)
+
+
+def test_locate_that_finds_nothing_skips_assess() -> None:
+    chunk = _chunk("The parties shall meet quarterly to discuss the weather and nothing else of consequence.")
+    model = CountingModel()
+    out = run_analyst(ANALYSTS[0], chunk, model.call_step)
+    assert out.model_calls == 1 and out.findings == [] and out.status == "ok"
+    assert [r.step for r in model.requests] == ["locate"]
+
+
+def test_analysts_for_bounds() -> None:
+    assert analysts_for(11) == ANALYSTS
+    assert analysts_for(3) == ANALYSTS[:3]
+    for bad in (0, 12, -1):
+        with pytest.raises(ValueError):
+            analysts_for(bad)

@@ -1,0 +1,227 @@
+"""The one config object: profile rules, Settings from the environment, the analysis config hash."""
+
+from __future__ import annotations
+
+import pytest
+from pydantic import ValidationError
+
+from contract_review.config import ENV, PROFILES, FaultSpec, Profile, Settings, get_profile
+
+# AWS: an SQS queue feeding a Lambda needs visibility timeout >= 6 x the function timeout.
+AWS_FACTOR = 6
+
+# (function timeout field, visibility field of the queue that feeds it)
+QUEUE_PAIRS = [
+    ("worker_timeout_s", "analysis_visibility_s"),
+    ("intake_timeout_s", "intake_visibility_s"),
+    ("aggregator_timeout_s", "results_visibility_s"),
+]
+
+
+def full_env(**overrides: str) -> dict[str, str]:
+    env = {
+        "REVIEW_PROFILE": "prod",
+        "JOBS_TABLE": "jobs",
+        "CLAIMS_TABLE": "claims",
+        "CHECKPOINTS_TABLE": "checkpoints",
+        "EVENTS_TABLE": "events",
+        "IDEMPOTENCY_TABLE": "idempotency",
+        "ARTIFACT_BUCKET": "artifacts-123",
+        "INTAKE_QUEUE_URL": "https://sqs.us-east-1.amazonaws.com/123456789012/intake",
+        "ANALYSIS_QUEUE_URL": "https://sqs.us-east-1.amazonaws.com/123456789012/analysis",
+        "RESULTS_QUEUE_URL": "https://sqs.us-east-1.amazonaws.com/123456789012/results.fifo",
+        "INTAKE_DLQ_URL": "https://sqs.us-east-1.amazonaws.com/123456789012/intake-dlq",
+        "ANALYSIS_DLQ_URL": "https://sqs.us-east-1.amazonaws.com/123456789012/analysis-dlq",
+        "RESULTS_DLQ_URL": "https://sqs.us-east-1.amazonaws.com/123456789012/results-dlq.fifo",
+        "MODEL_PROVIDER": "bedrock",
+        "MODEL_ID": "anthropic.claude-3-haiku-20240307-v1:0",
+        "WORKER_KIND": "fargate",
+    }
+    env.update(overrides)
+    return env
+
+
+REQUIRED_VARS = ["REVIEW_PROFILE", "JOBS_TABLE", "CLAIMS_TABLE", "CHECKPOINTS_TABLE", "EVENTS_TABLE",
+                 "IDEMPOTENCY_TABLE", "ARTIFACT_BUCKET", "INTAKE_QUEUE_URL", "ANALYSIS_QUEUE_URL",
+                 "RESULTS_QUEUE_URL"]
+
+
+# --- profiles ---------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("name", sorted(PROFILES))
+@pytest.mark.parametrize(("timeout_field", "visibility_field"), QUEUE_PAIRS)
+def test_every_profile_keeps_visibility_at_least_six_times_the_timeout(name, timeout_field, visibility_field):
+    profile = PROFILES[name]
+    assert getattr(profile, visibility_field) >= AWS_FACTOR * getattr(profile, timeout_field)
+
+
+@pytest.mark.parametrize("name", sorted(PROFILES))
+def test_every_profile_is_internally_consistent(name):
+    p = PROFILES[name]
+    assert p.name == name and get_profile(name) is p
+    assert p.max_receive_count >= 5  # AWS advice; throttling never burns receives
+    assert p.claim_lease_s < p.analysis_visibility_s  # a lapsed lease is seen before the message reappears
+    assert p.heartbeat_interval_s < p.claim_lease_s
+    assert p.model_retry.max_attempts >= 1 and p.tool_retry.max_attempts >= 1
+    assert p.model_retry.base_s <= p.model_retry.cap_s and p.tool_retry.base_s <= p.tool_retry.cap_s
+    # tier-1 sleeping for one chunk attempt must end before the message becomes visible again
+    assert p.chunk_retry_budget_s < p.analysis_visibility_s
+
+
+@pytest.mark.parametrize(("timeout_field", "visibility_field"), QUEUE_PAIRS)
+def test_a_profile_violating_the_visibility_rule_is_rejected(timeout_field, visibility_field):
+    base = PROFILES["prod"].model_dump()
+    timeout = base[timeout_field]
+    # GIVEN a visibility one second short of 6 x timeout WHEN the profile is built THEN it fails
+    with pytest.raises(ValidationError, match="visibility"):
+        Profile(**{**base, visibility_field: AWS_FACTOR * timeout - 1})
+    # AND exactly 6 x timeout is accepted
+    ok = Profile(**{**base, visibility_field: AWS_FACTOR * timeout})
+    assert getattr(ok, visibility_field) == AWS_FACTOR * timeout
+
+
+def test_raising_the_worker_timeout_without_the_visibility_is_rejected():
+    base = PROFILES["prod"].model_dump()
+    with pytest.raises(ValidationError):
+        Profile(**{**base, "worker_timeout_s": base["analysis_visibility_s"] // AWS_FACTOR + 1})
+
+
+def test_a_lease_as_long_as_the_visibility_is_rejected():
+    base = PROFILES["local"].model_dump()
+    with pytest.raises(ValidationError, match="lease"):
+        Profile(**{**base, "claim_lease_s": float(base["analysis_visibility_s"])})
+
+
+def test_max_receive_count_below_one_is_rejected():
+    with pytest.raises(ValidationError):
+        Profile(**{**PROFILES["local"].model_dump(), "max_receive_count": 0})
+
+
+def test_unknown_profile_names_the_known_ones():
+    with pytest.raises(ValueError, match="local.*prod"):
+        get_profile("staging")
+
+
+# --- Settings.from_env ------------------------------------------------------------------------------------
+
+def settings_to_env(s: Settings) -> dict[str, str]:
+    """What infra/ puts on a function, rebuilt from a Settings (the inverse of from_env)."""
+    env: dict[str, str] = {}
+    for key, var in ENV.items():
+        value = getattr(s, key)
+        if key == "profile":
+            env[var] = value.name
+        elif key == "fault_spec":
+            if value is not None:
+                env[var] = value.to_env()
+        elif value:
+            env[var] = str(value)
+    return env
+
+
+def test_from_env_reads_every_variable():
+    env = full_env()
+    s = Settings.from_env(env)
+    assert s.profile is PROFILES["prod"]
+    assert (s.jobs_table, s.claims_table, s.checkpoints_table, s.events_table, s.idempotency_table) == (
+        "jobs", "claims", "checkpoints", "events", "idempotency")
+    assert s.bucket == "artifacts-123"
+    assert s.results_queue_url.endswith("results.fifo") and s.results_dlq_url.endswith("results-dlq.fifo")
+    assert s.model_provider == "bedrock" and s.worker_kind == "fargate"
+    assert s.effective_model_id == "anthropic.claude-3-haiku-20240307-v1:0"
+    assert s.fault_spec is None
+
+
+def test_from_env_round_trips():
+    spec = FaultSpec(seed=3, transient_rate=0.2, always_fail_chunk="2", switch_file="/tmp/faults")
+    env = full_env(REVIEW_PROFILE="local", FAULT_SPEC=spec.to_env(), MODEL_PROVIDER="offline", WORKER_KIND="lambda")
+    s = Settings.from_env(env)
+    assert s.fault_spec == spec
+    # WHEN rendered back to an environment and read again THEN nothing is lost or changed
+    again = Settings.from_env(settings_to_env(s))
+    assert again == s
+    assert settings_to_env(again) == env
+
+
+def test_from_env_applies_defaults_for_optional_variables():
+    env = {k: v for k, v in full_env().items() if k in REQUIRED_VARS}
+    s = Settings.from_env(env)
+    assert s.model_provider == "offline" and s.worker_kind == "lambda" and s.fault_spec is None
+    assert s.model_id == "" and s.effective_model_id == PROFILES["prod"].model_id
+    assert s.analysis_dlq_url == ""
+
+
+@pytest.mark.parametrize("missing", REQUIRED_VARS)
+def test_from_env_reports_a_missing_variable_by_name(missing):
+    env = full_env()
+    del env[missing]
+    with pytest.raises(ValueError, match=missing):
+        Settings.from_env(env)
+
+
+def test_from_env_reports_all_missing_and_treats_empty_as_missing():
+    env = full_env(JOBS_TABLE="")
+    del env["ARTIFACT_BUCKET"]
+    with pytest.raises(ValueError) as info:
+        Settings.from_env(env)
+    assert "JOBS_TABLE" in str(info.value) and "ARTIFACT_BUCKET" in str(info.value)
+    assert "CLAIMS_TABLE" not in str(info.value)
+
+
+def test_from_env_reads_only_the_mapping_given(monkeypatch):
+    monkeypatch.setenv("JOBS_TABLE", "from-os-environ")
+    monkeypatch.setenv("REVIEW_PROFILE", "local")
+    assert Settings.from_env(full_env()).jobs_table == "jobs"
+    with pytest.raises(ValueError):
+        Settings.from_env({})
+
+
+@pytest.mark.parametrize(("var", "value"), [("MODEL_PROVIDER", "openai"), ("WORKER_KIND", "ec2"),
+                                            ("FAULT_SPEC", '{"sed": 1}'), ("REVIEW_PROFILE", "staging")])
+def test_from_env_rejects_bad_values(var, value):
+    with pytest.raises(ValueError):
+        Settings.from_env(full_env(**{var: value}))
+
+
+def test_claim_lease_depends_on_worker_kind():
+    lam = Settings.from_env(full_env(WORKER_KIND="lambda"))
+    far = Settings.from_env(full_env(WORKER_KIND="fargate"))
+    assert lam.claim_lease_s == PROFILES["prod"].claim_lease_s
+    assert far.claim_lease_s == PROFILES["prod"].fargate_claim_lease_s
+
+
+# --- analysis_config_hash ------------------------------------------------------------------------------------
+
+def test_config_hash_is_stable_and_changes_with_model_and_prompt_version():
+    base = Settings.from_env(full_env())
+    h = base.analysis_config_hash()
+    assert h == Settings.from_env(full_env()).analysis_config_hash()
+    # the model id changes outputs
+    assert Settings.from_env(full_env(MODEL_ID="anthropic.claude-3-opus")).analysis_config_hash() != h
+    # the prompt version changes outputs
+    new_prompts = base.model_copy(update={"profile": base.profile.model_copy(update={"prompt_version": "2027-01-01"})})
+    assert new_prompts.analysis_config_hash() != h
+    # the provider changes outputs
+    assert Settings.from_env(full_env(MODEL_PROVIDER="offline")).analysis_config_hash() != h
+
+
+def test_config_hash_ignores_resource_names():
+    a = Settings.from_env(full_env()).analysis_config_hash()
+    b = Settings.from_env(full_env(JOBS_TABLE="other-jobs", ARTIFACT_BUCKET="elsewhere",
+                                   WORKER_KIND="lambda")).analysis_config_hash()
+    assert a == b
+
+
+def test_config_hash_uses_the_profile_model_when_no_override():
+    no_override = {k: v for k, v in full_env().items() if k != "MODEL_ID"}
+    explicit = full_env(MODEL_ID=PROFILES["prod"].model_id)
+    assert Settings.from_env(no_override).analysis_config_hash() == Settings.from_env(explicit).analysis_config_hash()
+
+
+def test_fault_spec_env_round_trip_and_rejects_unknown_fields():
+    spec = FaultSpec(seed=9, permanent_code="AccessDeniedException", throttle_quota_per_s=2.0,
+                     throttle_state_dir="/tmp/q")
+    assert FaultSpec.model_validate_json(spec.to_env()) == spec
+    assert FaultSpec().to_env() == "{}"
+    with pytest.raises(ValidationError):
+        FaultSpec.model_validate_json('{"transient_rat": 0.5}')
