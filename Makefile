@@ -5,6 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 export JSII_SILENCE_WARNING_DEPRECATED_NODE_VERSION := 1
+export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 20
 export PATH := $(abspath $(BIN)):$(abspath node_modules/.bin):$(PATH)
 
 .PHONY: venv demo test test-unit test-integration test-infra synth lint docs bench clean

@@ -68,7 +68,8 @@ PATTERNS: dict[str, tuple[Rule, ...]] = {
         r"\bwithout limitation as to amount\b",
         r"\b(?:shall|will) not be (?:subject to|limited by|counted toward)\b.{0,120}\b(?:limitation|cap|maximum|limit)",
         r"\b(?:limitations?|exclusions?|caps?|maximum liability|limits?)\b.{0,250}\b(?:shall|will|do|does) not apply\b",
-        r"\b(?:shall|will|do|does) not (?:apply to|limit)\b.{0,250}\b(?:indemnif\w*|breach|gross negligence|wil(?:l)?ful|fraud|confidential\w*|infringe\w*|death|bodily injury|personal injury)",
+        (r"\b(?:shall|will|do|does) not (?:apply to|limit)\b.{0,250}\b(?:indemnif\w*|breach|gross negligence|wil(?:l)?ful|fraud|confidential\w*|infringe\w*|death|bodily injury|personal injury)",
+         r"\b(?:limitations?|caps?|exclusions?|liab\w*|damages)\b"),
         r"\bnot be (?:limited|capped)\b.{0,100}\b(?:liab|damages)",
         (r"\b(?:except|excluding|other than|excepting|save)\b(?:\s+(?:for|with respect to|with regard to|in the (?:event|case) of|as to|to the extent of))?.{0,400}"
          r"\b(?:indemnif\w*|gross(?:ly)? negligen\w*|wil(?:l)?ful|intentional|fraud\w*|confidential\w*|infring\w*|misappropriat\w*|section \d+|article \d+|death|bodily injury|third.party claim)",
@@ -101,10 +102,12 @@ PATTERNS: dict[str, tuple[Rule, ...]] = {
     ),
     "restrictive_covenants": (
         r"\bnon-?compet\w*",
-        r"\b(?:not|no|refrain\w*|neither|nor)\b.{0,200}\bcompet(?:e|es|ing|itive|itor|itors|ition)\b",
+        r"\b(?:not|no|refrain\w*|neither|nor)\b.{0,200}\bcompet(?:e|es|ing|itive|ition)\b",
+        r"\b(?:not|no|refrain\w*|neither|nor)\b.{0,250}\b(?:sell|provide|supply|license|market|distribute|work|render)\w*\b.{0,120}\bcompetitors?\b",
         r"\bcompet(?:e|ing|itive|itor|itors)\b.{0,200}\b(?:shall not|will not|may not|agrees not|prohibit\w*|restrict\w*)\b",
-        r"(?<!non-)(?<!non-\s)(?<!not\s)(?<!and\s)(?<!sole\s)\bexclusiv\w*\b(?! (?:remed\w*|jurisdiction|venue|forum|courts?|of\b|benefit|warranty|authority|procedures?|statement|agreement|property|holder|owner\w*|place|control|by the laws|in that state)|ly (?:by|liable|responsible|owned|in)\b)",
-        r"\b(?:solicit\w*|recruit\w*|hire|employ)\b.{0,200}\b(?:employees?|personnel|staff|customers?|clients?|consultants?|contractors?|suppliers?)\b.{0,100}",
+        r"(?<!non-)(?<!non-\s)(?<!not\s)(?<!and\s)(?<!sole\s)(?<!used\s)\bexclusiv\w*\b(?! (?:remed\w*|jurisdiction|venue|forum|courts?|of\b|benefit|warranty|authority|procedures?|statement|agreement|property|holder|owner\w*|place|control|by the laws|in that state)|ly (?:by|liable|responsible|owned|in)\b)",
+        r"(?<!for\s)\b(?:solicit\w*|recruit\w*|hire|employ)\b.{0,100}\b(?:employees?|personnel|staff|consultants?|contractors?)\b",
+        r"\bsolicit\w*\b.{0,100}\b(?:customers?|clients?|policyholders?|accounts|suppliers?)\b",
         r"\b(?:not|no|refrain\w*)\b.{0,120}\b(?:solicit\w*|entice\w*|divert\w*)",
         r"\binduce\w*\b.{0,120}\bto (?:leave|terminate|cease|end|reduce)\b",
         r"\b(?:shall|will|may|agrees?) not\b.{0,200}\b(?:engage|participate|invest|own|manage|operate|be (?:employed|engaged|interested))\b.{0,200}\b(?:business|project|enterprise|venture|activit\w*|similar|substantially similar)",
@@ -291,6 +294,16 @@ def _is_clause(unit: str) -> bool:
     return _CLAUSE_VERB.search(unit) is not None
 
 
+# A table of contents: no verb, and a run of "Article 7 ...", "Schedule 2 ..." entries or of
+# "... 48 8.2 Renewal 48 8.3 ..." page-number/section-number pairs.
+_TOC_ENTRY = re.compile(r"(?:^|\s)(?:Article|ARTICLE|Section|SECTION|Schedule|SCHEDULE|Exhibit|EXHIBIT|Appendix|APPENDIX|Annex|ANNEX)"
+                        r"\s+[0-9IVXLA-Z]+\b|\s\d{1,3}\s+\d{1,2}\.\d{1,2}\s")
+
+
+def _is_contents(unit: str) -> bool:
+    return not _is_clause(unit) and len(_TOC_ENTRY.findall(unit)) >= 3
+
+
 def _unit_spans(text: str) -> list[tuple[int, int]]:
     """Sentence-ish units as (start, end) offsets, whitespace-trimmed.
 
@@ -319,7 +332,7 @@ def _unit_spans(text: str) -> list[tuple[int, int]]:
             continue
         start = heading if heading is not None else s
         heading = None
-        if e - start >= _MIN_UNIT and not _XREF_DEFINITION.match(text[start:e]):
+        if e - start >= _MIN_UNIT and not _is_contents(unit) and not _XREF_DEFINITION.match(text[start:e]):
             spans.append((start, e))
     return spans
 

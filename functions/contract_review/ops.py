@@ -99,8 +99,8 @@ def _dlqs(store: Store) -> dict[str, str]:
                               "results": s.results_dlq_url}.items() if v}
 
 
-def _receive_all(store: Store, url: str, visibility: int = 5) -> list[dict[str, Any]]:
-    """Read every message of a DLQ (they become visible again after `visibility` seconds)."""
+def _receive_all(store: Store, url: str, visibility: int = 30) -> list[dict[str, Any]]:
+    """Take every message of a DLQ for processing (hidden for `visibility` seconds)."""
     seen: dict[str, dict[str, Any]] = {}
     for _ in range(100):
         r = store.aws.sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10, VisibilityTimeout=visibility,
@@ -117,7 +117,7 @@ def _receive_all(store: Store, url: str, visibility: int = 5) -> list[dict[str, 
 def dlq_list(store: Store) -> list[dict[str, Any]]:
     out = []
     for queue, url in _dlqs(store).items():
-        for m in _receive_all(store, url, visibility=1):
+        for m in store.peek(url):
             out.append(_join(store, queue, m))
     return out
 

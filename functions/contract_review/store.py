@@ -399,6 +399,24 @@ class Store:
         self.aws.sqs.send_message(QueueUrl=self.s.results_queue_url, MessageBody=body, MessageGroupId=job_id,
                                   MessageDeduplicationId=dedup_id[:128])
 
+    def peek(self, queue_url: str, max_rounds: int = 20) -> list[dict[str, Any]]:
+        """Read a queue's visible messages without hiding them (VisibilityTimeout=0), deduplicated.
+
+        For DLQs, which people and the sweeper read but only redrive consumes."""
+        seen: dict[str, dict[str, Any]] = {}
+        quiet = 0
+        for _ in range(max_rounds):
+            r = self.aws.sqs.receive_message(QueueUrl=queue_url, MaxNumberOfMessages=10, VisibilityTimeout=0,
+                                             MessageAttributeNames=["All"], MessageSystemAttributeNames=["All"],
+                                             WaitTimeSeconds=0)
+            new = [m for m in r.get("Messages", []) if m["MessageId"] not in seen]
+            for m in new:
+                seen[m["MessageId"]] = m
+            quiet = 0 if new else quiet + 1
+            if quiet >= 2:
+                break
+        return list(seen.values())
+
     def send_to_dlq(self, queue_url: str, body: str, envelope: ErrorEnvelope, extra: dict[str, str] | None = None) -> None:
         attrs = {"error_code": envelope.error_code, "error_class": envelope.error_class.value,
                  "envelope": envelope.model_dump_json(), **(extra or {})}

@@ -84,13 +84,8 @@ def sweep(store: Store, now: float | None = None) -> SweepReport:
 def _explain_dlq(store: Store, report: SweepReport, jobs: dict[str, dict[str, Any] | None]) -> None:
     if not store.s.analysis_dlq_url:
         return
-    for _ in range(10):  # bounded per sweep
-        r = store.aws.sqs.receive_message(QueueUrl=store.s.analysis_dlq_url, MaxNumberOfMessages=10,
-                                          VisibilityTimeout=max(5, int(store.s.profile.sweep_interval_s * 5)),
-                                          MessageAttributeNames=["All"], WaitTimeSeconds=0)
-        messages = r.get("Messages", [])
-        if not messages:
-            return
+    messages = store.peek(store.s.analysis_dlq_url)
+    if messages:
         for m in messages:
             report.dlq_seen += 1
             try:

@@ -162,7 +162,7 @@ def test_five_percent_transient_faults_over_twenty_documents_all_complete(make_s
 
 def test_sustained_throttling_never_dead_letters(make_stack, tmp_path):
     quota_dir = tmp_path / "quota"
-    stack = make_stack(FaultSpec(throttle_quota_per_s=3, throttle_state_dir=str(quota_dir), retry_after_s=0.3),
+    stack = make_stack(FaultSpec(throttle_quota_per_s=2, throttle_state_dir=str(quota_dir)),
                        {"worker": 4})
     store = stack.store()
     text = _doc(2, 3)
@@ -171,8 +171,12 @@ def test_sustained_throttling_never_dead_letters(make_stack, tmp_path):
     assert job["state"] == "completed"
     requeues = Counter(e["detail"]["chunk_id"] for e in store.events(job_id)
                        if e["type"] == "chunk.requeued" and e["detail"]["reason"] == "model.throttled")
-    # throttled far more often than the receive count would allow, yet nothing was dead-lettered
-    assert max(requeues.values()) > LOCAL.max_receive_count
+    # every chunk was throttled more often than the receive count allows (tier-1 retries plus
+    # requeues), yet nothing was dead-lettered: throttling is backpressure, not failure
+    for c in store.chunk_records(job_id):
+        throttled = int(c["retries"].get("model.throttled", 0)) + requeues[c["chunk_id"]]
+        assert throttled > LOCAL.max_receive_count, (c["chunk_id"], throttled)
+    assert sum(requeues.values()) >= 1, "tier 1 gave up at least once and the chunk was requeued with a delay"
     for url in (store.s.analysis_dlq_url, store.s.results_dlq_url):
         assert queue_depth(store, url) == 0
     for c in store.chunk_records(job_id):

@@ -1,0 +1,56 @@
+"""The local template deploys into moto's CloudFormation (what the local runtime does)."""
+
+from __future__ import annotations
+
+import io
+import json
+import warnings
+import zipfile
+
+import pytest
+
+from .conftest import LOCAL, Synth, resources
+
+REGION = "us-east-1"
+
+
+def test_local_template_deploys_into_moto(synth: Synth, monkeypatch: pytest.MonkeyPatch) -> None:
+    boto3 = pytest.importorskip("boto3")
+    moto = pytest.importorskip("moto")
+    for key in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN"):
+        monkeypatch.setenv(key, "testing")
+    monkeypatch.setenv("AWS_DEFAULT_REGION", REGION)
+    template = synth.templates[LOCAL]
+
+    with moto.mock_aws(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # moto warns about the resource types it skips
+        boto3.client("ssm", region_name=REGION).put_parameter(
+            Name="/cdk-bootstrap/hnb659fds/version", Value="30", Type="String")
+        account = boto3.client("sts", region_name=REGION).get_caller_identity()["Account"]
+        s3 = boto3.client("s3", region_name=REGION)
+        assets = f"cdk-hnb659fds-assets-{account}-{REGION}"
+        s3.create_bucket(Bucket=assets)
+        archive = io.BytesIO()
+        with zipfile.ZipFile(archive, "w") as z:
+            z.writestr("placeholder.py", "")
+        for fn in resources(template, "AWS::Lambda::Function").values():
+            s3.put_object(Bucket=assets, Key=fn["Properties"]["Code"]["S3Key"], Body=archive.getvalue())
+
+        cfn = boto3.client("cloudformation", region_name=REGION)
+        cfn.create_stack(StackName=LOCAL, TemplateBody=json.dumps(template), Capabilities=["CAPABILITY_IAM"])
+        stack = cfn.describe_stacks(StackName=LOCAL)["Stacks"][0]
+        assert stack["StackStatus"] == "CREATE_COMPLETE", stack.get("StackStatusReason")
+        outputs = {o["OutputKey"]: o["OutputValue"] for o in stack["Outputs"]}
+
+        sqs = boto3.client("sqs", region_name=REGION)
+        results = sqs.get_queue_attributes(QueueUrl=outputs["ResultsQueueUrl"], AttributeNames=["All"])["Attributes"]
+        assert outputs["ResultsQueueUrl"].endswith(f"/{LOCAL}-results.fifo")
+        assert results["FifoQueue"] == "true"
+        assert json.loads(results["RedrivePolicy"])["maxReceiveCount"] == synth.profiles[LOCAL].max_receive_count
+        analysis = sqs.get_queue_attributes(QueueUrl=outputs["AnalysisQueueUrl"], AttributeNames=["All"])["Attributes"]
+        assert int(analysis["VisibilityTimeout"]) == synth.profiles[LOCAL].analysis_visibility_s
+
+        ddb = boto3.client("dynamodb", region_name=REGION)
+        claims = ddb.describe_table(TableName=outputs["ClaimsTableName"])["Table"]
+        assert [g["IndexName"] for g in claims["GlobalSecondaryIndexes"]] == ["by-lease"]
+        s3.head_bucket(Bucket=outputs["ArtifactBucketName"])
