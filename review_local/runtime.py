@@ -75,7 +75,27 @@ def function_specs(aws: EmbeddedAws, sweep_interval_s: float, default_concurrenc
         if spec.name == "sweeper":
             spec.schedule_s = sweep_interval_s
             mapped.append(spec)
+    mapped.extend(_fargate_pollers(aws, default_concurrency))
     return mapped
+
+
+POLLER = "contract_review.poller.main"
+
+
+def _fargate_pollers(aws: EmbeddedAws, tasks: int) -> list[FunctionSpec]:
+    """`-c worker=fargate`: the ECS task definition's container runs as local poller processes."""
+    out = []
+    for logical, res in aws.template["Resources"].items():
+        if res["Type"] != "AWS::ECS::TaskDefinition":
+            continue
+        for c in res["Properties"].get("ContainerDefinitions", []):
+            env = {e["Name"]: str(aws.resolve(e["Value"])) for e in c.get("Environment", [])}
+            if "ANALYSIS_QUEUE_URL" not in env:
+                continue
+            out.append(FunctionSpec(logical_id=logical, name="worker", handler=POLLER, timeout_s=0,
+                                    memory_mb=int(res["Properties"].get("Memory", 1024)), env=env,
+                                    concurrency=tasks))
+    return out
 
 
 @dataclass

@@ -69,6 +69,9 @@ def sqs_event(messages: list[dict[str, Any]], arn: str, region: str) -> dict[str
 def main(spec: dict[str, Any]) -> None:
     region = os.environ.get("AWS_REGION", "us-east-1")
     module, func = spec["handler"].rsplit(".", 1)
+    if spec["handler"] == "contract_review.poller.main":  # a Fargate task: a long-running poller
+        getattr(importlib.import_module(module), func)()
+        return
     handler = getattr(importlib.import_module(module), func)
     signal.signal(signal.SIGALRM, _on_timeout)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))

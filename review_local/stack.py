@@ -18,6 +18,7 @@ from .runtime import LocalRuntime, function_specs
 @dataclass
 class LocalStack:
     profile: str = "local"
+    worker: str = "lambda"  # lambda | fargate: the CDK context that picks the analysis worker
     faults: FaultSpec | None = None
     concurrency: dict[str, int] = field(default_factory=dict)
     extra_env: dict[str, dict[str, str]] = field(default_factory=dict)
@@ -27,7 +28,7 @@ class LocalStack:
     state_dir: Path = STATE_DIR  # worker logs go to state_dir/logs
 
     def start(self, workers: bool = True) -> "LocalStack":
-        self.template = self.template or synth(self.profile)
+        self.template = self.template or synth(self.profile, {"worker": self.worker})
         self.aws.start()
         self.aws.deploy(self.template)
         if workers:
@@ -39,6 +40,7 @@ class LocalStack:
         env = {k: dict(v) for k, v in self.extra_env.items()}
         if self.faults is not None:
             env.setdefault("worker", {})["FAULT_SPEC"] = self.faults.to_env()
+        env.setdefault("worker", {})["LOG_LEVEL"] = "INFO"
         self.runtime = LocalRuntime(self.aws, function_specs(self.aws, prof.sweep_interval_s), env_overrides=env,
                                     concurrency=self.concurrency, log_dir=self.state_dir / "logs").start()
 

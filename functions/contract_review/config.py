@@ -79,6 +79,7 @@ class Profile(BaseModel):
     # --- Fargate poller alternative -------------------------------------------------------
     fargate_visibility_s: int = 30  # the poller heartbeats this short visibility itself
     fargate_claim_lease_s: float = 20
+    poller_wait_s: int = 10  # SQS long-poll wait of the Fargate poller
 
     @model_validator(mode="after")
     def _check_rules(self) -> "Profile":
@@ -142,6 +143,9 @@ PROFILES: dict[str, Profile] = {
         tool_retry=RetryPolicy(base_s=0.01, cap_s=0.1, max_attempts=5),
         chunk_retry_budget_s=3.0,
         record_ttl_days=1,
+        fargate_visibility_s=10,
+        fargate_claim_lease_s=3.0,
+        poller_wait_s=1,
     ),
 }
 

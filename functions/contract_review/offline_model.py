@@ -119,7 +119,9 @@ PATTERNS: dict[str, tuple[Rule, ...]] = {
     ),
     "assignment": (
         (r"\bassign(?:ed|ment|ments|able|ability|ee|ees|or)?\b|(?<!and\s)(?<!or\s)(?<!permitted\s)\bassigns\b",
-         r"!\bhereby (?:irrevocably )?assigns?\b|\bassigns? (?:and transfers? )?(?:to \w+ )?all (?:of its )?(?:right|rights|title)|\b(?:employees?|personnel|staff|individuals?) assigned\b|\bassigned to (?:him|her|it|them|such \w+|the project)\b|\bmeaning assigned\b|\bassigned (?:such |the )?meaning"),
+         r"!\bhereby (?:irrevocably )?assigns?\b|\bassigns? (?:and transfers? )?(?:to \w+ )?all (?:of its )?(?:right|rights|title)|\b(?:employees?|personnel|staff|individuals?) assigned\b|\bassigned to (?:him|her|it|them|such \w+|the project)\b|\bmeaning assigned\b|\bassigned (?:such |the )?meaning"
+         r"|\bassignment for the benefit of (?:its )?creditors\b|\b(?:his|her|their) assignment\b"
+         r"|\b(?:not |to )?assign (?:anyone|any (?:individual|person|employee)|(?:supplier |its )?personnel|staff)\b"),
         r"\b(?:may not|shall not|will not|cannot|can not|not be|nor)\b.{0,120}\b(?:transfer\w*|delegat\w*|subcontract\w*|convey\w*|sublet|pledge|encumber)\b",
         r"\bnot\b.{0,120}\b(?:transfer\w*|convey\w*|sell|dispose)\b.{0,200}\b(?:without|unless)\b.{0,60}\b(?:consent|approval)\b",
         r"\b(?:transfer\w*|delegat\w*|subcontract\w*|convey\w*|transaction)\b.{0,250}\b(?:null and void|void ab initio|shall be void|is void|of no (?:force|effect))",
@@ -171,7 +173,8 @@ PATTERNS: dict[str, tuple[Rule, ...]] = {
     "governing_law": (
         r"\bgovern(?:ed|s)?\b.{0,120}\blaws?\b",
         r"\bgoverning law\b",
-        r"\blaws? of (?:the )?(?:state|commonwealth|province|republic|kingdom|people's republic|federal republic|united states|england|new york|delaware|california|texas)\b",
+        (r"\blaws? of (?:the )?(?:state|commonwealth|province|republic|kingdom|people's republic|federal republic|united states|england|new york|delaware|california|texas)\b",
+         r"!\b(?:organi[sz]ed|incorporated|existing|formed|registered|chartered)\b(?: and existing)? under the laws\b"),
         r"\b(?:construed|interpreted|enforced|determined)\b.{0,120}\b(?:in accordance with|under|pursuant to)\b.{0,40}\blaws?\b",
         r"\b(?:exclusive|non-?exclusive) jurisdiction\b",
         r"\b(?:submit\w*|consent\w*|irrevocably \w+)\b.{0,60}\bjurisdiction\b",
@@ -182,16 +185,20 @@ PATTERNS: dict[str, tuple[Rule, ...]] = {
         r"\bconflicts? of laws?\b",
     ),
     "audit_rights": (
-        (r"\baudit\w*", r"!\baudited (?:financial|consolidated|balance)"),
-        r"\b(?:inspect\w*|examin\w*|review|copy|copies|verify|verification)\b.{0,200}\b(?:books|records|accounts|ledgers|documents|facilit\w*|premises|locations?|plants?|sites?|operations|warehouses?)\b",
-        r"\b(?:books|records|accounts)\b.{0,200}\b(?:inspect\w*|examin\w*|available|access|review|audit\w*|cop(?:y|ies)|verif\w*)\b",
-        r"\baccess\b.{0,150}\b(?:books|records|to verify|premises|facilit\w*)\b",
+        (r"\baudit\w*", r"!\baudited (?:financial|consolidated|balance)"
+                          r"|\b(?:employees|contractors|accountants|attorneys|lawyers|advisers|advisors|counsel),? (?:and |or )?(?:its |their )?auditors\b"
+                          r"|\bauditors,? (?:and |or )?(?:professional |legal |financial )?(?:advis|counsel|attorney)\w*"),
+        r"\b(?:inspect\w*|examin\w*|review|copy|copies|verify|verification)\b.{0,200}\b(?:books|records|ledgers|documents|facilit\w*|premises|locations?|plants?|sites?|operations|warehouses?)\b",
+        r"\b(?:books|records)\b.{0,200}\b(?:inspect\w*|examin\w*|available|access|review|audit\w*|cop(?:y|ies)|verif\w*)\b",
+        r"\baccess\b.{0,150}\b(?:books|records|to verify)\b",
+        r"\b(?:give|grant|provide|permit|allow|afford)\w*\b.{0,60}\baccess\b.{0,100}\b(?:premises|facilit\w*|sites?|plants?|offices?)\b",
         r"\b(?:to|and) verify\b.{0,150}\b(?:payments?|funds|amounts?|royalt\w*|fees|compliance|accuracy|reports?|statements?)",
         r"\bright to (?:enter|visit)\b",
         r"\binspection\b",
     ),
     "commitments": (
-        (r"\bminimum\b", r"!\bat a minimum\b|\bminimum (?:extent|necessary|standards?)\b|\bto the minimum\b"),
+        (r"\bminimum\b", r"!\bat a minimum\b|\bminimum (?:extent|necessary|standards?)\b|\bto the minimum\b"
+                           r"|\bthe minimum (?:required|necessary|needed|share|amount necessary)\b"),
         rf"\b(?:purchase|spend|order|pay|buy|sell|provide|invest|commit|guarantee|tender|deliver|ship|broadcast|promote|achieve|generate)\w*\b.{{0,150}}\b(?:at least|not less than|no less than|a minimum of|not fewer than|no fewer than) (?:\(|\$|\d|\[|\*|{_NUM}\b)",
         rf"\b(?:at least|not less than|no less than|not fewer than|no fewer than)\b.{{0,100}}{_MONEYISH}.{{0,150}}\b(?:purchase|spend|order|pay|buy|sell|provide|invest|commit|guarantee|tender|deliver|ship|royalt\w*|revenues?|sales|budget|units|fees?)",
         r"\bguarantee\w*\b.{0,60}\b(?:to )?(?:purchase|order|buy|pay|spend|revenue|royalt)",

@@ -27,7 +27,8 @@ def run(settings: Settings, stop: threading.Event) -> None:
     sqs = d.store.aws.sqs
     visibility = settings.profile.fargate_visibility_s
     while not stop.is_set():
-        r = sqs.receive_message(QueueUrl=settings.analysis_queue_url, MaxNumberOfMessages=1, WaitTimeSeconds=10,
+        r = sqs.receive_message(QueueUrl=settings.analysis_queue_url, MaxNumberOfMessages=1,
+                                WaitTimeSeconds=settings.profile.poller_wait_s,
                                 VisibilityTimeout=visibility, MessageSystemAttributeNames=["ApproximateReceiveCount"])
         for m in r.get("Messages", []):
             delivery = Delivery(message_id=m["MessageId"], receipt_handle=m["ReceiptHandle"],
@@ -37,6 +38,9 @@ def run(settings: Settings, stop: threading.Event) -> None:
                 outcome = worker.handle(AnalysisMessage.model_validate_json(m["Body"]), delivery)
             except Tier2 as exc:
                 log.warning("tier 2: %s", exc.envelope.error_code)
+                continue
+            except Exception:  # not acknowledged: the queue redelivers it (tier 2), then the DLQ
+                log.exception("chunk failed with an unexpected error")
                 continue
             log.info("chunk %s", outcome.action)
             sqs.delete_message(QueueUrl=settings.analysis_queue_url, ReceiptHandle=m["ReceiptHandle"])

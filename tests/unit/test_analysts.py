@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -203,3 +204,26 @@ def test_analysts_for_bounds() -> None:
     for bad in (0, 12, -1):
         with pytest.raises(ValueError):
             analysts_for(bad)
+
+
+# --- the project's own sample contracts --------------------------------------------------------
+
+SAMPLES = sorted((Path(__file__).resolve().parents[2] / "samples").glob("*.txt"))
+
+
+@pytest.mark.parametrize("path", SAMPLES, ids=[p.name for p in SAMPLES])
+def test_each_sample_contract_yields_findings_in_most_categories(path: Path) -> None:
+    text = path.read_text(encoding="utf-8")
+    chunks = split_into_chunks(text)
+    model = CountingModel()
+    findings = [f for c in chunks for spec in ANALYSTS for f in run_analyst(spec, c, model.call_step).findings]
+    for f in findings:
+        assert text[f.start:f.end] == f.quote
+    found = {f.category for f in findings}
+    assert len(found) >= 10, f"{path.name}: only {sorted(found)}"
+
+
+def test_samples_include_a_long_master_services_agreement() -> None:
+    names = {p.name: p.stat().st_size for p in SAMPLES}
+    assert len(names) >= 4
+    assert names.get("master-services-agreement.txt", 0) >= 100_000

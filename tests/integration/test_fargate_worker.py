@@ -1,0 +1,42 @@
+"""`-c worker=fargate`: the same core runs as long-running pollers (the ECS task of the template)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+from contract_review import ops
+from contract_review.config import FaultSpec, get_profile
+
+from .conftest import wait_for, wait_jobs
+from .test_recovery import _claimed_with_checkpoints, _doc, _pid
+
+LOCAL = get_profile("local")
+
+
+def test_fargate_pollers_review_and_recover_from_kill_9(tmp_path):
+    from review_local.embedded import synth
+    from review_local.stack import LocalStack
+
+    stack = LocalStack(worker="fargate", faults=FaultSpec(latency_ms=100), concurrency={"worker": 2},
+                       template=synth("local", {"worker": "fargate"}), state_dir=tmp_path)
+    stack.start()
+    try:
+        assert not any(r["Type"] == "AWS::Lambda::EventSourceMapping" and "Analysis" in str(r["Properties"])
+                       for r in stack.template["Resources"].values())
+        assert [b.spec.handler for b in stack.runtime.sandboxes if b.spec.name == "worker"] == \
+            ["contract_review.poller.main"] * 2
+        store = stack.store()
+        job_id = ops.submit(store, _doc(3), document_id="fargate")
+        victim = wait_for(lambda: _claimed_with_checkpoints(store, job_id, 2), 60, 0.05, "a half-done chunk")
+        os.kill(_pid(victim), signal.SIGKILL)
+        killed_at = time.time()
+        job = wait_jobs(store, [job_id], timeout=90)[job_id]
+        assert job["state"] == "completed"
+        record = store.get_chunk(job_id, victim["chunk_id"])
+        assert record["fence"] >= 2
+        # the poller's claim lease is the Fargate one (short, heartbeated)
+        assert float(record["claimed_at"]) - killed_at < LOCAL.fargate_claim_lease_s + LOCAL.sweep_interval_s + 4
+    finally:
+        stack.stop()
