@@ -6,6 +6,8 @@ import json
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from contract_review.analysts import (
     ANALYSTS,
@@ -22,7 +24,7 @@ from contract_review.analysts import (
 from contract_review.chunking import Chunk, split_into_chunks
 from contract_review.errors import ReviewError
 from contract_review.models import ModelRequest, ModelResponse
-from contract_review.offline_model import OfflineRuleModel
+from contract_review.offline_model import OfflineRuleModel, locate
 
 # One clause for each of the 12 categories, so every analyst's locate step finds something.
 ALL_CATEGORIES_TEXT = """\
@@ -227,3 +229,73 @@ def test_samples_include_a_long_master_services_agreement() -> None:
     names = {p.name: p.stat().st_size for p in SAMPLES}
     assert len(names) >= 4
     assert names.get("master-services-agreement.txt", 0) >= 100_000
+
+
+# --- the offline rule model's own behaviour ---------------------------------------------------
+
+ALL_KEYS = [c.key for c in CATEGORIES]
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.sampled_from([
+    "Either party may terminate this Agreement for convenience on 30 days' notice.",
+    "4. Limitation of Liability.", "In no event shall liability exceed the fees paid.",
+    "This Agreement is governed by the laws of the State of Delaware.",
+    "The Licensee may not assign this Agreement without consent.", "Inc.", "U.S.", "Section 14.1.",
+    "\n\n", "\n", "   ", "; ", ": (a) ", "exclusive", "minimum", "audit", "records", "x" * 30,
+]), max_size=40))
+def test_offline_quotes_are_exact_substrings_of_any_text(parts: list[str]) -> None:
+    text = " ".join(parts)
+    located = locate(text, ALL_KEYS)
+    assert located == locate(text, ALL_KEYS)  # deterministic
+    for c in located:
+        assert c["category"] in ALL_KEYS
+        assert c["quote"] and c["quote"] in text and c["quote"] == c["quote"].strip()
+
+
+def _cats(text: str) -> set[str]:
+    return {c["category"] for c in locate(text, ALL_KEYS)}
+
+
+def test_a_heading_is_prefixed_to_its_clause_and_counts_for_it() -> None:
+    text = "4. Limitation of Liability. The Sponsor shall not be liable for any error of judgment."
+    quotes = [c["quote"] for c in locate(text, ["liability_cap"])]
+    assert quotes == [text]
+    # the heading alone is not a clause
+    assert locate("4. Limitation of Liability.", ["liability_cap"]) == []
+
+
+def test_a_for_cause_right_is_not_termination_for_convenience() -> None:
+    assert "termination" in _cats("Either party may terminate this Agreement upon thirty (30) days' prior written notice.")
+    assert "termination" not in _cats("Either party may terminate this Agreement upon thirty (30) days' prior written "
+                                      "notice if the other party commits a material breach.")
+
+
+def test_rules_tolerate_padded_and_wrapped_lines() -> None:
+    assert "governing_law" in _cats("This Agreement will be governed   and interpreted according to the laws\n"
+                                    "          of the State of California.")
+
+
+def test_abbreviations_do_not_split_sentences() -> None:
+    text = "Acme Widgets, Inc. grants to the Customer a non-exclusive license to use the Software in the U.S. market."
+    assert [c["quote"] for c in locate(text, ["license_grant"])] == [text]
+
+
+def test_long_sentences_are_quoted_by_their_relevant_parts() -> None:
+    filler = "; ".join(f"the Supplier shall deliver the item numbered {i} to the warehouse" for i in range(12))
+    text = f"The parties agree that {filler}; and the Customer shall purchase a minimum of 5,000 units each year; {filler}."
+    quotes = [c["quote"] for c in locate(text, ["commitments"])]
+    assert quotes and all(len(q) < 200 for q in quotes)
+    assert any("minimum of 5,000 units" in q for q in quotes)
+
+
+def test_model_answers_both_steps_through_the_request_payload() -> None:
+    spec = AnalystSpec("disputes", ("governing_law",), False)
+    chunk = _chunk("This Agreement is governed by the laws of the State of Delaware. Notices must be in writing.")
+    model = OfflineRuleModel()
+    located = parse_response(spec, "locate", chunk, model.invoke(build_request(spec, "locate", chunk, None, None)))
+    assert located == [{"category": "governing_law",
+                        "quote": "This Agreement is governed by the laws of the State of Delaware."}]
+    assessed = parse_response(spec, "assess", chunk, model.invoke(build_request(spec, "assess", chunk, located, None)))
+    assert assessed[0]["quote"] == located[0]["quote"] and 0 <= assessed[0]["score"] <= 1
+    assert model.model_id == "offline-rules-v1"

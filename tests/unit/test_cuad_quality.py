@@ -33,6 +33,10 @@ from contract_review.analysts import ANALYSTS, CATEGORIES, Finding, run_analyst
 from contract_review.chunking import split_into_chunks
 from contract_review.offline_model import OfflineRuleModel, _unit_spans
 
+# Keep this module's tests on one xdist worker so the corpus is analysed once (`make test` runs
+# with --dist loadgroup).
+pytestmark = pytest.mark.xdist_group("cuad_quality")
+
 ROOT = Path(__file__).resolve().parents[2]
 CUAD_DIR = ROOT.parent / "shared" / "data" / "cuad"
 REPORT = ROOT / ".review" / "cuad-recall.json"
