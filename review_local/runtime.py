@@ -142,7 +142,7 @@ class LocalRuntime:
 
     def start(self) -> "LocalRuntime":
         for spec in self.specs:
-            n = 1 if spec.schedule_s else self.concurrency.get(spec.name, spec.concurrency)
+            n = self.concurrency.get(spec.name, 1 if spec.schedule_s else spec.concurrency)
             for slot in range(n):
                 box = Sandbox(spec, slot)
                 self._spawn(box)

@@ -79,6 +79,7 @@ class Profile(BaseModel):
     # --- Fargate poller alternative -------------------------------------------------------
     fargate_visibility_s: int = 30  # the poller heartbeats this short visibility itself
     fargate_claim_lease_s: float = 20
+    fargate_sweep_interval_s: float = 10  # each poller also sweeps: Fargate recovery <= 20 + 10 = 30 s
     poller_wait_s: int = 10  # SQS long-poll wait of the Fargate poller
 
     @model_validator(mode="after")
@@ -119,8 +120,8 @@ PROFILES: dict[str, Profile] = {
         analysis_visibility_s=300,
         intake_visibility_s=360,
         results_visibility_s=720,
-        claim_lease_s=60,
-        sweep_interval_s=60,  # EventBridge rate(1 minute): recovery <= lease + sweep = 120 s worst, ~90 s typical
+        claim_lease_s=30,  # heartbeat every 10 s
+        sweep_interval_s=60,  # EventBridge rate(1 minute): Lambda recovery <= lease + sweep = 90 s
         model_retry=RetryPolicy(base_s=1.0, cap_s=30.0, max_attempts=3),
         tool_retry=RetryPolicy(base_s=0.25, cap_s=5.0, max_attempts=5),
         chunk_retry_budget_s=60.0,
@@ -145,6 +146,7 @@ PROFILES: dict[str, Profile] = {
         record_ttl_days=1,
         fargate_visibility_s=10,
         fargate_claim_lease_s=3.0,
+        fargate_sweep_interval_s=1.0,
         poller_wait_s=1,
     ),
 }

@@ -16,13 +16,29 @@ import boto3
 from .config import Settings
 from .messages import AnalysisMessage
 from .runtime import build_deps
+from .store import Store
+from .sweeper import sweep
 from .worker import ChunkWorker, Delivery, Tier2
 
 log = logging.getLogger("contract_review.poller")
 
 
+def _sweep_loop(store: Store, interval_s: float, stop: threading.Event) -> None:
+    """Every poller also sweeps (idempotent, conditional): a dead task's chunk is requeued within
+    lease + interval without waiting for the scheduled sweeper Lambda (1 minute at best)."""
+    while not stop.wait(interval_s):
+        try:
+            report = sweep(store)
+            if report.requeued or report.dead_lettered:
+                log.info("sweep requeued=%s dead_lettered=%s", report.requeued, report.dead_lettered)
+        except Exception:  # the next round retries; logged, not hidden
+            log.exception("sweep failed")
+
+
 def run(settings: Settings, stop: threading.Event) -> None:
     d = build_deps(settings, boto3.Session())
+    threading.Thread(target=_sweep_loop, args=(d.store, settings.profile.fargate_sweep_interval_s, stop),
+                     daemon=True, name="sweeper").start()
     worker = ChunkWorker(d.store, d.model())
     sqs = d.store.aws.sqs
     visibility = settings.profile.fargate_visibility_s

@@ -27,9 +27,9 @@ class Deps:
 def aws_client_config() -> Any:
     from botocore.config import Config
 
-    # Tool calls: botocore's standard retry mode with a small budget; tier 1 adds its own on top
-    # only around model calls, so the two never multiply.
-    return Config(retries={"mode": "standard", "max_attempts": 3}, connect_timeout=5, read_timeout=30)
+    # AWS API calls (DynamoDB, S3, SQS): botocore's standard retry mode, 5 attempts in total.
+    # Tier 1 wraps model calls only, so the two never multiply.
+    return Config(retries={"mode": "standard", "total_max_attempts": 5}, connect_timeout=5, read_timeout=30)
 
 
 def build_deps(settings: Settings, session: Any) -> Deps:
