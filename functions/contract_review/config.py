@@ -147,7 +147,7 @@ PROFILES: dict[str, Profile] = {
         fargate_visibility_s=10,
         fargate_claim_lease_s=3.0,
         fargate_sweep_interval_s=1.0,
-        poller_wait_s=1,
+        poller_wait_s=0,  # short polls against moto (its long poll spins while a FIFO group is busy)
     ),
 }
 

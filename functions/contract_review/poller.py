@@ -46,6 +46,8 @@ def run(settings: Settings, stop: threading.Event) -> None:
         r = sqs.receive_message(QueueUrl=settings.analysis_queue_url, MaxNumberOfMessages=1,
                                 WaitTimeSeconds=settings.profile.poller_wait_s,
                                 VisibilityTimeout=visibility, MessageSystemAttributeNames=["ApproximateReceiveCount"])
+        if not r.get("Messages") and not settings.profile.poller_wait_s:
+            stop.wait(0.2)  # short polling (local profile): back off while idle
         for m in r.get("Messages", []):
             delivery = Delivery(message_id=m["MessageId"], receipt_handle=m["ReceiptHandle"],
                                 receive_count=int(m["Attributes"]["ApproximateReceiveCount"]),
