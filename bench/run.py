@@ -19,6 +19,7 @@ import argparse
 import json
 import os
 import platform
+import shutil
 import signal
 import sys
 import time
@@ -129,10 +130,14 @@ def main() -> None:
     args = ap.parse_args()
     template = synth("local")
     work = ROOT / ".review" / "bench"
-    work.mkdir(parents=True, exist_ok=True)
-    print("1/3 throughput: samples with 0 % and 5 % transient model faults")
-    ideal = throughput(template, 0.0, work / "t0")
-    faulty = throughput(template, 0.05, work / "t5")
+    shutil.rmtree(work, ignore_errors=True)  # call ledgers append: start empty
+    work.mkdir(parents=True)
+    print("1/3 throughput: samples with 0 % and 5 % transient model faults (alternating, best of 2)")
+    runs: dict[float, list[dict[str, Any]]] = {0.0: [], 0.05: []}
+    for rep in range(2):
+        for rate in (0.0, 0.05):
+            runs[rate].append(throughput(template, rate, work / f"t{rate}-{rep}"))
+    ideal, faulty = (min(runs[r], key=lambda x: x["wall_s"]) for r in (0.0, 0.05))
     print("2/3 recovery from kill -9: lease + sweeper" + ("" if args.quick else ", then the visibility-timeout baseline"))
     ours = recovery(template, True, work / "r1")
     baseline = None if args.quick else recovery(template, False, work / "r2")
