@@ -91,6 +91,16 @@ class Store:
         self.s = aws.settings
         self.clock = clock
 
+    def _update_if(self, table: str, key: dict[str, Any], **kw: Any) -> dict[str, Any] | None:
+        """A conditional update_item: the new item, or None when the condition did not hold."""
+        try:
+            r = self.aws.ddb.update_item(TableName=table, Key=key, ReturnValues="ALL_NEW", **kw)
+        except ClientError as exc:
+            if is_conditional_failure(exc):
+                return None
+            raise
+        return deserialize(r["Attributes"])
+
     # ---------------------------------------------------------------- jobs
     def create_job(self, job: dict[str, Any]) -> tuple[dict[str, Any], bool]:
         job = {**job, "expires_at": int(self.clock()) + self.s.profile.record_ttl_s}
@@ -131,16 +141,10 @@ class Store:
             names.update({f"#r{i}": k for i, k in enumerate(rem)})
             expr += " REMOVE " + ", ".join(f"#r{i}" for i in range(len(rem)))
         names["#state"] = "state"
-        try:
-            r = self.aws.ddb.update_item(
-                TableName=self.s.jobs_table, Key=serialize({"job_id": job_id}), UpdateExpression=expr,
-                ConditionExpression="#state IN (" + ", ".join(f":from{i}" for i in range(len(froms))) + ")",
-                ExpressionAttributeNames=names, ExpressionAttributeValues=serialize(values), ReturnValues="ALL_NEW")
-        except ClientError as exc:
-            if is_conditional_failure(exc):
-                return None
-            raise
-        return deserialize(r["Attributes"])
+        return self._update_if(
+            self.s.jobs_table, serialize({"job_id": job_id}), UpdateExpression=expr,
+            ConditionExpression="#state IN (" + ", ".join(f":from{i}" for i in range(len(froms))) + ")",
+            ExpressionAttributeNames=names, ExpressionAttributeValues=serialize(values))
 
     def settle_chunk(self, job_id: str, chunk_id: str) -> dict[str, Any]:
         """Add chunk to the job's settled set (idempotent); returns the job after the update."""
@@ -236,17 +240,9 @@ class Store:
         names = {**(names or {}), "#st": "status"}
         state_values = {f":fs{i}": st for i, st in enumerate(states)}
         cond = "fence = :fence AND #st IN (" + ", ".join(state_values) + ")"
-        try:
-            r = self.aws.ddb.update_item(
-                TableName=self.s.claims_table, Key=self._ckey(job_id, chunk_id), UpdateExpression=expr,
-                ConditionExpression=cond, ExpressionAttributeNames=names,
-                ExpressionAttributeValues=serialize({**values, **state_values, ":fence": fence}),
-                ReturnValues="ALL_NEW")
-        except ClientError as exc:
-            if is_conditional_failure(exc):
-                return None
-            raise
-        return deserialize(r["Attributes"])
+        return self._update_if(
+            self.s.claims_table, self._ckey(job_id, chunk_id), UpdateExpression=expr, ConditionExpression=cond,
+            ExpressionAttributeNames=names, ExpressionAttributeValues=serialize({**values, **state_values, ":fence": fence}))
 
     def heartbeat(self, job_id: str, chunk_id: str, fence: int, lease_s: float) -> bool:
         return self._fenced_update(job_id, chunk_id, fence, "SET claim_expires_at = :exp",
@@ -308,21 +304,13 @@ class Store:
                 yield deserialize(i)
 
     def reset_for_redrive(self, job_id: str, chunk_id: str) -> dict[str, Any] | None:
-        try:
-            r = self.aws.ddb.update_item(
-                TableName=self.s.claims_table, Key=self._ckey(job_id, chunk_id),
-                UpdateExpression="SET #st = :pending, failures = :z, redriven = if_not_exists(redriven, :z) + :one "
-                                 "REMOVE claimed_by, claim_expires_at, lease_bucket, settled_at",
-                ConditionExpression="#st IN (:dead, :failed)",
-                ExpressionAttributeNames={"#st": "status"},
-                ExpressionAttributeValues=serialize({":pending": "pending", ":z": 0, ":one": 1,
-                                                     ":dead": "dead_lettered", ":failed": "failed"}),
-                ReturnValues="ALL_NEW")
-        except ClientError as exc:
-            if is_conditional_failure(exc):
-                return None
-            raise
-        return deserialize(r["Attributes"])
+        return self._update_if(
+            self.s.claims_table, self._ckey(job_id, chunk_id),
+            UpdateExpression="SET #st = :pending, failures = :z, redriven = if_not_exists(redriven, :z) + :one "
+                             "REMOVE claimed_by, claim_expires_at, lease_bucket, settled_at",
+            ConditionExpression="#st IN (:dead, :failed)", ExpressionAttributeNames={"#st": "status"},
+            ExpressionAttributeValues=serialize({":pending": "pending", ":z": 0, ":one": 1,
+                                                 ":dead": "dead_lettered", ":failed": "failed"}))
 
     # ---------------------------------------------------------------- checkpoints
     # Write-then-commit: the checkpoint item is written under a key that includes the writer's
