@@ -33,9 +33,10 @@ log = logging.getLogger(__name__)
 class Tier2(Exception):
     """Hand the record back to the queue (batch-item failure). Carries the envelope."""
 
-    def __init__(self, envelope: ErrorEnvelope):
+    def __init__(self, envelope: ErrorEnvelope, stats: RetryStats | None = None):
         super().__init__(f"{envelope.error_code}: {envelope.message}")
         self.envelope = envelope
+        self.stats = stats or RetryStats()
 
 
 @dataclass
@@ -54,6 +55,7 @@ class Delivery:
 class Outcome:
     action: str  # done | skipped | requeued | failed | dead_lettered | duplicate | lease_lost | job_failed
     detail: dict[str, Any] = field(default_factory=dict)
+    stats: RetryStats = field(default_factory=RetryStats)  # model calls and tier-1 retries of this attempt
 
 
 class Heartbeat:
@@ -117,15 +119,19 @@ class ChunkWorker:
                 ErrorEnvelope.of("runtime.worker_lost", "poison budget used by earlier attempts")
             return self._dead_letter(msg, fence, env, {})
         stats = RetryStats()
+        outcome: Outcome | None = None
         with Heartbeat(self.store, msg, fence, delivery, self.s.claim_lease_s) as hb:
             try:
                 outputs = self._run_analysts(msg, job, fence, claim.item, delivery, stats, hb)
             except LeaseLost as exc:
                 self.store.event(msg.job_id, "chunk.lease_lost", chunk_id=msg.chunk_id, fence=fence)
-                return Outcome("lease_lost", {"error": exc.envelope.error_code})
+                outcome = Outcome("lease_lost", {"error": exc.envelope.error_code})
             except ReviewError as exc:
-                return self._on_error(msg, job, fence, delivery, stats, exc.envelope)
-        return self._complete(msg, fence, stats, outputs)
+                outcome = self._on_error(msg, job, fence, delivery, stats, exc.envelope)
+        if outcome is None:
+            outcome = self._complete(msg, fence, stats, outputs)
+        outcome.stats = stats
+        return outcome
 
     # ------------------------------------------------------------------ pieces
     def _not_claimed(self, msg: AnalysisMessage, item: dict[str, Any]) -> Outcome:
@@ -268,7 +274,7 @@ class ChunkWorker:
                 self.store.aws.sqs.change_message_visibility(QueueUrl=delivery.queue_url,
                                                              ReceiptHandle=delivery.receipt_handle,
                                                              VisibilityTimeout=back)
-            raise Tier2(env)
+            raise Tier2(env, stats)
         # Permanent: the chunk fails; a job-fatal code fails the whole job now.
         if self.store.finish(msg.job_id, msg.chunk_id, fence, "failed", st, {}, env) is None:
             return Outcome("lease_lost")

@@ -3,16 +3,19 @@ from __future__ import annotations
 import functools
 from typing import Any
 
-from aws_lambda_powertools import Logger
+from aws_lambda_powertools import Logger, Metrics
+from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.batch import BatchProcessor, EventType, process_partial_response
 from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from ..messages import AnalysisMessage
+from ..retry import RetryStats
 from ..worker import ChunkWorker, Delivery, Tier2
 from . import deps
 
 logger = Logger(service="worker")
+metrics = Metrics(service="worker")  # namespace from POWERTOOLS_METRICS_NAMESPACE
 processor = BatchProcessor(event_type=EventType.SQS)
 
 
@@ -33,11 +36,26 @@ def record_handler(record: SQSRecord, context: LambdaContext) -> None:
     try:
         outcome = w.handle(msg, delivery)
     except Tier2 as exc:
-        logger.warning("chunk handed to tier 2", extra={**log, "error_code": exc.envelope.error_code, "tier": 2})
+        _record(exc.stats)
+        metrics.add_metric(name="Tier2Handoffs", unit=MetricUnit.Count, value=1)
+        logger.warning("chunk handed to tier 2 (queue redelivery)",
+                       extra={**log, "error_code": exc.envelope.error_code, "tier": 2,
+                              "tier1_retries": dict(exc.stats.retries)})
         raise
-    logger.info("chunk processed", extra={**log, "outcome": outcome.action, **outcome.detail})
+    _record(outcome.stats)
+    if outcome.action == "requeued":
+        metrics.add_metric(name="BackpressureRequeues", unit=MetricUnit.Count, value=1)
+    logger.info("chunk processed", extra={**log, "outcome": outcome.action, **outcome.detail,
+                                          "tier1_retries": dict(outcome.stats.retries)})
 
 
+def _record(stats: RetryStats) -> None:
+    metrics.add_metric(name="ModelCalls", unit=MetricUnit.Count, value=stats.calls)
+    metrics.add_metric(name="Tier1Retries", unit=MetricUnit.Count, value=sum(stats.retries.values()))
+    metrics.add_metric(name="SemanticRepairs", unit=MetricUnit.Count, value=stats.repairs)
+
+
+@metrics.log_metrics
 @logger.inject_lambda_context
 def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     return process_partial_response(event=event, record_handler=functools.partial(record_handler, context=context),
