@@ -22,8 +22,11 @@ venv: $(STAMP)
 demo: $(STAMP)
 	$(BIN)/review demo
 
-test: $(STAMP)
+test: lint
 	$(BIN)/python -m pytest -n 2 --dist loadgroup tests
+
+lint: $(STAMP)
+	$(BIN)/ruff check functions review_local infra tests bench app.py
 
 test-unit: $(STAMP)
 	$(BIN)/python -m pytest tests/unit

@@ -53,7 +53,7 @@ class DeploySettings:
         return self.profile.name == "local"
 
     @classmethod
-    def from_context(cls, get: Any) -> "DeploySettings":
+    def from_context(cls, get: Any) -> DeploySettings:
         """Build from CDK context; `get` is `node.try_get_context`. Values from `-c` arrive as strings."""
         profile = get_profile(str(get("profile") or "prod"))
         provider = get("model_provider") or ("offline" if profile.name == "local" else "bedrock")

@@ -8,7 +8,6 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Any
 
 import click
 from rich.console import Console
@@ -65,7 +64,7 @@ def up(fault_rate: float, seed: int, workers: int | None) -> None:
     console.print(f"AWS endpoint: [bold cyan]{stack.aws.endpoint}[/]  region: {stack.aws.region}")
     for k, v in sorted(stack.outputs.items()):
         console.print(f"  {k:22} {v}")
-    console.print(f"wrote .review/local.json; worker logs in .review/logs/. Ctrl-C to stop.")
+    console.print("wrote .review/local.json; worker logs in .review/logs/. Ctrl-C to stop.")
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     try:

@@ -37,7 +37,7 @@ def run_demo(console: Console, fault_rate: float, samples_dir: Path | None = Non
         return 2
     started = time.monotonic()
     stack = LocalStack(faults=FaultSpec(seed=2026, transient_rate=fault_rate))
-    console.print(f"[bold]1/4[/] synthesizing the CDK app and deploying it into embedded AWS (moto)...")
+    console.print("[bold]1/4[/] synthesizing the CDK app and deploying it into embedded AWS (moto)...")
     stack.start()
     stack.write_local_json()
     try:

@@ -120,7 +120,7 @@ class EmbeddedAws:
     physical: dict[str, str] = field(default_factory=dict)
     template: dict[str, Any] = field(default_factory=dict)
 
-    def start(self) -> "EmbeddedAws":
+    def start(self) -> EmbeddedAws:
         import logging
 
         from moto.server import ThreadedMotoServer

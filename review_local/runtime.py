@@ -20,7 +20,6 @@ import threading
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
 
 from .embedded import FAKE_CREDENTIALS, ROOT, EmbeddedAws
 
@@ -140,7 +139,7 @@ class LocalRuntime:
                                     start_new_session=True)
         log.close()
 
-    def start(self) -> "LocalRuntime":
+    def start(self) -> LocalRuntime:
         for spec in self.specs:
             n = self.concurrency.get(spec.name, 1 if spec.schedule_s else spec.concurrency)
             for slot in range(n):

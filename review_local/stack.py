@@ -27,7 +27,7 @@ class LocalStack:
     template: dict[str, Any] = field(default_factory=dict)
     state_dir: Path = STATE_DIR  # worker logs go to state_dir/logs
 
-    def start(self, workers: bool = True) -> "LocalStack":
+    def start(self, workers: bool = True) -> LocalStack:
         self.template = self.template or synth(self.profile, {"worker": self.worker})
         self.aws.start()
         self.aws.deploy(self.template)
@@ -53,7 +53,7 @@ class LocalStack:
         self.stop_workers()
         self.aws.stop()
 
-    def __enter__(self) -> "LocalStack":
+    def __enter__(self) -> LocalStack:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:

@@ -83,7 +83,7 @@ class Profile(BaseModel):
     poller_wait_s: int = 10  # SQS long-poll wait of the Fargate poller
 
     @model_validator(mode="after")
-    def _check_rules(self) -> "Profile":
+    def _check_rules(self) -> Profile:
         if self.analysis_visibility_s < LAMBDA_VISIBILITY_FACTOR * self.worker_timeout_s:
             raise ValueError(
                 f"profile {self.name}: analysis visibility {self.analysis_visibility_s}s must be "
@@ -227,7 +227,7 @@ class Settings(BaseModel):
     worker_kind: Literal["lambda", "fargate"] = "lambda"
 
     @classmethod
-    def from_env(cls, env: Mapping[str, str]) -> "Settings":
+    def from_env(cls, env: Mapping[str, str]) -> Settings:
         missing = [v for k, v in ENV.items() if k in _REQUIRED and not env.get(v)]
         if missing:
             raise ValueError(f"missing environment variables: {', '.join(missing)}")

@@ -129,7 +129,7 @@ class ErrorEnvelope(BaseModel):
     last_seen_at: float = 0.0
 
     @classmethod
-    def of(cls, code: str, message: str = "", **kw: Any) -> "ErrorEnvelope":
+    def of(cls, code: str, message: str = "", **kw: Any) -> ErrorEnvelope:
         spec = REGISTRY[code]
         now = time.time()
         kw.setdefault("first_seen_at", now)
@@ -154,7 +154,7 @@ class ReviewError(Exception):
         self.envelope = envelope
 
     @classmethod
-    def of(cls, code: str, message: str = "", **kw: Any) -> "ReviewError":
+    def of(cls, code: str, message: str = "", **kw: Any) -> ReviewError:
         return cls(ErrorEnvelope.of(code, message, **kw))
 
 

@@ -71,8 +71,8 @@ def _load_text(store: Store, msg: IntakeMessage) -> str:
     return text
 
 
-def _fail_without_job(store: Store, body: str, env: ErrorEnvelope, message_id: str) -> IntakeResult:
-    key = _derivable_key(body)
+def _record_failure(store: Store, body: str, env: ErrorEnvelope, message_id: str, key: str | None) -> IntakeResult:
+    """A permanent input error: a failed job when there is a key to name it by, else the DLQ."""
     if key is None:
         dlq = store.s.intake_dlq_url
         if not dlq:
@@ -95,7 +95,7 @@ def handle_intake(store: Store, body: str, message_id: str = "") -> IntakeResult
     try:
         msg = parse_intake(body)
     except ReviewError as exc:
-        return _fail_without_job(store, body, exc.envelope, message_id)
+        return _record_failure(store, body, exc.envelope, message_id, _derivable_key(body))
 
     try:
         text = _load_text(store, msg)
@@ -105,7 +105,7 @@ def handle_intake(store: Store, body: str, message_id: str = "") -> IntakeResult
         key = msg.idempotency_key or msg.document_id
         if key is None and isinstance(msg.document, InlineDocument):
             key = document_hash(msg.document.text)
-        return _fail_without_job(store, json.dumps({"idempotency_key": key}) if key else body, exc.envelope, message_id)
+        return _record_failure(store, body, exc.envelope, message_id, key)
 
     s = store.s
     key = msg.idempotency_key or document_hash(text)

@@ -288,7 +288,7 @@ def _is_boundary(text: str, pos: int) -> bool:
 _VERBS = ("shall will may must is are be been being was were agree agrees has have had means grants grant does do "
           "not cannot hereby can might would should remain remains constitute constitutes unless if upon").split()
 # Lower-case or upper-case forms only: a Title-Case "Grant of License" or "May 1" is not a verb.
-_CLAUSE_VERB = re.compile(r"\b(?:%s|%s)\b" % ("|".join(_VERBS), "|".join(v.upper() for v in _VERBS)))
+_CLAUSE_VERB = re.compile(r"\b(?:" + "|".join(_VERBS + [v.upper() for v in _VERBS]) + r")\b")
 
 
 # A definition that only points elsewhere ('"Initial Term" has the meaning set forth in Section 15.1.').

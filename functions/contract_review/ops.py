@@ -15,7 +15,9 @@ from typing import Any
 from pydantic import ValidationError
 
 from .aggregator import reliability
-from .messages import AnalysisMessage, ResultMessage
+from .chunking import document_hash
+from .intake import job_id_for
+from .messages import MAX_INLINE_CHARS, AnalysisMessage, ResultMessage
 from .store import TERMINAL_JOB_STATES, Store
 
 
@@ -180,10 +182,6 @@ def dlq_redrive(store: Store, message_ids: set[str] | None = None) -> list[dict[
 def submit(store: Store, text: str, document_id: str | None = None, idempotency_key: str | None = None,
            metadata: dict[str, Any] | None = None) -> str:
     """Send one document to the intake queue (inline, or claim-check via S3 when large). Returns the job id."""
-    from .chunking import document_hash
-    from .intake import job_id_for
-    from .messages import MAX_INLINE_CHARS
-
     key = idempotency_key or document_hash(text)
     job_id = job_id_for(key)
     if len(text) > MAX_INLINE_CHARS or len(text.encode("utf-8")) > 200_000:

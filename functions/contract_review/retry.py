@@ -102,7 +102,7 @@ class Retrier:
         hint: str | None = None
         for repair in (False, True):
             request = build(hint)
-            response = self.call(lambda: invoke(request), step=step)
+            response = self.call(lambda req=request: invoke(req), step=step)
             try:
                 return parse(response), self.stats.calls - calls_before
             except ReviewError as exc:

@@ -71,7 +71,7 @@ class Aws:
     settings: Settings
 
     @classmethod
-    def from_session(cls, session: Any, settings: Settings, config: Any = None) -> "Aws":
+    def from_session(cls, session: Any, settings: Settings, config: Any = None) -> Aws:
         return cls(ddb=session.client("dynamodb", config=config), s3=session.client("s3", config=config),
                    sqs=session.client("sqs", config=config), settings=settings)
 

@@ -24,8 +24,8 @@ from .chunking import Chunk
 from .errors import ErrorClass, ErrorEnvelope, LeaseLost, ReviewError
 from .messages import AnalysisMessage, ResultMessage
 from .models import ModelClient, ModelRequest
-from .retry import Retrier, RetryBudget, RetryGiveUp, RetryStats, backoff_delay
-from .store import SETTLED_CHUNK_STATES, TERMINAL_JOB_STATES, Store
+from .retry import Retrier, RetryBudget, RetryStats
+from .store import TERMINAL_JOB_STATES, Store
 
 log = logging.getLogger(__name__)
 
@@ -67,7 +67,7 @@ class Heartbeat:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True, name="heartbeat")
 
-    def __enter__(self) -> "Heartbeat":
+    def __enter__(self) -> Heartbeat:
         self._thread.start()
         return self
 
@@ -142,7 +142,8 @@ class ChunkWorker:
             return Outcome("duplicate", {"status": status})
         return Outcome("duplicate", {"status": status, "claimed_by": item.get("claimed_by")})
 
-    def _check(self, msg: AnalysisMessage, hb: Heartbeat) -> None:
+    @staticmethod
+    def _check(hb: Heartbeat) -> None:
         if hb.lost.is_set():
             raise LeaseLost()
 
@@ -158,7 +159,7 @@ class ChunkWorker:
         outputs: dict[str, AnalystOutput] = {}
         retrier = Retrier(policy=self.s.profile.model_retry, budget=RetryBudget(self.s.profile.chunk_retry_budget_s),
                           stats=stats, rng=self.rng, sleep=self.sleep, has_time=self._has_time(delivery),
-                          check=lambda: self._check(msg, hb))
+                          check=lambda: self._check(hb))
         specs = analysts_for(int(job.get("analyst_count") or self.s.profile.analyst_count))
         for spec in specs:
             item = saved.get(spec.name)
@@ -174,7 +175,7 @@ class ChunkWorker:
                     self.store.event(msg.job_id, "checkpoint.stale", chunk_id=msg.chunk_id, analyst=spec.name,
                                      checkpoint_hash=item.get("config_hash"), current_hash=current_hash,
                                      job_hash=config_hash)
-            self._check(msg, hb)
+            self._check(hb)
             if not self._has_time(delivery)(0):
                 raise ReviewError.of("runtime.time_exhausted", "before analyst " + spec.name, step=spec.name)
             out = self._run_one(spec, chunk, retrier)

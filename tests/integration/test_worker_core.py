@@ -14,7 +14,6 @@ import pytest
 
 from contract_review.aggregator import handle_result
 from contract_review.config import get_profile
-from contract_review.errors import LeaseLost
 from contract_review.intake import handle_intake
 from contract_review.messages import AnalysisMessage, ResultMessage
 from contract_review.models import ModelRequest, ModelResponse
