@@ -12,6 +12,7 @@ import fcntl
 import hashlib
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -54,7 +55,15 @@ def synth(profile: str = "local", context: dict[str, str] | None = None, stack_n
         fcntl.flock(lock, fcntl.LOCK_EX)
         if not template_path.exists():
             _run_synth(outdir, context)
+            _prune(outdir.parent, keep=6)
     return json.loads(template_path.read_text())
+
+
+def _prune(cache: Path, keep: int) -> None:
+    """Keep the newest `keep` synthesized assemblies (each holds a copy of the Lambda asset)."""
+    dirs = sorted((d for d in cache.iterdir() if d.is_dir()), key=lambda d: d.stat().st_mtime, reverse=True)
+    for old in dirs[keep:]:
+        shutil.rmtree(old, ignore_errors=True)
 
 
 def _run_synth(outdir: Path, context: dict[str, str]) -> None:

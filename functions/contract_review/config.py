@@ -17,6 +17,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, model_validator
 
 LAMBDA_VISIBILITY_FACTOR = 6  # AWS: queue visibility >= 6 x function timeout for Lambda ESMs
+OFFLINE_MODEL_ID = "offline-rules-v1"  # the deterministic rule model (offline_model.py), not an LLM
 
 
 class RetryPolicy(BaseModel):
@@ -239,6 +240,8 @@ class Settings(BaseModel):
 
     @property
     def effective_model_id(self) -> str:
+        if self.model_provider == "offline":
+            return OFFLINE_MODEL_ID
         return self.model_id or self.profile.model_id
 
     @property

@@ -27,6 +27,7 @@ from __future__ import annotations
 import json
 import re
 
+from .config import OFFLINE_MODEL_ID
 from .models import ModelRequest, ModelResponse
 
 # A rule is a regex string, or a tuple of regex strings that must all match ("!" = must not match).
@@ -449,7 +450,7 @@ def score(quote: str) -> tuple[float, str]:
 class OfflineRuleModel:
     """Deterministic rule-based stand-in for a Bedrock model (offline default)."""
 
-    model_id = "offline-rules-v1"
+    model_id = OFFLINE_MODEL_ID
 
     def invoke(self, request: ModelRequest) -> ModelResponse:
         payload = request.payload

@@ -9,6 +9,7 @@
 from __future__ import annotations
 
 import json
+from datetime import UTC, datetime
 from collections import Counter
 from typing import Any
 
@@ -46,7 +47,7 @@ def job_view(store: Store, job_id: str) -> dict[str, Any] | None:
         "answers": {
             "state": state,
             "last_durable_checkpoint": (f"{by_status.get('done', 0)} of {job.get('chunk_count', 0)} chunks settled done"
-                                        + (f", last at {last_cp:.0f}" if last_cp else "")),
+                                        + (f", last at {_iso(last_cp)}" if last_cp else "")),
             "side_effects_done": [k for k in ("report_json_key", "report_md_key") if job.get(k)],
             "retry_would": ("nothing: the job is complete" if state == "completed" else
                             f"redrive {len(dead)} chunk(s) from the DLQ; finished chunks and analysts are reused"
@@ -58,6 +59,10 @@ def job_view(store: Store, job_id: str) -> dict[str, Any] | None:
         },
     }
     return view
+
+
+def _iso(epoch: float) -> str:
+    return datetime.fromtimestamp(epoch, tz=UTC).isoformat(timespec="seconds")
 
 
 def _join(store: Store, queue: str, m: dict[str, Any]) -> dict[str, Any]:

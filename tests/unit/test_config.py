@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from contract_review.config import ENV, PROFILES, FaultSpec, Profile, Settings, get_profile
+from contract_review.config import OFFLINE_MODEL_ID, ENV, PROFILES, FaultSpec, Profile, Settings, get_profile
 
 # AWS: an SQS queue feeding a Lambda needs visibility timeout >= 6 x the function timeout.
 AWS_FACTOR = 6
@@ -147,7 +147,10 @@ def test_from_env_applies_defaults_for_optional_variables():
     env = {k: v for k, v in full_env().items() if k in REQUIRED_VARS}
     s = Settings.from_env(env)
     assert s.model_provider == "offline" and s.worker_kind == "lambda" and s.fault_spec is None
-    assert s.model_id == "" and s.effective_model_id == PROFILES["prod"].model_id
+    # the offline provider pins the rule model's id on jobs, never a Bedrock id it does not call
+    assert s.model_id == "" and s.effective_model_id == OFFLINE_MODEL_ID
+    bedrock = s.model_copy(update={"model_provider": "bedrock"})
+    assert bedrock.effective_model_id == PROFILES["prod"].model_id
     assert s.analysis_dlq_url == ""
 
 
