@@ -69,6 +69,24 @@ def sqs_event(messages: list[dict[str, Any]], arn: str, region: str) -> dict[str
     return {"Records": records}
 
 
+def failed_items(response: Any, messages: list[dict[str, Any]]) -> set[str] | None:
+    """Lambda's reading of a ReportBatchItemFailures response: the ids to keep, or None when the
+    response is invalid (then the whole batch counts as failed)."""
+    if response is None or response == {}:
+        return set()
+    if not isinstance(response, dict):
+        return None
+    items = response.get("batchItemFailures") or []
+    ids = {m["MessageId"] for m in messages}
+    failed: set[str] = set()
+    for item in items:
+        ident = item.get("itemIdentifier") if isinstance(item, dict) else None
+        if not ident or ident not in ids:
+            return None
+        failed.add(ident)
+    return failed
+
+
 def main(spec: dict[str, Any]) -> None:
     region = os.environ.get("AWS_REGION", "us-east-1")
     module, func = spec["handler"].rsplit(".", 1)
@@ -118,9 +136,10 @@ def main(spec: dict[str, Any]) -> None:
         except Exception as exc:  # a function error: the whole batch returns after its visibility timeout
             sys.stderr.write(f"invocation failed: {type(exc).__name__}: {exc}\n")
             continue
-        failed: set[str] = set()
-        if spec["report_batch_item_failures"] and isinstance(response, dict):
-            failed = {f["itemIdentifier"] for f in response.get("batchItemFailures", [])}
+        failed = failed_items(response, messages) if spec["report_batch_item_failures"] else set()
+        if failed is None:
+            sys.stderr.write("invalid batch response: the whole batch fails, as on Lambda\n")
+            continue
         done = [m for m in messages if m["MessageId"] not in failed]
         for i in range(0, len(done), 10):
             sqs.delete_message_batch(QueueUrl=url, Entries=[{"Id": str(n), "ReceiptHandle": m["ReceiptHandle"]}

@@ -16,7 +16,7 @@ from typing import Any
 from .analysts import CATEGORY_BY_KEY, analysts_for
 from .errors import ErrorEnvelope
 from .messages import ResultMessage
-from .store import TERMINAL_JOB_STATES, Store
+from .store import SETTLED_CHUNK_STATES, TERMINAL_JOB_STATES, Store
 
 
 def handle_result(store: Store, msg: ResultMessage) -> str:
@@ -103,6 +103,12 @@ def _markdown(job: dict[str, Any], report: dict[str, Any]) -> str:
 def finalize(store: Store, job: dict[str, Any]) -> str:
     job_id = job["job_id"]
     chunks = store.chunk_records(job_id)
+    # The settled set is a counter, the chunk records are the truth: a chunk redriven after its
+    # result was counted is not settled any more, and its own result will come.
+    unsettled = [c["chunk_id"] for c in chunks if c.get("status") not in SETTLED_CHUNK_STATES]
+    if unsettled:
+        store.unsettle_chunks(job_id, unsettled)
+        return "recorded"
     coverage = coverage_matrix(job, chunks)
     findings: list[dict[str, Any]] = []
     for c in chunks:  # chunk order

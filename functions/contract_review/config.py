@@ -62,6 +62,7 @@ class Profile(BaseModel):
     claim_lease_s: float  # a claim lapses this long after its last heartbeat
     sweep_interval_s: float  # how often the sweeper looks for lapsed claims
     poison_budget: int = 5  # failed attempts of one chunk before it is dead-lettered
+    stall_after_s: float = 1200  # a running job without progress this long is reconciled (> max requeue delay)
     throttle_max_delay_s: int = 900  # SQS DelaySeconds ceiling
     tier2_backoff_base_s: float = 2.0  # a failed record comes back after base * 2**(failures-1) s
     # --- tier 1 --------------------------------------------------------------------------
@@ -74,7 +75,11 @@ class Profile(BaseModel):
     analyst_count: int = 11
     model_id: str = "anthropic.claude-3-5-sonnet-20240620-v1:0"
     prompt_version: str = "2026-11-01"
-    model_read_timeout_s: int = 120
+    model_read_timeout_s: int = 120  # Fargate poller: no function timeout to respect
+    # Lambda worker: a model call is cut off (model.timeout, retried) after this long, and a call is
+    # only started when the function has at least this much time left, so no call outlives the
+    # invocation (a killed invocation would count as a failure; running out of time must not).
+    model_call_timeout_s: int = 20
     checkpoint_inline_max_bytes: int = 100_000  # larger analyst outputs go to S3
     record_ttl_days: int = 30
     # --- Fargate poller alternative -------------------------------------------------------
@@ -141,6 +146,8 @@ PROFILES: dict[str, Profile] = {
         sweep_interval_s=1.0,
         throttle_max_delay_s=2,
         tier2_backoff_base_s=0.5,
+        stall_after_s=15,
+        model_call_timeout_s=3,
         model_retry=RetryPolicy(base_s=0.02, cap_s=0.2, max_attempts=3),
         tool_retry=RetryPolicy(base_s=0.01, cap_s=0.1, max_attempts=5),
         chunk_retry_budget_s=3.0,
@@ -243,6 +250,10 @@ class Settings(BaseModel):
         if self.model_provider == "offline":
             return OFFLINE_MODEL_ID
         return self.model_id or self.profile.model_id
+
+    @property
+    def model_call_timeout_s(self) -> int:
+        return self.profile.model_read_timeout_s if self.worker_kind == "fargate" else self.profile.model_call_timeout_s
 
     @property
     def claim_lease_s(self) -> float:

@@ -229,7 +229,9 @@ def classify(exc: BaseException, *, step: str = "", attempt: int = 0, model_call
     if isinstance(exc, (BotoConnectionError, ConnectionError)):
         return ErrorEnvelope.of("model.unavailable" if model_call else "aws.unavailable", str(exc),
                                 provider_code=type(exc).__name__, step=step, attempt=attempt)
-    return ErrorEnvelope.of("runtime.internal", repr(exc), provider_code=type(exc).__name__, step=step, attempt=attempt)
+    # The type only: an arbitrary exception's text may quote document content (pydantic inputs...).
+    return ErrorEnvelope.of("runtime.internal", f"unexpected {type(exc).__name__}", provider_code=type(exc).__name__,
+                            step=step, attempt=attempt)
 
 
 def render_markdown() -> str:

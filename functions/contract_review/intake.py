@@ -122,13 +122,16 @@ def handle_intake(store: Store, body: str, message_id: str = "") -> IntakeResult
         "config_hash": s.analysis_config_hash(), "source_message_id": message_id,
     }
     existing, created = store.create_job(job)
-    if not created and existing.get("state") != "queued":
+    redelivered = not created and message_id and existing.get("source_message_id") == message_id
+    if not created and not (existing.get("state") == "queued" or (redelivered and existing.get("state") == "running")):
         return IntakeResult(job_id, False, existing.get("state", "unknown"))  # duplicate submission
     if created:
         store.event(job_id, "job.queued", chunk_count=len(chunks), document_chars=len(text))
     job = existing if not created else job
 
-    # From here on everything is idempotent, so a crash before `running` is finished by redelivery.
+    # Idempotent from here on: a crash is finished by this message's redelivery, which sends every
+    # chunk again (claims make duplicates harmless). The job is `running` before the first chunk
+    # message exists, so no result can arrive for a job that is still `queued`.
     store.put_object(document_key, text, "text/plain; charset=utf-8")
     bodies = []
     for c in chunks:
@@ -137,7 +140,7 @@ def handle_intake(store: Store, body: str, message_id: str = "") -> IntakeResult
             job_id=job_id, chunk_id=c.chunk_id, chunk_index=c.index, chunk_count=len(chunks), start=c.start,
             end=c.end, text=c.text, max_attempts=s.profile.poison_budget, checkpoint_version=job["config_hash"],
         ).model_dump_json())
-    store.send_analysis(bodies)
     if store.transition(job_id, ["queued"], "running", {"started_at": store.clock()}):
-        store.event(job_id, "job.running", chunks_sent=len(bodies))
+        store.event(job_id, "job.running", chunks=len(bodies))
+    store.send_analysis(bodies)
     return IntakeResult(job_id, created, "running")

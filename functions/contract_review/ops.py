@@ -20,6 +20,7 @@ from .chunking import document_hash
 from .intake import job_id_for
 from .messages import MAX_INLINE_CHARS, AnalysisMessage, ResultMessage
 from .store import TERMINAL_JOB_STATES, Store
+from .sweeper import chunk_message
 
 
 def job_view(store: Store, job_id: str) -> dict[str, Any] | None:
@@ -136,6 +137,43 @@ def dlq_show(store: Store, message_id: str) -> dict[str, Any] | None:
     return None
 
 
+def reopen(store: Store, job_id: str, chunk_id: str) -> str:
+    """Give a dead-lettered or failed chunk a fresh attempt budget and put its job back to work.
+
+    A job that had ended (`dead_lettered` / `failed`) is reconciled as a whole: every failed or
+    dead-lettered chunk is reset, every chunk that is not done gets a fresh message (also chunks a
+    job-fatal error left unstarted), and the settled set is rebuilt from the chunk records."""
+    job = store.get_job(job_id)
+    if job is None:
+        return "dropped (no such job)"
+    state = job.get("state")
+    if state not in ("running", "failed", "dead_lettered"):
+        return f"dropped (job is {state})"
+    targets = store.chunk_records(job_id) if state != "running" else [store.get_chunk(job_id, chunk_id) or {}]
+    for c in targets:
+        if c.get("status") in ("failed", "dead_lettered"):
+            store.reset_for_redrive(job_id, c["chunk_id"])
+    if state == "running":
+        current = store.get_chunk(job_id, chunk_id) or {}
+        if current.get("status") != "pending":
+            return f"dropped (chunk is {current.get('status')})"
+        store.unsettle_chunks(job_id, [chunk_id])
+        todo = [current]
+    else:
+        records = store.chunk_records(job_id)
+        done = {c["chunk_id"] for c in records if c.get("status") == "done"}
+        todo = [c for c in records if c.get("status") != "done"]
+        fields: dict[str, Any] = {"settled": done} if done else {}
+        if store.transition(job_id, [state], "running", fields,
+                            remove=["error", "error_code", "missing", "ended_at", "root_error"]
+                            + ([] if done else ["settled"])) is None:
+            return "dropped (job changed meanwhile)"
+        store.event(job_id, "job.reopened", from_state=state, chunks_resent=len(todo))
+    text = store.get_object(job["document_key"])
+    store.send_analysis([chunk_message(store, job, c, "redrive", text).model_dump_json() for c in todo])
+    return f"redriven ({len(todo)} chunk(s) sent)"
+
+
 def dlq_redrive(store: Store, message_ids: set[str] | None = None) -> list[dict[str, Any]]:
     """Re-inject DLQ messages (all when message_ids is None) with a fresh attempt budget."""
     s = store.s
@@ -145,40 +183,25 @@ def dlq_redrive(store: Store, message_ids: set[str] | None = None) -> list[dict[
         for m in _receive_all(store, url, visibility=30):
             if message_ids is not None and m["MessageId"] not in message_ids:
                 continue
-            action = "resent"
+            entry: dict[str, Any] = {"message_id": m["MessageId"], "queue": queue, "action": "resent"}
             if queue == "analysis":
                 try:
                     am = AnalysisMessage.model_validate_json(m["Body"])
                 except ValidationError:
                     continue
                 key = (am.job_id, am.chunk_id)
-                if key not in chunk_seen:
-                    chunk_seen.add(key)
-                    chunk = store.reset_for_redrive(am.job_id, am.chunk_id)
-                    if chunk is not None:
-                        store.unsettle_chunks(am.job_id, [am.chunk_id])
-                        store.transition(am.job_id, ["dead_lettered", "failed"], "running",
-                                         remove=["error", "error_code", "missing", "ended_at", "root_error"])
-                    current = store.get_chunk(am.job_id, am.chunk_id) or {}
-                    if current.get("status") in ("pending",):
-                        fresh = am.model_copy(update={"attempt": 1, "requeues": 0, "reason": "redrive",
-                                                      "max_attempts": s.profile.poison_budget})
-                        store.send_analysis([fresh.model_dump_json()])
-                    else:
-                        action = f"dropped (chunk is {current.get('status')})"
-                else:
-                    action = "dropped (duplicate of a chunk already redriven)"
+                action = reopen(store, *key) if key not in chunk_seen else "dropped (chunk already redriven)"
+                chunk_seen.add(key)
                 store.event(am.job_id, "dlq.redriven", chunk_id=am.chunk_id, dlq_message_id=m["MessageId"],
                             action=action)
-                entry = {"message_id": m["MessageId"], "queue": queue, "job_id": am.job_id, "chunk_id": am.chunk_id,
-                         "action": action}
+                entry.update(job_id=am.job_id, chunk_id=am.chunk_id, action=action)
             elif queue == "intake":
                 store.aws.sqs.send_message(QueueUrl=s.intake_queue_url, MessageBody=m["Body"])
-                entry = {"message_id": m["MessageId"], "queue": queue, "action": action}
             else:
                 rm = ResultMessage.model_validate_json(m["Body"])
-                store.send_result(m["Body"], rm.job_id, f"{rm.job_id}:{rm.chunk_id}:{rm.status}:{rm.fence}:redrive:{m['MessageId']}")
-                entry = {"message_id": m["MessageId"], "queue": queue, "job_id": rm.job_id, "action": action}
+                store.send_result(m["Body"], rm.job_id,
+                                  f"{rm.job_id}:{rm.chunk_id}:{rm.status}:{rm.fence}:redrive:{m['MessageId']}")
+                entry["job_id"] = rm.job_id
             store.aws.sqs.delete_message(QueueUrl=url, ReceiptHandle=m["ReceiptHandle"])
             done.append(entry)
     return done

@@ -13,6 +13,8 @@ import threading
 
 import boto3
 
+from pydantic import ValidationError
+
 from .config import Settings
 from .messages import AnalysisMessage
 from .runtime import build_deps
@@ -53,7 +55,12 @@ def run(settings: Settings, stop: threading.Event) -> None:
                                 receive_count=int(m["Attributes"]["ApproximateReceiveCount"]),
                                 queue_url=settings.analysis_queue_url, visibility_s=visibility)
             try:
-                outcome = worker.handle(AnalysisMessage.model_validate_json(m["Body"]), delivery)
+                msg = AnalysisMessage.model_validate_json(m["Body"])
+            except ValidationError as exc:  # never log the body: it holds document text
+                log.error("invalid analysis message %s (%d errors); left for the DLQ", m["MessageId"], exc.error_count())
+                continue
+            try:
+                outcome = worker.handle(msg, delivery)
             except Tier2 as exc:
                 log.warning("tier 2: %s", exc.envelope.error_code)
                 continue

@@ -39,7 +39,7 @@ def build_deps(settings: Settings, session: Any) -> Deps:
 def build_model(settings: Settings, session: Any) -> ModelClient:
     model: ModelClient
     if settings.model_provider == "bedrock":
-        client = session.client("bedrock-runtime", config=bedrock_client_config(settings.profile.model_read_timeout_s))
+        client = session.client("bedrock-runtime", config=bedrock_client_config(settings.model_call_timeout_s))
         model = BedrockConverseModel(client, settings.effective_model_id)
     else:
         model = OfflineRuleModel()

@@ -105,8 +105,12 @@ class Store:
     def create_job(self, job: dict[str, Any]) -> tuple[dict[str, Any], bool]:
         job = {**job, "expires_at": int(self.clock()) + self.s.profile.record_ttl_s}
         try:
+            # a job that failed on bad input may be replaced by a corrected submission with the same key
             self.aws.ddb.put_item(TableName=self.s.jobs_table, Item=serialize(job),
-                                  ConditionExpression="attribute_not_exists(job_id)",
+                                  ConditionExpression="attribute_not_exists(job_id) OR "
+                                                      "(#s = :failed AND begins_with(error_code, :input))",
+                                  ExpressionAttributeNames={"#s": "state"},
+                                  ExpressionAttributeValues=serialize({":failed": "failed", ":input": "input."}),
                                   ReturnValuesOnConditionCheckFailure="ALL_OLD")
             return job, True
         except ClientError as exc:
@@ -145,6 +149,20 @@ class Store:
             self.s.jobs_table, serialize({"job_id": job_id}), UpdateExpression=expr,
             ConditionExpression="#state IN (" + ", ".join(f":from{i}" for i in range(len(froms))) + ")",
             ExpressionAttributeNames=names, ExpressionAttributeValues=serialize(values))
+
+    def stalled_jobs(self, idle_since: float) -> Iterator[dict[str, Any]]:
+        """`running` jobs not updated since `idle_since` (a scan: the jobs table holds TTL-bounded jobs)."""
+        for page in self.aws.ddb.get_paginator("scan").paginate(
+                TableName=self.s.jobs_table, FilterExpression="#s = :running AND updated_at < :t",
+                ExpressionAttributeNames={"#s": "state"},
+                ExpressionAttributeValues=serialize({":running": "running", ":t": idle_since})):
+            for i in page["Items"]:
+                yield deserialize(i)
+
+    def touch_job(self, job_id: str) -> None:
+        self.aws.ddb.update_item(TableName=self.s.jobs_table, Key=serialize({"job_id": job_id}),
+                                 UpdateExpression="SET updated_at = :now",
+                                 ExpressionAttributeValues=serialize({":now": self.clock()}))
 
     def settle_chunk(self, job_id: str, chunk_id: str) -> dict[str, Any]:
         """Add chunk to the job's settled set (idempotent); returns the job after the update."""
@@ -233,13 +251,17 @@ class Store:
         return ClaimResult(True, int(item["fence"]), item)
 
     def _fenced_update(self, job_id: str, chunk_id: str, fence: int, expr: str, values: dict[str, Any],
-                       names: dict[str, str] | None = None,
-                       states: Iterable[str] = ("claimed",)) -> dict[str, Any] | None:
-        """An update that applies only while `fence` is current and the chunk is in `states`."""
+                       names: dict[str, str] | None = None, states: Iterable[str] = ("claimed",),
+                       lapsed_before: float | None = None) -> dict[str, Any] | None:
+        """An update that applies only while `fence` is current and the chunk is in `states`
+        (and, for the sweeper, only while the lease is still lapsed at `lapsed_before`)."""
         states = list(states)
         names = {**(names or {}), "#st": "status"}
-        state_values = {f":fs{i}": st for i, st in enumerate(states)}
+        state_values: dict[str, Any] = {f":fs{i}": st for i, st in enumerate(states)}
         cond = "fence = :fence AND #st IN (" + ", ".join(state_values) + ")"
+        if lapsed_before is not None:  # a heartbeat that landed since the sweeper's read wins
+            cond += " AND (attribute_not_exists(claim_expires_at) OR claim_expires_at < :lapsed)"
+            state_values[":lapsed"] = lapsed_before
         return self._update_if(
             self.s.claims_table, self._ckey(job_id, chunk_id), UpdateExpression=expr, ConditionExpression=cond,
             ExpressionAttributeNames=names, ExpressionAttributeValues=serialize({**values, **state_values, ":fence": fence}))
@@ -259,7 +281,7 @@ class Store:
         return ", ".join(parts), values, names
 
     def release(self, job_id: str, chunk_id: str, fence: int, stats: dict[str, Any],
-                error: ErrorEnvelope | None, failure: bool) -> dict[str, Any] | None:
+                error: ErrorEnvelope | None, failure: bool, lapsed_before: float | None = None) -> dict[str, Any] | None:
         """Give a claimed chunk back (pending), recording the attempt's stats and error."""
         sx, values, names = self._stats_expr(stats)
         expr = f"SET #st = :pending, {sx}"
@@ -271,11 +293,11 @@ class Store:
             expr += ", failures = if_not_exists(failures, :z) + :one"
             values[":one"] = 1
         expr += " REMOVE claimed_by, claim_expires_at, lease_bucket"
-        return self._fenced_update(job_id, chunk_id, fence, expr, values, names)
+        return self._fenced_update(job_id, chunk_id, fence, expr, values, names, lapsed_before=lapsed_before)
 
     def finish(self, job_id: str, chunk_id: str, fence: int, status: str, stats: dict[str, Any],
                fields: dict[str, Any], error: ErrorEnvelope | None = None,
-               states: Iterable[str] = ("claimed",)) -> dict[str, Any] | None:
+               states: Iterable[str] = ("claimed",), lapsed_before: float | None = None) -> dict[str, Any] | None:
         """Settle the chunk (done | failed | dead_lettered), fenced."""
         sx, values, names = self._stats_expr(stats)
         values[":status"] = status
@@ -292,7 +314,7 @@ class Store:
             expr += ", failures = if_not_exists(failures, :z) + :one"
             values[":one"] = 1
         expr += " REMOVE claimed_by, claim_expires_at, lease_bucket"
-        return self._fenced_update(job_id, chunk_id, fence, expr, values, names, states)
+        return self._fenced_update(job_id, chunk_id, fence, expr, values, names, states, lapsed_before)
 
     def lapsed_claims(self, now: float) -> Iterator[dict[str, Any]]:
         paginator = self.aws.ddb.get_paginator("query")
@@ -306,10 +328,12 @@ class Store:
     def reset_for_redrive(self, job_id: str, chunk_id: str) -> dict[str, Any] | None:
         return self._update_if(
             self.s.claims_table, self._ckey(job_id, chunk_id),
-            UpdateExpression="SET #st = :pending, failures = :z, redriven = if_not_exists(redriven, :z) + :one "
+            # the fence moves on, so nothing still holding the old token (a sweep in flight) can settle it
+            UpdateExpression="SET #st = :pending, failures = :z, redriven = if_not_exists(redriven, :z) + :one, "
+                             "fence = fence + :one, redriven_at = :now "
                              "REMOVE claimed_by, claim_expires_at, lease_bucket, settled_at",
             ConditionExpression="#st IN (:dead, :failed)", ExpressionAttributeNames={"#st": "status"},
-            ExpressionAttributeValues=serialize({":pending": "pending", ":z": 0, ":one": 1,
+            ExpressionAttributeValues=serialize({":pending": "pending", ":z": 0, ":one": 1, ":now": self.clock(),
                                                  ":dead": "dead_lettered", ":failed": "failed"}))
 
     # ---------------------------------------------------------------- checkpoints

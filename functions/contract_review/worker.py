@@ -21,11 +21,11 @@ from typing import Any
 
 from .analysts import AnalystOutput, AnalystSpec, analysts_for, refused_output, run_analyst
 from .chunking import Chunk
-from .errors import ErrorClass, ErrorEnvelope, LeaseLost, ReviewError
+from .errors import ErrorClass, ErrorEnvelope, LeaseLost, ReviewError, classify
 from .messages import AnalysisMessage, ResultMessage
 from .models import ModelClient, ModelRequest
 from .retry import Retrier, RetryBudget, RetryStats
-from .store import TERMINAL_JOB_STATES, Store
+from .store import SETTLED_CHUNK_STATES, TERMINAL_JOB_STATES, Store
 
 log = logging.getLogger(__name__)
 
@@ -96,13 +96,14 @@ def worker_identity() -> str:
 
 class ChunkWorker:
     def __init__(self, store: Store, model: ModelClient, *, rng: random.Random | None = None,
-                 sleep: Callable[[float], None] = time.sleep, call_safety_s: float = 2.0):
+                 sleep: Callable[[float], None] = time.sleep, call_safety_s: float | None = None):
         self.store = store
         self.model = model
         self.s = store.s
         self.rng = rng or random.Random()
         self.sleep = sleep
-        self.call_safety_s = call_safety_s  # time one model call needs, at least
+        # time left that one more model call needs: its timeout plus a margin to save and hand off
+        self.call_safety_s = call_safety_s if call_safety_s is not None else self.s.model_call_timeout_s + 1.0
 
     # ------------------------------------------------------------------ entry
     def handle(self, msg: AnalysisMessage, delivery: Delivery) -> Outcome:
@@ -119,26 +120,32 @@ class ChunkWorker:
                 ErrorEnvelope.of("runtime.worker_lost", "poison budget used by earlier attempts")
             return self._dead_letter(msg, fence, env, {})
         stats = RetryStats()
-        outcome: Outcome | None = None
+        error: ErrorEnvelope | None = None
         with Heartbeat(self.store, msg, fence, delivery, self.s.claim_lease_s) as hb:
             try:
                 outputs = self._run_analysts(msg, job, fence, claim.item, delivery, stats, hb)
-            except LeaseLost as exc:
+            except LeaseLost:
                 self.store.event(msg.job_id, "chunk.lease_lost", chunk_id=msg.chunk_id, fence=fence)
-                outcome = Outcome("lease_lost", {"error": exc.envelope.error_code})
+                return Outcome("lease_lost", {"error": "runtime.lease_lost"}, stats)
             except ReviewError as exc:
-                outcome = self._on_error(msg, job, fence, delivery, stats, exc.envelope)
-        if outcome is None:
-            outcome = self._complete(msg, fence, stats, outputs)
+                error = exc.envelope
+            except Exception as exc:  # an AWS call failed (e.g. DynamoDB throttling): classified, not lost
+                log.warning("chunk attempt failed", exc_info=True, extra={"job_id": msg.job_id, "chunk_id": msg.chunk_id})
+                error = classify(exc, step="worker")
+        # the heartbeat has stopped: it can no longer overwrite the tier-2 backoff visibility
+        outcome = self._on_error(msg, job, fence, delivery, stats, error) if error else \
+            self._complete(msg, fence, stats, outputs)
         outcome.stats = stats
         return outcome
 
     # ------------------------------------------------------------------ pieces
     def _not_claimed(self, msg: AnalysisMessage, item: dict[str, Any]) -> Outcome:
         status = item.get("status")
-        if status == "done":
-            # The results message may not have been sent before a crash: send again (dedup id is stable).
-            self._send_result(msg, "done", int(item["fence"]), item.get("findings_key"))
+        if status in SETTLED_CHUNK_STATES:
+            # The results message may not have been sent before a crash: send again. The dedup id is
+            # stable and the aggregator settles idempotently, so a second copy is harmless.
+            err = ErrorEnvelope.model_validate(item["last_error"]) if status != "done" and item.get("last_error") else None
+            self._send_result(msg, status, int(item["fence"]), item.get("findings_key"), err)
             return Outcome("duplicate", {"status": status})
         return Outcome("duplicate", {"status": status, "claimed_by": item.get("claimed_by")})
 
@@ -280,11 +287,12 @@ class ChunkWorker:
         if self.store.finish(msg.job_id, msg.chunk_id, fence, "failed", st, {}, env) is None:
             return Outcome("lease_lost")
         self.store.event(msg.job_id, "chunk.failed", chunk_id=msg.chunk_id, error_code=env.error_code)
-        if env.job_fatal:
+        if env.job_fatal:  # fail the job first, so the result below cannot finalize it with another code
             if self.store.transition(msg.job_id, ["queued", "running"], "failed",
                                      {"error": env.model_dump(mode="json"), "error_code": env.error_code,
                                       "ended_at": self.store.clock()}):
                 self.store.event(msg.job_id, "job.failed", error_code=env.error_code, chunk_id=msg.chunk_id)
-            return Outcome("job_failed", {"error": env.error_code})
         self._send_result(msg, "failed", fence, None, env)
+        if env.job_fatal:
+            return Outcome("job_failed", {"error": env.error_code})
         return Outcome("failed", {"error": env.error_code})

@@ -14,6 +14,7 @@ import pytest
 
 from contract_review.aggregator import handle_result
 from contract_review.config import get_profile
+from contract_review.errors import ErrorEnvelope
 from contract_review.intake import handle_intake
 from contract_review.messages import AnalysisMessage, ResultMessage
 from contract_review.models import ModelRequest, ModelResponse
@@ -202,3 +203,144 @@ def test_sweeper_requeues_a_lapsed_claim_and_dead_letters_after_the_poison_budge
     assert _aggregate(store) == ["dead_lettered"]
     job = store.get_job(job_id)
     assert job["state"] == "dead_lettered" and [m["chunk_id"] for m in job["missing"]] == [msg.chunk_id]
+
+
+# --- regressions from the failure-mode review --------------------------------------------------
+LONG_TEXT = "\n\n".join(f"{i}. Section {i}. " + TEXT.replace("\n\n", " ") for i in range(1, 25))
+
+
+def _start_long_job(store: Store) -> tuple[str, list[tuple[AnalysisMessage, Delivery]]]:
+    result = handle_intake(store, json.dumps({"schema_version": 1, "document": {"text": LONG_TEXT}}), "m-long")
+    count = store.get_job(result.job_id)["chunk_count"]
+    assert 3 <= count <= 10, "the long text splits into several chunks (one receive takes them all)"
+    out = []
+    for _ in range(10):
+        r = store.aws.sqs.receive_message(QueueUrl=store.s.analysis_queue_url, MaxNumberOfMessages=10)
+        for m in r.get("Messages", []):
+            out.append((AnalysisMessage.model_validate_json(m["Body"]),
+                        Delivery(m["MessageId"], m["ReceiptHandle"], 1, store.s.analysis_queue_url, 60)))
+        if len(out) == count:
+            break
+    return result.job_id, sorted(out, key=lambda x: x[0].chunk_index)  # type: ignore[return-value]
+
+
+def _results(store: Store) -> list[ResultMessage]:
+    r = store.aws.sqs.receive_message(QueueUrl=store.s.results_queue_url, MaxNumberOfMessages=10,
+                                      VisibilityTimeout=0)
+    return [ResultMessage.model_validate_json(m["Body"]) for m in r.get("Messages", [])]
+
+
+def test_redelivery_of_a_settled_failed_chunk_resends_its_lost_result(store):
+    job_id, msg, delivery = _start_job(store)
+    claim = store.claim(job_id, msg.chunk_id, "crashed-before-send", 30, 1)
+    env = ErrorEnvelope.of("model.request_invalid", "bad request")
+    assert store.finish(job_id, msg.chunk_id, claim.fence, "failed", {}, {}, env)  # ...then the process died
+    assert _results(store) == []
+    outcome = _worker(store, ScriptedModel()).handle(msg, delivery)  # the message comes back
+    assert outcome.action == "duplicate"
+    (res,) = _results(store)
+    assert (res.chunk_id, res.status, res.error["error_code"]) == (msg.chunk_id, "failed", "model.request_invalid")
+
+
+def test_intake_redelivery_resends_chunks_but_a_second_submission_does_not(store):
+    body = json.dumps({"schema_version": 1, "document": {"text": TEXT}})
+    first = handle_intake(store, body, "msg-A")
+    assert store.get_job(first.job_id)["state"] == "running"
+    again = handle_intake(store, body, "msg-A")  # the same SQS message, redelivered after a crash
+    other = handle_intake(store, body, "msg-B")  # a user submitting the same document again
+    assert again.state == "running" and other.state == "running" and not other.created
+    from .conftest import queue_depth
+
+    assert queue_depth(store, store.s.analysis_queue_url) == 2  # 1 chunk, sent by A and re-sent by A only
+
+
+def test_redrive_after_a_job_fatal_error_reopens_every_unfinished_chunk(store):
+    from contract_review import ops
+
+    job_id, work = _start_long_job(store)
+    (m0, d0), (m1, _), *rest = work
+    # chunk 1 is dead-lettered; chunk 0 then fails the whole job with a permanent access error
+    c1 = store.claim(job_id, m1.chunk_id, "w", 30, 5)
+    dead = store.finish(job_id, m1.chunk_id, c1.fence, "dead_lettered", {}, {},
+                        ErrorEnvelope.of("model.unavailable", "503"))
+    store.send_to_dlq(store.s.analysis_dlq_url, m1.model_dump_json(), ErrorEnvelope.of("model.unavailable"))
+    assert dead is not None
+    denied = ScriptedModel()
+    denied.invoke = lambda req: (_ for _ in ()).throw(  # type: ignore[method-assign]
+        __import__("botocore.exceptions").exceptions.ClientError(
+            {"Error": {"Code": "AccessDeniedException"}, "ResponseMetadata": {"HTTPStatusCode": 403}}, "Converse"))
+    assert _worker(store, denied).handle(m0, d0).action == "job_failed"
+    for m, d in rest:  # the rest are skipped: the job has ended
+        assert _worker(store, ScriptedModel()).handle(m, d).action == "skipped"
+    assert store.get_job(job_id)["state"] == "failed"
+    # WHEN the operator fixes the grant and redrives the DLQ
+    done = ops.dlq_redrive(store)
+    assert [d["action"] for d in done] == [f"redriven ({len(work)} chunk(s) sent)"]
+    job = store.get_job(job_id)
+    assert job["state"] == "running" and not job.get("settled") and not job.get("error_code")
+    # THEN every chunk runs again and the job completes
+    r = store.aws.sqs.receive_message(QueueUrl=store.s.analysis_queue_url, MaxNumberOfMessages=10)
+    msgs = r["Messages"]
+    assert sorted(AnalysisMessage.model_validate_json(m["Body"]).chunk_id for m in msgs) == \
+        sorted(m.chunk_id for m, _ in work)
+    for m in msgs:
+        am = AnalysisMessage.model_validate_json(m["Body"])
+        _worker(store, ScriptedModel()).handle(am, Delivery(m["MessageId"], m["ReceiptHandle"], 1,
+                                                            store.s.analysis_queue_url, 60))
+    outcomes = []
+    for _ in range(3):
+        outcomes += _aggregate(store)
+    assert outcomes[-1] == "completed" and store.get_job(job_id)["state"] == "completed"
+
+
+def test_finalize_does_not_count_a_chunk_that_was_redriven_meanwhile(store):
+    from contract_review.aggregator import finalize
+
+    job_id, msg, _ = _start_job(store)
+    store.settle_chunk(job_id, msg.chunk_id)  # counted, but the chunk record says pending (redriven)
+    assert finalize(store, store.get_job(job_id)) == "recorded"
+    job = store.get_job(job_id)
+    assert job["state"] == "running" and not job.get("settled")
+
+
+def test_sweeper_write_loses_to_a_heartbeat_that_landed_after_its_read(store):
+    job_id, msg, _ = _start_job(store)
+    claim = store.claim(job_id, msg.chunk_id, "alive", lease_s=-1, receive_count=1)
+    (seen,) = list(store.lapsed_claims(store.clock()))  # the sweeper reads the lapsed lease...
+    assert store.heartbeat(job_id, msg.chunk_id, claim.fence, 30)  # ...the owner heartbeats...
+    assert sweep(store).requeued == []  # ...and the sweep changes nothing
+    assert store.release(job_id, msg.chunk_id, claim.fence, {}, None, failure=True,
+                         lapsed_before=store.clock()) is None
+    assert store.get_chunk(job_id, msg.chunk_id)["status"] == "claimed"
+    assert seen["chunk_id"] == msg.chunk_id
+
+
+def test_a_dlq_copy_older_than_a_redrive_does_not_dead_letter_the_chunk_again(store):
+    from contract_review import ops
+
+    job_id, msg, _ = _start_job(store)
+    c = store.claim(job_id, msg.chunk_id, "w", 30, 5)
+    store.finish(job_id, msg.chunk_id, c.fence, "dead_lettered", {}, {}, ErrorEnvelope.of("model.unavailable"))
+    for _ in range(2):  # two copies in the DLQ (e.g. the worker's and the queue's redrive)
+        store.send_to_dlq(store.s.analysis_dlq_url, msg.model_dump_json(), ErrorEnvelope.of("model.unavailable"))
+    first = ops.dlq_list(store)[0]["message_id"]
+    assert ops.dlq_redrive(store, {first})[0]["action"].startswith("redriven")
+    report = sweep(store)  # the other copy is still in the DLQ
+    assert report.dead_lettered == []
+    assert store.get_chunk(job_id, msg.chunk_id)["status"] == "pending"
+
+
+def test_reconciler_recovers_a_job_whose_results_and_messages_were_lost(store):
+    job_id, work = _start_long_job(store)
+    (m0, d0), (m1, _), *_ = work
+    # chunk 0 finished but its results message never reached the queue; chunk 1's message is lost
+    _worker(store, ScriptedModel()).handle(m0, d0)
+    store.aws.sqs.purge_queue(QueueUrl=store.s.results_queue_url)
+    later = store.clock() + store.s.profile.stall_after_s + 1
+    report = sweep(store, now=later)
+    assert report.reconciled == [job_id]
+    assert [r.chunk_id for r in _results(store)] == [m0.chunk_id]
+    r = store.aws.sqs.receive_message(QueueUrl=store.s.analysis_queue_url, MaxNumberOfMessages=10)
+    resent = {AnalysisMessage.model_validate_json(m["Body"]).chunk_id for m in r.get("Messages", [])}
+    assert m1.chunk_id in resent and m0.chunk_id not in resent
+    assert any(e["type"] == "job.reconciled" for e in store.events(job_id))

@@ -12,8 +12,9 @@ from ..messages import ResultMessage
 from . import deps
 
 logger = Logger(service="aggregator")
-# FIFO: on the first failure the rest of the batch is returned too, preserving per-job order.
-processor = SqsFifoPartialProcessor()
+# FIFO: after a failure the rest of *that job's* messages in the batch are returned too (order
+# kept per message group); other jobs' messages in the batch still go through.
+processor = SqsFifoPartialProcessor(skip_group_on_error=True)
 
 
 def record_handler(record: SQSRecord) -> None:

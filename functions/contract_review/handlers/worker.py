@@ -16,7 +16,8 @@ from . import deps
 
 logger = Logger(service="worker")
 metrics = Metrics(service="worker")  # namespace from POWERTOOLS_METRICS_NAMESPACE
-processor = BatchProcessor(event_type=EventType.SQS)
+# A tier-2 hand-off is a normal outcome, not a function error (batch size 1 would make it one).
+processor = BatchProcessor(event_type=EventType.SQS, raise_on_entire_batch_failure=False)
 
 
 @functools.cache
