@@ -344,3 +344,15 @@ def test_reconciler_recovers_a_job_whose_results_and_messages_were_lost(store):
     resent = {AnalysisMessage.model_validate_json(m["Body"]).chunk_id for m in r.get("Messages", [])}
     assert m1.chunk_id in resent and m0.chunk_id not in resent
     assert any(e["type"] == "job.reconciled" for e in store.events(job_id))
+
+
+def test_a_corrected_resubmission_replaces_a_job_that_failed_on_bad_input(store):
+    bad = handle_intake(store, json.dumps({"schema_version": 1, "document": {"text": "  "}, "idempotency_key": "K"}))
+    assert bad.state == "failed" and store.get_job(bad.job_id)["error_code"] == "input.empty_document"
+    good = handle_intake(store, json.dumps({"schema_version": 1, "document": {"text": TEXT}, "idempotency_key": "K"}))
+    assert good.job_id == bad.job_id and good.created and store.get_job(good.job_id)["state"] == "running"
+    # but a job that failed for another reason is never silently replaced
+    job = store.get_job(good.job_id)
+    assert store.transition(good.job_id, ["running"], "failed", {"error_code": "model.access_denied"})
+    again = handle_intake(store, json.dumps({"schema_version": 1, "document": {"text": TEXT}, "idempotency_key": "K"}))
+    assert not again.created and again.state == "failed" and job["job_id"] == again.job_id
