@@ -16,6 +16,7 @@ import os
 import signal
 import sys
 import time
+import traceback
 import uuid
 from dataclasses import dataclass
 from typing import Any
@@ -69,6 +70,11 @@ def sqs_event(messages: list[dict[str, Any]], arn: str, region: str) -> dict[str
     return {"Records": records}
 
 
+def _report(what: str, exc: BaseException) -> None:
+    """Where it failed, and the exception type; never the message (it may quote a document)."""
+    sys.stderr.write(f"{what}: {type(exc).__name__}\n{''.join(traceback.format_tb(exc.__traceback__))}")
+
+
 def failed_items(response: Any, messages: list[dict[str, Any]]) -> set[str] | None:
     """Lambda's reading of a ReportBatchItemFailures response: the ids to keep, or None when the
     response is invalid (then the whole batch counts as failed)."""
@@ -114,7 +120,7 @@ def main(spec: dict[str, Any]) -> None:
                         "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
                     "region": region, "resources": [], "detail": {}})
             except Exception as exc:  # a failed scheduled run; EventBridge would simply invoke again
-                sys.stderr.write(f"scheduled invocation failed: {type(exc).__name__}: {exc}\n")
+                _report("scheduled invocation failed", exc)
             time.sleep(max(0.0, spec["schedule_s"] - (time.monotonic() - started)))
 
     sqs = boto3.client("sqs", region_name=region)
@@ -134,7 +140,7 @@ def main(spec: dict[str, Any]) -> None:
         try:
             response = invoke(sqs_event(messages, arn, region))
         except Exception as exc:  # a function error: the whole batch returns after its visibility timeout
-            sys.stderr.write(f"invocation failed: {type(exc).__name__}: {exc}\n")
+            _report("invocation failed", exc)
             continue
         failed = failed_items(response, messages) if spec["report_batch_item_failures"] else set()
         if failed is None:

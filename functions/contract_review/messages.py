@@ -3,11 +3,10 @@
 
 from __future__ import annotations
 
-import json
 import re
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StringConstraints, ValidationError, field_validator
 
 from .errors import ReviewError
 
@@ -32,6 +31,11 @@ class S3Document(BaseModel):
         return m.group(1), m.group(2)
 
 
+MetaKey = Annotated[str, StringConstraints(min_length=1, max_length=64)]
+MetaValue = (Annotated[str, StringConstraints(max_length=1024)] | StrictBool | int | float
+             | Annotated[list[Annotated[str, StringConstraints(max_length=256)]], Field(max_length=16)])
+
+
 class IntakeMessage(BaseModel):
     """Intake message schema v1."""
 
@@ -41,8 +45,10 @@ class IntakeMessage(BaseModel):
     document: InlineDocument | S3Document
     document_id: str | None = Field(default=None, max_length=256, pattern=r"^[A-Za-z0-9._:/\-]+$")
     idempotency_key: str | None = Field(default=None, min_length=1, max_length=256)
-    metadata: dict[str, Any] = Field(default_factory=dict,
-                                     description="Free-form object, echoed on the job; at most 8 KiB as JSON.")
+    metadata: dict[MetaKey, MetaValue] = Field(
+        default_factory=dict, max_length=32,
+        description="Echoed on the job: up to 32 keys (64 chars) with strings (1024 chars), numbers, "
+                    "booleans or lists of up to 16 strings (256 chars).")
 
     @field_validator("schema_version", mode="before")
     @classmethod
@@ -50,14 +56,6 @@ class IntakeMessage(BaseModel):
         if isinstance(v, bool):  # JSON `true` == 1 in Python; the schema says integer 1
             raise ValueError("schema_version must be the integer 1")
         return v
-
-    @field_validator("metadata")
-    @classmethod
-    def _small_metadata(cls, v: dict[str, Any]) -> dict[str, Any]:
-        if len(json.dumps(v)) > 8192:
-            raise ValueError("metadata larger than 8 KiB")
-        return v
-
 
 def parse_intake(body: str) -> IntakeMessage:
     """Parse and validate; every failure is `input.invalid` (permanent)."""

@@ -95,6 +95,13 @@ def test_raw_sqs_message_and_cli_report(make_stack, tmp_path):
     assert view["state"] == "completed" and view["chunks"]["settled"] == view["chunks"]["total"]
     lst = subprocess.run(review + ["jobs", "--json"], env=env, capture_output=True, text=True, timeout=60)
     assert [j["job_id"] for j in json.loads(lst.stdout)] == [job_id]
+    # a deployed stack is found by name through CloudFormation's outputs (here: moto's CloudFormation)
+    remote = {**os.environ, "REVIEW_LOCAL_JSON": str(tmp_path / "absent.json"), "AWS_ENDPOINT_URL": info["endpoint"],
+              "AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing"}
+    by_name = subprocess.run(review + ["--stack", "ContractReview", "--region", "us-east-1", "status", job_id, "--json"],
+                             env=remote, capture_output=True, text=True, timeout=60)
+    assert by_name.returncode == 0, by_name.stderr
+    assert json.loads(by_name.stdout)["state"] == "completed"
 
 
 def test_large_document_goes_through_s3_claim_check(make_stack):

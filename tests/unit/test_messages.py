@@ -206,10 +206,6 @@ def test_boolean_schema_version_is_rejected(validator):
         parse_intake(json.dumps(message))
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "BUG in messages: the 8 KiB metadata limit is a pydantic field_validator only; the published "
-    "intake schema does not express it, so a client validating against docs/intake-message.schema.json "
-    "gets an acceptance and then input.invalid"))
 def test_oversized_metadata_is_rejected_by_schema_too(validator):
     message = {"schema_version": 1, "document": {"text": "x"}, "metadata": {"notes": "n" * 9000}}
     with pytest.raises(ReviewError) as info:
