@@ -1,0 +1,75 @@
+"""The real Lambda handlers, invoked in-process with Lambda-shaped events against the deployed
+template: partial batch responses, one bad record never failing its batch-mates."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from contract_review.handlers import deps
+from contract_review.intake import handle_intake
+from review_local.embedded import FAKE_CREDENTIALS, EmbeddedAws
+from review_local.runtime import function_specs
+from review_local.sandbox import LambdaContext, sqs_event
+
+TEXT = ("1. Governing Law. This Agreement shall be governed by the laws of the State of Delaware.\n\n"
+        "2. Assignment. Neither party may assign this Agreement without the prior written consent of the other.\n")
+
+
+@pytest.fixture
+def lambda_env(local_template: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> Iterator[EmbeddedAws]:
+    aws = EmbeddedAws().start()
+    try:
+        aws.deploy(local_template)
+        (worker,) = [s for s in function_specs(aws, 1.0) if s.name == "worker"]
+        for k, v in {**worker.env, **FAKE_CREDENTIALS, "AWS_ENDPOINT_URL": aws.endpoint,
+                     "AWS_DEFAULT_REGION": aws.region}.items():
+            monkeypatch.setenv(k, v)
+        deps.cache_clear()
+        yield aws
+    finally:
+        deps.cache_clear()
+        aws.stop()
+
+
+def _receive_all(sqs: Any, url: str) -> list[dict[str, Any]]:
+    r = sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10, MessageSystemAttributeNames=["All"])
+    return r.get("Messages", [])
+
+
+def test_worker_handler_reports_only_the_bad_record(lambda_env):
+    from contract_review.handlers import worker as worker_handler
+
+    worker_handler.chunk_worker.cache_clear()
+    store = deps().store
+    job = handle_intake(store, json.dumps({"schema_version": 1, "document": {"text": TEXT}}), "m1")
+    sqs = store.aws.sqs
+    good = _receive_all(sqs, store.s.analysis_queue_url)
+    assert len(good) == 1
+    bad = {**good[0], "MessageId": "bad-1", "ReceiptHandle": "rh-bad", "Body": '{"not": "a chunk"}'}
+    event = sqs_event([bad, good[0]], "arn:aws:sqs:us-east-1:123456789012:analysis", "us-east-1")
+    ctx = LambdaContext("WorkerFn", 1024, 20, "req-1", "us-east-1")
+    response = worker_handler.handler(event, ctx)
+    assert response == {"batchItemFailures": [{"itemIdentifier": "bad-1"}]}
+    (record,) = store.chunk_records(job.job_id)
+    assert record["status"] == "done"  # the batch-mate went through
+    worker_handler.chunk_worker.cache_clear()
+
+
+def test_intake_handler_poison_record_does_not_fail_the_batch(lambda_env):
+    from contract_review.handlers import intake as intake_handler
+
+    store = deps().store
+    ok = {"MessageId": "ok-1", "ReceiptHandle": "rh1", "Body": json.dumps({"schema_version": 1, "document": {"text": TEXT}})}
+    poison = {"MessageId": "poison-1", "ReceiptHandle": "rh2", "Body": "{nope"}
+    event = sqs_event([poison, ok], "arn:aws:sqs:us-east-1:123456789012:intake", "us-east-1")
+    response = intake_handler.handler(event, LambdaContext("IntakeFn", 512, 10, "req-2", "us-east-1"))
+    # the poison message is not retried: it went to the DLQ with its envelope, and the record succeeded
+    assert response == {"batchItemFailures": []}
+    (dlq,) = _receive_all(store.aws.sqs, store.s.intake_dlq_url)
+    assert dlq["Body"] == "{nope"
+    jobs = store.list_jobs()
+    assert [j["state"] for j in jobs] == ["running"]
