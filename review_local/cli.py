@@ -52,12 +52,14 @@ def cli(ctx: click.Context, stack: str | None, region: str | None) -> None:
 @click.option("--faults", "fault_rate", type=float, default=0.0, help="Transient model fault rate (e.g. 0.05).")
 @click.option("--seed", type=int, default=7)
 @click.option("--workers", type=int, default=None, help="Analysis sandboxes (default: the template's MaximumConcurrency).")
-def up(fault_rate: float, seed: int, workers: int | None) -> None:
+@click.option("--worker", "worker_kind", type=click.Choice(["lambda", "fargate"]), default="lambda", show_default=True,
+              help="The CDK context `worker`: Lambda sandboxes, or the Fargate task as long-running pollers.")
+def up(fault_rate: float, seed: int, workers: int | None, worker_kind: str) -> None:
     """Start embedded AWS (moto) with the stack deployed, and the workers, in the foreground."""
     from .stack import LocalStack
 
     faults = FaultSpec(seed=seed, transient_rate=fault_rate) if fault_rate else None
-    stack = LocalStack(faults=faults, concurrency={"worker": workers} if workers else {})
+    stack = LocalStack(faults=faults, worker=worker_kind, concurrency={"worker": workers} if workers else {})
     console.print("[bold]synthesizing and deploying the template into embedded AWS...[/]")
     stack.start()
     stack.write_local_json()
