@@ -270,3 +270,16 @@ def test_poison_intake_with_a_key_fails_its_job_in_one_attempt(make_stack, docum
     assert job["state"] == "failed" and job["error_code"] == code
     assert queue_depth(store, store.s.intake_queue_url) == 0
     assert queue_depth(store, store.s.intake_dlq_url) == 0
+
+
+def test_heartbeat_keeps_a_chunk_longer_than_its_lease(make_stack, tmp_path):
+    # every chunk takes several leases to finish (>= 13 calls x 0.4 s vs a 3 s lease)
+    stack = make_stack(FaultSpec(latency_ms=400), {"worker": 2})
+    store = stack.store()
+    job_id = ops.submit(store, _doc(2, 2), document_id="slow")
+    job = wait_jobs(store, [job_id], timeout=90)[job_id]
+    assert job["state"] == "completed"
+    for c in store.chunk_records(job_id):
+        assert c["fence"] == 1 and c["receives"] == 1, c  # nobody took it over
+        assert float(c["settled_at"]) - float(c["claimed_at"]) > LOCAL.claim_lease_s
+    assert not [e for e in store.events(job_id) if e["type"] in ("chunk.requeued", "chunk.lease_lost")]

@@ -4,6 +4,7 @@ semantic repair, coverage policy, fencing."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import random
 from collections import Counter
@@ -356,3 +357,19 @@ def test_a_corrected_resubmission_replaces_a_job_that_failed_on_bad_input(store)
     assert store.transition(good.job_id, ["running"], "failed", {"error_code": "model.access_denied"})
     again = handle_intake(store, json.dumps({"schema_version": 1, "document": {"text": TEXT}, "idempotency_key": "K"}))
     assert not again.created and again.state == "failed" and job["job_id"] == again.job_id
+
+
+def test_large_analyst_output_is_checkpointed_in_s3_and_loaded_back(store):
+    small = store.s.model_copy(update={"profile": store.s.profile.model_copy(update={"checkpoint_inline_max_bytes": 10})})
+    s3_store = Store(dataclasses.replace(store.aws, settings=small))
+    job_id, msg, delivery = _start_job(s3_store)
+    claim = s3_store.claim(job_id, msg.chunk_id, "w", 30, 1)
+    out = {"analyst": "liability", "status": "ok", "findings": [], "model_calls": 2}
+    assert s3_store.put_checkpoint(job_id, msg.chunk_id, "liability", claim.fence, small.analysis_config_hash(), out)
+    (item,) = s3_store.checkpoints(job_id, msg.chunk_id).values()
+    assert "output" not in item and item["output_key"].startswith(f"checkpoints/{job_id}/")
+    assert s3_store.load_checkpoint_output(item) == out
+    s3_store.release(job_id, msg.chunk_id, claim.fence, {}, None, failure=False)
+    model = ScriptedModel()
+    assert _worker(s3_store, model).handle(msg, delivery).action == "done"
+    assert model.calls[("liability", "locate")] == 0  # resumed from the S3 checkpoint
