@@ -153,6 +153,10 @@ def status(obj: Ctx, job_id: str, as_json: bool) -> None:
     console.print(f"  model calls {r['model_calls']}, retries {r['retries_by_code']}, redeliveries {r['redeliveries']}")
     for k, v in view["answers"].items():
         console.print(f"  {k.replace('_', ' ')}: {v}")
+    console.print("  recent events:")
+    for e in view["recent_events"]:
+        detail = ", ".join(f"{k}={v}" for k, v in e.items() if k not in ("at", "type"))
+        console.print(f"    {e['at']}  {e['type']}  {detail}", soft_wrap=True)
 
 
 @cli.command()

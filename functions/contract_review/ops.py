@@ -44,6 +44,8 @@ def job_view(store: Store, job_id: str) -> dict[str, Any] | None:
         "report": {"json": job.get("report_json_key"), "markdown": job.get("report_md_key")},
         "created_at": job.get("created_at"), "ended_at": job.get("ended_at"),
         "model_id": job.get("model_id"), "prompt_version": job.get("prompt_version"),
+        "recent_events": [{"at": _iso(e["at"]), "type": e["type"], **e.get("detail", {})}
+                          for e in store.events(job_id)[-10:]],
         # the six questions
         "answers": {
             "state": state,

@@ -186,12 +186,10 @@ class Store:
                 "detail": json.loads(json.dumps(detail, default=str)), "expires_at": int(now) + self.s.profile.record_ttl_s}
         self.aws.ddb.put_item(TableName=self.s.events_table, Item=serialize(item))
 
-    def events(self, job_id: str, after: str = "") -> list[dict[str, Any]]:
+    def events(self, job_id: str) -> list[dict[str, Any]]:
+        """The job's events in order (sort key: time, then a random suffix)."""
         kw: dict[str, Any] = {"TableName": self.s.events_table, "KeyConditionExpression": "job_id = :j",
                               "ExpressionAttributeValues": serialize({":j": job_id})}
-        if after:
-            kw["KeyConditionExpression"] += " AND seq > :a"
-            kw["ExpressionAttributeValues"] = serialize({":j": job_id, ":a": after})
         out: list[dict[str, Any]] = []
         for page in self.aws.ddb.get_paginator("query").paginate(**kw):
             out.extend(deserialize(i) for i in page["Items"])

@@ -93,6 +93,8 @@ def test_raw_sqs_message_and_cli_report(make_stack, tmp_path):
     st = subprocess.run(review + ["status", job_id, "--json"], env=env, capture_output=True, text=True, timeout=60)
     view = json.loads(st.stdout)
     assert view["state"] == "completed" and view["chunks"]["settled"] == view["chunks"]["total"]
+    assert view["recent_events"][-1]["type"] == "job.completed"
+    assert view["answers"]["retry_would"] == "nothing: the job is complete"
     lst = subprocess.run(review + ["jobs", "--json"], env=env, capture_output=True, text=True, timeout=60)
     assert [j["job_id"] for j in json.loads(lst.stdout)] == [job_id]
     # a deployed stack is found by name through CloudFormation's outputs (here: moto's CloudFormation)
