@@ -101,7 +101,7 @@ class ResultMessage(BaseModel):
     job_id: str
     chunk_id: str
     chunk_index: int
-    status: Literal["done", "failed", "dead_lettered", "skipped"]
+    status: Literal["done", "failed", "dead_lettered"]
     fence: int = 0
     findings_key: str | None = None
     error: dict[str, Any] | None = None

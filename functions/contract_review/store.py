@@ -21,7 +21,7 @@ from .config import Settings
 from .errors import ErrorEnvelope
 
 TERMINAL_JOB_STATES = frozenset({"completed", "failed", "dead_lettered", "cancelled"})
-SETTLED_CHUNK_STATES = frozenset({"done", "failed", "dead_lettered", "skipped"})
+SETTLED_CHUNK_STATES = frozenset({"done", "failed", "dead_lettered"})
 OPEN = "open"  # value of the sparse `lease_bucket` attribute while a chunk is claimed
 
 _ser = TypeSerializer()
