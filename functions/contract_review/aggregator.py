@@ -2,8 +2,9 @@
 
 Coverage policy (docs/runbook.md):
 - every mandatory analyst `ok` on every chunk, optional ones `ok` -> `completed`;
-- optional analysts refused/failed somewhere -> `completed`, with `coverage.gaps` listed;
-- a mandatory analyst refused/failed on some chunk -> `failed` (`job.chunks_missing`), naming them;
+- optional analysts refused/failed somewhere -> `completed`, with `coverage.optional_gaps` listed;
+- a mandatory analyst refused/failed on some chunk -> `failed` (`job.chunks_missing`), naming the chunk
+  and analyst of each gap on the job (`mandatory_gaps`);
 - any chunk dead-lettered (no coverage at all) -> `dead_lettered`, listing the missing chunks and why.
 """
 
@@ -137,8 +138,8 @@ def finalize(store: Store, job: dict[str, Any]) -> str:
         first = next((m.get("error") for m in coverage["missing_chunks"] if m.get("error")), None)
         env = ErrorEnvelope.of(code, f"{len(coverage['missing_chunks'])} chunk(s) missing, "
                                      f"{len(coverage['mandatory_gaps'])} mandatory gap(s)", step="aggregate")
-        fields.update({"error": env.model_dump(mode="json"), "error_code": code,
-                       "missing": coverage["missing_chunks"], "root_error": first})
+        fields.update({"error": env.model_dump(mode="json"), "error_code": code, "root_error": first,
+                       "missing": coverage["missing_chunks"], "mandatory_gaps": coverage["mandatory_gaps"]})
     if store.transition(job_id, ["running"], state, fields):
         store.event(job_id, f"job.{state}", findings=len(findings), error_code=code,
                     missing_chunks=[m["chunk_id"] for m in coverage["missing_chunks"]])

@@ -167,7 +167,7 @@ def reopen(store: Store, job_id: str, chunk_id: str) -> str:
         todo = [c for c in records if c.get("status") != "done"]
         fields: dict[str, Any] = {"settled": done} if done else {}
         if store.transition(job_id, [state], "running", fields,
-                            remove=["error", "error_code", "missing", "ended_at", "root_error"]
+                            remove=["error", "error_code", "missing", "mandatory_gaps", "ended_at", "root_error"]
                             + ([] if done else ["settled"])) is None:
             return "dropped (job changed meanwhile)"
         store.event(job_id, "job.reopened", from_state=state, chunks_resent=len(todo))

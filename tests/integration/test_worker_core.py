@@ -149,6 +149,7 @@ def test_refusal_of_a_mandatory_analyst_fails_the_job_naming_the_gap(store):
     assert job["error_code"] == "job.chunks_missing"
     report = json.loads(store.get_object(job["report_json_key"]))
     assert [g["analyst"] for g in report["coverage"]["mandatory_gaps"]] == ["liability"]
+    assert [(g["chunk_id"], g["analyst"]) for g in job["mandatory_gaps"]] == [(msg.chunk_id, "liability")]
 
 
 def test_invalid_output_gets_one_repair_with_the_error_fed_back(store):
