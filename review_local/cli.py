@@ -149,6 +149,8 @@ def status(obj: Ctx, job_id: str, as_json: bool) -> None:
         console.print(f"  error: [red]{view['error_code']}[/] {(view.get('error') or {}).get('message', '')}")
     for m in view["missing_chunks"]:
         console.print(f"  missing chunk {m['chunk_index']} {m['chunk_id']}: {m['status']} ({m['error_code']})")
+    for g in view["mandatory_gaps"]:
+        console.print(f"  mandatory gap: chunk {g['chunk_index']} analyst {g['analyst']}: {g['status']}")
     r = view["reliability"]
     console.print(f"  model calls {r['model_calls']}, retries {r['retries_by_code']}, redeliveries {r['redeliveries']}")
     for k, v in view["answers"].items():

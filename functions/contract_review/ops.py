@@ -40,6 +40,7 @@ def job_view(store: Store, job_id: str) -> dict[str, Any] | None:
         "error_code": job.get("error_code"), "error": job.get("error"),
         "missing_chunks": [{"chunk_id": c["chunk_id"], "chunk_index": c.get("chunk_index"), "status": c.get("status"),
                             "error_code": (c.get("last_error") or {}).get("error_code")} for c in dead],
+        "mandatory_gaps": job.get("mandatory_gaps") or [],
         "reliability": job.get("reliability") or reliability(chunks),
         "report": {"json": job.get("report_json_key"), "markdown": job.get("report_md_key")},
         "created_at": job.get("created_at"), "ended_at": job.get("ended_at"),
