@@ -47,12 +47,19 @@ def _pid(claim: dict) -> int:
     return int(claim["claimed_by"].split(":")[1])
 
 
+def _victim(make_stack, log, latency_ms: int, min_chunks: int, checkpointed: int, name: str):
+    """Start 2 slowed-down workers on a document; return (store, job_id, a claimed chunk with checkpoints)."""
+    stack = make_stack(FaultSpec(latency_ms=latency_ms, call_log=str(log)), {"worker": 2})
+    store = stack.store()
+    job_id = ops.submit(store, _doc(min_chunks), document_id=name)
+    victim = wait_for(lambda: _claimed_with_checkpoints(store, job_id, checkpointed), 60, 0.05,
+                      f"a claimed chunk with {checkpointed} checkpoints")
+    return store, job_id, victim
+
+
 def test_kill_9_mid_chunk_resumes_from_checkpoints_within_lease_plus_sweep(make_stack, tmp_path):
     log = tmp_path / "calls.jsonl"
-    stack = make_stack(FaultSpec(latency_ms=120, call_log=str(log)), {"worker": 2})
-    store = stack.store()
-    job_id = ops.submit(store, _doc(3), document_id="kill")
-    victim = wait_for(lambda: _claimed_with_checkpoints(store, job_id, 3), 60, 0.05, "a half-done chunk")
+    store, job_id, victim = _victim(make_stack, log, 120, 3, 3, "kill")
     pid = _pid(victim)
     os.kill(pid, signal.SIGKILL)
     killed_at = time.time()
@@ -79,10 +86,7 @@ def test_kill_9_mid_chunk_resumes_from_checkpoints_within_lease_plus_sweep(make_
 
 def test_zombie_worker_cannot_write_after_losing_its_lease(make_stack, tmp_path):
     log = tmp_path / "calls.jsonl"
-    stack = make_stack(FaultSpec(latency_ms=150, call_log=str(log)), {"worker": 2})
-    store = stack.store()
-    job_id = ops.submit(store, _doc(2), document_id="zombie")
-    victim = wait_for(lambda: _claimed_with_checkpoints(store, job_id, 1), 60, 0.05, "a claimed chunk")
+    store, job_id, victim = _victim(make_stack, log, 150, 2, 1, "zombie")
     pid, chunk_id, old_fence = _pid(victim), victim["chunk_id"], int(victim["fence"])
     os.kill(pid, signal.SIGSTOP)
     stopped_at = time.time()
