@@ -5,7 +5,7 @@ One stack (`ContractReviewStack`) wired from small constructs, all built from on
 
 - `queues.QueueWithDlq`: a queue, its DLQ and DLQ alarm; owns the queue rules and fails synth
   when they are broken.
-- `tables.ReviewTables`: the five DynamoDB tables.
+- `tables.ReviewTables`: the four DynamoDB tables.
 - `storage.ArtifactBucket`: the artifacts bucket (+ its access-log bucket).
 - `functions.PipelineFunction`: one Lambda function with its own role and log group.
 - `fargate.FargateWorker`: the optional Fargate poller for the analysis queue.

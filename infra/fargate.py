@@ -1,6 +1,6 @@
 """The Fargate alternative for the analysis worker (`-c worker=fargate`).
 
-A long-running poller (`python -m contract_review.poller`) reads the analysis queue itself,
+A long-running poller (`python -m contract_review.handlers.poller`) reads the analysis queue itself,
 heartbeats a short visibility (`profile.fargate_visibility_s`) and scales on queue depth.
 The image is built from `functions/Dockerfile`; synth only writes the asset manifest (no
 Docker needed until `cdk deploy`).

@@ -11,7 +11,7 @@ from aws_cdk import aws_iam as iam
 from aws_cdk import aws_lambda_event_sources as event_sources
 from constructs import Construct
 
-from contract_review.config import ENV
+from contract_review.config import OPTION_ENV, RESOURCES
 
 from . import nag
 from .deploy_settings import DeploySettings
@@ -134,16 +134,14 @@ class ContractReviewStack(Stack):
         nag.acknowledge(self)
 
     # ------------------------------------------------------------------ environment
-    def function_environment(self, worker_kind: str) -> dict[str, str]:
-        """Every `config.ENV` variable (FAULT_SPEC only when a fault spec is given)."""
-        s, t, q = self.settings, self.tables, (self.intake, self.analysis, self.results)
-        values: dict[str, str] = {
-            "profile": s.profile.name,
+    def resource_values(self) -> dict[str, str]:
+        """`config.RESOURCES` field -> this stack's value (a CloudFormation token)."""
+        t, q = self.tables, (self.intake, self.analysis, self.results)
+        values = {
             "jobs_table": t.jobs.table_name,
             "claims_table": t.claims.table_name,
             "checkpoints_table": t.checkpoints.table_name,
             "events_table": t.events.table_name,
-            "idempotency_table": t.idempotency.table_name,
             "bucket": self.storage.bucket.bucket_name,
             "intake_queue_url": q[0].queue.queue_url,
             "analysis_queue_url": q[1].queue.queue_url,
@@ -151,16 +149,21 @@ class ContractReviewStack(Stack):
             "intake_dlq_url": q[0].dlq.queue_url,
             "analysis_dlq_url": q[1].dlq.queue_url,
             "results_dlq_url": q[2].dlq.queue_url,
-            "model_provider": s.model_provider,
-            "model_id": s.profile.model_id,
-            "worker_kind": worker_kind,
         }
+        unknown = {r.field for r in RESOURCES} ^ set(values)
+        if unknown:  # config.RESOURCES changed: the template must follow, or handlers break at cold start
+            raise ValueError(f"infra and config.RESOURCES disagree on: {sorted(unknown)}")
+        return values
+
+    def function_environment(self, worker_kind: str) -> dict[str, str]:
+        """Every resource's variable plus the options (FAULT_SPEC only when a fault spec is given)."""
+        s = self.settings
+        env = {r.env: self.resource_values()[r.field] for r in RESOURCES}
+        env.update({OPTION_ENV["profile"]: s.profile.name, OPTION_ENV["model_provider"]: s.model_provider,
+                    OPTION_ENV["model_id"]: s.profile.model_id, OPTION_ENV["worker_kind"]: worker_kind})
         if s.fault_spec is not None:
-            values["fault_spec"] = s.fault_spec.to_env()
-        unknown = set(ENV) - set(values) - {"fault_spec"}
-        if unknown:  # config.ENV grew: the template must pass it, or handlers break at cold start
-            raise ValueError(f"infra does not set config.ENV keys: {sorted(unknown)}")
-        return {ENV[k]: v for k, v in values.items()}
+            env[OPTION_ENV["fault_spec"]] = s.fault_spec.to_env()
+        return env
 
     # ------------------------------------------------------------------ grants
     def _grant_intake(self, g: iam.IGrantable) -> None:
@@ -185,7 +188,7 @@ class ContractReviewStack(Stack):
 
     def _grant_aggregator(self, g: iam.IGrantable) -> None:
         t = self.tables
-        for table in (t.jobs, t.events, t.idempotency):
+        for table in (t.jobs, t.events):
             grant_table(g, table, write=True)
         grant_table(g, t.claims, write=False)
         grant_bucket(g, self.storage.bucket, write=True)
@@ -205,29 +208,18 @@ class ContractReviewStack(Stack):
     # ------------------------------------------------------------------ outputs
     def _outputs(self) -> None:
         # CfnOutputs at stack scope keep their ids as logical ids (no hash suffix).
-        t = self.tables
-        outputs = {
-            "IntakeQueueUrl": (self.intake.queue.queue_url, "intake queue (documents in)"),
-            "IntakeDlqUrl": (self.intake.dlq.queue_url, "intake dead-letter queue"),
-            "AnalysisQueueUrl": (self.analysis.queue.queue_url, "analysis queue (one message per chunk)"),
-            "AnalysisDlqUrl": (self.analysis.dlq.queue_url, "analysis dead-letter queue"),
-            "ResultsQueueUrl": (self.results.queue.queue_url, "results queue (FIFO, group = job)"),
-            "ResultsDlqUrl": (self.results.dlq.queue_url, "results dead-letter queue (FIFO)"),
+        values = self.resource_values()
+        outputs = {r.output: (values[r.field], r.description) for r in RESOURCES}
+        outputs.update({
             "IntakeQueueArn": (self.intake.queue.queue_arn, "intake queue ARN"),
             "AnalysisQueueArn": (self.analysis.queue.queue_arn, "analysis queue ARN"),
             "ResultsQueueArn": (self.results.queue.queue_arn, "results queue ARN"),
-            "JobsTableName": (t.jobs.table_name, "jobs table"),
-            "ClaimsTableName": (t.claims.table_name, "claims table"),
-            "CheckpointsTableName": (t.checkpoints.table_name, "checkpoints table"),
-            "EventsTableName": (t.events.table_name, "events table"),
-            "IdempotencyTableName": (t.idempotency.table_name, "Powertools idempotency table"),
-            "ArtifactBucketName": (self.storage.bucket.bucket_name, "artifacts bucket"),
             "IntakeFunctionName": (self.intake_fn.function.function_name, "intake function"),
             "WorkerFunctionName": (self.worker_fn.function.function_name, "worker function"),
             "AggregatorFunctionName": (self.aggregator_fn.function.function_name, "aggregator function"),
             "SweeperFunctionName": (self.sweeper_fn.function.function_name, "sweeper function"),
             "ProfileName": (self.settings.profile.name, "config profile this stack was built from"),
             "WorkerKind": (self.settings.worker_kind, "analysis worker: lambda or fargate"),
-        }
+        })
         for output_id, (value, description) in outputs.items():
             CfnOutput(self, output_id, value=value, description=description)

@@ -1,4 +1,4 @@
-"""The five DynamoDB tables.
+"""The four DynamoDB tables.
 
 `dynamodb.Table` on purpose, not `TableV2`: TableV2 synthesizes `AWS::DynamoDB::GlobalTable`,
 which moto's CloudFormation cannot create, and local runs deploy this very template into moto.
@@ -13,10 +13,10 @@ from aws_cdk import RemovalPolicy
 from aws_cdk import aws_dynamodb as dynamodb
 from constructs import Construct
 
-RECORD_TTL_ATTRIBUTE = "expires_at"  # epoch seconds, written by the core (store.py)
-IDEMPOTENCY_TTL_ATTRIBUTE = "expiration"  # Powertools DynamoDBPersistenceLayer default
-IDEMPOTENCY_KEY = "id"  # Powertools DynamoDBPersistenceLayer default key_attr
-CLAIMS_LEASE_INDEX = "by-lease"  # sparse GSI of open claims, queried by the sweeper
+from contract_review.adapters.claims import LEASE_INDEX
+
+RECORD_TTL_ATTRIBUTE = "expires_at"  # epoch seconds, written by the repositories (contract_review/adapters)
+CLAIMS_LEASE_INDEX = LEASE_INDEX  # sparse GSI of open claims, queried by the sweeper
 
 S = dynamodb.AttributeType.STRING
 N = dynamodb.AttributeType.NUMBER
@@ -35,11 +35,10 @@ JOBS = TableSpec("JobsTable", "job_id")
 CLAIMS = TableSpec("ClaimsTable", "job_id", "chunk_id")
 CHECKPOINTS = TableSpec("CheckpointsTable", "pk", "analyst")
 EVENTS = TableSpec("EventsTable", "job_id", "seq")
-IDEMPOTENCY = TableSpec("IdempotencyTable", IDEMPOTENCY_KEY, ttl_attribute=IDEMPOTENCY_TTL_ATTRIBUTE)
 
 
 class ReviewTables(Construct):
-    """jobs, claims (+ `by-lease` GSI), checkpoints, events, idempotency."""
+    """jobs, claims (+ `by-lease` GSI), checkpoints, events."""
 
     def __init__(self, scope: Construct, construct_id: str, *, retain: bool) -> None:
         super().__init__(scope, construct_id)
@@ -56,7 +55,6 @@ class ReviewTables(Construct):
         )
         self.checkpoints = self._table(CHECKPOINTS)
         self.events = self._table(EVENTS)
-        self.idempotency = self._table(IDEMPOTENCY)
 
     def _table(self, spec: TableSpec) -> dynamodb.Table:
         return dynamodb.Table(

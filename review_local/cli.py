@@ -6,17 +6,17 @@ import json
 import signal
 import sys
 import threading
-import time
 from pathlib import Path
 
 import click
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from contract_review import ops
+from contract_review import ops, redrive
 from contract_review.config import FaultSpec
-from contract_review.store import TERMINAL_JOB_STATES, Store
+from contract_review.ports import Deps
+
+from .progress import watch_jobs
 
 console = Console()
 
@@ -24,18 +24,18 @@ console = Console()
 class Ctx:
     def __init__(self, stack: str | None, region: str | None):
         self.stack, self.region = stack, region
-        self._store: Store | None = None
+        self._deps: Deps | None = None
 
     @property
-    def store(self) -> Store:
-        if self._store is None:
+    def deps(self) -> Deps:
+        if self._deps is None:
             from .connect import connect
 
             try:
-                self._store = connect(self.stack, self.region)
+                self._deps = connect(self.stack, self.region)
             except FileNotFoundError as exc:
                 raise click.ClickException(str(exc)) from exc
-        return self._store
+        return self._deps
 
 
 @click.group()
@@ -96,38 +96,13 @@ def submit(obj: Ctx, files: tuple[Path, ...], wait: bool, idempotency_key: str |
             text = f.read_text(encoding="utf-8")
         except UnicodeDecodeError as exc:
             raise click.ClickException(f"{f}: not UTF-8 text") from exc
-        job_id = ops.submit(obj.store, text, document_id=f.name, idempotency_key=idempotency_key)
+        job_id = ops.submit(obj.deps, text, document_id=f.name, idempotency_key=idempotency_key)
         jobs.append(job_id)
         console.print(f"{job_id}  {f}")
     if wait:
-        states = watch_jobs(obj.store, jobs, timeout)
+        states = watch_jobs(console, obj.deps.jobs, jobs, timeout)
         if any(s != "completed" for s in states.values()):
             sys.exit(1)
-
-
-def watch_jobs(store: Store, job_ids: list[str], timeout: float = 600.0) -> dict[str, str]:
-    """Live progress bars until every job ends. Returns the final states."""
-    states: dict[str, str] = {}
-    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[state]}"),
-                  TimeElapsedColumn(), console=console, transient=False) as progress:
-        tasks = {j: progress.add_task(j, total=None, state="submitted") for j in job_ids}
-        deadline = time.time() + timeout
-        while time.time() < deadline:
-            for j in job_ids:
-                job = store.get_job(j)
-                if job is None:
-                    continue
-                total = int(job.get("chunk_count") or 0) or None
-                done = len(job.get("settled") or ())
-                states[j] = job.get("state", "?")
-                if states[j] in TERMINAL_JOB_STATES and total is None:
-                    total = done = 1
-                progress.update(tasks[j], total=total, completed=done if states[j] != "completed" else total,
-                                state=states[j])
-            if len(states) == len(job_ids) and all(s in TERMINAL_JOB_STATES for s in states.values()):
-                break
-            time.sleep(0.3)
-    return states
 
 
 # ------------------------------------------------------------------------------------ status & co
@@ -137,28 +112,28 @@ def watch_jobs(store: Store, job_ids: list[str], timeout: float = 600.0) -> dict
 @click.pass_obj
 def status(obj: Ctx, job_id: str, as_json: bool) -> None:
     """Show a job: state, progress, errors, and what would happen next."""
-    view = ops.job_view(obj.store, job_id)
+    view = ops.job_view(obj.deps, job_id)
     if view is None:
         raise click.ClickException(f"no job {job_id}")
     if as_json:
-        click.echo(json.dumps(view, indent=2, default=str))
+        click.echo(view.model_dump_json(indent=2))
         return
-    c = view["chunks"]
-    console.print(f"[bold]{job_id}[/]  state: [bold]{view['state']}[/]  chunks settled {c['settled']}/{c['total']}")
-    if view["error_code"]:
-        console.print(f"  error: [red]{view['error_code']}[/] {(view.get('error') or {}).get('message', '')}")
-    for m in view["missing_chunks"]:
-        console.print(f"  missing chunk {m['chunk_index']} {m['chunk_id']}: {m['status']} ({m['error_code']})")
-    for g in view["mandatory_gaps"]:
-        console.print(f"  mandatory gap: chunk {g['chunk_index']} analyst {g['analyst']}: {g['status']}")
-    r = view["reliability"]
-    console.print(f"  model calls {r['model_calls']}, retries {r['retries_by_code']}, redeliveries {r['redeliveries']}")
-    for k, v in view["answers"].items():
+    c = view.chunks
+    console.print(f"[bold]{job_id}[/]  state: [bold]{view.state.value}[/]  chunks settled {c['settled']}/{c['total']}")
+    if view.error_code:
+        console.print(f"  error: [red]{view.error_code}[/] {view.error.message if view.error else ''}")
+    for m in view.missing_chunks:
+        console.print(f"  missing chunk {m.chunk_index} {m.chunk_id}: {m.status.value} ({m.error_code})")
+    for g in view.mandatory_gaps:
+        console.print(f"  mandatory gap: chunk {g.chunk_index} analyst {g.analyst}: {g.status}")
+    r = view.reliability
+    console.print(f"  model calls {r.model_calls}, retries {r.retries_by_code}, redeliveries {r.redeliveries}")
+    for k, v in view.answers.model_dump(mode="json").items():
         console.print(f"  {k.replace('_', ' ')}: {v}")
     console.print("  recent events:")
-    for e in view["recent_events"]:
-        detail = ", ".join(f"{k}={v}" for k, v in e.items() if k not in ("at", "type"))
-        console.print(f"    {e['at']}  {e['type']}  {detail}", soft_wrap=True)
+    for e in view.recent_events:
+        detail = ", ".join(f"{k}={v}" for k, v in (e.model_extra or {}).items())
+        console.print(f"    {e.at}  {e.type}  {detail}", soft_wrap=True)
 
 
 @cli.command()
@@ -167,7 +142,7 @@ def status(obj: Ctx, job_id: str, as_json: bool) -> None:
 @click.pass_obj
 def watch(obj: Ctx, job_id: str, timeout: float) -> None:
     """Live progress bar for a job until it ends."""
-    states = watch_jobs(obj.store, [job_id], timeout)
+    states = watch_jobs(console, obj.deps.jobs, [job_id], timeout)
     sys.exit(0 if states.get(job_id) == "completed" else 1)
 
 
@@ -177,13 +152,13 @@ def watch(obj: Ctx, job_id: str, timeout: float) -> None:
 @click.pass_obj
 def report(obj: Ctx, job_id: str, as_json: bool) -> None:
     """Print a job's report."""
-    job = obj.store.get_job(job_id)
+    job = obj.deps.jobs.get(job_id)
     if job is None:
         raise click.ClickException(f"no job {job_id}")
-    key = job.get("report_json_key" if as_json else "report_md_key")
+    key = job.report_json_key if as_json else job.report_md_key
     if not key:
-        raise click.ClickException(f"job {job_id} has no report yet (state {job.get('state')})")
-    click.echo(obj.store.get_object(key))
+        raise click.ClickException(f"job {job_id} has no report yet (state {job.state.value})")
+    click.echo(obj.deps.artifacts.get_text(key))
 
 
 @cli.command()
@@ -191,14 +166,13 @@ def report(obj: Ctx, job_id: str, as_json: bool) -> None:
 @click.pass_obj
 def jobs(obj: Ctx, as_json: bool) -> None:
     """List jobs."""
-    items = obj.store.list_jobs()
+    items = obj.deps.jobs.all()
     if as_json:
-        click.echo(json.dumps(items, indent=2, default=str))
+        click.echo(json.dumps([j.model_dump(mode="json", exclude_defaults=True) for j in items], indent=2))
         return
     t = Table("job", "state", "chunks", "document", "error")
     for j in items:
-        t.add_row(j["job_id"], j.get("state", ""), str(j.get("chunk_count", "")), j.get("document_id") or "",
-                  j.get("error_code") or "")
+        t.add_row(j.job_id, j.state.value, str(j.chunk_count), j.document_id, j.error_code or "")
     console.print(t)
 
 
@@ -213,15 +187,15 @@ def dlq() -> None:
 @click.pass_obj
 def dlq_list(obj: Ctx, as_json: bool) -> None:
     """DLQ messages joined with their job and chunk records."""
-    items = ops.dlq_list(obj.store)
+    items = ops.dlq_list(obj.deps)
     if as_json:
-        click.echo(json.dumps(items, indent=2, default=str))
+        click.echo(json.dumps([i.model_dump(mode="json") for i in items], indent=2))
         return
     t = Table("message", "queue", "job", "chunk", "error", "failed step", "attempts")
     for i in items:
-        t.add_row(i["message_id"], i["queue"], i.get("job_id") or "", str((i.get("chunk") or {}).get("chunk_index", "")),
-                  (i.get("envelope") or {}).get("error_code") or i.get("error_code") or "", i.get("failed_step") or "",
-                  str((i.get("chunk") or {}).get("failures", "")))
+        t.add_row(i.message_id, i.queue, i.job_id or "", str(i.chunk.chunk_index) if i.chunk else "",
+                  (i.envelope.error_code if i.envelope else None) or i.error_code or "", i.failed_step or "",
+                  str(i.chunk.failures) if i.chunk else "")
     console.print(t)
     console.print(f"{len(items)} message(s)")
 
@@ -231,10 +205,10 @@ def dlq_list(obj: Ctx, as_json: bool) -> None:
 @click.pass_obj
 def dlq_show(obj: Ctx, message_id: str) -> None:
     """Everything known about one DLQ message: payload, attempts, last error envelope."""
-    item = ops.dlq_show(obj.store, message_id)
+    item = ops.dlq_show(obj.deps, message_id)
     if item is None:
         raise click.ClickException(f"no DLQ message {message_id}")
-    click.echo(json.dumps(item, indent=2, default=str))
+    click.echo(item.model_dump_json(indent=2))
 
 
 @dlq.command("redrive")
@@ -245,9 +219,9 @@ def dlq_redrive(obj: Ctx, message_id: str | None, all_: bool) -> None:
     """Re-inject DLQ messages with a fresh attempt budget (leaves an audit event)."""
     if not message_id and not all_:
         raise click.UsageError("give a MESSAGE_ID or --all")
-    done = ops.dlq_redrive(obj.store, None if all_ else {message_id})  # type: ignore[arg-type]
+    done = redrive.dlq_redrive(obj.deps, None if all_ or not message_id else {message_id})
     for d in done:
-        console.print(f"{d['message_id']}  {d['queue']}  {d.get('job_id') or ''}  {d['action']}")
+        console.print(f"{d.message_id}  {d.queue}  {d.job_id or ''}  {d.action}")
     if not done:
         raise click.ClickException("nothing redriven")
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import time
 from collections import Counter
 from pathlib import Path
@@ -13,24 +12,19 @@ from rich.table import Table
 from contract_review import ops
 from contract_review.analysts import CATEGORY_BY_KEY
 from contract_review.config import FaultSpec
+from contract_review.ports import DLQS, Deps
+from contract_review.report import Report
 
 from .embedded import ROOT
+from .progress import watch_jobs
 from .stack import LocalStack
 
 
-def _dlq_depths(store) -> dict[str, int]:  # type: ignore[no-untyped-def]
-    out = {}
-    for name, url in (("intake", store.s.intake_dlq_url), ("analysis", store.s.analysis_dlq_url),
-                      ("results", store.s.results_dlq_url)):
-        attrs = store.aws.sqs.get_queue_attributes(QueueUrl=url, AttributeNames=[
-            "ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible"])["Attributes"]
-        out[name] = int(attrs["ApproximateNumberOfMessages"]) + int(attrs["ApproximateNumberOfMessagesNotVisible"])
-    return out
+def _dlq_depths(deps: Deps) -> dict[str, int]:
+    return {queue.value: deps.queues.depth(dlq) for queue, dlq in DLQS.items()}
 
 
 def run_demo(console: Console, fault_rate: float, samples_dir: Path | None = None, timeout: float = 150.0) -> int:
-    from .cli import watch_jobs
-
     samples = sorted((samples_dir or ROOT / "samples").glob("*.txt"))
     if not samples:
         console.print("[red]no samples/*.txt found[/]")
@@ -41,50 +35,51 @@ def run_demo(console: Console, fault_rate: float, samples_dir: Path | None = Non
     stack.start()
     stack.write_local_json()
     try:
-        store = stack.store()
-        console.print(f"    endpoint {stack.aws.endpoint}; {len(stack.runtime.sandboxes)} sandboxes "  # type: ignore[union-attr]
+        deps = stack.deps()
+        sandboxes = len(stack.runtime.sandboxes) if stack.runtime else 0
+        console.print(f"    endpoint {stack.aws.endpoint}; {sandboxes} sandboxes "
                       f"(worker processes); model faults {fault_rate:.0%} (seeded)")
         console.print(f"[bold]2/4[/] submitting {len(samples)} sample contracts to the intake queue")
         jobs = {}
         for f in samples:
             text = f.read_text(encoding="utf-8")
-            jobs[ops.submit(store, text, document_id=f.name)] = f
+            jobs[ops.submit(deps, text, document_id=f.name)] = f
             console.print(f"    {f.name} ({len(text) // 1024} KiB)")
         console.print("[bold]3/4[/] reviewing (live progress; chunks settled / total)")
-        states = watch_jobs(store, list(jobs), timeout)
+        states = watch_jobs(console, deps.jobs, list(jobs), timeout)
         console.print("[bold]4/4[/] results")
         retries: Counter[str] = Counter()
         calls = redeliveries = repairs = 0
         for job_id, f in jobs.items():
-            job = store.get_job(job_id) or {}
-            rep = json.loads(store.get_object(job["report_json_key"])) if job.get("report_json_key") else None
+            job = deps.jobs.get(job_id)
             console.print(f"\n[bold]{f.name}[/]  job {job_id}  state [bold]{states.get(job_id)}[/]")
-            if rep is None:
-                console.print(f"    no report: {job.get('error_code')}")
+            if job is None or not job.report_json_key:
+                console.print(f"    no report: {job.error_code if job else 'no job record'}")
                 continue
-            by_cat = Counter(x["category"] for x in rep["findings"])
+            rep = Report.model_validate_json(deps.artifacts.get_text(job.report_json_key))
+            by_cat = Counter(x.category for x in rep.findings)
             t = Table("category", "findings", "max risk", box=None, pad_edge=False)
             for key, cat in CATEGORY_BY_KEY.items():
-                scores = [x["score"] for x in rep["findings"] if x["category"] == key]
+                scores = [x.score for x in rep.findings if x.category == key]
                 t.add_row(cat.title, str(by_cat.get(key, 0)), f"{max(scores, default=0):.2f}")
             console.print(t)
-            top = max(rep["findings"], key=lambda x: x["score"], default=None)
+            top = max(rep.findings, key=lambda x: x.score, default=None)
             if top:
-                console.print(f"    highest risk ({top['score']:.2f}, {CATEGORY_BY_KEY[top['category']].title}): "
-                              f"\"{top['quote'][:160]}\"")
-            rel = rep["reliability"]
-            calls += rel["model_calls"]
-            redeliveries += rel["redeliveries"]
-            repairs += rel["repairs"]
-            retries.update(rel["retries_by_code"])
-            gaps = rep["coverage"]
-            console.print(f"    coverage: {len(gaps['missing_chunks'])} missing chunks, "
-                          f"{len(gaps['mandatory_gaps'])} mandatory / {len(gaps['optional_gaps'])} optional gaps; "
-                          f"report s3://{store.s.bucket}/{job['report_md_key']}")
+                console.print(f"    highest risk ({top.score:.2f}, {CATEGORY_BY_KEY[top.category].title}): "
+                              f"\"{top.quote[:160]}\"")
+            rel = rep.reliability
+            calls += rel.model_calls
+            redeliveries += rel.redeliveries
+            repairs += rel.repairs
+            retries.update(rel.retries_by_code)
+            gaps = rep.coverage
+            console.print(f"    coverage: {len(gaps.missing_chunks)} missing chunks, "
+                          f"{len(gaps.mandatory_gaps)} mandatory / {len(gaps.optional_gaps)} optional gaps; "
+                          f"report s3://{deps.artifacts.bucket}/{job.report_md_key}")
         console.print("\n[bold]Reliability summary[/]")
         console.print(f"    model calls: {calls}   tier-1 retries by error code: {dict(retries) or 'none'}")
         console.print(f"    semantic repairs: {repairs}   queue redeliveries: {redeliveries}   "
-                      f"DLQ depth: {_dlq_depths(store)}")
+                      f"DLQ depth: {_dlq_depths(deps)}")
         ok = all(states.get(j) == "completed" for j in jobs)
         console.print(f"    {sum(s == 'completed' for s in states.values())}/{len(jobs)} jobs completed in "
                       f"{time.monotonic() - started:.1f} s")

@@ -153,7 +153,7 @@ class EmbeddedAws:
         return boto3.Session(aws_access_key_id="testing", aws_secret_access_key="testing",
                              aws_session_token="testing", region_name=self.region)
 
-    def client(self, service: str) -> Any:
+    def client(self, service: Any) -> Any:
         return self.session().client(service, endpoint_url=self.endpoint)
 
     def deploy(self, template: dict[str, Any]) -> dict[str, str]:

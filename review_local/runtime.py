@@ -78,7 +78,7 @@ def function_specs(aws: EmbeddedAws, sweep_interval_s: float, default_concurrenc
     return mapped
 
 
-POLLER = "contract_review.poller.main"
+POLLER = "contract_review.handlers.poller.main"
 
 
 def _fargate_pollers(aws: EmbeddedAws, tasks: int) -> list[FunctionSpec]:

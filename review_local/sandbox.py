@@ -18,6 +18,7 @@ import sys
 import time
 import traceback
 import uuid
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -55,7 +56,7 @@ def _on_timeout(signum: int, frame: Any) -> None:
     os._exit(124)
 
 
-def sqs_event(messages: list[dict[str, Any]], arn: str, region: str) -> dict[str, Any]:
+def sqs_event(messages: Sequence[Mapping[str, Any]], arn: str, region: str) -> dict[str, Any]:
     records = []
     for m in messages:
         attrs = {k: v for k, v in m.get("Attributes", {}).items()}
@@ -75,7 +76,7 @@ def _report(what: str, exc: BaseException) -> None:
     sys.stderr.write(f"{what}: {type(exc).__name__}\n{''.join(traceback.format_tb(exc.__traceback__))}")
 
 
-def failed_items(response: Any, messages: list[dict[str, Any]]) -> set[str] | None:
+def failed_items(response: Any, messages: Sequence[Mapping[str, Any]]) -> set[str] | None:
     """Lambda's reading of a ReportBatchItemFailures response: the ids to keep, or None when the
     response is invalid (then the whole batch counts as failed)."""
     if response is None or response == {}:
@@ -96,7 +97,7 @@ def failed_items(response: Any, messages: list[dict[str, Any]]) -> set[str] | No
 def main(spec: dict[str, Any]) -> None:
     region = os.environ.get("AWS_REGION", "us-east-1")
     module, func = spec["handler"].rsplit(".", 1)
-    if spec["handler"] == "contract_review.poller.main":  # a Fargate task: a long-running poller
+    if spec["handler"] == "contract_review.handlers.poller.main":  # a Fargate task: a long-running poller
         getattr(importlib.import_module(module), func)()
         return
     handler = getattr(importlib.import_module(module), func)

@@ -8,9 +8,9 @@ from pathlib import Path
 from typing import Any
 
 from contract_review.config import FaultSpec, get_profile
-from contract_review.store import Store
+from contract_review.ports import Deps
 
-from .connect import local_session, settings_from_outputs, store_for
+from .connect import local_deps
 from .embedded import LOCAL_JSON, STATE_DIR, EmbeddedAws, synth
 from .runtime import LocalRuntime, function_specs
 
@@ -63,9 +63,9 @@ class LocalStack:
     def outputs(self) -> dict[str, str]:
         return self.aws.outputs
 
-    def store(self) -> Store:
-        return store_for(local_session(self.aws.region), settings_from_outputs(self.outputs, self.profile),
-                         self.aws.endpoint)
+    def deps(self) -> Deps:
+        """The repositories and queues of this stack, as the CLI and the tests use them."""
+        return local_deps(self.outputs, self.aws.region, self.aws.endpoint, self.profile)
 
     def write_local_json(self, path: Path = LOCAL_JSON) -> None:
         self.aws.write_local_json(path, extra={"profile": self.profile})

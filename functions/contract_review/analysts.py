@@ -10,6 +10,7 @@ semantic error (`model.output_invalid`); a refusal is a policy error (`model.ref
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -19,7 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from .chunking import Chunk
 from .errors import ReviewError
-from .models import ModelRequest, ModelResponse
+from .model_clients import ModelRequest, ModelResponse
 
 
 @dataclass(frozen=True)
@@ -102,10 +103,7 @@ class LocateOutput(BaseModel):
     clauses: list[Located]
 
 
-class Assessed(BaseModel):
-    model_config = ConfigDict(extra="ignore")
-    category: str
-    quote: str = Field(min_length=1)
+class Assessed(Located):
     score: float = Field(ge=0.0, le=1.0)
     rationale: str = Field(min_length=1, max_length=1000)
 
@@ -129,6 +127,14 @@ class Finding(BaseModel):
     status: str = "ok"  # ok | refused
 
 
+class ChunkFindings(BaseModel):
+    """The findings artifact of one settled chunk (S3: `records.findings_key`)."""
+
+    chunk_id: str
+    chunk_index: int
+    findings: list[Finding]
+
+
 class AnalystOutput(BaseModel):
     analyst: str
     status: str  # ok | refused | failed
@@ -142,7 +148,10 @@ SYSTEM = ("You are a meticulous contract lawyer reviewing one excerpt of a contr
           "verbatim, exactly as they appear, and answer only through the provided tool.")
 
 
-def build_request(spec: AnalystSpec, step: str, chunk: Chunk, prior: list[dict[str, Any]] | None,
+ParsedItems = list[Located]  # locate -> Located; assess -> Assessed (a Located with a score)
+
+
+def build_request(spec: AnalystSpec, step: str, chunk: Chunk, prior: ParsedItems | None,
                   repair_hint: str | None) -> ModelRequest:
     cats = [{"key": k, "title": CATEGORY_BY_KEY[k].title, "question": CATEGORY_BY_KEY[k].question}
             for k in spec.categories]
@@ -151,10 +160,11 @@ def build_request(spec: AnalystSpec, step: str, chunk: Chunk, prior: list[dict[s
         task = ("List every clause in the excerpt that answers one of these questions. "
                 "Quote each clause verbatim (a full sentence or sub-clause).")
     else:
-        payload["clauses"] = prior or []
+        clauses = [Located(category=p.category, quote=p.quote).model_dump() for p in prior or []]
+        payload["clauses"] = clauses
         task = ("For each located clause, give a risk score from 0 (benign) to 1 (severe) for the "
                 "reviewing party and a one-sentence rationale. Keep each quote unchanged.\n"
-                f"Located clauses: {json.dumps(prior or [])}")
+                f"Located clauses: {json.dumps(clauses)}")
     prompt = (f"Categories: {json.dumps(cats)}\n\nTask: {task}\n\n<excerpt>\n{chunk.text}\n</excerpt>")
     if repair_hint:
         payload["repair_hint"] = repair_hint
@@ -163,7 +173,7 @@ def build_request(spec: AnalystSpec, step: str, chunk: Chunk, prior: list[dict[s
                         output_schema=_SCHEMAS[step], chunk_id=chunk.chunk_id)
 
 
-def parse_response(spec: AnalystSpec, step: str, chunk: Chunk, response: ModelResponse) -> list[dict[str, Any]]:
+def parse_response(spec: AnalystSpec, step: str, chunk: Chunk, response: ModelResponse) -> ParsedItems:
     """Validate one step's answer; raise `model.refused` / `model.output_invalid` envelopes."""
     if response.stop_reason in ("content_filtered", "guardrail_intervened"):
         raise ReviewError.of("model.refused", f"stopReason={response.stop_reason}", step=f"{spec.name}.{step}")
@@ -173,8 +183,7 @@ def parse_response(spec: AnalystSpec, step: str, chunk: Chunk, response: ModelRe
         model = (LocateOutput if step == "locate" else AssessOutput).model_validate_json(response.text)
     except ValidationError as exc:
         raise ReviewError.of("model.output_invalid", _short(exc), step=f"{spec.name}.{step}") from exc
-    items = model.clauses if isinstance(model, LocateOutput) else model.findings
-    out = []
+    items: ParsedItems = list(model.clauses) if isinstance(model, LocateOutput) else list(model.findings)
     for item in items:
         if item.category not in spec.categories:
             raise ReviewError.of("model.output_invalid", f"category {item.category!r} not asked for",
@@ -182,46 +191,50 @@ def parse_response(spec: AnalystSpec, step: str, chunk: Chunk, response: ModelRe
         if item.quote not in chunk.text:
             raise ReviewError.of("model.output_invalid", "a quote is not verbatim from the excerpt",
                                  step=f"{spec.name}.{step}")
-        out.append(item.model_dump())
-    return out
+    return items
 
 
 def _short(exc: ValidationError) -> str:
     return "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['type']}" for e in exc.errors()[:5])
 
 
-def to_findings(spec: AnalystSpec, chunk: Chunk, assessed: list[dict[str, Any]]) -> list[Finding]:
+def to_findings(spec: AnalystSpec, chunk: Chunk, assessed: ParsedItems) -> list[Finding]:
     findings = []
     seen: set[tuple[str, int]] = set()
     for a in assessed:
-        local = chunk.text.find(a["quote"])
-        key = (a["category"], local)
+        if not isinstance(a, Assessed):
+            continue
+        local = chunk.text.find(a.quote)
+        key = (a.category, local)
         if key in seen:
             continue
         seen.add(key)
         start = chunk.start + local
-        findings.append(Finding(category=a["category"], score=round(float(a["score"]), 3), quote=a["quote"],
-                                start=start, end=start + len(a["quote"]), rationale=a["rationale"],
+        findings.append(Finding(category=a.category, score=round(a.score, 3), quote=a.quote,
+                                start=start, end=start + len(a.quote), rationale=a.rationale,
                                 analyst=spec.name, chunk_id=chunk.chunk_id, chunk_index=chunk.index))
     return findings
 
 
-StepCaller = Callable[[Callable[[str | None], ModelRequest], Callable[[ModelResponse], list[dict[str, Any]]]],
-                      tuple[list[dict[str, Any]], int]]
+StepCaller = Callable[[Callable[[str | None], ModelRequest], Callable[[ModelResponse], ParsedItems]],
+                      tuple[ParsedItems, int]]
+
+
+def _build_step(spec: AnalystSpec, step: str, chunk: Chunk, prior: ParsedItems | None,
+                hint: str | None) -> ModelRequest:
+    return build_request(spec, step, chunk, prior, hint)
 
 
 def run_analyst(spec: AnalystSpec, chunk: Chunk, call_step: StepCaller) -> AnalystOutput:
     """Run the analyst's steps. `call_step(build, parse)` owns retries; returns (parsed, calls)."""
-    prior: list[dict[str, Any]] | None = None
+    prior: ParsedItems | None = None
     calls = 0
     for step in STEPS:
         if step == "assess" and not prior:
             return AnalystOutput(analyst=spec.name, status="ok", findings=[], model_calls=calls)
-        current_prior = prior
-        parsed, n = call_step(
-            lambda hint, s=step, p=current_prior: build_request(spec, s, chunk, p, hint),
-            lambda resp, s=step: parse_response(spec, s, chunk, resp),
-        )
+        build = functools.partial(_build_step, spec, step, chunk, prior)
+        parse = functools.partial(parse_response, spec, step, chunk)
+        parsed, n = call_step(build, parse)
         calls += n
         prior = parsed
     return AnalystOutput(analyst=spec.name, status="ok", findings=to_findings(spec, chunk, prior or []),

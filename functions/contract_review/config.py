@@ -12,7 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Mapping
-from typing import Literal
+from typing import Literal, NamedTuple
 
 from pydantic import BaseModel, ConfigDict, model_validator
 
@@ -167,26 +167,43 @@ def get_profile(name: str) -> Profile:
         raise ValueError(f"unknown profile {name!r}; known: {', '.join(sorted(PROFILES))}") from None
 
 
-# Environment variable names the template sets on every function (one place for both sides).
-ENV = {
+class Resource(NamedTuple):
+    """One deployed resource a process needs: how `Settings`, the function environment and the
+    stack outputs each name it. The stack, `Settings.from_env` and the CLI's stack lookup are
+    all derived from `RESOURCES`."""
+
+    field: str  # Settings field
+    env: str  # environment variable the template sets on every function and task
+    output: str  # CloudFormation stack output
+    description: str
+    required: bool = True
+
+
+RESOURCES: tuple[Resource, ...] = (
+    Resource("jobs_table", "JOBS_TABLE", "JobsTableName", "jobs table"),
+    Resource("claims_table", "CLAIMS_TABLE", "ClaimsTableName", "claims table (one record per chunk)"),
+    Resource("checkpoints_table", "CHECKPOINTS_TABLE", "CheckpointsTableName", "checkpoints table"),
+    Resource("events_table", "EVENTS_TABLE", "EventsTableName", "events table"),
+    Resource("bucket", "ARTIFACT_BUCKET", "ArtifactBucketName", "artifacts bucket"),
+    Resource("intake_queue_url", "INTAKE_QUEUE_URL", "IntakeQueueUrl", "intake queue (documents in)"),
+    Resource("analysis_queue_url", "ANALYSIS_QUEUE_URL", "AnalysisQueueUrl", "analysis queue (one message per chunk)"),
+    Resource("results_queue_url", "RESULTS_QUEUE_URL", "ResultsQueueUrl", "results queue (FIFO, group = job)"),
+    Resource("intake_dlq_url", "INTAKE_DLQ_URL", "IntakeDlqUrl", "intake dead-letter queue", required=False),
+    Resource("analysis_dlq_url", "ANALYSIS_DLQ_URL", "AnalysisDlqUrl", "analysis dead-letter queue", required=False),
+    Resource("results_dlq_url", "RESULTS_DLQ_URL", "ResultsDlqUrl", "results dead-letter queue (FIFO)",
+             required=False),
+)
+
+# The other environment variables: Settings field -> variable.
+OPTION_ENV = {
     "profile": "REVIEW_PROFILE",
-    "jobs_table": "JOBS_TABLE",
-    "claims_table": "CLAIMS_TABLE",
-    "checkpoints_table": "CHECKPOINTS_TABLE",
-    "events_table": "EVENTS_TABLE",
-    "idempotency_table": "IDEMPOTENCY_TABLE",
-    "bucket": "ARTIFACT_BUCKET",
-    "intake_queue_url": "INTAKE_QUEUE_URL",
-    "analysis_queue_url": "ANALYSIS_QUEUE_URL",
-    "results_queue_url": "RESULTS_QUEUE_URL",
-    "intake_dlq_url": "INTAKE_DLQ_URL",
-    "analysis_dlq_url": "ANALYSIS_DLQ_URL",
-    "results_dlq_url": "RESULTS_DLQ_URL",
     "model_provider": "MODEL_PROVIDER",
     "model_id": "MODEL_ID",
     "fault_spec": "FAULT_SPEC",
     "worker_kind": "WORKER_KIND",
 }
+ENV: dict[str, str] = {**OPTION_ENV, **{r.field: r.env for r in RESOURCES}}  # every variable, by Settings field
+_REQUIRED = {"profile"} | {r.field for r in RESOURCES if r.required}
 
 
 class FaultSpec(BaseModel):
@@ -221,7 +238,6 @@ class Settings(BaseModel):
     claims_table: str
     checkpoints_table: str
     events_table: str
-    idempotency_table: str
     bucket: str
     intake_queue_url: str
     analysis_queue_url: str
@@ -233,6 +249,14 @@ class Settings(BaseModel):
     model_id: str = ""
     fault_spec: FaultSpec | None = None
     worker_kind: Literal["lambda", "fargate"] = "lambda"
+
+    @classmethod
+    def from_outputs(cls, outputs: Mapping[str, str], profile: str) -> Settings:
+        """From a stack's outputs (the CLI's view of a deployed or local stack)."""
+        missing = [r.output for r in RESOURCES if r.output not in outputs]
+        if missing:
+            raise ValueError(f"stack outputs missing: {', '.join(missing)}")
+        return cls.model_validate({"profile": get_profile(profile), **{r.field: outputs[r.output] for r in RESOURCES}})
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> Settings:
@@ -268,17 +292,3 @@ class Settings(BaseModel):
             "analysts": self.profile.analyst_count,
         }
         return hashlib.sha256(json.dumps(material, sort_keys=True).encode()).hexdigest()[:16]
-
-
-_REQUIRED = {
-    "profile",
-    "jobs_table",
-    "claims_table",
-    "checkpoints_table",
-    "events_table",
-    "idempotency_table",
-    "bucket",
-    "intake_queue_url",
-    "analysis_queue_url",
-    "results_queue_url",
-}

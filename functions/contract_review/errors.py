@@ -10,9 +10,12 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from pydantic import BaseModel, ConfigDict
+
+if TYPE_CHECKING:
+    from .retry import RetryStats
 
 
 class ErrorClass(StrEnum):
@@ -163,6 +166,16 @@ class LeaseLost(ReviewError):
         super().__init__(ErrorEnvelope.of("runtime.lease_lost", message))
 
 
+class Tier2(Exception):
+    """Hand the record back to the queue (a batch-item failure): the queue's redelivery is the
+    second retry tier. Carries the envelope and what the attempt spent."""
+
+    def __init__(self, envelope: ErrorEnvelope, stats: RetryStats):
+        super().__init__(f"{envelope.error_code}: {envelope.message}")
+        self.envelope = envelope
+        self.stats = stats
+
+
 # --- classification --------------------------------------------------------------------
 _MODEL_CODES = {
     "ThrottlingException": "model.throttled",
@@ -203,7 +216,7 @@ def classify(exc: BaseException, *, step: str = "", attempt: int = 0, model_call
     if isinstance(exc, ReviewError):
         return exc.envelope.model_copy(update={"step": exc.envelope.step or step, "attempt": attempt or exc.envelope.attempt})
     if isinstance(exc, ClientError):
-        response = exc.response
+        response = cast(dict[str, Any], exc.response)
         provider_code = str((response.get("Error") or {}).get("Code", ""))
         status = (response.get("ResponseMetadata") or {}).get("HTTPStatusCode")
         status = int(status) if status is not None else None

@@ -8,7 +8,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StringConstraints, ValidationError, field_validator
 
-from .errors import ReviewError
+from .errors import ErrorEnvelope, ReviewError
+from .records import ChunkStatus
 
 MAX_INLINE_CHARS = 200_000  # SQS max message is 256 KiB; larger documents go through s3_uri
 MAX_DOCUMENT_BYTES = 5_000_000
@@ -101,7 +102,18 @@ class ResultMessage(BaseModel):
     job_id: str
     chunk_id: str
     chunk_index: int
-    status: Literal["done", "failed", "dead_lettered"]
+    status: ChunkStatus
+
+    @field_validator("status")
+    @classmethod
+    def _settled(cls, v: ChunkStatus) -> ChunkStatus:
+        if not v.settled:
+            raise ValueError("a result is sent for a settled chunk only (done, failed, dead_lettered)")
+        return v
     fence: int = 0
     findings_key: str | None = None
-    error: dict[str, Any] | None = None
+    error: ErrorEnvelope | None = None
+
+    def dedup_id(self, nonce: str = "") -> str:
+        """FIFO deduplication id: stable for one settling of one chunk (a nonce makes a deliberate resend)."""
+        return f"{self.job_id}:{self.chunk_id}:{self.status}:{self.fence}{nonce}"

@@ -28,7 +28,7 @@ import json
 import re
 
 from .config import OFFLINE_MODEL_ID
-from .models import ModelRequest, ModelResponse
+from .model_clients import ModelRequest, ModelResponse
 
 # A rule is a regex string, or a tuple of regex strings that must all match ("!" = must not match).
 Rule = str | tuple[str, ...]
@@ -400,8 +400,8 @@ def _match(unit: str, cat: str) -> list[tuple[int, int]]:
                 ms.append(m)
             if len(ms) < len(pos):
                 continue
-            hs = min(m.start() for m in ms)  # type: ignore[union-attr]
-            he = max(m.end() for m in ms)  # type: ignore[union-attr]
+            hs = min(m.start() for m in ms)
+            he = max(m.end() for m in ms)
             rs, re_ = _region(unit, bounds, hs, he)
             if re_ - rs < _MIN_UNIT or (re_ - rs <= _MAX_HEADING and not _is_clause(unit[rs:re_])):
                 continue  # a heading or list fragment alone is not a clause

@@ -2,229 +2,206 @@
 
 - `job_view`: the job record answering the six questions (DESIGN rule 7).
 - `dlq_list` / `dlq_show`: DLQ messages joined with their job and chunk records.
-- `dlq_redrive`: re-inject with a fresh attempt budget, leaving an audit event. Works on moto
-  (no StartMessageMoveTask): receive, re-send, delete.
+- `submit`: send a document to the intake queue (inline, or claim check through S3).
+Redrive and reopening ended jobs are in `redrive.py`.
 """
 
 from __future__ import annotations
 
 import json
-from datetime import UTC, datetime
 from collections import Counter
-from typing import Any
+from datetime import UTC, datetime
 
-from pydantic import ValidationError
+from pydantic import BaseModel, ConfigDict, JsonValue, ValidationError
 
-from .aggregator import reliability
 from .chunking import document_hash
-from .intake import job_id_for
+from .errors import ErrorEnvelope
 from .messages import MAX_INLINE_CHARS, AnalysisMessage, ResultMessage
-from .store import TERMINAL_JOB_STATES, Store
-from .sweeper import chunk_message
+from .ports import DLQS, Deps, Queue, QueueMessage
+from .records import ChunkStatus, CoverageGap, JobEvent, JobState, Reliability, job_id_for, upload_key
+from .report import coverage_of
+
+RECENT_EVENTS = 10
+_QUEUE_OF_DLQ = {dlq: queue for queue, dlq in DLQS.items()}
 
 
-def job_view(store: Store, job_id: str) -> dict[str, Any] | None:
-    job = store.get_job(job_id)
-    if job is None:
-        return None
-    chunks = store.chunk_records(job_id) if job.get("chunk_count") else []
-    by_status = Counter(c.get("status", "pending") for c in chunks)
-    settled = len(job.get("settled") or ())
-    state = job.get("state")
-    last_cp = max((float(c.get("settled_at", 0)) for c in chunks if c.get("status") == "done"), default=None)
-    dead = [c for c in chunks if c.get("status") in ("dead_lettered", "failed")]
-    view = {
-        "job_id": job_id, "state": state, "document_id": job.get("document_id"),
-        "chunks": {"total": int(job.get("chunk_count") or 0), "settled": settled, **by_status},
-        "progress": (settled / int(job["chunk_count"])) if job.get("chunk_count") else (1.0 if state in TERMINAL_JOB_STATES else 0.0),
-        "error_code": job.get("error_code"), "error": job.get("error"),
-        "missing_chunks": [{"chunk_id": c["chunk_id"], "chunk_index": c.get("chunk_index"), "status": c.get("status"),
-                            "error_code": (c.get("last_error") or {}).get("error_code")} for c in dead],
-        "mandatory_gaps": job.get("mandatory_gaps") or [],
-        "reliability": job.get("reliability") or reliability(chunks),
-        "report": {"json": job.get("report_json_key"), "markdown": job.get("report_md_key")},
-        "created_at": job.get("created_at"), "ended_at": job.get("ended_at"),
-        "model_id": job.get("model_id"), "prompt_version": job.get("prompt_version"),
-        "recent_events": [{"at": _iso(e["at"]), "type": e["type"], **e.get("detail", {})}
-                          for e in store.events(job_id)[-10:]],
-        # the six questions
-        "answers": {
-            "state": state,
-            "last_durable_checkpoint": (f"{by_status.get('done', 0)} of {job.get('chunk_count', 0)} chunks settled done"
-                                        + (f", last at {_iso(last_cp)}" if last_cp else "")),
-            "side_effects_done": [k for k in ("report_json_key", "report_md_key") if job.get(k)],
-            "retry_would": ("nothing: the job is complete" if state == "completed" else
-                            f"redrive {len(dead)} chunk(s) from the DLQ; finished chunks and analysts are reused"
-                            if dead else "resume unsettled chunks from their checkpoints"),
-            "if_cancelled_now": ("nothing: it has ended" if state in TERMINAL_JOB_STATES else
-                                 "workers stop at the next stage entry; checkpoints stay; no report is written"),
-            "if_it_fails_again": "chunk messages go to the analysis DLQ with their error envelope; the job ends "
-                                 "`dead_lettered` listing them",
-        },
-    }
-    return view
+class MissingChunkView(BaseModel):
+    chunk_id: str
+    chunk_index: int
+    status: ChunkStatus
+    error_code: str | None
 
 
-def _iso(epoch: float) -> str:
+class EventLine(BaseModel):
+    """An event as `review status` shows it: time, type, and its details flattened."""
+
+    model_config = ConfigDict(extra="allow")
+    at: str
+    type: str
+
+
+class Answers(BaseModel):
+    """The six questions every job record answers."""
+
+    state: JobState
+    last_durable_checkpoint: str
+    side_effects_done: list[str]
+    retry_would: str
+    if_cancelled_now: str
+    if_it_fails_again: str
+
+
+class JobView(BaseModel):
+    job_id: str
+    state: JobState
+    document_id: str
+    chunks: dict[str, int]  # total, settled, and a count per chunk status
+    progress: float
+    error_code: str | None
+    error: ErrorEnvelope | None
+    missing_chunks: list[MissingChunkView]
+    mandatory_gaps: list[CoverageGap]
+    reliability: Reliability
+    report: dict[str, str | None]
+    created_at: float
+    ended_at: float | None
+    model_id: str
+    prompt_version: str
+    recent_events: list[EventLine]
+    answers: Answers
+
+
+def iso(epoch: float) -> str:
     return datetime.fromtimestamp(epoch, tz=UTC).isoformat(timespec="seconds")
 
 
-def _join(store: Store, queue: str, m: dict[str, Any]) -> dict[str, Any]:
-    attrs = {k: v.get("StringValue") for k, v in m.get("MessageAttributes", {}).items()}
-    entry: dict[str, Any] = {"message_id": m["MessageId"], "queue": queue,
-                             "receive_count": int(m.get("Attributes", {}).get("ApproximateReceiveCount", 0)),
-                             "error_code": attrs.get("error_code"), "body": m["Body"]}
-    if attrs.get("envelope"):
-        entry["envelope"] = json.loads(attrs["envelope"])
-    job_id = chunk_id = None
+def _event_line(e: JobEvent) -> EventLine:
+    return EventLine.model_validate({**e.detail, "at": iso(e.at), "type": e.type})
+
+
+def job_view(deps: Deps, job_id: str) -> JobView | None:
+    job = deps.jobs.get(job_id)
+    if job is None:
+        return None
+    chunks = deps.claims.for_job(job_id) if job.chunk_count else []
+    by_status = Counter(c.status.value for c in chunks)
+    state = job.state
+    last_cp = max((c.settled_at or 0.0 for c in chunks if c.status is ChunkStatus.DONE), default=None)
+    dead = [c for c in chunks if c.status in (ChunkStatus.DEAD_LETTERED, ChunkStatus.FAILED)]
+    # mandatory gaps from the chunk records: the job item holds only a bounded sample
+    gaps = coverage_of(job.analyst_count, [c for c in chunks if c.settled]).mandatory_gaps if chunks else []
+    answers = Answers(
+        state=state,
+        last_durable_checkpoint=(f"{by_status.get('done', 0)} of {job.chunk_count} chunks settled done"
+                                 + (f", last at {iso(last_cp)}" if last_cp else "")),
+        side_effects_done=[k for k in ("report_json_key", "report_md_key") if getattr(job, k)],
+        retry_would=("nothing: the job is complete" if state is JobState.COMPLETED else
+                     f"redrive {len(dead)} chunk(s) from the DLQ; finished chunks and analysts are reused"
+                     if dead else "resume unsettled chunks from their checkpoints"),
+        if_cancelled_now=("nothing: it has ended" if job.terminal else
+                          "workers stop at the next stage entry; checkpoints stay; no report is written"),
+        if_it_fails_again="chunk messages go to the analysis DLQ with their error envelope; the job ends "
+                          "`dead_lettered` listing them")
+    return JobView(
+        job_id=job_id, state=state, document_id=job.document_id,
+        chunks={"total": job.chunk_count, "settled": len(job.settled), **by_status}, progress=job.progress,
+        error_code=job.error_code, error=job.error,
+        missing_chunks=[MissingChunkView(chunk_id=c.chunk_id, chunk_index=c.chunk_index, status=c.status,
+                                         error_code=c.last_error.error_code if c.last_error else None) for c in dead],
+        mandatory_gaps=gaps, reliability=job.reliability or Reliability.of(chunks),
+        report={"json": job.report_json_key, "markdown": job.report_md_key},
+        created_at=job.created_at, ended_at=job.ended_at, model_id=job.model_id, prompt_version=job.prompt_version,
+        recent_events=[_event_line(e) for e in deps.jobs.events(job_id)[-RECENT_EVENTS:]], answers=answers)
+
+
+# ------------------------------------------------------------------------------ dead letters
+class DlqChunk(BaseModel):
+    status: ChunkStatus
+    chunk_index: int
+    failures: int
+    receives: int
+    redeliveries: int
+    fence: int
+    last_error: ErrorEnvelope | None
+    n_calls: int
+    retries: dict[str, int]
+    claimed_by: str | None
+
+
+class DlqEntry(BaseModel):
+    """A DLQ message joined with its job and chunk records. Never the document text."""
+
+    message_id: str
+    queue: str  # intake | analysis | results
+    receive_count: int
+    error_code: str | None
+    envelope: ErrorEnvelope | None = None
+    payload: dict[str, JsonValue]
+    job_id: str | None = None
+    chunk_id: str | None = None
+    job: dict[str, str | None] | None = None  # state, error_code
+    chunk: DlqChunk | None = None
+    failed_step: str | None = None
+
+
+def _payload(queue: Queue, body: str) -> tuple[dict[str, JsonValue], str | None, str | None]:
+    """What may be shown of a message body, and the job and chunk it names."""
     try:
-        if queue == "analysis":
-            am = AnalysisMessage.model_validate_json(m["Body"])
-            job_id, chunk_id = am.job_id, am.chunk_id
-            entry["payload"] = am.model_dump(exclude={"text"}) | {"text_chars": len(am.text)}
-        elif queue == "results":
-            rm = ResultMessage.model_validate_json(m["Body"])
-            job_id, chunk_id = rm.job_id, rm.chunk_id
-            entry["payload"] = rm.model_dump()
-        else:
-            entry["payload"] = {"chars": len(m["Body"])}  # intake bodies hold document text: not shown
+        if queue is Queue.ANALYSIS:
+            am = AnalysisMessage.model_validate_json(body)
+            return am.model_dump(mode="json", exclude={"text"}) | {"text_chars": len(am.text)}, am.job_id, am.chunk_id
+        if queue is Queue.RESULTS:
+            rm = ResultMessage.model_validate_json(body)
+            return rm.model_dump(mode="json"), rm.job_id, rm.chunk_id
+        return {"chars": len(body)}, None, None  # intake bodies hold document text: not shown
     except ValidationError:
-        entry["payload"] = {"unparsed": True, "chars": len(m["Body"])}
-    entry["job_id"], entry["chunk_id"] = job_id, chunk_id
+        return {"unparsed": True, "chars": len(body)}, None, None
+
+
+def _join(deps: Deps, queue: Queue, m: QueueMessage) -> DlqEntry:
+    payload, job_id, chunk_id = _payload(queue, m.body)
+    envelope = ErrorEnvelope.model_validate_json(m.attributes["envelope"]) if m.attributes.get("envelope") else None
+    entry = DlqEntry(message_id=m.message_id, queue=queue.value, receive_count=m.receive_count,
+                     error_code=m.attributes.get("error_code"), envelope=envelope, payload=payload,
+                     job_id=job_id, chunk_id=chunk_id)
     if job_id:
-        job = store.get_job(job_id) or {}
-        entry["job"] = {"state": job.get("state"), "error_code": job.get("error_code")}
+        job = deps.jobs.get(job_id)
+        entry.job = {"state": job.state.value if job else None, "error_code": job.error_code if job else None}
     if job_id and chunk_id:
-        c = store.get_chunk(job_id, chunk_id) or {}
-        entry["chunk"] = {k: c.get(k) for k in ("status", "chunk_index", "failures", "receives", "redeliveries",
-                                                  "fence", "last_error", "n_calls", "retries", "claimed_by")}
-        entry.setdefault("envelope", c.get("last_error"))
-        entry["failed_step"] = (entry.get("envelope") or {}).get("step")
-    entry.pop("body")
+        c = deps.claims.get(job_id, chunk_id)
+        if c is not None:
+            entry.chunk = DlqChunk.model_validate(c.model_dump())
+            entry.envelope = entry.envelope or c.last_error
+        entry.failed_step = entry.envelope.step if entry.envelope else None
     return entry
 
 
-def _dlqs(store: Store) -> dict[str, str]:
-    s = store.s
-    return {k: v for k, v in {"analysis": s.analysis_dlq_url, "intake": s.intake_dlq_url,
-                              "results": s.results_dlq_url}.items() if v}
+def dlq_list(deps: Deps) -> list[DlqEntry]:
+    return [_join(deps, queue, m) for dlq, queue in _QUEUE_OF_DLQ.items() if deps.queues.has(dlq)
+            for m in deps.queues.peek(dlq)]
 
 
-def _receive_all(store: Store, url: str, visibility: int = 30) -> list[dict[str, Any]]:
-    """Take every message of a DLQ for processing (hidden for `visibility` seconds)."""
-    seen: dict[str, dict[str, Any]] = {}
-    for _ in range(100):
-        r = store.aws.sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10, VisibilityTimeout=visibility,
-                                          MessageAttributeNames=["All"], MessageSystemAttributeNames=["All"],
-                                          WaitTimeSeconds=0)
-        batch = r.get("Messages", [])
-        if not batch:
-            break
-        for m in batch:
-            seen.setdefault(m["MessageId"], m)
-    return list(seen.values())
+def dlq_show(deps: Deps, message_id: str) -> DlqEntry | None:
+    return next((e for e in dlq_list(deps) if e.message_id == message_id), None)
 
 
-def dlq_list(store: Store) -> list[dict[str, Any]]:
-    out = []
-    for queue, url in _dlqs(store).items():
-        for m in store.peek(url):
-            out.append(_join(store, queue, m))
-    return out
-
-
-def dlq_show(store: Store, message_id: str) -> dict[str, Any] | None:
-    for item in dlq_list(store):
-        if item["message_id"] == message_id:
-            return item
-    return None
-
-
-def reopen(store: Store, job_id: str, chunk_id: str) -> str:
-    """Give a dead-lettered or failed chunk a fresh attempt budget and put its job back to work.
-
-    A job that had ended (`dead_lettered` / `failed`) is reconciled as a whole: every failed or
-    dead-lettered chunk is reset, every chunk that is not done gets a fresh message (also chunks a
-    job-fatal error left unstarted), and the settled set is rebuilt from the chunk records."""
-    job = store.get_job(job_id)
-    if job is None:
-        return "dropped (no such job)"
-    state = job.get("state")
-    if state not in ("running", "failed", "dead_lettered"):
-        return f"dropped (job is {state})"
-    targets = store.chunk_records(job_id) if state != "running" else [store.get_chunk(job_id, chunk_id) or {}]
-    for c in targets:
-        if c.get("status") in ("failed", "dead_lettered"):
-            store.reset_for_redrive(job_id, c["chunk_id"])
-    if state == "running":
-        current = store.get_chunk(job_id, chunk_id) or {}
-        if current.get("status") != "pending":
-            return f"dropped (chunk is {current.get('status')})"
-        store.unsettle_chunks(job_id, [chunk_id])
-        todo = [current]
-    else:
-        records = store.chunk_records(job_id)
-        done = {c["chunk_id"] for c in records if c.get("status") == "done"}
-        todo = [c for c in records if c.get("status") != "done"]
-        fields: dict[str, Any] = {"settled": done} if done else {}
-        if store.transition(job_id, [state], "running", fields,
-                            remove=["error", "error_code", "missing", "mandatory_gaps", "ended_at", "root_error"]
-                            + ([] if done else ["settled"])) is None:
-            return "dropped (job changed meanwhile)"
-        store.event(job_id, "job.reopened", from_state=state, chunks_resent=len(todo))
-    text = store.get_object(job["document_key"])
-    store.send_analysis([chunk_message(store, job, c, "redrive", text).model_dump_json() for c in todo])
-    return f"redriven ({len(todo)} chunk(s) sent)"
-
-
-def dlq_redrive(store: Store, message_ids: set[str] | None = None) -> list[dict[str, Any]]:
-    """Re-inject DLQ messages (all when message_ids is None) with a fresh attempt budget."""
-    s = store.s
-    done: list[dict[str, Any]] = []
-    chunk_seen: set[tuple[str, str]] = set()
-    for queue, url in _dlqs(store).items():
-        for m in _receive_all(store, url, visibility=30):
-            if message_ids is not None and m["MessageId"] not in message_ids:
-                continue
-            entry: dict[str, Any] = {"message_id": m["MessageId"], "queue": queue, "action": "resent"}
-            if queue == "analysis":
-                try:
-                    am = AnalysisMessage.model_validate_json(m["Body"])
-                except ValidationError:
-                    continue
-                key = (am.job_id, am.chunk_id)
-                action = reopen(store, *key) if key not in chunk_seen else "dropped (chunk already redriven)"
-                chunk_seen.add(key)
-                store.event(am.job_id, "dlq.redriven", chunk_id=am.chunk_id, dlq_message_id=m["MessageId"],
-                            action=action)
-                entry.update(job_id=am.job_id, chunk_id=am.chunk_id, action=action)
-            elif queue == "intake":
-                store.aws.sqs.send_message(QueueUrl=s.intake_queue_url, MessageBody=m["Body"])
-            else:
-                rm = ResultMessage.model_validate_json(m["Body"])
-                store.send_result(m["Body"], rm.job_id,
-                                  f"{rm.job_id}:{rm.chunk_id}:{rm.status}:{rm.fence}:redrive:{m['MessageId']}")
-                entry["job_id"] = rm.job_id
-            store.aws.sqs.delete_message(QueueUrl=url, ReceiptHandle=m["ReceiptHandle"])
-            done.append(entry)
-    return done
-
-
-def submit(store: Store, text: str, document_id: str | None = None, idempotency_key: str | None = None,
-           metadata: dict[str, Any] | None = None) -> str:
+# ------------------------------------------------------------------------------ submit
+def submit(deps: Deps, text: str, document_id: str | None = None, idempotency_key: str | None = None,
+           metadata: dict[str, JsonValue] | None = None) -> str:
     """Send one document to the intake queue (inline, or claim-check via S3 when large). Returns the job id."""
     key = idempotency_key or document_hash(text)
     job_id = job_id_for(key)
+    document: dict[str, JsonValue]
     if len(text) > MAX_INLINE_CHARS or len(text.encode("utf-8")) > 200_000:
-        upload_key = f"uploads/{job_id}.txt"
-        store.put_object(upload_key, text, "text/plain; charset=utf-8")
-        document: dict[str, Any] = {"s3_uri": f"s3://{store.s.bucket}/{upload_key}"}
+        upload = upload_key(job_id)
+        deps.artifacts.put_text(upload, text, "text/plain; charset=utf-8")
+        document = {"s3_uri": f"s3://{deps.artifacts.bucket}/{upload}"}
     else:
         document = {"text": text}
-    body: dict[str, Any] = {"schema_version": 1, "document": document, "metadata": metadata or {}}
+    body: dict[str, JsonValue] = {"schema_version": 1, "document": document, "metadata": metadata or {}}
     if document_id:
         body["document_id"] = document_id
     if idempotency_key:
         body["idempotency_key"] = idempotency_key
-    store.aws.sqs.send_message(QueueUrl=store.s.intake_queue_url, MessageBody=json.dumps(body))
+    deps.queues.send_intake(json.dumps(body))
     return job_id

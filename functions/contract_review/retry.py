@@ -8,6 +8,7 @@ how, from the envelope.
 
 from __future__ import annotations
 
+import functools
 import random
 import time
 from collections import Counter
@@ -19,6 +20,8 @@ from .config import RetryPolicy
 from .errors import ErrorClass, ErrorEnvelope, ReviewError, classify
 
 T = TypeVar("T")
+Req = TypeVar("Req")
+Resp = TypeVar("Resp")
 
 
 def backoff_delay(policy: RetryPolicy, attempt: int, rng: random.Random,
@@ -95,14 +98,14 @@ class Retrier:
                 self.sleep(delay)
                 attempt += 1
 
-    def call_with_repair(self, build: Callable[[str | None], object], invoke: Callable[[object], object],
-                         parse: Callable[[object], T], *, step: str) -> tuple[T, int]:
+    def call_with_repair(self, build: Callable[[str | None], Req], invoke: Callable[[Req], Resp],
+                         parse: Callable[[Resp], T], *, step: str) -> tuple[T, int]:
         """One model step: transient retries, plus one semantic repair with the error fed back."""
         calls_before = self.stats.calls
         hint: str | None = None
         for repair in (False, True):
             request = build(hint)
-            response = self.call(lambda req=request: invoke(req), step=step)
+            response = self.call(functools.partial(invoke, request), step=step)
             try:
                 return parse(response), self.stats.calls - calls_before
             except ReviewError as exc:

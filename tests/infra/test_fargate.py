@@ -54,7 +54,7 @@ def test_dockerfile_pins_match_requirements(synth: Synth) -> None:
     for package in ("aws-lambda-powertools", "pydantic", "boto3"):
         assert f'"{package}=={pins[package]}"' in dockerfile, package
     assert "FROM python:3.12-slim" in dockerfile
-    assert 'CMD ["python", "-m", "contract_review.poller"]' in dockerfile
+    assert 'CMD ["python", "-m", "contract_review.handlers.poller"]' in dockerfile
 
 
 def test_lambda_stacks_have_no_container_resources(synth: Synth) -> None:

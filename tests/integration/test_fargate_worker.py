@@ -26,7 +26,7 @@ def test_fargate_pollers_review_and_recover_from_kill_9(tmp_path):
         assert not any(r["Type"] == "AWS::Lambda::EventSourceMapping" and "Analysis" in str(r["Properties"])
                        for r in stack.template["Resources"].values())
         assert [b.spec.handler for b in stack.runtime.sandboxes if b.spec.name == "worker"] == \
-            ["contract_review.poller.main"] * 2
+            ["contract_review.handlers.poller.main"] * 2
         store = stack.store()
         job_id = ops.submit(store, _doc(3), document_id="fargate")
         victim = wait_for(lambda: _claimed_with_checkpoints(store, job_id, 2), 60, 0.05, "a half-done chunk")

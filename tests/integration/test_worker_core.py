@@ -18,7 +18,7 @@ from contract_review.config import get_profile
 from contract_review.errors import ErrorEnvelope
 from contract_review.intake import handle_intake
 from contract_review.messages import AnalysisMessage, ResultMessage
-from contract_review.models import ModelRequest, ModelResponse
+from contract_review.model_clients import ModelRequest, ModelResponse
 from contract_review.offline_model import OfflineRuleModel
 from contract_review.store import Store
 from contract_review.sweeper import sweep

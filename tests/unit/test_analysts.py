@@ -23,7 +23,7 @@ from contract_review.analysts import (
 )
 from contract_review.chunking import Chunk, split_into_chunks
 from contract_review.errors import ReviewError
-from contract_review.models import ModelRequest, ModelResponse
+from contract_review.model_clients import ModelRequest, ModelResponse
 from contract_review.offline_model import OfflineRuleModel, locate
 
 # One clause for each of the 12 categories, so every analyst's locate step finds something.

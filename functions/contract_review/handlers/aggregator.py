@@ -4,6 +4,7 @@ from typing import Any
 
 from aws_lambda_powertools import Logger
 from aws_lambda_powertools.utilities.batch import SqsFifoPartialProcessor, process_partial_response
+from aws_lambda_powertools.utilities.batch.types import PartialItemFailureResponse
 from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
@@ -19,11 +20,11 @@ processor = SqsFifoPartialProcessor(skip_group_on_error=True)
 
 def record_handler(record: SQSRecord) -> None:
     msg = ResultMessage.model_validate_json(record.body)
-    outcome = handle_result(deps().store, msg)
+    outcome = handle_result(deps(), msg)
     logger.info("result processed", extra={"job_id": msg.job_id, "chunk_id": msg.chunk_id, "status": msg.status,
                                            "outcome": outcome})
 
 
 @logger.inject_lambda_context
-def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
+def handler(event: dict[str, Any], context: LambdaContext) -> PartialItemFailureResponse:
     return process_partial_response(event=event, record_handler=record_handler, processor=processor, context=context)

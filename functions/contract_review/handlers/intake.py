@@ -5,6 +5,7 @@ from typing import Any
 from aws_lambda_powertools import Logger, Metrics
 from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.batch import BatchProcessor, EventType, process_partial_response
+from aws_lambda_powertools.utilities.batch.types import PartialItemFailureResponse
 from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
@@ -17,7 +18,7 @@ processor = BatchProcessor(event_type=EventType.SQS)
 
 
 def record_handler(record: SQSRecord) -> None:
-    result = handle_intake(deps().store, record.body, record.message_id)
+    result = handle_intake(deps(), record.body, record.message_id)
     logger.info("intake processed", extra={"job_id": result.job_id, "state": result.state, "job_created": result.created,
                                            "error_code": result.error.error_code if result.error else None})
     metrics.add_metric(name="JobsCreated" if result.created else "IntakeDuplicates", unit=MetricUnit.Count, value=1)
@@ -25,5 +26,5 @@ def record_handler(record: SQSRecord) -> None:
 
 @metrics.log_metrics
 @logger.inject_lambda_context
-def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
+def handler(event: dict[str, Any], context: LambdaContext) -> PartialItemFailureResponse:
     return process_partial_response(event=event, record_handler=record_handler, processor=processor, context=context)

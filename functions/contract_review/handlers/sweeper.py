@@ -13,7 +13,7 @@ logger = Logger(service="sweeper")
 
 @logger.inject_lambda_context
 def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
-    report = sweep(deps().store)
+    report = sweep(deps())
     logger.info("sweep", extra={"requeued": len(report.requeued), "dead_lettered": len(report.dead_lettered),
                                 "dlq_seen": report.dlq_seen})
     return {"requeued": report.requeued, "dead_lettered": report.dead_lettered, "dlq_seen": report.dlq_seen}

@@ -6,13 +6,15 @@ from typing import Any
 from aws_lambda_powertools import Logger, Metrics
 from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.batch import BatchProcessor, EventType, process_partial_response
+from aws_lambda_powertools.utilities.batch.types import PartialItemFailureResponse
 from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from ..messages import AnalysisMessage
 from ..retry import RetryStats
-from ..worker import ChunkWorker, Delivery, Tier2
-from . import deps
+from ..errors import Tier2
+from ..worker import ChunkWorker, Delivery
+from . import deps, model
 
 logger = Logger(service="worker")
 metrics = Metrics(service="worker")  # namespace from POWERTOOLS_METRICS_NAMESPACE
@@ -22,8 +24,7 @@ processor = BatchProcessor(event_type=EventType.SQS, raise_on_entire_batch_failu
 
 @functools.cache
 def chunk_worker() -> ChunkWorker:
-    d = deps()
-    return ChunkWorker(d.store, d.model())
+    return ChunkWorker(deps(), model())
 
 
 def record_handler(record: SQSRecord, context: LambdaContext) -> None:
@@ -31,7 +32,7 @@ def record_handler(record: SQSRecord, context: LambdaContext) -> None:
     msg = AnalysisMessage.model_validate_json(record.body)
     delivery = Delivery(message_id=record.message_id, receipt_handle=record.receipt_handle,
                         receive_count=int(record.attributes.approximate_receive_count),
-                        queue_url=w.s.analysis_queue_url, visibility_s=w.s.profile.analysis_visibility_s,
+                        visibility_s=w.s.profile.analysis_visibility_s,
                         remaining_ms=context.get_remaining_time_in_millis)
     log = {"job_id": msg.job_id, "chunk_id": msg.chunk_id, "receive_count": delivery.receive_count}
     try:
@@ -58,6 +59,6 @@ def _record(stats: RetryStats) -> None:
 
 @metrics.log_metrics
 @logger.inject_lambda_context
-def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
+def handler(event: dict[str, Any], context: LambdaContext) -> PartialItemFailureResponse:
     return process_partial_response(event=event, record_handler=functools.partial(record_handler, context=context),
                                     processor=processor, context=context)

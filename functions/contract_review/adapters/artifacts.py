@@ -1,0 +1,37 @@
+"""The artifact bucket (`Artifacts`): SSE on every write."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from botocore.exceptions import ClientError
+
+from ..errors import ReviewError
+
+_MISSING_CODES = {"NoSuchKey", "NoSuchBucket", "AccessDenied", "404", "403"}
+
+
+class S3Artifacts:
+    def __init__(self, client: Any, bucket: str):
+        self.client = client
+        self.bucket = bucket
+
+    def put_text(self, key: str, body: str, content_type: str = "application/json") -> None:
+        self.client.put_object(Bucket=self.bucket, Key=key, Body=body.encode("utf-8"), ContentType=content_type,
+                               ServerSideEncryption="AES256")
+
+    def get_text(self, key: str) -> str:
+        body: bytes = self.client.get_object(Bucket=self.bucket, Key=key)["Body"].read()
+        return body.decode("utf-8")
+
+    def read_uri(self, bucket: str, key: str) -> bytes:
+        try:
+            body: bytes = self.client.get_object(Bucket=bucket, Key=key)["Body"].read()
+        except ClientError as exc:
+            code = str(exc.response.get("Error", {}).get("Code", ""))
+            status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
+            if code in _MISSING_CODES or status in (403, 404):
+                raise ReviewError.of("input.document_missing", f"{code} for the referenced object",
+                                     provider_code=code, http_status=status, step="intake.load") from exc
+            raise
+        return body

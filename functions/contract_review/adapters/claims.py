@@ -1,0 +1,219 @@
+"""The claims table (one record per chunk: lease, fencing token, counters) and the checkpoints
+table (`ClaimsRepo`).
+
+Checkpoints are write-then-commit: the checkpoint item is written under a key that includes the
+writer's fencing token, then committed by a fenced update of the chunk record's `checkpoints`
+map. A zombie can leave an orphan item behind, never a committed one. (No transactions: a
+single-item condition is the whole fence.)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Iterator
+from typing import Any
+
+from botocore.exceptions import ClientError
+
+from ..errors import ErrorEnvelope
+from ..ports import Artifacts, Clock
+from ..records import (
+    AttemptStats,
+    Checkpoint,
+    ChunkOutcome,
+    ChunkRecord,
+    ChunkStatus,
+    ClaimResult,
+    checkpoint_key,
+)
+from .dynamo import Table, deserialize, is_conditional_failure, model_values, old_item, serialize, to_item
+
+OPEN = "open"  # value of the sparse `lease_bucket` attribute while a chunk is claimed
+LEASE_INDEX = "by-lease"  # infra/tables.py: CLAIMS_LEASE_INDEX
+_LEASE_ATTRS = "claimed_by, claim_expires_at, lease_bucket"
+
+
+def _key(job_id: str, chunk_id: str) -> dict[str, str]:
+    return {"job_id": job_id, "chunk_id": chunk_id}
+
+
+def _stats_expr(stats: AttemptStats) -> tuple[list[str], dict[str, Any], dict[str, str]]:
+    parts = ["n_calls = if_not_exists(n_calls, :z) + :calls", "repairs = if_not_exists(repairs, :z) + :rep"]
+    values: dict[str, Any] = {":z": 0, ":calls": stats.calls, ":rep": stats.repairs}
+    names: dict[str, str] = {}
+    for i, (code, n) in enumerate(sorted(stats.retries.items())):
+        names[f"#rc{i}"] = code
+        values[f":rc{i}"] = n
+        parts.append(f"retries.#rc{i} = if_not_exists(retries.#rc{i}, :z) + :rc{i}")
+    return parts, values, names
+
+
+class DynamoClaims:
+    def __init__(self, client: Any, claims_table: str, checkpoints_table: str, artifacts: Artifacts,
+                 ttl_s: int, inline_max_bytes: int, clock: Clock):
+        self.claims = Table(client, claims_table)
+        self.cps = Table(client, checkpoints_table)
+        self.artifacts = artifacts
+        self.ttl_s = ttl_s
+        self.inline_max_bytes = inline_max_bytes
+        self.clock = clock
+
+    # ---------------------------------------------------------------- records
+    def create(self, record: ChunkRecord) -> bool:
+        record = record.model_copy(update={"expires_at": int(self.clock()) + self.ttl_s})
+        created, _ = self.claims.put_if(to_item(record), "attribute_not_exists(chunk_id)")
+        return created
+
+    def get(self, job_id: str, chunk_id: str) -> ChunkRecord | None:
+        item = self.claims.get(_key(job_id, chunk_id))
+        return ChunkRecord.model_validate(item) if item else None
+
+    def for_job(self, job_id: str) -> list[ChunkRecord]:
+        items = self.claims.pages("query", KeyConditionExpression="job_id = :j",
+                                  ExpressionAttributeValues=serialize({":j": job_id}), ConsistentRead=True)
+        return sorted((ChunkRecord.model_validate(i) for i in items), key=lambda c: c.chunk_index)
+
+    def lapsed(self, now: float) -> Iterator[ChunkRecord]:
+        for item in self.claims.pages("query", IndexName=LEASE_INDEX,
+                                      KeyConditionExpression="lease_bucket = :open AND claim_expires_at < :now",
+                                      ExpressionAttributeValues=serialize({":open": OPEN, ":now": now})):
+            yield ChunkRecord.model_validate(item)
+
+    # ---------------------------------------------------------------- leases
+    def claim(self, job_id: str, chunk_id: str, owner: str, lease_s: float, receive_count: int) -> ClaimResult:
+        """One conditional update: take the lease if free or lapsed, bump the fencing token."""
+        now = self.clock()
+        try:
+            r = self.claims.client.update_item(
+                TableName=self.claims.name, Key=serialize(_key(job_id, chunk_id)),
+                UpdateExpression=("SET claimed_by = :me, claim_expires_at = :exp, lease_bucket = :open, #st = :claimed, "
+                                  "fence = if_not_exists(fence, :zero) + :one, claimed_at = :now, "
+                                  "receives = if_not_exists(receives, :zero) + :one, last_receive_count = :rc "
+                                  + ("ADD redeliveries :one" if receive_count > 1 else "")),
+                ConditionExpression=("attribute_exists(chunk_id) AND #st IN (:pending, :claimed) AND "
+                                     "(attribute_not_exists(claimed_by) OR claim_expires_at < :now)"),
+                ExpressionAttributeNames={"#st": "status"},
+                ExpressionAttributeValues=serialize({
+                    ":me": owner, ":exp": now + lease_s, ":open": OPEN, ":claimed": ChunkStatus.CLAIMED.value,
+                    ":pending": ChunkStatus.PENDING.value, ":zero": 0, ":one": 1, ":now": now, ":rc": receive_count}),
+                ReturnValues="ALL_NEW", ReturnValuesOnConditionCheckFailure="ALL_OLD")
+        except ClientError as exc:
+            if not is_conditional_failure(exc):
+                raise
+            old = old_item(exc)
+            return ClaimResult(won=False, fence=0, record=ChunkRecord.model_validate(old) if old else None)
+        record = ChunkRecord.model_validate(deserialize(r["Attributes"]))
+        return ClaimResult(won=True, fence=record.fence, record=record)
+
+    def _fenced_update(self, job_id: str, chunk_id: str, fence: int, expr: str, values: dict[str, Any],
+                       names: dict[str, str] | None = None,
+                       states: Collection[ChunkStatus] = (ChunkStatus.CLAIMED,),
+                       lapsed_before: float | None = None) -> ChunkRecord | None:
+        """An update that applies only while `fence` is current and the chunk is in `states`
+        (and, for the sweeper, only while the lease is still lapsed at `lapsed_before`)."""
+        names = {**(names or {}), "#st": "status"}
+        state_values: dict[str, Any] = {f":fs{i}": st.value for i, st in enumerate(states)}
+        cond = "fence = :fence AND #st IN (" + ", ".join(state_values) + ")"
+        if lapsed_before is not None:  # a heartbeat that landed since the sweeper's read wins
+            cond += " AND (attribute_not_exists(claim_expires_at) OR claim_expires_at < :lapsed)"
+            state_values[":lapsed"] = lapsed_before
+        item = self.claims.update_if(
+            _key(job_id, chunk_id), UpdateExpression=expr, ConditionExpression=cond, ExpressionAttributeNames=names,
+            ExpressionAttributeValues=serialize({**values, **state_values, ":fence": fence}))
+        return ChunkRecord.model_validate(item) if item else None
+
+    def heartbeat(self, job_id: str, chunk_id: str, fence: int, lease_s: float) -> bool:
+        return self._fenced_update(job_id, chunk_id, fence, "SET claim_expires_at = :exp",
+                                   {":exp": self.clock() + lease_s}) is not None
+
+    def release(self, job_id: str, chunk_id: str, fence: int, stats: AttemptStats, error: ErrorEnvelope | None,
+                *, failure: bool, lapsed_before: float | None = None) -> ChunkRecord | None:
+        parts, values, names = _stats_expr(stats)
+        parts.append("#st = :pending")
+        values[":pending"] = ChunkStatus.PENDING.value
+        if error is not None:
+            parts.append("last_error = :err")
+            values[":err"] = error.model_dump(mode="json")
+        if failure:
+            parts.append("failures = if_not_exists(failures, :z) + :one")
+            values[":one"] = 1
+        expr = "SET " + ", ".join(parts) + " REMOVE " + _LEASE_ATTRS
+        return self._fenced_update(job_id, chunk_id, fence, expr, values, names, lapsed_before=lapsed_before)
+
+    def finish(self, job_id: str, chunk_id: str, fence: int, status: ChunkStatus, stats: AttemptStats, *,
+               outcome: ChunkOutcome | None = None, error: ErrorEnvelope | None = None,
+               states: Collection[ChunkStatus] = (ChunkStatus.CLAIMED,),
+               lapsed_before: float | None = None) -> ChunkRecord | None:
+        parts, values, names = _stats_expr(stats)
+        parts += ["#st = :status", "settled_at = :now"]
+        values.update({":status": status.value, ":now": self.clock()})
+        for i, (k, v) in enumerate(model_values(outcome).items() if outcome else ()):
+            names[f"#x{i}"] = k
+            values[f":x{i}"] = v
+            parts.append(f"#x{i} = :x{i}")
+        if error is not None:
+            parts.append("last_error = :err")
+            values[":err"] = error.model_dump(mode="json")
+        if status is ChunkStatus.DEAD_LETTERED:
+            parts.append("failures = if_not_exists(failures, :z) + :one")
+            values[":one"] = 1
+        expr = "SET " + ", ".join(parts) + " REMOVE " + _LEASE_ATTRS
+        return self._fenced_update(job_id, chunk_id, fence, expr, values, names, states, lapsed_before)
+
+    def reset_for_redrive(self, job_id: str, chunk_id: str) -> ChunkRecord | None:
+        item = self.claims.update_if(
+            _key(job_id, chunk_id),
+            # the fence moves on, so nothing still holding the old token (a sweep in flight) can settle it
+            UpdateExpression="SET #st = :pending, failures = :z, redriven = if_not_exists(redriven, :z) + :one, "
+                             "fence = fence + :one, redriven_at = :now "
+                             f"REMOVE {_LEASE_ATTRS}, settled_at",
+            ConditionExpression="#st IN (:dead, :failed)", ExpressionAttributeNames={"#st": "status"},
+            ExpressionAttributeValues=serialize({
+                ":pending": ChunkStatus.PENDING.value, ":z": 0, ":one": 1, ":now": self.clock(),
+                ":dead": ChunkStatus.DEAD_LETTERED.value, ":failed": ChunkStatus.FAILED.value}))
+        return ChunkRecord.model_validate(item) if item else None
+
+    # ---------------------------------------------------------------- checkpoints
+    @staticmethod
+    def _cp_key(job_id: str, chunk_id: str, analyst: str, fence: int) -> dict[str, str]:
+        return {"pk": f"{job_id}#{chunk_id}", "analyst": f"{analyst}#{fence:06d}"}
+
+    @staticmethod
+    def _cp_record(item: dict[str, Any]) -> Checkpoint:
+        job_id, chunk_id = item["pk"].split("#", 1)
+        return Checkpoint.model_validate({**item, "job_id": job_id, "chunk_id": chunk_id,
+                                          "analyst": item["analyst"].split("#")[0]})
+
+    def checkpoints(self, record: ChunkRecord) -> dict[str, Checkpoint]:
+        if not record.checkpoints:
+            return {}
+        keys = [serialize(self._cp_key(record.job_id, record.chunk_id, a, f)) for a, f in record.checkpoints.items()]
+        r = self.cps.client.batch_get_item(RequestItems={self.cps.name: {"Keys": keys, "ConsistentRead": True}})
+        items = [deserialize(i) for i in r["Responses"].get(self.cps.name, [])]
+        for key in r.get("UnprocessedKeys", {}).get(self.cps.name, {}).get("Keys", []):  # rare: one by one
+            got = self.cps.client.get_item(TableName=self.cps.name, Key=key, ConsistentRead=True)
+            if "Item" in got:
+                items.append(deserialize(got["Item"]))
+        return {cp.analyst: cp for cp in map(self._cp_record, items)}
+
+    def put_checkpoint(self, job_id: str, chunk_id: str, analyst: str, fence: int, config_hash: str,
+                       status: str, output_json: str) -> bool:
+        now = self.clock()
+        item: dict[str, Any] = {**self._cp_key(job_id, chunk_id, analyst, fence), "fence": fence,
+                                "config_hash": config_hash, "status": status, "created_at": now,
+                                "expires_at": int(now) + self.ttl_s}
+        if len(output_json.encode()) > self.inline_max_bytes:
+            key = checkpoint_key(job_id, chunk_id, analyst, fence)
+            self.artifacts.put_text(key, output_json)
+            item["output_key"] = key
+        else:
+            item["output"] = output_json
+        self.cps.client.put_item(TableName=self.cps.name, Item=serialize(item))
+        return self._fenced_update(job_id, chunk_id, fence, "SET checkpoints.#a = :f",
+                                   {":f": fence}, {"#a": analyst}) is not None
+
+    def checkpoint_output(self, checkpoint: Checkpoint) -> str:
+        if checkpoint.output is not None:
+            return checkpoint.output
+        if checkpoint.output_key is None:
+            raise ValueError("checkpoint has neither an inline output nor an output key")
+        return self.artifacts.get_text(checkpoint.output_key)

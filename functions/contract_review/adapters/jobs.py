@@ -1,0 +1,110 @@
+"""The jobs table and the events table (`JobsRepo`)."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Collection, Iterator
+from typing import Any
+
+from ..ports import Clock
+from ..records import OUTCOME_FIELDS, Job, JobEvent, JobFailure, JobOutcome, JobState
+from .dynamo import Table, deserialize, model_values, serialize, set_clause, to_item
+
+LIST_FIELDS = "job_id, #s, created_at, updated_at, idempotency_key, chunk_count, document_id, error_code"
+
+
+class DynamoJobs:
+    def __init__(self, client: Any, jobs_table: str, events_table: str, ttl_s: int, clock: Clock):
+        self.jobs = Table(client, jobs_table)
+        self.events_table = Table(client, events_table)
+        self.ttl_s = ttl_s
+        self.clock = clock
+
+    def create(self, job: Job) -> tuple[Job, bool]:
+        job = job.model_copy(update={"expires_at": int(self.clock()) + self.ttl_s})
+        created, old = self.jobs.put_if(
+            to_item(job),
+            # a job that failed on bad input may be replaced by a corrected submission with the same key
+            "attribute_not_exists(job_id) OR (#s = :failed AND begins_with(error_code, :input))",
+            ExpressionAttributeNames={"#s": "state"},
+            ExpressionAttributeValues=serialize({":failed": JobState.FAILED.value, ":input": "input."}))
+        if created:
+            return job, True
+        existing = Job.model_validate(old) if old else self.get(job.job_id)
+        return existing or job, False
+
+    def get(self, job_id: str) -> Job | None:
+        item = self.jobs.get({"job_id": job_id})
+        return Job.model_validate(item) if item else None
+
+    def all(self) -> list[Job]:
+        items = self.jobs.pages("scan", ProjectionExpression=LIST_FIELDS, ExpressionAttributeNames={"#s": "state"})
+        return sorted((Job.model_validate(i) for i in items), key=lambda j: j.created_at)
+
+    def transition(self, job_id: str, from_states: Collection[JobState], to: JobState, *,
+                   started_at: float | None = None, outcome: JobOutcome | JobFailure | None = None,
+                   reopen_settled: set[str] | None = None) -> Job | None:
+        fields: dict[str, Any] = model_values(outcome) if outcome is not None else {}
+        if started_at is not None:
+            fields["started_at"] = started_at
+        remove: list[str] = []
+        if reopen_settled is not None:
+            remove += [f for f in OUTCOME_FIELDS if f not in fields]
+            if reopen_settled:
+                fields["settled"] = set(reopen_settled)
+            else:
+                remove.append("settled")
+        fields.update({"state": to.value, "updated_at": self.clock()})
+        expr, names, values = set_clause(fields)
+        expr = "SET " + expr
+        if remove:
+            names.update({f"#r{i}": k for i, k in enumerate(remove)})
+            expr += " REMOVE " + ", ".join(f"#r{i}" for i in range(len(remove)))
+        froms = {f":from{i}": s.value for i, s in enumerate(from_states)}
+        names["#state"] = "state"
+        item = self.jobs.update_if(
+            {"job_id": job_id}, UpdateExpression=expr, ConditionExpression=f"#state IN ({', '.join(froms)})",
+            ExpressionAttributeNames=names, ExpressionAttributeValues=serialize({**values, **froms}))
+        return Job.model_validate(item) if item else None
+
+    def stalled(self, idle_since: float) -> Iterator[Job]:
+        # a scan: the jobs table holds TTL-bounded jobs
+        for item in self.jobs.pages("scan", FilterExpression="#s = :running AND updated_at < :t",
+                                    ExpressionAttributeNames={"#s": "state"},
+                                    ExpressionAttributeValues=serialize({":running": JobState.RUNNING.value,
+                                                                         ":t": idle_since})):
+            yield Job.model_validate(item)
+
+    def touch(self, job_id: str) -> None:
+        self.jobs.client.update_item(TableName=self.jobs.name, Key=serialize({"job_id": job_id}),
+                                     UpdateExpression="SET updated_at = :now",
+                                     ExpressionAttributeValues=serialize({":now": self.clock()}))
+
+    def settle_chunk(self, job_id: str, chunk_id: str) -> Job:
+        r = self.jobs.client.update_item(
+            TableName=self.jobs.name, Key=serialize({"job_id": job_id}),
+            UpdateExpression="ADD settled :c SET updated_at = :now", ConditionExpression="attribute_exists(job_id)",
+            ExpressionAttributeValues=serialize({":c": {chunk_id}, ":now": self.clock()}), ReturnValues="ALL_NEW")
+        return Job.model_validate(deserialize(r["Attributes"]))
+
+    def unsettle_chunks(self, job_id: str, chunk_ids: Collection[str]) -> None:
+        if not chunk_ids:
+            return
+        self.jobs.client.update_item(TableName=self.jobs.name, Key=serialize({"job_id": job_id}),
+                                     UpdateExpression="DELETE settled :c",
+                                     ExpressionAttributeValues=serialize({":c": set(chunk_ids)}))
+
+    # ---------------------------------------------------------------- events
+    def record_event(self, job_id: str, kind: str, **detail: object) -> None:
+        now = self.clock()
+        event = JobEvent(job_id=job_id, seq=f"{now:017.6f}#{uuid.uuid4().hex[:8]}", type=kind, at=now,
+                         detail=json.loads(json.dumps(detail, default=str)))
+        item = to_item(event)
+        item.update(serialize({"expires_at": int(now) + self.ttl_s}))
+        self.events_table.client.put_item(TableName=self.events_table.name, Item=item)
+
+    def events(self, job_id: str) -> list[JobEvent]:
+        """The job's events in order (sort key: time, then a random suffix)."""
+        return [JobEvent.model_validate(i) for i in self.events_table.pages(
+            "query", KeyConditionExpression="job_id = :j", ExpressionAttributeValues=serialize({":j": job_id}))]

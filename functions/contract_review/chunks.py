@@ -1,0 +1,53 @@
+"""What several use cases do to a chunk, written once: rebuild its analysis message from the
+stored document, announce that it settled (the results message and its dedup id), and
+dead-letter it."""
+
+from __future__ import annotations
+
+from .errors import ErrorEnvelope
+from .messages import AnalysisMessage, ResultMessage
+from .ports import Deps, Queue
+from .records import AttemptStats, ChunkRecord, ChunkStatus, Job
+
+
+def settled_result(record: ChunkRecord) -> ResultMessage:
+    """The results message of a settled chunk record."""
+    done = record.status is ChunkStatus.DONE
+    return ResultMessage(job_id=record.job_id, chunk_id=record.chunk_id, chunk_index=record.chunk_index,
+                         status=record.status, fence=record.fence,
+                         findings_key=record.findings_key if done else None,
+                         error=None if done else record.last_error)
+
+
+def announce(deps: Deps, record: ChunkRecord, nonce: str = "") -> None:
+    """(Re-)send the results message of a settled chunk. The dedup id is stable and the aggregator
+    settles idempotently, so a second copy is harmless; a nonce forces a resend past FIFO dedup."""
+    msg = settled_result(record)
+    deps.queues.send_result(msg, msg.dedup_id(nonce))
+
+
+def analysis_message(deps: Deps, job: Job, chunk: ChunkRecord, reason: str, text: str | None = None) -> AnalysisMessage:
+    """A fresh analysis message for a chunk, rebuilt from the stored document."""
+    text = deps.artifacts.get_text(job.document_key) if text is None else text
+    return AnalysisMessage(job_id=job.job_id, chunk_id=chunk.chunk_id, chunk_index=chunk.chunk_index,
+                           chunk_count=job.chunk_count, start=chunk.start, end=chunk.end,
+                           text=text[chunk.start:chunk.end], attempt=chunk.failures + 1,
+                           max_attempts=deps.settings.profile.poison_budget, checkpoint_version=job.config_hash,
+                           reason=reason)
+
+
+def dead_letter(deps: Deps, msg: AnalysisMessage, fence: int, envelope: ErrorEnvelope, stats: AttemptStats, *,
+                by: str, lapsed_before: float | None = None) -> ChunkRecord | None:
+    """Settle the chunk `dead_lettered` (fenced), put its message on the analysis DLQ with the
+    envelope, and announce it. None when the fence moved on (someone else owns the chunk)."""
+    settled = deps.claims.finish(msg.job_id, msg.chunk_id, fence, ChunkStatus.DEAD_LETTERED, stats,
+                                 error=envelope, lapsed_before=lapsed_before)
+    if settled is None:
+        return None
+    if deps.queues.has(Queue.ANALYSIS_DLQ):
+        deps.queues.dead_letter(Queue.ANALYSIS, msg.model_dump_json(), envelope, job_id=msg.job_id,
+                                chunk_id=msg.chunk_id)
+    deps.jobs.record_event(msg.job_id, "chunk.dead_lettered", chunk_id=msg.chunk_id,
+                           error_code=envelope.error_code, by=by)
+    announce(deps, settled)
+    return settled

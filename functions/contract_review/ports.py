@@ -1,0 +1,186 @@
+"""Ports: what the use cases need from the outside world, as small Protocols, and `Deps`, the one
+dependencies object a process builds once (`wiring.build_deps`) and hands to every use case.
+
+Implementations: `adapters/` (DynamoDB, S3, SQS through boto3) and, for the unit tests,
+in-memory fakes (`tests/unit/fakes.py`). A test in `tests/integration/test_repositories.py` runs
+the same contract against both, so the fakes cannot drift from the real thing.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Collection, Iterator, Sequence
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Protocol
+
+from .config import Settings
+from .errors import ErrorEnvelope
+from .messages import AnalysisMessage, ResultMessage
+from .records import (
+    AttemptStats,
+    Checkpoint,
+    ChunkOutcome,
+    ChunkRecord,
+    ChunkStatus,
+    ClaimResult,
+    Job,
+    JobEvent,
+    JobFailure,
+    JobOutcome,
+    JobState,
+)
+
+Clock = Callable[[], float]
+
+
+class JobsRepo(Protocol):
+    """The jobs table, and each job's append-only events."""
+
+    def create(self, job: Job) -> tuple[Job, bool]:
+        """Create the job; or return the existing one and False. A job that failed on bad input
+        (`input.*`) is replaced by a corrected submission with the same key."""
+
+    def get(self, job_id: str) -> Job | None: ...
+
+    def all(self) -> list[Job]: ...
+
+    def transition(self, job_id: str, from_states: Collection[JobState], to: JobState, *,
+                   started_at: float | None = None, outcome: JobOutcome | JobFailure | None = None,
+                   reopen_settled: set[str] | None = None) -> Job | None:
+        """Conditional state change; None when the job was not in `from_states`.
+
+        `outcome`/failure fields are written with it; `reopen_settled` (reopening an ended job)
+        clears the earlier ending and replaces the settled set."""
+
+    def stalled(self, idle_since: float) -> Iterator[Job]:
+        """`running` jobs not updated since `idle_since`."""
+
+    def touch(self, job_id: str) -> None: ...
+
+    def settle_chunk(self, job_id: str, chunk_id: str) -> Job:
+        """Add the chunk to the job's settled set (idempotent); the job after the update."""
+
+    def unsettle_chunks(self, job_id: str, chunk_ids: Collection[str]) -> None: ...
+
+    def record_event(self, job_id: str, kind: str, **detail: object) -> None: ...
+
+    def events(self, job_id: str) -> list[JobEvent]: ...
+
+
+class ClaimsRepo(Protocol):
+    """Chunk records (leases with fencing tokens) and their fenced checkpoints.
+
+    Every write after a claim is conditional on the fencing token; the sweeper's writes also on
+    the lease still being lapsed at `lapsed_before` (a heartbeat since its read wins)."""
+
+    def create(self, record: ChunkRecord) -> bool: ...
+
+    def get(self, job_id: str, chunk_id: str) -> ChunkRecord | None: ...
+
+    def for_job(self, job_id: str) -> list[ChunkRecord]:
+        """All chunk records of a job, in chunk order."""
+
+    def claim(self, job_id: str, chunk_id: str, owner: str, lease_s: float, receive_count: int) -> ClaimResult: ...
+
+    def heartbeat(self, job_id: str, chunk_id: str, fence: int, lease_s: float) -> bool: ...
+
+    def release(self, job_id: str, chunk_id: str, fence: int, stats: AttemptStats, error: ErrorEnvelope | None,
+                *, failure: bool, lapsed_before: float | None = None) -> ChunkRecord | None:
+        """Give a claimed chunk back (pending), recording the attempt."""
+
+    def finish(self, job_id: str, chunk_id: str, fence: int, status: ChunkStatus, stats: AttemptStats, *,
+               outcome: ChunkOutcome | None = None, error: ErrorEnvelope | None = None,
+               states: Collection[ChunkStatus] = (ChunkStatus.CLAIMED,),
+               lapsed_before: float | None = None) -> ChunkRecord | None:
+        """Settle the chunk (done | failed | dead_lettered), fenced."""
+
+    def lapsed(self, now: float) -> Iterator[ChunkRecord]:
+        """Claimed chunks whose lease expired before `now`."""
+
+    def reset_for_redrive(self, job_id: str, chunk_id: str) -> ChunkRecord | None:
+        """A failed or dead-lettered chunk back to pending with a fresh budget and a new fence."""
+
+    def checkpoints(self, record: ChunkRecord) -> dict[str, Checkpoint]:
+        """The chunk's committed checkpoints: analyst -> checkpoint."""
+
+    def put_checkpoint(self, job_id: str, chunk_id: str, analyst: str, fence: int, config_hash: str,
+                       status: str, output_json: str) -> bool:
+        """Persist an analyst's output; False when the fence moved on (nothing committed)."""
+
+    def checkpoint_output(self, checkpoint: Checkpoint) -> str:
+        """The checkpointed output (JSON), wherever it is stored."""
+
+
+class Artifacts(Protocol):
+    """The artifact bucket (documents, findings, reports, large checkpoints)."""
+
+    bucket: str
+
+    def put_text(self, key: str, body: str, content_type: str = "application/json") -> None: ...
+
+    def get_text(self, key: str) -> str: ...
+
+    def read_uri(self, bucket: str, key: str) -> bytes:
+        """An object anywhere (intake's claim check); raises `input.document_missing` if absent."""
+
+
+class Queue(StrEnum):
+    INTAKE = "intake"
+    ANALYSIS = "analysis"
+    RESULTS = "results"
+    INTAKE_DLQ = "intake_dlq"
+    ANALYSIS_DLQ = "analysis_dlq"
+    RESULTS_DLQ = "results_dlq"
+
+
+DLQS = {Queue.INTAKE: Queue.INTAKE_DLQ, Queue.ANALYSIS: Queue.ANALYSIS_DLQ, Queue.RESULTS: Queue.RESULTS_DLQ}
+
+
+@dataclass(frozen=True)
+class QueueMessage:
+    message_id: str
+    receipt_handle: str
+    body: str
+    attributes: dict[str, str] = field(default_factory=dict)  # our message attributes (string values)
+    receive_count: int = 0
+    sent_at: float = 0.0  # epoch seconds
+
+
+class Queues(Protocol):
+    def has(self, queue: Queue) -> bool:
+        """Whether the queue is configured (DLQs are optional in some settings)."""
+
+    def send_analysis(self, messages: Sequence[AnalysisMessage], delay_s: int = 0) -> None: ...
+
+    def send_result(self, message: ResultMessage, dedup_id: str) -> None: ...
+
+    def send_intake(self, body: str) -> None: ...
+
+    def extend_visibility(self, queue: Queue, receipt_handle: str, seconds: int) -> None: ...
+
+    def dead_letter(self, queue: Queue, body: str, envelope: ErrorEnvelope, **attributes: str) -> None:
+        """Send `body` to `queue`'s DLQ with the envelope in its message attributes."""
+
+    def peek(self, queue: Queue) -> list[QueueMessage]:
+        """Visible messages, without hiding them (for DLQs: people and the sweeper read them)."""
+
+    def take_all(self, queue: Queue, visibility_s: int = 30) -> list[QueueMessage]:
+        """Receive every visible message, hidden for `visibility_s` (redrive)."""
+
+    def delete(self, queue: Queue, receipt_handle: str) -> None: ...
+
+    def depth(self, queue: Queue) -> int:
+        """Visible + in flight + delayed."""
+
+
+@dataclass(frozen=True)
+class Deps:
+    """Everything a use case takes: settings, the repositories, the clock."""
+
+    settings: Settings
+    jobs: JobsRepo
+    claims: ClaimsRepo
+    artifacts: Artifacts
+    queues: Queues
+    clock: Clock = time.time

@@ -1,0 +1,281 @@
+"""Typed records: the job, its chunk records, checkpoints and events. One place defines each
+record's fields; the DynamoDB form is the repositories' business (`adapters/`), never the
+use cases'.
+
+Items stay far below DynamoDB's 400 KB whatever the document size: a job carries counts and a
+bounded sample of its missing chunks and coverage gaps; the full lists live in the report (S3)
+and are recomputed from the chunk records on demand.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections import Counter
+from collections.abc import Iterable
+from enum import StrEnum
+
+from pydantic import BaseModel, ConfigDict, Field, JsonValue
+
+from .errors import ErrorEnvelope
+
+LIST_SAMPLE = 20  # at most this many missing chunks / gaps are copied onto a job item
+
+
+class JobState(StrEnum):
+    QUEUED = "queued"
+    RUNNING = "running"
+    COMPLETED = "completed"
+    FAILED = "failed"
+    DEAD_LETTERED = "dead_lettered"
+    CANCELLED = "cancelled"
+
+    @property
+    def terminal(self) -> bool:
+        return self in TERMINAL_JOB_STATES
+
+
+TERMINAL_JOB_STATES = frozenset({JobState.COMPLETED, JobState.FAILED, JobState.DEAD_LETTERED, JobState.CANCELLED})
+
+
+class ChunkStatus(StrEnum):
+    PENDING = "pending"
+    CLAIMED = "claimed"
+    DONE = "done"
+    FAILED = "failed"
+    DEAD_LETTERED = "dead_lettered"
+
+    @property
+    def settled(self) -> bool:
+        return self in SETTLED_CHUNK_STATES
+
+
+SETTLED_CHUNK_STATES = frozenset({ChunkStatus.DONE, ChunkStatus.FAILED, ChunkStatus.DEAD_LETTERED})
+
+
+def job_id_for(idempotency_key: str) -> str:
+    """A job's id: a client can compute it before sending (README: intake message schema)."""
+    return "job-" + hashlib.sha256(idempotency_key.encode("utf-8")).hexdigest()[:20]
+
+
+class _Record(BaseModel):
+    # extra="ignore": an item written by a newer deployment still reads (rolling deploys)
+    model_config = ConfigDict(extra="ignore", use_enum_values=False)
+
+
+# ------------------------------------------------------------------------------ chunk records
+class AttemptStats(_Record):
+    """What one chunk attempt spent: model calls, tier-1 retries by code, semantic repairs."""
+
+    calls: int = 0
+    repairs: int = 0
+    retries: dict[str, int] = Field(default_factory=dict)
+
+
+class ChunkOutcome(_Record):
+    """What a chunk that finished `done` leaves on its record."""
+
+    findings_key: str
+    coverage: dict[str, str]  # analyst -> ok | refused | failed
+    n_findings: int
+
+
+class ChunkRecord(_Record):
+    """One chunk of a job: its lease (claim + fencing token), counters and outcome."""
+
+    job_id: str
+    chunk_id: str
+    chunk_index: int
+    start: int
+    end: int
+    status: ChunkStatus = ChunkStatus.PENDING
+    fence: int = 0  # fencing token: bumped by every claim and redrive
+    failures: int = 0  # real failed attempts (the poison budget counts these)
+    receives: int = 0  # claims taken
+    redeliveries: int = 0  # claims taken on a queue redelivery (receive count > 1)
+    last_receive_count: int = 0
+    n_calls: int = 0
+    retries: dict[str, int] = Field(default_factory=dict)
+    repairs: int = 0
+    checkpoints: dict[str, int] = Field(default_factory=dict)  # analyst -> fence of its committed checkpoint
+    claimed_by: str | None = None
+    claimed_at: float | None = None
+    claim_expires_at: float | None = None
+    last_error: ErrorEnvelope | None = None
+    settled_at: float | None = None
+    findings_key: str | None = None
+    coverage: dict[str, str] = Field(default_factory=dict)
+    n_findings: int = 0
+    redriven: int = 0
+    redriven_at: float = 0.0
+    expires_at: int = 0
+
+    @property
+    def settled(self) -> bool:
+        return self.status.settled
+
+    def lease_live(self, now: float) -> bool:
+        return self.status is ChunkStatus.CLAIMED and (self.claim_expires_at or 0.0) > now
+
+
+class ClaimResult(BaseModel):
+    won: bool
+    fence: int
+    record: ChunkRecord | None  # the record after the claim when won; the winner's record when lost
+
+
+class Checkpoint(_Record):
+    """One analyst's committed output for a chunk, written under the writer's fencing token."""
+
+    job_id: str
+    chunk_id: str
+    analyst: str
+    fence: int
+    config_hash: str
+    status: str
+    created_at: float
+    output: str | None = None  # JSON of AnalystOutput, inline when small
+    output_key: str | None = None  # else in S3
+    expires_at: int = 0
+
+
+# ------------------------------------------------------------------------------ the job
+class MissingChunk(_Record):
+    chunk_id: str
+    chunk_index: int
+    status: ChunkStatus
+    error: ErrorEnvelope | None = None
+    failures: int = 0
+
+
+class CoverageGap(_Record):
+    chunk_id: str
+    chunk_index: int
+    analyst: str
+    status: str  # refused | failed | missing | the chunk's status
+
+
+class Reliability(_Record):
+    model_calls: int = 0
+    retries_by_code: dict[str, int] = Field(default_factory=dict)
+    repairs: int = 0
+    redeliveries: int = 0
+    claims: int = 0
+    chunk_failures: int = 0
+
+    @classmethod
+    def of(cls, chunks: Iterable[ChunkRecord]) -> Reliability:
+        chunks = list(chunks)
+        retries: Counter[str] = Counter()
+        for c in chunks:
+            retries.update(c.retries)
+        return cls(model_calls=sum(c.n_calls for c in chunks), retries_by_code=dict(retries),
+                   repairs=sum(c.repairs for c in chunks), redeliveries=sum(c.redeliveries for c in chunks),
+                   claims=sum(c.receives for c in chunks), chunk_failures=sum(c.failures for c in chunks))
+
+
+class CoverageSummary(_Record):
+    mandatory_gaps: int = 0
+    optional_gaps: int = 0
+    missing_chunks: int = 0
+
+
+class JobOutcome(_Record):
+    """What finalize writes onto the job when it ends (bounded: counts plus a sample)."""
+
+    report_json_key: str
+    report_md_key: str
+    ended_at: float
+    n_findings: int
+    reliability: Reliability
+    coverage_summary: CoverageSummary
+    error: ErrorEnvelope | None = None
+    error_code: str | None = None
+    root_error: ErrorEnvelope | None = None
+    missing: list[MissingChunk] = Field(default_factory=list)  # the first LIST_SAMPLE
+    mandatory_gaps: list[CoverageGap] = Field(default_factory=list)  # the first LIST_SAMPLE
+
+
+class JobFailure(_Record):
+    """What a job-fatal error writes onto the job."""
+
+    error: ErrorEnvelope
+    error_code: str
+    ended_at: float
+
+
+# Fields a reopened job sheds (its earlier ending no longer holds).
+OUTCOME_FIELDS = ("error", "error_code", "root_error", "missing", "mandatory_gaps", "ended_at")
+
+
+class Job(_Record):
+    job_id: str
+    state: JobState
+    created_at: float
+    updated_at: float
+    idempotency_key: str
+    document_id: str = ""
+    document_key: str = ""
+    document_chars: int = 0
+    document_sha256: str = ""
+    metadata: dict[str, JsonValue] = Field(default_factory=dict)
+    chunk_count: int = 0
+    analyst_count: int = 0
+    model_id: str = ""
+    model_provider: str = ""
+    prompt_version: str = ""
+    config_hash: str = ""
+    source_message_id: str = ""
+    settled: set[str] = Field(default_factory=set)  # chunk ids the aggregator counted (a DynamoDB string set)
+    started_at: float | None = None
+    ended_at: float | None = None
+    error: ErrorEnvelope | None = None
+    error_code: str | None = None
+    root_error: ErrorEnvelope | None = None
+    missing: list[MissingChunk] = Field(default_factory=list)
+    mandatory_gaps: list[CoverageGap] = Field(default_factory=list)
+    reliability: Reliability | None = None
+    coverage_summary: CoverageSummary | None = None
+    report_json_key: str | None = None
+    report_md_key: str | None = None
+    n_findings: int | None = None
+    expires_at: int = 0
+
+    @property
+    def terminal(self) -> bool:
+        return self.state.terminal
+
+    @property
+    def progress(self) -> float:
+        if self.chunk_count:
+            return len(self.settled) / self.chunk_count
+        return 1.0 if self.terminal else 0.0
+
+
+class JobEvent(_Record):
+    job_id: str
+    seq: str  # sort key: time, then a random suffix
+    type: str
+    at: float
+    detail: dict[str, JsonValue] = Field(default_factory=dict)
+
+
+# ------------------------------------------------------------------------------ artifact keys
+def document_key(job_id: str) -> str:
+    return f"documents/{job_id}.txt"
+
+
+def upload_key(job_id: str) -> str:
+    return f"uploads/{job_id}.txt"
+
+
+def findings_key(job_id: str, chunk_index: int, chunk_id: str, fence: int) -> str:
+    return f"findings/{job_id}/{chunk_index:05d}-{chunk_id}/{fence}.json"
+
+
+def checkpoint_key(job_id: str, chunk_id: str, analyst: str, fence: int) -> str:
+    return f"checkpoints/{job_id}/{chunk_id}/{analyst}/{fence}.json"
+
+
+def report_keys(job_id: str) -> tuple[str, str]:
+    """(report.json, report.md)"""
+    return f"reports/{job_id}/report.json", f"reports/{job_id}/report.md"

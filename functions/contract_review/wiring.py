@@ -1,0 +1,66 @@
+"""Wiring: Settings + a boto3 session -> the `Deps` (repositories, queues, clock) and the model
+the use cases take. Called once per process (handlers: lazily, on the first invocation), never at
+import."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from botocore.config import Config
+
+from .adapters.artifacts import S3Artifacts
+from .adapters.claims import DynamoClaims
+from .adapters.jobs import DynamoJobs
+from .adapters.queues import SqsQueues
+from .config import Settings
+from .faults import CallLedger, FaultInjectingModel
+from .model_clients import BedrockConverseModel, ModelClient, bedrock_client_config
+from .offline_model import OfflineRuleModel
+from .ports import Deps, Queue
+
+
+def aws_client_config() -> Config:
+    # AWS API calls (DynamoDB, S3, SQS): botocore's standard retry mode, 5 attempts in total.
+    # Tier 1 wraps model calls only, so the two never multiply.
+    return Config(retries={"mode": "standard", "total_max_attempts": 5}, connect_timeout=5, read_timeout=30)
+
+
+def queue_urls(settings: Settings) -> dict[Queue, str]:
+    return {Queue.INTAKE: settings.intake_queue_url, Queue.ANALYSIS: settings.analysis_queue_url,
+            Queue.RESULTS: settings.results_queue_url, Queue.INTAKE_DLQ: settings.intake_dlq_url,
+            Queue.ANALYSIS_DLQ: settings.analysis_dlq_url, Queue.RESULTS_DLQ: settings.results_dlq_url}
+
+
+def build_deps(settings: Settings, session: Any, endpoint_url: str | None = None) -> Deps:
+    kw: dict[str, Any] = {"config": aws_client_config()}
+    if endpoint_url:
+        kw["endpoint_url"] = endpoint_url
+    ddb = session.client("dynamodb", **kw)
+    clock = time.time
+    p = settings.profile
+    artifacts = S3Artifacts(session.client("s3", **kw), settings.bucket)
+    return Deps(
+        settings=settings,
+        jobs=DynamoJobs(ddb, settings.jobs_table, settings.events_table, p.record_ttl_s, clock),
+        claims=DynamoClaims(ddb, settings.claims_table, settings.checkpoints_table, artifacts, p.record_ttl_s,
+                            p.checkpoint_inline_max_bytes, clock),
+        artifacts=artifacts,
+        queues=SqsQueues(session.client("sqs", **kw), queue_urls(settings)),
+        clock=clock,
+    )
+
+
+def build_model(settings: Settings, session: Any) -> ModelClient:
+    model: ModelClient
+    if settings.model_provider == "bedrock":
+        client = session.client("bedrock-runtime", config=bedrock_client_config(settings.model_call_timeout_s))
+        model = BedrockConverseModel(client, settings.effective_model_id)
+    else:
+        model = OfflineRuleModel()
+    spec = settings.fault_spec
+    if spec is not None:
+        model = FaultInjectingModel(model, spec)
+        if spec.call_log:
+            model = CallLedger(model, spec.call_log)
+    return model
