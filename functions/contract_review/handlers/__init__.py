@@ -33,3 +33,9 @@ def deps() -> Deps:
 @functools.cache
 def model() -> ModelClient:
     return build_model(settings(), session())
+
+
+def reset() -> None:
+    """Forget everything built from the environment (tests change the environment between cases)."""
+    for cached in (settings, session, deps, model):
+        cached.cache_clear()
