@@ -1,0 +1,259 @@
+"""One contract, two implementations: the repositories on DynamoDB/S3/SQS (moto server, tables from
+the deployed template) and the in-memory fakes the unit tests use. If the fakes drift from the
+adapters, a case here fails for one of them."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+
+from contract_review.adapters.artifacts import S3Artifacts
+from contract_review.adapters.claims import DynamoClaims
+from contract_review.adapters.jobs import DynamoJobs
+from contract_review.adapters.queues import SqsQueues
+from contract_review.config import Settings
+from contract_review.errors import ErrorEnvelope, ReviewError
+from contract_review.messages import ResultMessage
+from contract_review.ports import Artifacts, ClaimsRepo, JobsRepo, Queue, Queues
+from contract_review.records import (
+    AttemptStats,
+    ChunkOutcome,
+    ChunkRecord,
+    ChunkStatus,
+    CoverageSummary,
+    Job,
+    JobOutcome,
+    JobState,
+    Reliability,
+)
+from contract_review.wiring import aws_client_config, queue_urls
+from review_local.connect import local_session
+from review_local.embedded import EmbeddedAws
+
+from ..unit.fakes import FakeClock, FakeWorld
+
+
+@dataclass
+class Repos:
+    jobs: JobsRepo
+    claims: ClaimsRepo
+    artifacts: Artifacts
+    queues: Queues
+    clock: FakeClock
+
+
+@pytest.fixture(scope="module")
+def embedded(local_template: dict[str, Any]) -> Iterator[EmbeddedAws]:
+    aws = EmbeddedAws().start()
+    try:
+        aws.deploy(local_template)
+        yield aws
+    finally:
+        aws.stop()
+
+
+@pytest.fixture(params=["fake", "aws"])
+def repos(request: pytest.FixtureRequest) -> Repos:
+    clock = FakeClock()
+    if request.param == "fake":
+        w = FakeWorld(clock=clock)
+        w.claims.inline_max_bytes = INLINE_MAX
+        return Repos(w.jobs, w.claims, w.artifacts, w.queues, clock)
+    aws: EmbeddedAws = request.getfixturevalue("embedded")
+    settings = Settings.from_outputs(aws.outputs, "local")
+    session = local_session(aws.region)
+    kw = {"config": aws_client_config(), "endpoint_url": aws.endpoint}
+    ddb = session.client("dynamodb", **kw)
+    queues = SqsQueues(session.client("sqs", **kw), queue_urls(settings))
+    for q in Queue:  # every case starts with empty queues (PurgeQueue allows one call a minute)
+        for m in queues.take_all(q):
+            queues.delete(q, m.receipt_handle)
+    artifacts = S3Artifacts(session.client("s3", **kw), settings.bucket)
+    return Repos(DynamoJobs(ddb, settings.jobs_table, settings.events_table, 3600, clock),
+                 DynamoClaims(ddb, settings.claims_table, settings.checkpoints_table, artifacts, 3600, INLINE_MAX, clock),
+                 artifacts, queues, clock)
+
+
+INLINE_MAX = 100  # checkpoint outputs larger than this go to S3
+_n = iter(range(10**6))
+
+
+def _job(state: JobState = JobState.QUEUED, **kw: Any) -> Job:
+    return Job(job_id=f"job-{next(_n)}-{id(kw)}", state=state, created_at=1.0, updated_at=1.0, idempotency_key="k",
+               chunk_count=2, **kw)
+
+
+def _chunk(job_id: str, i: int = 0) -> ChunkRecord:
+    return ChunkRecord(job_id=job_id, chunk_id=f"c{i}", chunk_index=i, start=0, end=10)
+
+
+# ------------------------------------------------------------------------------ jobs
+def test_jobs_create_is_idempotent_and_replaces_only_input_failures(repos: Repos):
+    job = _job(metadata={"team": "legal", "n": 2, "tags": ["a"]})
+    created, ok = repos.jobs.create(job)
+    assert ok and repos.jobs.get(job.job_id) == created
+    again, ok2 = repos.jobs.create(job.model_copy(update={"document_id": "other"}))
+    assert not ok2 and again.document_id == "" and again.metadata == {"team": "legal", "n": 2, "tags": ["a"]}
+    bad = _job(JobState.FAILED, error_code="input.invalid")
+    repos.jobs.create(bad)
+    fixed, replaced = repos.jobs.create(bad.model_copy(update={"state": JobState.QUEUED, "error_code": None}))
+    assert replaced and repos.jobs.get(bad.job_id).state is JobState.QUEUED
+    other = _job(JobState.FAILED, error_code="model.access_denied")
+    repos.jobs.create(other)
+    assert not repos.jobs.create(other.model_copy(update={"state": JobState.QUEUED}))[1]
+
+
+def test_jobs_transition_is_conditional_and_writes_the_outcome(repos: Repos):
+    job, _ = repos.jobs.create(_job())
+    assert repos.jobs.transition(job.job_id, (JobState.RUNNING,), JobState.COMPLETED) is None
+    running = repos.jobs.transition(job.job_id, (JobState.QUEUED,), JobState.RUNNING, started_at=5.0)
+    assert running is not None and running.state is JobState.RUNNING and running.started_at == 5.0
+    env = ErrorEnvelope.of("job.chunks_missing", "1 chunk(s) missing")
+    outcome = JobOutcome(report_json_key="r.json", report_md_key="r.md", ended_at=9.5, n_findings=3,
+                         reliability=Reliability(model_calls=7, retries_by_code={"model.throttled": 2}),
+                         coverage_summary=CoverageSummary(missing_chunks=1), error=env, error_code=env.error_code)
+    ended = repos.jobs.transition(job.job_id, (JobState.RUNNING,), JobState.FAILED, outcome=outcome)
+    assert ended is not None and repos.jobs.get(job.job_id) == ended
+    assert (ended.error, ended.reliability, ended.ended_at) == (env, outcome.reliability, 9.5)
+    # reopening clears the ending and sets the settled set
+    reopened = repos.jobs.transition(job.job_id, (JobState.FAILED,), JobState.RUNNING, reopen_settled={"c1"})
+    assert reopened is not None and reopened.settled == {"c1"}
+    assert (reopened.error, reopened.error_code, reopened.ended_at, reopened.missing) == (None, None, None, [])
+    assert reopened.report_json_key == "r.json"  # the last report stays until a new one replaces it
+    empty = repos.jobs.transition(job.job_id, (JobState.RUNNING,), JobState.RUNNING, reopen_settled=set())
+    assert empty is not None and empty.settled == set()
+
+
+def test_jobs_settled_set_stalled_and_events(repos: Repos):
+    job, _ = repos.jobs.create(_job(JobState.RUNNING))
+    repos.clock.advance(1)
+    assert repos.jobs.settle_chunk(job.job_id, "c0").settled == {"c0"}
+    assert repos.jobs.settle_chunk(job.job_id, "c0").settled == {"c0"}  # idempotent
+    repos.jobs.settle_chunk(job.job_id, "c1")
+    repos.jobs.unsettle_chunks(job.job_id, ["c0"])
+    assert repos.jobs.get(job.job_id).settled == {"c1"}
+    assert job.job_id in {j.job_id for j in repos.jobs.stalled(repos.clock() + 1)}
+    assert job.job_id not in {j.job_id for j in repos.jobs.stalled(repos.clock() - 1)}
+    repos.clock.advance(5)
+    repos.jobs.touch(job.job_id)
+    assert job.job_id not in {j.job_id for j in repos.jobs.stalled(repos.clock() - 1)}
+    repos.jobs.record_event(job.job_id, "a", n=1)
+    repos.clock.advance(0.001)
+    repos.jobs.record_event(job.job_id, "b", chunk_id="c0", nested={"x": [1, 2]})
+    assert [(e.type, e.detail) for e in repos.jobs.events(job.job_id)] == \
+        [("a", {"n": 1}), ("b", {"chunk_id": "c0", "nested": {"x": [1, 2]}})]
+    assert job.job_id in {j.job_id for j in repos.jobs.all()}
+
+
+# ------------------------------------------------------------------------------ claims
+def test_claims_are_exclusive_leases_with_a_growing_fence(repos: Repos):
+    job_id = _job().job_id
+    assert repos.claims.create(_chunk(job_id)) and not repos.claims.create(_chunk(job_id))
+    assert not repos.claims.claim(job_id, "nope", "a", 30, 1).won
+    first = repos.claims.claim(job_id, "c0", "a", 30, 1)
+    assert first.won and first.fence == 1 and first.record is not None and first.record.claimed_by == "a"
+    lost = repos.claims.claim(job_id, "c0", "b", 30, 1)
+    assert not lost.won and lost.record is not None and lost.record.claimed_by == "a"  # why, without a read
+    assert [c.chunk_id for c in repos.claims.lapsed(repos.clock() + 31) if c.job_id == job_id] == ["c0"]
+    assert [c for c in repos.claims.lapsed(repos.clock() + 29) if c.job_id == job_id] == []
+    repos.clock.advance(31)
+    second = repos.claims.claim(job_id, "c0", "b", 30, 2)
+    assert second.won and second.fence == 2 and second.record.redeliveries == 1
+    assert not repos.claims.heartbeat(job_id, "c0", first.fence, 30)
+    assert repos.claims.heartbeat(job_id, "c0", second.fence, 60)
+    assert repos.claims.get(job_id, "c0").claim_expires_at == repos.clock() + 60
+
+
+def test_claims_release_finish_and_redrive_are_fenced(repos: Repos):
+    job_id = _job().job_id
+    repos.claims.create(_chunk(job_id))
+    c = repos.claims.claim(job_id, "c0", "a", 30, 1)
+    env = ErrorEnvelope.of("model.unavailable", "503")
+    stats = AttemptStats(calls=3, repairs=1, retries={"model.unavailable": 2})
+    assert repos.claims.release(job_id, "c0", c.fence + 1, stats, env, failure=True) is None
+    released = repos.claims.release(job_id, "c0", c.fence, stats, env, failure=True)
+    assert released is not None and released.status is ChunkStatus.PENDING and released.failures == 1
+    assert (released.n_calls, released.repairs, released.retries, released.last_error) == \
+        (3, 1, {"model.unavailable": 2}, env)
+    assert released.claimed_by is None
+    assert [c for c in repos.claims.lapsed(repos.clock() + 10**6) if c.job_id == job_id] == []
+    c2 = repos.claims.claim(job_id, "c0", "b", 30, 2)
+    # the sweeper's write loses to a heartbeat that landed after its read
+    assert repos.claims.finish(job_id, "c0", c2.fence, ChunkStatus.DEAD_LETTERED, AttemptStats(),
+                               lapsed_before=repos.clock()) is None
+    outcome = ChunkOutcome(findings_key="f.json", coverage={"liability": "ok"}, n_findings=2)
+    done = repos.claims.finish(job_id, "c0", c2.fence, ChunkStatus.DONE, AttemptStats(calls=2, retries={"x": 1}),
+                               outcome=outcome)
+    assert done is not None and done.status is ChunkStatus.DONE and done.settled_at == repos.clock()
+    assert (done.findings_key, done.coverage, done.n_findings, done.n_calls) == ("f.json", {"liability": "ok"}, 2, 5)
+    assert done.retries == {"model.unavailable": 2, "x": 1} and done.claimed_by is None
+    assert repos.claims.reset_for_redrive(job_id, "c0") is None  # only failed / dead-lettered chunks
+    assert not repos.claims.claim(job_id, "c0", "c", 30, 3).won  # settled: never claimed again
+    repos.claims.create(_chunk(job_id, 1))
+    c3 = repos.claims.claim(job_id, "c1", "a", 30, 1)
+    dead = repos.claims.finish(job_id, "c1", c3.fence, ChunkStatus.DEAD_LETTERED, AttemptStats(), error=env)
+    assert dead is not None and dead.failures == 1 and dead.last_error == env
+    reset = repos.claims.reset_for_redrive(job_id, "c1")
+    assert reset is not None and (reset.status, reset.failures, reset.fence, reset.redriven) == \
+        (ChunkStatus.PENDING, 0, c3.fence + 1, 1)
+    assert reset.settled_at is None and reset.redriven_at == repos.clock()
+    assert [r.chunk_id for r in repos.claims.for_job(job_id)] == ["c0", "c1"]
+
+
+def test_checkpoints_commit_only_under_the_current_fence_and_large_ones_go_to_s3(repos: Repos):
+    job_id = _job().job_id
+    repos.claims.create(_chunk(job_id))
+    old = repos.claims.claim(job_id, "c0", "a", 30, 1)
+    repos.clock.advance(31)
+    new = repos.claims.claim(job_id, "c0", "b", 30, 2)
+    small = json.dumps({"analyst": "liability", "findings": []})
+    assert not repos.claims.put_checkpoint(job_id, "c0", "liability", old.fence, "h", "ok", small)
+    assert repos.claims.checkpoints(repos.claims.get(job_id, "c0")) == {}
+    assert repos.claims.put_checkpoint(job_id, "c0", "liability", new.fence, "h", "ok", small)
+    big = json.dumps({"analyst": "disputes", "pad": "x" * 200})
+    assert repos.claims.put_checkpoint(job_id, "c0", "disputes", new.fence, "h", "refused", big)
+    record = repos.claims.get(job_id, "c0")
+    assert record is not None and record.checkpoints == {"liability": new.fence, "disputes": new.fence}
+    cps = repos.claims.checkpoints(record)
+    assert set(cps) == {"liability", "disputes"}
+    assert cps["liability"].output == small and cps["disputes"].output is None
+    assert (cps["disputes"].output_key or "").startswith(f"checkpoints/{job_id}/c0/disputes/")
+    assert repos.claims.checkpoint_output(cps["disputes"]) == big
+    assert (cps["disputes"].status, cps["disputes"].fence, cps["disputes"].config_hash) == ("refused", new.fence, "h")
+
+
+# ------------------------------------------------------------------------------ artifacts and queues
+def test_artifacts_round_trip_and_a_missing_claim_check_is_an_input_error(repos: Repos):
+    repos.artifacts.put_text("documents/x.txt", "héllo", "text/plain; charset=utf-8")
+    assert repos.artifacts.get_text("documents/x.txt") == "héllo"
+    assert repos.artifacts.read_uri(repos.artifacts.bucket, "documents/x.txt") == "héllo".encode()
+    with pytest.raises(ReviewError) as info:
+        repos.artifacts.read_uri(repos.artifacts.bucket, "uploads/none.txt")
+    assert info.value.envelope.error_code == "input.document_missing"
+
+
+def test_dead_letters_carry_their_envelope_and_peeking_hides_nothing(repos: Repos):
+    env = ErrorEnvelope.of("model.unavailable", "503", step="liability")
+    repos.queues.dead_letter(Queue.ANALYSIS, '{"job_id": "j"}', env, job_id="j", chunk_id="c0")
+    first = repos.queues.peek(Queue.ANALYSIS_DLQ)
+    second = repos.queues.peek(Queue.ANALYSIS_DLQ)
+    assert [m.message_id for m in first] == [m.message_id for m in second] and len(first) == 1
+    (m,) = first
+    assert m.body == '{"job_id": "j"}' and m.sent_at > 0
+    assert (m.attributes["error_code"], m.attributes["job_id"], m.attributes["chunk_id"]) == ("model.unavailable", "j", "c0")
+    assert ErrorEnvelope.model_validate_json(m.attributes["envelope"]) == env
+    (taken,) = repos.queues.take_all(Queue.ANALYSIS_DLQ)
+    repos.queues.delete(Queue.ANALYSIS_DLQ, taken.receipt_handle)
+    assert repos.queues.peek(Queue.ANALYSIS_DLQ) == []
+
+
+def test_results_with_the_same_dedup_id_are_delivered_once(repos: Repos):
+    msg = ResultMessage(job_id="job-q", chunk_id="c0", chunk_index=0, status=ChunkStatus.DONE, fence=1)
+    repos.queues.send_result(msg, msg.dedup_id())
+    repos.queues.send_result(msg, msg.dedup_id())
+    repos.queues.send_result(msg, msg.dedup_id(":reconcile:1"))
+    assert repos.queues.depth(Queue.RESULTS) == 2

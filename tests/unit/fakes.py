@@ -1,0 +1,375 @@
+"""In-memory fakes of the ports (`contract_review.ports`), for unit tests of the use cases.
+
+They keep the semantics the use cases rely on — conditional writes, fencing tokens, lapsed-lease
+checks, FIFO dedup ids, DLQ attributes — and nothing else. `tests/integration/test_repositories.py`
+runs one contract against these fakes and against the DynamoDB/S3/SQS adapters on moto, so the
+two cannot drift apart. `FakeClock` makes time explicit.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import uuid
+from collections.abc import Collection, Iterator, Sequence
+from dataclasses import dataclass, field
+
+from contract_review.config import Settings, get_profile
+from contract_review.errors import ErrorEnvelope, ReviewError
+from contract_review.messages import AnalysisMessage, ResultMessage
+from contract_review.ports import DLQS, Deps, Queue, QueueMessage
+from contract_review.records import (
+    OUTCOME_FIELDS,
+    AttemptStats,
+    Checkpoint,
+    ChunkOutcome,
+    ChunkRecord,
+    ChunkStatus,
+    ClaimResult,
+    Job,
+    JobEvent,
+    JobFailure,
+    JobOutcome,
+    JobState,
+    checkpoint_key,
+)
+
+
+@dataclass
+class FakeClock:
+    now: float = 1_800_000_000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+
+class FakeJobs:
+    def __init__(self, clock: FakeClock, ttl_s: int = 86400):
+        self.clock, self.ttl_s = clock, ttl_s
+        self.items: dict[str, Job] = {}
+        self.log: list[JobEvent] = []
+        self._seq = itertools.count()
+
+    def create(self, job: Job) -> tuple[Job, bool]:
+        old = self.items.get(job.job_id)
+        replaceable = old is not None and old.state is JobState.FAILED and (old.error_code or "").startswith("input.")
+        if old is not None and not replaceable:
+            return old.model_copy(deep=True), False
+        job = job.model_copy(update={"expires_at": int(self.clock()) + self.ttl_s}, deep=True)
+        self.items[job.job_id] = job
+        return job.model_copy(deep=True), True
+
+    def get(self, job_id: str) -> Job | None:
+        job = self.items.get(job_id)
+        return job.model_copy(deep=True) if job else None
+
+    def all(self) -> list[Job]:
+        return sorted((j.model_copy(deep=True) for j in self.items.values()), key=lambda j: j.created_at)
+
+    def transition(self, job_id: str, from_states: Collection[JobState], to: JobState, *,
+                   started_at: float | None = None, outcome: JobOutcome | JobFailure | None = None,
+                   reopen_settled: set[str] | None = None) -> Job | None:
+        job = self.items.get(job_id)
+        if job is None or job.state not in from_states:
+            return None
+        update: dict[str, object] = {}
+        if reopen_settled is not None:
+            update.update({f: Job.model_fields[f].get_default(call_default_factory=True) for f in OUTCOME_FIELDS})
+            update["settled"] = set(reopen_settled)
+        if outcome is not None:
+            update.update({k: getattr(outcome, k) for k in outcome.model_dump(exclude_none=True)})
+        if started_at is not None:
+            update["started_at"] = started_at
+        update.update({"state": to, "updated_at": self.clock()})
+        job = job.model_copy(update=update, deep=True)
+        self.items[job_id] = job
+        return job.model_copy(deep=True)
+
+    def stalled(self, idle_since: float) -> Iterator[Job]:
+        for job in list(self.items.values()):
+            if job.state is JobState.RUNNING and job.updated_at < idle_since:
+                yield job.model_copy(deep=True)
+
+    def touch(self, job_id: str) -> None:
+        self.items[job_id] = self.items[job_id].model_copy(update={"updated_at": self.clock()})
+
+    def settle_chunk(self, job_id: str, chunk_id: str) -> Job:
+        job = self.items[job_id]  # KeyError as DynamoDB's condition `attribute_exists(job_id)` fails
+        job = job.model_copy(update={"settled": job.settled | {chunk_id}, "updated_at": self.clock()})
+        self.items[job_id] = job
+        return job.model_copy(deep=True)
+
+    def unsettle_chunks(self, job_id: str, chunk_ids: Collection[str]) -> None:
+        job = self.items[job_id]
+        self.items[job_id] = job.model_copy(update={"settled": job.settled - set(chunk_ids)})
+
+    def record_event(self, job_id: str, kind: str, **detail: object) -> None:
+        now = self.clock()
+        self.log.append(JobEvent(job_id=job_id, seq=f"{now:017.6f}#{next(self._seq):08d}", type=kind, at=now,
+                                 detail=json.loads(json.dumps(detail, default=str))))
+
+    def events(self, job_id: str) -> list[JobEvent]:
+        return [e for e in self.log if e.job_id == job_id]
+
+    # test helpers
+    def types(self, job_id: str) -> list[str]:
+        return [e.type for e in self.events(job_id)]
+
+
+class FakeClaims:
+    def __init__(self, clock: FakeClock, artifacts: FakeArtifacts, inline_max_bytes: int = 100_000):
+        self.clock, self.artifacts, self.inline_max_bytes = clock, artifacts, inline_max_bytes
+        self.items: dict[tuple[str, str], ChunkRecord] = {}
+        self.cps: dict[tuple[str, str, str, int], Checkpoint] = {}
+
+    def create(self, record: ChunkRecord) -> bool:
+        key = (record.job_id, record.chunk_id)
+        if key in self.items:
+            return False
+        self.items[key] = record.model_copy(deep=True)
+        return True
+
+    def get(self, job_id: str, chunk_id: str) -> ChunkRecord | None:
+        r = self.items.get((job_id, chunk_id))
+        return r.model_copy(deep=True) if r else None
+
+    def for_job(self, job_id: str) -> list[ChunkRecord]:
+        return sorted((r.model_copy(deep=True) for (j, _), r in self.items.items() if j == job_id),
+                      key=lambda r: r.chunk_index)
+
+    def lapsed(self, now: float) -> Iterator[ChunkRecord]:
+        for r in list(self.items.values()):
+            if r.claimed_by is not None and (r.claim_expires_at or 0.0) < now:
+                yield r.model_copy(deep=True)
+
+    def claim(self, job_id: str, chunk_id: str, owner: str, lease_s: float, receive_count: int) -> ClaimResult:
+        now = self.clock()
+        r = self.items.get((job_id, chunk_id))
+        if r is None:
+            return ClaimResult(won=False, fence=0, record=None)
+        free = r.claimed_by is None or (r.claim_expires_at or 0.0) < now
+        if r.status not in (ChunkStatus.PENDING, ChunkStatus.CLAIMED) or not free:
+            return ClaimResult(won=False, fence=0, record=r.model_copy(deep=True))
+        r = r.model_copy(update={"claimed_by": owner, "claim_expires_at": now + lease_s, "status": ChunkStatus.CLAIMED,
+                                 "fence": r.fence + 1, "claimed_at": now, "receives": r.receives + 1,
+                                 "last_receive_count": receive_count,
+                                 "redeliveries": r.redeliveries + (1 if receive_count > 1 else 0)})
+        self.items[(job_id, chunk_id)] = r
+        return ClaimResult(won=True, fence=r.fence, record=r.model_copy(deep=True))
+
+    def _fenced(self, job_id: str, chunk_id: str, fence: int, states: Collection[ChunkStatus],
+                lapsed_before: float | None) -> ChunkRecord | None:
+        r = self.items.get((job_id, chunk_id))
+        if r is None or r.fence != fence or r.status not in states:
+            return None
+        if lapsed_before is not None and r.claim_expires_at is not None and r.claim_expires_at >= lapsed_before:
+            return None
+        return r
+
+    @staticmethod
+    def _with_stats(r: ChunkRecord, stats: AttemptStats) -> dict[str, object]:
+        retries = dict(r.retries)
+        for code, n in stats.retries.items():
+            retries[code] = retries.get(code, 0) + n
+        return {"n_calls": r.n_calls + stats.calls, "repairs": r.repairs + stats.repairs, "retries": retries}
+
+    def _store(self, r: ChunkRecord, update: dict[str, object]) -> ChunkRecord:
+        new = r.model_copy(update={**update, "claimed_by": None, "claim_expires_at": None}, deep=True)
+        self.items[(r.job_id, r.chunk_id)] = new
+        return new.model_copy(deep=True)
+
+    def heartbeat(self, job_id: str, chunk_id: str, fence: int, lease_s: float) -> bool:
+        r = self._fenced(job_id, chunk_id, fence, (ChunkStatus.CLAIMED,), None)
+        if r is None:
+            return False
+        self.items[(job_id, chunk_id)] = r.model_copy(update={"claim_expires_at": self.clock() + lease_s})
+        return True
+
+    def release(self, job_id: str, chunk_id: str, fence: int, stats: AttemptStats, error: ErrorEnvelope | None,
+                *, failure: bool, lapsed_before: float | None = None) -> ChunkRecord | None:
+        r = self._fenced(job_id, chunk_id, fence, (ChunkStatus.CLAIMED,), lapsed_before)
+        if r is None:
+            return None
+        update = {**self._with_stats(r, stats), "status": ChunkStatus.PENDING, "failures": r.failures + int(failure)}
+        if error is not None:
+            update["last_error"] = error
+        return self._store(r, update)
+
+    def finish(self, job_id: str, chunk_id: str, fence: int, status: ChunkStatus, stats: AttemptStats, *,
+               outcome: ChunkOutcome | None = None, error: ErrorEnvelope | None = None,
+               states: Collection[ChunkStatus] = (ChunkStatus.CLAIMED,),
+               lapsed_before: float | None = None) -> ChunkRecord | None:
+        r = self._fenced(job_id, chunk_id, fence, states, lapsed_before)
+        if r is None:
+            return None
+        update = {**self._with_stats(r, stats), "status": status, "settled_at": self.clock()}
+        if outcome is not None:
+            update.update(outcome.model_dump())
+        if error is not None:
+            update["last_error"] = error
+        if status is ChunkStatus.DEAD_LETTERED:
+            update["failures"] = r.failures + 1
+        return self._store(r, update)
+
+    def reset_for_redrive(self, job_id: str, chunk_id: str) -> ChunkRecord | None:
+        r = self.items.get((job_id, chunk_id))
+        if r is None or r.status not in (ChunkStatus.DEAD_LETTERED, ChunkStatus.FAILED):
+            return None
+        return self._store(r, {"status": ChunkStatus.PENDING, "failures": 0, "redriven": r.redriven + 1,
+                               "fence": r.fence + 1, "redriven_at": self.clock(), "settled_at": None})
+
+    def checkpoints(self, record: ChunkRecord) -> dict[str, Checkpoint]:
+        out = {}
+        for analyst, fence in record.checkpoints.items():
+            cp = self.cps.get((record.job_id, record.chunk_id, analyst, fence))
+            if cp is not None:
+                out[analyst] = cp.model_copy()
+        return out
+
+    def put_checkpoint(self, job_id: str, chunk_id: str, analyst: str, fence: int, config_hash: str,
+                       status: str, output_json: str) -> bool:
+        cp = Checkpoint(job_id=job_id, chunk_id=chunk_id, analyst=analyst, fence=fence, config_hash=config_hash,
+                        status=status, created_at=self.clock())
+        if len(output_json.encode()) > self.inline_max_bytes:
+            key = checkpoint_key(job_id, chunk_id, analyst, fence)
+            self.artifacts.put_text(key, output_json)
+            cp = cp.model_copy(update={"output_key": key})
+        else:
+            cp = cp.model_copy(update={"output": output_json})
+        self.cps[(job_id, chunk_id, analyst, fence)] = cp  # written first, committed below (or orphaned)
+        r = self._fenced(job_id, chunk_id, fence, (ChunkStatus.CLAIMED,), None)
+        if r is None:
+            return False
+        self.items[(job_id, chunk_id)] = r.model_copy(update={"checkpoints": {**r.checkpoints, analyst: fence}})
+        return True
+
+    def checkpoint_output(self, checkpoint: Checkpoint) -> str:
+        if checkpoint.output is not None:
+            return checkpoint.output
+        assert checkpoint.output_key is not None
+        return self.artifacts.get_text(checkpoint.output_key)
+
+
+class FakeArtifacts:
+    def __init__(self, bucket: str = "artifacts"):
+        self.bucket = bucket
+        self.objects: dict[tuple[str, str], str | bytes] = {}  # bytes: a raw (e.g. non-UTF-8) upload
+
+    def put_text(self, key: str, body: str, content_type: str = "application/json") -> None:
+        self.objects[(self.bucket, key)] = body
+
+    def get_text(self, key: str) -> str:
+        body = self.objects[(self.bucket, key)]
+        return body.decode("utf-8") if isinstance(body, bytes) else body
+
+    def read_uri(self, bucket: str, key: str) -> bytes:
+        if (bucket, key) not in self.objects:
+            raise ReviewError.of("input.document_missing", "NoSuchKey for the referenced object",
+                                 provider_code="NoSuchKey", http_status=404, step="intake.load")
+        body = self.objects[(bucket, key)]
+        return body if isinstance(body, bytes) else body.encode()
+
+
+@dataclass
+class Sent:
+    body: str
+    delay_s: int = 0
+    dedup_id: str = ""
+    attributes: dict[str, str] = field(default_factory=dict)
+    message_id: str = field(default_factory=lambda: uuid.uuid4().hex)
+    sent_at: float = 0.0
+    hidden: bool = False
+
+
+class FakeQueues:
+    """Queues as lists. FIFO dedup on the results queue, as SQS does within its window."""
+
+    def __init__(self, clock: FakeClock, configured: Collection[Queue] = tuple(Queue)):
+        self.clock = clock
+        self.configured = set(configured)
+        self.sent: dict[Queue, list[Sent]] = {q: [] for q in Queue}
+        self.visibility: list[tuple[Queue, str, int]] = []  # (queue, receipt handle, seconds)
+        self.deleted: list[tuple[Queue, str]] = []
+
+    def has(self, queue: Queue) -> bool:
+        return queue in self.configured
+
+    def _put(self, queue: Queue, sent: Sent) -> None:
+        if queue not in self.configured:
+            raise ValueError(f"queue {queue.value} is not configured")
+        sent.sent_at = self.clock()
+        self.sent[queue].append(sent)
+
+    def send_analysis(self, messages: Sequence[AnalysisMessage], delay_s: int = 0) -> None:
+        for m in messages:
+            self._put(Queue.ANALYSIS, Sent(m.model_dump_json(), delay_s=delay_s))
+
+    def send_result(self, message: ResultMessage, dedup_id: str) -> None:
+        if any(s.dedup_id == dedup_id[:128] for s in self.sent[Queue.RESULTS]):
+            return  # deduplicated
+        self._put(Queue.RESULTS, Sent(message.model_dump_json(), dedup_id=dedup_id[:128]))
+
+    def send_intake(self, body: str) -> None:
+        self._put(Queue.INTAKE, Sent(body))
+
+    def extend_visibility(self, queue: Queue, receipt_handle: str, seconds: int) -> None:
+        self.visibility.append((queue, receipt_handle, seconds))
+
+    def dead_letter(self, queue: Queue, body: str, envelope: ErrorEnvelope, **attributes: str) -> None:
+        attrs = {"error_code": envelope.error_code, "error_class": envelope.error_class.value,
+                 "envelope": envelope.model_dump_json(), **attributes}
+        self._put(DLQS[queue], Sent(body, attributes={k: v for k, v in attrs.items() if v}))
+
+    def _messages(self, queue: Queue) -> list[QueueMessage]:
+        return [QueueMessage(message_id=s.message_id, receipt_handle=s.message_id, body=s.body,
+                             attributes=dict(s.attributes), receive_count=1, sent_at=s.sent_at)
+                for s in self.sent[queue] if not s.hidden]
+
+    def peek(self, queue: Queue) -> list[QueueMessage]:
+        return self._messages(queue)
+
+    def take_all(self, queue: Queue, visibility_s: int = 30) -> list[QueueMessage]:
+        return self._messages(queue)
+
+    def delete(self, queue: Queue, receipt_handle: str) -> None:
+        self.deleted.append((queue, receipt_handle))
+        self.sent[queue] = [s for s in self.sent[queue] if s.message_id != receipt_handle]
+
+    def depth(self, queue: Queue) -> int:
+        return len(self.sent[queue])
+
+    # test helpers
+    def analysis(self) -> list[AnalysisMessage]:
+        return [AnalysisMessage.model_validate_json(s.body) for s in self.sent[Queue.ANALYSIS]]
+
+    def results(self) -> list[ResultMessage]:
+        return [ResultMessage.model_validate_json(s.body) for s in self.sent[Queue.RESULTS]]
+
+    def drain(self, queue: Queue) -> list[Sent]:
+        out, self.sent[queue] = self.sent[queue], []
+        return out
+
+
+SETTINGS = Settings(profile=get_profile("local"), jobs_table="jobs", claims_table="claims",
+                    checkpoints_table="checkpoints", events_table="events", bucket="artifacts",
+                    intake_queue_url="intake", analysis_queue_url="analysis", results_queue_url="results",
+                    intake_dlq_url="intake-dlq", analysis_dlq_url="analysis-dlq", results_dlq_url="results-dlq")
+
+
+@dataclass
+class FakeWorld:
+    """A `Deps` over in-memory fakes, with the fakes reachable for GIVEN and THEN."""
+
+    settings: Settings = SETTINGS
+    clock: FakeClock = field(default_factory=FakeClock)
+
+    def __post_init__(self) -> None:
+        self.artifacts = FakeArtifacts(self.settings.bucket)
+        self.jobs = FakeJobs(self.clock, self.settings.profile.record_ttl_s)
+        self.claims = FakeClaims(self.clock, self.artifacts, self.settings.profile.checkpoint_inline_max_bytes)
+        self.queues = FakeQueues(self.clock)
+        self.deps = Deps(settings=self.settings, jobs=self.jobs, claims=self.claims, artifacts=self.artifacts,
+                         queues=self.queues, clock=self.clock)
