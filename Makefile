@@ -25,8 +25,13 @@ demo: $(STAMP)
 test: lint
 	$(BIN)/python -m pytest -n 2 --dist loadgroup tests
 
+# Tooling gate: ruff (incl. import order and complexity <= 15), mypy (pydantic plugin) over the
+# shipped code, and no `# type: ignore` without a reason after it on the same line.
 lint: $(STAMP)
 	$(BIN)/ruff check functions review_local infra tests bench app.py
+	$(BIN)/mypy
+	@! grep -rnE "type: ignore(\[[^]]*\])?[[:space:]]*$$" functions review_local infra app.py \
+		|| { echo "error: a '# type: ignore' above has no reason after it on the same line"; exit 1; }
 
 test-unit: $(STAMP)
 	$(BIN)/python -m pytest tests/unit

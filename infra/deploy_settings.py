@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 from contract_review.config import FaultSpec, Profile, get_profile
 
@@ -61,8 +61,9 @@ class DeploySettings:
         return cls(
             profile=profile,
             stack_name=str(get("stack_name") or DEFAULT_STACK_NAME),
-            worker_kind=str(get("worker") or "lambda"),  # type: ignore[arg-type]
-            model_provider=str(provider),  # type: ignore[arg-type]
+            # checked in __post_init__, with a message naming the allowed values
+            worker_kind=cast(WorkerKind, str(get("worker") or "lambda")),
+            model_provider=cast(ModelProvider, str(provider)),
             powertools_layer_version=int(get("powertools_layer_version") or POWERTOOLS_LAYER_VERSION),
             fault_spec=FaultSpec.model_validate_json(fault if isinstance(fault, str) else json.dumps(fault)) if fault else None,
             auto_delete_objects=_truthy(get("auto_delete_objects")),

@@ -119,7 +119,8 @@ class FargateWorker(Construct):
         # SIGTERM -> the poller finishes (or checkpoints) its chunk; give it up to the Lambda
         # worker's timeout before SIGKILL (Fargate allows at most 120 s).
         task = self.service.task_definition.node.default_child
-        task.add_property_override(  # type: ignore[union-attr]
+        assert isinstance(task, ecs.CfnTaskDefinition)
+        task.add_property_override(
             "ContainerDefinitions.0.StopTimeout", min(FARGATE_MAX_STOP_TIMEOUT_S, stop_timeout_s)
         )
         self.task_role = self.service.task_definition.task_role

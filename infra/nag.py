@@ -12,12 +12,17 @@ name the exact action or resource (`AwsSolutions-IAM5[Resource::<Bucket.Arn>/*]`
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from aws_cdk import Acknowledgment, App, CfnElement, Stack, Validations
 from cdk_nag import AwsSolutionsChecks
 from constructs import IConstruct
 
 from .functions import PipelineFunction
 from .permissions import is_inference_profile
+
+if TYPE_CHECKING:
+    from .stack import ContractReviewStack
 
 REASONS = {
     "L1": (
@@ -62,11 +67,11 @@ def _ref(stack: Stack, construct: IConstruct) -> str:
     return f"<{stack.resolve(child.logical_id)}.Arn>"
 
 
-def acknowledge(stack: Stack) -> None:
+def acknowledge(stack: ContractReviewStack) -> None:
     """Called at the end of `ContractReviewStack.__init__`, after every resource exists."""
     functions = [c for c in stack.node.find_all() if isinstance(c, PipelineFunction)]
     roles = [f.role for f in functions]
-    worker_roles = [stack.worker_fn.role]  # type: ignore[attr-defined]
+    worker_roles = [stack.worker_fn.role]
     for f in functions:
         _ack(f.function, "L1", "L1")
 
@@ -78,11 +83,11 @@ def acknowledge(stack: Stack) -> None:
         _ack(task_definition, "ECS2", "ECS2")
         _ack(task_definition.obtain_execution_role(), "IAM5[Resource::*]", "IAM5-ecr-token")
 
-    bucket_objects = f"IAM5[Resource::{_ref(stack, stack.storage.bucket)}/*]"  # type: ignore[attr-defined]
+    bucket_objects = f"IAM5[Resource::{_ref(stack, stack.storage.bucket)}/*]"
     for role in roles:  # every role has object grants on the artifacts bucket
         _ack(role, bucket_objects, "IAM5-bucket-objects")
 
-    model_id = stack.settings.profile.model_id  # type: ignore[attr-defined]
+    model_id = stack.settings.profile.model_id
     if is_inference_profile(model_id):
         any_region = f"IAM5[Resource::arn:<AWS::Partition>:bedrock:*::foundation-model/{model_id.split('.', 1)[1]}]"
         for role in worker_roles:

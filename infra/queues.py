@@ -140,7 +140,7 @@ class QueueWithDlq(Construct):
             encryption=sqs.QueueEncryption.SQS_MANAGED,
             enforce_ssl=True,
             removal_policy=removal_policy,
-            **fifo_props,  # type: ignore[arg-type]
+            **fifo_props,  # type: ignore[arg-type]  # jsii kwargs: bool values typed by name, not by this dict
         )
         self.queue = sqs.Queue(
             self,
@@ -152,7 +152,7 @@ class QueueWithDlq(Construct):
             encryption=sqs.QueueEncryption.SQS_MANAGED,
             enforce_ssl=True,
             removal_policy=removal_policy,
-            **fifo_props,  # type: ignore[arg-type]
+            **fifo_props,  # type: ignore[arg-type]  # jsii kwargs: bool values typed by name, not by this dict
         )
         self.alarm = cloudwatch.Alarm(
             self,

@@ -59,17 +59,11 @@ def split_into_chunks(text: str, target_chars: int = 4000, max_chars: int = 6000
         spans.extend(_pieces(text, pos, len(text), max_chars))
     # 2. pack consecutive spans up to the target size
     packed: list[tuple[int, int]] = []
-    cur_start, cur_end = None, None
     for s, e in spans:
-        if cur_start is None:
-            cur_start, cur_end = s, e
-        elif e - cur_start <= target_chars:
-            cur_end = e
+        if packed and e - packed[-1][0] <= target_chars:
+            packed[-1] = (packed[-1][0], e)
         else:
-            packed.append((cur_start, cur_end))  # type: ignore[arg-type]
-            cur_start, cur_end = s, e
-    if cur_start is not None:
-        packed.append((cur_start, cur_end))  # type: ignore[arg-type]
+            packed.append((s, e))
     doc = document_hash(text)[:16]
     chunks = []
     for i, (s, e) in enumerate(p for p in packed if text[p[0]:p[1]].strip()):

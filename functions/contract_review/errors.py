@@ -210,8 +210,8 @@ def _retry_after(response: dict[str, Any]) -> float | None:
 
 def classify(exc: BaseException, *, step: str = "", attempt: int = 0, model_call: bool = False) -> ErrorEnvelope:
     """Turn any exception into an envelope, from structured fields only."""
-    from botocore.exceptions import ClientError, ConnectionError as BotoConnectionError
-    from botocore.exceptions import ReadTimeoutError, ConnectTimeoutError
+    from botocore.exceptions import ClientError, ConnectTimeoutError, ReadTimeoutError
+    from botocore.exceptions import ConnectionError as BotoConnectionError
 
     if isinstance(exc, ReviewError):
         return exc.envelope.model_copy(update={"step": exc.envelope.step or step, "attempt": attempt or exc.envelope.attempt})

@@ -10,9 +10,9 @@ from aws_lambda_powertools.utilities.batch.types import PartialItemFailureRespon
 from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
+from ..errors import Tier2
 from ..messages import AnalysisMessage
 from ..retry import RetryStats
-from ..errors import Tier2
 from ..worker import ChunkWorker, Delivery
 from . import deps, model
 
