@@ -75,6 +75,18 @@ def iso(epoch: float) -> str:
     return datetime.fromtimestamp(epoch, tz=UTC).isoformat(timespec="seconds")
 
 
+def _retry_would(state: JobState, error_code: str | None, dead: int) -> str:
+    if state is JobState.COMPLETED:
+        return "nothing: the job is complete"
+    if (error_code or "").startswith("input."):
+        return "nothing by itself: fix the input and submit it again with the same idempotency key"
+    if dead:
+        return f"redrive {dead} chunk(s) from the DLQ; finished chunks and analysts are reused"
+    if state.terminal:
+        return "nothing by itself: the job has ended; redrive its chunks from the DLQ if any are there"
+    return "resume unsettled chunks from their checkpoints"
+
+
 def _event_line(e: JobEvent) -> EventLine:
     return EventLine.model_validate({**e.detail, "at": iso(e.at), "type": e.type})
 
@@ -95,9 +107,7 @@ def job_view(deps: Deps, job_id: str) -> JobView | None:
         last_durable_checkpoint=(f"{by_status.get('done', 0)} of {job.chunk_count} chunks settled done"
                                  + (f", last at {iso(last_cp)}" if last_cp else "")),
         side_effects_done=[k for k in ("report_json_key", "report_md_key") if getattr(job, k)],
-        retry_would=("nothing: the job is complete" if state is JobState.COMPLETED else
-                     f"redrive {len(dead)} chunk(s) from the DLQ; finished chunks and analysts are reused"
-                     if dead else "resume unsettled chunks from their checkpoints"),
+        retry_would=_retry_would(job.state, job.error_code, len(dead)),
         if_cancelled_now=("nothing: it has ended" if job.terminal else
                           "workers stop at the next stage entry; checkpoints stay; no report is written"),
         if_it_fails_again="chunk messages go to the analysis DLQ with their error envelope; the job ends "
@@ -172,7 +182,7 @@ def _join(deps: Deps, queue: Queue, m: QueueMessage) -> DlqEntry:
         if c is not None:
             entry.chunk = DlqChunk.model_validate(c.model_dump())
             entry.envelope = entry.envelope or c.last_error
-        entry.failed_step = entry.envelope.step if entry.envelope else None
+    entry.failed_step = (entry.envelope.step or None) if entry.envelope else None
     return entry
 
 

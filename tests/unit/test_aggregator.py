@@ -1,0 +1,464 @@
+"""Aggregator (`contract_review.aggregator.handle_result` / `finalize`) against the in-memory fakes:
+counting settled chunks, the report, the coverage policy, bounded job items, unsettled chunks
+found at finalize, and duplicate results."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from contract_review.aggregator import finalize, handle_result
+from contract_review.analysts import ANALYSTS, ChunkFindings, Finding
+from contract_review.chunks import settled_result
+from contract_review.errors import ErrorEnvelope
+from contract_review.intake import handle_intake
+from contract_review.records import (
+    LIST_SAMPLE,
+    AttemptStats,
+    ChunkOutcome,
+    ChunkRecord,
+    ChunkStatus,
+    CoverageGap,
+    Job,
+    JobState,
+    Reliability,
+    document_key,
+    findings_key,
+    job_id_for,
+    report_keys,
+)
+from contract_review.report import Report
+
+from .fakes import FakeWorld
+
+TEXT = (
+    "1. Liability. In no event shall either party be liable for any indirect, incidental or consequential "
+    "damages, and each party's aggregate liability shall not exceed the fees paid in the prior twelve months.\n\n"
+    "2. Licence. Licensor grants Customer a non-exclusive, non-transferable, worldwide license to use the "
+    "Software during the Term.\n\n"
+    "3. Law. This Agreement shall be governed by the laws of the State of New York.\n\n"
+    "4. Termination. Customer may terminate this Agreement at any time for convenience upon thirty days notice.\n"
+)
+LONG_TEXT = "\n\n".join(f"{i}. Section {i}. " + TEXT.replace("\n\n", " ") for i in range(1, 25))
+ALL_OK = {a.name: "ok" for a in ANALYSTS}
+MANDATORY = [a.name for a in ANALYSTS if a.mandatory]
+OPTIONAL = [a.name for a in ANALYSTS if not a.mandatory]
+
+
+# --- helpers -----------------------------------------------------------------------------------------
+
+def start(world: FakeWorld, text: str = LONG_TEXT) -> tuple[str, list[ChunkRecord]]:
+    """A running job taken in by intake, and its (pending) chunk records in chunk order."""
+    result = handle_intake(world.deps, json.dumps({"schema_version": 1, "document": {"text": text},
+                                                   "document_id": "msa-1"}), "m-1")
+    assert result.job_id is not None
+    return result.job_id, world.claims.for_job(result.job_id)
+
+
+def running_job(world: FakeWorld, n_chunks: int, job_key: str = "big") -> tuple[str, list[ChunkRecord]]:
+    """A running job with `n_chunks` pending chunk records, written directly (no document)."""
+    job_id, now = job_id_for(job_key), world.clock()
+    world.jobs.create(Job(job_id=job_id, state=JobState.RUNNING, created_at=now, updated_at=now,
+                          idempotency_key=job_key, document_key=document_key(job_id), chunk_count=n_chunks,
+                          analyst_count=11, model_id="offline-rules-v1"))
+    for i in range(n_chunks):
+        world.claims.create(ChunkRecord(job_id=job_id, chunk_id=f"c{i:05d}-x", chunk_index=i, start=i * 10,
+                                        end=i * 10 + 10))
+    return job_id, world.claims.for_job(job_id)
+
+
+def finding(record: ChunkRecord, quote: str, analyst: str = "liability", category: str = "liability_cap",
+            score: float = 0.6) -> Finding:
+    return Finding(category=category, score=score, quote=quote, start=record.start, end=record.start + len(quote),
+                   rationale="caps liability", analyst=analyst, chunk_id=record.chunk_id,
+                   chunk_index=record.chunk_index)
+
+
+def claim(world: FakeWorld, record: ChunkRecord, receive_count: int = 1) -> int:
+    won = world.claims.claim(record.job_id, record.chunk_id, "worker-1", 30.0, receive_count)
+    assert won.won
+    return won.fence
+
+
+def settle_done(world: FakeWorld, record: ChunkRecord, *, coverage: dict[str, str] | None = None,
+                findings: list[Finding] | None = None, stats: AttemptStats | None = None,
+                receive_count: int = 1) -> ChunkRecord:
+    """Claim the chunk and finish it `done`, its findings JSON in the artifacts."""
+    fence = claim(world, record, receive_count)
+    key = findings_key(record.job_id, record.chunk_index, record.chunk_id, fence)
+    found = findings or []
+    world.artifacts.put_text(key, ChunkFindings(chunk_id=record.chunk_id, chunk_index=record.chunk_index,
+                                                findings=found).model_dump_json())
+    done = world.claims.finish(record.job_id, record.chunk_id, fence, ChunkStatus.DONE,
+                               stats or AttemptStats(calls=22),
+                               outcome=ChunkOutcome(findings_key=key, coverage=coverage or ALL_OK,
+                                                    n_findings=len(found)))
+    assert done is not None
+    return done
+
+
+def settle_dead(world: FakeWorld, record: ChunkRecord, code: str = "model.request_invalid") -> ChunkRecord:
+    """Claim the chunk and finish it `dead_lettered` with an envelope."""
+    fence = claim(world, record)
+    env = ErrorEnvelope.of(code, "provider rejected the request", step="analyst.locate")
+    dead = world.claims.finish(record.job_id, record.chunk_id, fence, ChunkStatus.DEAD_LETTERED,
+                               AttemptStats(calls=1), error=env)
+    assert dead is not None
+    return dead
+
+
+def deliver(world: FakeWorld, record: ChunkRecord) -> str:
+    return handle_result(world.deps, settled_result(record))
+
+
+def report_of(world: FakeWorld, job_id: str) -> Report:
+    return Report.model_validate_json(world.artifacts.get_text(report_keys(job_id)[0]))
+
+
+def the_job(world: FakeWorld, job_id: str) -> Job:
+    job = world.jobs.get(job_id)
+    assert job is not None
+    return job
+
+
+# --- what is ignored ---------------------------------------------------------------------------------
+
+def test_result_for_an_unknown_job_is_ignored():
+    # GIVEN a world without that job
+    world = FakeWorld()
+    job_id, records = running_job(world, 1)
+    done = settle_done(world, records[0])
+    msg = settled_result(done).model_copy(update={"job_id": "job-unknown"})
+    # WHEN its result arrives
+    outcome = handle_result(world.deps, msg)
+    # THEN it is ignored: no job appears, no event
+    assert outcome == "ignored"
+    assert world.jobs.get("job-unknown") is None
+    assert world.jobs.events("job-unknown") == []
+    assert the_job(world, job_id).settled == set()
+
+
+@pytest.mark.parametrize("ended", [JobState.COMPLETED, JobState.FAILED, JobState.DEAD_LETTERED, JobState.CANCELLED])
+def test_result_for_an_ended_job_is_ignored(ended):
+    # GIVEN a job that has ended, and one of its chunks settled done
+    world = FakeWorld()
+    job_id, records = running_job(world, 2)
+    done = settle_done(world, records[0])
+    assert world.jobs.transition(job_id, (JobState.RUNNING,), ended)
+    # WHEN the chunk's result arrives
+    outcome = deliver(world, done)
+    # THEN it is ignored: the settled set and events are untouched, no report is written
+    assert outcome == "ignored"
+    assert the_job(world, job_id).settled == set()
+    assert world.jobs.types(job_id) == []
+    assert (world.settings.bucket, report_keys(job_id)[0]) not in world.artifacts.objects
+
+
+def test_result_whose_chunk_status_differs_from_the_record_is_stale():
+    # GIVEN a chunk that was dead-lettered, then redriven (pending again, fence moved on)
+    world = FakeWorld()
+    job_id, records = running_job(world, 2)
+    dead = settle_dead(world, records[0])
+    assert world.claims.reset_for_redrive(job_id, dead.chunk_id) is not None
+    # WHEN the old dead_lettered result arrives
+    outcome = deliver(world, dead)
+    # THEN it is stale: not counted, no event
+    assert outcome == "stale"
+    assert the_job(world, job_id).settled == set()
+    assert world.jobs.types(job_id) == []
+
+
+def test_result_claiming_done_for_a_dead_lettered_chunk_is_stale():
+    # GIVEN a chunk record that is dead_lettered
+    world = FakeWorld()
+    job_id, records = running_job(world, 1)
+    dead = settle_dead(world, records[0])
+    # WHEN a result says the chunk is done
+    msg = settled_result(dead).model_copy(update={"status": ChunkStatus.DONE, "findings_key": "findings/x.json"})
+    outcome = handle_result(world.deps, msg)
+    # THEN it is stale and the job keeps running
+    assert outcome == "stale"
+    job = the_job(world, job_id)
+    assert job.state is JobState.RUNNING and job.settled == set()
+
+
+def test_result_for_an_unknown_chunk_is_stale():
+    # GIVEN a running job
+    world = FakeWorld()
+    job_id, records = running_job(world, 1)
+    done = settle_done(world, records[0])
+    msg = settled_result(done).model_copy(update={"chunk_id": "c99999-nope"})
+    # WHEN a result names a chunk the job does not have
+    # THEN it is stale
+    assert handle_result(world.deps, msg) == "stale"
+    assert the_job(world, job_id).settled == set()
+
+
+# --- a clean job -------------------------------------------------------------------------------------
+
+def test_all_chunks_done_completes_the_job_with_a_report():
+    # GIVEN a 4-chunk job; each chunk done with every analyst ok and one finding of its own,
+    #       chunk 0 after a failed first attempt and a redelivery
+    world = FakeWorld()
+    job_id, records = start(world)
+    assert len(records) == 4
+    r0 = records[0]
+    fence = claim(world, r0)
+    released = world.claims.release(job_id, r0.chunk_id, fence, AttemptStats(calls=3, retries={"model.throttled": 2}),
+                                    ErrorEnvelope.of("model.unavailable", "503"), failure=True)
+    assert released is not None
+    settled = [settle_done(world, released, findings=[finding(r0, "quote-0")], receive_count=2,
+                           stats=AttemptStats(calls=22, repairs=1, retries={"model.unavailable": 1}))]
+    for r in records[1:]:
+        settled.append(settle_done(world, r, findings=[finding(r, f"quote-{r.chunk_index}")],
+                                   stats=AttemptStats(calls=22, retries={"model.throttled": 1})))
+    world.clock.advance(10)
+    # WHEN their results arrive out of order
+    outcomes = [deliver(world, settled[i]) for i in (2, 0, 3, 1)]
+    # THEN the last one completes the job
+    assert outcomes == ["recorded", "recorded", "recorded", "completed"]
+    job = the_job(world, job_id)
+    assert job.state is JobState.COMPLETED
+    assert job.settled == {r.chunk_id for r in records}
+    assert job.error is None and job.error_code is None and job.missing == [] and job.mandatory_gaps == []
+    assert job.ended_at == world.clock.now and job.n_findings == 4
+    # AND report.json and report.md are written where the job says
+    json_key, md_key = report_keys(job_id)
+    assert (job.report_json_key, job.report_md_key) == (json_key, md_key)
+    report = report_of(world, job_id)
+    assert report.state is JobState.COMPLETED and report.chunk_count == 4
+    assert report.document_id == "msa-1" and report.model_id == "offline-rules-v1"
+    # AND findings are in chunk order, not arrival order
+    assert [f.quote for f in report.findings] == ["quote-0", "quote-1", "quote-2", "quote-3"]
+    assert report.coverage.mandatory_gaps == [] and report.coverage.optional_gaps == []
+    assert report.coverage.missing_chunks == []
+    assert report.coverage.matrix[records[2].chunk_id] == ALL_OK
+    # AND reliability counters are the sums over the chunk records
+    expected = Reliability(model_calls=3 + 22 * 4, retries_by_code={"model.throttled": 2 + 3, "model.unavailable": 1},
+                           repairs=1, redeliveries=1, claims=5, chunk_failures=1)
+    assert report.reliability == expected
+    assert job.reliability == expected
+    assert job.coverage_summary is not None
+    assert (job.coverage_summary.mandatory_gaps, job.coverage_summary.optional_gaps,
+            job.coverage_summary.missing_chunks) == (0, 0, 0)
+    md = world.artifacts.get_text(md_key)
+    assert md.startswith(f"# Contract review {job_id}\n")
+    assert "- state: **completed**" in md and "- findings: 4" in md and "## Coverage gaps" not in md
+    # AND the events: one chunk.settled per result, then job.completed
+    types = world.jobs.types(job_id)
+    assert types == ["job.queued", "job.running"] + ["chunk.settled"] * 4 + ["job.completed"]
+    last = world.jobs.events(job_id)[-1]
+    assert last.detail == {"findings": 4, "error_code": None, "missing_chunks": 0}
+    settled_events = [e.detail for e in world.jobs.events(job_id) if e.type == "chunk.settled"]
+    assert [d["settled"] for d in settled_events] == [1, 2, 3, 4]
+    assert all(d["total"] == 4 and d["status"] == "done" for d in settled_events)
+
+
+def test_job_is_not_finalized_before_every_chunk_is_counted():
+    # GIVEN a 4-chunk job with three chunks done
+    world = FakeWorld()
+    job_id, records = start(world)
+    settled = [settle_done(world, r) for r in records[:3]]
+    # WHEN their results arrive
+    outcomes = [deliver(world, r) for r in settled]
+    # THEN the job is still running with 3 of 4 counted and no report
+    assert outcomes == ["recorded"] * 3
+    job = the_job(world, job_id)
+    assert job.state is JobState.RUNNING and len(job.settled) == 3 and job.progress == 0.75
+    assert job.report_json_key is None
+    assert (world.settings.bucket, report_keys(job_id)[0]) not in world.artifacts.objects
+
+
+# --- coverage policy ---------------------------------------------------------------------------------
+
+def test_optional_analyst_refused_still_completes_listing_the_optional_gap():
+    # GIVEN a 4-chunk job where the optional `licensing` analyst refused on chunk 1
+    world = FakeWorld()
+    job_id, records = start(world)
+    refused = {**ALL_OK, "licensing": "refused"}
+    settled = [settle_done(world, r, coverage=refused if r.chunk_index == 1 else None) for r in records]
+    # WHEN all results arrive
+    outcomes = [deliver(world, r) for r in settled]
+    # THEN the job completes, with the optional gap in the report and counted on the job
+    assert outcomes[-1] == "completed"
+    job = the_job(world, job_id)
+    assert job.state is JobState.COMPLETED and job.error_code is None
+    assert job.coverage_summary is not None
+    assert (job.coverage_summary.optional_gaps, job.coverage_summary.mandatory_gaps) == (1, 0)
+    report = report_of(world, job_id)
+    assert report.coverage.optional_gaps == [CoverageGap(chunk_id=records[1].chunk_id, chunk_index=1,
+                                                         analyst="licensing", status="refused")]
+    assert report.coverage.mandatory_gaps == []
+    assert report.coverage.matrix[records[1].chunk_id]["licensing"] == "refused"
+    assert "- chunk 1 analyst licensing: refused" in world.artifacts.get_text(report_keys(job_id)[1])
+
+
+def test_mandatory_analyst_refused_fails_the_job_naming_the_gap():
+    # GIVEN a 4-chunk job where the mandatory `liability` analyst refused on chunk 2
+    world = FakeWorld()
+    job_id, records = start(world)
+    refused = {**ALL_OK, "liability": "refused"}
+    settled = [settle_done(world, r, coverage=refused if r.chunk_index == 2 else None) for r in records]
+    # WHEN all results arrive
+    outcomes = [deliver(world, r) for r in settled]
+    # THEN the job fails with job.chunks_missing and names the gap on the job
+    assert outcomes[-1] == "failed"
+    job = the_job(world, job_id)
+    assert job.state is JobState.FAILED and job.error_code == "job.chunks_missing"
+    assert job.error is not None and job.error.error_code == "job.chunks_missing" and job.error.step == "aggregate"
+    gap = CoverageGap(chunk_id=records[2].chunk_id, chunk_index=2, analyst="liability", status="refused")
+    assert job.mandatory_gaps == [gap]
+    assert job.missing == [] and job.root_error is None
+    assert job.coverage_summary is not None and job.coverage_summary.mandatory_gaps == 1
+    # AND the report is still written, with the gap, and the event says failed
+    report = report_of(world, job_id)
+    assert report.state is JobState.FAILED and report.coverage.mandatory_gaps == [gap]
+    assert world.jobs.types(job_id)[-1] == "job.failed"
+    assert world.jobs.events(job_id)[-1].detail["error_code"] == "job.chunks_missing"
+
+
+def test_dead_lettered_chunk_dead_letters_the_job_listing_it():
+    # GIVEN a 4-chunk job whose chunk 3 was dead-lettered, the others done
+    world = FakeWorld()
+    job_id, records = start(world)
+    settled = [settle_done(world, r) for r in records[:3]] + [settle_dead(world, records[3])]
+    # WHEN all results arrive
+    outcomes = [deliver(world, r) for r in settled]
+    # THEN the job ends dead_lettered, listing the missing chunk and the root error
+    assert outcomes[-1] == "dead_lettered"
+    job = the_job(world, job_id)
+    assert job.state is JobState.DEAD_LETTERED and job.error_code == "runtime.dead_lettered"
+    [missing] = job.missing
+    assert (missing.chunk_id, missing.chunk_index, missing.status) == (records[3].chunk_id, 3,
+                                                                      ChunkStatus.DEAD_LETTERED)
+    assert missing.error is not None and missing.error.error_code == "model.request_invalid"
+    assert missing.failures == 1
+    assert job.root_error is not None and job.root_error.error_code == "model.request_invalid"
+    assert job.root_error.step == "analyst.locate"
+    assert job.coverage_summary is not None and job.coverage_summary.missing_chunks == 1
+    # AND the report's matrix shows the chunk's status for every analyst
+    report = report_of(world, job_id)
+    assert report.state is JobState.DEAD_LETTERED
+    assert set(report.coverage.matrix[records[3].chunk_id].values()) == {"dead_lettered"}
+    md = world.artifacts.get_text(report_keys(job_id)[1])
+    assert f"- chunk 3 ({records[3].chunk_id}): dead_lettered — model.request_invalid" in md
+    assert world.jobs.types(job_id)[-1] == "job.dead_lettered"
+
+
+def test_dead_letter_wins_over_a_mandatory_gap():
+    # GIVEN one chunk with a mandatory refusal and another dead-lettered
+    world = FakeWorld()
+    job_id, records = running_job(world, 2)
+    settled = [settle_done(world, records[0], coverage={**ALL_OK, "indemnity": "failed"}),
+               settle_dead(world, records[1])]
+    # WHEN both results arrive
+    outcomes = [deliver(world, r) for r in settled]
+    # THEN the job is dead_lettered (not merely failed), with both facts recorded
+    assert outcomes == ["recorded", "dead_lettered"]
+    job = the_job(world, job_id)
+    assert job.error_code == "runtime.dead_lettered"
+    assert [m.chunk_index for m in job.missing] == [1]
+    assert CoverageGap(chunk_id=records[0].chunk_id, chunk_index=0, analyst="indemnity",
+                       status="failed") in job.mandatory_gaps
+
+
+# --- bounded job item --------------------------------------------------------------------------------
+
+def test_job_item_holds_a_bounded_sample_while_the_report_lists_everything():
+    # GIVEN a job with LIST_SAMPLE + 5 chunks, all dead-lettered
+    n = LIST_SAMPLE + 5
+    world = FakeWorld()
+    job_id, records = running_job(world, n)
+    settled = [settle_dead(world, r) for r in records]
+    # WHEN all results arrive
+    outcomes = [deliver(world, r) for r in settled]
+    # THEN the job item keeps exactly LIST_SAMPLE missing chunks (the first, in chunk order) and gaps
+    assert outcomes[-1] == "dead_lettered"
+    job = the_job(world, job_id)
+    assert len(job.missing) == LIST_SAMPLE
+    assert [m.chunk_index for m in job.missing] == list(range(LIST_SAMPLE))
+    assert len(job.mandatory_gaps) == LIST_SAMPLE
+    # AND the counts and the report hold all of them
+    assert job.coverage_summary is not None
+    assert job.coverage_summary.missing_chunks == n
+    assert job.coverage_summary.mandatory_gaps == n * len(MANDATORY)
+    assert job.coverage_summary.optional_gaps == n * len(OPTIONAL)
+    report = report_of(world, job_id)
+    assert [m.chunk_index for m in report.coverage.missing_chunks] == list(range(n))
+    assert len(report.coverage.mandatory_gaps) == n * len(MANDATORY)
+    assert job.error is not None and job.error.message.startswith(f"{n} chunk(s) missing")
+
+
+# --- finalize meets an unsettled chunk ---------------------------------------------------------------
+
+def test_finalize_unsettles_a_counted_chunk_that_was_redriven():
+    # GIVEN a 2-chunk job: chunk 0 dead-lettered and counted, then redriven (pending again)
+    world = FakeWorld()
+    job_id, records = running_job(world, 2)
+    dead = settle_dead(world, records[0])
+    assert deliver(world, dead) == "recorded"
+    redriven = world.claims.reset_for_redrive(job_id, dead.chunk_id)
+    assert redriven is not None and redriven.status is ChunkStatus.PENDING
+    done1 = settle_done(world, records[1])
+    # WHEN the result of chunk 1 fills the settled count
+    outcome = deliver(world, done1)
+    # THEN finalize finds chunk 0 unsettled: it is un-counted and the job keeps running, no report
+    assert outcome == "recorded"
+    job = the_job(world, job_id)
+    assert job.state is JobState.RUNNING
+    assert job.settled == {records[1].chunk_id}
+    assert job.report_json_key is None
+    assert (world.settings.bucket, report_keys(job_id)[0]) not in world.artifacts.objects
+    assert "job.completed" not in world.jobs.types(job_id) and "job.dead_lettered" not in world.jobs.types(job_id)
+    # AND when chunk 0's own (new) result comes, the job completes
+    done0 = settle_done(world, redriven)
+    assert done0.fence == 3  # claim 1, redrive 2, claim 3
+    assert deliver(world, done0) == "completed"
+    assert the_job(world, job_id).state is JobState.COMPLETED
+
+
+def test_finalize_called_directly_returns_running_when_a_chunk_is_not_settled():
+    # GIVEN a job whose settled set counts both chunks but chunk 1's record is still claimed
+    world = FakeWorld()
+    job_id, records = running_job(world, 2)
+    settle_done(world, records[0])
+    claim(world, records[1])
+    world.jobs.settle_chunk(job_id, records[0].chunk_id)
+    job = world.jobs.settle_chunk(job_id, records[1].chunk_id)
+    # WHEN finalize runs
+    state = finalize(world.deps, job)
+    # THEN it answers RUNNING, drops chunk 1 from the settled set and writes nothing
+    assert state is JobState.RUNNING
+    after = the_job(world, job_id)
+    assert after.state is JobState.RUNNING and after.settled == {records[0].chunk_id}
+    assert not any(k[1].startswith("reports/") for k in world.artifacts.objects)
+
+
+# --- duplicates --------------------------------------------------------------------------------------
+
+def test_duplicate_results_are_idempotent():
+    # GIVEN a 2-chunk job with chunk 0 done and its result already counted
+    world = FakeWorld()
+    job_id, records = start(world, TEXT + "\n\n" + "5. Notices. " + "All notices shall be in writing. " * 150)
+    assert len(records) == 2
+    done0 = settle_done(world, records[0], findings=[finding(records[0], "q0")])
+    assert deliver(world, done0) == "recorded"
+    # WHEN the same result is delivered again
+    again = deliver(world, done0)
+    # THEN the settled set is unchanged and the job keeps running
+    assert again == "recorded"
+    job = the_job(world, job_id)
+    assert job.settled == {records[0].chunk_id} and job.state is JobState.RUNNING
+    # AND when the last chunk completes the job, further duplicates are ignored: one finalize only
+    done1 = settle_done(world, records[1], findings=[finding(records[1], "q1")])
+    assert deliver(world, done1) == "completed"
+    report_before = world.artifacts.get_text(report_keys(job_id)[0])
+    world.clock.advance(30)
+    assert deliver(world, done1) == "ignored"
+    assert deliver(world, done0) == "ignored"
+    assert world.jobs.types(job_id).count("job.completed") == 1
+    assert world.artifacts.get_text(report_keys(job_id)[0]) == report_before
+    final = the_job(world, job_id)
+    assert final.settled == {r.chunk_id for r in records} and final.n_findings == 2
+    assert final.ended_at == world.clock.now - 30

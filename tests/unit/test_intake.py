@@ -1,0 +1,435 @@
+"""Intake (`contract_review.intake.handle_intake`) against the in-memory fakes: validation, idempotent
+job creation, chunk records and fan-out, permanent input errors (failed job or intake DLQ), the
+S3 claim check, and corrected resubmissions."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import pytest
+
+from contract_review.chunking import document_hash, split_into_chunks
+from contract_review.errors import ErrorClass, ErrorEnvelope, ReviewError
+from contract_review.intake import handle_intake
+from contract_review.messages import MAX_DOCUMENT_BYTES
+from contract_review.ports import Queue
+from contract_review.records import ChunkStatus, Job, JobState, document_key, job_id_for
+
+from .fakes import SETTINGS, FakeQueues, FakeWorld
+
+TEXT = (
+    "1. Liability. In no event shall either party be liable for any indirect, incidental or consequential "
+    "damages, and each party's aggregate liability shall not exceed the fees paid in the prior twelve months.\n\n"
+    "2. Licence. Licensor grants Customer a non-exclusive, non-transferable, worldwide license to use the "
+    "Software during the Term.\n\n"
+    "3. Law. This Agreement shall be governed by the laws of the State of New York.\n\n"
+    "4. Termination. Customer may terminate this Agreement at any time for convenience upon thirty days notice.\n"
+)
+LONG_TEXT = "\n\n".join(f"{i}. Section {i}. " + TEXT.replace("\n\n", " ") for i in range(1, 25))
+BUCKET = SETTINGS.bucket
+
+
+def inline(text: str = TEXT, **fields: object) -> str:
+    return json.dumps({"schema_version": 1, "document": {"text": text}, **fields})
+
+
+def by_uri(key: str, bucket: str = BUCKET, **fields: object) -> str:
+    return json.dumps({"schema_version": 1, "document": {"s3_uri": f"s3://{bucket}/{key}"}, **fields})
+
+
+def chunk_ids(text: str) -> list[str]:
+    p = SETTINGS.profile
+    return [c.chunk_id for c in split_into_chunks(text, p.chunk_target_chars, p.chunk_max_chars)]
+
+
+# --- a valid document --------------------------------------------------------------------------------
+
+def test_valid_inline_document_creates_a_running_job_with_one_chunk_and_message():
+    # GIVEN an empty world and a one-chunk contract sent inline without an idempotency key
+    world = FakeWorld()
+    expected_job = job_id_for(document_hash(TEXT))
+    # WHEN intake handles the message
+    result = handle_intake(world.deps, inline(document_id="msa-2026"), "m-1")
+    # THEN a new job, keyed by the document hash, is running with its pinned configuration
+    assert (result.job_id, result.created, result.state, result.error) == (expected_job, True, "running", None)
+    job = world.jobs.get(expected_job)
+    assert job is not None
+    assert job.state is JobState.RUNNING
+    assert job.chunk_count == 1
+    assert job.config_hash == SETTINGS.analysis_config_hash() and len(job.config_hash) == 16
+    assert job.model_id == "offline-rules-v1" and job.model_provider == "offline"
+    assert job.analyst_count == 11 and job.prompt_version == SETTINGS.profile.prompt_version
+    assert job.idempotency_key == document_hash(TEXT) and job.document_sha256 == document_hash(TEXT)
+    assert job.document_id == "msa-2026" and job.document_chars == len(TEXT)
+    assert job.source_message_id == "m-1"
+    assert job.created_at == world.clock.now and job.started_at == world.clock.now
+    assert job.settled == set()
+    # AND one pending chunk record at fence 0 covering the whole text
+    [record] = world.claims.for_job(expected_job)
+    assert record.chunk_id == chunk_ids(TEXT)[0]
+    assert (record.status, record.fence, record.chunk_index, record.start, record.end) == (
+        ChunkStatus.PENDING, 0, 0, 0, len(TEXT))
+    assert record.claimed_by is None and record.failures == 0
+    # AND one analysis message carrying the chunk's text
+    [msg] = world.queues.analysis()
+    assert (msg.job_id, msg.chunk_id, msg.chunk_index, msg.chunk_count) == (expected_job, record.chunk_id, 0, 1)
+    assert msg.text == TEXT and (msg.start, msg.end) == (0, len(TEXT))
+    assert msg.attempt == 1 and msg.max_attempts == SETTINGS.profile.poison_budget
+    assert msg.checkpoint_version == job.config_hash and msg.reason == "intake"
+    # AND the document is stored, and the events tell the story in order
+    assert job.document_key == document_key(expected_job)
+    assert world.artifacts.get_text(document_key(expected_job)) == TEXT
+    assert world.jobs.types(expected_job) == ["job.queued", "job.running"]
+    queued = world.jobs.events(expected_job)[0]
+    assert queued.detail == {"chunk_count": 1, "document_chars": len(TEXT)}
+    # AND nothing reached any DLQ
+    assert world.queues.sent[Queue.INTAKE_DLQ] == []
+
+
+def test_long_document_fans_out_one_record_and_one_message_per_chunk():
+    # GIVEN a contract long enough for several chunks
+    world = FakeWorld()
+    ids = chunk_ids(LONG_TEXT)
+    assert len(ids) == 4
+    # WHEN intake handles it
+    result = handle_intake(world.deps, inline(LONG_TEXT), "m-long")
+    # THEN the job counts 4 chunks, each with a pending record at fence 0
+    job = world.jobs.get(result.job_id)
+    assert job is not None and job.chunk_count == 4 and job.state is JobState.RUNNING
+    records = world.claims.for_job(result.job_id)
+    assert [r.chunk_id for r in records] == ids
+    assert [r.chunk_index for r in records] == [0, 1, 2, 3]
+    assert {(r.status, r.fence) for r in records} == {(ChunkStatus.PENDING, 0)}
+    # AND one message per chunk, whose texts are exact slices tiling the document
+    msgs = sorted(world.queues.analysis(), key=lambda m: m.chunk_index)
+    assert [m.chunk_id for m in msgs] == ids
+    assert all(m.chunk_count == 4 for m in msgs)
+    assert all(m.text == LONG_TEXT[m.start:m.end] for m in msgs)
+    assert "".join(m.text for m in msgs) == LONG_TEXT
+    assert [(m.start, m.end) for m in msgs] == [(r.start, r.end) for r in records]
+    assert world.jobs.events(result.job_id)[-1].detail == {"chunks": 4}
+
+
+def test_idempotency_key_names_the_job_and_metadata_is_echoed():
+    # GIVEN a message with an explicit idempotency key and metadata
+    world = FakeWorld()
+    body = inline(idempotency_key="client-42", metadata={"matter": "M-7", "pages": 3, "tags": ["nda", "eu"]})
+    # WHEN intake handles it
+    result = handle_intake(world.deps, body, "m-1")
+    # THEN the job id is derived from the key (a client can compute it), not from the document
+    assert result.job_id == job_id_for("client-42") != job_id_for(document_hash(TEXT))
+    job = world.jobs.get(job_id_for("client-42"))
+    assert job is not None
+    assert job.idempotency_key == "client-42"
+    assert job.metadata == {"matter": "M-7", "pages": 3, "tags": ["nda", "eu"]}
+    assert job.document_id == ""
+
+
+# --- idempotency -------------------------------------------------------------------------------------
+
+def test_redelivered_message_resends_the_chunks_but_creates_nothing_new():
+    # GIVEN a document already taken in by message m-1 (its intake may have crashed after the fan-out)
+    world = FakeWorld()
+    first = handle_intake(world.deps, inline(LONG_TEXT), "m-1")
+    job_before = world.jobs.get(first.job_id)
+    records_before = world.claims.for_job(first.job_id)
+    # WHEN the same message (same message id) is delivered again
+    again = handle_intake(world.deps, inline(LONG_TEXT), "m-1")
+    # THEN it is the same job, not created again, and every chunk is sent a second time
+    assert (again.job_id, again.created, again.state) == (first.job_id, False, "running")
+    msgs = world.queues.analysis()
+    assert len(msgs) == 8
+    assert sorted(m.chunk_id for m in msgs) == sorted(2 * [r.chunk_id for r in records_before])
+    # AND the job, its chunk records and its events are unchanged (no second queued/running)
+    assert world.jobs.get(first.job_id) == job_before
+    assert world.claims.for_job(first.job_id) == records_before
+    assert world.jobs.types(first.job_id) == ["job.queued", "job.running"]
+
+
+def test_redelivery_does_not_reset_chunks_that_progressed():
+    # GIVEN a job whose first chunk a worker already claimed
+    world = FakeWorld()
+    first = handle_intake(world.deps, inline(LONG_TEXT), "m-1")
+    r0 = world.claims.for_job(first.job_id)[0]
+    claim = world.claims.claim(first.job_id, r0.chunk_id, "worker-1", 30.0, 1)
+    assert claim.won
+    # WHEN the intake message is redelivered
+    handle_intake(world.deps, inline(LONG_TEXT), "m-1")
+    # THEN the claimed chunk keeps its owner and fence (records are created only if absent)
+    again = world.claims.get(first.job_id, r0.chunk_id)
+    assert again is not None
+    assert (again.status, again.fence, again.claimed_by) == (ChunkStatus.CLAIMED, 1, "worker-1")
+
+
+def test_second_submission_of_the_same_document_creates_and_sends_nothing():
+    # GIVEN a document already taken in by message m-1
+    world = FakeWorld()
+    first = handle_intake(world.deps, inline(LONG_TEXT), "m-1")
+    world.queues.drain(Queue.ANALYSIS)
+    job_before = world.jobs.get(first.job_id)
+    # WHEN a different message (another submission) carries the same document
+    second = handle_intake(world.deps, inline(LONG_TEXT), "m-2")
+    # THEN the existing job is returned and nothing is created or sent
+    assert (second.job_id, second.created, second.state) == (first.job_id, False, "running")
+    assert world.queues.sent[Queue.ANALYSIS] == []
+    assert world.jobs.get(first.job_id) == job_before
+    assert len(world.jobs.items) == 1 and len(world.claims.items) == 4
+    assert world.jobs.types(first.job_id) == ["job.queued", "job.running"]
+
+
+def test_second_submission_of_an_ended_job_returns_its_state():
+    # GIVEN a completed job
+    world = FakeWorld()
+    first = handle_intake(world.deps, inline(), "m-1")
+    assert world.jobs.transition(first.job_id, (JobState.RUNNING,), JobState.COMPLETED)
+    world.queues.drain(Queue.ANALYSIS)
+    # WHEN the same message is redelivered, and the document is submitted again
+    redelivered = handle_intake(world.deps, inline(), "m-1")
+    resubmitted = handle_intake(world.deps, inline(), "m-9")
+    # THEN both answer `completed` and nothing is sent
+    assert (redelivered.created, redelivered.state) == (False, "completed")
+    assert (resubmitted.created, resubmitted.state) == (False, "completed")
+    assert world.queues.sent[Queue.ANALYSIS] == []
+
+
+def test_a_job_left_queued_by_a_crash_is_finished_by_the_next_message():
+    # GIVEN a job that an earlier intake created but never fanned out (crashed before `running`)
+    world = FakeWorld()
+    job_id = job_id_for(document_hash(TEXT))
+    now = world.clock()
+    world.jobs.create(Job(job_id=job_id, state=JobState.QUEUED, created_at=now, updated_at=now,
+                          idempotency_key=document_hash(TEXT), document_key=document_key(job_id), chunk_count=1,
+                          config_hash="pinned-config", source_message_id="m-crashed"))
+    world.clock.advance(5)
+    # WHEN another message with the same document arrives
+    result = handle_intake(world.deps, inline(), "m-2")
+    # THEN the existing job is fanned out and made running, under its own pinned config
+    assert (result.job_id, result.created, result.state) == (job_id, False, "running")
+    job = world.jobs.get(job_id)
+    assert job is not None and job.state is JobState.RUNNING and job.started_at == now + 5
+    [msg] = world.queues.analysis()
+    assert msg.checkpoint_version == "pinned-config" and msg.text == TEXT
+    assert len(world.claims.for_job(job_id)) == 1
+    assert world.artifacts.get_text(document_key(job_id)) == TEXT
+    assert world.jobs.types(job_id) == ["job.running"]
+
+
+# --- invalid input -----------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("raw,key", [
+    ({"schema_version": 2, "document": {"text": TEXT}, "idempotency_key": "k-1"}, "k-1"),
+    ({"schema_version": 1, "idempotency_key": "k-2"}, "k-2"),  # no document
+    ({"schema_version": 1, "document": {"text": TEXT}, "document_id": "doc-3", "colour": "red"}, "doc-3"),
+    ({"schema_version": 1, "document": {"s3_uri": "http://nope"}, "idempotency_key": "", "document_id": "d4"}, "d4"),
+], ids=["bad-version", "no-document", "extra-field-document-id", "bad-uri-empty-key"])
+def test_invalid_message_with_a_key_fails_a_job_in_one_attempt(raw, key):
+    # GIVEN a schema-invalid message that still names a key (idempotency_key or document_id)
+    world = FakeWorld()
+    body = json.dumps(raw)
+    # WHEN intake handles it
+    result = handle_intake(world.deps, body, "m-1")
+    # THEN a `failed` job records the permanent input.invalid envelope under that key
+    job_id = job_id_for(key)
+    assert (result.job_id, result.created, result.state) == (job_id, True, "failed")
+    assert result.error is not None and result.error.error_code == "input.invalid"
+    job = world.jobs.get(job_id)
+    assert job is not None
+    assert job.state is JobState.FAILED and job.error_code == "input.invalid"
+    assert job.error is not None
+    assert (job.error.error_class, job.error.retryable, job.error.step) == (ErrorClass.PERMANENT, False,
+                                                                              "intake.parse")
+    assert job.idempotency_key == key and job.chunk_count == 0
+    # AND no chunks, no messages, no document, one job.failed event, nothing in the DLQ
+    assert world.claims.for_job(job_id) == []
+    assert world.queues.sent[Queue.ANALYSIS] == [] and world.queues.sent[Queue.INTAKE_DLQ] == []
+    assert world.artifacts.objects == {}
+    assert world.jobs.types(job_id) == ["job.failed"]
+    assert world.jobs.events(job_id)[0].detail == {"error_code": "input.invalid", "reason": "invalid input"}
+
+
+@pytest.mark.parametrize("body", [
+    "not json at all",
+    "[1, 2, 3]",
+    '{"schema_version": 1}',
+    json.dumps({"schema_version": 1, "idempotency_key": "", "document": {}}),
+    json.dumps({"schema_version": 1, "idempotency_key": 7, "document": {"text": TEXT}}),
+], ids=["not-json", "array", "no-document", "empty-key", "non-string-key"])
+def test_invalid_message_without_a_key_goes_to_the_intake_dlq(body):
+    # GIVEN an invalid message from which no job key can be derived
+    world = FakeWorld()
+    # WHEN intake handles it
+    result = handle_intake(world.deps, body, "m-bad")
+    # THEN it is rejected to the intake DLQ, body intact, with the envelope in its attributes
+    assert (result.job_id, result.created, result.state) == (None, False, "rejected")
+    assert result.error is not None and result.error.error_code == "input.invalid"
+    [dead] = world.queues.sent[Queue.INTAKE_DLQ]
+    assert dead.body == body
+    assert dead.attributes["error_code"] == "input.invalid"
+    assert dead.attributes["error_class"] == "permanent"
+    assert dead.attributes["source_message_id"] == "m-bad"
+    env = ErrorEnvelope.model_validate_json(dead.attributes["envelope"])
+    assert (env.error_code, env.step, env.retryable) == ("input.invalid", "intake.parse", False)
+    # AND no job, no chunk, no analysis message
+    assert world.jobs.items == {} and world.claims.items == {}
+    assert world.queues.sent[Queue.ANALYSIS] == []
+
+
+def test_invalid_message_without_a_key_and_no_intake_dlq_raises():
+    # GIVEN a deployment without an intake DLQ
+    world = FakeWorld()
+    queues = FakeQueues(world.clock, configured=set(Queue) - {Queue.INTAKE_DLQ})
+    deps = dataclasses.replace(world.deps, queues=queues)
+    # WHEN an invalid message without a key arrives
+    with pytest.raises(ReviewError) as info:
+        handle_intake(deps, "{not json", "m-bad")
+    # THEN the error propagates (the queue's own redrive policy takes the message), nothing is written
+    assert info.value.envelope.error_code == "input.invalid"
+    assert world.jobs.items == {}
+    assert all(sent == [] for sent in queues.sent.values())
+
+
+def test_empty_inline_document_fails_a_job_keyed_by_its_hash():
+    # GIVEN a valid message whose document is only whitespace, without a key
+    world = FakeWorld()
+    blank = "  \n\n\t "
+    # WHEN intake handles it
+    result = handle_intake(world.deps, inline(blank), "m-1")
+    # THEN the job named by the document hash fails with input.empty_document
+    job = world.jobs.get(job_id_for(document_hash(blank)))
+    assert job is not None and result.job_id == job.job_id
+    assert (job.state, job.error_code) == (JobState.FAILED, "input.empty_document")
+    assert world.claims.items == {} and world.queues.sent[Queue.ANALYSIS] == []
+
+
+# --- S3 claim check ----------------------------------------------------------------------------------
+
+def test_claim_check_reads_the_document_from_s3():
+    # GIVEN a long document uploaded to the bucket
+    world = FakeWorld()
+    world.artifacts.objects[(BUCKET, "uploads/big.txt")] = LONG_TEXT
+    # WHEN intake handles an s3_uri message for it
+    result = handle_intake(world.deps, by_uri("uploads/big.txt", idempotency_key="big-1"), "m-1")
+    # THEN the job runs over the object's text, copied to the job's document key
+    assert (result.job_id, result.created, result.state) == (job_id_for("big-1"), True, "running")
+    job = world.jobs.get(job_id_for("big-1"))
+    assert job is not None
+    assert (job.state, job.chunk_count, job.document_chars) == (JobState.RUNNING, 4, len(LONG_TEXT))
+    assert job.document_sha256 == document_hash(LONG_TEXT)
+    assert world.artifacts.get_text(document_key(job.job_id)) == LONG_TEXT
+    assert "".join(m.text for m in sorted(world.queues.analysis(), key=lambda m: m.chunk_index)) == LONG_TEXT
+
+
+def test_claim_check_of_a_utf8_document_with_multibyte_characters():
+    # GIVEN an object holding UTF-8 bytes with non-ASCII text
+    world = FakeWorld()
+    text = TEXT.replace("Licensor", "Lizenzgeber Müller & Søn")
+    world.artifacts.objects[(BUCKET, "uploads/de.txt")] = text.encode("utf-8")
+    # WHEN intake handles it (no idempotency key)
+    result = handle_intake(world.deps, by_uri("uploads/de.txt"), "m-1")
+    # THEN it is decoded and keyed by the hash of the decoded text
+    assert result.job_id == job_id_for(document_hash(text))
+    [msg] = world.queues.analysis()
+    assert msg.text == text
+
+
+@pytest.mark.parametrize("data,code", [
+    (None, "input.document_missing"),
+    (b"\xff\xfe\x00bad bytes \xc3\x28", "input.undecodable"),
+    ("a" * (MAX_DOCUMENT_BYTES + 1), "input.too_large"),
+    (b"   \n ", "input.empty_document"),
+], ids=["missing", "not-utf8", "too-large", "blank"])
+def test_claim_check_bad_object_fails_the_job(data, code):
+    # GIVEN an s3_uri message whose object is missing or unusable
+    world = FakeWorld()
+    if data is not None:
+        world.artifacts.objects[(BUCKET, "uploads/doc.txt")] = data
+    # WHEN intake handles it
+    result = handle_intake(world.deps, by_uri("uploads/doc.txt", idempotency_key="doc-k"), "m-1")
+    # THEN the job named by the key fails with the permanent input code, nothing fans out
+    assert (result.job_id, result.state) == (job_id_for("doc-k"), "failed")
+    job = world.jobs.get(job_id_for("doc-k"))
+    assert job is not None and (job.state, job.error_code) == (JobState.FAILED, code)
+    assert job.error is not None and job.error.retryable is False
+    assert world.claims.items == {} and world.queues.sent[Queue.ANALYSIS] == []
+    assert world.jobs.types(job.job_id) == ["job.failed"]
+    assert (BUCKET, document_key(job.job_id)) not in world.artifacts.objects
+
+
+def test_claim_check_missing_object_without_any_key_goes_to_the_dlq():
+    # GIVEN an s3_uri message with neither idempotency_key nor document_id, pointing nowhere
+    world = FakeWorld()
+    body = by_uri("uploads/ghost.txt")
+    # WHEN intake handles it
+    result = handle_intake(world.deps, body, "m-ghost")
+    # THEN it lands in the intake DLQ with the document_missing envelope; no job
+    assert result.state == "rejected" and result.job_id is None
+    [dead] = world.queues.sent[Queue.INTAKE_DLQ]
+    assert dead.body == body and dead.attributes["error_code"] == "input.document_missing"
+    assert ErrorEnvelope.model_validate_json(dead.attributes["envelope"]).provider_code == "NoSuchKey"
+    assert world.jobs.items == {}
+
+
+def test_claim_check_missing_object_with_document_id_fails_a_job_named_by_it():
+    # GIVEN an s3_uri message with only a document_id, pointing nowhere
+    world = FakeWorld()
+    # WHEN intake handles it
+    result = handle_intake(world.deps, by_uri("uploads/ghost.txt", document_id="doc-77"), "m-1")
+    # THEN the failed job is named by the document id
+    assert result.job_id == job_id_for("doc-77")
+    job = world.jobs.get(job_id_for("doc-77"))
+    assert job is not None and job.error_code == "input.document_missing"
+
+
+# --- corrected resubmissions -------------------------------------------------------------------------
+
+def test_corrected_resubmission_replaces_a_job_that_failed_on_bad_input():
+    # GIVEN a job that failed on input.document_missing under key "k-fix"
+    world = FakeWorld()
+    failed = handle_intake(world.deps, by_uri("uploads/late.txt", idempotency_key="k-fix"), "m-1")
+    assert failed.state == "failed"
+    world.clock.advance(60)
+    # WHEN the document is uploaded and the message sent again with the same key
+    world.artifacts.objects[(BUCKET, "uploads/late.txt")] = TEXT
+    fixed = handle_intake(world.deps, by_uri("uploads/late.txt", idempotency_key="k-fix"), "m-2")
+    # THEN the same job id is replaced by a fresh running job
+    assert (fixed.job_id, fixed.created, fixed.state) == (failed.job_id, True, "running")
+    job = world.jobs.get(failed.job_id)
+    assert job is not None
+    assert job.state is JobState.RUNNING and job.error is None and job.error_code is None
+    assert job.created_at == world.clock.now and job.chunk_count == 1 and job.source_message_id == "m-2"
+    assert len(world.queues.analysis()) == 1 and len(world.claims.for_job(job.job_id)) == 1
+    assert world.jobs.types(job.job_id) == ["job.failed", "job.queued", "job.running"]
+
+
+def test_corrected_resubmission_replaces_a_schema_invalid_job():
+    # GIVEN a job that failed on input.invalid (wrong schema version) under key "k-v"
+    world = FakeWorld()
+    bad = json.dumps({"schema_version": 2, "document": {"text": TEXT}, "idempotency_key": "k-v"})
+    assert handle_intake(world.deps, bad, "m-1").state == "failed"
+    # WHEN the corrected message is sent
+    fixed = handle_intake(world.deps, inline(idempotency_key="k-v"), "m-2")
+    # THEN it runs
+    assert (fixed.created, fixed.state) == (True, "running")
+    job = world.jobs.get(job_id_for("k-v"))
+    assert job is not None and job.state is JobState.RUNNING and job.chunk_count == 1
+
+
+@pytest.mark.parametrize("code", ["job.chunks_missing", "model.access_denied", "runtime.dead_lettered"])
+def test_resubmission_does_not_replace_a_job_that_failed_for_another_reason(code):
+    # GIVEN a job under key "k-x" that failed for a reason other than its input
+    world = FakeWorld()
+    job_id = job_id_for("k-x")
+    env = ErrorEnvelope.of(code, "not the input's fault")
+    now = world.clock()
+    world.jobs.create(Job(job_id=job_id, state=JobState.FAILED, created_at=now, updated_at=now,
+                          idempotency_key="k-x", chunk_count=3, error=env, error_code=code))
+    before = world.jobs.get(job_id)
+    # WHEN a valid message with the same key arrives
+    result = handle_intake(world.deps, inline(idempotency_key="k-x"), "m-2")
+    # THEN the failed job stands: nothing created, stored or sent
+    assert (result.job_id, result.created, result.state) == (job_id, False, "failed")
+    assert world.jobs.get(job_id) == before
+    assert world.claims.items == {} and world.queues.sent[Queue.ANALYSIS] == []
+    assert world.artifacts.objects == {}
+    assert world.jobs.types(job_id) == []

@@ -1,0 +1,504 @@
+"""Operator views and actions (`contract_review.ops`) against the in-memory fakes: `job_view` (the
+six questions), `dlq_list` / `dlq_show` (DLQ messages joined with their records, never the
+document text) and `submit` (inline or claim check)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import pytest
+
+from contract_review import ops
+from contract_review.aggregator import handle_result
+from contract_review.analysts import ANALYSTS, ChunkFindings
+from contract_review.chunking import document_hash
+from contract_review.chunks import dead_letter, settled_result
+from contract_review.errors import ErrorEnvelope
+from contract_review.intake import handle_intake
+from contract_review.ports import Queue
+from contract_review.records import (
+    LIST_SAMPLE,
+    AttemptStats,
+    ChunkOutcome,
+    ChunkRecord,
+    ChunkStatus,
+    CoverageGap,
+    Job,
+    JobState,
+    Reliability,
+    document_key,
+    findings_key,
+    job_id_for,
+    report_keys,
+    upload_key,
+)
+
+from .fakes import SETTINGS, FakeQueues, FakeWorld
+
+TEXT = (
+    "1. Liability. In no event shall either party be liable for any indirect, incidental or consequential "
+    "damages, and each party's aggregate liability shall not exceed the fees paid in the prior twelve months.\n\n"
+    "2. Licence. Licensor grants Customer a non-exclusive, non-transferable, worldwide license to use the "
+    "Software during the Term.\n\n"
+    "3. Law. This Agreement shall be governed by the laws of the State of New York.\n\n"
+    "4. Termination. Customer may terminate this Agreement at any time for convenience upon thirty days notice.\n"
+)
+LONG_TEXT = "\n\n".join(f"{i}. Section {i}. " + TEXT.replace("\n\n", " ") for i in range(1, 25))
+ALL_OK = {a.name: "ok" for a in ANALYSTS}
+IF_IT_FAILS_AGAIN = ("chunk messages go to the analysis DLQ with their error envelope; the job ends "
+                     "`dead_lettered` listing them")
+RESUME = "resume unsettled chunks from their checkpoints"
+STOP = "workers stop at the next stage entry; checkpoints stay; no report is written"
+
+
+# --- helpers -----------------------------------------------------------------------------------------
+
+def start(world: FakeWorld, text: str = LONG_TEXT) -> tuple[str, list[ChunkRecord]]:
+    result = handle_intake(world.deps, json.dumps({"schema_version": 1, "document": {"text": text},
+                                                   "document_id": "msa-1"}), "m-1")
+    assert result.job_id is not None
+    return result.job_id, world.claims.for_job(result.job_id)
+
+
+def running_job(world: FakeWorld, n_chunks: int, job_key: str = "big") -> tuple[str, list[ChunkRecord]]:
+    job_id, now = job_id_for(job_key), world.clock()
+    world.jobs.create(Job(job_id=job_id, state=JobState.RUNNING, created_at=now, updated_at=now,
+                          idempotency_key=job_key, document_key=document_key(job_id), chunk_count=n_chunks,
+                          analyst_count=11))
+    for i in range(n_chunks):
+        world.claims.create(ChunkRecord(job_id=job_id, chunk_id=f"c{i:05d}-x", chunk_index=i, start=i * 10,
+                                        end=i * 10 + 10))
+    return job_id, world.claims.for_job(job_id)
+
+
+def claim(world: FakeWorld, record: ChunkRecord) -> int:
+    won = world.claims.claim(record.job_id, record.chunk_id, "worker-1", 30.0, 1)
+    assert won.won
+    return won.fence
+
+
+def settle_done(world: FakeWorld, record: ChunkRecord, coverage: dict[str, str] | None = None) -> ChunkRecord:
+    fence = claim(world, record)
+    key = findings_key(record.job_id, record.chunk_index, record.chunk_id, fence)
+    world.artifacts.put_text(key, ChunkFindings(chunk_id=record.chunk_id, chunk_index=record.chunk_index,
+                                                findings=[]).model_dump_json())
+    done = world.claims.finish(record.job_id, record.chunk_id, fence, ChunkStatus.DONE, AttemptStats(calls=22),
+                               outcome=ChunkOutcome(findings_key=key, coverage=coverage or ALL_OK, n_findings=0))
+    assert done is not None
+    return done
+
+
+def dead_letter_chunk(world: FakeWorld, record: ChunkRecord) -> tuple[ChunkRecord, ErrorEnvelope, str]:
+    """What a worker does with a poison chunk: DLQ its analysis message, settle, announce.
+    Returns the settled record, the envelope and the chunk's text."""
+    [msg] = [m for m in world.queues.analysis() if m.chunk_id == record.chunk_id]
+    fence = claim(world, record)
+    env = ErrorEnvelope.of("model.request_invalid", "provider rejected the request", step="analyst.assess")
+    dead = dead_letter(world.deps, msg, fence, env, AttemptStats(calls=4, retries={"model.unavailable": 3}),
+                       by="worker")
+    assert dead is not None
+    return dead, env, msg.text
+
+
+def deliver(world: FakeWorld, record: ChunkRecord) -> str:
+    return handle_result(world.deps, settled_result(record))
+
+
+def view_of(world: FakeWorld, job_id: str) -> ops.JobView:
+    view = ops.job_view(world.deps, job_id)
+    assert view is not None
+    return view
+
+
+# --- job_view ----------------------------------------------------------------------------------------
+
+def test_job_view_of_an_unknown_job_is_none():
+    # GIVEN an empty world  WHEN viewing a job id nobody created  THEN there is no view
+    assert ops.job_view(FakeWorld().deps, job_id_for("nope")) is None
+
+
+def test_job_view_of_a_running_job():
+    # GIVEN a 4-chunk job: chunk 0 done (the optional `audit` analyst refused) and counted, chunk 1 claimed
+    world = FakeWorld()
+    job_id, records = start(world)
+    world.clock.advance(7)
+    done = settle_done(world, records[0], coverage={**ALL_OK, "audit": "refused"})
+    assert deliver(world, done) == "recorded"
+    claim(world, records[1])
+    # WHEN an operator views it
+    view = view_of(world, job_id)
+    # THEN it shows progress and the per-status chunk counts
+    assert view.state is JobState.RUNNING and view.document_id == "msa-1"
+    assert view.chunks == {"total": 4, "settled": 1, "done": 1, "claimed": 1, "pending": 2}
+    assert view.progress == 0.25
+    assert view.error_code is None and view.error is None
+    assert view.missing_chunks == [] and view.mandatory_gaps == []
+    assert view.report == {"json": None, "markdown": None}
+    assert view.model_id == "offline-rules-v1" and view.ended_at is None
+    # AND reliability is computed from the chunk records while the job runs
+    assert view.reliability == Reliability(model_calls=22, claims=2)
+    # AND the six answers fit a running job
+    a = view.answers
+    assert a.state is JobState.RUNNING
+    assert a.last_durable_checkpoint == f"1 of 4 chunks settled done, last at {ops.iso(world.clock.now)}"
+    assert a.side_effects_done == []
+    assert a.retry_would == RESUME
+    assert a.if_cancelled_now == STOP
+    assert a.if_it_fails_again == IF_IT_FAILS_AGAIN
+    # AND the recent events, flattened
+    assert [e.type for e in view.recent_events] == ["job.queued", "job.running", "chunk.settled"]
+    settled = view.recent_events[-1]
+    assert settled.at == ops.iso(world.clock.now)
+    assert settled.model_extra == {"chunk_id": records[0].chunk_id, "chunk_index": 0, "status": "done",
+                                   "settled": 1, "total": 4}
+
+
+def test_job_view_of_a_running_job_with_nothing_done_yet():
+    # GIVEN a freshly taken-in job
+    world = FakeWorld()
+    job_id, _ = start(world)
+    # WHEN viewed  THEN no checkpoint time is claimed
+    view = view_of(world, job_id)
+    assert view.answers.last_durable_checkpoint == "0 of 4 chunks settled done"
+    assert view.chunks == {"total": 4, "settled": 0, "pending": 4}
+    assert view.progress == 0.0
+
+
+def test_job_view_of_a_completed_job():
+    # GIVEN a 4-chunk job that completed
+    world = FakeWorld()
+    job_id, records = start(world)
+    outcomes = [deliver(world, settle_done(world, r)) for r in records]
+    assert outcomes[-1] == "completed"
+    job = world.jobs.get(job_id)
+    assert job is not None
+    # WHEN viewed
+    view = view_of(world, job_id)
+    # THEN the report and the ending are shown, and the answers say there is nothing to do
+    assert view.state is JobState.COMPLETED and view.progress == 1.0
+    assert view.chunks == {"total": 4, "settled": 4, "done": 4}
+    assert view.report == {"json": report_keys(job_id)[0], "markdown": report_keys(job_id)[1]}
+    assert view.ended_at == world.clock.now
+    assert view.reliability == job.reliability == Reliability(model_calls=88, claims=4)
+    a = view.answers
+    assert a.side_effects_done == ["report_json_key", "report_md_key"]
+    assert a.retry_would == "nothing: the job is complete"
+    assert a.if_cancelled_now == "nothing: it has ended"
+    assert a.last_durable_checkpoint.startswith("4 of 4 chunks settled done, last at ")
+    assert view.recent_events[-1].type == "job.completed"
+
+
+def test_job_view_of_a_dead_lettered_job():
+    # GIVEN a 4-chunk job whose chunk 2 was dead-lettered by its worker
+    world = FakeWorld()
+    job_id, records = start(world)
+    dead, env, _ = dead_letter_chunk(world, records[2])
+    outcomes = [deliver(world, settle_done(world, r)) for r in records if r.chunk_index != 2]
+    outcomes.append(deliver(world, dead))
+    assert outcomes[-1] == "dead_lettered"
+    # WHEN viewed
+    view = view_of(world, job_id)
+    # THEN the missing chunk is named with its error code, and a retry means a redrive
+    assert view.state is JobState.DEAD_LETTERED and view.error_code == "runtime.dead_lettered"
+    assert [m.model_dump() for m in view.missing_chunks] == [
+        {"chunk_id": records[2].chunk_id, "chunk_index": 2, "status": ChunkStatus.DEAD_LETTERED,
+         "error_code": "model.request_invalid"}]
+    assert view.chunks == {"total": 4, "settled": 4, "done": 3, "dead_lettered": 1}
+    a = view.answers
+    assert a.retry_would == ("redrive 1 chunk(s) from the DLQ; finished chunks and analysts are reused")
+    assert a.if_cancelled_now == "nothing: it has ended"
+    assert a.side_effects_done == ["report_json_key", "report_md_key"]
+    assert a.last_durable_checkpoint.startswith("3 of 4 chunks settled done")
+    # AND the dead chunk's analysts are mandatory gaps computed from the records
+    assert {(g.chunk_index, g.status) for g in view.mandatory_gaps} == {(2, "dead_lettered")}
+    assert [g.analyst for g in view.mandatory_gaps] == [a.name for a in ANALYSTS if a.mandatory]
+    assert [e.type for e in view.recent_events][-2:] == ["chunk.settled", "job.dead_lettered"]
+    assert "chunk.dead_lettered" in [e.type for e in view.recent_events]
+
+
+def test_job_view_lists_every_mandatory_gap_though_the_job_keeps_a_sample():
+    # GIVEN a job of LIST_SAMPLE + 5 chunks, each with the mandatory `liability` analyst refused
+    n = LIST_SAMPLE + 5
+    world = FakeWorld()
+    job_id, records = running_job(world, n)
+    outcomes = [deliver(world, settle_done(world, r, coverage={**ALL_OK, "liability": "refused"})) for r in records]
+    assert outcomes[-1] == "failed"
+    job = world.jobs.get(job_id)
+    assert job is not None and len(job.mandatory_gaps) == LIST_SAMPLE
+    # WHEN viewed
+    view = view_of(world, job_id)
+    # THEN all n gaps are listed, recomputed from the chunk records, in chunk order
+    assert view.mandatory_gaps == [CoverageGap(chunk_id=r.chunk_id, chunk_index=r.chunk_index, analyst="liability",
+                                               status="refused") for r in records]
+    assert view.error_code == "job.chunks_missing" and view.missing_chunks == []
+
+
+def test_job_view_mandatory_gaps_of_a_running_job_come_from_settled_chunks_only():
+    # GIVEN a running 3-chunk job: chunk 0 done with `ip` failed, chunk 1 pending, chunk 2 claimed
+    world = FakeWorld()
+    job_id, records = running_job(world, 3)
+    settle_done(world, records[0], coverage={**ALL_OK, "ip": "failed"})
+    claim(world, records[2])
+    # WHEN viewed (the job item has no gaps yet: it has not ended)
+    view = view_of(world, job_id)
+    # THEN the one real gap shows; unsettled chunks are not gaps
+    assert view.mandatory_gaps == [CoverageGap(chunk_id=records[0].chunk_id, chunk_index=0, analyst="ip",
+                                               status="failed")]
+
+
+def test_job_view_shows_at_most_ten_recent_events_oldest_first():
+    # GIVEN a job with 2 intake events and 15 more
+    world = FakeWorld()
+    job_id, _ = start(world)
+    for i in range(15):
+        world.clock.advance(1)
+        world.jobs.record_event(job_id, "chunk.requeued", n=i)
+    world.jobs.record_event(job_id, "spoof.attempt", type="not-the-type", at="not-the-time")
+    # WHEN viewed
+    view = view_of(world, job_id)
+    # THEN only the last ten are shown, in order, each with its details flattened
+    assert len(view.recent_events) == ops.RECENT_EVENTS == 10
+    assert [e.model_extra.get("n") for e in view.recent_events] == [*range(6, 15), None]
+    assert view.recent_events[0].at == ops.iso(world.clock.now - 8)
+    # AND a detail cannot overwrite the event's own type and time
+    assert (view.recent_events[-1].type, view.recent_events[-1].at) == ("spoof.attempt", ops.iso(world.clock.now))
+
+
+def test_job_view_of_a_job_failed_on_bad_input():
+    # GIVEN a job that failed validation at intake (no chunks)
+    world = FakeWorld()
+    result = handle_intake(world.deps, json.dumps({"schema_version": 9, "idempotency_key": "k-bad"}), "m-1")
+    assert result.job_id == job_id_for("k-bad")
+    # WHEN viewed
+    view = view_of(world, job_id_for("k-bad"))
+    # THEN it shows the input error and no chunks
+    assert view.state is JobState.FAILED and view.error_code == "input.invalid"
+    assert view.error is not None and view.error.step == "intake.parse"
+    assert view.chunks == {"total": 0, "settled": 0}
+    assert view.progress == 1.0
+    assert view.missing_chunks == [] and view.mandatory_gaps == []
+    assert view.reliability == Reliability()
+    assert view.answers.if_cancelled_now == "nothing: it has ended"
+    assert view.answers.last_durable_checkpoint == "0 of 0 chunks settled done"
+
+
+def test_retry_answer_of_a_job_failed_on_bad_input_does_not_promise_a_resume():
+    # GIVEN a job that failed validation at intake (no chunks at all)
+    world = FakeWorld()
+    handle_intake(world.deps, json.dumps({"schema_version": 9, "idempotency_key": "k-bad"}), "m-1")
+    # WHEN viewed
+    view = view_of(world, job_id_for("k-bad"))
+    # THEN the retry answer does not claim unsettled chunks would resume
+    assert view.answers.retry_would != RESUME and "same idempotency key" in view.answers.retry_would
+
+
+# --- dlq_list / dlq_show -----------------------------------------------------------------------------
+
+def test_dlq_list_joins_an_analysis_dead_letter_with_its_job_and_chunk():
+    # GIVEN a running 4-chunk job whose chunk 1 a worker dead-lettered
+    world = FakeWorld()
+    job_id, records = start(world)
+    dead, env, chunk_text = dead_letter_chunk(world, records[1])
+    [sent] = world.queues.sent[Queue.ANALYSIS_DLQ]
+    # WHEN the operator lists the DLQs
+    [entry] = ops.dlq_list(world.deps)
+    # THEN the entry names the message, its queue and error, and joins the job and chunk records
+    assert (entry.message_id, entry.queue, entry.receive_count) == (sent.message_id, "analysis", 1)
+    assert entry.error_code == "model.request_invalid"
+    assert entry.envelope == env
+    assert (entry.job_id, entry.chunk_id) == (job_id, records[1].chunk_id)
+    assert entry.job == {"state": "running", "error_code": None}
+    assert entry.chunk is not None
+    assert entry.chunk.model_dump() == {
+        "status": ChunkStatus.DEAD_LETTERED, "chunk_index": 1, "failures": 1, "receives": 1, "redeliveries": 0,
+        "fence": 1, "last_error": env.model_dump(), "n_calls": 4, "retries": {"model.unavailable": 3}, "claimed_by": None}
+    assert entry.failed_step == "analyst.assess"
+    # AND the payload describes the message without its text
+    assert "text" not in entry.payload
+    assert entry.payload["text_chars"] == len(chunk_text) == dead.end - dead.start
+    assert (entry.payload["chunk_id"], entry.payload["chunk_index"]) == (records[1].chunk_id, 1)
+    dumped = entry.model_dump_json()
+    assert chunk_text[:60] not in dumped and "aggregate liability shall not exceed" not in dumped
+
+
+def test_dlq_list_shows_the_job_state_once_it_ended():
+    # GIVEN the dead-lettered chunk's job has ended dead_lettered
+    world = FakeWorld()
+    job_id, records = start(world)
+    dead, _, _ = dead_letter_chunk(world, records[0])
+    for r in records[1:]:
+        deliver(world, settle_done(world, r))
+    assert deliver(world, dead) == "dead_lettered"
+    # WHEN listed  THEN the joined job says so
+    [entry] = ops.dlq_list(world.deps)
+    assert entry.job == {"state": "dead_lettered", "error_code": "runtime.dead_lettered"}
+
+
+def test_dlq_list_shows_an_intake_dead_letter_without_its_text():
+    # GIVEN an invalid intake message without a key, holding a whole contract
+    world = FakeWorld()
+    body = json.dumps({"schema_version": 3, "document": {"text": TEXT}})
+    assert handle_intake(world.deps, body, "m-bad").state == "rejected"
+    # WHEN listed
+    [entry] = ops.dlq_list(world.deps)
+    # THEN only the body's size is shown; no job or chunk is joined
+    assert entry.queue == "intake"
+    assert entry.payload == {"chars": len(body)}
+    assert entry.error_code == "input.invalid"
+    assert entry.envelope is not None and entry.envelope.step == "intake.parse"
+    assert (entry.job_id, entry.chunk_id, entry.job, entry.chunk) == (None, None, None, None)
+    assert "aggregate liability" not in entry.model_dump_json()
+
+
+def test_intake_dead_letter_names_its_failed_step():
+    # GIVEN an invalid intake message without a key, dead-lettered with its envelope
+    world = FakeWorld()
+    handle_intake(world.deps, "{not json", "m-bad")
+    # WHEN listed
+    [entry] = ops.dlq_list(world.deps)
+    # THEN the failed step is the envelope's
+    assert entry.failed_step == "intake.parse"
+
+
+def test_dlq_list_joins_a_results_dead_letter():
+    # GIVEN a results message that was dead-lettered (the aggregator kept failing on it)
+    world = FakeWorld()
+    job_id, records = start(world)
+    done = settle_done(world, records[3])
+    env = ErrorEnvelope.of("aws.unavailable", "dynamodb 500", step="aggregate")
+    world.queues.dead_letter(Queue.RESULTS, settled_result(done).model_dump_json(), env)
+    # WHEN listed
+    [entry] = ops.dlq_list(world.deps)
+    # THEN it is joined with its job and chunk, and its payload is the result message
+    assert entry.queue == "results" and (entry.job_id, entry.chunk_id) == (job_id, records[3].chunk_id)
+    assert entry.payload["status"] == "done" and entry.payload["findings_key"] == done.findings_key
+    assert entry.chunk is not None and entry.chunk.status is ChunkStatus.DONE and entry.chunk.chunk_index == 3
+    assert entry.envelope == env and entry.failed_step == "aggregate"
+
+
+def test_dlq_list_of_an_unparseable_analysis_body():
+    # GIVEN garbage in the analysis DLQ
+    world = FakeWorld()
+    world.queues.dead_letter(Queue.ANALYSIS, "garbage!", ErrorEnvelope.of("runtime.internal", "bad body"))
+    # WHEN listed  THEN it is shown as unparsed, by size only
+    [entry] = ops.dlq_list(world.deps)
+    assert entry.payload == {"unparsed": True, "chars": 8}
+    assert entry.job_id is None and entry.error_code == "runtime.internal"
+
+
+def test_dlq_list_skips_dlqs_that_are_not_configured():
+    # GIVEN a deployment with only the analysis DLQ, holding one message
+    world = FakeWorld()
+    queues = FakeQueues(world.clock, configured=set(Queue) - {Queue.INTAKE_DLQ, Queue.RESULTS_DLQ})
+    deps = dataclasses.replace(world.deps, queues=queues)
+    queues.dead_letter(Queue.ANALYSIS, "x", ErrorEnvelope.of("runtime.internal"))
+    # WHEN listed  THEN only that DLQ is read
+    assert [e.queue for e in ops.dlq_list(deps)] == ["analysis"]
+
+
+def test_dlq_list_is_empty_when_nothing_is_dead_lettered():
+    world = FakeWorld()
+    start(world)
+    assert ops.dlq_list(world.deps) == []
+
+
+def test_dlq_show_finds_a_message_by_id():
+    # GIVEN two dead letters, in the analysis and intake DLQs
+    world = FakeWorld()
+    job_id, records = start(world)
+    dead_letter_chunk(world, records[0])
+    handle_intake(world.deps, "{not json", "m-bad")
+    analysis_id = world.queues.sent[Queue.ANALYSIS_DLQ][0].message_id
+    intake_id = world.queues.sent[Queue.INTAKE_DLQ][0].message_id
+    # WHEN each is shown by id
+    shown_analysis = ops.dlq_show(world.deps, analysis_id)
+    shown_intake = ops.dlq_show(world.deps, intake_id)
+    # THEN each is the matching entry; an unknown id is None
+    assert shown_analysis is not None and shown_analysis.queue == "analysis"
+    assert shown_analysis.chunk_id == records[0].chunk_id
+    assert shown_intake is not None and shown_intake.queue == "intake" and shown_intake.payload == {"chars": 9}
+    assert ops.dlq_show(world.deps, "no-such-message") is None
+
+
+# --- submit ------------------------------------------------------------------------------------------
+
+def sent_intake(world: FakeWorld) -> dict:
+    [sent] = world.queues.sent[Queue.INTAKE]
+    return json.loads(sent.body)
+
+
+def test_submit_small_document_inline():
+    # GIVEN a short contract
+    world = FakeWorld()
+    # WHEN submitted without a key
+    job_id = ops.submit(world.deps, TEXT)
+    # THEN the job id is derived from the document hash and the text travels inline
+    assert job_id == job_id_for(document_hash(TEXT))
+    assert sent_intake(world) == {"schema_version": 1, "document": {"text": TEXT}, "metadata": {}}
+    assert world.artifacts.objects == {}
+
+
+def test_submit_with_key_document_id_and_metadata():
+    # GIVEN a short contract with an idempotency key, a document id and metadata
+    world = FakeWorld()
+    # WHEN submitted
+    job_id = ops.submit(world.deps, TEXT, document_id="msa-9", idempotency_key="client-9",
+                        metadata={"matter": "M-9"})
+    # THEN the job id is derived from the key, and the body carries all of it
+    assert job_id == job_id_for("client-9")
+    assert sent_intake(world) == {"schema_version": 1, "document": {"text": TEXT}, "metadata": {"matter": "M-9"},
+                                  "document_id": "msa-9", "idempotency_key": "client-9"}
+
+
+def test_submit_large_document_through_a_claim_check():
+    # GIVEN a contract over 200,000 characters
+    world = FakeWorld()
+    big = "\n\n".join([LONG_TEXT] * 16)
+    assert len(big) > 200_000
+    # WHEN submitted
+    job_id = ops.submit(world.deps, big, idempotency_key="big-1")
+    # THEN the text is uploaded to uploads/<job>.txt and the message carries only its s3_uri
+    assert job_id == job_id_for("big-1")
+    assert upload_key(job_id) == f"uploads/{job_id}.txt"
+    assert world.artifacts.get_text(upload_key(job_id)) == big
+    body = sent_intake(world)
+    assert body["document"] == {"s3_uri": f"s3://{SETTINGS.bucket}/uploads/{job_id}.txt"}
+    assert body["idempotency_key"] == "big-1"
+    assert len(world.queues.sent[Queue.INTAKE][0].body) < 500
+
+
+def test_claim_checked_submission_is_taken_in_by_intake_under_the_same_job_id():
+    # GIVEN a large contract submitted without a key
+    world = FakeWorld()
+    big = "\n\n".join([LONG_TEXT] * 16)
+    job_id = ops.submit(world.deps, big)
+    # WHEN intake handles the message submit sent
+    result = handle_intake(world.deps, world.queues.sent[Queue.INTAKE][0].body, "m-1")
+    # THEN the job intake creates is the one submit announced, over the whole text
+    assert job_id == job_id_for(document_hash(big))
+    assert (result.job_id, result.created, result.state) == (job_id, True, "running")
+    job = world.jobs.get(job_id)
+    assert job is not None and job.document_chars == len(big) and job.document_sha256 == document_hash(big)
+    assert "".join(m.text for m in sorted(world.queues.analysis(), key=lambda m: m.chunk_index)) == big
+
+
+@pytest.mark.parametrize("text,claim_check", [
+    ("a" * 200_000, False),  # exactly the inline limit
+    ("a" * 200_001, True),
+    ("é" * 100_000, False),  # 200,000 bytes
+    ("é" * 100_001, True),  # 100,001 characters but 200,002 bytes
+], ids=["200000-chars", "200001-chars", "200000-bytes", "200002-bytes"])
+def test_submit_threshold_counts_characters_and_utf8_bytes(text, claim_check):
+    # GIVEN a document at or just over the inline limit (in characters or in UTF-8 bytes)
+    world = FakeWorld()
+    # WHEN submitted
+    job_id = ops.submit(world.deps, text)
+    # THEN it goes inline or through the claim check
+    document = sent_intake(world)["document"]
+    if claim_check:
+        assert document == {"s3_uri": f"s3://{SETTINGS.bucket}/{upload_key(job_id)}"}
+        assert world.artifacts.get_text(upload_key(job_id)) == text
+    else:
+        assert document == {"text": text}
+        assert world.artifacts.objects == {}
