@@ -62,7 +62,9 @@ def finalize(deps: Deps, job: Job) -> JobState:
             "error": env, "error_code": code, "root_error": next((m.error for m in missing if m.error), None),
             # bounded: the report holds the full lists, `review status` recomputes them from the chunks
             "missing": missing[:LIST_SAMPLE], "mandatory_gaps": coverage.mandatory_gaps[:LIST_SAMPLE]})
-    if deps.jobs.transition(job.job_id, (JobState.RUNNING,), state, outcome=outcome):
-        deps.jobs.record_event(job.job_id, f"job.{state.value}", findings=len(findings), error_code=code,
-                               missing_chunks=len(missing))
+    if deps.jobs.transition(job.job_id, (JobState.RUNNING,), state, outcome=outcome) is None:
+        now = deps.jobs.get(job.job_id)  # it changed meanwhile (ended by another path): say what it is
+        return now.state if now else state
+    deps.jobs.record_event(job.job_id, f"job.{state.value}", findings=len(findings), error_code=code,
+                           missing_chunks=len(missing))
     return state

@@ -462,3 +462,24 @@ def test_duplicate_results_are_idempotent():
     final = the_job(world, job_id)
     assert final.settled == {r.chunk_id for r in records} and final.n_findings == 2
     assert final.ended_at == world.clock.now - 30
+
+
+def test_finalize_that_loses_the_race_to_a_job_fatal_failure_reports_the_real_state():
+    # GIVEN a one-chunk job whose only chunk is done, and a job-fatal failure that lands between
+    # finalize's read of the chunk records and its job transition
+    world = FakeWorld()
+    job_id, (record,) = running_job(world, 1)
+    done = settle_done(world, record)
+    real_for_job = world.claims.for_job
+
+    def read_then_fail_the_job(jid: str) -> list[ChunkRecord]:
+        out = real_for_job(jid)
+        world.jobs.transition(jid, (JobState.RUNNING,), JobState.FAILED)
+        return out
+
+    world.claims.for_job = read_then_fail_the_job  # type: ignore[method-assign]
+    # WHEN the chunk's result arrives
+    outcome = deliver(world, done)
+    # THEN the aggregator says what the job is, and no completion is announced
+    assert outcome == "failed" and the_job(world, job_id).state is JobState.FAILED
+    assert "job.completed" not in world.jobs.types(job_id)
