@@ -73,7 +73,10 @@ def _redrive_one(deps: Deps, queue: Queue, m: QueueMessage, chunk_seen: set[tupl
     elif queue is Queue.INTAKE:
         deps.queues.send_intake(m.body)
     else:
-        rm = ResultMessage.model_validate_json(m.body)
+        try:
+            rm = ResultMessage.model_validate_json(m.body)
+        except ValidationError:
+            return None  # not ours: left in the DLQ for a person
         deps.queues.send_result(rm, rm.dedup_id(f":redrive:{m.message_id}"))
         entry.job_id = rm.job_id
     return entry

@@ -73,7 +73,7 @@ def _recover_lapsed(deps: Deps, job: Job | None, claim: ChunkRecord, now: float,
         return
     if deps.claims.release(claim.job_id, claim.chunk_id, claim.fence, none, env, failure=True,
                            lapsed_before=now) is not None:
-        deps.queues.send_analysis([msg])
+        deps.queues.send_analysis([msg.model_copy(update={"attempt": msg.attempt + 1})])  # the lost one counted
         deps.jobs.record_event(claim.job_id, "chunk.requeued", chunk_id=claim.chunk_id, reason="runtime.worker_lost",
                                by="sweeper", lapsed_for_s=round(now - (claim.claim_expires_at or now), 3))
         report.requeued.append(claim.chunk_id)

@@ -1,0 +1,515 @@
+"""Sweeper decisions (contract_review.sweeper.sweep) against the in-memory fakes: lapsed claims,
+the poison budget, heartbeat races, DLQ explanation and stalled-job reconciliation."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterator
+
+import pytest
+
+from contract_review.aggregator import handle_result
+from contract_review.analysts import ChunkFindings, analysts_for
+from contract_review.chunks import analysis_message, announce
+from contract_review.errors import ErrorEnvelope
+from contract_review.intake import handle_intake
+from contract_review.messages import AnalysisMessage, ResultMessage
+from contract_review.ports import Queue
+from contract_review.records import (
+    AttemptStats,
+    ChunkOutcome,
+    ChunkRecord,
+    ChunkStatus,
+    JobFailure,
+    JobState,
+    findings_key,
+)
+from contract_review.redrive import reopen
+from contract_review.sweeper import sweep
+
+from .fakes import SETTINGS, FakeWorld, Sent
+
+# Four clauses; with a 150-character chunk target every clause is a chunk of its own.
+TEXT = (
+    "1. Liability. In no event shall either party be liable for any indirect, incidental or consequential "
+    "damages, and each party's aggregate liability shall not exceed the fees paid in the prior twelve months.\n\n"
+    "2. Licence. Licensor grants Customer a non-exclusive, non-transferable, worldwide license to use the "
+    "Software during the Term.\n\n"
+    "3. Law. This Agreement shall be governed by the laws of the State of New York.\n\n"
+    "4. Termination. Customer may terminate this Agreement at any time for convenience upon thirty days notice.\n"
+)
+LEASE = SETTINGS.claim_lease_s  # 3 s (local profile)
+LAPSE = LEASE + 1.0  # past the lease, well inside stall_after_s
+STALL = SETTINGS.profile.stall_after_s  # 15 s (local profile)
+BUDGET = SETTINGS.profile.poison_budget  # 5
+
+
+# --- helpers ----------------------------------------------------------------------------------------
+
+def make_world(**profile: object) -> FakeWorld:
+    profile = {"chunk_target_chars": 150, **profile}
+    return FakeWorld(settings=SETTINGS.model_copy(update={"profile": SETTINGS.profile.model_copy(update=profile)}))
+
+
+def start_job(world: FakeWorld) -> tuple[str, list[str]]:
+    """Intake the contract; the workers have taken its four analysis messages off the queue."""
+    result = handle_intake(world.deps, json.dumps({"schema_version": 1, "document": {"text": TEXT}}), "m-1")
+    assert result.job_id is not None and result.state == "running"
+    assert len(world.queues.drain(Queue.ANALYSIS)) == 4
+    return result.job_id, [c.chunk_id for c in world.claims.for_job(result.job_id)]
+
+
+def worker_finishes(world: FakeWorld, job_id: str, chunk_id: str) -> ChunkRecord:
+    """A worker claims the chunk, writes its findings, settles it `done` and announces it."""
+    claim = world.claims.claim(job_id, chunk_id, "worker-ok", LEASE, 1)
+    assert claim.won and claim.record is not None
+    key = findings_key(job_id, claim.record.chunk_index, chunk_id, claim.fence)
+    world.artifacts.put_text(key, ChunkFindings(chunk_id=chunk_id, chunk_index=claim.record.chunk_index,
+                                                findings=[]).model_dump_json())
+    coverage = {a.name: "ok" for a in analysts_for(SETTINGS.profile.analyst_count)}
+    done = world.claims.finish(job_id, chunk_id, claim.fence, ChunkStatus.DONE, AttemptStats(calls=11),
+                               outcome=ChunkOutcome(findings_key=key, coverage=coverage, n_findings=0))
+    assert done is not None
+    announce(world.deps, done)
+    return done
+
+
+def worker_fails(world: FakeWorld, job_id: str, chunk_id: str, code: str = "model.unavailable") -> ChunkRecord:
+    """A worker's attempt fails with a retryable error: the claim is released, the failure counted (tier 2)."""
+    claim = world.claims.claim(job_id, chunk_id, "worker-flaky", LEASE, 1)
+    assert claim.won
+    released = world.claims.release(job_id, chunk_id, claim.fence, AttemptStats(calls=1),
+                                    ErrorEnvelope.of(code, "provider failed", step="worker"), failure=True)
+    assert released is not None
+    return released
+
+
+def sqs_moves_to_dlq(world: FakeWorld, job_id: str, chunk_id: str) -> str:
+    """The analysis queue's redrive policy moves the chunk's message to the DLQ (raw body, no attributes)."""
+    job, record = world.jobs.get(job_id), world.claims.get(job_id, chunk_id)
+    assert job is not None and record is not None
+    sent = Sent(analysis_message(world.deps, job, record, "intake").model_dump_json(), sent_at=world.clock())
+    world.queues.sent[Queue.ANALYSIS_DLQ].append(sent)
+    return sent.message_id
+
+
+def events_of(world: FakeWorld, job_id: str, kind: str) -> list[dict]:
+    return [e.detail for e in world.jobs.events(job_id) if e.type == kind]
+
+
+INTAKE_EVENTS = ["job.queued", "job.running"]
+
+
+# --- lapsed claims ----------------------------------------------------------------------------------
+
+def test_a_lapsed_claim_is_released_as_a_lost_worker_and_requeued():
+    # GIVEN worker-a claimed chunk 1 and died: its lease lapsed a second ago
+    world = make_world()
+    job_id, ids = start_job(world)
+    claim = world.claims.claim(job_id, ids[1], "worker-a", LEASE, 1)
+    world.clock.advance(LAPSE)
+    # WHEN the sweeper runs
+    report = sweep(world.deps)
+    # THEN the chunk is pending again with one runtime.worker_lost failure counted
+    assert report.requeued == [ids[1]] and report.dead_lettered == [] and report.reconciled == []
+    rec = world.claims.get(job_id, ids[1])
+    assert rec is not None and rec.status is ChunkStatus.PENDING
+    assert rec.failures == 1 and rec.fence == claim.fence
+    assert rec.claimed_by is None and rec.claim_expires_at is None
+    assert rec.last_error is not None and rec.last_error.error_code == "runtime.worker_lost"
+    assert rec.last_error.step == "sweeper" and "worker-a" in rec.last_error.message
+    # AND exactly one fresh analysis message carries the chunk's text, sliced from the stored document
+    (msg,) = world.queues.analysis()
+    job = world.jobs.get(job_id)
+    assert job is not None
+    assert (msg.job_id, msg.chunk_id, msg.chunk_index, msg.chunk_count) == (job_id, ids[1], 1, 4)
+    assert (msg.start, msg.end) == (rec.start, rec.end) and msg.text == TEXT[rec.start:rec.end]
+    assert msg.text.startswith("2. Licence.")
+    assert msg.reason == "sweeper" and msg.max_attempts == BUDGET and msg.checkpoint_version == job.config_hash
+    # AND the requeue is on the job's record, by the sweeper; nothing is announced
+    assert world.jobs.types(job_id) == [*INTAKE_EVENTS, "chunk.requeued"]
+    assert events_of(world, job_id, "chunk.requeued") == [
+        {"chunk_id": ids[1], "reason": "runtime.worker_lost", "by": "sweeper", "lapsed_for_s": 1.0}]
+    assert world.queues.results() == [] and world.queues.sent[Queue.ANALYSIS_DLQ] == []
+
+
+def test_every_lost_attempt_counts_towards_the_poison_budget():
+    # GIVEN chunk 2 was requeued once after worker-a died, and worker-b died on the fresh message too
+    world = make_world()
+    job_id, ids = start_job(world)
+    world.claims.claim(job_id, ids[2], "worker-a", LEASE, 1)
+    world.clock.advance(LAPSE)
+    assert sweep(world.deps).requeued == [ids[2]]
+    world.queues.drain(Queue.ANALYSIS)
+    second = world.claims.claim(job_id, ids[2], "worker-b", LEASE, 1)
+    assert second.won and second.fence == 2
+    world.clock.advance(LAPSE)
+    # WHEN the sweeper runs again
+    report = sweep(world.deps)
+    # THEN the second loss is counted as well and the chunk is requeued, not yet dead-lettered
+    assert report.requeued == [ids[2]] and report.dead_lettered == []
+    rec = world.claims.get(job_id, ids[2])
+    assert rec is not None and (rec.status, rec.failures, rec.fence) == (ChunkStatus.PENDING, 2, 2)
+    assert rec.last_error is not None and "worker-b" in rec.last_error.message
+    assert [m.chunk_id for m in world.queues.analysis()] == [ids[2]]
+    assert world.jobs.types(job_id).count("chunk.requeued") == 2
+
+
+def test_requeued_message_attempt_counts_the_failure_just_recorded():
+    # GIVEN worker-a died holding chunk 0 (no earlier failures)
+    world = make_world()
+    job_id, ids = start_job(world)
+    world.claims.claim(job_id, ids[0], "worker-a", LEASE, 1)
+    world.clock.advance(LAPSE)
+    # WHEN the sweeper requeues it
+    sweep(world.deps)
+    # THEN the fresh message is the chunk's second attempt: failures on the record + 1
+    rec = world.claims.get(job_id, ids[0])
+    assert rec is not None and rec.failures == 1
+    (msg,) = world.queues.analysis()
+    assert msg.attempt == rec.failures + 1 == 2
+
+
+@pytest.mark.parametrize("advance", [0.5, LEASE], ids=["fresh", "expires-exactly-now"])
+def test_a_claim_that_has_not_lapsed_is_left_alone(advance):
+    # GIVEN worker-a holds chunk 1 and its lease has not lapsed (expiry == now is still live)
+    world = make_world()
+    job_id, ids = start_job(world)
+    world.claims.claim(job_id, ids[1], "worker-a", LEASE, 1)
+    before = world.claims.get(job_id, ids[1])
+    job_before = world.jobs.get(job_id)
+    world.clock.advance(advance)
+    # WHEN the sweeper runs
+    report = sweep(world.deps)
+    # THEN nothing is written, sent or recorded
+    assert report.requeued == [] and report.dead_lettered == [] and report.reconciled == []
+    assert world.claims.get(job_id, ids[1]) == before
+    assert world.jobs.get(job_id) == job_before
+    assert world.queues.analysis() == [] and world.queues.results() == []
+    assert world.jobs.types(job_id) == INTAKE_EVENTS
+
+
+# --- the poison budget ------------------------------------------------------------------------------
+
+def test_after_the_poison_budget_a_lapsed_chunk_is_dead_lettered_with_its_last_error():
+    # GIVEN chunk 2 failed BUDGET-1 times on a flaky provider, and the worker of its last attempt died
+    world = make_world()
+    job_id, ids = start_job(world)
+    for _ in range(BUDGET - 1):
+        worker_fails(world, job_id, ids[2], "model.unavailable")
+    last = world.claims.claim(job_id, ids[2], "worker-e", LEASE, 1)
+    assert last.won and last.record is not None and last.record.failures == BUDGET - 1
+    world.clock.advance(LAPSE)
+    # WHEN the sweeper runs
+    report = sweep(world.deps)
+    # THEN the chunk is settled dead_lettered, keeping the provider error rather than worker_lost
+    assert report.dead_lettered == [ids[2]] and report.requeued == []
+    rec = world.claims.get(job_id, ids[2])
+    assert rec is not None and rec.status is ChunkStatus.DEAD_LETTERED
+    assert rec.failures == BUDGET and rec.fence == last.fence and rec.settled_at == world.clock()
+    assert rec.claimed_by is None
+    assert rec.last_error is not None and rec.last_error.error_code == "model.unavailable"
+    # AND no fresh message; the chunk's message is in the analysis DLQ with the envelope in its attributes
+    assert world.queues.analysis() == []
+    (dlq,) = world.queues.sent[Queue.ANALYSIS_DLQ]
+    body = AnalysisMessage.model_validate_json(dlq.body)
+    assert (body.job_id, body.chunk_id, body.text) == (job_id, ids[2], TEXT[rec.start:rec.end])
+    assert body.attempt == BUDGET
+    assert dlq.attributes["error_code"] == "model.unavailable"
+    assert ErrorEnvelope.model_validate_json(dlq.attributes["envelope"]) == rec.last_error
+    assert (dlq.attributes["job_id"], dlq.attributes["chunk_id"]) == (job_id, ids[2])
+    # AND the settling is announced to the aggregator and recorded
+    (result,) = world.queues.results()
+    assert (result.chunk_id, result.status, result.fence) == (ids[2], ChunkStatus.DEAD_LETTERED, rec.fence)
+    assert result.error is not None and result.error.error_code == "model.unavailable"
+    assert result.findings_key is None
+    assert events_of(world, job_id, "chunk.dead_lettered") == [
+        {"chunk_id": ids[2], "error_code": "model.unavailable", "by": "sweeper"}]
+    assert "chunk.requeued" not in world.jobs.types(job_id)
+
+
+def test_a_lapsed_chunk_one_failure_short_of_the_budget_is_still_requeued():
+    # GIVEN chunk 2 failed BUDGET-2 times, and the worker of its next attempt died
+    world = make_world()
+    job_id, ids = start_job(world)
+    for _ in range(BUDGET - 2):
+        worker_fails(world, job_id, ids[2], "model.unavailable")
+    world.claims.claim(job_id, ids[2], "worker-d", LEASE, 1)
+    world.clock.advance(LAPSE)
+    # WHEN the sweeper runs
+    report = sweep(world.deps)
+    # THEN the lost attempt is counted (BUDGET-1 failures) and the chunk gets its last attempt
+    assert report.requeued == [ids[2]] and report.dead_lettered == []
+    rec = world.claims.get(job_id, ids[2])
+    assert rec is not None and (rec.status, rec.failures) == (ChunkStatus.PENDING, BUDGET - 1)
+    assert [m.chunk_id for m in world.queues.analysis()] == [ids[2]]
+    assert world.queues.sent[Queue.ANALYSIS_DLQ] == [] and world.queues.results() == []
+
+
+def test_a_chunk_with_no_earlier_error_is_dead_lettered_as_a_lost_worker():
+    # GIVEN a budget of one attempt, and the worker holding chunk 0 died
+    world = make_world(poison_budget=1)
+    job_id, ids = start_job(world)
+    world.claims.claim(job_id, ids[0], "worker-a", LEASE, 1)
+    world.clock.advance(LAPSE)
+    # WHEN the sweeper runs
+    report = sweep(world.deps)
+    # THEN the chunk is dead-lettered with the sweeper's runtime.worker_lost envelope
+    assert report.dead_lettered == [ids[0]] and report.requeued == []
+    rec = world.claims.get(job_id, ids[0])
+    assert rec is not None and rec.status is ChunkStatus.DEAD_LETTERED and rec.failures == 1
+    assert rec.last_error is not None and rec.last_error.error_code == "runtime.worker_lost"
+    (dlq,) = world.queues.sent[Queue.ANALYSIS_DLQ]
+    assert dlq.attributes["error_code"] == "runtime.worker_lost"
+    assert ErrorEnvelope.model_validate_json(dlq.attributes["envelope"]).step == "sweeper"
+    assert [(r.chunk_id, r.status) for r in world.queues.results()] == [(ids[0], ChunkStatus.DEAD_LETTERED)]
+    assert world.queues.analysis() == []
+
+
+# --- races: the owner's write between the sweeper's read and its write wins --------------------------
+
+def _heartbeat(world: FakeWorld, r: ChunkRecord) -> tuple[ChunkStatus, str | None, int]:
+    assert world.claims.heartbeat(r.job_id, r.chunk_id, r.fence, LEASE)
+    return ChunkStatus.CLAIMED, "worker-a", r.fence
+
+
+def _reclaim(world: FakeWorld, r: ChunkRecord) -> tuple[ChunkStatus, str | None, int]:
+    # a redelivery reaches worker-b, which takes the lapsed lease
+    assert world.claims.claim(r.job_id, r.chunk_id, "worker-b", LEASE, 2).won
+    return ChunkStatus.CLAIMED, "worker-b", r.fence + 1
+
+
+def _finish(world: FakeWorld, r: ChunkRecord) -> tuple[ChunkStatus, str | None, int]:
+    # the slow worker completes under its (lapsed but still current) fencing token
+    outcome = ChunkOutcome(findings_key="findings/x.json", coverage={}, n_findings=0)
+    assert world.claims.finish(r.job_id, r.chunk_id, r.fence, ChunkStatus.DONE, AttemptStats(), outcome=outcome)
+    return ChunkStatus.DONE, None, r.fence
+
+
+RACES: dict[str, tuple[Callable[[FakeWorld, ChunkRecord], tuple[ChunkStatus, str | None, int]], int]] = {
+    "heartbeat-before-requeue": (_heartbeat, BUDGET),
+    "heartbeat-before-dead-letter": (_heartbeat, 1),
+    "reclaim-before-requeue": (_reclaim, BUDGET),
+    "finish-before-dead-letter": (_finish, 1),
+}
+
+
+@pytest.mark.parametrize("race", RACES)
+def test_a_write_by_the_owner_between_the_sweepers_read_and_write_wins(race, monkeypatch):
+    owner_write, budget = RACES[race]
+    # GIVEN worker-a's lease on chunk 1 has lapsed
+    world = make_world(poison_budget=budget)
+    job_id, ids = start_job(world)
+    world.claims.claim(job_id, ids[1], "worker-a", LEASE, 1)
+    world.clock.advance(LAPSE)
+    # AND the owner writes right after the sweeper has read the lapsed claims
+    read_lapsed = world.claims.lapsed
+    expected: list[tuple[ChunkStatus, str | None, int]] = []
+
+    def lapsed_then_owner_writes(now: float) -> Iterator[ChunkRecord]:
+        for r in read_lapsed(now):
+            yield r
+            expected.append(owner_write(world, r))
+
+    monkeypatch.setattr(world.claims, "lapsed", lapsed_then_owner_writes)
+    # WHEN the sweeper runs
+    report = sweep(world.deps)
+    # THEN the owner's write stands: nothing requeued or dead-lettered, no failure counted
+    assert len(expected) == 1, "the interleaving did not happen"
+    assert report.requeued == [] and report.dead_lettered == []
+    rec = world.claims.get(job_id, ids[1])
+    assert rec is not None and (rec.status, rec.claimed_by, rec.fence) == expected[0]
+    assert rec.failures == 0 and rec.last_error is None
+    if rec.status is ChunkStatus.CLAIMED:
+        assert rec.claim_expires_at == world.clock() + LEASE
+    assert world.queues.analysis() == [] and world.queues.results() == []
+    assert world.queues.sent[Queue.ANALYSIS_DLQ] == []
+    assert world.jobs.types(job_id) == INTAKE_EVENTS
+
+
+# --- lapsed claims of ended jobs --------------------------------------------------------------------
+
+@pytest.mark.parametrize("ended", [JobState.CANCELLED, JobState.FAILED])
+def test_a_lapsed_claim_of_an_ended_job_is_only_released(ended):
+    # GIVEN worker-a died holding chunk 1, and the job has ended meanwhile
+    world = make_world()
+    job_id, ids = start_job(world)
+    world.claims.claim(job_id, ids[1], "worker-a", LEASE, 1)
+    env = ErrorEnvelope.of("model.access_denied", "no access", step="worker")
+    failure = JobFailure(error=env, error_code=env.error_code, ended_at=world.clock()) \
+        if ended is JobState.FAILED else None
+    assert world.jobs.transition(job_id, (JobState.RUNNING,), ended, outcome=failure) is not None
+    world.clock.advance(LAPSE)
+    # WHEN the sweeper runs
+    report = sweep(world.deps)
+    # THEN the lease is freed without counting a failure, and no work is sent for a finished job
+    assert report.requeued == [] and report.dead_lettered == []
+    rec = world.claims.get(job_id, ids[1])
+    assert rec is not None and rec.status is ChunkStatus.PENDING
+    assert rec.claimed_by is None and rec.claim_expires_at is None
+    assert rec.failures == 0 and rec.last_error is None
+    assert world.queues.analysis() == [] and world.queues.results() == []
+    assert world.queues.sent[Queue.ANALYSIS_DLQ] == []
+    assert not any(t.startswith("chunk.") for t in world.jobs.types(job_id))
+
+
+# --- DLQ explanation --------------------------------------------------------------------------------
+
+@pytest.mark.parametrize(("earlier_failures", "code"), [(0, "runtime.worker_lost"), (2, "model.unavailable")])
+def test_a_dlq_message_of_a_pending_chunk_settles_it_dead_lettered(earlier_failures, code):
+    # GIVEN chunk 3 is pending after its worker attempts, and SQS has moved its message to the DLQ
+    world = make_world()
+    job_id, ids = start_job(world)
+    for _ in range(earlier_failures):
+        worker_fails(world, job_id, ids[3], "model.unavailable")
+    before = world.claims.get(job_id, ids[3])
+    world.clock.advance(1)
+    message_id = sqs_moves_to_dlq(world, job_id, ids[3])
+    # WHEN the sweeper runs
+    report = sweep(world.deps)
+    # THEN the chunk is settled dead_lettered with its last error (or worker_lost when it had none)
+    assert report.dlq_seen == 1 and report.dead_lettered == [ids[3]] and report.requeued == []
+    rec = world.claims.get(job_id, ids[3])
+    assert before is not None and rec is not None
+    assert rec.status is ChunkStatus.DEAD_LETTERED and rec.fence == before.fence
+    assert rec.settled_at == world.clock()
+    assert rec.last_error is not None and rec.last_error.error_code == code
+    # AND it is announced and recorded with the DLQ message's id; the DLQ message stays for people
+    assert [(r.chunk_id, r.status, r.error.error_code if r.error else None) for r in world.queues.results()] == [
+        (ids[3], ChunkStatus.DEAD_LETTERED, code)]
+    assert events_of(world, job_id, "chunk.dead_lettered") == [
+        {"chunk_id": ids[3], "error_code": code, "by": "sweeper", "dlq_message_id": message_id}]
+    assert [s.message_id for s in world.queues.sent[Queue.ANALYSIS_DLQ]] == [message_id]
+    assert world.queues.analysis() == []
+    # AND a second sweep finds nothing more to do for it
+    again = sweep(world.deps)
+    assert again.dlq_seen == 1 and again.dead_lettered == []
+    assert len(world.queues.results()) == 1 and world.jobs.types(job_id).count("chunk.dead_lettered") == 1
+
+
+@pytest.mark.parametrize("redrive_after_s", [0.0, 1.0], ids=["same-instant", "later"])
+def test_a_dlq_message_older_than_the_chunks_redrive_is_ignored(redrive_after_s):
+    # GIVEN the sweeper dead-lettered chunk 0 (budget of one attempt), leaving a copy in the DLQ
+    world = make_world(poison_budget=1)
+    job_id, ids = start_job(world)
+    world.claims.claim(job_id, ids[0], "worker-a", LEASE, 1)
+    world.clock.advance(LAPSE)
+    assert sweep(world.deps).dead_lettered == [ids[0]]
+    (dlq,) = world.queues.sent[Queue.ANALYSIS_DLQ]
+    # AND an operator reopened the chunk afterwards (at or after the DLQ message's sent time)
+    world.clock.advance(redrive_after_s)
+    assert reopen(world.deps, job_id, ids[0]) == "redriven (1 chunk(s) sent)"
+    rec = world.claims.get(job_id, ids[0])
+    assert rec is not None and rec.status is ChunkStatus.PENDING and rec.redriven_at >= dlq.sent_at
+    # WHEN the sweeper runs
+    report = sweep(world.deps)
+    # THEN the stale DLQ copy does not dead-letter the redriven chunk again
+    assert report.dlq_seen == 1 and report.dead_lettered == []
+    assert world.claims.get(job_id, ids[0]) == rec
+    assert len(world.queues.results()) == 1  # only the first dead-lettering's announcement
+    assert world.jobs.types(job_id).count("chunk.dead_lettered") == 1
+
+
+def test_a_dlq_message_of_a_chunk_under_a_live_lease_is_left_alone():
+    # GIVEN chunk 1's message reached the DLQ, but worker-b holds a live lease on the chunk
+    world = make_world()
+    job_id, ids = start_job(world)
+    sqs_moves_to_dlq(world, job_id, ids[1])
+    world.clock.advance(1)
+    world.claims.claim(job_id, ids[1], "worker-b", LEASE, 1)
+    before = world.claims.get(job_id, ids[1])
+    # WHEN the sweeper runs
+    report = sweep(world.deps)
+    # THEN the worker keeps the chunk
+    assert report.dlq_seen == 1 and report.dead_lettered == []
+    assert world.claims.get(job_id, ids[1]) == before
+    assert world.queues.results() == [] and world.jobs.types(job_id) == INTAKE_EVENTS
+
+
+@pytest.mark.parametrize("kind", ["not-json", "not-a-chunk-message"])
+def test_a_dlq_message_that_is_not_a_chunk_message_is_ignored(kind):
+    # GIVEN chunk 0 is pending, and the analysis DLQ holds something that is not an analysis message
+    world = make_world()
+    job_id, ids = start_job(world)
+    body = "{not json" if kind == "not-json" else json.dumps({"job_id": job_id, "chunk_id": ids[0]})
+    world.queues.dead_letter(Queue.ANALYSIS, body, ErrorEnvelope.of("input.invalid", "?"))
+    records = world.claims.for_job(job_id)
+    # WHEN the sweeper runs
+    report = sweep(world.deps)
+    # THEN it is counted as seen and left alone; no chunk is touched
+    assert report.dlq_seen == 1 and report.dead_lettered == []
+    assert world.claims.for_job(job_id) == records
+    assert world.queues.results() == [] and len(world.queues.sent[Queue.ANALYSIS_DLQ]) == 1
+    assert world.jobs.types(job_id) == INTAKE_EVENTS
+
+
+# --- stalled jobs -----------------------------------------------------------------------------------
+
+def test_a_stalled_job_gets_uncounted_results_resent_and_pending_chunks_requeued():
+    # GIVEN chunk 0 finished and was counted; chunk 1 finished but its result was never counted;
+    # chunk 2's message was lost (pending, nobody holds it); chunk 3 is being worked on
+    world = make_world()
+    job_id, ids = start_job(world)
+    worker_finishes(world, job_id, ids[0])
+    c1 = worker_finishes(world, job_id, ids[1])
+    first, lost = world.queues.results()
+    assert handle_result(world.deps, first) == "recorded"
+    # AND nothing has happened on the job for longer than stall_after_s
+    world.clock.advance(STALL + 1)
+    world.claims.claim(job_id, ids[3], "worker-d", LEASE, 1)
+    # WHEN the sweeper runs
+    report = sweep(world.deps)
+    now = world.clock()
+    # THEN chunk 1's result is sent again under a new deduplication id (the first one was used)
+    assert report.reconciled == [job_id] and report.requeued == []
+    assert len(world.queues.sent[Queue.RESULTS]) == 3
+    resent = world.queues.sent[Queue.RESULTS][-1]
+    assert resent.dedup_id == f"{lost.dedup_id()}:reconcile:{int(now)}" != lost.dedup_id()
+    assert ResultMessage.model_validate_json(resent.body) == lost
+    assert (lost.chunk_id, lost.status, lost.fence, lost.findings_key) == (ids[1], "done", c1.fence, c1.findings_key)
+    # AND only the pending chunk 2 gets a fresh message (not the done ones, not the claimed one)
+    (msg,) = world.queues.analysis()
+    rec2 = world.claims.get(job_id, ids[2])
+    assert rec2 is not None
+    assert (msg.chunk_id, msg.reason, msg.attempt) == (ids[2], "reconcile", 1)
+    assert msg.text == TEXT[rec2.start:rec2.end] and msg.text.startswith("3. Law.")
+    # AND the job is touched and the reconciliation recorded
+    job = world.jobs.get(job_id)
+    assert job is not None and job.updated_at == now and job.state is JobState.RUNNING
+    assert events_of(world, job_id, "job.reconciled") == [
+        {"results_resent": 1, "chunks_requeued": 1, "by": "sweeper"}]
+    # AND the resent result is counted by the aggregator; an immediate second sweep does nothing
+    assert handle_result(world.deps, ResultMessage.model_validate_json(resent.body)) == "recorded"
+    assert world.jobs.get(job_id).settled == {ids[0], ids[1]}  # type: ignore[union-attr]
+    assert sweep(world.deps).reconciled == [] and len(world.queues.analysis()) == 1
+
+
+def test_a_stalled_job_with_nothing_to_do_is_touched_but_not_reported():
+    # GIVEN a job idle for longer than stall_after_s whose four chunks are all held by live workers
+    world = make_world()
+    job_id, ids = start_job(world)
+    world.clock.advance(STALL + 1)
+    for i, chunk_id in enumerate(ids):
+        assert world.claims.claim(job_id, chunk_id, f"worker-{i}", LEASE, 1).won
+    # WHEN the sweeper runs
+    report = sweep(world.deps)
+    # THEN nothing is sent or recorded, but the job is touched so the next stall period starts now
+    assert report.reconciled == [] and report.requeued == []
+    assert world.queues.analysis() == [] and world.queues.results() == []
+    assert world.jobs.types(job_id) == INTAKE_EVENTS
+    job = world.jobs.get(job_id)
+    assert job is not None and job.updated_at == world.clock()
+    assert list(world.jobs.stalled(world.clock() - STALL)) == []
+
+
+def test_a_job_that_progressed_within_the_stall_period_is_not_reconciled():
+    # GIVEN a running job with pending chunks, last updated just under stall_after_s ago
+    world = make_world()
+    job_id, _ = start_job(world)
+    updated_at = world.jobs.get(job_id).updated_at  # type: ignore[union-attr]
+    world.clock.advance(STALL - 1)
+    # WHEN the sweeper runs
+    report = sweep(world.deps)
+    # THEN its pending chunks are not re-sent (their messages are presumably still in the queue)
+    assert report.reconciled == [] and world.queues.analysis() == []
+    assert world.jobs.get(job_id).updated_at == updated_at  # type: ignore[union-attr]
