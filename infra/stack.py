@@ -158,7 +158,8 @@ class ContractReviewStack(Stack):
     def function_environment(self, worker_kind: str) -> dict[str, str]:
         """Every resource's variable plus the options (FAULT_SPEC only when a fault spec is given)."""
         s = self.settings
-        env = {r.env: self.resource_values()[r.field] for r in RESOURCES}
+        values = self.resource_values()
+        env = {r.env: values[r.field] for r in RESOURCES}
         env.update({OPTION_ENV["profile"]: s.profile.name, OPTION_ENV["model_provider"]: s.model_provider,
                     OPTION_ENV["model_id"]: s.profile.model_id, OPTION_ENV["worker_kind"]: worker_kind})
         if s.fault_spec is not None:

@@ -32,7 +32,7 @@ def _ids(t: dict[str, Any]) -> dict[str, str]:
     out: dict[str, str] = {}
     for lid in t["Resources"]:
         for prefix in ("TablesJobsTable", "TablesClaimsTable", "TablesCheckpointsTable", "TablesEventsTable",
-                       "TablesIdempotencyTable", "StorageArtifacts"):
+                       "StorageArtifacts"):
             if lid.startswith(prefix) and t["Resources"][lid]["Type"] in ("AWS::DynamoDB::Table", "AWS::S3::Bucket"):
                 out[prefix.removeprefix("Tables").removesuffix("Table").lower()] = lid
     for qid, p in source_queues(t).items():
@@ -68,8 +68,7 @@ def test_intake_grants(t: dict[str, Any]) -> None:
     st, ids = _grants(t, "intake")
     for table in ("jobs", "claims", "events"):
         assert DDB_READ | DDB_WRITE <= actions_on(st, ids[table]), table
-    for table in ("checkpoints", "idempotency"):
-        assert not actions_on(st, ids[table]), table
+    assert not actions_on(st, ids["checkpoints"])
     assert {"s3:GetObject", "s3:PutObject", "s3:ListBucket"} <= actions_on(st, ids["bucket"])
     assert SQS_SEND <= actions_on(st, ids["analysis_q"])
     assert SQS_SEND <= actions_on(st, ids["intake_dlq"])
@@ -81,7 +80,6 @@ def test_worker_grants(t: dict[str, Any]) -> None:
     st, ids = _grants(t, "worker")
     for table in ("jobs", "claims", "checkpoints", "events"):
         assert DDB_READ | DDB_WRITE <= actions_on(st, ids[table]), table
-    assert not actions_on(st, ids["idempotency"])
     assert {"s3:GetObject", "s3:PutObject"} <= actions_on(st, ids["bucket"])
     assert SQS_SEND | SQS_CONSUME <= actions_on(st, ids["analysis_q"])
     assert SQS_SEND <= actions_on(st, ids["analysis_dlq"])
@@ -96,7 +94,7 @@ def test_worker_grants(t: dict[str, Any]) -> None:
 
 def test_aggregator_grants(t: dict[str, Any]) -> None:
     st, ids = _grants(t, "aggregator")
-    for table in ("jobs", "events", "idempotency"):
+    for table in ("jobs", "events"):
         assert DDB_READ | DDB_WRITE <= actions_on(st, ids[table]), table
     claims = actions_on(st, ids["claims"])
     assert DDB_READ <= claims and not claims & DDB_WRITE, "claims are read-only for the aggregator"
@@ -131,3 +129,43 @@ def test_fargate_task_role_has_the_worker_grants(synth: Synth) -> None:
     assert SQS_SEND | SQS_CONSUME <= actions_on(st, ids["analysis_q"])
     assert SQS_SEND <= actions_on(st, ids["results_q"])
     assert any(s["Action"] == "bedrock:InvokeModel" for s in st)
+
+
+def _referenced_ids(expr: Any) -> set[str]:
+    """Every logical id a resource expression points at (through Ref or Fn::GetAtt, at any depth)."""
+    if isinstance(expr, dict):
+        if "Ref" in expr and isinstance(expr["Ref"], str):
+            return {expr["Ref"]}
+        if "Fn::GetAtt" in expr:
+            return {expr["Fn::GetAtt"][0]}
+        return set().union(*(_referenced_ids(v) for v in expr.values()))
+    if isinstance(expr, list):
+        return set().union(*(_referenced_ids(v) for v in expr))
+    return set()
+
+
+@pytest.mark.parametrize("name", [LOCAL, PROD, FARGATE])
+def test_no_idempotency_table_and_no_grant_on_a_table_outside_the_stack(synth: Synth, name: str) -> None:
+    t = synth.templates[name]
+    tables = set(resources(t, "AWS::DynamoDB::Table"))
+    # the idempotency table was removed (unused); nothing may still point at it
+    assert not [lid for lid in t["Resources"] if "idempotency" in lid.lower()]
+    assert "idempotency" not in json.dumps(t).lower()
+    assert {lid for lid in tables if lid.startswith(("TablesJobsTable", "TablesClaimsTable",
+                                                      "TablesCheckpointsTable", "TablesEventsTable"))} == tables
+    assert len(tables) == 4
+    policies = resources(t, "AWS::IAM::Policy")
+    granted: set[str] = set()
+    for pid, pol in policies.items():
+        for st in pol["Properties"]["PolicyDocument"]["Statement"]:
+            actions = [st["Action"]] if isinstance(st["Action"], str) else st["Action"]
+            if not any(a.startswith("dynamodb:") for a in actions):
+                continue
+            res = st["Resource"] if isinstance(st["Resource"], list) else [st["Resource"]]
+            for r in res:
+                # every DynamoDB resource is an ARN built from one of this stack's tables: no literal
+                # ARN, no wildcard, no reference to a table that is not in the template
+                refs = _referenced_ids(r)
+                assert refs and refs <= tables, (pid, r)
+                granted |= refs
+    assert granted == tables, "every table is used by some role"

@@ -9,6 +9,8 @@ import zipfile
 
 import pytest
 
+from contract_review.config import Settings
+
 from .conftest import LOCAL, Synth, resources
 
 REGION = "us-east-1"
@@ -54,3 +56,8 @@ def test_local_template_deploys_into_moto(synth: Synth, monkeypatch: pytest.Monk
         claims = ddb.describe_table(TableName=outputs["ClaimsTableName"])["Table"]
         assert [g["IndexName"] for g in claims["GlobalSecondaryIndexes"]] == ["by-lease"]
         s3.head_bucket(Bucket=outputs["ArtifactBucketName"])
+
+        # the deployed outputs are all the CLI needs: every config.RESOURCES output is there
+        settings = Settings.from_outputs(outputs, "local")
+        assert settings.claims_table == outputs["ClaimsTableName"]
+        assert settings.results_dlq_url == outputs["ResultsDlqUrl"] and settings.results_dlq_url.endswith(".fifo")

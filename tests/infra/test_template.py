@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from contract_review.config import ENV, LAMBDA_VISIBILITY_FACTOR
+from contract_review.config import ENV, LAMBDA_VISIBILITY_FACTOR, RESOURCES
 
 from .conftest import (
     FARGATE,
@@ -25,8 +25,11 @@ from .conftest import (
 STACKS = [LOCAL, PROD]
 REQUIRED_OUTPUTS = {
     "IntakeQueueUrl", "IntakeDlqUrl", "AnalysisQueueUrl", "AnalysisDlqUrl", "ResultsQueueUrl", "ResultsDlqUrl",
-    "JobsTableName", "ClaimsTableName", "CheckpointsTableName", "EventsTableName", "IdempotencyTableName",
-    "ArtifactBucketName",
+    "JobsTableName", "ClaimsTableName", "CheckpointsTableName", "EventsTableName", "ArtifactBucketName",
+}
+OTHER_OUTPUTS = {
+    "IntakeQueueArn", "AnalysisQueueArn", "ResultsQueueArn", "IntakeFunctionName", "WorkerFunctionName",
+    "AggregatorFunctionName", "SweeperFunctionName", "ProfileName", "WorkerKind",
 }
 FOURTEEN_DAYS_S = 1_209_600
 
@@ -159,7 +162,6 @@ TABLE_KEYS = {
     "TablesClaimsTable": (["job_id", "chunk_id"], "expires_at"),
     "TablesCheckpointsTable": (["pk", "analyst"], "expires_at"),
     "TablesEventsTable": (["job_id", "seq"], "expires_at"),
-    "TablesIdempotencyTable": (["id"], "expiration"),
 }
 
 
@@ -174,7 +176,7 @@ def _tables(t: dict[str, Any]) -> dict[str, tuple[str, dict[str, Any]]]:
 def test_no_global_tables(stack: tuple[str, dict]) -> None:
     _, t = stack
     assert not resources(t, "AWS::DynamoDB::GlobalTable")  # moto cannot create them (TableV2)
-    assert len(resources(t, "AWS::DynamoDB::Table")) == 5
+    assert len(resources(t, "AWS::DynamoDB::Table")) == 4  # jobs, claims, checkpoints, events
 
 
 def test_table_keys_ttl_pitr_billing_encryption(stack: tuple[str, dict]) -> None:
@@ -306,8 +308,38 @@ def test_sweeper_runs_every_minute(stack: tuple[str, dict]) -> None:
 @pytest.mark.parametrize("name", [LOCAL, PROD, FARGATE])
 def test_outputs_have_exact_ids(synth: Synth, name: str) -> None:
     outputs = synth.templates[name]["Outputs"]
-    assert REQUIRED_OUTPUTS <= set(outputs)  # exact ids: no hash suffix
+    # QueueProcessingFargateService adds its own (hashed) outputs for the queue it polls
+    generated = {o for o in outputs if name == FARGATE and o.startswith("FargateWorkerService")}
+    assert set(outputs) - generated == REQUIRED_OUTPUTS | OTHER_OUTPUTS  # exact ids: no hash suffix
+    assert "IdempotencyTableName" not in outputs
     assert outputs["ProfileName"]["Value"] == synth.profiles[name].name
+    assert outputs["WorkerKind"]["Value"] == ("fargate" if name == FARGATE else "lambda")
+
+
+def test_required_outputs_are_the_resource_outputs() -> None:
+    assert REQUIRED_OUTPUTS == {r.output for r in RESOURCES}
+
+
+@pytest.mark.parametrize("name", [LOCAL, PROD, FARGATE])
+def test_every_resource_is_an_output_and_an_env_var_of_every_function(synth: Synth, name: str) -> None:
+    t = synth.templates[name]
+    outputs = t["Outputs"]
+    functions = {lid: fn for lid, fn in resources(t, "AWS::Lambda::Function").items()
+                 if fn["Properties"].get("Handler", "").startswith("contract_review.handlers.")}
+    assert len(functions) == 4  # (the Fargate stack also has a CDK custom-resource function of its own)
+    envs = {lid: fn["Properties"]["Environment"]["Variables"] for lid, fn in functions.items()}
+    for task_def in resources(t, "AWS::ECS::TaskDefinition").values():  # the Fargate poller, when present
+        (container,) = task_def["Properties"]["ContainerDefinitions"]
+        envs[container["Name"]] = {e["Name"]: e["Value"] for e in container["Environment"]}
+    assert len(envs) == (5 if name == FARGATE else 4)
+    for r in RESOURCES:
+        assert r.output in outputs, r.output
+        value = outputs[r.output]["Value"]
+        assert isinstance(value, dict) and getatt_id(value) in t["Resources"], r.output  # a reference, not a literal
+        assert outputs[r.output]["Description"] == r.description
+        for who, env in envs.items():
+            assert r.env in env, (who, r.env)
+            assert env[r.env] == value, (who, r.env)  # the same resource the output names
 
 
 def test_template_is_environment_agnostic(stack: tuple[str, dict]) -> None:

@@ -15,6 +15,8 @@ from contract_review.analysts import (
     CATEGORY_BY_KEY,
     STEPS,
     AnalystSpec,
+    Assessed,
+    Located,
     analysts_for,
     build_request,
     parse_response,
@@ -77,10 +79,12 @@ class CountingModel:
 
 def test_valid_locate_and_assess_answers_parse() -> None:
     located = parse_response(SPEC, "locate", CHUNK, _resp({"clauses": [{"category": "liability_cap", "quote": QUOTE}]}))
-    assert located == [{"category": "liability_cap", "quote": QUOTE}]
+    assert located == [Located(category="liability_cap", quote=QUOTE)]
+    assert type(located[0]) is Located  # a located clause has no score yet
     assessed = parse_response(SPEC, "assess", CHUNK, _resp({"findings": [
         {"category": "liability_cap", "quote": QUOTE, "score": 0.4, "rationale": "caps indirect damages"}]}))
-    assert assessed[0]["score"] == 0.4
+    assert assessed == [Assessed(category="liability_cap", quote=QUOTE, score=0.4, rationale="caps indirect damages")]
+    assert isinstance(assessed[0], Assessed) and assessed[0].score == 0.4
 
 
 def test_non_verbatim_quote_is_output_invalid() -> None:
@@ -145,9 +149,14 @@ def test_request_carries_the_chunk_and_only_the_analysts_categories() -> None:
     assert req.payload["chunk_text"] == CHUNK.text and CHUNK.text in req.prompt
     assert [c["key"] for c in req.payload["categories"]] == list(SPEC.categories)
     assert req.analyst == "liability" and req.step == "locate" and req.chunk_id == CHUNK.chunk_id
-    assess = build_request(SPEC, "assess", CHUNK, [{"category": "liability_cap", "quote": QUOTE}], "bad score")
+    assess = build_request(SPEC, "assess", CHUNK, [Located(category="liability_cap", quote=QUOTE)], "bad score")
     assert assess.payload["clauses"] == [{"category": "liability_cap", "quote": QUOTE}]
     assert "bad score" in assess.prompt and assess.payload["repair_hint"] == "bad score"
+    # the assess step is given the located clauses only, never a previous score or rationale
+    scored = Assessed(category="liability_cap", quote=QUOTE, score=0.9, rationale="earlier answer")
+    again = build_request(SPEC, "assess", CHUNK, [scored], None)
+    assert again.payload["clauses"] == [{"category": "liability_cap", "quote": QUOTE}]
+    assert "earlier answer" not in again.prompt and "repair_hint" not in again.payload
 
 
 def test_findings_offsets_map_back_to_the_document() -> None:
@@ -167,11 +176,20 @@ def test_findings_offsets_map_back_to_the_document() -> None:
 
 def test_to_findings_drops_duplicate_quotes_and_offsets_by_chunk_start() -> None:
     chunk = _chunk(CHUNK.text, start=1000, index=7)
-    item = {"category": "liability_cap", "quote": QUOTE, "score": 0.5, "rationale": "r"}
-    out = to_findings(SPEC, chunk, [item, dict(item)])
+    item = Assessed(category="liability_cap", quote=QUOTE, score=0.5, rationale="r")
+    out = to_findings(SPEC, chunk, [item, item.model_copy()])
     assert len(out) == 1
     assert out[0].start == 1000 + CHUNK.text.index(QUOTE) and out[0].end == out[0].start + len(QUOTE)
     assert out[0].chunk_index == 7 and out[0].analyst == "liability"
+    assert (out[0].category, out[0].quote, out[0].score, out[0].rationale) == ("liability_cap", QUOTE, 0.5, "r")
+
+
+def test_to_findings_skips_clauses_that_were_never_assessed() -> None:
+    located = Located(category="liability_cap", quote=QUOTE)
+    assert to_findings(SPEC, CHUNK, [located]) == []
+    assessed = Assessed(category="liability_cap", quote=QUOTE, score=0.2, rationale="r")
+    (only,) = to_findings(SPEC, CHUNK, [located, assessed])
+    assert only.score == 0.2 and only.quote == QUOTE
 
 
 # --- model calls -------------------------------------------------------------------------------
@@ -294,8 +312,9 @@ def test_model_answers_both_steps_through_the_request_payload() -> None:
     chunk = _chunk("This Agreement is governed by the laws of the State of Delaware. Notices must be in writing.")
     model = OfflineRuleModel()
     located = parse_response(spec, "locate", chunk, model.invoke(build_request(spec, "locate", chunk, None, None)))
-    assert located == [{"category": "governing_law",
-                        "quote": "This Agreement is governed by the laws of the State of Delaware."}]
+    assert located == [Located(category="governing_law",
+                               quote="This Agreement is governed by the laws of the State of Delaware.")]
     assessed = parse_response(spec, "assess", chunk, model.invoke(build_request(spec, "assess", chunk, located, None)))
-    assert assessed[0]["quote"] == located[0]["quote"] and 0 <= assessed[0]["score"] <= 1
+    assert len(assessed) == 1 and isinstance(assessed[0], Assessed)
+    assert assessed[0].quote == located[0].quote and 0 <= assessed[0].score <= 1
     assert model.model_id == "offline-rules-v1"

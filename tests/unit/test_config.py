@@ -1,11 +1,22 @@
-"""The one config object: profile rules, Settings from the environment, the analysis config hash."""
+"""The one config object: profile rules, the resource table, Settings from the environment and from
+stack outputs, the analysis config hash."""
 
 from __future__ import annotations
 
 import pytest
 from pydantic import ValidationError
 
-from contract_review.config import OFFLINE_MODEL_ID, ENV, PROFILES, FaultSpec, Profile, Settings, get_profile
+from contract_review.config import (
+    ENV,
+    OFFLINE_MODEL_ID,
+    OPTION_ENV,
+    PROFILES,
+    RESOURCES,
+    FaultSpec,
+    Profile,
+    Settings,
+    get_profile,
+)
 
 # AWS: an SQS queue feeding a Lambda needs visibility timeout >= 6 x the function timeout.
 AWS_FACTOR = 6
@@ -25,7 +36,6 @@ def full_env(**overrides: str) -> dict[str, str]:
         "CLAIMS_TABLE": "claims",
         "CHECKPOINTS_TABLE": "checkpoints",
         "EVENTS_TABLE": "events",
-        "IDEMPOTENCY_TABLE": "idempotency",
         "ARTIFACT_BUCKET": "artifacts-123",
         "INTAKE_QUEUE_URL": "https://sqs.us-east-1.amazonaws.com/123456789012/intake",
         "ANALYSIS_QUEUE_URL": "https://sqs.us-east-1.amazonaws.com/123456789012/analysis",
@@ -42,8 +52,29 @@ def full_env(**overrides: str) -> dict[str, str]:
 
 
 REQUIRED_VARS = ["REVIEW_PROFILE", "JOBS_TABLE", "CLAIMS_TABLE", "CHECKPOINTS_TABLE", "EVENTS_TABLE",
-                 "IDEMPOTENCY_TABLE", "ARTIFACT_BUCKET", "INTAKE_QUEUE_URL", "ANALYSIS_QUEUE_URL",
-                 "RESULTS_QUEUE_URL"]
+                 "ARTIFACT_BUCKET", "INTAKE_QUEUE_URL", "ANALYSIS_QUEUE_URL", "RESULTS_QUEUE_URL"]
+
+
+def full_outputs(**overrides: str) -> dict[str, str]:
+    """A stack's outputs as the CLI sees them: the resource outputs plus ones `Settings` ignores."""
+    outputs = {
+        "JobsTableName": "jobs",
+        "ClaimsTableName": "claims",
+        "CheckpointsTableName": "checkpoints",
+        "EventsTableName": "events",
+        "ArtifactBucketName": "artifacts-123",
+        "IntakeQueueUrl": "https://sqs.us-east-1.amazonaws.com/123456789012/intake",
+        "AnalysisQueueUrl": "https://sqs.us-east-1.amazonaws.com/123456789012/analysis",
+        "ResultsQueueUrl": "https://sqs.us-east-1.amazonaws.com/123456789012/results.fifo",
+        "IntakeDlqUrl": "https://sqs.us-east-1.amazonaws.com/123456789012/intake-dlq",
+        "AnalysisDlqUrl": "https://sqs.us-east-1.amazonaws.com/123456789012/analysis-dlq",
+        "ResultsDlqUrl": "https://sqs.us-east-1.amazonaws.com/123456789012/results-dlq.fifo",
+        "IntakeQueueArn": "arn:aws:sqs:us-east-1:123456789012:intake",
+        "ProfileName": "prod",
+        "WorkerKind": "lambda",
+    }
+    outputs.update(overrides)
+    return outputs
 
 
 # --- profiles ---------------------------------------------------------------------------------------------
@@ -102,6 +133,35 @@ def test_unknown_profile_names_the_known_ones():
         get_profile("staging")
 
 
+# --- RESOURCES and ENV ------------------------------------------------------------------------------------
+
+def test_resources_name_each_resource_once_in_every_namespace():
+    for attr in ("field", "env", "output"):
+        names = [getattr(r, attr) for r in RESOURCES]
+        assert len(names) == len(set(names)), attr
+    assert all(r.description for r in RESOURCES)
+    # no resource variable collides with an option variable
+    assert not {r.env for r in RESOURCES} & set(OPTION_ENV.values())
+    assert not {r.field for r in RESOURCES} & set(OPTION_ENV)
+
+
+def test_resources_and_options_are_exactly_the_settings_fields():
+    fields = Settings.model_fields
+    assert {r.field for r in RESOURCES} | set(OPTION_ENV) == set(fields)
+    for r in RESOURCES:
+        # a required resource has no default; an optional one defaults to "" (not deployed / not known)
+        assert fields[r.field].is_required() is r.required, r.field
+        if not r.required:
+            assert fields[r.field].default == "", r.field
+
+
+def test_env_is_the_options_plus_every_resource_variable():
+    assert ENV == {**OPTION_ENV, **{r.field: r.env for r in RESOURCES}}
+    assert set(REQUIRED_VARS) == {OPTION_ENV["profile"]} | {r.env for r in RESOURCES if r.required}
+    assert "IDEMPOTENCY_TABLE" not in ENV.values()  # removed from the stack with its table
+    assert "idempotency_table" not in Settings.model_fields
+
+
 # --- Settings.from_env ------------------------------------------------------------------------------------
 
 def settings_to_env(s: Settings) -> dict[str, str]:
@@ -123,8 +183,8 @@ def test_from_env_reads_every_variable():
     env = full_env()
     s = Settings.from_env(env)
     assert s.profile is PROFILES["prod"]
-    assert (s.jobs_table, s.claims_table, s.checkpoints_table, s.events_table, s.idempotency_table) == (
-        "jobs", "claims", "checkpoints", "events", "idempotency")
+    assert (s.jobs_table, s.claims_table, s.checkpoints_table, s.events_table) == (
+        "jobs", "claims", "checkpoints", "events")
     assert s.bucket == "artifacts-123"
     assert s.results_queue_url.endswith("results.fifo") and s.results_dlq_url.endswith("results-dlq.fifo")
     assert s.model_provider == "bedrock" and s.worker_kind == "fargate"
@@ -191,6 +251,48 @@ def test_claim_lease_depends_on_worker_kind():
     far = Settings.from_env(full_env(WORKER_KIND="fargate"))
     assert lam.claim_lease_s == PROFILES["prod"].claim_lease_s
     assert far.claim_lease_s == PROFILES["prod"].fargate_claim_lease_s
+
+
+# --- Settings.from_outputs ---------------------------------------------------------------------------------
+
+def test_from_outputs_reads_every_resource_output_and_ignores_the_others():
+    s = Settings.from_outputs(full_outputs(), "local")
+    assert s.profile is PROFILES["local"]
+    for r in RESOURCES:
+        assert getattr(s, r.field) == full_outputs()[r.output], r.field
+    # the options are not stack outputs: defaults apply
+    assert s.model_provider == "offline" and s.worker_kind == "lambda" and s.fault_spec is None and s.model_id == ""
+
+
+def test_from_outputs_agrees_with_from_env():
+    env = {r.env: full_outputs()[r.output] for r in RESOURCES} | {"REVIEW_PROFILE": "prod"}
+    assert Settings.from_outputs(full_outputs(), "prod") == Settings.from_env(env)
+
+
+@pytest.mark.parametrize("missing", [r.output for r in RESOURCES])
+def test_from_outputs_names_a_missing_output(missing):
+    outputs = full_outputs()
+    del outputs[missing]
+    with pytest.raises(ValueError, match=missing) as info:
+        Settings.from_outputs(outputs, "prod")
+    assert "missing" in str(info.value)
+    others = [r.output for r in RESOURCES if r.output != missing]
+    assert not [o for o in others if o in str(info.value)], "only the missing output is named"
+
+
+def test_from_outputs_names_every_missing_output():
+    outputs = {k: v for k, v in full_outputs().items() if k not in ("JobsTableName", "ResultsDlqUrl")}
+    with pytest.raises(ValueError) as info:
+        Settings.from_outputs(outputs, "prod")
+    assert "JobsTableName" in str(info.value) and "ResultsDlqUrl" in str(info.value)
+    assert "ClaimsTableName" not in str(info.value)
+    with pytest.raises(ValueError, match="JobsTableName"):
+        Settings.from_outputs({}, "prod")
+
+
+def test_from_outputs_rejects_an_unknown_profile():
+    with pytest.raises(ValueError, match="staging"):
+        Settings.from_outputs(full_outputs(), "staging")
 
 
 # --- analysis_config_hash ------------------------------------------------------------------------------------

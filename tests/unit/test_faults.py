@@ -16,7 +16,6 @@ from contract_review.model_clients import ModelRequest
 
 from .model_doubles import EchoModel, outcome, request
 
-
 # --- FaultInjectingModel ------------------------------------------------------------------------------------
 
 def workload(n: int) -> list[ModelRequest]:

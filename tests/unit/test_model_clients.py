@@ -16,6 +16,7 @@ from contract_review.model_clients import BedrockConverseModel, ModelRequest, be
 
 from .model_doubles import MODEL_ID, SCHEMA, request
 
+
 @pytest.fixture
 def bedrock():
     client = boto3.client("bedrock-runtime", region_name="us-east-1", config=bedrock_client_config(120))
