@@ -31,7 +31,8 @@ sys.path[:0] = [str(ROOT), str(ROOT / "functions")]
 
 from contract_review import ops  # noqa: E402
 from contract_review.config import FaultSpec, get_profile  # noqa: E402
-from contract_review.store import TERMINAL_JOB_STATES  # noqa: E402
+from contract_review.ports import Deps  # noqa: E402
+from contract_review.records import ChunkRecord, ChunkStatus, Job  # noqa: E402
 from review_local.embedded import synth  # noqa: E402
 from review_local.stack import LocalStack  # noqa: E402
 
@@ -39,12 +40,13 @@ LOCAL = get_profile("local")
 SAMPLES = sorted((ROOT / "samples").glob("*.txt"))
 
 
-def _wait(store, job_ids, timeout=600.0):  # type: ignore[no-untyped-def]
+def _wait(deps: Deps, job_ids: list[str], timeout: float = 600.0) -> list[Job]:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        jobs = [store.get_job(j) for j in job_ids]
-        if all(j and j["state"] in TERMINAL_JOB_STATES for j in jobs):
-            return jobs
+        jobs = [deps.jobs.get(j) for j in job_ids]
+        ended = [j for j in jobs if j is not None and j.terminal]
+        if len(ended) == len(jobs):
+            return ended
         time.sleep(0.2)
     raise TimeoutError(job_ids)
 
@@ -53,18 +55,20 @@ def throughput(template: dict[str, Any], rate: float, state_dir: Path) -> dict[s
     stack = LocalStack(faults=FaultSpec(seed=5, transient_rate=rate), template=template, state_dir=state_dir)
     stack.start()
     try:
-        store = stack.store()
+        deps = stack.deps()
         t0 = time.monotonic()
-        ids = [ops.submit(store, p.read_text(), document_id=p.name) for p in SAMPLES]
-        jobs = _wait(store, ids)
+        ids = [ops.submit(deps, p.read_text(), document_id=p.name) for p in SAMPLES]
+        jobs = _wait(deps, ids)
         wall = time.monotonic() - t0
-        calls = sum(j["reliability"]["model_calls"] for j in jobs)
-        retries = {}
-        for j in jobs:
-            for k, v in j["reliability"]["retries_by_code"].items():
+        reliability = [j.reliability for j in jobs if j.reliability is not None]
+        assert len(reliability) == len(jobs), "every ended job carries its reliability counters"
+        calls = sum(r.model_calls for r in reliability)
+        retries: dict[str, int] = {}
+        for r in reliability:
+            for k, v in r.retries_by_code.items():
                 retries[k] = retries.get(k, 0) + v
         return {"fault_rate": rate, "wall_s": round(wall, 2), "model_calls": calls, "retries_by_code": retries,
-                "completed": sum(j["state"] == "completed" for j in jobs), "jobs": len(jobs)}
+                "completed": sum(j.state == "completed" for j in jobs), "jobs": len(jobs)}
     finally:
         stack.stop()
 
@@ -75,34 +79,35 @@ def recovery(template: dict[str, Any], with_sweeper: bool, state_dir: Path) -> d
                        concurrency={"worker": 2, **({} if with_sweeper else {"sweeper": 0})})
     stack.start()
     try:
-        store = stack.store()
+        deps = stack.deps()
         text = (ROOT / "samples" / "supply-agreement.txt").read_text()
-        job_id = ops.submit(store, text, document_id="bench-kill")
-        victim = None
+        job_id = ops.submit(deps, text, document_id="bench-kill")
+        victim: ChunkRecord | None = None
         deadline = time.monotonic() + 60
         while victim is None and time.monotonic() < deadline:
-            for c in store.chunk_records(job_id):
-                if c.get("status") == "claimed" and len(c.get("checkpoints") or {}) >= 4:
+            for c in deps.claims.for_job(job_id):
+                if c.status is ChunkStatus.CLAIMED and len(c.checkpoints) >= 4:
                     victim = c
                     break
             time.sleep(0.05)
-        assert victim is not None, "no chunk got half-way"
-        pid = int(victim["claimed_by"].split(":")[1])
+        assert victim is not None and victim.claimed_by is not None, "no chunk got half-way"
+        pid = int(victim.claimed_by.split(":")[1])
         os.kill(pid, signal.SIGKILL)
         killed_at = time.time()
-        done_before = set(victim.get("checkpoints") or {})
-        (job,) = _wait(store, [job_id], timeout=LOCAL.analysis_visibility_s * 3)
-        rec = store.get_chunk(job_id, victim["chunk_id"])
+        done_before = set(victim.checkpoints)
+        (job,) = _wait(deps, [job_id], timeout=LOCAL.analysis_visibility_s * 3)
+        rec = deps.claims.get(job_id, victim.chunk_id)
+        assert rec is not None and rec.claimed_at is not None
         entries = [json.loads(x) for x in log.read_text().splitlines()]
-        chunk_calls = [e for e in entries if e["chunk_id"] == victim["chunk_id"]]
+        chunk_calls = [e for e in entries if e["chunk_id"] == victim.chunk_id]
         by_analyst: dict[str, int] = {}
         for e in chunk_calls:
             if e["pid"] != pid:
                 by_analyst[e["analyst"]] = by_analyst.get(e["analyst"], 0) + 1
-        clean = clean_chunk_calls(text, victim["chunk_id"])
-        return {"sweeper": with_sweeper, "state": job["state"], "chunk_calls_clean_run": clean,
+        clean = clean_chunk_calls(text, victim.chunk_id)
+        return {"sweeper": with_sweeper, "state": job.state.value, "chunk_calls_clean_run": clean,
                 "chunk_calls_ratio": round(len(chunk_calls) / clean, 2) if clean else None,
-                "recovery_s": round(float(rec["claimed_at"]) - killed_at, 2),
+                "recovery_s": round(rec.claimed_at - killed_at, 2),
                 "chunk_calls_total": len(chunk_calls),
                 "analysts_checkpointed_before_kill": len(done_before),
                 "analysts_rerun_after_kill": sorted(set(by_analyst) & done_before)}

@@ -10,7 +10,8 @@ from typing import Any
 import pytest
 
 from contract_review.config import FaultSpec
-from contract_review.store import TERMINAL_JOB_STATES, Store
+from contract_review.ports import Deps
+from contract_review.records import ChunkRecord, Job
 from review_local.embedded import synth
 from review_local.stack import LocalStack
 
@@ -46,12 +47,11 @@ def wait_for(predicate: Callable[[], Any], timeout: float, interval: float = 0.2
     raise AssertionError(f"timed out after {timeout}s waiting for {what}")
 
 
-def wait_jobs(store: Store, job_ids: list[str], timeout: float = 90) -> dict[str, dict[str, Any]]:
-    def ended() -> dict[str, dict[str, Any]] | None:
-        jobs = {j: store.get_job(j) for j in job_ids}
-        if all(v is not None and v.get("state") in TERMINAL_JOB_STATES for v in jobs.values()):
-            return jobs  # type: ignore[return-value]
-        return None
+def wait_jobs(deps: Deps, job_ids: list[str], timeout: float = 90) -> dict[str, Job]:
+    def ended() -> dict[str, Job] | None:
+        jobs = {j: deps.jobs.get(j) for j in job_ids}
+        ended = {j: v for j, v in jobs.items() if v is not None and v.terminal}
+        return ended if len(ended) == len(jobs) else None
 
     return wait_for(ended, timeout, 0.3, f"jobs {job_ids} to end")
 
@@ -62,12 +62,28 @@ def ledger(path: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
-def queue_depth(store: Store, url: str) -> int:
-    a = store.aws.sqs.get_queue_attributes(QueueUrl=url, AttributeNames=[
-        "ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible",
-        "ApproximateNumberOfMessagesDelayed"])["Attributes"]
-    return sum(int(v) for v in a.values())
-
-
 def calls_by(entries: list[dict[str, Any]], *keys: str) -> Counter[tuple[Any, ...]]:
     return Counter(tuple(e[k] for k in keys) for e in entries)
+
+
+# Reads that the old dict records failed on (KeyError / TypeError) when the record was missing.
+def get_job(deps: Deps, job_id: str | None) -> Job:
+    """The job, which must exist."""
+    assert job_id is not None
+    job = deps.jobs.get(job_id)
+    assert job is not None, job_id
+    return job
+
+
+def get_chunk(deps: Deps, job_id: str, chunk_id: str) -> ChunkRecord:
+    """The chunk record, which must exist."""
+    record = deps.claims.get(job_id, chunk_id)
+    assert record is not None, (job_id, chunk_id)
+    return record
+
+
+def report_json(deps: Deps, job: Job) -> dict[str, Any]:
+    """The job's report.json, which must have been written."""
+    assert job.report_json_key is not None, job.job_id
+    report: dict[str, Any] = json.loads(deps.artifacts.get_text(job.report_json_key))
+    return report

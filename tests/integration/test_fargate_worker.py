@@ -9,7 +9,7 @@ import time
 from contract_review import ops
 from contract_review.config import FaultSpec, get_profile
 
-from .conftest import wait_for, wait_jobs
+from .conftest import get_chunk, wait_for, wait_jobs
 from .test_recovery import _claimed_with_checkpoints, _doc, _pid
 
 LOCAL = get_profile("local")
@@ -27,17 +27,17 @@ def test_fargate_pollers_review_and_recover_from_kill_9(tmp_path):
                        for r in stack.template["Resources"].values())
         assert [b.spec.handler for b in stack.runtime.sandboxes if b.spec.name == "worker"] == \
             ["contract_review.handlers.poller.main"] * 2
-        store = stack.store()
-        job_id = ops.submit(store, _doc(3), document_id="fargate")
-        victim = wait_for(lambda: _claimed_with_checkpoints(store, job_id, 2), 60, 0.05, "a half-done chunk")
+        deps = stack.deps()
+        job_id = ops.submit(deps, _doc(3), document_id="fargate")
+        victim = wait_for(lambda: _claimed_with_checkpoints(deps, job_id, 2), 60, 0.05, "a half-done chunk")
         os.kill(_pid(victim), signal.SIGKILL)
         killed_at = time.time()
-        job = wait_jobs(store, [job_id], timeout=90)[job_id]
-        assert job["state"] == "completed"
-        record = store.get_chunk(job_id, victim["chunk_id"])
-        assert record["fence"] >= 2
+        job = wait_jobs(deps, [job_id], timeout=90)[job_id]
+        assert job.state == "completed"
+        record = get_chunk(deps, job_id, victim.chunk_id)
+        assert record.fence >= 2
         # no sweeper Lambda here: the pollers' own sweep recovered it within the Fargate lease + sweep
         bound = LOCAL.fargate_claim_lease_s + LOCAL.fargate_sweep_interval_s
-        assert float(record["claimed_at"]) - killed_at < bound + 4
+        assert record.claimed_at is not None and record.claimed_at - killed_at < bound + 4
     finally:
         stack.stop()

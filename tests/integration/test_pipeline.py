@@ -8,11 +8,12 @@ import subprocess
 import sys
 
 from contract_review import ops
-from contract_review.intake import job_id_for
 from contract_review.chunking import document_hash, split_into_chunks
+from contract_review.ports import Queue
+from contract_review.records import job_id_for
 
 from ..conftest import SAMPLES_DIR, cuad_texts
-from .conftest import queue_depth, wait_for, wait_jobs
+from .conftest import report_json, wait_for, wait_jobs
 
 
 def _docs(n: int) -> list[tuple[str, str]]:
@@ -25,18 +26,19 @@ def _docs(n: int) -> list[tuple[str, str]]:
 def test_submitted_documents_become_complete_reports_with_verbatim_quotes(make_stack):
     # GIVEN the stack deployed from the template, with worker processes
     stack = make_stack()
-    store = stack.store()
+    deps = stack.deps()
     docs = _docs(3)
     # WHEN documents are submitted through the intake queue
-    jobs = {ops.submit(store, text, document_id=name): text for name, text in docs}
-    ended = wait_jobs(store, list(jobs), timeout=90)
+    jobs = {ops.submit(deps, text, document_id=name): text for name, text in docs}
+    ended = wait_jobs(deps, list(jobs), timeout=90)
     # THEN every job completes with a JSON and a Markdown report in the bucket
     for job_id, text in jobs.items():
         job = ended[job_id]
-        assert job["state"] == "completed", job.get("error")
-        assert job["chunk_count"] == len(split_into_chunks(text, 4000, 6000))
-        report = json.loads(store.get_object(job["report_json_key"]))
-        md = store.get_object(job["report_md_key"])
+        assert job.state == "completed", job.error
+        assert job.chunk_count == len(split_into_chunks(text, 4000, 6000))
+        report = report_json(deps, job)
+        assert job.report_md_key is not None
+        md = deps.artifacts.get_text(job.report_md_key)
         assert md.startswith(f"# Contract review {job_id}")
         # findings are assembled in chunk order and quote the document verbatim at their offsets
         indexes = [f["chunk_index"] for f in report["findings"]]
@@ -47,26 +49,25 @@ def test_submitted_documents_become_complete_reports_with_verbatim_quotes(make_s
             assert 0 <= f["score"] <= 1 and f["rationale"]
         # coverage: every analyst ran on every chunk
         assert not report["coverage"]["mandatory_gaps"] and not report["coverage"]["missing_chunks"]
-        assert len(report["coverage"]["matrix"]) == job["chunk_count"]
+        assert len(report["coverage"]["matrix"]) == job.chunk_count
         assert report["reliability"]["model_calls"] > 0
     # and nothing is left in any queue or DLQ
-    for url in (store.s.analysis_queue_url, store.s.results_queue_url, store.s.analysis_dlq_url,
-                store.s.intake_dlq_url, store.s.results_dlq_url):
-        assert queue_depth(store, url) == 0
+    for queue in (Queue.ANALYSIS, Queue.RESULTS, Queue.ANALYSIS_DLQ, Queue.INTAKE_DLQ, Queue.RESULTS_DLQ):
+        assert deps.queues.depth(queue) == 0
 
 
 def test_same_document_twice_is_one_job(make_stack):
     stack = make_stack()
-    store = stack.store()
+    deps = stack.deps()
     name, text = _docs(1)[0]
-    first = ops.submit(store, text, document_id=name)
-    wait_jobs(store, [first])
-    second = ops.submit(store, text, document_id=name)  # same idempotency key (hash of the document)
+    first = ops.submit(deps, text, document_id=name)
+    wait_jobs(deps, [first])
+    second = ops.submit(deps, text, document_id=name)  # same idempotency key (hash of the document)
     assert second == first == job_id_for(document_hash(text))
-    wait_for(lambda: queue_depth(store, store.s.intake_queue_url) == 0, 20, what="intake drained")
-    events = [e["type"] for e in store.events(first)]
+    wait_for(lambda: deps.queues.depth(Queue.INTAKE) == 0, 20, what="intake drained")
+    events = [e.type for e in deps.jobs.events(first)]
     assert events.count("job.queued") == 1 and events.count("job.completed") == 1
-    assert len(store.list_jobs()) == 1
+    assert len(deps.jobs.all()) == 1
 
 
 def test_raw_sqs_message_and_cli_report(make_stack, tmp_path):
@@ -83,8 +84,8 @@ def test_raw_sqs_message_and_cli_report(make_stack, tmp_path):
     sqs = stack.aws.client("sqs")
     sqs.send_message(QueueUrl=info["outputs"]["IntakeQueueUrl"], MessageBody=body)
     job_id = job_id_for("by-hand-1")
-    store = stack.store()
-    assert wait_jobs(store, [job_id])[job_id]["state"] == "completed"
+    deps = stack.deps()
+    assert wait_jobs(deps, [job_id])[job_id].state == "completed"
     env = {**os.environ, "REVIEW_LOCAL_JSON": str(local_json)}
     review = [sys.executable, "-m", "review_local.cli"]
     out = subprocess.run(review + ["report", job_id], env=env, capture_output=True, text=True, timeout=60)
@@ -108,13 +109,13 @@ def test_raw_sqs_message_and_cli_report(make_stack, tmp_path):
 
 def test_large_document_goes_through_s3_claim_check(make_stack):
     stack = make_stack()
-    store = stack.store()
+    deps = stack.deps()
     big = SAMPLES_DIR / "master-services-agreement.txt"
     text = big.read_text() if big.exists() else "\n\n".join(t for _, t in _docs(3)) * 3
     while len(text) <= 200_000:  # exceed the inline limit: the CLI must use the claim check
         text = text + "\n\n" + text
-    job_id = ops.submit(store, text, document_id="big")
-    job = wait_jobs(store, [job_id], timeout=120)[job_id]
-    assert job["state"] == "completed"
-    assert store.get_object(f"uploads/{job_id}.txt") == text
-    assert job["document_chars"] == len(text)
+    job_id = ops.submit(deps, text, document_id="big")
+    job = wait_jobs(deps, [job_id], timeout=120)[job_id]
+    assert job.state == "completed"
+    assert deps.artifacts.get_text(f"uploads/{job_id}.txt") == text
+    assert job.document_chars == len(text)

@@ -10,6 +10,8 @@ import subprocess
 import sys
 import time
 from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 
@@ -18,9 +20,12 @@ from contract_review.analysts import analysts_for, run_analyst
 from contract_review.chunking import split_into_chunks
 from contract_review.config import FaultSpec, get_profile
 from contract_review.offline_model import OfflineRuleModel
+from contract_review.ports import Deps, Queue
+from contract_review.records import ChunkRecord, job_id_for
+from review_local.stack import LocalStack
 
 from ..conftest import SAMPLES_DIR, cuad_texts
-from .conftest import calls_by, ledger, queue_depth, wait_for, wait_jobs
+from .conftest import calls_by, get_chunk, ledger, report_json, wait_for, wait_jobs
 
 LOCAL = get_profile("local")
 
@@ -34,173 +39,179 @@ def _doc(min_chunks: int, max_chunks: int = 8) -> str:
     raise AssertionError("no document of the wanted size")
 
 
-def _claimed_with_checkpoints(store, job_id: str, at_least: int):
-    for c in store.chunk_records(job_id):
-        if c.get("status") == "claimed":
-            cps = store.checkpoints(job_id, c["chunk_id"])
+def _claimed_with_checkpoints(deps: Deps, job_id: str, at_least: int) -> ChunkRecord | None:
+    for c in deps.claims.for_job(job_id):
+        if c.status == "claimed":
+            cps = deps.claims.checkpoints(c)
             if len(cps) >= at_least:
                 return c
     return None
 
 
-def _pid(claim: dict) -> int:
-    return int(claim["claimed_by"].split(":")[1])
+def _pid(claim: ChunkRecord) -> int:
+    assert claim.claimed_by is not None
+    return int(claim.claimed_by.split(":")[1])
 
 
-def _victim(make_stack, log, latency_ms: int, min_chunks: int, checkpointed: int, name: str):
-    """Start 2 slowed-down workers on a document; return (store, job_id, a claimed chunk with checkpoints)."""
+def _victim(make_stack: Callable[..., LocalStack], log: Path, latency_ms: int, min_chunks: int, checkpointed: int,
+            name: str) -> tuple[LocalStack, Deps, str, ChunkRecord]:
+    """Start 2 slowed-down workers on a document; return (stack, deps, job_id, a claimed chunk with checkpoints)."""
     stack = make_stack(FaultSpec(latency_ms=latency_ms, call_log=str(log)), {"worker": 2})
-    store = stack.store()
-    job_id = ops.submit(store, _doc(min_chunks), document_id=name)
-    victim = wait_for(lambda: _claimed_with_checkpoints(store, job_id, checkpointed), 60, 0.05,
+    deps = stack.deps()
+    job_id = ops.submit(deps, _doc(min_chunks), document_id=name)
+    victim = wait_for(lambda: _claimed_with_checkpoints(deps, job_id, checkpointed), 60, 0.05,
                       f"a claimed chunk with {checkpointed} checkpoints")
-    return store, job_id, victim
+    return stack, deps, job_id, victim
 
 
 def test_kill_9_mid_chunk_resumes_from_checkpoints_within_lease_plus_sweep(make_stack, tmp_path):
     log = tmp_path / "calls.jsonl"
-    store, job_id, victim = _victim(make_stack, log, 120, 3, 3, "kill")
+    _, deps, job_id, victim = _victim(make_stack, log, 120, 3, 3, "kill")
     pid = _pid(victim)
     os.kill(pid, signal.SIGKILL)
     killed_at = time.time()
-    chunk_id = victim["chunk_id"]
-    done_before_kill = set(store.checkpoints(job_id, chunk_id))
+    chunk_id = victim.chunk_id
+    done_before_kill = set(deps.claims.checkpoints(get_chunk(deps, job_id, chunk_id)))
     assert len(done_before_kill) >= 3
 
-    job = wait_jobs(store, [job_id], timeout=90)[job_id]
-    assert job["state"] == "completed"
-    record = store.get_chunk(job_id, chunk_id)
-    assert record["status"] == "done" and record["fence"] >= 2 and record["failures"] >= 1
+    job = wait_jobs(deps, [job_id], timeout=90)[job_id]
+    assert job.state == "completed"
+    record = get_chunk(deps, job_id, chunk_id)
+    assert record.status == "done" and record.fence >= 2 and record.failures >= 1
     # analysts checkpointed before the crash were loaded, not called again
     after = [e for e in ledger(log) if e["chunk_id"] == chunk_id and e["pid"] != pid]
     rerun = {e["analyst"] for e in after} & done_before_kill
     assert not rerun, f"checkpointed analysts re-run after the crash: {rerun}"
     assert {e["analyst"] for e in after}, "the remaining analysts ran on the new owner"
     # recovery came from lease + sweep, not from the visibility timeout
-    recovered_in = float(record["claimed_at"]) - killed_at
+    assert record.claimed_at is not None
+    recovered_in = record.claimed_at - killed_at
     assert recovered_in < LOCAL.claim_lease_s + LOCAL.sweep_interval_s + 4, recovered_in
     assert recovered_in < LOCAL.analysis_visibility_s / 4
-    requeues = [e for e in store.events(job_id) if e["type"] == "chunk.requeued" and e["detail"]["chunk_id"] == chunk_id]
-    assert requeues and requeues[0]["detail"]["reason"] == "runtime.worker_lost"
+    requeues = [e for e in deps.jobs.events(job_id) if e.type == "chunk.requeued" and e.detail["chunk_id"] == chunk_id]
+    assert requeues and requeues[0].detail["reason"] == "runtime.worker_lost"
 
 
 def test_zombie_worker_cannot_write_after_losing_its_lease(make_stack, tmp_path):
     log = tmp_path / "calls.jsonl"
-    store, job_id, victim = _victim(make_stack, log, 150, 2, 1, "zombie")
-    pid, chunk_id, old_fence = _pid(victim), victim["chunk_id"], int(victim["fence"])
+    stack, deps, job_id, victim = _victim(make_stack, log, 150, 2, 1, "zombie")
+    pid, chunk_id, old_fence = _pid(victim), victim.chunk_id, victim.fence
     os.kill(pid, signal.SIGSTOP)
     stopped_at = time.time()
     try:
-        wait_for(lambda: (store.get_chunk(job_id, chunk_id) or {}).get("status") == "done", 60, 0.1,
+        wait_for(lambda: (c := deps.claims.get(job_id, chunk_id)) is not None and c.status == "done", 60, 0.1,
                  "the new owner to finish the chunk")
     finally:
         os.kill(pid, signal.SIGCONT)
     resumed_at = time.time()
-    job = wait_jobs(store, [job_id], timeout=60)[job_id]
-    assert job["state"] == "completed"
-    wait_for(lambda: any(e["type"] == "chunk.lease_lost" for e in store.events(job_id)), 15, 0.2,
+    job = wait_jobs(deps, [job_id], timeout=60)[job_id]
+    assert job.state == "completed"
+    wait_for(lambda: any(e.type == "chunk.lease_lost" for e in deps.jobs.events(job_id)), 15, 0.2,
              "the zombie to notice it lost the lease")
-    record = store.get_chunk(job_id, chunk_id)
-    assert record["fence"] > old_fence
-    assert record["findings_key"].endswith(f"/{record['fence']}.json")
+    record = get_chunk(deps, job_id, chunk_id)
+    assert record.fence > old_fence
+    assert record.findings_key is not None and record.findings_key.endswith(f"/{record.fence}.json")
     # nothing the zombie did after resuming reached the results or the checkpoints
-    keys = [o["Key"] for o in store.aws.s3.list_objects_v2(Bucket=store.s.bucket,
-                                                           Prefix=f"findings/{job_id}/").get("Contents", [])]
+    s3 = stack.aws.client("s3")
+    keys = [o["Key"] for o in s3.list_objects_v2(Bucket=deps.settings.bucket,
+                                                 Prefix=f"findings/{job_id}/").get("Contents", [])]
     assert not [k for k in keys if chunk_id in k and k.endswith(f"/{old_fence}.json")]
-    for cp in store.checkpoints(job_id, chunk_id).values():
-        assert cp["fence"] > old_fence or cp["created_at"] < stopped_at
-    lost = [e for e in store.events(job_id) if e["type"] == "chunk.lease_lost"]
-    assert lost[0]["detail"]["fence"] == old_fence and lost[0]["at"] >= resumed_at - 0.5
-    report = json.loads(store.get_object(job["report_json_key"]))
-    winner = json.loads(store.get_object(record["findings_key"]))["findings"]
+    for cp in deps.claims.checkpoints(get_chunk(deps, job_id, chunk_id)).values():
+        assert cp.fence > old_fence or cp.created_at < stopped_at
+    lost = [e for e in deps.jobs.events(job_id) if e.type == "chunk.lease_lost"]
+    assert lost[0].detail["fence"] == old_fence and lost[0].at >= resumed_at - 0.5
+    report = report_json(deps, job)
+    winner = json.loads(deps.artifacts.get_text(record.findings_key))["findings"]
     assert [f for f in report["findings"] if f["chunk_id"] == chunk_id] == winner
 
 
 def test_same_message_delivered_twice_at_once_has_one_claim_winner(make_stack, tmp_path):
     log = tmp_path / "calls.jsonl"
     stack = make_stack(FaultSpec(latency_ms=40, call_log=str(log)), {"worker": 0})
-    store = stack.store()
+    deps = stack.deps()
     text = _doc(1, 1)
-    job_id = ops.submit(store, text, document_id="dup")
-    wait_for(lambda: queue_depth(store, store.s.analysis_queue_url) == 1, 30, what="the chunk message")
-    msg = store.aws.sqs.receive_message(QueueUrl=store.s.analysis_queue_url, VisibilityTimeout=0)["Messages"][0]
-    store.aws.sqs.send_message(QueueUrl=store.s.analysis_queue_url, MessageBody=msg["Body"])  # the duplicate
+    job_id = ops.submit(deps, text, document_id="dup")
+    wait_for(lambda: deps.queues.depth(Queue.ANALYSIS) == 1, 30, what="the chunk message")
+    sqs = stack.aws.client("sqs")
+    msg = sqs.receive_message(QueueUrl=deps.settings.analysis_queue_url, VisibilityTimeout=0)["Messages"][0]
+    sqs.send_message(QueueUrl=deps.settings.analysis_queue_url, MessageBody=msg["Body"])  # the duplicate
     stack.runtime.scale("worker", 2)
-    job = wait_jobs(store, [job_id], timeout=60)[job_id]
-    assert job["state"] == "completed"
-    (record,) = store.chunk_records(job_id)
-    assert record["receives"] == 1 and record["fence"] == 1  # exactly one claim won
+    job = wait_jobs(deps, [job_id], timeout=60)[job_id]
+    assert job.state == "completed"
+    (record,) = deps.claims.for_job(job_id)
+    assert record.receives == 1 and record.fence == 1  # exactly one claim won
     # model calls equal the calls one clean run of the chunk needs
     chunk = split_into_chunks(text, LOCAL.chunk_target_chars, LOCAL.chunk_max_chars)[0]
     model = OfflineRuleModel()
     needed = 0
     for spec in analysts_for(LOCAL.analyst_count):
         needed += run_analyst(spec, chunk, lambda b, p: (p(model.invoke(b(None))), 1)).model_calls
-    assert len(ledger(log)) == needed == record["n_calls"]
-    assert [e["type"] for e in store.events(job_id)].count("job.completed") == 1
-    wait_for(lambda: queue_depth(store, store.s.analysis_queue_url) == 0, 20, what="both messages acknowledged")
+    assert len(ledger(log)) == needed == record.n_calls
+    assert [e.type for e in deps.jobs.events(job_id)].count("job.completed") == 1
+    wait_for(lambda: deps.queues.depth(Queue.ANALYSIS) == 0, 20, what="both messages acknowledged")
 
 
 def test_five_percent_transient_faults_over_twenty_documents_all_complete(make_stack, tmp_path):
     log = tmp_path / "calls.jsonl"
     stack = make_stack(FaultSpec(seed=11, transient_rate=0.05, call_log=str(log)), {"worker": 4})
-    store = stack.store()
+    deps = stack.deps()
     docs = [t for _, t in cuad_texts(max_chars=30_000)][:20]
     if len(docs) < 20:  # no ../shared: cut our samples into 20 documents
         paras = "\n\n".join(p.read_text() for p in sorted(SAMPLES_DIR.glob("*.txt"))).split("\n\n")
         docs = ["\n\n".join(paras[i::20]) for i in range(20)]
-    jobs = [ops.submit(store, t, document_id=f"doc{i}") for i, t in enumerate(docs)]
-    ended = wait_jobs(store, jobs, timeout=240)
-    assert {j["state"] for j in ended.values()} == {"completed"}
+    jobs = [ops.submit(deps, t, document_id=f"doc{i}") for i, t in enumerate(docs)]
+    ended = wait_jobs(deps, jobs, timeout=240)
+    assert {j.state for j in ended.values()} == {"completed"}
     retries: Counter[str] = Counter()
     for j in ended.values():
-        retries.update(j["reliability"]["retries_by_code"])
+        assert j.reliability is not None
+        retries.update(j.reliability.retries_by_code)
     failed_calls = Counter(e["outcome"] for e in ledger(log) if e["outcome"] != "ok")
     assert sum(failed_calls.values()) > 0, "5 % of calls should have failed"
     assert set(retries) <= {"model.throttled", "model.unavailable", "model.timeout"}
     assert sum(retries.values()) > 0
     # every failed call was either retried in tier 1 or handed to tier 2 (never lost)
     assert sum(retries.values()) <= sum(failed_calls.values())
-    assert queue_depth(store, store.s.analysis_dlq_url) == 0
+    assert deps.queues.depth(Queue.ANALYSIS_DLQ) == 0
 
 
 def test_sustained_throttling_never_dead_letters(make_stack, tmp_path):
     quota_dir = tmp_path / "quota"
     stack = make_stack(FaultSpec(throttle_quota_per_s=2, throttle_state_dir=str(quota_dir)),
                        {"worker": 4})
-    store = stack.store()
+    deps = stack.deps()
     text = _doc(2, 3)
-    job_id = ops.submit(store, text, document_id="throttled")
-    job = wait_jobs(store, [job_id], timeout=180)[job_id]
-    assert job["state"] == "completed"
-    requeues = Counter(e["detail"]["chunk_id"] for e in store.events(job_id)
-                       if e["type"] == "chunk.requeued" and e["detail"]["reason"] == "model.throttled")
+    job_id = ops.submit(deps, text, document_id="throttled")
+    job = wait_jobs(deps, [job_id], timeout=180)[job_id]
+    assert job.state == "completed"
+    requeues = Counter(e.detail["chunk_id"] for e in deps.jobs.events(job_id)
+                       if e.type == "chunk.requeued" and e.detail["reason"] == "model.throttled")
     # every chunk was throttled more often than the receive count allows (tier-1 retries plus
     # requeues), yet nothing was dead-lettered: throttling is backpressure, not failure
-    for c in store.chunk_records(job_id):
-        throttled = int(c["retries"].get("model.throttled", 0)) + requeues[c["chunk_id"]]
-        assert throttled > LOCAL.max_receive_count, (c["chunk_id"], throttled)
+    for c in deps.claims.for_job(job_id):
+        throttled = c.retries.get("model.throttled", 0) + requeues[c.chunk_id]
+        assert throttled > LOCAL.max_receive_count, (c.chunk_id, throttled)
     assert sum(requeues.values()) >= 1, "tier 1 gave up at least once and the chunk was requeued with a delay"
-    for url in (store.s.analysis_dlq_url, store.s.results_dlq_url):
-        assert queue_depth(store, url) == 0
-    for c in store.chunk_records(job_id):
-        assert c["failures"] == 0 and c["status"] == "done"
+    for queue in (Queue.ANALYSIS_DLQ, Queue.RESULTS_DLQ):
+        assert deps.queues.depth(queue) == 0
+    for c in deps.claims.for_job(job_id):
+        assert c.failures == 0 and c.status == "done"
 
 
 def test_permanent_model_error_fails_the_job_on_first_attempt(make_stack, tmp_path):
     log = tmp_path / "calls.jsonl"
     stack = make_stack(FaultSpec(permanent_code="AccessDeniedException", call_log=str(log)), {"worker": 2})
-    store = stack.store()
-    job_id = ops.submit(store, _doc(3), document_id="denied")
-    job = wait_jobs(store, [job_id], timeout=60)[job_id]
-    assert job["state"] == "failed" and job["error_code"] == "model.access_denied"
+    deps = stack.deps()
+    job_id = ops.submit(deps, _doc(3), document_id="denied")
+    job = wait_jobs(deps, [job_id], timeout=60)[job_id]
+    assert job.state == "failed" and job.error_code == "model.access_denied"
     time.sleep(2)  # give any (wrong) retry a chance to show up
     calls = calls_by(ledger(log), "chunk_id")
     assert calls and max(calls.values()) == 1, f"a permanent error was retried: {calls}"
-    assert all(c["receives"] <= 1 for c in store.chunk_records(job_id))
-    types = [e["type"] for e in store.events(job_id)]
+    assert all(c.receives <= 1 for c in deps.claims.for_job(job_id))
+    types = [e.type for e in deps.jobs.events(job_id)]
     assert "job.completed" not in types and types.count("job.failed") == 1
-    assert queue_depth(store, store.s.analysis_dlq_url) == 0
+    assert deps.queues.depth(Queue.ANALYSIS_DLQ) == 0
 
 
 def test_always_failing_chunk_dead_letters_then_redrive_completes(make_stack, tmp_path):
@@ -209,16 +220,17 @@ def test_always_failing_chunk_dead_letters_then_redrive_completes(make_stack, tm
     stack = make_stack(FaultSpec(always_fail_chunk="1", switch_file=str(switch)), {"worker": 2})
     local_json = tmp_path / "local.json"
     stack.write_local_json(local_json)
-    store = stack.store()
-    job_id = ops.submit(store, _doc(3), document_id="poison-chunk")
-    job = wait_jobs(store, [job_id], timeout=120)[job_id]
-    assert job["state"] == "dead_lettered"
-    assert [m["chunk_index"] for m in job["missing"]] == [1]
-    assert job["missing"][0]["error"]["error_code"] == "model.unavailable"
-    bad = next(c for c in store.chunk_records(job_id) if c["chunk_index"] == 1)
-    assert bad["status"] == "dead_lettered" and bad["failures"] == LOCAL.poison_budget
-    assert bad["receives"] == LOCAL.max_receive_count  # one claim per receive until the budget ran out
-    wait_for(lambda: queue_depth(store, store.s.analysis_dlq_url) == 1, 10, what="the DLQ message")
+    deps = stack.deps()
+    job_id = ops.submit(deps, _doc(3), document_id="poison-chunk")
+    job = wait_jobs(deps, [job_id], timeout=120)[job_id]
+    assert job.state == "dead_lettered"
+    assert [m.chunk_index for m in job.missing] == [1]
+    error = job.missing[0].error
+    assert error is not None and error.error_code == "model.unavailable"
+    bad = next(c for c in deps.claims.for_job(job_id) if c.chunk_index == 1)
+    assert bad.status == "dead_lettered" and bad.failures == LOCAL.poison_budget
+    assert bad.receives == LOCAL.max_receive_count  # one claim per receive until the budget ran out
+    wait_for(lambda: deps.queues.depth(Queue.ANALYSIS_DLQ) == 1, 10, what="the DLQ message")
 
     env = {**os.environ, "REVIEW_LOCAL_JSON": str(local_json)}
     review = [sys.executable, "-m", "review_local.cli"]
@@ -236,11 +248,11 @@ def test_always_failing_chunk_dead_letters_then_redrive_completes(make_stack, tm
     switch.unlink()  # the fault is fixed
     out = subprocess.run(review + ["dlq", "redrive", "--all"], env=env, capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
-    job = wait_for(lambda: (j := store.get_job(job_id)) and j["state"] == "completed" and j, 60, 0.3,
+    job = wait_for(lambda: (j := deps.jobs.get(job_id)) and j.state == "completed" and j, 60, 0.3,
                    "the redriven job to complete")
-    assert not job.get("missing")
-    assert queue_depth(store, store.s.analysis_dlq_url) == 0
-    assert any(e["type"] == "dlq.redriven" for e in store.events(job_id))
+    assert not job.missing
+    assert deps.queues.depth(Queue.ANALYSIS_DLQ) == 0
+    assert any(e.type == "dlq.redriven" for e in deps.jobs.events(job_id))
 
 
 @pytest.mark.parametrize("body,code", [
@@ -249,13 +261,14 @@ def test_always_failing_chunk_dead_letters_then_redrive_completes(make_stack, tm
 ])
 def test_poison_intake_without_job_goes_to_dlq_on_first_attempt(make_stack, body, code):
     stack = make_stack()
-    store = stack.store()
-    store.aws.sqs.send_message(QueueUrl=store.s.intake_queue_url, MessageBody=body)
-    wait_for(lambda: queue_depth(store, store.s.intake_dlq_url) == 1, 20, what="the envelope in the intake DLQ")
-    assert queue_depth(store, store.s.intake_queue_url) == 0
-    (item,) = ops.dlq_list(store)
-    assert item["queue"] == "intake" and item["error_code"] == code
-    assert item["envelope"]["error_class"] == "permanent"
+    deps = stack.deps()
+    deps.queues.send_intake(body)
+    wait_for(lambda: deps.queues.depth(Queue.INTAKE_DLQ) == 1, 20, what="the envelope in the intake DLQ")
+    # acknowledged, not retried (the sandbox deletes it just after the handler returns)
+    wait_for(lambda: deps.queues.depth(Queue.INTAKE) == 0, 5, 0.05, "the poison message to be acknowledged")
+    (item,) = ops.dlq_list(deps)
+    assert item.queue == "intake" and item.error_code == code
+    assert item.envelope is not None and item.envelope.error_class == "permanent"
 
 
 @pytest.mark.parametrize("document,code", [
@@ -265,25 +278,24 @@ def test_poison_intake_without_job_goes_to_dlq_on_first_attempt(make_stack, body
 ])
 def test_poison_intake_with_a_key_fails_its_job_in_one_attempt(make_stack, document, code):
     stack = make_stack()
-    store = stack.store()
+    deps = stack.deps()
     body = json.dumps({"schema_version": 1, "document": document, "idempotency_key": f"key-{code}"})
-    store.aws.sqs.send_message(QueueUrl=store.s.intake_queue_url, MessageBody=body)
-    from contract_review.intake import job_id_for
-
-    job = wait_jobs(store, [job_id_for(f"key-{code}")], timeout=20)[job_id_for(f"key-{code}")]
-    assert job["state"] == "failed" and job["error_code"] == code
-    assert queue_depth(store, store.s.intake_queue_url) == 0
-    assert queue_depth(store, store.s.intake_dlq_url) == 0
+    deps.queues.send_intake(body)
+    job = wait_jobs(deps, [job_id_for(f"key-{code}")], timeout=20)[job_id_for(f"key-{code}")]
+    assert job.state == "failed" and job.error_code == code
+    wait_for(lambda: deps.queues.depth(Queue.INTAKE) == 0, 5, 0.05, "the poison message to be acknowledged")
+    assert deps.queues.depth(Queue.INTAKE_DLQ) == 0
 
 
 def test_heartbeat_keeps_a_chunk_longer_than_its_lease(make_stack, tmp_path):
     # every chunk takes several leases to finish (>= 13 calls x 0.4 s vs a 3 s lease)
     stack = make_stack(FaultSpec(latency_ms=400), {"worker": 2})
-    store = stack.store()
-    job_id = ops.submit(store, _doc(2, 2), document_id="slow")
-    job = wait_jobs(store, [job_id], timeout=90)[job_id]
-    assert job["state"] == "completed"
-    for c in store.chunk_records(job_id):
-        assert c["fence"] == 1 and c["receives"] == 1, c  # nobody took it over
-        assert float(c["settled_at"]) - float(c["claimed_at"]) > LOCAL.claim_lease_s
-    assert not [e for e in store.events(job_id) if e["type"] in ("chunk.requeued", "chunk.lease_lost")]
+    deps = stack.deps()
+    job_id = ops.submit(deps, _doc(2, 2), document_id="slow")
+    job = wait_jobs(deps, [job_id], timeout=90)[job_id]
+    assert job.state == "completed"
+    for c in deps.claims.for_job(job_id):
+        assert c.fence == 1 and c.receives == 1, c  # nobody took it over
+        assert c.settled_at is not None and c.claimed_at is not None, c
+        assert c.settled_at - c.claimed_at > LOCAL.claim_lease_s
+    assert not [e for e in deps.jobs.events(job_id) if e.type in ("chunk.requeued", "chunk.lease_lost")]

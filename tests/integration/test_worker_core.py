@@ -4,7 +4,6 @@ semantic repair, coverage policy, fencing."""
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import random
 from collections import Counter
@@ -20,11 +19,15 @@ from contract_review.intake import handle_intake
 from contract_review.messages import AnalysisMessage, ResultMessage
 from contract_review.model_clients import ModelRequest, ModelResponse
 from contract_review.offline_model import OfflineRuleModel
-from contract_review.store import Store
+from contract_review.ports import Deps, Queue
+from contract_review.records import AttemptStats, ChunkStatus, JobFailure, JobState
 from contract_review.sweeper import sweep
+from contract_review.wiring import build_deps
 from contract_review.worker import ChunkWorker, Delivery
-from review_local.connect import local_session, settings_from_outputs, store_for
+from review_local.connect import local_deps, local_session
 from review_local.embedded import EmbeddedAws
+
+from .conftest import get_chunk, get_job, report_json
 
 TEXT = (
     "1. Liability. In no event shall either party be liable for any indirect, incidental or consequential "
@@ -37,13 +40,24 @@ TEXT = (
 
 
 @pytest.fixture
-def store(local_template: dict[str, Any]) -> Iterator[Store]:
+def aws(local_template: dict[str, Any]) -> Iterator[EmbeddedAws]:
     aws = EmbeddedAws().start()
     try:
         aws.deploy(local_template)
-        yield store_for(local_session(aws.region), settings_from_outputs(aws.outputs, "local"), aws.endpoint)
+        yield aws
     finally:
         aws.stop()
+
+
+@pytest.fixture
+def deps(aws: EmbeddedAws) -> Deps:
+    return local_deps(aws.outputs, aws.region, aws.endpoint, "local")
+
+
+@pytest.fixture
+def sqs(aws: EmbeddedAws) -> Any:
+    """A raw SQS client, for what the tests inspect beneath the `Queues` port."""
+    return aws.client("sqs")
 
 
 class ScriptedModel:
@@ -65,312 +79,316 @@ class ScriptedModel:
         return self.inner.invoke(request)
 
 
-def _start_job(store: Store) -> tuple[str, AnalysisMessage, Delivery]:
-    result = handle_intake(store, json.dumps({"schema_version": 1, "document": {"text": TEXT}}), "m-1")
-    r = store.aws.sqs.receive_message(QueueUrl=store.s.analysis_queue_url, MaxNumberOfMessages=10,
-                                      MessageSystemAttributeNames=["All"])
+def _start_job(deps: Deps, sqs: Any) -> tuple[str, AnalysisMessage, Delivery]:
+    result = handle_intake(deps, json.dumps({"schema_version": 1, "document": {"text": TEXT}}), "m-1")
+    r = sqs.receive_message(QueueUrl=deps.settings.analysis_queue_url, MaxNumberOfMessages=10,
+                            MessageSystemAttributeNames=["All"])
     (m,) = r["Messages"]
     delivery = Delivery(message_id=m["MessageId"], receipt_handle=m["ReceiptHandle"], receive_count=1,
-                        queue_url=store.s.analysis_queue_url, visibility_s=store.s.profile.analysis_visibility_s)
-    return result.job_id, AnalysisMessage.model_validate_json(m["Body"]), delivery  # type: ignore[return-value]
+                        visibility_s=deps.settings.profile.analysis_visibility_s)
+    return result.job_id, AnalysisMessage.model_validate_json(m["Body"]), delivery  # type: ignore[return-value]  # a valid document always names its job
 
 
-def _worker(store: Store, model: Any) -> ChunkWorker:
-    return ChunkWorker(store, model, rng=random.Random(1), sleep=lambda s: None, call_safety_s=0.5)
+def _worker(deps: Deps, model: Any) -> ChunkWorker:
+    return ChunkWorker(deps, model, rng=random.Random(1), sleep=lambda s: None, call_safety_s=0.5)
 
 
-def _aggregate(store: Store) -> list[str]:
+def _aggregate(deps: Deps, sqs: Any) -> list[str]:
     outcomes = []
-    r = store.aws.sqs.receive_message(QueueUrl=store.s.results_queue_url, MaxNumberOfMessages=10)
+    r = sqs.receive_message(QueueUrl=deps.settings.results_queue_url, MaxNumberOfMessages=10)
     for m in r.get("Messages", []):
-        outcomes.append(handle_result(store, ResultMessage.model_validate_json(m["Body"])))
-        store.aws.sqs.delete_message(QueueUrl=store.s.results_queue_url, ReceiptHandle=m["ReceiptHandle"])
+        outcomes.append(handle_result(deps, ResultMessage.model_validate_json(m["Body"])))
+        sqs.delete_message(QueueUrl=deps.settings.results_queue_url, ReceiptHandle=m["ReceiptHandle"])
     return outcomes
 
 
-def _commit_checkpoint(store: Store, job_id: str, chunk_id: str, analyst: str, config_hash: str) -> None:
-    claim = store.claim(job_id, chunk_id, "earlier-worker", 30, 1)
+def _commit_checkpoint(deps: Deps, job_id: str, chunk_id: str, analyst: str, config_hash: str) -> None:
+    claim = deps.claims.claim(job_id, chunk_id, "earlier-worker", 30, 1)
     assert claim.won
     out = {"analyst": analyst, "status": "ok", "findings": [], "model_calls": 2}
-    assert store.put_checkpoint(job_id, chunk_id, analyst, claim.fence, config_hash, out)
-    store.release(job_id, chunk_id, claim.fence, {}, None, failure=False)
+    assert deps.claims.put_checkpoint(job_id, chunk_id, analyst, claim.fence, config_hash, "ok", json.dumps(out))
+    deps.claims.release(job_id, chunk_id, claim.fence, AttemptStats(), None, failure=False)
 
 
-def test_checkpointed_analyst_is_loaded_not_rerun(store):
-    job_id, msg, delivery = _start_job(store)
-    _commit_checkpoint(store, job_id, msg.chunk_id, "liability", store.s.analysis_config_hash())
+def test_checkpointed_analyst_is_loaded_not_rerun(deps, sqs):
+    job_id, msg, delivery = _start_job(deps, sqs)
+    _commit_checkpoint(deps, job_id, msg.chunk_id, "liability", deps.settings.analysis_config_hash())
     model = ScriptedModel()
-    assert _worker(store, model).handle(msg, delivery).action == "done"
+    assert _worker(deps, model).handle(msg, delivery).action == "done"
     assert model.calls[("liability", "locate")] == 0  # loaded from the checkpoint
     assert model.calls[("disputes", "locate")] == 1
-    assert _aggregate(store) == ["completed"]
+    assert _aggregate(deps, sqs) == ["completed"]
 
 
-def test_checkpoint_from_another_model_or_prompt_is_not_reused(store):
-    job_id, msg, delivery = _start_job(store)
-    _commit_checkpoint(store, job_id, msg.chunk_id, "liability", "hash-of-an-older-deploy")
+def test_checkpoint_from_another_model_or_prompt_is_not_reused(deps, sqs):
+    job_id, msg, delivery = _start_job(deps, sqs)
+    _commit_checkpoint(deps, job_id, msg.chunk_id, "liability", "hash-of-an-older-deploy")
     model = ScriptedModel()
-    assert _worker(store, model).handle(msg, delivery).action == "done"
+    assert _worker(deps, model).handle(msg, delivery).action == "done"
     assert model.calls[("liability", "locate")] == 1  # re-run with the current model/prompt
-    stale = [e for e in store.events(job_id) if e["type"] == "checkpoint.stale"]
-    assert stale and stale[0]["detail"]["analyst"] == "liability"
+    stale = [e for e in deps.jobs.events(job_id) if e.type == "checkpoint.stale"]
+    assert stale and stale[0].detail["analyst"] == "liability"
 
 
-def test_out_of_lambda_time_hands_back_without_a_failure(store):
-    job_id, msg, delivery = _start_job(store)
+def test_out_of_lambda_time_hands_back_without_a_failure(deps, sqs):
+    job_id, msg, delivery = _start_job(deps, sqs)
     delivery.remaining_ms = lambda: 300  # less than one call needs
-    outcome = _worker(store, ScriptedModel()).handle(msg, delivery)
+    outcome = _worker(deps, ScriptedModel()).handle(msg, delivery)
     assert outcome.action == "requeued" and outcome.detail["reason"] == "runtime.time_exhausted"
-    record = store.get_chunk(job_id, msg.chunk_id)
-    assert record["status"] == "pending" and record["failures"] == 0
-    r = store.aws.sqs.receive_message(QueueUrl=store.s.analysis_queue_url, MaxNumberOfMessages=10)
+    record = get_chunk(deps, job_id, msg.chunk_id)
+    assert record.status == "pending" and record.failures == 0
+    r = sqs.receive_message(QueueUrl=deps.settings.analysis_queue_url, MaxNumberOfMessages=10)
     fresh = [AnalysisMessage.model_validate_json(m["Body"]) for m in r.get("Messages", [])]
     assert [(f.chunk_id, f.reason, f.requeues, f.attempt) for f in fresh] == \
         [(msg.chunk_id, "runtime.time_exhausted", 1, 1)]
 
 
-def test_refusal_of_an_optional_analyst_completes_with_the_gap_listed(store):
-    job_id, msg, delivery = _start_job(store)
+def test_refusal_of_an_optional_analyst_completes_with_the_gap_listed(deps, sqs):
+    job_id, msg, delivery = _start_job(deps, sqs)
     model = ScriptedModel({("licensing", "locate"): [ModelResponse(text="", stop_reason="content_filtered")]})
-    assert _worker(store, model).handle(msg, delivery).action == "done"
+    assert _worker(deps, model).handle(msg, delivery).action == "done"
     assert model.calls[("licensing", "locate")] == 1  # policy: fallback, not a retry
-    assert _aggregate(store) == ["completed"]
-    report = json.loads(store.get_object(store.get_job(job_id)["report_json_key"]))
+    assert _aggregate(deps, sqs) == ["completed"]
+    report = report_json(deps, get_job(deps, job_id))
     assert report["coverage"]["optional_gaps"] == [
         {"chunk_id": msg.chunk_id, "chunk_index": 0, "analyst": "licensing", "status": "refused"}]
 
 
-def test_refusal_of_a_mandatory_analyst_fails_the_job_naming_the_gap(store):
-    job_id, msg, delivery = _start_job(store)
+def test_refusal_of_a_mandatory_analyst_fails_the_job_naming_the_gap(deps, sqs):
+    job_id, msg, delivery = _start_job(deps, sqs)
     model = ScriptedModel({("liability", "locate"): [ModelResponse(text="", stop_reason="guardrail_intervened")]})
-    _worker(store, model).handle(msg, delivery)
-    assert _aggregate(store) == ["failed"]
-    job = store.get_job(job_id)
-    assert job["error_code"] == "job.chunks_missing"
-    report = json.loads(store.get_object(job["report_json_key"]))
+    _worker(deps, model).handle(msg, delivery)
+    assert _aggregate(deps, sqs) == ["failed"]
+    job = get_job(deps, job_id)
+    assert job.error_code == "job.chunks_missing"
+    report = report_json(deps, job)
     assert [g["analyst"] for g in report["coverage"]["mandatory_gaps"]] == ["liability"]
-    assert [(g["chunk_id"], g["analyst"]) for g in job["mandatory_gaps"]] == [(msg.chunk_id, "liability")]
+    assert [(g.chunk_id, g.analyst) for g in job.mandatory_gaps] == [(msg.chunk_id, "liability")]
 
 
-def test_invalid_output_gets_one_repair_with_the_error_fed_back(store):
-    job_id, msg, delivery = _start_job(store)
+def test_invalid_output_gets_one_repair_with_the_error_fed_back(deps, sqs):
+    job_id, msg, delivery = _start_job(deps, sqs)
     bad = ModelResponse(text='{"clauses": [{"category": "liability_cap", "quote": "not in the text"}]}',
                         stop_reason="end_turn")
     model = ScriptedModel({("liability", "locate"): [bad]})
-    assert _worker(store, model).handle(msg, delivery).action == "done"
+    assert _worker(deps, model).handle(msg, delivery).action == "done"
     assert model.calls[("liability", "locate")] == 2
-    record = store.get_chunk(job_id, msg.chunk_id)
-    assert record["repairs"] == 1 and record["retries"] == {}  # counted apart from transient retries
-    assert record["coverage"]["liability"] == "ok"
+    record = get_chunk(deps, job_id, msg.chunk_id)
+    assert record.repairs == 1 and record.retries == {}  # counted apart from transient retries
+    assert record.coverage["liability"] == "ok"
 
 
-def test_invalid_output_twice_becomes_a_permanent_gap(store):
-    job_id, msg, delivery = _start_job(store)
+def test_invalid_output_twice_becomes_a_permanent_gap(deps, sqs):
+    job_id, msg, delivery = _start_job(deps, sqs)
     bad = ModelResponse(text="{", stop_reason="end_turn")
     model = ScriptedModel({("indemnity", "locate"): [bad, bad]})
-    _worker(store, model).handle(msg, delivery)
+    _worker(deps, model).handle(msg, delivery)
     assert model.calls[("indemnity", "locate")] == 2
-    assert store.get_chunk(job_id, msg.chunk_id)["coverage"]["indemnity"] == "failed"
-    assert _aggregate(store) == ["failed"]
+    assert get_chunk(deps, job_id, msg.chunk_id).coverage["indemnity"] == "failed"
+    assert _aggregate(deps, sqs) == ["failed"]
 
 
-def test_a_lapsed_claim_is_taken_over_and_the_old_token_is_rejected(store):
-    job_id, msg, _ = _start_job(store)
-    first = store.claim(job_id, msg.chunk_id, "a", lease_s=-1, receive_count=1)  # already lapsed
-    second = store.claim(job_id, msg.chunk_id, "b", lease_s=30, receive_count=2)
+def test_a_lapsed_claim_is_taken_over_and_the_old_token_is_rejected(deps, sqs):
+    job_id, msg, _ = _start_job(deps, sqs)
+    first = deps.claims.claim(job_id, msg.chunk_id, "a", lease_s=-1, receive_count=1)  # already lapsed
+    second = deps.claims.claim(job_id, msg.chunk_id, "b", lease_s=30, receive_count=2)
     assert first.won and second.won and second.fence == first.fence + 1
     out = {"analyst": "liability", "status": "ok", "findings": [], "model_calls": 0}
-    assert not store.put_checkpoint(job_id, msg.chunk_id, "liability", first.fence, "h", out)
-    assert store.checkpoints(job_id, msg.chunk_id) == {}  # nothing committed for the zombie
-    assert store.finish(job_id, msg.chunk_id, first.fence, "done", {}, {}) is None
-    assert not store.heartbeat(job_id, msg.chunk_id, first.fence, 30)
-    third = store.claim(job_id, msg.chunk_id, "c", lease_s=30, receive_count=3)
-    assert not third.won and third.item["claimed_by"] == "b"  # why it failed, without another read
+    assert not deps.claims.put_checkpoint(job_id, msg.chunk_id, "liability", first.fence, "h", "ok", json.dumps(out))
+    assert deps.claims.checkpoints(get_chunk(deps, job_id, msg.chunk_id)) == {}  # nothing committed for the zombie
+    assert deps.claims.finish(job_id, msg.chunk_id, first.fence, ChunkStatus.DONE, AttemptStats()) is None
+    assert not deps.claims.heartbeat(job_id, msg.chunk_id, first.fence, 30)
+    third = deps.claims.claim(job_id, msg.chunk_id, "c", lease_s=30, receive_count=3)
+    assert not third.won and third.record is not None and third.record.claimed_by == "b"  # why it failed, without another read
 
 
-def test_sweeper_requeues_a_lapsed_claim_and_dead_letters_after_the_poison_budget(store):
-    job_id, msg, _ = _start_job(store)
+def test_sweeper_requeues_a_lapsed_claim_and_dead_letters_after_the_poison_budget(deps, sqs):
+    job_id, msg, _ = _start_job(deps, sqs)
     budget = get_profile("local").poison_budget
     for attempt in range(1, budget + 1):
-        claim = store.claim(job_id, msg.chunk_id, f"w{attempt}", lease_s=-1, receive_count=1)
+        claim = deps.claims.claim(job_id, msg.chunk_id, f"w{attempt}", lease_s=-1, receive_count=1)
         assert claim.won
-        report = sweep(store)
+        report = sweep(deps)
         if attempt < budget:
             assert report.requeued == [msg.chunk_id]
-            assert store.get_chunk(job_id, msg.chunk_id)["failures"] == attempt
+            assert get_chunk(deps, job_id, msg.chunk_id).failures == attempt
         else:
             assert report.dead_lettered == [msg.chunk_id]
-    record = store.get_chunk(job_id, msg.chunk_id)
-    assert record["status"] == "dead_lettered" and record["last_error"]["error_code"] == "runtime.worker_lost"
-    assert _aggregate(store) == ["dead_lettered"]
-    job = store.get_job(job_id)
-    assert job["state"] == "dead_lettered" and [m["chunk_id"] for m in job["missing"]] == [msg.chunk_id]
+    record = get_chunk(deps, job_id, msg.chunk_id)
+    assert record.status == "dead_lettered" and record.last_error is not None \
+        and record.last_error.error_code == "runtime.worker_lost"
+    assert _aggregate(deps, sqs) == ["dead_lettered"]
+    job = get_job(deps, job_id)
+    assert job.state == "dead_lettered" and [m.chunk_id for m in job.missing] == [msg.chunk_id]
 
 
 # --- regressions from the failure-mode review --------------------------------------------------
 LONG_TEXT = "\n\n".join(f"{i}. Section {i}. " + TEXT.replace("\n\n", " ") for i in range(1, 25))
 
 
-def _start_long_job(store: Store) -> tuple[str, list[tuple[AnalysisMessage, Delivery]]]:
-    result = handle_intake(store, json.dumps({"schema_version": 1, "document": {"text": LONG_TEXT}}), "m-long")
-    count = store.get_job(result.job_id)["chunk_count"]
+def _start_long_job(deps: Deps, sqs: Any) -> tuple[str, list[tuple[AnalysisMessage, Delivery]]]:
+    result = handle_intake(deps, json.dumps({"schema_version": 1, "document": {"text": LONG_TEXT}}), "m-long")
+    count = get_job(deps, result.job_id).chunk_count
     assert 3 <= count <= 10, "the long text splits into several chunks (one receive takes them all)"
     out = []
     for _ in range(10):
-        r = store.aws.sqs.receive_message(QueueUrl=store.s.analysis_queue_url, MaxNumberOfMessages=10)
+        r = sqs.receive_message(QueueUrl=deps.settings.analysis_queue_url, MaxNumberOfMessages=10)
         for m in r.get("Messages", []):
             out.append((AnalysisMessage.model_validate_json(m["Body"]),
-                        Delivery(m["MessageId"], m["ReceiptHandle"], 1, store.s.analysis_queue_url, 60)))
+                        Delivery(m["MessageId"], m["ReceiptHandle"], 1, 60)))
         if len(out) == count:
             break
-    return result.job_id, sorted(out, key=lambda x: x[0].chunk_index)  # type: ignore[return-value]
+    return result.job_id, sorted(out, key=lambda x: x[0].chunk_index)  # type: ignore[return-value]  # a valid document always names its job
 
 
-def _results(store: Store) -> list[ResultMessage]:
-    r = store.aws.sqs.receive_message(QueueUrl=store.s.results_queue_url, MaxNumberOfMessages=10,
-                                      VisibilityTimeout=0)
+def _results(deps: Deps, sqs: Any) -> list[ResultMessage]:
+    r = sqs.receive_message(QueueUrl=deps.settings.results_queue_url, MaxNumberOfMessages=10, VisibilityTimeout=0)
     return [ResultMessage.model_validate_json(m["Body"]) for m in r.get("Messages", [])]
 
 
-def test_redelivery_of_a_settled_failed_chunk_resends_its_lost_result(store):
-    job_id, msg, delivery = _start_job(store)
-    claim = store.claim(job_id, msg.chunk_id, "crashed-before-send", 30, 1)
+def test_redelivery_of_a_settled_failed_chunk_resends_its_lost_result(deps, sqs):
+    job_id, msg, delivery = _start_job(deps, sqs)
+    claim = deps.claims.claim(job_id, msg.chunk_id, "crashed-before-send", 30, 1)
     env = ErrorEnvelope.of("model.request_invalid", "bad request")
-    assert store.finish(job_id, msg.chunk_id, claim.fence, "failed", {}, {}, env)  # ...then the process died
-    assert _results(store) == []
-    outcome = _worker(store, ScriptedModel()).handle(msg, delivery)  # the message comes back
+    assert deps.claims.finish(job_id, msg.chunk_id, claim.fence, ChunkStatus.FAILED, AttemptStats(),
+                              error=env)  # ...then the process died
+    assert _results(deps, sqs) == []
+    outcome = _worker(deps, ScriptedModel()).handle(msg, delivery)  # the message comes back
     assert outcome.action == "duplicate"
-    (res,) = _results(store)
-    assert (res.chunk_id, res.status, res.error["error_code"]) == (msg.chunk_id, "failed", "model.request_invalid")
+    (res,) = _results(deps, sqs)
+    assert (res.chunk_id, res.status, res.error and res.error.error_code) == \
+        (msg.chunk_id, "failed", "model.request_invalid")
 
 
-def test_intake_redelivery_resends_chunks_but_a_second_submission_does_not(store):
+def test_intake_redelivery_resends_chunks_but_a_second_submission_does_not(deps):
     body = json.dumps({"schema_version": 1, "document": {"text": TEXT}})
-    first = handle_intake(store, body, "msg-A")
-    assert store.get_job(first.job_id)["state"] == "running"
-    again = handle_intake(store, body, "msg-A")  # the same SQS message, redelivered after a crash
-    other = handle_intake(store, body, "msg-B")  # a user submitting the same document again
+    first = handle_intake(deps, body, "msg-A")
+    assert get_job(deps, first.job_id).state == "running"
+    again = handle_intake(deps, body, "msg-A")  # the same SQS message, redelivered after a crash
+    other = handle_intake(deps, body, "msg-B")  # a user submitting the same document again
     assert again.state == "running" and other.state == "running" and not other.created
-    from .conftest import queue_depth
-
-    assert queue_depth(store, store.s.analysis_queue_url) == 2  # 1 chunk, sent by A and re-sent by A only
+    assert deps.queues.depth(Queue.ANALYSIS) == 2  # 1 chunk, sent by A and re-sent by A only
 
 
-def test_redrive_after_a_job_fatal_error_reopens_every_unfinished_chunk(store):
-    from contract_review import ops
+def test_redrive_after_a_job_fatal_error_reopens_every_unfinished_chunk(deps, sqs):
+    from contract_review import redrive
 
-    job_id, work = _start_long_job(store)
+    job_id, work = _start_long_job(deps, sqs)
     (m0, d0), (m1, _), *rest = work
     # chunk 1 is dead-lettered; chunk 0 then fails the whole job with a permanent access error
-    c1 = store.claim(job_id, m1.chunk_id, "w", 30, 5)
-    dead = store.finish(job_id, m1.chunk_id, c1.fence, "dead_lettered", {}, {},
-                        ErrorEnvelope.of("model.unavailable", "503"))
-    store.send_to_dlq(store.s.analysis_dlq_url, m1.model_dump_json(), ErrorEnvelope.of("model.unavailable"))
+    c1 = deps.claims.claim(job_id, m1.chunk_id, "w", 30, 5)
+    dead = deps.claims.finish(job_id, m1.chunk_id, c1.fence, ChunkStatus.DEAD_LETTERED, AttemptStats(),
+                              error=ErrorEnvelope.of("model.unavailable", "503"))
+    deps.queues.dead_letter(Queue.ANALYSIS, m1.model_dump_json(), ErrorEnvelope.of("model.unavailable"))
     assert dead is not None
     denied = ScriptedModel()
-    denied.invoke = lambda req: (_ for _ in ()).throw(  # type: ignore[method-assign]
+    denied.invoke = lambda request: (_ for _ in ()).throw(  # type: ignore[method-assign]  # a scripted failure
         __import__("botocore.exceptions").exceptions.ClientError(
             {"Error": {"Code": "AccessDeniedException"}, "ResponseMetadata": {"HTTPStatusCode": 403}}, "Converse"))
-    assert _worker(store, denied).handle(m0, d0).action == "job_failed"
+    assert _worker(deps, denied).handle(m0, d0).action == "job_failed"
     for m, d in rest:  # the rest are skipped: the job has ended
-        assert _worker(store, ScriptedModel()).handle(m, d).action == "skipped"
-    assert store.get_job(job_id)["state"] == "failed"
+        assert _worker(deps, ScriptedModel()).handle(m, d).action == "skipped"
+    assert get_job(deps, job_id).state == "failed"
     # WHEN the operator fixes the grant and redrives the DLQ
-    done = ops.dlq_redrive(store)
-    assert [d["action"] for d in done] == [f"redriven ({len(work)} chunk(s) sent)"]
-    job = store.get_job(job_id)
-    assert job["state"] == "running" and not job.get("settled") and not job.get("error_code")
+    done = redrive.dlq_redrive(deps)
+    assert [d.action for d in done] == [f"redriven ({len(work)} chunk(s) sent)"]
+    job = get_job(deps, job_id)
+    assert job.state == "running" and not job.settled and not job.error_code
     # THEN every chunk runs again and the job completes
-    r = store.aws.sqs.receive_message(QueueUrl=store.s.analysis_queue_url, MaxNumberOfMessages=10)
+    r = sqs.receive_message(QueueUrl=deps.settings.analysis_queue_url, MaxNumberOfMessages=10)
     msgs = r["Messages"]
     assert sorted(AnalysisMessage.model_validate_json(m["Body"]).chunk_id for m in msgs) == \
         sorted(m.chunk_id for m, _ in work)
     for m in msgs:
         am = AnalysisMessage.model_validate_json(m["Body"])
-        _worker(store, ScriptedModel()).handle(am, Delivery(m["MessageId"], m["ReceiptHandle"], 1,
-                                                            store.s.analysis_queue_url, 60))
+        _worker(deps, ScriptedModel()).handle(am, Delivery(m["MessageId"], m["ReceiptHandle"], 1, 60))
     outcomes = []
     for _ in range(3):
-        outcomes += _aggregate(store)
-    assert outcomes[-1] == "completed" and store.get_job(job_id)["state"] == "completed"
+        outcomes += _aggregate(deps, sqs)
+    assert outcomes[-1] == "completed" and get_job(deps, job_id).state == "completed"
 
 
-def test_finalize_does_not_count_a_chunk_that_was_redriven_meanwhile(store):
+def test_finalize_does_not_count_a_chunk_that_was_redriven_meanwhile(deps, sqs):
     from contract_review.aggregator import finalize
 
-    job_id, msg, _ = _start_job(store)
-    store.settle_chunk(job_id, msg.chunk_id)  # counted, but the chunk record says pending (redriven)
-    assert finalize(store, store.get_job(job_id)) == "recorded"
-    job = store.get_job(job_id)
-    assert job["state"] == "running" and not job.get("settled")
+    job_id, msg, _ = _start_job(deps, sqs)
+    deps.jobs.settle_chunk(job_id, msg.chunk_id)  # counted, but the chunk record says pending (redriven)
+    assert finalize(deps, get_job(deps, job_id)) == JobState.RUNNING
+    job = get_job(deps, job_id)
+    assert job.state == "running" and not job.settled
 
 
-def test_sweeper_write_loses_to_a_heartbeat_that_landed_after_its_read(store):
-    job_id, msg, _ = _start_job(store)
-    claim = store.claim(job_id, msg.chunk_id, "alive", lease_s=-1, receive_count=1)
-    (seen,) = list(store.lapsed_claims(store.clock()))  # the sweeper reads the lapsed lease...
-    assert store.heartbeat(job_id, msg.chunk_id, claim.fence, 30)  # ...the owner heartbeats...
-    assert sweep(store).requeued == []  # ...and the sweep changes nothing
-    assert store.release(job_id, msg.chunk_id, claim.fence, {}, None, failure=True,
-                         lapsed_before=store.clock()) is None
-    assert store.get_chunk(job_id, msg.chunk_id)["status"] == "claimed"
-    assert seen["chunk_id"] == msg.chunk_id
+def test_sweeper_write_loses_to_a_heartbeat_that_landed_after_its_read(deps, sqs):
+    job_id, msg, _ = _start_job(deps, sqs)
+    claim = deps.claims.claim(job_id, msg.chunk_id, "alive", lease_s=-1, receive_count=1)
+    (seen,) = list(deps.claims.lapsed(deps.clock()))  # the sweeper reads the lapsed lease...
+    assert deps.claims.heartbeat(job_id, msg.chunk_id, claim.fence, 30)  # ...the owner heartbeats...
+    assert sweep(deps).requeued == []  # ...and the sweep changes nothing
+    assert deps.claims.release(job_id, msg.chunk_id, claim.fence, AttemptStats(), None, failure=True,
+                               lapsed_before=deps.clock()) is None
+    assert get_chunk(deps, job_id, msg.chunk_id).status == "claimed"
+    assert seen.chunk_id == msg.chunk_id
 
 
-def test_a_dlq_copy_older_than_a_redrive_does_not_dead_letter_the_chunk_again(store):
-    from contract_review import ops
+def test_a_dlq_copy_older_than_a_redrive_does_not_dead_letter_the_chunk_again(deps, sqs):
+    from contract_review import ops, redrive
 
-    job_id, msg, _ = _start_job(store)
-    c = store.claim(job_id, msg.chunk_id, "w", 30, 5)
-    store.finish(job_id, msg.chunk_id, c.fence, "dead_lettered", {}, {}, ErrorEnvelope.of("model.unavailable"))
+    job_id, msg, _ = _start_job(deps, sqs)
+    c = deps.claims.claim(job_id, msg.chunk_id, "w", 30, 5)
+    deps.claims.finish(job_id, msg.chunk_id, c.fence, ChunkStatus.DEAD_LETTERED, AttemptStats(),
+                       error=ErrorEnvelope.of("model.unavailable"))
     for _ in range(2):  # two copies in the DLQ (e.g. the worker's and the queue's redrive)
-        store.send_to_dlq(store.s.analysis_dlq_url, msg.model_dump_json(), ErrorEnvelope.of("model.unavailable"))
-    first = ops.dlq_list(store)[0]["message_id"]
-    assert ops.dlq_redrive(store, {first})[0]["action"].startswith("redriven")
-    report = sweep(store)  # the other copy is still in the DLQ
+        deps.queues.dead_letter(Queue.ANALYSIS, msg.model_dump_json(), ErrorEnvelope.of("model.unavailable"))
+    first = ops.dlq_list(deps)[0].message_id
+    assert redrive.dlq_redrive(deps, {first})[0].action.startswith("redriven")
+    report = sweep(deps)  # the other copy is still in the DLQ
     assert report.dead_lettered == []
-    assert store.get_chunk(job_id, msg.chunk_id)["status"] == "pending"
+    assert get_chunk(deps, job_id, msg.chunk_id).status == "pending"
 
 
-def test_reconciler_recovers_a_job_whose_results_and_messages_were_lost(store):
-    job_id, work = _start_long_job(store)
+def test_reconciler_recovers_a_job_whose_results_and_messages_were_lost(deps, sqs):
+    job_id, work = _start_long_job(deps, sqs)
     (m0, d0), (m1, _), *_ = work
     # chunk 0 finished but its results message never reached the queue; chunk 1's message is lost
-    _worker(store, ScriptedModel()).handle(m0, d0)
-    store.aws.sqs.purge_queue(QueueUrl=store.s.results_queue_url)
-    later = store.clock() + store.s.profile.stall_after_s + 1
-    report = sweep(store, now=later)
+    _worker(deps, ScriptedModel()).handle(m0, d0)
+    sqs.purge_queue(QueueUrl=deps.settings.results_queue_url)
+    later = deps.clock() + deps.settings.profile.stall_after_s + 1
+    report = sweep(deps, now=later)
     assert report.reconciled == [job_id]
-    assert [r.chunk_id for r in _results(store)] == [m0.chunk_id]
-    r = store.aws.sqs.receive_message(QueueUrl=store.s.analysis_queue_url, MaxNumberOfMessages=10)
+    assert [r.chunk_id for r in _results(deps, sqs)] == [m0.chunk_id]
+    r = sqs.receive_message(QueueUrl=deps.settings.analysis_queue_url, MaxNumberOfMessages=10)
     resent = {AnalysisMessage.model_validate_json(m["Body"]).chunk_id for m in r.get("Messages", [])}
     assert m1.chunk_id in resent and m0.chunk_id not in resent
-    assert any(e["type"] == "job.reconciled" for e in store.events(job_id))
+    assert any(e.type == "job.reconciled" for e in deps.jobs.events(job_id))
 
 
-def test_a_corrected_resubmission_replaces_a_job_that_failed_on_bad_input(store):
-    bad = handle_intake(store, json.dumps({"schema_version": 1, "document": {"text": "  "}, "idempotency_key": "K"}))
-    assert bad.state == "failed" and store.get_job(bad.job_id)["error_code"] == "input.empty_document"
-    good = handle_intake(store, json.dumps({"schema_version": 1, "document": {"text": TEXT}, "idempotency_key": "K"}))
-    assert good.job_id == bad.job_id and good.created and store.get_job(good.job_id)["state"] == "running"
+def test_a_corrected_resubmission_replaces_a_job_that_failed_on_bad_input(deps):
+    bad = handle_intake(deps, json.dumps({"schema_version": 1, "document": {"text": "  "}, "idempotency_key": "K"}))
+    assert bad.state == "failed" and get_job(deps, bad.job_id).error_code == "input.empty_document"
+    good = handle_intake(deps, json.dumps({"schema_version": 1, "document": {"text": TEXT}, "idempotency_key": "K"}))
+    assert good.job_id == bad.job_id and good.created and get_job(deps, good.job_id).state == "running"
     # but a job that failed for another reason is never silently replaced
-    job = store.get_job(good.job_id)
-    assert store.transition(good.job_id, ["running"], "failed", {"error_code": "model.access_denied"})
-    again = handle_intake(store, json.dumps({"schema_version": 1, "document": {"text": TEXT}, "idempotency_key": "K"}))
-    assert not again.created and again.state == "failed" and job["job_id"] == again.job_id
+    job = get_job(deps, good.job_id)
+    denied = ErrorEnvelope.of("model.access_denied")
+    assert deps.jobs.transition(job.job_id, (JobState.RUNNING,), JobState.FAILED,
+                                outcome=JobFailure(error=denied, error_code=denied.error_code, ended_at=deps.clock()))
+    again = handle_intake(deps, json.dumps({"schema_version": 1, "document": {"text": TEXT}, "idempotency_key": "K"}))
+    assert not again.created and again.state == "failed" and job.job_id == again.job_id
 
 
-def test_large_analyst_output_is_checkpointed_in_s3_and_loaded_back(store):
-    small = store.s.model_copy(update={"profile": store.s.profile.model_copy(update={"checkpoint_inline_max_bytes": 10})})
-    s3_store = Store(dataclasses.replace(store.aws, settings=small))
-    job_id, msg, delivery = _start_job(s3_store)
-    claim = s3_store.claim(job_id, msg.chunk_id, "w", 30, 1)
+def test_large_analyst_output_is_checkpointed_in_s3_and_loaded_back(aws, deps, sqs):
+    small = deps.settings.model_copy(
+        update={"profile": deps.settings.profile.model_copy(update={"checkpoint_inline_max_bytes": 10})})
+    s3_deps = build_deps(small, local_session(aws.region), aws.endpoint)
+    job_id, msg, delivery = _start_job(s3_deps, sqs)
+    claim = s3_deps.claims.claim(job_id, msg.chunk_id, "w", 30, 1)
     out = {"analyst": "liability", "status": "ok", "findings": [], "model_calls": 2}
-    assert s3_store.put_checkpoint(job_id, msg.chunk_id, "liability", claim.fence, small.analysis_config_hash(), out)
-    (item,) = s3_store.checkpoints(job_id, msg.chunk_id).values()
-    assert "output" not in item and item["output_key"].startswith(f"checkpoints/{job_id}/")
-    assert s3_store.load_checkpoint_output(item) == out
-    s3_store.release(job_id, msg.chunk_id, claim.fence, {}, None, failure=False)
+    assert s3_deps.claims.put_checkpoint(job_id, msg.chunk_id, "liability", claim.fence, small.analysis_config_hash(),
+                                         "ok", json.dumps(out))
+    (cp,) = s3_deps.claims.checkpoints(get_chunk(s3_deps, job_id, msg.chunk_id)).values()
+    assert cp.output is None and (cp.output_key or "").startswith(f"checkpoints/{job_id}/")
+    assert json.loads(s3_deps.claims.checkpoint_output(cp)) == out
+    s3_deps.claims.release(job_id, msg.chunk_id, claim.fence, AttemptStats(), None, failure=False)
     model = ScriptedModel()
-    assert _worker(s3_store, model).handle(msg, delivery).action == "done"
+    assert _worker(s3_deps, model).handle(msg, delivery).action == "done"
     assert model.calls[("liability", "locate")] == 0  # resumed from the S3 checkpoint
