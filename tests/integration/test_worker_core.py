@@ -27,16 +27,8 @@ from contract_review.worker import ChunkWorker, Delivery
 from review_local.connect import local_deps, local_session
 from review_local.embedded import EmbeddedAws
 
+from ..texts import LONG_TEXT, TEXT
 from .conftest import get_chunk, get_job, report_json
-
-TEXT = (
-    "1. Liability. In no event shall either party be liable for any indirect, incidental or consequential "
-    "damages, and each party's aggregate liability shall not exceed the fees paid in the prior twelve months.\n\n"
-    "2. Licence. Licensor grants Customer a non-exclusive, non-transferable, worldwide license to use the "
-    "Software during the Term.\n\n"
-    "3. Law. This Agreement shall be governed by the laws of the State of New York.\n\n"
-    "4. Termination. Customer may terminate this Agreement at any time for convenience upon thirty days notice.\n"
-)
 
 
 @pytest.fixture
@@ -223,8 +215,6 @@ def test_sweeper_requeues_a_lapsed_claim_and_dead_letters_after_the_poison_budge
 
 
 # --- regressions from the failure-mode review --------------------------------------------------
-LONG_TEXT = "\n\n".join(f"{i}. Section {i}. " + TEXT.replace("\n\n", " ") for i in range(1, 25))
-
 
 def _start_long_job(deps: Deps, sqs: Any) -> tuple[str, list[tuple[AnalysisMessage, Delivery]]]:
     result = handle_intake(deps, json.dumps({"schema_version": 1, "document": {"text": LONG_TEXT}}), "m-long")

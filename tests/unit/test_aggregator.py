@@ -4,98 +4,40 @@ found at finalize, and duplicate results."""
 
 from __future__ import annotations
 
-import json
-
 import pytest
 
 from contract_review.aggregator import finalize, handle_result
-from contract_review.analysts import ANALYSTS, ChunkFindings, Finding
+from contract_review.analysts import ANALYSTS, Finding
 from contract_review.chunks import settled_result
 from contract_review.errors import ErrorEnvelope
-from contract_review.intake import handle_intake
 from contract_review.records import (
     LIST_SAMPLE,
     AttemptStats,
-    ChunkOutcome,
     ChunkRecord,
     ChunkStatus,
     CoverageGap,
     Job,
     JobState,
     Reliability,
-    document_key,
-    findings_key,
-    job_id_for,
     report_keys,
 )
 from contract_review.report import Report
 
+from ..texts import TEXT
 from .fakes import FakeWorld
+from .scenarios import ALL_OK, claim, deliver, intake, running_job, settle_done
 
-TEXT = (
-    "1. Liability. In no event shall either party be liable for any indirect, incidental or consequential "
-    "damages, and each party's aggregate liability shall not exceed the fees paid in the prior twelve months.\n\n"
-    "2. Licence. Licensor grants Customer a non-exclusive, non-transferable, worldwide license to use the "
-    "Software during the Term.\n\n"
-    "3. Law. This Agreement shall be governed by the laws of the State of New York.\n\n"
-    "4. Termination. Customer may terminate this Agreement at any time for convenience upon thirty days notice.\n"
-)
-LONG_TEXT = "\n\n".join(f"{i}. Section {i}. " + TEXT.replace("\n\n", " ") for i in range(1, 25))
-ALL_OK = {a.name: "ok" for a in ANALYSTS}
 MANDATORY = [a.name for a in ANALYSTS if a.mandatory]
 OPTIONAL = [a.name for a in ANALYSTS if not a.mandatory]
 
 
 # --- helpers -----------------------------------------------------------------------------------------
 
-def start(world: FakeWorld, text: str = LONG_TEXT) -> tuple[str, list[ChunkRecord]]:
-    """A running job taken in by intake, and its (pending) chunk records in chunk order."""
-    result = handle_intake(world.deps, json.dumps({"schema_version": 1, "document": {"text": text},
-                                                   "document_id": "msa-1"}), "m-1")
-    assert result.job_id is not None
-    return result.job_id, world.claims.for_job(result.job_id)
-
-
-def running_job(world: FakeWorld, n_chunks: int, job_key: str = "big") -> tuple[str, list[ChunkRecord]]:
-    """A running job with `n_chunks` pending chunk records, written directly (no document)."""
-    job_id, now = job_id_for(job_key), world.clock()
-    world.jobs.create(Job(job_id=job_id, state=JobState.RUNNING, created_at=now, updated_at=now,
-                          idempotency_key=job_key, document_key=document_key(job_id), chunk_count=n_chunks,
-                          analyst_count=11, model_id="offline-rules-v1"))
-    for i in range(n_chunks):
-        world.claims.create(ChunkRecord(job_id=job_id, chunk_id=f"c{i:05d}-x", chunk_index=i, start=i * 10,
-                                        end=i * 10 + 10))
-    return job_id, world.claims.for_job(job_id)
-
-
 def finding(record: ChunkRecord, quote: str, analyst: str = "liability", category: str = "liability_cap",
             score: float = 0.6) -> Finding:
     return Finding(category=category, score=score, quote=quote, start=record.start, end=record.start + len(quote),
                    rationale="caps liability", analyst=analyst, chunk_id=record.chunk_id,
                    chunk_index=record.chunk_index)
-
-
-def claim(world: FakeWorld, record: ChunkRecord, receive_count: int = 1) -> int:
-    won = world.claims.claim(record.job_id, record.chunk_id, "worker-1", 30.0, receive_count)
-    assert won.won
-    return won.fence
-
-
-def settle_done(world: FakeWorld, record: ChunkRecord, *, coverage: dict[str, str] | None = None,
-                findings: list[Finding] | None = None, stats: AttemptStats | None = None,
-                receive_count: int = 1) -> ChunkRecord:
-    """Claim the chunk and finish it `done`, its findings JSON in the artifacts."""
-    fence = claim(world, record, receive_count)
-    key = findings_key(record.job_id, record.chunk_index, record.chunk_id, fence)
-    found = findings or []
-    world.artifacts.put_text(key, ChunkFindings(chunk_id=record.chunk_id, chunk_index=record.chunk_index,
-                                                findings=found).model_dump_json())
-    done = world.claims.finish(record.job_id, record.chunk_id, fence, ChunkStatus.DONE,
-                               stats or AttemptStats(calls=22),
-                               outcome=ChunkOutcome(findings_key=key, coverage=coverage or ALL_OK,
-                                                    n_findings=len(found)))
-    assert done is not None
-    return done
 
 
 def settle_dead(world: FakeWorld, record: ChunkRecord, code: str = "model.request_invalid") -> ChunkRecord:
@@ -106,10 +48,6 @@ def settle_dead(world: FakeWorld, record: ChunkRecord, code: str = "model.reques
                                AttemptStats(calls=1), error=env)
     assert dead is not None
     return dead
-
-
-def deliver(world: FakeWorld, record: ChunkRecord) -> str:
-    return handle_result(world.deps, settled_result(record))
 
 
 def report_of(world: FakeWorld, job_id: str) -> Report:
@@ -201,7 +139,7 @@ def test_all_chunks_done_completes_the_job_with_a_report():
     # GIVEN a 4-chunk job; each chunk done with every analyst ok and one finding of its own,
     #       chunk 0 after a failed first attempt and a redelivery
     world = FakeWorld()
-    job_id, records = start(world)
+    job_id, records = intake(world)
     assert len(records) == 4
     r0 = records[0]
     fence = claim(world, r0)
@@ -258,7 +196,7 @@ def test_all_chunks_done_completes_the_job_with_a_report():
 def test_job_is_not_finalized_before_every_chunk_is_counted():
     # GIVEN a 4-chunk job with three chunks done
     world = FakeWorld()
-    job_id, records = start(world)
+    job_id, records = intake(world)
     settled = [settle_done(world, r) for r in records[:3]]
     # WHEN their results arrive
     outcomes = [deliver(world, r) for r in settled]
@@ -275,7 +213,7 @@ def test_job_is_not_finalized_before_every_chunk_is_counted():
 def test_optional_analyst_refused_still_completes_listing_the_optional_gap():
     # GIVEN a 4-chunk job where the optional `licensing` analyst refused on chunk 1
     world = FakeWorld()
-    job_id, records = start(world)
+    job_id, records = intake(world)
     refused = {**ALL_OK, "licensing": "refused"}
     settled = [settle_done(world, r, coverage=refused if r.chunk_index == 1 else None) for r in records]
     # WHEN all results arrive
@@ -297,7 +235,7 @@ def test_optional_analyst_refused_still_completes_listing_the_optional_gap():
 def test_mandatory_analyst_refused_fails_the_job_naming_the_gap():
     # GIVEN a 4-chunk job where the mandatory `liability` analyst refused on chunk 2
     world = FakeWorld()
-    job_id, records = start(world)
+    job_id, records = intake(world)
     refused = {**ALL_OK, "liability": "refused"}
     settled = [settle_done(world, r, coverage=refused if r.chunk_index == 2 else None) for r in records]
     # WHEN all results arrive
@@ -321,7 +259,7 @@ def test_mandatory_analyst_refused_fails_the_job_naming_the_gap():
 def test_dead_lettered_chunk_dead_letters_the_job_listing_it():
     # GIVEN a 4-chunk job whose chunk 3 was dead-lettered, the others done
     world = FakeWorld()
-    job_id, records = start(world)
+    job_id, records = intake(world)
     settled = [settle_done(world, r) for r in records[:3]] + [settle_dead(world, records[3])]
     # WHEN all results arrive
     outcomes = [deliver(world, r) for r in settled]
@@ -440,7 +378,7 @@ def test_finalize_called_directly_returns_running_when_a_chunk_is_not_settled():
 def test_duplicate_results_are_idempotent():
     # GIVEN a 2-chunk job with chunk 0 done and its result already counted
     world = FakeWorld()
-    job_id, records = start(world, TEXT + "\n\n" + "5. Notices. " + "All notices shall be in writing. " * 150)
+    job_id, records = intake(world, TEXT + "\n\n" + "5. Notices. " + "All notices shall be in writing. " * 150)
     assert len(records) == 2
     done0 = settle_done(world, records[0], findings=[finding(records[0], "q0")])
     assert deliver(world, done0) == "recorded"

@@ -16,17 +16,9 @@ from contract_review.messages import MAX_DOCUMENT_BYTES
 from contract_review.ports import Queue
 from contract_review.records import ChunkStatus, Job, JobState, document_key, job_id_for
 
+from ..texts import LONG_TEXT, TEXT
 from .fakes import SETTINGS, FakeQueues, FakeWorld
 
-TEXT = (
-    "1. Liability. In no event shall either party be liable for any indirect, incidental or consequential "
-    "damages, and each party's aggregate liability shall not exceed the fees paid in the prior twelve months.\n\n"
-    "2. Licence. Licensor grants Customer a non-exclusive, non-transferable, worldwide license to use the "
-    "Software during the Term.\n\n"
-    "3. Law. This Agreement shall be governed by the laws of the State of New York.\n\n"
-    "4. Termination. Customer may terminate this Agreement at any time for convenience upon thirty days notice.\n"
-)
-LONG_TEXT = "\n\n".join(f"{i}. Section {i}. " + TEXT.replace("\n\n", " ") for i in range(1, 25))
 BUCKET = SETTINGS.bucket
 
 

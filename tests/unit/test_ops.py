@@ -10,8 +10,7 @@ import json
 import pytest
 
 from contract_review import ops
-from contract_review.aggregator import handle_result
-from contract_review.analysts import ANALYSTS, ChunkFindings
+from contract_review.analysts import ANALYSTS
 from contract_review.chunking import document_hash
 from contract_review.chunks import dead_letter, settled_result
 from contract_review.errors import ErrorEnvelope
@@ -20,32 +19,20 @@ from contract_review.ports import Queue
 from contract_review.records import (
     LIST_SAMPLE,
     AttemptStats,
-    ChunkOutcome,
     ChunkRecord,
     ChunkStatus,
     CoverageGap,
-    Job,
     JobState,
     Reliability,
-    document_key,
-    findings_key,
     job_id_for,
     report_keys,
     upload_key,
 )
 
+from ..texts import LONG_TEXT, TEXT
 from .fakes import SETTINGS, FakeQueues, FakeWorld
+from .scenarios import ALL_OK, claim, deliver, intake, running_job, settle_done
 
-TEXT = (
-    "1. Liability. In no event shall either party be liable for any indirect, incidental or consequential "
-    "damages, and each party's aggregate liability shall not exceed the fees paid in the prior twelve months.\n\n"
-    "2. Licence. Licensor grants Customer a non-exclusive, non-transferable, worldwide license to use the "
-    "Software during the Term.\n\n"
-    "3. Law. This Agreement shall be governed by the laws of the State of New York.\n\n"
-    "4. Termination. Customer may terminate this Agreement at any time for convenience upon thirty days notice.\n"
-)
-LONG_TEXT = "\n\n".join(f"{i}. Section {i}. " + TEXT.replace("\n\n", " ") for i in range(1, 25))
-ALL_OK = {a.name: "ok" for a in ANALYSTS}
 IF_IT_FAILS_AGAIN = ("chunk messages go to the analysis DLQ with their error envelope; the job ends "
                      "`dead_lettered` listing them")
 RESUME = "resume unsettled chunks from their checkpoints"
@@ -53,41 +40,6 @@ STOP = "workers stop at the next stage entry; checkpoints stay; no report is wri
 
 
 # --- helpers -----------------------------------------------------------------------------------------
-
-def start(world: FakeWorld, text: str = LONG_TEXT) -> tuple[str, list[ChunkRecord]]:
-    result = handle_intake(world.deps, json.dumps({"schema_version": 1, "document": {"text": text},
-                                                   "document_id": "msa-1"}), "m-1")
-    assert result.job_id is not None
-    return result.job_id, world.claims.for_job(result.job_id)
-
-
-def running_job(world: FakeWorld, n_chunks: int, job_key: str = "big") -> tuple[str, list[ChunkRecord]]:
-    job_id, now = job_id_for(job_key), world.clock()
-    world.jobs.create(Job(job_id=job_id, state=JobState.RUNNING, created_at=now, updated_at=now,
-                          idempotency_key=job_key, document_key=document_key(job_id), chunk_count=n_chunks,
-                          analyst_count=11))
-    for i in range(n_chunks):
-        world.claims.create(ChunkRecord(job_id=job_id, chunk_id=f"c{i:05d}-x", chunk_index=i, start=i * 10,
-                                        end=i * 10 + 10))
-    return job_id, world.claims.for_job(job_id)
-
-
-def claim(world: FakeWorld, record: ChunkRecord) -> int:
-    won = world.claims.claim(record.job_id, record.chunk_id, "worker-1", 30.0, 1)
-    assert won.won
-    return won.fence
-
-
-def settle_done(world: FakeWorld, record: ChunkRecord, coverage: dict[str, str] | None = None) -> ChunkRecord:
-    fence = claim(world, record)
-    key = findings_key(record.job_id, record.chunk_index, record.chunk_id, fence)
-    world.artifacts.put_text(key, ChunkFindings(chunk_id=record.chunk_id, chunk_index=record.chunk_index,
-                                                findings=[]).model_dump_json())
-    done = world.claims.finish(record.job_id, record.chunk_id, fence, ChunkStatus.DONE, AttemptStats(calls=22),
-                               outcome=ChunkOutcome(findings_key=key, coverage=coverage or ALL_OK, n_findings=0))
-    assert done is not None
-    return done
-
 
 def dead_letter_chunk(world: FakeWorld, record: ChunkRecord) -> tuple[ChunkRecord, ErrorEnvelope, str]:
     """What a worker does with a poison chunk: DLQ its analysis message, settle, announce.
@@ -99,10 +51,6 @@ def dead_letter_chunk(world: FakeWorld, record: ChunkRecord) -> tuple[ChunkRecor
                        by="worker")
     assert dead is not None
     return dead, env, msg.text
-
-
-def deliver(world: FakeWorld, record: ChunkRecord) -> str:
-    return handle_result(world.deps, settled_result(record))
 
 
 def view_of(world: FakeWorld, job_id: str) -> ops.JobView:
@@ -121,7 +69,7 @@ def test_job_view_of_an_unknown_job_is_none():
 def test_job_view_of_a_running_job():
     # GIVEN a 4-chunk job: chunk 0 done (the optional `audit` analyst refused) and counted, chunk 1 claimed
     world = FakeWorld()
-    job_id, records = start(world)
+    job_id, records = intake(world)
     world.clock.advance(7)
     done = settle_done(world, records[0], coverage={**ALL_OK, "audit": "refused"})
     assert deliver(world, done) == "recorded"
@@ -157,7 +105,7 @@ def test_job_view_of_a_running_job():
 def test_job_view_of_a_running_job_with_nothing_done_yet():
     # GIVEN a freshly taken-in job
     world = FakeWorld()
-    job_id, _ = start(world)
+    job_id, _ = intake(world)
     # WHEN viewed  THEN no checkpoint time is claimed
     view = view_of(world, job_id)
     assert view.answers.last_durable_checkpoint == "0 of 4 chunks settled done"
@@ -168,7 +116,7 @@ def test_job_view_of_a_running_job_with_nothing_done_yet():
 def test_job_view_of_a_completed_job():
     # GIVEN a 4-chunk job that completed
     world = FakeWorld()
-    job_id, records = start(world)
+    job_id, records = intake(world)
     outcomes = [deliver(world, settle_done(world, r)) for r in records]
     assert outcomes[-1] == "completed"
     job = world.jobs.get(job_id)
@@ -192,7 +140,7 @@ def test_job_view_of_a_completed_job():
 def test_job_view_of_a_dead_lettered_job():
     # GIVEN a 4-chunk job whose chunk 2 was dead-lettered by its worker
     world = FakeWorld()
-    job_id, records = start(world)
+    job_id, records = intake(world)
     dead, env, _ = dead_letter_chunk(world, records[2])
     outcomes = [deliver(world, settle_done(world, r)) for r in records if r.chunk_index != 2]
     outcomes.append(deliver(world, dead))
@@ -250,7 +198,7 @@ def test_job_view_mandatory_gaps_of_a_running_job_come_from_settled_chunks_only(
 def test_job_view_shows_at_most_ten_recent_events_oldest_first():
     # GIVEN a job with 2 intake events and 15 more
     world = FakeWorld()
-    job_id, _ = start(world)
+    job_id, _ = intake(world)
     for i in range(15):
         world.clock.advance(1)
         world.jobs.record_event(job_id, "chunk.requeued", n=i)
@@ -298,7 +246,7 @@ def test_retry_answer_of_a_job_failed_on_bad_input_does_not_promise_a_resume():
 def test_dlq_list_joins_an_analysis_dead_letter_with_its_job_and_chunk():
     # GIVEN a running 4-chunk job whose chunk 1 a worker dead-lettered
     world = FakeWorld()
-    job_id, records = start(world)
+    job_id, records = intake(world)
     dead, env, chunk_text = dead_letter_chunk(world, records[1])
     [sent] = world.queues.sent[Queue.ANALYSIS_DLQ]
     # WHEN the operator lists the DLQs
@@ -325,7 +273,7 @@ def test_dlq_list_joins_an_analysis_dead_letter_with_its_job_and_chunk():
 def test_dlq_list_shows_the_job_state_once_it_ended():
     # GIVEN the dead-lettered chunk's job has ended dead_lettered
     world = FakeWorld()
-    job_id, records = start(world)
+    job_id, records = intake(world)
     dead, _, _ = dead_letter_chunk(world, records[0])
     for r in records[1:]:
         deliver(world, settle_done(world, r))
@@ -364,7 +312,7 @@ def test_intake_dead_letter_names_its_failed_step():
 def test_dlq_list_joins_a_results_dead_letter():
     # GIVEN a results message that was dead-lettered (the aggregator kept failing on it)
     world = FakeWorld()
-    job_id, records = start(world)
+    job_id, records = intake(world)
     done = settle_done(world, records[3])
     env = ErrorEnvelope.of("aws.unavailable", "dynamodb 500", step="aggregate")
     world.queues.dead_letter(Queue.RESULTS, settled_result(done).model_dump_json(), env)
@@ -399,14 +347,14 @@ def test_dlq_list_skips_dlqs_that_are_not_configured():
 
 def test_dlq_list_is_empty_when_nothing_is_dead_lettered():
     world = FakeWorld()
-    start(world)
+    intake(world)
     assert ops.dlq_list(world.deps) == []
 
 
 def test_dlq_show_finds_a_message_by_id():
     # GIVEN two dead letters, in the analysis and intake DLQs
     world = FakeWorld()
-    job_id, records = start(world)
+    job_id, records = intake(world)
     dead_letter_chunk(world, records[0])
     handle_intake(world.deps, "{not json", "m-bad")
     analysis_id = world.queues.sent[Queue.ANALYSIS_DLQ][0].message_id

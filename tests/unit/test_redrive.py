@@ -7,7 +7,6 @@ import json
 import pytest
 
 from contract_review.aggregator import handle_result
-from contract_review.analysts import ChunkFindings, analysts_for
 from contract_review.chunks import analysis_message, announce, dead_letter
 from contract_review.errors import ErrorEnvelope
 from contract_review.intake import handle_intake
@@ -15,64 +14,28 @@ from contract_review.messages import ResultMessage
 from contract_review.ports import Queue
 from contract_review.records import (
     AttemptStats,
-    ChunkOutcome,
     ChunkRecord,
     ChunkStatus,
     Job,
     JobFailure,
     JobState,
-    findings_key,
 )
 from contract_review.redrive import Redriven, dlq_redrive, reopen
 
+from ..texts import TEXT
 from .fakes import SETTINGS, FakeWorld, Sent
+from .scenarios import events_of, small_chunk_world, start_job, worker_finishes
 
-# Four clauses; with a 150-character chunk target every clause is a chunk of its own.
-TEXT = (
-    "1. Liability. In no event shall either party be liable for any indirect, incidental or consequential "
-    "damages, and each party's aggregate liability shall not exceed the fees paid in the prior twelve months.\n\n"
-    "2. Licence. Licensor grants Customer a non-exclusive, non-transferable, worldwide license to use the "
-    "Software during the Term.\n\n"
-    "3. Law. This Agreement shall be governed by the laws of the State of New York.\n\n"
-    "4. Termination. Customer may terminate this Agreement at any time for convenience upon thirty days notice.\n"
-)
 INTAKE_BODY = json.dumps({"schema_version": 1, "document": {"text": TEXT}})
 LEASE = SETTINGS.claim_lease_s
 
 
 # --- helpers ----------------------------------------------------------------------------------------
 
-def make_world() -> FakeWorld:
-    profile = SETTINGS.profile.model_copy(update={"chunk_target_chars": 150})
-    return FakeWorld(settings=SETTINGS.model_copy(update={"profile": profile}))
-
-
-def start_job(world: FakeWorld) -> tuple[str, list[str]]:
-    """Intake the contract; the workers have taken its four analysis messages off the queue."""
-    result = handle_intake(world.deps, INTAKE_BODY, "m-1")
-    assert result.job_id is not None and result.state == "running"
-    assert len(world.queues.drain(Queue.ANALYSIS)) == 4
-    return result.job_id, [c.chunk_id for c in world.claims.for_job(result.job_id)]
-
-
 def _claim(world: FakeWorld, job_id: str, chunk_id: str) -> tuple[int, ChunkRecord]:
     claim = world.claims.claim(job_id, chunk_id, "worker-x", LEASE, 1)
     assert claim.won and claim.record is not None
     return claim.fence, claim.record
-
-
-def worker_finishes(world: FakeWorld, job_id: str, chunk_id: str) -> ChunkRecord:
-    """A worker claims the chunk, writes its findings, settles it `done` and announces it."""
-    fence, record = _claim(world, job_id, chunk_id)
-    key = findings_key(job_id, record.chunk_index, chunk_id, fence)
-    world.artifacts.put_text(key, ChunkFindings(chunk_id=chunk_id, chunk_index=record.chunk_index,
-                                                findings=[]).model_dump_json())
-    coverage = {a.name: "ok" for a in analysts_for(SETTINGS.profile.analyst_count)}
-    done = world.claims.finish(job_id, chunk_id, fence, ChunkStatus.DONE, AttemptStats(calls=11),
-                               outcome=ChunkOutcome(findings_key=key, coverage=coverage, n_findings=0))
-    assert done is not None
-    announce(world.deps, done)
-    return done
 
 
 def worker_fails(world: FakeWorld, job_id: str, chunk_id: str, code: str) -> ChunkRecord:
@@ -120,15 +83,11 @@ def dead_lettered_job(world: FakeWorld) -> tuple[str, list[str], dict[str, Chunk
     return job_id, ids, before
 
 
-def events_of(world: FakeWorld, job_id: str, kind: str) -> list[dict]:
-    return [e.detail for e in world.jobs.events(job_id) if e.type == kind]
-
-
 # --- reopen -----------------------------------------------------------------------------------------
 
 def test_reopening_a_dead_lettered_job_resets_every_failed_chunk_and_resends_what_is_not_done():
     # GIVEN a job that ended dead_lettered (chunks 0, 3 done; 1 dead-lettered; 2 failed)
-    world = make_world()
+    world = small_chunk_world()
     job_id, ids, before = dead_lettered_job(world)
     world.clock.advance(60)
     # WHEN an operator reopens the dead-lettered chunk
@@ -167,7 +126,7 @@ def test_reopening_a_dead_lettered_job_resets_every_failed_chunk_and_resends_wha
 def test_reopening_a_job_failed_by_a_job_fatal_error_also_sends_its_unstarted_chunks():
     # GIVEN chunk 0 done, then chunk 1 failed the whole job (access denied) while a worker held chunk 2;
     # chunk 3 never ran
-    world = make_world()
+    world = small_chunk_world()
     job_id, ids = start_job(world)
     worker_finishes(world, job_id, ids[0])
     assert aggregate(world) == ["recorded"]
@@ -191,7 +150,7 @@ def test_reopening_a_job_failed_by_a_job_fatal_error_also_sends_its_unstarted_ch
 
 def test_reopening_a_chunk_of_a_running_job_resets_only_that_chunk_and_unsettles_it():
     # GIVEN a running job: chunk 0 done, chunk 1 dead-lettered, chunk 2 failed (all three counted), 3 pending
-    world = make_world()
+    world = small_chunk_world()
     job_id, ids = start_job(world)
     worker_finishes(world, job_id, ids[0])
     dead = worker_dead_letters(world, job_id, ids[1])
@@ -217,7 +176,7 @@ def test_reopening_a_chunk_of_a_running_job_resets_only_that_chunk_and_unsettles
 @pytest.mark.parametrize("status", ["done", "claimed", "unknown"])
 def test_reopening_a_chunk_of_a_running_job_that_is_not_failed_is_dropped(status):
     # GIVEN a running job whose chunk is done, held by a worker, or does not exist
-    world = make_world()
+    world = small_chunk_world()
     job_id, ids = start_job(world)
     if status == "done":
         worker_finishes(world, job_id, ids[0])
@@ -237,7 +196,7 @@ def test_reopening_a_chunk_of_a_running_job_that_is_not_failed_is_dropped(status
 @pytest.mark.parametrize("state", [JobState.COMPLETED, JobState.CANCELLED, JobState.QUEUED])
 def test_reopen_refuses_jobs_that_are_not_running_failed_or_dead_lettered(state):
     # GIVEN a job in `state`
-    world = make_world()
+    world = small_chunk_world()
     if state is JobState.QUEUED:
         now = world.clock()
         job_id = "job-queued"
@@ -265,14 +224,14 @@ def test_reopen_refuses_jobs_that_are_not_running_failed_or_dead_lettered(state)
 
 def test_reopen_of_an_unknown_job_is_dropped():
     # GIVEN no job WHEN a chunk of it is reopened THEN it is dropped and nothing is sent
-    world = make_world()
+    world = small_chunk_world()
     assert reopen(world.deps, "job-missing", "c00000-x") == "dropped (no such job)"
     assert world.queues.analysis() == [] and world.jobs.log == []
 
 
 def test_reopen_loses_the_race_when_the_job_changed_meanwhile(monkeypatch):
     # GIVEN a dead-lettered job, and another reopen moves it before this one's conditional transition
-    world = make_world()
+    world = small_chunk_world()
     job_id, ids, _ = dead_lettered_job(world)
     monkeypatch.setattr(world.jobs, "transition", lambda *a, **kw: None)
     # WHEN it is reopened
@@ -286,7 +245,7 @@ def test_reopen_loses_the_race_when_the_job_changed_meanwhile(monkeypatch):
 
 def test_dlq_redrive_reopens_an_ended_job_and_deletes_the_dlq_message():
     # GIVEN a dead-lettered job whose dead-lettered chunk's message is in the analysis DLQ
-    world = make_world()
+    world = small_chunk_world()
     job_id, ids, _ = dead_lettered_job(world)
     (dlq,) = world.queues.sent[Queue.ANALYSIS_DLQ]
     # WHEN the DLQ is redriven
@@ -306,7 +265,7 @@ def test_dlq_redrive_reopens_an_ended_job_and_deletes_the_dlq_message():
 def test_dlq_redrive_redrives_a_chunk_once_however_many_copies_are_in_the_dlq():
     # GIVEN chunk 1 of a running job was dead-lettered by its worker (one DLQ copy), and SQS moved
     # its original message to the DLQ as well (a second copy)
-    world = make_world()
+    world = small_chunk_world()
     job_id, ids = start_job(world)
     dead = worker_dead_letters(world, job_id, ids[1])
     job, rec = world.jobs.get(job_id), world.claims.get(job_id, ids[1])
@@ -333,7 +292,7 @@ def test_dlq_redrive_redrives_a_chunk_once_however_many_copies_are_in_the_dlq():
 def test_dlq_redrive_resends_intake_messages_to_the_intake_queue():
     # GIVEN the intake DLQ holds a body intake rejected (no key to record it under) and a valid
     # submission that SQS moved there after intake kept failing on a transient error
-    world = make_world()
+    world = small_chunk_world()
     assert handle_intake(world.deps, "{not json", "m-bad").state == "rejected"
     world.queues.sent[Queue.INTAKE_DLQ].append(Sent(INTAKE_BODY, sent_at=world.clock()))
     rejected, moved = (s.message_id for s in world.queues.sent[Queue.INTAKE_DLQ])
@@ -352,7 +311,7 @@ def test_dlq_redrive_resends_intake_messages_to_the_intake_queue():
 def test_dlq_redrive_resends_results_past_fifo_deduplication():
     # GIVEN chunk 0's results message went to the results DLQ (the aggregator kept failing on it);
     # its original deduplication id has been used on the results queue
-    world = make_world()
+    world = small_chunk_world()
     job_id, ids = start_job(world)
     worker_finishes(world, job_id, ids[0])
     (sent,) = world.queues.sent[Queue.RESULTS]
@@ -375,7 +334,7 @@ def test_dlq_redrive_resends_results_past_fifo_deduplication():
 
 def test_dlq_redrive_only_touches_the_selected_messages():
     # GIVEN chunks 1 and 2 dead-lettered (two analysis DLQ messages) and a message in the intake DLQ
-    world = make_world()
+    world = small_chunk_world()
     job_id, ids = start_job(world)
     c1 = worker_dead_letters(world, job_id, ids[1])
     worker_dead_letters(world, job_id, ids[2])
@@ -395,7 +354,7 @@ def test_dlq_redrive_only_touches_the_selected_messages():
 
 def test_dlq_redrive_leaves_a_foreign_analysis_dlq_message_for_a_person():
     # GIVEN the analysis DLQ holds something that is not an analysis message
-    world = make_world()
+    world = small_chunk_world()
     world.queues.dead_letter(Queue.ANALYSIS, "{not a chunk", ErrorEnvelope.of("input.invalid", "?"))
     # WHEN the DLQ is redriven
     done = dlq_redrive(world.deps)
@@ -406,7 +365,7 @@ def test_dlq_redrive_leaves_a_foreign_analysis_dlq_message_for_a_person():
 
 def test_dlq_redrive_leaves_a_malformed_results_dlq_message_and_redrives_the_rest():
     # GIVEN the results DLQ holds a malformed body followed by chunk 0's genuine result
-    world = make_world()
+    world = small_chunk_world()
     job_id, ids = start_job(world)
     worker_finishes(world, job_id, ids[0])
     (sent,) = world.queues.drain(Queue.RESULTS)

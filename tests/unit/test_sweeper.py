@@ -9,10 +9,8 @@ from collections.abc import Callable, Iterator
 import pytest
 
 from contract_review.aggregator import handle_result
-from contract_review.analysts import ChunkFindings, analysts_for
-from contract_review.chunks import analysis_message, announce
+from contract_review.chunks import analysis_message
 from contract_review.errors import ErrorEnvelope
-from contract_review.intake import handle_intake
 from contract_review.messages import AnalysisMessage, ResultMessage
 from contract_review.ports import Queue
 from contract_review.records import (
@@ -22,22 +20,14 @@ from contract_review.records import (
     ChunkStatus,
     JobFailure,
     JobState,
-    findings_key,
 )
 from contract_review.redrive import reopen
 from contract_review.sweeper import sweep
 
+from ..texts import TEXT
 from .fakes import SETTINGS, FakeWorld, Sent
+from .scenarios import events_of, small_chunk_world, start_job, worker_finishes
 
-# Four clauses; with a 150-character chunk target every clause is a chunk of its own.
-TEXT = (
-    "1. Liability. In no event shall either party be liable for any indirect, incidental or consequential "
-    "damages, and each party's aggregate liability shall not exceed the fees paid in the prior twelve months.\n\n"
-    "2. Licence. Licensor grants Customer a non-exclusive, non-transferable, worldwide license to use the "
-    "Software during the Term.\n\n"
-    "3. Law. This Agreement shall be governed by the laws of the State of New York.\n\n"
-    "4. Termination. Customer may terminate this Agreement at any time for convenience upon thirty days notice.\n"
-)
 LEASE = SETTINGS.claim_lease_s  # 3 s (local profile)
 LAPSE = LEASE + 1.0  # past the lease, well inside stall_after_s
 STALL = SETTINGS.profile.stall_after_s  # 15 s (local profile)
@@ -45,34 +35,6 @@ BUDGET = SETTINGS.profile.poison_budget  # 5
 
 
 # --- helpers ----------------------------------------------------------------------------------------
-
-def make_world(**profile: object) -> FakeWorld:
-    profile = {"chunk_target_chars": 150, **profile}
-    return FakeWorld(settings=SETTINGS.model_copy(update={"profile": SETTINGS.profile.model_copy(update=profile)}))
-
-
-def start_job(world: FakeWorld) -> tuple[str, list[str]]:
-    """Intake the contract; the workers have taken its four analysis messages off the queue."""
-    result = handle_intake(world.deps, json.dumps({"schema_version": 1, "document": {"text": TEXT}}), "m-1")
-    assert result.job_id is not None and result.state == "running"
-    assert len(world.queues.drain(Queue.ANALYSIS)) == 4
-    return result.job_id, [c.chunk_id for c in world.claims.for_job(result.job_id)]
-
-
-def worker_finishes(world: FakeWorld, job_id: str, chunk_id: str) -> ChunkRecord:
-    """A worker claims the chunk, writes its findings, settles it `done` and announces it."""
-    claim = world.claims.claim(job_id, chunk_id, "worker-ok", LEASE, 1)
-    assert claim.won and claim.record is not None
-    key = findings_key(job_id, claim.record.chunk_index, chunk_id, claim.fence)
-    world.artifacts.put_text(key, ChunkFindings(chunk_id=chunk_id, chunk_index=claim.record.chunk_index,
-                                                findings=[]).model_dump_json())
-    coverage = {a.name: "ok" for a in analysts_for(SETTINGS.profile.analyst_count)}
-    done = world.claims.finish(job_id, chunk_id, claim.fence, ChunkStatus.DONE, AttemptStats(calls=11),
-                               outcome=ChunkOutcome(findings_key=key, coverage=coverage, n_findings=0))
-    assert done is not None
-    announce(world.deps, done)
-    return done
-
 
 def worker_fails(world: FakeWorld, job_id: str, chunk_id: str, code: str = "model.unavailable") -> ChunkRecord:
     """A worker's attempt fails with a retryable error: the claim is released, the failure counted (tier 2)."""
@@ -93,10 +55,6 @@ def sqs_moves_to_dlq(world: FakeWorld, job_id: str, chunk_id: str) -> str:
     return sent.message_id
 
 
-def events_of(world: FakeWorld, job_id: str, kind: str) -> list[dict]:
-    return [e.detail for e in world.jobs.events(job_id) if e.type == kind]
-
-
 INTAKE_EVENTS = ["job.queued", "job.running"]
 
 
@@ -104,7 +62,7 @@ INTAKE_EVENTS = ["job.queued", "job.running"]
 
 def test_a_lapsed_claim_is_released_as_a_lost_worker_and_requeued():
     # GIVEN worker-a claimed chunk 1 and died: its lease lapsed a second ago
-    world = make_world()
+    world = small_chunk_world()
     job_id, ids = start_job(world)
     claim = world.claims.claim(job_id, ids[1], "worker-a", LEASE, 1)
     world.clock.advance(LAPSE)
@@ -135,7 +93,7 @@ def test_a_lapsed_claim_is_released_as_a_lost_worker_and_requeued():
 
 def test_every_lost_attempt_counts_towards_the_poison_budget():
     # GIVEN chunk 2 was requeued once after worker-a died, and worker-b died on the fresh message too
-    world = make_world()
+    world = small_chunk_world()
     job_id, ids = start_job(world)
     world.claims.claim(job_id, ids[2], "worker-a", LEASE, 1)
     world.clock.advance(LAPSE)
@@ -157,7 +115,7 @@ def test_every_lost_attempt_counts_towards_the_poison_budget():
 
 def test_requeued_message_attempt_counts_the_failure_just_recorded():
     # GIVEN worker-a died holding chunk 0 (no earlier failures)
-    world = make_world()
+    world = small_chunk_world()
     job_id, ids = start_job(world)
     world.claims.claim(job_id, ids[0], "worker-a", LEASE, 1)
     world.clock.advance(LAPSE)
@@ -173,7 +131,7 @@ def test_requeued_message_attempt_counts_the_failure_just_recorded():
 @pytest.mark.parametrize("advance", [0.5, LEASE], ids=["fresh", "expires-exactly-now"])
 def test_a_claim_that_has_not_lapsed_is_left_alone(advance):
     # GIVEN worker-a holds chunk 1 and its lease has not lapsed (expiry == now is still live)
-    world = make_world()
+    world = small_chunk_world()
     job_id, ids = start_job(world)
     world.claims.claim(job_id, ids[1], "worker-a", LEASE, 1)
     before = world.claims.get(job_id, ids[1])
@@ -193,7 +151,7 @@ def test_a_claim_that_has_not_lapsed_is_left_alone(advance):
 
 def test_after_the_poison_budget_a_lapsed_chunk_is_dead_lettered_with_its_last_error():
     # GIVEN chunk 2 failed BUDGET-1 times on a flaky provider, and the worker of its last attempt died
-    world = make_world()
+    world = small_chunk_world()
     job_id, ids = start_job(world)
     for _ in range(BUDGET - 1):
         worker_fails(world, job_id, ids[2], "model.unavailable")
@@ -230,7 +188,7 @@ def test_after_the_poison_budget_a_lapsed_chunk_is_dead_lettered_with_its_last_e
 
 def test_a_lapsed_chunk_one_failure_short_of_the_budget_is_still_requeued():
     # GIVEN chunk 2 failed BUDGET-2 times, and the worker of its next attempt died
-    world = make_world()
+    world = small_chunk_world()
     job_id, ids = start_job(world)
     for _ in range(BUDGET - 2):
         worker_fails(world, job_id, ids[2], "model.unavailable")
@@ -248,7 +206,7 @@ def test_a_lapsed_chunk_one_failure_short_of_the_budget_is_still_requeued():
 
 def test_a_chunk_with_no_earlier_error_is_dead_lettered_as_a_lost_worker():
     # GIVEN a budget of one attempt, and the worker holding chunk 0 died
-    world = make_world(poison_budget=1)
+    world = small_chunk_world(poison_budget=1)
     job_id, ids = start_job(world)
     world.claims.claim(job_id, ids[0], "worker-a", LEASE, 1)
     world.clock.advance(LAPSE)
@@ -298,7 +256,7 @@ RACES: dict[str, tuple[Callable[[FakeWorld, ChunkRecord], tuple[ChunkStatus, str
 def test_a_write_by_the_owner_between_the_sweepers_read_and_write_wins(race, monkeypatch):
     owner_write, budget = RACES[race]
     # GIVEN worker-a's lease on chunk 1 has lapsed
-    world = make_world(poison_budget=budget)
+    world = small_chunk_world(poison_budget=budget)
     job_id, ids = start_job(world)
     world.claims.claim(job_id, ids[1], "worker-a", LEASE, 1)
     world.clock.advance(LAPSE)
@@ -332,7 +290,7 @@ def test_a_write_by_the_owner_between_the_sweepers_read_and_write_wins(race, mon
 @pytest.mark.parametrize("ended", [JobState.CANCELLED, JobState.FAILED])
 def test_a_lapsed_claim_of_an_ended_job_is_only_released(ended):
     # GIVEN worker-a died holding chunk 1, and the job has ended meanwhile
-    world = make_world()
+    world = small_chunk_world()
     job_id, ids = start_job(world)
     world.claims.claim(job_id, ids[1], "worker-a", LEASE, 1)
     env = ErrorEnvelope.of("model.access_denied", "no access", step="worker")
@@ -358,7 +316,7 @@ def test_a_lapsed_claim_of_an_ended_job_is_only_released(ended):
 @pytest.mark.parametrize(("earlier_failures", "code"), [(0, "runtime.worker_lost"), (2, "model.unavailable")])
 def test_a_dlq_message_of_a_pending_chunk_settles_it_dead_lettered(earlier_failures, code):
     # GIVEN chunk 3 is pending after its worker attempts, and SQS has moved its message to the DLQ
-    world = make_world()
+    world = small_chunk_world()
     job_id, ids = start_job(world)
     for _ in range(earlier_failures):
         worker_fails(world, job_id, ids[3], "model.unavailable")
@@ -390,7 +348,7 @@ def test_a_dlq_message_of_a_pending_chunk_settles_it_dead_lettered(earlier_failu
 @pytest.mark.parametrize("redrive_after_s", [0.0, 1.0], ids=["same-instant", "later"])
 def test_a_dlq_message_older_than_the_chunks_redrive_is_ignored(redrive_after_s):
     # GIVEN the sweeper dead-lettered chunk 0 (budget of one attempt), leaving a copy in the DLQ
-    world = make_world(poison_budget=1)
+    world = small_chunk_world(poison_budget=1)
     job_id, ids = start_job(world)
     world.claims.claim(job_id, ids[0], "worker-a", LEASE, 1)
     world.clock.advance(LAPSE)
@@ -412,7 +370,7 @@ def test_a_dlq_message_older_than_the_chunks_redrive_is_ignored(redrive_after_s)
 
 def test_a_dlq_message_of_a_chunk_under_a_live_lease_is_left_alone():
     # GIVEN chunk 1's message reached the DLQ, but worker-b holds a live lease on the chunk
-    world = make_world()
+    world = small_chunk_world()
     job_id, ids = start_job(world)
     sqs_moves_to_dlq(world, job_id, ids[1])
     world.clock.advance(1)
@@ -429,7 +387,7 @@ def test_a_dlq_message_of_a_chunk_under_a_live_lease_is_left_alone():
 @pytest.mark.parametrize("kind", ["not-json", "not-a-chunk-message"])
 def test_a_dlq_message_that_is_not_a_chunk_message_is_ignored(kind):
     # GIVEN chunk 0 is pending, and the analysis DLQ holds something that is not an analysis message
-    world = make_world()
+    world = small_chunk_world()
     job_id, ids = start_job(world)
     body = "{not json" if kind == "not-json" else json.dumps({"job_id": job_id, "chunk_id": ids[0]})
     world.queues.dead_letter(Queue.ANALYSIS, body, ErrorEnvelope.of("input.invalid", "?"))
@@ -448,7 +406,7 @@ def test_a_dlq_message_that_is_not_a_chunk_message_is_ignored(kind):
 def test_a_stalled_job_gets_uncounted_results_resent_and_pending_chunks_requeued():
     # GIVEN chunk 0 finished and was counted; chunk 1 finished but its result was never counted;
     # chunk 2's message was lost (pending, nobody holds it); chunk 3 is being worked on
-    world = make_world()
+    world = small_chunk_world()
     job_id, ids = start_job(world)
     worker_finishes(world, job_id, ids[0])
     c1 = worker_finishes(world, job_id, ids[1])
@@ -486,7 +444,7 @@ def test_a_stalled_job_gets_uncounted_results_resent_and_pending_chunks_requeued
 
 def test_a_stalled_job_with_nothing_to_do_is_touched_but_not_reported():
     # GIVEN a job idle for longer than stall_after_s whose four chunks are all held by live workers
-    world = make_world()
+    world = small_chunk_world()
     job_id, ids = start_job(world)
     world.clock.advance(STALL + 1)
     for i, chunk_id in enumerate(ids):
@@ -504,7 +462,7 @@ def test_a_stalled_job_with_nothing_to_do_is_touched_but_not_reported():
 
 def test_a_job_that_progressed_within_the_stall_period_is_not_reconciled():
     # GIVEN a running job with pending chunks, last updated just under stall_after_s ago
-    world = make_world()
+    world = small_chunk_world()
     job_id, _ = start_job(world)
     updated_at = world.jobs.get(job_id).updated_at  # type: ignore[union-attr]
     world.clock.advance(STALL - 1)

@@ -20,15 +20,9 @@ from contract_review.ports import Queue
 from contract_review.records import AttemptStats, ChunkStatus, JobState
 from contract_review.worker import ChunkWorker, Delivery
 
+from ..texts import TEXT
 from .fakes import FakeWorld
 
-TEXT = (
-    "1. Liability. In no event shall either party be liable for any indirect, incidental or consequential "
-    "damages, and each party's aggregate liability shall not exceed the fees paid in the prior twelve months.\n\n"
-    "2. Licence. Licensor grants Customer a non-exclusive, non-transferable, worldwide license to use the "
-    "Software during the Term.\n\n"
-    "3. Law. This Agreement shall be governed by the laws of the State of New York.\n"
-)
 ANALYSTS = len(analysts_for(11))
 
 
