@@ -31,8 +31,12 @@ LOCAL = get_profile("local")
 
 
 def _doc(min_chunks: int, max_chunks: int = 8) -> str:
-    """A document (CUAD if present, else our samples) that splits into min..max chunks."""
-    candidates = [t for _, t in cuad_texts()] + [p.read_text() for p in sorted(SAMPLES_DIR.glob("*.txt"))]
+    """A document (CUAD if present, else our samples, whole or their first clauses) that splits into
+    min..max chunks. Without ../shared (a bare clone) the samples alone must serve every size."""
+    samples = [p.read_text() for p in sorted(SAMPLES_DIR.glob("*.txt"))]
+    leading = [lead for t in samples for k in range(2, 60, 2)
+               if len(lead := "\n\n".join(t.split("\n\n")[:k])) >= 2000]
+    candidates = [t for _, t in cuad_texts()] + samples + leading
     for text in candidates:
         if min_chunks <= len(split_into_chunks(text, LOCAL.chunk_target_chars, LOCAL.chunk_max_chars)) <= max_chunks:
             return text
