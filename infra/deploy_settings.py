@@ -9,19 +9,28 @@ from typing import Any, Literal, cast
 
 from contract_review.config import FaultSpec, Profile, get_profile
 
+from .queues import max_name_prefix
+
 DEFAULT_STACK_NAME = "ContractReview"
 WorkerKind = Literal["lambda", "fargate"]
 ModelProvider = Literal["offline", "bedrock"]
 
-# Powertools for AWS Lambda (Python) v3 public layer, python3.12 / arm64
-# (arn:aws:lambda:<region>:017000801446:layer:AWSLambdaPowertoolsPythonV3-python312-arm64:<N>).
-# The layer number is per Powertools release; keep it in step with the aws-lambda-powertools pin
-# in requirements.txt (check `aws ssm get-parameter --name
-# /aws/service/powertools/python/arm64/python3.12/<version>` or the Powertools docs "Lambda
-# Layer" page). Override without a code change with `-c powertools_layer_version=<N>`.
-POWERTOOLS_LAYER_VERSION = 38
+# Powertools for AWS Lambda (Python) v3 public layer, python3.12 / arm64: CloudFormation reads its
+# ARN at deploy time from the public SSM parameter /aws/service/powertools/python/arm64/python3.12/
+# <version> (infra/functions.py). The default is the release pinned in requirements.txt (a test
+# keeps them equal), so the layer runs the library the tests and the Fargate image run;
+# `-c powertools_version=latest` follows the newest release instead.
+POWERTOOLS_VERSION = "3.37.0"
 
-_STACK_NAME_RE = re.compile(r"^[A-Za-z][A-Za-z0-9-]{0,63}$")
+# CloudFormation stack names allow 128 characters, but every queue is named `<stack>-<purpose>...`
+# and SQS allows 80: the longest, `<stack>-results-dlq.fifo`, leaves 63 for the stack name.
+MAX_STACK_NAME = max_name_prefix()
+_STACK_NAME_RE = re.compile(r"^[A-Za-z][A-Za-z0-9-]*$")
+_POWERTOOLS_VERSION_RE = re.compile(r"^(latest|\d+\.\d+\.\d+)$")
+_EMAIL_RE = re.compile(r"^[^@\s]+@[^@\s]+\.[^@\s]+$")
+# A Bedrock foundation-model id (anthropic.claude-sonnet-4-6, amazon.nova-pro-v1:0) or a cross-region
+# inference profile id (global.anthropic.claude-sonnet-4-6); ARNs are not taken (the grants are built from ids).
+_MODEL_ID_RE = re.compile(r"^[a-z0-9][a-z0-9-]*(\.[A-Za-z0-9][A-Za-z0-9_.-]*)+(:[0-9A-Za-z]+)*$")
 
 
 @dataclass(frozen=True)
@@ -30,14 +39,27 @@ class DeploySettings:
     stack_name: str = DEFAULT_STACK_NAME
     worker_kind: WorkerKind = "lambda"
     model_provider: ModelProvider = "bedrock"
-    powertools_layer_version: int = POWERTOOLS_LAYER_VERSION
+    powertools_version: str = POWERTOOLS_VERSION
+    alarm_email: str = ""  # `-c alarm_email=...`: subscribed to the alarm topic (confirm the email AWS sends)
     fault_spec: FaultSpec | None = None
     auto_delete_objects: bool = False
+    # The Bedrock model or inference profile id (`-c model_id=...`); empty: the profile's model_id.
+    model_id: str = ""
 
     def __post_init__(self) -> None:
-        if not _STACK_NAME_RE.match(self.stack_name):
-            # <= 64 keeps "<stack>-results-dlq.fifo" within SQS's 80-character queue-name limit.
-            raise ValueError(f"stack_name {self.stack_name!r}: letters, digits and '-', at most 64, letter first")
+        if not self.model_id:
+            object.__setattr__(self, "model_id", self.profile.model_id)  # frozen: resolved once, here
+        if not _MODEL_ID_RE.match(self.model_id):
+            raise ValueError(f"model_id {self.model_id!r}: a Bedrock model id or inference profile id, such as "
+                             f"{self.profile.model_id!r} (not an ARN)")
+        if not _STACK_NAME_RE.match(self.stack_name) or len(self.stack_name) > MAX_STACK_NAME:
+            raise ValueError(f"stack_name {self.stack_name!r}: letters, digits and '-', letter first, at most "
+                             f"{MAX_STACK_NAME} characters (queue names `<stack>-results-dlq.fifo` are limited to 80)")
+        if not _POWERTOOLS_VERSION_RE.match(self.powertools_version):
+            raise ValueError(f"powertools_version {self.powertools_version!r}: a release such as "
+                             f"{POWERTOOLS_VERSION!r}, or 'latest'")
+        if self.alarm_email and not _EMAIL_RE.match(self.alarm_email):
+            raise ValueError(f"alarm_email {self.alarm_email!r} is not an email address")
         if self.worker_kind not in ("lambda", "fargate"):
             raise ValueError(f"worker must be 'lambda' or 'fargate', not {self.worker_kind!r}")
         if self.model_provider not in ("offline", "bedrock"):
@@ -64,9 +86,11 @@ class DeploySettings:
             # checked in __post_init__, with a message naming the allowed values
             worker_kind=cast(WorkerKind, str(get("worker") or "lambda")),
             model_provider=cast(ModelProvider, str(provider)),
-            powertools_layer_version=int(get("powertools_layer_version") or POWERTOOLS_LAYER_VERSION),
+            powertools_version=str(get("powertools_version") or POWERTOOLS_VERSION).strip(),
+            alarm_email=str(get("alarm_email") or "").strip(),
             fault_spec=FaultSpec.model_validate_json(fault if isinstance(fault, str) else json.dumps(fault)) if fault else None,
             auto_delete_objects=_truthy(get("auto_delete_objects")),
+            model_id=str(get("model_id") or "").strip(),
         )
 
 

@@ -1,9 +1,17 @@
 """The Fargate alternative for the analysis worker (`-c worker=fargate`).
 
 A long-running poller (`python -m contract_review.handlers.poller`) reads the analysis queue itself,
-heartbeats a short visibility (`profile.fargate_visibility_s`) and scales on queue depth.
-The image is built from `functions/Dockerfile`; synth only writes the asset manifest (no
-Docker needed until `cdk deploy`).
+heartbeats a short visibility (`profile.fargate_visibility_s`), sweeps in-process, and protects its
+task from scale-in while it holds a chunk (ECS task scale-in protection through the container
+agent endpoint; the task role may call `ecs:UpdateTaskProtection` on this cluster's tasks only).
+The image is built from `functions/Dockerfile`; synth only writes the asset manifest (no Docker
+needed until `cdk deploy`).
+
+Scaling: step scaling on the analysis queue's backlog, visible + in-flight messages (a busy queue
+with nothing visible is not idle). Scale-in happens only when both are zero, and even then ECS
+stops only unprotected (idle) tasks. SIGTERM (deployments, a task ECS retires): the poller takes no
+new message, its worker starts no model call that could outlast the stop timeout, and the chunk is
+finished or released (requeued from its checkpoints) before ECS's SIGKILL.
 
 Networking: a two-AZ VPC with public subnets only and no NAT gateway; tasks get a public IP and
 a security group with no ingress (the poller only makes outbound calls to AWS APIs). Rejected
@@ -14,21 +22,31 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from aws_cdk import Duration, RemovalPolicy
+from aws_cdk import ArnFormat, Duration, RemovalPolicy, Stack
 from aws_cdk import aws_applicationautoscaling as appscaling
+from aws_cdk import aws_cloudwatch as cloudwatch
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_ecr_assets as ecr_assets
 from aws_cdk import aws_ecs as ecs
-from aws_cdk import aws_ecs_patterns as ecs_patterns
+from aws_cdk import aws_iam as iam
 from aws_cdk import aws_logs as logs
 from aws_cdk import aws_sqs as sqs
 from constructs import Construct
+
+from contract_review.config import FARGATE_MAX_STOP_TIMEOUT_S
 
 from .functions import FUNCTIONS_DIR, log_retention
 
 # Fargate CPU units -> allowed memory (MiB) range.
 _FARGATE_SIZES = [(256, 512, 2048), (512, 1024, 4096), (1024, 2048, 8192), (2048, 4096, 16384), (4096, 8192, 30720)]
-FARGATE_MAX_STOP_TIMEOUT_S = 120
+CONTAINER_NAME = "worker"
+# Backlog (visible + in flight) -> change in task count. Chunks are LLM-bound, so CPU says little.
+SCALING_STEPS = [
+    appscaling.ScalingInterval(upper=0, change=-1),  # nothing waiting and nothing in flight
+    appscaling.ScalingInterval(lower=1, change=+1),
+    appscaling.ScalingInterval(lower=20, change=+3),
+    appscaling.ScalingInterval(lower=100, change=+10),
+]
 
 
 def fargate_cpu_for(memory_mb: int, min_cpu: int = 512) -> int:
@@ -37,6 +55,20 @@ def fargate_cpu_for(memory_mb: int, min_cpu: int = 512) -> int:
     if not fitting:
         raise ValueError(f"no Fargate size for {memory_mb} MiB")
     return next((cpu for cpu in fitting if cpu >= min_cpu), fitting[-1])
+
+
+def backlog_metric(queue: sqs.IQueue) -> cloudwatch.MathExpression:
+    """Messages visible + in flight (received, not yet deleted), per minute."""
+    minute = Duration.minutes(1)
+    return cloudwatch.MathExpression(
+        expression="visible + inflight",
+        using_metrics={
+            "visible": queue.metric_approximate_number_of_messages_visible(period=minute, statistic="Maximum"),
+            "inflight": queue.metric_approximate_number_of_messages_not_visible(period=minute, statistic="Maximum"),
+        },
+        label="analysis backlog (visible + in flight)",
+        period=minute,
+    )
 
 
 class FargateWorker(Construct):
@@ -54,6 +86,8 @@ class FargateWorker(Construct):
         removal_policy: RemovalPolicy,
     ) -> None:
         super().__init__(scope, construct_id)
+        if not 1 <= stop_timeout_s <= FARGATE_MAX_STOP_TIMEOUT_S:
+            raise ValueError(f"stop timeout {stop_timeout_s}s: Fargate allows 1..{FARGATE_MAX_STOP_TIMEOUT_S}s")
         flow_logs = logs.LogGroup(
             self, "FlowLogs", retention=log_retention(log_retention_days), removal_policy=removal_policy
         )
@@ -84,43 +118,49 @@ class FargateWorker(Construct):
             platform=ecr_assets.Platform.LINUX_ARM64,
             exclude=["**/__pycache__", "**/*.pyc", "**/.pytest_cache"],
         )
-        self.service = ecs_patterns.QueueProcessingFargateService(
+        self.task_definition = ecs.FargateTaskDefinition(
             self,
-            "Service",
-            cluster=self.cluster,
-            queue=queue,
-            image=image,
-            environment=dict(environment),
+            "Task",
             cpu=fargate_cpu_for(memory_mb),
             memory_limit_mib=memory_mb,
             runtime_platform=ecs.RuntimePlatform(
                 cpu_architecture=ecs.CpuArchitecture.ARM64,
                 operating_system_family=ecs.OperatingSystemFamily.LINUX,
             ),
-            log_driver=ecs.LogDrivers.aws_logs(stream_prefix="worker", log_group=self.log_group),
+        )
+        self.task_definition.add_container(
+            CONTAINER_NAME,
+            image=image,
+            environment=dict(environment),
+            logging=ecs.LogDrivers.aws_logs(stream_prefix="worker", log_group=self.log_group),
+            # SIGTERM -> the poller finishes or releases its chunk (profile.fargate_stop_timeout_s).
+            stop_timeout=Duration.seconds(stop_timeout_s),
+        )
+        self.service = ecs.FargateService(
+            self,
+            "Service",
+            cluster=self.cluster,
+            task_definition=self.task_definition,
             assign_public_ip=True,
-            task_subnets=ec2.SubnetSelection(subnet_type=ec2.SubnetType.PUBLIC),
-            min_scaling_capacity=1,
-            max_scaling_capacity=max_tasks,
-            # Scale on visible messages: one more task as soon as work waits, faster when it piles
-            # up; scale in when the queue is empty. Chunks are LLM-bound, so CPU says little.
-            scaling_steps=[
-                appscaling.ScalingInterval(upper=0, change=-1),
-                appscaling.ScalingInterval(lower=1, change=+1),
-                appscaling.ScalingInterval(lower=20, change=+3),
-                appscaling.ScalingInterval(lower=100, change=+10),
-            ],
-            disable_cpu_based_scaling=True,
-            cooldown=Duration.seconds(60),
+            vpc_subnets=ec2.SubnetSelection(subnet_type=ec2.SubnetType.PUBLIC),
             circuit_breaker=ecs.DeploymentCircuitBreaker(rollback=True),
             min_healthy_percent=100,
             max_healthy_percent=200,
         )
-        # SIGTERM -> the poller finishes (or checkpoints) its chunk; give it up to the Lambda
-        # worker's timeout before SIGKILL (Fargate allows at most 120 s).
-        task = self.service.task_definition.node.default_child
-        assert isinstance(task, ecs.CfnTaskDefinition)
-        task.add_property_override(
-            "ContainerDefinitions.0.StopTimeout", min(FARGATE_MAX_STOP_TIMEOUT_S, stop_timeout_s)
+        scaling = self.service.auto_scale_task_count(min_capacity=1, max_capacity=max_tasks)
+        scaling.scale_on_metric(
+            "QueueBacklogScaling",
+            metric=backlog_metric(queue),
+            scaling_steps=SCALING_STEPS,
+            adjustment_type=appscaling.AdjustmentType.CHANGE_IN_CAPACITY,
+            cooldown=Duration.seconds(60),
         )
-        self.task_role = self.service.task_definition.task_role
+        self.task_role = self.task_definition.task_role
+        # Scale-in protection through the agent endpoint: the agent calls UpdateTaskProtection with
+        # the task role's credentials, on tasks of this cluster only.
+        stack = Stack.of(self)
+        self.task_arns = stack.format_arn(service="ecs", resource="task",
+                                          resource_name=f"{self.cluster.cluster_name}/*",
+                                          arn_format=ArnFormat.SLASH_RESOURCE_NAME)
+        iam.Grant.add_to_principal(grantee=self.task_role, actions=["ecs:UpdateTaskProtection"],
+                                   resource_arns=[self.task_arns])

@@ -5,17 +5,20 @@ from __future__ import annotations
 from collections.abc import Mapping
 from pathlib import Path
 
-from aws_cdk import Duration, RemovalPolicy, Stack
+from aws_cdk import Duration, RemovalPolicy
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_logs as logs
+from aws_cdk import aws_ssm as ssm
 from constructs import Construct
 
 FUNCTIONS_DIR = Path(__file__).resolve().parents[1] / "functions"
 ASSET_EXCLUDE = ["Dockerfile", ".dockerignore", "**/__pycache__", "**/*.pyc", "**/.pytest_cache"]
 RUNTIME = lambda_.Runtime.PYTHON_3_12
 ARCHITECTURE = lambda_.Architecture.ARM_64
-POWERTOOLS_ACCOUNT = "017000801446"  # AWS's account that publishes the Powertools layers
+# The public SSM parameters AWS publishes per Powertools release (and `latest`) in every region;
+# each holds that region's layer ARN for this runtime and architecture.
+POWERTOOLS_SSM_PATH = f"/aws/service/powertools/python/{ARCHITECTURE.name}/{RUNTIME.name}"
 METRICS_NAMESPACE = "ContractReview"
 
 _RETENTION_STEPS = [
@@ -40,12 +43,15 @@ def log_retention(days: int) -> logs.RetentionDays:
     return logs.RetentionDays.ONE_YEAR
 
 
-def powertools_layer(scope: Construct, version: int) -> lambda_.ILayerVersion:
-    region = Stack.of(scope).region  # a token: resolved by CloudFormation, no AWS call at synth
-    arn = (
-        f"arn:aws:lambda:{region}:{POWERTOOLS_ACCOUNT}:layer:"
-        f"AWSLambdaPowertoolsPythonV3-python312-arm64:{version}"
-    )
+def powertools_parameter(version: str) -> str:
+    """The public SSM parameter holding the Powertools layer ARN of `version` ("3.37.0" or "latest")."""
+    return f"{POWERTOOLS_SSM_PATH}/{version}"
+
+
+def powertools_layer(scope: Construct, version: str) -> lambda_.ILayerVersion:
+    """The layer ARN is read from SSM by CloudFormation at deploy time (a template parameter of
+    type `AWS::SSM::Parameter::Value<String>`): no account, region or layer number in the code."""
+    arn = ssm.StringParameter.value_for_string_parameter(scope, powertools_parameter(version))
     return lambda_.LayerVersion.from_layer_version_arn(scope, "PowertoolsLayer", arn)
 
 
@@ -74,6 +80,7 @@ class PipelineFunction(Construct):
         description: str,
     ) -> None:
         super().__init__(scope, construct_id)
+        self.service = service
         self.log_group = logs.LogGroup(
             self, "Logs", retention=log_retention(log_retention_days), removal_policy=removal_policy
         )
@@ -97,6 +104,7 @@ class PipelineFunction(Construct):
             memory_size=memory_mb,
             log_group=self.log_group,
             description=description,
+            tracing=lambda_.Tracing.ACTIVE,  # X-Ray: one trace per invocation (adds xray:Put* to the role)
             environment={
                 **environment,
                 "POWERTOOLS_SERVICE_NAME": service,

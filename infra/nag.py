@@ -18,8 +18,10 @@ from aws_cdk import Acknowledgment, App, CfnElement, Stack, Validations
 from cdk_nag import AwsSolutionsChecks
 from constructs import IConstruct
 
+from contract_review.model_clients import GLOBAL_PROFILE_PREFIX, base_model_id, is_inference_profile
+
 from .functions import PipelineFunction
-from .permissions import is_inference_profile
+from .permissions import ACCESS, merged
 
 if TYPE_CHECKING:
     from .stack import ContractReviewStack
@@ -31,14 +33,23 @@ REASONS = {
         "same interpreter. Moving to a newer runtime is a deliberate upgrade of both."
     ),
     "IAM5-bucket-objects": (
-        "S3 object actions (GetObject, PutObject, AbortMultipartUpload) need an object ARN; the "
-        "grant is scoped to the single artifacts bucket of this stack, actions are listed "
-        "explicitly (no action wildcards)."
+        "S3 object actions (GetObject, PutObject) need an object ARN; each grant is scoped to one key "
+        "prefix of this stack's artifacts bucket (uploads/, documents/, findings/, ...), only the prefixes "
+        "the role's code reads or writes (infra/permissions.py ACCESS), with explicit actions."
+    ),
+    "IAM5-xray": (
+        "Lambda active tracing: xray:PutTraceSegments and xray:PutTelemetryRecords do not support "
+        "resource-level permissions (AWS requires Resource '*'); CDK adds exactly these two actions."
+    ),
+    "IAM5-task-protection": (
+        "ecs:UpdateTaskProtection for scale-in protection: a task's id is only known at run time, so the "
+        "resource is every task of this stack's one cluster (task/<cluster>/*), nothing wider."
     ),
     "IAM5-bedrock-profile": (
-        "A cross-region inference profile routes to the same foundation model in several "
-        "regions; IAM requires the foundation-model ARN in each, hence the region wildcard. "
-        "The model id itself is fixed."
+        "A geographic cross-region inference profile routes to the same foundation model in several "
+        "regions (which ones depends on the source region and grows over time); IAM requires the "
+        "foundation-model ARN in each, hence the region wildcard. The model id itself is fixed, and the "
+        "statement only applies through this stack's inference profile (bedrock:InferenceProfileArn)."
     ),
     "IAM5-ecr-token": (
         "ecr:GetAuthorizationToken does not support resource-level permissions (AWS requires "
@@ -60,11 +71,15 @@ def _ack(scope: IConstruct, rule: str, reason_key: str) -> None:
     Validations.of(scope).acknowledge(Acknowledgment(id=f"AwsSolutions-{rule}", reason=REASONS[reason_key]))
 
 
-def _ref(stack: Stack, construct: IConstruct) -> str:
-    """How cdk-nag prints a GetAtt of `construct`'s resource: `<LogicalId.Arn>`."""
+def _logical_id(stack: Stack, construct: IConstruct) -> str:
     child = construct.node.default_child
     assert isinstance(child, CfnElement)
-    return f"<{stack.resolve(child.logical_id)}.Arn>"
+    return str(stack.resolve(child.logical_id))
+
+
+def _ref(stack: Stack, construct: IConstruct) -> str:
+    """How cdk-nag prints a GetAtt of `construct`'s resource: `<LogicalId.Arn>`."""
+    return f"<{_logical_id(stack, construct)}.Arn>"
 
 
 def acknowledge(stack: ContractReviewStack) -> None:
@@ -77,18 +92,28 @@ def acknowledge(stack: ContractReviewStack) -> None:
 
     fargate = getattr(stack, "fargate", None)
     if fargate is not None:
-        task_definition = fargate.service.task_definition
+        task_definition = fargate.task_definition
         roles.append(task_definition.task_role)
         worker_roles.append(task_definition.task_role)
         _ack(task_definition, "ECS2", "ECS2")
         _ack(task_definition.obtain_execution_role(), "IAM5[Resource::*]", "IAM5-ecr-token")
 
-    bucket_objects = f"IAM5[Resource::{_ref(stack, stack.storage.bucket)}/*]"
-    for role in roles:  # every role has object grants on the artifacts bucket
-        _ack(role, bucket_objects, "IAM5-bucket-objects")
+    bucket = _ref(stack, stack.storage.bucket)
+    role_access = [(f.role, ACCESS[f.service]) for f in functions]
+    if fargate is not None:
+        role_access.append((fargate.task_role, ACCESS["fargate"]))
+        cluster = _logical_id(stack, fargate.cluster)
+        _ack(fargate.task_role, f"IAM5[Resource::arn:<AWS::Partition>:ecs:<AWS::Region>:<AWS::AccountId>:task/"
+                                f"<{cluster}>/*]", "IAM5-task-protection")
+    for role, accesses in role_access:  # object grants: one per key prefix the role's code uses
+        for target in merged(accesses):
+            if target.startswith("objects:"):
+                _ack(role, f"IAM5[Resource::{bucket}/{target.removeprefix('objects:')}*]", "IAM5-bucket-objects")
+    for f in functions:
+        _ack(f.role, "IAM5[Resource::*]", "IAM5-xray")
 
-    model_id = stack.settings.profile.model_id
-    if is_inference_profile(model_id):
-        any_region = f"IAM5[Resource::arn:<AWS::Partition>:bedrock:*::foundation-model/{model_id.split('.', 1)[1]}]"
+    model_id = stack.settings.model_id
+    if is_inference_profile(model_id) and not model_id.startswith(GLOBAL_PROFILE_PREFIX):  # global: no wildcard
+        any_region = f"IAM5[Resource::arn:<AWS::Partition>:bedrock:*::foundation-model/{base_model_id(model_id)}]"
         for role in worker_roles:
             _ack(role, any_region, "IAM5-bedrock-profile")

@@ -1,87 +1,130 @@
-"""Least-privilege grants, written out action by action.
+"""Least-privilege grants: per role, exactly the actions its code calls, on exactly the resources.
 
-The CDK `grant_*` helpers for S3 and for tables with indexes emit wildcard actions
-(`s3:GetObject*`, `s3:List*`) and `<table>/index/*` resources; these helpers list exactly what
-the code calls, so the only wildcard left is the unavoidable `<bucket-arn>/*` object resource.
-SQS grants use the CDK helpers (they are already explicit).
+`ACCESS` is the one table: role -> (resource, actions, why). The stack grants from it
+(`grant_access`), and tests/infra/test_role_coverage.py runs every use case against moto with a
+botocore hook recording each call per role, then checks both ways on the synthesized template:
+every recorded call is allowed on its resource, and every granted action is one the code was
+seen calling (the only exceptions are listed there with their reasons: the event source mapping's
+own polling, log and X-Ray writes).
+
+Resources are named by key (`table:jobs`, `index:claims/by-lease`, `objects:uploads/`, `bucket`,
+`queue:analysis`, `dlq:analysis`); the stack maps each key to an ARN (`ContractReviewStack.arns`).
+No CDK `grant_*` helper is used for data: they add actions the code never calls (`s3:GetObject*`,
+`s3:List*`, `dynamodb:DeleteItem`, `sqs:GetQueueUrl`, ...).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 
 from aws_cdk import ArnFormat, Stack
-from aws_cdk import aws_dynamodb as dynamodb
 from aws_cdk import aws_iam as iam
-from aws_cdk import aws_s3 as s3
-from aws_cdk import aws_sqs as sqs
 
-DDB_READ = (
-    "dynamodb:GetItem",
-    "dynamodb:BatchGetItem",
-    "dynamodb:Query",
-    "dynamodb:Scan",
-    "dynamodb:ConditionCheckItem",
-    "dynamodb:DescribeTable",
+from contract_review.model_clients import GLOBAL_PROFILE_PREFIX, base_model_id, is_inference_profile
+
+from .tables import CLAIMS_LEASE_INDEX
+
+
+@dataclass(frozen=True)
+class Access:
+    """Actions on one of the stack's resources, and why the code needs them."""
+
+    target: str
+    actions: tuple[str, ...]
+    why: str
+
+
+GET, PUT, UPDATE, QUERY, SCAN, BATCH_GET = (f"dynamodb:{a}" for a in (
+    "GetItem", "PutItem", "UpdateItem", "Query", "Scan", "BatchGetItem"))
+GET_OBJECT, PUT_OBJECT, LIST_BUCKET = "s3:GetObject", "s3:PutObject", "s3:ListBucket"
+SEND, RECEIVE, DELETE, CHANGE_VISIBILITY = (f"sqs:{a}" for a in (
+    "SendMessage", "ReceiveMessage", "DeleteMessage", "ChangeMessageVisibility"))
+# GetObject answers 404 (NoSuchKey) for a missing key only to a caller that may list the bucket;
+# without it S3 says 403, and a missing object would read as a permissions problem.
+_LIST = Access("bucket", (LIST_BUCKET,), "a missing object answers 404, not 403 (implied by GetObject)")
+LEASE_INDEX = f"index:claims/{CLAIMS_LEASE_INDEX}"
+
+INTAKE = (
+    Access("table:jobs", (PUT, GET, UPDATE), "create the job (conditional put), read a duplicate's, start it"),
+    Access("table:events", (PUT,), "record job events"),
+    Access("table:claims", (PUT,), "create one chunk record per chunk"),
+    Access("objects:uploads/", (GET_OBJECT,), "read a document submitted by s3_uri (the stack's uploads/ only)"),
+    Access("objects:documents/", (PUT_OBJECT,), "store the document text the chunks are cut from"),
+    _LIST,
+    Access("queue:analysis", (SEND,), "fan out one message per chunk"),
+    Access("dlq:intake", (SEND,), "dead-letter input without a job key, with its error envelope"),
 )
-DDB_WRITE = (
-    "dynamodb:PutItem",
-    "dynamodb:UpdateItem",
-    "dynamodb:DeleteItem",
-    "dynamodb:BatchWriteItem",
+WORKER = (
+    Access("table:jobs", (GET, UPDATE), "read the job; fail it on a job-fatal error"),
+    Access("table:events", (PUT,), "record chunk events"),
+    Access("table:claims", (GET, UPDATE), "claim, heartbeat, checkpoint-commit, release and settle (fenced)"),
+    Access("table:checkpoints", (PUT, BATCH_GET, GET), "write analyst checkpoints; load them on resume "
+                                                        "(GetItem for keys BatchGetItem left unprocessed)"),
+    Access("objects:findings/", (PUT_OBJECT,), "write the chunk's findings"),
+    Access("objects:checkpoints/", (PUT_OBJECT, GET_OBJECT), "large analyst outputs"),
+    _LIST,
+    Access("queue:analysis", (SEND, CHANGE_VISIBILITY), "requeue under backpressure; heartbeat and tier-2 backoff"),
+    Access("dlq:analysis", (SEND,), "dead-letter a chunk whose poison budget is spent"),
+    Access("queue:results", (SEND,), "announce a settled chunk"),
 )
-S3_OBJECT_READ = ("s3:GetObject",)
-S3_BUCKET_READ = ("s3:ListBucket",)  # lets a missing key answer 404 (NoSuchKey), not 403
-S3_OBJECT_WRITE = ("s3:PutObject", "s3:AbortMultipartUpload")
-SQS_PEEK = ("sqs:ReceiveMessage", "sqs:ChangeMessageVisibility", "sqs:GetQueueAttributes", "sqs:GetQueueUrl")
+AGGREGATOR = (
+    Access("table:jobs", (GET, UPDATE), "settle chunks, end the job"),
+    Access("table:events", (PUT,), "record job events"),
+    Access("table:claims", (GET, QUERY), "check a result against its chunk; read all chunks at the end"),
+    Access("objects:findings/", (GET_OBJECT,), "assemble the findings"),
+    Access("objects:reports/", (PUT_OBJECT,), "write report.json and report.md"),
+    _LIST,
+)
+SWEEPER = (
+    Access(LEASE_INDEX, (QUERY,), "find lapsed claims"),
+    Access("table:claims", (QUERY, GET, UPDATE), "a stalled job's chunks; release or settle (fenced)"),
+    Access("table:jobs", (GET, SCAN, UPDATE), "read jobs; find stalled ones (a scan of TTL-bounded jobs)"),
+    Access("table:events", (PUT,), "record what the sweep did"),
+    Access("objects:documents/", (GET_OBJECT,), "rebuild a chunk's message from the stored document"),
+    _LIST,
+    Access("queue:analysis", (SEND,), "requeue lapsed and lost chunks"),
+    Access("dlq:analysis", (RECEIVE, SEND), "read dead letters to explain them (never deletes); dead-letter"),
+    Access("queue:results", (SEND,), "announce chunks it settled"),
+)
+# The Fargate poller is its own event source mapping, runs the worker, and sweeps in-process.
+POLLER = (
+    Access("queue:analysis", (RECEIVE, DELETE, CHANGE_VISIBILITY), "poll the analysis queue; acknowledge"),
+)
+ACCESS: dict[str, tuple[Access, ...]] = {
+    "intake": INTAKE, "worker": WORKER, "aggregator": AGGREGATOR, "sweeper": SWEEPER,
+    "fargate": WORKER + SWEEPER + POLLER,
+}
 
-# Cross-region inference profile ids carry a geography prefix (us.anthropic..., eu.amazon...).
-_INFERENCE_PROFILE_PREFIXES = ("us.", "eu.", "apac.", "us-gov.", "jp.", "au.", "ca.", "global.")
+
+def merged(accesses: Iterable[Access]) -> dict[str, tuple[str, ...]]:
+    """target -> the sorted union of its actions."""
+    out: dict[str, set[str]] = {}
+    for a in accesses:
+        out.setdefault(a.target, set()).update(a.actions)
+    return {t: tuple(sorted(acts)) for t, acts in sorted(out.items())}
 
 
-def grant_table(grantee: iam.IGrantable, table: dynamodb.Table, *, write: bool, indexes: Iterable[str] = ()) -> None:
-    actions = DDB_READ + (DDB_WRITE if write else ())
-    resources = [table.table_arn, *(f"{table.table_arn}/index/{name}" for name in indexes)]
-    iam.Grant.add_to_principal(grantee=grantee, actions=list(actions), resource_arns=resources)
-
-
-def grant_bucket(grantee: iam.IGrantable, bucket: s3.IBucket, *, write: bool) -> None:
-    iam.Grant.add_to_principal(grantee=grantee, actions=list(S3_BUCKET_READ), resource_arns=[bucket.bucket_arn])
-    actions = S3_OBJECT_READ + (S3_OBJECT_WRITE if write else ())
-    iam.Grant.add_to_principal(grantee=grantee, actions=list(actions), resource_arns=[bucket.arn_for_objects("*")])
-
-
-def grant_peek(grantee: iam.IGrantable, queue: sqs.IQueue) -> None:
-    """Receive (and re-hide) without delete: the sweeper reads the DLQ, operators drain it."""
-    iam.Grant.add_to_principal(grantee=grantee, actions=list(SQS_PEEK), resource_arns=[queue.queue_arn])
-
-
-def is_inference_profile(model_id: str) -> bool:
-    return model_id.startswith(_INFERENCE_PROFILE_PREFIXES)
+def grant_access(grantee: iam.IGrantable, arns: Mapping[str, str], accesses: Iterable[Access]) -> None:
+    """One statement per resource: exactly the actions the table lists for it."""
+    for target, actions in merged(accesses).items():
+        iam.Grant.add_to_principal(grantee=grantee, actions=list(actions), resource_arns=[arns[target]])
 
 
 def bedrock_model_arns(stack: Stack, model_id: str) -> list[str]:
-    """ARNs `bedrock:InvokeModel` (Converse) needs for `model_id`.
+    """Every ARN `bedrock:InvokeModel` (Converse) is checked against for `model_id` (see
+    `grant_bedrock`): the foundation model in this region for a model id; for an inference profile,
+    the profile and the foundation models it routes to."""
+    return [arn for statement in _invoke_statements(stack, model_id) for arn in statement.resources]
 
-    A foundation-model id needs only the model in this region. An inference-profile id needs the
-    profile (this account, this region) and the underlying model in every region the profile
-    routes to, which IAM can only express with a region wildcard.
-    """
-    if not is_inference_profile(model_id):
-        return [_foundation_model_arn(stack, model_id, stack.region)]
-    base = model_id.split(".", 1)[1]
-    return [
-        stack.format_arn(
-            service="bedrock",
-            resource="inference-profile",
-            resource_name=model_id,
-            arn_format=ArnFormat.SLASH_RESOURCE_NAME,
-        ),
-        _foundation_model_arn(stack, base, "*"),
-    ]
+
+def _profile_arn(stack: Stack, model_id: str) -> str:
+    return stack.format_arn(service="bedrock", resource="inference-profile", resource_name=model_id,
+                            arn_format=ArnFormat.SLASH_RESOURCE_NAME)
 
 
 def _foundation_model_arn(stack: Stack, model_id: str, region: str) -> str:
+    """`region` "" gives the region-less ARN (arn:aws:bedrock:::foundation-model/...) of a global profile."""
     return stack.format_arn(
         service="bedrock",
         region=region,
@@ -92,7 +135,42 @@ def _foundation_model_arn(stack: Stack, model_id: str, region: str) -> str:
     )
 
 
+def _invoke_statements(stack: Stack, model_id: str) -> list[iam.PolicyStatement]:
+    """`bedrock:InvokeModel` for `model_id`, as narrow as IAM allows.
+
+    - a foundation-model id: that model in this region;
+    - a geographic inference profile (`us.`, `eu.`, ...): the profile, and its foundation model in
+      any region (the destinations depend on the source region and grow over time, so IAM can only
+      say `*`), usable only through this profile (`bedrock:InferenceProfileArn`);
+    - a global profile (`global.`): the profile, its model in this region and the region-less global
+      model ARN, usable only through this profile (AWS, "Global cross-Region inference", IAM policy
+      requirements: https://docs.aws.amazon.com/bedrock/latest/userguide/global-cross-region-inference.html).
+    """
+    invoke = ["bedrock:InvokeModel"]
+    if not is_inference_profile(model_id):
+        return [iam.PolicyStatement(actions=invoke, resources=[_foundation_model_arn(stack, model_id, stack.region)])]
+    base, profile = base_model_id(model_id), _profile_arn(stack, model_id)
+    regions = [stack.region, ""] if model_id.startswith(GLOBAL_PROFILE_PREFIX) else ["*"]
+    return [
+        iam.PolicyStatement(actions=invoke, resources=[profile]),
+        iam.PolicyStatement(actions=invoke, resources=[_foundation_model_arn(stack, base, r) for r in regions],
+                            conditions={"StringEquals": {"bedrock:InferenceProfileArn": profile}}),
+    ]
+
+
+def _describe_statements(stack: Stack, model_id: str) -> list[iam.PolicyStatement]:
+    """What the worker asks the Bedrock control plane when Converse fails in a way the model id may
+    cause (model_clients.ModelIdCheck): GetInferenceProfile on the profile, GetFoundationModel on the
+    model in this region. Both are scoped to the one id."""
+    model = iam.PolicyStatement(actions=["bedrock:GetFoundationModel"],
+                                resources=[_foundation_model_arn(stack, base_model_id(model_id), stack.region)])
+    if not is_inference_profile(model_id):
+        return [model]
+    return [iam.PolicyStatement(actions=["bedrock:GetInferenceProfile"], resources=[_profile_arn(stack, model_id)]),
+            model]
+
+
 def grant_bedrock(grantee: iam.IGrantable, stack: Stack, model_id: str) -> None:
-    iam.Grant.add_to_principal(
-        grantee=grantee, actions=["bedrock:InvokeModel"], resource_arns=bedrock_model_arns(stack, model_id)
-    )
+    """Invoke `model_id` through Converse, and describe it (the job-fatal `model.id_rejected` check)."""
+    for statement in _invoke_statements(stack, model_id) + _describe_statements(stack, model_id):
+        grantee.grant_principal.add_to_principal_policy(statement)

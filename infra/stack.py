@@ -1,4 +1,4 @@
-"""`ContractReviewStack`: queues, tables, bucket, functions, schedule, grants and outputs."""
+"""`ContractReviewStack`: queues, tables, bucket, functions, schedule, grants, alarms, dashboard, outputs."""
 
 from __future__ import annotations
 
@@ -7,7 +7,6 @@ import math
 from aws_cdk import CfnOutput, Duration, RemovalPolicy, Stack, Tags
 from aws_cdk import aws_events as events
 from aws_cdk import aws_events_targets as targets
-from aws_cdk import aws_iam as iam
 from aws_cdk import aws_lambda_event_sources as event_sources
 from constructs import Construct
 
@@ -16,10 +15,11 @@ from contract_review.config import OPTION_ENV, RESOURCES
 from . import nag
 from .deploy_settings import DeploySettings
 from .fargate import FargateWorker
-from .functions import PipelineFunction, functions_code, powertools_layer
-from .permissions import grant_bedrock, grant_bucket, grant_peek, grant_table
+from .functions import METRICS_NAMESPACE, PipelineFunction, functions_code, powertools_layer
+from .monitoring import AlarmTopic, Monitoring
+from .permissions import ACCESS, LEASE_INDEX, grant_access, grant_bedrock
 from .queues import QueueWithDlq
-from .storage import ArtifactBucket
+from .storage import PREFIXES, ArtifactBucket
 from .tables import CLAIMS_LEASE_INDEX, ReviewTables
 
 HANDLERS = "contract_review.handlers"
@@ -50,30 +50,38 @@ class ContractReviewStack(Stack):
         Tags.of(self).add("project", "contract-review")
         Tags.of(self).add("profile", p.name)
 
+        # ---- alarm topic: the action of every alarm -------------------------------------
+        self.alarm_topic = AlarmTopic(self, "Alarms", email=settings.alarm_email, removal_policy=removal)
+        alarm_action = self.alarm_topic.action
+
         # ---- queues (the construct fails synth when a rule is broken) ------------------
+        name = settings.stack_name
         self.intake = QueueWithDlq(
-            self, "Intake", profile=p, purpose="intake",
+            self, "Intake", profile=p, purpose="intake", name_prefix=name, age_alarm_s=p.intake_age_alarm_s,
+            alarm_action=alarm_action,
             visibility_timeout_s=p.intake_visibility_s, consumer_timeout_s=p.intake_timeout_s,
         )
         self.analysis = QueueWithDlq(
-            self, "Analysis", profile=p, purpose="analysis",
+            self, "Analysis", profile=p, purpose="analysis", name_prefix=name, age_alarm_s=p.analysis_age_alarm_s,
+            alarm_action=alarm_action,
             visibility_timeout_s=p.analysis_visibility_s, consumer_timeout_s=p.worker_timeout_s,
         )
         self.results = QueueWithDlq(
-            self, "Results", profile=p, purpose="results", fifo=True, name_prefix=settings.stack_name,
+            self, "Results", profile=p, purpose="results", fifo=True, name_prefix=name,
+            age_alarm_s=p.results_age_alarm_s, alarm_action=alarm_action,
             visibility_timeout_s=p.results_visibility_s, consumer_timeout_s=p.aggregator_timeout_s,
         )
 
         # ---- data ----------------------------------------------------------------------
         self.tables = ReviewTables(self, "Tables", retain=retain)
         self.storage = ArtifactBucket(
-            self, "Storage", retain=retain, checkpoint_expiry_days=p.record_ttl_days + 1,
+            self, "Storage", retain=retain, artifact_expiry_days=p.record_ttl_days + 1,
             auto_delete_objects=settings.auto_delete_objects,
         )
 
         # ---- functions -----------------------------------------------------------------
         code = functions_code()
-        layer = powertools_layer(self, settings.powertools_layer_version)
+        layer = powertools_layer(self, settings.powertools_version)
         log_level = "DEBUG" if settings.is_disposable else "INFO"
 
         def fn(cid: str, service: str, timeout_s: int, memory_mb: int, what: str) -> PipelineFunction:
@@ -111,11 +119,13 @@ class ContractReviewStack(Stack):
                                             max_event_age=Duration.minutes(max(1, minutes)))],
         )
 
-        # ---- grants (least privilege, per function) -------------------------------------
-        self._grant_intake(self.intake_fn.role)
-        self._grant_worker(self.worker_fn.role)
-        self._grant_aggregator(self.aggregator_fn.role)
-        self._grant_sweeper(self.sweeper_fn.role)
+        # ---- grants (least privilege, per role: permissions.ACCESS) ----------------------
+        arns = self.arns()
+        grant_access(self.intake_fn.role, arns, ACCESS["intake"])
+        grant_access(self.worker_fn.role, arns, ACCESS["worker"])
+        grant_bedrock(self.worker_fn.role, self, self.settings.model_id)  # invoke + describe the model (`-c model_id=...`)
+        grant_access(self.aggregator_fn.role, arns, ACCESS["aggregator"])
+        grant_access(self.sweeper_fn.role, arns, ACCESS["sweeper"])
 
         # ---- Fargate alternative ---------------------------------------------------------
         self.fargate: FargateWorker | None = None
@@ -123,12 +133,21 @@ class ContractReviewStack(Stack):
             self.fargate = FargateWorker(
                 self, "FargateWorker", queue=self.analysis.queue,
                 environment={**self.function_environment("fargate"), "POWERTOOLS_SERVICE_NAME": "worker",
-                             "POWERTOOLS_METRICS_NAMESPACE": "ContractReview", "LOG_LEVEL": log_level},
+                             "POWERTOOLS_METRICS_NAMESPACE": METRICS_NAMESPACE, "LOG_LEVEL": log_level},
                 memory_mb=p.worker_memory_mb, max_tasks=p.worker_max_concurrency,
-                stop_timeout_s=p.worker_timeout_s + 10, log_retention_days=p.record_ttl_days,
+                stop_timeout_s=p.fargate_stop_timeout_s, log_retention_days=p.record_ttl_days,
                 removal_policy=removal,
             )
-            self._grant_worker(self.fargate.task_role)
+            # the poller runs the worker and the sweep in-process, and is its own event source
+            grant_access(self.fargate.task_role, arns, ACCESS["fargate"])
+            grant_bedrock(self.fargate.task_role, self, self.settings.model_id)
+
+        # ---- alarms and dashboard (the queue alarms live with their queues) -------------
+        self.monitoring = Monitoring(
+            self, "Monitoring", profile=p, action=alarm_action,
+            functions={f.service: f.function for f in self.pipeline_functions},
+            queues=[self.intake, self.analysis, self.results],
+        )
 
         self._outputs()
         nag.acknowledge(self)
@@ -161,50 +180,28 @@ class ContractReviewStack(Stack):
         values = self.resource_values()
         env = {r.env: values[r.field] for r in RESOURCES}
         env.update({OPTION_ENV["profile"]: s.profile.name, OPTION_ENV["model_provider"]: s.model_provider,
-                    OPTION_ENV["model_id"]: s.profile.model_id, OPTION_ENV["worker_kind"]: worker_kind})
+                    OPTION_ENV["model_id"]: s.model_id, OPTION_ENV["worker_kind"]: worker_kind})
         if s.fault_spec is not None:
             env[OPTION_ENV["fault_spec"]] = s.fault_spec.to_env()
         return env
 
     # ------------------------------------------------------------------ grants
-    def _grant_intake(self, g: iam.IGrantable) -> None:
-        t = self.tables
-        for table in (t.jobs, t.claims, t.events):
-            grant_table(g, table, write=True)
-        grant_bucket(g, self.storage.bucket, write=True)
-        self.analysis.queue.grant_send_messages(g)
-        self.intake.dlq.grant_send_messages(g)  # bad input: dead-lettered with its error envelope
-        self.intake.queue.grant_consume_messages(g)
+    @property
+    def pipeline_functions(self) -> list[PipelineFunction]:
+        return [self.intake_fn, self.worker_fn, self.aggregator_fn, self.sweeper_fn]
 
-    def _grant_worker(self, g: iam.IGrantable) -> None:
-        t = self.tables
-        for table in (t.jobs, t.claims, t.checkpoints, t.events):
-            grant_table(g, table, write=True)
-        grant_bucket(g, self.storage.bucket, write=True)
-        self.analysis.queue.grant_send_messages(g)  # throttled chunks are requeued with a delay
-        self.analysis.queue.grant_consume_messages(g)  # incl. ChangeMessageVisibility (heartbeat)
-        self.analysis.dlq.grant_send_messages(g)  # poison budget spent: dead-letter with envelope
-        self.results.queue.grant_send_messages(g)
-        grant_bedrock(g, self, self.settings.profile.model_id)
-
-    def _grant_aggregator(self, g: iam.IGrantable) -> None:
-        t = self.tables
-        for table in (t.jobs, t.events):
-            grant_table(g, table, write=True)
-        grant_table(g, t.claims, write=False)
-        grant_bucket(g, self.storage.bucket, write=True)
-        self.results.queue.grant_consume_messages(g)
-
-    def _grant_sweeper(self, g: iam.IGrantable) -> None:
-        t = self.tables
-        grant_table(g, t.claims, write=True, indexes=[CLAIMS_LEASE_INDEX])
-        for table in (t.jobs, t.events):
-            grant_table(g, table, write=True)
-        self.analysis.queue.grant_send_messages(g)  # redrive lapsed chunks
-        self.analysis.dlq.grant_send_messages(g)  # chunks whose poison budget is spent
-        grant_peek(g, self.analysis.dlq)  # read DLQ messages to explain them; never deletes
-        self.results.queue.grant_send_messages(g)
-        grant_bucket(g, self.storage.bucket, write=False)
+    def arns(self) -> dict[str, str]:
+        """The resource keys of `permissions.ACCESS` -> ARNs in this stack."""
+        t, bucket = self.tables, self.storage.bucket
+        out = {f"table:{name}": table.table_arn for name, table in
+               (("jobs", t.jobs), ("claims", t.claims), ("checkpoints", t.checkpoints), ("events", t.events))}
+        out[LEASE_INDEX] = f"{t.claims.table_arn}/index/{CLAIMS_LEASE_INDEX}"
+        out["bucket"] = bucket.bucket_arn
+        out.update({f"objects:{prefix}": bucket.arn_for_objects(f"{prefix}*") for prefix in PREFIXES})
+        for q in (self.intake, self.analysis, self.results):
+            out[f"queue:{q.rules.purpose}"] = q.queue.queue_arn
+            out[f"dlq:{q.rules.purpose}"] = q.dlq.queue_arn
+        return out
 
     # ------------------------------------------------------------------ outputs
     def _outputs(self) -> None:
@@ -221,6 +218,11 @@ class ContractReviewStack(Stack):
             "SweeperFunctionName": (self.sweeper_fn.function.function_name, "sweeper function"),
             "ProfileName": (self.settings.profile.name, "config profile this stack was built from"),
             "WorkerKind": (self.settings.worker_kind, "analysis worker: lambda or fargate"),
+            "ModelProvider": (self.settings.model_provider, "model provider: bedrock, or offline (the rule model)"),
+            "ModelId": (self.settings.model_id, "Bedrock model or inference profile id (used when ModelProvider "
+                                                "is bedrock; `review preflight` checks it)"),
+            "AlarmTopicArn": (self.alarm_topic.topic.topic_arn, "SNS topic every alarm notifies (subscribe to it)"),
+            "DashboardName": (self.monitoring.dashboard.dashboard_name, "CloudWatch dashboard of the pipeline"),
         })
         for output_id, (value, description) in outputs.items():
             CfnOutput(self, output_id, value=value, description=description)

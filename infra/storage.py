@@ -1,4 +1,12 @@
-"""The artifacts bucket (documents/, checkpoints/, findings/, reports/) and its access-log bucket."""
+"""The artifacts bucket (uploads/, documents/, checkpoints/, findings/, reports/) and its access-log bucket.
+
+Every artifact prefix expires with the job record it belongs to: `record_ttl_days` after writing
+plus one day of slack (DynamoDB deletes an expired record up to two days late, and a record must
+never point at an object that is already gone). Versioning protects against overwrites: an
+overwritten or expired artifact stays recoverable as a noncurrent version for
+NONCURRENT_ARTIFACT_DAYS, then goes, and the leftover delete markers are removed. So nothing of a
+document outlives its job record by more than about a week.
+"""
 
 from __future__ import annotations
 
@@ -6,8 +14,9 @@ from aws_cdk import Duration, RemovalPolicy
 from aws_cdk import aws_s3 as s3
 from constructs import Construct
 
-PREFIXES = ("documents/", "checkpoints/", "findings/", "reports/")
-NONCURRENT_VERSION_DAYS = 30  # versioning protects against overwrites; old versions go after this
+PREFIXES = ("uploads/", "documents/", "checkpoints/", "findings/", "reports/")  # records.*_key
+NONCURRENT_VERSION_DAYS = 30  # anything else in the bucket: old versions go after this
+NONCURRENT_ARTIFACT_DAYS = 7  # an overwritten or expired artifact stays recoverable this long
 ACCESS_LOG_DAYS = 90
 
 
@@ -20,7 +29,7 @@ class ArtifactBucket(Construct):
         construct_id: str,
         *,
         retain: bool,
-        checkpoint_expiry_days: int,
+        artifact_expiry_days: int,
         auto_delete_objects: bool = False,
     ) -> None:
         super().__init__(scope, construct_id)
@@ -55,12 +64,15 @@ class ArtifactBucket(Construct):
                     noncurrent_version_expiration=Duration.days(NONCURRENT_VERSION_DAYS),
                     abort_incomplete_multipart_upload_after=Duration.days(1),
                 ),
-                # Checkpoint outputs are only read while their DynamoDB checkpoint record lives
-                # (TTL record_ttl_days); one day of slack, then they go.
-                s3.LifecycleRule(
-                    id="expire-checkpoints",
-                    prefix="checkpoints/",
-                    expiration=Duration.days(checkpoint_expiry_days),
+                s3.LifecycleRule(id="remove-expired-delete-markers", expired_object_delete_marker=True),
+                *(
+                    s3.LifecycleRule(
+                        id=f"expire-{prefix.rstrip('/')}",
+                        prefix=prefix,
+                        expiration=Duration.days(artifact_expiry_days),
+                        noncurrent_version_expiration=Duration.days(NONCURRENT_ARTIFACT_DAYS),
+                    )
+                    for prefix in PREFIXES
                 ),
             ],
             removal_policy=removal,

@@ -3,48 +3,75 @@
 from __future__ import annotations
 
 import json
+import re
 import signal
 import sys
 import threading
 from pathlib import Path
+from typing import Any
 
 import click
+from botocore.exceptions import BotoCoreError, ClientError
 from rich.console import Console
 from rich.table import Table
 
 from contract_review import ops, redrive
 from contract_review.config import FaultSpec
-from contract_review.ports import Deps
+from contract_review.messages import MAX_DOCUMENT_BYTES
+from contract_review.ports import Deps, Queue
 
-from .progress import watch_jobs
+from .progress import UNKNOWN, WAITING, ended, watch_jobs
 
 console = Console()
+SUBMIT_GRACE_S = 10.0  # a just-submitted job id without a record: wait this long (and while intake is busy)
+WATCH_GRACE_S = 3.0
 
 
 class Ctx:
-    def __init__(self, stack: str | None, region: str | None):
+    """What every command gets: the stack to talk to, and its `Deps` once connected (tests pass fakes)."""
+
+    def __init__(self, stack: str | None, region: str | None, deps: Deps | None = None):
         self.stack, self.region = stack, region
-        self._deps: Deps | None = None
+        self._deps = deps
+        self.local_endpoint: str | None = None  # set when connected to the local stack
 
     @property
     def deps(self) -> Deps:
         if self._deps is None:
-            from .connect import connect
+            from .connect import StackUnavailable, connect
 
             try:
                 self._deps = connect(self.stack, self.region)
-            except FileNotFoundError as exc:
+            except StackUnavailable as exc:
                 raise click.ClickException(str(exc)) from exc
+            if self.stack is None:
+                from .embedded import load_local_json
+
+                self.local_endpoint = load_local_json()["endpoint"]
         return self._deps
 
 
-@click.group()
+class ReviewGroup(click.Group):
+    """Any AWS error a command runs into ends as one line (`Error: ...`, exit 1), not a traceback."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except (BotoCoreError, ClientError) as exc:
+            from .connect import describe_aws_error
+
+            obj = ctx.obj if isinstance(ctx.obj, Ctx) else None
+            raise click.ClickException(describe_aws_error(exc, obj.local_endpoint if obj else None)) from exc
+
+
+@click.group(cls=ReviewGroup)
 @click.option("--stack", default=None, help="A deployed stack's name (default: the local stack of `review up`).")
 @click.option("--region", default=None, help="AWS region of --stack.")
 @click.pass_context
 def cli(ctx: click.Context, stack: str | None, region: str | None) -> None:
     """Contract review pipeline: local runtime and operator CLI."""
-    ctx.obj = Ctx(stack, region)
+    if not isinstance(ctx.obj, Ctx) or ctx.obj._deps is None:  # a Ctx with Deps given (tests) is kept
+        ctx.obj = Ctx(stack, region)
 
 
 # ------------------------------------------------------------------------------------ up
@@ -87,22 +114,59 @@ def up(fault_rate: float, seed: int, workers: int | None, worker_kind: str) -> N
 @click.option("--timeout", type=float, default=600.0)
 @click.pass_obj
 def submit(obj: Ctx, files: tuple[Path, ...], wait: bool, idempotency_key: str | None, timeout: float) -> None:
-    """Submit documents to the intake queue; print their job ids."""
+    """Submit documents (UTF-8 text files) to the intake queue; print their job ids.
+
+    The same document twice is one job (its id is a hash of the text): it is sent and waited on once."""
     if idempotency_key and len(files) > 1:
         raise click.UsageError("--idempotency-key takes one file")
-    jobs = []
-    for f in files:
-        try:
-            text = f.read_text(encoding="utf-8")
-        except UnicodeDecodeError as exc:
-            raise click.ClickException(f"{f}: not UTF-8 text") from exc
-        job_id = ops.submit(obj.deps, text, document_id=f.name, idempotency_key=idempotency_key)
-        jobs.append(job_id)
-        console.print(f"{job_id}  {f}")
+    texts = [(f, _read_document(f)) for f in files]
+    jobs: dict[str, Path] = {}
+    for f, text in texts:
+        job_id = ops.job_id_of(text, idempotency_key)
+        if job_id in jobs:
+            console.print(f"{job_id}  {f}  (the same document as {jobs[job_id]}: one job, not sent again)",
+                          markup=False, highlight=False)
+            continue
+        ops.submit(obj.deps, text, document_id=_document_id(f), idempotency_key=idempotency_key)
+        jobs[job_id] = f
+        console.print(f"{job_id}  {f}", markup=False, highlight=False)
     if wait:
-        states = watch_jobs(console, obj.deps.jobs, jobs, timeout)
-        if any(s != "completed" for s in states.values()):
-            sys.exit(1)
+        _wait(obj, list(jobs), timeout, SUBMIT_GRACE_S)
+
+
+def _read_document(f: Path) -> str:
+    size = f.stat().st_size
+    if size > MAX_DOCUMENT_BYTES:
+        raise click.ClickException(f"{f}: {size:,} bytes, more than the {MAX_DOCUMENT_BYTES:,} a document may have: "
+                                   "split it")
+    try:
+        return f.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise click.ClickException(f"{f}: not UTF-8 text (at byte {exc.start}): convert it to UTF-8 text first "
+                                   "(e.g. `iconv -f latin1 -t utf-8`, or `pdftotext` for a PDF)") from exc
+
+
+def _document_id(f: Path) -> str:
+    """The file's name as a valid document_id (schema: [A-Za-z0-9._:/-], at most 256)."""
+    return re.sub(r"[^A-Za-z0-9._:/\-]", "_", f.name)[:256]
+
+
+def _wait(obj: Ctx, job_ids: list[str], timeout: float, grace_s: float) -> None:
+    """Watch the jobs; exit 1, with one line per job that did not complete, unless all completed."""
+    deps = obj.deps
+    states = watch_jobs(console, deps.jobs, job_ids, timeout, grace_s=grace_s,
+                        intake_busy=lambda: deps.queues.depth(Queue.INTAKE) > 0)
+    problems = []
+    for j, state in states.items():
+        if state == UNKNOWN:
+            problems.append(f"no job {j}: no record after {grace_s:.0f} s and the intake queue is empty, so "
+                            "nothing will create it (a mistyped id? or see `review jobs` and `review dlq list`)")
+        elif state == WAITING or not ended(state):
+            problems.append(f"{j} is still {state} after {timeout:.0f} s (`review watch {j}` to go on watching)")
+        elif state != "completed":
+            problems.append(f"{j} ended {state}: see `review status {j}`")
+    if problems:
+        raise click.ClickException("\n".join(problems))
 
 
 # ------------------------------------------------------------------------------------ status & co
@@ -141,9 +205,11 @@ def status(obj: Ctx, job_id: str, as_json: bool) -> None:
 @click.option("--timeout", type=float, default=600.0)
 @click.pass_obj
 def watch(obj: Ctx, job_id: str, timeout: float) -> None:
-    """Live progress bar for a job until it ends."""
-    states = watch_jobs(console, obj.deps.jobs, [job_id], timeout)
-    sys.exit(0 if states.get(job_id) == "completed" else 1)
+    """Live progress bar for a job until it ends; exit 0 only if it completed.
+
+    A job id without a record is waited for only while the intake queue still holds messages
+    (it may be one just sent) and a few seconds more; then it is unknown."""
+    _wait(obj, [job_id], timeout, WATCH_GRACE_S)
 
 
 @cli.command()
@@ -163,10 +229,11 @@ def report(obj: Ctx, job_id: str, as_json: bool) -> None:
 
 @cli.command()
 @click.option("--json", "as_json", is_flag=True)
+@click.option("--document-id", default=None, help="Only the jobs of this document id (e.g. after `aws sqs send-message`).")
 @click.pass_obj
-def jobs(obj: Ctx, as_json: bool) -> None:
-    """List jobs."""
-    items = obj.deps.jobs.all()
+def jobs(obj: Ctx, as_json: bool, document_id: str | None) -> None:
+    """List jobs (oldest first)."""
+    items = [j for j in obj.deps.jobs.all() if document_id is None or j.document_id == document_id]
     if as_json:
         click.echo(json.dumps([j.model_dump(mode="json", exclude_defaults=True) for j in items], indent=2))
         return
@@ -174,6 +241,8 @@ def jobs(obj: Ctx, as_json: bool) -> None:
     for j in items:
         t.add_row(j.job_id, j.state.value, str(j.chunk_count), j.document_id, j.error_code or "")
     console.print(t)
+    if document_id is not None and not items:
+        raise click.ClickException(f"no job with document id {document_id!r} (intake may not have taken it yet)")
 
 
 # ------------------------------------------------------------------------------------ dlq
@@ -186,44 +255,72 @@ def dlq() -> None:
 @click.option("--json", "as_json", is_flag=True)
 @click.pass_obj
 def dlq_list(obj: Ctx, as_json: bool) -> None:
-    """DLQ messages joined with their job and chunk records."""
+    """DLQ messages joined with their job and chunk records (document text shown by its length only).
+
+    `source message` is the MessageId that `send-message` returned; `attempts` what the pipeline spent
+    before giving up. SQS's own receive count is not shown: SQS has no peek, so every listing is a
+    receive and would raise it."""
     items = ops.dlq_list(obj.deps)
     if as_json:
-        click.echo(json.dumps([i.model_dump(mode="json") for i in items], indent=2))
+        click.echo(json.dumps([i.model_dump(mode="json", exclude={"body"}) for i in items], indent=2))
         return
-    t = Table("message", "queue", "job", "chunk", "error", "failed step", "attempts")
+    t = Table("message", "queue", "source message", "job", "chunk", "error", "failed step", "attempts", "moved by")
     for i in items:
-        t.add_row(i.message_id, i.queue, i.job_id or "", str(i.chunk.chunk_index) if i.chunk else "",
+        t.add_row(i.message_id, i.queue, i.source_message_id or "", i.job_id or "",
+                  str(i.chunk.chunk_index) if i.chunk else "",
                   (i.envelope.error_code if i.envelope else None) or i.error_code or "", i.failed_step or "",
-                  str(i.chunk.failures) if i.chunk else "")
+                  "" if i.attempts is None else str(i.attempts), i.moved_by)
     console.print(t)
-    console.print(f"{len(items)} message(s)")
+    console.print(f"{len(items)} message(s); `review dlq show MESSAGE_ID [--body]` for one")
 
 
 @dlq.command("show")
 @click.argument("message_id")
+@click.option("--body", "with_body", is_flag=True, help="Include the whole message body (for intake: your document).")
 @click.pass_obj
-def dlq_show(obj: Ctx, message_id: str) -> None:
+def dlq_show(obj: Ctx, message_id: str, with_body: bool) -> None:
     """Everything known about one DLQ message: payload, attempts, last error envelope."""
-    item = ops.dlq_show(obj.deps, message_id)
+    item = ops.dlq_show(obj.deps, message_id, with_body=with_body)
     if item is None:
-        raise click.ClickException(f"no DLQ message {message_id}")
-    click.echo(item.model_dump_json(indent=2))
+        raise click.ClickException(f"no DLQ message {message_id} (`review dlq list` shows their ids)")
+    click.echo(item.model_dump_json(indent=2, exclude=None if with_body else {"body"}))
 
 
 @dlq.command("redrive")
 @click.argument("message_id", required=False)
 @click.option("--all", "all_", is_flag=True, help="Redrive every DLQ message.")
+@click.option("--force", is_flag=True, help="Resend intake messages that failed with a permanent input error too.")
 @click.pass_obj
-def dlq_redrive(obj: Ctx, message_id: str | None, all_: bool) -> None:
-    """Re-inject DLQ messages with a fresh attempt budget (leaves an audit event)."""
+def dlq_redrive(obj: Ctx, message_id: str | None, all_: bool, force: bool) -> None:
+    """Re-inject DLQ messages with a fresh attempt budget (leaves an audit event).
+
+    An intake message that failed with a permanent input error would fail the same way: it is
+    skipped, with the reason, unless --force (e.g. the document it names has been uploaded since)."""
     if not message_id and not all_:
         raise click.UsageError("give a MESSAGE_ID or --all")
-    done = redrive.dlq_redrive(obj.deps, None if all_ or not message_id else {message_id})
+    done = redrive.dlq_redrive(obj.deps, None if all_ or not message_id else {message_id}, force=force)
     for d in done:
-        console.print(f"{d.message_id}  {d.queue}  {d.job_id or ''}  {d.action}")
-    if not done:
-        raise click.ClickException("nothing redriven")
+        style = "yellow" if d.skipped else ""
+        console.print(f"{d.message_id}  {d.queue}  {d.job_id or ''}  {d.action}", style=style, soft_wrap=True)
+    if not any(not d.skipped for d in done):
+        raise click.ClickException("nothing redriven" if not done else "nothing redriven: every message was skipped")
+
+
+# ------------------------------------------------------------------------------------ preflight
+@cli.command()
+@click.option("--model-id", default=None, help="Check this Bedrock model or inference profile id instead.")
+@click.pass_obj
+def preflight(obj: Ctx, model_id: str | None) -> None:
+    """Before submitting: one tiny Converse call with the stack's model (access, latency) and the
+    account's requests- and tokens-per-minute quotas for it. Exits 1 unless the model answers."""
+    from .preflight import PreflightError
+    from .preflight import preflight as run
+
+    try:
+        ok = run(obj.stack, obj.region, model_id, echo=click.echo)
+    except PreflightError as exc:
+        raise click.ClickException(str(exc)) from exc
+    sys.exit(0 if ok else 1)
 
 
 # ------------------------------------------------------------------------------------ demo

@@ -47,7 +47,9 @@ def run_demo(console: Console, fault_rate: float, samples_dir: Path | None = Non
             console.print(f"    {f.name} ({len(text) // 1024} KiB)")
         console.print("[bold]3/4[/] reviewing (live progress; chunks settled / total)")
         states = watch_jobs(console, deps.jobs, list(jobs), timeout)
-        console.print("[bold]4/4[/] results")
+        console.print("[bold]4/4[/] results: per category, the clauses found that answer its question (0: none "
+                      "found; `review report JOB` states each question); findings from the offline rule model, "
+                      "not an LLM")
         retries: Counter[str] = Counter()
         calls = redeliveries = repairs = 0
         for job_id, f in jobs.items():

@@ -36,7 +36,8 @@ FAKE_CREDENTIALS = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "te
 
 def _inputs_hash(profile: str, context: dict[str, str]) -> str:
     h = hashlib.sha256(json.dumps([profile, sorted(context.items())]).encode())
-    files = [ROOT / "app.py", ROOT / "cdk.json", ROOT / "functions/contract_review/config.py"]
+    files = [ROOT / "app.py", ROOT / "cdk.json", ROOT / "functions/contract_review/config.py",
+             ROOT / "functions/contract_review/model_clients.py"]  # infra/permissions.py reads its model-id rules
     files += sorted((ROOT / "infra").rglob("*.py"))
     for f in files:
         if f.exists():
@@ -109,7 +110,11 @@ def deployable_template(template: dict[str, Any]) -> dict[str, Any]:
             if not res["DependsOn"]:
                 del res["DependsOn"]
     outputs = {k: v for k, v in template.get("Outputs", {}).items() if refs(v) <= set(resources) | params}
-    out = {k: v for k, v in template.items() if k not in ("Resources", "Outputs", "Conditions")}
+    out = {k: v for k, v in template.items() if k not in ("Resources", "Outputs", "Conditions", "Parameters")}
+    # Only the parameters the kept part still uses: moto resolves every SSM-typed parameter on create,
+    # and e.g. the public Powertools layer parameter (for the functions, not deployed) is not in moto.
+    used = refs([resources, outputs, template.get("Rules", {}), template.get("Conditions", {})])
+    out["Parameters"] = {k: v for k, v in template.get("Parameters", {}).items() if k in used}
     out["Resources"] = resources
     out["Outputs"] = outputs
     if "Conditions" in template:
@@ -223,7 +228,20 @@ class EmbeddedAws:
         return f"{logical}.{attr}"
 
 
-def load_local_json(path: Path = LOCAL_JSON) -> dict[str, Any]:
+def local_json_path() -> Path:
+    """Where `review up` / `make demo` describe the local stack (REVIEW_LOCAL_JSON overrides; read now)."""
+    return Path(os.environ.get("REVIEW_LOCAL_JSON", STATE_DIR / "local.json"))
+
+
+def load_local_json(path: Path | None = None) -> dict[str, Any]:
+    path = path or local_json_path()
     if not path.exists():
-        raise FileNotFoundError(f"{path} not found: is `review up` running?")
-    return json.loads(path.read_text())
+        raise FileNotFoundError(f"{path} not found: no local stack is running; start one with `review up` "
+                                "(or use a deployed one with --stack NAME)")
+    try:
+        info = json.loads(path.read_text())
+    except ValueError:
+        info = None
+    if not isinstance(info, dict) or not {"endpoint", "region", "outputs"} <= set(info):
+        raise FileNotFoundError(f"{path} is not a local stack description: start the stack again with `review up`")
+    return info

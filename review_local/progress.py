@@ -1,8 +1,15 @@
-"""Live progress of jobs (shared by `review submit --wait`, `review watch` and `review demo`)."""
+"""Live progress of jobs (shared by `review submit --wait`, `review watch` and `review demo`).
+
+A job id without a record is not known yet right after a submission: intake creates the record
+when it takes the message. So a missing record is "waiting for intake" while the intake queue
+still holds a message that could create it, and for a short grace period after the watch starts
+(SQS's counts are approximate); after that it is `unknown`, and the watch stops waiting for it.
+"""
 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -10,29 +17,55 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from contract_review.ports import JobsRepo
 from contract_review.records import JobState
 
+UNKNOWN = "unknown"  # no job record, and nothing in the intake queue could still create it
+WAITING = "waiting for intake"
+POLL_S = 0.3
 
-def watch_jobs(console: Console, jobs: JobsRepo, job_ids: list[str], timeout: float = 600.0) -> dict[str, str]:
-    """Live progress bars until every job ends (or `timeout`). Returns the last state seen of each."""
-    states: dict[str, str] = {}
+# Seams for tests (a fake clock whose sleep advances it); looked up at call time.
+_now: Callable[[], float] = time.monotonic
+_sleep: Callable[[float], None] = time.sleep
+
+
+def ended(state: str) -> bool:
+    """Whether a state `watch_jobs` returned is final (a terminal job state)."""
+    return state not in (UNKNOWN, WAITING) and JobState(state).terminal
+
+
+def watch_jobs(console: Console, jobs: JobsRepo, job_ids: list[str], timeout: float = 600.0, *,
+               intake_busy: Callable[[], bool] | None = None, grace_s: float = 5.0) -> dict[str, str]:
+    """Live progress bars until every job ends, is `unknown`, or `timeout` passes. Returns the last
+    state seen of each job id (each id once): a JobState value, `unknown`, or `waiting for intake`.
+
+    `intake_busy` tells whether the intake queue still holds messages; without it a missing record
+    is waited for until the timeout (never `unknown`)."""
+    ids = list(dict.fromkeys(job_ids))
+    states: dict[str, str] = {j: WAITING for j in ids}
+    started = _now()
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[state]}"),
                   TimeElapsedColumn(), console=console, transient=False) as progress:
-        tasks = {j: progress.add_task(j, total=None, state="submitted") for j in job_ids}
-        deadline = time.time() + timeout
-        while time.time() < deadline:
-            ended = 0
-            for j in job_ids:
+        tasks = {j: progress.add_task(j, total=None, state=WAITING) for j in ids}
+        while True:
+            busy: bool | None = None  # asked at most once per round, only when a record is missing
+            for j in ids:
+                if states[j] == UNKNOWN or ended(states[j]):
+                    continue
                 job = jobs.get(j)
                 if job is None:
+                    if busy is None:
+                        busy = intake_busy() if intake_busy is not None else True
+                    if _now() - started >= grace_s and not busy:
+                        states[j] = UNKNOWN
+                        progress.update(tasks[j], total=1, completed=0, state=UNKNOWN)
                     continue
                 states[j] = job.state.value
                 total: int | None = job.chunk_count or None
                 done = len(job.settled)
-                if job.terminal:
-                    ended += 1
-                    if total is None or job.state is JobState.COMPLETED:
-                        total = done = total or 1
+                if job.terminal and (total is None or job.state is JobState.COMPLETED):
+                    total = done = total or 1
                 progress.update(tasks[j], total=total, completed=done, state=states[j])
-            if ended == len(job_ids):
+            if all(s == UNKNOWN or ended(s) for s in states.values()):
                 break
-            time.sleep(0.3)
+            if _now() - started >= timeout:
+                break
+            _sleep(POLL_S)
     return states

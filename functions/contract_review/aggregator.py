@@ -44,8 +44,9 @@ def finalize(deps: Deps, job: Job) -> JobState:
     state, code = coverage.verdict()
     rel = Reliability.of(chunks)
     report = Report(job_id=job.job_id, state=state, document_id=job.document_id, document_sha256=job.document_sha256,
-                    model_id=job.model_id, prompt_version=job.prompt_version, chunk_count=job.chunk_count,
-                    findings=findings, coverage=coverage, reliability=rel)
+                    model_id=job.model_id, model_provider=job.model_provider, prompt_version=job.prompt_version,
+                    chunk_count=job.chunk_count, metadata=job.metadata, findings=findings, coverage=coverage,
+                    reliability=rel)
     json_key, md_key = report_keys(job.job_id)
     deps.artifacts.put_text(json_key, report.model_dump_json(indent=1))
     deps.artifacts.put_text(md_key, markdown(job, report), "text/markdown; charset=utf-8")

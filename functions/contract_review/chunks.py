@@ -1,6 +1,6 @@
 """What several use cases do to a chunk, written once: rebuild its analysis message from the
-stored document, announce that it settled (the results message and its dedup id), and
-dead-letter it."""
+stored document, announce that it settled (the results message and its dedup id), dead-letter
+it, and decide when its backpressure has lasted too long."""
 
 from __future__ import annotations
 
@@ -34,6 +34,30 @@ def analysis_message(deps: Deps, job: Job, chunk: ChunkRecord, reason: str, text
                            text=text[chunk.start:chunk.end], attempt=chunk.failures + 1,
                            max_attempts=deps.settings.profile.poison_budget, checkpoint_version=job.config_hash,
                            reason=reason)
+
+
+def backpressure_exhausted(deps: Deps, chunk: ChunkRecord, cause: ErrorEnvelope, now: float) -> ErrorEnvelope | None:
+    """The `runtime.backpressure_exhausted` envelope when the chunk's backpressure streak (no progress
+    since `backpressure_since`) has lasted the profile's deadline; None while it may be requeued again."""
+    deadline = deps.settings.profile.backpressure_deadline_s
+    since = chunk.backpressure_since
+    if since is None or now - since < deadline:
+        return None
+    return ErrorEnvelope.of(
+        "runtime.backpressure_exhausted",
+        f"no progress for {_duration(now - since)} under backpressure (deadline {_duration(deadline)}): "
+        f"{chunk.backpressure_requeues} requeue(s) since the last checkpoint; last {cause.error_code}"
+        + (f" ({cause.cause_code})" if cause.cause_code else ""),
+        cause_code=cause.cause_code or cause.error_code, http_status=cause.http_status,
+        provider_code=cause.provider_code, step=cause.step, first_seen_at=since, last_seen_at=now)
+
+
+def _duration(seconds: float) -> str:
+    if seconds >= 3600:
+        return f"{seconds / 3600:.1f} h"
+    if seconds >= 120:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds:.0f} s"
 
 
 def dead_letter(deps: Deps, msg: AnalysisMessage, fence: int, envelope: ErrorEnvelope, stats: AttemptStats, *,

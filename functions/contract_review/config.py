@@ -17,6 +17,8 @@ from typing import Literal, NamedTuple
 from pydantic import BaseModel, ConfigDict, model_validator
 
 LAMBDA_VISIBILITY_FACTOR = 6  # AWS: queue visibility >= 6 x function timeout for Lambda ESMs
+SQS_MAX_VISIBILITY_S = 12 * 3600  # SQS: the longest visibility timeout (queue default or ChangeMessageVisibility)
+FARGATE_MAX_STOP_TIMEOUT_S = 120  # ECS: the longest stopTimeout a Fargate container may have
 OFFLINE_MODEL_ID = "offline-rules-v1"  # the deterministic rule model (offline_model.py), not an LLM
 
 
@@ -56,15 +58,36 @@ class Profile(BaseModel):
     max_receive_count: int = 5
     dlq_retention_days: int = 14
     queue_retention_days: int = 4
-    dlq_alarm_threshold: int = 3  # messages visible in a DLQ within the alarm period
-    dlq_alarm_period_s: int = 300
+    dlq_alarm_threshold: int = 1  # one dead letter already makes a job `dead_lettered`
+    dlq_alarm_period_s: int = 60
+    # --- alarms (infra/monitoring.py; every alarm notifies the stack's alarm topic) -----------
+    alarm_period_s: int = 300  # period of the function, backpressure and stuck-job alarms
+    intake_age_alarm_s: int = 900  # oldest intake message: intake takes seconds per document
+    analysis_age_alarm_s: int = 3600  # oldest chunk message: a backlog of an hour means too few workers
+    results_age_alarm_s: int = 900  # oldest results message: the aggregator takes seconds per result
+    function_errors_alarm_threshold: int = 1  # errors (incl. timeouts) of one function in a period
+    function_throttles_alarm_threshold: int = 1  # throttled invocations of one function in a period
+    backpressure_alarm_threshold: int = 100  # backpressure requeues per period ...
+    backpressure_alarm_periods: int = 3  # ... sustained this many periods in a row
+    stuck_jobs_alarm_threshold: int = 1  # stalled jobs one sweep found (StuckJobs, published by the sweeper)
     # --- recovery ------------------------------------------------------------------------
     claim_lease_s: float  # a claim lapses this long after its last heartbeat
     sweep_interval_s: float  # how often the sweeper looks for lapsed claims
     poison_budget: int = 5  # failed attempts of one chunk before it is dead-lettered
-    stall_after_s: float = 1200  # a running job without progress this long is reconciled (> max requeue delay)
+    # A running job without progress this long is reconciled. Longer than any delay a chunk's
+    # message is knowingly away for (throttle_max_delay_s, tier2_backoff_max_s): the reconciler
+    # skips chunks released within this window, whose message is still on its way.
+    stall_after_s: float = 1200
     throttle_max_delay_s: int = 900  # SQS DelaySeconds ceiling
-    tier2_backoff_base_s: float = 2.0  # a failed record comes back after base * 2**(failures-1) s
+    # Tier 2: a failed record comes back after a jittered min(max, base * 2**(failures-1)) s, in
+    # [ceiling/2, ceiling] (prod: 15-30, 30-60, 60-120, 120-240 s for failures 1..4, so the poison
+    # budget of 5 spans 225-450 s and a two-minute 5xx burst dead-letters nothing; runbook.md).
+    tier2_backoff_base_s: float = 30.0
+    tier2_backoff_max_s: float = 600.0
+    # Backpressure (throttling, time handoffs, function timeouts) is not failure, but it is bounded:
+    # a chunk that makes no progress (no analyst checkpointed) under backpressure for this long is
+    # dead-lettered as `runtime.backpressure_exhausted`. Hours: throttling must never fail a job fast.
+    backpressure_deadline_s: float = 6 * 3600
     # --- tier 1 --------------------------------------------------------------------------
     model_retry: RetryPolicy
     tool_retry: RetryPolicy
@@ -73,13 +96,26 @@ class Profile(BaseModel):
     chunk_target_chars: int = 4000
     chunk_max_chars: int = 6000
     analyst_count: int = 11
-    model_id: str = "anthropic.claude-3-5-sonnet-20240620-v1:0"
+    # The Bedrock model, through its global cross-region inference profile (routes to every commercial
+    # region; `us.`/`eu.`/`jp.` profiles keep processing in one geography). Claude Sonnet 4.6 is the
+    # newest Sonnet served by Converse with an ARN-versioned id (base id anthropic.claude-sonnet-4-6,
+    # profiles global/us/eu/jp): Anthropic, "Claude on Amazon Bedrock (legacy)",
+    # https://platform.claude.com/docs/en/build-with-claude/claude-on-amazon-bedrock-legacy; AWS,
+    # https://docs.aws.amazon.com/bedrock/latest/userguide/inference-profiles-support.html. Models
+    # retire: `cdk deploy -c model_id=ID` picks another without a code change (infra/deploy_settings.py).
+    model_id: str = "global.anthropic.claude-sonnet-4-6"
     prompt_version: str = "2026-11-01"
-    model_read_timeout_s: int = 120  # Fargate poller: no function timeout to respect
-    # Lambda worker: a model call is cut off (model.timeout, retried) after this long, and a call is
-    # only started when the function has at least this much time left, so no call outlives the
-    # invocation (a killed invocation would count as a failure; running out of time must not).
-    model_call_timeout_s: int = 20
+    # Fargate poller: no function timeout, but a call in flight at SIGTERM must end (and the chunk be
+    # released) before ECS's SIGKILL: read timeout + handoff_margin_s <= fargate_stop_timeout_s.
+    model_read_timeout_s: int = 100
+    # Lambda worker: a model call is cut off (model.timeout, retried) after this long (the Bedrock
+    # client's read timeout), and a call is only started when the invocation has at least this plus
+    # `handoff_margin_s` left (an analyst, two calls, only with room for both), so no call outlives the
+    # invocation; out of time, the chunk is handed back through its checkpoints, not failed. Real
+    # Bedrock latency for a findings-sized answer is seconds to tens of seconds: 60 s cuts off only
+    # a call that is really stuck.
+    model_call_timeout_s: int = 60
+    handoff_margin_s: float = 10.0  # time to save a checkpoint, release the chunk and send its message
     checkpoint_inline_max_bytes: int = 100_000  # larger analyst outputs go to S3
     record_ttl_days: int = 30
     # --- Fargate poller alternative -------------------------------------------------------
@@ -87,6 +123,11 @@ class Profile(BaseModel):
     fargate_claim_lease_s: float = 20
     fargate_sweep_interval_s: float = 10  # each poller also sweeps: Fargate recovery <= 20 + 10 = 30 s
     poller_wait_s: int = 10  # SQS long-poll wait of the Fargate poller
+    # ECS waits this long after SIGTERM before SIGKILL (Fargate allows at most 120 s). A SIGTERMed
+    # poller starts no model call that could outlast it (the worker's time check) and releases its
+    # chunk, so `model_read_timeout_s` + `handoff_margin_s` must fit within it.
+    fargate_stop_timeout_s: int = 120
+    fargate_protection_minutes: int = 30  # ECS scale-in protection per busy stretch, refreshed at half
 
     @model_validator(mode="after")
     def _check_rules(self) -> Profile:
@@ -105,11 +146,34 @@ class Profile(BaseModel):
             raise ValueError("max_receive_count must be >= 1")
         if self.claim_lease_s >= self.worker_timeout_s * LAMBDA_VISIBILITY_FACTOR:
             raise ValueError("claim lease must be shorter than the visibility timeout")
+        if self.worker_timeout_s < self.analyst_reserve_s:
+            raise ValueError(
+                f"profile {self.name}: worker timeout {self.worker_timeout_s}s cannot fit one analyst "
+                f"(2 x model_call_timeout_s {self.model_call_timeout_s}s + handoff_margin_s {self.handoff_margin_s}s)")
+        if not 1 <= self.tier2_backoff_base_s <= self.tier2_backoff_max_s <= min(self.analysis_visibility_s,
+                                                                                 SQS_MAX_VISIBILITY_S):
+            raise ValueError(f"profile {self.name}: tier-2 backoff must be 1 s <= base <= max <= analysis visibility")
+        if self.stall_after_s <= max(self.throttle_max_delay_s, self.tier2_backoff_max_s):
+            raise ValueError(f"profile {self.name}: stall_after_s must exceed every delay a chunk message is away for")
+        if self.backpressure_deadline_s < 2 * self.throttle_max_delay_s:
+            raise ValueError(f"profile {self.name}: the backpressure deadline must allow a few delayed requeues")
+        if not 1 <= self.fargate_stop_timeout_s <= FARGATE_MAX_STOP_TIMEOUT_S:
+            raise ValueError(f"fargate_stop_timeout_s must be within 1..{FARGATE_MAX_STOP_TIMEOUT_S}")
+        if self.model_read_timeout_s + self.handoff_margin_s > self.fargate_stop_timeout_s:
+            raise ValueError(
+                f"profile {self.name}: model_read_timeout_s {self.model_read_timeout_s}s + handoff_margin_s "
+                f"{self.handoff_margin_s}s must fit the Fargate stop timeout {self.fargate_stop_timeout_s}s "
+                "(a call in flight at SIGTERM must end, and its chunk be released, before SIGKILL)")
         return self
 
     @property
     def heartbeat_interval_s(self) -> float:
         return self.claim_lease_s / 3
+
+    @property
+    def analyst_reserve_s(self) -> float:
+        """Lambda time an analyst needs before it starts: both its calls (locate, assess) and the handoff."""
+        return 2 * self.model_call_timeout_s + self.handoff_margin_s
 
     @property
     def record_ttl_s(self) -> int:
@@ -120,10 +184,15 @@ PROFILES: dict[str, Profile] = {
     "prod": Profile(
         name="prod",
         intake_timeout_s=60,
-        worker_timeout_s=50,
+        # Sized for real Bedrock latency (seconds to tens of seconds per call): a chunk is 11 analysts
+        # x 2 calls, ~220-660 s at 10-30 s a call, so it usually finishes in one 15-minute invocation
+        # (the Lambda maximum). A slower chunk is handed back through its checkpoints when less than
+        # `analyst_reserve_s` (2 x 60 + 10 = 130 s) is left, never killed mid-call; a function timeout
+        # that happens anyway is released by the sweeper without counting a failure (runbook.md).
+        worker_timeout_s=900,
         aggregator_timeout_s=120,
         sweeper_timeout_s=60,
-        analysis_visibility_s=300,
+        analysis_visibility_s=5400,  # 6 x the worker timeout (Lambda's rule); recovery is lease + sweep
         intake_visibility_s=360,
         results_visibility_s=720,
         claim_lease_s=30,  # heartbeat every 10 s
@@ -145,9 +214,12 @@ PROFILES: dict[str, Profile] = {
         claim_lease_s=3.0,
         sweep_interval_s=1.0,
         throttle_max_delay_s=2,
-        tier2_backoff_base_s=0.5,
+        tier2_backoff_base_s=1.0,  # tier 2: 1, 1-2, 2-4, 4-8 s: the poison budget spans 8-15 s
+        tier2_backoff_max_s=8.0,
+        backpressure_deadline_s=20.0,  # seconds, so tests reach it (10 x the longest requeue delay)
         stall_after_s=15,
-        model_call_timeout_s=3,
+        model_call_timeout_s=1,  # the offline model answers in milliseconds; tests add latency
+        handoff_margin_s=0.5,
         model_retry=RetryPolicy(base_s=0.02, cap_s=0.2, max_attempts=3),
         tool_retry=RetryPolicy(base_s=0.01, cap_s=0.1, max_attempts=5),
         chunk_retry_budget_s=3.0,
@@ -207,22 +279,49 @@ _REQUIRED = {"profile"} | {r.field for r in RESOURCES if r.required}
 
 
 class FaultSpec(BaseModel):
-    """Seeded fault injection for the offline model (demo and tests only; never in prod)."""
+    """Seeded fault injection for the offline model (demo and tests only; never in prod).
+
+    Faults arrive in Bedrock's exact shapes (faults.py). Throttles are HTTP 429 ThrottlingException
+    with no Retry-After header (Bedrock sends none), "Too many requests, ..." when a requests-per-minute
+    quota is hit and "Too many tokens, ..." when a tokens-per-minute one is.
+    """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     seed: int = 7
     transient_rate: float = 0.0  # split between throttle / 5xx / timeout
+    token_throttle_share: float = 0.5  # of the injected throttles, the share that are tokens-per-minute ones
     malformed_rate: float = 0.0
     refusal_rate: float = 0.0
     permanent_code: str | None = None  # e.g. "AccessDeniedException": every call fails so
     always_fail_chunk: str | None = None  # chunk index (as str) or chunk id whose calls always 5xx
-    throttle_quota_per_s: float | None = None  # shared quota (token bucket, via a file lock)
+    # Quotas shared by every worker process (token buckets in throttle_state_dir, via a file lock):
+    throttle_quota_per_s: float | None = None  # requests per second ("Too many requests")
+    throttle_tokens_per_s: float | None = None  # tokens per second; a call reserves its input + maxTokens
+    # The quotas' window: up to rate x window may be used in a burst (Bedrock's are per minute: 60 s;
+    # tests scale time down). Without a Retry-After, a burst-free quota would starve every 2-call analyst.
+    throttle_window_s: float = 1.0
     throttle_state_dir: str | None = None
-    retry_after_s: float = 0.05
+    # Latency of every answered call (throttles are answered at once): a constant `latency_ms`, or a
+    # seeded lognormal from its median and 99th percentile (p99 unset: constant at the median).
     latency_ms: int = 0
+    latency_median_ms: float = 0.0
+    latency_p99_ms: float | None = None
     switch_file: str | None = None  # faults apply only while this file exists (when set)
     call_log: str | None = None  # append one JSON line per model call (tests count calls)
+
+    @model_validator(mode="after")
+    def _check(self) -> FaultSpec:
+        for name in ("transient_rate", "token_throttle_share", "malformed_rate", "refusal_rate"):
+            if not 0.0 <= getattr(self, name) <= 1.0:
+                raise ValueError(f"{name} must be within 0..1")
+        if self.latency_ms and self.latency_median_ms:
+            raise ValueError("give latency_ms (constant) or latency_median_ms (+ latency_p99_ms), not both")
+        if self.latency_p99_ms is not None and not 0 < self.latency_median_ms <= self.latency_p99_ms:
+            raise ValueError("latency_p99_ms needs 0 < latency_median_ms <= latency_p99_ms")
+        if (self.throttle_quota_per_s or self.throttle_tokens_per_s) and not self.throttle_state_dir:
+            raise ValueError("a shared throttle quota needs throttle_state_dir (where the workers share it)")
+        return self
 
     def to_env(self) -> str:
         return self.model_dump_json(exclude_defaults=True)

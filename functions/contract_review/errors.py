@@ -38,11 +38,13 @@ class ErrorCode:
 
 _CODES = [
     ErrorCode("model.throttled", ErrorClass.TRANSIENT, True,
-              "The model provider rejected the call for quota (HTTP 429 ThrottlingException / ModelNotReadyException).",
-              "Backpressure, not failure: retried in the worker honouring Retry-After, then the chunk is requeued with a delay. Never burns the receive count or the poison budget."),
+              "The model provider rejected the call for quota (HTTP 429 ThrottlingException / ModelNotReadyException; Bedrock: \"Too many requests\" for the requests-per-minute quota, \"Too many tokens\" for tokens-per-minute, no Retry-After header).",
+              "Backpressure, not failure: retried in the worker with full-jitter backoff (a Retry-After, when a provider sends one, is a floor), then the chunk is requeued with a delay. Never burns the receive count or the poison budget; bounded by the backpressure deadline (runtime.backpressure_exhausted)."),
     ErrorCode("model.unavailable", ErrorClass.TRANSIENT, True,
               "The model provider failed (HTTP 5xx: ServiceUnavailableException, InternalServerException).",
-              "Retried with full-jitter backoff (tier 1), then by queue redelivery (tier 2)."),
+              "Retried with full-jitter backoff (tier 1), then by queue redelivery (tier 2) after a backoff growing to "
+              "minutes (prod 15-30 s, then doubling to 2-4 min); the 5th failed attempt dead-letters the chunk, so a "
+              "provider outage shorter than ~3.5 minutes dead-letters nothing."),
     ErrorCode("model.timeout", ErrorClass.TRANSIENT, True,
               "The model call timed out (HTTP 408 ModelTimeoutException, or the client read timeout).",
               "Retried like model.unavailable. Check the model read timeout if it persists."),
@@ -58,7 +60,16 @@ _CODES = [
               job_fatal=True),
     ErrorCode("model.not_found", ErrorClass.PERMANENT, False,
               "The model id does not exist in this region (ResourceNotFoundException).",
-              "Fix the model id in the config profile and redeploy. The job fails at once.", job_fatal=True),
+              "Pick a current model id and redeploy with `cdk deploy -c model_id=ID`. The job fails at once.",
+              job_fatal=True),
+    ErrorCode("model.id_rejected", ErrorClass.PERMANENT, False,
+              "Bedrock will not serve the configured model id: unknown in this region, retired (lifecycle not "
+              "ACTIVE), or not invocable by that id (it needs an inference profile). Decided by asking the Bedrock "
+              "control plane (GetInferenceProfile / GetFoundationModel) after Converse failed with "
+              "ValidationException, ResourceNotFoundException or AccessDeniedException; never from the error text.",
+              "Pick a current model or inference profile id (`review preflight --model-id ID` checks one), redeploy "
+              "with `cdk deploy -c model_id=ID`, enable access to the model in the Bedrock console, then resubmit. "
+              "The job fails at once; the message names the rejected id.", job_fatal=True),
     ErrorCode("model.request_invalid", ErrorClass.PERMANENT, False,
               "The provider rejected the request (HTTP 400 ValidationException).",
               "A bug or an input the model cannot take; the chunk fails permanently. Inspect the envelope."),
@@ -72,13 +83,23 @@ _CODES = [
     ErrorCode("input.document_missing", ErrorClass.PERMANENT, False,
               "The s3_uri points at an object that does not exist or may not be read.",
               "Upload the document first, to the stack's bucket, and reference it."),
+    ErrorCode("input.document_forbidden", ErrorClass.PERMANENT, False,
+              "The s3_uri points outside the stack's own bucket and its `uploads/` prefix (intake reads nothing else).",
+              "Upload the document to s3://<ArtifactBucketName>/uploads/ and send its s3_uri."),
     ErrorCode("input.too_large", ErrorClass.PERMANENT, False,
-              "The document exceeds the maximum size.", "Split the document."),
+              "The document exceeds the maximum size: inline text over 200,000 characters, or an s3_uri object "
+              "over 5 MB.",
+              "Send inline text over the limit through `s3_uri` (upload it to uploads/; `review submit` does this); "
+              "split a document over 5 MB."),
     ErrorCode("aws.throttled", ErrorClass.TRANSIENT, True,
               "An AWS API throttled us (ThrottlingException, ProvisionedThroughputExceededException, RequestLimitExceeded...).",
-              "Retried with tool backoff (250 ms base, 5 attempts), then by the queue."),
+              "Retried by botocore (standard mode: 5 attempts, jittered exponential backoff). If it persists in the "
+              "analysis worker it is backpressure like model.throttled: checkpoints kept, the chunk requeued with a "
+              "growing delay, no failure counted, bounded by the backpressure deadline. In intake and the aggregator "
+              "the message is retried by its queue."),
     ErrorCode("aws.unavailable", ErrorClass.TRANSIENT, True,
-              "An AWS API failed with HTTP 5xx or the connection failed.", "Retried like aws.throttled."),
+              "An AWS API failed with HTTP 5xx or the connection failed.",
+              "Retried by botocore (standard mode, 5 attempts), then by the queue (tier 2, a failed attempt)."),
     ErrorCode("aws.access_denied", ErrorClass.PERMANENT, False,
               "A function's role lacks a permission (AccessDenied).", "Fix the grant in infra/ and redeploy.",
               job_fatal=True),
@@ -88,8 +109,10 @@ _CODES = [
               "This worker's claim on the chunk lapsed and another worker took it (fencing token moved on).",
               "None: the new owner finishes the chunk. The stale worker's writes were rejected."),
     ErrorCode("runtime.worker_lost", ErrorClass.TRANSIENT, True,
-              "A worker died while holding the chunk (crash, kill -9, timeout) and left no error behind.",
-              "The sweeper re-enqueues the chunk after its lease lapses; after the poison budget it is dead-lettered."),
+              "A worker died while holding the chunk (crash, kill -9, out of memory) and left no error behind.",
+              "The sweeper re-enqueues the chunk after its lease lapses, counting a failed attempt; after the poison "
+              "budget it is dead-lettered. A lease that lapsed after the invocation's recorded deadline is a function "
+              "timeout, not a crash: released as runtime.time_exhausted without a failure."),
     ErrorCode("runtime.retry_budget_exhausted", ErrorClass.TRANSIENT, True,
               "Tier-1 retries used the chunk's retry budget (seconds of backoff) or its attempts.",
               "The chunk goes back to the queue (tier 2) with its checkpoints saved."),
@@ -97,8 +120,16 @@ _CODES = [
               "A checkpoint referenced by a record could not be loaded (S3 object missing).",
               "The analyst is re-run; an event records it."),
     ErrorCode("runtime.time_exhausted", ErrorClass.TRANSIENT, True,
-              "The function's remaining time could not fit another model call.",
-              "Checkpoints are saved and the chunk is handed back to the queue without burning a receive."),
+              "The function's remaining time could not fit another model call (or the invocation reached its timeout).",
+              "Checkpoints are kept and the chunk is handed back (requeued fresh) without counting a failure. Only when "
+              "the attempt saw transient errors (cause_code) and checkpointed nothing does it count as a failed "
+              "attempt. Repeated handoffs without progress end at the backpressure deadline."),
+    ErrorCode("runtime.backpressure_exhausted", ErrorClass.PERMANENT, False,
+              "A chunk made no progress (no analyst checkpointed) under backpressure (throttling, running out of "
+              "time, function timeouts) for longer than the profile's backpressure deadline (prod 6 h).",
+              "The chunk is dead-lettered; the message says for how long and after how many requeues, cause_code "
+              "names the last backpressure error. Raise the model (or DynamoDB) quota or lower the worker "
+              "concurrency, then `review dlq redrive`."),
     ErrorCode("runtime.dead_lettered", ErrorClass.PERMANENT, False,
               "A chunk exhausted its receive count or poison budget and was dead-lettered.",
               "Inspect with `review dlq show`, fix the cause, then `review dlq redrive`."),
@@ -111,6 +142,7 @@ _CODES = [
 ]
 
 REGISTRY: dict[str, ErrorCode] = {c.code: c for c in _CODES}
+THROTTLE_CODES = frozenset({"model.throttled", "aws.throttled"})  # quota backpressure, not failure
 
 
 class ErrorEnvelope(BaseModel):
@@ -145,8 +177,9 @@ class ErrorEnvelope(BaseModel):
 
     @property
     def is_backpressure(self) -> bool:
-        """Throttling (directly or behind a spent retry budget) or out of Lambda time: requeue, not failure."""
-        return "model.throttled" in (self.error_code, self.cause_code) or self.error_code == "runtime.time_exhausted"
+        """Throttling of the model or an AWS API (directly or behind a spent retry budget) or out of
+        Lambda time: requeue, not failure (the worker decides when a handoff after errors counts)."""
+        return bool(THROTTLE_CODES & {self.error_code, self.cause_code}) or self.error_code == "runtime.time_exhausted"
 
 
 class ReviewError(Exception):

@@ -1,24 +1,34 @@
 """Local doubles of the model provider's failure modes. Demo, tests and bench only; never in prod.
 
 - `FaultInjectingModel`: wraps any `ModelClient` and injects seeded faults shaped exactly like
-  Bedrock's (botocore `ClientError` with the real error codes and HTTP statuses), so the retry
-  and classification code cannot tell the difference.
-- `SharedTokenBucket`: a model quota shared by every worker process, like an account quota.
+  Bedrock's: the exception a boto3 `bedrock-runtime` client raises, built by botocore's own error
+  parser from the HTTP response Bedrock sends (modeled exception class, error code, HTTP status,
+  headers; no Retry-After, because Bedrock sends none), so the retry and classification code cannot
+  tell the difference. Latency is constant or a seeded lognormal; a call slower than the client's
+  read timeout ends in botocore's `ReadTimeoutError`, as a real one would.
+- `SharedTokenBucket`: a model quota shared by every worker process, like an account quota
+  (requests per minute, or tokens per minute).
 - `CallLedger`: an append-only record of every model call (the offline stand-in for a provider's
   usage log); tests count model calls from it.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import fcntl
+import functools
 import hashlib
 import json
+import math
 import os
 import random
 import threading
 import time
+import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from statistics import NormalDist
 from typing import Any
 
 from botocore.exceptions import ClientError, ReadTimeoutError
@@ -26,45 +36,103 @@ from botocore.exceptions import ClientError, ReadTimeoutError
 from .config import FaultSpec
 from .model_clients import ModelClient, ModelRequest, ModelResponse
 
+# What Bedrock says when a quota is hit (HTTP 429 ThrottlingException, no Retry-After header).
+REQUESTS_THROTTLE_MESSAGE = "Too many requests, please wait before trying again."  # requests-per-minute quota
+TOKENS_THROTTLE_MESSAGE = "Too many tokens, please wait before trying again."  # tokens-per-minute quota
+_STATUS = {"ThrottlingException": 429, "ModelNotReadyException": 429, "ServiceUnavailableException": 503,
+           "InternalServerException": 500, "ModelTimeoutException": 408, "ValidationException": 400,
+           "AccessDeniedException": 403, "ResourceNotFoundException": 404}
+_MESSAGES = {"ServiceUnavailableException": "Bedrock is unable to process your request.",
+             "InternalServerException": "The server encountered an internal error.",
+             "ValidationException": "The provided model identifier is invalid.",
+             "AccessDeniedException": "You don't have access to the model with the specified model ID.",
+             "ResourceNotFoundException": "The specified model could not be found."}
+_Z99 = NormalDist().inv_cdf(0.99)
 
-def _client_error(code: str, status: int, message: str, retry_after: float | None = None) -> ClientError:
-    headers = {"retry-after": f"{retry_after:g}"} if retry_after is not None else {}
-    response: Any = {"Error": {"Code": code, "Message": message},
-                     "ResponseMetadata": {"HTTPStatusCode": status, "HTTPHeaders": headers}}
-    return ClientError(response, "Converse")
+
+@functools.cache
+def _bedrock_runtime_errors() -> tuple[Any, Any, Any]:
+    """bedrock-runtime's service model, its modeled exception classes and its response parser (once)."""
+    import botocore.session
+    from botocore.errorfactory import ClientExceptionsFactory
+    from botocore.parsers import create_parser
+
+    service = botocore.session.get_session().get_service_model("bedrock-runtime")
+    return service, ClientExceptionsFactory().create_client_exceptions(service), create_parser(service.protocol)
+
+
+def bedrock_error(code: str, message: str | None = None, status: int | None = None,
+                  operation: str = "Converse") -> ClientError:
+    """The exception a boto3 `bedrock-runtime` client raises when Bedrock answers `operation` with this
+    error: the HTTP response Bedrock sends (JSON body `{"message": ...}`, `x-amzn-errortype`, no
+    Retry-After) run through botocore's own parser, raised as the modeled class
+    (`client.exceptions.ThrottlingException`, ...)."""
+    service, exceptions, parser = _bedrock_runtime_errors()
+    body = json.dumps({"message": message or _MESSAGES.get(code, code)}).encode()
+    request_id = str(uuid.uuid4())
+    http = {
+        "status_code": status or _STATUS.get(code, 400),
+        "headers": {"date": time.strftime("%a, %d %b %Y %H:%M:%S GMT", time.gmtime()),
+                    "content-type": "application/json", "content-length": str(len(body)),
+                    "connection": "keep-alive", "x-amzn-requestid": request_id,
+                    "x-amzn-errortype": f"{code}:http://internal.amazon.com/coral/com.amazon.bedrock/"},
+        "body": body,
+    }
+    parsed = parser.parse(http, service.operation_model(operation).output_shape)
+    parsed["ResponseMetadata"]["RetryAttempts"] = 0
+    error: ClientError = exceptions.from_code(code)(parsed, operation)
+    return error
 
 
 class SharedTokenBucket:
-    """A model quota shared by every worker process (file + flock), like a real account quota."""
+    """A model quota shared by every worker process (file + flock), like a real account quota.
 
-    def __init__(self, state_dir: str, rate_per_s: float):
-        self.path = Path(state_dir) / "model-quota.json"
+    `rate_per_s` units (requests or tokens) refill per second, up to `capacity`: a per-minute quota
+    can be used in a burst within its window, so capacity = rate x window (at least the cost of the
+    call being made, so a single large call can always pass an idle quota)."""
+
+    def __init__(self, state_dir: str, rate_per_s: float, name: str = "model-quota", capacity: float = 1.0):
+        self.path = Path(state_dir) / f"{name}.json"
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.rate = rate_per_s
+        self.capacity = capacity
 
-    def take(self) -> float | None:
-        """Take a token; return None on success, else seconds until one is available."""
+    def take(self, cost: float = 1.0) -> bool:
+        """Take `cost` units if the quota has them; False: over quota (Bedrock says when, never how long)."""
+        capacity = max(self.capacity, cost)
         with open(self.path, "a+") as fh:
             fcntl.flock(fh, fcntl.LOCK_EX)
             fh.seek(0)
             raw = fh.read()
             now = time.time()
-            state = json.loads(raw) if raw else {"tokens": 1.0, "at": now}
-            tokens = min(1.0, state["tokens"] + (now - state["at"]) * self.rate)
-            ok = tokens >= 1.0
-            tokens = tokens - 1.0 if ok else tokens
+            state = json.loads(raw) if raw else {"tokens": capacity, "at": now}
+            tokens = min(capacity, state["tokens"] + (now - state["at"]) * self.rate)
+            ok = tokens >= cost
+            tokens = tokens - cost if ok else tokens
             fh.seek(0)
             fh.truncate()
             fh.write(json.dumps({"tokens": tokens, "at": now}))
-            return None if ok else (1.0 - tokens) / self.rate
+            return ok
+
+
+def reserved_tokens(request: ModelRequest) -> int:
+    """What a call holds against a tokens-per-minute quota when it starts: its input (estimated at four
+    characters a token) plus `maxTokens`, which Bedrock reserves up front."""
+    return (len(request.system) + len(request.prompt)) // 4 + request.max_tokens
 
 
 @dataclass
 class FaultInjectingModel:
-    """Seeded faults in Bedrock's shapes. Deterministic for a given seed and call sequence."""
+    """Seeded faults in Bedrock's shapes. Deterministic for a given seed and call sequence.
+
+    `read_timeout_s` is the real client's read timeout (`Settings.model_call_timeout_s`): an injected
+    latency beyond it ends, after that long, in `ReadTimeoutError`. `sleep` is injectable for tests.
+    """
 
     inner: ModelClient
     spec: FaultSpec
+    read_timeout_s: float | None = None
+    sleep: Callable[[float], None] = time.sleep
     _seen: dict[str, int] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -75,45 +143,74 @@ class FaultInjectingModel:
     def _active(self) -> bool:
         return self.spec.switch_file is None or os.path.exists(self.spec.switch_file)
 
-    def _rng(self, request: ModelRequest) -> random.Random:
+    def _rngs(self, request: ModelRequest) -> tuple[random.Random, random.Random]:
+        """Two independent streams per call: the fault roll, and the latency draw."""
         key = f"{request.chunk_id}|{request.analyst}|{request.step}|{request.prompt[-64:]}"
         with self._lock:
             n = self._seen.get(key, 0)
             self._seen[key] = n + 1
         digest = hashlib.sha256(f"{self.spec.seed}|{key}|{n}|{os.getpid()}".encode()).digest()
-        return random.Random(int.from_bytes(digest[:8], "big"))
+        return random.Random(int.from_bytes(digest[:8], "big")), random.Random(int.from_bytes(digest[8:16], "big"))
+
+    def latency_s(self, rng: random.Random) -> float:
+        spec = self.spec
+        if spec.latency_median_ms:
+            sigma = math.log(spec.latency_p99_ms / spec.latency_median_ms) / _Z99 if spec.latency_p99_ms else 0.0
+            return spec.latency_median_ms * math.exp(sigma * rng.gauss(0.0, 1.0)) / 1000
+        return spec.latency_ms / 1000
 
     def invoke(self, request: ModelRequest) -> ModelResponse:
+        fault_rng, latency_rng = self._rngs(request)
+        answer: ModelResponse | None = None
+        if self._active():
+            roll = fault_rng.random()  # one roll: transient | malformed | refused | ok, at the spec's rates
+            self._raise_injected(request, fault_rng, roll)
+            answer = self._injected_answer(roll - self.spec.transient_rate)
+        delay = self.latency_s(latency_rng)
+        if self.read_timeout_s is not None and delay > self.read_timeout_s:
+            self.sleep(self.read_timeout_s)
+            raise ReadTimeoutError(endpoint_url=f"https://bedrock-runtime.amazonaws.com/model/{self.model_id}/converse")
+        if delay > 0:
+            self.sleep(delay)
+        response = answer or self.inner.invoke(request)
+        return dataclasses.replace(response, latency_ms=response.latency_ms + delay * 1000)
+
+    def _raise_injected(self, request: ModelRequest, rng: random.Random, roll: float) -> None:
+        """Errors, all raised at once (Bedrock rejects before generating): permanent, always-failing
+        chunk, the shared quotas, then the seeded transient roll."""
         spec = self.spec
-        if spec.latency_ms:
-            time.sleep(spec.latency_ms / 1000)
-        if not self._active():
-            return self.inner.invoke(request)
         if spec.permanent_code:
-            status = {"AccessDeniedException": 403, "ResourceNotFoundException": 404}.get(spec.permanent_code, 400)
-            raise _client_error(spec.permanent_code, status, "injected permanent fault")
+            raise bedrock_error(spec.permanent_code)
         if spec.always_fail_chunk and spec.always_fail_chunk in (request.chunk_id, str(request.payload.get("chunk_index"))):
-            raise _client_error("ServiceUnavailableException", 503, "injected: this chunk always fails")
-        if spec.throttle_quota_per_s and spec.throttle_state_dir:
-            wait = SharedTokenBucket(spec.throttle_state_dir, spec.throttle_quota_per_s).take()
-            if wait is not None:
-                raise _client_error("ThrottlingException", 429, "injected: quota exceeded", retry_after=round(wait, 3))
-        rng = self._rng(request)
-        roll = rng.random()
+            raise bedrock_error("ServiceUnavailableException")
+        if spec.throttle_state_dir:
+            window = spec.throttle_window_s
+            if spec.throttle_quota_per_s and not SharedTokenBucket(
+                    spec.throttle_state_dir, spec.throttle_quota_per_s, capacity=spec.throttle_quota_per_s * window,
+            ).take():
+                raise bedrock_error("ThrottlingException", REQUESTS_THROTTLE_MESSAGE)
+            if spec.throttle_tokens_per_s and not SharedTokenBucket(
+                    spec.throttle_state_dir, spec.throttle_tokens_per_s, name="model-tokens",
+                    capacity=spec.throttle_tokens_per_s * window).take(reserved_tokens(request)):
+                raise bedrock_error("ThrottlingException", TOKENS_THROTTLE_MESSAGE)
         if roll < spec.transient_rate:
             kind = rng.randrange(3)
             if kind == 0:
-                raise _client_error("ThrottlingException", 429, "injected throttle", retry_after=spec.retry_after_s)
+                tokens = rng.random() < spec.token_throttle_share
+                raise bedrock_error("ThrottlingException", TOKENS_THROTTLE_MESSAGE if tokens else REQUESTS_THROTTLE_MESSAGE)
             if kind == 1:
-                raise _client_error("ServiceUnavailableException", 503, "injected 5xx")
-            raise ReadTimeoutError(endpoint_url="offline://model")
-        roll -= spec.transient_rate
-        if roll < spec.malformed_rate:
+                raise bedrock_error("ServiceUnavailableException")
+            raise ReadTimeoutError(endpoint_url=f"https://bedrock-runtime.amazonaws.com/model/{self.model_id}/converse")
+
+    def _injected_answer(self, roll: float) -> ModelResponse | None:
+        """A 200 that is still a failure to the analyst (malformed output, a refusal), or None."""
+        if roll < 0:
+            return None
+        if roll < self.spec.malformed_rate:
             return ModelResponse(text='{"findings": [', stop_reason="malformed_model_output")
-        roll -= spec.malformed_rate
-        if roll < spec.refusal_rate:
+        if roll < self.spec.malformed_rate + self.spec.refusal_rate:
             return ModelResponse(text="", stop_reason="content_filtered")
-        return self.inner.invoke(request)
+        return None
 
 
 class CallLedger:

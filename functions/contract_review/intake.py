@@ -1,7 +1,9 @@
 """Intake: validate, create the job (idempotently), chunk, fan out one message per chunk.
 
-Bad input fails in one attempt with a permanent code: recorded on the job when a job id can be
-derived (idempotency key or document id), otherwise sent to the intake DLQ with its envelope.
+Bad input fails in one attempt with a permanent code: recorded on a `failed` job when a job id can be
+derived (from the idempotency key, else the inline text's SHA-256, else the document id: the job id
+a client computes), otherwise sent to the intake DLQ with its envelope. Claim-checked documents are
+read only from the stack's own bucket under `uploads/`.
 """
 
 from __future__ import annotations
@@ -11,9 +13,9 @@ from dataclasses import dataclass
 
 from .chunking import document_hash, split_into_chunks
 from .errors import ErrorEnvelope, ReviewError
-from .messages import MAX_DOCUMENT_BYTES, AnalysisMessage, InlineDocument, IntakeMessage, parse_intake
+from .messages import MAX_DOCUMENT_BYTES, AnalysisMessage, InlineDocument, IntakeMessage, S3Document, parse_intake
 from .ports import Deps, Queue
-from .records import ChunkRecord, Job, JobState, document_key, job_id_for
+from .records import UPLOADS_PREFIX, ChunkRecord, Job, JobState, document_key, job_id_for
 
 
 @dataclass(frozen=True)
@@ -24,38 +26,66 @@ class IntakeResult:
     error: ErrorEnvelope | None = None
 
 
-def _derivable_key(body: str) -> str | None:
-    """For a message that failed validation: a key to record the failure under, if any."""
+def failure_key(body: str) -> tuple[str | None, str]:
+    """For a message that failed validation: the key to record the failure under (None: there is none),
+    and the document id it names (shown on the failed job). The key is the one a valid message
+    would have had where it can be told: the idempotency key, else the SHA-256 of the inline text,
+    else the document id."""
     try:
         raw = json.loads(body)
     except ValueError:
-        return None
+        return None, ""
     if not isinstance(raw, dict):
-        return None
-    for name in ("idempotency_key", "document_id"):
-        v = raw.get(name)
-        if isinstance(v, str) and v:
-            return v
-    return None
+        return None, ""
+    document_id = raw.get("document_id")
+    document_id = document_id[:256] if isinstance(document_id, str) else ""
+    key = raw.get("idempotency_key")
+    if isinstance(key, str) and key:
+        return key, document_id
+    document = raw.get("document")
+    if isinstance(document, dict) and isinstance(document.get("text"), str):
+        return document_hash(document["text"]), document_id
+    return document_id or None, document_id
 
 
 def _load_text(deps: Deps, msg: IntakeMessage) -> str:
     if isinstance(msg.document, InlineDocument):
         text = msg.document.text
     else:
-        data = deps.artifacts.read_uri(*msg.document.bucket_key)
+        data = _read_upload(deps, msg.document)
         if len(data) > MAX_DOCUMENT_BYTES:
-            raise ReviewError.of("input.too_large", f"{len(data)} bytes > {MAX_DOCUMENT_BYTES}", step="intake.load")
+            raise ReviewError.of("input.too_large", f"{msg.document.s3_uri}: {len(data):,} bytes > "
+                                 f"{MAX_DOCUMENT_BYTES:,}: split the document", step="intake.load")
         try:
             text = data.decode("utf-8")
         except UnicodeDecodeError as exc:
-            raise ReviewError.of("input.undecodable", f"not UTF-8 at byte {exc.start}", step="intake.load") from exc
+            raise ReviewError.of("input.undecodable", f"{msg.document.s3_uri}: not UTF-8 at byte {exc.start}: "
+                                 "convert it to UTF-8 text", step="intake.load") from exc
     if not text.strip():
         raise ReviewError.of("input.empty_document", "document has no text", step="intake.validate")
     return text
 
 
-def _record_failure(deps: Deps, body: str, env: ErrorEnvelope, message_id: str, key: str | None) -> IntakeResult:
+def _read_upload(deps: Deps, document: S3Document) -> bytes:
+    """The claim-checked document: only from the stack's own bucket, under uploads/ (the intake role
+    may read nothing else). The errors name the URI."""
+    bucket, key = document.bucket_key
+    own = deps.artifacts.bucket
+    if bucket != own or not key.startswith(UPLOADS_PREFIX):
+        raise ReviewError.of("input.document_forbidden", f"{document.s3_uri} is outside s3://{own}/{UPLOADS_PREFIX}: "
+                             f"upload the document there and send its s3_uri", step="intake.load")
+    try:
+        return deps.artifacts.read_uri(bucket, key)
+    except ReviewError as exc:
+        if exc.envelope.error_code != "input.document_missing":
+            raise
+        env = exc.envelope
+        raise ReviewError(env.model_copy(update={"message": f"{document.s3_uri} does not exist or may not be read "
+                                                            f"({env.message})"[:500]})) from exc
+
+
+def _record_failure(deps: Deps, body: str, env: ErrorEnvelope, message_id: str, key: str | None,
+                    document_id: str = "") -> IntakeResult:
     """A permanent input error: a failed job when there is a key to name it by, else the DLQ."""
     if key is None:
         if not deps.queues.has(Queue.INTAKE_DLQ):
@@ -65,7 +95,8 @@ def _record_failure(deps: Deps, body: str, env: ErrorEnvelope, message_id: str, 
     job_id = job_id_for(key)
     now = deps.clock()
     job, created = deps.jobs.create(Job(job_id=job_id, state=JobState.FAILED, created_at=now, updated_at=now,
-                                        idempotency_key=key, error=env, error_code=env.error_code))
+                                        idempotency_key=key, document_id=document_id, error=env,
+                                        error_code=env.error_code, source_message_id=message_id, ended_at=now))
     if created:
         deps.jobs.record_event(job_id, "job.failed", error_code=env.error_code, reason="invalid input")
     return IntakeResult(job_id, created, job.state.value, env)
@@ -76,17 +107,16 @@ def handle_intake(deps: Deps, body: str, message_id: str = "") -> IntakeResult:
     try:
         msg = parse_intake(body)
     except ReviewError as exc:
-        return _record_failure(deps, body, exc.envelope, message_id, _derivable_key(body))
+        return _record_failure(deps, body, exc.envelope, message_id, *failure_key(body))
 
     try:
         text = _load_text(deps, msg)
     except ReviewError as exc:
         if exc.envelope.retryable:
             raise
-        key = msg.idempotency_key or msg.document_id
-        if key is None and isinstance(msg.document, InlineDocument):
-            key = document_hash(msg.document.text)
-        return _record_failure(deps, body, exc.envelope, message_id, key)
+        key = msg.idempotency_key or (document_hash(msg.document.text) if isinstance(msg.document, InlineDocument)
+                                      else msg.document_id)
+        return _record_failure(deps, body, exc.envelope, message_id, key, msg.document_id or "")
 
     s = deps.settings
     key = msg.idempotency_key or document_hash(text)

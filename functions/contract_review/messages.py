@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 from typing import Annotated, Any, Literal
 
@@ -58,13 +59,52 @@ class IntakeMessage(BaseModel):
             raise ValueError("schema_version must be the integer 1")
         return v
 
+
+def _union_branch(raw: Any) -> str | None:
+    """Which `document` form a message meant: "S3Document" when it names `s3_uri`, else "InlineDocument"."""
+    document = raw.get("document") if isinstance(raw, dict) else None
+    if not isinstance(document, dict):
+        return None
+    return "S3Document" if "s3_uri" in document else "InlineDocument"
+
+
+def _detail(errors: list[Any], raw: Any) -> str:
+    """The validation errors as one line: of the two `document` forms, only the one the message meant."""
+    meant = _union_branch(raw)
+    shown = []
+    for e in errors:
+        loc = tuple(e["loc"])
+        if meant and loc[:1] == ("document",) and len(loc) > 1 and loc[1] in ("InlineDocument", "S3Document"):
+            if loc[1] != meant:
+                continue
+            loc = (loc[0], *loc[2:])
+        shown.append(f"{'.'.join(map(str, loc)) or '<root>'}: {e['msg']}")
+    return "; ".join(shown[:5])
+
+
 def parse_intake(body: str) -> IntakeMessage:
-    """Parse and validate; every failure is `input.invalid` (permanent)."""
+    """Parse and validate. Inline text over MAX_INLINE_CHARS is `input.too_large` (with the advice to
+    use `s3_uri`); every other failure is `input.invalid`. Both permanent; decided from pydantic's
+    structured error types and locations, never from message text."""
     try:
         return IntakeMessage.model_validate_json(body)
     except ValidationError as exc:
-        detail = "; ".join(f"{'.'.join(map(str, e['loc'])) or '<root>'}: {e['msg']}" for e in exc.errors()[:5])
-        raise ReviewError.of("input.invalid", detail, step="intake.parse") from exc
+        errors = exc.errors()
+        too_long = next((e for e in errors if e["type"] == "string_too_long"
+                         and tuple(e["loc"]) == ("document", "InlineDocument", "text")), None)
+        if too_long is not None:
+            chars = len(too_long["input"]) if isinstance(too_long["input"], str) else 0
+            raise ReviewError.of(
+                "input.too_large",
+                f"document.text has {chars:,} characters, more than the {MAX_INLINE_CHARS:,} allowed inline: "
+                "upload the text to the stack's bucket under uploads/ and send "
+                '{"document": {"s3_uri": "s3://<ArtifactBucketName>/uploads/<name>.txt"}} instead '
+                "(`review submit` does this for you)", step="intake.parse") from exc
+        try:
+            raw = json.loads(body)
+        except ValueError:
+            raw = None
+        raise ReviewError.of("input.invalid", _detail(errors, raw), step="intake.parse") from exc
 
 
 def intake_json_schema() -> dict[str, Any]:
@@ -88,10 +128,14 @@ class AnalysisMessage(BaseModel):
     text: str
     attempt: int = 1  # real failed attempts so far + 1 (throttle requeues do not count)
     max_attempts: int = 5  # poison budget
-    requeues: int = 0  # backpressure requeues (throttle / out of time), not failures
+    # backpressure requeues (throttled, out of time), not failures; the chunk record keeps the
+    # current streak (`backpressure_since`, `backpressure_requeues`) that the deadline bounds
+    requeues: int = 0
     checkpoint_version: str = ""  # config hash the job is pinned to
     resume_from: list[str] = Field(default_factory=list)  # analysts already checkpointed
-    reason: str = "intake"  # intake | throttled | time_exhausted | sweeper | redrive
+    # why this copy was sent: intake | model.throttled | aws.throttled | runtime.time_exhausted |
+    # sweeper | reconcile | redrive
+    reason: str = "intake"
 
 
 class ResultMessage(BaseModel):

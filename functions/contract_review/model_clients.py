@@ -1,6 +1,8 @@
 """Model clients behind one interface (`ModelClient`).
 
 - `BedrockConverseModel`: Amazon Bedrock Converse via boto3 `bedrock-runtime` (the real one).
+- `ModelIdCheck`: asks the Bedrock control plane whether the configured model id is why a call
+  failed (unknown, retired, or not invocable by that id), so a bad id fails the job at once.
 - `OfflineRuleModel` (in `offline_model.py`): a deterministic, rule-based stand-in that runs
   offline. It is not an LLM and says so in its name.
 - Local doubles that wrap any client (fault injection, the call ledger) live in `faults.py`.
@@ -9,9 +11,32 @@
 from __future__ import annotations
 
 import json
+import logging
+import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
+
+from botocore.exceptions import BotoCoreError, ClientError
+
+from .errors import ReviewError
+
+log = logging.getLogger(__name__)
+
+# Cross-region inference profile ids carry a geography prefix (us.anthropic..., eu.amazon...);
+# `global.` profiles route to every commercial region.
+INFERENCE_PROFILE_PREFIXES = ("us.", "eu.", "apac.", "us-gov.", "jp.", "au.", "ca.", "global.")
+GLOBAL_PROFILE_PREFIX = "global."
+
+
+def is_inference_profile(model_id: str) -> bool:
+    return model_id.startswith(INFERENCE_PROFILE_PREFIXES)
+
+
+def base_model_id(model_id: str) -> str:
+    """The foundation model behind a cross-region inference profile id (the id itself otherwise)."""
+    return model_id.split(".", 1)[1] if is_inference_profile(model_id) else model_id
 
 
 @dataclass(frozen=True)
@@ -42,25 +67,140 @@ class ModelClient(Protocol):
     def invoke(self, request: ModelRequest) -> ModelResponse: ...
 
 
+# --- is the model id the problem? (Bedrock control plane) -------------------------------------------------
+
+# Converse errors whose cause may be the model id itself: Bedrock answers an unknown or retired id
+# with ValidationException (400), the same shape as any other bad request, and an id it does not
+# serve to this account with ResourceNotFoundException / AccessDeniedException. The text is never
+# read: the control plane is asked instead.
+ID_SUSPECT_CODES = frozenset({"ValidationException", "ResourceNotFoundException", "AccessDeniedException"})
+_ID_UNKNOWN_CODES = frozenset({"ResourceNotFoundException", "ValidationException"})  # control plane: no such id
+
+
+@dataclass(frozen=True)
+class ModelFacts:
+    """What the Bedrock control plane says about one model id, in this account and region."""
+
+    model_id: str
+    base_model_id: str  # the foundation model (behind the profile, for a profile id)
+    rejection: str | None  # why Bedrock will not serve this id; None: the id names a current model
+    display_name: str = ""  # provider + model name, e.g. "Anthropic Claude Sonnet 4.6"
+    lifecycle: str = ""  # GetFoundationModel's modelLifecycle.status: ACTIVE | LEGACY (EOL: not found)
+
+
+def _error_response(exc: ClientError) -> dict[str, Any]:
+    return cast(dict[str, Any], exc.response)
+
+
+def _error_code(exc: ClientError) -> str:
+    return str((_error_response(exc).get("Error") or {}).get("Code", ""))
+
+
+def describe_model(bedrock: Any, model_id: str) -> ModelFacts:
+    """Ask the Bedrock control plane (`bedrock` client) about `model_id`: a foundation-model id or a
+    cross-region inference profile id. Decides from structured fields only: a not-found answer, the
+    profile's `status`, the model's `modelLifecycle.status` and `inferenceTypesSupported`.
+
+    Raises `ClientError` / `BotoCoreError` when the control plane cannot answer (no permission,
+    throttled, unreachable): then nothing is known about the id.
+    """
+    profile = is_inference_profile(model_id)
+    base = base_model_id(model_id)
+    if profile:
+        try:
+            answer = bedrock.get_inference_profile(inferenceProfileIdentifier=model_id)
+        except ClientError as exc:
+            if _error_code(exc) not in _ID_UNKNOWN_CODES:
+                raise
+            return ModelFacts(model_id, base, f"there is no inference profile {model_id!r} in this region "
+                                              f"(GetInferenceProfile: {_error_code(exc)})")
+        if answer.get("status") != "ACTIVE":
+            return ModelFacts(model_id, base, f"inference profile {model_id!r} is {answer.get('status')}, not ACTIVE")
+    try:
+        details = bedrock.get_foundation_model(modelIdentifier=base)["modelDetails"]
+    except ClientError as exc:
+        if _error_code(exc) not in _ID_UNKNOWN_CODES:
+            raise
+        if profile:  # the profile is active; its model may just not be listed in this (source) region
+            return ModelFacts(model_id, base, None)
+        return ModelFacts(model_id, base, f"there is no foundation model {base!r} in this region "
+                                          f"(GetFoundationModel: {_error_code(exc)})")
+    lifecycle = str((details.get("modelLifecycle") or {}).get("status", ""))
+    name = " ".join(str(details[k]) for k in ("providerName", "modelName") if details.get(k))
+    rejection: str | None = None
+    if lifecycle != "ACTIVE":
+        rejection = f"model {base!r} is {lifecycle or 'not ACTIVE'} on Bedrock (being retired or retired)"
+    elif not profile and "ON_DEMAND" not in details.get("inferenceTypesSupported", ["ON_DEMAND"]):
+        rejection = (f"model {base!r} cannot be invoked on demand by its own id; use a cross-region inference "
+                     f"profile id such as 'us.{base}' or 'global.{base}'")
+    return ModelFacts(model_id, base, rejection, name, lifecycle)
+
+
+class ModelIdCheck:
+    """Whether the configured model id is why a Converse call failed, from the Bedrock control plane.
+
+    `connect` builds the `bedrock` (control plane) client on first use: most processes never need
+    it. A definite answer is cached per model id for the life of the process; when the control
+    plane cannot answer, nothing is cached and the original error stands.
+    """
+
+    def __init__(self, connect: Callable[[], Any]):
+        self._connect = connect
+        self._client: Any = None
+        self._answers: dict[str, ModelFacts] = {}
+        self._lock = threading.Lock()
+
+    def facts(self, model_id: str) -> ModelFacts | None:
+        with self._lock:
+            if model_id not in self._answers:
+                try:
+                    if self._client is None:
+                        self._client = self._connect()
+                    self._answers[model_id] = describe_model(self._client, model_id)
+                except (ClientError, BotoCoreError) as exc:
+                    log.warning("cannot ask Bedrock about model id %s: %s", model_id, type(exc).__name__)
+                    return None
+            return self._answers[model_id]
+
+    def rejection(self, model_id: str) -> str | None:
+        facts = self.facts(model_id)
+        return facts.rejection if facts is not None else None
+
+
+def id_rejected(model_id: str, reason: str, exc: ClientError) -> ReviewError:
+    status = (_error_response(exc).get("ResponseMetadata") or {}).get("HTTPStatusCode")
+    return ReviewError.of(
+        "model.id_rejected",
+        f"Bedrock will not serve model id {model_id!r}: {reason}. Pick a current model or inference profile "
+        f"id (`review preflight --model-id ID` checks one), redeploy with `cdk deploy -c model_id=ID`, and "
+        f"enable access to it in the Bedrock console.",
+        http_status=int(status) if status is not None else None, provider_code=_error_code(exc) or None,
+    )
+
+
+# --- Converse ---------------------------------------------------------------------------------------------
+
 class BedrockConverseModel:
     """Bedrock Converse with a tool-forced JSON answer.
 
     The client passed in must be configured so botocore does not multiply our retries:
     `Config(retries={"mode": "standard", "max_attempts": 1}, read_timeout=...)`; see
-    `bedrock_client_config`.
+    `bedrock_client_config`. With an `id_check`, a call that fails in a way the model id may cause
+    (ID_SUSPECT_CODES) raises `model.id_rejected` (job-fatal) when the control plane confirms the
+    id is the problem; otherwise the provider's error escapes unchanged.
     """
 
     TOOL_NAME = "record_answer"
 
-    def __init__(self, client: Any, model_id: str, temperature: float = 0.0):
+    def __init__(self, client: Any, model_id: str, temperature: float = 0.0, id_check: ModelIdCheck | None = None):
         self.client = client
         self.model_id = model_id
         self.temperature = temperature
+        self.id_check = id_check
 
     def invoke(self, request: ModelRequest) -> ModelResponse:
         started = time.monotonic()
-        resp = self.client.converse(
-            modelId=self.model_id,
+        resp = self._converse(
             system=[{"text": request.system}],
             messages=[{"role": "user", "content": [{"text": request.prompt}]}],
             inferenceConfig={"maxTokens": request.max_tokens, "temperature": self.temperature},
@@ -73,6 +213,27 @@ class BedrockConverseModel:
                 "toolChoice": {"tool": {"name": self.TOOL_NAME}},
             },
         )
+        return self._response(resp, started)
+
+    def ping(self) -> ModelResponse:
+        """One tiny call (no tools, at most 8 output tokens): does the model answer this account?"""
+        started = time.monotonic()
+        resp = self._converse(messages=[{"role": "user", "content": [{"text": "Reply with the single word OK."}]}],
+                              inferenceConfig={"maxTokens": 8, "temperature": 0.0})
+        return self._response(resp, started)
+
+    def _converse(self, **params: Any) -> Any:
+        try:
+            return self.client.converse(modelId=self.model_id, **params)
+        except ClientError as exc:
+            if self.id_check is not None and _error_code(exc) in ID_SUSPECT_CODES:
+                reason = self.id_check.rejection(self.model_id)
+                if reason is not None:
+                    raise id_rejected(self.model_id, reason, exc) from exc
+            raise
+
+    @staticmethod
+    def _response(resp: Any, started: float) -> ModelResponse:
         stop = resp.get("stopReason", "end_turn")
         text = ""
         for block in resp.get("output", {}).get("message", {}).get("content", []):

@@ -15,7 +15,8 @@ from datetime import UTC, datetime
 from pydantic import BaseModel, ConfigDict, JsonValue, ValidationError
 
 from .chunking import document_hash
-from .errors import ErrorEnvelope
+from .errors import REGISTRY, ErrorEnvelope
+from .intake import failure_key
 from .messages import MAX_INLINE_CHARS, AnalysisMessage, ResultMessage
 from .ports import DLQS, Deps, Queue, QueueMessage
 from .records import ChunkStatus, CoverageGap, JobEvent, JobState, Reliability, job_id_for, upload_key
@@ -75,16 +76,48 @@ def iso(epoch: float) -> str:
     return datetime.fromtimestamp(epoch, tz=UTC).isoformat(timespec="seconds")
 
 
-def _retry_would(state: JobState, error_code: str | None, dead: int) -> str:
+NOT_CANCELLABLE = ("cancellation is not available yet (there is no cancel command): the job runs until it "
+                   "completes, fails or dead-letters")
+STILL_RUNNING_FAILS = ("chunk messages go to the analysis DLQ with their error envelope; the job ends "
+                       "`dead_lettered` listing them")
+
+
+def _input_failure(code: str | None) -> bool:
+    return (code or "").startswith("input.")
+
+
+def _retry_would(state: JobState, error_code: str | None, dead_lettered: int, failed: int) -> str:
+    """What `review dlq redrive` or a resubmission would do now."""
     if state is JobState.COMPLETED:
         return "nothing: the job is complete"
-    if (error_code or "").startswith("input."):
-        return "nothing by itself: fix the input and submit it again with the same idempotency key"
-    if dead:
-        return f"redrive {dead} chunk(s) from the DLQ; finished chunks and analysts are reused"
-    if state.terminal:
-        return "nothing by itself: the job has ended; redrive its chunks from the DLQ if any are there"
-    return "resume unsettled chunks from their checkpoints"
+    if _input_failure(error_code):
+        return (f"nothing by itself: {error_code} is permanent and nothing was analysed. Fix the input and send it "
+                "again: a corrected message with the same idempotency key (the same job id) replaces this failed "
+                "job; a changed text without a key gets a new job id")
+    if not state.terminal:
+        return "resume unsettled chunks from their checkpoints"
+    if dead_lettered:
+        also = f" and reset its {failed} failed chunk(s)" if failed else ""
+        return (f"`review dlq redrive` re-sends the {dead_lettered} dead-lettered chunk(s){also} with a fresh "
+                "attempt budget; finished chunks and analysts are reused")
+    return (f"nothing by itself: the job ended with {error_code or state.value} and none of its chunks is in a DLQ; "
+            "fix the cause (docs/error-codes.md) and submit the document with a new idempotency key (the same "
+            "key returns this job)")
+
+
+def _if_it_fails_again(state: JobState, error_code: str | None, dead_lettered: int) -> str:
+    """Where the job goes if the next attempt (a redrive, or a corrected resubmission) fails too."""
+    if state is JobState.COMPLETED:
+        return "nothing can fail any more: the job has completed (the same document again returns this job)"
+    if _input_failure(error_code):
+        return ("a resubmission that is still invalid fails again in one attempt with an `input.*` code on this "
+                "job record; nothing is retried and nothing reaches a DLQ")
+    if state.terminal and error_code in REGISTRY and REGISTRY[error_code].job_fatal:
+        return f"it fails again at once with {error_code} (job-fatal): fix the cause first"
+    if state.terminal and not dead_lettered:
+        return (f"it ends `{state.value}` again with {error_code}, naming each missing chunk or analyst"
+                if error_code else f"it ends `{state.value}` again")
+    return STILL_RUNNING_FAILS
 
 
 def _event_line(e: JobEvent) -> EventLine:
@@ -100,6 +133,7 @@ def job_view(deps: Deps, job_id: str) -> JobView | None:
     state = job.state
     last_cp = max((c.settled_at or 0.0 for c in chunks if c.status is ChunkStatus.DONE), default=None)
     dead = [c for c in chunks if c.status in (ChunkStatus.DEAD_LETTERED, ChunkStatus.FAILED)]
+    n_dlq = sum(c.status is ChunkStatus.DEAD_LETTERED for c in dead)
     # mandatory gaps from the chunk records: the job item holds only a bounded sample
     gaps = coverage_of(job.analyst_count, [c for c in chunks if c.settled]).mandatory_gaps if chunks else []
     answers = Answers(
@@ -107,11 +141,9 @@ def job_view(deps: Deps, job_id: str) -> JobView | None:
         last_durable_checkpoint=(f"{by_status.get('done', 0)} of {job.chunk_count} chunks settled done"
                                  + (f", last at {iso(last_cp)}" if last_cp else "")),
         side_effects_done=[k for k in ("report_json_key", "report_md_key") if getattr(job, k)],
-        retry_would=_retry_would(job.state, job.error_code, len(dead)),
-        if_cancelled_now=("nothing: it has ended" if job.terminal else
-                          "workers stop at the next stage entry; checkpoints stay; no report is written"),
-        if_it_fails_again="chunk messages go to the analysis DLQ with their error envelope; the job ends "
-                          "`dead_lettered` listing them")
+        retry_would=_retry_would(job.state, job.error_code, n_dlq, len(dead) - n_dlq),
+        if_cancelled_now="nothing: it has ended" if job.terminal else NOT_CANCELLABLE,
+        if_it_fails_again=_if_it_fails_again(job.state, job.error_code, n_dlq))
     return JobView(
         job_id=job_id, state=state, document_id=job.document_id,
         chunks={"total": job.chunk_count, "settled": len(job.settled), **by_status}, progress=job.progress,
@@ -139,11 +171,18 @@ class DlqChunk(BaseModel):
 
 
 class DlqEntry(BaseModel):
-    """A DLQ message joined with its job and chunk records. Never the document text."""
+    """A DLQ message joined with its job and chunk records. Never the document text, unless asked
+    for (`body`, filled only by `dlq_show(..., with_body=True)`: a user's own message is theirs to see).
+
+    There is no `receive_count`: SQS has no peek, every look at a DLQ is a receive, so the count SQS
+    keeps grows each time someone lists it. `attempts` is what the pipeline spent before giving up."""
 
     message_id: str
     queue: str  # intake | analysis | results
-    receive_count: int
+    source_message_id: str | None = None  # the MessageId `send-message` returned, when known
+    sent_at: float = 0.0  # epoch s: when we sent it to the DLQ (a message SQS moved keeps its original time)
+    moved_by: str  # "pipeline" (with an error envelope) | "sqs" (maxReceiveCount reached, no envelope)
+    attempts: int | None = None
     error_code: str | None
     envelope: ErrorEnvelope | None = None
     payload: dict[str, JsonValue]
@@ -152,6 +191,28 @@ class DlqEntry(BaseModel):
     job: dict[str, str | None] | None = None  # state, error_code
     chunk: DlqChunk | None = None
     failed_step: str | None = None
+    body: str | None = None
+
+
+_CONSUMER_STEP = {Queue.INTAKE: "intake", Queue.ANALYSIS: "worker", Queue.RESULTS: "aggregate"}
+
+
+def _intake_payload(body: str) -> tuple[dict[str, JsonValue], str | None]:
+    """An intake body as it may be shown (the document text replaced by its length), and its job id
+    when one can be told (the job id a client computes: see README)."""
+    try:
+        raw = json.loads(body)
+    except ValueError:
+        return {"unparsed": True, "chars": len(body)}, None
+    if not isinstance(raw, dict):
+        return {"unparsed": True, "chars": len(body)}, None
+    document = raw.get("document")
+    if isinstance(document, dict) and "text" in document:
+        text = document["text"]
+        raw["document"] = {**{k: v for k, v in document.items() if k != "text"},
+                           "text_chars": len(text) if isinstance(text, str) else None}
+    key, _ = failure_key(body)
+    return raw, job_id_for(key) if key else None
 
 
 def _payload(queue: Queue, body: str) -> tuple[dict[str, JsonValue], str | None, str | None]:
@@ -163,17 +224,22 @@ def _payload(queue: Queue, body: str) -> tuple[dict[str, JsonValue], str | None,
         if queue is Queue.RESULTS:
             rm = ResultMessage.model_validate_json(body)
             return rm.model_dump(mode="json"), rm.job_id, rm.chunk_id
-        return {"chars": len(body)}, None, None  # intake bodies hold document text: not shown
+        payload, job_id = _intake_payload(body)  # intake bodies hold document text: shown by size
+        return payload, job_id, None
     except ValidationError:
         return {"unparsed": True, "chars": len(body)}, None, None
 
 
-def _join(deps: Deps, queue: Queue, m: QueueMessage) -> DlqEntry:
+def _join(deps: Deps, queue: Queue, m: QueueMessage, with_body: bool = False) -> DlqEntry:
     payload, job_id, chunk_id = _payload(queue, m.body)
     envelope = ErrorEnvelope.model_validate_json(m.attributes["envelope"]) if m.attributes.get("envelope") else None
-    entry = DlqEntry(message_id=m.message_id, queue=queue.value, receive_count=m.receive_count,
-                     error_code=m.attributes.get("error_code"), envelope=envelope, payload=payload,
-                     job_id=job_id, chunk_id=chunk_id)
+    by_sqs = envelope is None and not m.attributes.get("error_code")
+    entry = DlqEntry(message_id=m.message_id, queue=queue.value, sent_at=m.sent_at,
+                     # SQS keeps the MessageId when it moves a message to the DLQ; we record it when we do
+                     source_message_id=m.attributes.get("source_message_id") or (m.message_id if by_sqs else None),
+                     moved_by="sqs" if by_sqs else "pipeline", error_code=m.attributes.get("error_code"),
+                     envelope=envelope, payload=payload, job_id=job_id, chunk_id=chunk_id,
+                     body=m.body if with_body else None)
     if job_id:
         job = deps.jobs.get(job_id)
         entry.job = {"state": job.state.value if job else None, "error_code": job.error_code if job else None}
@@ -182,7 +248,15 @@ def _join(deps: Deps, queue: Queue, m: QueueMessage) -> DlqEntry:
         if c is not None:
             entry.chunk = DlqChunk.model_validate(c.model_dump())
             entry.envelope = entry.envelope or c.last_error
-    entry.failed_step = (entry.envelope.step or None) if entry.envelope else None
+    if entry.chunk is not None:
+        entry.attempts = entry.chunk.failures
+    elif by_sqs:
+        entry.attempts = deps.settings.profile.max_receive_count  # SQS moved it after this many receives
+    elif queue is Queue.INTAKE:
+        entry.attempts = 1  # intake dead-letters a permanent input error on its first attempt
+    elif entry.envelope is not None and entry.envelope.attempt:
+        entry.attempts = entry.envelope.attempt
+    entry.failed_step = (entry.envelope.step if entry.envelope else None) or _CONSUMER_STEP[queue]
     return entry
 
 
@@ -191,14 +265,25 @@ def dlq_list(deps: Deps) -> list[DlqEntry]:
             for m in deps.queues.peek(dlq)]
 
 
-def dlq_show(deps: Deps, message_id: str) -> DlqEntry | None:
-    return next((e for e in dlq_list(deps) if e.message_id == message_id), None)
+def dlq_show(deps: Deps, message_id: str, with_body: bool = False) -> DlqEntry | None:
+    for dlq, queue in _QUEUE_OF_DLQ.items():
+        if deps.queues.has(dlq):
+            for m in deps.queues.peek(dlq):
+                if m.message_id == message_id:
+                    return _join(deps, queue, m, with_body)
+    return None
 
 
 # ------------------------------------------------------------------------------ submit
+def job_id_of(text: str, idempotency_key: str | None = None) -> str:
+    """The job id a submission of `text` gets: from the idempotency key, by default the text's SHA-256."""
+    return job_id_for(idempotency_key or document_hash(text))
+
+
 def submit(deps: Deps, text: str, document_id: str | None = None, idempotency_key: str | None = None,
            metadata: dict[str, JsonValue] | None = None) -> str:
     """Send one document to the intake queue (inline, or claim-check via S3 when large). Returns the job id."""
+    # The key is always sent: intake then records any failure under the very job id returned here.
     key = idempotency_key or document_hash(text)
     job_id = job_id_for(key)
     document: dict[str, JsonValue]
@@ -211,7 +296,6 @@ def submit(deps: Deps, text: str, document_id: str | None = None, idempotency_ke
     body: dict[str, JsonValue] = {"schema_version": 1, "document": document, "metadata": metadata or {}}
     if document_id:
         body["document_id"] = document_id
-    if idempotency_key:
-        body["idempotency_key"] = idempotency_key
+    body["idempotency_key"] = key
     deps.queues.send_intake(json.dumps(body))
     return job_id

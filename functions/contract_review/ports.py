@@ -29,6 +29,7 @@ from .records import (
     JobFailure,
     JobOutcome,
     JobState,
+    ReleaseReason,
 )
 
 Clock = Callable[[], float]
@@ -58,6 +59,10 @@ class JobsRepo(Protocol):
 
     def touch(self, job_id: str) -> None: ...
 
+    def count_requeue(self, job_id: str) -> None:
+        """Add one to the job's `requeues` (atomic; `updated_at` untouched: a requeue is not progress).
+        Nothing happens when the job does not exist."""
+
     def settle_chunk(self, job_id: str, chunk_id: str) -> Job:
         """Add the chunk to the job's settled set (idempotent); the job after the update."""
 
@@ -81,13 +86,19 @@ class ClaimsRepo(Protocol):
     def for_job(self, job_id: str) -> list[ChunkRecord]:
         """All chunk records of a job, in chunk order."""
 
-    def claim(self, job_id: str, chunk_id: str, owner: str, lease_s: float, receive_count: int) -> ClaimResult: ...
+    def claim(self, job_id: str, chunk_id: str, owner: str, lease_s: float, receive_count: int,
+              deadline_at: float | None = None) -> ClaimResult:
+        """Take the lease if free or lapsed, bumping the fence. `deadline_at`: when the claiming Lambda
+        invocation times out (None: no function timeout), kept with the lease for the sweeper."""
 
     def heartbeat(self, job_id: str, chunk_id: str, fence: int, lease_s: float) -> bool: ...
 
     def release(self, job_id: str, chunk_id: str, fence: int, stats: AttemptStats, error: ErrorEnvelope | None,
-                *, failure: bool, lapsed_before: float | None = None) -> ChunkRecord | None:
-        """Give a claimed chunk back (pending), recording the attempt."""
+                *, failure: bool, lapsed_before: float | None = None,
+                reason: ReleaseReason = ReleaseReason.RETRY) -> ChunkRecord | None:
+        """Give a claimed chunk back (pending), recording the attempt, `reason` and `released_at`.
+        A `backpressure` release also extends the chunk's backpressure streak (starts it now if none,
+        counts one more requeue); `put_checkpoint` ends the streak (progress)."""
 
     def finish(self, job_id: str, chunk_id: str, fence: int, status: ChunkStatus, stats: AttemptStats, *,
                outcome: ChunkOutcome | None = None, error: ErrorEnvelope | None = None,
@@ -99,14 +110,16 @@ class ClaimsRepo(Protocol):
         """Claimed chunks whose lease expired before `now`."""
 
     def reset_for_redrive(self, job_id: str, chunk_id: str) -> ChunkRecord | None:
-        """A failed or dead-lettered chunk back to pending with a fresh budget and a new fence."""
+        """A failed or dead-lettered chunk back to pending with a fresh budget (failures and
+        backpressure streak) and a new fence."""
 
     def checkpoints(self, record: ChunkRecord) -> dict[str, Checkpoint]:
         """The chunk's committed checkpoints: analyst -> checkpoint."""
 
     def put_checkpoint(self, job_id: str, chunk_id: str, analyst: str, fence: int, config_hash: str,
                        status: str, output_json: str) -> bool:
-        """Persist an analyst's output; False when the fence moved on (nothing committed)."""
+        """Persist an analyst's output and end the chunk's backpressure streak (progress); False when
+        the fence moved on (nothing committed)."""
 
     def checkpoint_output(self, checkpoint: Checkpoint) -> str:
         """The checkpointed output (JSON), wherever it is stored."""

@@ -52,6 +52,16 @@ class ChunkStatus(StrEnum):
 SETTLED_CHUNK_STATES = frozenset({ChunkStatus.DONE, ChunkStatus.FAILED, ChunkStatus.DEAD_LETTERED})
 
 
+class ReleaseReason(StrEnum):
+    """Why a claimed chunk was given back (pending). Every reason but `job_ended` leaves a message
+    for the chunk on its way: a fresh (maybe delayed) one, or the same one after its tier-2 backoff."""
+
+    BACKPRESSURE = "backpressure"  # throttled, out of time, function timeout: requeued fresh, no failure
+    RETRY = "retry"  # a failed attempt (tier 2): the same message comes back after its backoff
+    WORKER_LOST = "worker_lost"  # the sweeper found the lease lapsed (a crash): requeued, failure counted
+    JOB_ENDED = "job_ended"  # the job ended meanwhile: only the lease is freed
+
+
 def job_id_for(idempotency_key: str) -> str:
     """A job's id: a client can compute it before sending (README: intake message schema)."""
     return "job-" + hashlib.sha256(idempotency_key.encode("utf-8")).hexdigest()[:20]
@@ -108,10 +118,24 @@ class ChunkRecord(_Record):
     redriven: int = 0
     redriven_at: float = 0.0
     expires_at: int = 0
+    # the claiming Lambda invocation's deadline (epoch s): a lease that lapsed after it timed out, not crashed
+    deadline_at: float | None = None
+    release_reason: ReleaseReason | None = None  # why the last holder gave it back
+    released_at: float | None = None
+    # The current backpressure streak: since the first backpressure release after the last progress
+    # (a committed checkpoint ends it), and how many requeues it has seen. Bounded by the profile's
+    # `backpressure_deadline_s`.
+    backpressure_since: float | None = None
+    backpressure_requeues: int = 0
 
     @property
     def settled(self) -> bool:
         return self.status.settled
+
+    def message_on_its_way(self, now: float, window_s: float) -> bool:
+        """Released within `window_s` for a reason that sends (or returns) its message: not lost."""
+        return (self.release_reason not in (None, ReleaseReason.JOB_ENDED)
+                and (self.released_at or 0.0) >= now - window_s)
 
     def lease_live(self, now: float) -> bool:
         return self.status is ChunkStatus.CLAIMED and (self.claim_expires_at or 0.0) > now
@@ -238,6 +262,7 @@ class Job(_Record):
     report_json_key: str | None = None
     report_md_key: str | None = None
     n_findings: int | None = None
+    requeues: int = 0  # backpressure requeues of its chunks (JobsRepo.count_requeue; metric BackpressureRequeues)
     expires_at: int = 0
 
     @property
@@ -264,8 +289,11 @@ def document_key(job_id: str) -> str:
     return f"documents/{job_id}.txt"
 
 
+UPLOADS_PREFIX = "uploads/"  # the only place intake reads claim-checked documents from (its role's grant)
+
+
 def upload_key(job_id: str) -> str:
-    return f"uploads/{job_id}.txt"
+    return f"{UPLOADS_PREFIX}{job_id}.txt"
 
 
 def findings_key(job_id: str, chunk_index: int, chunk_id: str, fence: int) -> str:

@@ -1,11 +1,13 @@
 """Redrive: re-inject DLQ messages with a fresh attempt budget, reopening ended jobs, leaving an
-audit event. Works on moto (no StartMessageMoveTask): receive, re-send, delete."""
+audit event. Works on moto (no StartMessageMoveTask): receive, re-send, delete. A permanent input
+error is not resent without `force` (it would fail the same way)."""
 
 from __future__ import annotations
 
 from pydantic import BaseModel, ValidationError
 
 from .chunks import analysis_message
+from .errors import ErrorClass
 from .messages import AnalysisMessage, ResultMessage
 from .ports import Deps, Queue, QueueMessage
 from .records import ChunkRecord, ChunkStatus, JobState
@@ -19,6 +21,7 @@ class Redriven(BaseModel):
     action: str
     job_id: str | None = None
     chunk_id: str | None = None
+    skipped: bool = False  # left in the DLQ (see `action` for why)
 
 
 def reopen(deps: Deps, job_id: str, chunk_id: str) -> str:
@@ -57,7 +60,16 @@ def reopen(deps: Deps, job_id: str, chunk_id: str) -> str:
     return f"redriven ({len(todo)} chunk(s) sent)"
 
 
-def _redrive_one(deps: Deps, queue: Queue, m: QueueMessage, chunk_seen: set[tuple[str, str]]) -> Redriven | None:
+def _permanent_intake_error(m: QueueMessage) -> str | None:
+    """The code of a permanent input error recorded on an intake DLQ message, if it is one."""
+    code = m.attributes.get("error_code")
+    if code and m.attributes.get("error_class") == ErrorClass.PERMANENT.value:
+        return code
+    return None
+
+
+def _redrive_one(deps: Deps, queue: Queue, m: QueueMessage, chunk_seen: set[tuple[str, str]],
+                 force: bool) -> Redriven | None:
     entry = Redriven(message_id=m.message_id, queue=queue.value, action="resent")
     if queue is Queue.ANALYSIS:
         try:
@@ -71,7 +83,15 @@ def _redrive_one(deps: Deps, queue: Queue, m: QueueMessage, chunk_seen: set[tupl
                                action=action)
         entry.job_id, entry.chunk_id, entry.action = am.job_id, am.chunk_id, action
     elif queue is Queue.INTAKE:
+        code = _permanent_intake_error(m)
+        if code and not force:
+            entry.action = (f"skipped: {code} is a permanent input error, so the same message fails the same way "
+                            "unless what it points at changed (e.g. the document is now uploaded). Fix the message "
+                            "and send it again, or redrive it with --force")
+            entry.skipped = True
+            return entry
         deps.queues.send_intake(m.body)
+        entry.action = f"resent (--force: it failed with {code} before)" if code else "resent"
     else:
         try:
             rm = ResultMessage.model_validate_json(m.body)
@@ -82,8 +102,12 @@ def _redrive_one(deps: Deps, queue: Queue, m: QueueMessage, chunk_seen: set[tupl
     return entry
 
 
-def dlq_redrive(deps: Deps, message_ids: set[str] | None = None) -> list[Redriven]:
-    """Re-inject DLQ messages (all when message_ids is None) with a fresh attempt budget."""
+def dlq_redrive(deps: Deps, message_ids: set[str] | None = None, force: bool = False) -> list[Redriven]:
+    """Re-inject DLQ messages (all when message_ids is None) with a fresh attempt budget.
+
+    Intake messages that failed with a permanent input error are skipped (returned with
+    `skipped=True` and the reason) unless `force`. Every message left in a DLQ is made visible
+    again at once (taking them all hid them)."""
     done: list[Redriven] = []
     chunk_seen: set[tuple[str, str]] = set()
     for queue, dlq in ((Queue.ANALYSIS, Queue.ANALYSIS_DLQ), (Queue.INTAKE, Queue.INTAKE_DLQ),
@@ -91,11 +115,13 @@ def dlq_redrive(deps: Deps, message_ids: set[str] | None = None) -> list[Redrive
         if not deps.queues.has(dlq):
             continue
         for m in deps.queues.take_all(dlq, visibility_s=30):
-            if message_ids is not None and m.message_id not in message_ids:
-                continue
-            entry = _redrive_one(deps, queue, m, chunk_seen)
-            if entry is None:
-                continue
-            deps.queues.delete(dlq, m.receipt_handle)
-            done.append(entry)
+            entry = None
+            if message_ids is None or m.message_id in message_ids:
+                entry = _redrive_one(deps, queue, m, chunk_seen, force)
+            if entry is not None:
+                done.append(entry)
+            if entry is None or entry.skipped:
+                deps.queues.extend_visibility(dlq, m.receipt_handle, 0)  # left for a person: visible again
+            else:
+                deps.queues.delete(dlq, m.receipt_handle)
     return done

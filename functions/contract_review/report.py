@@ -10,11 +10,13 @@ Coverage policy (docs/runbook.md):
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 
-from pydantic import BaseModel
+from pydantic import BaseModel, Field, JsonValue
 
 from .analysts import CATEGORY_BY_KEY, Finding, analysts_for
+from .config import OFFLINE_MODEL_ID
 from .records import ChunkRecord, ChunkStatus, CoverageGap, Job, JobState, MissingChunk, Reliability
 
 
@@ -41,8 +43,10 @@ class Report(BaseModel):
     document_id: str
     document_sha256: str
     model_id: str
+    model_provider: str = ""  # bedrock | offline (the rule model, not an LLM)
     prompt_version: str
     chunk_count: int
+    metadata: dict[str, JsonValue] = Field(default_factory=dict)  # as sent with the document
     findings: list[Finding]
     coverage: Coverage
     reliability: Reliability
@@ -70,24 +74,66 @@ def coverage_of(analyst_count: int, chunks: Sequence[ChunkRecord]) -> Coverage:
                     matrix=matrix, mandatory_gaps=mandatory_gaps, optional_gaps=optional_gaps, missing_chunks=missing)
 
 
+TOP_FINDINGS = 15  # report.md lists this many highest-risk findings; report.json has all of them
+QUOTE_MAX = 300  # report.md shortens longer quotes (report.json has them whole)
+
+
+def is_offline(job: Job) -> bool:
+    """Whether the findings come from the offline rule model (keyword/regex rules), not an LLM."""
+    return job.model_provider == "offline" or job.model_id == OFFLINE_MODEL_ID
+
+
+def _metadata_lines(metadata: dict[str, JsonValue]) -> list[str]:
+    if not metadata:
+        return []
+    lines = ["- metadata:"]
+    for k, v in metadata.items():
+        shown = v if isinstance(v, str) else json.dumps(v, ensure_ascii=False)
+        lines.append(f"  - {k}: {' '.join(shown.split())}")
+    return lines
+
+
+def _model_line(job: Job) -> str:
+    line = f"- model: {job.model_id} (prompt {job.prompt_version})"
+    if is_offline(job):
+        line += (" — **the offline rule model** (deterministic keyword/regex rules, not an LLM): the findings "
+                 "show the pipeline at work; they are not a model's legal review")
+    return line
+
+
+def _quote(text: str) -> str:
+    one_line = " ".join(text.split())
+    if len(one_line) <= QUOTE_MAX:
+        return one_line
+    return one_line[:QUOTE_MAX - 3] + "... _[quote shortened; whole in report.json]_"
+
+
 def markdown(job: Job, report: Report) -> str:
+    n = len(report.findings)
     lines = [f"# Contract review {job.job_id}", "",
              f"- state: **{report.state.value}**", f"- document: {job.document_id or job.document_sha256[:12]}"
              f" ({job.document_chars} chars, {job.chunk_count} chunks)",
-             f"- model: {job.model_id} (prompt {job.prompt_version})",
-             f"- findings: {len(report.findings)}", ""]
+             _model_line(job), *_metadata_lines(report.metadata), f"- findings: {n}", ""]
     by_cat: dict[str, list[Finding]] = {}
     for f in report.findings:
         by_cat.setdefault(f.category, []).append(f)
-    lines += ["## Summary by category", "", "| category | findings | max risk |", "|---|---|---|"]
+    lines += ["## Summary by category", "",
+              "Each category asks one question; `findings` counts the clauses that answer it (0: no clause "
+              "found that does, not a verdict on the contract).", "",
+              "| category | question | findings | max risk |", "|---|---|---|---|"]
     for key, cat in CATEGORY_BY_KEY.items():
         fs = by_cat.get(key, [])
-        lines.append(f"| {cat.title} | {len(fs)} | {max((f.score for f in fs), default=0):.2f} |")
+        lines.append(f"| {cat.title} | {cat.question} | {len(fs)} | {max((f.score for f in fs), default=0):.2f} |")
     lines += ["", "## Highest-risk clauses", ""]
-    for f in sorted(report.findings, key=lambda f: (-f.score, f.start))[:15]:
-        quote = f.quote if len(f.quote) <= 300 else f.quote[:297] + "..."
+    if n > TOP_FINDINGS:
+        lines += [f"Showing the {TOP_FINDINGS} highest-risk of {n} findings (all {n} are in report.json).", ""]
+    elif n:
+        lines += [f"All {n} findings, highest risk first.", ""]
+    else:
+        lines += ["No findings.", ""]
+    for f in sorted(report.findings, key=lambda f: (-f.score, f.start))[:TOP_FINDINGS]:
         lines.append(f"- **{CATEGORY_BY_KEY[f.category].title}** ({f.score:.2f}, chars {f.start}-{f.end}): "
-                     f"> {quote}  \n  _{f.rationale}_")
+                     f"> {_quote(f.quote)}  \n  _{f.rationale}_")
     cov = report.coverage
     if cov.missing_chunks or cov.mandatory_gaps or cov.optional_gaps:
         lines += ["", "## Coverage gaps", ""]

@@ -1,14 +1,16 @@
-"""Tier 1: classified retries inside the worker.
+"""Tier 1: classified retries inside the worker, and the delays of what comes after it.
 
 `sleep = random(0, min(cap, base * 2**attempt))` (full jitter), Retry-After honoured (never
 sleep less than the provider asked), a per-chunk budget of seconds spent sleeping, permanent
-errors never retried. Tier 2 (the queue) takes over when tier 1 gives up; the caller decides
-how, from the envelope.
+errors never retried, and no call started without the time to finish it (`has_time`). Tier 2
+(the queue) takes over when tier 1 gives up; the caller decides how, from the envelope, with
+`tier2_backoff_s` (a failed attempt) or `requeue_delay_s` (backpressure).
 """
 
 from __future__ import annotations
 
 import functools
+import math
 import random
 import time
 from collections import Counter
@@ -16,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TypeVar
 
-from .config import RetryPolicy
+from .config import SQS_MAX_VISIBILITY_S, Profile, RetryPolicy
 from .errors import ErrorClass, ErrorEnvelope, ReviewError, classify
 
 T = TypeVar("T")
@@ -66,7 +68,7 @@ class Retrier:
     stats: RetryStats
     rng: random.Random = field(default_factory=random.Random)
     sleep: Callable[[float], None] = time.sleep
-    # Returns False when there is no time left for another attempt of `seconds` (Lambda clock).
+    # False when the invocation cannot fit another model call after `seconds` more (Lambda clock).
     has_time: Callable[[float], bool] = lambda _s: True
     check: Callable[[], None] = lambda: None  # raises to stop (lease lost, job cancelled)
 
@@ -74,6 +76,9 @@ class Retrier:
         attempt = 0
         while True:
             self.check()
+            if model_call and not self.has_time(0):  # before every call, not only every analyst
+                raise ReviewError(ErrorEnvelope.of("runtime.time_exhausted", "no time for the next model call",
+                                                   step=step, attempt=attempt + 1))
             try:
                 if model_call:
                     self.stats.calls += 1
@@ -92,7 +97,9 @@ class Retrier:
                         retry_after_s=env.retry_after_s, step=step, attempt=attempt + 1)) from exc
                 if not self.has_time(delay):
                     raise ReviewError(ErrorEnvelope.of("runtime.time_exhausted", f"after {env.error_code}",
-                                                       step=step, attempt=attempt + 1)) from exc
+                                                       cause_code=env.error_code, http_status=env.http_status,
+                                                       provider_code=env.provider_code, step=step,
+                                                       attempt=attempt + 1)) from exc
                 self.budget.spend(delay)
                 self.stats.retries[env.error_code] += 1
                 self.sleep(delay)
@@ -114,3 +121,22 @@ class Retrier:
                 self.stats.repairs += 1
                 hint = exc.envelope.message
         raise AssertionError("unreachable")
+
+
+def tier2_backoff_s(profile: Profile, failures: int, rng: random.Random) -> int:
+    """Seconds until a failed record comes back (its new visibility): equal jitter in
+    [ceiling/2, ceiling], ceiling = min(max, base * 2**(failures-1)); whole seconds, at least 1, at
+    most the queue's visibility and SQS's 12 h."""
+    ceiling = min(profile.tier2_backoff_max_s, profile.tier2_backoff_base_s * 2 ** min(max(failures - 1, 0), 30))
+    seconds = math.ceil(rng.uniform(ceiling / 2, ceiling))
+    return max(1, min(seconds, profile.analysis_visibility_s, SQS_MAX_VISIBILITY_S))
+
+
+def requeue_delay_s(profile: Profile, streak_requeues: int, rng: random.Random,
+                    retry_after_s: float | None = None) -> int:
+    """Delay of a backpressure requeue (SQS DelaySeconds): equal jitter under a ceiling that doubles
+    with the requeues of the current streak, never shorter than Retry-After, in whole seconds,
+    never zero (after an error a chunk never comes straight back), at most `throttle_max_delay_s`."""
+    ceiling = min(profile.throttle_max_delay_s, profile.model_retry.cap_s * 2 ** min(streak_requeues, 10))
+    delay = max(retry_after_s or 0.0, rng.uniform(ceiling / 2, ceiling))
+    return max(1, min(math.ceil(delay), profile.throttle_max_delay_s))

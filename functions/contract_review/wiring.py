@@ -15,7 +15,7 @@ from .adapters.jobs import DynamoJobs
 from .adapters.queues import SqsQueues
 from .config import Settings
 from .faults import CallLedger, FaultInjectingModel
-from .model_clients import BedrockConverseModel, ModelClient, bedrock_client_config
+from .model_clients import BedrockConverseModel, ModelClient, ModelIdCheck, bedrock_client_config
 from .offline_model import OfflineRuleModel
 from .ports import Deps, Queue
 
@@ -51,16 +51,27 @@ def build_deps(settings: Settings, session: Any, endpoint_url: str | None = None
     )
 
 
+def bedrock_runtime_client(session: Any, read_timeout_s: int) -> Any:
+    """Converse: each call sent once (tier 1 owns retries), with the call's read timeout."""
+    return session.client("bedrock-runtime", config=bedrock_client_config(read_timeout_s))
+
+
+def bedrock_control_client(session: Any) -> Any:
+    """The Bedrock control plane (GetFoundationModel, GetInferenceProfile): built on first use only."""
+    return session.client("bedrock", config=aws_client_config())
+
+
 def build_model(settings: Settings, session: Any) -> ModelClient:
     model: ModelClient
     if settings.model_provider == "bedrock":
-        client = session.client("bedrock-runtime", config=bedrock_client_config(settings.model_call_timeout_s))
-        model = BedrockConverseModel(client, settings.effective_model_id)
+        model = BedrockConverseModel(bedrock_runtime_client(session, settings.model_call_timeout_s),
+                                     settings.effective_model_id,
+                                     id_check=ModelIdCheck(lambda: bedrock_control_client(session)))
     else:
         model = OfflineRuleModel()
     spec = settings.fault_spec
     if spec is not None:
-        model = FaultInjectingModel(model, spec)
+        model = FaultInjectingModel(model, spec, read_timeout_s=settings.model_call_timeout_s)
         if spec.call_log:
             model = CallLedger(model, spec.call_log)
     return model

@@ -3,6 +3,15 @@
 The outcome of one delivery is always one of:
 - an `Outcome` (ack): the message is done with (chunk finished, settled, requeued fresh, or not ours);
 - raise `Tier2`: the record is reported as a batch-item failure and the queue redelivers it.
+
+Time: in a Lambda invocation no model call starts unless it can finish (its timeout plus a margin
+to save and hand off), and no analyst starts unless both its calls can. Out of time, the chunk is
+handed back through its checkpoints (requeued fresh) without counting a failure; the claim records
+the invocation's deadline so the sweeper can tell a function timeout from a crash.
+
+Backpressure (throttling of the model or of AWS, time handoffs) requeues the chunk with a growing
+delay and counts no failure, but it is bounded: a chunk that goes `backpressure_deadline_s` without
+progress is dead-lettered as `runtime.backpressure_exhausted`.
 """
 
 from __future__ import annotations
@@ -18,6 +27,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from .analysts import (
+    STEPS,
     AnalystOutput,
     AnalystSpec,
     ChunkFindings,
@@ -27,8 +37,8 @@ from .analysts import (
     run_analyst,
 )
 from .chunking import Chunk
-from .chunks import announce, dead_letter
-from .errors import ErrorClass, ErrorEnvelope, LeaseLost, ReviewError, Tier2, classify
+from .chunks import announce, backpressure_exhausted, dead_letter
+from .errors import THROTTLE_CODES, ErrorClass, ErrorEnvelope, LeaseLost, ReviewError, Tier2, classify
 from .messages import AnalysisMessage
 from .model_clients import ModelClient, ModelRequest, ModelResponse
 from .ports import Deps, Queue
@@ -41,11 +51,13 @@ from .records import (
     Job,
     JobFailure,
     JobState,
+    ReleaseReason,
     findings_key,
 )
-from .retry import Retrier, RetryBudget, RetryStats
+from .retry import Retrier, RetryBudget, RetryStats, requeue_delay_s, tier2_backoff_s
 
 log = logging.getLogger(__name__)
+MAX_FUNCTION_TIMEOUT_S = 900  # Lambda's longest timeout: a longer remaining time means "no deadline" (Fargate)
 
 
 @dataclass
@@ -56,7 +68,7 @@ class Delivery:
     receipt_handle: str
     receive_count: int
     visibility_s: int
-    remaining_ms: Callable[[], int] = lambda: 10**9
+    remaining_ms: Callable[[], int] | None = None  # the invocation's remaining time; None: no function timeout
 
 
 @dataclass
@@ -111,11 +123,15 @@ def worker_identity() -> str:
 
 class AnalystRunner:
     """Runs one chunk's analysts for one attempt: loads committed checkpoints, runs the rest with
-    tier-1 retries, and commits each output under the attempt's fencing token."""
+    tier-1 retries, and commits each output under the attempt's fencing token. An analyst starts
+    only when the time left fits all its calls (`analyst_extra_s` more than one call needs);
+    `committed` lists what this attempt checkpointed (its progress)."""
 
     def __init__(self, deps: Deps, model: ModelClient, retrier: Retrier, hb: Heartbeat,
-                 has_time: Callable[[float], bool]):
+                 has_time: Callable[[float], bool], analyst_extra_s: float = 0.0):
         self.deps, self.model, self.retrier, self.hb, self.has_time = deps, model, retrier, hb, has_time
+        self.analyst_extra_s = analyst_extra_s
+        self.committed: list[str] = []
 
     def run(self, msg: AnalysisMessage, job: Job, fence: int, record: ChunkRecord) -> dict[str, AnalystOutput]:
         chunk = Chunk(index=msg.chunk_index, chunk_id=msg.chunk_id, start=msg.start, end=msg.end, text=msg.text)
@@ -128,12 +144,14 @@ class AnalystRunner:
                 outputs[spec.name] = loaded
                 continue
             self.hb.check()
-            if not self.has_time(0):
-                raise ReviewError.of("runtime.time_exhausted", "before analyst " + spec.name, step=spec.name)
+            if not self.has_time(self.analyst_extra_s):  # both its calls must fit, or none is made
+                raise ReviewError.of("runtime.time_exhausted", "no time for all calls of analyst " + spec.name,
+                                     step=spec.name)
             out = self._run_one(spec, chunk)
             if not self.deps.claims.put_checkpoint(msg.job_id, msg.chunk_id, spec.name, fence, current_hash,
                                                    out.status, out.model_dump_json()):
                 raise LeaseLost("checkpoint write rejected by fencing token")
+            self.committed.append(spec.name)
             outputs[spec.name] = out
         return outputs
 
@@ -188,15 +206,24 @@ class ChunkWorker:
         self.rng = rng or random.Random()
         self.sleep = sleep
         # time left that one more model call needs: its timeout plus a margin to save and hand off
-        self.call_safety_s = call_safety_s if call_safety_s is not None else self.s.model_call_timeout_s + 1.0
+        self.call_safety_s = call_safety_s if call_safety_s is not None else \
+            self.s.model_call_timeout_s + self.s.profile.handoff_margin_s
+        # an analyst needs room for its other calls too (locate + assess: one more call timeout)
+        self.analyst_extra_s = self.s.model_call_timeout_s * (len(STEPS) - 1)
 
     # ------------------------------------------------------------------ entry
     def handle(self, msg: AnalysisMessage, delivery: Delivery) -> Outcome:
-        job = self.deps.jobs.get(msg.job_id)
-        if job is None or job.terminal:
-            return Outcome("skipped", {"job_state": job.state.value if job else None})
-        claim = self.deps.claims.claim(msg.job_id, msg.chunk_id, worker_identity(), self.s.claim_lease_s,
-                                       delivery.receive_count)
+        try:
+            job = self.deps.jobs.get(msg.job_id)
+            if job is None or job.terminal:
+                return Outcome("skipped", {"job_state": job.state.value if job else None})
+            claim = self.deps.claims.claim(msg.job_id, msg.chunk_id, worker_identity(), self.s.claim_lease_s,
+                                           delivery.receive_count, deadline_at=self._deadline_at(delivery))
+        except Exception as exc:  # DynamoDB throttling before the claim: backpressure, come back later
+            env = classify(exc, step="worker.claim")
+            if env.error_code not in THROTTLE_CODES:
+                raise
+            return self._requeue_unclaimed(msg, env)
         if not claim.won or claim.record is None:
             return self._not_claimed(claim.record)
         fence, record = claim.fence, claim.record
@@ -210,8 +237,9 @@ class ChunkWorker:
         with Heartbeat(self.deps, msg, fence, delivery, self.s.claim_lease_s) as hb:
             retrier = Retrier(policy=self.s.profile.model_retry, budget=RetryBudget(self.s.profile.chunk_retry_budget_s),
                               stats=stats, rng=self.rng, sleep=self.sleep, has_time=has_time, check=hb.check)
+            runner = AnalystRunner(self.deps, self.model, retrier, hb, has_time, self.analyst_extra_s)
             try:
-                outputs = AnalystRunner(self.deps, self.model, retrier, hb, has_time).run(msg, job, fence, record)
+                outputs = runner.run(msg, job, fence, record)
             except LeaseLost:
                 self.deps.jobs.record_event(msg.job_id, "chunk.lease_lost", chunk_id=msg.chunk_id, fence=fence)
                 return Outcome("lease_lost", {"error": "runtime.lease_lost"}, stats)
@@ -221,8 +249,8 @@ class ChunkWorker:
                 log.warning("chunk attempt failed", exc_info=True, extra={"job_id": msg.job_id, "chunk_id": msg.chunk_id})
                 error = classify(exc, step="worker")
         # the heartbeat has stopped: it can no longer overwrite the tier-2 backoff visibility
-        outcome = self._on_error(msg, fence, delivery, stats, error) if error else \
-            self._complete(msg, fence, stats, outputs)
+        outcome = self._on_error(msg, fence, delivery, stats, error, progressed=bool(runner.committed)) if error \
+            else self._complete(msg, fence, stats, outputs)
         outcome.stats = stats
         return outcome
 
@@ -235,8 +263,19 @@ class ChunkWorker:
         return Outcome("duplicate", {"status": record.status.value if record else None,
                                      "claimed_by": record.claimed_by if record else None})
 
+    def _deadline_at(self, delivery: Delivery) -> float | None:
+        """When this invocation's time runs out (epoch s), kept on the claim for the sweeper; None
+        without a function timeout (no remaining time, or more than any Lambda may have)."""
+        if delivery.remaining_ms is None:
+            return None
+        remaining_s = delivery.remaining_ms() / 1000
+        return self.deps.clock() + remaining_s if remaining_s <= MAX_FUNCTION_TIMEOUT_S else None
+
     def _has_time(self, delivery: Delivery) -> Callable[[float], bool]:
-        return lambda extra_s: delivery.remaining_ms() / 1000 - extra_s > self.call_safety_s
+        remaining_ms = delivery.remaining_ms
+        if remaining_ms is None:
+            return lambda _extra_s: True
+        return lambda extra_s: remaining_ms() / 1000 - extra_s > self.call_safety_s
 
     def _complete(self, msg: AnalysisMessage, fence: int, stats: RetryStats,
                   outputs: dict[str, AnalystOutput]) -> Outcome:
@@ -261,43 +300,82 @@ class ChunkWorker:
         return Outcome("dead_lettered", {"error": env.error_code})
 
     def _on_error(self, msg: AnalysisMessage, fence: int, delivery: Delivery, stats: RetryStats,
-                  env: ErrorEnvelope) -> Outcome:
+                  env: ErrorEnvelope, *, progressed: bool) -> Outcome:
+        """What a failed attempt becomes:
+        - out of time (`runtime.time_exhausted`): a handoff, no failure; requeued at once when the
+          attempt checkpointed something and no error drove it, else after a delay. Only when
+          transient errors (not throttling) ate the time and nothing was saved is it a failed attempt;
+        - throttling (model or AWS, also behind a spent retry budget): backpressure, requeued with delay;
+        - other transient errors: a failed attempt, tier 2; permanent ones: the chunk fails."""
         record = self.deps.claims.get(msg.job_id, msg.chunk_id)
         checkpointed = sorted(record.checkpoints) if record else []
-        if env.is_backpressure:  # throttling and running out of Lambda time are not failures
-            return self._requeue(msg, fence, stats, env, checkpointed)
+        if env.error_code == "runtime.time_exhausted":
+            errors = [c for c in (env.cause_code, *stats.retries) if c and c not in THROTTLE_CODES]
+            if errors and not progressed:
+                env = env.model_copy(update={"cause_code": env.cause_code or errors[0]})
+                return self._tier2(msg, fence, delivery, stats, env, (record.failures if record else 0) + 1,
+                                   checkpointed)
+            clean = progressed and env.cause_code is None
+            return self._requeue(msg, fence, stats, env, record, checkpointed, clean=clean)
+        if env.is_backpressure:
+            return self._requeue(msg, fence, stats, env, record, checkpointed, clean=False)
         if env.retryable:
             return self._tier2(msg, fence, delivery, stats, env, (record.failures if record else 0) + 1, checkpointed)
         return self._fail(msg, fence, stats, env)
 
+    @staticmethod
+    def _reason(env: ErrorEnvelope) -> str:
+        """The requeue's reason: the backpressure error itself, or the throttle behind a spent budget."""
+        if env.error_code == "runtime.retry_budget_exhausted" and env.cause_code:
+            return env.cause_code
+        return env.error_code
+
     def _requeue(self, msg: AnalysisMessage, fence: int, stats: RetryStats, env: ErrorEnvelope,
-                 checkpointed: list[str]) -> Outcome:
+                 record: ChunkRecord | None, checkpointed: list[str], *, clean: bool) -> Outcome:
+        """Backpressure: release without a failure and send a fresh message (delayed unless `clean`),
+        or dead-letter the chunk once its backpressure has lasted the deadline without progress."""
         p = self.s.profile
-        if self.deps.claims.release(msg.job_id, msg.chunk_id, fence, attempt_stats(stats), env, failure=False) is None:
+        exhausted = backpressure_exhausted(self.deps, record, env, self.deps.clock()) if record else None
+        if exhausted is not None:
+            return self._dead_lettered(msg, fence, exhausted, attempt_stats(stats))
+        released = self.deps.claims.release(msg.job_id, msg.chunk_id, fence, attempt_stats(stats), env,
+                                            failure=False, reason=ReleaseReason.BACKPRESSURE)
+        if released is None:
             return Outcome("lease_lost")
-        delay = 0.0
-        if env.error_code != "runtime.time_exhausted":
-            # grows with consecutive requeues; never shorter than the provider's Retry-After
-            ceiling = min(p.throttle_max_delay_s, p.model_retry.cap_s * 2 ** min(msg.requeues, 10))
-            delay = max(env.retry_after_s or 0.0, self.rng.uniform(ceiling / 2, ceiling))
-        reason = "model.throttled" if env.error_code != "runtime.time_exhausted" else env.error_code
+        streak = record.backpressure_requeues if record else 0
+        delay = 0 if clean else requeue_delay_s(p, streak, self.rng, env.retry_after_s)
+        reason = self._reason(env)
         fresh = msg.model_copy(update={"requeues": msg.requeues + 1, "reason": reason, "resume_from": checkpointed})
-        self.deps.queues.send_analysis([fresh], delay_s=max(0, min(int(round(delay)), p.throttle_max_delay_s)))
+        self.deps.queues.send_analysis([fresh], delay_s=delay)
+        self.deps.jobs.count_requeue(msg.job_id)
         self.deps.jobs.record_event(msg.job_id, "chunk.requeued", chunk_id=msg.chunk_id, reason=reason,
-                                    delay_s=round(delay, 3), checkpointed=len(checkpointed), tier=1)
-        return Outcome("requeued", {"reason": reason})
+                                    delay_s=delay, checkpointed=len(checkpointed), tier=1,
+                                    streak_requeues=released.backpressure_requeues)
+        return Outcome("requeued", {"reason": reason, "delay_s": delay})
+
+    def _requeue_unclaimed(self, msg: AnalysisMessage, env: ErrorEnvelope) -> Outcome:
+        """AWS throttled us before the chunk was claimed (nothing to release, and the tables are the
+        throttled thing): only a fresh delayed message, growing with the message's requeues."""
+        delay = requeue_delay_s(self.s.profile, msg.requeues, self.rng, env.retry_after_s)
+        fresh = msg.model_copy(update={"requeues": msg.requeues + 1, "reason": env.error_code})
+        self.deps.queues.send_analysis([fresh], delay_s=delay)
+        log.warning("throttled before the claim; requeued", extra={"job_id": msg.job_id, "chunk_id": msg.chunk_id,
+                                                                  "error_code": env.error_code, "delay_s": delay})
+        return Outcome("requeued", {"reason": env.error_code, "delay_s": delay, "claimed": 0})
 
     def _tier2(self, msg: AnalysisMessage, fence: int, delivery: Delivery, stats: RetryStats, env: ErrorEnvelope,
                failures: int, checkpointed: list[str]) -> Outcome:
         if failures >= msg.max_attempts:
             return self._dead_lettered(msg, fence, env.model_copy(update={"attempt": failures}), attempt_stats(stats))
-        if self.deps.claims.release(msg.job_id, msg.chunk_id, fence, attempt_stats(stats), env, failure=True) is None:
+        if self.deps.claims.release(msg.job_id, msg.chunk_id, fence, attempt_stats(stats), env, failure=True,
+                                    reason=ReleaseReason.RETRY) is None:
             return Outcome("lease_lost")
+        # Tier 2 backoff: the record comes back after a jittered delay growing to minutes (an outage of
+        # a few minutes must not use the poison budget), instead of the full visibility timeout.
+        back = tier2_backoff_s(self.s.profile, failures, self.rng)
         self.deps.jobs.record_event(msg.job_id, "chunk.retry", chunk_id=msg.chunk_id, error_code=env.error_code,
-                                    failures=failures, tier=2, checkpointed=len(checkpointed))
-        # Tier 2 backoff: come back after a short, growing delay instead of the full visibility timeout.
+                                    failures=failures, tier=2, checkpointed=len(checkpointed), backoff_s=back)
         if delivery.receipt_handle:
-            back = int(min(delivery.visibility_s, self.s.profile.tier2_backoff_base_s * 2 ** (failures - 1)))
             self.deps.queues.extend_visibility(Queue.ANALYSIS, delivery.receipt_handle, back)
         raise Tier2(env, stats)
 

@@ -1,7 +1,7 @@
 """Infra fixtures: ONE synth per pytest session.
 
-One in-process `cdk.App` holds three stacks (local profile, prod profile, prod + Fargate
-worker) with the cdk-nag plugin attached, and is synthesized once into a session temp dir.
+One in-process `cdk.App` holds three stacks (local profile, prod profile with an alarm email,
+prod + Fargate worker) with the cdk-nag plugin attached, and is synthesized once into a session temp dir.
 A synth that succeeds is itself the proof that no cdk-nag finding is unacknowledged (the
 plugin makes `app.synth()` raise `ValidationFailed` otherwise).
 """
@@ -29,6 +29,7 @@ os.environ.setdefault("JSII_SILENCE_WARNING_DEPRECATED_NODE_VERSION", "1")
 from contract_review.config import Profile, get_profile  # noqa: E402
 
 LOCAL, PROD, FARGATE = "ContractReviewLocal", "ContractReviewProd", "ContractReviewFargate"
+ALARM_EMAIL = "oncall@example.com"  # `-c alarm_email=...` of the prod stack (the others have none)
 
 
 @dataclass
@@ -53,7 +54,7 @@ def synth(tmp_path_factory: pytest.TempPathFactory) -> Synth:
     app = new_app(outdir=str(outdir))
     settings = {
         LOCAL: DeploySettings(profile=get_profile("local"), stack_name=LOCAL, model_provider="offline"),
-        PROD: DeploySettings(profile=get_profile("prod"), stack_name=PROD),
+        PROD: DeploySettings(profile=get_profile("prod"), stack_name=PROD, alarm_email=ALARM_EMAIL),
         FARGATE: DeploySettings(profile=get_profile("prod"), stack_name=FARGATE, worker_kind="fargate"),
     }
     for s in settings.values():

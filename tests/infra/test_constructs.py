@@ -6,10 +6,10 @@ import aws_cdk as cdk
 import pytest
 
 from contract_review.config import get_profile
-from infra.deploy_settings import POWERTOOLS_LAYER_VERSION, DeploySettings
+from infra.deploy_settings import MAX_STACK_NAME, POWERTOOLS_VERSION, DeploySettings
 from infra.fargate import fargate_cpu_for
-from infra.functions import log_retention
-from infra.queues import QueueRuleError, QueueRules, QueueWithDlq
+from infra.functions import log_retention, powertools_parameter
+from infra.queues import SQS_MAX_QUEUE_NAME, QueueRuleError, QueueRules, QueueWithDlq, queue_names
 from infra.stack import sweep_rate_minutes
 
 PROD = get_profile("prod")
@@ -17,7 +17,8 @@ PROD = get_profile("prod")
 
 def _queue(profile=PROD, **kw) -> QueueWithDlq:
     stack = cdk.Stack(cdk.App(), "T")
-    args = {"purpose": "analysis", "visibility_timeout_s": 300, "consumer_timeout_s": 50, **kw}
+    args = {"purpose": "analysis", "visibility_timeout_s": 300, "consumer_timeout_s": 50, "name_prefix": "S",
+            "age_alarm_s": 3600, **kw}
     return QueueWithDlq(stack, "Q", profile=profile, **args)
 
 
@@ -36,6 +37,7 @@ def test_valid_profile_builds() -> None:
         ({"dlq_alarm_threshold": 0}, {}, "alarm threshold"),
         ({"dlq_alarm_period_s": 90}, {}, "alarm period"),
         ({}, {"visibility_timeout_s": 50_000, "consumer_timeout_s": 60}, "12 h"),
+        ({}, {"age_alarm_s": 4 * 86400}, "age alarm"),
     ],
 )
 def test_broken_rules_fail_synth(update: dict, kw: dict, needle: str) -> None:
@@ -44,11 +46,11 @@ def test_broken_rules_fail_synth(update: dict, kw: dict, needle: str) -> None:
         _queue(bad, **kw)
 
 
-def test_fifo_needs_a_name_prefix_and_gets_fifo_names() -> None:
-    with pytest.raises(QueueRuleError, match="name prefix"):
-        _queue(purpose="results", fifo=True, visibility_timeout_s=720, consumer_timeout_s=120)
-    q = _queue(purpose="results", fifo=True, name_prefix="S", visibility_timeout_s=720, consumer_timeout_s=120)
+def test_every_queue_gets_an_explicit_name_and_fifo_queues_fifo_names() -> None:
+    q = _queue(purpose="results", fifo=True, visibility_timeout_s=720, consumer_timeout_s=120)
     assert (q.rules.queue_name, q.rules.dlq_name) == ("S-results.fifo", "S-results-dlq.fifo")
+    q = _queue()
+    assert (q.rules.queue_name, q.rules.dlq_name) == ("S-analysis", "S-analysis-dlq")
 
 
 def test_rules_report_every_violation_at_once() -> None:
@@ -59,10 +61,29 @@ def test_rules_report_every_violation_at_once() -> None:
     assert len(problems) == 4, problems  # visibility, receive count, DLQ retention, fifo name
 
 
+def test_a_queue_without_a_name_breaks_the_rules() -> None:
+    rules = QueueRules(purpose="x", visibility_timeout_s=60, consumer_timeout_s=10, max_receive_count=5,
+                       retention_s=86400, dlq_retention_s=86400, alarm_threshold=1, alarm_period_s=60)
+    assert rules.violations() == ["x: queue needs an explicit name", "x: DLQ needs an explicit name"]
+
+
+def test_the_longest_stack_name_keeps_every_queue_name_within_the_sqs_limit() -> None:
+    # GIVEN the longest stack name the settings accept (the FIFO DLQ `<stack>-results-dlq.fifo` binds)
+    longest = "S" + "x" * (MAX_STACK_NAME - 1)
+    DeploySettings(profile=PROD, stack_name=longest)
+    names = [n for purpose, fifo in (("intake", False), ("analysis", False), ("results", True))
+             for n in queue_names(longest, purpose, fifo)]
+    # THEN every queue name fits, the FIFO DLQ exactly; one character more is refused at synth
+    assert max(len(n) for n in names) == SQS_MAX_QUEUE_NAME == len(f"{longest}-results-dlq.fifo")
+    with pytest.raises(ValueError, match=f"at most {MAX_STACK_NAME} characters"):
+        DeploySettings(profile=PROD, stack_name=longest + "x")
+    assert MAX_STACK_NAME == 63
+
+
 def test_settings_from_context_defaults() -> None:
     s = DeploySettings.from_context({}.get)
     assert (s.profile.name, s.worker_kind, s.model_provider, s.stack_name) == ("prod", "lambda", "bedrock", "ContractReview")
-    assert s.powertools_layer_version == POWERTOOLS_LAYER_VERSION and not s.is_disposable
+    assert s.powertools_version == POWERTOOLS_VERSION and not s.is_disposable and s.alarm_email == ""
     local = DeploySettings.from_context({"profile": "local", "worker": "fargate", "stack_name": "Dev-1"}.get)
     assert (local.model_provider, local.worker_kind, local.stack_name, local.is_disposable) == ("offline", "fargate", "Dev-1", True)
 
@@ -76,6 +97,8 @@ def test_settings_from_context_defaults() -> None:
         ({"fault_spec": '{"transient_rate": 0.2}'}, "never in the prod"),
         ({"auto_delete_objects": "true"}, "local profile"),
         ({"stack_name": "9bad_name"}, "stack_name"),
+        ({"powertools_version": "38"}, "powertools_version"),
+        ({"alarm_email": "not-an-address"}, "alarm_email"),
     ],
 )
 def test_settings_reject_bad_context(ctx: dict, needle: str) -> None:
@@ -93,3 +116,28 @@ def test_small_helpers() -> None:
     assert log_retention(1) == cdk.aws_logs.RetentionDays.ONE_DAY
     assert log_retention(30) == cdk.aws_logs.RetentionDays.ONE_MONTH
     assert (fargate_cpu_for(1024), fargate_cpu_for(512), fargate_cpu_for(3072)) == (512, 256, 512)
+
+
+def test_context_sets_the_alarm_email_and_the_powertools_release() -> None:
+    s = DeploySettings.from_context({"alarm_email": " ops@example.com ", "powertools_version": "latest"}.get)
+    assert (s.alarm_email, s.powertools_version) == ("ops@example.com", "latest")
+    assert powertools_parameter(s.powertools_version) == "/aws/service/powertools/python/arm64/python3.12/latest"
+
+
+def test_the_default_powertools_layer_is_the_pinned_library_release() -> None:
+    from infra.functions import FUNCTIONS_DIR
+
+    requirements = (FUNCTIONS_DIR.parent / "requirements.txt").read_text().splitlines()
+    (pin,) = [line.split("==")[1] for line in requirements if line.startswith("aws-lambda-powertools==")]
+    assert POWERTOOLS_VERSION == pin
+
+
+def test_a_profile_whose_model_call_could_outlive_the_fargate_stop_timeout_is_refused() -> None:
+    # a call in flight at SIGTERM must end, and its chunk be released, before ECS's SIGKILL
+    fields = PROD.model_dump()
+    with pytest.raises(ValueError, match="must fit the Fargate stop timeout"):
+        type(PROD).model_validate({**fields, "model_read_timeout_s": 115})
+    with pytest.raises(ValueError, match="fargate_stop_timeout_s"):
+        type(PROD).model_validate({**fields, "fargate_stop_timeout_s": 121})
+    ok = type(PROD).model_validate({**fields, "model_read_timeout_s": 60, "fargate_stop_timeout_s": 70})
+    assert ok.model_read_timeout_s + ok.handoff_margin_s <= ok.fargate_stop_timeout_s

@@ -61,3 +61,54 @@ def test_lambda_stacks_have_no_container_resources(synth: Synth) -> None:
     for name, t in synth.templates.items():
         if name != FARGATE:
             assert not resources(t, "AWS::ECS::Service") and not resources(t, "AWS::EC2::VPC")
+
+
+def test_stop_timeout_is_the_profiles_and_covers_a_model_call_and_the_release(synth: Synth) -> None:
+    t = synth.templates[FARGATE]
+    p = synth.profiles[FARGATE]
+    (task_def,) = resources(t, "AWS::ECS::TaskDefinition").values()
+    (container,) = task_def["Properties"]["ContainerDefinitions"]
+    # SIGTERM -> SIGKILL after StopTimeout: a model call in flight ends, and the chunk is released, before
+    assert container["StopTimeout"] == p.fargate_stop_timeout_s <= 120
+    assert p.model_read_timeout_s + p.handoff_margin_s <= container["StopTimeout"]
+
+
+def test_scaling_counts_in_flight_messages_and_scales_in_only_when_all_is_done(synth: Synth) -> None:
+    t = synth.templates[FARGATE]
+    (target,) = resources(t, "AWS::ApplicationAutoScaling::ScalableTarget").values()
+    assert (target["Properties"]["MinCapacity"], target["Properties"]["MaxCapacity"]) == (
+        1, synth.profiles[FARGATE].worker_max_concurrency)
+    policies = resources(t, "AWS::ApplicationAutoScaling::ScalingPolicy")
+    assert len(policies) == 2  # one step policy per direction (CDK's scale_on_metric)
+    analysis_q = next(q for q in source_queues(t) if q.startswith("AnalysisQueue"))
+    alarms = [a["Properties"] for a in resources(t, "AWS::CloudWatch::Alarm").values()
+              if "AlarmName" not in a["Properties"]]
+    assert len(alarms) == 2
+    for a in alarms:
+        metrics = {m["Id"]: m for m in a["Metrics"]}
+        (expression,) = [m["Expression"] for m in metrics.values() if "Expression" in m]
+        assert expression == "visible + inflight"
+        assert {metrics[k]["MetricStat"]["Metric"]["MetricName"] for k in ("visible", "inflight")} == {
+            "ApproximateNumberOfMessagesVisible", "ApproximateNumberOfMessagesNotVisible"}
+        for k in ("visible", "inflight"):
+            (dim,) = metrics[k]["MetricStat"]["Metric"]["Dimensions"]
+            assert getatt_id(dim["Value"]) == analysis_q
+    scale_in = next(p["Properties"] for p in policies.values()
+                    if any(s["ScalingAdjustment"] < 0 for s in p["Properties"]["StepScalingPolicyConfiguration"]
+                           ["StepAdjustments"]))
+    (step,) = scale_in["StepScalingPolicyConfiguration"]["StepAdjustments"]
+    assert step["ScalingAdjustment"] == -1 and step["MetricIntervalUpperBound"] == 0  # backlog 0: nothing to do
+
+
+def test_the_task_may_protect_itself_from_scale_in(synth: Synth) -> None:
+    t = synth.templates[FARGATE]
+    (cluster_id,) = resources(t, "AWS::ECS::Cluster")
+    (task_def,) = resources(t, "AWS::ECS::TaskDefinition").values()
+    role = getatt_id(task_def["Properties"]["TaskRoleArn"])
+    statements = [st for pol in resources(t, "AWS::IAM::Policy").values()
+                  if any(getatt_id(r) == role for r in pol["Properties"]["Roles"])
+                  for st in pol["Properties"]["PolicyDocument"]["Statement"]
+                  if st["Action"] == "ecs:UpdateTaskProtection"]
+    (st,) = statements
+    parts = st["Resource"]["Fn::Join"][1]
+    assert ":task/" in parts and {"Ref": cluster_id} in parts and parts[-1] == "/*"  # this cluster's tasks only

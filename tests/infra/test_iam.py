@@ -1,4 +1,7 @@
-"""Least-privilege grants per function, read back from the template."""
+"""Least privilege, read back from the template: each role's policy is exactly its row of
+`infra.permissions.ACCESS` plus a short list of grants the platform needs (below, with reasons).
+tests/infra/test_role_coverage.py proves the other half: every ACCESS grant is a call the code makes,
+and every call the code makes is allowed."""
 
 from __future__ import annotations
 
@@ -6,6 +9,8 @@ import json
 from typing import Any
 
 import pytest
+
+from infra.permissions import ACCESS, merged
 
 from .conftest import (
     FARGATE,
@@ -20,115 +25,156 @@ from .conftest import (
     source_queues,
 )
 
-DDB_READ = {"dynamodb:GetItem", "dynamodb:BatchGetItem", "dynamodb:Query", "dynamodb:Scan",
-            "dynamodb:ConditionCheckItem", "dynamodb:DescribeTable"}
-DDB_WRITE = {"dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:DeleteItem", "dynamodb:BatchWriteItem"}
-SQS_SEND = {"sqs:SendMessage"}
-SQS_CONSUME = {"sqs:ReceiveMessage", "sqs:DeleteMessage", "sqs:ChangeMessageVisibility"}
+FUNCTION_ROLES = ("intake", "worker", "aggregator", "sweeper")
+# What CDK grants a function whose SqsEventSource polls a queue (Lambda polls with the function's role).
+ESM_CONSUME = {"sqs:ReceiveMessage", "sqs:DeleteMessage", "sqs:ChangeMessageVisibility", "sqs:GetQueueAttributes",
+               "sqs:GetQueueUrl"}
+LOGS = {"logs:CreateLogStream", "logs:PutLogEvents"}
+XRAY = {"xray:PutTraceSegments", "xray:PutTelemetryRecords"}  # active tracing; no resource-level permissions
 
 
-def _ids(t: dict[str, Any]) -> dict[str, str]:
-    """Logical ids by role in the pipeline."""
+def _names(t: dict[str, Any]) -> dict[str, str]:
+    """Logical id -> ACCESS target name (`table:jobs`, `queue:analysis`, `dlq:analysis`, `bucket`)."""
     out: dict[str, str] = {}
-    for lid in t["Resources"]:
-        for prefix in ("TablesJobsTable", "TablesClaimsTable", "TablesCheckpointsTable", "TablesEventsTable",
-                       "StorageArtifacts"):
-            if lid.startswith(prefix) and t["Resources"][lid]["Type"] in ("AWS::DynamoDB::Table", "AWS::S3::Bucket"):
-                out[prefix.removeprefix("Tables").removesuffix("Table").lower()] = lid
+    for lid, r in t["Resources"].items():
+        for prefix, name in (("TablesJobsTable", "table:jobs"), ("TablesClaimsTable", "table:claims"),
+                             ("TablesCheckpointsTable", "table:checkpoints"), ("TablesEventsTable", "table:events"),
+                             ("StorageArtifacts", "bucket")):
+            if lid.startswith(prefix) and r["Type"] in ("AWS::DynamoDB::Table", "AWS::S3::Bucket"):
+                out[lid] = name
     for qid, p in source_queues(t).items():
         kind = next(k for k in ("intake", "analysis", "results") if qid.lower().startswith(k))
-        out[f"{kind}_q"] = qid
-        out[f"{kind}_dlq"] = getatt_id(p["RedrivePolicy"]["deadLetterTargetArn"])
-    out["bucket"] = out.pop("storageartifacts")
+        out[qid] = f"queue:{kind}"
+        out[getatt_id(p["RedrivePolicy"]["deadLetterTargetArn"])] = f"dlq:{kind}"
     return out
 
 
-def _grants(t: dict[str, Any], handler: str) -> tuple[list[dict[str, Any]], dict[str, str]]:
-    _, fn = function_by_handler(t, f"{handler}.handler")
-    return policy_statements_for_role(t, getatt_id(fn["Role"])), _ids(t)
+def _target(resource: Any, names: dict[str, str]) -> str | None:
+    """The ACCESS target a statement resource expresses, or None (not one of the stack's data resources)."""
+    if isinstance(resource, dict) and "Fn::GetAtt" in resource:
+        return names.get(resource["Fn::GetAtt"][0])
+    if isinstance(resource, dict) and "Fn::Join" in resource:
+        sep, parts = resource["Fn::Join"]
+        if sep == "" and len(parts) == 2 and isinstance(parts[0], dict) and "Fn::GetAtt" in parts[0]:
+            base, suffix = names.get(parts[0]["Fn::GetAtt"][0]), parts[1]
+            if base == "bucket" and suffix.startswith("/") and suffix.endswith("*"):
+                return f"objects:{suffix[1:-1]}"
+            if base and base.startswith("table:") and suffix.startswith("/index/"):
+                return f"index:{base.removeprefix('table:')}{suffix.removeprefix('/index')}"
+    return None
 
 
-@pytest.fixture(params=[LOCAL, PROD])
-def t(request: pytest.FixtureRequest, synth: Synth) -> dict[str, Any]:
-    return synth.templates[request.param]
+def _role_id(t: dict[str, Any], role: str) -> str:
+    if role == "fargate":
+        (task_def,) = resources(t, "AWS::ECS::TaskDefinition").values()
+        return getatt_id(task_def["Properties"]["TaskRoleArn"])
+    _, fn = function_by_handler(t, f"{role}.handler")
+    return getatt_id(fn["Role"])
 
 
-def test_no_managed_policies_and_no_action_wildcards_on_function_roles(t: dict[str, Any]) -> None:
-    for h in ("intake", "worker", "aggregator", "sweeper"):
-        _, fn = function_by_handler(t, f"{h}.handler")
-        role = t["Resources"][getatt_id(fn["Role"])]["Properties"]
-        assert "ManagedPolicyArns" not in role, h
-        for st in policy_statements_for_role(t, getatt_id(fn["Role"])):
+def _event_source_queue(t: dict[str, Any], role: str) -> str | None:
+    if role == "fargate":
+        return None
+    fn_id, _ = function_by_handler(t, f"{role}.handler")
+    for esm in resources(t, "AWS::Lambda::EventSourceMapping").values():
+        if getatt_id(esm["Properties"]["FunctionName"]) == fn_id:
+            return getatt_id(esm["Properties"]["EventSourceArn"])
+    return None
+
+
+def _granted(t: dict[str, Any], role: str) -> tuple[dict[str, set[str]], list[dict[str, Any]]]:
+    """(ACCESS target -> actions granted on it, the statements that are not about a data resource)."""
+    names = _names(t)
+    by_target: dict[str, set[str]] = {}
+    other: list[dict[str, Any]] = []
+    for st in policy_statements_for_role(t, _role_id(t, role)):
+        assert st["Effect"] == "Allow"
+        actions = {st["Action"]} if isinstance(st["Action"], str) else set(st["Action"])
+        for res in st["Resource"] if isinstance(st["Resource"], list) else [st["Resource"]]:
+            target = _target(res, names)
+            if target is None:
+                other.append({**st, "Resource": res})
+            else:
+                by_target.setdefault(target, set()).update(actions)
+    return by_target, other
+
+
+CASES = [(n, r) for n in (LOCAL, PROD) for r in FUNCTION_ROLES] + [(FARGATE, "fargate")]
+
+
+@pytest.mark.parametrize("name,role", CASES, ids=[f"{n}-{r}" for n, r in CASES])
+def test_each_role_is_granted_exactly_its_access_row(synth: Synth, name: str, role: str) -> None:
+    t = synth.templates[name]
+    by_target, other = _granted(t, role)
+    # data resources: exactly ACCESS[role], resource by resource, action by action, plus the event
+    # source mapping's polling of its queue (CDK's SqsEventSource grants it; Lambda polls as the function)
+    expected = {k: set(v) for k, v in merged(ACCESS[role]).items()}
+    esm_queue = _event_source_queue(t, role)
+    if esm_queue is not None:
+        target = _names(t)[esm_queue]
+        expected[target] = expected.get(target, set()) | ESM_CONSUME
+    assert by_target == expected
+    # everything else: its own log group, X-Ray, the model (infra/permissions.grant_bedrock), task protection
+    for st in other:
+        actions = {st["Action"]} if isinstance(st["Action"], str) else set(st["Action"])
+        text = json.dumps(st["Resource"])
+        if actions <= LOGS:
+            assert role != "fargate" and getatt_id(st["Resource"]).startswith(f"{role.title()}FnLogs"), st
+        elif actions <= XRAY:
+            assert st["Resource"] == "*" and role != "fargate", st
+        elif all(a.startswith("bedrock:") for a in actions):
+            assert role in ("worker", "fargate") and ":bedrock:" in text, st
+        elif actions == {"ecs:UpdateTaskProtection"}:
+            assert role == "fargate" and ":task/" in text and text.endswith('"/*"]]}'), st
+        else:
+            raise AssertionError(f"{name} {role}: unexpected grant {st}")
+
+
+@pytest.mark.parametrize("name", [LOCAL, PROD, FARGATE])
+def test_no_managed_policies_and_no_action_wildcards(synth: Synth, name: str) -> None:
+    t = synth.templates[name]
+    roles = [r for r in FUNCTION_ROLES] + (["fargate"] if name == FARGATE else [])
+    for role in roles:
+        assert "ManagedPolicyArns" not in t["Resources"][_role_id(t, role)]["Properties"], role
+        for st in policy_statements_for_role(t, _role_id(t, role)):
             actions = [st["Action"]] if isinstance(st["Action"], str) else st["Action"]
-            assert not any("*" in a for a in actions), (h, actions)
-            assert st["Effect"] == "Allow"
+            assert not any("*" in a for a in actions), (role, actions)
 
 
-def test_intake_grants(t: dict[str, Any]) -> None:
-    st, ids = _grants(t, "intake")
-    for table in ("jobs", "claims", "events"):
-        assert DDB_READ | DDB_WRITE <= actions_on(st, ids[table]), table
-    assert not actions_on(st, ids["checkpoints"])
-    assert {"s3:GetObject", "s3:PutObject", "s3:ListBucket"} <= actions_on(st, ids["bucket"])
-    assert SQS_SEND <= actions_on(st, ids["analysis_q"])
-    assert SQS_SEND <= actions_on(st, ids["intake_dlq"])
-    assert SQS_CONSUME <= actions_on(st, ids["intake_q"])
-    assert not actions_on(st, ids["results_q"])
+def _ids(t: dict[str, Any]) -> dict[str, str]:
+    return {v: k for k, v in _names(t).items()}
 
 
-def test_worker_grants(t: dict[str, Any]) -> None:
-    st, ids = _grants(t, "worker")
-    for table in ("jobs", "claims", "checkpoints", "events"):
-        assert DDB_READ | DDB_WRITE <= actions_on(st, ids[table]), table
-    assert {"s3:GetObject", "s3:PutObject"} <= actions_on(st, ids["bucket"])
-    assert SQS_SEND | SQS_CONSUME <= actions_on(st, ids["analysis_q"])
-    assert SQS_SEND <= actions_on(st, ids["analysis_dlq"])
-    assert actions_on(st, ids["results_q"]) & SQS_CONSUME == set()
-    assert SQS_SEND <= actions_on(st, ids["results_q"])
-    bedrock = [s for s in st if s["Action"] == "bedrock:InvokeModel"]
-    assert len(bedrock) == 1
-    text = json.dumps(bedrock[0]["Resource"])
-    assert ":bedrock:" in text and "AWS::Region" in text
-    assert "foundation-model/anthropic.claude-3-5-sonnet-20240620-v1:0" in text
-
-
-def test_aggregator_grants(t: dict[str, Any]) -> None:
-    st, ids = _grants(t, "aggregator")
-    for table in ("jobs", "events"):
-        assert DDB_READ | DDB_WRITE <= actions_on(st, ids[table]), table
-    claims = actions_on(st, ids["claims"])
-    assert DDB_READ <= claims and not claims & DDB_WRITE, "claims are read-only for the aggregator"
-    assert not actions_on(st, ids["checkpoints"])
-    assert {"s3:GetObject", "s3:PutObject"} <= actions_on(st, ids["bucket"])
-    assert SQS_CONSUME <= actions_on(st, ids["results_q"])
-    assert not actions_on(st, ids["analysis_q"])
-    assert not [s for s in st if "bedrock" in json.dumps(s["Action"])]
-
-
-def test_sweeper_grants(t: dict[str, Any]) -> None:
-    st, ids = _grants(t, "sweeper")
-    for table in ("jobs", "claims", "events"):
-        assert DDB_READ | DDB_WRITE <= actions_on(st, ids[table]), table
-    index_arns = [json.dumps(s["Resource"]) for s in st if "dynamodb:Query" in s["Action"]]
-    assert any("/index/by-lease" in a for a in index_arns)
-    bucket = actions_on(st, ids["bucket"])
-    assert "s3:GetObject" in bucket and "s3:PutObject" not in bucket
-    assert SQS_SEND <= actions_on(st, ids["analysis_q"])
-    assert SQS_SEND <= actions_on(st, ids["results_q"])
-    dlq = actions_on(st, ids["analysis_dlq"])
-    assert "sqs:ReceiveMessage" in dlq and "sqs:DeleteMessage" not in dlq, "the sweeper reads the DLQ, never deletes"
-
-
-def test_fargate_task_role_has_the_worker_grants(synth: Synth) -> None:
+def test_fargate_task_role_may_sweep_poll_and_protect_itself(synth: Synth) -> None:
+    """The regression of issue 7: the poller's in-process sweep failed with AccessDenied."""
     t = synth.templates[FARGATE]
     ids = _ids(t)
-    (task_def,) = resources(t, "AWS::ECS::TaskDefinition").values()
-    st = policy_statements_for_role(t, getatt_id(task_def["Properties"]["TaskRoleArn"]))
-    for table in ("jobs", "claims", "checkpoints", "events"):
-        assert DDB_READ | DDB_WRITE <= actions_on(st, ids[table]), table
-    assert SQS_SEND | SQS_CONSUME <= actions_on(st, ids["analysis_q"])
-    assert SQS_SEND <= actions_on(st, ids["results_q"])
-    assert any(s["Action"] == "bedrock:InvokeModel" for s in st)
+    st = policy_statements_for_role(t, _role_id(t, "fargate"))
+    index = [s for s in st if "/index/by-lease" in json.dumps(s["Resource"])]
+    assert index and all(s["Action"] == "dynamodb:Query" for s in index)
+    assert {"sqs:ReceiveMessage", "sqs:SendMessage"} == actions_on(st, ids["dlq:analysis"])  # reads, never deletes
+    assert {"sqs:ReceiveMessage", "sqs:DeleteMessage", "sqs:ChangeMessageVisibility"} <= actions_on(st, ids["queue:analysis"])
+    assert any(s["Action"] == "ecs:UpdateTaskProtection" for s in st)
+
+
+def test_intake_reads_only_the_uploads_prefix(synth: Synth) -> None:
+    t = synth.templates[PROD]
+    by_target, _ = _granted(t, "intake")
+    reads = {target for target, actions in by_target.items() if "s3:GetObject" in actions}
+    assert reads == {"objects:uploads/"}
+    assert by_target["objects:documents/"] == {"s3:PutObject"}
+
+
+def test_readers_never_write_what_they_only_read(synth: Synth) -> None:
+    t = synth.templates[PROD]
+    aggregator, _ = _granted(t, "aggregator")
+    assert aggregator["table:claims"] == {"dynamodb:GetItem", "dynamodb:Query"}
+    sweeper, _ = _granted(t, "sweeper")
+    assert "sqs:DeleteMessage" not in sweeper["dlq:analysis"]  # the sweeper reads the DLQ, operators drain it
+    assert sweeper["objects:documents/"] == {"s3:GetObject"}
+    for role in FUNCTION_ROLES:
+        granted, _ = _granted(t, role)
+        assert not any("dynamodb:DeleteItem" in a or "dynamodb:BatchWriteItem" in a for a in granted.values()), role
 
 
 def _referenced_ids(expr: Any) -> set[str]:
@@ -151,18 +197,14 @@ def test_no_idempotency_table_and_no_grant_on_a_table_outside_the_stack(synth: S
     # the idempotency table was removed (unused); nothing may still point at it
     assert not [lid for lid in t["Resources"] if "idempotency" in lid.lower()]
     assert "idempotency" not in json.dumps(t).lower()
-    assert {lid for lid in tables if lid.startswith(("TablesJobsTable", "TablesClaimsTable",
-                                                      "TablesCheckpointsTable", "TablesEventsTable"))} == tables
     assert len(tables) == 4
-    policies = resources(t, "AWS::IAM::Policy")
     granted: set[str] = set()
-    for pid, pol in policies.items():
+    for pid, pol in resources(t, "AWS::IAM::Policy").items():
         for st in pol["Properties"]["PolicyDocument"]["Statement"]:
             actions = [st["Action"]] if isinstance(st["Action"], str) else st["Action"]
             if not any(a.startswith("dynamodb:") for a in actions):
                 continue
-            res = st["Resource"] if isinstance(st["Resource"], list) else [st["Resource"]]
-            for r in res:
+            for r in st["Resource"] if isinstance(st["Resource"], list) else [st["Resource"]]:
                 # every DynamoDB resource is an ARN built from one of this stack's tables: no literal
                 # ARN, no wildcard, no reference to a table that is not in the template
                 refs = _referenced_ids(r)

@@ -55,24 +55,3 @@ def test_cdk_nag_fails_synth_on_an_unacknowledged_finding(tmp_path) -> None:
         app.synth()
     report = (tmp_path / "validation-report.json").read_text()
     assert "AwsSolutions-SQS3" in report and "AwsSolutions-SQS4" in report
-
-
-def test_inference_profile_model_synthesizes_with_scoped_grants(tmp_path) -> None:
-    """A cross-region inference-profile id gets the profile ARN plus the model in any region, and
-    the region wildcard is acknowledged for the worker roles (synth would fail otherwise)."""
-    from contract_review.config import get_profile
-    from infra import nag
-    from infra.application import add_stack, new_app
-    from infra.deploy_settings import DeploySettings
-
-    profile = get_profile("prod").model_copy(update={"model_id": "us.anthropic.claude-sonnet-4-20250514-v1:0"})
-    app = new_app(outdir=str(tmp_path))
-    add_stack(app, DeploySettings(profile=profile, stack_name="ProfileCheck"))
-    nag.apply(app)
-    template = app.synth().get_stack_by_name("ProfileCheck").template
-    bedrock = [st for r in template["Resources"].values() if r["Type"] == "AWS::IAM::Policy"
-               for st in r["Properties"]["PolicyDocument"]["Statement"] if st["Action"] == "bedrock:InvokeModel"]
-    (statement,) = bedrock
-    text = json.dumps(statement["Resource"])
-    assert ":inference-profile/us.anthropic.claude-sonnet-4-20250514-v1:0" in text
-    assert ":bedrock:*::foundation-model/anthropic.claude-sonnet-4-20250514-v1:0" in text

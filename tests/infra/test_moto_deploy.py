@@ -26,8 +26,18 @@ def test_local_template_deploys_into_moto(synth: Synth, monkeypatch: pytest.Monk
 
     with moto.mock_aws(), warnings.catch_warnings():
         warnings.simplefilter("ignore")  # moto warns about the resource types it skips
-        boto3.client("ssm", region_name=REGION).put_parameter(
-            Name="/cdk-bootstrap/hnb659fds/version", Value="30", Type="String")
+        ssm = boto3.client("ssm", region_name=REGION)
+        ssm.put_parameter(Name="/cdk-bootstrap/hnb659fds/version", Value="30", Type="String")
+        # AWS's public parameters (the Powertools layer ARN) are resolved at deploy time; moto has none
+        # and reserves /aws/service/, so the copy deployed here reads a stand-in parameter instead
+        layer = f"arn:aws:lambda:{REGION}:017000801446:layer:AWSLambdaPowertoolsPythonV3-python312-arm64:1"
+        template = json.loads(json.dumps(template))
+        for name, param in template["Parameters"].items():
+            if param["Type"] == "AWS::SSM::Parameter::Value<String>" and param["Default"].startswith("/aws/service/"):
+                param["Default"] = f"/test/{name}"
+                ssm.put_parameter(Name=param["Default"], Value=layer, Type="String")
+        for res in resources(template, "AWS::KMS::Key").values():  # moto 5.2 reads KMS tags as TagKey/TagValue
+            res["Properties"]["Tags"] = [{"TagKey": t["Key"], "TagValue": t["Value"]} for t in res["Properties"]["Tags"]]
         account = boto3.client("sts", region_name=REGION).get_caller_identity()["Account"]
         s3 = boto3.client("s3", region_name=REGION)
         assets = f"cdk-hnb659fds-assets-{account}-{REGION}"
@@ -61,3 +71,16 @@ def test_local_template_deploys_into_moto(synth: Synth, monkeypatch: pytest.Monk
         settings = Settings.from_outputs(outputs, "local")
         assert settings.claims_table == outputs["ClaimsTableName"]
         assert settings.results_dlq_url == outputs["ResultsDlqUrl"] and settings.results_dlq_url.endswith(".fifo")
+
+
+def test_the_runtime_deploys_only_what_moto_can_create(synth: Synth) -> None:
+    """`deployable_template` (review up, the integration tests) keeps the queues, tables and bucket,
+    and drops what only the functions use, such as the public Powertools layer parameter."""
+    from review_local.embedded import DEPLOYABLE, deployable_template
+
+    template = synth.templates[LOCAL]
+    assert any(p["Default"].startswith("/aws/service/powertools/") for p in template["Parameters"].values())
+    out = deployable_template(template)
+    assert {r["Type"] for r in out["Resources"].values()} == DEPLOYABLE
+    assert not any(p.get("Default", "").startswith("/aws/service/") for p in out["Parameters"].values())
+    assert {"IntakeQueueUrl", "AnalysisDlqUrl", "ResultsQueueUrl", "ArtifactBucketName"} <= set(out["Outputs"])

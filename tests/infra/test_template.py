@@ -29,7 +29,8 @@ REQUIRED_OUTPUTS = {
 }
 OTHER_OUTPUTS = {
     "IntakeQueueArn", "AnalysisQueueArn", "ResultsQueueArn", "IntakeFunctionName", "WorkerFunctionName",
-    "AggregatorFunctionName", "SweeperFunctionName", "ProfileName", "WorkerKind",
+    "AggregatorFunctionName", "SweeperFunctionName", "ProfileName", "WorkerKind", "ModelProvider", "ModelId",
+    "AlarmTopicArn", "DashboardName",
 }
 FOURTEEN_DAYS_S = 1_209_600
 
@@ -91,9 +92,25 @@ def test_results_queue_and_its_dlq_are_fifo_with_explicit_names(stack: tuple[str
         assert p.get("ContentBasedDeduplication", False) is False  # we send explicit dedup ids
     results = next(p for p in fifo.values() if "RedrivePolicy" in p)
     assert getatt_id(results["RedrivePolicy"]["deadLetterTargetArn"]) in fifo
-    for p in queues(t).values():  # standard queues get generated names
-        if not p.get("FifoQueue"):
-            assert "QueueName" not in p
+    # every queue is named after the stack (a DLQ's redrive-allow policy names its source by ARN)
+    assert {p["QueueName"] for p in queues(t).values()} == {
+        f"{name}-{purpose}{dlq}{'.fifo' if purpose == 'results' else ''}"
+        for purpose in ("intake", "analysis", "results") for dlq in ("", "-dlq")}
+
+
+def test_each_dlq_accepts_redrives_from_its_own_source_queue_only(stack: tuple[str, dict]) -> None:
+    _, t = stack
+    all_queues = queues(t)
+    for p in source_queues(t).values():
+        dlq = all_queues[getatt_id(p["RedrivePolicy"]["deadLetterTargetArn"])]
+        allow = dlq["RedriveAllowPolicy"]
+        assert allow["redrivePermission"] == "byQueue"
+        (source,) = allow["sourceQueueArns"]
+        # arn:<partition>:sqs:<region>:<account>:<the source queue's name>, built from the name (no cycle)
+        assert source["Fn::Join"][1][-1] == f":{p['QueueName']}", source
+        assert "AWS::Region" in json.dumps(source) and "AWS::AccountId" in json.dumps(source)
+    for p in source_queues(t).values():
+        assert "RedriveAllowPolicy" not in p
 
 
 def _esm_pairs(t: dict[str, Any]) -> list[tuple[dict[str, Any], dict[str, Any], dict[str, Any]]]:
@@ -140,20 +157,20 @@ def test_event_source_mappings_report_partial_batch_failures(stack: tuple[str, d
             assert "ScalingConfig" not in esm
 
 
-def test_three_dlq_alarms_three_messages_in_five_minutes(stack: tuple[str, dict]) -> None:
+def test_one_dead_letter_raises_the_dlq_alarm(stack: tuple[str, dict]) -> None:
     _, t = stack
-    alarms = resources(t, "AWS::CloudWatch::Alarm")
-    assert len(alarms) == 3
+    alarms = [a["Properties"] for a in resources(t, "AWS::CloudWatch::Alarm").values()
+              if a["Properties"].get("MetricName") == "ApproximateNumberOfMessagesVisible"]
     dlqs = {getatt_id(p["RedrivePolicy"]["deadLetterTargetArn"]) for p in source_queues(t).values()}
     watched = set()
-    for a in alarms.values():
-        p = a["Properties"]
-        assert p["MetricName"] == "ApproximateNumberOfMessagesVisible" and p["Namespace"] == "AWS/SQS"
-        assert p["Threshold"] == 3 and p["Period"] == 300 and p["EvaluationPeriods"] == 1
+    for p in alarms:
+        assert p["Namespace"] == "AWS/SQS" and p["Statistic"] == "Maximum"
+        assert p["Threshold"] == 1 and p["Period"] == 60 and p["EvaluationPeriods"] == 1
         assert p["ComparisonOperator"] == "GreaterThanOrEqualToThreshold"
+        assert p["TreatMissingData"] == "notBreaching"
         (dim,) = p["Dimensions"]
         watched.add(getatt_id(dim["Value"]))
-    assert watched == dlqs
+    assert len(alarms) == 3 and watched == dlqs
 
 
 # ---------------------------------------------------------------------- tables
@@ -240,6 +257,28 @@ def test_artifact_bucket_is_private_encrypted_versioned_tls_only(stack: tuple[st
     assert tls_only == set(buckets)
 
 
+@pytest.mark.parametrize("name", STACKS)
+def test_every_artifact_expires_with_its_job_record(synth: Synth, name: str) -> None:
+    t = synth.templates[name]
+    ttl_days = synth.profiles[name].record_ttl_days
+    art_id = next(k for k in resources(t, "AWS::S3::Bucket") if k.startswith("StorageArtifacts"))
+    rules = {r["Id"]: r for r in props(t, art_id)["LifecycleConfiguration"]["Rules"]}
+    # GIVEN every prefix the code writes (records.*_key) ...
+    for prefix in ("uploads/", "documents/", "findings/", "reports/", "checkpoints/"):
+        rule = rules[f"expire-{prefix.rstrip('/')}"]
+        # ... THEN it expires a day after the job record's TTL (DynamoDB deletes expired records late)
+        assert rule["Prefix"] == prefix and rule["Status"] == "Enabled"
+        assert rule["ExpirationInDays"] == ttl_days + 1, prefix
+        assert rule["NoncurrentVersionExpiration"] == {"NoncurrentDays": 7}, prefix
+    assert rules["remove-expired-delete-markers"]["ExpiredObjectDeleteMarker"] is True
+    assert rules["expire-noncurrent-versions"]["NoncurrentVersionExpiration"] == {"NoncurrentDays": 30}
+    from contract_review import records
+
+    written = {records.document_key("j"), records.upload_key("j"), records.findings_key("j", 0, "c", 1),
+               records.checkpoint_key("j", "c", "a", 1), *records.report_keys("j")}
+    assert {k.split("/", 1)[0] + "/" for k in written} == {r["Prefix"] for r in rules.values() if "Prefix" in r}
+
+
 # ---------------------------------------------------------------------- functions
 HANDLERS = ["intake", "worker", "aggregator", "sweeper"]
 
@@ -255,11 +294,13 @@ def test_functions_runtime_architecture_handlers_layer(stack: tuple[str, dict], 
         assert fn["Handler"] == f"contract_review.handlers.{h}.handler"
         assert fn["Runtime"] == "python3.12" and fn["Architectures"] == ["arm64"]
         assert fn["Timeout"] == timeouts[h]
+        # the layer ARN comes from AWS's public SSM parameter, resolved by CloudFormation at deploy time
         (layer,) = fn["Layers"]
-        layer_arn = json.dumps(layer)
-        assert ":017000801446:layer:AWSLambdaPowertoolsPythonV3-python312-arm64:" in layer_arn
-        assert "AWS::Region" in layer_arn  # no hard-coded region
+        param = t["Parameters"][layer["Ref"]]
+        assert param["Type"] == "AWS::SSM::Parameter::Value<String>"
+        assert param["Default"] == "/aws/service/powertools/python/arm64/python3.12/3.37.0"
         assert "S3Bucket" in fn["Code"] and "LoggingConfig" in fn
+        assert fn["TracingConfig"] == {"Mode": "Active"}
     _, worker = function_by_handler(t, "worker.handler")
     assert worker["MemorySize"] == p.worker_memory_mb
 

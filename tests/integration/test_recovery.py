@@ -261,7 +261,8 @@ def test_always_failing_chunk_dead_letters_then_redrive_completes(make_stack, tm
 
 @pytest.mark.parametrize("body,code", [
     ("{not json", "input.invalid"),
-    (json.dumps({"schema_version": 2, "document": {"text": "x"}}), "input.invalid"),
+    # no key to be told: no idempotency_key, no inline text to hash, no document_id
+    (json.dumps({"schema_version": 2, "document": {"s3_uri": "s3://bucket/uploads/x.txt"}}), "input.invalid"),
 ])
 def test_poison_intake_without_job_goes_to_dlq_on_first_attempt(make_stack, body, code):
     stack = make_stack()
@@ -273,17 +274,23 @@ def test_poison_intake_without_job_goes_to_dlq_on_first_attempt(make_stack, body
     (item,) = ops.dlq_list(deps)
     assert item.queue == "intake" and item.error_code == code
     assert item.envelope is not None and item.envelope.error_class == "permanent"
+    # the listing can be matched to the sent message, and looking again changes nothing
+    assert item.source_message_id and item.source_message_id != item.message_id
+    assert (item.attempts, item.failed_step, item.moved_by) == (1, "intake.parse", "pipeline")
+    assert ops.dlq_list(deps) == [item]
 
 
 @pytest.mark.parametrize("document,code", [
     ({"text": "   \n  "}, "input.empty_document"),
-    ({"s3_uri": "s3://no-such-bucket-here/contract.txt"}, "input.document_missing"),
+    ({"s3_uri": "s3://{bucket}/uploads/never-uploaded.txt"}, "input.document_missing"),
+    ({"s3_uri": "s3://no-such-bucket-here/uploads/contract.txt"}, "input.document_forbidden"),
     ({"text": "fine", "extra": 1}, "input.invalid"),
 ])
 def test_poison_intake_with_a_key_fails_its_job_in_one_attempt(make_stack, document, code):
     stack = make_stack()
     deps = stack.deps()
     body = json.dumps({"schema_version": 1, "document": document, "idempotency_key": f"key-{code}"})
+    body = body.replace("{bucket}", deps.artifacts.bucket)  # the stack's own bucket
     deps.queues.send_intake(body)
     job = wait_jobs(deps, [job_id_for(f"key-{code}")], timeout=20)[job_id_for(f"key-{code}")]
     assert job.state == "failed" and job.error_code == code

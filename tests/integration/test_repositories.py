@@ -28,6 +28,7 @@ from contract_review.records import (
     Job,
     JobOutcome,
     JobState,
+    ReleaseReason,
     Reliability,
 )
 from contract_review.wiring import aws_client_config, queue_urls
@@ -202,6 +203,60 @@ def test_claims_release_finish_and_redrive_are_fenced(repos: Repos):
         (ChunkStatus.PENDING, 0, c3.fence + 1, 1)
     assert reset.settled_at is None and reset.redriven_at == repos.clock()
     assert [r.chunk_id for r in repos.claims.for_job(job_id)] == ["c0", "c1"]
+
+
+def test_claims_keep_the_deadline_the_release_reason_and_the_backpressure_streak(repos: Repos):
+    job_id = _job().job_id
+    repos.claims.create(_chunk(job_id))
+    env = ErrorEnvelope.of("model.throttled", "429")
+    # a Lambda's claim keeps its deadline while it holds the lease (the sweeper sees it lapsed)
+    c = repos.claims.claim(job_id, "c0", "a", 30, 1, deadline_at=repos.clock() + 900.5)
+    assert c.record is not None and c.record.deadline_at == repos.clock() + 900.5
+    (lapsed,) = [r for r in repos.claims.lapsed(repos.clock() + 31) if r.job_id == job_id]
+    assert lapsed.deadline_at == repos.clock() + 900.5
+    # a backpressure release starts the streak and says why; the next one extends it
+    started = repos.clock()
+    first = repos.claims.release(job_id, "c0", c.fence, AttemptStats(), env, failure=False,
+                                 reason=ReleaseReason.BACKPRESSURE)
+    assert first is not None and first.deadline_at is None and first.failures == 0
+    assert (first.release_reason, first.released_at, first.backpressure_since, first.backpressure_requeues) == \
+        (ReleaseReason.BACKPRESSURE, started, started, 1)
+    repos.clock.advance(5)
+    c2 = repos.claims.claim(job_id, "c0", "b", 30, 1)  # no deadline: a Fargate poller
+    assert c2.record is not None and c2.record.deadline_at is None
+    second = repos.claims.release(job_id, "c0", c2.fence, AttemptStats(), env, failure=False,
+                                  reason=ReleaseReason.BACKPRESSURE)
+    assert second is not None and (second.released_at, second.backpressure_since, second.backpressure_requeues) == \
+        (repos.clock(), started, 2)
+    # a failed attempt (tier 2) neither extends nor ends it
+    c3 = repos.claims.claim(job_id, "c0", "c", 30, 2)
+    retry = repos.claims.release(job_id, "c0", c3.fence, AttemptStats(), env, failure=True)
+    assert retry is not None and retry.release_reason is ReleaseReason.RETRY and retry.failures == 1
+    assert (retry.backpressure_since, retry.backpressure_requeues) == (started, 2)
+    # a committed checkpoint (progress) ends it
+    c4 = repos.claims.claim(job_id, "c0", "d", 30, 1)
+    assert repos.claims.put_checkpoint(job_id, "c0", "liability", c4.fence, "h", "ok", "{}")
+    progressed = repos.claims.get(job_id, "c0")
+    assert progressed is not None and (progressed.backpressure_since, progressed.backpressure_requeues) == (None, 0)
+    # and a redrive starts the chunk afresh
+    again = repos.claims.release(job_id, "c0", c4.fence, AttemptStats(), env, failure=False,
+                                 reason=ReleaseReason.BACKPRESSURE)
+    assert again is not None and again.backpressure_since == repos.clock()
+    c5 = repos.claims.claim(job_id, "c0", "e", 30, 1)
+    assert repos.claims.finish(job_id, "c0", c5.fence, ChunkStatus.DEAD_LETTERED, AttemptStats(), error=env)
+    reset = repos.claims.reset_for_redrive(job_id, "c0")
+    assert reset is not None and (reset.backpressure_since, reset.backpressure_requeues) == (None, 0)
+
+
+def test_jobs_count_requeues_without_touching_progress(repos: Repos):
+    job, _ = repos.jobs.create(_job(JobState.RUNNING))
+    repos.clock.advance(10)
+    repos.jobs.count_requeue(job.job_id)
+    repos.jobs.count_requeue(job.job_id)
+    after = repos.jobs.get(job.job_id)
+    assert after is not None and after.requeues == 2 and after.updated_at == job.updated_at
+    repos.jobs.count_requeue("job-that-does-not-exist")  # nothing happens, nothing is created
+    assert repos.jobs.get("job-that-does-not-exist") is None
 
 
 def test_checkpoints_commit_only_under_the_current_fence_and_large_ones_go_to_s3(repos: Repos):

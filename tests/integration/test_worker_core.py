@@ -129,7 +129,11 @@ def test_out_of_lambda_time_hands_back_without_a_failure(deps, sqs):
     assert outcome.action == "requeued" and outcome.detail["reason"] == "runtime.time_exhausted"
     record = get_chunk(deps, job_id, msg.chunk_id)
     assert record.status == "pending" and record.failures == 0
-    r = sqs.receive_message(QueueUrl=deps.settings.analysis_queue_url, MaxNumberOfMessages=10)
+    # nothing was checkpointed, so the fresh message is delayed (whole seconds, never 0), not immediate
+    assert 1 <= int(outcome.detail["delay_s"] or 0) <= deps.settings.profile.throttle_max_delay_s
+    assert sqs.receive_message(QueueUrl=deps.settings.analysis_queue_url, MaxNumberOfMessages=10).get("Messages") is None
+    r = sqs.receive_message(QueueUrl=deps.settings.analysis_queue_url, MaxNumberOfMessages=10,
+                            WaitTimeSeconds=deps.settings.profile.throttle_max_delay_s + 1)
     fresh = [AnalysisMessage.model_validate_json(m["Body"]) for m in r.get("Messages", [])]
     assert [(f.chunk_id, f.reason, f.requeues, f.attempt) for f in fresh] == \
         [(msg.chunk_id, "runtime.time_exhausted", 1, 1)]

@@ -31,6 +31,7 @@ from contract_review.records import (
     JobFailure,
     JobOutcome,
     JobState,
+    ReleaseReason,
     checkpoint_key,
 )
 
@@ -96,6 +97,11 @@ class FakeJobs:
     def touch(self, job_id: str) -> None:
         self.items[job_id] = self.items[job_id].model_copy(update={"updated_at": self.clock()})
 
+    def count_requeue(self, job_id: str) -> None:
+        job = self.items.get(job_id)
+        if job is not None:
+            self.items[job_id] = job.model_copy(update={"requeues": job.requeues + 1})
+
     def settle_chunk(self, job_id: str, chunk_id: str) -> Job:
         job = self.items[job_id]  # KeyError as DynamoDB's condition `attribute_exists(job_id)` fails
         job = job.model_copy(update={"settled": job.settled | {chunk_id}, "updated_at": self.clock()})
@@ -145,7 +151,8 @@ class FakeClaims:
             if r.claimed_by is not None and (r.claim_expires_at or 0.0) < now:
                 yield r.model_copy(deep=True)
 
-    def claim(self, job_id: str, chunk_id: str, owner: str, lease_s: float, receive_count: int) -> ClaimResult:
+    def claim(self, job_id: str, chunk_id: str, owner: str, lease_s: float, receive_count: int,
+              deadline_at: float | None = None) -> ClaimResult:
         now = self.clock()
         r = self.items.get((job_id, chunk_id))
         if r is None:
@@ -155,7 +162,7 @@ class FakeClaims:
             return ClaimResult(won=False, fence=0, record=r.model_copy(deep=True))
         r = r.model_copy(update={"claimed_by": owner, "claim_expires_at": now + lease_s, "status": ChunkStatus.CLAIMED,
                                  "fence": r.fence + 1, "claimed_at": now, "receives": r.receives + 1,
-                                 "last_receive_count": receive_count,
+                                 "last_receive_count": receive_count, "deadline_at": deadline_at,
                                  "redeliveries": r.redeliveries + (1 if receive_count > 1 else 0)})
         self.items[(job_id, chunk_id)] = r
         return ClaimResult(won=True, fence=r.fence, record=r.model_copy(deep=True))
@@ -177,7 +184,8 @@ class FakeClaims:
         return {"n_calls": r.n_calls + stats.calls, "repairs": r.repairs + stats.repairs, "retries": retries}
 
     def _store(self, r: ChunkRecord, update: dict[str, object]) -> ChunkRecord:
-        new = r.model_copy(update={**update, "claimed_by": None, "claim_expires_at": None}, deep=True)
+        new = r.model_copy(update={**update, "claimed_by": None, "claim_expires_at": None, "deadline_at": None},
+                           deep=True)
         self.items[(r.job_id, r.chunk_id)] = new
         return new.model_copy(deep=True)
 
@@ -189,11 +197,16 @@ class FakeClaims:
         return True
 
     def release(self, job_id: str, chunk_id: str, fence: int, stats: AttemptStats, error: ErrorEnvelope | None,
-                *, failure: bool, lapsed_before: float | None = None) -> ChunkRecord | None:
+                *, failure: bool, lapsed_before: float | None = None,
+                reason: ReleaseReason = ReleaseReason.RETRY) -> ChunkRecord | None:
         r = self._fenced(job_id, chunk_id, fence, (ChunkStatus.CLAIMED,), lapsed_before)
         if r is None:
             return None
-        update = {**self._with_stats(r, stats), "status": ChunkStatus.PENDING, "failures": r.failures + int(failure)}
+        update = {**self._with_stats(r, stats), "status": ChunkStatus.PENDING, "failures": r.failures + int(failure),
+                  "release_reason": reason, "released_at": self.clock()}
+        if reason is ReleaseReason.BACKPRESSURE:
+            update["backpressure_since"] = r.backpressure_since if r.backpressure_since is not None else self.clock()
+            update["backpressure_requeues"] = r.backpressure_requeues + 1
         if error is not None:
             update["last_error"] = error
         return self._store(r, update)
@@ -219,7 +232,8 @@ class FakeClaims:
         if r is None or r.status not in (ChunkStatus.DEAD_LETTERED, ChunkStatus.FAILED):
             return None
         return self._store(r, {"status": ChunkStatus.PENDING, "failures": 0, "redriven": r.redriven + 1,
-                               "fence": r.fence + 1, "redriven_at": self.clock(), "settled_at": None})
+                               "fence": r.fence + 1, "redriven_at": self.clock(), "settled_at": None,
+                               "backpressure_since": None, "backpressure_requeues": 0})
 
     def checkpoints(self, record: ChunkRecord) -> dict[str, Checkpoint]:
         out = {}
@@ -243,7 +257,8 @@ class FakeClaims:
         r = self._fenced(job_id, chunk_id, fence, (ChunkStatus.CLAIMED,), None)
         if r is None:
             return False
-        self.items[(job_id, chunk_id)] = r.model_copy(update={"checkpoints": {**r.checkpoints, analyst: fence}})
+        self.items[(job_id, chunk_id)] = r.model_copy(update={"checkpoints": {**r.checkpoints, analyst: fence},
+                                                              "backpressure_since": None, "backpressure_requeues": 0})
         return True
 
     def checkpoint_output(self, checkpoint: Checkpoint) -> str:

@@ -9,7 +9,7 @@ from botocore.exceptions import ClientError, ReadTimeoutError
 from contract_review.errors import classify
 from contract_review.model_clients import ModelRequest, ModelResponse
 
-MODEL_ID = "anthropic.claude-3-5-sonnet-20240620-v1:0"
+MODEL_ID = "global.anthropic.claude-sonnet-4-6"  # the prod profile's default (a cross-region inference profile)
 SCHEMA = {
     "type": "object",
     "properties": {"findings": {"type": "array", "items": {"type": "object"}}},

@@ -6,13 +6,23 @@ import json
 import threading
 from collections import Counter
 
+import boto3
 import pytest
+from botocore.awsrequest import AWSResponse
 from botocore.exceptions import ClientError, ReadTimeoutError
+from pydantic import ValidationError
 
 from contract_review.config import FaultSpec
 from contract_review.errors import classify
-from contract_review.faults import CallLedger, FaultInjectingModel
-from contract_review.model_clients import ModelRequest
+from contract_review.faults import (
+    REQUESTS_THROTTLE_MESSAGE,
+    TOKENS_THROTTLE_MESSAGE,
+    CallLedger,
+    FaultInjectingModel,
+    bedrock_error,
+    reserved_tokens,
+)
+from contract_review.model_clients import BedrockConverseModel, ModelRequest, bedrock_client_config
 
 from .model_doubles import EchoModel, outcome, request
 
@@ -73,17 +83,77 @@ def test_fault_rates_match_the_spec_over_2000_calls():
     assert inner.calls == counts["ok"]
 
 
-def test_injected_throttle_carries_retry_after():
-    model = FaultInjectingModel(EchoModel(), FaultSpec(seed=1, transient_rate=1.0, retry_after_s=0.75))
-    envs = []
-    for i in range(60):
+def _throttles(model: FaultInjectingModel, n: int) -> list[ClientError]:
+    out = []
+    for i in range(n):
         try:
             model.invoke(request(i=i))
-        except (ClientError, ReadTimeoutError) as exc:
-            envs.append(classify(exc, model_call=True))
-    throttles = [e for e in envs if e.error_code == "model.throttled"]
-    assert len(envs) == 60 and throttles
-    assert all(e.retry_after_s == 0.75 and e.http_status == 429 for e in throttles)
+        except ClientError as exc:
+            if exc.response["Error"]["Code"] == "ThrottlingException":
+                out.append(exc)
+        except ReadTimeoutError:
+            pass
+    return out
+
+
+def test_injected_throttles_are_bedrock_429s_without_a_retry_after_of_both_kinds():
+    # GIVEN every call faults, half the throttles on the tokens quota
+    model = FaultInjectingModel(EchoModel(), FaultSpec(seed=1, transient_rate=1.0))
+    # WHEN 300 calls are made
+    throttles = _throttles(model, 300)
+    # THEN both of Bedrock's throttle messages occur, and every throttle has Bedrock's exact shape:
+    # the modeled exception class, HTTP 429, the x-amzn-errortype header, and no Retry-After
+    messages = Counter(t.response["Error"]["Message"] for t in throttles)
+    assert set(messages) == {REQUESTS_THROTTLE_MESSAGE, TOKENS_THROTTLE_MESSAGE}, messages
+    assert min(messages.values()) > 15, messages
+    for t in throttles:
+        headers = t.response["ResponseMetadata"]["HTTPHeaders"]
+        assert type(t).__name__ == "ThrottlingException" and isinstance(t, ClientError)
+        assert t.response["ResponseMetadata"]["HTTPStatusCode"] == 429
+        assert headers["x-amzn-errortype"].startswith("ThrottlingException:")
+        assert not {"retry-after", "x-amz-retry-after"} & {h.lower() for h in headers}
+        # AND classification reads the code and status only: model.throttled, with no hint
+        env = classify(t, model_call=True)
+        assert (env.error_code, env.retry_after_s, env.http_status) == ("model.throttled", None, 429)
+
+
+@pytest.mark.parametrize(("share", "message"), [(0.0, REQUESTS_THROTTLE_MESSAGE), (1.0, TOKENS_THROTTLE_MESSAGE)])
+def test_the_token_throttle_share_picks_the_quota_that_throttles(share, message):
+    model = FaultInjectingModel(EchoModel(), FaultSpec(seed=2, transient_rate=1.0, token_throttle_share=share))
+    throttles = _throttles(model, 90)
+    assert throttles and {t.response["Error"]["Message"] for t in throttles} == {message}
+
+
+def test_an_injected_throttle_is_what_a_real_client_raises_for_bedrocks_429(monkeypatch):
+    # GIVEN a real bedrock-runtime client whose HTTP answer is Bedrock's throttle (no Retry-After)
+    client = boto3.client("bedrock-runtime", region_name="us-east-1", config=bedrock_client_config(60),
+                          aws_access_key_id="testing", aws_secret_access_key="testing")
+    body = json.dumps({"message": TOKENS_THROTTLE_MESSAGE}).encode()
+
+    class _Raw:
+        def stream(self):
+            yield body
+
+    def bedrock_answers(request, **_):
+        return AWSResponse(request.url, 429, {
+            "x-amzn-ErrorType": "ThrottlingException:http://internal.amazon.com/coral/com.amazon.bedrock/",
+            "Content-Type": "application/json", "x-amzn-RequestId": "r-1", "Content-Length": str(len(body))}, _Raw())
+
+    client.meta.events.register("before-send.bedrock-runtime.Converse", bedrock_answers)
+    with pytest.raises(ClientError) as real:
+        BedrockConverseModel(client, "global.anthropic.claude-sonnet-4-6").invoke(request())
+    # WHEN the injector throttles on the tokens quota
+    injected = bedrock_error("ThrottlingException", TOKENS_THROTTLE_MESSAGE)
+    # THEN the two cannot be told apart by anything the pipeline reads
+    assert type(injected).__name__ == type(real.value).__name__ == "ThrottlingException"
+    assert injected.response["Error"] == real.value.response["Error"]
+    assert injected.operation_name == real.value.operation_name == "Converse"
+    for meta in ("HTTPStatusCode", "RetryAttempts"):
+        assert injected.response["ResponseMetadata"][meta] == real.value.response["ResponseMetadata"][meta]
+    assert set(real.value.response["ResponseMetadata"]["HTTPHeaders"]) <= set(
+        injected.response["ResponseMetadata"]["HTTPHeaders"])
+    assert classify(injected, model_call=True).model_dump(exclude={"message", "first_seen_at", "last_seen_at"}) == \
+        classify(real.value, model_call=True).model_dump(exclude={"message", "first_seen_at", "last_seen_at"})
 
 
 def test_permanent_code_fails_every_call_with_access_denied_403():
@@ -125,22 +195,95 @@ def test_switch_file_turns_faults_on_and_off(tmp_path):
     assert outcome(model, request(i=99)) == "ok"
 
 
-def test_shared_throttle_quota_throttles_across_instances_with_retry_after(tmp_path):
+def test_shared_requests_quota_throttles_across_instances_without_a_hint(tmp_path):
     spec = FaultSpec(throttle_quota_per_s=0.5, throttle_state_dir=str(tmp_path))
     worker_a = FaultInjectingModel(EchoModel(), spec)
     worker_b = FaultInjectingModel(EchoModel(), spec)  # another process's view of the same quota
-    # GIVEN the quota's one token is taken by worker A
+    # GIVEN the quota's one request is taken by worker A
     assert outcome(worker_a, request(i=0)) == "ok"
-    # WHEN worker B calls at once THEN it is throttled with a Retry-After within the refill time
+    # WHEN worker B calls at once THEN it is throttled on the requests quota, with no Retry-After
     with pytest.raises(ClientError) as info:
         worker_b.invoke(request(i=1))
-    assert info.value.response["Error"]["Code"] == "ThrottlingException"
+    assert info.value.response["Error"] == {"Code": "ThrottlingException", "Message": REQUESTS_THROTTLE_MESSAGE}
     env = classify(info.value, model_call=True)
-    assert env.error_code == "model.throttled" and env.http_status == 429
-    assert env.retry_after_s is not None and 0 < env.retry_after_s <= 2.0
+    assert (env.error_code, env.http_status, env.retry_after_s) == ("model.throttled", 429, None)
     # AND a model with its own quota directory is not affected
     other = FaultInjectingModel(EchoModel(), spec.model_copy(update={"throttle_state_dir": str(tmp_path / "x")}))
     assert outcome(other, request(i=2)) == "ok"
+
+
+def test_shared_tokens_quota_reserves_input_plus_max_tokens_and_throttles_with_too_many_tokens(tmp_path):
+    # GIVEN a tokens quota of about two requests' reservation per second (request(): 1024 maxTokens)
+    per_call = reserved_tokens(request())
+    assert per_call > 1024
+    spec = FaultSpec(throttle_tokens_per_s=2.5 * per_call, throttle_state_dir=str(tmp_path))
+    model = FaultInjectingModel(EchoModel(), spec)
+    # WHEN three calls start at once THEN two fit the quota and the third is throttled on tokens
+    outcomes = []
+    for i in range(3):
+        try:
+            model.invoke(request(i=i))
+            outcomes.append("ok")
+        except ClientError as exc:
+            outcomes.append(exc.response["Error"]["Message"])
+    assert outcomes == ["ok", "ok", TOKENS_THROTTLE_MESSAGE]
+
+
+def test_a_shared_quota_needs_a_state_dir():
+    with pytest.raises(ValidationError, match="throttle_state_dir"):
+        FaultSpec(throttle_tokens_per_s=1000)
+
+
+# --- latency --------------------------------------------------------------------------------------------------
+
+def _sleeps(spec: FaultSpec, n: int, read_timeout_s: float | None = None) -> tuple[list[float], list[str]]:
+    slept: list[float] = []
+    model = FaultInjectingModel(EchoModel(), spec, read_timeout_s=read_timeout_s, sleep=slept.append)
+    outcomes = [outcome(model, request(i=i, chunk_index=i % 7)) for i in range(n)]
+    return slept, outcomes
+
+
+def test_constant_latency_ms_still_sleeps_the_same_for_every_answered_call():
+    slept, outcomes = _sleeps(FaultSpec(latency_ms=250), 20)
+    assert slept == [0.25] * 20 and set(outcomes) == {"ok"}
+
+
+def test_lognormal_latency_has_the_configured_median_and_p99_and_is_seeded():
+    spec = FaultSpec(seed=4, latency_median_ms=5000, latency_p99_ms=20000)
+    slept, _ = _sleeps(spec, 4000)
+    ordered = sorted(slept)
+    # 4000 draws: the sample median and p99 land within a few percent of the configured ones
+    assert 4.6 <= ordered[len(ordered) // 2] <= 5.4
+    assert 17.0 <= ordered[int(len(ordered) * 0.99)] <= 23.5
+    assert len(set(slept)) > 3900  # a distribution, not a constant
+    # AND it is deterministic for a seed, and another seed draws other latencies
+    assert _sleeps(spec, 50)[0] == slept[:50]
+    assert _sleeps(spec.model_copy(update={"seed": 5}), 50)[0] != slept[:50]
+
+
+def test_a_latency_beyond_the_read_timeout_ends_in_a_read_timeout_after_that_long():
+    slept, outcomes = _sleeps(FaultSpec(seed=4, latency_median_ms=5000, latency_p99_ms=20000), 400,
+                              read_timeout_s=12.0)
+    timeouts = [s for s, o in zip(slept, outcomes) if o == "model.timeout"]
+    assert timeouts and set(timeouts) == {12.0}  # the client gave up at its read timeout
+    assert all(s < 12.0 for s, o in zip(slept, outcomes) if o == "ok")
+
+
+def test_throttles_are_answered_at_once_without_latency():
+    slept, outcomes = _sleeps(FaultSpec(seed=3, transient_rate=1.0, token_throttle_share=0.5, latency_ms=900), 60)
+    throttled = outcomes.count("model.throttled") + outcomes.count("model.unavailable") + outcomes.count("model.timeout")
+    assert throttled == 60 and slept == []
+
+
+@pytest.mark.parametrize("fields", [
+    {"latency_ms": 100, "latency_median_ms": 200},
+    {"latency_median_ms": 300, "latency_p99_ms": 200},
+    {"latency_p99_ms": 200},
+    {"transient_rate": 1.5},
+])
+def test_inconsistent_fault_specs_are_rejected(fields):
+    with pytest.raises(ValidationError):
+        FaultSpec(**fields)
 
 
 # --- CallLedger -----------------------------------------------------------------------------------------------
@@ -158,7 +301,7 @@ def test_call_ledger_writes_one_line_per_call_including_failures(tmp_path):
     lines = [json.loads(line) for line in path.read_text().splitlines()]
     assert [(x["chunk_id"], x["analyst"], x["step"], x["outcome"]) for x in lines] == [
         ("job-1#0000", "a", "locate", "ok"),
-        ("job-1#0001", "b", "score", "ClientError"),
+        ("job-1#0001", "b", "score", "ServiceUnavailableException"),  # the modeled class, as boto3 raises
         ("job-1#0002", "c", "locate", "ok"),
     ]
     assert all(isinstance(x["pid"], int) and x["at"] > 0 for x in lines)

@@ -212,11 +212,15 @@ def test_a_job_left_queued_by_a_crash_is_finished_by_the_next_message():
 @pytest.mark.parametrize("raw,key", [
     ({"schema_version": 2, "document": {"text": TEXT}, "idempotency_key": "k-1"}, "k-1"),
     ({"schema_version": 1, "idempotency_key": "k-2"}, "k-2"),  # no document
-    ({"schema_version": 1, "document": {"text": TEXT}, "document_id": "doc-3", "colour": "red"}, "doc-3"),
+    # no key: the inline text's hash, the key a valid message would have had (the job id a client computes)
+    ({"schema_version": 1, "document": {"text": TEXT}, "document_id": "doc-3", "colour": "red"}, document_hash(TEXT)),
     ({"schema_version": 1, "document": {"s3_uri": "http://nope"}, "idempotency_key": "", "document_id": "d4"}, "d4"),
-], ids=["bad-version", "no-document", "extra-field-document-id", "bad-uri-empty-key"])
+    ({"schema_version": 1, "document": {"text": TEXT}, "idempotency_key": 7}, document_hash(TEXT)),
+], ids=["bad-version", "no-document", "extra-field-text-hash", "bad-uri-empty-key-document-id",
+        "non-string-key-text-hash"])
 def test_invalid_message_with_a_key_fails_a_job_in_one_attempt(raw, key):
-    # GIVEN a schema-invalid message that still names a key (idempotency_key or document_id)
+    # GIVEN a schema-invalid message from which a key can still be told (idempotency_key, else the
+    # inline text's SHA-256, else document_id)
     world = FakeWorld()
     body = json.dumps(raw)
     # WHEN intake handles it
@@ -232,6 +236,9 @@ def test_invalid_message_with_a_key_fails_a_job_in_one_attempt(raw, key):
     assert (job.error.error_class, job.error.retryable, job.error.step) == (ErrorClass.PERMANENT, False,
                                                                               "intake.parse")
     assert job.idempotency_key == key and job.chunk_count == 0
+    # AND the failed job shows the message's document id and message id, and has ended
+    assert job.document_id == raw.get("document_id", "") and job.source_message_id == "m-1"
+    assert job.ended_at == world.clock.now
     # AND no chunks, no messages, no document, one job.failed event, nothing in the DLQ
     assert world.claims.for_job(job_id) == []
     assert world.queues.sent[Queue.ANALYSIS] == [] and world.queues.sent[Queue.INTAKE_DLQ] == []
@@ -245,8 +252,9 @@ def test_invalid_message_with_a_key_fails_a_job_in_one_attempt(raw, key):
     "[1, 2, 3]",
     '{"schema_version": 1}',
     json.dumps({"schema_version": 1, "idempotency_key": "", "document": {}}),
-    json.dumps({"schema_version": 1, "idempotency_key": 7, "document": {"text": TEXT}}),
-], ids=["not-json", "array", "no-document", "empty-key", "non-string-key"])
+    json.dumps({"schema_version": 1, "idempotency_key": 7, "document": {}}),
+    json.dumps({"schema_version": 1, "document": {"text": 12}, "document_id": ""}),
+], ids=["not-json", "array", "no-document", "empty-key", "non-string-key", "non-string-text-empty-id"])
 def test_invalid_message_without_a_key_goes_to_the_intake_dlq(body):
     # GIVEN an invalid message from which no job key can be derived
     world = FakeWorld()
@@ -346,6 +354,9 @@ def test_claim_check_bad_object_fails_the_job(data, code):
     assert world.claims.items == {} and world.queues.sent[Queue.ANALYSIS] == []
     assert world.jobs.types(job.job_id) == ["job.failed"]
     assert (BUCKET, document_key(job.job_id)) not in world.artifacts.objects
+    # AND the error names the object (except for a blank document, which has no URI problem)
+    if code != "input.empty_document":
+        assert f"s3://{BUCKET}/uploads/doc.txt" in job.error.message
 
 
 def test_claim_check_missing_object_without_any_key_goes_to_the_dlq():
@@ -371,6 +382,84 @@ def test_claim_check_missing_object_with_document_id_fails_a_job_named_by_it():
     assert result.job_id == job_id_for("doc-77")
     job = world.jobs.get(job_id_for("doc-77"))
     assert job is not None and job.error_code == "input.document_missing"
+
+
+@pytest.mark.parametrize("uri", [
+    "s3://someone-elses-bucket/uploads/doc.txt",  # another bucket
+    f"s3://{BUCKET}/reports/job-x/report.md",  # the stack's bucket, outside uploads/
+    f"s3://{BUCKET}/uploadsX/doc.txt",
+], ids=["other-bucket", "other-prefix", "prefix-lookalike"])
+def test_claim_check_outside_the_stacks_uploads_prefix_is_forbidden_without_reading(uri, monkeypatch):
+    # GIVEN an object that exists at a URI outside s3://<stack bucket>/uploads/
+    world = FakeWorld()
+    bucket, key = uri[len("s3://"):].split("/", 1)
+    world.artifacts.objects[(bucket, key)] = TEXT
+
+    def read_uri(bucket: str, key: str) -> bytes:
+        raise AssertionError("intake read an object outside uploads/")
+
+    monkeypatch.setattr(world.artifacts, "read_uri", read_uri)  # a spy: nothing may be read
+    body = json.dumps({"schema_version": 1, "document": {"s3_uri": uri}, "idempotency_key": "k-out"})
+    # WHEN intake handles a message naming it
+    result = handle_intake(world.deps, body, "m-1")
+    # THEN the job fails at once with input.document_forbidden, naming the URI and where to upload instead
+    assert (result.job_id, result.state) == (job_id_for("k-out"), "failed")
+    job = world.jobs.get(job_id_for("k-out"))
+    assert job is not None and job.error is not None and job.error_code == "input.document_forbidden"
+    assert uri in job.error.message and f"s3://{BUCKET}/uploads/" in job.error.message
+    assert (job.error.retryable, job.error.step) == (False, "intake.load")
+    assert world.queues.sent[Queue.ANALYSIS] == [] and world.claims.items == {}
+
+
+def test_missing_claim_check_object_names_the_uri():
+    # GIVEN an s3_uri under uploads/ that nobody uploaded
+    world = FakeWorld()
+    # WHEN intake handles it
+    handle_intake(world.deps, by_uri("uploads/never-uploaded.txt", idempotency_key="k-miss"), "m-1")
+    # THEN the error echoes the URI (and keeps the provider's code)
+    job = world.jobs.get(job_id_for("k-miss"))
+    assert job is not None and job.error is not None and job.error_code == "input.document_missing"
+    assert f"s3://{BUCKET}/uploads/never-uploaded.txt does not exist" in job.error.message
+    assert job.error.provider_code == "NoSuchKey"
+
+
+# --- oversized and noisy inline messages --------------------------------------------------------------
+
+def test_inline_text_over_the_limit_is_too_large_with_the_advice_to_use_s3_uri():
+    # GIVEN a hand-written message with 300 KB of inline text and no key
+    world = FakeWorld()
+    big = ("The Supplier shall deliver the goods. " * 8000)[:300_000]
+    body = inline(big, document_id="big-msa")
+    # WHEN intake handles it
+    result = handle_intake(world.deps, body, "m-big")
+    # THEN one clear permanent error: input.too_large, the size, and what to do instead
+    assert result.error is not None and result.error.error_code == "input.too_large"
+    msg = result.error.message
+    assert "300,000 characters" in msg and "200,000" in msg and "s3_uri" in msg and "uploads/" in msg
+    # AND none of pydantic's union noise (the errors of the form the message did not use)
+    assert "S3Document" not in msg and "InlineDocument" not in msg and "Field required" not in msg
+    # AND it is recorded under the job id the client computes (SHA-256 of the text), with its document id
+    job = world.jobs.get(job_id_for(document_hash(big)))
+    assert job is not None and result.job_id == job.job_id
+    assert (job.state, job.error_code, job.document_id) == (JobState.FAILED, "input.too_large", "big-msa")
+    assert world.queues.sent[Queue.ANALYSIS] == [] and world.queues.sent[Queue.INTAKE_DLQ] == []
+
+
+@pytest.mark.parametrize("document,expected", [
+    ({"text": 5}, "document.text: Input should be a valid string"),
+    ({"s3_uri": "http://bucket/key"}, "document.s3_uri: String should match pattern"),
+    ({"txt": "a"}, "document.text: Field required; document.txt: Extra inputs are not permitted"),
+], ids=["text-not-a-string", "bad-s3-uri", "misspelt-text"])
+def test_an_invalid_document_reports_only_the_form_it_meant(document, expected):
+    # GIVEN a message whose document is wrong in one of its two forms
+    world = FakeWorld()
+    body = json.dumps({"schema_version": 1, "document": document, "idempotency_key": "k-doc"})
+    # WHEN intake handles it
+    result = handle_intake(world.deps, body, "m-1")
+    # THEN the error speaks of that form only
+    assert result.error is not None and result.error.error_code == "input.invalid"
+    assert result.error.message.startswith(expected), result.error.message
+    assert "Document" not in result.error.message
 
 
 # --- corrected resubmissions -------------------------------------------------------------------------

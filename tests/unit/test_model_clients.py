@@ -1,4 +1,4 @@
-"""Model clients: Bedrock Converse (botocore Stubber)."""
+"""Model clients: Bedrock Converse and the model-id check against the control plane (botocore Stubber)."""
 
 from __future__ import annotations
 
@@ -11,9 +11,19 @@ from botocore.awsrequest import AWSResponse
 from botocore.exceptions import ClientError, ReadTimeoutError
 from botocore.stub import ANY, Stubber
 
-from contract_review.errors import classify
-from contract_review.model_clients import BedrockConverseModel, ModelRequest, bedrock_client_config
+from contract_review.errors import ReviewError, classify
+from contract_review.model_clients import (
+    BedrockConverseModel,
+    ModelFacts,
+    ModelIdCheck,
+    ModelRequest,
+    base_model_id,
+    bedrock_client_config,
+    describe_model,
+    is_inference_profile,
+)
 
+from . import bedrock_stubs as bs
 from .model_doubles import MODEL_ID, SCHEMA, request
 
 
@@ -172,3 +182,146 @@ def test_botocore_sends_each_converse_call_exactly_once(monkeypatch, failure):
     assert len(sends) == 1, f"botocore sent the request {len(sends)} times; config={client.meta.config.retries}"
 
 
+# --- a model id Bedrock will not serve: asked of the control plane, never read from the text -------------
+
+def _failing_converse(stub: Stubber, code: str, status: int, message: str = bs.EOL_MESSAGE) -> None:
+    stub.add_client_error("converse", service_error_code=code, service_message=message, http_status_code=status)
+
+
+def _adapter(model_id: str) -> tuple[BedrockConverseModel, Stubber, Stubber, list[int]]:
+    runtime, runtime_stub = bs.stubbed("bedrock-runtime")
+    control, control_stub = bs.stubbed("bedrock")
+    connects: list[int] = []
+
+    def connect():
+        connects.append(1)
+        return control
+
+    runtime_stub.activate()
+    control_stub.activate()
+    return BedrockConverseModel(runtime, model_id, id_check=ModelIdCheck(connect)), runtime_stub, control_stub, connects
+
+
+def test_a_retired_model_id_fails_at_once_with_the_job_fatal_code_naming_the_id():
+    # GIVEN the configured model id has been retired: Converse answers ValidationException (400), and
+    # the control plane lists the model as LEGACY
+    model, runtime_stub, control_stub, _ = _adapter(bs.RETIRED)
+    _failing_converse(runtime_stub, "ValidationException", 400)
+    bs.expect_model(control_stub, bs.RETIRED, lifecycle="LEGACY", name="Claude 3.5 Sonnet",
+                    inference_types=("ON_DEMAND",))
+    # WHEN the model is invoked
+    with pytest.raises(ReviewError) as info:
+        model.invoke(request())
+    # THEN the error is the job-fatal model.id_rejected, naming the id and what to do
+    env = classify(info.value, model_call=True)
+    assert env.error_code == "model.id_rejected" and env.job_fatal and not env.retryable
+    assert bs.RETIRED in env.message and "LEGACY" in env.message and "-c model_id=" in env.message
+    assert (env.http_status, env.provider_code) == (400, "ValidationException")
+    runtime_stub.assert_no_pending_responses()
+    control_stub.assert_no_pending_responses()
+
+
+@pytest.mark.parametrize(("converse_code", "status"), [
+    ("ValidationException", 400), ("ResourceNotFoundException", 404), ("AccessDeniedException", 403)])
+def test_an_unknown_inference_profile_is_rejected_whatever_converse_answered(converse_code, status):
+    model, runtime_stub, control_stub, _ = _adapter("us.anthropic.claude-sonnet-9-9")
+    _failing_converse(runtime_stub, converse_code, status, "The provided model identifier is invalid.")
+    control_stub.add_client_error("get_inference_profile", service_error_code="ResourceNotFoundException",
+                                  service_message="Inference profile not found", http_status_code=404,
+                                  expected_params={"inferenceProfileIdentifier": "us.anthropic.claude-sonnet-9-9"})
+    with pytest.raises(ReviewError) as info:
+        model.invoke(request())
+    env = info.value.envelope
+    assert env.error_code == "model.id_rejected" and "us.anthropic.claude-sonnet-9-9" in env.message
+    assert env.provider_code == converse_code
+    control_stub.assert_no_pending_responses()
+
+
+def test_an_active_profile_whose_model_is_legacy_is_rejected():
+    model, runtime_stub, control_stub, _ = _adapter(bs.CURRENT)
+    _failing_converse(runtime_stub, "ValidationException", 400)
+    bs.expect_profile(control_stub, bs.CURRENT)
+    bs.expect_model(control_stub, "anthropic.claude-sonnet-4-6", lifecycle="LEGACY")
+    with pytest.raises(ReviewError) as info:
+        model.invoke(request())
+    assert info.value.envelope.error_code == "model.id_rejected"
+
+
+def test_a_model_served_only_through_inference_profiles_is_rejected_by_its_plain_id_with_the_fix():
+    model, runtime_stub, control_stub, _ = _adapter("anthropic.claude-sonnet-4-6")
+    _failing_converse(runtime_stub, "ValidationException", 400, "Invocation with on-demand throughput isn't supported.")
+    bs.expect_model(control_stub, "anthropic.claude-sonnet-4-6", inference_types=("INFERENCE_PROFILE",))
+    with pytest.raises(ReviewError) as info:
+        model.invoke(request())
+    env = info.value.envelope
+    assert env.error_code == "model.id_rejected"
+    assert "global.anthropic.claude-sonnet-4-6" in env.message and "us.anthropic.claude-sonnet-4-6" in env.message
+
+
+def test_a_bad_request_to_a_current_model_stays_request_invalid_and_the_answer_is_cached():
+    # GIVEN a current model, and two requests Bedrock rejects for another reason (same code and status)
+    model, runtime_stub, control_stub, connects = _adapter(bs.CURRENT)
+    _failing_converse(runtime_stub, "ValidationException", 400, "Input is too long for requested model.")
+    _failing_converse(runtime_stub, "ValidationException", 400, "Input is too long for requested model.")
+    bs.expect_current(control_stub)  # queued once: a second question would find no stubbed answer
+    # WHEN both fail THEN each escapes unchanged and classifies as model.request_invalid (the chunk's error)
+    for _ in range(2):
+        with pytest.raises(ClientError) as info:
+            model.invoke(request())
+        assert classify(info.value, model_call=True).error_code == "model.request_invalid"
+    # AND the control plane was built once and asked once
+    assert connects == [1]
+    control_stub.assert_no_pending_responses()
+
+
+def test_when_the_control_plane_cannot_answer_the_original_error_stands_and_nothing_is_cached():
+    model, runtime_stub, control_stub, _ = _adapter(bs.CURRENT)
+    for _ in range(2):
+        _failing_converse(runtime_stub, "AccessDeniedException", 403, "You don't have access to the model.")
+        control_stub.add_client_error("get_inference_profile", service_error_code="AccessDeniedException",
+                                      http_status_code=403)
+    for _ in range(2):
+        with pytest.raises(ClientError) as info:
+            model.invoke(request())
+        env = classify(info.value, model_call=True)
+        assert env.error_code == "model.access_denied" and env.job_fatal
+    control_stub.assert_no_pending_responses()  # asked again the second time: an unknown is not an answer
+
+
+def test_a_successful_or_throttled_call_never_touches_the_control_plane():
+    model, runtime_stub, _, connects = _adapter(bs.CURRENT)
+    runtime_stub.add_response("converse", bs.converse_ok())
+    _failing_converse(runtime_stub, "ThrottlingException", 429, "Too many tokens, please wait before trying again.")
+    model.invoke(request())
+    with pytest.raises(ClientError):
+        model.invoke(request())
+    assert connects == []  # the control-plane client is not even built
+
+
+def test_describe_model_reads_name_and_lifecycle_of_the_model_behind_a_global_profile():
+    control, stub = bs.stubbed("bedrock")
+    bs.expect_current(stub)
+    with stub:
+        facts = describe_model(control, bs.CURRENT)
+    assert facts == ModelFacts(bs.CURRENT, "anthropic.claude-sonnet-4-6", None, "Anthropic Claude Sonnet 4.6", "ACTIVE")
+
+
+def test_ping_is_one_tiny_call_without_tools():
+    runtime, stub = bs.stubbed("bedrock-runtime")
+    stub.add_response("converse", bs.converse_ok(), expected_params={
+        "modelId": bs.CURRENT, "messages": [{"role": "user", "content": [{"text": ANY}]}],
+        "inferenceConfig": {"maxTokens": 8, "temperature": 0.0}})
+    with stub:
+        resp = BedrockConverseModel(runtime, bs.CURRENT).ping()
+    assert (resp.text, resp.stop_reason, resp.input_tokens, resp.output_tokens) == ("OK", "end_turn", 14, 2)
+
+
+@pytest.mark.parametrize(("model_id", "expected"), [
+    ("global.anthropic.claude-sonnet-4-6", (True, "anthropic.claude-sonnet-4-6")),
+    ("us.anthropic.claude-sonnet-4-6", (True, "anthropic.claude-sonnet-4-6")),
+    ("us-gov.anthropic.claude-3-haiku-20240307-v1:0", (True, "anthropic.claude-3-haiku-20240307-v1:0")),
+    ("anthropic.claude-sonnet-4-6", (False, "anthropic.claude-sonnet-4-6")),
+    ("amazon.nova-pro-v1:0", (False, "amazon.nova-pro-v1:0")),
+])
+def test_inference_profile_ids_and_the_model_behind_them(model_id, expected):
+    assert (is_inference_profile(model_id), base_model_id(model_id)) == expected

@@ -22,6 +22,7 @@ from contract_review.records import (
     ChunkRecord,
     ChunkStatus,
     CoverageGap,
+    JobFailure,
     JobState,
     Reliability,
     job_id_for,
@@ -30,13 +31,14 @@ from contract_review.records import (
 )
 
 from ..texts import LONG_TEXT, TEXT
-from .fakes import SETTINGS, FakeQueues, FakeWorld
+from .fakes import SETTINGS, FakeQueues, FakeWorld, Sent
 from .scenarios import ALL_OK, claim, deliver, intake, running_job, settle_done
 
 IF_IT_FAILS_AGAIN = ("chunk messages go to the analysis DLQ with their error envelope; the job ends "
                      "`dead_lettered` listing them")
 RESUME = "resume unsettled chunks from their checkpoints"
-STOP = "workers stop at the next stage entry; checkpoints stay; no report is written"
+NO_CANCEL = ("cancellation is not available yet (there is no cancel command): the job runs until it completes, "
+             "fails or dead-letters")
 
 
 # --- helpers -----------------------------------------------------------------------------------------
@@ -92,7 +94,7 @@ def test_job_view_of_a_running_job():
     assert a.last_durable_checkpoint == f"1 of 4 chunks settled done, last at {ops.iso(world.clock.now)}"
     assert a.side_effects_done == []
     assert a.retry_would == RESUME
-    assert a.if_cancelled_now == STOP
+    assert a.if_cancelled_now == NO_CANCEL
     assert a.if_it_fails_again == IF_IT_FAILS_AGAIN
     # AND the recent events, flattened
     assert [e.type for e in view.recent_events] == ["job.queued", "job.running", "chunk.settled"]
@@ -132,6 +134,7 @@ def test_job_view_of_a_completed_job():
     a = view.answers
     assert a.side_effects_done == ["report_json_key", "report_md_key"]
     assert a.retry_would == "nothing: the job is complete"
+    assert a.if_it_fails_again.startswith("nothing can fail any more: the job has completed")
     assert a.if_cancelled_now == "nothing: it has ended"
     assert a.last_durable_checkpoint.startswith("4 of 4 chunks settled done, last at ")
     assert view.recent_events[-1].type == "job.completed"
@@ -154,7 +157,9 @@ def test_job_view_of_a_dead_lettered_job():
          "error_code": "model.request_invalid"}]
     assert view.chunks == {"total": 4, "settled": 4, "done": 3, "dead_lettered": 1}
     a = view.answers
-    assert a.retry_would == ("redrive 1 chunk(s) from the DLQ; finished chunks and analysts are reused")
+    assert a.retry_would == ("`review dlq redrive` re-sends the 1 dead-lettered chunk(s) with a fresh attempt "
+                             "budget; finished chunks and analysts are reused")
+    assert a.if_it_fails_again == IF_IT_FAILS_AGAIN
     assert a.if_cancelled_now == "nothing: it has ended"
     assert a.side_effects_done == ["report_json_key", "report_md_key"]
     assert a.last_durable_checkpoint.startswith("3 of 4 chunks settled done")
@@ -231,14 +236,45 @@ def test_job_view_of_a_job_failed_on_bad_input():
     assert view.answers.last_durable_checkpoint == "0 of 0 chunks settled done"
 
 
-def test_retry_answer_of_a_job_failed_on_bad_input_does_not_promise_a_resume():
-    # GIVEN a job that failed validation at intake (no chunks at all)
+@pytest.mark.parametrize("body", [
+    {"schema_version": 9, "idempotency_key": "k-bad"},  # input.invalid
+    {"schema_version": 1, "document": {"s3_uri": "s3://artifacts/uploads/absent.txt"}, "idempotency_key": "k-bad"},
+    {"schema_version": 1, "document": {"s3_uri": "s3://elsewhere/doc.txt"}, "idempotency_key": "k-bad"},
+], ids=["invalid", "document-missing", "document-forbidden"])
+def test_answers_of_a_job_failed_on_bad_input(body):
+    # GIVEN a job that failed at intake on its input (no chunks at all)
     world = FakeWorld()
-    handle_intake(world.deps, json.dumps({"schema_version": 9, "idempotency_key": "k-bad"}), "m-1")
+    assert handle_intake(world.deps, json.dumps(body), "m-1").state == "failed"
     # WHEN viewed
-    view = view_of(world, job_id_for("k-bad"))
-    # THEN the retry answer does not claim unsettled chunks would resume
-    assert view.answers.retry_would != RESUME and "same idempotency key" in view.answers.retry_would
+    a = view_of(world, job_id_for("k-bad")).answers
+    # THEN a retry is a corrected resubmission, not a resume or a redrive
+    code = world.jobs.items[job_id_for("k-bad")].error_code
+    assert a.retry_would.startswith(f"nothing by itself: {code} is permanent and nothing was analysed")
+    assert "same idempotency key" in a.retry_would and "redrive" not in a.retry_would
+    # AND failing again means failing the same way in one attempt, with no DLQ involved
+    assert a.if_it_fails_again == ("a resubmission that is still invalid fails again in one attempt with an "
+                                   "`input.*` code on this job record; nothing is retried and nothing reaches a DLQ")
+    assert a.if_cancelled_now == "nothing: it has ended"
+
+
+@pytest.mark.parametrize("code,fails_again", [
+    ("model.access_denied", "it fails again at once with model.access_denied (job-fatal): fix the cause first"),
+    ("job.chunks_missing", "it ends `failed` again with job.chunks_missing, naming each missing chunk or analyst"),
+])
+def test_answers_of_a_job_that_failed_with_nothing_in_a_dlq(code, fails_again):
+    # GIVEN a job that ended failed with a chunk failed permanently (not dead-lettered: no DLQ message)
+    world = FakeWorld()
+    job_id, records = running_job(world, 2)
+    fence = claim(world, records[0])
+    env = ErrorEnvelope.of(code, "x")
+    assert world.claims.finish(job_id, records[0].chunk_id, fence, ChunkStatus.FAILED, AttemptStats(), error=env)
+    assert world.jobs.transition(job_id, (JobState.RUNNING,), JobState.FAILED,
+                                 outcome=JobFailure(error=env, error_code=code, ended_at=world.clock()))
+    # WHEN viewed
+    a = view_of(world, job_id).answers
+    # THEN no redrive is promised (there is nothing in a DLQ), and failing again is told by the code
+    assert a.retry_would.startswith(f"nothing by itself: the job ended with {code} and none of its chunks is in a DLQ")
+    assert a.if_it_fails_again == fails_again
 
 
 # --- dlq_list / dlq_show -----------------------------------------------------------------------------
@@ -252,7 +288,8 @@ def test_dlq_list_joins_an_analysis_dead_letter_with_its_job_and_chunk():
     # WHEN the operator lists the DLQs
     [entry] = ops.dlq_list(world.deps)
     # THEN the entry names the message, its queue and error, and joins the job and chunk records
-    assert (entry.message_id, entry.queue, entry.receive_count) == (sent.message_id, "analysis", 1)
+    assert (entry.message_id, entry.queue, entry.moved_by) == (sent.message_id, "analysis", "pipeline")
+    assert entry.attempts == 1 and entry.sent_at == world.clock.now and entry.source_message_id is None
     assert entry.error_code == "model.request_invalid"
     assert entry.envelope == env
     assert (entry.job_id, entry.chunk_id) == (job_id, records[1].chunk_id)
@@ -284,19 +321,52 @@ def test_dlq_list_shows_the_job_state_once_it_ended():
 
 
 def test_dlq_list_shows_an_intake_dead_letter_without_its_text():
-    # GIVEN an invalid intake message without a key, holding a whole contract
+    # GIVEN an intake message naming a document outside the stack's uploads/, without a key or document id
     world = FakeWorld()
-    body = json.dumps({"schema_version": 3, "document": {"text": TEXT}})
-    assert handle_intake(world.deps, body, "m-bad").state == "rejected"
+    body = json.dumps({"schema_version": 1, "document": {"s3_uri": "s3://elsewhere/doc.txt"},
+                       "metadata": {"matter": "M-1"}})
+    assert handle_intake(world.deps, body, "m-sent-1").state == "rejected"
     # WHEN listed
     [entry] = ops.dlq_list(world.deps)
-    # THEN only the body's size is shown; no job or chunk is joined
-    assert entry.queue == "intake"
-    assert entry.payload == {"chars": len(body)}
-    assert entry.error_code == "input.invalid"
-    assert entry.envelope is not None and entry.envelope.step == "intake.parse"
-    assert (entry.job_id, entry.chunk_id, entry.job, entry.chunk) == (None, None, None, None)
-    assert "aggregate liability" not in entry.model_dump_json()
+    # THEN the message's fields are shown, its error, failed step and attempts filled in
+    assert entry.queue == "intake" and entry.moved_by == "pipeline"
+    assert entry.payload == json.loads(body)
+    assert entry.error_code == "input.document_forbidden"
+    assert entry.failed_step == "intake.load" and entry.attempts == 1
+    # AND it can be matched to the MessageId that send-message returned
+    assert entry.source_message_id == "m-sent-1"
+    assert (entry.job_id, entry.chunk_id, entry.job, entry.chunk, entry.body) == (None, None, None, None, None)
+
+
+def test_dlq_list_shows_an_intake_body_by_size_of_its_text_and_show_gives_it_on_request():
+    # GIVEN an intake message holding a whole contract, dead-lettered without a key (e.g. by hand)
+    world = FakeWorld()
+    body = json.dumps({"schema_version": 1, "document": {"text": TEXT}, "document_id": "nda-1"})
+    world.queues.dead_letter(Queue.INTAKE, body, ErrorEnvelope.of("input.invalid", "x", step="intake.parse"),
+                             source_message_id="m-7")
+    # WHEN listed
+    [entry] = ops.dlq_list(world.deps)
+    # THEN the text is replaced by its length, never shown
+    assert entry.payload == {"schema_version": 1, "document": {"text_chars": len(TEXT)}, "document_id": "nda-1"}
+    assert "aggregate liability" not in entry.model_dump_json() and entry.body is None
+    # AND `dlq show --body` gives the whole message back (a user's own message is theirs to see)
+    shown = ops.dlq_show(world.deps, entry.message_id, with_body=True)
+    assert shown is not None and shown.body == body
+
+
+def test_dlq_list_of_an_intake_message_sqs_moved():
+    # GIVEN a valid submission that SQS moved to the intake DLQ after maxReceiveCount receives
+    # (intake kept failing on a transient error): no envelope, the original MessageId kept
+    world = FakeWorld()
+    body = json.dumps({"schema_version": 1, "document": {"text": TEXT}, "idempotency_key": "k-9"})
+    world.queues.sent[Queue.INTAKE_DLQ].append(Sent(body, message_id="orig-id", sent_at=world.clock()))
+    # WHEN listed
+    [entry] = ops.dlq_list(world.deps)
+    # THEN it says SQS moved it, after how many receives, in which step, and which job it would be
+    assert (entry.moved_by, entry.attempts, entry.failed_step) == ("sqs", SETTINGS.profile.max_receive_count,
+                                                                  "intake")
+    assert entry.source_message_id == "orig-id" and entry.error_code is None
+    assert entry.job_id == job_id_for("k-9") and entry.job == {"state": None, "error_code": None}
 
 
 def test_intake_dead_letter_names_its_failed_step():
@@ -365,7 +435,8 @@ def test_dlq_show_finds_a_message_by_id():
     # THEN each is the matching entry; an unknown id is None
     assert shown_analysis is not None and shown_analysis.queue == "analysis"
     assert shown_analysis.chunk_id == records[0].chunk_id
-    assert shown_intake is not None and shown_intake.queue == "intake" and shown_intake.payload == {"chars": 9}
+    assert shown_intake is not None and shown_intake.queue == "intake"
+    assert shown_intake.payload == {"unparsed": True, "chars": 9}
     assert ops.dlq_show(world.deps, "no-such-message") is None
 
 
@@ -383,7 +454,9 @@ def test_submit_small_document_inline():
     job_id = ops.submit(world.deps, TEXT)
     # THEN the job id is derived from the document hash and the text travels inline
     assert job_id == job_id_for(document_hash(TEXT))
-    assert sent_intake(world) == {"schema_version": 1, "document": {"text": TEXT}, "metadata": {}}
+    # AND the key is sent explicitly, so intake records even a failure under this very job id
+    assert sent_intake(world) == {"schema_version": 1, "document": {"text": TEXT}, "metadata": {},
+                                  "idempotency_key": document_hash(TEXT)}
     assert world.artifacts.objects == {}
 
 
@@ -450,3 +523,20 @@ def test_submit_threshold_counts_characters_and_utf8_bytes(text, claim_check):
     else:
         assert document == {"text": text}
         assert world.artifacts.objects == {}
+
+
+@pytest.mark.parametrize("text,document_id,code", [
+    ("   \n ", "blank.txt", "input.empty_document"),
+    (TEXT, "my contract (v2).txt", "input.invalid"),  # a file name that is not a valid document_id
+], ids=["blank-document", "invalid-document-id"])
+def test_a_submission_that_intake_rejects_fails_under_the_job_id_submit_returned(text, document_id, code):
+    # GIVEN a document intake will reject
+    world = FakeWorld()
+    # WHEN it is submitted and intake handles the message
+    job_id = ops.submit(world.deps, text, document_id=document_id)
+    result = handle_intake(world.deps, world.queues.sent[Queue.INTAKE][0].body, "m-1")
+    # THEN the failure is recorded on the job id the submitter is waiting for, never lost in the DLQ
+    assert (result.job_id, result.state) == (job_id, "failed")
+    job = world.jobs.get(job_id)
+    assert job is not None and job.error_code == code and job.document_id == document_id
+    assert world.queues.sent[Queue.INTAKE_DLQ] == []

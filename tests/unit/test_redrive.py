@@ -289,23 +289,55 @@ def test_dlq_redrive_redrives_a_chunk_once_however_many_copies_are_in_the_dlq():
         (first, "redriven (1 chunk(s) sent)"), (second, "dropped (chunk already redriven)")]
 
 
-def test_dlq_redrive_resends_intake_messages_to_the_intake_queue():
-    # GIVEN the intake DLQ holds a body intake rejected (no key to record it under) and a valid
-    # submission that SQS moved there after intake kept failing on a transient error
+def test_dlq_redrive_resends_intake_messages_but_skips_permanent_input_errors():
+    # GIVEN the intake DLQ holds a body intake rejected (input.invalid, no key to record it under) and a
+    # valid submission that SQS moved there after intake kept failing on a transient error
     world = small_chunk_world()
     assert handle_intake(world.deps, "{not json", "m-bad").state == "rejected"
     world.queues.sent[Queue.INTAKE_DLQ].append(Sent(INTAKE_BODY, sent_at=world.clock()))
     rejected, moved = (s.message_id for s in world.queues.sent[Queue.INTAKE_DLQ])
     # WHEN the DLQ is redriven
     done = dlq_redrive(world.deps)
-    # THEN both bodies are re-sent unchanged to the intake queue and deleted from its DLQ
-    assert done == [Redriven(message_id=rejected, queue="intake", action="resent"),
-                    Redriven(message_id=moved, queue="intake", action="resent")]
-    assert [s.body for s in world.queues.sent[Queue.INTAKE]] == ["{not json", INTAKE_BODY]
-    assert world.queues.sent[Queue.INTAKE_DLQ] == []
+    # THEN the moved submission is re-sent unchanged and leaves the DLQ
+    assert done[1] == Redriven(message_id=moved, queue="intake", action="resent")
+    assert [s.body for s in world.queues.sent[Queue.INTAKE]] == [INTAKE_BODY]
+    # AND the permanent input error is not resent: skipped with the reason, left in the DLQ, visible again
+    assert (done[0].message_id, done[0].skipped) == (rejected, True)
+    assert done[0].action.startswith("skipped: input.invalid is a permanent input error") and "--force" in done[0].action
+    assert [s.message_id for s in world.queues.sent[Queue.INTAKE_DLQ]] == [rejected]
+    assert world.queues.visibility == [(Queue.INTAKE_DLQ, rejected, 0)]
     assert world.queues.analysis() == [] and world.jobs.log == []
     # AND the re-sent submission starts the job when intake gets it
-    assert handle_intake(world.deps, world.queues.sent[Queue.INTAKE][1].body, "m-2").state == "running"
+    assert handle_intake(world.deps, world.queues.sent[Queue.INTAKE][0].body, "m-2").state == "running"
+
+
+def test_dlq_redrive_with_force_resends_a_permanent_input_error():
+    # GIVEN an s3_uri submission without a key that failed with input.document_missing (intake DLQ)
+    world = small_chunk_world()
+    body = json.dumps({"schema_version": 1, "document": {"s3_uri": f"s3://{SETTINGS.bucket}/uploads/late.txt"}})
+    assert handle_intake(world.deps, body, "m-1").state == "rejected"
+    (dead,) = world.queues.sent[Queue.INTAKE_DLQ]
+    # WHEN the document is uploaded after all and the message redriven with force
+    world.artifacts.put_text("uploads/late.txt", TEXT)
+    done = dlq_redrive(world.deps, {dead.message_id}, force=True)
+    # THEN it is resent, saying so, and leaves the DLQ; this time intake takes it in
+    assert done == [Redriven(message_id=dead.message_id, queue="intake",
+                             action="resent (--force: it failed with input.document_missing before)")]
+    assert world.queues.sent[Queue.INTAKE_DLQ] == []
+    assert handle_intake(world.deps, world.queues.sent[Queue.INTAKE][0].body, "m-2").state == "running"
+
+
+def test_dlq_redrive_of_one_message_makes_the_others_visible_again():
+    # GIVEN two submissions that SQS moved to the intake DLQ
+    world = small_chunk_world()
+    world.queues.sent[Queue.INTAKE_DLQ] += [Sent(INTAKE_BODY), Sent(INTAKE_BODY.replace("1", "1 "))]
+    first, second = (s.message_id for s in world.queues.sent[Queue.INTAKE_DLQ])
+    # WHEN only the first is redriven
+    done = dlq_redrive(world.deps, {first})
+    # THEN it alone is resent; the second, received along the way, is made visible at once
+    assert [d.message_id for d in done] == [first]
+    assert [s.message_id for s in world.queues.sent[Queue.INTAKE_DLQ]] == [second]
+    assert world.queues.visibility == [(Queue.INTAKE_DLQ, second, 0)]
 
 
 def test_dlq_redrive_resends_results_past_fifo_deduplication():

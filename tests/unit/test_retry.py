@@ -13,7 +13,15 @@ from hypothesis import strategies as st
 
 from contract_review.config import PROFILES, RetryPolicy
 from contract_review.errors import LeaseLost, ReviewError
-from contract_review.retry import Retrier, RetryBudget, RetryGiveUp, RetryStats, backoff_delay
+from contract_review.retry import (
+    Retrier,
+    RetryBudget,
+    RetryGiveUp,
+    RetryStats,
+    backoff_delay,
+    requeue_delay_s,
+    tier2_backoff_s,
+)
 
 FAST = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
@@ -274,23 +282,52 @@ def test_aws_calls_are_classified_as_aws_and_not_counted_as_model_calls():
 
 
 def test_no_time_left_raises_time_exhausted_without_sleeping():
-    # GIVEN a Lambda clock that cannot fit another attempt
+    # GIVEN a Lambda clock that fits one more call, but not a 2 s sleep before another
     asked: list[float] = []
 
     def has_time(seconds: float) -> bool:
         asked.append(seconds)
-        return False
+        return seconds < 1.0
 
     retrier, slept = make_retrier(PROFILES["prod"].model_retry, has_time=has_time)
     fn = Script([throttle(2.0), "ok"])
     # WHEN a transient failure would be retried
     with pytest.raises(ReviewError) as info:
         retrier.call(fn, step="analyst.score")
-    # THEN the chunk is handed back as runtime.time_exhausted; no sleep, no budget spent
-    assert info.value.envelope.error_code == "runtime.time_exhausted"
-    assert info.value.envelope.retryable
+    # THEN the chunk is handed back as runtime.time_exhausted, naming the error that ate the time;
+    # no sleep, no budget spent
+    env = info.value.envelope
+    assert (env.error_code, env.cause_code, env.http_status) == ("runtime.time_exhausted", "model.throttled", 429)
+    assert env.retryable
     assert fn.calls == 1 and slept == [] and retrier.budget.spent == 0
-    assert asked and asked[0] >= 2.0  # it asked about the delay it was about to sleep
+    assert asked == [0, 2.0]  # before the call; then about the delay it was about to sleep
+
+
+def test_time_is_checked_before_every_model_call():
+    # GIVEN a Lambda clock with room for exactly two calls
+    left = {"calls": 2}
+
+    def has_time(seconds: float) -> bool:
+        return left["calls"] > 0 and seconds == 0
+
+    def call() -> str:
+        left["calls"] -= 1
+        return "ok"
+
+    retrier, slept = make_retrier(PROFILES["prod"].model_retry, has_time=has_time)
+    # WHEN three calls are made THEN the first two run and the third is never started
+    assert retrier.call(call, step="liability.locate") == "ok"
+    assert retrier.call(call, step="liability.assess") == "ok"
+    with pytest.raises(ReviewError) as info:
+        retrier.call(call, step="disputes.locate")
+    env = info.value.envelope
+    assert (env.error_code, env.cause_code, env.step) == ("runtime.time_exhausted", None, "disputes.locate")
+    assert retrier.stats.calls == 2 and left["calls"] == 0 and slept == []
+
+
+def test_aws_calls_are_not_held_to_the_model_call_time_check():
+    retrier, _ = make_retrier(PROFILES["prod"].tool_retry, has_time=lambda _s: False)
+    assert retrier.call(Script(["ok"]), step="jobs.put", model_call=False) == "ok"
 
 
 def test_check_stops_before_the_next_attempt():
@@ -418,3 +455,47 @@ def test_property_at_most_one_repair(bad):
         assert bad >= 2 and exc.envelope.error_code == "model.output_invalid"
     assert len(step.hints) == min(bad, 1) + 1
     assert retrier.stats.repairs == min(bad, 1)
+
+
+# --- after tier 1: the tier-2 backoff and the backpressure requeue delay ------------------------------
+
+@pytest.mark.parametrize("rng", [MinRandom(), MaxRandom()], ids=["shortest", "longest"])
+def test_prod_tier2_backoffs_span_minutes_so_a_two_minute_outage_uses_no_poison_budget(rng):
+    prod = PROFILES["prod"]
+    # GIVEN the backoffs before each retry the poison budget allows (failures 1 .. budget-1)
+    backoffs = [tier2_backoff_s(prod, f, rng) for f in range(1, prod.poison_budget)]
+    # THEN they double from half a minute to a few minutes, and even the shortest draw keeps the
+    # budget's last attempt more than two minutes after its first
+    assert backoffs == ([15, 30, 60, 120] if isinstance(rng, MinRandom) else [30, 60, 120, 240])
+    assert sum(backoffs) > 120
+    assert max(backoffs) <= min(prod.tier2_backoff_max_s, prod.analysis_visibility_s)
+
+
+@FAST
+@given(failures=st.integers(1, 200), seed=st.integers(0, 2**32), name=st.sampled_from(sorted(PROFILES)))
+def test_tier2_backoff_is_whole_seconds_within_the_queue_limits(failures, seed, name):
+    p = PROFILES[name]
+    back = tier2_backoff_s(p, failures, random.Random(seed))
+    ceiling = min(p.tier2_backoff_max_s, p.tier2_backoff_base_s * 2 ** (failures - 1))
+    assert isinstance(back, int) and 1 <= back <= min(p.analysis_visibility_s, 43200)
+    assert ceiling / 2 <= back <= max(1, ceiling) + 1  # rounded up to whole seconds
+
+
+@FAST
+@given(streak=st.integers(0, 60), seed=st.integers(0, 2**32), name=st.sampled_from(sorted(PROFILES)),
+       retry_after=st.one_of(st.none(), st.floats(0.0, 2000.0)))
+def test_a_backpressure_requeue_is_never_immediate_and_never_longer_than_sqs_allows(streak, seed, name, retry_after):
+    p = PROFILES[name]
+    delay = requeue_delay_s(p, streak, random.Random(seed), retry_after)
+    assert isinstance(delay, int) and 1 <= delay <= p.throttle_max_delay_s <= 900
+    if retry_after is not None and retry_after <= p.throttle_max_delay_s:
+        assert delay >= retry_after  # the provider's hint is a floor
+
+
+def test_the_local_requeue_delay_rounds_up_not_to_zero():
+    # GIVEN the local profile, whose first ceiling is a fraction of a second (model cap 0.2 s)
+    local = PROFILES["local"]
+    # THEN the delay is whole seconds, at least one, growing to the local ceiling
+    assert [requeue_delay_s(local, n, MinRandom()) for n in range(6)] == [1, 1, 1, 1, 1, 1]
+    assert [requeue_delay_s(local, n, MaxRandom()) for n in range(6)] == [1, 1, 1, 2, 2, 2]
+    assert [requeue_delay_s(PROFILES["prod"], n, MaxRandom()) for n in range(7)] == [30, 60, 120, 240, 480, 900, 900]

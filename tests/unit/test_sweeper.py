@@ -20,6 +20,7 @@ from contract_review.records import (
     ChunkStatus,
     JobFailure,
     JobState,
+    ReleaseReason,
 )
 from contract_review.redrive import reopen
 from contract_review.sweeper import sweep
@@ -471,3 +472,125 @@ def test_a_job_that_progressed_within_the_stall_period_is_not_reconciled():
     # THEN its pending chunks are not re-sent (their messages are presumably still in the queue)
     assert report.reconciled == [] and world.queues.analysis() == []
     assert world.jobs.get(job_id).updated_at == updated_at  # type: ignore[union-attr]
+
+
+# --- function timeouts are not crashes --------------------------------------------------------------
+
+INVOCATION = 20.0  # the claiming Lambda's timeout (local profile worker_timeout_s)
+
+
+def invocation_claims(world: FakeWorld, job_id: str, chunk_id: str, *, beats_until: float) -> float:
+    """A Lambda invocation (20 s) claims the chunk and heartbeats every lease/3 until `beats_until`
+    seconds into it, then vanishes (killed at its timeout, or crashed). Returns its deadline."""
+    deadline = world.clock() + INVOCATION
+    claim = world.claims.claim(job_id, chunk_id, "lambda-a", LEASE, 1, deadline_at=deadline)
+    assert claim.won and claim.record is not None and claim.record.deadline_at == deadline
+    start = world.clock()
+    while world.clock() + LEASE / 3 <= start + beats_until:
+        world.clock.advance(LEASE / 3)
+        assert world.claims.heartbeat(job_id, chunk_id, claim.fence, LEASE)
+    world.clock.advance(start + beats_until - world.clock())
+    return deadline
+
+
+def test_a_lease_that_lapsed_after_the_invocations_deadline_is_released_without_a_failure():
+    # GIVEN an invocation that worked on chunk 1 until Lambda killed it at its 20 s timeout
+    world = small_chunk_world()
+    job_id, ids = start_job(world)
+    invocation_claims(world, job_id, ids[1], beats_until=INVOCATION)
+    world.clock.advance(LEASE + 0.5)  # its lease lapses a little after the deadline
+    # WHEN the sweeper runs
+    report = sweep(world.deps)
+    # THEN the chunk is released as backpressure (out of time): no failure, a delayed fresh message
+    assert report.timed_out == [ids[1]] and report.requeued == [] and report.dead_lettered == []
+    assert report.backpressure_requeues == 1
+    rec = world.claims.get(job_id, ids[1])
+    assert rec is not None and rec.status is ChunkStatus.PENDING and rec.failures == 0
+    assert (rec.release_reason, rec.backpressure_requeues) == (ReleaseReason.BACKPRESSURE, 1)
+    assert rec.last_error is not None and rec.last_error.error_code == "runtime.time_exhausted"
+    # (the job also stalled meanwhile: its never-claimed chunks were re-sent by the reconciler, not chunk 1)
+    (sent,) = [m for m in world.queues.sent[Queue.ANALYSIS] if ids[1] in m.body]
+    msg = AnalysisMessage.model_validate_json(sent.body)
+    assert (msg.chunk_id, msg.reason, msg.attempt) == (ids[1], "runtime.time_exhausted", 1) and sent.delay_s >= 1
+    assert events_of(world, job_id, "chunk.requeued")[0]["reason"] == "runtime.time_exhausted"
+    assert world.jobs.get(job_id).requeues == 1  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize("died_at", [0.5, INVOCATION - LEASE])
+def test_a_lease_that_lapsed_well_before_the_deadline_is_a_crash_and_counts(died_at):
+    # GIVEN an invocation that crashed `died_at` seconds in, long before its 20 s deadline
+    world = small_chunk_world()
+    job_id, ids = start_job(world)
+    invocation_claims(world, job_id, ids[1], beats_until=died_at)
+    world.clock.advance(LEASE + 0.5)
+    # WHEN the sweeper runs THEN it is a lost worker: one failure counted, requeued at once
+    report = sweep(world.deps)
+    assert report.requeued == [ids[1]] and report.timed_out == []
+    rec = world.claims.get(job_id, ids[1])
+    assert rec is not None and rec.failures == 1 and rec.release_reason is ReleaseReason.WORKER_LOST
+    assert rec.last_error is not None and rec.last_error.error_code == "runtime.worker_lost"
+    assert world.jobs.get(job_id).requeues == 0  # type: ignore[union-attr]
+
+
+def test_function_timeouts_without_progress_end_at_the_backpressure_deadline():
+    # GIVEN a chunk whose invocations keep reaching their timeout without checkpointing anything
+    world = small_chunk_world(backpressure_deadline_s=60.0)
+    job_id, ids = start_job(world)
+    outcomes: list[tuple[list[str], list[str]]] = []
+    for _ in range(10):
+        invocation_claims(world, job_id, ids[0], beats_until=INVOCATION)
+        world.clock.advance(LEASE + 0.5)
+        report = sweep(world.deps)
+        outcomes.append((report.timed_out, report.dead_lettered))
+        world.queues.drain(Queue.ANALYSIS)
+        if report.dead_lettered:
+            break
+    # THEN none of them counted as a failure until the deadline, then the chunk was dead-lettered
+    timed_out = [o for o in outcomes if o[0]]
+    assert outcomes[-1] == ([], [ids[0]]) and len(timed_out) == len(outcomes) - 1 >= 2
+    rec = world.claims.get(job_id, ids[0])
+    assert rec is not None and rec.status is ChunkStatus.DEAD_LETTERED and rec.failures == 1
+    (dlq,) = world.queues.sent[Queue.ANALYSIS_DLQ]
+    env = ErrorEnvelope.model_validate_json(dlq.attributes["envelope"])
+    assert (env.error_code, env.cause_code) == ("runtime.backpressure_exhausted", "runtime.time_exhausted")
+    assert f"{len(timed_out)} requeue(s)" in env.message
+
+
+# --- the reconciler and chunks whose message is on its way --------------------------------------------
+
+def test_the_reconciler_does_not_resend_chunks_whose_requeue_is_on_its_way():
+    # GIVEN a stalled job: chunk 0 throttled (released as backpressure, its delayed message on the
+    # way), chunk 1 failed an attempt (tier 2: the same message comes back), chunk 2 never claimed,
+    # chunk 3 released as backpressure longer ago than the stall period (its message must be lost)
+    world = small_chunk_world()
+    job_id, ids = start_job(world)
+    env = ErrorEnvelope.of("model.throttled", "429")
+
+    def release(chunk_id: str, reason: ReleaseReason) -> None:
+        c = world.claims.claim(job_id, chunk_id, "w", LEASE, 1)
+        assert world.claims.release(job_id, chunk_id, c.fence, AttemptStats(), env, failure=False, reason=reason)
+
+    release(ids[3], ReleaseReason.BACKPRESSURE)
+    world.clock.advance(STALL + 1)
+    release(ids[0], ReleaseReason.BACKPRESSURE)
+    release(ids[1], ReleaseReason.RETRY)
+    # WHEN the sweeper runs
+    report = sweep(world.deps)
+    # THEN only the chunks without a message on its way get a fresh one; the stalled job is counted
+    assert report.stalled_jobs == 1 and report.reconciled == [job_id]
+    assert sorted(m.chunk_id for m in world.queues.analysis()) == [ids[2], ids[3]]
+    assert events_of(world, job_id, "job.reconciled") == [{"results_resent": 0, "chunks_requeued": 2, "by": "sweeper"}]
+
+
+def test_each_sweep_reports_how_many_stalled_jobs_it_found():
+    # GIVEN a running job with pending chunks
+    world = small_chunk_world()
+    start_job(world)
+    # THEN it is not stalled at first, is counted once idle for the stall period, and not again
+    # until another stall period has passed (the sweep touched it)
+    assert sweep(world.deps).stalled_jobs == 0
+    world.clock.advance(STALL + 1)
+    assert sweep(world.deps).stalled_jobs == 1
+    assert sweep(world.deps).stalled_jobs == 0
+    world.clock.advance(STALL + 1)
+    assert sweep(world.deps).stalled_jobs == 1

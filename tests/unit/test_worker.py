@@ -5,23 +5,25 @@ from __future__ import annotations
 
 import json
 import random
+import re
 from collections import Counter
 
 import pytest
 from botocore.exceptions import ClientError
 
 from contract_review.analysts import ChunkFindings, analysts_for
+from contract_review.config import PROFILES
 from contract_review.errors import ErrorEnvelope, Tier2
 from contract_review.intake import handle_intake
 from contract_review.messages import AnalysisMessage
 from contract_review.model_clients import ModelRequest, ModelResponse
 from contract_review.offline_model import OfflineRuleModel
 from contract_review.ports import Queue
-from contract_review.records import AttemptStats, ChunkStatus, JobState
+from contract_review.records import AttemptStats, ChunkStatus, JobState, ReleaseReason
 from contract_review.worker import ChunkWorker, Delivery
 
 from ..texts import TEXT
-from .fakes import FakeWorld
+from .fakes import SETTINGS, FakeWorld
 
 ANALYSTS = len(analysts_for(11))
 
@@ -185,8 +187,14 @@ def test_running_out_of_lambda_time_hands_back_at_once_without_a_model_call(worl
     assert model.total == 0
     (fresh,) = world.queues.analysis()
     assert (fresh.reason, fresh.requeues) == ("runtime.time_exhausted", 1)
-    assert world.queues.sent[Queue.ANALYSIS][0].delay_s == 0
-    assert world.claims.get(job_id, msg.chunk_id).failures == 0
+    # nothing was saved: not a failure, but it comes back after a delay (a handoff without progress
+    # must not spin) and starts the chunk's backpressure streak
+    assert world.queues.sent[Queue.ANALYSIS][0].delay_s >= 1
+    record = world.claims.get(job_id, msg.chunk_id)
+    assert record is not None and record.failures == 0
+    assert (record.release_reason, record.backpressure_since, record.backpressure_requeues) == \
+        (ReleaseReason.BACKPRESSURE, world.clock(), 1)
+    assert world.jobs.get(job_id).requeues == 1
 
 
 # ------------------------------------------------------------------------------ tier 2 and the poison budget
@@ -203,9 +211,12 @@ def test_a_transient_failure_goes_to_tier_2_with_a_short_backoff(world):
     record = world.claims.get(job_id, msg.chunk_id)
     assert record is not None and record.status is ChunkStatus.PENDING and record.failures == 1
     assert record.last_error is not None and record.last_error.error_code == "model.unavailable"
-    # the visibility was shortened to the tier-2 backoff instead of the full timeout
-    assert world.queues.visibility[-1] == (Queue.ANALYSIS, "rh-1", int(world.settings.profile.tier2_backoff_base_s))
+    # the visibility was shortened to the first tier-2 backoff instead of the full timeout
+    base = world.settings.profile.tier2_backoff_base_s
+    ((queue, handle, seconds),) = world.queues.visibility
+    assert (queue, handle) == (Queue.ANALYSIS, "rh-1") and base / 2 <= seconds <= base
     assert "chunk.retry" in world.jobs.types(job_id) and world.queues.results() == []
+    assert record.release_reason is ReleaseReason.RETRY and world.jobs.get(job_id).requeues == 0
 
 
 def test_the_last_allowed_failure_dead_letters_the_chunk_with_its_envelope(world):
@@ -306,3 +317,331 @@ def test_a_message_whose_chunk_is_held_by_a_live_lease_is_a_duplicate(world):
     model = ScriptedModel()
     outcome = _worker(world, model).handle(msg, _delivery(receive_count=2))
     assert outcome.action == "duplicate" and outcome.detail["claimed_by"] == "owner" and model.total == 0
+
+
+# ------------------------------------------------------------------------------ time, outages, backpressure
+# Several deliveries of one chunk in fake time: the queue is the fakes' lists, the clock is the world's.
+
+class MinRandom(random.Random):
+    """Every jittered delay at its shortest: the worst case for outages (retries come back soonest)."""
+
+    def uniform(self, a: float, b: float) -> float:
+        return a
+
+
+def _world(**profile: object) -> FakeWorld:
+    return FakeWorld(settings=SETTINGS.model_copy(update={"profile": SETTINGS.profile.model_copy(update=profile)}))
+
+
+def _timed_worker(world: FakeWorld, model: ScriptedModel, rng: random.Random | None = None) -> ChunkWorker:
+    """A worker whose tier-1 sleeps pass fake time, with the profile's own time margins."""
+    return ChunkWorker(world.deps, model, rng=rng or random.Random(3), sleep=world.clock.advance)
+
+
+def drive(world: FakeWorld, worker: ChunkWorker, msg: AnalysisMessage, *, timeout_s: float | None = None,
+          limit: int = 500) -> list[str]:
+    """Deliver `msg`, then every message the worker sends for the chunk, until none is left; return
+    each delivery's action (`tier2` for a batch-item failure). A fresh message arrives after its
+    delay, a tier-2 record after its backoff; each delivery gets `timeout_s` of Lambda time."""
+    actions: list[str] = []
+    receive = 1
+    for _ in range(limit):
+        deadline = world.clock() + timeout_s if timeout_s is not None else None
+        delivery = Delivery(message_id="mid", receipt_handle="rh", receive_count=receive,
+                            visibility_s=world.settings.profile.analysis_visibility_s,
+                            remaining_ms=None if deadline is None else
+                            (lambda d=deadline: int((d - world.clock()) * 1000)))
+        try:
+            actions.append(worker.handle(msg, delivery).action)
+        except Tier2:
+            actions.append("tier2")
+            world.clock.advance(world.queues.visibility[-1][2])  # the same message, after its backoff
+            receive += 1
+            continue
+        sent = world.queues.drain(Queue.ANALYSIS)
+        if not sent:
+            return actions
+        (fresh,) = sent
+        world.clock.advance(fresh.delay_s)
+        msg, receive = AnalysisMessage.model_validate_json(fresh.body), 1
+    raise AssertionError(f"the chunk was still going after {limit} deliveries: {Counter(actions)}")
+
+
+class SlowModel(ScriptedModel):
+    """Every call takes `seconds` of fake time; records whether a call outlived its invocation."""
+
+    def __init__(self, world: FakeWorld, seconds: float, **kw: object):
+        super().__init__(**kw)  # type: ignore[arg-type]  # ScriptedModel's own keywords
+        self.world, self.seconds = world, seconds
+        self.deadlines: list[float] = []  # set by the test: the current invocation's deadline
+
+    def invoke(self, request: ModelRequest) -> ModelResponse:
+        self.world.clock.advance(self.seconds)
+        assert not self.deadlines or self.world.clock() <= self.deadlines[-1], "a call outlived its invocation"
+        return super().invoke(request)
+
+
+def test_a_chunk_whose_every_call_takes_over_a_third_of_the_invocation_completes_across_invocations():
+    # GIVEN a 20 s Lambda and model calls that each take 6.8 s (more than a third of it), within
+    # their 7 s timeout
+    world = _world(worker_timeout_s=20, model_call_timeout_s=7)
+    job_id, msg = _job(world)
+    model = SlowModel(world, 6.8)
+    # WHEN every message the worker sends for the chunk is delivered, each with 20 s of Lambda time
+    actions = drive(world, _timed_worker(world, model), msg, timeout_s=20)
+    # THEN the chunk finished done without a single failure
+    record = world.claims.get(job_id, msg.chunk_id)
+    assert record is not None and record.status is ChunkStatus.DONE and record.failures == 0
+    # across several invocations (one analyst each: no second analyst fits 20 - 2 x 6.8 s), each handing
+    # back through its checkpoints at once
+    analysts = len(analysts_for(11))
+    assert actions == ["requeued"] * (analysts - 1) + ["done"]
+    assert {s.delay_s for s in world.queues.sent[Queue.ANALYSIS]} == set()  # drained; delays checked below
+    requeued = [e.detail for e in world.jobs.events(job_id) if e.type == "chunk.requeued"]
+    assert [(d["reason"], d["delay_s"]) for d in requeued] == [("runtime.time_exhausted", 0)] * (analysts - 1)
+    # AND every analyst's model calls were made exactly once: nothing was lost and redone
+    assert set(model.calls.values()) == {1} and record.n_calls == model.total
+    assert {a for a, _ in model.calls} == {s.name for s in analysts_for(11)}
+    assert world.jobs.get(job_id).requeues == analysts - 1
+    assert [r.status for r in world.queues.results()] == [ChunkStatus.DONE]
+
+
+def test_no_model_call_outlives_its_invocation():
+    # GIVEN calls that take their whole 7 s timeout, in a 20 s Lambda
+    world = _world(worker_timeout_s=20, model_call_timeout_s=7)
+    job_id, msg = _job(world)
+    model = SlowModel(world, 7.0)
+    start = world.clock()
+    model.deadlines.append(start + 20)
+    # WHEN one invocation works on the chunk
+    outcome = _timed_worker(world, model).handle(
+        msg, Delivery("mid", "rh", 1, 120, remaining_ms=lambda: int((start + 20 - world.clock()) * 1000)))
+    # THEN it made the calls that fit (SlowModel asserts none ended past the deadline) and handed back
+    assert outcome.action == "requeued" and model.total in (1, 2)
+    record = world.claims.get(job_id, msg.chunk_id)
+    assert record is not None and len(record.checkpoints) == 1 and record.failures == 0
+    assert record.deadline_at is None  # released: no invocation holds it
+
+
+def test_the_claim_records_the_invocations_deadline(world):
+    job_id, msg = _job(world)
+    seen = {}
+
+    class Peek(ScriptedModel):
+        def invoke(self, request: ModelRequest) -> ModelResponse:
+            seen.setdefault("record", world.claims.get(job_id, msg.chunk_id))
+            return super().invoke(request)
+
+    _worker(world, Peek()).handle(msg, _delivery(remaining_ms=20_000))
+    assert seen["record"].deadline_at == world.clock() + 20.0
+
+
+
+@pytest.mark.parametrize("remaining_ms", [None, 10**9], ids=["none", "unbounded"])
+def test_a_worker_without_a_function_timeout_records_no_deadline(remaining_ms):
+    # GIVEN the Fargate poller's delivery: no remaining time, or an unbounded one before SIGTERM
+    world = FakeWorld()
+    job_id, msg = _job(world)
+    seen = {}
+
+    class Peek(ScriptedModel):
+        def invoke(self, request: ModelRequest) -> ModelResponse:
+            seen.setdefault("record", world.claims.get(job_id, msg.chunk_id))
+            return super().invoke(request)
+
+    delivery = Delivery("m", "rh", 1, 30) if remaining_ms is None else \
+        Delivery("m", "rh", 1, 30, remaining_ms=lambda: remaining_ms)
+    # WHEN it works on a chunk THEN the claim carries no deadline and nothing stops the work
+    assert _worker(world, Peek()).handle(msg, delivery).action == "done"
+    assert seen["record"].deadline_at is None
+
+
+def test_time_running_out_after_transient_errors_with_nothing_saved_is_a_failed_attempt():
+    # GIVEN a 20 s Lambda whose first analyst's locate call fails with 5xx twice (the retries eat the time)
+    world = _world(worker_timeout_s=20, model_call_timeout_s=7)
+    job_id, msg = _job(world)
+    first = analysts_for(11)[0].name
+    model = SlowModel(world, 6.8, fail={(first, "locate"): [_error("ServiceUnavailableException", 503)] * 2})
+    start = world.clock()
+    delivery = Delivery("mid", "rh", 1, 120, remaining_ms=lambda: int((start + 20 - world.clock()) * 1000))
+    # WHEN the invocation runs out of time before the analyst's assess call
+    with pytest.raises(Tier2) as info:
+        _timed_worker(world, model).handle(msg, delivery)
+    # THEN it counts as a failed attempt (tier 2), naming the error behind the lost time
+    env = info.value.envelope
+    assert (env.error_code, env.cause_code) == ("runtime.time_exhausted", "model.unavailable")
+    record = world.claims.get(job_id, msg.chunk_id)
+    assert record is not None and record.failures == 1 and record.checkpoints == {}
+    assert record.release_reason is ReleaseReason.RETRY and world.queues.analysis() == []
+    assert model.calls[(first, "assess")] == 0
+
+
+def test_time_running_out_after_errors_once_something_was_saved_is_a_handoff():
+    # GIVEN a 20 s Lambda, 2 s calls, and a 5xx (retried in tier 1) on the second analyst's locate
+    world = _world(worker_timeout_s=20, model_call_timeout_s=7)
+    job_id, msg = _job(world)
+    second = analysts_for(11)[1].name
+    model = SlowModel(world, 2.0, fail={(second, "locate"): [_error("ServiceUnavailableException", 503)]})
+    start = world.clock()
+    delivery = Delivery("mid", "rh", 1, 120, remaining_ms=lambda: int((start + 20 - world.clock()) * 1000))
+    # WHEN the invocation runs out of time after checkpointing the first analyst
+    outcome = _timed_worker(world, model).handle(msg, delivery)
+    # THEN it is a handoff: requeued, no failure, the checkpoint kept
+    assert outcome.action == "requeued" and outcome.detail["reason"] == "runtime.time_exhausted"
+    record = world.claims.get(job_id, msg.chunk_id)
+    assert record is not None and record.failures == 0 and set(record.checkpoints) == {analysts_for(11)[0].name, second}
+    assert outcome.stats.retries == Counter({"model.unavailable": 1}) and outcome.detail["delay_s"] == 0
+
+
+def test_a_two_minute_5xx_outage_dead_letters_nothing_with_the_prod_backoffs():
+    # GIVEN the prod profile, every jittered delay at its shortest, and a model failing with 5xx for
+    # the first two minutes
+    world = FakeWorld(settings=SETTINGS.model_copy(update={"profile": PROFILES["prod"]}))
+    job_id, msg = _job(world)
+    until = world.clock() + 120
+
+    class Outage(ScriptedModel):
+        def invoke(self, request: ModelRequest) -> ModelResponse:
+            self.calls[(request.analyst, request.step)] += 1
+            if world.clock() < until:
+                raise _error("ServiceUnavailableException", 503)
+            return self.inner.invoke(request)
+
+    model = Outage()
+    # WHEN the chunk's message is delivered again after each tier-2 backoff
+    actions = drive(world, _timed_worker(world, model, MinRandom()), msg)
+    # THEN the outage cost four failed attempts, all within the poison budget, and the chunk finished
+    assert actions == ["tier2"] * 4 + ["done"]
+    record = world.claims.get(job_id, msg.chunk_id)
+    assert record is not None and record.status is ChunkStatus.DONE
+    assert record.failures == 4 < PROFILES["prod"].poison_budget
+    assert [v[2] for v in world.queues.visibility] == [15, 30, 60, 120]
+    assert [e.detail["backoff_s"] for e in world.jobs.events(job_id) if e.type == "chunk.retry"] == [15, 30, 60, 120]
+    assert world.queues.sent[Queue.ANALYSIS_DLQ] == []
+    assert [r.status for r in world.queues.results()] == [ChunkStatus.DONE]
+
+
+def test_the_same_outage_lasting_past_the_budget_dead_letters_the_chunk():
+    # GIVEN the prod profile and a model failing with 5xx for ten minutes
+    world = FakeWorld(settings=SETTINGS.model_copy(update={"profile": PROFILES["prod"]}))
+    job_id, msg = _job(world)
+    model = ScriptedModel(always=_error("ServiceUnavailableException", 503))
+    # WHEN it is delivered until it settles THEN the fifth failed attempt dead-letters it (poison budget)
+    actions = drive(world, _timed_worker(world, model, MinRandom()), msg)
+    assert actions == ["tier2"] * 4 + ["dead_lettered"]
+    (dead,) = world.queues.sent[Queue.ANALYSIS_DLQ]
+    assert dead.attributes["error_code"] == "model.unavailable"
+
+
+def test_throttling_past_the_backpressure_deadline_dead_letters_with_its_own_code_after_a_bounded_number_of_requeues():
+    # GIVEN the local profile (backpressure deadline 20 s, requeue delays 1-2 s) and a model that
+    # throttles every call, without a Retry-After hint
+    world = FakeWorld()
+    p = world.settings.profile
+    job_id, msg = _job(world)
+    started = world.clock()
+    model = ScriptedModel(always=_error("ThrottlingException", 429))
+    # WHEN every requeued message is delivered after its delay
+    actions = drive(world, _timed_worker(world, model), msg)
+    # THEN the chunk was requeued (no failure) until its backpressure lasted the deadline, then
+    # dead-lettered once: a bounded number of requeues, at least a second apart
+    requeues = actions.count("requeued")
+    assert actions == ["requeued"] * requeues + ["dead_lettered"]
+    assert p.backpressure_deadline_s / p.throttle_max_delay_s <= requeues <= p.backpressure_deadline_s + 1
+    assert world.clock() - started >= p.backpressure_deadline_s
+    record = world.claims.get(job_id, msg.chunk_id)
+    assert record is not None and record.status is ChunkStatus.DEAD_LETTERED
+    assert record.backpressure_requeues == requeues and record.failures == 1  # the dead-lettering itself
+    (dead,) = world.queues.sent[Queue.ANALYSIS_DLQ]
+    env = ErrorEnvelope.model_validate_json(dead.attributes["envelope"])
+    assert (env.error_code, env.error_class.value, env.cause_code) == \
+        ("runtime.backpressure_exhausted", "permanent", "model.throttled")
+    assert f"{requeues} requeue(s)" in env.message and f"(deadline {p.backpressure_deadline_s:.0f} s)" in env.message
+    lasted = re.search(r"no progress for (\d+) s", env.message)
+    assert lasted is not None and int(lasted.group(1)) >= p.backpressure_deadline_s
+    assert (env.first_seen_at, env.last_seen_at) == (record.backpressure_since, world.clock())
+    # AND the job counted every requeue, and the aggregator hears the chunk is dead-lettered
+    assert world.jobs.get(job_id).requeues == requeues
+    assert [(r.status, r.error.error_code) for r in world.queues.results()] == \
+        [(ChunkStatus.DEAD_LETTERED, "runtime.backpressure_exhausted")]
+
+
+def test_prod_throttling_for_hours_keeps_requeueing_and_stops_at_six():
+    # GIVEN the prod profile and a model that throttles every call
+    world = FakeWorld(settings=SETTINGS.model_copy(update={"profile": PROFILES["prod"]}))
+    job_id, msg = _job(world)
+    started = world.clock()
+    model = ScriptedModel(always=_error("ThrottlingException", 429))
+    # WHEN it is throttled for as long as it takes to settle
+    actions = drive(world, _timed_worker(world, model), msg)
+    # THEN nothing failed for the first six hours: requeues with delays growing to 15 minutes
+    dead_at = world.queues.sent[Queue.ANALYSIS_DLQ][0].sent_at
+    assert dead_at - started >= 6 * 3600
+    delays = [e.detail["delay_s"] for e in world.jobs.events(job_id) if e.type == "chunk.requeued"]
+    assert delays[0] <= 30 and max(delays) == 900 and len(delays) == actions.count("requeued") < 40
+    assert world.claims.get(job_id, msg.chunk_id).last_error.error_code == "runtime.backpressure_exhausted"
+
+
+def test_progress_restarts_the_backpressure_deadline():
+    # GIVEN a chunk that was throttled (its streak started), then an attempt that checkpoints one analyst
+    world = FakeWorld()
+    job_id, msg = _job(world)
+    throttle = _error("ThrottlingException", 429)
+    assert _timed_worker(world, ScriptedModel(always=throttle)).handle(msg, _delivery()).action == "requeued"
+    first = world.claims.get(job_id, msg.chunk_id)
+    assert first is not None and first.backpressure_since == world.clock()
+    world.clock.advance(world.settings.profile.backpressure_deadline_s - 1)
+    second = analysts_for(11)[1].name
+    model = ScriptedModel({(second, "locate"): [throttle] * 10})
+    assert _timed_worker(world, model).handle(msg, _delivery()).action == "requeued"
+    # THEN the streak restarted at this requeue, so throttling goes on being backpressure
+    record = world.claims.get(job_id, msg.chunk_id)
+    assert record is not None and len(record.checkpoints) == 1
+    assert (record.backpressure_since, record.backpressure_requeues) == (world.clock(), 1)
+    world.clock.advance(5)
+    assert _timed_worker(world, ScriptedModel(always=throttle)).handle(msg, _delivery()).action == "requeued"
+
+
+@pytest.mark.parametrize("code", ["ProvisionedThroughputExceededException", "ThrottlingException", "SlowDown"])
+def test_aws_throttling_during_an_attempt_is_backpressure_not_failure(world, code):
+    # GIVEN DynamoDB/S3 throttling that outlasted botocore's retries on the second checkpoint write
+    job_id, msg = _job(world)
+    real_put = world.claims.put_checkpoint
+    writes = {"n": 0}
+
+    def throttled_put(*args: object, **kw: object) -> bool:
+        writes["n"] += 1
+        if writes["n"] == 2:
+            raise ClientError({"Error": {"Code": code, "Message": "slow down"},
+                               "ResponseMetadata": {"HTTPStatusCode": 400, "HTTPHeaders": {}}}, "PutItem")
+        return real_put(*args, **kw)  # type: ignore[arg-type]
+
+    world.claims.put_checkpoint = throttled_put  # type: ignore[method-assign]
+    # WHEN the worker handles the chunk
+    outcome = _worker(world, ScriptedModel()).handle(msg, _delivery())
+    # THEN the chunk is requeued with a delay like model throttling: no failure, the first checkpoint kept
+    assert outcome.action == "requeued" and outcome.detail["reason"] == "aws.throttled"
+    record = world.claims.get(job_id, msg.chunk_id)
+    assert record is not None and record.failures == 0 and len(record.checkpoints) == 1
+    (sent,) = world.queues.sent[Queue.ANALYSIS]
+    assert sent.delay_s >= 1 and record.last_error.error_code == "aws.throttled"
+
+
+def test_aws_throttling_before_the_claim_requeues_the_message_without_touching_the_chunk(world):
+    # GIVEN DynamoDB throttling the claim itself
+    job_id, msg = _job(world)
+
+    def throttled_claim(*args: object, **kw: object) -> object:
+        raise ClientError({"Error": {"Code": "ProvisionedThroughputExceededException", "Message": "x"},
+                           "ResponseMetadata": {"HTTPStatusCode": 400, "HTTPHeaders": {}}}, "UpdateItem")
+
+    world.claims.claim = throttled_claim  # type: ignore[method-assign, assignment]
+    model = ScriptedModel()
+    # WHEN the message is delivered
+    outcome = _worker(world, model).handle(msg, _delivery())
+    # THEN it is acknowledged and sent again after a delay; the chunk record is untouched
+    assert outcome.action == "requeued" and outcome.detail["reason"] == "aws.throttled" and model.total == 0
+    (sent,) = world.queues.sent[Queue.ANALYSIS]
+    fresh = AnalysisMessage.model_validate_json(sent.body)
+    assert sent.delay_s >= 1 and (fresh.requeues, fresh.attempt) == (1, msg.attempt)
+    assert world.claims.get(job_id, msg.chunk_id).fence == 0

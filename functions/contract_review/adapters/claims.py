@@ -23,13 +23,14 @@ from ..records import (
     ChunkRecord,
     ChunkStatus,
     ClaimResult,
+    ReleaseReason,
     checkpoint_key,
 )
 from .dynamo import Table, deserialize, is_conditional_failure, model_values, old_item, serialize, to_item
 
 OPEN = "open"  # value of the sparse `lease_bucket` attribute while a chunk is claimed
 LEASE_INDEX = "by-lease"  # infra/tables.py: CLAIMS_LEASE_INDEX
-_LEASE_ATTRS = "claimed_by, claim_expires_at, lease_bucket"
+_LEASE_ATTRS = "claimed_by, claim_expires_at, lease_bucket, deadline_at"
 
 
 def _key(job_id: str, chunk_id: str) -> dict[str, str]:
@@ -79,22 +80,29 @@ class DynamoClaims:
             yield ChunkRecord.model_validate(item)
 
     # ---------------------------------------------------------------- leases
-    def claim(self, job_id: str, chunk_id: str, owner: str, lease_s: float, receive_count: int) -> ClaimResult:
+    def claim(self, job_id: str, chunk_id: str, owner: str, lease_s: float, receive_count: int,
+              deadline_at: float | None = None) -> ClaimResult:
         """One conditional update: take the lease if free or lapsed, bump the fencing token."""
         now = self.clock()
+        values: dict[str, Any] = {
+            ":me": owner, ":exp": now + lease_s, ":open": OPEN, ":claimed": ChunkStatus.CLAIMED.value,
+            ":pending": ChunkStatus.PENDING.value, ":zero": 0, ":one": 1, ":now": now, ":rc": receive_count}
+        deadline = ", deadline_at = :dl " if deadline_at is not None else " "
+        if deadline_at is not None:
+            values[":dl"] = deadline_at
         try:
             r = self.claims.client.update_item(
                 TableName=self.claims.name, Key=serialize(_key(job_id, chunk_id)),
                 UpdateExpression=("SET claimed_by = :me, claim_expires_at = :exp, lease_bucket = :open, #st = :claimed, "
                                   "fence = if_not_exists(fence, :zero) + :one, claimed_at = :now, "
-                                  "receives = if_not_exists(receives, :zero) + :one, last_receive_count = :rc "
-                                  + ("ADD redeliveries :one" if receive_count > 1 else "")),
+                                  "receives = if_not_exists(receives, :zero) + :one, last_receive_count = :rc"
+                                  + deadline
+                                  + ("ADD redeliveries :one " if receive_count > 1 else "")
+                                  + ("REMOVE deadline_at" if deadline_at is None else "")),
                 ConditionExpression=("attribute_exists(chunk_id) AND #st IN (:pending, :claimed) AND "
                                      "(attribute_not_exists(claimed_by) OR claim_expires_at < :now)"),
                 ExpressionAttributeNames={"#st": "status"},
-                ExpressionAttributeValues=serialize({
-                    ":me": owner, ":exp": now + lease_s, ":open": OPEN, ":claimed": ChunkStatus.CLAIMED.value,
-                    ":pending": ChunkStatus.PENDING.value, ":zero": 0, ":one": 1, ":now": now, ":rc": receive_count}),
+                ExpressionAttributeValues=serialize(values),
                 ReturnValues="ALL_NEW", ReturnValuesOnConditionCheckFailure="ALL_OLD")
         except ClientError as exc:
             if not is_conditional_failure(exc):
@@ -126,10 +134,15 @@ class DynamoClaims:
                                    {":exp": self.clock() + lease_s}) is not None
 
     def release(self, job_id: str, chunk_id: str, fence: int, stats: AttemptStats, error: ErrorEnvelope | None,
-                *, failure: bool, lapsed_before: float | None = None) -> ChunkRecord | None:
+                *, failure: bool, lapsed_before: float | None = None,
+                reason: ReleaseReason = ReleaseReason.RETRY) -> ChunkRecord | None:
         parts, values, names = _stats_expr(stats)
-        parts.append("#st = :pending")
-        values[":pending"] = ChunkStatus.PENDING.value
+        parts += ["#st = :pending", "release_reason = :reason", "released_at = :now"]
+        values.update({":pending": ChunkStatus.PENDING.value, ":reason": reason.value, ":now": self.clock()})
+        if reason is ReleaseReason.BACKPRESSURE:  # the streak starts now unless one is running
+            parts += ["backpressure_since = if_not_exists(backpressure_since, :now)",
+                      "backpressure_requeues = if_not_exists(backpressure_requeues, :z) + :one"]
+            values[":one"] = 1
         if error is not None:
             parts.append("last_error = :err")
             values[":err"] = error.model_dump(mode="json")
@@ -164,8 +177,8 @@ class DynamoClaims:
             _key(job_id, chunk_id),
             # the fence moves on, so nothing still holding the old token (a sweep in flight) can settle it
             UpdateExpression="SET #st = :pending, failures = :z, redriven = if_not_exists(redriven, :z) + :one, "
-                             "fence = fence + :one, redriven_at = :now "
-                             f"REMOVE {_LEASE_ATTRS}, settled_at",
+                             "fence = fence + :one, redriven_at = :now, backpressure_requeues = :z "
+                             f"REMOVE {_LEASE_ATTRS}, settled_at, backpressure_since",
             ConditionExpression="#st IN (:dead, :failed)", ExpressionAttributeNames={"#st": "status"},
             ExpressionAttributeValues=serialize({
                 ":pending": ChunkStatus.PENDING.value, ":z": 0, ":one": 1, ":now": self.clock(),
@@ -208,8 +221,10 @@ class DynamoClaims:
         else:
             item["output"] = output_json
         self.cps.client.put_item(TableName=self.cps.name, Item=serialize(item))
-        return self._fenced_update(job_id, chunk_id, fence, "SET checkpoints.#a = :f",
-                                   {":f": fence}, {"#a": analyst}) is not None
+        # progress: the commit also ends the chunk's backpressure streak
+        return self._fenced_update(job_id, chunk_id, fence,
+                                   "SET checkpoints.#a = :f, backpressure_requeues = :z REMOVE backpressure_since",
+                                   {":f": fence, ":z": 0}, {"#a": analyst}) is not None
 
     def checkpoint_output(self, checkpoint: Checkpoint) -> str:
         if checkpoint.output is not None:

@@ -7,9 +7,11 @@ import uuid
 from collections.abc import Collection, Iterator
 from typing import Any
 
+from botocore.exceptions import ClientError
+
 from ..ports import Clock
 from ..records import OUTCOME_FIELDS, Job, JobEvent, JobFailure, JobOutcome, JobState
-from .dynamo import Table, deserialize, model_values, serialize, set_clause, to_item
+from .dynamo import Table, deserialize, is_conditional_failure, model_values, serialize, set_clause, to_item
 
 LIST_FIELDS = "job_id, #s, created_at, updated_at, idempotency_key, chunk_count, document_id, error_code"
 
@@ -80,6 +82,15 @@ class DynamoJobs:
         self.jobs.client.update_item(TableName=self.jobs.name, Key=serialize({"job_id": job_id}),
                                      UpdateExpression="SET updated_at = :now",
                                      ExpressionAttributeValues=serialize({":now": self.clock()}))
+
+    def count_requeue(self, job_id: str) -> None:
+        try:
+            self.jobs.client.update_item(TableName=self.jobs.name, Key=serialize({"job_id": job_id}),
+                                         UpdateExpression="ADD requeues :one", ConditionExpression="attribute_exists(job_id)",
+                                         ExpressionAttributeValues=serialize({":one": 1}))
+        except ClientError as exc:
+            if not is_conditional_failure(exc):
+                raise
 
     def settle_chunk(self, job_id: str, chunk_id: str) -> Job:
         r = self.jobs.client.update_item(

@@ -2,7 +2,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from aws_lambda_powertools import Logger
+from aws_lambda_powertools import Logger, Metrics
+from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.batch import SqsFifoPartialProcessor, process_partial_response
 from aws_lambda_powertools.utilities.batch.types import PartialItemFailureResponse
 from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
@@ -10,12 +11,15 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from ..aggregator import handle_result
 from ..messages import ResultMessage
+from ..records import TERMINAL_JOB_STATES
 from . import deps
 
 logger = Logger(service="aggregator")
+metrics = Metrics(service="aggregator")  # namespace from POWERTOOLS_METRICS_NAMESPACE
 # FIFO: after a failure the rest of *that job's* messages in the batch are returned too (order
 # kept per message group); other jobs' messages in the batch still go through.
 processor = SqsFifoPartialProcessor(skip_group_on_error=True)
+ENDED = {s.value for s in TERMINAL_JOB_STATES}
 
 
 def record_handler(record: SQSRecord) -> None:
@@ -23,8 +27,14 @@ def record_handler(record: SQSRecord) -> None:
     outcome = handle_result(deps(), msg)
     logger.info("result processed", extra={"job_id": msg.job_id, "chunk_id": msg.chunk_id, "status": msg.status,
                                            "outcome": outcome})
+    if outcome in ENDED:  # this result ended the job: how long it took, submit to end (dashboard)
+        job = deps().jobs.get(msg.job_id)
+        if job is not None and job.ended_at is not None:
+            metrics.add_metric(name="JobDuration", unit=MetricUnit.Seconds, value=round(job.ended_at - job.created_at, 3))
+            metrics.add_metric(name=f"Jobs{outcome.title().replace('_', '')}", unit=MetricUnit.Count, value=1)
 
 
+@metrics.log_metrics
 @logger.inject_lambda_context
 def handler(event: dict[str, Any], context: LambdaContext) -> PartialItemFailureResponse:
     return process_partial_response(event=event, record_handler=record_handler, processor=processor, context=context)

@@ -1,8 +1,17 @@
 """Long-running analysis poller: the Fargate alternative to the worker Lambda. Same core.
 
 It owns a short visibility timeout (heartbeated), so a dead task's chunk is back in
-`fargate_visibility_s` even without the sweeper. Stops cleanly on SIGTERM after the current chunk.
+`fargate_visibility_s` even without the sweeper, and it sweeps in-process.
 Entry point: `python -m contract_review.handlers.poller` (the task definition's command).
+
+Scale-in and SIGTERM:
+- while it holds a chunk the task is protected from scale-in (ECS task scale-in protection through
+  the agent endpoint, `adapters/task_protection.py`); the protection is given back when a receive
+  comes back empty, so only idle tasks are stopped by a scale-in;
+- on SIGTERM it takes no new message and gives the chunk in hand a deadline of the stop timeout
+  (`profile.fargate_stop_timeout_s`, the container's stopTimeout): the worker starts no model call
+  that could outlast it, so the chunk is finished, or released through its checkpoints
+  (`runtime.time_exhausted`, requeued, no failure counted), before ECS's SIGKILL.
 """
 
 from __future__ import annotations
@@ -11,10 +20,14 @@ import logging
 import os
 import signal
 import threading
+import time
+from collections.abc import Callable
 from typing import Any
 
+from aws_lambda_powertools import Metrics
 from pydantic import ValidationError
 
+from ..adapters.task_protection import ScaleInGuard, TaskProtection
 from ..config import Settings
 from ..errors import Tier2
 from ..messages import AnalysisMessage
@@ -22,13 +35,44 @@ from ..ports import Deps
 from ..sweeper import sweep
 from ..wiring import aws_client_config, build_deps, build_model
 from ..worker import ChunkWorker, Delivery
+from .telemetry import record_attempt
 
 log = logging.getLogger("contract_review.poller")
+# Before SIGTERM: no time limit (the worker's time check never trips). The claim then records a
+# deadline days away, so a lease that lapses on Fargate always reads as a lost worker to the sweeper.
+NO_DEADLINE_MS = 10**9
 
 
-def _sweep_loop(deps: Deps, interval_s: float, stop: threading.Event) -> None:
+class Shutdown:
+    """SIGTERM: stop taking work, and finish the work in hand within `grace_s`."""
+
+    def __init__(self, grace_s: float, clock: Callable[[], float] = time.monotonic):
+        self.grace_s, self.clock = grace_s, clock
+        self.event = threading.Event()
+        self.deadline: float | None = None
+
+    def request(self) -> None:
+        if self.deadline is None:
+            self.deadline = self.clock() + self.grace_s
+        self.event.set()
+
+    def is_set(self) -> bool:
+        return self.event.is_set()
+
+    def wait(self, timeout: float) -> bool:
+        return self.event.wait(timeout)
+
+    def remaining_ms(self) -> int:
+        """What the worker sees as its invocation's remaining time."""
+        if self.deadline is None:
+            return NO_DEADLINE_MS
+        return max(0, int((self.deadline - self.clock()) * 1000))
+
+
+def _sweep_loop(deps: Deps, interval_s: float, stop: Shutdown) -> None:
     """Every poller also sweeps (idempotent, conditional): a dead task's chunk is requeued within
-    lease + interval without waiting for the scheduled sweeper Lambda (1 minute at best)."""
+    lease + interval without waiting for the scheduled sweeper Lambda (1 minute at best). The
+    sweeper Lambda, which runs in this stack too, publishes the sweep metrics (StuckJobs)."""
     while not stop.wait(interval_s):
         try:
             report = sweep(deps)
@@ -38,10 +82,11 @@ def _sweep_loop(deps: Deps, interval_s: float, stop: threading.Event) -> None:
             log.exception("sweep failed")
 
 
-def _process(worker: ChunkWorker, m: dict[str, Any], visibility: int) -> bool:
+def _process(worker: ChunkWorker, m: dict[str, Any], visibility: int, stop: Shutdown, metrics: Metrics) -> bool:
     """One message through the core; True when it may be deleted (acknowledged)."""
     delivery = Delivery(message_id=m["MessageId"], receipt_handle=m["ReceiptHandle"],
-                        receive_count=int(m["Attributes"]["ApproximateReceiveCount"]), visibility_s=visibility)
+                        receive_count=int(m["Attributes"]["ApproximateReceiveCount"]), visibility_s=visibility,
+                        remaining_ms=stop.remaining_ms)
     try:
         msg = AnalysisMessage.model_validate_json(m["Body"])
     except ValidationError as exc:  # never log the body: it holds document text
@@ -50,40 +95,58 @@ def _process(worker: ChunkWorker, m: dict[str, Any], visibility: int) -> bool:
     try:
         outcome = worker.handle(msg, delivery)
     except Tier2 as exc:
+        record_attempt(metrics, exc.stats, tier2_code=exc.envelope.error_code)
+        metrics.flush_metrics()
         log.warning("tier 2: %s", exc.envelope.error_code)
         return False
     except Exception:  # not acknowledged: the queue redelivers it (tier 2), then the DLQ
         log.exception("chunk failed with an unexpected error")
         return False
+    record_attempt(metrics, outcome.stats, action=outcome.action)
+    metrics.flush_metrics()
     log.info("chunk %s", outcome.action)
     return True
 
 
-def run(settings: Settings, session: Any, stop: threading.Event) -> None:
+def run(settings: Settings, session: Any, stop: Shutdown, guard: ScaleInGuard | None = None,
+        metrics: Metrics | None = None) -> None:
+    """Poll until `stop`; the chunk in hand when it is set is finished or released first."""
+    metrics = metrics or Metrics(service="worker")
+    guard = guard or ScaleInGuard(TaskProtection(None), settings.profile.fargate_protection_minutes)
     deps = build_deps(settings, session)
     threading.Thread(target=_sweep_loop, args=(deps, settings.profile.fargate_sweep_interval_s, stop),
                      daemon=True, name="sweeper").start()
     worker = ChunkWorker(deps, build_model(settings, session))
     sqs = session.client("sqs", config=aws_client_config())  # the poller is its own event source mapping
     visibility = settings.profile.fargate_visibility_s
-    while not stop.is_set():
-        r = sqs.receive_message(QueueUrl=settings.analysis_queue_url, MaxNumberOfMessages=1,
-                                WaitTimeSeconds=settings.profile.poller_wait_s,
-                                VisibilityTimeout=visibility, MessageSystemAttributeNames=["ApproximateReceiveCount"])
-        if not r.get("Messages") and not settings.profile.poller_wait_s:
-            stop.wait(0.2)  # short polling (local profile): back off while idle
-        for m in r.get("Messages", []):
-            if _process(worker, m, visibility):
-                sqs.delete_message(QueueUrl=settings.analysis_queue_url, ReceiptHandle=m["ReceiptHandle"])
+    try:
+        while not stop.is_set():
+            r = sqs.receive_message(QueueUrl=settings.analysis_queue_url, MaxNumberOfMessages=1,
+                                    WaitTimeSeconds=settings.profile.poller_wait_s,
+                                    VisibilityTimeout=visibility, MessageSystemAttributeNames=["ApproximateReceiveCount"])
+            messages = r.get("Messages", [])
+            if not messages:
+                guard.idle()  # nothing in hand: this task may be scaled in
+                if not settings.profile.poller_wait_s:
+                    stop.wait(0.2)  # short polling (local profile): back off while idle
+            for m in messages:
+                with guard.busy():
+                    if _process(worker, m, visibility, stop, metrics):
+                        sqs.delete_message(QueueUrl=settings.analysis_queue_url, ReceiptHandle=m["ReceiptHandle"])
+    finally:
+        guard.idle()
 
 
 def main() -> None:
     import boto3
 
     logging.basicConfig(level=os.environ.get("LOG_LEVEL", "INFO"))
-    stop = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    run(Settings.from_env(os.environ).model_copy(update={"worker_kind": "fargate"}), boto3.Session(), stop)
+    settings = Settings.from_env(os.environ).model_copy(update={"worker_kind": "fargate"})
+    stop = Shutdown(settings.profile.fargate_stop_timeout_s)
+    signal.signal(signal.SIGTERM, lambda *_: stop.request())
+    protection = TaskProtection(os.environ.get("ECS_AGENT_URI"))  # set by ECS; absent locally: a no-op
+    run(settings, boto3.Session(), stop, ScaleInGuard(protection, settings.profile.fargate_protection_minutes))
+    log.info("poller stopped")
 
 
 if __name__ == "__main__":

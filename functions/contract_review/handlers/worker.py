@@ -4,7 +4,6 @@ import functools
 from typing import Any
 
 from aws_lambda_powertools import Logger, Metrics
-from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.batch import BatchProcessor, EventType, process_partial_response
 from aws_lambda_powertools.utilities.batch.types import PartialItemFailureResponse
 from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
@@ -12,9 +11,9 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from ..errors import Tier2
 from ..messages import AnalysisMessage
-from ..retry import RetryStats
 from ..worker import ChunkWorker, Delivery
 from . import deps, model
+from .telemetry import record_attempt
 
 logger = Logger(service="worker")
 metrics = Metrics(service="worker")  # namespace from POWERTOOLS_METRICS_NAMESPACE
@@ -38,23 +37,14 @@ def record_handler(record: SQSRecord, context: LambdaContext) -> None:
     try:
         outcome = w.handle(msg, delivery)
     except Tier2 as exc:
-        _record(exc.stats)
-        metrics.add_metric(name="Tier2Handoffs", unit=MetricUnit.Count, value=1)
+        record_attempt(metrics, exc.stats, tier2_code=exc.envelope.error_code)
         logger.warning("chunk handed to tier 2 (queue redelivery)",
                        extra={**log, "error_code": exc.envelope.error_code, "tier": 2,
                               "tier1_retries": dict(exc.stats.retries)})
         raise
-    _record(outcome.stats)
-    if outcome.action == "requeued":
-        metrics.add_metric(name="BackpressureRequeues", unit=MetricUnit.Count, value=1)
+    record_attempt(metrics, outcome.stats, action=outcome.action)
     logger.info("chunk processed", extra={**log, "outcome": outcome.action, **outcome.detail,
                                           "tier1_retries": dict(outcome.stats.retries)})
-
-
-def _record(stats: RetryStats) -> None:
-    metrics.add_metric(name="ModelCalls", unit=MetricUnit.Count, value=stats.calls)
-    metrics.add_metric(name="Tier1Retries", unit=MetricUnit.Count, value=sum(stats.retries.values()))
-    metrics.add_metric(name="SemanticRepairs", unit=MetricUnit.Count, value=stats.repairs)
 
 
 @metrics.log_metrics

@@ -1,0 +1,186 @@
+"""Alarms that reach someone, and one dashboard.
+
+- `AlarmTopic`: an SNS topic (KMS-encrypted with a key CloudWatch may use, TLS only) that is the
+  action of every alarm of the stack; `-c alarm_email=...` subscribes an address (AWS sends a
+  confirmation email first).
+- `Monitoring`: per-function error and throttle alarms, the backpressure-requeue rate, stuck jobs
+  (both published by our code through Powertools Metrics, namespace `ContractReview`), and the
+  dashboard. The queue alarms (DLQ depth, oldest-message age) belong to `queues.QueueWithDlq`.
+
+Missing data: a function that is not invoked, a queue that is idle and a worker that requeues
+nothing publish no datapoints, and that is fine (not breaching). The sweeper publishes `StuckJobs`
+on every run, so silence there means the sweeper itself is not running: breaching.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from aws_cdk import ArnFormat, Duration, RemovalPolicy, Stack
+from aws_cdk import aws_cloudwatch as cloudwatch
+from aws_cdk import aws_cloudwatch_actions as cw_actions
+from aws_cdk import aws_iam as iam
+from aws_cdk import aws_kms as kms
+from aws_cdk import aws_lambda as lambda_
+from aws_cdk import aws_sns as sns
+from aws_cdk import aws_sns_subscriptions as subscriptions
+from constructs import Construct
+
+from contract_review.config import Profile
+
+from .queues import QueueWithDlq
+
+NAMESPACE = "ContractReview"  # POWERTOOLS_METRICS_NAMESPACE of every function and the Fargate task
+# Our metrics and the Powertools `service` dimension they carry (the POWERTOOLS_SERVICE_NAME).
+# Backpressure requeues: by the worker (throttling; handlers/worker.py, handlers/poller.py) and by the
+# sweeper (chunks whose Lambda ran out of time; handlers/sweeper.py). The alarm adds both.
+BACKPRESSURE_REQUEUES = ("BackpressureRequeues", "worker")
+SWEEPER_BACKPRESSURE_REQUEUES = ("BackpressureRequeues", "sweeper")
+TIER1_RETRIES = ("Tier1Retries", "worker")
+TIER2_HANDOFFS = ("Tier2Handoffs", "worker")
+MODEL_CALLS = ("ModelCalls", "worker")
+RETRIES_BY_CODE = ("Retries", "worker")  # dimensions service, tier, code
+STUCK_JOBS = ("StuckJobs", "sweeper")  # handlers/sweeper.py, from each sweep's report
+JOB_DURATION = ("JobDuration", "aggregator")  # handlers/aggregator.py, seconds from submit to end
+
+
+def metric(name_service: tuple[str, str], statistic: str, period_s: int, label: str | None = None) -> cloudwatch.Metric:
+    name, service = name_service
+    return cloudwatch.Metric(namespace=NAMESPACE, metric_name=name, dimensions_map={"service": service},
+                             statistic=statistic, period=Duration.seconds(period_s), label=label)
+
+
+def backpressure(period_s: int) -> cloudwatch.MathExpression:
+    """All backpressure requeues per period: the worker's and the sweeper's (a missing series is 0)."""
+    return cloudwatch.MathExpression(
+        expression="FILL(worker, 0) + FILL(sweeper, 0)",
+        using_metrics={"worker": metric(BACKPRESSURE_REQUEUES, "Sum", period_s),
+                       "sweeper": metric(SWEEPER_BACKPRESSURE_REQUEUES, "Sum", period_s)},
+        label="backpressure requeues", period=Duration.seconds(period_s))
+
+
+class AlarmTopic(Construct):
+    """SNS topic for every alarm: SSE with a customer-managed key (CloudWatch cannot publish to a
+    topic encrypted with the AWS-managed `alias/aws/sns` key), TLS-only."""
+
+    def __init__(self, scope: Construct, construct_id: str, *, email: str, removal_policy: RemovalPolicy) -> None:
+        super().__init__(scope, construct_id)
+        stack = Stack.of(self)
+        self.key = kms.Key(self, "Key", enable_key_rotation=True, removal_policy=removal_policy,
+                           description=f"{stack.stack_name} alarm topic encryption")
+        cloudwatch_service = iam.ServicePrincipal("cloudwatch.amazonaws.com")
+        self.key.grant(cloudwatch_service, "kms:Decrypt", "kms:GenerateDataKey*")
+        self.topic = sns.Topic(self, "Topic", display_name=f"{stack.stack_name} alarms", master_key=self.key,
+                               enforce_ssl=True)
+        # enforce_ssl writes a topic policy, which replaces the default one: let CloudWatch alarms of
+        # this account publish explicitly.
+        self.topic.add_to_resource_policy(iam.PolicyStatement(
+            sid="CloudWatchAlarmsPublish", principals=[cloudwatch_service], actions=["sns:Publish"],
+            resources=[self.topic.topic_arn],
+            conditions={"ArnLike": {"aws:SourceArn": stack.format_arn(service="cloudwatch", resource="alarm",
+                                                                      resource_name="*",
+                                                                      arn_format=ArnFormat.COLON_RESOURCE_NAME)},
+                        "StringEquals": {"aws:SourceAccount": stack.account}}))
+        if email:
+            self.topic.add_subscription(subscriptions.EmailSubscription(email))
+        self.action = cw_actions.SnsAction(self.topic)
+
+
+class Monitoring(Construct):
+    """Function, backpressure and stuck-job alarms (all notifying `action`) and the dashboard."""
+
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        profile: Profile,
+        action: cloudwatch.IAlarmAction,
+        functions: Mapping[str, lambda_.IFunction],
+        queues: Sequence[QueueWithDlq],
+    ) -> None:
+        super().__init__(scope, construct_id)
+        self.profile, self.action = profile, action
+        self.stack_name = Stack.of(self).stack_name
+        self.alarms: list[cloudwatch.Alarm] = []
+        p = profile
+        period = Duration.seconds(p.alarm_period_s)
+        for name, fn in functions.items():
+            self._alarm(f"{name.title()}Errors", f"{name}-errors",
+                        f"{name} function: >= {p.function_errors_alarm_threshold} error(s) (exceptions, timeouts) "
+                        f"in {p.alarm_period_s}s. Read its log group; a tier-2 handoff is not an error.",
+                        fn.metric_errors(period=period, statistic="Sum"), p.function_errors_alarm_threshold)
+            self._alarm(f"{name.title()}Throttles", f"{name}-throttles",
+                        f"{name} function: >= {p.function_throttles_alarm_threshold} throttled invocation(s) in "
+                        f"{p.alarm_period_s}s: the account's Lambda concurrency is exhausted.",
+                        fn.metric_throttles(period=period, statistic="Sum"), p.function_throttles_alarm_threshold)
+        self._alarm("BackpressureAlarm", "backpressure",
+                    f"Backpressure: >= {p.backpressure_alarm_threshold} chunk requeues per {p.alarm_period_s}s for "
+                    f"{p.backpressure_alarm_periods} periods in a row. The model quota (requests or tokens per "
+                    "minute) is too small for the load, or the model is failing slowly: `review preflight` shows "
+                    "the quotas.",
+                    backpressure(p.alarm_period_s), p.backpressure_alarm_threshold,
+                    evaluation_periods=p.backpressure_alarm_periods)
+        self._alarm("StuckJobsAlarm", "stuck-jobs",
+                    f"Stuck jobs: the sweeper found >= {p.stuck_jobs_alarm_threshold} running job(s) without "
+                    f"progress for {int(p.stall_after_s)}s (or the sweeper published nothing: it is not running). "
+                    "`review jobs` and `review status JOB` say where each one stands.",
+                    metric(STUCK_JOBS, "Maximum", p.alarm_period_s), p.stuck_jobs_alarm_threshold,
+                    missing=cloudwatch.TreatMissingData.BREACHING)
+        self.dashboard = self._dashboard(functions, queues)
+
+    def _alarm(self, construct_id: str, name: str, description: str, metric_: cloudwatch.IMetric, threshold: float,
+               *, evaluation_periods: int = 1,
+               missing: cloudwatch.TreatMissingData = cloudwatch.TreatMissingData.NOT_BREACHING) -> cloudwatch.Alarm:
+        alarm = cloudwatch.Alarm(
+            self, construct_id, alarm_name=f"{self.stack_name}-{name}", alarm_description=description,
+            metric=metric_, threshold=threshold, evaluation_periods=evaluation_periods,
+            comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
+            treat_missing_data=missing)
+        alarm.add_alarm_action(self.action)
+        self.alarms.append(alarm)
+        return alarm
+
+    def _dashboard(self, functions: Mapping[str, lambda_.IFunction],
+                   queues: Sequence[QueueWithDlq]) -> cloudwatch.Dashboard:
+        minute = Duration.minutes(1)
+        p = self.profile.alarm_period_s
+        depth = [m for q in queues for m in (
+            q.queue.metric_approximate_number_of_messages_visible(period=minute, label=f"{q.rules.purpose} visible"),
+            q.queue.metric_approximate_number_of_messages_not_visible(period=minute,
+                                                                      label=f"{q.rules.purpose} in flight"))]
+        age = [q.queue.metric_approximate_age_of_oldest_message(period=minute, label=q.rules.purpose) for q in queues]
+        dlq = [q.dlq.metric_approximate_number_of_messages_visible(period=minute, label=f"{q.rules.purpose} DLQ")
+               for q in queues]
+        retries_by_code = cloudwatch.MathExpression(
+            expression=(f"SEARCH('{{{NAMESPACE},code,service,tier}} MetricName=\"{RETRIES_BY_CODE[0]}\"', "
+                        f"'Sum', {p})"),
+            label="", period=Duration.seconds(p))
+        dashboard = cloudwatch.Dashboard(self, "Dashboard", dashboard_name=f"{self.stack_name}-pipeline")
+        dashboard.add_widgets(
+            cloudwatch.GraphWidget(title="Queue depth (visible, in flight)", left=depth, width=12),
+            cloudwatch.GraphWidget(title="Age of the oldest message (s)", left=age, width=12),
+        )
+        dashboard.add_widgets(
+            cloudwatch.GraphWidget(title="Job completion time (s, submit to end)", left=[
+                metric(JOB_DURATION, "p50", p, "p50"), metric(JOB_DURATION, "p90", p, "p90"),
+                metric(JOB_DURATION, "Maximum", p, "max")], width=12),
+            cloudwatch.GraphWidget(title="Dead letters (DLQ depth)", left=dlq, width=12),
+        )
+        dashboard.add_widgets(
+            cloudwatch.GraphWidget(title="Retries by tier", left=[
+                metric(TIER1_RETRIES, "Sum", p, "tier 1 (in-process retries)"),
+                metric(TIER2_HANDOFFS, "Sum", p, "tier 2 (queue redeliveries)"),
+                backpressure(p)],
+                right=[metric(MODEL_CALLS, "Sum", p, "model calls")], width=12),
+            cloudwatch.GraphWidget(title="Retries by error code and tier", left=[retries_by_code], width=12),
+        )
+        dashboard.add_widgets(
+            cloudwatch.GraphWidget(title="Function errors and throttles", left=[
+                m for name, fn in functions.items() for m in (
+                    fn.metric_errors(period=Duration.seconds(p), label=f"{name} errors"),
+                    fn.metric_throttles(period=Duration.seconds(p), label=f"{name} throttles"))], width=12),
+            cloudwatch.GraphWidget(title="Stuck jobs (per sweep)", left=[metric(STUCK_JOBS, "Maximum", p, "stuck")],
+                                   width=12),
+        )
+        return dashboard

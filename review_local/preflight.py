@@ -1,0 +1,279 @@
+"""`review preflight`: before submitting, is the configured Bedrock model usable from this account?
+
+One tiny Converse call with the stack's model (the adapter the workers use, so a failure gets the
+same error code they would record), its latency, what the Bedrock control plane says about the
+model id, and the account's requests- and tokens-per-minute quotas for that model as the Service
+Quotas API reports them. `run_preflight` takes its clients as arguments (tests stub them with
+botocore's Stubber); `preflight` resolves the stack and builds real clients.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, cast
+
+import boto3
+from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError, NoRegionError
+
+from contract_review.config import OFFLINE_MODEL_ID, get_profile
+from contract_review.errors import REGISTRY, ReviewError, classify
+from contract_review.model_clients import (
+    GLOBAL_PROFILE_PREFIX,
+    BedrockConverseModel,
+    ModelFacts,
+    ModelIdCheck,
+    is_inference_profile,
+)
+from contract_review.wiring import bedrock_control_client, bedrock_runtime_client
+
+from .embedded import LOCAL_JSON
+
+PING_READ_TIMEOUT_S = 60
+QUOTA_SERVICE_CODE = "bedrock"
+
+
+class PreflightError(Exception):
+    """A condition preflight cannot check past (no credentials, no such stack...): one line for the user."""
+
+
+# --- the check --------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Quota:
+    per_minute: str  # "requests" | "tokens"
+    name: str
+    code: str
+    value: float
+    adjustable: bool
+    source: str  # "applied" (this account) | "AWS default"
+
+
+@dataclass
+class PreflightReport:
+    model_id: str
+    region: str
+    ok: bool = False
+    latency_ms: float | None = None
+    error_code: str | None = None
+    message: str = ""
+    facts: ModelFacts | None = None
+    quota_kind: str = ""  # the Service Quotas family: on-demand | cross-region | global cross-region
+    quotas: list[Quota] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def recovery(self) -> str:
+        return REGISTRY[self.error_code].recovery if self.error_code in REGISTRY else ""
+
+
+def quota_kind(model_id: str) -> str:
+    """Which Service Quotas family throttles calls to `model_id`."""
+    if model_id.startswith(GLOBAL_PROFILE_PREFIX):
+        return "global cross-region"
+    return "cross-region" if is_inference_profile(model_id) else "on-demand"
+
+
+def run_preflight(model_id: str, region: str, *, runtime: Any, bedrock: Any, quotas: Any,
+                  clock: Callable[[], float] = time.monotonic) -> PreflightReport:
+    """One Converse call with `model_id`, what the control plane says about it, and its quotas.
+    `runtime`, `bedrock`, `quotas`: boto3 clients for bedrock-runtime, bedrock and service-quotas."""
+    report = PreflightReport(model_id=model_id, region=region, quota_kind=quota_kind(model_id))
+    check = ModelIdCheck(lambda: bedrock)
+    report.facts = check.facts(model_id)  # cached: the adapter's own check below reuses the answer
+    if report.facts is None:
+        report.notes.append("the Bedrock control plane did not answer GetFoundationModel/GetInferenceProfile "
+                            "(permission?): the model's name and lifecycle are unknown")
+    started = clock()
+    try:
+        response = BedrockConverseModel(runtime, model_id, id_check=check).ping()
+        report.ok, report.latency_ms = True, (clock() - started) * 1000
+        report.message = (f"stop reason {response.stop_reason}, {response.input_tokens} input / "
+                          f"{response.output_tokens} output tokens")
+    except (NoCredentialsError, NoRegionError):
+        raise
+    except Exception as exc:  # classified exactly as the workers would classify it
+        report.latency_ms = (clock() - started) * 1000
+        report.error_code = classify(exc, model_call=True).error_code
+        report.message = _describe_failure(exc)
+    report.quotas = _model_quotas(quotas, report)
+    return report
+
+
+def _error(exc: ClientError) -> dict[str, Any]:
+    return dict(cast(dict[str, Any], exc.response).get("Error") or {})
+
+
+def _describe_failure(exc: Exception) -> str:
+    if isinstance(exc, ReviewError):
+        return exc.envelope.message
+    if isinstance(exc, ClientError):
+        status = cast(dict[str, Any], exc.response).get("ResponseMetadata", {}).get("HTTPStatusCode")
+        return f"{_error(exc).get('Code')} (HTTP {status}): {_error(exc).get('Message')}"
+    return f"{type(exc).__name__}: {exc}"
+
+
+def _paginate(client: Any, operation: str) -> Iterator[dict[str, Any]]:
+    for page in client.get_paginator(operation).paginate(ServiceCode=QUOTA_SERVICE_CODE):
+        yield from page.get("Quotas", [])
+
+
+def _normalized(label: str) -> str:
+    """A quota's model label, comparable to the model's name: case and a trailing version (" V1") ignored."""
+    words = label.lower().split()
+    if len(words) > 1 and words[-1][:1] == "v" and words[-1][1:].isdigit():
+        words = words[:-1]
+    return " ".join(words)
+
+
+def match_quotas(quotas: Iterable[dict[str, Any]], kind: str, display_name: str, source: str) -> list[Quota]:
+    """The "<Kind> model inference requests|tokens per minute for <Provider Model>" quotas of one model
+    (a name lookup: Service Quotas has no model-id dimension). Variants such as "... 1M Context Length"
+    are other quotas and are not matched."""
+    want = _normalized(display_name)
+    found: list[Quota] = []
+    for q in quotas:
+        name = str(q.get("QuotaName", ""))
+        for per in ("requests", "tokens"):
+            prefix = f"{kind} model inference {per} per minute for "
+            if name.lower().startswith(prefix) and _normalized(name[len(prefix):]) == want:
+                found.append(Quota(per_minute=per, name=name, code=str(q.get("QuotaCode", "")),
+                                   value=float(q.get("Value", 0.0)), adjustable=bool(q.get("Adjustable")),
+                                   source=source))
+    return found
+
+
+def _model_quotas(client: Any, report: PreflightReport) -> list[Quota]:
+    if report.facts is None or not report.facts.display_name:
+        report.notes.append("quotas not looked up: the model's name (which Service Quotas names quotas by) is unknown")
+        return []
+    name = report.facts.display_name
+    try:
+        found = match_quotas(_paginate(client, "list_service_quotas"), report.quota_kind, name, "applied")
+        missing = {"requests", "tokens"} - {q.per_minute for q in found}
+        if missing:  # ListServiceQuotas leaves out quotas with no applied value: take AWS's defaults
+            defaults = match_quotas(_paginate(client, "list_aws_default_service_quotas"), report.quota_kind, name,
+                                    "AWS default")
+            found += [q for q in defaults if q.per_minute in missing]
+    except ClientError as exc:
+        report.notes.append(f"quotas not readable: Service Quotas answered {_error(exc).get('Code')} "
+                            "(needs servicequotas:ListServiceQuotas and ListAWSDefaultServiceQuotas)")
+        return []
+    except BotoCoreError as exc:
+        report.notes.append(f"quotas not readable: {type(exc).__name__}: {exc}")
+        return []
+    if not found:
+        report.notes.append(f"no {report.quota_kind} requests/tokens-per-minute quota named for {name!r} in "
+                            f"Service Quotas ({report.region}); look it up in the Service Quotas console")
+    return sorted(found, key=lambda q: q.per_minute)
+
+
+def render(report: PreflightReport) -> list[str]:
+    facts = report.facts
+    about = f" ({facts.display_name}, lifecycle {facts.lifecycle})" if facts and facts.display_name else ""
+    lines = [f"model: {report.model_id}{about}, region {report.region}"]
+    if report.ok:
+        lines.append(f"access: ok - Converse answered in {report.latency_ms:.0f} ms ({report.message})")
+    else:
+        lines.append(f"access: FAILED {report.error_code} after {report.latency_ms or 0:.0f} ms - {report.message}")
+        if report.error_code != "model.id_rejected":  # that message already says what to do
+            lines.append(f"what to do: {report.recovery}")
+    if report.quotas:
+        lines.append(f"quotas ({report.quota_kind} inference, this account, from Service Quotas):")
+        for q in report.quotas:
+            adjustable = "adjustable" if q.adjustable else "not adjustable"
+            lines.append(f"  {q.per_minute} per minute: {q.value:,.0f}  [{q.source}, {adjustable}] {q.name} ({q.code})")
+    lines += [f"note: {n}" for n in report.notes]
+    return lines
+
+
+# --- resolving the stack, building clients ----------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Target:
+    label: str  # what is being checked, for the first line
+    model_provider: str
+    model_id: str
+
+
+def stack_target(session: Any, stack: str) -> Target:
+    try:
+        described = session.client("cloudformation").describe_stacks(StackName=stack)["Stacks"][0]
+    except ClientError as exc:
+        if _error(exc).get("Code") == "ValidationError":  # CloudFormation: no such stack
+            raise PreflightError(f"no stack {stack!r} in region {session.region_name} (check --stack and --region)"
+                                 ) from exc
+        raise
+    outputs = {o["OutputKey"]: o["OutputValue"] for o in described.get("Outputs", [])}
+    if "ModelId" in outputs:
+        return Target(f"stack {stack} ({session.region_name})", outputs.get("ModelProvider", "bedrock"),
+                      outputs["ModelId"])
+    # a stack deployed before the ModelId output existed: its profile's model
+    profile = get_profile(outputs.get("ProfileName", "prod"))
+    return Target(f"stack {stack} ({session.region_name}; no ModelId output, using profile {profile.name}'s model)",
+                  "bedrock", profile.model_id)
+
+
+def local_target(local_json: Path) -> Target:
+    import json
+
+    if not local_json.exists():
+        raise PreflightError(f"{local_json} not found: start the local stack with `review up`, or pass --stack NAME")
+    try:
+        outputs = json.loads(local_json.read_text())["outputs"]
+    except (ValueError, KeyError, TypeError) as exc:
+        raise PreflightError(f"{local_json} is not a local stack description ({type(exc).__name__}); "
+                             "run `review up` again") from exc
+    model_id = outputs.get("ModelId") or get_profile("prod").model_id
+    return Target("local stack (review up)", outputs.get("ModelProvider", "offline"), model_id)
+
+
+def preflight(stack: str | None, region: str | None, model_id: str | None = None, *,
+              session_factory: Callable[..., Any] = boto3.Session, local_json: Path = LOCAL_JSON,
+              echo: Callable[[str], None] = print) -> bool:
+    """Resolve the stack's model, check it against the real Bedrock, print the report. True: usable.
+    Raises `PreflightError` (one line) when it cannot check at all."""
+    try:
+        session = session_factory(region_name=region) if region else session_factory()
+        if stack is None:
+            target = local_target(local_json)
+        else:
+            _require_credentials(session)
+            target = stack_target(session, stack)
+        echo(f"{target.label}: model provider {target.model_provider}")
+        if target.model_provider != "bedrock":
+            echo(f"  this stack runs the offline rule model ({OFFLINE_MODEL_ID}), a deterministic stand-in, not an "
+                 "LLM: its jobs never call Bedrock. Checking the Bedrock model a deployed stack would use instead,")
+            echo("  with your AWS credentials (`cdk deploy -c model_id=ID` picks another; --model-id checks one).")
+        if model_id:
+            target = Target(target.label, "bedrock", model_id)
+        if not session.region_name:
+            raise PreflightError("no AWS region: pass --region or set AWS_REGION")
+        _require_credentials(session)
+        report = run_preflight(target.model_id, session.region_name,
+                               runtime=bedrock_runtime_client(session, PING_READ_TIMEOUT_S),
+                               bedrock=bedrock_control_client(session),
+                               quotas=session.client("service-quotas"))
+    except NoCredentialsError as exc:
+        raise PreflightError(_NO_CREDENTIALS) from exc
+    except NoRegionError as exc:
+        raise PreflightError("no AWS region: pass --region or set AWS_REGION") from exc
+    except ClientError as exc:
+        raise PreflightError(f"AWS refused {exc.operation_name}: {_error(exc).get('Code')}: "
+                             f"{_error(exc).get('Message')}") from exc
+    except BotoCoreError as exc:
+        raise PreflightError(f"AWS: {exc}") from exc
+    for line in render(report):
+        echo(line)
+    return report.ok
+
+
+_NO_CREDENTIALS = ("no AWS credentials found: set AWS_PROFILE (then `aws sso login` if it is an SSO profile), "
+                   "or AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or run `aws configure`")
+
+
+def _require_credentials(session: Any) -> None:
+    if session.get_credentials() is None:
+        raise PreflightError(_NO_CREDENTIALS)

@@ -1,0 +1,150 @@
+"""The model is configuration: the prod default (a global inference profile), and `-c model_id=...` with
+a plain foundation-model id or a geographic inference profile, each change the functions' MODEL_ID,
+the ModelId output and the Bedrock grants (invoke through the profile, and describe the id for the
+job-fatal `model.id_rejected` check), read back from the synthesized templates."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from contract_review.config import ENV, get_profile
+
+from .conftest import FARGATE, PROD, Synth, function_by_handler, getatt_id, policy_statements_for_role, resources
+
+DEFAULT = "global.anthropic.claude-sonnet-4-6"
+PLAIN = "amazon.nova-pro-v1:0"
+GEO = "us.anthropic.claude-sonnet-4-6"
+BASE = "anthropic.claude-sonnet-4-6"
+
+
+@pytest.fixture(scope="module")
+def by_context(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any]]:
+    """Two more prod stacks in one app (one synth), each built from CDK context as `cdk deploy -c
+    model_id=...` builds it: a plain foundation-model id and a geographic inference profile."""
+    from infra import nag
+    from infra.application import add_stack, new_app
+    from infra.deploy_settings import DeploySettings
+
+    app = new_app(outdir=str(tmp_path_factory.mktemp("cdk.out.models")))
+    contexts = {"ModelPlain": {"model_id": PLAIN}, "ModelGeo": {"model_id": GEO}}
+    for name, ctx in contexts.items():
+        context = {"profile": "prod", "stack_name": name, **ctx}
+        add_stack(app, DeploySettings.from_context(context.get))
+    nag.apply(app)  # a synth that succeeds has every cdk-nag finding acknowledged
+    assembly = app.synth()
+    return json.loads(json.dumps({n: assembly.get_stack_by_name(n).template for n in contexts}))
+
+
+def _text(value: Any) -> str:
+    return json.dumps(value)
+
+
+def _bedrock(statements: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    """Bedrock statements by action."""
+    out: dict[str, list[dict[str, Any]]] = {}
+    for st in statements:
+        actions = [st["Action"]] if isinstance(st["Action"], str) else st["Action"]
+        for a in actions:
+            if a.startswith("bedrock:"):
+                out.setdefault(a, []).append(st)
+    return out
+
+
+def _worker_roles(t: dict[str, Any]) -> list[str]:
+    _, worker = function_by_handler(t, "worker.handler")
+    roles = [getatt_id(worker["Role"])]
+    roles += [getatt_id(td["Properties"]["TaskRoleArn"]) for td in resources(t, "AWS::ECS::TaskDefinition").values()]
+    return roles
+
+
+def _resources(st: dict[str, Any]) -> list[str]:
+    res = st["Resource"] if isinstance(st["Resource"], list) else [st["Resource"]]
+    return [_text(r) for r in res]
+
+
+def _env_and_output(t: dict[str, Any], model_id: str) -> None:
+    for h in ("intake", "worker", "aggregator", "sweeper"):
+        _, fn = function_by_handler(t, f"{h}.handler")
+        assert fn["Environment"]["Variables"][ENV["model_id"]] == model_id, h
+    assert t["Outputs"]["ModelId"]["Value"] == model_id
+    assert t["Outputs"]["ModelProvider"]["Value"] == "bedrock"
+
+
+@pytest.mark.parametrize("name", [PROD, FARGATE])
+def test_the_default_is_the_global_profile_invoked_through_itself_and_described(synth: Synth, name: str) -> None:
+    t = synth.templates[name]
+    assert get_profile("prod").model_id == DEFAULT
+    _env_and_output(t, DEFAULT)
+    for role in _worker_roles(t):
+        b = _bedrock(policy_statements_for_role(t, role))
+        assert set(b) == {"bedrock:InvokeModel", "bedrock:GetInferenceProfile", "bedrock:GetFoundationModel"}
+        profile_st, model_st = sorted(b["bedrock:InvokeModel"], key=lambda s: "Condition" in s)
+        # the profile, in this account and region
+        (profile,) = _resources(profile_st)
+        assert f":inference-profile/{DEFAULT}" in profile and "AWS::Region" in profile and "AWS::AccountId" in profile
+        # the model in this region and the region-less global model ARN, only through this profile
+        in_region, global_model = _resources(model_st)
+        assert f'"AWS::Region"}}, "::foundation-model/{BASE}"' in in_region
+        assert global_model.endswith(f'":bedrock:::foundation-model/{BASE}"]]}}')
+        condition = model_st["Condition"]["StringEquals"]["bedrock:InferenceProfileArn"]
+        assert _text(condition) == profile
+        assert ":bedrock:*:" not in _text(b)  # a global profile needs no region wildcard
+        # describe: the one profile and the one model behind it
+        (gp,) = b["bedrock:GetInferenceProfile"]
+        assert _resources(gp) == [profile]
+        (gm,) = b["bedrock:GetFoundationModel"]
+        assert _resources(gm) == [in_region]
+
+
+def test_no_other_function_may_call_bedrock(synth: Synth) -> None:
+    t = synth.templates[PROD]
+    for h in ("intake", "aggregator", "sweeper"):
+        _, fn = function_by_handler(t, f"{h}.handler")
+        assert not _bedrock(policy_statements_for_role(t, getatt_id(fn["Role"]))), h
+
+
+def test_context_model_id_with_a_plain_model_id(by_context: dict[str, dict[str, Any]]) -> None:
+    t = by_context["ModelPlain"]
+    _env_and_output(t, PLAIN)
+    (role,) = _worker_roles(t)
+    b = _bedrock(policy_statements_for_role(t, role))
+    assert set(b) == {"bedrock:InvokeModel", "bedrock:GetFoundationModel"}  # no profile to describe
+    (invoke,) = b["bedrock:InvokeModel"]
+    (describe,) = b["bedrock:GetFoundationModel"]
+    (arn,) = _resources(invoke)
+    assert f'"AWS::Region"}}, "::foundation-model/{PLAIN}"' in arn and "Condition" not in invoke
+    assert _resources(describe) == [arn]
+    assert DEFAULT not in _text(t) and BASE not in _text(b)
+
+
+def test_context_model_id_with_a_geographic_profile(by_context: dict[str, dict[str, Any]]) -> None:
+    t = by_context["ModelGeo"]
+    _env_and_output(t, GEO)
+    (role,) = _worker_roles(t)
+    b = _bedrock(policy_statements_for_role(t, role))
+    profile_st, model_st = sorted(b["bedrock:InvokeModel"], key=lambda s: "Condition" in s)
+    (profile,) = _resources(profile_st)
+    assert f":inference-profile/{GEO}" in profile
+    # the destinations vary by source region: the model in any region, but only through this profile
+    (any_region,) = _resources(model_st)
+    assert any_region.endswith(f'":bedrock:*::foundation-model/{BASE}"]]}}')
+    assert _text(model_st["Condition"]["StringEquals"]["bedrock:InferenceProfileArn"]) == profile
+    assert [_resources(s) for s in b["bedrock:GetInferenceProfile"]] == [[profile]]
+    # the region wildcard is acknowledged on the worker role, with its reason (synth would fail otherwise)
+    acks = [rule for r in t["Resources"].values()
+            for rule in r.get("Metadata", {}).get("cdk_nag", {}).get("rules_to_suppress", [])]
+    assert any(a["id"].endswith(f"bedrock:*::foundation-model/{BASE}]") and "InferenceProfileArn" in a["reason"]
+               for a in acks)
+
+
+def test_context_model_id_is_validated_and_defaults_to_the_profile() -> None:
+    from infra.deploy_settings import DeploySettings
+
+    assert DeploySettings.from_context({"profile": "prod"}.get).model_id == DEFAULT
+    assert DeploySettings.from_context({"profile": "prod", "model_id": f" {GEO} "}.get).model_id == GEO
+    for bad in ("arn:aws:bedrock:us-east-1::foundation-model/x", "claude", "global.anthropic claude"):
+        with pytest.raises(ValueError, match="model_id"):
+            DeploySettings.from_context({"profile": "prod", "model_id": bad}.get)

@@ -1,0 +1,153 @@
+"""Alarms that reach someone, and the dashboard, read back from the template (moto skips alarms)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from .conftest import ALARM_EMAIL, FARGATE, LOCAL, PROD, Synth, function_by_handler, getatt_id, resources, source_queues
+
+STACKS = [LOCAL, PROD, FARGATE]
+
+
+def _topic(t: dict[str, Any]) -> str:
+    (topic_id,) = resources(t, "AWS::SNS::Topic")
+    return topic_id
+
+
+def _alarms(t: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Our alarms by name suffix (`<stack>-<suffix>`); the Fargate service's step-scaling alarms excluded."""
+    out = {}
+    for lid, a in resources(t, "AWS::CloudWatch::Alarm").items():
+        p = a["Properties"]
+        if "AlarmName" not in p:
+            assert lid.startswith("FargateWorkerServiceTaskCountTarget"), lid  # scaling policy alarms only
+            continue
+        out[p["AlarmName"].split("-", 1)[1]] = p
+    return out
+
+
+@pytest.mark.parametrize("name", STACKS)
+def test_every_alarm_notifies_the_alarm_topic(synth: Synth, name: str) -> None:
+    t = synth.templates[name]
+    topic = _topic(t)
+    alarms = resources(t, "AWS::CloudWatch::Alarm")
+    ours = _alarms(t)
+    assert len(ours) == 19  # 3 queues x 3 + 4 functions x 2 + backpressure + stuck jobs
+    for lid, a in alarms.items():
+        p = a["Properties"]
+        if "AlarmName" not in p:  # the scaling policy's own alarms act on the policy, not on people
+            (action,) = p["AlarmActions"]
+            assert getatt_id(action) in resources(t, "AWS::ApplicationAutoScaling::ScalingPolicy")
+            continue
+        assert p["AlarmActions"] == [{"Ref": topic}], lid
+        assert p["AlarmName"].startswith(f"{name}-") and len(p["AlarmDescription"]) > 40, lid
+    assert len(alarms) == len(ours) + (2 if name == FARGATE else 0)
+
+
+@pytest.mark.parametrize("name", STACKS)
+def test_the_alarm_topic_is_encrypted_tls_only_and_cloudwatch_may_publish(synth: Synth, name: str) -> None:
+    t = synth.templates[name]
+    topic_id = _topic(t)
+    topic = t["Resources"][topic_id]["Properties"]
+    (key_id,) = resources(t, "AWS::KMS::Key")
+    assert getatt_id(topic["KmsMasterKeyId"]) == key_id  # a customer key: CloudWatch cannot use aws/sns
+    key = t["Resources"][key_id]["Properties"]
+    assert key["EnableKeyRotation"] is True
+    assert any(st.get("Principal") == {"Service": "cloudwatch.amazonaws.com"}
+               and {"kms:Decrypt", "kms:GenerateDataKey*"} <= set(st["Action"])
+               for st in key["KeyPolicy"]["Statement"])
+    (policy,) = resources(t, "AWS::SNS::TopicPolicy").values()
+    statements = policy["Properties"]["PolicyDocument"]["Statement"]
+    assert any(st["Effect"] == "Deny" and st["Condition"] == {"Bool": {"aws:SecureTransport": "false"}}
+               for st in statements)
+    publish = next(st for st in statements if st.get("Sid") == "CloudWatchAlarmsPublish")
+    assert publish["Principal"] == {"Service": "cloudwatch.amazonaws.com"} and publish["Action"] == "sns:Publish"
+    assert ":alarm:*" in json.dumps(publish["Condition"]["ArnLike"])
+    assert "aws:SourceAccount" in publish["Condition"]["StringEquals"]
+
+
+def test_alarm_email_from_context_subscribes_to_the_topic(synth: Synth) -> None:
+    prod = synth.templates[PROD]
+    (sub,) = resources(prod, "AWS::SNS::Subscription").values()
+    assert sub["Properties"]["Protocol"] == "email" and sub["Properties"]["Endpoint"] == ALARM_EMAIL
+    assert sub["Properties"]["TopicArn"] == {"Ref": _topic(prod)}
+    assert not resources(synth.templates[LOCAL], "AWS::SNS::Subscription")  # no email given: no subscription
+
+
+@pytest.mark.parametrize("name", [LOCAL, PROD])
+def test_queue_alarms_depth_and_age_with_profile_thresholds(synth: Synth, name: str) -> None:
+    t, p = synth.templates[name], synth.profiles[name]
+    alarms = _alarms(t)
+    queue_ids = {q: qid for qid in source_queues(t) for q in ("intake", "analysis", "results")
+                 if qid.lower().startswith(q)}
+    for purpose, age in (("intake", p.intake_age_alarm_s), ("analysis", p.analysis_age_alarm_s),
+                         ("results", p.results_age_alarm_s)):
+        depth = alarms[f"{purpose}-dlq-depth"]
+        assert (depth["Threshold"], depth["MetricName"]) == (1, "ApproximateNumberOfMessagesVisible")
+        oldest = alarms[f"{purpose}-oldest-message"]
+        assert oldest["MetricName"] == "ApproximateAgeOfOldestMessage" and oldest["Threshold"] == age
+        (dim,) = oldest["Dimensions"]
+        assert getatt_id(dim["Value"]) == queue_ids[purpose]
+        expiring = alarms[f"{purpose}-dlq-expiring"]
+        assert expiring["MetricName"] == "ApproximateAgeOfOldestMessage"
+        assert expiring["Threshold"] == (p.dlq_retention_days - 2) * 86400  # two days before it is lost
+        for a in (depth, oldest, expiring):
+            assert a["TreatMissingData"] == "notBreaching" and a["ComparisonOperator"] == "GreaterThanOrEqualToThreshold"
+
+
+@pytest.mark.parametrize("name", [LOCAL, PROD])
+def test_function_errors_and_throttles_per_function(synth: Synth, name: str) -> None:
+    t, p = synth.templates[name], synth.profiles[name]
+    alarms = _alarms(t)
+    for fn in ("intake", "worker", "aggregator", "sweeper"):
+        fn_id, _ = function_by_handler(t, f"{fn}.handler")
+        for metric, threshold in (("Errors", p.function_errors_alarm_threshold),
+                                  ("Throttles", p.function_throttles_alarm_threshold)):
+            a = alarms[f"{fn}-{metric.lower()}"]
+            assert (a["Namespace"], a["MetricName"], a["Statistic"]) == ("AWS/Lambda", metric, "Sum")
+            assert a["Dimensions"] == [{"Name": "FunctionName", "Value": {"Ref": fn_id}}]
+            assert (a["Threshold"], a["Period"], a["TreatMissingData"]) == (threshold, p.alarm_period_s, "notBreaching")
+
+
+def _metric_stats(alarm: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {m["Id"]: m for m in alarm["Metrics"]}
+
+
+@pytest.mark.parametrize("name", [LOCAL, PROD])
+def test_backpressure_rate_and_stuck_jobs(synth: Synth, name: str) -> None:
+    t, p = synth.templates[name], synth.profiles[name]
+    alarms = _alarms(t)
+    bp = alarms["backpressure"]
+    assert (bp["Threshold"], bp["EvaluationPeriods"]) == (p.backpressure_alarm_threshold, p.backpressure_alarm_periods)
+    metrics = _metric_stats(bp)
+    (expression,) = [m["Expression"] for m in metrics.values() if "Expression" in m]
+    assert expression == "FILL(worker, 0) + FILL(sweeper, 0)"
+    for who in ("worker", "sweeper"):  # published by handlers/worker.py (+ poller.py) and handlers/sweeper.py
+        stat = metrics[who]["MetricStat"]
+        assert stat["Metric"] == {"Namespace": "ContractReview", "MetricName": "BackpressureRequeues",
+                                  "Dimensions": [{"Name": "service", "Value": who}]}
+        assert (stat["Stat"], stat["Period"]) == ("Sum", p.alarm_period_s)
+    stuck = alarms["stuck-jobs"]
+    assert (stuck["Namespace"], stuck["MetricName"]) == ("ContractReview", "StuckJobs")
+    assert stuck["Dimensions"] == [{"Name": "service", "Value": "sweeper"}]
+    assert stuck["Threshold"] == p.stuck_jobs_alarm_threshold
+    assert stuck["TreatMissingData"] == "breaching"  # published on every sweep: silence = no sweeper
+
+
+@pytest.mark.parametrize("name", STACKS)
+def test_dashboard_shows_queues_jobs_retries_and_dead_letters(synth: Synth, name: str) -> None:
+    t = synth.templates[name]
+    (dashboard,) = resources(t, "AWS::CloudWatch::Dashboard").values()
+    assert dashboard["Properties"]["DashboardName"] == f"{name}-pipeline"
+    body = json.dumps(dashboard["Properties"]["DashboardBody"])
+    for needle in ("ApproximateNumberOfMessagesVisible", "ApproximateNumberOfMessagesNotVisible",
+                   "ApproximateAgeOfOldestMessage", "JobDuration", "Tier1Retries", "Tier2Handoffs",
+                   "BackpressureRequeues", "ModelCalls", "StuckJobs", "Errors", "Throttles",
+                   "Job completion time", "Retries by error code and tier", "Dead letters"):
+        assert needle in body, needle
+    # retries by code: a SEARCH over the Retries metric's (service, tier, code) dimensions
+    assert "SEARCH('{ContractReview,code,service,tier} MetricName=" in body and "Retries" in body
+    assert "p90" in body

@@ -1,0 +1,448 @@
+"""Each role may make every AWS call its code makes, and is granted nothing its code does not call.
+
+moto does not enforce IAM, so a missing permission passes every other test and fails on AWS (the
+Fargate task role once lacked the sweeper's index query and DLQ receive: the poller's sweep failed
+with AccessDenied on every round). Here the real code runs in-process against the local template
+deployed into moto, with a botocore hook recording every call per role (tests/infra/aws_calls.py):
+
+- intake, worker, aggregator, sweeper: their Lambda handlers, with Lambda-shaped events;
+- worker error paths (throttling, 5xx, poison, a retired model id) through the same `ChunkWorker`;
+- fargate: the poller (`handlers.poller.run`), which runs the worker and the sweep in-process,
+  with a fake ECS agent for scale-in protection.
+
+Bedrock is answered at the HTTP boundary (botocore `before-call`), so the worker runs its real
+Bedrock client. Then, on the synthesized local, prod and Fargate templates: every recorded call is
+allowed by the role's policy on its resource (ARNs resolved against the deployed stack), and every
+grant of `infra.permissions.ACCESS` was used by some recorded call.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+import warnings
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+from botocore.awsrequest import AWSResponse
+from botocore.exceptions import ClientError
+
+from contract_review import handlers
+from contract_review.adapters.task_protection import ScaleInGuard, TaskProtection
+from contract_review.chunking import document_hash
+from contract_review.config import Settings
+from contract_review.errors import Tier2
+from contract_review.handlers import poller
+from contract_review.intake import handle_intake
+from contract_review.messages import AnalysisMessage
+from contract_review.model_clients import ModelRequest, ModelResponse
+from contract_review.ports import Deps
+from contract_review.records import AttemptStats, ChunkStatus, job_id_for
+from contract_review.wiring import build_deps
+from contract_review.worker import ChunkWorker, Delivery
+from infra.permissions import ACCESS
+from review_local.connect import local_deps
+from review_local.embedded import FAKE_CREDENTIALS, EmbeddedAws
+from review_local.runtime import function_specs
+from review_local.sandbox import LambdaContext, sqs_event
+
+from ..fake_ecs_agent import FakeEcsAgent
+from ..texts import TEXT
+from .aws_calls import ACCOUNT, REGION, Call, Need, Recorder, allowed
+from .conftest import FARGATE, LOCAL, PROD, Synth, function_by_handler, getatt_id, policy_statements_for_role, resources
+
+CLUSTER = "<cluster>"  # the ECS cluster's name: resolved per template
+TASK_ID = "0123456789abcdef0"
+FUNCTION_ROLES = ("intake", "worker", "aggregator", "sweeper")
+# What each role's code runs: the Fargate poller runs the worker and the sweep in-process.
+CODE_OF = {"intake": ("intake",), "worker": ("worker",), "aggregator": ("aggregator",), "sweeper": ("sweeper",),
+           "fargate": ("fargate", "worker", "sweeper")}
+
+
+@dataclass
+class Recorded:
+    recorder: Recorder
+    aws: EmbeddedAws
+    protection_puts: int
+
+
+# ------------------------------------------------------------------------ Bedrock at the boundary
+class BedrockDouble:
+    """Answers Converse (an empty, valid tool answer), and the control plane's model questions."""
+
+    def __init__(self) -> None:
+        self.converse_error: str | None = None  # e.g. "ValidationException": every Converse fails so
+        self.converse_calls = 0
+
+    def attach(self, session: Any) -> None:
+        session.events.register("before-call.bedrock-runtime.Converse", self._converse)
+        session.events.register("before-call.bedrock.GetInferenceProfile", self._profile)
+        session.events.register("before-call.bedrock.GetFoundationModel", self._model)
+
+    def _converse(self, **_: Any) -> tuple[AWSResponse, dict[str, Any]]:
+        self.converse_calls += 1
+        if self.converse_error:
+            return AWSResponse("", 400, {}, None), {
+                "Error": {"Code": self.converse_error, "Message": "The provided model identifier is invalid."},
+                "ResponseMetadata": {"HTTPStatusCode": 400}}
+        time.sleep(0.06)  # a chunk lasts long enough for the heartbeat (lease/3 = 1 s locally)
+        return AWSResponse("", 200, {}, None), {
+            "output": {"message": {"role": "assistant", "content": [
+                {"toolUse": {"toolUseId": "t1", "name": "record_answer", "input": {"clauses": []}}}]}},
+            "stopReason": "tool_use", "usage": {"inputTokens": 10, "outputTokens": 5, "totalTokens": 15},
+            "ResponseMetadata": {"HTTPStatusCode": 200}}
+
+    def _profile(self, **_: Any) -> tuple[AWSResponse, dict[str, Any]]:
+        return AWSResponse("", 200, {}, None), {"status": "ACTIVE", "ResponseMetadata": {"HTTPStatusCode": 200}}
+
+    def _model(self, **_: Any) -> tuple[AWSResponse, dict[str, Any]]:
+        return AWSResponse("", 200, {}, None), {"modelDetails": {"modelLifecycle": {"status": "LEGACY"}},
+                                                "ResponseMetadata": {"HTTPStatusCode": 200}}
+
+
+class FailingModel:
+    """A model whose calls fail with a Bedrock error shape after `ok` successful calls."""
+
+    model_id = "global.anthropic.claude-sonnet-4-6"
+
+    def __init__(self, code: str, status: int, ok: int = 0):
+        self.code, self.status, self.ok = code, status, ok
+
+    def invoke(self, request: ModelRequest) -> ModelResponse:
+        if self.ok > 0:
+            self.ok -= 1
+            return ModelResponse(text='{"clauses": []}', stop_reason="end_turn")
+        raise ClientError({"Error": {"Code": self.code, "Message": "Too many requests, please wait."},
+                           "ResponseMetadata": {"HTTPStatusCode": self.status}}, "Converse")
+
+
+class OkModel(FailingModel):
+    def __init__(self) -> None:
+        super().__init__("", 200, ok=10**6)
+
+
+# ------------------------------------------------------------------------ the scenarios
+def _receive(aws: EmbeddedAws, url: str, want: int = 1, timeout_s: float = 10) -> list[dict[str, Any]]:
+    sqs, got, deadline = aws.client("sqs"), [], time.monotonic() + timeout_s
+    while len(got) < want and time.monotonic() < deadline:
+        r = sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10, MessageSystemAttributeNames=["All"],
+                                MessageAttributeNames=["All"], WaitTimeSeconds=0)
+        got += r.get("Messages", [])
+        if len(got) < want:
+            time.sleep(0.1)
+    assert len(got) >= want, f"expected {want} message(s) on {url}, got {len(got)}"
+    return got
+
+
+def _job(setup: Deps, aws: EmbeddedAws, key: str) -> tuple[str, dict[str, Any]]:
+    """A one-chunk job created outside the recording; its analysis message as received from SQS."""
+    result = handle_intake(setup, json.dumps({"schema_version": 1, "idempotency_key": key,
+                                              "document": {"text": TEXT}}), f"m-{key}")
+    assert result.job_id is not None
+    sqs, url = aws.client("sqs"), setup.settings.analysis_queue_url
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        for m in _receive(aws, url):
+            if AnalysisMessage.model_validate_json(m["Body"]).job_id == result.job_id:
+                return result.job_id, m
+            sqs.delete_message(QueueUrl=url, ReceiptHandle=m["ReceiptHandle"])  # an earlier scenario's
+    raise AssertionError(f"no analysis message for {result.job_id}")
+
+
+def _delivery(m: dict[str, Any], visibility_s: int) -> Delivery:
+    return Delivery(message_id=m["MessageId"], receipt_handle=m["ReceiptHandle"],
+                    receive_count=int(m["Attributes"]["ApproximateReceiveCount"]), visibility_s=visibility_s,
+                    remaining_ms=lambda: 20_000)
+
+
+def _intake(rec: Recorder, setup: Deps, arn: str) -> None:
+    from contract_review.handlers import intake as intake_handler
+
+    setup.artifacts.put_text("uploads/contract.txt", TEXT.replace("New York", "Delaware"), "text/plain")
+    bucket = setup.settings.bucket
+    bodies = [
+        {"schema_version": 1, "document_id": "inline", "document": {"text": TEXT}},
+        {"schema_version": 1, "idempotency_key": "by-uri", "document": {"s3_uri": f"s3://{bucket}/uploads/contract.txt"}},
+        {"schema_version": 1, "idempotency_key": "gone", "document": {"s3_uri": f"s3://{bucket}/uploads/none.txt"}},
+        {"schema_version": 1, "document_id": "empty", "document": {"text": "   "}},
+        {"schema_version": 1, "document_id": "inline", "document": {"text": TEXT}},  # a duplicate
+    ]
+    records = [{"MessageId": f"i-{n}", "ReceiptHandle": f"rh-{n}", "Body": json.dumps(b)} for n, b in enumerate(bodies)]
+    records.append({"MessageId": "i-poison", "ReceiptHandle": "rh-p", "Body": "{nope"})  # no key: to the DLQ
+    # the duplicate's conditional put fails without the winner's item (the adapter then reads it)
+    inline_job = job_id_for(document_hash(TEXT))
+    puts: list[str] = []
+
+    def second_put_of_the_inline_job(body: dict[str, Any]) -> bool:
+        if body.get("TableName") != setup.settings.jobs_table or body["Item"]["job_id"]["S"] != inline_job:
+            return False
+        puts.append(inline_job)
+        return len(puts) == 2
+
+    _answer_once(handlers.session(), "PutItem", second_put_of_the_inline_job, 400,
+                 {"Error": {"Code": "ConditionalCheckFailedException", "Message": "The conditional request failed"}})
+    with rec.acting_as("intake"):
+        intake_handler.handler(sqs_event(records, arn, REGION), LambdaContext("IntakeFn", 512, 10, "r-i", REGION))
+
+
+def _worker(rec: Recorder, setup: Deps, aws: EmbeddedAws, bedrock: BedrockDouble, arn: str) -> None:
+    from contract_review.handlers import worker as worker_handler
+
+    p = setup.settings.profile
+    # 1. the handler, Bedrock answering: the chunk completes (heartbeats on the way) and is announced
+    _, m = _job(setup, aws, "w-ok")
+    with rec.acting_as("worker"):
+        worker_handler.handler(sqs_event([m], arn, REGION), LambdaContext("WorkerFn", 1024, 20, "r-w", REGION))
+    # 2. the handler, Bedrock refusing the model id, the control plane saying it is retired: job-fatal
+    _, m = _job(setup, aws, "w-retired")
+    bedrock.converse_error = "ValidationException"
+    try:
+        with rec.acting_as("worker"):
+            worker_handler.handler(sqs_event([m], arn, REGION), LambdaContext("WorkerFn", 1024, 20, "r-w2", REGION))
+    finally:
+        bedrock.converse_error = None
+    # 3. large outputs go to S3: throttled after one analyst (a checkpoint, then backpressure) ...
+    small = handlers.settings().model_copy(update={"profile": p.model_copy(update={"checkpoint_inline_max_bytes": 1})})
+    _unprocessed_once(handlers.session(), setup.settings.checkpoints_table)  # before its clients exist (below)
+    deps = build_deps(small, handlers.session())
+    job_id, m = _job(setup, aws, "w-throttled")
+    msg = AnalysisMessage.model_validate_json(m["Body"])
+    with rec.acting_as("worker"):
+        ChunkWorker(deps, FailingModel("ThrottlingException", 429, ok=1), sleep=lambda _s: None).handle(
+            msg, _delivery(m, p.analysis_visibility_s))
+    # ... then resumed from its checkpoint (read back from S3), with BatchGetItem leaving keys unprocessed
+    with rec.acting_as("worker"):
+        outcome = ChunkWorker(deps, OkModel(), sleep=lambda _s: None).handle(msg, _delivery(m, p.analysis_visibility_s))
+    assert outcome.action == "done", outcome
+    # 4. a 5xx: tier 2 (visibility backoff), then with the budget spent: dead-lettered
+    _, m = _job(setup, aws, "w-5xx")
+    msg = AnalysisMessage.model_validate_json(m["Body"])
+    with rec.acting_as("worker"), pytest.raises(Tier2):
+        ChunkWorker(handlers.deps(), FailingModel("ServiceUnavailableException", 503),
+                    sleep=lambda _s: None).handle(msg, _delivery(m, p.analysis_visibility_s))
+    with rec.acting_as("worker"):
+        outcome = ChunkWorker(handlers.deps(), OkModel(), sleep=lambda _s: None).handle(
+            msg.model_copy(update={"max_attempts": 1}), _delivery(m, p.analysis_visibility_s))
+    assert outcome.action == "dead_lettered", outcome
+
+
+def _answer_once(session: Any, operation: str, match: Callable[[dict[str, Any]], bool],
+                 status: int, parsed: dict[str, Any]) -> None:
+    """The next DynamoDB `operation` whose request body `match`es gets this answer instead of moto's."""
+    done: list[bool] = []
+
+    def answer(params: dict[str, Any], **_: Any) -> tuple[AWSResponse, dict[str, Any]] | None:
+        body = json.loads(params["body"])
+        if done or not match(body):
+            return None
+        done.append(True)
+        return AWSResponse("", status, {}, None), {**parsed, "ResponseMetadata": {"HTTPStatusCode": status}}
+
+    session.events.register(f"before-call.dynamodb.{operation}", answer)
+
+
+def _unprocessed_once(session: Any, table: str) -> None:
+    """The next BatchGetItem on `table` answers with every key unprocessed (DynamoDB may)."""
+    done: list[bool] = []
+
+    def answer(params: dict[str, Any], **_: Any) -> tuple[AWSResponse, dict[str, Any]] | None:
+        if done:
+            return None
+        done.append(True)
+        body = json.loads(params["body"])
+        return AWSResponse("", 200, {}, None), {"Responses": {table: []},
+                                                "UnprocessedKeys": {table: body["RequestItems"][table]},
+                                                "ResponseMetadata": {"HTTPStatusCode": 200}}
+
+    session.events.register("before-call.dynamodb.BatchGetItem", answer)
+
+
+def _aggregator(rec: Recorder, setup: Deps, aws: EmbeddedAws, arn: str) -> None:
+    from contract_review.handlers import aggregator as aggregator_handler
+
+    messages = _receive(aws, setup.settings.results_queue_url, want=3)
+    with rec.acting_as("aggregator"):
+        aggregator_handler.handler(sqs_event(messages, arn, REGION),
+                                   LambdaContext("AggregatorFn", 512, 10, "r-a", REGION))
+
+
+def _sweeper(rec: Recorder, setup: Deps, aws: EmbeddedAws) -> None:
+    from contract_review.handlers import sweeper as sweeper_handler
+
+    budget = setup.settings.profile.poison_budget
+    # a lapsed claim (its worker died) and one whose poison budget is spent
+    for key, failures in (("s-lapsed", 0), ("s-poison", budget - 1)):
+        job_id, m = _job(setup, aws, key)
+        chunk_id = AnalysisMessage.model_validate_json(m["Body"]).chunk_id
+        for _ in range(failures):
+            c = setup.claims.claim(job_id, chunk_id, "ghost", 30, 1)
+            setup.claims.release(job_id, chunk_id, c.fence, AttemptStats(), None, failure=True)
+        setup.claims.claim(job_id, chunk_id, "ghost", 0.01, 1)
+    # a chunk message the queue moved to the DLQ, its chunk unsettled
+    _, m = _job(setup, aws, "s-dlq")
+    aws.client("sqs").send_message(QueueUrl=setup.settings.analysis_dlq_url, MessageBody=m["Body"])
+    # a running job without progress for longer than stall_after_s
+    job_id, _ = _job(setup, aws, "s-stalled")
+    aws.client("dynamodb").update_item(TableName=setup.settings.jobs_table, Key={"job_id": {"S": job_id}},
+                                       UpdateExpression="SET updated_at = :t", ExpressionAttributeValues={":t": {"N": "1"}})
+    time.sleep(0.05)
+    with rec.acting_as("sweeper"):
+        result = sweeper_handler.handler({}, LambdaContext("SweeperFn", 256, 10, "r-s", REGION))
+    assert result["requeued"] and result["dead_lettered"] and result["stalled_jobs"] >= 1, result
+
+
+def _fargate(rec: Recorder, setup: Deps, aws: EmbeddedAws, agent: FakeEcsAgent, env: dict[str, str]) -> None:
+    aws.client("sqs").purge_queue(QueueUrl=setup.settings.analysis_queue_url)  # only this job for the poller
+    time.sleep(0.1)
+    result = handle_intake(setup, json.dumps({"schema_version": 1, "idempotency_key": "f-ok",
+                                              "document": {"text": TEXT}}), "m-f")
+    assert result.job_id is not None
+    settings = Settings.from_env(env).model_copy(update={"worker_kind": "fargate"})
+    stop = poller.Shutdown(settings.profile.fargate_stop_timeout_s)
+    guard = ScaleInGuard(TaskProtection(agent.uri), settings.profile.fargate_protection_minutes)
+    with rec.acting_as("fargate"):
+        thread = threading.Thread(target=poller.run, args=(settings, handlers.session(), stop, guard), daemon=True)
+        thread.start()
+        try:
+            _wait(lambda: all(c.status is ChunkStatus.DONE for c in setup.claims.for_job(str(result.job_id))), 20)
+            time.sleep(settings.profile.fargate_sweep_interval_s * 1.5)  # at least one in-process sweep
+        finally:
+            stop.request()
+            thread.join(timeout=30)
+    assert not thread.is_alive()
+
+
+def _wait(predicate: Callable[[], bool], timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.1)
+
+
+@pytest.fixture(scope="module")
+def recorded(synth: Synth) -> Iterator[Recorded]:
+    aws = EmbeddedAws().start()
+    rec = Recorder()
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            aws.deploy(synth.templates[LOCAL])
+        specs = {s.name: s for s in function_specs(aws, 1.0)}
+        env = {**specs["worker"].env, **FAKE_CREDENTIALS, "AWS_ENDPOINT_URL": aws.endpoint,
+               "AWS_DEFAULT_REGION": aws.region, "AWS_REGION": aws.region, "MODEL_PROVIDER": "bedrock"}
+        with pytest.MonkeyPatch.context() as mp, FakeEcsAgent() as agent:
+            for k, v in env.items():
+                mp.setenv(k, v)
+            from contract_review.handlers import aggregator, intake, sweeper, worker
+
+            for module in (aggregator, intake, sweeper, worker):  # maybe imported earlier, without the variable
+                mp.setattr(module.metrics, "namespace", env["POWERTOOLS_METRICS_NAMESPACE"])
+            handlers.reset()
+            session = handlers.session()
+            rec.attach(session)
+            bedrock = BedrockDouble()
+            bedrock.attach(session)
+            setup = local_deps(aws.outputs, aws.region, aws.endpoint)
+            try:
+                _intake(rec, setup, specs["intake"].queue_arn)
+                _worker(rec, setup, aws, bedrock, specs["worker"].queue_arn)
+                _aggregator(rec, setup, aws, specs["aggregator"].queue_arn)
+                _sweeper(rec, setup, aws)
+                _fargate(rec, setup, aws, agent, env)
+            finally:
+                from contract_review.handlers import worker as worker_handler
+
+                worker_handler.chunk_worker.cache_clear()
+                handlers.reset()
+            for _request in agent.requests:  # the agent calls UpdateTaskProtection with the task role
+                rec.add("fargate", "ecs-agent", "UpdateTaskProtection", {"cluster": CLUSTER, "task": TASK_ID})
+            puts = len(agent.requests)
+        yield Recorded(rec, aws, puts)
+    finally:
+        aws.stop()
+
+
+# ------------------------------------------------------------------------ the template side
+def _role_id(t: dict[str, Any], role: str) -> str:
+    if role == "fargate":
+        (task_def,) = resources(t, "AWS::ECS::TaskDefinition").values()
+        return getatt_id(task_def["Properties"]["TaskRoleArn"])
+    _, fn = function_by_handler(t, f"{role}.handler")
+    return getatt_id(fn["Role"])
+
+
+def _cluster(t: dict[str, Any]) -> str:
+    found = list(resources(t, "AWS::ECS::Cluster"))
+    return found[0] if found else CLUSTER
+
+
+def _statements(recorded: Recorded, t: dict[str, Any], role: str) -> list[dict[str, Any]]:
+    """The role's identity-policy statements, every resource resolved against the deployed stack."""
+    return [{**st, "Resource": recorded.aws.resolve(st["Resource"]),
+             **({"Condition": recorded.aws.resolve(st["Condition"])} if "Condition" in st else {})}
+            for st in policy_statements_for_role(t, _role_id(t, role))]
+
+
+def _needs(calls: list[Call], cluster: str) -> dict[Need, Call]:
+    return {Need(n.action, n.resource.replace(CLUSTER, cluster), n.context): c for c in calls for n in c.needs}
+
+
+CASES = [(LOCAL, r) for r in FUNCTION_ROLES] + [(PROD, r) for r in FUNCTION_ROLES] + [(FARGATE, "fargate")]
+
+
+@pytest.mark.parametrize("name,role", CASES, ids=[f"{n}-{r}" for n, r in CASES])
+def test_every_call_the_code_makes_is_allowed(recorded: Recorded, synth: Synth, name: str, role: str) -> None:
+    t = synth.templates[name]
+    # GIVEN every call the role's code made, against moto, in the scenarios above
+    needs = _needs(recorded.recorder.of(*CODE_OF[role]), _cluster(t))
+    assert needs, role
+    # THEN the role's policy in the synthesized template allows each one on its resource
+    statements = _statements(recorded, t, role)
+    denied = sorted(f"{c.service}:{c.operation} needs {n.action} on {n.resource} {dict(n.context) or ''}"
+                    for n, c in needs.items() if not allowed(statements, n))
+    assert not denied, f"{name} {role} role would get AccessDenied for:\n  " + "\n  ".join(denied)
+
+
+def _target_arn(outputs: dict[str, str], target: str) -> str:
+    kind, _, name = target.partition(":")
+    if kind == "table":
+        return f"arn:aws:dynamodb:{REGION}:{ACCOUNT}:table/{outputs[f'{name.title()}TableName']}"
+    if kind == "index":
+        table, index = name.split("/")
+        return f"arn:aws:dynamodb:{REGION}:{ACCOUNT}:table/{outputs[f'{table.title()}TableName']}/index/{index}"
+    if kind == "objects":
+        return f"arn:aws:s3:::{outputs['ArtifactBucketName']}/{name}*"
+    if kind == "bucket":
+        return f"arn:aws:s3:::{outputs['ArtifactBucketName']}"
+    url = outputs[f"{name.title()}{'Queue' if kind == 'queue' else 'Dlq'}Url"]
+    return f"arn:aws:sqs:{REGION}:{ACCOUNT}:{url.rsplit('/', 1)[-1]}"
+
+
+@pytest.mark.parametrize("role", sorted(ACCESS))
+def test_every_grant_is_used_by_the_code(recorded: Recorded, role: str) -> None:
+    """`ACCESS` is trimmed to the calls the code makes: each (resource, action) it grants was used."""
+    import fnmatch
+
+    needs = _needs(recorded.recorder.of(*CODE_OF[role]), CLUSTER)
+    unused: list[str] = []
+    for access in ACCESS[role]:
+        arn = _target_arn(recorded.aws.outputs, access.target)
+        for action in access.actions:
+            if not any(n.action == action and fnmatch.fnmatchcase(n.resource, arn) for n in needs):
+                unused.append(f"{action} on {access.target} ({access.why})")
+    assert not unused, f"{role}: granted but never called; remove it or add the scenario that needs it:\n  " + \
+        "\n  ".join(unused)
+
+
+def test_the_scenarios_reach_the_paths_they_are_for(recorded: Recorded) -> None:
+    """The recording is only as good as its scenarios: the calls that once went missing were made."""
+    ops = {(c.role, c.service, c.operation) for c in recorded.recorder.calls}
+    assert ("fargate", "dynamodb", "Query") in ops and ("fargate", "sqs", "ReceiveMessage") in ops
+    sweeps = [n for c in recorded.recorder.of("fargate") for n in c.needs if n.resource.endswith("/index/by-lease")]
+    assert sweeps, "the poller's in-process sweep queried the claims index"
+    assert ("worker", "bedrock-runtime", "Converse") in ops and ("worker", "bedrock", "GetFoundationModel") in ops
+    assert ("worker", "dynamodb", "GetItem") in ops  # incl. the unprocessed-keys fallback on checkpoints
+    assert recorded.protection_puts >= 2  # protected while busy, released when idle or stopped

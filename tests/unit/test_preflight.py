@@ -1,0 +1,240 @@
+"""`review preflight`: one tiny Converse call, what the control plane says about the model id, and the
+account's requests/tokens-per-minute quotas, against botocore Stubbers for bedrock-runtime, bedrock,
+service-quotas and cloudformation; and every error the command can hit is one line, never a traceback."""
+
+from __future__ import annotations
+
+import itertools
+import json
+from typing import Any
+
+import pytest
+from botocore.stub import Stubber
+from click.testing import CliRunner
+
+from review_local.cli import cli
+from review_local.preflight import PreflightError, match_quotas, preflight, render, run_preflight
+
+from . import bedrock_stubs as bs
+
+SONNET_46 = "Anthropic Claude Sonnet 4.6"
+
+
+def quota(name: str, value: float, code: str = "L-00000000", adjustable: bool = True) -> dict[str, Any]:
+    return {"ServiceCode": "bedrock", "ServiceName": "Amazon Bedrock", "QuotaCode": code, "QuotaName": name,
+            "Value": value, "Unit": "None", "Adjustable": adjustable, "GlobalQuota": False}
+
+
+# Service Quotas' bedrock list as an account sees it: the model's own quotas among decoys (another
+# family, a long-context variant, a neighbouring model, a daily quota), across two pages.
+PAGE_1 = [
+    quota(f"On-demand model inference requests per minute for {SONNET_46}", 50, "L-ONDEMAND1"),
+    quota(f"Global cross-region model inference requests per minute for {SONNET_46} V1", 250, "L-GLOBALRPM"),
+    quota(f"Cross-region model inference tokens per minute for {SONNET_46}", 400_000, "L-GEOTPM"),
+    quota("Global cross-region model inference tokens per minute for Anthropic Claude Sonnet 4.5 V1", 9, "L-OTHER"),
+]
+PAGE_2 = [
+    quota(f"Global cross-region model inference tokens per minute for {SONNET_46} V1 1M Context Length", 7, "L-1M"),
+    quota(f"Global cross-region model inference tokens per minute for {SONNET_46} V1", 2_000_000, "L-GLOBALTPM"),
+    quota(f"Model invocation max tokens per day for {SONNET_46} V1 (doubled for cross-region calls)", 1e9, "L-DAY"),
+]
+
+
+class Clients:
+    """Stubbed clients for one preflight run; `verify()` asserts every stubbed answer was used."""
+
+    def __init__(self) -> None:
+        self.runtime, self.runtime_stub = bs.stubbed("bedrock-runtime")
+        self.bedrock, self.bedrock_stub = bs.stubbed("bedrock")
+        self.quotas, self.quotas_stub = bs.stubbed("service-quotas")
+        self.cfn, self.cfn_stub = bs.stubbed("cloudformation")
+        self.stubs: list[Stubber] = [self.runtime_stub, self.bedrock_stub, self.quotas_stub, self.cfn_stub]
+        for s in self.stubs:
+            s.activate()
+
+    def quota_pages(self, *pages: list[dict[str, Any]], operation: str = "list_service_quotas") -> None:
+        for i, page in enumerate(pages):
+            response: dict[str, Any] = {"Quotas": page}
+            params: dict[str, Any] = {"ServiceCode": "bedrock"}
+            if i + 1 < len(pages):
+                response["NextToken"] = f"t{i + 1}"
+            if i:
+                params["NextToken"] = f"t{i}"
+            self.quotas_stub.add_response(operation, response, expected_params=params)
+
+    def run(self, model_id: str = bs.CURRENT):
+        ticks = itertools.count(0.0, 0.75)  # the clock: each reading 0.75 s after the last
+        return run_preflight(model_id, bs.REGION, runtime=self.runtime, bedrock=self.bedrock, quotas=self.quotas,
+                             clock=lambda: next(ticks))
+
+    def verify(self) -> None:
+        for s in self.stubs:
+            s.assert_no_pending_responses()
+
+
+def test_a_usable_model_reports_access_latency_and_its_own_rpm_and_tpm_quotas():
+    # GIVEN a current model that answers, and the account's quota list over two pages
+    c = Clients()
+    bs.expect_current(c.bedrock_stub)
+    c.runtime_stub.add_response("converse", bs.converse_ok(), expected_params={
+        "modelId": bs.CURRENT, "messages": [{"role": "user", "content": [{"text": "Reply with the single word OK."}]}],
+        "inferenceConfig": {"maxTokens": 8, "temperature": 0.0}})
+    c.quota_pages(PAGE_1, PAGE_2)
+    # WHEN preflight runs
+    report = c.run()
+    # THEN access works, with the call's latency, and exactly the global RPM and TPM quotas of that model
+    c.verify()
+    assert report.ok and report.error_code is None and report.latency_ms == 750.0
+    assert report.facts is not None and (report.facts.display_name, report.facts.lifecycle) == (SONNET_46, "ACTIVE")
+    assert [(q.per_minute, q.code, q.value, q.source) for q in report.quotas] == [
+        ("requests", "L-GLOBALRPM", 250, "applied"), ("tokens", "L-GLOBALTPM", 2_000_000, "applied")]
+    text = "\n".join(render(report))
+    assert "access: ok" in text and "750 ms" in text
+    assert "requests per minute: 250" in text and "tokens per minute: 2,000,000" in text
+
+
+def test_a_retired_model_reports_the_job_fatal_code_and_what_to_do():
+    # GIVEN a retired model id (Converse: ValidationException; control plane: LEGACY)
+    c = Clients()
+    bs.expect_model(c.bedrock_stub, bs.RETIRED, lifecycle="LEGACY", name="Claude 3.5 Sonnet",
+                    inference_types=("ON_DEMAND",))
+    c.runtime_stub.add_client_error("converse", service_error_code="ValidationException",
+                                    service_message=bs.EOL_MESSAGE, http_status_code=400)
+    c.quota_pages([quota("On-demand model inference requests per minute for Anthropic Claude 3.5 Sonnet", 20)],
+                  )
+    c.quota_pages([quota("On-demand model inference tokens per minute for Anthropic Claude 3.5 Sonnet", 2e5)],
+                  operation="list_aws_default_service_quotas")
+    report = c.run(bs.RETIRED)
+    c.verify()
+    # THEN the report names the code the workers would record, the id, and the recovery
+    assert not report.ok and report.error_code == "model.id_rejected"
+    assert bs.RETIRED in report.message and "LEGACY" in report.message
+    text = "\n".join(render(report))
+    assert "FAILED model.id_rejected" in text and "-c model_id=" in text
+    # AND the quotas still come back: the applied RPM, and the TPM from AWS's defaults (no applied value)
+    assert [(q.per_minute, q.source) for q in report.quotas] == [("requests", "applied"), ("tokens", "AWS default")]
+
+
+def test_access_not_enabled_reports_access_denied_with_its_recovery():
+    c = Clients()
+    bs.expect_current(c.bedrock_stub)
+    c.runtime_stub.add_client_error("converse", service_error_code="AccessDeniedException", http_status_code=403,
+                                    service_message="You don't have access to the model with the specified model ID.")
+    c.quota_pages(PAGE_1, PAGE_2)
+    report = c.run()
+    c.verify()
+    assert report.error_code == "model.access_denied"
+    assert report.message.startswith("AccessDeniedException (HTTP 403)")
+    assert "enable model access" in report.recovery
+    assert f"what to do: {report.recovery}" in render(report)
+
+
+def test_unreadable_quotas_are_a_note_not_a_failure():
+    c = Clients()
+    bs.expect_current(c.bedrock_stub)
+    c.runtime_stub.add_response("converse", bs.converse_ok())
+    c.quotas_stub.add_client_error("list_service_quotas", service_error_code="AccessDeniedException",
+                                   http_status_code=400)
+    report = c.run()
+    c.verify()
+    assert report.ok and report.quotas == []
+    assert any("AccessDeniedException" in n and "servicequotas:ListServiceQuotas" in n for n in report.notes)
+
+
+def test_quota_matching_is_by_family_and_model_name_only():
+    both = PAGE_1 + PAGE_2
+    assert [q.code for q in match_quotas(both, "global cross-region", SONNET_46, "applied")] == \
+        ["L-GLOBALRPM", "L-GLOBALTPM"]
+    assert [q.code for q in match_quotas(both, "cross-region", SONNET_46, "applied")] == ["L-GEOTPM"]
+    assert [q.code for q in match_quotas(both, "on-demand", SONNET_46, "applied")] == ["L-ONDEMAND1"]
+    assert match_quotas(both, "global cross-region", "Anthropic Claude Sonnet 4", "applied") == []
+
+
+# --- the command: resolving the stack, and one line per error ---------------------------------------------
+
+class FakeSession:
+    def __init__(self, clients: Clients, credentials: bool = True, region: str | None = bs.REGION):
+        self.clients, self.credentials, self.region_name = clients, credentials, region
+
+    def get_credentials(self) -> object | None:
+        return object() if self.credentials else None
+
+    def client(self, service: str, **_: Any) -> Any:
+        return {"bedrock-runtime": self.clients.runtime, "bedrock": self.clients.bedrock,
+                "service-quotas": self.clients.quotas, "cloudformation": self.clients.cfn}[service]
+
+
+def _stack(outputs: dict[str, str]) -> dict[str, Any]:
+    return {"Stacks": [{"StackName": "Prod", "CreationTime": "2026-11-01T00:00:00Z", "StackStatus": "CREATE_COMPLETE",
+                        "Outputs": [{"OutputKey": k, "OutputValue": v} for k, v in outputs.items()]}]}
+
+
+def test_a_deployed_stack_is_checked_with_the_model_in_its_outputs():
+    c = Clients()
+    c.cfn_stub.add_response("describe_stacks", _stack({"ModelProvider": "bedrock", "ModelId": "us.anthropic.claude-sonnet-4-6"}),
+                            expected_params={"StackName": "Prod"})
+    bs.expect_current(c.bedrock_stub, "us.anthropic.claude-sonnet-4-6")
+    c.runtime_stub.add_response("converse", bs.converse_ok())
+    c.quota_pages(PAGE_1, PAGE_2)
+    c.quota_pages([], operation="list_aws_default_service_quotas")  # no requests quota applied: asked for defaults
+    lines: list[str] = []
+    ok = preflight("Prod", None, session_factory=lambda **_: FakeSession(c), echo=lines.append)
+    c.verify()
+    assert ok and lines[0] == "stack Prod (us-east-1): model provider bedrock"
+    assert lines[1].startswith("model: us.anthropic.claude-sonnet-4-6 (Anthropic Claude Sonnet 4.6")
+    assert any("tokens per minute: 400,000" in line for line in lines)  # the geographic profile's family
+
+
+def test_a_local_stack_says_it_runs_the_offline_model_and_still_checks_bedrock(tmp_path):
+    local = tmp_path / "local.json"
+    local.write_text(json.dumps({"endpoint": "http://127.0.0.1:5000", "region": "us-east-1",
+                                 "outputs": {"ModelProvider": "offline", "ModelId": bs.CURRENT}}))
+    c = Clients()
+    bs.expect_current(c.bedrock_stub)
+    c.runtime_stub.add_response("converse", bs.converse_ok())
+    c.quota_pages(PAGE_1, PAGE_2)
+    lines: list[str] = []
+    ok = preflight(None, None, session_factory=lambda **_: FakeSession(c), local_json=local, echo=lines.append)
+    c.verify()
+    assert ok and lines[0] == "local stack (review up): model provider offline"
+    assert "offline rule model" in lines[1] and "not an LLM" in lines[1]
+    assert any(line.startswith(f"model: {bs.CURRENT}") for line in lines)
+
+
+@pytest.mark.parametrize("case", ["no credentials", "unknown stack", "no local stack", "stale local json",
+                                  "no region"])
+def test_every_condition_preflight_cannot_check_past_is_one_clear_line(tmp_path, case):
+    c = Clients()
+    local = tmp_path / "local.json"
+    session = FakeSession(c, credentials=case != "no credentials", region=None if case == "no region" else bs.REGION)
+    stack: str | None = "Prod"
+    if case == "unknown stack":
+        c.cfn_stub.add_client_error("describe_stacks", service_error_code="ValidationError", http_status_code=400,
+                                    service_message="Stack with id Prod does not exist")
+    elif case in ("no local stack", "stale local json", "no region"):
+        stack = None
+        if case != "no local stack":
+            local.write_text("{not json" if case == "stale local json" else json.dumps({"outputs": {}}))
+    with pytest.raises(PreflightError) as info:
+        preflight(stack, None, session_factory=lambda **_: session, local_json=local, echo=lambda _l: None)
+    message = str(info.value)
+    assert "\n" not in message
+    assert {"no credentials": "no AWS credentials found", "unknown stack": "no stack 'Prod' in region us-east-1",
+            "no local stack": "start the local stack with `review up`", "stale local json": "run `review up` again",
+            "no region": "no AWS region"}[case] in message
+
+
+def test_the_cli_prints_one_line_and_exits_1_without_a_traceback(tmp_path, monkeypatch):
+    # GIVEN no AWS credentials anywhere (environment, files, instance metadata)
+    for var in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE",
+                "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI", "AWS_CONTAINER_CREDENTIALS_FULL_URI", "AWS_WEB_IDENTITY_TOKEN_FILE"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "none"))
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    # WHEN preflight is asked about a deployed stack
+    result = CliRunner().invoke(cli, ["--stack", "Prod", "--region", "eu-west-1", "preflight"])
+    # THEN one line says so, exit status 1, no traceback
+    assert result.exit_code == 1, result.output
+    assert result.output.strip().splitlines() == [f"Error: {result.output.strip().removeprefix('Error: ')}"]
+    assert "no AWS credentials found" in result.output and "Traceback" not in result.output
