@@ -4,6 +4,7 @@ import json
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -12,13 +13,31 @@ import pytest
 from contract_review.config import FaultSpec
 from contract_review.ports import Deps
 from contract_review.records import ChunkRecord, Job
-from review_local.embedded import synth
+from review_local.embedded import EmbeddedAws, synth
 from review_local.stack import LocalStack
 
 
 @pytest.fixture(scope="session")
 def local_template() -> dict[str, Any]:
     return synth("local")  # cached on disk by the hash of infra/ + config
+
+
+@contextmanager
+def deployed(template: dict[str, Any]) -> Iterator[EmbeddedAws]:
+    """A moto server of its own with the template deployed (no worker processes)."""
+    aws = EmbeddedAws().start()
+    try:
+        aws.deploy(template)
+        yield aws
+    finally:
+        aws.stop()
+
+
+@pytest.fixture
+def aws(local_template: dict[str, Any]) -> Iterator[EmbeddedAws]:
+    """Embedded AWS with the local template deployed, for tests that call the cores directly."""
+    with deployed(local_template) as aws:
+        yield aws
 
 
 @pytest.fixture

@@ -9,11 +9,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
-
-import pytest
 
 from contract_review.intake import handle_intake
 from contract_review.ports import Deps
@@ -27,16 +23,6 @@ from ..texts import LONG_TEXT
 from .conftest import wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-@pytest.fixture
-def aws(local_template: dict[str, Any]) -> Iterator[EmbeddedAws]:
-    aws = EmbeddedAws().start()
-    try:
-        aws.deploy(local_template)
-        yield aws
-    finally:
-        aws.stop()
 
 
 def _poller(aws: EmbeddedAws, agent_uri: str, log: Path) -> subprocess.Popen[bytes]:

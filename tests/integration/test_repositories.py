@@ -36,6 +36,7 @@ from review_local.connect import local_session
 from review_local.embedded import EmbeddedAws
 
 from ..unit.fakes import FakeClock, FakeWorld
+from .conftest import deployed
 
 
 @dataclass
@@ -49,12 +50,8 @@ class Repos:
 
 @pytest.fixture(scope="module")
 def embedded(local_template: dict[str, Any]) -> Iterator[EmbeddedAws]:
-    aws = EmbeddedAws().start()
-    try:
-        aws.deploy(local_template)
+    with deployed(local_template) as aws:
         yield aws
-    finally:
-        aws.stop()
 
 
 @pytest.fixture(params=["fake", "aws"])

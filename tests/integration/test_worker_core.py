@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import random
 from collections import Counter
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -29,16 +28,6 @@ from review_local.embedded import EmbeddedAws
 
 from ..texts import LONG_TEXT, TEXT
 from .conftest import get_chunk, get_job, report_json
-
-
-@pytest.fixture
-def aws(local_template: dict[str, Any]) -> Iterator[EmbeddedAws]:
-    aws = EmbeddedAws().start()
-    try:
-        aws.deploy(local_template)
-        yield aws
-    finally:
-        aws.stop()
 
 
 @pytest.fixture
