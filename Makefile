@@ -8,7 +8,7 @@ export JSII_SILENCE_WARNING_DEPRECATED_NODE_VERSION := 1
 export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 20
 export PATH := $(abspath $(BIN)):$(abspath node_modules/.bin):$(PATH)
 
-.PHONY: venv demo test test-unit test-integration test-infra synth lint docs bench clean
+.PHONY: venv demo test test-unit test-integration test-infra synth lint docs bench bench-large soak clean
 
 $(STAMP): requirements.txt pyproject.toml package.json package-lock.json
 	$(PY) -m venv $(VENV)
@@ -23,7 +23,7 @@ demo: $(STAMP)
 	$(BIN)/review demo
 
 test: lint
-	$(BIN)/python -m pytest -n 2 --dist loadgroup tests
+	$(BIN)/python -m pytest -n 2 --dist loadgroup -m "not soak" tests
 
 # Tooling gate: ruff (incl. import order and complexity <= 15), mypy (pydantic plugin) over the
 # shipped code, and no `# type: ignore` without a reason after it on the same line.
@@ -51,6 +51,17 @@ docs: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python bench/run.py
+
+# A 5 MB and a 1.2 MB contract by s3_uri (leave `queued`, complete, match a fault-free run) and a 12 KB
+# one behind a 2 MB one (fairness); ~30 minutes on 2 cores. Results in bench/results/large.json.
+bench-large: $(STAMP)
+	$(BIN)/python bench/large.py
+
+# Over 200 documents under every fault at once (transient, permanent, malformed output, duplicates,
+# kill -9 and SIGSTOP of workers), each job checked against a fault-free run; ~15 minutes on 2 cores.
+# Prints the counts that must be 0; results in bench/results/soak.json and soak.txt.
+soak: $(STAMP)
+	$(BIN)/python -m pytest -m soak -s -q tests/soak
 
 clean:
 	rm -rf $(VENV) node_modules .review cdk.out

@@ -38,8 +38,8 @@ class Access:
 GET, PUT, UPDATE, QUERY, SCAN, BATCH_GET = (f"dynamodb:{a}" for a in (
     "GetItem", "PutItem", "UpdateItem", "Query", "Scan", "BatchGetItem"))
 GET_OBJECT, PUT_OBJECT, LIST_BUCKET = "s3:GetObject", "s3:PutObject", "s3:ListBucket"
-SEND, RECEIVE, DELETE, CHANGE_VISIBILITY = (f"sqs:{a}" for a in (
-    "SendMessage", "ReceiveMessage", "DeleteMessage", "ChangeMessageVisibility"))
+SEND, RECEIVE, DELETE, CHANGE_VISIBILITY, QUEUE_ATTRIBUTES = (f"sqs:{a}" for a in (
+    "SendMessage", "ReceiveMessage", "DeleteMessage", "ChangeMessageVisibility", "GetQueueAttributes"))
 # GetObject answers 404 (NoSuchKey) for a missing key only to a caller that may list the bucket;
 # without it S3 says 403, and a missing object would read as a permissions problem.
 _LIST = Access("bucket", (LIST_BUCKET,), "a missing object answers 404, not 403 (implied by GetObject)")
@@ -50,9 +50,9 @@ INTAKE = (
     Access("table:events", (PUT,), "record job events"),
     Access("table:claims", (PUT,), "create one chunk record per chunk"),
     Access("objects:uploads/", (GET_OBJECT,), "read a document submitted by s3_uri (the stack's uploads/ only)"),
-    Access("objects:documents/", (PUT_OBJECT,), "store the document text the chunks are cut from"),
+    Access("objects:documents/", (PUT_OBJECT,), "store the document the chunks are cut from, and its fan-out plan"),
     _LIST,
-    Access("queue:analysis", (SEND,), "fan out one message per chunk"),
+    Access("queue:analysis", (SEND,), "send the first page of chunk messages"),
     Access("dlq:intake", (SEND,), "dead-letter input without a job key, with its error envelope"),
 )
 WORKER = (
@@ -71,10 +71,13 @@ WORKER = (
 AGGREGATOR = (
     Access("table:jobs", (GET, UPDATE), "settle chunks, end the job"),
     Access("table:events", (PUT,), "record job events"),
-    Access("table:claims", (GET, QUERY), "check a result against its chunk; read all chunks at the end"),
+    Access("table:claims", (GET, QUERY, PUT), "check a result against its chunk; read all chunks at the end; "
+                                               "create the chunk records of the next page"),
     Access("objects:findings/", (GET_OBJECT,), "assemble the findings"),
     Access("objects:reports/", (PUT_OBJECT,), "write report.json and report.md"),
+    Access("objects:documents/", (GET_OBJECT,), "the fan-out plan, and the next page's text (one ranged GET)"),
     _LIST,
+    Access("queue:analysis", (SEND,), "send the next page of chunk messages as the job's window empties"),
 )
 SWEEPER = (
     Access(LEASE_INDEX, (QUERY,), "find lapsed claims"),
@@ -82,9 +85,15 @@ SWEEPER = (
     Access("table:jobs", (GET, SCAN, UPDATE), "read jobs; find stalled ones (a scan of TTL-bounded jobs)"),
     Access("table:events", (PUT,), "record what the sweep did"),
     Access("objects:documents/", (GET_OBJECT,), "rebuild a chunk's message from the stored document"),
+    Access("objects:findings/", (GET_OBJECT,), "finalize a stalled job whose chunks are all settled and counted"),
+    Access("objects:reports/", (PUT_OBJECT,), "that job's report.json and report.md"),
     _LIST,
-    Access("queue:analysis", (SEND,), "requeue lapsed and lost chunks"),
-    Access("dlq:analysis", (RECEIVE, SEND), "read dead letters to explain them (never deletes); dead-letter"),
+    Access("queue:analysis", (SEND,), "requeue lapsed and lost chunks, and those whose receives were burned"),
+    Access("dlq:analysis", (RECEIVE, SEND, DELETE), "read dead letters to explain them; dead-letter; remove a copy "
+                                                    "it sent again, or that nothing will act on any more"),
+    Access("dlq:intake", (QUEUE_ATTRIBUTES, RECEIVE, SEND, DELETE),
+           "find the intake message of a job stuck `queued` (only when the DLQ holds something), and put it back "
+           "naming the job and the error"),
     Access("queue:results", (SEND,), "announce chunks it settled"),
 )
 # The Fargate poller is its own event source mapping, runs the worker, and sweeps in-process.

@@ -7,6 +7,7 @@ import re
 import signal
 import sys
 import threading
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +17,7 @@ from rich.console import Console
 from rich.table import Table
 
 from contract_review import ops, redrive
+from contract_review.chunking import document_hash
 from contract_review.config import FaultSpec
 from contract_review.messages import MAX_DOCUMENT_BYTES
 from contract_review.ports import Deps, Queue
@@ -127,11 +129,36 @@ def submit(obj: Ctx, files: tuple[Path, ...], wait: bool, idempotency_key: str |
             console.print(f"{job_id}  {f}  (the same document as {jobs[job_id]}: one job, not sent again)",
                           markup=False, highlight=False)
             continue
-        ops.submit(obj.deps, text, document_id=_document_id(f), idempotency_key=idempotency_key)
+        again = _resubmission(obj.deps, job_id, text)
+        if again is None or again.send:
+            ops.submit(obj.deps, text, document_id=_document_id(f), idempotency_key=idempotency_key)
         jobs[job_id] = f
-        console.print(f"{job_id}  {f}", markup=False, highlight=False)
+        console.print(f"{job_id}  {f}" + (f"  ({again.note})" if again else ""), markup=False, highlight=False)
     if wait:
         _wait(obj, list(jobs), timeout, SUBMIT_GRACE_S)
+
+
+@dataclass(frozen=True)
+class _Again:
+    note: str  # what resubmitting did, shown after the job id
+    send: bool  # the intake message is still to be sent
+
+
+def _resubmission(deps: Deps, job_id: str, text: str) -> _Again | None:
+    """The same document again, for a job that ended without completing (not on bad input: intake
+    replaces those): the job is retried (`review retry`) instead of returning the failed job unchanged.
+    None: intake decides (a new job, a duplicate of one that is running or completed, or another
+    document under the same key)."""
+    job = deps.jobs.get(job_id)
+    if job is None or job.state not in redrive.REOPENABLE or (job.error_code or "").startswith("input."):
+        return None
+    if job.document_sha256 and job.document_sha256 != document_hash(text):
+        return None
+    if redrive.requeue_failed_intake(deps, job_id):  # failed in intake: queued again, intake takes the new message
+        return _Again(f"it had failed in intake with {job.error_code}: queued again", send=True)
+    r = redrive.retry(deps, job_id)
+    ended = f"it had ended {job.state.value}" + (f" with {job.error_code}" if job.error_code else "")
+    return _Again(f"{ended}: {r.action}" if r.retried else f"{ended}; not retried: {r.action}", send=False)
 
 
 def _read_document(f: Path) -> str:
@@ -304,6 +331,32 @@ def dlq_redrive(obj: Ctx, message_id: str | None, all_: bool, force: bool) -> No
         console.print(f"{d.message_id}  {d.queue}  {d.job_id or ''}  {d.action}", style=style, soft_wrap=True)
     if not any(not d.skipped for d in done):
         raise click.ClickException("nothing redriven" if not done else "nothing redriven: every message was skipped")
+
+
+# ------------------------------------------------------------------------------------ retry
+@cli.command()
+@click.argument("job_ids", nargs=-1, required=True)
+@click.option("--wait", is_flag=True, help="Wait for the retried jobs to end, showing progress.")
+@click.option("--timeout", type=float, default=600.0)
+@click.pass_obj
+def retry(obj: Ctx, job_ids: tuple[str, ...], wait: bool, timeout: float) -> None:
+    """Put failed or dead-lettered jobs back to work, keeping finished chunks and checkpoints.
+
+    Works from the job's records, with or without DLQ messages (the job's DLQ copies are removed):
+    failed and dead-lettered chunks get a fresh attempt budget, analysts with a mandatory gap run
+    again, chunks never started are sent. A job that failed in intake (runtime.intake_exhausted) is
+    queued again with its intake message. Exits 1 when a job was not retried (its line says why)."""
+    retried: list[str] = []
+    refused: list[str] = []
+    for job_id in job_ids:
+        r = redrive.retry(obj.deps, job_id)
+        console.print(f"{job_id}  {r.state.value if r.state else '-'}  {r.action}", style="" if r.retried else "yellow",
+                      markup=False, highlight=False, soft_wrap=True)
+        (retried if r.retried else refused).append(job_id)
+    if wait and retried:
+        _wait(obj, retried, timeout, WATCH_GRACE_S)
+    if refused:
+        raise click.ClickException(f"not retried: {', '.join(refused)}")
 
 
 # ------------------------------------------------------------------------------------ preflight

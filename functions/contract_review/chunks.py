@@ -62,15 +62,22 @@ def _duration(seconds: float) -> str:
 
 def dead_letter(deps: Deps, msg: AnalysisMessage, fence: int, envelope: ErrorEnvelope, stats: AttemptStats, *,
                 by: str, lapsed_before: float | None = None) -> ChunkRecord | None:
-    """Settle the chunk `dead_lettered` (fenced), put its message on the analysis DLQ with the
-    envelope, and announce it. None when the fence moved on (someone else owns the chunk)."""
+    """Put the chunk's message on the analysis DLQ with the envelope (and the fence it was decided
+    under), then settle the chunk `dead_lettered` (fenced) and announce it. None when the fence moved
+    on (someone else owns the chunk).
+
+    The DLQ copy goes first: a crash between the two steps leaves a DLQ message whose chunk is not
+    settled, which the sweeper settles (`sweeper._explain_dlq`, same fence only), so a dead-lettered
+    chunk always has a DLQ message to redrive. The other order could leave a dead-lettered chunk with
+    none. A copy sent by an owner that then lost the chunk names a fence that is no longer current
+    and is never acted on."""
+    if deps.queues.has(Queue.ANALYSIS_DLQ):
+        deps.queues.dead_letter(Queue.ANALYSIS, msg.model_dump_json(), envelope, job_id=msg.job_id,
+                                chunk_id=msg.chunk_id, fence=str(fence))
     settled = deps.claims.finish(msg.job_id, msg.chunk_id, fence, ChunkStatus.DEAD_LETTERED, stats,
                                  error=envelope, lapsed_before=lapsed_before)
     if settled is None:
         return None
-    if deps.queues.has(Queue.ANALYSIS_DLQ):
-        deps.queues.dead_letter(Queue.ANALYSIS, msg.model_dump_json(), envelope, job_id=msg.job_id,
-                                chunk_id=msg.chunk_id)
     deps.jobs.record_event(msg.job_id, "chunk.dead_lettered", chunk_id=msg.chunk_id,
                            error_code=envelope.error_code, by=by)
     announce(deps, settled)

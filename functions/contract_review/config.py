@@ -20,6 +20,11 @@ LAMBDA_VISIBILITY_FACTOR = 6  # AWS: queue visibility >= 6 x function timeout fo
 SQS_MAX_VISIBILITY_S = 12 * 3600  # SQS: the longest visibility timeout (queue default or ChangeMessageVisibility)
 FARGATE_MAX_STOP_TIMEOUT_S = 120  # ECS: the longest stopTimeout a Fargate container may have
 OFFLINE_MODEL_ID = "offline-rules-v1"  # the deterministic rule model (offline_model.py), not an LLM
+# SQS: one message, and the sum of one SendMessageBatch, at most 256 KiB (the queues keep the default
+# MaximumMessageSize). Sizes are counted in UTF-8 bytes of the body.
+SQS_MAX_MESSAGE_BYTES = 262_144
+JSON_MAX_BYTES_PER_CHAR = 6  # JSON escapes a control character as \u001f; other characters are <= 4 UTF-8 bytes
+ANALYSIS_MESSAGE_FIXED_BYTES = 4_096  # an analysis message without its text: ids, counters, resume_from (generous)
 
 
 class RetryPolicy(BaseModel):
@@ -94,7 +99,15 @@ class Profile(BaseModel):
     chunk_retry_budget_s: float  # total tier-1 sleep allowed per chunk attempt
     # --- review --------------------------------------------------------------------------
     chunk_target_chars: int = 4000
-    chunk_max_chars: int = 6000
+    chunk_max_chars: int = 6000  # so an analysis message is at most 6 x 6000 + 4096 bytes, far below SQS's limit
+    # --- fan-out and fairness (fanout.py; docs/runbook.md "Large documents and fairness") -------
+    # At most `fanout_window` chunks of one job are in flight (sent, not yet counted settled); the
+    # aggregator refills the window a page of at least `fanout_page` chunks at a time (or what is left).
+    # A job alone keeps every worker busy (window >= worker_max_concurrency) with a page in reserve,
+    # and a document submitted behind it waits for at most window - concurrency of its chunks, about
+    # one chunk's duration, instead of behind every chunk of a large document.
+    fanout_window: int = 40
+    fanout_page: int = 10
     analyst_count: int = 11
     # The Bedrock model, through its global cross-region inference profile (routes to every commercial
     # region; `us.`/`eu.`/`jp.` profiles keep processing in one geography). Claude Sonnet 4.6 is the
@@ -157,6 +170,12 @@ class Profile(BaseModel):
             raise ValueError(f"profile {self.name}: stall_after_s must exceed every delay a chunk message is away for")
         if self.backpressure_deadline_s < 2 * self.throttle_max_delay_s:
             raise ValueError(f"profile {self.name}: the backpressure deadline must allow a few delayed requeues")
+        if not 1 <= self.fanout_page <= self.fanout_window:
+            raise ValueError(f"profile {self.name}: need 1 <= fanout_page <= fanout_window")
+        if self.chunk_max_chars * JSON_MAX_BYTES_PER_CHAR + ANALYSIS_MESSAGE_FIXED_BYTES > SQS_MAX_MESSAGE_BYTES:
+            raise ValueError(f"profile {self.name}: chunk_max_chars {self.chunk_max_chars} could make an analysis "
+                             f"message over SQS's {SQS_MAX_MESSAGE_BYTES:,} bytes ({JSON_MAX_BYTES_PER_CHAR} bytes a "
+                             "character at worst)")
         if not 1 <= self.fargate_stop_timeout_s <= FARGATE_MAX_STOP_TIMEOUT_S:
             raise ValueError(f"fargate_stop_timeout_s must be within 1..{FARGATE_MAX_STOP_TIMEOUT_S}")
         if self.model_read_timeout_s + self.handoff_margin_s > self.fargate_stop_timeout_s:
@@ -205,12 +224,16 @@ PROFILES: dict[str, Profile] = {
         name="local",
         intake_timeout_s=10,
         worker_timeout_s=20,
-        aggregator_timeout_s=10,
-        sweeper_timeout_s=10,
+        # finalizing a 5 MB document (~1,500 chunks) reads every chunk record and findings object: 10-30 s
+        # on moto on 2 busy cores (the sweeper finalizes a stalled job too)
+        aggregator_timeout_s=60,
+        sweeper_timeout_s=60,
         worker_max_concurrency=4,
+        fanout_window=8,  # 2 x the 4 local workers, as in prod
+        fanout_page=2,
         analysis_visibility_s=120,  # deliberately long: recovery must come from lease + sweep
         intake_visibility_s=60,
-        results_visibility_s=60,
+        results_visibility_s=360,  # 6 x the aggregator timeout
         claim_lease_s=3.0,
         sweep_interval_s=1.0,
         throttle_max_delay_s=2,
@@ -294,6 +317,9 @@ class FaultSpec(BaseModel):
     malformed_rate: float = 0.0
     refusal_rate: float = 0.0
     permanent_code: str | None = None  # e.g. "AccessDeniedException": every call fails so
+    # The share of calls answered with a permanent error (HTTP 400 ValidationException, "Malformed input
+    # request": `model.request_invalid`, never retried): the chunk fails and its job ends `failed`.
+    permanent_rate: float = 0.0
     always_fail_chunk: str | None = None  # chunk index (as str) or chunk id whose calls always 5xx
     # Quotas shared by every worker process (token buckets in throttle_state_dir, via a file lock):
     throttle_quota_per_s: float | None = None  # requests per second ("Too many requests")
@@ -312,9 +338,11 @@ class FaultSpec(BaseModel):
 
     @model_validator(mode="after")
     def _check(self) -> FaultSpec:
-        for name in ("transient_rate", "token_throttle_share", "malformed_rate", "refusal_rate"):
+        for name in ("transient_rate", "token_throttle_share", "malformed_rate", "refusal_rate", "permanent_rate"):
             if not 0.0 <= getattr(self, name) <= 1.0:
                 raise ValueError(f"{name} must be within 0..1")
+        if self.transient_rate + self.malformed_rate + self.refusal_rate + self.permanent_rate > 1.0:
+            raise ValueError("transient, malformed, refusal and permanent rates share one roll: their sum must be <= 1")
         if self.latency_ms and self.latency_median_ms:
             raise ValueError("give latency_ms (constant) or latency_median_ms (+ latency_p99_ms), not both")
         if self.latency_p99_ms is not None and not 0 < self.latency_median_ms <= self.latency_p99_ms:

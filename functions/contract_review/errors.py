@@ -44,7 +44,8 @@ _CODES = [
               "The model provider failed (HTTP 5xx: ServiceUnavailableException, InternalServerException).",
               "Retried with full-jitter backoff (tier 1), then by queue redelivery (tier 2) after a backoff growing to "
               "minutes (prod 15-30 s, then doubling to 2-4 min); the 5th failed attempt dead-letters the chunk, so a "
-              "provider outage shorter than ~3.5 minutes dead-letters nothing."),
+              "provider outage shorter than ~3.5 minutes dead-letters nothing. After a longer one: `review dlq "
+              "redrive --all` (or `review retry JOB`) once it is over."),
     ErrorCode("model.timeout", ErrorClass.TRANSIENT, True,
               "The model call timed out (HTTP 408 ModelTimeoutException, or the client read timeout).",
               "Retried like model.unavailable. Check the model read timeout if it persists."),
@@ -56,11 +57,14 @@ _CODES = [
               "The analyst records a `refused` finding (policy fallback); the chunk is not retried. Coverage shows it."),
     ErrorCode("model.access_denied", ErrorClass.PERMANENT, False,
               "The account or role may not invoke the model (HTTP 403 AccessDeniedException).",
-              "Grant bedrock:InvokeModel on the model and enable model access, then resubmit. The job fails at once.",
+              "The job fails at once. Grant bedrock:InvokeModel on the model and enable model access, then "
+              "`review retry JOB` (or submit the same document again with `review submit`, which does the same): "
+              "the job runs again, keeping its finished chunks and checkpoints.",
               job_fatal=True),
     ErrorCode("model.not_found", ErrorClass.PERMANENT, False,
               "The model id does not exist in this region (ResourceNotFoundException).",
-              "Pick a current model id and redeploy with `cdk deploy -c model_id=ID`. The job fails at once.",
+              "The job fails at once. Pick a current model id, redeploy with `cdk deploy -c model_id=ID`, then "
+              "`review retry JOB` (checkpoints made with another model are not reused).",
               job_fatal=True),
     ErrorCode("model.id_rejected", ErrorClass.PERMANENT, False,
               "Bedrock will not serve the configured model id: unknown in this region, retired (lifecycle not "
@@ -68,11 +72,13 @@ _CODES = [
               "control plane (GetInferenceProfile / GetFoundationModel) after Converse failed with "
               "ValidationException, ResourceNotFoundException or AccessDeniedException; never from the error text.",
               "Pick a current model or inference profile id (`review preflight --model-id ID` checks one), redeploy "
-              "with `cdk deploy -c model_id=ID`, enable access to the model in the Bedrock console, then resubmit. "
-              "The job fails at once; the message names the rejected id.", job_fatal=True),
+              "with `cdk deploy -c model_id=ID`, enable access to the model in the Bedrock console, then "
+              "`review retry JOB` (checkpoints made with another model are not reused). The job fails at once; the "
+              "message names the rejected id.", job_fatal=True),
     ErrorCode("model.request_invalid", ErrorClass.PERMANENT, False,
               "The provider rejected the request (HTTP 400 ValidationException).",
-              "A bug or an input the model cannot take; the chunk fails permanently. Inspect the envelope."),
+              "A bug or an input the model cannot take; the chunk fails permanently and the job ends `failed` "
+              "(job.chunks_missing). Inspect the envelope, fix the cause, then `review retry JOB`."),
     ErrorCode("input.invalid", ErrorClass.PERMANENT, False,
               "The intake message is not valid JSON or violates the intake schema v1.",
               "Fix the message (see docs/intake-message.schema.json) and send it again. Never retried."),
@@ -91,6 +97,12 @@ _CODES = [
               "over 5 MB.",
               "Send inline text over the limit through `s3_uri` (upload it to uploads/; `review submit` does this); "
               "split a document over 5 MB."),
+    ErrorCode("input.key_conflict", ErrorClass.PERMANENT, False,
+              "The idempotency key is already the key of a job for another document (a different SHA-256): the "
+              "key names one job, and a job never mixes two documents.",
+              "Nothing of the existing job is touched; the message is put on the intake DLQ with this envelope and the "
+              "existing job records an `intake.key_conflict` event. Send the document with its own idempotency key "
+              "(or none: the SHA-256 of the text is the default key). `review dlq redrive` skips it."),
     ErrorCode("aws.throttled", ErrorClass.TRANSIENT, True,
               "An AWS API throttled us (ThrottlingException, ProvisionedThroughputExceededException, RequestLimitExceeded...).",
               "Retried by botocore (standard mode: 5 attempts, jittered exponential backoff). If it persists in the "
@@ -101,18 +113,22 @@ _CODES = [
               "An AWS API failed with HTTP 5xx or the connection failed.",
               "Retried by botocore (standard mode, 5 attempts), then by the queue (tier 2, a failed attempt)."),
     ErrorCode("aws.access_denied", ErrorClass.PERMANENT, False,
-              "A function's role lacks a permission (AccessDenied).", "Fix the grant in infra/ and redeploy.",
+              "A function's role lacks a permission (AccessDenied).",
+              "The job fails at once. Fix the grant in infra/ and redeploy, then `review retry JOB`.",
               job_fatal=True),
     ErrorCode("aws.client_error", ErrorClass.PERMANENT, False,
-              "An AWS API rejected a request for another reason (HTTP 4xx).", "Inspect provider_code; it is a bug."),
+              "An AWS API rejected a request for another reason (HTTP 4xx).",
+              "Inspect provider_code; it is a bug. The chunk fails (the job ends `failed`, job.chunks_missing): once "
+              "fixed and deployed, `review retry JOB`."),
     ErrorCode("runtime.lease_lost", ErrorClass.STATE, False,
               "This worker's claim on the chunk lapsed and another worker took it (fencing token moved on).",
               "None: the new owner finishes the chunk. The stale worker's writes were rejected."),
     ErrorCode("runtime.worker_lost", ErrorClass.TRANSIENT, True,
               "A worker died while holding the chunk (crash, kill -9, out of memory) and left no error behind.",
               "The sweeper re-enqueues the chunk after its lease lapses, counting a failed attempt; after the poison "
-              "budget it is dead-lettered. A lease that lapsed after the invocation's recorded deadline is a function "
-              "timeout, not a crash: released as runtime.time_exhausted without a failure."),
+              "budget it is dead-lettered (fix the crash, then `review dlq redrive` or `review retry JOB`). A lease "
+              "that lapsed after the invocation's recorded deadline is a function timeout, not a crash: released as "
+              "runtime.time_exhausted without a failure."),
     ErrorCode("runtime.retry_budget_exhausted", ErrorClass.TRANSIENT, True,
               "Tier-1 retries used the chunk's retry budget (seconds of backoff) or its attempts.",
               "The chunk goes back to the queue (tier 2) with its checkpoints saved."),
@@ -129,15 +145,34 @@ _CODES = [
               "time, function timeouts) for longer than the profile's backpressure deadline (prod 6 h).",
               "The chunk is dead-lettered; the message says for how long and after how many requeues, cause_code "
               "names the last backpressure error. Raise the model (or DynamoDB) quota or lower the worker "
-              "concurrency, then `review dlq redrive`."),
+              "concurrency, then `review dlq redrive` (or `review retry JOB`)."),
     ErrorCode("runtime.dead_lettered", ErrorClass.PERMANENT, False,
               "A chunk exhausted its receive count or poison budget and was dead-lettered.",
-              "Inspect with `review dlq show`, fix the cause, then `review dlq redrive`."),
+              "Inspect with `review dlq list` / `review dlq show`, fix the cause, then `review dlq redrive` or "
+              "`review retry JOB` (which needs no DLQ message: it reopens the job from its chunk records, keeping "
+              "finished chunks and checkpoints)."),
+    ErrorCode("runtime.receives_exhausted", ErrorClass.TRANSIENT, True,
+              "The analysis queue moved a chunk's message to its DLQ after maxReceiveCount receives while the chunk "
+              "still had attempt budget: the receives were not failed attempts (Lambda throttling of the event "
+              "source, errors before the claim).",
+              "None needed: the sweeper sends the chunk again as backpressure (delayed, no failure counted) and "
+              "removes the DLQ copy; a chunk that keeps coming back ends at the backpressure deadline "
+              "(runtime.backpressure_exhausted)."),
+    ErrorCode("runtime.intake_exhausted", ErrorClass.TRANSIENT, True,
+              "Intake never finished a document's intake message (a crash, a function timeout or a transient error "
+              "on every delivery) and the queue moved it to the intake DLQ; the sweeper fails the `queued` job with "
+              "this code and puts the message back on the intake DLQ with the job id and this envelope.",
+              "Look at the intake function's logs for the message id; fix the cause, then `review retry JOB` (or "
+              "`review dlq redrive MESSAGE_ID`): the job goes back to `queued` and its intake message is sent again. "
+              "Without the DLQ message, `review submit FILE` with the same document does the same."),
     ErrorCode("runtime.internal", ErrorClass.PERMANENT, False,
               "An unexpected exception in our code (a bug).", "Inspect the envelope's provider_code (exception type) and logs."),
     ErrorCode("job.chunks_missing", ErrorClass.PERMANENT, False,
-              "The job ended with mandatory analyst coverage missing on some chunks.",
-              "The job record lists each missing chunk and its last error; redrive them from the DLQ."),
+              "The job ended with mandatory analyst coverage missing on some chunks (a chunk that failed "
+              "permanently, or a mandatory analyst that refused or whose output stayed invalid).",
+              "`review status JOB` lists each missing chunk and gap with its error; fix the cause, then `review retry "
+              "JOB`: failed chunks run again, and the analysts with a mandatory gap run again on their chunks; "
+              "finished chunks and the other checkpoints are kept."),
     ErrorCode("job.cancelled", ErrorClass.STATE, False, "The job was cancelled.", "Nothing: work stopped."),
 ]
 

@@ -47,6 +47,8 @@ _MESSAGES = {"ServiceUnavailableException": "Bedrock is unable to process your r
              "ValidationException": "The provided model identifier is invalid.",
              "AccessDeniedException": "You don't have access to the model with the specified model ID.",
              "ResourceNotFoundException": "The specified model could not be found."}
+# What Bedrock says when it rejects a request it cannot take (HTTP 400 ValidationException).
+INVALID_REQUEST_MESSAGE = "Malformed input request, please reformat your input and try again."
 _Z99 = NormalDist().inv_cdf(0.99)
 
 
@@ -163,7 +165,7 @@ class FaultInjectingModel:
         fault_rng, latency_rng = self._rngs(request)
         answer: ModelResponse | None = None
         if self._active():
-            roll = fault_rng.random()  # one roll: transient | malformed | refused | ok, at the spec's rates
+            roll = fault_rng.random()  # one roll: transient | malformed | refused | ok | permanent, at the spec's rates
             self._raise_injected(request, fault_rng, roll)
             answer = self._injected_answer(roll - self.spec.transient_rate)
         delay = self.latency_s(latency_rng)
@@ -177,10 +179,13 @@ class FaultInjectingModel:
 
     def _raise_injected(self, request: ModelRequest, rng: random.Random, roll: float) -> None:
         """Errors, all raised at once (Bedrock rejects before generating): permanent, always-failing
-        chunk, the shared quotas, then the seeded transient roll."""
+        chunk, the shared quotas, then the seeded roll (transient at its bottom, permanent at its top,
+        so a spec without `permanent_rate` rolls as before)."""
         spec = self.spec
         if spec.permanent_code:
             raise bedrock_error(spec.permanent_code)
+        if spec.permanent_rate and roll >= 1.0 - spec.permanent_rate:
+            raise bedrock_error("ValidationException", INVALID_REQUEST_MESSAGE)
         if spec.always_fail_chunk and spec.always_fail_chunk in (request.chunk_id, str(request.payload.get("chunk_index"))):
             raise bedrock_error("ServiceUnavailableException")
         if spec.throttle_state_dir:

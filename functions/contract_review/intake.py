@@ -1,9 +1,15 @@
-"""Intake: validate, create the job (idempotently), chunk, fan out one message per chunk.
+"""Intake: validate, create the job (idempotently), chunk, and send the first page of chunks.
+
+The whole document is split at once, so the job knows its `chunk_count` before any chunk is analysed;
+the chunks go out in pages under a per-job window (`fanout.py`): intake stores the document and the
+fan-out plan, makes the job `running`, and sends the first page; the aggregator sends the rest as
+chunks settle. A 5 MB document leaves `queued` within seconds.
 
 Bad input fails in one attempt with a permanent code: recorded on a `failed` job when a job id can be
 derived (from the idempotency key, else the inline text's SHA-256, else the document id: the job id
 a client computes), otherwise sent to the intake DLQ with its envelope. Claim-checked documents are
-read only from the stack's own bucket under `uploads/`.
+read only from the stack's own bucket under `uploads/`. A job never mixes two documents: a key that
+names a job of another document is `input.key_conflict` (intake DLQ, and an event on that job).
 """
 
 from __future__ import annotations
@@ -11,11 +17,12 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
+from . import fanout
 from .chunking import document_hash, split_into_chunks
 from .errors import ErrorEnvelope, ReviewError
-from .messages import MAX_DOCUMENT_BYTES, AnalysisMessage, InlineDocument, IntakeMessage, S3Document, parse_intake
+from .messages import MAX_DOCUMENT_BYTES, InlineDocument, IntakeMessage, S3Document, parse_intake
 from .ports import Deps, Queue
-from .records import UPLOADS_PREFIX, ChunkRecord, Job, JobState, document_key, job_id_for
+from .records import UPLOADS_PREFIX, Job, JobState, document_key, job_id_for
 
 
 @dataclass(frozen=True)
@@ -121,36 +128,59 @@ def handle_intake(deps: Deps, body: str, message_id: str = "") -> IntakeResult:
     s = deps.settings
     key = msg.idempotency_key or document_hash(text)
     job_id = job_id_for(key)
+    sha = document_hash(text)
     chunks = split_into_chunks(text, s.profile.chunk_target_chars, s.profile.chunk_max_chars)
     now = deps.clock()
     job = Job(job_id=job_id, state=JobState.QUEUED, created_at=now, updated_at=now, idempotency_key=key,
               document_id=msg.document_id or "", document_key=document_key(job_id), document_chars=len(text),
-              document_sha256=document_hash(text), metadata=msg.model_dump(mode="json")["metadata"], chunk_count=len(chunks),
-              analyst_count=s.profile.analyst_count, model_id=s.effective_model_id, model_provider=s.model_provider,
-              prompt_version=s.profile.prompt_version, config_hash=s.analysis_config_hash(),
-              source_message_id=message_id)
+              document_sha256=sha, metadata=msg.model_dump(mode="json")["metadata"], chunk_count=len(chunks),
+              fanned_out=0, analyst_count=s.profile.analyst_count, model_id=s.effective_model_id,
+              model_provider=s.model_provider, prompt_version=s.profile.prompt_version,
+              config_hash=s.analysis_config_hash(), source_message_id=message_id)
     existing, created = deps.jobs.create(job)
-    redelivered = not created and message_id and existing.source_message_id == message_id
-    if not created and not (existing.state is JobState.QUEUED
-                            or (redelivered and existing.state is JobState.RUNNING)):
-        return IntakeResult(job_id, False, existing.state.value)  # duplicate submission
     if created:
         deps.jobs.record_event(job_id, "job.queued", chunk_count=len(chunks), document_chars=len(text))
+    elif existing.document_sha256 and existing.document_sha256 != sha:
+        return _key_conflict(deps, body, existing, sha, message_id)
+    elif existing.state is JobState.RUNNING:
+        # the same document again (or this message redelivered, or redriven from the intake DLQ): the job
+        # is under way. A fan-out that stalled (its trigger lost) is moved on, from the text at hand;
+        # otherwise this sends nothing.
+        plan = fanout.FanoutPlan.of(text, sha, chunks)
+        if len(plan) == existing.chunk_count:  # (not when the profile's chunking changed since)
+            fanout.refill(deps, existing, plan=plan, text=text)
+        return IntakeResult(job_id, False, existing.state.value)
+    elif existing.state is not JobState.QUEUED:
+        return IntakeResult(job_id, False, existing.state.value)  # duplicate submission of an ended job
     else:
-        job = existing
+        job = existing  # left `queued` by a crash: finish it under its own pinned configuration
 
-    # Idempotent from here on: a crash is finished by this message's redelivery, which sends every
-    # chunk again (claims make duplicates harmless). The job is `running` before the first chunk
-    # message exists, so no result can arrive for a job that is still `queued`.
+    # Idempotent from here on: a crash is finished by this message's redelivery (or the same document
+    # sent again). The job is `running` before the first chunk message exists, so no result can arrive
+    # for a job that is still `queued`.
+    plan = fanout.FanoutPlan.of(text, sha, chunks)
     deps.artifacts.put_text(job.document_key, text, "text/plain; charset=utf-8")
-    messages = []
-    for c in chunks:
-        deps.claims.create(ChunkRecord(job_id=job_id, chunk_id=c.chunk_id, chunk_index=c.index, start=c.start,
-                                       end=c.end))
-        messages.append(AnalysisMessage(
-            job_id=job_id, chunk_id=c.chunk_id, chunk_index=c.index, chunk_count=len(chunks), start=c.start,
-            end=c.end, text=c.text, max_attempts=s.profile.poison_budget, checkpoint_version=job.config_hash))
-    if deps.jobs.transition(job_id, (JobState.QUEUED,), JobState.RUNNING, started_at=deps.clock()):
-        deps.jobs.record_event(job_id, "job.running", chunks=len(messages))
-    deps.queues.send_analysis(messages)
+    fanout.store_plan(deps, job_id, plan)
+    running = deps.jobs.transition(job_id, (JobState.QUEUED,), JobState.RUNNING, started_at=deps.clock())
+    if running is not None:
+        deps.jobs.record_event(job_id, "job.running", chunks=len(chunks))
+    else:
+        running = deps.jobs.get(job_id)  # another intake of the same document got there first
+    if running is not None:
+        fanout.refill(deps, running, plan=plan, text=text)  # the first page (all of a small document)
     return IntakeResult(job_id, created, JobState.RUNNING.value)
+
+
+def _key_conflict(deps: Deps, body: str, existing: Job, sha: str, message_id: str) -> IntakeResult:
+    """The key names a job of another document: reject this message, touch nothing of the job."""
+    env = ErrorEnvelope.of(
+        "input.key_conflict",
+        f"idempotency key {existing.idempotency_key[:80]!r} is the key of {existing.job_id} "
+        f"({existing.state.value}), a job for another document (SHA-256 {existing.document_sha256[:16]}..., "
+        f"this one {sha[:16]}...): send this document with its own idempotency key",
+        step="intake.create")
+    deps.jobs.record_event(existing.job_id, "intake.key_conflict", error_code=env.error_code,
+                           source_message_id=message_id, document_sha256=sha)
+    if deps.queues.has(Queue.INTAKE_DLQ):
+        deps.queues.dead_letter(Queue.INTAKE, body, env, source_message_id=message_id, job_id=existing.job_id)
+    return IntakeResult(existing.job_id, False, "rejected", env)

@@ -5,12 +5,16 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Sequence
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StringConstraints, ValidationError, field_validator
 
+from .config import SQS_MAX_MESSAGE_BYTES
 from .errors import ErrorEnvelope, ReviewError
 from .records import ChunkStatus
+
+SQS_MAX_BATCH = 10  # SendMessageBatch: at most 10 entries ...
 
 MAX_INLINE_CHARS = 200_000  # SQS max message is 256 KiB; larger documents go through s3_uri
 MAX_DOCUMENT_BYTES = 5_000_000
@@ -136,6 +140,35 @@ class AnalysisMessage(BaseModel):
     # why this copy was sent: intake | model.throttled | aws.throttled | runtime.time_exhausted |
     # sweeper | reconcile | redrive
     reason: str = "intake"
+
+
+class MessageTooLarge(ValueError):
+    """A message body over SQS's limit: never sent (chunking and the profile rule make it impossible)."""
+
+
+def body_bytes(body: str) -> int:
+    """The size SQS counts: the body's UTF-8 bytes."""
+    return len(body.encode("utf-8"))
+
+
+def size_batches(bodies: Sequence[str], max_count: int = SQS_MAX_BATCH,
+                 max_bytes: int = SQS_MAX_MESSAGE_BYTES) -> list[list[str]]:
+    """Consecutive SendMessageBatch batches, in order: at most `max_count` bodies and `max_bytes` bytes
+    in all (... and at most 256 KiB together). Raises MessageTooLarge, sending nothing, when one body
+    alone is over `max_bytes`."""
+    sizes = [body_bytes(b) for b in bodies]
+    too_big = next((n for n in sizes if n > max_bytes), None)
+    if too_big is not None:
+        raise MessageTooLarge(f"a message of {too_big:,} bytes is over SQS's {max_bytes:,}-byte limit")
+    batches: list[list[str]] = []
+    total = 0
+    for body, size in zip(bodies, sizes):
+        if not batches or len(batches[-1]) >= max_count or total + size > max_bytes:
+            batches.append([])
+            total = 0
+        batches[-1].append(body)
+        total += size
+    return batches
 
 
 class ResultMessage(BaseModel):

@@ -87,7 +87,7 @@ def _input_failure(code: str | None) -> bool:
 
 
 def _retry_would(state: JobState, error_code: str | None, dead_lettered: int, failed: int) -> str:
-    """What `review dlq redrive` or a resubmission would do now."""
+    """What `review dlq redrive`, `review retry` or a resubmission would do now."""
     if state is JobState.COMPLETED:
         return "nothing: the job is complete"
     if _input_failure(error_code):
@@ -99,10 +99,14 @@ def _retry_would(state: JobState, error_code: str | None, dead_lettered: int, fa
     if dead_lettered:
         also = f" and reset its {failed} failed chunk(s)" if failed else ""
         return (f"`review dlq redrive` re-sends the {dead_lettered} dead-lettered chunk(s){also} with a fresh "
-                "attempt budget; finished chunks and analysts are reused")
-    return (f"nothing by itself: the job ended with {error_code or state.value} and none of its chunks is in a DLQ; "
-            "fix the cause (docs/error-codes.md) and submit the document with a new idempotency key (the same "
-            "key returns this job)")
+                "attempt budget; finished chunks and analysts are reused (`review retry JOB` does the same from the "
+                "job's records, with or without a DLQ message)")
+    if error_code == "runtime.intake_exhausted":
+        return "`review retry JOB` puts it back to `queued` and sends its intake message again from the intake DLQ"
+    return (f"nothing by itself: the job ended with {error_code or state.value} and none of its chunks is in a DLQ. "
+            "Fix the cause (docs/error-codes.md), then `review retry JOB` (or submit the same document again): "
+            "failed chunks and analysts with a mandatory gap run again, chunks never started are sent, finished "
+            "chunks and checkpoints are reused")
 
 
 def _if_it_fails_again(state: JobState, error_code: str | None, dead_lettered: int) -> str:
@@ -114,6 +118,9 @@ def _if_it_fails_again(state: JobState, error_code: str | None, dead_lettered: i
                 "job record; nothing is retried and nothing reaches a DLQ")
     if state.terminal and error_code in REGISTRY and REGISTRY[error_code].job_fatal:
         return f"it fails again at once with {error_code} (job-fatal): fix the cause first"
+    if state.terminal and error_code == "runtime.intake_exhausted":
+        return ("if intake again never finishes its message, the queue moves it to the intake DLQ and the sweeper "
+                "fails the job again with runtime.intake_exhausted")
     if state.terminal and not dead_lettered:
         return (f"it ends `{state.value}` again with {error_code}, naming each missing chunk or analyst"
                 if error_code else f"it ends `{state.value}` again")
@@ -232,6 +239,7 @@ def _payload(queue: Queue, body: str) -> tuple[dict[str, JsonValue], str | None,
 
 def _join(deps: Deps, queue: Queue, m: QueueMessage, with_body: bool = False) -> DlqEntry:
     payload, job_id, chunk_id = _payload(queue, m.body)
+    job_id = job_id or m.attributes.get("job_id")  # e.g. an intake message whose job the sweeper failed
     envelope = ErrorEnvelope.model_validate_json(m.attributes["envelope"]) if m.attributes.get("envelope") else None
     by_sqs = envelope is None and not m.attributes.get("error_code")
     entry = DlqEntry(message_id=m.message_id, queue=queue.value, sent_at=m.sent_at,

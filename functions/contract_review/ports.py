@@ -48,14 +48,15 @@ class JobsRepo(Protocol):
 
     def transition(self, job_id: str, from_states: Collection[JobState], to: JobState, *,
                    started_at: float | None = None, outcome: JobOutcome | JobFailure | None = None,
-                   reopen_settled: set[str] | None = None) -> Job | None:
-        """Conditional state change; None when the job was not in `from_states`.
+                   reopen_settled: set[str] | None = None, if_settled_version: int | None = None) -> Job | None:
+        """Conditional state change; None when the job was not in `from_states` (or, with
+        `if_settled_version`, when its `settled_version` is no longer that: a chunk left the settled set).
 
         `outcome`/failure fields are written with it; `reopen_settled` (reopening an ended job)
         clears the earlier ending and replaces the settled set."""
 
-    def stalled(self, idle_since: float) -> Iterator[Job]:
-        """`running` jobs not updated since `idle_since`."""
+    def stalled(self, idle_since: float, state: JobState = JobState.RUNNING) -> Iterator[Job]:
+        """Jobs in `state` (default `running`) not updated since `idle_since`."""
 
     def touch(self, job_id: str) -> None: ...
 
@@ -63,10 +64,16 @@ class JobsRepo(Protocol):
         """Add one to the job's `requeues` (atomic; `updated_at` untouched: a requeue is not progress).
         Nothing happens when the job does not exist."""
 
+    def advance_fanout(self, job_id: str, from_count: int, to_count: int) -> bool:
+        """Move the fan-out cursor from `from_count` to `to_count` (conditional on it being `from_count`);
+        False when it had moved (another fan-out got there first)."""
+
     def settle_chunk(self, job_id: str, chunk_id: str) -> Job:
         """Add the chunk to the job's settled set (idempotent); the job after the update."""
 
-    def unsettle_chunks(self, job_id: str, chunk_ids: Collection[str]) -> None: ...
+    def unsettle_chunks(self, job_id: str, chunk_ids: Collection[str]) -> Job | None:
+        """Take the chunks out of the settled set and bump `settled_version` (atomic); the job after the
+        update, None when there is no such job (nothing is created)."""
 
     def record_event(self, job_id: str, kind: str, **detail: object) -> None: ...
 
@@ -109,9 +116,11 @@ class ClaimsRepo(Protocol):
     def lapsed(self, now: float) -> Iterator[ChunkRecord]:
         """Claimed chunks whose lease expired before `now`."""
 
-    def reset_for_redrive(self, job_id: str, chunk_id: str) -> ChunkRecord | None:
+    def reset_for_redrive(self, job_id: str, chunk_id: str, forget: Collection[str] = ()) -> ChunkRecord | None:
         """A failed or dead-lettered chunk back to pending with a fresh budget (failures and
-        backpressure streak) and a new fence."""
+        backpressure streak) and a new fence. With `forget` (analyst names), a `done` chunk may be
+        reset too, and those analysts' checkpoints are dropped so they run again (a retry of their
+        coverage gaps). None when the chunk is in none of those states."""
 
     def checkpoints(self, record: ChunkRecord) -> dict[str, Checkpoint]:
         """The chunk's committed checkpoints: analyst -> checkpoint."""
@@ -133,6 +142,10 @@ class Artifacts(Protocol):
     def put_text(self, key: str, body: str, content_type: str = "application/json") -> None: ...
 
     def get_text(self, key: str) -> str: ...
+
+    def get_text_range(self, key: str, byte_start: int, byte_end: int) -> str:
+        """Bytes [byte_start, byte_end) of a UTF-8 object, decoded (the range must fall on character
+        boundaries): a page of chunks without reading the whole document."""
 
     def read_uri(self, bucket: str, key: str) -> bytes:
         """An object anywhere (intake's claim check); raises `input.document_missing` if absent."""

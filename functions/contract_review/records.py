@@ -243,6 +243,9 @@ class Job(_Record):
     document_sha256: str = ""
     metadata: dict[str, JsonValue] = Field(default_factory=dict)
     chunk_count: int = 0
+    # The fan-out cursor (fanout.py): chunks [0, fanned_out) have their records and were sent. None: a job
+    # with no cursor (failed on its input, or taken in before fan-out in pages: everything was sent at once).
+    fanned_out: int | None = None
     analyst_count: int = 0
     model_id: str = ""
     model_provider: str = ""
@@ -250,6 +253,11 @@ class Job(_Record):
     config_hash: str = ""
     source_message_id: str = ""
     settled: set[str] = Field(default_factory=set)  # chunk ids the aggregator counted (a DynamoDB string set)
+    # Bumped whenever chunks leave the settled set (`JobsRepo.unsettle_chunks`: a reopened chunk, or one
+    # finalize found unsettled). Finalize's transition is conditional on the value it read with the job,
+    # so a chunk reopened between finalize's read of the chunk records and its transition keeps the job
+    # running instead of stranding the chunk `pending` under an ended job.
+    settled_version: int = 0
     started_at: float | None = None
     ended_at: float | None = None
     error: ErrorEnvelope | None = None

@@ -152,7 +152,8 @@ def test_fargate_task_role_may_sweep_poll_and_protect_itself(synth: Synth) -> No
     st = policy_statements_for_role(t, _role_id(t, "fargate"))
     index = [s for s in st if "/index/by-lease" in json.dumps(s["Resource"])]
     assert index and all(s["Action"] == "dynamodb:Query" for s in index)
-    assert {"sqs:ReceiveMessage", "sqs:SendMessage"} == actions_on(st, ids["dlq:analysis"])  # reads, never deletes
+    # reads; deletes only a copy it sent again (receives burned, budget left) or that nothing acts on any more
+    assert {"sqs:ReceiveMessage", "sqs:SendMessage", "sqs:DeleteMessage"} == actions_on(st, ids["dlq:analysis"])
     assert {"sqs:ReceiveMessage", "sqs:DeleteMessage", "sqs:ChangeMessageVisibility"} <= actions_on(st, ids["queue:analysis"])
     assert any(s["Action"] == "ecs:UpdateTaskProtection" for s in st)
 
@@ -168,9 +169,13 @@ def test_intake_reads_only_the_uploads_prefix(synth: Synth) -> None:
 def test_readers_never_write_what_they_only_read(synth: Synth) -> None:
     t = synth.templates[PROD]
     aggregator, _ = _granted(t, "aggregator")
-    assert aggregator["table:claims"] == {"dynamodb:GetItem", "dynamodb:Query"}
+    # PutItem: the conditional create of the next page's chunk records (fan-out); never an UpdateItem of a chunk
+    assert aggregator["table:claims"] == {"dynamodb:GetItem", "dynamodb:Query", "dynamodb:PutItem"}
     sweeper, _ = _granted(t, "sweeper")
-    assert "sqs:DeleteMessage" not in sweeper["dlq:analysis"]  # the sweeper reads the DLQ, operators drain it
+    # the sweeper reads the DLQ and deletes only what it handled (a copy it sent again, or one nothing acts on);
+    # operators drain the rest (`review dlq redrive`); it never touches the results DLQ
+    assert sweeper["dlq:analysis"] == {"sqs:ReceiveMessage", "sqs:SendMessage", "sqs:DeleteMessage"}
+    assert "dlq:results" not in sweeper
     assert sweeper["objects:documents/"] == {"s3:GetObject"}
     for role in FUNCTION_ROLES:
         granted, _ = _granted(t, role)

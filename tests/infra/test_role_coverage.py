@@ -32,7 +32,9 @@ from botocore.exceptions import ClientError
 
 from contract_review import handlers
 from contract_review.adapters.task_protection import ScaleInGuard, TaskProtection
+from contract_review.analysts import ChunkFindings
 from contract_review.chunking import document_hash
+from contract_review.chunks import announce
 from contract_review.config import Settings
 from contract_review.errors import Tier2
 from contract_review.handlers import poller
@@ -40,7 +42,16 @@ from contract_review.intake import handle_intake
 from contract_review.messages import AnalysisMessage
 from contract_review.model_clients import ModelRequest, ModelResponse
 from contract_review.ports import Deps
-from contract_review.records import AttemptStats, ChunkStatus, job_id_for
+from contract_review.records import (
+    AttemptStats,
+    ChunkOutcome,
+    ChunkRecord,
+    ChunkStatus,
+    Job,
+    JobState,
+    findings_key,
+    job_id_for,
+)
 from contract_review.wiring import build_deps
 from contract_review.worker import ChunkWorker, Delivery
 from infra.permissions import ACCESS
@@ -50,7 +61,7 @@ from review_local.runtime import function_specs
 from review_local.sandbox import LambdaContext, sqs_event
 
 from ..fake_ecs_agent import FakeEcsAgent
-from ..texts import TEXT
+from ..texts import LONG_TEXT, TEXT
 from .aws_calls import ACCOUNT, REGION, Call, Need, Recorder, allowed
 from .conftest import FARGATE, LOCAL, PROD, Synth, function_by_handler, getatt_id, policy_statements_for_role, resources
 
@@ -152,6 +163,30 @@ def _job(setup: Deps, aws: EmbeddedAws, key: str) -> tuple[str, dict[str, Any]]:
     raise AssertionError(f"no analysis message for {result.job_id}")
 
 
+PAGED_TEXT = "\n\n".join([LONG_TEXT] * 4)  # more chunks than the local fan-out window
+
+
+def _paged_job(setup: Deps, key: str, counted: int) -> tuple[str, list[ChunkRecord]]:
+    """A job of more chunks than its window, taken in outside the recording, whose first `counted`
+    chunks are settled done; returns the job id and those chunk records. Counting them is the caller's."""
+    result = handle_intake(setup, json.dumps({"schema_version": 1, "idempotency_key": key,
+                                              "document": {"text": PAGED_TEXT}}), f"m-{key}")
+    assert result.job_id is not None and result.state == "running"
+    job = setup.jobs.get(result.job_id)
+    assert job is not None and job.fanned_out is not None and job.fanned_out < job.chunk_count
+    settled = []
+    for c in setup.claims.for_job(result.job_id)[:counted]:
+        won = setup.claims.claim(result.job_id, c.chunk_id, "w-setup", 30, 1)
+        key_ = findings_key(result.job_id, c.chunk_index, c.chunk_id, won.fence)
+        setup.artifacts.put_text(key_, ChunkFindings(chunk_id=c.chunk_id, chunk_index=c.chunk_index,
+                                                     findings=[]).model_dump_json())
+        done = setup.claims.finish(result.job_id, c.chunk_id, won.fence, ChunkStatus.DONE, AttemptStats(calls=1),
+                                   outcome=ChunkOutcome(findings_key=key_, coverage={}, n_findings=0))
+        assert done is not None
+        settled.append(done)
+    return result.job_id, settled
+
+
 def _delivery(m: dict[str, Any], visibility_s: int) -> Delivery:
     return Delivery(message_id=m["MessageId"], receipt_handle=m["ReceiptHandle"],
                     receive_count=int(m["Attributes"]["ApproximateReceiveCount"]), visibility_s=visibility_s,
@@ -170,6 +205,11 @@ def _intake(rec: Recorder, setup: Deps, arn: str) -> None:
         {"schema_version": 1, "document_id": "empty", "document": {"text": "   "}},
         {"schema_version": 1, "document_id": "inline", "document": {"text": TEXT}},  # a duplicate
     ]
+    # a running job whose fan-out stalled (a page is due, its trigger lost): the document sent again moves it on
+    stalled, counted = _paged_job(setup, "stalled-fanout", setup.settings.profile.fanout_page)
+    for record in counted:
+        setup.jobs.settle_chunk(stalled, record.chunk_id)
+    bodies.append({"schema_version": 1, "idempotency_key": "stalled-fanout", "document": {"text": PAGED_TEXT}})
     records = [{"MessageId": f"i-{n}", "ReceiptHandle": f"rh-{n}", "Body": json.dumps(b)} for n, b in enumerate(bodies)]
     records.append({"MessageId": "i-poison", "ReceiptHandle": "rh-p", "Body": "{nope"})  # no key: to the DLQ
     # the duplicate's conditional put fails without the winner's item (the adapter then reads it)
@@ -263,10 +303,16 @@ def _unprocessed_once(session: Any, table: str) -> None:
 def _aggregator(rec: Recorder, setup: Deps, aws: EmbeddedAws, arn: str) -> None:
     from contract_review.handlers import aggregator as aggregator_handler
 
-    messages = _receive(aws, setup.settings.results_queue_url, want=3)
+    # a job of several pages whose settling chunks make room in its window: the aggregator sends the next page
+    job_id, settled = _paged_job(setup, "a-paged", setup.settings.profile.fanout_page)
+    for record in settled:
+        announce(setup, record)
+    messages = _receive(aws, setup.settings.results_queue_url, want=3 + len(settled))
     with rec.acting_as("aggregator"):
         aggregator_handler.handler(sqs_event(messages, arn, REGION),
                                    LambdaContext("AggregatorFn", 512, 10, "r-a", REGION))
+    job = setup.jobs.get(job_id)
+    assert job is not None and job.fanned_out == setup.settings.profile.fanout_window + len(settled), job
 
 
 def _sweeper(rec: Recorder, setup: Deps, aws: EmbeddedAws) -> None:
@@ -286,12 +332,28 @@ def _sweeper(rec: Recorder, setup: Deps, aws: EmbeddedAws) -> None:
     aws.client("sqs").send_message(QueueUrl=setup.settings.analysis_dlq_url, MessageBody=m["Body"])
     # a running job without progress for longer than stall_after_s
     job_id, _ = _job(setup, aws, "s-stalled")
-    aws.client("dynamodb").update_item(TableName=setup.settings.jobs_table, Key={"job_id": {"S": job_id}},
-                                       UpdateExpression="SET updated_at = :t", ExpressionAttributeValues={":t": {"N": "1"}})
+    stale = {"UpdateExpression": "SET updated_at = :t", "ExpressionAttributeValues": {":t": {"N": "1"}}}
+    aws.client("dynamodb").update_item(TableName=setup.settings.jobs_table, Key={"job_id": {"S": job_id}}, **stale)
+    # a stalled job whose only chunk is done and counted, its finalize lost: the reconciler finalizes it
+    job_id, m = _job(setup, aws, "s-final")
+    chunk_id = AnalysisMessage.model_validate_json(m["Body"]).chunk_id
+    won = setup.claims.claim(job_id, chunk_id, "w-setup", 30, 1)
+    key_ = findings_key(job_id, 0, chunk_id, won.fence)
+    setup.artifacts.put_text(key_, ChunkFindings(chunk_id=chunk_id, chunk_index=0, findings=[]).model_dump_json())
+    assert setup.claims.finish(job_id, chunk_id, won.fence, ChunkStatus.DONE, AttemptStats(calls=1),
+                               outcome=ChunkOutcome(findings_key=key_, coverage={}, n_findings=0))
+    setup.jobs.settle_chunk(job_id, chunk_id)
+    aws.client("dynamodb").update_item(TableName=setup.settings.jobs_table, Key={"job_id": {"S": job_id}}, **stale)
+    # a job stuck `queued` whose intake message the queue moved to the intake DLQ
+    body = json.dumps({"schema_version": 1, "idempotency_key": "s-queued", "document": {"text": TEXT}})
+    setup.jobs.create(Job(job_id=job_id_for("s-queued"), state=JobState.QUEUED, created_at=1.0, updated_at=1.0,
+                          idempotency_key="s-queued"))
+    aws.client("sqs").send_message(QueueUrl=setup.settings.intake_dlq_url, MessageBody=body)
     time.sleep(0.05)
     with rec.acting_as("sweeper"):
         result = sweeper_handler.handler({}, LambdaContext("SweeperFn", 256, 10, "r-s", REGION))
     assert result["requeued"] and result["dead_lettered"] and result["stalled_jobs"] >= 1, result
+    assert result["dlq_requeued"] and result["finalized"] and result["intake_failed"], result
 
 
 def _fargate(rec: Recorder, setup: Deps, aws: EmbeddedAws, agent: FakeEcsAgent, env: dict[str, str]) -> None:

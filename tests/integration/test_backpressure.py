@@ -21,6 +21,7 @@ from contract_review.config import FaultSpec, get_profile
 from contract_review.ports import Queue
 from review_local.stack import LocalStack
 
+from ..oracle import assert_matches_fault_free
 from .conftest import calls_by, get_chunk, ledger, wait_for, wait_jobs
 from .test_recovery import _doc
 
@@ -64,7 +65,8 @@ def test_a_chunk_slower_than_its_lambda_completes_across_invocations_without_a_f
     log = tmp_path / "calls.jsonl"
     stack = short_lambda_stack(4, FaultSpec(latency_ms=300, call_log=str(log)))
     deps = stack.deps()
-    job_id = ops.submit(deps, _doc(1, 1), document_id="slow-chunk")
+    text = _doc(1, 1)
+    job_id = ops.submit(deps, text, document_id="slow-chunk")
     # WHEN the job runs
     job = wait_jobs(deps, [job_id], timeout=60)[job_id]
     # THEN it completed; the chunk was handed back through its checkpoints several times, never failed
@@ -79,6 +81,7 @@ def test_a_chunk_slower_than_its_lambda_completes_across_invocations_without_a_f
     calls = calls_by(ledger(log), "analyst", "step")
     assert set(calls.values()) == {1} and {a for a, _ in calls} == {s.name for s in analysts_for(LOCAL.analyst_count)}
     assert deps.jobs.get(job_id).requeues == len(handoffs)  # type: ignore[union-attr]
+    assert_matches_fault_free(deps, job_id, text)  # the handoffs changed nothing in the report
 
 
 def test_the_sweeper_tells_a_function_timeout_from_a_crash(make_stack):
@@ -119,7 +122,8 @@ def test_a_5xx_burst_shorter_than_the_poison_budget_dead_letters_nothing(make_st
     switch.touch()
     stack = make_stack(FaultSpec(always_fail_chunk="0", switch_file=str(switch)), {"worker": 1})
     deps = stack.deps()
-    job_id = ops.submit(deps, _doc(1, 1), document_id="outage")
+    text = _doc(1, 1)
+    job_id = ops.submit(deps, text, document_id="outage")
     wait_for(lambda: _events(stack, job_id, "chunk.retry"), 20, 0.1, "the first failed attempt")
     time.sleep(4.0)
     switch.unlink()  # the outage is over, 4 s after the first failed attempt
@@ -133,3 +137,4 @@ def test_a_5xx_burst_shorter_than_the_poison_budget_dead_letters_nothing(make_st
     assert [r["failures"] for r in retries] == list(range(1, len(retries) + 1)) == list(range(1, chunk.failures + 1))
     assert all(r["backoff_s"] >= 1 for r in retries)
     assert deps.queues.depth(Queue.ANALYSIS_DLQ) == 0
+    assert_matches_fault_free(deps, job_id, text)

@@ -16,15 +16,14 @@ from pathlib import Path
 import pytest
 
 from contract_review import ops
-from contract_review.analysts import analysts_for, run_analyst
 from contract_review.chunking import split_into_chunks
 from contract_review.config import FaultSpec, get_profile
-from contract_review.offline_model import OfflineRuleModel
 from contract_review.ports import Deps, Queue
 from contract_review.records import ChunkRecord, job_id_for
 from review_local.stack import LocalStack
 
 from ..conftest import SAMPLES_DIR, cuad_texts
+from ..oracle import assert_matches_fault_free, check_job, oracle_for
 from .conftest import calls_by, get_chunk, ledger, report_json, wait_for, wait_jobs
 
 LOCAL = get_profile("local")
@@ -58,19 +57,21 @@ def _pid(claim: ChunkRecord) -> int:
 
 
 def _victim(make_stack: Callable[..., LocalStack], log: Path, latency_ms: int, min_chunks: int, checkpointed: int,
-            name: str) -> tuple[LocalStack, Deps, str, ChunkRecord]:
-    """Start 2 slowed-down workers on a document; return (stack, deps, job_id, a claimed chunk with checkpoints)."""
+            name: str) -> tuple[LocalStack, Deps, str, str, ChunkRecord]:
+    """Start 2 slowed-down workers on a document; return (stack, deps, job_id, the document, a claimed
+    chunk with checkpoints)."""
     stack = make_stack(FaultSpec(latency_ms=latency_ms, call_log=str(log)), {"worker": 2})
     deps = stack.deps()
-    job_id = ops.submit(deps, _doc(min_chunks), document_id=name)
+    text = _doc(min_chunks)
+    job_id = ops.submit(deps, text, document_id=name)
     victim = wait_for(lambda: _claimed_with_checkpoints(deps, job_id, checkpointed), 60, 0.05,
                       f"a claimed chunk with {checkpointed} checkpoints")
-    return stack, deps, job_id, victim
+    return stack, deps, job_id, text, victim
 
 
 def test_kill_9_mid_chunk_resumes_from_checkpoints_within_lease_plus_sweep(make_stack, tmp_path):
     log = tmp_path / "calls.jsonl"
-    _, deps, job_id, victim = _victim(make_stack, log, 120, 3, 3, "kill")
+    _, deps, job_id, text, victim = _victim(make_stack, log, 120, 3, 3, "kill")
     pid = _pid(victim)
     os.kill(pid, signal.SIGKILL)
     killed_at = time.time()
@@ -94,11 +95,13 @@ def test_kill_9_mid_chunk_resumes_from_checkpoints_within_lease_plus_sweep(make_
     assert recovered_in < LOCAL.analysis_visibility_s / 4
     requeues = [e for e in deps.jobs.events(job_id) if e.type == "chunk.requeued" and e.detail["chunk_id"] == chunk_id]
     assert requeues and requeues[0].detail["reason"] == "runtime.worker_lost"
+    # and the report is exactly that of a run without the crash
+    assert_matches_fault_free(deps, job_id, text)
 
 
 def test_zombie_worker_cannot_write_after_losing_its_lease(make_stack, tmp_path):
     log = tmp_path / "calls.jsonl"
-    stack, deps, job_id, victim = _victim(make_stack, log, 150, 2, 1, "zombie")
+    stack, deps, job_id, text, victim = _victim(make_stack, log, 150, 2, 1, "zombie")
     pid, chunk_id, old_fence = _pid(victim), victim.chunk_id, victim.fence
     os.kill(pid, signal.SIGSTOP)
     stopped_at = time.time()
@@ -127,6 +130,7 @@ def test_zombie_worker_cannot_write_after_losing_its_lease(make_stack, tmp_path)
     report = report_json(deps, job)
     winner = json.loads(deps.artifacts.get_text(record.findings_key))["findings"]
     assert [f for f in report["findings"] if f["chunk_id"] == chunk_id] == winner
+    assert_matches_fault_free(deps, job_id, text)
 
 
 def test_same_message_delivered_twice_at_once_has_one_claim_winner(make_stack, tmp_path):
@@ -145,14 +149,40 @@ def test_same_message_delivered_twice_at_once_has_one_claim_winner(make_stack, t
     (record,) = deps.claims.for_job(job_id)
     assert record.receives == 1 and record.fence == 1  # exactly one claim won
     # model calls equal the calls one clean run of the chunk needs
-    chunk = split_into_chunks(text, LOCAL.chunk_target_chars, LOCAL.chunk_max_chars)[0]
-    model = OfflineRuleModel()
-    needed = 0
-    for spec in analysts_for(LOCAL.analyst_count):
-        needed += run_analyst(spec, chunk, lambda b, p: (p(model.invoke(b(None))), 1)).model_calls
-    assert len(ledger(log)) == needed == record.n_calls
+    (clean,) = oracle_for(text, LOCAL)
+    assert len(ledger(log)) == clean.model_calls == record.n_calls
     assert [e.type for e in deps.jobs.events(job_id)].count("job.completed") == 1
     wait_for(lambda: deps.queues.depth(Queue.ANALYSIS) == 0, 20, what="both messages acknowledged")
+    assert_matches_fault_free(deps, job_id, text)
+
+
+def test_every_chunk_message_delivered_twice_settles_each_chunk_once(make_stack, tmp_path):
+    # GIVEN a several-chunk document whose every analysis message is in the queue twice
+    log = tmp_path / "calls.jsonl"
+    stack = make_stack(FaultSpec(latency_ms=20, call_log=str(log)), {"worker": 0})
+    deps = stack.deps()
+    text = _doc(3, 5)
+    job_id = ops.submit(deps, text, document_id="dup-all")
+    n = len(oracle_for(text, LOCAL))
+    assert n <= LOCAL.fanout_window  # the whole document is fanned out at once
+    wait_for(lambda: deps.queues.depth(Queue.ANALYSIS) == n, 30, what="the chunk messages")
+    sqs = stack.aws.client("sqs")
+    bodies: dict[str, str] = {}
+    while len(bodies) < n:
+        for m in sqs.receive_message(QueueUrl=deps.settings.analysis_queue_url, MaxNumberOfMessages=10,
+                                     VisibilityTimeout=0).get("Messages", []):
+            bodies[m["MessageId"]] = m["Body"]
+    for body in bodies.values():
+        sqs.send_message(QueueUrl=deps.settings.analysis_queue_url, MessageBody=body)
+    # WHEN two workers take them (a copy arrives while its chunk is claimed, or after it settled)
+    stack.runtime.scale("worker", 2)
+    job = wait_jobs(deps, [job_id], timeout=90)[job_id]
+    # THEN each chunk was claimed and run once, and the report is exactly a fault-free run's
+    assert job.state == "completed"
+    assert [c.fence for c in deps.claims.for_job(job_id)] == [1] * n
+    assert len(ledger(log)) == sum(c.model_calls for c in oracle_for(text, LOCAL))
+    assert_matches_fault_free(deps, job_id, text)
+    wait_for(lambda: deps.queues.depth(Queue.ANALYSIS) == 0, 20, what="every copy acknowledged")
 
 
 def test_five_percent_transient_faults_over_twenty_documents_all_complete(make_stack, tmp_path):
@@ -166,6 +196,8 @@ def test_five_percent_transient_faults_over_twenty_documents_all_complete(make_s
     jobs = [ops.submit(deps, t, document_id=f"doc{i}") for i, t in enumerate(docs)]
     ended = wait_jobs(deps, jobs, timeout=240)
     assert {j.state for j in ended.values()} == {"completed"}
+    for job_id, text in zip(jobs, docs):
+        assert_matches_fault_free(deps, job_id, text)
     retries: Counter[str] = Counter()
     for j in ended.values():
         assert j.reliability is not None
@@ -200,15 +232,20 @@ def test_sustained_throttling_never_dead_letters(make_stack, tmp_path):
         assert deps.queues.depth(queue) == 0
     for c in deps.claims.for_job(job_id):
         assert c.failures == 0 and c.status == "done"
+    assert_matches_fault_free(deps, job_id, text)
 
 
 def test_permanent_model_error_fails_the_job_on_first_attempt(make_stack, tmp_path):
     log = tmp_path / "calls.jsonl"
     stack = make_stack(FaultSpec(permanent_code="AccessDeniedException", call_log=str(log)), {"worker": 2})
     deps = stack.deps()
-    job_id = ops.submit(deps, _doc(3), document_id="denied")
+    text = _doc(3)
+    job_id = ops.submit(deps, text, document_id="denied")
     job = wait_jobs(deps, [job_id], timeout=60)[job_id]
     assert job.state == "failed" and job.error_code == "model.access_denied"
+    # ended by a job-fatal error: no report, nothing silently lost, the code says why
+    check = check_job(deps, job_id, text)
+    assert (check.state, check.error_code, check.problems) == ("failed", "model.access_denied", [])
     time.sleep(2)  # give any (wrong) retry a chance to show up
     calls = calls_by(ledger(log), "chunk_id")
     assert calls and max(calls.values()) == 1, f"a permanent error was retried: {calls}"
@@ -225,9 +262,14 @@ def test_always_failing_chunk_dead_letters_then_redrive_completes(make_stack, tm
     local_json = tmp_path / "local.json"
     stack.write_local_json(local_json)
     deps = stack.deps()
-    job_id = ops.submit(deps, _doc(3), document_id="poison-chunk")
+    text = _doc(3)
+    job_id = ops.submit(deps, text, document_id="poison-chunk")
     job = wait_jobs(deps, [job_id], timeout=120)[job_id]
     assert job.state == "dead_lettered"
+    # the report holds every other chunk's findings exactly, and lists chunk 1 as missing with its code
+    check = check_job(deps, job_id, text)
+    assert check.problems == [] and check.missing_listed == [(job.missing[0].chunk_id, "model.unavailable")]
+    assert 0 < check.findings == check.expected
     assert [m.chunk_index for m in job.missing] == [1]
     error = job.missing[0].error
     assert error is not None and error.error_code == "model.unavailable"
@@ -257,6 +299,7 @@ def test_always_failing_chunk_dead_letters_then_redrive_completes(make_stack, tm
     assert not job.missing
     assert deps.queues.depth(Queue.ANALYSIS_DLQ) == 0
     assert any(e.type == "dlq.redriven" for e in deps.jobs.events(job_id))
+    assert_matches_fault_free(deps, job_id, text)
 
 
 @pytest.mark.parametrize("body,code", [
@@ -302,9 +345,10 @@ def test_heartbeat_keeps_a_chunk_longer_than_its_lease(make_stack, tmp_path):
     # every chunk takes several leases to finish (>= 13 calls x 0.4 s vs a 3 s lease)
     stack = make_stack(FaultSpec(latency_ms=400), {"worker": 2})
     deps = stack.deps()
-    job_id = ops.submit(deps, _doc(2, 2), document_id="slow")
-    job = wait_jobs(deps, [job_id], timeout=90)[job_id]
-    assert job.state == "completed"
+    text = _doc(2, 2)
+    job_id = ops.submit(deps, text, document_id="slow")
+    wait_jobs(deps, [job_id], timeout=90)
+    assert_matches_fault_free(deps, job_id, text)  # completed, and its report is a fault-free run's
     for c in deps.claims.for_job(job_id):
         assert c.fence == 1 and c.receives == 1, c  # nobody took it over
         assert c.settled_at is not None and c.claimed_at is not None, c

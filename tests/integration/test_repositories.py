@@ -126,6 +126,38 @@ def test_jobs_transition_is_conditional_and_writes_the_outcome(repos: Repos):
     assert empty is not None and empty.settled == set()
 
 
+def test_jobs_transition_can_be_conditional_on_the_settled_version(repos: Repos):
+    # finalize's transition loses to a chunk that left the settled set after finalize's read
+    job, _ = repos.jobs.create(_job(JobState.RUNNING))
+    assert job.settled_version == 0
+    repos.jobs.settle_chunk(job.job_id, "c0")
+    read = repos.jobs.settle_chunk(job.job_id, "c1")
+    after = repos.jobs.unsettle_chunks(job.job_id, ["c1"])
+    assert after is not None and after.settled == {"c0"} and after.settled_version == read.settled_version + 1
+    assert repos.jobs.transition(job.job_id, (JobState.RUNNING,), JobState.DEAD_LETTERED,
+                                 if_settled_version=read.settled_version) is None
+    assert repos.jobs.get(job.job_id).state is JobState.RUNNING
+    ended = repos.jobs.transition(job.job_id, (JobState.RUNNING,), JobState.DEAD_LETTERED,
+                                  if_settled_version=after.settled_version)
+    assert ended is not None and ended.state is JobState.DEAD_LETTERED
+    # a job no chunk ever left: version 0 (an item from before the field, without it, is read as 0 too)
+    fresh, _ = repos.jobs.create(_job(JobState.RUNNING))
+    assert repos.jobs.transition(fresh.job_id, (JobState.RUNNING,), JobState.COMPLETED, if_settled_version=0)
+    # nothing is created for a job that does not exist
+    assert repos.jobs.unsettle_chunks("job-that-does-not-exist", ["c0"]) is None
+    assert repos.jobs.get("job-that-does-not-exist") is None
+
+
+def test_jobs_stalled_finds_jobs_of_the_state_asked(repos: Repos):
+    queued, _ = repos.jobs.create(_job(JobState.QUEUED))
+    running, _ = repos.jobs.create(_job(JobState.RUNNING))
+    later = repos.clock() + 1
+    assert queued.job_id in {j.job_id for j in repos.jobs.stalled(later, JobState.QUEUED)}
+    assert running.job_id not in {j.job_id for j in repos.jobs.stalled(later, JobState.QUEUED)}
+    assert running.job_id in {j.job_id for j in repos.jobs.stalled(later)}
+    assert queued.job_id not in {j.job_id for j in repos.jobs.stalled(later)}
+
+
 def test_jobs_settled_set_stalled_and_events(repos: Repos):
     job, _ = repos.jobs.create(_job(JobState.RUNNING))
     repos.clock.advance(1)
@@ -200,6 +232,21 @@ def test_claims_release_finish_and_redrive_are_fenced(repos: Repos):
         (ChunkStatus.PENDING, 0, c3.fence + 1, 1)
     assert reset.settled_at is None and reset.redriven_at == repos.clock()
     assert [r.chunk_id for r in repos.claims.for_job(job_id)] == ["c0", "c1"]
+
+
+def test_claims_reset_a_done_chunk_only_to_run_analysts_again(repos: Repos):
+    job_id = _job().job_id
+    repos.claims.create(_chunk(job_id))
+    c = repos.claims.claim(job_id, "c0", "a", 30, 1)
+    for analyst in ("liability", "disputes"):
+        assert repos.claims.put_checkpoint(job_id, "c0", analyst, c.fence, "h", "failed", "{}")
+    outcome = ChunkOutcome(findings_key="f.json", coverage={"liability": "failed", "disputes": "ok"}, n_findings=0)
+    assert repos.claims.finish(job_id, "c0", c.fence, ChunkStatus.DONE, AttemptStats(), outcome=outcome)
+    assert repos.claims.reset_for_redrive(job_id, "c0") is None  # a done chunk, nothing to forget: untouched
+    reset = repos.claims.reset_for_redrive(job_id, "c0", forget=["liability", "indemnity"])
+    assert reset is not None and (reset.status, reset.fence, reset.redriven) == (ChunkStatus.PENDING, c.fence + 1, 1)
+    assert reset.checkpoints == {"disputes": c.fence}  # the forgotten analyst runs again; indemnity had none
+    assert set(repos.claims.checkpoints(reset)) == {"disputes"}
 
 
 def test_claims_keep_the_deadline_the_release_reason_and_the_backpressure_streak(repos: Repos):
@@ -278,7 +325,32 @@ def test_checkpoints_commit_only_under_the_current_fence_and_large_ones_go_to_s3
     assert (cps["disputes"].status, cps["disputes"].fence, cps["disputes"].config_hash) == ("refused", new.fence, "h")
 
 
+def test_jobs_fan_out_cursor_moves_only_from_where_it_is(repos: Repos):
+    job, _ = repos.jobs.create(_job(JobState.RUNNING, fanned_out=0))
+    assert repos.jobs.get(job.job_id).fanned_out == 0
+    assert repos.jobs.advance_fanout(job.job_id, 0, 8)
+    assert not repos.jobs.advance_fanout(job.job_id, 0, 8)  # a second fan-out from the same read loses
+    assert repos.jobs.advance_fanout(job.job_id, 8, 10)
+    assert repos.jobs.get(job.job_id).fanned_out == 10
+    legacy, _ = repos.jobs.create(_job(JobState.RUNNING))  # no cursor (everything sent at once)
+    assert legacy.fanned_out is None and not repos.jobs.advance_fanout(legacy.job_id, 0, 1)
+    assert repos.jobs.get(legacy.job_id).fanned_out is None
+    assert not repos.jobs.advance_fanout("job-none", 0, 1)
+
+
 # ------------------------------------------------------------------------------ artifacts and queues
+def test_artifacts_read_a_byte_range_of_a_utf8_object(repos: Repos):
+    text = "ab é 𝄞 \x01 end"
+    repos.artifacts.put_text("documents/r.txt", text, "text/plain; charset=utf-8")
+    data = text.encode("utf-8")
+    start = data.index("é".encode())
+    assert repos.artifacts.get_text_range("documents/r.txt", start, len(data)) == text[text.index("é"):]
+    assert repos.artifacts.get_text_range("documents/r.txt", 0, 2) == "ab"
+    four = data.index("𝄞".encode())
+    assert repos.artifacts.get_text_range("documents/r.txt", four, four + 4) == "𝄞"
+    assert repos.artifacts.get_text_range("documents/r.txt", 3, 3) == ""
+
+
 def test_artifacts_round_trip_and_a_missing_claim_check_is_an_input_error(repos: Repos):
     repos.artifacts.put_text("documents/x.txt", "héllo", "text/plain; charset=utf-8")
     assert repos.artifacts.get_text("documents/x.txt") == "héllo"
@@ -301,6 +373,11 @@ def test_dead_letters_carry_their_envelope_and_peeking_hides_nothing(repos: Repo
     (taken,) = repos.queues.take_all(Queue.ANALYSIS_DLQ)
     repos.queues.delete(Queue.ANALYSIS_DLQ, taken.receipt_handle)
     assert repos.queues.peek(Queue.ANALYSIS_DLQ) == []
+    # a peeked message can be deleted with the receipt handle the peek gave (the sweeper does)
+    repos.queues.dead_letter(Queue.ANALYSIS, '{"job_id": "k"}', env, job_id="k")
+    (peeked,) = repos.queues.peek(Queue.ANALYSIS_DLQ)
+    repos.queues.delete(Queue.ANALYSIS_DLQ, peeked.receipt_handle)
+    assert repos.queues.peek(Queue.ANALYSIS_DLQ) == [] and repos.queues.take_all(Queue.ANALYSIS_DLQ) == []
 
 
 def test_results_with_the_same_dedup_id_are_delivered_once(repos: Repos):

@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from contract_review.aggregator import handle_result
+from contract_review.chunking import document_hash
 from contract_review.config import get_profile
 from contract_review.errors import ErrorEnvelope
 from contract_review.intake import handle_intake
@@ -19,13 +20,14 @@ from contract_review.messages import AnalysisMessage, ResultMessage
 from contract_review.model_clients import ModelRequest, ModelResponse
 from contract_review.offline_model import OfflineRuleModel
 from contract_review.ports import Deps, Queue
-from contract_review.records import AttemptStats, ChunkStatus, JobFailure, JobState
+from contract_review.records import AttemptStats, ChunkStatus, JobFailure, JobState, job_id_for
 from contract_review.sweeper import sweep
 from contract_review.wiring import build_deps
 from contract_review.worker import ChunkWorker, Delivery
 from review_local.connect import local_deps, local_session
 from review_local.embedded import EmbeddedAws
 
+from ..oracle import assert_matches_fault_free
 from ..texts import LONG_TEXT, TEXT
 from .conftest import get_chunk, get_job, report_json
 
@@ -109,6 +111,8 @@ def test_checkpoint_from_another_model_or_prompt_is_not_reused(deps, sqs):
     assert model.calls[("liability", "locate")] == 1  # re-run with the current model/prompt
     stale = [e for e in deps.jobs.events(job_id) if e.type == "checkpoint.stale"]
     assert stale and stale[0].detail["analyst"] == "liability"
+    assert _aggregate(deps, sqs) == ["completed"]
+    assert_matches_fault_free(deps, job_id, TEXT)  # nothing of the stale (empty) checkpoint in the report
 
 
 def test_out_of_lambda_time_hands_back_without_a_failure(deps, sqs):
@@ -137,6 +141,9 @@ def test_refusal_of_an_optional_analyst_completes_with_the_gap_listed(deps, sqs)
     report = report_json(deps, get_job(deps, job_id))
     assert report["coverage"]["optional_gaps"] == [
         {"chunk_id": msg.chunk_id, "chunk_index": 0, "analyst": "licensing", "status": "refused"}]
+    # every other analyst's findings are exactly a fault-free run's
+    check = assert_matches_fault_free(deps, job_id, TEXT, gaps=True)
+    assert check.gaps == [(msg.chunk_id, "licensing", "refused")]
 
 
 def test_refusal_of_a_mandatory_analyst_fails_the_job_naming_the_gap(deps, sqs):
@@ -161,6 +168,8 @@ def test_invalid_output_gets_one_repair_with_the_error_fed_back(deps, sqs):
     record = get_chunk(deps, job_id, msg.chunk_id)
     assert record.repairs == 1 and record.retries == {}  # counted apart from transient retries
     assert record.coverage["liability"] == "ok"
+    assert _aggregate(deps, sqs) == ["completed"]
+    assert_matches_fault_free(deps, job_id, TEXT)  # the repaired answer is the fault-free one
 
 
 def test_invalid_output_twice_becomes_a_permanent_gap(deps, sqs):
@@ -243,14 +252,24 @@ def test_redelivery_of_a_settled_failed_chunk_resends_its_lost_result(deps, sqs)
         (msg.chunk_id, "failed", "model.request_invalid")
 
 
-def test_intake_redelivery_resends_chunks_but_a_second_submission_does_not(deps):
+def test_intake_redelivery_after_a_crash_resends_the_page_but_a_second_submission_does_not(deps, monkeypatch):
     body = json.dumps({"schema_version": 1, "document": {"text": TEXT}})
-    first = handle_intake(deps, body, "msg-A")
-    assert get_job(deps, first.job_id).state == "running"
-    again = handle_intake(deps, body, "msg-A")  # the same SQS message, redelivered after a crash
+    real_advance = deps.jobs.advance_fanout
+
+    def crash(job_id: str, from_count: int, to_count: int) -> bool:
+        raise RuntimeError("killed after sending the page, before moving the fan-out cursor")
+
+    monkeypatch.setattr(deps.jobs, "advance_fanout", crash)
+    with pytest.raises(RuntimeError):
+        handle_intake(deps, body, "msg-A")
+    job = get_job(deps, job_id_for(document_hash(TEXT)))
+    assert job.state == "running" and job.fanned_out == 0
+    monkeypatch.setattr(deps.jobs, "advance_fanout", real_advance)
+    again = handle_intake(deps, body, "msg-A")  # the same SQS message, redelivered after the crash
+    assert get_job(deps, again.job_id).fanned_out == job.chunk_count == 1
     other = handle_intake(deps, body, "msg-B")  # a user submitting the same document again
     assert again.state == "running" and other.state == "running" and not other.created
-    assert deps.queues.depth(Queue.ANALYSIS) == 2  # 1 chunk, sent by A and re-sent by A only
+    assert deps.queues.depth(Queue.ANALYSIS) == 2  # 1 chunk, sent by A and re-sent by A's redelivery only
 
 
 def test_redrive_after_a_job_fatal_error_reopens_every_unfinished_chunk(deps, sqs):
@@ -289,6 +308,7 @@ def test_redrive_after_a_job_fatal_error_reopens_every_unfinished_chunk(deps, sq
     for _ in range(3):
         outcomes += _aggregate(deps, sqs)
     assert outcomes[-1] == "completed" and get_job(deps, job_id).state == "completed"
+    assert_matches_fault_free(deps, job_id, LONG_TEXT)
 
 
 def test_finalize_does_not_count_a_chunk_that_was_redriven_meanwhile(deps, sqs):
@@ -301,16 +321,54 @@ def test_finalize_does_not_count_a_chunk_that_was_redriven_meanwhile(deps, sqs):
     assert job.state == "running" and not job.settled
 
 
-def test_sweeper_write_loses_to_a_heartbeat_that_landed_after_its_read(deps, sqs):
+# The sweeper's three writes on a lapsed lease, each fenced on the lease still being lapsed:
+# requeue (release, a failure counted), dead-letter (finish, the poison budget used) and the
+# function-timeout requeue (release, no failure).
+SWEEPER_WRITES = {"requeue": (0, None), "dead-letter": (get_profile("local").poison_budget - 1, None),
+                  "function-timeout": (0, "past")}
+
+
+@pytest.mark.parametrize("path", SWEEPER_WRITES)
+def test_sweeper_write_loses_to_a_heartbeat_that_landed_after_its_read(deps, sqs, monkeypatch, path):
+    failures, deadline = SWEEPER_WRITES[path]
     job_id, msg, _ = _start_job(deps, sqs)
-    claim = deps.claims.claim(job_id, msg.chunk_id, "alive", lease_s=-1, receive_count=1)
-    (seen,) = list(deps.claims.lapsed(deps.clock()))  # the sweeper reads the lapsed lease...
-    assert deps.claims.heartbeat(job_id, msg.chunk_id, claim.fence, 30)  # ...the owner heartbeats...
-    assert sweep(deps).requeued == []  # ...and the sweep changes nothing
-    assert deps.claims.release(job_id, msg.chunk_id, claim.fence, AttemptStats(), None, failure=True,
-                               lapsed_before=deps.clock()) is None
+    for _ in range(failures):  # earlier attempts that failed
+        lost = deps.claims.claim(job_id, msg.chunk_id, "earlier", lease_s=30, receive_count=1)
+        deps.claims.release(job_id, msg.chunk_id, lost.fence, AttemptStats(), ErrorEnvelope.of("model.unavailable"),
+                            failure=True)
+    # GIVEN the owner's lease has lapsed (it stalled; for a Lambda, past its invocation's deadline)
+    lease = deps.settings.profile.claim_lease_s
+    deadline_at = deps.clock() - 1 - lease if deadline else None
+    claim = deps.claims.claim(job_id, msg.chunk_id, "alive", lease_s=-1, receive_count=1, deadline_at=deadline_at)
+    assert claim.won and claim.record is not None and claim.record.failures == failures
+    # AND the owner's heartbeat lands exactly between the sweeper's read of the lapsed claims and its write
+    read_lapsed = deps.claims.lapsed
+    beats: list[bool] = []
+
+    def lapsed_then_heartbeat(now: float) -> Any:
+        seen = list(read_lapsed(now))
+        beats.extend(deps.claims.heartbeat(r.job_id, r.chunk_id, r.fence, 30) for r in seen)
+        return iter(seen)
+
+    monkeypatch.setattr(deps.claims, "lapsed", lapsed_then_heartbeat)
+    # WHEN the sweeper runs
+    report = sweep(deps)
+    # THEN the heartbeat wins: nothing requeued, timed out or dead-lettered, the owner keeps its lease
+    assert beats == [True], "the interleaving did not happen"
+    assert (report.requeued, report.timed_out, report.dead_lettered) == ([], [], [])
+    record = get_chunk(deps, job_id, msg.chunk_id)
+    assert (record.status, record.claimed_by, record.fence, record.failures) == \
+        ("claimed", "alive", claim.fence, failures)
+    assert (record.claim_expires_at or 0) > deps.clock() + lease
+    assert deps.queues.depth(Queue.ANALYSIS) == 1  # only the original, in flight: no second message
+    assert deps.queues.depth(Queue.RESULTS) == 0  # nothing settled, nothing announced
+    assert not [e for e in deps.jobs.events(job_id) if e.type in ("chunk.requeued", "chunk.dead_lettered")]
+    # AND the next sweep (which explains the DLQ: a dead-letter decision writes its DLQ copy first)
+    # leaves the live owner alone too
+    monkeypatch.undo()
+    again = sweep(deps)
+    assert (again.requeued, again.timed_out, again.dead_lettered) == ([], [], [])
     assert get_chunk(deps, job_id, msg.chunk_id).status == "claimed"
-    assert seen.chunk_id == msg.chunk_id
 
 
 def test_a_dlq_copy_older_than_a_redrive_does_not_dead_letter_the_chunk_again(deps, sqs):

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 from contract_review.config import Settings, get_profile
 from contract_review.errors import ErrorEnvelope, ReviewError
-from contract_review.messages import AnalysisMessage, ResultMessage
+from contract_review.messages import AnalysisMessage, ResultMessage, size_batches
 from contract_review.ports import DLQS, Deps, Queue, QueueMessage
 from contract_review.records import (
     OUTCOME_FIELDS,
@@ -72,9 +72,11 @@ class FakeJobs:
 
     def transition(self, job_id: str, from_states: Collection[JobState], to: JobState, *,
                    started_at: float | None = None, outcome: JobOutcome | JobFailure | None = None,
-                   reopen_settled: set[str] | None = None) -> Job | None:
+                   reopen_settled: set[str] | None = None, if_settled_version: int | None = None) -> Job | None:
         job = self.items.get(job_id)
         if job is None or job.state not in from_states:
+            return None
+        if if_settled_version is not None and job.settled_version != if_settled_version:
             return None
         update: dict[str, object] = {}
         if reopen_settled is not None:
@@ -89,9 +91,9 @@ class FakeJobs:
         self.items[job_id] = job
         return job.model_copy(deep=True)
 
-    def stalled(self, idle_since: float) -> Iterator[Job]:
+    def stalled(self, idle_since: float, state: JobState = JobState.RUNNING) -> Iterator[Job]:
         for job in list(self.items.values()):
-            if job.state is JobState.RUNNING and job.updated_at < idle_since:
+            if job.state is state and job.updated_at < idle_since:
                 yield job.model_copy(deep=True)
 
     def touch(self, job_id: str) -> None:
@@ -102,15 +104,28 @@ class FakeJobs:
         if job is not None:
             self.items[job_id] = job.model_copy(update={"requeues": job.requeues + 1})
 
+    def advance_fanout(self, job_id: str, from_count: int, to_count: int) -> bool:
+        job = self.items.get(job_id)
+        if job is None or job.fanned_out != from_count:
+            return False
+        self.items[job_id] = job.model_copy(update={"fanned_out": to_count})
+        return True
+
     def settle_chunk(self, job_id: str, chunk_id: str) -> Job:
         job = self.items[job_id]  # KeyError as DynamoDB's condition `attribute_exists(job_id)` fails
         job = job.model_copy(update={"settled": job.settled | {chunk_id}, "updated_at": self.clock()})
         self.items[job_id] = job
         return job.model_copy(deep=True)
 
-    def unsettle_chunks(self, job_id: str, chunk_ids: Collection[str]) -> None:
-        job = self.items[job_id]
-        self.items[job_id] = job.model_copy(update={"settled": job.settled - set(chunk_ids)})
+    def unsettle_chunks(self, job_id: str, chunk_ids: Collection[str]) -> Job | None:
+        job = self.items.get(job_id)
+        if job is None:
+            return None
+        if chunk_ids:
+            job = job.model_copy(update={"settled": job.settled - set(chunk_ids),
+                                         "settled_version": job.settled_version + 1})
+            self.items[job_id] = job
+        return job.model_copy(deep=True)
 
     def record_event(self, job_id: str, kind: str, **detail: object) -> None:
         now = self.clock()
@@ -227,13 +242,15 @@ class FakeClaims:
             update["failures"] = r.failures + 1
         return self._store(r, update)
 
-    def reset_for_redrive(self, job_id: str, chunk_id: str) -> ChunkRecord | None:
+    def reset_for_redrive(self, job_id: str, chunk_id: str, forget: Collection[str] = ()) -> ChunkRecord | None:
         r = self.items.get((job_id, chunk_id))
-        if r is None or r.status not in (ChunkStatus.DEAD_LETTERED, ChunkStatus.FAILED):
+        states = (ChunkStatus.DEAD_LETTERED, ChunkStatus.FAILED) + ((ChunkStatus.DONE,) if forget else ())
+        if r is None or r.status not in states:
             return None
         return self._store(r, {"status": ChunkStatus.PENDING, "failures": 0, "redriven": r.redriven + 1,
                                "fence": r.fence + 1, "redriven_at": self.clock(), "settled_at": None,
-                               "backpressure_since": None, "backpressure_requeues": 0})
+                               "backpressure_since": None, "backpressure_requeues": 0,
+                               "checkpoints": {a: f for a, f in r.checkpoints.items() if a not in forget}})
 
     def checkpoints(self, record: ChunkRecord) -> dict[str, Checkpoint]:
         out = {}
@@ -280,6 +297,11 @@ class FakeArtifacts:
         body = self.objects[(self.bucket, key)]
         return body.decode("utf-8") if isinstance(body, bytes) else body
 
+    def get_text_range(self, key: str, byte_start: int, byte_end: int) -> str:
+        body = self.objects[(self.bucket, key)]
+        data = body if isinstance(body, bytes) else body.encode("utf-8")
+        return data[byte_start:max(byte_start, byte_end)].decode("utf-8")
+
     def read_uri(self, bucket: str, key: str) -> bytes:
         if (bucket, key) not in self.objects:
             raise ReviewError.of("input.document_missing", "NoSuchKey for the referenced object",
@@ -308,6 +330,7 @@ class FakeQueues:
         self.sent: dict[Queue, list[Sent]] = {q: [] for q in Queue}
         self.visibility: list[tuple[Queue, str, int]] = []  # (queue, receipt handle, seconds)
         self.deleted: list[tuple[Queue, str]] = []
+        self.batches: list[list[int]] = []  # analysis batches as sent: the size in bytes of each message
 
     def has(self, queue: Queue) -> bool:
         return queue in self.configured
@@ -319,8 +342,10 @@ class FakeQueues:
         self.sent[queue].append(sent)
 
     def send_analysis(self, messages: Sequence[AnalysisMessage], delay_s: int = 0) -> None:
-        for m in messages:
-            self._put(Queue.ANALYSIS, Sent(m.model_dump_json(), delay_s=delay_s))
+        for batch in size_batches([m.model_dump_json() for m in messages]):  # SQS's limits, as the adapter
+            self.batches.append([len(b.encode()) for b in batch])
+            for body in batch:
+                self._put(Queue.ANALYSIS, Sent(body, delay_s=delay_s))
 
     def send_result(self, message: ResultMessage, dedup_id: str) -> None:
         if any(s.dedup_id == dedup_id[:128] for s in self.sent[Queue.RESULTS]):

@@ -384,10 +384,11 @@ def test_duplicate_results_are_idempotent():
     assert deliver(world, done0) == "recorded"
     # WHEN the same result is delivered again
     again = deliver(world, done0)
-    # THEN the settled set is unchanged and the job keeps running
+    # THEN the settled set is unchanged and the job keeps running; the chunk was settled once (one event)
     assert again == "recorded"
     job = the_job(world, job_id)
     assert job.settled == {records[0].chunk_id} and job.state is JobState.RUNNING
+    assert world.jobs.types(job_id).count("chunk.settled") == 1
     # AND when the last chunk completes the job, further duplicates are ignored: one finalize only
     done1 = settle_done(world, records[1], findings=[finding(records[1], "q1")])
     assert deliver(world, done1) == "completed"

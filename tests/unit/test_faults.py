@@ -169,6 +169,30 @@ def test_permanent_code_fails_every_call_with_access_denied_403():
     assert inner.calls == 0
 
 
+def test_permanent_rate_answers_that_share_of_calls_with_a_bedrock_400_and_leaves_the_other_rates_alone():
+    # GIVEN 1 % permanent faults on top of transient and malformed ones
+    n = 4000
+    base = FaultSpec(seed=5, transient_rate=0.05, malformed_rate=0.02)
+    model = FaultInjectingModel(EchoModel(), base.model_copy(update={"permanent_rate": 0.01}))
+    # WHEN it answers many calls
+    counts = Counter(outcome(model, request(i=i, chunk_index=i % 9)) for i in range(n))
+    # THEN about 1 % are HTTP 400 ValidationException, classified permanent, not job-fatal, never retried
+    assert abs(counts["model.request_invalid"] - n * 0.01) <= 5 * (n * 0.01 * 0.99) ** 0.5, counts
+    with pytest.raises(ClientError) as info:
+        FaultInjectingModel(EchoModel(), FaultSpec(permanent_rate=1.0)).invoke(request())
+    assert info.value.response["ResponseMetadata"]["HTTPStatusCode"] == 400
+    env = classify(info.value, model_call=True)
+    assert (env.error_code, env.error_class.value, env.retryable, env.job_fatal) == \
+        ("model.request_invalid", "permanent", False, False)
+    # AND the permanent share sits at the top of the roll: every other outcome is the one the spec
+    # without it gives (seeded runs keep their faults)
+    plain = FaultInjectingModel(EchoModel(), base)
+    again = FaultInjectingModel(EchoModel(), base.model_copy(update={"permanent_rate": 0.01}))
+    pairs = [(outcome(plain, r), outcome(again, r)) for r in (request(i=i, chunk_index=i % 9) for i in range(n))]
+    assert all(a == b for a, b in pairs if b != "model.request_invalid")
+    assert {a for a, b in pairs if b == "model.request_invalid"} == {"ok"}
+
+
 def test_always_fail_chunk_affects_only_that_chunk():
     inner = EchoModel()
     model = FaultInjectingModel(inner, FaultSpec(always_fail_chunk="2"))
@@ -280,6 +304,8 @@ def test_throttles_are_answered_at_once_without_latency():
     {"latency_median_ms": 300, "latency_p99_ms": 200},
     {"latency_p99_ms": 200},
     {"transient_rate": 1.5},
+    {"permanent_rate": -0.1},
+    {"transient_rate": 0.6, "malformed_rate": 0.3, "permanent_rate": 0.2},  # one roll: the rates sum past 1
 ])
 def test_inconsistent_fault_specs_are_rejected(fields):
     with pytest.raises(ValidationError):

@@ -65,7 +65,8 @@ def test_sweeper_publishes_stuck_jobs_on_every_run(world: FakeWorld, capsys: pyt
     lines = _emf(capsys.readouterr().out)
     assert _values(lines, "StuckJobs") == [({"service": "sweeper"}, 2.0)]
     assert _values(lines, "BackpressureRequeues") == [({"service": "sweeper"}, 0.0)]
-    assert result["stalled_jobs"] == 2
+    assert _values(lines, "SweepItemFailures") == [({"service": "sweeper"}, 0.0)]
+    assert result["stalled_jobs"] == 2 and result["item_failures"] == []
 
 
 def test_aggregator_publishes_job_duration_when_a_result_ends_the_job(world: FakeWorld,

@@ -11,7 +11,7 @@ import pytest
 
 from contract_review.chunking import document_hash, split_into_chunks
 from contract_review.errors import ErrorClass, ErrorEnvelope, ReviewError
-from contract_review.intake import handle_intake
+from contract_review.intake import IntakeResult, handle_intake
 from contract_review.messages import MAX_DOCUMENT_BYTES
 from contract_review.ports import Queue
 from contract_review.records import ChunkStatus, Job, JobState, document_key, job_id_for
@@ -120,23 +120,51 @@ def test_idempotency_key_names_the_job_and_metadata_is_echoed():
 
 # --- idempotency -------------------------------------------------------------------------------------
 
-def test_redelivered_message_resends_the_chunks_but_creates_nothing_new():
-    # GIVEN a document already taken in by message m-1 (its intake may have crashed after the fan-out)
+def test_redelivered_message_after_the_fan_out_creates_and_sends_nothing_new():
+    # GIVEN a document already taken in by message m-1, all its chunks sent (the cursor says so)
     world = FakeWorld()
     first = handle_intake(world.deps, inline(LONG_TEXT), "m-1")
     job_before = world.jobs.get(first.job_id)
+    assert job_before is not None and job_before.fanned_out == 4 == job_before.chunk_count
     records_before = world.claims.for_job(first.job_id)
+    world.queues.drain(Queue.ANALYSIS)
     # WHEN the same message (same message id) is delivered again
     again = handle_intake(world.deps, inline(LONG_TEXT), "m-1")
-    # THEN it is the same job, not created again, and every chunk is sent a second time
+    # THEN it is the same job, not created again, and nothing is sent again
     assert (again.job_id, again.created, again.state) == (first.job_id, False, "running")
-    msgs = world.queues.analysis()
-    assert len(msgs) == 8
-    assert sorted(m.chunk_id for m in msgs) == sorted(2 * [r.chunk_id for r in records_before])
+    assert world.queues.analysis() == []
     # AND the job, its chunk records and its events are unchanged (no second queued/running)
     assert world.jobs.get(first.job_id) == job_before
     assert world.claims.for_job(first.job_id) == records_before
     assert world.jobs.types(first.job_id) == ["job.queued", "job.running"]
+
+
+def test_a_crash_before_the_cursor_moved_is_finished_by_the_redelivery_sending_the_page_again(monkeypatch):
+    # GIVEN an intake that sent its first page and crashed before moving the fan-out cursor
+    world = FakeWorld()
+
+    def crash(job_id: str, from_count: int, to_count: int) -> bool:
+        raise ConnectionError("the function died")
+
+    with monkeypatch.context() as m:
+        m.setattr(world.jobs, "advance_fanout", crash)
+        with pytest.raises(ConnectionError):
+            handle_intake(world.deps, inline(LONG_TEXT), "m-1")
+    job_id = job_id_for(document_hash(LONG_TEXT))
+    crashed = world.jobs.get(job_id)
+    assert crashed is not None and crashed.state is JobState.RUNNING and crashed.fanned_out == 0
+    assert len(world.queues.analysis()) == 4
+    # WHEN the same message is delivered again
+    again = handle_intake(world.deps, inline(LONG_TEXT), "m-1")
+    # THEN the page is sent again (each chunk twice in all: the claim makes the copy harmless), the
+    # cursor moves, and each chunk has exactly one record
+    assert (again.job_id, again.state) == (job_id, "running")
+    ids = chunk_ids(LONG_TEXT)
+    assert sorted(m.chunk_id for m in world.queues.analysis()) == sorted(2 * ids)
+    job = world.jobs.get(job_id)
+    assert job is not None and job.fanned_out == 4
+    assert [r.chunk_id for r in world.claims.for_job(job_id)] == ids
+    assert world.jobs.types(job_id) == ["job.queued", "job.running"]
 
 
 def test_redelivery_does_not_reset_chunks_that_progressed():
@@ -192,7 +220,8 @@ def test_a_job_left_queued_by_a_crash_is_finished_by_the_next_message():
     now = world.clock()
     world.jobs.create(Job(job_id=job_id, state=JobState.QUEUED, created_at=now, updated_at=now,
                           idempotency_key=document_hash(TEXT), document_key=document_key(job_id), chunk_count=1,
-                          config_hash="pinned-config", source_message_id="m-crashed"))
+                          document_sha256=document_hash(TEXT), fanned_out=0, config_hash="pinned-config",
+                          source_message_id="m-crashed"))
     world.clock.advance(5)
     # WHEN another message with the same document arrives
     result = handle_intake(world.deps, inline(), "m-2")
@@ -514,3 +543,109 @@ def test_resubmission_does_not_replace_a_job_that_failed_for_another_reason(code
     assert world.claims.items == {} and world.queues.sent[Queue.ANALYSIS] == []
     assert world.artifacts.objects == {}
     assert world.jobs.types(job_id) == []
+
+
+# --- a key never mixes two documents ------------------------------------------------------------------
+
+def test_same_key_for_another_document_while_the_first_is_queued_is_rejected_and_never_mixed(monkeypatch):
+    # GIVEN message m-1 (document A, key "k-mix") whose intake has created the job, still `queued`, and is
+    # about to store the document, when message m-2 (document B, the same key) is taken in
+    world = FakeWorld()
+    doc_a, doc_b = LONG_TEXT, LONG_TEXT.replace("New York", "Delaware")
+    job_id = job_id_for("k-mix")
+    second: list[IntakeResult] = []
+    states: list[JobState] = []
+    store = world.artifacts.put_text
+
+    def put_text(key: str, body: str, content_type: str = "application/json") -> None:
+        if not states and key == document_key(job_id):  # the interleaving: m-2 runs inside m-1's intake (once)
+            job = world.jobs.get(job_id)
+            assert job is not None
+            states.append(job.state)
+            second.append(handle_intake(world.deps, inline(doc_b, idempotency_key="k-mix"), "m-2"))
+        store(key, body, content_type)
+
+    monkeypatch.setattr(world.artifacts, "put_text", put_text)
+    # WHEN m-1's intake goes on
+    first = handle_intake(world.deps, inline(doc_a, idempotency_key="k-mix"), "m-1")
+    assert states == [JobState.QUEUED], "the interleaving did not happen"
+    # THEN the job holds document A only: its chunk records, messages and stored text are A's
+    assert (first.job_id, first.created, first.state) == (job_id, True, "running")
+    job = world.jobs.get(job_id)
+    assert job is not None and job.document_sha256 == document_hash(doc_a)
+    assert [r.chunk_id for r in world.claims.for_job(job_id)] == chunk_ids(doc_a)
+    assert len(world.claims.for_job(job_id)) == job.chunk_count
+    assert sorted(m.chunk_id for m in world.queues.analysis()) == sorted(chunk_ids(doc_a))
+    assert all(m.text == doc_a[m.start:m.end] for m in world.queues.analysis())
+    assert document_hash(world.artifacts.get_text(job.document_key)) == job.document_sha256
+    # AND m-2 is rejected with a permanent input.key_conflict that names the job and what to do
+    [rejected] = second
+    assert (rejected.job_id, rejected.created, rejected.state) == (job_id, False, "rejected")
+    assert rejected.error is not None and rejected.error.error_code == "input.key_conflict"
+    assert (rejected.error.error_class, rejected.error.retryable) == (ErrorClass.PERMANENT, False)
+    assert job_id in rejected.error.message and "its own idempotency key" in rejected.error.message
+    # AND it is visible: on the intake DLQ with its envelope (the document kept in the body) ...
+    [dead] = world.queues.sent[Queue.INTAKE_DLQ]
+    assert json.loads(dead.body)["document"]["text"] == doc_b
+    assert (dead.attributes["error_code"], dead.attributes["source_message_id"], dead.attributes["job_id"]) == (
+        "input.key_conflict", "m-2", job_id)
+    # ... and as an event on the job, which otherwise went on as if m-2 had never come
+    conflicts = [e.detail for e in world.jobs.events(job_id) if e.type == "intake.key_conflict"]
+    assert conflicts == [{"error_code": "input.key_conflict", "source_message_id": "m-2",
+                          "document_sha256": document_hash(doc_b)}]
+    assert world.jobs.types(job_id) == ["job.queued", "intake.key_conflict", "job.running"]
+
+
+@pytest.mark.parametrize("state", [JobState.RUNNING, JobState.COMPLETED])
+def test_same_key_for_another_document_of_a_running_or_ended_job_is_rejected(state):
+    # GIVEN a job under key "k-1" for TEXT, running or completed
+    world = FakeWorld()
+    first = handle_intake(world.deps, inline(idempotency_key="k-1"), "m-1")
+    if state is JobState.COMPLETED:
+        assert world.jobs.transition(first.job_id, (JobState.RUNNING,), JobState.COMPLETED)
+    world.queues.drain(Queue.ANALYSIS)
+    before = world.jobs.get(first.job_id)
+    records = world.claims.for_job(first.job_id)
+    # WHEN another document arrives with the same key
+    other = TEXT.replace("New York", "Delaware")
+    result = handle_intake(world.deps, inline(other, idempotency_key="k-1"), "m-2")
+    # THEN it is rejected (not answered as a duplicate of the first) and nothing of the job changes
+    assert (result.job_id, result.state) == (first.job_id, "rejected")
+    assert result.error is not None and result.error.error_code == "input.key_conflict"
+    assert world.jobs.get(first.job_id) == before and world.claims.for_job(first.job_id) == records
+    assert world.queues.sent[Queue.ANALYSIS] == []
+    assert world.artifacts.get_text(document_key(first.job_id)) == TEXT
+    assert [s.attributes["error_code"] for s in world.queues.sent[Queue.INTAKE_DLQ]] == ["input.key_conflict"]
+    # AND the same document with the same key is still a plain duplicate
+    again = handle_intake(world.deps, inline(idempotency_key="k-1"), "m-3")
+    assert (again.state, again.error) == (state.value, None)
+
+
+# --- large documents: the first page only --------------------------------------------------------------
+
+def test_a_large_document_leaves_queued_with_one_page_sent_and_its_chunk_count_known():
+    # GIVEN a contract of 55 chunks uploaded under uploads/ (a large document, scaled down)
+    world = FakeWorld()
+    big = "\n\n".join([LONG_TEXT] * 16)
+    ids = chunk_ids(big)
+    window = 8  # the local profile's fanout_window (checked at the end)
+    assert len(ids) == 55 > window
+    world.artifacts.objects[(BUCKET, "uploads/big.txt")] = big
+    # WHEN intake handles it
+    result = handle_intake(world.deps, by_uri("uploads/big.txt", document_id="big"), "m-1")
+    # THEN the job is running and knows all its chunks ...
+    job = world.jobs.get(result.job_id)
+    assert job is not None and (job.state, job.chunk_count) == (JobState.RUNNING, 55)
+    # ... but only the first page (the window) has records and messages: intake's work does not grow with
+    # the document
+    assert [r.chunk_id for r in world.claims.for_job(job.job_id)] == ids[:window]
+    assert [m.chunk_id for m in world.queues.analysis()] == ids[:window]
+    assert job.fanned_out == window == SETTINGS.profile.fanout_window
+    assert all(m.chunk_count == 55 and m.text == big[m.start:m.end] for m in world.queues.analysis())
+    # AND the document and its fan-out plan are stored for the pages to come
+    assert world.artifacts.get_text(job.document_key) == big
+    from contract_review.fanout import FanoutPlan, plan_key
+
+    plan = FanoutPlan.model_validate_json(world.artifacts.get_text(plan_key(job.job_id)))
+    assert [c.chunk_id for c in plan.page(0, len(plan))] == ids
+    assert world.jobs.types(job.job_id) == ["job.queued", "job.running"]

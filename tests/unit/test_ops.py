@@ -158,7 +158,8 @@ def test_job_view_of_a_dead_lettered_job():
     assert view.chunks == {"total": 4, "settled": 4, "done": 3, "dead_lettered": 1}
     a = view.answers
     assert a.retry_would == ("`review dlq redrive` re-sends the 1 dead-lettered chunk(s) with a fresh attempt "
-                             "budget; finished chunks and analysts are reused")
+                             "budget; finished chunks and analysts are reused (`review retry JOB` does the same "
+                             "from the job's records, with or without a DLQ message)")
     assert a.if_it_fails_again == IF_IT_FAILS_AGAIN
     assert a.if_cancelled_now == "nothing: it has ended"
     assert a.side_effects_done == ["report_json_key", "report_md_key"]
@@ -274,6 +275,7 @@ def test_answers_of_a_job_that_failed_with_nothing_in_a_dlq(code, fails_again):
     a = view_of(world, job_id).answers
     # THEN no redrive is promised (there is nothing in a DLQ), and failing again is told by the code
     assert a.retry_would.startswith(f"nothing by itself: the job ended with {code} and none of its chunks is in a DLQ")
+    assert "then `review retry JOB`" in a.retry_would  # the recovery that works without a DLQ message
     assert a.if_it_fails_again == fails_again
 
 
@@ -501,7 +503,11 @@ def test_claim_checked_submission_is_taken_in_by_intake_under_the_same_job_id():
     assert (result.job_id, result.created, result.state) == (job_id, True, "running")
     job = world.jobs.get(job_id)
     assert job is not None and job.document_chars == len(big) and job.document_sha256 == document_hash(big)
-    assert "".join(m.text for m in sorted(world.queues.analysis(), key=lambda m: m.chunk_index)) == big
+    # (the chunks go out a window at a time: the first page now, cut from the whole text stored for the rest)
+    assert world.artifacts.get_text(job.document_key) == big
+    first_page = world.queues.analysis()
+    assert len(first_page) == SETTINGS.profile.fanout_window < job.chunk_count
+    assert all(m.text == big[m.start:m.end] for m in first_page)
 
 
 @pytest.mark.parametrize("text,claim_check", [

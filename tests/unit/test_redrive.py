@@ -115,7 +115,7 @@ def test_reopening_a_dead_lettered_job_resets_every_failed_chunk_and_resends_wha
         rec = world.claims.get(job_id, m.chunk_id)
         assert rec is not None
         assert m.reason == "redrive" and m.attempt == 1 and m.text == TEXT[rec.start:rec.end]
-    assert events_of(world, job_id, "job.reopened") == [{"from_state": "dead_lettered", "chunks_resent": 2}]
+    assert events_of(world, job_id, "job.reopened") == [{"from_state": "dead_lettered", "chunks_resent": 2, "via": "redrive"}]
     # AND when the resent chunks succeed, the job completes
     worker_finishes(world, job_id, ids[1])
     worker_finishes(world, job_id, ids[2])
@@ -145,7 +145,7 @@ def test_reopening_a_job_failed_by_a_job_fatal_error_also_sends_its_unstarted_ch
     job = world.jobs.get(job_id)
     assert job is not None and job.state is JobState.RUNNING and job.settled == {ids[0]}
     assert job.error is None and job.error_code is None and job.ended_at is None
-    assert events_of(world, job_id, "job.reopened") == [{"from_state": "failed", "chunks_resent": 3}]
+    assert events_of(world, job_id, "job.reopened") == [{"from_state": "failed", "chunks_resent": 3, "via": "redrive"}]
 
 
 def test_reopening_a_chunk_of_a_running_job_resets_only_that_chunk_and_unsettles_it():

@@ -282,8 +282,20 @@ def test_a_write_by_the_owner_between_the_sweepers_read_and_write_wins(race, mon
     if rec.status is ChunkStatus.CLAIMED:
         assert rec.claim_expires_at == world.clock() + LEASE
     assert world.queues.analysis() == [] and world.queues.results() == []
-    assert world.queues.sent[Queue.ANALYSIS_DLQ] == []
     assert world.jobs.types(job_id) == INTAKE_EVENTS
+    # AND a dead-letter that lost leaves at most its DLQ copy (sent first, so a crash cannot leave a
+    # dead-lettered chunk without one), naming the fence it was decided under; it is never acted on,
+    # and it is removed once the owner has finished the chunk
+    stale = world.queues.sent[Queue.ANALYSIS_DLQ]
+    assert all(s.attributes["fence"] == str(expected[0][2]) for s in stale)
+    if stale:
+        assert rec.status is ChunkStatus.CLAIMED
+        assert sweep(world.deps).dead_lettered == [] and world.queues.sent[Queue.ANALYSIS_DLQ] == stale
+        _finish(world, rec)
+        assert sweep(world.deps).dlq_removed == 1
+    assert world.queues.sent[Queue.ANALYSIS_DLQ] == []
+    after = world.claims.get(job_id, ids[1])
+    assert after is not None and after.status is not ChunkStatus.DEAD_LETTERED
 
 
 # --- lapsed claims of ended jobs --------------------------------------------------------------------
@@ -314,36 +326,90 @@ def test_a_lapsed_claim_of_an_ended_job_is_only_released(ended):
 
 # --- DLQ explanation --------------------------------------------------------------------------------
 
-@pytest.mark.parametrize(("earlier_failures", "code"), [(0, "runtime.worker_lost"), (2, "model.unavailable")])
-def test_a_dlq_message_of_a_pending_chunk_settles_it_dead_lettered(earlier_failures, code):
-    # GIVEN chunk 3 is pending after its worker attempts, and SQS has moved its message to the DLQ
+@pytest.mark.parametrize("earlier_failures", [0, 2, BUDGET - 1])
+def test_a_message_the_queue_moved_with_attempt_budget_left_is_sent_again_not_dead_lettered(earlier_failures):
+    # GIVEN chunk 3 is pending with fewer failed attempts than the poison budget, and SQS has moved its
+    # message to the DLQ anyway: its receives were burned without failed attempts (Lambda throttling of
+    # the event source, errors before the claim)
     world = small_chunk_world()
     job_id, ids = start_job(world)
     for _ in range(earlier_failures):
         worker_fails(world, job_id, ids[3], "model.unavailable")
     before = world.claims.get(job_id, ids[3])
+    assert before is not None
     world.clock.advance(1)
     message_id = sqs_moves_to_dlq(world, job_id, ids[3])
     # WHEN the sweeper runs
     report = sweep(world.deps)
-    # THEN the chunk is settled dead_lettered with its last error (or worker_lost when it had none)
-    assert report.dlq_seen == 1 and report.dead_lettered == [ids[3]] and report.requeued == []
+    # THEN the chunk is not dead-lettered: it is pending, no failure counted, its backpressure streak begun
+    assert report.dlq_seen == 1 and report.dead_lettered == [] and report.dlq_requeued == [ids[3]]
     rec = world.claims.get(job_id, ids[3])
-    assert before is not None and rec is not None
-    assert rec.status is ChunkStatus.DEAD_LETTERED and rec.fence == before.fence
-    assert rec.settled_at == world.clock()
-    assert rec.last_error is not None and rec.last_error.error_code == code
-    # AND it is announced and recorded with the DLQ message's id; the DLQ message stays for people
-    assert [(r.chunk_id, r.status, r.error.error_code if r.error else None) for r in world.queues.results()] == [
-        (ids[3], ChunkStatus.DEAD_LETTERED, code)]
+    assert rec is not None and rec.status is ChunkStatus.PENDING and rec.failures == earlier_failures
+    assert rec.release_reason is ReleaseReason.BACKPRESSURE and rec.backpressure_requeues == 1
+    assert rec.last_error is not None and rec.last_error.error_code == "runtime.receives_exhausted"
+    # AND one fresh, delayed message carries the chunk again; the DLQ copy is gone; nothing is announced
+    (again,) = world.queues.sent[Queue.ANALYSIS]
+    msg = AnalysisMessage.model_validate_json(again.body)
+    assert (msg.chunk_id, msg.reason, msg.attempt, msg.requeues) == (
+        ids[3], "runtime.receives_exhausted", earlier_failures + 1, 1)
+    assert msg.text == TEXT[rec.start:rec.end] and again.delay_s >= 1
+    assert world.queues.sent[Queue.ANALYSIS_DLQ] == [] and world.queues.results() == []
+    assert world.queues.deleted == [(Queue.ANALYSIS_DLQ, message_id)]
+    assert world.jobs.get(job_id).requeues == 1  # type: ignore[union-attr]
+    assert [(e["reason"], e["dlq_message_id"], e["failures"]) for e in events_of(world, job_id, "chunk.requeued")] \
+        == [("runtime.receives_exhausted", message_id, earlier_failures)]
+    # AND the resent chunk completes
+    worker_finishes(world, job_id, ids[3])
+    done = world.claims.get(job_id, ids[3])
+    assert done is not None and done.status is ChunkStatus.DONE
+
+
+def test_a_message_the_queue_moved_once_the_budget_is_used_dead_letters_the_chunk():
+    # GIVEN chunk 3 used its whole poison budget without being settled, and SQS moved its message
+    world = small_chunk_world()
+    job_id, ids = start_job(world)
+    for _ in range(BUDGET):
+        worker_fails(world, job_id, ids[3], "model.unavailable")
+    world.clock.advance(1)
+    message_id = sqs_moves_to_dlq(world, job_id, ids[3])
+    # WHEN the sweeper runs
+    report = sweep(world.deps)
+    # THEN the chunk is settled dead_lettered with its last error; the DLQ message stays for people
+    assert report.dead_lettered == [ids[3]] and report.dlq_requeued == []
+    rec = world.claims.get(job_id, ids[3])
+    assert rec is not None and rec.status is ChunkStatus.DEAD_LETTERED
+    assert rec.last_error is not None and rec.last_error.error_code == "model.unavailable"
+    assert [(r.chunk_id, r.status) for r in world.queues.results()] == [(ids[3], ChunkStatus.DEAD_LETTERED)]
     assert events_of(world, job_id, "chunk.dead_lettered") == [
-        {"chunk_id": ids[3], "error_code": code, "by": "sweeper", "dlq_message_id": message_id}]
+        {"chunk_id": ids[3], "error_code": "model.unavailable", "by": "sweeper", "dlq_message_id": message_id}]
     assert [s.message_id for s in world.queues.sent[Queue.ANALYSIS_DLQ]] == [message_id]
     assert world.queues.analysis() == []
     # AND a second sweep finds nothing more to do for it
     again = sweep(world.deps)
-    assert again.dlq_seen == 1 and again.dead_lettered == []
-    assert len(world.queues.results()) == 1 and world.jobs.types(job_id).count("chunk.dead_lettered") == 1
+    assert again.dlq_seen == 1 and again.dead_lettered == [] and len(world.queues.results()) == 1
+
+
+def test_a_chunk_that_keeps_reaching_the_dlq_ends_at_the_backpressure_deadline():
+    # GIVEN a chunk whose message the queue keeps moving to the DLQ (every receive burned, no failure)
+    world = small_chunk_world()
+    job_id, ids = start_job(world)
+    deadline = SETTINGS.profile.backpressure_deadline_s
+    trips = 0
+    while world.claims.get(job_id, ids[2]).status is ChunkStatus.PENDING:  # type: ignore[union-attr]
+        world.queues.drain(Queue.ANALYSIS)
+        sqs_moves_to_dlq(world, job_id, ids[2])
+        # WHEN the sweeper explains it, again and again
+        sweep(world.deps)
+        trips += 1
+        world.clock.advance(deadline / 4)
+        assert trips < 10, "never dead-lettered"
+    # THEN it is requeued while its streak lasts and dead-lettered once it has lasted the deadline
+    rec = world.claims.get(job_id, ids[2])
+    assert rec is not None and rec.status is ChunkStatus.DEAD_LETTERED and rec.failures == 1
+    assert rec.last_error is not None and rec.last_error.error_code == "runtime.backpressure_exhausted"
+    assert rec.last_error.cause_code == "runtime.receives_exhausted"
+    assert trips == 5  # requeued at 0, 1/4, 1/2 and 3/4 of the deadline; dead-lettered at the deadline
+    assert len(world.queues.sent[Queue.ANALYSIS_DLQ]) == 1  # the last copy stays for `review dlq redrive`
 
 
 @pytest.mark.parametrize("redrive_after_s", [0.0, 1.0], ids=["same-instant", "later"])

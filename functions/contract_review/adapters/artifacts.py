@@ -24,6 +24,13 @@ class S3Artifacts:
         body: bytes = self.client.get_object(Bucket=self.bucket, Key=key)["Body"].read()
         return body.decode("utf-8")
 
+    def get_text_range(self, key: str, byte_start: int, byte_end: int) -> str:
+        if byte_end <= byte_start:
+            return ""
+        body: bytes = self.client.get_object(Bucket=self.bucket, Key=key,
+                                             Range=f"bytes={byte_start}-{byte_end - 1}")["Body"].read()
+        return body.decode("utf-8")
+
     def read_uri(self, bucket: str, key: str) -> bytes:
         try:
             body: bytes = self.client.get_object(Bucket=bucket, Key=key)["Body"].read()

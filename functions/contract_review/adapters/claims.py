@@ -172,17 +172,23 @@ class DynamoClaims:
         expr = "SET " + ", ".join(parts) + " REMOVE " + _LEASE_ATTRS
         return self._fenced_update(job_id, chunk_id, fence, expr, values, names, states, lapsed_before)
 
-    def reset_for_redrive(self, job_id: str, chunk_id: str) -> ChunkRecord | None:
+    def reset_for_redrive(self, job_id: str, chunk_id: str, forget: Collection[str] = ()) -> ChunkRecord | None:
+        names = {"#st": "status", **{f"#fg{i}": a for i, a in enumerate(sorted(forget))}}
+        dropped = "".join(f", checkpoints.#fg{i}" for i in range(len(forget)))
+        values: dict[str, Any] = {":pending": ChunkStatus.PENDING.value, ":z": 0, ":one": 1, ":now": self.clock(),
+                                  ":dead": ChunkStatus.DEAD_LETTERED.value, ":failed": ChunkStatus.FAILED.value}
+        states = ":dead, :failed"
+        if forget:  # a done chunk whose analysts are to run again
+            values[":done"] = ChunkStatus.DONE.value
+            states += ", :done"
         item = self.claims.update_if(
             _key(job_id, chunk_id),
             # the fence moves on, so nothing still holding the old token (a sweep in flight) can settle it
             UpdateExpression="SET #st = :pending, failures = :z, redriven = if_not_exists(redriven, :z) + :one, "
                              "fence = fence + :one, redriven_at = :now, backpressure_requeues = :z "
-                             f"REMOVE {_LEASE_ATTRS}, settled_at, backpressure_since",
-            ConditionExpression="#st IN (:dead, :failed)", ExpressionAttributeNames={"#st": "status"},
-            ExpressionAttributeValues=serialize({
-                ":pending": ChunkStatus.PENDING.value, ":z": 0, ":one": 1, ":now": self.clock(),
-                ":dead": ChunkStatus.DEAD_LETTERED.value, ":failed": ChunkStatus.FAILED.value}))
+                             f"REMOVE {_LEASE_ATTRS}, settled_at, backpressure_since{dropped}",
+            ConditionExpression=f"#st IN ({states})", ExpressionAttributeNames=names,
+            ExpressionAttributeValues=serialize(values))
         return ChunkRecord.model_validate(item) if item else None
 
     # ---------------------------------------------------------------- checkpoints

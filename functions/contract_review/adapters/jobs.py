@@ -46,7 +46,7 @@ class DynamoJobs:
 
     def transition(self, job_id: str, from_states: Collection[JobState], to: JobState, *,
                    started_at: float | None = None, outcome: JobOutcome | JobFailure | None = None,
-                   reopen_settled: set[str] | None = None) -> Job | None:
+                   reopen_settled: set[str] | None = None, if_settled_version: int | None = None) -> Job | None:
         fields: dict[str, Any] = model_values(outcome) if outcome is not None else {}
         if started_at is not None:
             fields["started_at"] = started_at
@@ -63,18 +63,23 @@ class DynamoJobs:
         if remove:
             names.update({f"#r{i}": k for i, k in enumerate(remove)})
             expr += " REMOVE " + ", ".join(f"#r{i}" for i in range(len(remove)))
-        froms = {f":from{i}": s.value for i, s in enumerate(from_states)}
+        froms: dict[str, Any] = {f":from{i}": s.value for i, s in enumerate(from_states)}
         names["#state"] = "state"
+        cond = f"#state IN ({', '.join(froms)})"
+        if if_settled_version is not None:  # no chunk left the settled set since the caller's read
+            names["#sv"] = "settled_version"
+            froms[":sv"] = if_settled_version
+            cond += " AND (#sv = :sv" + (" OR attribute_not_exists(#sv))" if if_settled_version == 0 else ")")
         item = self.jobs.update_if(
-            {"job_id": job_id}, UpdateExpression=expr, ConditionExpression=f"#state IN ({', '.join(froms)})",
+            {"job_id": job_id}, UpdateExpression=expr, ConditionExpression=cond,
             ExpressionAttributeNames=names, ExpressionAttributeValues=serialize({**values, **froms}))
         return Job.model_validate(item) if item else None
 
-    def stalled(self, idle_since: float) -> Iterator[Job]:
+    def stalled(self, idle_since: float, state: JobState = JobState.RUNNING) -> Iterator[Job]:
         # a scan: the jobs table holds TTL-bounded jobs
-        for item in self.jobs.pages("scan", FilterExpression="#s = :running AND updated_at < :t",
+        for item in self.jobs.pages("scan", FilterExpression="#s = :state AND updated_at < :t",
                                     ExpressionAttributeNames={"#s": "state"},
-                                    ExpressionAttributeValues=serialize({":running": JobState.RUNNING.value,
+                                    ExpressionAttributeValues=serialize({":state": state.value,
                                                                          ":t": idle_since})):
             yield Job.model_validate(item)
 
@@ -92,6 +97,11 @@ class DynamoJobs:
             if not is_conditional_failure(exc):
                 raise
 
+    def advance_fanout(self, job_id: str, from_count: int, to_count: int) -> bool:
+        return self.jobs.update_if(
+            {"job_id": job_id}, UpdateExpression="SET fanned_out = :to", ConditionExpression="fanned_out = :from",
+            ExpressionAttributeValues=serialize({":to": to_count, ":from": from_count})) is not None
+
     def settle_chunk(self, job_id: str, chunk_id: str) -> Job:
         r = self.jobs.client.update_item(
             TableName=self.jobs.name, Key=serialize({"job_id": job_id}),
@@ -99,12 +109,14 @@ class DynamoJobs:
             ExpressionAttributeValues=serialize({":c": {chunk_id}, ":now": self.clock()}), ReturnValues="ALL_NEW")
         return Job.model_validate(deserialize(r["Attributes"]))
 
-    def unsettle_chunks(self, job_id: str, chunk_ids: Collection[str]) -> None:
+    def unsettle_chunks(self, job_id: str, chunk_ids: Collection[str]) -> Job | None:
         if not chunk_ids:
-            return
-        self.jobs.client.update_item(TableName=self.jobs.name, Key=serialize({"job_id": job_id}),
-                                     UpdateExpression="DELETE settled :c",
-                                     ExpressionAttributeValues=serialize({":c": set(chunk_ids)}))
+            return self.get(job_id)
+        item = self.jobs.update_if(
+            {"job_id": job_id}, UpdateExpression="DELETE settled :c ADD settled_version :one",
+            ConditionExpression="attribute_exists(job_id)",
+            ExpressionAttributeValues=serialize({":c": set(chunk_ids), ":one": 1}))
+        return Job.model_validate(item) if item else None
 
     # ---------------------------------------------------------------- events
     def record_event(self, job_id: str, kind: str, **detail: object) -> None:

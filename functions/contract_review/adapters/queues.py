@@ -8,10 +8,10 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ..errors import ErrorEnvelope
-from ..messages import AnalysisMessage, ResultMessage
+from ..messages import SQS_MAX_BATCH, AnalysisMessage, ResultMessage, size_batches
 from ..ports import DLQS, Queue, QueueMessage
 
-SQS_BATCH = 10
+SQS_BATCH = SQS_MAX_BATCH
 BATCH_SEND_ATTEMPTS = 5
 
 
@@ -41,10 +41,10 @@ class SqsQueues:
 
     def send_analysis(self, messages: Sequence[AnalysisMessage], delay_s: int = 0) -> None:
         url = self.url(Queue.ANALYSIS)
-        bodies = [m.model_dump_json() for m in messages]
-        for i in range(0, len(bodies), SQS_BATCH):
+        # batches by count and by size in bytes (10 messages of 4-byte characters can pass 256 KiB)
+        for batch in size_batches([m.model_dump_json() for m in messages]):
             pending = [{"Id": str(n), "MessageBody": body, **({"DelaySeconds": delay_s} if delay_s else {})}
-                       for n, body in enumerate(bodies[i:i + SQS_BATCH])]
+                       for n, body in enumerate(batch)]
             for _ in range(BATCH_SEND_ATTEMPTS):
                 r = self.client.send_message_batch(QueueUrl=url, Entries=pending)
                 failed = {f["Id"] for f in r.get("Failed", [])}
@@ -79,13 +79,15 @@ class SqsQueues:
         return [_message(m) for m in r.get("Messages", [])]
 
     def peek(self, queue: Queue, max_rounds: int = 20) -> list[QueueMessage]:
-        """Read with VisibilityTimeout=0 until two rounds bring nothing new (deduplicated)."""
+        """Read with VisibilityTimeout=0 until two rounds bring nothing new (deduplicated). Each message
+        keeps its latest receipt handle: SQS deletes a message by the most recent one (the sweeper does)."""
         url = self.url(queue)
         seen: dict[str, QueueMessage] = {}
         quiet = 0
         for _ in range(max_rounds):
-            new = [m for m in self._receive(url, 0) if m.message_id not in seen]
-            for m in new:
+            batch = self._receive(url, 0)
+            new = [m for m in batch if m.message_id not in seen]
+            for m in batch:
                 seen[m.message_id] = m
             quiet = 0 if new else quiet + 1
             if quiet >= 2:

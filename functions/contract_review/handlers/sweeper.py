@@ -21,8 +21,15 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     metrics.add_metric(name="StuckJobs", unit=MetricUnit.Count, value=report.stalled_jobs)
     # Chunks whose Lambda ran out of time, requeued without a failure: backpressure like the worker's.
     metrics.add_metric(name="BackpressureRequeues", unit=MetricUnit.Count, value=report.backpressure_requeues)
+    # Items whose handling raised (logged one by one as "sweep item failed"); the sweep went on without them.
+    metrics.add_metric(name="SweepItemFailures", unit=MetricUnit.Count, value=len(report.item_failures))
     logger.info("sweep", extra={"requeued": len(report.requeued), "dead_lettered": len(report.dead_lettered),
                                 "dlq_seen": report.dlq_seen, "stalled_jobs": report.stalled_jobs,
-                                "backpressure_requeues": report.backpressure_requeues})
+                                "backpressure_requeues": report.backpressure_requeues,
+                                "dlq_requeued": len(report.dlq_requeued), "dlq_removed": report.dlq_removed,
+                                "finalized": report.finalized, "intake_failed": report.intake_failed,
+                                "item_failures": report.item_failures})
     return {"requeued": report.requeued, "dead_lettered": report.dead_lettered, "dlq_seen": report.dlq_seen,
-            "stalled_jobs": report.stalled_jobs}
+            "stalled_jobs": report.stalled_jobs, "dlq_requeued": report.dlq_requeued,
+            "finalized": report.finalized, "intake_failed": report.intake_failed,
+            "item_failures": report.item_failures}

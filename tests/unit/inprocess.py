@@ -1,0 +1,175 @@
+"""The whole pipeline in-process over the in-memory fakes, one round at a time: intake takes its
+queue, the real `ChunkWorker` (offline rule model behind a fault switch) takes every analysis
+message, the aggregator every result, then the clock moves on and the sweeper runs.
+
+What the queue would do is modelled plainly: a tier-2 hand-off comes back the next round, a
+`Crash` (the process died) loses the delivery (the sweeper recovers the lapsed lease), delays are
+ignored. `fault_free_findings` runs a document through a fresh world without faults: every recovery
+test compares the report of a faulted run with it (the offline model is deterministic).
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from contract_review.aggregator import handle_result
+from contract_review.analysts import ChunkFindings
+from contract_review.errors import Tier2
+from contract_review.intake import handle_intake
+from contract_review.messages import AnalysisMessage, ResultMessage
+from contract_review.model_clients import ModelRequest, ModelResponse
+from contract_review.offline_model import OfflineRuleModel
+from contract_review.ports import Queue
+from contract_review.records import ChunkStatus, Job
+from contract_review.sweeper import sweep
+from contract_review.worker import ChunkWorker, Delivery
+
+from .fakes import FakeWorld, Sent
+
+ROUND_S = 2.0  # the clock moves this much per round (local profile: lease 3 s, stall 15 s, deadline 20 s)
+
+
+class Crash(BaseException):  # noqa: N818 -- not an error the code may catch: the process is gone
+    """The worker process died mid-attempt (kill -9): nothing of the attempt runs after it."""
+
+
+@dataclass
+class Fault:
+    """Calls matching `match` get `act` (raise, or return a response) while `times` lasts (-1: forever)."""
+
+    match: Callable[[ModelRequest], bool]
+    act: Callable[[ModelRequest], ModelResponse]
+    times: int = -1
+
+
+@dataclass
+class FaultyModel:
+    """The offline rule model, except for the calls a fault matches. `faults.clear()` switches it off."""
+
+    model_id: str = "offline-rules-v1"
+    faults: list[Fault] = field(default_factory=list)
+    calls: int = 0
+    inner: OfflineRuleModel = field(default_factory=OfflineRuleModel)
+
+    def invoke(self, request: ModelRequest) -> ModelResponse:
+        self.calls += 1
+        for f in self.faults:
+            if f.times != 0 and f.match(request):
+                f.times -= 1
+                return f.act(request)
+        return self.inner.invoke(request)
+
+
+def on(chunk_id: str | None = None, analyst: str | None = None) -> Callable[[ModelRequest], bool]:
+    return lambda r: (chunk_id is None or r.chunk_id == chunk_id) and (analyst is None or r.analyst == analyst)
+
+
+class InProcess:
+    def __init__(self, world: FakeWorld, model: FaultyModel | None = None):
+        self.world = world
+        self.model = model or FaultyModel()
+        self.worker = ChunkWorker(world.deps, self.model, rng=random.Random(7), sleep=lambda _s: None)
+        # the invocation's remaining time for a delivery (None: no function timeout, as on Fargate)
+        self.remaining_ms: Callable[[AnalysisMessage], Callable[[], int] | None] = lambda _m: None
+        self.crashes = 0
+        self.to_dlq: set[str] = set()  # chunk ids whose next message the queue moves to the DLQ (receives burned)
+        self.intake_receives: Counter[str] = Counter()
+
+    # ------------------------------------------------------------------ input
+    def send(self, document: dict[str, object], key: str | None = None, **fields: object) -> str:
+        """Put an intake message on the intake queue; its body."""
+        body = json.dumps({"schema_version": 1, "document": document,
+                           **({"idempotency_key": key} if key else {}), **fields})
+        self.world.queues.send_intake(body)
+        return body
+
+    # ------------------------------------------------------------------ one round
+    def intake(self) -> None:
+        """Intake takes its queue. A `Crash` returns the message (same id) until the queue's receive count
+        is used, then the queue moves it to the intake DLQ, as SQS does."""
+        w = self.world
+        for s in w.queues.drain(Queue.INTAKE):
+            try:
+                handle_intake(w.deps, s.body, s.message_id)
+            except Crash:
+                self.intake_receives[s.message_id] += 1
+                used = self.intake_receives[s.message_id] >= w.settings.profile.max_receive_count
+                w.queues.sent[Queue.INTAKE_DLQ if used else Queue.INTAKE].append(
+                    Sent(s.body, message_id=s.message_id, sent_at=s.sent_at))
+
+    def round(self) -> None:
+        w = self.world
+        self.intake()
+        for s in w.queues.drain(Queue.ANALYSIS):
+            self.deliver(s)
+        for s in w.queues.drain(Queue.RESULTS):
+            handle_result(w.deps, ResultMessage.model_validate_json(s.body))
+        w.clock.advance(ROUND_S)
+        try:
+            sweep(w.deps)
+        except Crash:
+            self.crashes += 1  # the sweeper died mid-sweep; the next one starts afresh
+
+    def deliver(self, s: Sent) -> None:
+        msg = AnalysisMessage.model_validate_json(s.body)
+        if msg.chunk_id in self.to_dlq:  # its receives were burned before our code ran: the queue moves it
+            self.to_dlq.discard(msg.chunk_id)
+            self.world.queues.sent[Queue.ANALYSIS_DLQ].append(Sent(s.body, message_id=s.message_id, sent_at=s.sent_at))
+            return
+        delivery = Delivery(message_id=s.message_id, receipt_handle="", receive_count=1, visibility_s=120,
+                            remaining_ms=self.remaining_ms(msg))
+        try:
+            self.worker.handle(msg, delivery)
+        except Tier2:  # a batch-item failure: the queue delivers the same message again
+            self.world.queues.sent[Queue.ANALYSIS].append(Sent(s.body, sent_at=self.world.clock()))
+        except Crash:
+            self.crashes += 1  # the delivery is lost with the process; the lapsed lease is the sweeper's
+
+    def run(self, job_id: str, rounds: int = 60) -> Job:
+        """Rounds until the job has ended and nothing is left in flight; the job."""
+        for _ in range(rounds):
+            job = self.world.jobs.get(job_id)
+            busy = any(self.world.queues.sent[q] for q in (Queue.INTAKE, Queue.ANALYSIS, Queue.RESULTS))
+            if job is not None and job.terminal and not busy:
+                return job
+            self.round()
+        job = self.world.jobs.get(job_id)
+        assert job is not None, f"no job {job_id}"
+        return job
+
+    # ------------------------------------------------------------------ what came out
+    def findings(self, job: Job) -> list[dict[str, object]]:
+        """The report's findings (JSON), in report order."""
+        assert job.report_json_key, f"{job.job_id} has no report ({job.state.value}, {job.error_code})"
+        report = json.loads(self.world.artifacts.get_text(job.report_json_key))
+        return list(report["findings"])
+
+    def assert_complete_and_consistent(self, job_id: str) -> list[dict[str, object]]:
+        """The job completed; every chunk is done and counted once; the finding counts agree. Its findings."""
+        job = self.world.jobs.get(job_id)
+        assert job is not None and job.state.value == "completed", (job.state if job else None, job and job.error)
+        records = self.world.claims.for_job(job_id)
+        assert len(records) == job.chunk_count and all(c.status is ChunkStatus.DONE for c in records)
+        assert job.settled == {c.chunk_id for c in records}
+        findings = self.findings(job)
+        per_chunk = [len(ChunkFindings.model_validate_json(self.world.artifacts.get_text(c.findings_key or "")).findings)
+                     for c in records]
+        assert job.n_findings == len(findings) == sum(per_chunk) == sum(c.n_findings for c in records)
+        return findings
+
+
+def fault_free_findings(world_factory: Callable[[], FakeWorld], document: dict[str, object],
+                        setup: Callable[[FakeWorld], None] | None = None) -> list[dict[str, object]]:
+    """The report findings of a run of `document` without any fault, in a fresh world."""
+    world = world_factory()
+    if setup is not None:
+        setup(world)
+    p = InProcess(world)
+    p.send(document, key="fault-free")
+    p.round()
+    (job,) = world.jobs.all()
+    return p.assert_complete_and_consistent(p.run(job.job_id).job_id)
