@@ -16,11 +16,12 @@ from botocore.exceptions import BotoCoreError, ClientError
 from rich.console import Console
 from rich.table import Table
 
-from contract_review import ops, redrive
+from contract_review import lifecycle, ops, redrive
 from contract_review.chunking import document_hash
 from contract_review.config import FaultSpec
 from contract_review.messages import MAX_DOCUMENT_BYTES
 from contract_review.ports import Deps, Queue
+from contract_review.records import JobState
 
 from .progress import UNKNOWN, WAITING, ended, watch_jobs
 
@@ -178,11 +179,12 @@ def _document_id(f: Path) -> str:
     return re.sub(r"[^A-Za-z0-9._:/\-]", "_", f.name)[:256]
 
 
-def _wait(obj: Ctx, job_ids: list[str], timeout: float, grace_s: float) -> None:
+def _wait(obj: Ctx, job_ids: list[str], timeout: float, grace_s: float, show_events: bool = False) -> None:
     """Watch the jobs; exit 1, with one line per job that did not complete, unless all completed."""
     deps = obj.deps
     states = watch_jobs(console, deps.jobs, job_ids, timeout, grace_s=grace_s,
-                        intake_busy=lambda: deps.queues.depth(Queue.INTAKE) > 0)
+                        intake_busy=lambda: deps.queues.depth(Queue.INTAKE) > 0,
+                        events=(lambda j, after: lifecycle.read_events(deps, j, after)) if show_events else None)
     problems = []
     for j, state in states.items():
         if state == UNKNOWN:
@@ -232,11 +234,12 @@ def status(obj: Ctx, job_id: str, as_json: bool) -> None:
 @click.option("--timeout", type=float, default=600.0)
 @click.pass_obj
 def watch(obj: Ctx, job_id: str, timeout: float) -> None:
-    """Live progress bar for a job until it ends; exit 0 only if it completed.
+    """Live progress of a job until it ends: its events as they come, and a progress bar; exit 0 only
+    if it completed.
 
     A job id without a record is waited for only while the intake queue still holds messages
     (it may be one just sent) and a few seconds more; then it is unknown."""
-    _wait(obj, [job_id], timeout, WATCH_GRACE_S)
+    _wait(obj, [job_id], timeout, WATCH_GRACE_S, show_events=True)
 
 
 @cli.command()
@@ -357,6 +360,34 @@ def retry(obj: Ctx, job_ids: tuple[str, ...], wait: bool, timeout: float) -> Non
         _wait(obj, retried, timeout, WATCH_GRACE_S)
     if refused:
         raise click.ClickException(f"not retried: {', '.join(refused)}")
+
+
+# ------------------------------------------------------------------------------------ cancel
+@cli.command()
+@click.argument("job_ids", nargs=-1, required=True)
+@click.option("--wait", is_flag=True, help="Wait until the jobs are cancelled.")
+@click.option("--timeout", type=float, default=120.0)
+@click.pass_obj
+def cancel(obj: Ctx, job_ids: tuple[str, ...], wait: bool, timeout: float) -> None:
+    """Cancel jobs: no new work starts, chunks in flight stop within one model call, side effects
+    already done are compensated, and each job ends `cancelled`. Cancelling twice is cancelling once;
+    a job that already ended is left as it is (exit 1, its line says so)."""
+    refused: list[str] = []
+    for job_id in job_ids:
+        r = lifecycle.request_cancel(obj.deps, job_id, by="cli")
+        ok = r.changed or r.state in (JobState.CANCELLING, JobState.CANCELLED)
+        console.print(f"{job_id}  {r.state.value if r.state else '-'}  {r.message}", style="" if ok else "yellow",
+                      markup=False, highlight=False, soft_wrap=True)
+        if not ok:
+            refused.append(job_id)
+    pending = [j for j in job_ids if j not in refused]
+    if wait and pending:
+        states = watch_jobs(console, obj.deps.jobs, pending, timeout)
+        late = [j for j, s in states.items() if s != JobState.CANCELLED.value]
+        if late:
+            raise click.ClickException(f"not cancelled within {timeout:.0f} s: {', '.join(late)}")
+    if refused:
+        raise click.ClickException(f"not cancelled: {', '.join(refused)}")
 
 
 # ------------------------------------------------------------------------------------ preflight

@@ -14,8 +14,9 @@ from collections.abc import Callable
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from contract_review.ops import event_label
 from contract_review.ports import JobsRepo
-from contract_review.records import JobState
+from contract_review.records import JobEvent, JobState
 
 UNKNOWN = "unknown"  # no job record, and nothing in the intake queue could still create it
 WAITING = "waiting for intake"
@@ -32,14 +33,18 @@ def ended(state: str) -> bool:
 
 
 def watch_jobs(console: Console, jobs: JobsRepo, job_ids: list[str], timeout: float = 600.0, *,
-               intake_busy: Callable[[], bool] | None = None, grace_s: float = 5.0) -> dict[str, str]:
+               intake_busy: Callable[[], bool] | None = None, grace_s: float = 5.0,
+               events: Callable[[str, int], list[JobEvent]] | None = None) -> dict[str, str]:
     """Live progress bars until every job ends, is `unknown`, or `timeout` passes. Returns the last
     state seen of each job id (each id once): a JobState value, `unknown`, or `waiting for intake`.
 
     `intake_busy` tells whether the intake queue still holds messages; without it a missing record
-    is waited for until the timeout (never `unknown`)."""
+    is waited for until the timeout (never `unknown`). With `events` (job id, after number -> the
+    events after it: `lifecycle.read_events`), each job's events are printed as they come, one line
+    each ("chunk 7/22: indemnification done"), the same events the Job API serves."""
     ids = list(dict.fromkeys(job_ids))
     states: dict[str, str] = {j: WAITING for j in ids}
+    seen: dict[str, int] = dict.fromkeys(ids, 0)
     started = _now()
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[state]}"),
                   TimeElapsedColumn(), console=console, transient=False) as progress:
@@ -58,6 +63,9 @@ def watch_jobs(console: Console, jobs: JobsRepo, job_ids: list[str], timeout: fl
                         progress.update(tasks[j], total=1, completed=0, state=UNKNOWN)
                     continue
                 states[j] = job.state.value
+                for e in events(j, seen[j]) if events is not None else []:
+                    progress.console.print(f"[dim]{j} #{e.number}[/] {event_label(e)}", highlight=False)
+                    seen[j] = e.number
                 total: int | None = job.chunk_count or None
                 done = len(job.settled)
                 if job.terminal and (total is None or job.state is JobState.COMPLETED):

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
 
-from . import fanout
+from . import fanout, lifecycle
 from .analysts import ChunkFindings, Finding
 from .errors import ErrorEnvelope
-from .messages import ResultMessage
+from .messages import JobControl, ResultMessage
 from .ports import Deps
 from .records import (
     LIST_SAMPLE,
@@ -24,6 +24,29 @@ from .records import (
 from .report import Report, coverage_of, markdown
 
 
+def handle_message(deps: Deps, msg: ResultMessage | JobControl) -> str:
+    """One results-queue message: a chunk's result, or a job control message."""
+    if isinstance(msg, JobControl):
+        return handle_control(deps, msg)
+    return handle_result(deps, msg)
+
+
+def handle_control(deps: Deps, msg: JobControl) -> str:
+    job = deps.jobs.get(msg.job_id)
+    if job is None:
+        return "ignored"
+    if job.state is JobState.CANCELLING:  # whatever the control said: a cancel overrides it
+        return lifecycle.finish_cancel(deps, job).value
+    if msg.control == "cancel":
+        return job.state.value  # finished already (or the job ended before the cancel)
+    return saga_decision(deps, job, msg)
+
+
+def saga_decision(deps: Deps, job: Job, msg: JobControl) -> str:
+    """An approval decision (`resume` / `reject`) for a job waiting on an ambiguous side effect."""
+    return job.state.value  # INTEGRATE: saga (side effects land with the saga)
+
+
 def handle_result(deps: Deps, msg: ResultMessage) -> str:
     job = deps.jobs.get(msg.job_id)
     if job is None or job.terminal:
@@ -37,6 +60,8 @@ def handle_result(deps: Deps, msg: ResultMessage) -> str:
     if not counted:  # settled once, in the log too
         deps.jobs.record_event(msg.job_id, "chunk.settled", chunk_id=msg.chunk_id, chunk_index=msg.chunk_index,
                                status=msg.status.value, settled=len(job.settled), total=job.chunk_count)
+    if job.state is JobState.CANCELLING:
+        return lifecycle.finish_cancel(deps, job).value
     if len(job.settled) >= job.chunk_count and job.state is JobState.RUNNING:
         state = finalize(deps, job)
         return "recorded" if state is JobState.RUNNING else state.value
@@ -95,10 +120,11 @@ def finalize(deps: Deps, job: Job) -> JobState:
             "error": env, "error_code": code, "root_error": next((m.error for m in missing if m.error), None),
             # bounded: the report holds the full lists, `review status` recomputes them from the chunks
             "missing": missing[:LIST_SAMPLE], "mandatory_gaps": coverage.mandatory_gaps[:LIST_SAMPLE]})
-    if deps.jobs.transition(job.job_id, (JobState.RUNNING,), state, outcome=outcome,
-                            if_settled_version=job.settled_version) is None:
-        now = deps.jobs.get(job.job_id)  # it changed meanwhile (ended by another path, or a chunk reopened)
+    ended = lifecycle.transition(deps, job, state, outcome=outcome, if_settled_version=job.settled_version,
+                                 detail={"findings": len(findings), "error_code": code, "missing_chunks": len(missing)})
+    if ended is None:
+        now = deps.jobs.get(job.job_id)  # it changed meanwhile (ended by another path, a chunk reopened, a cancel)
+        if now is not None and now.state is JobState.CANCELLING:
+            return lifecycle.finish_cancel(deps, now)  # the cancel won the race: finished, never completed
         return now.state if now else state
-    deps.jobs.record_event(job.job_id, f"job.{state.value}", findings=len(findings), error_code=code,
-                           missing_chunks=len(missing))
     return state

@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
-from . import fanout
+from . import fanout, lifecycle
 from .chunking import document_hash, split_into_chunks
 from .errors import ErrorEnvelope, ReviewError
 from .messages import MAX_DOCUMENT_BYTES, InlineDocument, IntakeMessage, S3Document, parse_intake
@@ -92,7 +92,7 @@ def _read_upload(deps: Deps, document: S3Document) -> bytes:
 
 
 def _record_failure(deps: Deps, body: str, env: ErrorEnvelope, message_id: str, key: str | None,
-                    document_id: str = "") -> IntakeResult:
+                    document_id: str = "", principal: str | None = None) -> IntakeResult:
     """A permanent input error: a failed job when there is a key to name it by, else the DLQ."""
     if key is None:
         if not deps.queues.has(Queue.INTAKE_DLQ):
@@ -103,7 +103,8 @@ def _record_failure(deps: Deps, body: str, env: ErrorEnvelope, message_id: str, 
     now = deps.clock()
     job, created = deps.jobs.create(Job(job_id=job_id, state=JobState.FAILED, created_at=now, updated_at=now,
                                         idempotency_key=key, document_id=document_id, error=env,
-                                        error_code=env.error_code, source_message_id=message_id, ended_at=now))
+                                        error_code=env.error_code, source_message_id=message_id, ended_at=now,
+                                        principal=principal))
     if created:
         deps.jobs.record_event(job_id, "job.failed", error_code=env.error_code, reason="invalid input")
     return IntakeResult(job_id, created, job.state.value, env)
@@ -123,7 +124,7 @@ def handle_intake(deps: Deps, body: str, message_id: str = "") -> IntakeResult:
             raise
         key = msg.idempotency_key or (document_hash(msg.document.text) if isinstance(msg.document, InlineDocument)
                                       else msg.document_id)
-        return _record_failure(deps, body, exc.envelope, message_id, key, msg.document_id or "")
+        return _record_failure(deps, body, exc.envelope, message_id, key, msg.document_id or "", msg.principal)
 
     s = deps.settings
     key = msg.idempotency_key or document_hash(text)
@@ -136,11 +137,11 @@ def handle_intake(deps: Deps, body: str, message_id: str = "") -> IntakeResult:
               document_sha256=sha, metadata=msg.model_dump(mode="json")["metadata"], chunk_count=len(chunks),
               fanned_out=0, analyst_count=s.profile.analyst_count, model_id=s.effective_model_id,
               model_provider=s.model_provider, prompt_version=s.profile.prompt_version,
-              config_hash=s.analysis_config_hash(), source_message_id=message_id)
+              config_hash=s.analysis_config_hash(), source_message_id=message_id, principal=msg.principal)
     existing, created = deps.jobs.create(job)
     if created:
         deps.jobs.record_event(job_id, "job.queued", chunk_count=len(chunks), document_chars=len(text))
-    elif existing.document_sha256 and existing.document_sha256 != sha:
+    elif (existing.document_sha256 and existing.document_sha256 != sha) or existing.principal != msg.principal:
         return _key_conflict(deps, body, existing, sha, message_id)
     elif existing.state is JobState.RUNNING:
         # the same document again (or this message redelivered, or redriven from the intake DLQ): the job
@@ -161,23 +162,23 @@ def handle_intake(deps: Deps, body: str, message_id: str = "") -> IntakeResult:
     plan = fanout.FanoutPlan.of(text, sha, chunks)
     deps.artifacts.put_text(job.document_key, text, "text/plain; charset=utf-8")
     fanout.store_plan(deps, job_id, plan)
-    running = deps.jobs.transition(job_id, (JobState.QUEUED,), JobState.RUNNING, started_at=deps.clock())
-    if running is not None:
-        deps.jobs.record_event(job_id, "job.running", chunks=len(chunks))
-    else:
-        running = deps.jobs.get(job_id)  # another intake of the same document got there first
-    if running is not None:
+    running = lifecycle.move(deps, job_id, (JobState.QUEUED,), JobState.RUNNING, started_at=deps.clock(),
+                             detail={"chunks": len(chunks)})
+    if running is None:
+        running = deps.jobs.get(job_id)  # another intake of the same document got there first, or a cancel did
+    if running is not None and running.state is JobState.RUNNING:
         fanout.refill(deps, running, plan=plan, text=text)  # the first page (all of a small document)
-    return IntakeResult(job_id, created, JobState.RUNNING.value)
+    return IntakeResult(job_id, created, running.state.value if running else JobState.RUNNING.value)
 
 
 def _key_conflict(deps: Deps, body: str, existing: Job, sha: str, message_id: str) -> IntakeResult:
     """The key names a job of another document: reject this message, touch nothing of the job."""
+    whose = (f"a job for another document (SHA-256 {existing.document_sha256[:16]}..., this one {sha[:16]}...)"
+             if existing.document_sha256 != sha else "a job submitted by another principal")
     env = ErrorEnvelope.of(
         "input.key_conflict",
         f"idempotency key {existing.idempotency_key[:80]!r} is the key of {existing.job_id} "
-        f"({existing.state.value}), a job for another document (SHA-256 {existing.document_sha256[:16]}..., "
-        f"this one {sha[:16]}...): send this document with its own idempotency key",
+        f"({existing.state.value}), {whose}: send this document with its own idempotency key",
         step="intake.create")
     deps.jobs.record_event(existing.job_id, "intake.key_conflict", error_code=env.error_code,
                            source_message_id=message_id, document_sha256=sha)

@@ -55,6 +55,10 @@ class IntakeMessage(BaseModel):
         default_factory=dict, max_length=32,
         description="Echoed on the job: up to 32 keys (64 chars) with strings (1024 chars), numbers, "
                     "booleans or lists of up to 16 strings (256 chars).")
+    principal: str | None = Field(
+        default=None, max_length=2048,
+        description="Set by the Job API only: who submitted the job (an IAM ARN on AWS). Only that principal "
+                    "can read or act on the job through the API. Senders to the queue leave it out.")
 
     @field_validator("schema_version", mode="before")
     @classmethod
@@ -194,3 +198,26 @@ class ResultMessage(BaseModel):
     def dedup_id(self, nonce: str = "") -> str:
         """FIFO deduplication id: stable for one settling of one chunk (a nonce makes a deliberate resend)."""
         return f"{self.job_id}:{self.chunk_id}:{self.status}:{self.fence}{nonce}"
+
+
+class JobControl(BaseModel):
+    """A job-level instruction to the aggregator, sent on the results FIFO queue in the job's message
+    group so that it is ordered with the job's results: finish a cancel (`lifecycle.finish_cancel`),
+    or go on after an approval decision (`resume`, `reject`)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    job_id: str
+    control: Literal["cancel", "resume", "reject"]
+    by: str = ""
+
+    def dedup_id(self, nonce: str) -> str:
+        return f"{self.job_id}:control:{self.control}:{nonce}"
+
+
+def parse_results_body(body: str) -> ResultMessage | JobControl:
+    """A results-queue message: a settled chunk's result, or a job control message."""
+    data = json.loads(body)
+    if isinstance(data, dict) and "control" in data:
+        return JobControl.model_validate(data)
+    return ResultMessage.model_validate(data)

@@ -19,7 +19,7 @@ from .errors import REGISTRY, ErrorEnvelope
 from .intake import failure_key
 from .messages import MAX_INLINE_CHARS, AnalysisMessage, ResultMessage
 from .ports import DLQS, Deps, Queue, QueueMessage
-from .records import ChunkStatus, CoverageGap, JobEvent, JobState, Reliability, job_id_for, upload_key
+from .records import ChunkStatus, CoverageGap, Job, JobEvent, JobState, Reliability, job_id_for, upload_key
 from .report import coverage_of
 
 RECENT_EVENTS = 10
@@ -76,8 +76,9 @@ def iso(epoch: float) -> str:
     return datetime.fromtimestamp(epoch, tz=UTC).isoformat(timespec="seconds")
 
 
-NOT_CANCELLABLE = ("cancellation is not available yet (there is no cancel command): the job runs until it "
-                   "completes, fails or dead-letters")
+CANCEL_NOW = ("`review cancel JOB` (or POST /jobs/{id}/cancel): no new model call starts; chunks in flight stop "
+              "within one model call and settle `cancelled`; side effects already done are compensated; the job "
+              "ends `cancelled`")
 STILL_RUNNING_FAILS = ("chunk messages go to the analysis DLQ with their error envelope; the job ends "
                        "`dead_lettered` listing them")
 
@@ -127,6 +128,52 @@ def _if_it_fails_again(state: JobState, error_code: str | None, dead_lettered: i
     return STILL_RUNNING_FAILS
 
 
+def _if_cancelled_now(state: JobState) -> str:
+    if state is JobState.CANCELLING:
+        return "it is being cancelled: it ends `cancelled` once its chunks in flight have stopped"
+    return "nothing: it has ended" if state.terminal else CANCEL_NOW
+
+
+# ------------------------------------------------------------------------------ progress
+class ProgressView(BaseModel):
+    """Where a job stands, from durable state only: chunks settled of all, and the latest event in words."""
+
+    current_step: int
+    total_steps: int
+    label: str
+
+
+def event_label(e: JobEvent) -> str:
+    """One event as a line of progress ("chunk 7/22: indemnification done")."""
+    d = e.detail
+    chunk = f"chunk {int(str(d.get('chunk_index', 0))) + 1}" if "chunk_index" in d else "chunk"
+    of = f"/{d['chunk_count']}" if "chunk_count" in d else ""
+    labels = {
+        "analyst.done": lambda: f"{chunk}{of}: {d.get('analyst')} " + ("done" if d.get("status") == "ok"
+                                                                        else str(d.get("status"))),
+        "model.retry": lambda: f"{chunk}: {d.get('error_code')}, attempt {d.get('attempt')}, waiting {d.get('delay_s')} s",
+        "chunk.retry": lambda: f"{chunk}: {d.get('error_code')}, attempt {d.get('failures')} failed, "
+                               f"back in {d.get('backoff_s')} s",
+        "chunk.settled": lambda: f"chunk {d.get('settled')}/{d.get('total')} settled ({d.get('status')})",
+        "chunk.requeued": lambda: f"chunk requeued: {d.get('reason')}",
+        "chunk.cancelled": lambda: f"chunk stopped at {d.get('cancelled_at_stage')}: cancelled",
+        "job.fanned_out": lambda: f"chunks {d.get('fanned_out')}/{d.get('total')} sent",
+    }
+    make = labels.get(e.type)
+    return make() if make else e.type.replace("job.", "job ").replace("_", " ")
+
+
+def progress_of(job: Job, last: JobEvent | None) -> ProgressView:
+    total = max(job.chunk_count, 1)
+    done = total if job.state is JobState.COMPLETED else min(len(job.settled), total)
+    return ProgressView(current_step=done, total_steps=total, label=event_label(last) if last else job.state.value)
+
+
+def job_progress(deps: Deps, job: Job) -> ProgressView:
+    last = deps.jobs.events(job.job_id, after=max(job.event_seq - 1, 0), limit=1)
+    return progress_of(job, last[0] if last else None)
+
+
 def _event_line(e: JobEvent) -> EventLine:
     return EventLine.model_validate({**e.detail, "at": iso(e.at), "type": e.type})
 
@@ -147,9 +194,10 @@ def job_view(deps: Deps, job_id: str) -> JobView | None:
         state=state,
         last_durable_checkpoint=(f"{by_status.get('done', 0)} of {job.chunk_count} chunks settled done"
                                  + (f", last at {iso(last_cp)}" if last_cp else "")),
-        side_effects_done=[k for k in ("report_json_key", "report_md_key") if getattr(job, k)],
+        side_effects_done=[k for k in ("report_json_key", "report_md_key") if getattr(job, k)]
+        + [f"{e.step} ({e.key[:12]})" for e in job.side_effects],
         retry_would=_retry_would(job.state, job.error_code, n_dlq, len(dead) - n_dlq),
-        if_cancelled_now="nothing: it has ended" if job.terminal else NOT_CANCELLABLE,
+        if_cancelled_now=_if_cancelled_now(job.state),
         if_it_fails_again=_if_it_fails_again(job.state, job.error_code, n_dlq))
     return JobView(
         job_id=job_id, state=state, document_id=job.document_id,

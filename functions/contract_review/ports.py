@@ -14,9 +14,11 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Protocol
 
+from pydantic import BaseModel
+
 from .config import Settings
 from .errors import ErrorEnvelope
-from .messages import AnalysisMessage, ResultMessage
+from .messages import AnalysisMessage, JobControl, ResultMessage
 from .records import (
     AttemptStats,
     Checkpoint,
@@ -26,8 +28,6 @@ from .records import (
     ClaimResult,
     Job,
     JobEvent,
-    JobFailure,
-    JobOutcome,
     JobState,
     ReleaseReason,
 )
@@ -47,13 +47,17 @@ class JobsRepo(Protocol):
     def all(self) -> list[Job]: ...
 
     def transition(self, job_id: str, from_states: Collection[JobState], to: JobState, *,
-                   started_at: float | None = None, outcome: JobOutcome | JobFailure | None = None,
-                   reopen_settled: set[str] | None = None, if_settled_version: int | None = None) -> Job | None:
+                   started_at: float | None = None, outcome: BaseModel | None = None,
+                   reopen_settled: set[str] | None = None, if_settled_version: int | None = None,
+                   if_version: int | None = None) -> Job | None:
         """Conditional state change; None when the job was not in `from_states` (or, with
-        `if_settled_version`, when its `settled_version` is no longer that: a chunk left the settled set).
+        `if_settled_version`, when its `settled_version` is no longer that: a chunk left the settled set;
+        with `if_version`, when another transition happened since the caller's read).
 
-        `outcome`/failure fields are written with it; `reopen_settled` (reopening an ended job)
-        clears the earlier ending and replaces the settled set."""
+        Use `lifecycle.transition`, which checks the transition table and writes the event. The fields
+        of `outcome` (e.g. JobOutcome, JobFailure, Cancellation) are written with it; `reopen_settled`
+        (reopening an ended job) clears the earlier ending and replaces the settled set. Adds 1 to the
+        job's `version` and to its `event_seq`: the transition's event takes that number (`put_event`)."""
 
     def stalled(self, idle_since: float, state: JobState = JobState.RUNNING) -> Iterator[Job]:
         """Jobs in `state` (default `running`) not updated since `idle_since`."""
@@ -75,9 +79,15 @@ class JobsRepo(Protocol):
         """Take the chunks out of the settled set and bump `settled_version` (atomic); the job after the
         update, None when there is no such job (nothing is created)."""
 
-    def record_event(self, job_id: str, kind: str, **detail: object) -> None: ...
+    def record_event(self, job_id: str, kind: str, **detail: object) -> int:
+        """Append an event under the job's next number (one atomic update of `event_seq`, then the
+        event); the number, or 0 when there is no such job (nothing is written)."""
 
-    def events(self, job_id: str) -> list[JobEvent]: ...
+    def put_event(self, job_id: str, number: int, kind: str, detail: dict[str, object]) -> None:
+        """Write an event under a number already taken (a transition's)."""
+
+    def events(self, job_id: str, after: int = 0, limit: int | None = None) -> list[JobEvent]:
+        """The job's events numbered above `after`, in order (at most `limit`)."""
 
 
 class ClaimsRepo(Protocol):
@@ -179,7 +189,7 @@ class Queues(Protocol):
 
     def send_analysis(self, messages: Sequence[AnalysisMessage], delay_s: int = 0) -> None: ...
 
-    def send_result(self, message: ResultMessage, dedup_id: str) -> None: ...
+    def send_result(self, message: ResultMessage | JobControl, dedup_id: str) -> None: ...
 
     def send_intake(self, body: str) -> None: ...
 

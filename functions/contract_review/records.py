@@ -24,9 +24,11 @@ LIST_SAMPLE = 20  # at most this many missing chunks / gaps are copied onto a jo
 class JobState(StrEnum):
     QUEUED = "queued"
     RUNNING = "running"
+    WAITING_APPROVAL = "waiting_approval"  # a side effect's outcome is ambiguous: a person decides
     COMPLETED = "completed"
     FAILED = "failed"
     DEAD_LETTERED = "dead_lettered"
+    CANCELLING = "cancelling"  # cancel requested: no new work starts; cancelled once every chunk settled
     CANCELLED = "cancelled"
 
     @property
@@ -43,13 +45,15 @@ class ChunkStatus(StrEnum):
     DONE = "done"
     FAILED = "failed"
     DEAD_LETTERED = "dead_lettered"
+    CANCELLED = "cancelled"  # its job was cancelled: stopped (or never started) without a result
 
     @property
     def settled(self) -> bool:
         return self in SETTLED_CHUNK_STATES
 
 
-SETTLED_CHUNK_STATES = frozenset({ChunkStatus.DONE, ChunkStatus.FAILED, ChunkStatus.DEAD_LETTERED})
+SETTLED_CHUNK_STATES = frozenset({ChunkStatus.DONE, ChunkStatus.FAILED, ChunkStatus.DEAD_LETTERED,
+                                  ChunkStatus.CANCELLED})
 
 
 class ReleaseReason(StrEnum):
@@ -131,6 +135,11 @@ class ChunkRecord(_Record):
     @property
     def settled(self) -> bool:
         return self.status.settled
+
+    @property
+    def cancelled_at_stage(self) -> str | None:
+        """Where a cancelled chunk stopped: `claim`, `not started`, or the analyst under way."""
+        return self.last_error.step if self.status is ChunkStatus.CANCELLED and self.last_error else None
 
     def message_on_its_way(self, now: float, window_s: float) -> bool:
         """Released within `window_s` for a reason that sends (or returns) its message: not lost."""
@@ -227,6 +236,41 @@ class JobFailure(_Record):
     ended_at: float
 
 
+class Cancellation(_Record):
+    """What a cancel request writes onto the job (`cancelling`), and its end (`cancelled`)."""
+
+    cancel_requested_at: float
+    cancelled_by: str = ""
+
+
+class SideEffectDone(_Record):
+    """A side effect the job performed (saga.py): what compensation undoes, what `status` shows."""
+
+    step: str  # e.g. ticket.open, report.publish
+    key: str  # its idempotency key
+    at: float
+    result: dict[str, JsonValue] = Field(default_factory=dict)  # e.g. {"ticket_id": ...}
+
+
+class Approval(_Record):
+    """Why a job waits for a person (`waiting_approval`): a side effect whose outcome is unknown."""
+
+    step: str
+    key: str
+    reason: str  # what happened, in words
+    error: ErrorEnvelope | None = None
+    evidence: dict[str, JsonValue] = Field(default_factory=dict)
+    requested_at: float
+    expires_at: float
+    decision: str | None = None  # approve | reject | expired
+    decided_by: str = ""
+    decided_at: float | None = None
+
+
+class AwaitApproval(_Record):
+    approval: Approval
+
+
 # Fields a reopened job sheds (its earlier ending no longer holds).
 OUTCOME_FIELDS = ("error", "error_code", "root_error", "missing", "mandatory_gaps", "ended_at")
 
@@ -272,10 +316,23 @@ class Job(_Record):
     n_findings: int | None = None
     requeues: int = 0  # backpressure requeues of its chunks (JobsRepo.count_requeue; metric BackpressureRequeues)
     expires_at: int = 0
+    # --- lifecycle (lifecycle.py) -------------------------------------------------------------
+    version: int = 0  # bumped by every state transition; transitions are conditional on it
+    event_seq: int = 0  # the last event number used (events are numbered 1, 2, ... per job)
+    principal: str | None = None  # who submitted it through the Job API (None: the intake queue)
+    cancel_requested_at: float | None = None
+    cancelled_by: str = ""
+    side_effects: list[SideEffectDone] = Field(default_factory=list)
+    approval: Approval | None = None
 
     @property
     def terminal(self) -> bool:
         return self.state.terminal
+
+    @property
+    def replaceable(self) -> bool:
+        """A job that failed on its input (`input.*`): a corrected submission with the same key replaces it."""
+        return self.state is JobState.FAILED and (self.error_code or "").startswith("input.")
 
     @property
     def progress(self) -> float:
@@ -284,12 +341,25 @@ class Job(_Record):
         return 1.0 if self.terminal else 0.0
 
 
+EVENT_SEQ_DIGITS = 12
+
+
+def event_seq(number: int) -> str:
+    """An event's sort key: its number in the job's sequence, zero-padded (sorts as it counts)."""
+    return f"{number:0{EVENT_SEQ_DIGITS}d}"
+
+
 class JobEvent(_Record):
     job_id: str
-    seq: str  # sort key: time, then a random suffix
+    seq: str  # sort key: `event_seq(number)`
     type: str
     at: float
     detail: dict[str, JsonValue] = Field(default_factory=dict)
+
+    @property
+    def number(self) -> int:
+        """The event's place in its job's sequence (1, 2, ...); 0 for an event without one."""
+        return int(self.seq) if self.seq.isdigit() else 0
 
 
 # ------------------------------------------------------------------------------ artifact keys

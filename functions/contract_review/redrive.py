@@ -22,6 +22,7 @@ from collections.abc import Callable, Collection
 
 from pydantic import BaseModel, ValidationError
 
+from . import lifecycle
 from .chunks import analysis_message
 from .errors import ErrorClass
 from .messages import AnalysisMessage, ResultMessage
@@ -117,12 +118,12 @@ def _reopen_job(deps: Deps, job: Job, via: str) -> str:
     records = deps.claims.for_job(job.job_id)
     done = {c.chunk_id for c in records if c.status is ChunkStatus.DONE}
     todo = [c for c in records if c.status is not ChunkStatus.DONE]
-    if deps.jobs.transition(job.job_id, (job.state,), JobState.RUNNING, reopen_settled=done) is None:
-        return "dropped (job changed meanwhile)"
-    detail: dict[str, object] = {"from_state": job.state.value, "chunks_resent": len(todo), "via": via}
+    detail: dict[str, object] = {"chunks_resent": len(todo), "via": via}
     if rerun:
         detail["analysts_rerun"] = sum(len(a) for a in rerun.values())
-    deps.jobs.record_event(job.job_id, "job.reopened", **detail)
+    if lifecycle.transition(deps, job, JobState.RUNNING, event="job.reopened", detail=detail,
+                            reopen_settled=done) is None:
+        return "dropped (job changed meanwhile)"
     text = deps.artifacts.get_text(job.document_key)
     deps.queues.send_analysis([analysis_message(deps, job, c, via, text) for c in todo])
     return f"redriven ({len(todo)} chunk(s) sent)"
@@ -134,11 +135,8 @@ def requeue_failed_intake(deps: Deps, job_id: str) -> bool:
     job = deps.jobs.get(job_id)
     if job is None or job.state is not JobState.FAILED or job.error_code != INTAKE_EXHAUSTED:
         return False
-    if deps.jobs.transition(job_id, (JobState.FAILED,), JobState.QUEUED, reopen_settled=set()) is None:
-        return False
-    deps.jobs.record_event(job_id, "job.reopened", from_state=JobState.FAILED.value, to_state=JobState.QUEUED.value,
-                           via="intake")
-    return True
+    return lifecycle.transition(deps, job, JobState.QUEUED, event="job.reopened", reopen_settled=set(),
+                                detail={"to_state": JobState.QUEUED.value, "via": "intake"}) is not None
 
 
 # ------------------------------------------------------------------------------ review retry

@@ -71,6 +71,8 @@ class Retrier:
     # False when the invocation cannot fit another model call after `seconds` more (Lambda clock).
     has_time: Callable[[float], bool] = lambda _s: True
     check: Callable[[], None] = lambda: None  # raises to stop (lease lost, job cancelled)
+    # told of each tier-1 retry before its wait: (the error, the attempt that failed, the delay in s)
+    on_retry: Callable[[ErrorEnvelope, int, float], None] = lambda _env, _attempt, _delay: None
 
     def call(self, fn: Callable[[], T], *, step: str, model_call: bool = True) -> T:
         attempt = 0
@@ -102,6 +104,7 @@ class Retrier:
                                                        attempt=attempt + 1)) from exc
                 self.budget.spend(delay)
                 self.stats.retries[env.error_code] += 1
+                self.on_retry(env, attempt + 1, delay)
                 self.sleep(delay)
                 attempt += 1
 

@@ -42,6 +42,7 @@ from dataclasses import dataclass, field
 
 from pydantic import ValidationError
 
+from . import lifecycle
 from .aggregator import finalize
 from .chunks import analysis_message, announce, backpressure_exhausted, dead_letter
 from .errors import ErrorEnvelope
@@ -319,13 +320,12 @@ def _fail_queued(deps: Deps, job: Job, m: QueueMessage, report: SweepReport) -> 
         "function timeout or a transient error each time) and the queue moved it to the intake DLQ",
         step="intake", attempt=p.max_receive_count)
     failure = JobFailure(error=env, error_code=env.error_code, ended_at=deps.clock())
-    if deps.jobs.transition(job.job_id, (JobState.QUEUED,), JobState.FAILED, outcome=failure) is None:
-        return  # intake moved it on meanwhile
+    if lifecycle.transition(deps, job, JobState.FAILED, outcome=failure, detail={
+            "error_code": env.error_code, "by": "sweeper", "dlq_message_id": m.message_id}) is None:
+        return  # intake moved it on meanwhile (or a cancel)
     # the DLQ copy, replaced by one that names the job and the error (the new copy first: never none)
     deps.queues.dead_letter(Queue.INTAKE, m.body, env, source_message_id=m.message_id, job_id=job.job_id)
     deps.queues.delete(Queue.INTAKE_DLQ, m.receipt_handle)
-    deps.jobs.record_event(job.job_id, "job.failed", error_code=env.error_code, by="sweeper",
-                           dlq_message_id=m.message_id)
     report.intake_failed.append(job.job_id)
 
 
@@ -338,6 +338,15 @@ def _reconcile_stalled(deps: Deps, now: float, report: SweepReport) -> None:
         report.stalled_jobs += 1
         with _isolated(report, "reconcile", job.job_id):
             _reconcile(deps, job, now, stall_s, report)
+    # A cancelling job whose chunks are all settled or free but whose control message was lost (or whose
+    # last worker died holding a chunk): finished here once its leases have lapsed.
+    cancelling: list[Job] = []
+    with _isolated(report, "reconcile", "cancelling"):
+        cancelling = list(deps.jobs.stalled(now - deps.settings.claim_lease_s, state=JobState.CANCELLING))
+    for job in cancelling:
+        with _isolated(report, "reconcile", job.job_id):
+            if lifecycle.finish_cancel(deps, job) is JobState.CANCELLED:
+                report.finalized.append(job.job_id)
 
 
 def _reconcile(deps: Deps, job: Job, now: float, stall_s: float, report: SweepReport) -> None:

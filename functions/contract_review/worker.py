@@ -26,6 +26,7 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from . import lifecycle
 from .analysts import (
     STEPS,
     AnalystOutput,
@@ -128,9 +129,11 @@ class AnalystRunner:
     `committed` lists what this attempt checkpointed (its progress)."""
 
     def __init__(self, deps: Deps, model: ModelClient, retrier: Retrier, hb: Heartbeat,
-                 has_time: Callable[[float], bool], analyst_extra_s: float = 0.0):
+                 has_time: Callable[[float], bool], analyst_extra_s: float = 0.0,
+                 watch: lifecycle.CancelWatch | None = None):
         self.deps, self.model, self.retrier, self.hb, self.has_time = deps, model, retrier, hb, has_time
         self.analyst_extra_s = analyst_extra_s
+        self.watch = watch
         self.committed: list[str] = []
 
     def run(self, msg: AnalysisMessage, job: Job, fence: int, record: ChunkRecord) -> dict[str, AnalystOutput]:
@@ -144,6 +147,8 @@ class AnalystRunner:
                 outputs[spec.name] = loaded
                 continue
             self.hb.check()
+            if self.watch is not None:
+                self.watch.stage = spec.name
             if not self.has_time(self.analyst_extra_s):  # both its calls must fit, or none is made
                 raise ReviewError.of("runtime.time_exhausted", "no time for all calls of analyst " + spec.name,
                                      step=spec.name)
@@ -153,6 +158,9 @@ class AnalystRunner:
                 raise LeaseLost("checkpoint write rejected by fencing token")
             self.committed.append(spec.name)
             outputs[spec.name] = out
+            self.deps.jobs.record_event(msg.job_id, "analyst.done", chunk_id=msg.chunk_id, chunk_index=msg.chunk_index,
+                                        chunk_count=msg.chunk_count, analyst=spec.name, status=out.status,
+                                        findings=len(out.findings))
         return outputs
 
     def _load(self, msg: AnalysisMessage, job: Job, spec: AnalystSpec, saved: dict[str, Checkpoint],
@@ -197,14 +205,41 @@ class AnalystRunner:
             raise
 
 
+def before_each_call(hb: Heartbeat, watch: lifecycle.CancelWatch) -> Callable[[], None]:
+    def check() -> None:
+        hb.check()  # the lease first: a fenced-out worker stops whatever its job's state
+        watch.check()
+    return check
+
+
+def retry_recorder(deps: Deps, msg: AnalysisMessage,
+                   watch: lifecycle.CancelWatch) -> Callable[[ErrorEnvelope, int, float], None]:
+    """Each tier-1 retry as a progress event ("model.throttled, attempt 2, waiting 1.8 s")."""
+    def record(env: ErrorEnvelope, attempt: int, delay_s: float) -> None:
+        deps.jobs.record_event(msg.job_id, "model.retry", chunk_id=msg.chunk_id, chunk_index=msg.chunk_index,
+                               analyst=watch.stage, error_code=env.error_code, attempt=attempt + 1,
+                               delay_s=round(delay_s, 2))
+    return record
+
+
+def settle_cancelled(deps: Deps, msg: AnalysisMessage, fence: int, stats: RetryStats, stage: str) -> Outcome:
+    """The job is being cancelled: the chunk settles `cancelled` where it stopped (its committed analysts
+    stay checkpointed), and the aggregator counts it."""
+    done = deps.claims.finish(msg.job_id, msg.chunk_id, fence, ChunkStatus.CANCELLED, attempt_stats(stats),
+                              error=lifecycle.cancel_envelope(stage))
+    if done is None:
+        return Outcome("lease_lost")
+    deps.jobs.record_event(msg.job_id, "chunk.cancelled", chunk_id=msg.chunk_id, cancelled_at_stage=stage,
+                           calls=stats.calls)
+    announce(deps, done)
+    return Outcome("cancelled", {"cancelled_at_stage": stage})
+
+
 class ChunkWorker:
     def __init__(self, deps: Deps, model: ModelClient, *, rng: random.Random | None = None,
                  sleep: Callable[[float], None] = time.sleep, call_safety_s: float | None = None):
-        self.deps = deps
-        self.s = deps.settings
-        self.model = model
+        self.deps, self.s, self.model, self.sleep = deps, deps.settings, model, sleep
         self.rng = rng or random.Random()
-        self.sleep = sleep
         # time left that one more model call needs: its timeout plus a margin to save and hand off
         self.call_safety_s = call_safety_s if call_safety_s is not None else \
             self.s.model_call_timeout_s + self.s.profile.handoff_margin_s
@@ -227,6 +262,8 @@ class ChunkWorker:
         if not claim.won or claim.record is None:
             return self._not_claimed(claim.record)
         fence, record = claim.fence, claim.record
+        if job.state is JobState.CANCELLING:  # no work for a job being cancelled
+            return settle_cancelled(self.deps, msg, fence, RetryStats(), "claim")
         if record.failures >= msg.max_attempts:
             env = record.last_error or ErrorEnvelope.of("runtime.worker_lost", "poison budget used by earlier attempts")
             return self._dead_lettered(msg, fence, env, AttemptStats())
@@ -234,12 +271,16 @@ class ChunkWorker:
         error: ErrorEnvelope | None = None
         outputs: dict[str, AnalystOutput] = {}
         has_time = self._has_time(delivery)
+        watch = lifecycle.CancelWatch(self.deps, msg.job_id)
         with Heartbeat(self.deps, msg, fence, delivery, self.s.claim_lease_s) as hb:
             retrier = Retrier(policy=self.s.profile.model_retry, budget=RetryBudget(self.s.profile.chunk_retry_budget_s),
-                              stats=stats, rng=self.rng, sleep=self.sleep, has_time=has_time, check=hb.check)
-            runner = AnalystRunner(self.deps, self.model, retrier, hb, has_time, self.analyst_extra_s)
+                              stats=stats, rng=self.rng, sleep=self.sleep, has_time=has_time,
+                              check=before_each_call(hb, watch), on_retry=retry_recorder(self.deps, msg, watch))
+            runner = AnalystRunner(self.deps, self.model, retrier, hb, has_time, self.analyst_extra_s, watch)
             try:
                 outputs = runner.run(msg, job, fence, record)
+            except lifecycle.JobCancelled as exc:
+                return settle_cancelled(self.deps, msg, fence, stats, exc.stage)
             except LeaseLost:
                 self.deps.jobs.record_event(msg.job_id, "chunk.lease_lost", chunk_id=msg.chunk_id, fence=fence)
                 return Outcome("lease_lost", {"error": "runtime.lease_lost"}, stats)
@@ -373,8 +414,9 @@ class ChunkWorker:
         # Tier 2 backoff: the record comes back after a jittered delay growing to minutes (an outage of
         # a few minutes must not use the poison budget), instead of the full visibility timeout.
         back = tier2_backoff_s(self.s.profile, failures, self.rng)
-        self.deps.jobs.record_event(msg.job_id, "chunk.retry", chunk_id=msg.chunk_id, error_code=env.error_code,
-                                    failures=failures, tier=2, checkpointed=len(checkpointed), backoff_s=back)
+        self.deps.jobs.record_event(msg.job_id, "chunk.retry", chunk_id=msg.chunk_id, chunk_index=msg.chunk_index,
+                                    error_code=env.error_code, failures=failures, tier=2,
+                                    checkpointed=len(checkpointed), backoff_s=back)
         if delivery.receipt_handle:
             self.deps.queues.extend_visibility(Queue.ANALYSIS, delivery.receipt_handle, back)
         raise Tier2(env, stats)
@@ -388,8 +430,7 @@ class ChunkWorker:
         self.deps.jobs.record_event(msg.job_id, "chunk.failed", chunk_id=msg.chunk_id, error_code=env.error_code)
         if env.job_fatal:  # fail the job first, so the result below cannot finalize it with another code
             failure = JobFailure(error=env, error_code=env.error_code, ended_at=self.deps.clock())
-            if self.deps.jobs.transition(msg.job_id, (JobState.QUEUED, JobState.RUNNING), JobState.FAILED,
-                                         outcome=failure):
-                self.deps.jobs.record_event(msg.job_id, "job.failed", error_code=env.error_code, chunk_id=msg.chunk_id)
+            lifecycle.move(self.deps, msg.job_id, (JobState.QUEUED, JobState.RUNNING), JobState.FAILED, outcome=failure,
+                           detail={"error_code": env.error_code, "chunk_id": msg.chunk_id})
         announce(self.deps, failed)
         return Outcome("job_failed" if env.job_fatal else "failed", {"error": env.error_code})

@@ -8,15 +8,16 @@ two cannot drift apart. `FakeClock` makes time explicit.
 
 from __future__ import annotations
 
-import itertools
 import json
 import uuid
 from collections.abc import Collection, Iterator, Sequence
 from dataclasses import dataclass, field
 
+from pydantic import BaseModel
+
 from contract_review.config import Settings, get_profile
 from contract_review.errors import ErrorEnvelope, ReviewError
-from contract_review.messages import AnalysisMessage, ResultMessage, size_batches
+from contract_review.messages import AnalysisMessage, JobControl, ResultMessage, size_batches
 from contract_review.ports import DLQS, Deps, Queue, QueueMessage
 from contract_review.records import (
     OUTCOME_FIELDS,
@@ -28,11 +29,10 @@ from contract_review.records import (
     ClaimResult,
     Job,
     JobEvent,
-    JobFailure,
-    JobOutcome,
     JobState,
     ReleaseReason,
     checkpoint_key,
+    event_seq,
 )
 
 
@@ -52,14 +52,14 @@ class FakeJobs:
         self.clock, self.ttl_s = clock, ttl_s
         self.items: dict[str, Job] = {}
         self.log: list[JobEvent] = []
-        self._seq = itertools.count()
 
     def create(self, job: Job) -> tuple[Job, bool]:
         old = self.items.get(job.job_id)
-        replaceable = old is not None and old.state is JobState.FAILED and (old.error_code or "").startswith("input.")
-        if old is not None and not replaceable:
+        if old is not None and not old.replaceable:
             return old.model_copy(deep=True), False
         job = job.model_copy(update={"expires_at": int(self.clock()) + self.ttl_s}, deep=True)
+        if old is not None:  # the replacement of a job failed on its input: its event numbers go on
+            job = job.model_copy(update={"version": old.version + 1, "event_seq": old.event_seq})
         self.items[job.job_id] = job
         return job.model_copy(deep=True), True
 
@@ -71,12 +71,15 @@ class FakeJobs:
         return sorted((j.model_copy(deep=True) for j in self.items.values()), key=lambda j: j.created_at)
 
     def transition(self, job_id: str, from_states: Collection[JobState], to: JobState, *,
-                   started_at: float | None = None, outcome: JobOutcome | JobFailure | None = None,
-                   reopen_settled: set[str] | None = None, if_settled_version: int | None = None) -> Job | None:
+                   started_at: float | None = None, outcome: BaseModel | None = None,
+                   reopen_settled: set[str] | None = None, if_settled_version: int | None = None,
+                   if_version: int | None = None) -> Job | None:
         job = self.items.get(job_id)
         if job is None or job.state not in from_states:
             return None
         if if_settled_version is not None and job.settled_version != if_settled_version:
+            return None
+        if if_version is not None and job.version != if_version:
             return None
         update: dict[str, object] = {}
         if reopen_settled is not None:
@@ -86,7 +89,8 @@ class FakeJobs:
             update.update({k: getattr(outcome, k) for k in outcome.model_dump(exclude_none=True)})
         if started_at is not None:
             update["started_at"] = started_at
-        update.update({"state": to, "updated_at": self.clock()})
+        update.update({"state": to, "updated_at": self.clock(), "version": job.version + 1,
+                       "event_seq": job.event_seq + 1})
         job = job.model_copy(update=update, deep=True)
         self.items[job_id] = job
         return job.model_copy(deep=True)
@@ -127,13 +131,22 @@ class FakeJobs:
             self.items[job_id] = job
         return job.model_copy(deep=True)
 
-    def record_event(self, job_id: str, kind: str, **detail: object) -> None:
-        now = self.clock()
-        self.log.append(JobEvent(job_id=job_id, seq=f"{now:017.6f}#{next(self._seq):08d}", type=kind, at=now,
+    def record_event(self, job_id: str, kind: str, **detail: object) -> int:
+        job = self.items.get(job_id)
+        if job is None:
+            return 0
+        number = job.event_seq + 1
+        self.items[job_id] = job.model_copy(update={"event_seq": number})
+        self.put_event(job_id, number, kind, detail)
+        return number
+
+    def put_event(self, job_id: str, number: int, kind: str, detail: dict[str, object]) -> None:
+        self.log.append(JobEvent(job_id=job_id, seq=event_seq(number), type=kind, at=self.clock(),
                                  detail=json.loads(json.dumps(detail, default=str))))
 
-    def events(self, job_id: str) -> list[JobEvent]:
-        return [e for e in self.log if e.job_id == job_id]
+    def events(self, job_id: str, after: int = 0, limit: int | None = None) -> list[JobEvent]:
+        found = sorted((e for e in self.log if e.job_id == job_id and e.number > after), key=lambda e: e.seq)
+        return found if limit is None else found[:limit]
 
     # test helpers
     def types(self, job_id: str) -> list[str]:
@@ -347,7 +360,7 @@ class FakeQueues:
             for body in batch:
                 self._put(Queue.ANALYSIS, Sent(body, delay_s=delay_s))
 
-    def send_result(self, message: ResultMessage, dedup_id: str) -> None:
+    def send_result(self, message: ResultMessage | JobControl, dedup_id: str) -> None:
         if any(s.dedup_id == dedup_id[:128] for s in self.sent[Queue.RESULTS]):
             return  # deduplicated
         self._put(Queue.RESULTS, Sent(message.model_dump_json(), dedup_id=dedup_id[:128]))

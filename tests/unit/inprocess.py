@@ -16,11 +16,11 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from contract_review.aggregator import handle_result
+from contract_review.aggregator import handle_message
 from contract_review.analysts import ChunkFindings
 from contract_review.errors import Tier2
 from contract_review.intake import handle_intake
-from contract_review.messages import AnalysisMessage, ResultMessage
+from contract_review.messages import AnalysisMessage, parse_results_body
 from contract_review.model_clients import ModelRequest, ModelResponse
 from contract_review.offline_model import OfflineRuleModel
 from contract_review.ports import Queue
@@ -107,7 +107,7 @@ class InProcess:
         for s in w.queues.drain(Queue.ANALYSIS):
             self.deliver(s)
         for s in w.queues.drain(Queue.RESULTS):
-            handle_result(w.deps, ResultMessage.model_validate_json(s.body))
+            handle_message(w.deps, parse_results_body(s.body))
         w.clock.advance(ROUND_S)
         try:
             sweep(w.deps)

@@ -187,7 +187,7 @@ def test_all_chunks_done_completes_the_job_with_a_report():
     types = world.jobs.types(job_id)
     assert types == ["job.queued", "job.running"] + ["chunk.settled"] * 4 + ["job.completed"]
     last = world.jobs.events(job_id)[-1]
-    assert last.detail == {"findings": 4, "error_code": None, "missing_chunks": 0}
+    assert last.detail == {"from_state": "running", "findings": 4, "error_code": None, "missing_chunks": 0}
     settled_events = [e.detail for e in world.jobs.events(job_id) if e.type == "chunk.settled"]
     assert [d["settled"] for d in settled_events] == [1, 2, 3, 4]
     assert all(d["total"] == 4 and d["status"] == "done" for d in settled_events)

@@ -100,7 +100,7 @@ def test_long_document_fans_out_one_record_and_one_message_per_chunk():
     assert all(m.text == LONG_TEXT[m.start:m.end] for m in msgs)
     assert "".join(m.text for m in msgs) == LONG_TEXT
     assert [(m.start, m.end) for m in msgs] == [(r.start, r.end) for r in records]
-    assert world.jobs.events(result.job_id)[-1].detail == {"chunks": 4}
+    assert world.jobs.events(result.job_id)[-1].detail == {"from_state": "queued", "chunks": 4}
 
 
 def test_idempotency_key_names_the_job_and_metadata_is_echoed():
@@ -612,7 +612,10 @@ def test_same_key_for_another_document_of_a_running_or_ended_job_is_rejected(sta
     # THEN it is rejected (not answered as a duplicate of the first) and nothing of the job changes
     assert (result.job_id, result.state) == (first.job_id, "rejected")
     assert result.error is not None and result.error.error_code == "input.key_conflict"
-    assert world.jobs.get(first.job_id) == before and world.claims.for_job(first.job_id) == records
+    after = world.jobs.get(first.job_id)
+    assert after is not None and before is not None and after.event_seq == before.event_seq + 1  # the event
+    assert after.model_copy(update={"event_seq": before.event_seq}) == before
+    assert world.claims.for_job(first.job_id) == records
     assert world.queues.sent[Queue.ANALYSIS] == []
     assert world.artifacts.get_text(document_key(first.job_id)) == TEXT
     assert [s.attributes["error_code"] for s in world.queues.sent[Queue.INTAKE_DLQ]] == ["input.key_conflict"]

@@ -381,7 +381,7 @@ def test_a_queued_job_whose_intake_message_reached_the_intake_dlq_is_failed_with
     assert (copy.body, copy.attributes["job_id"], copy.attributes["error_code"],
             copy.attributes["source_message_id"]) == (moved.body, job_id, "runtime.intake_exhausted", moved.message_id)
     assert events_of(world, job_id, "job.failed") == [
-        {"error_code": "runtime.intake_exhausted", "by": "sweeper", "dlq_message_id": moved.message_id}]
+        {"from_state": "queued", "error_code": "runtime.intake_exhausted", "by": "sweeper", "dlq_message_id": moved.message_id}]
     view = job_view(world.deps, job_id)
     assert view is not None and view.answers.retry_would.startswith("`review retry JOB` puts it back to `queued`")
     # AND once intake is fixed, `review dlq redrive` puts the job back to `queued`; it completes

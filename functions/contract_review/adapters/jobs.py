@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import json
-import uuid
 from collections.abc import Collection, Iterator
 from typing import Any
 
 from botocore.exceptions import ClientError
+from pydantic import BaseModel
 
 from ..ports import Clock
-from ..records import OUTCOME_FIELDS, Job, JobEvent, JobFailure, JobOutcome, JobState
+from ..records import OUTCOME_FIELDS, Job, JobEvent, JobState, event_seq
 from .dynamo import Table, deserialize, is_conditional_failure, model_values, serialize, set_clause, to_item
 
 LIST_FIELDS = "job_id, #s, created_at, updated_at, idempotency_key, chunk_count, document_id, error_code"
@@ -25,16 +25,22 @@ class DynamoJobs:
 
     def create(self, job: Job) -> tuple[Job, bool]:
         job = job.model_copy(update={"expires_at": int(self.clock()) + self.ttl_s})
-        created, old = self.jobs.put_if(
-            to_item(job),
-            # a job that failed on bad input may be replaced by a corrected submission with the same key
-            "attribute_not_exists(job_id) OR (#s = :failed AND begins_with(error_code, :input))",
-            ExpressionAttributeNames={"#s": "state"},
-            ExpressionAttributeValues=serialize({":failed": JobState.FAILED.value, ":input": "input."}))
+        created, old = self.jobs.put_if(to_item(job), "attribute_not_exists(job_id)")
         if created:
             return job, True
         existing = Job.model_validate(old) if old else self.get(job.job_id)
-        return existing or job, False
+        if existing is None or not existing.replaceable:
+            return existing or job, False
+        # a job that failed on bad input is replaced by a corrected submission with the same key; its
+        # event numbers go on (a reader resuming after its last event loses nothing), conditional on
+        # nothing having changed it since the read
+        replacement = job.model_copy(update={"version": existing.version + 1, "event_seq": existing.event_seq})
+        version_cond = "(#v = :v OR attribute_not_exists(#v))" if existing.version == 0 else "#v = :v"
+        created, old = self.jobs.put_if(to_item(replacement), version_cond, ExpressionAttributeNames={"#v": "version"},
+                                        ExpressionAttributeValues=serialize({":v": existing.version}))
+        if created:
+            return replacement, True
+        return (Job.model_validate(old) if old else existing), False
 
     def get(self, job_id: str) -> Job | None:
         item = self.jobs.get({"job_id": job_id})
@@ -45,8 +51,9 @@ class DynamoJobs:
         return sorted((Job.model_validate(i) for i in items), key=lambda j: j.created_at)
 
     def transition(self, job_id: str, from_states: Collection[JobState], to: JobState, *,
-                   started_at: float | None = None, outcome: JobOutcome | JobFailure | None = None,
-                   reopen_settled: set[str] | None = None, if_settled_version: int | None = None) -> Job | None:
+                   started_at: float | None = None, outcome: BaseModel | None = None,
+                   reopen_settled: set[str] | None = None, if_settled_version: int | None = None,
+                   if_version: int | None = None) -> Job | None:
         fields: dict[str, Any] = model_values(outcome) if outcome is not None else {}
         if started_at is not None:
             fields["started_at"] = started_at
@@ -59,7 +66,8 @@ class DynamoJobs:
                 remove.append("settled")
         fields.update({"state": to.value, "updated_at": self.clock()})
         expr, names, values = set_clause(fields)
-        expr = "SET " + expr
+        expr = "SET " + expr + " ADD version :one, event_seq :one"
+        values[":one"] = 1
         if remove:
             names.update({f"#r{i}": k for i, k in enumerate(remove)})
             expr += " REMOVE " + ", ".join(f"#r{i}" for i in range(len(remove)))
@@ -70,6 +78,10 @@ class DynamoJobs:
             names["#sv"] = "settled_version"
             froms[":sv"] = if_settled_version
             cond += " AND (#sv = :sv" + (" OR attribute_not_exists(#sv))" if if_settled_version == 0 else ")")
+        if if_version is not None:  # nothing else changed the job's state since the caller's read
+            names["#v"] = "version"
+            froms[":v"] = if_version
+            cond += " AND (#v = :v" + (" OR attribute_not_exists(#v))" if if_version == 0 else ")")
         item = self.jobs.update_if(
             {"job_id": job_id}, UpdateExpression=expr, ConditionExpression=cond,
             ExpressionAttributeNames=names, ExpressionAttributeValues=serialize({**values, **froms}))
@@ -119,15 +131,34 @@ class DynamoJobs:
         return Job.model_validate(item) if item else None
 
     # ---------------------------------------------------------------- events
-    def record_event(self, job_id: str, kind: str, **detail: object) -> None:
+    def record_event(self, job_id: str, kind: str, **detail: object) -> int:
+        try:
+            r = self.jobs.client.update_item(
+                TableName=self.jobs.name, Key=serialize({"job_id": job_id}), UpdateExpression="ADD event_seq :one",
+                ConditionExpression="attribute_exists(job_id)", ExpressionAttributeValues=serialize({":one": 1}),
+                ReturnValues="UPDATED_NEW")
+        except ClientError as exc:
+            if not is_conditional_failure(exc):
+                raise
+            return 0  # no such job (never created, or expired): it has no event stream
+        number = int(deserialize(r["Attributes"])["event_seq"])
+        self.put_event(job_id, number, kind, detail)
+        return number
+
+    def put_event(self, job_id: str, number: int, kind: str, detail: dict[str, object]) -> None:
         now = self.clock()
-        event = JobEvent(job_id=job_id, seq=f"{now:017.6f}#{uuid.uuid4().hex[:8]}", type=kind, at=now,
+        event = JobEvent(job_id=job_id, seq=event_seq(number), type=kind, at=now,
                          detail=json.loads(json.dumps(detail, default=str)))
         item = to_item(event)
         item.update(serialize({"expires_at": int(now) + self.ttl_s}))
         self.events_table.client.put_item(TableName=self.events_table.name, Item=item)
 
-    def events(self, job_id: str) -> list[JobEvent]:
-        """The job's events in order (sort key: time, then a random suffix)."""
-        return [JobEvent.model_validate(i) for i in self.events_table.pages(
-            "query", KeyConditionExpression="job_id = :j", ExpressionAttributeValues=serialize({":j": job_id}))]
+    def events(self, job_id: str, after: int = 0, limit: int | None = None) -> list[JobEvent]:
+        """The job's events numbered above `after`, in order, at most `limit` (a consistent read: an event
+        written before the call is in the answer)."""
+        kwargs: dict[str, Any] = {"KeyConditionExpression": "job_id = :j AND seq > :after", "ConsistentRead": True,
+                                  "ExpressionAttributeValues": serialize({":j": job_id, ":after": event_seq(after)})}
+        if limit is None:
+            return [JobEvent.model_validate(i) for i in self.events_table.pages("query", **kwargs)]
+        r = self.events_table.client.query(TableName=self.events_table.name, Limit=limit, **kwargs)
+        return [JobEvent.model_validate(deserialize(i)) for i in r.get("Items", [])]

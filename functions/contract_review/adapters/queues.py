@@ -8,7 +8,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ..errors import ErrorEnvelope
-from ..messages import SQS_MAX_BATCH, AnalysisMessage, ResultMessage, size_batches
+from ..messages import SQS_MAX_BATCH, AnalysisMessage, JobControl, ResultMessage, size_batches
 from ..ports import DLQS, Queue, QueueMessage
 
 SQS_BATCH = SQS_MAX_BATCH
@@ -55,7 +55,7 @@ class SqsQueues:
             if pending:
                 raise RuntimeError(f"SQS refused {len(pending)} analysis messages")
 
-    def send_result(self, message: ResultMessage, dedup_id: str) -> None:
+    def send_result(self, message: ResultMessage | JobControl, dedup_id: str) -> None:
         self.client.send_message(QueueUrl=self.url(Queue.RESULTS), MessageBody=message.model_dump_json(),
                                  MessageGroupId=message.job_id, MessageDeduplicationId=dedup_id[:128])
 

@@ -9,8 +9,8 @@ from aws_lambda_powertools.utilities.batch.types import PartialItemFailureRespon
 from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
-from ..aggregator import handle_result
-from ..messages import ResultMessage
+from ..aggregator import handle_message
+from ..messages import ResultMessage, parse_results_body
 from ..records import TERMINAL_JOB_STATES
 from . import deps
 
@@ -23,10 +23,10 @@ ENDED = {s.value for s in TERMINAL_JOB_STATES}
 
 
 def record_handler(record: SQSRecord) -> None:
-    msg = ResultMessage.model_validate_json(record.body)
-    outcome = handle_result(deps(), msg)
-    logger.info("result processed", extra={"job_id": msg.job_id, "chunk_id": msg.chunk_id, "status": msg.status,
-                                           "outcome": outcome})
+    msg = parse_results_body(record.body)
+    outcome = handle_message(deps(), msg)
+    about = {"chunk_id": msg.chunk_id, "status": msg.status} if isinstance(msg, ResultMessage) else {"control": msg.control}
+    logger.info("result processed", extra={"job_id": msg.job_id, **about, "outcome": outcome})
     if outcome in ENDED:  # this result ended the job: how long it took, submit to end (dashboard)
         job = deps().jobs.get(msg.job_id)
         if job is not None and job.ended_at is not None:
