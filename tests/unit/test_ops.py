@@ -37,8 +37,9 @@ from .scenarios import ALL_OK, claim, deliver, intake, running_job, settle_done
 IF_IT_FAILS_AGAIN = ("chunk messages go to the analysis DLQ with their error envelope; the job ends "
                      "`dead_lettered` listing them")
 RESUME = "resume unsettled chunks from their checkpoints"
-NO_CANCEL = ("cancellation is not available yet (there is no cancel command): the job runs until it completes, "
-             "fails or dead-letters")
+CANCEL_NOW = ("`review cancel JOB` (or POST /jobs/{id}/cancel): no new model call starts; chunks in flight stop "
+              "within one model call and settle `cancelled`; side effects already done are compensated; the job "
+              "ends `cancelled`")
 
 
 # --- helpers -----------------------------------------------------------------------------------------
@@ -94,7 +95,7 @@ def test_job_view_of_a_running_job():
     assert a.last_durable_checkpoint == f"1 of 4 chunks settled done, last at {ops.iso(world.clock.now)}"
     assert a.side_effects_done == []
     assert a.retry_would == RESUME
-    assert a.if_cancelled_now == NO_CANCEL
+    assert a.if_cancelled_now == CANCEL_NOW
     assert a.if_it_fails_again == IF_IT_FAILS_AGAIN
     # AND the recent events, flattened
     assert [e.type for e in view.recent_events] == ["job.queued", "job.running", "chunk.settled"]
