@@ -234,6 +234,7 @@ class CallLedger:
 
     def invoke(self, request: ModelRequest) -> ModelResponse:
         outcome = "ok"
+        started_at = time.time()
         try:
             return self.inner.invoke(request)
         except Exception as exc:  # recorded, then re-raised unchanged
@@ -241,6 +242,6 @@ class CallLedger:
             raise
         finally:
             line = json.dumps({"chunk_id": request.chunk_id, "analyst": request.analyst, "step": request.step,
-                               "outcome": outcome, "pid": os.getpid(), "at": time.time()})
+                               "outcome": outcome, "pid": os.getpid(), "started_at": started_at, "at": time.time()})
             with open(self.path, "a") as fh:
                 fh.write(line + "\n")
