@@ -16,10 +16,10 @@ import pytest
 from botocore.exceptions import EndpointConnectionError
 from click.testing import CliRunner, Result
 
-from contract_review.aggregator import handle_result
+from contract_review.aggregator import handle_message
 from contract_review.chunking import document_hash
 from contract_review.intake import handle_intake
-from contract_review.messages import ResultMessage
+from contract_review.messages import parse_results_body
 from contract_review.ports import Queue
 from contract_review.records import JobState, job_id_for
 from review_local import cli as cli_module
@@ -49,7 +49,7 @@ class Pipeline:
             worker_finishes(w, m.job_id, m.chunk_id)
         w.queues.drain(Queue.ANALYSIS)
         for r in w.queues.drain(Queue.RESULTS):
-            handle_result(w.deps, ResultMessage.model_validate_json(r.body))
+            handle_message(w.deps, parse_results_body(r.body))
 
 
 class FakeTime:

@@ -101,3 +101,40 @@ def test_another_document_under_the_key_of_a_failed_job_is_sent_not_retried(tmp_
     assert result.stdout.splitlines() == [f"{job_id}  {f}"]
     assert world.jobs.items[job_id].state is JobState.FAILED and "job.reopened" not in world.jobs.types(job_id)
     assert len(world.queues.sent[Queue.INTAKE]) == 1
+
+
+# --- review cancel ------------------------------------------------------------------------------------
+
+def test_review_cancel_cancels_once_waits_for_the_end_and_refuses_an_ended_job(monkeypatch):
+    # GIVEN a running job whose chunk messages no worker has taken yet
+    world = small_chunk_world()
+    result = handle_intake(world.deps, json.dumps({"schema_version": 1, "document": {"text": TEXT}}), "m-1")
+    job_id = result.job_id
+    assert job_id is not None
+    world.queues.drain(Queue.ANALYSIS)
+    fake_time(monkeypatch, Pipeline(world))
+    # WHEN it is cancelled with --wait THEN it ends cancelled: one line, exit 0
+    first = run(world, "cancel", "--wait", job_id)
+    assert first.exit_code == 0, first.output
+    assert f"{job_id}  cancelling  cancelling: no new work starts" in first.stdout
+    job = world.jobs.get(job_id)
+    assert job is not None and job.state is JobState.CANCELLED and job.cancelled_by == "cli"
+    # AND cancelling again changes nothing and says so, still exit 0
+    again = run(world, "cancel", job_id)
+    assert again.exit_code == 0 and f"{job_id}  cancelled  already cancelled" in again.stdout
+    assert world.jobs.types(job_id).count("job.cancelling") == 1
+
+
+def test_review_cancel_of_a_completed_job_is_one_clear_line_and_exit_1(monkeypatch):
+    world = small_chunk_world()
+    fake_time(monkeypatch, Pipeline(world))
+    result = handle_intake(world.deps, json.dumps({"schema_version": 1, "document": {"text": TEXT}}), "m-1")
+    job_id = result.job_id
+    assert job_id is not None
+    Pipeline(world).step()
+    assert (job := world.jobs.get(job_id)) is not None and job.state is JobState.COMPLETED
+    out = run(world, "cancel", job_id, "no-such-job")
+    assert out.exit_code == 1
+    assert f"{job_id}  completed  the job already ended completed: there is nothing to cancel" in out.stdout
+    assert "no-such-job  -  no such job" in out.stdout
+    assert error_lines(out) == ["Error: not cancelled: " + job_id + ", no-such-job"]
