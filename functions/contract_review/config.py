@@ -12,7 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Mapping
-from typing import Literal, NamedTuple
+from typing import Any, Literal, NamedTuple
 
 from pydantic import BaseModel, ConfigDict, model_validator
 
@@ -109,6 +109,9 @@ class Profile(BaseModel):
     fanout_window: int = 40
     fanout_page: int = 10
     analyst_count: int = 11
+    # How many of a chunk's analysts run at once (threads in one worker; each still checkpointed and
+    # fenced): a chunk takes about two call latencies instead of 2 x analyst_count. 1: one by one.
+    analyst_concurrency: int = 11
     # The Bedrock model, through its global cross-region inference profile (routes to every commercial
     # region; `us.`/`eu.`/`jp.` profiles keep processing in one geography). Claude Sonnet 4.6 is the
     # newest Sonnet served by Converse with an ARN-versioned id (base id anthropic.claude-sonnet-4-6,
@@ -333,8 +336,22 @@ class FaultSpec(BaseModel):
     latency_ms: int = 0
     latency_median_ms: float = 0.0
     latency_p99_ms: float | None = None
+    # 5xx bursts: every process's calls fail with 503/500 for `burst_duration_s` out of every
+    # `burst_every_s` seconds (wall clock, at a phase drawn from the seed), like a provider incident.
+    burst_every_s: float = 0.0
+    burst_duration_s: float = 0.0
     switch_file: str | None = None  # faults apply only while this file exists (when set)
     call_log: str | None = None  # append one JSON line per model call (tests count calls)
+
+    @classmethod
+    def simulated_bedrock(cls, state_dir: str, *, requests_per_minute: float, tokens_per_minute: float | None = None,
+                          median_ms: float = 500.0, p99_ms: float | None = None, window_s: float = 60.0,
+                          **faults: Any) -> FaultSpec:
+        """The simulated Bedrock (a stand-in, not Bedrock): per-minute quotas shared by every process in
+        `state_dir`, a lognormal latency, and any other fault field (`transient_rate`, bursts, seed)."""
+        return cls(throttle_state_dir=state_dir, throttle_quota_per_s=requests_per_minute / 60,
+                   throttle_tokens_per_s=tokens_per_minute / 60 if tokens_per_minute else None,
+                   throttle_window_s=window_s, latency_median_ms=median_ms, latency_p99_ms=p99_ms, **faults)
 
     @model_validator(mode="after")
     def _check(self) -> FaultSpec:
@@ -347,6 +364,8 @@ class FaultSpec(BaseModel):
             raise ValueError("give latency_ms (constant) or latency_median_ms (+ latency_p99_ms), not both")
         if self.latency_p99_ms is not None and not 0 < self.latency_median_ms <= self.latency_p99_ms:
             raise ValueError("latency_p99_ms needs 0 < latency_median_ms <= latency_p99_ms")
+        if self.burst_duration_s and not 0 < self.burst_duration_s < self.burst_every_s:
+            raise ValueError("5xx bursts need 0 < burst_duration_s < burst_every_s")
         if (self.throttle_quota_per_s or self.throttle_tokens_per_s) and not self.throttle_state_dir:
             raise ValueError("a shared throttle quota needs throttle_state_dir (where the workers share it)")
         return self

@@ -7,7 +7,13 @@
   tell the difference. Latency is constant or a seeded lognormal; a call slower than the client's
   read timeout ends in botocore's `ReadTimeoutError`, as a real one would.
 - `SharedTokenBucket`: a model quota shared by every worker process, like an account quota
-  (requests per minute, or tokens per minute).
+  (requests per minute, or tokens per minute). Local only: a file lock cannot span Lambda instances.
+- The simulated Bedrock (a stand-in, not Bedrock): `FaultInjectingModel` over the offline rule model
+  with `FaultSpec.simulated_bedrock(...)`: a lognormal latency (median + p99), a requests-per-minute
+  and a tokens-per-minute quota shared by every process (a call reserves its input + `maxTokens` when
+  it starts and is settled to input + 5 x output when it ends, as Bedrock does for current Claude
+  models), 429 `ThrottlingException`s with no Retry-After, 5xx bursts (every process fails together
+  for `burst_duration_s` out of every `burst_every_s`, at a seeded phase) and seeded transient faults.
 - `CallLedger`: an append-only record of every model call (the offline stand-in for a provider's
   usage log); tests count model calls from it.
 """
@@ -101,6 +107,14 @@ class SharedTokenBucket:
 
     def take(self, cost: float = 1.0) -> bool:
         """Take `cost` units if the quota has them; False: over quota (Bedrock says when, never how long)."""
+        return self._update(cost, force=False)
+
+    def settle(self, refund: float) -> None:
+        """Give back `refund` units (negative: take more, even into debt), e.g. a reservation settled to
+        what the call really used."""
+        self._update(-refund, force=True)
+
+    def _update(self, cost: float, *, force: bool) -> bool:
         capacity = max(self.capacity, cost)
         with open(self.path, "a+") as fh:
             fcntl.flock(fh, fcntl.LOCK_EX)
@@ -109,8 +123,8 @@ class SharedTokenBucket:
             now = time.time()
             state = json.loads(raw) if raw else {"tokens": capacity, "at": now}
             tokens = min(capacity, state["tokens"] + (now - state["at"]) * self.rate)
-            ok = tokens >= cost
-            tokens = tokens - cost if ok else tokens
+            ok = force or tokens >= cost
+            tokens = min(capacity, tokens - cost) if ok else tokens
             fh.seek(0)
             fh.truncate()
             fh.write(json.dumps({"tokens": tokens, "at": now}))
@@ -120,7 +134,30 @@ class SharedTokenBucket:
 def reserved_tokens(request: ModelRequest) -> int:
     """What a call holds against a tokens-per-minute quota when it starts: its input (estimated at four
     characters a token) plus `maxTokens`, which Bedrock reserves up front."""
-    return (len(request.system) + len(request.prompt)) // 4 + request.max_tokens
+    return input_tokens(request) + request.max_tokens
+
+
+def input_tokens(request: ModelRequest) -> int:
+    return (len(request.system) + len(request.prompt)) // 4
+
+
+OUTPUT_TOKEN_BURNDOWN = 5  # current Claude models: one output token counts 5 against tokens per minute
+
+
+def used_tokens(request: ModelRequest, response: ModelResponse) -> int:
+    """What a finished call finally counts against a tokens-per-minute quota: its input plus five
+    times its output."""
+    output = response.output_tokens or len(response.text) // 4
+    return input_tokens(request) + OUTPUT_TOKEN_BURNDOWN * output
+
+
+def in_burst(spec: FaultSpec, now: float) -> bool:
+    """Whether `now` falls in one of the spec's 5xx bursts: `burst_duration_s` out of every
+    `burst_every_s`, at a phase drawn from the seed, the same in every process (wall clock)."""
+    if not (spec.burst_every_s and spec.burst_duration_s):
+        return False
+    phase = random.Random(spec.seed).uniform(0, spec.burst_every_s)
+    return (now + phase) % spec.burst_every_s < spec.burst_duration_s
 
 
 @dataclass
@@ -164,18 +201,39 @@ class FaultInjectingModel:
     def invoke(self, request: ModelRequest) -> ModelResponse:
         fault_rng, latency_rng = self._rngs(request)
         answer: ModelResponse | None = None
+        tokens = self._tokens_bucket()
         if self._active():
             roll = fault_rng.random()  # one roll: transient | malformed | refused | ok | permanent, at the spec's rates
             self._raise_injected(request, fault_rng, roll)
             answer = self._injected_answer(roll - self.spec.transient_rate)
-        delay = self.latency_s(latency_rng)
-        if self.read_timeout_s is not None and delay > self.read_timeout_s:
-            self.sleep(self.read_timeout_s)
-            raise ReadTimeoutError(endpoint_url=f"https://bedrock-runtime.amazonaws.com/model/{self.model_id}/converse")
-        if delay > 0:
-            self.sleep(delay)
-        response = answer or self.inner.invoke(request)
-        return dataclasses.replace(response, latency_ms=response.latency_ms + delay * 1000)
+        reserved = reserved_tokens(request) if tokens is not None and self._active() else 0
+        response: ModelResponse | None = None
+        try:
+            delay = self.latency_s(latency_rng)
+            if self.read_timeout_s is not None and delay > self.read_timeout_s:
+                self.sleep(self.read_timeout_s)
+                raise ReadTimeoutError(endpoint_url=f"https://bedrock-runtime.amazonaws.com/model/{self.model_id}/converse")
+            if delay > 0:
+                self.sleep(delay)
+            response = answer or self.inner.invoke(request)
+            return dataclasses.replace(response, latency_ms=response.latency_ms + delay * 1000)
+        finally:
+            if reserved and tokens is not None:  # settled: what the call used replaces what it reserved
+                tokens.settle(reserved - (used_tokens(request, response) if response else reserved))
+
+    def _requests_bucket(self) -> SharedTokenBucket | None:
+        spec = self.spec
+        if not (spec.throttle_state_dir and spec.throttle_quota_per_s):
+            return None
+        return SharedTokenBucket(spec.throttle_state_dir, spec.throttle_quota_per_s,
+                                 capacity=spec.throttle_quota_per_s * spec.throttle_window_s)
+
+    def _tokens_bucket(self) -> SharedTokenBucket | None:
+        spec = self.spec
+        if not (spec.throttle_state_dir and spec.throttle_tokens_per_s):
+            return None
+        return SharedTokenBucket(spec.throttle_state_dir, spec.throttle_tokens_per_s, name="model-tokens",
+                                 capacity=spec.throttle_tokens_per_s * spec.throttle_window_s)
 
     def _raise_injected(self, request: ModelRequest, rng: random.Random, roll: float) -> None:
         """Errors, all raised at once (Bedrock rejects before generating): permanent, always-failing
@@ -188,16 +246,20 @@ class FaultInjectingModel:
             raise bedrock_error("ValidationException", INVALID_REQUEST_MESSAGE)
         if spec.always_fail_chunk and spec.always_fail_chunk in (request.chunk_id, str(request.payload.get("chunk_index"))):
             raise bedrock_error("ServiceUnavailableException")
-        if spec.throttle_state_dir:
-            window = spec.throttle_window_s
-            if spec.throttle_quota_per_s and not SharedTokenBucket(
-                    spec.throttle_state_dir, spec.throttle_quota_per_s, capacity=spec.throttle_quota_per_s * window,
-            ).take():
-                raise bedrock_error("ThrottlingException", REQUESTS_THROTTLE_MESSAGE)
-            if spec.throttle_tokens_per_s and not SharedTokenBucket(
-                    spec.throttle_state_dir, spec.throttle_tokens_per_s, name="model-tokens",
-                    capacity=spec.throttle_tokens_per_s * window).take(reserved_tokens(request)):
-                raise bedrock_error("ThrottlingException", TOKENS_THROTTLE_MESSAGE)
+        self._take_quotas(request)
+        try:
+            self._raise_transient(rng, roll)
+        except Exception:  # an error answered at once: the tokens it reserved are given back
+            tokens = self._tokens_bucket()
+            if tokens is not None:
+                tokens.settle(reserved_tokens(request))
+            raise
+
+    def _raise_transient(self, rng: random.Random, roll: float) -> None:
+        """A 5xx burst under way, or the seeded roll's transient faults."""
+        spec = self.spec
+        if in_burst(spec, time.time()):
+            raise bedrock_error(rng.choice(("ServiceUnavailableException", "InternalServerException")))
         if roll < spec.transient_rate:
             kind = rng.randrange(3)
             if kind == 0:
@@ -206,6 +268,16 @@ class FaultInjectingModel:
             if kind == 1:
                 raise bedrock_error("ServiceUnavailableException")
             raise ReadTimeoutError(endpoint_url=f"https://bedrock-runtime.amazonaws.com/model/{self.model_id}/converse")
+
+    def _take_quotas(self, request: ModelRequest) -> None:
+        """The shared quotas, requests first: a request throttled on tokens gives its request back."""
+        requests, tokens = self._requests_bucket(), self._tokens_bucket()
+        if requests is not None and not requests.take():
+            raise bedrock_error("ThrottlingException", REQUESTS_THROTTLE_MESSAGE)
+        if tokens is not None and not tokens.take(reserved_tokens(request)):
+            if requests is not None:
+                requests.settle(1)
+            raise bedrock_error("ThrottlingException", TOKENS_THROTTLE_MESSAGE)
 
     def _injected_answer(self, roll: float) -> ModelResponse | None:
         """A 200 that is still a failure to the analyst (malformed output, a refusal), or None."""

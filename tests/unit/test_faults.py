@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import threading
 from collections import Counter
@@ -20,7 +21,9 @@ from contract_review.faults import (
     CallLedger,
     FaultInjectingModel,
     bedrock_error,
+    in_burst,
     reserved_tokens,
+    used_tokens,
 )
 from contract_review.model_clients import BedrockConverseModel, ModelRequest, bedrock_client_config
 
@@ -241,15 +244,19 @@ def test_shared_tokens_quota_reserves_input_plus_max_tokens_and_throttles_with_t
     per_call = reserved_tokens(request())
     assert per_call > 1024
     spec = FaultSpec(throttle_tokens_per_s=2.5 * per_call, throttle_state_dir=str(tmp_path))
-    model = FaultInjectingModel(EchoModel(), spec)
-    # WHEN three calls start at once THEN two fit the quota and the third is throttled on tokens
-    outcomes = []
-    for i in range(3):
+    # WHEN three calls start at once (the 2nd starts while the 1st is in flight, the 3rd while both are)
+    outcomes: list[str] = []
+
+    def start(i: int) -> None:
+        nxt = (lambda _s: start(i + 1)) if i < 2 else (lambda _s: None)
+        model = FaultInjectingModel(EchoModel(), spec.model_copy(update={"latency_ms": 1}), sleep=nxt)
         try:
             model.invoke(request(i=i))
-            outcomes.append("ok")
+            outcomes.insert(0, "ok")
         except ClientError as exc:
-            outcomes.append(exc.response["Error"]["Message"])
+            outcomes.insert(0, exc.response["Error"]["Message"])
+    start(0)
+    # THEN two fit the quota and the third is throttled on tokens (outcomes listed in start order)
     assert outcomes == ["ok", "ok", TOKENS_THROTTLE_MESSAGE]
 
 
@@ -345,3 +352,89 @@ def test_call_ledger_is_safe_under_concurrent_calls(tmp_path):
     lines = path.read_text().splitlines()
     assert len(lines) == 200
     assert all(json.loads(line)["outcome"] == "ok" for line in lines)
+
+
+# --- the simulated Bedrock (a stand-in): tokens settled, 5xx bursts, per-minute quotas -------------------------
+
+def _bucket_tokens(state_dir) -> float:
+    return json.loads((state_dir / "model-tokens.json").read_text())["tokens"]
+
+
+def test_a_finished_call_is_settled_to_input_plus_five_times_its_output(tmp_path):
+    # GIVEN a tokens quota with room for exactly one reservation (input + 1024 maxTokens), no refill to speak of
+    req = request()
+    reserved = reserved_tokens(req)
+    spec = FaultSpec(throttle_tokens_per_s=1e-9, throttle_window_s=reserved / 1e-9, throttle_state_dir=str(tmp_path))
+    model = FaultInjectingModel(EchoModel(), spec)
+    # WHEN one call answers with 3 output tokens
+    assert outcome(model, req) == "ok"
+    # THEN the quota holds input + 5 x 3, not the 1024 reserved: the reservation was settled
+    used = reserved - _bucket_tokens(tmp_path)
+    assert used == pytest.approx(used_tokens(req, EchoModel().invoke(req)), abs=1)
+    assert used == pytest.approx(reserved - 1024 + 5 * 3, abs=1)
+
+
+def test_a_call_in_flight_holds_its_whole_reservation(tmp_path):
+    # GIVEN room for one reservation; WHEN a second call starts while the first is in flight (in its latency)
+    req = request()
+    spec = FaultSpec(throttle_tokens_per_s=1e-9, throttle_window_s=reserved_tokens(req) / 1e-9,
+                     throttle_state_dir=str(tmp_path), latency_ms=1)
+    seen: list[str] = []
+    other = FaultInjectingModel(EchoModel(), spec.model_copy(update={"latency_ms": 0}))
+    holding = FaultInjectingModel(EchoModel(), spec, sleep=lambda _s: seen.append(outcome(other, request(i=9))))
+    assert outcome(holding, req) == "ok"
+    # THEN it is throttled on tokens, though the first call will use far less than it reserved
+    assert seen == ["model.throttled"]
+
+
+def test_an_error_answered_at_once_gives_its_reserved_tokens_back(tmp_path):
+    req = request()
+    reserved = reserved_tokens(req)
+    spec = FaultSpec(throttle_tokens_per_s=1e-9, throttle_window_s=2 * reserved / 1e-9,
+                     throttle_state_dir=str(tmp_path), transient_rate=1.0)
+    model = FaultInjectingModel(EchoModel(), spec)
+    for i in range(6):  # 6 immediate faults against room for 2 reservations: none is throttled on tokens
+        assert outcome(model, request(i=i)) in ("model.throttled", "model.unavailable", "model.timeout")
+    assert _bucket_tokens(tmp_path) == pytest.approx(2 * reserved, abs=1)
+
+
+def test_a_request_throttled_on_tokens_gives_its_request_back(tmp_path):
+    # GIVEN a requests quota of 5 and a tokens quota with room for one reservation, barely refilling
+    req = request()
+    spec = FaultSpec(throttle_quota_per_s=5e-9, throttle_tokens_per_s=reserved_tokens(req) * 1e-9,
+                     throttle_window_s=1e9, throttle_state_dir=str(tmp_path))
+    model = FaultInjectingModel(EchoModel(), spec)
+    assert outcome(model, req) == "ok"
+    requests_left = json.loads((tmp_path / "model-quota.json").read_text())["tokens"]
+    # WHEN a call asking for far more tokens than are left is throttled on tokens
+    with pytest.raises(ClientError) as info:
+        model.invoke(dataclasses.replace(request(i=1), max_tokens=10 ** 6))
+    assert info.value.response["Error"]["Message"] == TOKENS_THROTTLE_MESSAGE
+    # THEN the requests quota did not count it
+    assert json.loads((tmp_path / "model-quota.json").read_text())["tokens"] == pytest.approx(requests_left, abs=0.01)
+
+
+def test_5xx_bursts_fail_every_call_inside_the_window_and_none_outside(monkeypatch):
+    spec = FaultSpec(seed=3, burst_every_s=10.0, burst_duration_s=2.0)
+    model = FaultInjectingModel(EchoModel(), spec)
+    inside = [t / 10 for t in range(0, 1000) if in_burst(spec, t / 10)]
+    # 2 s of every 10 s, wherever the seeded phase puts them
+    assert len(inside) == pytest.approx(200, abs=2)
+    clock = {"now": inside[0]}
+    monkeypatch.setattr("contract_review.faults.time.time", lambda: clock["now"])
+    burst = {outcome(model, request(i=i)) for i in range(20)}
+    assert burst == {"model.unavailable"}  # 503 ServiceUnavailable or 500 InternalServer: both transient
+    clock["now"] = next(t / 10 for t in range(0, 1000) if not in_burst(spec, t / 10))
+    assert {outcome(model, request(i=i)) for i in range(20)} == {"ok"}
+    # AND another seed puts the bursts elsewhere
+    other = spec.model_copy(update={"seed": 5})
+    assert [in_burst(other, t / 10) for t in range(100)] != [in_burst(spec, t / 10) for t in range(100)]
+
+
+def test_the_simulated_bedrock_spec_is_per_minute_quotas_and_a_latency_tail(tmp_path):
+    spec = FaultSpec.simulated_bedrock(str(tmp_path), requests_per_minute=600, tokens_per_minute=120_000,
+                                       median_ms=500, p99_ms=2000, transient_rate=0.05, seed=9)
+    assert (spec.throttle_quota_per_s, spec.throttle_tokens_per_s, spec.throttle_window_s) == (10, 2000, 60)
+    assert (spec.latency_median_ms, spec.latency_p99_ms, spec.transient_rate, spec.seed) == (500, 2000, 0.05, 9)
+    with pytest.raises(ValidationError, match="burst"):
+        FaultSpec(burst_every_s=1.0, burst_duration_s=2.0)
