@@ -16,6 +16,7 @@ progress is dead-lettered as `runtime.backpressure_exhausted`.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import random
@@ -27,6 +28,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from . import lifecycle
+from .analyst_pool import AnalystPool
 from .analysts import (
     STEPS,
     AnalystOutput,
@@ -124,9 +126,10 @@ def worker_identity() -> str:
 
 class AnalystRunner:
     """Runs one chunk's analysts for one attempt: loads committed checkpoints, runs the rest with
-    tier-1 retries, and commits each output under the attempt's fencing token. An analyst starts
-    only when the time left fits all its calls (`analyst_extra_s` more than one call needs);
-    `committed` lists what this attempt checkpointed (its progress)."""
+    tier-1 retries, `Profile.analyst_concurrency` at once (analyst_pool.py), and commits each output
+    under the attempt's fencing token as soon as it is ready. An analyst starts only when the time
+    left fits all its calls (`analyst_extra_s` more than one call needs); `committed` lists what this
+    attempt checkpointed (its progress)."""
 
     def __init__(self, deps: Deps, model: ModelClient, retrier: Retrier, hb: Heartbeat,
                  has_time: Callable[[float], bool], analyst_extra_s: float = 0.0,
@@ -135,33 +138,66 @@ class AnalystRunner:
         self.analyst_extra_s = analyst_extra_s
         self.watch = watch
         self.committed: list[str] = []
+        self._stats_lock = threading.Lock()
 
     def run(self, msg: AnalysisMessage, job: Job, fence: int, record: ChunkRecord) -> dict[str, AnalystOutput]:
         chunk = Chunk(index=msg.chunk_index, chunk_id=msg.chunk_id, start=msg.start, end=msg.end, text=msg.text)
         current_hash = self.deps.settings.analysis_config_hash()
         saved = self.deps.claims.checkpoints(record)
+        specs = analysts_for(job.analyst_count or self.deps.settings.profile.analyst_count)
         outputs: dict[str, AnalystOutput] = {}
-        for spec in analysts_for(job.analyst_count or self.deps.settings.profile.analyst_count):
+        todo: list[AnalystSpec] = []
+        for spec in specs:
             loaded = self._load(msg, job, spec, saved, current_hash)
             if loaded is not None:
                 outputs[spec.name] = loaded
-                continue
-            self.hb.check()
-            if self.watch is not None:
-                self.watch.stage = spec.name
-            if not self.has_time(self.analyst_extra_s):  # both its calls must fit, or none is made
-                raise ReviewError.of("runtime.time_exhausted", "no time for all calls of analyst " + spec.name,
-                                     step=spec.name)
-            out = self._run_one(spec, chunk)
-            if not self.deps.claims.put_checkpoint(msg.job_id, msg.chunk_id, spec.name, fence, current_hash,
-                                                   out.status, out.model_dump_json()):
-                raise LeaseLost("checkpoint write rejected by fencing token")
-            self.committed.append(spec.name)
-            outputs[spec.name] = out
-            self.deps.jobs.record_event(msg.job_id, "analyst.done", chunk_id=msg.chunk_id, chunk_index=msg.chunk_index,
-                                        chunk_count=msg.chunk_count, analyst=spec.name, status=out.status,
-                                        findings=len(out.findings))
-        return outputs
+            else:
+                todo.append(spec)
+        pool: AnalystPool[AnalystSpec, AnalystOutput] = AnalystPool(self.deps.settings.profile.analyst_concurrency)
+
+        def one(spec: AnalystSpec) -> AnalystOutput:
+            return self._run_and_commit(msg, fence, spec, chunk, current_hash, pool)
+        for spec, out in zip(todo, pool.run(todo, one)):
+            if out is not None:
+                outputs[spec.name] = out
+        return {s.name: outputs[s.name] for s in specs}  # in the analysts' order, whatever order they ended in
+
+    def _run_and_commit(self, msg: AnalysisMessage, fence: int, spec: AnalystSpec, chunk: Chunk, current_hash: str,
+                        pool: AnalystPool[AnalystSpec, AnalystOutput]) -> AnalystOutput:
+        """One analyst: its calls (tier-1 retries through its own view of the retrier: the chunk's budget,
+        its own call counts, added to the chunk's), then its checkpoint under the fencing token."""
+        pool.check()
+        self.hb.check()
+        if self.watch is not None:
+            self.watch.stage = spec.name
+        if not self.has_time(self.analyst_extra_s):  # both its calls must fit, or none is made
+            raise ReviewError.of("runtime.time_exhausted", "no time for all calls of analyst " + spec.name,
+                                 step=spec.name)
+        base_check = self.retrier.check
+
+        def check() -> None:
+            pool.check()
+            base_check()
+        retrier = dataclasses.replace(self.retrier, stats=RetryStats(), check=check)
+        try:
+            out = self._run_one(spec, chunk, retrier)
+        finally:
+            self._add_stats(retrier.stats)
+        if not self.deps.claims.put_checkpoint(msg.job_id, msg.chunk_id, spec.name, fence, current_hash,
+                                               out.status, out.model_dump_json()):
+            raise LeaseLost("checkpoint write rejected by fencing token")
+        self.committed.append(spec.name)
+        self.deps.jobs.record_event(msg.job_id, "analyst.done", chunk_id=msg.chunk_id, chunk_index=msg.chunk_index,
+                                    chunk_count=msg.chunk_count, analyst=spec.name, status=out.status,
+                                    findings=len(out.findings))
+        return out
+
+    def _add_stats(self, stats: RetryStats) -> None:
+        with self._stats_lock:
+            total = self.retrier.stats
+            total.calls += stats.calls
+            total.repairs += stats.repairs
+            total.retries.update(stats.retries)
 
     def _load(self, msg: AnalysisMessage, job: Job, spec: AnalystSpec, saved: dict[str, Checkpoint],
               current_hash: str) -> AnalystOutput | None:
@@ -181,8 +217,7 @@ class AnalystRunner:
                                         error_code="runtime.checkpoint_missing", detail=type(exc).__name__)
             return None
 
-    def _run_one(self, spec: AnalystSpec, chunk: Chunk) -> AnalystOutput:
-        retrier = self.retrier
+    def _run_one(self, spec: AnalystSpec, chunk: Chunk, retrier: Retrier) -> AnalystOutput:
         calls_before = retrier.stats.calls
 
         def invoke(request: ModelRequest) -> ModelResponse:

@@ -8,10 +8,13 @@ two cannot drift apart. `FakeClock` makes time explicit.
 
 from __future__ import annotations
 
+import functools
 import json
+import threading
 import uuid
-from collections.abc import Collection, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from dataclasses import dataclass, field
+from typing import Any, TypeVar, cast
 
 from pydantic import BaseModel
 
@@ -34,6 +37,17 @@ from contract_review.records import (
     checkpoint_key,
     event_seq,
 )
+
+F = TypeVar("F", bound=Callable[..., Any])
+_LOCK = threading.RLock()  # a chunk's analysts run in threads: what they call is atomic, as in DynamoDB
+
+
+def _atomic(fn: F) -> F:
+    @functools.wraps(fn)
+    def locked(*args: object, **kwargs: object) -> object:
+        with _LOCK:
+            return fn(*args, **kwargs)
+    return cast(F, locked)
 
 
 @dataclass
@@ -131,6 +145,7 @@ class FakeJobs:
             self.items[job_id] = job
         return job.model_copy(deep=True)
 
+    @_atomic
     def record_event(self, job_id: str, kind: str, **detail: object) -> int:
         job = self.items.get(job_id)
         if job is None:
@@ -273,6 +288,7 @@ class FakeClaims:
                 out[analyst] = cp.model_copy()
         return out
 
+    @_atomic
     def put_checkpoint(self, job_id: str, chunk_id: str, analyst: str, fence: int, config_hash: str,
                        status: str, output_json: str) -> bool:
         cp = Checkpoint(job_id=job_id, chunk_id=chunk_id, analyst=analyst, fence=fence, config_hash=config_hash,
@@ -406,7 +422,9 @@ class FakeQueues:
         return out
 
 
-SETTINGS = Settings(profile=get_profile("local"), jobs_table="jobs", claims_table="claims",
+# Analysts one by one: unit tests place faults at the n-th model call, which needs a deterministic order.
+# Concurrent analysts have their own tests (test_analyst_concurrency.py) and run in the integration tests.
+SETTINGS = Settings(profile=get_profile("local").model_copy(update={"analyst_concurrency": 1}), jobs_table="jobs", claims_table="claims",
                     checkpoints_table="checkpoints", events_table="events", bucket="artifacts",
                     intake_queue_url="intake", analysis_queue_url="analysis", results_queue_url="results",
                     intake_dlq_url="intake-dlq", analysis_dlq_url="analysis-dlq", results_dlq_url="results-dlq")

@@ -1,0 +1,204 @@
+"""A chunk's analysts run concurrently (Profile.analyst_concurrency), each still checkpointed and fenced,
+and a cancel, a lost lease or an error still stops them as the one-by-one worker did. In-flight calls are
+measured with a model whose calls take real (short) time; no test here asserts a duration."""
+
+from __future__ import annotations
+
+import json
+import random
+import threading
+import time
+
+import pytest
+from botocore.exceptions import ClientError
+
+from contract_review import lifecycle
+from contract_review.analysts import ChunkFindings, analysts_for
+from contract_review.intake import handle_intake
+from contract_review.messages import AnalysisMessage
+from contract_review.model_clients import ModelRequest, ModelResponse
+from contract_review.offline_model import OfflineRuleModel
+from contract_review.ports import Queue
+from contract_review.records import ChunkStatus, JobState
+from contract_review.worker import ChunkWorker, Delivery
+
+from ..texts import TEXT
+from .fakes import SETTINGS, FakeWorld
+
+ANALYSTS = [a.name for a in analysts_for(11)]
+CALL_S = 0.02  # each call takes this long, so the calls of analysts run at once overlap
+CHECK_TO_CALL_S = 0.01  # a call that passed its check just before another analyst's stop was raised
+
+
+class OverlapModel:
+    """The offline rule model, each call taking CALL_S; records the most calls in flight at once, the
+    start time of every call, and runs `during(request)` inside the call named by `at`."""
+
+    model_id = "offline-rules-v1"
+
+    def __init__(self, at: int | None = None, during=None, fail: set[str] | None = None, meet: int = 1):
+        self.inner = OfflineRuleModel()
+        self.lock = threading.Condition()
+        self.meet = meet  # a call waits (up to 1 s) until this many are in flight: overlap is not left to timing
+        self.in_flight = self.max_in_flight = self.calls = 0
+        self.started: list[tuple[float, str, str]] = []
+        self.at, self.during, self.fail = at, during, fail or set()
+
+    def invoke(self, request: ModelRequest) -> ModelResponse:
+        with self.lock:
+            self.calls += 1
+            n = self.calls
+            self.in_flight += 1
+            self.max_in_flight = max(self.max_in_flight, self.in_flight)
+            self.started.append((time.monotonic(), request.analyst, request.step))
+            self.lock.notify_all()
+            self.lock.wait_for(lambda: self.in_flight >= self.meet, timeout=1.0)
+        try:
+            if n == self.at and self.during is not None:
+                self.during(request)
+            time.sleep(CALL_S)
+            if request.analyst in self.fail:
+                raise ClientError({"Error": {"Code": "ValidationException", "Message": "scripted"},
+                                   "ResponseMetadata": {"HTTPStatusCode": 400, "HTTPHeaders": {}}}, "Converse")
+            return self.inner.invoke(request)
+        finally:
+            with self.lock:
+                self.in_flight -= 1
+
+
+def _world(concurrency: int) -> FakeWorld:
+    profile = SETTINGS.profile.model_copy(update={"analyst_concurrency": concurrency})
+    return FakeWorld(settings=SETTINGS.model_copy(update={"profile": profile}))
+
+
+def _job(world: FakeWorld) -> tuple[str, AnalysisMessage]:
+    result = handle_intake(world.deps, json.dumps({"schema_version": 1, "document": {"text": TEXT}}), "m-1")
+    (msg,) = world.queues.analysis()
+    world.queues.drain(Queue.ANALYSIS)
+    assert result.job_id
+    return result.job_id, msg
+
+
+def _handle(world: FakeWorld, msg: AnalysisMessage, model: OverlapModel):
+    worker = ChunkWorker(world.deps, model, rng=random.Random(1), sleep=lambda _s: None, call_safety_s=0.5)
+    return worker.handle(msg, Delivery("mid-1", "rh-1", 1, 120, remaining_ms=lambda: 10**9))
+
+
+def _findings(world: FakeWorld, job_id: str, chunk_id: str) -> list[dict]:
+    record = world.claims.get(job_id, chunk_id)
+    assert record is not None and record.findings_key
+    return [f.model_dump() for f in ChunkFindings.model_validate_json(world.artifacts.get_text(record.findings_key)).findings]
+
+
+@pytest.mark.parametrize("concurrency, expected", [(1, 1), (4, 4), (11, 11)])
+def test_a_chunks_analysts_overlap_up_to_the_configured_concurrency(concurrency, expected):
+    # GIVEN a one-chunk job and a worker whose profile runs `concurrency` analysts at once
+    world = _world(concurrency)
+    job_id, msg = _job(world)
+    model = OverlapModel(meet=expected)
+    # WHEN it handles the chunk
+    outcome = _handle(world, msg, model)
+    # THEN exactly that many calls were in flight at once (measured), never more
+    assert outcome.action == "done"
+    assert model.max_in_flight == expected
+    # AND every analyst was checkpointed once under the claim's fence, and every call counted
+    record = world.claims.get(job_id, msg.chunk_id)
+    assert record is not None and record.status is ChunkStatus.DONE
+    assert set(record.checkpoints) == set(ANALYSTS) and set(record.checkpoints.values()) == {1}
+    assert record.n_calls == model.calls == outcome.stats.calls
+    done = [e.detail["analyst"] for e in world.jobs.events(job_id) if e.type == "analyst.done"]
+    assert sorted(done) == sorted(ANALYSTS)
+    numbers = [e.number for e in world.jobs.events(job_id)]
+    assert numbers == list(range(1, len(numbers) + 1))  # events numbered one by one, none lost or doubled
+
+
+def test_concurrent_analysts_find_exactly_what_one_by_one_analysts_find_in_the_same_order():
+    found = {}
+    for concurrency in (1, 11):
+        world = _world(concurrency)
+        job_id, msg = _job(world)
+        assert _handle(world, msg, OverlapModel()).action == "done"
+        found[concurrency] = _findings(world, job_id, msg.chunk_id)
+    assert found[11] == found[1] and found[1]
+
+
+def test_a_chunk_takes_about_two_rounds_of_calls_not_one_per_call():
+    # a chunk's critical path: each analyst's locate, then its assess. With all analysts at once, every
+    # locate starts before any assess, so the calls form two rounds (measured by start order, not time;
+    # the first calls meet, so that a slow thread start on a busy machine cannot reorder them)
+    world = _world(11)
+    _job_id, msg = _job(world)
+    model = OverlapModel(meet=len(ANALYSTS))
+    assert _handle(world, msg, model).action == "done"
+    steps = [step for _t, _analyst, step in sorted(model.started)]
+    first_assess = steps.index("assess") if "assess" in steps else len(steps)
+    assert steps[:first_assess] == ["locate"] * len(ANALYSTS)
+
+
+def test_a_cancel_seen_by_one_analyst_stops_every_analyst_before_its_next_call():
+    # GIVEN all 11 analysts' locate calls in flight; during the last of them to start, the job is cancelled
+    world = _world(11)
+    job_id, msg = _job(world)
+    cancelled_at: list[float] = []
+
+    def cancel(_request: ModelRequest) -> None:
+        assert lifecycle.request_cancel(world.deps, job_id, by="alice").changed
+        cancelled_at.append(time.monotonic())
+    model = OverlapModel(at=len(ANALYSTS), during=cancel)
+    # WHEN the worker handles the chunk
+    outcome = _handle(world, msg, model)
+    # THEN the calls under way finished, and not one call started after the cancel (measured)
+    assert outcome.action == "cancelled"
+    assert model.calls == len(ANALYSTS)
+    assert all(t < cancelled_at[0] for t, _a, _s in model.started)
+    # AND the chunk settled cancelled once, keeping no checkpoint written after the cancel was seen
+    record = world.claims.get(job_id, msg.chunk_id)
+    assert record is not None and record.status is ChunkStatus.CANCELLED
+    assert [e.type for e in world.jobs.events(job_id)].count("chunk.cancelled") == 1
+    job = world.jobs.get(job_id)
+    assert job is not None and job.state is JobState.CANCELLING
+
+
+def test_a_lost_lease_stops_every_analyst_and_no_checkpoint_is_committed_after_it():
+    # GIVEN a worker whose claim is taken over (fence 2) during the first call
+    world = _world(11)
+    job_id, msg = _job(world)
+
+    def steal(_request: ModelRequest) -> None:
+        world.clock.advance(SETTINGS.profile.claim_lease_s + 1)  # the lease lapses; another worker claims
+        won = world.claims.claim(job_id, msg.chunk_id, "other", SETTINGS.profile.claim_lease_s, 2)
+        assert won.won and won.fence == 2
+    model = OverlapModel(at=1, during=steal)
+    refused: list[float] = []
+    real_put = world.claims.put_checkpoint
+
+    def put(*args, **kwargs) -> bool:
+        ok = real_put(*args, **kwargs)
+        if not ok:
+            refused.append(time.monotonic())
+        return ok
+    world.claims.put_checkpoint = put  # type: ignore[method-assign]  # the fake's method, observed
+    # WHEN the worker handles the chunk
+    outcome = _handle(world, msg, model)
+    # THEN it stopped as lease lost: every checkpoint write it tried was refused by the fence
+    assert outcome.action == "lease_lost" and refused
+    record = world.claims.get(job_id, msg.chunk_id)
+    assert record is not None and record.fence == 2 and record.checkpoints == {}
+    # AND no call started after the first refused checkpoint write (the hard stop reached every analyst),
+    # but for one that had passed its check in the moment between the refusal and the stop being raised
+    assert all(t < refused[0] + CHECK_TO_CALL_S for t, _a, _s in model.started)
+
+
+def test_a_permanent_error_in_one_analyst_lets_the_others_finish_and_checkpoint_then_fails_the_chunk():
+    # GIVEN one analyst whose calls fail with a permanent error
+    world = _world(11)
+    job_id, msg = _job(world)
+    bad = ANALYSTS[3]
+    model = OverlapModel(fail={bad})
+    # WHEN the worker handles the chunk
+    outcome = _handle(world, msg, model)
+    # THEN the chunk failed with the permanent error's code
+    assert outcome.action == "failed" and outcome.detail["error"] == "model.request_invalid"
+    # AND the analysts already under way finished and stayed checkpointed: a retry would not redo them
+    record = world.claims.get(job_id, msg.chunk_id)
+    assert record is not None and bad not in record.checkpoints and len(record.checkpoints) == len(ANALYSTS) - 1
