@@ -300,6 +300,8 @@ OPTION_ENV = {
     "fault_spec": "FAULT_SPEC",
     "worker_kind": "WORKER_KIND",
 }
+# Profile fields changed for one local run (a JSON object; the bench compares settings side by side).
+PROFILE_OVERRIDES_ENV = "PROFILE_OVERRIDES"
 ENV: dict[str, str] = {**OPTION_ENV, **{r.field: r.env for r in RESOURCES}}  # every variable, by Settings field
 _REQUIRED = {"profile"} | {r.field for r in RESOURCES if r.required}
 
@@ -410,7 +412,10 @@ class Settings(BaseModel):
         if missing:
             raise ValueError(f"missing environment variables: {', '.join(missing)}")
         values: dict[str, object] = {k: env[v] for k, v in ENV.items() if env.get(v)}
-        values["profile"] = get_profile(str(values["profile"]))
+        profile = get_profile(str(values["profile"]))
+        if env.get(PROFILE_OVERRIDES_ENV):  # local runs and the bench only: e.g. {"analyst_concurrency": 1}
+            profile = Profile.model_validate({**profile.model_dump(), **json.loads(env[PROFILE_OVERRIDES_ENV])})
+        values["profile"] = profile
         if "fault_spec" in values:
             values["fault_spec"] = FaultSpec.model_validate_json(str(values["fault_spec"]))
         return cls.model_validate(values)

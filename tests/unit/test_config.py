@@ -330,3 +330,12 @@ def test_fault_spec_env_round_trip_and_rejects_unknown_fields():
     assert FaultSpec().to_env() == "{}"
     with pytest.raises(ValidationError):
         FaultSpec.model_validate_json('{"transient_rat": 0.5}')
+
+
+def test_profile_overrides_change_named_fields_of_one_local_run_and_are_validated():
+    env = full_env(REVIEW_PROFILE="local", PROFILE_OVERRIDES='{"analyst_concurrency": 1, "fanout_window": 20}')
+    s = Settings.from_env(env)
+    assert (s.profile.analyst_concurrency, s.profile.fanout_window) == (1, 20)
+    assert s.profile.model_copy(update={"analyst_concurrency": 11, "fanout_window": 8}) == PROFILES["local"]
+    with pytest.raises(ValidationError):
+        Settings.from_env(full_env(REVIEW_PROFILE="local", PROFILE_OVERRIDES='{"fanout_page": 99}'))
