@@ -174,6 +174,29 @@ _CODES = [
               "JOB`: failed chunks run again, and the analysts with a mandatory gap run again on their chunks; "
               "finished chunks and the other checkpoints are kept."),
     ErrorCode("job.cancelled", ErrorClass.STATE, False, "The job was cancelled.", "Nothing: work stopped."),
+    # the Job API (api.py): answers to requests, never a job's state
+    ErrorCode("api.unauthenticated", ErrorClass.PERMANENT, False,
+              "A Job API request carried no authenticated principal (on AWS the HTTP API's IAM authorization lets "
+              "no unsigned request through; locally: no bearer token, or an unknown one).",
+              "Sign the request with SigV4 for service execute-api (AWS; the caller needs execute-api:Invoke on the "
+              "API) or send `Authorization: Bearer <api_token>` from .review/local.json (local), then send it again."),
+    ErrorCode("api.not_found", ErrorClass.PERMANENT, False,
+              "No such job, batch or route, or the job or batch belongs to another principal (the API does not "
+              "reveal which).",
+              "Check the id (the jobId and statusUrl your POST returned) and call as the principal that submitted "
+              "it. A job sent straight to the intake queue has no principal and is not visible through the API: "
+              "`review status JOB` shows it."),
+    ErrorCode("api.conflict", ErrorClass.STATE, False,
+              "The job's state does not allow the action: cancelling a job that has ended, an approval for a job "
+              "that is not waiting for one, a retry with nothing to retry, or any action on a job intake has not "
+              "taken in yet.",
+              "Read the job (GET /jobs/{id}); the message says why. For a job intake has not taken in yet the "
+              "answer carries Retry-After: send the request again then. Otherwise nothing to do: the job goes on "
+              "or has ended."),
+    ErrorCode("api.invalid_request", ErrorClass.PERMANENT, False,
+              "A Job API request the API does not take as sent: a bad query parameter, Idempotency-Key or approval "
+              "body, or a method the route does not serve (405).",
+              "Fix the request as the message says (docs/openapi.yaml) and send it again."),
 ]
 
 REGISTRY: dict[str, ErrorCode] = {c.code: c for c in _CODES}

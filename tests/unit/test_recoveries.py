@@ -30,6 +30,7 @@ from contract_review.redrive import dlq_redrive
 from contract_review.worker import ChunkWorker, Delivery
 
 from ..texts import TEXT
+from .api_recoveries import API_RECOVERIES
 from .fakes import SETTINGS, FakeWorld
 from .inprocess import Crash, Fault, FaultyModel, InProcess, fault_free_findings, on
 from .scenarios import small_chunk_world
@@ -413,6 +414,7 @@ RECOVERIES: dict[str, Callable[[str], None]] = {
                                              lambda r: {"s3_uri": upload(r, "uploads/big.txt", BIG_TEXT)},
                                              BIG_TEXT, small=False),
     "input.key_conflict": key_conflict,
+    **API_RECOVERIES,  # the Job API's codes (api_recoveries.py)
 }
 
 

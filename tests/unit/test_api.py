@@ -1,0 +1,412 @@
+"""The Job API (contract_review/api.py) against the in-memory fakes: HTTP API v2 events built exactly as the
+local server builds them (`review_local.api_server.http_api_event`), answered by the very resolver the
+Lambda runs. GIVEN / WHEN / THEN."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from types import SimpleNamespace
+
+import pytest
+
+from contract_review import api
+from contract_review.ports import Queue
+from contract_review.records import JobState
+from review_local.api_server import http_api_event, local_principal
+
+from ..texts import LONG_TEXT, TEXT
+from .fakes import FakeWorld
+from .inprocess import InProcess
+
+ALICE = local_principal("alice")
+BOB = local_principal("bob")
+
+
+@dataclass
+class Answer:
+    status: int
+    headers: Mapping[str, str]
+    body: object
+
+    @property
+    def json(self) -> dict[str, object]:
+        assert isinstance(self.body, dict), self.body
+        return self.body
+
+    @property
+    def code(self) -> object:
+        error = self.json.get("error")
+        return error.get("code") if isinstance(error, dict) else None
+
+
+def call(world: FakeWorld, method: str, path: str, body: object = None, *, who: str | None = ALICE,
+         headers: Mapping[str, str] | None = None, query: str = "") -> Answer:
+    raw = body if isinstance(body, bytes) else (b"" if body is None else json.dumps(body).encode())
+    event = http_api_event(method, path, query, {"Content-Type": "application/json", **(headers or {})}, raw, who,
+                           "api.test", "127.0.0.1")
+    answer = api.resolve(event, SimpleNamespace(function_name="test"), world.deps)
+    assert isinstance(answer, Mapping)
+    text = str(answer.get("body") or "")
+    return Answer(int(answer["statusCode"]), dict(answer.get("headers") or {}), json.loads(text) if text else None)
+
+
+def submit(world: FakeWorld, text: str = TEXT, *, who: str = ALICE, key: str | None = None, **fields: object) -> Answer:
+    return call(world, "POST", "/jobs", {"document": {"text": text}, **fields}, who=who,
+                headers={"Idempotency-Key": key} if key else None)
+
+
+def intake_messages(world: FakeWorld) -> list[dict[str, object]]:
+    return [json.loads(s.body) for s in world.queues.sent[Queue.INTAKE]]
+
+
+# ------------------------------------------------------------------------------ POST /jobs
+def test_the_same_post_twice_with_one_idempotency_key_is_one_job():
+    world = FakeWorld()
+    # GIVEN a document submitted with an Idempotency-Key
+    first = submit(world, key="order-17")
+    assert first.status == 202 and first.json["status"] == "queued"
+    job_id = first.json["jobId"]
+    assert first.json["statusUrl"] == f"http://api.test/jobs/{job_id}" == first.headers["Location"]
+    assert first.json["eventsUrl"].endswith(f"/jobs/{job_id}/events")
+    assert first.json["cancelUrl"].endswith(f"/jobs/{job_id}/cancel")
+    # WHEN the same request comes again (a client retry), before and after intake took the first in
+    again = submit(world, key="order-17")
+    InProcess(world).intake()
+    third = submit(world, key="order-17")
+    # THEN it is one job: the same id each time, the replays say so, and intake got one job
+    assert again.status == third.status == 202
+    assert again.json["jobId"] == third.json["jobId"] == job_id
+    assert again.headers.get("Idempotent-Replayed") == third.headers.get("Idempotent-Replayed") == "true"
+    assert "Idempotent-Replayed" not in first.headers
+    assert [j.job_id for j in world.jobs.all()] == [job_id]  # (the replay before intake sent it again: harmless)
+    assert third.json["status"] == "running"
+    assert len(world.queues.sent[Queue.ANALYSIS]) >= 1  # the job runs, once
+
+
+def test_an_idempotency_key_reused_for_another_document_is_a_conflict():
+    world = FakeWorld()
+    submit(world, key="k1")
+    # WHEN the key comes with another document (before intake, and after)
+    before = submit(world, text=TEXT + "\nAnnex A.", key="k1")
+    InProcess(world).intake()
+    after = submit(world, text=TEXT + "\nAnnex A.", key="k1")
+    # THEN 409 input.key_conflict, and nothing more was sent
+    assert before.status == after.status == 409
+    assert before.code == after.code == "input.key_conflict"
+    assert len(world.jobs.all()) == 1
+
+
+def test_without_a_key_the_same_document_is_one_job_per_principal():
+    world = FakeWorld()
+    a1, a2, b = submit(world), submit(world), submit(world, who=BOB)
+    assert a1.json["jobId"] == a2.json["jobId"] != b.json["jobId"]
+
+
+def test_the_intake_message_is_bound_to_the_principal_and_valid():
+    world = FakeWorld()
+    answer = submit(world, document_id="nda-1", metadata={"matter": "M-1"})
+    [message] = intake_messages(world)
+    assert message["principal"] == ALICE and message["document_id"] == "nda-1"
+    assert message["metadata"] == {"matter": "M-1"} and message["document"] == {"text": TEXT}
+    InProcess(world).intake()
+    job = world.jobs.get(str(answer.json["jobId"]))
+    assert job is not None and job.principal == ALICE
+
+
+def test_a_large_text_goes_by_claim_check_as_review_submit_sends_it():
+    world = FakeWorld()
+    big = (LONG_TEXT + "\n") * (250_000 // len(LONG_TEXT) + 1)
+    answer = submit(world, text=big)
+    assert answer.status == 202
+    [message] = intake_messages(world)
+    uri = str(message["document"]["s3_uri"])  # type: ignore[index]  # a JSON object
+    assert uri == f"s3://{world.artifacts.bucket}/uploads/{answer.json['jobId']}.txt"
+    assert world.artifacts.get_text(uri.split("/", 3)[3]) == big
+
+
+@pytest.mark.parametrize("body,status,code", [
+    (b"{not json", 400, "input.invalid"),
+    ({"document": {"text": TEXT}, "surprise": 1}, 400, "input.invalid"),
+    ({"document": {"text": TEXT}, "metadata": {"k": {"nested": True}}}, 400, "input.invalid"),
+    (b'{"document": {"text": "\\ud800"}}', 400, "input.invalid"),
+    ({"document": {"text": "   "}}, 422, "input.empty_document"),
+    ({"document": {"s3_uri": "s3://elsewhere/uploads/x.txt"}}, 422, "input.document_forbidden"),
+    ({"document": {"s3_uri": "s3://artifacts/uploads/missing.txt"}}, 422, "input.document_missing"),
+])
+def test_a_bad_request_is_answered_with_its_code_and_sends_nothing(body: object, status: int, code: str):
+    world = FakeWorld()
+    answer = call(world, "POST", "/jobs", body)
+    assert answer.status == status and answer.code == code, answer.body
+    assert answer.json["error"]["retryable"] is False  # type: ignore[index]  # a JSON object
+    assert not intake_messages(world) and not world.jobs.all()
+
+
+def test_an_s3_uri_under_uploads_is_read_hashed_and_passed_on():
+    world = FakeWorld()
+    world.artifacts.put_text("uploads/msa.txt", LONG_TEXT)
+    answer = call(world, "POST", "/jobs", {"document": {"s3_uri": "s3://artifacts/uploads/msa.txt"}})
+    assert answer.status == 202
+    assert intake_messages(world)[0]["document"] == {"s3_uri": "s3://artifacts/uploads/msa.txt"}
+    run = InProcess(world)
+    job = run.run(str(answer.json["jobId"]))
+    assert job.state is JobState.COMPLETED
+
+
+# ------------------------------------------------------------------------------ GET /jobs/{id}
+def test_a_job_reads_queued_at_once_then_running_then_completed_with_its_report():
+    world = FakeWorld()
+    job_id = str(submit(world, text=LONG_TEXT).json["jobId"])
+    # before intake: queued, waiting for intake
+    queued = call(world, "GET", f"/jobs/{job_id}")
+    assert queued.status == 200 and queued.json["status"] == "queued"
+    assert queued.json["progress"] == {"currentStep": 0, "totalSteps": 0, "label": "waiting for intake"}
+    assert queued.json["result"] is None and queued.json["error"] is None
+    run = InProcess(world)
+    run.intake()
+    running = call(world, "GET", f"/jobs/{job_id}").json
+    job = world.jobs.get(job_id)
+    assert job is not None
+    assert running["status"] == "running" and running["progress"]["totalSteps"] == job.chunk_count > 1  # type: ignore[index]
+    run.run(job_id)
+    done = call(world, "GET", f"/jobs/{job_id}").json
+    assert done["status"] == "completed" and done["error"] is None
+    result = done["result"]
+    assert isinstance(result, dict) and result["reportJson"] == f"s3://artifacts/reports/{job_id}/report.json"
+    progress = done["progress"]
+    assert isinstance(progress, dict) and progress["currentStep"] == progress["totalSteps"]
+    assert progress["label"].startswith("job.completed") or progress["label"]  # the latest event's label
+    assert done["updatedAt"].endswith("Z")  # type: ignore[union-attr]
+
+
+def test_a_failed_job_carries_its_error_code_and_whether_retry_can_help():
+    world = FakeWorld()
+    job_id = str(submit(world).json["jobId"])
+    InProcess(world).intake()
+    job = world.jobs.get(job_id)
+    assert job is not None
+    from contract_review.errors import ErrorEnvelope
+    from contract_review.records import JobFailure
+
+    env = ErrorEnvelope.of("model.access_denied", "no access")
+    world.jobs.transition(job_id, (JobState.RUNNING,), JobState.FAILED,
+                          outcome=JobFailure(error=env, error_code=env.error_code, ended_at=world.clock()))
+    body = call(world, "GET", f"/jobs/{job_id}").json
+    assert body["status"] == "failed"
+    assert body["error"] == {"code": "model.access_denied", "message": "no access", "retryable": True}
+
+
+# ------------------------------------------------------------------------------ events
+def test_events_read_after_seq_across_reconnects_lose_nothing_and_repeat_nothing():
+    world = FakeWorld()
+    job_id = str(submit(world, text=LONG_TEXT).json["jobId"])
+    run = InProcess(world)
+    seen: list[int] = []
+    after = 0
+    # WHEN a client reads a page at a time (limit 3), reconnecting between pages while the job makes progress
+    for _ in range(200):
+        page = call(world, "GET", f"/jobs/{job_id}/events", query=f"after={after}&limit=3")
+        assert page.status == 200
+        assert isinstance(page.body, list) and len(page.body) <= 3
+        seen += [int(e["seq"]) for e in page.body]
+        if page.body:
+            after = int(page.body[-1]["seq"])
+        job = world.jobs.get(job_id)
+        if not page.body and job is not None and job.terminal:
+            break
+        run.round()
+    # THEN the concatenation is every event the job has, in order, each once
+    everything = [e.number for e in world.jobs.events(job_id, after=0, limit=10_000)]
+    assert seen == everything and len(set(seen)) == len(seen) and len(seen) > 5
+    assert seen == sorted(seen)
+
+
+def test_events_of_a_job_not_yet_taken_in_are_an_empty_list():
+    world = FakeWorld()
+    job_id = submit(world).json["jobId"]
+    assert call(world, "GET", f"/jobs/{job_id}/events").body == []
+
+
+@pytest.mark.parametrize("query", ["after=-1", "after=x", "limit=0", "limit=1001", "after=1.5"])
+def test_bad_event_parameters_are_400(query: str):
+    world = FakeWorld()
+    job_id = submit(world).json["jobId"]
+    answer = call(world, "GET", f"/jobs/{job_id}/events", query=query)
+    assert answer.status == 400 and answer.code == "api.invalid_request"
+
+
+# ------------------------------------------------------------------------------ principals
+def _routes(job_id: str, batch_id: str) -> list[tuple[str, str, object]]:
+    return [("GET", f"/jobs/{job_id}", None), ("GET", f"/jobs/{job_id}/events", None),
+            ("POST", f"/jobs/{job_id}/cancel", None), ("POST", f"/jobs/{job_id}/approval", {"decision": "approve"}),
+            ("POST", f"/jobs/{job_id}/retry", None), ("GET", f"/batches/{batch_id}", None)]
+
+
+ROUTE_NAMES = ["get-job", "events", "cancel", "approval", "retry", "get-batch"]
+
+
+@pytest.mark.parametrize("taken_in", [False, True], ids=["before-intake", "after-intake"])
+@pytest.mark.parametrize("route", range(len(ROUTE_NAMES)), ids=ROUTE_NAMES)
+def test_another_principal_gets_404_on_every_route(route: int, taken_in: bool):
+    world = FakeWorld()
+    # GIVEN Alice's batch of one job (before and after intake recorded it)
+    batch = call(world, "POST", "/batches", [{"custom_id": "a", "document": {"text": TEXT}}])
+    assert batch.status == 202
+    job_id, batch_id = batch.json["items"][0]["jobId"], batch.json["batchId"]  # type: ignore[index]
+    if taken_in:
+        InProcess(world).intake()
+    method, path, body = _routes(str(job_id), str(batch_id))[route]
+    sent_before = {q: len(v) for q, v in world.queues.sent.items()}
+    # WHEN Bob calls the route
+    answer = call(world, method, path, body, who=BOB)
+    # THEN 404, worded as for a job that does not exist, and nothing changed
+    assert answer.status == 404 and answer.code == "api.not_found", answer.body
+    missing = call(world, method, path.replace(str(job_id), "job-" + "0" * 20).replace(str(batch_id),
+                                                                                     "batch-" + "0" * 20), body, who=BOB)
+    assert missing.status == 404 and str(answer.json["error"]["message"]).replace(  # type: ignore[index]
+        str(job_id), "X").replace(str(batch_id), "X") == str(missing.json["error"]["message"]).replace(  # type: ignore[index]
+        "job-" + "0" * 20, "X").replace("batch-" + "0" * 20, "X")
+    assert {q: len(v) for q, v in world.queues.sent.items()} == sent_before
+    job = world.jobs.get(str(job_id))
+    assert job is None or job.state in (JobState.QUEUED, JobState.RUNNING)
+    # and Alice still can
+    assert call(world, "GET", f"/jobs/{job_id}").status == 200
+
+
+@pytest.mark.parametrize("route", range(len(ROUTE_NAMES)), ids=ROUTE_NAMES)
+def test_a_job_sent_through_the_queue_is_not_visible_through_the_api(route: int):
+    world = FakeWorld()
+    run = InProcess(world)
+    run.send({"text": TEXT}, key="queue-job")
+    run.intake()
+    [job] = world.jobs.all()
+    method, path, body = _routes(job.job_id, "batch-" + "0" * 20)[route]
+    assert call(world, method, path, body).status == 404
+
+
+def test_a_request_without_a_principal_is_401():
+    world = FakeWorld()
+    for method, path in (("POST", "/jobs"), ("GET", "/jobs/job-" + "0" * 20), ("POST", "/batches")):
+        answer = call(world, method, path, {"document": {"text": TEXT}}, who=None)
+        assert answer.status == 401 and answer.code == "api.unauthenticated"
+    assert not intake_messages(world)
+
+
+def test_unknown_routes_are_404_and_wrong_methods_405():
+    world = FakeWorld()
+    assert call(world, "GET", "/nowhere").status == 404
+    answer = call(world, "DELETE", "/jobs/job-" + "0" * 20)
+    assert answer.status == 405 and answer.headers["Allow"] == "GET" and answer.code == "api.invalid_request"
+
+
+# ------------------------------------------------------------------------------ batches
+def test_a_batch_with_one_bad_item_submits_the_others_and_reports_the_bad_one():
+    world = FakeWorld()
+    lines = [json.dumps({"custom_id": "nda", "document": {"text": TEXT}}),
+             json.dumps({"custom_id": "bad", "document": {"text": "  "}}),
+             "{this is not json",
+             json.dumps({"custom_id": "msa", "document": {"text": LONG_TEXT}, "metadata": {"matter": "M-2"}}),
+             json.dumps({"custom_id": "nda", "document": {"text": LONG_TEXT}})]
+    # WHEN a JSONL batch of five items, three of them bad, is posted
+    answer = call(world, "POST", "/batches", "\n".join(lines).encode(),
+                  headers={"Content-Type": "application/x-ndjson"})
+    # THEN 202: two jobs, three items reported with their error
+    assert answer.status == 202, answer.body
+    body = answer.json
+    assert body["accepted"] == 2 and body["rejected"] == 3 and body["total"] == 5
+    items = body["items"]
+    assert isinstance(items, list)
+    by_status = [(i["customId"], i["status"], (i["error"] or {}).get("code")) for i in items]
+    assert by_status == [("nda", "queued", None), ("bad", "rejected", "input.empty_document"),
+                         (None, "rejected", "input.invalid"), ("msa", "queued", None),
+                         ("nda", "rejected", "input.invalid")]
+    InProcess(world).intake()
+    assert len(world.jobs.all()) == 2
+    # AND the good ones run to completion, each tracked on its own
+    run = InProcess(world)
+    for item in items:
+        if item["jobId"]:
+            run.run(str(item["jobId"]))
+    later = call(world, "GET", f"/batches/{body['batchId']}").json
+    assert later["counts"] == {"completed": 2, "rejected": 3} and later["ended"] is True
+    assert [i["status"] for i in later["items"]] == ["completed", "rejected", "rejected", "completed",  # type: ignore[union-attr]
+                                                     "rejected"]
+
+
+def test_the_same_batch_twice_is_one_batch_and_its_jobs_once():
+    world = FakeWorld()
+    items = [{"custom_id": "a", "document": {"text": TEXT}}, {"custom_id": "b", "document": {"text": LONG_TEXT}}]
+    first = call(world, "POST", "/batches", items)
+    second = call(world, "POST", "/batches", {"items": items})  # the same items, the other accepted form
+    third = call(world, "POST", "/batches", items)
+    assert first.json["batchId"] == third.json["batchId"]
+    assert third.headers.get("Idempotent-Replayed") == "true"
+    # another body with the same documents is another batch, but its jobs are the same (keyed by document)
+    assert second.status == 202 and second.json["batchId"] != first.json["batchId"]
+    assert [i["jobId"] for i in second.json["items"]] == [i["jobId"] for i in first.json["items"]]  # type: ignore[union-attr]
+    InProcess(world).intake()
+    assert len(world.jobs.all()) == 2
+
+
+@pytest.mark.parametrize("body", [b"", b"[]", b"42", json.dumps([{"custom_id": str(i), "document": {"text": TEXT}}
+                                                               for i in range(api.MAX_BATCH_ITEMS + 1)]).encode()])
+def test_an_empty_or_oversized_batch_is_a_400(body: bytes):
+    world = FakeWorld()
+    answer = call(world, "POST", "/batches", body)
+    assert answer.status == 400 and answer.code == "input.invalid"
+    assert not intake_messages(world)
+
+
+# ------------------------------------------------------------------------------ cancel, retry, approval
+def test_cancel_moves_a_running_job_to_cancelling_once_and_an_ended_job_is_a_conflict():
+    world = FakeWorld()
+    job_id = str(submit(world, text=LONG_TEXT).json["jobId"])
+    # before intake took it in there is nothing to cancel yet: 409, with Retry-After
+    early = call(world, "POST", f"/jobs/{job_id}/cancel")
+    assert early.status == 409 and early.code == "api.conflict" and early.headers.get("Retry-After")
+    run = InProcess(world)
+    run.intake()
+    first = call(world, "POST", f"/jobs/{job_id}/cancel")
+    second = call(world, "POST", f"/jobs/{job_id}/cancel")
+    assert first.status == second.status == 202
+    assert first.json["status"] == second.json["status"] == "cancelling"
+    assert first.json["changed"] is True and second.json["changed"] is False
+    job = run.run(job_id)
+    assert job.state is JobState.CANCELLED and job.cancelled_by == ALICE
+    assert call(world, "POST", f"/jobs/{job_id}/cancel").json["status"] == "cancelled"
+    # a job that completed cannot be cancelled
+    done_id = str(submit(world).json["jobId"])
+    assert run.run(done_id).state is JobState.COMPLETED
+    ended = call(world, "POST", f"/jobs/{done_id}/cancel")
+    assert ended.status == 409 and ended.code == "api.conflict" and "already ended" in str(ended.json["error"])
+
+
+def test_retry_reopens_a_failed_job_and_refuses_a_completed_one():
+    from contract_review.errors import ErrorEnvelope
+    from contract_review.records import JobFailure
+
+    world = FakeWorld()
+    job_id = str(submit(world, text=LONG_TEXT).json["jobId"])
+    run = InProcess(world)
+    run.intake()
+    env = ErrorEnvelope.of("model.access_denied", "no access")
+    job = world.jobs.get(job_id)
+    assert job is not None
+    world.jobs.transition(job_id, (JobState.RUNNING,), JobState.FAILED,
+                          outcome=JobFailure(error=env, error_code=env.error_code, ended_at=world.clock()))
+    answer = call(world, "POST", f"/jobs/{job_id}/retry")
+    assert answer.status == 202 and answer.json["status"] == "running" and answer.json["action"]
+    assert run.run(job_id).state is JobState.COMPLETED
+    again = call(world, "POST", f"/jobs/{job_id}/retry")
+    assert again.status == 409 and again.code == "api.conflict"
+
+
+def test_an_approval_needs_a_job_waiting_for_one_and_a_valid_decision():
+    world = FakeWorld()
+    job_id = str(submit(world).json["jobId"])
+    InProcess(world).intake()
+    bad = call(world, "POST", f"/jobs/{job_id}/approval", {"decision": "maybe"})
+    assert bad.status == 400 and bad.code == "api.invalid_request"
+    running = call(world, "POST", f"/jobs/{job_id}/approval", {"decision": "approve"})
+    assert running.status == 409 and running.code == "api.conflict"
