@@ -196,7 +196,7 @@ class _Handler(BaseHTTPRequestHandler):
             return
         self._answer(self.api_server.call(self._event(self.command, body)))
 
-    do_GET = do_POST = do_PUT = do_DELETE = do_PATCH = _handle
+    do_GET = do_POST = do_PUT = do_DELETE = do_PATCH = do_HEAD = do_OPTIONS = do_TRACE = _handle  # others: 405
 
     # ------------------------------------------------------------------ server-sent events
     def _stream(self, job_id: str, path: str, query: str) -> None:

@@ -96,6 +96,9 @@ def up(fault_rate: float, seed: int, workers: int | None, worker_kind: str) -> N
     console.print(f"AWS endpoint: [bold cyan]{stack.aws.endpoint}[/]  region: {stack.aws.region}")
     for k, v in sorted(stack.outputs.items()):
         console.print(f"  {k:22} {v}")
+    if stack.api is not None:
+        console.print(f"Job API: [bold cyan]{stack.api.url}[/]  token: [bold]{stack.api.token}[/]  (docs/openapi.yaml; "
+                      "`Authorization: Bearer <token>`)", soft_wrap=True)
     console.print("wrote .review/local.json; worker logs in .review/logs/. Ctrl-C to stop.")
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
@@ -111,15 +114,24 @@ def up(fault_rate: float, seed: int, workers: int | None, worker_kind: str) -> N
 
 # ------------------------------------------------------------------------------------ submit
 @cli.command()
-@click.argument("files", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.argument("files", nargs=-1, type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option("--batch", "batch_file", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
+              help="A batch instead of FILES: JSON Lines, one item per line with a custom_id and a document (or a file).")
 @click.option("--wait", is_flag=True, help="Wait for the jobs to end, showing progress.")
 @click.option("--idempotency-key", default=None, help="Only with one file. Default: a hash of the document.")
 @click.option("--timeout", type=float, default=600.0)
 @click.pass_obj
-def submit(obj: Ctx, files: tuple[Path, ...], wait: bool, idempotency_key: str | None, timeout: float) -> None:
+def submit(obj: Ctx, files: tuple[Path, ...], batch_file: Path | None, wait: bool, idempotency_key: str | None,
+           timeout: float) -> None:
     """Submit documents (UTF-8 text files) to the intake queue; print their job ids.
 
-    The same document twice is one job (its id is a hash of the text): it is sent and waited on once."""
+    The same document twice is one job (its id is a hash of the text): it is sent and waited on once.
+    With --batch, a batch of the Job API (each item its own job; a bad item never stops the others)."""
+    if batch_file is not None:
+        _submit_batch(obj, batch_file, bool(files), wait, idempotency_key, timeout)
+        return
+    if not files:
+        raise click.UsageError("give FILE... or --batch ITEMS.jsonl")
     if idempotency_key and len(files) > 1:
         raise click.UsageError("--idempotency-key takes one file")
     texts = [(f, _read_document(f)) for f in files]
@@ -196,6 +208,29 @@ def _wait(obj: Ctx, job_ids: list[str], timeout: float, grace_s: float, show_eve
             problems.append(f"{j} ended {state}: see `review status {j}`")
     if problems:
         raise click.ClickException("\n".join(problems))
+
+
+def _submit_batch(obj: Ctx, path: Path, with_files: bool, wait: bool, key: str | None, timeout: float) -> None:
+    from .batches import cli_principal, submit_batch_file
+
+    if with_files:
+        raise click.UsageError("give FILE... or --batch ITEMS.jsonl, not both")
+    accepted, rejected = submit_batch_file(obj.deps, cli_principal(obj.stack, obj.region), path, key, console)
+    if wait and accepted:
+        _wait(obj, accepted, timeout, SUBMIT_GRACE_S)
+    if rejected:
+        raise click.ClickException(f"{len(rejected)} item(s) rejected (the others were submitted): {', '.join(rejected)}")
+
+
+@cli.command("batch")
+@click.argument("batch_id")
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_obj
+def batch(obj: Ctx, batch_id: str, as_json: bool) -> None:
+    """Each item of a batch (`review submit --batch`, or the Job API's POST /batches): its job and state."""
+    from .batches import cli_principal, show_batch
+
+    show_batch(obj.deps, cli_principal(obj.stack, obj.region), batch_id, as_json, console)
 
 
 # ------------------------------------------------------------------------------------ status & co

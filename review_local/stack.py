@@ -10,6 +10,7 @@ from typing import Any
 from contract_review.config import FaultSpec, get_profile
 from contract_review.ports import Deps
 
+from .api_server import ApiServer
 from .connect import local_deps
 from .embedded import LOCAL_JSON, STATE_DIR, EmbeddedAws, synth
 from .runtime import LocalRuntime, function_specs
@@ -26,14 +27,20 @@ class LocalStack:
     runtime: LocalRuntime | None = None
     template: dict[str, Any] = field(default_factory=dict)
     state_dir: Path = STATE_DIR  # worker logs go to state_dir/logs
+    api: ApiServer | None = None  # the Job API on loopback (the Lambda's resolver; review_local/api_server.py)
 
-    def start(self, workers: bool = True) -> LocalStack:
+    def start(self, workers: bool = True, api: bool = True) -> LocalStack:
         self.template = self.template or synth(self.profile, {"worker": self.worker})
         self.aws.start()
         self.aws.deploy(self.template)
         if workers:
             self.start_workers()
+        if api:
+            self.start_api()
         return self
+
+    def start_api(self, port: int = 0) -> None:
+        self.api = ApiServer(self.deps(), port=port).start()
 
     def start_workers(self) -> None:
         prof = get_profile(self.profile)
@@ -50,6 +57,9 @@ class LocalStack:
             self.runtime = None
 
     def stop(self) -> None:
+        if self.api is not None:
+            self.api.stop()
+            self.api = None
         self.stop_workers()
         self.aws.stop()
 
@@ -68,7 +78,10 @@ class LocalStack:
         return local_deps(self.outputs, self.aws.region, self.aws.endpoint, self.profile)
 
     def write_local_json(self, path: Path = LOCAL_JSON) -> None:
-        self.aws.write_local_json(path, extra={"profile": self.profile})
+        extra: dict[str, Any] = {"profile": self.profile}
+        if self.api is not None:  # the Job API: its base URL and the first principal's bearer token
+            extra.update(api=self.api.url, api_token=self.api.token)
+        self.aws.write_local_json(path, extra=extra)
 
     def describe(self) -> str:
         return json.dumps({"endpoint": self.aws.endpoint, "region": self.aws.region, "outputs": self.outputs}, indent=2)

@@ -532,7 +532,9 @@ def _batch_items() -> list[object]:
         try:
             parsed = json.loads(raw)
         except ValueError:
-            parsed = None  # several lines: JSON Lines
+            if "json" in ctype:  # declared JSON: it must be (JSON Lines say application/x-ndjson)
+                _body_json()
+            parsed = None  # no content type: JSON Lines
         if isinstance(parsed, dict) and isinstance(parsed.get("items"), list):
             parsed = parsed["items"]
         if isinstance(parsed, list):

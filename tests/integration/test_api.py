@@ -1,0 +1,181 @@
+"""The Job API over HTTP against the local stack with its worker processes: the loopback server of
+`review up` (the same resolver as the Lambda), real queues and tables.
+
+- events resumed with `Last-Event-ID` (server-sent events) and with `after=SEQ` lose nothing, repeat nothing;
+- another principal gets 404 on every route;
+- a batch with a bad item: the others complete, the bad one is reported;
+- the README's curl session (submit, watch events, cancel) works as written.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from contract_review.records import JobState
+from review_local.stack import LocalStack
+
+from .conftest import wait_for
+
+ROOT = Path(__file__).resolve().parents[2]
+SAMPLES = ROOT / "samples"
+
+
+@pytest.fixture(scope="module")
+def stack(local_template: dict[str, Any], tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStack]:
+    s = LocalStack(template=local_template, state_dir=tmp_path_factory.mktemp("api"))
+    s.start()
+    try:
+        yield s
+    finally:
+        s.stop()
+
+
+def http(stack: LocalStack, method: str, path: str, body: object = None, *, token: str | None = None,
+         headers: dict[str, str] | None = None) -> tuple[int, dict[str, str], Any]:
+    assert stack.api is not None
+    data = body if isinstance(body, bytes) else (None if body is None else json.dumps(body).encode())
+    req = urllib.request.Request(stack.api.url + path, data=data, method=method, headers={
+        "Authorization": f"Bearer {token or stack.api.token}", "Content-Type": "application/json", **(headers or {})})
+    try:
+        with urllib.request.urlopen(req, timeout=30) as r:
+            return r.status, dict(r.headers), json.loads(r.read() or b"null")
+    except urllib.error.HTTPError as e:
+        return e.code, dict(e.headers), json.loads(e.read() or b"null")
+
+
+def sse(stack: LocalStack, job_id: str, last_event_id: int | None = None, stop_after: int | None = None,
+        timeout: float = 120) -> tuple[list[dict[str, Any]], bool]:
+    """Read the job's event stream: (events, whether the `end` event came). Disconnects after `stop_after`."""
+    assert stack.api is not None
+    headers = {"Authorization": f"Bearer {stack.api.token}", "Accept": "text/event-stream"}
+    if last_event_id is not None:
+        headers["Last-Event-ID"] = str(last_event_id)
+    req = urllib.request.Request(f"{stack.api.url}/jobs/{job_id}/events", headers=headers)
+    events: list[dict[str, Any]] = []
+    with urllib.request.urlopen(req, timeout=timeout) as r:
+        assert r.headers["Content-Type"] == "text/event-stream"
+        fields: dict[str, str] = {}
+        for raw in r:
+            line = raw.decode().rstrip("\n")
+            if line.startswith(":"):
+                continue
+            if line:
+                name, _, value = line.partition(": ")
+                fields[name] = value
+                continue
+            if fields.get("event") == "end":
+                return events, True
+            if "data" in fields:
+                event = json.loads(fields["data"])
+                assert int(fields["id"]) == event["seq"] and fields["event"] == event["type"]
+                events.append(event)
+                if stop_after is not None and len(events) >= stop_after:
+                    return events, False  # the client goes away mid-stream
+            fields = {}
+    return events, False
+
+
+def test_events_resumed_with_last_event_id_and_after_lose_nothing_and_repeat_nothing(stack: LocalStack):
+    text = (SAMPLES / "supply-agreement.txt").read_text()
+    status, _, accepted = http(stack, "POST", "/jobs", {"document": {"text": text}, "document_id": "supply-sse"})
+    assert status == 202
+    job_id = accepted["jobId"]
+    # WHEN a client reads the stream, goes away after 3 events, and comes back with Last-Event-ID, twice
+    first, ended = sse(stack, job_id, stop_after=3)
+    assert not ended and len(first) == 3
+    second, ended = sse(stack, job_id, last_event_id=first[-1]["seq"], stop_after=4)
+    rest, ended = sse(stack, job_id, last_event_id=(second or first)[-1]["seq"])
+    assert ended
+    streamed = first + second + rest
+    # AND another client pages through the JSON API with after=SEQ
+    paged: list[dict[str, Any]] = []
+    while True:
+        status, _, page = http(stack, "GET", f"/jobs/{job_id}/events?after={paged[-1]['seq'] if paged else 0}&limit=4")
+        assert status == 200
+        if not page:
+            break
+        paged += page
+    # THEN both saw every event of the job once, in order: 1, 2, ... with no gap
+    seqs = [e["seq"] for e in streamed]
+    assert seqs == list(range(1, len(seqs) + 1)), seqs
+    assert [e["seq"] for e in paged] == seqs and [e["type"] for e in paged] == [e["type"] for e in streamed]
+    status, _, job = http(stack, "GET", f"/jobs/{job_id}")
+    assert job["status"] == "completed" and job["result"]["reportJson"].endswith(f"reports/{job_id}/report.json")
+    assert streamed[-1]["type"] == "job.completed"
+
+
+ROUTES = [("GET", "/jobs/{job}", None), ("GET", "/jobs/{job}/events", None), ("POST", "/jobs/{job}/cancel", None),
+          ("POST", "/jobs/{job}/approval", {"decision": "reject"}), ("POST", "/jobs/{job}/retry", None),
+          ("GET", "/batches/{batch}", None)]
+
+
+@pytest.mark.parametrize("method,path,body", ROUTES, ids=[f"{m} {p}" for m, p, _ in ROUTES])
+def test_another_principal_gets_404_on_every_route(stack: LocalStack, method: str, path: str, body: object):
+    assert stack.api is not None
+    status, _, batch = http(stack, "POST", "/batches", [{"custom_id": "p1", "document": {"text": "1. Term. "
+                                                                                              "Ten years."}}])
+    assert status == 202
+    job_id, batch_id = batch["items"][0]["jobId"], batch["batchId"]
+    wait_for(lambda: stack.deps().jobs.get(job_id), 20, what="intake to record the job")
+    url = path.format(job=job_id, batch=batch_id)
+    status, _, answer = http(stack, method, url, body, token=stack.api.other_token)
+    assert status == 404 and answer["error"]["code"] == "api.not_found"
+    job = stack.deps().jobs.get(job_id)
+    assert job is not None and job.principal == "arn:aws:iam::123456789012:user/local-user"
+    assert job.state not in (JobState.CANCELLING, JobState.CANCELLED)
+    assert http(stack, "GET", f"/jobs/{job_id}")[0] == 200  # its owner still reads it
+    assert http(stack, "GET", f"/jobs/{job_id}", token="not-a-token")[0] == 401
+
+
+def test_a_batch_with_one_bad_item_runs_the_others_and_reports_the_bad_one(stack: LocalStack):
+    lines = [{"custom_id": "nda", "document": {"text": (SAMPLES / "mutual-nda.txt").read_text()}},
+             {"custom_id": "missing", "document": {"s3_uri": f"s3://{stack.outputs['ArtifactBucketName']}/uploads/no.txt"}},
+             {"custom_id": "saas", "document": {"text": (SAMPLES / "saas-subscription-agreement.txt").read_text()}}]
+    body = "\n".join(json.dumps(line) for line in lines).encode()
+    status, headers, batch = http(stack, "POST", "/batches", body, headers={"Content-Type": "application/x-ndjson"})
+    assert status == 202 and headers["Location"] == batch["statusUrl"]
+    assert (batch["accepted"], batch["rejected"]) == (2, 1)
+    assert batch["items"][1]["status"] == "rejected" and batch["items"][1]["error"]["code"] == "input.document_missing"
+
+    def ended() -> dict[str, Any] | None:
+        view = http(stack, "GET", f"/batches/{batch['batchId']}")[2]
+        return view if view["ended"] else None
+
+    view = wait_for(ended, 120, 0.5, "the batch's jobs to end")
+    assert view["counts"] == {"completed": 2, "rejected": 1}
+    assert [i["status"] for i in view["items"]] == ["completed", "rejected", "completed"]
+
+
+def _readme_session() -> str:
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    blocks = [b for b in re.findall(r"^```bash\n(.*?)^```", readme, flags=re.S | re.M) if '"$API/jobs' in b]
+    assert len(blocks) == 1, "README: one ```bash block with the Job API curl session"
+    return blocks[0]
+
+
+@pytest.mark.skipif(not (shutil.which("curl") and shutil.which("jq")), reason="needs curl and jq")
+def test_the_readme_curl_session_submits_watches_and_cancels(stack: LocalStack, tmp_path: Path):
+    assert stack.api is not None
+    # GIVEN `review up`'s .review/local.json in a working directory with the samples
+    stack.write_local_json(tmp_path / ".review" / "local.json")
+    (tmp_path / "samples").symlink_to(SAMPLES)
+    # WHEN the README's session runs as written
+    proc = subprocess.run(["bash", "-c", _readme_session()], cwd=tmp_path, capture_output=True, text=True, timeout=180)
+    out = proc.stdout
+    # THEN it submitted, showed events, cancelled, and streamed until the job was cancelled
+    assert '"status": "cancelling"' in out, (out, proc.stderr)
+    assert "event: job.cancelled" in out and "event: end" in out, (out, proc.stderr)
+    job_id = re.search(r"job-[0-9a-f]{20}", out)
+    assert job_id is not None
+    job = stack.deps().jobs.get(job_id.group(0))
+    assert job is not None and job.state is JobState.CANCELLED
