@@ -96,12 +96,31 @@ SWEEPER = (
            "naming the job and the error"),
     Access("queue:results", (SEND,), "announce chunks it settled"),
 )
+# The Job API (contract_review/api.py): submit and read jobs and batches; cancel, decide, retry (redrive.retry).
+API = (
+    Access("table:jobs", (GET, UPDATE), "read a job; cancel, approve or reject it; reopen it (retry)"),
+    Access("table:events", (PUT, QUERY), "read a job's events after a sequence number; record what was done"),
+    Access("table:claims", (QUERY, UPDATE), "retry: a job's chunks; reset failed and dead-lettered ones"),
+    Access("objects:submissions/", (GET_OBJECT, PUT_OBJECT), "bind a job to its principal until intake records it"),
+    Access("objects:batches/", (GET_OBJECT, PUT_OBJECT), "batch manifests"),
+    Access("objects:uploads/", (GET_OBJECT, PUT_OBJECT), "read a document sent by s3_uri (to hash it); claim-check "
+                                                         "a large text"),
+    Access("objects:documents/", (GET_OBJECT,), "retry: rebuild chunk messages from the stored document"),
+    _LIST,
+    Access("queue:intake", (SEND,), "send the intake message of a submitted job; retry a job failed in intake"),
+    Access("queue:analysis", (SEND,), "retry: send the reset chunks"),
+    Access("queue:results", (SEND,), "cancel, approve, reject: a control message to the job's aggregator"),
+    Access("dlq:analysis", (RECEIVE, DELETE, CHANGE_VISIBILITY), "retry: remove the job's dead letters, leave the "
+                                                                 "others visible"),
+    Access("dlq:intake", (RECEIVE, DELETE, CHANGE_VISIBILITY), "retry of a job failed in intake: take its message "
+                                                               "back from the intake DLQ"),
+)
 # The Fargate poller is its own event source mapping, runs the worker, and sweeps in-process.
 POLLER = (
     Access("queue:analysis", (RECEIVE, DELETE, CHANGE_VISIBILITY), "poll the analysis queue; acknowledge"),
 )
 ACCESS: dict[str, tuple[Access, ...]] = {
-    "intake": INTAKE, "worker": WORKER, "aggregator": AGGREGATOR, "sweeper": SWEEPER,
+    "intake": INTAKE, "worker": WORKER, "aggregator": AGGREGATOR, "sweeper": SWEEPER, "api": API,
     "fargate": WORKER + SWEEPER + POLLER,
 }
 

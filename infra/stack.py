@@ -13,6 +13,7 @@ from constructs import Construct
 from contract_review.config import OPTION_ENV, RESOURCES
 
 from . import nag
+from .api import JobApi
 from .deploy_settings import DeploySettings
 from .fargate import FargateWorker
 from .functions import METRICS_NAMESPACE, PipelineFunction, functions_code, powertools_layer
@@ -26,6 +27,8 @@ HANDLERS = "contract_review.handlers"
 INTAKE_MEMORY_MB = 512
 AGGREGATOR_MEMORY_MB = 512
 SWEEPER_MEMORY_MB = 256
+API_MEMORY_MB = 512
+API_TIMEOUT_S = 29  # an HTTP API waits at most 30 s for its integration
 
 
 def sweep_rate_minutes(sweep_interval_s: float) -> int:
@@ -98,6 +101,9 @@ class ContractReviewStack(Stack):
                                 "aggregator: findings -> report, side effects")
         self.sweeper_fn = fn("SweeperFn", "sweeper", p.sweeper_timeout_s, SWEEPER_MEMORY_MB,
                              "sweeper: lapsed claims, DLQ explain")
+        self.api_fn = fn("ApiFn", "api", API_TIMEOUT_S, API_MEMORY_MB, "Job API: jobs and batches over HTTP")
+        self.job_api = JobApi(self, "JobApi", function=self.api_fn.function, name=name,
+                              log_retention_days=p.record_ttl_days, removal_policy=removal)
 
         # ---- event sources (partial batch responses everywhere) -------------------------
         self.intake_fn.function.add_event_source(event_sources.SqsEventSource(
@@ -126,6 +132,7 @@ class ContractReviewStack(Stack):
         grant_bedrock(self.worker_fn.role, self, self.settings.model_id)  # invoke + describe the model (`-c model_id=...`)
         grant_access(self.aggregator_fn.role, arns, ACCESS["aggregator"])
         grant_access(self.sweeper_fn.role, arns, ACCESS["sweeper"])
+        grant_access(self.api_fn.role, arns, ACCESS["api"])
 
         # ---- Fargate alternative ---------------------------------------------------------
         self.fargate: FargateWorker | None = None
@@ -188,7 +195,7 @@ class ContractReviewStack(Stack):
     # ------------------------------------------------------------------ grants
     @property
     def pipeline_functions(self) -> list[PipelineFunction]:
-        return [self.intake_fn, self.worker_fn, self.aggregator_fn, self.sweeper_fn]
+        return [self.intake_fn, self.worker_fn, self.aggregator_fn, self.sweeper_fn, self.api_fn]
 
     def arns(self) -> dict[str, str]:
         """The resource keys of `permissions.ACCESS` -> ARNs in this stack."""
@@ -216,6 +223,8 @@ class ContractReviewStack(Stack):
             "WorkerFunctionName": (self.worker_fn.function.function_name, "worker function"),
             "AggregatorFunctionName": (self.aggregator_fn.function.function_name, "aggregator function"),
             "SweeperFunctionName": (self.sweeper_fn.function.function_name, "sweeper function"),
+            "ApiFunctionName": (self.api_fn.function.function_name, "Job API function"),
+            "ApiUrl": (self.job_api.url, "Job API base URL (HTTP API, IAM authorization; docs/openapi.yaml)"),
             "ProfileName": (self.settings.profile.name, "config profile this stack was built from"),
             "WorkerKind": (self.settings.worker_kind, "analysis worker: lambda or fargate"),
             "ModelProvider": (self.settings.model_provider, "model provider: bedrock, or offline (the rule model)"),

@@ -35,7 +35,7 @@ def test_every_alarm_notifies_the_alarm_topic(synth: Synth, name: str) -> None:
     topic = _topic(t)
     alarms = resources(t, "AWS::CloudWatch::Alarm")
     ours = _alarms(t)
-    assert len(ours) == 19  # 3 queues x 3 + 4 functions x 2 + backpressure + stuck jobs
+    assert len(ours) == 21  # 3 queues x 3 + 5 functions x 2 (incl. the Job API) + backpressure + stuck jobs
     for lid, a in alarms.items():
         p = a["Properties"]
         if "AlarmName" not in p:  # the scaling policy's own alarms act on the policy, not on people

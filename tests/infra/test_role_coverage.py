@@ -62,14 +62,15 @@ from review_local.sandbox import LambdaContext, sqs_event
 
 from ..fake_ecs_agent import FakeEcsAgent
 from ..texts import LONG_TEXT, TEXT
+from . import api_scenario
 from .aws_calls import ACCOUNT, REGION, Call, Need, Recorder, allowed
 from .conftest import FARGATE, LOCAL, PROD, Synth, function_by_handler, getatt_id, policy_statements_for_role, resources
 
 CLUSTER = "<cluster>"  # the ECS cluster's name: resolved per template
 TASK_ID = "0123456789abcdef0"
-FUNCTION_ROLES = ("intake", "worker", "aggregator", "sweeper")
+FUNCTION_ROLES = ("intake", "worker", "aggregator", "sweeper", "api")
 # What each role's code runs: the Fargate poller runs the worker and the sweep in-process.
-CODE_OF = {"intake": ("intake",), "worker": ("worker",), "aggregator": ("aggregator",), "sweeper": ("sweeper",),
+CODE_OF = {"api": ("api",), "intake": ("intake",), "worker": ("worker",), "aggregator": ("aggregator",), "sweeper": ("sweeper",),
            "fargate": ("fargate", "worker", "sweeper")}
 
 
@@ -413,6 +414,7 @@ def recorded(synth: Synth) -> Iterator[Recorded]:
                 _worker(rec, setup, aws, bedrock, specs["worker"].queue_arn)
                 _aggregator(rec, setup, aws, specs["aggregator"].queue_arn)
                 _sweeper(rec, setup, aws)
+                api_scenario.run(rec, setup, aws)  # the Job API function (tests/infra/api_scenario.py)
                 _fargate(rec, setup, aws, agent, env)
             finally:
                 from contract_review.handlers import worker as worker_handler

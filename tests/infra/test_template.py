@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from contract_review.config import ENV, LAMBDA_VISIBILITY_FACTOR, RESOURCES
+from infra.stack import API_TIMEOUT_S
 
 from .conftest import (
     FARGATE,
@@ -30,7 +31,7 @@ REQUIRED_OUTPUTS = {
 OTHER_OUTPUTS = {
     "IntakeQueueArn", "AnalysisQueueArn", "ResultsQueueArn", "IntakeFunctionName", "WorkerFunctionName",
     "AggregatorFunctionName", "SweeperFunctionName", "ProfileName", "WorkerKind", "ModelProvider", "ModelId",
-    "AlarmTopicArn", "DashboardName",
+    "AlarmTopicArn", "DashboardName", "ApiFunctionName", "ApiUrl",
 }
 FOURTEEN_DAYS_S = 1_209_600
 
@@ -264,7 +265,7 @@ def test_every_artifact_expires_with_its_job_record(synth: Synth, name: str) -> 
     art_id = next(k for k in resources(t, "AWS::S3::Bucket") if k.startswith("StorageArtifacts"))
     rules = {r["Id"]: r for r in props(t, art_id)["LifecycleConfiguration"]["Rules"]}
     # GIVEN every prefix the code writes (records.*_key) ...
-    for prefix in ("uploads/", "documents/", "findings/", "reports/", "checkpoints/"):
+    for prefix in ("uploads/", "documents/", "findings/", "reports/", "checkpoints/", "submissions/", "batches/"):
         rule = rules[f"expire-{prefix.rstrip('/')}"]
         # ... THEN it expires a day after the job record's TTL (DynamoDB deletes expired records late)
         assert rule["Prefix"] == prefix and rule["Status"] == "Enabled"
@@ -272,23 +273,24 @@ def test_every_artifact_expires_with_its_job_record(synth: Synth, name: str) -> 
         assert rule["NoncurrentVersionExpiration"] == {"NoncurrentDays": 7}, prefix
     assert rules["remove-expired-delete-markers"]["ExpiredObjectDeleteMarker"] is True
     assert rules["expire-noncurrent-versions"]["NoncurrentVersionExpiration"] == {"NoncurrentDays": 30}
-    from contract_review import records
+    from contract_review import api, records
 
     written = {records.document_key("j"), records.upload_key("j"), records.findings_key("j", 0, "c", 1),
-               records.checkpoint_key("j", "c", "a", 1), *records.report_keys("j")}
+               records.checkpoint_key("j", "c", "a", 1), *records.report_keys("j"),
+               f"{api.SUBMISSIONS_PREFIX}j.json", f"{api.BATCHES_PREFIX}b.json"}  # the Job API's
     assert {k.split("/", 1)[0] + "/" for k in written} == {r["Prefix"] for r in rules.values() if "Prefix" in r}
 
 
 # ---------------------------------------------------------------------- functions
-HANDLERS = ["intake", "worker", "aggregator", "sweeper"]
+HANDLERS = ["intake", "worker", "aggregator", "sweeper", "api"]
 
 
 def test_functions_runtime_architecture_handlers_layer(stack: tuple[str, dict], synth: Synth) -> None:
     name, t = stack
     p = synth.profiles[name]
     timeouts = {"intake": p.intake_timeout_s, "worker": p.worker_timeout_s,
-                "aggregator": p.aggregator_timeout_s, "sweeper": p.sweeper_timeout_s}
-    assert len(resources(t, "AWS::Lambda::Function")) == 4
+                "aggregator": p.aggregator_timeout_s, "sweeper": p.sweeper_timeout_s, "api": API_TIMEOUT_S}
+    assert len(resources(t, "AWS::Lambda::Function")) == len(HANDLERS)
     for h in HANDLERS:
         _, fn = function_by_handler(t, f"contract_review.handlers.{h}.handler")
         assert fn["Handler"] == f"contract_review.handlers.{h}.handler"
@@ -329,7 +331,7 @@ def test_every_function_gets_the_whole_env_contract(stack: tuple[str, dict], syn
 def test_log_groups_have_retention(stack: tuple[str, dict]) -> None:
     _, t = stack
     groups = resources(t, "AWS::Logs::LogGroup")
-    assert len(groups) == 4
+    assert len(groups) == len(HANDLERS) + 1  # one per function, and the Job API's access log
     assert all(g["Properties"]["RetentionInDays"] >= 1 for g in groups.values())
     for h in HANDLERS:
         _, fn = function_by_handler(t, f"{h}.handler")
@@ -367,12 +369,12 @@ def test_every_resource_is_an_output_and_an_env_var_of_every_function(synth: Syn
     outputs = t["Outputs"]
     functions = {lid: fn for lid, fn in resources(t, "AWS::Lambda::Function").items()
                  if fn["Properties"].get("Handler", "").startswith("contract_review.handlers.")}
-    assert len(functions) == 4  # (the Fargate stack also has a CDK custom-resource function of its own)
+    assert len(functions) == len(HANDLERS)  # (the Fargate stack also has a CDK custom-resource function of its own)
     envs = {lid: fn["Properties"]["Environment"]["Variables"] for lid, fn in functions.items()}
     for task_def in resources(t, "AWS::ECS::TaskDefinition").values():  # the Fargate poller, when present
         (container,) = task_def["Properties"]["ContainerDefinitions"]
         envs[container["Name"]] = {e["Name"]: e["Value"] for e in container["Environment"]}
-    assert len(envs) == (5 if name == FARGATE else 4)
+    assert len(envs) == len(HANDLERS) + (1 if name == FARGATE else 0)
     for r in RESOURCES:
         assert r.output in outputs, r.output
         value = outputs[r.output]["Value"]
