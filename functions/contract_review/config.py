@@ -112,6 +112,11 @@ class Profile(BaseModel):
     # How many of a chunk's analysts run at once (threads in one worker; each still checkpointed and
     # fenced): a chunk takes about two call latencies instead of 2 x analyst_count. 1: one by one.
     analyst_concurrency: int = 11
+    # The model's account quotas (`review preflight` prints them). Each worker process paces its calls to
+    # its share, quota / worker_max_concurrency, adjusted by AIMD on throttles (adaptive.py; runbook
+    # "Riding the model quota"). None: calls are not paced (throttles are still backpressure).
+    model_requests_per_minute: float | None = None
+    model_tokens_per_minute: float | None = None
     # The Bedrock model, through its global cross-region inference profile (routes to every commercial
     # region; `us.`/`eu.`/`jp.` profiles keep processing in one geography). Claude Sonnet 4.6 is the
     # newest Sonnet served by Converse with an ARN-versioned id (base id anthropic.claude-sonnet-4-6,

@@ -13,6 +13,7 @@ from .adapters.artifacts import S3Artifacts
 from .adapters.claims import DynamoClaims
 from .adapters.jobs import DynamoJobs
 from .adapters.queues import SqsQueues
+from .adaptive import QuotaLimiter
 from .config import Settings
 from .faults import CallLedger, FaultInjectingModel
 from .model_clients import BedrockConverseModel, ModelClient, ModelIdCheck, bedrock_client_config
@@ -59,6 +60,15 @@ def bedrock_runtime_client(session: Any, read_timeout_s: int) -> Any:
 def bedrock_control_client(session: Any) -> Any:
     """The Bedrock control plane (GetFoundationModel, GetInferenceProfile): built on first use only."""
     return session.client("bedrock", config=aws_client_config())
+
+
+def build_limiter(settings: Settings) -> QuotaLimiter | None:
+    """This process's pacers for the model quota (adaptive.py), or None when no quota is configured. The
+    workers expected busy: at most the event source's concurrency, and one job keeps at most its fan-out
+    window busy (more jobs at once: AIMD brings each worker down to its share)."""
+    p = settings.profile
+    busy = min(p.worker_max_concurrency, p.fanout_window)
+    return QuotaLimiter.for_quota(p.model_requests_per_minute, p.model_tokens_per_minute, busy)
 
 
 def build_model(settings: Settings, session: Any) -> ModelClient:

@@ -28,6 +28,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from . import lifecycle
+from .adaptive import QuotaLimiter
 from .analyst_pool import AnalystPool
 from .analysts import (
     STEPS,
@@ -133,8 +134,9 @@ class AnalystRunner:
 
     def __init__(self, deps: Deps, model: ModelClient, retrier: Retrier, hb: Heartbeat,
                  has_time: Callable[[float], bool], analyst_extra_s: float = 0.0,
-                 watch: lifecycle.CancelWatch | None = None):
+                 watch: lifecycle.CancelWatch | None = None, limiter: QuotaLimiter | None = None):
         self.deps, self.model, self.retrier, self.hb, self.has_time = deps, model, retrier, hb, has_time
+        self.limiter = limiter
         self.analyst_extra_s = analyst_extra_s
         self.watch = watch
         self.committed: list[str] = []
@@ -192,6 +194,12 @@ class AnalystRunner:
                                     findings=len(out.findings))
         return out
 
+    def _ready(self, retrier: Retrier) -> None:
+        """After waiting for the quota: the stop conditions and the time left, again, before the call."""
+        retrier.check()
+        if not self.has_time(0):
+            raise ReviewError.of("runtime.time_exhausted", "no time for the next model call after waiting for the quota")
+
     def _add_stats(self, stats: RetryStats) -> None:
         with self._stats_lock:
             total = self.retrier.stats
@@ -220,8 +228,19 @@ class AnalystRunner:
     def _run_one(self, spec: AnalystSpec, chunk: Chunk, retrier: Retrier) -> AnalystOutput:
         calls_before = retrier.stats.calls
 
+        limiter = self.limiter
+
         def invoke(request: ModelRequest) -> ModelResponse:
-            return self.model.invoke(request)
+            if limiter is None:
+                return self.model.invoke(request)
+            limiter.wait(request, lambda: self._ready(retrier))
+            try:
+                response = self.model.invoke(request)
+            except Exception as exc:  # told to the pacers, then re-raised unchanged
+                limiter.failed(exc)
+                raise
+            limiter.done(request, response)
+            return response
 
         def call_step(build: Callable[[str | None], ModelRequest],
                       parse: Callable[[ModelResponse], ParsedItems]) -> tuple[ParsedItems, int]:
@@ -270,10 +289,19 @@ def settle_cancelled(deps: Deps, msg: AnalysisMessage, fence: int, stats: RetryS
     return Outcome("cancelled", {"cancelled_at_stage": stage})
 
 
+def requeue_reason(env: ErrorEnvelope) -> str:
+    """A requeue's reason: the backpressure error itself, or the throttle behind a spent budget."""
+    if env.error_code == "runtime.retry_budget_exhausted" and env.cause_code:
+        return env.cause_code
+    return env.error_code
+
+
 class ChunkWorker:
     def __init__(self, deps: Deps, model: ModelClient, *, rng: random.Random | None = None,
-                 sleep: Callable[[float], None] = time.sleep, call_safety_s: float | None = None):
+                 sleep: Callable[[float], None] = time.sleep, call_safety_s: float | None = None,
+                 limiter: QuotaLimiter | None = None):
         self.deps, self.s, self.model, self.sleep = deps, deps.settings, model, sleep
+        self.limiter = limiter  # one per process: paces model calls to this worker's share of the quota
         self.rng = rng or random.Random()
         # time left that one more model call needs: its timeout plus a margin to save and hand off
         self.call_safety_s = call_safety_s if call_safety_s is not None else \
@@ -311,7 +339,8 @@ class ChunkWorker:
             retrier = Retrier(policy=self.s.profile.model_retry, budget=RetryBudget(self.s.profile.chunk_retry_budget_s),
                               stats=stats, rng=self.rng, sleep=self.sleep, has_time=has_time,
                               check=before_each_call(hb, watch), on_retry=retry_recorder(self.deps, msg, watch))
-            runner = AnalystRunner(self.deps, self.model, retrier, hb, has_time, self.analyst_extra_s, watch)
+            runner = AnalystRunner(self.deps, self.model, retrier, hb, has_time, self.analyst_extra_s, watch,
+                                   self.limiter)
             try:
                 outputs = runner.run(msg, job, fence, record)
             except lifecycle.JobCancelled as exc:
@@ -399,13 +428,6 @@ class ChunkWorker:
             return self._tier2(msg, fence, delivery, stats, env, (record.failures if record else 0) + 1, checkpointed)
         return self._fail(msg, fence, stats, env)
 
-    @staticmethod
-    def _reason(env: ErrorEnvelope) -> str:
-        """The requeue's reason: the backpressure error itself, or the throttle behind a spent budget."""
-        if env.error_code == "runtime.retry_budget_exhausted" and env.cause_code:
-            return env.cause_code
-        return env.error_code
-
     def _requeue(self, msg: AnalysisMessage, fence: int, stats: RetryStats, env: ErrorEnvelope,
                  record: ChunkRecord | None, checkpointed: list[str], *, clean: bool) -> Outcome:
         """Backpressure: release without a failure and send a fresh message (delayed unless `clean`),
@@ -420,7 +442,7 @@ class ChunkWorker:
             return Outcome("lease_lost")
         streak = record.backpressure_requeues if record else 0
         delay = 0 if clean else requeue_delay_s(p, streak, self.rng, env.retry_after_s)
-        reason = self._reason(env)
+        reason = requeue_reason(env)
         fresh = msg.model_copy(update={"requeues": msg.requeues + 1, "reason": reason, "resume_from": checkpointed})
         self.deps.queues.send_analysis([fresh], delay_s=delay)
         self.deps.jobs.count_requeue(msg.job_id)

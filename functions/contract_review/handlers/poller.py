@@ -33,7 +33,7 @@ from ..errors import Tier2
 from ..messages import AnalysisMessage
 from ..ports import Deps
 from ..sweeper import sweep
-from ..wiring import aws_client_config, build_deps, build_model
+from ..wiring import aws_client_config, build_deps, build_limiter, build_model
 from ..worker import ChunkWorker, Delivery
 from .telemetry import record_attempt
 
@@ -116,7 +116,7 @@ def run(settings: Settings, session: Any, stop: Shutdown, guard: ScaleInGuard | 
     deps = build_deps(settings, session)
     threading.Thread(target=_sweep_loop, args=(deps, settings.profile.fargate_sweep_interval_s, stop),
                      daemon=True, name="sweeper").start()
-    worker = ChunkWorker(deps, build_model(settings, session))
+    worker = ChunkWorker(deps, build_model(settings, session), limiter=build_limiter(settings))
     sqs = session.client("sqs", config=aws_client_config())  # the poller is its own event source mapping
     visibility = settings.profile.fargate_visibility_s
     try:

@@ -11,8 +11,9 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from ..errors import Tier2
 from ..messages import AnalysisMessage
+from ..wiring import build_limiter
 from ..worker import ChunkWorker, Delivery
-from . import deps, model
+from . import deps, model, settings
 from .telemetry import record_attempt
 
 logger = Logger(service="worker")
@@ -23,7 +24,7 @@ processor = BatchProcessor(event_type=EventType.SQS, raise_on_entire_batch_failu
 
 @functools.cache
 def chunk_worker() -> ChunkWorker:
-    return ChunkWorker(deps(), model())
+    return ChunkWorker(deps(), model(), limiter=build_limiter(settings()))  # one limiter per process
 
 
 def record_handler(record: SQSRecord, context: LambdaContext) -> None:

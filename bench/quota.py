@@ -1,0 +1,313 @@
+"""Speed under a model quota: the real pipeline (embedded AWS, real worker processes) against the simulated
+Bedrock (a stand-in, not Bedrock: `FaultSpec.simulated_bedrock`, faults.py) with a requests-per-minute quota
+shared by every worker process.
+
+    .venv/bin/python bench/quota.py [--name quota] [--only before,after,faults] [--rpm 600] [--workers 20]
+
+Runs, side by side on the same document and quota (each a fresh stack):
+- `before`: analysts one by one (`analyst_concurrency` 1), the pipeline as it was;
+- `after`: analysts concurrently (the profile's default), with adaptive concurrency;
+- `faults`: `after` with 5 % transient model faults and one `kill -9` of a worker mid-chunk per document.
+For each: makespan and its ideal (max of the quota bound, calls needed / quota, and the critical-path
+bound, the slowest chunk's calls in sequence / its analysts' concurrency x the median latency), goodput
+(calls needed / calls made), redone work, quota utilisation, throttled share of calls, AWS requests per
+model call by service and operation (counted at the moto server, the bench's own polling excluded),
+crash recovery latency, and jobs completed / failed with a code / silently incomplete (tests/oracle.py).
+PASS/FAIL against issue 10's targets are printed as measured. Results: bench/results/<name>.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import signal
+import sys
+import threading
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(ROOT), str(ROOT / "functions")]
+
+from contract_review import ops  # noqa: E402
+from contract_review.analysts import analysts_for, run_analyst  # noqa: E402
+from contract_review.chunking import split_into_chunks  # noqa: E402
+from contract_review.config import FaultSpec, get_profile  # noqa: E402
+from contract_review.offline_model import OfflineRuleModel  # noqa: E402
+from contract_review.ports import Deps  # noqa: E402
+from contract_review.records import ChunkStatus, Job  # noqa: E402
+from review_local.embedded import synth  # noqa: E402
+from review_local.stack import LocalStack  # noqa: E402
+
+LOCAL = get_profile("local")
+OBSERVER = "bench-observer"  # the bench's own AWS requests carry this app id and are not counted
+WRITES = {"PutItem", "UpdateItem", "DeleteItem", "BatchWriteItem", "TransactWriteItems"}
+POLLING = {"ReceiveMessage"}  # the event-source mapping's polling (Lambda's poller on AWS): reported apart
+
+
+# --- AWS requests, counted at the moto server ---------------------------------------------------------------
+
+class RequestCounter:
+    """Counts every request the embedded moto server answers, by (service, operation)."""
+
+    def __init__(self) -> None:
+        self.counts: Counter[tuple[str, str]] = Counter()
+        self.lock = threading.Lock()
+
+    def install(self) -> None:
+        from moto import server
+
+        original = server.DomainDispatcherApplication.__call__
+        counter = self
+
+        def counting(app: Any, environ: dict[str, Any], start_response: Any) -> Any:
+            key = classify_request(environ)
+            if key is not None:
+                with counter.lock:
+                    counter.counts[key] += 1
+            return original(app, environ, start_response)
+        server.DomainDispatcherApplication.__call__ = counting  # type: ignore[method-assign]
+
+    def snapshot(self) -> Counter[tuple[str, str]]:
+        with self.lock:
+            return Counter(self.counts)
+
+
+def classify_request(environ: dict[str, Any]) -> tuple[str, str] | None:
+    path = environ.get("PATH_INFO", "")
+    if path.startswith("/moto-api") or OBSERVER in environ.get("HTTP_USER_AGENT", ""):
+        return None
+    target = environ.get("HTTP_X_AMZ_TARGET", "")
+    if target:
+        prefix, _, op = target.partition(".")
+        service = "dynamodb" if prefix.startswith("DynamoDB") else "sqs" if prefix.startswith("AmazonSQS") else prefix
+        return service, op
+    query = environ.get("QUERY_STRING", "")
+    if "Action=" in query:
+        return "query", query.split("Action=", 1)[1].split("&", 1)[0]
+    method = environ.get("REQUEST_METHOD", "GET")
+    return "s3", {"GET": "GetObject", "PUT": "PutObject", "HEAD": "HeadObject", "DELETE": "DeleteObject"}.get(
+        method, method)
+
+
+# --- the workload ---------------------------------------------------------------------------------------------
+
+def document(n_chars: int) -> str:
+    """About `n_chars` of contract text: the samples, repeated under numbered parts."""
+    texts = [p.read_text() for p in sorted((ROOT / "samples").glob("*.txt"))]
+    out, part = [], 0
+    while sum(len(t) for t in out) < n_chars:
+        part += 1
+        out.append(f"\n\nPART {part}\n\n" + texts[part % len(texts)])
+    return "".join(out)[:n_chars]
+
+
+def calls_needed(text: str) -> tuple[int, int]:
+    """Model calls a fault-free run needs (every analyst of every chunk, offline rule model), and the
+    most calls one chunk needs in sequence (its critical path: locate, then assess, per analyst)."""
+    model = OfflineRuleModel()
+    total, longest = 0, 0
+    for chunk in split_into_chunks(text, LOCAL.chunk_target_chars, LOCAL.chunk_max_chars):
+        per = [run_analyst(s, chunk, lambda b, p: (p(model.invoke(b(None))), 1)).model_calls
+               for s in analysts_for(LOCAL.analyst_count)]
+        total += sum(per)
+        longest = max(longest, max(per))
+    return total, longest
+
+
+def _ledger(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(x) for x in path.read_text().splitlines() if x.strip()] if path.exists() else []
+
+
+def _wait(deps: Deps, job_ids: list[str], timeout: float) -> list[Job]:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        jobs = [deps.jobs.get(j) for j in job_ids]
+        if all(j is not None and j.terminal for j in jobs):
+            return [j for j in jobs if j is not None]
+        time.sleep(0.2)
+    raise TimeoutError(job_ids)
+
+
+def _kill_one(deps: Deps, job_id: str, deadline_s: float) -> tuple[float, str] | None:
+    """kill -9 the worker of a chunk that has checkpointed an analyst; (killed at, chunk id)."""
+    deadline = time.monotonic() + deadline_s
+    while time.monotonic() < deadline:
+        for c in deps.claims.for_job(job_id):
+            if c.status is ChunkStatus.CLAIMED and c.checkpoints and c.claimed_by:
+                try:
+                    os.kill(int(c.claimed_by.split(":")[1]), signal.SIGKILL)
+                except ProcessLookupError:
+                    continue
+                return time.time(), c.chunk_id
+        time.sleep(0.05)
+    return None
+
+
+def _oracle(deps: Deps, job: Job, text: str) -> dict[str, Any]:
+    try:
+        from tests.oracle import check_job
+    except ImportError:
+        return {"problems": ["tests/oracle.py absent"], "silently_incomplete": None}
+    check = check_job(deps, job.job_id, text)
+    return {"problems": check.problems, "silently_incomplete": check.silently_incomplete}
+
+
+def scenario(template: dict[str, Any], name: str, text: str, args: argparse.Namespace, work: Path,
+             overrides: dict[str, Any], transient: float = 0.0, kill: bool = False) -> dict[str, Any]:
+    state = work / name
+    state.mkdir(parents=True, exist_ok=True)
+    log = state / "calls.jsonl"
+    spec = FaultSpec.simulated_bedrock(str(state / "quota"), requests_per_minute=args.rpm, median_ms=args.median_ms,
+                                       p99_ms=args.p99_ms, window_s=args.window_s, transient_rate=transient,
+                                       seed=11, call_log=str(log))
+    env = {"worker": {"PROFILE_OVERRIDES": json.dumps(overrides)}} if overrides else {}
+    stack = LocalStack(faults=spec, template=template, state_dir=state, concurrency={"worker": args.workers},
+                       extra_env=env)
+    counter.counts.clear()
+    stack.start()
+    try:
+        os.environ["AWS_SDK_UA_APP_ID"] = OBSERVER  # the bench's own clients: not counted
+        deps = stack.deps()
+        os.environ.pop("AWS_SDK_UA_APP_ID", None)
+        base = counter.snapshot()
+        t0 = time.monotonic()
+        job_id = ops.submit(deps, text, document_id=f"quota-{name}")
+        killed = _kill_one(deps, job_id, 60) if kill else None
+        (job,) = _wait(deps, [job_id], args.timeout)
+        makespan = time.monotonic() - t0
+        requests = counter.snapshot() - base
+        recovery_s = None
+        if killed is not None:
+            rec = deps.claims.get(job_id, killed[1])
+            recovery_s = round(rec.claimed_at - killed[0], 2) if rec and rec.claimed_at else None
+        return summarize(name, job, makespan, _ledger(log), requests, text, args, overrides, transient,
+                         recovery_s, _oracle(deps, job, text))
+    finally:
+        stack.stop()
+
+
+def summarize(name: str, job: Job, makespan: float, calls: list[dict[str, Any]], requests: Counter[tuple[str, str]],
+              text: str, args: argparse.Namespace, overrides: dict[str, Any], transient: float,
+              recovery_s: float | None, oracle: dict[str, Any]) -> dict[str, Any]:
+    needed, longest = calls_needed(text)
+    quota_per_s = args.rpm / 60
+    concurrency = overrides.get("analyst_concurrency", LOCAL.analyst_concurrency)
+    critical = (2 if concurrency >= LOCAL.analyst_count else longest) * args.median_ms / 1000
+    ideal = max(needed / quota_per_s, 2 * args.median_ms / 1000)
+    outcomes = Counter(c["outcome"] for c in calls)
+    ok = outcomes.get("ok", 0)
+    made = len(calls)
+    model_calls = max(ok, 1)
+    polling = {f"{s}.{o}": n for (s, o), n in requests.items() if o in POLLING}
+    orchestration = {f"{s}.{o}": n for (s, o), n in sorted(requests.items()) if o not in POLLING}
+    writes = sum(n for (s, o), n in requests.items() if s == "dynamodb" and o in WRITES)
+    return {
+        "name": name, "analyst_concurrency": concurrency, "transient_rate": transient, "state": job.state.value,
+        "error_code": job.error_code, "makespan_s": round(makespan, 2), "ideal_s": round(ideal, 2),
+        "makespan_vs_ideal": round(makespan / ideal, 2), "critical_path_bound_s": round(critical, 2),
+        "quota_bound_s": round(needed / quota_per_s, 2),
+        "calls_needed": needed, "calls_made": made, "calls_ok": ok, "outcomes": dict(outcomes),
+        "goodput": round(needed / made, 3) if made else None,
+        "redone_work": round(max(ok - needed, 0) / needed, 3),
+        "quota_utilisation": round(ok / makespan / quota_per_s, 3),
+        "throttled_share": round(outcomes.get("ThrottlingException", 0) / made, 3) if made else None,
+        "aws_requests": orchestration, "queue_polling": polling,
+        "aws_requests_per_model_call": round(sum(orchestration.values()) / model_calls, 2),
+        "dynamodb_writes_per_model_call": round(writes / model_calls, 2),
+        "recovery_s": recovery_s, "oracle_problems": oracle["problems"],
+        "silently_incomplete": oracle["silently_incomplete"],
+    }
+
+
+TARGETS = [  # (label, run, key, comparison, bound) from issue 10
+    ("goodput >= 0.94 (5 % faults, a kill)", "faults", "goodput", ">=", 0.94),
+    ("redone work <= 1 % (5 % faults, a kill)", "faults", "redone_work", "<=", 0.01),
+    ("makespan <= 1.15 x ideal (happy path)", "after", "makespan_vs_ideal", "<=", 1.15),
+    ("makespan <= 1.3 x ideal (faults)", "faults", "makespan_vs_ideal", "<=", 1.3),
+    ("quota utilisation >= 0.9 (happy path)", "after", "quota_utilisation", ">=", 0.9),
+    ("throttled calls <= 5 % (happy path)", "after", "throttled_share", "<=", 0.05),
+    ("<= 1 DynamoDB write per model call", "after", "dynamodb_writes_per_model_call", "<=", 1.0),
+    ("0 silently incomplete", "faults", "silently_incomplete", "==", False),
+]
+
+
+def verdicts(runs: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
+    out = []
+    for label, run, key, op, bound in TARGETS:
+        if run not in runs:
+            continue
+        value = runs[run][key]
+        if op == "==":
+            ok = value == bound
+        else:
+            ok = value is not None and (value >= bound if op == ">=" else value <= bound)
+        out.append({"target": label, "run": run, "value": value, "verdict": "PASS" if ok else "FAIL"})
+    return out
+
+
+def table(runs: dict[str, dict[str, Any]]) -> str:
+    cols = [("run", "name"), ("conc", "analyst_concurrency"), ("state", "state"), ("makespan s", "makespan_s"),
+            ("ideal s", "ideal_s"), ("x ideal", "makespan_vs_ideal"), ("calls made", "calls_made"),
+            ("needed", "calls_needed"), ("goodput", "goodput"), ("redone", "redone_work"),
+            ("quota util", "quota_utilisation"), ("throttled", "throttled_share"),
+            ("AWS req/call", "aws_requests_per_model_call"), ("DDB writes/call", "dynamodb_writes_per_model_call"),
+            ("recovery s", "recovery_s")]
+    rows = [[h for h, _ in cols]] + [[str(r.get(k)) for _, k in cols] for r in runs.values()]
+    widths = [max(len(row[i]) for row in rows) for i in range(len(cols))]
+    return "\n".join("  ".join(c.rjust(w) for c, w in zip(row, widths)) for row in rows)
+
+
+counter = RequestCounter()
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--name", default="quota")
+    ap.add_argument("--only", default="before,concurrent,after,faults")
+    ap.add_argument("--rpm", type=float, default=600.0, help="requests-per-minute quota (600: 10 calls/s)")
+    ap.add_argument("--median-ms", type=float, default=500.0)
+    ap.add_argument("--p99-ms", type=float, default=900.0)
+    ap.add_argument("--window-s", type=float, default=2.0, help="the quota's burst window (Bedrock: 60 s)")
+    ap.add_argument("--workers", type=int, default=20)
+    ap.add_argument("--chars", type=int, default=56_000, help="document size (56 KB: issue 10's measurement)")
+    ap.add_argument("--timeout", type=float, default=240.0)
+    args = ap.parse_args()
+    counter.install()
+    template = synth("local")
+    work = ROOT / ".review" / "bench-quota"
+    shutil.rmtree(work, ignore_errors=True)
+    text = document(args.chars)
+    paced = {"model_requests_per_minute": args.rpm, "worker_max_concurrency": args.workers}
+    plans = {"before": ({"analyst_concurrency": 1}, 0.0, False),  # analysts one by one, calls not paced
+             "concurrent": ({}, 0.0, False),  # analysts at once, calls not paced
+             "after": (paced, 0.0, False),  # analysts at once, each worker paced to its share, AIMD
+             "faults": (paced, 0.05, True)}
+    runs: dict[str, dict[str, Any]] = {}
+    for name in args.only.split(","):
+        overrides, transient, kill = plans[name]
+        print(f"{name}: {args.chars} chars, {args.rpm:g} requests/min shared by {args.workers} workers, "
+              f"{args.median_ms:g} ms median", flush=True)
+        runs[name] = scenario(template, name, text, args, work, overrides, transient, kill)
+    result = {"machine": {"python": platform.python_version(), "cpus": os.cpu_count(), "platform": platform.platform()},
+              "settings": vars(args), "runs": runs, "targets": verdicts(runs),
+              "reproduce": f".venv/bin/python bench/quota.py --name {args.name} --only {args.only}"}
+    if "before" in runs and "after" in runs:
+        b, a = runs["before"], runs["after"]
+        result["after_vs_before"] = {"makespan": round(a["makespan_s"] / b["makespan_s"], 2),
+                                     "calls_made": round(a["calls_made"] / max(b["calls_made"], 1), 2)}
+    out = ROOT / "bench" / "results" / f"{args.name}.json"
+    out.write_text(json.dumps(result, indent=2) + "\n")
+    print(table(runs))
+    for v in result["targets"]:
+        print(f"{v['verdict']}  {v['target']}: {v['value']}")
+    print(f"wrote {out.relative_to(ROOT)}")
+
+
+if __name__ == "__main__":
+    main()
