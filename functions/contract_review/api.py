@@ -422,9 +422,16 @@ def job_status(deps: Deps, found: Job | Submission, base_url: str = "") -> dict[
     if job.error_code or job.error:
         code = job.error_code or (job.error.error_code if job.error else "runtime.internal")
         error = {"code": code, "message": job.error.message if job.error else "", "retryable": _retryable(job)}
-    return {"jobId": job.job_id, "status": job.state.value, "documentId": job.document_id or None,
-            "progress": _progress(deps, job), "result": result, "error": error, "createdAt": iso(job.created_at),
-            "updatedAt": iso(job.updated_at), **_links(job.job_id, base_url)}
+    view: dict[str, JsonValue] = {
+        "jobId": job.job_id, "status": job.state.value, "documentId": job.document_id or None,
+        "progress": _progress(deps, job), "result": result, "error": error, "createdAt": iso(job.created_at),
+        "updatedAt": iso(job.updated_at), **_links(job.job_id, base_url)}
+    if job.approval is not None:  # a side effect whose outcome is unknown: what a person decides on
+        a = job.approval
+        view["approval"] = {"step": a.step, "reason": a.reason, "requestedAt": iso(a.requested_at),
+                            "expiresAt": iso(a.expires_at), "decision": a.decision, "decidedBy": a.decided_by or None,
+                            "approvalUrl": f"{base_url}/jobs/{job.job_id}/approval"}
+    return view
 
 
 @app.get("/jobs/<job_id>")
@@ -490,13 +497,13 @@ def approval(job_id: str) -> Response[str]:
     if decide is None:
         raise ApiError(409, "api.conflict", "approvals are not available in this deployment")
     outcome = decide(deps, job_id, req.decision, who)
-    changed = bool(getattr(outcome, "changed", True))
+    state = getattr(outcome, "state", None)
     message = str(getattr(outcome, "message", "") or "")
-    now = deps.jobs.get(job_id)
-    state = getattr(outcome, "state", None) or (now.state if now else JobState.QUEUED)
-    if not changed:
+    if state is None:
+        raise not_found("job", job_id)
+    if not getattr(outcome, "changed", False):  # not waiting for approval (or it kept changing)
         raise ApiError(409, "api.conflict", message or f"the job is {JobState(state).value}, not waiting for approval")
-    return _json(202, {"jobId": job_id, "status": JobState(state).value, "decision": req.decision,
+    return _json(202, {"jobId": job_id, "status": JobState(state).value, "decision": req.decision, "changed": True,
                        "message": message})
 
 

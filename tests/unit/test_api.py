@@ -410,3 +410,46 @@ def test_an_approval_needs_a_job_waiting_for_one_and_a_valid_decision():
     assert bad.status == 400 and bad.code == "api.invalid_request"
     running = call(world, "POST", f"/jobs/{job_id}/approval", {"decision": "approve"})
     assert running.status == 409 and running.code == "api.conflict"
+
+
+def test_a_job_waiting_for_approval_shows_what_to_decide():
+    from contract_review import lifecycle
+    from contract_review.records import Approval, AwaitApproval
+
+    world = FakeWorld()
+    job_id = str(submit(world).json["jobId"])
+    InProcess(world).intake()
+    now = world.clock()
+    approval = Approval(step="ticket.open", key="k", reason="timed out after the write may have happened",
+                        requested_at=now, expires_at=now + 3600)
+    assert lifecycle.move(world.deps, job_id, (JobState.RUNNING,), JobState.WAITING_APPROVAL,
+                          outcome=AwaitApproval(approval=approval))
+    body = call(world, "GET", f"/jobs/{job_id}").json
+    assert body["status"] == "waiting_approval"
+    assert body["approval"] == {"step": "ticket.open", "reason": "timed out after the write may have happened",
+                                "requestedAt": api.iso(now), "expiresAt": api.iso(now + 3600), "decision": None,
+                                "decidedBy": None, "approvalUrl": f"http://api.test/jobs/{job_id}/approval"}
+
+
+@pytest.mark.parametrize("decision,after", [("approve", "running"), ("reject", "failed")])
+def test_an_approval_decides_a_waiting_job_once(decision: str, after: str):
+    from contract_review import lifecycle
+    from contract_review.records import Approval, AwaitApproval
+
+    if not hasattr(lifecycle, "decide_approval"):
+        pytest.skip("lifecycle.decide_approval (the saga) has not landed")
+    world = FakeWorld()
+    job_id = str(submit(world).json["jobId"])
+    InProcess(world).intake()
+    now = world.clock()
+    approval = Approval(step="ticket.open", key="k", reason="ambiguous", requested_at=now, expires_at=now + 3600)
+    assert lifecycle.move(world.deps, job_id, (JobState.RUNNING,), JobState.WAITING_APPROVAL,
+                          outcome=AwaitApproval(approval=approval))
+    # another principal cannot decide; the owner decides once; a second decision is a conflict
+    assert call(world, "POST", f"/jobs/{job_id}/approval", {"decision": decision}, who=BOB).status == 404
+    first = call(world, "POST", f"/jobs/{job_id}/approval", {"decision": decision})
+    assert first.status == 202 and first.json["status"] == after and first.json["decision"] == decision
+    again = call(world, "POST", f"/jobs/{job_id}/approval", {"decision": decision})
+    assert again.status == 409 and again.code == "api.conflict"
+    job = world.jobs.get(job_id)
+    assert job is not None and job.approval is not None and job.approval.decided_by == ALICE

@@ -1,0 +1,97 @@
+"""Side effects on the local stack: the template deployed into moto (idempotency table, job-events
+topic, compensation DLQ), the real aggregator and sweeper in worker processes, and the local fake of
+the external ticket system (`review_local/ticket_service.py`, a third party's stand-in) over HTTP on
+loopback, its URL handed to the functions as `TICKET_URL` the way `review up` does."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from contract_review import ops
+from contract_review.records import JobState, StepStatus
+from contract_review.saga import PUBLISH, TICKET
+from review_local.stack import LocalStack
+from review_local.ticket_service import TicketFaults, TicketServiceFake
+
+from ..texts import TEXT
+from .conftest import get_job, wait_for, wait_jobs
+
+# A clause the offline rule model scores 1.0 (unlimited + indemnify + at any time): a high-risk finding.
+RISKY = TEXT + ("\n\n5. Indemnity. Supplier shall indemnify and hold harmless Customer, and Supplier's liability "
+                "under this section shall be unlimited. Customer may terminate at any time for convenience.\n")
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+def stack(local_template: dict[str, Any], tmp_path: Path) -> Iterator[LocalStack]:
+    # as `review up` runs it: the ticket fake on loopback, its URL in the aggregator's and sweeper's TICKET_URL;
+    # an answer it holds outlasts the functions' read timeout (local profile: ticket_read_timeout_s)
+    s = LocalStack(template=local_template, state_dir=tmp_path / "stack", ticket_faults=TicketFaults(hang_s=4.0))
+    s.start()
+    try:
+        yield s
+    finally:
+        s.stop()
+
+
+@pytest.fixture
+def tickets(stack: LocalStack) -> TicketServiceFake:
+    assert stack.tickets is not None
+    return stack.tickets
+
+
+def test_a_timeout_after_the_ticket_write_is_looked_up_and_resumed_without_a_second_ticket(
+        stack: LocalStack, tickets: TicketServiceFake):
+    # GIVEN the ticket system writes the first ticket, then holds its answer past the client's timeout
+    tickets.inject("timeout_after_write")
+    deps = stack.deps()
+    # WHEN a document with a high-risk clause is reviewed by the stack's processes
+    job_id = ops.submit(deps, RISKY, document_id="risky-msa")
+    ended = wait_jobs(deps, [job_id], timeout=120)[job_id]
+    # THEN the job completes with one ticket, found by its key after the timeout, and one publish
+    assert ended.state is JobState.COMPLETED, ended.error
+    stats = tickets.stats()
+    assert stats["opened"] == 1 and stats["faults_injected"] == {"timeout_after_write": 1}
+    assert stats["requests"].get("lookup", 0) >= 1
+    steps = {r.step: r for r in ended.side_effects}
+    assert steps[TICKET].status is StepStatus.DONE and steps[TICKET].result["resolved_by"] == "lookup"
+    assert steps[TICKET].result["ticket_id"] == tickets.all()[0]["id"]
+    assert tickets.all()[0]["idempotency_key"] == steps[TICKET].key
+    assert steps[PUBLISH].status is StepStatus.DONE and steps[PUBLISH].result["sns_message_id"]
+    # AND the outcomes are in the idempotency table (Powertools records, COMPLETED)
+    ddb = stack.aws.client("dynamodb")
+    items = ddb.scan(TableName=stack.outputs["IdempotencyTableName"])["Items"]
+    assert sorted(i["status"]["S"] for i in items) == ["COMPLETED", "COMPLETED"]
+    events = [e.type for e in deps.jobs.events(job_id)]
+    assert events.count("sideeffect.done") == 2
+
+
+def test_cancel_after_the_ticket_closes_every_ticket_it_opened(stack: LocalStack, tickets: TicketServiceFake):
+    # GIVEN a job whose ticket was written but whose answer never came, and the lookup is down: the job
+    # waits for approval, a ticket open in the ticket system that the job does not know the id of
+    tickets.inject("timeout_after_write")
+    tickets.inject("lookup_unavailable", op="lookup", times=50)
+    deps = stack.deps()
+    job_id = ops.submit(deps, RISKY, document_id="risky-cancel")
+    wait_for(lambda: get_job(deps, job_id).state is JobState.WAITING_APPROVAL, 120, what="waiting_approval")
+    waiting = get_job(deps, job_id)
+    assert waiting.approval is not None and waiting.approval.step == TICKET
+    assert tickets.stats()["opened"] == 1
+    tickets.reset_faults()
+    # WHEN it is cancelled
+    from contract_review import lifecycle
+
+    lifecycle.request_cancel(deps, job_id, by="test")
+    ended = wait_jobs(deps, [job_id], timeout=60)[job_id]
+    # THEN it ends cancelled, and tickets opened = tickets closed
+    assert ended.state is JobState.CANCELLED
+    wait_for(lambda: tickets.stats()["closed"] == 1, 30, what="the ticket closed")
+    stats = tickets.stats()
+    assert stats["opened"] == stats["closed"] == 1
+    assert json.dumps(tickets.all()[0]["close_comment"]).count(job_id) == 1

@@ -1,0 +1,93 @@
+"""The documented recoveries of the side-effect codes (errors.py), executed on the fakes: the fault
+that produces the code, the job as it leaves it, then exactly what the recovery text says to do, and
+then the side effects must stand as if no fault had happened: each done exactly once, or each undone.
+`tests/unit/test_recoveries.py` runs these with every other code's recovery."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from contract_review import lifecycle, saga
+from contract_review.errors import REGISTRY
+from contract_review.records import JobState, StepStatus
+from contract_review.saga import COMPLETED_DETAIL, PUBLISH, TICKET, SagaStatus
+
+from .fake_side_effects import FakeSideEffects
+from .fakes import FakeWorld
+from .test_saga import finished_job, job, unknown_outcome
+
+
+def _recovery(code: str) -> str:
+    return REGISTRY[code].recovery
+
+
+def sideeffect_failed(code: str) -> None:
+    """The notifier fails on every attempt after the ticket was opened: the saga fails with the code, the
+    ticket is closed; once the cause is fixed the side effects run again with the same keys."""
+    world, fx = FakeWorld(), FakeSideEffects()
+    j = finished_job(world)
+    fx.notifier.inject("error_before_write", COMPLETED_DETAIL, times=-1)
+    result = saga.run_side_effects(world.deps, fx.fx, j)
+    assert result.status is SagaStatus.FAILED and result.error is not None and result.error.error_code == code
+    saga.compensate(world.deps, fx.fx, job(world, j.job_id), reason=code)
+    assert fx.tickets.opened == fx.tickets.closed == 1
+    # fixed; "run the side effects again": the same keys, nothing doubled
+    fx.notifier.clear()
+    world.jobs.items[j.job_id] = world.jobs.items[j.job_id].model_copy(update={"side_effects": []})
+    again = saga.run_side_effects(world.deps, fx.fx, job(world, j.job_id))
+    assert again.status is SagaStatus.DONE
+    assert fx.tickets.opened == 1 and len(fx.notifier.of(COMPLETED_DETAIL)) == 1
+    assert "same key" in _recovery(code) or "same keys" in _recovery(code)
+
+
+def sideeffect_ambiguous(code: str) -> None:
+    """The outcome stays unknown: the job waits with the evidence; `review approve` retries with the same key."""
+    world, fx = FakeWorld(), FakeSideEffects()
+    waiting = unknown_outcome(world, fx, written=True)
+    assert waiting.approval is not None and waiting.approval.error is not None
+    assert waiting.approval.error.error_code == code
+    running = lifecycle.transition(world.deps, waiting, JobState.RUNNING, event="job.approved")
+    assert running is not None
+    assert saga.resume_after_approval(world.deps, fx.fx, running).status is SagaStatus.DONE
+    assert fx.tickets.opened == 1 and len(fx.notifier.of(COMPLETED_DETAIL)) == 1
+    assert "review approve" in _recovery(code)
+
+
+def compensation_failed(code: str) -> None:
+    """Every close fails: the compensation is dead-lettered with the code; fixed, the DLQ is redriven."""
+    world, fx = FakeWorld(), FakeSideEffects()
+    j = finished_job(world)
+    saga.run_side_effects(world.deps, fx.fx, j)
+    fx.tickets.inject("error_before_write", "close", times=-1)
+    out = saga.compensate(world.deps, fx.fx, j, reason="job.cancelled")
+    assert out.dead_lettered == [TICKET]
+    [letter] = fx.dlq.messages.values()
+    assert letter.attributes["error_code"] == code
+    fx.tickets.clear()
+    assert saga.redrive_compensations(world.deps, fx.fx).compensated == [TICKET]
+    assert fx.tickets.opened == fx.tickets.closed == 1 and not fx.dlq.messages
+    assert {r.step: r.status for r in job(world, j.job_id).side_effects} == {
+        TICKET: StepStatus.COMPENSATED, PUBLISH: StepStatus.COMPENSATED}
+    assert "redrive" in _recovery(code)
+
+
+def approval_ended(code: str) -> None:
+    """Rejected or expired: the job fails with the code and what happened is undone (nothing else to do)."""
+    world, fx = FakeWorld(), FakeSideEffects()
+    waiting = unknown_outcome(world, fx, written=True)
+    if code == "job.approval_expired":
+        world.clock.advance(world.settings.profile.approval_ttl_s + 1)
+        assert saga.approval_expired(waiting, world.clock())
+    ended, out = saga.end_waiting(world.deps, fx.fx, waiting, code)
+    assert ended is not None and (ended.state, ended.error_code) == (JobState.FAILED, code) and out.complete
+    assert fx.tickets.opened == fx.tickets.closed == 1 and fx.notifier.calls == 0
+    assert "compensated" in _recovery(code)
+
+
+SAGA_RECOVERIES: dict[str, Callable[[str], None]] = {
+    "sideeffect.failed": sideeffect_failed,
+    "sideeffect.ambiguous": sideeffect_ambiguous,
+    "sideeffect.compensation_failed": compensation_failed,
+    "job.approval_rejected": approval_ended,
+    "job.approval_expired": approval_ended,
+}

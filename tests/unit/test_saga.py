@@ -1,0 +1,285 @@
+"""The job's side effects as a saga (`contract_review/saga.py`), on the in-memory fakes: the real
+Powertools `@idempotent_function` over an in-memory persistence layer, a fake ticket system with the
+`Idempotency-Key` contract and scripted failures, a fake notifier, a fake compensation DLQ. Every test
+counts the side effects themselves: tickets opened and closed, events published."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from contract_review import lifecycle, saga
+from contract_review.analysts import Finding
+from contract_review.records import Job, JobState, Reliability, StepStatus, job_id_for, report_keys
+from contract_review.report import Report, coverage_of
+from contract_review.saga import COMPLETED_DETAIL, PUBLISH, TICKET, WITHDRAWN_DETAIL, SagaStatus, step_key
+
+from .fake_side_effects import FakeSideEffects
+from .fakes import FakeWorld
+from .scenarios import events_of
+
+
+def finding(score: float, category: str = "liability_cap", index: int = 0) -> Finding:
+    return Finding(category=category, score=score, quote="each party's aggregate liability", start=index * 100,
+                   end=index * 100 + 30, rationale="raises risk", analyst="liability", chunk_id=f"c{index:05d}-x",
+                   chunk_index=index)
+
+
+def finished_job(world: FakeWorld, scores: tuple[float, ...] = (0.9, 0.3), key: str = "nda-1") -> Job:
+    """A running job whose report is written (the aggregator's finalize is where the saga runs)."""
+    job_id, now = job_id_for(key), world.clock()
+    job, _ = world.jobs.create(Job(job_id=job_id, state=JobState.RUNNING, created_at=now, updated_at=now,
+                                   idempotency_key=key, document_id="nda-acme", chunk_count=len(scores),
+                                   analyst_count=11, model_id="offline-rules-v1"))
+    findings = [finding(s, index=i) for i, s in enumerate(scores)]
+    report = Report(job_id=job_id, state=JobState.COMPLETED, document_id="nda-acme", document_sha256="0" * 64,
+                    model_id="offline-rules-v1", prompt_version="p", chunk_count=len(scores), findings=findings,
+                    coverage=coverage_of(11, []), reliability=Reliability())
+    world.artifacts.put_text(report_keys(job_id)[0], report.model_dump_json())
+    return job
+
+
+def job(world: FakeWorld, job_id: str) -> Job:
+    j = world.jobs.get(job_id)
+    assert j is not None
+    return j
+
+
+def steps(j: Job) -> dict[str, StepStatus]:
+    return {r.step: r.status for r in j.side_effects}
+
+
+# --- the happy path and what "high risk" means ------------------------------------------------------
+
+def test_a_report_with_high_risk_findings_opens_one_ticket_and_publishes_once():
+    world, fx = FakeWorld(), FakeSideEffects()
+    j = finished_job(world)
+    # WHEN the saga runs
+    result = saga.run_side_effects(world.deps, fx.fx, j)
+    # THEN one ticket (for the one finding scored >= 0.7), one "Review completed" event naming the report
+    assert result.status is SagaStatus.DONE
+    assert fx.tickets.opened == 1 and fx.tickets.closed == 0
+    [event] = fx.notifier.of(COMPLETED_DETAIL)
+    assert event["report"] == f"s3://{world.artifacts.bucket}/{report_keys(j.job_id)[0]}"
+    assert event["high_risk_findings"] == 1
+    assert steps(job(world, j.job_id)) == {TICKET: StepStatus.DONE, PUBLISH: StepStatus.DONE}
+    # AND the ticket carries our key, the key is the step's hash, and no document text went out
+    [ticket] = fx.tickets.tickets.values()
+    rec = next(r for r in job(world, j.job_id).side_effects if r.step == TICKET)
+    assert ticket["idempotency_key"] == rec.key == step_key(j.job_id, TICKET, "create", ticket["fields"])  # type: ignore[arg-type]  # a dict of JSON
+    assert "aggregate liability" not in json.dumps(ticket) + json.dumps(fx.notifier.published)
+    assert [e["step"] for e in events_of(world, j.job_id, "sideeffect.done")] == [TICKET, PUBLISH]
+
+
+def test_a_report_without_high_risk_findings_only_publishes():
+    world, fx = FakeWorld(), FakeSideEffects()
+    j = finished_job(world, scores=(0.69, 0.3))
+    assert saga.run_side_effects(world.deps, fx.fx, j).status is SagaStatus.DONE
+    assert fx.tickets.opened == 0 and len(fx.notifier.of(COMPLETED_DETAIL)) == 1
+    assert steps(job(world, j.job_id)) == {PUBLISH: StepStatus.DONE}
+
+
+def test_without_a_ticket_system_the_ticket_step_is_skipped_with_an_event():
+    world, fx = FakeWorld(), FakeSideEffects(with_tickets=False)
+    j = finished_job(world)
+    assert saga.run_side_effects(world.deps, fx.fx, j).status is SagaStatus.DONE
+    assert steps(job(world, j.job_id)) == {TICKET: StepStatus.SKIPPED, PUBLISH: StepStatus.DONE}
+    [skipped] = events_of(world, j.job_id, "sideeffect.skipped")
+    assert skipped["step"] == TICKET and "ticket_url" in str(skipped["reason"])
+
+
+def test_keys_are_deterministic_and_distinct():
+    args = {"b": 1, "a": [1, 2]}
+    assert step_key("job-1", TICKET, "create", args) == step_key("job-1", TICKET, "create", {"a": [1, 2], "b": 1})
+    assert len({step_key("job-1", TICKET, "create", args), step_key("job-2", TICKET, "create", args),
+                step_key("job-1", PUBLISH, "create", args), step_key("job-1", TICKET, "close", args),
+                step_key("job-1", TICKET, "create", {"b": 2, "a": [1, 2]})}) == 5
+
+
+# --- retries: the stored outcome, never a second action ---------------------------------------------
+
+def test_the_same_steps_retried_return_the_stored_outcome():
+    # GIVEN a saga that ran to the end, but whose writes to the job record were lost (a crash after acting)
+    world, fx = FakeWorld(), FakeSideEffects()
+    j = finished_job(world)
+    first = saga.run_side_effects(world.deps, fx.fx, j)
+    world.jobs.items[j.job_id] = world.jobs.items[j.job_id].model_copy(update={"side_effects": []})
+    calls = (list(fx.tickets.calls), fx.notifier.calls)
+    # WHEN the saga runs again (a redelivered message, the sweeper's finalize)
+    second = saga.run_side_effects(world.deps, fx.fx, j)
+    # THEN the outcome store answers: the ticket system and the notifier are not called again
+    assert second.status is SagaStatus.DONE
+    assert (fx.tickets.calls, fx.notifier.calls) == calls
+    assert fx.tickets.opened == 1 and len(fx.notifier.of(COMPLETED_DETAIL)) == 1
+    assert [r.result for r in second.steps] == [r.result for r in first.steps]
+    assert fx.persistence.completed() == 2
+
+
+def test_a_5xx_before_the_write_is_retried_with_the_same_key():
+    world, fx = FakeWorld(), FakeSideEffects()
+    j = finished_job(world)
+    fx.tickets.inject("error_before_write", "open", times=2)
+    assert saga.run_side_effects(world.deps, fx.fx, j).status is SagaStatus.DONE
+    assert fx.tickets.calls.count("open") == 3 and fx.tickets.opened == 1 and len(fx.sleeps) == 2
+
+
+def test_a_step_that_keeps_failing_fails_the_saga_and_what_was_done_is_compensated():
+    # GIVEN the ticket is opened, then the notifier fails on every attempt
+    world, fx = FakeWorld(), FakeSideEffects()
+    j = finished_job(world)
+    fx.notifier.inject("error_before_write", COMPLETED_DETAIL, times=-1)
+    result = saga.run_side_effects(world.deps, fx.fx, j)
+    # THEN the saga fails with sideeffect.failed after its tier-1 attempts
+    assert result.status is SagaStatus.FAILED and result.error is not None
+    assert result.error.error_code == "sideeffect.failed" and fx.notifier.calls == saga.STEP_ATTEMPTS
+    assert events_of(world, j.job_id, "sideeffect.failed")[0]["step"] == PUBLISH
+    # WHEN the caller compensates THEN the ticket is closed: tickets opened = tickets closed
+    out = saga.compensate(world.deps, fx.fx, job(world, j.job_id), reason="sideeffect.failed")
+    assert out.complete and out.compensated == [TICKET]
+    assert fx.tickets.opened == fx.tickets.closed == 1
+    assert steps(job(world, j.job_id)) == {TICKET: StepStatus.COMPENSATED}
+
+
+# --- ambiguous outcomes ------------------------------------------------------------------------------
+
+def test_a_timeout_after_the_write_is_looked_up_and_resumed_without_a_second_ticket():
+    # GIVEN the ticket system writes the ticket, then the answer never comes (read timeout)
+    world, fx = FakeWorld(), FakeSideEffects()
+    j = finished_job(world)
+    fx.tickets.inject("timeout_after_write", "open")
+    # WHEN the saga runs
+    result = saga.run_side_effects(world.deps, fx.fx, j)
+    # THEN it looks the key up, finds the ticket, and goes on: one ticket, one publish, job still running
+    assert result.status is SagaStatus.DONE
+    assert fx.tickets.calls == ["open", "find"] and fx.tickets.opened == 1
+    rec = next(r for r in result.steps if r.step == TICKET)
+    assert rec.result["resolved_by"] == "lookup" and rec.result["ticket_id"] == "TCK-00001"
+    assert len(fx.notifier.of(COMPLETED_DETAIL)) == 1 and job(world, j.job_id).state is JobState.RUNNING
+
+
+def unknown_outcome(world: FakeWorld, fx: FakeSideEffects, *, written: bool) -> Job:
+    """The ticket call times out; the lookup cannot tell (not found, or the lookup fails): the job waits."""
+    j = finished_job(world)
+    if written:  # the write happened, but the lookup is down
+        fx.tickets.inject("timeout_after_write", "open")
+        fx.tickets.inject("lookup_unavailable", "find", times=saga.STEP_ATTEMPTS)
+    else:
+        fx.tickets.inject("timeout_before_write", "open")
+    result = saga.run_side_effects(world.deps, fx.fx, j)
+    assert result.status is SagaStatus.WAITING_APPROVAL
+    waiting = job(world, j.job_id)
+    assert waiting.state is JobState.WAITING_APPROVAL and waiting.approval is not None
+    return waiting
+
+
+def test_an_outcome_that_stays_unknown_waits_for_approval_with_the_evidence():
+    world, fx = FakeWorld(), FakeSideEffects()
+    waiting = unknown_outcome(world, fx, written=False)
+    ev = waiting.approval
+    assert ev is not None
+    assert ev.error is not None
+    assert (ev.step, ev.evidence["lookup"], ev.error.error_code) == (TICKET, "not_found", "sideeffect.ambiguous")
+    assert ev.key == step_key(waiting.job_id, TICKET, "create", saga.plan(
+        world.deps, waiting, saga.load_report(world.deps, waiting))[0].args)
+    assert ev.expires_at == ev.requested_at + world.settings.profile.approval_ttl_s
+    # nothing after the unknown step started, nothing was recorded as its outcome
+    assert fx.notifier.calls == 0 and fx.persistence.completed() == 0 and waiting.side_effects == []
+
+
+def test_approve_retries_the_step_with_the_same_key_one_ticket_and_the_job_goes_on():
+    # GIVEN a job waiting because the ticket call timed out after the write and the lookup was down
+    world, fx = FakeWorld(), FakeSideEffects()
+    waiting = unknown_outcome(world, fx, written=True)
+    assert fx.tickets.opened == 1
+    # WHEN a person approves (the job runs again) and the saga resumes
+    running = lifecycle.transition(world.deps, waiting, JobState.RUNNING, event="job.approved")
+    assert running is not None
+    result = saga.resume_after_approval(world.deps, fx.fx, running)
+    # THEN the step was retried with the same key: the ticket system dedups it, one ticket; then the publish
+    assert result.status is SagaStatus.DONE
+    assert fx.tickets.opened == 1 and len(fx.notifier.of(COMPLETED_DETAIL)) == 1
+    assert next(r for r in result.steps if r.step == TICKET).key == waiting.approval.key  # type: ignore[union-attr]  # asserted above
+    assert events_of(world, waiting.job_id, "sideeffect.retry_approved")
+
+
+@pytest.mark.parametrize("code", ["job.approval_rejected", "job.approval_expired"])
+@pytest.mark.parametrize("written", [True, False])
+def test_reject_or_expiry_fails_the_job_with_its_code_and_compensates(code: str, written: bool):
+    world, fx = FakeWorld(), FakeSideEffects()
+    waiting = unknown_outcome(world, fx, written=written)
+    if code == "job.approval_expired":
+        assert not saga.approval_expired(waiting, waiting.approval.requested_at + 1)  # type: ignore[union-attr]  # set
+        world.clock.advance(world.settings.profile.approval_ttl_s + 1)
+        assert saga.approval_expired(waiting, world.clock())
+    # WHEN the approval is rejected (or expires)
+    ended, out = saga.end_waiting(world.deps, fx.fx, waiting, code)
+    # THEN the job fails with the code, and the ticket (if it was written after all) is closed
+    assert ended is not None and (ended.state, ended.error_code) == (JobState.FAILED, code)
+    assert out.complete
+    assert fx.tickets.opened == fx.tickets.closed == (1 if written else 0)
+    assert fx.notifier.calls == 0  # nothing was published, so nothing is withdrawn
+
+
+# --- compensation -----------------------------------------------------------------------------------
+
+def test_compensation_after_cancel_closes_every_ticket_and_withdraws_in_reverse_order():
+    # GIVEN both steps done, then the job is cancelled
+    world, fx = FakeWorld(), FakeSideEffects()
+    j = finished_job(world)
+    saga.run_side_effects(world.deps, fx.fx, j)
+    cancelling = lifecycle.transition(world.deps, job(world, j.job_id), JobState.CANCELLING, event="job.cancelling")
+    assert cancelling is not None
+    # WHEN the saga is asked to run again THEN no step starts
+    calls = (list(fx.tickets.calls), fx.notifier.calls)
+    assert saga.run_side_effects(world.deps, fx.fx, cancelling).status is SagaStatus.CANCELLED
+    assert (fx.tickets.calls, fx.notifier.calls) == calls
+    # WHEN compensation runs (twice: it is idempotent)
+    out = saga.compensate(world.deps, fx.fx, cancelling, reason="job.cancelled")
+    again = saga.compensate(world.deps, fx.fx, cancelling, reason="job.cancelled")
+    # THEN tickets opened = tickets closed, one withdrawal, publish undone first (reverse order)
+    assert out.compensated == [PUBLISH, TICKET] and again.compensated == [PUBLISH, TICKET]
+    assert fx.tickets.opened == fx.tickets.closed == 1 and fx.tickets.calls.count("close") == 1
+    [withdrawn] = fx.notifier.of(WITHDRAWN_DETAIL)
+    assert withdrawn["reason"] == "job.cancelled"
+    assert steps(job(world, j.job_id)) == {TICKET: StepStatus.COMPENSATED, PUBLISH: StepStatus.COMPENSATED}
+    assert "job.cancelled" in str(next(iter(fx.tickets.tickets.values()))["close_comment"])
+
+
+def test_a_cancel_before_the_saga_starts_no_step():
+    world, fx = FakeWorld(), FakeSideEffects()
+    j = finished_job(world)
+    assert lifecycle.transition(world.deps, j, JobState.CANCELLING, event="job.cancelling") is not None
+    assert saga.run_side_effects(world.deps, fx.fx, j).status is SagaStatus.CANCELLED
+    assert fx.tickets.calls == [] and fx.notifier.calls == 0
+
+
+def test_a_compensation_that_keeps_failing_lands_in_the_compensation_dlq_with_its_envelope():
+    # GIVEN a done ticket step, and a ticket system that fails every close
+    world, fx = FakeWorld(), FakeSideEffects()
+    j = finished_job(world, scores=(0.95,))
+    saga.run_side_effects(world.deps, fx.fx, j)
+    fx.tickets.inject("error_before_write", "close", times=-1)
+    # WHEN compensation runs
+    out = saga.compensate(world.deps, fx.fx, j, reason="job.cancelled")
+    # THEN the publish is withdrawn, the ticket's close was retried and then dead-lettered, not dropped
+    assert out.compensated == [PUBLISH] and out.dead_lettered == [TICKET] and not out.complete
+    assert fx.tickets.calls.count("close") == saga.COMPENSATION_ATTEMPTS and fx.tickets.closed == 0
+    [letter] = fx.dlq.messages.values()
+    assert letter.attributes["error_code"] == "sideeffect.compensation_failed"
+    envelope = json.loads(letter.attributes["envelope"])
+    assert (envelope["cause_code"], envelope["http_status"], envelope["step"]) == ("sideeffect.failed", 503, TICKET)
+    order = json.loads(letter.body)
+    assert (order["job_id"], order["operation"], order["args"]["ticket_id"]) == (j.job_id, "close", "TCK-00001")
+    rec = next(r for r in job(world, j.job_id).side_effects if r.step == TICKET)
+    assert rec.status is StepStatus.COMPENSATION_FAILED and rec.error is not None
+    assert events_of(world, j.job_id, "sideeffect.compensation_failed")
+    # AND compensating again does not dead-letter it twice
+    saga.compensate(world.deps, fx.fx, j, reason="job.cancelled")
+    assert len(fx.dlq.messages) == 1
+    # WHEN the ticket system is fixed and the DLQ redriven THEN the ticket is closed and the DLQ empty
+    fx.tickets.clear()
+    redriven = saga.redrive_compensations(world.deps, fx.fx)
+    assert redriven.compensated == [TICKET] and not fx.dlq.messages
+    assert fx.tickets.opened == fx.tickets.closed == 1
+    assert steps(job(world, j.job_id))[TICKET] is StepStatus.COMPENSATED
