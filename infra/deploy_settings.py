@@ -27,6 +27,7 @@ POWERTOOLS_VERSION = "3.37.0"
 MAX_STACK_NAME = max_name_prefix()
 _STACK_NAME_RE = re.compile(r"^[A-Za-z][A-Za-z0-9-]*$")
 _POWERTOOLS_VERSION_RE = re.compile(r"^(latest|\d+\.\d+\.\d+)$")
+_TICKET_URL_RE = re.compile(r"^https?://[^\s/]+(/\S*)?$")
 _EMAIL_RE = re.compile(r"^[^@\s]+@[^@\s]+\.[^@\s]+$")
 # A Bedrock foundation-model id (anthropic.claude-sonnet-4-6, amazon.nova-pro-v1:0) or a cross-region
 # inference profile id (global.anthropic.claude-sonnet-4-6); ARNs are not taken (the grants are built from ids).
@@ -45,6 +46,9 @@ class DeploySettings:
     auto_delete_objects: bool = False
     # The Bedrock model or inference profile id (`-c model_id=...`); empty: the profile's model_id.
     model_id: str = ""
+    # The external ticket system's base URL (`-c ticket_url=https://...`): the saga opens a review ticket there
+    # for high-risk findings. Empty: the ticket step is skipped, with an event saying so.
+    ticket_url: str = ""
 
     def __post_init__(self) -> None:
         if not self.model_id:
@@ -66,6 +70,8 @@ class DeploySettings:
             raise ValueError(f"model_provider must be 'offline' or 'bedrock', not {self.model_provider!r}")
         if self.fault_spec is not None and self.profile.name == "prod":
             raise ValueError("fault_spec is for demos and tests only; never in the prod profile")
+        if self.ticket_url and not _TICKET_URL_RE.match(self.ticket_url):
+            raise ValueError(f"ticket_url {self.ticket_url!r}: an http(s) URL such as https://tickets.example.com/api")
         if self.auto_delete_objects and not self.is_disposable:
             raise ValueError("auto_delete_objects is only allowed for the local profile")
 
@@ -91,6 +97,7 @@ class DeploySettings:
             fault_spec=FaultSpec.model_validate_json(fault if isinstance(fault, str) else json.dumps(fault)) if fault else None,
             auto_delete_objects=_truthy(get("auto_delete_objects")),
             model_id=str(get("model_id") or "").strip(),
+            ticket_url=str(get("ticket_url") or "").strip(),
         )
 
 

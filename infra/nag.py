@@ -55,6 +55,11 @@ REASONS = {
         "ecr:GetAuthorizationToken does not support resource-level permissions (AWS requires "
         "Resource '*'); image pulls themselves are scoped to the asset repository."
     ),
+    "SQS3-compensation-dlq": (
+        "The compensation DLQ is itself a dead-letter queue (compensations that exhausted their retries are sent "
+        "to it by the saga, with their envelope); nothing consumes it automatically, its alarm fires on one "
+        "message, and a DLQ of a DLQ would only hide what it holds."
+    ),
     "ECS2": (
         "The environment only carries resource names, queue URLs and the profile name (the same "
         "values the Lambda functions get); no secrets are passed to the container."
@@ -111,6 +116,8 @@ def acknowledge(stack: ContractReviewStack) -> None:
                 _ack(role, f"IAM5[Resource::{bucket}/{target.removeprefix('objects:')}*]", "IAM5-bucket-objects")
     for f in functions:
         _ack(f.role, "IAM5[Resource::*]", "IAM5-xray")
+
+    _ack(stack.side_effects.compensation_dlq, "SQS3", "SQS3-compensation-dlq")
 
     model_id = stack.settings.model_id
     if is_inference_profile(model_id) and not model_id.startswith(GLOBAL_PROFILE_PREFIX):  # global: no wildcard

@@ -37,6 +37,8 @@ class Access:
 
 GET, PUT, UPDATE, QUERY, SCAN, BATCH_GET = (f"dynamodb:{a}" for a in (
     "GetItem", "PutItem", "UpdateItem", "Query", "Scan", "BatchGetItem"))
+DELETE_ITEM = "dynamodb:DeleteItem"
+PUBLISH, PUT_EVENTS = "sns:Publish", "events:PutEvents"
 GET_OBJECT, PUT_OBJECT, LIST_BUCKET = "s3:GetObject", "s3:PutObject", "s3:ListBucket"
 SEND, RECEIVE, DELETE, CHANGE_VISIBILITY, QUEUE_ATTRIBUTES = (f"sqs:{a}" for a in (
     "SendMessage", "ReceiveMessage", "DeleteMessage", "ChangeMessageVisibility", "GetQueueAttributes"))
@@ -68,6 +70,17 @@ WORKER = (
     Access("dlq:analysis", (SEND,), "dead-letter a chunk whose poison budget is spent"),
     Access("queue:results", (SEND,), "announce a settled chunk"),
 )
+# The job's side effects (contract_review/saga.py), run by the aggregator and by the sweeper (the finalize of a
+# stalled job; an expired approval's compensation). Powertools idempotency never reads with GetItem: a failed
+# conditional put returns the existing record (ReturnValuesOnConditionCheckFailure).
+SIDE_EFFECTS = (
+    Access("table:idempotency", (PUT, UPDATE, DELETE_ITEM), "Powertools idempotency: a step's in-progress record "
+                                                            "(conditional put), its outcome, freed when it failed"),
+    Access("topic:job-events", (PUBLISH,), "publish \"Review completed\" and \"Review withdrawn\" for integrators"),
+    Access("bus:default", (PUT_EVENTS,), "the same events on the account's default EventBridge bus"),
+    Access("dlq:compensation", (SEND,), "dead-letter a compensation that exhausted its retries, with its envelope"),
+    Access("objects:reports/", (GET_OBJECT,), "the report a resumed saga (after an approval) names in its steps"),
+)
 AGGREGATOR = (
     Access("table:jobs", (GET, UPDATE), "settle chunks, end the job"),
     Access("table:events", (PUT,), "record job events"),
@@ -78,7 +91,7 @@ AGGREGATOR = (
     Access("objects:documents/", (GET_OBJECT,), "the fan-out plan, and the next page's text (one ranged GET)"),
     _LIST,
     Access("queue:analysis", (SEND,), "send the next page of chunk messages as the job's window empties"),
-)
+) + SIDE_EFFECTS
 SWEEPER = (
     Access(LEASE_INDEX, (QUERY,), "find lapsed claims"),
     Access("table:claims", (QUERY, GET, UPDATE), "a stalled job's chunks; release or settle (fenced)"),
@@ -95,7 +108,7 @@ SWEEPER = (
            "find the intake message of a job stuck `queued` (only when the DLQ holds something), and put it back "
            "naming the job and the error"),
     Access("queue:results", (SEND,), "announce chunks it settled"),
-)
+) + SIDE_EFFECTS
 # The Job API (contract_review/api.py): submit and read jobs and batches; cancel, decide, retry (redrive.retry).
 API = (
     Access("table:jobs", (GET, UPDATE), "read a job; cancel, approve or reject it; reopen it (retry)"),

@@ -20,6 +20,7 @@ from .functions import METRICS_NAMESPACE, PipelineFunction, functions_code, powe
 from .monitoring import AlarmTopic, Monitoring
 from .permissions import ACCESS, LEASE_INDEX, grant_access, grant_bedrock
 from .queues import QueueWithDlq
+from .side_effects import SideEffectResources
 from .storage import PREFIXES, ArtifactBucket
 from .tables import CLAIMS_LEASE_INDEX, ReviewTables
 
@@ -77,6 +78,8 @@ class ContractReviewStack(Stack):
 
         # ---- data ----------------------------------------------------------------------
         self.tables = ReviewTables(self, "Tables", retain=retain)
+        self.side_effects = SideEffectResources(self, "SideEffects", profile=p, name_prefix=name, retain=retain,
+                                                alarm_action=alarm_action)
         self.storage = ArtifactBucket(
             self, "Storage", retain=retain, artifact_expiry_days=p.record_ttl_days + 1,
             auto_delete_objects=settings.auto_delete_objects,
@@ -175,6 +178,9 @@ class ContractReviewStack(Stack):
             "intake_dlq_url": q[0].dlq.queue_url,
             "analysis_dlq_url": q[1].dlq.queue_url,
             "results_dlq_url": q[2].dlq.queue_url,
+            "idempotency_table": self.side_effects.idempotency.table_name,
+            "job_events_topic_arn": self.side_effects.topic.topic_arn,
+            "compensation_dlq_url": self.side_effects.compensation_dlq.queue_url,
         }
         unknown = {r.field for r in RESOURCES} ^ set(values)
         if unknown:  # config.RESOURCES changed: the template must follow, or handlers break at cold start
@@ -190,6 +196,8 @@ class ContractReviewStack(Stack):
                     OPTION_ENV["model_id"]: s.model_id, OPTION_ENV["worker_kind"]: worker_kind})
         if s.fault_spec is not None:
             env[OPTION_ENV["fault_spec"]] = s.fault_spec.to_env()
+        if s.ticket_url:  # the external ticket system (`-c ticket_url=...`); without it the ticket step is skipped
+            env[OPTION_ENV["ticket_url"]] = s.ticket_url
         return env
 
     # ------------------------------------------------------------------ grants
@@ -208,6 +216,10 @@ class ContractReviewStack(Stack):
         for q in (self.intake, self.analysis, self.results):
             out[f"queue:{q.rules.purpose}"] = q.queue.queue_arn
             out[f"dlq:{q.rules.purpose}"] = q.dlq.queue_arn
+        fx = self.side_effects
+        out.update({"table:idempotency": fx.idempotency.table_arn, "topic:job-events": fx.topic.topic_arn,
+                    "bus:default": self.format_arn(service="events", resource="event-bus", resource_name="default"),
+                    "dlq:compensation": fx.compensation_dlq.queue_arn})
         return out
 
     # ------------------------------------------------------------------ outputs

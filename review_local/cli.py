@@ -84,12 +84,20 @@ def cli(ctx: click.Context, stack: str | None, region: str | None) -> None:
 @click.option("--workers", type=int, default=None, help="Analysis sandboxes (default: the template's MaximumConcurrency).")
 @click.option("--worker", "worker_kind", type=click.Choice(["lambda", "fargate"]), default="lambda", show_default=True,
               help="The CDK context `worker`: Lambda sandboxes, or the Fargate task as long-running pollers.")
-def up(fault_rate: float, seed: int, workers: int | None, worker_kind: str) -> None:
+@click.option("--tickets/--no-tickets", "with_tickets", default=True, show_default=True,
+              help="Run the local fake of the external ticket system (high-risk reports open a ticket there).")
+@click.option("--ticket-faults", default="", metavar="SPEC",
+              help="Ticket system failures, e.g. 'error=0.1,timeout_after_write=0.05,hang=3,seed=7'.")
+def up(fault_rate: float, seed: int, workers: int | None, worker_kind: str, with_tickets: bool,
+       ticket_faults: str) -> None:
     """Start embedded AWS (moto) with the stack deployed, and the workers, in the foreground."""
     from .stack import LocalStack
+    from .ticket_service import TicketFaults
 
     faults = FaultSpec(seed=seed, transient_rate=fault_rate) if fault_rate else None
-    stack = LocalStack(faults=faults, worker=worker_kind, concurrency={"worker": workers} if workers else {})
+    tickets = TicketFaults.parse(ticket_faults) if with_tickets else None
+    stack = LocalStack(faults=faults, worker=worker_kind, concurrency={"worker": workers} if workers else {},
+                       ticket_faults=tickets)
     console.print("[bold]synthesizing and deploying the template into embedded AWS...[/]")
     stack.start()
     stack.write_local_json()
@@ -99,6 +107,9 @@ def up(fault_rate: float, seed: int, workers: int | None, worker_kind: str) -> N
     if stack.api is not None:
         console.print(f"Job API: [bold cyan]{stack.api.url}[/]  token: [bold]{stack.api.token}[/]  (docs/openapi.yaml; "
                       "`Authorization: Bearer <token>`)", soft_wrap=True)
+    if stack.tickets is not None:
+        console.print(f"ticket system (local fake of a third party): [bold cyan]{stack.tickets.url}[/] "
+                      "(GET /tickets, GET /_admin/stats)")
     console.print("wrote .review/local.json; worker logs in .review/logs/. Ctrl-C to stop.")
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())

@@ -30,7 +30,8 @@ REGION = "us-east-1"
 STACK_NAME = "ContractReview"
 # Resource types moto's CloudFormation creates faithfully. Queue/bucket policies and alarms
 # are not supported by moto (it skips them with a warning): tests/infra asserts them on the template.
-DEPLOYABLE = {"AWS::SQS::Queue", "AWS::DynamoDB::Table", "AWS::S3::Bucket"}
+# (+ the job-events SNS topic: the saga publishes to it; the alarm topic needs its KMS key and stays out)
+DEPLOYABLE = {"AWS::SQS::Queue", "AWS::DynamoDB::Table", "AWS::S3::Bucket", "AWS::SNS::Topic"}
 FAKE_CREDENTIALS = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_SESSION_TOKEN": "testing"}
 
 

@@ -14,6 +14,9 @@ from .api_server import ApiServer
 from .connect import local_deps
 from .embedded import LOCAL_JSON, STATE_DIR, EmbeddedAws, synth
 from .runtime import LocalRuntime, function_specs
+from .ticket_service import TicketFaults, TicketServiceFake
+
+SAGA_FUNCTIONS = ("aggregator", "sweeper")  # where the side effects run: they get the ticket system's URL
 
 
 @dataclass
@@ -27,12 +30,20 @@ class LocalStack:
     runtime: LocalRuntime | None = None
     template: dict[str, Any] = field(default_factory=dict)
     state_dir: Path = STATE_DIR  # worker logs go to state_dir/logs
+    # The external ticket system's local fake (a third party's stand-in) on loopback, its URL handed to
+    # the functions as TICKET_URL; None: no ticket system (the saga skips the ticket step and says so).
+    ticket_faults: TicketFaults | None = None
+    tickets: TicketServiceFake | None = None
     api: ApiServer | None = None  # the Job API on loopback (the Lambda's resolver; review_local/api_server.py)
 
     def start(self, workers: bool = True, api: bool = True) -> LocalStack:
         self.template = self.template or synth(self.profile, {"worker": self.worker})
         self.aws.start()
         self.aws.deploy(self.template)
+        if self.ticket_faults is not None and self.tickets is None:
+            self.tickets = TicketServiceFake(self.ticket_faults).start()
+            for name in SAGA_FUNCTIONS:
+                self.extra_env.setdefault(name, {})["TICKET_URL"] = self.tickets.url
         if workers:
             self.start_workers()
         if api:
@@ -61,6 +72,9 @@ class LocalStack:
             self.api.stop()
             self.api = None
         self.stop_workers()
+        if self.tickets is not None:
+            self.tickets.stop()
+            self.tickets = None
         self.aws.stop()
 
     def __enter__(self) -> LocalStack:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
 
-from . import fanout, lifecycle
+from . import fanout, lifecycle, saga
 from .analysts import ChunkFindings, Finding
 from .errors import ErrorEnvelope
 from .messages import JobControl, ResultMessage
@@ -43,8 +43,19 @@ def handle_control(deps: Deps, msg: JobControl) -> str:
 
 
 def saga_decision(deps: Deps, job: Job, msg: JobControl) -> str:
-    """An approval decision (`resume` / `reject`) for a job waiting on an ambiguous side effect."""
-    return job.state.value  # INTEGRATE: saga (side effects land with the saga)
+    """An approval decision (`resume` / `reject`) for a job waiting on an ambiguous side effect.
+
+    resume (the job was approved, `running` again): finalize again: the same report, the unknown step
+    retried with its key, then the job ends. reject (the job already `failed`, job.approval_rejected):
+    compensate what was done, the unknown step too if its key turns out to have acted."""
+    fx = deps.side_effects
+    if fx is None:
+        return job.state.value
+    if msg.control == "resume" and job.state is JobState.RUNNING:
+        return finalize(deps, job).value
+    if msg.control == "reject" and job.state is JobState.FAILED and job.error_code == "job.approval_rejected":
+        saga.compensate(deps, fx, job, reason="job.approval_rejected")
+    return job.state.value
 
 
 def handle_result(deps: Deps, msg: ResultMessage) -> str:
@@ -120,6 +131,10 @@ def finalize(deps: Deps, job: Job) -> JobState:
             "error": env, "error_code": code, "root_error": next((m.error for m in missing if m.error), None),
             # bounded: the report holds the full lists, `review status` recomputes them from the chunks
             "missing": missing[:LIST_SAMPLE], "mandatory_gaps": coverage.mandatory_gaps[:LIST_SAMPLE]})
+    if state is JobState.COMPLETED and deps.side_effects is not None:  # the side effects, before `completed`
+        ran = saga.run_side_effects(deps, deps.side_effects, job, report)
+        if ran.status is not saga.SagaStatus.DONE:
+            return _saga_stopped(deps, job, ran, outcome)
     ended = lifecycle.transition(deps, job, state, outcome=outcome, if_settled_version=job.settled_version,
                                  detail={"findings": len(findings), "error_code": code, "missing_chunks": len(missing)})
     if ended is None:
@@ -128,3 +143,20 @@ def finalize(deps: Deps, job: Job) -> JobState:
             return lifecycle.finish_cancel(deps, now)  # the cancel won the race: finished, never completed
         return now.state if now else state
     return state
+
+
+def _saga_stopped(deps: Deps, job: Job, ran: saga.SagaResult, outcome: JobOutcome) -> JobState:
+    """The saga did not get to the end: a step failed for good (the job fails with its code and what was
+    done is compensated), the job waits for approval, or it is being cancelled (the cancel finishes it)."""
+    fx = deps.side_effects
+    if ran.status is saga.SagaStatus.FAILED and ran.error is not None and fx is not None:
+        code = ran.error.error_code
+        failed = lifecycle.transition(deps, job, JobState.FAILED, outcome=outcome.model_copy(update={
+            "error": ran.error, "error_code": code}), detail={"error_code": code, "step": ran.error.step})
+        if failed is not None:
+            saga.compensate(deps, fx, failed, reason=code)
+            return JobState.FAILED
+    now = deps.jobs.get(job.job_id)
+    if now is not None and now.state is JobState.CANCELLING:
+        return lifecycle.finish_cancel(deps, now)
+    return now.state if now else JobState.RUNNING

@@ -138,6 +138,11 @@ class Profile(BaseModel):
     model_call_timeout_s: int = 60
     handoff_margin_s: float = 10.0  # time to save a checkpoint, release the chunk and send its message
     checkpoint_inline_max_bytes: int = 100_000  # larger analyst outputs go to S3
+    # --- side effects (saga.py) ------------------------------------------------------------
+    # The external ticket system: a call's answer is awaited this long; past it, the outcome is unknown
+    # and the ticket is looked up by its idempotency key.
+    ticket_read_timeout_s: float = 10.0
+    approval_ttl_s: float = 7 * 86400  # a job waiting for approval fails (job.approval_expired) after this
     record_ttl_days: int = 30
     # --- Fargate poller alternative -------------------------------------------------------
     fargate_visibility_s: int = 30  # the poller heartbeats this short visibility itself
@@ -259,6 +264,7 @@ PROFILES: dict[str, Profile] = {
         fargate_claim_lease_s=3.0,
         fargate_sweep_interval_s=1.0,
         poller_wait_s=0,  # short polls against moto (its long poll spins while a FIFO group is busy)
+        ticket_read_timeout_s=1.0,  # the local ticket fake holds a "timeout after write" answer for seconds
     ),
 }
 
@@ -295,6 +301,13 @@ RESOURCES: tuple[Resource, ...] = (
     Resource("analysis_dlq_url", "ANALYSIS_DLQ_URL", "AnalysisDlqUrl", "analysis dead-letter queue", required=False),
     Resource("results_dlq_url", "RESULTS_DLQ_URL", "ResultsDlqUrl", "results dead-letter queue (FIFO)",
              required=False),
+    # the job's side effects (saga.py): Powertools idempotency records, the job-events topic, the compensation DLQ
+    Resource("idempotency_table", "IDEMPOTENCY_TABLE", "IdempotencyTableName", "idempotency table (side-effect "
+             "outcomes)", required=False),
+    Resource("job_events_topic_arn", "JOB_EVENTS_TOPIC_ARN", "JobEventsTopicArn", "job-events SNS topic (\"Review "
+             "completed\"; subscribe instead of polling)", required=False),
+    Resource("compensation_dlq_url", "COMPENSATION_DLQ_URL", "CompensationDlqUrl", "compensation dead-letter queue",
+             required=False),
 )
 
 # The other environment variables: Settings field -> variable.
@@ -304,6 +317,7 @@ OPTION_ENV = {
     "model_id": "MODEL_ID",
     "fault_spec": "FAULT_SPEC",
     "worker_kind": "WORKER_KIND",
+    "ticket_url": "TICKET_URL",  # the external ticket system's base URL (CDK context `ticket_url`); empty: no tickets
 }
 # Profile fields changed for one local run (a JSON object; the bench compares settings side by side).
 PROFILE_OVERRIDES_ENV = "PROFILE_OVERRIDES"
@@ -398,6 +412,10 @@ class Settings(BaseModel):
     intake_dlq_url: str = ""
     analysis_dlq_url: str = ""
     results_dlq_url: str = ""
+    idempotency_table: str = ""
+    job_events_topic_arn: str = ""
+    compensation_dlq_url: str = ""
+    ticket_url: str = ""
     model_provider: Literal["offline", "bedrock"] = "offline"
     model_id: str = ""
     fault_spec: FaultSpec | None = None

@@ -174,6 +174,39 @@ _CODES = [
               "JOB`: failed chunks run again, and the analysts with a mandatory gap run again on their chunks; "
               "finished chunks and the other checkpoints are kept."),
     ErrorCode("job.cancelled", ErrorClass.STATE, False, "The job was cancelled.", "Nothing: work stopped."),
+    ErrorCode("sideeffect.failed", ErrorClass.TRANSIENT, True,
+              "A side effect of a finished review failed for good: the external ticket system, SNS or EventBridge "
+              "answered an error (HTTP 5xx, or a 4xx such as 422 for an idempotency key sent again with other "
+              "parameters) or could not be reached, on every tier-1 attempt. `step` names the call (ticket.open, "
+              "report.publish, ticket.lookup, ticket.close); http_status and provider_code say how it failed.",
+              "The saga stops and the job fails with this code; the steps already done are compensated (the ticket "
+              "closed with a comment, a \"Review withdrawn\" event published). Fix the cause (the ticket system, "
+              "`-c ticket_url`, the topic), then run the side effects again: every step keeps the same key, so the "
+              "ticket system dedups it and the outcome store answers for what was done (one ticket, one publish)."),
+    ErrorCode("sideeffect.ambiguous", ErrorClass.STATE, False,
+              "A side effect's request was sent but its answer never came (a read timeout, a dropped connection): "
+              "it may or may not have happened. The ticket is then looked up by its idempotency key; this code "
+              "stays only when the lookup cannot tell (no ticket under the key, or the lookup fails).",
+              "The job waits in `waiting_approval` with the evidence (`Job.approval`: step, key, this envelope, what "
+              "the lookup said, expires_at). Look the key up in the ticket system, then `review approve JOB` (the "
+              "step is retried with the same key, which the ticket system dedups, and the job goes on) or `review "
+              "reject JOB` (the job fails with job.approval_rejected and what was done is compensated)."),
+    ErrorCode("sideeffect.compensation_failed", ErrorClass.TRANSIENT, True,
+              "Undoing a side effect of a cancelled or failed job (closing its ticket, publishing \"Review "
+              "withdrawn\") failed on every attempt; cause_code is the last error.",
+              "The compensation order (job, step, keys, arguments) is on the compensation DLQ with this envelope, "
+              "its alarm fires, and the job's step is marked `compensation_failed`: never assumed undone. Fix the "
+              "cause, then redrive the compensation DLQ (`saga.redrive_compensations`): each compensation keeps "
+              "its own key, so a repeat closes or withdraws nothing twice."),
+    ErrorCode("job.approval_rejected", ErrorClass.POLICY, False,
+              "A person rejected a job waiting for approval (a side effect whose outcome stayed unknown).",
+              "The job fails with this code and its done side effects are compensated (the unknown one too, when "
+              "its key turns out to have created a ticket). Nothing to repair: it was a decision."),
+    ErrorCode("job.approval_expired", ErrorClass.POLICY, False,
+              "Nobody approved or rejected a job waiting for approval before its `expires_at` (profile "
+              "approval_ttl_s after the request).",
+              "The sweeper fails the job with this code and its done side effects are compensated, as for a "
+              "rejection. Decide sooner, or raise approval_ttl_s."),
     # the Job API (api.py): answers to requests, never a job's state
     ErrorCode("api.unauthenticated", ErrorClass.PERMANENT, False,
               "A Job API request carried no authenticated principal (on AWS the HTTP API's IAM authorization lets "

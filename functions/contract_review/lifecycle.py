@@ -213,6 +213,19 @@ def finish_cancel(deps: Deps, job: Job) -> JobState:
 
 def compensate_side_effects(deps: Deps, job: Job) -> None:
     """Undo the job's side effects in reverse order (saga.py). Nothing to do for a job without any."""
-    if not job.side_effects:
+    if not job.side_effects and job.approval is None:
         return
-    raise NotImplementedError("INTEGRATE: saga compensation")
+    from . import saga  # the saga builds on this module
+
+    if deps.side_effects is None:  # side effects were done, and nothing here can undo them: say so, loudly
+        raise ReviewError.of("sideeffect.compensation_failed", "the job has side effects but no side-effect "
+                             "adapters are configured (IDEMPOTENCY_TABLE)", step="cancel")
+    saga.compensate(deps, deps.side_effects, job, reason="job.cancelled")
+
+
+def decide_approval(deps: Deps, job_id: str, decision: str, by: str = "") -> BaseModel:
+    """Approve or reject a job waiting for approval (`saga.decide_approval`: the decision is recorded with
+    the job's transition, then the aggregator, which owns the saga, goes on)."""
+    from . import saga
+
+    return saga.decide_approval(deps, job_id, decision, by)

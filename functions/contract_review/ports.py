@@ -30,7 +30,9 @@ from .records import (
     JobEvent,
     JobState,
     ReleaseReason,
+    SideEffectDone,
 )
+from .side_effects import SideEffects
 
 Clock = Callable[[], float]
 
@@ -78,6 +80,10 @@ class JobsRepo(Protocol):
     def unsettle_chunks(self, job_id: str, chunk_ids: Collection[str]) -> Job | None:
         """Take the chunks out of the settled set and bump `settled_version` (atomic); the job after the
         update, None when there is no such job (nothing is created)."""
+
+    def record_side_effect(self, job_id: str, effect: SideEffectDone) -> Job | None:
+        """Upsert the job's side effect of `effect.step` (replaced in place, appended when new), without
+        touching the job's `version` (a transition made after it still holds); None when there is no job."""
 
     def record_event(self, job_id: str, kind: str, **detail: object) -> int:
         """Append an event under the job's next number (one atomic update of `event_seq`, then the
@@ -220,3 +226,4 @@ class Deps:
     artifacts: Artifacts
     queues: Queues
     clock: Clock = time.time
+    side_effects: SideEffects | None = None  # the saga's adapters (aggregator, sweeper); None: none configured

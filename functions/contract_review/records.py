@@ -243,6 +243,15 @@ class Cancellation(_Record):
     cancelled_by: str = ""
 
 
+class StepStatus(StrEnum):
+    """What became of one side-effect step (saga.py)."""
+
+    DONE = "done"  # the external action happened (or was found to have happened by its key)
+    SKIPPED = "skipped"  # nothing to do (no high-risk finding) or nowhere to do it (no ticket system configured)
+    COMPENSATED = "compensated"
+    COMPENSATION_FAILED = "compensation_failed"  # its compensation exhausted its retries: in the compensation DLQ
+
+
 class SideEffectDone(_Record):
     """A side effect the job performed (saga.py): what compensation undoes, what `status` shows."""
 
@@ -250,6 +259,13 @@ class SideEffectDone(_Record):
     key: str  # its idempotency key
     at: float
     result: dict[str, JsonValue] = Field(default_factory=dict)  # e.g. {"ticket_id": ...}
+    # the saga's bookkeeping: the step's operation and status, and its compensation
+    operation: str = ""
+    status: StepStatus = StepStatus.DONE
+    reason: str = ""  # why skipped
+    compensation_key: str | None = None
+    compensation_result: dict[str, JsonValue] = Field(default_factory=dict)
+    error: ErrorEnvelope | None = None  # the compensation's last error
 
 
 class Approval(_Record):

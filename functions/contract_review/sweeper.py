@@ -42,7 +42,7 @@ from dataclasses import dataclass, field
 
 from pydantic import ValidationError
 
-from . import lifecycle
+from . import lifecycle, saga
 from .aggregator import finalize
 from .chunks import analysis_message, announce, backpressure_exhausted, dead_letter
 from .errors import ErrorEnvelope
@@ -69,6 +69,8 @@ class SweepReport:
     finalized: list[str] = field(default_factory=list)  # stalled jobs, every chunk settled and counted, ended now
     intake_failed: list[str] = field(default_factory=list)  # queued jobs whose intake message reached the DLQ
     item_failures: list[str] = field(default_factory=list)  # "step:item" that raised (logged; the sweep went on)
+    # jobs waiting for approval past their expires_at: failed (job.approval_expired), side effects compensated
+    approvals_expired: list[str] = field(default_factory=list)
 
     @property
     def backpressure_requeues(self) -> int:
@@ -114,6 +116,9 @@ def sweep(deps: Deps, now: float | None = None) -> SweepReport:
     _explain_dlq(deps, report, jobs)
     _explain_intake_dlq(deps, now, report)
     _reconcile_stalled(deps, now, report)
+    if deps.side_effects is not None:
+        with _isolated(report, "approvals", "expire"):
+            report.approvals_expired = saga.expire_approvals(deps, deps.side_effects, now)
     return report
 
 

@@ -5,6 +5,7 @@ import."""
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import Any
 
 from botocore.config import Config
@@ -19,6 +20,7 @@ from .faults import CallLedger, FaultInjectingModel
 from .model_clients import BedrockConverseModel, ModelClient, ModelIdCheck, bedrock_client_config
 from .offline_model import OfflineRuleModel
 from .ports import Deps, Queue
+from .side_effects import PowertoolsOutcomes, SideEffects
 
 
 def aws_client_config() -> Config:
@@ -49,7 +51,39 @@ def build_deps(settings: Settings, session: Any, endpoint_url: str | None = None
         artifacts=artifacts,
         queues=SqsQueues(session.client("sqs", **kw), queue_urls(settings)),
         clock=clock,
+        side_effects=build_side_effects(settings, session, endpoint_url) if settings.idempotency_table else None,
     )
+
+
+def build_side_effects(settings: Settings, session: Any, endpoint_url: str | None = None,
+                       remaining_ms: Callable[[], int] | None = None) -> SideEffects:
+    """The saga's adapters: Powertools idempotency on the idempotency table, the ticket system over HTTP
+    (`ticket_url`; none configured: the ticket step is skipped), SNS + EventBridge, the compensation DLQ."""
+    from aws_lambda_powertools.utilities.idempotency import DynamoDBPersistenceLayer
+
+    from .adapters.notify import SnsEventBridgeNotifier, SqsCompensationDlq
+    from .adapters.tickets import HttpTicketSystem
+
+    if not settings.idempotency_table:
+        raise ValueError("the side effects need the idempotency table (IDEMPOTENCY_TABLE)")
+    kw: dict[str, Any] = {"config": aws_client_config()}
+    if endpoint_url:
+        kw["endpoint_url"] = endpoint_url
+    p = settings.profile
+    persistence = DynamoDBPersistenceLayer(table_name=settings.idempotency_table,
+                                           boto3_client=session.client("dynamodb", **kw))
+    tickets = None
+    if settings.ticket_url:
+        import urllib3
+
+        tickets = HttpTicketSystem(settings.ticket_url, urllib3.PoolManager(maxsize=4),
+                                   read_timeout_s=p.ticket_read_timeout_s)
+    notifier = (SnsEventBridgeNotifier(session.client("sns", **kw), session.client("events", **kw),
+                                       settings.job_events_topic_arn) if settings.job_events_topic_arn else None)
+    dlq = SqsCompensationDlq(session.client("sqs", **kw), settings.compensation_dlq_url) \
+        if settings.compensation_dlq_url else None
+    return SideEffects(outcomes=PowertoolsOutcomes(persistence, expires_after_s=p.record_ttl_s), tickets=tickets,
+                       notifier=notifier, dlq=dlq, remaining_ms=remaining_ms)
 
 
 def bedrock_runtime_client(session: Any, read_timeout_s: int) -> Any:

@@ -153,9 +153,24 @@ def _ecs_agent(op: str, p: Mapping[str, Any]) -> list[Need]:
     return [Need("ecs:UpdateTaskProtection", f"arn:aws:ecs:{REGION}:{ACCOUNT}:task/{p['cluster']}/{p['task']}")]
 
 
+def _sns(op: str, p: Mapping[str, Any]) -> list[Need]:
+    if op != "Publish":
+        raise KeyError(op)
+    return [Need("sns:Publish", p["TopicArn"])]
+
+
+def _events(op: str, p: Mapping[str, Any]) -> list[Need]:
+    """PutEvents is authorized per entry on its bus (the default bus when none is named)."""
+    if op != "PutEvents":
+        raise KeyError(op)
+    buses = {e.get("EventBusName") or "default" for e in p["Entries"]}
+    return [Need("events:PutEvents", b if b.startswith("arn:") else f"arn:aws:events:{REGION}:{ACCOUNT}:event-bus/{b}")
+            for b in sorted(buses)]
+
+
 _SERVICES: dict[str, Callable[[str, Mapping[str, Any]], list[Need]]] = {
     "dynamodb": _dynamodb, "s3": _s3, "sqs": _sqs, "bedrock-runtime": _bedrock_runtime, "bedrock": _bedrock,
-    "ecs-agent": _ecs_agent,
+    "ecs-agent": _ecs_agent, "sns": _sns, "events": _events,
 }
 
 

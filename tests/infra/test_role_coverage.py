@@ -30,9 +30,9 @@ import pytest
 from botocore.awsrequest import AWSResponse
 from botocore.exceptions import ClientError
 
-from contract_review import handlers
+from contract_review import handlers, saga
 from contract_review.adapters.task_protection import ScaleInGuard, TaskProtection
-from contract_review.analysts import ChunkFindings
+from contract_review.analysts import ChunkFindings, Finding
 from contract_review.chunking import document_hash
 from contract_review.chunks import announce
 from contract_review.config import Settings
@@ -49,9 +49,13 @@ from contract_review.records import (
     ChunkStatus,
     Job,
     JobState,
+    Reliability,
     findings_key,
     job_id_for,
+    report_keys,
 )
+from contract_review.report import Report, coverage_of
+from contract_review.saga import TICKET, SagaStatus
 from contract_review.wiring import build_deps
 from contract_review.worker import ChunkWorker, Delivery
 from infra.permissions import ACCESS
@@ -59,18 +63,18 @@ from review_local.connect import local_deps
 from review_local.embedded import FAKE_CREDENTIALS, EmbeddedAws
 from review_local.runtime import function_specs
 from review_local.sandbox import LambdaContext, sqs_event
+from review_local.ticket_service import TicketServiceFake
 
 from ..fake_ecs_agent import FakeEcsAgent
 from ..texts import LONG_TEXT, TEXT
-from . import api_scenario
 from .aws_calls import ACCOUNT, REGION, Call, Need, Recorder, allowed
 from .conftest import FARGATE, LOCAL, PROD, Synth, function_by_handler, getatt_id, policy_statements_for_role, resources
 
 CLUSTER = "<cluster>"  # the ECS cluster's name: resolved per template
 TASK_ID = "0123456789abcdef0"
-FUNCTION_ROLES = ("intake", "worker", "aggregator", "sweeper", "api")
+FUNCTION_ROLES = ("intake", "worker", "aggregator", "sweeper")
 # What each role's code runs: the Fargate poller runs the worker and the sweep in-process.
-CODE_OF = {"api": ("api",), "intake": ("intake",), "worker": ("worker",), "aggregator": ("aggregator",), "sweeper": ("sweeper",),
+CODE_OF = {"intake": ("intake",), "worker": ("worker",), "aggregator": ("aggregator",), "sweeper": ("sweeper",),
            "fargate": ("fargate", "worker", "sweeper")}
 
 
@@ -357,6 +361,40 @@ def _sweeper(rec: Recorder, setup: Deps, aws: EmbeddedAws) -> None:
     assert result["dlq_requeued"] and result["finalized"] and result["intake_failed"], result
 
 
+def _finished_job(setup: Deps, key: str) -> Job:
+    """A running job whose report (one high-risk finding) is written: where the saga runs."""
+    job_id, now = job_id_for(key), time.time()
+    job, _ = setup.jobs.create(Job(job_id=job_id, state=JobState.RUNNING, created_at=now, updated_at=now,
+                                   idempotency_key=key, document_id=key, chunk_count=1, analyst_count=11))
+    finding = Finding(category="indemnification", score=0.9, quote="shall indemnify", start=0, end=15,
+                      rationale="raises risk", analyst="indemnity", chunk_id="c00000-x", chunk_index=0)
+    report = Report(job_id=job_id, state=JobState.COMPLETED, document_id=key, document_sha256="0" * 64,
+                    model_id="m", prompt_version="p", chunk_count=1, findings=[finding],
+                    coverage=coverage_of(11, []), reliability=Reliability())
+    setup.artifacts.put_text(report_keys(job_id)[0], report.model_dump_json())
+    return job
+
+
+def _side_effects(rec: Recorder, setup: Deps, tickets: TicketServiceFake, role: str) -> None:
+    """The saga as the aggregator (and the sweeper) runs it: the ticket system over HTTP (not AWS), the
+    outcome store on the idempotency table, SNS + EventBridge, the compensation DLQ."""
+    deps = handlers.deps()
+    fx = deps.side_effects
+    assert fx is not None, "the template gives every function the idempotency table"
+    # 1. both steps done, their outcomes stored (report read back from S3)
+    job = _finished_job(setup, f"{role}-fx-ok")
+    with rec.acting_as(role):
+        assert saga.run_side_effects(deps, fx, job).status is SagaStatus.DONE
+    # 2. a step failing on every attempt frees its in-progress record
+    tickets.inject("error_before_write", times=saga.STEP_ATTEMPTS)
+    with rec.acting_as(role):
+        assert saga.run_side_effects(deps, fx, _finished_job(setup, f"{role}-fx-fail")).status is SagaStatus.FAILED
+    # 3. compensation: the publish withdrawn, the ticket's close failing on every attempt: dead-lettered
+    tickets.inject("error_before_write", op="close", times=saga.COMPENSATION_ATTEMPTS)
+    with rec.acting_as(role):
+        assert saga.compensate(deps, fx, job, reason="job.cancelled").dead_lettered == [TICKET]
+
+
 def _fargate(rec: Recorder, setup: Deps, aws: EmbeddedAws, agent: FakeEcsAgent, env: dict[str, str]) -> None:
     aws.client("sqs").purge_queue(QueueUrl=setup.settings.analysis_queue_url)  # only this job for the poller
     time.sleep(0.1)
@@ -389,6 +427,7 @@ def _wait(predicate: Callable[[], bool], timeout_s: float) -> None:
 def recorded(synth: Synth) -> Iterator[Recorded]:
     aws = EmbeddedAws().start()
     rec = Recorder()
+    tickets: TicketServiceFake | None = None
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
@@ -396,6 +435,8 @@ def recorded(synth: Synth) -> Iterator[Recorded]:
         specs = {s.name: s for s in function_specs(aws, 1.0)}
         env = {**specs["worker"].env, **FAKE_CREDENTIALS, "AWS_ENDPOINT_URL": aws.endpoint,
                "AWS_DEFAULT_REGION": aws.region, "AWS_REGION": aws.region, "MODEL_PROVIDER": "bedrock"}
+        tickets = TicketServiceFake().start()  # the external ticket system's local stand-in
+        env["TICKET_URL"] = tickets.url
         with pytest.MonkeyPatch.context() as mp, FakeEcsAgent() as agent:
             for k, v in env.items():
                 mp.setenv(k, v)
@@ -414,7 +455,8 @@ def recorded(synth: Synth) -> Iterator[Recorded]:
                 _worker(rec, setup, aws, bedrock, specs["worker"].queue_arn)
                 _aggregator(rec, setup, aws, specs["aggregator"].queue_arn)
                 _sweeper(rec, setup, aws)
-                api_scenario.run(rec, setup, aws)  # the Job API function (tests/infra/api_scenario.py)
+                for role in ("aggregator", "sweeper"):
+                    _side_effects(rec, setup, tickets, role)
                 _fargate(rec, setup, aws, agent, env)
             finally:
                 from contract_review.handlers import worker as worker_handler
@@ -426,6 +468,8 @@ def recorded(synth: Synth) -> Iterator[Recorded]:
             puts = len(agent.requests)
         yield Recorded(rec, aws, puts)
     finally:
+        if tickets is not None:
+            tickets.stop()
         aws.stop()
 
 
@@ -481,6 +525,10 @@ def _target_arn(outputs: dict[str, str], target: str) -> str:
         return f"arn:aws:s3:::{outputs['ArtifactBucketName']}/{name}*"
     if kind == "bucket":
         return f"arn:aws:s3:::{outputs['ArtifactBucketName']}"
+    if kind == "topic":  # topic:job-events -> JobEventsTopicArn
+        return outputs[f"{name.title().replace('-', '')}TopicArn"]
+    if kind == "bus":
+        return f"arn:aws:events:{REGION}:{ACCOUNT}:event-bus/{name}"
     url = outputs[f"{name.title()}{'Queue' if kind == 'queue' else 'Dlq'}Url"]
     return f"arn:aws:sqs:{REGION}:{ACCOUNT}:{url.rsplit('/', 1)[-1]}"
 
@@ -510,3 +558,6 @@ def test_the_scenarios_reach_the_paths_they_are_for(recorded: Recorded) -> None:
     assert ("worker", "bedrock-runtime", "Converse") in ops and ("worker", "bedrock", "GetFoundationModel") in ops
     assert ("worker", "dynamodb", "GetItem") in ops  # incl. the unprocessed-keys fallback on checkpoints
     assert recorded.protection_puts >= 2  # protected while busy, released when idle or stopped
+    for role in ("aggregator", "sweeper"):  # the saga: outcome stored and freed, published, dead-lettered
+        assert {(role, "dynamodb", "PutItem"), (role, "dynamodb", "DeleteItem"), (role, "sns", "Publish"),
+                (role, "events", "PutEvents"), (role, "sqs", "SendMessage")} <= ops

@@ -27,6 +27,7 @@ STACKS = [LOCAL, PROD]
 REQUIRED_OUTPUTS = {
     "IntakeQueueUrl", "IntakeDlqUrl", "AnalysisQueueUrl", "AnalysisDlqUrl", "ResultsQueueUrl", "ResultsDlqUrl",
     "JobsTableName", "ClaimsTableName", "CheckpointsTableName", "EventsTableName", "ArtifactBucketName",
+    "IdempotencyTableName", "JobEventsTopicArn", "CompensationDlqUrl",  # the side effects (infra/side_effects.py)
 }
 OTHER_OUTPUTS = {
     "IntakeQueueArn", "AnalysisQueueArn", "ResultsQueueArn", "IntakeFunctionName", "WorkerFunctionName",
@@ -51,8 +52,11 @@ def test_every_queue_has_a_dlq_with_the_profiles_receive_count(stack: tuple[str,
     name, t = stack
     all_queues = queues(t)
     sources = source_queues(t)
-    assert len(all_queues) == 6 and len(sources) == 3
-    dlq_ids = set()
+    # + the compensation DLQ (infra/side_effects.py): the saga dead-letters compensations to it itself
+    compensation = {q for q in all_queues if q.startswith("SideEffectsCompensationDlq")}
+    assert len(all_queues) == 7 and len(sources) == 3 and len(compensation) == 1
+    assert all_queues[next(iter(compensation))]["MessageRetentionPeriod"] == FOURTEEN_DAYS_S
+    dlq_ids = set(compensation)
     for qid, p in sources.items():
         redrive = p["RedrivePolicy"]
         assert redrive["maxReceiveCount"] == synth.profiles[name].max_receive_count == 5, qid
@@ -96,7 +100,7 @@ def test_results_queue_and_its_dlq_are_fifo_with_explicit_names(stack: tuple[str
     # every queue is named after the stack (a DLQ's redrive-allow policy names its source by ARN)
     assert {p["QueueName"] for p in queues(t).values()} == {
         f"{name}-{purpose}{dlq}{'.fifo' if purpose == 'results' else ''}"
-        for purpose in ("intake", "analysis", "results") for dlq in ("", "-dlq")}
+        for purpose in ("intake", "analysis", "results") for dlq in ("", "-dlq")} | {f"{name}-compensation-dlq"}
 
 
 def test_each_dlq_accepts_redrives_from_its_own_source_queue_only(stack: tuple[str, dict]) -> None:
@@ -163,6 +167,7 @@ def test_one_dead_letter_raises_the_dlq_alarm(stack: tuple[str, dict]) -> None:
     alarms = [a["Properties"] for a in resources(t, "AWS::CloudWatch::Alarm").values()
               if a["Properties"].get("MetricName") == "ApproximateNumberOfMessagesVisible"]
     dlqs = {getatt_id(p["RedrivePolicy"]["deadLetterTargetArn"]) for p in source_queues(t).values()}
+    dlqs |= {q for q in queues(t) if q.startswith("SideEffectsCompensationDlq")}  # one dead compensation: alarm
     watched = set()
     for p in alarms:
         assert p["Namespace"] == "AWS/SQS" and p["Statistic"] == "Maximum"
@@ -171,7 +176,7 @@ def test_one_dead_letter_raises_the_dlq_alarm(stack: tuple[str, dict]) -> None:
         assert p["TreatMissingData"] == "notBreaching"
         (dim,) = p["Dimensions"]
         watched.add(getatt_id(dim["Value"]))
-    assert len(alarms) == 3 and watched == dlqs
+    assert len(alarms) == 4 and watched == dlqs
 
 
 # ---------------------------------------------------------------------- tables
@@ -180,6 +185,7 @@ TABLE_KEYS = {
     "TablesClaimsTable": (["job_id", "chunk_id"], "expires_at"),
     "TablesCheckpointsTable": (["pk", "analyst"], "expires_at"),
     "TablesEventsTable": (["job_id", "seq"], "expires_at"),
+    "SideEffectsIdempotencyTable": (["id"], "expiration"),  # Powertools idempotency's attribute names
 }
 
 
@@ -194,7 +200,7 @@ def _tables(t: dict[str, Any]) -> dict[str, tuple[str, dict[str, Any]]]:
 def test_no_global_tables(stack: tuple[str, dict]) -> None:
     _, t = stack
     assert not resources(t, "AWS::DynamoDB::GlobalTable")  # moto cannot create them (TableV2)
-    assert len(resources(t, "AWS::DynamoDB::Table")) == 4  # jobs, claims, checkpoints, events
+    assert len(resources(t, "AWS::DynamoDB::Table")) == 5  # jobs, claims, checkpoints, events, idempotency
 
 
 def test_table_keys_ttl_pitr_billing_encryption(stack: tuple[str, dict]) -> None:
@@ -314,7 +320,7 @@ def test_every_function_gets_the_whole_env_contract(stack: tuple[str, dict], syn
     for h in HANDLERS:
         _, fn = function_by_handler(t, f"{h}.handler")
         env = fn["Environment"]["Variables"]
-        assert set(ENV.values()) - {ENV["fault_spec"]} <= set(env), h
+        assert set(ENV.values()) - {ENV["fault_spec"], ENV["ticket_url"]} <= set(env), h
         assert ENV["fault_spec"] not in env
         assert env[ENV["profile"]] == p.name
         assert env[ENV["model_provider"]] == expected_provider
@@ -354,7 +360,6 @@ def test_outputs_have_exact_ids(synth: Synth, name: str) -> None:
     # QueueProcessingFargateService adds its own (hashed) outputs for the queue it polls
     generated = {o for o in outputs if name == FARGATE and o.startswith("FargateWorkerService")}
     assert set(outputs) - generated == REQUIRED_OUTPUTS | OTHER_OUTPUTS  # exact ids: no hash suffix
-    assert "IdempotencyTableName" not in outputs
     assert outputs["ProfileName"]["Value"] == synth.profiles[name].name
     assert outputs["WorkerKind"]["Value"] == ("fargate" if name == FARGATE else "lambda")
 

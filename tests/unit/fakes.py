@@ -34,6 +34,7 @@ from contract_review.records import (
     JobEvent,
     JobState,
     ReleaseReason,
+    SideEffectDone,
     checkpoint_key,
     event_seq,
 )
@@ -146,6 +147,16 @@ class FakeJobs:
         return job.model_copy(deep=True)
 
     @_atomic
+    def record_side_effect(self, job_id: str, effect: SideEffectDone) -> Job | None:
+        job = self.items.get(job_id)
+        if job is None:
+            return None
+        effects = [effect if e.step == effect.step else e for e in job.side_effects]
+        if effect.step not in {e.step for e in job.side_effects}:
+            effects.append(effect)
+        self.items[job_id] = job.model_copy(update={"side_effects": effects}, deep=True)
+        return self.items[job_id].model_copy(deep=True)
+
     def record_event(self, job_id: str, kind: str, **detail: object) -> int:
         job = self.items.get(job_id)
         if job is None:

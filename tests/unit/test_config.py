@@ -69,6 +69,9 @@ def full_outputs(**overrides: str) -> dict[str, str]:
         "IntakeDlqUrl": "https://sqs.us-east-1.amazonaws.com/123456789012/intake-dlq",
         "AnalysisDlqUrl": "https://sqs.us-east-1.amazonaws.com/123456789012/analysis-dlq",
         "ResultsDlqUrl": "https://sqs.us-east-1.amazonaws.com/123456789012/results-dlq.fifo",
+        "IdempotencyTableName": "idempotency",
+        "JobEventsTopicArn": "arn:aws:sns:us-east-1:123456789012:job-events",
+        "CompensationDlqUrl": "https://sqs.us-east-1.amazonaws.com/123456789012/compensation-dlq",
         "IntakeQueueArn": "arn:aws:sqs:us-east-1:123456789012:intake",
         "ProfileName": "prod",
         "WorkerKind": "lambda",
@@ -158,8 +161,10 @@ def test_resources_and_options_are_exactly_the_settings_fields():
 def test_env_is_the_options_plus_every_resource_variable():
     assert ENV == {**OPTION_ENV, **{r.field: r.env for r in RESOURCES}}
     assert set(REQUIRED_VARS) == {OPTION_ENV["profile"]} | {r.env for r in RESOURCES if r.required}
-    assert "IDEMPOTENCY_TABLE" not in ENV.values()  # removed from the stack with its table
-    assert "idempotency_table" not in Settings.model_fields
+    # the side effects' idempotency table (saga.py): optional, like the DLQs (a function without it runs no saga)
+    idem = next(r for r in RESOURCES if r.field == "idempotency_table")
+    assert (idem.env, idem.required, Settings.model_fields["idempotency_table"].default) == ("IDEMPOTENCY_TABLE",
+                                                                                           False, "")
 
 
 # --- Settings.from_env ------------------------------------------------------------------------------------

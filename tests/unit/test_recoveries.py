@@ -33,6 +33,7 @@ from ..texts import TEXT
 from .api_recoveries import API_RECOVERIES
 from .fakes import SETTINGS, FakeWorld
 from .inprocess import Crash, Fault, FaultyModel, InProcess, fault_free_findings, on
+from .saga_recoveries import SAGA_RECOVERIES
 from .scenarios import small_chunk_world
 
 KEY = "msa-2026"
@@ -414,6 +415,7 @@ RECOVERIES: dict[str, Callable[[str], None]] = {
                                              lambda r: {"s3_uri": upload(r, "uploads/big.txt", BIG_TEXT)},
                                              BIG_TEXT, small=False),
     "input.key_conflict": key_conflict,
+    **SAGA_RECOVERIES,  # the side effects' codes, on the saga's fakes (saga_recoveries.py)
     **API_RECOVERIES,  # the Job API's codes (api_recoveries.py)
 }
 

@@ -10,7 +10,7 @@ from botocore.exceptions import ClientError
 from pydantic import BaseModel
 
 from ..ports import Clock
-from ..records import OUTCOME_FIELDS, Job, JobEvent, JobState, event_seq
+from ..records import OUTCOME_FIELDS, Job, JobEvent, JobState, SideEffectDone, event_seq
 from .dynamo import Table, deserialize, is_conditional_failure, model_values, serialize, set_clause, to_item
 
 LIST_FIELDS = "job_id, #s, created_at, updated_at, idempotency_key, chunk_count, document_id, error_code"
@@ -129,6 +129,33 @@ class DynamoJobs:
             ConditionExpression="attribute_exists(job_id)",
             ExpressionAttributeValues=serialize({":c": set(chunk_ids), ":one": 1}))
         return Job.model_validate(item) if item else None
+
+    def record_side_effect(self, job_id: str, effect: SideEffectDone) -> Job | None:
+        """Read, replace the step's entry, write back conditional on the list's own revision
+        (`side_effects_rev`, not the job's `version`): concurrent writers retry, none is lost."""
+        for _ in range(10):
+            item = self.jobs.get({"job_id": job_id})
+            if item is None:
+                return None
+            job = Job.model_validate(item)
+            rev = int(item.get("side_effects_rev", 0))
+            effects = list(job.side_effects)
+            at = next((i for i, e in enumerate(effects) if e.step == effect.step), None)
+            if at is None:
+                effects.append(effect)
+            else:
+                effects[at] = effect
+            cond = "attribute_not_exists(#r)" if rev == 0 else "#r = :r"
+            updated = self.jobs.update_if(
+                {"job_id": job_id}, UpdateExpression="SET #fx = :fx, #r = :next",
+                ConditionExpression=f"attribute_exists(job_id) AND {cond}",
+                ExpressionAttributeNames={"#fx": "side_effects", "#r": "side_effects_rev"},
+                ExpressionAttributeValues=serialize({":fx": [e.model_dump(mode="json", exclude_none=True)
+                                                             for e in effects], ":next": rev + 1,
+                                                     **({":r": rev} if rev else {})}))
+            if updated is not None:
+                return Job.model_validate(updated)
+        raise RuntimeError(f"job {job_id}: its side effects kept changing")
 
     # ---------------------------------------------------------------- events
     def record_event(self, job_id: str, kind: str, **detail: object) -> int:
