@@ -117,6 +117,10 @@ class Profile(BaseModel):
     # "Riding the model quota"). None: calls are not paced (throttles are still backpressure).
     model_requests_per_minute: float | None = None
     model_tokens_per_minute: float | None = None
+    # Circuit breaker per model in each worker (breaker.py): this many failed calls in a row (5xx,
+    # timeouts) open it; no call is sent for `breaker_open_s`, then one probe decides.
+    breaker_failures: int = 5
+    breaker_open_s: float = 30.0
     # The Bedrock model, through its global cross-region inference profile (routes to every commercial
     # region; `us.`/`eu.`/`jp.` profiles keep processing in one geography). Claude Sonnet 4.6 is the
     # newest Sonnet served by Converse with an ARN-versioned id (base id anthropic.claude-sonnet-4-6,
@@ -264,6 +268,7 @@ PROFILES: dict[str, Profile] = {
         fargate_claim_lease_s=3.0,
         fargate_sweep_interval_s=1.0,
         poller_wait_s=0,  # short polls against moto (its long poll spins while a FIFO group is busy)
+        breaker_open_s=2.0,
         ticket_read_timeout_s=1.0,  # the local ticket fake holds a "timeout after write" answer for seconds
     ),
 }

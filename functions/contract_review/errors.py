@@ -79,6 +79,13 @@ _CODES = [
               "The provider rejected the request (HTTP 400 ValidationException).",
               "A bug or an input the model cannot take; the chunk fails permanently and the job ends `failed` "
               "(job.chunks_missing). Inspect the envelope, fix the cause, then `review retry JOB`."),
+    ErrorCode("model.circuit_open", ErrorClass.STATE, False,
+              "The worker's circuit breaker for the model is open: its recent calls failed in a row (provider 5xx "
+              "or timeouts), so no call is sent until it half-opens (breaker.py).",
+              "Nothing to do: the chunk is released as backpressure (checkpoints kept, no attempt spent) and comes "
+              "back after at least the time the breaker stays open; one probe call half-opens it and a success "
+              "closes it. Sustained: the provider is failing; see its health page. Bounded by the backpressure "
+              "deadline (runtime.backpressure_exhausted)."),
     ErrorCode("input.invalid", ErrorClass.PERMANENT, False,
               "The intake message is not valid JSON or violates the intake schema v1.",
               "Fix the message (see docs/intake-message.schema.json) and send it again. Never retried."),
@@ -270,7 +277,8 @@ class ErrorEnvelope(BaseModel):
     def is_backpressure(self) -> bool:
         """Throttling of the model or an AWS API (directly or behind a spent retry budget) or out of
         Lambda time: requeue, not failure (the worker decides when a handoff after errors counts)."""
-        return bool(THROTTLE_CODES & {self.error_code, self.cause_code}) or self.error_code == "runtime.time_exhausted"
+        return bool(THROTTLE_CODES & {self.error_code, self.cause_code}) or self.error_code in (
+            "runtime.time_exhausted", "model.circuit_open")
 
 
 class ReviewError(Exception):

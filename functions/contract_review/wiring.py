@@ -15,6 +15,7 @@ from .adapters.claims import DynamoClaims
 from .adapters.jobs import DynamoJobs
 from .adapters.queues import SqsQueues
 from .adaptive import QuotaLimiter
+from .breaker import BreakerModel, CircuitBreaker
 from .config import Settings
 from .faults import CallLedger, FaultInjectingModel
 from .model_clients import BedrockConverseModel, ModelClient, ModelIdCheck, bedrock_client_config
@@ -118,4 +119,5 @@ def build_model(settings: Settings, session: Any) -> ModelClient:
         model = FaultInjectingModel(model, spec, read_timeout_s=settings.model_call_timeout_s)
         if spec.call_log:
             model = CallLedger(model, spec.call_log)
-    return model
+    p = settings.profile  # outermost: a call the open breaker refuses is never sent (nor logged as sent)
+    return BreakerModel(model, CircuitBreaker(model.model_id, p.breaker_failures, p.breaker_open_s))

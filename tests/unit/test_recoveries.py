@@ -19,6 +19,7 @@ from botocore.exceptions import ClientError, ReadTimeoutError
 
 from contract_review import redrive  # `redrive.retry`: looked up when used (these tests also run against older code)
 from contract_review.analysts import analysts_for
+from contract_review.breaker import BreakerModel, CircuitBreaker
 from contract_review.chunks import analysis_message
 from contract_review.errors import REGISTRY, ReviewError
 from contract_review.messages import MAX_INLINE_CHARS
@@ -158,6 +159,12 @@ def timeout(r: Run, ids: list[str]) -> None:
 
 def repaired(r: Run, ids: list[str]) -> None:  # one malformed answer: the repair attempt fixes it
     r.p.model.faults.append(Fault(on(ids[0], MANDATORY), answers("end_turn"), 1))
+
+
+def circuit_open(r: Run, ids: list[str]) -> None:  # 3 calls in a row 5xx: the worker's breaker opens, chunks wait
+    breaker = CircuitBreaker(r.p.model.model_id, failure_threshold=3, open_s=3.0, clock=r.world.clock)
+    r.p.worker.model = BreakerModel(r.p.model, breaker)
+    r.p.model.faults.append(Fault(on(ids[0]), raises(client_error("ServiceUnavailableException", 503)), 3))
 
 
 def aws_throttled(r: Run, _ids: list[str]) -> None:  # DynamoDB throttles a checkpoint write past botocore's retries
@@ -370,6 +377,7 @@ RECOVERIES: dict[str, Callable[[str], None]] = {
     # by itself
     "model.throttled": lambda c: by_itself(c, throttled),
     "model.timeout": lambda c: by_itself(c, timeout),
+    "model.circuit_open": lambda c: by_itself(c, circuit_open),
     "aws.throttled": lambda c: by_itself(c, aws_throttled),
     "aws.unavailable": lambda c: by_itself(c, aws_unavailable),
     "runtime.lease_lost": lambda c: by_itself(c, lease_stolen, '"type":"chunk.lease_lost"'),
