@@ -436,6 +436,36 @@ def cancel(obj: Ctx, job_ids: tuple[str, ...], wait: bool, timeout: float) -> No
         raise click.ClickException(f"not cancelled: {', '.join(refused)}")
 
 
+# ------------------------------------------------------------------------------------ approve / reject
+def _decide(obj: Ctx, job_id: str, decision: str) -> None:
+    from contract_review import saga
+
+    r = saga.decide_approval(obj.deps, job_id, decision, by="cli")
+    console.print(f"{job_id}  {r.state.value if r.state else '-'}  {r.message}", style="" if r.changed else "yellow",
+                  markup=False, highlight=False, soft_wrap=True)
+    if not r.changed:
+        raise click.ClickException(f"{job_id}: {r.message}")
+
+
+@cli.command()
+@click.argument("job_id")
+@click.pass_obj
+def approve(obj: Ctx, job_id: str) -> None:
+    """A job waiting for approval (a side effect whose outcome stayed unknown; `review status` shows the
+    step, its key and the evidence): retry the step with the same key (the external system dedups it)
+    and go on. Exit 1 when the job is not waiting."""
+    _decide(obj, job_id, "approve")
+
+
+@cli.command()
+@click.argument("job_id")
+@click.pass_obj
+def reject(obj: Ctx, job_id: str) -> None:
+    """A job waiting for approval: fail it (job.approval_rejected); the side effects it did are
+    compensated (a ticket closed, a withdrawal published). Exit 1 when the job is not waiting."""
+    _decide(obj, job_id, "reject")
+
+
 # ------------------------------------------------------------------------------------ preflight
 @cli.command()
 @click.option("--model-id", default=None, help="Check this Bedrock model or inference profile id instead.")

@@ -11,6 +11,7 @@ import pytest
 
 from contract_review import lifecycle, saga
 from contract_review.analysts import Finding
+from contract_review.ports import Queue
 from contract_review.records import Job, JobState, Reliability, StepStatus, job_id_for, report_keys
 from contract_review.report import Report, coverage_of
 from contract_review.saga import COMPLETED_DETAIL, PUBLISH, TICKET, WITHDRAWN_DETAIL, SagaStatus, step_key
@@ -283,3 +284,28 @@ def test_a_compensation_that_keeps_failing_lands_in_the_compensation_dlq_with_it
     assert redriven.compensated == [TICKET] and not fx.dlq.messages
     assert fx.tickets.opened == fx.tickets.closed == 1
     assert steps(job(world, j.job_id))[TICKET] is StepStatus.COMPENSATED
+
+
+# --- review approve / review reject -----------------------------------------------------------------
+
+def test_review_approve_and_reject_decide_a_waiting_job_and_refuse_any_other():
+    from .test_cli import run
+
+    world, fx = FakeWorld(), FakeSideEffects()
+    waiting = unknown_outcome(world, fx, written=True)
+    # approve: running again, a `resume` control message for the aggregator in the job's FIFO group
+    approved = run(world, "approve", waiting.job_id)
+    assert approved.exit_code == 0, approved.output
+    assert job(world, waiting.job_id).state is JobState.RUNNING
+    [control] = [json.loads(s.body) for s in world.queues.sent[Queue.RESULTS] if "control" in json.loads(s.body)]
+    assert (control["job_id"], control["control"]) == (waiting.job_id, "resume")
+    # a second decision: the job is not waiting any more (exit 1, one line saying so)
+    again = run(world, "reject", waiting.job_id)
+    assert again.exit_code == 1 and "not waiting for approval" in again.output
+    # reject on another waiting job: failed with job.approval_rejected
+    other_world, other_fx = FakeWorld(), FakeSideEffects()
+    other = unknown_outcome(other_world, other_fx, written=False)
+    rejected = run(other_world, "reject", other.job_id)
+    assert rejected.exit_code == 0, rejected.output
+    assert (job(other_world, other.job_id).state, job(other_world, other.job_id).error_code) == (
+        JobState.FAILED, "job.approval_rejected")

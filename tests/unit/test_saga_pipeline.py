@@ -1,0 +1,132 @@
+"""The saga inside the pipeline, in-process on the fakes: the real intake, worker, aggregator (finalize,
+control messages) and sweeper, with the side effects' fakes in `Deps.side_effects`. Counts what the
+outside world saw: tickets opened and closed, events published."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from contract_review import lifecycle, saga
+from contract_review.records import JobState, StepStatus, job_id_for
+from contract_review.saga import COMPLETED_DETAIL, PUBLISH, TICKET, WITHDRAWN_DETAIL
+
+from ..texts import TEXT
+from .fake_side_effects import FakeSideEffects
+from .fakes import FakeWorld
+from .inprocess import InProcess
+from .scenarios import events_of, small_chunk_world
+
+# A clause the offline rule model scores 1.0 (unlimited + indemnify + at any time): one high-risk finding.
+RISKY = TEXT + ("\n\n5. Indemnity. Supplier shall indemnify and hold harmless Customer, and Supplier's liability "
+                "under this section shall be unlimited. Customer may terminate at any time for convenience.\n")
+KEY = "risky-msa"
+
+
+def pipeline(fx: FakeSideEffects) -> tuple[FakeWorld, InProcess, str]:
+    world = small_chunk_world()
+    world.deps = replace(world.deps, side_effects=fx.fx)
+    p = InProcess(world)
+    p.send({"text": RISKY}, key=KEY)
+    p.intake()
+    return world, p, job_id_for(KEY)
+
+
+def state_of(world: FakeWorld, job_id: str) -> tuple[JobState, str | None]:
+    job = world.jobs.get(job_id)
+    assert job is not None
+    return job.state, job.error_code
+
+
+def run_until(p: InProcess, job_id: str, state: JobState, rounds: int = 40) -> None:
+    for _ in range(rounds):
+        job = p.world.jobs.get(job_id)
+        if job is not None and job.state is state:
+            return
+        p.round()
+    raise AssertionError(f"{job_id} never reached {state.value}: {state_of(p.world, job_id)}")
+
+
+def test_a_job_with_a_high_risk_finding_completes_after_one_ticket_and_one_publish():
+    fx = FakeSideEffects()
+    world, p, job_id = pipeline(fx)
+    job = p.run(job_id)
+    assert job.state is JobState.COMPLETED, job.error
+    assert fx.tickets.opened == 1 and fx.tickets.closed == 0 and len(fx.notifier.of(COMPLETED_DETAIL)) == 1
+    assert {e.step: e.status for e in job.side_effects} == {TICKET: StepStatus.DONE, PUBLISH: StepStatus.DONE}
+    types = [e.type for e in world.jobs.events(job_id)]
+    assert types.index("sideeffect.done") < types.index("job.completed")  # side effects before `completed`
+
+
+def test_a_timeout_after_the_write_resolves_by_lookup_and_the_job_completes_with_one_ticket():
+    fx = FakeSideEffects()
+    fx.tickets.inject("timeout_after_write", "open")
+    _, p, job_id = pipeline(fx)
+    assert p.run(job_id).state is JobState.COMPLETED
+    assert fx.tickets.opened == 1 and fx.tickets.calls.count("find") == 1
+
+
+def waiting(fx: FakeSideEffects) -> tuple[FakeWorld, InProcess, str]:
+    """The ticket is written but its answer lost, and the lookup is down: the job waits for approval."""
+    fx.tickets.inject("timeout_after_write", "open")
+    fx.tickets.inject("lookup_unavailable", "find", times=saga.STEP_ATTEMPTS)
+    world, p, job_id = pipeline(fx)
+    run_until(p, job_id, JobState.WAITING_APPROVAL)
+    assert fx.tickets.opened == 1 and fx.notifier.calls == 0
+    return world, p, job_id
+
+
+def test_approve_resumes_through_the_aggregator_with_the_same_key_and_one_ticket():
+    fx = FakeSideEffects()
+    world, p, job_id = waiting(fx)
+    decided = saga.decide_approval(world.deps, job_id, "approve", by="ops")
+    assert decided.changed and decided.state is JobState.RUNNING
+    job = p.run(job_id)  # the `resume` control message: finalize again, the step retried with its key
+    assert job.state is JobState.COMPLETED, job.error
+    assert fx.tickets.opened == 1 and fx.tickets.calls.count("open") == 2 and len(fx.notifier.of(COMPLETED_DETAIL)) == 1
+    assert job.approval is not None and job.approval.decision == "approve" and job.approval.decided_by == "ops"
+
+
+def test_reject_fails_the_job_and_the_aggregator_closes_the_ticket_it_opened():
+    fx = FakeSideEffects()
+    world, p, job_id = waiting(fx)
+    assert saga.decide_approval(world.deps, job_id, "reject", by="ops").changed
+    p.run(job_id)  # the `reject` control message: compensation
+    assert state_of(world, job_id) == (JobState.FAILED, "job.approval_rejected")
+    assert fx.tickets.opened == fx.tickets.closed == 1 and fx.notifier.calls == 0
+
+
+def test_no_decision_before_expiry_the_sweeper_fails_the_job_and_compensates():
+    fx = FakeSideEffects()
+    world, p, job_id = waiting(fx)
+    world.clock.advance(world.settings.profile.approval_ttl_s + 1)
+    p.round()  # one sweep
+    assert state_of(world, job_id) == (JobState.FAILED, "job.approval_expired")
+    assert fx.tickets.opened == fx.tickets.closed == 1
+    assert events_of(world, job_id, "job.approval_expired")
+
+
+def test_cancel_after_the_ticket_compensates_tickets_opened_equal_tickets_closed():
+    fx = FakeSideEffects()
+    world, p, job_id = waiting(fx)
+    assert lifecycle.request_cancel(world.deps, job_id, by="ops").changed
+    job = p.run(job_id)
+    assert job.state is JobState.CANCELLED
+    assert fx.tickets.opened == fx.tickets.closed == 1
+
+
+def test_cancel_after_both_steps_of_a_completed_job_is_refused_and_nothing_is_undone():
+    fx = FakeSideEffects()
+    world, p, job_id = pipeline(fx)
+    p.run(job_id)
+    assert not lifecycle.request_cancel(world.deps, job_id, by="ops").changed  # completed: already ended
+    assert fx.tickets.closed == 0 and not fx.notifier.of(WITHDRAWN_DETAIL)
+
+
+def test_a_publish_that_keeps_failing_fails_the_job_and_closes_its_ticket():
+    fx = FakeSideEffects()
+    fx.notifier.inject("error_before_write", COMPLETED_DETAIL, times=-1)
+    world, p, job_id = pipeline(fx)
+    job = p.run(job_id)
+    assert (job.state, job.error_code) == (JobState.FAILED, "sideeffect.failed")
+    assert job.report_json_key  # the report was written: only the side effects failed
+    assert fx.tickets.opened == fx.tickets.closed == 1
