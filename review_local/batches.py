@@ -96,11 +96,14 @@ def show_batch(deps: Deps, who: str, batch_id: str, as_json: bool, console: Cons
     if as_json:
         click.echo(json.dumps(view, indent=2))
         return
+    counts = view["counts"]
+    items = view["items"]
+    assert isinstance(counts, dict) and isinstance(items, list)
     console.print(f"[bold]{batch_id}[/]  {view['total']} item(s): "
-                  + ", ".join(f"{n} {s}" for s, n in sorted(dict(view["counts"]).items()))  # type: ignore[arg-type]
+                  + ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))
                   + ("  (all ended)" if view["ended"] else ""))
     t = Table("custom id", "job", "status", "error")
-    for item in view["items"]:  # type: ignore[union-attr]
+    for item in items:
         assert isinstance(item, dict)
         error = item.get("error")
         t.add_row(str(item.get("customId") or "?"), str(item.get("jobId") or ""), str(item.get("status")),
