@@ -267,6 +267,7 @@ def status(obj: Ctx, job_id: str, as_json: bool) -> None:
         console.print(f"  mandatory gap: chunk {g.chunk_index} analyst {g.analyst}: {g.status}")
     r = view.reliability
     console.print(f"  model calls {r.model_calls}, retries {r.retries_by_code}, redeliveries {r.redeliveries}")
+    console.print(f"  model circuit breaker: {view.model_circuit}")
     for k, v in view.answers.model_dump(mode="json").items():
         console.print(f"  {k.replace('_', ' ')}: {v}")
     console.print("  recent events:")

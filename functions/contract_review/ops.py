@@ -70,6 +70,8 @@ class JobView(BaseModel):
     prompt_version: str
     recent_events: list[EventLine]
     answers: Answers
+    # the model's circuit breaker as this job met it (breaker.py): "closed" or how its chunks waited for it
+    model_circuit: str = "closed"
 
 
 def iso(epoch: float) -> str:
@@ -183,6 +185,7 @@ def job_view(deps: Deps, job_id: str) -> JobView | None:
     if job is None:
         return None
     chunks = deps.claims.for_job(job_id) if job.chunk_count else []
+    events = deps.jobs.events(job_id)
     by_status = Counter(c.status.value for c in chunks)
     state = job.state
     last_cp = max((c.settled_at or 0.0 for c in chunks if c.status is ChunkStatus.DONE), default=None)
@@ -208,7 +211,19 @@ def job_view(deps: Deps, job_id: str) -> JobView | None:
         mandatory_gaps=gaps, reliability=job.reliability or Reliability.of(chunks),
         report={"json": job.report_json_key, "markdown": job.report_md_key},
         created_at=job.created_at, ended_at=job.ended_at, model_id=job.model_id, prompt_version=job.prompt_version,
-        recent_events=[_event_line(e) for e in deps.jobs.events(job_id)[-RECENT_EVENTS:]], answers=answers)
+        recent_events=[_event_line(e) for e in events[-RECENT_EVENTS:]], answers=answers,
+        model_circuit=model_circuit(events, deps.clock(), deps.settings.profile.breaker_open_s))
+
+
+def model_circuit(events: list[JobEvent], now: float, open_s: float) -> str:
+    """The circuit breaker as the job's chunks met it: `closed`, or `open` while a chunk requeued because of it
+    is still within the breaker's open time, else `closed again`, with how often chunks waited."""
+    waits = [e for e in events if e.type == "chunk.requeued" and e.detail.get("reason") == "model.circuit_open"]
+    if not waits:
+        return "closed"
+    last = waits[-1].at
+    state = "open" if now - last < open_s else "closed again"
+    return f"{state} ({len(waits)} chunk requeues waited for it, the last at {iso(last)})"
 
 
 # ------------------------------------------------------------------------------ dead letters

@@ -9,6 +9,7 @@ import random
 
 import pytest
 
+from contract_review import ops
 from contract_review.breaker import BreakerModel, BreakerState, CircuitBreaker
 from contract_review.errors import ReviewError, classify
 from contract_review.faults import bedrock_error
@@ -143,3 +144,17 @@ def test_a_chunk_meeting_an_open_breaker_is_released_as_backpressure_without_spe
     assert record is not None and record.status is ChunkStatus.PENDING and record.failures == 0
     (again,) = world.queues.analysis()
     assert again.reason == "model.circuit_open"
+    # AND `review status` says the breaker is open for this job, then closed again once its open time is over
+    view = ops.job_view(world.deps, msg.job_id)
+    assert view is not None and view.model_circuit.startswith("open (1 chunk requeues waited for it")
+    world.clock.advance(world.settings.profile.breaker_open_s + 1)
+    view = ops.job_view(world.deps, msg.job_id)
+    assert view is not None and view.model_circuit.startswith("closed again")
+
+
+def test_status_of_a_job_that_never_met_the_breaker_says_closed():
+    world = FakeWorld()
+    handle_intake(world.deps, json.dumps({"schema_version": 1, "document": {"text": TEXT}}), "m-1")
+    (msg,) = world.queues.analysis()
+    view = ops.job_view(world.deps, msg.job_id)
+    assert view is not None and view.model_circuit == "closed"

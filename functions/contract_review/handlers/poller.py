@@ -102,7 +102,7 @@ def _process(worker: ChunkWorker, m: dict[str, Any], visibility: int, stop: Shut
     except Exception:  # not acknowledged: the queue redelivers it (tier 2), then the DLQ
         log.exception("chunk failed with an unexpected error")
         return False
-    record_attempt(metrics, outcome.stats, action=outcome.action)
+    record_attempt(metrics, outcome.stats, action=outcome.action, reason=str(outcome.detail.get("reason") or ""))
     metrics.flush_metrics()
     log.info("chunk %s", outcome.action)
     return True

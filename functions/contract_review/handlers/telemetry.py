@@ -16,13 +16,15 @@ from ..retry import RetryStats
 
 
 def record_attempt(metrics: Metrics, stats: RetryStats, *, action: str | None = None,
-                   tier2_code: str | None = None) -> None:
+                   tier2_code: str | None = None, reason: str | None = None) -> None:
     """`action`: the worker's outcome (None when the attempt was handed to tier 2 as `tier2_code`)."""
     metrics.add_metric(name="ModelCalls", unit=MetricUnit.Count, value=stats.calls)
     metrics.add_metric(name="Tier1Retries", unit=MetricUnit.Count, value=sum(stats.retries.values()))
     metrics.add_metric(name="SemanticRepairs", unit=MetricUnit.Count, value=stats.repairs)
     if action == "requeued":
         metrics.add_metric(name="BackpressureRequeues", unit=MetricUnit.Count, value=1)
+        if reason == "model.circuit_open":  # the model's circuit breaker was open (breaker.py)
+            metrics.add_metric(name="CircuitOpen", unit=MetricUnit.Count, value=1)
     by_code = [("1", code, n) for code, n in sorted(stats.retries.items()) if n]
     if tier2_code is not None:
         metrics.add_metric(name="Tier2Handoffs", unit=MetricUnit.Count, value=1)

@@ -43,7 +43,7 @@ def record_handler(record: SQSRecord, context: LambdaContext) -> None:
                        extra={**log, "error_code": exc.envelope.error_code, "tier": 2,
                               "tier1_retries": dict(exc.stats.retries)})
         raise
-    record_attempt(metrics, outcome.stats, action=outcome.action)
+    record_attempt(metrics, outcome.stats, action=outcome.action, reason=str(outcome.detail.get("reason") or ""))
     logger.info("chunk processed", extra={**log, "outcome": outcome.action, **outcome.detail,
                                           "tier1_retries": dict(outcome.stats.retries)})
 
