@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from contract_review import ops
+from contract_review import ops, saga
 from contract_review.records import JobState, StepStatus
 from contract_review.saga import PUBLISH, TICKET
 from review_local.stack import LocalStack
@@ -48,9 +48,15 @@ def tickets(stack: LocalStack) -> TicketServiceFake:
 
 def test_a_timeout_after_the_ticket_write_is_looked_up_and_resumed_without_a_second_ticket(
         stack: LocalStack, tickets: TicketServiceFake):
-    # GIVEN the ticket system writes the first ticket, then holds its answer past the client's timeout
+    # GIVEN the ticket system writes the first ticket, then holds its answer past the client's timeout,
+    # and an integrator's queue subscribed to the job-events topic
     tickets.inject("timeout_after_write")
     deps = stack.deps()
+    sqs, sns = stack.aws.client("sqs"), stack.aws.client("sns")
+    inbox = sqs.create_queue(QueueName="integrator-inbox")["QueueUrl"]
+    inbox_arn = sqs.get_queue_attributes(QueueUrl=inbox, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
+    sns.subscribe(TopicArn=stack.outputs["JobEventsTopicArn"], Protocol="sqs", Endpoint=inbox_arn,
+                  Attributes={"RawMessageDelivery": "true"})
     # WHEN a document with a high-risk clause is reviewed by the stack's processes
     job_id = ops.submit(deps, RISKY, document_id="risky-msa")
     ended = wait_jobs(deps, [job_id], timeout=120)[job_id]
@@ -70,6 +76,31 @@ def test_a_timeout_after_the_ticket_write_is_looked_up_and_resumed_without_a_sec
     assert sorted(i["status"]["S"] for i in items) == ["COMPLETED", "COMPLETED"]
     events = [e.type for e in deps.jobs.events(job_id)]
     assert events.count("sideeffect.done") == 2
+    # AND the integrator heard of the report once, with its key (to drop a repeat) and where it is
+    got = sqs.receive_message(QueueUrl=inbox, MaxNumberOfMessages=10, WaitTimeSeconds=2).get("Messages", [])
+    [event] = [json.loads(m["Body"]) for m in got]
+    assert (event["detail-type"], event["job_id"], event["idempotency_key"]) == ("Review completed", job_id,
+                                                                                  steps[PUBLISH].key)
+    assert event["report"].endswith(f"reports/{job_id}/report.json") and event["high_risk_findings"] == 1
+
+
+def test_approve_in_real_processes_retries_with_the_same_key_and_completes_with_one_ticket(
+        stack: LocalStack, tickets: TicketServiceFake):
+    # GIVEN a job waiting for approval: its ticket written, the answer lost, the lookup down
+    tickets.inject("timeout_after_write")
+    tickets.inject("lookup_unavailable", op="lookup", times=50)
+    deps = stack.deps()
+    job_id = ops.submit(deps, RISKY, document_id="risky-approve")
+    wait_for(lambda: (j := deps.jobs.get(job_id)) is not None and j.state is JobState.WAITING_APPROVAL, 120,
+             what="waiting_approval")
+    tickets.reset_faults()
+    # WHEN a person approves (the aggregator gets the `resume` control message)
+    assert saga.decide_approval(deps, job_id, "approve", by="test").changed
+    ended = wait_jobs(deps, [job_id], timeout=60)[job_id]
+    # THEN the step was retried with the same key: still one ticket, and the job completed
+    assert ended.state is JobState.COMPLETED, ended.error
+    assert tickets.stats()["opened"] == 1 and tickets.stats()["requests"]["create"] == 2
+    assert {r.step: r.status for r in ended.side_effects} == {TICKET: StepStatus.DONE, PUBLISH: StepStatus.DONE}
 
 
 def test_cancel_after_the_ticket_closes_every_ticket_it_opened(stack: LocalStack, tickets: TicketServiceFake):
@@ -79,7 +110,8 @@ def test_cancel_after_the_ticket_closes_every_ticket_it_opened(stack: LocalStack
     tickets.inject("lookup_unavailable", op="lookup", times=50)
     deps = stack.deps()
     job_id = ops.submit(deps, RISKY, document_id="risky-cancel")
-    wait_for(lambda: get_job(deps, job_id).state is JobState.WAITING_APPROVAL, 120, what="waiting_approval")
+    wait_for(lambda: (j := deps.jobs.get(job_id)) is not None and j.state is JobState.WAITING_APPROVAL, 120,
+             what="waiting_approval")
     waiting = get_job(deps, job_id)
     assert waiting.approval is not None and waiting.approval.step == TICKET
     assert tickets.stats()["opened"] == 1
