@@ -30,6 +30,8 @@ from contract_review.records import (
     JobState,
     ReleaseReason,
     Reliability,
+    SideEffectDone,
+    StepStatus,
 )
 from contract_review.wiring import aws_client_config, queue_urls
 from review_local.connect import local_session
@@ -386,3 +388,55 @@ def test_results_with_the_same_dedup_id_are_delivered_once(repos: Repos):
     repos.queues.send_result(msg, msg.dedup_id())
     repos.queues.send_result(msg, msg.dedup_id(":reconcile:1"))
     assert repos.queues.depth(Queue.RESULTS) == 2
+
+
+# ------------------------------------------------------------------------------ side effects (saga.py)
+def test_jobs_record_side_effects_in_place_without_touching_the_version(repos: Repos):
+    job, _ = repos.jobs.create(_job(JobState.RUNNING))
+    ticket = SideEffectDone(step="ticket.open", key="k1", at=2.0, operation="create", result={"ticket_id": "T-1"})
+    publish = SideEffectDone(step="report.publish", key="k2", at=3.0, operation="publish",
+                             result={"sns_message_id": "m", "event_id": "e"})
+    repos.jobs.record_side_effect(job.job_id, ticket)
+    after = repos.jobs.record_side_effect(job.job_id, publish)
+    assert after is not None and [e.step for e in after.side_effects] == ["ticket.open", "report.publish"]
+    env = ErrorEnvelope.of("sideeffect.compensation_failed", "close failed", cause_code="sideeffect.failed")
+    closed = ticket.model_copy(update={"status": StepStatus.COMPENSATION_FAILED, "error": env,
+                                       "compensation_key": "c1", "compensation_result": {"ticket_id": None}})
+    updated = repos.jobs.record_side_effect(job.job_id, closed)
+    assert updated is not None and updated.side_effects == [closed, publish]  # replaced where it was
+    assert repos.jobs.get(job.job_id) == updated and updated.version == job.version  # a transition still holds
+    assert repos.jobs.record_side_effect("job-none", ticket) is None
+
+
+def test_the_outcome_store_acts_once_per_key_and_forgets_a_failure(repos: Repos, request: pytest.FixtureRequest):
+    from contract_review.side_effects import PowertoolsOutcomes
+
+    from ..unit.fake_side_effects import MemoryPersistence
+
+    if isinstance(repos.jobs, DynamoJobs):  # Powertools' own DynamoDB layer on the stack's idempotency table
+        from aws_lambda_powertools.utilities.idempotency import DynamoDBPersistenceLayer
+
+        aws: EmbeddedAws = request.getfixturevalue("embedded")
+        client = local_session(aws.region).client("dynamodb", endpoint_url=aws.endpoint)
+        layer: Any = DynamoDBPersistenceLayer(table_name=aws.outputs["IdempotencyTableName"], boto3_client=client)
+    else:
+        layer = MemoryPersistence()
+    store = PowertoolsOutcomes(layer, expires_after_s=3600)
+    key = f"k-{next(_n)}"
+    acted: list[int] = []
+
+    def act() -> dict[str, Any]:
+        acted.append(1)
+        return {"ticket_id": "T-1", "n": len(acted)}
+
+    assert store.once(key, act, lambda: 10_000) == {"ticket_id": "T-1", "n": 1}
+    assert store.once(key, act, lambda: 10_000) == {"ticket_id": "T-1", "n": 1} and len(acted) == 1
+
+    def fails() -> dict[str, Any]:
+        acted.append(1)
+        raise RuntimeError("the ticket system is down")
+
+    other = f"k-{next(_n)}"
+    with pytest.raises(RuntimeError):
+        store.once(other, fails, lambda: 10_000)
+    assert store.once(other, act, lambda: 10_000)["n"] == 3  # the failed attempt kept nothing
