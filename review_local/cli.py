@@ -467,6 +467,36 @@ def reject(obj: Ctx, job_id: str) -> None:
     _decide(obj, job_id, "reject")
 
 
+@cli.command()
+@click.option("--redrive", is_flag=True, help="Run every dead-lettered compensation again (after fixing the cause).")
+@click.pass_obj
+def compensations(obj: Ctx, redrive: bool) -> None:
+    """The compensation DLQ: undoing a side effect (closing a ticket, publishing a withdrawal) that failed
+    on every attempt (sideeffect.compensation_failed). Lists each one with its job, step and error; with
+    --redrive runs them again (each keeps its own key: nothing is closed or withdrawn twice)."""
+    import json as _json
+
+    from contract_review import saga
+
+    fx = obj.deps.side_effects
+    if fx is None or fx.dlq is None:
+        raise click.ClickException("this stack has no compensation DLQ (CompensationDlqUrl)")
+    if redrive:
+        out = saga.redrive_compensations(obj.deps, fx)
+        console.print(f"compensated: {len(out.compensated)}  still failing: {len(out.dead_lettered)}")
+        if out.dead_lettered:
+            raise click.ClickException(f"still failing: {', '.join(out.dead_lettered)}")
+        return
+    letters = fx.dlq.take_all(visibility_s=0)
+    if not letters:
+        console.print("the compensation DLQ is empty")
+    for m in letters:
+        env = _json.loads(m.attributes.get("envelope") or "{}")
+        console.print(f"{m.attributes.get('job_id', '-')}  {m.attributes.get('step', '-')}  "
+                      f"{m.attributes.get('error_code', '-')} (cause {env.get('cause_code') or '-'})  {m.message_id}",
+                      markup=False, highlight=False, soft_wrap=True)
+
+
 # ------------------------------------------------------------------------------------ preflight
 @cli.command()
 @click.option("--model-id", default=None, help="Check this Bedrock model or inference profile id instead.")

@@ -188,8 +188,9 @@ _CODES = [
               "report.publish, ticket.lookup, ticket.close); http_status and provider_code say how it failed.",
               "The saga stops and the job fails with this code; the steps already done are compensated (the ticket "
               "closed with a comment, a \"Review withdrawn\" event published). Fix the cause (the ticket system, "
-              "`-c ticket_url`, the topic), then run the side effects again: every step keeps the same key, so the "
-              "ticket system dedups it and the outcome store answers for what was done (one ticket, one publish)."),
+              "`-c ticket_url`, the topic), then `review retry JOB`: the report is written again and the side effects "
+              "run again; a step that was compensated runs as a new one (a new ticket, the closed one stays closed), "
+              "the others keep their keys, so nothing is done twice."),
     ErrorCode("sideeffect.ambiguous", ErrorClass.STATE, False,
               "A side effect's request was sent but its answer never came (a read timeout, a dropped connection): "
               "it may or may not have happened. The ticket is then looked up by its idempotency key; this code "
@@ -203,7 +204,7 @@ _CODES = [
               "withdrawn\") failed on every attempt; cause_code is the last error.",
               "The compensation order (job, step, keys, arguments) is on the compensation DLQ with this envelope, "
               "its alarm fires, and the job's step is marked `compensation_failed`: never assumed undone. Fix the "
-              "cause, then redrive the compensation DLQ (`saga.redrive_compensations`): each compensation keeps "
+              "cause, then `review compensations --redrive` (`saga.redrive_compensations`): each compensation keeps "
               "its own key, so a repeat closes or withdraws nothing twice."),
     ErrorCode("job.approval_rejected", ErrorClass.POLICY, False,
               "A person rejected a job waiting for approval (a side effect whose outcome stayed unknown).",

@@ -266,6 +266,7 @@ class SideEffectDone(_Record):
     compensation_key: str | None = None
     compensation_result: dict[str, JsonValue] = Field(default_factory=dict)
     error: ErrorEnvelope | None = None  # the compensation's last error
+    generation: int = 0  # how many times the step was compensated and done again (in its key from 1 on)
 
 
 class Approval(_Record):

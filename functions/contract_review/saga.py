@@ -228,14 +228,15 @@ def run_side_effects(deps: Deps, fx: SideEffects, job: Job, report: Report | Non
         if current.state is not JobState.RUNNING:
             return SagaResult(SagaStatus.NOT_RUNNING, done, job=current)
         job = current
-        kept = next((r for r in job.side_effects if r.step == step.name and r.key == step.key), None)
-        if kept is not None and kept.status in (StepStatus.DONE, StepStatus.SKIPPED):
+        kept = next((r for r in job.side_effects if r.step == step.name), None)
+        step, generation = _this_generation(step, kept)
+        if kept is not None and kept.key == step.key and kept.status in (StepStatus.DONE, StepStatus.SKIPPED):
             done.append(kept)
             continue
         missing = _target_missing(fx, step.name)
         if missing:
             rec = SideEffectDone(step=step.name, operation=step.operation, key=step.key, status=StepStatus.SKIPPED,
-                                   at=deps.clock(), reason=missing)
+                                   at=deps.clock(), reason=missing, generation=generation)
             _save(deps, job, rec, "sideeffect.skipped", reason=missing)
             done.append(rec)
             continue
@@ -252,10 +253,23 @@ def run_side_effects(deps: Deps, fx: SideEffects, job: Job, report: Report | Non
                                    provider_code=e.envelope.provider_code)
             return SagaResult(SagaStatus.FAILED, done, error=e.envelope, job=job)
         rec = SideEffectDone(step=step.name, operation=step.operation, key=step.key, status=StepStatus.DONE,
-                               at=deps.clock(), result=result)
+                               at=deps.clock(), result=result, generation=generation)
         _save(deps, job, rec, "sideeffect.done", **{k: v for k, v in result.items() if isinstance(v, str)})
         done.append(rec)
     return SagaResult(SagaStatus.DONE, done, job=deps.jobs.get(job.job_id))
+
+
+def _this_generation(step: Step, kept: SideEffectDone | None) -> tuple[Step, int]:
+    """A step compensated (or sent to be) and now run again (`review retry` of a failed job) is a new action:
+    a new ticket, a new "Review completed". Its key carries the generation, so it is not answered by the
+    outcome of the step it replaces; retries of this run keep this key (the generation is on the record)."""
+    if kept is None:
+        return step, 0
+    generation = kept.generation + (1 if kept.status in (StepStatus.COMPENSATED,
+                                                         StepStatus.COMPENSATION_FAILED) else 0)
+    if generation == 0:
+        return step, 0
+    return Step(step.job_id, step.name, step.operation, {**step.args, "generation": generation}), generation
 
 
 def _save(deps: Deps, job: Job, rec: SideEffectDone, event: str, **detail: object) -> None:
@@ -450,6 +464,9 @@ def _redrive_one(deps: Deps, fx: SideEffects, letter: DeadLetter) -> bool:
             _save(deps, job, rec.model_copy(update={"status": StepStatus.COMPENSATED, "compensation_result": result,
                                                     "error": None}),
                   "sideeffect.compensated", operation=order.operation, reason=order.reason, redriven=True)
+        else:  # the step has run again since (a newer generation is on the job): the event says what was undone
+            deps.jobs.record_event(job.job_id, "sideeffect.compensated", step=order.step, key=order.key,
+                                   operation=order.operation, reason=order.reason, redriven=True)
     return True
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from contract_review import lifecycle, saga
+from contract_review import lifecycle, redrive, saga
 from contract_review.errors import REGISTRY
 from contract_review.records import JobState, StepStatus
 from contract_review.saga import COMPLETED_DETAIL, PUBLISH, TICKET, SagaStatus
@@ -15,6 +15,7 @@ from contract_review.saga import COMPLETED_DETAIL, PUBLISH, TICKET, SagaStatus
 from .fake_side_effects import FakeSideEffects
 from .fakes import FakeWorld
 from .test_saga import finished_job, job, unknown_outcome
+from .test_saga_pipeline import pipeline
 
 
 def _recovery(code: str) -> str:
@@ -22,22 +23,22 @@ def _recovery(code: str) -> str:
 
 
 def sideeffect_failed(code: str) -> None:
-    """The notifier fails on every attempt after the ticket was opened: the saga fails with the code, the
-    ticket is closed; once the cause is fixed the side effects run again with the same keys."""
-    world, fx = FakeWorld(), FakeSideEffects()
-    j = finished_job(world)
+    """The notifier fails on every attempt after the ticket was opened: the job fails with the code and the
+    ticket is closed; once the cause is fixed, `review retry JOB` runs the side effects again: a new ticket
+    (the closed one stays closed), one "Review completed", the job completed."""
+    fx = FakeSideEffects()
     fx.notifier.inject("error_before_write", COMPLETED_DETAIL, times=-1)
-    result = saga.run_side_effects(world.deps, fx.fx, j)
-    assert result.status is SagaStatus.FAILED and result.error is not None and result.error.error_code == code
-    saga.compensate(world.deps, fx.fx, job(world, j.job_id), reason=code)
+    world, p, job_id = pipeline(fx)
+    assert (p.run(job_id).state, p.world.jobs.get(job_id).error_code) == (JobState.FAILED, code)  # type: ignore[union-attr]  # the job exists
     assert fx.tickets.opened == fx.tickets.closed == 1
-    # fixed; "run the side effects again": the same keys, nothing doubled
-    fx.notifier.clear()
-    world.jobs.items[j.job_id] = world.jobs.items[j.job_id].model_copy(update={"side_effects": []})
-    again = saga.run_side_effects(world.deps, fx.fx, job(world, j.job_id))
-    assert again.status is SagaStatus.DONE
-    assert fx.tickets.opened == 1 and len(fx.notifier.of(COMPLETED_DETAIL)) == 1
-    assert "same key" in _recovery(code) or "same keys" in _recovery(code)
+    fx.notifier.clear()  # fixed
+    assert redrive.retry(world.deps, job_id).retried
+    job = p.run(job_id)
+    assert job.state is JobState.COMPLETED, job.error
+    assert (fx.tickets.opened, fx.tickets.closed, len(fx.notifier.of(COMPLETED_DETAIL))) == (2, 1, 1)
+    [ticket] = [r for r in job.side_effects if r.step == TICKET]
+    assert ticket.generation == 1 and fx.tickets.tickets[str(ticket.result["ticket_id"])]["status"] == "open"
+    assert "review retry" in _recovery(code)
 
 
 def sideeffect_ambiguous(code: str) -> None:

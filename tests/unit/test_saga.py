@@ -309,3 +309,25 @@ def test_review_approve_and_reject_decide_a_waiting_job_and_refuse_any_other():
     assert rejected.exit_code == 0, rejected.output
     assert (job(other_world, other.job_id).state, job(other_world, other.job_id).error_code) == (
         JobState.FAILED, "job.approval_rejected")
+
+
+def test_review_compensations_lists_the_dead_letters_and_redrives_them():
+    from dataclasses import replace
+
+    from .test_cli import run
+
+    world, fx = FakeWorld(), FakeSideEffects()
+    world.deps = replace(world.deps, side_effects=fx.fx)
+    j = finished_job(world, scores=(0.95,))
+    saga.run_side_effects(world.deps, fx.fx, j)
+    fx.tickets.inject("error_before_write", "close", times=-1)
+    saga.compensate(world.deps, fx.fx, j, reason="job.cancelled")
+    listed = run(world, "compensations")
+    assert listed.exit_code == 0 and j.job_id in listed.output and "sideeffect.compensation_failed" in listed.output
+    assert "cause sideeffect.failed" in listed.output
+    still = run(world, "compensations", "--redrive")
+    assert still.exit_code == 1 and len(fx.dlq.messages) == 1  # still failing: stays, one message
+    fx.tickets.clear()
+    fixed = run(world, "compensations", "--redrive")
+    assert fixed.exit_code == 0, fixed.output
+    assert not fx.dlq.messages and fx.tickets.opened == fx.tickets.closed == 1
