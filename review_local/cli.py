@@ -84,18 +84,18 @@ def cli(ctx: click.Context, stack: str | None, region: str | None) -> None:
 @click.option("--workers", type=int, default=None, help="Analysis sandboxes (default: the template's MaximumConcurrency).")
 @click.option("--worker", "worker_kind", type=click.Choice(["lambda", "fargate"]), default="lambda", show_default=True,
               help="The CDK context `worker`: Lambda sandboxes, or the Fargate task as long-running pollers.")
-@click.option("--tickets/--no-tickets", "with_tickets", default=True, show_default=True,
-              help="Run the local fake of the external ticket system (high-risk reports open a ticket there).")
+@click.option("--no-tickets", is_flag=True,
+              help="Without the local fake of the external ticket system (the ticket step is then skipped).")
 @click.option("--ticket-faults", default="", metavar="SPEC",
               help="Ticket system failures, e.g. 'error=0.1,timeout_after_write=0.05,hang=3,seed=7'.")
-def up(fault_rate: float, seed: int, workers: int | None, worker_kind: str, with_tickets: bool,
+def up(fault_rate: float, seed: int, workers: int | None, worker_kind: str, no_tickets: bool,
        ticket_faults: str) -> None:
     """Start embedded AWS (moto) with the stack deployed, and the workers, in the foreground."""
     from .stack import LocalStack
     from .ticket_service import TicketFaults
 
     faults = FaultSpec(seed=seed, transient_rate=fault_rate) if fault_rate else None
-    tickets = TicketFaults.parse(ticket_faults) if with_tickets else None
+    tickets = None if no_tickets else TicketFaults.parse(ticket_faults)
     stack = LocalStack(faults=faults, worker=worker_kind, concurrency={"worker": workers} if workers else {},
                        ticket_faults=tickets)
     console.print("[bold]synthesizing and deploying the template into embedded AWS...[/]")
