@@ -67,15 +67,16 @@ from review_local.ticket_service import TicketServiceFake
 
 from ..fake_ecs_agent import FakeEcsAgent
 from ..texts import LONG_TEXT, TEXT
+from . import api_scenario
 from .aws_calls import ACCOUNT, REGION, Call, Need, Recorder, allowed
 from .conftest import FARGATE, LOCAL, PROD, Synth, function_by_handler, getatt_id, policy_statements_for_role, resources
 
 CLUSTER = "<cluster>"  # the ECS cluster's name: resolved per template
 TASK_ID = "0123456789abcdef0"
-FUNCTION_ROLES = ("intake", "worker", "aggregator", "sweeper")
+FUNCTION_ROLES = ("intake", "worker", "aggregator", "sweeper", "api")
 # What each role's code runs: the Fargate poller runs the worker and the sweep in-process.
 CODE_OF = {"intake": ("intake",), "worker": ("worker",), "aggregator": ("aggregator",), "sweeper": ("sweeper",),
-           "fargate": ("fargate", "worker", "sweeper")}
+           "api": ("api",), "fargate": ("fargate", "worker", "sweeper")}
 
 
 @dataclass
@@ -455,6 +456,7 @@ def recorded(synth: Synth) -> Iterator[Recorded]:
                 _worker(rec, setup, aws, bedrock, specs["worker"].queue_arn)
                 _aggregator(rec, setup, aws, specs["aggregator"].queue_arn)
                 _sweeper(rec, setup, aws)
+                api_scenario.run(rec, setup, aws)  # the Job API function (tests/infra/api_scenario.py)
                 for role in ("aggregator", "sweeper"):
                     _side_effects(rec, setup, tickets, role)
                 _fargate(rec, setup, aws, agent, env)
