@@ -198,7 +198,7 @@ def job_view(deps: Deps, job_id: str) -> JobView | None:
         last_durable_checkpoint=(f"{by_status.get('done', 0)} of {job.chunk_count} chunks settled done"
                                  + (f", last at {iso(last_cp)}" if last_cp else "")),
         side_effects_done=[k for k in ("report_json_key", "report_md_key") if getattr(job, k)]
-        + [f"{e.step} ({e.key[:12]})" for e in job.side_effects],
+        + [f"{e.step} {e.status.value} ({e.key[:12]})" for e in job.side_effects],
         retry_would=_retry_would(job.state, job.error_code, n_dlq, len(dead) - n_dlq),
         if_cancelled_now=_if_cancelled_now(job.state),
         if_it_fails_again=_if_it_fails_again(job.state, job.error_code, n_dlq))
