@@ -42,11 +42,6 @@ def stack(request: pytest.FixtureRequest, synth: Synth) -> tuple[str, dict[str, 
     return request.param, synth.templates[request.param]
 
 
-def test_synth_is_fast_enough(synth: Synth) -> None:
-    # One synth for the whole session (three stacks in one app); keep the infra tier cheap.
-    assert synth.seconds < 45, f"synth took {synth.seconds:.1f}s"
-
-
 # ---------------------------------------------------------------------- queues
 def test_every_queue_has_a_dlq_with_the_profiles_receive_count(stack: tuple[str, dict], synth: Synth) -> None:
     name, t = stack
