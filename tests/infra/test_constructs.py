@@ -99,11 +99,18 @@ def test_settings_from_context_defaults() -> None:
         ({"stack_name": "9bad_name"}, "stack_name"),
         ({"powertools_version": "38"}, "powertools_version"),
         ({"alarm_email": "not-an-address"}, "alarm_email"),
+        ({"ticket_url": "tickets.example.com"}, "ticket_url"),  # the external ticket system: an http(s) URL
     ],
 )
 def test_settings_reject_bad_context(ctx: dict, needle: str) -> None:
     with pytest.raises(ValueError, match=needle):
         DeploySettings.from_context(ctx.get)
+
+
+def test_ticket_url_is_read_from_context_and_optional() -> None:
+    s = DeploySettings.from_context({"ticket_url": " https://tickets.example.com/api "}.get)
+    assert s.ticket_url == "https://tickets.example.com/api"
+    assert DeploySettings.from_context({}.get).ticket_url == ""  # none: the saga skips the ticket step
 
 
 def test_fault_spec_is_parsed_for_local() -> None:
