@@ -2,7 +2,8 @@
 
 - closed: calls go through; `failure_threshold` failed calls in a row (provider 5xx or timeouts; never
   throttles, which are the quota's backpressure and adaptive.py's business, nor permanent errors, which
-  are the request's fault) open it;
+  are the request's fault), for at least two chunks, open it: one chunk whose every call fails is that
+  chunk's problem (tier 2 and its DLQ), failures across chunks are the provider's;
 - open: no call is sent for `open_s`; each refused call raises `model.circuit_open` (class state: tier 1
   does not retry it), and the worker releases the chunk as backpressure, with a delay of at least the time
   the breaker stays open, keeping its checkpoints and spending none of its attempts (worker.py);
@@ -42,6 +43,7 @@ class CircuitBreaker:
     clock: Callable[[], float] = time.time
     state: BreakerState = BreakerState.CLOSED
     failures: int = 0  # in a row
+    failed_chunks: set[str] = field(default_factory=set)  # the chunks of the calls that failed in a row
     opened_at: float = 0.0
     opened: int = 0  # times it opened (metrics)
     _probing: bool = False
@@ -69,8 +71,9 @@ class CircuitBreaker:
             if self.state is not BreakerState.CLOSED:
                 log.warning("circuit breaker closed", extra={"model_id": self.model_id})
             self.state, self.failures, self._probing = BreakerState.CLOSED, 0, False
+            self.failed_chunks.clear()
 
-    def on_failure(self, exc: BaseException) -> None:
+    def on_failure(self, exc: BaseException, chunk_id: str = "") -> None:
         code = classify(exc, model_call=True).error_code
         with self._lock:
             if code not in TRIPPING_CODES:
@@ -78,7 +81,9 @@ class CircuitBreaker:
                     self._probing = False  # the probe told nothing about the provider's health: probe again
                 return
             self.failures += 1
-            if self.state is BreakerState.HALF_OPEN or self.failures >= self.failure_threshold:
+            self.failed_chunks.add(chunk_id)
+            tripped = self.failures >= self.failure_threshold and len(self.failed_chunks) >= 2
+            if self.state is BreakerState.HALF_OPEN or tripped:
                 if self.state is not BreakerState.OPEN:
                     self.opened += 1
                     log.warning("circuit breaker open", extra={"model_id": self.model_id, "failures": self.failures,
@@ -102,7 +107,7 @@ class BreakerModel:
         try:
             response = self.inner.invoke(request)
         except Exception as exc:  # told to the breaker, then re-raised unchanged
-            self.breaker.on_failure(exc)
+            self.breaker.on_failure(exc, request.chunk_id)
             raise
         self.breaker.on_success()
         return response

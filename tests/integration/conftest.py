@@ -40,14 +40,22 @@ def aws(local_template: dict[str, Any]) -> Iterator[EmbeddedAws]:
         yield aws
 
 
+# Scenarios that need a chunk slower than its lease, or a chunk half-way through its analysts to kill, run the
+# analysts one by one: with all 11 at once a chunk takes two call latencies and there is no "half-way".
+ONE_BY_ONE = {"analyst_concurrency": 1}
+
+
 @pytest.fixture
 def make_stack(local_template: dict[str, Any], tmp_path: Path) -> Iterator[Callable[..., LocalStack]]:
     """Start a fresh embedded stack (own moto server, own worker processes) per call."""
     stacks: list[LocalStack] = []
 
-    def _make(faults: FaultSpec | None = None, concurrency: dict[str, int] | None = None) -> LocalStack:
+    def _make(faults: FaultSpec | None = None, concurrency: dict[str, int] | None = None,
+              worker_profile: dict[str, Any] | None = None) -> LocalStack:
+        """`worker_profile`: profile fields the workers run with (PROFILE_OVERRIDES), e.g. one-by-one analysts."""
+        env = {"worker": {"PROFILE_OVERRIDES": json.dumps(worker_profile)}} if worker_profile else {}
         stack = LocalStack(faults=faults, concurrency=concurrency or {}, template=local_template,
-                           state_dir=tmp_path / f"stack{len(stacks)}")
+                           state_dir=tmp_path / f"stack{len(stacks)}", extra_env=env)
         stacks.append(stack)
         return stack.start()
 

@@ -8,6 +8,7 @@ it, the streak on the chunk record, in test_repositories.py.)"""
 from __future__ import annotations
 
 import copy
+import json
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -22,7 +23,7 @@ from contract_review.ports import Queue
 from review_local.stack import LocalStack
 
 from ..oracle import assert_matches_fault_free
-from .conftest import calls_by, get_chunk, ledger, wait_for, wait_jobs
+from .conftest import ONE_BY_ONE, calls_by, get_chunk, ledger, wait_for, wait_jobs
 from .test_recovery import _doc
 
 LOCAL = get_profile("local")
@@ -44,9 +45,11 @@ def short_lambda_stack(local_template: dict[str, Any], tmp_path: Path) -> Iterat
     stacks: list[LocalStack] = []
 
     def _make(timeout_s: int, faults: FaultSpec) -> LocalStack:
+        # analysts one by one: a chunk slower than its Lambda (all at once, it takes two call latencies)
         stack = LocalStack(faults=faults, concurrency={"worker": 1},
                            template=with_worker_timeout(local_template, timeout_s),
-                           state_dir=tmp_path / f"stack{len(stacks)}")
+                           state_dir=tmp_path / f"stack{len(stacks)}",
+                           extra_env={"worker": {"PROFILE_OVERRIDES": json.dumps(ONE_BY_ONE)}})
         stacks.append(stack)
         return stack.start()
 

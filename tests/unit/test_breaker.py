@@ -45,9 +45,13 @@ class Clock:
         return self.now
 
 
-def _outcome(model: BreakerModel) -> str:
+CALLS = iter(range(10**6))
+
+
+def _outcome(model: BreakerModel, chunk_index: int | None = None) -> str:
+    """One call (of a new chunk each time unless `chunk_index` is given), reduced to ok or its error code."""
     try:
-        model.invoke(request())
+        model.invoke(request(chunk_index=next(CALLS) if chunk_index is None else chunk_index))
         return "ok"
     except Exception as exc:  # classified, as the worker does
         return classify(exc, model_call=True).error_code
@@ -107,6 +111,16 @@ def test_throttles_and_permanent_errors_never_open_it(error):
     for _ in range(10):
         _outcome(model)
     assert model.breaker.state is BreakerState.CLOSED
+
+
+def test_one_chunk_whose_every_call_fails_does_not_open_it():
+    # a chunk-specific failure is that chunk's (tier 2, then its DLQ), not the provider's
+    model = BreakerModel(Flaky(bedrock_error("ServiceUnavailableException")),
+                         CircuitBreaker("m", failure_threshold=3, open_s=10, clock=Clock()))
+    assert [_outcome(model, chunk_index=7) for _ in range(10)] == ["model.unavailable"] * 10
+    assert model.breaker.state is BreakerState.CLOSED
+    assert _outcome(model, chunk_index=8) == "model.unavailable"  # another chunk failing too: the provider
+    assert model.breaker.state is BreakerState.OPEN
 
 
 def test_a_success_between_failures_resets_the_count():

@@ -161,10 +161,10 @@ def repaired(r: Run, ids: list[str]) -> None:  # one malformed answer: the repai
     r.p.model.faults.append(Fault(on(ids[0], MANDATORY), answers("end_turn"), 1))
 
 
-def circuit_open(r: Run, ids: list[str]) -> None:  # 3 calls in a row 5xx: the worker's breaker opens, chunks wait
+def circuit_open(r: Run, ids: list[str]) -> None:  # 4 calls in a row 5xx, over 2 chunks: the breaker opens
     breaker = CircuitBreaker(r.p.model.model_id, failure_threshold=3, open_s=3.0, clock=r.world.clock)
     r.p.worker.model = BreakerModel(r.p.model, breaker)
-    r.p.model.faults.append(Fault(on(ids[0]), raises(client_error("ServiceUnavailableException", 503)), 3))
+    r.p.model.faults.append(Fault(on(), raises(client_error("ServiceUnavailableException", 503)), 4))
 
 
 def aws_throttled(r: Run, _ids: list[str]) -> None:  # DynamoDB throttles a checkpoint write past botocore's retries
