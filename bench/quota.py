@@ -6,7 +6,8 @@ shared by every worker process.
 
 Runs, side by side on the same document and quota (each a fresh stack):
 - `before`: analysts one by one (`analyst_concurrency` 1), the pipeline as it was;
-- `after`: analysts concurrently (the profile's default), with adaptive concurrency;
+- `concurrent`: analysts concurrently (the profile's default), calls not paced;
+- `after`: analysts concurrently, each worker pacing its calls (adaptive.py: its share of the quota, AIMD);
 - `faults`: `after` with 5 % transient model faults and one `kill -9` of a worker mid-chunk per document.
 For each: makespan and its ideal (max of the quota bound, calls needed / quota, and the critical-path
 bound, the slowest chunk's calls in sequence / its analysts' concurrency x the median latency), goodput
@@ -201,6 +202,7 @@ def summarize(name: str, job: Job, makespan: float, calls: list[dict[str, Any]],
     critical = (2 if concurrency >= LOCAL.analyst_count else longest) * args.median_ms / 1000
     ideal = max(needed / quota_per_s, 2 * args.median_ms / 1000)
     outcomes = Counter(c["outcome"] for c in calls)
+    span = (max(c["at"] for c in calls) - min(c["started_at"] for c in calls)) if calls else 0.0
     ok = outcomes.get("ok", 0)
     made = len(calls)
     model_calls = max(ok, 1)
@@ -211,6 +213,8 @@ def summarize(name: str, job: Job, makespan: float, calls: list[dict[str, Any]],
         "name": name, "analyst_concurrency": concurrency, "transient_rate": transient, "state": job.state.value,
         "error_code": job.error_code, "makespan_s": round(makespan, 2), "ideal_s": round(ideal, 2),
         "makespan_vs_ideal": round(makespan / ideal, 2), "critical_path_bound_s": round(critical, 2),
+        "model_call_span_s": round(span, 2),  # first call's start to last call's end: the rest is the pipeline's
+        "span_vs_ideal": round(span / ideal, 2),
         "quota_bound_s": round(needed / quota_per_s, 2),
         "calls_needed": needed, "calls_made": made, "calls_ok": ok, "outcomes": dict(outcomes),
         "goodput": round(needed / made, 3) if made else None,
@@ -253,7 +257,8 @@ def verdicts(runs: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
 
 def table(runs: dict[str, dict[str, Any]]) -> str:
     cols = [("run", "name"), ("conc", "analyst_concurrency"), ("state", "state"), ("makespan s", "makespan_s"),
-            ("ideal s", "ideal_s"), ("x ideal", "makespan_vs_ideal"), ("calls made", "calls_made"),
+            ("ideal s", "ideal_s"), ("x ideal", "makespan_vs_ideal"), ("calls span s", "model_call_span_s"),
+            ("calls made", "calls_made"),
             ("needed", "calls_needed"), ("goodput", "goodput"), ("redone", "redone_work"),
             ("quota util", "quota_utilisation"), ("throttled", "throttled_share"),
             ("AWS req/call", "aws_requests_per_model_call"), ("DDB writes/call", "dynamodb_writes_per_model_call"),
