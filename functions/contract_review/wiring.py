@@ -36,7 +36,9 @@ def queue_urls(settings: Settings) -> dict[Queue, str]:
             Queue.ANALYSIS_DLQ: settings.analysis_dlq_url, Queue.RESULTS_DLQ: settings.results_dlq_url}
 
 
-def build_deps(settings: Settings, session: Any, endpoint_url: str | None = None) -> Deps:
+def build_deps(settings: Settings, session: Any, endpoint_url: str | None = None,
+               remaining_ms: Callable[[], int] | None = None) -> Deps:
+    """`remaining_ms`: the invocation's remaining time (handlers), for the side effects' outcome store."""
     kw: dict[str, Any] = {"config": aws_client_config()}
     if endpoint_url:
         kw["endpoint_url"] = endpoint_url
@@ -52,7 +54,8 @@ def build_deps(settings: Settings, session: Any, endpoint_url: str | None = None
         artifacts=artifacts,
         queues=SqsQueues(session.client("sqs", **kw), queue_urls(settings)),
         clock=clock,
-        side_effects=build_side_effects(settings, session, endpoint_url) if settings.idempotency_table else None,
+        side_effects=(build_side_effects(settings, session, endpoint_url, remaining_ms)
+                      if settings.idempotency_table else None),
     )
 
 

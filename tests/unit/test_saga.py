@@ -331,3 +331,32 @@ def test_review_compensations_lists_the_dead_letters_and_redrives_them():
     fixed = run(world, "compensations", "--redrive")
     assert fixed.exit_code == 0, fixed.output
     assert not fx.dlq.messages and fx.tickets.opened == fx.tickets.closed == 1
+
+
+def test_a_steps_in_progress_record_expires_with_the_invocations_remaining_time():
+    # Powertools' trap: without a registered Lambda context an in-progress record never expires early and a
+    # crashed invocation blocks its key; the saga registers the invocation's remaining time (handlers.invocation)
+    import time as _time
+
+    from contract_review.handlers import InvocationClock
+    from contract_review.side_effects import JsonObject, PowertoolsOutcomes
+
+    from .fake_side_effects import MemoryPersistence
+
+    class Context:
+        def get_remaining_time_in_millis(self) -> int:
+            return 4_000
+
+    clock = InvocationClock()
+    clock.context = Context()
+    layer = MemoryPersistence()
+    seen: list[int | None] = []
+
+    def act() -> JsonObject:
+        (record,) = layer.records.values()
+        seen.append(record.in_progress_expiry_timestamp)
+        return {"ok": True}
+
+    before = int(_time.time() * 1000)
+    assert PowertoolsOutcomes(layer, expires_after_s=60).once("k", act, clock) == {"ok": True}
+    assert seen[0] is not None and before + 4_000 <= seen[0] <= int(_time.time() * 1000) + 4_000

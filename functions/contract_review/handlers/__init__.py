@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import os
+from typing import Any
 
 import boto3
 
@@ -24,10 +25,27 @@ def session() -> boto3.Session:
     return boto3.Session()
 
 
+class InvocationClock:
+    """The running Lambda invocation's remaining time, for the side effects' outcome store: Powertools frees
+    a step's in-progress record when the invocation's time runs out (saga.py). A handler that may run the
+    saga (aggregator, sweeper) sets `context` at each invocation; without one: the function's timeout."""
+
+    def __init__(self) -> None:
+        self.context: Any = None
+
+    def __call__(self) -> int:
+        if self.context is not None:
+            return int(self.context.get_remaining_time_in_millis())
+        return settings().profile.aggregator_timeout_s * 1000
+
+
+invocation = InvocationClock()
+
+
 @functools.cache
 def deps() -> Deps:
     """Built on the first invocation of a warm sandbox, reused after."""
-    return build_deps(settings(), session())
+    return build_deps(settings(), session(), remaining_ms=invocation)
 
 
 @functools.cache

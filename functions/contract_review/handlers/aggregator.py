@@ -12,7 +12,7 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 from ..aggregator import handle_message
 from ..messages import ResultMessage, parse_results_body
 from ..records import TERMINAL_JOB_STATES
-from . import deps
+from . import deps, invocation
 
 logger = Logger(service="aggregator")
 metrics = Metrics(service="aggregator")  # namespace from POWERTOOLS_METRICS_NAMESPACE
@@ -37,4 +37,5 @@ def record_handler(record: SQSRecord) -> None:
 @metrics.log_metrics
 @logger.inject_lambda_context
 def handler(event: dict[str, Any], context: LambdaContext) -> PartialItemFailureResponse:
+    invocation.context = context  # the saga's in-progress records expire with this invocation
     return process_partial_response(event=event, record_handler=record_handler, processor=processor, context=context)

@@ -7,7 +7,7 @@ from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from ..sweeper import sweep
-from . import deps
+from . import deps, invocation
 
 logger = Logger(service="sweeper")
 metrics = Metrics(service="sweeper")  # namespace from POWERTOOLS_METRICS_NAMESPACE
@@ -16,6 +16,7 @@ metrics = Metrics(service="sweeper")  # namespace from POWERTOOLS_METRICS_NAMESP
 @metrics.log_metrics
 @logger.inject_lambda_context
 def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
+    invocation.context = context  # the saga's in-progress records expire with this invocation
     report = sweep(deps())
     # Published on every run, zero included: the stuck-jobs alarm reads silence as "the sweeper is down".
     metrics.add_metric(name="StuckJobs", unit=MetricUnit.Count, value=report.stalled_jobs)
