@@ -35,9 +35,9 @@ from pydantic import BaseModel, ConfigDict, Field, JsonValue, ValidationError
 from . import lifecycle, ops, redrive
 from .chunking import document_hash
 from .errors import REGISTRY, ReviewError, classify
-from .messages import MAX_DOCUMENT_BYTES, MAX_INLINE_CHARS, MetaKey, MetaValue, S3Document, parse_intake
+from .messages import MAX_DOCUMENT_BYTES, MetaKey, MetaValue, S3Document, parse_intake
 from .ports import Deps
-from .records import UPLOADS_PREFIX, Job, JobState, job_id_for, upload_key
+from .records import UPLOADS_PREFIX, Job, JobState, job_id_for
 
 app = APIGatewayHttpResolver()
 
@@ -322,17 +322,10 @@ def submit(deps: Deps, who: str, req: JobRequest, key: str | None, batch_id: str
 
 
 def _intake_body(deps: Deps, who: str, job_id: str, key: str, text: str, req: JobRequest) -> str:
-    """The intake message, exactly as `ops.submit` builds it (a large text by claim check), plus `principal`;
+    """The intake message, as `ops.submit` builds it (a large text by claim check), plus `principal`;
     validated as intake will: an invalid message is the caller's 400, never a failed job."""
-    document: dict[str, JsonValue]
-    if isinstance(req.document, S3Document):
-        document = {"s3_uri": req.document.s3_uri}
-    elif len(text) > MAX_INLINE_CHARS or len(text.encode("utf-8")) > 200_000:
-        upload = upload_key(job_id)
-        deps.artifacts.put_text(upload, text, "text/plain; charset=utf-8")
-        document = {"s3_uri": f"s3://{deps.artifacts.bucket}/{upload}"}
-    else:
-        document = {"text": text}
+    document: dict[str, JsonValue] = ({"s3_uri": req.document.s3_uri} if isinstance(req.document, S3Document)
+                                      else ops.intake_document(deps, job_id, text))
     body: dict[str, JsonValue] = {"schema_version": 1, "document": document, "idempotency_key": key,
                                   "metadata": req.model_dump(mode="json")["metadata"], "principal": who}
     if req.document_id:

@@ -351,20 +351,24 @@ def job_id_of(text: str, idempotency_key: str | None = None) -> str:
     return job_id_for(idempotency_key or document_hash(text))
 
 
+def intake_document(deps: Deps, job_id: str, text: str) -> dict[str, JsonValue]:
+    """The `document` of an intake message for `text`: inline, or by claim check (stored under
+    `uploads/`) when it is too large for a message."""
+    if len(text) > MAX_INLINE_CHARS or len(text.encode("utf-8")) > 200_000:
+        upload = upload_key(job_id)
+        deps.artifacts.put_text(upload, text, "text/plain; charset=utf-8")
+        return {"s3_uri": f"s3://{deps.artifacts.bucket}/{upload}"}
+    return {"text": text}
+
+
 def submit(deps: Deps, text: str, document_id: str | None = None, idempotency_key: str | None = None,
            metadata: dict[str, JsonValue] | None = None) -> str:
     """Send one document to the intake queue (inline, or claim-check via S3 when large). Returns the job id."""
     # The key is always sent: intake then records any failure under the very job id returned here.
     key = idempotency_key or document_hash(text)
     job_id = job_id_for(key)
-    document: dict[str, JsonValue]
-    if len(text) > MAX_INLINE_CHARS or len(text.encode("utf-8")) > 200_000:
-        upload = upload_key(job_id)
-        deps.artifacts.put_text(upload, text, "text/plain; charset=utf-8")
-        document = {"s3_uri": f"s3://{deps.artifacts.bucket}/{upload}"}
-    else:
-        document = {"text": text}
-    body: dict[str, JsonValue] = {"schema_version": 1, "document": document, "metadata": metadata or {}}
+    body: dict[str, JsonValue] = {"schema_version": 1, "document": intake_document(deps, job_id, text),
+                                  "metadata": metadata or {}}
     if document_id:
         body["document_id"] = document_id
     body["idempotency_key"] = key
