@@ -98,9 +98,16 @@ def classify_request(environ: dict[str, Any]) -> tuple[str, str] | None:
 
 # --- the workload ---------------------------------------------------------------------------------------------
 
-def document(n_chars: int) -> str:
-    """About `n_chars` of contract text: the samples, repeated under numbered parts."""
-    texts = [p.read_text() for p in sorted((ROOT / "samples").glob("*.txt"))]
+CUAD = ROOT.parent / "shared" / "data" / "cuad"
+
+
+def document(n_chars: int, source: str = "samples") -> str:
+    """About `n_chars` of contract text: the samples (or the CUAD contracts in ../shared, when there),
+    repeated under numbered parts."""
+    folder = CUAD if source == "cuad" else ROOT / "samples"
+    if source == "cuad" and not folder.is_dir():
+        raise SystemExit(f"--source cuad needs {folder} (absent here)")
+    texts = [p.read_text() for p in sorted(folder.glob("*.txt")) if not p.name.startswith("CUAD_v1")]
     out, part = [], 0
     while sum(len(t) for t in out) < n_chars:
         part += 1
@@ -282,12 +289,14 @@ def main() -> None:
     ap.add_argument("--workers", type=int, default=20)
     ap.add_argument("--chars", type=int, default=56_000, help="document size (56 KB: issue 10's measurement)")
     ap.add_argument("--timeout", type=float, default=240.0)
+    ap.add_argument("--source", choices=("samples", "cuad"), default="samples",
+                    help="the contract text: the samples, or the CUAD contracts in ../shared/data/cuad")
     args = ap.parse_args()
     counter.install()
     template = synth("local")
     work = ROOT / ".review" / "bench-quota"
     shutil.rmtree(work, ignore_errors=True)
-    text = document(args.chars)
+    text = document(args.chars, args.source)
     paced = {"model_requests_per_minute": args.rpm, "worker_max_concurrency": args.workers}
     plans = {"before": ({"analyst_concurrency": 1}, 0.0, False),  # analysts one by one, calls not paced
              "concurrent": ({}, 0.0, False),  # analysts at once, calls not paced
@@ -296,12 +305,13 @@ def main() -> None:
     runs: dict[str, dict[str, Any]] = {}
     for name in args.only.split(","):
         overrides, transient, kill = plans[name]
-        print(f"{name}: {args.chars} chars, {args.rpm:g} requests/min shared by {args.workers} workers, "
+        print(f"{name}: {args.chars} chars of {args.source}, {args.rpm:g} requests/min shared by {args.workers} workers, "
               f"{args.median_ms:g} ms median", flush=True)
         runs[name] = scenario(template, name, text, args, work, overrides, transient, kill)
     result = {"machine": {"python": platform.python_version(), "cpus": os.cpu_count(), "platform": platform.platform()},
               "settings": vars(args), "runs": runs, "targets": verdicts(runs),
-              "reproduce": f".venv/bin/python bench/quota.py --name {args.name} --only {args.only}"}
+              "reproduce": f".venv/bin/python bench/quota.py --name {args.name} --only {args.only} --rpm {args.rpm:g} "
+                           f"--source {args.source} --chars {args.chars}"}
     if "before" in runs and "after" in runs:
         b, a = runs["before"], runs["after"]
         result["after_vs_before"] = {"makespan": round(a["makespan_s"] / b["makespan_s"], 2),
