@@ -567,8 +567,10 @@ def test_throttling_past_the_backpressure_deadline_dead_letters_with_its_own_cod
 
 
 def test_prod_throttling_for_hours_keeps_requeueing_and_stops_at_six():
-    # GIVEN the prod profile and a model that throttles every call
-    world = FakeWorld(settings=SETTINGS.model_copy(update={"profile": PROFILES["prod"]}))
+    # GIVEN the prod profile and a model that throttles every call (analysts one by one: every tier-1 backoff
+    # advances the fake clock, and 11 analysts sleeping at once would move it 11 times as fast)
+    prod = PROFILES["prod"].model_copy(update={"analyst_concurrency": 1})
+    world = FakeWorld(settings=SETTINGS.model_copy(update={"profile": prod}))
     job_id, msg = _job(world)
     started = world.clock()
     model = ScriptedModel(always=_error("ThrottlingException", 429))
