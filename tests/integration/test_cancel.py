@@ -10,6 +10,7 @@ from contract_review.config import FaultSpec
 from contract_review.ports import Queue
 from contract_review.records import ChunkStatus, JobState
 
+from ..large_docs import large_contract
 from ..texts import LONG_TEXT
 from .conftest import ledger, wait_for, wait_jobs
 
@@ -20,11 +21,11 @@ CHECK_TO_CALL_S = 0.1
 
 
 def test_a_running_job_cancelled_stops_within_one_model_call_and_ends_cancelled(make_stack, tmp_path):
-    # GIVEN 4 workers analysing a long contract, each model call taking 0.25 s
+    # GIVEN 4 workers analysing a contract of ~25 chunks (3 windows), each model call taking 0.25 s
     log = tmp_path / "calls.jsonl"
     stack = make_stack(FaultSpec(latency_ms=int(CALL_S * 1000), call_log=str(log)))
     deps = stack.deps()
-    job_id = ops.submit(deps, LONG_TEXT, document_id="to-cancel")
+    job_id = ops.submit(deps, large_contract(100_000, variant=3), document_id="to-cancel")
     wait_for(lambda: sum(1 for e in ledger(log)) >= 12, 60, 0.05, "model calls under way")
     # WHEN it is cancelled
     out = lifecycle.request_cancel(deps, job_id, by="test")
