@@ -9,6 +9,7 @@ from contract_review.aggregator import handle_result
 from contract_review.analysts import ANALYSTS, ChunkFindings, Finding, analysts_for
 from contract_review.chunks import announce, settled_result
 from contract_review.intake import handle_intake
+from contract_review.messages import AnalysisMessage
 from contract_review.ports import Queue
 from contract_review.records import (
     AttemptStats,
@@ -42,6 +43,15 @@ def intake(world: FakeWorld, text: str = LONG_TEXT, document_id: str | None = "m
     result = handle_intake(world.deps, json.dumps({"schema_version": 1, "document": {"text": text}, **fields}), "m-1")
     assert result.job_id is not None
     return result.job_id, world.claims.for_job(result.job_id)
+
+
+def one_chunk_job(world: FakeWorld) -> tuple[str, AnalysisMessage]:
+    """Intake TEXT with the default profile (one chunk); its analysis message, taken off the queue."""
+    result = handle_intake(world.deps, json.dumps({"schema_version": 1, "document": {"text": TEXT}}), "m-1")
+    (msg,) = world.queues.analysis()
+    world.queues.drain(Queue.ANALYSIS)
+    assert result.job_id
+    return result.job_id, msg
 
 
 def start_job(world: FakeWorld) -> tuple[str, list[str]]:

@@ -4,7 +4,6 @@ measured with a model whose calls take real (short) time; no test here asserts a
 
 from __future__ import annotations
 
-import json
 import random
 import threading
 import time
@@ -14,16 +13,14 @@ from botocore.exceptions import ClientError
 
 from contract_review import lifecycle
 from contract_review.analysts import ChunkFindings, analysts_for
-from contract_review.intake import handle_intake
 from contract_review.messages import AnalysisMessage
 from contract_review.model_clients import ModelRequest, ModelResponse
 from contract_review.offline_model import OfflineRuleModel
-from contract_review.ports import Queue
 from contract_review.records import ChunkStatus, JobState
 from contract_review.worker import ChunkWorker, Delivery
 
-from ..texts import TEXT
 from .fakes import SETTINGS, FakeWorld
+from .scenarios import one_chunk_job
 
 ANALYSTS = [a.name for a in analysts_for(11)]
 CALL_S = 0.02  # each call takes this long, so the calls of analysts run at once overlap
@@ -71,14 +68,6 @@ def _world(concurrency: int) -> FakeWorld:
     return FakeWorld(settings=SETTINGS.model_copy(update={"profile": profile}))
 
 
-def _job(world: FakeWorld) -> tuple[str, AnalysisMessage]:
-    result = handle_intake(world.deps, json.dumps({"schema_version": 1, "document": {"text": TEXT}}), "m-1")
-    (msg,) = world.queues.analysis()
-    world.queues.drain(Queue.ANALYSIS)
-    assert result.job_id
-    return result.job_id, msg
-
-
 def _handle(world: FakeWorld, msg: AnalysisMessage, model: OverlapModel):
     worker = ChunkWorker(world.deps, model, rng=random.Random(1), sleep=lambda _s: None, call_safety_s=0.5)
     return worker.handle(msg, Delivery("mid-1", "rh-1", 1, 120, remaining_ms=lambda: 10**9))
@@ -94,7 +83,7 @@ def _findings(world: FakeWorld, job_id: str, chunk_id: str) -> list[dict]:
 def test_a_chunks_analysts_overlap_up_to_the_configured_concurrency(concurrency, expected):
     # GIVEN a one-chunk job and a worker whose profile runs `concurrency` analysts at once
     world = _world(concurrency)
-    job_id, msg = _job(world)
+    job_id, msg = one_chunk_job(world)
     model = OverlapModel(meet=expected)
     # WHEN it handles the chunk
     outcome = _handle(world, msg, model)
@@ -116,7 +105,7 @@ def test_concurrent_analysts_find_exactly_what_one_by_one_analysts_find_in_the_s
     found = {}
     for concurrency in (1, 11):
         world = _world(concurrency)
-        job_id, msg = _job(world)
+        job_id, msg = one_chunk_job(world)
         assert _handle(world, msg, OverlapModel()).action == "done"
         found[concurrency] = _findings(world, job_id, msg.chunk_id)
     assert found[11] == found[1] and found[1]
@@ -127,7 +116,7 @@ def test_a_chunk_takes_about_two_rounds_of_calls_not_one_per_call():
     # locate starts before any assess, so the calls form two rounds (measured by start order, not time;
     # the first calls meet, so that a slow thread start on a busy machine cannot reorder them)
     world = _world(11)
-    _job_id, msg = _job(world)
+    _job_id, msg = one_chunk_job(world)
     model = OverlapModel(meet=len(ANALYSTS))
     assert _handle(world, msg, model).action == "done"
     steps = [step for _t, _analyst, step in sorted(model.started)]
@@ -138,7 +127,7 @@ def test_a_chunk_takes_about_two_rounds_of_calls_not_one_per_call():
 def test_a_cancel_seen_by_one_analyst_stops_every_analyst_before_its_next_call():
     # GIVEN all 11 analysts' locate calls in flight; during the last of them to start, the job is cancelled
     world = _world(11)
-    job_id, msg = _job(world)
+    job_id, msg = one_chunk_job(world)
     cancelled_at: list[float] = []
 
     def cancel(_request: ModelRequest) -> None:
@@ -162,7 +151,7 @@ def test_a_cancel_seen_by_one_analyst_stops_every_analyst_before_its_next_call()
 def test_a_lost_lease_stops_every_analyst_and_no_checkpoint_is_committed_after_it():
     # GIVEN a worker whose claim is taken over (fence 2) during the first call
     world = _world(11)
-    job_id, msg = _job(world)
+    job_id, msg = one_chunk_job(world)
 
     def steal(_request: ModelRequest) -> None:
         world.clock.advance(SETTINGS.profile.claim_lease_s + 1)  # the lease lapses; another worker claims
@@ -192,7 +181,7 @@ def test_a_lost_lease_stops_every_analyst_and_no_checkpoint_is_committed_after_i
 def test_a_permanent_error_in_one_analyst_lets_the_others_finish_and_checkpoint_then_fails_the_chunk():
     # GIVEN one analyst whose calls fail with a permanent error
     world = _world(11)
-    job_id, msg = _job(world)
+    job_id, msg = one_chunk_job(world)
     bad = ANALYSTS[3]
     model = OverlapModel(fail={bad})
     # WHEN the worker handles the chunk

@@ -14,7 +14,6 @@ from botocore.exceptions import ClientError
 from contract_review.analysts import ChunkFindings, analysts_for
 from contract_review.config import PROFILES
 from contract_review.errors import ErrorEnvelope, Tier2
-from contract_review.intake import handle_intake
 from contract_review.messages import AnalysisMessage
 from contract_review.model_clients import ModelRequest, ModelResponse
 from contract_review.offline_model import OfflineRuleModel
@@ -22,8 +21,8 @@ from contract_review.ports import Queue
 from contract_review.records import AttemptStats, ChunkStatus, JobState, ReleaseReason
 from contract_review.worker import ChunkWorker, Delivery
 
-from ..texts import TEXT
 from .fakes import SETTINGS, FakeWorld
+from .scenarios import one_chunk_job
 
 ANALYSTS = len(analysts_for(11))
 
@@ -68,14 +67,6 @@ def world() -> FakeWorld:
     return FakeWorld()
 
 
-def _job(world: FakeWorld) -> tuple[str, AnalysisMessage]:
-    result = handle_intake(world.deps, json.dumps({"schema_version": 1, "document": {"text": TEXT}}), "m-1")
-    (msg,) = world.queues.analysis()
-    world.queues.drain(Queue.ANALYSIS)
-    assert result.job_id
-    return result.job_id, msg
-
-
 def _delivery(receive_count: int = 1, remaining_ms: int = 10**9) -> Delivery:
     return Delivery(message_id="mid-1", receipt_handle="rh-1", receive_count=receive_count, visibility_s=120,
                     remaining_ms=lambda: remaining_ms)
@@ -88,7 +79,7 @@ def _worker(world: FakeWorld, model: ScriptedModel) -> ChunkWorker:
 # ------------------------------------------------------------------------------ success
 def test_a_chunk_is_analysed_checkpointed_settled_and_announced(world):
     # GIVEN a running job with one chunk
-    job_id, msg = _job(world)
+    job_id, msg = one_chunk_job(world)
     model = ScriptedModel()
     # WHEN a worker handles its message
     outcome = _worker(world, model).handle(msg, _delivery())
@@ -108,7 +99,7 @@ def test_a_chunk_is_analysed_checkpointed_settled_and_announced(world):
 
 def test_a_redelivery_of_a_finished_chunk_resends_its_result_without_model_calls(world):
     # GIVEN a chunk finished once, whose results message was lost
-    job_id, msg = _job(world)
+    job_id, msg = one_chunk_job(world)
     _worker(world, ScriptedModel()).handle(msg, _delivery())
     world.queues.drain(Queue.RESULTS)
     # WHEN the same message is delivered again
@@ -122,7 +113,7 @@ def test_a_redelivery_of_a_finished_chunk_resends_its_result_without_model_calls
 
 def test_a_message_for_an_ended_job_is_acknowledged_without_work(world):
     # GIVEN a job that has ended
-    job_id, msg = _job(world)
+    job_id, msg = one_chunk_job(world)
     world.jobs.transition(job_id, (JobState.RUNNING,), JobState.CANCELLED)
     model = ScriptedModel()
     # WHEN its chunk message arrives THEN it is skipped: no claim, no model call
@@ -132,7 +123,7 @@ def test_a_message_for_an_ended_job_is_acknowledged_without_work(world):
 
 def test_checkpointed_analysts_are_loaded_not_rerun(world):
     # GIVEN an earlier attempt that checkpointed the liability analyst, then lost its lease
-    job_id, msg = _job(world)
+    job_id, msg = one_chunk_job(world)
     earlier = world.claims.claim(job_id, msg.chunk_id, "earlier", 3, 1)
     out = {"analyst": "liability", "status": "ok", "findings": [], "model_calls": 2}
     assert world.claims.put_checkpoint(job_id, msg.chunk_id, "liability", earlier.fence,
@@ -147,7 +138,7 @@ def test_checkpointed_analysts_are_loaded_not_rerun(world):
 
 
 def test_a_checkpoint_made_with_another_config_is_rerun_and_recorded_as_stale(world):
-    job_id, msg = _job(world)
+    job_id, msg = one_chunk_job(world)
     earlier = world.claims.claim(job_id, msg.chunk_id, "earlier", 3, 1)
     out = {"analyst": "liability", "status": "ok", "findings": [], "model_calls": 2}
     world.claims.put_checkpoint(job_id, msg.chunk_id, "liability", earlier.fence, "old-hash", "ok", json.dumps(out))
@@ -161,7 +152,7 @@ def test_a_checkpoint_made_with_another_config_is_rerun_and_recorded_as_stale(wo
 # ------------------------------------------------------------------------------ backpressure
 def test_sustained_throttling_requeues_without_counting_a_failure(world):
     # GIVEN a model that throttles every call
-    job_id, msg = _job(world)
+    job_id, msg = one_chunk_job(world)
     model = ScriptedModel(always=_error("ThrottlingException", 429))
     # WHEN the worker handles the chunk
     outcome = _worker(world, model).handle(msg, _delivery())
@@ -180,7 +171,7 @@ def test_sustained_throttling_requeues_without_counting_a_failure(world):
 
 
 def test_running_out_of_lambda_time_hands_back_at_once_without_a_model_call(world):
-    job_id, msg = _job(world)
+    job_id, msg = one_chunk_job(world)
     model = ScriptedModel()
     outcome = _worker(world, model).handle(msg, _delivery(remaining_ms=300))
     assert outcome.action == "requeued" and outcome.detail["reason"] == "runtime.time_exhausted"
@@ -200,7 +191,7 @@ def test_running_out_of_lambda_time_hands_back_at_once_without_a_model_call(worl
 # ------------------------------------------------------------------------------ tier 2 and the poison budget
 def test_a_transient_failure_goes_to_tier_2_with_a_short_backoff(world):
     # GIVEN a model failing with 5xx on every call
-    job_id, msg = _job(world)
+    job_id, msg = one_chunk_job(world)
     model = ScriptedModel(always=_error("ServiceUnavailableException", 503))
     # WHEN the worker handles the chunk THEN it hands the record back to the queue (Tier2)
     with pytest.raises(Tier2) as info:
@@ -221,7 +212,7 @@ def test_a_transient_failure_goes_to_tier_2_with_a_short_backoff(world):
 
 def test_the_last_allowed_failure_dead_letters_the_chunk_with_its_envelope(world):
     # GIVEN a chunk that already failed budget-1 times
-    job_id, msg = _job(world)
+    job_id, msg = one_chunk_job(world)
     budget = msg.max_attempts
     for i in range(budget - 1):
         claim = world.claims.claim(job_id, msg.chunk_id, f"w{i}", 3, 1)
@@ -242,7 +233,7 @@ def test_the_last_allowed_failure_dead_letters_the_chunk_with_its_envelope(world
 
 
 def test_a_chunk_whose_budget_is_already_spent_is_dead_lettered_without_model_calls(world):
-    job_id, msg = _job(world)
+    job_id, msg = one_chunk_job(world)
     for i in range(msg.max_attempts):
         claim = world.claims.claim(job_id, msg.chunk_id, f"w{i}", 3, 1)
         world.claims.release(job_id, msg.chunk_id, claim.fence, AttemptStats(),
@@ -256,7 +247,7 @@ def test_a_chunk_whose_budget_is_already_spent_is_dead_lettered_without_model_ca
 
 # ------------------------------------------------------------------------------ permanent and job-fatal
 def test_a_permanent_error_fails_the_chunk_once_and_the_job_goes_on(world):
-    job_id, msg = _job(world)
+    job_id, msg = one_chunk_job(world)
     model = ScriptedModel(always=_error("ValidationException", 400))
     outcome = _worker(world, model).handle(msg, _delivery())
     assert outcome.action == "failed" and model.total == 1  # never retried
@@ -268,7 +259,7 @@ def test_a_permanent_error_fails_the_chunk_once_and_the_job_goes_on(world):
 
 
 def test_a_job_fatal_error_fails_the_job_at_once(world):
-    job_id, msg = _job(world)
+    job_id, msg = one_chunk_job(world)
     outcome = _worker(world, ScriptedModel(always=_error("AccessDeniedException", 403))).handle(msg, _delivery())
     assert outcome.action == "job_failed"
     job = world.jobs.get(job_id)
@@ -279,7 +270,7 @@ def test_a_job_fatal_error_fails_the_job_at_once(world):
 
 
 def test_a_refusal_is_a_recorded_gap_not_a_retry(world):
-    job_id, msg = _job(world)
+    job_id, msg = one_chunk_job(world)
     model = ScriptedModel({("licensing", "locate"): [ModelResponse(text="", stop_reason="content_filtered")]})
     assert _worker(world, model).handle(msg, _delivery()).action == "done"
     assert model.calls[("licensing", "locate")] == 1
@@ -289,7 +280,7 @@ def test_a_refusal_is_a_recorded_gap_not_a_retry(world):
 # ------------------------------------------------------------------------------ fencing
 def test_a_worker_whose_lease_was_taken_over_commits_nothing(world):
     # GIVEN a worker whose lease another worker takes over between two analysts
-    job_id, msg = _job(world)
+    job_id, msg = one_chunk_job(world)
     real_put = world.claims.put_checkpoint
     taken = {}
 
@@ -312,7 +303,7 @@ def test_a_worker_whose_lease_was_taken_over_commits_nothing(world):
 
 
 def test_a_message_whose_chunk_is_held_by_a_live_lease_is_a_duplicate(world):
-    job_id, msg = _job(world)
+    job_id, msg = one_chunk_job(world)
     world.claims.claim(job_id, msg.chunk_id, "owner", 30, 1)
     model = ScriptedModel()
     outcome = _worker(world, model).handle(msg, _delivery(receive_count=2))
@@ -385,7 +376,7 @@ def test_a_chunk_whose_every_call_takes_over_a_third_of_the_invocation_completes
     # GIVEN a 20 s Lambda and model calls that each take 6.8 s (more than a third of it), within
     # their 7 s timeout
     world = _world(worker_timeout_s=20, model_call_timeout_s=7)
-    job_id, msg = _job(world)
+    job_id, msg = one_chunk_job(world)
     model = SlowModel(world, 6.8)
     # WHEN every message the worker sends for the chunk is delivered, each with 20 s of Lambda time
     actions = drive(world, _timed_worker(world, model), msg, timeout_s=20)
@@ -409,7 +400,7 @@ def test_a_chunk_whose_every_call_takes_over_a_third_of_the_invocation_completes
 def test_no_model_call_outlives_its_invocation():
     # GIVEN calls that take their whole 7 s timeout, in a 20 s Lambda
     world = _world(worker_timeout_s=20, model_call_timeout_s=7)
-    job_id, msg = _job(world)
+    job_id, msg = one_chunk_job(world)
     model = SlowModel(world, 7.0)
     start = world.clock()
     model.deadlines.append(start + 20)
@@ -424,7 +415,7 @@ def test_no_model_call_outlives_its_invocation():
 
 
 def test_the_claim_records_the_invocations_deadline(world):
-    job_id, msg = _job(world)
+    job_id, msg = one_chunk_job(world)
     seen = {}
 
     class Peek(ScriptedModel):
@@ -441,7 +432,7 @@ def test_the_claim_records_the_invocations_deadline(world):
 def test_a_worker_without_a_function_timeout_records_no_deadline(remaining_ms):
     # GIVEN the Fargate poller's delivery: no remaining time, or an unbounded one before SIGTERM
     world = FakeWorld()
-    job_id, msg = _job(world)
+    job_id, msg = one_chunk_job(world)
     seen = {}
 
     class Peek(ScriptedModel):
@@ -459,7 +450,7 @@ def test_a_worker_without_a_function_timeout_records_no_deadline(remaining_ms):
 def test_time_running_out_after_transient_errors_with_nothing_saved_is_a_failed_attempt():
     # GIVEN a 20 s Lambda whose first analyst's locate call fails with 5xx twice (the retries eat the time)
     world = _world(worker_timeout_s=20, model_call_timeout_s=7)
-    job_id, msg = _job(world)
+    job_id, msg = one_chunk_job(world)
     first = analysts_for(11)[0].name
     model = SlowModel(world, 6.8, fail={(first, "locate"): [_error("ServiceUnavailableException", 503)] * 2})
     start = world.clock()
@@ -479,7 +470,7 @@ def test_time_running_out_after_transient_errors_with_nothing_saved_is_a_failed_
 def test_time_running_out_after_errors_once_something_was_saved_is_a_handoff():
     # GIVEN a 20 s Lambda, 2 s calls, and a 5xx (retried in tier 1) on the second analyst's locate
     world = _world(worker_timeout_s=20, model_call_timeout_s=7)
-    job_id, msg = _job(world)
+    job_id, msg = one_chunk_job(world)
     second = analysts_for(11)[1].name
     model = SlowModel(world, 2.0, fail={(second, "locate"): [_error("ServiceUnavailableException", 503)]})
     start = world.clock()
@@ -497,7 +488,7 @@ def test_a_two_minute_5xx_outage_dead_letters_nothing_with_the_prod_backoffs():
     # GIVEN the prod profile, every jittered delay at its shortest, and a model failing with 5xx for
     # the first two minutes
     world = FakeWorld(settings=SETTINGS.model_copy(update={"profile": PROFILES["prod"]}))
-    job_id, msg = _job(world)
+    job_id, msg = one_chunk_job(world)
     until = world.clock() + 120
 
     class Outage(ScriptedModel):
@@ -524,7 +515,7 @@ def test_a_two_minute_5xx_outage_dead_letters_nothing_with_the_prod_backoffs():
 def test_the_same_outage_lasting_past_the_budget_dead_letters_the_chunk():
     # GIVEN the prod profile and a model failing with 5xx for ten minutes
     world = FakeWorld(settings=SETTINGS.model_copy(update={"profile": PROFILES["prod"]}))
-    job_id, msg = _job(world)
+    job_id, msg = one_chunk_job(world)
     model = ScriptedModel(always=_error("ServiceUnavailableException", 503))
     # WHEN it is delivered until it settles THEN the fifth failed attempt dead-letters it (poison budget)
     actions = drive(world, _timed_worker(world, model, MinRandom()), msg)
@@ -538,7 +529,7 @@ def test_throttling_past_the_backpressure_deadline_dead_letters_with_its_own_cod
     # throttles every call, without a Retry-After hint
     world = FakeWorld()
     p = world.settings.profile
-    job_id, msg = _job(world)
+    job_id, msg = one_chunk_job(world)
     started = world.clock()
     model = ScriptedModel(always=_error("ThrottlingException", 429))
     # WHEN every requeued message is delivered after its delay
@@ -571,7 +562,7 @@ def test_prod_throttling_for_hours_keeps_requeueing_and_stops_at_six():
     # advances the fake clock, and 11 analysts sleeping at once would move it 11 times as fast)
     prod = PROFILES["prod"].model_copy(update={"analyst_concurrency": 1})
     world = FakeWorld(settings=SETTINGS.model_copy(update={"profile": prod}))
-    job_id, msg = _job(world)
+    job_id, msg = one_chunk_job(world)
     started = world.clock()
     model = ScriptedModel(always=_error("ThrottlingException", 429))
     # WHEN it is throttled for as long as it takes to settle
@@ -587,7 +578,7 @@ def test_prod_throttling_for_hours_keeps_requeueing_and_stops_at_six():
 def test_progress_restarts_the_backpressure_deadline():
     # GIVEN a chunk that was throttled (its streak started), then an attempt that checkpoints one analyst
     world = FakeWorld()
-    job_id, msg = _job(world)
+    job_id, msg = one_chunk_job(world)
     throttle = _error("ThrottlingException", 429)
     assert _timed_worker(world, ScriptedModel(always=throttle)).handle(msg, _delivery()).action == "requeued"
     first = world.claims.get(job_id, msg.chunk_id)
@@ -607,7 +598,7 @@ def test_progress_restarts_the_backpressure_deadline():
 @pytest.mark.parametrize("code", ["ProvisionedThroughputExceededException", "ThrottlingException", "SlowDown"])
 def test_aws_throttling_during_an_attempt_is_backpressure_not_failure(world, code):
     # GIVEN DynamoDB/S3 throttling that outlasted botocore's retries on the second checkpoint write
-    job_id, msg = _job(world)
+    job_id, msg = one_chunk_job(world)
     real_put = world.claims.put_checkpoint
     writes = {"n": 0}
 
@@ -631,7 +622,7 @@ def test_aws_throttling_during_an_attempt_is_backpressure_not_failure(world, cod
 
 def test_aws_throttling_before_the_claim_requeues_the_message_without_touching_the_chunk(world):
     # GIVEN DynamoDB throttling the claim itself
-    job_id, msg = _job(world)
+    job_id, msg = one_chunk_job(world)
 
     def throttled_claim(*args: object, **kw: object) -> object:
         raise ClientError({"Error": {"Code": "ProvisionedThroughputExceededException", "Message": "x"},
