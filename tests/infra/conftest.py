@@ -117,6 +117,15 @@ def function_by_handler(template: dict[str, Any], handler_suffix: str) -> tuple[
     return found[0]
 
 
+def role_id(template: dict[str, Any], role: str) -> str:
+    """The logical id of a role: `fargate` (the task role) or a function's short name (`worker`...)."""
+    if role == "fargate":
+        (task_def,) = resources(template, "AWS::ECS::TaskDefinition").values()
+        return getatt_id(task_def["Properties"]["TaskRoleArn"])
+    _, fn = function_by_handler(template, f"{role}.handler")
+    return getatt_id(fn["Role"])
+
+
 def policy_statements_for_role(template: dict[str, Any], role_id: str) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     for r in resources(template, "AWS::IAM::Policy").values():

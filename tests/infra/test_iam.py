@@ -22,6 +22,7 @@ from .conftest import (
     getatt_id,
     policy_statements_for_role,
     resources,
+    role_id,
     source_queues,
 )
 
@@ -74,14 +75,6 @@ def _target(resource: Any, names: dict[str, str]) -> str | None:
     return None
 
 
-def _role_id(t: dict[str, Any], role: str) -> str:
-    if role == "fargate":
-        (task_def,) = resources(t, "AWS::ECS::TaskDefinition").values()
-        return getatt_id(task_def["Properties"]["TaskRoleArn"])
-    _, fn = function_by_handler(t, f"{role}.handler")
-    return getatt_id(fn["Role"])
-
-
 def _event_source_queue(t: dict[str, Any], role: str) -> str | None:
     if role == "fargate":
         return None
@@ -97,7 +90,7 @@ def _granted(t: dict[str, Any], role: str) -> tuple[dict[str, set[str]], list[di
     names = _names(t)
     by_target: dict[str, set[str]] = {}
     other: list[dict[str, Any]] = []
-    for st in policy_statements_for_role(t, _role_id(t, role)):
+    for st in policy_statements_for_role(t, role_id(t, role)):
         assert st["Effect"] == "Allow"
         actions = {st["Action"]} if isinstance(st["Action"], str) else set(st["Action"])
         for res in st["Resource"] if isinstance(st["Resource"], list) else [st["Resource"]]:
@@ -145,8 +138,8 @@ def test_no_managed_policies_and_no_action_wildcards(synth: Synth, name: str) ->
     t = synth.templates[name]
     roles = [r for r in FUNCTION_ROLES] + (["fargate"] if name == FARGATE else [])
     for role in roles:
-        assert "ManagedPolicyArns" not in t["Resources"][_role_id(t, role)]["Properties"], role
-        for st in policy_statements_for_role(t, _role_id(t, role)):
+        assert "ManagedPolicyArns" not in t["Resources"][role_id(t, role)]["Properties"], role
+        for st in policy_statements_for_role(t, role_id(t, role)):
             actions = [st["Action"]] if isinstance(st["Action"], str) else st["Action"]
             assert not any("*" in a for a in actions), (role, actions)
 
@@ -159,7 +152,7 @@ def test_fargate_task_role_may_sweep_poll_and_protect_itself(synth: Synth) -> No
     """The regression of issue 7: the poller's in-process sweep failed with AccessDenied."""
     t = synth.templates[FARGATE]
     ids = _ids(t)
-    st = policy_statements_for_role(t, _role_id(t, "fargate"))
+    st = policy_statements_for_role(t, role_id(t, "fargate"))
     index = [s for s in st if "/index/by-lease" in json.dumps(s["Resource"])]
     assert index and all(s["Action"] == "dynamodb:Query" for s in index)
     # reads; deletes only a copy it sent again (receives burned, budget left) or that nothing acts on any more

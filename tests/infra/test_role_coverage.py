@@ -69,7 +69,15 @@ from ..fake_ecs_agent import FakeEcsAgent
 from ..texts import LONG_TEXT, TEXT
 from . import api_scenario
 from .aws_calls import ACCOUNT, REGION, Call, Need, Recorder, allowed
-from .conftest import FARGATE, LOCAL, PROD, Synth, function_by_handler, getatt_id, policy_statements_for_role, resources
+from .conftest import (
+    FARGATE,
+    LOCAL,
+    PROD,
+    Synth,
+    policy_statements_for_role,
+    resources,
+    role_id,
+)
 
 CLUSTER = "<cluster>"  # the ECS cluster's name: resolved per template
 TASK_ID = "0123456789abcdef0"
@@ -476,14 +484,6 @@ def recorded(synth: Synth) -> Iterator[Recorded]:
 
 
 # ------------------------------------------------------------------------ the template side
-def _role_id(t: dict[str, Any], role: str) -> str:
-    if role == "fargate":
-        (task_def,) = resources(t, "AWS::ECS::TaskDefinition").values()
-        return getatt_id(task_def["Properties"]["TaskRoleArn"])
-    _, fn = function_by_handler(t, f"{role}.handler")
-    return getatt_id(fn["Role"])
-
-
 def _cluster(t: dict[str, Any]) -> str:
     found = list(resources(t, "AWS::ECS::Cluster"))
     return found[0] if found else CLUSTER
@@ -493,7 +493,7 @@ def _statements(recorded: Recorded, t: dict[str, Any], role: str) -> list[dict[s
     """The role's identity-policy statements, every resource resolved against the deployed stack."""
     return [{**st, "Resource": recorded.aws.resolve(st["Resource"]),
              **({"Condition": recorded.aws.resolve(st["Condition"])} if "Condition" in st else {})}
-            for st in policy_statements_for_role(t, _role_id(t, role))]
+            for st in policy_statements_for_role(t, role_id(t, role))]
 
 
 def _needs(calls: list[Call], cluster: str) -> dict[Need, Call]:

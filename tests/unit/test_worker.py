@@ -18,7 +18,7 @@ from contract_review.messages import AnalysisMessage
 from contract_review.model_clients import ModelRequest, ModelResponse
 from contract_review.offline_model import OfflineRuleModel
 from contract_review.ports import Queue
-from contract_review.records import AttemptStats, ChunkStatus, JobState, ReleaseReason
+from contract_review.records import AttemptStats, ChunkRecord, ChunkStatus, JobState, ReleaseReason
 from contract_review.worker import ChunkWorker, Delivery
 
 from .fakes import SETTINGS, FakeWorld
@@ -65,6 +65,20 @@ class ScriptedModel:
 @pytest.fixture
 def world() -> FakeWorld:
     return FakeWorld()
+
+
+class PeekAtClaim(ScriptedModel):
+    """The scripted model, which also keeps the chunk record as it was at the first model call (the claim)."""
+
+    def __init__(self, world: FakeWorld, job_id: str, chunk_id: str):
+        super().__init__()
+        self.world, self.job_id, self.chunk_id = world, job_id, chunk_id
+        self.record: ChunkRecord | None = None
+
+    def invoke(self, request: ModelRequest) -> ModelResponse:
+        if self.record is None:
+            self.record = self.world.claims.get(self.job_id, self.chunk_id)
+        return super().invoke(request)
 
 
 def _delivery(receive_count: int = 1, remaining_ms: int = 10**9) -> Delivery:
@@ -416,15 +430,9 @@ def test_no_model_call_outlives_its_invocation():
 
 def test_the_claim_records_the_invocations_deadline(world):
     job_id, msg = one_chunk_job(world)
-    seen = {}
-
-    class Peek(ScriptedModel):
-        def invoke(self, request: ModelRequest) -> ModelResponse:
-            seen.setdefault("record", world.claims.get(job_id, msg.chunk_id))
-            return super().invoke(request)
-
-    _worker(world, Peek()).handle(msg, _delivery(remaining_ms=20_000))
-    assert seen["record"].deadline_at == world.clock() + 20.0
+    peek = PeekAtClaim(world, job_id, msg.chunk_id)
+    _worker(world, peek).handle(msg, _delivery(remaining_ms=20_000))
+    assert peek.record is not None and peek.record.deadline_at == world.clock() + 20.0
 
 
 
@@ -433,18 +441,13 @@ def test_a_worker_without_a_function_timeout_records_no_deadline(remaining_ms):
     # GIVEN the Fargate poller's delivery: no remaining time, or an unbounded one before SIGTERM
     world = FakeWorld()
     job_id, msg = one_chunk_job(world)
-    seen = {}
-
-    class Peek(ScriptedModel):
-        def invoke(self, request: ModelRequest) -> ModelResponse:
-            seen.setdefault("record", world.claims.get(job_id, msg.chunk_id))
-            return super().invoke(request)
+    peek = PeekAtClaim(world, job_id, msg.chunk_id)
 
     delivery = Delivery("m", "rh", 1, 30) if remaining_ms is None else \
         Delivery("m", "rh", 1, 30, remaining_ms=lambda: remaining_ms)
     # WHEN it works on a chunk THEN the claim carries no deadline and nothing stops the work
-    assert _worker(world, Peek()).handle(msg, delivery).action == "done"
-    assert seen["record"].deadline_at is None
+    assert _worker(world, peek).handle(msg, delivery).action == "done"
+    assert peek.record is not None and peek.record.deadline_at is None
 
 
 def test_time_running_out_after_transient_errors_with_nothing_saved_is_a_failed_attempt():
