@@ -15,6 +15,7 @@ import os
 import shutil
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
 from dataclasses import dataclass, field
@@ -33,6 +34,33 @@ STACK_NAME = "ContractReview"
 # (+ the job-events SNS topic: the saga publishes to it; the alarm topic needs its KMS key and stays out)
 DEPLOYABLE = {"AWS::SQS::Queue", "AWS::DynamoDB::Table", "AWS::S3::Bucket", "AWS::SNS::Topic"}
 FAKE_CREDENTIALS = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_SESSION_TOKEN": "testing"}
+
+
+_DYNAMODB_LOCK = threading.Lock()
+
+
+def serialize_dynamodb_requests() -> None:
+    """Make moto's DynamoDB as atomic as DynamoDB: one request at a time.
+
+    moto's server answers each request on its own thread and its DynamoDB backend takes no lock, so two
+    concurrent `ADD n :one` can return the same number and lose an increment, and a response can fail
+    with "dictionary changed size during iteration" (measured: tests/integration/test_embedded_aws.py).
+    Every fence, counter and conditional write in this product relies on DynamoDB's single-item
+    atomicity, so the emulator must keep it. Only DynamoDB is serialized: its requests take
+    microseconds, while SQS long polls must not block each other. Idempotent (patched once per process).
+    """
+    from moto.dynamodb.responses import DynamoHandler
+
+    if getattr(DynamoHandler.call_action, "serialized", False):
+        return
+    unlocked = DynamoHandler.call_action
+
+    def call_action(self: Any) -> Any:
+        with _DYNAMODB_LOCK:
+            return unlocked(self)
+
+    call_action.serialized = True  # type: ignore[attr-defined]
+    DynamoHandler.call_action = call_action  # type: ignore[method-assign]
 
 
 def _inputs_hash(profile: str, context: dict[str, str]) -> str:
@@ -141,6 +169,7 @@ class EmbeddedAws:
         from moto.server import ThreadedMotoServer
 
         logging.getLogger("werkzeug").setLevel(logging.ERROR)  # no per-request access log
+        serialize_dynamodb_requests()
 
         self.server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
         self.server.start()
