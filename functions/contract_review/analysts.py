@@ -156,21 +156,32 @@ def build_request(spec: AnalystSpec, step: str, chunk: Chunk, prior: ParsedItems
     cats = [{"key": k, "title": CATEGORY_BY_KEY[k].title, "question": CATEGORY_BY_KEY[k].question}
             for k in spec.categories]
     payload: dict[str, Any] = {"categories": cats, "chunk_text": chunk.text, "chunk_index": chunk.index}
+    prompt = f"<excerpt>\n{chunk.text}\n</excerpt>"
+    if step == "assess":
+        clauses = [Located(category=p.category, quote=p.quote).model_dump() for p in prior or []]
+        payload["clauses"] = clauses
+        prompt += f"\n\nLocated clauses: {json.dumps(clauses)}"
+    if repair_hint:
+        payload["repair_hint"] = repair_hint
+        prompt += f"\n\nYour previous answer was invalid: {repair_hint}\nAnswer again, valid this time."
+    return ModelRequest(analyst=spec.name, step=step, system=instructions(spec, step), prompt=prompt,
+                        payload=payload, output_schema=_SCHEMAS[step], chunk_id=chunk.chunk_id)
+
+
+@functools.cache
+def instructions(spec: AnalystSpec, step: str) -> str:
+    """The analyst's fixed instructions for one step, the same for every chunk of every document: the system
+    prompt, sent as a cached prompt prefix (model_clients.py). Only the excerpt (and, to assess, the located
+    clauses) follows in the user message."""
+    cats = [{"key": k, "title": CATEGORY_BY_KEY[k].title, "question": CATEGORY_BY_KEY[k].question}
+            for k in spec.categories]
     if step == "locate":
         task = ("List every clause in the excerpt that answers one of these questions. "
                 "Quote each clause verbatim (a full sentence or sub-clause).")
     else:
-        clauses = [Located(category=p.category, quote=p.quote).model_dump() for p in prior or []]
-        payload["clauses"] = clauses
-        task = ("For each located clause, give a risk score from 0 (benign) to 1 (severe) for the "
-                "reviewing party and a one-sentence rationale. Keep each quote unchanged.\n"
-                f"Located clauses: {json.dumps(clauses)}")
-    prompt = (f"Categories: {json.dumps(cats)}\n\nTask: {task}\n\n<excerpt>\n{chunk.text}\n</excerpt>")
-    if repair_hint:
-        payload["repair_hint"] = repair_hint
-        prompt += f"\n\nYour previous answer was invalid: {repair_hint}\nAnswer again, valid this time."
-    return ModelRequest(analyst=spec.name, step=step, system=SYSTEM, prompt=prompt, payload=payload,
-                        output_schema=_SCHEMAS[step], chunk_id=chunk.chunk_id)
+        task = ("For each located clause (listed after the excerpt), give a risk score from 0 (benign) to 1 "
+                "(severe) for the reviewing party and a one-sentence rationale. Keep each quote unchanged.")
+    return f"{SYSTEM}\n\nCategories: {json.dumps(cats)}\n\nTask: {task}"
 
 
 def parse_response(spec: AnalystSpec, step: str, chunk: Chunk, response: ModelResponse) -> ParsedItems:

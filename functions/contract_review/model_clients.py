@@ -43,8 +43,8 @@ def base_model_id(model_id: str) -> str:
 class ModelRequest:
     analyst: str
     step: str
-    system: str
-    prompt: str  # the full rendered prompt: what a real model reads
+    system: str  # the fixed instructions (the same for every chunk): sent as a cached prompt prefix
+    prompt: str  # the rest of the rendered prompt (the excerpt): what a real model reads after the prefix
     payload: dict[str, Any]  # the same inputs, structured: what the offline rule model reads
     output_schema: dict[str, Any]
     chunk_id: str = ""
@@ -55,9 +55,11 @@ class ModelRequest:
 class ModelResponse:
     text: str
     stop_reason: str  # end_turn | max_tokens | malformed_model_output | content_filtered | guardrail_intervened
-    input_tokens: int = 0
+    input_tokens: int = 0  # Converse usage.inputTokens: the input not read from or written to the prompt cache
     output_tokens: int = 0
     latency_ms: float = 0.0
+    cache_read_tokens: int = 0  # usage.cacheReadInputTokens: the prefix read from the prompt cache
+    cache_write_tokens: int = 0  # usage.cacheWriteInputTokens: the prefix written to it (the first call)
 
 
 class ModelClient(Protocol):
@@ -201,7 +203,11 @@ class BedrockConverseModel:
     def invoke(self, request: ModelRequest) -> ModelResponse:
         started = time.monotonic()
         resp = self._converse(
-            system=[{"text": request.system}],
+            # Prompt caching: everything before the cache point (the tool definition, then the analyst's fixed
+            # instructions) is a prefix Bedrock caches; `usage` then reports cacheWrite/cacheReadInputTokens.
+            # A prefix shorter than the model's minimum (1,024 tokens for Claude Sonnet) is not cached: Bedrock
+            # then reports no cache tokens, and the call costs what it did without the cache point.
+            system=[{"text": request.system}, {"cachePoint": {"type": "default"}}],
             messages=[{"role": "user", "content": [{"text": request.prompt}]}],
             inferenceConfig={"maxTokens": request.max_tokens, "temperature": self.temperature},
             toolConfig={
@@ -249,6 +255,8 @@ class BedrockConverseModel:
             input_tokens=int(usage.get("inputTokens", 0)),
             output_tokens=int(usage.get("outputTokens", 0)),
             latency_ms=(time.monotonic() - started) * 1000,
+            cache_read_tokens=int(usage.get("cacheReadInputTokens", 0)),
+            cache_write_tokens=int(usage.get("cacheWriteInputTokens", 0)),
         )
 
 

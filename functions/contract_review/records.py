@@ -76,9 +76,49 @@ class _Record(BaseModel):
     model_config = ConfigDict(extra="ignore", use_enum_values=False)
 
 
+# ------------------------------------------------------------------------------ cost (cost.py)
+USAGE_FIELDS = ("input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens", "aws_requests",
+                "model_micro_usd", "aws_micro_usd")
+
+
+class Usage(_Record):
+    """What work spent: model tokens (as Bedrock's Converse `usage` reports them: `input_tokens` excludes the
+    tokens read from or written to the prompt cache), AWS requests, and their cost in integer micro-dollars
+    (USD x 1,000,000) at the profile's price table. The same flat fields on an attempt, a chunk record (summed
+    over its attempts) and a job (summed over its settled chunks), so each is one atomic ADD."""
+
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cache_read_tokens: int = 0
+    cache_write_tokens: int = 0
+    aws_requests: int = 0  # orchestration requests (DynamoDB, SQS, S3, Lambda invocations)
+    model_micro_usd: int = 0
+    aws_micro_usd: int = 0
+
+    @property
+    def total_micro_usd(self) -> int:
+        return self.model_micro_usd + self.aws_micro_usd
+
+    def usage(self) -> Usage:
+        """Only the usage fields (of a chunk record or job that carries them)."""
+        return Usage(**{f: getattr(self, f) for f in USAGE_FIELDS})
+
+    def scaled(self, factor: int) -> Usage:
+        return Usage(**{f: factor * getattr(self, f) for f in USAGE_FIELDS})
+
+    @classmethod
+    def of(cls, items: Iterable[Usage]) -> Usage:
+        totals = dict.fromkeys(USAGE_FIELDS, 0)
+        for item in items:
+            for f in USAGE_FIELDS:
+                totals[f] += getattr(item, f)
+        return Usage(**totals)
+
+
 # ------------------------------------------------------------------------------ chunk records
-class AttemptStats(_Record):
-    """What one chunk attempt spent: model calls, tier-1 retries by code, semantic repairs."""
+class AttemptStats(Usage):
+    """What one chunk attempt spent: model calls, tier-1 retries by code, semantic repairs, and its usage
+    (tokens, AWS requests, their cost)."""
 
     calls: int = 0
     repairs: int = 0
@@ -93,8 +133,9 @@ class ChunkOutcome(_Record):
     n_findings: int
 
 
-class ChunkRecord(_Record):
-    """One chunk of a job: its lease (claim + fencing token), counters and outcome."""
+class ChunkRecord(Usage):
+    """One chunk of a job: its lease (claim + fencing token), counters and outcome; its usage summed over
+    the attempts that recorded theirs (an attempt that crashed or lost its lease records nothing)."""
 
     job_id: str
     chunk_id: str
@@ -171,6 +212,16 @@ class Checkpoint(_Record):
     expires_at: int = 0
 
 
+class CheckpointWrite(BaseModel):
+    """An analyst's output to checkpoint (`ClaimsRepo.put_checkpoints`: several are committed at once)."""
+
+    model_config = ConfigDict(frozen=True)
+    analyst: str
+    config_hash: str
+    status: str
+    output_json: str
+
+
 # ------------------------------------------------------------------------------ the job
 class MissingChunk(_Record):
     chunk_id: str
@@ -241,6 +292,12 @@ class Cancellation(_Record):
 
     cancel_requested_at: float
     cancelled_by: str = ""
+    cancel_code: str = "job.cancelled"  # the code the job ends with: job.cancelled, or job.budget_exceeded
+
+
+class CancelledOutcome(JobFailure, Usage):
+    """The end of a cancelled job: its code, and its usage: the running total plus what the chunks that never
+    reached the aggregator (settled `cancelled` by the cancel itself) had recorded."""
 
 
 class StepStatus(StrEnum):
@@ -292,7 +349,10 @@ class AwaitApproval(_Record):
 OUTCOME_FIELDS = ("error", "error_code", "root_error", "missing", "mandatory_gaps", "ended_at")
 
 
-class Job(_Record):
+class Job(Usage):
+    """A job, and (Usage) what it spent: a running total the aggregator adds each settled chunk's usage to, in
+    the update that settles it (the per-job budget is checked against it)."""
+
     job_id: str
     state: JobState
     created_at: float
@@ -339,6 +399,10 @@ class Job(_Record):
     principal: str | None = None  # who submitted it through the Job API (None: the intake queue)
     cancel_requested_at: float | None = None
     cancelled_by: str = ""
+    cancel_code: str = "job.cancelled"
+    # The job's budget (micro-dollars): once its recorded cost reaches it, the job is stopped like a cancel and
+    # ends `cancelled` with job.budget_exceeded (aggregator.py). None: no budget.
+    budget_micro_usd: int | None = None
     side_effects: list[SideEffectDone] = Field(default_factory=list)
     approval: Approval | None = None
 

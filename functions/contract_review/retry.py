@@ -16,10 +16,14 @@ import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 from .config import SQS_MAX_VISIBILITY_S, Profile, RetryPolicy
 from .errors import ErrorClass, ErrorEnvelope, ReviewError, classify
+from .records import Usage
+
+if TYPE_CHECKING:
+    from .cost import AttemptMeter
 
 T = TypeVar("T")
 Req = TypeVar("Req")
@@ -55,6 +59,15 @@ class RetryStats:
     calls: int = 0
     retries: Counter[str] = field(default_factory=Counter)  # tier-1 retries by error code
     repairs: int = 0  # semantic repair attempts (counted apart from transient retries)
+    tokens: Usage = field(default_factory=Usage)  # the model tokens of the answered calls (cost.py)
+    meter: AttemptMeter | None = None  # the attempt's AWS requests and duration (worker), when metered
+
+    def add_tokens(self, input_tokens: int, output_tokens: int, cache_read_tokens: int = 0,
+                   cache_write_tokens: int = 0) -> None:
+        t = self.tokens
+        self.tokens = Usage(input_tokens=t.input_tokens + input_tokens, output_tokens=t.output_tokens + output_tokens,
+                            cache_read_tokens=t.cache_read_tokens + cache_read_tokens,
+                            cache_write_tokens=t.cache_write_tokens + cache_write_tokens)
 
 
 class RetryGiveUp(ReviewError):

@@ -40,7 +40,7 @@ def bedrock():
 def expected_converse_params(req: ModelRequest) -> dict:
     return {
         "modelId": MODEL_ID,
-        "system": [{"text": req.system}],
+        "system": [{"text": req.system}, {"cachePoint": {"type": "default"}}],
         "messages": [{"role": "user", "content": [{"text": req.prompt}]}],
         "inferenceConfig": {"maxTokens": req.max_tokens, "temperature": 0.0},
         "toolConfig": {

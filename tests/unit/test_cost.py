@@ -1,0 +1,188 @@
+"""Cost per job (cost.py): the dated price table and its page, pricing, the request meter, the simulated
+prompt cache, Bedrock's cache usage, and a job's usage counted once when its chunks settle."""
+
+from __future__ import annotations
+
+import re
+import threading
+from collections import Counter
+from decimal import Decimal
+from pathlib import Path
+
+import boto3
+from botocore.stub import Stubber
+
+from contract_review import cost
+from contract_review.analysts import ANALYSTS, build_request, instructions
+from contract_review.chunking import Chunk
+from contract_review.config import PRICES, Profile
+from contract_review.model_clients import BedrockConverseModel, bedrock_client_config
+from contract_review.offline_model import OfflineRuleModel, SimulatedPromptCache, prefix_tokens
+from contract_review.records import Usage
+
+from .fakes import FakeClock
+
+DOC = Path(__file__).resolve().parents[2] / "docs" / "cost.md"
+CHUNK = Chunk(index=0, chunk_id="c0", start=0, end=60,
+              text="Either party may terminate this Agreement for convenience on 30 days notice.")
+
+
+# --- the price table and its page ----------------------------------------------------------------------
+
+def _rows(text: str) -> dict[str, list[str]]:
+    rows = {}
+    for line in text.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if line.startswith("|") and len(cells) >= 2 and not set(cells[1]) <= {"-"}:
+            rows[cells[0]] = cells[1:]
+    return rows
+
+
+def test_the_cost_page_states_the_price_tables_date_and_every_price():
+    # GIVEN docs/cost.md WHEN it is read THEN its date and every price equal the config's table, and back
+    text = DOC.read_text()
+    assert f"Prices as of: **{PRICES.as_of}**" in text
+    rows = _rows(text)
+    for model, p in PRICES.models.items():
+        assert [Decimal(x) for x in rows[model]] == [p.input_per_1k, p.output_per_1k, p.cache_read_per_1k,
+                                                     p.cache_write_per_1k], model
+    aws = {"DynamoDB write request unit, per million": PRICES.dynamodb_write_per_million,
+           "DynamoDB read request unit, per million": PRICES.dynamodb_read_per_million,
+           "SQS standard request, per million": PRICES.sqs_standard_per_million,
+           "SQS FIFO request, per million": PRICES.sqs_fifo_per_million,
+           "S3 PUT, COPY, POST, LIST, per 1,000": PRICES.s3_write_per_1k,
+           "S3 GET and other requests, per 1,000": PRICES.s3_read_per_1k,
+           "Lambda request, per million": PRICES.lambda_request_per_million,
+           "Lambda GB-second": PRICES.lambda_gb_second}
+    for item, price in aws.items():
+        assert Decimal(rows[item][0]) == price, item
+    priced_rows = {k for k in rows if k.startswith("anthropic.")}
+    assert priced_rows == set(PRICES.models)  # no price on the page that the config lacks
+    assert f"**{int(PRICES.regional_premium * 100)} %**" in text
+    assert re.search(r"is priced as `anthropic\.claude-sonnet-4-6`", text) and \
+        PRICES.priced_as["offline-rules-v1"] == "anthropic.claude-sonnet-4-6"
+
+
+def test_every_profile_carries_the_price_table():
+    assert Profile.model_fields["prices"].default == PRICES
+
+
+# --- pricing ---------------------------------------------------------------------------------------------
+
+def test_model_tokens_are_priced_per_kind_and_inference_profiles_as_their_model():
+    tokens = Usage(input_tokens=1000, output_tokens=1000, cache_read_tokens=1000, cache_write_tokens=1000)
+    glob = cost.model_price(PRICES, "global.anthropic.claude-sonnet-4-6")
+    # 0.003 + 0.015 + 0.0003 + 0.00375 USD
+    assert cost.model_cost_usd(glob, tokens) == Decimal("0.02205")
+    assert glob.priced_as == "anthropic.claude-sonnet-4-6" and glob.premium == 0
+    us = cost.model_price(PRICES, "us.anthropic.claude-sonnet-4-6")  # a geographic profile: 10 % more
+    assert cost.model_cost_usd(us, tokens) == Decimal("0.02205") * Decimal("1.10")
+    offline = cost.model_price(PRICES, "offline-rules-v1")
+    assert offline.priced_as == "anthropic.claude-sonnet-4-6"
+    unknown = cost.model_price(PRICES, "mistral.unknown-v9")
+    assert unknown.price is None and cost.model_cost_usd(unknown, tokens) == 0
+
+
+def test_requests_are_priced_by_class_in_integer_micro_dollars():
+    requests = Counter({cost.DYNAMODB_WRITE: 1_000_000, cost.SQS_FIFO: 2_000_000, cost.S3_WRITE: 1000,
+                        cost.S3_READ: 1000, cost.FREE: 50})
+    usd = cost.request_cost_usd(PRICES, requests, Decimal(10))  # + 10 GB-s of Lambda
+    assert usd == Decimal("0.625") + Decimal("1.00") + Decimal("0.005") + Decimal("0.0004") + Decimal("0.000166667")
+    assert cost.micro_usd(usd) == 1_630_567  # rounded half up, never a float
+    assert cost.format_usd(1_630_567) == "$1.630567"
+
+
+# --- the request meter (a botocore hook) --------------------------------------------------------------------
+
+def test_the_meter_counts_each_api_call_of_a_hooked_client_into_the_open_attempt():
+    meter = cost.RequestMeter()
+    ddb = meter.hook(boto3.client("dynamodb", region_name="us-east-1", aws_access_key_id="x",
+                                  aws_secret_access_key="x"))
+    sqs = meter.hook(boto3.client("sqs", region_name="us-east-1", aws_access_key_id="x", aws_secret_access_key="x"))
+    with Stubber(ddb) as d, Stubber(sqs) as q:
+        d.add_response("get_item", {})
+        d.add_response("update_item", {})
+        d.add_response("get_item", {})
+        q.add_response("send_message", {"MessageId": "m", "MD5OfMessageBody": "x"})
+        ddb.get_item(TableName="t", Key={"k": {"S": "1"}})  # before any attempt: the process's only
+        with meter.attempt() as counter:
+            ddb.update_item(TableName="t", Key={"k": {"S": "1"}})
+            ddb.get_item(TableName="t", Key={"k": {"S": "1"}})
+            sqs.send_message(QueueUrl="https://sqs/123/results.fifo", MessageBody="{}", MessageGroupId="g")
+    assert counter.snapshot() == Counter({cost.DYNAMODB_WRITE: 1, cost.DYNAMODB_READ: 1, cost.SQS_FIFO: 1})
+    assert counter.total == 3 and meter.process.total == 4
+
+
+def test_a_thread_excluded_from_the_meter_is_not_counted_into_the_attempt():
+    meter = cost.RequestMeter()
+    ddb = meter.hook(boto3.client("dynamodb", region_name="us-east-1", aws_access_key_id="x",
+                                  aws_secret_access_key="x"))
+    with Stubber(ddb) as d:
+        d.add_response("get_item", {})
+        d.add_response("get_item", {})
+
+        def sweep() -> None:
+            meter.exclude_current_thread()
+            ddb.get_item(TableName="t", Key={"k": {"S": "1"}})
+
+        with meter.attempt() as counter:
+            t = threading.Thread(target=sweep)
+            t.start()
+            t.join()
+            other = threading.Thread(target=lambda: ddb.get_item(TableName="t", Key={"k": {"S": "2"}}))
+            other.start()  # an analyst or heartbeat thread of the attempt: counted
+            other.join()
+    assert counter.total == 1 and meter.process.total == 2
+
+
+# --- prompt caching ---------------------------------------------------------------------------------------
+
+def test_analysts_fixed_instructions_are_the_system_prompt_and_the_excerpt_follows():
+    spec = ANALYSTS[2]
+    req = build_request(spec, "locate", CHUNK, None, None)
+    assert req.system == instructions(spec, "locate") and CHUNK.text not in req.system
+    assert "Categories" in req.system and "termination" in req.system
+    assert req.prompt == f"<excerpt>\n{CHUNK.text}\n</excerpt>"
+    other = Chunk(index=1, chunk_id="c1", start=60, end=80, text="This Agreement renews automatically.")
+    assert build_request(spec, "locate", other, None, None).system == req.system  # the same prefix for every chunk
+
+
+def test_the_simulated_cache_writes_a_prefix_first_then_reads_it_until_it_expires():
+    clock = FakeClock()
+    model = OfflineRuleModel(SimulatedPromptCache(ttl_s=300, clock=clock))
+    req = build_request(ANALYSTS[2], "locate", CHUNK, None, None)
+    first = model.invoke(req)
+    second = model.invoke(req)
+    prefix = prefix_tokens(req)
+    assert prefix > 0
+    assert (first.cache_write_tokens, first.cache_read_tokens) == (prefix, 0)
+    assert (second.cache_write_tokens, second.cache_read_tokens) == (0, prefix)
+    assert first.input_tokens == second.input_tokens == len(req.prompt) // 4  # the rest: uncached input
+    other_step = model.invoke(build_request(ANALYSTS[2], "assess", CHUNK, [], None))
+    assert other_step.cache_write_tokens > 0  # another prefix: written once too
+    clock.advance(301)
+    assert model.invoke(req).cache_write_tokens == prefix  # expired: written again
+
+
+def test_a_prefix_under_the_minimum_is_not_cached_and_counts_as_input():
+    req = build_request(ANALYSTS[2], "locate", CHUNK, None, None)
+    answer = OfflineRuleModel(SimulatedPromptCache(min_tokens=1024)).invoke(req)
+    assert (answer.cache_read_tokens, answer.cache_write_tokens) == (0, 0)
+    assert answer.input_tokens == len(req.prompt) // 4 + prefix_tokens(req)
+
+
+def test_bedrock_cache_usage_is_read_from_the_converse_answer():
+    client = boto3.client("bedrock-runtime", region_name="us-east-1", config=bedrock_client_config(120),
+                          aws_access_key_id="x", aws_secret_access_key="x")
+    req = build_request(ANALYSTS[0], "locate", CHUNK, None, None)
+    with Stubber(client) as stub:
+        stub.add_response("converse", {
+            "output": {"message": {"role": "assistant", "content": [{"text": '{"clauses": []}'}]}},
+            "stopReason": "end_turn", "metrics": {"latencyMs": 5},
+            "usage": {"inputTokens": 40, "outputTokens": 7, "totalTokens": 1547, "cacheReadInputTokens": 1500,
+                      "cacheWriteInputTokens": 0}})
+        answer = BedrockConverseModel(client, "global.anthropic.claude-sonnet-4-6").invoke(req)
+    assert (answer.input_tokens, answer.output_tokens, answer.cache_read_tokens, answer.cache_write_tokens) == (
+        40, 7, 1500, 0)
+
+
