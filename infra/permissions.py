@@ -84,8 +84,9 @@ SIDE_EFFECTS = (
 AGGREGATOR = (
     Access("table:jobs", (GET, UPDATE), "settle chunks, end the job"),
     Access("table:events", (PUT,), "record job events"),
-    Access("table:claims", (GET, QUERY, PUT), "check a result against its chunk; read all chunks at the end; "
-                                               "create the chunk records of the next page"),
+    Access("table:claims", (GET, QUERY, PUT, UPDATE), "check a result against its chunk; read all chunks at the "
+                                                       "end; create the chunk records of the next page; settle a "
+                                                       "cancelled or over-budget job's idle chunks (fenced)"),
     Access("objects:findings/", (GET_OBJECT,), "assemble the findings"),
     Access("objects:reports/", (PUT_OBJECT,), "write report.json and report.md"),
     Access("objects:documents/", (GET_OBJECT,), "the fan-out plan, and the next page's text (one ranged GET)"),

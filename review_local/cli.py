@@ -130,10 +130,12 @@ def up(fault_rate: float, seed: int, workers: int | None, worker_kind: str, no_t
               help="A batch instead of FILES: JSON Lines, one item per line with a custom_id and a document (or a file).")
 @click.option("--wait", is_flag=True, help="Wait for the jobs to end, showing progress.")
 @click.option("--idempotency-key", default=None, help="Only with one file. Default: a hash of the document.")
+@click.option("--budget-usd", type=click.FloatRange(min=0, min_open=True), default=None,
+              help="Stop each job once its recorded cost reaches this many USD (job.budget_exceeded; docs/cost.md).")
 @click.option("--timeout", type=float, default=600.0)
 @click.pass_obj
 def submit(obj: Ctx, files: tuple[Path, ...], batch_file: Path | None, wait: bool, idempotency_key: str | None,
-           timeout: float) -> None:
+           budget_usd: float | None, timeout: float) -> None:
     """Submit documents (UTF-8 text files) to the intake queue; print their job ids.
 
     The same document twice is one job (its id is a hash of the text): it is sent and waited on once.
@@ -155,7 +157,8 @@ def submit(obj: Ctx, files: tuple[Path, ...], batch_file: Path | None, wait: boo
             continue
         again = _resubmission(obj.deps, job_id, text)
         if again is None or again.send:
-            ops.submit(obj.deps, text, document_id=_document_id(f), idempotency_key=idempotency_key)
+            ops.submit(obj.deps, text, document_id=_document_id(f), idempotency_key=idempotency_key,
+                       budget_usd=budget_usd)
         jobs[job_id] = f
         console.print(f"{job_id}  {f}" + (f"  ({again.note})" if again else ""), markup=False, highlight=False)
     if wait:
@@ -268,6 +271,7 @@ def status(obj: Ctx, job_id: str, as_json: bool) -> None:
     r = view.reliability
     console.print(f"  model calls {r.model_calls}, retries {r.retries_by_code}, redeliveries {r.redeliveries}")
     console.print(f"  model circuit breaker: {view.model_circuit}")
+    console.print(f"  cost: {view.cost}", markup=False, highlight=False)
     for k, v in view.answers.model_dump(mode="json").items():
         console.print(f"  {k.replace('_', ' ')}: {v}")
     console.print("  recent events:")

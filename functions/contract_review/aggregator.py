@@ -7,6 +7,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from . import fanout, lifecycle, saga
 from .analysts import ChunkFindings, Finding
+from .cost import RequestCounter, aggregator_usage, metered, over_budget
 from .errors import ErrorEnvelope
 from .messages import JobControl, ResultMessage
 from .ports import Deps
@@ -19,9 +20,12 @@ from .records import (
     JobOutcome,
     JobState,
     Reliability,
+    Usage,
     report_keys,
 )
-from .report import Report, coverage_of, markdown
+from .report import Report, cost_report, coverage_of, markdown
+
+BUDGET_EXCEEDED = "job.budget_exceeded"
 
 
 def handle_message(deps: Deps, msg: ResultMessage | JobControl) -> str:
@@ -59,6 +63,12 @@ def saga_decision(deps: Deps, job: Job, msg: JobControl) -> str:
 
 
 def handle_result(deps: Deps, msg: ResultMessage) -> str:
+    """One chunk's result: counted once on the job, with its usage (cost.py), in the update that settles it."""
+    with metered(deps.meter) as counter:  # this result's requests: part of the chunk's cost
+        return _handle_result(deps, msg, counter)
+
+
+def _handle_result(deps: Deps, msg: ResultMessage, counter: RequestCounter) -> str:
     job = deps.jobs.get(msg.job_id)
     if job is None or job.terminal:
         return "ignored"
@@ -67,12 +77,16 @@ def handle_result(deps: Deps, msg: ResultMessage) -> str:
         return "stale"  # the chunk moved on (redrive, newer owner); its own message will settle it
     counted = msg.chunk_id in job.settled  # a second copy of a result already counted (at-least-once)
     fanout.refill(deps, job, settling=msg.chunk_id)  # the next page, if the window has room: before counting
-    job = deps.jobs.settle_chunk(msg.job_id, msg.chunk_id)
+    usage = None if counted else Usage.of([chunk.usage(), aggregator_usage(deps.settings.profile.prices, counter)])
+    job = deps.jobs.settle_chunk(msg.job_id, msg.chunk_id, usage=usage)
     if not counted:  # settled once, in the log too
         deps.jobs.record_event(msg.job_id, "chunk.settled", chunk_id=msg.chunk_id, chunk_index=msg.chunk_index,
                                status=msg.status.value, settled=len(job.settled), total=job.chunk_count)
     if job.state is JobState.CANCELLING:
         return lifecycle.finish_cancel(deps, job).value
+    if job.state is JobState.RUNNING and over_budget(job, job.budget_micro_usd):  # stop spending: its own code
+        return lifecycle.stop(deps, job, by="budget", code=BUDGET_EXCEEDED, detail={
+            "cost_micro_usd": job.total_micro_usd, "budget_micro_usd": job.budget_micro_usd}).value
     if len(job.settled) >= job.chunk_count and job.state is JobState.RUNNING:
         state = finalize(deps, job)
         return "recorded" if state is JobState.RUNNING else state.value
@@ -100,9 +114,9 @@ def finalize(deps: Deps, job: Job) -> JobState:
     chunks = deps.claims.for_job(job.job_id)
     # The settled set is a counter, the chunk records are the truth: a chunk redriven after its
     # result was counted is not settled any more, and its own result will come.
-    unsettled = [c.chunk_id for c in chunks if not c.settled]
-    if unsettled:
-        deps.jobs.unsettle_chunks(job.job_id, unsettled)
+    unsettled = [c for c in chunks if not c.settled]
+    if unsettled:  # their usage comes off the running total: each adds it again when it settles again
+        deps.jobs.unsettle_chunks(job.job_id, [c.chunk_id for c in unsettled], Usage.of(unsettled))
         return JobState.RUNNING
     # a finalize under way is progress: the reconciler leaves the job alone meanwhile (a large job's
     # finalize reads ~1,500 findings objects; two at once would only slow both)
@@ -111,10 +125,11 @@ def finalize(deps: Deps, job: Job) -> JobState:
     findings = read_findings(deps, chunks)
     state, code = coverage.verdict()
     rel = Reliability.of(chunks)
+    usage = job.usage()  # every chunk counted once when it settled (its attempts + the aggregator's requests)
     report = Report(job_id=job.job_id, state=state, document_id=job.document_id, document_sha256=job.document_sha256,
                     model_id=job.model_id, model_provider=job.model_provider, prompt_version=job.prompt_version,
                     chunk_count=job.chunk_count, metadata=job.metadata, findings=findings, coverage=coverage,
-                    reliability=rel)
+                    reliability=rel, cost=cost_report(deps.settings.profile.prices, job, usage))
     json_key, md_key = report_keys(job.job_id)
     deps.artifacts.put_text(json_key, report.model_dump_json(indent=1))
     deps.artifacts.put_text(md_key, markdown(job, report), "text/markdown; charset=utf-8")

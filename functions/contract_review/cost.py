@@ -16,7 +16,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from decimal import ROUND_HALF_UP, Decimal
@@ -101,7 +101,7 @@ def request_cost_usd(table: PriceTable, requests: Counter[str], lambda_gb_s: Dec
 
 
 # ------------------------------------------------------------------------------ AWS requests
-def classify(service: str, operation: str, params: dict[str, Any]) -> str:
+def classify(service: str, operation: str, params: Mapping[str, object]) -> str:
     if service == "dynamodb":
         return DYNAMODB_WRITE if operation in _DDB_WRITES else DYNAMODB_READ if operation in _DDB_READS else FREE
     if service == "sqs":
@@ -146,7 +146,7 @@ class RequestMeter:
         client.meta.events.register("provide-client-params.*.*", self._on_call)
         return client
 
-    def _on_call(self, params: dict[str, Any], model: Any, **_: Any) -> None:
+    def _on_call(self, params: Mapping[str, object], model: Any, **_: Any) -> None:
         price_class = classify(model.service_model.service_name, model.name, params)
         self.process.add(price_class)
         if getattr(self._local, "excluded", False):
@@ -169,6 +169,16 @@ class RequestMeter:
             yield counter
         finally:
             self._active = previous
+
+
+@contextmanager
+def metered(meter: RequestMeter | None) -> Iterator[RequestCounter]:
+    """`meter.attempt()`, or a counter nothing adds to when the process has no meter (unit tests)."""
+    if meter is None:
+        yield RequestCounter()
+        return
+    with meter.attempt() as counter:
+        yield counter
 
 
 @dataclass
@@ -224,9 +234,9 @@ def over_budget(usage: Usage, budget_micro_usd: int | None) -> bool:
     return budget_micro_usd is not None and usage.total_micro_usd >= budget_micro_usd
 
 
-def aggregator_usage(table: PriceTable, counter: RequestCounter | None, pending_writes: int = 1) -> Usage:
+def aggregator_usage(table: PriceTable, counter: RequestCounter, pending_writes: int = 1) -> Usage:
     """The aggregator's requests for one result, counted up to and including the write that settles it."""
-    requests = counter.snapshot() if counter is not None else Counter()
+    requests = counter.snapshot()
     requests[DYNAMODB_WRITE] += pending_writes
     return Usage(aws_requests=sum(n for c, n in requests.items() if c != FREE),
                  aws_micro_usd=micro_usd(request_cost_usd(table, requests)))

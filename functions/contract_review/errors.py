@@ -181,6 +181,15 @@ _CODES = [
               "JOB`: failed chunks run again, and the analysts with a mandatory gap run again on their chunks; "
               "finished chunks and the other checkpoints are kept."),
     ErrorCode("job.cancelled", ErrorClass.STATE, False, "The job was cancelled.", "Nothing: work stopped."),
+    ErrorCode("job.budget_exceeded", ErrorClass.POLICY, False,
+              "The job's recorded cost (model tokens x the model's price + orchestration requests x list prices, "
+              "docs/cost.md) reached the budget it was submitted with (`budget_usd`). Checked by the aggregator "
+              "each time a chunk settles.",
+              "The job was stopped like a cancel: no model call started after the stop was seen, chunks in flight "
+              "settled `cancelled` within one model call, no report was written and no side effect ran; it ends "
+              "`cancelled` with this code, its cost on the job (`review status JOB`). Nothing to repair: to review "
+              "the document anyway, submit it again with a larger `budget_usd` (or none) under a new "
+              "idempotency key (`review submit --budget-usd N --idempotency-key K FILE`); the stopped job stays as it is."),
     ErrorCode("sideeffect.failed", ErrorClass.TRANSIENT, True,
               "A side effect of a finished review failed for good: the external ticket system, SNS or EventBridge "
               "answered an error (HTTP 5xx, or a 4xx such as 422 for an idempotency key sent again with other "

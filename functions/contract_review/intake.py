@@ -16,9 +16,11 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from decimal import Decimal
 
 from . import fanout, lifecycle
 from .chunking import document_hash, split_into_chunks
+from .cost import micro_usd
 from .errors import ErrorEnvelope, ReviewError
 from .messages import MAX_DOCUMENT_BYTES, InlineDocument, IntakeMessage, S3Document, parse_intake
 from .ports import Deps, Queue
@@ -137,7 +139,8 @@ def handle_intake(deps: Deps, body: str, message_id: str = "") -> IntakeResult:
               document_sha256=sha, metadata=msg.model_dump(mode="json")["metadata"], chunk_count=len(chunks),
               fanned_out=0, analyst_count=s.profile.analyst_count, model_id=s.effective_model_id,
               model_provider=s.model_provider, prompt_version=s.profile.prompt_version,
-              config_hash=s.analysis_config_hash(), source_message_id=message_id, principal=msg.principal)
+              config_hash=s.analysis_config_hash(), source_message_id=message_id, principal=msg.principal,
+              budget_micro_usd=micro_usd(Decimal(str(msg.budget_usd))) if msg.budget_usd is not None else None)
     existing, created = deps.jobs.create(job)
     if created:
         deps.jobs.record_event(job_id, "job.queued", chunk_count=len(chunks), document_chars=len(text))

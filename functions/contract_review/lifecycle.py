@@ -28,7 +28,17 @@ from pydantic import BaseModel
 from .errors import ErrorEnvelope, ReviewError
 from .messages import JobControl
 from .ports import Deps
-from .records import AttemptStats, Cancellation, ChunkRecord, ChunkStatus, Job, JobEvent, JobFailure, JobState
+from .records import (
+    AttemptStats,
+    Cancellation,
+    CancelledOutcome,
+    ChunkRecord,
+    ChunkStatus,
+    Job,
+    JobEvent,
+    JobState,
+    Usage,
+)
 
 S = JobState
 TRANSITIONS: dict[JobState, frozenset[JobState]] = {
@@ -120,11 +130,12 @@ class CancelOutcome(BaseModel):
     message: str
 
 
-def request_cancel(deps: Deps, job_id: str, by: str = "") -> CancelOutcome:
+def request_cancel(deps: Deps, job_id: str, by: str = "", code: str = "job.cancelled") -> CancelOutcome:
     """Cancel a job. One defined outcome per state: queued / running / waiting_approval -> `cancelling`
     (then `cancelled` once every chunk settled); cancelling or cancelled -> unchanged (cancelling twice
     is cancelling once); completed / failed / dead_lettered -> unchanged, "already ended". A cancel
-    racing the job's completion: both are conditional on the job's version, exactly one wins."""
+    racing the job's completion: both are conditional on the job's version, exactly one wins. `code`: the
+    code the job ends with (`job.cancelled`; `job.budget_exceeded` when its budget stops it)."""
     for _ in range(MOVE_ATTEMPTS):
         job = deps.jobs.get(job_id)
         if job is None:
@@ -135,8 +146,8 @@ def request_cancel(deps: Deps, job_id: str, by: str = "") -> CancelOutcome:
         if job.state not in CANCELLABLE:
             return CancelOutcome(job_id=job_id, state=job.state, changed=False,
                                  message=f"the job already ended {job.state.value}: there is nothing to cancel")
-        new = transition(deps, job, S.CANCELLING, event="job.cancelling", detail={"by": by},
-                         outcome=Cancellation(cancel_requested_at=deps.clock(), cancelled_by=by))
+        new = transition(deps, job, S.CANCELLING, event="job.cancelling", detail={"by": by, "code": code},
+                         outcome=Cancellation(cancel_requested_at=deps.clock(), cancelled_by=by, cancel_code=code))
         if new is not None:
             control = JobControl(job_id=job_id, control="cancel", by=by)
             deps.queues.send_result(control, control.dedup_id(str(new.version)))
@@ -145,6 +156,19 @@ def request_cancel(deps: Deps, job_id: str, by: str = "") -> CancelOutcome:
     now = deps.jobs.get(job_id)
     return CancelOutcome(job_id=job_id, state=now.state if now else None, changed=False,
                          message="the job kept changing; ask again")
+
+
+def stop(deps: Deps, job: Job, *, by: str, code: str, detail: dict[str, object] | None = None) -> JobState:
+    """Stop a running job from inside the pipeline (the aggregator: its budget is spent) the way a cancel does,
+    ending with `code`: `cancelling` at once, then `cancelled` once every chunk settled (`finish_cancel`). No
+    control message: the caller is the aggregator, and each later result of the job finishes the cancel. The
+    job's state afterwards."""
+    new = transition(deps, job, S.CANCELLING, event="job.cancelling", detail={"by": by, "code": code, **(detail or {})},
+                     outcome=Cancellation(cancel_requested_at=deps.clock(), cancelled_by=by, cancel_code=code))
+    now = new or deps.jobs.get(job.job_id)
+    if now is None:
+        return S.CANCELLED
+    return finish_cancel(deps, now) if now.state is S.CANCELLING else now.state
 
 
 def cancel_envelope(stage: str) -> ErrorEnvelope:
@@ -201,10 +225,17 @@ def finish_cancel(deps: Deps, job: Job) -> JobState:
     compensate_side_effects(deps, job)
     done = sum(1 for r in records if r.status is ChunkStatus.DONE)
     cancelled = sum(1 for r in records if r.status is ChunkStatus.CANCELLED)
+    code = job.cancel_code or "job.cancelled"
+    error = cancel_envelope("job") if code == "job.cancelled" else ErrorEnvelope.of(code, f"stopped by {job.cancelled_by or 'someone'}",
+                                                                                          step="job")
     ended = transition(deps, job, S.CANCELLED, detail={"chunks_done": done, "chunks_cancelled": cancelled,
                                                        "chunks_never_sent": job.chunk_count - len(records),
-                                                       "side_effects_compensated": len(job.side_effects)},
-                       outcome=JobFailure(error=cancel_envelope("job"), error_code="job.cancelled", ended_at=now))
+                                                       "side_effects_compensated": len(job.side_effects),
+                                                       "error_code": code},
+                       # what the job spent: its running total, plus the chunks settled here (never counted by the
+                       # aggregator) with what their earlier attempts recorded
+                       outcome=CancelledOutcome(error=error, error_code=code, ended_at=now, **Usage.of(
+                           [job.usage(), *(r.usage() for r in records if r.chunk_id not in job.settled)]).model_dump()))
     if ended is None:
         again = deps.jobs.get(job.job_id)
         return again.state if again else S.CANCELLED

@@ -55,6 +55,11 @@ class IntakeMessage(BaseModel):
         default_factory=dict, max_length=32,
         description="Echoed on the job: up to 32 keys (64 chars) with strings (1024 chars), numbers, "
                     "booleans or lists of up to 16 strings (256 chars).")
+    budget_usd: float | None = Field(
+        default=None, gt=0, le=1_000_000,
+        description="The most this job may cost, in USD (model tokens and AWS requests at the list prices of "
+                    "docs/cost.md). Once its recorded cost reaches it the job is stopped and ends `cancelled` "
+                    "with job.budget_exceeded. Left out: no budget.")
     principal: str | None = Field(
         default=None, max_length=2048,
         description="Set by the Job API only: who submitted the job (an IAM ARN on AWS). Only that principal "

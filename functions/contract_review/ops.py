@@ -12,14 +12,15 @@ import json
 from collections import Counter
 from datetime import UTC, datetime
 
-from pydantic import BaseModel, ConfigDict, JsonValue, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, JsonValue, ValidationError
 
 from .chunking import document_hash
+from .cost import describe
 from .errors import REGISTRY, ErrorEnvelope
 from .intake import failure_key
 from .messages import MAX_INLINE_CHARS, AnalysisMessage, ResultMessage
 from .ports import DLQS, Deps, Queue, QueueMessage
-from .records import ChunkStatus, CoverageGap, Job, JobEvent, JobState, Reliability, job_id_for, upload_key
+from .records import ChunkStatus, CoverageGap, Job, JobEvent, JobState, Reliability, Usage, job_id_for, upload_key
 from .report import coverage_of
 
 RECENT_EVENTS = 10
@@ -72,6 +73,10 @@ class JobView(BaseModel):
     answers: Answers
     # the model's circuit breaker as this job met it (breaker.py): "closed" or how its chunks waited for it
     model_circuit: str = "closed"
+    # what the job has cost so far (cost.py; docs/cost.md), its budget, and the same as numbers
+    cost: str = ""
+    usage: Usage = Field(default_factory=Usage)
+    budget_micro_usd: int | None = None
 
 
 def iso(epoch: float) -> str:
@@ -212,7 +217,8 @@ def job_view(deps: Deps, job_id: str) -> JobView | None:
         report={"json": job.report_json_key, "markdown": job.report_md_key},
         created_at=job.created_at, ended_at=job.ended_at, model_id=job.model_id, prompt_version=job.prompt_version,
         recent_events=[_event_line(e) for e in events[-RECENT_EVENTS:]], answers=answers,
-        model_circuit=model_circuit(events, deps.clock(), deps.settings.profile.breaker_open_s))
+        model_circuit=model_circuit(events, deps.clock(), deps.settings.profile.breaker_open_s),
+        cost=describe(job.usage(), job.budget_micro_usd), usage=job.usage(), budget_micro_usd=job.budget_micro_usd)
 
 
 def model_circuit(events: list[JobEvent], now: float, open_s: float) -> str:
@@ -362,7 +368,7 @@ def intake_document(deps: Deps, job_id: str, text: str) -> dict[str, JsonValue]:
 
 
 def submit(deps: Deps, text: str, document_id: str | None = None, idempotency_key: str | None = None,
-           metadata: dict[str, JsonValue] | None = None) -> str:
+           metadata: dict[str, JsonValue] | None = None, budget_usd: float | None = None) -> str:
     """Send one document to the intake queue (inline, or claim-check via S3 when large). Returns the job id."""
     # The key is always sent: intake then records any failure under the very job id returned here.
     key = idempotency_key or document_hash(text)
@@ -372,5 +378,7 @@ def submit(deps: Deps, text: str, document_id: str | None = None, idempotency_ke
     if document_id:
         body["document_id"] = document_id
     body["idempotency_key"] = key
+    if budget_usd is not None:
+        body["budget_usd"] = budget_usd
     deps.queues.send_intake(json.dumps(body))
     return job_id

@@ -12,7 +12,7 @@ import time
 from collections.abc import Callable, Collection, Iterator, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from pydantic import BaseModel
 
@@ -31,8 +31,12 @@ from .records import (
     JobState,
     ReleaseReason,
     SideEffectDone,
+    Usage,
 )
 from .side_effects import SideEffects
+
+if TYPE_CHECKING:
+    from .cost import RequestMeter
 
 Clock = Callable[[], float]
 
@@ -74,12 +78,14 @@ class JobsRepo(Protocol):
         """Move the fan-out cursor from `from_count` to `to_count` (conditional on it being `from_count`);
         False when it had moved (another fan-out got there first)."""
 
-    def settle_chunk(self, job_id: str, chunk_id: str) -> Job:
-        """Add the chunk to the job's settled set (idempotent); the job after the update."""
+    def settle_chunk(self, job_id: str, chunk_id: str, *, usage: Usage | None = None) -> Job:
+        """Add the chunk to the job's settled set (idempotent); the job after the update. `usage`: the chunk's
+        usage, added to the job's in the same update, only if the chunk was not in the settled set already (a
+        chunk is counted once)."""
 
-    def unsettle_chunks(self, job_id: str, chunk_ids: Collection[str]) -> Job | None:
-        """Take the chunks out of the settled set and bump `settled_version` (atomic); the job after the
-        update, None when there is no such job (nothing is created)."""
+    def unsettle_chunks(self, job_id: str, chunk_ids: Collection[str], usage: Usage | None = None) -> Job | None:
+        """Take the chunks out of the settled set and bump `settled_version` (atomic), taking `usage` (theirs)
+        off the job's; the job after the update, None when there is no such job (nothing is created)."""
 
     def record_side_effect(self, job_id: str, effect: SideEffectDone) -> Job | None:
         """Upsert the job's side effect of `effect.step` (replaced in place, appended when new), without
@@ -227,3 +233,4 @@ class Deps:
     queues: Queues
     clock: Clock = time.time
     side_effects: SideEffects | None = None  # the saga's adapters (aggregator, sweeper); None: none configured
+    meter: RequestMeter | None = None  # counts the AWS requests of the clients above (cost.py); None: not counted

@@ -27,7 +27,7 @@ from .chunks import analysis_message
 from .errors import ErrorClass
 from .messages import AnalysisMessage, ResultMessage
 from .ports import Deps, Queue, QueueMessage
-from .records import ChunkRecord, ChunkStatus, Job, JobState
+from .records import ChunkRecord, ChunkStatus, Job, JobState, Usage
 from .report import coverage_of
 
 REOPENABLE = (JobState.FAILED, JobState.DEAD_LETTERED)
@@ -121,8 +121,11 @@ def _reopen_job(deps: Deps, job: Job, via: str) -> str:
     detail: dict[str, object] = {"chunks_resent": len(todo), "via": via}
     if rerun:
         detail["analysts_rerun"] = sum(len(a) for a in rerun.values())
+    # the job's running cost starts again from the chunks that stay settled; each chunk run again adds all its
+    # attempts (earlier ones included) when it settles again (docs/cost.md)
+    kept = Usage.of(c.usage() for c in records if c.status is ChunkStatus.DONE)
     if lifecycle.transition(deps, job, JobState.RUNNING, event="job.reopened", detail=detail,
-                            reopen_settled=done) is None:
+                            reopen_settled=done, outcome=kept) is None:
         return "dropped (job changed meanwhile)"
     text = deps.artifacts.get_text(job.document_key)
     deps.queues.send_analysis([analysis_message(deps, job, c, via, text) for c in todo])

@@ -16,8 +16,9 @@ from collections.abc import Sequence
 from pydantic import BaseModel, Field, JsonValue
 
 from .analysts import CATEGORY_BY_KEY, Finding, analysts_for
-from .config import OFFLINE_MODEL_ID
-from .records import ChunkRecord, ChunkStatus, CoverageGap, Job, JobState, MissingChunk, Reliability
+from .config import OFFLINE_MODEL_ID, PriceTable
+from .cost import describe, model_price, usd
+from .records import ChunkRecord, ChunkStatus, CoverageGap, Job, JobState, MissingChunk, Reliability, Usage
 
 
 class Coverage(BaseModel):
@@ -37,6 +38,37 @@ class Coverage(BaseModel):
         return JobState.COMPLETED, None
 
 
+class CostReport(BaseModel):
+    """What the job cost (cost.py, docs/cost.md): amounts in USD as decimal strings, never floats."""
+
+    total_usd: str
+    model_usd: str
+    orchestration_usd: str
+    input_tokens: int
+    output_tokens: int
+    cache_read_tokens: int
+    cache_write_tokens: int
+    aws_requests: int
+    budget_usd: str | None = None
+    model_id: str
+    priced_as: str  # the price-table entry the model's tokens were priced at ("": none, the tokens are unpriced)
+    prices_as_of: str
+    note: str = ("model tokens as the model reported them x its list price; orchestration: the AWS requests the "
+                 "workers' chunk attempts and the aggregator counted (DynamoDB, SQS, S3) and the worker Lambda's "
+                 "invocations and GB-seconds, at list prices; not counted: intake, the sweeper, the report and side "
+                 "effects, attempts that crashed. See docs/cost.md.")
+
+
+def cost_report(table: PriceTable, job: Job, usage: Usage) -> CostReport:
+    priced = model_price(table, job.model_id)
+    return CostReport(total_usd=str(usd(usage.total_micro_usd)), model_usd=str(usd(usage.model_micro_usd)),
+                      orchestration_usd=str(usd(usage.aws_micro_usd)), input_tokens=usage.input_tokens,
+                      output_tokens=usage.output_tokens, cache_read_tokens=usage.cache_read_tokens,
+                      cache_write_tokens=usage.cache_write_tokens, aws_requests=usage.aws_requests,
+                      budget_usd=str(usd(job.budget_micro_usd)) if job.budget_micro_usd is not None else None,
+                      model_id=job.model_id, priced_as=priced.priced_as, prices_as_of=table.as_of)
+
+
 class Report(BaseModel):
     job_id: str
     state: JobState
@@ -50,6 +82,7 @@ class Report(BaseModel):
     findings: list[Finding]
     coverage: Coverage
     reliability: Reliability
+    cost: CostReport | None = None  # None: a report written before cost was recorded
 
 
 def coverage_of(analyst_count: int, chunks: Sequence[ChunkRecord]) -> Coverage:
@@ -134,6 +167,13 @@ def markdown(job: Job, report: Report) -> str:
     for f in sorted(report.findings, key=lambda f: (-f.score, f.start))[:TOP_FINDINGS]:
         lines.append(f"- **{CATEGORY_BY_KEY[f.category].title}** ({f.score:.2f}, chars {f.start}-{f.end}): "
                      f"> {_quote(f.quote)}  \n  _{f.rationale}_")
+    if report.cost is not None:
+        c = report.cost
+        lines += ["", "## Cost", "",
+                  describe(job.usage(), job.budget_micro_usd), "",
+                  f"Model tokens priced as {c.priced_as or 'nothing (no price for ' + c.model_id + ')'}; list prices "
+                  f"of {c.prices_as_of} (docs/cost.md). Orchestration counts the workers' and the aggregator's AWS "
+                  "requests and the worker Lambda's time; intake, the sweeper and the report are not counted."]
     cov = report.coverage
     if cov.missing_chunks or cov.mandatory_gaps or cov.optional_gaps:
         lines += ["", "## Coverage gaps", ""]

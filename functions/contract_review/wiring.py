@@ -17,6 +17,7 @@ from .adapters.queues import SqsQueues
 from .adaptive import QuotaLimiter
 from .breaker import BreakerModel, CircuitBreaker
 from .config import Settings
+from .cost import RequestMeter
 from .faults import CallLedger, FaultInjectingModel
 from .model_clients import BedrockConverseModel, ModelClient, ModelIdCheck, bedrock_client_config
 from .offline_model import OfflineRuleModel
@@ -42,18 +43,20 @@ def build_deps(settings: Settings, session: Any, endpoint_url: str | None = None
     kw: dict[str, Any] = {"config": aws_client_config()}
     if endpoint_url:
         kw["endpoint_url"] = endpoint_url
-    ddb = session.client("dynamodb", **kw)
+    meter = RequestMeter()  # counts these clients' requests: a chunk attempt's are part of its cost (cost.py)
+    ddb = meter.hook(session.client("dynamodb", **kw))
     clock = time.time
     p = settings.profile
-    artifacts = S3Artifacts(session.client("s3", **kw), settings.bucket)
+    artifacts = S3Artifacts(meter.hook(session.client("s3", **kw)), settings.bucket)
     return Deps(
         settings=settings,
         jobs=DynamoJobs(ddb, settings.jobs_table, settings.events_table, p.record_ttl_s, clock),
         claims=DynamoClaims(ddb, settings.claims_table, settings.checkpoints_table, artifacts, p.record_ttl_s,
                             p.checkpoint_inline_max_bytes, clock),
         artifacts=artifacts,
-        queues=SqsQueues(session.client("sqs", **kw), queue_urls(settings)),
+        queues=SqsQueues(meter.hook(session.client("sqs", **kw)), queue_urls(settings)),
         clock=clock,
+        meter=meter,
         side_effects=(build_side_effects(settings, session, endpoint_url, remaining_ms)
                       if settings.idempotency_table else None),
     )

@@ -42,6 +42,8 @@ from .analysts import (
 )
 from .chunking import Chunk
 from .chunks import announce, backpressure_exhausted, dead_letter
+from .config import Settings
+from .cost import AttemptMeter, RequestCounter, metered, model_price
 from .errors import THROTTLE_CODES, ErrorClass, ErrorEnvelope, LeaseLost, ReviewError, Tier2, classify
 from .messages import AnalysisMessage
 from .model_clients import ModelClient, ModelRequest, ModelResponse
@@ -83,7 +85,10 @@ class Outcome:
 
 
 def attempt_stats(stats: RetryStats) -> AttemptStats:
-    return AttemptStats(calls=stats.calls, repairs=stats.repairs, retries=dict(stats.retries))
+    """What the attempt spent, for the write that records it: its calls and retries, and its usage (tokens,
+    AWS requests, cost: priced by its meter; without one, its tokens only)."""
+    usage = stats.meter.usage(stats.tokens) if stats.meter is not None else stats.tokens
+    return AttemptStats(calls=stats.calls, repairs=stats.repairs, retries=dict(stats.retries), **usage.model_dump())
 
 
 class Heartbeat:
@@ -206,6 +211,8 @@ class AnalystRunner:
             total.calls += stats.calls
             total.repairs += stats.repairs
             total.retries.update(stats.retries)
+            t = stats.tokens
+            total.add_tokens(t.input_tokens, t.output_tokens, t.cache_read_tokens, t.cache_write_tokens)
 
     def _load(self, msg: AnalysisMessage, job: Job, spec: AnalystSpec, saved: dict[str, Checkpoint],
               current_hash: str) -> AnalystOutput | None:
@@ -232,7 +239,7 @@ class AnalystRunner:
 
         def invoke(request: ModelRequest) -> ModelResponse:
             if limiter is None:
-                return self.model.invoke(request)
+                return counted(self.model.invoke(request))
             limiter.wait(request, lambda: self._ready(retrier))
             try:
                 response = self.model.invoke(request)
@@ -240,6 +247,11 @@ class AnalystRunner:
                 limiter.failed(exc)
                 raise
             limiter.done(request, response)
+            return counted(response)
+
+        def counted(response: ModelResponse) -> ModelResponse:  # every answered call is paid for, valid or not
+            retrier.stats.add_tokens(response.input_tokens, response.output_tokens, response.cache_read_tokens,
+                                     response.cache_write_tokens)
             return response
 
         def call_step(build: Callable[[str | None], ModelRequest],
@@ -257,6 +269,14 @@ class AnalystRunner:
                 return AnalystOutput(analyst=spec.name, status="failed", findings=[], model_calls=calls,
                                      error_code=env.error_code)
             raise
+
+
+def attempt_meter(settings: Settings, counter: RequestCounter) -> AttemptMeter:
+    """What a chunk attempt spends besides its tokens: its requests (`counter`) and, in a Lambda worker, one
+    invocation and its duration at the function's memory; priced at the profile's table."""
+    p = settings.profile
+    return AttemptMeter(p.prices, model_price(p.prices, settings.effective_model_id), counter,
+                        lambda_memory_mb=p.worker_memory_mb if settings.worker_kind == "lambda" else None)
 
 
 def before_each_call(hb: Heartbeat, watch: lifecycle.CancelWatch) -> Callable[[], None]:
@@ -311,6 +331,11 @@ class ChunkWorker:
 
     # ------------------------------------------------------------------ entry
     def handle(self, msg: AnalysisMessage, delivery: Delivery) -> Outcome:
+        """One delivery of a chunk message. Its AWS requests, while it runs, are the attempt's (cost.py)."""
+        with metered(self.deps.meter) as counter:
+            return self._handle(msg, delivery, counter)
+
+    def _handle(self, msg: AnalysisMessage, delivery: Delivery, counter: RequestCounter) -> Outcome:
         try:
             job = self.deps.jobs.get(msg.job_id)
             if job is None or job.terminal:
@@ -325,12 +350,12 @@ class ChunkWorker:
         if not claim.won or claim.record is None:
             return self._not_claimed(claim.record)
         fence, record = claim.fence, claim.record
+        stats = RetryStats(meter=attempt_meter(self.s, counter))
         if job.state is JobState.CANCELLING:  # no work for a job being cancelled
-            return settle_cancelled(self.deps, msg, fence, RetryStats(), "claim")
+            return settle_cancelled(self.deps, msg, fence, stats, "claim")
         if record.failures >= msg.max_attempts:
             env = record.last_error or ErrorEnvelope.of("runtime.worker_lost", "poison budget used by earlier attempts")
-            return self._dead_lettered(msg, fence, env, AttemptStats())
-        stats = RetryStats()
+            return self._dead_lettered(msg, fence, env, attempt_stats(stats))
         error: ErrorEnvelope | None = None
         outputs: dict[str, AnalystOutput] = {}
         has_time = self._has_time(delivery)

@@ -180,11 +180,13 @@ def _job(setup: Deps, aws: EmbeddedAws, key: str) -> tuple[str, dict[str, Any]]:
 PAGED_TEXT = "\n\n".join([LONG_TEXT] * 4)  # more chunks than the local fan-out window
 
 
-def _paged_job(setup: Deps, key: str, counted: int) -> tuple[str, list[ChunkRecord]]:
+def _paged_job(setup: Deps, key: str, counted: int, stats: AttemptStats = AttemptStats(calls=1),
+               **fields: object) -> tuple[str, list[ChunkRecord]]:
     """A job of more chunks than its window, taken in outside the recording, whose first `counted`
-    chunks are settled done; returns the job id and those chunk records. Counting them is the caller's."""
+    chunks are settled done (having spent `stats`); returns the job id and those chunk records. Counting them
+    is the caller's. `fields`: more of the intake message (a budget)."""
     result = handle_intake(setup, json.dumps({"schema_version": 1, "idempotency_key": key,
-                                              "document": {"text": PAGED_TEXT}}), f"m-{key}")
+                                              "document": {"text": PAGED_TEXT}, **fields}), f"m-{key}")
     assert result.job_id is not None and result.state == "running"
     job = setup.jobs.get(result.job_id)
     assert job is not None and job.fanned_out is not None and job.fanned_out < job.chunk_count
@@ -194,7 +196,7 @@ def _paged_job(setup: Deps, key: str, counted: int) -> tuple[str, list[ChunkReco
         key_ = findings_key(result.job_id, c.chunk_index, c.chunk_id, won.fence)
         setup.artifacts.put_text(key_, ChunkFindings(chunk_id=c.chunk_id, chunk_index=c.chunk_index,
                                                      findings=[]).model_dump_json())
-        done = setup.claims.finish(result.job_id, c.chunk_id, won.fence, ChunkStatus.DONE, AttemptStats(calls=1),
+        done = setup.claims.finish(result.job_id, c.chunk_id, won.fence, ChunkStatus.DONE, stats,
                                    outcome=ChunkOutcome(findings_key=key_, coverage={}, n_findings=0))
         assert done is not None
         settled.append(done)
@@ -327,6 +329,16 @@ def _aggregator(rec: Recorder, setup: Deps, aws: EmbeddedAws, arn: str) -> None:
                                    LambdaContext("AggregatorFn", 512, 10, "r-a", REGION))
     job = setup.jobs.get(job_id)
     assert job is not None and job.fanned_out == setup.settings.profile.fanout_window + len(settled), job
+    # a job whose first settled chunk spent more than its budget: stopped (job.budget_exceeded), its chunks
+    # nobody holds settled `cancelled` (fenced updates of their records)
+    job_id, settled = _paged_job(setup, "a-budget", 1, AttemptStats(calls=1, model_micro_usd=500), budget_usd=0.0001)
+    announce(setup, settled[0])
+    messages = _receive(aws, setup.settings.results_queue_url, want=1)
+    with rec.acting_as("aggregator"):
+        aggregator_handler.handler(sqs_event(messages, arn, REGION),
+                                   LambdaContext("AggregatorFn", 512, 10, "r-b", REGION))
+    job = setup.jobs.get(job_id)
+    assert job is not None and (job.state.value, job.error_code) == ("cancelled", "job.budget_exceeded"), job
 
 
 def _sweeper(rec: Recorder, setup: Deps, aws: EmbeddedAws) -> None:

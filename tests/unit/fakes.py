@@ -24,6 +24,7 @@ from contract_review.messages import AnalysisMessage, JobControl, ResultMessage,
 from contract_review.ports import DLQS, Deps, Queue, QueueMessage
 from contract_review.records import (
     OUTCOME_FIELDS,
+    USAGE_FIELDS,
     AttemptStats,
     Checkpoint,
     ChunkOutcome,
@@ -35,6 +36,7 @@ from contract_review.records import (
     JobState,
     ReleaseReason,
     SideEffectDone,
+    Usage,
     checkpoint_key,
     event_seq,
 )
@@ -130,19 +132,23 @@ class FakeJobs:
         self.items[job_id] = job.model_copy(update={"fanned_out": to_count})
         return True
 
-    def settle_chunk(self, job_id: str, chunk_id: str) -> Job:
+    def settle_chunk(self, job_id: str, chunk_id: str, *, usage: Usage | None = None) -> Job:
         job = self.items[job_id]  # KeyError as DynamoDB's condition `attribute_exists(job_id)` fails
-        job = job.model_copy(update={"settled": job.settled | {chunk_id}, "updated_at": self.clock()})
+        added = usage if usage is not None and chunk_id not in job.settled else Usage()
+        job = job.model_copy(update={"settled": job.settled | {chunk_id}, "updated_at": self.clock(),
+                                     **{f: getattr(job, f) + getattr(added, f) for f in USAGE_FIELDS}})
         self.items[job_id] = job
         return job.model_copy(deep=True)
 
-    def unsettle_chunks(self, job_id: str, chunk_ids: Collection[str]) -> Job | None:
+    def unsettle_chunks(self, job_id: str, chunk_ids: Collection[str], usage: Usage | None = None) -> Job | None:
         job = self.items.get(job_id)
         if job is None:
             return None
         if chunk_ids:
+            taken = usage or Usage()
             job = job.model_copy(update={"settled": job.settled - set(chunk_ids),
-                                         "settled_version": job.settled_version + 1})
+                                         "settled_version": job.settled_version + 1,
+                                         **{f: getattr(job, f) - getattr(taken, f) for f in USAGE_FIELDS}})
             self.items[job_id] = job
         return job.model_copy(deep=True)
 
@@ -235,7 +241,8 @@ class FakeClaims:
         retries = dict(r.retries)
         for code, n in stats.retries.items():
             retries[code] = retries.get(code, 0) + n
-        return {"n_calls": r.n_calls + stats.calls, "repairs": r.repairs + stats.repairs, "retries": retries}
+        return {"n_calls": r.n_calls + stats.calls, "repairs": r.repairs + stats.repairs, "retries": retries,
+                **{f: getattr(r, f) + getattr(stats, f) for f in USAGE_FIELDS}}
 
     def _store(self, r: ChunkRecord, update: dict[str, object]) -> ChunkRecord:
         new = r.model_copy(update={**update, "claimed_by": None, "claim_expires_at": None, "deadline_at": None},

@@ -373,6 +373,26 @@ def cancelled(code: str) -> None:
     assert REGISTRY[code].recovery.startswith("Nothing")
 
 
+def budget_exceeded(code: str) -> None:
+    """A job submitted with a budget smaller than one chunk's cost is stopped at its first settled chunk: it
+    ends `cancelled` with the code, no report and no side effect, and no model call after the stop. The
+    recovery: the document again with a larger budget under a new idempotency key."""
+    r = Run()
+    r.submit(budget_usd=0.000001)
+    r.run()
+    job = r.world.jobs.get(r.job_id)
+    assert job is not None and (job.state, job.error_code) == (JobState.CANCELLED, code)
+    assert job.budget_micro_usd == 1 and job.total_micro_usd >= 1 and job.model_micro_usd > 0
+    assert job.report_json_key is None and job.side_effects == [] and f'"{code}"' in r.seen()
+    calls = r.p.model.calls
+    for _ in range(5):
+        r.p.round()
+    assert r.p.model.calls == calls and r.world.jobs.get(r.job_id) == job  # nothing happens afterwards
+    r.submit(key=KEY + "-v2", budget_usd=100.0)
+    r.job_id = job_id_for(KEY + "-v2")
+    r.completes_as_fault_free()
+
+
 RECOVERIES: dict[str, Callable[[str], None]] = {
     # by itself
     "model.throttled": lambda c: by_itself(c, throttled),
@@ -410,6 +430,7 @@ RECOVERIES: dict[str, Callable[[str], None]] = {
     "runtime.backpressure_exhausted": lambda c: ends_then(c, throttled_forever, DEAD, review_dlq_redrive_all),
     "runtime.intake_exhausted": intake_exhausted,
     "job.cancelled": cancelled,
+    "job.budget_exceeded": budget_exceeded,
     # input errors: the corrected message, the same idempotency key
     "input.invalid": lambda c: input_error(c, lambda r: {"text": TEXT}, lambda r: {"text": TEXT}, unknown_field=1),
     "input.empty_document": lambda c: input_error(c, lambda r: {"text": "  \n "}, lambda r: {"text": TEXT}),

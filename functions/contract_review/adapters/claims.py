@@ -17,6 +17,7 @@ from botocore.exceptions import ClientError
 from ..errors import ErrorEnvelope
 from ..ports import Artifacts, Clock
 from ..records import (
+    USAGE_FIELDS,
     AttemptStats,
     Checkpoint,
     ChunkOutcome,
@@ -45,6 +46,10 @@ def _stats_expr(stats: AttemptStats) -> tuple[list[str], dict[str, Any], dict[st
         names[f"#rc{i}"] = code
         values[f":rc{i}"] = n
         parts.append(f"retries.#rc{i} = if_not_exists(retries.#rc{i}, :z) + :rc{i}")
+    for f in USAGE_FIELDS:  # the attempt's tokens, requests and their cost (cost.py), added to the chunk's
+        if getattr(stats, f):
+            values[f":u_{f}"] = getattr(stats, f)
+            parts.append(f"{f} = if_not_exists({f}, :z) + :u_{f}")
     return parts, values, names
 
 

@@ -10,8 +10,17 @@ from botocore.exceptions import ClientError
 from pydantic import BaseModel
 
 from ..ports import Clock
-from ..records import OUTCOME_FIELDS, Job, JobEvent, JobState, SideEffectDone, event_seq
+from ..records import OUTCOME_FIELDS, USAGE_FIELDS, Job, JobEvent, JobState, SideEffectDone, Usage, event_seq
 from .dynamo import Table, deserialize, is_conditional_failure, model_values, serialize, set_clause, to_item
+
+
+def _usage_adds(usage: Usage | None) -> tuple[list[str], dict[str, Any]]:
+    """`ADD` clauses adding `usage` (its non-zero fields) to a job's running usage."""
+    if usage is None:
+        return [], {}
+    fields = [f for f in USAGE_FIELDS if getattr(usage, f)]
+    return [f"{f} :u_{f}" for f in fields], {f":u_{f}": getattr(usage, f) for f in fields}
+
 
 LIST_FIELDS = "job_id, #s, created_at, updated_at, idempotency_key, chunk_count, document_id, error_code"
 
@@ -114,20 +123,33 @@ class DynamoJobs:
             {"job_id": job_id}, UpdateExpression="SET fanned_out = :to", ConditionExpression="fanned_out = :from",
             ExpressionAttributeValues=serialize({":to": to_count, ":from": from_count})) is not None
 
-    def settle_chunk(self, job_id: str, chunk_id: str) -> Job:
+    def settle_chunk(self, job_id: str, chunk_id: str, *, usage: Usage | None = None) -> Job:
+        adds, values = _usage_adds(usage)
+        if adds:  # the chunk's usage is added only by the update that brings it into the settled set
+            try:
+                return self._settle(job_id, chunk_id, adds, values, " AND NOT contains(settled, :cid)")
+            except ClientError as exc:
+                if not is_conditional_failure(exc):
+                    raise
+        return self._settle(job_id, chunk_id, [], {}, "")
+
+    def _settle(self, job_id: str, chunk_id: str, adds: list[str], values: dict[str, Any], also: str) -> Job:
+        values = {**values, ":c": {chunk_id}, ":now": self.clock(), **({":cid": chunk_id} if also else {})}
         r = self.jobs.client.update_item(
             TableName=self.jobs.name, Key=serialize({"job_id": job_id}),
-            UpdateExpression="ADD settled :c SET updated_at = :now", ConditionExpression="attribute_exists(job_id)",
-            ExpressionAttributeValues=serialize({":c": {chunk_id}, ":now": self.clock()}), ReturnValues="ALL_NEW")
+            UpdateExpression="ADD " + ", ".join(["settled :c", *adds]) + " SET updated_at = :now",
+            ConditionExpression="attribute_exists(job_id)" + also, ReturnValues="ALL_NEW",
+            ExpressionAttributeValues=serialize(values))
         return Job.model_validate(deserialize(r["Attributes"]))
 
-    def unsettle_chunks(self, job_id: str, chunk_ids: Collection[str]) -> Job | None:
+    def unsettle_chunks(self, job_id: str, chunk_ids: Collection[str], usage: Usage | None = None) -> Job | None:
         if not chunk_ids:
             return self.get(job_id)
+        adds, values = _usage_adds(usage.scaled(-1) if usage is not None else None)
         item = self.jobs.update_if(
-            {"job_id": job_id}, UpdateExpression="DELETE settled :c ADD settled_version :one",
+            {"job_id": job_id}, UpdateExpression="DELETE settled :c ADD " + ", ".join(["settled_version :one", *adds]),
             ConditionExpression="attribute_exists(job_id)",
-            ExpressionAttributeValues=serialize({":c": set(chunk_ids), ":one": 1}))
+            ExpressionAttributeValues=serialize({**values, ":c": set(chunk_ids), ":one": 1}))
         return Job.model_validate(item) if item else None
 
     def record_side_effect(self, job_id: str, effect: SideEffectDone) -> Job | None:

@@ -73,6 +73,8 @@ def _sweep_loop(deps: Deps, interval_s: float, stop: Shutdown) -> None:
     """Every poller also sweeps (idempotent, conditional): a dead task's chunk is requeued within
     lease + interval without waiting for the scheduled sweeper Lambda (1 minute at best). The
     sweeper Lambda, which runs in this stack too, publishes the sweep metrics (StuckJobs)."""
+    if deps.meter is not None:  # the sweeps' requests are not the chunk attempt's running meanwhile
+        deps.meter.exclude_current_thread()
     while not stop.wait(interval_s):
         try:
             report = sweep(deps)

@@ -1,0 +1,69 @@
+"""Cost per job on embedded AWS with real worker processes: a job's cost is recorded (model tokens with the
+prompt cache, counted AWS requests) on the job, in its report and in `review status`; a tiny budget stops a
+job with job.budget_exceeded, and nothing happens after the stop."""
+
+from __future__ import annotations
+
+import json
+from decimal import Decimal
+
+from contract_review import cost, ops
+from contract_review.config import FaultSpec
+from contract_review.ports import Queue
+from contract_review.records import ChunkStatus, JobState, Usage
+
+from ..large_docs import large_contract
+from .conftest import ledger, wait_for, wait_jobs
+
+CALL_S = 0.1  # each model call takes this long, so a budget stop finds chunks in flight
+CHECK_TO_CALL_S = 0.1  # a worker reads the job's state right before each call (as in test_cancel.py)
+
+
+def test_a_jobs_cost_is_recorded_and_a_tiny_budget_stops_a_job_with_its_code(make_stack, tmp_path):
+    log = tmp_path / "calls.jsonl"
+    stack = make_stack(FaultSpec(latency_ms=int(CALL_S * 1000), call_log=str(log)))
+    deps = stack.deps()
+    # GIVEN a contract reviewed without a budget
+    job_id = ops.submit(deps, large_contract(24_000, variant=2), document_id="priced")  # more chunks than workers
+    job = wait_jobs(deps, [job_id], timeout=90)[job_id]
+    # THEN its cost is recorded: every chunk's tokens, cache writes then reads, and the AWS requests counted
+    assert job.state is JobState.COMPLETED
+    chunks = deps.claims.for_job(job_id)
+    assert (job.input_tokens, job.output_tokens, job.cache_read_tokens, job.cache_write_tokens) == (
+        sum(c.input_tokens for c in chunks), sum(c.output_tokens for c in chunks),
+        sum(c.cache_read_tokens for c in chunks), sum(c.cache_write_tokens for c in chunks))
+    # each worker process writes a prefix with its first call, then reads it (the simulated cache: per process)
+    assert job.cache_write_tokens > 0 and job.cache_read_tokens > 0
+    # more than the fixed part (the recording write, the Lambda request, the aggregator's settle) per chunk:
+    # the worker processes' own requests (claim, heartbeat, checkpoints, events, findings) were counted
+    assert job.aws_requests > 6 * len(chunks) and job.aws_requests > Usage.of(chunks).aws_requests
+    assert job.model_micro_usd > 0 and job.aws_micro_usd > 0
+    report = json.loads(deps.artifacts.get_text(job.report_json_key or ""))
+    assert Decimal(report["cost"]["total_usd"]) == cost.usd(job.total_micro_usd)
+    assert "## Cost" in deps.artifacts.get_text(job.report_md_key or "")
+    view = ops.job_view(deps, job_id)
+    assert view is not None and view.cost.startswith(cost.format_usd(job.total_micro_usd))
+
+    # GIVEN a larger contract submitted with a budget far below what one chunk costs
+    calls_before = len(ledger(log))
+    stopped_id = ops.submit(deps, large_contract(60_000, variant=4), document_id="over-budget", budget_usd=0.0001)
+    # WHEN its first chunk settles THEN it is stopped and ends cancelled with job.budget_exceeded
+    stopped = wait_jobs(deps, [stopped_id], timeout=90)[stopped_id]
+    assert (stopped.state, stopped.error_code) == (JobState.CANCELLED, "job.budget_exceeded")
+    assert stopped.budget_micro_usd == 100 and stopped.total_micro_usd >= 100
+    events = deps.jobs.events(stopped_id)
+    (stop,) = [e for e in events if e.type == "job.cancelling"]
+    assert stop.detail["code"] == "job.budget_exceeded" and stop.detail["by"] == "budget"
+    # no model call started after the stop, no report, no side effect, chunks settled, not run
+    calls = ledger(log)[calls_before:]
+    assert calls and [c for c in calls if c["started_at"] > stop.at + CHECK_TO_CALL_S] == []
+    assert stopped.report_json_key is None and stopped.side_effects == []
+    records = deps.claims.for_job(stopped_id)
+    assert records and all(r.settled for r in records)
+    assert sum(1 for r in records if r.status is ChunkStatus.DONE) < stopped.chunk_count
+    # AND nothing is left to do: the queues drain, no DLQ message, and the job stays as it ended
+    wait_for(lambda: deps.queues.depth(Queue.ANALYSIS) == 0, 30, what="the analysis queue drained")
+    for q in (Queue.ANALYSIS_DLQ, Queue.RESULTS_DLQ):
+        assert deps.queues.depth(q) == 0
+    assert len(ledger(log)) == calls_before + len(calls)
+    assert deps.jobs.get(stopped_id) == stopped
