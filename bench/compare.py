@@ -15,6 +15,7 @@ from typing import Any
 FIGURES: tuple[tuple[str, str, bool], ...] = (
     ("makespan s", "makespan_s", False),
     ("makespan x ideal", "makespan_vs_ideal", False),
+    ("model-call span s", "model_call_span_s", False),  # ours' makespan also holds intake and the report
     ("model calls made", "calls_made", False),
     ("goodput", "goodput", True),
     ("redone work", "redone_work", False),

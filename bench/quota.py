@@ -8,12 +8,18 @@ Runs, side by side on the same document and quota (each a fresh stack):
 - `before`: analysts one by one (`analyst_concurrency` 1), the pipeline as it was;
 - `concurrent`: analysts concurrently (the profile's default), calls not paced;
 - `after`: analysts concurrently, each worker pacing its calls (adaptive.py: its share of the quota, AIMD);
-- `faults`: `after` with 5 % transient model faults and one `kill -9` of a worker mid-chunk per document.
+- `faults`: `after` with 5 % transient model faults and one `kill -9` of a worker mid-chunk per document;
+- `baseline-clean` and `baseline`: THE BASELINE (bench/baseline/handler.py: what a developer writes with
+  Powertools alone: BatchProcessor, idempotency on the whole chunk, analysts one by one, fixed retries, no
+  claims, checkpoints or heartbeats) on the same document, quota and workers, without faults, and with the
+  `faults` run's 5 % faults and kill; every figure of `after` / `faults` is also shown as a ratio to it.
+`--sizes 10000,100000,1000000` runs the scaling series instead (`after` at each size).
 For each: makespan and its ideal (max of the quota bound, calls needed / quota, and the critical-path
 bound, the slowest chunk's calls in sequence / its analysts' concurrency x the median latency), goodput
 (calls needed / calls made), redone work, quota utilisation, throttled share of calls, AWS requests per
 model call by service and operation (counted at the moto server, the bench's own polling excluded),
-crash recovery latency, and jobs completed / failed with a code / silently incomplete (tests/oracle.py).
+orchestration $ per 1,000 model calls (bench/prices.py) beside Step Functions Standard with one task state
+per call, crash recovery latency, and jobs completed / failed with a code / silently incomplete (tests/oracle.py).
 PASS/FAIL against issue 10's targets are printed as measured. Results: bench/results/<name>.json.
 """
 
@@ -35,6 +41,9 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "functions")]
 
+from bench import prices  # noqa: E402
+from bench.baseline import run as baseline  # noqa: E402
+from bench.compare import baseline_wins, compare  # noqa: E402
 from contract_review import ops  # noqa: E402
 from contract_review.analysts import analysts_for, run_analyst  # noqa: E402
 from contract_review.chunking import split_into_chunks  # noqa: E402
@@ -194,13 +203,54 @@ def scenario(template: dict[str, Any], name: str, text: str, args: argparse.Name
         if killed is not None:
             rec = deps.claims.get(job_id, killed[1])
             recovery_s = round(rec.claimed_at - killed[0], 2) if rec and rec.claimed_at else None
-        return summarize(name, job, makespan, _ledger(log), requests, text, args, overrides, transient,
-                         recovery_s, _oracle(deps, job, text))
+        return summarize(name, job.state.value, job.error_code, makespan, _ledger(log), requests, text, args,
+                         overrides, transient, recovery_s, _oracle(deps, job, text))
     finally:
         stack.stop()
 
 
-def summarize(name: str, job: Job, makespan: float, calls: list[dict[str, Any]], requests: Counter[tuple[str, str]],
+def baseline_scenario(name: str, text: str, args: argparse.Namespace, work: Path, transient: float = 0.0,
+                      kill: bool = False) -> dict[str, Any]:
+    """THE BASELINE (bench/baseline/handler.py: Powertools BatchProcessor + idempotency, fixed retries) on
+    the same document, simulated Bedrock, quota, faults and kill; summarized like a pipeline run."""
+    from tests.oracle import oracle_for
+
+    state = work / name
+    state.mkdir(parents=True, exist_ok=True)
+    log = state / "calls.jsonl"
+    spec = FaultSpec.simulated_bedrock(str(state / "quota"), requests_per_minute=args.rpm, median_ms=args.median_ms,
+                                       p99_ms=args.p99_ms, window_s=args.window_s, transient_rate=transient,
+                                       seed=11, call_log=str(log))
+    expected, needed = baseline.expected_by_chunk(oracle_for(text, LOCAL))
+    counter.counts.clear()
+    marks: dict[str, Counter[tuple[str, str]]] = {}
+    run = baseline.run_baseline(profile=LOCAL, spec=spec, text=text, workers=args.workers,
+                                timeout_s=args.baseline_timeout, state_dir=state, observer=OBSERVER, kill=kill,
+                                on_start=lambda: marks.setdefault("base", counter.snapshot()),
+                                expected=expected, needed_by_chunk=needed)
+    requests = counter.snapshot() - marks["base"]
+    out = summarize(name, run.state, None if run.state == "completed" else "(none: no job record)", run.makespan_s,
+                    _ledger(log), requests, text, args, {"analyst_concurrency": 1}, transient, run.recovery_s,
+                    run.oracle)
+    out.update(baseline=True, chunks_done=run.chunks_done, dead_lettered=run.dead_lettered,
+               worker_restarts=run.worker_restarts,
+               retries={"max_attempts": baseline_handler_setting("MAX_ATTEMPTS"),
+                        "wait_s": baseline_handler_setting("WAIT_S")})
+    return out
+
+
+def baseline_handler_setting(name: str) -> Any:
+    """A constant of the baseline handler, read from its source (importing it needs its Lambda environment)."""
+    import ast
+
+    tree = ast.parse((ROOT / "bench" / "baseline" / "handler.py").read_text())
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == name for t in node.targets):
+            return ast.literal_eval(node.value)
+    return None
+
+
+def summarize(name: str, state: str, error_code: str | None, makespan: float, calls: list[dict[str, Any]], requests: Counter[tuple[str, str]],
               text: str, args: argparse.Namespace, overrides: dict[str, Any], transient: float,
               recovery_s: float | None, oracle: dict[str, Any]) -> dict[str, Any]:
     needed, longest = calls_needed(text)
@@ -216,9 +266,14 @@ def summarize(name: str, job: Job, makespan: float, calls: list[dict[str, Any]],
     polling = {f"{s}.{o}": n for (s, o), n in requests.items() if o in POLLING}
     orchestration = {f"{s}.{o}": n for (s, o), n in sorted(requests.items()) if o not in POLLING}
     writes = sum(n for (s, o), n in requests.items() if s == "dynamodb" and o in WRITES)
+    chunks = len(split_into_chunks(text, LOCAL.chunk_target_chars, LOCAL.chunk_max_chars))
+    cost = prices.orchestration_usd(orchestration)
+    polling_cost = prices.orchestration_usd(polling)
+    ours_per_1k = prices.usd_per_1k_calls(cost.usd, model_calls)
+    sfn_per_1k = prices.usd_per_1k_calls(prices.step_functions_usd(made, chunks), model_calls)
     return {
-        "name": name, "analyst_concurrency": concurrency, "transient_rate": transient, "state": job.state.value,
-        "error_code": job.error_code, "makespan_s": round(makespan, 2), "ideal_s": round(ideal, 2),
+        "name": name, "analyst_concurrency": concurrency, "transient_rate": transient, "state": state,
+        "error_code": error_code, "chars": len(text), "chunks": chunks, "makespan_s": round(makespan, 2), "ideal_s": round(ideal, 2),
         "makespan_vs_ideal": round(makespan / ideal, 2), "critical_path_bound_s": round(critical, 2),
         "model_call_span_s": round(span, 2),  # first call's start to last call's end: the rest is the pipeline's
         "span_vs_ideal": round(span / ideal, 2),
@@ -231,7 +286,16 @@ def summarize(name: str, job: Job, makespan: float, calls: list[dict[str, Any]],
         "aws_requests": orchestration, "queue_polling": polling,
         "aws_requests_per_model_call": round(sum(orchestration.values()) / model_calls, 2),
         "dynamodb_writes_per_model_call": round(writes / model_calls, 2),
+        "orchestration_usd_per_1k_calls": round(ours_per_1k, 5),
+        "orchestration_usd_by_service_per_1k_calls": {k: round(prices.usd_per_1k_calls(v, model_calls), 5)
+                                                      for k, v in sorted(cost.by_service.items())},
+        "unpriced_requests": cost.unpriced,
+        "queue_polling_usd_per_1k_calls": round(prices.usd_per_1k_calls(polling_cost.usd, model_calls), 5),
+        "step_functions_transitions": prices.step_functions_transitions(made, chunks),
+        "step_functions_usd_per_1k_calls": round(sfn_per_1k, 5),
+        "orchestration_vs_step_functions": round(ours_per_1k / sfn_per_1k, 4) if sfn_per_1k else None,
         "recovery_s": recovery_s, "oracle_problems": oracle["problems"],
+        "oracle_problem_count": len(oracle["problems"]) if oracle["problems"] is not None else None,
         "silently_incomplete": oracle["silently_incomplete"],
     }
 
@@ -244,6 +308,8 @@ TARGETS = [  # (label, run, key, comparison, bound) from issue 10
     ("quota utilisation >= 0.9 (happy path)", "after", "quota_utilisation", ">=", 0.9),
     ("throttled calls <= 5 % (happy path)", "after", "throttled_share", "<=", 0.05),
     ("<= 1 DynamoDB write per model call", "after", "dynamodb_writes_per_model_call", "<=", 1.0),
+    ("orchestration <= 1/100 of Step Functions Standard per call", "after", "orchestration_vs_step_functions",
+     "<=", 0.01),
     ("0 silently incomplete", "faults", "silently_incomplete", "==", False),
 ]
 
@@ -262,17 +328,51 @@ def verdicts(runs: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
-def table(runs: dict[str, dict[str, Any]]) -> str:
-    cols = [("run", "name"), ("conc", "analyst_concurrency"), ("state", "state"), ("makespan s", "makespan_s"),
-            ("ideal s", "ideal_s"), ("x ideal", "makespan_vs_ideal"), ("calls span s", "model_call_span_s"),
-            ("calls made", "calls_made"),
-            ("needed", "calls_needed"), ("goodput", "goodput"), ("redone", "redone_work"),
-            ("quota util", "quota_utilisation"), ("throttled", "throttled_share"),
-            ("AWS req/call", "aws_requests_per_model_call"), ("DDB writes/call", "dynamodb_writes_per_model_call"),
-            ("recovery s", "recovery_s")]
-    rows = [[h for h, _ in cols]] + [[str(r.get(k)) for _, k in cols] for r in runs.values()]
-    widths = [max(len(row[i]) for row in rows) for i in range(len(cols))]
-    return "\n".join("  ".join(c.rjust(w) for c, w in zip(row, widths)) for row in rows)
+COLUMNS = [("run", "name"), ("conc", "analyst_concurrency"), ("state", "state"), ("makespan s", "makespan_s"),
+           ("ideal s", "ideal_s"), ("x ideal", "makespan_vs_ideal"), ("calls span s", "model_call_span_s"),
+           ("calls made", "calls_made"), ("needed", "calls_needed"), ("goodput", "goodput"),
+           ("redone", "redone_work"), ("quota util", "quota_utilisation"), ("throttled", "throttled_share"),
+           ("AWS req/call", "aws_requests_per_model_call"), ("DDB writes/call", "dynamodb_writes_per_model_call"),
+           ("$/1k calls", "orchestration_usd_per_1k_calls"), ("SFN $/1k calls", "step_functions_usd_per_1k_calls"),
+           ("x SFN", "orchestration_vs_step_functions"), ("recovery s", "recovery_s"),
+           ("oracle problems", "oracle_problem_count")]
+SCALING_COLUMNS = [("size", "chars"), ("chunks", "chunks"), ("calls needed", "calls_needed"),
+                   ("makespan s", "makespan_s"), ("quota bound s", "quota_bound_s"), ("x ideal", "makespan_vs_ideal"),
+                   ("calls span s", "model_call_span_s"), ("goodput", "goodput"), ("throttled", "throttled_share"),
+                   ("AWS req/call", "aws_requests_per_model_call"),
+                   ("DDB writes/call", "dynamodb_writes_per_model_call"), ("$/1k calls", "orchestration_usd_per_1k_calls"),
+                   ("x SFN", "orchestration_vs_step_functions"), ("oracle problems", "oracle_problem_count")]
+PAIRS = (("after", "baseline-clean"), ("faults", "baseline"))  # (ours, the baseline with the same faults and kills)
+
+
+def print_table(title: str, columns: list[tuple[str, str]], rows: list[dict[str, Any]]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    t = Table(title=title)
+    for header, _ in columns:
+        t.add_column(header, justify="right")
+    for r in rows:
+        t.add_row(*[str(r.get(k)) for _, k in columns])
+    Console(width=250).print(t)
+
+
+def comparisons(runs: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    out = {}
+    for ours, base in PAIRS:
+        if ours in runs and base in runs:
+            rows = compare(runs[ours], runs[base])
+            out[f"{ours}_vs_{base}"] = {"rows": [r.__dict__ for r in rows], "baseline_wins": baseline_wins(rows)}
+    return out
+
+
+def print_comparisons(comps: dict[str, Any]) -> None:
+    for name, comp in comps.items():
+        print_table(f"{name}: ours / baseline (same workload, faults and kills)",
+                    [("figure", "figure"), ("ours", "ours"), ("baseline", "baseline"), ("ours / baseline", "ratio"),
+                     ("better", "winner")], comp["rows"])
+        wins = comp["baseline_wins"]
+        print(f"the baseline wins on: {', '.join(wins)}" if wins else "the baseline wins on nothing")
 
 
 counter = RequestCounter()
@@ -289,6 +389,10 @@ def main() -> None:
     ap.add_argument("--workers", type=int, default=20)
     ap.add_argument("--chars", type=int, default=56_000, help="document size (56 KB: issue 10's measurement)")
     ap.add_argument("--timeout", type=float, default=240.0)
+    ap.add_argument("--baseline-timeout", type=float, default=420.0,
+                    help="the baseline's deadline: a chunk not done by then counts as missing")
+    ap.add_argument("--sizes", default="",
+                    help="scaling series: document sizes in chars (e.g. 10000,100000,1000000); runs `after` at each")
     ap.add_argument("--source", choices=("samples", "cuad"), default="samples",
                     help="the contract text: the samples, or the CUAD contracts in ../shared/data/cuad")
     args = ap.parse_args()
@@ -302,11 +406,17 @@ def main() -> None:
              "concurrent": ({}, 0.0, False),  # analysts at once, calls not paced
              "after": (paced, 0.0, False),  # analysts at once, each worker paced to its share, AIMD
              "faults": (paced, 0.05, True)}
+    baselines = {"baseline-clean": (0.0, False), "baseline": (0.05, True)}  # bench/baseline: Powertools alone
     runs: dict[str, dict[str, Any]] = {}
+    if args.sizes:
+        return scaling(template, args, work, paced)
     for name in args.only.split(","):
-        overrides, transient, kill = plans[name]
         print(f"{name}: {args.chars} chars of {args.source}, {args.rpm:g} requests/min shared by {args.workers} workers, "
               f"{args.median_ms:g} ms median", flush=True)
+        if name in baselines:
+            runs[name] = baseline_scenario(name, text, args, work, *baselines[name])
+            continue
+        overrides, transient, kill = plans[name]
         runs[name] = scenario(template, name, text, args, work, overrides, transient, kill)
     result = {"machine": {"python": platform.python_version(), "cpus": os.cpu_count(), "platform": platform.platform()},
               "settings": vars(args), "runs": runs, "targets": verdicts(runs),
@@ -316,12 +426,35 @@ def main() -> None:
         b, a = runs["before"], runs["after"]
         result["after_vs_before"] = {"makespan": round(a["makespan_s"] / b["makespan_s"], 2),
                                      "calls_made": round(a["calls_made"] / max(b["calls_made"], 1), 2)}
+    result["ours_vs_baseline"] = comparisons(runs)
+    result["prices"] = {"as_of": prices.PRICES_AS_OF,
+                        "usd_per_request": {f"{s}.{o}": v for (s, o), v in prices.USD_PER_REQUEST.items()},
+                        "step_functions_standard_per_transition": prices.STEP_FUNCTIONS_STANDARD_PER_TRANSITION}
     out = ROOT / "bench" / "results" / f"{args.name}.json"
     out.write_text(json.dumps(result, indent=2) + "\n")
-    print(table(runs))
+    print_table(f"{args.name}: {args.chars} chars, {args.rpm:g} requests/min", COLUMNS, list(runs.values()))
+    print_comparisons(result["ours_vs_baseline"])
     for v in result["targets"]:
         print(f"{v['verdict']}  {v['target']}: {v['value']}")
     print(f"wrote {out.relative_to(ROOT)}")
+
+
+def scaling(template: dict[str, Any], args: argparse.Namespace, work: Path, paced: dict[str, Any]) -> None:
+    """The scaling series: `after` (analysts at once, paced) at each size; AWS requests per model call should
+    stay flat and the makespan follow calls needed / quota."""
+    runs: dict[str, dict[str, Any]] = {}
+    for size in (int(x) for x in args.sizes.split(",")):
+        text = document(size, args.source)
+        print(f"scaling: {size} chars of {args.source}, {args.rpm:g} requests/min", flush=True)
+        runs[str(size)] = scenario(template, f"after-{size}", text, args, work, paced)
+        out = ROOT / "bench" / "results" / f"{args.name}.json"  # after every size: a long series keeps what it has
+        out.write_text(json.dumps({
+            "machine": {"python": platform.python_version(), "cpus": os.cpu_count(), "platform": platform.platform()},
+            "settings": vars(args), "runs": runs,
+            "reproduce": f".venv/bin/python bench/quota.py --name {args.name} --sizes {args.sizes} --rpm {args.rpm:g} "
+                         f"--source {args.source}"}, indent=2) + "\n")
+    print_table(f"{args.name}: scaling at {args.rpm:g} requests/min", SCALING_COLUMNS, list(runs.values()))
+    print(f"wrote bench/results/{args.name}.json")
 
 
 if __name__ == "__main__":
