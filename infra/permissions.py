@@ -35,8 +35,7 @@ class Access:
     why: str
 
 
-GET, PUT, UPDATE, QUERY, SCAN, BATCH_GET = (f"dynamodb:{a}" for a in (
-    "GetItem", "PutItem", "UpdateItem", "Query", "Scan", "BatchGetItem"))
+GET, PUT, UPDATE, QUERY, SCAN = (f"dynamodb:{a}" for a in ("GetItem", "PutItem", "UpdateItem", "Query", "Scan"))
 DELETE_ITEM = "dynamodb:DeleteItem"
 PUBLISH, PUT_EVENTS = "sns:Publish", "events:PutEvents"
 GET_OBJECT, PUT_OBJECT, LIST_BUCKET = "s3:GetObject", "s3:PutObject", "s3:ListBucket"
@@ -61,8 +60,8 @@ WORKER = (
     Access("table:jobs", (GET, UPDATE), "read the job; fail it on a job-fatal error"),
     Access("table:events", (PUT,), "record chunk events"),
     Access("table:claims", (GET, UPDATE), "claim, heartbeat, checkpoint-commit, release and settle (fenced)"),
-    Access("table:checkpoints", (PUT, BATCH_GET, GET), "write analyst checkpoints; load them on resume "
-                                                        "(GetItem for keys BatchGetItem left unprocessed)"),
+    Access("table:checkpoints", (PUT, QUERY), "write the analysts' checkpoints (one item per group committed "
+                                              "together); load those of the committed fences on resume"),
     Access("objects:findings/", (PUT_OBJECT,), "write the chunk's findings"),
     Access("objects:checkpoints/", (PUT_OBJECT, GET_OBJECT), "large analyst outputs"),
     _LIST,

@@ -59,8 +59,8 @@ def serialize_dynamodb_requests() -> None:
         with _DYNAMODB_LOCK:
             return unlocked(self)
 
-    call_action.serialized = True  # type: ignore[attr-defined]
-    DynamoHandler.call_action = call_action  # type: ignore[method-assign]
+    call_action.serialized = True  # type: ignore[attr-defined]  # a marker on the function object
+    DynamoHandler.call_action = call_action  # type: ignore[method-assign]  # the patch itself
 
 
 def _inputs_hash(profile: str, context: dict[str, str]) -> str:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
+from collections.abc import Mapping
 from datetime import UTC, datetime
 
 from pydantic import BaseModel, ConfigDict, Field, JsonValue, ValidationError
@@ -150,14 +151,23 @@ class ProgressView(BaseModel):
     label: str
 
 
+def analysts_done(detail: Mapping[str, object]) -> str:
+    """The analysts of an `analyst.done` event (those committed together): "indemnification, liability done"
+    ("term failed" for one that did not end ok)."""
+    analysts = detail.get("analysts")
+    entries = [a for a in analysts if isinstance(a, dict)] if isinstance(analysts, list) else []
+    ok = [str(a.get("analyst")) for a in entries if a.get("status") == "ok"]
+    other = [f"{a.get('analyst')} {a.get('status')}" for a in entries if a.get("status") != "ok"]
+    return ", ".join(([", ".join(ok) + " done"] if ok else []) + other)
+
+
 def event_label(e: JobEvent) -> str:
     """One event as a line of progress ("chunk 7/22: indemnification done")."""
     d = e.detail
     chunk = f"chunk {int(str(d.get('chunk_index', 0))) + 1}" if "chunk_index" in d else "chunk"
     of = f"/{d['chunk_count']}" if "chunk_count" in d else ""
     labels = {
-        "analyst.done": lambda: f"{chunk}{of}: {d.get('analyst')} " + ("done" if d.get("status") == "ok"
-                                                                        else str(d.get("status"))),
+        "analyst.done": lambda: f"{chunk}{of}: {analysts_done(d)}",
         "model.retry": lambda: f"{chunk}: {d.get('error_code')}, attempt {d.get('attempt')}, waiting {d.get('delay_s')} s",
         "chunk.retry": lambda: f"{chunk}: {d.get('error_code')}, attempt {d.get('failures')} failed, "
                                f"back in {d.get('backoff_s')} s",

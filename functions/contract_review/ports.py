@@ -22,6 +22,7 @@ from .messages import AnalysisMessage, JobControl, ResultMessage
 from .records import (
     AttemptStats,
     Checkpoint,
+    CheckpointWrite,
     ChunkOutcome,
     ChunkRecord,
     ChunkStatus,
@@ -78,8 +79,9 @@ class JobsRepo(Protocol):
         """Move the fan-out cursor from `from_count` to `to_count` (conditional on it being `from_count`);
         False when it had moved (another fan-out got there first)."""
 
-    def settle_chunk(self, job_id: str, chunk_id: str, *, usage: Usage | None = None) -> Job:
-        """Add the chunk to the job's settled set (idempotent); the job after the update. `usage`: the chunk's
+    def settle_chunk(self, job_id: str, chunk_id: str, *, with_event: bool = False, usage: Usage | None = None) -> Job:
+        """Add the chunk to the job's settled set (idempotent); the job after the update. `with_event`:
+        the same update takes the job's next event number (`event_seq`), for `put_event`. `usage`: the chunk's
         usage, added to the job's in the same update, only if the chunk was not in the settled set already (a
         chunk is counted once)."""
 
@@ -127,7 +129,7 @@ class ClaimsRepo(Protocol):
                 reason: ReleaseReason = ReleaseReason.RETRY) -> ChunkRecord | None:
         """Give a claimed chunk back (pending), recording the attempt, `reason` and `released_at`.
         A `backpressure` release also extends the chunk's backpressure streak (starts it now if none,
-        counts one more requeue); `put_checkpoint` ends the streak (progress)."""
+        counts one more requeue); `put_checkpoints` ends the streak (progress)."""
 
     def finish(self, job_id: str, chunk_id: str, fence: int, status: ChunkStatus, stats: AttemptStats, *,
                outcome: ChunkOutcome | None = None, error: ErrorEnvelope | None = None,
@@ -147,10 +149,9 @@ class ClaimsRepo(Protocol):
     def checkpoints(self, record: ChunkRecord) -> dict[str, Checkpoint]:
         """The chunk's committed checkpoints: analyst -> checkpoint."""
 
-    def put_checkpoint(self, job_id: str, chunk_id: str, analyst: str, fence: int, config_hash: str,
-                       status: str, output_json: str) -> bool:
-        """Persist an analyst's output and end the chunk's backpressure streak (progress); False when
-        the fence moved on (nothing committed)."""
+    def put_checkpoints(self, job_id: str, chunk_id: str, fence: int, writes: Sequence[CheckpointWrite]) -> bool:
+        """Persist analysts' outputs and commit them all with one fenced write, which also ends the chunk's
+        backpressure streak (progress); False when the fence moved on (nothing committed)."""
 
     def checkpoint_output(self, checkpoint: Checkpoint) -> str:
         """The checkpointed output (JSON), wherever it is stored."""

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 
 from . import lifecycle
 from .adaptive import QuotaLimiter
-from .analyst_pool import AnalystPool
+from .analyst_pool import AnalystPool, GroupCommit
 from .analysts import (
     STEPS,
     AnalystOutput,
@@ -51,6 +51,7 @@ from .ports import Deps, Queue
 from .records import (
     AttemptStats,
     Checkpoint,
+    CheckpointWrite,
     ChunkOutcome,
     ChunkRecord,
     ChunkStatus,
@@ -161,18 +162,21 @@ class AnalystRunner:
             else:
                 todo.append(spec)
         pool: AnalystPool[AnalystSpec, AnalystOutput] = AnalystPool(self.deps.settings.profile.analyst_concurrency)
+        commits: GroupCommit[tuple[str, AnalystOutput], bool] = GroupCommit(
+            lambda batch: self._commit(msg, fence, current_hash, batch))
 
         def one(spec: AnalystSpec) -> AnalystOutput:
-            return self._run_and_commit(msg, fence, spec, chunk, current_hash, pool)
+            return self._run_and_commit(spec, chunk, pool, commits)
         for spec, out in zip(todo, pool.run(todo, one)):
             if out is not None:
                 outputs[spec.name] = out
         return {s.name: outputs[s.name] for s in specs}  # in the analysts' order, whatever order they ended in
 
-    def _run_and_commit(self, msg: AnalysisMessage, fence: int, spec: AnalystSpec, chunk: Chunk, current_hash: str,
-                        pool: AnalystPool[AnalystSpec, AnalystOutput]) -> AnalystOutput:
+    def _run_and_commit(self, spec: AnalystSpec, chunk: Chunk, pool: AnalystPool[AnalystSpec, AnalystOutput],
+                        commits: GroupCommit[tuple[str, AnalystOutput], bool]) -> AnalystOutput:
         """One analyst: its calls (tier-1 retries through its own view of the retrier: the chunk's budget,
-        its own call counts, added to the chunk's), then its checkpoint under the fencing token."""
+        its own call counts, added to the chunk's), then its checkpoint under the fencing token, committed
+        together with those of the analysts that finished at the same time (`_commit`)."""
         pool.check()
         self.hb.check()
         if self.watch is not None:
@@ -190,14 +194,25 @@ class AnalystRunner:
             out = self._run_one(spec, chunk, retrier)
         finally:
             self._add_stats(retrier.stats)
-        if not self.deps.claims.put_checkpoint(msg.job_id, msg.chunk_id, spec.name, fence, current_hash,
-                                               out.status, out.model_dump_json()):
+        if not commits.commit((spec.name, out)):
             raise LeaseLost("checkpoint write rejected by fencing token")
-        self.committed.append(spec.name)
-        self.deps.jobs.record_event(msg.job_id, "analyst.done", chunk_id=msg.chunk_id, chunk_index=msg.chunk_index,
-                                    chunk_count=msg.chunk_count, analyst=spec.name, status=out.status,
-                                    findings=len(out.findings))
         return out
+
+    def _commit(self, msg: AnalysisMessage, fence: int, current_hash: str,
+                batch: list[tuple[str, AnalystOutput]]) -> bool:
+        """Checkpoint the analysts' outputs under the fencing token, then one `analyst.done` event naming
+        them all: four writes however many analysts finished together. False when the fence moved on
+        (nothing committed)."""
+        writes = [CheckpointWrite(analyst=name, config_hash=current_hash, status=out.status,
+                                  output_json=out.model_dump_json()) for name, out in batch]
+        if not self.deps.claims.put_checkpoints(msg.job_id, msg.chunk_id, fence, writes):
+            return False
+        self.committed.extend(name for name, _ in batch)
+        self.deps.jobs.record_event(msg.job_id, "analyst.done", chunk_id=msg.chunk_id, chunk_index=msg.chunk_index,
+                                    chunk_count=msg.chunk_count, analysts=[
+                                        {"analyst": name, "status": out.status, "findings": len(out.findings)}
+                                        for name, out in batch])
+        return True
 
     def _ready(self, retrier: Retrier) -> None:
         """After waiting for the quota: the stop conditions and the time left, again, before the call."""

@@ -172,8 +172,10 @@ def test_intake_reads_only_the_uploads_prefix(synth: Synth) -> None:
 def test_readers_never_write_what_they_only_read(synth: Synth) -> None:
     t = synth.templates[PROD]
     aggregator, _ = _granted(t, "aggregator")
-    # PutItem: the conditional create of the next page's chunk records (fan-out); never an UpdateItem of a chunk
-    assert aggregator["table:claims"] == {"dynamodb:GetItem", "dynamodb:Query", "dynamodb:PutItem"}
+    # PutItem: the conditional create of the next page's chunk records (fan-out); UpdateItem: settling the idle
+    # chunks of a job it stops (a cancel or a spent budget ending in the aggregator: lifecycle.finish_cancel)
+    assert aggregator["table:claims"] == {"dynamodb:GetItem", "dynamodb:Query", "dynamodb:PutItem",
+                                          "dynamodb:UpdateItem"}
     sweeper, _ = _granted(t, "sweeper")
     # the sweeper reads the DLQ and deletes only what it handled (a copy it sent again, or one nothing acts on);
     # operators drain the rest (`review dlq redrive`); it never touches the results DLQ

@@ -21,6 +21,7 @@ from contract_review.messages import ResultMessage
 from contract_review.ports import Artifacts, ClaimsRepo, JobsRepo, Queue, Queues
 from contract_review.records import (
     AttemptStats,
+    CheckpointWrite,
     ChunkOutcome,
     ChunkRecord,
     ChunkStatus,
@@ -241,7 +242,9 @@ def test_claims_reset_a_done_chunk_only_to_run_analysts_again(repos: Repos):
     repos.claims.create(_chunk(job_id))
     c = repos.claims.claim(job_id, "c0", "a", 30, 1)
     for analyst in ("liability", "disputes"):
-        assert repos.claims.put_checkpoint(job_id, "c0", analyst, c.fence, "h", "failed", "{}")
+        assert repos.claims.put_checkpoints(job_id, "c0", c.fence,
+                                            [CheckpointWrite(analyst=analyst, config_hash="h",
+                                                             status="failed", output_json="{}")])
     outcome = ChunkOutcome(findings_key="f.json", coverage={"liability": "failed", "disputes": "ok"}, n_findings=0)
     assert repos.claims.finish(job_id, "c0", c.fence, ChunkStatus.DONE, AttemptStats(), outcome=outcome)
     assert repos.claims.reset_for_redrive(job_id, "c0") is None  # a done chunk, nothing to forget: untouched
@@ -281,7 +284,9 @@ def test_claims_keep_the_deadline_the_release_reason_and_the_backpressure_streak
     assert (retry.backpressure_since, retry.backpressure_requeues) == (started, 2)
     # a committed checkpoint (progress) ends it
     c4 = repos.claims.claim(job_id, "c0", "d", 30, 1)
-    assert repos.claims.put_checkpoint(job_id, "c0", "liability", c4.fence, "h", "ok", "{}")
+    assert repos.claims.put_checkpoints(job_id, "c0", c4.fence,
+                                        [CheckpointWrite(analyst="liability", config_hash="h",
+                                                         status="ok", output_json="{}")])
     progressed = repos.claims.get(job_id, "c0")
     assert progressed is not None and (progressed.backpressure_since, progressed.backpressure_requeues) == (None, 0)
     # and a redrive starts the chunk afresh
@@ -312,11 +317,17 @@ def test_checkpoints_commit_only_under_the_current_fence_and_large_ones_go_to_s3
     repos.clock.advance(31)
     new = repos.claims.claim(job_id, "c0", "b", 30, 2)
     small = json.dumps({"analyst": "liability", "findings": []})
-    assert not repos.claims.put_checkpoint(job_id, "c0", "liability", old.fence, "h", "ok", small)
+    assert not repos.claims.put_checkpoints(job_id, "c0", old.fence,
+                                            [CheckpointWrite(analyst="liability", config_hash="h",
+                                                             status="ok", output_json=small)])
     assert repos.claims.checkpoints(repos.claims.get(job_id, "c0")) == {}
-    assert repos.claims.put_checkpoint(job_id, "c0", "liability", new.fence, "h", "ok", small)
+    assert repos.claims.put_checkpoints(job_id, "c0", new.fence,
+                                        [CheckpointWrite(analyst="liability", config_hash="h",
+                                                         status="ok", output_json=small)])
     big = json.dumps({"analyst": "disputes", "pad": "x" * 200})
-    assert repos.claims.put_checkpoint(job_id, "c0", "disputes", new.fence, "h", "refused", big)
+    assert repos.claims.put_checkpoints(job_id, "c0", new.fence,
+                                        [CheckpointWrite(analyst="disputes", config_hash="h",
+                                                         status="refused", output_json=big)])
     record = repos.claims.get(job_id, "c0")
     assert record is not None and record.checkpoints == {"liability": new.fence, "disputes": new.fence}
     cps = repos.claims.checkpoints(record)

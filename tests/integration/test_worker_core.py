@@ -20,7 +20,7 @@ from contract_review.messages import AnalysisMessage, ResultMessage
 from contract_review.model_clients import ModelRequest, ModelResponse
 from contract_review.offline_model import OfflineRuleModel
 from contract_review.ports import Deps, Queue
-from contract_review.records import AttemptStats, ChunkStatus, JobFailure, JobState, job_id_for
+from contract_review.records import AttemptStats, CheckpointWrite, ChunkStatus, JobFailure, JobState, job_id_for
 from contract_review.sweeper import sweep
 from contract_review.wiring import build_deps
 from contract_review.worker import ChunkWorker, Delivery
@@ -89,7 +89,9 @@ def _commit_checkpoint(deps: Deps, job_id: str, chunk_id: str, analyst: str, con
     claim = deps.claims.claim(job_id, chunk_id, "earlier-worker", 30, 1)
     assert claim.won
     out = {"analyst": analyst, "status": "ok", "findings": [], "model_calls": 2}
-    assert deps.claims.put_checkpoint(job_id, chunk_id, analyst, claim.fence, config_hash, "ok", json.dumps(out))
+    assert deps.claims.put_checkpoints(job_id, chunk_id, claim.fence,
+                                       [CheckpointWrite(analyst=analyst, config_hash=config_hash,
+                                                        status="ok", output_json=json.dumps(out))])
     deps.claims.release(job_id, chunk_id, claim.fence, AttemptStats(), None, failure=False)
 
 
@@ -188,7 +190,9 @@ def test_a_lapsed_claim_is_taken_over_and_the_old_token_is_rejected(deps, sqs):
     second = deps.claims.claim(job_id, msg.chunk_id, "b", lease_s=30, receive_count=2)
     assert first.won and second.won and second.fence == first.fence + 1
     out = {"analyst": "liability", "status": "ok", "findings": [], "model_calls": 0}
-    assert not deps.claims.put_checkpoint(job_id, msg.chunk_id, "liability", first.fence, "h", "ok", json.dumps(out))
+    assert not deps.claims.put_checkpoints(job_id, msg.chunk_id, first.fence,
+                                           [CheckpointWrite(analyst="liability", config_hash="h",
+                                                            status="ok", output_json=json.dumps(out))])
     assert deps.claims.checkpoints(get_chunk(deps, job_id, msg.chunk_id)) == {}  # nothing committed for the zombie
     assert deps.claims.finish(job_id, msg.chunk_id, first.fence, ChunkStatus.DONE, AttemptStats()) is None
     assert not deps.claims.heartbeat(job_id, msg.chunk_id, first.fence, 30)
@@ -424,8 +428,9 @@ def test_large_analyst_output_is_checkpointed_in_s3_and_loaded_back(aws, deps, s
     job_id, msg, delivery = _start_job(s3_deps, sqs)
     claim = s3_deps.claims.claim(job_id, msg.chunk_id, "w", 30, 1)
     out = {"analyst": "liability", "status": "ok", "findings": [], "model_calls": 2}
-    assert s3_deps.claims.put_checkpoint(job_id, msg.chunk_id, "liability", claim.fence, small.analysis_config_hash(),
-                                         "ok", json.dumps(out))
+    assert s3_deps.claims.put_checkpoints(job_id, msg.chunk_id, claim.fence,
+                                          [CheckpointWrite(analyst="liability", config_hash=small.analysis_config_hash(),
+                                                           status="ok", output_json=json.dumps(out))])
     (cp,) = s3_deps.claims.checkpoints(get_chunk(s3_deps, job_id, msg.chunk_id)).values()
     assert cp.output is None and (cp.output_key or "").startswith(f"checkpoints/{job_id}/")
     assert json.loads(s3_deps.claims.checkpoint_output(cp)) == out

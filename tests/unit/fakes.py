@@ -27,6 +27,7 @@ from contract_review.records import (
     USAGE_FIELDS,
     AttemptStats,
     Checkpoint,
+    CheckpointWrite,
     ChunkOutcome,
     ChunkRecord,
     ChunkStatus,
@@ -132,10 +133,11 @@ class FakeJobs:
         self.items[job_id] = job.model_copy(update={"fanned_out": to_count})
         return True
 
-    def settle_chunk(self, job_id: str, chunk_id: str, *, usage: Usage | None = None) -> Job:
+    def settle_chunk(self, job_id: str, chunk_id: str, *, with_event: bool = False, usage: Usage | None = None) -> Job:
         job = self.items[job_id]  # KeyError as DynamoDB's condition `attribute_exists(job_id)` fails
         added = usage if usage is not None and chunk_id not in job.settled else Usage()
         job = job.model_copy(update={"settled": job.settled | {chunk_id}, "updated_at": self.clock(),
+                                     "event_seq": job.event_seq + (1 if with_event else 0),
                                      **{f: getattr(job, f) + getattr(added, f) for f in USAGE_FIELDS}})
         self.items[job_id] = job
         return job.model_copy(deep=True)
@@ -163,6 +165,7 @@ class FakeJobs:
         self.items[job_id] = job.model_copy(update={"side_effects": effects}, deep=True)
         return self.items[job_id].model_copy(deep=True)
 
+    @_atomic
     def record_event(self, job_id: str, kind: str, **detail: object) -> int:
         job = self.items.get(job_id)
         if job is None:
@@ -186,7 +189,7 @@ class FakeJobs:
 
 
 class FakeClaims:
-    def __init__(self, clock: FakeClock, artifacts: FakeArtifacts, inline_max_bytes: int = 100_000):
+    def __init__(self, clock: FakeClock, artifacts: FakeArtifacts, inline_max_bytes: int = 30_000):
         self.clock, self.artifacts, self.inline_max_bytes = clock, artifacts, inline_max_bytes
         self.items: dict[tuple[str, str], ChunkRecord] = {}
         self.cps: dict[tuple[str, str, str, int], Checkpoint] = {}
@@ -307,21 +310,24 @@ class FakeClaims:
         return out
 
     @_atomic
-    def put_checkpoint(self, job_id: str, chunk_id: str, analyst: str, fence: int, config_hash: str,
-                       status: str, output_json: str) -> bool:
-        cp = Checkpoint(job_id=job_id, chunk_id=chunk_id, analyst=analyst, fence=fence, config_hash=config_hash,
-                        status=status, created_at=self.clock())
-        if len(output_json.encode()) > self.inline_max_bytes:
-            key = checkpoint_key(job_id, chunk_id, analyst, fence)
-            self.artifacts.put_text(key, output_json)
-            cp = cp.model_copy(update={"output_key": key})
-        else:
-            cp = cp.model_copy(update={"output": output_json})
-        self.cps[(job_id, chunk_id, analyst, fence)] = cp  # written first, committed below (or orphaned)
+    def put_checkpoints(self, job_id: str, chunk_id: str, fence: int, writes: Sequence[CheckpointWrite]) -> bool:
+        if not writes:
+            return True
+        for w in writes:
+            cp = Checkpoint(job_id=job_id, chunk_id=chunk_id, analyst=w.analyst, fence=fence,
+                            config_hash=w.config_hash, status=w.status, created_at=self.clock())
+            if len(w.output_json.encode()) > self.inline_max_bytes:
+                key = checkpoint_key(job_id, chunk_id, w.analyst, fence)
+                self.artifacts.put_text(key, w.output_json)
+                cp = cp.model_copy(update={"output_key": key})
+            else:
+                cp = cp.model_copy(update={"output": w.output_json})
+            self.cps[(job_id, chunk_id, w.analyst, fence)] = cp  # written first, committed below (or orphaned)
         r = self._fenced(job_id, chunk_id, fence, (ChunkStatus.CLAIMED,), None)
         if r is None:
             return False
-        self.items[(job_id, chunk_id)] = r.model_copy(update={"checkpoints": {**r.checkpoints, analyst: fence},
+        committed = {**r.checkpoints, **{w.analyst: fence for w in writes}}
+        self.items[(job_id, chunk_id)] = r.model_copy(update={"checkpoints": committed,
                                                               "backpressure_since": None, "backpressure_requeues": 0})
         return True
 

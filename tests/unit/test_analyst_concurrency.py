@@ -12,6 +12,7 @@ import pytest
 from botocore.exceptions import ClientError
 
 from contract_review import lifecycle
+from contract_review.analyst_pool import GroupCommit
 from contract_review.analysts import ChunkFindings, analysts_for
 from contract_review.messages import AnalysisMessage
 from contract_review.model_clients import ModelRequest, ModelResponse
@@ -95,7 +96,7 @@ def test_a_chunks_analysts_overlap_up_to_the_configured_concurrency(concurrency,
     assert record is not None and record.status is ChunkStatus.DONE
     assert set(record.checkpoints) == set(ANALYSTS) and set(record.checkpoints.values()) == {1}
     assert record.n_calls == model.calls == outcome.stats.calls
-    done = [e.detail["analyst"] for e in world.jobs.events(job_id) if e.type == "analyst.done"]
+    done = [a["analyst"] for e in world.jobs.events(job_id) if e.type == "analyst.done" for a in e.detail["analysts"]]
     assert sorted(done) == sorted(ANALYSTS)
     numbers = [e.number for e in world.jobs.events(job_id)]
     assert numbers == list(range(1, len(numbers) + 1))  # events numbered one by one, none lost or doubled
@@ -159,14 +160,14 @@ def test_a_lost_lease_stops_every_analyst_and_no_checkpoint_is_committed_after_i
         assert won.won and won.fence == 2
     model = OverlapModel(at=1, during=steal)
     refused: list[float] = []
-    real_put = world.claims.put_checkpoint
+    real_put = world.claims.put_checkpoints
 
     def put(*args, **kwargs) -> bool:
         ok = real_put(*args, **kwargs)
         if not ok:
             refused.append(time.monotonic())
         return ok
-    world.claims.put_checkpoint = put  # type: ignore[method-assign]  # the fake's method, observed
+    world.claims.put_checkpoints = put  # type: ignore[method-assign]  # the fake's method, observed
     # WHEN the worker handles the chunk
     outcome = _handle(world, msg, model)
     # THEN it stopped as lease lost: every checkpoint write it tried was refused by the fence
@@ -191,3 +192,74 @@ def test_a_permanent_error_in_one_analyst_lets_the_others_finish_and_checkpoint_
     # AND the analysts already under way finished and stayed checkpointed: a retry would not redo them
     record = world.claims.get(job_id, msg.chunk_id)
     assert record is not None and bad not in record.checkpoints and len(record.checkpoints) == len(ANALYSTS) - 1
+
+
+# ------------------------------------------------------------------------------ group commit
+def test_group_commit_writes_what_arrived_during_a_write_in_one_write_and_each_caller_waits_for_its_own():
+    # GIVEN a group commit whose first write is held until three more items are waiting
+    writes: list[list[str]] = []
+    waiting = threading.Semaphore(0)
+
+    def write(batch: list[str]) -> int:
+        if not writes:
+            for _ in range(3):
+                assert waiting.acquire(timeout=5)
+            time.sleep(0.05)  # the three are inside commit(), queued behind this write
+        writes.append(list(batch))
+        return len(writes)
+
+    commits: GroupCommit[str, int] = GroupCommit(write)
+    results: dict[str, int] = {}
+
+    def commit(item: str) -> None:
+        if item != "a":
+            waiting.release()
+        results[item] = commits.commit(item)
+
+    first = threading.Thread(target=commit, args=("a",))
+    first.start()
+    time.sleep(0.05)  # "a" is being written
+    others = [threading.Thread(target=commit, args=(x,)) for x in "bcd"]
+    for t in others:
+        t.start()
+    for t in [first, *others]:
+        t.join(timeout=10)
+    # THEN the three that arrived during the first write were written together, in a second write, and
+    # each caller returned the result of the write that carried its item
+    assert writes[0] == ["a"] and sorted(writes[1]) == ["b", "c", "d"] and len(writes) == 2
+    assert results == {"a": 1, "b": 2, "c": 2, "d": 2}
+
+
+def test_group_commit_raises_a_failed_write_in_every_caller_whose_item_it_carried():
+    commits: GroupCommit[str, None] = GroupCommit(lambda batch: (_ for _ in ()).throw(RuntimeError("down")))
+    with pytest.raises(RuntimeError, match="down"):
+        commits.commit("a")
+    ok: GroupCommit[str, str] = GroupCommit(lambda batch: ",".join(batch))
+    assert ok.commit("b") == "b"  # alone, an item is written by itself at once
+
+
+def test_analysts_that_finish_together_are_committed_together_each_exactly_once():
+    # GIVEN 11 analysts at once whose checkpoint writes take time
+    world = _world(11)
+    real_put = world.claims.put_checkpoints
+    writes: list[list[str]] = []
+
+    def slow_put(job_id, chunk_id, fence, batch) -> bool:
+        writes.append([w.analyst for w in batch])
+        time.sleep(0.03)
+        return real_put(job_id, chunk_id, fence, batch)
+    world.claims.put_checkpoints = slow_put  # type: ignore[method-assign]  # the fake's method, slowed down
+    job_id, msg = one_chunk_job(world)
+    # WHEN the worker handles the chunk
+    outcome = _handle(world, msg, OverlapModel(meet=11))
+    # THEN every analyst was committed exactly once, in fewer writes than analysts
+    assert outcome.action == "done"
+    committed = [a for batch in writes for a in batch]
+    assert sorted(committed) == sorted(ANALYSTS)
+    assert len(writes) < len(ANALYSTS), writes
+    # AND one `analyst.done` event per write, naming that write's analysts
+    events = [e for e in world.jobs.events(job_id) if e.type == "analyst.done"]
+    assert [[a["analyst"] for a in e.detail["analysts"]] for e in events] == writes
+    # AND the report the chunk produced is the same as one by one
+    record = world.claims.get(job_id, msg.chunk_id)
+    assert record is not None and set(record.checkpoints) == set(ANALYSTS)

@@ -168,12 +168,12 @@ def circuit_open(r: Run, ids: list[str]) -> None:  # 4 calls in a row 5xx, over 
 
 
 def aws_throttled(r: Run, _ids: list[str]) -> None:  # DynamoDB throttles a checkpoint write past botocore's retries
-    fail_repo_call(r.world.claims, "put_checkpoint", client_error("ProvisionedThroughputExceededException", 400,
+    fail_repo_call(r.world.claims, "put_checkpoints", client_error("ProvisionedThroughputExceededException", 400,
                                                                    "UpdateItem"))
 
 
 def aws_unavailable(r: Run, _ids: list[str]) -> None:
-    fail_repo_call(r.world.claims, "put_checkpoint", client_error("InternalServerError", 500, "UpdateItem"))
+    fail_repo_call(r.world.claims, "put_checkpoints", client_error("InternalServerError", 500, "UpdateItem"))
 
 
 def budget_spent(r: Run, ids: list[str]) -> None:  # a Retry-After longer than the chunk's retry budget
@@ -257,7 +257,7 @@ def answers_forever(stop_reason: str, analyst: str) -> Callable[[Run, list[str]]
 
 def repo_fails(exc: ClientError) -> Callable[[Run, list[str]], None]:
     def fault(r: Run, _ids: list[str]) -> None:
-        left = fail_repo_call(r.world.claims, "put_checkpoint", exc, -1)
+        left = fail_repo_call(r.world.claims, "put_checkpoints", exc, -1)
         r.p.model.faults.append(Fault(lambda _r: False, answers("end_turn")))  # so that clear() fixes it too
         r.fixes.append(lambda: left.__setitem__(0, 0))
     return fault

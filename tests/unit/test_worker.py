@@ -18,7 +18,7 @@ from contract_review.messages import AnalysisMessage
 from contract_review.model_clients import ModelRequest, ModelResponse
 from contract_review.offline_model import OfflineRuleModel
 from contract_review.ports import Queue
-from contract_review.records import AttemptStats, ChunkRecord, ChunkStatus, JobState, ReleaseReason
+from contract_review.records import AttemptStats, CheckpointWrite, ChunkRecord, ChunkStatus, JobState, ReleaseReason
 from contract_review.worker import ChunkWorker, Delivery
 
 from .fakes import SETTINGS, FakeWorld
@@ -140,8 +140,9 @@ def test_checkpointed_analysts_are_loaded_not_rerun(world):
     job_id, msg = one_chunk_job(world)
     earlier = world.claims.claim(job_id, msg.chunk_id, "earlier", 3, 1)
     out = {"analyst": "liability", "status": "ok", "findings": [], "model_calls": 2}
-    assert world.claims.put_checkpoint(job_id, msg.chunk_id, "liability", earlier.fence,
-                                       world.settings.analysis_config_hash(), "ok", json.dumps(out))
+    assert world.claims.put_checkpoints(job_id, msg.chunk_id, earlier.fence,
+                                        [CheckpointWrite(analyst="liability", config_hash=world.settings.analysis_config_hash(),
+                                                         status="ok", output_json=json.dumps(out))])
     world.clock.advance(10)
     # WHEN the message is redelivered to another worker
     model = ScriptedModel()
@@ -155,7 +156,9 @@ def test_a_checkpoint_made_with_another_config_is_rerun_and_recorded_as_stale(wo
     job_id, msg = one_chunk_job(world)
     earlier = world.claims.claim(job_id, msg.chunk_id, "earlier", 3, 1)
     out = {"analyst": "liability", "status": "ok", "findings": [], "model_calls": 2}
-    world.claims.put_checkpoint(job_id, msg.chunk_id, "liability", earlier.fence, "old-hash", "ok", json.dumps(out))
+    world.claims.put_checkpoints(job_id, msg.chunk_id, earlier.fence,
+                                 [CheckpointWrite(analyst="liability", config_hash="old-hash",
+                                                  status="ok", output_json=json.dumps(out))])
     world.clock.advance(10)
     model = ScriptedModel()
     _worker(world, model).handle(msg, _delivery())
@@ -295,7 +298,7 @@ def test_a_refusal_is_a_recorded_gap_not_a_retry(world):
 def test_a_worker_whose_lease_was_taken_over_commits_nothing(world):
     # GIVEN a worker whose lease another worker takes over between two analysts
     job_id, msg = one_chunk_job(world)
-    real_put = world.claims.put_checkpoint
+    real_put = world.claims.put_checkpoints
     taken = {}
 
     def put_then_lose_lease(*args: object, **kw: object) -> bool:
@@ -305,7 +308,7 @@ def test_a_worker_whose_lease_was_taken_over_commits_nothing(world):
             taken["claim"] = world.claims.claim(job_id, msg.chunk_id, "newcomer", 30, 2)  # ...and is replaced
         return ok
 
-    world.claims.put_checkpoint = put_then_lose_lease
+    world.claims.put_checkpoints = put_then_lose_lease
     # WHEN the first worker carries on
     outcome = _worker(world, ScriptedModel()).handle(msg, _delivery())
     # THEN its next checkpoint is rejected by the fence: it stops, and the chunk stays with the newcomer
@@ -602,7 +605,7 @@ def test_progress_restarts_the_backpressure_deadline():
 def test_aws_throttling_during_an_attempt_is_backpressure_not_failure(world, code):
     # GIVEN DynamoDB/S3 throttling that outlasted botocore's retries on the second checkpoint write
     job_id, msg = one_chunk_job(world)
-    real_put = world.claims.put_checkpoint
+    real_put = world.claims.put_checkpoints
     writes = {"n": 0}
 
     def throttled_put(*args: object, **kw: object) -> bool:
@@ -612,7 +615,7 @@ def test_aws_throttling_during_an_attempt_is_backpressure_not_failure(world, cod
                                "ResponseMetadata": {"HTTPStatusCode": 400, "HTTPHeaders": {}}}, "PutItem")
         return real_put(*args, **kw)  # type: ignore[arg-type]
 
-    world.claims.put_checkpoint = throttled_put  # type: ignore[method-assign]
+    world.claims.put_checkpoints = throttled_put  # type: ignore[method-assign]
     # WHEN the worker handles the chunk
     outcome = _worker(world, ScriptedModel()).handle(msg, _delivery())
     # THEN the chunk is requeued with a delay like model throttling: no failure, the first checkpoint kept

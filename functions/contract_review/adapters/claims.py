@@ -1,15 +1,19 @@
 """The claims table (one record per chunk: lease, fencing token, counters) and the checkpoints
 table (`ClaimsRepo`).
 
-Checkpoints are write-then-commit: the checkpoint item is written under a key that includes the
-writer's fencing token, then committed by a fenced update of the chunk record's `checkpoints`
-map. A zombie can leave an orphan item behind, never a committed one. (No transactions: a
-single-item condition is the whole fence.)
+Checkpoints are write-then-commit: the analysts that finish together (the worker's group commit) are
+written as one checkpoint item, under a sort key that starts with the writer's fencing token
+(`000007#liability`: the fence, then the group's first analyst), then committed by one fenced update of
+the chunk record's `checkpoints` map (analyst -> fence): two writes for the whole group. A zombie can
+leave orphan items behind, never a committed one. (No transactions: a single-item condition is the
+whole fence.) Loading reads the items of each committed fence (one Query per fence, usually one) and
+takes each committed analyst's output from them: an analyst runs once per attempt, so it is in one
+item of its fence. (The sort key attribute is still named `analyst`: the table is not replaced.)
 """
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterator
+from collections.abc import Collection, Iterator, Sequence
 from typing import Any
 
 from botocore.exceptions import ClientError
@@ -20,6 +24,7 @@ from ..records import (
     USAGE_FIELDS,
     AttemptStats,
     Checkpoint,
+    CheckpointWrite,
     ChunkOutcome,
     ChunkRecord,
     ChunkStatus,
@@ -197,45 +202,44 @@ class DynamoClaims:
         return ChunkRecord.model_validate(item) if item else None
 
     # ---------------------------------------------------------------- checkpoints
-    @staticmethod
-    def _cp_key(job_id: str, chunk_id: str, analyst: str, fence: int) -> dict[str, str]:
-        return {"pk": f"{job_id}#{chunk_id}", "analyst": f"{analyst}#{fence:06d}"}
-
-    @staticmethod
-    def _cp_record(item: dict[str, Any]) -> Checkpoint:
-        job_id, chunk_id = item["pk"].split("#", 1)
-        return Checkpoint.model_validate({**item, "job_id": job_id, "chunk_id": chunk_id,
-                                          "analyst": item["analyst"].split("#")[0]})
-
     def checkpoints(self, record: ChunkRecord) -> dict[str, Checkpoint]:
-        if not record.checkpoints:
-            return {}
-        keys = [serialize(self._cp_key(record.job_id, record.chunk_id, a, f)) for a, f in record.checkpoints.items()]
-        r = self.cps.client.batch_get_item(RequestItems={self.cps.name: {"Keys": keys, "ConsistentRead": True}})
-        items = [deserialize(i) for i in r["Responses"].get(self.cps.name, [])]
-        for key in r.get("UnprocessedKeys", {}).get(self.cps.name, {}).get("Keys", []):  # rare: one by one
-            got = self.cps.client.get_item(TableName=self.cps.name, Key=key, ConsistentRead=True)
-            if "Item" in got:
-                items.append(deserialize(got["Item"]))
-        return {cp.analyst: cp for cp in map(self._cp_record, items)}
+        found: dict[str, Checkpoint] = {}
+        for fence in sorted(set(record.checkpoints.values())):
+            committed = {a for a, f in record.checkpoints.items() if f == fence}
+            for item in self.cps.pages("query", KeyConditionExpression="pk = :pk AND begins_with(analyst, :fence)",
+                                       ExpressionAttributeValues=serialize({":pk": f"{record.job_id}#{record.chunk_id}",
+                                                                            ":fence": f"{fence:06d}#"}),
+                                       ConsistentRead=True):
+                for analyst, saved in item.get("outputs", {}).items():
+                    if analyst in committed:
+                        found[analyst] = Checkpoint.model_validate({
+                            **saved, "job_id": record.job_id, "chunk_id": record.chunk_id, "analyst": analyst,
+                            "fence": fence})
+        return found
 
-    def put_checkpoint(self, job_id: str, chunk_id: str, analyst: str, fence: int, config_hash: str,
-                       status: str, output_json: str) -> bool:
+    def put_checkpoints(self, job_id: str, chunk_id: str, fence: int, writes: Sequence[CheckpointWrite]) -> bool:
+        if not writes:
+            return True
         now = self.clock()
-        item: dict[str, Any] = {**self._cp_key(job_id, chunk_id, analyst, fence), "fence": fence,
-                                "config_hash": config_hash, "status": status, "created_at": now,
-                                "expires_at": int(now) + self.ttl_s}
-        if len(output_json.encode()) > self.inline_max_bytes:
-            key = checkpoint_key(job_id, chunk_id, analyst, fence)
-            self.artifacts.put_text(key, output_json)
-            item["output_key"] = key
-        else:
-            item["output"] = output_json
-        self.cps.client.put_item(TableName=self.cps.name, Item=serialize(item))
+        outputs: dict[str, dict[str, Any]] = {}
+        for w in writes:
+            saved: dict[str, Any] = {"config_hash": w.config_hash, "status": w.status, "created_at": now}
+            if len(w.output_json.encode()) > self.inline_max_bytes:
+                key = checkpoint_key(job_id, chunk_id, w.analyst, fence)
+                self.artifacts.put_text(key, w.output_json)
+                saved["output_key"] = key
+            else:
+                saved["output"] = w.output_json
+            outputs[w.analyst] = saved
+        self.cps.client.put_item(TableName=self.cps.name, Item=serialize({
+            "pk": f"{job_id}#{chunk_id}", "analyst": f"{fence:06d}#{writes[0].analyst}", "fence": fence,
+            "outputs": outputs, "expires_at": int(now) + self.ttl_s}))
         # progress: the commit also ends the chunk's backpressure streak
+        commits = ", ".join(f"checkpoints.#a{i} = :f" for i in range(len(writes)))
         return self._fenced_update(job_id, chunk_id, fence,
-                                   "SET checkpoints.#a = :f, backpressure_requeues = :z REMOVE backpressure_since",
-                                   {":f": fence, ":z": 0}, {"#a": analyst}) is not None
+                                   f"SET {commits}, backpressure_requeues = :z REMOVE backpressure_since",
+                                   {":f": fence, ":z": 0},
+                                   {f"#a{i}": w.analyst for i, w in enumerate(writes)}) is not None
 
     def checkpoint_output(self, checkpoint: Checkpoint) -> str:
         if checkpoint.output is not None:

@@ -123,21 +123,25 @@ class DynamoJobs:
             {"job_id": job_id}, UpdateExpression="SET fanned_out = :to", ConditionExpression="fanned_out = :from",
             ExpressionAttributeValues=serialize({":to": to_count, ":from": from_count})) is not None
 
-    def settle_chunk(self, job_id: str, chunk_id: str, *, usage: Usage | None = None) -> Job:
+    def settle_chunk(self, job_id: str, chunk_id: str, *, with_event: bool = False, usage: Usage | None = None) -> Job:
         adds, values = _usage_adds(usage)
         if adds:  # the chunk's usage is added only by the update that brings it into the settled set
             try:
-                return self._settle(job_id, chunk_id, adds, values, " AND NOT contains(settled, :cid)")
+                return self._settle(job_id, chunk_id, with_event, adds, values,
+                                    " AND NOT contains(settled, :cid)")
             except ClientError as exc:
                 if not is_conditional_failure(exc):
                     raise
-        return self._settle(job_id, chunk_id, [], {}, "")
+        return self._settle(job_id, chunk_id, with_event, [], {}, "")
 
-    def _settle(self, job_id: str, chunk_id: str, adds: list[str], values: dict[str, Any], also: str) -> Job:
-        values = {**values, ":c": {chunk_id}, ":now": self.clock(), **({":cid": chunk_id} if also else {})}
+    def _settle(self, job_id: str, chunk_id: str, with_event: bool, adds: list[str], values: dict[str, Any],
+                also: str) -> Job:
+        values = {**values, ":c": {chunk_id}, ":now": self.clock(), **({":one": 1} if with_event else {}),
+                  **({":cid": chunk_id} if also else {})}
         r = self.jobs.client.update_item(
             TableName=self.jobs.name, Key=serialize({"job_id": job_id}),
-            UpdateExpression="ADD " + ", ".join(["settled :c", *adds]) + " SET updated_at = :now",
+            UpdateExpression="ADD " + ", ".join(["settled :c", *(["event_seq :one"] if with_event else []), *adds])
+            + " SET updated_at = :now",
             ConditionExpression="attribute_exists(job_id)" + also, ReturnValues="ALL_NEW",
             ExpressionAttributeValues=serialize(values))
         return Job.model_validate(deserialize(r["Attributes"]))
