@@ -378,6 +378,16 @@ def print_comparisons(comps: dict[str, Any]) -> None:
 counter = RequestCounter()
 
 
+def git_state() -> dict[str, Any]:
+    """The commit the run measured, and the files changed on top of it (others edit the same tree)."""
+    import subprocess
+
+    def git(*a: str) -> str:
+        return subprocess.run(["git", *a], cwd=ROOT, capture_output=True, text=True).stdout.strip()
+    return {"head": git("rev-parse", "--short", "HEAD"),
+            "changed": [line[3:] for line in git("status", "--porcelain", "--untracked-files=no").splitlines()]}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--name", default="quota")
@@ -418,8 +428,9 @@ def main() -> None:
             continue
         overrides, transient, kill = plans[name]
         runs[name] = scenario(template, name, text, args, work, overrides, transient, kill)
-    result = {"machine": {"python": platform.python_version(), "cpus": os.cpu_count(), "platform": platform.platform()},
-              "settings": vars(args), "runs": runs, "targets": verdicts(runs),
+    result: dict[str, Any] = {"machine": {"python": platform.python_version(), "cpus": os.cpu_count(),
+                                          "platform": platform.platform()},
+              "git": git_state(), "settings": vars(args), "runs": runs, "targets": verdicts(runs),
               "reproduce": f".venv/bin/python bench/quota.py --name {args.name} --only {args.only} --rpm {args.rpm:g} "
                            f"--source {args.source} --chars {args.chars}"}
     if "before" in runs and "after" in runs:
@@ -450,7 +461,7 @@ def scaling(template: dict[str, Any], args: argparse.Namespace, work: Path, pace
         out = ROOT / "bench" / "results" / f"{args.name}.json"  # after every size: a long series keeps what it has
         out.write_text(json.dumps({
             "machine": {"python": platform.python_version(), "cpus": os.cpu_count(), "platform": platform.platform()},
-            "settings": vars(args), "runs": runs,
+            "git": git_state(), "settings": vars(args), "runs": runs,
             "reproduce": f".venv/bin/python bench/quota.py --name {args.name} --sizes {args.sizes} --rpm {args.rpm:g} "
                          f"--source {args.source}"}, indent=2) + "\n")
     print_table(f"{args.name}: scaling at {args.rpm:g} requests/min", SCALING_COLUMNS, list(runs.values()))

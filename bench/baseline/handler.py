@@ -25,6 +25,7 @@ from typing import Any
 
 import boto3
 from aws_lambda_powertools.utilities.batch import BatchProcessor, EventType, process_partial_response
+from aws_lambda_powertools.utilities.batch.types import PartialItemFailureResponse
 from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 from aws_lambda_powertools.utilities.idempotency import (
     DynamoDBPersistenceLayer,
@@ -96,7 +97,7 @@ def record_handler(record: SQSRecord) -> dict[str, Any]:
     return {"key": key, "findings": len(findings)}
 
 
-def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
+def lambda_handler(event: dict[str, Any], context: LambdaContext) -> PartialItemFailureResponse:
     config.register_lambda_context(context)
     return process_partial_response(event=event, record_handler=record_handler, processor=processor,
                                     context=context)

@@ -43,8 +43,8 @@ class Resources:
     prefix: str = "findings"
 
 
-def _client(aws: EmbeddedAws, service: str, app_id: str | None) -> Any:
-    cfg = Config(user_agent_appid=app_id) if app_id else None
+def _client(aws: EmbeddedAws, service: Any, app_id: str | None) -> Any:
+    cfg = Config(user_agent_appid=app_id) if app_id else None  # type: ignore[call-arg]  # botocore >= 1.31 has it; its stubs lag
     return aws.session().client(service, endpoint_url=aws.endpoint, config=cfg)
 
 
