@@ -57,7 +57,7 @@ bench: $(STAMP)
 	$(BIN)/python bench/run.py --quick --reps 1
 	$(BIN)/python bench/quota.py --name quota-make-bench --chars 16000 --only after,faults,baseline-clean,baseline
 
-# Every quota run on the 56 KB contract, the baseline's too (~15 minutes on 2 cores: under the quota the
+# Every quota run on the 56 KB contract, the baseline's too (~12 minutes on 2 cores: under the quota the
 # baseline's chunks exhaust their fixed retries and come back after the visibility timeout).
 bench-quota: $(STAMP)
 	$(BIN)/python bench/quota.py --only before,concurrent,after,faults,baseline-clean,baseline
