@@ -184,7 +184,7 @@ def test_a_permanent_error_in_one_analyst_lets_the_others_finish_and_checkpoint_
     world = _world(11)
     job_id, msg = one_chunk_job(world)
     bad = ANALYSTS[3]
-    model = OverlapModel(fail={bad})
+    model = OverlapModel(fail={bad}, meet=len(ANALYSTS))  # it fails once every analyst has started (not left to timing)
     # WHEN the worker handles the chunk
     outcome = _handle(world, msg, model)
     # THEN the chunk failed with the permanent error's code
