@@ -408,7 +408,7 @@ def main() -> None:
     args = ap.parse_args()
     counter.install()
     template = synth("local")
-    work = ROOT / ".review" / "bench-quota"
+    work = ROOT / ".review" / "bench-quota" / args.name  # per name: two runs at once must not delete each other's ledgers
     shutil.rmtree(work, ignore_errors=True)
     text = document(args.chars, args.source)
     paced = {"model_requests_per_minute": args.rpm, "worker_max_concurrency": args.workers}
