@@ -149,9 +149,11 @@ class ClaimsRepo(Protocol):
     def checkpoints(self, record: ChunkRecord) -> dict[str, Checkpoint]:
         """The chunk's committed checkpoints: analyst -> checkpoint."""
 
-    def put_checkpoints(self, job_id: str, chunk_id: str, fence: int, writes: Sequence[CheckpointWrite]) -> bool:
+    def put_checkpoints(self, job_id: str, chunk_id: str, fence: int, writes: Sequence[CheckpointWrite],
+                        lease_s: float | None = None) -> bool:
         """Persist analysts' outputs and commit them all with one fenced write, which also ends the chunk's
-        backpressure streak (progress); False when the fence moved on (nothing committed)."""
+        backpressure streak (progress) and, with `lease_s`, extends the lease as a heartbeat would; False
+        when the fence moved on (nothing committed)."""
 
     def checkpoint_output(self, checkpoint: Checkpoint) -> str:
         """The checkpointed output (JSON), wherever it is stored."""

@@ -93,10 +93,16 @@ def attempt_stats(stats: RetryStats) -> AttemptStats:
 
 
 class Heartbeat:
-    """Extends the claim lease and the message visibility every lease/3 while a chunk is worked."""
+    """Extends the claim lease and the message visibility every lease/3 while a chunk is worked. A
+    checkpoint commit extends the lease too (`beaten`): the next beat skips its DynamoDB write when a
+    commit came less than lease/3 ago (the lease then still has more than lease/3 to run at the beat
+    after), and extends the message visibility all the same."""
 
-    def __init__(self, deps: Deps, msg: AnalysisMessage, fence: int, delivery: Delivery, lease_s: float):
+    def __init__(self, deps: Deps, msg: AnalysisMessage, fence: int, delivery: Delivery, lease_s: float,
+                 clock: Callable[[], float] = time.monotonic):
         self.deps, self.msg, self.fence, self.delivery, self.lease_s = deps, msg, fence, delivery, lease_s
+        self.clock = clock
+        self._beaten_at = float("-inf")  # when a checkpoint commit last extended the lease (self.clock)
         self.lost = threading.Event()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True, name="heartbeat")
@@ -113,10 +119,16 @@ class Heartbeat:
         if self.lost.is_set():
             raise LeaseLost()
 
+    def beaten(self) -> None:
+        """A fenced write just extended the lease (a checkpoint commit)."""
+        self._beaten_at = self.clock()
+
     def _run(self) -> None:
         while not self._stop.wait(self.lease_s / 3):
             try:
-                if not self.deps.claims.heartbeat(self.msg.job_id, self.msg.chunk_id, self.fence, self.lease_s):
+                recent = self.clock() - self._beaten_at < self.lease_s / 3
+                if not recent and not self.deps.claims.heartbeat(self.msg.job_id, self.msg.chunk_id, self.fence,
+                                                                 self.lease_s):
                     self.lost.set()
                     return
                 if self.delivery.receipt_handle:
@@ -205,8 +217,9 @@ class AnalystRunner:
         (nothing committed)."""
         writes = [CheckpointWrite(analyst=name, config_hash=current_hash, status=out.status,
                                   output_json=out.model_dump_json()) for name, out in batch]
-        if not self.deps.claims.put_checkpoints(msg.job_id, msg.chunk_id, fence, writes):
+        if not self.deps.claims.put_checkpoints(msg.job_id, msg.chunk_id, fence, writes, lease_s=self.hb.lease_s):
             return False
+        self.hb.beaten()
         self.committed.extend(name for name, _ in batch)
         self.deps.jobs.record_event(msg.job_id, "analyst.done", chunk_id=msg.chunk_id, chunk_index=msg.chunk_index,
                                     chunk_count=msg.chunk_count, analysts=[

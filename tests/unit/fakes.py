@@ -310,7 +310,8 @@ class FakeClaims:
         return out
 
     @_atomic
-    def put_checkpoints(self, job_id: str, chunk_id: str, fence: int, writes: Sequence[CheckpointWrite]) -> bool:
+    def put_checkpoints(self, job_id: str, chunk_id: str, fence: int, writes: Sequence[CheckpointWrite],
+                        lease_s: float | None = None) -> bool:
         if not writes:
             return True
         for w in writes:
@@ -327,7 +328,8 @@ class FakeClaims:
         if r is None:
             return False
         committed = {**r.checkpoints, **{w.analyst: fence for w in writes}}
-        self.items[(job_id, chunk_id)] = r.model_copy(update={"checkpoints": committed,
+        lease = {"claim_expires_at": self.clock() + lease_s} if lease_s is not None else {}
+        self.items[(job_id, chunk_id)] = r.model_copy(update={"checkpoints": committed, **lease,
                                                               "backpressure_since": None, "backpressure_requeues": 0})
         return True
 

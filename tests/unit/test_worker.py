@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import random
 import re
+import time
 from collections import Counter
 
 import pytest
@@ -19,7 +20,7 @@ from contract_review.model_clients import ModelRequest, ModelResponse
 from contract_review.offline_model import OfflineRuleModel
 from contract_review.ports import Queue
 from contract_review.records import AttemptStats, CheckpointWrite, ChunkRecord, ChunkStatus, JobState, ReleaseReason
-from contract_review.worker import ChunkWorker, Delivery
+from contract_review.worker import ChunkWorker, Delivery, Heartbeat
 
 from .fakes import SETTINGS, FakeWorld
 from .scenarios import one_chunk_job
@@ -644,3 +645,35 @@ def test_aws_throttling_before_the_claim_requeues_the_message_without_touching_t
     fresh = AnalysisMessage.model_validate_json(sent.body)
     assert sent.delay_s >= 1 and (fresh.requeues, fresh.attempt) == (1, msg.attempt)
     assert world.claims.get(job_id, msg.chunk_id).fence == 0
+
+
+# ------------------------------------------------------------------------------ heartbeats and commits
+def test_a_checkpoint_commit_extends_the_lease_and_spares_the_next_heartbeat_its_write(world):
+    # GIVEN a claimed chunk and its heartbeat (a short real lease: beats every 0.1 s)
+    job_id, msg = one_chunk_job(world)
+    claim = world.claims.claim(job_id, msg.chunk_id, "w", 0.3, 1)
+    beats: list[float] = []
+    real_beat = world.claims.heartbeat
+
+    def beat(*args, **kw) -> bool:
+        beats.append(world.clock())
+        return real_beat(*args, **kw)
+    world.claims.heartbeat = beat  # type: ignore[method-assign]  # the fake's method, observed
+    write = [CheckpointWrite(analyst="liability", config_hash="h", status="ok", output_json="{}")]
+    with Heartbeat(world.deps, msg, claim.fence, _delivery(), lease_s=0.3, clock=world.clock) as hb:
+        # WHEN analysts commit more often than every lease/3, each commit extending the lease
+        for _ in range(8):
+            world.clock.advance(0.05)
+            assert world.claims.put_checkpoints(job_id, msg.chunk_id, claim.fence, write, lease_s=0.3)
+            record = world.claims.get(job_id, msg.chunk_id)
+            assert record is not None and record.claim_expires_at == world.clock() + 0.3
+            hb.beaten()
+            time.sleep(0.05)
+        # THEN the heartbeat wrote nothing meanwhile (the commits kept the lease)
+        assert beats == []
+        # AND once the commits stop, it beats again
+        world.clock.advance(0.3)
+        deadline = time.monotonic() + 5
+        while not beats and time.monotonic() < deadline:
+            time.sleep(0.02)
+    assert beats and not hb.lost.is_set()

@@ -217,7 +217,8 @@ class DynamoClaims:
                             "fence": fence})
         return found
 
-    def put_checkpoints(self, job_id: str, chunk_id: str, fence: int, writes: Sequence[CheckpointWrite]) -> bool:
+    def put_checkpoints(self, job_id: str, chunk_id: str, fence: int, writes: Sequence[CheckpointWrite],
+                        lease_s: float | None = None) -> bool:
         if not writes:
             return True
         now = self.clock()
@@ -234,11 +235,14 @@ class DynamoClaims:
         self.cps.client.put_item(TableName=self.cps.name, Item=serialize({
             "pk": f"{job_id}#{chunk_id}", "analyst": f"{fence:06d}#{writes[0].analyst}", "fence": fence,
             "outputs": outputs, "expires_at": int(now) + self.ttl_s}))
-        # progress: the commit also ends the chunk's backpressure streak
+        # progress: the commit also ends the chunk's backpressure streak (and is a heartbeat, with lease_s)
         commits = ", ".join(f"checkpoints.#a{i} = :f" for i in range(len(writes)))
+        values: dict[str, Any] = {":f": fence, ":z": 0}
+        if lease_s is not None:
+            commits += ", claim_expires_at = :exp"
+            values[":exp"] = now + lease_s
         return self._fenced_update(job_id, chunk_id, fence,
-                                   f"SET {commits}, backpressure_requeues = :z REMOVE backpressure_since",
-                                   {":f": fence, ":z": 0},
+                                   f"SET {commits}, backpressure_requeues = :z REMOVE backpressure_since", values,
                                    {f"#a{i}": w.analyst for i, w in enumerate(writes)}) is not None
 
     def checkpoint_output(self, checkpoint: Checkpoint) -> str:
