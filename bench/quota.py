@@ -383,9 +383,9 @@ def git_state() -> dict[str, Any]:
     import subprocess
 
     def git(*a: str) -> str:
-        return subprocess.run(["git", *a], cwd=ROOT, capture_output=True, text=True).stdout.strip()
-    return {"head": git("rev-parse", "--short", "HEAD"),
-            "changed": [line[3:] for line in git("status", "--porcelain", "--untracked-files=no").splitlines()]}
+        return subprocess.run(["git", *a], cwd=ROOT, capture_output=True, text=True).stdout
+    return {"head": git("rev-parse", "--short", "HEAD").strip(),
+            "changed": [line[3:] for line in git("status", "--porcelain", "--untracked-files=no").splitlines() if line]}
 
 
 def main() -> None:
