@@ -175,14 +175,19 @@ def _oracle(deps: Deps, job: Job, text: str) -> dict[str, Any]:
     return {"problems": check.problems, "silently_incomplete": check.silently_incomplete}
 
 
-def scenario(template: dict[str, Any], name: str, text: str, args: argparse.Namespace, work: Path,
-             overrides: dict[str, Any], transient: float = 0.0, kill: bool = False) -> dict[str, Any]:
-    state = work / name
+def simulated_bedrock(state: Path, args: argparse.Namespace, transient: float) -> tuple[Path, Path, FaultSpec]:
+    """A run's state directory, its call ledger, and the simulated Bedrock every run (ours, the baseline) uses."""
     state.mkdir(parents=True, exist_ok=True)
     log = state / "calls.jsonl"
     spec = FaultSpec.simulated_bedrock(str(state / "quota"), requests_per_minute=args.rpm, median_ms=args.median_ms,
                                        p99_ms=args.p99_ms, window_s=args.window_s, transient_rate=transient,
                                        seed=11, call_log=str(log))
+    return state, log, spec
+
+
+def scenario(template: dict[str, Any], name: str, text: str, args: argparse.Namespace, work: Path,
+             overrides: dict[str, Any], transient: float = 0.0, kill: bool = False) -> dict[str, Any]:
+    state, log, spec = simulated_bedrock(work / name, args, transient)
     env = {"worker": {"PROFILE_OVERRIDES": json.dumps(overrides)}} if overrides else {}
     stack = LocalStack(faults=spec, template=template, state_dir=state, concurrency={"worker": args.workers},
                        extra_env=env)
@@ -215,12 +220,7 @@ def baseline_scenario(name: str, text: str, args: argparse.Namespace, work: Path
     the same document, simulated Bedrock, quota, faults and kill; summarized like a pipeline run."""
     from tests.oracle import oracle_for
 
-    state = work / name
-    state.mkdir(parents=True, exist_ok=True)
-    log = state / "calls.jsonl"
-    spec = FaultSpec.simulated_bedrock(str(state / "quota"), requests_per_minute=args.rpm, median_ms=args.median_ms,
-                                       p99_ms=args.p99_ms, window_s=args.window_s, transient_rate=transient,
-                                       seed=11, call_log=str(log))
+    state, log, spec = simulated_bedrock(work / name, args, transient)
     expected, needed = baseline.expected_by_chunk(oracle_for(text, LOCAL))
     counter.counts.clear()
     marks: dict[str, Counter[tuple[str, str]]] = {}
