@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import time
@@ -9,7 +10,7 @@ import time
 from contract_review import ops
 from contract_review.config import FaultSpec, get_profile
 
-from .conftest import get_chunk, wait_for, wait_jobs
+from .conftest import ONE_BY_ONE, get_chunk, wait_for, wait_jobs
 from .test_recovery import _claimed_with_checkpoints, _doc, _pid
 
 LOCAL = get_profile("local")
@@ -19,8 +20,10 @@ def test_fargate_pollers_review_and_recover_from_kill_9(tmp_path):
     from review_local.embedded import synth
     from review_local.stack import LocalStack
 
+    # analysts one by one: with all 11 at once a chunk takes two call latencies, and there is no "half-way" to kill
     stack = LocalStack(worker="fargate", faults=FaultSpec(latency_ms=100), concurrency={"worker": 2, "sweeper": 0},
-                       template=synth("local", {"worker": "fargate"}), state_dir=tmp_path)
+                       template=synth("local", {"worker": "fargate"}), state_dir=tmp_path,
+                       extra_env={"worker": {"PROFILE_OVERRIDES": json.dumps(ONE_BY_ONE)}})
     stack.start()
     try:
         assert not any(r["Type"] == "AWS::Lambda::EventSourceMapping" and "Analysis" in str(r["Properties"])
