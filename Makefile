@@ -26,10 +26,11 @@ test: lint
 	$(BIN)/python -m pytest -n 2 --dist loadgroup -m "not soak" tests
 
 # Tooling gate: ruff (incl. import order and complexity <= 15), mypy (pydantic plugin) over the
-# shipped code, and no `# type: ignore` without a reason after it on the same line.
+# shipped code, import-linter (the layers and import rules in pyproject.toml), and no `# type: ignore` without a reason after it on the same line.
 lint: $(STAMP)
 	$(BIN)/ruff check functions review_local infra tests bench app.py
 	$(BIN)/mypy
+	PYTHONPATH=functions $(BIN)/lint-imports --no-cache
 	@! grep -rnE "type: ignore(\[[^]]*\])?[[:space:]]*$$" functions review_local infra app.py \
 		|| { echo "error: a '# type: ignore' above has no reason after it on the same line"; exit 1; }
 
@@ -46,8 +47,8 @@ synth: $(STAMP)
 	npx cdk synth -c profile=$${PROFILE:-prod} --quiet
 
 docs: $(STAMP)
-	PYTHONPATH=functions $(BIN)/python -m contract_review.errors > docs/error-codes.md
-	PYTHONPATH=functions $(BIN)/python -c "import json; from contract_review.messages import intake_json_schema; print(json.dumps(intake_json_schema(), indent=2))" > docs/intake-message.schema.json
+	PYTHONPATH=functions $(BIN)/python -m contract_review.domain.errors > docs/error-codes.md
+	PYTHONPATH=functions $(BIN)/python -c "import json; from contract_review.domain.messages import intake_json_schema; print(json.dumps(intake_json_schema(), indent=2))" > docs/intake-message.schema.json
 
 # At most 5 minutes on 2 cores: recovery and faults (one run per fault rate, without the 2-minute
 # visibility-timeout baseline), then speed under a model quota beside the Powertools-alone baseline

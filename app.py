@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent
-for path in (ROOT, ROOT / "functions"):  # `import infra` and `import contract_review.config`
+for path in (ROOT, ROOT / "functions"):  # `import infra` and `import contract_review.config.profile`
     if str(path) not in sys.path:
         sys.path.insert(0, str(path))
 

@@ -25,11 +25,11 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "functions")]
 
-from contract_review.analysts import ANALYSTS, parse_response, run_analyst  # noqa: E402
-from contract_review.chunking import split_into_chunks  # noqa: E402
-from contract_review.config import get_profile  # noqa: E402
-from contract_review.model_clients import ModelRequest, ModelResponse  # noqa: E402
-from contract_review.offline_model import OfflineRuleModel  # noqa: E402
+from contract_review.config.profile import get_profile  # noqa: E402
+from contract_review.domain.model import ModelRequest, ModelResponse  # noqa: E402
+from contract_review.doubles.offline_model import OfflineRuleModel  # noqa: E402
+from contract_review.review.analysts import ANALYSTS, parse_response, run_analyst  # noqa: E402
+from contract_review.review.chunking import split_into_chunks  # noqa: E402
 
 CHARS_PER_TOKEN = 4.0
 PROD = get_profile("prod")

@@ -28,11 +28,11 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "functions")]
 
-from contract_review import ops  # noqa: E402
-from contract_review.chunking import split_into_chunks  # noqa: E402
-from contract_review.config import get_profile  # noqa: E402
-from contract_review.ports import Deps  # noqa: E402
-from contract_review.records import Job, JobState  # noqa: E402
+from contract_review.config.profile import get_profile  # noqa: E402
+from contract_review.domain.ports import Deps  # noqa: E402
+from contract_review.domain.records import Job, JobState  # noqa: E402
+from contract_review.operate import ops  # noqa: E402
+from contract_review.review.chunking import split_into_chunks  # noqa: E402
 from review_local.embedded import synth  # noqa: E402
 from review_local.stack import LocalStack  # noqa: E402
 from tests.large_docs import large_contract, source_name  # noqa: E402

@@ -5,7 +5,7 @@ turns those counts into orchestration dollars per 1,000 model calls, beside Step
 one task state per model call. Model tokens are not orchestration and are not priced here (bench/cost.py).
 
 Prices: one place. SQS, DynamoDB, S3 and Lambda come from the product's dated price table
-(`contract_review.config.PRICES`, docs/cost.md: the one a job's cost is computed from); what that table has
+(`contract_review.config.prices.PRICES`, docs/cost.md: the one a job's cost is computed from); what that table has
 no use for (Step Functions Standard, EventBridge, SNS, CloudWatch) is in EXTRA below, US East (N. Virginia),
 on-demand, after any free tier, read from the AWS pricing pages as of EXTRA_AS_OF and not re-checked since
 (the bench runs offline): check them before quoting a figure as a bill.
@@ -26,7 +26,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from contract_review.config import PRICES
+from contract_review.config.prices import PRICES
 
 _T = PRICES  # the product's table (Decimal prices)
 EXTRA_AS_OF = "2025-06 (AWS pricing pages, us-east-1; not re-checked since)"

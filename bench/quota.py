@@ -44,13 +44,14 @@ sys.path[:0] = [str(ROOT), str(ROOT / "functions")]
 from bench import prices  # noqa: E402
 from bench.baseline import run as baseline  # noqa: E402
 from bench.compare import baseline_wins, compare  # noqa: E402
-from contract_review import ops  # noqa: E402
-from contract_review.analysts import analysts_for, run_analyst  # noqa: E402
-from contract_review.chunking import split_into_chunks  # noqa: E402
-from contract_review.config import FaultSpec, get_profile  # noqa: E402
-from contract_review.offline_model import OfflineRuleModel  # noqa: E402
-from contract_review.ports import Deps  # noqa: E402
-from contract_review.records import ChunkStatus, Job  # noqa: E402
+from contract_review.config.profile import get_profile
+from contract_review.domain.ports import Deps  # noqa: E402
+from contract_review.domain.records import ChunkStatus, Job  # noqa: E402
+from contract_review.doubles.offline_model import OfflineRuleModel  # noqa: E402
+from contract_review.doubles.spec import FaultSpec
+from contract_review.operate import ops  # noqa: E402
+from contract_review.review.analysts import analysts_for, run_analyst  # noqa: E402
+from contract_review.review.chunking import split_into_chunks  # noqa: E402
 from review_local.embedded import synth  # noqa: E402
 from review_local.stack import LocalStack  # noqa: E402
 

@@ -29,10 +29,11 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "functions")]
 
-from contract_review import ops  # noqa: E402
-from contract_review.config import FaultSpec, get_profile  # noqa: E402
-from contract_review.ports import Deps  # noqa: E402
-from contract_review.records import ChunkRecord, ChunkStatus, Job  # noqa: E402
+from contract_review.config.profile import get_profile
+from contract_review.domain.ports import Deps  # noqa: E402
+from contract_review.domain.records import ChunkRecord, ChunkStatus, Job  # noqa: E402
+from contract_review.doubles.spec import FaultSpec
+from contract_review.operate import ops  # noqa: E402
 from review_local.embedded import synth  # noqa: E402
 from review_local.stack import LocalStack  # noqa: E402
 
@@ -116,9 +117,9 @@ def recovery(template: dict[str, Any], with_sweeper: bool, state_dir: Path) -> d
 
 
 def clean_chunk_calls(text: str, chunk_id: str) -> int:
-    from contract_review.analysts import analysts_for, run_analyst
-    from contract_review.chunking import split_into_chunks
-    from contract_review.offline_model import OfflineRuleModel
+    from contract_review.doubles.offline_model import OfflineRuleModel
+    from contract_review.review.analysts import analysts_for, run_analyst
+    from contract_review.review.chunking import split_into_chunks
 
     model = OfflineRuleModel()
     (chunk,) = [c for c in split_into_chunks(text, LOCAL.chunk_target_chars, LOCAL.chunk_max_chars)

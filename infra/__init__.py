@@ -1,7 +1,7 @@
 """CDK infrastructure for the contract-review pipeline.
 
 One stack (`ContractReviewStack`) wired from small constructs, all built from one
-`contract_review.config.Profile`:
+`contract_review.config.profile.Profile`:
 
 - `queues.QueueWithDlq`: a queue, its DLQ (redrive-allow: its source only) and their alarms; owns
   the queue rules and fails synth when they are broken.

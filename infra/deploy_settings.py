@@ -7,7 +7,8 @@ import re
 from dataclasses import dataclass
 from typing import Any, Literal, cast
 
-from contract_review.config import FaultSpec, Profile, get_profile
+from contract_review.config.profile import Profile, get_profile
+from contract_review.doubles.spec import FaultSpec
 
 from .queues import max_name_prefix
 

@@ -33,7 +33,7 @@ from aws_cdk import aws_logs as logs
 from aws_cdk import aws_sqs as sqs
 from constructs import Construct
 
-from contract_review.config import FARGATE_MAX_STOP_TIMEOUT_S
+from contract_review.config.constants import FARGATE_MAX_STOP_TIMEOUT_S
 
 from .functions import FUNCTIONS_DIR, log_retention
 

@@ -26,7 +26,7 @@ from aws_cdk import aws_sns as sns
 from aws_cdk import aws_sns_subscriptions as subscriptions
 from constructs import Construct
 
-from contract_review.config import Profile
+from contract_review.config.profile import Profile
 
 from .queues import QueueWithDlq
 

@@ -18,7 +18,7 @@ from aws_cdk import Acknowledgment, App, CfnElement, Stack, Validations
 from cdk_nag import AwsSolutionsChecks
 from constructs import IConstruct
 
-from contract_review.model_clients import GLOBAL_PROFILE_PREFIX, base_model_id, is_inference_profile
+from contract_review.domain.model import GLOBAL_PROFILE_PREFIX, base_model_id, is_inference_profile
 
 from .functions import PipelineFunction
 from .permissions import ACCESS, merged

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from aws_cdk import ArnFormat, Stack
 from aws_cdk import aws_iam as iam
 
-from contract_review.model_clients import GLOBAL_PROFILE_PREFIX, base_model_id, is_inference_profile
+from contract_review.domain.model import GLOBAL_PROFILE_PREFIX, base_model_id, is_inference_profile
 
 from .tables import CLAIMS_LEASE_INDEX
 

@@ -28,7 +28,8 @@ from aws_cdk import aws_cloudwatch as cloudwatch
 from aws_cdk import aws_sqs as sqs
 from constructs import Construct
 
-from contract_review.config import LAMBDA_VISIBILITY_FACTOR, Profile
+from contract_review.config.constants import LAMBDA_VISIBILITY_FACTOR
+from contract_review.config.profile import Profile
 
 SQS_MAX_VISIBILITY_S = 12 * 3600
 SQS_MIN_RETENTION_S = 60

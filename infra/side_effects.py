@@ -23,7 +23,7 @@ from aws_cdk import aws_sns as sns
 from aws_cdk import aws_sqs as sqs
 from constructs import Construct
 
-from contract_review.config import Profile
+from contract_review.config.profile import Profile
 
 IDEMPOTENCY_KEY_ATTRIBUTE = "id"  # Powertools DynamoDBPersistenceLayer defaults
 IDEMPOTENCY_TTL_ATTRIBUTE = "expiration"

@@ -10,7 +10,7 @@ from aws_cdk import aws_events_targets as targets
 from aws_cdk import aws_lambda_event_sources as event_sources
 from constructs import Construct
 
-from contract_review.config import OPTION_ENV, RESOURCES
+from contract_review.config.settings import OPTION_ENV, RESOURCES
 
 from . import nag
 from .api import JobApi

@@ -1,4 +1,4 @@
-"""The Job API on loopback: the same Powertools app the Lambda runs (`contract_review.api`), behind a
+"""The Job API on loopback: the same Powertools app the Lambda runs (`contract_review.operate.api`), behind a
 stdlib `ThreadingHTTPServer` that turns each request into an HTTP API v2 event.
 
 Authentication stands in for the HTTP API's IAM authorization: `Authorization: Bearer <token>`, where
@@ -29,9 +29,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import SimpleNamespace
 from urllib.parse import parse_qsl, urlsplit
 
-from contract_review import api
-from contract_review.ports import Deps
-from contract_review.records import JobState
+from contract_review.domain.ports import Deps
+from contract_review.domain.records import JobState
+from contract_review.operate import api
 
 LOCAL_ACCOUNT = "123456789012"  # the embedded stack's account (review_local.embedded)
 MAX_BODY_BYTES = 10 * 1024 * 1024  # an HTTP API takes request bodies up to 10 MB

@@ -1,5 +1,5 @@
 """`review submit --batch ITEMS.jsonl` and `review batch BATCH_ID`: the Job API's batches (the same core,
-`contract_review.api.submit_batch` / `batch_view`), from the command line.
+`contract_review.operate.api.submit_batch` / `batch_view`), from the command line.
 
 The batch and its jobs belong to the CLI's principal, as if submitted through the API: locally the first
 principal of `review up`'s API (its `api_token` reads them over HTTP too); with `--stack`, the caller's IAM
@@ -20,9 +20,9 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from contract_review import api
-from contract_review.messages import MAX_DOCUMENT_BYTES
-from contract_review.ports import Deps
+from contract_review.domain.messages import MAX_DOCUMENT_BYTES
+from contract_review.domain.ports import Deps
+from contract_review.operate import api
 
 from .api_server import local_principal
 

@@ -16,12 +16,14 @@ from botocore.exceptions import BotoCoreError, ClientError
 from rich.console import Console
 from rich.table import Table
 
-from contract_review import lifecycle, ops, redrive
-from contract_review.chunking import document_hash
-from contract_review.config import FaultSpec
-from contract_review.messages import MAX_DOCUMENT_BYTES
-from contract_review.ports import Deps, Queue
-from contract_review.records import JobState
+from contract_review.domain import lifecycle
+from contract_review.domain.messages import MAX_DOCUMENT_BYTES
+from contract_review.domain.ports import Deps, Queue
+from contract_review.domain.records import JobState
+from contract_review.doubles.spec import FaultSpec
+from contract_review.operate import ops
+from contract_review.pipeline import redrive
+from contract_review.review.chunking import document_hash
 
 from .progress import UNKNOWN, WAITING, ended, watch_jobs
 
@@ -443,9 +445,9 @@ def cancel(obj: Ctx, job_ids: tuple[str, ...], wait: bool, timeout: float) -> No
 
 # ------------------------------------------------------------------------------------ approve / reject
 def _decide(obj: Ctx, job_id: str, decision: str) -> None:
-    from contract_review import saga
+    from contract_review.sideeffects import approvals
 
-    r = saga.decide_approval(obj.deps, job_id, decision, by="cli")
+    r = approvals.decide_approval(obj.deps, job_id, decision, by="cli")
     console.print(f"{job_id}  {r.state.value if r.state else '-'}  {r.message}", style="" if r.changed else "yellow",
                   markup=False, highlight=False, soft_wrap=True)
     if not r.changed:
@@ -480,7 +482,7 @@ def compensations(obj: Ctx, redrive: bool) -> None:
     --redrive runs them again (each keeps its own key: nothing is closed or withdrawn twice)."""
     import json as _json
 
-    from contract_review import saga
+    from contract_review.sideeffects import saga
 
     fx = obj.deps.side_effects
     if fx is None or fx.dlq is None:

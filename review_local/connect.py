@@ -19,8 +19,8 @@ from botocore.exceptions import (
     ProfileNotFound,
 )
 
-from contract_review.config import Settings
-from contract_review.ports import Deps
+from contract_review.config.settings import Settings
+from contract_review.domain.ports import Deps
 from contract_review.wiring import build_deps
 
 from .embedded import FAKE_CREDENTIALS, load_local_json

@@ -9,11 +9,11 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from contract_review import ops
-from contract_review.analysts import CATEGORY_BY_KEY
-from contract_review.config import FaultSpec
-from contract_review.ports import DLQS, Deps
-from contract_review.report import Report
+from contract_review.domain.ports import DLQS, Deps
+from contract_review.doubles.spec import FaultSpec
+from contract_review.operate import ops
+from contract_review.review.analysts import CATEGORY_BY_KEY
+from contract_review.review.report import Report
 
 from .embedded import ROOT
 from .progress import watch_jobs

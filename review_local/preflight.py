@@ -18,15 +18,11 @@ from typing import Any, cast
 import boto3
 from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError, NoRegionError
 
-from contract_review.config import OFFLINE_MODEL_ID, get_profile
-from contract_review.errors import REGISTRY, ReviewError, classify
-from contract_review.model_clients import (
-    GLOBAL_PROFILE_PREFIX,
-    BedrockConverseModel,
-    ModelFacts,
-    ModelIdCheck,
-    is_inference_profile,
-)
+from contract_review.config.constants import OFFLINE_MODEL_ID
+from contract_review.config.profile import get_profile
+from contract_review.domain.errors import REGISTRY, ReviewError, classify
+from contract_review.domain.model import GLOBAL_PROFILE_PREFIX, is_inference_profile
+from contract_review.model.bedrock import BedrockConverseModel, ModelFacts, ModelIdCheck
 from contract_review.wiring import bedrock_control_client, bedrock_runtime_client
 
 from .embedded import LOCAL_JSON

@@ -14,9 +14,9 @@ from collections.abc import Callable
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from contract_review.ops import event_label
-from contract_review.ports import JobsRepo
-from contract_review.records import JobEvent, JobState
+from contract_review.domain.ports import JobsRepo
+from contract_review.domain.records import JobEvent, JobState
+from contract_review.operate.ops import event_label
 
 UNKNOWN = "unknown"  # no job record, and nothing in the intake queue could still create it
 WAITING = "waiting for intake"

@@ -7,8 +7,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from contract_review.config import FaultSpec, get_profile
-from contract_review.ports import Deps
+from contract_review.config.profile import get_profile
+from contract_review.domain.ports import Deps
+from contract_review.doubles.spec import FaultSpec
 
 from .api_server import ApiServer
 from .connect import local_deps

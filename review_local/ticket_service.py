@@ -1,7 +1,7 @@
 """A local stand-in (a fake) for the external ticket system: a third party's HTTP API, not ours.
 
 Besides the model (`OfflineRuleModel`), this is the only thing faked in the local stack. The saga
-(`contract_review.saga`) opens a review ticket here when a report has high-risk findings, and
+(`contract_review.sideeffects.saga`) opens a review ticket here when a report has high-risk findings, and
 closes it again as a compensation. `review up` runs it on loopback and hands its URL to the
 functions (environment `TICKET_URL`); on AWS the URL of the real system is the CDK context value
 `ticket_url`.

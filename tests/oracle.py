@@ -21,13 +21,13 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from contract_review.analysts import Finding, analysts_for, run_analyst
-from contract_review.chunking import document_hash, split_into_chunks
-from contract_review.config import Profile
-from contract_review.model_clients import ModelRequest, ModelResponse
-from contract_review.offline_model import OfflineRuleModel
-from contract_review.ports import Deps
-from contract_review.records import ChunkRecord, ChunkStatus, Job, JobState
+from contract_review.config.profile import Profile
+from contract_review.domain.model import ModelRequest, ModelResponse
+from contract_review.domain.ports import Deps
+from contract_review.domain.records import ChunkRecord, ChunkStatus, Job, JobState
+from contract_review.doubles.offline_model import OfflineRuleModel
+from contract_review.review.analysts import Finding, analysts_for, run_analyst
+from contract_review.review.chunking import document_hash, split_into_chunks
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,7 @@ What a serverless developer writes from the Powertools docs, with nothing of the
   maxReceiveCount);
 - Powertools idempotency (`idempotent_function`, `DynamoDBPersistenceLayer`) on the whole chunk, keyed by
   its chunk id, the Lambda context registered (a crashed invocation's in-progress record expires with it);
-- the same analysts (`contract_review.analysts.run_analyst`) run one by one, each model call with fixed
+- the same analysts (`contract_review.review.analysts.run_analyst`) run one by one, each model call with fixed
   retries (MAX_ATTEMPTS attempts, WAIT_S apart, on what botocore's standard retry mode retries: throttles,
   5xx, read timeouts); no claims, no checkpoints, no heartbeats, no pacing, no circuit breaker;
 - the chunk's findings written to S3 (`<prefix>/<chunk index>.json`); the bench counts completion there.
@@ -35,12 +35,12 @@ from aws_lambda_powertools.utilities.idempotency import (
 from aws_lambda_powertools.utilities.typing import LambdaContext
 from botocore.exceptions import ClientError, ReadTimeoutError
 
-from contract_review.analysts import analysts_for, run_analyst
-from contract_review.chunking import Chunk
-from contract_review.config import FaultSpec
-from contract_review.faults import CallLedger, FaultInjectingModel
-from contract_review.model_clients import ModelClient, ModelRequest
-from contract_review.offline_model import OfflineRuleModel
+from contract_review.domain.model import ModelClient, ModelRequest
+from contract_review.doubles.faults import CallLedger, FaultInjectingModel
+from contract_review.doubles.offline_model import OfflineRuleModel
+from contract_review.doubles.spec import FaultSpec
+from contract_review.review.analysts import analysts_for, run_analyst
+from contract_review.review.chunking import Chunk
 
 MAX_ATTEMPTS = 3  # botocore's standard retry mode: 3 attempts in all
 WAIT_S = 0.5  # fixed wait between attempts (one median call latency of the bench's simulated Bedrock)

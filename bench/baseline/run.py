@@ -24,8 +24,9 @@ from typing import Any
 
 from botocore.config import Config
 
-from contract_review.chunking import Chunk, split_into_chunks
-from contract_review.config import FaultSpec, Profile
+from contract_review.config.profile import Profile
+from contract_review.doubles.spec import FaultSpec
+from contract_review.review.chunking import Chunk, split_into_chunks
 from review_local.embedded import EmbeddedAws
 from review_local.runtime import FunctionSpec, LocalRuntime
 

@@ -10,19 +10,21 @@ from typing import Any
 
 from botocore.config import Config
 
-from .adapters.artifacts import S3Artifacts
-from .adapters.claims import DynamoClaims
-from .adapters.jobs import DynamoJobs
-from .adapters.queues import SqsQueues
-from .adaptive import QuotaLimiter
-from .breaker import BreakerModel, CircuitBreaker
-from .config import Settings
-from .cost import RequestMeter
-from .faults import CallLedger, FaultInjectingModel
-from .model_clients import BedrockConverseModel, ModelClient, ModelIdCheck, bedrock_client_config
-from .offline_model import OfflineRuleModel
-from .ports import Deps, Queue
-from .side_effects import PowertoolsOutcomes, SideEffects
+from contract_review.adapters.artifacts import S3Artifacts
+from contract_review.adapters.claims import DynamoClaims
+from contract_review.adapters.jobs import DynamoJobs
+from contract_review.adapters.outcomes import PowertoolsOutcomes
+from contract_review.adapters.queues import SqsQueues
+from contract_review.adapters.task_protection import ScaleInGuard, TaskProtection
+from contract_review.config.settings import Settings
+from contract_review.domain.cost import RequestMeter
+from contract_review.domain.effects import SideEffects
+from contract_review.domain.model import ModelClient
+from contract_review.domain.ports import Deps, Queue
+from contract_review.model.bedrock import BedrockConverseModel, ModelIdCheck, bedrock_client_config
+from contract_review.model.breaker import BreakerModel, CircuitBreaker
+from contract_review.model.pacing import QuotaLimiter
+from contract_review.sideeffects import saga
 
 
 def aws_client_config() -> Config:
@@ -59,6 +61,7 @@ def build_deps(settings: Settings, session: Any, endpoint_url: str | None = None
         meter=meter,
         side_effects=(build_side_effects(settings, session, endpoint_url, remaining_ms)
                       if settings.idempotency_table else None),
+        compensator=saga.compensate_job if settings.idempotency_table else None,
     )
 
 
@@ -68,8 +71,8 @@ def build_side_effects(settings: Settings, session: Any, endpoint_url: str | Non
     (`ticket_url`; none configured: the ticket step is skipped), SNS + EventBridge, the compensation DLQ."""
     from aws_lambda_powertools.utilities.idempotency import DynamoDBPersistenceLayer
 
-    from .adapters.notify import SnsEventBridgeNotifier, SqsCompensationDlq
-    from .adapters.tickets import HttpTicketSystem
+    from contract_review.adapters.notify import SnsEventBridgeNotifier, SqsCompensationDlq
+    from contract_review.adapters.tickets import HttpTicketSystem
 
     if not settings.idempotency_table:
         raise ValueError("the side effects need the idempotency table (IDEMPOTENCY_TABLE)")
@@ -104,7 +107,7 @@ def bedrock_control_client(session: Any) -> Any:
 
 
 def build_limiter(settings: Settings) -> QuotaLimiter | None:
-    """This process's pacers for the model quota (adaptive.py), or None when no quota is configured. The
+    """This process's pacers for the model quota (model/pacing.py), or None when no quota is configured. The
     workers expected busy: at most the event source's concurrency, and one job keeps at most its fan-out
     window busy (more jobs at once: AIMD brings each worker down to its share)."""
     p = settings.profile
@@ -118,12 +121,22 @@ def build_model(settings: Settings, session: Any) -> ModelClient:
         model = BedrockConverseModel(bedrock_runtime_client(session, settings.model_call_timeout_s),
                                      settings.effective_model_id,
                                      id_check=ModelIdCheck(lambda: bedrock_control_client(session)))
-    else:
+    else:  # the offline stand-in: imported only when configured, never on a Bedrock deploy's path
+        from contract_review.doubles.offline_model import OfflineRuleModel
+
         model = OfflineRuleModel()
-    spec = settings.fault_spec
-    if spec is not None:
+    if settings.fault_spec:  # demo, tests and bench only (infra refuses it in the prod profile)
+        from contract_review.doubles.faults import CallLedger, FaultInjectingModel
+        from contract_review.doubles.spec import FaultSpec
+
+        spec = FaultSpec.model_validate_json(settings.fault_spec)
         model = FaultInjectingModel(model, spec, read_timeout_s=settings.model_call_timeout_s)
         if spec.call_log:
             model = CallLedger(model, spec.call_log)
     p = settings.profile  # outermost: a call the open breaker refuses is never sent (nor logged as sent)
     return BreakerModel(model, CircuitBreaker(model.model_id, p.breaker_failures, p.breaker_open_s))
+
+
+def build_scale_in_guard(settings: Settings, agent_uri: str | None) -> ScaleInGuard:
+    """The Fargate poller's ECS scale-in protection (through the task's agent endpoint; None: a no-op)."""
+    return ScaleInGuard(TaskProtection(agent_uri), settings.profile.fargate_protection_minutes)

@@ -9,12 +9,12 @@ import json
 import time
 from typing import Any
 
-from contract_review import lifecycle
-from contract_review.errors import ErrorEnvelope
-from contract_review.intake import handle_intake
-from contract_review.messages import AnalysisMessage
-from contract_review.ports import Deps
-from contract_review.records import AttemptStats, ChunkStatus, Job, JobFailure, JobState, job_id_for
+from contract_review.domain import lifecycle
+from contract_review.domain.errors import ErrorEnvelope
+from contract_review.domain.messages import AnalysisMessage
+from contract_review.domain.ports import Deps
+from contract_review.domain.records import AttemptStats, ChunkStatus, Job, JobFailure, JobState, job_id_for
+from contract_review.pipeline.intake import handle_intake
 from review_local.api_server import http_api_event, local_principal
 from review_local.embedded import EmbeddedAws
 from review_local.sandbox import LambdaContext

@@ -26,7 +26,7 @@ for _p in (ROOT, ROOT / "functions"):
 os.environ.setdefault("JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION", "20")
 os.environ.setdefault("JSII_SILENCE_WARNING_DEPRECATED_NODE_VERSION", "1")
 
-from contract_review.config import Profile, get_profile  # noqa: E402
+from contract_review.config.profile import Profile, get_profile  # noqa: E402
 
 LOCAL, PROD, FARGATE = "ContractReviewLocal", "ContractReviewProd", "ContractReviewFargate"
 ALARM_EMAIL = "oncall@example.com"  # `-c alarm_email=...` of the prod stack (the others have none)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import aws_cdk as cdk
 import pytest
 
-from contract_review.config import get_profile
+from contract_review.config.profile import get_profile
 from infra.deploy_settings import MAX_STACK_NAME, POWERTOOLS_VERSION, DeploySettings
 from infra.fargate import fargate_cpu_for
 from infra.functions import log_retention, powertools_parameter

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from contract_review.config import ENV
+from contract_review.config.settings import ENV
 
 from .conftest import FARGATE, Synth, function_by_handler, getatt_id, resources, source_queues
 

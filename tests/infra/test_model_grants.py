@@ -10,7 +10,8 @@ from typing import Any
 
 import pytest
 
-from contract_review.config import ENV, get_profile
+from contract_review.config.profile import get_profile
+from contract_review.config.settings import ENV
 
 from .conftest import FARGATE, PROD, Synth, function_by_handler, getatt_id, policy_statements_for_role, resources
 

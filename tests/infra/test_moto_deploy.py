@@ -9,7 +9,7 @@ import zipfile
 
 import pytest
 
-from contract_review.config import Settings
+from contract_review.config.settings import Settings
 
 from .conftest import LOCAL, Synth, resources
 

@@ -30,19 +30,14 @@ import pytest
 from botocore.awsrequest import AWSResponse
 from botocore.exceptions import ClientError
 
-from contract_review import handlers, saga
+from contract_review import handlers
 from contract_review.adapters.task_protection import ScaleInGuard, TaskProtection
-from contract_review.analysts import ChunkFindings, Finding
-from contract_review.chunking import document_hash
-from contract_review.chunks import announce
-from contract_review.config import Settings
-from contract_review.errors import Tier2
-from contract_review.handlers import poller
-from contract_review.intake import handle_intake
-from contract_review.messages import AnalysisMessage
-from contract_review.model_clients import ModelRequest, ModelResponse
-from contract_review.ports import Deps
-from contract_review.records import (
+from contract_review.config.settings import Settings
+from contract_review.domain.keys import findings_key, report_keys
+from contract_review.domain.messages import AnalysisMessage
+from contract_review.domain.model import ModelRequest, ModelResponse
+from contract_review.domain.ports import Deps
+from contract_review.domain.records import (
     AttemptStats,
     ChunkOutcome,
     ChunkRecord,
@@ -50,14 +45,18 @@ from contract_review.records import (
     Job,
     JobState,
     Reliability,
-    findings_key,
     job_id_for,
-    report_keys,
 )
-from contract_review.report import Report, coverage_of
-from contract_review.saga import TICKET, SagaStatus
+from contract_review.handlers import poller
+from contract_review.pipeline.intake import handle_intake
+from contract_review.pipeline.worker import ChunkWorker, Delivery, Tier2
+from contract_review.reliability.chunks import announce
+from contract_review.review.analysts import ChunkFindings, Finding
+from contract_review.review.chunking import document_hash
+from contract_review.review.report import Report, coverage_of
+from contract_review.sideeffects import saga
+from contract_review.sideeffects.saga import TICKET, SagaStatus
 from contract_review.wiring import build_deps
-from contract_review.worker import ChunkWorker, Delivery
 from infra.permissions import ACCESS
 from review_local.connect import local_deps
 from review_local.embedded import FAKE_CREDENTIALS, EmbeddedAws

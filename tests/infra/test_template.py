@@ -7,7 +7,8 @@ from typing import Any
 
 import pytest
 
-from contract_review.config import ENV, LAMBDA_VISIBILITY_FACTOR, RESOURCES
+from contract_review.config.constants import LAMBDA_VISIBILITY_FACTOR
+from contract_review.config.settings import ENV, RESOURCES
 from infra.stack import API_TIMEOUT_S
 
 from .conftest import (
@@ -274,7 +275,8 @@ def test_every_artifact_expires_with_its_job_record(synth: Synth, name: str) -> 
         assert rule["NoncurrentVersionExpiration"] == {"NoncurrentDays": 7}, prefix
     assert rules["remove-expired-delete-markers"]["ExpiredObjectDeleteMarker"] is True
     assert rules["expire-noncurrent-versions"]["NoncurrentVersionExpiration"] == {"NoncurrentDays": 30}
-    from contract_review import api, records
+    from contract_review.domain import keys as records
+    from contract_review.operate import api
 
     written = {records.document_key("j"), records.upload_key("j"), records.findings_key("j", 0, "c", 1),
                records.checkpoint_key("j", "c", "a", 1), *records.report_keys("j"),

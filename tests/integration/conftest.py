@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
-from contract_review.config import FaultSpec
-from contract_review.ports import Deps
-from contract_review.records import ChunkRecord, Job
+from contract_review.domain.ports import Deps
+from contract_review.domain.records import ChunkRecord, Job
+from contract_review.doubles.spec import FaultSpec
 from review_local.embedded import EmbeddedAws, synth
 from review_local.stack import LocalStack
 

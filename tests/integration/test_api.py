@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from contract_review.records import JobState
+from contract_review.domain.records import JobState
 from review_local.stack import LocalStack
 
 from .conftest import wait_for

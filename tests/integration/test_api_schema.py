@@ -35,7 +35,7 @@ def api_stack(local_template: dict[str, Any], tmp_path_factory: pytest.TempPathF
 
 
 def test_the_document_names_every_route_the_app_serves():
-    from contract_review import api
+    from contract_review.operate import api
 
     documented = {(m.upper(), p) for p, ops in schema.raw_schema["paths"].items() for m in ops if m != "parameters"}
     assert documented == set(api.ROUTES)

@@ -16,10 +16,11 @@ from typing import Any
 
 import pytest
 
-from contract_review import ops
-from contract_review.analysts import analysts_for
-from contract_review.config import FaultSpec, get_profile
-from contract_review.ports import Queue
+from contract_review.config.profile import get_profile
+from contract_review.domain.ports import Queue
+from contract_review.doubles.spec import FaultSpec
+from contract_review.operate import ops
+from contract_review.review.analysts import analysts_for
 from review_local.stack import LocalStack
 
 from ..oracle import assert_matches_fault_free

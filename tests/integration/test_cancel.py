@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import time
 
-from contract_review import lifecycle, ops
-from contract_review.config import FaultSpec
-from contract_review.ports import Queue
-from contract_review.records import ChunkStatus, JobState
+from contract_review.domain import lifecycle
+from contract_review.domain.ports import Queue
+from contract_review.domain.records import ChunkStatus, JobState
+from contract_review.doubles.spec import FaultSpec
+from contract_review.operate import ops
 
 from ..large_docs import large_contract
 from ..texts import LONG_TEXT

@@ -7,10 +7,11 @@ from __future__ import annotations
 import json
 from decimal import Decimal
 
-from contract_review import cost, ops
-from contract_review.config import FaultSpec
-from contract_review.ports import Queue
-from contract_review.records import ChunkStatus, JobState, Usage
+from contract_review.domain import cost
+from contract_review.domain.ports import Queue
+from contract_review.domain.records import ChunkStatus, JobState, Usage
+from contract_review.doubles.spec import FaultSpec
+from contract_review.operate import ops
 
 from ..large_docs import large_contract
 from .conftest import ledger, wait_for, wait_jobs

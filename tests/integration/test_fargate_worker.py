@@ -7,8 +7,9 @@ import os
 import signal
 import time
 
-from contract_review import ops
-from contract_review.config import FaultSpec, get_profile
+from contract_review.config.profile import get_profile
+from contract_review.doubles.spec import FaultSpec
+from contract_review.operate import ops
 
 from .conftest import ONE_BY_ONE, get_chunk, wait_for, wait_jobs
 from .test_recovery import _claimed_with_checkpoints, _doc, _pid

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from contract_review import handlers
-from contract_review.intake import handle_intake
+from contract_review.pipeline.intake import handle_intake
 from review_local.embedded import FAKE_CREDENTIALS, EmbeddedAws
 from review_local.runtime import function_specs
 from review_local.sandbox import LambdaContext, sqs_event

@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import time
 
-from contract_review import ops
-from contract_review.chunking import split_into_chunks
-from contract_review.config import get_profile
-from contract_review.ports import Queue
-from contract_review.records import JobState
+from contract_review.config.profile import get_profile
+from contract_review.domain.ports import Queue
+from contract_review.domain.records import JobState
+from contract_review.operate import ops
+from contract_review.review.chunking import split_into_chunks
 
 from ..conftest import SAMPLES_DIR
 from ..large_docs import large_contract

@@ -7,10 +7,10 @@ import os
 import subprocess
 import sys
 
-from contract_review import ops
-from contract_review.chunking import document_hash, split_into_chunks
-from contract_review.ports import Queue
-from contract_review.records import job_id_for
+from contract_review.domain.ports import Queue
+from contract_review.domain.records import job_id_for
+from contract_review.operate import ops
+from contract_review.review.chunking import document_hash, split_into_chunks
 
 from ..conftest import SAMPLES_DIR, cuad_texts
 from .conftest import report_json, wait_for, wait_jobs

@@ -11,9 +11,9 @@ import sys
 import time
 from pathlib import Path
 
-from contract_review.intake import handle_intake
-from contract_review.ports import Deps
-from contract_review.records import ChunkStatus
+from contract_review.domain.ports import Deps
+from contract_review.domain.records import ChunkStatus
+from contract_review.pipeline.intake import handle_intake
 from review_local.connect import local_deps
 from review_local.embedded import FAKE_CREDENTIALS, EmbeddedAws
 from review_local.runtime import function_specs

@@ -15,11 +15,11 @@ from contract_review.adapters.artifacts import S3Artifacts
 from contract_review.adapters.claims import DynamoClaims
 from contract_review.adapters.jobs import DynamoJobs
 from contract_review.adapters.queues import SqsQueues
-from contract_review.config import Settings
-from contract_review.errors import ErrorEnvelope, ReviewError
-from contract_review.messages import ResultMessage
-from contract_review.ports import Artifacts, ClaimsRepo, JobsRepo, Queue, Queues
-from contract_review.records import (
+from contract_review.config.settings import Settings
+from contract_review.domain.errors import ErrorEnvelope, ReviewError
+from contract_review.domain.messages import ResultMessage
+from contract_review.domain.ports import Artifacts, ClaimsRepo, JobsRepo, Queue, Queues
+from contract_review.domain.records import (
     AttemptStats,
     CheckpointWrite,
     ChunkOutcome,
@@ -420,7 +420,7 @@ def test_jobs_record_side_effects_in_place_without_touching_the_version(repos: R
 
 
 def test_the_outcome_store_acts_once_per_key_and_forgets_a_failure(repos: Repos, request: pytest.FixtureRequest):
-    from contract_review.side_effects import PowertoolsOutcomes
+    from contract_review.adapters.outcomes import PowertoolsOutcomes
 
     from ..unit.fake_side_effects import MemoryPersistence
 

@@ -12,9 +12,10 @@ from typing import Any
 
 import pytest
 
-from contract_review import ops, saga
-from contract_review.records import JobState, StepStatus
-from contract_review.saga import PUBLISH, TICKET
+from contract_review.domain.records import JobState, StepStatus
+from contract_review.operate import ops
+from contract_review.sideeffects import approvals
+from contract_review.sideeffects.saga import PUBLISH, TICKET
 from review_local.stack import LocalStack
 from review_local.ticket_service import TicketFaults, TicketServiceFake
 
@@ -95,7 +96,7 @@ def test_approve_in_real_processes_retries_with_the_same_key_and_completes_with_
              what="waiting_approval")
     tickets.reset_faults()
     # WHEN a person approves (the aggregator gets the `resume` control message)
-    assert saga.decide_approval(deps, job_id, "approve", by="test").changed
+    assert approvals.decide_approval(deps, job_id, "approve", by="test").changed
     ended = wait_jobs(deps, [job_id], timeout=60)[job_id]
     # THEN the step was retried with the same key: still one ticket, and the job completed
     assert ended.state is JobState.COMPLETED, ended.error
@@ -117,7 +118,7 @@ def test_cancel_after_the_ticket_closes_every_ticket_it_opened(stack: LocalStack
     assert tickets.stats()["opened"] == 1
     tickets.reset_faults()
     # WHEN it is cancelled
-    from contract_review import lifecycle
+    from contract_review.domain import lifecycle
 
     lifecycle.request_cancel(deps, job_id, by="test")
     ended = wait_jobs(deps, [job_id], timeout=60)[job_id]

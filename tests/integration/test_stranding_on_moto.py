@@ -12,16 +12,16 @@ from typing import Any
 
 import pytest
 
-from contract_review.aggregator import finalize, handle_result
-from contract_review.chunks import analysis_message, dead_letter
-from contract_review.errors import ErrorEnvelope
-from contract_review.intake import handle_intake
-from contract_review.messages import AnalysisMessage, ResultMessage
-from contract_review.offline_model import OfflineRuleModel
-from contract_review.ports import Deps, Queue
-from contract_review.records import AttemptStats, ChunkStatus, Job, JobState
-from contract_review.redrive import dlq_redrive
-from contract_review.worker import ChunkWorker, Delivery
+from contract_review.domain.errors import ErrorEnvelope
+from contract_review.domain.messages import AnalysisMessage, ResultMessage
+from contract_review.domain.ports import Deps, Queue
+from contract_review.domain.records import AttemptStats, ChunkStatus, Job, JobState
+from contract_review.doubles.offline_model import OfflineRuleModel
+from contract_review.pipeline.aggregator import finalize, handle_result
+from contract_review.pipeline.intake import handle_intake
+from contract_review.pipeline.redrive import dlq_redrive
+from contract_review.pipeline.worker import ChunkWorker, Delivery
+from contract_review.reliability.chunks import analysis_message, dead_letter
 from review_local.connect import local_deps
 from review_local.embedded import EmbeddedAws
 

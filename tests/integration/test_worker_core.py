@@ -11,19 +11,19 @@ from typing import Any
 
 import pytest
 
-from contract_review.aggregator import handle_result
-from contract_review.chunking import document_hash
-from contract_review.config import get_profile
-from contract_review.errors import ErrorEnvelope
-from contract_review.intake import handle_intake
-from contract_review.messages import AnalysisMessage, ResultMessage
-from contract_review.model_clients import ModelRequest, ModelResponse
-from contract_review.offline_model import OfflineRuleModel
-from contract_review.ports import Deps, Queue
-from contract_review.records import AttemptStats, CheckpointWrite, ChunkStatus, JobFailure, JobState, job_id_for
-from contract_review.sweeper import sweep
+from contract_review.config.profile import get_profile
+from contract_review.domain.errors import ErrorEnvelope
+from contract_review.domain.messages import AnalysisMessage, ResultMessage
+from contract_review.domain.model import ModelRequest, ModelResponse
+from contract_review.domain.ports import Deps, Queue
+from contract_review.domain.records import AttemptStats, CheckpointWrite, ChunkStatus, JobFailure, JobState, job_id_for
+from contract_review.doubles.offline_model import OfflineRuleModel
+from contract_review.pipeline.aggregator import handle_result
+from contract_review.pipeline.intake import handle_intake
+from contract_review.pipeline.sweeper import sweep
+from contract_review.pipeline.worker import ChunkWorker, Delivery
+from contract_review.review.chunking import document_hash
 from contract_review.wiring import build_deps
-from contract_review.worker import ChunkWorker, Delivery
 from review_local.connect import local_deps, local_session
 from review_local.embedded import EmbeddedAws
 
@@ -277,7 +277,7 @@ def test_intake_redelivery_after_a_crash_resends_the_page_but_a_second_submissio
 
 
 def test_redrive_after_a_job_fatal_error_reopens_every_unfinished_chunk(deps, sqs):
-    from contract_review import redrive
+    from contract_review.pipeline import redrive
 
     job_id, work = _start_long_job(deps, sqs)
     (m0, d0), (m1, _), *rest = work
@@ -316,7 +316,7 @@ def test_redrive_after_a_job_fatal_error_reopens_every_unfinished_chunk(deps, sq
 
 
 def test_finalize_does_not_count_a_chunk_that_was_redriven_meanwhile(deps, sqs):
-    from contract_review.aggregator import finalize
+    from contract_review.pipeline.aggregator import finalize
 
     job_id, msg, _ = _start_job(deps, sqs)
     deps.jobs.settle_chunk(job_id, msg.chunk_id)  # counted, but the chunk record says pending (redriven)
@@ -376,7 +376,8 @@ def test_sweeper_write_loses_to_a_heartbeat_that_landed_after_its_read(deps, sqs
 
 
 def test_a_dlq_copy_older_than_a_redrive_does_not_dead_letter_the_chunk_again(deps, sqs):
-    from contract_review import ops, redrive
+    from contract_review.operate import ops
+    from contract_review.pipeline import redrive
 
     job_id, msg, _ = _start_job(deps, sqs)
     c = deps.claims.claim(job_id, msg.chunk_id, "w", 30, 5)

@@ -8,7 +8,7 @@ from __future__ import annotations
 import random
 from collections.abc import Callable
 
-from contract_review.chunking import document_hash
+from contract_review.review.chunking import document_hash
 
 from ..conftest import SAMPLES_DIR, cuad_texts
 from ..large_docs import large_contract

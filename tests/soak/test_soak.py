@@ -34,11 +34,12 @@ from typing import Any
 
 import pytest
 
-from contract_review import ops
-from contract_review.chunking import split_into_chunks
-from contract_review.config import FaultSpec, get_profile
-from contract_review.ports import Deps, Queue
-from contract_review.records import Job
+from contract_review.config.profile import get_profile
+from contract_review.domain.ports import Deps, Queue
+from contract_review.domain.records import Job
+from contract_review.doubles.spec import FaultSpec
+from contract_review.operate import ops
+from contract_review.review.chunking import split_into_chunks
 from review_local.embedded import synth
 from review_local.stack import LocalStack
 

@@ -8,10 +8,10 @@ import json
 from collections.abc import Callable, Mapping
 from types import SimpleNamespace
 
-from contract_review import api
-from contract_review.errors import REGISTRY
-from contract_review.ports import Queue
-from contract_review.records import JobState
+from contract_review.domain.errors import REGISTRY
+from contract_review.domain.ports import Queue
+from contract_review.domain.records import JobState
+from contract_review.operate import api
 from review_local.api_server import http_api_event, local_principal
 
 from ..texts import TEXT

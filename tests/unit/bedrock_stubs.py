@@ -9,7 +9,8 @@ from typing import Any
 import boto3
 from botocore.stub import Stubber
 
-from contract_review.model_clients import base_model_id, bedrock_client_config
+from contract_review.domain.model import base_model_id
+from contract_review.model.bedrock import bedrock_client_config
 
 REGION = "us-east-1"
 ACCOUNT = "123456789012"

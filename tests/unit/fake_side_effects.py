@@ -1,4 +1,4 @@
-"""In-memory fakes of the side-effect ports (`contract_review.side_effects`), for unit tests of the saga.
+"""In-memory fakes of the side-effect ports (`contract_review.domain.effects`), for unit tests of the saga.
 
 - `MemoryPersistence`: a Powertools idempotency persistence layer in memory, with the DynamoDB
   layer's put condition (absent, expired, or in progress past its in-progress expiry), so the saga
@@ -29,14 +29,9 @@ from aws_lambda_powertools.utilities.idempotency.persistence.base import BasePer
 from aws_lambda_powertools.utilities.idempotency.persistence.datarecord import DataRecord
 from pydantic import JsonValue
 
-from contract_review.errors import ErrorEnvelope
-from contract_review.side_effects import (
-    DeadLetter,
-    JsonObject,
-    PowertoolsOutcomes,
-    SideEffectError,
-    SideEffects,
-)
+from contract_review.adapters.outcomes import PowertoolsOutcomes
+from contract_review.domain.effects import DeadLetter, JsonObject, SideEffectError, SideEffects
+from contract_review.domain.errors import ErrorEnvelope
 
 
 class MemoryPersistence(BasePersistenceLayer):

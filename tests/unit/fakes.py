@@ -1,4 +1,4 @@
-"""In-memory fakes of the ports (`contract_review.ports`), for unit tests of the use cases.
+"""In-memory fakes of the ports (`contract_review.domain.ports`), for unit tests of the use cases.
 
 They keep the semantics the use cases rely on — conditional writes, fencing tokens, lapsed-lease
 checks, FIFO dedup ids, DLQ attributes — and nothing else. `tests/integration/test_repositories.py`
@@ -18,11 +18,13 @@ from typing import Any, TypeVar, cast
 
 from pydantic import BaseModel
 
-from contract_review.config import Settings, get_profile
-from contract_review.errors import ErrorEnvelope, ReviewError
-from contract_review.messages import AnalysisMessage, JobControl, ResultMessage, size_batches
-from contract_review.ports import DLQS, Deps, Queue, QueueMessage
-from contract_review.records import (
+from contract_review.config.profile import get_profile
+from contract_review.config.settings import Settings
+from contract_review.domain.errors import ErrorEnvelope, ReviewError
+from contract_review.domain.keys import checkpoint_key
+from contract_review.domain.messages import AnalysisMessage, JobControl, ResultMessage, size_batches
+from contract_review.domain.ports import DLQS, Deps, Queue, QueueMessage
+from contract_review.domain.records import (
     OUTCOME_FIELDS,
     USAGE_FIELDS,
     AttemptStats,
@@ -38,7 +40,6 @@ from contract_review.records import (
     ReleaseReason,
     SideEffectDone,
     Usage,
-    checkpoint_key,
     event_seq,
 )
 

@@ -16,17 +16,16 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from contract_review.aggregator import handle_message
-from contract_review.analysts import ChunkFindings
-from contract_review.errors import Tier2
-from contract_review.intake import handle_intake
-from contract_review.messages import AnalysisMessage, parse_results_body
-from contract_review.model_clients import ModelRequest, ModelResponse
-from contract_review.offline_model import OfflineRuleModel
-from contract_review.ports import Queue
-from contract_review.records import ChunkStatus, Job
-from contract_review.sweeper import sweep
-from contract_review.worker import ChunkWorker, Delivery
+from contract_review.domain.messages import AnalysisMessage, parse_results_body
+from contract_review.domain.model import ModelRequest, ModelResponse
+from contract_review.domain.ports import Queue
+from contract_review.domain.records import ChunkStatus, Job
+from contract_review.doubles.offline_model import OfflineRuleModel
+from contract_review.pipeline.aggregator import handle_message
+from contract_review.pipeline.intake import handle_intake
+from contract_review.pipeline.sweeper import sweep
+from contract_review.pipeline.worker import ChunkWorker, Delivery, Tier2
+from contract_review.review.analysts import ChunkFindings
 
 from .fakes import FakeWorld, Sent
 

@@ -6,8 +6,8 @@ import threading
 
 from botocore.exceptions import ClientError, ReadTimeoutError
 
-from contract_review.errors import classify
-from contract_review.model_clients import ModelRequest, ModelResponse
+from contract_review.domain.errors import classify
+from contract_review.domain.model import ModelRequest, ModelResponse
 
 MODEL_ID = "global.anthropic.claude-sonnet-4-6"  # the prod profile's default (a cross-region inference profile)
 SCHEMA = {

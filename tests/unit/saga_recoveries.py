@@ -7,10 +7,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from contract_review import lifecycle, redrive, saga
-from contract_review.errors import REGISTRY
-from contract_review.records import JobState, StepStatus
-from contract_review.saga import COMPLETED_DETAIL, PUBLISH, TICKET, SagaStatus
+from contract_review.domain import lifecycle
+from contract_review.domain.errors import REGISTRY
+from contract_review.domain.records import JobState, StepStatus
+from contract_review.pipeline import redrive
+from contract_review.sideeffects import saga
+from contract_review.sideeffects.saga import COMPLETED_DETAIL, PUBLISH, TICKET, SagaStatus
 
 from .fake_side_effects import FakeSideEffects
 from .fakes import FakeWorld

@@ -5,23 +5,22 @@ from __future__ import annotations
 
 import json
 
-from contract_review.aggregator import handle_result
-from contract_review.analysts import ANALYSTS, ChunkFindings, Finding, analysts_for
-from contract_review.chunks import announce, settled_result
-from contract_review.intake import handle_intake
-from contract_review.messages import AnalysisMessage
-from contract_review.ports import Queue
-from contract_review.records import (
+from contract_review.domain.keys import document_key, findings_key
+from contract_review.domain.messages import AnalysisMessage
+from contract_review.domain.ports import Queue
+from contract_review.domain.records import (
     AttemptStats,
     ChunkOutcome,
     ChunkRecord,
     ChunkStatus,
     Job,
     JobState,
-    document_key,
-    findings_key,
     job_id_for,
 )
+from contract_review.pipeline.aggregator import handle_result
+from contract_review.pipeline.intake import handle_intake
+from contract_review.reliability.chunks import announce, settled_result
+from contract_review.review.analysts import ANALYSTS, ChunkFindings, Finding, analysts_for
 
 from ..texts import LONG_TEXT, TEXT
 from .fakes import SETTINGS, FakeWorld

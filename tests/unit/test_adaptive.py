@@ -12,14 +12,14 @@ from pathlib import Path
 import pytest
 from botocore.exceptions import ClientError
 
-from contract_review.adaptive import AimdPacer, QuotaLimiter, throttle_kind
-from contract_review.config import FaultSpec
-from contract_review.faults import (
+from contract_review.doubles.faults import (
     REQUESTS_THROTTLE_MESSAGE,
     TOKENS_THROTTLE_MESSAGE,
     FaultInjectingModel,
     bedrock_error,
 )
+from contract_review.doubles.spec import FaultSpec
+from contract_review.model.pacing import AimdPacer, QuotaLimiter, throttle_kind
 
 from .model_doubles import EchoModel, request
 

@@ -1,4 +1,4 @@
-"""Aggregator (`contract_review.aggregator.handle_result` / `finalize`) against the in-memory fakes:
+"""Aggregator (`contract_review.pipeline.aggregator.handle_result` / `finalize`) against the in-memory fakes:
 counting settled chunks, the report, the coverage policy, bounded job items, unsettled chunks
 found at finalize, and duplicate results."""
 
@@ -6,11 +6,9 @@ from __future__ import annotations
 
 import pytest
 
-from contract_review.aggregator import finalize, handle_result
-from contract_review.analysts import ANALYSTS, Finding
-from contract_review.chunks import settled_result
-from contract_review.errors import ErrorEnvelope
-from contract_review.records import (
+from contract_review.domain.errors import ErrorEnvelope
+from contract_review.domain.keys import report_keys
+from contract_review.domain.records import (
     LIST_SAMPLE,
     AttemptStats,
     ChunkRecord,
@@ -19,9 +17,11 @@ from contract_review.records import (
     Job,
     JobState,
     Reliability,
-    report_keys,
 )
-from contract_review.report import Report
+from contract_review.pipeline.aggregator import finalize, handle_result
+from contract_review.reliability.chunks import settled_result
+from contract_review.review.analysts import ANALYSTS, Finding
+from contract_review.review.report import Report
 
 from ..texts import TEXT
 from .fakes import FakeWorld

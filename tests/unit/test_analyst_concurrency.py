@@ -11,14 +11,14 @@ import time
 import pytest
 from botocore.exceptions import ClientError
 
-from contract_review import lifecycle
-from contract_review.analyst_pool import GroupCommit
-from contract_review.analysts import ChunkFindings, analysts_for
-from contract_review.messages import AnalysisMessage
-from contract_review.model_clients import ModelRequest, ModelResponse
-from contract_review.offline_model import OfflineRuleModel
-from contract_review.records import ChunkStatus, JobState
-from contract_review.worker import ChunkWorker, Delivery
+from contract_review.domain import lifecycle
+from contract_review.domain.messages import AnalysisMessage
+from contract_review.domain.model import ModelRequest, ModelResponse
+from contract_review.domain.records import ChunkStatus, JobState
+from contract_review.doubles.offline_model import OfflineRuleModel
+from contract_review.pipeline.analyst_pool import GroupCommit
+from contract_review.pipeline.worker import ChunkWorker, Delivery
+from contract_review.review.analysts import ChunkFindings, analysts_for
 
 from .fakes import SETTINGS, FakeWorld
 from .scenarios import one_chunk_job

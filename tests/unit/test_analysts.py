@@ -9,7 +9,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from contract_review.analysts import (
+from contract_review.domain.errors import ReviewError
+from contract_review.domain.model import ModelRequest, ModelResponse
+from contract_review.doubles.offline_model import OfflineRuleModel, locate
+from contract_review.review.analysts import (
     ANALYSTS,
     CATEGORIES,
     CATEGORY_BY_KEY,
@@ -23,10 +26,7 @@ from contract_review.analysts import (
     run_analyst,
     to_findings,
 )
-from contract_review.chunking import Chunk, split_into_chunks
-from contract_review.errors import ReviewError
-from contract_review.model_clients import ModelRequest, ModelResponse
-from contract_review.offline_model import OfflineRuleModel, locate
+from contract_review.review.chunking import Chunk, split_into_chunks
 
 # One clause for each of the 12 categories, so every analyst's locate step finds something.
 ALL_CATEGORIES_TEXT = """\

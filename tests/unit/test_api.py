@@ -11,9 +11,9 @@ from types import SimpleNamespace
 
 import pytest
 
-from contract_review import api
-from contract_review.ports import Queue
-from contract_review.records import JobState
+from contract_review.domain.ports import Queue
+from contract_review.domain.records import JobState
+from contract_review.operate import api
 from review_local.api_server import http_api_event, local_principal
 
 from ..texts import LONG_TEXT, TEXT
@@ -186,8 +186,8 @@ def test_a_failed_job_carries_its_error_code_and_whether_retry_can_help():
     InProcess(world).intake()
     job = world.jobs.get(job_id)
     assert job is not None
-    from contract_review.errors import ErrorEnvelope
-    from contract_review.records import JobFailure
+    from contract_review.domain.errors import ErrorEnvelope
+    from contract_review.domain.records import JobFailure
 
     env = ErrorEnvelope.of("model.access_denied", "no access")
     world.jobs.transition(job_id, (JobState.RUNNING,), JobState.FAILED,
@@ -383,8 +383,8 @@ def test_cancel_moves_a_running_job_to_cancelling_once_and_an_ended_job_is_a_con
 
 
 def test_retry_reopens_a_failed_job_and_refuses_a_completed_one():
-    from contract_review.errors import ErrorEnvelope
-    from contract_review.records import JobFailure
+    from contract_review.domain.errors import ErrorEnvelope
+    from contract_review.domain.records import JobFailure
 
     world = FakeWorld()
     job_id = str(submit(world, text=LONG_TEXT).json["jobId"])
@@ -413,8 +413,8 @@ def test_an_approval_needs_a_job_waiting_for_one_and_a_valid_decision():
 
 
 def test_a_job_waiting_for_approval_shows_what_to_decide():
-    from contract_review import lifecycle
-    from contract_review.records import Approval, AwaitApproval
+    from contract_review.domain import lifecycle
+    from contract_review.domain.records import Approval, AwaitApproval
 
     world = FakeWorld()
     job_id = str(submit(world).json["jobId"])
@@ -433,11 +433,9 @@ def test_a_job_waiting_for_approval_shows_what_to_decide():
 
 @pytest.mark.parametrize("decision,after", [("approve", "running"), ("reject", "failed")])
 def test_an_approval_decides_a_waiting_job_once(decision: str, after: str):
-    from contract_review import lifecycle
-    from contract_review.records import Approval, AwaitApproval
+    from contract_review.domain import lifecycle
+    from contract_review.domain.records import Approval, AwaitApproval
 
-    if not hasattr(lifecycle, "decide_approval"):
-        pytest.skip("lifecycle.decide_approval (the saga) has not landed")
     world = FakeWorld()
     job_id = str(submit(world).json["jobId"])
     InProcess(world).intake()

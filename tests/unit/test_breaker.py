@@ -9,14 +9,14 @@ import random
 
 import pytest
 
-from contract_review import ops
-from contract_review.breaker import BreakerModel, BreakerState, CircuitBreaker
-from contract_review.errors import ReviewError, classify
-from contract_review.faults import bedrock_error
-from contract_review.intake import handle_intake
-from contract_review.ports import Queue
-from contract_review.records import ChunkStatus
-from contract_review.worker import ChunkWorker, Delivery
+from contract_review.domain.errors import ReviewError, classify
+from contract_review.domain.ports import Queue
+from contract_review.domain.records import ChunkStatus
+from contract_review.doubles.faults import bedrock_error
+from contract_review.model.breaker import BreakerModel, BreakerState, CircuitBreaker
+from contract_review.operate import ops
+from contract_review.pipeline.intake import handle_intake
+from contract_review.pipeline.worker import ChunkWorker, Delivery
 
 from ..texts import TEXT
 from .fakes import FakeWorld

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from contract_review.chunking import Chunk, document_hash, split_into_chunks
+from contract_review.review.chunking import Chunk, document_hash, split_into_chunks
 
 _ID = re.compile(r"^c\d{5}-[0-9a-f]{12}$")
 

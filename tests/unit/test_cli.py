@@ -16,12 +16,12 @@ import pytest
 from botocore.exceptions import EndpointConnectionError
 from click.testing import CliRunner, Result
 
-from contract_review.aggregator import handle_message
-from contract_review.chunking import document_hash
-from contract_review.intake import handle_intake
-from contract_review.messages import parse_results_body
-from contract_review.ports import Queue
-from contract_review.records import JobState, job_id_for
+from contract_review.domain.messages import parse_results_body
+from contract_review.domain.ports import Queue
+from contract_review.domain.records import JobState, job_id_for
+from contract_review.pipeline.aggregator import handle_message
+from contract_review.pipeline.intake import handle_intake
+from contract_review.review.chunking import document_hash
 from review_local import cli as cli_module
 from review_local import progress
 from review_local.cli import SUBMIT_GRACE_S, WATCH_GRACE_S, Ctx, cli

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner, Result
 
-from contract_review import api
-from contract_review.ports import Queue
+from contract_review.domain.ports import Queue
+from contract_review.operate import api
 from review_local import cli as cli_module
 from review_local.batches import LOCAL_PRINCIPAL
 from review_local.cli import Ctx, cli

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import json
 
-from contract_review.chunking import document_hash
-from contract_review.errors import ErrorEnvelope
-from contract_review.intake import handle_intake
-from contract_review.ports import Queue
-from contract_review.records import AttemptStats, ChunkStatus, JobFailure, JobState, job_id_for
+from contract_review.domain.errors import ErrorEnvelope
+from contract_review.domain.ports import Queue
+from contract_review.domain.records import AttemptStats, ChunkStatus, JobFailure, JobState, job_id_for
+from contract_review.pipeline.intake import handle_intake
+from contract_review.review.chunking import document_hash
 
 from ..texts import TEXT
 from .fakes import FakeWorld

@@ -12,13 +12,14 @@ from pathlib import Path
 import boto3
 from botocore.stub import Stubber
 
-from contract_review import cost
-from contract_review.analysts import ANALYSTS, build_request, instructions
-from contract_review.chunking import Chunk
-from contract_review.config import PRICES, Profile
-from contract_review.model_clients import BedrockConverseModel, bedrock_client_config
-from contract_review.offline_model import OfflineRuleModel, SimulatedPromptCache, prefix_tokens
-from contract_review.records import Usage
+from contract_review.config.prices import PRICES
+from contract_review.config.profile import Profile
+from contract_review.domain import cost
+from contract_review.domain.records import Usage
+from contract_review.doubles.offline_model import OfflineRuleModel, SimulatedPromptCache, prefix_tokens
+from contract_review.model.bedrock import BedrockConverseModel, bedrock_client_config
+from contract_review.review.analysts import ANALYSTS, build_request, instructions
+from contract_review.review.chunking import Chunk
 
 from .fakes import FakeClock
 

@@ -6,13 +6,13 @@ from __future__ import annotations
 import json
 from decimal import Decimal
 
-from contract_review import cost
-from contract_review.aggregator import handle_result
-from contract_review.config import PRICES
-from contract_review.messages import ResultMessage
-from contract_review.records import AttemptStats, ChunkStatus, Job, JobState, Usage, job_id_for
-from contract_review.retry import RetryStats
-from contract_review.worker import attempt_stats
+from contract_review.config.prices import PRICES
+from contract_review.domain import cost
+from contract_review.domain.messages import ResultMessage
+from contract_review.domain.records import AttemptStats, ChunkStatus, Job, JobState, Usage, job_id_for
+from contract_review.pipeline.aggregator import handle_result
+from contract_review.pipeline.worker import attempt_stats
+from contract_review.reliability.retry import RetryStats
 
 from ..texts import TEXT
 from .fakes import SETTINGS, FakeWorld
@@ -102,7 +102,7 @@ def test_attempt_stats_without_a_meter_carry_the_tokens_unpriced():
 
 def test_a_reopened_job_counts_each_chunk_once_with_all_its_attempts():
     # GIVEN a job whose chunk 1 failed for good (a permanent model error), its cost recorded
-    from contract_review import redrive
+    from contract_review.pipeline import redrive
 
     from .inprocess import Fault, FaultyModel, on
     from .test_recoveries import client_error, raises

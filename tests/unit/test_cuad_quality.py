@@ -29,9 +29,9 @@ from pathlib import Path
 
 import pytest
 
-from contract_review.analysts import ANALYSTS, CATEGORIES, Finding, run_analyst
-from contract_review.chunking import split_into_chunks
-from contract_review.offline_model import OfflineRuleModel, _unit_spans
+from contract_review.doubles.offline_model import OfflineRuleModel, _unit_spans
+from contract_review.review.analysts import ANALYSTS, CATEGORIES, Finding, run_analyst
+from contract_review.review.chunking import split_into_chunks
 
 # Keep this module's tests on one xdist worker so the corpus is analysed once (`make test` runs
 # with --dist loadgroup).

@@ -13,19 +13,12 @@ from botocore.exceptions import (
     ReadTimeoutError,
 )
 
-from contract_review import errors
-from contract_review.errors import (
-    REGISTRY,
-    ErrorClass,
-    ErrorEnvelope,
-    ReviewError,
-    classify,
-    render_markdown,
-)
+from contract_review.domain import errors
+from contract_review.domain.errors import REGISTRY, ErrorClass, ErrorEnvelope, ReviewError, classify, render_markdown
 
 ROOT = Path(__file__).resolve().parents[2]
 ERROR_DOC = ROOT / "docs" / "error-codes.md"
-REGENERATE = "PYTHONPATH=functions .venv/bin/python -m contract_review.errors > docs/error-codes.md"
+REGENERATE = "PYTHONPATH=functions .venv/bin/python -m contract_review.domain.errors > docs/error-codes.md"
 
 
 def client_error(code: str, status: int | None, message: str = "boom", headers: dict | None = None,

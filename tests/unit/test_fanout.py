@@ -1,4 +1,4 @@
-"""Fan-out in pages under a per-job window (`contract_review.fanout`), against the in-memory fakes:
+"""Fan-out in pages under a per-job window (`contract_review.pipeline.fanout`), against the in-memory fakes:
 the aggregator refills the window as chunks settle, every chunk goes out exactly once, a failed or
 repeated refill loses nothing, and a small document behind a large one waits for at most a window of
 the large one's chunks instead of all of them."""
@@ -10,13 +10,13 @@ from collections.abc import Callable
 
 import pytest
 
-from contract_review.aggregator import handle_result
-from contract_review.chunking import split_into_chunks
-from contract_review.intake import handle_intake
-from contract_review.messages import AnalysisMessage, ResultMessage
-from contract_review.ports import Queue
-from contract_review.records import ChunkRecord, JobState
-from contract_review.sweeper import sweep
+from contract_review.domain.messages import AnalysisMessage, ResultMessage
+from contract_review.domain.ports import Queue
+from contract_review.domain.records import ChunkRecord, JobState
+from contract_review.pipeline.aggregator import handle_result
+from contract_review.pipeline.intake import handle_intake
+from contract_review.pipeline.sweeper import sweep
+from contract_review.review.chunking import split_into_chunks
 
 from ..texts import LONG_TEXT, TEXT
 from .fakes import SETTINGS, FakeWorld
@@ -139,7 +139,7 @@ def test_a_small_document_behind_a_large_one_waits_for_at_most_a_window_of_its_c
 def _settle_until_a_refill_is_due(world: FakeWorld, job_id: str) -> ResultMessage:
     """Workers finish the window's chunks; the aggregator counts results until the next one would refill.
     Returns that result, not yet delivered."""
-    from contract_review import fanout
+    from contract_review.pipeline import fanout
 
     for sent in world.queues.drain(Queue.ANALYSIS):
         msg = AnalysisMessage.model_validate_json(sent.body)
@@ -235,7 +235,7 @@ def test_two_refills_racing_move_the_cursor_once_and_create_each_record_once():
     snapshot = world.jobs.get(job_id)
     assert snapshot is not None
     # WHEN both refill from the same snapshot
-    from contract_review import fanout
+    from contract_review.pipeline import fanout
 
     sent = [fanout.refill(world.deps, snapshot), fanout.refill(world.deps, snapshot)]
     # THEN both sent the same page (a harmless second copy), but the cursor moved once, with one event
@@ -264,7 +264,7 @@ def test_refill_sends_nothing_when_there_is_no_room_or_nothing_to_do(case):
     job = world.jobs.get(job_id)
     assert job is not None
     # WHEN a refill runs
-    from contract_review import fanout
+    from contract_review.pipeline import fanout
 
     sent = fanout.refill(world.deps, job)
     # THEN nothing is read, created or sent
@@ -282,7 +282,7 @@ def test_pages_are_cut_from_the_stored_document_by_byte_range_whatever_its_chara
     ids = ids_of(text)
     assert len(ids) > 3 * WINDOW
     job_id, _ = intake(world, text)
-    from contract_review.fanout import FanoutPlan, plan_key
+    from contract_review.pipeline.fanout import FanoutPlan, plan_key
 
     plan = FanoutPlan.model_validate_json(world.artifacts.get_text(plan_key(job_id)))
     encoded = text.encode("utf-8")

@@ -13,9 +13,9 @@ from botocore.awsrequest import AWSResponse
 from botocore.exceptions import ClientError, ReadTimeoutError
 from pydantic import ValidationError
 
-from contract_review.config import FaultSpec
-from contract_review.errors import classify
-from contract_review.faults import (
+from contract_review.domain.errors import classify
+from contract_review.domain.model import ModelRequest
+from contract_review.doubles.faults import (
     REQUESTS_THROTTLE_MESSAGE,
     TOKENS_THROTTLE_MESSAGE,
     CallLedger,
@@ -25,7 +25,8 @@ from contract_review.faults import (
     reserved_tokens,
     used_tokens,
 )
-from contract_review.model_clients import BedrockConverseModel, ModelRequest, bedrock_client_config
+from contract_review.doubles.spec import FaultSpec
+from contract_review.model.bedrock import BedrockConverseModel, bedrock_client_config
 
 from .model_doubles import EchoModel, outcome, request
 
@@ -421,7 +422,7 @@ def test_5xx_bursts_fail_every_call_inside_the_window_and_none_outside(monkeypat
     # 2 s of every 10 s, wherever the seeded phase puts them
     assert len(inside) == pytest.approx(200, abs=2)
     clock = {"now": inside[0]}
-    monkeypatch.setattr("contract_review.faults.time.time", lambda: clock["now"])
+    monkeypatch.setattr("contract_review.doubles.faults.time.time", lambda: clock["now"])
     burst = {outcome(model, request(i=i)) for i in range(20)}
     assert burst == {"model.unavailable"}  # 503 ServiceUnavailable or 500 InternalServer: both transient
     clock["now"] = next(t / 10 for t in range(0, 1000) if not in_burst(spec, t / 10))

@@ -9,12 +9,13 @@ from typing import Any
 import pytest
 from aws_lambda_powertools import Metrics
 
+from contract_review.domain.keys import document_key
+from contract_review.domain.messages import ResultMessage
+from contract_review.domain.records import ChunkStatus
 from contract_review.handlers import aggregator as aggregator_handler
 from contract_review.handlers import sweeper as sweeper_handler
 from contract_review.handlers.telemetry import record_attempt
-from contract_review.messages import ResultMessage
-from contract_review.records import ChunkStatus, document_key
-from contract_review.retry import RetryStats
+from contract_review.reliability.retry import RetryStats
 from review_local.sandbox import LambdaContext, sqs_event
 
 from .fakes import FakeWorld

@@ -1,4 +1,4 @@
-"""Intake (`contract_review.intake.handle_intake`) against the in-memory fakes: validation, idempotent
+"""Intake (`contract_review.pipeline.intake.handle_intake`) against the in-memory fakes: validation, idempotent
 job creation, chunk records and fan-out, permanent input errors (failed job or intake DLQ), the
 S3 claim check, and corrected resubmissions."""
 
@@ -9,12 +9,13 @@ import json
 
 import pytest
 
-from contract_review.chunking import document_hash, split_into_chunks
-from contract_review.errors import ErrorClass, ErrorEnvelope, ReviewError
-from contract_review.intake import IntakeResult, handle_intake
-from contract_review.messages import MAX_DOCUMENT_BYTES
-from contract_review.ports import Queue
-from contract_review.records import ChunkStatus, Job, JobState, document_key, job_id_for
+from contract_review.domain.errors import ErrorClass, ErrorEnvelope, ReviewError
+from contract_review.domain.keys import document_key
+from contract_review.domain.messages import MAX_DOCUMENT_BYTES
+from contract_review.domain.ports import Queue
+from contract_review.domain.records import ChunkStatus, Job, JobState, job_id_for
+from contract_review.pipeline.intake import IntakeResult, handle_intake
+from contract_review.review.chunking import document_hash, split_into_chunks
 
 from ..texts import LONG_TEXT, TEXT
 from .fakes import SETTINGS, FakeQueues, FakeWorld
@@ -647,7 +648,7 @@ def test_a_large_document_leaves_queued_with_one_page_sent_and_its_chunk_count_k
     assert all(m.chunk_count == 55 and m.text == big[m.start:m.end] for m in world.queues.analysis())
     # AND the document and its fan-out plan are stored for the pages to come
     assert world.artifacts.get_text(job.document_key) == big
-    from contract_review.fanout import FanoutPlan, plan_key
+    from contract_review.pipeline.fanout import FanoutPlan, plan_key
 
     plan = FanoutPlan.model_validate_json(world.artifacts.get_text(plan_key(job.job_id)))
     assert [c.chunk_id for c in plan.page(0, len(plan))] == ids

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from contract_review.chunking import document_hash, split_into_chunks
-from contract_review.messages import MAX_DOCUMENT_BYTES
+from contract_review.domain.messages import MAX_DOCUMENT_BYTES
+from contract_review.review.chunking import document_hash, split_into_chunks
 
 from ..large_docs import large_contract, write_large_contract
 

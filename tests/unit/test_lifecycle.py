@@ -1,4 +1,4 @@
-"""The job's state machine (`contract_review.lifecycle`): the transition table, conditional
+"""The job's state machine (`contract_review.domain.lifecycle`): the transition table, conditional
 transitions with numbered events, and cancellation at every stage, against the in-memory fakes
 with the real intake, worker, aggregator and sweeper (`inprocess.py`)."""
 
@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import pytest
 
-from contract_review import lifecycle
-from contract_review.lifecycle import TRANSITIONS, IllegalTransition
-from contract_review.model_clients import ModelRequest, ModelResponse
-from contract_review.ports import Queue
-from contract_review.records import ChunkStatus, JobState, job_id_for
+from contract_review.domain import lifecycle
+from contract_review.domain.lifecycle import TRANSITIONS, IllegalTransition
+from contract_review.domain.model import ModelRequest, ModelResponse
+from contract_review.domain.ports import Queue
+from contract_review.domain.records import ChunkStatus, JobState, job_id_for
 
 from ..texts import TEXT
 from .fakes import FakeWorld

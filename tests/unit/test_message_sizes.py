@@ -11,9 +11,9 @@ from botocore.exceptions import ClientError
 from pydantic import ValidationError
 
 from contract_review.adapters.queues import SqsQueues
-from contract_review.config import get_profile
-from contract_review.messages import AnalysisMessage
-from contract_review.ports import Queue
+from contract_review.config.profile import get_profile
+from contract_review.domain.messages import AnalysisMessage
+from contract_review.domain.ports import Queue
 
 LOCAL = get_profile("local")
 MAX_CHARS = LOCAL.chunk_max_chars
@@ -68,8 +68,8 @@ def test_a_page_of_full_chunks_is_sent_in_batches_sqs_accepts(char: str, bytes_p
 
 
 def test_batches_keep_order_and_respect_count_and_bytes():
-    from contract_review.config import SQS_MAX_MESSAGE_BYTES as LIMIT
-    from contract_review.messages import size_batches
+    from contract_review.config.constants import SQS_MAX_MESSAGE_BYTES as LIMIT
+    from contract_review.domain.messages import size_batches
 
     assert LIMIT == SQS_MAX_MESSAGE_BYTES
     bodies = ["x" * n for n in (100, 200_000, 70_000, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 262_144)]
@@ -81,7 +81,7 @@ def test_batches_keep_order_and_respect_count_and_bytes():
 
 
 def test_a_message_over_the_limit_is_never_sent():
-    from contract_review.messages import MessageTooLarge
+    from contract_review.domain.messages import MessageTooLarge
 
     sqs = StrictSqs()
     too_big = chunk_message(0, "a" * SQS_MAX_MESSAGE_BYTES)

@@ -11,13 +11,19 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
-from contract_review.errors import ErrorClass, ReviewError
-from contract_review.messages import MAX_INLINE_CHARS, IntakeMessage, S3Document, intake_json_schema, parse_intake
+from contract_review.domain.errors import ErrorClass, ReviewError
+from contract_review.domain.messages import (
+    MAX_INLINE_CHARS,
+    IntakeMessage,
+    S3Document,
+    intake_json_schema,
+    parse_intake,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 SCHEMA_DOC = ROOT / "docs" / "intake-message.schema.json"
 REGENERATE = (
-    ".venv/bin/python -c \"import json; from contract_review.messages import intake_json_schema; "
+    ".venv/bin/python -c \"import json; from contract_review.domain.messages import intake_json_schema; "
     "open('docs/intake-message.schema.json', 'w').write(json.dumps(intake_json_schema(), indent=2) + '\\n')\""
 )
 

@@ -10,12 +10,12 @@ from typing import Any
 
 from botocore.stub import Stubber
 
-from contract_review.intake import handle_intake
-from contract_review.messages import AnalysisMessage
-from contract_review.model_clients import BedrockConverseModel, ModelIdCheck
-from contract_review.ports import Queue
-from contract_review.records import ChunkStatus, JobState
-from contract_review.worker import ChunkWorker, Delivery
+from contract_review.domain.messages import AnalysisMessage
+from contract_review.domain.ports import Queue
+from contract_review.domain.records import ChunkStatus, JobState
+from contract_review.model.bedrock import BedrockConverseModel, ModelIdCheck
+from contract_review.pipeline.intake import handle_intake
+from contract_review.pipeline.worker import ChunkWorker, Delivery
 
 from ..texts import TEXT
 from . import bedrock_stubs as bs

@@ -11,16 +11,14 @@ from botocore.awsrequest import AWSResponse
 from botocore.exceptions import ClientError, ReadTimeoutError
 from botocore.stub import ANY, Stubber
 
-from contract_review.errors import ReviewError, classify
-from contract_review.model_clients import (
+from contract_review.domain.errors import ReviewError, classify
+from contract_review.domain.model import ModelRequest, base_model_id, is_inference_profile
+from contract_review.model.bedrock import (
     BedrockConverseModel,
     ModelFacts,
     ModelIdCheck,
-    ModelRequest,
-    base_model_id,
     bedrock_client_config,
     describe_model,
-    is_inference_profile,
 )
 
 from . import bedrock_stubs as bs

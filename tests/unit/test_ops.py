@@ -1,4 +1,4 @@
-"""Operator views and actions (`contract_review.ops`) against the in-memory fakes: `job_view` (the
+"""Operator views and actions (`contract_review.operate.ops`) against the in-memory fakes: `job_view` (the
 six questions), `dlq_list` / `dlq_show` (DLQ messages joined with their records, never the
 document text) and `submit` (inline or claim check)."""
 
@@ -9,14 +9,10 @@ import json
 
 import pytest
 
-from contract_review import ops
-from contract_review.analysts import ANALYSTS
-from contract_review.chunking import document_hash
-from contract_review.chunks import dead_letter, settled_result
-from contract_review.errors import ErrorEnvelope
-from contract_review.intake import handle_intake
-from contract_review.ports import Queue
-from contract_review.records import (
+from contract_review.domain.errors import ErrorEnvelope
+from contract_review.domain.keys import report_keys, upload_key
+from contract_review.domain.ports import Queue
+from contract_review.domain.records import (
     LIST_SAMPLE,
     AttemptStats,
     ChunkRecord,
@@ -26,9 +22,12 @@ from contract_review.records import (
     JobState,
     Reliability,
     job_id_for,
-    report_keys,
-    upload_key,
 )
+from contract_review.operate import ops
+from contract_review.pipeline.intake import handle_intake
+from contract_review.reliability.chunks import dead_letter, settled_result
+from contract_review.review.analysts import ANALYSTS
+from contract_review.review.chunking import document_hash
 
 from ..texts import LONG_TEXT, TEXT
 from .fakes import SETTINGS, FakeQueues, FakeWorld, Sent

@@ -9,14 +9,14 @@ import random
 
 import pytest
 
-from contract_review.aggregator import handle_result
-from contract_review.analysts import ChunkFindings, Finding
-from contract_review.intake import handle_intake
-from contract_review.messages import AnalysisMessage, ResultMessage
-from contract_review.offline_model import OfflineRuleModel
-from contract_review.ports import Queue
-from contract_review.records import ChunkRecord
-from contract_review.worker import ChunkWorker, Delivery
+from contract_review.domain.messages import AnalysisMessage, ResultMessage
+from contract_review.domain.ports import Queue
+from contract_review.domain.records import ChunkRecord
+from contract_review.doubles.offline_model import OfflineRuleModel
+from contract_review.pipeline.aggregator import handle_result
+from contract_review.pipeline.intake import handle_intake
+from contract_review.pipeline.worker import ChunkWorker, Delivery
+from contract_review.review.analysts import ChunkFindings, Finding
 
 from ..oracle import assert_matches_fault_free, check_job, expected_findings
 from ..texts import LONG_TEXT, TEXT

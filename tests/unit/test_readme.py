@@ -16,10 +16,10 @@ import click
 import jsonschema
 import pytest
 
-from contract_review.chunking import document_hash
-from contract_review.intake import handle_intake
-from contract_review.messages import parse_intake
-from contract_review.records import job_id_for
+from contract_review.domain.messages import parse_intake
+from contract_review.domain.records import job_id_for
+from contract_review.pipeline.intake import handle_intake
+from contract_review.review.chunking import document_hash
 from review_local.cli import cli
 
 from .fakes import FakeWorld

@@ -17,18 +17,20 @@ from collections.abc import Callable
 import pytest
 from botocore.exceptions import ClientError, ReadTimeoutError
 
-from contract_review import redrive  # `redrive.retry`: looked up when used (these tests also run against older code)
-from contract_review.analysts import analysts_for
-from contract_review.breaker import BreakerModel, CircuitBreaker
-from contract_review.chunks import analysis_message
-from contract_review.errors import REGISTRY, ReviewError
-from contract_review.messages import MAX_INLINE_CHARS
-from contract_review.model_clients import ModelRequest, ModelResponse
-from contract_review.offline_model import OfflineRuleModel
-from contract_review.ports import Queue
-from contract_review.records import ChunkStatus, JobState, job_id_for
-from contract_review.redrive import dlq_redrive
-from contract_review.worker import ChunkWorker, Delivery
+from contract_review.domain.errors import REGISTRY, ReviewError
+from contract_review.domain.messages import MAX_INLINE_CHARS
+from contract_review.domain.model import ModelRequest, ModelResponse
+from contract_review.domain.ports import Queue
+from contract_review.domain.records import ChunkStatus, JobState, job_id_for
+from contract_review.doubles.offline_model import OfflineRuleModel
+from contract_review.model.breaker import BreakerModel, CircuitBreaker
+from contract_review.pipeline import (
+    redrive,  # `redrive.retry`: looked up when used (these tests also run against older code)
+)
+from contract_review.pipeline.redrive import dlq_redrive
+from contract_review.pipeline.worker import ChunkWorker, Delivery
+from contract_review.reliability.chunks import analysis_message
+from contract_review.review.analysts import analysts_for
 
 from ..texts import TEXT
 from .api_recoveries import API_RECOVERIES

@@ -1,4 +1,4 @@
-"""Reopening chunks and jobs, and DLQ redrive (contract_review.redrive) against the in-memory fakes."""
+"""Reopening chunks and jobs, and DLQ redrive (contract_review.pipeline.redrive) against the in-memory fakes."""
 
 from __future__ import annotations
 
@@ -6,21 +6,14 @@ import json
 
 import pytest
 
-from contract_review.aggregator import handle_result
-from contract_review.chunks import analysis_message, announce, dead_letter
-from contract_review.errors import ErrorEnvelope
-from contract_review.intake import handle_intake
-from contract_review.messages import ResultMessage
-from contract_review.ports import Queue
-from contract_review.records import (
-    AttemptStats,
-    ChunkRecord,
-    ChunkStatus,
-    Job,
-    JobFailure,
-    JobState,
-)
-from contract_review.redrive import Redriven, dlq_redrive, reopen
+from contract_review.domain.errors import ErrorEnvelope
+from contract_review.domain.messages import ResultMessage
+from contract_review.domain.ports import Queue
+from contract_review.domain.records import AttemptStats, ChunkRecord, ChunkStatus, Job, JobFailure, JobState
+from contract_review.pipeline.aggregator import handle_result
+from contract_review.pipeline.intake import handle_intake
+from contract_review.pipeline.redrive import Redriven, dlq_redrive, reopen
+from contract_review.reliability.chunks import analysis_message, announce, dead_letter
 
 from ..texts import TEXT
 from .fakes import SETTINGS, FakeWorld, Sent

@@ -1,4 +1,4 @@
-"""The report a reader gets (`contract_review.report`, written by the aggregator) against the in-memory
+"""The report a reader gets (`contract_review.review.report`, written by the aggregator) against the in-memory
 fakes: report.md says how many findings it lists and that long quotes are shortened, states each
 category's question, says when the findings come from the offline rule model, and carries the
 metadata sent with the document (report.json too)."""
@@ -8,10 +8,11 @@ from __future__ import annotations
 import json
 import re
 
-from contract_review.analysts import CATEGORIES, CATEGORY_BY_KEY, Finding
-from contract_review.intake import handle_intake
-from contract_review.records import ChunkRecord, report_keys
-from contract_review.report import QUOTE_MAX, TOP_FINDINGS, Report
+from contract_review.domain.keys import report_keys
+from contract_review.domain.records import ChunkRecord
+from contract_review.pipeline.intake import handle_intake
+from contract_review.review.analysts import CATEGORIES, CATEGORY_BY_KEY, Finding
+from contract_review.review.report import QUOTE_MAX, TOP_FINDINGS, Report
 
 from ..texts import LONG_TEXT
 from .fakes import FakeWorld

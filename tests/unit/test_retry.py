@@ -11,9 +11,9 @@ from botocore.exceptions import ClientError, ReadTimeoutError
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from contract_review.config import PROFILES, RetryPolicy
-from contract_review.errors import LeaseLost, ReviewError
-from contract_review.retry import (
+from contract_review.config.profile import PROFILES, RetryPolicy
+from contract_review.domain.errors import LeaseLost, ReviewError
+from contract_review.reliability.retry import (
     Retrier,
     RetryBudget,
     RetryGiveUp,

@@ -9,12 +9,14 @@ import json
 
 import pytest
 
-from contract_review import lifecycle, saga
-from contract_review.analysts import Finding
-from contract_review.ports import Queue
-from contract_review.records import Job, JobState, Reliability, StepStatus, job_id_for, report_keys
-from contract_review.report import Report, coverage_of
-from contract_review.saga import COMPLETED_DETAIL, PUBLISH, TICKET, WITHDRAWN_DETAIL, SagaStatus, step_key
+from contract_review.domain import lifecycle
+from contract_review.domain.keys import report_keys
+from contract_review.domain.ports import Queue
+from contract_review.domain.records import Job, JobState, Reliability, StepStatus, job_id_for
+from contract_review.review.analysts import Finding
+from contract_review.review.report import Report, coverage_of
+from contract_review.sideeffects import saga
+from contract_review.sideeffects.saga import COMPLETED_DETAIL, PUBLISH, TICKET, WITHDRAWN_DETAIL, SagaStatus, step_key
 
 from .fake_side_effects import FakeSideEffects
 from .fakes import FakeWorld
@@ -317,7 +319,7 @@ def test_review_compensations_lists_the_dead_letters_and_redrives_them():
     from .test_cli import run
 
     world, fx = FakeWorld(), FakeSideEffects()
-    world.deps = replace(world.deps, side_effects=fx.fx)
+    world.deps = replace(world.deps, side_effects=fx.fx, compensator=saga.compensate_job)
     j = finished_job(world, scores=(0.95,))
     saga.run_side_effects(world.deps, fx.fx, j)
     fx.tickets.inject("error_before_write", "close", times=-1)
@@ -338,8 +340,9 @@ def test_a_steps_in_progress_record_expires_with_the_invocations_remaining_time(
     # crashed invocation blocks its key; the saga registers the invocation's remaining time (handlers.invocation)
     import time as _time
 
+    from contract_review.adapters.outcomes import PowertoolsOutcomes
+    from contract_review.domain.effects import JsonObject
     from contract_review.handlers import InvocationClock
-    from contract_review.side_effects import JsonObject, PowertoolsOutcomes
 
     from .fake_side_effects import MemoryPersistence
 

@@ -6,9 +6,10 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from contract_review import lifecycle, saga
-from contract_review.records import JobState, StepStatus, job_id_for
-from contract_review.saga import COMPLETED_DETAIL, PUBLISH, TICKET, WITHDRAWN_DETAIL
+from contract_review.domain import lifecycle
+from contract_review.domain.records import JobState, StepStatus, job_id_for
+from contract_review.sideeffects import approvals, saga
+from contract_review.sideeffects.saga import COMPLETED_DETAIL, PUBLISH, TICKET, WITHDRAWN_DETAIL
 
 from ..texts import TEXT
 from .fake_side_effects import FakeSideEffects
@@ -24,7 +25,7 @@ KEY = "risky-msa"
 
 def pipeline(fx: FakeSideEffects) -> tuple[FakeWorld, InProcess, str]:
     world = small_chunk_world()
-    world.deps = replace(world.deps, side_effects=fx.fx)
+    world.deps = replace(world.deps, side_effects=fx.fx, compensator=saga.compensate_job)
     p = InProcess(world)
     p.send({"text": RISKY}, key=KEY)
     p.intake()
@@ -78,7 +79,7 @@ def waiting(fx: FakeSideEffects) -> tuple[FakeWorld, InProcess, str]:
 def test_approve_resumes_through_the_aggregator_with_the_same_key_and_one_ticket():
     fx = FakeSideEffects()
     world, p, job_id = waiting(fx)
-    decided = saga.decide_approval(world.deps, job_id, "approve", by="ops")
+    decided = approvals.decide_approval(world.deps, job_id, "approve", by="ops")
     assert decided.changed and decided.state is JobState.RUNNING
     job = p.run(job_id)  # the `resume` control message: finalize again, the step retried with its key
     assert job.state is JobState.COMPLETED, job.error
@@ -89,7 +90,7 @@ def test_approve_resumes_through_the_aggregator_with_the_same_key_and_one_ticket
 def test_reject_fails_the_job_and_the_aggregator_closes_the_ticket_it_opened():
     fx = FakeSideEffects()
     world, p, job_id = waiting(fx)
-    assert saga.decide_approval(world.deps, job_id, "reject", by="ops").changed
+    assert approvals.decide_approval(world.deps, job_id, "reject", by="ops").changed
     p.run(job_id)  # the `reject` control message: compensation
     assert state_of(world, job_id) == (JobState.FAILED, "job.approval_rejected")
     assert fx.tickets.opened == fx.tickets.closed == 1 and fx.notifier.calls == 0

@@ -17,19 +17,29 @@ from collections.abc import Callable
 
 from botocore.exceptions import ClientError
 
-from contract_review import redrive  # `redrive.retry`: looked up when used (these tests also run against older code)
 from contract_review.adapters.dynamo import to_item
-from contract_review.aggregator import finalize, handle_result
-from contract_review.chunks import analysis_message, dead_letter
-from contract_review.errors import ErrorEnvelope
-from contract_review.intake import handle_intake
-from contract_review.messages import AnalysisMessage, ResultMessage
-from contract_review.ops import job_view
-from contract_review.ports import Queue
-from contract_review.records import AttemptStats, ChunkOutcome, ChunkRecord, ChunkStatus, Job, JobState, job_id_for
-from contract_review.redrive import dlq_redrive
-from contract_review.report import Report
-from contract_review.sweeper import sweep
+from contract_review.domain.errors import ErrorEnvelope
+from contract_review.domain.messages import AnalysisMessage, ResultMessage
+from contract_review.domain.ports import Queue
+from contract_review.domain.records import (
+    AttemptStats,
+    ChunkOutcome,
+    ChunkRecord,
+    ChunkStatus,
+    Job,
+    JobState,
+    job_id_for,
+)
+from contract_review.operate.ops import job_view
+from contract_review.pipeline import (
+    redrive,  # `redrive.retry`: looked up when used (these tests also run against older code)
+)
+from contract_review.pipeline.aggregator import finalize, handle_result
+from contract_review.pipeline.intake import handle_intake
+from contract_review.pipeline.redrive import dlq_redrive
+from contract_review.pipeline.sweeper import sweep
+from contract_review.reliability.chunks import analysis_message, dead_letter
+from contract_review.review.report import Report
 
 from ..texts import TEXT
 from .fakes import SETTINGS, FakeWorld

@@ -1,4 +1,4 @@
-"""Sweeper decisions (contract_review.sweeper.sweep) against the in-memory fakes: lapsed claims,
+"""Sweeper decisions (contract_review.pipeline.sweeper.sweep) against the in-memory fakes: lapsed claims,
 the poison budget, heartbeat races, DLQ explanation and stalled-job reconciliation."""
 
 from __future__ import annotations
@@ -8,12 +8,10 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from contract_review.aggregator import handle_result
-from contract_review.chunks import analysis_message
-from contract_review.errors import ErrorEnvelope
-from contract_review.messages import AnalysisMessage, ResultMessage
-from contract_review.ports import Queue
-from contract_review.records import (
+from contract_review.domain.errors import ErrorEnvelope
+from contract_review.domain.messages import AnalysisMessage, ResultMessage
+from contract_review.domain.ports import Queue
+from contract_review.domain.records import (
     AttemptStats,
     ChunkOutcome,
     ChunkRecord,
@@ -22,8 +20,10 @@ from contract_review.records import (
     JobState,
     ReleaseReason,
 )
-from contract_review.redrive import reopen
-from contract_review.sweeper import sweep
+from contract_review.pipeline.aggregator import handle_result
+from contract_review.pipeline.redrive import reopen
+from contract_review.pipeline.sweeper import sweep
+from contract_review.reliability.chunks import analysis_message
 
 from ..texts import TEXT
 from .fakes import SETTINGS, FakeWorld, Sent

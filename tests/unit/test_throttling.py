@@ -10,16 +10,16 @@ import random
 
 import pytest
 
-from contract_review.config import RetryPolicy
-from contract_review.errors import classify
-from contract_review.faults import REQUESTS_THROTTLE_MESSAGE, TOKENS_THROTTLE_MESSAGE, bedrock_error
-from contract_review.intake import handle_intake
-from contract_review.messages import AnalysisMessage
-from contract_review.model_clients import ModelRequest, ModelResponse
-from contract_review.ports import Queue
-from contract_review.records import ChunkStatus
-from contract_review.retry import Retrier, RetryBudget, RetryGiveUp, RetryStats, backoff_delay
-from contract_review.worker import ChunkWorker, Delivery
+from contract_review.config.profile import RetryPolicy
+from contract_review.domain.errors import classify
+from contract_review.domain.messages import AnalysisMessage
+from contract_review.domain.model import ModelRequest, ModelResponse
+from contract_review.domain.ports import Queue
+from contract_review.domain.records import ChunkStatus
+from contract_review.doubles.faults import REQUESTS_THROTTLE_MESSAGE, TOKENS_THROTTLE_MESSAGE, bedrock_error
+from contract_review.pipeline.intake import handle_intake
+from contract_review.pipeline.worker import ChunkWorker, Delivery
+from contract_review.reliability.retry import Retrier, RetryBudget, RetryGiveUp, RetryStats, backoff_delay
 
 from ..texts import TEXT
 from .fakes import FakeWorld

@@ -12,7 +12,7 @@ import pytest
 import urllib3
 
 from contract_review.adapters.tickets import HttpTicketSystem
-from contract_review.side_effects import SideEffectError
+from contract_review.domain.effects import SideEffectError
 from review_local.ticket_service import TicketFaults, TicketServiceFake
 
 FIELDS = {"title": "2 high-risk findings", "job_id": "job-1"}

@@ -12,15 +12,22 @@ from collections import Counter
 import pytest
 from botocore.exceptions import ClientError
 
-from contract_review.analysts import ChunkFindings, analysts_for
-from contract_review.config import PROFILES
-from contract_review.errors import ErrorEnvelope, Tier2
-from contract_review.messages import AnalysisMessage
-from contract_review.model_clients import ModelRequest, ModelResponse
-from contract_review.offline_model import OfflineRuleModel
-from contract_review.ports import Queue
-from contract_review.records import AttemptStats, CheckpointWrite, ChunkRecord, ChunkStatus, JobState, ReleaseReason
-from contract_review.worker import ChunkWorker, Delivery, Heartbeat
+from contract_review.config.profile import PROFILES
+from contract_review.domain.errors import ErrorEnvelope
+from contract_review.domain.messages import AnalysisMessage
+from contract_review.domain.model import ModelRequest, ModelResponse
+from contract_review.domain.ports import Queue
+from contract_review.domain.records import (
+    AttemptStats,
+    CheckpointWrite,
+    ChunkRecord,
+    ChunkStatus,
+    JobState,
+    ReleaseReason,
+)
+from contract_review.doubles.offline_model import OfflineRuleModel
+from contract_review.pipeline.worker import ChunkWorker, Delivery, Heartbeat, Tier2
+from contract_review.review.analysts import ChunkFindings, analysts_for
 
 from .fakes import SETTINGS, FakeWorld
 from .scenarios import one_chunk_job

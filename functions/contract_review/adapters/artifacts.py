@@ -6,7 +6,7 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
-from ..errors import ReviewError
+from contract_review.domain.errors import ReviewError
 
 _MISSING_CODES = {"NoSuchKey", "NoSuchBucket", "AccessDenied", "404", "403"}
 

@@ -18,9 +18,10 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
-from ..errors import ErrorEnvelope
-from ..ports import Artifacts, Clock
-from ..records import (
+from contract_review.domain.errors import ErrorEnvelope
+from contract_review.domain.keys import checkpoint_key
+from contract_review.domain.ports import Artifacts, Clock
+from contract_review.domain.records import (
     USAGE_FIELDS,
     AttemptStats,
     Checkpoint,
@@ -30,8 +31,8 @@ from ..records import (
     ChunkStatus,
     ClaimResult,
     ReleaseReason,
-    checkpoint_key,
 )
+
 from .dynamo import Table, deserialize, is_conditional_failure, model_values, old_item, serialize, to_item
 
 OPEN = "open"  # value of the sparse `lease_bucket` attribute while a chunk is claimed

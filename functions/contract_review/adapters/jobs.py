@@ -9,8 +9,18 @@ from typing import Any
 from botocore.exceptions import ClientError
 from pydantic import BaseModel
 
-from ..ports import Clock
-from ..records import OUTCOME_FIELDS, USAGE_FIELDS, Job, JobEvent, JobState, SideEffectDone, Usage, event_seq
+from contract_review.domain.ports import Clock
+from contract_review.domain.records import (
+    OUTCOME_FIELDS,
+    USAGE_FIELDS,
+    Job,
+    JobEvent,
+    JobState,
+    SideEffectDone,
+    Usage,
+    event_seq,
+)
+
 from .dynamo import Table, deserialize, is_conditional_failure, model_values, serialize, set_clause, to_item
 
 

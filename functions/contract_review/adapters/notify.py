@@ -15,8 +15,8 @@ from typing import Any
 from botocore.exceptions import BotoCoreError, ClientError, ConnectionError, ReadTimeoutError
 from pydantic import JsonValue
 
-from ..errors import ErrorEnvelope, classify
-from ..side_effects import DeadLetter, JsonObject, SideEffectError
+from contract_review.domain.effects import DeadLetter, JsonObject, SideEffectError
+from contract_review.domain.errors import ErrorEnvelope, classify
 
 EVENT_SOURCE = "contract-review"  # EventBridge `source` of every event the pipeline puts
 

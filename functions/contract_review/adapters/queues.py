@@ -7,9 +7,9 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ..errors import ErrorEnvelope
-from ..messages import SQS_MAX_BATCH, AnalysisMessage, JobControl, ResultMessage, size_batches
-from ..ports import DLQS, Queue, QueueMessage
+from contract_review.domain.errors import ErrorEnvelope
+from contract_review.domain.messages import SQS_MAX_BATCH, AnalysisMessage, JobControl, ResultMessage, size_batches
+from contract_review.domain.ports import DLQS, Queue, QueueMessage
 
 SQS_BATCH = SQS_MAX_BATCH
 BATCH_SEND_ATTEMPTS = 5

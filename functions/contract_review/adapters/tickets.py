@@ -20,8 +20,8 @@ import urllib3
 from pydantic import JsonValue
 from urllib3.exceptions import ConnectTimeoutError, NewConnectionError, ProtocolError, ReadTimeoutError
 
-from ..errors import ErrorEnvelope
-from ..side_effects import JsonObject, SideEffectError
+from contract_review.domain.effects import JsonObject, SideEffectError
+from contract_review.domain.errors import ErrorEnvelope
 
 
 class HttpTicketSystem:

@@ -8,9 +8,10 @@ from typing import Any
 
 import boto3
 
-from ..config import Settings
-from ..model_clients import ModelClient
-from ..ports import Deps
+from contract_review.config.settings import Settings
+from contract_review.domain.model import ModelClient
+from contract_review.domain.ports import Deps
+
 from ..wiring import build_deps, build_model
 
 

@@ -9,9 +9,10 @@ from aws_lambda_powertools.utilities.batch.types import PartialItemFailureRespon
 from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
-from ..aggregator import handle_message
-from ..messages import ResultMessage, parse_results_body
-from ..records import TERMINAL_JOB_STATES
+from contract_review.domain.messages import ResultMessage, parse_results_body
+from contract_review.domain.records import TERMINAL_JOB_STATES
+from contract_review.pipeline.aggregator import handle_message
+
 from . import deps, invocation
 
 logger = Logger(service="aggregator")

@@ -1,5 +1,5 @@
 """The Job API's Lambda entry point (HTTP API, payload v2, IAM authorization): glue only. The routes are
-`contract_review.api.app`; the local server (`review_local/api_server.py`) serves the same app."""
+`contract_review.operate.api.app`; the local server (`review_local/api_server.py`) serves the same app."""
 
 from __future__ import annotations
 
@@ -10,7 +10,8 @@ from aws_lambda_powertools.logging import correlation_paths
 from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
-from .. import api
+from contract_review.operate import api
+
 from . import deps
 
 logger = Logger(service="api")

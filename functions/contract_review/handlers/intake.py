@@ -9,7 +9,8 @@ from aws_lambda_powertools.utilities.batch.types import PartialItemFailureRespon
 from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
-from ..intake import handle_intake
+from contract_review.pipeline.intake import handle_intake
+
 from . import deps
 
 logger = Logger(service="intake")

@@ -27,14 +27,13 @@ from typing import Any
 from aws_lambda_powertools import Metrics
 from pydantic import ValidationError
 
-from ..adapters.task_protection import ScaleInGuard, TaskProtection
-from ..config import Settings
-from ..errors import Tier2
-from ..messages import AnalysisMessage
-from ..ports import Deps
-from ..sweeper import sweep
-from ..wiring import aws_client_config, build_deps, build_limiter, build_model
-from ..worker import ChunkWorker, Delivery
+from contract_review.config.settings import Settings
+from contract_review.domain.messages import AnalysisMessage
+from contract_review.domain.ports import Deps
+from contract_review.pipeline.sweeper import sweep
+from contract_review.pipeline.worker import ChunkWorker, Delivery, Tier2
+
+from ..wiring import ScaleInGuard, aws_client_config, build_deps, build_limiter, build_model, build_scale_in_guard
 from .telemetry import record_attempt
 
 log = logging.getLogger("contract_review.poller")
@@ -114,7 +113,7 @@ def run(settings: Settings, session: Any, stop: Shutdown, guard: ScaleInGuard | 
         metrics: Metrics | None = None) -> None:
     """Poll until `stop`; the chunk in hand when it is set is finished or released first."""
     metrics = metrics or Metrics(service="worker")
-    guard = guard or ScaleInGuard(TaskProtection(None), settings.profile.fargate_protection_minutes)
+    guard = guard or build_scale_in_guard(settings, None)
     deps = build_deps(settings, session)
     threading.Thread(target=_sweep_loop, args=(deps, settings.profile.fargate_sweep_interval_s, stop),
                      daemon=True, name="sweeper").start()
@@ -146,8 +145,8 @@ def main() -> None:
     settings = Settings.from_env(os.environ).model_copy(update={"worker_kind": "fargate"})
     stop = Shutdown(settings.profile.fargate_stop_timeout_s)
     signal.signal(signal.SIGTERM, lambda *_: stop.request())
-    protection = TaskProtection(os.environ.get("ECS_AGENT_URI"))  # set by ECS; absent locally: a no-op
-    run(settings, boto3.Session(), stop, ScaleInGuard(protection, settings.profile.fargate_protection_minutes))
+    # ECS_AGENT_URI: set by ECS; absent locally, where the protection is a no-op
+    run(settings, boto3.Session(), stop, build_scale_in_guard(settings, os.environ.get("ECS_AGENT_URI")))
     log.info("poller stopped")
 
 

@@ -6,7 +6,8 @@ from aws_lambda_powertools import Logger, Metrics
 from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
-from ..sweeper import sweep
+from contract_review.pipeline.sweeper import sweep
+
 from . import deps, invocation
 
 logger = Logger(service="sweeper")

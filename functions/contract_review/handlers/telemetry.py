@@ -12,7 +12,7 @@ from __future__ import annotations
 from aws_lambda_powertools import Metrics
 from aws_lambda_powertools.metrics import MetricUnit, single_metric
 
-from ..retry import RetryStats
+from contract_review.reliability.retry import RetryStats
 
 
 def record_attempt(metrics: Metrics, stats: RetryStats, *, action: str | None = None,

@@ -9,10 +9,10 @@ from aws_lambda_powertools.utilities.batch.types import PartialItemFailureRespon
 from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
-from ..errors import Tier2
-from ..messages import AnalysisMessage
+from contract_review.domain.messages import AnalysisMessage
+from contract_review.pipeline.worker import ChunkWorker, Delivery, Tier2
+
 from ..wiring import build_limiter
-from ..worker import ChunkWorker, Delivery
 from . import deps, model, settings
 from .telemetry import record_attempt
 

@@ -1,0 +1,11 @@
+"""Fixed numbers the services impose, and names every layer shares."""
+
+LAMBDA_VISIBILITY_FACTOR = 6  # AWS: queue visibility >= 6 x function timeout for Lambda ESMs
+SQS_MAX_VISIBILITY_S = 12 * 3600  # SQS: the longest visibility timeout (queue default or ChangeMessageVisibility)
+FARGATE_MAX_STOP_TIMEOUT_S = 120  # ECS: the longest stopTimeout a Fargate container may have
+OFFLINE_MODEL_ID = "offline-rules-v1"  # the deterministic rule model (doubles/offline_model.py), not an LLM
+# SQS: one message, and the sum of one SendMessageBatch, at most 256 KiB (the queues keep the default
+# MaximumMessageSize). Sizes are counted in UTF-8 bytes of the body.
+SQS_MAX_MESSAGE_BYTES = 262_144
+JSON_MAX_BYTES_PER_CHAR = 6  # JSON escapes a control character as \u001f; other characters are <= 4 UTF-8 bytes
+ANALYSIS_MESSAGE_FIXED_BYTES = 4_096  # an analysis message without its text: ids, counters, resume_from (generous)

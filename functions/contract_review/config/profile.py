@@ -1,0 +1,284 @@
+"""The one config object's numbers.
+
+`Profile` holds every number the infrastructure and the runtime share (timeouts, receive
+counts, leases, retry policy). `infra/` builds the template from a profile; the template passes
+the profile *name* and the resource names to the functions as environment variables; handlers
+turn that environment into `Settings` (settings.py) once, at cold start, and hand it to the core.
+Nothing else reads `os.environ`.
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, model_validator
+
+from contract_review.config.constants import (
+    ANALYSIS_MESSAGE_FIXED_BYTES,
+    FARGATE_MAX_STOP_TIMEOUT_S,
+    JSON_MAX_BYTES_PER_CHAR,
+    LAMBDA_VISIBILITY_FACTOR,
+    SQS_MAX_MESSAGE_BYTES,
+    SQS_MAX_VISIBILITY_S,
+)
+from contract_review.config.prices import PRICES, PriceTable
+
+
+class RetryPolicy(BaseModel):
+    """Tier-1 retry policy: full-jitter exponential backoff."""
+
+    model_config = ConfigDict(frozen=True)
+
+    base_s: float
+    cap_s: float
+    max_attempts: int
+
+
+class Profile(BaseModel):
+    """Every tunable number of one deployment flavour. See docs/runbook.md for the reasoning."""
+
+    model_config = ConfigDict(frozen=True)
+
+    name: str
+    # --- functions -----------------------------------------------------------------------
+    intake_timeout_s: int
+    worker_timeout_s: int
+    aggregator_timeout_s: int
+    sweeper_timeout_s: int
+    worker_memory_mb: int = 1024
+    worker_batch_size: int = 1  # small batches: a whole-invocation timeout returns the batch
+    worker_max_concurrency: int = 20  # ESM MaximumConcurrency (2..1000)
+    intake_batch_size: int = 5
+    aggregator_batch_size: int = 10
+    # --- queues --------------------------------------------------------------------------
+    analysis_visibility_s: int
+    intake_visibility_s: int
+    results_visibility_s: int
+    # AWS advises >= 5 so that a throttled-but-healthy burst is not dead-lettered; the
+    # seed design used 3. Throttling never burns receives here (it is requeued), so 5 real
+    # failures of one chunk are needed to dead-letter it.
+    max_receive_count: int = 5
+    dlq_retention_days: int = 14
+    queue_retention_days: int = 4
+    dlq_alarm_threshold: int = 1  # one dead letter already makes a job `dead_lettered`
+    dlq_alarm_period_s: int = 60
+    # --- alarms (infra/monitoring.py; every alarm notifies the stack's alarm topic) -----------
+    alarm_period_s: int = 300  # period of the function, backpressure and stuck-job alarms
+    intake_age_alarm_s: int = 900  # oldest intake message: intake takes seconds per document
+    analysis_age_alarm_s: int = 3600  # oldest chunk message: a backlog of an hour means too few workers
+    results_age_alarm_s: int = 900  # oldest results message: the aggregator takes seconds per result
+    function_errors_alarm_threshold: int = 1  # errors (incl. timeouts) of one function in a period
+    function_throttles_alarm_threshold: int = 1  # throttled invocations of one function in a period
+    backpressure_alarm_threshold: int = 100  # backpressure requeues per period ...
+    backpressure_alarm_periods: int = 3  # ... sustained this many periods in a row
+    stuck_jobs_alarm_threshold: int = 1  # stalled jobs one sweep found (StuckJobs, published by the sweeper)
+    # --- recovery ------------------------------------------------------------------------
+    claim_lease_s: float  # a claim lapses this long after its last heartbeat
+    sweep_interval_s: float  # how often the sweeper looks for lapsed claims
+    poison_budget: int = 5  # failed attempts of one chunk before it is dead-lettered
+    # A running job without progress this long is reconciled. Longer than any delay a chunk's
+    # message is knowingly away for (throttle_max_delay_s, tier2_backoff_max_s): the reconciler
+    # skips chunks released within this window, whose message is still on its way.
+    stall_after_s: float = 1200
+    throttle_max_delay_s: int = 900  # SQS DelaySeconds ceiling
+    # Tier 2: a failed record comes back after a jittered min(max, base * 2**(failures-1)) s, in
+    # [ceiling/2, ceiling] (prod: 15-30, 30-60, 60-120, 120-240 s for failures 1..4, so the poison
+    # budget of 5 spans 225-450 s and a two-minute 5xx burst dead-letters nothing; runbook.md).
+    tier2_backoff_base_s: float = 30.0
+    tier2_backoff_max_s: float = 600.0
+    # Backpressure (throttling, time handoffs, function timeouts) is not failure, but it is bounded:
+    # a chunk that makes no progress (no analyst checkpointed) under backpressure for this long is
+    # dead-lettered as `runtime.backpressure_exhausted`. Hours: throttling must never fail a job fast.
+    backpressure_deadline_s: float = 6 * 3600
+    # --- tier 1 --------------------------------------------------------------------------
+    model_retry: RetryPolicy
+    tool_retry: RetryPolicy
+    chunk_retry_budget_s: float  # total tier-1 sleep allowed per chunk attempt
+    # --- review --------------------------------------------------------------------------
+    chunk_target_chars: int = 4000
+    chunk_max_chars: int = 6000  # so an analysis message is at most 6 x 6000 + 4096 bytes, far below SQS's limit
+    # --- fan-out and fairness (fanout.py; docs/runbook.md "Large documents and fairness") -------
+    # At most `fanout_window` chunks of one job are in flight (sent, not yet counted settled); the
+    # aggregator refills the window a page of at least `fanout_page` chunks at a time (or what is left).
+    # A job alone keeps every worker busy (window >= worker_max_concurrency) with a page in reserve,
+    # and a document submitted behind it waits for at most window - concurrency of its chunks, about
+    # one chunk's duration, instead of behind every chunk of a large document.
+    fanout_window: int = 40
+    fanout_page: int = 10
+    analyst_count: int = 11
+    # How many of a chunk's analysts run at once (threads in one worker; each still checkpointed and
+    # fenced): a chunk takes about two call latencies instead of 2 x analyst_count. 1: one by one.
+    analyst_concurrency: int = 11
+    # The model's account quotas (`review preflight` prints them). Each worker process paces its calls to
+    # its share, quota / worker_max_concurrency, adjusted by AIMD on throttles (adaptive.py; runbook
+    # "Riding the model quota"). None: calls are not paced (throttles are still backpressure).
+    model_requests_per_minute: float | None = None
+    model_tokens_per_minute: float | None = None
+    # Circuit breaker per model in each worker (breaker.py): this many failed calls in a row (5xx,
+    # timeouts) open it; no call is sent for `breaker_open_s`, then one probe decides.
+    breaker_failures: int = 5
+    breaker_open_s: float = 30.0
+    # The Bedrock model, through its global cross-region inference profile (routes to every commercial
+    # region; `us.`/`eu.`/`jp.` profiles keep processing in one geography). Claude Sonnet 4.6 is the
+    # newest Sonnet served by Converse with an ARN-versioned id (base id anthropic.claude-sonnet-4-6,
+    # profiles global/us/eu/jp): Anthropic, "Claude on Amazon Bedrock (legacy)",
+    # https://platform.claude.com/docs/en/build-with-claude/claude-on-amazon-bedrock-legacy; AWS,
+    # https://docs.aws.amazon.com/bedrock/latest/userguide/inference-profiles-support.html. Models
+    # retire: `cdk deploy -c model_id=ID` picks another without a code change (infra/deploy_settings.py).
+    model_id: str = "global.anthropic.claude-sonnet-4-6"
+    # 2026-11-22: each analyst's fixed instructions (its categories and the step's task) moved into the system
+    # prompt, sent as a cached prefix (Bedrock prompt caching); the user message holds the excerpt only.
+    prompt_version: str = "2026-11-22"
+    # The list prices a job's cost is computed from (docs/cost.md); see PriceTable.
+    prices: PriceTable = PRICES
+    # Fargate poller: no function timeout, but a call in flight at SIGTERM must end (and the chunk be
+    # released) before ECS's SIGKILL: read timeout + handoff_margin_s <= fargate_stop_timeout_s.
+    model_read_timeout_s: int = 100
+    # Lambda worker: a model call is cut off (model.timeout, retried) after this long (the Bedrock
+    # client's read timeout), and a call is only started when the invocation has at least this plus
+    # `handoff_margin_s` left (an analyst, two calls, only with room for both), so no call outlives the
+    # invocation; out of time, the chunk is handed back through its checkpoints, not failed. Real
+    # Bedrock latency for a findings-sized answer is seconds to tens of seconds: 60 s cuts off only
+    # a call that is really stuck.
+    model_call_timeout_s: int = 60
+    handoff_margin_s: float = 10.0  # time to save a checkpoint, release the chunk and send its message
+    # larger analyst outputs go to S3: a checkpoint item holds the outputs of the analysts committed
+    # together (up to 11), so 11 of them stay far below DynamoDB's 400 KB
+    checkpoint_inline_max_bytes: int = 30_000
+    # --- side effects (saga.py) ------------------------------------------------------------
+    # The external ticket system: a call's answer is awaited this long; past it, the outcome is unknown
+    # and the ticket is looked up by its idempotency key.
+    ticket_read_timeout_s: float = 10.0
+    approval_ttl_s: float = 7 * 86400  # a job waiting for approval fails (job.approval_expired) after this
+    record_ttl_days: int = 30
+    # --- Fargate poller alternative -------------------------------------------------------
+    fargate_visibility_s: int = 30  # the poller heartbeats this short visibility itself
+    fargate_claim_lease_s: float = 20
+    fargate_sweep_interval_s: float = 10  # each poller also sweeps: Fargate recovery <= 20 + 10 = 30 s
+    poller_wait_s: int = 10  # SQS long-poll wait of the Fargate poller
+    # ECS waits this long after SIGTERM before SIGKILL (Fargate allows at most 120 s). A SIGTERMed
+    # poller starts no model call that could outlast it (the worker's time check) and releases its
+    # chunk, so `model_read_timeout_s` + `handoff_margin_s` must fit within it.
+    fargate_stop_timeout_s: int = 120
+    fargate_protection_minutes: int = 30  # ECS scale-in protection per busy stretch, refreshed at half
+
+    @model_validator(mode="after")
+    def _check_rules(self) -> Profile:
+        if self.analysis_visibility_s < LAMBDA_VISIBILITY_FACTOR * self.worker_timeout_s:
+            raise ValueError(
+                f"profile {self.name}: analysis visibility {self.analysis_visibility_s}s must be "
+                f">= {LAMBDA_VISIBILITY_FACTOR} x worker timeout {self.worker_timeout_s}s"
+            )
+        for fn, t, vis in (
+            ("intake", self.intake_timeout_s, self.intake_visibility_s),
+            ("aggregator", self.aggregator_timeout_s, self.results_visibility_s),
+        ):
+            if vis < LAMBDA_VISIBILITY_FACTOR * t:
+                raise ValueError(f"profile {self.name}: {fn} visibility must be >= 6 x timeout")
+        if self.max_receive_count < 1:
+            raise ValueError("max_receive_count must be >= 1")
+        if self.claim_lease_s >= self.worker_timeout_s * LAMBDA_VISIBILITY_FACTOR:
+            raise ValueError("claim lease must be shorter than the visibility timeout")
+        if self.worker_timeout_s < self.analyst_reserve_s:
+            raise ValueError(
+                f"profile {self.name}: worker timeout {self.worker_timeout_s}s cannot fit one analyst "
+                f"(2 x model_call_timeout_s {self.model_call_timeout_s}s + handoff_margin_s {self.handoff_margin_s}s)")
+        if not 1 <= self.tier2_backoff_base_s <= self.tier2_backoff_max_s <= min(self.analysis_visibility_s,
+                                                                                 SQS_MAX_VISIBILITY_S):
+            raise ValueError(f"profile {self.name}: tier-2 backoff must be 1 s <= base <= max <= analysis visibility")
+        if self.stall_after_s <= max(self.throttle_max_delay_s, self.tier2_backoff_max_s):
+            raise ValueError(f"profile {self.name}: stall_after_s must exceed every delay a chunk message is away for")
+        if self.backpressure_deadline_s < 2 * self.throttle_max_delay_s:
+            raise ValueError(f"profile {self.name}: the backpressure deadline must allow a few delayed requeues")
+        if not 1 <= self.fanout_page <= self.fanout_window:
+            raise ValueError(f"profile {self.name}: need 1 <= fanout_page <= fanout_window")
+        if self.chunk_max_chars * JSON_MAX_BYTES_PER_CHAR + ANALYSIS_MESSAGE_FIXED_BYTES > SQS_MAX_MESSAGE_BYTES:
+            raise ValueError(f"profile {self.name}: chunk_max_chars {self.chunk_max_chars} could make an analysis "
+                             f"message over SQS's {SQS_MAX_MESSAGE_BYTES:,} bytes ({JSON_MAX_BYTES_PER_CHAR} bytes a "
+                             "character at worst)")
+        if not 1 <= self.fargate_stop_timeout_s <= FARGATE_MAX_STOP_TIMEOUT_S:
+            raise ValueError(f"fargate_stop_timeout_s must be within 1..{FARGATE_MAX_STOP_TIMEOUT_S}")
+        if self.model_read_timeout_s + self.handoff_margin_s > self.fargate_stop_timeout_s:
+            raise ValueError(
+                f"profile {self.name}: model_read_timeout_s {self.model_read_timeout_s}s + handoff_margin_s "
+                f"{self.handoff_margin_s}s must fit the Fargate stop timeout {self.fargate_stop_timeout_s}s "
+                "(a call in flight at SIGTERM must end, and its chunk be released, before SIGKILL)")
+        return self
+
+    @property
+    def heartbeat_interval_s(self) -> float:
+        return self.claim_lease_s / 3
+
+    @property
+    def analyst_reserve_s(self) -> float:
+        """Lambda time an analyst needs before it starts: both its calls (locate, assess) and the handoff."""
+        return 2 * self.model_call_timeout_s + self.handoff_margin_s
+
+    @property
+    def record_ttl_s(self) -> int:
+        return self.record_ttl_days * 86400
+
+
+PROFILES: dict[str, Profile] = {
+    "prod": Profile(
+        name="prod",
+        intake_timeout_s=60,
+        # Sized for real Bedrock latency (seconds to tens of seconds per call): a chunk is 11 analysts
+        # x 2 calls, ~220-660 s at 10-30 s a call, so it usually finishes in one 15-minute invocation
+        # (the Lambda maximum). A slower chunk is handed back through its checkpoints when less than
+        # `analyst_reserve_s` (2 x 60 + 10 = 130 s) is left, never killed mid-call; a function timeout
+        # that happens anyway is released by the sweeper without counting a failure (runbook.md).
+        worker_timeout_s=900,
+        aggregator_timeout_s=120,
+        sweeper_timeout_s=60,
+        analysis_visibility_s=5400,  # 6 x the worker timeout (Lambda's rule); recovery is lease + sweep
+        intake_visibility_s=360,
+        results_visibility_s=720,
+        claim_lease_s=30,  # heartbeat every 10 s
+        sweep_interval_s=60,  # EventBridge rate(1 minute): Lambda recovery <= lease + sweep = 90 s
+        model_retry=RetryPolicy(base_s=1.0, cap_s=30.0, max_attempts=3),
+        tool_retry=RetryPolicy(base_s=0.25, cap_s=5.0, max_attempts=5),
+        chunk_retry_budget_s=60.0,
+    ),
+    "local": Profile(
+        name="local",
+        intake_timeout_s=10,
+        worker_timeout_s=20,
+        # finalizing a 5 MB document (~1,500 chunks) reads every chunk record and findings object: 10-30 s
+        # on moto on 2 busy cores (the sweeper finalizes a stalled job too)
+        aggregator_timeout_s=60,
+        sweeper_timeout_s=60,
+        worker_max_concurrency=4,
+        fanout_window=8,  # 2 x the 4 local workers, as in prod
+        fanout_page=2,
+        analysis_visibility_s=120,  # deliberately long: recovery must come from lease + sweep
+        intake_visibility_s=60,
+        results_visibility_s=360,  # 6 x the aggregator timeout
+        claim_lease_s=3.0,
+        sweep_interval_s=1.0,
+        throttle_max_delay_s=2,
+        tier2_backoff_base_s=1.0,  # tier 2: 1, 1-2, 2-4, 4-8 s: the poison budget spans 8-15 s
+        tier2_backoff_max_s=8.0,
+        backpressure_deadline_s=20.0,  # seconds, so tests reach it (10 x the longest requeue delay)
+        stall_after_s=15,
+        model_call_timeout_s=1,  # the offline model answers in milliseconds; tests add latency
+        handoff_margin_s=0.5,
+        model_retry=RetryPolicy(base_s=0.02, cap_s=0.2, max_attempts=3),
+        tool_retry=RetryPolicy(base_s=0.01, cap_s=0.1, max_attempts=5),
+        chunk_retry_budget_s=3.0,
+        record_ttl_days=1,
+        fargate_visibility_s=10,
+        fargate_claim_lease_s=3.0,
+        fargate_sweep_interval_s=1.0,
+        poller_wait_s=0,  # short polls against moto (its long poll spins while a FIFO group is busy)
+        breaker_open_s=2.0,
+        ticket_read_timeout_s=1.0,  # the local ticket fake holds a "timeout after write" answer for seconds
+    ),
+}
+
+
+def get_profile(name: str) -> Profile:
+    try:
+        return PROFILES[name]
+    except KeyError:
+        raise ValueError(f"unknown profile {name!r}; known: {', '.join(sorted(PROFILES))}") from None
+
+

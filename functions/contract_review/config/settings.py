@@ -1,0 +1,143 @@
+"""What one running process needs: its resources (the one table the stack, the environment and the
+CLI's stack lookup are derived from) and its profile. Handlers build `Settings` once, at cold start,
+from the environment; nothing else reads `os.environ`."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping
+from typing import Literal, NamedTuple
+
+from pydantic import BaseModel, ConfigDict
+
+from contract_review.config.constants import OFFLINE_MODEL_ID
+from contract_review.config.profile import Profile, get_profile
+
+
+class Resource(NamedTuple):
+    """One deployed resource a process needs: how `Settings`, the function environment and the
+    stack outputs each name it. The stack, `Settings.from_env` and the CLI's stack lookup are
+    all derived from `RESOURCES`."""
+
+    field: str  # Settings field
+    env: str  # environment variable the template sets on every function and task
+    output: str  # CloudFormation stack output
+    description: str
+    required: bool = True
+
+
+RESOURCES: tuple[Resource, ...] = (
+    Resource("jobs_table", "JOBS_TABLE", "JobsTableName", "jobs table"),
+    Resource("claims_table", "CLAIMS_TABLE", "ClaimsTableName", "claims table (one record per chunk)"),
+    Resource("checkpoints_table", "CHECKPOINTS_TABLE", "CheckpointsTableName", "checkpoints table"),
+    Resource("events_table", "EVENTS_TABLE", "EventsTableName", "events table"),
+    Resource("bucket", "ARTIFACT_BUCKET", "ArtifactBucketName", "artifacts bucket"),
+    Resource("intake_queue_url", "INTAKE_QUEUE_URL", "IntakeQueueUrl", "intake queue (documents in)"),
+    Resource("analysis_queue_url", "ANALYSIS_QUEUE_URL", "AnalysisQueueUrl", "analysis queue (one message per chunk)"),
+    Resource("results_queue_url", "RESULTS_QUEUE_URL", "ResultsQueueUrl", "results queue (FIFO, group = job)"),
+    Resource("intake_dlq_url", "INTAKE_DLQ_URL", "IntakeDlqUrl", "intake dead-letter queue", required=False),
+    Resource("analysis_dlq_url", "ANALYSIS_DLQ_URL", "AnalysisDlqUrl", "analysis dead-letter queue", required=False),
+    Resource("results_dlq_url", "RESULTS_DLQ_URL", "ResultsDlqUrl", "results dead-letter queue (FIFO)",
+             required=False),
+    # the job's side effects (saga.py): Powertools idempotency records, the job-events topic, the compensation DLQ
+    Resource("idempotency_table", "IDEMPOTENCY_TABLE", "IdempotencyTableName", "idempotency table (side-effect "
+             "outcomes)", required=False),
+    Resource("job_events_topic_arn", "JOB_EVENTS_TOPIC_ARN", "JobEventsTopicArn", "job-events SNS topic (\"Review "
+             "completed\"; subscribe instead of polling)", required=False),
+    Resource("compensation_dlq_url", "COMPENSATION_DLQ_URL", "CompensationDlqUrl", "compensation dead-letter queue",
+             required=False),
+)
+
+
+# The other environment variables: Settings field -> variable.
+OPTION_ENV = {
+    "profile": "REVIEW_PROFILE",
+    "model_provider": "MODEL_PROVIDER",
+    "model_id": "MODEL_ID",
+    "fault_spec": "FAULT_SPEC",
+    "worker_kind": "WORKER_KIND",
+    "ticket_url": "TICKET_URL",  # the external ticket system's base URL (CDK context `ticket_url`); empty: no tickets
+}
+
+
+# Profile fields changed for one local run (a JSON object; the bench compares settings side by side).
+PROFILE_OVERRIDES_ENV = "PROFILE_OVERRIDES"
+
+
+ENV: dict[str, str] = {**OPTION_ENV, **{r.field: r.env for r in RESOURCES}}  # every variable, by Settings field
+
+
+_REQUIRED = {"profile"} | {r.field for r in RESOURCES if r.required}
+
+
+class Settings(BaseModel):
+    """What one running function needs: names of its resources plus the profile."""
+
+    model_config = ConfigDict(frozen=True)
+
+    profile: Profile
+    jobs_table: str
+    claims_table: str
+    checkpoints_table: str
+    events_table: str
+    bucket: str
+    intake_queue_url: str
+    analysis_queue_url: str
+    results_queue_url: str
+    intake_dlq_url: str = ""
+    analysis_dlq_url: str = ""
+    results_dlq_url: str = ""
+    idempotency_table: str = ""
+    job_events_topic_arn: str = ""
+    compensation_dlq_url: str = ""
+    ticket_url: str = ""
+    model_provider: Literal["offline", "bedrock"] = "offline"
+    model_id: str = ""
+    # The local doubles' FaultSpec as JSON (doubles/spec.py; wiring parses it): demo, tests and bench only.
+    fault_spec: str | None = None
+    worker_kind: Literal["lambda", "fargate"] = "lambda"
+
+    @classmethod
+    def from_outputs(cls, outputs: Mapping[str, str], profile: str) -> Settings:
+        """From a stack's outputs (the CLI's view of a deployed or local stack)."""
+        missing = [r.output for r in RESOURCES if r.output not in outputs]
+        if missing:
+            raise ValueError(f"stack outputs missing: {', '.join(missing)}")
+        return cls.model_validate({"profile": get_profile(profile), **{r.field: outputs[r.output] for r in RESOURCES}})
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str]) -> Settings:
+        missing = [v for k, v in ENV.items() if k in _REQUIRED and not env.get(v)]
+        if missing:
+            raise ValueError(f"missing environment variables: {', '.join(missing)}")
+        values: dict[str, object] = {k: env[v] for k, v in ENV.items() if env.get(v)}
+        profile = get_profile(str(values["profile"]))
+        if env.get(PROFILE_OVERRIDES_ENV):  # local runs and the bench only: e.g. {"analyst_concurrency": 1}
+            profile = Profile.model_validate({**profile.model_dump(), **json.loads(env[PROFILE_OVERRIDES_ENV])})
+        values["profile"] = profile
+        return cls.model_validate(values)
+
+    @property
+    def effective_model_id(self) -> str:
+        if self.model_provider == "offline":
+            return OFFLINE_MODEL_ID
+        return self.model_id or self.profile.model_id
+
+    @property
+    def model_call_timeout_s(self) -> int:
+        return self.profile.model_read_timeout_s if self.worker_kind == "fargate" else self.profile.model_call_timeout_s
+
+    @property
+    def claim_lease_s(self) -> float:
+        return self.profile.fargate_claim_lease_s if self.worker_kind == "fargate" else self.profile.claim_lease_s
+
+    def analysis_config_hash(self) -> str:
+        """Hash of everything that changes an analyst's output: checkpoints are reused only on match."""
+        material = {
+            "model": self.effective_model_id,
+            "provider": self.model_provider,
+            "prompt_version": self.profile.prompt_version,
+            "analysts": self.profile.analyst_count,
+        }
+        return hashlib.sha256(json.dumps(material, sort_keys=True).encode()).hexdigest()[:16]

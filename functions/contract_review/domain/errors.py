@@ -1,0 +1,402 @@
+"""One registry of stable error codes, and the envelope every failure becomes.
+
+Classification reads structured fields only: botocore error codes, HTTP status codes, our own
+exception types. Never message text. `docs/error-codes.md` is generated from `REGISTRY`
+(`python -m contract_review.domain.errors > docs/error-codes.md`); a test keeps the two equal.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any, cast
+
+from pydantic import BaseModel, ConfigDict
+
+
+class ErrorClass(StrEnum):
+    TRANSIENT = "transient"  # retry: tier 1 with backoff, then tier 2 (the queue)
+    PERMANENT = "permanent"  # never retried
+    SEMANTIC = "semantic"  # output failed validation: one repair attempt, then permanent
+    POLICY = "policy"  # model refused / filtered: configured fallback, never retried
+    STATE = "state"  # ownership or lifecycle conflict: stop work, let the owner finish
+
+
+@dataclass(frozen=True)
+class ErrorCode:
+    code: str
+    cls: ErrorClass
+    retryable: bool
+    cause: str
+    recovery: str
+    job_fatal: bool = False  # one occurrence fails the whole job (no other chunk can succeed)
+
+
+_CODES = [
+    ErrorCode("model.throttled", ErrorClass.TRANSIENT, True,
+              "The model provider rejected the call for quota (HTTP 429 ThrottlingException / ModelNotReadyException; Bedrock: \"Too many requests\" for the requests-per-minute quota, \"Too many tokens\" for tokens-per-minute, no Retry-After header).",
+              "Backpressure, not failure: retried in the worker with full-jitter backoff (a Retry-After, when a provider sends one, is a floor), then the chunk is requeued with a delay. Never burns the receive count or the poison budget; bounded by the backpressure deadline (runtime.backpressure_exhausted)."),
+    ErrorCode("model.unavailable", ErrorClass.TRANSIENT, True,
+              "The model provider failed (HTTP 5xx: ServiceUnavailableException, InternalServerException).",
+              "Retried with full-jitter backoff (tier 1), then by queue redelivery (tier 2) after a backoff growing to "
+              "minutes (prod 15-30 s, then doubling to 2-4 min); the 5th failed attempt dead-letters the chunk, so a "
+              "provider outage shorter than ~3.5 minutes dead-letters nothing. After a longer one: `review dlq "
+              "redrive --all` (or `review retry JOB`) once it is over."),
+    ErrorCode("model.timeout", ErrorClass.TRANSIENT, True,
+              "The model call timed out (HTTP 408 ModelTimeoutException, or the client read timeout).",
+              "Retried like model.unavailable. Check the model read timeout if it persists."),
+    ErrorCode("model.output_invalid", ErrorClass.SEMANTIC, False,
+              "The model's output failed schema validation, was truncated (stopReason max_tokens) or malformed.",
+              "One repair attempt with the validation error fed back; then permanent for that analyst."),
+    ErrorCode("model.refused", ErrorClass.POLICY, False,
+              "The model refused or its output was filtered (stopReason content_filtered / guardrail_intervened).",
+              "The analyst records a `refused` finding (policy fallback); the chunk is not retried. Coverage shows it."),
+    ErrorCode("model.access_denied", ErrorClass.PERMANENT, False,
+              "The account or role may not invoke the model (HTTP 403 AccessDeniedException).",
+              "The job fails at once. Grant bedrock:InvokeModel on the model and enable model access, then "
+              "`review retry JOB` (or submit the same document again with `review submit`, which does the same): "
+              "the job runs again, keeping its finished chunks and checkpoints.",
+              job_fatal=True),
+    ErrorCode("model.not_found", ErrorClass.PERMANENT, False,
+              "The model id does not exist in this region (ResourceNotFoundException).",
+              "The job fails at once. Pick a current model id, redeploy with `cdk deploy -c model_id=ID`, then "
+              "`review retry JOB` (checkpoints made with another model are not reused).",
+              job_fatal=True),
+    ErrorCode("model.id_rejected", ErrorClass.PERMANENT, False,
+              "Bedrock will not serve the configured model id: unknown in this region, retired (lifecycle not "
+              "ACTIVE), or not invocable by that id (it needs an inference profile). Decided by asking the Bedrock "
+              "control plane (GetInferenceProfile / GetFoundationModel) after Converse failed with "
+              "ValidationException, ResourceNotFoundException or AccessDeniedException; never from the error text.",
+              "Pick a current model or inference profile id (`review preflight --model-id ID` checks one), redeploy "
+              "with `cdk deploy -c model_id=ID`, enable access to the model in the Bedrock console, then "
+              "`review retry JOB` (checkpoints made with another model are not reused). The job fails at once; the "
+              "message names the rejected id.", job_fatal=True),
+    ErrorCode("model.request_invalid", ErrorClass.PERMANENT, False,
+              "The provider rejected the request (HTTP 400 ValidationException).",
+              "A bug or an input the model cannot take; the chunk fails permanently and the job ends `failed` "
+              "(job.chunks_missing). Inspect the envelope, fix the cause, then `review retry JOB`."),
+    ErrorCode("model.circuit_open", ErrorClass.STATE, False,
+              "The worker's circuit breaker for the model is open: its recent calls failed in a row (provider 5xx "
+              "or timeouts), so no call is sent until it half-opens (breaker.py).",
+              "Nothing to do: the chunk is released as backpressure (checkpoints kept, no attempt spent) and comes "
+              "back after at least the time the breaker stays open; one probe call half-opens it and a success "
+              "closes it. Sustained: the provider is failing; see its health page. Bounded by the backpressure "
+              "deadline (runtime.backpressure_exhausted)."),
+    ErrorCode("input.invalid", ErrorClass.PERMANENT, False,
+              "The intake message is not valid JSON or violates the intake schema v1.",
+              "Fix the message (see docs/intake-message.schema.json) and send it again. Never retried."),
+    ErrorCode("input.empty_document", ErrorClass.PERMANENT, False,
+              "The document has no text (empty or whitespace only).", "Send a document with text."),
+    ErrorCode("input.undecodable", ErrorClass.PERMANENT, False,
+              "The document referenced by s3_uri is not UTF-8 text.", "Convert the document to UTF-8 text."),
+    ErrorCode("input.document_missing", ErrorClass.PERMANENT, False,
+              "The s3_uri points at an object that does not exist or may not be read.",
+              "Upload the document first, to the stack's bucket, and reference it."),
+    ErrorCode("input.document_forbidden", ErrorClass.PERMANENT, False,
+              "The s3_uri points outside the stack's own bucket and its `uploads/` prefix (intake reads nothing else).",
+              "Upload the document to s3://<ArtifactBucketName>/uploads/ and send its s3_uri."),
+    ErrorCode("input.too_large", ErrorClass.PERMANENT, False,
+              "The document exceeds the maximum size: inline text over 200,000 characters, or an s3_uri object "
+              "over 5 MB.",
+              "Send inline text over the limit through `s3_uri` (upload it to uploads/; `review submit` does this); "
+              "split a document over 5 MB."),
+    ErrorCode("input.key_conflict", ErrorClass.PERMANENT, False,
+              "The idempotency key is already the key of a job for another document (a different SHA-256): the "
+              "key names one job, and a job never mixes two documents.",
+              "Nothing of the existing job is touched; the message is put on the intake DLQ with this envelope and the "
+              "existing job records an `intake.key_conflict` event. Send the document with its own idempotency key "
+              "(or none: the SHA-256 of the text is the default key). `review dlq redrive` skips it."),
+    ErrorCode("aws.throttled", ErrorClass.TRANSIENT, True,
+              "An AWS API throttled us (ThrottlingException, ProvisionedThroughputExceededException, RequestLimitExceeded...).",
+              "Retried by botocore (standard mode: 5 attempts, jittered exponential backoff). If it persists in the "
+              "analysis worker it is backpressure like model.throttled: checkpoints kept, the chunk requeued with a "
+              "growing delay, no failure counted, bounded by the backpressure deadline. In intake and the aggregator "
+              "the message is retried by its queue."),
+    ErrorCode("aws.unavailable", ErrorClass.TRANSIENT, True,
+              "An AWS API failed with HTTP 5xx or the connection failed.",
+              "Retried by botocore (standard mode, 5 attempts), then by the queue (tier 2, a failed attempt)."),
+    ErrorCode("aws.access_denied", ErrorClass.PERMANENT, False,
+              "A function's role lacks a permission (AccessDenied).",
+              "The job fails at once. Fix the grant in infra/ and redeploy, then `review retry JOB`.",
+              job_fatal=True),
+    ErrorCode("aws.client_error", ErrorClass.PERMANENT, False,
+              "An AWS API rejected a request for another reason (HTTP 4xx).",
+              "Inspect provider_code; it is a bug. The chunk fails (the job ends `failed`, job.chunks_missing): once "
+              "fixed and deployed, `review retry JOB`."),
+    ErrorCode("runtime.lease_lost", ErrorClass.STATE, False,
+              "This worker's claim on the chunk lapsed and another worker took it (fencing token moved on).",
+              "None: the new owner finishes the chunk. The stale worker's writes were rejected."),
+    ErrorCode("runtime.worker_lost", ErrorClass.TRANSIENT, True,
+              "A worker died while holding the chunk (crash, kill -9, out of memory) and left no error behind.",
+              "The sweeper re-enqueues the chunk after its lease lapses, counting a failed attempt; after the poison "
+              "budget it is dead-lettered (fix the crash, then `review dlq redrive` or `review retry JOB`). A lease "
+              "that lapsed after the invocation's recorded deadline is a function timeout, not a crash: released as "
+              "runtime.time_exhausted without a failure."),
+    ErrorCode("runtime.retry_budget_exhausted", ErrorClass.TRANSIENT, True,
+              "Tier-1 retries used the chunk's retry budget (seconds of backoff) or its attempts.",
+              "The chunk goes back to the queue (tier 2) with its checkpoints saved."),
+    ErrorCode("runtime.checkpoint_missing", ErrorClass.STATE, False,
+              "A checkpoint referenced by a record could not be loaded (S3 object missing).",
+              "The analyst is re-run; an event records it."),
+    ErrorCode("runtime.time_exhausted", ErrorClass.TRANSIENT, True,
+              "The function's remaining time could not fit another model call (or the invocation reached its timeout).",
+              "Checkpoints are kept and the chunk is handed back (requeued fresh) without counting a failure. Only when "
+              "the attempt saw transient errors (cause_code) and checkpointed nothing does it count as a failed "
+              "attempt. Repeated handoffs without progress end at the backpressure deadline."),
+    ErrorCode("runtime.backpressure_exhausted", ErrorClass.PERMANENT, False,
+              "A chunk made no progress (no analyst checkpointed) under backpressure (throttling, running out of "
+              "time, function timeouts) for longer than the profile's backpressure deadline (prod 6 h).",
+              "The chunk is dead-lettered; the message says for how long and after how many requeues, cause_code "
+              "names the last backpressure error. Raise the model (or DynamoDB) quota or lower the worker "
+              "concurrency, then `review dlq redrive` (or `review retry JOB`)."),
+    ErrorCode("runtime.dead_lettered", ErrorClass.PERMANENT, False,
+              "A chunk exhausted its receive count or poison budget and was dead-lettered.",
+              "Inspect with `review dlq list` / `review dlq show`, fix the cause, then `review dlq redrive` or "
+              "`review retry JOB` (which needs no DLQ message: it reopens the job from its chunk records, keeping "
+              "finished chunks and checkpoints)."),
+    ErrorCode("runtime.receives_exhausted", ErrorClass.TRANSIENT, True,
+              "The analysis queue moved a chunk's message to its DLQ after maxReceiveCount receives while the chunk "
+              "still had attempt budget: the receives were not failed attempts (Lambda throttling of the event "
+              "source, errors before the claim).",
+              "None needed: the sweeper sends the chunk again as backpressure (delayed, no failure counted) and "
+              "removes the DLQ copy; a chunk that keeps coming back ends at the backpressure deadline "
+              "(runtime.backpressure_exhausted)."),
+    ErrorCode("runtime.intake_exhausted", ErrorClass.TRANSIENT, True,
+              "Intake never finished a document's intake message (a crash, a function timeout or a transient error "
+              "on every delivery) and the queue moved it to the intake DLQ; the sweeper fails the `queued` job with "
+              "this code and puts the message back on the intake DLQ with the job id and this envelope.",
+              "Look at the intake function's logs for the message id; fix the cause, then `review retry JOB` (or "
+              "`review dlq redrive MESSAGE_ID`): the job goes back to `queued` and its intake message is sent again. "
+              "Without the DLQ message, `review submit FILE` with the same document does the same."),
+    ErrorCode("runtime.internal", ErrorClass.PERMANENT, False,
+              "An unexpected exception in our code (a bug).", "Inspect the envelope's provider_code (exception type) and logs."),
+    ErrorCode("job.chunks_missing", ErrorClass.PERMANENT, False,
+              "The job ended with mandatory analyst coverage missing on some chunks (a chunk that failed "
+              "permanently, or a mandatory analyst that refused or whose output stayed invalid).",
+              "`review status JOB` lists each missing chunk and gap with its error; fix the cause, then `review retry "
+              "JOB`: failed chunks run again, and the analysts with a mandatory gap run again on their chunks; "
+              "finished chunks and the other checkpoints are kept."),
+    ErrorCode("job.cancelled", ErrorClass.STATE, False, "The job was cancelled.", "Nothing: work stopped."),
+    ErrorCode("job.budget_exceeded", ErrorClass.POLICY, False,
+              "The job's recorded cost (model tokens x the model's price + orchestration requests x list prices, "
+              "docs/cost.md) reached the budget it was submitted with (`budget_usd`). Checked by the aggregator "
+              "each time a chunk settles.",
+              "The job was stopped like a cancel: no model call started after the stop was seen, chunks in flight "
+              "settled `cancelled` within one model call, no report was written and no side effect ran; it ends "
+              "`cancelled` with this code, its cost on the job (`review status JOB`). Nothing to repair: to review "
+              "the document anyway, submit it again with a larger `budget_usd` (or none) under a new "
+              "idempotency key (`review submit --budget-usd N --idempotency-key K FILE`); the stopped job stays as it is."),
+    ErrorCode("sideeffect.failed", ErrorClass.TRANSIENT, True,
+              "A side effect of a finished review failed for good: the external ticket system, SNS or EventBridge "
+              "answered an error (HTTP 5xx, or a 4xx such as 422 for an idempotency key sent again with other "
+              "parameters) or could not be reached, on every tier-1 attempt. `step` names the call (ticket.open, "
+              "report.publish, ticket.lookup, ticket.close); http_status and provider_code say how it failed.",
+              "The saga stops and the job fails with this code; the steps already done are compensated (the ticket "
+              "closed with a comment, a \"Review withdrawn\" event published). Fix the cause (the ticket system, "
+              "`-c ticket_url`, the topic), then `review retry JOB`: the report is written again and the side effects "
+              "run again; a step that was compensated runs as a new one (a new ticket, the closed one stays closed), "
+              "the others keep their keys, so nothing is done twice."),
+    ErrorCode("sideeffect.ambiguous", ErrorClass.STATE, False,
+              "A side effect's request was sent but its answer never came (a read timeout, a dropped connection): "
+              "it may or may not have happened. The ticket is then looked up by its idempotency key; this code "
+              "stays only when the lookup cannot tell (no ticket under the key, or the lookup fails).",
+              "The job waits in `waiting_approval` with the evidence (`Job.approval`: step, key, this envelope, what "
+              "the lookup said, expires_at). Look the key up in the ticket system, then `review approve JOB` (the "
+              "step is retried with the same key, which the ticket system dedups, and the job goes on) or `review "
+              "reject JOB` (the job fails with job.approval_rejected and what was done is compensated)."),
+    ErrorCode("sideeffect.compensation_failed", ErrorClass.TRANSIENT, True,
+              "Undoing a side effect of a cancelled or failed job (closing its ticket, publishing \"Review "
+              "withdrawn\") failed on every attempt; cause_code is the last error.",
+              "The compensation order (job, step, keys, arguments) is on the compensation DLQ with this envelope, "
+              "its alarm fires, and the job's step is marked `compensation_failed`: never assumed undone. Fix the "
+              "cause, then `review compensations --redrive` (`saga.redrive_compensations`): each compensation keeps "
+              "its own key, so a repeat closes or withdraws nothing twice."),
+    ErrorCode("job.approval_rejected", ErrorClass.POLICY, False,
+              "A person rejected a job waiting for approval (a side effect whose outcome stayed unknown).",
+              "The job fails with this code and its done side effects are compensated (the unknown one too, when "
+              "its key turns out to have created a ticket). Nothing to repair: it was a decision."),
+    ErrorCode("job.approval_expired", ErrorClass.POLICY, False,
+              "Nobody approved or rejected a job waiting for approval before its `expires_at` (profile "
+              "approval_ttl_s after the request).",
+              "The sweeper fails the job with this code and its done side effects are compensated, as for a "
+              "rejection. Decide sooner, or raise approval_ttl_s."),
+    # the Job API (api.py): answers to requests, never a job's state
+    ErrorCode("api.unauthenticated", ErrorClass.PERMANENT, False,
+              "A Job API request carried no authenticated principal (on AWS the HTTP API's IAM authorization lets "
+              "no unsigned request through; locally: no bearer token, or an unknown one).",
+              "Sign the request with SigV4 for service execute-api (AWS; the caller needs execute-api:Invoke on the "
+              "API) or send `Authorization: Bearer <api_token>` from .review/local.json (local), then send it again."),
+    ErrorCode("api.not_found", ErrorClass.PERMANENT, False,
+              "No such job, batch or route, or the job or batch belongs to another principal (the API does not "
+              "reveal which).",
+              "Check the id (the jobId and statusUrl your POST returned) and call as the principal that submitted "
+              "it. A job sent straight to the intake queue has no principal and is not visible through the API: "
+              "`review status JOB` shows it."),
+    ErrorCode("api.conflict", ErrorClass.STATE, False,
+              "The job's state does not allow the action: cancelling a job that has ended, an approval for a job "
+              "that is not waiting for one, a retry with nothing to retry, or any action on a job intake has not "
+              "taken in yet.",
+              "Read the job (GET /jobs/{id}); the message says why. For a job intake has not taken in yet the "
+              "answer carries Retry-After: send the request again then. Otherwise nothing to do: the job goes on "
+              "or has ended."),
+    ErrorCode("api.invalid_request", ErrorClass.PERMANENT, False,
+              "A Job API request the API does not take as sent: a bad query parameter, Idempotency-Key or approval "
+              "body, or a method the route does not serve (405).",
+              "Fix the request as the message says (docs/openapi.yaml) and send it again."),
+]
+
+REGISTRY: dict[str, ErrorCode] = {c.code: c for c in _CODES}
+THROTTLE_CODES = frozenset({"model.throttled", "aws.throttled"})  # quota backpressure, not failure
+
+
+class ErrorEnvelope(BaseModel):
+    """The data form of every failure. Stored on chunk and job records and in DLQ attributes."""
+
+    model_config = ConfigDict(frozen=True)
+
+    error_code: str
+    error_class: ErrorClass
+    retryable: bool
+    retry_after_s: float | None = None
+    http_status: int | None = None
+    provider_code: str | None = None
+    message: str = ""
+    step: str = ""
+    attempt: int = 0
+    cause_code: str | None = None  # for wrapper codes (retry budget exhausted): the error behind it
+    first_seen_at: float = 0.0
+    last_seen_at: float = 0.0
+
+    @classmethod
+    def of(cls, code: str, message: str = "", **kw: Any) -> ErrorEnvelope:
+        spec = REGISTRY[code]
+        now = time.time()
+        kw.setdefault("first_seen_at", now)
+        kw.setdefault("last_seen_at", now)
+        return cls(error_code=code, error_class=spec.cls, retryable=spec.retryable, message=message[:500], **kw)
+
+    @property
+    def job_fatal(self) -> bool:
+        return REGISTRY[self.error_code].job_fatal
+
+    @property
+    def is_backpressure(self) -> bool:
+        """Throttling of the model or an AWS API (directly or behind a spent retry budget) or out of
+        Lambda time: requeue, not failure (the worker decides when a handoff after errors counts)."""
+        return bool(THROTTLE_CODES & {self.error_code, self.cause_code}) or self.error_code in (
+            "runtime.time_exhausted", "model.circuit_open")
+
+
+class ReviewError(Exception):
+    """An exception that already carries its envelope."""
+
+    def __init__(self, envelope: ErrorEnvelope):
+        super().__init__(f"{envelope.error_code}: {envelope.message}")
+        self.envelope = envelope
+
+    @classmethod
+    def of(cls, code: str, message: str = "", **kw: Any) -> ReviewError:
+        return cls(ErrorEnvelope.of(code, message, **kw))
+
+
+class LeaseLost(ReviewError):
+    def __init__(self, message: str = "fencing token moved on"):
+        super().__init__(ErrorEnvelope.of("runtime.lease_lost", message))
+
+
+# --- classification --------------------------------------------------------------------
+_MODEL_CODES = {
+    "ThrottlingException": "model.throttled",
+    "ModelNotReadyException": "model.throttled",
+    "ServiceQuotaExceededException": "model.throttled",
+    "TooManyRequestsException": "model.throttled",
+    "ServiceUnavailableException": "model.unavailable",
+    "InternalServerException": "model.unavailable",
+    "ModelErrorException": "model.unavailable",
+    "ModelTimeoutException": "model.timeout",
+    "ValidationException": "model.request_invalid",
+    "AccessDeniedException": "model.access_denied",
+    "ResourceNotFoundException": "model.not_found",
+}
+_AWS_THROTTLE = {
+    "ThrottlingException", "Throttling", "ThrottledException", "RequestLimitExceeded",
+    "ProvisionedThroughputExceededException", "RequestThrottled", "SlowDown", "TooManyRequestsException",
+    "RequestThrottledException", "LimitExceededException",
+}
+_AWS_DENIED = {"AccessDenied", "AccessDeniedException", "UnauthorizedOperation", "KMS.AccessDeniedException"}
+_MODEL_STATUS = {429: "model.throttled", 408: "model.timeout", 403: "model.access_denied", 404: "model.not_found"}
+
+
+def _retry_after(response: dict[str, Any]) -> float | None:
+    headers = (response.get("ResponseMetadata") or {}).get("HTTPHeaders") or {}
+    raw = headers.get("retry-after") or headers.get("Retry-After")
+    try:
+        return float(raw) if raw is not None else None
+    except (TypeError, ValueError):
+        return None  # an HTTP-date Retry-After: ignored, backoff applies
+
+
+def classify(exc: BaseException, *, step: str = "", attempt: int = 0, model_call: bool = False) -> ErrorEnvelope:
+    """Turn any exception into an envelope, from structured fields only."""
+    from botocore.exceptions import ClientError, ConnectTimeoutError, ReadTimeoutError
+    from botocore.exceptions import ConnectionError as BotoConnectionError
+
+    if isinstance(exc, ReviewError):
+        return exc.envelope.model_copy(update={"step": exc.envelope.step or step, "attempt": attempt or exc.envelope.attempt})
+    if isinstance(exc, ClientError):
+        response = cast(dict[str, Any], exc.response)
+        provider_code = str((response.get("Error") or {}).get("Code", ""))
+        status = (response.get("ResponseMetadata") or {}).get("HTTPStatusCode")
+        status = int(status) if status is not None else None
+        if model_call:
+            code = _MODEL_CODES.get(provider_code) or _MODEL_STATUS.get(status or 0)
+            if code is None:
+                code = "model.unavailable" if (status or 500) >= 500 else "model.request_invalid"
+        elif provider_code in _AWS_THROTTLE or status == 429:
+            code = "aws.throttled"
+        elif provider_code in _AWS_DENIED or status == 403:
+            code = "aws.access_denied"
+        elif status is not None and status >= 500:
+            code = "aws.unavailable"
+        else:
+            code = "aws.client_error"
+        return ErrorEnvelope.of(
+            code, str(exc), http_status=status, provider_code=provider_code or None,
+            retry_after_s=_retry_after(response), step=step, attempt=attempt,
+        )
+    if isinstance(exc, (ReadTimeoutError, ConnectTimeoutError, TimeoutError)):
+        return ErrorEnvelope.of("model.timeout" if model_call else "aws.unavailable", str(exc),
+                                provider_code=type(exc).__name__, step=step, attempt=attempt)
+    if isinstance(exc, (BotoConnectionError, ConnectionError)):
+        return ErrorEnvelope.of("model.unavailable" if model_call else "aws.unavailable", str(exc),
+                                provider_code=type(exc).__name__, step=step, attempt=attempt)
+    # The type only: an arbitrary exception's text may quote document content (pydantic inputs...).
+    return ErrorEnvelope.of("runtime.internal", f"unexpected {type(exc).__name__}", provider_code=type(exc).__name__,
+                            step=step, attempt=attempt)
+
+
+def render_markdown() -> str:
+    lines = [
+        "# Error codes",
+        "",
+        "Generated from `functions/contract_review/errors.py` by "
+        "`python -m contract_review.domain.errors > docs/error-codes.md`. Do not edit by hand.",
+        "",
+        "Every failure is stored as an envelope: `error_code`, `error_class`, `retryable`, "
+        "`retry_after_s`, `http_status`, `provider_code`, `message`, `step`, `attempt`, `cause_code` "
+        "(the error behind a wrapper code such as `runtime.retry_budget_exhausted`), timestamps.",
+        "",
+        "| code | class | retryable | job-fatal | cause | recovery |",
+        "|---|---|---|---|---|---|",
+    ]
+    for c in _CODES:
+        lines.append(
+            f"| `{c.code}` | {c.cls.value} | {'yes' if c.retryable else 'no'} | "
+            f"{'yes' if c.job_fatal else 'no'} | {c.cause} | {c.recovery} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    print(render_markdown(), end="")

@@ -1,0 +1,253 @@
+"""The job's state machine: the one table of legal transitions, every transition, and cancellation.
+
+    queued -> running -> (waiting_approval <-> running) -> completed | failed | dead_lettered
+    queued | running | waiting_approval -> cancelling -> cancelled
+    failed | dead_lettered -> running (reopened: `review retry`, `review dlq redrive`)
+    failed -> queued (a job failed in intake, sent again)
+
+`transition` checks the table (an illegal transition raises `IllegalTransition`: a bug, never an
+operational outcome), makes one conditional write on the job's `version` as the caller read it,
+and appends the transition's event under the job's next event number. It returns None when the job
+changed since that read: the caller re-reads and decides again (`move` does that for callers that
+only know which states they accept).
+
+Cancellation (`request_cancel`, `finish_cancel`; docs/runbook.md "Cancelling a job"): the job goes to
+`cancelling` at once; no stage starts new work for a `cancelling` job (intake does not fan it out,
+a worker stops before its next model call, the saga starts no side effect); chunks nobody holds are
+settled `cancelled` here; when every chunk has settled, side effects already done are compensated
+and the job is `cancelled`. The aggregator finishes it (a control message in the job's FIFO group,
+so it is ordered with the job's results); the sweeper does for a cancelling job without progress.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+
+from pydantic import BaseModel
+
+from contract_review.domain.errors import ErrorEnvelope, ReviewError
+from contract_review.domain.messages import JobControl
+from contract_review.domain.ports import Deps
+from contract_review.domain.records import (
+    AttemptStats,
+    Cancellation,
+    CancelledOutcome,
+    ChunkRecord,
+    ChunkStatus,
+    Job,
+    JobEvent,
+    JobState,
+    Usage,
+)
+
+S = JobState
+TRANSITIONS: dict[JobState, frozenset[JobState]] = {
+    S.QUEUED: frozenset({S.RUNNING, S.FAILED, S.CANCELLING}),
+    S.RUNNING: frozenset({S.WAITING_APPROVAL, S.COMPLETED, S.FAILED, S.DEAD_LETTERED, S.CANCELLING}),
+    S.WAITING_APPROVAL: frozenset({S.RUNNING, S.FAILED, S.CANCELLING}),
+    S.CANCELLING: frozenset({S.CANCELLED}),
+    S.FAILED: frozenset({S.RUNNING, S.QUEUED}),
+    S.DEAD_LETTERED: frozenset({S.RUNNING}),
+    S.COMPLETED: frozenset(),
+    S.CANCELLED: frozenset(),
+}
+CANCELLABLE = (S.QUEUED, S.RUNNING, S.WAITING_APPROVAL)
+EVENT_GAP_GRACE_S = 10.0  # how long a gap in a job's event numbers may be a write still under way
+MOVE_ATTEMPTS = 5
+_NO_STATS = AttemptStats()
+
+
+class IllegalTransition(ReviewError):
+    def __init__(self, job_id: str, from_state: JobState, to: JobState):
+        super().__init__(ErrorEnvelope.of("runtime.internal", f"illegal transition of {job_id}: {from_state.value} -> "
+                                                              f"{to.value}", step="lifecycle"))
+        self.from_state, self.to = from_state, to
+
+
+def check(from_state: JobState, to: JobState, job_id: str = "") -> None:
+    if to not in TRANSITIONS[from_state]:
+        raise IllegalTransition(job_id, from_state, to)
+
+
+def transition(deps: Deps, job: Job, to: JobState, *, event: str | None = None,
+               detail: dict[str, object] | None = None, started_at: float | None = None,
+               outcome: BaseModel | None = None, reopen_settled: set[str] | None = None,
+               if_settled_version: int | None = None) -> Job | None:
+    """`job` (as the caller read it) -> `to`: checked against the table, conditional on the job's
+    version, its event (`event`, default `job.<to>`) appended. The new job, or None when the job
+    changed since the read."""
+    check(job.state, to, job.job_id)
+    new = deps.jobs.transition(job.job_id, (job.state,), to, started_at=started_at, outcome=outcome,
+                               reopen_settled=reopen_settled, if_settled_version=if_settled_version,
+                               if_version=job.version)
+    if new is None:
+        return None
+    deps.jobs.put_event(job.job_id, new.event_seq, event or f"job.{to.value}",
+                        {"from_state": job.state.value, **(detail or {})})
+    return new
+
+
+def move(deps: Deps, job_id: str, from_states: Collection[JobState], to: JobState, *, event: str | None = None,
+         detail: dict[str, object] | None = None, started_at: float | None = None, outcome: BaseModel | None = None,
+         reopen_settled: set[str] | None = None) -> Job | None:
+    """Read the job and make the transition if it is in `from_states`, again while it keeps changing
+    within them. None when it is (or becomes) in another state."""
+    for _ in range(MOVE_ATTEMPTS):
+        job = deps.jobs.get(job_id)
+        if job is None or job.state not in from_states:
+            return None
+        new = transition(deps, job, to, event=event, detail=detail, started_at=started_at, outcome=outcome,
+                         reopen_settled=reopen_settled)
+        if new is not None:
+            return new
+    return None
+
+
+# ------------------------------------------------------------------------------ events
+def read_events(deps: Deps, job_id: str, after: int = 0, limit: int = 100) -> list[JobEvent]:
+    """The job's events after number `after`, in order, stopping at a gap a writer may still fill.
+
+    Event numbers are taken before the event is written, so a reader can see number n+1 before n.
+    Resuming after n+1 would then lose n: so the answer stops before a gap unless the event after it
+    is older than EVENT_GAP_GRACE_S (the gap is then a crash between the two writes: permanent)."""
+    events = deps.jobs.events(job_id, after=after, limit=limit)
+    out: list[JobEvent] = []
+    expected = after + 1
+    now = deps.clock()
+    for e in events:
+        if e.number != expected and now - e.at < EVENT_GAP_GRACE_S:
+            break
+        out.append(e)
+        expected = e.number + 1
+    return out
+
+
+# ------------------------------------------------------------------------------ cancellation
+class CancelOutcome(BaseModel):
+    job_id: str
+    state: JobState | None  # the job's state afterwards (None: no such job)
+    changed: bool  # this request moved the job to `cancelling`
+    message: str
+
+
+def request_cancel(deps: Deps, job_id: str, by: str = "", code: str = "job.cancelled") -> CancelOutcome:
+    """Cancel a job. One defined outcome per state: queued / running / waiting_approval -> `cancelling`
+    (then `cancelled` once every chunk settled); cancelling or cancelled -> unchanged (cancelling twice
+    is cancelling once); completed / failed / dead_lettered -> unchanged, "already ended". A cancel
+    racing the job's completion: both are conditional on the job's version, exactly one wins. `code`: the
+    code the job ends with (`job.cancelled`; `job.budget_exceeded` when its budget stops it)."""
+    for _ in range(MOVE_ATTEMPTS):
+        job = deps.jobs.get(job_id)
+        if job is None:
+            return CancelOutcome(job_id=job_id, state=None, changed=False, message="no such job")
+        if job.state in (S.CANCELLING, S.CANCELLED):
+            return CancelOutcome(job_id=job_id, state=job.state, changed=False,
+                                 message=f"already {job.state.value} (requested by {job.cancelled_by or 'someone'})")
+        if job.state not in CANCELLABLE:
+            return CancelOutcome(job_id=job_id, state=job.state, changed=False,
+                                 message=f"the job already ended {job.state.value}: there is nothing to cancel")
+        new = transition(deps, job, S.CANCELLING, event="job.cancelling", detail={"by": by, "code": code},
+                         outcome=Cancellation(cancel_requested_at=deps.clock(), cancelled_by=by, cancel_code=code))
+        if new is not None:
+            control = JobControl(job_id=job_id, control="cancel", by=by)
+            deps.queues.send_result(control, control.dedup_id(str(new.version)))
+            return CancelOutcome(job_id=job_id, state=new.state, changed=True,
+                                 message="cancelling: no new work starts; cancelled once the chunks in flight stop")
+    now = deps.jobs.get(job_id)
+    return CancelOutcome(job_id=job_id, state=now.state if now else None, changed=False,
+                         message="the job kept changing; ask again")
+
+
+def stop(deps: Deps, job: Job, *, by: str, code: str, detail: dict[str, object] | None = None) -> JobState:
+    """Stop a running job from inside the pipeline (the aggregator: its budget is spent) the way a cancel does,
+    ending with `code`: `cancelling` at once, then `cancelled` once every chunk settled (`finish_cancel`). No
+    control message: the caller is the aggregator, and each later result of the job finishes the cancel. The
+    job's state afterwards."""
+    new = transition(deps, job, S.CANCELLING, event="job.cancelling", detail={"by": by, "code": code, **(detail or {})},
+                     outcome=Cancellation(cancel_requested_at=deps.clock(), cancelled_by=by, cancel_code=code))
+    now = new or deps.jobs.get(job.job_id)
+    if now is None:
+        return S.CANCELLED
+    return finish_cancel(deps, now) if now.state is S.CANCELLING else now.state
+
+
+def cancel_envelope(stage: str) -> ErrorEnvelope:
+    return ErrorEnvelope.of("job.cancelled", "the job was cancelled", step=stage)
+
+
+class JobCancelled(ReviewError):
+    """Raised before a model call when the job is being cancelled; `stage` is where work stopped."""
+
+    def __init__(self, stage: str):
+        super().__init__(cancel_envelope(stage))
+        self.stage = stage
+
+
+class CancelWatch:
+    """Before every model call (`Retrier.check`), one read of the job's state: a worker stops within one
+    model call of a cancel. `stage` is kept up to date by the caller (the analyst under way)."""
+
+    def __init__(self, deps: Deps, job_id: str):
+        self.deps, self.job_id = deps, job_id
+        self.stage = "claim"
+
+    def check(self) -> None:
+        job = self.deps.jobs.get(self.job_id)
+        if job is None or job.state in (S.CANCELLING, S.CANCELLED):
+            raise JobCancelled(self.stage)
+
+
+def cancel_chunk(deps: Deps, r: ChunkRecord, stage: str, now: float) -> ChunkRecord | None:
+    """Settle a chunk nobody holds `cancelled` (fenced, and only while its lease is lapsed or absent)."""
+    return deps.claims.finish(r.job_id, r.chunk_id, r.fence, ChunkStatus.CANCELLED, _NO_STATS,
+                              error=cancel_envelope(stage), states=(ChunkStatus.PENDING, ChunkStatus.CLAIMED),
+                              lapsed_before=now)
+
+
+def _lease_live(r: ChunkRecord, now: float) -> bool:
+    return r.claimed_by is not None and (r.claim_expires_at or 0.0) >= now
+
+
+def finish_cancel(deps: Deps, job: Job) -> JobState:
+    """Settle a cancelling job's chunks nobody holds; when every chunk has settled, compensate the side
+    effects already done and end the job `cancelled`. The job's state afterwards."""
+    if job.state is not S.CANCELLING:
+        return job.state
+    now = deps.clock()
+    records = deps.claims.for_job(job.job_id)
+    for r in records:
+        if not r.settled and not _lease_live(r, now):  # fenced: a worker claiming it meanwhile wins
+            cancel_chunk(deps, r, "not started", now)
+    records = deps.claims.for_job(job.job_id)
+    held = [r.chunk_id for r in records if not r.settled]
+    if held:
+        return S.CANCELLING  # their workers stop before their next model call and announce it
+    compensate_side_effects(deps, job)
+    done = sum(1 for r in records if r.status is ChunkStatus.DONE)
+    cancelled = sum(1 for r in records if r.status is ChunkStatus.CANCELLED)
+    code = job.cancel_code or "job.cancelled"
+    error = cancel_envelope("job") if code == "job.cancelled" else ErrorEnvelope.of(code, f"stopped by {job.cancelled_by or 'someone'}",
+                                                                                          step="job")
+    ended = transition(deps, job, S.CANCELLED, detail={"chunks_done": done, "chunks_cancelled": cancelled,
+                                                       "chunks_never_sent": job.chunk_count - len(records),
+                                                       "side_effects_compensated": len(job.side_effects),
+                                                       "error_code": code},
+                       # what the job spent: its running total, plus the chunks settled here (never counted by the
+                       # aggregator) with what their earlier attempts recorded
+                       outcome=CancelledOutcome(error=error, error_code=code, ended_at=now, **Usage.of(
+                           [job.usage(), *(r.usage() for r in records if r.chunk_id not in job.settled)]).model_dump()))
+    if ended is None:
+        again = deps.jobs.get(job.job_id)
+        return again.state if again else S.CANCELLED
+    return ended.state
+
+
+def compensate_side_effects(deps: Deps, job: Job) -> None:
+    """Undo the job's side effects in reverse order, through the compensation port (`Deps.compensator`: the
+    saga's, which wiring provides). Nothing to do for a job without any."""
+    if not job.side_effects and job.approval is None:
+        return
+    if deps.side_effects is None or deps.compensator is None:  # done, and nothing here can undo them: say so
+        raise ReviewError.of("sideeffect.compensation_failed", "the job has side effects but no side-effect "
+                             "adapters are configured (IDEMPOTENCY_TABLE)", step="cancel")
+    deps.compensator(deps, job, "job.cancelled")

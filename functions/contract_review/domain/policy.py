@@ -1,0 +1,184 @@
+"""The recovery policy: one row per error code, beside the registry (errors.py), read by everything that
+decides what a failure does next. Changing one code's behaviour is changing its row.
+
+- `tier1`: which tier-1 retry policy retries it inside the process (`Tier1`; None: never retried there).
+  The numbers (attempts, base, cap) are the profile's (`tier1_policy`), so prod and local differ only there.
+- `outcome`: what a chunk attempt that ends with it does (`Outcome`): backpressure (requeued, no failure
+  counted, bounded by the backpressure deadline), a handoff (out of time: requeued; a failure only when the
+  attempt saw errors and checkpointed nothing), a failed attempt (tier 2: the queue's redelivery, then the
+  poison budget and the DLQ), a permanent failure of the chunk, or a stop (someone else owns the work).
+- `trips_breaker`: counts as a failed call towards the model's circuit breaker (model/breaker.py).
+- `slows`: the quota a throttle with this code slows down (model/pacing.py); None for every other code.
+
+The class, retryability and job-fatality of a code stay in the registry (the envelope carries them);
+`docs/error-codes.md` is generated from both (`python -m contract_review.domain.policy`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+
+from contract_review.config.profile import Profile, RetryPolicy
+from contract_review.domain.errors import REGISTRY, ErrorEnvelope
+
+
+class Tier1(StrEnum):
+    MODEL = "model"  # a model call: Profile.model_retry
+    AWS = "aws"  # an AWS call our code retries itself (botocore retries first): Profile.tool_retry
+    SIDE_EFFECT = "side_effect"  # a side-effect step call: tool_retry's backoff, side_effect_attempts
+    COMPENSATION = "compensation"  # a compensation call: tool_retry's backoff, compensation_attempts
+
+
+class Outcome(StrEnum):
+    BACKPRESSURE = "backpressure"  # requeued with a delay; no failure, no receive burned
+    HANDOFF = "handoff"  # out of time: requeued at once, checkpoints kept; a failure only after errors
+    FAILURE = "failure"  # a failed attempt: tier 2 (redelivery after a backoff), then the DLQ
+    PERMANENT = "permanent"  # the chunk (or the job, when job-fatal) fails at once
+    STOP = "stop"  # not ours to finish (lease lost, cancelled): stop work, no failure
+    NONE = "none"  # not a chunk outcome (intake, the job, side effects, the API)
+
+
+class Quota(StrEnum):
+    MODEL = "model"  # the model's account quota: the pacer whose quota the throttle names slows
+
+
+@dataclass(frozen=True)
+class Recovery:
+    tier1: Tier1 | None
+    outcome: Outcome
+    trips_breaker: bool = False
+    slows: Quota | None = None
+
+
+M, A, FX, COMP = Tier1.MODEL, Tier1.AWS, Tier1.SIDE_EFFECT, Tier1.COMPENSATION
+BP, HANDOFF, FAIL, PERM, STOP, NONE = (Outcome.BACKPRESSURE, Outcome.HANDOFF, Outcome.FAILURE, Outcome.PERMANENT,
+                                       Outcome.STOP, Outcome.NONE)
+
+POLICY: dict[str, Recovery] = {
+    #  code                              tier 1  outcome  breaker  quota it slows
+    "model.throttled": Recovery(M, BP, slows=Quota.MODEL),
+    "model.unavailable": Recovery(M, FAIL, trips_breaker=True),
+    "model.timeout": Recovery(M, FAIL, trips_breaker=True),
+    "model.output_invalid": Recovery(None, PERM),  # one repair attempt (semantic), then permanent for the analyst
+    "model.refused": Recovery(None, PERM),
+    "model.access_denied": Recovery(None, PERM),
+    "model.not_found": Recovery(None, PERM),
+    "model.id_rejected": Recovery(None, PERM),
+    "model.request_invalid": Recovery(None, PERM),
+    "model.circuit_open": Recovery(None, BP),
+    "input.invalid": Recovery(None, NONE),
+    "input.empty_document": Recovery(None, NONE),
+    "input.undecodable": Recovery(None, NONE),
+    "input.document_missing": Recovery(None, NONE),
+    "input.document_forbidden": Recovery(None, NONE),
+    "input.too_large": Recovery(None, NONE),
+    "input.key_conflict": Recovery(None, NONE),
+    "aws.throttled": Recovery(A, BP),
+    "aws.unavailable": Recovery(A, FAIL),
+    "aws.access_denied": Recovery(None, PERM),
+    "aws.client_error": Recovery(None, PERM),
+    "runtime.lease_lost": Recovery(None, STOP),
+    "runtime.worker_lost": Recovery(None, FAIL),
+    "runtime.retry_budget_exhausted": Recovery(None, FAIL),  # backpressure when its cause_code is
+    "runtime.checkpoint_missing": Recovery(None, NONE),  # the analyst is re-run
+    "runtime.time_exhausted": Recovery(None, HANDOFF),
+    "runtime.backpressure_exhausted": Recovery(None, PERM),
+    "runtime.dead_lettered": Recovery(None, PERM),
+    "runtime.receives_exhausted": Recovery(None, BP),
+    "runtime.intake_exhausted": Recovery(None, NONE),
+    "runtime.internal": Recovery(None, PERM),
+    "job.chunks_missing": Recovery(None, NONE),
+    "job.cancelled": Recovery(None, STOP),
+    "job.budget_exceeded": Recovery(None, STOP),
+    "sideeffect.failed": Recovery(FX, NONE),
+    "sideeffect.ambiguous": Recovery(None, NONE),
+    "sideeffect.compensation_failed": Recovery(COMP, NONE),
+    "job.approval_rejected": Recovery(None, NONE),
+    "job.approval_expired": Recovery(None, NONE),
+    "api.unauthenticated": Recovery(None, NONE),
+    "api.not_found": Recovery(None, NONE),
+    "api.conflict": Recovery(None, NONE),
+    "api.invalid_request": Recovery(None, NONE),
+}
+
+
+def recovery(code: str) -> Recovery:
+    return POLICY[code]
+
+
+def tier1_policy(profile: Profile, kind: Tier1) -> RetryPolicy:
+    """The attempts and backoff of one kind of tier-1 retry, from the profile."""
+    if kind is Tier1.MODEL:
+        return profile.model_retry
+    if kind is Tier1.AWS:
+        return profile.tool_retry
+    attempts = profile.side_effect_attempts if kind is Tier1.SIDE_EFFECT else profile.compensation_attempts
+    return profile.tool_retry.model_copy(update={"max_attempts": attempts})
+
+
+def retried_in_tier1(env: ErrorEnvelope) -> bool:
+    return POLICY[env.error_code].tier1 is not None
+
+
+def is_backpressure(env: ErrorEnvelope) -> bool:
+    """Requeue, not failure: the code's outcome is backpressure or a handoff, or it wraps a backpressure
+    cause (tier 1's budget spent on throttles). The worker decides when a handoff after errors counts."""
+    if POLICY[env.error_code].outcome in (BP, HANDOFF):
+        return True
+    return env.cause_code is not None and POLICY[env.cause_code].outcome is BP
+
+
+def counts_as_error(code: str | None) -> bool:
+    """An error behind a handoff that makes it a failed attempt (not backpressure)."""
+    return bool(code) and POLICY[code or ""].outcome is not BP
+
+
+def trips_breaker(code: str) -> bool:
+    return POLICY[code].trips_breaker
+
+
+def slows_model_quota(code: str) -> bool:
+    return POLICY[code].slows is Quota.MODEL
+
+
+def _cell(value: object) -> str:
+    return "-" if value is None or value is False else ("yes" if value is True else str(value))
+
+
+def render_markdown(profile: Profile) -> str:
+    lines = [
+        "# Error codes",
+        "",
+        "Generated from the registry (`functions/contract_review/domain/errors.py`) and the recovery policy "
+        "(`functions/contract_review/domain/policy.py`) by "
+        "`python -m contract_review.domain.policy > docs/error-codes.md`. Do not edit by hand.",
+        "",
+        "Every failure is stored as an envelope: `error_code`, `error_class`, `retryable`, "
+        "`retry_after_s`, `http_status`, `provider_code`, `message`, `step`, `attempt`, `cause_code` "
+        "(the error behind a wrapper code such as `runtime.retry_budget_exhausted`), timestamps.",
+        "",
+        f"Tier 1 in the `{profile.name}` profile: "
+        + "; ".join(f"`{k.value}` {p.max_attempts} attempts, full jitter {p.base_s:g}-{p.cap_s:g} s"
+                    for k, p in ((k, tier1_policy(profile, k)) for k in Tier1)) + ". "
+        "Outcome: what a chunk attempt ending with the code does (backpressure: requeued, no failure counted; "
+        "handoff: requeued, a failure only after errors with nothing checkpointed; failure: tier 2, then the "
+        "DLQ; permanent: fails at once; stop: the work is someone else's; none: not a chunk outcome).",
+        "",
+        "| code | class | retryable | tier 1 | outcome | trips breaker | slows quota | job-fatal | cause | recovery |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for code, spec in REGISTRY.items():
+        r = POLICY[code]
+        lines.append(
+            f"| `{code}` | {spec.cls.value} | {_cell(spec.retryable)} | {_cell(r.tier1 and r.tier1.value)} | "
+            f"{r.outcome.value} | {_cell(r.trips_breaker)} | {_cell(r.slows and r.slows.value)} | "
+            f"{_cell(spec.job_fatal)} | {spec.cause} | {spec.recovery} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    from contract_review.config.profile import get_profile
+
+    print(render_markdown(get_profile("prod")), end="")

@@ -1,0 +1,248 @@
+"""Ports: what the use cases need from the outside world, as small Protocols, and `Deps`, the one
+dependencies object a process builds once (`wiring.build_deps`) and hands to every use case.
+
+Implementations: `adapters/` (DynamoDB, S3, SQS through boto3) and, for the unit tests,
+in-memory fakes (`tests/unit/fakes.py`). A test in `tests/integration/test_repositories.py` runs
+the same contract against both, so the fakes cannot drift from the real thing.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Collection, Iterator, Sequence
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import TYPE_CHECKING, Protocol
+
+from pydantic import BaseModel
+
+from contract_review.config.settings import Settings
+from contract_review.domain.effects import SideEffects
+from contract_review.domain.errors import ErrorEnvelope
+from contract_review.domain.messages import AnalysisMessage, JobControl, ResultMessage
+from contract_review.domain.records import (
+    AttemptStats,
+    Checkpoint,
+    CheckpointWrite,
+    ChunkOutcome,
+    ChunkRecord,
+    ChunkStatus,
+    ClaimResult,
+    Job,
+    JobEvent,
+    JobState,
+    ReleaseReason,
+    SideEffectDone,
+    Usage,
+)
+
+if TYPE_CHECKING:
+    from contract_review.domain.cost import RequestMeter
+
+Clock = Callable[[], float]
+
+
+class Compensator(Protocol):
+    """Undo a job's recorded side effects, last first (`sideeffects.saga.compensate_job`)."""
+
+    def __call__(self, deps: Deps, job: Job, reason: str) -> None: ...
+
+
+class JobsRepo(Protocol):
+    """The jobs table, and each job's append-only events."""
+
+    def create(self, job: Job) -> tuple[Job, bool]:
+        """Create the job; or return the existing one and False. A job that failed on bad input
+        (`input.*`) is replaced by a corrected submission with the same key."""
+
+    def get(self, job_id: str) -> Job | None: ...
+
+    def all(self) -> list[Job]: ...
+
+    def transition(self, job_id: str, from_states: Collection[JobState], to: JobState, *,
+                   started_at: float | None = None, outcome: BaseModel | None = None,
+                   reopen_settled: set[str] | None = None, if_settled_version: int | None = None,
+                   if_version: int | None = None) -> Job | None:
+        """Conditional state change; None when the job was not in `from_states` (or, with
+        `if_settled_version`, when its `settled_version` is no longer that: a chunk left the settled set;
+        with `if_version`, when another transition happened since the caller's read).
+
+        Use `lifecycle.transition`, which checks the transition table and writes the event. The fields
+        of `outcome` (e.g. JobOutcome, JobFailure, Cancellation) are written with it; `reopen_settled`
+        (reopening an ended job) clears the earlier ending and replaces the settled set. Adds 1 to the
+        job's `version` and to its `event_seq`: the transition's event takes that number (`put_event`)."""
+
+    def stalled(self, idle_since: float, state: JobState = JobState.RUNNING) -> Iterator[Job]:
+        """Jobs in `state` (default `running`) not updated since `idle_since`."""
+
+    def touch(self, job_id: str) -> None: ...
+
+    def count_requeue(self, job_id: str) -> None:
+        """Add one to the job's `requeues` (atomic; `updated_at` untouched: a requeue is not progress).
+        Nothing happens when the job does not exist."""
+
+    def advance_fanout(self, job_id: str, from_count: int, to_count: int) -> bool:
+        """Move the fan-out cursor from `from_count` to `to_count` (conditional on it being `from_count`);
+        False when it had moved (another fan-out got there first)."""
+
+    def settle_chunk(self, job_id: str, chunk_id: str, *, with_event: bool = False, usage: Usage | None = None) -> Job:
+        """Add the chunk to the job's settled set (idempotent); the job after the update. `with_event`:
+        the same update takes the job's next event number (`event_seq`), for `put_event`. `usage`: the chunk's
+        usage, added to the job's in the same update, only if the chunk was not in the settled set already (a
+        chunk is counted once)."""
+
+    def unsettle_chunks(self, job_id: str, chunk_ids: Collection[str], usage: Usage | None = None) -> Job | None:
+        """Take the chunks out of the settled set and bump `settled_version` (atomic), taking `usage` (theirs)
+        off the job's; the job after the update, None when there is no such job (nothing is created)."""
+
+    def record_side_effect(self, job_id: str, effect: SideEffectDone) -> Job | None:
+        """Upsert the job's side effect of `effect.step` (replaced in place, appended when new), without
+        touching the job's `version` (a transition made after it still holds); None when there is no job."""
+
+    def record_event(self, job_id: str, kind: str, **detail: object) -> int:
+        """Append an event under the job's next number (one atomic update of `event_seq`, then the
+        event); the number, or 0 when there is no such job (nothing is written)."""
+
+    def put_event(self, job_id: str, number: int, kind: str, detail: dict[str, object]) -> None:
+        """Write an event under a number already taken (a transition's)."""
+
+    def events(self, job_id: str, after: int = 0, limit: int | None = None) -> list[JobEvent]:
+        """The job's events numbered above `after`, in order (at most `limit`)."""
+
+
+class ClaimsRepo(Protocol):
+    """Chunk records (leases with fencing tokens) and their fenced checkpoints.
+
+    Every write after a claim is conditional on the fencing token; the sweeper's writes also on
+    the lease still being lapsed at `lapsed_before` (a heartbeat since its read wins)."""
+
+    def create(self, record: ChunkRecord) -> bool: ...
+
+    def get(self, job_id: str, chunk_id: str) -> ChunkRecord | None: ...
+
+    def for_job(self, job_id: str) -> list[ChunkRecord]:
+        """All chunk records of a job, in chunk order."""
+
+    def claim(self, job_id: str, chunk_id: str, owner: str, lease_s: float, receive_count: int,
+              deadline_at: float | None = None) -> ClaimResult:
+        """Take the lease if free or lapsed, bumping the fence. `deadline_at`: when the claiming Lambda
+        invocation times out (None: no function timeout), kept with the lease for the sweeper."""
+
+    def heartbeat(self, job_id: str, chunk_id: str, fence: int, lease_s: float) -> bool: ...
+
+    def release(self, job_id: str, chunk_id: str, fence: int, stats: AttemptStats, error: ErrorEnvelope | None,
+                *, failure: bool, lapsed_before: float | None = None,
+                reason: ReleaseReason = ReleaseReason.RETRY) -> ChunkRecord | None:
+        """Give a claimed chunk back (pending), recording the attempt, `reason` and `released_at`.
+        A `backpressure` release also extends the chunk's backpressure streak (starts it now if none,
+        counts one more requeue); `put_checkpoints` ends the streak (progress)."""
+
+    def finish(self, job_id: str, chunk_id: str, fence: int, status: ChunkStatus, stats: AttemptStats, *,
+               outcome: ChunkOutcome | None = None, error: ErrorEnvelope | None = None,
+               states: Collection[ChunkStatus] = (ChunkStatus.CLAIMED,),
+               lapsed_before: float | None = None) -> ChunkRecord | None:
+        """Settle the chunk (done | failed | dead_lettered), fenced."""
+
+    def lapsed(self, now: float) -> Iterator[ChunkRecord]:
+        """Claimed chunks whose lease expired before `now`."""
+
+    def reset_for_redrive(self, job_id: str, chunk_id: str, forget: Collection[str] = ()) -> ChunkRecord | None:
+        """A failed or dead-lettered chunk back to pending with a fresh budget (failures and
+        backpressure streak) and a new fence. With `forget` (analyst names), a `done` chunk may be
+        reset too, and those analysts' checkpoints are dropped so they run again (a retry of their
+        coverage gaps). None when the chunk is in none of those states."""
+
+    def checkpoints(self, record: ChunkRecord) -> dict[str, Checkpoint]:
+        """The chunk's committed checkpoints: analyst -> checkpoint."""
+
+    def put_checkpoints(self, job_id: str, chunk_id: str, fence: int, writes: Sequence[CheckpointWrite],
+                        lease_s: float | None = None) -> bool:
+        """Persist analysts' outputs and commit them all with one fenced write, which also ends the chunk's
+        backpressure streak (progress) and, with `lease_s`, extends the lease as a heartbeat would; False
+        when the fence moved on (nothing committed)."""
+
+    def checkpoint_output(self, checkpoint: Checkpoint) -> str:
+        """The checkpointed output (JSON), wherever it is stored."""
+
+
+class Artifacts(Protocol):
+    """The artifact bucket (documents, findings, reports, large checkpoints)."""
+
+    bucket: str
+
+    def put_text(self, key: str, body: str, content_type: str = "application/json") -> None: ...
+
+    def get_text(self, key: str) -> str: ...
+
+    def get_text_range(self, key: str, byte_start: int, byte_end: int) -> str:
+        """Bytes [byte_start, byte_end) of a UTF-8 object, decoded (the range must fall on character
+        boundaries): a page of chunks without reading the whole document."""
+
+    def read_uri(self, bucket: str, key: str) -> bytes:
+        """An object anywhere (intake's claim check); raises `input.document_missing` if absent."""
+
+
+class Queue(StrEnum):
+    INTAKE = "intake"
+    ANALYSIS = "analysis"
+    RESULTS = "results"
+    INTAKE_DLQ = "intake_dlq"
+    ANALYSIS_DLQ = "analysis_dlq"
+    RESULTS_DLQ = "results_dlq"
+
+
+DLQS = {Queue.INTAKE: Queue.INTAKE_DLQ, Queue.ANALYSIS: Queue.ANALYSIS_DLQ, Queue.RESULTS: Queue.RESULTS_DLQ}
+
+
+@dataclass(frozen=True)
+class QueueMessage:
+    message_id: str
+    receipt_handle: str
+    body: str
+    attributes: dict[str, str] = field(default_factory=dict)  # our message attributes (string values)
+    receive_count: int = 0
+    sent_at: float = 0.0  # epoch seconds
+
+
+class Queues(Protocol):
+    def has(self, queue: Queue) -> bool:
+        """Whether the queue is configured (DLQs are optional in some settings)."""
+
+    def send_analysis(self, messages: Sequence[AnalysisMessage], delay_s: int = 0) -> None: ...
+
+    def send_result(self, message: ResultMessage | JobControl, dedup_id: str) -> None: ...
+
+    def send_intake(self, body: str) -> None: ...
+
+    def extend_visibility(self, queue: Queue, receipt_handle: str, seconds: int) -> None: ...
+
+    def dead_letter(self, queue: Queue, body: str, envelope: ErrorEnvelope, **attributes: str) -> None:
+        """Send `body` to `queue`'s DLQ with the envelope in its message attributes."""
+
+    def peek(self, queue: Queue) -> list[QueueMessage]:
+        """Visible messages, without hiding them (for DLQs: people and the sweeper read them)."""
+
+    def take_all(self, queue: Queue, visibility_s: int = 30) -> list[QueueMessage]:
+        """Receive every visible message, hidden for `visibility_s` (redrive)."""
+
+    def delete(self, queue: Queue, receipt_handle: str) -> None: ...
+
+    def depth(self, queue: Queue) -> int:
+        """Visible + in flight + delayed."""
+
+
+@dataclass(frozen=True)
+class Deps:
+    """Everything a use case takes: settings, the repositories, the clock."""
+
+    settings: Settings
+    jobs: JobsRepo
+    claims: ClaimsRepo
+    artifacts: Artifacts
+    queues: Queues
+    clock: Clock = time.time
+    side_effects: SideEffects | None = None  # the saga's adapters (aggregator, sweeper); None: none configured
+    # Undoes a job's side effects (the saga's `compensate_job`, provided by wiring with `side_effects`): the
+    # port through which the state machine compensates without importing the saga that builds on it.
+    compensator: Compensator | None = None
+    meter: RequestMeter | None = None  # counts the AWS requests of the clients above (cost.py); None: not counted

@@ -1,0 +1,445 @@
+"""Typed records: the job, its chunk records, checkpoints and events. One place defines each
+record's fields; the DynamoDB form is the repositories' business (`adapters/`), never the
+use cases'.
+
+Items stay far below DynamoDB's 400 KB whatever the document size: a job carries counts and a
+bounded sample of its missing chunks and coverage gaps; the full lists live in the report (S3)
+and are recomputed from the chunk records on demand.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections import Counter
+from collections.abc import Iterable
+from enum import StrEnum
+
+from pydantic import BaseModel, ConfigDict, Field, JsonValue
+
+from contract_review.domain.errors import ErrorEnvelope
+
+LIST_SAMPLE = 20  # at most this many missing chunks / gaps are copied onto a job item
+
+
+class JobState(StrEnum):
+    QUEUED = "queued"
+    RUNNING = "running"
+    WAITING_APPROVAL = "waiting_approval"  # a side effect's outcome is ambiguous: a person decides
+    COMPLETED = "completed"
+    FAILED = "failed"
+    DEAD_LETTERED = "dead_lettered"
+    CANCELLING = "cancelling"  # cancel requested: no new work starts; cancelled once every chunk settled
+    CANCELLED = "cancelled"
+
+    @property
+    def terminal(self) -> bool:
+        return self in TERMINAL_JOB_STATES
+
+
+TERMINAL_JOB_STATES = frozenset({JobState.COMPLETED, JobState.FAILED, JobState.DEAD_LETTERED, JobState.CANCELLED})
+
+
+class ChunkStatus(StrEnum):
+    PENDING = "pending"
+    CLAIMED = "claimed"
+    DONE = "done"
+    FAILED = "failed"
+    DEAD_LETTERED = "dead_lettered"
+    CANCELLED = "cancelled"  # its job was cancelled: stopped (or never started) without a result
+
+    @property
+    def settled(self) -> bool:
+        return self in SETTLED_CHUNK_STATES
+
+
+SETTLED_CHUNK_STATES = frozenset({ChunkStatus.DONE, ChunkStatus.FAILED, ChunkStatus.DEAD_LETTERED,
+                                  ChunkStatus.CANCELLED})
+
+
+class ReleaseReason(StrEnum):
+    """Why a claimed chunk was given back (pending). Every reason but `job_ended` leaves a message
+    for the chunk on its way: a fresh (maybe delayed) one, or the same one after its tier-2 backoff."""
+
+    BACKPRESSURE = "backpressure"  # throttled, out of time, function timeout: requeued fresh, no failure
+    RETRY = "retry"  # a failed attempt (tier 2): the same message comes back after its backoff
+    WORKER_LOST = "worker_lost"  # the sweeper found the lease lapsed (a crash): requeued, failure counted
+    JOB_ENDED = "job_ended"  # the job ended meanwhile: only the lease is freed
+
+
+def job_id_for(idempotency_key: str) -> str:
+    """A job's id: a client can compute it before sending (README: intake message schema)."""
+    return "job-" + hashlib.sha256(idempotency_key.encode("utf-8")).hexdigest()[:20]
+
+
+class _Record(BaseModel):
+    # extra="ignore": an item written by a newer deployment still reads (rolling deploys)
+    model_config = ConfigDict(extra="ignore", use_enum_values=False)
+
+
+# ------------------------------------------------------------------------------ cost (cost.py)
+USAGE_FIELDS = ("input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens", "aws_requests",
+                "model_micro_usd", "aws_micro_usd")
+
+
+class Usage(_Record):
+    """What work spent: model tokens (as Bedrock's Converse `usage` reports them: `input_tokens` excludes the
+    tokens read from or written to the prompt cache), AWS requests, and their cost in integer micro-dollars
+    (USD x 1,000,000) at the profile's price table. The same flat fields on an attempt, a chunk record (summed
+    over its attempts) and a job (summed over its settled chunks), so each is one atomic ADD."""
+
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cache_read_tokens: int = 0
+    cache_write_tokens: int = 0
+    aws_requests: int = 0  # orchestration requests (DynamoDB, SQS, S3, Lambda invocations)
+    model_micro_usd: int = 0
+    aws_micro_usd: int = 0
+
+    @property
+    def total_micro_usd(self) -> int:
+        return self.model_micro_usd + self.aws_micro_usd
+
+    def usage(self) -> Usage:
+        """Only the usage fields (of a chunk record or job that carries them)."""
+        return Usage(**{f: getattr(self, f) for f in USAGE_FIELDS})
+
+    def scaled(self, factor: int) -> Usage:
+        return Usage(**{f: factor * getattr(self, f) for f in USAGE_FIELDS})
+
+    @classmethod
+    def of(cls, items: Iterable[Usage]) -> Usage:
+        totals = dict.fromkeys(USAGE_FIELDS, 0)
+        for item in items:
+            for f in USAGE_FIELDS:
+                totals[f] += getattr(item, f)
+        return Usage(**totals)
+
+
+# ------------------------------------------------------------------------------ chunk records
+class AttemptStats(Usage):
+    """What one chunk attempt spent: model calls, tier-1 retries by code, semantic repairs, and its usage
+    (tokens, AWS requests, their cost)."""
+
+    calls: int = 0
+    repairs: int = 0
+    retries: dict[str, int] = Field(default_factory=dict)
+
+
+class ChunkOutcome(_Record):
+    """What a chunk that finished `done` leaves on its record."""
+
+    findings_key: str
+    coverage: dict[str, str]  # analyst -> ok | refused | failed
+    n_findings: int
+
+
+class ChunkRecord(Usage):
+    """One chunk of a job: its lease (claim + fencing token), counters and outcome; its usage summed over
+    the attempts that recorded theirs (an attempt that crashed or lost its lease records nothing)."""
+
+    job_id: str
+    chunk_id: str
+    chunk_index: int
+    start: int
+    end: int
+    status: ChunkStatus = ChunkStatus.PENDING
+    fence: int = 0  # fencing token: bumped by every claim and redrive
+    failures: int = 0  # real failed attempts (the poison budget counts these)
+    receives: int = 0  # claims taken
+    redeliveries: int = 0  # claims taken on a queue redelivery (receive count > 1)
+    last_receive_count: int = 0
+    n_calls: int = 0
+    retries: dict[str, int] = Field(default_factory=dict)
+    repairs: int = 0
+    checkpoints: dict[str, int] = Field(default_factory=dict)  # analyst -> fence of its committed checkpoint
+    claimed_by: str | None = None
+    claimed_at: float | None = None
+    claim_expires_at: float | None = None
+    last_error: ErrorEnvelope | None = None
+    settled_at: float | None = None
+    findings_key: str | None = None
+    coverage: dict[str, str] = Field(default_factory=dict)
+    n_findings: int = 0
+    redriven: int = 0
+    redriven_at: float = 0.0
+    expires_at: int = 0
+    # the claiming Lambda invocation's deadline (epoch s): a lease that lapsed after it timed out, not crashed
+    deadline_at: float | None = None
+    release_reason: ReleaseReason | None = None  # why the last holder gave it back
+    released_at: float | None = None
+    # The current backpressure streak: since the first backpressure release after the last progress
+    # (a committed checkpoint ends it), and how many requeues it has seen. Bounded by the profile's
+    # `backpressure_deadline_s`.
+    backpressure_since: float | None = None
+    backpressure_requeues: int = 0
+
+    @property
+    def settled(self) -> bool:
+        return self.status.settled
+
+    @property
+    def cancelled_at_stage(self) -> str | None:
+        """Where a cancelled chunk stopped: `claim`, `not started`, or the analyst under way."""
+        return self.last_error.step if self.status is ChunkStatus.CANCELLED and self.last_error else None
+
+    def message_on_its_way(self, now: float, window_s: float) -> bool:
+        """Released within `window_s` for a reason that sends (or returns) its message: not lost."""
+        return (self.release_reason not in (None, ReleaseReason.JOB_ENDED)
+                and (self.released_at or 0.0) >= now - window_s)
+
+    def lease_live(self, now: float) -> bool:
+        return self.status is ChunkStatus.CLAIMED and (self.claim_expires_at or 0.0) > now
+
+
+class ClaimResult(BaseModel):
+    won: bool
+    fence: int
+    record: ChunkRecord | None  # the record after the claim when won; the winner's record when lost
+
+
+class Checkpoint(_Record):
+    """One analyst's committed output for a chunk, written under the writer's fencing token."""
+
+    job_id: str
+    chunk_id: str
+    analyst: str
+    fence: int
+    config_hash: str
+    status: str
+    created_at: float
+    output: str | None = None  # JSON of AnalystOutput, inline when small
+    output_key: str | None = None  # else in S3
+    expires_at: int = 0
+
+
+class CheckpointWrite(BaseModel):
+    """An analyst's output to checkpoint (`ClaimsRepo.put_checkpoints`: several are committed at once)."""
+
+    model_config = ConfigDict(frozen=True)
+    analyst: str
+    config_hash: str
+    status: str
+    output_json: str
+
+
+# ------------------------------------------------------------------------------ the job
+class MissingChunk(_Record):
+    chunk_id: str
+    chunk_index: int
+    status: ChunkStatus
+    error: ErrorEnvelope | None = None
+    failures: int = 0
+
+
+class CoverageGap(_Record):
+    chunk_id: str
+    chunk_index: int
+    analyst: str
+    status: str  # refused | failed | missing | the chunk's status
+
+
+class Reliability(_Record):
+    model_calls: int = 0
+    retries_by_code: dict[str, int] = Field(default_factory=dict)
+    repairs: int = 0
+    redeliveries: int = 0
+    claims: int = 0
+    chunk_failures: int = 0
+
+    @classmethod
+    def of(cls, chunks: Iterable[ChunkRecord]) -> Reliability:
+        chunks = list(chunks)
+        retries: Counter[str] = Counter()
+        for c in chunks:
+            retries.update(c.retries)
+        return cls(model_calls=sum(c.n_calls for c in chunks), retries_by_code=dict(retries),
+                   repairs=sum(c.repairs for c in chunks), redeliveries=sum(c.redeliveries for c in chunks),
+                   claims=sum(c.receives for c in chunks), chunk_failures=sum(c.failures for c in chunks))
+
+
+class CoverageSummary(_Record):
+    mandatory_gaps: int = 0
+    optional_gaps: int = 0
+    missing_chunks: int = 0
+
+
+class JobOutcome(_Record):
+    """What finalize writes onto the job when it ends (bounded: counts plus a sample)."""
+
+    report_json_key: str
+    report_md_key: str
+    ended_at: float
+    n_findings: int
+    reliability: Reliability
+    coverage_summary: CoverageSummary
+    error: ErrorEnvelope | None = None
+    error_code: str | None = None
+    root_error: ErrorEnvelope | None = None
+    missing: list[MissingChunk] = Field(default_factory=list)  # the first LIST_SAMPLE
+    mandatory_gaps: list[CoverageGap] = Field(default_factory=list)  # the first LIST_SAMPLE
+
+
+class JobFailure(_Record):
+    """What a job-fatal error writes onto the job."""
+
+    error: ErrorEnvelope
+    error_code: str
+    ended_at: float
+
+
+class Cancellation(_Record):
+    """What a cancel request writes onto the job (`cancelling`), and its end (`cancelled`)."""
+
+    cancel_requested_at: float
+    cancelled_by: str = ""
+    cancel_code: str = "job.cancelled"  # the code the job ends with: job.cancelled, or job.budget_exceeded
+
+
+class CancelledOutcome(JobFailure, Usage):
+    """The end of a cancelled job: its code, and its usage: the running total plus what the chunks that never
+    reached the aggregator (settled `cancelled` by the cancel itself) had recorded."""
+
+
+class StepStatus(StrEnum):
+    """What became of one side-effect step (saga.py)."""
+
+    DONE = "done"  # the external action happened (or was found to have happened by its key)
+    SKIPPED = "skipped"  # nothing to do (no high-risk finding) or nowhere to do it (no ticket system configured)
+    COMPENSATED = "compensated"
+    COMPENSATION_FAILED = "compensation_failed"  # its compensation exhausted its retries: in the compensation DLQ
+
+
+class SideEffectDone(_Record):
+    """A side effect the job performed (saga.py): what compensation undoes, what `status` shows."""
+
+    step: str  # e.g. ticket.open, report.publish
+    key: str  # its idempotency key
+    at: float
+    result: dict[str, JsonValue] = Field(default_factory=dict)  # e.g. {"ticket_id": ...}
+    # the saga's bookkeeping: the step's operation and status, and its compensation
+    operation: str = ""
+    status: StepStatus = StepStatus.DONE
+    reason: str = ""  # why skipped
+    compensation_key: str | None = None
+    compensation_result: dict[str, JsonValue] = Field(default_factory=dict)
+    error: ErrorEnvelope | None = None  # the compensation's last error
+    generation: int = 0  # how many times the step was compensated and done again (in its key from 1 on)
+
+
+class Approval(_Record):
+    """Why a job waits for a person (`waiting_approval`): a side effect whose outcome is unknown."""
+
+    step: str
+    key: str
+    reason: str  # what happened, in words
+    error: ErrorEnvelope | None = None
+    evidence: dict[str, JsonValue] = Field(default_factory=dict)
+    requested_at: float
+    expires_at: float
+    decision: str | None = None  # approve | reject | expired
+    decided_by: str = ""
+    decided_at: float | None = None
+
+
+class AwaitApproval(_Record):
+    approval: Approval
+
+
+# Fields a reopened job sheds (its earlier ending no longer holds).
+OUTCOME_FIELDS = ("error", "error_code", "root_error", "missing", "mandatory_gaps", "ended_at")
+
+
+class Job(Usage):
+    """A job, and (Usage) what it spent: a running total the aggregator adds each settled chunk's usage to, in
+    the update that settles it (the per-job budget is checked against it)."""
+
+    job_id: str
+    state: JobState
+    created_at: float
+    updated_at: float
+    idempotency_key: str
+    document_id: str = ""
+    document_key: str = ""
+    document_chars: int = 0
+    document_sha256: str = ""
+    metadata: dict[str, JsonValue] = Field(default_factory=dict)
+    chunk_count: int = 0
+    # The fan-out cursor (fanout.py): chunks [0, fanned_out) have their records and were sent. None: a job
+    # with no cursor (failed on its input, or taken in before fan-out in pages: everything was sent at once).
+    fanned_out: int | None = None
+    analyst_count: int = 0
+    model_id: str = ""
+    model_provider: str = ""
+    prompt_version: str = ""
+    config_hash: str = ""
+    source_message_id: str = ""
+    settled: set[str] = Field(default_factory=set)  # chunk ids the aggregator counted (a DynamoDB string set)
+    # Bumped whenever chunks leave the settled set (`JobsRepo.unsettle_chunks`: a reopened chunk, or one
+    # finalize found unsettled). Finalize's transition is conditional on the value it read with the job,
+    # so a chunk reopened between finalize's read of the chunk records and its transition keeps the job
+    # running instead of stranding the chunk `pending` under an ended job.
+    settled_version: int = 0
+    started_at: float | None = None
+    ended_at: float | None = None
+    error: ErrorEnvelope | None = None
+    error_code: str | None = None
+    root_error: ErrorEnvelope | None = None
+    missing: list[MissingChunk] = Field(default_factory=list)
+    mandatory_gaps: list[CoverageGap] = Field(default_factory=list)
+    reliability: Reliability | None = None
+    coverage_summary: CoverageSummary | None = None
+    report_json_key: str | None = None
+    report_md_key: str | None = None
+    n_findings: int | None = None
+    requeues: int = 0  # backpressure requeues of its chunks (JobsRepo.count_requeue; metric BackpressureRequeues)
+    expires_at: int = 0
+    # --- lifecycle (lifecycle.py) -------------------------------------------------------------
+    version: int = 0  # bumped by every state transition; transitions are conditional on it
+    event_seq: int = 0  # the last event number used (events are numbered 1, 2, ... per job)
+    principal: str | None = None  # who submitted it through the Job API (None: the intake queue)
+    cancel_requested_at: float | None = None
+    cancelled_by: str = ""
+    cancel_code: str = "job.cancelled"
+    # The job's budget (micro-dollars): once its recorded cost reaches it, the job is stopped like a cancel and
+    # ends `cancelled` with job.budget_exceeded (aggregator.py). None: no budget.
+    budget_micro_usd: int | None = None
+    side_effects: list[SideEffectDone] = Field(default_factory=list)
+    approval: Approval | None = None
+
+    @property
+    def terminal(self) -> bool:
+        return self.state.terminal
+
+    @property
+    def replaceable(self) -> bool:
+        """A job that failed on its input (`input.*`): a corrected submission with the same key replaces it."""
+        return self.state is JobState.FAILED and (self.error_code or "").startswith("input.")
+
+    @property
+    def progress(self) -> float:
+        if self.chunk_count:
+            return len(self.settled) / self.chunk_count
+        return 1.0 if self.terminal else 0.0
+
+
+EVENT_SEQ_DIGITS = 12
+
+
+def event_seq(number: int) -> str:
+    """An event's sort key: its number in the job's sequence, zero-padded (sorts as it counts)."""
+    return f"{number:0{EVENT_SEQ_DIGITS}d}"
+
+
+class JobEvent(_Record):
+    job_id: str
+    seq: str  # sort key: `event_seq(number)`
+    type: str
+    at: float
+    detail: dict[str, JsonValue] = Field(default_factory=dict)
+
+    @property
+    def number(self) -> int:
+        """The event's place in its job's sequence (1, 2, ...); 0 for an event without one."""
+        return int(self.seq) if self.seq.isdigit() else 0
+
+

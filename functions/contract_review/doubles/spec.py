@@ -1,0 +1,77 @@
+"""What the local doubles do, as configuration (`FAULT_SPEC`; demo, tests and bench only, never prod)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, model_validator
+
+
+class FaultSpec(BaseModel):
+    """Seeded fault injection for the offline model (demo and tests only; never in prod).
+
+    Faults arrive in Bedrock's exact shapes (faults.py). Throttles are HTTP 429 ThrottlingException
+    with no Retry-After header (Bedrock sends none), "Too many requests, ..." when a requests-per-minute
+    quota is hit and "Too many tokens, ..." when a tokens-per-minute one is.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    seed: int = 7
+    transient_rate: float = 0.0  # split between throttle / 5xx / timeout
+    token_throttle_share: float = 0.5  # of the injected throttles, the share that are tokens-per-minute ones
+    malformed_rate: float = 0.0
+    refusal_rate: float = 0.0
+    permanent_code: str | None = None  # e.g. "AccessDeniedException": every call fails so
+    # The share of calls answered with a permanent error (HTTP 400 ValidationException, "Malformed input
+    # request": `model.request_invalid`, never retried): the chunk fails and its job ends `failed`.
+    permanent_rate: float = 0.0
+    always_fail_chunk: str | None = None  # chunk index (as str) or chunk id whose calls always 5xx
+    # Quotas shared by every worker process (token buckets in throttle_state_dir, via a file lock):
+    throttle_quota_per_s: float | None = None  # requests per second ("Too many requests")
+    throttle_tokens_per_s: float | None = None  # tokens per second; a call reserves its input + maxTokens
+    # The quotas' window: up to rate x window may be used in a burst (Bedrock's are per minute: 60 s;
+    # tests scale time down). Without a Retry-After, a burst-free quota would starve every 2-call analyst.
+    throttle_window_s: float = 1.0
+    throttle_state_dir: str | None = None
+    # Latency of every answered call (throttles are answered at once): a constant `latency_ms`, or a
+    # seeded lognormal from its median and 99th percentile (p99 unset: constant at the median).
+    latency_ms: int = 0
+    latency_median_ms: float = 0.0
+    latency_p99_ms: float | None = None
+    # 5xx bursts: every process's calls fail with 503/500 for `burst_duration_s` out of every
+    # `burst_every_s` seconds (wall clock, at a phase drawn from the seed), like a provider incident.
+    burst_every_s: float = 0.0
+    burst_duration_s: float = 0.0
+    switch_file: str | None = None  # faults apply only while this file exists (when set)
+    call_log: str | None = None  # append one JSON line per model call (tests count calls)
+
+    @classmethod
+    def simulated_bedrock(cls, state_dir: str, *, requests_per_minute: float, tokens_per_minute: float | None = None,
+                          median_ms: float = 500.0, p99_ms: float | None = None, window_s: float = 60.0,
+                          **faults: Any) -> FaultSpec:
+        """The simulated Bedrock (a stand-in, not Bedrock): per-minute quotas shared by every process in
+        `state_dir`, a lognormal latency, and any other fault field (`transient_rate`, bursts, seed)."""
+        return cls(throttle_state_dir=state_dir, throttle_quota_per_s=requests_per_minute / 60,
+                   throttle_tokens_per_s=tokens_per_minute / 60 if tokens_per_minute else None,
+                   throttle_window_s=window_s, latency_median_ms=median_ms, latency_p99_ms=p99_ms, **faults)
+
+    @model_validator(mode="after")
+    def _check(self) -> FaultSpec:
+        for name in ("transient_rate", "token_throttle_share", "malformed_rate", "refusal_rate", "permanent_rate"):
+            if not 0.0 <= getattr(self, name) <= 1.0:
+                raise ValueError(f"{name} must be within 0..1")
+        if self.transient_rate + self.malformed_rate + self.refusal_rate + self.permanent_rate > 1.0:
+            raise ValueError("transient, malformed, refusal and permanent rates share one roll: their sum must be <= 1")
+        if self.latency_ms and self.latency_median_ms:
+            raise ValueError("give latency_ms (constant) or latency_median_ms (+ latency_p99_ms), not both")
+        if self.latency_p99_ms is not None and not 0 < self.latency_median_ms <= self.latency_p99_ms:
+            raise ValueError("latency_p99_ms needs 0 < latency_median_ms <= latency_p99_ms")
+        if self.burst_duration_s and not 0 < self.burst_duration_s < self.burst_every_s:
+            raise ValueError("5xx bursts need 0 < burst_duration_s < burst_every_s")
+        if (self.throttle_quota_per_s or self.throttle_tokens_per_s) and not self.throttle_state_dir:
+            raise ValueError("a shared throttle quota needs throttle_state_dir (where the workers share it)")
+        return self
+
+    def to_env(self) -> str:
+        return self.model_dump_json(exclude_defaults=True)

@@ -1,0 +1,225 @@
+"""The Bedrock side of the model port (`domain/model.py`).
+
+- `BedrockConverseModel`: Amazon Bedrock Converse via boto3 `bedrock-runtime` (the real one).
+- `ModelIdCheck`: asks the Bedrock control plane whether the configured model id is why a call
+  failed (unknown, retired, or not invocable by that id), so a bad id fails the job at once.
+- The port itself (`ModelClient`, `ModelRequest`, `ModelResponse`) and the model-id helpers are
+  `domain/model.py`; the offline stand-in and the fault doubles are in `doubles/`.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, cast
+
+from botocore.exceptions import BotoCoreError, ClientError
+
+from contract_review.domain.errors import ReviewError
+from contract_review.domain.model import ModelRequest, ModelResponse, base_model_id, is_inference_profile
+
+log = logging.getLogger(__name__)
+
+
+# --- is the model id the problem? (Bedrock control plane) -------------------------------------------------
+
+# Converse errors whose cause may be the model id itself: Bedrock answers an unknown or retired id
+# with ValidationException (400), the same shape as any other bad request, and an id it does not
+# serve to this account with ResourceNotFoundException / AccessDeniedException. The text is never
+# read: the control plane is asked instead.
+ID_SUSPECT_CODES = frozenset({"ValidationException", "ResourceNotFoundException", "AccessDeniedException"})
+_ID_UNKNOWN_CODES = frozenset({"ResourceNotFoundException", "ValidationException"})  # control plane: no such id
+
+
+@dataclass(frozen=True)
+class ModelFacts:
+    """What the Bedrock control plane says about one model id, in this account and region."""
+
+    model_id: str
+    base_model_id: str  # the foundation model (behind the profile, for a profile id)
+    rejection: str | None  # why Bedrock will not serve this id; None: the id names a current model
+    display_name: str = ""  # provider + model name, e.g. "Anthropic Claude Sonnet 4.6"
+    lifecycle: str = ""  # GetFoundationModel's modelLifecycle.status: ACTIVE | LEGACY (EOL: not found)
+
+
+def _error_response(exc: ClientError) -> dict[str, Any]:
+    return cast(dict[str, Any], exc.response)
+
+
+def _error_code(exc: ClientError) -> str:
+    return str((_error_response(exc).get("Error") or {}).get("Code", ""))
+
+
+def describe_model(bedrock: Any, model_id: str) -> ModelFacts:
+    """Ask the Bedrock control plane (`bedrock` client) about `model_id`: a foundation-model id or a
+    cross-region inference profile id. Decides from structured fields only: a not-found answer, the
+    profile's `status`, the model's `modelLifecycle.status` and `inferenceTypesSupported`.
+
+    Raises `ClientError` / `BotoCoreError` when the control plane cannot answer (no permission,
+    throttled, unreachable): then nothing is known about the id.
+    """
+    profile = is_inference_profile(model_id)
+    base = base_model_id(model_id)
+    if profile:
+        try:
+            answer = bedrock.get_inference_profile(inferenceProfileIdentifier=model_id)
+        except ClientError as exc:
+            if _error_code(exc) not in _ID_UNKNOWN_CODES:
+                raise
+            return ModelFacts(model_id, base, f"there is no inference profile {model_id!r} in this region "
+                                              f"(GetInferenceProfile: {_error_code(exc)})")
+        if answer.get("status") != "ACTIVE":
+            return ModelFacts(model_id, base, f"inference profile {model_id!r} is {answer.get('status')}, not ACTIVE")
+    try:
+        details = bedrock.get_foundation_model(modelIdentifier=base)["modelDetails"]
+    except ClientError as exc:
+        if _error_code(exc) not in _ID_UNKNOWN_CODES:
+            raise
+        if profile:  # the profile is active; its model may just not be listed in this (source) region
+            return ModelFacts(model_id, base, None)
+        return ModelFacts(model_id, base, f"there is no foundation model {base!r} in this region "
+                                          f"(GetFoundationModel: {_error_code(exc)})")
+    lifecycle = str((details.get("modelLifecycle") or {}).get("status", ""))
+    name = " ".join(str(details[k]) for k in ("providerName", "modelName") if details.get(k))
+    rejection: str | None = None
+    if lifecycle != "ACTIVE":
+        rejection = f"model {base!r} is {lifecycle or 'not ACTIVE'} on Bedrock (being retired or retired)"
+    elif not profile and "ON_DEMAND" not in details.get("inferenceTypesSupported", ["ON_DEMAND"]):
+        rejection = (f"model {base!r} cannot be invoked on demand by its own id; use a cross-region inference "
+                     f"profile id such as 'us.{base}' or 'global.{base}'")
+    return ModelFacts(model_id, base, rejection, name, lifecycle)
+
+
+class ModelIdCheck:
+    """Whether the configured model id is why a Converse call failed, from the Bedrock control plane.
+
+    `connect` builds the `bedrock` (control plane) client on first use: most processes never need
+    it. A definite answer is cached per model id for the life of the process; when the control
+    plane cannot answer, nothing is cached and the original error stands.
+    """
+
+    def __init__(self, connect: Callable[[], Any]):
+        self._connect = connect
+        self._client: Any = None
+        self._answers: dict[str, ModelFacts] = {}
+        self._lock = threading.Lock()
+
+    def facts(self, model_id: str) -> ModelFacts | None:
+        with self._lock:
+            if model_id not in self._answers:
+                try:
+                    if self._client is None:
+                        self._client = self._connect()
+                    self._answers[model_id] = describe_model(self._client, model_id)
+                except (ClientError, BotoCoreError) as exc:
+                    log.warning("cannot ask Bedrock about model id %s: %s", model_id, type(exc).__name__)
+                    return None
+            return self._answers[model_id]
+
+    def rejection(self, model_id: str) -> str | None:
+        facts = self.facts(model_id)
+        return facts.rejection if facts is not None else None
+
+
+def id_rejected(model_id: str, reason: str, exc: ClientError) -> ReviewError:
+    status = (_error_response(exc).get("ResponseMetadata") or {}).get("HTTPStatusCode")
+    return ReviewError.of(
+        "model.id_rejected",
+        f"Bedrock will not serve model id {model_id!r}: {reason}. Pick a current model or inference profile "
+        f"id (`review preflight --model-id ID` checks one), redeploy with `cdk deploy -c model_id=ID`, and "
+        f"enable access to it in the Bedrock console.",
+        http_status=int(status) if status is not None else None, provider_code=_error_code(exc) or None,
+    )
+
+
+# --- Converse ---------------------------------------------------------------------------------------------
+
+class BedrockConverseModel:
+    """Bedrock Converse with a tool-forced JSON answer.
+
+    The client passed in must be configured so botocore does not multiply our retries:
+    `Config(retries={"mode": "standard", "max_attempts": 1}, read_timeout=...)`; see
+    `bedrock_client_config`. With an `id_check`, a call that fails in a way the model id may cause
+    (ID_SUSPECT_CODES) raises `model.id_rejected` (job-fatal) when the control plane confirms the
+    id is the problem; otherwise the provider's error escapes unchanged.
+    """
+
+    TOOL_NAME = "record_answer"
+
+    def __init__(self, client: Any, model_id: str, temperature: float = 0.0, id_check: ModelIdCheck | None = None):
+        self.client = client
+        self.model_id = model_id
+        self.temperature = temperature
+        self.id_check = id_check
+
+    def invoke(self, request: ModelRequest) -> ModelResponse:
+        started = time.monotonic()
+        resp = self._converse(
+            # Prompt caching: everything before the cache point (the tool definition, then the analyst's fixed
+            # instructions) is a prefix Bedrock caches; `usage` then reports cacheWrite/cacheReadInputTokens.
+            # A prefix shorter than the model's minimum (1,024 tokens for Claude Sonnet) is not cached: Bedrock
+            # then reports no cache tokens, and the call costs what it did without the cache point.
+            system=[{"text": request.system}, {"cachePoint": {"type": "default"}}],
+            messages=[{"role": "user", "content": [{"text": request.prompt}]}],
+            inferenceConfig={"maxTokens": request.max_tokens, "temperature": self.temperature},
+            toolConfig={
+                "tools": [{"toolSpec": {
+                    "name": self.TOOL_NAME,
+                    "description": "Record the structured answer.",
+                    "inputSchema": {"json": request.output_schema},
+                }}],
+                "toolChoice": {"tool": {"name": self.TOOL_NAME}},
+            },
+        )
+        return self._response(resp, started)
+
+    def ping(self) -> ModelResponse:
+        """One tiny call (no tools, at most 8 output tokens): does the model answer this account?"""
+        started = time.monotonic()
+        resp = self._converse(messages=[{"role": "user", "content": [{"text": "Reply with the single word OK."}]}],
+                              inferenceConfig={"maxTokens": 8, "temperature": 0.0})
+        return self._response(resp, started)
+
+    def _converse(self, **params: Any) -> Any:
+        try:
+            return self.client.converse(modelId=self.model_id, **params)
+        except ClientError as exc:
+            if self.id_check is not None and _error_code(exc) in ID_SUSPECT_CODES:
+                reason = self.id_check.rejection(self.model_id)
+                if reason is not None:
+                    raise id_rejected(self.model_id, reason, exc) from exc
+            raise
+
+    @staticmethod
+    def _response(resp: Any, started: float) -> ModelResponse:
+        stop = resp.get("stopReason", "end_turn")
+        text = ""
+        for block in resp.get("output", {}).get("message", {}).get("content", []):
+            if "toolUse" in block:
+                text = json.dumps(block["toolUse"].get("input", {}))
+                break
+            if "text" in block:
+                text += block["text"]
+        usage = resp.get("usage", {})
+        return ModelResponse(
+            text=text,
+            stop_reason=stop,
+            input_tokens=int(usage.get("inputTokens", 0)),
+            output_tokens=int(usage.get("outputTokens", 0)),
+            latency_ms=(time.monotonic() - started) * 1000,
+            cache_read_tokens=int(usage.get("cacheReadInputTokens", 0)),
+            cache_write_tokens=int(usage.get("cacheWriteInputTokens", 0)),
+        )
+
+
+def bedrock_client_config(read_timeout_s: int) -> Any:
+    from botocore.config import Config
+
+    # total_max_attempts=1: botocore sends each call exactly once ("max_attempts" would mean one
+    # *retry*); tier 1 (ours) owns retries, so the two tiers never multiply.
+    return Config(read_timeout=read_timeout_s, connect_timeout=10,
+                  retries={"mode": "standard", "total_max_attempts": 1})

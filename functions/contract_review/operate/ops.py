@@ -1,0 +1,404 @@
+"""Operator views and actions shared by the CLI (and, later, the Job API).
+
+- `job_view`: the job record answering the six questions (DESIGN rule 7).
+- `dlq_list` / `dlq_show`: DLQ messages joined with their job and chunk records.
+- `submit`: send a document to the intake queue (inline, or claim check through S3).
+Redrive and reopening ended jobs are in `redrive.py`.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from collections.abc import Mapping
+from datetime import UTC, datetime
+
+from pydantic import BaseModel, ConfigDict, Field, JsonValue, ValidationError
+
+from contract_review.domain.cost import describe
+from contract_review.domain.errors import REGISTRY, ErrorEnvelope
+from contract_review.domain.keys import upload_key
+from contract_review.domain.messages import MAX_INLINE_CHARS, AnalysisMessage, ResultMessage
+from contract_review.domain.ports import DLQS, Deps, Queue, QueueMessage
+from contract_review.domain.records import (
+    ChunkStatus,
+    CoverageGap,
+    Job,
+    JobEvent,
+    JobState,
+    Reliability,
+    Usage,
+    job_id_for,
+)
+from contract_review.pipeline.intake import failure_key
+from contract_review.review.chunking import document_hash
+from contract_review.review.report import coverage_of
+
+RECENT_EVENTS = 10
+_QUEUE_OF_DLQ = {dlq: queue for queue, dlq in DLQS.items()}
+
+
+class MissingChunkView(BaseModel):
+    chunk_id: str
+    chunk_index: int
+    status: ChunkStatus
+    error_code: str | None
+
+
+class EventLine(BaseModel):
+    """An event as `review status` shows it: time, type, and its details flattened."""
+
+    model_config = ConfigDict(extra="allow")
+    at: str
+    type: str
+
+
+class Answers(BaseModel):
+    """The six questions every job record answers."""
+
+    state: JobState
+    last_durable_checkpoint: str
+    side_effects_done: list[str]
+    retry_would: str
+    if_cancelled_now: str
+    if_it_fails_again: str
+
+
+class JobView(BaseModel):
+    job_id: str
+    state: JobState
+    document_id: str
+    chunks: dict[str, int]  # total, settled, and a count per chunk status
+    progress: float
+    error_code: str | None
+    error: ErrorEnvelope | None
+    missing_chunks: list[MissingChunkView]
+    mandatory_gaps: list[CoverageGap]
+    reliability: Reliability
+    report: dict[str, str | None]
+    created_at: float
+    ended_at: float | None
+    model_id: str
+    prompt_version: str
+    recent_events: list[EventLine]
+    answers: Answers
+    # the model's circuit breaker as this job met it (breaker.py): "closed" or how its chunks waited for it
+    model_circuit: str = "closed"
+    # what the job has cost so far (cost.py; docs/cost.md), its budget, and the same as numbers
+    cost: str = ""
+    usage: Usage = Field(default_factory=Usage)
+    budget_micro_usd: int | None = None
+
+
+def iso(epoch: float) -> str:
+    return datetime.fromtimestamp(epoch, tz=UTC).isoformat(timespec="seconds")
+
+
+CANCEL_NOW = ("`review cancel JOB` (or POST /jobs/{id}/cancel): no new model call starts; chunks in flight stop "
+              "within one model call and settle `cancelled`; side effects already done are compensated; the job "
+              "ends `cancelled`")
+STILL_RUNNING_FAILS = ("chunk messages go to the analysis DLQ with their error envelope; the job ends "
+                       "`dead_lettered` listing them")
+
+
+def _input_failure(code: str | None) -> bool:
+    return (code or "").startswith("input.")
+
+
+def _retry_would(state: JobState, error_code: str | None, dead_lettered: int, failed: int) -> str:
+    """What `review dlq redrive`, `review retry` or a resubmission would do now."""
+    if state is JobState.COMPLETED:
+        return "nothing: the job is complete"
+    if _input_failure(error_code):
+        return (f"nothing by itself: {error_code} is permanent and nothing was analysed. Fix the input and send it "
+                "again: a corrected message with the same idempotency key (the same job id) replaces this failed "
+                "job; a changed text without a key gets a new job id")
+    if not state.terminal:
+        return "resume unsettled chunks from their checkpoints"
+    if dead_lettered:
+        also = f" and reset its {failed} failed chunk(s)" if failed else ""
+        return (f"`review dlq redrive` re-sends the {dead_lettered} dead-lettered chunk(s){also} with a fresh "
+                "attempt budget; finished chunks and analysts are reused (`review retry JOB` does the same from the "
+                "job's records, with or without a DLQ message)")
+    if error_code == "runtime.intake_exhausted":
+        return "`review retry JOB` puts it back to `queued` and sends its intake message again from the intake DLQ"
+    return (f"nothing by itself: the job ended with {error_code or state.value} and none of its chunks is in a DLQ. "
+            "Fix the cause (docs/error-codes.md), then `review retry JOB` (or submit the same document again): "
+            "failed chunks and analysts with a mandatory gap run again, chunks never started are sent, finished "
+            "chunks and checkpoints are reused")
+
+
+def _if_it_fails_again(state: JobState, error_code: str | None, dead_lettered: int) -> str:
+    """Where the job goes if the next attempt (a redrive, or a corrected resubmission) fails too."""
+    if state is JobState.COMPLETED:
+        return "nothing can fail any more: the job has completed (the same document again returns this job)"
+    if _input_failure(error_code):
+        return ("a resubmission that is still invalid fails again in one attempt with an `input.*` code on this "
+                "job record; nothing is retried and nothing reaches a DLQ")
+    if state.terminal and error_code in REGISTRY and REGISTRY[error_code].job_fatal:
+        return f"it fails again at once with {error_code} (job-fatal): fix the cause first"
+    if state.terminal and error_code == "runtime.intake_exhausted":
+        return ("if intake again never finishes its message, the queue moves it to the intake DLQ and the sweeper "
+                "fails the job again with runtime.intake_exhausted")
+    if state.terminal and not dead_lettered:
+        return (f"it ends `{state.value}` again with {error_code}, naming each missing chunk or analyst"
+                if error_code else f"it ends `{state.value}` again")
+    return STILL_RUNNING_FAILS
+
+
+def _if_cancelled_now(state: JobState) -> str:
+    if state is JobState.CANCELLING:
+        return "it is being cancelled: it ends `cancelled` once its chunks in flight have stopped"
+    return "nothing: it has ended" if state.terminal else CANCEL_NOW
+
+
+# ------------------------------------------------------------------------------ progress
+class ProgressView(BaseModel):
+    """Where a job stands, from durable state only: chunks settled of all, and the latest event in words."""
+
+    current_step: int
+    total_steps: int
+    label: str
+
+
+def analysts_done(detail: Mapping[str, object]) -> str:
+    """The analysts of an `analyst.done` event (those committed together): "indemnification, liability done"
+    ("term failed" for one that did not end ok)."""
+    analysts = detail.get("analysts")
+    entries = [a for a in analysts if isinstance(a, dict)] if isinstance(analysts, list) else []
+    ok = [str(a.get("analyst")) for a in entries if a.get("status") == "ok"]
+    other = [f"{a.get('analyst')} {a.get('status')}" for a in entries if a.get("status") != "ok"]
+    return ", ".join(([", ".join(ok) + " done"] if ok else []) + other)
+
+
+def event_label(e: JobEvent) -> str:
+    """One event as a line of progress ("chunk 7/22: indemnification done")."""
+    d = e.detail
+    chunk = f"chunk {int(str(d.get('chunk_index', 0))) + 1}" if "chunk_index" in d else "chunk"
+    of = f"/{d['chunk_count']}" if "chunk_count" in d else ""
+    labels = {
+        "analyst.done": lambda: f"{chunk}{of}: {analysts_done(d)}",
+        "model.retry": lambda: f"{chunk}: {d.get('error_code')}, attempt {d.get('attempt')}, waiting {d.get('delay_s')} s",
+        "chunk.retry": lambda: f"{chunk}: {d.get('error_code')}, attempt {d.get('failures')} failed, "
+                               f"back in {d.get('backoff_s')} s",
+        "chunk.settled": lambda: f"chunk {d.get('settled')}/{d.get('total')} settled ({d.get('status')})",
+        "chunk.requeued": lambda: f"chunk requeued: {d.get('reason')}",
+        "chunk.cancelled": lambda: f"chunk stopped at {d.get('cancelled_at_stage')}: cancelled",
+        "job.fanned_out": lambda: f"chunks {d.get('fanned_out')}/{d.get('total')} sent",
+    }
+    make = labels.get(e.type)
+    return make() if make else e.type.replace("job.", "job ").replace("_", " ")
+
+
+def progress_of(job: Job, last: JobEvent | None) -> ProgressView:
+    total = max(job.chunk_count, 1)
+    done = total if job.state is JobState.COMPLETED else min(len(job.settled), total)
+    return ProgressView(current_step=done, total_steps=total, label=event_label(last) if last else job.state.value)
+
+
+def job_progress(deps: Deps, job: Job) -> ProgressView:
+    last = deps.jobs.events(job.job_id, after=max(job.event_seq - 1, 0), limit=1)
+    return progress_of(job, last[0] if last else None)
+
+
+def _event_line(e: JobEvent) -> EventLine:
+    return EventLine.model_validate({**e.detail, "at": iso(e.at), "type": e.type})
+
+
+def job_view(deps: Deps, job_id: str) -> JobView | None:
+    job = deps.jobs.get(job_id)
+    if job is None:
+        return None
+    chunks = deps.claims.for_job(job_id) if job.chunk_count else []
+    events = deps.jobs.events(job_id)
+    by_status = Counter(c.status.value for c in chunks)
+    state = job.state
+    last_cp = max((c.settled_at or 0.0 for c in chunks if c.status is ChunkStatus.DONE), default=None)
+    dead = [c for c in chunks if c.status in (ChunkStatus.DEAD_LETTERED, ChunkStatus.FAILED)]
+    n_dlq = sum(c.status is ChunkStatus.DEAD_LETTERED for c in dead)
+    # mandatory gaps from the chunk records: the job item holds only a bounded sample
+    gaps = coverage_of(job.analyst_count, [c for c in chunks if c.settled]).mandatory_gaps if chunks else []
+    answers = Answers(
+        state=state,
+        last_durable_checkpoint=(f"{by_status.get('done', 0)} of {job.chunk_count} chunks settled done"
+                                 + (f", last at {iso(last_cp)}" if last_cp else "")),
+        side_effects_done=[k for k in ("report_json_key", "report_md_key") if getattr(job, k)]
+        + [f"{e.step} {e.status.value} ({e.key[:12]})" for e in job.side_effects],
+        retry_would=_retry_would(job.state, job.error_code, n_dlq, len(dead) - n_dlq),
+        if_cancelled_now=_if_cancelled_now(job.state),
+        if_it_fails_again=_if_it_fails_again(job.state, job.error_code, n_dlq))
+    return JobView(
+        job_id=job_id, state=state, document_id=job.document_id,
+        chunks={"total": job.chunk_count, "settled": len(job.settled), **by_status}, progress=job.progress,
+        error_code=job.error_code, error=job.error,
+        missing_chunks=[MissingChunkView(chunk_id=c.chunk_id, chunk_index=c.chunk_index, status=c.status,
+                                         error_code=c.last_error.error_code if c.last_error else None) for c in dead],
+        mandatory_gaps=gaps, reliability=job.reliability or Reliability.of(chunks),
+        report={"json": job.report_json_key, "markdown": job.report_md_key},
+        created_at=job.created_at, ended_at=job.ended_at, model_id=job.model_id, prompt_version=job.prompt_version,
+        recent_events=[_event_line(e) for e in events[-RECENT_EVENTS:]], answers=answers,
+        model_circuit=model_circuit(events, deps.clock(), deps.settings.profile.breaker_open_s),
+        cost=describe(job.usage(), job.budget_micro_usd), usage=job.usage(), budget_micro_usd=job.budget_micro_usd)
+
+
+def model_circuit(events: list[JobEvent], now: float, open_s: float) -> str:
+    """The circuit breaker as the job's chunks met it: `closed`, or `open` while a chunk requeued because of it
+    is still within the breaker's open time, else `closed again`, with how often chunks waited."""
+    waits = [e for e in events if e.type == "chunk.requeued" and e.detail.get("reason") == "model.circuit_open"]
+    if not waits:
+        return "closed"
+    last = waits[-1].at
+    state = "open" if now - last < open_s else "closed again"
+    return f"{state} ({len(waits)} chunk requeues waited for it, the last at {iso(last)})"
+
+
+# ------------------------------------------------------------------------------ dead letters
+class DlqChunk(BaseModel):
+    status: ChunkStatus
+    chunk_index: int
+    failures: int
+    receives: int
+    redeliveries: int
+    fence: int
+    last_error: ErrorEnvelope | None
+    n_calls: int
+    retries: dict[str, int]
+    claimed_by: str | None
+
+
+class DlqEntry(BaseModel):
+    """A DLQ message joined with its job and chunk records. Never the document text, unless asked
+    for (`body`, filled only by `dlq_show(..., with_body=True)`: a user's own message is theirs to see).
+
+    There is no `receive_count`: SQS has no peek, every look at a DLQ is a receive, so the count SQS
+    keeps grows each time someone lists it. `attempts` is what the pipeline spent before giving up."""
+
+    message_id: str
+    queue: str  # intake | analysis | results
+    source_message_id: str | None = None  # the MessageId `send-message` returned, when known
+    sent_at: float = 0.0  # epoch s: when we sent it to the DLQ (a message SQS moved keeps its original time)
+    moved_by: str  # "pipeline" (with an error envelope) | "sqs" (maxReceiveCount reached, no envelope)
+    attempts: int | None = None
+    error_code: str | None
+    envelope: ErrorEnvelope | None = None
+    payload: dict[str, JsonValue]
+    job_id: str | None = None
+    chunk_id: str | None = None
+    job: dict[str, str | None] | None = None  # state, error_code
+    chunk: DlqChunk | None = None
+    failed_step: str | None = None
+    body: str | None = None
+
+
+_CONSUMER_STEP = {Queue.INTAKE: "intake", Queue.ANALYSIS: "worker", Queue.RESULTS: "aggregate"}
+
+
+def _intake_payload(body: str) -> tuple[dict[str, JsonValue], str | None]:
+    """An intake body as it may be shown (the document text replaced by its length), and its job id
+    when one can be told (the job id a client computes: see README)."""
+    try:
+        raw = json.loads(body)
+    except ValueError:
+        return {"unparsed": True, "chars": len(body)}, None
+    if not isinstance(raw, dict):
+        return {"unparsed": True, "chars": len(body)}, None
+    document = raw.get("document")
+    if isinstance(document, dict) and "text" in document:
+        text = document["text"]
+        raw["document"] = {**{k: v for k, v in document.items() if k != "text"},
+                           "text_chars": len(text) if isinstance(text, str) else None}
+    key, _ = failure_key(body)
+    return raw, job_id_for(key) if key else None
+
+
+def _payload(queue: Queue, body: str) -> tuple[dict[str, JsonValue], str | None, str | None]:
+    """What may be shown of a message body, and the job and chunk it names."""
+    try:
+        if queue is Queue.ANALYSIS:
+            am = AnalysisMessage.model_validate_json(body)
+            return am.model_dump(mode="json", exclude={"text"}) | {"text_chars": len(am.text)}, am.job_id, am.chunk_id
+        if queue is Queue.RESULTS:
+            rm = ResultMessage.model_validate_json(body)
+            return rm.model_dump(mode="json"), rm.job_id, rm.chunk_id
+        payload, job_id = _intake_payload(body)  # intake bodies hold document text: shown by size
+        return payload, job_id, None
+    except ValidationError:
+        return {"unparsed": True, "chars": len(body)}, None, None
+
+
+def _join(deps: Deps, queue: Queue, m: QueueMessage, with_body: bool = False) -> DlqEntry:
+    payload, job_id, chunk_id = _payload(queue, m.body)
+    job_id = job_id or m.attributes.get("job_id")  # e.g. an intake message whose job the sweeper failed
+    envelope = ErrorEnvelope.model_validate_json(m.attributes["envelope"]) if m.attributes.get("envelope") else None
+    by_sqs = envelope is None and not m.attributes.get("error_code")
+    entry = DlqEntry(message_id=m.message_id, queue=queue.value, sent_at=m.sent_at,
+                     # SQS keeps the MessageId when it moves a message to the DLQ; we record it when we do
+                     source_message_id=m.attributes.get("source_message_id") or (m.message_id if by_sqs else None),
+                     moved_by="sqs" if by_sqs else "pipeline", error_code=m.attributes.get("error_code"),
+                     envelope=envelope, payload=payload, job_id=job_id, chunk_id=chunk_id,
+                     body=m.body if with_body else None)
+    if job_id:
+        job = deps.jobs.get(job_id)
+        entry.job = {"state": job.state.value if job else None, "error_code": job.error_code if job else None}
+    if job_id and chunk_id:
+        c = deps.claims.get(job_id, chunk_id)
+        if c is not None:
+            entry.chunk = DlqChunk.model_validate(c.model_dump())
+            entry.envelope = entry.envelope or c.last_error
+    if entry.chunk is not None:
+        entry.attempts = entry.chunk.failures
+    elif by_sqs:
+        entry.attempts = deps.settings.profile.max_receive_count  # SQS moved it after this many receives
+    elif queue is Queue.INTAKE:
+        entry.attempts = 1  # intake dead-letters a permanent input error on its first attempt
+    elif entry.envelope is not None and entry.envelope.attempt:
+        entry.attempts = entry.envelope.attempt
+    entry.failed_step = (entry.envelope.step if entry.envelope else None) or _CONSUMER_STEP[queue]
+    return entry
+
+
+def dlq_list(deps: Deps) -> list[DlqEntry]:
+    return [_join(deps, queue, m) for dlq, queue in _QUEUE_OF_DLQ.items() if deps.queues.has(dlq)
+            for m in deps.queues.peek(dlq)]
+
+
+def dlq_show(deps: Deps, message_id: str, with_body: bool = False) -> DlqEntry | None:
+    for dlq, queue in _QUEUE_OF_DLQ.items():
+        if deps.queues.has(dlq):
+            for m in deps.queues.peek(dlq):
+                if m.message_id == message_id:
+                    return _join(deps, queue, m, with_body)
+    return None
+
+
+# ------------------------------------------------------------------------------ submit
+def job_id_of(text: str, idempotency_key: str | None = None) -> str:
+    """The job id a submission of `text` gets: from the idempotency key, by default the text's SHA-256."""
+    return job_id_for(idempotency_key or document_hash(text))
+
+
+def intake_document(deps: Deps, job_id: str, text: str) -> dict[str, JsonValue]:
+    """The `document` of an intake message for `text`: inline, or by claim check (stored under
+    `uploads/`) when it is too large for a message."""
+    if len(text) > MAX_INLINE_CHARS or len(text.encode("utf-8")) > 200_000:
+        upload = upload_key(job_id)
+        deps.artifacts.put_text(upload, text, "text/plain; charset=utf-8")
+        return {"s3_uri": f"s3://{deps.artifacts.bucket}/{upload}"}
+    return {"text": text}
+
+
+def submit(deps: Deps, text: str, document_id: str | None = None, idempotency_key: str | None = None,
+           metadata: dict[str, JsonValue] | None = None, budget_usd: float | None = None) -> str:
+    """Send one document to the intake queue (inline, or claim-check via S3 when large). Returns the job id."""
+    # The key is always sent: intake then records any failure under the very job id returned here.
+    key = idempotency_key or document_hash(text)
+    job_id = job_id_for(key)
+    body: dict[str, JsonValue] = {"schema_version": 1, "document": intake_document(deps, job_id, text),
+                                  "metadata": metadata or {}}
+    if document_id:
+        body["document_id"] = document_id
+    body["idempotency_key"] = key
+    if budget_usd is not None:
+        body["budget_usd"] = budget_usd
+    deps.queues.send_intake(json.dumps(body))
+    return job_id

@@ -1,0 +1,118 @@
+"""Bounded concurrency for one chunk's analysts (used by `worker.AnalystRunner`).
+
+Each analyst runs in its own thread, at most `limit` at once, each still checkpointed and fenced by
+the runner. How an error in one analyst stops the others:
+- a hard stop (the job is being cancelled, or the lease is lost): no model call starts any more in
+  any analyst of the chunk (`check`, called before every call through `Retrier.check`); the calls
+  already in flight finish and are dropped;
+- any other error (tier-1 gave up, out of time, an AWS error): no analyst *starts* any more, and
+  the ones under way finish and checkpoint (their work is not redone on the next attempt).
+The first hard stop, else the first error, is raised once every analyst has stopped.
+With `limit` 1 the analysts run one by one in the caller's thread, exactly as before.
+
+`GroupCommit` commits the outputs of analysts that finish together with one write.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Generic, TypeVar
+
+from contract_review.domain.errors import LeaseLost
+from contract_review.domain.lifecycle import JobCancelled
+
+T = TypeVar("T")
+R = TypeVar("R")
+HARD_STOPS: tuple[type[BaseException], ...] = (JobCancelled, LeaseLost)
+
+
+class StopAnalysts(Exception):
+    """Internal: another analyst of the chunk hit a hard stop; this one starts no model call."""
+
+
+class AnalystPool(Generic[T, R]):
+    def __init__(self, limit: int):
+        self.limit = max(1, limit)
+        self._hard = threading.Event()  # no model call starts any more
+        self._soft = threading.Event()  # no analyst starts any more
+        self._errors: list[BaseException] = []
+        self._lock = threading.Lock()
+
+    def check(self) -> None:
+        """Before every model call: raises when another analyst of the chunk hit a hard stop."""
+        if self._hard.is_set():
+            raise StopAnalysts()
+
+    def run(self, items: Sequence[T], fn: Callable[[T], R]) -> list[R | None]:
+        """`fn(item)` for every item, at most `limit` at once; results in the items' order (None where
+        the item never ran or stopped). Raises the chunk's first hard stop, else its first error."""
+        if self.limit == 1 or len(items) <= 1:
+            return [fn(item) for item in items]  # one by one: the first error propagates at once
+        with ThreadPoolExecutor(max_workers=min(self.limit, len(items)), thread_name_prefix="analyst") as pool:
+            futures = [pool.submit(self._one, fn, item) for item in items]
+        results = [f.result() for f in futures]
+        if self._errors:
+            hard = [e for e in self._errors if isinstance(e, HARD_STOPS)]
+            cancelled = [e for e in hard if isinstance(e, JobCancelled)]
+            raise (cancelled or hard or self._errors)[0]
+        return results
+
+    def _one(self, fn: Callable[[T], R], item: T) -> R | None:
+        if self._soft.is_set():
+            return None
+        try:
+            return fn(item)
+        except StopAnalysts:
+            return None
+        except BaseException as exc:  # kept, and raised by `run` once every analyst has stopped
+            with self._lock:
+                self._errors.append(exc)
+            self._soft.set()
+            if isinstance(exc, HARD_STOPS):
+                self._hard.set()
+            return None
+
+
+@dataclass
+class _Entry(Generic[T, R]):
+    item: T
+    done: bool = False
+    result: R | None = None
+    error: BaseException | None = None
+
+
+class GroupCommit(Generic[T, R]):
+    """A database's group commit, by flat combining: a thread that commits while another thread's write
+    is under way waits for it, then writes everything that arrived meanwhile in one go (`write(batch)`).
+    Every caller returns only once its own item was written, with that write's result, or raises that
+    write's error: batching saves writes and costs nothing in safety. One thread alone writes each item
+    by itself, at once."""
+
+    def __init__(self, write: Callable[[list[T]], R]):
+        self._write = write
+        self._pending: list[_Entry[T, R]] = []
+        self._pending_lock = threading.Lock()
+        self._write_lock = threading.Lock()
+
+    def commit(self, item: T) -> R:
+        entry: _Entry[T, R] = _Entry(item)
+        with self._pending_lock:
+            self._pending.append(entry)
+        with self._write_lock:
+            if not entry.done:  # nobody wrote it meanwhile: write it, with whatever else is waiting
+                with self._pending_lock:
+                    batch, self._pending = self._pending, []
+                try:
+                    result = self._write([e.item for e in batch])
+                except BaseException as exc:
+                    for e in batch:
+                        e.error, e.done = exc, True
+                else:
+                    for e in batch:
+                        e.result, e.done = result, True
+        if entry.error is not None:
+            raise entry.error
+        return entry.result  # type: ignore[return-value]  # set with done

@@ -1,0 +1,133 @@
+"""Fan-out in pages under a per-job window: a 5 MB document is sent by many short, repeatable
+steps, and one large document cannot fill the analysis queue ahead of everyone else.
+
+Intake splits the whole document once (so `chunk_count` is on the job before any chunk is analysed
+and the aggregator cannot finalize before every page is out), stores the document and its *plan*
+(each chunk's character and byte offsets, `plan_key`), makes the job `running`, and sends the first
+page. The job's `fanned_out` is the durable cursor: chunks [0, fanned_out) have their chunk records
+and were sent.
+
+The window: at most `fanout_window` chunks of a job are in flight (sent, not yet counted settled by
+the aggregator). As chunks settle, the aggregator calls `refill`: once the window has room for a page
+of `fanout_page` chunks (or for all that remain) it creates their records, sends their messages (the
+page's text read from the stored document by one ranged GET) and then moves the cursor with a
+conditional write. Every step is safe to repeat: after a crash before the cursor moved, the next
+refill sends the same page again (records are created only if absent; a second message for a chunk
+is harmless, its claim decides).
+
+Nothing strands: the aggregator refills *before* it counts the settling chunk, so a refill that keeps
+failing leaves that chunk uncounted, and the stalled-job reconciler announces it again. While the
+cursor is short of `chunk_count`, some sent chunk is uncounted (a refill leaves the window full, or
+short of a page only while more than `window - page` are in flight), so a settle always comes to
+refill. Intake calls `refill` too for a repeated submission of a running job.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from pydantic import BaseModel
+
+from contract_review.domain.messages import AnalysisMessage
+from contract_review.domain.ports import Deps
+from contract_review.domain.records import ChunkRecord, Job, JobState
+from contract_review.review.chunking import Chunk, chunk_id_for
+
+
+def plan_key(job_id: str) -> str:
+    """Where a job's fan-out plan lives, next to its document (`records.document_key`)."""
+    return f"documents/{job_id}.plan.json"
+
+
+@dataclass(frozen=True)
+class PlannedChunk:
+    index: int
+    chunk_id: str
+    start: int  # characters
+    end: int
+    byte_start: int  # UTF-8 bytes of the stored document
+    byte_end: int
+
+
+class FanoutPlan(BaseModel):
+    """Every chunk of a document by offsets: [start, end, byte_start, byte_end] in chunk order (about
+    40 bytes a chunk: 55 KB for a 5 MB document). The ids follow from the document hash and offsets."""
+
+    document_sha256: str
+    bounds: list[tuple[int, int, int, int]]
+
+    @classmethod
+    def of(cls, text: str, document_sha256: str, chunks: list[Chunk]) -> FanoutPlan:
+        bounds: list[tuple[int, int, int, int]] = []
+        char_pos = byte_pos = 0
+        for c in chunks:  # in order: one pass over the text
+            byte_pos += len(text[char_pos:c.start].encode("utf-8"))
+            byte_start = byte_pos
+            byte_pos += len(c.text.encode("utf-8"))
+            char_pos = c.end
+            bounds.append((c.start, c.end, byte_start, byte_pos))
+        return cls(document_sha256=document_sha256, bounds=bounds)
+
+    def __len__(self) -> int:
+        return len(self.bounds)
+
+    def page(self, lo: int, hi: int) -> list[PlannedChunk]:
+        return [PlannedChunk(i, chunk_id_for(self.document_sha256, i, s, e), s, e, bs, be)
+                for i, (s, e, bs, be) in enumerate(self.bounds[lo:hi], start=lo)]
+
+
+def store_plan(deps: Deps, job_id: str, plan: FanoutPlan) -> None:
+    deps.artifacts.put_text(plan_key(job_id), plan.model_dump_json())
+
+
+def page_size(deps: Deps, job: Job, settling: str | None = None) -> int:
+    """How many chunks a refill would send now (0: none). `settling` counts as settled already."""
+    if job.state is not JobState.RUNNING or job.fanned_out is None:
+        return 0  # ended jobs are not fanned out (a reopened one is running again); no cursor: all sent
+    p = deps.settings.profile
+    remaining = job.chunk_count - job.fanned_out
+    if remaining <= 0:
+        return 0
+    counted = len(job.settled) + (1 if settling is not None and settling not in job.settled else 0)
+    room = p.fanout_window - max(0, job.fanned_out - counted)
+    n = min(room, remaining)
+    if n <= 0 or (n < p.fanout_page and n < remaining):
+        return 0  # wait for a whole page (fewer, larger refills), unless this is the last one
+    return n
+
+
+def refill(deps: Deps, job: Job, *, settling: str | None = None, plan: FanoutPlan | None = None,
+           text: str | None = None) -> int:
+    """Send the next page of the job's chunks if its window has room; the number sent.
+
+    `job` is as read by the caller; `settling` is a chunk about to be counted settled. Intake passes
+    the `plan` and the whole `text` it holds; otherwise both are read from S3 (the plan, and the
+    page's bytes of the document)."""
+    n = page_size(deps, job, settling)
+    if n == 0 or job.fanned_out is None:
+        return 0
+    first = job.fanned_out
+    plan = plan if plan is not None else FanoutPlan.model_validate_json(deps.artifacts.get_text(plan_key(job.job_id)))
+    if len(plan) != job.chunk_count or plan.document_sha256 != job.document_sha256:
+        raise ValueError(f"fan-out plan of {job.job_id} does not match the job ({len(plan)} chunks, "
+                         f"document {plan.document_sha256[:12]}; job {job.chunk_count}, {job.document_sha256[:12]})")
+    page = plan.page(first, first + n)
+    if text is None:
+        body = deps.artifacts.get_text_range(job.document_key, page[0].byte_start, page[-1].byte_end)
+        base = page[0].start
+    else:
+        body, base = text, 0
+    p = deps.settings.profile
+    messages = []
+    for c in page:
+        deps.claims.create(ChunkRecord(job_id=job.job_id, chunk_id=c.chunk_id, chunk_index=c.index, start=c.start,
+                                       end=c.end))
+        messages.append(AnalysisMessage(
+            job_id=job.job_id, chunk_id=c.chunk_id, chunk_index=c.index, chunk_count=job.chunk_count, start=c.start,
+            end=c.end, text=body[c.start - base:c.end - base], max_attempts=p.poison_budget,
+            checkpoint_version=job.config_hash))
+    deps.queues.send_analysis(messages)
+    if deps.jobs.advance_fanout(job.job_id, first, first + n) and first > 0:
+        deps.jobs.record_event(job.job_id, "job.fanned_out", first=first, sent=n, fanned_out=first + n,
+                               total=job.chunk_count)
+    return n

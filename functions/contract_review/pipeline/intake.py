@@ -1,0 +1,192 @@
+"""Intake: validate, create the job (idempotently), chunk, and send the first page of chunks.
+
+The whole document is split at once, so the job knows its `chunk_count` before any chunk is analysed;
+the chunks go out in pages under a per-job window (`fanout.py`): intake stores the document and the
+fan-out plan, makes the job `running`, and sends the first page; the aggregator sends the rest as
+chunks settle. A 5 MB document leaves `queued` within seconds.
+
+Bad input fails in one attempt with a permanent code: recorded on a `failed` job when a job id can be
+derived (from the idempotency key, else the inline text's SHA-256, else the document id: the job id
+a client computes), otherwise sent to the intake DLQ with its envelope. Claim-checked documents are
+read only from the stack's own bucket under `uploads/`. A job never mixes two documents: a key that
+names a job of another document is `input.key_conflict` (intake DLQ, and an event on that job).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from decimal import Decimal
+
+from contract_review.domain import lifecycle
+from contract_review.domain.cost import micro_usd
+from contract_review.domain.errors import ErrorEnvelope, ReviewError
+from contract_review.domain.keys import UPLOADS_PREFIX, document_key
+from contract_review.domain.messages import MAX_DOCUMENT_BYTES, InlineDocument, IntakeMessage, S3Document, parse_intake
+from contract_review.domain.ports import Deps, Queue
+from contract_review.domain.records import Job, JobState, job_id_for
+from contract_review.pipeline import fanout
+from contract_review.review.chunking import document_hash, split_into_chunks
+
+
+@dataclass(frozen=True)
+class IntakeResult:
+    job_id: str | None
+    created: bool
+    state: str
+    error: ErrorEnvelope | None = None
+
+
+def failure_key(body: str) -> tuple[str | None, str]:
+    """For a message that failed validation: the key to record the failure under (None: there is none),
+    and the document id it names (shown on the failed job). The key is the one a valid message
+    would have had where it can be told: the idempotency key, else the SHA-256 of the inline text,
+    else the document id."""
+    try:
+        raw = json.loads(body)
+    except ValueError:
+        return None, ""
+    if not isinstance(raw, dict):
+        return None, ""
+    document_id = raw.get("document_id")
+    document_id = document_id[:256] if isinstance(document_id, str) else ""
+    key = raw.get("idempotency_key")
+    if isinstance(key, str) and key:
+        return key, document_id
+    document = raw.get("document")
+    if isinstance(document, dict) and isinstance(document.get("text"), str):
+        return document_hash(document["text"]), document_id
+    return document_id or None, document_id
+
+
+def _load_text(deps: Deps, msg: IntakeMessage) -> str:
+    if isinstance(msg.document, InlineDocument):
+        text = msg.document.text
+    else:
+        data = _read_upload(deps, msg.document)
+        if len(data) > MAX_DOCUMENT_BYTES:
+            raise ReviewError.of("input.too_large", f"{msg.document.s3_uri}: {len(data):,} bytes > "
+                                 f"{MAX_DOCUMENT_BYTES:,}: split the document", step="intake.load")
+        try:
+            text = data.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise ReviewError.of("input.undecodable", f"{msg.document.s3_uri}: not UTF-8 at byte {exc.start}: "
+                                 "convert it to UTF-8 text", step="intake.load") from exc
+    if not text.strip():
+        raise ReviewError.of("input.empty_document", "document has no text", step="intake.validate")
+    return text
+
+
+def _read_upload(deps: Deps, document: S3Document) -> bytes:
+    """The claim-checked document: only from the stack's own bucket, under uploads/ (the intake role
+    may read nothing else). The errors name the URI."""
+    bucket, key = document.bucket_key
+    own = deps.artifacts.bucket
+    if bucket != own or not key.startswith(UPLOADS_PREFIX):
+        raise ReviewError.of("input.document_forbidden", f"{document.s3_uri} is outside s3://{own}/{UPLOADS_PREFIX}: "
+                             f"upload the document there and send its s3_uri", step="intake.load")
+    try:
+        return deps.artifacts.read_uri(bucket, key)
+    except ReviewError as exc:
+        if exc.envelope.error_code != "input.document_missing":
+            raise
+        env = exc.envelope
+        raise ReviewError(env.model_copy(update={"message": f"{document.s3_uri} does not exist or may not be read "
+                                                            f"({env.message})"[:500]})) from exc
+
+
+def _record_failure(deps: Deps, body: str, env: ErrorEnvelope, message_id: str, key: str | None,
+                    document_id: str = "", principal: str | None = None) -> IntakeResult:
+    """A permanent input error: a failed job when there is a key to name it by, else the DLQ."""
+    if key is None:
+        if not deps.queues.has(Queue.INTAKE_DLQ):
+            raise ReviewError(env)  # no DLQ configured: let the queue's redrive take it
+        deps.queues.dead_letter(Queue.INTAKE, body, env, source_message_id=message_id)
+        return IntakeResult(None, False, "rejected", env)
+    job_id = job_id_for(key)
+    now = deps.clock()
+    job, created = deps.jobs.create(Job(job_id=job_id, state=JobState.FAILED, created_at=now, updated_at=now,
+                                        idempotency_key=key, document_id=document_id, error=env,
+                                        error_code=env.error_code, source_message_id=message_id, ended_at=now,
+                                        principal=principal))
+    if created:
+        deps.jobs.record_event(job_id, "job.failed", error_code=env.error_code, reason="invalid input")
+    return IntakeResult(job_id, created, job.state.value, env)
+
+
+def handle_intake(deps: Deps, body: str, message_id: str = "") -> IntakeResult:
+    """Process one intake message. Raises only for transient (retryable) failures."""
+    try:
+        msg = parse_intake(body)
+    except ReviewError as exc:
+        return _record_failure(deps, body, exc.envelope, message_id, *failure_key(body))
+
+    try:
+        text = _load_text(deps, msg)
+    except ReviewError as exc:
+        if exc.envelope.retryable:
+            raise
+        key = msg.idempotency_key or (document_hash(msg.document.text) if isinstance(msg.document, InlineDocument)
+                                      else msg.document_id)
+        return _record_failure(deps, body, exc.envelope, message_id, key, msg.document_id or "", msg.principal)
+
+    s = deps.settings
+    key = msg.idempotency_key or document_hash(text)
+    job_id = job_id_for(key)
+    sha = document_hash(text)
+    chunks = split_into_chunks(text, s.profile.chunk_target_chars, s.profile.chunk_max_chars)
+    now = deps.clock()
+    job = Job(job_id=job_id, state=JobState.QUEUED, created_at=now, updated_at=now, idempotency_key=key,
+              document_id=msg.document_id or "", document_key=document_key(job_id), document_chars=len(text),
+              document_sha256=sha, metadata=msg.model_dump(mode="json")["metadata"], chunk_count=len(chunks),
+              fanned_out=0, analyst_count=s.profile.analyst_count, model_id=s.effective_model_id,
+              model_provider=s.model_provider, prompt_version=s.profile.prompt_version,
+              config_hash=s.analysis_config_hash(), source_message_id=message_id, principal=msg.principal,
+              budget_micro_usd=micro_usd(Decimal(str(msg.budget_usd))) if msg.budget_usd is not None else None)
+    existing, created = deps.jobs.create(job)
+    if created:
+        deps.jobs.record_event(job_id, "job.queued", chunk_count=len(chunks), document_chars=len(text))
+    elif (existing.document_sha256 and existing.document_sha256 != sha) or existing.principal != msg.principal:
+        return _key_conflict(deps, body, existing, sha, message_id)
+    elif existing.state is JobState.RUNNING:
+        # the same document again (or this message redelivered, or redriven from the intake DLQ): the job
+        # is under way. A fan-out that stalled (its trigger lost) is moved on, from the text at hand;
+        # otherwise this sends nothing.
+        plan = fanout.FanoutPlan.of(text, sha, chunks)
+        if len(plan) == existing.chunk_count:  # (not when the profile's chunking changed since)
+            fanout.refill(deps, existing, plan=plan, text=text)
+        return IntakeResult(job_id, False, existing.state.value)
+    elif existing.state is not JobState.QUEUED:
+        return IntakeResult(job_id, False, existing.state.value)  # duplicate submission of an ended job
+    else:
+        job = existing  # left `queued` by a crash: finish it under its own pinned configuration
+
+    # Idempotent from here on: a crash is finished by this message's redelivery (or the same document
+    # sent again). The job is `running` before the first chunk message exists, so no result can arrive
+    # for a job that is still `queued`.
+    plan = fanout.FanoutPlan.of(text, sha, chunks)
+    deps.artifacts.put_text(job.document_key, text, "text/plain; charset=utf-8")
+    fanout.store_plan(deps, job_id, plan)
+    running = lifecycle.move(deps, job_id, (JobState.QUEUED,), JobState.RUNNING, started_at=deps.clock(),
+                             detail={"chunks": len(chunks)})
+    if running is None:
+        running = deps.jobs.get(job_id)  # another intake of the same document got there first, or a cancel did
+    if running is not None and running.state is JobState.RUNNING:
+        fanout.refill(deps, running, plan=plan, text=text)  # the first page (all of a small document)
+    return IntakeResult(job_id, created, running.state.value if running else JobState.RUNNING.value)
+
+
+def _key_conflict(deps: Deps, body: str, existing: Job, sha: str, message_id: str) -> IntakeResult:
+    """The key names a job of another document: reject this message, touch nothing of the job."""
+    whose = (f"a job for another document (SHA-256 {existing.document_sha256[:16]}..., this one {sha[:16]}...)"
+             if existing.document_sha256 != sha else "a job submitted by another principal")
+    env = ErrorEnvelope.of(
+        "input.key_conflict",
+        f"idempotency key {existing.idempotency_key[:80]!r} is the key of {existing.job_id} "
+        f"({existing.state.value}), {whose}: send this document with its own idempotency key",
+        step="intake.create")
+    deps.jobs.record_event(existing.job_id, "intake.key_conflict", error_code=env.error_code,
+                           source_message_id=message_id, document_sha256=sha)
+    if deps.queues.has(Queue.INTAKE_DLQ):
+        deps.queues.dead_letter(Queue.INTAKE, body, env, source_message_id=message_id, job_id=existing.job_id)
+    return IntakeResult(existing.job_id, False, "rejected", env)

@@ -1,0 +1,393 @@
+"""Sweeper: recover chunks whose worker died, explain messages that reached the DLQ, and
+reconcile jobs that stopped making progress.
+
+1. Lapsed claims (lease expired, not settled): re-enqueue a fresh message, counting a
+   `runtime.worker_lost` failure; once the poison budget is used, dead-letter the chunk. A lease
+   that lapsed after the claiming invocation's deadline (`deadline_at`) belongs to a Lambda that
+   reached its function timeout, not to a crash: it is released as backpressure
+   (`runtime.time_exhausted`, no failure), bounded by the backpressure deadline.
+2. Analysis DLQ messages whose chunk is not settled (nobody holds it):
+   - a copy the pipeline dead-lettered (it carries an envelope) whose settling never happened (a
+     crash between `chunks.dead_letter`'s two steps): the chunk is settled `dead_lettered` as
+     decided, if the copy's fence is still the chunk's and nobody released the chunk since;
+   - a message the queue moved after maxReceiveCount while the chunk still has attempt budget
+     (receives burned without failed attempts: Lambda throttling, errors before the claim): not a
+     dead letter. It is sent again as backpressure (`runtime.receives_exhausted`, delayed, no
+     failure counted, bounded by the backpressure deadline) and removed from the DLQ. With the
+     budget used up the chunk is dead-lettered.
+   A DLQ copy nothing will act on any more (its chunk finished or was redriven since; a pipeline
+   copy whose decision lost to the chunk's owner) is removed, so the DLQ holds only what needs a person.
+3. Queued jobs whose intake message the queue moved to the intake DLQ (intake never finished it):
+   failed with `runtime.intake_exhausted`, the DLQ copy replaced by one naming the job and the
+   error, so `review retry JOB` or `review dlq redrive` can put it back to `queued` and resend it.
+4. Stalled jobs (`running`, no progress for `stall_after_s`): re-send the results of settled
+   chunks the job has not counted, and a fresh message for pending chunks nobody holds, except
+   those released within the stall period (a backpressure requeue's delayed message or a tier-2
+   retry is on its way: re-sending would multiply calls on a throttled model). A job whose chunks
+   are all settled and counted but that still runs (its finalize failed) is finalized again.
+Every chunk write is conditional on the fencing token the sweeper observed *and* on the lease
+still being lapsed, so a heartbeat or a new claim since the sweeper's read wins harmlessly.
+
+One item never blocks the others: an item whose handling raises (a missing document object, a
+throttled write) is logged, counted in `item_failures`, and the sweep goes on.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+
+from pydantic import ValidationError
+
+from contract_review.domain import lifecycle
+from contract_review.domain.errors import ErrorEnvelope
+from contract_review.domain.messages import AnalysisMessage
+from contract_review.domain.ports import Deps, Queue, QueueMessage
+from contract_review.domain.records import (
+    AttemptStats,
+    ChunkRecord,
+    ChunkStatus,
+    Job,
+    JobFailure,
+    JobState,
+    ReleaseReason,
+    job_id_for,
+)
+from contract_review.pipeline.aggregator import finalize
+from contract_review.pipeline.intake import failure_key
+from contract_review.reliability.chunks import analysis_message, announce, backpressure_exhausted, dead_letter
+from contract_review.reliability.retry import requeue_delay_s
+from contract_review.sideeffects import saga
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class SweepReport:
+    requeued: list[str] = field(default_factory=list)  # lost workers' chunks (a failure counted)
+    timed_out: list[str] = field(default_factory=list)  # function timeouts' chunks, requeued without a failure
+    dead_lettered: list[str] = field(default_factory=list)
+    dlq_seen: int = 0
+    dlq_removed: int = 0  # DLQ copies nothing would act on any more (chunk done, redriven, decision superseded)
+    reconciled: list[str] = field(default_factory=list)  # job ids
+    stalled_jobs: int = 0  # running jobs without progress for stall_after_s that this sweep found
+    # chunks whose message the queue moved to the DLQ with attempt budget left: sent again (backpressure)
+    dlq_requeued: list[str] = field(default_factory=list)
+    finalized: list[str] = field(default_factory=list)  # stalled jobs, every chunk settled and counted, ended now
+    intake_failed: list[str] = field(default_factory=list)  # queued jobs whose intake message reached the DLQ
+    item_failures: list[str] = field(default_factory=list)  # "step:item" that raised (logged; the sweep went on)
+    # jobs waiting for approval past their expires_at: failed (job.approval_expired), side effects compensated
+    approvals_expired: list[str] = field(default_factory=list)
+
+    @property
+    def backpressure_requeues(self) -> int:
+        """Requeues this sweep made that count as backpressure (metric `BackpressureRequeues`)."""
+        return len(self.timed_out)
+
+
+class _JobCache:
+    """Jobs read once per sweep."""
+
+    def __init__(self, deps: Deps):
+        self.deps = deps
+        self._jobs: dict[str, Job | None] = {}
+
+    def open(self, job_id: str) -> Job | None:
+        """The job, unless it is gone or has ended."""
+        if job_id not in self._jobs:
+            self._jobs[job_id] = self.deps.jobs.get(job_id)
+        job = self._jobs[job_id]
+        return job if job is not None and not job.terminal else None
+
+
+@contextmanager
+def _isolated(report: SweepReport, step: str, item: str) -> Iterator[None]:
+    """Run one item of a sweep: an exception is logged and counted, never stops the sweep."""
+    try:
+        yield
+    except Exception:  # one bad item (a missing document, a throttled write) must not block the rest
+        log.warning("sweep item failed", exc_info=True, extra={"step": step, "item": item})
+        report.item_failures.append(f"{step}:{item}")
+
+
+def sweep(deps: Deps, now: float | None = None) -> SweepReport:
+    now = deps.clock() if now is None else now
+    report = SweepReport()
+    jobs = _JobCache(deps)
+    lapsed: list[ChunkRecord] = []
+    with _isolated(report, "lapsed", "query"):
+        lapsed = list(deps.claims.lapsed(now))
+    for claim in lapsed:
+        with _isolated(report, "lapsed", f"{claim.job_id}/{claim.chunk_id}"):
+            _recover_lapsed(deps, jobs.open(claim.job_id), claim, now, report)
+    _explain_dlq(deps, report, jobs)
+    _explain_intake_dlq(deps, now, report)
+    _reconcile_stalled(deps, now, report)
+    if deps.side_effects is not None:
+        with _isolated(report, "approvals", "expire"):
+            report.approvals_expired = saga.expire_approvals(deps, deps.side_effects, now)
+    return report
+
+
+def timed_out(claim: ChunkRecord, lease_s: float) -> bool:
+    """The lease lapsed because its Lambda invocation reached its timeout, not because it crashed.
+
+    A live worker heartbeats every lease/3, so the lease of one killed at its deadline D expires
+    after D + 2/3 lease; a crash at time c leaves at most c + lease. Half a lease past D tells them
+    apart (a crash in the last half lease before D counts as a timeout)."""
+    return claim.deadline_at is not None and (claim.claim_expires_at or 0.0) >= claim.deadline_at + lease_s / 2
+
+
+def _recover_lapsed(deps: Deps, job: Job | None, claim: ChunkRecord, now: float, report: SweepReport) -> None:
+    none = AttemptStats()
+    if job is None:  # the job ended: just free the lease
+        deps.claims.release(claim.job_id, claim.chunk_id, claim.fence, none, None, failure=False, lapsed_before=now,
+                            reason=ReleaseReason.JOB_ENDED)
+        return
+    msg = analysis_message(deps, job, claim, "sweeper")  # built before any write: a failed read changes nothing
+    if timed_out(claim, deps.settings.profile.claim_lease_s):
+        _requeue_timed_out(deps, claim, msg, now, report)
+        return
+    env = ErrorEnvelope.of("runtime.worker_lost", f"lease held by {claim.claimed_by} lapsed",
+                           step="sweeper", attempt=claim.failures + 1)
+    if claim.failures + 1 >= deps.settings.profile.poison_budget:
+        if dead_letter(deps, msg, claim.fence, claim.last_error or env, none, by="sweeper",
+                       lapsed_before=now) is not None:
+            report.dead_lettered.append(claim.chunk_id)
+        return
+    if deps.claims.release(claim.job_id, claim.chunk_id, claim.fence, none, env, failure=True,
+                           lapsed_before=now, reason=ReleaseReason.WORKER_LOST) is not None:
+        deps.queues.send_analysis([msg.model_copy(update={"attempt": msg.attempt + 1})])  # the lost one counted
+        deps.jobs.record_event(claim.job_id, "chunk.requeued", chunk_id=claim.chunk_id, reason="runtime.worker_lost",
+                               by="sweeper", lapsed_for_s=round(now - (claim.claim_expires_at or now), 3))
+        report.requeued.append(claim.chunk_id)
+
+
+def _requeue_timed_out(deps: Deps, claim: ChunkRecord, msg: AnalysisMessage, now: float, report: SweepReport) -> None:
+    """A function timeout is backpressure, not a failure: release and requeue with a delay, unless
+    the chunk's backpressure has lasted the deadline without progress (then dead-letter it)."""
+    env = ErrorEnvelope.of("runtime.time_exhausted",
+                           f"the invocation of {claim.claimed_by} reached its function timeout holding the chunk",
+                           step="sweeper", attempt=claim.failures + 1)
+    exhausted = backpressure_exhausted(deps, claim, env, now)
+    if exhausted is not None:
+        if dead_letter(deps, msg, claim.fence, exhausted, AttemptStats(), by="sweeper", lapsed_before=now) is not None:
+            report.dead_lettered.append(claim.chunk_id)
+        return
+    released = deps.claims.release(claim.job_id, claim.chunk_id, claim.fence, AttemptStats(), env, failure=False,
+                                   lapsed_before=now, reason=ReleaseReason.BACKPRESSURE)
+    if released is None:
+        return
+    delay = requeue_delay_s(deps.settings.profile, claim.backpressure_requeues, random.Random())
+    deps.queues.send_analysis([msg.model_copy(update={"requeues": released.backpressure_requeues,
+                                                      "reason": "runtime.time_exhausted"})], delay_s=delay)
+    deps.jobs.count_requeue(claim.job_id)
+    deps.jobs.record_event(claim.job_id, "chunk.requeued", chunk_id=claim.chunk_id, reason="runtime.time_exhausted",
+                           by="sweeper", delay_s=delay, deadline_at=claim.deadline_at,
+                           streak_requeues=released.backpressure_requeues)
+    report.timed_out.append(claim.chunk_id)
+
+
+def _explain_dlq(deps: Deps, report: SweepReport, jobs: _JobCache) -> None:
+    if not deps.queues.has(Queue.ANALYSIS_DLQ):
+        return
+    messages: list[QueueMessage] = []
+    with _isolated(report, "dlq", "peek"):
+        messages = deps.queues.peek(Queue.ANALYSIS_DLQ)
+    for m in messages:
+        report.dlq_seen += 1
+        with _isolated(report, "dlq", m.message_id):
+            _explain_one(deps, m, jobs, report)
+
+
+def _explain_one(deps: Deps, m: QueueMessage, jobs: _JobCache, report: SweepReport) -> None:
+    """A chunk message in the DLQ whose chunk is not settled and not held: settle it `dead_lettered`,
+    or, when the queue moved it with attempt budget left, send it again (see the module docstring)."""
+    try:
+        msg = AnalysisMessage.model_validate_json(m.body)
+    except ValidationError:
+        return  # not a chunk message; `review dlq list` shows it as such
+    chunk = deps.claims.get(msg.job_id, msg.chunk_id)
+    if chunk is None:
+        return
+    if _superseded(chunk, m):
+        deps.queues.delete(Queue.ANALYSIS_DLQ, m.receipt_handle)
+        report.dlq_removed += 1
+        return
+    if chunk.settled:
+        return  # dead-lettered or failed: the message stays for `review dlq redrive`
+    job = jobs.open(msg.job_id)
+    if job is None:
+        return
+    now = deps.clock()
+    if chunk.lease_live(now):
+        return  # someone is working on it right now
+    if m.attributes.get("error_code"):  # a copy the pipeline dead-lettered, then stopped: settle it as decided
+        envelope = m.attributes.get("envelope")
+        env = ErrorEnvelope.model_validate_json(envelope) if envelope else _dlq_error(chunk)
+        _settle_dead_lettered(deps, msg, chunk, env, m, now, report)
+    elif chunk.failures >= deps.settings.profile.poison_budget:
+        _settle_dead_lettered(deps, msg, chunk, _dlq_error(chunk), m, now, report)
+    else:
+        _requeue_from_dlq(deps, job, chunk, m, report)
+
+
+def _superseded(chunk: ChunkRecord, m: QueueMessage) -> bool:
+    """A DLQ copy nothing will ever act on: its chunk finished, was redriven since, or (a copy the
+    pipeline dead-lettered) was claimed or released since the decision, so the decision is not current
+    (a dead-letter that lost to the chunk's owner leaves such a copy: `chunks.dead_letter` sends it first)."""
+    if chunk.status is ChunkStatus.DONE or chunk.redriven_at >= m.sent_at:
+        return True
+    fence = m.attributes.get("fence")
+    if not m.attributes.get("error_code") or fence is None or chunk.settled:
+        return False
+    return int(fence) < chunk.fence or (chunk.released_at is not None and chunk.released_at > m.sent_at)
+
+
+def _dlq_error(chunk: ChunkRecord) -> ErrorEnvelope:
+    return chunk.last_error or ErrorEnvelope.of("runtime.worker_lost", "message reached the DLQ with no error recorded",
+                                                step="sweeper")
+
+
+def _settle_dead_lettered(deps: Deps, msg: AnalysisMessage, chunk: ChunkRecord, env: ErrorEnvelope,
+                          m: QueueMessage, lapsed_before: float | None, report: SweepReport) -> None:
+    """Settle the chunk `dead_lettered` under the fence read (its DLQ message is already there) and announce
+    it; `lapsed_before`: only while nobody holds a lease (None: under the sweeper's own claim)."""
+    settled = deps.claims.finish(msg.job_id, msg.chunk_id, chunk.fence, ChunkStatus.DEAD_LETTERED, AttemptStats(),
+                                 error=env, states=(ChunkStatus.PENDING, ChunkStatus.CLAIMED),
+                                 lapsed_before=lapsed_before)
+    if settled is None:
+        return
+    deps.jobs.record_event(msg.job_id, "chunk.dead_lettered", chunk_id=msg.chunk_id, error_code=env.error_code,
+                           by="sweeper", dlq_message_id=m.message_id)
+    announce(deps, settled)
+    report.dead_lettered.append(msg.chunk_id)
+
+
+def _requeue_from_dlq(deps: Deps, job: Job, chunk: ChunkRecord, m: QueueMessage, report: SweepReport) -> None:
+    """The queue moved the chunk's message to the DLQ after maxReceiveCount receives, but the chunk has
+    attempt budget left: the receives were not failed attempts (Lambda throttling, errors before the
+    claim). Backpressure, not a dead letter: the sweeper takes the lease for an instant (so a worker
+    that claims meanwhile wins), releases it as backpressure (no failure; the chunk's backpressure
+    streak grows, and its deadline dead-letters a chunk that keeps coming back), sends a fresh delayed
+    message and removes the DLQ copy."""
+    p = deps.settings.profile
+    env = ErrorEnvelope.of(
+        "runtime.receives_exhausted",
+        f"the queue moved the chunk's message to the DLQ after {p.max_receive_count} receives with "
+        f"{chunk.failures} of {p.poison_budget} failed attempts counted", step="sweeper", attempt=chunk.failures)
+    fresh = analysis_message(deps, job, chunk, env.error_code)  # built before any write: a failed read changes nothing
+    won = deps.claims.claim(chunk.job_id, chunk.chunk_id, "sweeper", deps.settings.claim_lease_s, 0)
+    if not won.won or won.record is None:
+        return  # a worker claimed it since the read (or it settled): its holder decides
+    record, now = won.record, deps.clock()
+    exhausted = backpressure_exhausted(deps, record, env, now)
+    if exhausted is not None:
+        _settle_dead_lettered(deps, fresh, record, exhausted, m, None, report)
+        return
+    released = deps.claims.release(chunk.job_id, chunk.chunk_id, record.fence, AttemptStats(), env, failure=False,
+                                   reason=ReleaseReason.BACKPRESSURE)
+    if released is None:
+        return
+    delay = requeue_delay_s(p, record.backpressure_requeues, random.Random())
+    deps.queues.send_analysis([fresh.model_copy(update={"requeues": released.backpressure_requeues})], delay_s=delay)
+    deps.queues.delete(Queue.ANALYSIS_DLQ, m.receipt_handle)
+    deps.jobs.count_requeue(chunk.job_id)
+    deps.jobs.record_event(chunk.job_id, "chunk.requeued", chunk_id=chunk.chunk_id, reason=env.error_code,
+                           by="sweeper", delay_s=delay, dlq_message_id=m.message_id, failures=chunk.failures,
+                           streak_requeues=released.backpressure_requeues)
+    report.dlq_requeued.append(chunk.chunk_id)
+
+
+def _explain_intake_dlq(deps: Deps, now: float, report: SweepReport) -> None:
+    """Queued jobs idle for the stall period whose intake message the queue moved to the intake DLQ."""
+    if not deps.queues.has(Queue.INTAKE_DLQ):
+        return
+    queued: list[Job] = []
+    moved: list[QueueMessage] = []
+    with _isolated(report, "intake_dlq", "query"):
+        if not deps.queues.depth(Queue.INTAKE_DLQ):
+            return  # one cheap call; the scan for queued jobs only when the intake DLQ holds something
+        queued = list(deps.jobs.stalled(now - deps.settings.profile.stall_after_s, JobState.QUEUED))
+        if queued:  # moved by the queue: no envelope (intake's own dead letters carry one)
+            moved = [m for m in deps.queues.peek(Queue.INTAKE_DLQ) if not m.attributes.get("error_code")]
+    by_message = {m.message_id: m for m in moved}  # SQS keeps the MessageId when it moves a message
+    by_job: dict[str, QueueMessage] = {}
+    for m in moved:
+        key, _ = failure_key(m.body)  # the job id a valid message names (key, or the inline text's hash)
+        if key:
+            by_job.setdefault(job_id_for(key), m)
+    for job in queued:
+        found = by_message.get(job.source_message_id) or by_job.get(job.job_id)
+        if found is not None:
+            with _isolated(report, "intake_dlq", job.job_id):
+                _fail_queued(deps, job, found, report)
+
+
+def _fail_queued(deps: Deps, job: Job, m: QueueMessage, report: SweepReport) -> None:
+    p = deps.settings.profile
+    env = ErrorEnvelope.of(
+        "runtime.intake_exhausted",
+        f"intake did not finish intake message {m.message_id} in {p.max_receive_count} deliveries (a crash, a "
+        "function timeout or a transient error each time) and the queue moved it to the intake DLQ",
+        step="intake", attempt=p.max_receive_count)
+    failure = JobFailure(error=env, error_code=env.error_code, ended_at=deps.clock())
+    if lifecycle.transition(deps, job, JobState.FAILED, outcome=failure, detail={
+            "error_code": env.error_code, "by": "sweeper", "dlq_message_id": m.message_id}) is None:
+        return  # intake moved it on meanwhile (or a cancel)
+    # the DLQ copy, replaced by one that names the job and the error (the new copy first: never none)
+    deps.queues.dead_letter(Queue.INTAKE, m.body, env, source_message_id=m.message_id, job_id=job.job_id)
+    deps.queues.delete(Queue.INTAKE_DLQ, m.receipt_handle)
+    report.intake_failed.append(job.job_id)
+
+
+def _reconcile_stalled(deps: Deps, now: float, report: SweepReport) -> None:
+    stall_s = deps.settings.profile.stall_after_s
+    stalled: list[Job] = []
+    with _isolated(report, "reconcile", "query"):
+        stalled = list(deps.jobs.stalled(now - stall_s))
+    for job in stalled:
+        report.stalled_jobs += 1
+        with _isolated(report, "reconcile", job.job_id):
+            _reconcile(deps, job, now, stall_s, report)
+    # A cancelling job whose chunks are all settled or free but whose control message was lost (or whose
+    # last worker died holding a chunk): finished here once its leases have lapsed.
+    cancelling: list[Job] = []
+    with _isolated(report, "reconcile", "cancelling"):
+        cancelling = list(deps.jobs.stalled(now - deps.settings.claim_lease_s, state=JobState.CANCELLING))
+    for job in cancelling:
+        with _isolated(report, "reconcile", job.job_id):
+            if lifecycle.finish_cancel(deps, job) is JobState.CANCELLED:
+                report.finalized.append(job.job_id)
+
+
+def _reconcile(deps: Deps, job: Job, now: float, stall_s: float, report: SweepReport) -> None:
+    """`job` was read before its chunk records (finalize's conditional transition relies on that order)."""
+    resent = requeued = 0
+    text: str | None = None
+    chunks = deps.claims.for_job(job.job_id)
+    for c in chunks:
+        if c.settled:
+            if c.chunk_id not in job.settled:
+                announce(deps, c, nonce=f":reconcile:{int(now)}")  # new dedup id
+                resent += 1
+        elif c.status is ChunkStatus.PENDING and not c.message_on_its_way(now, stall_s):
+            # nobody holds it, and no requeue or retry of it is on its way: its message may be lost
+            text = deps.artifacts.get_text(job.document_key) if text is None else text
+            deps.queues.send_analysis([analysis_message(deps, job, c, "reconcile", text)])
+            requeued += 1
+    deps.jobs.touch(job.job_id)  # the next reconcile waits another stall period
+    if resent or requeued:
+        deps.jobs.record_event(job.job_id, "job.reconciled", results_resent=resent, chunks_requeued=requeued,
+                               by="sweeper")
+        report.reconciled.append(job.job_id)
+    elif len(chunks) >= job.chunk_count and all(c.settled and c.chunk_id in job.settled for c in chunks):
+        # Every chunk settled and counted, yet the job runs: its finalize failed after the last count
+        # (the job update or the report write was rejected) and no result will come to run it again.
+        state = finalize(deps, job)
+        if state is not JobState.RUNNING:
+            deps.jobs.record_event(job.job_id, "job.reconciled", finalized=state.value, by="sweeper")
+            report.finalized.append(job.job_id)

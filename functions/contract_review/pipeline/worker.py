@@ -1,0 +1,556 @@
+"""Analysis worker core: claim a chunk, run its analysts with checkpoints, settle it.
+
+The outcome of one delivery is always one of:
+- an `Outcome` (ack): the message is done with (chunk finished, settled, requeued fresh, or not ours);
+- raise `Tier2`: the record is reported as a batch-item failure and the queue redelivers it.
+
+Time: in a Lambda invocation no model call starts unless it can finish (its timeout plus a margin
+to save and hand off), and no analyst starts unless both its calls can. Out of time, the chunk is
+handed back through its checkpoints (requeued fresh) without counting a failure; the claim records
+the invocation's deadline so the sweeper can tell a function timeout from a crash.
+
+Backpressure (throttling of the model or of AWS, time handoffs) requeues the chunk with a growing
+delay and counts no failure, but it is bounded: a chunk that goes `backpressure_deadline_s` without
+progress is dead-lettered as `runtime.backpressure_exhausted`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import random
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from contract_review.config.settings import Settings
+from contract_review.domain import lifecycle
+from contract_review.domain.cost import AttemptMeter, RequestCounter, metered, model_price
+from contract_review.domain.errors import THROTTLE_CODES, ErrorClass, ErrorEnvelope, LeaseLost, ReviewError, classify
+from contract_review.domain.keys import findings_key
+from contract_review.domain.messages import AnalysisMessage
+from contract_review.domain.model import ModelClient, ModelRequest, ModelResponse
+from contract_review.domain.ports import Deps, Queue
+from contract_review.domain.records import (
+    AttemptStats,
+    Checkpoint,
+    CheckpointWrite,
+    ChunkOutcome,
+    ChunkRecord,
+    ChunkStatus,
+    Job,
+    JobFailure,
+    JobState,
+    ReleaseReason,
+)
+from contract_review.model.pacing import QuotaLimiter
+from contract_review.pipeline.analyst_pool import AnalystPool, GroupCommit
+from contract_review.reliability.chunks import announce, backpressure_exhausted, dead_letter
+from contract_review.reliability.retry import Retrier, RetryBudget, RetryStats, requeue_delay_s, tier2_backoff_s
+from contract_review.review.analysts import (
+    STEPS,
+    AnalystOutput,
+    AnalystSpec,
+    ChunkFindings,
+    ParsedItems,
+    analysts_for,
+    refused_output,
+    run_analyst,
+)
+from contract_review.review.chunking import Chunk
+
+log = logging.getLogger(__name__)
+MAX_FUNCTION_TIMEOUT_S = 900  # Lambda's longest timeout: a longer remaining time means "no deadline" (Fargate)
+
+
+@dataclass
+class Delivery:
+    """What the queue told us about this receipt of the message."""
+
+    message_id: str
+    receipt_handle: str
+    receive_count: int
+    visibility_s: int
+    remaining_ms: Callable[[], int] | None = None  # the invocation's remaining time; None: no function timeout
+
+
+@dataclass
+class Outcome:
+    action: str  # done | skipped | requeued | failed | dead_lettered | duplicate | lease_lost | job_failed
+    detail: dict[str, str | int | None] = field(default_factory=dict)
+    stats: RetryStats = field(default_factory=RetryStats)  # model calls and tier-1 retries of this attempt
+
+
+class Tier2(Exception):
+    """Hand the record back to the queue (a batch-item failure): the queue's redelivery is the
+    second retry tier. Carries the envelope and what the attempt spent."""
+
+    def __init__(self, envelope: ErrorEnvelope, stats: RetryStats):
+        super().__init__(f"{envelope.error_code}: {envelope.message}")
+        self.envelope = envelope
+        self.stats = stats
+
+
+def attempt_stats(stats: RetryStats) -> AttemptStats:
+    """What the attempt spent, for the write that records it: its calls and retries, and its usage (tokens,
+    AWS requests, cost: priced by its meter; without one, its tokens only)."""
+    usage = stats.meter.usage(stats.tokens) if stats.meter is not None else stats.tokens
+    return AttemptStats(calls=stats.calls, repairs=stats.repairs, retries=dict(stats.retries), **usage.model_dump())
+
+
+class Heartbeat:
+    """Extends the claim lease and the message visibility every lease/3 while a chunk is worked. A
+    checkpoint commit extends the lease too (`beaten`): the next beat skips its DynamoDB write when a
+    commit came less than lease/3 ago (the lease then still has more than lease/3 to run at the beat
+    after), and extends the message visibility all the same."""
+
+    def __init__(self, deps: Deps, msg: AnalysisMessage, fence: int, delivery: Delivery, lease_s: float,
+                 clock: Callable[[], float] = time.monotonic):
+        self.deps, self.msg, self.fence, self.delivery, self.lease_s = deps, msg, fence, delivery, lease_s
+        self.clock = clock
+        self._beaten_at = float("-inf")  # when a checkpoint commit last extended the lease (self.clock)
+        self.lost = threading.Event()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True, name="heartbeat")
+
+    def __enter__(self) -> Heartbeat:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+
+    def check(self) -> None:
+        if self.lost.is_set():
+            raise LeaseLost()
+
+    def beaten(self) -> None:
+        """A fenced write just extended the lease (a checkpoint commit)."""
+        self._beaten_at = self.clock()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.lease_s / 3):
+            try:
+                recent = self.clock() - self._beaten_at < self.lease_s / 3
+                if not recent and not self.deps.claims.heartbeat(self.msg.job_id, self.msg.chunk_id, self.fence,
+                                                                 self.lease_s):
+                    self.lost.set()
+                    return
+                if self.delivery.receipt_handle:
+                    self.deps.queues.extend_visibility(Queue.ANALYSIS, self.delivery.receipt_handle,
+                                                       self.delivery.visibility_s)
+            except Exception:  # a missed beat is survivable; the next one retries. Logged, not hidden.
+                log.warning("heartbeat failed", exc_info=True, extra={"job_id": self.msg.job_id,
+                                                                     "chunk_id": self.msg.chunk_id})
+
+
+def worker_identity() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
+
+
+class AnalystRunner:
+    """Runs one chunk's analysts for one attempt: loads committed checkpoints, runs the rest with
+    tier-1 retries, `Profile.analyst_concurrency` at once (analyst_pool.py), and commits each output
+    under the attempt's fencing token as soon as it is ready. An analyst starts only when the time
+    left fits all its calls (`analyst_extra_s` more than one call needs); `committed` lists what this
+    attempt checkpointed (its progress)."""
+
+    def __init__(self, deps: Deps, model: ModelClient, retrier: Retrier, hb: Heartbeat,
+                 has_time: Callable[[float], bool], analyst_extra_s: float = 0.0,
+                 watch: lifecycle.CancelWatch | None = None, limiter: QuotaLimiter | None = None):
+        self.deps, self.model, self.retrier, self.hb, self.has_time = deps, model, retrier, hb, has_time
+        self.limiter = limiter
+        self.analyst_extra_s = analyst_extra_s
+        self.watch = watch
+        self.committed: list[str] = []
+        self._stats_lock = threading.Lock()
+
+    def run(self, msg: AnalysisMessage, job: Job, fence: int, record: ChunkRecord) -> dict[str, AnalystOutput]:
+        chunk = Chunk(index=msg.chunk_index, chunk_id=msg.chunk_id, start=msg.start, end=msg.end, text=msg.text)
+        current_hash = self.deps.settings.analysis_config_hash()
+        saved = self.deps.claims.checkpoints(record)
+        specs = analysts_for(job.analyst_count or self.deps.settings.profile.analyst_count)
+        outputs: dict[str, AnalystOutput] = {}
+        todo: list[AnalystSpec] = []
+        for spec in specs:
+            loaded = self._load(msg, job, spec, saved, current_hash)
+            if loaded is not None:
+                outputs[spec.name] = loaded
+            else:
+                todo.append(spec)
+        pool: AnalystPool[AnalystSpec, AnalystOutput] = AnalystPool(self.deps.settings.profile.analyst_concurrency)
+        commits: GroupCommit[tuple[str, AnalystOutput], bool] = GroupCommit(
+            lambda batch: self._commit(msg, fence, current_hash, batch))
+
+        def one(spec: AnalystSpec) -> AnalystOutput:
+            return self._run_and_commit(spec, chunk, pool, commits)
+        for spec, out in zip(todo, pool.run(todo, one)):
+            if out is not None:
+                outputs[spec.name] = out
+        return {s.name: outputs[s.name] for s in specs}  # in the analysts' order, whatever order they ended in
+
+    def _run_and_commit(self, spec: AnalystSpec, chunk: Chunk, pool: AnalystPool[AnalystSpec, AnalystOutput],
+                        commits: GroupCommit[tuple[str, AnalystOutput], bool]) -> AnalystOutput:
+        """One analyst: its calls (tier-1 retries through its own view of the retrier: the chunk's budget,
+        its own call counts, added to the chunk's), then its checkpoint under the fencing token, committed
+        together with those of the analysts that finished at the same time (`_commit`)."""
+        pool.check()
+        self.hb.check()
+        if self.watch is not None:
+            self.watch.stage = spec.name
+        if not self.has_time(self.analyst_extra_s):  # both its calls must fit, or none is made
+            raise ReviewError.of("runtime.time_exhausted", "no time for all calls of analyst " + spec.name,
+                                 step=spec.name)
+        base_check = self.retrier.check
+
+        def check() -> None:
+            pool.check()
+            base_check()
+        retrier = dataclasses.replace(self.retrier, stats=RetryStats(), check=check)
+        try:
+            out = self._run_one(spec, chunk, retrier)
+        finally:
+            self._add_stats(retrier.stats)
+        if not commits.commit((spec.name, out)):
+            raise LeaseLost("checkpoint write rejected by fencing token")
+        return out
+
+    def _commit(self, msg: AnalysisMessage, fence: int, current_hash: str,
+                batch: list[tuple[str, AnalystOutput]]) -> bool:
+        """Checkpoint the analysts' outputs under the fencing token, then one `analyst.done` event naming
+        them all: four writes however many analysts finished together. False when the fence moved on
+        (nothing committed)."""
+        writes = [CheckpointWrite(analyst=name, config_hash=current_hash, status=out.status,
+                                  output_json=out.model_dump_json()) for name, out in batch]
+        if not self.deps.claims.put_checkpoints(msg.job_id, msg.chunk_id, fence, writes, lease_s=self.hb.lease_s):
+            return False
+        self.hb.beaten()
+        self.committed.extend(name for name, _ in batch)
+        self.deps.jobs.record_event(msg.job_id, "analyst.done", chunk_id=msg.chunk_id, chunk_index=msg.chunk_index,
+                                    chunk_count=msg.chunk_count, analysts=[
+                                        {"analyst": name, "status": out.status, "findings": len(out.findings)}
+                                        for name, out in batch])
+        return True
+
+    def _ready(self, retrier: Retrier) -> None:
+        """After waiting for the quota: the stop conditions and the time left, again, before the call."""
+        retrier.check()
+        if not self.has_time(0):
+            raise ReviewError.of("runtime.time_exhausted", "no time for the next model call after waiting for the quota")
+
+    def _add_stats(self, stats: RetryStats) -> None:
+        with self._stats_lock:
+            total = self.retrier.stats
+            total.calls += stats.calls
+            total.repairs += stats.repairs
+            total.retries.update(stats.retries)
+            t = stats.tokens
+            total.add_tokens(t.input_tokens, t.output_tokens, t.cache_read_tokens, t.cache_write_tokens)
+
+    def _load(self, msg: AnalysisMessage, job: Job, spec: AnalystSpec, saved: dict[str, Checkpoint],
+              current_hash: str) -> AnalystOutput | None:
+        """This analyst's committed checkpoint, if it was made with the current model and prompt."""
+        cp = saved.get(spec.name)
+        if cp is None:
+            return None
+        if cp.config_hash != current_hash:
+            self.deps.jobs.record_event(msg.job_id, "checkpoint.stale", chunk_id=msg.chunk_id, analyst=spec.name,
+                                        checkpoint_hash=cp.config_hash, current_hash=current_hash,
+                                        job_hash=job.config_hash or current_hash)
+            return None
+        try:
+            return AnalystOutput.model_validate_json(self.deps.claims.checkpoint_output(cp))
+        except Exception as exc:  # recorded as an event; the analyst is re-run
+            self.deps.jobs.record_event(msg.job_id, "checkpoint.missing", chunk_id=msg.chunk_id, analyst=spec.name,
+                                        error_code="runtime.checkpoint_missing", detail=type(exc).__name__)
+            return None
+
+    def _run_one(self, spec: AnalystSpec, chunk: Chunk, retrier: Retrier) -> AnalystOutput:
+        calls_before = retrier.stats.calls
+
+        limiter = self.limiter
+
+        def invoke(request: ModelRequest) -> ModelResponse:
+            if limiter is None:
+                return counted(self.model.invoke(request))
+            limiter.wait(request, lambda: self._ready(retrier))
+            try:
+                response = self.model.invoke(request)
+            except Exception as exc:  # told to the pacers, then re-raised unchanged
+                limiter.failed(exc)
+                raise
+            limiter.done(request, response)
+            return counted(response)
+
+        def counted(response: ModelResponse) -> ModelResponse:  # every answered call is paid for, valid or not
+            retrier.stats.add_tokens(response.input_tokens, response.output_tokens, response.cache_read_tokens,
+                                     response.cache_write_tokens)
+            return response
+
+        def call_step(build: Callable[[str | None], ModelRequest],
+                      parse: Callable[[ModelResponse], ParsedItems]) -> tuple[ParsedItems, int]:
+            return retrier.call_with_repair(build, invoke, parse, step=spec.name)
+
+        try:
+            return run_analyst(spec, chunk, call_step)
+        except ReviewError as exc:
+            env = exc.envelope
+            calls = retrier.stats.calls - calls_before
+            if env.error_class is ErrorClass.POLICY:
+                return refused_output(spec, chunk, calls)
+            if env.error_class is ErrorClass.SEMANTIC:  # repair already failed: permanent for this analyst
+                return AnalystOutput(analyst=spec.name, status="failed", findings=[], model_calls=calls,
+                                     error_code=env.error_code)
+            raise
+
+
+def attempt_meter(settings: Settings, counter: RequestCounter) -> AttemptMeter:
+    """What a chunk attempt spends besides its tokens: its requests (`counter`) and, in a Lambda worker, one
+    invocation and its duration at the function's memory; priced at the profile's table."""
+    p = settings.profile
+    return AttemptMeter(p.prices, model_price(p.prices, settings.effective_model_id), counter,
+                        lambda_memory_mb=p.worker_memory_mb if settings.worker_kind == "lambda" else None)
+
+
+def before_each_call(hb: Heartbeat, watch: lifecycle.CancelWatch) -> Callable[[], None]:
+    def check() -> None:
+        hb.check()  # the lease first: a fenced-out worker stops whatever its job's state
+        watch.check()
+    return check
+
+
+def retry_recorder(deps: Deps, msg: AnalysisMessage,
+                   watch: lifecycle.CancelWatch) -> Callable[[ErrorEnvelope, int, float], None]:
+    """Each tier-1 retry as a progress event ("model.throttled, attempt 2, waiting 1.8 s")."""
+    def record(env: ErrorEnvelope, attempt: int, delay_s: float) -> None:
+        deps.jobs.record_event(msg.job_id, "model.retry", chunk_id=msg.chunk_id, chunk_index=msg.chunk_index,
+                               analyst=watch.stage, error_code=env.error_code, attempt=attempt + 1,
+                               delay_s=round(delay_s, 2))
+    return record
+
+
+def settle_cancelled(deps: Deps, msg: AnalysisMessage, fence: int, stats: RetryStats, stage: str) -> Outcome:
+    """The job is being cancelled: the chunk settles `cancelled` where it stopped (its committed analysts
+    stay checkpointed), and the aggregator counts it."""
+    done = deps.claims.finish(msg.job_id, msg.chunk_id, fence, ChunkStatus.CANCELLED, attempt_stats(stats),
+                              error=lifecycle.cancel_envelope(stage))
+    if done is None:
+        return Outcome("lease_lost")
+    deps.jobs.record_event(msg.job_id, "chunk.cancelled", chunk_id=msg.chunk_id, cancelled_at_stage=stage,
+                           calls=stats.calls)
+    announce(deps, done)
+    return Outcome("cancelled", {"cancelled_at_stage": stage})
+
+
+def requeue_reason(env: ErrorEnvelope) -> str:
+    """A requeue's reason: the backpressure error itself, or the throttle behind a spent budget."""
+    if env.error_code == "runtime.retry_budget_exhausted" and env.cause_code:
+        return env.cause_code
+    return env.error_code
+
+
+class ChunkWorker:
+    def __init__(self, deps: Deps, model: ModelClient, *, rng: random.Random | None = None,
+                 sleep: Callable[[float], None] = time.sleep, call_safety_s: float | None = None,
+                 limiter: QuotaLimiter | None = None):
+        self.deps, self.s, self.model, self.sleep = deps, deps.settings, model, sleep
+        self.limiter = limiter  # one per process: paces model calls to this worker's share of the quota
+        self.rng = rng or random.Random()
+        # time left that one more model call needs: its timeout plus a margin to save and hand off
+        self.call_safety_s = call_safety_s if call_safety_s is not None else \
+            self.s.model_call_timeout_s + self.s.profile.handoff_margin_s
+        # an analyst needs room for its other calls too (locate + assess: one more call timeout)
+        self.analyst_extra_s = self.s.model_call_timeout_s * (len(STEPS) - 1)
+
+    # ------------------------------------------------------------------ entry
+    def handle(self, msg: AnalysisMessage, delivery: Delivery) -> Outcome:
+        """One delivery of a chunk message. Its AWS requests, while it runs, are the attempt's (cost.py)."""
+        with metered(self.deps.meter) as counter:
+            return self._handle(msg, delivery, counter)
+
+    def _handle(self, msg: AnalysisMessage, delivery: Delivery, counter: RequestCounter) -> Outcome:
+        try:
+            job = self.deps.jobs.get(msg.job_id)
+            if job is None or job.terminal:
+                return Outcome("skipped", {"job_state": job.state.value if job else None})
+            claim = self.deps.claims.claim(msg.job_id, msg.chunk_id, worker_identity(), self.s.claim_lease_s,
+                                           delivery.receive_count, deadline_at=self._deadline_at(delivery))
+        except Exception as exc:  # DynamoDB throttling before the claim: backpressure, come back later
+            env = classify(exc, step="worker.claim")
+            if env.error_code not in THROTTLE_CODES:
+                raise
+            return self._requeue_unclaimed(msg, env)
+        if not claim.won or claim.record is None:
+            return self._not_claimed(claim.record)
+        fence, record = claim.fence, claim.record
+        stats = RetryStats(meter=attempt_meter(self.s, counter))
+        if job.state is JobState.CANCELLING:  # no work for a job being cancelled
+            return settle_cancelled(self.deps, msg, fence, stats, "claim")
+        if record.failures >= msg.max_attempts:
+            env = record.last_error or ErrorEnvelope.of("runtime.worker_lost", "poison budget used by earlier attempts")
+            return self._dead_lettered(msg, fence, env, attempt_stats(stats))
+        error: ErrorEnvelope | None = None
+        outputs: dict[str, AnalystOutput] = {}
+        has_time = self._has_time(delivery)
+        watch = lifecycle.CancelWatch(self.deps, msg.job_id)
+        with Heartbeat(self.deps, msg, fence, delivery, self.s.claim_lease_s) as hb:
+            retrier = Retrier(policy=self.s.profile.model_retry, budget=RetryBudget(self.s.profile.chunk_retry_budget_s),
+                              stats=stats, rng=self.rng, sleep=self.sleep, has_time=has_time,
+                              check=before_each_call(hb, watch), on_retry=retry_recorder(self.deps, msg, watch))
+            runner = AnalystRunner(self.deps, self.model, retrier, hb, has_time, self.analyst_extra_s, watch,
+                                   self.limiter)
+            try:
+                outputs = runner.run(msg, job, fence, record)
+            except lifecycle.JobCancelled as exc:
+                return settle_cancelled(self.deps, msg, fence, stats, exc.stage)
+            except LeaseLost:
+                self.deps.jobs.record_event(msg.job_id, "chunk.lease_lost", chunk_id=msg.chunk_id, fence=fence)
+                return Outcome("lease_lost", {"error": "runtime.lease_lost"}, stats)
+            except ReviewError as exc:
+                error = exc.envelope
+            except Exception as exc:  # an AWS call failed (e.g. DynamoDB throttling): classified, not lost
+                log.warning("chunk attempt failed", exc_info=True, extra={"job_id": msg.job_id, "chunk_id": msg.chunk_id})
+                error = classify(exc, step="worker")
+        # the heartbeat has stopped: it can no longer overwrite the tier-2 backoff visibility
+        outcome = self._on_error(msg, fence, delivery, stats, error, progressed=bool(runner.committed)) if error \
+            else self._complete(msg, fence, stats, outputs)
+        outcome.stats = stats
+        return outcome
+
+    # ------------------------------------------------------------------ pieces
+    def _not_claimed(self, record: ChunkRecord | None) -> Outcome:
+        if record is not None and record.settled:
+            # The results message may not have been sent before a crash: send it again.
+            announce(self.deps, record)
+            return Outcome("duplicate", {"status": record.status.value})
+        return Outcome("duplicate", {"status": record.status.value if record else None,
+                                     "claimed_by": record.claimed_by if record else None})
+
+    def _deadline_at(self, delivery: Delivery) -> float | None:
+        """When this invocation's time runs out (epoch s), kept on the claim for the sweeper; None
+        without a function timeout (no remaining time, or more than any Lambda may have)."""
+        if delivery.remaining_ms is None:
+            return None
+        remaining_s = delivery.remaining_ms() / 1000
+        return self.deps.clock() + remaining_s if remaining_s <= MAX_FUNCTION_TIMEOUT_S else None
+
+    def _has_time(self, delivery: Delivery) -> Callable[[float], bool]:
+        remaining_ms = delivery.remaining_ms
+        if remaining_ms is None:
+            return lambda _extra_s: True
+        return lambda extra_s: remaining_ms() / 1000 - extra_s > self.call_safety_s
+
+    def _complete(self, msg: AnalysisMessage, fence: int, stats: RetryStats,
+                  outputs: dict[str, AnalystOutput]) -> Outcome:
+        findings = [f for o in outputs.values() for f in o.findings]
+        key = findings_key(msg.job_id, msg.chunk_index, msg.chunk_id, fence)
+        self.deps.artifacts.put_text(key, ChunkFindings(chunk_id=msg.chunk_id, chunk_index=msg.chunk_index,
+                                                        findings=findings).model_dump_json())
+        outcome = ChunkOutcome(findings_key=key, coverage={name: o.status for name, o in outputs.items()},
+                               n_findings=len(findings))
+        done = self.deps.claims.finish(msg.job_id, msg.chunk_id, fence, ChunkStatus.DONE, attempt_stats(stats),
+                                       outcome=outcome)
+        if done is None:
+            self.deps.jobs.record_event(msg.job_id, "chunk.lease_lost", chunk_id=msg.chunk_id, fence=fence,
+                                        at_step="complete")
+            return Outcome("lease_lost")
+        announce(self.deps, done)
+        return Outcome("done", {"findings": len(findings), "calls": stats.calls})
+
+    def _dead_lettered(self, msg: AnalysisMessage, fence: int, env: ErrorEnvelope, stats: AttemptStats) -> Outcome:
+        if dead_letter(self.deps, msg, fence, env, stats, by="worker") is None:
+            return Outcome("lease_lost")
+        return Outcome("dead_lettered", {"error": env.error_code})
+
+    def _on_error(self, msg: AnalysisMessage, fence: int, delivery: Delivery, stats: RetryStats,
+                  env: ErrorEnvelope, *, progressed: bool) -> Outcome:
+        """What a failed attempt becomes:
+        - out of time (`runtime.time_exhausted`): a handoff, no failure; requeued at once when the
+          attempt checkpointed something and no error drove it, else after a delay. Only when
+          transient errors (not throttling) ate the time and nothing was saved is it a failed attempt;
+        - throttling (model or AWS, also behind a spent retry budget): backpressure, requeued with delay;
+        - other transient errors: a failed attempt, tier 2; permanent ones: the chunk fails."""
+        record = self.deps.claims.get(msg.job_id, msg.chunk_id)
+        checkpointed = sorted(record.checkpoints) if record else []
+        if env.error_code == "runtime.time_exhausted":
+            errors = [c for c in (env.cause_code, *stats.retries) if c and c not in THROTTLE_CODES]
+            if errors and not progressed:
+                env = env.model_copy(update={"cause_code": env.cause_code or errors[0]})
+                return self._tier2(msg, fence, delivery, stats, env, (record.failures if record else 0) + 1,
+                                   checkpointed)
+            clean = progressed and env.cause_code is None
+            return self._requeue(msg, fence, stats, env, record, checkpointed, clean=clean)
+        if env.is_backpressure:
+            return self._requeue(msg, fence, stats, env, record, checkpointed, clean=False)
+        if env.retryable:
+            return self._tier2(msg, fence, delivery, stats, env, (record.failures if record else 0) + 1, checkpointed)
+        return self._fail(msg, fence, stats, env)
+
+    def _requeue(self, msg: AnalysisMessage, fence: int, stats: RetryStats, env: ErrorEnvelope,
+                 record: ChunkRecord | None, checkpointed: list[str], *, clean: bool) -> Outcome:
+        """Backpressure: release without a failure and send a fresh message (delayed unless `clean`),
+        or dead-letter the chunk once its backpressure has lasted the deadline without progress."""
+        p = self.s.profile
+        exhausted = backpressure_exhausted(self.deps, record, env, self.deps.clock()) if record else None
+        if exhausted is not None:
+            return self._dead_lettered(msg, fence, exhausted, attempt_stats(stats))
+        released = self.deps.claims.release(msg.job_id, msg.chunk_id, fence, attempt_stats(stats), env,
+                                            failure=False, reason=ReleaseReason.BACKPRESSURE)
+        if released is None:
+            return Outcome("lease_lost")
+        streak = record.backpressure_requeues if record else 0
+        delay = 0 if clean else requeue_delay_s(p, streak, self.rng, env.retry_after_s)
+        reason = requeue_reason(env)
+        fresh = msg.model_copy(update={"requeues": msg.requeues + 1, "reason": reason, "resume_from": checkpointed})
+        self.deps.queues.send_analysis([fresh], delay_s=delay)
+        self.deps.jobs.count_requeue(msg.job_id)
+        self.deps.jobs.record_event(msg.job_id, "chunk.requeued", chunk_id=msg.chunk_id, reason=reason,
+                                    delay_s=delay, checkpointed=len(checkpointed), tier=1,
+                                    streak_requeues=released.backpressure_requeues)
+        return Outcome("requeued", {"reason": reason, "delay_s": delay})
+
+    def _requeue_unclaimed(self, msg: AnalysisMessage, env: ErrorEnvelope) -> Outcome:
+        """AWS throttled us before the chunk was claimed (nothing to release, and the tables are the
+        throttled thing): only a fresh delayed message, growing with the message's requeues."""
+        delay = requeue_delay_s(self.s.profile, msg.requeues, self.rng, env.retry_after_s)
+        fresh = msg.model_copy(update={"requeues": msg.requeues + 1, "reason": env.error_code})
+        self.deps.queues.send_analysis([fresh], delay_s=delay)
+        log.warning("throttled before the claim; requeued", extra={"job_id": msg.job_id, "chunk_id": msg.chunk_id,
+                                                                  "error_code": env.error_code, "delay_s": delay})
+        return Outcome("requeued", {"reason": env.error_code, "delay_s": delay, "claimed": 0})
+
+    def _tier2(self, msg: AnalysisMessage, fence: int, delivery: Delivery, stats: RetryStats, env: ErrorEnvelope,
+               failures: int, checkpointed: list[str]) -> Outcome:
+        if failures >= msg.max_attempts:
+            return self._dead_lettered(msg, fence, env.model_copy(update={"attempt": failures}), attempt_stats(stats))
+        if self.deps.claims.release(msg.job_id, msg.chunk_id, fence, attempt_stats(stats), env, failure=True,
+                                    reason=ReleaseReason.RETRY) is None:
+            return Outcome("lease_lost")
+        # Tier 2 backoff: the record comes back after a jittered delay growing to minutes (an outage of
+        # a few minutes must not use the poison budget), instead of the full visibility timeout.
+        back = tier2_backoff_s(self.s.profile, failures, self.rng)
+        self.deps.jobs.record_event(msg.job_id, "chunk.retry", chunk_id=msg.chunk_id, chunk_index=msg.chunk_index,
+                                    error_code=env.error_code, failures=failures, tier=2,
+                                    checkpointed=len(checkpointed), backoff_s=back)
+        if delivery.receipt_handle:
+            self.deps.queues.extend_visibility(Queue.ANALYSIS, delivery.receipt_handle, back)
+        raise Tier2(env, stats)
+
+    def _fail(self, msg: AnalysisMessage, fence: int, stats: RetryStats, env: ErrorEnvelope) -> Outcome:
+        """Permanent: the chunk fails; a job-fatal code fails the whole job now."""
+        failed = self.deps.claims.finish(msg.job_id, msg.chunk_id, fence, ChunkStatus.FAILED, attempt_stats(stats),
+                                         error=env)
+        if failed is None:
+            return Outcome("lease_lost")
+        self.deps.jobs.record_event(msg.job_id, "chunk.failed", chunk_id=msg.chunk_id, error_code=env.error_code)
+        if env.job_fatal:  # fail the job first, so the result below cannot finalize it with another code
+            failure = JobFailure(error=env, error_code=env.error_code, ended_at=self.deps.clock())
+            lifecycle.move(self.deps, msg.job_id, (JobState.QUEUED, JobState.RUNNING), JobState.FAILED, outcome=failure,
+                           detail={"error_code": env.error_code, "chunk_id": msg.chunk_id})
+        announce(self.deps, failed)
+        return Outcome("job_failed" if env.job_fatal else "failed", {"error": env.error_code})

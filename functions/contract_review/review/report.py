@@ -1,0 +1,196 @@
+"""The report: coverage policy, the chunk x analyst coverage matrix, and its Markdown form.
+
+Coverage policy (docs/runbook.md):
+- every mandatory analyst `ok` on every chunk, optional ones `ok` -> `completed`;
+- optional analysts refused/failed somewhere -> `completed`, with `coverage.optional_gaps` listed;
+- a mandatory analyst refused/failed on some chunk -> `failed` (`job.chunks_missing`), naming the
+  chunk and analyst of each gap;
+- any chunk dead-lettered (no coverage at all) -> `dead_lettered`, listing the missing chunks and why.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+
+from pydantic import BaseModel, Field, JsonValue
+
+from contract_review.config.constants import OFFLINE_MODEL_ID
+from contract_review.config.prices import PriceTable
+from contract_review.domain.cost import describe, model_price, usd
+from contract_review.domain.records import (
+    ChunkRecord,
+    ChunkStatus,
+    CoverageGap,
+    Job,
+    JobState,
+    MissingChunk,
+    Reliability,
+    Usage,
+)
+from contract_review.review.analysts import CATEGORY_BY_KEY, Finding, analysts_for
+
+
+class Coverage(BaseModel):
+    analysts: list[str]
+    mandatory: list[str]
+    matrix: dict[str, dict[str, str]]  # chunk id -> analyst -> ok | refused | failed | the chunk's status
+    mandatory_gaps: list[CoverageGap]
+    optional_gaps: list[CoverageGap]
+    missing_chunks: list[MissingChunk]
+
+    def verdict(self) -> tuple[JobState, str | None]:
+        """The job's end state and error code under the coverage policy."""
+        if any(m.status is ChunkStatus.DEAD_LETTERED for m in self.missing_chunks):
+            return JobState.DEAD_LETTERED, "runtime.dead_lettered"
+        if self.missing_chunks or self.mandatory_gaps:
+            return JobState.FAILED, "job.chunks_missing"
+        return JobState.COMPLETED, None
+
+
+class CostReport(BaseModel):
+    """What the job cost (cost.py, docs/cost.md): amounts in USD as decimal strings, never floats."""
+
+    total_usd: str
+    model_usd: str
+    orchestration_usd: str
+    input_tokens: int
+    output_tokens: int
+    cache_read_tokens: int
+    cache_write_tokens: int
+    aws_requests: int
+    budget_usd: str | None = None
+    model_id: str
+    priced_as: str  # the price-table entry the model's tokens were priced at ("": none, the tokens are unpriced)
+    prices_as_of: str
+    note: str = ("model tokens as the model reported them x its list price; orchestration: the AWS requests the "
+                 "workers' chunk attempts and the aggregator counted (DynamoDB, SQS, S3) and the worker Lambda's "
+                 "invocations and GB-seconds, at list prices; not counted: intake, the sweeper, the report and side "
+                 "effects, attempts that crashed. See docs/cost.md.")
+
+
+def cost_report(table: PriceTable, job: Job, usage: Usage) -> CostReport:
+    priced = model_price(table, job.model_id)
+    return CostReport(total_usd=str(usd(usage.total_micro_usd)), model_usd=str(usd(usage.model_micro_usd)),
+                      orchestration_usd=str(usd(usage.aws_micro_usd)), input_tokens=usage.input_tokens,
+                      output_tokens=usage.output_tokens, cache_read_tokens=usage.cache_read_tokens,
+                      cache_write_tokens=usage.cache_write_tokens, aws_requests=usage.aws_requests,
+                      budget_usd=str(usd(job.budget_micro_usd)) if job.budget_micro_usd is not None else None,
+                      model_id=job.model_id, priced_as=priced.priced_as, prices_as_of=table.as_of)
+
+
+class Report(BaseModel):
+    job_id: str
+    state: JobState
+    document_id: str
+    document_sha256: str
+    model_id: str
+    model_provider: str = ""  # bedrock | offline (the rule model, not an LLM)
+    prompt_version: str
+    chunk_count: int
+    metadata: dict[str, JsonValue] = Field(default_factory=dict)  # as sent with the document
+    findings: list[Finding]
+    coverage: Coverage
+    reliability: Reliability
+    cost: CostReport | None = None  # None: a report written before cost was recorded
+
+
+def coverage_of(analyst_count: int, chunks: Sequence[ChunkRecord]) -> Coverage:
+    specs = analysts_for(analyst_count or 11)
+    matrix: dict[str, dict[str, str]] = {}
+    mandatory_gaps: list[CoverageGap] = []
+    optional_gaps: list[CoverageGap] = []
+    missing: list[MissingChunk] = []
+    for c in chunks:
+        row: dict[str, str] = {}
+        for spec in specs:
+            st = c.coverage.get(spec.name, "missing") if c.status is ChunkStatus.DONE else c.status.value
+            row[spec.name] = st
+            if st != "ok":
+                gap = CoverageGap(chunk_id=c.chunk_id, chunk_index=c.chunk_index, analyst=spec.name, status=st)
+                (mandatory_gaps if spec.mandatory else optional_gaps).append(gap)
+        matrix[c.chunk_id] = row
+        if c.status is not ChunkStatus.DONE:
+            missing.append(MissingChunk(chunk_id=c.chunk_id, chunk_index=c.chunk_index, status=c.status,
+                                        error=c.last_error, failures=c.failures))
+    return Coverage(analysts=[s.name for s in specs], mandatory=[s.name for s in specs if s.mandatory],
+                    matrix=matrix, mandatory_gaps=mandatory_gaps, optional_gaps=optional_gaps, missing_chunks=missing)
+
+
+TOP_FINDINGS = 15  # report.md lists this many highest-risk findings; report.json has all of them
+QUOTE_MAX = 300  # report.md shortens longer quotes (report.json has them whole)
+
+
+def is_offline(job: Job) -> bool:
+    """Whether the findings come from the offline rule model (keyword/regex rules), not an LLM."""
+    return job.model_provider == "offline" or job.model_id == OFFLINE_MODEL_ID
+
+
+def _metadata_lines(metadata: dict[str, JsonValue]) -> list[str]:
+    if not metadata:
+        return []
+    lines = ["- metadata:"]
+    for k, v in metadata.items():
+        shown = v if isinstance(v, str) else json.dumps(v, ensure_ascii=False)
+        lines.append(f"  - {k}: {' '.join(shown.split())}")
+    return lines
+
+
+def _model_line(job: Job) -> str:
+    line = f"- model: {job.model_id} (prompt {job.prompt_version})"
+    if is_offline(job):
+        line += (" — **the offline rule model** (deterministic keyword/regex rules, not an LLM): the findings "
+                 "show the pipeline at work; they are not a model's legal review")
+    return line
+
+
+def _quote(text: str) -> str:
+    one_line = " ".join(text.split())
+    if len(one_line) <= QUOTE_MAX:
+        return one_line
+    return one_line[:QUOTE_MAX - 3] + "... _[quote shortened; whole in report.json]_"
+
+
+def markdown(job: Job, report: Report) -> str:
+    n = len(report.findings)
+    lines = [f"# Contract review {job.job_id}", "",
+             f"- state: **{report.state.value}**", f"- document: {job.document_id or job.document_sha256[:12]}"
+             f" ({job.document_chars} chars, {job.chunk_count} chunks)",
+             _model_line(job), *_metadata_lines(report.metadata), f"- findings: {n}", ""]
+    by_cat: dict[str, list[Finding]] = {}
+    for f in report.findings:
+        by_cat.setdefault(f.category, []).append(f)
+    lines += ["## Summary by category", "",
+              "Each category asks one question; `findings` counts the clauses that answer it (0: no clause "
+              "found that does, not a verdict on the contract).", "",
+              "| category | question | findings | max risk |", "|---|---|---|---|"]
+    for key, cat in CATEGORY_BY_KEY.items():
+        fs = by_cat.get(key, [])
+        lines.append(f"| {cat.title} | {cat.question} | {len(fs)} | {max((f.score for f in fs), default=0):.2f} |")
+    lines += ["", "## Highest-risk clauses", ""]
+    if n > TOP_FINDINGS:
+        lines += [f"Showing the {TOP_FINDINGS} highest-risk of {n} findings (all {n} are in report.json).", ""]
+    elif n:
+        lines += [f"All {n} findings, highest risk first.", ""]
+    else:
+        lines += ["No findings.", ""]
+    for f in sorted(report.findings, key=lambda f: (-f.score, f.start))[:TOP_FINDINGS]:
+        lines.append(f"- **{CATEGORY_BY_KEY[f.category].title}** ({f.score:.2f}, chars {f.start}-{f.end}): "
+                     f"> {_quote(f.quote)}  \n  _{f.rationale}_")
+    if report.cost is not None:
+        c = report.cost
+        lines += ["", "## Cost", "",
+                  describe(job.usage(), job.budget_micro_usd), "",
+                  f"Model tokens priced as {c.priced_as or 'nothing (no price for ' + c.model_id + ')'}; list prices "
+                  f"of {c.prices_as_of} (docs/cost.md). Orchestration counts the workers' and the aggregator's AWS "
+                  "requests and the worker Lambda's time; intake, the sweeper and the report are not counted."]
+    cov = report.coverage
+    if cov.missing_chunks or cov.mandatory_gaps or cov.optional_gaps:
+        lines += ["", "## Coverage gaps", ""]
+        for m in cov.missing_chunks:
+            code = m.error.error_code if m.error else "unknown"
+            lines.append(f"- chunk {m.chunk_index} ({m.chunk_id}): {m.status.value} — {code}")
+        for g in cov.mandatory_gaps + cov.optional_gaps:
+            if g.status in ("refused", "failed"):
+                lines.append(f"- chunk {g.chunk_index} analyst {g.analyst}: {g.status}")
+    return "\n".join(lines) + "\n"
