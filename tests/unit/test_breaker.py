@@ -10,6 +10,7 @@ import random
 import pytest
 
 from contract_review.domain.errors import ReviewError, classify
+from contract_review.domain.policy import is_backpressure
 from contract_review.domain.ports import Queue
 from contract_review.domain.records import ChunkStatus
 from contract_review.doubles.faults import bedrock_error
@@ -70,7 +71,7 @@ def test_it_opens_after_failed_calls_in_a_row_and_then_sends_nothing():
     env = info.value.envelope
     assert (env.error_code, env.error_class.value, env.retryable, env.retry_after_s) == \
         ("model.circuit_open", "state", False, 30.0)
-    assert env.is_backpressure
+    assert is_backpressure(env)
     assert inner.calls == 3
 
 

@@ -13,12 +13,14 @@ from botocore.exceptions import (
     ReadTimeoutError,
 )
 
+from contract_review.config.profile import get_profile
 from contract_review.domain import errors
-from contract_review.domain.errors import REGISTRY, ErrorClass, ErrorEnvelope, ReviewError, classify, render_markdown
+from contract_review.domain.errors import REGISTRY, ErrorClass, ErrorEnvelope, ReviewError, classify
+from contract_review.domain.policy import POLICY, Handling, Tier1, is_backpressure, render_markdown, tier1_policy
 
 ROOT = Path(__file__).resolve().parents[2]
 ERROR_DOC = ROOT / "docs" / "error-codes.md"
-REGENERATE = "PYTHONPATH=functions .venv/bin/python -m contract_review.domain.errors > docs/error-codes.md"
+REGENERATE = "make docs"
 
 
 def client_error(code: str, status: int | None, message: str = "boom", headers: dict | None = None,
@@ -36,16 +38,47 @@ def test_error_codes_doc_is_generated_from_registry():
     assert ERROR_DOC.exists(), f"docs/error-codes.md is missing; regenerate with: {REGENERATE}"
     # WHEN it is compared with what the registry renders now
     # THEN they are identical (the doc is never edited by hand)
-    assert ERROR_DOC.read_text(encoding="utf-8") == render_markdown(), (
+    assert ERROR_DOC.read_text(encoding="utf-8") == render_markdown(get_profile("prod")), (
         f"docs/error-codes.md is stale; regenerate with: {REGENERATE}"
     )
 
 
 def test_error_codes_doc_lists_every_code_once():
-    rows = [line for line in render_markdown().splitlines() if line.startswith("| `")]
+    rows = [line for line in render_markdown(get_profile("prod")).splitlines() if line.startswith("| `")]
     listed = [re.match(r"\| `([^`]+)`", row).group(1) for row in rows]
     assert sorted(listed) == sorted(REGISTRY)
     assert len(listed) == len(set(listed))
+
+
+def test_the_recovery_policy_has_one_row_per_registered_code():
+    assert list(POLICY) == list(REGISTRY)  # same codes, same order (the doc follows the registry)
+
+
+@pytest.mark.parametrize("code", list(REGISTRY))
+def test_each_policy_row_agrees_with_its_code(code):
+    spec, row = REGISTRY[code], POLICY[code]
+    # only transient codes are retried in tier 1, and only transient ones trip the breaker or slow a quota
+    assert row.tier1 is None or spec.cls is ErrorClass.TRANSIENT
+    assert not row.trips_breaker or spec.cls is ErrorClass.TRANSIENT
+    assert row.slows is None or row.handling is Handling.BACKPRESSURE
+    # a job-fatal code fails its chunk at once; a backpressure code is never job-fatal
+    assert not spec.job_fatal or row.handling is Handling.PERMANENT
+
+
+def test_the_tier1_numbers_are_the_profiles():
+    prod = get_profile("prod")
+    assert tier1_policy(prod, Tier1.MODEL) == prod.model_retry and tier1_policy(prod, Tier1.AWS) == prod.tool_retry
+    assert tier1_policy(prod, Tier1.SIDE_EFFECT).max_attempts == prod.side_effect_attempts
+    assert tier1_policy(prod, Tier1.COMPENSATION).max_attempts == prod.compensation_attempts
+
+
+@pytest.mark.parametrize(("code", "cause", "backpressure"), [
+    ("model.throttled", None, True), ("aws.throttled", None, True), ("model.circuit_open", None, True),
+    ("runtime.time_exhausted", "model.unavailable", True), ("runtime.retry_budget_exhausted", "model.throttled", True),
+    ("runtime.retry_budget_exhausted", "model.unavailable", False), ("model.unavailable", None, False),
+    ("model.request_invalid", None, False)])
+def test_backpressure_is_read_from_the_policy(code, cause, backpressure):
+    assert is_backpressure(ErrorEnvelope.of(code, cause_code=cause)) is backpressure
 
 
 def test_every_code_is_dotted_lowercase_and_unique():
@@ -227,3 +260,45 @@ def test_review_error_keeps_its_envelope_and_takes_attempt_and_default_step():
     # an envelope that already names its step keeps it
     own = ReviewError.of("input.invalid", "bad", step="intake.parse")
     assert classify(own, step="other").step == "intake.parse"
+
+
+def test_changing_one_codes_behaviour_is_changing_its_row(monkeypatch):
+    """GIVEN model.request_invalid (permanent: never retried, never trips the breaker) WHEN its row alone says
+    tier-1 retry, backpressure and a breaker trip THEN the retrier, the worker's decision and the breaker follow."""
+    import random
+    from dataclasses import replace
+
+    from contract_review.domain import policy
+    from contract_review.model.breaker import CircuitBreaker
+    from contract_review.reliability.retry import Retrier, RetryBudget, RetryStats
+
+    err = client_error("ValidationException", 400)
+    calls = []
+
+    def call() -> str:
+        calls.append(1)
+        raise err
+
+    def retrier() -> Retrier:
+        return Retrier(policy=get_profile("local").model_retry, budget=RetryBudget(60), stats=RetryStats(),
+                       rng=random.Random(1), sleep=lambda _s: None)
+
+    with pytest.raises(ReviewError):
+        retrier().call(call, step="locate")
+    assert len(calls) == 1 and not is_backpressure(ErrorEnvelope.of("model.request_invalid"))
+    breaker = CircuitBreaker("m", failure_threshold=1, open_s=30)
+    breaker.on_failure(err, "c1")
+    breaker.on_failure(err, "c2")
+    assert breaker.state.value == "closed"
+
+    row = policy.POLICY["model.request_invalid"]
+    monkeypatch.setitem(policy.POLICY, "model.request_invalid",
+                        replace(row, tier1=Tier1.MODEL, handling=Handling.BACKPRESSURE, trips_breaker=True))
+    calls.clear()
+    with pytest.raises(ReviewError):
+        retrier().call(call, step="locate")
+    assert len(calls) == get_profile("local").model_retry.max_attempts
+    assert is_backpressure(ErrorEnvelope.of("model.request_invalid"))
+    breaker.on_failure(err, "c1")
+    breaker.on_failure(err, "c2")
+    assert breaker.state.value == "open"

@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 from contract_review.config.profile import PROFILES, RetryPolicy
 from contract_review.domain.errors import LeaseLost, ReviewError
+from contract_review.domain.policy import is_backpressure
 from contract_review.reliability.retry import (
     Retrier,
     RetryBudget,
@@ -247,7 +248,7 @@ def test_budget_exhausted_gives_up_without_sleeping():
     assert fn.calls == 1 and slept == []
     assert info.value.envelope.error_code == "runtime.retry_budget_exhausted"
     assert info.value.envelope.cause_code == "model.throttled"
-    assert info.value.envelope.is_backpressure
+    assert is_backpressure(info.value.envelope)
 
 
 @FAST

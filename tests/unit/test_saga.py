@@ -19,8 +19,10 @@ from contract_review.sideeffects import saga
 from contract_review.sideeffects.saga import COMPLETED_DETAIL, PUBLISH, TICKET, WITHDRAWN_DETAIL, SagaStatus, step_key
 
 from .fake_side_effects import FakeSideEffects
-from .fakes import FakeWorld
+from .fakes import SETTINGS, FakeWorld
 from .scenarios import events_of
+
+STEP_ATTEMPTS = SETTINGS.profile.side_effect_attempts  # the saga's tier-1 attempts of one step call
 
 
 def finding(score: float, category: str = "liability_cap", index: int = 0) -> Finding:
@@ -135,7 +137,7 @@ def test_a_step_that_keeps_failing_fails_the_saga_and_what_was_done_is_compensat
     result = saga.run_side_effects(world.deps, fx.fx, j)
     # THEN the saga fails with sideeffect.failed after its tier-1 attempts
     assert result.status is SagaStatus.FAILED and result.error is not None
-    assert result.error.error_code == "sideeffect.failed" and fx.notifier.calls == saga.STEP_ATTEMPTS
+    assert result.error.error_code == "sideeffect.failed" and fx.notifier.calls == STEP_ATTEMPTS
     assert events_of(world, j.job_id, "sideeffect.failed")[0]["step"] == PUBLISH
     # WHEN the caller compensates THEN the ticket is closed: tickets opened = tickets closed
     out = saga.compensate(world.deps, fx.fx, job(world, j.job_id), reason="sideeffect.failed")
@@ -166,7 +168,7 @@ def unknown_outcome(world: FakeWorld, fx: FakeSideEffects, *, written: bool) -> 
     j = finished_job(world)
     if written:  # the write happened, but the lookup is down
         fx.tickets.inject("timeout_after_write", "open")
-        fx.tickets.inject("lookup_unavailable", "find", times=saga.STEP_ATTEMPTS)
+        fx.tickets.inject("lookup_unavailable", "find", times=STEP_ATTEMPTS)
     else:
         fx.tickets.inject("timeout_before_write", "open")
     result = saga.run_side_effects(world.deps, fx.fx, j)
@@ -267,7 +269,7 @@ def test_a_compensation_that_keeps_failing_lands_in_the_compensation_dlq_with_it
     out = saga.compensate(world.deps, fx.fx, j, reason="job.cancelled")
     # THEN the publish is withdrawn, the ticket's close was retried and then dead-lettered, not dropped
     assert out.compensated == [PUBLISH] and out.dead_lettered == [TICKET] and not out.complete
-    assert fx.tickets.calls.count("close") == saga.COMPENSATION_ATTEMPTS and fx.tickets.closed == 0
+    assert fx.tickets.calls.count("close") == SETTINGS.profile.compensation_attempts and fx.tickets.closed == 0
     [letter] = fx.dlq.messages.values()
     assert letter.attributes["error_code"] == "sideeffect.compensation_failed"
     envelope = json.loads(letter.attributes["envelope"])

@@ -13,9 +13,11 @@ from contract_review.sideeffects.saga import COMPLETED_DETAIL, PUBLISH, TICKET, 
 
 from ..texts import TEXT
 from .fake_side_effects import FakeSideEffects
-from .fakes import FakeWorld
+from .fakes import SETTINGS, FakeWorld
 from .inprocess import InProcess
 from .scenarios import events_of, small_chunk_world
+
+STEP_ATTEMPTS = SETTINGS.profile.side_effect_attempts  # the saga's tier-1 attempts of one step call
 
 # A clause the offline rule model scores 1.0 (unlimited + indemnify + at any time): one high-risk finding.
 RISKY = TEXT + ("\n\n5. Indemnity. Supplier shall indemnify and hold harmless Customer, and Supplier's liability "
@@ -69,7 +71,7 @@ def test_a_timeout_after_the_write_resolves_by_lookup_and_the_job_completes_with
 def waiting(fx: FakeSideEffects) -> tuple[FakeWorld, InProcess, str]:
     """The ticket is written but its answer lost, and the lookup is down: the job waits for approval."""
     fx.tickets.inject("timeout_after_write", "open")
-    fx.tickets.inject("lookup_unavailable", "find", times=saga.STEP_ATTEMPTS)
+    fx.tickets.inject("lookup_unavailable", "find", times=STEP_ATTEMPTS)
     world, p, job_id = pipeline(fx)
     run_until(p, job_id, JobState.WAITING_APPROVAL)
     assert fx.tickets.opened == 1 and fx.notifier.calls == 0

@@ -14,6 +14,7 @@ from contract_review.config.profile import RetryPolicy
 from contract_review.domain.errors import classify
 from contract_review.domain.messages import AnalysisMessage
 from contract_review.domain.model import ModelRequest, ModelResponse
+from contract_review.domain.policy import is_backpressure
 from contract_review.domain.ports import Queue
 from contract_review.domain.records import ChunkStatus
 from contract_review.doubles.faults import REQUESTS_THROTTLE_MESSAGE, TOKENS_THROTTLE_MESSAGE, bedrock_error
@@ -47,7 +48,7 @@ class ThrottledModel:
 def test_both_throttles_classify_as_model_throttled_without_a_retry_after(message):
     env = classify(bedrock_error("ThrottlingException", message), step="liability", model_call=True)
     assert (env.error_code, env.http_status, env.provider_code) == ("model.throttled", 429, "ThrottlingException")
-    assert env.retry_after_s is None and env.retryable and env.is_backpressure
+    assert env.retry_after_s is None and env.retryable and is_backpressure(env)
 
 
 @KINDS

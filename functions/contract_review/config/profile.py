@@ -147,6 +147,11 @@ class Profile(BaseModel):
     # The external ticket system: a call's answer is awaited this long; past it, the outcome is unknown
     # and the ticket is looked up by its idempotency key.
     ticket_read_timeout_s: float = 10.0
+    # tier-1 attempts of one side-effect call (a step; a compensation) before the saga gives up on it (a step:
+    # the job fails with sideeffect.failed; a compensation: it goes to the compensation DLQ), at tool_retry's
+    # backoff (domain/policy.py `tier1_policy`)
+    side_effect_attempts: int = 4
+    compensation_attempts: int = 5
     approval_ttl_s: float = 7 * 86400  # a job waiting for approval fails (job.approval_expired) after this
     record_ttl_days: int = 30
     # --- Fargate poller alternative -------------------------------------------------------

@@ -1,8 +1,9 @@
 """One registry of stable error codes, and the envelope every failure becomes.
 
 Classification reads structured fields only: botocore error codes, HTTP status codes, our own
-exception types. Never message text. `docs/error-codes.md` is generated from `REGISTRY`
-(`python -m contract_review.domain.errors > docs/error-codes.md`); a test keeps the two equal.
+exception types. Never message text. What each code does next is its row in the recovery policy (policy.py);
+`docs/error-codes.md` is generated from both (`python -m contract_review.domain.policy`), and a test keeps
+them equal.
 """
 
 from __future__ import annotations
@@ -247,7 +248,6 @@ _CODES = [
 ]
 
 REGISTRY: dict[str, ErrorCode] = {c.code: c for c in _CODES}
-THROTTLE_CODES = frozenset({"model.throttled", "aws.throttled"})  # quota backpressure, not failure
 
 
 class ErrorEnvelope(BaseModel):
@@ -279,13 +279,6 @@ class ErrorEnvelope(BaseModel):
     @property
     def job_fatal(self) -> bool:
         return REGISTRY[self.error_code].job_fatal
-
-    @property
-    def is_backpressure(self) -> bool:
-        """Throttling of the model or an AWS API (directly or behind a spent retry budget) or out of
-        Lambda time: requeue, not failure (the worker decides when a handoff after errors counts)."""
-        return bool(THROTTLE_CODES & {self.error_code, self.cause_code}) or self.error_code in (
-            "runtime.time_exhausted", "model.circuit_open")
 
 
 class ReviewError(Exception):
@@ -374,29 +367,3 @@ def classify(exc: BaseException, *, step: str = "", attempt: int = 0, model_call
     # The type only: an arbitrary exception's text may quote document content (pydantic inputs...).
     return ErrorEnvelope.of("runtime.internal", f"unexpected {type(exc).__name__}", provider_code=type(exc).__name__,
                             step=step, attempt=attempt)
-
-
-def render_markdown() -> str:
-    lines = [
-        "# Error codes",
-        "",
-        "Generated from `functions/contract_review/errors.py` by "
-        "`python -m contract_review.domain.errors > docs/error-codes.md`. Do not edit by hand.",
-        "",
-        "Every failure is stored as an envelope: `error_code`, `error_class`, `retryable`, "
-        "`retry_after_s`, `http_status`, `provider_code`, `message`, `step`, `attempt`, `cause_code` "
-        "(the error behind a wrapper code such as `runtime.retry_budget_exhausted`), timestamps.",
-        "",
-        "| code | class | retryable | job-fatal | cause | recovery |",
-        "|---|---|---|---|---|---|",
-    ]
-    for c in _CODES:
-        lines.append(
-            f"| `{c.code}` | {c.cls.value} | {'yes' if c.retryable else 'no'} | "
-            f"{'yes' if c.job_fatal else 'no'} | {c.cause} | {c.recovery} |"
-        )
-    return "\n".join(lines) + "\n"
-
-
-if __name__ == "__main__":
-    print(render_markdown(), end="")

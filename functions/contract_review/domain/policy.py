@@ -3,7 +3,7 @@ decides what a failure does next. Changing one code's behaviour is changing its 
 
 - `tier1`: which tier-1 retry policy retries it inside the process (`Tier1`; None: never retried there).
   The numbers (attempts, base, cap) are the profile's (`tier1_policy`), so prod and local differ only there.
-- `outcome`: what a chunk attempt that ends with it does (`Outcome`): backpressure (requeued, no failure
+- `handling`: what a chunk attempt that ends with it does (`Handling`): backpressure (requeued, no failure
   counted, bounded by the backpressure deadline), a handoff (out of time: requeued; a failure only when the
   attempt saw errors and checkpointed nothing), a failed attempt (tier 2: the queue's redelivery, then the
   poison budget and the DLQ), a permanent failure of the chunk, or a stop (someone else owns the work).
@@ -30,7 +30,7 @@ class Tier1(StrEnum):
     COMPENSATION = "compensation"  # a compensation call: tool_retry's backoff, compensation_attempts
 
 
-class Outcome(StrEnum):
+class Handling(StrEnum):
     BACKPRESSURE = "backpressure"  # requeued with a delay; no failure, no receive burned
     HANDOFF = "handoff"  # out of time: requeued at once, checkpoints kept; a failure only after errors
     FAILURE = "failure"  # a failed attempt: tier 2 (redelivery after a backoff), then the DLQ
@@ -46,14 +46,14 @@ class Quota(StrEnum):
 @dataclass(frozen=True)
 class Recovery:
     tier1: Tier1 | None
-    outcome: Outcome
+    handling: Handling
     trips_breaker: bool = False
     slows: Quota | None = None
 
 
 M, A, FX, COMP = Tier1.MODEL, Tier1.AWS, Tier1.SIDE_EFFECT, Tier1.COMPENSATION
-BP, HANDOFF, FAIL, PERM, STOP, NONE = (Outcome.BACKPRESSURE, Outcome.HANDOFF, Outcome.FAILURE, Outcome.PERMANENT,
-                                       Outcome.STOP, Outcome.NONE)
+BP, HANDOFF, FAIL, PERM, STOP, NONE = (Handling.BACKPRESSURE, Handling.HANDOFF, Handling.FAILURE, Handling.PERMANENT,
+                                       Handling.STOP, Handling.NONE)
 
 POLICY: dict[str, Recovery] = {
     #  code                              tier 1  outcome  breaker  quota it slows
@@ -124,14 +124,14 @@ def retried_in_tier1(env: ErrorEnvelope) -> bool:
 def is_backpressure(env: ErrorEnvelope) -> bool:
     """Requeue, not failure: the code's outcome is backpressure or a handoff, or it wraps a backpressure
     cause (tier 1's budget spent on throttles). The worker decides when a handoff after errors counts."""
-    if POLICY[env.error_code].outcome in (BP, HANDOFF):
+    if POLICY[env.error_code].handling in (BP, HANDOFF):
         return True
-    return env.cause_code is not None and POLICY[env.cause_code].outcome is BP
+    return env.cause_code is not None and POLICY[env.cause_code].handling is BP
 
 
 def counts_as_error(code: str | None) -> bool:
     """An error behind a handoff that makes it a failed attempt (not backpressure)."""
-    return bool(code) and POLICY[code or ""].outcome is not BP
+    return bool(code) and POLICY[code or ""].handling is not BP
 
 
 def trips_breaker(code: str) -> bool:
@@ -161,18 +161,18 @@ def render_markdown(profile: Profile) -> str:
         f"Tier 1 in the `{profile.name}` profile: "
         + "; ".join(f"`{k.value}` {p.max_attempts} attempts, full jitter {p.base_s:g}-{p.cap_s:g} s"
                     for k, p in ((k, tier1_policy(profile, k)) for k in Tier1)) + ". "
-        "Outcome: what a chunk attempt ending with the code does (backpressure: requeued, no failure counted; "
+        "Handling: what a chunk attempt ending with the code does (backpressure: requeued, no failure counted; "
         "handoff: requeued, a failure only after errors with nothing checkpointed; failure: tier 2, then the "
         "DLQ; permanent: fails at once; stop: the work is someone else's; none: not a chunk outcome).",
         "",
-        "| code | class | retryable | tier 1 | outcome | trips breaker | slows quota | job-fatal | cause | recovery |",
+        "| code | class | retryable | tier 1 | handling | trips breaker | slows quota | job-fatal | cause | recovery |",
         "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for code, spec in REGISTRY.items():
         r = POLICY[code]
         lines.append(
             f"| `{code}` | {spec.cls.value} | {_cell(spec.retryable)} | {_cell(r.tier1 and r.tier1.value)} | "
-            f"{r.outcome.value} | {_cell(r.trips_breaker)} | {_cell(r.slows and r.slows.value)} | "
+            f"{r.handling.value} | {_cell(r.trips_breaker)} | {_cell(r.slows and r.slows.value)} | "
             f"{_cell(spec.job_fatal)} | {spec.cause} | {spec.recovery} |"
         )
     return "\n".join(lines) + "\n"

@@ -24,9 +24,9 @@ from enum import StrEnum
 
 from contract_review.domain.errors import ErrorEnvelope, ReviewError, classify
 from contract_review.domain.model import ModelClient, ModelRequest, ModelResponse
+from contract_review.domain.policy import trips_breaker
 
 log = logging.getLogger(__name__)
-TRIPPING_CODES = frozenset({"model.unavailable", "model.timeout"})
 
 
 class BreakerState(StrEnum):
@@ -76,7 +76,7 @@ class CircuitBreaker:
     def on_failure(self, exc: BaseException, chunk_id: str = "") -> None:
         code = classify(exc, model_call=True).error_code
         with self._lock:
-            if code not in TRIPPING_CODES:
+            if not trips_breaker(code):
                 if self.state is BreakerState.HALF_OPEN:
                     self._probing = False  # the probe told nothing about the provider's health: probe again
                 return

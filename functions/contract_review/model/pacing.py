@@ -33,9 +33,9 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from botocore.exceptions import ClientError
-
+from contract_review.domain.errors import classify
 from contract_review.domain.model import ModelRequest, ModelResponse
+from contract_review.domain.policy import slows_model_quota
 
 TOKENS_MESSAGE = "too many tokens"
 REQUESTS_MESSAGE = "too many requests"
@@ -111,12 +111,12 @@ def estimated_reservation(request: ModelRequest) -> int:
 
 
 def throttle_kind(exc: BaseException) -> str | None:
-    """requests | tokens | both for a throttle (see the module's note on the message), None otherwise."""
-    if not isinstance(exc, ClientError):
+    """requests | tokens | both for an error whose code slows the model quota (domain/policy.py), None
+    otherwise. Which quota it was, Bedrock says only in the message (see the module's note)."""
+    if not slows_model_quota(classify(exc, model_call=True).error_code):
         return None
-    error = exc.response.get("Error") or {}
-    if error.get("Code") not in ("ThrottlingException", "ServiceQuotaExceededException", "TooManyRequestsException"):
-        return None
+    response = getattr(exc, "response", None)
+    error = (response.get("Error") if isinstance(response, dict) else None) or {}
     message = str(error.get("Message", "")).lower()
     if TOKENS_MESSAGE in message:
         return "tokens"

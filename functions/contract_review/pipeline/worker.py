@@ -30,10 +30,11 @@ from dataclasses import dataclass, field
 from contract_review.config.settings import Settings
 from contract_review.domain import lifecycle
 from contract_review.domain.cost import AttemptMeter, RequestCounter, metered, model_price
-from contract_review.domain.errors import THROTTLE_CODES, ErrorClass, ErrorEnvelope, LeaseLost, ReviewError, classify
+from contract_review.domain.errors import ErrorClass, ErrorEnvelope, LeaseLost, ReviewError, classify
 from contract_review.domain.keys import findings_key
 from contract_review.domain.messages import AnalysisMessage
 from contract_review.domain.model import ModelClient, ModelRequest, ModelResponse
+from contract_review.domain.policy import Handling, counts_as_error, is_backpressure, recovery
 from contract_review.domain.ports import Deps, Queue
 from contract_review.domain.records import (
     AttemptStats,
@@ -382,7 +383,7 @@ class ChunkWorker:
                                            delivery.receive_count, deadline_at=self._deadline_at(delivery))
         except Exception as exc:  # DynamoDB throttling before the claim: backpressure, come back later
             env = classify(exc, step="worker.claim")
-            if env.error_code not in THROTTLE_CODES:
+            if not is_backpressure(env):
                 raise
             return self._requeue_unclaimed(msg, env)
         if not claim.won or claim.record is None:
@@ -477,15 +478,15 @@ class ChunkWorker:
         - other transient errors: a failed attempt, tier 2; permanent ones: the chunk fails."""
         record = self.deps.claims.get(msg.job_id, msg.chunk_id)
         checkpointed = sorted(record.checkpoints) if record else []
-        if env.error_code == "runtime.time_exhausted":
-            errors = [c for c in (env.cause_code, *stats.retries) if c and c not in THROTTLE_CODES]
+        if recovery(env.error_code).handling is Handling.HANDOFF:
+            errors = [c for c in (env.cause_code, *stats.retries) if counts_as_error(c)]
             if errors and not progressed:
                 env = env.model_copy(update={"cause_code": env.cause_code or errors[0]})
                 return self._tier2(msg, fence, delivery, stats, env, (record.failures if record else 0) + 1,
                                    checkpointed)
             clean = progressed and env.cause_code is None
             return self._requeue(msg, fence, stats, env, record, checkpointed, clean=clean)
-        if env.is_backpressure:
+        if is_backpressure(env):
             return self._requeue(msg, fence, stats, env, record, checkpointed, clean=False)
         if env.retryable:
             return self._tier2(msg, fence, delivery, stats, env, (record.failures if record else 0) + 1, checkpointed)

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, TypeVar
 from contract_review.config.constants import SQS_MAX_VISIBILITY_S
 from contract_review.config.profile import Profile, RetryPolicy
 from contract_review.domain.errors import ErrorClass, ErrorEnvelope, ReviewError, classify
+from contract_review.domain.policy import retried_in_tier1
 from contract_review.domain.records import Usage
 
 if TYPE_CHECKING:
@@ -101,7 +102,7 @@ class Retrier:
                 return fn()
             except Exception as exc:  # classified below; nothing is swallowed
                 env = classify(exc, step=step, attempt=attempt + 1, model_call=model_call)
-                if env.error_class is not ErrorClass.TRANSIENT:
+                if not retried_in_tier1(env):
                     raise ReviewError(env) from exc
                 if attempt + 1 >= self.policy.max_attempts:
                     raise RetryGiveUp(env) from exc

@@ -41,6 +41,7 @@ from contract_review.domain import lifecycle
 from contract_review.domain.effects import DeadLetter, JsonObject, SideEffectError, SideEffects
 from contract_review.domain.errors import ErrorEnvelope, ReviewError
 from contract_review.domain.keys import report_keys
+from contract_review.domain.policy import recovery, tier1_policy
 from contract_review.domain.ports import Deps
 from contract_review.domain.records import (
     Approval,
@@ -55,12 +56,13 @@ from contract_review.reliability.retry import backoff_delay
 from contract_review.review.analysts import Finding
 from contract_review.review.report import Report
 
+# What a step call and a compensation call fail with: their rows in the recovery policy say how they are retried.
+STEP_RETRY = "sideeffect.failed"
+COMPENSATION_RETRY = "sideeffect.compensation_failed"
 HIGH_RISK_SCORE = 0.7  # a finding at or above this score is high risk (report.md lists the highest first)
 TICKET, PUBLISH = "ticket.open", "report.publish"
 STEP_ORDER = (TICKET, PUBLISH)  # the saga's order; compensations run in reverse
 COMPLETED_DETAIL, WITHDRAWN_DETAIL = "Review completed", "Review withdrawn"
-STEP_ATTEMPTS = 4  # tier-1 attempts of one step call before the saga gives up
-COMPENSATION_ATTEMPTS = 5  # tier-1 attempts of one compensation before it is dead-lettered
 TOP_CATEGORIES = 12
 
 
@@ -161,12 +163,15 @@ def _remaining(deps: Deps, fx: SideEffects) -> Callable[[], int]:
     return lambda: max(1, int((deadline - time.monotonic()) * 1000))
 
 
-def _with_retries(deps: Deps, fx: SideEffects, call: Callable[[], JsonObject], attempts: int, *,
+def _with_retries(deps: Deps, fx: SideEffects, call: Callable[[], JsonObject], code: str, *,
                   retry_unknown: bool) -> JsonObject:
-    """Tier 1: retry a call that certainly did nothing (and, with `retry_unknown`, one that may have:
-    only for idempotent calls); the last error is raised."""
+    """Tier 1, as the recovery policy's row of `code` (what the saga fails with when this call does) says:
+    retry a call that certainly did nothing (and, with `retry_unknown`, one that may have: only for
+    idempotent calls); the last error is raised."""
     rng = random.Random()
-    policy = deps.settings.profile.tool_retry
+    kind = recovery(code).tier1
+    policy = tier1_policy(deps.settings.profile, kind) if kind else None
+    attempts = policy.max_attempts if policy else 1
     for attempt in range(attempts):
         try:
             return call()
@@ -174,6 +179,7 @@ def _with_retries(deps: Deps, fx: SideEffects, call: Callable[[], JsonObject], a
             again = e.retryable and (e.written == "no" or retry_unknown) and attempt + 1 < attempts
             if not again:
                 raise
+            assert policy is not None  # more than one attempt only with a policy
             fx.sleep(backoff_delay(policy, attempt, rng, e.envelope.retry_after_s))
     raise AssertionError("unreachable")  # pragma: no cover
 
@@ -182,7 +188,7 @@ def _open_ticket(deps: Deps, fx: SideEffects, step: Step) -> JsonObject:
     tickets = fx.tickets
     assert tickets is not None
     try:
-        ticket = _with_retries(deps, fx, lambda: tickets.open(step.key, step.args), STEP_ATTEMPTS,
+        ticket = _with_retries(deps, fx, lambda: tickets.open(step.key, step.args), STEP_RETRY,
                                retry_unknown=False)
         return {"ticket_id": ticket.get("id"), "resolved_by": "answer"}
     except SideEffectError as e:
@@ -190,7 +196,7 @@ def _open_ticket(deps: Deps, fx: SideEffects, step: Step) -> JsonObject:
             raise
         ambiguous = e.envelope
     try:  # the outcome is unknown: ask the system about our key
-        found = _with_retries(deps, fx, lambda: tickets.find(step.key) or {}, STEP_ATTEMPTS, retry_unknown=True)
+        found = _with_retries(deps, fx, lambda: tickets.find(step.key) or {}, STEP_RETRY, retry_unknown=True)
     except SideEffectError as lookup_error:
         raise Unresolved(ambiguous, lookup_error.envelope.error_code) from lookup_error
     if not found:
@@ -201,7 +207,7 @@ def _open_ticket(deps: Deps, fx: SideEffects, step: Step) -> JsonObject:
 def _publish(deps: Deps, fx: SideEffects, step: Step) -> JsonObject:
     notifier = fx.notifier
     assert notifier is not None
-    return _with_retries(deps, fx, lambda: notifier.publish(step.key, COMPLETED_DETAIL, step.args), STEP_ATTEMPTS,
+    return _with_retries(deps, fx, lambda: notifier.publish(step.key, COMPLETED_DETAIL, step.args), STEP_RETRY,
                          retry_unknown=True)
 
 
@@ -350,13 +356,13 @@ def _run_compensation(deps: Deps, fx: SideEffects, order: CompensationOrder) -> 
                        "Its side effects are being undone.")
             ticket_id = order.args.get("ticket_id")
             if not ticket_id:  # the step's outcome was unknown: ask by its key
-                found = _with_retries(deps, fx, lambda: tickets.find(order.key) or {}, COMPENSATION_ATTEMPTS,
+                found = _with_retries(deps, fx, lambda: tickets.find(order.key) or {}, COMPENSATION_RETRY,
                                       retry_unknown=True)
                 if not found:
                     return {"ticket_id": None, "status": "never_created"}
                 ticket_id = found.get("id")
             t = _with_retries(deps, fx, lambda: tickets.close(str(ticket_id), comment, order.compensation_key),
-                              COMPENSATION_ATTEMPTS, retry_unknown=True)
+                              COMPENSATION_RETRY, retry_unknown=True)
             return {"ticket_id": t.get("id"), "status": t.get("status")}
         notifier = fx.notifier
         if notifier is None:
@@ -365,7 +371,7 @@ def _run_compensation(deps: Deps, fx: SideEffects, order: CompensationOrder) -> 
                                   retryable=False)
         detail: JsonObject = {"job_id": order.job_id, "withdrawn_key": order.key, "reason": order.reason}
         return _with_retries(deps, fx, lambda: notifier.publish(order.compensation_key, WITHDRAWN_DETAIL, detail),
-                             COMPENSATION_ATTEMPTS, retry_unknown=True)
+                             COMPENSATION_RETRY, retry_unknown=True)
 
     return fx.outcomes.once(order.compensation_key, act, _remaining(deps, fx))
 
