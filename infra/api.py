@@ -1,5 +1,5 @@
 """The Job API: an API Gateway HTTP API with IAM authorization in front of the API function
-(`contract_review.handlers.api`, the Powertools resolver of `contract_review/api.py`).
+(`contract_review.handlers.api`, the Powertools resolver of `contract_review/operate/api.py`).
 
 Every route requires a SigV4-signed request (`HttpIamAuthorizer`): the caller needs `execute-api:Invoke`
 on the API (`JobApi.grant_invoke`), and the function binds each job to the caller's IAM ARN, which the

@@ -69,7 +69,7 @@ WORKER = (
     Access("dlq:analysis", (SEND,), "dead-letter a chunk whose poison budget is spent"),
     Access("queue:results", (SEND,), "announce a settled chunk"),
 )
-# The job's side effects (contract_review/saga.py), run by the aggregator and by the sweeper (the finalize of a
+# The job's side effects (contract_review/sideeffects/saga.py), run by the aggregator and by the sweeper (the finalize of a
 # stalled job; an expired approval's compensation). Powertools idempotency never reads with GetItem: a failed
 # conditional put returns the existing record (ReturnValuesOnConditionCheckFailure).
 SIDE_EFFECTS = (
@@ -109,7 +109,7 @@ SWEEPER = (
            "naming the job and the error"),
     Access("queue:results", (SEND,), "announce chunks it settled"),
 ) + SIDE_EFFECTS
-# The Job API (contract_review/api.py): submit and read jobs and batches; cancel, decide, retry (redrive.retry).
+# The Job API (contract_review/operate/api.py): submit and read jobs and batches; cancel, decide, retry (redrive.retry).
 API = (
     Access("table:jobs", (GET, UPDATE), "read a job; cancel, approve or reject it; reopen it (retry)"),
     Access("table:events", (PUT, QUERY), "read a job's events after a sequence number; record what was done"),

@@ -1,4 +1,4 @@
-"""What the job's side effects (the saga, `contract_review/saga.py`) need in the stack.
+"""What the job's side effects (the saga, `contract_review/sideeffects/saga.py`) need in the stack.
 
 - the idempotency table: Powertools idempotency records of each side-effect step and compensation
   (`dynamodb.Table`, not `TableV2`: moto's CloudFormation cannot create a GlobalTable); partition key

@@ -65,8 +65,8 @@ def serialize_dynamodb_requests() -> None:
 
 def _inputs_hash(profile: str, context: dict[str, str]) -> str:
     h = hashlib.sha256(json.dumps([profile, sorted(context.items())]).encode())
-    files = [ROOT / "app.py", ROOT / "cdk.json", ROOT / "functions/contract_review/config.py",
-             ROOT / "functions/contract_review/model_clients.py"]  # infra/permissions.py reads its model-id rules
+    files = [ROOT / "app.py", ROOT / "cdk.json", ROOT / "functions/contract_review/config/profile.py",
+             ROOT / "functions/contract_review/model/bedrock.py"]  # infra/permissions.py reads its model-id rules
     files += sorted((ROOT / "infra").rglob("*.py"))
     for f in files:
         if f.exists():

@@ -7,17 +7,16 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from contract_review.domain import lifecycle
 from contract_review.domain.errors import REGISTRY
 from contract_review.domain.records import JobState, StepStatus
 from contract_review.pipeline import redrive
-from contract_review.sideeffects import saga
-from contract_review.sideeffects.saga import COMPLETED_DETAIL, PUBLISH, TICKET, SagaStatus
+from contract_review.sideeffects import approvals, saga
+from contract_review.sideeffects.saga import COMPLETED_DETAIL, PUBLISH, TICKET
 
 from .fake_side_effects import FakeSideEffects
 from .fakes import FakeWorld
 from .test_saga import finished_job, job, unknown_outcome
-from .test_saga_pipeline import pipeline
+from .test_saga_pipeline import pipeline, waiting
 
 
 def _recovery(code: str) -> str:
@@ -45,13 +44,13 @@ def sideeffect_failed(code: str) -> None:
 
 def sideeffect_ambiguous(code: str) -> None:
     """The outcome stays unknown: the job waits with the evidence; `review approve` retries with the same key."""
-    world, fx = FakeWorld(), FakeSideEffects()
-    waiting = unknown_outcome(world, fx, written=True)
-    assert waiting.approval is not None and waiting.approval.error is not None
-    assert waiting.approval.error.error_code == code
-    running = lifecycle.transition(world.deps, waiting, JobState.RUNNING, event="job.approved")
-    assert running is not None
-    assert saga.resume_after_approval(world.deps, fx.fx, running).status is SagaStatus.DONE
+    fx = FakeSideEffects()
+    world, p, job_id = waiting(fx)
+    job = world.jobs.get(job_id)
+    assert job is not None and job.approval is not None and job.approval.error is not None
+    assert job.approval.error.error_code == code
+    assert approvals.decide_approval(world.deps, job_id, "approve", by="ops").changed
+    assert p.run(job_id).state is JobState.COMPLETED  # the aggregator takes the resume: the step, its key again
     assert fx.tickets.opened == 1 and len(fx.notifier.of(COMPLETED_DETAIL)) == 1
     assert "review approve" in _recovery(code)
 

@@ -6,6 +6,7 @@ counts the side effects themselves: tickets opened and closed, events published.
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 
@@ -192,22 +193,6 @@ def test_an_outcome_that_stays_unknown_waits_for_approval_with_the_evidence():
     assert fx.notifier.calls == 0 and fx.persistence.completed() == 0 and waiting.side_effects == []
 
 
-def test_approve_retries_the_step_with_the_same_key_one_ticket_and_the_job_goes_on():
-    # GIVEN a job waiting because the ticket call timed out after the write and the lookup was down
-    world, fx = FakeWorld(), FakeSideEffects()
-    waiting = unknown_outcome(world, fx, written=True)
-    assert fx.tickets.opened == 1
-    # WHEN a person approves (the job runs again) and the saga resumes
-    running = lifecycle.transition(world.deps, waiting, JobState.RUNNING, event="job.approved")
-    assert running is not None
-    result = saga.resume_after_approval(world.deps, fx.fx, running)
-    # THEN the step was retried with the same key: the ticket system dedups it, one ticket; then the publish
-    assert result.status is SagaStatus.DONE
-    assert fx.tickets.opened == 1 and len(fx.notifier.of(COMPLETED_DETAIL)) == 1
-    assert next(r for r in result.steps if r.step == TICKET).key == waiting.approval.key  # type: ignore[union-attr]  # asserted above
-    assert events_of(world, waiting.job_id, "sideeffect.retry_approved")
-
-
 @pytest.mark.parametrize("code", ["job.approval_rejected", "job.approval_expired"])
 @pytest.mark.parametrize("written", [True, False])
 def test_reject_or_expiry_fails_the_job_with_its_code_and_compensates(code: str, written: bool):
@@ -316,7 +301,6 @@ def test_review_approve_and_reject_decide_a_waiting_job_and_refuse_any_other():
 
 
 def test_review_compensations_lists_the_dead_letters_and_redrives_them():
-    from dataclasses import replace
 
     from .test_cli import run
 

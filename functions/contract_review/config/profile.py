@@ -108,7 +108,7 @@ class Profile(BaseModel):
     # fenced): a chunk takes about two call latencies instead of 2 x analyst_count. 1: one by one.
     analyst_concurrency: int = 11
     # The model's account quotas (`review preflight` prints them). Each worker process paces its calls to
-    # its share, quota / worker_max_concurrency, adjusted by AIMD on throttles (adaptive.py; runbook
+    # its share, quota / worker_max_concurrency, adjusted by AIMD on throttles (model/pacing.py; runbook
     # "Riding the model quota"). None: calls are not paced (throttles are still backpressure).
     model_requests_per_minute: float | None = None
     model_tokens_per_minute: float | None = None

@@ -211,13 +211,6 @@ class AttemptMeter:
                      model_micro_usd=micro_usd(model_usd), aws_micro_usd=micro_usd(aws_usd))
 
 
-def tokens_only(table: PriceTable, model_id: str, tokens: Usage) -> Usage:
-    """`tokens` priced (no requests): the model cost of some tokens."""
-    return tokens.model_copy(update={"model_micro_usd": micro_usd(model_cost_usd(model_price(table, model_id),
-                                                                                 tokens))})
-
-
-# ------------------------------------------------------------------------------ reporting
 def describe(usage: Usage, budget_micro_usd: int | None = None) -> str:
     """One line: "$0.012345 (model $0.010000: 1,234 input, 56 output, 900 cache-read, 300 cache-write tokens;
     orchestration $0.002345: 78 AWS requests); budget $1.000000"."""

@@ -150,6 +150,16 @@ class AnalysisMessage(BaseModel):
     # sweeper | reconcile | redrive
     reason: str = "intake"
 
+    def requeued(self, reason: str, streak: int, resume_from: list[str] | None = None) -> AnalysisMessage:
+        """The copy sent again after backpressure: no failure counted, one more requeue (at least the chunk's
+        current streak, for a copy rebuilt from the record), resuming after `resume_from` when given."""
+        return self.model_copy(update={"requeues": max(self.requeues + 1, streak), "reason": reason,
+                                       "resume_from": self.resume_from if resume_from is None else resume_from})
+
+    def after_failure(self) -> AnalysisMessage:
+        """The copy sent again after a failed attempt the sender counted (its attempt number moves on)."""
+        return self.model_copy(update={"attempt": self.attempt + 1})
+
 
 class MessageTooLarge(ValueError):
     """A message body over SQS's limit: never sent (chunking and the profile rule make it impossible)."""

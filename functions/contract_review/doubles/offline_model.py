@@ -349,10 +349,6 @@ def _unit_spans(text: str) -> list[tuple[int, int]]:
     return spans
 
 
-def _units(text: str) -> list[str]:
-    return [text[s:e] for s, e in _unit_spans(text)]
-
-
 def _part_bounds(unit: str) -> list[int]:
     return [0] + [m.end() for m in _PART_END.finditer(unit)] + [len(unit)]
 

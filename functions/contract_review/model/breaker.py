@@ -1,7 +1,7 @@
 """A circuit breaker per model, in each worker process (`BreakerModel` wraps the process's `ModelClient`).
 
 - closed: calls go through; `failure_threshold` failed calls in a row (provider 5xx or timeouts; never
-  throttles, which are the quota's backpressure and adaptive.py's business, nor permanent errors, which
+  throttles, which are the quota's backpressure and model/pacing.py's business, nor permanent errors, which
   are the request's fault), for at least two chunks, open it: one chunk whose every call fails is that
   chunk's problem (tier 2 and its DLQ), failures across chunks are the provider's;
 - open: no call is sent for `open_s`; each refused call raises `model.circuit_open` (class state: tier 1

@@ -28,9 +28,9 @@ from dataclasses import dataclass
 
 from pydantic import BaseModel
 
-from contract_review.domain.messages import AnalysisMessage
 from contract_review.domain.ports import Deps
 from contract_review.domain.records import ChunkRecord, Job, JobState
+from contract_review.reliability.chunks import chunk_message
 from contract_review.review.chunking import Chunk, chunk_id_for
 
 
@@ -117,15 +117,11 @@ def refill(deps: Deps, job: Job, *, settling: str | None = None, plan: FanoutPla
         base = page[0].start
     else:
         body, base = text, 0
-    p = deps.settings.profile
     messages = []
     for c in page:
-        deps.claims.create(ChunkRecord(job_id=job.job_id, chunk_id=c.chunk_id, chunk_index=c.index, start=c.start,
-                                       end=c.end))
-        messages.append(AnalysisMessage(
-            job_id=job.job_id, chunk_id=c.chunk_id, chunk_index=c.index, chunk_count=job.chunk_count, start=c.start,
-            end=c.end, text=body[c.start - base:c.end - base], max_attempts=p.poison_budget,
-            checkpoint_version=job.config_hash))
+        record = ChunkRecord(job_id=job.job_id, chunk_id=c.chunk_id, chunk_index=c.index, start=c.start, end=c.end)
+        deps.claims.create(record)
+        messages.append(chunk_message(deps, job, record, body[c.start - base:c.end - base], "intake"))
     deps.queues.send_analysis(messages)
     if deps.jobs.advance_fanout(job.job_id, first, first + n) and first > 0:
         deps.jobs.record_event(job.job_id, "job.fanned_out", first=first, sent=n, fanned_out=first + n,

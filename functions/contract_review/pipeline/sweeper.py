@@ -35,7 +35,6 @@ throttled write) is logged, counted in `item_failures`, and the sweep goes on.
 from __future__ import annotations
 
 import logging
-import random
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -58,8 +57,7 @@ from contract_review.domain.records import (
 )
 from contract_review.pipeline.aggregator import finalize
 from contract_review.pipeline.intake import failure_key
-from contract_review.reliability.chunks import analysis_message, announce, backpressure_exhausted, dead_letter
-from contract_review.reliability.retry import requeue_delay_s
+from contract_review.reliability.chunks import analysis_message, announce, dead_letter, requeue
 from contract_review.sideeffects import saga
 
 log = logging.getLogger(__name__)
@@ -160,7 +158,7 @@ def _recover_lapsed(deps: Deps, job: Job | None, claim: ChunkRecord, now: float,
         return
     if deps.claims.release(claim.job_id, claim.chunk_id, claim.fence, none, env, failure=True,
                            lapsed_before=now, reason=ReleaseReason.WORKER_LOST) is not None:
-        deps.queues.send_analysis([msg.model_copy(update={"attempt": msg.attempt + 1})])  # the lost one counted
+        deps.queues.send_analysis([msg.after_failure()])  # the lost one counted
         deps.jobs.record_event(claim.job_id, "chunk.requeued", chunk_id=claim.chunk_id, reason="runtime.worker_lost",
                                by="sweeper", lapsed_for_s=round(now - (claim.claim_expires_at or now), 3))
         report.requeued.append(claim.chunk_id)
@@ -172,23 +170,12 @@ def _requeue_timed_out(deps: Deps, claim: ChunkRecord, msg: AnalysisMessage, now
     env = ErrorEnvelope.of("runtime.time_exhausted",
                            f"the invocation of {claim.claimed_by} reached its function timeout holding the chunk",
                            step="sweeper", attempt=claim.failures + 1)
-    exhausted = backpressure_exhausted(deps, claim, env, now)
-    if exhausted is not None:
-        if dead_letter(deps, msg, claim.fence, exhausted, AttemptStats(), by="sweeper", lapsed_before=now) is not None:
+    sent = requeue(deps, msg, claim, claim.fence, env, by="sweeper", lapsed_before=now, deadline_at=claim.deadline_at)
+    if isinstance(sent, ErrorEnvelope):  # its backpressure lasted the deadline without progress
+        if dead_letter(deps, msg, claim.fence, sent, AttemptStats(), by="sweeper", lapsed_before=now) is not None:
             report.dead_lettered.append(claim.chunk_id)
-        return
-    released = deps.claims.release(claim.job_id, claim.chunk_id, claim.fence, AttemptStats(), env, failure=False,
-                                   lapsed_before=now, reason=ReleaseReason.BACKPRESSURE)
-    if released is None:
-        return
-    delay = requeue_delay_s(deps.settings.profile, claim.backpressure_requeues, random.Random())
-    deps.queues.send_analysis([msg.model_copy(update={"requeues": released.backpressure_requeues,
-                                                      "reason": "runtime.time_exhausted"})], delay_s=delay)
-    deps.jobs.count_requeue(claim.job_id)
-    deps.jobs.record_event(claim.job_id, "chunk.requeued", chunk_id=claim.chunk_id, reason="runtime.time_exhausted",
-                           by="sweeper", delay_s=delay, deadline_at=claim.deadline_at,
-                           streak_requeues=released.backpressure_requeues)
-    report.timed_out.append(claim.chunk_id)
+    elif sent is not None:
+        report.timed_out.append(claim.chunk_id)
 
 
 def _explain_dlq(deps: Deps, report: SweepReport, jobs: _JobCache) -> None:
@@ -283,23 +270,14 @@ def _requeue_from_dlq(deps: Deps, job: Job, chunk: ChunkRecord, m: QueueMessage,
     won = deps.claims.claim(chunk.job_id, chunk.chunk_id, "sweeper", deps.settings.claim_lease_s, 0)
     if not won.won or won.record is None:
         return  # a worker claimed it since the read (or it settled): its holder decides
-    record, now = won.record, deps.clock()
-    exhausted = backpressure_exhausted(deps, record, env, now)
-    if exhausted is not None:
-        _settle_dead_lettered(deps, fresh, record, exhausted, m, None, report)
-        return
-    released = deps.claims.release(chunk.job_id, chunk.chunk_id, record.fence, AttemptStats(), env, failure=False,
-                                   reason=ReleaseReason.BACKPRESSURE)
-    if released is None:
-        return
-    delay = requeue_delay_s(p, record.backpressure_requeues, random.Random())
-    deps.queues.send_analysis([fresh.model_copy(update={"requeues": released.backpressure_requeues})], delay_s=delay)
-    deps.queues.delete(Queue.ANALYSIS_DLQ, m.receipt_handle)
-    deps.jobs.count_requeue(chunk.job_id)
-    deps.jobs.record_event(chunk.job_id, "chunk.requeued", chunk_id=chunk.chunk_id, reason=env.error_code,
-                           by="sweeper", delay_s=delay, dlq_message_id=m.message_id, failures=chunk.failures,
-                           streak_requeues=released.backpressure_requeues)
-    report.dlq_requeued.append(chunk.chunk_id)
+    record = won.record
+    sent = requeue(deps, fresh, record, record.fence, env, by="sweeper", dlq_message_id=m.message_id,
+                   failures=chunk.failures)
+    if isinstance(sent, ErrorEnvelope):  # its backpressure lasted the deadline without progress
+        _settle_dead_lettered(deps, fresh, record, sent, m, None, report)
+    elif sent is not None:
+        deps.queues.delete(Queue.ANALYSIS_DLQ, m.receipt_handle)
+        report.dlq_requeued.append(chunk.chunk_id)
 
 
 def _explain_intake_dlq(deps: Deps, now: float, report: SweepReport) -> None:

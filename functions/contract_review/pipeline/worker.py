@@ -50,7 +50,7 @@ from contract_review.domain.records import (
 )
 from contract_review.model.pacing import QuotaLimiter
 from contract_review.pipeline.analyst_pool import AnalystPool, GroupCommit
-from contract_review.reliability.chunks import announce, backpressure_exhausted, dead_letter
+from contract_review.reliability.chunks import announce, dead_letter, requeue
 from contract_review.reliability.retry import Retrier, RetryBudget, RetryStats, requeue_delay_s, tier2_backoff_s
 from contract_review.review.analysts import (
     STEPS,
@@ -58,6 +58,7 @@ from contract_review.review.analysts import (
     AnalystSpec,
     ChunkFindings,
     ParsedItems,
+    analysis_identities,
     analysts_for,
     refused_output,
     run_analyst,
@@ -173,20 +174,20 @@ class AnalystRunner:
 
     def run(self, msg: AnalysisMessage, job: Job, fence: int, record: ChunkRecord) -> dict[str, AnalystOutput]:
         chunk = Chunk(index=msg.chunk_index, chunk_id=msg.chunk_id, start=msg.start, end=msg.end, text=msg.text)
-        current_hash = self.deps.settings.analysis_config_hash()
         saved = self.deps.claims.checkpoints(record)
         specs = analysts_for(job.analyst_count or self.deps.settings.profile.analyst_count)
+        identities = analysis_identities(self.deps.settings, specs)  # per analyst: what its checkpoint must match
         outputs: dict[str, AnalystOutput] = {}
         todo: list[AnalystSpec] = []
         for spec in specs:
-            loaded = self._load(msg, job, spec, saved, current_hash)
+            loaded = self._load(msg, job, spec, saved, identities[spec.name])
             if loaded is not None:
                 outputs[spec.name] = loaded
             else:
                 todo.append(spec)
         pool: AnalystPool[AnalystSpec, AnalystOutput] = AnalystPool(self.deps.settings.profile.analyst_concurrency)
         commits: GroupCommit[tuple[str, AnalystOutput], bool] = GroupCommit(
-            lambda batch: self._commit(msg, fence, current_hash, batch))
+            lambda batch: self._commit(msg, fence, identities, batch))
 
         def one(spec: AnalystSpec) -> AnalystOutput:
             return self._run_and_commit(spec, chunk, pool, commits)
@@ -221,12 +222,12 @@ class AnalystRunner:
             raise LeaseLost("checkpoint write rejected by fencing token")
         return out
 
-    def _commit(self, msg: AnalysisMessage, fence: int, current_hash: str,
+    def _commit(self, msg: AnalysisMessage, fence: int, identities: dict[str, str],
                 batch: list[tuple[str, AnalystOutput]]) -> bool:
         """Checkpoint the analysts' outputs under the fencing token, then one `analyst.done` event naming
         them all: four writes however many analysts finished together. False when the fence moved on
         (nothing committed)."""
-        writes = [CheckpointWrite(analyst=name, config_hash=current_hash, status=out.status,
+        writes = [CheckpointWrite(analyst=name, config_hash=identities[name], status=out.status,
                                   output_json=out.model_dump_json()) for name, out in batch]
         if not self.deps.claims.put_checkpoints(msg.job_id, msg.chunk_id, fence, writes, lease_s=self.hb.lease_s):
             return False
@@ -254,15 +255,16 @@ class AnalystRunner:
             total.add_tokens(t.input_tokens, t.output_tokens, t.cache_read_tokens, t.cache_write_tokens)
 
     def _load(self, msg: AnalysisMessage, job: Job, spec: AnalystSpec, saved: dict[str, Checkpoint],
-              current_hash: str) -> AnalystOutput | None:
-        """This analyst's committed checkpoint, if it was made with the current model and prompt."""
+              identity: str) -> AnalystOutput | None:
+        """This analyst's committed checkpoint, if it was made under its current identity (analysts.py: its
+        requests, categories and schemas, the model); else `checkpoint.stale` names the analyst, which re-runs."""
         cp = saved.get(spec.name)
         if cp is None:
             return None
-        if cp.config_hash != current_hash:
+        if cp.config_hash != identity:
             self.deps.jobs.record_event(msg.job_id, "checkpoint.stale", chunk_id=msg.chunk_id, analyst=spec.name,
-                                        checkpoint_hash=cp.config_hash, current_hash=current_hash,
-                                        job_hash=job.config_hash or current_hash)
+                                        checkpoint_hash=cp.config_hash, current_hash=identity,
+                                        job_hash=job.config_hash)
             return None
         try:
             return AnalystOutput.model_validate_json(self.deps.claims.checkpoint_output(cp))
@@ -346,13 +348,6 @@ def settle_cancelled(deps: Deps, msg: AnalysisMessage, fence: int, stats: RetryS
                            calls=stats.calls)
     announce(deps, done)
     return Outcome("cancelled", {"cancelled_at_stage": stage})
-
-
-def requeue_reason(env: ErrorEnvelope) -> str:
-    """A requeue's reason: the backpressure error itself, or the throttle behind a spent budget."""
-    if env.error_code == "runtime.retry_budget_exhausted" and env.cause_code:
-        return env.cause_code
-    return env.error_code
 
 
 class ChunkWorker:
@@ -496,31 +491,19 @@ class ChunkWorker:
                  record: ChunkRecord | None, checkpointed: list[str], *, clean: bool) -> Outcome:
         """Backpressure: release without a failure and send a fresh message (delayed unless `clean`),
         or dead-letter the chunk once its backpressure has lasted the deadline without progress."""
-        p = self.s.profile
-        exhausted = backpressure_exhausted(self.deps, record, env, self.deps.clock()) if record else None
-        if exhausted is not None:
-            return self._dead_lettered(msg, fence, exhausted, attempt_stats(stats))
-        released = self.deps.claims.release(msg.job_id, msg.chunk_id, fence, attempt_stats(stats), env,
-                                            failure=False, reason=ReleaseReason.BACKPRESSURE)
-        if released is None:
+        sent = requeue(self.deps, msg, record, fence, env, by="worker", stats=attempt_stats(stats), rng=self.rng,
+                       clean=clean, resume_from=checkpointed, checkpointed=len(checkpointed), tier=1)
+        if isinstance(sent, ErrorEnvelope):  # its backpressure lasted the deadline without progress
+            return self._dead_lettered(msg, fence, sent, attempt_stats(stats))
+        if sent is None:
             return Outcome("lease_lost")
-        streak = record.backpressure_requeues if record else 0
-        delay = 0 if clean else requeue_delay_s(p, streak, self.rng, env.retry_after_s)
-        reason = requeue_reason(env)
-        fresh = msg.model_copy(update={"requeues": msg.requeues + 1, "reason": reason, "resume_from": checkpointed})
-        self.deps.queues.send_analysis([fresh], delay_s=delay)
-        self.deps.jobs.count_requeue(msg.job_id)
-        self.deps.jobs.record_event(msg.job_id, "chunk.requeued", chunk_id=msg.chunk_id, reason=reason,
-                                    delay_s=delay, checkpointed=len(checkpointed), tier=1,
-                                    streak_requeues=released.backpressure_requeues)
-        return Outcome("requeued", {"reason": reason, "delay_s": delay})
+        return Outcome("requeued", {"reason": sent.reason, "delay_s": sent.delay_s})
 
     def _requeue_unclaimed(self, msg: AnalysisMessage, env: ErrorEnvelope) -> Outcome:
         """AWS throttled us before the chunk was claimed (nothing to release, and the tables are the
         throttled thing): only a fresh delayed message, growing with the message's requeues."""
         delay = requeue_delay_s(self.s.profile, msg.requeues, self.rng, env.retry_after_s)
-        fresh = msg.model_copy(update={"requeues": msg.requeues + 1, "reason": env.error_code})
-        self.deps.queues.send_analysis([fresh], delay_s=delay)
+        self.deps.queues.send_analysis([msg.requeued(env.error_code, 0)], delay_s=delay)
         log.warning("throttled before the claim; requeued", extra={"job_id": msg.job_id, "chunk_id": msg.chunk_id,
                                                                   "error_code": env.error_code, "delay_s": delay})
         return Outcome("requeued", {"reason": env.error_code, "delay_s": delay, "claimed": 0})

@@ -1,13 +1,18 @@
-"""What several use cases do to a chunk, written once: rebuild its analysis message from the
-stored document, announce that it settled (the results message and its dedup id), dead-letter
-it, and decide when its backpressure has lasted too long."""
+"""What several use cases do to a chunk, written once: build its analysis message (the one place an
+`AnalysisMessage` is made: at fan-out and when it is rebuilt from the stored document), announce that
+it settled (the results message and its dedup id), dead-letter it, requeue it under backpressure, and
+decide when its backpressure has lasted too long."""
 
 from __future__ import annotations
+
+import random
+from dataclasses import dataclass
 
 from contract_review.domain.errors import ErrorEnvelope
 from contract_review.domain.messages import AnalysisMessage, ResultMessage
 from contract_review.domain.ports import Deps, Queue
-from contract_review.domain.records import AttemptStats, ChunkRecord, ChunkStatus, Job
+from contract_review.domain.records import AttemptStats, ChunkRecord, ChunkStatus, Job, ReleaseReason
+from contract_review.reliability.retry import requeue_delay_s
 
 
 def settled_result(record: ChunkRecord) -> ResultMessage:
@@ -26,14 +31,62 @@ def announce(deps: Deps, record: ChunkRecord, nonce: str = "") -> None:
     deps.queues.send_result(msg, msg.dedup_id(nonce))
 
 
-def analysis_message(deps: Deps, job: Job, chunk: ChunkRecord, reason: str, text: str | None = None) -> AnalysisMessage:
-    """A fresh analysis message for a chunk, rebuilt from the stored document."""
-    text = deps.artifacts.get_text(job.document_key) if text is None else text
+def chunk_message(deps: Deps, job: Job, chunk: ChunkRecord, chunk_text: str, reason: str) -> AnalysisMessage:
+    """The analysis message of a chunk, its text given (`chunk_text`: the chunk's own slice)."""
     return AnalysisMessage(job_id=job.job_id, chunk_id=chunk.chunk_id, chunk_index=chunk.chunk_index,
-                           chunk_count=job.chunk_count, start=chunk.start, end=chunk.end,
-                           text=text[chunk.start:chunk.end], attempt=chunk.failures + 1,
-                           max_attempts=deps.settings.profile.poison_budget, checkpoint_version=job.config_hash,
-                           reason=reason)
+                           chunk_count=job.chunk_count, start=chunk.start, end=chunk.end, text=chunk_text,
+                           attempt=chunk.failures + 1, max_attempts=deps.settings.profile.poison_budget,
+                           checkpoint_version=job.config_hash, reason=reason)
+
+
+def analysis_message(deps: Deps, job: Job, chunk: ChunkRecord, reason: str, text: str | None = None) -> AnalysisMessage:
+    """A fresh analysis message for a chunk, rebuilt from the stored document (`text`: the whole document,
+    when the caller has it already)."""
+    text = deps.artifacts.get_text(job.document_key) if text is None else text
+    return chunk_message(deps, job, chunk, text[chunk.start:chunk.end], reason)
+
+
+def requeue_reason(env: ErrorEnvelope) -> str:
+    """A requeue's reason: the backpressure error itself, or the throttle behind a spent budget."""
+    if env.error_code == "runtime.retry_budget_exhausted" and env.cause_code:
+        return env.cause_code
+    return env.error_code
+
+
+@dataclass(frozen=True)
+class Requeued:
+    delay_s: int
+    reason: str
+    streak: int  # the chunk's backpressure requeues since its last progress
+
+
+def requeue(deps: Deps, msg: AnalysisMessage, record: ChunkRecord | None, fence: int, env: ErrorEnvelope, *,
+            by: str, stats: AttemptStats | None = None, rng: random.Random | None = None, clean: bool = False,
+            resume_from: list[str] | None = None, lapsed_before: float | None = None,
+            **detail: object) -> Requeued | ErrorEnvelope | None:
+    """The one backpressure requeue (worker and sweeper): release the chunk without a failure and send a
+    fresh copy of its message, delayed by the streak's backoff (at once when `clean`: the attempt made
+    progress and no error drove it), with a `chunk.requeued` event.
+
+    Returns the `runtime.backpressure_exhausted` envelope, having written nothing, when the chunk's
+    backpressure has lasted its deadline without progress (the caller dead-letters it); None when the
+    fence moved on (the chunk is someone else's); else what was sent."""
+    if record is not None:
+        exhausted = backpressure_exhausted(deps, record, env, deps.clock())
+        if exhausted is not None:
+            return exhausted
+    released = deps.claims.release(msg.job_id, msg.chunk_id, fence, stats or AttemptStats(), env, failure=False,
+                                   lapsed_before=lapsed_before, reason=ReleaseReason.BACKPRESSURE)
+    if released is None:
+        return None
+    streak = record.backpressure_requeues if record else 0
+    delay = 0 if clean else requeue_delay_s(deps.settings.profile, streak, rng or random.Random(), env.retry_after_s)
+    reason = requeue_reason(env)
+    deps.queues.send_analysis([msg.requeued(reason, released.backpressure_requeues, resume_from)], delay_s=delay)
+    deps.jobs.count_requeue(msg.job_id)
+    deps.jobs.record_event(msg.job_id, "chunk.requeued", chunk_id=msg.chunk_id, reason=reason, by=by, delay_s=delay,
+                           streak_requeues=released.backpressure_requeues, **detail)
+    return Requeued(delay, reason, released.backpressure_requeues)
 
 
 def backpressure_exhausted(deps: Deps, chunk: ChunkRecord, cause: ErrorEnvelope, now: float) -> ErrorEnvelope | None:

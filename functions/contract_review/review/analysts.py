@@ -6,18 +6,33 @@ An analyst runs two steps over one chunk:
 Each step's output is validated against a schema; quotes must appear verbatim in the chunk
 (their offsets are computed here, never trusted from the model). A failure to validate is a
 semantic error (`model.output_invalid`); a refusal is a policy error (`model.refused`).
+
+This file is the one place a category is added (docs/extending.md): its `Category`, and its key in
+an analyst's `categories` (an existing analyst, or a new `AnalystSpec`). Everything else that counts
+or lists categories and analysts derives them from `CATEGORIES` and `ANALYSTS`; the offline rule
+model needs the category's rules (doubles/offline_model.py `PATTERNS`, `EXAMPLES`).
+
+The analysis identity (`analyst_identity`): a checkpoint of an analyst's output is reused only under
+the identity it was made with, derived from everything that shapes that output: the requests the
+analyst sends, rendered by `build_request` itself for a fixed placeholder excerpt (system prompt and
+step instructions with its categories' keys, titles and questions, the user-message template, the
+output schemas, maxTokens, temperature) plus the model id and provider. A change to one category
+re-runs the analysts that ask it and no other; nothing has to be remembered to bump.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
+import hashlib
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from contract_review.config.settings import Settings
 from contract_review.domain.errors import ReviewError
 from contract_review.domain.model import ModelRequest, ModelResponse
 from contract_review.review.chunking import Chunk
@@ -146,15 +161,32 @@ class AnalystOutput(BaseModel):
 _SCHEMAS = {"locate": LocateOutput.model_json_schema(), "assess": AssessOutput.model_json_schema()}
 SYSTEM = ("You are a meticulous contract lawyer reviewing one excerpt of a contract. Quote clauses "
           "verbatim, exactly as they appear, and answer only through the provided tool.")
+TASKS = {
+    "locate": ("List every clause in the excerpt that answers one of these questions. "
+               "Quote each clause verbatim (a full sentence or sub-clause)."),
+    "assess": ("For each located clause (listed after the excerpt), give a risk score from 0 (benign) to 1 "
+               "(severe) for the reviewing party and a one-sentence rationale. Keep each quote unchanged."),
+}
+MAX_TOKENS = 2048  # each call's maxTokens
+TEMPERATURE = 0.0  # each call's temperature
 
 
 ParsedItems = list[Located]  # locate -> Located; assess -> Assessed (a Located with a score)
 
 
+def categories_of(spec: AnalystSpec) -> tuple[Category, ...]:
+    """The categories the analyst asks about, in its order."""
+    return tuple(CATEGORY_BY_KEY[k] for k in spec.categories)
+
+
+def _asked(categories: Sequence[Category]) -> list[dict[str, str]]:
+    """What the model is told of each category: its key, title and question (not its CUAD mapping)."""
+    return [{"key": c.key, "title": c.title, "question": c.question} for c in categories]
+
+
 def build_request(spec: AnalystSpec, step: str, chunk: Chunk, prior: ParsedItems | None,
                   repair_hint: str | None) -> ModelRequest:
-    cats = [{"key": k, "title": CATEGORY_BY_KEY[k].title, "question": CATEGORY_BY_KEY[k].question}
-            for k in spec.categories]
+    cats = _asked(categories_of(spec))
     payload: dict[str, Any] = {"categories": cats, "chunk_text": chunk.text, "chunk_index": chunk.index}
     prompt = f"<excerpt>\n{chunk.text}\n</excerpt>"
     if step == "assess":
@@ -165,23 +197,21 @@ def build_request(spec: AnalystSpec, step: str, chunk: Chunk, prior: ParsedItems
         payload["repair_hint"] = repair_hint
         prompt += f"\n\nYour previous answer was invalid: {repair_hint}\nAnswer again, valid this time."
     return ModelRequest(analyst=spec.name, step=step, system=instructions(spec, step), prompt=prompt,
-                        payload=payload, output_schema=_SCHEMAS[step], chunk_id=chunk.chunk_id)
+                        payload=payload, output_schema=_SCHEMAS[step], chunk_id=chunk.chunk_id,
+                        max_tokens=MAX_TOKENS, temperature=TEMPERATURE)
+
+
+def instructions(spec: AnalystSpec, step: str) -> str:
+    """The analyst's fixed instructions for one step, the same for every chunk of every document: the system
+    prompt, sent as a cached prompt prefix (model/bedrock.py). Only the excerpt (and, to assess, the located
+    clauses) follows in the user message."""
+    return _instructions(SYSTEM, TASKS[step], categories_of(spec))
 
 
 @functools.cache
-def instructions(spec: AnalystSpec, step: str) -> str:
-    """The analyst's fixed instructions for one step, the same for every chunk of every document: the system
-    prompt, sent as a cached prompt prefix (model_clients.py). Only the excerpt (and, to assess, the located
-    clauses) follows in the user message."""
-    cats = [{"key": k, "title": CATEGORY_BY_KEY[k].title, "question": CATEGORY_BY_KEY[k].question}
-            for k in spec.categories]
-    if step == "locate":
-        task = ("List every clause in the excerpt that answers one of these questions. "
-                "Quote each clause verbatim (a full sentence or sub-clause).")
-    else:
-        task = ("For each located clause (listed after the excerpt), give a risk score from 0 (benign) to 1 "
-                "(severe) for the reviewing party and a one-sentence rationale. Keep each quote unchanged.")
-    return f"{SYSTEM}\n\nCategories: {json.dumps(cats)}\n\nTask: {task}"
+def _instructions(system: str, task: str, categories: tuple[Category, ...]) -> str:
+    """Cached by content, not by analyst: a category whose question changed renders anew."""
+    return f"{system}\n\nCategories: {json.dumps(_asked(categories))}\n\nTask: {task}"
 
 
 def parse_response(spec: AnalystSpec, step: str, chunk: Chunk, response: ModelResponse) -> ParsedItems:
@@ -256,3 +286,50 @@ def refused_output(spec: AnalystSpec, chunk: Chunk, calls: int) -> AnalystOutput
     """Policy fallback: the analyst records that it was refused rather than retrying."""
     return AnalystOutput(analyst=spec.name, status="refused", findings=[], model_calls=calls,
                          error_code="model.refused")
+
+
+# --- the analysis identity -------------------------------------------------------------------
+_PLACEHOLDER = "<the excerpt>"
+_PLACEHOLDER_CHUNK = Chunk(index=0, chunk_id="analysis-identity", start=0, end=len(_PLACEHOLDER), text=_PLACEHOLDER)
+_PLACEHOLDER_HINT = "<why the previous answer was invalid>"
+
+
+def identity_material(spec: AnalystSpec, model_id: str, provider: str) -> dict[str, Any]:
+    """Everything that shapes the analyst's output: the model (id and provider) and every request the analyst
+    sends, rendered by `build_request` itself for a placeholder excerpt (each step, first answer and repair),
+    so it cannot drift from what is sent: the system prompt (instructions and its categories' keys, titles and
+    questions), the user-message template, the payload, the output schema, maxTokens and temperature. Not the
+    categories' CUAD mapping nor whether the analyst is mandatory: they shape the report, not the output."""
+    located = [Located(category=k, quote=_PLACEHOLDER) for k in spec.categories]
+    requests = [dataclasses.asdict(build_request(spec, step, _PLACEHOLDER_CHUNK, located if step == "assess" else None,
+                                                 hint))
+                for step in STEPS for hint in (None, _PLACEHOLDER_HINT)]
+    return {"model_id": model_id, "provider": provider, "requests": requests}
+
+
+def _digest(value: object) -> str:
+    """16 hex digits of the SHA-256 of canonical JSON (sorted keys): the same in every process."""
+    canonical = json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return hashlib.sha256(canonical.encode("utf-8")).hexdigest()[:16]
+
+
+def analyst_identity(spec: AnalystSpec, model_id: str, provider: str) -> str:
+    """The analyst's identity: what its checkpoints are stored under (`config_hash`) and reused only on."""
+    return _digest(identity_material(spec, model_id, provider))
+
+
+def analysis_identities(settings: Settings, specs: Sequence[AnalystSpec]) -> dict[str, str]:
+    """Analyst name -> identity, under the settings' model (its effective model id and provider)."""
+    return {s.name: analyst_identity(s, settings.effective_model_id, settings.model_provider) for s in specs}
+
+
+def job_identity(identities: Mapping[str, str]) -> str:
+    """A hash over analysts' identities (name -> identity): it changes when any of them does."""
+    return _digest(dict(identities))
+
+
+def job_config_hash(settings: Settings) -> str:
+    """What a new job records as its `config_hash` (and its messages as `checkpoint_version`): `job_identity`
+    over the analysts it will run, under the settings' model. For reporting and events; checkpoints are
+    matched per analyst."""
+    return job_identity(analysis_identities(settings, analysts_for(settings.profile.analyst_count)))

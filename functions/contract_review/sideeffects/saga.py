@@ -63,7 +63,6 @@ HIGH_RISK_SCORE = 0.7  # a finding at or above this score is high risk (report.m
 TICKET, PUBLISH = "ticket.open", "report.publish"
 STEP_ORDER = (TICKET, PUBLISH)  # the saga's order; compensations run in reverse
 COMPLETED_DETAIL, WITHDRAWN_DETAIL = "Review completed", "Review withdrawn"
-TOP_CATEGORIES = 12
 
 
 class SagaStatus(StrEnum):
@@ -140,7 +139,7 @@ def plan(deps: Deps, job: Job, report: Report) -> list[Step]:
         by_cat: dict[str, int] = {}
         for f in risky:
             by_cat[f.category] = by_cat.get(f.category, 0) + 1
-        cats: JsonObject = dict(sorted(by_cat.items())[:TOP_CATEGORIES])
+        cats: JsonObject = dict(sorted(by_cat.items()))  # every category with a high-risk finding
         steps.append(Step(job.job_id, TICKET, "create", {
             **common, "title": f"Contract review: {len(risky)} high-risk finding(s) in {job.document_id or job.job_id}",
             "high_risk_findings": len(risky), "max_score": max(f.score for f in risky), "categories": cats,
@@ -309,14 +308,6 @@ def _wait_for_approval(deps: Deps, job: Job, step: Step, u: Unresolved, done: li
             else SagaStatus.NOT_RUNNING
         return SagaResult(status, done, evidence=approval, job=now_job)
     return SagaResult(SagaStatus.WAITING_APPROVAL, done, evidence=approval, error=u.error, job=moved)
-
-
-def resume_after_approval(deps: Deps, fx: SideEffects, job: Job, report: Report | None = None) -> SagaResult:
-    """An approved job (running again): the unknown step is retried with the same key (the external system
-    dedups it), then the saga goes on."""
-    if job.approval is not None:
-        deps.jobs.record_event(job.job_id, "sideeffect.retry_approved", step=job.approval.step, key=job.approval.key)
-    return run_side_effects(deps, fx, job, report)
 
 
 # ------------------------------------------------------------------------------ compensation
