@@ -78,6 +78,7 @@ class PipelineFunction(Construct):
         log_level: str,
         removal_policy: RemovalPolicy,
         description: str,
+        recursive_loop: lambda_.RecursiveLoop = lambda_.RecursiveLoop.TERMINATE,
     ) -> None:
         super().__init__(scope, construct_id)
         self.service = service
@@ -104,7 +105,10 @@ class PipelineFunction(Construct):
             memory_size=memory_mb,
             log_group=self.log_group,
             description=description,
-            tracing=lambda_.Tracing.ACTIVE,  # X-Ray: one trace per invocation (adds xray:Put* to the role)
+            tracing=lambda_.Tracing.ACTIVE,
+            # Lambda's recursive-loop detection stops a function after ~16 invocations in one chain of SQS
+            # messages; ALLOW only where the code bounds its own loop (docs/runbook.md "Recursive loops").
+            recursive_loop=recursive_loop,  # X-Ray: one trace per invocation (adds xray:Put* to the role)
             environment={
                 **environment,
                 "POWERTOOLS_SERVICE_NAME": service,

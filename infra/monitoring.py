@@ -114,6 +114,11 @@ class Monitoring(Construct):
                         f"{name} function: >= {p.function_throttles_alarm_threshold} throttled invocation(s) in "
                         f"{p.alarm_period_s}s: the account's Lambda concurrency is exhausted.",
                         fn.metric_throttles(period=period, statistic="Sum"), p.function_throttles_alarm_threshold)
+            self._alarm(f"{name.title()}RecursionDropped", f"{name}-recursion-dropped",
+                        f"{name} function: Lambda's recursive-loop detection dropped >= 1 invocation in "
+                        f"{p.alarm_period_s}s: a message chain was stopped (docs/runbook.md \"Recursive loops\"). "
+                        "The message goes back to its queue and, after its receives, to the DLQ.",
+                        fn.metric("RecursiveInvocationsDropped", period=period, statistic="Sum"), 1)
         self._alarm("BackpressureAlarm", "backpressure",
                     f"Backpressure: >= {p.backpressure_alarm_threshold} chunk requeues per {p.alarm_period_s}s for "
                     f"{p.backpressure_alarm_periods} periods in a row. The model quota (requests or tokens per "

@@ -7,6 +7,7 @@ import math
 from aws_cdk import CfnOutput, Duration, RemovalPolicy, Stack, Tags
 from aws_cdk import aws_events as events
 from aws_cdk import aws_events_targets as targets
+from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_lambda_event_sources as event_sources
 from constructs import Construct
 
@@ -90,18 +91,25 @@ class ContractReviewStack(Stack):
         layer = powertools_layer(self, settings.powertools_version)
         log_level = "DEBUG" if settings.is_disposable else "INFO"
 
-        def fn(cid: str, service: str, timeout_s: int, memory_mb: int, what: str) -> PipelineFunction:
+        def fn(cid: str, service: str, timeout_s: int, memory_mb: int, what: str,
+               recursive_loop: lambda_.RecursiveLoop = lambda_.RecursiveLoop.TERMINATE) -> PipelineFunction:
             return PipelineFunction(
                 self, cid, handler=f"{HANDLERS}.{service}.handler", service=service, code=code, layer=layer,
                 environment=self.function_environment("lambda"), timeout_s=timeout_s, memory_mb=memory_mb,
                 log_retention_days=p.record_ttl_days, log_level=log_level, removal_policy=removal,
-                description=f"contract-review {what} ({p.name})",
+                description=f"contract-review {what} ({p.name})", recursive_loop=recursive_loop,
             )
 
         self.intake_fn = fn("IntakeFn", "intake", p.intake_timeout_s, INTAKE_MEMORY_MB, "intake: validate, chunk, fan out")
-        self.worker_fn = fn("WorkerFn", "worker", p.worker_timeout_s, p.worker_memory_mb, "analysis worker")
+        # The worker requeues a throttled chunk to its own queue (bounded: the backpressure deadline and the
+        # poison budget, reliability/chunks.py) and the aggregator refills the analysis queue page by page
+        # (bounded: the document's chunk count, pipeline/fanout.py): both chains are longer than Lambda's
+        # recursion guard allows (~16), so they may recurse. Intake keeps the guard: nothing SQS-triggered
+        # sends to the intake queue. The RecursiveInvocationsDropped alarm says if it ever acts.
+        allow = lambda_.RecursiveLoop.ALLOW
+        self.worker_fn = fn("WorkerFn", "worker", p.worker_timeout_s, p.worker_memory_mb, "analysis worker", allow)
         self.aggregator_fn = fn("AggregatorFn", "aggregator", p.aggregator_timeout_s, AGGREGATOR_MEMORY_MB,
-                                "aggregator: findings -> report, side effects")
+                                "aggregator: findings -> report, side effects", allow)
         self.sweeper_fn = fn("SweeperFn", "sweeper", p.sweeper_timeout_s, SWEEPER_MEMORY_MB,
                              "sweeper: lapsed claims, DLQ explain")
         self.api_fn = fn("ApiFn", "api", API_TIMEOUT_S, API_MEMORY_MB, "Job API: jobs and batches over HTTP")

@@ -36,7 +36,7 @@ def test_every_alarm_notifies_the_alarm_topic(synth: Synth, name: str) -> None:
     topic = _topic(t)
     alarms = resources(t, "AWS::CloudWatch::Alarm")
     ours = _alarms(t)
-    assert len(ours) == 21 + 1  # 3 queues x 3 + 5 functions x 2 (incl. the Job API) + backpressure + stuck jobs; + compensation DLQ
+    assert len(ours) == 27  # 3 queues x 3 + 5 functions x 3 (errors, throttles, recursion; incl. the Job API) + backpressure + stuck jobs + compensation DLQ
     for lid, a in alarms.items():
         p = a["Properties"]
         if "AlarmName" not in p:  # the scaling policy's own alarms act on the policy, not on people
@@ -153,3 +153,19 @@ def test_dashboard_shows_queues_jobs_retries_and_dead_letters(synth: Synth, name
     # retries by code: a SEARCH over the Retries metric's (service, tier, code) dimensions
     assert "SEARCH('{ContractReview,code,service,tier} MetricName=" in body and "Retries" in body
     assert "p90" in body
+
+
+@pytest.mark.parametrize("name", [LOCAL, PROD])
+def test_recursive_loops_are_allowed_where_the_code_bounds_them_and_alarmed_everywhere(synth: Synth, name: str) -> None:
+    """Lambda stops a chain of ~16 SQS-triggered invocations unless the function allows recursion (moto has no
+    such guard): the worker (requeues to its own queue) and the aggregator (refills the analysis queue page by
+    page) allow it; intake keeps the guard; every function alarms on RecursiveInvocationsDropped."""
+    t = synth.templates[name]
+    alarms = _alarms(t)
+    for fn, loop in (("intake", "Terminate"), ("worker", "Allow"), ("aggregator", "Allow"), ("sweeper", "Terminate")):
+        fn_id, props = function_by_handler(t, f"{fn}.handler")
+        assert props.get("RecursiveLoop") == loop, fn
+        a = alarms[f"{fn}-recursion-dropped"]
+        assert (a["Namespace"], a["MetricName"], a["Statistic"], a["Threshold"]) == (
+            "AWS/Lambda", "RecursiveInvocationsDropped", "Sum", 1)
+        assert a["Dimensions"] == [{"Name": "FunctionName", "Value": {"Ref": fn_id}}]

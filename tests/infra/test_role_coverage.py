@@ -406,11 +406,11 @@ def _side_effects(rec: Recorder, setup: Deps, tickets: TicketServiceFake, role: 
     with rec.acting_as(role):
         assert saga.run_side_effects(deps, fx, job).status is SagaStatus.DONE
     # 2. a step failing on every attempt frees its in-progress record
-    tickets.inject("error_before_write", times=saga.STEP_ATTEMPTS)
+    tickets.inject("error_before_write", times=deps.settings.profile.side_effect_attempts)
     with rec.acting_as(role):
         assert saga.run_side_effects(deps, fx, _finished_job(setup, f"{role}-fx-fail")).status is SagaStatus.FAILED
     # 3. compensation: the publish withdrawn, the ticket's close failing on every attempt: dead-lettered
-    tickets.inject("error_before_write", op="close", times=saga.COMPENSATION_ATTEMPTS)
+    tickets.inject("error_before_write", op="close", times=deps.settings.profile.compensation_attempts)
     with rec.acting_as(role):
         assert saga.compensate(deps, fx, job, reason="job.cancelled").dead_lettered == [TICKET]
 
