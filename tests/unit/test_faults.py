@@ -22,13 +22,15 @@ from contract_review.doubles.faults import (
     FaultInjectingModel,
     bedrock_error,
     in_burst,
-    reserved_tokens,
     used_tokens,
 )
+from contract_review.doubles.bedrock_sim import reserved_tokens
 from contract_review.doubles.spec import FaultSpec
 from contract_review.model.bedrock import BedrockConverseModel, bedrock_client_config
 
 from .model_doubles import EchoModel, outcome, request
+
+ECHO = EchoModel().model_id  # the model the simulated Bedrock counts for (unknown: the strictest facts)
 
 # --- FaultInjectingModel ------------------------------------------------------------------------------------
 
@@ -242,7 +244,7 @@ def test_shared_requests_quota_throttles_across_instances_without_a_hint(tmp_pat
 
 def test_shared_tokens_quota_reserves_input_plus_max_tokens_and_throttles_with_too_many_tokens(tmp_path):
     # GIVEN a tokens quota of about two requests' reservation per second (request(): 1024 maxTokens)
-    per_call = reserved_tokens(request())
+    per_call = reserved_tokens(ECHO, request())
     assert per_call > 1024
     spec = FaultSpec(throttle_tokens_per_s=2.5 * per_call, throttle_state_dir=str(tmp_path))
     # WHEN three calls start at once (the 2nd starts while the 1st is in flight, the 3rd while both are)
@@ -364,21 +366,22 @@ def _bucket_tokens(state_dir) -> float:
 def test_a_finished_call_is_settled_to_input_plus_five_times_its_output(tmp_path):
     # GIVEN a tokens quota with room for exactly one reservation (input + 1024 maxTokens), no refill to speak of
     req = request()
-    reserved = reserved_tokens(req)
+    reserved = reserved_tokens(ECHO, req)
     spec = FaultSpec(throttle_tokens_per_s=1e-9, throttle_window_s=reserved / 1e-9, throttle_state_dir=str(tmp_path))
     model = FaultInjectingModel(EchoModel(), spec)
     # WHEN one call answers with 3 output tokens
     assert outcome(model, req) == "ok"
-    # THEN the quota holds input + 5 x 3, not the 1024 reserved: the reservation was settled
+    # THEN the quota holds the answer's input (10, as its usage reports it) + 5 x 3 output, not the input and
+    # 1024 maxTokens reserved: the reservation was settled
     used = reserved - _bucket_tokens(tmp_path)
-    assert used == pytest.approx(used_tokens(req, EchoModel().invoke(req)), abs=1)
-    assert used == pytest.approx(reserved - 1024 + 5 * 3, abs=1)
+    assert used == pytest.approx(used_tokens(ECHO, req, EchoModel().invoke(req)), abs=1)
+    assert used == pytest.approx(10 + 5 * 3, abs=1)
 
 
 def test_a_call_in_flight_holds_its_whole_reservation(tmp_path):
     # GIVEN room for one reservation; WHEN a second call starts while the first is in flight (in its latency)
     req = request()
-    spec = FaultSpec(throttle_tokens_per_s=1e-9, throttle_window_s=reserved_tokens(req) / 1e-9,
+    spec = FaultSpec(throttle_tokens_per_s=1e-9, throttle_window_s=reserved_tokens(ECHO, req) / 1e-9,
                      throttle_state_dir=str(tmp_path), latency_ms=1)
     seen: list[str] = []
     other = FaultInjectingModel(EchoModel(), spec.model_copy(update={"latency_ms": 0}))
@@ -390,7 +393,7 @@ def test_a_call_in_flight_holds_its_whole_reservation(tmp_path):
 
 def test_an_error_answered_at_once_gives_its_reserved_tokens_back(tmp_path):
     req = request()
-    reserved = reserved_tokens(req)
+    reserved = reserved_tokens(ECHO, req)
     spec = FaultSpec(throttle_tokens_per_s=1e-9, throttle_window_s=2 * reserved / 1e-9,
                      throttle_state_dir=str(tmp_path), transient_rate=1.0)
     model = FaultInjectingModel(EchoModel(), spec)
@@ -402,7 +405,7 @@ def test_an_error_answered_at_once_gives_its_reserved_tokens_back(tmp_path):
 def test_a_request_throttled_on_tokens_gives_its_request_back(tmp_path):
     # GIVEN a requests quota of 5 and a tokens quota with room for one reservation, barely refilling
     req = request()
-    spec = FaultSpec(throttle_quota_per_s=5e-9, throttle_tokens_per_s=reserved_tokens(req) * 1e-9,
+    spec = FaultSpec(throttle_quota_per_s=5e-9, throttle_tokens_per_s=reserved_tokens(ECHO, req) * 1e-9,
                      throttle_window_s=1e9, throttle_state_dir=str(tmp_path))
     model = FaultInjectingModel(EchoModel(), spec)
     assert outcome(model, req) == "ok"
@@ -430,6 +433,11 @@ def test_5xx_bursts_fail_every_call_inside_the_window_and_none_outside(monkeypat
     # AND another seed puts the bursts elsewhere
     other = spec.model_copy(update={"seed": 5})
     assert [in_burst(other, t / 10) for t in range(100)] != [in_burst(spec, t / 10) for t in range(100)]
+
+
+def test_the_simulated_bedrock_has_no_requests_quota_unless_asked(tmp_path):
+    spec = FaultSpec.simulated_bedrock(str(tmp_path), tokens_per_minute=600_000)
+    assert spec.throttle_quota_per_s is None and spec.throttle_tokens_per_s == 10_000
 
 
 def test_the_simulated_bedrock_spec_is_per_minute_quotas_and_a_latency_tail(tmp_path):

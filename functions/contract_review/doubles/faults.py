@@ -40,6 +40,13 @@ from typing import Any
 from botocore.exceptions import ClientError, ReadTimeoutError
 
 from contract_review.domain.model import ModelClient, ModelRequest, ModelResponse
+from contract_review.doubles.bedrock_sim import (
+    CHARS_PER_TOKEN,
+    DailyTokenLedger,
+    input_tokens,
+    quota_tokens,
+    reserved_tokens,
+)
 from contract_review.doubles.spec import FaultSpec
 
 # What Bedrock says when a quota is hit (HTTP 429 ThrottlingException, no Retry-After header).
@@ -131,24 +138,14 @@ class SharedTokenBucket:
             return ok
 
 
-def reserved_tokens(request: ModelRequest) -> int:
-    """What a call holds against a tokens-per-minute quota when it starts: its input (estimated at four
-    characters a token) plus `maxTokens`, which Bedrock reserves up front."""
-    return input_tokens(request) + request.max_tokens
-
-
-def input_tokens(request: ModelRequest) -> int:
-    return (len(request.system) + len(request.prompt)) // 4
-
-
-OUTPUT_TOKEN_BURNDOWN = 5  # current Claude models: one output token counts 5 against tokens per minute
-
-
-def used_tokens(request: ModelRequest, response: ModelResponse) -> int:
-    """What a finished call finally counts against a tokens-per-minute quota: its input plus five
-    times its output."""
-    output = response.output_tokens or len(response.text) // 4
-    return input_tokens(request) + OUTPUT_TOKEN_BURNDOWN * output
+def used_tokens(model_id: str, request: ModelRequest, response: ModelResponse) -> int:
+    """What a finished call finally counts against a tokens-per-minute quota (bedrock_sim.quota_tokens): its
+    uncached input + cache writes + output x the model's burndown; cache reads are released. A model that
+    reports no usage is counted from the request (all input uncached)."""
+    output = response.output_tokens or len(response.text) // CHARS_PER_TOKEN
+    if response.input_tokens or response.cache_read_tokens or response.cache_write_tokens:
+        return quota_tokens(model_id, response.input_tokens, response.cache_write_tokens, output)
+    return quota_tokens(model_id, input_tokens(model_id, request), 0, output)
 
 
 def in_burst(spec: FaultSpec, now: float) -> bool:
@@ -201,12 +198,12 @@ class FaultInjectingModel:
     def invoke(self, request: ModelRequest) -> ModelResponse:
         fault_rng, latency_rng = self._rngs(request)
         answer: ModelResponse | None = None
-        tokens = self._tokens_bucket()
+        tokens, daily = self._tokens_bucket(), self._daily_ledger()
         if self._active():
             roll = fault_rng.random()  # one roll: transient | malformed | refused | ok | permanent, at the spec's rates
             self._raise_injected(request, fault_rng, roll)
             answer = self._injected_answer(roll - self.spec.transient_rate)
-        reserved = reserved_tokens(request) if tokens is not None and self._active() else 0
+        reserved = reserved_tokens(self.model_id, request) if self._active() else 0
         response: ModelResponse | None = None
         try:
             delay = self.latency_s(latency_rng)
@@ -215,11 +212,31 @@ class FaultInjectingModel:
                 raise ReadTimeoutError(endpoint_url=f"https://bedrock-runtime.amazonaws.com/model/{self.model_id}/converse")
             if delay > 0:
                 self.sleep(delay)
-            response = answer or self.inner.invoke(request)
+            response = self._answer_length(request, answer or self.inner.invoke(request), latency_rng)
             return dataclasses.replace(response, latency_ms=response.latency_ms + delay * 1000)
-        finally:
-            if reserved and tokens is not None:  # settled: what the call used replaces what it reserved
-                tokens.settle(reserved - (used_tokens(request, response) if response else reserved))
+        finally:  # settled: what the call used replaces what it reserved (cache reads released)
+            used = used_tokens(self.model_id, request, response) if response else reserved
+            if reserved and tokens is not None:
+                tokens.settle(reserved - used)
+            if reserved and daily is not None:
+                daily.settle(self.model_id, reserved - used)
+
+    def _answer_length(self, request: ModelRequest, response: ModelResponse, rng: random.Random) -> ModelResponse:
+        """An LLM-like answer length (the spec's lognormal), never over `maxTokens`: counted, not generated."""
+        spec = self.spec
+        if not spec.answer_tokens_median or response.stop_reason != "end_turn":
+            return response
+        sigma = math.log(spec.answer_tokens_p99 / spec.answer_tokens_median) / _Z99 if spec.answer_tokens_p99 else 0.0
+        drawn = int(spec.answer_tokens_median * math.exp(sigma * rng.gauss(0.0, 1.0)))
+        return dataclasses.replace(response, output_tokens=min(request.max_tokens,
+                                                               max(response.output_tokens, drawn)))
+
+    def _daily_ledger(self) -> DailyTokenLedger | None:
+        spec = self.spec
+        if not (spec.throttle_state_dir and (spec.daily_tokens_per_model or spec.daily_tokens_account)):
+            return None
+        return DailyTokenLedger(spec.throttle_state_dir, model_per_day=spec.daily_tokens_per_model,
+                                account_per_day=spec.daily_tokens_account, day_s=spec.daily_window_s)
 
     def _requests_bucket(self) -> SharedTokenBucket | None:
         spec = self.spec
@@ -250,9 +267,12 @@ class FaultInjectingModel:
         try:
             self._raise_transient(rng, roll)
         except Exception:  # an error answered at once: the tokens it reserved are given back
-            tokens = self._tokens_bucket()
+            reserved = reserved_tokens(self.model_id, request)
+            tokens, daily = self._tokens_bucket(), self._daily_ledger()
             if tokens is not None:
-                tokens.settle(reserved_tokens(request))
+                tokens.settle(reserved)
+            if daily is not None:
+                daily.settle(self.model_id, reserved)
             raise
 
     def _raise_transient(self, rng: random.Random, roll: float) -> None:
@@ -270,13 +290,22 @@ class FaultInjectingModel:
             raise ReadTimeoutError(endpoint_url=f"https://bedrock-runtime.amazonaws.com/model/{self.model_id}/converse")
 
     def _take_quotas(self, request: ModelRequest) -> None:
-        """The shared quotas, requests first: a request throttled on tokens gives its request back."""
-        requests, tokens = self._requests_bucket(), self._tokens_bucket()
+        """The shared quotas at admission (requests, when simulated; tokens per minute; tokens per day): a call
+        reserves all its input, cache reads included, plus maxTokens. Refused by one, it gives back what it took
+        from the others. A daily quota's throttle looks like any other (Bedrock says neither which nor when)."""
+        requests, tokens, daily = self._requests_bucket(), self._tokens_bucket(), self._daily_ledger()
+        reserved = reserved_tokens(self.model_id, request)
         if requests is not None and not requests.take():
             raise bedrock_error("ThrottlingException", REQUESTS_THROTTLE_MESSAGE)
-        if tokens is not None and not tokens.take(reserved_tokens(request)):
+        if tokens is not None and not tokens.take(reserved):
             if requests is not None:
                 requests.settle(1)
+            raise bedrock_error("ThrottlingException", TOKENS_THROTTLE_MESSAGE)
+        if daily is not None and not daily.take(self.model_id, reserved):
+            if requests is not None:
+                requests.settle(1)
+            if tokens is not None:
+                tokens.settle(reserved)
             raise bedrock_error("ThrottlingException", TOKENS_THROTTLE_MESSAGE)
 
     def _injected_answer(self, roll: float) -> ModelResponse | None:

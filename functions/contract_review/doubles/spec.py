@@ -43,16 +43,33 @@ class FaultSpec(BaseModel):
     # `burst_every_s` seconds (wall clock, at a phase drawn from the seed), like a provider incident.
     burst_every_s: float = 0.0
     burst_duration_s: float = 0.0
+    # Daily token quotas (Bedrock: per model, and one across models per account and region), counted in
+    # throttle_state_dir per window of `daily_window_s` (a day; tests scale it down). None: not simulated.
+    daily_tokens_per_model: float | None = None
+    daily_tokens_account: float | None = None
+    daily_window_s: float = 86400.0
+    # The prompt cache's minimum prefix (None: the model's, doubles/bedrock_sim.py MODEL_FACTS) and TTL; shared by
+    # every process through throttle_state_dir when it is set.
+    cache_min_tokens: int | None = None
+    cache_ttl_s: float = 300.0
+    # LLM-like answer lengths: a call's output tokens are at least a seeded lognormal draw from this median and
+    # 99th percentile (capped at its maxTokens), so cost and quota figures are not flattered by the rule
+    # model's short answers. Unset: the rule model's own answer length.
+    answer_tokens_median: float | None = None
+    answer_tokens_p99: float | None = None
     switch_file: str | None = None  # faults apply only while this file exists (when set)
     call_log: str | None = None  # append one JSON line per model call (tests count calls)
 
     @classmethod
-    def simulated_bedrock(cls, state_dir: str, *, requests_per_minute: float, tokens_per_minute: float | None = None,
-                          median_ms: float = 500.0, p99_ms: float | None = None, window_s: float = 60.0,
-                          **faults: Any) -> FaultSpec:
-        """The simulated Bedrock (a stand-in, not Bedrock): per-minute quotas shared by every process in
-        `state_dir`, a lognormal latency, and any other fault field (`transient_rate`, bursts, seed)."""
-        return cls(throttle_state_dir=state_dir, throttle_quota_per_s=requests_per_minute / 60,
+    def simulated_bedrock(cls, state_dir: str, *, tokens_per_minute: float | None = None,
+                          requests_per_minute: float | None = None, median_ms: float = 500.0,
+                          p99_ms: float | None = None, window_s: float = 60.0, **faults: Any) -> FaultSpec:
+        """The simulated Bedrock (a stand-in, not Bedrock; doubles/bedrock_sim.py): a tokens-per-minute quota
+        shared by every process in `state_dir` (a requests-per-minute one only when asked: Bedrock no longer
+        enforces one on bedrock-runtime), the account-wide prompt cache, a lognormal latency, and any other
+        fault field (`transient_rate`, bursts, daily quotas, answer lengths, seed)."""
+        return cls(throttle_state_dir=state_dir,
+                   throttle_quota_per_s=requests_per_minute / 60 if requests_per_minute else None,
                    throttle_tokens_per_s=tokens_per_minute / 60 if tokens_per_minute else None,
                    throttle_window_s=window_s, latency_median_ms=median_ms, latency_p99_ms=p99_ms, **faults)
 
@@ -69,8 +86,11 @@ class FaultSpec(BaseModel):
             raise ValueError("latency_p99_ms needs 0 < latency_median_ms <= latency_p99_ms")
         if self.burst_duration_s and not 0 < self.burst_duration_s < self.burst_every_s:
             raise ValueError("5xx bursts need 0 < burst_duration_s < burst_every_s")
-        if (self.throttle_quota_per_s or self.throttle_tokens_per_s) and not self.throttle_state_dir:
+        if (self.throttle_quota_per_s or self.throttle_tokens_per_s or self.daily_tokens_per_model
+                or self.daily_tokens_account) and not self.throttle_state_dir:
             raise ValueError("a shared throttle quota needs throttle_state_dir (where the workers share it)")
+        if self.answer_tokens_p99 is not None and not 0 < (self.answer_tokens_median or 0) <= self.answer_tokens_p99:
+            raise ValueError("answer_tokens_p99 needs 0 < answer_tokens_median <= answer_tokens_p99")
         return self
 
     def to_env(self) -> str:

@@ -1,0 +1,149 @@
+"""The simulated Bedrock is as strict as Bedrock (doubles/bedrock_sim.py): each rule pinned by a test."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import multiprocessing
+
+import pytest
+
+from contract_review.domain.model import ModelRequest, ModelResponse
+from contract_review.doubles.bedrock_sim import (
+    MODEL_FACTS,
+    STRICTEST,
+    DailyTokenLedger,
+    SimulatedPromptCache,
+    facts_for,
+    input_tokens,
+    prefix_tokens,
+    reserved_tokens,
+    text_tokens,
+)
+from contract_review.doubles.faults import FaultInjectingModel
+from contract_review.doubles.spec import FaultSpec
+
+from .model_doubles import outcome, request
+
+SONNET = "global.anthropic.claude-sonnet-4-6"
+
+
+def big_request(system_chars: int = 12_000, schema: dict | None = None, max_tokens: int = 1024) -> ModelRequest:
+    return dataclasses.replace(request(), system="s" * system_chars, output_schema=schema or {"type": "object"},
+                               max_tokens=max_tokens)
+
+
+class CachedAnswer:
+    """An inner model whose answer reports a prefix read from the cache, as Bedrock's usage does."""
+
+    model_id = SONNET
+
+    def invoke(self, req: ModelRequest) -> ModelResponse:
+        return ModelResponse(text="{}", stop_reason="end_turn", input_tokens=100, output_tokens=10,
+                             cache_read_tokens=3000)
+
+
+def test_the_model_facts_are_bedrocks_and_unknown_models_get_the_strictest():
+    assert facts_for(SONNET) == facts_for("anthropic.claude-sonnet-4-6") == MODEL_FACTS["anthropic.claude-sonnet-4-6"]
+    assert facts_for(SONNET).min_cache_tokens == 2048 and facts_for(SONNET).output_burndown == 5
+    assert facts_for("offline-rules-v1") == facts_for(SONNET)  # simulated as the model it is priced as
+    assert facts_for("some.new-model") == STRICTEST and STRICTEST.min_cache_tokens >= 2048
+
+
+def test_every_call_with_tools_carries_bedrocks_tool_use_system_prompt():
+    req = request()
+    assert prefix_tokens(SONNET, req) == 313 + text_tokens(req.system) + text_tokens(json.dumps(req.output_schema))
+    assert input_tokens(SONNET, req) == prefix_tokens(SONNET, req) + text_tokens(req.prompt)
+
+
+def test_the_cache_has_no_zero_minimum_and_keeps_nothing_under_the_models_minimum():
+    cache = SimulatedPromptCache(clock=lambda: 0.0)
+    assert cache.minimum(SONNET) == 2048 and cache.minimum("offline-rules-v1") == 2048
+    short = big_request(system_chars=4 * 1000)  # ~1,300 prefix tokens with the tool prompt: under 2,048
+    assert prefix_tokens(SONNET, short) < 2048
+    first, again = cache.use(SONNET, short), cache.use(SONNET, short)
+    assert (first.read, first.written) == (again.read, again.written) == (0, 0)
+    assert first.uncached == input_tokens(SONNET, short)
+
+
+def test_a_prefix_over_the_minimum_is_written_once_then_read_and_each_read_refreshes_its_ttl():
+    now = [0.0]
+    cache = SimulatedPromptCache(clock=lambda: now[0])
+    req = big_request()
+    prefix = prefix_tokens(SONNET, req)
+    assert prefix >= 2048
+    assert cache.use(SONNET, req).written == prefix
+    for t in (299.0, 598.0, 897.0):  # each read within 5 minutes of the last use keeps it warm
+        now[0] = t
+        use = cache.use(SONNET, req)
+        assert (use.read, use.written, use.uncached) == (prefix, 0, text_tokens(req.prompt))
+    now[0] = 897.0 + 301.0  # idle for more than the TTL: gone, written again
+    assert cache.use(SONNET, req).written == prefix
+
+
+def test_a_changed_tool_definition_is_another_prefix():
+    cache = SimulatedPromptCache(clock=lambda: 0.0)
+    cache.use(SONNET, big_request())
+    assert cache.use(SONNET, big_request(schema={"type": "object", "title": "other"})).written > 0
+
+
+def _use_in_another_process(state_dir: str, queue: multiprocessing.Queue) -> None:  # type: ignore[type-arg]
+    queue.put(dataclasses.astuple(SimulatedPromptCache(state_dir).use(SONNET, big_request())))
+
+
+def test_the_cache_is_shared_by_every_process_of_the_account(tmp_path):
+    SimulatedPromptCache(str(tmp_path)).use(SONNET, big_request())  # this process writes it
+    queue: multiprocessing.Queue = multiprocessing.Queue()  # type: ignore[type-arg]
+    child = multiprocessing.get_context("fork").Process(target=_use_in_another_process, args=(str(tmp_path), queue))
+    child.start()
+    child.join(10)
+    read, written, _ = queue.get(timeout=5)
+    assert (read, written) == (prefix_tokens(SONNET, big_request()), 0)  # another worker process reads it
+
+
+def test_admission_reserves_cache_reads_too_and_settlement_releases_them(tmp_path):
+    # GIVEN room for exactly one reservation: all the input (cached or not) + maxTokens
+    req = big_request()
+    reserved = reserved_tokens(SONNET, req)
+    spec = FaultSpec(throttle_tokens_per_s=1e-9, throttle_window_s=reserved / 1e-9, throttle_state_dir=str(tmp_path))
+    model = FaultInjectingModel(CachedAnswer(), spec)
+    assert outcome(model, req) == "ok"
+    # THEN the call counted input + 5 x output (100 + 50): its 3,000 cache reads were released
+    left = json.loads((tmp_path / "model-tokens.json").read_text())["tokens"]
+    assert reserved - left == pytest.approx(100 + 5 * 10, abs=1)
+    # AND a call whose prefix would be read from the cache is still refused when its whole input + maxTokens
+    # does not fit (what is left is less than a reservation)
+    assert outcome(model, req) == "model.throttled"
+
+
+def test_the_daily_token_quotas_refuse_past_their_count_until_the_next_day(tmp_path):
+    now = [0.0]
+    ledger = DailyTokenLedger(str(tmp_path), model_per_day=1000, account_per_day=1500, day_s=100, clock=lambda: now[0])
+    assert ledger.take(SONNET, 900) and not ledger.take(SONNET, 200)  # the model's day is spent
+    assert ledger.take("anthropic.claude-haiku-4-5-20251001-v1:0", 500)  # another model, within the account's
+    assert not ledger.take("anthropic.claude-haiku-4-5-20251001-v1:0", 200)  # the account's day is spent
+    ledger.settle(SONNET, 400)  # a call settled to less than it reserved gives the rest back
+    assert ledger.take(SONNET, 300)
+    now[0] = 100.0  # the next day
+    assert ledger.take(SONNET, 1000)
+
+
+def test_a_spent_daily_quota_throttles_like_any_quota(tmp_path):
+    req = request()
+    # room for 1.5 reservations a day: calls settled far below their reservation (150 tokens each) keep passing
+    spec = FaultSpec(daily_tokens_per_model=1.5 * reserved_tokens(SONNET, req), throttle_state_dir=str(tmp_path))
+    model = FaultInjectingModel(CachedAnswer(), spec)
+    assert [outcome(model, request(i=i)) for i in range(3)] == ["ok", "ok", "ok"]
+    spent = FaultInjectingModel(CachedAnswer(), spec.model_copy(update={"daily_tokens_per_model": 10}))
+    assert outcome(spent, req) == "model.throttled"
+
+
+def test_llm_like_answer_lengths_are_counted_and_never_exceed_max_tokens():
+    spec = FaultSpec(answer_tokens_median=300, answer_tokens_p99=1200, seed=4)
+    model = FaultInjectingModel(CachedAnswer(), spec)
+    outputs = [model.invoke(request(i=i)).output_tokens for i in range(200)]
+    assert 200 < sorted(outputs)[100] < 450  # about the median asked for
+    assert max(outputs) <= request().max_tokens
+    capped = FaultInjectingModel(CachedAnswer(), spec.model_copy(update={"answer_tokens_median": 10_000,
+                                                                          "answer_tokens_p99": None}))
+    assert capped.invoke(request()).output_tokens == request().max_tokens
