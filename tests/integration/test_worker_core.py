@@ -22,6 +22,7 @@ from contract_review.pipeline.aggregator import handle_result
 from contract_review.pipeline.intake import handle_intake
 from contract_review.pipeline.sweeper import sweep
 from contract_review.pipeline.worker import ChunkWorker, Delivery
+from contract_review.review.analysts import analysis_identities, analysts_for
 from contract_review.review.chunking import document_hash
 from contract_review.wiring import build_deps
 from review_local.connect import local_deps, local_session
@@ -97,7 +98,8 @@ def _commit_checkpoint(deps: Deps, job_id: str, chunk_id: str, analyst: str, con
 
 def test_checkpointed_analyst_is_loaded_not_rerun(deps, sqs):
     job_id, msg, delivery = _start_job(deps, sqs)
-    _commit_checkpoint(deps, job_id, msg.chunk_id, "liability", deps.settings.analysis_config_hash())
+    identity = analysis_identities(deps.settings, analysts_for(deps.settings.profile.analyst_count))["liability"]
+    _commit_checkpoint(deps, job_id, msg.chunk_id, "liability", identity)
     model = ScriptedModel()
     assert _worker(deps, model).handle(msg, delivery).action == "done"
     assert model.calls[("liability", "locate")] == 0  # loaded from the checkpoint
@@ -429,8 +431,9 @@ def test_large_analyst_output_is_checkpointed_in_s3_and_loaded_back(aws, deps, s
     job_id, msg, delivery = _start_job(s3_deps, sqs)
     claim = s3_deps.claims.claim(job_id, msg.chunk_id, "w", 30, 1)
     out = {"analyst": "liability", "status": "ok", "findings": [], "model_calls": 2}
+    identity = analysis_identities(small, analysts_for(small.profile.analyst_count))["liability"]
     assert s3_deps.claims.put_checkpoints(job_id, msg.chunk_id, claim.fence,
-                                          [CheckpointWrite(analyst="liability", config_hash=small.analysis_config_hash(),
+                                          [CheckpointWrite(analyst="liability", config_hash=identity,
                                                            status="ok", output_json=json.dumps(out))])
     (cp,) = s3_deps.claims.checkpoints(get_chunk(s3_deps, job_id, msg.chunk_id)).values()
     assert cp.output is None and (cp.output_key or "").startswith(f"checkpoints/{job_id}/")

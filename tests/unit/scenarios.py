@@ -68,7 +68,7 @@ def running_job(world: FakeWorld, n_chunks: int, job_key: str = "big",
     job_id, now = job_id_for(job_key), world.clock()
     world.jobs.create(Job(job_id=job_id, state=JobState.RUNNING, created_at=now, updated_at=now,
                           idempotency_key=job_key, document_key=document_key(job_id), chunk_count=n_chunks,
-                          analyst_count=11, model_id=model_id))
+                          analyst_count=len(ANALYSTS), model_id=model_id))
     for i in range(n_chunks):
         world.claims.create(ChunkRecord(job_id=job_id, chunk_id=f"c{i:05d}-x", chunk_index=i, start=i * 10,
                                         end=i * 10 + 10))

@@ -23,7 +23,7 @@ from contract_review.review.analysts import ChunkFindings, analysts_for
 from .fakes import SETTINGS, FakeWorld
 from .scenarios import one_chunk_job
 
-ANALYSTS = [a.name for a in analysts_for(11)]
+ANALYSTS = [a.name for a in analysts_for(SETTINGS.profile.analyst_count)]
 CALL_S = 0.02  # each call takes this long, so the calls of analysts run at once overlap
 CHECK_TO_CALL_S = 0.01  # a call that passed its check just before another analyst's stop was raised
 

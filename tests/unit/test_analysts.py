@@ -9,9 +9,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from contract_review.config.profile import PROFILES
 from contract_review.domain.errors import ReviewError
 from contract_review.domain.model import ModelRequest, ModelResponse
-from contract_review.doubles.offline_model import OfflineRuleModel, locate
+from contract_review.doubles.offline_model import EXAMPLES, PATTERNS, OfflineRuleModel, locate
 from contract_review.review.analysts import (
     ANALYSTS,
     CATEGORIES,
@@ -28,21 +29,8 @@ from contract_review.review.analysts import (
 )
 from contract_review.review.chunking import Chunk, split_into_chunks
 
-# One clause for each of the 12 categories, so every analyst's locate step finds something.
-ALL_CATEGORIES_TEXT = """\
-1. Liability. In no event shall either party's aggregate liability under this Agreement exceed the fees paid in the twelve months before the claim.
-2. Exclusions. The limitations in Section 1 shall not apply to a party's indemnification obligations or to its gross negligence or willful misconduct.
-3. Indemnity. The Supplier shall indemnify, defend and hold harmless the Customer against all third-party claims arising from the Services.
-4. Convenience. Either party may terminate this Agreement for convenience upon ninety (90) days' prior written notice to the other party.
-5. Term. This Agreement shall automatically renew for successive one-year renewal terms unless either party gives notice of non-renewal.
-6. Non-competition. During the Term the Supplier shall not, directly or indirectly, compete with the Customer in the Territory.
-7. Assignment. Neither party may assign this Agreement without the prior written consent of the other party, including on a change of control.
-8. Ownership. All Deliverables shall be the sole and exclusive property of the Customer, and the Supplier hereby assigns to the Customer all right, title and interest in them.
-9. Licence. The Supplier grants the Customer a non-exclusive, non-transferable, worldwide license to use the Software during the Term.
-10. Governing law. This Agreement shall be governed by the laws of the State of New York.
-11. Audit. The Customer may audit the Supplier's books and records once a year on thirty days' notice.
-12. Commitment. The Customer shall purchase a minimum of 10,000 units in each contract year.
-"""
+# One clause for each category (the offline rules' example of it), so every analyst's locate step finds something.
+ALL_CATEGORIES_TEXT = "".join(f"{i}. {EXAMPLES[c.key]}\n" for i, c in enumerate(CATEGORIES, 1))
 
 
 def _chunk(text: str, start: int = 0, index: int = 0) -> Chunk:
@@ -194,13 +182,12 @@ def test_to_findings_skips_clauses_that_were_never_assessed() -> None:
 
 # --- model calls -------------------------------------------------------------------------------
 
-def test_all_eleven_analysts_make_22_calls_per_chunk_when_each_locate_finds_something() -> None:
+def test_every_analyst_makes_two_calls_per_chunk_when_its_locate_finds_something() -> None:
     chunk = _chunk(ALL_CATEGORIES_TEXT)
     model = CountingModel()
     outputs = [run_analyst(spec, chunk, model.call_step) for spec in ANALYSTS]
-    assert len(ANALYSTS) == 11 and len(CATEGORIES) == 12
-    assert [o.model_calls for o in outputs] == [2] * 11
-    assert sum(o.model_calls for o in outputs) == len(model.requests) == 22
+    assert [o.model_calls for o in outputs] == [2] * len(ANALYSTS)
+    assert sum(o.model_calls for o in outputs) == len(model.requests) == 2 * len(ANALYSTS)
     assert [(r.analyst, r.step) for r in model.requests] == [(s.name, step) for s in ANALYSTS for step in STEPS]
     for spec, out in zip(ANALYSTS, outputs):
         assert out.status == "ok" and out.findings, spec.name
@@ -219,11 +206,37 @@ def test_locate_that_finds_nothing_skips_assess() -> None:
 
 
 def test_analysts_for_bounds() -> None:
-    assert analysts_for(11) == ANALYSTS
+    assert analysts_for(len(ANALYSTS)) == ANALYSTS
     assert analysts_for(3) == ANALYSTS[:3]
-    for bad in (0, 12, -1):
+    for bad in (0, len(ANALYSTS) + 1, -1):
         with pytest.raises(ValueError):
             analysts_for(bad)
+
+
+# --- the category and analyst tables: what adding a category must keep true (docs/extending.md) ---
+
+def test_every_category_is_asked_by_exactly_one_analyst_and_every_analyst_asks_known_categories() -> None:
+    keys = [c.key for c in CATEGORIES]
+    assert len(keys) == len(set(keys)) == len(CATEGORY_BY_KEY)
+    asked = [k for spec in ANALYSTS for k in spec.categories]
+    assert sorted(asked) == sorted(keys), "a category no analyst asks is never looked for"
+    names = [spec.name for spec in ANALYSTS]
+    assert len(names) == len(set(names)) and all(spec.categories for spec in ANALYSTS)
+
+
+def test_every_category_has_offline_rules_that_find_its_example() -> None:
+    assert set(PATTERNS) == set(EXAMPLES) == set(CATEGORY_BY_KEY)
+    for cat in CATEGORIES:
+        assert cat.key in _cats(EXAMPLES[cat.key]), f"the offline rules of {cat.key} miss its example"
+
+
+def test_every_profile_runs_every_analyst() -> None:
+    # the profile states how many analysts a job runs (its sizing grows with it); adding an analyst to
+    # review/analysts.py raises it (docs/extending.md): a profile running fewer would silently skip the new one
+    for profile in PROFILES.values():
+        assert profile.analyst_count == len(ANALYSTS), (
+            f"profile {profile.name} runs {profile.analyst_count} analysts, review/analysts.py has {len(ANALYSTS)}")
+        assert 1 <= profile.analyst_concurrency <= profile.analyst_count
 
 
 # --- the project's own sample contracts --------------------------------------------------------

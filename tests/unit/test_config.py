@@ -10,6 +10,7 @@ from contract_review.config.constants import OFFLINE_MODEL_ID
 from contract_review.config.profile import PROFILES, Profile, get_profile
 from contract_review.config.settings import ENV, OPTION_ENV, RESOURCES, Settings
 from contract_review.doubles.spec import FaultSpec
+from contract_review.review.analysts import job_config_hash
 
 # AWS: an SQS queue feeding a Lambda needs visibility timeout >= 6 x the function timeout.
 AWS_FACTOR = 6
@@ -290,32 +291,32 @@ def test_from_outputs_rejects_an_unknown_profile():
         Settings.from_outputs(full_outputs(), "staging")
 
 
-# --- analysis_config_hash ------------------------------------------------------------------------------------
+# --- the job's analysis identity (review/analysts.py job_config_hash) -----------------------------------------
 
-def test_config_hash_is_stable_and_changes_with_model_and_prompt_version():
+def test_job_config_hash_is_stable_and_changes_with_the_model_and_provider_not_the_prompt_label():
     base = Settings.from_env(full_env())
-    h = base.analysis_config_hash()
-    assert h == Settings.from_env(full_env()).analysis_config_hash()
+    h = job_config_hash(base)
+    assert len(h) == 16 and h == job_config_hash(Settings.from_env(full_env()))
     # the model id changes outputs
-    assert Settings.from_env(full_env(MODEL_ID="anthropic.claude-3-opus")).analysis_config_hash() != h
-    # the prompt version changes outputs
-    new_prompts = base.model_copy(update={"profile": base.profile.model_copy(update={"prompt_version": "2027-01-01"})})
-    assert new_prompts.analysis_config_hash() != h
+    assert job_config_hash(Settings.from_env(full_env(MODEL_ID="anthropic.claude-3-opus"))) != h
     # the provider changes outputs
-    assert Settings.from_env(full_env(MODEL_PROVIDER="offline")).analysis_config_hash() != h
+    assert job_config_hash(Settings.from_env(full_env(MODEL_PROVIDER="offline"))) != h
+    # the prompt version is a label: the prompts themselves are in the identity (tests/unit/test_analysis_identity.py)
+    relabelled = base.model_copy(update={"profile": base.profile.model_copy(update={"prompt_version": "2027-01-01"})})
+    assert job_config_hash(relabelled) == h
 
 
-def test_config_hash_ignores_resource_names():
-    a = Settings.from_env(full_env()).analysis_config_hash()
-    b = Settings.from_env(full_env(JOBS_TABLE="other-jobs", ARTIFACT_BUCKET="elsewhere",
-                                   WORKER_KIND="lambda")).analysis_config_hash()
+def test_job_config_hash_ignores_resource_names():
+    a = job_config_hash(Settings.from_env(full_env()))
+    b = job_config_hash(Settings.from_env(full_env(JOBS_TABLE="other-jobs", ARTIFACT_BUCKET="elsewhere",
+                                                   WORKER_KIND="lambda")))
     assert a == b
 
 
-def test_config_hash_uses_the_profile_model_when_no_override():
+def test_job_config_hash_uses_the_profile_model_when_no_override():
     no_override = {k: v for k, v in full_env().items() if k != "MODEL_ID"}
     explicit = full_env(MODEL_ID=PROFILES["prod"].model_id)
-    assert Settings.from_env(no_override).analysis_config_hash() == Settings.from_env(explicit).analysis_config_hash()
+    assert job_config_hash(Settings.from_env(no_override)) == job_config_hash(Settings.from_env(explicit))
 
 
 def test_a_bad_fault_spec_stops_the_model_being_built():

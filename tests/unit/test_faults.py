@@ -15,6 +15,7 @@ from pydantic import ValidationError
 
 from contract_review.domain.errors import classify
 from contract_review.domain.model import ModelRequest
+from contract_review.doubles.bedrock_sim import reserved_tokens
 from contract_review.doubles.faults import (
     REQUESTS_THROTTLE_MESSAGE,
     TOKENS_THROTTLE_MESSAGE,
@@ -24,7 +25,6 @@ from contract_review.doubles.faults import (
     in_burst,
     used_tokens,
 )
-from contract_review.doubles.bedrock_sim import reserved_tokens
 from contract_review.doubles.spec import FaultSpec
 from contract_review.model.bedrock import BedrockConverseModel, bedrock_client_config
 

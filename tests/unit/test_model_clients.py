@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import boto3
@@ -40,7 +41,7 @@ def expected_converse_params(req: ModelRequest) -> dict:
         "modelId": MODEL_ID,
         "system": [{"text": req.system}, {"cachePoint": {"type": "default"}}],
         "messages": [{"role": "user", "content": [{"text": req.prompt}]}],
-        "inferenceConfig": {"maxTokens": req.max_tokens, "temperature": 0.0},
+        "inferenceConfig": {"maxTokens": req.max_tokens, "temperature": req.temperature},
         "toolConfig": {
             "tools": [{"toolSpec": {"name": BedrockConverseModel.TOOL_NAME, "description": ANY,
                                     "inputSchema": {"json": req.output_schema}}}],
@@ -90,7 +91,7 @@ def test_converse_request_forces_the_one_tool_with_the_output_schema():
             "output": {"message": {"role": "assistant", "content": [{"text": "{}"}]}},
             "stopReason": "end_turn", "usage": {"inputTokens": 1, "outputTokens": 1, "totalTokens": 2},
             "metrics": {"latencyMs": 1}})
-        BedrockConverseModel(client, MODEL_ID, temperature=0.2).invoke(request())
+        BedrockConverseModel(client, MODEL_ID).invoke(dataclasses.replace(request(), temperature=0.2))
     # THEN the tool choice names the only declared tool, whose input schema is the request's schema
     tools = seen["toolConfig"]["tools"]
     assert len(tools) == 1

@@ -27,12 +27,13 @@ from contract_review.domain.records import (
 )
 from contract_review.doubles.offline_model import OfflineRuleModel
 from contract_review.pipeline.worker import ChunkWorker, Delivery, Heartbeat, Tier2
-from contract_review.review.analysts import ChunkFindings, analysts_for
+from contract_review.review.analysts import ChunkFindings, analysis_identities, analysts_for
 
 from .fakes import SETTINGS, FakeWorld
 from .scenarios import one_chunk_job
 
-ANALYSTS = len(analysts_for(11))
+RUN = analysts_for(SETTINGS.profile.analyst_count)  # the analysts a job runs (every one)
+ANALYSTS = len(RUN)
 
 
 def _error(code: str, status: int) -> ClientError:
@@ -109,7 +110,7 @@ def test_a_chunk_is_analysed_checkpointed_settled_and_announced(world):
     assert outcome.action == "done"
     record = world.claims.get(job_id, msg.chunk_id)
     assert record is not None and record.status is ChunkStatus.DONE and record.fence == 1
-    assert set(record.checkpoints) == {s.name for s in analysts_for(11)} and set(record.checkpoints.values()) == {1}
+    assert set(record.checkpoints) == {s.name for s in RUN} and set(record.checkpoints.values()) == {1}
     assert record.n_calls == model.total == outcome.stats.calls and record.receives == 1 and record.claimed_by is None
     # the findings went to the artifact the record names, and exactly one result was announced
     findings = ChunkFindings.model_validate_json(world.artifacts.get_text(record.findings_key or ""))
@@ -148,8 +149,9 @@ def test_checkpointed_analysts_are_loaded_not_rerun(world):
     job_id, msg = one_chunk_job(world)
     earlier = world.claims.claim(job_id, msg.chunk_id, "earlier", 3, 1)
     out = {"analyst": "liability", "status": "ok", "findings": [], "model_calls": 2}
+    identity = analysis_identities(world.settings, RUN)["liability"]
     assert world.claims.put_checkpoints(job_id, msg.chunk_id, earlier.fence,
-                                        [CheckpointWrite(analyst="liability", config_hash=world.settings.analysis_config_hash(),
+                                        [CheckpointWrite(analyst="liability", config_hash=identity,
                                                          status="ok", output_json=json.dumps(out))])
     world.clock.advance(10)
     # WHEN the message is redelivered to another worker
@@ -161,6 +163,7 @@ def test_checkpointed_analysts_are_loaded_not_rerun(world):
 
 
 def test_a_checkpoint_made_with_another_config_is_rerun_and_recorded_as_stale(world):
+    # GIVEN an earlier attempt that checkpointed the liability analyst under another identity (an older prompt)
     job_id, msg = one_chunk_job(world)
     earlier = world.claims.claim(job_id, msg.chunk_id, "earlier", 3, 1)
     out = {"analyst": "liability", "status": "ok", "findings": [], "model_calls": 2}
@@ -168,10 +171,20 @@ def test_a_checkpoint_made_with_another_config_is_rerun_and_recorded_as_stale(wo
                                  [CheckpointWrite(analyst="liability", config_hash="old-hash",
                                                   status="ok", output_json=json.dumps(out))])
     world.clock.advance(10)
+    # WHEN the message is delivered again
     model = ScriptedModel()
     _worker(world, model).handle(msg, _delivery())
+    # THEN the analyst ran again, a checkpoint.stale event names it with both identities, and its new
+    # checkpoint carries its current identity
     assert model.calls[("liability", "locate")] == 1
-    assert "checkpoint.stale" in world.jobs.types(job_id)
+    identity = analysis_identities(world.settings, RUN)["liability"]
+    job = world.jobs.get(job_id)
+    assert job is not None
+    stale = [e.detail for e in world.jobs.events(job_id) if e.type == "checkpoint.stale"]
+    assert stale == [{"chunk_id": msg.chunk_id, "analyst": "liability", "checkpoint_hash": "old-hash",
+                      "current_hash": identity, "job_hash": job.config_hash}]
+    record = world.claims.get(job_id, msg.chunk_id)
+    assert record is not None and world.claims.checkpoints(record)["liability"].config_hash == identity
 
 
 # ------------------------------------------------------------------------------ backpressure
@@ -323,7 +336,7 @@ def test_a_worker_whose_lease_was_taken_over_commits_nothing(world):
     assert outcome.action == "lease_lost"
     record = world.claims.get(job_id, msg.chunk_id)
     assert record is not None and record.status is ChunkStatus.CLAIMED and record.claimed_by == "newcomer"
-    assert record.fence == taken["claim"].fence == 2 and list(record.checkpoints) == [analysts_for(11)[0].name]
+    assert record.fence == taken["claim"].fence == 2 and list(record.checkpoints) == [RUN[0].name]
     assert world.queues.results() == [] and "chunk.lease_lost" in world.jobs.types(job_id)
 
 
@@ -410,14 +423,14 @@ def test_a_chunk_whose_every_call_takes_over_a_third_of_the_invocation_completes
     assert record is not None and record.status is ChunkStatus.DONE and record.failures == 0
     # across several invocations (one analyst each: no second analyst fits 20 - 2 x 6.8 s), each handing
     # back through its checkpoints at once
-    analysts = len(analysts_for(11))
+    analysts = len(RUN)
     assert actions == ["requeued"] * (analysts - 1) + ["done"]
     assert {s.delay_s for s in world.queues.sent[Queue.ANALYSIS]} == set()  # drained; delays checked below
     requeued = [e.detail for e in world.jobs.events(job_id) if e.type == "chunk.requeued"]
     assert [(d["reason"], d["delay_s"]) for d in requeued] == [("runtime.time_exhausted", 0)] * (analysts - 1)
     # AND every analyst's model calls were made exactly once: nothing was lost and redone
     assert set(model.calls.values()) == {1} and record.n_calls == model.total
-    assert {a for a, _ in model.calls} == {s.name for s in analysts_for(11)}
+    assert {a for a, _ in model.calls} == {s.name for s in RUN}
     assert world.jobs.get(job_id).requeues == analysts - 1
     assert [r.status for r in world.queues.results()] == [ChunkStatus.DONE]
 
@@ -465,7 +478,7 @@ def test_time_running_out_after_transient_errors_with_nothing_saved_is_a_failed_
     # GIVEN a 20 s Lambda whose first analyst's locate call fails with 5xx twice (the retries eat the time)
     world = _world(worker_timeout_s=20, model_call_timeout_s=7)
     job_id, msg = one_chunk_job(world)
-    first = analysts_for(11)[0].name
+    first = RUN[0].name
     model = SlowModel(world, 6.8, fail={(first, "locate"): [_error("ServiceUnavailableException", 503)] * 2})
     start = world.clock()
     delivery = Delivery("mid", "rh", 1, 120, remaining_ms=lambda: int((start + 20 - world.clock()) * 1000))
@@ -485,7 +498,7 @@ def test_time_running_out_after_errors_once_something_was_saved_is_a_handoff():
     # GIVEN a 20 s Lambda, 2 s calls, and a 5xx (retried in tier 1) on the second analyst's locate
     world = _world(worker_timeout_s=20, model_call_timeout_s=7)
     job_id, msg = one_chunk_job(world)
-    second = analysts_for(11)[1].name
+    second = RUN[1].name
     model = SlowModel(world, 2.0, fail={(second, "locate"): [_error("ServiceUnavailableException", 503)]})
     start = world.clock()
     delivery = Delivery("mid", "rh", 1, 120, remaining_ms=lambda: int((start + 20 - world.clock()) * 1000))
@@ -494,7 +507,7 @@ def test_time_running_out_after_errors_once_something_was_saved_is_a_handoff():
     # THEN it is a handoff: requeued, no failure, the checkpoint kept
     assert outcome.action == "requeued" and outcome.detail["reason"] == "runtime.time_exhausted"
     record = world.claims.get(job_id, msg.chunk_id)
-    assert record is not None and record.failures == 0 and set(record.checkpoints) == {analysts_for(11)[0].name, second}
+    assert record is not None and record.failures == 0 and set(record.checkpoints) == {RUN[0].name, second}
     assert outcome.stats.retries == Counter({"model.unavailable": 1}) and outcome.detail["delay_s"] == 0
 
 
@@ -598,7 +611,7 @@ def test_progress_restarts_the_backpressure_deadline():
     first = world.claims.get(job_id, msg.chunk_id)
     assert first is not None and first.backpressure_since == world.clock()
     world.clock.advance(world.settings.profile.backpressure_deadline_s - 1)
-    second = analysts_for(11)[1].name
+    second = RUN[1].name
     model = ScriptedModel({(second, "locate"): [throttle] * 10})
     assert _timed_worker(world, model).handle(msg, _delivery()).action == "requeued"
     # THEN the streak restarted at this requeue, so throttling goes on being backpressure

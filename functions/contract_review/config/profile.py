@@ -103,6 +103,9 @@ class Profile(BaseModel):
     # one chunk's duration, instead of behind every chunk of a large document.
     fanout_window: int = 40
     fanout_page: int = 10
+    # How many of the analysts (review/analysts.py ANALYSTS, in order) a job runs; the job pins it. Every
+    # profile runs all of them (tests/unit/test_analysts.py checks it against ANALYSTS): a number here because
+    # the per-chunk work the worker timeout and `analyst_concurrency` are sized for grows with it.
     analyst_count: int = 11
     # How many of a chunk's analysts run at once (threads in one worker; each still checkpointed and
     # fenced): a chunk takes about two call latencies instead of 2 x analyst_count. 1: one by one.
@@ -124,6 +127,8 @@ class Profile(BaseModel):
     # https://docs.aws.amazon.com/bedrock/latest/userguide/inference-profiles-support.html. Models
     # retire: `cdk deploy -c model_id=ID` picks another without a code change (infra/deploy_settings.py).
     model_id: str = "global.anthropic.claude-sonnet-4-6"
+    # A label shown on jobs and reports. Checkpoints do not depend on it: each analyst's are matched on its
+    # analysis identity, derived from the prompts, categories and schemas themselves (review/analysts.py).
     # 2026-11-22: each analyst's fixed instructions (its categories and the step's task) moved into the system
     # prompt, sent as a cached prefix (Bedrock prompt caching); the user message holds the excerpt only.
     prompt_version: str = "2026-11-22"

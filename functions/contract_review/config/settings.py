@@ -4,7 +4,6 @@ from the environment; nothing else reads `os.environ`."""
 
 from __future__ import annotations
 
-import hashlib
 import json
 from collections.abc import Mapping
 from typing import Literal, NamedTuple
@@ -131,13 +130,3 @@ class Settings(BaseModel):
     @property
     def claim_lease_s(self) -> float:
         return self.profile.fargate_claim_lease_s if self.worker_kind == "fargate" else self.profile.claim_lease_s
-
-    def analysis_config_hash(self) -> str:
-        """Hash of everything that changes an analyst's output: checkpoints are reused only on match."""
-        material = {
-            "model": self.effective_model_id,
-            "provider": self.model_provider,
-            "prompt_version": self.profile.prompt_version,
-            "analysts": self.profile.analyst_count,
-        }
-        return hashlib.sha256(json.dumps(material, sort_keys=True).encode()).hexdigest()[:16]

@@ -144,7 +144,7 @@ class AnalysisMessage(BaseModel):
     # backpressure requeues (throttled, out of time), not failures; the chunk record keeps the
     # current streak (`backpressure_since`, `backpressure_requeues`) that the deadline bounds
     requeues: int = 0
-    checkpoint_version: str = ""  # config hash the job is pinned to
+    checkpoint_version: str = ""  # the job's config_hash (its analysis identity; checkpoints are matched per analyst)
     resume_from: list[str] = Field(default_factory=list)  # analysts already checkpointed
     # why this copy was sent: intake | model.throttled | aws.throttled | runtime.time_exhausted |
     # sweeper | reconcile | redrive

@@ -37,6 +37,7 @@ class ModelRequest:
     output_schema: dict[str, Any]
     chunk_id: str = ""
     max_tokens: int = 2048
+    temperature: float = 0.0  # sampling: chosen by the analyst with max_tokens, part of its identity (analysts.py)
 
 
 @dataclass(frozen=True)

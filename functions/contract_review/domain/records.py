@@ -204,7 +204,7 @@ class Checkpoint(_Record):
     chunk_id: str
     analyst: str
     fence: int
-    config_hash: str
+    config_hash: str  # the analyst's analysis identity when it was made (review/analysts.py analyst_identity)
     status: str
     created_at: float
     output: str | None = None  # JSON of AnalystOutput, inline when small
@@ -217,7 +217,7 @@ class CheckpointWrite(BaseModel):
 
     model_config = ConfigDict(frozen=True)
     analyst: str
-    config_hash: str
+    config_hash: str  # the analyst's analysis identity: the checkpoint is reused only under the same one
     status: str
     output_json: str
 
@@ -371,7 +371,7 @@ class Job(Usage):
     model_id: str = ""
     model_provider: str = ""
     prompt_version: str = ""
-    config_hash: str = ""
+    config_hash: str = ""  # the job's analysis identity, over its analysts' (analysts.py job_config_hash): reporting
     source_message_id: str = ""
     settled: set[str] = Field(default_factory=set)  # chunk ids the aggregator counted (a DynamoDB string set)
     # Bumped whenever chunks leave the settled set (`JobsRepo.unsettle_chunks`: a reopened chunk, or one

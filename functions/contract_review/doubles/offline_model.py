@@ -24,6 +24,7 @@ also used to develop them, so treat those numbers as in-sample.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import re
@@ -221,6 +222,34 @@ PATTERNS: dict[str, tuple[Rule, ...]] = {
     ),
 }
 
+# One clause per category that its rules must find (tests/unit/test_analysts.py checks every category has
+# rules and an example they find, and reads the examples as a contract with one clause per category). A
+# category is added here, rules and example, together with its entry in review/analysts.py (docs/extending.md).
+EXAMPLES: dict[str, str] = {
+    "liability_cap": "Liability. In no event shall either party's aggregate liability under this Agreement exceed the "
+                     "fees paid in the twelve months before the claim.",
+    "uncapped_liability": "Exclusions. The limitations in Section 1 shall not apply to a party's indemnification "
+                          "obligations or to its gross negligence or willful misconduct.",
+    "indemnification": "Indemnity. The Supplier shall indemnify, defend and hold harmless the Customer against all "
+                       "third-party claims arising from the Services.",
+    "termination": "Convenience. Either party may terminate this Agreement for convenience upon ninety (90) days' "
+                   "prior written notice to the other party.",
+    "renewal": "Term. This Agreement shall automatically renew for successive one-year renewal terms unless either "
+               "party gives notice of non-renewal.",
+    "restrictive_covenants": "Non-competition. During the Term the Supplier shall not, directly or indirectly, "
+                             "compete with the Customer in the Territory.",
+    "assignment": "Assignment. Neither party may assign this Agreement without the prior written consent of the "
+                  "other party, including on a change of control.",
+    "ip_ownership": "Ownership. All Deliverables shall be the sole and exclusive property of the Customer, and the "
+                    "Supplier hereby assigns to the Customer all right, title and interest in them.",
+    "license_grant": "Licence. The Supplier grants the Customer a non-exclusive, non-transferable, worldwide license "
+                     "to use the Software during the Term.",
+    "governing_law": "Governing law. This Agreement shall be governed by the laws of the State of New York.",
+    "audit_rights": "Audit. The Customer may audit the Supplier's books and records once a year on thirty days' "
+                    "notice.",
+    "commitments": "Commitment. The Customer shall purchase a minimum of 10,000 units in each contract year.",
+}
+
 
 def _flex_spaces(pattern: str) -> str:
     """A literal space in a rule matches any run of whitespace (contracts are full of wrapped,
@@ -246,7 +275,10 @@ def _flex_spaces(pattern: str) -> str:
     return "".join(out)
 
 
-def _compile(rule: Rule) -> tuple[tuple[re.Pattern[str], ...], tuple[re.Pattern[str], ...]]:
+_Compiled = tuple[tuple[re.Pattern[str], ...], tuple[re.Pattern[str], ...]]  # (must match, must not match)
+
+
+def _compile(rule: Rule) -> _Compiled:
     parts = (rule,) if isinstance(rule, str) else rule
     flags = re.IGNORECASE | re.DOTALL
     pos = tuple(re.compile(_flex_spaces(p), flags) for p in parts if not p.startswith("!"))
@@ -254,7 +286,15 @@ def _compile(rule: Rule) -> tuple[tuple[re.Pattern[str], ...], tuple[re.Pattern[
     return pos, neg
 
 
-_COMPILED = {k: tuple(_compile(r) for r in v) for k, v in PATTERNS.items()}
+@functools.cache
+def _compiled(rules: tuple[Rule, ...]) -> tuple[_Compiled, ...]:
+    return tuple(_compile(r) for r in rules)
+
+
+def _rules(cat: str) -> tuple[_Compiled, ...]:
+    """The category's rules, compiled once per rule set: read from `PATTERNS` at each use, so rules added to it
+    at run time (a test's throwaway category) count."""
+    return _compiled(PATTERNS.get(cat, ()))
 
 # Sentence-end candidates: . ! ? (optionally followed by closing quotes/brackets), then whitespace,
 # then something that can start a sentence. Blank lines always end a unit.
@@ -388,7 +428,7 @@ def _match(unit: str, cat: str) -> list[tuple[int, int]]:
     segments = [(0, len(unit))]
     if long:
         segments += [(bounds[i], bounds[i + 1]) for i in range(len(bounds) - 1)]
-    for pos, neg in _COMPILED.get(cat, ()):
+    for pos, neg in _rules(cat):
         if long and not all(p.search(unit) for p in pos):
             continue  # what the whole unit lacks, none of its parts has
         for ss, se in segments:

@@ -150,10 +150,9 @@ class BedrockConverseModel:
 
     TOOL_NAME = "record_answer"
 
-    def __init__(self, client: Any, model_id: str, temperature: float = 0.0, id_check: ModelIdCheck | None = None):
+    def __init__(self, client: Any, model_id: str, id_check: ModelIdCheck | None = None):
         self.client = client
         self.model_id = model_id
-        self.temperature = temperature
         self.id_check = id_check
 
     def invoke(self, request: ModelRequest) -> ModelResponse:
@@ -165,7 +164,7 @@ class BedrockConverseModel:
             # then reports no cache tokens, and the call costs what it did without the cache point.
             system=[{"text": request.system}, {"cachePoint": {"type": "default"}}],
             messages=[{"role": "user", "content": [{"text": request.prompt}]}],
-            inferenceConfig={"maxTokens": request.max_tokens, "temperature": self.temperature},
+            inferenceConfig={"maxTokens": request.max_tokens, "temperature": request.temperature},
             toolConfig={
                 "tools": [{"toolSpec": {
                     "name": self.TOOL_NAME,

@@ -1,4 +1,5 @@
-"""The specialist analysts: 12 risk categories, 11 analysts, each a sequence of model calls.
+"""The specialist analysts: the risk categories (`CATEGORIES`), the analysts that ask about them (`ANALYSTS`,
+each a sequence of model calls), and the analysis identity their checkpoints are reused under.
 
 An analyst runs two steps over one chunk:
 1. `locate`: quote the clauses of the chunk that belong to its categories (verbatim);
@@ -8,9 +9,10 @@ Each step's output is validated against a schema; quotes must appear verbatim in
 semantic error (`model.output_invalid`); a refusal is a policy error (`model.refused`).
 
 This file is the one place a category is added (docs/extending.md): its `Category`, and its key in
-an analyst's `categories` (an existing analyst, or a new `AnalystSpec`). Everything else that counts
-or lists categories and analysts derives them from `CATEGORIES` and `ANALYSTS`; the offline rule
-model needs the category's rules (doubles/offline_model.py `PATTERNS`, `EXAMPLES`).
+an analyst's `categories` (an existing analyst; or a new `AnalystSpec`, which the profiles'
+`analyst_count` then counts). Everything else that counts or lists categories and analysts derives
+them from `CATEGORIES` and `ANALYSTS`; the offline rule model needs the category's rules
+(doubles/offline_model.py `PATTERNS`, `EXAMPLES`).
 
 The analysis identity (`analyst_identity`): a checkpoint of an analyst's output is reused only under
 the identity it was made with, derived from everything that shapes that output: the requests the
@@ -301,9 +303,9 @@ def identity_material(spec: AnalystSpec, model_id: str, provider: str) -> dict[s
     questions), the user-message template, the payload, the output schema, maxTokens and temperature. Not the
     categories' CUAD mapping nor whether the analyst is mandatory: they shape the report, not the output."""
     located = [Located(category=k, quote=_PLACEHOLDER) for k in spec.categories]
-    requests = [dataclasses.asdict(build_request(spec, step, _PLACEHOLDER_CHUNK, located if step == "assess" else None,
-                                                 hint))
+    rendered = [build_request(spec, step, _PLACEHOLDER_CHUNK, located if step == "assess" else None, hint)
                 for step in STEPS for hint in (None, _PLACEHOLDER_HINT)]
+    requests = [{f.name: getattr(r, f.name) for f in dataclasses.fields(r)} for r in rendered]  # every field
     return {"model_id": model_id, "provider": provider, "requests": requests}
 
 

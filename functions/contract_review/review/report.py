@@ -28,7 +28,7 @@ from contract_review.domain.records import (
     Reliability,
     Usage,
 )
-from contract_review.review.analysts import CATEGORY_BY_KEY, Finding, analysts_for
+from contract_review.review.analysts import ANALYSTS, CATEGORY_BY_KEY, Finding, analysts_for
 
 
 class Coverage(BaseModel):
@@ -96,7 +96,7 @@ class Report(BaseModel):
 
 
 def coverage_of(analyst_count: int, chunks: Sequence[ChunkRecord]) -> Coverage:
-    specs = analysts_for(analyst_count or 11)
+    specs = analysts_for(analyst_count or len(ANALYSTS))
     matrix: dict[str, dict[str, str]] = {}
     mandatory_gaps: list[CoverageGap] = []
     optional_gaps: list[CoverageGap] = []
