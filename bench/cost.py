@@ -55,8 +55,8 @@ class Meter:
 
 def measure(text: str) -> Meter:
     meter = Meter()
-    for chunk in split_into_chunks(text, PROD.chunk_target_chars, PROD.chunk_max_chars):
-        for spec in ANALYSTS[:PROD.analyst_count]:
+    for chunk in split_into_chunks(text, PROD.review.chunk_target_chars, PROD.review.chunk_max_chars):
+        for spec in ANALYSTS[:PROD.review.analyst_count]:
             run_analyst(spec, chunk, meter.call_step)
     return meter
 
@@ -87,7 +87,7 @@ def main() -> None:
     print(f"per KB: {per_kb['calls']:.2f} calls, {per_kb['input_tokens']:.0f} input + {per_kb['output_tokens']:.0f} "
           f"output tokens, ${per_kb['usd']:.4f} (at ${args.input_per_1k}/1k input, ${args.output_per_1k}/1k output)")
     out = ROOT / "bench" / "results" / "cost.json"
-    out.write_text(json.dumps({"chunk_target_chars": PROD.chunk_target_chars, "analysts": PROD.analyst_count,
+    out.write_text(json.dumps({"chunk_target_chars": PROD.review.chunk_target_chars, "analysts": PROD.review.analyst_count,
                                "chars_per_token": CHARS_PER_TOKEN, "usd_per_1k": {"input": args.input_per_1k,
                                                                                   "output": args.output_per_1k},
                                "samples": rows, "per_kb": {k: round(v, 4) for k, v in per_kb.items()},

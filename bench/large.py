@@ -65,7 +65,7 @@ def _oracle_check(deps: Deps, job: Job, text: str) -> Any:
 def large(template: dict[str, Any], n_bytes: int, variant: int, state_dir: Path, timeout: float,
           samples_only: bool) -> dict[str, Any]:
     text = large_contract(n_bytes, variant, samples_only=samples_only)
-    n = len(split_into_chunks(text, LOCAL.chunk_target_chars, LOCAL.chunk_max_chars))
+    n = len(split_into_chunks(text, LOCAL.review.chunk_target_chars, LOCAL.review.chunk_max_chars))
     stack = LocalStack(template=template, state_dir=state_dir).start()
     try:
         deps = stack.deps()
@@ -92,8 +92,8 @@ def large(template: dict[str, Any], n_bytes: int, variant: int, state_dir: Path,
 def fairness(template: dict[str, Any], big_bytes: int, state_dir: Path, samples_only: bool) -> dict[str, Any]:
     small = SMALL.read_text()
     big = large_contract(big_bytes, variant=20, samples_only=samples_only)
-    n_big = len(split_into_chunks(big, LOCAL.chunk_target_chars, LOCAL.chunk_max_chars))
-    n_small = len(split_into_chunks(small, LOCAL.chunk_target_chars, LOCAL.chunk_max_chars))
+    n_big = len(split_into_chunks(big, LOCAL.review.chunk_target_chars, LOCAL.review.chunk_max_chars))
+    n_small = len(split_into_chunks(small, LOCAL.review.chunk_target_chars, LOCAL.review.chunk_max_chars))
     stack = LocalStack(template=template, state_dir=state_dir).start()
     try:
         deps = stack.deps()
@@ -141,7 +141,7 @@ def main() -> None:
         # (getattr: the script also measures the code from before fan-out in pages, as a baseline)
         "profile": {"name": "local", "fanout_window": getattr(LOCAL, "fanout_window", None),
                     "fanout_page": getattr(LOCAL, "fanout_page", None),
-                    "workers": LOCAL.worker_max_concurrency, "chunk_target_chars": LOCAL.chunk_target_chars},
+                    "workers": LOCAL.functions.worker_max_concurrency, "chunk_target_chars": LOCAL.review.chunk_target_chars},
         "reproduce": "make bench-large  (or .venv/bin/python bench/large.py)",
     }
     if args.only in (None, "fairness"):

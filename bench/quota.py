@@ -130,9 +130,9 @@ def calls_needed(text: str) -> tuple[int, int]:
     most calls one chunk needs in sequence (its critical path: locate, then assess, per analyst)."""
     model = OfflineRuleModel()
     total, longest = 0, 0
-    for chunk in split_into_chunks(text, LOCAL.chunk_target_chars, LOCAL.chunk_max_chars):
+    for chunk in split_into_chunks(text, LOCAL.review.chunk_target_chars, LOCAL.review.chunk_max_chars):
         per = [run_analyst(s, chunk, lambda b, p: (p(model.invoke(b(None))), 1)).model_calls
-               for s in analysts_for(LOCAL.analyst_count)]
+               for s in analysts_for(LOCAL.review.analyst_count)]
         total += sum(per)
         longest = max(longest, max(per))
     return total, longest
@@ -256,8 +256,8 @@ def summarize(name: str, state: str, error_code: str | None, makespan: float, ca
               recovery_s: float | None, oracle: dict[str, Any]) -> dict[str, Any]:
     needed, longest = calls_needed(text)
     quota_per_s = args.rpm / 60
-    concurrency = overrides.get("analyst_concurrency", LOCAL.analyst_concurrency)
-    critical = (2 if concurrency >= LOCAL.analyst_count else longest) * args.median_ms / 1000
+    concurrency = overrides.get("analyst_concurrency", LOCAL.review.analyst_concurrency)
+    critical = (2 if concurrency >= LOCAL.review.analyst_count else longest) * args.median_ms / 1000
     ideal = max(needed / quota_per_s, 2 * args.median_ms / 1000)
     outcomes = Counter(c["outcome"] for c in calls)
     span = (max(c["at"] for c in calls) - min(c["started_at"] for c in calls)) if calls else 0.0
@@ -267,7 +267,7 @@ def summarize(name: str, state: str, error_code: str | None, makespan: float, ca
     polling = {f"{s}.{o}": n for (s, o), n in requests.items() if o in POLLING}
     orchestration = {f"{s}.{o}": n for (s, o), n in sorted(requests.items()) if o not in POLLING}
     writes = sum(n for (s, o), n in requests.items() if s == "dynamodb" and o in WRITES)
-    chunks = len(split_into_chunks(text, LOCAL.chunk_target_chars, LOCAL.chunk_max_chars))
+    chunks = len(split_into_chunks(text, LOCAL.review.chunk_target_chars, LOCAL.review.chunk_max_chars))
     cost = prices.orchestration_usd(orchestration)
     polling_cost = prices.orchestration_usd(polling)
     ours_per_1k = prices.usd_per_1k_calls(cost.usd, model_calls)

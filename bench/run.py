@@ -96,7 +96,7 @@ def recovery(template: dict[str, Any], with_sweeper: bool, state_dir: Path) -> d
         os.kill(pid, signal.SIGKILL)
         killed_at = time.time()
         done_before = set(victim.checkpoints)
-        (job,) = _wait(deps, [job_id], timeout=LOCAL.analysis_visibility_s * 3)
+        (job,) = _wait(deps, [job_id], timeout=LOCAL.queues.analysis_visibility_s * 3)
         rec = deps.claims.get(job_id, victim.chunk_id)
         assert rec is not None and rec.claimed_at is not None
         entries = [json.loads(x) for x in log.read_text().splitlines()]
@@ -122,12 +122,12 @@ def clean_chunk_calls(text: str, chunk_id: str) -> int:
     from contract_review.review.chunking import split_into_chunks
 
     model = OfflineRuleModel()
-    (chunk,) = [c for c in split_into_chunks(text, LOCAL.chunk_target_chars, LOCAL.chunk_max_chars)
+    (chunk,) = [c for c in split_into_chunks(text, LOCAL.review.chunk_target_chars, LOCAL.review.chunk_max_chars)
                 if c.chunk_id == chunk_id] or [None]
     if chunk is None:
         return 0
     return sum(run_analyst(s, chunk, lambda b, p: (p(model.invoke(b(None))), 1)).model_calls
-               for s in analysts_for(LOCAL.analyst_count))
+               for s in analysts_for(LOCAL.review.analyst_count))
 
 
 def main() -> None:
@@ -148,7 +148,7 @@ def main() -> None:
     print("2/3 recovery from kill -9: lease + sweeper" + ("" if args.quick else ", then the visibility-timeout baseline"))
     ours = recovery(template, True, work / "r1")
     baseline = None if args.quick else recovery(template, False, work / "r2")
-    bound = LOCAL.claim_lease_s + LOCAL.sweep_interval_s
+    bound = LOCAL.recovery.claim_lease_s + LOCAL.recovery.sweep_interval_s
     results = {
         "machine": {"python": platform.python_version(), "cpus": os.cpu_count(), "platform": platform.platform()},
         "profile": "local",
@@ -156,7 +156,7 @@ def main() -> None:
                        "wall_ratio": round(faulty["wall_s"] / ideal["wall_s"], 2),
                        "calls_ratio": round(faulty["model_calls"] / ideal["model_calls"], 3)},
         "recovery": {"ours": ours, "baseline_visibility_timeout": baseline,
-                     "ideal_bound_s": bound, "visibility_timeout_s": LOCAL.analysis_visibility_s,
+                     "ideal_bound_s": bound, "visibility_timeout_s": LOCAL.queues.analysis_visibility_s,
                      "ours_vs_bound": round(ours["recovery_s"] / bound, 2),
                      "baseline_vs_ours": round(baseline["recovery_s"] / ours["recovery_s"], 1) if baseline else None},
         "reproduce": "make bench  (or .venv/bin/python bench/run.py [--quick])",

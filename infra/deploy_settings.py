@@ -53,10 +53,10 @@ class DeploySettings:
 
     def __post_init__(self) -> None:
         if not self.model_id:
-            object.__setattr__(self, "model_id", self.profile.model_id)  # frozen: resolved once, here
+            object.__setattr__(self, "model_id", self.profile.review.model_id)  # frozen: resolved once, here
         if not _MODEL_ID_RE.match(self.model_id):
             raise ValueError(f"model_id {self.model_id!r}: a Bedrock model id or inference profile id, such as "
-                             f"{self.profile.model_id!r} (not an ARN)")
+                             f"{self.profile.review.model_id!r} (not an ARN)")
         if not _STACK_NAME_RE.match(self.stack_name) or len(self.stack_name) > MAX_STACK_NAME:
             raise ValueError(f"stack_name {self.stack_name!r}: letters, digits and '-', letter first, at most "
                              f"{MAX_STACK_NAME} characters (queue names `<stack>-results-dlq.fifo` are limited to 80)")

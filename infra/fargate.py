@@ -1,7 +1,7 @@
 """The Fargate alternative for the analysis worker (`-c worker=fargate`).
 
 A long-running poller (`python -m contract_review.handlers.poller`) reads the analysis queue itself,
-heartbeats a short visibility (`profile.fargate_visibility_s`), sweeps in-process, and protects its
+heartbeats a short visibility (`profile.fargate.fargate_visibility_s`), sweeps in-process, and protects its
 task from scale-in while it holds a chunk (ECS task scale-in protection through the container
 agent endpoint; the task role may call `ecs:UpdateTaskProtection` on this cluster's tasks only).
 The image is built from `functions/Dockerfile`; synth only writes the asset manifest (no Docker
@@ -133,7 +133,7 @@ class FargateWorker(Construct):
             image=image,
             environment=dict(environment),
             logging=ecs.LogDrivers.aws_logs(stream_prefix="worker", log_group=self.log_group),
-            # SIGTERM -> the poller finishes or releases its chunk (profile.fargate_stop_timeout_s).
+            # SIGTERM -> the poller finishes or releases its chunk (profile.fargate.fargate_stop_timeout_s).
             stop_timeout=Duration.seconds(stop_timeout_s),
         )
         self.service = ecs.FargateService(

@@ -104,33 +104,33 @@ class Monitoring(Construct):
         self.stack_name = Stack.of(self).stack_name
         self.alarms: list[cloudwatch.Alarm] = []
         p = profile
-        period = Duration.seconds(p.alarm_period_s)
+        period = Duration.seconds(p.alarms.alarm_period_s)
         for name, fn in functions.items():
             self._alarm(f"{name.title()}Errors", f"{name}-errors",
-                        f"{name} function: >= {p.function_errors_alarm_threshold} error(s) (exceptions, timeouts) "
-                        f"in {p.alarm_period_s}s. Read its log group; a tier-2 handoff is not an error.",
-                        fn.metric_errors(period=period, statistic="Sum"), p.function_errors_alarm_threshold)
+                        f"{name} function: >= {p.alarms.function_errors_alarm_threshold} error(s) (exceptions, timeouts) "
+                        f"in {p.alarms.alarm_period_s}s. Read its log group; a tier-2 handoff is not an error.",
+                        fn.metric_errors(period=period, statistic="Sum"), p.alarms.function_errors_alarm_threshold)
             self._alarm(f"{name.title()}Throttles", f"{name}-throttles",
-                        f"{name} function: >= {p.function_throttles_alarm_threshold} throttled invocation(s) in "
-                        f"{p.alarm_period_s}s: the account's Lambda concurrency is exhausted.",
-                        fn.metric_throttles(period=period, statistic="Sum"), p.function_throttles_alarm_threshold)
+                        f"{name} function: >= {p.alarms.function_throttles_alarm_threshold} throttled invocation(s) in "
+                        f"{p.alarms.alarm_period_s}s: the account's Lambda concurrency is exhausted.",
+                        fn.metric_throttles(period=period, statistic="Sum"), p.alarms.function_throttles_alarm_threshold)
             self._alarm(f"{name.title()}RecursionDropped", f"{name}-recursion-dropped",
                         f"{name} function: Lambda's recursive-loop detection dropped >= 1 invocation in "
-                        f"{p.alarm_period_s}s: a message chain was stopped (docs/runbook.md \"Recursive loops\"). "
+                        f"{p.alarms.alarm_period_s}s: a message chain was stopped (docs/runbook.md \"Recursive loops\"). "
                         "The message goes back to its queue and, after its receives, to the DLQ.",
                         fn.metric("RecursiveInvocationsDropped", period=period, statistic="Sum"), 1)
         self._alarm("BackpressureAlarm", "backpressure",
-                    f"Backpressure: >= {p.backpressure_alarm_threshold} chunk requeues per {p.alarm_period_s}s for "
-                    f"{p.backpressure_alarm_periods} periods in a row. The model quota (requests or tokens per "
+                    f"Backpressure: >= {p.alarms.backpressure_alarm_threshold} chunk requeues per {p.alarms.alarm_period_s}s for "
+                    f"{p.alarms.backpressure_alarm_periods} periods in a row. The model quota (requests or tokens per "
                     "minute) is too small for the load, or the model is failing slowly: `review preflight` shows "
                     "the quotas.",
-                    backpressure(p.alarm_period_s), p.backpressure_alarm_threshold,
-                    evaluation_periods=p.backpressure_alarm_periods)
+                    backpressure(p.alarms.alarm_period_s), p.alarms.backpressure_alarm_threshold,
+                    evaluation_periods=p.alarms.backpressure_alarm_periods)
         self._alarm("StuckJobsAlarm", "stuck-jobs",
-                    f"Stuck jobs: the sweeper found >= {p.stuck_jobs_alarm_threshold} running job(s) without "
-                    f"progress for {int(p.stall_after_s)}s (or the sweeper published nothing: it is not running). "
+                    f"Stuck jobs: the sweeper found >= {p.alarms.stuck_jobs_alarm_threshold} running job(s) without "
+                    f"progress for {int(p.recovery.stall_after_s)}s (or the sweeper published nothing: it is not running). "
                     "`review jobs` and `review status JOB` say where each one stands.",
-                    metric(STUCK_JOBS, "Maximum", p.alarm_period_s), p.stuck_jobs_alarm_threshold,
+                    metric(STUCK_JOBS, "Maximum", p.alarms.alarm_period_s), p.alarms.stuck_jobs_alarm_threshold,
                     missing=cloudwatch.TreatMissingData.BREACHING)
         self.dashboard = self._dashboard(functions, queues)
 
@@ -149,7 +149,7 @@ class Monitoring(Construct):
     def _dashboard(self, functions: Mapping[str, lambda_.IFunction],
                    queues: Sequence[QueueWithDlq]) -> cloudwatch.Dashboard:
         minute = Duration.minutes(1)
-        p = self.profile.alarm_period_s
+        p = self.profile.alarms.alarm_period_s
         depth = [m for q in queues for m in (
             q.queue.metric_approximate_number_of_messages_visible(period=minute, label=f"{q.rules.purpose} visible"),
             q.queue.metric_approximate_number_of_messages_not_visible(period=minute,

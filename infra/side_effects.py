@@ -56,7 +56,7 @@ class SideEffectResources(Construct):
         self.compensation_dlq = sqs.Queue(
             self, "CompensationDlq",
             queue_name=f"{name_prefix}-{COMPENSATION_PURPOSE}-dlq",
-            retention_period=Duration.days(profile.dlq_retention_days),
+            retention_period=Duration.days(profile.queues.dlq_retention_days),
             encryption=sqs.QueueEncryption.SQS_MANAGED,
             enforce_ssl=True,
             removal_policy=removal,
@@ -69,7 +69,7 @@ class SideEffectResources(Construct):
                                "holds the envelope and the order: fix the cause, then redrive it "
                                "(docs/runbook.md, side effects)."),
             metric=self.compensation_dlq.metric_approximate_number_of_messages_visible(
-                period=Duration.seconds(profile.dlq_alarm_period_s), statistic="Maximum"),
+                period=Duration.seconds(profile.alarms.dlq_alarm_period_s), statistic="Maximum"),
             threshold=1,
             evaluation_periods=1,
             comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,

@@ -62,19 +62,19 @@ class ContractReviewStack(Stack):
         # ---- queues (the construct fails synth when a rule is broken) ------------------
         name = settings.stack_name
         self.intake = QueueWithDlq(
-            self, "Intake", profile=p, purpose="intake", name_prefix=name, age_alarm_s=p.intake_age_alarm_s,
+            self, "Intake", profile=p, purpose="intake", name_prefix=name, age_alarm_s=p.alarms.intake_age_alarm_s,
             alarm_action=alarm_action,
-            visibility_timeout_s=p.intake_visibility_s, consumer_timeout_s=p.intake_timeout_s,
+            visibility_timeout_s=p.queues.intake_visibility_s, consumer_timeout_s=p.functions.intake_timeout_s,
         )
         self.analysis = QueueWithDlq(
-            self, "Analysis", profile=p, purpose="analysis", name_prefix=name, age_alarm_s=p.analysis_age_alarm_s,
+            self, "Analysis", profile=p, purpose="analysis", name_prefix=name, age_alarm_s=p.alarms.analysis_age_alarm_s,
             alarm_action=alarm_action,
-            visibility_timeout_s=p.analysis_visibility_s, consumer_timeout_s=p.worker_timeout_s,
+            visibility_timeout_s=p.queues.analysis_visibility_s, consumer_timeout_s=p.functions.worker_timeout_s,
         )
         self.results = QueueWithDlq(
             self, "Results", profile=p, purpose="results", fifo=True, name_prefix=name,
-            age_alarm_s=p.results_age_alarm_s, alarm_action=alarm_action,
-            visibility_timeout_s=p.results_visibility_s, consumer_timeout_s=p.aggregator_timeout_s,
+            age_alarm_s=p.alarms.results_age_alarm_s, alarm_action=alarm_action,
+            visibility_timeout_s=p.queues.results_visibility_s, consumer_timeout_s=p.functions.aggregator_timeout_s,
         )
 
         # ---- data ----------------------------------------------------------------------
@@ -100,17 +100,17 @@ class ContractReviewStack(Stack):
                 description=f"contract-review {what} ({p.name})", recursive_loop=recursive_loop,
             )
 
-        self.intake_fn = fn("IntakeFn", "intake", p.intake_timeout_s, INTAKE_MEMORY_MB, "intake: validate, chunk, fan out")
+        self.intake_fn = fn("IntakeFn", "intake", p.functions.intake_timeout_s, INTAKE_MEMORY_MB, "intake: validate, chunk, fan out")
         # The worker requeues a throttled chunk to its own queue (bounded: the backpressure deadline and the
         # poison budget, reliability/chunks.py) and the aggregator refills the analysis queue page by page
         # (bounded: the document's chunk count, pipeline/fanout.py): both chains are longer than Lambda's
         # recursion guard allows (~16), so they may recurse. Intake keeps the guard: nothing SQS-triggered
         # sends to the intake queue. The RecursiveInvocationsDropped alarm says if it ever acts.
         allow = lambda_.RecursiveLoop.ALLOW
-        self.worker_fn = fn("WorkerFn", "worker", p.worker_timeout_s, p.worker_memory_mb, "analysis worker", allow)
-        self.aggregator_fn = fn("AggregatorFn", "aggregator", p.aggregator_timeout_s, AGGREGATOR_MEMORY_MB,
+        self.worker_fn = fn("WorkerFn", "worker", p.functions.worker_timeout_s, p.functions.worker_memory_mb, "analysis worker", allow)
+        self.aggregator_fn = fn("AggregatorFn", "aggregator", p.functions.aggregator_timeout_s, AGGREGATOR_MEMORY_MB,
                                 "aggregator: findings -> report, side effects", allow)
-        self.sweeper_fn = fn("SweeperFn", "sweeper", p.sweeper_timeout_s, SWEEPER_MEMORY_MB,
+        self.sweeper_fn = fn("SweeperFn", "sweeper", p.functions.sweeper_timeout_s, SWEEPER_MEMORY_MB,
                              "sweeper: lapsed claims, DLQ explain")
         self.api_fn = fn("ApiFn", "api", API_TIMEOUT_S, API_MEMORY_MB, "Job API: jobs and batches over HTTP")
         self.job_api = JobApi(self, "JobApi", function=self.api_fn.function, name=name,
@@ -118,15 +118,15 @@ class ContractReviewStack(Stack):
 
         # ---- event sources (partial batch responses everywhere) -------------------------
         self.intake_fn.function.add_event_source(event_sources.SqsEventSource(
-            self.intake.queue, batch_size=p.intake_batch_size, report_batch_item_failures=True))
+            self.intake.queue, batch_size=p.functions.intake_batch_size, report_batch_item_failures=True))
         if settings.worker_kind == "lambda":
             self.worker_fn.function.add_event_source(event_sources.SqsEventSource(
-                self.analysis.queue, batch_size=p.worker_batch_size, max_concurrency=p.worker_max_concurrency,
+                self.analysis.queue, batch_size=p.functions.worker_batch_size, max_concurrency=p.functions.worker_max_concurrency,
                 report_batch_item_failures=True))
         self.aggregator_fn.function.add_event_source(event_sources.SqsEventSource(
-            self.results.queue, batch_size=p.aggregator_batch_size, report_batch_item_failures=True))
+            self.results.queue, batch_size=p.functions.aggregator_batch_size, report_batch_item_failures=True))
 
-        minutes = sweep_rate_minutes(p.sweep_interval_s)
+        minutes = sweep_rate_minutes(p.recovery.sweep_interval_s)
         self.sweep_rule = events.Rule(
             self, "SweepSchedule",
             description="Run the sweeper: reclaim lapsed claims, explain dead-lettered chunks",
@@ -152,8 +152,8 @@ class ContractReviewStack(Stack):
                 self, "FargateWorker", queue=self.analysis.queue,
                 environment={**self.function_environment("fargate"), "POWERTOOLS_SERVICE_NAME": "worker",
                              "POWERTOOLS_METRICS_NAMESPACE": METRICS_NAMESPACE, "LOG_LEVEL": log_level},
-                memory_mb=p.worker_memory_mb, max_tasks=p.worker_max_concurrency,
-                stop_timeout_s=p.fargate_stop_timeout_s, log_retention_days=p.record_ttl_days,
+                memory_mb=p.functions.worker_memory_mb, max_tasks=p.functions.worker_max_concurrency,
+                stop_timeout_s=p.fargate.fargate_stop_timeout_s, log_retention_days=p.record_ttl_days,
                 removal_policy=removal,
             )
             # the poller runs the worker and the sweep in-process, and is its own event source

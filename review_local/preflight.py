@@ -209,7 +209,7 @@ def stack_target(session: Any, stack: str) -> Target:
     # a stack deployed before the ModelId output existed: its profile's model
     profile = get_profile(outputs.get("ProfileName", "prod"))
     return Target(f"stack {stack} ({session.region_name}; no ModelId output, using profile {profile.name}'s model)",
-                  "bedrock", profile.model_id)
+                  "bedrock", profile.review.model_id)
 
 
 def local_target(local_json: Path) -> Target:
@@ -222,7 +222,7 @@ def local_target(local_json: Path) -> Target:
     except (ValueError, KeyError, TypeError) as exc:
         raise PreflightError(f"{local_json} is not a local stack description ({type(exc).__name__}); "
                              "run `review up` again") from exc
-    model_id = outputs.get("ModelId") or get_profile("prod").model_id
+    model_id = outputs.get("ModelId") or get_profile("prod").review.model_id
     return Target("local stack (review up)", outputs.get("ModelProvider", "offline"), model_id)
 
 

@@ -60,7 +60,7 @@ class LocalStack:
         if self.faults is not None:
             env.setdefault("worker", {})["FAULT_SPEC"] = self.faults.to_env()
         env.setdefault("worker", {})["LOG_LEVEL"] = "INFO"
-        self.runtime = LocalRuntime(self.aws, function_specs(self.aws, prof.sweep_interval_s), env_overrides=env,
+        self.runtime = LocalRuntime(self.aws, function_specs(self.aws, prof.recovery.sweep_interval_s), env_overrides=env,
                                     concurrency=self.concurrency, log_dir=self.state_dir / "logs").start()
 
     def stop_workers(self) -> None:

@@ -66,8 +66,8 @@ def fault_free_run(text: str, target_chars: int, max_chars: int, analyst_count: 
 
 
 def oracle_for(text: str, profile: Profile, analyst_count: int | None = None) -> tuple[OracleChunk, ...]:
-    return fault_free_run(text, profile.chunk_target_chars, profile.chunk_max_chars,
-                          analyst_count or profile.analyst_count)
+    return fault_free_run(text, profile.review.chunk_target_chars, profile.review.chunk_max_chars,
+                          analyst_count or profile.review.analyst_count)
 
 
 def expected_findings(text: str, profile: Profile, analyst_count: int | None = None) -> list[Finding]:

@@ -3,7 +3,7 @@ fresh moto server), real worker processes, the simulated Bedrock, the same docum
 
 Its resources are created here with boto3 against the moto server (it is the baseline, not the product's
 template), with the product's numbers where the baseline has the same thing: the worker's function timeout
-(LOCAL.worker_timeout_s), the analysis queue's visibility timeout (6 x that, AWS's rule for Lambda + SQS)
+(LOCAL.functions.worker_timeout_s), the analysis queue's visibility timeout (6 x that, AWS's rule for Lambda + SQS)
 and maxReceiveCount, batch size 1 and the same number of concurrent workers. The workers are
 review_local's sandboxes (the event-source-mapping emulator: poll, invoke with an SQS event and a Lambda
 context, delete what the partial batch response does not list, replace a killed process), given a
@@ -54,8 +54,8 @@ def create_resources(aws: EmbeddedAws, profile: Profile, observer: str) -> Resou
     dlq_url = sqs.create_queue(QueueName="baseline-chunks-dlq")["QueueUrl"]
     dlq_arn = sqs.get_queue_attributes(QueueUrl=dlq_url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
     url = sqs.create_queue(QueueName="baseline-chunks", Attributes={
-        "VisibilityTimeout": str(profile.analysis_visibility_s),
-        "RedrivePolicy": json.dumps({"deadLetterTargetArn": dlq_arn, "maxReceiveCount": profile.max_receive_count})},
+        "VisibilityTimeout": str(profile.queues.analysis_visibility_s),
+        "RedrivePolicy": json.dumps({"deadLetterTargetArn": dlq_arn, "maxReceiveCount": profile.queues.max_receive_count})},
     )["QueueUrl"]
     arn = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
     res = Resources(queue_url=url, queue_arn=arn, dlq_url=dlq_url)
@@ -160,17 +160,17 @@ def run_baseline(*, profile: Profile, spec: FaultSpec, text: str, workers: int, 
     try:
         res = create_resources(aws, profile, observer)
         fn = FunctionSpec(logical_id="BaselineChunkFunction", name=NAME, handler=HANDLER,
-                          timeout_s=profile.worker_timeout_s, memory_mb=profile.worker_memory_mb,
+                          timeout_s=profile.functions.worker_timeout_s, memory_mb=profile.functions.worker_memory_mb,
                           env={"IDEMPOTENCY_TABLE": res.table, "FINDINGS_BUCKET": res.bucket,
                                "FINDINGS_PREFIX": res.prefix, "FAULT_SPEC": spec.to_env(),
-                               "ANALYST_COUNT": str(profile.analyst_count),
-                               "MODEL_READ_TIMEOUT_S": str(profile.model_call_timeout_s)},
-                          queue_url=res.queue_url, queue_arn=res.queue_arn, batch_size=profile.worker_batch_size,
+                               "ANALYST_COUNT": str(profile.review.analyst_count),
+                               "MODEL_READ_TIMEOUT_S": str(profile.tier1.model_call_timeout_s)},
+                          queue_url=res.queue_url, queue_arn=res.queue_arn, batch_size=profile.functions.worker_batch_size,
                           report_batch_item_failures=True, concurrency=workers)
         runtime = LocalRuntime(aws, [fn], concurrency={NAME: workers}, log_dir=state_dir / "logs").start()
         s3_seen, sqs_seen = _client(aws, "s3", observer), _client(aws, "sqs", observer)
         intake = _client(aws, "sqs", None)  # the developer's intake: counted
-        chunks = split_into_chunks(text, profile.chunk_target_chars, profile.chunk_max_chars)
+        chunks = split_into_chunks(text, profile.review.chunk_target_chars, profile.review.chunk_max_chars)
         index_of = {c.chunk_id: c.index for c in chunks}
         watch = KillWatch(Path(spec.call_log or state_dir / "calls.jsonl"), needed_by_chunk)
         time.sleep(1.0)  # the sandboxes import their handler (the pipeline's are polling when it submits, too)

@@ -54,7 +54,7 @@ def build_deps(settings: Settings, session: Any, endpoint_url: str | None = None
         settings=settings,
         jobs=DynamoJobs(ddb, settings.jobs_table, settings.events_table, p.record_ttl_s, clock),
         claims=DynamoClaims(ddb, settings.claims_table, settings.checkpoints_table, artifacts, p.record_ttl_s,
-                            p.checkpoint_inline_max_bytes, clock),
+                            p.review.checkpoint_inline_max_bytes, clock),
         artifacts=artifacts,
         queues=SqsQueues(meter.hook(session.client("sqs", **kw)), queue_urls(settings)),
         clock=clock,
@@ -87,7 +87,7 @@ def build_side_effects(settings: Settings, session: Any, endpoint_url: str | Non
         import urllib3
 
         tickets = HttpTicketSystem(settings.ticket_url, urllib3.PoolManager(maxsize=4),
-                                   read_timeout_s=p.ticket_read_timeout_s)
+                                   read_timeout_s=p.side_effects.ticket_read_timeout_s)
     notifier = (SnsEventBridgeNotifier(session.client("sns", **kw), session.client("events", **kw),
                                        settings.job_events_topic_arn) if settings.job_events_topic_arn else None)
     dlq = SqsCompensationDlq(session.client("sqs", **kw), settings.compensation_dlq_url) \
@@ -111,8 +111,20 @@ def build_limiter(settings: Settings) -> QuotaLimiter | None:
     workers expected busy: at most the event source's concurrency, and one job keeps at most its fan-out
     window busy (more jobs at once: AIMD brings each worker down to its share)."""
     p = settings.profile
-    busy = min(p.worker_max_concurrency, p.fanout_window)
-    return QuotaLimiter.for_quota(p.model_requests_per_minute, p.model_tokens_per_minute, busy)
+    busy = min(p.functions.worker_max_concurrency, p.fanout.fanout_window)
+    return QuotaLimiter.for_quota(p.quota.model_requests_per_minute, p.quota.model_tokens_per_minute, busy)
+
+
+def _offline_model(settings: Settings) -> ModelClient:
+    """The offline rule model (not an LLM). Its prompt cache is the simulated Bedrock's: shared by every process
+    of the run through the fault spec's state directory when there is one (as Bedrock's is by the account)."""
+    from contract_review.doubles.bedrock_sim import SimulatedPromptCache
+    from contract_review.doubles.offline_model import OfflineRuleModel
+    from contract_review.doubles.spec import FaultSpec
+
+    spec = FaultSpec.model_validate_json(settings.fault_spec) if settings.fault_spec else FaultSpec()
+    return OfflineRuleModel(SimulatedPromptCache(spec.throttle_state_dir, ttl_s=spec.cache_ttl_s,
+                                                 min_tokens=spec.cache_min_tokens))
 
 
 def build_model(settings: Settings, session: Any) -> ModelClient:
@@ -122,9 +134,7 @@ def build_model(settings: Settings, session: Any) -> ModelClient:
                                      settings.effective_model_id,
                                      id_check=ModelIdCheck(lambda: bedrock_control_client(session)))
     else:  # the offline stand-in: imported only when configured, never on a Bedrock deploy's path
-        from contract_review.doubles.offline_model import OfflineRuleModel
-
-        model = OfflineRuleModel()
+        model = _offline_model(settings)
     if settings.fault_spec:  # demo, tests and bench only (infra refuses it in the prod profile)
         from contract_review.doubles.faults import CallLedger, FaultInjectingModel
         from contract_review.doubles.spec import FaultSpec
@@ -134,9 +144,9 @@ def build_model(settings: Settings, session: Any) -> ModelClient:
         if spec.call_log:
             model = CallLedger(model, spec.call_log)
     p = settings.profile  # outermost: a call the open breaker refuses is never sent (nor logged as sent)
-    return BreakerModel(model, CircuitBreaker(model.model_id, p.breaker_failures, p.breaker_open_s))
+    return BreakerModel(model, CircuitBreaker(model.model_id, p.quota.breaker_failures, p.quota.breaker_open_s))
 
 
 def build_scale_in_guard(settings: Settings, agent_uri: str | None) -> ScaleInGuard:
     """The Fargate poller's ECS scale-in protection (through the task's agent endpoint; None: a no-op)."""
-    return ScaleInGuard(TaskProtection(agent_uri), settings.profile.fargate_protection_minutes)
+    return ScaleInGuard(TaskProtection(agent_uri), settings.profile.fargate.fargate_protection_minutes)

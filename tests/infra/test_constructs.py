@@ -5,7 +5,7 @@ from __future__ import annotations
 import aws_cdk as cdk
 import pytest
 
-from contract_review.config.profile import get_profile
+from contract_review.config.profile import FLAT_FIELDS, get_profile
 from infra.deploy_settings import MAX_STACK_NAME, POWERTOOLS_VERSION, DeploySettings
 from infra.fargate import fargate_cpu_for
 from infra.functions import log_retention, powertools_parameter
@@ -41,7 +41,9 @@ def test_valid_profile_builds() -> None:
     ],
 )
 def test_broken_rules_fail_synth(update: dict, kw: dict, needle: str) -> None:
-    bad = PROD.model_copy(update=update)  # model_copy skips the profile's own validator
+    # model_copy skips the profile's own validator: the construct's rules must catch it
+    bad = PROD.model_copy(update={FLAT_FIELDS[k]: getattr(PROD, FLAT_FIELDS[k]).model_copy(update={k: v})
+                                  for k, v in update.items()})
     with pytest.raises(QueueRuleError, match=needle):
         _queue(bad, **kw)
 
@@ -147,4 +149,4 @@ def test_a_profile_whose_model_call_could_outlive_the_fargate_stop_timeout_is_re
     with pytest.raises(ValueError, match="fargate_stop_timeout_s"):
         type(PROD).model_validate({**fields, "fargate_stop_timeout_s": 121})
     ok = type(PROD).model_validate({**fields, "model_read_timeout_s": 60, "fargate_stop_timeout_s": 70})
-    assert ok.model_read_timeout_s + ok.handoff_margin_s <= ok.fargate_stop_timeout_s
+    assert ok.tier1.model_read_timeout_s + ok.tier1.handoff_margin_s <= ok.fargate.fargate_stop_timeout_s

@@ -22,7 +22,7 @@ def test_service_polls_the_analysis_queue_on_arm64(synth: Synth) -> None:
     p = task_def["Properties"]
     assert p["RuntimePlatform"] == {"CpuArchitecture": "ARM64", "OperatingSystemFamily": "LINUX"}
     assert p["RequiresCompatibilities"] == ["FARGATE"]
-    assert int(p["Memory"]) == synth.profiles[FARGATE].worker_memory_mb
+    assert int(p["Memory"]) == synth.profiles[FARGATE].functions.worker_memory_mb
     (container,) = p["ContainerDefinitions"]
     env = {e["Name"]: e["Value"] for e in container["Environment"]}
     assert env[ENV["worker_kind"]] == "fargate"
@@ -69,15 +69,15 @@ def test_stop_timeout_is_the_profiles_and_covers_a_model_call_and_the_release(sy
     (task_def,) = resources(t, "AWS::ECS::TaskDefinition").values()
     (container,) = task_def["Properties"]["ContainerDefinitions"]
     # SIGTERM -> SIGKILL after StopTimeout: a model call in flight ends, and the chunk is released, before
-    assert container["StopTimeout"] == p.fargate_stop_timeout_s <= 120
-    assert p.model_read_timeout_s + p.handoff_margin_s <= container["StopTimeout"]
+    assert container["StopTimeout"] == p.fargate.fargate_stop_timeout_s <= 120
+    assert p.tier1.model_read_timeout_s + p.tier1.handoff_margin_s <= container["StopTimeout"]
 
 
 def test_scaling_counts_in_flight_messages_and_scales_in_only_when_all_is_done(synth: Synth) -> None:
     t = synth.templates[FARGATE]
     (target,) = resources(t, "AWS::ApplicationAutoScaling::ScalableTarget").values()
     assert (target["Properties"]["MinCapacity"], target["Properties"]["MaxCapacity"]) == (
-        1, synth.profiles[FARGATE].worker_max_concurrency)
+        1, synth.profiles[FARGATE].functions.worker_max_concurrency)
     policies = resources(t, "AWS::ApplicationAutoScaling::ScalingPolicy")
     assert len(policies) == 2  # one step policy per direction (CDK's scale_on_metric)
     analysis_q = next(q for q in source_queues(t) if q.startswith("AnalysisQueue"))

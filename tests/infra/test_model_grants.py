@@ -77,7 +77,7 @@ def _env_and_output(t: dict[str, Any], model_id: str) -> None:
 @pytest.mark.parametrize("name", [PROD, FARGATE])
 def test_the_default_is_the_global_profile_invoked_through_itself_and_described(synth: Synth, name: str) -> None:
     t = synth.templates[name]
-    assert get_profile("prod").model_id == DEFAULT
+    assert get_profile("prod").review.model_id == DEFAULT
     _env_and_output(t, DEFAULT)
     for role in _worker_roles(t):
         b = _bedrock(policy_statements_for_role(t, role))

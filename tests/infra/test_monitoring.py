@@ -85,8 +85,8 @@ def test_queue_alarms_depth_and_age_with_profile_thresholds(synth: Synth, name: 
     alarms = _alarms(t)
     queue_ids = {q: qid for qid in source_queues(t) for q in ("intake", "analysis", "results")
                  if qid.lower().startswith(q)}
-    for purpose, age in (("intake", p.intake_age_alarm_s), ("analysis", p.analysis_age_alarm_s),
-                         ("results", p.results_age_alarm_s)):
+    for purpose, age in (("intake", p.alarms.intake_age_alarm_s), ("analysis", p.alarms.analysis_age_alarm_s),
+                         ("results", p.alarms.results_age_alarm_s)):
         depth = alarms[f"{purpose}-dlq-depth"]
         assert (depth["Threshold"], depth["MetricName"]) == (1, "ApproximateNumberOfMessagesVisible")
         oldest = alarms[f"{purpose}-oldest-message"]
@@ -95,7 +95,7 @@ def test_queue_alarms_depth_and_age_with_profile_thresholds(synth: Synth, name: 
         assert getatt_id(dim["Value"]) == queue_ids[purpose]
         expiring = alarms[f"{purpose}-dlq-expiring"]
         assert expiring["MetricName"] == "ApproximateAgeOfOldestMessage"
-        assert expiring["Threshold"] == (p.dlq_retention_days - 2) * 86400  # two days before it is lost
+        assert expiring["Threshold"] == (p.queues.dlq_retention_days - 2) * 86400  # two days before it is lost
         for a in (depth, oldest, expiring):
             assert a["TreatMissingData"] == "notBreaching" and a["ComparisonOperator"] == "GreaterThanOrEqualToThreshold"
 
@@ -106,12 +106,12 @@ def test_function_errors_and_throttles_per_function(synth: Synth, name: str) -> 
     alarms = _alarms(t)
     for fn in ("intake", "worker", "aggregator", "sweeper"):
         fn_id, _ = function_by_handler(t, f"{fn}.handler")
-        for metric, threshold in (("Errors", p.function_errors_alarm_threshold),
-                                  ("Throttles", p.function_throttles_alarm_threshold)):
+        for metric, threshold in (("Errors", p.alarms.function_errors_alarm_threshold),
+                                  ("Throttles", p.alarms.function_throttles_alarm_threshold)):
             a = alarms[f"{fn}-{metric.lower()}"]
             assert (a["Namespace"], a["MetricName"], a["Statistic"]) == ("AWS/Lambda", metric, "Sum")
             assert a["Dimensions"] == [{"Name": "FunctionName", "Value": {"Ref": fn_id}}]
-            assert (a["Threshold"], a["Period"], a["TreatMissingData"]) == (threshold, p.alarm_period_s, "notBreaching")
+            assert (a["Threshold"], a["Period"], a["TreatMissingData"]) == (threshold, p.alarms.alarm_period_s, "notBreaching")
 
 
 def _metric_stats(alarm: dict[str, Any]) -> dict[str, dict[str, Any]]:
@@ -123,7 +123,7 @@ def test_backpressure_rate_and_stuck_jobs(synth: Synth, name: str) -> None:
     t, p = synth.templates[name], synth.profiles[name]
     alarms = _alarms(t)
     bp = alarms["backpressure"]
-    assert (bp["Threshold"], bp["EvaluationPeriods"]) == (p.backpressure_alarm_threshold, p.backpressure_alarm_periods)
+    assert (bp["Threshold"], bp["EvaluationPeriods"]) == (p.alarms.backpressure_alarm_threshold, p.alarms.backpressure_alarm_periods)
     metrics = _metric_stats(bp)
     (expression,) = [m["Expression"] for m in metrics.values() if "Expression" in m]
     assert expression == "FILL(worker, 0) + FILL(sweeper, 0)"
@@ -131,11 +131,11 @@ def test_backpressure_rate_and_stuck_jobs(synth: Synth, name: str) -> None:
         stat = metrics[who]["MetricStat"]
         assert stat["Metric"] == {"Namespace": "ContractReview", "MetricName": "BackpressureRequeues",
                                   "Dimensions": [{"Name": "service", "Value": who}]}
-        assert (stat["Stat"], stat["Period"]) == ("Sum", p.alarm_period_s)
+        assert (stat["Stat"], stat["Period"]) == ("Sum", p.alarms.alarm_period_s)
     stuck = alarms["stuck-jobs"]
     assert (stuck["Namespace"], stuck["MetricName"]) == ("ContractReview", "StuckJobs")
     assert stuck["Dimensions"] == [{"Name": "service", "Value": "sweeper"}]
-    assert stuck["Threshold"] == p.stuck_jobs_alarm_threshold
+    assert stuck["Threshold"] == p.alarms.stuck_jobs_alarm_threshold
     assert stuck["TreatMissingData"] == "breaching"  # published on every sweep: silence = no sweeper
 
 

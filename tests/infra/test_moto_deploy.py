@@ -58,9 +58,9 @@ def test_local_template_deploys_into_moto(synth: Synth, monkeypatch: pytest.Monk
         results = sqs.get_queue_attributes(QueueUrl=outputs["ResultsQueueUrl"], AttributeNames=["All"])["Attributes"]
         assert outputs["ResultsQueueUrl"].endswith(f"/{LOCAL}-results.fifo")
         assert results["FifoQueue"] == "true"
-        assert json.loads(results["RedrivePolicy"])["maxReceiveCount"] == synth.profiles[LOCAL].max_receive_count
+        assert json.loads(results["RedrivePolicy"])["maxReceiveCount"] == synth.profiles[LOCAL].queues.max_receive_count
         analysis = sqs.get_queue_attributes(QueueUrl=outputs["AnalysisQueueUrl"], AttributeNames=["All"])["Attributes"]
-        assert int(analysis["VisibilityTimeout"]) == synth.profiles[LOCAL].analysis_visibility_s
+        assert int(analysis["VisibilityTimeout"]) == synth.profiles[LOCAL].queues.analysis_visibility_s
 
         ddb = boto3.client("dynamodb", region_name=REGION)
         claims = ddb.describe_table(TableName=outputs["ClaimsTableName"])["Table"]

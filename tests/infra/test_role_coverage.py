@@ -221,7 +221,7 @@ def _intake(rec: Recorder, setup: Deps, arn: str) -> None:
         {"schema_version": 1, "document_id": "inline", "document": {"text": TEXT}},  # a duplicate
     ]
     # a running job whose fan-out stalled (a page is due, its trigger lost): the document sent again moves it on
-    stalled, counted = _paged_job(setup, "stalled-fanout", setup.settings.profile.fanout_page)
+    stalled, counted = _paged_job(setup, "stalled-fanout", setup.settings.profile.fanout.fanout_page)
     for record in counted:
         setup.jobs.settle_chunk(stalled, record.chunk_id)
     bodies.append({"schema_version": 1, "idempotency_key": "stalled-fanout", "document": {"text": PAGED_TEXT}})
@@ -260,27 +260,27 @@ def _worker(rec: Recorder, setup: Deps, aws: EmbeddedAws, bedrock: BedrockDouble
     finally:
         bedrock.converse_error = None
     # 3. large outputs go to S3: throttled after one analyst (a checkpoint, then backpressure) ...
-    small = handlers.settings().model_copy(update={"profile": p.model_copy(update={"checkpoint_inline_max_bytes": 1})})
+    small = handlers.settings().model_copy(update={"profile": p.with_overrides(**{"checkpoint_inline_max_bytes": 1})})
     _unprocessed_once(handlers.session(), setup.settings.checkpoints_table)  # before its clients exist (below)
     deps = build_deps(small, handlers.session())
     job_id, m = _job(setup, aws, "w-throttled")
     msg = AnalysisMessage.model_validate_json(m["Body"])
     with rec.acting_as("worker"):
         ChunkWorker(deps, FailingModel("ThrottlingException", 429, ok=1), sleep=lambda _s: None).handle(
-            msg, _delivery(m, p.analysis_visibility_s))
+            msg, _delivery(m, p.queues.analysis_visibility_s))
     # ... then resumed from its checkpoint (read back from S3), with BatchGetItem leaving keys unprocessed
     with rec.acting_as("worker"):
-        outcome = ChunkWorker(deps, OkModel(), sleep=lambda _s: None).handle(msg, _delivery(m, p.analysis_visibility_s))
+        outcome = ChunkWorker(deps, OkModel(), sleep=lambda _s: None).handle(msg, _delivery(m, p.queues.analysis_visibility_s))
     assert outcome.action == "done", outcome
     # 4. a 5xx: tier 2 (visibility backoff), then with the budget spent: dead-lettered
     _, m = _job(setup, aws, "w-5xx")
     msg = AnalysisMessage.model_validate_json(m["Body"])
     with rec.acting_as("worker"), pytest.raises(Tier2):
         ChunkWorker(handlers.deps(), FailingModel("ServiceUnavailableException", 503),
-                    sleep=lambda _s: None).handle(msg, _delivery(m, p.analysis_visibility_s))
+                    sleep=lambda _s: None).handle(msg, _delivery(m, p.queues.analysis_visibility_s))
     with rec.acting_as("worker"):
         outcome = ChunkWorker(handlers.deps(), OkModel(), sleep=lambda _s: None).handle(
-            msg.model_copy(update={"max_attempts": 1}), _delivery(m, p.analysis_visibility_s))
+            msg.model_copy(update={"max_attempts": 1}), _delivery(m, p.queues.analysis_visibility_s))
     assert outcome.action == "dead_lettered", outcome
 
 
@@ -319,7 +319,7 @@ def _aggregator(rec: Recorder, setup: Deps, aws: EmbeddedAws, arn: str) -> None:
     from contract_review.handlers import aggregator as aggregator_handler
 
     # a job of several pages whose settling chunks make room in its window: the aggregator sends the next page
-    job_id, settled = _paged_job(setup, "a-paged", setup.settings.profile.fanout_page)
+    job_id, settled = _paged_job(setup, "a-paged", setup.settings.profile.fanout.fanout_page)
     for record in settled:
         announce(setup, record)
     messages = _receive(aws, setup.settings.results_queue_url, want=3 + len(settled))
@@ -327,7 +327,7 @@ def _aggregator(rec: Recorder, setup: Deps, aws: EmbeddedAws, arn: str) -> None:
         aggregator_handler.handler(sqs_event(messages, arn, REGION),
                                    LambdaContext("AggregatorFn", 512, 10, "r-a", REGION))
     job = setup.jobs.get(job_id)
-    assert job is not None and job.fanned_out == setup.settings.profile.fanout_window + len(settled), job
+    assert job is not None and job.fanned_out == setup.settings.profile.fanout.fanout_window + len(settled), job
     # a job whose first settled chunk spent more than its budget: stopped (job.budget_exceeded), its chunks
     # nobody holds settled `cancelled` (fenced updates of their records)
     job_id, settled = _paged_job(setup, "a-budget", 1, AttemptStats(calls=1, model_micro_usd=500), budget_usd=0.0001)
@@ -343,7 +343,7 @@ def _aggregator(rec: Recorder, setup: Deps, aws: EmbeddedAws, arn: str) -> None:
 def _sweeper(rec: Recorder, setup: Deps, aws: EmbeddedAws) -> None:
     from contract_review.handlers import sweeper as sweeper_handler
 
-    budget = setup.settings.profile.poison_budget
+    budget = setup.settings.profile.recovery.poison_budget
     # a lapsed claim (its worker died) and one whose poison budget is spent
     for key, failures in (("s-lapsed", 0), ("s-poison", budget - 1)):
         job_id, m = _job(setup, aws, key)
@@ -406,11 +406,11 @@ def _side_effects(rec: Recorder, setup: Deps, tickets: TicketServiceFake, role: 
     with rec.acting_as(role):
         assert saga.run_side_effects(deps, fx, job).status is SagaStatus.DONE
     # 2. a step failing on every attempt frees its in-progress record
-    tickets.inject("error_before_write", times=deps.settings.profile.side_effect_attempts)
+    tickets.inject("error_before_write", times=deps.settings.profile.side_effects.side_effect_attempts)
     with rec.acting_as(role):
         assert saga.run_side_effects(deps, fx, _finished_job(setup, f"{role}-fx-fail")).status is SagaStatus.FAILED
     # 3. compensation: the publish withdrawn, the ticket's close failing on every attempt: dead-lettered
-    tickets.inject("error_before_write", op="close", times=deps.settings.profile.compensation_attempts)
+    tickets.inject("error_before_write", op="close", times=deps.settings.profile.side_effects.compensation_attempts)
     with rec.acting_as(role):
         assert saga.compensate(deps, fx, job, reason="job.cancelled").dead_lettered == [TICKET]
 
@@ -422,14 +422,14 @@ def _fargate(rec: Recorder, setup: Deps, aws: EmbeddedAws, agent: FakeEcsAgent, 
                                               "document": {"text": TEXT}}), "m-f")
     assert result.job_id is not None
     settings = Settings.from_env(env).model_copy(update={"worker_kind": "fargate"})
-    stop = poller.Shutdown(settings.profile.fargate_stop_timeout_s)
-    guard = ScaleInGuard(TaskProtection(agent.uri), settings.profile.fargate_protection_minutes)
+    stop = poller.Shutdown(settings.profile.fargate.fargate_stop_timeout_s)
+    guard = ScaleInGuard(TaskProtection(agent.uri), settings.profile.fargate.fargate_protection_minutes)
     with rec.acting_as("fargate"):
         thread = threading.Thread(target=poller.run, args=(settings, handlers.session(), stop, guard), daemon=True)
         thread.start()
         try:
             _wait(lambda: all(c.status is ChunkStatus.DONE for c in setup.claims.for_job(str(result.job_id))), 20)
-            time.sleep(settings.profile.fargate_sweep_interval_s * 1.5)  # at least one in-process sweep
+            time.sleep(settings.profile.fargate.fargate_sweep_interval_s * 1.5)  # at least one in-process sweep
         finally:
             stop.request()
             thread.join(timeout=30)

@@ -55,7 +55,7 @@ def test_every_queue_has_a_dlq_with_the_profiles_receive_count(stack: tuple[str,
     dlq_ids = set(compensation)
     for qid, p in sources.items():
         redrive = p["RedrivePolicy"]
-        assert redrive["maxReceiveCount"] == synth.profiles[name].max_receive_count == 5, qid
+        assert redrive["maxReceiveCount"] == synth.profiles[name].queues.max_receive_count == 5, qid
         dlq_id = getatt_id(redrive["deadLetterTargetArn"])
         assert dlq_id in all_queues and dlq_id not in sources
         dlq_ids.add(dlq_id)
@@ -135,9 +135,9 @@ def test_visibility_and_timeouts_come_from_the_profile(stack: tuple[str, dict], 
     name, t = stack
     p = synth.profiles[name]
     expected = {
-        "intake.handler": (p.intake_timeout_s, p.intake_visibility_s, p.intake_batch_size),
-        "worker.handler": (p.worker_timeout_s, p.analysis_visibility_s, p.worker_batch_size),
-        "aggregator.handler": (p.aggregator_timeout_s, p.results_visibility_s, p.aggregator_batch_size),
+        "intake.handler": (p.functions.intake_timeout_s, p.queues.intake_visibility_s, p.functions.intake_batch_size),
+        "worker.handler": (p.functions.worker_timeout_s, p.queues.analysis_visibility_s, p.functions.worker_batch_size),
+        "aggregator.handler": (p.functions.aggregator_timeout_s, p.queues.results_visibility_s, p.functions.aggregator_batch_size),
     }
     seen = set()
     for esm, q, fn in _esm_pairs(t):
@@ -153,7 +153,7 @@ def test_event_source_mappings_report_partial_batch_failures(stack: tuple[str, d
     for esm, _, fn in _esm_pairs(t):
         assert esm["FunctionResponseTypes"] == ["ReportBatchItemFailures"], fn["Handler"]
         if fn["Handler"].endswith("worker.handler"):
-            assert esm["ScalingConfig"] == {"MaximumConcurrency": synth.profiles[name].worker_max_concurrency}
+            assert esm["ScalingConfig"] == {"MaximumConcurrency": synth.profiles[name].functions.worker_max_concurrency}
         else:
             assert "ScalingConfig" not in esm
 
@@ -291,8 +291,8 @@ HANDLERS = ["intake", "worker", "aggregator", "sweeper", "api"]
 def test_functions_runtime_architecture_handlers_layer(stack: tuple[str, dict], synth: Synth) -> None:
     name, t = stack
     p = synth.profiles[name]
-    timeouts = {"intake": p.intake_timeout_s, "worker": p.worker_timeout_s,
-                "aggregator": p.aggregator_timeout_s, "sweeper": p.sweeper_timeout_s, "api": API_TIMEOUT_S}
+    timeouts = {"intake": p.functions.intake_timeout_s, "worker": p.functions.worker_timeout_s,
+                "aggregator": p.functions.aggregator_timeout_s, "sweeper": p.functions.sweeper_timeout_s, "api": API_TIMEOUT_S}
     assert len(resources(t, "AWS::Lambda::Function")) == len(HANDLERS)
     for h in HANDLERS:
         _, fn = function_by_handler(t, f"contract_review.handlers.{h}.handler")
@@ -307,7 +307,7 @@ def test_functions_runtime_architecture_handlers_layer(stack: tuple[str, dict], 
         assert "S3Bucket" in fn["Code"] and "LoggingConfig" in fn
         assert fn["TracingConfig"] == {"Mode": "Active"}
     _, worker = function_by_handler(t, "worker.handler")
-    assert worker["MemorySize"] == p.worker_memory_mb
+    assert worker["MemorySize"] == p.functions.worker_memory_mb
 
 
 def test_every_function_gets_the_whole_env_contract(stack: tuple[str, dict], synth: Synth) -> None:
@@ -321,7 +321,7 @@ def test_every_function_gets_the_whole_env_contract(stack: tuple[str, dict], syn
         assert ENV["fault_spec"] not in env
         assert env[ENV["profile"]] == p.name
         assert env[ENV["model_provider"]] == expected_provider
-        assert env[ENV["model_id"]] == p.model_id
+        assert env[ENV["model_id"]] == p.review.model_id
         assert env[ENV["worker_kind"]] == "lambda"
         assert env["POWERTOOLS_SERVICE_NAME"] == h
         assert env["POWERTOOLS_METRICS_NAMESPACE"] == "ContractReview"

@@ -41,6 +41,14 @@ def test_the_document_names_every_route_the_app_serves():
     assert documented == set(api.ROUTES)
 
 
+def test_the_document_names_every_field_a_submission_takes():
+    from contract_review.operate import api
+
+    schemas = schema.raw_schema["components"]["schemas"]
+    assert set(schemas["JobRequest"]["properties"]) == set(api.JobRequest.model_fields)
+    assert set(schemas["BatchItem"]["properties"]) == set(api.BatchItem.model_fields)
+
+
 @schema.parametrize()
 @settings(max_examples=30, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)
 def test_the_api_keeps_its_openapi_document(case: schemathesis.Case, api_stack: LocalStack) -> None:

@@ -83,7 +83,7 @@ def test_a_chunk_slower_than_its_lambda_completes_across_invocations_without_a_f
     assert chunk.receives == len(handoffs) + 1
     # AND every analyst step was called exactly once across the invocations
     calls = calls_by(ledger(log), "analyst", "step")
-    assert set(calls.values()) == {1} and {a for a, _ in calls} == {s.name for s in analysts_for(LOCAL.analyst_count)}
+    assert set(calls.values()) == {1} and {a for a, _ in calls} == {s.name for s in analysts_for(LOCAL.review.analyst_count)}
     assert deps.jobs.get(job_id).requeues == len(handoffs)  # type: ignore[union-attr]
     assert_matches_fault_free(deps, job_id, text)  # the handoffs changed nothing in the report
 
@@ -98,7 +98,7 @@ def test_the_sweeper_tells_a_function_timeout_from_a_crash(make_stack):
     job_id = ops.submit(deps, _doc(2, 3), document_id="vanished")
     wait_for(lambda: (j := deps.jobs.get(job_id)) is not None and j.state == "running", 20, 0.2, "intake")
     first, second = deps.claims.for_job(job_id)[:2]
-    lease = LOCAL.claim_lease_s
+    lease = LOCAL.recovery.claim_lease_s
     now = deps.clock()
     timed_out = deps.claims.claim(job_id, first.chunk_id, "lambda-a", lease, 1, deadline_at=now + 1.0)
     crashed = deps.claims.claim(job_id, second.chunk_id, "lambda-b", lease, 1, deadline_at=now + 60.0)
@@ -136,7 +136,7 @@ def test_a_5xx_burst_shorter_than_the_poison_budget_dead_letters_nothing(make_st
     # THEN it completed: the burst cost failed attempts within the budget, nothing was dead-lettered
     assert job.state == "completed"
     (chunk,) = deps.claims.for_job(job_id)
-    assert 1 <= chunk.failures < LOCAL.poison_budget and chunk.status == "done"
+    assert 1 <= chunk.failures < LOCAL.recovery.poison_budget and chunk.status == "done"
     retries = _events(stack, job_id, "chunk.retry")
     assert [r["failures"] for r in retries] == list(range(1, len(retries) + 1)) == list(range(1, chunk.failures + 1))
     assert all(r["backoff_s"] >= 1 for r in retries)

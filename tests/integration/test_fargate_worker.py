@@ -41,7 +41,7 @@ def test_fargate_pollers_review_and_recover_from_kill_9(tmp_path):
         record = get_chunk(deps, job_id, victim.chunk_id)
         assert record.fence >= 2
         # no sweeper Lambda here: the pollers' own sweep recovered it within the Fargate lease + sweep
-        bound = LOCAL.fargate_claim_lease_s + LOCAL.fargate_sweep_interval_s
+        bound = LOCAL.fargate.fargate_claim_lease_s + LOCAL.fargate.fargate_sweep_interval_s
         assert record.claimed_at is not None and record.claimed_at - killed_at < bound + 4
     finally:
         stack.stop()

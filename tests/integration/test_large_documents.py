@@ -30,7 +30,7 @@ def test_a_small_document_behind_a_large_one_completes_before_the_large_one_is_h
     stack = make_stack()
     deps = stack.deps()
     big = large_contract(130_000, variant=8)
-    n_big = len(split_into_chunks(big, LOCAL.chunk_target_chars, LOCAL.chunk_max_chars))
+    n_big = len(split_into_chunks(big, LOCAL.review.chunk_target_chars, LOCAL.review.chunk_max_chars))
     assert n_big >= 4 * WINDOW
     big_job = ops.submit(deps, big, document_id="big")
     # ... which leaves `queued` at once, with all its chunks counted and one window of them sent
@@ -61,7 +61,7 @@ def test_a_small_document_behind_a_large_one_completes_before_the_large_one_is_h
     assert_matches_fault_free(deps, big_job, big)
     assert_matches_fault_free(deps, small_job, small)
     pages = [e.detail for e in deps.jobs.events(big_job) if e.type == "job.fanned_out"]
-    assert pages and sum(p["sent"] for p in pages) == n_big - WINDOW == n_big - LOCAL.fanout_window
+    assert pages and sum(p["sent"] for p in pages) == n_big - WINDOW == n_big - LOCAL.fanout.fanout_window
     for queue in (Queue.ANALYSIS, Queue.ANALYSIS_DLQ, Queue.INTAKE_DLQ, Queue.RESULTS_DLQ):
         assert deps.queues.depth(queue) == 0
 
@@ -71,7 +71,7 @@ def test_a_large_document_leaves_queued_within_seconds_of_its_first_page(make_st
     stack = make_stack(concurrency={"worker": 0})
     deps = stack.deps()
     text = large_contract(1_200_000, variant=12)
-    n = len(split_into_chunks(text, LOCAL.chunk_target_chars, LOCAL.chunk_max_chars))
+    n = len(split_into_chunks(text, LOCAL.review.chunk_target_chars, LOCAL.review.chunk_max_chars))
     # WHEN a 1.2 MB contract (~350 chunks) is submitted by s3_uri
     t0 = time.monotonic()
     job_id = ops.submit(deps, text, document_id="big-1.2mb")
@@ -85,4 +85,4 @@ def test_a_large_document_leaves_queued_within_seconds_of_its_first_page(make_st
     assert len(deps.claims.for_job(job_id)) == WINDOW
     assert deps.queues.depth(Queue.ANALYSIS) == WINDOW
     assert took < 15, took
-    assert running.fanned_out == WINDOW == LOCAL.fanout_window
+    assert running.fanned_out == WINDOW == LOCAL.fanout.fanout_window

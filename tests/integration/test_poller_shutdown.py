@@ -55,7 +55,7 @@ def test_sigterm_mid_chunk_releases_it_within_the_stop_timeout_and_nothing_is_lo
             # WHEN ECS stops the task
             proc.send_signal(signal.SIGTERM)
             sent = time.monotonic()
-            code = proc.wait(timeout=deps.settings.profile.fargate_stop_timeout_s)
+            code = proc.wait(timeout=deps.settings.profile.fargate.fargate_stop_timeout_s)
             took = time.monotonic() - sent
         finally:
             if proc.poll() is None:
@@ -63,7 +63,7 @@ def test_sigterm_mid_chunk_releases_it_within_the_stop_timeout_and_nothing_is_lo
         # THEN it exited cleanly, well within the stop timeout (no SIGKILL needed)
         log = (tmp_path / "poller.log").read_text()
         assert code == 0, log[-3000:]
-        assert took < deps.settings.profile.fargate_stop_timeout_s
+        assert took < deps.settings.profile.fargate.fargate_stop_timeout_s
         # ... holding nothing: no chunk is left claimed, and no attempt was counted as a failure
         records = deps.claims.for_job(job_id)
         assert not [c for c in records if c.status is ChunkStatus.CLAIMED]
@@ -84,6 +84,6 @@ def test_sigterm_mid_chunk_releases_it_within_the_stop_timeout_and_nothing_is_lo
         assert sum(int(v) for v in attrs.values()) == len(pending) > 0
         # ... and the task was protected from scale-in while busy, and gave the protection back on the way out
         assert agent.bodies[0] == {"ProtectionEnabled": True,
-                                   "ExpiresInMinutes": deps.settings.profile.fargate_protection_minutes}
+                                   "ExpiresInMinutes": deps.settings.profile.fargate.fargate_protection_minutes}
         assert agent.bodies[-1] == {"ProtectionEnabled": False}
         assert agent.requests[0][0] < sent  # protected before the signal, i.e. while the chunk was in hand

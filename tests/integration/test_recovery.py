@@ -38,7 +38,7 @@ def _doc(min_chunks: int, max_chunks: int = 8) -> str:
                if len(lead := "\n\n".join(t.split("\n\n")[:k])) >= 2000]
     candidates = [t for _, t in cuad_texts()] + samples + leading
     for text in candidates:
-        if min_chunks <= len(split_into_chunks(text, LOCAL.chunk_target_chars, LOCAL.chunk_max_chars)) <= max_chunks:
+        if min_chunks <= len(split_into_chunks(text, LOCAL.review.chunk_target_chars, LOCAL.review.chunk_max_chars)) <= max_chunks:
             return text
     raise AssertionError("no document of the wanted size")
 
@@ -92,8 +92,8 @@ def test_kill_9_mid_chunk_resumes_from_checkpoints_within_lease_plus_sweep(make_
     # recovery came from lease + sweep, not from the visibility timeout
     assert record.claimed_at is not None
     recovered_in = record.claimed_at - killed_at
-    assert recovered_in < LOCAL.claim_lease_s + LOCAL.sweep_interval_s + 4, recovered_in
-    assert recovered_in < LOCAL.analysis_visibility_s / 4
+    assert recovered_in < LOCAL.recovery.claim_lease_s + LOCAL.recovery.sweep_interval_s + 4, recovered_in
+    assert recovered_in < LOCAL.queues.analysis_visibility_s / 4
     requeues = [e for e in deps.jobs.events(job_id) if e.type == "chunk.requeued" and e.detail["chunk_id"] == chunk_id]
     assert requeues and requeues[0].detail["reason"] == "runtime.worker_lost"
     # and the report is exactly that of a run without the crash
@@ -165,7 +165,7 @@ def test_every_chunk_message_delivered_twice_settles_each_chunk_once(make_stack,
     text = _doc(3, 5)
     job_id = ops.submit(deps, text, document_id="dup-all")
     n = len(oracle_for(text, LOCAL))
-    assert n <= LOCAL.fanout_window  # the whole document is fanned out at once
+    assert n <= LOCAL.fanout.fanout_window  # the whole document is fanned out at once
     wait_for(lambda: deps.queues.depth(Queue.ANALYSIS) == n, 30, what="the chunk messages")
     sqs = stack.aws.client("sqs")
     bodies: dict[str, str] = {}
@@ -229,7 +229,7 @@ def test_sustained_throttling_never_dead_letters(make_stack, tmp_path):
     # requeues), yet nothing was dead-lettered: throttling is backpressure, not failure
     for c in deps.claims.for_job(job_id):
         throttled = c.retries.get("model.throttled", 0) + requeues[c.chunk_id]
-        assert throttled > LOCAL.max_receive_count, (c.chunk_id, throttled)
+        assert throttled > LOCAL.queues.max_receive_count, (c.chunk_id, throttled)
     assert sum(requeues.values()) >= 1, "tier 1 gave up at least once and the chunk was requeued with a delay"
     for queue in (Queue.ANALYSIS_DLQ, Queue.RESULTS_DLQ):
         assert deps.queues.depth(queue) == 0
@@ -278,8 +278,8 @@ def test_always_failing_chunk_dead_letters_then_redrive_completes(make_stack, tm
     error = job.missing[0].error
     assert error is not None and error.error_code == "model.unavailable"
     bad = next(c for c in deps.claims.for_job(job_id) if c.chunk_index == 1)
-    assert bad.status == "dead_lettered" and bad.failures == LOCAL.poison_budget
-    assert bad.receives == LOCAL.max_receive_count  # one claim per receive until the budget ran out
+    assert bad.status == "dead_lettered" and bad.failures == LOCAL.recovery.poison_budget
+    assert bad.receives == LOCAL.queues.max_receive_count  # one claim per receive until the budget ran out
     wait_for(lambda: deps.queues.depth(Queue.ANALYSIS_DLQ) == 1, 10, what="the DLQ message")
 
     env = {**os.environ, "REVIEW_LOCAL_JSON": str(local_json)}
@@ -356,5 +356,5 @@ def test_heartbeat_keeps_a_chunk_longer_than_its_lease(make_stack, tmp_path):
     for c in deps.claims.for_job(job_id):
         assert c.fence == 1 and c.receives == 1, c  # nobody took it over
         assert c.settled_at is not None and c.claimed_at is not None, c
-        assert c.settled_at - c.claimed_at > LOCAL.claim_lease_s
+        assert c.settled_at - c.claimed_at > LOCAL.recovery.claim_lease_s
     assert not [e for e in deps.jobs.events(job_id) if e.type in ("chunk.requeued", "chunk.lease_lost")]

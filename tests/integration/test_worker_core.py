@@ -69,7 +69,7 @@ def _start_job(deps: Deps, sqs: Any) -> tuple[str, AnalysisMessage, Delivery]:
                             MessageSystemAttributeNames=["All"])
     (m,) = r["Messages"]
     delivery = Delivery(message_id=m["MessageId"], receipt_handle=m["ReceiptHandle"], receive_count=1,
-                        visibility_s=deps.settings.profile.analysis_visibility_s)
+                        visibility_s=deps.settings.profile.queues.analysis_visibility_s)
     return result.job_id, AnalysisMessage.model_validate_json(m["Body"]), delivery  # type: ignore[return-value]  # a valid document always names its job
 
 
@@ -98,7 +98,7 @@ def _commit_checkpoint(deps: Deps, job_id: str, chunk_id: str, analyst: str, con
 
 def test_checkpointed_analyst_is_loaded_not_rerun(deps, sqs):
     job_id, msg, delivery = _start_job(deps, sqs)
-    identity = analysis_identities(deps.settings, analysts_for(deps.settings.profile.analyst_count))["liability"]
+    identity = analysis_identities(deps.settings, analysts_for(deps.settings.profile.review.analyst_count))["liability"]
     _commit_checkpoint(deps, job_id, msg.chunk_id, "liability", identity)
     model = ScriptedModel()
     assert _worker(deps, model).handle(msg, delivery).action == "done"
@@ -127,10 +127,10 @@ def test_out_of_lambda_time_hands_back_without_a_failure(deps, sqs):
     record = get_chunk(deps, job_id, msg.chunk_id)
     assert record.status == "pending" and record.failures == 0
     # nothing was checkpointed, so the fresh message is delayed (whole seconds, never 0), not immediate
-    assert 1 <= int(outcome.detail["delay_s"] or 0) <= deps.settings.profile.throttle_max_delay_s
+    assert 1 <= int(outcome.detail["delay_s"] or 0) <= deps.settings.profile.recovery.throttle_max_delay_s
     assert sqs.receive_message(QueueUrl=deps.settings.analysis_queue_url, MaxNumberOfMessages=10).get("Messages") is None
     r = sqs.receive_message(QueueUrl=deps.settings.analysis_queue_url, MaxNumberOfMessages=10,
-                            WaitTimeSeconds=deps.settings.profile.throttle_max_delay_s + 1)
+                            WaitTimeSeconds=deps.settings.profile.recovery.throttle_max_delay_s + 1)
     fresh = [AnalysisMessage.model_validate_json(m["Body"]) for m in r.get("Messages", [])]
     assert [(f.chunk_id, f.reason, f.requeues, f.attempt) for f in fresh] == \
         [(msg.chunk_id, "runtime.time_exhausted", 1, 1)]
@@ -204,7 +204,7 @@ def test_a_lapsed_claim_is_taken_over_and_the_old_token_is_rejected(deps, sqs):
 
 def test_sweeper_requeues_a_lapsed_claim_and_dead_letters_after_the_poison_budget(deps, sqs):
     job_id, msg, _ = _start_job(deps, sqs)
-    budget = get_profile("local").poison_budget
+    budget = get_profile("local").recovery.poison_budget
     for attempt in range(1, budget + 1):
         claim = deps.claims.claim(job_id, msg.chunk_id, f"w{attempt}", lease_s=-1, receive_count=1)
         assert claim.won
@@ -330,7 +330,7 @@ def test_finalize_does_not_count_a_chunk_that_was_redriven_meanwhile(deps, sqs):
 # The sweeper's three writes on a lapsed lease, each fenced on the lease still being lapsed:
 # requeue (release, a failure counted), dead-letter (finish, the poison budget used) and the
 # function-timeout requeue (release, no failure).
-SWEEPER_WRITES = {"requeue": (0, None), "dead-letter": (get_profile("local").poison_budget - 1, None),
+SWEEPER_WRITES = {"requeue": (0, None), "dead-letter": (get_profile("local").recovery.poison_budget - 1, None),
                   "function-timeout": (0, "past")}
 
 
@@ -343,7 +343,7 @@ def test_sweeper_write_loses_to_a_heartbeat_that_landed_after_its_read(deps, sqs
         deps.claims.release(job_id, msg.chunk_id, lost.fence, AttemptStats(), ErrorEnvelope.of("model.unavailable"),
                             failure=True)
     # GIVEN the owner's lease has lapsed (it stalled; for a Lambda, past its invocation's deadline)
-    lease = deps.settings.profile.claim_lease_s
+    lease = deps.settings.profile.recovery.claim_lease_s
     deadline_at = deps.clock() - 1 - lease if deadline else None
     claim = deps.claims.claim(job_id, msg.chunk_id, "alive", lease_s=-1, receive_count=1, deadline_at=deadline_at)
     assert claim.won and claim.record is not None and claim.record.failures == failures
@@ -400,7 +400,7 @@ def test_reconciler_recovers_a_job_whose_results_and_messages_were_lost(deps, sq
     # chunk 0 finished but its results message never reached the queue; chunk 1's message is lost
     _worker(deps, ScriptedModel()).handle(m0, d0)
     sqs.purge_queue(QueueUrl=deps.settings.results_queue_url)
-    later = deps.clock() + deps.settings.profile.stall_after_s + 1
+    later = deps.clock() + deps.settings.profile.recovery.stall_after_s + 1
     report = sweep(deps, now=later)
     assert report.reconciled == [job_id]
     assert [r.chunk_id for r in _results(deps, sqs)] == [m0.chunk_id]
@@ -426,12 +426,12 @@ def test_a_corrected_resubmission_replaces_a_job_that_failed_on_bad_input(deps):
 
 def test_large_analyst_output_is_checkpointed_in_s3_and_loaded_back(aws, deps, sqs):
     small = deps.settings.model_copy(
-        update={"profile": deps.settings.profile.model_copy(update={"checkpoint_inline_max_bytes": 10})})
+        update={"profile": deps.settings.profile.with_overrides(**{"checkpoint_inline_max_bytes": 10})})
     s3_deps = build_deps(small, local_session(aws.region), aws.endpoint)
     job_id, msg, delivery = _start_job(s3_deps, sqs)
     claim = s3_deps.claims.claim(job_id, msg.chunk_id, "w", 30, 1)
     out = {"analyst": "liability", "status": "ok", "findings": [], "model_calls": 2}
-    identity = analysis_identities(small, analysts_for(small.profile.analyst_count))["liability"]
+    identity = analysis_identities(small, analysts_for(small.profile.review.analyst_count))["liability"]
     assert s3_deps.claims.put_checkpoints(job_id, msg.chunk_id, claim.fence,
                                           [CheckpointWrite(analyst="liability", config_hash=identity,
                                                            status="ok", output_json=json.dumps(out))])

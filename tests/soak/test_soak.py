@@ -53,11 +53,11 @@ RESULTS = ROOT / "bench" / "results"
 N_DOCUMENTS = int(os.environ.get("SOAK_DOCUMENTS", "200"))  # phase 2
 N_BEHIND_LARGE = 10  # phase 1: small documents submitted behind the large one
 SIZE_LARGE = int(os.environ.get("SOAK_LARGE_BYTES", str(LARGE_BYTES)))
-WORKERS = LOCAL.worker_max_concurrency  # 4: the local event source mapping's concurrency
+WORKERS = LOCAL.functions.worker_max_concurrency  # 4: the local event source mapping's concurrency
 PHASE_TIMEOUT_S = 900.0  # a job still open after this is reported (jobs not ended), never waited for longer
 # chaos: a kill -9 every KILL_EVERY_S, a SIGSTOP every STOP_EVERY_S held for STOP_FOR_S (longer than a
 # lease, so the sweeper takes the chunk over and the resumed process is a zombie), duplicates
-KILL_EVERY_S, STOP_EVERY_S, STOP_FOR_S = 9.0, 13.0, LOCAL.claim_lease_s + 2.0
+KILL_EVERY_S, STOP_EVERY_S, STOP_FOR_S = 9.0, 13.0, LOCAL.recovery.claim_lease_s + 2.0
 DUPLICATE_EVERY_S = 2.0
 
 
@@ -201,7 +201,7 @@ def _run_large_phase(stack: LocalStack, deps: Deps, small: list[tuple[str, str]]
                if jid != big_id and j.ended_at is not None]
     big_job = ended.get(big_id)
     timing = {"wall_s": round(wall, 1), "large_bytes": len(big.encode()),
-              "large_chunks": len(split_into_chunks(big, LOCAL.chunk_target_chars, LOCAL.chunk_max_chars)),
+              "large_chunks": len(split_into_chunks(big, LOCAL.review.chunk_target_chars, LOCAL.review.chunk_max_chars)),
               "large_left_queued_after_s": left_queued, "large_state": big_job.state.value if big_job else None,
               "large_completed_after_s": round(big_job.ended_at - big_job.created_at, 1)
               if big_job and big_job.ended_at else None,

@@ -451,7 +451,7 @@ class FakeQueues:
 
 # Analysts one by one: unit tests place faults at the n-th model call, which needs a deterministic order.
 # Concurrent analysts have their own tests (test_analyst_concurrency.py) and run in the integration tests.
-SETTINGS = Settings(profile=get_profile("local").model_copy(update={"analyst_concurrency": 1}), jobs_table="jobs", claims_table="claims",
+SETTINGS = Settings(profile=get_profile("local").with_overrides(**{"analyst_concurrency": 1}), jobs_table="jobs", claims_table="claims",
                     checkpoints_table="checkpoints", events_table="events", bucket="artifacts",
                     intake_queue_url="intake", analysis_queue_url="analysis", results_queue_url="results",
                     intake_dlq_url="intake-dlq", analysis_dlq_url="analysis-dlq", results_dlq_url="results-dlq")
@@ -467,7 +467,7 @@ class FakeWorld:
     def __post_init__(self) -> None:
         self.artifacts = FakeArtifacts(self.settings.bucket)
         self.jobs = FakeJobs(self.clock, self.settings.profile.record_ttl_s)
-        self.claims = FakeClaims(self.clock, self.artifacts, self.settings.profile.checkpoint_inline_max_bytes)
+        self.claims = FakeClaims(self.clock, self.artifacts, self.settings.profile.review.checkpoint_inline_max_bytes)
         self.queues = FakeQueues(self.clock)
         self.deps = Deps(settings=self.settings, jobs=self.jobs, claims=self.claims, artifacts=self.artifacts,
                          queues=self.queues, clock=self.clock)

@@ -96,7 +96,7 @@ class InProcess:
                 handle_intake(w.deps, s.body, s.message_id)
             except Crash:
                 self.intake_receives[s.message_id] += 1
-                used = self.intake_receives[s.message_id] >= w.settings.profile.max_receive_count
+                used = self.intake_receives[s.message_id] >= w.settings.profile.queues.max_receive_count
                 w.queues.sent[Queue.INTAKE_DLQ if used else Queue.INTAKE].append(
                     Sent(s.body, message_id=s.message_id, sent_at=s.sent_at))
 

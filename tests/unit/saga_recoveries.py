@@ -78,7 +78,7 @@ def approval_ended(code: str) -> None:
     world, fx = FakeWorld(), FakeSideEffects()
     waiting = unknown_outcome(world, fx, written=True)
     if code == "job.approval_expired":
-        world.clock.advance(world.settings.profile.approval_ttl_s + 1)
+        world.clock.advance(world.settings.profile.side_effects.approval_ttl_s + 1)
         assert saga.approval_expired(waiting, world.clock())
     ended, out = saga.end_waiting(world.deps, fx.fx, waiting, code)
     assert ended is not None and (ended.state, ended.error_code) == (JobState.FAILED, code) and out.complete

@@ -33,7 +33,7 @@ ALL_OK = {a.name: "ok" for a in ANALYSTS}
 def small_chunk_world(**profile: object) -> FakeWorld:
     """A world whose profile has a 150-character chunk target (every clause of TEXT is a chunk), plus `profile`."""
     profile = {"chunk_target_chars": 150, **profile}
-    return FakeWorld(settings=SETTINGS.model_copy(update={"profile": SETTINGS.profile.model_copy(update=profile)}))
+    return FakeWorld(settings=SETTINGS.model_copy(update={"profile": SETTINGS.profile.with_overrides(**profile)}))
 
 
 def intake(world: FakeWorld, text: str = LONG_TEXT, document_id: str | None = "msa-1") -> tuple[str, list[ChunkRecord]]:
@@ -113,7 +113,7 @@ def worker_finishes(world: FakeWorld, job_id: str, chunk_id: str) -> ChunkRecord
     key = findings_key(job_id, won.record.chunk_index, chunk_id, won.fence)
     world.artifacts.put_text(key, ChunkFindings(chunk_id=chunk_id, chunk_index=won.record.chunk_index,
                                                 findings=[]).model_dump_json())
-    coverage = {a.name: "ok" for a in analysts_for(SETTINGS.profile.analyst_count)}
+    coverage = {a.name: "ok" for a in analysts_for(SETTINGS.profile.review.analyst_count)}
     done = world.claims.finish(job_id, chunk_id, won.fence, ChunkStatus.DONE, AttemptStats(calls=11),
                                outcome=ChunkOutcome(findings_key=key, coverage=coverage, n_findings=0))
     assert done is not None

@@ -181,7 +181,7 @@ def test_the_job_identity_changes_when_any_analyst_does_and_ignores_order():
 def test_the_job_config_hash_is_over_the_analysts_the_job_runs():
     world = FakeWorld()
     s = world.settings
-    ids = analysis_identities(s, analysts.analysts_for(s.profile.analyst_count))
+    ids = analysis_identities(s, analysts.analysts_for(s.profile.review.analyst_count))
     assert job_config_hash(s) == job_identity(ids)
     assert ids == identities(s.effective_model_id, s.model_provider)
 
@@ -297,7 +297,7 @@ def test_a_category_added_through_its_extension_points_reaches_the_report_covera
     asker = add_payment_terms(monkeypatch, own_analyst)
     world = FakeWorld()
     if own_analyst:  # a new analyst: the profile runs one more (docs/extending.md; test_every_profile_runs_every_analyst)
-        profile = world.settings.profile.model_copy(update={"analyst_count": len(analysts.ANALYSTS)})
+        profile = world.settings.profile.with_overrides(**{"analyst_count": len(analysts.ANALYSTS)})
         world = FakeWorld(settings=world.settings.model_copy(update={"profile": profile}))
     # WHEN a contract with a payment clause is reviewed
     p = InProcess(world)

@@ -23,7 +23,7 @@ from contract_review.review.analysts import ChunkFindings, analysts_for
 from .fakes import SETTINGS, FakeWorld
 from .scenarios import one_chunk_job
 
-ANALYSTS = [a.name for a in analysts_for(SETTINGS.profile.analyst_count)]
+ANALYSTS = [a.name for a in analysts_for(SETTINGS.profile.review.analyst_count)]
 CALL_S = 0.02  # each call takes this long, so the calls of analysts run at once overlap
 CHECK_TO_CALL_S = 0.01  # a call that passed its check just before another analyst's stop was raised
 
@@ -65,7 +65,7 @@ class OverlapModel:
 
 
 def _world(concurrency: int) -> FakeWorld:
-    profile = SETTINGS.profile.model_copy(update={"analyst_concurrency": concurrency})
+    profile = SETTINGS.profile.with_overrides(**{"analyst_concurrency": concurrency})
     return FakeWorld(settings=SETTINGS.model_copy(update={"profile": profile}))
 
 
@@ -155,8 +155,8 @@ def test_a_lost_lease_stops_every_analyst_and_no_checkpoint_is_committed_after_i
     job_id, msg = one_chunk_job(world)
 
     def steal(_request: ModelRequest) -> None:
-        world.clock.advance(SETTINGS.profile.claim_lease_s + 1)  # the lease lapses; another worker claims
-        won = world.claims.claim(job_id, msg.chunk_id, "other", SETTINGS.profile.claim_lease_s, 2)
+        world.clock.advance(SETTINGS.profile.recovery.claim_lease_s + 1)  # the lease lapses; another worker claims
+        won = world.claims.claim(job_id, msg.chunk_id, "other", SETTINGS.profile.recovery.claim_lease_s, 2)
         assert won.won and won.fence == 2
     model = OverlapModel(at=1, during=steal)
     refused: list[float] = []

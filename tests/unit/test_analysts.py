@@ -234,9 +234,9 @@ def test_every_profile_runs_every_analyst() -> None:
     # the profile states how many analysts a job runs (its sizing grows with it); adding an analyst to
     # review/analysts.py raises it (docs/extending.md): a profile running fewer would silently skip the new one
     for profile in PROFILES.values():
-        assert profile.analyst_count == len(ANALYSTS), (
-            f"profile {profile.name} runs {profile.analyst_count} analysts, review/analysts.py has {len(ANALYSTS)}")
-        assert 1 <= profile.analyst_concurrency <= profile.analyst_count
+        assert profile.review.analyst_count == len(ANALYSTS), (
+            f"profile {profile.name} runs {profile.review.analyst_count} analysts, review/analysts.py has {len(ANALYSTS)}")
+        assert 1 <= profile.review.analyst_concurrency <= profile.review.analyst_count
 
 
 # --- the project's own sample contracts --------------------------------------------------------

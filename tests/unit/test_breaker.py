@@ -162,7 +162,7 @@ def test_a_chunk_meeting_an_open_breaker_is_released_as_backpressure_without_spe
     # AND `review status` says the breaker is open for this job, then closed again once its open time is over
     view = ops.job_view(world.deps, msg.job_id)
     assert view is not None and view.model_circuit.startswith("open (1 chunk requeues waited for it")
-    world.clock.advance(world.settings.profile.breaker_open_s + 1)
+    world.clock.advance(world.settings.profile.quota.breaker_open_s + 1)
     view = ops.job_view(world.deps, msg.job_id)
     assert view is not None and view.model_circuit.startswith("closed again")
 

@@ -7,7 +7,7 @@ import pytest
 from pydantic import ValidationError
 
 from contract_review.config.constants import OFFLINE_MODEL_ID
-from contract_review.config.profile import PROFILES, Profile, get_profile
+from contract_review.config.profile import FLAT_FIELDS, PROFILES, Profile, get_profile
 from contract_review.config.settings import ENV, OPTION_ENV, RESOURCES, Settings
 from contract_review.doubles.spec import FaultSpec
 from contract_review.review.analysts import job_config_hash
@@ -80,42 +80,43 @@ def full_outputs(**overrides: str) -> dict[str, str]:
 @pytest.mark.parametrize(("timeout_field", "visibility_field"), QUEUE_PAIRS)
 def test_every_profile_keeps_visibility_at_least_six_times_the_timeout(name, timeout_field, visibility_field):
     profile = PROFILES[name]
-    assert getattr(profile, visibility_field) >= AWS_FACTOR * getattr(profile, timeout_field)
+    flat = profile.flat()
+    assert flat[visibility_field] >= AWS_FACTOR * flat[timeout_field]
 
 
 @pytest.mark.parametrize("name", sorted(PROFILES))
 def test_every_profile_is_internally_consistent(name):
     p = PROFILES[name]
     assert p.name == name and get_profile(name) is p
-    assert p.max_receive_count >= 5  # AWS advice; throttling never burns receives
-    assert p.claim_lease_s < p.analysis_visibility_s  # a lapsed lease is seen before the message reappears
-    assert p.heartbeat_interval_s < p.claim_lease_s
-    assert p.model_retry.max_attempts >= 1 and p.tool_retry.max_attempts >= 1
-    assert p.model_retry.base_s <= p.model_retry.cap_s and p.tool_retry.base_s <= p.tool_retry.cap_s
+    assert p.queues.max_receive_count >= 5  # AWS advice; throttling never burns receives
+    assert p.recovery.claim_lease_s < p.queues.analysis_visibility_s  # a lapsed lease is seen before the message reappears
+    assert p.heartbeat_interval_s < p.recovery.claim_lease_s
+    assert p.tier1.model_retry.max_attempts >= 1 and p.tier1.tool_retry.max_attempts >= 1
+    assert p.tier1.model_retry.base_s <= p.tier1.model_retry.cap_s and p.tier1.tool_retry.base_s <= p.tier1.tool_retry.cap_s
     # tier-1 sleeping for one chunk attempt must end before the message becomes visible again
-    assert p.chunk_retry_budget_s < p.analysis_visibility_s
+    assert p.tier1.chunk_retry_budget_s < p.queues.analysis_visibility_s
 
 
 @pytest.mark.parametrize(("timeout_field", "visibility_field"), QUEUE_PAIRS)
 def test_a_profile_violating_the_visibility_rule_is_rejected(timeout_field, visibility_field):
-    base = PROFILES["prod"].model_dump()
+    base = PROFILES["prod"].flat()
     timeout = base[timeout_field]
     # GIVEN a visibility one second short of 6 x timeout WHEN the profile is built THEN it fails
     with pytest.raises(ValidationError, match="visibility"):
         Profile(**{**base, visibility_field: AWS_FACTOR * timeout - 1})
     # AND exactly 6 x timeout is accepted
     ok = Profile(**{**base, visibility_field: AWS_FACTOR * timeout})
-    assert getattr(ok, visibility_field) == AWS_FACTOR * timeout
+    assert ok.flat()[visibility_field] == AWS_FACTOR * timeout
 
 
 def test_raising_the_worker_timeout_without_the_visibility_is_rejected():
-    base = PROFILES["prod"].model_dump()
+    base = PROFILES["prod"].flat()
     with pytest.raises(ValidationError):
         Profile(**{**base, "worker_timeout_s": base["analysis_visibility_s"] // AWS_FACTOR + 1})
 
 
 def test_a_lease_as_long_as_the_visibility_is_rejected():
-    base = PROFILES["local"].model_dump()
+    base = PROFILES["local"].flat()
     with pytest.raises(ValidationError, match="lease"):
         Profile(**{**base, "claim_lease_s": float(base["analysis_visibility_s"])})
 
@@ -206,7 +207,7 @@ def test_from_env_applies_defaults_for_optional_variables():
     # the offline provider pins the rule model's id on jobs, never a Bedrock id it does not call
     assert s.model_id == "" and s.effective_model_id == OFFLINE_MODEL_ID
     bedrock = s.model_copy(update={"model_provider": "bedrock"})
-    assert bedrock.effective_model_id == PROFILES["prod"].model_id
+    assert bedrock.effective_model_id == PROFILES["prod"].review.model_id
     assert s.analysis_dlq_url == ""
 
 
@@ -245,8 +246,8 @@ def test_from_env_rejects_bad_values(var, value):
 def test_claim_lease_depends_on_worker_kind():
     lam = Settings.from_env(full_env(WORKER_KIND="lambda"))
     far = Settings.from_env(full_env(WORKER_KIND="fargate"))
-    assert lam.claim_lease_s == PROFILES["prod"].claim_lease_s
-    assert far.claim_lease_s == PROFILES["prod"].fargate_claim_lease_s
+    assert lam.claim_lease_s == PROFILES["prod"].recovery.claim_lease_s
+    assert far.claim_lease_s == PROFILES["prod"].fargate.fargate_claim_lease_s
 
 
 # --- Settings.from_outputs ---------------------------------------------------------------------------------
@@ -302,7 +303,7 @@ def test_job_config_hash_is_stable_and_changes_with_the_model_and_provider_not_t
     # the provider changes outputs
     assert job_config_hash(Settings.from_env(full_env(MODEL_PROVIDER="offline"))) != h
     # the prompt version is a label: the prompts themselves are in the identity (tests/unit/test_analysis_identity.py)
-    relabelled = base.model_copy(update={"profile": base.profile.model_copy(update={"prompt_version": "2027-01-01"})})
+    relabelled = base.model_copy(update={"profile": base.profile.with_overrides(**{"prompt_version": "2027-01-01"})})
     assert job_config_hash(relabelled) == h
 
 
@@ -315,7 +316,7 @@ def test_job_config_hash_ignores_resource_names():
 
 def test_job_config_hash_uses_the_profile_model_when_no_override():
     no_override = {k: v for k, v in full_env().items() if k != "MODEL_ID"}
-    explicit = full_env(MODEL_ID=PROFILES["prod"].model_id)
+    explicit = full_env(MODEL_ID=PROFILES["prod"].review.model_id)
     assert job_config_hash(Settings.from_env(no_override)) == job_config_hash(Settings.from_env(explicit))
 
 
@@ -341,7 +342,27 @@ def test_fault_spec_env_round_trip_and_rejects_unknown_fields():
 def test_profile_overrides_change_named_fields_of_one_local_run_and_are_validated():
     env = full_env(REVIEW_PROFILE="local", PROFILE_OVERRIDES='{"analyst_concurrency": 1, "fanout_window": 20}')
     s = Settings.from_env(env)
-    assert (s.profile.analyst_concurrency, s.profile.fanout_window) == (1, 20)
-    assert s.profile.model_copy(update={"analyst_concurrency": 11, "fanout_window": 8}) == PROFILES["local"]
+    assert (s.profile.review.analyst_concurrency, s.profile.fanout.fanout_window) == (1, 20)
+    assert s.profile.with_overrides(**{"analyst_concurrency": 11, "fanout_window": 8}) == PROFILES["local"]
     with pytest.raises(ValidationError):
         Settings.from_env(full_env(REVIEW_PROFILE="local", PROFILE_OVERRIDES='{"fanout_page": 99}'))
+
+
+def test_the_profile_is_grouped_and_flat_names_keep_working():
+    """GIVEN the grouped profile WHEN built or overridden with flat field names (PROFILE_OVERRIDES, from_flat,
+    with_overrides) THEN each lands in its group, the validator still checks across groups, and a misspelt name
+    is refused rather than ignored."""
+    local = PROFILES["local"]
+    assert local.recovery.claim_lease_s == local.flat()["claim_lease_s"] == 3.0
+    assert set(FLAT_FIELDS.values()) == {"functions", "queues", "alarms", "recovery", "tier1", "review", "fanout",
+                                         "quota", "side_effects", "fargate"}
+    changed = local.with_overrides(claim_lease_s=2.0, fanout_window=20, poller_wait_s=1)
+    assert (changed.recovery.claim_lease_s, changed.fanout.fanout_window, changed.fargate.poller_wait_s) == (2.0, 20, 1)
+    assert Profile.from_flat(**local.flat()) == local
+    env = full_env(REVIEW_PROFILE="local", PROFILE_OVERRIDES='{"max_receive_count": 7, "breaker_open_s": 9}')
+    s = Settings.from_env(env)
+    assert (s.profile.queues.max_receive_count, s.profile.quota.breaker_open_s) == (7, 9.0)
+    with pytest.raises(ValidationError):  # the cross-group rule: the lease must be shorter than the visibility
+        local.with_overrides(claim_lease_s=float(local.queues.analysis_visibility_s))
+    with pytest.raises(ValidationError):
+        local.with_overrides(claim_lease_sec=2.0)

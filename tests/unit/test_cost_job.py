@@ -10,13 +10,15 @@ from contract_review.config.prices import PRICES
 from contract_review.domain import cost
 from contract_review.domain.messages import ResultMessage
 from contract_review.domain.records import AttemptStats, ChunkStatus, Job, JobState, Usage, job_id_for
+from contract_review.doubles.bedrock_sim import SimulatedPromptCache
+from contract_review.doubles.offline_model import OfflineRuleModel
 from contract_review.pipeline.aggregator import handle_result
 from contract_review.pipeline.worker import attempt_stats
 from contract_review.reliability.retry import RetryStats
 
 from ..texts import TEXT
 from .fakes import SETTINGS, FakeWorld
-from .inprocess import InProcess
+from .inprocess import FaultyModel, InProcess
 from .scenarios import small_chunk_world
 
 
@@ -42,8 +44,8 @@ def test_an_attempts_usage_adds_its_requests_the_recording_write_and_its_lambda_
 
 # --- a job's usage --------------------------------------------------------------------------------------------
 
-def _run_job(world: FakeWorld, **fields: object) -> str:
-    p = InProcess(world)
+def _run_job(world: FakeWorld, model: FaultyModel | None = None, **fields: object) -> str:
+    p = InProcess(world, model)
     p.send({"text": TEXT}, key="cost-doc", **fields)
     p.run(job_id_for("cost-doc"))
     return job_id_for("cost-doc")
@@ -51,7 +53,9 @@ def _run_job(world: FakeWorld, **fields: object) -> str:
 
 def test_a_jobs_cost_is_the_sum_of_its_chunks_plus_the_aggregators_requests_and_is_in_the_report():
     world = small_chunk_world()
-    job_id = _run_job(world)
+    # a cache minimum the analysts' prefixes reach (by default they do not: Bedrock's is 2,048 tokens), so the
+    # sum covers cache reads and writes too
+    job_id = _run_job(world, FaultyModel(inner=OfflineRuleModel(SimulatedPromptCache(min_tokens=1))))
     job = world.jobs.get(job_id)
     chunks = world.claims.for_job(job_id)
     assert job is not None and job.state.value == "completed" and len(chunks) >= 2

@@ -67,9 +67,9 @@ def test_each_policy_row_agrees_with_its_code(code):
 
 def test_the_tier1_numbers_are_the_profiles():
     prod = get_profile("prod")
-    assert tier1_policy(prod, Tier1.MODEL) == prod.model_retry and tier1_policy(prod, Tier1.AWS) == prod.tool_retry
-    assert tier1_policy(prod, Tier1.SIDE_EFFECT).max_attempts == prod.side_effect_attempts
-    assert tier1_policy(prod, Tier1.COMPENSATION).max_attempts == prod.compensation_attempts
+    assert tier1_policy(prod, Tier1.MODEL) == prod.tier1.model_retry and tier1_policy(prod, Tier1.AWS) == prod.tier1.tool_retry
+    assert tier1_policy(prod, Tier1.SIDE_EFFECT).max_attempts == prod.side_effects.side_effect_attempts
+    assert tier1_policy(prod, Tier1.COMPENSATION).max_attempts == prod.side_effects.compensation_attempts
 
 
 @pytest.mark.parametrize(("code", "cause", "backpressure"), [
@@ -280,7 +280,7 @@ def test_changing_one_codes_behaviour_is_changing_its_row(monkeypatch):
         raise err
 
     def retrier() -> Retrier:
-        return Retrier(policy=get_profile("local").model_retry, budget=RetryBudget(60), stats=RetryStats(),
+        return Retrier(policy=get_profile("local").tier1.model_retry, budget=RetryBudget(60), stats=RetryStats(),
                        rng=random.Random(1), sleep=lambda _s: None)
 
     with pytest.raises(ReviewError):
@@ -297,7 +297,7 @@ def test_changing_one_codes_behaviour_is_changing_its_row(monkeypatch):
     calls.clear()
     with pytest.raises(ReviewError):
         retrier().call(call, step="locate")
-    assert len(calls) == get_profile("local").model_retry.max_attempts
+    assert len(calls) == get_profile("local").tier1.model_retry.max_attempts
     assert is_backpressure(ErrorEnvelope.of("model.request_invalid"))
     breaker.on_failure(err, "c1")
     breaker.on_failure(err, "c2")

@@ -31,7 +31,7 @@ BIG = "\n\n".join([LONG_TEXT] * 16)  # 55 chunks with the local profile
 
 
 def ids_of(text: str) -> list[str]:
-    return [c.chunk_id for c in split_into_chunks(text, P.chunk_target_chars, P.chunk_max_chars)]
+    return [c.chunk_id for c in split_into_chunks(text, P.review.chunk_target_chars, P.review.chunk_max_chars)]
 
 
 def intake(world: FakeWorld, text: str, document_id: str = "doc") -> tuple[str, list[ChunkRecord]]:
@@ -76,8 +76,8 @@ def fanned_out_events(world: FakeWorld, job_id: str) -> list[dict]:
 # --- pages and the window ------------------------------------------------------------------------------
 
 def test_the_local_profile_window_is_two_pages_of_workers():
-    assert (P.fanout_window, P.fanout_page) == (WINDOW, PAGE)
-    assert P.fanout_window == 2 * P.worker_max_concurrency
+    assert (P.fanout.fanout_window, P.fanout.fanout_page) == (WINDOW, PAGE)
+    assert P.fanout.fanout_window == 2 * P.functions.worker_max_concurrency
 
 
 
@@ -179,7 +179,7 @@ def test_a_refill_that_fails_leaves_its_chunk_uncounted_and_the_reconciler_bring
     # WHEN S3 is back and the job has made no progress for the stall period: the sweeper reconciles it
     monkeypatch.setattr(world.artifacts, "get_text_range", read)
     world.queues.drain(Queue.RESULTS)  # the result (and the ones after it) are gone: lost to the DLQ
-    world.clock.advance(P.stall_after_s + 1)
+    world.clock.advance(P.recovery.stall_after_s + 1)
     sweep(world.deps)
     # THEN the uncounted chunks are announced again, and handling them refills the window
     deliver_results(world)

@@ -59,7 +59,7 @@ def test_sweeper_publishes_stuck_jobs_on_every_run(world: FakeWorld, capsys: pyt
     for key, chunks in (("a", 2), ("b", 1)):
         job_id, _ = running_job(world, chunks, key)
         world.artifacts.put_text(document_key(job_id), "x" * 100)  # the reconciler rebuilds messages from it
-    world.clock.advance(world.settings.profile.stall_after_s + 1)
+    world.clock.advance(world.settings.profile.recovery.stall_after_s + 1)
     # WHEN the sweeper runs
     result = sweeper_handler.handler({}, _ctx("SweeperFn"))
     # THEN it publishes how many it found, and says so in its answer

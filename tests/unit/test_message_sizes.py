@@ -16,7 +16,7 @@ from contract_review.domain.messages import AnalysisMessage
 from contract_review.domain.ports import Queue
 
 LOCAL = get_profile("local")
-MAX_CHARS = LOCAL.chunk_max_chars
+MAX_CHARS = LOCAL.review.chunk_max_chars
 # SQS's limit (config.SQS_MAX_MESSAGE_BYTES, checked below). The names added with byte-sized batches are
 # imported inside the tests that use them, so the adapter test also runs (and fails) on the code before.
 SQS_MAX_MESSAGE_BYTES = 262_144
@@ -93,7 +93,7 @@ def test_a_message_over_the_limit_is_never_sent():
 def test_the_worst_chunk_the_profiles_allow_fits_one_message():
     # a chunk of chunk_max_chars control characters: the largest message chunking can produce
     for name in ("prod", "local"):
-        worst = chunk_message(0, "\x1f" * get_profile(name).chunk_max_chars)
+        worst = chunk_message(0, "\x1f" * get_profile(name).review.chunk_max_chars)
         assert body_bytes(worst.model_dump_json()) <= SQS_MAX_MESSAGE_BYTES // 6
 
 

@@ -83,7 +83,7 @@ def fail_repo_call(obj: object, name: str, exc: BaseException, times: int = 1) -
 
 def big_chunk_world() -> FakeWorld:
     """Chunks of up to 40,000 characters: a document past the inline limit in a few chunks."""
-    profile = SETTINGS.profile.model_copy(update={"chunk_target_chars": 40_000, "chunk_max_chars": 42_000})
+    profile = SETTINGS.profile.with_overrides(**{"chunk_target_chars": 40_000, "chunk_max_chars": 42_000})
     return FakeWorld(settings=SETTINGS.model_copy(update={"profile": profile}))
 
 
@@ -467,7 +467,7 @@ def test_fault_free_runs_find_something():
     findings = expected()
     assert len(findings) >= 4 and len({f["chunk_id"] for f in findings}) >= 3
     assert {f["analyst"] for f in findings} >= {MANDATORY}
-    assert analysts_for(SETTINGS.profile.analyst_count) == ANALYSTS  # the oracle runs every analyst
+    assert analysts_for(SETTINGS.profile.review.analyst_count) == ANALYSTS  # the oracle runs every analyst
 
 
 def test_a_job_fatal_error_part_way_through_a_paged_fan_out_is_retried_to_a_fault_free_report():

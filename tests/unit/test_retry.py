@@ -127,7 +127,7 @@ def test_backoff_ceiling_is_monotone_and_saturates_at_cap(policy, attempts):
 
 def test_backoff_is_full_jitter_not_fixed_or_equal_jitter():
     # GIVEN the prod model policy at attempt 2 (ceiling min(30, 1 * 4) = 4 s)
-    policy = PROFILES["prod"].model_retry
+    policy = PROFILES["prod"].tier1.model_retry
     rng = random.Random(1234)
     samples = [backoff_delay(policy, 2, rng) for _ in range(4000)]
     # THEN delays spread over the whole [0, 4] window (mean ~2, some below 1 s, none above 4 s)
@@ -156,7 +156,7 @@ NON_RETRYABLE = {
 def test_non_transient_errors_are_never_retried(kind):
     factory, code = NON_RETRYABLE[kind]
     # GIVEN a call that fails with a non-transient error
-    retrier, slept = make_retrier(PROFILES["prod"].model_retry)
+    retrier, slept = make_retrier(PROFILES["prod"].tier1.model_retry)
     fn = Script([factory()])
     # WHEN called through the retrier
     with pytest.raises(ReviewError) as info:
@@ -240,7 +240,7 @@ def test_total_sleep_never_exceeds_the_shared_budget(policy, budget_s, seed, hin
 
 def test_budget_exhausted_gives_up_without_sleeping():
     # GIVEN a budget smaller than the provider's Retry-After
-    retrier, slept = make_retrier(PROFILES["prod"].model_retry, budget_s=1.0)
+    retrier, slept = make_retrier(PROFILES["prod"].tier1.model_retry, budget_s=1.0)
     fn = Script([throttle(5.0), "ok"])
     with pytest.raises(RetryGiveUp) as info:
         retrier.call(fn, step="s")
@@ -274,7 +274,7 @@ def test_retries_are_counted_per_error_code():
 
 
 def test_aws_calls_are_classified_as_aws_and_not_counted_as_model_calls():
-    retrier, _ = make_retrier(PROFILES["prod"].tool_retry)
+    retrier, _ = make_retrier(PROFILES["prod"].tier1.tool_retry)
     ddb_throttle = ClientError({"Error": {"Code": "ProvisionedThroughputExceededException", "Message": ""},
                                 "ResponseMetadata": {"HTTPStatusCode": 400, "HTTPHeaders": {}}}, "PutItem")
     assert retrier.call(Script([ddb_throttle, "ok"]), step="jobs.put", model_call=False) == "ok"
@@ -290,7 +290,7 @@ def test_no_time_left_raises_time_exhausted_without_sleeping():
         asked.append(seconds)
         return seconds < 1.0
 
-    retrier, slept = make_retrier(PROFILES["prod"].model_retry, has_time=has_time)
+    retrier, slept = make_retrier(PROFILES["prod"].tier1.model_retry, has_time=has_time)
     fn = Script([throttle(2.0), "ok"])
     # WHEN a transient failure would be retried
     with pytest.raises(ReviewError) as info:
@@ -315,7 +315,7 @@ def test_time_is_checked_before_every_model_call():
         left["calls"] -= 1
         return "ok"
 
-    retrier, slept = make_retrier(PROFILES["prod"].model_retry, has_time=has_time)
+    retrier, slept = make_retrier(PROFILES["prod"].tier1.model_retry, has_time=has_time)
     # WHEN three calls are made THEN the first two run and the third is never started
     assert retrier.call(call, step="liability.locate") == "ok"
     assert retrier.call(call, step="liability.assess") == "ok"
@@ -327,7 +327,7 @@ def test_time_is_checked_before_every_model_call():
 
 
 def test_aws_calls_are_not_held_to_the_model_call_time_check():
-    retrier, _ = make_retrier(PROFILES["prod"].tool_retry, has_time=lambda _s: False)
+    retrier, _ = make_retrier(PROFILES["prod"].tier1.tool_retry, has_time=lambda _s: False)
     assert retrier.call(Script(["ok"]), step="jobs.put", model_call=False) == "ok"
 
 
@@ -342,7 +342,7 @@ def test_check_stops_before_the_next_attempt():
         stop["now"] = True
         raise unavailable()
 
-    retrier, slept = make_retrier(PROFILES["local"].model_retry, check=check)
+    retrier, slept = make_retrier(PROFILES["local"].tier1.model_retry, check=check)
     with pytest.raises(LeaseLost):
         retrier.call(fn, step="s")
     assert len(slept) == 1
@@ -351,7 +351,7 @@ def test_check_stops_before_the_next_attempt():
 # --- the prod policy, pinned -------------------------------------------------------------------------
 
 def test_prod_model_policy_spec():
-    policy = PROFILES["prod"].model_retry
+    policy = PROFILES["prod"].tier1.model_retry
     assert (policy.base_s, policy.cap_s, policy.max_attempts) == (1.0, 30.0, 3)
     # GIVEN a model that always throttles, WHEN called with the largest possible jitter
     retrier, slept = make_retrier(policy, rng=MaxRandom())
@@ -364,7 +364,7 @@ def test_prod_model_policy_spec():
 
 
 def test_prod_tool_policy_spec():
-    policy = PROFILES["prod"].tool_retry
+    policy = PROFILES["prod"].tier1.tool_retry
     assert (policy.base_s, policy.max_attempts) == (0.25, 5)
     retrier, slept = make_retrier(policy, rng=MaxRandom())
     fn = Script([unavailable()])
@@ -401,7 +401,7 @@ class Step:
 
 
 def test_repair_feeds_the_validation_message_back_once():
-    retrier, slept = make_retrier(PROFILES["prod"].model_retry)
+    retrier, slept = make_retrier(PROFILES["prod"].tier1.model_retry)
     step = Step(bad=1)
     # WHEN the first answer fails validation and the repaired one passes
     result, calls = retrier.call_with_repair(step.build, step.call_invoke, step.parse, step="analyst.score")
@@ -414,7 +414,7 @@ def test_repair_feeds_the_validation_message_back_once():
 
 
 def test_second_semantic_failure_raises_output_invalid():
-    retrier, slept = make_retrier(PROFILES["prod"].model_retry)
+    retrier, slept = make_retrier(PROFILES["prod"].tier1.model_retry)
     step = Step(bad=2)
     with pytest.raises(ReviewError) as info:
         retrier.call_with_repair(step.build, step.call_invoke, step.parse, step="analyst.score")
@@ -425,7 +425,7 @@ def test_second_semantic_failure_raises_output_invalid():
 
 
 def test_policy_failure_is_not_repaired():
-    retrier, _ = make_retrier(PROFILES["prod"].model_retry)
+    retrier, _ = make_retrier(PROFILES["prod"].tier1.model_retry)
     step = Step(bad=1, parse_error="model.refused")
     with pytest.raises(ReviewError) as info:
         retrier.call_with_repair(step.build, step.call_invoke, step.parse, step="s")
@@ -434,7 +434,7 @@ def test_policy_failure_is_not_repaired():
 
 
 def test_repair_and_transient_retries_are_counted_apart():
-    retrier, slept = make_retrier(PROFILES["local"].model_retry)
+    retrier, slept = make_retrier(PROFILES["local"].tier1.model_retry)
     step = Step(bad=1, invoke_failures=[throttle()])
     result, calls = retrier.call_with_repair(step.build, step.call_invoke, step.parse, step="s")
     assert result == {"findings": []}
@@ -447,7 +447,7 @@ def test_repair_and_transient_retries_are_counted_apart():
 @FAST
 @given(bad=st.integers(0, 3))
 def test_property_at_most_one_repair(bad):
-    retrier, _ = make_retrier(PROFILES["local"].model_retry)
+    retrier, _ = make_retrier(PROFILES["local"].tier1.model_retry)
     step = Step(bad=bad)
     try:
         retrier.call_with_repair(step.build, step.call_invoke, step.parse, step="s")
@@ -464,12 +464,12 @@ def test_property_at_most_one_repair(bad):
 def test_prod_tier2_backoffs_span_minutes_so_a_two_minute_outage_uses_no_poison_budget(rng):
     prod = PROFILES["prod"]
     # GIVEN the backoffs before each retry the poison budget allows (failures 1 .. budget-1)
-    backoffs = [tier2_backoff_s(prod, f, rng) for f in range(1, prod.poison_budget)]
+    backoffs = [tier2_backoff_s(prod, f, rng) for f in range(1, prod.recovery.poison_budget)]
     # THEN they double from half a minute to a few minutes, and even the shortest draw keeps the
     # budget's last attempt more than two minutes after its first
     assert backoffs == ([15, 30, 60, 120] if isinstance(rng, MinRandom) else [30, 60, 120, 240])
     assert sum(backoffs) > 120
-    assert max(backoffs) <= min(prod.tier2_backoff_max_s, prod.analysis_visibility_s)
+    assert max(backoffs) <= min(prod.recovery.tier2_backoff_max_s, prod.queues.analysis_visibility_s)
 
 
 @FAST
@@ -477,8 +477,8 @@ def test_prod_tier2_backoffs_span_minutes_so_a_two_minute_outage_uses_no_poison_
 def test_tier2_backoff_is_whole_seconds_within_the_queue_limits(failures, seed, name):
     p = PROFILES[name]
     back = tier2_backoff_s(p, failures, random.Random(seed))
-    ceiling = min(p.tier2_backoff_max_s, p.tier2_backoff_base_s * 2 ** (failures - 1))
-    assert isinstance(back, int) and 1 <= back <= min(p.analysis_visibility_s, 43200)
+    ceiling = min(p.recovery.tier2_backoff_max_s, p.recovery.tier2_backoff_base_s * 2 ** (failures - 1))
+    assert isinstance(back, int) and 1 <= back <= min(p.queues.analysis_visibility_s, 43200)
     assert ceiling / 2 <= back <= max(1, ceiling) + 1  # rounded up to whole seconds
 
 
@@ -488,8 +488,8 @@ def test_tier2_backoff_is_whole_seconds_within_the_queue_limits(failures, seed, 
 def test_a_backpressure_requeue_is_never_immediate_and_never_longer_than_sqs_allows(streak, seed, name, retry_after):
     p = PROFILES[name]
     delay = requeue_delay_s(p, streak, random.Random(seed), retry_after)
-    assert isinstance(delay, int) and 1 <= delay <= p.throttle_max_delay_s <= 900
-    if retry_after is not None and retry_after <= p.throttle_max_delay_s:
+    assert isinstance(delay, int) and 1 <= delay <= p.recovery.throttle_max_delay_s <= 900
+    if retry_after is not None and retry_after <= p.recovery.throttle_max_delay_s:
         assert delay >= retry_after  # the provider's hint is a floor
 
 

@@ -23,7 +23,7 @@ from .fake_side_effects import FakeSideEffects
 from .fakes import SETTINGS, FakeWorld
 from .scenarios import events_of
 
-STEP_ATTEMPTS = SETTINGS.profile.side_effect_attempts  # the saga's tier-1 attempts of one step call
+STEP_ATTEMPTS = SETTINGS.profile.side_effects.side_effect_attempts  # the saga's tier-1 attempts of one step call
 
 
 def finding(score: float, category: str = "liability_cap", index: int = 0) -> Finding:
@@ -188,7 +188,7 @@ def test_an_outcome_that_stays_unknown_waits_for_approval_with_the_evidence():
     assert (ev.step, ev.evidence["lookup"], ev.error.error_code) == (TICKET, "not_found", "sideeffect.ambiguous")
     assert ev.key == step_key(waiting.job_id, TICKET, "create", saga.plan(
         world.deps, waiting, saga.load_report(world.deps, waiting))[0].args)
-    assert ev.expires_at == ev.requested_at + world.settings.profile.approval_ttl_s
+    assert ev.expires_at == ev.requested_at + world.settings.profile.side_effects.approval_ttl_s
     # nothing after the unknown step started, nothing was recorded as its outcome
     assert fx.notifier.calls == 0 and fx.persistence.completed() == 0 and waiting.side_effects == []
 
@@ -200,7 +200,7 @@ def test_reject_or_expiry_fails_the_job_with_its_code_and_compensates(code: str,
     waiting = unknown_outcome(world, fx, written=written)
     if code == "job.approval_expired":
         assert not saga.approval_expired(waiting, waiting.approval.requested_at + 1)  # type: ignore[union-attr]  # set
-        world.clock.advance(world.settings.profile.approval_ttl_s + 1)
+        world.clock.advance(world.settings.profile.side_effects.approval_ttl_s + 1)
         assert saga.approval_expired(waiting, world.clock())
     # WHEN the approval is rejected (or expires)
     ended, out = saga.end_waiting(world.deps, fx.fx, waiting, code)
@@ -254,7 +254,7 @@ def test_a_compensation_that_keeps_failing_lands_in_the_compensation_dlq_with_it
     out = saga.compensate(world.deps, fx.fx, j, reason="job.cancelled")
     # THEN the publish is withdrawn, the ticket's close was retried and then dead-lettered, not dropped
     assert out.compensated == [PUBLISH] and out.dead_lettered == [TICKET] and not out.complete
-    assert fx.tickets.calls.count("close") == SETTINGS.profile.compensation_attempts and fx.tickets.closed == 0
+    assert fx.tickets.calls.count("close") == SETTINGS.profile.side_effects.compensation_attempts and fx.tickets.closed == 0
     [letter] = fx.dlq.messages.values()
     assert letter.attributes["error_code"] == "sideeffect.compensation_failed"
     envelope = json.loads(letter.attributes["envelope"])

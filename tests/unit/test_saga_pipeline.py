@@ -17,7 +17,7 @@ from .fakes import SETTINGS, FakeWorld
 from .inprocess import InProcess
 from .scenarios import events_of, small_chunk_world
 
-STEP_ATTEMPTS = SETTINGS.profile.side_effect_attempts  # the saga's tier-1 attempts of one step call
+STEP_ATTEMPTS = SETTINGS.profile.side_effects.side_effect_attempts  # the saga's tier-1 attempts of one step call
 
 # A clause the offline rule model scores 1.0 (unlimited + indemnify + at any time): one high-risk finding.
 RISKY = TEXT + ("\n\n5. Indemnity. Supplier shall indemnify and hold harmless Customer, and Supplier's liability "
@@ -101,7 +101,7 @@ def test_reject_fails_the_job_and_the_aggregator_closes_the_ticket_it_opened():
 def test_no_decision_before_expiry_the_sweeper_fails_the_job_and_compensates():
     fx = FakeSideEffects()
     world, p, job_id = waiting(fx)
-    world.clock.advance(world.settings.profile.approval_ttl_s + 1)
+    world.clock.advance(world.settings.profile.side_effects.approval_ttl_s + 1)
     p.round()  # one sweep
     assert state_of(world, job_id) == (JobState.FAILED, "job.approval_expired")
     assert fx.tickets.opened == fx.tickets.closed == 1

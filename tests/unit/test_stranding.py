@@ -46,7 +46,7 @@ from .fakes import SETTINGS, FakeWorld
 from .inprocess import Crash, Fault, InProcess, fault_free_findings, on
 from .scenarios import claim, events_of, running_job, small_chunk_world, start_job, worker_finishes
 
-STALL = SETTINGS.profile.stall_after_s
+STALL = SETTINGS.profile.recovery.stall_after_s
 LEASE = SETTINGS.claim_lease_s
 
 
@@ -375,7 +375,7 @@ def test_a_queued_job_whose_intake_message_reached_the_intake_dlq_is_failed_with
     world.artifacts.put_text = put_text  # type: ignore[method-assign]  # the fake's method, wrapped
     p.send({"text": TEXT}, key="k")
     job_id = job_id_for("k")
-    for _ in range(SETTINGS.profile.max_receive_count):
+    for _ in range(SETTINGS.profile.queues.max_receive_count):
         p.intake()
     (moved,) = world.queues.sent[Queue.INTAKE_DLQ]
     assert the_job(world, job_id).state is JobState.QUEUED and moved.attributes == {}

@@ -31,8 +31,8 @@ from .scenarios import events_of, small_chunk_world, start_job, worker_finishes
 
 LEASE = SETTINGS.claim_lease_s  # 3 s (local profile)
 LAPSE = LEASE + 1.0  # past the lease, well inside stall_after_s
-STALL = SETTINGS.profile.stall_after_s  # 15 s (local profile)
-BUDGET = SETTINGS.profile.poison_budget  # 5
+STALL = SETTINGS.profile.recovery.stall_after_s  # 15 s (local profile)
+BUDGET = SETTINGS.profile.recovery.poison_budget  # 5
 
 
 # --- helpers ----------------------------------------------------------------------------------------
@@ -393,7 +393,7 @@ def test_a_chunk_that_keeps_reaching_the_dlq_ends_at_the_backpressure_deadline()
     # GIVEN a chunk whose message the queue keeps moving to the DLQ (every receive burned, no failure)
     world = small_chunk_world()
     job_id, ids = start_job(world)
-    deadline = SETTINGS.profile.backpressure_deadline_s
+    deadline = SETTINGS.profile.recovery.backpressure_deadline_s
     trips = 0
     while world.claims.get(job_id, ids[2]).status is ChunkStatus.PENDING:  # type: ignore[union-attr]
         world.queues.drain(Queue.ANALYSIS)

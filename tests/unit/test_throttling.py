@@ -85,7 +85,7 @@ def test_the_worker_requeues_a_throttled_chunk_as_backpressure_never_a_failure(m
     outcome = worker.handle(msg, Delivery(message_id="mid-1", receipt_handle="rh-1", receive_count=1,
                                           visibility_s=120, remaining_ms=lambda: 10**9))
     # THEN tier 1 backed off within the policy's full-jitter window (no Retry-After floor) ...
-    policy = world.settings.profile.model_retry
+    policy = world.settings.profile.tier1.model_retry
     assert model.calls == policy.max_attempts and len(slept) == policy.max_attempts - 1
     assert all(0 <= s <= min(policy.cap_s, policy.base_s * 2 ** i) for i, s in enumerate(slept))
     # ... then the chunk was released without a failure and requeued with a delay (backpressure)

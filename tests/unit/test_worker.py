@@ -32,7 +32,7 @@ from contract_review.review.analysts import ChunkFindings, analysis_identities, 
 from .fakes import SETTINGS, FakeWorld
 from .scenarios import one_chunk_job
 
-RUN = analysts_for(SETTINGS.profile.analyst_count)  # the analysts a job runs (every one)
+RUN = analysts_for(SETTINGS.profile.review.analyst_count)  # the analysts a job runs (every one)
 ANALYSTS = len(RUN)
 
 
@@ -203,7 +203,7 @@ def test_sustained_throttling_requeues_without_counting_a_failure(world):
     fresh = AnalysisMessage.model_validate_json(sent.body)
     assert (fresh.requeues, fresh.reason, fresh.attempt) == (1, "model.throttled", msg.attempt)
     (requeued,) = [e for e in world.jobs.events(job_id) if e.type == "chunk.requeued"]
-    assert 0 < float(requeued.detail["delay_s"]) <= world.settings.profile.throttle_max_delay_s
+    assert 0 < float(requeued.detail["delay_s"]) <= world.settings.profile.recovery.throttle_max_delay_s
     assert sent.delay_s == round(float(requeued.detail["delay_s"]))  # whole seconds on SQS
     assert world.queues.results() == [] and world.queues.sent[Queue.ANALYSIS_DLQ] == []
 
@@ -236,12 +236,12 @@ def test_a_transient_failure_goes_to_tier_2_with_a_short_backoff(world):
         _worker(world, model).handle(msg, _delivery())
     assert info.value.envelope.error_code == "model.unavailable"
     # after the policy's tier-1 attempts on the first analyst, and no more
-    assert model.total == world.settings.profile.model_retry.max_attempts
+    assert model.total == world.settings.profile.tier1.model_retry.max_attempts
     record = world.claims.get(job_id, msg.chunk_id)
     assert record is not None and record.status is ChunkStatus.PENDING and record.failures == 1
     assert record.last_error is not None and record.last_error.error_code == "model.unavailable"
     # the visibility was shortened to the first tier-2 backoff instead of the full timeout
-    base = world.settings.profile.tier2_backoff_base_s
+    base = world.settings.profile.recovery.tier2_backoff_base_s
     ((queue, handle, seconds),) = world.queues.visibility
     assert (queue, handle) == (Queue.ANALYSIS, "rh-1") and base / 2 <= seconds <= base
     assert "chunk.retry" in world.jobs.types(job_id) and world.queues.results() == []
@@ -359,7 +359,7 @@ class MinRandom(random.Random):
 
 
 def _world(**profile: object) -> FakeWorld:
-    return FakeWorld(settings=SETTINGS.model_copy(update={"profile": SETTINGS.profile.model_copy(update=profile)}))
+    return FakeWorld(settings=SETTINGS.model_copy(update={"profile": SETTINGS.profile.with_overrides(**profile)}))
 
 
 def _timed_worker(world: FakeWorld, model: ScriptedModel, rng: random.Random | None = None) -> ChunkWorker:
@@ -377,7 +377,7 @@ def drive(world: FakeWorld, worker: ChunkWorker, msg: AnalysisMessage, *, timeou
     for _ in range(limit):
         deadline = world.clock() + timeout_s if timeout_s is not None else None
         delivery = Delivery(message_id="mid", receipt_handle="rh", receive_count=receive,
-                            visibility_s=world.settings.profile.analysis_visibility_s,
+                            visibility_s=world.settings.profile.queues.analysis_visibility_s,
                             remaining_ms=None if deadline is None else
                             (lambda d=deadline: int((d - world.clock()) * 1000)))
         try:
@@ -532,7 +532,7 @@ def test_a_two_minute_5xx_outage_dead_letters_nothing_with_the_prod_backoffs():
     assert actions == ["tier2"] * 4 + ["done"]
     record = world.claims.get(job_id, msg.chunk_id)
     assert record is not None and record.status is ChunkStatus.DONE
-    assert record.failures == 4 < PROFILES["prod"].poison_budget
+    assert record.failures == 4 < PROFILES["prod"].recovery.poison_budget
     assert [v[2] for v in world.queues.visibility] == [15, 30, 60, 120]
     assert [e.detail["backoff_s"] for e in world.jobs.events(job_id) if e.type == "chunk.retry"] == [15, 30, 60, 120]
     assert world.queues.sent[Queue.ANALYSIS_DLQ] == []
@@ -565,8 +565,8 @@ def test_throttling_past_the_backpressure_deadline_dead_letters_with_its_own_cod
     # dead-lettered once: a bounded number of requeues, at least a second apart
     requeues = actions.count("requeued")
     assert actions == ["requeued"] * requeues + ["dead_lettered"]
-    assert p.backpressure_deadline_s / p.throttle_max_delay_s <= requeues <= p.backpressure_deadline_s + 1
-    assert world.clock() - started >= p.backpressure_deadline_s
+    assert p.recovery.backpressure_deadline_s / p.recovery.throttle_max_delay_s <= requeues <= p.recovery.backpressure_deadline_s + 1
+    assert world.clock() - started >= p.recovery.backpressure_deadline_s
     record = world.claims.get(job_id, msg.chunk_id)
     assert record is not None and record.status is ChunkStatus.DEAD_LETTERED
     assert record.backpressure_requeues == requeues and record.failures == 1  # the dead-lettering itself
@@ -574,9 +574,9 @@ def test_throttling_past_the_backpressure_deadline_dead_letters_with_its_own_cod
     env = ErrorEnvelope.model_validate_json(dead.attributes["envelope"])
     assert (env.error_code, env.error_class.value, env.cause_code) == \
         ("runtime.backpressure_exhausted", "permanent", "model.throttled")
-    assert f"{requeues} requeue(s)" in env.message and f"(deadline {p.backpressure_deadline_s:.0f} s)" in env.message
+    assert f"{requeues} requeue(s)" in env.message and f"(deadline {p.recovery.backpressure_deadline_s:.0f} s)" in env.message
     lasted = re.search(r"no progress for (\d+) s", env.message)
-    assert lasted is not None and int(lasted.group(1)) >= p.backpressure_deadline_s
+    assert lasted is not None and int(lasted.group(1)) >= p.recovery.backpressure_deadline_s
     assert (env.first_seen_at, env.last_seen_at) == (record.backpressure_since, world.clock())
     # AND the job counted every requeue, and the aggregator hears the chunk is dead-lettered
     assert world.jobs.get(job_id).requeues == requeues
@@ -587,7 +587,7 @@ def test_throttling_past_the_backpressure_deadline_dead_letters_with_its_own_cod
 def test_prod_throttling_for_hours_keeps_requeueing_and_stops_at_six():
     # GIVEN the prod profile and a model that throttles every call (analysts one by one: every tier-1 backoff
     # advances the fake clock, and 11 analysts sleeping at once would move it 11 times as fast)
-    prod = PROFILES["prod"].model_copy(update={"analyst_concurrency": 1})
+    prod = PROFILES["prod"].with_overrides(**{"analyst_concurrency": 1})
     world = FakeWorld(settings=SETTINGS.model_copy(update={"profile": prod}))
     job_id, msg = one_chunk_job(world)
     started = world.clock()
@@ -610,7 +610,7 @@ def test_progress_restarts_the_backpressure_deadline():
     assert _timed_worker(world, ScriptedModel(always=throttle)).handle(msg, _delivery()).action == "requeued"
     first = world.claims.get(job_id, msg.chunk_id)
     assert first is not None and first.backpressure_since == world.clock()
-    world.clock.advance(world.settings.profile.backpressure_deadline_s - 1)
+    world.clock.advance(world.settings.profile.recovery.backpressure_deadline_s - 1)
     second = RUN[1].name
     model = ScriptedModel({(second, "locate"): [throttle] * 10})
     assert _timed_worker(world, model).handle(msg, _delivery()).action == "requeued"

@@ -9,6 +9,8 @@ Nothing else reads `os.environ`.
 
 from __future__ import annotations
 
+from typing import Any
+
 from pydantic import BaseModel, ConfigDict, model_validator
 
 from contract_review.config.constants import (
@@ -25,20 +27,18 @@ from contract_review.config.prices import PRICES, PriceTable
 class RetryPolicy(BaseModel):
     """Tier-1 retry policy: full-jitter exponential backoff."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, extra="forbid")
 
     base_s: float
     cap_s: float
     max_attempts: int
 
 
-class Profile(BaseModel):
-    """Every tunable number of one deployment flavour. See docs/runbook.md for the reasoning."""
+class FunctionsConfig(BaseModel):
+    """The Lambda functions: timeouts, memory, batch sizes, the worker's concurrency."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, extra="forbid")
 
-    name: str
-    # --- functions -----------------------------------------------------------------------
     intake_timeout_s: int
     worker_timeout_s: int
     aggregator_timeout_s: int
@@ -48,7 +48,13 @@ class Profile(BaseModel):
     worker_max_concurrency: int = 20  # ESM MaximumConcurrency (2..1000)
     intake_batch_size: int = 5
     aggregator_batch_size: int = 10
-    # --- queues --------------------------------------------------------------------------
+
+
+class QueuesConfig(BaseModel):
+    """The queues: visibility timeouts, receives before the DLQ, retention."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
     analysis_visibility_s: int
     intake_visibility_s: int
     results_visibility_s: int
@@ -58,9 +64,15 @@ class Profile(BaseModel):
     max_receive_count: int = 5
     dlq_retention_days: int = 14
     queue_retention_days: int = 4
+
+
+class AlarmsConfig(BaseModel):
+    """The alarms (infra/monitoring.py; every alarm notifies the stack's alarm topic)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
     dlq_alarm_threshold: int = 1  # one dead letter already makes a job `dead_lettered`
     dlq_alarm_period_s: int = 60
-    # --- alarms (infra/monitoring.py; every alarm notifies the stack's alarm topic) -----------
     alarm_period_s: int = 300  # period of the function, backpressure and stuck-job alarms
     intake_age_alarm_s: int = 900  # oldest intake message: intake takes seconds per document
     analysis_age_alarm_s: int = 3600  # oldest chunk message: a backlog of an hour means too few workers
@@ -70,7 +82,13 @@ class Profile(BaseModel):
     backpressure_alarm_threshold: int = 100  # backpressure requeues per period ...
     backpressure_alarm_periods: int = 3  # ... sustained this many periods in a row
     stuck_jobs_alarm_threshold: int = 1  # stalled jobs one sweep found (StuckJobs, published by the sweeper)
-    # --- recovery ------------------------------------------------------------------------
+
+
+class RecoveryConfig(BaseModel):
+    """Recovery: leases, sweeps, the poison budget, tier-2 backoff, backpressure bounds."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
     claim_lease_s: float  # a claim lapses this long after its last heartbeat
     sweep_interval_s: float  # how often the sweeper looks for lapsed claims
     poison_budget: int = 5  # failed attempts of one chunk before it is dead-lettered
@@ -88,21 +106,36 @@ class Profile(BaseModel):
     # a chunk that makes no progress (no analyst checkpointed) under backpressure for this long is
     # dead-lettered as `runtime.backpressure_exhausted`. Hours: throttling must never fail a job fast.
     backpressure_deadline_s: float = 6 * 3600
-    # --- tier 1 --------------------------------------------------------------------------
+
+
+class Tier1Config(BaseModel):
+    """Tier 1: retries inside the worker, and the time a model call may take."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
     model_retry: RetryPolicy
     tool_retry: RetryPolicy
     chunk_retry_budget_s: float  # total tier-1 sleep allowed per chunk attempt
-    # --- review --------------------------------------------------------------------------
+    # Fargate poller: no function timeout, but a call in flight at SIGTERM must end (and the chunk be
+    # released) before ECS's SIGKILL: read timeout + handoff_margin_s <= fargate_stop_timeout_s.
+    model_read_timeout_s: int = 100
+    # Lambda worker: a model call is cut off (model.timeout, retried) after this long (the Bedrock
+    # client's read timeout), and a call is only started when the invocation has at least this plus
+    # `handoff_margin_s` left (an analyst, two calls, only with room for both), so no call outlives the
+    # invocation; out of time, the chunk is handed back through its checkpoints, not failed. Real
+    # Bedrock latency for a findings-sized answer is seconds to tens of seconds: 60 s cuts off only
+    # a call that is really stuck.
+    model_call_timeout_s: int = 60
+    handoff_margin_s: float = 10.0  # time to save a checkpoint, release the chunk and send its message
+
+
+class ReviewConfig(BaseModel):
+    """The review: chunk sizes, the analysts, the model and its prompts, checkpoints."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
     chunk_target_chars: int = 4000
     chunk_max_chars: int = 6000  # so an analysis message is at most 6 x 6000 + 4096 bytes, far below SQS's limit
-    # --- fan-out and fairness (fanout.py; docs/runbook.md "Large documents and fairness") -------
-    # At most `fanout_window` chunks of one job are in flight (sent, not yet counted settled); the
-    # aggregator refills the window a page of at least `fanout_page` chunks at a time (or what is left).
-    # A job alone keeps every worker busy (window >= worker_max_concurrency) with a page in reserve,
-    # and a document submitted behind it waits for at most window - concurrency of its chunks, about
-    # one chunk's duration, instead of behind every chunk of a large document.
-    fanout_window: int = 40
-    fanout_page: int = 10
     # How many of the analysts (review/analysts.py ANALYSTS, in order) a job runs; the job pins it. Every
     # profile runs all of them (tests/unit/test_analysts.py checks it against ANALYSTS): a number here because
     # the per-chunk work the worker timeout and `analyst_concurrency` are sized for grows with it.
@@ -110,15 +143,6 @@ class Profile(BaseModel):
     # How many of a chunk's analysts run at once (threads in one worker; each still checkpointed and
     # fenced): a chunk takes about two call latencies instead of 2 x analyst_count. 1: one by one.
     analyst_concurrency: int = 11
-    # The model's account quotas (`review preflight` prints them). Each worker process paces its calls to
-    # its share, quota / worker_max_concurrency, adjusted by AIMD on throttles (model/pacing.py; runbook
-    # "Riding the model quota"). None: calls are not paced (throttles are still backpressure).
-    model_requests_per_minute: float | None = None
-    model_tokens_per_minute: float | None = None
-    # Circuit breaker per model in each worker (breaker.py): this many failed calls in a row (5xx,
-    # timeouts) open it; no call is sent for `breaker_open_s`, then one probe decides.
-    breaker_failures: int = 5
-    breaker_open_s: float = 30.0
     # The Bedrock model, through its global cross-region inference profile (routes to every commercial
     # region; `us.`/`eu.`/`jp.` profiles keep processing in one geography). Claude Sonnet 4.6 is the
     # newest Sonnet served by Converse with an ARN-versioned id (base id anthropic.claude-sonnet-4-6,
@@ -132,23 +156,46 @@ class Profile(BaseModel):
     # 2026-11-22: each analyst's fixed instructions (its categories and the step's task) moved into the system
     # prompt, sent as a cached prefix (Bedrock prompt caching); the user message holds the excerpt only.
     prompt_version: str = "2026-11-22"
-    # The list prices a job's cost is computed from (docs/cost.md); see PriceTable.
-    prices: PriceTable = PRICES
-    # Fargate poller: no function timeout, but a call in flight at SIGTERM must end (and the chunk be
-    # released) before ECS's SIGKILL: read timeout + handoff_margin_s <= fargate_stop_timeout_s.
-    model_read_timeout_s: int = 100
-    # Lambda worker: a model call is cut off (model.timeout, retried) after this long (the Bedrock
-    # client's read timeout), and a call is only started when the invocation has at least this plus
-    # `handoff_margin_s` left (an analyst, two calls, only with room for both), so no call outlives the
-    # invocation; out of time, the chunk is handed back through its checkpoints, not failed. Real
-    # Bedrock latency for a findings-sized answer is seconds to tens of seconds: 60 s cuts off only
-    # a call that is really stuck.
-    model_call_timeout_s: int = 60
-    handoff_margin_s: float = 10.0  # time to save a checkpoint, release the chunk and send its message
     # larger analyst outputs go to S3: a checkpoint item holds the outputs of the analysts committed
     # together (up to 11), so 11 of them stay far below DynamoDB's 400 KB
     checkpoint_inline_max_bytes: int = 30_000
-    # --- side effects (saga.py) ------------------------------------------------------------
+
+
+class FanoutConfig(BaseModel):
+    """Fan-out and fairness (pipeline/fanout.py; docs/runbook.md "Large documents and fairness")."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    # At most `fanout_window` chunks of one job are in flight (sent, not yet counted settled); the
+    # aggregator refills the window a page of at least `fanout_page` chunks at a time (or what is left).
+    # A job alone keeps every worker busy (window >= worker_max_concurrency) with a page in reserve,
+    # and a document submitted behind it waits for at most window - concurrency of its chunks, about
+    # one chunk's duration, instead of behind every chunk of a large document.
+    fanout_window: int = 40
+    fanout_page: int = 10
+
+
+class QuotaConfig(BaseModel):
+    """The model's quota and the circuit breaker (model/pacing.py, model/breaker.py)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    # The model's account quotas (`review preflight` prints them). Each worker process paces its calls to
+    # its share, quota / worker_max_concurrency, adjusted by AIMD on throttles (model/pacing.py; runbook
+    # "Riding the model quota"). None: calls are not paced (throttles are still backpressure).
+    model_requests_per_minute: float | None = None
+    model_tokens_per_minute: float | None = None
+    # Circuit breaker per model in each worker (breaker.py): this many failed calls in a row (5xx,
+    # timeouts) open it; no call is sent for `breaker_open_s`, then one probe decides.
+    breaker_failures: int = 5
+    breaker_open_s: float = 30.0
+
+
+class SideEffectsConfig(BaseModel):
+    """The job's side effects (sideeffects/saga.py)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
     # The external ticket system: a call's answer is awaited this long; past it, the outcome is unknown
     # and the ticket is looked up by its idempotency key.
     ticket_read_timeout_s: float = 10.0
@@ -158,8 +205,13 @@ class Profile(BaseModel):
     side_effect_attempts: int = 4
     compensation_attempts: int = 5
     approval_ttl_s: float = 7 * 86400  # a job waiting for approval fails (job.approval_expired) after this
-    record_ttl_days: int = 30
-    # --- Fargate poller alternative -------------------------------------------------------
+
+
+class FargateConfig(BaseModel):
+    """The Fargate poller alternative (handlers/poller.py, infra/fargate.py)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
     fargate_visibility_s: int = 30  # the poller heartbeats this short visibility itself
     fargate_claim_lease_s: float = 20
     fargate_sweep_interval_s: float = 10  # each poller also sweeps: Fargate recovery <= 20 + 10 = 30 s
@@ -170,65 +222,126 @@ class Profile(BaseModel):
     fargate_stop_timeout_s: int = 120
     fargate_protection_minutes: int = 30  # ECS scale-in protection per busy stretch, refreshed at half
 
+
+class Profile(BaseModel):
+    """Every tunable number of one deployment flavour, in groups (`profile.recovery.claim_lease_s`). See
+    docs/runbook.md for the reasoning.
+
+    Flat field names keep working wherever a profile is built from data (`PROFILE_OVERRIDES`, CDK context,
+    `from_flat`, `with_overrides`): each is routed to its group (`FLAT_FIELDS`), a flat value winning over the
+    group's. One validator checks the rules across groups."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    name: str
+    # The list prices a job's cost is computed from (docs/cost.md); see PriceTable.
+    prices: PriceTable = PRICES
+    record_ttl_days: int = 30
+    functions: FunctionsConfig
+    queues: QueuesConfig
+    alarms: AlarmsConfig = AlarmsConfig()
+    recovery: RecoveryConfig
+    tier1: Tier1Config
+    review: ReviewConfig = ReviewConfig()
+    fanout: FanoutConfig = FanoutConfig()
+    quota: QuotaConfig = QuotaConfig()
+    side_effects: SideEffectsConfig = SideEffectsConfig()
+    fargate: FargateConfig = FargateConfig()
+
+    @model_validator(mode="before")
+    @classmethod
+    def _route_flat_fields(cls, data: Any) -> Any:
+        """`{"claim_lease_s": 3}` -> `{"recovery": {..., "claim_lease_s": 3}}`, the flat value winning."""
+        if not isinstance(data, dict) or not FLAT_FIELDS.keys() & data.keys():
+            return data
+        routed: dict[str, object] = {k: v for k, v in data.items() if k not in FLAT_FIELDS}
+        for key, value in data.items():
+            if key in FLAT_FIELDS:
+                given = routed.get(FLAT_FIELDS[key])
+                group = given.model_dump() if isinstance(given, BaseModel) else dict(given or {})  # type: ignore[call-overload]  # a mapping, or pydantic rejects it below
+                routed[FLAT_FIELDS[key]] = {**group, key: value}
+        return routed
+
+    @classmethod
+    def from_flat(cls, **fields: Any) -> Profile:
+        """A profile from flat field names (the profiles below, tests)."""
+        return cls.model_validate(fields)
+
+    def flat(self) -> dict[str, object]:
+        """Every field by its flat name (the groups' fields and the top-level ones)."""
+        out = self.model_dump(exclude=set(FLAT_FIELDS.values()))
+        for group in dict.fromkeys(FLAT_FIELDS.values()):
+            out.update(getattr(self, group).model_dump())
+        return out
+
+    def with_overrides(self, **fields: Any) -> Profile:
+        """This profile with some fields (flat names) changed, validated again."""
+        return type(self).model_validate({**self.model_dump(), **fields})
+
     @model_validator(mode="after")
     def _check_rules(self) -> Profile:
-        if self.analysis_visibility_s < LAMBDA_VISIBILITY_FACTOR * self.worker_timeout_s:
+        if self.queues.analysis_visibility_s < LAMBDA_VISIBILITY_FACTOR * self.functions.worker_timeout_s:
             raise ValueError(
-                f"profile {self.name}: analysis visibility {self.analysis_visibility_s}s must be "
-                f">= {LAMBDA_VISIBILITY_FACTOR} x worker timeout {self.worker_timeout_s}s"
+                f"profile {self.name}: analysis visibility {self.queues.analysis_visibility_s}s must be "
+                f">= {LAMBDA_VISIBILITY_FACTOR} x worker timeout {self.functions.worker_timeout_s}s"
             )
         for fn, t, vis in (
-            ("intake", self.intake_timeout_s, self.intake_visibility_s),
-            ("aggregator", self.aggregator_timeout_s, self.results_visibility_s),
+            ("intake", self.functions.intake_timeout_s, self.queues.intake_visibility_s),
+            ("aggregator", self.functions.aggregator_timeout_s, self.queues.results_visibility_s),
         ):
             if vis < LAMBDA_VISIBILITY_FACTOR * t:
                 raise ValueError(f"profile {self.name}: {fn} visibility must be >= 6 x timeout")
-        if self.max_receive_count < 1:
+        if self.queues.max_receive_count < 1:
             raise ValueError("max_receive_count must be >= 1")
-        if self.claim_lease_s >= self.worker_timeout_s * LAMBDA_VISIBILITY_FACTOR:
+        if self.recovery.claim_lease_s >= self.functions.worker_timeout_s * LAMBDA_VISIBILITY_FACTOR:
             raise ValueError("claim lease must be shorter than the visibility timeout")
-        if self.worker_timeout_s < self.analyst_reserve_s:
+        if self.functions.worker_timeout_s < self.analyst_reserve_s:
             raise ValueError(
-                f"profile {self.name}: worker timeout {self.worker_timeout_s}s cannot fit one analyst "
-                f"(2 x model_call_timeout_s {self.model_call_timeout_s}s + handoff_margin_s {self.handoff_margin_s}s)")
-        if not 1 <= self.tier2_backoff_base_s <= self.tier2_backoff_max_s <= min(self.analysis_visibility_s,
+                f"profile {self.name}: worker timeout {self.functions.worker_timeout_s}s cannot fit one analyst "
+                f"(2 x model_call_timeout_s {self.tier1.model_call_timeout_s}s + handoff_margin_s {self.tier1.handoff_margin_s}s)")
+        if not 1 <= self.recovery.tier2_backoff_base_s <= self.recovery.tier2_backoff_max_s <= min(self.queues.analysis_visibility_s,
                                                                                  SQS_MAX_VISIBILITY_S):
             raise ValueError(f"profile {self.name}: tier-2 backoff must be 1 s <= base <= max <= analysis visibility")
-        if self.stall_after_s <= max(self.throttle_max_delay_s, self.tier2_backoff_max_s):
+        if self.recovery.stall_after_s <= max(self.recovery.throttle_max_delay_s, self.recovery.tier2_backoff_max_s):
             raise ValueError(f"profile {self.name}: stall_after_s must exceed every delay a chunk message is away for")
-        if self.backpressure_deadline_s < 2 * self.throttle_max_delay_s:
+        if self.recovery.backpressure_deadline_s < 2 * self.recovery.throttle_max_delay_s:
             raise ValueError(f"profile {self.name}: the backpressure deadline must allow a few delayed requeues")
-        if not 1 <= self.fanout_page <= self.fanout_window:
+        if not 1 <= self.fanout.fanout_page <= self.fanout.fanout_window:
             raise ValueError(f"profile {self.name}: need 1 <= fanout_page <= fanout_window")
-        if self.chunk_max_chars * JSON_MAX_BYTES_PER_CHAR + ANALYSIS_MESSAGE_FIXED_BYTES > SQS_MAX_MESSAGE_BYTES:
-            raise ValueError(f"profile {self.name}: chunk_max_chars {self.chunk_max_chars} could make an analysis "
+        if self.review.chunk_max_chars * JSON_MAX_BYTES_PER_CHAR + ANALYSIS_MESSAGE_FIXED_BYTES > SQS_MAX_MESSAGE_BYTES:
+            raise ValueError(f"profile {self.name}: chunk_max_chars {self.review.chunk_max_chars} could make an analysis "
                              f"message over SQS's {SQS_MAX_MESSAGE_BYTES:,} bytes ({JSON_MAX_BYTES_PER_CHAR} bytes a "
                              "character at worst)")
-        if not 1 <= self.fargate_stop_timeout_s <= FARGATE_MAX_STOP_TIMEOUT_S:
+        if not 1 <= self.fargate.fargate_stop_timeout_s <= FARGATE_MAX_STOP_TIMEOUT_S:
             raise ValueError(f"fargate_stop_timeout_s must be within 1..{FARGATE_MAX_STOP_TIMEOUT_S}")
-        if self.model_read_timeout_s + self.handoff_margin_s > self.fargate_stop_timeout_s:
+        if self.tier1.model_read_timeout_s + self.tier1.handoff_margin_s > self.fargate.fargate_stop_timeout_s:
             raise ValueError(
-                f"profile {self.name}: model_read_timeout_s {self.model_read_timeout_s}s + handoff_margin_s "
-                f"{self.handoff_margin_s}s must fit the Fargate stop timeout {self.fargate_stop_timeout_s}s "
+                f"profile {self.name}: model_read_timeout_s {self.tier1.model_read_timeout_s}s + handoff_margin_s "
+                f"{self.tier1.handoff_margin_s}s must fit the Fargate stop timeout {self.fargate.fargate_stop_timeout_s}s "
                 "(a call in flight at SIGTERM must end, and its chunk be released, before SIGKILL)")
         return self
 
     @property
     def heartbeat_interval_s(self) -> float:
-        return self.claim_lease_s / 3
+        return self.recovery.claim_lease_s / 3
 
     @property
     def analyst_reserve_s(self) -> float:
         """Lambda time an analyst needs before it starts: both its calls (locate, assess) and the handoff."""
-        return 2 * self.model_call_timeout_s + self.handoff_margin_s
+        return 2 * self.tier1.model_call_timeout_s + self.tier1.handoff_margin_s
 
     @property
     def record_ttl_s(self) -> int:
         return self.record_ttl_days * 86400
 
 
+# Every grouped field by its flat name -> its group: what `PROFILE_OVERRIDES` and the flat names take.
+FLAT_FIELDS: dict[str, str] = {name: group for group in (
+    "functions", "queues", "alarms", "recovery", "tier1", "review", "fanout", "quota", "side_effects", "fargate"
+) for name in Profile.model_fields[group].annotation.model_fields}  # type: ignore[union-attr]  # every group is a model
+
 PROFILES: dict[str, Profile] = {
-    "prod": Profile(
+    "prod": Profile.from_flat(
         name="prod",
         intake_timeout_s=60,
         # Sized for real Bedrock latency (seconds to tens of seconds per call): a chunk is 11 analysts
@@ -248,7 +361,7 @@ PROFILES: dict[str, Profile] = {
         tool_retry=RetryPolicy(base_s=0.25, cap_s=5.0, max_attempts=5),
         chunk_retry_budget_s=60.0,
     ),
-    "local": Profile(
+    "local": Profile.from_flat(
         name="local",
         intake_timeout_s=10,
         worker_timeout_s=20,

@@ -121,12 +121,12 @@ class Settings(BaseModel):
     def effective_model_id(self) -> str:
         if self.model_provider == "offline":
             return OFFLINE_MODEL_ID
-        return self.model_id or self.profile.model_id
+        return self.model_id or self.profile.review.model_id
 
     @property
     def model_call_timeout_s(self) -> int:
-        return self.profile.model_read_timeout_s if self.worker_kind == "fargate" else self.profile.model_call_timeout_s
+        return self.profile.tier1.model_read_timeout_s if self.worker_kind == "fargate" else self.profile.tier1.model_call_timeout_s
 
     @property
     def claim_lease_s(self) -> float:
-        return self.profile.fargate_claim_lease_s if self.worker_kind == "fargate" else self.profile.claim_lease_s
+        return self.profile.fargate.fargate_claim_lease_s if self.worker_kind == "fargate" else self.profile.recovery.claim_lease_s

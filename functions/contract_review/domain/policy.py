@@ -24,8 +24,8 @@ from contract_review.domain.errors import REGISTRY, ErrorEnvelope
 
 
 class Tier1(StrEnum):
-    MODEL = "model"  # a model call: Profile.model_retry
-    AWS = "aws"  # an AWS call our code retries itself (botocore retries first): Profile.tool_retry
+    MODEL = "model"  # a model call: Profile.tier1.model_retry
+    AWS = "aws"  # an AWS call our code retries itself (botocore retries first): Profile.tier1.tool_retry
     SIDE_EFFECT = "side_effect"  # a side-effect step call: tool_retry's backoff, side_effect_attempts
     COMPENSATION = "compensation"  # a compensation call: tool_retry's backoff, compensation_attempts
 
@@ -110,11 +110,11 @@ def recovery(code: str) -> Recovery:
 def tier1_policy(profile: Profile, kind: Tier1) -> RetryPolicy:
     """The attempts and backoff of one kind of tier-1 retry, from the profile."""
     if kind is Tier1.MODEL:
-        return profile.model_retry
+        return profile.tier1.model_retry
     if kind is Tier1.AWS:
-        return profile.tool_retry
-    attempts = profile.side_effect_attempts if kind is Tier1.SIDE_EFFECT else profile.compensation_attempts
-    return profile.tool_retry.model_copy(update={"max_attempts": attempts})
+        return profile.tier1.tool_retry
+    attempts = profile.side_effects.side_effect_attempts if kind is Tier1.SIDE_EFFECT else profile.side_effects.compensation_attempts
+    return profile.tier1.tool_retry.model_copy(update={"max_attempts": attempts})
 
 
 def retried_in_tier1(env: ErrorEnvelope) -> bool:

@@ -25,15 +25,12 @@ also used to develop them, so treat those numbers as in-sample.
 from __future__ import annotations
 
 import functools
-import hashlib
 import json
 import re
-import threading
-import time
-from collections.abc import Callable
 
 from contract_review.config.constants import OFFLINE_MODEL_ID
 from contract_review.domain.model import ModelRequest, ModelResponse
+from contract_review.doubles.bedrock_sim import SimulatedPromptCache, text_tokens
 
 # A rule is a regex string, or a tuple of regex strings that must all match ("!" = must not match).
 Rule = str | tuple[str, ...]
@@ -487,42 +484,10 @@ def score(quote: str) -> tuple[float, str]:
     return round(s, 2), why
 
 
-CHARS_PER_TOKEN = 4  # the token estimate of the offline model (it has no tokenizer)
-
-
-def prefix_tokens(request: ModelRequest) -> int:
-    """The estimated tokens of a request's cacheable prefix: the tool definition and the system prompt."""
-    return (len(request.system) + len(json.dumps(request.output_schema))) // CHARS_PER_TOKEN
-
-
-class SimulatedPromptCache:
-    """A stand-in for Bedrock's prompt cache (not Bedrock's): the first call with a prefix writes it, later
-    calls within `ttl_s` of its last use read it (each read refreshes the TTL, as on Bedrock, 5 minutes). A
-    prefix under `min_tokens` is not cached (Bedrock: 1,024 tokens for Claude Sonnet; the default 0 caches the
-    analysts' short prefixes, so local runs show the accounting at work). One cache per process: Bedrock's is
-    shared by every caller of the account, so a real run writes each prefix once per TTL, not once per worker."""
-
-    def __init__(self, ttl_s: float = 300.0, min_tokens: int = 0, clock: Callable[[], float] = time.monotonic):
-        self.ttl_s, self.min_tokens, self.clock = ttl_s, min_tokens, clock
-        self._last_used: dict[str, float] = {}
-        self._lock = threading.Lock()
-
-    def use(self, model_id: str, request: ModelRequest) -> tuple[int, int]:
-        """(cache read tokens, cache write tokens) of one call."""
-        tokens = prefix_tokens(request)
-        if tokens < self.min_tokens or tokens == 0:
-            return 0, 0
-        key = hashlib.sha256(f"{model_id}\0{request.system}\0{json.dumps(request.output_schema)}".encode()).hexdigest()
-        now = self.clock()
-        with self._lock:
-            last = self._last_used.get(key)
-            self._last_used[key] = now
-        return (tokens, 0) if last is not None and now - last <= self.ttl_s else (0, tokens)
-
-
 class OfflineRuleModel:
-    """Deterministic rule-based stand-in for a Bedrock model (offline default). Its usage is estimated at four
-    characters a token and reports the prompt cache the way Bedrock would (`SimulatedPromptCache`)."""
+    """Deterministic rule-based stand-in for a Bedrock model (offline default). Its usage is what the simulated
+    Bedrock would report (doubles/bedrock_sim.py): four characters a token, Bedrock's tool-use system prompt
+    counted, and the prompt cache as strict as Bedrock's (nothing under the model's minimum prefix)."""
 
     model_id = OFFLINE_MODEL_ID
 
@@ -541,8 +506,7 @@ class OfflineRuleModel:
                 findings.append({"category": c["category"], "quote": c["quote"], "score": s, "rationale": why})
             body = {"findings": findings}
         text = json.dumps(body)
-        read, written = self.prompt_cache.use(self.model_id, request)
-        uncached = len(request.prompt) // CHARS_PER_TOKEN + (0 if read or written else prefix_tokens(request))
-        return ModelResponse(text=text, stop_reason="end_turn", input_tokens=uncached,
-                             output_tokens=len(text) // CHARS_PER_TOKEN, cache_read_tokens=read,
-                             cache_write_tokens=written)
+        cache = self.prompt_cache.use(self.model_id, request)
+        return ModelResponse(text=text, stop_reason="end_turn", input_tokens=cache.uncached,
+                             output_tokens=text_tokens(text), cache_read_tokens=cache.read,
+                             cache_write_tokens=cache.written)

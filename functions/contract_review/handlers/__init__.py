@@ -37,7 +37,7 @@ class InvocationClock:
     def __call__(self) -> int:
         if self.context is not None:
             return int(self.context.get_remaining_time_in_millis())
-        return settings().profile.aggregator_timeout_s * 1000
+        return settings().profile.functions.aggregator_timeout_s * 1000
 
 
 invocation = InvocationClock()

@@ -9,7 +9,7 @@ Scale-in and SIGTERM:
   the agent endpoint, `adapters/task_protection.py`); the protection is given back when a receive
   comes back empty, so only idle tasks are stopped by a scale-in;
 - on SIGTERM it takes no new message and gives the chunk in hand a deadline of the stop timeout
-  (`profile.fargate_stop_timeout_s`, the container's stopTimeout): the worker starts no model call
+  (`profile.fargate.fargate_stop_timeout_s`, the container's stopTimeout): the worker starts no model call
   that could outlast it, so the chunk is finished, or released through its checkpoints
   (`runtime.time_exhausted`, requeued, no failure counted), before ECS's SIGKILL.
 """
@@ -115,20 +115,20 @@ def run(settings: Settings, session: Any, stop: Shutdown, guard: ScaleInGuard | 
     metrics = metrics or Metrics(service="worker")
     guard = guard or build_scale_in_guard(settings, None)
     deps = build_deps(settings, session)
-    threading.Thread(target=_sweep_loop, args=(deps, settings.profile.fargate_sweep_interval_s, stop),
+    threading.Thread(target=_sweep_loop, args=(deps, settings.profile.fargate.fargate_sweep_interval_s, stop),
                      daemon=True, name="sweeper").start()
     worker = ChunkWorker(deps, build_model(settings, session), limiter=build_limiter(settings))
     sqs = session.client("sqs", config=aws_client_config())  # the poller is its own event source mapping
-    visibility = settings.profile.fargate_visibility_s
+    visibility = settings.profile.fargate.fargate_visibility_s
     try:
         while not stop.is_set():
             r = sqs.receive_message(QueueUrl=settings.analysis_queue_url, MaxNumberOfMessages=1,
-                                    WaitTimeSeconds=settings.profile.poller_wait_s,
+                                    WaitTimeSeconds=settings.profile.fargate.poller_wait_s,
                                     VisibilityTimeout=visibility, MessageSystemAttributeNames=["ApproximateReceiveCount"])
             messages = r.get("Messages", [])
             if not messages:
                 guard.idle()  # nothing in hand: this task may be scaled in
-                if not settings.profile.poller_wait_s:
+                if not settings.profile.fargate.poller_wait_s:
                     stop.wait(0.2)  # short polling (local profile): back off while idle
             for m in messages:
                 with guard.busy():
@@ -143,7 +143,7 @@ def main() -> None:
 
     logging.basicConfig(level=os.environ.get("LOG_LEVEL", "INFO"))
     settings = Settings.from_env(os.environ).model_copy(update={"worker_kind": "fargate"})
-    stop = Shutdown(settings.profile.fargate_stop_timeout_s)
+    stop = Shutdown(settings.profile.fargate.fargate_stop_timeout_s)
     signal.signal(signal.SIGTERM, lambda *_: stop.request())
     # ECS_AGENT_URI: set by ECS; absent locally, where the protection is a no-op
     run(settings, boto3.Session(), stop, build_scale_in_guard(settings, os.environ.get("ECS_AGENT_URI")))

@@ -32,7 +32,7 @@ def record_handler(record: SQSRecord, context: LambdaContext) -> None:
     msg = AnalysisMessage.model_validate_json(record.body)
     delivery = Delivery(message_id=record.message_id, receipt_handle=record.receipt_handle,
                         receive_count=int(record.attributes.approximate_receive_count),
-                        visibility_s=w.s.profile.analysis_visibility_s,
+                        visibility_s=w.s.profile.queues.analysis_visibility_s,
                         remaining_ms=context.get_remaining_time_in_millis)
     log = {"job_id": msg.job_id, "chunk_id": msg.chunk_id, "receive_count": delivery.receive_count}
     try:

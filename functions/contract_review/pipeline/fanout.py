@@ -89,9 +89,9 @@ def page_size(deps: Deps, job: Job, settling: str | None = None) -> int:
     if remaining <= 0:
         return 0
     counted = len(job.settled) + (1 if settling is not None and settling not in job.settled else 0)
-    room = p.fanout_window - max(0, job.fanned_out - counted)
+    room = p.fanout.fanout_window - max(0, job.fanned_out - counted)
     n = min(room, remaining)
-    if n <= 0 or (n < p.fanout_page and n < remaining):
+    if n <= 0 or (n < p.fanout.fanout_page and n < remaining):
         return 0  # wait for a whole page (fewer, larger refills), unless this is the last one
     return n
 

@@ -165,7 +165,7 @@ def retry(deps: Deps, job_id: str) -> Retried:
     if job.state is JobState.QUEUED:
         return result(False, "nothing to retry yet: intake has not fanned the job out. If its intake message reached "
                              f"the intake DLQ, the sweeper fails the job with {INTAKE_EXHAUSTED} after "
-                             f"{deps.settings.profile.stall_after_s:.0f} s without progress; retry it then")
+                             f"{deps.settings.profile.recovery.stall_after_s:.0f} s without progress; retry it then")
     if job.state is JobState.RUNNING:
         return _retry_running(deps, job, started, result)
     if _input_error(job.error_code):

@@ -146,12 +146,12 @@ def _recover_lapsed(deps: Deps, job: Job | None, claim: ChunkRecord, now: float,
                             reason=ReleaseReason.JOB_ENDED)
         return
     msg = analysis_message(deps, job, claim, "sweeper")  # built before any write: a failed read changes nothing
-    if timed_out(claim, deps.settings.profile.claim_lease_s):
+    if timed_out(claim, deps.settings.profile.recovery.claim_lease_s):
         _requeue_timed_out(deps, claim, msg, now, report)
         return
     env = ErrorEnvelope.of("runtime.worker_lost", f"lease held by {claim.claimed_by} lapsed",
                            step="sweeper", attempt=claim.failures + 1)
-    if claim.failures + 1 >= deps.settings.profile.poison_budget:
+    if claim.failures + 1 >= deps.settings.profile.recovery.poison_budget:
         if dead_letter(deps, msg, claim.fence, claim.last_error or env, none, by="sweeper",
                        lapsed_before=now) is not None:
             report.dead_lettered.append(claim.chunk_id)
@@ -216,7 +216,7 @@ def _explain_one(deps: Deps, m: QueueMessage, jobs: _JobCache, report: SweepRepo
         envelope = m.attributes.get("envelope")
         env = ErrorEnvelope.model_validate_json(envelope) if envelope else _dlq_error(chunk)
         _settle_dead_lettered(deps, msg, chunk, env, m, now, report)
-    elif chunk.failures >= deps.settings.profile.poison_budget:
+    elif chunk.failures >= deps.settings.profile.recovery.poison_budget:
         _settle_dead_lettered(deps, msg, chunk, _dlq_error(chunk), m, now, report)
     else:
         _requeue_from_dlq(deps, job, chunk, m, report)
@@ -264,8 +264,8 @@ def _requeue_from_dlq(deps: Deps, job: Job, chunk: ChunkRecord, m: QueueMessage,
     p = deps.settings.profile
     env = ErrorEnvelope.of(
         "runtime.receives_exhausted",
-        f"the queue moved the chunk's message to the DLQ after {p.max_receive_count} receives with "
-        f"{chunk.failures} of {p.poison_budget} failed attempts counted", step="sweeper", attempt=chunk.failures)
+        f"the queue moved the chunk's message to the DLQ after {p.queues.max_receive_count} receives with "
+        f"{chunk.failures} of {p.recovery.poison_budget} failed attempts counted", step="sweeper", attempt=chunk.failures)
     fresh = analysis_message(deps, job, chunk, env.error_code)  # built before any write: a failed read changes nothing
     won = deps.claims.claim(chunk.job_id, chunk.chunk_id, "sweeper", deps.settings.claim_lease_s, 0)
     if not won.won or won.record is None:
@@ -289,7 +289,7 @@ def _explain_intake_dlq(deps: Deps, now: float, report: SweepReport) -> None:
     with _isolated(report, "intake_dlq", "query"):
         if not deps.queues.depth(Queue.INTAKE_DLQ):
             return  # one cheap call; the scan for queued jobs only when the intake DLQ holds something
-        queued = list(deps.jobs.stalled(now - deps.settings.profile.stall_after_s, JobState.QUEUED))
+        queued = list(deps.jobs.stalled(now - deps.settings.profile.recovery.stall_after_s, JobState.QUEUED))
         if queued:  # moved by the queue: no envelope (intake's own dead letters carry one)
             moved = [m for m in deps.queues.peek(Queue.INTAKE_DLQ) if not m.attributes.get("error_code")]
     by_message = {m.message_id: m for m in moved}  # SQS keeps the MessageId when it moves a message
@@ -309,9 +309,9 @@ def _fail_queued(deps: Deps, job: Job, m: QueueMessage, report: SweepReport) -> 
     p = deps.settings.profile
     env = ErrorEnvelope.of(
         "runtime.intake_exhausted",
-        f"intake did not finish intake message {m.message_id} in {p.max_receive_count} deliveries (a crash, a "
+        f"intake did not finish intake message {m.message_id} in {p.queues.max_receive_count} deliveries (a crash, a "
         "function timeout or a transient error each time) and the queue moved it to the intake DLQ",
-        step="intake", attempt=p.max_receive_count)
+        step="intake", attempt=p.queues.max_receive_count)
     failure = JobFailure(error=env, error_code=env.error_code, ended_at=deps.clock())
     if lifecycle.transition(deps, job, JobState.FAILED, outcome=failure, detail={
             "error_code": env.error_code, "by": "sweeper", "dlq_message_id": m.message_id}) is None:
@@ -323,7 +323,7 @@ def _fail_queued(deps: Deps, job: Job, m: QueueMessage, report: SweepReport) -> 
 
 
 def _reconcile_stalled(deps: Deps, now: float, report: SweepReport) -> None:
-    stall_s = deps.settings.profile.stall_after_s
+    stall_s = deps.settings.profile.recovery.stall_after_s
     stalled: list[Job] = []
     with _isolated(report, "reconcile", "query"):
         stalled = list(deps.jobs.stalled(now - stall_s))

@@ -175,7 +175,7 @@ class AnalystRunner:
     def run(self, msg: AnalysisMessage, job: Job, fence: int, record: ChunkRecord) -> dict[str, AnalystOutput]:
         chunk = Chunk(index=msg.chunk_index, chunk_id=msg.chunk_id, start=msg.start, end=msg.end, text=msg.text)
         saved = self.deps.claims.checkpoints(record)
-        specs = analysts_for(job.analyst_count or self.deps.settings.profile.analyst_count)
+        specs = analysts_for(job.analyst_count or self.deps.settings.profile.review.analyst_count)
         identities = analysis_identities(self.deps.settings, specs)  # per analyst: what its checkpoint must match
         outputs: dict[str, AnalystOutput] = {}
         todo: list[AnalystSpec] = []
@@ -185,7 +185,7 @@ class AnalystRunner:
                 outputs[spec.name] = loaded
             else:
                 todo.append(spec)
-        pool: AnalystPool[AnalystSpec, AnalystOutput] = AnalystPool(self.deps.settings.profile.analyst_concurrency)
+        pool: AnalystPool[AnalystSpec, AnalystOutput] = AnalystPool(self.deps.settings.profile.review.analyst_concurrency)
         commits: GroupCommit[tuple[str, AnalystOutput], bool] = GroupCommit(
             lambda batch: self._commit(msg, fence, identities, batch))
 
@@ -317,7 +317,7 @@ def attempt_meter(settings: Settings, counter: RequestCounter) -> AttemptMeter:
     invocation and its duration at the function's memory; priced at the profile's table."""
     p = settings.profile
     return AttemptMeter(p.prices, model_price(p.prices, settings.effective_model_id), counter,
-                        lambda_memory_mb=p.worker_memory_mb if settings.worker_kind == "lambda" else None)
+                        lambda_memory_mb=p.functions.worker_memory_mb if settings.worker_kind == "lambda" else None)
 
 
 def before_each_call(hb: Heartbeat, watch: lifecycle.CancelWatch) -> Callable[[], None]:
@@ -359,7 +359,7 @@ class ChunkWorker:
         self.rng = rng or random.Random()
         # time left that one more model call needs: its timeout plus a margin to save and hand off
         self.call_safety_s = call_safety_s if call_safety_s is not None else \
-            self.s.model_call_timeout_s + self.s.profile.handoff_margin_s
+            self.s.model_call_timeout_s + self.s.profile.tier1.handoff_margin_s
         # an analyst needs room for its other calls too (locate + assess: one more call timeout)
         self.analyst_extra_s = self.s.model_call_timeout_s * (len(STEPS) - 1)
 
@@ -395,7 +395,7 @@ class ChunkWorker:
         has_time = self._has_time(delivery)
         watch = lifecycle.CancelWatch(self.deps, msg.job_id)
         with Heartbeat(self.deps, msg, fence, delivery, self.s.claim_lease_s) as hb:
-            retrier = Retrier(policy=self.s.profile.model_retry, budget=RetryBudget(self.s.profile.chunk_retry_budget_s),
+            retrier = Retrier(policy=self.s.profile.tier1.model_retry, budget=RetryBudget(self.s.profile.tier1.chunk_retry_budget_s),
                               stats=stats, rng=self.rng, sleep=self.sleep, has_time=has_time,
                               check=before_each_call(hb, watch), on_retry=retry_recorder(self.deps, msg, watch))
             runner = AnalystRunner(self.deps, self.model, retrier, hb, has_time, self.analyst_extra_s, watch,

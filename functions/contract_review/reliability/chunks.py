@@ -35,7 +35,7 @@ def chunk_message(deps: Deps, job: Job, chunk: ChunkRecord, chunk_text: str, rea
     """The analysis message of a chunk, its text given (`chunk_text`: the chunk's own slice)."""
     return AnalysisMessage(job_id=job.job_id, chunk_id=chunk.chunk_id, chunk_index=chunk.chunk_index,
                            chunk_count=job.chunk_count, start=chunk.start, end=chunk.end, text=chunk_text,
-                           attempt=chunk.failures + 1, max_attempts=deps.settings.profile.poison_budget,
+                           attempt=chunk.failures + 1, max_attempts=deps.settings.profile.recovery.poison_budget,
                            checkpoint_version=job.config_hash, reason=reason)
 
 
@@ -92,7 +92,7 @@ def requeue(deps: Deps, msg: AnalysisMessage, record: ChunkRecord | None, fence:
 def backpressure_exhausted(deps: Deps, chunk: ChunkRecord, cause: ErrorEnvelope, now: float) -> ErrorEnvelope | None:
     """The `runtime.backpressure_exhausted` envelope when the chunk's backpressure streak (no progress
     since `backpressure_since`) has lasted the profile's deadline; None while it may be requeued again."""
-    deadline = deps.settings.profile.backpressure_deadline_s
+    deadline = deps.settings.profile.recovery.backpressure_deadline_s
     since = chunk.backpressure_since
     if since is None or now - since < deadline:
         return None

@@ -145,9 +145,9 @@ def tier2_backoff_s(profile: Profile, failures: int, rng: random.Random) -> int:
     """Seconds until a failed record comes back (its new visibility): equal jitter in
     [ceiling/2, ceiling], ceiling = min(max, base * 2**(failures-1)); whole seconds, at least 1, at
     most the queue's visibility and SQS's 12 h."""
-    ceiling = min(profile.tier2_backoff_max_s, profile.tier2_backoff_base_s * 2 ** min(max(failures - 1, 0), 30))
+    ceiling = min(profile.recovery.tier2_backoff_max_s, profile.recovery.tier2_backoff_base_s * 2 ** min(max(failures - 1, 0), 30))
     seconds = math.ceil(rng.uniform(ceiling / 2, ceiling))
-    return max(1, min(seconds, profile.analysis_visibility_s, SQS_MAX_VISIBILITY_S))
+    return max(1, min(seconds, profile.queues.analysis_visibility_s, SQS_MAX_VISIBILITY_S))
 
 
 def requeue_delay_s(profile: Profile, streak_requeues: int, rng: random.Random,
@@ -155,6 +155,6 @@ def requeue_delay_s(profile: Profile, streak_requeues: int, rng: random.Random,
     """Delay of a backpressure requeue (SQS DelaySeconds): equal jitter under a ceiling that doubles
     with the requeues of the current streak, never shorter than Retry-After, in whole seconds,
     never zero (after an error a chunk never comes straight back), at most `throttle_max_delay_s`."""
-    ceiling = min(profile.throttle_max_delay_s, profile.model_retry.cap_s * 2 ** min(streak_requeues, 10))
+    ceiling = min(profile.recovery.throttle_max_delay_s, profile.tier1.model_retry.cap_s * 2 ** min(streak_requeues, 10))
     delay = max(retry_after_s or 0.0, rng.uniform(ceiling / 2, ceiling))
-    return max(1, min(math.ceil(delay), profile.throttle_max_delay_s))
+    return max(1, min(math.ceil(delay), profile.recovery.throttle_max_delay_s))

@@ -334,4 +334,4 @@ def job_config_hash(settings: Settings) -> str:
     """What a new job records as its `config_hash` (and its messages as `checkpoint_version`): `job_identity`
     over the analysts it will run, under the settings' model. For reporting and events; checkpoints are
     matched per analyst."""
-    return job_identity(analysis_identities(settings, analysts_for(settings.profile.analyst_count)))
+    return job_identity(analysis_identities(settings, analysts_for(settings.profile.review.analyst_count)))

@@ -158,7 +158,7 @@ def load_report(deps: Deps, job: Job) -> Report:
 def _remaining(deps: Deps, fx: SideEffects) -> Callable[[], int]:
     if fx.remaining_ms is not None:
         return fx.remaining_ms
-    deadline = time.monotonic() + deps.settings.profile.aggregator_timeout_s
+    deadline = time.monotonic() + deps.settings.profile.functions.aggregator_timeout_s
     return lambda: max(1, int((deadline - time.monotonic()) * 1000))
 
 
@@ -293,7 +293,7 @@ def _save(deps: Deps, job: Job, rec: SideEffectDone, event: str, **detail: objec
 def _wait_for_approval(deps: Deps, job: Job, step: Step, u: Unresolved, done: list[SideEffectDone]) -> SagaResult:
     now = deps.clock()
     approval = Approval(step=step.name, key=step.key, error=u.error, requested_at=now,
-                        expires_at=now + deps.settings.profile.approval_ttl_s,
+                        expires_at=now + deps.settings.profile.side_effects.approval_ttl_s,
                         reason=f"{step.name}: the request was sent but no answer came ({u.error.provider_code}); "
                                f"looking its key up said: {u.lookup}",
                         evidence={"operation": step.operation, "lookup": u.lookup,
