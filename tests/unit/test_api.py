@@ -11,14 +11,17 @@ from types import SimpleNamespace
 
 import pytest
 
+from contract_review.domain.messages import MAX_DOCUMENT_BYTES, IntakeMessage
 from contract_review.domain.ports import Queue
-from contract_review.domain.records import JobState
-from contract_review.operate import api
+from contract_review.domain.records import JobState, job_id_for
+from contract_review.operate import api, ops
+from contract_review.pipeline.intake import handle_intake
 from review_local.api_server import http_api_event, local_principal
 
 from ..texts import LONG_TEXT, TEXT
 from .fakes import FakeWorld
 from .inprocess import InProcess
+from .scenarios import small_chunk_world
 
 ALICE = local_principal("alice")
 BOB = local_principal("bob")
@@ -152,6 +155,137 @@ def test_an_s3_uri_under_uploads_is_read_hashed_and_passed_on():
     run = InProcess(world)
     job = run.run(str(answer.json["jobId"]))
     assert job.state is JobState.COMPLETED
+
+
+# ------------------------------------------------------------------------------ one admission path
+def test_the_request_takes_every_field_of_the_intake_message_but_the_key_and_the_principal():
+    # GIVEN the request of POST /jobs and the intake message of the queue
+    request = api.JobRequest.model_json_schema()["properties"]
+    message = IntakeMessage.model_json_schema()["properties"]
+    # THEN the request has the message's fields, less idempotency_key (a header) and principal (the caller)
+    assert set(request) == set(message) - {"idempotency_key", "principal"}
+    # AND each field the two share past the document is the message's own definition
+    for field in ("document_id", "metadata", "budget_usd"):
+        assert request[field] == message[field], field
+
+
+def test_a_queue_message_posted_as_it_is_is_taken_with_every_field():
+    world = FakeWorld()
+    # GIVEN an intake message as one sends it to the queue, less its idempotency key
+    message = {"schema_version": 1, "document": {"text": TEXT}, "document_id": "nda-7",
+               "metadata": {"matter": "M-7", "pages": 3, "tags": ["nda"]}, "budget_usd": 2.5}
+    # WHEN it is posted to /jobs
+    answer = call(world, "POST", "/jobs", message)
+    # THEN it is taken, and the message queued carries every field, with the caller as principal
+    assert answer.status == 202, answer.body
+    [queued] = intake_messages(world)
+    assert {k: v for k, v in queued.items() if k not in ("idempotency_key", "principal")} == message
+    assert queued["principal"] == ALICE
+    InProcess(world).intake()
+    job = world.jobs.get(str(answer.json["jobId"]))
+    assert job is not None and (job.document_id, job.budget_micro_usd) == ("nda-7", 2_500_000)
+
+
+@pytest.mark.parametrize("version,status", [(1, 202), (2, 400), (True, 400), ("1", 400), (None, 400)],
+                         ids=["1", "2", "true", "string", "null"])
+def test_schema_version_1_is_taken_and_any_other_value_refused(version: object, status: int):
+    world = FakeWorld()
+    # WHEN a request names a schema_version
+    answer = submit(world, schema_version=version)
+    # THEN 1 is taken; anything else is 400 input.invalid naming the field, and nothing is queued
+    assert answer.status == status, answer.body
+    if status == 400:
+        assert answer.code == "input.invalid" and "schema_version" in str(answer.json["error"])
+        assert not intake_messages(world) and not world.artifacts.objects
+
+
+def test_a_body_that_names_a_principal_is_refused_and_nothing_is_queued():
+    world = FakeWorld()
+    # WHEN Alice posts a job, and a batch, claiming to be Bob
+    job = submit(world, principal=BOB)
+    batch = call(world, "POST", "/batches", [{"custom_id": "a", "document": {"text": TEXT}, "principal": BOB},
+                                             {"custom_id": "b", "document": {"text": LONG_TEXT}}])
+    # THEN the job is 400 input.invalid, one message saying the API sets the principal; nothing of it is queued
+    assert job.status == 400 and job.code == "input.invalid"
+    assert job.json["error"]["message"] == api.PRINCIPAL_REFUSED  # type: ignore[index]  # a JSON object
+    # AND the batch item is rejected alone, the other item is queued, as Alice's
+    items = batch.json["items"]
+    assert [(i["customId"], i["status"], (i["error"] or {}).get("code")) for i in items] == [  # type: ignore[union-attr]
+        ("a", "rejected", "input.invalid"), ("b", "queued", None)]
+    assert [(m["document"], m["principal"]) for m in intake_messages(world)] == [({"text": LONG_TEXT}, ALICE)]
+
+
+def test_post_jobs_with_a_budget_stops_the_job_as_review_submit_with_a_budget_does():
+    # GIVEN one document sent with a budget smaller than one chunk's cost: to POST /jobs (budget_usd), and by
+    # `review submit --budget-usd` (ops.submit)
+    by_api, by_cli = small_chunk_world(), small_chunk_world()
+    api_job = str(submit(by_api, budget_usd=0.000001).json["jobId"])
+    cli_job = ops.submit(by_cli.deps, TEXT, budget_usd=0.000001)
+    # WHEN the pipeline runs each
+    jobs = [InProcess(by_api).run(api_job), InProcess(by_cli).run(cli_job)]
+    # THEN both are stopped alike: cancelled with job.budget_exceeded, over their budget, without a report
+    for job in jobs:
+        assert (job.state, job.error_code, job.budget_micro_usd) == (JobState.CANCELLED, "job.budget_exceeded", 1)
+        assert job.total_micro_usd >= 1 and job.report_json_key is None and job.side_effects == []
+    # AND the API says so
+    view = call(by_api, "GET", f"/jobs/{api_job}").json
+    assert view["status"] == "cancelled" and view["result"] is None
+    assert view["error"]["code"] == "job.budget_exceeded"  # type: ignore[index]  # a JSON object
+
+
+UPLOAD = "s3://artifacts/uploads/doc.txt"
+BAD_DOCUMENTS = [  # admission's checks: the document sent, the object it names under uploads/, the check's code
+    pytest.param({"s3_uri": "s3://elsewhere/uploads/doc.txt"}, None, "input.document_forbidden", id="not-uploads"),
+    pytest.param({"s3_uri": UPLOAD}, None, "input.document_missing", id="missing"),
+    pytest.param({"s3_uri": UPLOAD}, b"a" * (MAX_DOCUMENT_BYTES + 1), "input.too_large", id="too-large"),
+    pytest.param({"s3_uri": UPLOAD}, b"\xff\xfe not UTF-8 \xc3\x28", "input.undecodable", id="not-utf8"),
+    pytest.param({"text": " \n\t "}, None, "input.empty_document", id="blank-text"),
+    pytest.param({"s3_uri": UPLOAD}, b"  \n ", "input.empty_document", id="blank-upload"),
+]
+
+
+def _world(upload: bytes | None) -> FakeWorld:
+    world = FakeWorld()
+    if upload is not None:
+        world.artifacts.objects[(world.artifacts.bucket, "uploads/doc.txt")] = upload
+    return world
+
+
+@pytest.mark.parametrize("document,upload,code", BAD_DOCUMENTS)
+def test_a_bad_document_gets_the_same_answer_from_the_api_as_from_the_queue(document: dict[str, object],
+                                                                              upload: bytes | None, code: str):
+    # GIVEN a document that fails one of admission's checks
+    api_world, queue_world = _world(upload), _world(upload)
+    # WHEN it is posted to /jobs, and sent to the intake queue
+    answer = call(api_world, "POST", "/jobs", {"document": document})
+    handle_intake(queue_world.deps, json.dumps({"schema_version": 1, "document": document, "idempotency_key": "k"}))
+    # THEN the API answers 422 with the check's code and message, sending nothing; the queue's job fails with both
+    failed = queue_world.jobs.get(job_id_for("k"))
+    assert failed is not None and failed.error is not None
+    assert (answer.status, answer.code) == (422, code) and failed.error_code == code
+    assert answer.json["error"]["message"] == failed.error.message  # type: ignore[index]  # a JSON object
+    assert not intake_messages(api_world) and not api_world.jobs.all()
+
+
+@pytest.mark.parametrize("text,code", [
+    ("", "input.empty_document"),
+    (" \n\t ", "input.empty_document"),
+    ("a" * (MAX_DOCUMENT_BYTES + 1), "input.too_large"),
+    ("é" * (MAX_DOCUMENT_BYTES // 2 + 1), "input.too_large"),  # fewer characters than bytes
+], ids=["empty", "blank", "too-large", "too-large-in-bytes"])
+def test_a_bad_text_gets_the_same_code_from_the_api_the_queue_and_review_submit(text: str, code: str):
+    # GIVEN a text that fails one of admission's checks
+    api_world, cli_world, queue_world = FakeWorld(), FakeWorld(), FakeWorld()
+    # WHEN it is posted to /jobs, given to `review submit` (ops.submit), and sent inline to the intake queue
+    answer = submit(api_world, text)
+    cli_job = ops.submit(cli_world.deps, text)
+    InProcess(cli_world).intake()
+    queued = handle_intake(queue_world.deps, json.dumps({"schema_version": 1, "document": {"text": text}}))
+    # THEN each way ends with the same code: the API's answer (422, nothing sent), and the job of each queue message
+    codes = {"POST /jobs": answer.code, "review submit": getattr(cli_world.jobs.get(cli_job), "error_code", None),
+             "queue": queued.error.error_code if queued.error else None}
+    assert codes == dict.fromkeys(codes, code) and answer.status == 422
+    assert not intake_messages(api_world)
 
 
 # ------------------------------------------------------------------------------ GET /jobs/{id}

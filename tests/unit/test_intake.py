@@ -15,6 +15,7 @@ from contract_review.domain.messages import MAX_DOCUMENT_BYTES
 from contract_review.domain.ports import Queue
 from contract_review.domain.records import ChunkStatus, Job, JobState, job_id_for
 from contract_review.pipeline.intake import IntakeResult, handle_intake
+from contract_review.review.analysts import job_config_hash
 from contract_review.review.chunking import document_hash, split_into_chunks
 
 from ..texts import LONG_TEXT, TEXT
@@ -33,7 +34,7 @@ def by_uri(key: str, bucket: str = BUCKET, **fields: object) -> str:
 
 def chunk_ids(text: str) -> list[str]:
     p = SETTINGS.profile
-    return [c.chunk_id for c in split_into_chunks(text, p.chunk_target_chars, p.chunk_max_chars)]
+    return [c.chunk_id for c in split_into_chunks(text, p.review.chunk_target_chars, p.review.chunk_max_chars)]
 
 
 # --- a valid document --------------------------------------------------------------------------------
@@ -50,9 +51,9 @@ def test_valid_inline_document_creates_a_running_job_with_one_chunk_and_message(
     assert job is not None
     assert job.state is JobState.RUNNING
     assert job.chunk_count == 1
-    assert job.config_hash == SETTINGS.analysis_config_hash() and len(job.config_hash) == 16
+    assert job.config_hash == job_config_hash(SETTINGS) and len(job.config_hash) == 16
     assert job.model_id == "offline-rules-v1" and job.model_provider == "offline"
-    assert job.analyst_count == 11 and job.prompt_version == SETTINGS.profile.prompt_version
+    assert job.analyst_count == 11 and job.prompt_version == SETTINGS.profile.review.prompt_version
     assert job.idempotency_key == document_hash(TEXT) and job.document_sha256 == document_hash(TEXT)
     assert job.document_id == "msa-2026" and job.document_chars == len(TEXT)
     assert job.source_message_id == "m-1"
@@ -68,7 +69,7 @@ def test_valid_inline_document_creates_a_running_job_with_one_chunk_and_message(
     [msg] = world.queues.analysis()
     assert (msg.job_id, msg.chunk_id, msg.chunk_index, msg.chunk_count) == (expected_job, record.chunk_id, 0, 1)
     assert msg.text == TEXT and (msg.start, msg.end) == (0, len(TEXT))
-    assert msg.attempt == 1 and msg.max_attempts == SETTINGS.profile.poison_budget
+    assert msg.attempt == 1 and msg.max_attempts == SETTINGS.profile.recovery.poison_budget
     assert msg.checkpoint_version == job.config_hash and msg.reason == "intake"
     # AND the document is stored, and the events tell the story in order
     assert job.document_key == document_key(expected_job)
@@ -644,7 +645,7 @@ def test_a_large_document_leaves_queued_with_one_page_sent_and_its_chunk_count_k
     # the document
     assert [r.chunk_id for r in world.claims.for_job(job.job_id)] == ids[:window]
     assert [m.chunk_id for m in world.queues.analysis()] == ids[:window]
-    assert job.fanned_out == window == SETTINGS.profile.fanout_window
+    assert job.fanned_out == window == SETTINGS.profile.fanout.fanout_window
     assert all(m.chunk_count == 55 and m.text == big[m.start:m.end] for m in world.queues.analysis())
     # AND the document and its fan-out plan are stored for the pages to come
     assert world.artifacts.get_text(job.document_key) == big

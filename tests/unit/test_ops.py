@@ -365,7 +365,7 @@ def test_dlq_list_of_an_intake_message_sqs_moved():
     # WHEN listed
     [entry] = ops.dlq_list(world.deps)
     # THEN it says SQS moved it, after how many receives, in which step, and which job it would be
-    assert (entry.moved_by, entry.attempts, entry.failed_step) == ("sqs", SETTINGS.profile.max_receive_count,
+    assert (entry.moved_by, entry.attempts, entry.failed_step) == ("sqs", SETTINGS.profile.queues.max_receive_count,
                                                                   "intake")
     assert entry.source_message_id == "orig-id" and entry.error_code is None
     assert entry.job_id == job_id_for("k-9") and entry.job == {"state": None, "error_code": None}
@@ -506,7 +506,7 @@ def test_claim_checked_submission_is_taken_in_by_intake_under_the_same_job_id():
     # (the chunks go out a window at a time: the first page now, cut from the whole text stored for the rest)
     assert world.artifacts.get_text(job.document_key) == big
     first_page = world.queues.analysis()
-    assert len(first_page) == SETTINGS.profile.fanout_window < job.chunk_count
+    assert len(first_page) == SETTINGS.profile.fanout.fanout_window < job.chunk_count
     assert all(m.text == big[m.start:m.end] for m in first_page)
 
 

@@ -6,9 +6,14 @@ event. Whoever calls it hands the app its `Deps` per request: `app.append_contex
 
 Principals. Every job is bound to the principal that submitted it: the caller's IAM ARN
 (`requestContext.authorizer.iam.userArn`; locally the bearer token's principal, put in the same place).
-The API sends it in the intake message (`principal`, a field only the API sets) and intake records it on
-the job. Any other principal gets 404 on every job and batch route, exactly as for an id that does not
-exist. Jobs submitted through the queue have no principal and are not visible through the API at all.
+The API sends it in the intake message (`principal`, a field only the API sets: a body that names it is a
+400) and intake records it on the job. Any other principal gets 404 on every job and batch route, exactly as
+for an id that does not exist. Jobs submitted through the queue have no principal and are not visible through
+the API at all.
+
+Admission. A submission takes the intake message's fields and goes through admission
+(`pipeline/admission.py`): the document checks intake makes (the same `input.*` codes) and the intake message
+`review submit` sends.
 
 Job ids. A job's idempotency key is scoped to its principal: `api:` + SHA-256(principal, key), where the key
 is the `Idempotency-Key` header, else the SHA-256 of the document (the same document twice is one job, as
@@ -25,21 +30,23 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime
-from typing import Literal
+from typing import Any, Literal
 
 from aws_lambda_powertools.event_handler import APIGatewayHttpResolver, Response, content_types
 from aws_lambda_powertools.event_handler.exceptions import NotFoundError
-from pydantic import BaseModel, ConfigDict, Field, JsonValue, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, JsonValue, ValidationError, field_validator
 
 from contract_review.domain import lifecycle
 from contract_review.domain.errors import REGISTRY, ReviewError, classify
-from contract_review.domain.keys import UPLOADS_PREFIX
-from contract_review.domain.messages import MAX_DOCUMENT_BYTES, MetaKey, MetaValue, S3Document, parse_intake
+from contract_review.domain.messages import IntakeMessage, MetaKey, MetaValue, S3Document, parse_intake
 from contract_review.domain.ports import Deps
 from contract_review.domain.records import Job, JobState, job_id_for
 from contract_review.operate import ops
-from contract_review.pipeline import redrive
+from contract_review.pipeline import admission, redrive
+from contract_review.pipeline.admission import TextDocument
 from contract_review.review.chunking import document_hash
 from contract_review.sideeffects import approvals
 
@@ -79,6 +86,15 @@ def _review_error(exc: ReviewError) -> ApiError:
     the schema (`input.invalid`), 422 for a well-formed one whose document cannot be processed."""
     code = exc.envelope.error_code
     return ApiError(400 if code == "input.invalid" else 422, code, exc.envelope.message)
+
+
+@contextmanager
+def _answered() -> Iterator[None]:
+    """Admission's errors (`pipeline/admission.py`, the checks intake makes) as the caller's answer."""
+    try:
+        yield
+    except ReviewError as exc:
+        raise _review_error(exc) from exc
 
 
 def _json(status: int, body: object, headers: dict[str, str] | None = None) -> Response[str]:
@@ -197,18 +213,32 @@ def iso(epoch: float) -> str:
 
 
 # ------------------------------------------------------------------------------ submission
-class TextDocument(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    text: str = Field(min_length=1, max_length=MAX_DOCUMENT_BYTES)
+def _as_in_the_intake_message(name: str) -> Any:
+    """The intake message's own definition of its field `name` (constraints, default, description)."""
+    return IntakeMessage.model_fields[name]
 
 
 class JobRequest(BaseModel):
-    """`POST /jobs` (and one batch item, with its `custom_id`): the intake message's fields."""
+    """`POST /jobs` (and one batch item, with its `custom_id`): the intake message's fields, each as the message
+    defines it, but `idempotency_key` (the Idempotency-Key header) and `principal` (always the caller: a body
+    that names it is refused, `PRINCIPAL_REFUSED`). Inline text may be larger than a message takes inline (up to
+    MAX_DOCUMENT_BYTES: admission sends it on by claim check). JSON types only (`strict`): "1" is no number."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
+    schema_version: Literal[1] = 1  # optional: 1 (a queue message pasted as it is)
     document: TextDocument | S3Document
-    document_id: str | None = Field(default=None, max_length=256, pattern=r"^[A-Za-z0-9._:/\-]+$")
-    metadata: dict[MetaKey, MetaValue] = Field(default_factory=dict, max_length=32)
+    document_id: str | None = _as_in_the_intake_message("document_id")
+    metadata: dict[MetaKey, MetaValue] = _as_in_the_intake_message("metadata")
+    budget_usd: float | None = _as_in_the_intake_message("budget_usd")
+
+    @field_validator("schema_version", mode="before")
+    @classmethod
+    def _integer_version(cls, v: Any) -> Any:
+        return IntakeMessage._integer_version(v)  # the message's own check: JSON `true` is not the integer 1
+
+
+PRINCIPAL_REFUSED = ("principal: the API sets it to the caller (the principal that signed the request), never "
+                     "the body: leave it out")
 
 
 class BatchItem(JobRequest):
@@ -234,6 +264,8 @@ def _validation_message(exc: ValidationError) -> str:
 
 
 def _parse(model: type[JobRequest], raw: object) -> JobRequest:
+    if isinstance(raw, dict) and "principal" in raw:
+        raise ApiError(400, "input.invalid", PRINCIPAL_REFUSED)
     try:
         return model.model_validate(raw)
     except ValidationError as exc:
@@ -247,33 +279,6 @@ def scoped_key(who: str, key: str) -> str:
 
 def job_id_of(who: str, key: str) -> str:
     return job_id_for(scoped_key(who, key))
-
-
-def _read_text(deps: Deps, doc: TextDocument | S3Document) -> str:
-    """The document's text: inline, or the upload the s3_uri names (only the stack's own uploads/)."""
-    if isinstance(doc, TextDocument):
-        text = doc.text
-        if len(text.encode("utf-8")) > MAX_DOCUMENT_BYTES:
-            raise ApiError(422, "input.too_large", f"document.text has more than {MAX_DOCUMENT_BYTES:,} bytes: split "
-                                                   "the document")
-    else:
-        bucket, key = doc.bucket_key
-        if bucket != deps.artifacts.bucket or not key.startswith(UPLOADS_PREFIX):
-            raise ApiError(422, "input.document_forbidden", f"{doc.s3_uri} is outside s3://{deps.artifacts.bucket}/"
-                                                            f"{UPLOADS_PREFIX}: upload the document there")
-        try:
-            data = deps.artifacts.read_uri(bucket, key)
-        except ReviewError as exc:
-            raise _review_error(exc) from exc
-        if len(data) > MAX_DOCUMENT_BYTES:
-            raise ApiError(422, "input.too_large", f"{doc.s3_uri}: {len(data):,} bytes > {MAX_DOCUMENT_BYTES:,}")
-        try:
-            text = data.decode("utf-8")
-        except UnicodeDecodeError as exc:
-            raise ApiError(422, "input.undecodable", f"{doc.s3_uri}: not UTF-8 at byte {exc.start}") from exc
-    if not text.strip():
-        raise ApiError(422, "input.empty_document", "the document has no text")
-    return text
 
 
 def _get_json(deps: Deps, key: str) -> str | None:
@@ -300,7 +305,8 @@ class Submitted(BaseModel):
 def submit(deps: Deps, who: str, req: JobRequest, key: str | None, batch_id: str | None = None) -> Submitted:
     """One document to the intake queue, bound to `who`. Idempotent: the same key (default: the document's
     SHA-256) from the same principal is one job; the key with another document is `input.key_conflict`."""
-    text = _read_text(deps, req.document)
+    with _answered():
+        text = admission.document_text(deps, req.document)
     sha = document_hash(text)
     job_id = job_id_of(who, key or sha)
     job = deps.jobs.get(job_id)
@@ -313,7 +319,7 @@ def submit(deps: Deps, who: str, req: JobRequest, key: str | None, batch_id: str
                                                   "(another SHA-256): send this document with its own key")
     if job is not None and not (job.state is JobState.FAILED and (job.error_code or "").startswith("input.")):
         return Submitted(job_id=job_id, status=job.state.value, replayed=True)
-    body = _intake_body(deps, who, job_id, scoped_key(who, key or sha), text, req)
+    body = _intake_body(deps, who, scoped_key(who, key or sha), text, req)
     replayed = pending is not None
     if pending is None:  # before the message: the job is the caller's from the moment it can exist
         pending = Submission(job_id=job_id, principal=who, document_sha256=sha, submitted_at=deps.clock(),
@@ -325,21 +331,16 @@ def submit(deps: Deps, who: str, req: JobRequest, key: str | None, batch_id: str
     return Submitted(job_id=job_id, status=JobState.QUEUED.value, replayed=replayed)
 
 
-def _intake_body(deps: Deps, who: str, job_id: str, key: str, text: str, req: JobRequest) -> str:
-    """The intake message, as `ops.submit` builds it (a large text by claim check), plus `principal`;
-    validated as intake will: an invalid message is the caller's 400, never a failed job."""
-    document: dict[str, JsonValue] = ({"s3_uri": req.document.s3_uri} if isinstance(req.document, S3Document)
-                                      else ops.intake_document(deps, job_id, text))
-    body: dict[str, JsonValue] = {"schema_version": 1, "document": document, "idempotency_key": key,
-                                  "metadata": req.model_dump(mode="json")["metadata"], "principal": who}
-    if req.document_id:
-        body["document_id"] = req.document_id
-    raw = json.dumps(body)
-    try:
-        parse_intake(raw)
-    except ReviewError as exc:
-        raise _review_error(exc) from exc
-    return raw
+def _intake_body(deps: Deps, who: str, key: str, text: str, req: JobRequest) -> str:
+    """Admission's intake message, with `principal`; validated as intake will: an invalid message is the caller's
+    400, never a failed job."""
+    with _answered():
+        body = admission.intake_body(
+            deps, text, key=key, upload=req.document if isinstance(req.document, S3Document) else None,
+            document_id=req.document_id, metadata=req.model_dump(mode="json")["metadata"], budget_usd=req.budget_usd,
+            principal=who)
+        parse_intake(body)
+    return body
 
 
 def _idempotency_key() -> str | None:

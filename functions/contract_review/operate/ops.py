@@ -2,7 +2,7 @@
 
 - `job_view`: the job record answering the six questions (DESIGN rule 7).
 - `dlq_list` / `dlq_show`: DLQ messages joined with their job and chunk records.
-- `submit`: send a document to the intake queue (inline, or claim check through S3).
+- `submit`: send a document to the intake queue (admission's message: inline, or claim check through S3).
 Redrive and reopening ended jobs are in `redrive.py`.
 """
 
@@ -17,8 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, JsonValue, ValidationError
 
 from contract_review.domain.cost import describe
 from contract_review.domain.errors import REGISTRY, ErrorEnvelope
-from contract_review.domain.keys import upload_key
-from contract_review.domain.messages import MAX_INLINE_CHARS, AnalysisMessage, ResultMessage
+from contract_review.domain.messages import AnalysisMessage, ResultMessage
 from contract_review.domain.ports import DLQS, Deps, Queue, QueueMessage
 from contract_review.domain.records import (
     ChunkStatus,
@@ -30,6 +29,7 @@ from contract_review.domain.records import (
     Usage,
     job_id_for,
 )
+from contract_review.pipeline import admission
 from contract_review.pipeline.intake import failure_key
 from contract_review.review.chunking import document_hash
 from contract_review.review.report import coverage_of
@@ -237,7 +237,7 @@ def job_view(deps: Deps, job_id: str) -> JobView | None:
         report={"json": job.report_json_key, "markdown": job.report_md_key},
         created_at=job.created_at, ended_at=job.ended_at, model_id=job.model_id, prompt_version=job.prompt_version,
         recent_events=[_event_line(e) for e in events[-RECENT_EVENTS:]], answers=answers,
-        model_circuit=model_circuit(events, deps.clock(), deps.settings.profile.breaker_open_s),
+        model_circuit=model_circuit(events, deps.clock(), deps.settings.profile.quota.breaker_open_s),
         cost=describe(job.usage(), job.budget_micro_usd), usage=job.usage(), budget_micro_usd=job.budget_micro_usd)
 
 
@@ -348,7 +348,7 @@ def _join(deps: Deps, queue: Queue, m: QueueMessage, with_body: bool = False) ->
     if entry.chunk is not None:
         entry.attempts = entry.chunk.failures
     elif by_sqs:
-        entry.attempts = deps.settings.profile.max_receive_count  # SQS moved it after this many receives
+        entry.attempts = deps.settings.profile.queues.max_receive_count  # SQS moved it after this many receives
     elif queue is Queue.INTAKE:
         entry.attempts = 1  # intake dead-letters a permanent input error on its first attempt
     elif entry.envelope is not None and entry.envelope.attempt:
@@ -377,28 +377,12 @@ def job_id_of(text: str, idempotency_key: str | None = None) -> str:
     return job_id_for(idempotency_key or document_hash(text))
 
 
-def intake_document(deps: Deps, job_id: str, text: str) -> dict[str, JsonValue]:
-    """The `document` of an intake message for `text`: inline, or by claim check (stored under
-    `uploads/`) when it is too large for a message."""
-    if len(text) > MAX_INLINE_CHARS or len(text.encode("utf-8")) > 200_000:
-        upload = upload_key(job_id)
-        deps.artifacts.put_text(upload, text, "text/plain; charset=utf-8")
-        return {"s3_uri": f"s3://{deps.artifacts.bucket}/{upload}"}
-    return {"text": text}
-
-
 def submit(deps: Deps, text: str, document_id: str | None = None, idempotency_key: str | None = None,
            metadata: dict[str, JsonValue] | None = None, budget_usd: float | None = None) -> str:
-    """Send one document to the intake queue (inline, or claim-check via S3 when large). Returns the job id."""
-    # The key is always sent: intake then records any failure under the very job id returned here.
+    """Send one document to the intake queue (inline, or claim-check via S3 when large). Returns the job id.
+    The message is admission's (`admission.intake_body`); intake checks it, so even a document it rejects is
+    recorded under the job id returned here (the key is always sent)."""
     key = idempotency_key or document_hash(text)
-    job_id = job_id_for(key)
-    body: dict[str, JsonValue] = {"schema_version": 1, "document": intake_document(deps, job_id, text),
-                                  "metadata": metadata or {}}
-    if document_id:
-        body["document_id"] = document_id
-    body["idempotency_key"] = key
-    if budget_usd is not None:
-        body["budget_usd"] = budget_usd
-    deps.queues.send_intake(json.dumps(body))
-    return job_id
+    deps.queues.send_intake(admission.intake_body(deps, text, key=key, document_id=document_id, metadata=metadata,
+                                                  budget_usd=budget_usd))
+    return job_id_for(key)

@@ -7,9 +7,10 @@ chunks settle. A 5 MB document leaves `queued` within seconds.
 
 Bad input fails in one attempt with a permanent code: recorded on a `failed` job when a job id can be
 derived (from the idempotency key, else the inline text's SHA-256, else the document id: the job id
-a client computes), otherwise sent to the intake DLQ with its envelope. Claim-checked documents are
-read only from the stack's own bucket under `uploads/`. A job never mixes two documents: a key that
-names a job of another document is `input.key_conflict` (intake DLQ, and an event on that job).
+a client computes), otherwise sent to the intake DLQ with its envelope. The document checks are admission's
+(`admission.document_text`, the same for the Job API): claim-checked documents are read only from the
+stack's own bucket under `uploads/`. A job never mixes two documents: a key that names a job of another
+document is `input.key_conflict` (intake DLQ, and an event on that job).
 """
 
 from __future__ import annotations
@@ -21,11 +22,13 @@ from decimal import Decimal
 from contract_review.domain import lifecycle
 from contract_review.domain.cost import micro_usd
 from contract_review.domain.errors import ErrorEnvelope, ReviewError
-from contract_review.domain.keys import UPLOADS_PREFIX, document_key
-from contract_review.domain.messages import MAX_DOCUMENT_BYTES, InlineDocument, IntakeMessage, S3Document, parse_intake
+from contract_review.domain.keys import document_key
+from contract_review.domain.messages import InlineDocument, parse_intake
 from contract_review.domain.ports import Deps, Queue
 from contract_review.domain.records import Job, JobState, job_id_for
 from contract_review.pipeline import fanout
+from contract_review.pipeline.admission import document_text
+from contract_review.review.analysts import job_config_hash
 from contract_review.review.chunking import document_hash, split_into_chunks
 
 
@@ -59,42 +62,6 @@ def failure_key(body: str) -> tuple[str | None, str]:
     return document_id or None, document_id
 
 
-def _load_text(deps: Deps, msg: IntakeMessage) -> str:
-    if isinstance(msg.document, InlineDocument):
-        text = msg.document.text
-    else:
-        data = _read_upload(deps, msg.document)
-        if len(data) > MAX_DOCUMENT_BYTES:
-            raise ReviewError.of("input.too_large", f"{msg.document.s3_uri}: {len(data):,} bytes > "
-                                 f"{MAX_DOCUMENT_BYTES:,}: split the document", step="intake.load")
-        try:
-            text = data.decode("utf-8")
-        except UnicodeDecodeError as exc:
-            raise ReviewError.of("input.undecodable", f"{msg.document.s3_uri}: not UTF-8 at byte {exc.start}: "
-                                 "convert it to UTF-8 text", step="intake.load") from exc
-    if not text.strip():
-        raise ReviewError.of("input.empty_document", "document has no text", step="intake.validate")
-    return text
-
-
-def _read_upload(deps: Deps, document: S3Document) -> bytes:
-    """The claim-checked document: only from the stack's own bucket, under uploads/ (the intake role
-    may read nothing else). The errors name the URI."""
-    bucket, key = document.bucket_key
-    own = deps.artifacts.bucket
-    if bucket != own or not key.startswith(UPLOADS_PREFIX):
-        raise ReviewError.of("input.document_forbidden", f"{document.s3_uri} is outside s3://{own}/{UPLOADS_PREFIX}: "
-                             f"upload the document there and send its s3_uri", step="intake.load")
-    try:
-        return deps.artifacts.read_uri(bucket, key)
-    except ReviewError as exc:
-        if exc.envelope.error_code != "input.document_missing":
-            raise
-        env = exc.envelope
-        raise ReviewError(env.model_copy(update={"message": f"{document.s3_uri} does not exist or may not be read "
-                                                            f"({env.message})"[:500]})) from exc
-
-
 def _record_failure(deps: Deps, body: str, env: ErrorEnvelope, message_id: str, key: str | None,
                     document_id: str = "", principal: str | None = None) -> IntakeResult:
     """A permanent input error: a failed job when there is a key to name it by, else the DLQ."""
@@ -122,7 +89,7 @@ def handle_intake(deps: Deps, body: str, message_id: str = "") -> IntakeResult:
         return _record_failure(deps, body, exc.envelope, message_id, *failure_key(body))
 
     try:
-        text = _load_text(deps, msg)
+        text = document_text(deps, msg.document)
     except ReviewError as exc:
         if exc.envelope.retryable:
             raise
@@ -134,14 +101,14 @@ def handle_intake(deps: Deps, body: str, message_id: str = "") -> IntakeResult:
     key = msg.idempotency_key or document_hash(text)
     job_id = job_id_for(key)
     sha = document_hash(text)
-    chunks = split_into_chunks(text, s.profile.chunk_target_chars, s.profile.chunk_max_chars)
+    chunks = split_into_chunks(text, s.profile.review.chunk_target_chars, s.profile.review.chunk_max_chars)
     now = deps.clock()
     job = Job(job_id=job_id, state=JobState.QUEUED, created_at=now, updated_at=now, idempotency_key=key,
               document_id=msg.document_id or "", document_key=document_key(job_id), document_chars=len(text),
               document_sha256=sha, metadata=msg.model_dump(mode="json")["metadata"], chunk_count=len(chunks),
-              fanned_out=0, analyst_count=s.profile.analyst_count, model_id=s.effective_model_id,
-              model_provider=s.model_provider, prompt_version=s.profile.prompt_version,
-              config_hash=s.analysis_config_hash(), source_message_id=message_id, principal=msg.principal,
+              fanned_out=0, analyst_count=s.profile.review.analyst_count, model_id=s.effective_model_id,
+              model_provider=s.model_provider, prompt_version=s.profile.review.prompt_version,
+              config_hash=job_config_hash(s), source_message_id=message_id, principal=msg.principal,
               budget_micro_usd=micro_usd(Decimal(str(msg.budget_usd))) if msg.budget_usd is not None else None)
     existing, created = deps.jobs.create(job)
     if created:

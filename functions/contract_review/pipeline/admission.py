@@ -1,0 +1,115 @@
+"""Admission: the one way a document is taken in, whoever sends it: intake (a message on the queue), the Job
+API (`operate/api.py`) and `review submit` (`operate/ops.py`).
+
+- `document_text`: the document checks. The text of an inline document, or of the claim-checked upload an
+  `s3_uri` names: read only from the stack's own bucket under `uploads/` (the intake role may read nothing
+  else), at most MAX_DOCUMENT_BYTES, UTF-8, not blank. Otherwise a `ReviewError` with the stable code of the
+  check: `input.document_forbidden`, `input.document_missing`, `input.too_large`, `input.undecodable`,
+  `input.empty_document` (permanent). A failed read keeps its own envelope (a throttled S3 is retryable).
+- `intake_body`: the one builder of the intake message (schema v1, `messages.IntakeMessage`): the text inline
+  while it fits in a message, else by claim check under `uploads/<job>.txt`, with the idempotency key, the
+  document id, metadata, budget and principal. A sender that answers its caller (the Job API) validates it
+  first with `messages.parse_intake`, exactly as intake will; a queue sender (`review submit`) leaves that
+  to intake, which records a failure under the job id the key names.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+
+from pydantic import BaseModel, ConfigDict, Field, JsonValue
+
+from contract_review.domain.errors import ReviewError
+from contract_review.domain.keys import UPLOADS_PREFIX, upload_key
+from contract_review.domain.messages import MAX_DOCUMENT_BYTES, MAX_INLINE_CHARS, InlineDocument, S3Document
+from contract_review.domain.ports import Deps
+from contract_review.domain.records import job_id_for
+
+MAX_INLINE_BYTES = 200_000  # inline text in a message, in UTF-8 bytes (SQS's 256 KiB is the whole message)
+
+
+class TextDocument(BaseModel):
+    """Inline text as a submitter gives it (the Job API): bounded by the document checks (MAX_DOCUMENT_BYTES, not
+    blank), not by what a queue message takes inline (`InlineDocument`): `intake_body` sends a text that does not
+    fit in a message by claim check."""
+
+    model_config = ConfigDict(extra="forbid")
+    text: str = Field(description="The contract text, UTF-8.")
+
+
+Document = InlineDocument | TextDocument | S3Document
+
+
+# ------------------------------------------------------------------------------ the document checks
+def document_text(deps: Deps, document: Document) -> str:
+    """The document's text, through the checks every way in makes (the errors name the URI of an upload)."""
+    if isinstance(document, S3Document):
+        data = _read_upload(deps, document)
+        _check_size(document.s3_uri, len(data))
+        text = _decoded(document.s3_uri, data)
+    else:
+        text = document.text
+        _check_size("document.text", len(text.encode("utf-8")))
+    if not text.strip():
+        raise ReviewError.of("input.empty_document", "document has no text", step="intake.validate")
+    return text
+
+
+def _read_upload(deps: Deps, document: S3Document) -> bytes:
+    """The claim-checked document: only from the stack's own bucket, under uploads/ (nothing else is read)."""
+    bucket, key = document.bucket_key
+    own = deps.artifacts.bucket
+    if bucket != own or not key.startswith(UPLOADS_PREFIX):
+        raise ReviewError.of("input.document_forbidden", f"{document.s3_uri} is outside s3://{own}/{UPLOADS_PREFIX}: "
+                             f"upload the document there and send its s3_uri", step="intake.load")
+    try:
+        return deps.artifacts.read_uri(bucket, key)
+    except ReviewError as exc:
+        if exc.envelope.error_code != "input.document_missing":
+            raise
+        env = exc.envelope
+        raise ReviewError(env.model_copy(update={"message": f"{document.s3_uri} does not exist or may not be read "
+                                                            f"({env.message})"[:500]})) from exc
+
+
+def _check_size(where: str, size: int) -> None:
+    if size > MAX_DOCUMENT_BYTES:
+        raise ReviewError.of("input.too_large", f"{where}: {size:,} bytes > {MAX_DOCUMENT_BYTES:,}: split the document",
+                             step="intake.load")
+
+
+def _decoded(where: str, data: bytes) -> str:
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ReviewError.of("input.undecodable", f"{where}: not UTF-8 at byte {exc.start}: convert it to UTF-8 text",
+                             step="intake.load") from exc
+
+
+# ------------------------------------------------------------------------------ the intake message
+def intake_body(deps: Deps, text: str, *, key: str, upload: S3Document | None = None, document_id: str | None = None,
+                metadata: Mapping[str, JsonValue] | None = None, budget_usd: float | None = None,
+                principal: str | None = None) -> str:
+    """The intake message (JSON) for a document whose text is at hand, under idempotency key `key`. `upload`: the
+    claim check the text was read from, named as it is; else the text goes inline when it fits in a message, or
+    is stored under `uploads/` (the key's job id) and named by its s3_uri. Optional fields not given are left out."""
+    body: dict[str, JsonValue] = {"schema_version": 1,
+                                  "document": upload.model_dump() if upload else _document(deps, key, text),
+                                  "idempotency_key": key, "metadata": dict(metadata or {})}
+    if document_id:
+        body["document_id"] = document_id
+    if budget_usd is not None:
+        body["budget_usd"] = budget_usd
+    if principal is not None:
+        body["principal"] = principal
+    return json.dumps(body)
+
+
+def _document(deps: Deps, key: str, text: str) -> dict[str, JsonValue]:
+    """The `document` of the message for `text`: inline, or by claim check when it is too large for a message."""
+    if len(text) <= MAX_INLINE_CHARS and len(text.encode("utf-8")) <= MAX_INLINE_BYTES:
+        return {"text": text}
+    upload = upload_key(job_id_for(key))
+    deps.artifacts.put_text(upload, text, "text/plain; charset=utf-8")
+    return {"s3_uri": f"s3://{deps.artifacts.bucket}/{upload}"}
