@@ -50,6 +50,9 @@ class DeploySettings:
     # The external ticket system's base URL (`-c ticket_url=https://...`): the saga opens a review ticket there
     # for high-risk findings. Empty: the ticket step is skipped, with an event saying so.
     ticket_url: str = ""
+    # The model's tokens-per-minute quota the workers pace to (`-c model_tpm=N`): when not given, each worker
+    # process reads it from Service Quotas at cold start (the stack grants that read), so pacing is on either way.
+    model_tpm: float | None = None
 
     def __post_init__(self) -> None:
         if not self.model_id:
@@ -73,6 +76,8 @@ class DeploySettings:
             raise ValueError("fault_spec is for demos and tests only; never in the prod profile")
         if self.ticket_url and not _TICKET_URL_RE.match(self.ticket_url):
             raise ValueError(f"ticket_url {self.ticket_url!r}: an http(s) URL such as https://tickets.example.com/api")
+        if self.model_tpm is not None and not 0 < self.model_tpm <= 1e9:
+            raise ValueError(f"model_tpm {self.model_tpm!r}: the model's tokens-per-minute quota, such as 2000000")
         if self.auto_delete_objects and not self.is_disposable:
             raise ValueError("auto_delete_objects is only allowed for the local profile")
 
@@ -99,7 +104,17 @@ class DeploySettings:
             auto_delete_objects=_truthy(get("auto_delete_objects")),
             model_id=str(get("model_id") or "").strip(),
             ticket_url=str(get("ticket_url") or "").strip(),
+            model_tpm=_number(get("model_tpm"), "model_tpm"),
         )
+
+
+def _number(value: Any, name: str) -> float | None:
+    if value is None or str(value).strip() == "":
+        return None
+    try:
+        return float(value)
+    except ValueError:
+        raise ValueError(f"{name} {value!r}: a number") from None
 
 
 def _truthy(value: Any) -> bool:

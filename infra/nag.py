@@ -41,6 +41,17 @@ REASONS = {
         "Lambda active tracing: xray:PutTraceSegments and xray:PutTelemetryRecords do not support "
         "resource-level permissions (AWS requires Resource '*'); CDK adds exactly these two actions."
     ),
+    "IAM5-xray-quotas": (
+        "Lambda active tracing: xray:PutTraceSegments and xray:PutTelemetryRecords do not support "
+        "resource-level permissions (AWS requires Resource '*'); and the worker reads its model's quota at cold "
+        "start to pace to it: servicequotas:ListServiceQuotas, ListAWSDefaultServiceQuotas and GetServiceQuota "
+        "take no resource ARN (infra/permissions.py QUOTA_READ). Read-only."
+    ),
+    "IAM5-quotas": (
+        "The worker reads its model's quota at start to pace to it: servicequotas:ListServiceQuotas, "
+        "ListAWSDefaultServiceQuotas and GetServiceQuota take no resource ARN (infra/permissions.py QUOTA_READ). "
+        "Read-only."
+    ),
     "IAM5-task-protection": (
         "ecs:UpdateTaskProtection for scale-in protection: a task's id is only known at run time, so the "
         "resource is every task of this stack's one cluster (task/<cluster>/*), nothing wider."
@@ -115,7 +126,9 @@ def acknowledge(stack: ContractReviewStack) -> None:
             if target.startswith("objects:"):
                 _ack(role, f"IAM5[Resource::{bucket}/{target.removeprefix('objects:')}*]", "IAM5-bucket-objects")
     for f in functions:
-        _ack(f.role, "IAM5[Resource::*]", "IAM5-xray")
+        _ack(f.role, "IAM5[Resource::*]", "IAM5-xray-quotas" if f.role is stack.worker_fn.role else "IAM5-xray")
+    if fargate is not None:
+        _ack(fargate.task_role, "IAM5[Resource::*]", "IAM5-quotas")
 
     _ack(stack.side_effects.compensation_dlq, "SQS3", "SQS3-compensation-dlq")
 

@@ -211,7 +211,14 @@ def _describe_statements(stack: Stack, model_id: str) -> list[iam.PolicyStatemen
             model]
 
 
+# The model's quotas, read at a worker's cold start to pace to them (model/quotas.py). Service Quotas' list
+# actions take no resource ARN: "*" is the only resource they accept.
+QUOTA_READ = iam.PolicyStatement(actions=["servicequotas:ListServiceQuotas", "servicequotas:ListAWSDefaultServiceQuotas",
+                                          "servicequotas:GetServiceQuota"], resources=["*"])
+
+
 def grant_bedrock(grantee: iam.IGrantable, stack: Stack, model_id: str) -> None:
-    """Invoke `model_id` through Converse, and describe it (the job-fatal `model.id_rejected` check)."""
-    for statement in _invoke_statements(stack, model_id) + _describe_statements(stack, model_id):
+    """Invoke `model_id` through Converse, describe it (the job-fatal `model.id_rejected` check) and read its
+    quotas (pacing)."""
+    for statement in _invoke_statements(stack, model_id) + _describe_statements(stack, model_id) + [QUOTA_READ]:
         grantee.grant_principal.add_to_principal_policy(statement)

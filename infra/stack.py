@@ -204,6 +204,8 @@ class ContractReviewStack(Stack):
                     OPTION_ENV["model_id"]: s.model_id, OPTION_ENV["worker_kind"]: worker_kind})
         if s.fault_spec is not None:
             env[OPTION_ENV["fault_spec"]] = s.fault_spec.to_env()
+        if s.model_tpm:  # `-c model_tpm=N`; without it the workers read the quota from Service Quotas
+            env[OPTION_ENV["model_tpm"]] = f"{s.model_tpm:.0f}" if s.model_tpm.is_integer() else str(s.model_tpm)
         if s.ticket_url:  # the external ticket system (`-c ticket_url=...`); without it the ticket step is skipped
             env[OPTION_ENV["ticket_url"]] = s.ticket_url
         return env

@@ -10,7 +10,7 @@ botocore's Stubber); `preflight` resolves the stack and builds real clients.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, cast
@@ -21,14 +21,13 @@ from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError, 
 from contract_review.config.constants import OFFLINE_MODEL_ID
 from contract_review.config.profile import get_profile
 from contract_review.domain.errors import REGISTRY, ReviewError, classify
-from contract_review.domain.model import GLOBAL_PROFILE_PREFIX, is_inference_profile
 from contract_review.model.bedrock import BedrockConverseModel, ModelFacts, ModelIdCheck
+from contract_review.model.quotas import QuotaRow, quota_kind, read_model_quotas
 from contract_review.wiring import bedrock_control_client, bedrock_runtime_client
 
 from .embedded import LOCAL_JSON
 
 PING_READ_TIMEOUT_S = 60
-QUOTA_SERVICE_CODE = "bedrock"
 
 
 class PreflightError(Exception):
@@ -36,16 +35,6 @@ class PreflightError(Exception):
 
 
 # --- the check --------------------------------------------------------------------------------------------
-
-@dataclass(frozen=True)
-class Quota:
-    per_minute: str  # "requests" | "tokens"
-    name: str
-    code: str
-    value: float
-    adjustable: bool
-    source: str  # "applied" (this account) | "AWS default"
-
 
 @dataclass
 class PreflightReport:
@@ -57,19 +46,12 @@ class PreflightReport:
     message: str = ""
     facts: ModelFacts | None = None
     quota_kind: str = ""  # the Service Quotas family: on-demand | cross-region | global cross-region
-    quotas: list[Quota] = field(default_factory=list)
+    quotas: list[QuotaRow] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
 
     @property
     def recovery(self) -> str:
         return REGISTRY[self.error_code].recovery if self.error_code in REGISTRY else ""
-
-
-def quota_kind(model_id: str) -> str:
-    """Which Service Quotas family throttles calls to `model_id`."""
-    if model_id.startswith(GLOBAL_PROFILE_PREFIX):
-        return "global cross-region"
-    return "cross-region" if is_inference_profile(model_id) else "on-demand"
 
 
 def run_preflight(model_id: str, region: str, *, runtime: Any, bedrock: Any, quotas: Any,
@@ -111,48 +93,14 @@ def _describe_failure(exc: Exception) -> str:
     return f"{type(exc).__name__}: {exc}"
 
 
-def _paginate(client: Any, operation: str) -> Iterator[dict[str, Any]]:
-    for page in client.get_paginator(operation).paginate(ServiceCode=QUOTA_SERVICE_CODE):
-        yield from page.get("Quotas", [])
-
-
-def _normalized(label: str) -> str:
-    """A quota's model label, comparable to the model's name: case and a trailing version (" V1") ignored."""
-    words = label.lower().split()
-    if len(words) > 1 and words[-1][:1] == "v" and words[-1][1:].isdigit():
-        words = words[:-1]
-    return " ".join(words)
-
-
-def match_quotas(quotas: Iterable[dict[str, Any]], kind: str, display_name: str, source: str) -> list[Quota]:
-    """The "<Kind> model inference requests|tokens per minute for <Provider Model>" quotas of one model
-    (a name lookup: Service Quotas has no model-id dimension). Variants such as "... 1M Context Length"
-    are other quotas and are not matched."""
-    want = _normalized(display_name)
-    found: list[Quota] = []
-    for q in quotas:
-        name = str(q.get("QuotaName", ""))
-        for per in ("requests", "tokens"):
-            prefix = f"{kind} model inference {per} per minute for "
-            if name.lower().startswith(prefix) and _normalized(name[len(prefix):]) == want:
-                found.append(Quota(per_minute=per, name=name, code=str(q.get("QuotaCode", "")),
-                                   value=float(q.get("Value", 0.0)), adjustable=bool(q.get("Adjustable")),
-                                   source=source))
-    return found
-
-
-def _model_quotas(client: Any, report: PreflightReport) -> list[Quota]:
+def _model_quotas(client: Any, report: PreflightReport) -> list[QuotaRow]:
+    """The model's quotas as the workers read them at cold start (model/quotas.py): the same names, the same rows."""
     if report.facts is None or not report.facts.display_name:
         report.notes.append("quotas not looked up: the model's name (which Service Quotas names quotas by) is unknown")
         return []
     name = report.facts.display_name
     try:
-        found = match_quotas(_paginate(client, "list_service_quotas"), report.quota_kind, name, "applied")
-        missing = {"requests", "tokens"} - {q.per_minute for q in found}
-        if missing:  # ListServiceQuotas leaves out quotas with no applied value: take AWS's defaults
-            defaults = match_quotas(_paginate(client, "list_aws_default_service_quotas"), report.quota_kind, name,
-                                    "AWS default")
-            found += [q for q in defaults if q.per_minute in missing]
+        found = list(read_model_quotas(client, report.model_id, name).rows)
     except ClientError as exc:
         report.notes.append(f"quotas not readable: Service Quotas answered {_error(exc).get('Code')} "
                             "(needs servicequotas:ListServiceQuotas and ListAWSDefaultServiceQuotas)")
@@ -160,10 +108,15 @@ def _model_quotas(client: Any, report: PreflightReport) -> list[Quota]:
     except BotoCoreError as exc:
         report.notes.append(f"quotas not readable: {type(exc).__name__}: {exc}")
         return []
-    if not found:
-        report.notes.append(f"no {report.quota_kind} requests/tokens-per-minute quota named for {name!r} in "
-                            f"Service Quotas ({report.region}); look it up in the Service Quotas console")
-    return sorted(found, key=lambda q: q.per_minute)
+    if not any(q.what == "tokens_per_minute" for q in found):
+        report.notes.append(f"no {report.quota_kind} tokens-per-minute quota named for {name!r} in Service Quotas "
+                            f"({report.region}): the workers will not pace; deploy with `-c model_tpm=N` to set it")
+    return found
+
+
+_LABELS = {"tokens_per_minute": "tokens per minute", "requests_per_minute": "requests per minute (not enforced on "
+           "bedrock-runtime)", "tokens_per_day": "tokens per day", "account_tokens_per_day": "tokens per day, all "
+           "models of the account"}
 
 
 def render(report: PreflightReport) -> list[str]:
@@ -180,7 +133,11 @@ def render(report: PreflightReport) -> list[str]:
         lines.append(f"quotas ({report.quota_kind} inference, this account, from Service Quotas):")
         for q in report.quotas:
             adjustable = "adjustable" if q.adjustable else "not adjustable"
-            lines.append(f"  {q.per_minute} per minute: {q.value:,.0f}  [{q.source}, {adjustable}] {q.name} ({q.code})")
+            lines.append(f"  {_LABELS[q.what]}: {q.value:,.0f}  [{q.source}, {adjustable}] {q.name} ({q.code})")
+        tpm = next((q.value for q in report.quotas if q.what == "tokens_per_minute"), None)
+        if tpm is not None:
+            lines.append(f"pacing: a deployed stack's workers pace to {tpm:,.0f} tokens per minute (this quota; "
+                         "`cdk deploy -c model_tpm=N` sets another)")
     lines += [f"note: {n}" for n in report.notes]
     return lines
 

@@ -4,11 +4,13 @@ import."""
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable
 from typing import Any
 
 from botocore.config import Config
+from botocore.exceptions import BotoCoreError, ClientError
 
 from contract_review.adapters.artifacts import S3Artifacts
 from contract_review.adapters.claims import DynamoClaims
@@ -19,12 +21,16 @@ from contract_review.adapters.task_protection import ScaleInGuard, TaskProtectio
 from contract_review.config.settings import Settings
 from contract_review.domain.cost import RequestMeter
 from contract_review.domain.effects import SideEffects
+from contract_review.domain.errors import classify
 from contract_review.domain.model import ModelClient
 from contract_review.domain.ports import Deps, Queue
 from contract_review.model.bedrock import BedrockConverseModel, ModelIdCheck, bedrock_client_config
 from contract_review.model.breaker import BreakerModel, CircuitBreaker
 from contract_review.model.pacing import QuotaLimiter
+from contract_review.model.quotas import read_model_quotas
 from contract_review.sideeffects import saga
+
+log = logging.getLogger(__name__)
 
 
 def aws_client_config() -> Config:
@@ -106,14 +112,42 @@ def bedrock_control_client(session: Any) -> Any:
     return session.client("bedrock", config=aws_client_config())
 
 
-def build_limiter(settings: Settings) -> QuotaLimiter | None:
-    """This process's pacers for the model quota (model/pacing.py), or None when no quota is configured. The
-    workers expected busy: at most the event source's concurrency, and one job keeps at most its fan-out
-    window busy (more jobs at once: AIMD brings each worker down to its share)."""
-    p = settings.profile
-    busy = min(p.functions.worker_max_concurrency, p.fanout.fanout_window)
-    return QuotaLimiter.for_quota(p.quota.model_requests_per_minute, p.quota.model_tokens_per_minute, busy)
+def model_tokens_per_minute(settings: Settings, session: Any) -> tuple[float | None, str]:
+    """The tokens-per-minute quota this process paces to, and where it came from: `-c model_tpm` (MODEL_TPM), the
+    profile's, or the model's quota as Service Quotas names it (model/quotas.py), read once at cold start. The
+    offline model has no quota. A quota that cannot be read is logged and leaves the calls unpaced (throttles
+    are still backpressure, never failures)."""
+    if settings.model_tpm:
+        return settings.model_tpm, "MODEL_TPM (cdk deploy -c model_tpm)"
+    if settings.profile.quota.model_tokens_per_minute:
+        return settings.profile.quota.model_tokens_per_minute, f"profile {settings.profile.name}"
+    if settings.model_provider != "bedrock" or session is None:
+        return None, "the offline model has no quota"
+    model_id = settings.effective_model_id
+    try:
+        facts = ModelIdCheck(lambda: bedrock_control_client(session)).facts(model_id)
+        if facts is None or not facts.display_name:
+            return None, f"the Bedrock control plane did not name {model_id} (GetFoundationModel)"
+        quotas = read_model_quotas(session.client("service-quotas", config=aws_client_config()), model_id,
+                                   facts.display_name)
+    except (ClientError, BotoCoreError) as exc:
+        return None, f"Service Quotas not readable ({classify(exc).error_code}: {type(exc).__name__})"
+    row = next((r for r in quotas.rows if r.what == "tokens_per_minute"), None)
+    if row is None:
+        return None, f"no {quotas.kind} tokens-per-minute quota named for {facts.display_name!r} in Service Quotas"
+    return row.value, f"Service Quotas: {row.name} ({row.source})"
 
+
+def build_limiter(settings: Settings, session: Any = None) -> QuotaLimiter | None:
+    """This process's pacers for the model quota (model/pacing.py): by tokens, the quota `model_tokens_per_minute`
+    finds (a requests-per-minute quota only when the profile sets one: Bedrock no longer enforces it), or None
+    when there is none. The workers expected busy: at most the event source's concurrency, and one job keeps at
+    most its fan-out window busy (more jobs at once: AIMD brings each worker down to its share)."""
+    p = settings.profile
+    tpm, source = model_tokens_per_minute(settings, session)
+    log.info("model quota", extra={"tokens_per_minute": tpm, "source": source, "model_id": settings.effective_model_id})
+    busy = min(p.functions.worker_max_concurrency, p.fanout.fanout_window)
+    return QuotaLimiter.for_quota(p.quota.model_requests_per_minute, tpm, busy)
 
 def _offline_model(settings: Settings) -> ModelClient:
     """The offline rule model (not an LLM). Its prompt cache is the simulated Bedrock's: shared by every process

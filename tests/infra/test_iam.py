@@ -32,6 +32,8 @@ ESM_CONSUME = {"sqs:ReceiveMessage", "sqs:DeleteMessage", "sqs:ChangeMessageVisi
                "sqs:GetQueueUrl"}
 LOGS = {"logs:CreateLogStream", "logs:PutLogEvents"}
 XRAY = {"xray:PutTraceSegments", "xray:PutTelemetryRecords"}  # active tracing; no resource-level permissions
+# the worker's cold-start read of its model's quota (pacing); Service Quotas' list actions take no resource ARN
+QUOTAS = {"servicequotas:ListServiceQuotas", "servicequotas:ListAWSDefaultServiceQuotas", "servicequotas:GetServiceQuota"}
 
 
 def _names(t: dict[str, Any]) -> dict[str, str]:
@@ -117,14 +119,15 @@ def test_each_role_is_granted_exactly_its_access_row(synth: Synth, name: str, ro
         target = _names(t)[esm_queue]
         expected[target] = expected.get(target, set()) | ESM_CONSUME
     assert by_target == expected
-    # everything else: its own log group, X-Ray, the model (infra/permissions.grant_bedrock), task protection
+    # everything else: its own log group, X-Ray, the model's quota (workers), the model (infra/permissions.grant_bedrock), task protection
     for st in other:
         actions = {st["Action"]} if isinstance(st["Action"], str) else set(st["Action"])
         text = json.dumps(st["Resource"])
         if actions <= LOGS:
             assert role != "fargate" and getatt_id(st["Resource"]).startswith(f"{role.title()}FnLogs"), st
-        elif actions <= XRAY:
-            assert st["Resource"] == "*" and role != "fargate", st
+        elif actions <= XRAY | QUOTAS:
+            assert st["Resource"] == "*" and (role != "fargate" or not actions & XRAY), st
+            assert not actions & QUOTAS or role in ("worker", "fargate"), st
         elif all(a.startswith("bedrock:") for a in actions):
             assert role in ("worker", "fargate") and ":bedrock:" in text, st
         elif actions == {"ecs:UpdateTaskProtection"}:

@@ -30,7 +30,7 @@ def by_context(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, 
     from infra.deploy_settings import DeploySettings
 
     app = new_app(outdir=str(tmp_path_factory.mktemp("cdk.out.models")))
-    contexts = {"ModelPlain": {"model_id": PLAIN}, "ModelGeo": {"model_id": GEO}}
+    contexts = {"ModelPlain": {"model_id": PLAIN}, "ModelGeo": {"model_id": GEO, "model_tpm": "2000000"}}
     for name, ctx in contexts.items():
         context = {"profile": "prod", "stack_name": name, **ctx}
         add_stack(app, DeploySettings.from_context(context.get))
@@ -149,3 +149,18 @@ def test_context_model_id_is_validated_and_defaults_to_the_profile() -> None:
     for bad in ("arn:aws:bedrock:us-east-1::foundation-model/x", "claude", "global.anthropic claude"):
         with pytest.raises(ValueError, match="model_id"):
             DeploySettings.from_context({"profile": "prod", "model_id": bad}.get)
+
+
+def test_pacing_is_on_in_every_deploy_the_quota_from_context_or_service_quotas(synth: Synth,
+                                                                               by_context: dict[str, Any]) -> None:
+    """With no `-c model_tpm` the workers read their model's quota from Service Quotas at cold start (the roles
+    may); with it, the value reaches the workers' environment."""
+    for t in (synth.templates[PROD], synth.templates[FARGATE], by_context["ModelPlain"], by_context["ModelGeo"]):
+        for role in _worker_roles(t):
+            actions = {a for st in policy_statements_for_role(t, role) if st["Resource"] == "*"
+                       for a in ([st["Action"]] if isinstance(st["Action"], str) else st["Action"])}
+            assert {"servicequotas:ListServiceQuotas", "servicequotas:ListAWSDefaultServiceQuotas"} <= actions, role
+    _, worker = function_by_handler(synth.templates[PROD], "worker.handler")
+    assert ENV["model_tpm"] not in worker["Environment"]["Variables"]  # read from Service Quotas
+    _, geo = function_by_handler(by_context["ModelGeo"], "worker.handler")
+    assert geo["Environment"]["Variables"][ENV["model_tpm"]] == "2000000"

@@ -317,7 +317,7 @@ def test_every_function_gets_the_whole_env_contract(stack: tuple[str, dict], syn
     for h in HANDLERS:
         _, fn = function_by_handler(t, f"{h}.handler")
         env = fn["Environment"]["Variables"]
-        assert set(ENV.values()) - {ENV["fault_spec"], ENV["ticket_url"]} <= set(env), h
+        assert set(ENV.values()) - {ENV["fault_spec"], ENV["ticket_url"], ENV["model_tpm"]} <= set(env), h
         assert ENV["fault_spec"] not in env
         assert env[ENV["profile"]] == p.name
         assert env[ENV["model_provider"]] == expected_provider

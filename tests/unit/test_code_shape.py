@@ -18,7 +18,7 @@ EDGE = ("handlers/", "wiring.py", "adapters/")
 # Where untyped JSON-shaped dicts are allowed: the codecs, the model-provider payloads, the Lambda
 # events the handlers receive, and boto3 client keyword arguments.
 SERIALIZATION_BOUNDARY = {"adapters/dynamo.py", "adapters/jobs.py", "adapters/claims.py", "adapters/queues.py",
-                          "domain/model.py", "model/bedrock.py", "review/analysts.py", "domain/errors.py",
+                          "domain/model.py", "model/bedrock.py", "model/quotas.py", "review/analysts.py", "domain/errors.py",
                           "domain/messages.py", "wiring.py", "handlers/aggregator.py", "handlers/intake.py",
                           "handlers/poller.py", "handlers/sweeper.py", "handlers/worker.py"}
 MAX_TOP_LEVEL_ENTRIES = 13  # the package's modules and subpackages, __init__.py included

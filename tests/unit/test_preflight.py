@@ -12,8 +12,9 @@ import pytest
 from botocore.stub import Stubber
 from click.testing import CliRunner
 
+from contract_review.model.quotas import match_model_quotas
 from review_local.cli import cli
-from review_local.preflight import PreflightError, match_quotas, preflight, render, run_preflight
+from review_local.preflight import PreflightError, preflight, render, run_preflight
 
 from . import bedrock_stubs as bs
 
@@ -25,16 +26,18 @@ def quota(name: str, value: float, code: str = "L-00000000", adjustable: bool = 
             "Value": value, "Unit": "None", "Adjustable": adjustable, "GlobalQuota": False}
 
 
-# Service Quotas' bedrock list as an account sees it: the model's own quotas among decoys (another
-# family, a long-context variant, a neighbouring model, a daily quota), across two pages.
+# Service Quotas' bedrock list as an account sees it, in Bedrock's current names: the model's own quotas among
+# decoys (another family, a long-context variant, a neighbouring model), across two pages; one row still in the
+# older "model inference" spelling.
 PAGE_1 = [
-    quota(f"On-demand model inference requests per minute for {SONNET_46}", 50, "L-ONDEMAND1"),
-    quota(f"Global cross-region model inference requests per minute for {SONNET_46} V1", 250, "L-GLOBALRPM"),
-    quota(f"Cross-region model inference tokens per minute for {SONNET_46}", 400_000, "L-GEOTPM"),
-    quota("Global cross-region model inference tokens per minute for Anthropic Claude Sonnet 4.5 V1", 9, "L-OTHER"),
+    quota(f"On-demand InvokeModel requests per minute for {SONNET_46}", 50, "L-ONDEMAND1"),
+    quota(f"Global cross-Region InvokeModel requests per minute for {SONNET_46} V1", 250, "L-GLOBALRPM"),
+    quota(f"Cross-Region InvokeModel tokens per minute for {SONNET_46}", 400_000, "L-GEOTPM"),
+    quota("Global cross-Region InvokeModel tokens per minute for Anthropic Claude Sonnet 4.5 V1", 9, "L-OTHER"),
+    quota("Cross-Model Max Tokens Per Day", 5e9, "L-ACCOUNTDAY"),
 ]
 PAGE_2 = [
-    quota(f"Global cross-region model inference tokens per minute for {SONNET_46} V1 1M Context Length", 7, "L-1M"),
+    quota(f"Global cross-Region InvokeModel tokens per minute for {SONNET_46} V1 1M Context Length", 7, "L-1M"),
     quota(f"Global cross-region model inference tokens per minute for {SONNET_46} V1", 2_000_000, "L-GLOBALTPM"),
     quota(f"Model invocation max tokens per day for {SONNET_46} V1 (doubled for cross-region calls)", 1e9, "L-DAY"),
 ]
@@ -86,11 +89,13 @@ def test_a_usable_model_reports_access_latency_and_its_own_rpm_and_tpm_quotas():
     c.verify()
     assert report.ok and report.error_code is None and report.latency_ms == 750.0
     assert report.facts is not None and (report.facts.display_name, report.facts.lifecycle) == (SONNET_46, "ACTIVE")
-    assert [(q.per_minute, q.code, q.value, q.source) for q in report.quotas] == [
-        ("requests", "L-GLOBALRPM", 250, "applied"), ("tokens", "L-GLOBALTPM", 2_000_000, "applied")]
+    assert [(q.what, q.code, q.value, q.source) for q in report.quotas] == [
+        ("tokens_per_minute", "L-GLOBALTPM", 2_000_000, "applied"), ("requests_per_minute", "L-GLOBALRPM", 250, "applied"),
+        ("tokens_per_day", "L-DAY", 1e9, "applied"), ("account_tokens_per_day", "L-ACCOUNTDAY", 5e9, "applied")]
     text = "\n".join(render(report))
     assert "access: ok" in text and "750 ms" in text
-    assert "requests per minute: 250" in text and "tokens per minute: 2,000,000" in text
+    assert "requests per minute (not enforced on bedrock-runtime): 250" in text and "tokens per minute: 2,000,000" in text
+    assert "pacing: a deployed stack's workers pace to 2,000,000 tokens per minute" in text
 
 
 def test_a_retired_model_reports_the_job_fatal_code_and_what_to_do():
@@ -112,7 +117,8 @@ def test_a_retired_model_reports_the_job_fatal_code_and_what_to_do():
     text = "\n".join(render(report))
     assert "FAILED model.id_rejected" in text and "-c model_id=" in text
     # AND the quotas still come back: the applied RPM, and the TPM from AWS's defaults (no applied value)
-    assert [(q.per_minute, q.source) for q in report.quotas] == [("requests", "applied"), ("tokens", "AWS default")]
+    assert [(q.what, q.source) for q in report.quotas] == [("tokens_per_minute", "AWS default"),
+                                                           ("requests_per_minute", "applied")]
 
 
 def test_access_not_enabled_reports_access_denied_with_its_recovery():
@@ -143,11 +149,19 @@ def test_unreadable_quotas_are_a_note_not_a_failure():
 
 def test_quota_matching_is_by_family_and_model_name_only():
     both = PAGE_1 + PAGE_2
-    assert [q.code for q in match_quotas(both, "global cross-region", SONNET_46, "applied")] == \
-        ["L-GLOBALRPM", "L-GLOBALTPM"]
-    assert [q.code for q in match_quotas(both, "cross-region", SONNET_46, "applied")] == ["L-GEOTPM"]
-    assert [q.code for q in match_quotas(both, "on-demand", SONNET_46, "applied")] == ["L-ONDEMAND1"]
-    assert match_quotas(both, "global cross-region", "Anthropic Claude Sonnet 4", "applied") == []
+
+    def codes(model_id: str, name: str = SONNET_46) -> list[str]:
+        return sorted(q.code for q in match_model_quotas(both, model_id, name, "applied"))
+
+    assert codes("global.anthropic.claude-sonnet-4-6") == ["L-ACCOUNTDAY", "L-DAY", "L-GLOBALRPM", "L-GLOBALTPM"]
+    assert codes("us.anthropic.claude-sonnet-4-6") == ["L-ACCOUNTDAY", "L-DAY", "L-GEOTPM"]
+    assert codes("anthropic.claude-sonnet-4-6") == ["L-ACCOUNTDAY", "L-DAY", "L-ONDEMAND1"]
+    assert codes("global.anthropic.claude-sonnet-4", "Anthropic Claude Sonnet 4") == ["L-ACCOUNTDAY"]
+
+
+def test_a_global_profile_without_global_rows_falls_back_to_the_cross_region_ones():
+    rows = match_model_quotas(PAGE_1, "global.anthropic.claude-sonnet-4-6", SONNET_46, "applied")
+    assert [(q.what, q.code) for q in rows if q.what == "tokens_per_minute"] == [("tokens_per_minute", "L-GEOTPM")]
 
 
 # --- the command: resolving the stack, and one line per error ---------------------------------------------

@@ -56,6 +56,8 @@ OPTION_ENV = {
     "model_id": "MODEL_ID",
     "fault_spec": "FAULT_SPEC",
     "worker_kind": "WORKER_KIND",
+    # the model's tokens-per-minute quota to pace to (CDK context `model_tpm`); empty: read from Service Quotas
+    "model_tpm": "MODEL_TPM",
     "ticket_url": "TICKET_URL",  # the external ticket system's base URL (CDK context `ticket_url`); empty: no tickets
 }
 
@@ -91,6 +93,9 @@ class Settings(BaseModel):
     job_events_topic_arn: str = ""
     compensation_dlq_url: str = ""
     ticket_url: str = ""
+    # The tokens-per-minute quota the workers pace to (`-c model_tpm=N`); None: the profile's, else the model's
+    # quota as Service Quotas names it, read at cold start (wiring.model_tokens_per_minute).
+    model_tpm: float | None = None
     model_provider: Literal["offline", "bedrock"] = "offline"
     model_id: str = ""
     # The local doubles' FaultSpec as JSON (doubles/spec.py; wiring parses it): demo, tests and bench only.

@@ -13,7 +13,7 @@ from contract_review.domain.messages import AnalysisMessage
 from contract_review.pipeline.worker import ChunkWorker, Delivery, Tier2
 
 from ..wiring import build_limiter
-from . import deps, model, settings
+from . import deps, model, session, settings
 from .telemetry import record_attempt
 
 logger = Logger(service="worker")
@@ -24,7 +24,7 @@ processor = BatchProcessor(event_type=EventType.SQS, raise_on_entire_batch_failu
 
 @functools.cache
 def chunk_worker() -> ChunkWorker:
-    return ChunkWorker(deps(), model(), limiter=build_limiter(settings()))  # one limiter per process
+    return ChunkWorker(deps(), model(), limiter=build_limiter(settings(), session()))  # one limiter per process
 
 
 def record_handler(record: SQSRecord, context: LambdaContext) -> None:

@@ -1,0 +1,93 @@
+"""Pacing is on in every deploy: the quota comes from `-c model_tpm` (MODEL_TPM) or, when not given, from Service
+Quotas at a worker's cold start (the same names `review preflight` prints), matched by name. Stubbed with botocore's
+Stubber: the calls and their parameters are the real clients'."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from contract_review.config.settings import Settings
+from contract_review.wiring import build_limiter, model_tokens_per_minute
+
+from . import bedrock_stubs as bs
+from .test_config import full_env
+from .test_preflight import PAGE_1, PAGE_2, SONNET_46, quota
+
+
+class StubbedSession:
+    """A boto3 session whose clients are stubbed; any other client is a test failure."""
+
+    def __init__(self) -> None:
+        self.bedrock, self.bedrock_stub = bs.stubbed("bedrock")
+        self.quotas, self.quotas_stub = bs.stubbed("service-quotas")
+        self.bedrock_stub.activate()
+        self.quotas_stub.activate()
+
+    def client(self, service: str, **_: Any) -> Any:
+        return {"bedrock": self.bedrock, "service-quotas": self.quotas}[service]
+
+    def verify(self) -> None:
+        self.bedrock_stub.assert_no_pending_responses()
+        self.quotas_stub.assert_no_pending_responses()
+
+
+class NoClients:
+    def client(self, service: str, **_: Any) -> Any:
+        raise AssertionError(f"no {service} call expected")
+
+
+def bedrock_settings(**env: str) -> Settings:
+    return Settings.from_env(full_env(REVIEW_PROFILE="prod", MODEL_PROVIDER="bedrock", MODEL_ID=bs.CURRENT, **env))
+
+
+def test_a_quota_given_at_deploy_is_used_without_asking_service_quotas():
+    tpm, source = model_tokens_per_minute(bedrock_settings(MODEL_TPM="600000"), NoClients())
+    assert (tpm, source) == (600_000, "MODEL_TPM (cdk deploy -c model_tpm)")
+
+
+def test_with_no_quota_given_the_worker_reads_its_models_quota_from_service_quotas_at_cold_start():
+    session = StubbedSession()
+    bs.expect_current(session.bedrock_stub)
+    for i, page in enumerate((PAGE_1, PAGE_2)):
+        session.quotas_stub.add_response("list_service_quotas", {"Quotas": page, **({"NextToken": "t1"} if not i else {})},
+                                         expected_params={"ServiceCode": "bedrock", **({"NextToken": "t1"} if i else {})})
+    limiter = build_limiter(bedrock_settings(), session)
+    session.verify()
+    # THEN it paces by tokens to the model's global cross-region quota, and not by requests (not enforced)
+    assert limiter is not None and limiter.requests is None and limiter.tokens is not None
+    assert limiter.tokens.ceiling == pytest.approx(2_000_000 / 60)
+
+
+def test_a_quota_without_an_applied_value_is_read_from_aws_defaults():
+    session = StubbedSession()
+    bs.expect_current(session.bedrock_stub)
+    session.quotas_stub.add_response("list_service_quotas", {"Quotas": []}, expected_params={"ServiceCode": "bedrock"})
+    session.quotas_stub.add_response("list_aws_default_service_quotas", {"Quotas": [
+        quota(f"Global cross-Region InvokeModel tokens per minute for {SONNET_46} V1", 500_000, "L-DEFAULT")]},
+        expected_params={"ServiceCode": "bedrock"})
+    tpm, source = model_tokens_per_minute(bedrock_settings(), session)
+    session.verify()
+    assert tpm == 500_000 and "AWS default" in source
+
+
+class DeniedQuotas(StubbedSession):
+    """Service Quotas refuses (the role lacks servicequotas:ListServiceQuotas)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        bs.expect_current(self.bedrock_stub)
+        self.quotas_stub.add_client_error("list_service_quotas", service_error_code="AccessDeniedException",
+                                          http_status_code=403)
+
+
+def test_an_unreadable_quota_leaves_the_calls_unpaced_and_says_why():
+    tpm, source = model_tokens_per_minute(bedrock_settings(), DeniedQuotas())
+    assert tpm is None and "aws.access_denied" in source
+    assert build_limiter(bedrock_settings(), DeniedQuotas()) is None
+
+
+def test_the_offline_model_is_not_paced():
+    s = Settings.from_env(full_env(REVIEW_PROFILE="local", MODEL_PROVIDER="offline"))
+    assert model_tokens_per_minute(s, NoClients()) == (None, "the offline model has no quota")
