@@ -75,6 +75,11 @@ def run_demo(console: Console, fault_rate: float, samples_dir: Path | None = Non
             repairs += rel.repairs
             retries.update(rel.retries_by_code)
             gaps = rep.coverage
+            if rep.cost is not None:
+                label = "estimated cost at Bedrock's list prices (simulated; nothing was charged)" if rep.cost.estimate \
+                    else "cost"
+                console.print(f"    {label}: ${rep.cost.total_usd} (model ${rep.cost.model_usd}, orchestration "
+                              f"${rep.cost.orchestration_usd})", markup=False, highlight=False)
             console.print(f"    coverage: {len(gaps.missing_chunks)} missing chunks, "
                           f"{len(gaps.mandatory_gaps)} mandatory / {len(gaps.optional_gaps)} optional gaps; "
                           f"report s3://{deps.artifacts.bucket}/{job.report_md_key}")

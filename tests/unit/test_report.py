@@ -108,6 +108,18 @@ def test_report_says_when_findings_come_from_the_offline_rule_model():
     assert offline_report.model_id == "offline-rules-v1"
 
 
+def test_a_local_runs_cost_is_labelled_an_estimate_and_a_bedrock_runs_is_not():
+    world = FakeWorld()
+    offline_id, offline_records = running_job(world, 1, "offline", model_id="offline-rules-v1")
+    bedrock_id, bedrock_records = running_job(world, 1, "bedrock", model_id="anthropic.claude-sonnet-4-6")
+    offline_report, offline_md = complete(world, offline_id, offline_records, {})
+    bedrock_report, bedrock_md = complete(world, bedrock_id, bedrock_records, {})
+    assert offline_report.cost is not None and offline_report.cost.estimate
+    assert "## Estimated cost" in offline_md and "Nothing was charged" in offline_md
+    assert bedrock_report.cost is not None and not bedrock_report.cost.estimate
+    assert "## Cost" in bedrock_md and "Nothing was charged" not in bedrock_md
+
+
 def test_metadata_sent_with_the_document_appears_in_both_reports():
     # GIVEN a document submitted with metadata and taken in by intake (offline model: provider recorded)
     world = FakeWorld()

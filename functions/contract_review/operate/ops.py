@@ -15,7 +15,6 @@ from datetime import UTC, datetime
 
 from pydantic import BaseModel, ConfigDict, Field, JsonValue, ValidationError
 
-from contract_review.domain.cost import describe
 from contract_review.domain.errors import REGISTRY, ErrorEnvelope
 from contract_review.domain.messages import AnalysisMessage, ResultMessage
 from contract_review.domain.ports import DLQS, Deps, Queue, QueueMessage
@@ -32,7 +31,7 @@ from contract_review.domain.records import (
 from contract_review.pipeline import admission
 from contract_review.pipeline.intake import failure_key
 from contract_review.review.chunking import document_hash
-from contract_review.review.report import coverage_of
+from contract_review.review.report import cost_line, coverage_of
 
 RECENT_EVENTS = 10
 _QUEUE_OF_DLQ = {dlq: queue for queue, dlq in DLQS.items()}
@@ -238,7 +237,7 @@ def job_view(deps: Deps, job_id: str) -> JobView | None:
         created_at=job.created_at, ended_at=job.ended_at, model_id=job.model_id, prompt_version=job.prompt_version,
         recent_events=[_event_line(e) for e in events[-RECENT_EVENTS:]], answers=answers,
         model_circuit=model_circuit(events, deps.clock(), deps.settings.profile.quota.breaker_open_s),
-        cost=describe(job.usage(), job.budget_micro_usd), usage=job.usage(), budget_micro_usd=job.budget_micro_usd)
+        cost=cost_line(job), usage=job.usage(), budget_micro_usd=job.budget_micro_usd)
 
 
 def model_circuit(events: list[JobEvent], now: float, open_s: float) -> str:

@@ -63,6 +63,9 @@ class CostReport(BaseModel):
     model_id: str
     priced_as: str  # the price-table entry the model's tokens were priced at ("": none, the tokens are unpriced)
     prices_as_of: str
+    # True for a job of the offline rule model (local runs): what its calls would cost at Bedrock's list prices,
+    # with token counts the simulated Bedrock estimates; nothing was charged.
+    estimate: bool = False
     note: str = ("model tokens as the model reported them x its list price; orchestration: the AWS requests the "
                  "workers' chunk attempts and the aggregator counted (DynamoDB, SQS, S3) and the worker Lambda's "
                  "invocations and GB-seconds, at list prices; not counted: intake, the sweeper, the report and side "
@@ -76,7 +79,18 @@ def cost_report(table: PriceTable, job: Job, usage: Usage) -> CostReport:
                       output_tokens=usage.output_tokens, cache_read_tokens=usage.cache_read_tokens,
                       cache_write_tokens=usage.cache_write_tokens, aws_requests=usage.aws_requests,
                       budget_usd=str(usd(job.budget_micro_usd)) if job.budget_micro_usd is not None else None,
-                      model_id=job.model_id, priced_as=priced.priced_as, prices_as_of=table.as_of)
+                      model_id=job.model_id, priced_as=priced.priced_as, prices_as_of=table.as_of,
+                      estimate=is_offline(job))
+
+
+ESTIMATE_NOTE = ("an estimate: the offline rule model (not an LLM) made these calls; this is what they would cost at "
+                 "Bedrock's list prices, with token counts the simulated Bedrock estimates. Nothing was charged")
+
+
+def cost_line(job: Job) -> str:
+    """The job's cost in one line, said to be an estimate when nothing real was called (the offline model)."""
+    line = describe(job.usage(), job.budget_micro_usd)
+    return f"{line} -- {ESTIMATE_NOTE}" if is_offline(job) else line
 
 
 class Report(BaseModel):
@@ -179,8 +193,8 @@ def markdown(job: Job, report: Report) -> str:
                      f"> {_quote(f.quote)}  \n  _{f.rationale}_")
     if report.cost is not None:
         c = report.cost
-        lines += ["", "## Cost", "",
-                  describe(job.usage(), job.budget_micro_usd), "",
+        lines += ["", "## Estimated cost" if c.estimate else "## Cost", "",
+                  cost_line(job), "",
                   f"Model tokens priced as {c.priced_as or 'nothing (no price for ' + c.model_id + ')'}; list prices "
                   f"of {c.prices_as_of} (docs/cost.md). Orchestration counts the workers' and the aggregator's AWS "
                   "requests and the worker Lambda's time; intake, the sweeper and the report are not counted."]
