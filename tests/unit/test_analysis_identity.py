@@ -36,6 +36,7 @@ from contract_review.review.analysts import (
     instructions,
     job_config_hash,
     job_identity,
+    own_instructions,
 )
 
 from ..texts import TEXT
@@ -92,13 +93,16 @@ def test_the_identity_is_rendered_from_the_requests_the_analyst_sends():
     material = identity_material(spec, MODEL, PROVIDER)
     # THEN the material holds, for each step (first answer and repair), what build_request sends
     assert (material["model_id"], material["provider"]) == (MODEL, PROVIDER)
-    assert [(r["step"], "repair_hint" in r["payload"]) for r in material["requests"]] == \
-        [(step, hint) for step in STEPS for hint in (False, True)]
+    assert [(r["step"], "repair_hint" in r["payload"], r["max_tokens"]) for r in material["requests"]] == \
+        [(step, hint, room * analysts.MAX_TOKENS[step]) for step in STEPS for hint, room in ((False, 1), (True, 1),
+                                                                                           (False, 2))]
     for r in material["requests"]:
         real = build_request(spec, r["step"], analysts._PLACEHOLDER_CHUNK, None, None)
-        assert r["system"] == instructions(spec, r["step"]) == real.system
+        # the shared system prompt describes every category; the identity reads it for the analyst's own only
+        assert real.system == instructions() and r["system"] == own_instructions(spec) != real.system
+        assert r["context"] == real.context
         assert r["output_schema"] == real.output_schema
-        assert (r["max_tokens"], r["temperature"]) == (real.max_tokens, real.temperature)
+        assert r["temperature"] == real.temperature
         assert r["payload"]["categories"] == [
             {"key": c.key, "title": c.title, "question": c.question} for c in analysts.categories_of(spec)]
         assert set(r) == {f.name for f in dataclasses.fields(ModelRequest)}  # every field of the request
@@ -110,13 +114,14 @@ def test_the_identity_changes_with_the_model_id_and_the_provider():
     assert changed(base, identities(provider="offline")) == set(base)
 
 
-@pytest.mark.parametrize("name, value", [("MAX_TOKENS", 4096), ("TEMPERATURE", 0.3)])
-def test_the_identity_changes_with_max_tokens_and_temperature(monkeypatch, name, value):
+@pytest.mark.parametrize("name, value, sent", [("MAX_TOKENS", {"locate": 4096, "assess": 4096}, 4096),
+                                               ("TEMPERATURE", 0.3, 0.3)])
+def test_the_identity_changes_with_max_tokens_and_temperature(monkeypatch, name, value, sent):
     base = identities()
     monkeypatch.setattr(analysts, name, value)
     assert changed(base, identities()) == set(base)
     request = build_request(analysts.ANALYSTS[0], "locate", analysts._PLACEHOLDER_CHUNK, None, None)
-    assert getattr(request, name.lower()) == value  # what the identity saw is what is sent
+    assert getattr(request, name.lower()) == sent  # what the identity saw is what is sent
 
 
 @pytest.mark.parametrize("key", ["governing_law", "uncapped_liability", "commitments"])
@@ -129,7 +134,8 @@ def test_changing_one_question_changes_only_the_analysts_that_ask_it(monkeypatch
     after = identities()
     assert changed(base, after) == askers(key) and len(askers(key)) == 1
     (spec,) = [s for s in analysts.ANALYSTS if key in s.categories]
-    assert "Is this clause mentioned anywhere at all?" in instructions(spec, "locate")
+    assert "Is this clause mentioned anywhere at all?" in own_instructions(spec) and \
+        "Is this clause mentioned anywhere at all?" in instructions()
 
 
 def test_changing_a_title_or_a_key_changes_only_its_analyst(monkeypatch):
@@ -138,13 +144,12 @@ def test_changing_a_title_or_a_key_changes_only_its_analyst(monkeypatch):
     assert changed(base, identities()) == {"audit"}
 
 
-@pytest.mark.parametrize("step", STEPS)
-def test_a_schema_change_changes_every_analyst(monkeypatch, step):
-    # GIVEN the identities, WHEN one step's output schema changes (e.g. a new field)
+def test_a_schema_change_changes_every_analyst(monkeypatch):
+    # GIVEN the identities, WHEN the tool's schema changes (e.g. a new field)
     base = identities()
-    schema = json.loads(json.dumps(analysts._SCHEMAS[step]))
+    schema = json.loads(json.dumps(analysts.SCHEMA))
     schema.setdefault("properties", {})["confidence"] = {"type": "number"}
-    monkeypatch.setitem(analysts._SCHEMAS, step, schema)
+    monkeypatch.setattr(analysts, "SCHEMA", schema)
     # THEN every analyst (they all use it) has a new identity
     assert changed(base, identities()) == set(base)
 

@@ -40,6 +40,7 @@ class OverlapModel:
         self.meet = meet  # a call waits (up to 1 s) until this many are in flight: overlap is not left to timing
         self.in_flight = self.max_in_flight = self.calls = 0
         self.started: list[tuple[float, str, str]] = []
+        self.ended: list[float] = []
         self.at, self.during, self.fail = at, during, fail or set()
 
     def invoke(self, request: ModelRequest) -> ModelResponse:
@@ -62,6 +63,7 @@ class OverlapModel:
         finally:
             with self.lock:
                 self.in_flight -= 1
+                self.ended.append(time.monotonic())
 
 
 def _world(concurrency: int) -> FakeWorld:
@@ -123,6 +125,33 @@ def test_a_chunk_takes_about_two_rounds_of_calls_not_one_per_call():
     steps = [step for _t, _analyst, step in sorted(model.started)]
     first_assess = steps.index("assess") if "assess" in steps else len(steps)
     assert steps[:first_assess] == ["locate"] * len(ANALYSTS)
+
+
+class CachingModel(OverlapModel):
+    """Claude Sonnet 4.5 (minimum cacheable prefix 1,024 tokens): this chunk's shared prefix reaches it."""
+
+    model_id = "global.anthropic.claude-sonnet-4-5-20250929-v1:0"
+
+
+def test_the_chunks_first_call_warms_the_prompt_cache_before_the_other_analysts_call():
+    # GIVEN all analysts at once and a model whose cache keeps this chunk's shared prefix
+    world = _world(11)
+    _job_id, msg = one_chunk_job(world)
+    model = CachingModel()
+    assert _handle(world, msg, model).action == "done"
+    # THEN the first call (it writes the prefix) ended before any other started: the others read it, none
+    # paid the write price in parallel; after it, the analysts still ran at once
+    starts = sorted(t for t, _a, _s in model.started)
+    assert min(model.ended) <= starts[1]
+    assert model.max_in_flight > 1
+
+
+def test_a_prefix_under_the_models_minimum_warms_nothing_and_nobody_waits():
+    world = _world(11)
+    _job_id, msg = one_chunk_job(world)
+    model = OverlapModel(meet=len(ANALYSTS))  # offline-rules-v1 is simulated as Sonnet 4.6: minimum 2,048
+    assert _handle(world, msg, model).action == "done"
+    assert model.max_in_flight == len(ANALYSTS)  # the first calls all met: none waited for another
 
 
 def test_a_cancel_seen_by_one_analyst_stops_every_analyst_before_its_next_call():

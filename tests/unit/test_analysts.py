@@ -17,12 +17,14 @@ from contract_review.review.analysts import (
     ANALYSTS,
     CATEGORIES,
     CATEGORY_BY_KEY,
+    MAX_TOKENS,
     STEPS,
     AnalystSpec,
     Assessed,
     Located,
     analysts_for,
     build_request,
+    build_step,
     parse_response,
     run_analyst,
     to_findings,
@@ -134,7 +136,7 @@ def test_truncated_or_malformed_stop_reasons_are_output_invalid(stop: str) -> No
 
 def test_request_carries_the_chunk_and_only_the_analysts_categories() -> None:
     req = build_request(SPEC, "locate", CHUNK, None, None)
-    assert req.payload["chunk_text"] == CHUNK.text and CHUNK.text in req.prompt
+    assert req.payload["chunk_text"] == CHUNK.text and CHUNK.text in req.context and CHUNK.text not in req.prompt
     assert [c["key"] for c in req.payload["categories"]] == list(SPEC.categories)
     assert req.analyst == "liability" and req.step == "locate" and req.chunk_id == CHUNK.chunk_id
     assess = build_request(SPEC, "assess", CHUNK, [Located(category="liability_cap", quote=QUOTE)], "bad score")
@@ -145,6 +147,19 @@ def test_request_carries_the_chunk_and_only_the_analysts_categories() -> None:
     again = build_request(SPEC, "assess", CHUNK, [scored], None)
     assert again.payload["clauses"] == [{"category": "liability_cap", "quote": QUOTE}]
     assert "earlier answer" not in again.prompt and "repair_hint" not in again.payload
+
+
+def test_an_answer_cut_at_max_tokens_is_asked_again_once_with_twice_the_room() -> None:
+    """A locate answer is short, so its maxTokens is small (Bedrock reserves maxTokens against the quota); one that
+    stops on max_tokens is asked again with twice as many, without a repair text; a second cut answer is invalid."""
+    cut = ModelResponse(text='{"clauses": [', stop_reason="max_tokens")
+    with pytest.raises(ReviewError) as info:
+        parse_response(SPEC, "locate", CHUNK, cut)
+    again = build_step(SPEC, "locate", CHUNK, None, info.value.envelope)
+    assert again.max_tokens == 2 * MAX_TOKENS["locate"] and "repair_hint" not in again.payload
+    assert MAX_TOKENS["locate"] < MAX_TOKENS["assess"]
+    other = build_step(SPEC, "locate", CHUNK, None, ReviewError.of("model.output_invalid", "bad quote").envelope)
+    assert other.max_tokens == MAX_TOKENS["locate"] and other.payload["repair_hint"] == "bad quote"
 
 
 def test_findings_offsets_map_back_to_the_document() -> None:

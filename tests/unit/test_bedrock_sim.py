@@ -8,18 +8,16 @@ import multiprocessing
 
 import pytest
 
-from contract_review.domain.model import ModelRequest, ModelResponse
-from contract_review.doubles.bedrock_sim import (
-    MODEL_FACTS,
+from contract_review.domain.model import (
+    MODEL_TRAITS,
     STRICTEST,
-    DailyTokenLedger,
-    SimulatedPromptCache,
-    facts_for,
-    input_tokens,
+    ModelRequest,
+    ModelResponse,
     prefix_tokens,
-    reserved_tokens,
     text_tokens,
 )
+from contract_review.domain.model import traits_for as facts_for
+from contract_review.doubles.bedrock_sim import DailyTokenLedger, SimulatedPromptCache, input_tokens, reserved_tokens
 from contract_review.doubles.faults import FaultInjectingModel
 from contract_review.doubles.spec import FaultSpec
 
@@ -44,7 +42,7 @@ class CachedAnswer:
 
 
 def test_the_model_facts_are_bedrocks_and_unknown_models_get_the_strictest():
-    assert facts_for(SONNET) == facts_for("anthropic.claude-sonnet-4-6") == MODEL_FACTS["anthropic.claude-sonnet-4-6"]
+    assert facts_for(SONNET) == facts_for("anthropic.claude-sonnet-4-6") == MODEL_TRAITS["anthropic.claude-sonnet-4-6"]
     assert facts_for(SONNET).min_cache_tokens == 2048 and facts_for(SONNET).output_burndown == 5
     assert facts_for("offline-rules-v1") == facts_for(SONNET)  # simulated as the model it is priced as
     assert facts_for("some.new-model") == STRICTEST and STRICTEST.min_cache_tokens >= 2048

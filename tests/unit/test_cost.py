@@ -3,6 +3,7 @@ prompt cache, Bedrock's cache usage, and a job's usage counted once when its chu
 
 from __future__ import annotations
 
+import json
 import re
 import threading
 from collections import Counter
@@ -15,11 +16,12 @@ from botocore.stub import Stubber
 from contract_review.config.prices import PRICES
 from contract_review.config.profile import Profile
 from contract_review.domain import cost
+from contract_review.domain.model import prefix_tokens
 from contract_review.domain.records import Usage
-from contract_review.doubles.bedrock_sim import SimulatedPromptCache, prefix_tokens
+from contract_review.doubles.bedrock_sim import SimulatedPromptCache
 from contract_review.doubles.offline_model import OfflineRuleModel
 from contract_review.model.bedrock import BedrockConverseModel, bedrock_client_config
-from contract_review.review.analysts import ANALYSTS, build_request, instructions
+from contract_review.review.analysts import ANALYSTS, CATEGORIES, build_request, instructions
 from contract_review.review.chunking import Chunk
 
 from .fakes import FakeClock
@@ -139,14 +141,19 @@ def test_a_thread_excluded_from_the_meter_is_not_counted_into_the_attempt():
 
 # --- prompt caching ---------------------------------------------------------------------------------------
 
-def test_analysts_fixed_instructions_are_the_system_prompt_and_the_excerpt_follows():
-    spec = ANALYSTS[2]
-    req = build_request(spec, "locate", CHUNK, None, None)
-    assert req.system == instructions(spec, "locate") and CHUNK.text not in req.system
-    assert "Categories" in req.system and "termination" in req.system
-    assert req.prompt == f"<excerpt>\n{CHUNK.text}\n</excerpt>"
+def test_every_call_about_a_chunk_shares_one_prefix_and_the_analysts_part_follows_it():
+    """The prompt cache's layout: one tool, the shared instructions and the excerpt are the same for every
+    analyst and both steps of a chunk (one cached prefix per chunk); the analyst's task follows."""
+    requests = [build_request(spec, step, CHUNK, [] if step == "assess" else None, None)
+                for spec in ANALYSTS for step in ("locate", "assess")]
+    assert len({(r.system, r.context, json.dumps(r.output_schema)) for r in requests}) == 1
+    req = requests[4]
+    assert req.system == instructions() and CHUNK.text not in req.system
+    assert all(c.question in req.system for c in CATEGORIES)  # every category: the same system for all analysts
+    assert req.context == f"<excerpt>\n{CHUNK.text}\n</excerpt>" and CHUNK.text not in req.prompt
+    assert req.analyst in req.prompt and "Step locate" in req.prompt
     other = Chunk(index=1, chunk_id="c1", start=60, end=80, text="This Agreement renews automatically.")
-    assert build_request(spec, "locate", other, None, None).system == req.system  # the same prefix for every chunk
+    assert build_request(ANALYSTS[2], "locate", other, None, None).system == req.system  # the same for every chunk
 
 
 def test_the_offline_model_reports_the_cache_a_prefix_over_the_minimum_would_get():
@@ -163,7 +170,8 @@ def test_the_offline_model_reports_the_cache_a_prefix_over_the_minimum_would_get
     assert (second.cache_write_tokens, second.cache_read_tokens) == (0, prefix)
     assert first.input_tokens == second.input_tokens == len(req.prompt) // 4  # the rest: uncached input
     other_step = model.invoke(build_request(ANALYSTS[2], "assess", CHUNK, [], None))
-    assert other_step.cache_write_tokens > 0  # another prefix: written once too
+    other_analyst = model.invoke(build_request(ANALYSTS[5], "locate", CHUNK, None, None))
+    assert other_step.cache_read_tokens == other_analyst.cache_read_tokens == prefix  # one prefix per chunk
     clock.advance(301)
     assert model.invoke(req).cache_write_tokens == prefix  # expired: written again
 

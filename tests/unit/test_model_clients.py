@@ -13,7 +13,7 @@ from botocore.exceptions import ClientError, ReadTimeoutError
 from botocore.stub import ANY, Stubber
 
 from contract_review.domain.errors import ReviewError, classify
-from contract_review.domain.model import ModelRequest, base_model_id, is_inference_profile
+from contract_review.domain.model import ModelRequest, base_model_id, caches, is_inference_profile
 from contract_review.model.bedrock import (
     BedrockConverseModel,
     ModelFacts,
@@ -37,10 +37,14 @@ def bedrock():
 # --- BedrockConverseModel ----------------------------------------------------------------------------------
 
 def expected_converse_params(req: ModelRequest) -> dict:
+    """The layout for the prompt cache: the system, then the shared context, a cache point when the prefix reaches
+    the model's minimum, the analyst's part (model_doubles.request(): short, under the minimum: no cache point)."""
+    context = [{"text": req.context}] if req.context else []
+    cache_point = [{"cachePoint": {"type": "default"}}] if caches(MODEL_ID, req) else []
     return {
         "modelId": MODEL_ID,
-        "system": [{"text": req.system}, {"cachePoint": {"type": "default"}}],
-        "messages": [{"role": "user", "content": [{"text": req.prompt}]}],
+        "system": [{"text": req.system}],
+        "messages": [{"role": "user", "content": [*context, *cache_point, {"text": req.prompt}]}],
         "inferenceConfig": {"maxTokens": req.max_tokens, "temperature": req.temperature},
         "toolConfig": {
             "tools": [{"toolSpec": {"name": BedrockConverseModel.TOOL_NAME, "description": ANY,
@@ -75,6 +79,22 @@ def test_converse_tool_use_answer_is_returned_as_json(bedrock):
     assert resp.stop_reason == "tool_use"
     assert (resp.input_tokens, resp.output_tokens) == (812, 64)
     assert resp.latency_ms >= 0
+
+
+@pytest.mark.parametrize("context_chars, cache_point", [(0, False), (400, False), (12_000, True)])
+def test_the_cache_point_follows_the_shared_context_only_when_the_prefix_reaches_the_models_minimum(
+        bedrock, context_chars, cache_point):
+    client, stubber = bedrock
+    req = dataclasses.replace(request(), context="c" * context_chars)
+    assert caches(MODEL_ID, req) is cache_point  # 2,048 tokens for Claude Sonnet 4.6 (domain/model.py)
+    stubber.add_response("converse", {
+        "output": {"message": {"role": "assistant", "content": [{"text": "{}"}]}},
+        "stopReason": "end_turn", "usage": {"inputTokens": 1, "outputTokens": 1, "totalTokens": 2},
+        "metrics": {"latencyMs": 1}}, expected_params=expected_converse_params(req))
+    BedrockConverseModel(client, MODEL_ID).invoke(req)
+    content = expected_converse_params(req)["messages"][0]["content"]
+    assert ({"cachePoint": {"type": "default"}} in content) is cache_point
+    assert content[-1] == {"text": req.prompt}  # the analyst's part always after it
 
 
 def test_converse_request_forces_the_one_tool_with_the_output_schema():

@@ -386,7 +386,8 @@ class Step:
         self.invoke = Script(list(invoke_failures or []) + ["response"])
         self.parsed = 0
 
-    def build(self, hint):
+    def build(self, invalid):
+        hint = invalid.message if invalid is not None else None  # the repair gets the invalid answer's envelope
         self.hints.append(hint)
         return {"prompt": "p", "hint": hint}
 

@@ -18,6 +18,7 @@ What it follows, and where each rule comes from:
   or tool choice is a different prefix. Writes are priced 1.25 x input, reads 0.1 x (config/prices.py).
 - Tools (Anthropic, "Tool use: pricing and tokens"): with tools, a tool-use system prompt is added to the
   input of every call (313 tokens for Claude 4 models with a forced tool choice).
+The per-model numbers are the domain's table (domain/model.py MODEL_TRAITS), which the real client reads too.
 
 Token counts are estimated at four characters a token (the offline model has no tokenizer).
 """
@@ -32,51 +33,17 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from contract_review.config.prices import PRICES
-from contract_review.domain.model import ModelRequest, base_model_id
+from contract_review.domain.model import (
+    ModelRequest,
+    base_model_id,
+    prefix_tokens,
+    text_tokens,
+    traits_for,
+)
 
-CHARS_PER_TOKEN = 4
 CACHE_TTL_S = 300.0  # Bedrock's default cache TTL: 5 minutes from the last use
-
-
-@dataclass(frozen=True)
-class ModelFacts:
-    """What the simulation needs to know of one model."""
-
-    min_cache_tokens: int  # the shortest prefix the prompt cache keeps
-    output_burndown: int  # one output token counts this many against tokens per minute
-    tool_prompt_tokens: int  # the tool-use system prompt Bedrock adds to a call with a forced tool choice
-
-
-# Claude Sonnet 4.6's minimum: Anthropic's table says 1,024, users observe 2,048 on Bedrock; until verified on
-# the Bedrock prompt-caching page the strict value is used (the bench prints the value it assumed).
-MODEL_FACTS: dict[str, ModelFacts] = {
-    "anthropic.claude-sonnet-4-6": ModelFacts(min_cache_tokens=2048, output_burndown=5, tool_prompt_tokens=313),
-    "anthropic.claude-sonnet-4-5-20250929-v1:0": ModelFacts(1024, 5, 313),
-    "anthropic.claude-haiku-4-5-20251001-v1:0": ModelFacts(4096, 5, 313),
-}
-# An unknown model gets the strictest facts of the table: never a cache or a quota kinder than a real one.
-STRICTEST = ModelFacts(max(f.min_cache_tokens for f in MODEL_FACTS.values()),
-                       max(f.output_burndown for f in MODEL_FACTS.values()),
-                       max(f.tool_prompt_tokens for f in MODEL_FACTS.values()))
-
-
-def facts_for(model_id: str) -> ModelFacts:
-    """The facts of a model id (an inference profile is its model; the offline model is simulated as the
-    model it is priced as)."""
-    base = base_model_id(model_id)
-    return MODEL_FACTS.get(PRICES.priced_as.get(base, base), STRICTEST)
-
-
-def text_tokens(text: str) -> int:
-    return len(text) // CHARS_PER_TOKEN
-
-
-def prefix_tokens(model_id: str, request: ModelRequest) -> int:
-    """The request's cacheable prefix: Bedrock's tool-use system prompt, the tool definition and the system
-    prompt (everything before the cache point)."""
-    return (facts_for(model_id).tool_prompt_tokens
-            + text_tokens(request.system) + text_tokens(json.dumps(request.output_schema)))
+# The model's traits (minimum cacheable prefix, output burndown, tool-use prompt) are the domain's
+# (domain/model.py MODEL_TRAITS): the same table the Bedrock client decides its cache point with.
 
 
 def input_tokens(model_id: str, request: ModelRequest) -> int:
@@ -93,7 +60,7 @@ def reserved_tokens(model_id: str, request: ModelRequest) -> int:
 def quota_tokens(model_id: str, input_tokens_: int, cache_write_tokens: int, output_tokens: int) -> int:
     """What a finished call counts against tokens per minute: input + cache writes + output x burndown
     (cache reads are released)."""
-    return input_tokens_ + cache_write_tokens + facts_for(model_id).output_burndown * output_tokens
+    return input_tokens_ + cache_write_tokens + traits_for(model_id).output_burndown * output_tokens
 
 
 @dataclass(frozen=True)
@@ -120,15 +87,17 @@ class SimulatedPromptCache:
         self._memory: dict[str, float] = {}
 
     def minimum(self, model_id: str) -> int:
-        return self.min_tokens if self.min_tokens is not None else facts_for(model_id).min_cache_tokens
+        return self.min_tokens if self.min_tokens is not None else traits_for(model_id).min_cache_tokens
 
     def use(self, model_id: str, request: ModelRequest) -> CacheUse:
+        """What one call reads, writes and leaves uncached. The prefix is everything before the cache point (the
+        tool-use prompt, the tool definition, the system prompt, the context); under the minimum, nothing."""
         prefix = prefix_tokens(model_id, request)
         rest = text_tokens(request.prompt)
         if prefix < self.minimum(model_id):
             return CacheUse(0, 0, prefix + rest)
         key = hashlib.sha256(f"{base_model_id(model_id)}\0{json.dumps(request.output_schema, sort_keys=True)}\0"
-                             f"{request.system}".encode()).hexdigest()
+                             f"{request.system}\0{request.context}".encode()).hexdigest()
         now = self.clock()
         last = self._touch(key, now)
         warm = last is not None and now - last <= self.ttl_s

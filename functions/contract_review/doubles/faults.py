@@ -39,9 +39,8 @@ from typing import Any
 
 from botocore.exceptions import ClientError, ReadTimeoutError
 
-from contract_review.domain.model import ModelClient, ModelRequest, ModelResponse
+from contract_review.domain.model import CHARS_PER_TOKEN, ModelClient, ModelRequest, ModelResponse
 from contract_review.doubles.bedrock_sim import (
-    CHARS_PER_TOKEN,
     DailyTokenLedger,
     input_tokens,
     quota_tokens,

@@ -29,8 +29,8 @@ import json
 import re
 
 from contract_review.config.constants import OFFLINE_MODEL_ID
-from contract_review.domain.model import ModelRequest, ModelResponse
-from contract_review.doubles.bedrock_sim import SimulatedPromptCache, text_tokens
+from contract_review.domain.model import ModelRequest, ModelResponse, text_tokens
+from contract_review.doubles.bedrock_sim import SimulatedPromptCache
 
 # A rule is a regex string, or a tuple of regex strings that must all match ("!" = must not match).
 Rule = str | tuple[str, ...]

@@ -20,7 +20,7 @@ from typing import Any, cast
 from botocore.exceptions import BotoCoreError, ClientError
 
 from contract_review.domain.errors import ReviewError
-from contract_review.domain.model import ModelRequest, ModelResponse, base_model_id, is_inference_profile
+from contract_review.domain.model import ModelRequest, ModelResponse, base_model_id, caches, is_inference_profile
 
 log = logging.getLogger(__name__)
 
@@ -158,12 +158,8 @@ class BedrockConverseModel:
     def invoke(self, request: ModelRequest) -> ModelResponse:
         started = time.monotonic()
         resp = self._converse(
-            # Prompt caching: everything before the cache point (the tool definition, then the analyst's fixed
-            # instructions) is a prefix Bedrock caches; `usage` then reports cacheWrite/cacheReadInputTokens.
-            # A prefix shorter than the model's minimum (1,024 tokens for Claude Sonnet) is not cached: Bedrock
-            # then reports no cache tokens, and the call costs what it did without the cache point.
-            system=[{"text": request.system}, {"cachePoint": {"type": "default"}}],
-            messages=[{"role": "user", "content": [{"text": request.prompt}]}],
+            system=[{"text": request.system}],
+            messages=[{"role": "user", "content": self._content(request)}],
             inferenceConfig={"maxTokens": request.max_tokens, "temperature": request.temperature},
             toolConfig={
                 "tools": [{"toolSpec": {
@@ -175,6 +171,18 @@ class BedrockConverseModel:
             },
         )
         return self._response(resp, started)
+
+    def _content(self, request: ModelRequest) -> list[dict[str, Any]]:
+        """The user message: the shared context (the excerpt), the cache point, then the analyst's part.
+
+        Prompt caching: everything before the cache point (the tool definition and choice, the system prompt,
+        the context: the same for every call about one chunk) is a prefix Bedrock caches; `usage` then reports
+        cacheWrite/cacheReadInputTokens. A prefix under the model's minimum is not cached (domain/model.py
+        MODEL_TRAITS): no cache point is sent then, and the report shows no cache tokens."""
+        content: list[dict[str, Any]] = [{"text": request.context}] if request.context else []
+        if caches(self.model_id, request):
+            content.append({"cachePoint": {"type": "default"}})
+        return [*content, {"text": request.prompt}]
 
     def ping(self) -> ModelResponse:
         """One tiny call (no tools, at most 8 output tokens): does the model answer this account?"""

@@ -116,3 +116,34 @@ class GroupCommit(Generic[T, R]):
         if entry.error is not None:
             raise entry.error
         return entry.result  # type: ignore[return-value]  # set with done
+
+
+class WarmUp:
+    """A chunk's first model call runs alone when its prefix will be cached: the other analysts' calls wait until
+    it has written the prefix, then read it (eleven misses at once would each pay the cache-write price, 1.25 x
+    input, instead of one write and ten reads at 0.1 x). Whatever the first call's outcome, it releases the rest.
+    Only the chunk's first call waits for nothing; a call made with no cache point (a prefix under the model's
+    minimum) warms nothing, and no one waits for it."""
+
+    def __init__(self, active: bool, poll_s: float = 0.05):
+        self._active = active
+        self._poll_s = poll_s
+        self._lock = threading.Lock()
+        self._leading = False
+        self._done = threading.Event()
+
+    def enter(self, cached: bool, check: Callable[[], None]) -> bool:
+        """Before a call (`cached`: it sends a cache point). True: this call leads (call `leave` after it); False:
+        go ahead, after waiting for the leader if there is one (`check` raises to stop while waiting)."""
+        with self._lock:
+            if not self._active or not cached or self._done.is_set():
+                return False
+            if not self._leading:
+                self._leading = True
+                return True
+        while not self._done.wait(self._poll_s):
+            check()
+        return False
+
+    def leave(self) -> None:
+        self._done.set()

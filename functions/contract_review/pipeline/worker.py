@@ -33,7 +33,7 @@ from contract_review.domain.cost import AttemptMeter, RequestCounter, metered, m
 from contract_review.domain.errors import ErrorClass, ErrorEnvelope, LeaseLost, ReviewError, classify
 from contract_review.domain.keys import findings_key
 from contract_review.domain.messages import AnalysisMessage
-from contract_review.domain.model import ModelClient, ModelRequest, ModelResponse
+from contract_review.domain.model import ModelClient, ModelRequest, ModelResponse, caches
 from contract_review.domain.policy import Handling, counts_as_error, is_backpressure, recovery
 from contract_review.domain.ports import Deps, Queue
 from contract_review.domain.records import (
@@ -49,7 +49,7 @@ from contract_review.domain.records import (
     ReleaseReason,
 )
 from contract_review.model.pacing import QuotaLimiter
-from contract_review.pipeline.analyst_pool import AnalystPool, GroupCommit
+from contract_review.pipeline.analyst_pool import AnalystPool, GroupCommit, WarmUp
 from contract_review.reliability.chunks import announce, dead_letter, requeue
 from contract_review.reliability.retry import Retrier, RetryBudget, RetryStats, requeue_delay_s, tier2_backoff_s
 from contract_review.review.analysts import (
@@ -171,6 +171,7 @@ class AnalystRunner:
         self.watch = watch
         self.committed: list[str] = []
         self._stats_lock = threading.Lock()
+        self.warm = WarmUp(active=False)  # set per run: the chunk's first call warms the prompt cache
 
     def run(self, msg: AnalysisMessage, job: Job, fence: int, record: ChunkRecord) -> dict[str, AnalystOutput]:
         chunk = Chunk(index=msg.chunk_index, chunk_id=msg.chunk_id, start=msg.start, end=msg.end, text=msg.text)
@@ -185,7 +186,9 @@ class AnalystRunner:
                 outputs[spec.name] = loaded
             else:
                 todo.append(spec)
-        pool: AnalystPool[AnalystSpec, AnalystOutput] = AnalystPool(self.deps.settings.profile.review.analyst_concurrency)
+        concurrency = self.deps.settings.profile.review.analyst_concurrency
+        pool: AnalystPool[AnalystSpec, AnalystOutput] = AnalystPool(concurrency)
+        self.warm = WarmUp(active=concurrency > 1 and len(todo) > 1)
         commits: GroupCommit[tuple[str, AnalystOutput], bool] = GroupCommit(
             lambda batch: self._commit(msg, fence, identities, batch))
 
@@ -279,6 +282,14 @@ class AnalystRunner:
         limiter = self.limiter
 
         def invoke(request: ModelRequest) -> ModelResponse:
+            leads = self.warm.enter(caches(self.model.model_id, request), retrier.check)
+            try:
+                return paced(request)
+            finally:
+                if leads:
+                    self.warm.leave()
+
+        def paced(request: ModelRequest) -> ModelResponse:
             if limiter is None:
                 return counted(self.model.invoke(request))
             limiter.wait(request, lambda: self._ready(retrier))
@@ -295,7 +306,7 @@ class AnalystRunner:
                                      response.cache_write_tokens)
             return response
 
-        def call_step(build: Callable[[str | None], ModelRequest],
+        def call_step(build: Callable[[ErrorEnvelope | None], ModelRequest],
                       parse: Callable[[ModelResponse], ParsedItems]) -> tuple[ParsedItems, int]:
             return retrier.call_with_repair(build, invoke, parse, step=spec.name)
 

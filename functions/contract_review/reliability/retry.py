@@ -123,13 +123,14 @@ class Retrier:
                 self.sleep(delay)
                 attempt += 1
 
-    def call_with_repair(self, build: Callable[[str | None], Req], invoke: Callable[[Req], Resp],
+    def call_with_repair(self, build: Callable[[ErrorEnvelope | None], Req], invoke: Callable[[Req], Resp],
                          parse: Callable[[Resp], T], *, step: str) -> tuple[T, int]:
-        """One model step: transient retries, plus one semantic repair with the error fed back."""
+        """One model step: transient retries, plus one semantic repair: `build` gets the invalid answer's envelope
+        (None the first time) and decides the repair (the error fed back, or more room for a cut answer)."""
         calls_before = self.stats.calls
-        hint: str | None = None
+        invalid: ErrorEnvelope | None = None
         for repair in (False, True):
-            request = build(hint)
+            request = build(invalid)
             response = self.call(functools.partial(invoke, request), step=step)
             try:
                 return parse(response), self.stats.calls - calls_before
@@ -137,7 +138,7 @@ class Retrier:
                 if exc.envelope.error_class is not ErrorClass.SEMANTIC or repair:
                     raise
                 self.stats.repairs += 1
-                hint = exc.envelope.message
+                invalid = exc.envelope
         raise AssertionError("unreachable")
 
 

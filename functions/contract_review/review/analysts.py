@@ -8,6 +8,11 @@ Each step's output is validated against a schema; quotes must appear verbatim in
 (their offsets are computed here, never trusted from the model). A failure to validate is a
 semantic error (`model.output_invalid`); a refusal is a policy error (`model.refused`).
 
+The prompt is laid out for Bedrock's prompt cache (domain/model.py `ModelRequest`): one tool for every
+call, the shared instructions (every category, both steps) and the excerpt come first and are the same
+for all of a chunk's calls, so they are one cached prefix per chunk; each analyst's categories and task,
+and for `assess` the located clauses, follow the cache point.
+
 This file is the one place a category is added (docs/extending.md): its `Category`, and its key in
 an analyst's `categories` (an existing analyst; or a new `AnalystSpec`, which the profiles'
 `analyst_count` then counts). Everything else that counts or lists categories and analysts derives
@@ -16,9 +21,9 @@ them from `CATEGORIES` and `ANALYSTS`; the offline rule model needs the category
 
 The analysis identity (`analyst_identity`): a checkpoint of an analyst's output is reused only under
 the identity it was made with, derived from everything that shapes that output: the requests the
-analyst sends, rendered by `build_request` itself for a fixed placeholder excerpt (system prompt and
-step instructions with its categories' keys, titles and questions, the user-message template, the
-output schemas, maxTokens, temperature) plus the model id and provider. A change to one category
+analyst sends, rendered by `build_step` itself for a fixed placeholder excerpt (the shared instructions
+read for its own categories' keys, titles and questions, its task, the output schema, maxTokens,
+temperature) plus the model id and provider. A change to one category
 re-runs the analysts that ask it and no other; nothing has to be remembered to bump.
 """
 
@@ -35,7 +40,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from contract_review.config.settings import Settings
-from contract_review.domain.errors import ReviewError
+from contract_review.domain.errors import ErrorEnvelope, ReviewError
 from contract_review.domain.model import ModelRequest, ModelResponse
 from contract_review.review.chunking import Chunk
 
@@ -160,16 +165,30 @@ class AnalystOutput(BaseModel):
     error_code: str | None = None
 
 
-_SCHEMAS = {"locate": LocateOutput.model_json_schema(), "assess": AssessOutput.model_json_schema()}
-SYSTEM = ("You are a meticulous contract lawyer reviewing one excerpt of a contract. Quote clauses "
-          "verbatim, exactly as they appear, and answer only through the provided tool.")
+class Answer(BaseModel):
+    """The one tool every call answers through, whatever the analyst and the step: `clauses` to locate,
+    `findings` to assess (each step's answer is then validated as LocateOutput / AssessOutput). One tool
+    definition and one tool choice keep the cached prefix the same for all of a chunk's calls (a changed tool
+    is a different prefix on Bedrock)."""
+
+    clauses: list[Located] | None = Field(default=None, description="step locate: the clauses found")
+    findings: list[Assessed] | None = Field(default=None, description="step assess: the located clauses, scored")
+
+
+SCHEMA = Answer.model_json_schema()
+SYSTEM = ("You are a meticulous contract lawyer reviewing one excerpt of a contract with a team of analysts, "
+          "each answering for some of the categories below. Quote clauses verbatim, exactly as they appear in the "
+          "excerpt, and answer only through the provided tool.")
 TASKS = {
-    "locate": ("List every clause in the excerpt that answers one of these questions. "
+    "locate": ("List every clause in the excerpt that answers one of your categories' questions, in `clauses`. "
                "Quote each clause verbatim (a full sentence or sub-clause)."),
-    "assess": ("For each located clause (listed after the excerpt), give a risk score from 0 (benign) to 1 "
+    "assess": ("For each located clause (listed below), give in `findings` a risk score from 0 (benign) to 1 "
                "(severe) for the reviewing party and a one-sentence rationale. Keep each quote unchanged."),
 }
-MAX_TOKENS = 2048  # each call's maxTokens
+# Each step's maxTokens, sized to its answer (a locate answer is quotes only; an assessment adds a score and a
+# rationale to each): Bedrock reserves maxTokens against the tokens-per-minute quota while a call runs. An
+# answer that stops on max_tokens is asked again once with twice as many.
+MAX_TOKENS = {"locate": 1024, "assess": 2048}
 TEMPERATURE = 0.0  # each call's temperature
 
 
@@ -187,10 +206,13 @@ def _asked(categories: Sequence[Category]) -> list[dict[str, str]]:
 
 
 def build_request(spec: AnalystSpec, step: str, chunk: Chunk, prior: ParsedItems | None,
-                  repair_hint: str | None) -> ModelRequest:
+                  repair_hint: str | None, max_tokens: int | None = None) -> ModelRequest:
+    """One call, laid out for the prompt cache (domain/model.py ModelRequest): the shared instructions and the
+    excerpt first, the same for all of the chunk's calls; then this analyst's categories and task (and, to
+    assess, the located clauses; a repair: why the last answer was invalid)."""
     cats = _asked(categories_of(spec))
     payload: dict[str, Any] = {"categories": cats, "chunk_text": chunk.text, "chunk_index": chunk.index}
-    prompt = f"<excerpt>\n{chunk.text}\n</excerpt>"
+    prompt = task_prompt(spec, step)
     if step == "assess":
         clauses = [Located(category=p.category, quote=p.quote).model_dump() for p in prior or []]
         payload["clauses"] = clauses
@@ -198,29 +220,44 @@ def build_request(spec: AnalystSpec, step: str, chunk: Chunk, prior: ParsedItems
     if repair_hint:
         payload["repair_hint"] = repair_hint
         prompt += f"\n\nYour previous answer was invalid: {repair_hint}\nAnswer again, valid this time."
-    return ModelRequest(analyst=spec.name, step=step, system=instructions(spec, step), prompt=prompt,
-                        payload=payload, output_schema=_SCHEMAS[step], chunk_id=chunk.chunk_id,
-                        max_tokens=MAX_TOKENS, temperature=TEMPERATURE)
+    return ModelRequest(analyst=spec.name, step=step, system=instructions(), context=excerpt(chunk), prompt=prompt,
+                        payload=payload, output_schema=SCHEMA, chunk_id=chunk.chunk_id,
+                        max_tokens=max_tokens or MAX_TOKENS[step], temperature=TEMPERATURE)
 
 
-def instructions(spec: AnalystSpec, step: str) -> str:
-    """The analyst's fixed instructions for one step, the same for every chunk of every document: the system
-    prompt, sent as a cached prompt prefix (model/bedrock.py). Only the excerpt (and, to assess, the located
-    clauses) follows in the user message."""
-    return _instructions(SYSTEM, TASKS[step], categories_of(spec))
+def excerpt(chunk: Chunk) -> str:
+    """The shared context of all of a chunk's calls."""
+    return f"<excerpt>\n{chunk.text}\n</excerpt>"
+
+
+def instructions() -> str:
+    """The shared instructions, the same for every analyst, step and chunk: the system prompt, part of the
+    cached prefix (model/bedrock.py). Every category and both steps are described here, so that the part of a
+    call that differs by analyst (its categories, its task) can follow the cache point."""
+    return _instructions(SYSTEM, tuple(TASKS.items()), CATEGORIES)
 
 
 @functools.cache
-def _instructions(system: str, task: str, categories: tuple[Category, ...]) -> str:
-    """Cached by content, not by analyst: a category whose question changed renders anew."""
-    return f"{system}\n\nCategories: {json.dumps(_asked(categories))}\n\nTask: {task}"
+def _instructions(system: str, tasks: tuple[tuple[str, str], ...], categories: tuple[Category, ...]) -> str:
+    """Cached by content: a category whose question changed renders anew."""
+    steps = "\n".join(f"- {step}: {task}" for step, task in tasks)
+    return f"{system}\n\nCategories: {json.dumps(_asked(categories))}\n\nSteps:\n{steps}"
+
+
+def task_prompt(spec: AnalystSpec, step: str) -> str:
+    """This analyst's part, after the cache point: its categories and the step to do now."""
+    return (f"You are the {spec.name} analyst. Your categories: {json.dumps(list(spec.categories))}.\n"
+            f"Step {step}: {TASKS[step]}")
 
 
 def parse_response(spec: AnalystSpec, step: str, chunk: Chunk, response: ModelResponse) -> ParsedItems:
     """Validate one step's answer; raise `model.refused` / `model.output_invalid` envelopes."""
     if response.stop_reason in ("content_filtered", "guardrail_intervened"):
         raise ReviewError.of("model.refused", f"stopReason={response.stop_reason}", step=f"{spec.name}.{step}")
-    if response.stop_reason in ("max_tokens", "malformed_model_output", "malformed_tool_use"):
+    if response.stop_reason == "max_tokens":  # the answer was cut: asked again with more room (`build_step`)
+        raise ReviewError.of("model.output_invalid", "stopReason=max_tokens", provider_code="max_tokens",
+                             step=f"{spec.name}.{step}")
+    if response.stop_reason in ("malformed_model_output", "malformed_tool_use"):
         raise ReviewError.of("model.output_invalid", f"stopReason={response.stop_reason}", step=f"{spec.name}.{step}")
     try:
         model = (LocateOutput if step == "locate" else AssessOutput).model_validate_json(response.text)
@@ -259,13 +296,17 @@ def to_findings(spec: AnalystSpec, chunk: Chunk, assessed: ParsedItems) -> list[
     return findings
 
 
-StepCaller = Callable[[Callable[[str | None], ModelRequest], Callable[[ModelResponse], ParsedItems]],
+StepCaller = Callable[[Callable[[ErrorEnvelope | None], ModelRequest], Callable[[ModelResponse], ParsedItems]],
                       tuple[ParsedItems, int]]
 
 
-def _build_step(spec: AnalystSpec, step: str, chunk: Chunk, prior: ParsedItems | None,
-                hint: str | None) -> ModelRequest:
-    return build_request(spec, step, chunk, prior, hint)
+def build_step(spec: AnalystSpec, step: str, chunk: Chunk, prior: ParsedItems | None,
+               invalid: ErrorEnvelope | None) -> ModelRequest:
+    """The step's request, or its one repair after an invalid answer (`invalid`): an answer cut at maxTokens is
+    asked again with twice the room; any other gets the validation error fed back."""
+    if invalid is not None and invalid.provider_code == "max_tokens":
+        return build_request(spec, step, chunk, prior, None, max_tokens=2 * MAX_TOKENS[step])
+    return build_request(spec, step, chunk, prior, invalid.message if invalid is not None else None)
 
 
 def run_analyst(spec: AnalystSpec, chunk: Chunk, call_step: StepCaller) -> AnalystOutput:
@@ -275,7 +316,7 @@ def run_analyst(spec: AnalystSpec, chunk: Chunk, call_step: StepCaller) -> Analy
     for step in STEPS:
         if step == "assess" and not prior:
             return AnalystOutput(analyst=spec.name, status="ok", findings=[], model_calls=calls)
-        build = functools.partial(_build_step, spec, step, chunk, prior)
+        build = functools.partial(build_step, spec, step, chunk, prior)
         parse = functools.partial(parse_response, spec, step, chunk)
         parsed, n = call_step(build, parse)
         calls += n
@@ -298,15 +339,26 @@ _PLACEHOLDER_HINT = "<why the previous answer was invalid>"
 
 def identity_material(spec: AnalystSpec, model_id: str, provider: str) -> dict[str, Any]:
     """Everything that shapes the analyst's output: the model (id and provider) and every request the analyst
-    sends, rendered by `build_request` itself for a placeholder excerpt (each step, first answer and repair),
-    so it cannot drift from what is sent: the system prompt (instructions and its categories' keys, titles and
-    questions), the user-message template, the payload, the output schema, maxTokens and temperature. Not the
-    categories' CUAD mapping nor whether the analyst is mandatory: they shape the report, not the output."""
+    sends, rendered by `build_step` itself for a placeholder excerpt (each step: first answer, repair, and the
+    retry with more room), so it cannot drift from what is sent: the shared instructions, the analyst's task
+    with its categories, the payload (its categories' keys, titles and questions), the output schema,
+    maxTokens and temperature. One part is narrowed: the shared system prompt describes every category (so
+    all of a chunk's calls share one cached prefix), but an analyst answers only for its own, so its identity
+    takes the system prompt as rendered for its own categories: another analyst's question does not re-run it.
+    Not the categories' CUAD mapping nor whether the analyst is mandatory: they shape the report, not the output."""
     located = [Located(category=k, quote=_PLACEHOLDER) for k in spec.categories]
-    rendered = [build_request(spec, step, _PLACEHOLDER_CHUNK, located if step == "assess" else None, hint)
-                for step in STEPS for hint in (None, _PLACEHOLDER_HINT)]
-    requests = [{f.name: getattr(r, f.name) for f in dataclasses.fields(r)} for r in rendered]  # every field
+    invalid = (None, ErrorEnvelope.of("model.output_invalid", _PLACEHOLDER_HINT),
+               ErrorEnvelope.of("model.output_invalid", "stopReason=max_tokens", provider_code="max_tokens"))
+    rendered = [build_step(spec, step, _PLACEHOLDER_CHUNK, located if step == "assess" else None, previous)
+                for step in STEPS for previous in invalid]
+    own = own_instructions(spec)
+    requests = [{**{f.name: getattr(r, f.name) for f in dataclasses.fields(r)}, "system": own} for r in rendered]
     return {"model_id": model_id, "provider": provider, "requests": requests}
+
+
+def own_instructions(spec: AnalystSpec) -> str:
+    """The shared instructions as they would read for this analyst's categories alone (its identity's view)."""
+    return _instructions(SYSTEM, tuple(TASKS.items()), categories_of(spec))
 
 
 def _digest(value: object) -> str:
