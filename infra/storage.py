@@ -14,8 +14,8 @@ from aws_cdk import Duration, RemovalPolicy
 from aws_cdk import aws_s3 as s3
 from constructs import Construct
 
-PREFIXES = ("uploads/", "documents/", "checkpoints/", "findings/", "reports/",  # records.*_key
-            "submissions/", "batches/")  # the Job API (contract_review/operate/api.py)
+from contract_review.domain.keys import PREFIXES  # every key the pipeline writes (domain/keys.py)
+
 NONCURRENT_VERSION_DAYS = 30  # anything else in the bucket: old versions go after this
 NONCURRENT_ARTIFACT_DAYS = 7  # an overwritten or expired artifact stays recoverable this long
 ACCESS_LOG_DAYS = 90

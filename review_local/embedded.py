@@ -65,12 +65,13 @@ def serialize_dynamodb_requests() -> None:
 
 def _inputs_hash(profile: str, context: dict[str, str]) -> str:
     h = hashlib.sha256(json.dumps([profile, sorted(context.items())]).encode())
-    files = [ROOT / "app.py", ROOT / "cdk.json", ROOT / "functions/contract_review/config/profile.py",
-             ROOT / "functions/contract_review/model/bedrock.py"]  # infra/permissions.py reads its model-id rules
-    files += sorted((ROOT / "infra").rglob("*.py"))
+    # infra reads the config, the S3 key scheme, the model-id rules and the fault spec from the Lambda asset, and
+    # the template names the asset by its content: every file of both counts
+    files = [ROOT / "app.py", ROOT / "cdk.json", ROOT / "functions/Dockerfile"]
+    files += sorted((ROOT / "infra").rglob("*.py")) + sorted((ROOT / "functions").rglob("*.py"))
     for f in files:
-        if f.exists():
-            h.update(f.name.encode())
+        if f.exists() and "__pycache__" not in f.parts:
+            h.update(str(f.relative_to(ROOT)).encode())
             h.update(f.read_bytes())
     return h.hexdigest()[:16]
 

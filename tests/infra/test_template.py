@@ -276,11 +276,10 @@ def test_every_artifact_expires_with_its_job_record(synth: Synth, name: str) -> 
     assert rules["remove-expired-delete-markers"]["ExpiredObjectDeleteMarker"] is True
     assert rules["expire-noncurrent-versions"]["NoncurrentVersionExpiration"] == {"NoncurrentDays": 30}
     from contract_review.domain import keys as records
-    from contract_review.operate import api
 
     written = {records.document_key("j"), records.upload_key("j"), records.findings_key("j", 0, "c", 1),
                records.checkpoint_key("j", "c", "a", 1), *records.report_keys("j"),
-               f"{api.SUBMISSIONS_PREFIX}j.json", f"{api.BATCHES_PREFIX}b.json"}  # the Job API's
+               records.submission_key("j"), records.batch_key("b"), records.plan_key("j")}  # the Job API's, fan-out's
     assert {k.split("/", 1)[0] + "/" for k in written} == {r["Prefix"] for r in rules.values() if "Prefix" in r}
 
 

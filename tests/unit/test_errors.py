@@ -67,7 +67,7 @@ def test_each_policy_row_agrees_with_its_code(code):
 
 def test_the_tier1_numbers_are_the_profiles():
     prod = get_profile("prod")
-    assert tier1_policy(prod, Tier1.MODEL) == prod.tier1.model_retry and tier1_policy(prod, Tier1.AWS) == prod.tier1.tool_retry
+    assert tier1_policy(prod, Tier1.MODEL) == prod.tier1.model_retry
     assert tier1_policy(prod, Tier1.SIDE_EFFECT).max_attempts == prod.side_effects.side_effect_attempts
     assert tier1_policy(prod, Tier1.COMPENSATION).max_attempts == prod.side_effects.compensation_attempts
 

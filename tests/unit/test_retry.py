@@ -273,15 +273,6 @@ def test_retries_are_counted_per_error_code():
     assert retrier.stats.calls == 5
 
 
-def test_aws_calls_are_classified_as_aws_and_not_counted_as_model_calls():
-    retrier, _ = make_retrier(PROFILES["prod"].tier1.tool_retry)
-    ddb_throttle = ClientError({"Error": {"Code": "ProvisionedThroughputExceededException", "Message": ""},
-                                "ResponseMetadata": {"HTTPStatusCode": 400, "HTTPHeaders": {}}}, "PutItem")
-    assert retrier.call(Script([ddb_throttle, "ok"]), step="jobs.put", model_call=False) == "ok"
-    assert retrier.stats.retries == Counter({"aws.throttled": 1})
-    assert retrier.stats.calls == 0
-
-
 def test_no_time_left_raises_time_exhausted_without_sleeping():
     # GIVEN a Lambda clock that fits one more call, but not a 2 s sleep before another
     asked: list[float] = []
@@ -326,11 +317,6 @@ def test_time_is_checked_before_every_model_call():
     assert retrier.stats.calls == 2 and left["calls"] == 0 and slept == []
 
 
-def test_aws_calls_are_not_held_to_the_model_call_time_check():
-    retrier, _ = make_retrier(PROFILES["prod"].tier1.tool_retry, has_time=lambda _s: False)
-    assert retrier.call(Script(["ok"]), step="jobs.put", model_call=False) == "ok"
-
-
 def test_check_stops_before_the_next_attempt():
     stop = {"now": False}
 
@@ -361,17 +347,6 @@ def test_prod_model_policy_spec():
     # THEN 3 attempts with at most 1 s then 2 s between them
     assert fn.calls == 3
     assert slept == [1.0, 2.0]
-
-
-def test_prod_tool_policy_spec():
-    policy = PROFILES["prod"].tier1.tool_retry
-    assert (policy.base_s, policy.max_attempts) == (0.25, 5)
-    retrier, slept = make_retrier(policy, rng=MaxRandom())
-    fn = Script([unavailable()])
-    with pytest.raises(RetryGiveUp):
-        retrier.call(fn, step="s", model_call=False)
-    assert fn.calls == 5
-    assert slept == [0.25, 0.5, 1.0, 2.0]
 
 
 # --- call_with_repair ----------------------------------------------------------------------------------

@@ -92,6 +92,26 @@ def test_a_lapsed_claim_is_released_as_a_lost_worker_and_requeued():
     assert world.queues.results() == [] and world.queues.sent[Queue.ANALYSIS_DLQ] == []
 
 
+def test_the_sweeper_decides_a_lapsed_claim_by_its_codes_row_in_the_recovery_policy(monkeypatch):
+    """GIVEN runtime.worker_lost made backpressure in the policy table (one row) WHEN a lease lapses THEN the
+    sweeper requeues the chunk without counting a failure: it reads the row, it does not hard-code the code."""
+    from dataclasses import replace
+
+    from contract_review.domain import policy
+
+    monkeypatch.setitem(policy.POLICY, "runtime.worker_lost",
+                        replace(policy.POLICY["runtime.worker_lost"], handling=policy.Handling.BACKPRESSURE))
+    world = small_chunk_world()
+    job_id, ids = start_job(world)
+    world.claims.claim(job_id, ids[1], "worker-a", LEASE, 1)
+    world.clock.advance(LAPSE)
+    report = sweep(world.deps)
+    rec = world.claims.get(job_id, ids[1])
+    assert report.timed_out == [ids[1]] and report.requeued == []
+    assert rec is not None and rec.status is ChunkStatus.PENDING and rec.failures == 0
+    assert rec.backpressure_requeues == 1
+
+
 def test_every_lost_attempt_counts_towards_the_poison_budget():
     # GIVEN chunk 2 was requeued once after worker-a died, and worker-b died on the fresh message too
     world = small_chunk_world()

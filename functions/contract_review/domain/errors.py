@@ -17,7 +17,7 @@ from pydantic import BaseModel, ConfigDict
 
 
 class ErrorClass(StrEnum):
-    TRANSIENT = "transient"  # retry: tier 1 with backoff, then tier 2 (the queue)
+    TRANSIENT = "transient"  # may succeed if tried again: how, each code's row in policy.py says
     PERMANENT = "permanent"  # never retried
     SEMANTIC = "semantic"  # output failed validation: one repair attempt, then permanent
     POLICY = "policy"  # model refused / filtered: configured fallback, never retried

@@ -3,10 +3,21 @@ a key's shape without a migration). `infra/` grants and lifecycles the same pref
 
 from __future__ import annotations
 
+DOCUMENTS_PREFIX = "documents/"  # the document's text as intake stored it, and its fan-out plan
+CHECKPOINTS_PREFIX = "checkpoints/"  # analyst outputs too large for their checkpoint item
+FINDINGS_PREFIX = "findings/"  # each settled chunk's findings
+REPORTS_PREFIX = "reports/"  # report.json and report.md
+SUBMISSIONS_PREFIX = "submissions/"  # the Job API: job id -> principal, until intake records the job
+BATCHES_PREFIX = "batches/"  # the Job API: batch manifests
 
-# ------------------------------------------------------------------------------ artifact keys
+
 def document_key(job_id: str) -> str:
-    return f"documents/{job_id}.txt"
+    return f"{DOCUMENTS_PREFIX}{job_id}.txt"
+
+
+def plan_key(job_id: str) -> str:
+    """Where a job's fan-out plan lives, next to its document."""
+    return f"{DOCUMENTS_PREFIX}{job_id}.plan.json"
 
 
 UPLOADS_PREFIX = "uploads/"  # the only place intake reads claim-checked documents from (its role's grant)
@@ -17,13 +28,26 @@ def upload_key(job_id: str) -> str:
 
 
 def findings_key(job_id: str, chunk_index: int, chunk_id: str, fence: int) -> str:
-    return f"findings/{job_id}/{chunk_index:05d}-{chunk_id}/{fence}.json"
+    return f"{FINDINGS_PREFIX}{job_id}/{chunk_index:05d}-{chunk_id}/{fence}.json"
 
 
 def checkpoint_key(job_id: str, chunk_id: str, analyst: str, fence: int) -> str:
-    return f"checkpoints/{job_id}/{chunk_id}/{analyst}/{fence}.json"
+    return f"{CHECKPOINTS_PREFIX}{job_id}/{chunk_id}/{analyst}/{fence}.json"
 
 
 def report_keys(job_id: str) -> tuple[str, str]:
     """(report.json, report.md)"""
-    return f"reports/{job_id}/report.json", f"reports/{job_id}/report.md"
+    return f"{REPORTS_PREFIX}{job_id}/report.json", f"{REPORTS_PREFIX}{job_id}/report.md"
+
+
+def submission_key(job_id: str) -> str:
+    return f"{SUBMISSIONS_PREFIX}{job_id}.json"
+
+
+def batch_key(batch_id: str) -> str:
+    return f"{BATCHES_PREFIX}{batch_id}.json"
+
+
+# Every prefix the pipeline writes under: the stack grants and lifecycles exactly these (infra/storage.py).
+PREFIXES = (UPLOADS_PREFIX, DOCUMENTS_PREFIX, CHECKPOINTS_PREFIX, FINDINGS_PREFIX, REPORTS_PREFIX,
+            SUBMISSIONS_PREFIX, BATCHES_PREFIX)

@@ -25,7 +25,7 @@ from contract_review.domain.errors import REGISTRY, ErrorEnvelope
 
 class Tier1(StrEnum):
     MODEL = "model"  # a model call: Profile.tier1.model_retry
-    AWS = "aws"  # an AWS call our code retries itself (botocore retries first): Profile.tier1.tool_retry
+    BOTOCORE = "botocore"  # an AWS call: botocore's standard retry mode (wiring.aws_client_config), not ours
     SIDE_EFFECT = "side_effect"  # a side-effect step call: tool_retry's backoff, side_effect_attempts
     COMPENSATION = "compensation"  # a compensation call: tool_retry's backoff, compensation_attempts
 
@@ -51,7 +51,8 @@ class Recovery:
     slows: Quota | None = None
 
 
-M, A, FX, COMP = Tier1.MODEL, Tier1.AWS, Tier1.SIDE_EFFECT, Tier1.COMPENSATION
+M, A, FX, COMP = Tier1.MODEL, Tier1.BOTOCORE, Tier1.SIDE_EFFECT, Tier1.COMPENSATION
+BOTOCORE_ATTEMPTS = 5  # wiring.aws_client_config: standard mode, total_max_attempts
 BP, HANDOFF, FAIL, PERM, STOP, NONE = (Handling.BACKPRESSURE, Handling.HANDOFF, Handling.FAILURE, Handling.PERMANENT,
                                        Handling.STOP, Handling.NONE)
 
@@ -80,7 +81,7 @@ POLICY: dict[str, Recovery] = {
     "aws.client_error": Recovery(None, PERM),
     "runtime.lease_lost": Recovery(None, STOP),
     "runtime.worker_lost": Recovery(None, FAIL),
-    "runtime.retry_budget_exhausted": Recovery(None, FAIL),  # backpressure when its cause_code is
+    "runtime.retry_budget_exhausted": Recovery(None, FAIL),  # backpressure when its cause_code's row is
     "runtime.checkpoint_missing": Recovery(None, NONE),  # the analyst is re-run
     "runtime.time_exhausted": Recovery(None, HANDOFF),
     "runtime.backpressure_exhausted": Recovery(None, PERM),
@@ -111,14 +112,15 @@ def tier1_policy(profile: Profile, kind: Tier1) -> RetryPolicy:
     """The attempts and backoff of one kind of tier-1 retry, from the profile."""
     if kind is Tier1.MODEL:
         return profile.tier1.model_retry
-    if kind is Tier1.AWS:
-        return profile.tier1.tool_retry
+    if kind is Tier1.BOTOCORE:
+        raise ValueError("botocore retries AWS calls itself (standard mode); no profile policy applies")
     attempts = profile.side_effects.side_effect_attempts if kind is Tier1.SIDE_EFFECT else profile.side_effects.compensation_attempts
     return profile.tier1.tool_retry.model_copy(update={"max_attempts": attempts})
 
 
 def retried_in_tier1(env: ErrorEnvelope) -> bool:
-    return POLICY[env.error_code].tier1 is not None
+    """Whether the model-call retrier (reliability/retry.py) retries it: a model call's transient failure."""
+    return POLICY[env.error_code].tier1 is Tier1.MODEL
 
 
 def is_backpressure(env: ErrorEnvelope) -> bool:
@@ -160,7 +162,8 @@ def render_markdown(profile: Profile) -> str:
         "",
         f"Tier 1 in the `{profile.name}` profile: "
         + "; ".join(f"`{k.value}` {p.max_attempts} attempts, full jitter {p.base_s:g}-{p.cap_s:g} s"
-                    for k, p in ((k, tier1_policy(profile, k)) for k in Tier1)) + ". "
+                    for k, p in ((k, tier1_policy(profile, k)) for k in Tier1 if k is not Tier1.BOTOCORE))
+        + f"; `botocore` {BOTOCORE_ATTEMPTS} attempts in botocore's standard retry mode (its own backoff). "
         "Handling: what a chunk attempt ending with the code does (backpressure: requeued, no failure counted; "
         "handoff: requeued, a failure only after errors with nothing checkpointed; failure: tier 2, then the "
         "DLQ; permanent: fails at once; stop: the work is someone else's; none: not a chunk outcome).",

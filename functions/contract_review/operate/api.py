@@ -41,6 +41,7 @@ from pydantic import BaseModel, ConfigDict, Field, JsonValue, ValidationError, f
 
 from contract_review.domain import lifecycle
 from contract_review.domain.errors import REGISTRY, ReviewError, classify
+from contract_review.domain.keys import batch_key, submission_key
 from contract_review.domain.messages import IntakeMessage, MetaKey, MetaValue, S3Document, parse_intake
 from contract_review.domain.ports import Deps
 from contract_review.domain.records import Job, JobState, job_id_for
@@ -52,8 +53,6 @@ from contract_review.sideeffects import approvals
 
 app = APIGatewayHttpResolver()
 
-SUBMISSIONS_PREFIX = "submissions/"  # job id -> principal, until intake records the job
-BATCHES_PREFIX = "batches/"  # batch manifests
 MAX_IDEMPOTENCY_KEY = 255
 MAX_BATCH_ITEMS = 100  # an HTTP API request must be answered within 29 s: each item is a few AWS calls
 DEFAULT_EVENTS_LIMIT = 100
@@ -292,7 +291,7 @@ def _get_json(deps: Deps, key: str) -> str | None:
 
 
 def submission(deps: Deps, job_id: str) -> Submission | None:
-    raw = _get_json(deps, f"{SUBMISSIONS_PREFIX}{job_id}.json")
+    raw = _get_json(deps, submission_key(job_id))
     return Submission.model_validate_json(raw) if raw else None
 
 
@@ -324,7 +323,7 @@ def submit(deps: Deps, who: str, req: JobRequest, key: str | None, batch_id: str
     if pending is None:  # before the message: the job is the caller's from the moment it can exist
         pending = Submission(job_id=job_id, principal=who, document_sha256=sha, submitted_at=deps.clock(),
                              batch_id=batch_id)
-        deps.artifacts.put_text(f"{SUBMISSIONS_PREFIX}{job_id}.json", pending.model_dump_json())
+        deps.artifacts.put_text(submission_key(job_id), pending.model_dump_json())
     # Sent again while intake has not recorded the job (the first send may have been lost with a 5xx the
     # client is retrying): intake takes the same job once.
     deps.queues.send_intake(body)
@@ -588,7 +587,7 @@ def _submit_item(deps: Deps, who: str, batch_id: str, n: int, raw: object, seen:
 
 
 def batch_manifest(deps: Deps, who: str, batch_id: str) -> BatchManifest:
-    raw = _get_json(deps, f"{BATCHES_PREFIX}{batch_id}.json") if _BATCH_ID.fullmatch(batch_id) else None
+    raw = _get_json(deps, batch_key(batch_id)) if _BATCH_ID.fullmatch(batch_id) else None
     manifest = BatchManifest.model_validate_json(raw) if raw else None
     if manifest is None or manifest.principal != who:
         raise not_found("batch", batch_id)
@@ -620,7 +619,7 @@ def submit_batch(deps: Deps, who: str, raw_items: list[object], key: str) -> tup
     """Each item its own job; one bad item is reported, never fails the batch. The same batch (key) again
     answers with the manifest already stored."""
     batch_id = "batch-" + hashlib.sha256(f"{who}\n{key}".encode()).hexdigest()[:20]
-    manifest_key = f"{BATCHES_PREFIX}{batch_id}.json"
+    manifest_key = batch_key(batch_id)
     stored = _get_json(deps, manifest_key)
     if stored:
         manifest = BatchManifest.model_validate_json(stored)

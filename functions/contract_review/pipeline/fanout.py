@@ -28,15 +28,11 @@ from dataclasses import dataclass
 
 from pydantic import BaseModel
 
+from contract_review.domain.keys import plan_key
 from contract_review.domain.ports import Deps
 from contract_review.domain.records import ChunkRecord, Job, JobState
 from contract_review.reliability.chunks import chunk_message
 from contract_review.review.chunking import Chunk, chunk_id_for
-
-
-def plan_key(job_id: str) -> str:
-    """Where a job's fan-out plan lives, next to its document (`records.document_key`)."""
-    return f"documents/{job_id}.plan.json"
 
 
 @dataclass(frozen=True)

@@ -44,6 +44,7 @@ from pydantic import ValidationError
 from contract_review.domain import lifecycle
 from contract_review.domain.errors import ErrorEnvelope
 from contract_review.domain.messages import AnalysisMessage
+from contract_review.domain.policy import is_backpressure
 from contract_review.domain.ports import Deps, Queue, QueueMessage
 from contract_review.domain.records import (
     AttemptStats,
@@ -147,10 +148,15 @@ def _recover_lapsed(deps: Deps, job: Job | None, claim: ChunkRecord, now: float,
         return
     msg = analysis_message(deps, job, claim, "sweeper")  # built before any write: a failed read changes nothing
     if timed_out(claim, deps.settings.profile.recovery.claim_lease_s):
-        _requeue_timed_out(deps, claim, msg, now, report)
+        env = ErrorEnvelope.of("runtime.time_exhausted",
+                               f"the invocation of {claim.claimed_by} reached its function timeout holding the chunk",
+                               step="sweeper", attempt=claim.failures + 1)
+    else:
+        env = ErrorEnvelope.of("runtime.worker_lost", f"lease held by {claim.claimed_by} lapsed",
+                               step="sweeper", attempt=claim.failures + 1)
+    if is_backpressure(env):  # the code's row in the recovery policy: a function timeout is (a handoff)
+        _requeue_backpressure(deps, claim, msg, env, now, report)
         return
-    env = ErrorEnvelope.of("runtime.worker_lost", f"lease held by {claim.claimed_by} lapsed",
-                           step="sweeper", attempt=claim.failures + 1)
     if claim.failures + 1 >= deps.settings.profile.recovery.poison_budget:
         if dead_letter(deps, msg, claim.fence, claim.last_error or env, none, by="sweeper",
                        lapsed_before=now) is not None:
@@ -159,17 +165,15 @@ def _recover_lapsed(deps: Deps, job: Job | None, claim: ChunkRecord, now: float,
     if deps.claims.release(claim.job_id, claim.chunk_id, claim.fence, none, env, failure=True,
                            lapsed_before=now, reason=ReleaseReason.WORKER_LOST) is not None:
         deps.queues.send_analysis([msg.after_failure()])  # the lost one counted
-        deps.jobs.record_event(claim.job_id, "chunk.requeued", chunk_id=claim.chunk_id, reason="runtime.worker_lost",
+        deps.jobs.record_event(claim.job_id, "chunk.requeued", chunk_id=claim.chunk_id, reason=env.error_code,
                                by="sweeper", lapsed_for_s=round(now - (claim.claim_expires_at or now), 3))
         report.requeued.append(claim.chunk_id)
 
 
-def _requeue_timed_out(deps: Deps, claim: ChunkRecord, msg: AnalysisMessage, now: float, report: SweepReport) -> None:
-    """A function timeout is backpressure, not a failure: release and requeue with a delay, unless
+def _requeue_backpressure(deps: Deps, claim: ChunkRecord, msg: AnalysisMessage, env: ErrorEnvelope, now: float,
+                          report: SweepReport) -> None:
+    """A lapsed claim whose cause is backpressure (a function timeout): release and requeue with a delay, unless
     the chunk's backpressure has lasted the deadline without progress (then dead-letter it)."""
-    env = ErrorEnvelope.of("runtime.time_exhausted",
-                           f"the invocation of {claim.claimed_by} reached its function timeout holding the chunk",
-                           step="sweeper", attempt=claim.failures + 1)
     sent = requeue(deps, msg, claim, claim.fence, env, by="sweeper", lapsed_before=now, deadline_at=claim.deadline_at)
     if isinstance(sent, ErrorEnvelope):  # its backpressure lasted the deadline without progress
         if dead_letter(deps, msg, claim.fence, sent, AttemptStats(), by="sweeper", lapsed_before=now) is not None:
@@ -267,16 +271,19 @@ def _requeue_from_dlq(deps: Deps, job: Job, chunk: ChunkRecord, m: QueueMessage,
         f"the queue moved the chunk's message to the DLQ after {p.queues.max_receive_count} receives with "
         f"{chunk.failures} of {p.recovery.poison_budget} failed attempts counted", step="sweeper", attempt=chunk.failures)
     fresh = analysis_message(deps, job, chunk, env.error_code)  # built before any write: a failed read changes nothing
+    if not is_backpressure(env):  # the code's row in the recovery policy says these receives were failures
+        _settle_dead_lettered(deps, fresh, chunk, env, m, deps.clock(), report)
+        return
     won = deps.claims.claim(chunk.job_id, chunk.chunk_id, "sweeper", deps.settings.claim_lease_s, 0)
     if not won.won or won.record is None:
         return  # a worker claimed it since the read (or it settled): its holder decides
     record = won.record
     sent = requeue(deps, fresh, record, record.fence, env, by="sweeper", dlq_message_id=m.message_id,
-                   failures=chunk.failures)
+                   failures=chunk.failures,
+                   on_sent=lambda: deps.queues.delete(Queue.ANALYSIS_DLQ, m.receipt_handle))  # the copy is redundant
     if isinstance(sent, ErrorEnvelope):  # its backpressure lasted the deadline without progress
         _settle_dead_lettered(deps, fresh, record, sent, m, None, report)
     elif sent is not None:
-        deps.queues.delete(Queue.ANALYSIS_DLQ, m.receipt_handle)
         report.dlq_requeued.append(chunk.chunk_id)
 
 

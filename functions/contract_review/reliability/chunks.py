@@ -6,10 +6,12 @@ decide when its backpressure has lasted too long."""
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from contract_review.domain.errors import ErrorEnvelope
 from contract_review.domain.messages import AnalysisMessage, ResultMessage
+from contract_review.domain.policy import is_backpressure
 from contract_review.domain.ports import Deps, Queue
 from contract_review.domain.records import AttemptStats, ChunkRecord, ChunkStatus, Job, ReleaseReason
 from contract_review.reliability.retry import requeue_delay_s
@@ -63,14 +65,17 @@ class Requeued:
 def requeue(deps: Deps, msg: AnalysisMessage, record: ChunkRecord | None, fence: int, env: ErrorEnvelope, *,
             by: str, stats: AttemptStats | None = None, rng: random.Random | None = None, clean: bool = False,
             resume_from: list[str] | None = None, lapsed_before: float | None = None,
-            **detail: object) -> Requeued | ErrorEnvelope | None:
+            on_sent: Callable[[], None] | None = None, **detail: object) -> Requeued | ErrorEnvelope | None:
     """The one backpressure requeue (worker and sweeper): release the chunk without a failure and send a
     fresh copy of its message, delayed by the streak's backoff (at once when `clean`: the attempt made
     progress and no error drove it), with a `chunk.requeued` event.
 
     Returns the `runtime.backpressure_exhausted` envelope, having written nothing, when the chunk's
     backpressure has lasted its deadline without progress (the caller dead-letters it); None when the
-    fence moved on (the chunk is someone else's); else what was sent."""
+    fence moved on (the chunk is someone else's); else what was sent. `on_sent` runs right after the send (the
+    sweeper removes the DLQ copy the new message replaces)."""
+    if not is_backpressure(env):
+        raise ValueError(f"{env.error_code} is not backpressure (domain/policy.py): not requeued without a failure")
     if record is not None:
         exhausted = backpressure_exhausted(deps, record, env, deps.clock())
         if exhausted is not None:
@@ -83,6 +88,8 @@ def requeue(deps: Deps, msg: AnalysisMessage, record: ChunkRecord | None, fence:
     delay = 0 if clean else requeue_delay_s(deps.settings.profile, streak, rng or random.Random(), env.retry_after_s)
     reason = requeue_reason(env)
     deps.queues.send_analysis([msg.requeued(reason, released.backpressure_requeues, resume_from)], delay_s=delay)
+    if on_sent is not None:
+        on_sent()
     deps.jobs.count_requeue(msg.job_id)
     deps.jobs.record_event(msg.job_id, "chunk.requeued", chunk_id=msg.chunk_id, reason=reason, by=by, delay_s=delay,
                            streak_requeues=released.backpressure_requeues, **detail)

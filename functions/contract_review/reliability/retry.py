@@ -89,19 +89,20 @@ class Retrier:
     # told of each tier-1 retry before its wait: (the error, the attempt that failed, the delay in s)
     on_retry: Callable[[ErrorEnvelope, int, float], None] = lambda _env, _attempt, _delay: None
 
-    def call(self, fn: Callable[[], T], *, step: str, model_call: bool = True) -> T:
+    def call(self, fn: Callable[[], T], *, step: str) -> T:
+        """One model call with tier-1 retries: what its code's row in the recovery policy retries (a model call's
+        transient failure), at this retrier's policy. AWS calls are retried by botocore, not here."""
         attempt = 0
         while True:
             self.check()
-            if model_call and not self.has_time(0):  # before every call, not only every analyst
+            if not self.has_time(0):  # before every call, not only every analyst
                 raise ReviewError(ErrorEnvelope.of("runtime.time_exhausted", "no time for the next model call",
                                                    step=step, attempt=attempt + 1))
             try:
-                if model_call:
-                    self.stats.calls += 1
+                self.stats.calls += 1
                 return fn()
             except Exception as exc:  # classified below; nothing is swallowed
-                env = classify(exc, step=step, attempt=attempt + 1, model_call=model_call)
+                env = classify(exc, step=step, attempt=attempt + 1, model_call=True)
                 if not retried_in_tier1(env):
                     raise ReviewError(env) from exc
                 if attempt + 1 >= self.policy.max_attempts:
