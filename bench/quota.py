@@ -7,7 +7,7 @@ shared by every worker process.
 Runs, side by side on the same document and quota (each a fresh stack):
 - `before`: analysts one by one (`analyst_concurrency` 1), the pipeline as it was;
 - `concurrent`: analysts concurrently (the profile's default), calls not paced;
-- `after`: analysts concurrently, each worker pacing its calls (adaptive.py: its share of the quota, AIMD);
+- `after`: analysts concurrently, each worker pacing its calls (model/pacing.py: its share of the quota, AIMD);
 - `faults`: `after` with 5 % transient model faults and one `kill -9` of a worker mid-chunk per document;
 - `baseline-clean` and `baseline`: THE BASELINE (bench/baseline/handler.py: what a developer writes with
   Powertools alone: BatchProcessor, idempotency on the whole chunk, analysts one by one, fixed retries, no

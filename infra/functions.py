@@ -105,10 +105,10 @@ class PipelineFunction(Construct):
             memory_size=memory_mb,
             log_group=self.log_group,
             description=description,
-            tracing=lambda_.Tracing.ACTIVE,
+            tracing=lambda_.Tracing.ACTIVE,  # X-Ray: one trace per invocation (adds xray:Put* to the role)
             # Lambda's recursive-loop detection stops a function after ~16 invocations in one chain of SQS
             # messages; ALLOW only where the code bounds its own loop (docs/runbook.md "Recursive loops").
-            recursive_loop=recursive_loop,  # X-Ray: one trace per invocation (adds xray:Put* to the role)
+            recursive_loop=recursive_loop,
             environment={
                 **environment,
                 "POWERTOOLS_SERVICE_NAME": service,

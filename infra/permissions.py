@@ -201,7 +201,7 @@ def _invoke_statements(stack: Stack, model_id: str) -> list[iam.PolicyStatement]
 
 def _describe_statements(stack: Stack, model_id: str) -> list[iam.PolicyStatement]:
     """What the worker asks the Bedrock control plane when Converse fails in a way the model id may
-    cause (model_clients.ModelIdCheck): GetInferenceProfile on the profile, GetFoundationModel on the
+    cause (model/bedrock.py ModelIdCheck): GetInferenceProfile on the profile, GetFoundationModel on the
     model in this region. Both are scoped to the one id."""
     model = iam.PolicyStatement(actions=["bedrock:GetFoundationModel"],
                                 resources=[_foundation_model_arn(stack, base_model_id(model_id), stack.region)])

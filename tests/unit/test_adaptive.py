@@ -1,4 +1,4 @@
-"""Adaptive concurrency (adaptive.py): per-worker AIMD pacers derived from the global quota. Behaviour only:
+"""Adaptive concurrency (model/pacing.py): per-worker AIMD pacers derived from the global quota. Behaviour only:
 rates after successes and throttles on a fake clock, which quota's pacer a throttle slows, and, with N
 worker processes sharing the simulated Bedrock's quota, the throttled share with and without pacing."""
 

@@ -1,4 +1,4 @@
-"""The Job API (contract_review/api.py) against the in-memory fakes: HTTP API v2 events built exactly as the
+"""The Job API (contract_review/operate/api.py) against the in-memory fakes: HTTP API v2 events built exactly as the
 local server builds them (`review_local.api_server.http_api_event`), answered by the very resolver the
 Lambda runs. GIVEN / WHEN / THEN."""
 
@@ -158,29 +158,41 @@ def test_an_s3_uri_under_uploads_is_read_hashed_and_passed_on():
 
 
 # ------------------------------------------------------------------------------ one admission path
-def test_the_request_takes_every_field_of_the_intake_message_but_the_key_and_the_principal():
+def test_the_request_takes_every_field_of_the_intake_message_but_the_principal():
     # GIVEN the request of POST /jobs and the intake message of the queue
     request = api.JobRequest.model_json_schema()["properties"]
     message = IntakeMessage.model_json_schema()["properties"]
-    # THEN the request has the message's fields, less idempotency_key (a header) and principal (the caller)
-    assert set(request) == set(message) - {"idempotency_key", "principal"}
+    # THEN the request has the message's fields, less principal (the caller)
+    assert set(request) == set(message) - {"principal"}
     # AND each field the two share past the document is the message's own definition
-    for field in ("document_id", "metadata", "budget_usd"):
+    for field in ("document_id", "idempotency_key", "metadata", "budget_usd"):
         assert request[field] == message[field], field
+
+
+def test_an_idempotency_key_in_the_body_is_the_headers_and_the_two_must_agree():
+    world = FakeWorld()
+    by_header = submit(world, key="k-1")
+    by_body = submit(world, idempotency_key="k-1")
+    assert by_header.status == by_body.status == 202 and by_body.json["jobId"] == by_header.json["jobId"]
+    assert by_body.headers.get("Idempotent-Replayed") == "true"
+    differ = submit(world, key="k-1", idempotency_key="k-2")
+    assert (differ.status, differ.code) == (400, "api.invalid_request") and len(intake_messages(world)) == 2
 
 
 def test_a_queue_message_posted_as_it_is_is_taken_with_every_field():
     world = FakeWorld()
-    # GIVEN an intake message as one sends it to the queue, less its idempotency key
-    message = {"schema_version": 1, "document": {"text": TEXT}, "document_id": "nda-7",
+    # GIVEN an intake message as one sends it to the queue
+    message = {"schema_version": 1, "document": {"text": TEXT}, "document_id": "nda-7", "idempotency_key": "nda-7-v1",
                "metadata": {"matter": "M-7", "pages": 3, "tags": ["nda"]}, "budget_usd": 2.5}
     # WHEN it is posted to /jobs
     answer = call(world, "POST", "/jobs", message)
     # THEN it is taken, and the message queued carries every field, with the caller as principal
     assert answer.status == 202, answer.body
     [queued] = intake_messages(world)
-    assert {k: v for k, v in queued.items() if k not in ("idempotency_key", "principal")} == message
-    assert queued["principal"] == ALICE
+    # (the key scoped to the caller: two principals never share a job)
+    assert {k: v for k, v in queued.items() if k not in ("idempotency_key", "principal")} == {
+        k: v for k, v in message.items() if k != "idempotency_key"}
+    assert queued["principal"] == ALICE and queued["idempotency_key"] == api.scoped_key(ALICE, "nda-7-v1")
     InProcess(world).intake()
     job = world.jobs.get(str(answer.json["jobId"]))
     assert job is not None and (job.document_id, job.budget_micro_usd) == ("nda-7", 2_500_000)

@@ -1,4 +1,4 @@
-"""The job's side effects as a saga (`contract_review/saga.py`), on the in-memory fakes: the real
+"""The job's side effects as a saga (`contract_review/sideeffects/saga.py`), on the in-memory fakes: the real
 Powertools `@idempotent_function` over an in-memory persistence layer, a fake ticket system with the
 `Idempotency-Key` contract and scripted failures, a fake notifier, a fake compensation DLQ. Every test
 counts the side effects themselves: tickets opened and closed, events published."""

@@ -219,14 +219,15 @@ def _as_in_the_intake_message(name: str) -> Any:
 
 class JobRequest(BaseModel):
     """`POST /jobs` (and one batch item, with its `custom_id`): the intake message's fields, each as the message
-    defines it, but `idempotency_key` (the Idempotency-Key header) and `principal` (always the caller: a body
-    that names it is refused, `PRINCIPAL_REFUSED`). Inline text may be larger than a message takes inline (up to
+    defines it, but `principal` (always the caller: a body that names it is refused, `PRINCIPAL_REFUSED`).
+    `idempotency_key` in the body is the Idempotency-Key header's equivalent (both given: they must agree). Inline text may be larger than a message takes inline (up to
     MAX_DOCUMENT_BYTES: admission sends it on by claim check). JSON types only (`strict`): "1" is no number."""
 
     model_config = ConfigDict(extra="forbid", strict=True)
     schema_version: Literal[1] = 1  # optional: 1 (a queue message pasted as it is)
     document: TextDocument | S3Document
     document_id: str | None = _as_in_the_intake_message("document_id")
+    idempotency_key: str | None = _as_in_the_intake_message("idempotency_key")
     metadata: dict[MetaKey, MetaValue] = _as_in_the_intake_message("metadata")
     budget_usd: float | None = _as_in_the_intake_message("budget_usd")
 
@@ -360,9 +361,12 @@ def _links(job_id: str, base_url: str) -> dict[str, str]:
 @app.post("/jobs")
 def post_job() -> Response[str]:
     who = principal()
-    key = _idempotency_key()
+    header = _idempotency_key()
     req = _parse(JobRequest, _body_json())
-    done = submit(_deps(), who, req, key)
+    if header is not None and req.idempotency_key is not None and header != req.idempotency_key:
+        raise ApiError(400, "api.invalid_request", "the Idempotency-Key header and the body's idempotency_key differ: "
+                                                   "send one of them, or the same key in both")
+    done = submit(_deps(), who, req, header or req.idempotency_key)
     links = _links(done.job_id, _base_url())
     headers = {"Location": links["statusUrl"]}
     if done.replayed:
@@ -580,7 +584,7 @@ def _submit_item(deps: Deps, who: str, batch_id: str, n: int, raw: object, seen:
         req = _parse(BatchItem, raw)
         assert isinstance(req, BatchItem)
         seen.add(req.custom_id)
-        done = submit(deps, who, req, None, batch_id)  # keyed by its document, as a POST /jobs without a key
+        done = submit(deps, who, req, req.idempotency_key, batch_id)  # without one: keyed by its document
     except ApiError as exc:
         return BatchLine(custom_id=custom_id, error=_item_error(exc.code, f"item {n}: {exc.message}"))
     return BatchLine(custom_id=req.custom_id, job_id=done.job_id)

@@ -157,7 +157,7 @@ def worker_identity() -> str:
 
 class AnalystRunner:
     """Runs one chunk's analysts for one attempt: loads committed checkpoints, runs the rest with
-    tier-1 retries, `Profile.analyst_concurrency` at once (analyst_pool.py), and commits each output
+    tier-1 retries, `profile.review.analyst_concurrency` at once (analyst_pool.py), and commits each output
     under the attempt's fencing token as soon as it is ready. An analyst starts only when the time
     left fits all its calls (`analyst_extra_s` more than one call needs); `committed` lists what this
     attempt checkpointed (its progress)."""

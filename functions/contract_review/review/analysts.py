@@ -150,7 +150,7 @@ class Finding(BaseModel):
 
 
 class ChunkFindings(BaseModel):
-    """The findings artifact of one settled chunk (S3: `records.findings_key`)."""
+    """The findings artifact of one settled chunk (S3: `keys.findings_key`)."""
 
     chunk_id: str
     chunk_index: int
