@@ -7,6 +7,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Literal, cast
 
+from contract_review.config.fleet import CALL_LATENCY_S, MAX_WORKERS, MIN_WORKERS, fleet_for_quota
 from contract_review.config.profile import Profile, get_profile
 from contract_review.doubles.spec import FaultSpec
 
@@ -53,10 +54,21 @@ class DeploySettings:
     # The model's tokens-per-minute quota the workers pace to (`-c model_tpm=N`): when not given, each worker
     # process reads it from Service Quotas at cold start (the stack grants that read), so pacing is on either way.
     model_tpm: float | None = None
+    # The worker fleet (`-c worker_concurrency=W`); None: sized to `model_tpm` when given (config/fleet.py, at
+    # `call_latency_s` a call), else the profile's. The fan-out window follows at twice the fleet.
+    worker_concurrency: int | None = None
+    call_latency_s: float = CALL_LATENCY_S
 
     def __post_init__(self) -> None:
         if not self.model_id:
             object.__setattr__(self, "model_id", self.profile.review.model_id)  # frozen: resolved once, here
+        if self.worker_concurrency is not None and not MIN_WORKERS <= self.worker_concurrency <= MAX_WORKERS:
+            raise ValueError(f"worker_concurrency {self.worker_concurrency}: within {MIN_WORKERS}..{MAX_WORKERS}")
+        if not 0 < self.call_latency_s <= 900:
+            raise ValueError(f"call_latency_s {self.call_latency_s}: seconds a model call takes, such as 5")
+        overrides = self.fleet_overrides
+        if overrides:  # the stack, the workers (PROFILE_OVERRIDES) and the pacers all see the sized fleet
+            object.__setattr__(self, "profile", self.profile.with_overrides(**overrides))
         if not _MODEL_ID_RE.match(self.model_id):
             raise ValueError(f"model_id {self.model_id!r}: a Bedrock model id or inference profile id, such as "
                              f"{self.profile.review.model_id!r} (not an ARN)")
@@ -82,6 +94,19 @@ class DeploySettings:
             raise ValueError("auto_delete_objects is only allowed for the local profile")
 
     @property
+    def fleet_overrides(self) -> dict[str, int]:
+        """The profile fields the fleet sizing changes (empty: the profile's numbers stand)."""
+        if self.worker_concurrency is not None:
+            workers = self.worker_concurrency
+        elif self.model_tpm is not None:
+            workers = fleet_for_quota(self.model_tpm, self.call_latency_s).workers
+        else:
+            return {}
+        window = 2 * workers
+        return {"worker_max_concurrency": workers, "fanout_window": window,
+                "fanout_page": min(self.profile.fanout.fanout_page, window)}
+
+    @property
     def is_disposable(self) -> bool:
         """Local deployments are thrown away (DESTROY); everything else keeps its data (RETAIN)."""
         return self.profile.name == "local"
@@ -105,6 +130,8 @@ class DeploySettings:
             model_id=str(get("model_id") or "").strip(),
             ticket_url=str(get("ticket_url") or "").strip(),
             model_tpm=_number(get("model_tpm"), "model_tpm"),
+            worker_concurrency=_whole(get("worker_concurrency"), "worker_concurrency"),
+            call_latency_s=_number(get("call_latency_s"), "call_latency_s") or CALL_LATENCY_S,
         )
 
 
@@ -115,6 +142,13 @@ def _number(value: Any, name: str) -> float | None:
         return float(value)
     except ValueError:
         raise ValueError(f"{name} {value!r}: a number") from None
+
+
+def _whole(value: Any, name: str) -> int | None:
+    number = _number(value, name)
+    if number is not None and not number.is_integer():
+        raise ValueError(f"{name} {value!r}: a whole number")
+    return int(number) if number is not None else None
 
 
 def _truthy(value: Any) -> bool:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 
 from aws_cdk import CfnOutput, Duration, RemovalPolicy, Stack, Tags
@@ -11,7 +12,7 @@ from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_lambda_event_sources as event_sources
 from constructs import Construct
 
-from contract_review.config.settings import OPTION_ENV, RESOURCES
+from contract_review.config.settings import OPTION_ENV, PROFILE_OVERRIDES_ENV, RESOURCES
 
 from . import nag
 from .api import JobApi
@@ -206,6 +207,8 @@ class ContractReviewStack(Stack):
             env[OPTION_ENV["fault_spec"]] = s.fault_spec.to_env()
         if s.model_tpm:  # `-c model_tpm=N`; without it the workers read the quota from Service Quotas
             env[OPTION_ENV["model_tpm"]] = f"{s.model_tpm:.0f}" if s.model_tpm.is_integer() else str(s.model_tpm)
+        if s.fleet_overrides:  # the fleet sized at deploy (config/fleet.py): the functions' profile matches the stack
+            env[PROFILE_OVERRIDES_ENV] = json.dumps(s.fleet_overrides, sort_keys=True)
         if s.ticket_url:  # the external ticket system (`-c ticket_url=...`); without it the ticket step is skipped
             env[OPTION_ENV["ticket_url"]] = s.ticket_url
         return env

@@ -102,9 +102,10 @@ def build_side_effects(settings: Settings, session: Any, endpoint_url: str | Non
                        notifier=notifier, dlq=dlq, remaining_ms=remaining_ms)
 
 
-def bedrock_runtime_client(session: Any, read_timeout_s: int) -> Any:
-    """Converse: each call sent once (tier 1 owns retries), with the call's read timeout."""
-    return session.client("bedrock-runtime", config=bedrock_client_config(read_timeout_s))
+def bedrock_runtime_client(session: Any, read_timeout_s: int, calls_at_once: int = 1) -> Any:
+    """Converse: each call sent once (tier 1 owns retries), with the call's read timeout, and a connection for
+    each call made at once (the analysts at once)."""
+    return session.client("bedrock-runtime", config=bedrock_client_config(read_timeout_s, calls_at_once))
 
 
 def bedrock_control_client(session: Any) -> Any:
@@ -164,7 +165,8 @@ def _offline_model(settings: Settings) -> ModelClient:
 def build_model(settings: Settings, session: Any) -> ModelClient:
     model: ModelClient
     if settings.model_provider == "bedrock":
-        model = BedrockConverseModel(bedrock_runtime_client(session, settings.model_call_timeout_s),
+        model = BedrockConverseModel(bedrock_runtime_client(session, settings.model_call_timeout_s,
+                                                            settings.profile.review.analyst_concurrency),
                                      settings.effective_model_id,
                                      id_check=ModelIdCheck(lambda: bedrock_control_client(session)))
     else:  # the offline stand-in: imported only when configured, never on a Bedrock deploy's path

@@ -30,7 +30,8 @@ def by_context(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, 
     from infra.deploy_settings import DeploySettings
 
     app = new_app(outdir=str(tmp_path_factory.mktemp("cdk.out.models")))
-    contexts = {"ModelPlain": {"model_id": PLAIN}, "ModelGeo": {"model_id": GEO, "model_tpm": "2000000"}}
+    contexts = {"ModelPlain": {"model_id": PLAIN}, "ModelGeo": {"model_id": GEO, "model_tpm": "2000000"},
+                "FleetFixed": {"worker_concurrency": "7"}}
     for name, ctx in contexts.items():
         context = {"profile": "prod", "stack_name": name, **ctx}
         add_stack(app, DeploySettings.from_context(context.get))
@@ -164,3 +165,28 @@ def test_pacing_is_on_in_every_deploy_the_quota_from_context_or_service_quotas(s
     assert ENV["model_tpm"] not in worker["Environment"]["Variables"]  # read from Service Quotas
     _, geo = function_by_handler(by_context["ModelGeo"], "worker.handler")
     assert geo["Environment"]["Variables"][ENV["model_tpm"]] == "2000000"
+
+
+def _esm_concurrency(t: dict[str, Any]) -> int:
+    (esm,) = [r["Properties"] for r in resources(t, "AWS::Lambda::EventSourceMapping").values()
+              if "ScalingConfig" in r["Properties"]]
+    return int(esm["ScalingConfig"]["MaximumConcurrency"])
+
+
+def test_the_fleet_is_sized_to_the_quota_given_at_deploy_and_the_workers_profile_matches(
+        synth: Synth, by_context: dict[str, Any]) -> None:
+    """`-c model_tpm` sizes the worker fleet (config/fleet.py) and the fan-out window (twice it); the functions get
+    the same numbers (PROFILE_OVERRIDES), so their pacers share the quota among that many workers. `-c
+    worker_concurrency` sets it outright; with neither, the profile's 20 stand."""
+    from contract_review.config.fleet import fleet_for_quota
+
+    sized = fleet_for_quota(2_000_000).workers
+    assert _esm_concurrency(by_context["ModelGeo"]) == sized and sized != 20
+    _, worker = function_by_handler(by_context["ModelGeo"], "worker.handler")
+    overrides = json.loads(worker["Environment"]["Variables"]["PROFILE_OVERRIDES"])
+    assert overrides == {"worker_max_concurrency": sized, "fanout_window": 2 * sized,
+                         "fanout_page": min(10, 2 * sized)}
+    assert _esm_concurrency(by_context["FleetFixed"]) == 7
+    assert _esm_concurrency(synth.templates[PROD]) == 20
+    _, prod_worker = function_by_handler(synth.templates[PROD], "worker.handler")
+    assert "PROFILE_OVERRIDES" not in prod_worker["Environment"]["Variables"]

@@ -344,3 +344,14 @@ def test_ping_is_one_tiny_call_without_tools():
 ])
 def test_inference_profile_ids_and_the_model_behind_them(model_id, expected):
     assert (is_inference_profile(model_id), base_model_id(model_id)) == expected
+
+
+def test_the_runtime_clients_pool_holds_every_analyst_at_once():
+    """11 analysts at once share one client: its pool holds a connection for each, plus a margin (botocore's
+    default pool is 10: the 11th call would wait for a connection)."""
+    from contract_review.config.profile import get_profile
+    from contract_review.wiring import bedrock_runtime_client
+
+    at_once = get_profile("prod").review.analyst_concurrency
+    client = bedrock_runtime_client(boto3.Session(region_name="us-east-1"), 60, at_once)
+    assert client.meta.config.max_pool_connections == at_once + 2 > 10

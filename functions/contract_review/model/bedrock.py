@@ -223,10 +223,15 @@ class BedrockConverseModel:
         )
 
 
-def bedrock_client_config(read_timeout_s: int) -> Any:
+POOL_MARGIN = 2  # connections beyond the calls made at once (a probe, a control-plane look-up)
+
+
+def bedrock_client_config(read_timeout_s: int, calls_at_once: int = 10) -> Any:
+    """`calls_at_once`: the most calls one process makes at a time (its analysts at once): the connection pool
+    holds that many plus a margin, so no call waits for a connection (botocore's default pool holds 10)."""
     from botocore.config import Config
 
     # total_max_attempts=1: botocore sends each call exactly once ("max_attempts" would mean one
     # *retry*); tier 1 (ours) owns retries, so the two tiers never multiply.
-    return Config(read_timeout=read_timeout_s, connect_timeout=10,
+    return Config(read_timeout=read_timeout_s, connect_timeout=10, max_pool_connections=calls_at_once + POOL_MARGIN,
                   retries={"mode": "standard", "total_max_attempts": 1})
