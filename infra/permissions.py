@@ -68,6 +68,8 @@ WORKER = (
     Access("queue:analysis", (SEND, CHANGE_VISIBILITY), "requeue under backpressure; heartbeat and tier-2 backoff"),
     Access("dlq:analysis", (SEND,), "dead-letter a chunk whose poison budget is spent"),
     Access("queue:results", (SEND,), "announce a settled chunk"),
+    Access("parameter:model-control", ("ssm:GetParameter",), "the operator's model control (review quota): a pause, "
+                                                              "a quota"),
 )
 # The job's side effects (contract_review/sideeffects/saga.py), run by the aggregator and by the sweeper (the finalize of a
 # stalled job; an expired approval's compensation). Powertools idempotency never reads with GetItem: a failed

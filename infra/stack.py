@@ -10,6 +10,7 @@ from aws_cdk import aws_events as events
 from aws_cdk import aws_events_targets as targets
 from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_lambda_event_sources as event_sources
+from aws_cdk import aws_ssm as ssm
 from constructs import Construct
 
 from contract_review.config.settings import OPTION_ENV, PROFILE_OVERRIDES_ENV, RESOURCES
@@ -86,6 +87,11 @@ class ContractReviewStack(Stack):
             self, "Storage", retain=retain, artifact_expiry_days=p.record_ttl_days + 1,
             auto_delete_objects=settings.auto_delete_objects,
         )
+
+        # ---- the operator's runtime control of the model (`review quota`; adapters/model_control.py) ---------
+        self.model_control = ssm.StringParameter(
+            self, "ModelControl", parameter_name=f"/{name}/model-control", string_value='{"paused": false}',
+            description="review quota: pause the model, or set the tokens-per-minute quota the workers pace to")
 
         # ---- functions -----------------------------------------------------------------
         code = functions_code()
@@ -190,6 +196,7 @@ class ContractReviewStack(Stack):
             "idempotency_table": self.side_effects.idempotency.table_name,
             "job_events_topic_arn": self.side_effects.topic.topic_arn,
             "compensation_dlq_url": self.side_effects.compensation_dlq.queue_url,
+            "model_control_parameter": self.model_control.parameter_name,
         }
         unknown = {r.field for r in RESOURCES} ^ set(values)
         if unknown:  # config.RESOURCES changed: the template must follow, or handlers break at cold start
@@ -232,7 +239,8 @@ class ContractReviewStack(Stack):
         fx = self.side_effects
         out.update({"table:idempotency": fx.idempotency.table_arn, "topic:job-events": fx.topic.topic_arn,
                     "bus:default": self.format_arn(service="events", resource="event-bus", resource_name="default"),
-                    "dlq:compensation": fx.compensation_dlq.queue_arn})
+                    "dlq:compensation": fx.compensation_dlq.queue_arn,
+                    "parameter:model-control": self.model_control.parameter_arn})
         return out
 
     # ------------------------------------------------------------------ outputs

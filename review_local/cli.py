@@ -19,7 +19,7 @@ from rich.table import Table
 from contract_review.domain import lifecycle
 from contract_review.domain.messages import MAX_DOCUMENT_BYTES
 from contract_review.domain.ports import Deps, Queue
-from contract_review.domain.records import JobState
+from contract_review.domain.records import JobState, ModelControl
 from contract_review.doubles.spec import FaultSpec
 from contract_review.operate import ops
 from contract_review.pipeline import redrive
@@ -326,6 +326,63 @@ def jobs(obj: Ctx, as_json: bool, document_id: str | None) -> None:
     console.print(t)
     if document_id is not None and not items:
         raise click.ClickException(f"no job with document id {document_id!r} (intake may not have taken it yet)")
+
+
+# ------------------------------------------------------------------------------------ quota
+@cli.group()
+def quota() -> None:
+    """The model's runtime control: pause it, resume it, or set the tokens-per-minute quota the workers pace to,
+    without a redeploy (an SSM parameter the workers read within model_control_max_age_s: prod 60 s)."""
+
+
+def _show_control(control: ModelControl) -> None:
+    tpm = f"{control.tokens_per_minute:,.0f} tokens/min (review quota set)" if control.tokens_per_minute else \
+        "the deploy's (-c model_tpm, else Service Quotas)"
+    when = f", by {control.by} at {ops.iso(control.at)}" if control.at else ""
+    console.print(f"model: {'PAUSED' if control.paused else 'running'}; quota: {tpm}{when}", markup=False,
+                  highlight=False)
+
+
+def _change(obj: Ctx, **change: Any) -> None:
+    try:
+        _show_control(ops.quota_change(obj.deps, "cli", **change))
+    except ops.NoModelControl as exc:
+        raise click.ClickException(str(exc)) from exc
+
+
+@quota.command("show")
+@click.pass_obj
+def quota_show(obj: Ctx) -> None:
+    """Whether the model is paused, and the quota the workers pace to."""
+    try:
+        _show_control(ops.quota_show(obj.deps))
+    except ops.NoModelControl as exc:
+        raise click.ClickException(str(exc)) from exc
+
+
+@quota.command("pause")
+@click.pass_obj
+def quota_pause(obj: Ctx) -> None:
+    """No new model call starts (within model_control_max_age_s); chunks are held as backpressure, not failed."""
+    _change(obj, paused=True)
+
+
+@quota.command("resume")
+@click.pass_obj
+def quota_resume(obj: Ctx) -> None:
+    """Model calls start again; the held chunks go on."""
+    _change(obj, paused=False)
+
+
+@quota.command("set")
+@click.argument("tokens_per_minute", type=click.FloatRange(min=1), required=False)
+@click.option("--clear", is_flag=True, help="Forget the quota set here: pace to the deploy's again.")
+@click.pass_obj
+def quota_set(obj: Ctx, tokens_per_minute: float | None, clear: bool) -> None:
+    """Pace to TOKENS_PER_MINUTE (the model's quota, or this stack's share of it)."""
+    if (tokens_per_minute is None) == (not clear):
+        raise click.UsageError("give TOKENS_PER_MINUTE or --clear")
+    _change(obj, tokens_per_minute=tokens_per_minute, clear_quota=clear)
 
 
 # ------------------------------------------------------------------------------------ dlq

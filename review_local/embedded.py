@@ -32,7 +32,7 @@ STACK_NAME = "ContractReview"
 # Resource types moto's CloudFormation creates faithfully. Queue/bucket policies and alarms
 # are not supported by moto (it skips them with a warning): tests/infra asserts them on the template.
 # (+ the job-events SNS topic: the saga publishes to it; the alarm topic needs its KMS key and stays out)
-DEPLOYABLE = {"AWS::SQS::Queue", "AWS::DynamoDB::Table", "AWS::S3::Bucket", "AWS::SNS::Topic"}
+DEPLOYABLE = {"AWS::SQS::Queue", "AWS::DynamoDB::Table", "AWS::S3::Bucket", "AWS::SNS::Topic", "AWS::SSM::Parameter"}
 FAKE_CREDENTIALS = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_SESSION_TOKEN": "testing"}
 
 
@@ -106,6 +106,17 @@ def _run_synth(outdir: Path, context: dict[str, str]) -> None:
         raise RuntimeError(f"cdk synth failed ({proc.returncode}):\n{proc.stderr[-4000:]}")
 
 
+def moto_tags(resources: dict[str, Any]) -> None:
+    """Tags as moto 5.2 reads them, where it differs from CloudFormation (in place): KMS keys' as TagKey/TagValue,
+    SSM parameters' (a map in CloudFormation) as a Key/Value list."""
+    for res in resources.values():
+        tags = res.get("Properties", {}).get("Tags")
+        if res["Type"] == "AWS::KMS::Key" and isinstance(tags, list):
+            res["Properties"]["Tags"] = [{"TagKey": t["Key"], "TagValue": t["Value"]} for t in tags]
+        if res["Type"] == "AWS::SSM::Parameter" and isinstance(tags, dict):
+            res["Properties"]["Tags"] = [{"Key": k, "Value": v} for k, v in tags.items()]
+
+
 def deployable_template(template: dict[str, Any]) -> dict[str, Any]:
     """The subset of the template moto can create, with outputs that only reference it."""
     resources = {k: v for k, v in template["Resources"].items() if v["Type"] in DEPLOYABLE}
@@ -132,6 +143,7 @@ def deployable_template(template: dict[str, Any]) -> dict[str, Any]:
         missing = refs(res) - kept - params - pseudo
         if missing:  # e.g. a policy naming a function role: drop the dependent resource, not the stack
             del resources[name]
+    moto_tags(resources)
     for res in resources.values():
         deps = res.get("DependsOn")
         if deps:

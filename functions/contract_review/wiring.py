@@ -15,6 +15,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 from contract_review.adapters.artifacts import S3Artifacts
 from contract_review.adapters.claims import DynamoClaims
 from contract_review.adapters.jobs import DynamoJobs
+from contract_review.adapters.model_control import SsmModelControl
 from contract_review.adapters.outcomes import PowertoolsOutcomes
 from contract_review.adapters.queues import SqsQueues
 from contract_review.adapters.task_protection import ScaleInGuard, TaskProtection
@@ -68,6 +69,8 @@ def build_deps(settings: Settings, session: Any, endpoint_url: str | None = None
         side_effects=(build_side_effects(settings, session, endpoint_url, remaining_ms)
                       if settings.idempotency_table else None),
         compensator=saga.compensate_job if settings.idempotency_table else None,
+        model_control=(SsmModelControl(meter.hook(session.client("ssm", **kw)), settings.model_control_parameter,
+                                       p.quota.model_control_max_age_s) if settings.model_control_parameter else None),
     )
 
 

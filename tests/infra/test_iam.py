@@ -45,6 +45,8 @@ def _names(t: dict[str, Any]) -> dict[str, str]:
                              ("StorageArtifacts", "bucket")):
             if lid.startswith(prefix) and r["Type"] in ("AWS::DynamoDB::Table", "AWS::S3::Bucket"):
                 out[lid] = name
+        if lid.startswith("ModelControl") and r["Type"] == "AWS::SSM::Parameter":  # `review quota`
+            out[lid] = "parameter:model-control"
         for prefix, name in (("SideEffectsIdempotencyTable", "table:idempotency"),  # infra/side_effects.py
                              ("SideEffectsJobEventsTopic", "topic:job-events"),
                              ("SideEffectsCompensationDlq", "dlq:compensation")):
@@ -66,6 +68,9 @@ def _target(resource: Any, names: dict[str, str]) -> str | None:
     if isinstance(resource, dict) and "Fn::Join" in resource and str(resource["Fn::Join"][1][-1]).endswith(
             ":event-bus/default"):
         return "bus:default"
+    if isinstance(resource, dict) and "Fn::Join" in resource and resource["Fn::Join"][1][-2:-1] == [":parameter"] \
+            and isinstance(resource["Fn::Join"][1][-1], dict):  # an SSM parameter: arn...:parameter<its name>
+        return names.get(resource["Fn::Join"][1][-1].get("Ref", ""))
     if isinstance(resource, dict) and "Fn::Join" in resource:
         sep, parts = resource["Fn::Join"]
         if sep == "" and len(parts) == 2 and isinstance(parts[0], dict) and "Fn::GetAtt" in parts[0]:

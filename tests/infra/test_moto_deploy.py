@@ -17,6 +17,8 @@ REGION = "us-east-1"
 
 
 def test_local_template_deploys_into_moto(synth: Synth, monkeypatch: pytest.MonkeyPatch) -> None:
+    from review_local.embedded import moto_tags
+
     boto3 = pytest.importorskip("boto3")
     moto = pytest.importorskip("moto")
     for key in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN"):
@@ -36,8 +38,7 @@ def test_local_template_deploys_into_moto(synth: Synth, monkeypatch: pytest.Monk
             if param["Type"] == "AWS::SSM::Parameter::Value<String>" and param["Default"].startswith("/aws/service/"):
                 param["Default"] = f"/test/{name}"
                 ssm.put_parameter(Name=param["Default"], Value=layer, Type="String")
-        for res in resources(template, "AWS::KMS::Key").values():  # moto 5.2 reads KMS tags as TagKey/TagValue
-            res["Properties"]["Tags"] = [{"TagKey": t["Key"], "TagValue": t["Value"]} for t in res["Properties"]["Tags"]]
+        moto_tags(template["Resources"])  # KMS and SSM tags as moto 5.2 reads them
         account = boto3.client("sts", region_name=REGION).get_caller_identity()["Account"]
         s3 = boto3.client("s3", region_name=REGION)
         assets = f"cdk-hnb659fds-assets-{account}-{REGION}"

@@ -37,6 +37,7 @@ from contract_review.domain.records import (
     Job,
     JobEvent,
     JobState,
+    ModelControl,
     ReleaseReason,
     SideEffectDone,
     Usage,
@@ -377,6 +378,21 @@ class Sent:
     hidden: bool = False
 
 
+class FakeModelControl:
+    """The operator's model control (`review quota`) in memory: what the SSM parameter holds, read uncached."""
+
+    def __init__(self) -> None:
+        self.control = ModelControl()
+        self.reads = 0
+
+    def get(self) -> ModelControl:
+        self.reads += 1
+        return self.control
+
+    def put(self, control: ModelControl) -> None:
+        self.control = control
+
+
 class FakeQueues:
     """Queues as lists. FIFO dedup on the results queue, as SQS does within its window."""
 
@@ -469,5 +485,6 @@ class FakeWorld:
         self.jobs = FakeJobs(self.clock, self.settings.profile.record_ttl_s)
         self.claims = FakeClaims(self.clock, self.artifacts, self.settings.profile.review.checkpoint_inline_max_bytes)
         self.queues = FakeQueues(self.clock)
+        self.model_control = FakeModelControl()
         self.deps = Deps(settings=self.settings, jobs=self.jobs, claims=self.claims, artifacts=self.artifacts,
-                         queues=self.queues, clock=self.clock)
+                         queues=self.queues, clock=self.clock, model_control=self.model_control)

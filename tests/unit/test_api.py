@@ -176,7 +176,7 @@ def test_an_idempotency_key_in_the_body_is_the_headers_and_the_two_must_agree():
     assert by_header.status == by_body.status == 202 and by_body.json["jobId"] == by_header.json["jobId"]
     assert by_body.headers.get("Idempotent-Replayed") == "true"
     differ = submit(world, key="k-1", idempotency_key="k-2")
-    assert (differ.status, differ.code) == (400, "api.invalid_request") and len(intake_messages(world)) == 2
+    assert (differ.status, differ.code) == (409, "api.conflict") and len(intake_messages(world)) == 2
 
 
 def test_a_queue_message_posted_as_it_is_is_taken_with_every_field():

@@ -335,3 +335,30 @@ def test_submit_prints_the_job_id_of_the_formula(tmp_path):
     result = run(world, "submit", "--idempotency-key", "client-1", str(f))
     assert result.stdout.splitlines() == [f"{job_id_for('client-1')}  {f}"]
     assert job_id_for("client-1") == "job-" + hashlib.sha256(b"client-1").hexdigest()[:20]
+
+
+# --- quota: the model's runtime control ------------------------------------------------------------------
+
+def test_review_quota_pauses_resumes_and_sets_the_quota_the_workers_read():
+    world = FakeWorld()
+    shown = run(world, "quota", "show")
+    assert shown.exit_code == 0 and "model: running" in shown.output
+    assert run(world, "quota", "pause").exit_code == 0 and world.model_control.control.paused
+    assert world.model_control.control.by == "cli" and "PAUSED" in run(world, "quota", "show").output
+    assert run(world, "quota", "set", "600000").exit_code == 0
+    assert world.model_control.control.tokens_per_minute == 600_000 and world.model_control.control.paused
+    assert run(world, "quota", "resume").exit_code == 0 and not world.model_control.control.paused
+    assert run(world, "quota", "set", "--clear").exit_code == 0 and world.model_control.control.tokens_per_minute is None
+    bad = run(world, "quota", "set")
+    assert bad.exit_code == 2 and "TOKENS_PER_MINUTE or --clear" in bad.output
+
+
+def test_review_quota_on_a_stack_without_the_control_is_one_clear_line():
+    from dataclasses import replace
+
+    world = FakeWorld()
+    world.deps = replace(world.deps, model_control=None)
+    r = run(world, "quota", "pause")
+    assert r.exit_code == 1 and error_lines(r) == [
+        "Error: this stack has no model control (no ModelControlParameterName output): redeploy it with this version "
+        "(`cdk deploy`, or `review up` locally)"]

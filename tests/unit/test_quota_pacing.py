@@ -91,3 +91,24 @@ def test_an_unreadable_quota_leaves_the_calls_unpaced_and_says_why():
 def test_the_offline_model_is_not_paced():
     s = Settings.from_env(full_env(REVIEW_PROFILE="local", MODEL_PROVIDER="offline"))
     assert model_tokens_per_minute(s, NoClients()) == (None, "the offline model has no quota")
+
+
+def test_a_quota_set_at_runtime_replaces_the_pacers_target_at_the_next_chunk():
+    """`review quota set N` (the model control): each worker paces to N from its next chunk, no redeploy."""
+    import random
+
+    from contract_review.domain.records import ModelControl
+    from contract_review.pipeline.worker import ChunkWorker, Delivery
+
+    from .fakes import FakeWorld
+    from .inprocess import FaultyModel
+    from .scenarios import one_chunk_job
+
+    world = FakeWorld()
+    _job, msg = one_chunk_job(world)
+    worker = ChunkWorker(world.deps, FaultyModel(), rng=random.Random(1), sleep=lambda _s: None)
+    assert worker.limiter is None  # the offline model: no quota known
+    world.model_control.put(ModelControl(tokens_per_minute=600_000, by="ops"))
+    assert worker.handle(msg, Delivery("m", "rh", 1, 120, remaining_ms=lambda: 10**9)).action == "done"
+    assert worker.limiter is not None and worker.limiter.tokens is not None
+    assert worker.limiter.tokens.ceiling == pytest.approx(600_000 / 60)

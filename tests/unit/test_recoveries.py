@@ -21,7 +21,7 @@ from contract_review.domain.errors import REGISTRY, ReviewError
 from contract_review.domain.messages import MAX_INLINE_CHARS
 from contract_review.domain.model import ModelRequest, ModelResponse
 from contract_review.domain.ports import Queue
-from contract_review.domain.records import ChunkStatus, JobState, job_id_for
+from contract_review.domain.records import ChunkStatus, JobState, ModelControl, job_id_for
 from contract_review.doubles.offline_model import OfflineRuleModel
 from contract_review.model.breaker import BreakerModel, CircuitBreaker
 from contract_review.pipeline import (
@@ -395,6 +395,24 @@ def budget_exceeded(code: str) -> None:
     r.completes_as_fault_free()
 
 
+def paused(code: str) -> None:
+    """An operator pauses the model: no call starts, every chunk is held as backpressure (no failure counted, not
+    dead-lettered however long the pause lasts); `review quota resume` and the job completes as if never paused."""
+    r = Run()
+    r.submit()
+    r.world.model_control.put(ModelControl(paused=True, by="ops"))
+    r.p.run(r.job_id, rounds=8)
+    r.world.clock.advance(r.world.settings.profile.recovery.backpressure_deadline_s * 2)  # longer than the deadline
+    r.p.run(r.job_id, rounds=8)
+    assert r.state()[0] is JobState.RUNNING and r.p.model.calls == 0
+    chunks = r.world.claims.for_job(r.job_id)
+    assert all(c.failures == 0 and c.status is ChunkStatus.PENDING for c in chunks)
+    assert f'"{code}"' in r.seen()
+    assert "review quota resume" in REGISTRY[code].recovery
+    r.world.model_control.put(ModelControl(paused=False, by="ops"))  # `review quota resume`
+    r.completes_as_fault_free()
+
+
 RECOVERIES: dict[str, Callable[[str], None]] = {
     # by itself
     "model.throttled": lambda c: by_itself(c, throttled),
@@ -409,6 +427,7 @@ RECOVERIES: dict[str, Callable[[str], None]] = {
     "runtime.time_exhausted": lambda c: by_itself(c, out_of_time),
     "runtime.receives_exhausted": lambda c: by_itself(c, receives_burned),
     "model.refused": optional_refusal,
+    "model.paused": paused,
     # the job ends; the cause is fixed; `review retry` / `review dlq redrive`
     "model.output_invalid": lambda c: ends_then(c, answers_forever("end_turn", MANDATORY), MISSING, review_retry),
     "job.chunks_missing": lambda c: ends_then(c, answers_forever("content_filtered", MANDATORY), MISSING,

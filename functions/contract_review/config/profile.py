@@ -189,6 +189,9 @@ class QuotaConfig(BaseModel):
     # timeouts) open it; no call is sent for `breaker_open_s`, then one probe decides.
     breaker_failures: int = 5
     breaker_open_s: float = 30.0
+    # How long a worker keeps the operator's model control (`review quota`: a pause, a quota) before reading it
+    # again: a pause stops new model calls within about this long.
+    model_control_max_age_s: float = 60.0
 
 
 class SideEffectsConfig(BaseModel):
@@ -393,6 +396,7 @@ PROFILES: dict[str, Profile] = {
         fargate_sweep_interval_s=1.0,
         poller_wait_s=0,  # short polls against moto (its long poll spins while a FIFO group is busy)
         breaker_open_s=2.0,
+        model_control_max_age_s=1.0,  # a `review quota pause` on the local stack takes effect within a second
         ticket_read_timeout_s=1.0,  # the local ticket fake holds a "timeout after write" answer for seconds
     ),
 }

@@ -46,6 +46,9 @@ RESOURCES: tuple[Resource, ...] = (
              "completed\"; subscribe instead of polling)", required=False),
     Resource("compensation_dlq_url", "COMPENSATION_DLQ_URL", "CompensationDlqUrl", "compensation dead-letter queue",
              required=False),
+    # the operator's runtime control of the model (`review quota`: pause, quota), an SSM parameter
+    Resource("model_control_parameter", "MODEL_CONTROL_PARAMETER", "ModelControlParameterName",
+             "model control SSM parameter (review quota: pause, resume, set the quota)", required=False),
 )
 
 
@@ -92,6 +95,7 @@ class Settings(BaseModel):
     idempotency_table: str = ""
     job_events_topic_arn: str = ""
     compensation_dlq_url: str = ""
+    model_control_parameter: str = ""
     ticket_url: str = ""
     # The tokens-per-minute quota the workers pace to (`-c model_tpm=N`); None: the profile's, else the model's
     # quota as Service Quotas names it, read at cold start (wiring.model_tokens_per_minute).

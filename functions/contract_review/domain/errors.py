@@ -84,6 +84,12 @@ _CODES = [
               "back after at least the time the breaker stays open; one probe call half-opens it and a success "
               "closes it. Sustained: the provider is failing; see its health page. Bounded by the backpressure "
               "deadline (runtime.backpressure_exhausted)."),
+    ErrorCode("model.paused", ErrorClass.STATE, False,
+              "An operator paused the model (`review quota pause`): no model call starts while it is paused (the "
+              "workers read the pause within the profile's model_control_max_age_s, prod 60 s).",
+              "`review quota resume`. Meanwhile each chunk is held as backpressure: checkpoints kept, requeued with a "
+              "growing delay, no failure counted, and the backpressure deadline does not dead-letter it for the "
+              "pause."),
     ErrorCode("input.invalid", ErrorClass.PERMANENT, False,
               "The intake message is not valid JSON or violates the intake schema v1.",
               "Fix the message (see docs/intake-message.schema.json) and send it again. Never retried."),

@@ -9,6 +9,7 @@ decides what a failure does next. Changing one code's behaviour is changing its 
   poison budget and the DLQ), a permanent failure of the chunk, or a stop (someone else owns the work).
 - `trips_breaker`: counts as a failed call towards the model's circuit breaker (model/breaker.py).
 - `slows`: the quota a throttle with this code slows down (model/pacing.py); None for every other code.
+- `bounded`: backpressure for this cause ends at the backpressure deadline (not for an operator's pause).
 
 The class, retryability and job-fatality of a code stay in the registry (the envelope carries them);
 `docs/error-codes.md` is generated from both (`python -m contract_review.domain.policy`).
@@ -49,6 +50,7 @@ class Recovery:
     handling: Handling
     trips_breaker: bool = False
     slows: Quota | None = None
+    bounded: bool = True  # backpressure for this cause ends at the backpressure deadline (False: waits for an operator)
 
 
 M, A, FX, COMP = Tier1.MODEL, Tier1.BOTOCORE, Tier1.SIDE_EFFECT, Tier1.COMPENSATION
@@ -68,6 +70,7 @@ POLICY: dict[str, Recovery] = {
     "model.id_rejected": Recovery(None, PERM),
     "model.request_invalid": Recovery(None, PERM),
     "model.circuit_open": Recovery(None, BP),
+    "model.paused": Recovery(None, BP, bounded=False),
     "input.invalid": Recovery(None, NONE),
     "input.empty_document": Recovery(None, NONE),
     "input.undecodable": Recovery(None, NONE),
@@ -129,6 +132,11 @@ def is_backpressure(env: ErrorEnvelope) -> bool:
     if POLICY[env.error_code].handling in (BP, HANDOFF):
         return True
     return env.cause_code is not None and POLICY[env.cause_code].handling is BP
+
+
+def bounded_by_deadline(env: ErrorEnvelope) -> bool:
+    """Whether backpressure for this cause is dead-lettered once it lasts the backpressure deadline."""
+    return POLICY[env.error_code].bounded
 
 
 def counts_as_error(code: str | None) -> bool:

@@ -31,6 +31,7 @@ from contract_review.domain.records import (
     Job,
     JobEvent,
     JobState,
+    ModelControl,
     ReleaseReason,
     SideEffectDone,
     Usage,
@@ -40,6 +41,16 @@ if TYPE_CHECKING:
     from contract_review.domain.cost import RequestMeter
 
 Clock = Callable[[], float]
+
+
+class ModelControls(Protocol):
+    """The operator's runtime control of the model (adapters/model_control.py: an SSM parameter)."""
+
+    def get(self) -> ModelControl:
+        """The current control, as a worker sees it (cached: a change takes effect within the cache's age)."""
+        ...
+
+    def put(self, control: ModelControl) -> None: ...
 
 
 class Compensator(Protocol):
@@ -245,4 +256,6 @@ class Deps:
     # Undoes a job's side effects (the saga's `compensate_job`, provided by wiring with `side_effects`): the
     # port through which the state machine compensates without importing the saga that builds on it.
     compensator: Compensator | None = None
+    # The operator's runtime control of the model (`review quota`: pause, quota); None: none configured
+    model_control: ModelControls | None = None
     meter: RequestMeter | None = None  # counts the AWS requests of the clients above (cost.py); None: not counted

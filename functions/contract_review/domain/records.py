@@ -443,3 +443,13 @@ class JobEvent(_Record):
         return int(self.seq) if self.seq.isdigit() else 0
 
 
+class ModelControl(_Record):
+    """What an operator set for the model at runtime, without a redeploy (`review quota`; an SSM parameter the
+    workers read, cached about a minute): a pause (no model call starts; chunks are held as backpressure,
+    never failed) and the tokens-per-minute quota to pace to (None: the deploy's or Service Quotas')."""
+
+    paused: bool = False
+    tokens_per_minute: float | None = None
+    by: str = ""
+    at: float = 0.0
+

@@ -364,8 +364,8 @@ def post_job() -> Response[str]:
     header = _idempotency_key()
     req = _parse(JobRequest, _body_json())
     if header is not None and req.idempotency_key is not None and header != req.idempotency_key:
-        raise ApiError(400, "api.invalid_request", "the Idempotency-Key header and the body's idempotency_key differ: "
-                                                   "send one of them, or the same key in both")
+        raise ApiError(409, "api.conflict", "the Idempotency-Key header and the body's idempotency_key differ: send "
+                                            "one of them, or the same key in both")
     done = submit(_deps(), who, req, header or req.idempotency_key)
     links = _links(done.job_id, _base_url())
     headers = {"Location": links["statusUrl"]}

@@ -17,13 +17,14 @@ from pydantic import BaseModel, ConfigDict, Field, JsonValue, ValidationError
 
 from contract_review.domain.errors import REGISTRY, ErrorEnvelope
 from contract_review.domain.messages import AnalysisMessage, ResultMessage
-from contract_review.domain.ports import DLQS, Deps, Queue, QueueMessage
+from contract_review.domain.ports import DLQS, Deps, ModelControls, Queue, QueueMessage
 from contract_review.domain.records import (
     ChunkStatus,
     CoverageGap,
     Job,
     JobEvent,
     JobState,
+    ModelControl,
     Reliability,
     Usage,
     job_id_for,
@@ -385,3 +386,34 @@ def submit(deps: Deps, text: str, document_id: str | None = None, idempotency_ke
     deps.queues.send_intake(admission.intake_body(deps, text, key=key, document_id=document_id, metadata=metadata,
                                                   budget_usd=budget_usd))
     return job_id_for(key)
+
+
+# ------------------------------------------------------------------------------ the model's runtime control
+class NoModelControl(Exception):
+    """The stack has no model-control parameter (deployed before `review quota` existed): redeploy it."""
+
+
+def _controls(deps: Deps) -> ModelControls:
+    if deps.model_control is None:
+        raise NoModelControl("this stack has no model control (no ModelControlParameterName output): redeploy it "
+                             "with this version (`cdk deploy`, or `review up` locally)")
+    return deps.model_control
+
+
+def quota_show(deps: Deps) -> ModelControl:
+    """`review quota show`: what the operator set (a pause, a quota); the workers see it within the profile's
+    model_control_max_age_s."""
+    return _controls(deps).get()
+
+
+def quota_change(deps: Deps, by: str, *, paused: bool | None = None, tokens_per_minute: float | None = None,
+                 clear_quota: bool = False) -> ModelControl:
+    """`review quota pause|resume|set N|set --clear`: the one write the workers read (an SSM parameter)."""
+    controls = _controls(deps)
+    now = controls.get()
+    changed = now.model_copy(update={
+        "paused": now.paused if paused is None else paused,
+        "tokens_per_minute": None if clear_quota else (tokens_per_minute or now.tokens_per_minute),
+        "by": by, "at": deps.clock()})
+    controls.put(changed)
+    return changed

@@ -242,6 +242,13 @@ class AnalystRunner:
                                         for name, out in batch])
         return True
 
+    def _not_paused(self, analyst: str) -> None:
+        """Before every model call: an operator's pause (`review quota pause`) holds the chunk as backpressure."""
+        control = self.deps.model_control.get() if self.deps.model_control is not None else None
+        if control is not None and control.paused:
+            raise ReviewError.of("model.paused", f"the model was paused by {control.by or 'an operator'}: "
+                                 "`review quota resume` lets it go on", step=analyst)
+
     def _ready(self, retrier: Retrier) -> None:
         """After waiting for the quota: the stop conditions and the time left, again, before the call."""
         retrier.check()
@@ -282,6 +289,7 @@ class AnalystRunner:
         limiter = self.limiter
 
         def invoke(request: ModelRequest) -> ModelResponse:
+            self._not_paused(spec.name)
             leads = self.warm.enter(caches(self.model.model_id, request), retrier.check)
             try:
                 return paced(request)
@@ -367,6 +375,7 @@ class ChunkWorker:
                  limiter: QuotaLimiter | None = None):
         self.deps, self.s, self.model, self.sleep = deps, deps.settings, model, sleep
         self.limiter = limiter  # one per process: paces model calls to this worker's share of the quota
+        self._controlled_tpm: float | None = None  # the quota an operator set (`review quota set`), once applied
         self.rng = rng or random.Random()
         # time left that one more model call needs: its timeout plus a margin to save and hand off
         self.call_safety_s = call_safety_s if call_safety_s is not None else \
@@ -378,7 +387,18 @@ class ChunkWorker:
     def handle(self, msg: AnalysisMessage, delivery: Delivery) -> Outcome:
         """One delivery of a chunk message. Its AWS requests, while it runs, are the attempt's (cost.py)."""
         with metered(self.deps.meter) as counter:
+            self._apply_controlled_quota()
             return self._handle(msg, delivery, counter)
+
+    def _apply_controlled_quota(self) -> None:
+        """An operator's quota (`review quota set N`, read from the model control) replaces the pacers' target."""
+        control = self.deps.model_control.get() if self.deps.model_control is not None else None
+        tpm = control.tokens_per_minute if control is not None else None
+        if tpm and tpm != self._controlled_tpm:
+            p = self.s.profile
+            self.limiter = QuotaLimiter.for_quota(p.quota.model_requests_per_minute, tpm,
+                                                  min(p.functions.worker_max_concurrency, p.fanout.fanout_window))
+            self._controlled_tpm = tpm
 
     def _handle(self, msg: AnalysisMessage, delivery: Delivery, counter: RequestCounter) -> Outcome:
         try:

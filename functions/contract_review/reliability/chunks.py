@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from contract_review.domain.errors import ErrorEnvelope
 from contract_review.domain.messages import AnalysisMessage, ResultMessage
-from contract_review.domain.policy import is_backpressure
+from contract_review.domain.policy import bounded_by_deadline, is_backpressure
 from contract_review.domain.ports import Deps, Queue
 from contract_review.domain.records import AttemptStats, ChunkRecord, ChunkStatus, Job, ReleaseReason
 from contract_review.reliability.retry import requeue_delay_s
@@ -98,10 +98,11 @@ def requeue(deps: Deps, msg: AnalysisMessage, record: ChunkRecord | None, fence:
 
 def backpressure_exhausted(deps: Deps, chunk: ChunkRecord, cause: ErrorEnvelope, now: float) -> ErrorEnvelope | None:
     """The `runtime.backpressure_exhausted` envelope when the chunk's backpressure streak (no progress
-    since `backpressure_since`) has lasted the profile's deadline; None while it may be requeued again."""
+    since `backpressure_since`) has lasted the profile's deadline; None while it may be requeued again, and
+    always for a cause the recovery policy does not bound (an operator's pause)."""
     deadline = deps.settings.profile.recovery.backpressure_deadline_s
     since = chunk.backpressure_since
-    if since is None or now - since < deadline:
+    if since is None or now - since < deadline or not bounded_by_deadline(cause):
         return None
     return ErrorEnvelope.of(
         "runtime.backpressure_exhausted",
