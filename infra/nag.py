@@ -44,13 +44,12 @@ REASONS = {
     "IAM5-xray-quotas": (
         "Lambda active tracing: xray:PutTraceSegments and xray:PutTelemetryRecords do not support "
         "resource-level permissions (AWS requires Resource '*'); and the worker reads its model's quota at cold "
-        "start to pace to it: servicequotas:ListServiceQuotas, ListAWSDefaultServiceQuotas and GetServiceQuota "
+        "start to pace to it: servicequotas:ListServiceQuotas and ListAWSDefaultServiceQuotas "
         "take no resource ARN (infra/permissions.py QUOTA_READ). Read-only."
     ),
     "IAM5-quotas": (
         "The worker reads its model's quota at start to pace to it: servicequotas:ListServiceQuotas, "
-        "ListAWSDefaultServiceQuotas and GetServiceQuota take no resource ARN (infra/permissions.py QUOTA_READ). "
-        "Read-only."
+        "ListAWSDefaultServiceQuotas take no resource ARN (infra/permissions.py QUOTA_READ). Read-only."
     ),
     "IAM5-task-protection": (
         "ecs:UpdateTaskProtection for scale-in protection: a task's id is only known at run time, so the "

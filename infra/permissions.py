@@ -215,8 +215,8 @@ def _describe_statements(stack: Stack, model_id: str) -> list[iam.PolicyStatemen
 
 # The model's quotas, read at a worker's cold start to pace to them (model/quotas.py). Service Quotas' list
 # actions take no resource ARN: "*" is the only resource they accept.
-QUOTA_READ = iam.PolicyStatement(actions=["servicequotas:ListServiceQuotas", "servicequotas:ListAWSDefaultServiceQuotas",
-                                          "servicequotas:GetServiceQuota"], resources=["*"])
+QUOTA_READ = iam.PolicyStatement(actions=["servicequotas:ListServiceQuotas", "servicequotas:ListAWSDefaultServiceQuotas"],
+                                 resources=["*"])
 
 
 def grant_bedrock(grantee: iam.IGrantable, stack: Stack, model_id: str) -> None:

@@ -33,7 +33,7 @@ ESM_CONSUME = {"sqs:ReceiveMessage", "sqs:DeleteMessage", "sqs:ChangeMessageVisi
 LOGS = {"logs:CreateLogStream", "logs:PutLogEvents"}
 XRAY = {"xray:PutTraceSegments", "xray:PutTelemetryRecords"}  # active tracing; no resource-level permissions
 # the worker's cold-start read of its model's quota (pacing); Service Quotas' list actions take no resource ARN
-QUOTAS = {"servicequotas:ListServiceQuotas", "servicequotas:ListAWSDefaultServiceQuotas", "servicequotas:GetServiceQuota"}
+QUOTAS = {"servicequotas:ListServiceQuotas", "servicequotas:ListAWSDefaultServiceQuotas"}
 
 
 def _names(t: dict[str, Any]) -> dict[str, str]:

@@ -292,3 +292,50 @@ def test_analysts_that_finish_together_are_committed_together_each_exactly_once(
     # AND the chunk record holds every analyst's commit under the claim's fence
     record = world.claims.get(job_id, msg.chunk_id)
     assert record is not None and set(record.checkpoints) == set(ANALYSTS)
+
+
+class FirstCallFails(CachingModel):
+    """The chunk's first call fails for good (a 400): the leader's step fails, and the next caller must lead."""
+
+    def invoke(self, request: ModelRequest) -> ModelResponse:
+        with self.lock:
+            first = self.calls == 0
+        if first:
+            with self.lock:
+                self.calls += 1
+                self.started.append((time.monotonic(), request.analyst, request.step))
+            time.sleep(CALL_S)
+            with self.lock:
+                self.ended.append(time.monotonic())
+            raise ClientError({"Error": {"Code": "ValidationException", "Message": "scripted"},
+                               "ResponseMetadata": {"HTTPStatusCode": 400, "HTTPHeaders": {}}}, "Converse")
+        return super().invoke(request)
+
+
+def test_a_leader_whose_step_fails_hands_the_warm_up_to_the_next_call():
+    # GIVEN the chunk's first call fails (its analyst's step fails: nothing was cached)
+    world = _world(11)
+    _job_id, msg = one_chunk_job(world)
+    model = FirstCallFails()
+    _handle(world, msg, model)
+    # THEN the second call also ran alone (it leads the warm-up now): the third started after it ended
+    starts = sorted(t for t, _a, _s in model.started)
+    ends = sorted(model.ended)
+    assert len(starts) >= 3 and ends[0] <= starts[1] and ends[1] <= starts[2]
+
+
+def test_waiting_for_the_warm_up_reads_nothing_until_the_leader_is_done():
+    """A waiter does not poll the job (the cancel check is a strongly consistent read): it waits on the leader,
+    then checks once. The reads of a chunk are one per call, not one per waiter per tick."""
+    world = _world(11)
+    _job_id, msg = one_chunk_job(world)
+    reads = {"n": 0}
+    real_get = world.jobs.get
+
+    def counted(job_id: str):
+        reads["n"] += 1
+        return real_get(job_id)
+    world.jobs.get = counted  # type: ignore[method-assign]  # count the job reads
+    model = CachingModel(at=1, during=lambda _r: time.sleep(0.5))  # the leader's call takes half a second
+    assert _handle(world, msg, model).action == "done"
+    assert reads["n"] <= 3 * model.calls + 5  # per call: the cancel check, after a wait: one more; plus the attempt's

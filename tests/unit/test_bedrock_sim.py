@@ -136,7 +136,7 @@ def test_a_spent_daily_quota_throttles_like_any_quota(tmp_path):
     assert outcome(spent, req) == "model.throttled"
 
 
-def test_llm_like_answer_lengths_are_counted_and_never_exceed_max_tokens():
+def test_llm_like_answer_lengths_are_counted_and_one_over_max_tokens_is_cut():
     spec = FaultSpec(answer_tokens_median=300, answer_tokens_p99=1200, seed=4)
     model = FaultInjectingModel(CachedAnswer(), spec)
     outputs = [model.invoke(request(i=i)).output_tokens for i in range(200)]
@@ -144,4 +144,31 @@ def test_llm_like_answer_lengths_are_counted_and_never_exceed_max_tokens():
     assert max(outputs) <= request().max_tokens
     capped = FaultInjectingModel(CachedAnswer(), spec.model_copy(update={"answer_tokens_median": 10_000,
                                                                           "answer_tokens_p99": None}))
-    assert capped.invoke(request()).output_tokens == request().max_tokens
+    cut = capped.invoke(request())
+    assert (cut.output_tokens, cut.stop_reason) == (request().max_tokens, "max_tokens")  # cut, as Bedrock cuts it
+
+
+def test_a_read_timeout_keeps_its_reservation_and_takes_the_read_timeout(tmp_path):
+    """The client gave up, Bedrock did not: the call's reservation stays taken (an error answered at once is given
+    back), and the timeout is felt after the client's read timeout, not at once."""
+    req = request()
+    reserved = reserved_tokens(CachedAnswer.model_id, req)
+    spec = FaultSpec(throttle_tokens_per_s=1e-9, throttle_window_s=100 * reserved / 1e-9, throttle_state_dir=str(tmp_path),
+                     transient_rate=1.0, seed=3)
+    slept: list[float] = []
+    model = FaultInjectingModel(CachedAnswer(), spec, read_timeout_s=7.0, sleep=slept.append)
+    outcomes = [outcome(model, request(i=i)) for i in range(30)]
+    assert "model.timeout" in outcomes and slept.count(7.0) == outcomes.count("model.timeout")
+    left = json.loads((tmp_path / "model-tokens.json").read_text())["tokens"]
+    held = 100 * reserved - left
+    assert held == pytest.approx(outcomes.count("model.timeout") * reserved, rel=0.01)
+
+
+def test_the_pacer_estimates_a_reservation_as_the_simulated_bedrock_admits_it():
+    """The worker's pacer (model/pacing.py) takes from its token bucket what Bedrock will reserve: all the input,
+    the shared context and Bedrock's tool-use prompt included, plus maxTokens."""
+    from contract_review.model.pacing import estimated_reservation
+
+    req = dataclasses.replace(big_request(), context="c" * 8_000, prompt="task")
+    assert estimated_reservation(req) == reserved_tokens("some.unknown-model", req)  # the strictest traits
+    assert estimated_reservation(req) >= text_tokens(req.context) + 313 + req.max_tokens

@@ -396,10 +396,13 @@ def test_an_error_answered_at_once_gives_its_reserved_tokens_back(tmp_path):
     reserved = reserved_tokens(ECHO, req)
     spec = FaultSpec(throttle_tokens_per_s=1e-9, throttle_window_s=2 * reserved / 1e-9,
                      throttle_state_dir=str(tmp_path), transient_rate=1.0)
-    model = FaultInjectingModel(EchoModel(), spec)
-    for i in range(6):  # 6 immediate faults against room for 2 reservations: none is throttled on tokens
-        assert outcome(model, request(i=i)) in ("model.throttled", "model.unavailable", "model.timeout")
-    assert _bucket_tokens(tmp_path) == pytest.approx(2 * reserved, abs=1)
+    model = FaultInjectingModel(EchoModel(), spec, sleep=lambda _s: None)
+    # 6 faults against room for 2 reservations: those answered at once (429, 5xx) give their tokens back; a read
+    # timeout does not (the client gave up, Bedrock went on with the call: test_bedrock_sim.py)
+    outcomes = [outcome(model, request(i=i)) for i in range(6)]
+    assert set(outcomes) <= {"model.throttled", "model.unavailable", "model.timeout"}
+    held = min(2, outcomes.count("model.timeout"))
+    assert _bucket_tokens(tmp_path) == pytest.approx((2 - held) * reserved, abs=1)
 
 
 def test_a_request_throttled_on_tokens_gives_its_request_back(tmp_path):

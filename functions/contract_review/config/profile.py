@@ -153,9 +153,9 @@ class ReviewConfig(BaseModel):
     model_id: str = "global.anthropic.claude-sonnet-4-6"
     # A label shown on jobs and reports. Checkpoints do not depend on it: each analyst's are matched on its
     # analysis identity, derived from the prompts, categories and schemas themselves (review/analysts.py).
-    # 2026-11-22: each analyst's fixed instructions (its categories and the step's task) moved into the system
-    # prompt, sent as a cached prefix (Bedrock prompt caching); the user message holds the excerpt only.
-    prompt_version: str = "2026-11-22"
+    # 2026-11-25: one cached prefix per chunk (one tool for both steps, the shared instructions with every
+    # category, the excerpt), then the cache point, then the analyst's categories and step (docs/cost.md).
+    prompt_version: str = "2026-11-25"
     # larger analyst outputs go to S3: a checkpoint item holds the outputs of the analysts committed
     # together (up to 11), so 11 of them stay far below DynamoDB's 400 KB
     checkpoint_inline_max_bytes: int = 30_000

@@ -9,11 +9,13 @@
 - `SharedTokenBucket`: a model quota shared by every worker process, like an account quota
   (requests per minute, or tokens per minute). Local only: a file lock cannot span Lambda instances.
 - The simulated Bedrock (a stand-in, not Bedrock): `FaultInjectingModel` over the offline rule model
-  with `FaultSpec.simulated_bedrock(...)`: a lognormal latency (median + p99), a requests-per-minute
-  and a tokens-per-minute quota shared by every process (a call reserves its input + `maxTokens` when
-  it starts and is settled to input + 5 x output when it ends, as Bedrock does for current Claude
-  models), 429 `ThrottlingException`s with no Retry-After, 5xx bursts (every process fails together
-  for `burst_duration_s` out of every `burst_every_s`, at a seeded phase) and seeded transient faults.
+  with `FaultSpec.simulated_bedrock(...)`, counting as `bedrock_sim.py` says: a tokens-per-minute quota
+  shared by every process (a call reserves all its input, cache reads included, + `maxTokens` when it
+  starts and is settled to input + cache writes + 5 x output when it ends), daily token quotas, a
+  requests-per-minute quota only when asked, a lognormal latency (median + p99), LLM-like answer lengths
+  (cut at `maxTokens`), 429 `ThrottlingException`s with no Retry-After, 5xx bursts (every process fails
+  together for `burst_duration_s` out of every `burst_every_s`, at a seeded phase) and seeded transient
+  faults.
 - `CallLedger`: an append-only record of every model call (the offline stand-in for a provider's
   usage log); tests count model calls from it.
 """
@@ -221,14 +223,16 @@ class FaultInjectingModel:
                 daily.settle(self.model_id, reserved - used)
 
     def _answer_length(self, request: ModelRequest, response: ModelResponse, rng: random.Random) -> ModelResponse:
-        """An LLM-like answer length (the spec's lognormal), never over `maxTokens`: counted, not generated."""
+        """An LLM-like answer length (the spec's lognormal): counted, not generated; one longer than `maxTokens` is
+        cut there and stops on max_tokens, as Bedrock's would."""
         spec = self.spec
         if not spec.answer_tokens_median or response.stop_reason != "end_turn":
             return response
         sigma = math.log(spec.answer_tokens_p99 / spec.answer_tokens_median) / _Z99 if spec.answer_tokens_p99 else 0.0
-        drawn = int(spec.answer_tokens_median * math.exp(sigma * rng.gauss(0.0, 1.0)))
-        return dataclasses.replace(response, output_tokens=min(request.max_tokens,
-                                                               max(response.output_tokens, drawn)))
+        drawn = max(response.output_tokens, int(spec.answer_tokens_median * math.exp(sigma * rng.gauss(0.0, 1.0))))
+        if drawn > request.max_tokens:  # as Bedrock does: the answer is cut at maxTokens (and paid for)
+            return dataclasses.replace(response, output_tokens=request.max_tokens, stop_reason="max_tokens")
+        return dataclasses.replace(response, output_tokens=drawn)
 
     def _daily_ledger(self) -> DailyTokenLedger | None:
         spec = self.spec
@@ -265,6 +269,8 @@ class FaultInjectingModel:
         self._take_quotas(request)
         try:
             self._raise_transient(rng, roll)
+        except ReadTimeoutError:  # the client gave up; Bedrock went on with the call: its reservation stays taken
+            raise
         except Exception:  # an error answered at once: the tokens it reserved are given back
             reserved = reserved_tokens(self.model_id, request)
             tokens, daily = self._tokens_bucket(), self._daily_ledger()
@@ -286,6 +292,8 @@ class FaultInjectingModel:
                 raise bedrock_error("ThrottlingException", TOKENS_THROTTLE_MESSAGE if tokens else REQUESTS_THROTTLE_MESSAGE)
             if kind == 1:
                 raise bedrock_error("ServiceUnavailableException")
+            if self.read_timeout_s is not None:  # a read timeout takes the client's read timeout to happen
+                self.sleep(self.read_timeout_s)
             raise ReadTimeoutError(endpoint_url=f"https://bedrock-runtime.amazonaws.com/model/{self.model_id}/converse")
 
     def _take_quotas(self, request: ModelRequest) -> None:

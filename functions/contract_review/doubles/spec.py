@@ -48,7 +48,7 @@ class FaultSpec(BaseModel):
     daily_tokens_per_model: float | None = None
     daily_tokens_account: float | None = None
     daily_window_s: float = 86400.0
-    # The prompt cache's minimum prefix (None: the model's, doubles/bedrock_sim.py MODEL_FACTS) and TTL; shared by
+    # The prompt cache's minimum prefix (None: the model's, domain/model.py MODEL_TRAITS) and TTL; shared by
     # every process through throttle_state_dir when it is set.
     cache_min_tokens: int | None = None
     cache_ttl_s: float = 300.0

@@ -34,7 +34,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from contract_review.domain.errors import classify
-from contract_review.domain.model import ModelRequest, ModelResponse
+from contract_review.domain.model import ModelRequest, ModelResponse, prefix_tokens, text_tokens
 from contract_review.domain.policy import slows_model_quota
 
 TOKENS_MESSAGE = "too many tokens"
@@ -105,9 +105,10 @@ class AimdPacer:
 
 
 def estimated_reservation(request: ModelRequest) -> int:
-    """What a call holds against a tokens-per-minute quota when it starts: input (about 4 characters a
-    token) plus `maxTokens`."""
-    return (len(request.system) + len(request.prompt)) // 4 + request.max_tokens
+    """What a call holds against a tokens-per-minute quota when it starts, as Bedrock counts it: all its input,
+    cache reads included (the tool-use prompt, the tool definition, the system prompt, the shared context, its own
+    part; about 4 characters a token) plus `maxTokens`. The same estimate the simulated Bedrock admits with."""
+    return prefix_tokens("", request) + text_tokens(request.prompt) + request.max_tokens
 
 
 def throttle_kind(exc: BaseException) -> str | None:

@@ -69,10 +69,10 @@ def quota_kind(model_id: str) -> str:
 
 def _normalized(label: str) -> str:
     """A quota's model label, comparable to the model's name: case, a trailing note in parentheses and a
-    trailing version (" V1") ignored."""
+    trailing " V1" ignored (not " v2": "Claude 3.5 Sonnet v2" is another model than "Claude 3.5 Sonnet")."""
     label = label.split(" (", 1)[0] if label.rstrip().endswith(")") else label
     words = label.lower().split()
-    if len(words) > 1 and words[-1][:1] == "v" and words[-1][1:].isdigit():
+    if len(words) > 1 and words[-1] == "v1":  # "V1" is the model's first version; a "v2" is another model
         words = words[:-1]
     return " ".join(words)
 

@@ -16,6 +16,7 @@ With `limit` 1 the analysts run one by one in the caller's thread, exactly as be
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -121,29 +122,45 @@ class GroupCommit(Generic[T, R]):
 class WarmUp:
     """A chunk's first model call runs alone when its prefix will be cached: the other analysts' calls wait until
     it has written the prefix, then read it (eleven misses at once would each pay the cache-write price, 1.25 x
-    input, instead of one write and ten reads at 0.1 x). Whatever the first call's outcome, it releases the rest.
-    Only the chunk's first call waits for nothing; a call made with no cache point (a prefix under the model's
-    minimum) warms nothing, and no one waits for it."""
+    input, instead of one write and ten reads at 0.1 x).
 
-    def __init__(self, active: bool, poll_s: float = 0.05):
+    The leader's step (with its tier-1 retries) ends in one of two ways: it succeeded, and everyone goes on; or it
+    failed, and the next caller leads instead (ten calls at once into a quota that just throttled would all miss).
+    Waiting is a condition wait, not a poll (no read per tick); a waiter that wakes runs `after_wait` (the stop
+    conditions and the time left, which may have changed meanwhile) before its call. A waiter never waits longer
+    than `max_wait_s` (the leader's calls are bounded by their timeouts; this bounds a stuck one too). No one waits
+    for a call with no cache point (a prefix under the model's minimum)."""
+
+    def __init__(self, active: bool, max_wait_s: float = 300.0):
         self._active = active
-        self._poll_s = poll_s
-        self._lock = threading.Lock()
+        self._max_wait_s = max_wait_s
+        self._cond = threading.Condition()
         self._leading = False
-        self._done = threading.Event()
+        self._done = False
 
-    def enter(self, cached: bool, check: Callable[[], None]) -> bool:
-        """Before a call (`cached`: it sends a cache point). True: this call leads (call `leave` after it); False:
-        go ahead, after waiting for the leader if there is one (`check` raises to stop while waiting)."""
-        with self._lock:
-            if not self._active or not cached or self._done.is_set():
+    def enter(self, cached: bool, after_wait: Callable[[], None]) -> bool:
+        """Before an analyst's step (`cached`: its call sends a cache point). True: this step leads (call `leave`
+        after it); False: go ahead (after waiting for the leader if there is one, and `after_wait`)."""
+        waited = False
+        with self._cond:
+            if not self._active or not cached:
                 return False
-            if not self._leading:
+            deadline = time.monotonic() + self._max_wait_s
+            while not self._done and self._leading:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    break
+                waited = True
+                self._cond.wait(left)
+            if not self._done and not self._leading:
                 self._leading = True
                 return True
-        while not self._done.wait(self._poll_s):
-            check()
+        if waited:
+            after_wait()
         return False
 
-    def leave(self) -> None:
-        self._done.set()
+    def leave(self, succeeded: bool) -> None:
+        with self._cond:
+            self._leading = False
+            self._done = self._done or succeeded
+            self._cond.notify_all()

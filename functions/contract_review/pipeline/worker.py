@@ -290,14 +290,6 @@ class AnalystRunner:
 
         def invoke(request: ModelRequest) -> ModelResponse:
             self._not_paused(spec.name)
-            leads = self.warm.enter(caches(self.model.model_id, request), retrier.check)
-            try:
-                return paced(request)
-            finally:
-                if leads:
-                    self.warm.leave()
-
-        def paced(request: ModelRequest) -> ModelResponse:
             if limiter is None:
                 return counted(self.model.invoke(request))
             limiter.wait(request, lambda: self._ready(retrier))
@@ -316,7 +308,17 @@ class AnalystRunner:
 
         def call_step(build: Callable[[ErrorEnvelope | None], ModelRequest],
                       parse: Callable[[ModelResponse], ParsedItems]) -> tuple[ParsedItems, int]:
-            return retrier.call_with_repair(build, invoke, parse, step=spec.name)
+            # The chunk's first step warms the prompt cache alone; outside the retrier, so a stop seen after the
+            # wait (a cancel, a lost lease, no time left) keeps its type
+            leads = self.warm.enter(caches(self.model.model_id, build(None)), lambda: self._ready(retrier))
+            succeeded = False
+            try:
+                result = retrier.call_with_repair(build, invoke, parse, step=spec.name)
+                succeeded = True
+                return result
+            finally:
+                if leads:
+                    self.warm.leave(succeeded)
 
         try:
             return run_analyst(spec, chunk, call_step)
