@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import multiprocessing
+import threading
 
 import pytest
 
@@ -172,3 +173,39 @@ def test_the_pacer_estimates_a_reservation_as_the_simulated_bedrock_admits_it():
     req = dataclasses.replace(big_request(), context="c" * 8_000, prompt="task")
     assert estimated_reservation(req) == reserved_tokens("some.unknown-model", req)  # the strictest traits
     assert estimated_reservation(req) >= text_tokens(req.context) + 313 + req.max_tokens
+
+
+def _calls_at_once(model: FaultInjectingModel, req: ModelRequest, n: int) -> list[ModelResponse]:
+    barrier = threading.Barrier(n)
+    out: list[ModelResponse] = []
+    lock = threading.Lock()
+
+    def call() -> None:
+        barrier.wait()
+        answer = model.invoke(req)
+        with lock:
+            out.append(answer)
+    threads = [threading.Thread(target=call) for _ in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(10)
+    return out
+
+
+def test_a_prefix_is_readable_only_once_its_writer_has_answered_so_calls_at_once_all_write():
+    """Eleven calls that start together all miss and each pays the write (1.25 x input), as on Bedrock: the
+    first writer's prefix is readable only once it has answered. A call after that reads it. (The worker's
+    warm-up runs one call first for this reason: tests/unit/test_analyst_concurrency.py.)"""
+    from contract_review.doubles.offline_model import OfflineRuleModel
+    from contract_review.review.analysts import ANALYSTS, build_request
+    from contract_review.review.chunking import Chunk
+
+    text = "The Supplier shall indemnify the Customer against third-party claims. " * 40
+    req = build_request(ANALYSTS[1], "locate", Chunk(index=0, chunk_id="c0", start=0, end=len(text), text=text), None,
+                        None)
+    model = FaultInjectingModel(OfflineRuleModel(SimulatedPromptCache(min_tokens=1)), FaultSpec(latency_ms=200))
+    together = _calls_at_once(model, req, 11)
+    assert len(together) == 11 and all(a.cache_write_tokens > 0 and a.cache_read_tokens == 0 for a in together)
+    later = model.invoke(req)
+    assert later.cache_read_tokens > 0 and later.cache_write_tokens == 0

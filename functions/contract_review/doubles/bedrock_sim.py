@@ -25,11 +25,13 @@ Token counts are estimated at four characters a token (the offline model has no 
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import hashlib
 import json
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -70,10 +72,26 @@ class CacheUse:
     uncached: int  # input tokens neither read nor written
 
 
+_CALL = threading.local()
+
+
+@contextlib.contextmanager
+def answered_in(latency_s: float) -> Iterator[None]:
+    """The call made inside takes `latency_s` to answer (the fault double's latency): a prefix it writes to the
+    cache is readable only once it has answered, as on Bedrock; calls that start meanwhile miss it too."""
+    _CALL.latency_s = latency_s
+    try:
+        yield
+    finally:
+        _CALL.latency_s = 0.0
+
+
 class SimulatedPromptCache:
-    """Bedrock's prompt cache, simulated: a prefix at or over the model's minimum is written by the first call
-    and read by the calls within `ttl_s` of its last use (each read refreshes it); under the minimum nothing
-    is cached. The key is the model, the tool definition (and so the tool choice) and the system prompt.
+    """Bedrock's prompt cache, simulated: a prefix at or over the model's minimum is written by a call that misses
+    it, readable once that call has answered (`answered_in`), and read by the calls that start within `ttl_s` of
+    its last use (each read refreshes it); a call that starts before the write is readable misses and writes too
+    (eleven calls at once: eleven writes). Under the minimum nothing is cached. The key is the model, the tool
+    definition (and so the tool choice), the system prompt and the context.
 
     `state_dir`: shared by every process that names it (a file and a lock), as Bedrock's cache is shared by the
     account; None: one cache in this process. `min_tokens` overrides the model's minimum (tests)."""
@@ -84,43 +102,50 @@ class SimulatedPromptCache:
         if self.path is not None:
             self.path.parent.mkdir(parents=True, exist_ok=True)
         self.ttl_s, self.min_tokens, self.clock = ttl_s, min_tokens, clock
-        self._memory: dict[str, float] = {}
+        self._memory: dict[str, list[float]] = {}
+        self._lock = threading.Lock()
 
     def minimum(self, model_id: str) -> int:
         return self.min_tokens if self.min_tokens is not None else traits_for(model_id).min_cache_tokens
 
     def use(self, model_id: str, request: ModelRequest) -> CacheUse:
-        """What one call reads, writes and leaves uncached. The prefix is everything before the cache point (the
-        tool-use prompt, the tool definition, the system prompt, the context); under the minimum, nothing."""
+        """What one call reads, writes and leaves uncached, decided when it starts. The prefix is everything before
+        the cache point (the tool-use prompt, the tool definition, the system prompt, the context)."""
         prefix = prefix_tokens(model_id, request)
         rest = text_tokens(request.prompt)
         if prefix < self.minimum(model_id):
             return CacheUse(0, 0, prefix + rest)
         key = hashlib.sha256(f"{base_model_id(model_id)}\0{json.dumps(request.output_schema, sort_keys=True)}\0"
                              f"{request.system}\0{request.context}".encode()).hexdigest()
-        now = self.clock()
-        last = self._touch(key, now)
-        warm = last is not None and now - last <= self.ttl_s
+        warm = self._touch(key, self.clock(), getattr(_CALL, "latency_s", 0.0))
         return CacheUse(prefix, 0, rest) if warm else CacheUse(0, prefix, rest)
 
-    def _touch(self, key: str, now: float) -> float | None:
-        """The prefix's last use before `now`, and `now` recorded as its last use."""
+    def _visit(self, state: dict[str, list[float]], key: str, now: float, latency_s: float) -> bool:
+        """Whether the prefix is readable now ([last use, readable from]); records this call's use or write."""
+        entry = state.get(key)
+        warm = entry is not None and entry[1] <= now and now - entry[0] <= self.ttl_s
+        if warm and entry is not None:
+            entry[0] = now
+        else:  # a miss writes: readable once this call has answered (or sooner, by a write already under way)
+            pending = entry[1] if entry is not None and entry[1] > now else float("inf")
+            state[key] = [now, min(pending, now + latency_s)]
+        return warm
+
+    def _touch(self, key: str, now: float, latency_s: float) -> bool:
         if self.path is None:
-            last = self._memory.get(key)
-            self._memory[key] = now
-            return last
+            with self._lock:
+                return self._visit(self._memory, key, now, latency_s)
         with open(self.path, "a+") as fh:
             fcntl.flock(fh, fcntl.LOCK_EX)
             fh.seek(0)
             raw = fh.read()
-            state: dict[str, float] = json.loads(raw) if raw else {}
-            last = state.get(key)
-            state = {k: t for k, t in state.items() if now - t <= self.ttl_s}  # expired prefixes are gone
-            state[key] = now
+            state: dict[str, list[float]] = json.loads(raw) if raw else {}
+            state = {k: v for k, v in state.items() if now - v[0] <= self.ttl_s}  # expired prefixes are gone
+            warm = self._visit(state, key, now, latency_s)
             fh.seek(0)
             fh.truncate()
             fh.write(json.dumps(state))
-            return last
+            return warm
 
 
 class DailyTokenLedger:

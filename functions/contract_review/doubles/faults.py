@@ -44,6 +44,7 @@ from botocore.exceptions import ClientError, ReadTimeoutError
 from contract_review.domain.model import CHARS_PER_TOKEN, ModelClient, ModelRequest, ModelResponse
 from contract_review.doubles.bedrock_sim import (
     DailyTokenLedger,
+    answered_in,
     input_tokens,
     quota_tokens,
     reserved_tokens,
@@ -211,9 +212,11 @@ class FaultInjectingModel:
             if self.read_timeout_s is not None and delay > self.read_timeout_s:
                 self.sleep(self.read_timeout_s)
                 raise ReadTimeoutError(endpoint_url=f"https://bedrock-runtime.amazonaws.com/model/{self.model_id}/converse")
+            with answered_in(delay):  # the prompt cache is looked up as the call starts, written as it answers
+                answered = answer or self.inner.invoke(request)
             if delay > 0:
                 self.sleep(delay)
-            response = self._answer_length(request, answer or self.inner.invoke(request), latency_rng)
+            response = self._answer_length(request, answered, latency_rng)
             return dataclasses.replace(response, latency_ms=response.latency_ms + delay * 1000)
         finally:  # settled: what the call used replaces what it reserved (cache reads released)
             used = used_tokens(self.model_id, request, response) if response else reserved
