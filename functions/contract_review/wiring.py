@@ -143,15 +143,12 @@ def model_tokens_per_minute(settings: Settings, session: Any) -> tuple[float | N
 
 
 def build_limiter(settings: Settings, session: Any = None) -> QuotaLimiter | None:
-    """This process's pacers for the model quota (model/pacing.py): by tokens, the quota `model_tokens_per_minute`
-    finds (a requests-per-minute quota only when the profile sets one: Bedrock no longer enforces it), or None
-    when there is none. The workers expected busy: at most the event source's concurrency, and one job keeps at
-    most its fan-out window busy (more jobs at once: AIMD brings each worker down to its share)."""
-    p = settings.profile
+    """This process's pacers for the model quota (model/pacing.py): the quota `model_tokens_per_minute` finds, or
+    None when there is none (the calls are not paced; throttles are still backpressure)."""
     tpm, source = model_tokens_per_minute(settings, session)
     log.info("model quota", extra={"tokens_per_minute": tpm, "source": source, "model_id": settings.effective_model_id})
-    busy = min(p.functions.worker_max_concurrency, p.fanout.fanout_window)
-    return QuotaLimiter.for_quota(p.quota.model_requests_per_minute, tpm, busy)
+    return QuotaLimiter.for_profile(settings.profile, tpm)
+
 
 def _offline_model(settings: Settings) -> ModelClient:
     """The offline rule model (not an LLM). Its prompt cache is the simulated Bedrock's: shared by every process

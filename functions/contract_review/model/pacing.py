@@ -33,6 +33,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from contract_review.config.profile import Profile
 from contract_review.domain.errors import classify
 from contract_review.domain.model import ModelRequest, ModelResponse, prefix_tokens, text_tokens
 from contract_review.domain.policy import slows_model_quota
@@ -158,6 +159,14 @@ class QuotaLimiter:
             return AimdPacer(rate=share, floor=share / 20, ceiling=total, increase_per_s=share * increase_share,
                              decrease=decrease)
         return cls(requests=pacer(requests_per_minute), tokens=pacer(tokens_per_minute))
+
+    @classmethod
+    def for_profile(cls, profile: Profile, tokens_per_minute: float | None) -> QuotaLimiter | None:
+        """This process's pacers for the quota: by tokens (a requests-per-minute quota only when the profile sets
+        one: Bedrock no longer enforces it). The workers expected busy: at most the event source's concurrency,
+        and one job keeps at most its fan-out window busy (more jobs at once: AIMD brings each one to its share)."""
+        busy = min(profile.functions.worker_max_concurrency, profile.fanout.fanout_window)
+        return cls.for_quota(profile.quota.model_requests_per_minute, tokens_per_minute, busy)
 
     def wait(self, request: ModelRequest, ready: Callable[[], None]) -> None:
         waited = 0.0

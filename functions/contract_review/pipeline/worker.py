@@ -397,9 +397,7 @@ class ChunkWorker:
         control = self.deps.model_control.get() if self.deps.model_control is not None else None
         tpm = control.tokens_per_minute if control is not None else None
         if tpm and tpm != self._controlled_tpm:
-            p = self.s.profile
-            self.limiter = QuotaLimiter.for_quota(p.quota.model_requests_per_minute, tpm,
-                                                  min(p.functions.worker_max_concurrency, p.fanout.fanout_window))
+            self.limiter = QuotaLimiter.for_profile(self.s.profile, tpm)
             self._controlled_tpm = tpm
 
     def _handle(self, msg: AnalysisMessage, delivery: Delivery, counter: RequestCounter) -> Outcome:
