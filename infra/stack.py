@@ -266,5 +266,8 @@ class ContractReviewStack(Stack):
             "AlarmTopicArn": (self.alarm_topic.topic.topic_arn, "SNS topic every alarm notifies (subscribe to it)"),
             "DashboardName": (self.monitoring.dashboard.dashboard_name, "CloudWatch dashboard of the pipeline"),
         })
+        if self.settings.model_tpm:  # `review preflight` says what the workers pace to
+            outputs["ModelTpm"] = (f"{self.settings.model_tpm:.0f}", "tokens per minute the workers pace to "
+                                                                     "(cdk deploy -c model_tpm)")
         for output_id, (value, description) in outputs.items():
             CfnOutput(self, output_id, value=value, description=description)

@@ -47,6 +47,7 @@ class PreflightReport:
     facts: ModelFacts | None = None
     quota_kind: str = ""  # the Service Quotas family: on-demand | cross-region | global cross-region
     quotas: list[QuotaRow] = field(default_factory=list)
+    paced_to: float | None = None  # the stack was deployed with `-c model_tpm` (its ModelTpm output): this wins
     notes: list[str] = field(default_factory=list)
 
     @property
@@ -134,10 +135,13 @@ def render(report: PreflightReport) -> list[str]:
         for q in report.quotas:
             adjustable = "adjustable" if q.adjustable else "not adjustable"
             lines.append(f"  {_LABELS[q.what]}: {q.value:,.0f}  [{q.source}, {adjustable}] {q.name} ({q.code})")
-        tpm = next((q.value for q in report.quotas if q.what == "tokens_per_minute"), None)
-        if tpm is not None:
-            lines.append(f"pacing: a deployed stack's workers pace to {tpm:,.0f} tokens per minute (this quota; "
-                         "`cdk deploy -c model_tpm=N` sets another)")
+    tpm = next((q.value for q in report.quotas if q.what == "tokens_per_minute"), None)
+    if report.paced_to is not None:
+        lines.append(f"pacing: this stack's workers pace to {report.paced_to:,.0f} tokens per minute (deployed with "
+                     "-c model_tpm; `review quota set N` changes it at runtime)")
+    elif tpm is not None:
+        lines.append(f"pacing: a deployed stack's workers pace to {tpm:,.0f} tokens per minute (this quota; "
+                     "`cdk deploy -c model_tpm=N` sets another)")
     lines += [f"note: {n}" for n in report.notes]
     return lines
 
@@ -149,6 +153,7 @@ class Target:
     label: str  # what is being checked, for the first line
     model_provider: str
     model_id: str
+    model_tpm: float | None = None  # the quota the stack was deployed to pace to (`-c model_tpm`, output ModelTpm)
 
 
 def stack_target(session: Any, stack: str) -> Target:
@@ -161,8 +166,9 @@ def stack_target(session: Any, stack: str) -> Target:
         raise
     outputs = {o["OutputKey"]: o["OutputValue"] for o in described.get("Outputs", [])}
     if "ModelId" in outputs:
+        tpm = float(outputs["ModelTpm"]) if outputs.get("ModelTpm") else None
         return Target(f"stack {stack} ({session.region_name})", outputs.get("ModelProvider", "bedrock"),
-                      outputs["ModelId"])
+                      outputs["ModelId"], tpm)
     # a stack deployed before the ModelId output existed: its profile's model
     profile = get_profile(outputs.get("ProfileName", "prod"))
     return Target(f"stack {stack} ({session.region_name}; no ModelId output, using profile {profile.name}'s model)",
@@ -201,7 +207,7 @@ def preflight(stack: str | None, region: str | None, model_id: str | None = None
                  "LLM: its jobs never call Bedrock. Checking the Bedrock model a deployed stack would use instead,")
             echo("  with your AWS credentials (`cdk deploy -c model_id=ID` picks another; --model-id checks one).")
         if model_id:
-            target = Target(target.label, "bedrock", model_id)
+            target = Target(target.label, "bedrock", model_id)  # another model: the stack's quota is not its
         if not session.region_name:
             raise PreflightError("no AWS region: pass --region or set AWS_REGION")
         _require_credentials(session)
@@ -218,6 +224,7 @@ def preflight(stack: str | None, region: str | None, model_id: str | None = None
                              f"{_error(exc).get('Message')}") from exc
     except BotoCoreError as exc:
         raise PreflightError(f"AWS: {exc}") from exc
+    report.paced_to = target.model_tpm
     for line in render(report):
         echo(line)
     return report.ok

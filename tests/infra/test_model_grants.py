@@ -165,6 +165,8 @@ def test_pacing_is_on_in_every_deploy_the_quota_from_context_or_service_quotas(s
     assert ENV["model_tpm"] not in worker["Environment"]["Variables"]  # read from Service Quotas
     _, geo = function_by_handler(by_context["ModelGeo"], "worker.handler")
     assert geo["Environment"]["Variables"][ENV["model_tpm"]] == "2000000"
+    assert by_context["ModelGeo"]["Outputs"]["ModelTpm"]["Value"] == "2000000"  # review preflight reads it
+    assert "ModelTpm" not in synth.templates[PROD]["Outputs"]
 
 
 def _esm_concurrency(t: dict[str, Any]) -> int:

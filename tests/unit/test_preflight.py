@@ -197,6 +197,20 @@ def test_a_deployed_stack_is_checked_with_the_model_in_its_outputs():
     assert ok and lines[0] == "stack Prod (us-east-1): model provider bedrock"
     assert lines[1].startswith("model: us.anthropic.claude-sonnet-4-6 (Anthropic Claude Sonnet 4.6")
     assert any("tokens per minute: 400,000" in line for line in lines)  # the geographic profile's family
+    assert any(line.startswith("pacing: a deployed stack's workers pace to 400,000") for line in lines)
+
+
+def test_a_stack_deployed_with_a_quota_says_the_workers_pace_to_it():
+    c = Clients()
+    c.cfn_stub.add_response("describe_stacks", _stack({"ModelProvider": "bedrock", "ModelId": bs.CURRENT,
+                                                       "ModelTpm": "600000"}), expected_params={"StackName": "Prod"})
+    bs.expect_current(c.bedrock_stub)
+    c.runtime_stub.add_response("converse", bs.converse_ok())
+    c.quota_pages(PAGE_1, PAGE_2)
+    lines: list[str] = []
+    assert preflight("Prod", None, session_factory=lambda **_: FakeSession(c), echo=lines.append)
+    assert any(line.startswith("pacing: this stack's workers pace to 600,000 tokens per minute (deployed with")
+               for line in lines)
 
 
 def test_a_local_stack_says_it_runs_the_offline_model_and_still_checks_bedrock(tmp_path):
