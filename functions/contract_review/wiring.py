@@ -158,8 +158,7 @@ def _offline_model(settings: Settings) -> ModelClient:
     from contract_review.doubles.spec import FaultSpec
 
     spec = FaultSpec.model_validate_json(settings.fault_spec) if settings.fault_spec else FaultSpec()
-    return OfflineRuleModel(SimulatedPromptCache(spec.throttle_state_dir, ttl_s=spec.cache_ttl_s,
-                                                 min_tokens=spec.cache_min_tokens))
+    return OfflineRuleModel(SimulatedPromptCache(spec.throttle_state_dir, ttl_s=spec.cache_ttl_s))
 
 
 def build_model(settings: Settings, session: Any) -> ModelClient:

@@ -22,9 +22,10 @@ CHECK_TO_CALL_S = 0.1  # a worker reads the job's state right before each call (
 
 def test_a_jobs_cost_is_recorded_and_a_tiny_budget_stops_a_job_with_its_code(make_stack, tmp_path):
     log = tmp_path / "calls.jsonl"
-    # a cache minimum the analysts' prefixes reach (Bedrock's, the default, they do not), the cache shared by the
-    # worker processes through the state directory, as Bedrock's is by the account
-    stack = make_stack(FaultSpec(latency_ms=int(CALL_S * 1000), call_log=str(log), cache_min_tokens=1,
+    # the model's own cache minimum (the one the adapter and the warm-up gate decide by: some of this contract's
+    # chunks reach it), the cache shared by the worker processes through the state directory, as Bedrock's is by
+    # the account
+    stack = make_stack(FaultSpec(latency_ms=int(CALL_S * 1000), call_log=str(log),
                                  throttle_state_dir=str(tmp_path / "bedrock")))
     deps = stack.deps()
     # GIVEN a contract reviewed without a budget
@@ -36,8 +37,9 @@ def test_a_jobs_cost_is_recorded_and_a_tiny_budget_stops_a_job_with_its_code(mak
     assert (job.input_tokens, job.output_tokens, job.cache_read_tokens, job.cache_write_tokens) == (
         sum(c.input_tokens for c in chunks), sum(c.output_tokens for c in chunks),
         sum(c.cache_read_tokens for c in chunks), sum(c.cache_write_tokens for c in chunks))
-    # each prefix is written once, by the first call of any worker process, then read (the cache is shared)
-    assert job.cache_write_tokens > 0 and job.cache_read_tokens > job.cache_write_tokens
+    # a cached chunk's prefix is written once, by its warm-up call, then read by the ten other locates and the
+    # assessments (the cache is shared by the processes): eleven misses at once would write more than they read
+    assert job.cache_write_tokens > 0 and job.cache_read_tokens >= 5 * job.cache_write_tokens
     # more than the fixed part (the recording write, the Lambda request, the aggregator's settle) per chunk:
     # the worker processes' own requests (claim, heartbeat, checkpoints, events, findings) were counted
     assert job.aws_requests > 6 * len(chunks) and job.aws_requests > Usage.of(chunks).aws_requests

@@ -48,9 +48,8 @@ class FaultSpec(BaseModel):
     daily_tokens_per_model: float | None = None
     daily_tokens_account: float | None = None
     daily_window_s: float = 86400.0
-    # The prompt cache's minimum prefix (None: the model's, domain/model.py MODEL_TRAITS) and TTL; shared by
-    # every process through throttle_state_dir when it is set.
-    cache_min_tokens: int | None = None
+    # The prompt cache's TTL; its minimum prefix is the model's (domain/model.py MODEL_TRAITS), the one the
+    # adapter and the warm-up gate decide by. Shared by every process through throttle_state_dir when it is set.
     cache_ttl_s: float = 300.0
     # LLM-like answer lengths: a call's output tokens are at least a seeded lognormal draw from this median and
     # 99th percentile (capped at its maxTokens), so cost and quota figures are not flattered by the rule
