@@ -29,7 +29,7 @@ from contract_review.config.profile import get_profile  # noqa: E402
 from contract_review.domain.model import ModelRequest, ModelResponse  # noqa: E402
 from contract_review.doubles.offline_model import OfflineRuleModel  # noqa: E402
 from contract_review.review.analysts import ANALYSTS, parse_response, run_analyst  # noqa: E402
-from contract_review.review.chunking import split_into_chunks  # noqa: E402
+from contract_review.review.chunking import chunk_document  # noqa: E402
 
 CHARS_PER_TOKEN = 4.0
 PROD = get_profile("prod")
@@ -55,7 +55,7 @@ class Meter:
 
 def measure(text: str) -> Meter:
     meter = Meter()
-    for chunk in split_into_chunks(text, PROD.review.chunk_target_chars, PROD.review.chunk_max_chars):
+    for chunk in chunk_document(text, PROD.review):
         for spec in ANALYSTS[:PROD.review.analyst_count]:
             run_analyst(spec, chunk, meter.call_step)
     return meter

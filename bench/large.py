@@ -32,7 +32,7 @@ from contract_review.config.profile import get_profile  # noqa: E402
 from contract_review.domain.ports import Deps  # noqa: E402
 from contract_review.domain.records import Job, JobState  # noqa: E402
 from contract_review.operate import ops  # noqa: E402
-from contract_review.review.chunking import split_into_chunks  # noqa: E402
+from contract_review.review.chunking import chunk_document  # noqa: E402
 from review_local.embedded import synth  # noqa: E402
 from review_local.stack import LocalStack  # noqa: E402
 from tests.large_docs import large_contract, source_name  # noqa: E402
@@ -65,7 +65,7 @@ def _oracle_check(deps: Deps, job: Job, text: str) -> Any:
 def large(template: dict[str, Any], n_bytes: int, variant: int, state_dir: Path, timeout: float,
           samples_only: bool) -> dict[str, Any]:
     text = large_contract(n_bytes, variant, samples_only=samples_only)
-    n = len(split_into_chunks(text, LOCAL.review.chunk_target_chars, LOCAL.review.chunk_max_chars))
+    n = len(chunk_document(text, LOCAL.review))
     stack = LocalStack(template=template, state_dir=state_dir).start()
     try:
         deps = stack.deps()
@@ -92,8 +92,8 @@ def large(template: dict[str, Any], n_bytes: int, variant: int, state_dir: Path,
 def fairness(template: dict[str, Any], big_bytes: int, state_dir: Path, samples_only: bool) -> dict[str, Any]:
     small = SMALL.read_text()
     big = large_contract(big_bytes, variant=20, samples_only=samples_only)
-    n_big = len(split_into_chunks(big, LOCAL.review.chunk_target_chars, LOCAL.review.chunk_max_chars))
-    n_small = len(split_into_chunks(small, LOCAL.review.chunk_target_chars, LOCAL.review.chunk_max_chars))
+    n_big = len(chunk_document(big, LOCAL.review))
+    n_small = len(chunk_document(small, LOCAL.review))
     stack = LocalStack(template=template, state_dir=state_dir).start()
     try:
         deps = stack.deps()

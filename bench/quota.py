@@ -51,7 +51,7 @@ from contract_review.doubles.offline_model import OfflineRuleModel  # noqa: E402
 from contract_review.doubles.spec import FaultSpec
 from contract_review.operate import ops  # noqa: E402
 from contract_review.review.analysts import analysts_for, run_analyst  # noqa: E402
-from contract_review.review.chunking import split_into_chunks  # noqa: E402
+from contract_review.review.chunking import chunk_document  # noqa: E402
 from review_local.embedded import synth  # noqa: E402
 from review_local.stack import LocalStack  # noqa: E402
 
@@ -130,7 +130,7 @@ def calls_needed(text: str) -> tuple[int, int]:
     most calls one chunk needs in sequence (its critical path: locate, then assess, per analyst)."""
     model = OfflineRuleModel()
     total, longest = 0, 0
-    for chunk in split_into_chunks(text, LOCAL.review.chunk_target_chars, LOCAL.review.chunk_max_chars):
+    for chunk in chunk_document(text, LOCAL.review):
         per = [run_analyst(s, chunk, lambda b, p: (p(model.invoke(b(None))), 1)).model_calls
                for s in analysts_for(LOCAL.review.analyst_count)]
         total += sum(per)
@@ -267,7 +267,7 @@ def summarize(name: str, state: str, error_code: str | None, makespan: float, ca
     polling = {f"{s}.{o}": n for (s, o), n in requests.items() if o in POLLING}
     orchestration = {f"{s}.{o}": n for (s, o), n in sorted(requests.items()) if o not in POLLING}
     writes = sum(n for (s, o), n in requests.items() if s == "dynamodb" and o in WRITES)
-    chunks = len(split_into_chunks(text, LOCAL.review.chunk_target_chars, LOCAL.review.chunk_max_chars))
+    chunks = len(chunk_document(text, LOCAL.review))
     cost = prices.orchestration_usd(orchestration)
     polling_cost = prices.orchestration_usd(polling)
     ours_per_1k = prices.usd_per_1k_calls(cost.usd, model_calls)

@@ -119,10 +119,10 @@ def recovery(template: dict[str, Any], with_sweeper: bool, state_dir: Path) -> d
 def clean_chunk_calls(text: str, chunk_id: str) -> int:
     from contract_review.doubles.offline_model import OfflineRuleModel
     from contract_review.review.analysts import analysts_for, run_analyst
-    from contract_review.review.chunking import split_into_chunks
+    from contract_review.review.chunking import chunk_document
 
     model = OfflineRuleModel()
-    (chunk,) = [c for c in split_into_chunks(text, LOCAL.review.chunk_target_chars, LOCAL.review.chunk_max_chars)
+    (chunk,) = [c for c in chunk_document(text, LOCAL.review)
                 if c.chunk_id == chunk_id] or [None]
     if chunk is None:
         return 0

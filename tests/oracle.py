@@ -2,7 +2,7 @@
 
 The offline analyst (`OfflineRuleModel`) is deterministic, so whatever faults, crashes, zombies,
 redeliveries and redrives a job went through, its report must hold exactly the findings of one
-clean run of its document: the text chunked with the job's profile (`split_into_chunks`), every
+clean run of its document: the text chunked with the job's profile (`chunk_document`), every
 analyst run once per chunk, findings in chunk order and, within a chunk, in analyst order (as the
 worker writes them).
 
@@ -21,13 +21,13 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from contract_review.config.profile import Profile
+from contract_review.config.profile import Profile, ReviewConfig
 from contract_review.domain.model import ModelRequest, ModelResponse
 from contract_review.domain.ports import Deps
 from contract_review.domain.records import ChunkRecord, ChunkStatus, Job, JobState
 from contract_review.doubles.offline_model import OfflineRuleModel
 from contract_review.review.analysts import Finding, analysts_for, run_analyst
-from contract_review.review.chunking import document_hash, split_into_chunks
+from contract_review.review.chunking import chunk_document, document_hash
 
 
 @dataclass(frozen=True)
@@ -42,7 +42,7 @@ class OracleChunk:
 
 
 @functools.lru_cache(maxsize=64)
-def fault_free_run(text: str, target_chars: int, max_chars: int, analyst_count: int) -> tuple[OracleChunk, ...]:
+def fault_free_run(text: str, review: ReviewConfig, analyst_count: int) -> tuple[OracleChunk, ...]:
     """Every chunk of `text` with the findings one clean run of every analyst gives it."""
     model = OfflineRuleModel()
 
@@ -52,7 +52,7 @@ def fault_free_run(text: str, target_chars: int, max_chars: int, analyst_count: 
         return parse(response), 1
 
     out = []
-    for chunk in split_into_chunks(text, target_chars, max_chars):
+    for chunk in chunk_document(text, review):
         by_analyst = []
         calls = 0
         for spec in analysts_for(analyst_count):
@@ -66,8 +66,7 @@ def fault_free_run(text: str, target_chars: int, max_chars: int, analyst_count: 
 
 
 def oracle_for(text: str, profile: Profile, analyst_count: int | None = None) -> tuple[OracleChunk, ...]:
-    return fault_free_run(text, profile.review.chunk_target_chars, profile.review.chunk_max_chars,
-                          analyst_count or profile.review.analyst_count)
+    return fault_free_run(text, profile.review, analyst_count or profile.review.analyst_count)
 
 
 def expected_findings(text: str, profile: Profile, analyst_count: int | None = None) -> list[Finding]:

@@ -26,7 +26,7 @@ from botocore.config import Config
 
 from contract_review.config.profile import Profile
 from contract_review.doubles.spec import FaultSpec
-from contract_review.review.chunking import Chunk, split_into_chunks
+from contract_review.review.chunking import Chunk, chunk_document
 from review_local.embedded import EmbeddedAws
 from review_local.runtime import FunctionSpec, LocalRuntime
 
@@ -170,7 +170,7 @@ def run_baseline(*, profile: Profile, spec: FaultSpec, text: str, workers: int, 
         runtime = LocalRuntime(aws, [fn], concurrency={NAME: workers}, log_dir=state_dir / "logs").start()
         s3_seen, sqs_seen = _client(aws, "s3", observer), _client(aws, "sqs", observer)
         intake = _client(aws, "sqs", None)  # the developer's intake: counted
-        chunks = split_into_chunks(text, profile.review.chunk_target_chars, profile.review.chunk_max_chars)
+        chunks = chunk_document(text, profile.review)
         index_of = {c.chunk_id: c.index for c in chunks}
         watch = KillWatch(Path(spec.call_log or state_dir / "calls.jsonl"), needed_by_chunk)
         time.sleep(1.0)  # the sandboxes import their handler (the pipeline's are polling when it submits, too)

@@ -147,7 +147,7 @@ def build_limiter(settings: Settings, session: Any = None) -> QuotaLimiter | Non
     None when there is none (the calls are not paced; throttles are still backpressure)."""
     tpm, source = model_tokens_per_minute(settings, session)
     log.info("model quota", extra={"tokens_per_minute": tpm, "source": source, "model_id": settings.effective_model_id})
-    return QuotaLimiter.for_profile(settings.profile, tpm)
+    return QuotaLimiter.for_profile(settings.profile, tpm, settings.effective_model_id)
 
 
 def _offline_model(settings: Settings) -> ModelClient:
@@ -176,6 +176,11 @@ def build_model(settings: Settings, session: Any) -> ModelClient:
 
         spec = FaultSpec.model_validate_json(settings.fault_spec)
         model = FaultInjectingModel(model, spec, read_timeout_s=settings.model_call_timeout_s)
+        if spec.legacy_prompt_layout:  # the bench's side by side: the strict double sees the old requests
+            from contract_review.doubles.legacy_layout import PerAnalystLayout
+            from contract_review.review.analysts import step_schemas
+
+            model = PerAnalystLayout(model, step_schemas())
         if spec.call_log:
             model = CallLedger(model, spec.call_log)
     p = settings.profile  # outermost: a call the open breaker refuses is never sent (nor logged as sent)

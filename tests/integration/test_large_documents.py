@@ -12,7 +12,7 @@ from contract_review.config.profile import get_profile
 from contract_review.domain.ports import Queue
 from contract_review.domain.records import JobState
 from contract_review.operate import ops
-from contract_review.review.chunking import split_into_chunks
+from contract_review.review.chunking import chunk_document
 
 from ..conftest import SAMPLES_DIR
 from ..large_docs import large_contract
@@ -30,7 +30,7 @@ def test_a_small_document_behind_a_large_one_completes_before_the_large_one_is_h
     stack = make_stack()
     deps = stack.deps()
     big = large_contract(130_000, variant=8)
-    n_big = len(split_into_chunks(big, LOCAL.review.chunk_target_chars, LOCAL.review.chunk_max_chars))
+    n_big = len(chunk_document(big, LOCAL.review))
     assert n_big >= 4 * WINDOW
     big_job = ops.submit(deps, big, document_id="big")
     # ... which leaves `queued` at once, with all its chunks counted and one window of them sent
@@ -71,7 +71,7 @@ def test_a_large_document_leaves_queued_within_seconds_of_its_first_page(make_st
     stack = make_stack(concurrency={"worker": 0})
     deps = stack.deps()
     text = large_contract(1_200_000, variant=12)
-    n = len(split_into_chunks(text, LOCAL.review.chunk_target_chars, LOCAL.review.chunk_max_chars))
+    n = len(chunk_document(text, LOCAL.review))
     # WHEN a 1.2 MB contract (~350 chunks) is submitted by s3_uri
     t0 = time.monotonic()
     job_id = ops.submit(deps, text, document_id="big-1.2mb")

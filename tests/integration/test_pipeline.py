@@ -7,13 +7,16 @@ import os
 import subprocess
 import sys
 
+from contract_review.config.profile import get_profile
 from contract_review.domain.ports import Queue
 from contract_review.domain.records import job_id_for
 from contract_review.operate import ops
-from contract_review.review.chunking import document_hash, split_into_chunks
+from contract_review.review.chunking import chunk_document, document_hash
 
 from ..conftest import SAMPLES_DIR, cuad_texts
 from .conftest import report_json, wait_for, wait_jobs
+
+LOCAL = get_profile("local")
 
 
 def _docs(n: int) -> list[tuple[str, str]]:
@@ -35,7 +38,7 @@ def test_submitted_documents_become_complete_reports_with_verbatim_quotes(make_s
     for job_id, text in jobs.items():
         job = ended[job_id]
         assert job.state == "completed", job.error
-        assert job.chunk_count == len(split_into_chunks(text, 4000, 6000))
+        assert job.chunk_count == len(chunk_document(text, LOCAL.review))
         report = report_json(deps, job)
         assert job.report_md_key is not None
         md = deps.artifacts.get_text(job.report_md_key)

@@ -20,7 +20,7 @@ from contract_review.domain.ports import Deps, Queue
 from contract_review.domain.records import ChunkRecord, job_id_for
 from contract_review.doubles.spec import FaultSpec
 from contract_review.operate import ops
-from contract_review.review.chunking import split_into_chunks
+from contract_review.review.chunking import chunk_document
 from review_local.stack import LocalStack
 
 from ..conftest import SAMPLES_DIR, cuad_texts
@@ -38,7 +38,7 @@ def _doc(min_chunks: int, max_chunks: int = 8) -> str:
                if len(lead := "\n\n".join(t.split("\n\n")[:k])) >= 2000]
     candidates = [t for _, t in cuad_texts()] + samples + leading
     for text in candidates:
-        if min_chunks <= len(split_into_chunks(text, LOCAL.review.chunk_target_chars, LOCAL.review.chunk_max_chars)) <= max_chunks:
+        if min_chunks <= len(chunk_document(text, LOCAL.review)) <= max_chunks:
             return text
     raise AssertionError("no document of the wanted size")
 

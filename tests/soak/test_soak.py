@@ -39,7 +39,7 @@ from contract_review.domain.ports import Deps, Queue
 from contract_review.domain.records import Job
 from contract_review.doubles.spec import FaultSpec
 from contract_review.operate import ops
-from contract_review.review.chunking import split_into_chunks
+from contract_review.review.chunking import chunk_document
 from review_local.embedded import synth
 from review_local.stack import LocalStack
 
@@ -201,7 +201,7 @@ def _run_large_phase(stack: LocalStack, deps: Deps, small: list[tuple[str, str]]
                if jid != big_id and j.ended_at is not None]
     big_job = ended.get(big_id)
     timing = {"wall_s": round(wall, 1), "large_bytes": len(big.encode()),
-              "large_chunks": len(split_into_chunks(big, LOCAL.review.chunk_target_chars, LOCAL.review.chunk_max_chars)),
+              "large_chunks": len(chunk_document(big, LOCAL.review)),
               "large_left_queued_after_s": left_queued, "large_state": big_job.state.value if big_job else None,
               "large_completed_after_s": round(big_job.ended_at - big_job.created_at, 1)
               if big_job and big_job.ended_at else None,

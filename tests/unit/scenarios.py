@@ -32,7 +32,7 @@ ALL_OK = {a.name: "ok" for a in ANALYSTS}
 
 def small_chunk_world(**profile: object) -> FakeWorld:
     """A world whose profile has a 150-character chunk target (every clause of TEXT is a chunk), plus `profile`."""
-    profile = {"chunk_target_chars": 150, **profile}
+    profile = {"chunk_target_chars": 150, "chunk_min_chars": 0, **profile}
     return FakeWorld(settings=SETTINGS.model_copy(update={"profile": SETTINGS.profile.with_overrides(**profile)}))
 
 

@@ -118,6 +118,28 @@ def test_waiting_for_the_quota_checks_the_stop_conditions_again_before_the_call(
     assert sum(slept) == pytest.approx(0.5, abs=0.06)
 
 
+def test_a_call_takes_its_reservation_and_gives_back_what_it_did_not_count_as_bedrock_settles_it():
+    """Bedrock holds input + maxTokens while a call runs, then counts input + cache writes + output x 5: the pacer
+    does the same, so short answers do not leave it paced to maxTokens (the work, not the reservation, fills it)."""
+    from contract_review.domain.model import ModelResponse, quota_tokens
+    from contract_review.model.pacing import estimated_reservation
+
+    clock = Clock()
+    tokens = AimdPacer(rate=1000.0, floor=1.0, ceiling=1000.0, increase_per_s=0.0, burst_s=10.0, slow_start=False,
+                       clock=clock)
+    limiter = QuotaLimiter(requests=None, tokens=tokens, model_id="anthropic.claude-sonnet-4-6", sleep=lambda s: None)
+    call = request()
+    reserved = estimated_reservation(call)
+    full = tokens._capacity()
+    limiter.wait(call, lambda: None)
+    assert tokens.tokens == pytest.approx(full - reserved)
+    answer = ModelResponse(text="{}", stop_reason="end_turn", input_tokens=40, output_tokens=20, latency_ms=0.0)
+    limiter.done(call, answer)
+    used = quota_tokens("anthropic.claude-sonnet-4-6", 40, 0, 20)
+    assert used == 40 + 5 * 20 and used < reserved
+    assert tokens.tokens == pytest.approx(full - used)  # only what the call counts stays taken
+
+
 # --- N processes sharing one simulated quota -------------------------------------------------------------------
 
 QUOTA_PER_S = 20.0

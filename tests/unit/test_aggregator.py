@@ -378,7 +378,7 @@ def test_finalize_called_directly_returns_running_when_a_chunk_is_not_settled():
 def test_duplicate_results_are_idempotent():
     # GIVEN a 2-chunk job with chunk 0 done and its result already counted
     world = FakeWorld()
-    job_id, records = intake(world, TEXT + "\n\n" + "5. Notices. " + "All notices shall be in writing. " * 150)
+    job_id, records = intake(world, TEXT + "\n\n" + "5. Notices. " + "All notices shall be in writing. " * 180)
     assert len(records) == 2
     done0 = settle_done(world, records[0], findings=[finding(records[0], "q0")])
     assert deliver(world, done0) == "recorded"

@@ -123,3 +123,34 @@ def test_chunks_cover_all_content_in_order(text: str, target: int, extra: int) -
     # deterministic
     assert [c.chunk_id for c in split_into_chunks(text, target_chars=target, max_chars=maximum)] == \
         [c.chunk_id for c in chunks]
+
+
+def test_a_short_chunk_takes_the_next_paragraphs_until_its_minimum() -> None:
+    text = _document(60)
+    plain = split_into_chunks(text, target_chars=1000, max_chars=1500)
+    floored = split_into_chunks(text, target_chars=1000, max_chars=1500, min_chars=900)
+    _check_tiling(text, floored, 1500)
+    assert any(len(c.text) < 900 for c in plain[:-1])  # the floor has work to do on this text
+    assert all(len(c.text) >= 900 for c in floored[:-1])  # only the last chunk may stay under it
+    assert len(floored) < len(plain)
+
+
+def test_the_default_chunks_reach_the_models_cache_minimum_so_their_prefix_is_cached() -> None:
+    """Every chunk but a document's last one is long enough for its calls' shared prefix (tool-use prompt, tool,
+    instructions, excerpt) to reach the default model's minimum cacheable prefix, with a 5 % margin for the
+    4-characters-a-token estimate: so the adapter sends the cache point and the warm-up gate waits for it."""
+    from contract_review.config.profile import get_profile
+    from contract_review.domain.model import caches, prefix_tokens, traits_for
+    from contract_review.review.analysts import analysts_for, build_request
+    from contract_review.review.chunking import chunk_document
+
+    from ..large_docs import large_contract
+
+    for name in ("prod", "local"):
+        review = get_profile(name).review
+        minimum = traits_for(review.model_id).min_cache_tokens
+        chunks = chunk_document(large_contract(100_000), review)
+        for chunk in chunks[:-1]:
+            request = build_request(analysts_for(1)[0], "locate", chunk, None, None)
+            assert prefix_tokens(review.model_id, request) >= 1.05 * minimum, (name, chunk.index, len(chunk.text))
+            assert caches(review.model_id, request)

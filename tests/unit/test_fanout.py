@@ -16,7 +16,7 @@ from contract_review.domain.records import ChunkRecord, JobState
 from contract_review.pipeline.aggregator import handle_result
 from contract_review.pipeline.intake import handle_intake
 from contract_review.pipeline.sweeper import sweep
-from contract_review.review.chunking import split_into_chunks
+from contract_review.review.chunking import chunk_document
 
 from ..texts import LONG_TEXT, TEXT
 from .fakes import SETTINGS, FakeWorld
@@ -31,7 +31,7 @@ BIG = "\n\n".join([LONG_TEXT] * 16)  # 55 chunks with the local profile
 
 
 def ids_of(text: str) -> list[str]:
-    return [c.chunk_id for c in split_into_chunks(text, P.review.chunk_target_chars, P.review.chunk_max_chars)]
+    return [c.chunk_id for c in chunk_document(text, P.review)]
 
 
 def intake(world: FakeWorld, text: str, document_id: str = "doc") -> tuple[str, list[ChunkRecord]]:

@@ -16,7 +16,7 @@ from contract_review.domain.ports import Queue
 from contract_review.domain.records import ChunkStatus, Job, JobState, job_id_for
 from contract_review.pipeline.intake import IntakeResult, handle_intake
 from contract_review.review.analysts import job_config_hash
-from contract_review.review.chunking import document_hash, split_into_chunks
+from contract_review.review.chunking import chunk_document, document_hash
 
 from ..texts import LONG_TEXT, TEXT
 from .fakes import SETTINGS, FakeQueues, FakeWorld
@@ -34,7 +34,7 @@ def by_uri(key: str, bucket: str = BUCKET, **fields: object) -> str:
 
 def chunk_ids(text: str) -> list[str]:
     p = SETTINGS.profile
-    return [c.chunk_id for c in split_into_chunks(text, p.review.chunk_target_chars, p.review.chunk_max_chars)]
+    return [c.chunk_id for c in chunk_document(text, p.review)]
 
 
 # --- a valid document --------------------------------------------------------------------------------

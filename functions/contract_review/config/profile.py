@@ -136,6 +136,12 @@ class ReviewConfig(BaseModel):
 
     chunk_target_chars: int = 4000
     chunk_max_chars: int = 6000  # so an analysis message is at most 6 x 6000 + 4096 bytes, far below SQS's limit
+    # A chunk shorter than this takes the next paragraphs too (up to chunk_max_chars), so that its cached prefix
+    # (the tool-use prompt, the tool, the shared instructions: ~1,270 tokens, then the excerpt at ~4 characters a
+    # token) reaches the model's minimum cacheable prefix: 2,048 tokens assumed for Sonnet 4.6
+    # (domain/model.py MODEL_TRAITS; tests/unit/test_chunking.py checks it with a margin). A document's last
+    # chunk can still be shorter: its calls send no cache point (docs/cost.md).
+    chunk_min_chars: int = 3600
     # How many of the analysts (review/analysts.py ANALYSTS, in order) a job runs; the job pins it. Every
     # profile runs all of them (tests/unit/test_analysts.py checks it against ANALYSTS): a number here because
     # the per-chunk work the worker timeout and `analyst_concurrency` are sized for grows with it.
@@ -311,6 +317,8 @@ class Profile(BaseModel):
             raise ValueError(f"profile {self.name}: the backpressure deadline must allow a few delayed requeues")
         if not 1 <= self.fanout.fanout_page <= self.fanout.fanout_window:
             raise ValueError(f"profile {self.name}: need 1 <= fanout_page <= fanout_window")
+        if not 0 <= self.review.chunk_min_chars <= self.review.chunk_target_chars <= self.review.chunk_max_chars:
+            raise ValueError(f"profile {self.name}: need 0 <= chunk_min_chars <= chunk_target_chars <= chunk_max_chars")
         if self.review.chunk_max_chars * JSON_MAX_BYTES_PER_CHAR + ANALYSIS_MESSAGE_FIXED_BYTES > SQS_MAX_MESSAGE_BYTES:
             raise ValueError(f"profile {self.name}: chunk_max_chars {self.review.chunk_max_chars} could make an analysis "
                              f"message over SQS's {SQS_MAX_MESSAGE_BYTES:,} bytes ({JSON_MAX_BYTES_PER_CHAR} bytes a "

@@ -30,6 +30,9 @@ def base_model_id(model_id: str) -> str:
     return model_id.split(".", 1)[1] if is_inference_profile(model_id) else model_id
 
 
+JsonSchema = dict[str, Any]  # a tool's input schema, as Converse sends it
+
+
 @dataclass(frozen=True)
 class ModelRequest:
     """One call. Its prompt is laid out for Bedrock's prompt cache: the tool definition (`output_schema`), the
@@ -41,7 +44,7 @@ class ModelRequest:
     system: str  # the shared instructions (the same for every analyst and step of every chunk)
     prompt: str  # what follows the cache point: the analyst's task (and, to assess, the located clauses)
     payload: dict[str, Any]  # the same inputs, structured: what the offline rule model reads
-    output_schema: dict[str, Any]  # the tool's input schema: one for every step, so one prefix per chunk
+    output_schema: JsonSchema  # the tool's input schema: one for every step, so one prefix per chunk
     chunk_id: str = ""
     max_tokens: int = 2048
     temperature: float = 0.0  # sampling: chosen by the analyst with max_tokens, part of its identity (analysts.py)
@@ -92,6 +95,12 @@ def prefix_tokens(model_id: str, request: ModelRequest) -> int:
     system instructions and the shared context."""
     return (traits_for(model_id).tool_prompt_tokens + text_tokens(json.dumps(request.output_schema))
             + text_tokens(request.system) + text_tokens(request.context))
+
+
+def quota_tokens(model_id: str, input_tokens: int, cache_write_tokens: int, output_tokens: int) -> int:
+    """What a finished call counts against tokens per minute: input + cache writes + output x the model's burndown
+    (cache reads are released)."""
+    return input_tokens + cache_write_tokens + traits_for(model_id).output_burndown * output_tokens
 
 
 def caches(model_id: str, request: ModelRequest) -> bool:

@@ -59,12 +59,6 @@ def reserved_tokens(model_id: str, request: ModelRequest) -> int:
     return input_tokens(model_id, request) + request.max_tokens
 
 
-def quota_tokens(model_id: str, input_tokens_: int, cache_write_tokens: int, output_tokens: int) -> int:
-    """What a finished call counts against tokens per minute: input + cache writes + output x burndown
-    (cache reads are released)."""
-    return input_tokens_ + cache_write_tokens + traits_for(model_id).output_burndown * output_tokens
-
-
 @dataclass(frozen=True)
 class CacheUse:
     read: int  # prefix tokens read from the cache

@@ -41,14 +41,8 @@ from typing import Any
 
 from botocore.exceptions import ClientError, ReadTimeoutError
 
-from contract_review.domain.model import CHARS_PER_TOKEN, ModelClient, ModelRequest, ModelResponse
-from contract_review.doubles.bedrock_sim import (
-    DailyTokenLedger,
-    answered_in,
-    input_tokens,
-    quota_tokens,
-    reserved_tokens,
-)
+from contract_review.domain.model import CHARS_PER_TOKEN, ModelClient, ModelRequest, ModelResponse, quota_tokens
+from contract_review.doubles.bedrock_sim import DailyTokenLedger, answered_in, input_tokens, reserved_tokens
 from contract_review.doubles.spec import FaultSpec
 
 # What Bedrock says when a quota is hit (HTTP 429 ThrottlingException, no Retry-After header).

@@ -56,6 +56,9 @@ class FaultSpec(BaseModel):
     # model's short answers. Unset: the rule model's own answer length.
     answer_tokens_median: float | None = None
     answer_tokens_p99: float | None = None
+    # The bench's side by side: every request rewritten into the prompt layout before 2026-11-25
+    # (doubles/legacy_layout.py) before the simulated Bedrock counts and caches it.
+    legacy_prompt_layout: bool = False
     switch_file: str | None = None  # faults apply only while this file exists (when set)
     call_log: str | None = None  # append one JSON line per model call (tests count calls)
 

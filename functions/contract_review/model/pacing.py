@@ -6,7 +6,8 @@ adjusted by AIMD. Bedrock's quotas are per model and per account, counted in req
 and tokens per minute (TPM, a call reserving its input + `maxTokens` when it starts). Each worker
 process starts at its share of each quota, `quota / worker_max_concurrency` (the most workers the
 stack runs at once), and keeps two pacers, one in requests per second and one in tokens per second:
-- a call waits until both pacers have room for it (requests: 1; tokens: its reservation);
+- a call waits until both pacers have room for it (requests: 1; tokens: its reservation); when it answers,
+  what it reserved but does not count (cache reads, unused maxTokens) is given back, as Bedrock settles it;
 - until its first throttle a pacer grows multiplicatively (x1.1 per second of successes: TCP's slow
   start, so a few busy workers find the whole quota in tens of seconds); after it, a success adds to the
   rate additively (a tenth of the worker's share per second: N busy workers together climb back by a
@@ -35,7 +36,7 @@ from dataclasses import dataclass, field
 
 from contract_review.config.profile import Profile
 from contract_review.domain.errors import classify
-from contract_review.domain.model import ModelRequest, ModelResponse, prefix_tokens, text_tokens
+from contract_review.domain.model import ModelRequest, ModelResponse, prefix_tokens, quota_tokens, text_tokens
 from contract_review.domain.policy import slows_model_quota
 
 TOKENS_MESSAGE = "too many tokens"
@@ -82,6 +83,12 @@ class AimdPacer:
                 self.tokens -= cost  # then takes it into debt: the next calls wait for it
                 return 0.0
             return (need - self.tokens) / self.rate
+
+    def give_back(self, units: float) -> None:
+        """Return units taken but not used (a call settled below its reservation), up to a full bucket."""
+        with self._lock:
+            self._refill(self.clock())
+            self.tokens = min(self._capacity(), self.tokens + units)
 
     def on_success(self, cost: float = 1.0) -> None:
         with self._lock:
@@ -137,6 +144,7 @@ class QuotaLimiter:
 
     requests: AimdPacer | None
     tokens: AimdPacer | None = None
+    model_id: str = ""  # whose output burndown settles a call (domain/model.py MODEL_TRAITS; "": the strictest)
     sleep: Callable[[float], None] = time.sleep
     max_wait_step_s: float = 0.05
     latency_s: float | None = None  # moving average of the calls' latency
@@ -145,7 +153,7 @@ class QuotaLimiter:
 
     @classmethod
     def for_quota(cls, requests_per_minute: float | None, tokens_per_minute: float | None, workers: int,
-                  increase_share: float = 0.1, decrease: float = 0.8) -> QuotaLimiter | None:
+                  increase_share: float = 0.1, decrease: float = 0.8, model_id: str = "") -> QuotaLimiter | None:
         """Per-worker pacers from the global quotas (None: no quota known, calls are not paced)."""
         if not requests_per_minute and not tokens_per_minute:
             return None
@@ -158,15 +166,15 @@ class QuotaLimiter:
             share = total / n
             return AimdPacer(rate=share, floor=share / 20, ceiling=total, increase_per_s=share * increase_share,
                              decrease=decrease)
-        return cls(requests=pacer(requests_per_minute), tokens=pacer(tokens_per_minute))
+        return cls(requests=pacer(requests_per_minute), tokens=pacer(tokens_per_minute), model_id=model_id)
 
     @classmethod
-    def for_profile(cls, profile: Profile, tokens_per_minute: float | None) -> QuotaLimiter | None:
+    def for_profile(cls, profile: Profile, tokens_per_minute: float | None, model_id: str) -> QuotaLimiter | None:
         """This process's pacers for the quota: by tokens (a requests-per-minute quota only when the profile sets
         one: Bedrock no longer enforces it). The workers expected busy: at most the event source's concurrency,
         and one job keeps at most its fan-out window busy (more jobs at once: AIMD brings each one to its share)."""
         busy = min(profile.functions.worker_max_concurrency, profile.fanout.fanout_window)
-        return cls.for_quota(profile.quota.model_requests_per_minute, tokens_per_minute, busy)
+        return cls.for_quota(profile.quota.model_requests_per_minute, tokens_per_minute, busy, model_id=model_id)
 
     def wait(self, request: ModelRequest, ready: Callable[[], None]) -> None:
         waited = 0.0
@@ -193,7 +201,13 @@ class QuotaLimiter:
             self.requests.on_success()
         if self.tokens is not None:
             self.tokens.cooldown_s = cooldown
-            self.tokens.on_success(float(estimated_reservation(request)))
+            reserved = float(estimated_reservation(request))
+            self.tokens.on_success(reserved)
+            # settled as Bedrock settles it: what the call counts (input, cache writes, output x burndown) replaces
+            # what it reserved; the difference is free again (cache reads and unused maxTokens)
+            used = quota_tokens(self.model_id, response.input_tokens, response.cache_write_tokens,
+                                response.output_tokens)
+            self.tokens.give_back(max(0.0, reserved - used))
 
     def failed(self, exc: BaseException) -> None:
         kind = throttle_kind(exc)

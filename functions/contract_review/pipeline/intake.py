@@ -29,7 +29,7 @@ from contract_review.domain.records import Job, JobState, job_id_for
 from contract_review.pipeline import fanout
 from contract_review.pipeline.admission import document_text
 from contract_review.review.analysts import job_config_hash
-from contract_review.review.chunking import document_hash, split_into_chunks
+from contract_review.review.chunking import chunk_document, document_hash
 
 
 @dataclass(frozen=True)
@@ -101,7 +101,7 @@ def handle_intake(deps: Deps, body: str, message_id: str = "") -> IntakeResult:
     key = msg.idempotency_key or document_hash(text)
     job_id = job_id_for(key)
     sha = document_hash(text)
-    chunks = split_into_chunks(text, s.profile.review.chunk_target_chars, s.profile.review.chunk_max_chars)
+    chunks = chunk_document(text, s.profile.review)
     now = deps.clock()
     job = Job(job_id=job_id, state=JobState.QUEUED, created_at=now, updated_at=now, idempotency_key=key,
               document_id=msg.document_id or "", document_key=document_key(job_id), document_chars=len(text),

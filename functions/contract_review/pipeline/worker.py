@@ -397,7 +397,7 @@ class ChunkWorker:
         control = self.deps.model_control.get() if self.deps.model_control is not None else None
         tpm = control.tokens_per_minute if control is not None else None
         if tpm and tpm != self._controlled_tpm:
-            self.limiter = QuotaLimiter.for_profile(self.s.profile, tpm)
+            self.limiter = QuotaLimiter.for_profile(self.s.profile, tpm, self.s.effective_model_id)
             self._controlled_tpm = tpm
 
     def _handle(self, msg: AnalysisMessage, delivery: Delivery, counter: RequestCounter) -> Outcome:

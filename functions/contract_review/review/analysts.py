@@ -176,6 +176,11 @@ class Answer(BaseModel):
 
 
 SCHEMA = Answer.model_json_schema()
+
+
+def step_schemas() -> dict[str, dict[str, Any]]:
+    """Each step's answer schema on its own (the layout before 2026-11-25 sent these as two tools)."""
+    return {"locate": LocateOutput.model_json_schema(), "assess": AssessOutput.model_json_schema()}
 SYSTEM = ("You are a meticulous contract lawyer reviewing one excerpt of a contract with a team of analysts, "
           "each answering for some of the categories below. Quote clauses verbatim, exactly as they appear in the "
           "excerpt, and answer only through the provided tool.")

@@ -21,6 +21,8 @@ import hashlib
 import re
 from dataclasses import dataclass
 
+from contract_review.config.profile import ReviewConfig
+
 _PARAGRAPH = re.compile(r"\n\s*\n")
 _SENTENCE_END = re.compile(r"(?<=[.;:!?])\s+(?=[A-Z(\"'0-9])")
 
@@ -61,9 +63,11 @@ def chunk_id_for(doc_hash: str, index: int, start: int, end: int) -> str:
     return f"c{index:05d}-{cid}"
 
 
-def split_into_chunks(text: str, target_chars: int = 4000, max_chars: int = 6000) -> list[Chunk]:
-    if target_chars <= 0 or max_chars < target_chars:
-        raise ValueError("need 0 < target_chars <= max_chars")
+def split_into_chunks(text: str, target_chars: int = 4000, max_chars: int = 6000, min_chars: int = 0) -> list[Chunk]:
+    """Paragraphs (cut at sentence ends when longer than `max_chars`) packed up to `target_chars`; a chunk still
+    under `min_chars` takes the next paragraphs too, up to `max_chars` (a document's last chunk may stay under)."""
+    if target_chars <= 0 or max_chars < target_chars or not 0 <= min_chars <= target_chars:
+        raise ValueError("need 0 <= min_chars <= target_chars <= max_chars and 0 < target_chars")
     # 1. paragraph spans (each paragraph keeps its trailing separator so slices tile the text)
     spans: list[tuple[int, int]] = []
     pos = 0
@@ -75,7 +79,8 @@ def split_into_chunks(text: str, target_chars: int = 4000, max_chars: int = 6000
     # 2. pack consecutive spans up to the target size
     packed: list[tuple[int, int]] = []
     for s, e in spans:
-        if packed and e - packed[-1][0] <= target_chars:
+        if packed and (e - packed[-1][0] <= target_chars
+                       or (packed[-1][1] - packed[-1][0] < min_chars and e - packed[-1][0] <= max_chars)):
             packed[-1] = (packed[-1][0], e)
         else:
             packed.append((s, e))
@@ -84,3 +89,8 @@ def split_into_chunks(text: str, target_chars: int = 4000, max_chars: int = 6000
     for i, (s, e) in enumerate(p for p in packed if text[p[0]:p[1]].strip()):
         chunks.append(Chunk(index=i, chunk_id=chunk_id_for(doc, i, s, e), start=s, end=e, text=text[s:e]))
     return chunks
+
+
+def chunk_document(text: str, review: ReviewConfig) -> list[Chunk]:
+    """The document's chunks under a profile's sizes: what intake stores, and what tests and the bench expect."""
+    return split_into_chunks(text, review.chunk_target_chars, review.chunk_max_chars, review.chunk_min_chars)

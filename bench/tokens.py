@@ -1,0 +1,184 @@
+"""Speed and money under a tokens-per-minute quota (the shape Claude has on Bedrock), side by side in one run.
+
+    .venv/bin/python bench/tokens.py [--chars 100000] [--tpm 600000] [--only old-layout,cached,unpaced]
+
+The real pipeline (embedded AWS, real worker processes) against the simulated Bedrock (a stand-in, not Bedrock:
+doubles/bedrock_sim.py): a tokens-per-minute quota shared by every worker process (a call reserves its input +
+maxTokens when admitted and is settled at input + cache writes + 5 x output; a throttle is a 429 without
+Retry-After), the account's prompt cache with the model's minimum prefix (2,048 tokens assumed for Sonnet 4.6),
+lognormal latency and LLM-like answer lengths. Every figure is simulated. Runs, each on a fresh stack, with the
+fleet a default deploy sizes for this quota (config/fleet.py) and the workers paced to it as `-c model_tpm` sets:
+- `old-layout`: the requests as the pipeline sent them before 2026-11-25 (doubles/legacy_layout.py: per-analyst
+  instructions under the cache minimum, the excerpt uncached in every call, maxTokens 2,048), paced;
+- `cached`: today's layout (one cached prefix per chunk, a warm-up call, maxTokens per step), paced;
+- `unpaced`: today's layout, the workers not told the quota (a deploy where nothing could read it).
+Figures: model $ per 100 KB at the dated price table, cache-read share of prompt tokens, quota tokens per call,
+makespan / the token bound (the quota tokens the job itself counted / the quota rate), throttled share of
+attempts, goodput (calls needed / attempts). Targets print PASS/FAIL. Results: bench/results/<name>.json.
+`--workers` lists fleet sizes for the knee (makespan against workers at this quota; `make bench-scaling`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(ROOT), str(ROOT / "functions")]
+
+from bench.quota import _ledger, _wait, calls_needed, document, git_state, print_table  # noqa: E402
+from contract_review.config.fleet import fleet_for_quota  # noqa: E402
+from contract_review.config.profile import get_profile  # noqa: E402
+from contract_review.domain import cost  # noqa: E402
+from contract_review.domain.model import quota_tokens, traits_for  # noqa: E402
+from contract_review.doubles.spec import FaultSpec  # noqa: E402
+from contract_review.operate import ops  # noqa: E402
+from review_local.embedded import synth  # noqa: E402
+from review_local.stack import LocalStack  # noqa: E402
+
+LOCAL = get_profile("local")
+RUNS = {  # name: (the old prompt layout, paced to the quota)
+    "old-layout": (True, True),
+    "cached": (False, True),
+    "unpaced": (False, False),
+}
+TARGETS = [  # (label, run, key, comparison, bound): issue 15
+    ("makespan <= 1.3 x the token bound", "cached", "makespan_vs_token_bound", "<=", 1.3),
+    ("throttled <= 5 % of attempts", "cached", "throttled_share", "<=", 0.05),
+    ("cache-read share >= 0.6 of prompt tokens", "cached", "cache_read_share", ">=", 0.6),
+    ("model $ per 100 KB <= 0.6 x the old layout", "cached", "model_usd_vs_old_layout", "<=", 0.6),
+]
+COLUMNS = [("run", "name"), ("workers", "workers"), ("state", "state"), ("makespan s", "makespan_s"),
+           ("token bound s", "token_bound_s"), ("x bound", "makespan_vs_token_bound"),
+           ("attempts", "attempts"), ("needed", "calls_needed"), ("goodput", "goodput"),
+           ("throttled", "throttled_share"), ("quota tok/call", "quota_tokens_per_call"),
+           ("cache-read share", "cache_read_share"), ("model $/100 KB", "model_usd_per_100kb"),
+           ("x old layout", "model_usd_vs_old_layout")]
+
+
+def run_one(template: dict[str, Any], name: str, text: str, args: argparse.Namespace, work: Path,
+            workers: int) -> dict[str, Any]:
+    legacy, paced = RUNS[name.split("@")[0]]
+    state = work / name.replace("@", "-")
+    state.mkdir(parents=True, exist_ok=True)
+    log = state / "calls.jsonl"
+    spec = FaultSpec.simulated_bedrock(str(state / "bedrock"), tokens_per_minute=args.tpm, median_ms=args.median_ms,
+                                       p99_ms=args.p99_ms, window_s=args.window_s, seed=11, call_log=str(log),
+                                       answer_tokens_median=args.answer_median, answer_tokens_p99=args.answer_p99,
+                                       legacy_prompt_layout=legacy)
+    # the fleet config/fleet.py sizes; a client timeout for this latency (the local profile's 1 s is for the
+    # offline model's milliseconds; a deploy's is 60 s)
+    overrides = {"worker_max_concurrency": workers, "fanout_window": 2 * workers, "model_call_timeout_s": 5}
+    env: dict[str, str] = {"PROFILE_OVERRIDES": json.dumps(overrides)}
+    if paced:
+        env["MODEL_TPM"] = str(args.tpm)  # what `cdk deploy -c model_tpm=N` sets on the worker
+    stack = LocalStack(faults=spec, template=template, state_dir=state, concurrency={"worker": workers},
+                       extra_env={"worker": env, **{f: {"PROFILE_OVERRIDES": json.dumps(overrides)} for f in ("intake", "aggregator", "sweeper")}})
+    stack.start()
+    try:
+        deps = stack.deps()
+        t0 = time.monotonic()
+        job_id = ops.submit(deps, text, document_id=f"tokens-{name.replace('@', '-')}")
+        (job,) = _wait(deps, [job_id], args.timeout)
+        makespan = time.monotonic() - t0
+    finally:
+        stack.stop()
+    calls = _ledger(log)
+    outcomes = Counter(c["outcome"] for c in calls)
+    model_id = LOCAL.review.model_id
+    counted = quota_tokens(model_id, job.input_tokens, job.cache_write_tokens, job.output_tokens)
+    prompt = job.input_tokens + job.cache_read_tokens + job.cache_write_tokens
+    answered = outcomes.get("ok", 0)
+    needed, _ = calls_needed(text)
+    bound = counted / (args.tpm / 60)
+    return {
+        "name": name, "workers": workers, "state": job.state.value, "error_code": job.error_code,
+        "legacy_layout": legacy, "paced": paced, "chars": len(text), "makespan_s": round(makespan, 2),
+        "token_bound_s": round(bound, 2), "makespan_vs_token_bound": round(makespan / bound, 2) if bound else None,
+        "attempts": len(calls), "answered": answered, "calls_needed": needed, "outcomes": dict(outcomes),
+        "goodput": round(needed / len(calls), 3) if calls else None,
+        "throttled_share": round(outcomes.get("ThrottlingException", 0) / len(calls), 3) if calls else None,
+        "quota_tokens": counted, "quota_tokens_per_call": round(counted / max(answered, 1)),
+        "tokens": {"input": job.input_tokens, "output": job.output_tokens, "cache_read": job.cache_read_tokens,
+                   "cache_write": job.cache_write_tokens},
+        "cache_read_share": round(job.cache_read_tokens / prompt, 3) if prompt else 0.0,
+        "model_usd": str(cost.usd(job.model_micro_usd)),
+        "model_usd_per_100kb": round(job.model_micro_usd / 1e6 * 100_000 / len(text.encode()), 4),
+    }
+
+
+def verdicts(runs: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
+    out = []
+    for label, run, key, op, bound in TARGETS:
+        value = runs.get(run, {}).get(key)
+        if value is None:
+            continue
+        ok = value >= bound if op == ">=" else value <= bound
+        out.append({"target": label, "run": run, "value": value, "verdict": "PASS" if ok else "FAIL"})
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--name", default="tokens")
+    ap.add_argument("--only", default=",".join(RUNS))
+    ap.add_argument("--chars", type=int, default=100_000, help="document size (issue 15: a ~100 KB contract)")
+    ap.add_argument("--tpm", type=float, default=600_000.0, help="the tokens-per-minute quota")
+    ap.add_argument("--median-ms", type=float, default=800.0)
+    ap.add_argument("--p99-ms", type=float, default=2000.0)
+    ap.add_argument("--window-s", type=float, default=2.0,
+                    help="the quota's burst window (Bedrock: 60 s; scaled down so a one-minute run is not all burst)")
+    ap.add_argument("--answer-median", type=float, default=150.0, help="answer tokens, median (an LLM: 100-400)")
+    ap.add_argument("--answer-p99", type=float, default=600.0)
+    ap.add_argument("--workers", default="", help="fleet sizes to run instead of the one config/fleet.py sizes")
+    ap.add_argument("--timeout", type=float, default=400.0)
+    ap.add_argument("--source", choices=("samples", "cuad"), default="samples")
+    args = ap.parse_args()
+    template = synth("local")
+    work = ROOT / ".review" / "bench-tokens" / args.name
+    shutil.rmtree(work, ignore_errors=True)
+    text = document(args.chars, args.source)
+    fleet = fleet_for_quota(args.tpm, args.median_ms / 1000)
+    sizes = [int(w) for w in args.workers.split(",")] if args.workers else [fleet.workers]
+    minimum = traits_for(LOCAL.review.model_id).min_cache_tokens
+    runs: dict[str, dict[str, Any]] = {}
+    for workers in sizes:
+        for name in args.only.split(","):
+            key = name if len(sizes) == 1 else f"{name}@{workers}"
+            print(f"{key}: {args.chars} chars, {args.tpm:,.0f} tokens/min, {workers} workers, "
+                  f"{args.median_ms:g} ms median, cache minimum {minimum} tokens (assumed)", flush=True)
+            runs[key] = run_one(template, key, text, args, work, workers)
+    old = {k.split("@")[-1] if "@" in k else "": r for k, r in runs.items() if k.startswith("old-layout")}
+    for key, r in runs.items():
+        base = old.get(key.split("@")[-1] if "@" in key else "")
+        if base and base["model_usd_per_100kb"]:
+            r["model_usd_vs_old_layout"] = round(r["model_usd_per_100kb"] / base["model_usd_per_100kb"], 2)
+    result = {
+        "machine": {"python": platform.python_version(), "cpus": os.cpu_count(), "platform": platform.platform()},
+        "git": git_state(), "settings": vars(args), "simulated": True,
+        "assumed": {"model_id": LOCAL.review.model_id, "min_cache_tokens": minimum,
+                    "output_burndown": traits_for(LOCAL.review.model_id).output_burndown,
+                    "fleet_for_quota": fleet.__dict__, "prices": LOCAL.name and "config/prices.py (dated)"},
+        "runs": runs, "targets": verdicts(runs) if len(sizes) == 1 else [],
+        "reproduce": f".venv/bin/python bench/tokens.py --name {args.name} --only {args.only} --chars {args.chars} "
+                     f"--tpm {args.tpm:g}" + (f" --workers {args.workers}" if args.workers else ""),
+    }
+    out = ROOT / "bench" / "results" / f"{args.name}.json"
+    out.write_text(json.dumps(result, indent=2) + "\n")
+    print_table(f"{args.name}: {args.chars} chars, {args.tpm:,.0f} tokens/min (simulated Bedrock)", COLUMNS,
+                list(runs.values()))
+    for v in result["targets"]:
+        print(f"{v['verdict']}  {v['target']}: {v['value']}")
+    print(f"wrote {out.relative_to(ROOT)}")
+
+
+if __name__ == "__main__":
+    main()
