@@ -51,23 +51,25 @@ docs: $(STAMP)
 	PYTHONPATH=functions $(BIN)/python -c "import json; from contract_review.domain.messages import intake_json_schema; print(json.dumps(intake_json_schema(), indent=2))" > docs/intake-message.schema.json
 
 # At most 5 minutes on 2 cores: recovery and faults (one run per fault rate, without the 2-minute
-# visibility-timeout baseline), then speed under a model quota beside the Powertools-alone baseline
-# (bench/baseline: same workload, faults and kill), on a 16 KB contract: the baseline's kill costs it the
-# 2-minute visibility timeout whatever the size. The 56 KB runs: make bench-quota; the series: make bench-scaling.
+# visibility-timeout baseline), then a ~100 KB contract under a tokens-per-minute quota on the simulated
+# Bedrock, side by side: the old prompt layout, the cached layout, unpaced; targets print PASS/FAIL
+# (bench/tokens.py). Beside the Powertools-alone baseline (bench/baseline): make bench-quota.
 bench: $(STAMP)
 	$(BIN)/python bench/run.py --quick --reps 1
-	$(BIN)/python bench/quota.py --name quota-make-bench --chars 16000 --only after,faults,baseline-clean,baseline
+	$(BIN)/python bench/tokens.py
 
-# Every quota run on the 56 KB contract, the baseline's too (~12 minutes on 2 cores: under the quota the
+# Beside the Powertools-alone baseline (bench/baseline: same workload, faults and kill) under a requests-per-
+# minute quota: every bench/quota.py run on the 56 KB contract (~12 minutes on 2 cores: under the quota the
 # baseline's chunks exhaust their fixed retries and come back after the visibility timeout).
 bench-quota: $(STAMP)
 	$(BIN)/python bench/quota.py --only before,concurrent,after,faults,baseline-clean,baseline
 
-# The scaling series: 10 KB, 100 KB and 1 MB contracts (analysts at once, paced) at 20 calls/s; AWS
-# requests per model call should stay flat and time follow calls / quota (4.9 minutes measured on 2 cores;
-# 5 MB, ~17,600 calls, would add ~15 minutes at this quota: .venv/bin/python bench/quota.py --sizes 5000000 ...).
+# Under the tokens-per-minute quota (bench/tokens.py, cached layout): the knee (makespan against the number of
+# workers on 100 KB: 3, 4 = what config/fleet.py sizes, 6) and the scaling series (10 KB, 100 KB, 400 KB at
+# the fleet's size); ~12 minutes on 2 cores.
 bench-scaling: $(STAMP)
-	$(BIN)/python bench/quota.py --name scaling --sizes 10000,100000,1000000 --rpm 1200 --timeout 900
+	$(BIN)/python bench/tokens.py --name tokens-knee --only cached --workers 3,4,6
+	$(BIN)/python bench/tokens.py --name tokens-scaling --only cached --chars 10000,100000,400000 --timeout 900
 
 bench-recovery-baseline: $(STAMP)
 	$(BIN)/python bench/run.py

@@ -301,16 +301,16 @@ def summarize(name: str, state: str, error_code: str | None, makespan: float, ca
     }
 
 
-TARGETS = [  # (label, run, key, comparison, bound) from issue 10
+# (label, run, key, comparison, bound) from issue 10. Retired by issue 15 (the figures stay in the table):
+# "<= 1 DynamoDB write per model call" and "orchestration <= 1/100 of Step Functions Standard": orchestration is
+# about 1 % of the bill (model tokens are the rest), so neither measures what decides speed or money.
+TARGETS = [
     ("goodput >= 0.94 (5 % faults, a kill)", "faults", "goodput", ">=", 0.94),
     ("redone work <= 1 % (5 % faults, a kill)", "faults", "redone_work", "<=", 0.01),
     ("makespan <= 1.15 x ideal (happy path)", "after", "makespan_vs_ideal", "<=", 1.15),
     ("makespan <= 1.3 x ideal (faults)", "faults", "makespan_vs_ideal", "<=", 1.3),
     ("quota utilisation >= 0.9 (happy path)", "after", "quota_utilisation", ">=", 0.9),
     ("throttled calls <= 5 % (happy path)", "after", "throttled_share", "<=", 0.05),
-    ("<= 1 DynamoDB write per model call", "after", "dynamodb_writes_per_model_call", "<=", 1.0),
-    ("orchestration <= 1/100 of Step Functions Standard per call", "after", "orchestration_vs_step_functions",
-     "<=", 0.01),
     ("0 silently incomplete", "faults", "silently_incomplete", "==", False),
 ]
 

@@ -13,8 +13,9 @@ fleet a default deploy sizes for this quota (config/fleet.py) and the workers pa
 - `cached`: today's layout (one cached prefix per chunk, a warm-up call, maxTokens per step), paced;
 - `unpaced`: today's layout, the workers not told the quota (a deploy where nothing could read it).
 Figures: model $ per 100 KB at the dated price table, cache-read share of prompt tokens, quota tokens per call,
-makespan / the token bound (the quota tokens the job itself counted / the quota rate), throttled share of
-attempts, goodput (calls needed / attempts). Targets print PASS/FAIL. Results: bench/results/<name>.json.
+makespan / the token bound (the quota tokens the job itself counted, less the first window's burst, / the quota
+rate), throttled share of attempts, goodput (calls needed / attempts), and the answers' share of the model $ (the
+same under both layouts) beside the prompt side's $ against the old layout. Targets print PASS/FAIL. Results: bench/results/<name>.json.
 `--workers` lists fleet sizes for the knee (makespan against workers at this quota; `make bench-scaling`).
 """
 
@@ -36,6 +37,7 @@ sys.path[:0] = [str(ROOT), str(ROOT / "functions")]
 
 from bench.quota import _ledger, _wait, calls_needed, document, git_state, print_table  # noqa: E402
 from contract_review.config.fleet import fleet_for_quota  # noqa: E402
+from contract_review.config.prices import PRICES  # noqa: E402
 from contract_review.config.profile import get_profile  # noqa: E402
 from contract_review.domain import cost  # noqa: E402
 from contract_review.domain.model import quota_tokens, traits_for  # noqa: E402
@@ -56,12 +58,13 @@ TARGETS = [  # (label, run, key, comparison, bound): issue 15
     ("cache-read share >= 0.6 of prompt tokens", "cached", "cache_read_share", ">=", 0.6),
     ("model $ per 100 KB <= 0.6 x the old layout", "cached", "model_usd_vs_old_layout", "<=", 0.6),
 ]
-COLUMNS = [("run", "name"), ("workers", "workers"), ("state", "state"), ("makespan s", "makespan_s"),
+COLUMNS = [("run", "name"), ("chars", "chars"), ("workers", "workers"), ("state", "state"), ("makespan s", "makespan_s"),
            ("token bound s", "token_bound_s"), ("x bound", "makespan_vs_token_bound"),
            ("attempts", "attempts"), ("needed", "calls_needed"), ("goodput", "goodput"),
            ("throttled", "throttled_share"), ("quota tok/call", "quota_tokens_per_call"),
            ("cache-read share", "cache_read_share"), ("model $/100 KB", "model_usd_per_100kb"),
-           ("x old layout", "model_usd_vs_old_layout")]
+           ("x old layout", "model_usd_vs_old_layout"), ("AWS $/100 KB", "aws_usd_per_100kb"), ("output $ share", "output_share_of_model_usd"),
+           ("prompt $ x old", "prompt_usd_vs_old_layout")]
 
 
 def run_one(template: dict[str, Any], name: str, text: str, args: argparse.Namespace, work: Path,
@@ -98,7 +101,9 @@ def run_one(template: dict[str, Any], name: str, text: str, args: argparse.Names
     prompt = job.input_tokens + job.cache_read_tokens + job.cache_write_tokens
     answered = outcomes.get("ok", 0)
     needed, _ = calls_needed(text)
-    bound = counted / (args.tpm / 60)
+    # the token bound: the least time the quota allows the tokens the job counted, its first window's burst (a
+    # full bucket at the start) included
+    bound = max(counted - args.tpm / 60 * args.window_s, 0) / (args.tpm / 60)
     return {
         "name": name, "workers": workers, "state": job.state.value, "error_code": job.error_code,
         "legacy_layout": legacy, "paced": paced, "chars": len(text), "makespan_s": round(makespan, 2),
@@ -112,7 +117,16 @@ def run_one(template: dict[str, Any], name: str, text: str, args: argparse.Names
         "cache_read_share": round(job.cache_read_tokens / prompt, 3) if prompt else 0.0,
         "model_usd": str(cost.usd(job.model_micro_usd)),
         "model_usd_per_100kb": round(job.model_micro_usd / 1e6 * 100_000 / len(text.encode()), 4),
+        "aws_usd_per_100kb": round(job.aws_micro_usd / 1e6 * 100_000 / len(text.encode()), 4),
+        "output_share_of_model_usd": round(output_usd(job.output_tokens) / (job.model_micro_usd / 1e6), 3)
+        if job.model_micro_usd else None,
     }
+
+
+def output_usd(output_tokens: int) -> float:
+    """What the answers cost at the dated price table: the same under both layouts (they answer alike)."""
+    price = cost.model_price(PRICES, LOCAL.review.model_id).price
+    return float(price.output_per_1k) * output_tokens / 1000 if price else 0.0
 
 
 def verdicts(runs: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
@@ -130,12 +144,14 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--name", default="tokens")
     ap.add_argument("--only", default=",".join(RUNS))
-    ap.add_argument("--chars", type=int, default=100_000, help="document size (issue 15: a ~100 KB contract)")
+    ap.add_argument("--chars", default="100000",
+                    help="document size (issue 15: a ~100 KB contract); a list runs the scaling series")
     ap.add_argument("--tpm", type=float, default=600_000.0, help="the tokens-per-minute quota")
     ap.add_argument("--median-ms", type=float, default=800.0)
     ap.add_argument("--p99-ms", type=float, default=2000.0)
-    ap.add_argument("--window-s", type=float, default=2.0,
-                    help="the quota's burst window (Bedrock: 60 s; scaled down so a one-minute run is not all burst)")
+    ap.add_argument("--window-s", type=float, default=10.0,
+                    help="the quota's burst window (Bedrock: 60 s; scaled down so a one-minute run is not all burst, "
+                         "and long enough for the calls in flight to hold their reservations, as on Bedrock)")
     ap.add_argument("--answer-median", type=float, default=150.0, help="answer tokens, median (an LLM: 100-400)")
     ap.add_argument("--answer-p99", type=float, default=600.0)
     ap.add_argument("--workers", default="", help="fleet sizes to run instead of the one config/fleet.py sizes")
@@ -145,29 +161,36 @@ def main() -> None:
     template = synth("local")
     work = ROOT / ".review" / "bench-tokens" / args.name
     shutil.rmtree(work, ignore_errors=True)
-    text = document(args.chars, args.source)
     fleet = fleet_for_quota(args.tpm, args.median_ms / 1000)
-    sizes = [int(w) for w in args.workers.split(",")] if args.workers else [fleet.workers]
+    fleets = [int(w) for w in args.workers.split(",")] if args.workers else [fleet.workers]
+    sizes = [int(c) for c in args.chars.split(",")]
     minimum = traits_for(LOCAL.review.model_id).min_cache_tokens
     runs: dict[str, dict[str, Any]] = {}
-    for workers in sizes:
-        for name in args.only.split(","):
-            key = name if len(sizes) == 1 else f"{name}@{workers}"
-            print(f"{key}: {args.chars} chars, {args.tpm:,.0f} tokens/min, {workers} workers, "
-                  f"{args.median_ms:g} ms median, cache minimum {minimum} tokens (assumed)", flush=True)
-            runs[key] = run_one(template, key, text, args, work, workers)
+    point = len(fleets) == 1 and len(sizes) == 1  # one point: old layout, cached and unpaced side by side
+    for chars in sizes:
+        text = document(chars, args.source)
+        for workers in fleets:
+            for name in args.only.split(","):
+                key = name if point else f"{name}@{chars}c{workers}w"
+                print(f"{key}: {chars} chars, {args.tpm:,.0f} tokens/min, {workers} workers, "
+                      f"{args.median_ms:g} ms median, cache minimum {minimum} tokens (assumed)", flush=True)
+                runs[key] = run_one(template, key, text, args, work, workers)
     old = {k.split("@")[-1] if "@" in k else "": r for k, r in runs.items() if k.startswith("old-layout")}
     for key, r in runs.items():
         base = old.get(key.split("@")[-1] if "@" in key else "")
         if base and base["model_usd_per_100kb"]:
             r["model_usd_vs_old_layout"] = round(r["model_usd_per_100kb"] / base["model_usd_per_100kb"], 2)
-    result = {
+            # the prompt side alone (input, cache reads and writes): what the layout changes
+            prompt, old_prompt = (x["model_usd_per_100kb"] * (1 - (x["output_share_of_model_usd"] or 0))
+                                  for x in (r, base))
+            r["prompt_usd_vs_old_layout"] = round(prompt / old_prompt, 2) if old_prompt else None
+    result: dict[str, Any] = {
         "machine": {"python": platform.python_version(), "cpus": os.cpu_count(), "platform": platform.platform()},
         "git": git_state(), "settings": vars(args), "simulated": True,
         "assumed": {"model_id": LOCAL.review.model_id, "min_cache_tokens": minimum,
                     "output_burndown": traits_for(LOCAL.review.model_id).output_burndown,
-                    "fleet_for_quota": fleet.__dict__, "prices": LOCAL.name and "config/prices.py (dated)"},
-        "runs": runs, "targets": verdicts(runs) if len(sizes) == 1 else [],
+                    "fleet_for_quota": fleet.__dict__, "prices_as_of": PRICES.as_of},
+        "runs": runs, "targets": verdicts(runs) if point else [],
         "reproduce": f".venv/bin/python bench/tokens.py --name {args.name} --only {args.only} --chars {args.chars} "
                      f"--tpm {args.tpm:g}" + (f" --workers {args.workers}" if args.workers else ""),
     }

@@ -140,9 +140,14 @@ def test_a_spent_daily_quota_throttles_like_any_quota(tmp_path):
 def test_llm_like_answer_lengths_are_counted_and_one_over_max_tokens_is_cut():
     spec = FaultSpec(answer_tokens_median=300, answer_tokens_p99=1200, seed=4)
     model = FaultInjectingModel(CachedAnswer(), spec)
-    outputs = [model.invoke(request(i=i)).output_tokens for i in range(200)]
+    outputs = [model.invoke(request(i=i, chunk_index=i)).output_tokens for i in range(200)]
     assert 200 < sorted(outputs)[100] < 450  # about the median asked for
     assert max(outputs) <= request().max_tokens
+    # one question, one answer length: asked again, or worded otherwise (another layout), in another process
+    again = FaultInjectingModel(CachedAnswer(), spec)
+    reworded = dataclasses.replace(request(i=7, chunk_index=7), prompt="the same question, laid out otherwise")
+    assert again.invoke(request(i=7, chunk_index=7)).output_tokens == again.invoke(reworded).output_tokens \
+        == outputs[7]
     capped = FaultInjectingModel(CachedAnswer(), spec.model_copy(update={"answer_tokens_median": 10_000,
                                                                           "answer_tokens_p99": None}))
     cut = capped.invoke(request())

@@ -13,7 +13,8 @@ from contract_review.config.fleet import fleet_for_quota
 def test_the_fleet_is_quota_calls_per_second_times_a_chunks_time_over_its_calls_with_a_margin():
     tpm, latency = 2_000_000, 5.0
     calls_per_s = tpm / 60 / fleet.QUOTA_TOKENS_PER_CALL
-    expected = math.ceil(calls_per_s * fleet.CALL_ROUNDS_PER_CHUNK * latency / fleet.CALLS_PER_CHUNK * fleet.MARGIN)
+    chunk_s = fleet.CHUNK_LATENCIES * latency + fleet.CHUNK_OVERHEAD_S
+    expected = math.ceil(calls_per_s * chunk_s / fleet.CALLS_PER_CHUNK * fleet.MARGIN)
     f = fleet_for_quota(tpm, latency)
     assert (f.workers, f.window) == (expected, 2 * expected)
     assert f.quota_calls_per_s == pytest.approx(calls_per_s, abs=0.01)

@@ -4,6 +4,8 @@ A fleet smaller than the quota leaves it unused (a burst of contracts drains slo
 one only queues at the pacers. The number of workers that keeps the quota busy is about
 
     workers = quota calls per second x the time a chunk takes / the calls a chunk makes x margin
+    the time a chunk takes = 6 call latencies (three rounds, each waiting for the slowest of up to 11 calls,
+                             about twice the median) + the pipeline's own time per chunk
 
 with quota calls per second = tokens per minute / 60 / the quota tokens a call counts. The fan-out window
 (the chunks of one job in flight) is twice the fleet, as the profiles have it (20 and 40). `cdk deploy -c
@@ -18,7 +20,12 @@ from dataclasses import dataclass
 
 # The assumptions, from the prompt layout (review/analysts.py) and Bedrock's accounting (domain/model.py):
 CALLS_PER_CHUNK = 17  # 11 analysts: 11 locate calls, and an assess call for those that found a clause (11-22)
-CALL_ROUNDS_PER_CHUNK = 3  # the warm-up call, then every analyst's locate at once, then every assess at once
+# The warm-up call, then every analyst's locate at once, then every assess at once: a round lasts as long as its
+# slowest call, about twice the median latency for 11 calls (lognormal, p99 ~2.5 x the median).
+CHUNK_LATENCIES = 6
+# Claim, checkpoints, findings, messages: measured 2.5 s a chunk on the local stack (moto on 2 busy cores; the knee
+# in bench/results/tokens-knee.json: 3 workers left the quota idle, 4 kept it busy); less on AWS.
+CHUNK_OVERHEAD_S = 2.5
 # Quota tokens per call: the analyst's uncached part (~200), its share of the chunk's one cache write (~2,300 / 17)
 # and 5 x an LLM-like answer of ~250 tokens; cache reads count nothing once a call is settled.
 QUOTA_TOKENS_PER_CALL = 1_600
@@ -36,7 +43,7 @@ class Fleet:
 
 def fleet_for_quota(tokens_per_minute: float, call_latency_s: float = CALL_LATENCY_S) -> Fleet:
     calls_per_s = tokens_per_minute / 60 / QUOTA_TOKENS_PER_CALL
-    chunk_s = CALL_ROUNDS_PER_CHUNK * call_latency_s
+    chunk_s = CHUNK_LATENCIES * call_latency_s + CHUNK_OVERHEAD_S
     workers = math.ceil(calls_per_s * chunk_s / CALLS_PER_CHUNK * MARGIN)
     workers = max(MIN_WORKERS, min(MAX_WORKERS, workers))
     return Fleet(workers=workers, window=2 * workers, quota_calls_per_s=round(calls_per_s, 2))

@@ -210,7 +210,7 @@ class FaultInjectingModel:
                 answered = answer or self.inner.invoke(request)
             if delay > 0:
                 self.sleep(delay)
-            response = self._answer_length(request, answered, latency_rng)
+            response = self._answer_length(request, answered)
             return dataclasses.replace(response, latency_ms=response.latency_ms + delay * 1000)
         finally:  # settled: what the call used replaces what it reserved (cache reads released)
             used = used_tokens(self.model_id, request, response) if response else reserved
@@ -219,10 +219,14 @@ class FaultInjectingModel:
             if reserved and daily is not None:
                 daily.settle(self.model_id, reserved - used)
 
-    def _answer_length(self, request: ModelRequest, response: ModelResponse, rng: random.Random) -> ModelResponse:
+    def _answer_length(self, request: ModelRequest, response: ModelResponse) -> ModelResponse:
         """An LLM-like answer length (the spec's lognormal): counted, not generated; one longer than `maxTokens` is
-        cut there and stops on max_tokens, as Bedrock's would."""
+        cut there and stops on max_tokens, as Bedrock's would. Drawn per question (the seed, the chunk, the
+        analyst, the step), not per process or attempt: the same question gets an answer of the same length
+        however it is laid out or retried, so two runs side by side pay for the same answers."""
         spec = self.spec
+        question = f"{spec.seed}|{request.chunk_id}|{request.analyst}|{request.step}".encode()
+        rng = random.Random(int.from_bytes(hashlib.sha256(question).digest()[:8], "big"))
         if not spec.answer_tokens_median or response.stop_reason != "end_turn":
             return response
         sigma = math.log(spec.answer_tokens_p99 / spec.answer_tokens_median) / _Z99 if spec.answer_tokens_p99 else 0.0
