@@ -1,7 +1,7 @@
 """`review preflight`: before submitting, is the configured Bedrock model usable from this account?
 
-One tiny Converse call with the stack's model (the adapter the workers use, so a failure gets the
-same error code they would record), its latency, what the Bedrock control plane says about the
+One tiny call with the stack's model through the adapter the workers use for it (Converse, or InvokeModel
+with the Anthropic Messages body: the path is printed; a failure gets the same error code they would record), its latency, what the Bedrock control plane says about the
 model id, and the account's requests- and tokens-per-minute quotas for that model as the Service
 Quotas API reports them. `run_preflight` takes its clients as arguments (tests stub them with
 botocore's Stubber); `preflight` resolves the stack and builds real clients.
@@ -21,7 +21,7 @@ from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError, 
 from contract_review.config.constants import OFFLINE_MODEL_ID
 from contract_review.config.profile import get_profile
 from contract_review.domain.errors import REGISTRY, ReviewError, classify
-from contract_review.model.bedrock import BedrockConverseModel, ModelFacts, ModelIdCheck
+from contract_review.model.bedrock import ModelFacts, ModelIdCheck, bedrock_model
 from contract_review.model.quotas import QuotaRow, quota_kind, read_model_quotas
 from contract_review.wiring import bedrock_control_client, bedrock_runtime_client
 
@@ -40,6 +40,7 @@ class PreflightError(Exception):
 class PreflightReport:
     model_id: str
     region: str
+    api: str = ""  # the bedrock-runtime API the workers call this model through (domain/model.py MODEL_TRAITS)
     ok: bool = False
     latency_ms: float | None = None
     error_code: str | None = None
@@ -57,7 +58,8 @@ class PreflightReport:
 
 def run_preflight(model_id: str, region: str, *, runtime: Any, bedrock: Any, quotas: Any,
                   clock: Callable[[], float] = time.monotonic) -> PreflightReport:
-    """One Converse call with `model_id`, what the control plane says about it, and its quotas.
+    """One tiny call with `model_id` through the API the workers use for it (Converse, or InvokeModel with the
+    Anthropic Messages body), what the control plane says about it, and its quotas.
     `runtime`, `bedrock`, `quotas`: boto3 clients for bedrock-runtime, bedrock and service-quotas."""
     report = PreflightReport(model_id=model_id, region=region, quota_kind=quota_kind(model_id))
     check = ModelIdCheck(lambda: bedrock)
@@ -67,7 +69,9 @@ def run_preflight(model_id: str, region: str, *, runtime: Any, bedrock: Any, quo
                             "(permission?): the model's name and lifecycle are unknown")
     started = clock()
     try:
-        response = BedrockConverseModel(runtime, model_id, id_check=check).ping()
+        client = bedrock_model(runtime, model_id, id_check=check)
+        report.api = client.API
+        response = client.ping()
         report.ok, report.latency_ms = True, (clock() - started) * 1000
         report.message = (f"stop reason {response.stop_reason}, {response.input_tokens} input / "
                           f"{response.output_tokens} output tokens")
@@ -123,9 +127,10 @@ _LABELS = {"tokens_per_minute": "tokens per minute", "requests_per_minute": "req
 def render(report: PreflightReport) -> list[str]:
     facts = report.facts
     about = f" ({facts.display_name}, lifecycle {facts.lifecycle})" if facts and facts.display_name else ""
-    lines = [f"model: {report.model_id}{about}, region {report.region}"]
+    lines = [f"model: {report.model_id}{about}, region {report.region}",
+             f"path: the workers call it through {report.api or 'Converse'} on bedrock-runtime"]
     if report.ok:
-        lines.append(f"access: ok - Converse answered in {report.latency_ms:.0f} ms ({report.message})")
+        lines.append(f"access: ok - {report.api} answered in {report.latency_ms:.0f} ms ({report.message})")
     else:
         lines.append(f"access: FAILED {report.error_code} after {report.latency_ms or 0:.0f} ms - {report.message}")
         if report.error_code != "model.id_rejected":  # that message already says what to do

@@ -25,7 +25,7 @@ from contract_review.domain.effects import SideEffects
 from contract_review.domain.errors import classify
 from contract_review.domain.model import ModelClient
 from contract_review.domain.ports import Deps, Queue
-from contract_review.model.bedrock import BedrockConverseModel, ModelIdCheck, bedrock_client_config
+from contract_review.model.bedrock import ModelIdCheck, bedrock_client_config, bedrock_model
 from contract_review.model.breaker import BreakerModel, CircuitBreaker
 from contract_review.model.pacing import QuotaLimiter
 from contract_review.model.quotas import read_model_quotas
@@ -164,10 +164,10 @@ def _offline_model(settings: Settings) -> ModelClient:
 def build_model(settings: Settings, session: Any) -> ModelClient:
     model: ModelClient
     if settings.model_provider == "bedrock":
-        model = BedrockConverseModel(bedrock_runtime_client(session, settings.model_call_timeout_s,
-                                                            settings.profile.review.analyst_concurrency),
-                                     settings.effective_model_id,
-                                     id_check=ModelIdCheck(lambda: bedrock_control_client(session)))
+        model = bedrock_model(bedrock_runtime_client(session, settings.model_call_timeout_s,
+                                                     settings.profile.review.analyst_concurrency),
+                              settings.effective_model_id,
+                              id_check=ModelIdCheck(lambda: bedrock_control_client(session)))
     else:  # the offline stand-in: imported only when configured, never on a Bedrock deploy's path
         model = _offline_model(settings)
     if settings.fault_spec:  # demo, tests and bench only (infra refuses it in the prod profile)

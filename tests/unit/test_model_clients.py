@@ -355,3 +355,131 @@ def test_the_runtime_clients_pool_holds_every_analyst_at_once():
     at_once = get_profile("prod").review.analyst_concurrency
     client = bedrock_runtime_client(boto3.Session(region_name="us-east-1"), 60, at_once)
     assert client.meta.config.max_pool_connections == at_once + 2 > 10
+
+
+# --- BedrockMessagesModel: InvokeModel with the Anthropic Messages body --------------------------------------
+
+MESSAGES_MODEL = "global.anthropic.claude-opus-4-6-v1"  # MODEL_TRAITS sends it through the Messages body
+
+
+INVOKE_PARAMS = {"modelId": MESSAGES_MODEL, "body": ANY, "contentType": "application/json", "accept": "application/json"}
+
+
+def messages_answer(content: list[dict], stop: str = "tool_use", **usage: int) -> dict:
+    from io import BytesIO
+
+    from botocore.response import StreamingBody
+
+    raw = json.dumps({"id": "msg_1", "type": "message", "role": "assistant", "content": content,
+                      "stop_reason": stop, "usage": {"input_tokens": 0, "output_tokens": 0, **usage}}).encode()
+    return {"body": StreamingBody(BytesIO(raw), len(raw)), "contentType": "application/json"}
+
+
+def test_the_traits_table_picks_the_api_per_model_and_the_wiring_builds_that_client():
+    from contract_review.domain.model import model_api
+    from contract_review.model.bedrock import BedrockMessagesModel, bedrock_model
+
+    assert model_api(MESSAGES_MODEL) == "messages" and model_api(MODEL_ID) == "converse"
+    assert isinstance(bedrock_model(None, MESSAGES_MODEL), BedrockMessagesModel)
+    assert isinstance(bedrock_model(None, MODEL_ID), BedrockConverseModel)
+
+
+def test_the_messages_body_has_the_cached_layout_and_the_forced_tool_and_the_answer_is_mapped(bedrock):
+    from contract_review.model.bedrock import ANTHROPIC_VERSION, BedrockMessagesModel
+
+    client, stubber = bedrock
+    req = dataclasses.replace(request(), context="c" * 20_000)  # a prefix over Opus 4.6's minimum: cached
+    assert caches(MESSAGES_MODEL, req)
+    answer = {"clauses": [{"category": "liability_cap", "quote": "In no event"}]}
+    sent: list[dict] = []
+    stubber.add_response("invoke_model", messages_answer(
+        [{"type": "text", "text": "Recording."}, {"type": "tool_use", "id": "t1", "name": "record_answer", "input": answer}],
+        input_tokens=40, output_tokens=30, cache_read_input_tokens=5_300, cache_creation_input_tokens=0),
+        expected_params=INVOKE_PARAMS)
+    client.meta.events.register("before-parameter-build.bedrock-runtime.InvokeModel",
+                                lambda params, **kw: sent.append(json.loads(params["body"])))
+    resp = BedrockMessagesModel(client, MESSAGES_MODEL).invoke(req)
+    (body,) = sent
+    assert body["anthropic_version"] == ANTHROPIC_VERSION and body["max_tokens"] == req.max_tokens
+    assert body["tool_choice"] == {"type": "tool", "name": "record_answer"}
+    assert body["tools"] == [{"name": "record_answer", "description": ANY, "input_schema": req.output_schema}]
+    assert body["system"] == [{"type": "text", "text": req.system}]
+    assert body["messages"][0]["content"] == [  # the excerpt ends the cached prefix; the analyst's part follows
+        {"type": "text", "text": req.context, "cache_control": {"type": "ephemeral"}},
+        {"type": "text", "text": req.prompt}]
+    assert json.loads(resp.text) == answer and resp.stop_reason == "end_turn"
+    assert (resp.input_tokens, resp.output_tokens, resp.cache_read_tokens, resp.cache_write_tokens) == (40, 30, 5_300, 0)
+
+
+@pytest.mark.parametrize("content, stop, expected", [
+    ([{"type": "tool_use", "id": "t", "name": "record_answer", "input": {"clauses": []}}], "max_tokens", "max_tokens"),
+    ([{"type": "text", "text": "I cannot help with that."}], "refusal", "content_filtered"),
+    ([{"type": "text", "text": "Here are the clauses: ..."}], "end_turn", "malformed_model_output"),
+])
+def test_messages_stop_reasons_map_to_the_ports(bedrock, content, stop, expected):
+    from contract_review.model.bedrock import BedrockMessagesModel
+
+    client, stubber = bedrock
+    stubber.add_response("invoke_model", messages_answer(content, stop), expected_params=INVOKE_PARAMS)
+    assert BedrockMessagesModel(client, MESSAGES_MODEL).invoke(request()).stop_reason == expected
+
+
+def test_a_model_that_rejects_a_forced_tool_choice_is_asked_for_the_tool_instead(bedrock, monkeypatch):
+    from contract_review.domain import model as model_module
+    from contract_review.model.bedrock import ASK_FOR_THE_TOOL, BedrockMessagesModel
+
+    base = model_module.base_model_id(MESSAGES_MODEL)
+    monkeypatch.setitem(model_module.MODEL_TRAITS, base,
+                        dataclasses.replace(model_module.MODEL_TRAITS[base], forced_tool_choice=False))
+    client, stubber = bedrock
+    sent: list[dict] = []
+    client.meta.events.register("before-parameter-build.bedrock-runtime.InvokeModel",
+                                lambda params, **kw: sent.append(json.loads(params["body"])))
+    stubber.add_response("invoke_model", messages_answer(
+        [{"type": "tool_use", "id": "t", "name": "record_answer", "input": {"clauses": []}}]), expected_params=INVOKE_PARAMS)
+    BedrockMessagesModel(client, MESSAGES_MODEL).invoke(request())
+    assert sent[0]["tool_choice"] == {"type": "auto"} and sent[0]["system"][0]["text"].endswith(ASK_FOR_THE_TOOL)
+
+
+def test_messages_errors_are_classified_as_converses_are(bedrock):
+    from contract_review.model.bedrock import BedrockMessagesModel
+
+    client, stubber = bedrock
+    stubber.add_client_error("invoke_model", service_error_code="ThrottlingException", http_status_code=429,
+                             service_message="Too many tokens, please wait before trying again.")
+    with pytest.raises(ClientError) as caught:
+        BedrockMessagesModel(client, MESSAGES_MODEL).invoke(request())
+    assert classify(caught.value, model_call=True).error_code == "model.throttled"
+
+
+def test_a_chunk_reviewed_through_the_messages_body_finds_what_the_rule_model_finds_directly(bedrock):
+    """End to end through the client: every analyst of a chunk, each call sent as a Messages body and answered
+    (Stubber) with what the offline rule model answers that request, parses back to the same findings as the
+    rule model gives without the client."""
+    from contract_review.config.profile import get_profile
+    from contract_review.doubles.offline_model import OfflineRuleModel
+    from contract_review.model.bedrock import BedrockMessagesModel
+    from contract_review.review.analysts import analysts_for, run_analyst
+    from contract_review.review.chunking import chunk_document
+
+    from ..large_docs import large_contract
+
+    client, stubber = bedrock
+    rules = OfflineRuleModel()
+    messages = BedrockMessagesModel(client, MESSAGES_MODEL)
+    chunk = chunk_document(large_contract(12_000), get_profile("prod").review)[0]
+
+    def direct(build, parse):
+        return parse(rules.invoke(build(None))), 1
+
+    def through_messages(build, parse):
+        req = build(None)
+        answer = rules.invoke(req)
+        stubber.add_response("invoke_model", messages_answer(
+            [{"type": "tool_use", "id": "t", "name": "record_answer", "input": json.loads(answer.text)}],
+            input_tokens=answer.input_tokens, output_tokens=answer.output_tokens), expected_params=INVOKE_PARAMS)
+        return parse(messages.invoke(req)), 1
+
+    found = [run_analyst(spec, chunk, through_messages).findings for spec in analysts_for(11)]
+    assert found == [run_analyst(spec, chunk, direct).findings for spec in analysts_for(11)]
+    assert any(found)  # the chunk has findings to compare

@@ -93,9 +93,36 @@ def test_a_usable_model_reports_access_latency_and_its_own_rpm_and_tpm_quotas():
         ("tokens_per_minute", "L-GLOBALTPM", 2_000_000, "applied"), ("requests_per_minute", "L-GLOBALRPM", 250, "applied"),
         ("tokens_per_day", "L-DAY", 1e9, "applied"), ("account_tokens_per_day", "L-ACCOUNTDAY", 5e9, "applied")]
     text = "\n".join(render(report))
-    assert "access: ok" in text and "750 ms" in text
+    assert "access: ok - Converse answered" in text and "750 ms" in text
+    assert "path: the workers call it through Converse on bedrock-runtime" in text
     assert "requests per minute (not enforced on bedrock-runtime): 250" in text and "tokens per minute: 2,000,000" in text
     assert "pacing: a deployed stack's workers pace to 2,000,000 tokens per minute" in text
+
+
+def test_a_messages_path_model_is_pinged_through_invoke_model_and_preflight_names_the_path():
+    """A model the traits table sends through the Anthropic Messages body: preflight calls it the way the workers
+    will (InvokeModel, not Converse) and says so."""
+    import io
+
+    from botocore.response import StreamingBody
+
+    model_id = "global.anthropic.claude-opus-4-6-v1"
+    c = Clients()
+    bs.expect_current(c.bedrock_stub, model_id)
+    raw = json.dumps({"content": [{"type": "text", "text": "OK"}], "stop_reason": "end_turn",
+                      "usage": {"input_tokens": 12, "output_tokens": 1}}).encode()
+    c.runtime_stub.add_response("invoke_model", {"body": StreamingBody(io.BytesIO(raw), len(raw)), "contentType": "application/json"}, expected_params={
+        "modelId": model_id, "body": json.dumps({
+            "anthropic_version": "bedrock-2023-05-31", "max_tokens": 8, "temperature": 0.0,
+            "messages": [{"role": "user", "content": [{"type": "text", "text": "Reply with the single word OK."}]}]}),
+        "contentType": "application/json", "accept": "application/json"})
+    c.quota_pages(PAGE_1, PAGE_2)
+    report = c.run(model_id)
+    c.verify()
+    assert report.ok and report.api == "Messages API (InvokeModel)" and report.message.startswith("stop reason end_turn")
+    text = "\n".join(render(report))
+    assert "path: the workers call it through Messages API (InvokeModel) on bedrock-runtime" in text
+    assert "access: ok - Messages API (InvokeModel) answered" in text
 
 
 def test_a_retired_model_reports_the_job_fatal_code_and_what_to_do():

@@ -63,6 +63,11 @@ class ModelTraits:
     min_cache_tokens: int  # the shortest prefix the prompt cache keeps (a shorter one is silently not cached)
     output_burndown: int  # one output token counts this many against tokens per minute
     tool_prompt_tokens: int  # the tool-use system prompt Bedrock adds to a call with a forced tool choice
+    # How the workers call it on bedrock-runtime: "converse" (Converse) or "messages" (InvokeModel with the
+    # Anthropic Messages body: every Claude model answers it; Anthropic calls Converse its legacy Bedrock path
+    # for newer models). model/bedrock.py has one client for each.
+    api: str = "converse"
+    forced_tool_choice: bool = True  # False: the model rejects a forced tool choice; it is asked to use the tool
 
 
 # Claude Sonnet 4.6's minimum: Anthropic's table says 1,024, users observe 2,048 on Bedrock; until verified on the
@@ -72,7 +77,10 @@ MODEL_TRAITS: dict[str, ModelTraits] = {
     "anthropic.claude-sonnet-4-6": ModelTraits(min_cache_tokens=2048, output_burndown=5, tool_prompt_tokens=313),
     "anthropic.claude-sonnet-4-5-20250929-v1:0": ModelTraits(1024, 5, 313),
     "anthropic.claude-haiku-4-5-20251001-v1:0": ModelTraits(4096, 5, 313),
+    # Claude Opus 4.6 through the Messages body (its minimum cacheable prefix not verified: the strictest known)
+    "anthropic.claude-opus-4-6-v1": ModelTraits(4096, 5, 313, api="messages"),
 }
+MODEL_APIS = ("converse", "messages")
 # An unknown model gets the strictest traits of the table: never a cache or a quota kinder than a real one.
 STRICTEST = ModelTraits(max(t.min_cache_tokens for t in MODEL_TRAITS.values()),
                         max(t.output_burndown for t in MODEL_TRAITS.values()),
@@ -101,6 +109,11 @@ def quota_tokens(model_id: str, input_tokens: int, cache_write_tokens: int, outp
     """What a finished call counts against tokens per minute: input + cache writes + output x the model's burndown
     (cache reads are released)."""
     return input_tokens + cache_write_tokens + traits_for(model_id).output_burndown * output_tokens
+
+
+def model_api(model_id: str) -> str:
+    """converse | messages: which bedrock-runtime API the workers call `model_id` through (MODEL_TRAITS)."""
+    return traits_for(model_id).api
 
 
 def caches(model_id: str, request: ModelRequest) -> bool:

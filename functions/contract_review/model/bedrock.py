@@ -1,6 +1,8 @@
 """The Bedrock side of the model port (`domain/model.py`).
 
 - `BedrockConverseModel`: Amazon Bedrock Converse via boto3 `bedrock-runtime` (the real one).
+- `BedrockMessagesModel`: InvokeModel with the Anthropic Messages body, for the models the traits table
+  (`domain/model.py` MODEL_TRAITS `api`) sends that way; `bedrock_model` picks one per model id.
 - `ModelIdCheck`: asks the Bedrock control plane whether the configured model id is why a call
   failed (unknown, retired, or not invocable by that id), so a bad id fails the job at once.
 - The port itself (`ModelClient`, `ModelRequest`, `ModelResponse`) and the model-id helpers are
@@ -20,7 +22,15 @@ from typing import Any, cast
 from botocore.exceptions import BotoCoreError, ClientError
 
 from contract_review.domain.errors import ReviewError
-from contract_review.domain.model import ModelRequest, ModelResponse, base_model_id, caches, is_inference_profile
+from contract_review.domain.model import (
+    ModelRequest,
+    ModelResponse,
+    base_model_id,
+    caches,
+    is_inference_profile,
+    model_api,
+    traits_for,
+)
 
 log = logging.getLogger(__name__)
 
@@ -136,10 +146,10 @@ def id_rejected(model_id: str, reason: str, exc: ClientError) -> ReviewError:
     )
 
 
-# --- Converse ---------------------------------------------------------------------------------------------
+# --- bedrock-runtime: Converse, and InvokeModel with the Anthropic Messages body ------------------------------
 
-class BedrockConverseModel:
-    """Bedrock Converse with a tool-forced JSON answer.
+class _BedrockRuntimeModel:
+    """What both clients share: the model id, the id check on a failed call, the tool the answer comes through.
 
     The client passed in must be configured so botocore does not multiply our retries:
     `Config(retries={"mode": "standard", "max_attempts": 1}, read_timeout=...)`; see
@@ -149,22 +159,41 @@ class BedrockConverseModel:
     """
 
     TOOL_NAME = "record_answer"
+    TOOL_DESCRIPTION = "Record the structured answer."
+    API = ""  # what `review preflight` says the calls go through
 
     def __init__(self, client: Any, model_id: str, id_check: ModelIdCheck | None = None):
         self.client = client
         self.model_id = model_id
         self.id_check = id_check
 
+    def _send(self, operation: str, **params: Any) -> Any:
+        try:
+            return getattr(self.client, operation)(modelId=self.model_id, **params)
+        except ClientError as exc:
+            if self.id_check is not None and _error_code(exc) in ID_SUSPECT_CODES:
+                reason = self.id_check.rejection(self.model_id)
+                if reason is not None:
+                    raise id_rejected(self.model_id, reason, exc) from exc
+            raise
+
+
+class BedrockConverseModel(_BedrockRuntimeModel):
+    """Bedrock Converse with a tool-forced JSON answer."""
+
+    API = "Converse"
+
     def invoke(self, request: ModelRequest) -> ModelResponse:
         started = time.monotonic()
-        resp = self._converse(
+        resp = self._send(
+            "converse",
             system=[{"text": request.system}],
             messages=[{"role": "user", "content": self._content(request)}],
             inferenceConfig={"maxTokens": request.max_tokens, "temperature": request.temperature},
             toolConfig={
                 "tools": [{"toolSpec": {
                     "name": self.TOOL_NAME,
-                    "description": "Record the structured answer.",
+                    "description": self.TOOL_DESCRIPTION,
                     "inputSchema": {"json": request.output_schema},
                 }}],
                 "toolChoice": {"tool": {"name": self.TOOL_NAME}},
@@ -187,19 +216,9 @@ class BedrockConverseModel:
     def ping(self) -> ModelResponse:
         """One tiny call (no tools, at most 8 output tokens): does the model answer this account?"""
         started = time.monotonic()
-        resp = self._converse(messages=[{"role": "user", "content": [{"text": "Reply with the single word OK."}]}],
-                              inferenceConfig={"maxTokens": 8, "temperature": 0.0})
+        resp = self._send("converse", messages=[{"role": "user", "content": [{"text": "Reply with the single word OK."}]}],
+                          inferenceConfig={"maxTokens": 8, "temperature": 0.0})
         return self._response(resp, started)
-
-    def _converse(self, **params: Any) -> Any:
-        try:
-            return self.client.converse(modelId=self.model_id, **params)
-        except ClientError as exc:
-            if self.id_check is not None and _error_code(exc) in ID_SUSPECT_CODES:
-                reason = self.id_check.rejection(self.model_id)
-                if reason is not None:
-                    raise id_rejected(self.model_id, reason, exc) from exc
-            raise
 
     @staticmethod
     def _response(resp: Any, started: float) -> ModelResponse:
@@ -221,6 +240,89 @@ class BedrockConverseModel:
             cache_read_tokens=int(usage.get("cacheReadInputTokens", 0)),
             cache_write_tokens=int(usage.get("cacheWriteInputTokens", 0)),
         )
+
+
+ANTHROPIC_VERSION = "bedrock-2023-05-31"
+# The Messages API's stop reasons as the port names them (Converse's): a tool answer ends the turn; a refusal
+# is a policy stop like Converse's content_filtered.
+_STOP_REASONS = {"tool_use": "end_turn", "end_turn": "end_turn", "stop_sequence": "end_turn",
+                 "max_tokens": "max_tokens", "refusal": "content_filtered"}
+ASK_FOR_THE_TOOL = "Answer only by calling the record_answer tool."
+
+
+class BedrockMessagesModel(_BedrockRuntimeModel):
+    """InvokeModel with the Anthropic Messages body (https://docs.aws.amazon.com/bedrock/latest/userguide/
+    model-parameters-anthropic-claude-messages-request-response.html): the same prompt layout as Converse (the
+    tool, the system prompt and the excerpt, then `cache_control` on the last block of the shared prefix, then
+    the analyst's part) and the same answer through one tool. A model that rejects a forced tool choice
+    (MODEL_TRAITS `forced_tool_choice` False) gets `auto` and an instruction to use the tool; an answer in prose
+    is then `malformed_model_output` (asked again once, as any invalid answer)."""
+
+    API = "Messages API (InvokeModel)"
+
+    def invoke(self, request: ModelRequest) -> ModelResponse:
+        started = time.monotonic()
+        forced = traits_for(self.model_id).forced_tool_choice
+        system = request.system if forced else f"{request.system}\n\n{ASK_FOR_THE_TOOL}"
+        system_block: dict[str, Any] = {"type": "text", "text": system}
+        content: list[dict[str, Any]] = [{"type": "text", "text": request.context}] if request.context else []
+        if caches(self.model_id, request):  # the cache breakpoint: on the last block of the shared prefix
+            (content[-1] if content else system_block)["cache_control"] = {"type": "ephemeral"}
+        body = {
+            "anthropic_version": ANTHROPIC_VERSION,
+            "max_tokens": request.max_tokens,
+            "temperature": request.temperature,
+            "system": [system_block],
+            "messages": [{"role": "user", "content": [*content, {"type": "text", "text": request.prompt}]}],
+            "tools": [{"name": self.TOOL_NAME, "description": self.TOOL_DESCRIPTION,
+                       "input_schema": request.output_schema}],
+            "tool_choice": {"type": "tool", "name": self.TOOL_NAME} if forced else {"type": "auto"},
+        }
+        return self._response(self._invoke(body), started, tool_expected=True)
+
+    def ping(self) -> ModelResponse:
+        """One tiny call (no tools, at most 8 output tokens): does the model answer this account?"""
+        started = time.monotonic()
+        body = {"anthropic_version": ANTHROPIC_VERSION, "max_tokens": 8, "temperature": 0.0,
+                "messages": [{"role": "user", "content": [{"type": "text", "text": "Reply with the single word OK."}]}]}
+        return self._response(self._invoke(body), started, tool_expected=False)
+
+    def _invoke(self, body: dict[str, Any]) -> Any:
+        resp = self._send("invoke_model", body=json.dumps(body), contentType="application/json",
+                          accept="application/json")
+        return json.loads(resp["body"].read())
+
+    @staticmethod
+    def _response(answer: Any, started: float, *, tool_expected: bool) -> ModelResponse:
+        stop = _STOP_REASONS.get(str(answer.get("stop_reason", "end_turn")), str(answer.get("stop_reason")))
+        text, used_tool = "", False
+        for block in answer.get("content", []):
+            if block.get("type") == "tool_use":
+                text, used_tool = json.dumps(block.get("input", {})), True
+                break
+            if block.get("type") == "text":
+                text += block.get("text", "")
+        if tool_expected and not used_tool and stop == "end_turn":
+            stop = "malformed_model_output"  # prose where the tool was asked for
+        usage = answer.get("usage", {})
+        return ModelResponse(
+            text=text,
+            stop_reason=stop,
+            input_tokens=int(usage.get("input_tokens", 0)),
+            output_tokens=int(usage.get("output_tokens", 0)),
+            latency_ms=(time.monotonic() - started) * 1000,
+            cache_read_tokens=int(usage.get("cache_read_input_tokens") or 0),
+            cache_write_tokens=int(usage.get("cache_creation_input_tokens") or 0),
+        )
+
+
+BedrockModel = BedrockConverseModel | BedrockMessagesModel
+
+
+def bedrock_model(client: Any, model_id: str, id_check: ModelIdCheck | None = None) -> BedrockModel:
+    """The client for `model_id`'s API (MODEL_TRAITS `api`)."""
+    cls = BedrockMessagesModel if model_api(model_id) == "messages" else BedrockConverseModel
+    return cls(client, model_id, id_check=id_check)
 
 
 POOL_MARGIN = 2  # connections beyond the calls made at once (a probe, a control-plane look-up)
