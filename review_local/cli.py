@@ -19,7 +19,7 @@ from rich.table import Table
 from contract_review.domain import lifecycle
 from contract_review.domain.messages import MAX_DOCUMENT_BYTES
 from contract_review.domain.ports import Deps, Queue
-from contract_review.domain.records import JobState, ModelControl
+from contract_review.domain.records import Job, JobState, ModelControl
 from contract_review.doubles.spec import FaultSpec
 from contract_review.operate import ops
 from contract_review.pipeline import redrive
@@ -151,12 +151,15 @@ def submit(obj: Ctx, files: tuple[Path, ...], batch_file: Path | None, wait: boo
         raise click.UsageError("--idempotency-key takes one file")
     texts = [(f, _read_document(f)) for f in files]
     jobs: dict[str, Path] = {}
+    shas: dict[str, str] = {}
     for f, text in texts:
         job_id = ops.job_id_of(text, idempotency_key)
         if job_id in jobs:
             console.print(f"{job_id}  {f}  (the same document as {jobs[job_id]}: one job, not sent again)",
                           markup=False, highlight=False)
             continue
+        shas[job_id] = document_hash(text)
+        _refuse_key_conflict(obj.deps.jobs.get(job_id), shas[job_id], idempotency_key, f)
         again = _resubmission(obj.deps, job_id, text)
         if again is None or again.send:
             ops.submit(obj.deps, text, document_id=_document_id(f), idempotency_key=idempotency_key,
@@ -164,7 +167,17 @@ def submit(obj: Ctx, files: tuple[Path, ...], batch_file: Path | None, wait: boo
         jobs[job_id] = f
         console.print(f"{job_id}  {f}" + (f"  ({again.note})" if again else ""), markup=False, highlight=False)
     if wait:
-        _wait(obj, list(jobs), timeout, SUBMIT_GRACE_S)
+        _wait(obj, list(jobs), timeout, SUBMIT_GRACE_S, documents=shas)
+
+
+def _refuse_key_conflict(job: Job | None, sha: str, key: str | None, f: Path) -> None:
+    """The key names a job made from another document: refused as the Job API and intake refuse it
+    (input.key_conflict), one line and exit 1, never that other job's result. A job that failed on its input
+    is the exception: a corrected document under its key replaces it."""
+    if job is not None and not job.replaceable and job.document_sha256 and job.document_sha256 != sha:
+        raise click.ClickException(
+            f"input.key_conflict: idempotency key {key!r} names job {job.job_id}, made from another document; "
+            f"send {f} with its own key (without --idempotency-key, the document's SHA-256 is its key)")
 
 
 @dataclass(frozen=True)
@@ -207,8 +220,11 @@ def _document_id(f: Path) -> str:
     return re.sub(r"[^A-Za-z0-9._:/\-]", "_", f.name)[:256]
 
 
-def _wait(obj: Ctx, job_ids: list[str], timeout: float, grace_s: float, show_events: bool = False) -> None:
-    """Watch the jobs; exit 1, with one line per job that did not complete, unless all completed."""
+def _wait(obj: Ctx, job_ids: list[str], timeout: float, grace_s: float, show_events: bool = False,
+          documents: dict[str, str] | None = None) -> None:
+    """Watch the jobs; exit 1, with one line per job that did not complete, unless all completed. `documents`:
+    the SHA-256 each job must have been made from (a key another document took first, while this one's
+    message was on its way, is intake's input.key_conflict: that job's end is not this document's)."""
     deps = obj.deps
     states = watch_jobs(console, deps.jobs, job_ids, timeout, grace_s=grace_s,
                         intake_busy=lambda: deps.queues.depth(Queue.INTAKE) > 0,
@@ -220,6 +236,10 @@ def _wait(obj: Ctx, job_ids: list[str], timeout: float, grace_s: float, show_eve
                             "nothing will create it (a mistyped id? or see `review jobs` and `review dlq list`)")
         elif state == WAITING or not ended(state):
             problems.append(f"{j} is still {state} after {timeout:.0f} s (`review watch {j}` to go on watching)")
+        elif (documents or {}).get(j) and (job := deps.jobs.get(j)) is not None \
+                and job.document_sha256 and job.document_sha256 != (documents or {})[j]:
+            problems.append(f"input.key_conflict: {j} was made from another document under the same key; this one "
+                            "is in the intake dead-letter queue (`review dlq list`): send it with its own key")
         elif state != "completed":
             problems.append(f"{j} ended {state}: see `review status {j}`")
     if problems:

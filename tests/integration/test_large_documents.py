@@ -29,7 +29,7 @@ def test_a_small_document_behind_a_large_one_completes_before_the_large_one_is_h
     # GIVEN the stack with its 4 workers, and a contract of ~40 chunks (5 windows) submitted first
     stack = make_stack()
     deps = stack.deps()
-    big = large_contract(130_000, variant=8)
+    big = large_contract(160_000, variant=8)
     n_big = len(chunk_document(big, LOCAL.review))
     assert n_big >= 4 * WINDOW
     big_job = ops.submit(deps, big, document_id="big")
@@ -70,11 +70,11 @@ def test_a_large_document_leaves_queued_within_seconds_of_its_first_page(make_st
     # GIVEN the stack, its workers not started (nothing drains the queue)
     stack = make_stack(concurrency={"worker": 0})
     deps = stack.deps()
-    text = large_contract(1_200_000, variant=12)
+    text = large_contract(1_300_000, variant=12)
     n = len(chunk_document(text, LOCAL.review))
-    # WHEN a 1.2 MB contract (~350 chunks) is submitted by s3_uri
+    # WHEN a 1.3 MB contract (~310 chunks) is submitted by s3_uri
     t0 = time.monotonic()
-    job_id = ops.submit(deps, text, document_id="big-1.2mb")
+    job_id = ops.submit(deps, text, document_id="big-1.3mb")
     running = wait_for(lambda: (j := deps.jobs.get(job_id)) is not None and j.state is JobState.RUNNING and j,
                        30, what="the job running")
     took = time.monotonic() - t0

@@ -33,6 +33,7 @@ from contract_review.domain.records import (
     Reliability,
     SideEffectDone,
     StepStatus,
+    Usage,
 )
 from contract_review.wiring import aws_client_config, queue_urls
 from review_local.connect import local_session
@@ -121,11 +122,11 @@ def test_jobs_transition_is_conditional_and_writes_the_outcome(repos: Repos):
     assert ended is not None and repos.jobs.get(job.job_id) == ended
     assert (ended.error, ended.reliability, ended.ended_at) == (env, outcome.reliability, 9.5)
     # reopening clears the ending and sets the settled set
-    reopened = repos.jobs.transition(job.job_id, (JobState.FAILED,), JobState.RUNNING, reopen_settled={"c1"})
+    reopened = repos.jobs.transition(job.job_id, (JobState.FAILED,), JobState.RUNNING, settled={"c1"})
     assert reopened is not None and reopened.settled == {"c1"}
     assert (reopened.error, reopened.error_code, reopened.ended_at, reopened.missing) == (None, None, None, [])
     assert reopened.report_json_key == "r.json"  # the last report stays until a new one replaces it
-    empty = repos.jobs.transition(job.job_id, (JobState.RUNNING,), JobState.RUNNING, reopen_settled=set())
+    empty = repos.jobs.transition(job.job_id, (JobState.RUNNING,), JobState.RUNNING, settled=set())
     assert empty is not None and empty.settled == set()
 
 
@@ -135,7 +136,7 @@ def test_jobs_transition_can_be_conditional_on_the_settled_version(repos: Repos)
     assert job.settled_version == 0
     repos.jobs.settle_chunk(job.job_id, "c0")
     read = repos.jobs.settle_chunk(job.job_id, "c1")
-    after = repos.jobs.unsettle_chunks(job.job_id, ["c1"])
+    after = repos.jobs.unsettle_chunks(job.job_id, {"c1": Usage()})
     assert after is not None and after.settled == {"c0"} and after.settled_version == read.settled_version + 1
     assert repos.jobs.transition(job.job_id, (JobState.RUNNING,), JobState.DEAD_LETTERED,
                                  if_settled_version=read.settled_version) is None
@@ -147,8 +148,28 @@ def test_jobs_transition_can_be_conditional_on_the_settled_version(repos: Repos)
     fresh, _ = repos.jobs.create(_job(JobState.RUNNING))
     assert repos.jobs.transition(fresh.job_id, (JobState.RUNNING,), JobState.COMPLETED, if_settled_version=0)
     # nothing is created for a job that does not exist
-    assert repos.jobs.unsettle_chunks("job-that-does-not-exist", ["c0"]) is None
+    assert repos.jobs.unsettle_chunks("job-that-does-not-exist", {"c0": Usage()}) is None
     assert repos.jobs.get("job-that-does-not-exist") is None
+
+
+def test_unsettling_takes_off_exactly_what_settling_counted_once(repos: Repos):
+    """Issue 16: a redrive of a dead-lettered chunk while its job runs unsettled it without taking its usage off,
+    so its attempts were counted again when it settled again. Now the usage leaves with the chunk, in one update
+    conditional on the chunk being in the settled set: twice, or for a chunk never counted, takes nothing."""
+    job, _ = repos.jobs.create(_job(JobState.RUNNING))
+    first = Usage(input_tokens=1_000, output_tokens=400, model_micro_usd=9_000, aws_requests=12, aws_micro_usd=5)
+    other = Usage(input_tokens=7, model_micro_usd=21)
+    repos.jobs.settle_chunk(job.job_id, "c0", usage=other)
+    repos.jobs.settle_chunk(job.job_id, "c1", usage=first)
+    after = repos.jobs.unsettle_chunks(job.job_id, {"c1": first})
+    again = repos.jobs.unsettle_chunks(job.job_id, {"c1": first, "never-settled": first})
+    assert after is not None and again is not None
+    assert after.usage() == again.usage() == other and again.settled == {"c0"}
+    assert again.settled_version == after.settled_version + 2  # the version moves either way
+    # the chunk runs again: its record now holds both attempts, counted once when it settles again
+    both = Usage.of([first, Usage(input_tokens=1_000, output_tokens=400, model_micro_usd=9_000)])
+    settled = repos.jobs.settle_chunk(job.job_id, "c1", usage=both)
+    assert settled.usage() == Usage.of([other, both])
 
 
 def test_jobs_stalled_finds_jobs_of_the_state_asked(repos: Repos):
@@ -167,7 +188,7 @@ def test_jobs_settled_set_stalled_and_events(repos: Repos):
     assert repos.jobs.settle_chunk(job.job_id, "c0").settled == {"c0"}
     assert repos.jobs.settle_chunk(job.job_id, "c0").settled == {"c0"}  # idempotent
     repos.jobs.settle_chunk(job.job_id, "c1")
-    repos.jobs.unsettle_chunks(job.job_id, ["c0"])
+    repos.jobs.unsettle_chunks(job.job_id, {"c0": Usage()})
     assert repos.jobs.get(job.job_id).settled == {"c1"}
     assert job.job_id in {j.job_id for j in repos.jobs.stalled(repos.clock() + 1)}
     assert job.job_id not in {j.job_id for j in repos.jobs.stalled(repos.clock() - 1)}

@@ -12,7 +12,7 @@ import functools
 import json
 import threading
 import uuid
-from collections.abc import Callable, Collection, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar, cast
 
@@ -92,7 +92,7 @@ class FakeJobs:
 
     def transition(self, job_id: str, from_states: Collection[JobState], to: JobState, *,
                    started_at: float | None = None, outcome: BaseModel | None = None,
-                   reopen_settled: set[str] | None = None, if_settled_version: int | None = None,
+                   settled: set[str] | None = None, if_settled_version: int | None = None,
                    if_version: int | None = None) -> Job | None:
         job = self.items.get(job_id)
         if job is None or job.state not in from_states:
@@ -102,9 +102,9 @@ class FakeJobs:
         if if_version is not None and job.version != if_version:
             return None
         update: dict[str, object] = {}
-        if reopen_settled is not None:
+        if settled is not None:
             update.update({f: Job.model_fields[f].get_default(call_default_factory=True) for f in OUTCOME_FIELDS})
-            update["settled"] = set(reopen_settled)
+            update["settled"] = set(settled)
         if outcome is not None:
             update.update({k: getattr(outcome, k) for k in outcome.model_dump(exclude_none=True)})
         if started_at is not None:
@@ -144,16 +144,16 @@ class FakeJobs:
         self.items[job_id] = job
         return job.model_copy(deep=True)
 
-    def unsettle_chunks(self, job_id: str, chunk_ids: Collection[str], usage: Usage | None = None) -> Job | None:
+    def unsettle_chunks(self, job_id: str, usage_by_chunk: Mapping[str, Usage]) -> Job | None:
         job = self.items.get(job_id)
         if job is None:
             return None
-        if chunk_ids:
-            taken = usage or Usage()
-            job = job.model_copy(update={"settled": job.settled - set(chunk_ids),
+        for chunk_id, usage in usage_by_chunk.items():
+            taken = usage if chunk_id in job.settled else Usage()  # only what was counted comes off
+            job = job.model_copy(update={"settled": job.settled - {chunk_id},
                                          "settled_version": job.settled_version + 1,
                                          **{f: getattr(job, f) - getattr(taken, f) for f in USAGE_FIELDS}})
-            self.items[job_id] = job
+        self.items[job_id] = job
         return job.model_copy(deep=True)
 
     @_atomic

@@ -16,6 +16,7 @@ from contract_review.domain.ports import Queue
 from contract_review.domain.records import JobState, job_id_for
 from contract_review.operate import api, ops
 from contract_review.pipeline.intake import handle_intake
+from contract_review.review.chunking import document_hash
 from review_local.api_server import http_api_event, local_principal
 
 from ..texts import LONG_TEXT, TEXT
@@ -99,6 +100,21 @@ def test_an_idempotency_key_reused_for_another_document_is_a_conflict():
     assert before.status == after.status == 409
     assert before.code == after.code == "input.key_conflict"
     assert len(world.jobs.all()) == 1
+
+
+def test_a_corrected_document_under_the_key_of_a_job_that_failed_on_its_input_replaces_it_as_intake_does():
+    """The API refuses what intake and the CLI refuse, and accepts what they accept: a job that failed on its
+    input (`input.*`) is replaced by a corrected document under its key (the error's own advice)."""
+    world = FakeWorld()
+    job_id = submit(world, key="k2").json["jobId"]
+    InProcess(world).intake()
+    world.jobs.items[job_id] = world.jobs.items[job_id].model_copy(
+        update={"state": JobState.FAILED, "error_code": "input.invalid"})
+    corrected = submit(world, text=TEXT + "\nAnnex A.", key="k2")
+    assert corrected.status == 202 and corrected.json["jobId"] == job_id
+    InProcess(world).intake()
+    job = world.jobs.get(job_id)
+    assert job.state is JobState.RUNNING and job.document_sha256 == document_hash(TEXT + "\nAnnex A.")
 
 
 def test_without_a_key_the_same_document_is_one_job_per_principal():

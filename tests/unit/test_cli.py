@@ -116,6 +116,43 @@ def test_submit_wait_of_the_same_document_twice_is_one_job_waited_on_once(tmp_pa
     assert result.stdout.count(f"{job_id} ") == 3 + 1  # three submission lines, one progress row
 
 
+@pytest.mark.parametrize("wait", [False, True])
+def test_submit_with_a_key_another_document_took_is_refused_in_one_line_as_the_api_refuses_it(
+        tmp_path, monkeypatch, wait):
+    """Issue 16 item 7: the key K names a completed job made from another document: `submit` (with or without
+    --wait) says input.key_conflict in one line and exits 1; nothing is sent; never the other job's result."""
+    world = FakeWorld()
+    first, other = tmp_path / "msa.txt", tmp_path / "other.txt"
+    first.write_text(LONG_TEXT, encoding="utf-8")
+    other.write_text(TEXT, encoding="utf-8")
+    fake_time(monkeypatch, Pipeline(world))
+    assert run(world, "submit", "--wait", "--idempotency-key", "K", str(first)).exit_code == 0
+    assert world.jobs.get(job_id_for("K")).state is JobState.COMPLETED
+    sent = len(world.queues.sent[Queue.INTAKE])
+    result = run(world, "submit", *(["--wait"] if wait else []), "--idempotency-key", "K", str(other))
+    assert result.exit_code == 1 and "completed" not in result.output
+    assert error_lines(result) == [f"Error: input.key_conflict: idempotency key 'K' names job {job_id_for('K')}, made "
+                                   f"from another document; send {other} with its own key (without --idempotency-key, "
+                                   "the document's SHA-256 is its key)"]
+    assert len(world.queues.sent[Queue.INTAKE]) == sent
+
+
+def test_submit_wait_sees_a_key_conflict_that_intake_found_while_its_message_was_on_its_way(tmp_path, monkeypatch):
+    """The other document's message reached intake first (no job yet when this one was sent): intake dead-letters
+    this one as input.key_conflict, and --wait must not report the other document's job as this one's."""
+    world = FakeWorld()
+    first, other = tmp_path / "msa.txt", tmp_path / "other.txt"
+    first.write_text(LONG_TEXT, encoding="utf-8")
+    other.write_text(TEXT, encoding="utf-8")
+    assert run(world, "submit", "--idempotency-key", "K", str(first)).exit_code == 0  # sent, not yet taken in
+    fake_time(monkeypatch, Pipeline(world))
+    result = run(world, "submit", "--wait", "--idempotency-key", "K", str(other))
+    assert result.exit_code == 1, result.output
+    assert world.jobs.get(job_id_for("K")).state is JobState.COMPLETED  # the first document's job
+    assert any(line.startswith("Error: input.key_conflict: ") for line in error_lines(result))
+    assert len(world.queues.sent[Queue.INTAKE_DLQ]) == 1  # this one, as input.key_conflict
+
+
 def test_submit_wait_of_a_submission_nobody_takes_in_ends_after_the_grace_period(tmp_path, monkeypatch):
     # GIVEN an intake that loses the message (the queue empties, no job record ever appears)
     world = FakeWorld()

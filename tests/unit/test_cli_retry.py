@@ -87,7 +87,7 @@ def test_review_retry_says_what_to_do_when_there_is_nothing_to_retry(monkeypatch
     assert error_lines(result) == [f"Error: not retried: {job_id_for('k')}, job-unknown"]
 
 
-def test_another_document_under_the_key_of_a_failed_job_is_sent_not_retried(tmp_path, monkeypatch):
+def test_another_document_under_the_key_of_a_failed_job_is_refused_not_retried(tmp_path, monkeypatch):
     # GIVEN the failed job of TEXT, and another document submitted under the very same key
     world = small_chunk_world()
     job_id, _ = failed_by_access_denied(world)
@@ -96,11 +96,11 @@ def test_another_document_under_the_key_of_a_failed_job_is_sent_not_retried(tmp_
     fake_time(monkeypatch)
     # WHEN it is submitted
     result = run(world, "submit", "--idempotency-key", document_hash(TEXT), str(f))
-    # THEN the failed job is left as it is (a retry would run the other document), and intake gets the message
-    assert result.exit_code == 0, result.output
-    assert result.stdout.splitlines() == [f"{job_id}  {f}"]
+    # THEN it is refused as intake and the Job API refuse it (intake would dead-letter it as input.key_conflict),
+    # and the failed job is left as it is (a retry would run the other document); nothing is sent
+    assert result.exit_code == 1 and "input.key_conflict" in result.output
     assert world.jobs.items[job_id].state is JobState.FAILED and "job.reopened" not in world.jobs.types(job_id)
-    assert len(world.queues.sent[Queue.INTAKE]) == 1
+    assert world.queues.sent[Queue.INTAKE] == []
 
 
 # --- review cancel ------------------------------------------------------------------------------------

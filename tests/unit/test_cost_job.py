@@ -93,7 +93,7 @@ def test_settle_adds_usage_only_when_the_chunk_enters_the_settled_set():
     world.jobs.settle_chunk("j", "c1", usage=u)
     job = world.jobs.settle_chunk("j", "c1", usage=u)
     assert job.usage() == u
-    job2 = world.jobs.unsettle_chunks("j", ["c1"], u)
+    job2 = world.jobs.unsettle_chunks("j", {"c1": u})
     assert job2 is not None and job2.usage() == Usage()
 
 

@@ -7,7 +7,11 @@ from __future__ import annotations
 from dataclasses import replace
 
 from contract_review.domain import lifecycle
+from contract_review.domain.messages import parse_results_body
+from contract_review.domain.ports import Queue
 from contract_review.domain.records import JobState, StepStatus, job_id_for
+from contract_review.pipeline import redrive
+from contract_review.pipeline.aggregator import handle_message
 from contract_review.sideeffects import approvals, saga
 from contract_review.sideeffects.saga import COMPLETED_DETAIL, PUBLISH, TICKET, WITHDRAWN_DETAIL
 
@@ -133,3 +137,23 @@ def test_a_publish_that_keeps_failing_fails_the_job_and_closes_its_ticket():
     assert (job.state, job.error_code) == (JobState.FAILED, "sideeffect.failed")
     assert job.report_json_key  # the report was written: only the side effects failed
     assert fx.tickets.opened == fx.tickets.closed == 1
+
+
+def test_retry_of_a_job_that_failed_only_in_its_side_effects_finalizes_at_once():
+    """Issue 16 item 6: every chunk is done, so `review retry` has nothing to send; it used to wait for the stall
+    reconciler (20 minutes in prod). Now a done chunk's result goes to the aggregator, which finalizes at once."""
+    fx = FakeSideEffects()
+    fx.notifier.inject("error_before_write", COMPLETED_DETAIL, times=-1)
+    world, p, job_id = pipeline(fx)
+    assert (p.run(job_id).state, world.jobs.get(job_id).error_code) == (JobState.FAILED, "sideeffect.failed")
+    fx.notifier.clear()  # the publisher is back
+    retried = redrive.retry(world.deps, job_id)
+    assert retried.retried and "every chunk done: finalizing" in retried.action
+    # WHEN the aggregator takes the one message retry sent (no time passes: no sweep, no stall reconciler)
+    (sent,) = world.queues.drain(Queue.RESULTS)
+    handle_message(world.deps, parse_results_body(sent.body))
+    # THEN the job completed, its side effects done: the ticket its findings call for is open again
+    assert state_of(world, job_id) == (JobState.COMPLETED, None)
+    steps = {e.step: e.status for e in world.jobs.get(job_id).side_effects}
+    assert steps == {TICKET: StepStatus.DONE, PUBLISH: StepStatus.DONE}
+    assert fx.tickets.opened - fx.tickets.closed == 1

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Collection, Iterator
+from collections.abc import Collection, Iterator, Mapping
 from typing import Any
 
 from botocore.exceptions import ClientError
@@ -71,16 +71,16 @@ class DynamoJobs:
 
     def transition(self, job_id: str, from_states: Collection[JobState], to: JobState, *,
                    started_at: float | None = None, outcome: BaseModel | None = None,
-                   reopen_settled: set[str] | None = None, if_settled_version: int | None = None,
+                   settled: set[str] | None = None, if_settled_version: int | None = None,
                    if_version: int | None = None) -> Job | None:
         fields: dict[str, Any] = model_values(outcome) if outcome is not None else {}
         if started_at is not None:
             fields["started_at"] = started_at
         remove: list[str] = []
-        if reopen_settled is not None:
+        if settled is not None:
             remove += [f for f in OUTCOME_FIELDS if f not in fields]
-            if reopen_settled:
-                fields["settled"] = set(reopen_settled)
+            if settled:
+                fields["settled"] = set(settled)
             else:
                 remove.append("settled")
         fields.update({"state": to.value, "updated_at": self.clock()})
@@ -156,15 +156,22 @@ class DynamoJobs:
             ExpressionAttributeValues=serialize(values))
         return Job.model_validate(deserialize(r["Attributes"]))
 
-    def unsettle_chunks(self, job_id: str, chunk_ids: Collection[str], usage: Usage | None = None) -> Job | None:
-        if not chunk_ids:
-            return self.get(job_id)
-        adds, values = _usage_adds(usage.scaled(-1) if usage is not None else None)
-        item = self.jobs.update_if(
-            {"job_id": job_id}, UpdateExpression="DELETE settled :c ADD " + ", ".join(["settled_version :one", *adds]),
-            ConditionExpression="attribute_exists(job_id)",
-            ExpressionAttributeValues=serialize({**values, ":c": set(chunk_ids), ":one": 1}))
-        return Job.model_validate(item) if item else None
+    def unsettle_chunks(self, job_id: str, usage_by_chunk: Mapping[str, Usage]) -> Job | None:
+        item: dict[str, Any] | None = None
+        for chunk_id, usage in usage_by_chunk.items():
+            adds, values = _usage_adds(usage.scaled(-1))
+            item = self.jobs.update_if(  # counted: out of the set, and its usage off the job, together
+                {"job_id": job_id},
+                UpdateExpression="DELETE settled :c ADD " + ", ".join(["settled_version :one", *adds]),
+                ConditionExpression="attribute_exists(job_id) AND contains(settled, :cid)",
+                ExpressionAttributeValues=serialize({**values, ":c": {chunk_id}, ":cid": chunk_id, ":one": 1}))
+            if item is None:  # not in the set: nothing to take off; the version still moves
+                item = self.jobs.update_if({"job_id": job_id}, UpdateExpression="ADD settled_version :one",
+                                           ConditionExpression="attribute_exists(job_id)",
+                                           ExpressionAttributeValues=serialize({":one": 1}))
+                if item is None:
+                    return None
+        return Job.model_validate(item) if item is not None else self.get(job_id)
 
     def record_side_effect(self, job_id: str, effect: SideEffectDone) -> Job | None:
         """Read, replace the step's entry, write back conditional on the list's own revision

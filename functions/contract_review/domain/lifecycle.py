@@ -31,13 +31,12 @@ from contract_review.domain.ports import Deps
 from contract_review.domain.records import (
     AttemptStats,
     Cancellation,
-    CancelledOutcome,
     ChunkRecord,
     ChunkStatus,
     Job,
     JobEvent,
+    JobFailure,
     JobState,
-    Usage,
 )
 
 S = JobState
@@ -71,14 +70,14 @@ def check(from_state: JobState, to: JobState, job_id: str = "") -> None:
 
 def transition(deps: Deps, job: Job, to: JobState, *, event: str | None = None,
                detail: dict[str, object] | None = None, started_at: float | None = None,
-               outcome: BaseModel | None = None, reopen_settled: set[str] | None = None,
+               outcome: BaseModel | None = None, settled: set[str] | None = None,
                if_settled_version: int | None = None) -> Job | None:
     """`job` (as the caller read it) -> `to`: checked against the table, conditional on the job's
     version, its event (`event`, default `job.<to>`) appended. The new job, or None when the job
     changed since the read."""
     check(job.state, to, job.job_id)
     new = deps.jobs.transition(job.job_id, (job.state,), to, started_at=started_at, outcome=outcome,
-                               reopen_settled=reopen_settled, if_settled_version=if_settled_version,
+                               settled=settled, if_settled_version=if_settled_version,
                                if_version=job.version)
     if new is None:
         return None
@@ -89,7 +88,7 @@ def transition(deps: Deps, job: Job, to: JobState, *, event: str | None = None,
 
 def move(deps: Deps, job_id: str, from_states: Collection[JobState], to: JobState, *, event: str | None = None,
          detail: dict[str, object] | None = None, started_at: float | None = None, outcome: BaseModel | None = None,
-         reopen_settled: set[str] | None = None) -> Job | None:
+         settled: set[str] | None = None) -> Job | None:
     """Read the job and make the transition if it is in `from_states`, again while it keeps changing
     within them. None when it is (or becomes) in another state."""
     for _ in range(MOVE_ATTEMPTS):
@@ -97,7 +96,7 @@ def move(deps: Deps, job_id: str, from_states: Collection[JobState], to: JobStat
         if job is None or job.state not in from_states:
             return None
         new = transition(deps, job, to, event=event, detail=detail, started_at=started_at, outcome=outcome,
-                         reopen_settled=reopen_settled)
+                         settled=settled)
         if new is not None:
             return new
     return None
@@ -223,6 +222,12 @@ def finish_cancel(deps: Deps, job: Job) -> JobState:
     if held:
         return S.CANCELLING  # their workers stop before their next model call and announce it
     compensate_side_effects(deps, job)
+    # what the job spent: each settled chunk the aggregator has not counted yet is counted here, by the same
+    # update that brings it into the settled set (conditional on it not being there: whichever of the aggregator
+    # and this comes first counts it, once); the job's total is only ever added to, never written whole
+    for r in records:
+        if r.chunk_id not in job.settled:
+            deps.jobs.settle_chunk(job.job_id, r.chunk_id, usage=r.usage())
     done = sum(1 for r in records if r.status is ChunkStatus.DONE)
     cancelled = sum(1 for r in records if r.status is ChunkStatus.CANCELLED)
     code = job.cancel_code or "job.cancelled"
@@ -232,10 +237,7 @@ def finish_cancel(deps: Deps, job: Job) -> JobState:
                                                        "chunks_never_sent": job.chunk_count - len(records),
                                                        "side_effects_compensated": len(job.side_effects),
                                                        "error_code": code},
-                       # what the job spent: its running total, plus the chunks settled here (never counted by the
-                       # aggregator) with what their earlier attempts recorded
-                       outcome=CancelledOutcome(error=error, error_code=code, ended_at=now, **Usage.of(
-                           [job.usage(), *(r.usage() for r in records if r.chunk_id not in job.settled)]).model_dump()))
+                       outcome=JobFailure(error=error, error_code=code, ended_at=now))
     if ended is None:
         again = deps.jobs.get(job.job_id)
         return again.state if again else S.CANCELLED

@@ -9,7 +9,7 @@ the same contract against both, so the fakes cannot drift from the real thing.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Collection, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import TYPE_CHECKING, Protocol
@@ -72,14 +72,14 @@ class JobsRepo(Protocol):
 
     def transition(self, job_id: str, from_states: Collection[JobState], to: JobState, *,
                    started_at: float | None = None, outcome: BaseModel | None = None,
-                   reopen_settled: set[str] | None = None, if_settled_version: int | None = None,
+                   settled: set[str] | None = None, if_settled_version: int | None = None,
                    if_version: int | None = None) -> Job | None:
         """Conditional state change; None when the job was not in `from_states` (or, with
         `if_settled_version`, when its `settled_version` is no longer that: a chunk left the settled set;
         with `if_version`, when another transition happened since the caller's read).
 
         Use `lifecycle.transition`, which checks the transition table and writes the event. The fields
-        of `outcome` (e.g. JobOutcome, JobFailure, Cancellation) are written with it; `reopen_settled`
+        of `outcome` (e.g. JobOutcome, JobFailure, Cancellation) are written with it; `settled`
         (reopening an ended job) clears the earlier ending and replaces the settled set. Adds 1 to the
         job's `version` and to its `event_seq`: the transition's event takes that number (`put_event`)."""
 
@@ -102,9 +102,11 @@ class JobsRepo(Protocol):
         usage, added to the job's in the same update, only if the chunk was not in the settled set already (a
         chunk is counted once)."""
 
-    def unsettle_chunks(self, job_id: str, chunk_ids: Collection[str], usage: Usage | None = None) -> Job | None:
-        """Take the chunks out of the settled set and bump `settled_version` (atomic), taking `usage` (theirs)
-        off the job's; the job after the update, None when there is no such job (nothing is created)."""
+    def unsettle_chunks(self, job_id: str, usage_by_chunk: Mapping[str, Usage]) -> Job | None:
+        """Take each chunk out of the settled set, its usage (what was counted when it settled) off the job's, in
+        one update conditional on the chunk being in the set (a chunk not counted is not taken off), and bump
+        `settled_version` either way (a finalize in flight loses); the job after the updates, None when there is
+        no such job (nothing is created)."""
 
     def record_side_effect(self, job_id: str, effect: SideEffectDone) -> Job | None:
         """Upsert the job's side effect of `effect.step` (replaced in place, appended when new), without

@@ -295,9 +295,6 @@ class Cancellation(_Record):
     cancel_code: str = "job.cancelled"  # the code the job ends with: job.cancelled, or job.budget_exceeded
 
 
-class CancelledOutcome(JobFailure, Usage):
-    """The end of a cancelled job: its code, and its usage: the running total plus what the chunks that never
-    reached the aggregator (settled `cancelled` by the cancel itself) had recorded."""
 
 
 class StepStatus(StrEnum):

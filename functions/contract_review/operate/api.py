@@ -314,7 +314,7 @@ def submit(deps: Deps, who: str, req: JobRequest, key: str | None, batch_id: str
     known_sha = job.document_sha256 if job is not None else (pending.document_sha256 if pending else "")
     if job is not None and job.principal != who:
         raise ApiError(409, "input.key_conflict", "this idempotency key names another job: use another key")
-    if known_sha and known_sha != sha:
+    if known_sha and known_sha != sha and not (job is not None and job.replaceable):  # as intake decides
         raise ApiError(409, "input.key_conflict", f"idempotency key {key!r} was used for another document "
                                                   "(another SHA-256): send this document with its own key")
     if job is not None and not (job.state is JobState.FAILED and (job.error_code or "").startswith("input.")):

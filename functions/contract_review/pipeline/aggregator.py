@@ -120,7 +120,7 @@ def finalize(deps: Deps, job: Job) -> JobState:
     # result was counted is not settled any more, and its own result will come.
     unsettled = [c for c in chunks if not c.settled]
     if unsettled:  # their usage comes off the running total: each adds it again when it settles again
-        deps.jobs.unsettle_chunks(job.job_id, [c.chunk_id for c in unsettled], Usage.of(unsettled))
+        deps.jobs.unsettle_chunks(job.job_id, {c.chunk_id: c.usage() for c in unsettled})
         return JobState.RUNNING
     # a finalize under way is progress: the reconciler leaves the job alone meanwhile (a large job's
     # finalize reads ~1,500 findings objects; two at once would only slow both)

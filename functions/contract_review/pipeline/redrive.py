@@ -27,7 +27,7 @@ from contract_review.domain.errors import ErrorClass
 from contract_review.domain.messages import AnalysisMessage, ResultMessage
 from contract_review.domain.ports import Deps, Queue, QueueMessage
 from contract_review.domain.records import ChunkRecord, ChunkStatus, Job, JobState, Usage
-from contract_review.reliability.chunks import analysis_message
+from contract_review.reliability.chunks import analysis_message, announce
 from contract_review.review.report import coverage_of
 
 REOPENABLE = (JobState.FAILED, JobState.DEAD_LETTERED)
@@ -82,7 +82,9 @@ def _reopen_chunk(deps: Deps, job: Job, chunk_id: str) -> str:
     if reset is None:
         now = deps.claims.get(job.job_id, chunk_id)
         return f"dropped (chunk is {now.status.value if now else None})"
-    after = deps.jobs.unsettle_chunks(job.job_id, [chunk_id])  # bumps settled_version: a finalize in flight loses
+    # out of the settled set with the usage counted when it settled (it adds all its attempts again when it
+    # settles again); bumps settled_version: a finalize in flight loses
+    after = deps.jobs.unsettle_chunks(job.job_id, {chunk_id: current.usage()})
     if after is not None and after.state in REOPENABLE:
         # Finalize read the chunk records before the reset and ended the job before this update: reopen
         # the job as a whole, or the chunk just reset would stay pending under an ended job for good.
@@ -125,8 +127,14 @@ def _reopen_job(deps: Deps, job: Job, via: str) -> str:
     # attempts (earlier ones included) when it settles again (docs/cost.md)
     kept = Usage.of(c.usage() for c in records if c.status is ChunkStatus.DONE)
     if lifecycle.transition(deps, job, JobState.RUNNING, event="job.reopened", detail=detail,
-                            reopen_settled=done, outcome=kept) is None:
+                            settled=done, outcome=kept) is None:
         return "dropped (job changed meanwhile)"
+    if not todo and records:
+        # every chunk is done (the job failed in its side effects, or in finalizing): nothing to run, so a done
+        # chunk's result goes to the aggregator again, which finalizes at once (report, then the side effects,
+        # with its own adapters), instead of the job waiting for the stall reconciler
+        announce(deps, max(records, key=lambda c: c.chunk_index), nonce=f"reopen-{job.version}")
+        return "redriven (every chunk done: finalizing)"
     text = deps.artifacts.get_text(job.document_key)
     deps.queues.send_analysis([analysis_message(deps, job, c, via, text) for c in todo])
     return f"redriven ({len(todo)} chunk(s) sent)"
@@ -138,7 +146,7 @@ def requeue_failed_intake(deps: Deps, job_id: str) -> bool:
     job = deps.jobs.get(job_id)
     if job is None or job.state is not JobState.FAILED or job.error_code != INTAKE_EXHAUSTED:
         return False
-    return lifecycle.transition(deps, job, JobState.QUEUED, event="job.reopened", reopen_settled=set(),
+    return lifecycle.transition(deps, job, JobState.QUEUED, event="job.reopened", settled=set(),
                                 detail={"to_state": JobState.QUEUED.value, "via": "intake"}) is not None
 
 
