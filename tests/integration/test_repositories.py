@@ -331,6 +331,27 @@ def test_jobs_count_requeues_without_touching_progress(repos: Repos):
     assert repos.jobs.get("job-that-does-not-exist") is None
 
 
+def test_a_commit_and_a_beat_write_the_expiry_counted_from_their_start_on_both_repositories(repos: Repos):
+    """Issue 16 item 3, the contract in time: a commit whose outputs take seconds to write (a large one goes to
+    S3 first) extends the lease from its start, and says what it wrote; the fake must do exactly what the adapter
+    does (it used to count from its end, which the unit tests could not see)."""
+    job_id = _job().job_id
+    repos.claims.create(_chunk(job_id))
+    c = repos.claims.claim(job_id, "c0", "a", 30, 1)
+    put_text = repos.artifacts.put_text
+
+    def slow(*a: Any, **kw: Any) -> None:
+        repos.clock.advance(20)
+        put_text(*a, **kw)
+    repos.artifacts.put_text = slow  # type: ignore[method-assign]  # the S3 write takes 20 s
+    started = repos.clock()
+    until = repos.claims.put_checkpoints(job_id, "c0", c.fence, [CheckpointWrite(
+        analyst="liability", config_hash="h", status="ok", output_json="x" * (INLINE_MAX + 1))], lease_s=30)
+    assert until == started + 30 == repos.claims.get(job_id, "c0").claim_expires_at
+    beat = repos.claims.heartbeat(job_id, "c0", c.fence, 30)
+    assert beat == repos.clock() + 30 == repos.claims.get(job_id, "c0").claim_expires_at
+
+
 def test_checkpoints_commit_only_under_the_current_fence_and_large_ones_go_to_s3(repos: Repos):
     job_id = _job().job_id
     repos.claims.create(_chunk(job_id))

@@ -255,12 +255,13 @@ class FakeClaims:
         self.items[(r.job_id, r.chunk_id)] = new
         return new.model_copy(deep=True)
 
-    def heartbeat(self, job_id: str, chunk_id: str, fence: int, lease_s: float) -> bool:
+    def heartbeat(self, job_id: str, chunk_id: str, fence: int, lease_s: float) -> float | None:
+        until = self.clock() + lease_s  # as the adapter: counted from the call's start
         r = self._fenced(job_id, chunk_id, fence, (ChunkStatus.CLAIMED,), None)
         if r is None:
-            return False
-        self.items[(job_id, chunk_id)] = r.model_copy(update={"claim_expires_at": self.clock() + lease_s})
-        return True
+            return None
+        self.items[(job_id, chunk_id)] = r.model_copy(update={"claim_expires_at": until})
+        return until
 
     def release(self, job_id: str, chunk_id: str, fence: int, stats: AttemptStats, error: ErrorEnvelope | None,
                 *, failure: bool, lapsed_before: float | None = None,
@@ -313,12 +314,14 @@ class FakeClaims:
 
     @_atomic
     def put_checkpoints(self, job_id: str, chunk_id: str, fence: int, writes: Sequence[CheckpointWrite],
-                        lease_s: float | None = None) -> bool:
+                        lease_s: float | None = None) -> float | None:
+        now = self.clock()  # as the adapter: the lease is counted from the call's start, not its end
         if not writes:
-            return True
+            current = self.items.get((job_id, chunk_id))
+            return (current.claim_expires_at or now) if current is not None else None
         for w in writes:
             cp = Checkpoint(job_id=job_id, chunk_id=chunk_id, analyst=w.analyst, fence=fence,
-                            config_hash=w.config_hash, status=w.status, created_at=self.clock())
+                            config_hash=w.config_hash, status=w.status, created_at=now)
             if len(w.output_json.encode()) > self.inline_max_bytes:
                 key = checkpoint_key(job_id, chunk_id, w.analyst, fence)
                 self.artifacts.put_text(key, w.output_json)
@@ -328,12 +331,13 @@ class FakeClaims:
             self.cps[(job_id, chunk_id, w.analyst, fence)] = cp  # written first, committed below (or orphaned)
         r = self._fenced(job_id, chunk_id, fence, (ChunkStatus.CLAIMED,), None)
         if r is None:
-            return False
+            return None
         committed = {**r.checkpoints, **{w.analyst: fence for w in writes}}
-        lease = {"claim_expires_at": self.clock() + lease_s} if lease_s is not None else {}
-        self.items[(job_id, chunk_id)] = r.model_copy(update={"checkpoints": committed, **lease,
-                                                              "backpressure_since": None, "backpressure_requeues": 0})
-        return True
+        lease = {"claim_expires_at": now + lease_s} if lease_s is not None else {}
+        new = r.model_copy(update={"checkpoints": committed, **lease, "backpressure_since": None,
+                                   "backpressure_requeues": 0})
+        self.items[(job_id, chunk_id)] = new
+        return new.claim_expires_at or now
 
     def checkpoint_output(self, checkpoint: Checkpoint) -> str:
         if checkpoint.output is not None:

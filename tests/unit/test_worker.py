@@ -684,10 +684,10 @@ def test_a_checkpoint_commit_extends_the_lease_and_spares_the_next_heartbeat_its
         # WHEN analysts commit more often than every lease/3, each commit extending the lease
         for _ in range(8):
             world.clock.advance(0.05)
-            assert world.claims.put_checkpoints(job_id, msg.chunk_id, claim.fence, write, lease_s=0.3)
+            until = world.claims.put_checkpoints(job_id, msg.chunk_id, claim.fence, write, lease_s=0.3)
             record = world.claims.get(job_id, msg.chunk_id)
-            assert record is not None and record.claim_expires_at == world.clock() + 0.3
-            hb.beaten()
+            assert record is not None and record.claim_expires_at == until == world.clock() + 0.3
+            hb.extended(until)
             time.sleep(0.05)
         # THEN the heartbeat wrote nothing meanwhile (the commits kept the lease)
         assert beats == []
@@ -697,3 +697,38 @@ def test_a_checkpoint_commit_extends_the_lease_and_spares_the_next_heartbeat_its
         while not beats and time.monotonic() < deadline:
             time.sleep(0.02)
     assert beats and not hb.lost.is_set()
+
+
+def test_a_commit_slower_than_a_third_of_the_lease_does_not_let_the_lease_lapse_between_beats():
+    """Issue 16 item 3: a commit extends the lease from its start; the heartbeat used to skip its next beat
+    counting from the commit's end, so a commit slower than lease/3 let the lease lapse before the beat after.
+    Now the beat counts from the expiry the commit wrote."""
+    world = FakeWorld()
+    job_id, msg = one_chunk_job(world)
+    claim = world.claims.claim(job_id, msg.chunk_id, "w1", 3.0, 1)
+    lease = 3.0
+    write = [CheckpointWrite(analyst="liability", config_hash="h", status="ok", output_json="{}")]
+    hb = Heartbeat(world.deps, msg, claim.fence, _delivery(), lease_s=lease)  # not started: beats by tick()
+    # GIVEN a commit that starts at t and takes 2.5 s (5/6 of the lease) to write the outputs
+    put_text = world.artifacts.put_text
+    world.claims.inline_max_bytes = 0  # the output goes to S3 first: the slow part
+
+    def slow_put(*a: object, **kw: object) -> None:
+        world.clock.advance(2.5)
+        put_text(*a, **kw)  # type: ignore[arg-type]  # the fake's own signature
+    world.artifacts.put_text = slow_put  # type: ignore[method-assign]  # one call made slow
+    started = world.clock()
+    until = world.claims.put_checkpoints(job_id, msg.chunk_id, claim.fence, write, lease_s=lease)
+    assert until == started + lease  # counted from the start, on the fake as on the adapter
+    hb.extended(until)
+    # WHEN the next beat comes 0.1 s after the commit ended (0.5 s of the lease left)
+    world.clock.advance(0.1)
+    hb.tick()
+    # THEN it writes (it does not skip), and the lease runs a whole lease from now
+    record = world.claims.get(job_id, msg.chunk_id)
+    assert record.claim_expires_at == world.clock() + lease and not hb.lost.is_set()
+    # AND a beat right after a fresh extension skips its write
+    before = record.claim_expires_at
+    world.clock.advance(0.5)
+    hb.tick()
+    assert world.claims.get(job_id, msg.chunk_id).claim_expires_at == before

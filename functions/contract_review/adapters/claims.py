@@ -140,9 +140,10 @@ class DynamoClaims:
             ExpressionAttributeValues=serialize({**values, **state_values, ":fence": fence}))
         return ChunkRecord.model_validate(item) if item else None
 
-    def heartbeat(self, job_id: str, chunk_id: str, fence: int, lease_s: float) -> bool:
-        return self._fenced_update(job_id, chunk_id, fence, "SET claim_expires_at = :exp",
-                                   {":exp": self.clock() + lease_s}) is not None
+    def heartbeat(self, job_id: str, chunk_id: str, fence: int, lease_s: float) -> float | None:
+        until = self.clock() + lease_s
+        done = self._fenced_update(job_id, chunk_id, fence, "SET claim_expires_at = :exp", {":exp": until})
+        return until if done is not None else None
 
     def release(self, job_id: str, chunk_id: str, fence: int, stats: AttemptStats, error: ErrorEnvelope | None,
                 *, failure: bool, lapsed_before: float | None = None,
@@ -219,10 +220,11 @@ class DynamoClaims:
         return found
 
     def put_checkpoints(self, job_id: str, chunk_id: str, fence: int, writes: Sequence[CheckpointWrite],
-                        lease_s: float | None = None) -> bool:
+                        lease_s: float | None = None) -> float | None:
+        now = self.clock()  # the lease is counted from here, before the outputs' writes
         if not writes:
-            return True
-        now = self.clock()
+            current = self.get(job_id, chunk_id)
+            return (current.claim_expires_at or now) if current is not None else None
         outputs: dict[str, dict[str, Any]] = {}
         for w in writes:
             saved: dict[str, Any] = {"config_hash": w.config_hash, "status": w.status, "created_at": now}
@@ -242,9 +244,10 @@ class DynamoClaims:
         if lease_s is not None:
             commits += ", claim_expires_at = :exp"
             values[":exp"] = now + lease_s
-        return self._fenced_update(job_id, chunk_id, fence,
+        done = self._fenced_update(job_id, chunk_id, fence,
                                    f"SET {commits}, backpressure_requeues = :z REMOVE backpressure_since", values,
-                                   {f"#a{i}": w.analyst for i, w in enumerate(writes)}) is not None
+                                   {f"#a{i}": w.analyst for i, w in enumerate(writes)})
+        return (done.claim_expires_at or now) if done is not None else None
 
     def checkpoint_output(self, checkpoint: Checkpoint) -> str:
         if checkpoint.output is not None:

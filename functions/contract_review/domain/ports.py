@@ -141,7 +141,9 @@ class ClaimsRepo(Protocol):
         """Take the lease if free or lapsed, bumping the fence. `deadline_at`: when the claiming Lambda
         invocation times out (None: no function timeout), kept with the lease for the sweeper."""
 
-    def heartbeat(self, job_id: str, chunk_id: str, fence: int, lease_s: float) -> bool: ...
+    def heartbeat(self, job_id: str, chunk_id: str, fence: int, lease_s: float) -> float | None:
+        """Extend the lease to the clock's now (read as the call starts) + `lease_s`, fenced; the expiry written,
+        None when the fence moved on."""
 
     def release(self, job_id: str, chunk_id: str, fence: int, stats: AttemptStats, error: ErrorEnvelope | None,
                 *, failure: bool, lapsed_before: float | None = None,
@@ -169,10 +171,12 @@ class ClaimsRepo(Protocol):
         """The chunk's committed checkpoints: analyst -> checkpoint."""
 
     def put_checkpoints(self, job_id: str, chunk_id: str, fence: int, writes: Sequence[CheckpointWrite],
-                        lease_s: float | None = None) -> bool:
+                        lease_s: float | None = None) -> float | None:
         """Persist analysts' outputs and commit them all with one fenced write, which also ends the chunk's
-        backpressure streak (progress) and, with `lease_s`, extends the lease as a heartbeat would; False
-        when the fence moved on (nothing committed)."""
+        backpressure streak (progress) and, with `lease_s`, extends the lease as a heartbeat would, from the
+        clock's now read as the call starts (the outputs' writes take time: the expiry is not counted from the
+        end); the lease's expiry after the commit (what the heartbeat counts from), None when the fence moved
+        on (nothing committed)."""
 
     def checkpoint_output(self, checkpoint: Checkpoint) -> str:
         """The checkpointed output (JSON), wherever it is stored."""

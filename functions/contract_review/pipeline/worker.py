@@ -106,15 +106,19 @@ def attempt_stats(stats: RetryStats) -> AttemptStats:
 
 class Heartbeat:
     """Extends the claim lease and the message visibility every lease/3 while a chunk is worked. A
-    checkpoint commit extends the lease too (`beaten`): the next beat skips its DynamoDB write when a
-    commit came less than lease/3 ago (the lease then still has more than lease/3 to run at the beat
-    after), and extends the message visibility all the same."""
+    checkpoint commit extends the lease too (`extended`): a beat skips its DynamoDB write while the lease
+    actually written (by a commit, counted from the commit's start, or by the last beat) still has more than
+    2/3 of the lease to run, so the beat after it comes with more than 1/3 left, however long the commit
+    took; it extends the message visibility all the same. `lease_lock` orders the lease's writes in this
+    process (a beat and a commit): each computes its expiry inside it, so a later write never shortens the
+    lease an earlier one wrote."""
 
     def __init__(self, deps: Deps, msg: AnalysisMessage, fence: int, delivery: Delivery, lease_s: float,
-                 clock: Callable[[], float] = time.monotonic):
+                 clock: Callable[[], float] | None = None):
         self.deps, self.msg, self.fence, self.delivery, self.lease_s = deps, msg, fence, delivery, lease_s
-        self.clock = clock
-        self._beaten_at = float("-inf")  # when a checkpoint commit last extended the lease (self.clock)
+        self.clock = clock or deps.clock  # the repositories' clock: the expiries they write are in it
+        self.lease_until = float("-inf")  # the latest expiry this process wrote (commit or beat)
+        self.lease_lock = threading.Lock()
         self.lost = threading.Event()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True, name="heartbeat")
@@ -131,24 +135,34 @@ class Heartbeat:
         if self.lost.is_set():
             raise LeaseLost()
 
-    def beaten(self) -> None:
-        """A fenced write just extended the lease (a checkpoint commit)."""
-        self._beaten_at = self.clock()
+    def extended(self, until: float) -> None:
+        """A fenced write (a checkpoint commit) wrote the lease's expiry `until`."""
+        self.lease_until = max(self.lease_until, until)
 
-    def _run(self) -> None:
-        while not self._stop.wait(self.lease_s / 3):
-            try:
-                recent = self.clock() - self._beaten_at < self.lease_s / 3
-                if not recent and not self.deps.claims.heartbeat(self.msg.job_id, self.msg.chunk_id, self.fence,
-                                                                 self.lease_s):
+    def due(self) -> bool:
+        """Whether this beat must write: the lease written has 2/3 of its length or less to run."""
+        return self.lease_until - self.clock() <= 2 * self.lease_s / 3
+
+    def tick(self) -> None:
+        """One beat: extend the lease when it is due (a lost fence stops the chunk), and the visibility."""
+        try:
+            if self.due():
+                with self.lease_lock:
+                    until = self.deps.claims.heartbeat(self.msg.job_id, self.msg.chunk_id, self.fence, self.lease_s)
+                if until is None:
                     self.lost.set()
                     return
-                if self.delivery.receipt_handle:
-                    self.deps.queues.extend_visibility(Queue.ANALYSIS, self.delivery.receipt_handle,
-                                                       self.delivery.visibility_s)
-            except Exception:  # a missed beat is survivable; the next one retries. Logged, not hidden.
-                log.warning("heartbeat failed", exc_info=True, extra={"job_id": self.msg.job_id,
-                                                                     "chunk_id": self.msg.chunk_id})
+                self.extended(until)
+            if self.delivery.receipt_handle:
+                self.deps.queues.extend_visibility(Queue.ANALYSIS, self.delivery.receipt_handle,
+                                                   self.delivery.visibility_s)
+        except Exception:  # a missed beat is survivable; the next one retries. Logged, not hidden.
+            log.warning("heartbeat failed", exc_info=True, extra={"job_id": self.msg.job_id,
+                                                                 "chunk_id": self.msg.chunk_id})
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.lease_s / 3) and not self.lost.is_set():
+            self.tick()
 
 
 def worker_identity() -> str:
@@ -232,9 +246,11 @@ class AnalystRunner:
         (nothing committed)."""
         writes = [CheckpointWrite(analyst=name, config_hash=identities[name], status=out.status,
                                   output_json=out.model_dump_json()) for name, out in batch]
-        if not self.deps.claims.put_checkpoints(msg.job_id, msg.chunk_id, fence, writes, lease_s=self.hb.lease_s):
+        with self.hb.lease_lock:  # ordered with the beats: the later write has the later expiry
+            until = self.deps.claims.put_checkpoints(msg.job_id, msg.chunk_id, fence, writes, lease_s=self.hb.lease_s)
+        if until is None:
             return False
-        self.hb.beaten()
+        self.hb.extended(until)
         self.committed.extend(name for name, _ in batch)
         self.deps.jobs.record_event(msg.job_id, "analyst.done", chunk_id=msg.chunk_id, chunk_index=msg.chunk_index,
                                     chunk_count=msg.chunk_count, analysts=[
