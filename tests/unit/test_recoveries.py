@@ -363,14 +363,15 @@ def intake_exhausted(code: str) -> None:
 
 
 def cancelled(code: str) -> None:
-    """There is no cancel command yet; a cancelled job stops: workers skip its chunks, retry does nothing."""
+    """A cancelled job stops: workers settle its chunks `cancelled` without a model call (none is left pending
+    under the ended job), retry does nothing."""
     r = Run()
     ids = r.submit()
     assert r.world.jobs.transition(r.job_id, (JobState.RUNNING,), JobState.CANCELLED)
     calls = r.p.model.calls
     r.run()
     assert r.state()[0] is JobState.CANCELLED and r.p.model.calls == calls
-    assert all(c.status is ChunkStatus.PENDING for c in r.world.claims.for_job(r.job_id)) and len(ids) == 4
+    assert all(c.status is ChunkStatus.CANCELLED for c in r.world.claims.for_job(r.job_id)) and len(ids) == 4
     assert not redrive.retry(r.world.deps, r.job_id).retried
     assert REGISTRY[code].recovery.startswith("Nothing")
 

@@ -135,13 +135,25 @@ def test_a_redelivery_of_a_finished_chunk_resends_its_result_without_model_calls
 
 
 def test_a_message_for_an_ended_job_is_acknowledged_without_work(world):
-    # GIVEN a job that has ended
+    # GIVEN a job that has ended (failed: a retry may run its chunks later)
     job_id, msg = one_chunk_job(world)
-    world.jobs.transition(job_id, (JobState.RUNNING,), JobState.CANCELLED)
+    world.jobs.transition(job_id, (JobState.RUNNING,), JobState.FAILED)
     model = ScriptedModel()
     # WHEN its chunk message arrives THEN it is skipped: no claim, no model call
     assert _worker(world, model).handle(msg, _delivery()).action == "skipped"
     assert model.total == 0 and world.claims.get(job_id, msg.chunk_id).fence == 0
+
+
+def test_a_message_for_a_cancelled_job_settles_its_chunk_cancelled_without_a_model_call(world):
+    # GIVEN a job cancelled while its chunk's message was on its way
+    job_id, msg = one_chunk_job(world)
+    world.jobs.transition(job_id, (JobState.RUNNING,), JobState.CANCELLED)
+    model = ScriptedModel()
+    # WHEN the message arrives THEN the chunk is settled `cancelled` (fenced), counted on the job, no model call
+    assert _worker(world, model).handle(msg, _delivery()).action == "cancelled"
+    record = world.claims.get(job_id, msg.chunk_id)
+    assert model.total == 0 and record.status is ChunkStatus.CANCELLED and record.fence == 1
+    assert msg.chunk_id in world.jobs.get(job_id).settled
 
 
 def test_checkpointed_analysts_are_loaded_not_rerun(world):

@@ -89,10 +89,27 @@ def _reopen_chunk(deps: Deps, job: Job, chunk_id: str) -> str:
         # Finalize read the chunk records before the reset and ended the job before this update: reopen
         # the job as a whole, or the chunk just reset would stay pending under an ended job for good.
         return _reopen_job(deps, after, "redrive")
+    if after is not None and after.state in (JobState.CANCELLING, JobState.CANCELLED):
+        return _cancelled_meanwhile(deps, after, chunk_id)
     if after is None or after.state is not JobState.RUNNING:
         return f"dropped (job is {after.state.value if after else None})"
     deps.queues.send_analysis([analysis_message(deps, job, reset, "redrive")])
     return "redriven (1 chunk(s) sent)"
+
+
+def _cancelled_meanwhile(deps: Deps, job: Job, chunk_id: str) -> str:
+    """A cancel landed between the redrive's check and its reset: the chunk just reset must not stay pending
+    under the ended job. It is settled `cancelled` (fenced, nobody holds it), counted again (the unsettle took
+    its usage off), and a cancel under way is finished."""
+    record = deps.claims.get(job.job_id, chunk_id)
+    if record is not None and not record.settled:
+        record = lifecycle.cancel_chunk(deps, record, "redrive", deps.clock()) or deps.claims.get(job.job_id, chunk_id)
+    if record is not None and record.settled:
+        deps.jobs.settle_chunk(job.job_id, chunk_id, usage=record.usage())
+    now = deps.jobs.get(job.job_id)
+    if now is not None and now.state is JobState.CANCELLING:
+        lifecycle.finish_cancel(deps, now)
+    return f"dropped (job is {job.state.value}: the chunk is settled cancelled)"
 
 
 def _gap_analysts(job: Job, records: list[ChunkRecord]) -> dict[str, set[str]]:

@@ -374,13 +374,17 @@ def retry_recorder(deps: Deps, msg: AnalysisMessage,
     return record
 
 
-def settle_cancelled(deps: Deps, msg: AnalysisMessage, fence: int, stats: RetryStats, stage: str) -> Outcome:
+def settle_cancelled(deps: Deps, msg: AnalysisMessage, fence: int, stats: RetryStats, stage: str,
+                     ended: bool = False) -> Outcome:
     """The job is being cancelled: the chunk settles `cancelled` where it stopped (its committed analysts
-    stay checkpointed), and the aggregator counts it."""
+    stay checkpointed), and the aggregator counts it. `ended`: the job is already `cancelled` (the aggregator
+    ignores an ended job's results): the chunk is counted here, once (the conditional settle)."""
     done = deps.claims.finish(msg.job_id, msg.chunk_id, fence, ChunkStatus.CANCELLED, attempt_stats(stats),
                               error=lifecycle.cancel_envelope(stage))
     if done is None:
         return Outcome("lease_lost")
+    if ended:
+        deps.jobs.settle_chunk(msg.job_id, msg.chunk_id, usage=done.usage())
     deps.jobs.record_event(msg.job_id, "chunk.cancelled", chunk_id=msg.chunk_id, cancelled_at_stage=stage,
                            calls=stats.calls)
     announce(deps, done)
@@ -419,7 +423,9 @@ class ChunkWorker:
     def _handle(self, msg: AnalysisMessage, delivery: Delivery, counter: RequestCounter) -> Outcome:
         try:
             job = self.deps.jobs.get(msg.job_id)
-            if job is None or job.terminal:
+            # a chunk of a cancelled job is claimed to be settled `cancelled` (a cancel that finished while its
+            # message was on its way, from a fan-out or a redrive, must not leave it pending under the ended job)
+            if job is None or (job.terminal and job.state is not JobState.CANCELLED):
                 return Outcome("skipped", {"job_state": job.state.value if job else None})
             claim = self.deps.claims.claim(msg.job_id, msg.chunk_id, worker_identity(), self.s.claim_lease_s,
                                            delivery.receive_count, deadline_at=self._deadline_at(delivery))
@@ -432,8 +438,8 @@ class ChunkWorker:
             return self._not_claimed(claim.record)
         fence, record = claim.fence, claim.record
         stats = RetryStats(meter=attempt_meter(self.s, counter))
-        if job.state is JobState.CANCELLING:  # no work for a job being cancelled
-            return settle_cancelled(self.deps, msg, fence, stats, "claim")
+        if job.state in (JobState.CANCELLING, JobState.CANCELLED):  # no work for a job being (or) cancelled
+            return settle_cancelled(self.deps, msg, fence, stats, "claim", ended=job.state is JobState.CANCELLED)
         if record.failures >= msg.max_attempts:
             env = record.last_error or ErrorEnvelope.of("runtime.worker_lost", "poison budget used by earlier attempts")
             return self._dead_lettered(msg, fence, env, attempt_stats(stats))

@@ -1,0 +1,74 @@
+"""Issue 16, item 4: no work, and no chunk pending, under an ended job. Each test forces its interleaving on the
+in-memory repositories by wrapping one repository call."""
+
+from __future__ import annotations
+
+import random
+
+from contract_review.domain import lifecycle
+from contract_review.domain.errors import ErrorEnvelope
+from contract_review.domain.keys import document_key
+from contract_review.domain.ports import Queue
+from contract_review.domain.records import AttemptStats, Cancellation, ChunkStatus, JobState, Usage
+from contract_review.pipeline import redrive
+from contract_review.pipeline.worker import ChunkWorker, Delivery
+
+from .fakes import FakeWorld
+from .scenarios import claim, deliver, one_chunk_job, running_job
+
+
+def _cancel(world: FakeWorld, job_id: str) -> None:
+    """A cancel from start to end: cancelling, then finished (every chunk nobody holds settled `cancelled`)."""
+    job = lifecycle.transition(world.deps, world.jobs.get(job_id), JobState.CANCELLING,
+                               outcome=Cancellation(cancel_requested_at=world.clock(), cancelled_by="api"))
+    assert job is not None
+    lifecycle.finish_cancel(world.deps, job)
+
+
+def test_a_chunk_message_of_a_job_cancelled_meanwhile_is_settled_cancelled_not_left_pending():
+    # GIVEN a job whose chunk message is on its way, and a cancel that ended the job meanwhile without seeing the
+    # chunk (it was not yet recorded when the cancel finished: the fan-out's race), so its record is pending
+    world = FakeWorld()
+    job_id, msg = one_chunk_job(world)
+    record = world.claims.get(job_id, msg.chunk_id)
+    del world.claims.items[(job_id, msg.chunk_id)]
+    _cancel(world, job_id)
+    assert world.jobs.get(job_id).state is JobState.CANCELLED
+    world.claims.items[(job_id, msg.chunk_id)] = record  # the fan-out's write lands after the cancel
+    # WHEN a worker receives the message
+    delivery = Delivery(message_id="m", receipt_handle="r", receive_count=1, visibility_s=120,
+                        remaining_ms=lambda: 10**9)
+    worker = ChunkWorker(world.deps, model=None, rng=random.Random(1), sleep=lambda _s: None)  # type: ignore[arg-type]  # no model call may happen
+    outcome = worker.handle(msg, delivery)
+    # THEN it settles the chunk `cancelled`, fenced, counts it on the job, and calls no model
+    after = world.claims.get(job_id, msg.chunk_id)
+    assert outcome.action == "cancelled" and after.status is ChunkStatus.CANCELLED and after.settled
+    assert msg.chunk_id in world.jobs.get(job_id).settled
+
+
+def test_a_redrive_racing_a_cancel_leaves_no_chunk_pending_under_the_cancelled_job():
+    # GIVEN a running job with a dead-lettered chunk (counted, 900 tokens) and another one pending
+    world = FakeWorld()
+    job_id, (first, second) = running_job(world, 2)
+    world.artifacts.put_text(document_key(job_id), "Clause one applies. " * 10)
+    fence = claim(world, first)
+    dead = world.claims.finish(job_id, first.chunk_id, fence, ChunkStatus.DEAD_LETTERED,
+                               AttemptStats(calls=2, input_tokens=900),
+                               error=ErrorEnvelope.of("model.request_invalid", "rejected", step="analyst.locate"))
+    deliver(world, dead)
+    # WHEN a redrive of it passed its check while the job ran, and the job is cancelled before its reset lands
+    reset = world.claims.reset_for_redrive
+
+    def cancel_first(*a: object, **kw: object) -> object:
+        world.claims.reset_for_redrive = reset  # type: ignore[method-assign]  # once
+        _cancel(world, job_id)
+        return reset(*a, **kw)  # type: ignore[arg-type]  # the repository's own arguments
+    world.claims.reset_for_redrive = cancel_first  # type: ignore[method-assign]  # one call wrapped
+    action = redrive.reopen(world.deps, job_id, first.chunk_id)
+    # THEN nothing was sent, no chunk is pending under the cancelled job, and its cost is its chunks'
+    job = world.jobs.get(job_id)
+    assert job.state is JobState.CANCELLED and action.startswith("dropped")
+    assert world.queues.sent[Queue.ANALYSIS] == []
+    records = world.claims.for_job(job_id)
+    assert all(r.settled for r in records), [(r.chunk_id, r.status) for r in records]
+    assert job.usage().input_tokens == Usage.of(r.usage() for r in records).input_tokens == 900
