@@ -229,9 +229,11 @@ def _wait(obj: Ctx, job_ids: list[str], timeout: float, grace_s: float, show_eve
     states = watch_jobs(console, deps.jobs, job_ids, timeout, grace_s=grace_s,
                         intake_busy=lambda: deps.queues.depth(Queue.INTAKE) > 0,
                         events=(lambda j, after: lifecycle.read_events(deps, j, after)) if show_events else None)
-    problems = []
+    problems, waiting = [], []
     for j, state in states.items():
-        if state == UNKNOWN:
+        if state == JobState.WAITING_APPROVAL.value:
+            waiting.append(_waiting_line(deps.jobs.get(j), j))
+        elif state == UNKNOWN:
             problems.append(f"no job {j}: no record after {grace_s:.0f} s and the intake queue is empty, so "
                             "nothing will create it (a mistyped id? or see `review jobs` and `review dlq list`)")
         elif state == WAITING or not ended(state):
@@ -243,7 +245,21 @@ def _wait(obj: Ctx, job_ids: list[str], timeout: float, grace_s: float, show_eve
         elif state != "completed":
             problems.append(f"{j} ended {state}: see `review status {j}`")
     if problems:
-        raise click.ClickException("\n".join(problems))
+        raise click.ClickException("\n".join(problems + waiting))
+    if waiting:  # not completed, not failed: a person decides. Its own exit status, so scripts can tell
+        for line in waiting:
+            console.print(line, style="yellow", markup=False, highlight=False, soft_wrap=True)
+        raise click.exceptions.Exit(EXIT_WAITING_APPROVAL)
+
+
+EXIT_WAITING_APPROVAL = 3  # `--wait`: a job waits for a person's decision (0: all completed; 1: one did not)
+
+
+def _waiting_line(job: Job | None, job_id: str) -> str:
+    a = job.approval if job is not None else None
+    about = f" at step {a.step} ({a.reason}), until {ops.iso(a.expires_at)}" if a is not None else ""
+    return (f"{job_id} waits for a person's decision{about}: `review approve {job_id}` or `review reject {job_id}` "
+            f"(`review status {job_id}` shows the evidence)")
 
 
 def _submit_batch(obj: Ctx, path: Path, with_files: bool, wait: bool, key: str | None, timeout: float) -> None:
@@ -293,6 +309,12 @@ def status(obj: Ctx, job_id: str, as_json: bool) -> None:
     r = view.reliability
     console.print(f"  model calls {r.model_calls}, retries {r.retries_by_code}, redeliveries {r.redeliveries}")
     console.print(f"  model circuit breaker: {view.model_circuit}")
+    if view.approval is not None:
+        a = view.approval
+        console.print(f"  waits for approval: step {a.step} (key {a.key[:12]}): {a.reason}; expires {ops.iso(a.expires_at)}; "
+                      f"decide with `review approve {job_id}` or `review reject {job_id}`", markup=False, highlight=False)
+        if a.evidence:
+            console.print(f"  evidence: {json.dumps(a.evidence, sort_keys=True)}", markup=False, highlight=False)
     console.print(f"  cost: {view.cost}", markup=False, highlight=False)
     for k, v in view.answers.model_dump(mode="json").items():
         console.print(f"  {k.replace('_', ' ')}: {v}")

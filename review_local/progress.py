@@ -32,10 +32,16 @@ def ended(state: str) -> bool:
     return state not in (UNKNOWN, WAITING) and JobState(state).terminal
 
 
+def stops_watching(state: str) -> bool:
+    """Final, or waiting for a person's decision (nothing will change until someone decides)."""
+    return state == UNKNOWN or ended(state) or state == JobState.WAITING_APPROVAL.value
+
+
 def watch_jobs(console: Console, jobs: JobsRepo, job_ids: list[str], timeout: float = 600.0, *,
                intake_busy: Callable[[], bool] | None = None, grace_s: float = 5.0,
                events: Callable[[str, int], list[JobEvent]] | None = None) -> dict[str, str]:
-    """Live progress bars until every job ends, is `unknown`, or `timeout` passes. Returns the last
+    """Live progress bars until every job ends, waits for a person's decision, is `unknown`, or `timeout`
+    passes. Returns the last
     state seen of each job id (each id once): a JobState value, `unknown`, or `waiting for intake`.
 
     `intake_busy` tells whether the intake queue still holds messages; without it a missing record
@@ -52,7 +58,7 @@ def watch_jobs(console: Console, jobs: JobsRepo, job_ids: list[str], timeout: fl
         while True:
             busy: bool | None = None  # asked at most once per round, only when a record is missing
             for j in ids:
-                if states[j] == UNKNOWN or ended(states[j]):
+                if stops_watching(states[j]):
                     continue
                 job = jobs.get(j)
                 if job is None:
@@ -71,7 +77,7 @@ def watch_jobs(console: Console, jobs: JobsRepo, job_ids: list[str], timeout: fl
                 if job.terminal and (total is None or job.state is JobState.COMPLETED):
                     total = done = total or 1
                 progress.update(tasks[j], total=total, completed=done, state=states[j])
-            if all(s == UNKNOWN or ended(s) for s in states.values()):
+            if all(stops_watching(s) for s in states.values()):
                 break
             if _now() - started >= timeout:
                 break

@@ -583,12 +583,13 @@ def test_a_job_waiting_for_approval_shows_what_to_decide():
     InProcess(world).intake()
     now = world.clock()
     approval = Approval(step="ticket.open", key="k", reason="timed out after the write may have happened",
-                        requested_at=now, expires_at=now + 3600)
+                        requested_at=now, expires_at=now + 3600, evidence={"lookup": "unavailable"})
     assert lifecycle.move(world.deps, job_id, (JobState.RUNNING,), JobState.WAITING_APPROVAL,
                           outcome=AwaitApproval(approval=approval))
     body = call(world, "GET", f"/jobs/{job_id}").json
     assert body["status"] == "waiting_approval"
-    assert body["approval"] == {"step": "ticket.open", "reason": "timed out after the write may have happened",
+    assert body["approval"] == {"step": "ticket.open", "key": "k", "evidence": {"lookup": "unavailable"},
+                                "reason": "timed out after the write may have happened",
                                 "requestedAt": api.iso(now), "expiresAt": api.iso(now + 3600), "decision": None,
                                 "decidedBy": None, "approvalUrl": f"http://api.test/jobs/{job_id}/approval"}
 

@@ -157,3 +157,31 @@ def test_retry_of_a_job_that_failed_only_in_its_side_effects_finalizes_at_once()
     steps = {e.step: e.status for e in world.jobs.get(job_id).side_effects}
     assert steps == {TICKET: StepStatus.DONE, PUBLISH: StepStatus.DONE}
     assert fx.tickets.opened - fx.tickets.closed == 1
+
+
+def test_waiting_for_a_person_is_visible_and_watch_returns_at_once_with_its_own_exit_status(monkeypatch):
+    """Issue 16 item 9: `--wait`/`watch` return as soon as a job waits for approval, with the commands to decide
+    and exit status 3 (0: completed, 1: did not complete), and `review status` shows step, reason, evidence and
+    the expiry as a date."""
+    from click.testing import CliRunner
+
+    from review_local import progress
+    from review_local.cli import EXIT_WAITING_APPROVAL, Ctx, cli
+
+    fx = FakeSideEffects()
+    world, _, job_id = waiting(fx)
+    job = world.jobs.get(job_id)
+    sleeps: list[float] = []
+    monkeypatch.setattr(progress, "_sleep", sleeps.append)  # nothing would change: the watch must not wait
+
+    def run(*args: str):
+        return CliRunner().invoke(cli, list(args), obj=Ctx(None, None, deps=world.deps))
+    watched = run("watch", job_id, "--timeout", "600")
+    assert watched.exit_code == EXIT_WAITING_APPROVAL == 3 and sleeps == []
+    assert f"`review approve {job_id}` or `review reject {job_id}`" in watched.output
+    assert f"at step {job.approval.step}" in watched.output and "until 20" in watched.output
+    shown = run("status", job_id)
+    assert shown.exit_code == 0 and f"waits for approval: step {job.approval.step}" in shown.output
+    assert "expires 20" in shown.output and "evidence: {" in shown.output
+    # AND the decision commands it prints work
+    assert run("approve", job_id).exit_code == 0 and world.jobs.get(job_id).state is JobState.RUNNING

@@ -429,7 +429,8 @@ def job_status(deps: Deps, found: Job | Submission, base_url: str = "") -> dict[
         "updatedAt": iso(job.updated_at), **_links(job.job_id, base_url)}
     if job.approval is not None:  # a side effect whose outcome is unknown: what a person decides on
         a = job.approval
-        view["approval"] = {"step": a.step, "reason": a.reason, "requestedAt": iso(a.requested_at),
+        view["approval"] = {"step": a.step, "key": a.key, "reason": a.reason, "evidence": a.evidence,
+                            "requestedAt": iso(a.requested_at),
                             "expiresAt": iso(a.expires_at), "decision": a.decision, "decidedBy": a.decided_by or None,
                             "approvalUrl": f"{base_url}/jobs/{job.job_id}/approval"}
     return view

@@ -19,6 +19,7 @@ from contract_review.domain.errors import REGISTRY, ErrorEnvelope
 from contract_review.domain.messages import AnalysisMessage, ResultMessage
 from contract_review.domain.ports import DLQS, Deps, ModelControls, Queue, QueueMessage
 from contract_review.domain.records import (
+    Approval,
     ChunkStatus,
     CoverageGap,
     Job,
@@ -88,6 +89,7 @@ class JobView(BaseModel):
     cost: str = ""
     usage: Usage = Field(default_factory=Usage)
     budget_micro_usd: int | None = None
+    approval: Approval | None = None  # what a person decides on while the job waits (waiting_approval)
 
 
 def iso(epoch: float) -> str:
@@ -238,7 +240,8 @@ def job_view(deps: Deps, job_id: str) -> JobView | None:
         created_at=job.created_at, ended_at=job.ended_at, model_id=job.model_id, prompt_version=job.prompt_version,
         recent_events=[_event_line(e) for e in events[-RECENT_EVENTS:]], answers=answers,
         model_circuit=model_circuit(events, deps.clock(), deps.settings.profile.quota.breaker_open_s),
-        cost=cost_line(job), usage=job.usage(), budget_micro_usd=job.budget_micro_usd)
+        cost=cost_line(job), usage=job.usage(), budget_micro_usd=job.budget_micro_usd,
+        approval=job.approval if job.state is JobState.WAITING_APPROVAL else None)
 
 
 def model_circuit(events: list[JobEvent], now: float, open_s: float) -> str:
