@@ -19,6 +19,7 @@ from contract_review.adapters.model_control import SsmModelControl
 from contract_review.adapters.outcomes import PowertoolsOutcomes
 from contract_review.adapters.queues import SqsQueues
 from contract_review.adapters.task_protection import ScaleInGuard, TaskProtection
+from contract_review.config.constants import AWS_CALL_ATTEMPTS, AWS_CONNECT_TIMEOUT_S, AWS_READ_TIMEOUT_S
 from contract_review.config.settings import Settings
 from contract_review.domain.cost import RequestMeter
 from contract_review.domain.effects import SideEffects
@@ -35,9 +36,10 @@ log = logging.getLogger(__name__)
 
 
 def aws_client_config() -> Config:
-    # AWS API calls (DynamoDB, S3, SQS): botocore's standard retry mode, 5 attempts in total.
-    # Tier 1 wraps model calls only, so the two never multiply.
-    return Config(retries={"mode": "standard", "total_max_attempts": 5}, connect_timeout=5, read_timeout=30)
+    # AWS API calls (DynamoDB, S3, SQS): botocore's standard retry mode (config/constants.py: the event reader's
+    # grace is derived from these). Tier 1 wraps model calls only, so the two never multiply.
+    return Config(retries={"mode": "standard", "total_max_attempts": AWS_CALL_ATTEMPTS},
+                  connect_timeout=AWS_CONNECT_TIMEOUT_S, read_timeout=AWS_READ_TIMEOUT_S)
 
 
 def queue_urls(settings: Settings) -> dict[Queue, str]:

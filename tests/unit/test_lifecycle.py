@@ -223,3 +223,15 @@ def test_a_job_submitted_again_after_a_cancel_stays_cancelled():
     p.send({"text": TEXT}, key=KEY)
     p.intake()
     assert job(p).state is S.CANCELLED and p.world.queues.sent[Queue.ANALYSIS] == [] and p.model.calls == 0
+
+
+def test_the_event_readers_grace_outlasts_the_longest_legitimate_write():
+    """Issue 16 item 5: a reader passes a gap only once it cannot be a write still under way: the grace is longer
+    than every botocore attempt of the AWS client timing out, with the backoffs between them."""
+    from contract_review.config.constants import BOTOCORE_MAX_BACKOFF_S
+    from contract_review.wiring import aws_client_config
+
+    config = aws_client_config()
+    attempts = config.retries["total_max_attempts"]
+    longest = attempts * (config.connect_timeout + config.read_timeout) + (attempts - 1) * BOTOCORE_MAX_BACKOFF_S
+    assert lifecycle.EVENT_GAP_GRACE_S > longest >= 255

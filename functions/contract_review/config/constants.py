@@ -9,3 +9,13 @@ OFFLINE_MODEL_ID = "offline-rules-v1"  # the deterministic rule model (doubles/o
 SQS_MAX_MESSAGE_BYTES = 262_144
 JSON_MAX_BYTES_PER_CHAR = 6  # JSON escapes a control character as \u001f; other characters are <= 4 UTF-8 bytes
 ANALYSIS_MESSAGE_FIXED_BYTES = 4_096  # an analysis message without its text: ids, counters, resume_from (generous)
+
+# The AWS SDK calls (DynamoDB, S3, SQS: wiring.aws_client_config): botocore's standard retry mode, its attempts in
+# total, its timeouts, and its longest backoff between attempts (botocore: 20 s).
+AWS_CALL_ATTEMPTS = 5
+AWS_CONNECT_TIMEOUT_S = 5
+AWS_READ_TIMEOUT_S = 30
+BOTOCORE_MAX_BACKOFF_S = 20
+# The longest a legitimate write can take: every attempt timing out, the longest backoff between them (255 s).
+LONGEST_AWS_CALL_S = (AWS_CALL_ATTEMPTS * (AWS_CONNECT_TIMEOUT_S + AWS_READ_TIMEOUT_S)
+                      + (AWS_CALL_ATTEMPTS - 1) * BOTOCORE_MAX_BACKOFF_S)

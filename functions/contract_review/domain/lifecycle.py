@@ -25,6 +25,7 @@ from collections.abc import Collection
 
 from pydantic import BaseModel
 
+from contract_review.config.constants import LONGEST_AWS_CALL_S
 from contract_review.domain.errors import ErrorEnvelope, ReviewError
 from contract_review.domain.messages import JobControl
 from contract_review.domain.ports import Deps
@@ -51,7 +52,10 @@ TRANSITIONS: dict[JobState, frozenset[JobState]] = {
     S.CANCELLED: frozenset(),
 }
 CANCELLABLE = (S.QUEUED, S.RUNNING, S.WAITING_APPROVAL)
-EVENT_GAP_GRACE_S = 10.0  # how long a gap in a job's event numbers may be a write still under way
+# How long a gap in a job's event numbers may be a write still under way: longer than the longest legitimate
+# write (every botocore attempt timing out, with its backoffs: config/constants.py LONGEST_AWS_CALL_S, 255 s). A
+# reader passes an older gap (its writer died between taking the number and writing the event).
+EVENT_GAP_GRACE_S = LONGEST_AWS_CALL_S + 5.0
 MOVE_ATTEMPTS = 5
 _NO_STATS = AttemptStats()
 
