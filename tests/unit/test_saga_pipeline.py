@@ -185,3 +185,19 @@ def test_waiting_for_a_person_is_visible_and_watch_returns_at_once_with_its_own_
     assert "expires 20" in shown.output and "evidence: {" in shown.output
     # AND the decision commands it prints work
     assert run("approve", job_id).exit_code == 0 and world.jobs.get(job_id).state is JobState.RUNNING
+
+
+def test_a_step_compensated_by_a_reject_runs_again_on_retry_when_the_findings_still_call_for_it():
+    """Issue 16 item 7: reject closes the ticket; a later `review retry` finalizes at once and opens it again (the
+    high-risk finding is still there), so the job completes with one open ticket."""
+    fx = FakeSideEffects()
+    world, p, job_id = waiting(fx)
+    assert approvals.decide_approval(world.deps, job_id, "reject", by="ops").changed
+    job = p.run(job_id)
+    assert (job.state, job.error_code) == (JobState.FAILED, "job.approval_rejected")
+    assert fx.tickets.opened == fx.tickets.closed == 1
+    assert redrive.retry(world.deps, job_id).retried
+    job = p.run(job_id)
+    assert job.state is JobState.COMPLETED, job.error
+    assert {e.step: e.status for e in job.side_effects} == {TICKET: StepStatus.DONE, PUBLISH: StepStatus.DONE}
+    assert fx.tickets.opened - fx.tickets.closed == 1
