@@ -192,7 +192,7 @@ def _resubmission(deps: Deps, job_id: str, text: str) -> _Again | None:
     None: intake decides (a new job, a duplicate of one that is running or completed, or another
     document under the same key)."""
     job = deps.jobs.get(job_id)
-    if job is None or job.state not in redrive.REOPENABLE or (job.error_code or "").startswith("input."):
+    if job is None or not redrive.retryable(job):
         return None
     if job.document_sha256 and job.document_sha256 != document_hash(text):
         return None

@@ -296,7 +296,8 @@ class FakeClaims:
 
     def reset_for_redrive(self, job_id: str, chunk_id: str, forget: Collection[str] = ()) -> ChunkRecord | None:
         r = self.items.get((job_id, chunk_id))
-        states = (ChunkStatus.DEAD_LETTERED, ChunkStatus.FAILED) + ((ChunkStatus.DONE,) if forget else ())
+        states = (ChunkStatus.DEAD_LETTERED, ChunkStatus.FAILED, ChunkStatus.CANCELLED) + \
+            ((ChunkStatus.DONE,) if forget else ())
         if r is None or r.status not in states:
             return None
         return self._store(r, {"status": ChunkStatus.PENDING, "failures": 0, "redriven": r.redriven + 1,

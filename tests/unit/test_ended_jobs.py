@@ -72,3 +72,38 @@ def test_a_redrive_racing_a_cancel_leaves_no_chunk_pending_under_the_cancelled_j
     records = world.claims.for_job(job_id)
     assert all(r.settled for r in records), [(r.chunk_id, r.status) for r in records]
     assert job.usage().input_tokens == Usage.of(r.usage() for r in records).input_tokens == 900
+
+
+def test_a_cancelled_job_is_resumed_by_retry_from_its_checkpoints_and_completes_as_a_clean_run():
+    """Issue 16 item 9: `review retry` of a cancelled job resumes it: the chunk done before the cancel is kept (no
+    model call for it again), the cancelled ones run, and the report equals a fault-free run's."""
+    from contract_review.domain.records import job_id_for
+    from contract_review.review.chunking import document_hash
+
+    from ..texts import TEXT
+    from .inprocess import InProcess, fault_free_findings
+    from .scenarios import small_chunk_world
+
+    world = small_chunk_world()
+    p = InProcess(world)
+    p.send({"text": TEXT})
+    p.intake()
+    job_id = job_id_for(document_hash(TEXT))
+    first, *_ = world.queues.drain(Queue.ANALYSIS)  # the others are lost with the cancel
+    p.deliver(first)  # one chunk done before the cancel
+    calls_done_chunk = p.model.calls
+    assert lifecycle.request_cancel(world.deps, job_id, by="cli").changed
+    assert p.run(job_id).state is JobState.CANCELLED
+    records = world.claims.for_job(job_id)
+    assert [r.status for r in records].count(ChunkStatus.DONE) == 1 and calls_done_chunk > 0
+    # WHEN it is retried
+    retried = redrive.retry(world.deps, job_id)
+    assert retried.retried and retried.action.startswith("reopened from cancelled")
+    p.run(job_id)
+    # THEN it completes with exactly the fault-free findings; the chunk done before made no call again
+    assert p.assert_complete_and_consistent(job_id) == fault_free_findings(small_chunk_world, {"text": TEXT})
+    clean = InProcess(small_chunk_world())
+    clean.send({"text": TEXT}, key="clean")
+    clean.round()
+    clean.run(job_id_for("clean"))
+    assert p.model.calls == clean.model.calls  # every analyst once: nothing redone, nothing lost

@@ -57,7 +57,8 @@ def test_every_transition_outside_the_table_raises_and_writes_nothing(frm: JobSt
 
 
 def test_ended_states_lead_nowhere_but_a_reopen():
-    assert TRANSITIONS[S.COMPLETED] == TRANSITIONS[S.CANCELLED] == frozenset()
+    assert TRANSITIONS[S.COMPLETED] == frozenset()
+    assert TRANSITIONS[S.CANCELLED] == {S.RUNNING}  # review retry: resumed from its checkpoints
     assert TRANSITIONS[S.CANCELLING] == {S.CANCELLED}
     assert TRANSITIONS[S.DEAD_LETTERED] == {S.RUNNING}
 

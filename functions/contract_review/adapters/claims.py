@@ -188,8 +188,9 @@ class DynamoClaims:
         names = {"#st": "status", **{f"#fg{i}": a for i, a in enumerate(sorted(forget))}}
         dropped = "".join(f", checkpoints.#fg{i}" for i in range(len(forget)))
         values: dict[str, Any] = {":pending": ChunkStatus.PENDING.value, ":z": 0, ":one": 1, ":now": self.clock(),
-                                  ":dead": ChunkStatus.DEAD_LETTERED.value, ":failed": ChunkStatus.FAILED.value}
-        states = ":dead, :failed"
+                                  ":dead": ChunkStatus.DEAD_LETTERED.value, ":failed": ChunkStatus.FAILED.value,
+                                  ":cancelled": ChunkStatus.CANCELLED.value}
+        states = ":dead, :failed, :cancelled"  # a cancelled chunk too: `review retry` of a cancelled job
         if forget:  # a done chunk whose analysts are to run again
             values[":done"] = ChunkStatus.DONE.value
             states += ", :done"

@@ -184,7 +184,9 @@ _CODES = [
               "`review status JOB` lists each missing chunk and gap with its error; fix the cause, then `review retry "
               "JOB`: failed chunks run again, and the analysts with a mandatory gap run again on their chunks; "
               "finished chunks and the other checkpoints are kept."),
-    ErrorCode("job.cancelled", ErrorClass.STATE, False, "The job was cancelled.", "Nothing: work stopped."),
+    ErrorCode("job.cancelled", ErrorClass.STATE, False, "The job was cancelled.",
+              "Nothing, if you meant it: work stopped and its side effects were undone. To resume it: `review retry "
+              "JOB` (or the same document again): it continues from its checkpoints, its cancelled chunks run again."),
     ErrorCode("job.budget_exceeded", ErrorClass.POLICY, False,
               "The job's recorded cost (model tokens x the model's price + orchestration requests x list prices, "
               "docs/cost.md) reached the budget it was submitted with (`budget_usd`). Checked by the aggregator "

@@ -49,7 +49,7 @@ TRANSITIONS: dict[JobState, frozenset[JobState]] = {
     S.FAILED: frozenset({S.RUNNING, S.QUEUED}),
     S.DEAD_LETTERED: frozenset({S.RUNNING}),
     S.COMPLETED: frozenset(),
-    S.CANCELLED: frozenset(),
+    S.CANCELLED: frozenset({S.RUNNING}),  # `review retry`: resumed from its checkpoints
 }
 CANCELLABLE = (S.QUEUED, S.RUNNING, S.WAITING_APPROVAL)
 # How long a gap in a job's event numbers may be a write still under way: longer than the longest legitimate

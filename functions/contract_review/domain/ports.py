@@ -162,7 +162,7 @@ class ClaimsRepo(Protocol):
         """Claimed chunks whose lease expired before `now`."""
 
     def reset_for_redrive(self, job_id: str, chunk_id: str, forget: Collection[str] = ()) -> ChunkRecord | None:
-        """A failed or dead-lettered chunk back to pending with a fresh budget (failures and
+        """A failed, dead-lettered or cancelled chunk back to pending with a fresh budget (failures and
         backpressure streak) and a new fence. With `forget` (analyst names), a `done` chunk may be
         reset too, and those analysts' checkpoints are dropped so they run again (a retry of their
         coverage gaps). None when the chunk is in none of those states."""

@@ -400,9 +400,7 @@ def _progress(deps: Deps, job: Job) -> dict[str, JsonValue]:
 
 def _retryable(job: Job) -> bool:
     """Whether `POST /jobs/{id}/retry` can put the job back to work."""
-    if job.state not in redrive.REOPENABLE:
-        return False
-    return not (job.error_code or "").startswith("input.")
+    return redrive.retryable(job)
 
 
 def job_status(deps: Deps, found: Job | Submission, base_url: str = "") -> dict[str, JsonValue]:

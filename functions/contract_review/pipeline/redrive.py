@@ -27,11 +27,15 @@ from contract_review.domain.errors import ErrorClass
 from contract_review.domain.messages import AnalysisMessage, ResultMessage
 from contract_review.domain.ports import Deps, Queue, QueueMessage
 from contract_review.domain.records import ChunkRecord, ChunkStatus, Job, JobState, Usage
+from contract_review.pipeline.aggregator import BUDGET_EXCEEDED
 from contract_review.reliability.chunks import analysis_message, announce
 from contract_review.review.report import coverage_of
 
-REOPENABLE = (JobState.FAILED, JobState.DEAD_LETTERED)
+REOPENABLE = (JobState.FAILED, JobState.DEAD_LETTERED)  # a redrive of one chunk reopens these jobs
 RESETTABLE = (ChunkStatus.FAILED, ChunkStatus.DEAD_LETTERED)
+# `review retry` (and the same document again) also resumes a cancelled job from its checkpoints: its cancelled
+# chunks run again (a redrive of one chunk never resurrects it)
+RETRYABLE = (*REOPENABLE, JobState.CANCELLED)
 INTAKE_EXHAUSTED = "runtime.intake_exhausted"  # failed before fan-out: retried by resending its intake message
 
 
@@ -122,7 +126,7 @@ def _gap_analysts(job: Job, records: list[ChunkRecord]) -> dict[str, set[str]]:
     return dict(gaps)
 
 
-def _reopen_job(deps: Deps, job: Job, via: str) -> str:
+def _reopen_job(deps: Deps, job: Job, via: str, resettable: Collection[ChunkStatus] = RESETTABLE) -> str:
     """An ended job back to `running`: every failed or dead-lettered chunk is reset, the analysts with a
     mandatory gap on a done chunk are forgotten (they run again), every chunk that is not done is sent
     (also chunks a job-fatal error left unstarted), and the settled set is rebuilt from the chunk
@@ -130,7 +134,7 @@ def _reopen_job(deps: Deps, job: Job, via: str) -> str:
     records = deps.claims.for_job(job.job_id)
     rerun = _gap_analysts(job, records)
     for c in records:
-        if c.status in RESETTABLE:
+        if c.status in resettable:
             deps.claims.reset_for_redrive(job.job_id, c.chunk_id)
         elif c.chunk_id in rerun:
             deps.claims.reset_for_redrive(job.job_id, c.chunk_id, forget=sorted(rerun[c.chunk_id]))
@@ -172,6 +176,14 @@ def _input_error(code: str | None) -> bool:
     return (code or "").startswith("input.")
 
 
+def retryable(job: Job) -> bool:
+    """Whether `review retry` (`POST /jobs/{id}/retry`, the same document again) puts the job back to work: it
+    ended failed, dead-lettered or cancelled, not on its input (a corrected document replaces it) and not by its
+    budget (it would stop again at once)."""
+    return (job.state in RETRYABLE and not _input_error(job.error_code)
+            and not (job.state is JobState.CANCELLED and job.error_code == BUDGET_EXCEEDED))
+
+
 def retry(deps: Deps, job_id: str) -> Retried:
     """`review retry JOB`: put a failed or dead-lettered job back to work from its records, keeping its
     finished chunks and checkpoints, whether or not its chunks' messages are in a DLQ (their DLQ
@@ -185,8 +197,12 @@ def retry(deps: Deps, job_id: str) -> Retried:
         now = deps.jobs.get(job_id)
         return Retried(job_id=job_id, retried=retried, action=action, state=now.state if now else None)
 
-    if job.state in (JobState.COMPLETED, JobState.CANCELLED):
-        return result(False, f"nothing to retry: the job is {job.state.value}")
+    if job.state is JobState.COMPLETED:
+        return result(False, "nothing to retry: the job is completed")
+    if job.state is JobState.CANCELLED and job.error_code == BUDGET_EXCEEDED:
+        return result(False, "nothing to retry: the job was stopped by its budget (job.budget_exceeded) and would "
+                             "stop again at once; submit the document again with a larger --budget-usd under a new "
+                             "--idempotency-key")
     if job.state is JobState.QUEUED:
         return result(False, "nothing to retry yet: intake has not fanned the job out. If its intake message reached "
                              f"the intake DLQ, the sweeper fails the job with {INTAKE_EXHAUSTED} after "
@@ -198,7 +214,8 @@ def retry(deps: Deps, job_id: str) -> Retried:
                              "a corrected message with the same idempotency key (it replaces this job)")
     if job.error_code == INTAKE_EXHAUSTED:
         return _retry_intake(deps, job, result)
-    action = _reopen_job(deps, job, "retry")
+    resettable = (*RESETTABLE, ChunkStatus.CANCELLED) if job.state is JobState.CANCELLED else RESETTABLE
+    action = _reopen_job(deps, job, "retry", resettable)
     if not action.startswith("redriven"):
         return result(False, action)
     removed = _discard_dlq_copies(deps, job_id, None, started)
