@@ -353,7 +353,7 @@ def test_sweeper_write_loses_to_a_heartbeat_that_landed_after_its_read(deps, sqs
 
     def lapsed_then_heartbeat(now: float) -> Any:
         seen = list(read_lapsed(now))
-        beats.extend(deps.claims.heartbeat(r.job_id, r.chunk_id, r.fence, 30) for r in seen)
+        beats.extend(deps.claims.heartbeat(r.job_id, r.chunk_id, r.fence, 30) is not None for r in seen)
         return iter(seen)
 
     monkeypatch.setattr(deps.claims, "lapsed", lapsed_then_heartbeat)
