@@ -17,6 +17,7 @@ from rich.console import Console
 from rich.table import Table
 
 from contract_review.domain import lifecycle
+from contract_review.domain.errors import ReviewError
 from contract_review.domain.messages import MAX_DOCUMENT_BYTES
 from contract_review.domain.ports import Deps, Queue
 from contract_review.domain.records import Job, JobState, ModelControl
@@ -162,8 +163,11 @@ def submit(obj: Ctx, files: tuple[Path, ...], batch_file: Path | None, wait: boo
         _refuse_key_conflict(obj.deps.jobs.get(job_id), shas[job_id], idempotency_key, f)
         again = _resubmission(obj.deps, job_id, text)
         if again is None or again.send:
-            ops.submit(obj.deps, text, document_id=_document_id(f), idempotency_key=idempotency_key,
-                       budget_usd=budget_usd)
+            try:
+                ops.submit(obj.deps, text, document_id=_document_id(f), idempotency_key=idempotency_key,
+                           budget_usd=budget_usd)
+            except ReviewError as exc:  # job.budget_insufficient: nothing was sent
+                raise click.ClickException(f"{f}: {exc.envelope.error_code}: {exc.envelope.message}") from exc
         jobs[job_id] = f
         console.print(f"{job_id}  {f}" + (f"  ({again.note})" if again else ""), markup=False, highlight=False)
     if wait:

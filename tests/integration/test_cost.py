@@ -7,11 +7,15 @@ from __future__ import annotations
 import json
 from decimal import Decimal
 
+import pytest
+
 from contract_review.domain import cost
+from contract_review.domain.errors import ReviewError
 from contract_review.domain.ports import Queue
 from contract_review.domain.records import ChunkStatus, JobState, Usage
 from contract_review.doubles.spec import FaultSpec
 from contract_review.operate import ops
+from contract_review.pipeline import admission
 
 from ..large_docs import large_contract
 from .conftest import ledger, wait_for, wait_jobs
@@ -25,8 +29,10 @@ def test_a_jobs_cost_is_recorded_and_a_tiny_budget_stops_a_job_with_its_code(mak
     # the model's own cache minimum (the one the adapter and the warm-up gate decide by: some of this contract's
     # chunks reach it), the cache shared by the worker processes through the state directory, as Bedrock's is by
     # the account
-    stack = make_stack(FaultSpec(latency_ms=int(CALL_S * 1000), call_log=str(log),
-                                 throttle_state_dir=str(tmp_path / "bedrock")))
+    # answers of ~900 tokens: three times what the budget estimate assumes, so a budget at the estimate is passed
+    # at the door and then spent during the run (the in-run stop below)
+    stack = make_stack(FaultSpec(latency_ms=int(CALL_S * 1000), call_log=str(log), answer_tokens_median=900,
+                                 answer_tokens_p99=1000, throttle_state_dir=str(tmp_path / "bedrock")))
     deps = stack.deps()
     # GIVEN a contract reviewed without a budget
     job_id = ops.submit(deps, large_contract(24_000, variant=2), document_id="priced")  # more chunks than workers
@@ -50,13 +56,21 @@ def test_a_jobs_cost_is_recorded_and_a_tiny_budget_stops_a_job_with_its_code(mak
     view = ops.job_view(deps, job_id)
     assert view is not None and view.cost.startswith(cost.format_usd(job.total_micro_usd))
 
-    # GIVEN a larger contract submitted with a budget far below what one chunk costs
+    # GIVEN a budget under a document's estimate: refused before anything is sent (job.budget_insufficient)
+    big = large_contract(60_000, variant=4)
+    estimate = admission.estimate(deps.settings, big).model_micro_usd
+    with pytest.raises(ReviewError) as refused:
+        ops.submit(deps, big, document_id="under-estimate", budget_usd=float(cost.usd(estimate)) / 2)
+    assert refused.value.envelope.error_code == "job.budget_insufficient"
+    # AND the document with a budget at its estimate, which its long answers then overrun
     calls_before = len(ledger(log))
-    stopped_id = ops.submit(deps, large_contract(60_000, variant=4), document_id="over-budget", budget_usd=0.0001)
+    budget = float(cost.usd(estimate)) + 0.000001
+    stopped_id = ops.submit(deps, big, document_id="over-budget", budget_usd=budget)
     # WHEN its first chunk settles THEN it is stopped and ends cancelled with job.budget_exceeded
     stopped = wait_jobs(deps, [stopped_id], timeout=90)[stopped_id]
     assert (stopped.state, stopped.error_code) == (JobState.CANCELLED, "job.budget_exceeded")
-    assert stopped.budget_micro_usd == 100 and stopped.total_micro_usd >= 100
+    assert stopped.budget_micro_usd == cost.micro_usd(Decimal(str(budget)))
+    assert stopped.total_micro_usd >= stopped.budget_micro_usd
     events = deps.jobs.events(stopped_id)
     (stop,) = [e for e in events if e.type == "job.cancelling"]
     assert stop.detail["code"] == "job.budget_exceeded" and stop.detail["by"] == "budget"

@@ -11,6 +11,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from contract_review.domain import cost
 from contract_review.domain.messages import MAX_DOCUMENT_BYTES, IntakeMessage
 from contract_review.domain.ports import Queue
 from contract_review.domain.records import JobState, job_id_for
@@ -20,7 +21,7 @@ from contract_review.review.chunking import document_hash
 from review_local.api_server import http_api_event, local_principal
 
 from ..texts import LONG_TEXT, TEXT
-from .fakes import FakeWorld
+from .fakes import SETTINGS, FakeWorld
 from .inprocess import InProcess
 from .scenarios import small_chunk_world
 
@@ -243,9 +244,40 @@ def test_a_body_that_names_a_principal_is_refused_and_nothing_is_queued():
     assert [(m["document"], m["principal"]) for m in intake_messages(world)] == [({"text": LONG_TEXT}, ALICE)]
 
 
-def test_post_jobs_with_a_budget_stops_the_job_as_review_submit_with_a_budget_does():
-    # GIVEN one document sent with a budget smaller than one chunk's cost: to POST /jobs (budget_usd), and by
-    # `review submit --budget-usd` (ops.submit)
+def test_a_budget_under_the_estimate_is_refused_alike_by_the_api_the_cli_and_intake_before_any_call():
+    """Issue 16 item 8: one estimator (cost.estimate_document), one check (admission.check_budget): POST /jobs
+    answers 422 job.budget_insufficient, `review submit --budget-usd` (ops.submit) raises it, and a message sent
+    straight to the queue ends its job `failed` with it; nothing runs and no model call is made."""
+    from contract_review.domain.errors import ReviewError
+    from contract_review.pipeline import admission
+
+    expected = admission.estimate(SETTINGS, TEXT).model_micro_usd
+    assert expected > 0
+    by_api, by_cli, by_queue = small_chunk_world(), small_chunk_world(), small_chunk_world()
+    refused = submit(by_api, budget_usd=0.000001)
+    assert (refused.status, refused.code) == (422, "job.budget_insufficient") and by_api.queues.sent[Queue.INTAKE] == []
+    with pytest.raises(ReviewError) as caught:
+        ops.submit(by_cli.deps, TEXT, budget_usd=0.000001)
+    assert caught.value.envelope.error_code == "job.budget_insufficient" and by_cli.queues.sent[Queue.INTAKE] == []
+    p = InProcess(by_queue)
+    p.send({"text": TEXT}, budget_usd=0.000001)
+    p.intake()
+    (job,) = by_queue.jobs.all()
+    assert (job.state, job.error_code) == (JobState.FAILED, "job.budget_insufficient")
+    assert p.model.calls == 0 and by_queue.queues.sent[Queue.ANALYSIS] == []
+    # AND a budget at its estimate is accepted (the estimate as the caller's stack computes it)
+    enough = float(cost.usd(admission.estimate(by_cli.settings, TEXT).model_micro_usd)) + 0.000001
+    assert ops.submit(by_cli.deps, TEXT, budget_usd=enough)
+    assert submit(by_api, budget_usd=100.0).status == 202
+
+
+def test_post_jobs_with_a_budget_stops_the_job_as_review_submit_with_a_budget_does(monkeypatch):
+    # GIVEN one document whose estimate passes its budget but whose calls cost more (an estimate can undershoot:
+    # here it is made to say $0), sent to POST /jobs (budget_usd) and by `review submit --budget-usd` (ops.submit)
+    from contract_review.pipeline import admission
+
+    real = admission.estimate
+    monkeypatch.setattr(admission, "estimate", lambda settings, text: real(settings, ""))
     by_api, by_cli = small_chunk_world(), small_chunk_world()
     api_job = str(submit(by_api, budget_usd=0.000001).json["jobId"])
     cli_job = ops.submit(by_cli.deps, TEXT, budget_usd=0.000001)

@@ -11,6 +11,7 @@ from decimal import Decimal
 from pathlib import Path
 
 import boto3
+import pytest
 from botocore.stub import Stubber
 
 from contract_review.config.prices import PRICES
@@ -200,3 +201,19 @@ def test_bedrock_cache_usage_is_read_from_the_converse_answer():
         40, 7, 1500, 0)
 
 
+
+
+def test_the_budget_estimate_counts_a_cached_prefix_once_and_an_uncached_one_with_every_call():
+    from contract_review.config.prices import PRICES
+    from contract_review.domain.cost import ESTIMATE_ANALYST_PART_TOKENS, ESTIMATE_ANSWER_TOKENS, estimate_document
+
+    model = "global.anthropic.claude-sonnet-4-6"
+    cached = estimate_document(PRICES, model, [2_200], calls_per_chunk=17, min_cache_tokens=2_048)
+    assert (cached.cache_write_tokens, cached.cache_read_tokens) == (2_200, 2_200 * 16)
+    assert cached.input_tokens == 17 * ESTIMATE_ANALYST_PART_TOKENS and cached.output_tokens == 17 * ESTIMATE_ANSWER_TOKENS
+    uncached = estimate_document(PRICES, model, [1_800], calls_per_chunk=17, min_cache_tokens=2_048)
+    assert uncached.cache_write_tokens == uncached.cache_read_tokens == 0
+    assert uncached.input_tokens == 17 * (1_800 + ESTIMATE_ANALYST_PART_TOKENS)
+    assert uncached.model_micro_usd > cached.model_micro_usd > 0  # the cache pays even for a shorter prefix
+    two = estimate_document(PRICES, model, [2_200, 2_200], calls_per_chunk=17, min_cache_tokens=2_048)
+    assert two.model_micro_usd == pytest.approx(2 * cached.model_micro_usd, abs=1)

@@ -379,11 +379,19 @@ def cancelled(code: str) -> None:
 
 
 def budget_exceeded(code: str) -> None:
-    """A job submitted with a budget smaller than one chunk's cost is stopped at its first settled chunk: it
-    ends `cancelled` with the code, no report and no side effect, and no model call after the stop. The
-    recovery: the document again with a larger budget under a new idempotency key."""
+    """A job whose estimate passed its budget but whose calls cost more (an estimate can undershoot: longer
+    answers, repairs; here the estimate is made to say $0) is stopped at its first settled chunk: it ends
+    `cancelled` with the code, no report and no side effect, and no model call after the stop. The recovery:
+    the document again with a larger budget under a new idempotency key."""
+    from contract_review.pipeline import admission
+
     r = Run()
-    r.submit(budget_usd=0.000001)
+    real = admission.estimate
+    admission.estimate = lambda settings, text: real(settings, "")  # type: ignore[assignment]  # an undershooting estimate
+    try:
+        r.submit(budget_usd=0.000001)
+    finally:
+        admission.estimate = real  # type: ignore[assignment]
     r.run()
     job = r.world.jobs.get(r.job_id)
     assert job is not None and (job.state, job.error_code) == (JobState.CANCELLED, code)
@@ -395,6 +403,20 @@ def budget_exceeded(code: str) -> None:
     assert r.p.model.calls == calls and r.world.jobs.get(r.job_id) == job  # nothing happens afterwards
     r.submit(key=KEY + "-v2", budget_usd=100.0)
     r.job_id = job_id_for(KEY + "-v2")
+    r.completes_as_fault_free()
+
+
+def budget_insufficient(code: str) -> None:
+    """A budget under the document's estimate is refused before any model call: by intake for a queue message
+    (the job ends `failed` with the code and the estimate in its message), as by `review submit` and POST /jobs.
+    The recovery: the document again with a budget of at least the estimate, under the same key (it replaces
+    the refused job)."""
+    r = Run()
+    assert r.submit(budget_usd=0.000001) == []  # no chunk record: nothing will run
+    job = r.world.jobs.get(r.job_id)
+    assert job is not None and (job.state, job.error_code) == (JobState.FAILED, code) and r.p.model.calls == 0
+    assert "estimated cost" in (job.error.message if job.error else "") and "at least" in job.error.message
+    r.submit(budget_usd=100.0)
     r.completes_as_fault_free()
 
 
@@ -455,6 +477,7 @@ RECOVERIES: dict[str, Callable[[str], None]] = {
     "runtime.intake_exhausted": intake_exhausted,
     "job.cancelled": cancelled,
     "job.budget_exceeded": budget_exceeded,
+    "job.budget_insufficient": budget_insufficient,
     # input errors: the corrected message, the same idempotency key
     "input.invalid": lambda c: input_error(c, lambda r: {"text": TEXT}, lambda r: {"text": TEXT}, unknown_field=1),
     "input.empty_document": lambda c: input_error(c, lambda r: {"text": "  \n "}, lambda r: {"text": TEXT}),

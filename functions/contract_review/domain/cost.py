@@ -16,7 +16,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from decimal import ROUND_HALF_UP, Decimal
@@ -85,6 +85,30 @@ def model_cost_usd(priced: PricedModel, usage: Usage) -> Decimal:
     per_1k = (usage.input_tokens * p.input_per_1k + usage.output_tokens * p.output_per_1k
               + usage.cache_read_tokens * p.cache_read_per_1k + usage.cache_write_tokens * p.cache_write_per_1k)
     return per_1k / _THOUSAND * (1 + priced.premium)
+
+
+# The estimate a budget is checked against before any model call (`estimate_document`): generous on purpose
+# (a budget refused at the door costs a resubmission; one passed that the job then overshoots costs money).
+ESTIMATE_ANSWER_TOKENS = 300  # an LLM-like answer (the strict double's bench default median is 150; p99 600)
+ESTIMATE_ANALYST_PART_TOKENS = 150  # what follows the cache point: the analyst's task, the located clauses
+
+
+def estimate_document(table: PriceTable, model_id: str, prefix_tokens: Sequence[int],
+                      calls_per_chunk: int, min_cache_tokens: int) -> Usage:
+    """What reviewing a document is expected to cost (model tokens and their price; orchestration, about 1 %,
+    left out): each chunk (its cached prefix, `prefix_tokens`) makes `calls_per_chunk` calls; a prefix at the
+    model's minimum is written once and read by the other calls, a shorter one is sent whole with each; each
+    call adds the analyst's own part and an answer."""
+    usage = Usage()
+    for prefix in prefix_tokens:
+        cached = prefix >= min_cache_tokens
+        chunk = Usage(input_tokens=calls_per_chunk * (ESTIMATE_ANALYST_PART_TOKENS + (0 if cached else prefix)),
+                      output_tokens=calls_per_chunk * ESTIMATE_ANSWER_TOKENS,
+                      cache_write_tokens=prefix if cached else 0,
+                      cache_read_tokens=prefix * (calls_per_chunk - 1) if cached else 0)
+        usage = Usage.of([usage, chunk])
+    dollars = model_cost_usd(model_price(table, model_id), usage)
+    return usage.model_copy(update={"model_micro_usd": micro_usd(dollars)})
 
 
 def request_cost_usd(table: PriceTable, requests: Counter[str], lambda_gb_s: Decimal = Decimal(0)) -> Decimal:

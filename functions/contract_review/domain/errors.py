@@ -196,6 +196,13 @@ _CODES = [
               "`cancelled` with this code, its cost on the job (`review status JOB`). Nothing to repair: to review "
               "the document anyway, submit it again with a larger `budget_usd` (or none) under a new "
               "idempotency key (`review submit --budget-usd N --idempotency-key K FILE`); the stopped job stays as it is."),
+    ErrorCode("job.budget_insufficient", ErrorClass.POLICY, False,
+              "The document's estimated cost (its chunks x the calls each makes x the tokens of the prompt layout "
+              "and of an LLM-like answer, at the dated price table: `cost.estimate_document`) is over the budget "
+              "it was submitted with. Refused before any model call: by `review submit` and `POST /jobs` (422) "
+              "before anything is sent, by intake for a message sent to the queue (the job ends `failed`).",
+              "Send the document again with a budget of at least the estimate the message states (or without one); "
+              "under the same idempotency key it replaces the refused job. Nothing ran and nothing was charged."),
     ErrorCode("sideeffect.failed", ErrorClass.TRANSIENT, True,
               "A side effect of a finished review failed for good: the external ticket system, SNS or EventBridge "
               "answered an error (HTTP 5xx, or a 4xx such as 422 for an idempotency key sent again with other "

@@ -95,6 +95,7 @@ POLICY: dict[str, Recovery] = {
     "job.chunks_missing": Recovery(None, NONE),
     "job.cancelled": Recovery(None, STOP),
     "job.budget_exceeded": Recovery(None, STOP),
+    "job.budget_insufficient": Recovery(None, NONE),  # refused before the job runs: not a chunk outcome
     "sideeffect.failed": Recovery(FX, NONE),
     "sideeffect.ambiguous": Recovery(None, NONE),
     "sideeffect.compensation_failed": Recovery(COMP, NONE),

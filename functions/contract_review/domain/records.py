@@ -409,8 +409,10 @@ class Job(Usage):
 
     @property
     def replaceable(self) -> bool:
-        """A job that failed on its input (`input.*`): a corrected submission with the same key replaces it."""
-        return self.state is JobState.FAILED and (self.error_code or "").startswith("input.")
+        """A job that failed on its input (`input.*`), or whose budget was refused before it ran
+        (`job.budget_insufficient`): a corrected submission with the same key replaces it."""
+        code = self.error_code or ""
+        return self.state is JobState.FAILED and (code.startswith("input.") or code == "job.budget_insufficient")
 
     @property
     def progress(self) -> float:

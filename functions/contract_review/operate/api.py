@@ -307,6 +307,7 @@ def submit(deps: Deps, who: str, req: JobRequest, key: str | None, batch_id: str
     SHA-256) from the same principal is one job; the key with another document is `input.key_conflict`."""
     with _answered():
         text = admission.document_text(deps, req.document)
+        admission.check_budget(deps.settings, text, req.budget_usd)  # before anything is sent
     sha = document_hash(text)
     job_id = job_id_of(who, key or sha)
     job = deps.jobs.get(job_id)

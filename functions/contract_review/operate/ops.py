@@ -383,9 +383,11 @@ def job_id_of(text: str, idempotency_key: str | None = None) -> str:
 def submit(deps: Deps, text: str, document_id: str | None = None, idempotency_key: str | None = None,
            metadata: dict[str, JsonValue] | None = None, budget_usd: float | None = None) -> str:
     """Send one document to the intake queue (inline, or claim-check via S3 when large). Returns the job id.
+    Raises `job.budget_insufficient` (nothing sent) when the document's estimate is over `budget_usd`.
     The message is admission's (`admission.intake_body`); intake checks it, so even a document it rejects is
     recorded under the job id returned here (the key is always sent)."""
     key = idempotency_key or document_hash(text)
+    admission.check_budget(deps.settings, text, budget_usd)  # job.budget_insufficient: nothing is sent
     deps.queues.send_intake(admission.intake_body(deps, text, key=key, document_id=document_id, metadata=metadata,
                                                   budget_usd=budget_usd))
     return job_id_for(key)

@@ -17,14 +17,21 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
+from decimal import Decimal
 
 from pydantic import BaseModel, ConfigDict, Field, JsonValue
 
+from contract_review.config.fleet import CALLS_PER_CHUNK
+from contract_review.config.settings import Settings
+from contract_review.domain import cost
 from contract_review.domain.errors import ReviewError
 from contract_review.domain.keys import UPLOADS_PREFIX, upload_key
 from contract_review.domain.messages import MAX_DOCUMENT_BYTES, MAX_INLINE_CHARS, InlineDocument, S3Document
+from contract_review.domain.model import prefix_tokens, traits_for
 from contract_review.domain.ports import Deps
-from contract_review.domain.records import job_id_for
+from contract_review.domain.records import Usage, job_id_for
+from contract_review.review.analysts import analysts_for, build_request
+from contract_review.review.chunking import chunk_document
 
 MAX_INLINE_BYTES = 200_000  # inline text in a message, in UTF-8 bytes (SQS's 256 KiB is the whole message)
 
@@ -85,6 +92,33 @@ def _decoded(where: str, data: bytes) -> str:
     except UnicodeDecodeError as exc:
         raise ReviewError.of("input.undecodable", f"{where}: not UTF-8 at byte {exc.start}: convert it to UTF-8 text",
                              step="intake.load") from exc
+
+
+# ------------------------------------------------------------------------------ the budget, before any call
+def estimate(settings: Settings, text: str) -> Usage:
+    """What reviewing `text` is expected to cost on the stack's model (cost.estimate_document): its chunks as
+    intake cuts them, each one's cached prefix as the analysts send it."""
+    model_id = settings.effective_model_id
+    spec = analysts_for(1)[0]
+    prefixes = [prefix_tokens(model_id, build_request(spec, "locate", c, None, None))
+                for c in chunk_document(text, settings.profile.review)]
+    return cost.estimate_document(settings.profile.prices, model_id, prefixes, CALLS_PER_CHUNK,
+                                  traits_for(model_id).min_cache_tokens)
+
+
+def check_budget(settings: Settings, text: str, budget_usd: float | None) -> None:
+    """Refuse a budget the document's estimate is over (`job.budget_insufficient`), before any model call: the
+    same check for `review submit`, `POST /jobs` and intake."""
+    if budget_usd is None:
+        return
+    budget = cost.micro_usd(Decimal(str(budget_usd)))
+    expected = estimate(settings, text).model_micro_usd
+    if expected > budget:
+        raise ReviewError.of(
+            "job.budget_insufficient",
+            f"this document's estimated cost, {cost.format_usd(expected)} of model tokens, is over its budget "
+            f"{cost.format_usd(budget)}: send it with a budget of at least {cost.format_usd(expected)} "
+            "(--budget-usd / budget_usd), or without one", step="admission")
 
 
 # ------------------------------------------------------------------------------ the intake message

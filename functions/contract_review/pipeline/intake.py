@@ -27,7 +27,7 @@ from contract_review.domain.messages import InlineDocument, parse_intake
 from contract_review.domain.ports import Deps, Queue
 from contract_review.domain.records import Job, JobState, job_id_for
 from contract_review.pipeline import fanout
-from contract_review.pipeline.admission import document_text
+from contract_review.pipeline.admission import check_budget, document_text
 from contract_review.review.analysts import job_config_hash
 from contract_review.review.chunking import chunk_document, document_hash
 
@@ -102,6 +102,10 @@ def handle_intake(deps: Deps, body: str, message_id: str = "") -> IntakeResult:
     job_id = job_id_for(key)
     sha = document_hash(text)
     chunks = chunk_document(text, s.profile.review)
+    try:  # a budget the document's estimate is over: refused before any model call, as the API and the CLI do
+        check_budget(s, text, msg.budget_usd)
+    except ReviewError as exc:
+        return _record_failure(deps, body, exc.envelope, message_id, key, msg.document_id or "", msg.principal)
     now = deps.clock()
     job = Job(job_id=job_id, state=JobState.QUEUED, created_at=now, updated_at=now, idempotency_key=key,
               document_id=msg.document_id or "", document_key=document_key(job_id), document_chars=len(text),
