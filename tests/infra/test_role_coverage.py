@@ -33,6 +33,7 @@ from botocore.exceptions import ClientError
 from contract_review import handlers
 from contract_review.adapters.task_protection import ScaleInGuard, TaskProtection
 from contract_review.config.settings import Settings
+from contract_review.domain import cost
 from contract_review.domain.keys import findings_key, report_keys
 from contract_review.domain.messages import AnalysisMessage
 from contract_review.domain.model import ModelRequest, ModelResponse
@@ -48,6 +49,7 @@ from contract_review.domain.records import (
     job_id_for,
 )
 from contract_review.handlers import poller
+from contract_review.pipeline import admission
 from contract_review.pipeline.intake import handle_intake
 from contract_review.pipeline.worker import ChunkWorker, Delivery, Tier2
 from contract_review.reliability.chunks import announce
@@ -330,7 +332,10 @@ def _aggregator(rec: Recorder, setup: Deps, aws: EmbeddedAws, arn: str) -> None:
     assert job is not None and job.fanned_out == setup.settings.profile.fanout.fanout_window + len(settled), job
     # a job whose first settled chunk spent more than its budget: stopped (job.budget_exceeded), its chunks
     # nobody holds settled `cancelled` (fenced updates of their records)
-    job_id, settled = _paged_job(setup, "a-budget", 1, AttemptStats(calls=1, model_micro_usd=500), budget_usd=0.0001)
+    # (a budget at the document's estimate passes intake; the first chunk then spends more than all of it)
+    estimate = admission.estimate(setup.settings, PAGED_TEXT).model_micro_usd
+    job_id, settled = _paged_job(setup, "a-budget", 1, AttemptStats(calls=1, model_micro_usd=estimate + 1),
+                                 budget_usd=float(cost.usd(estimate)))
     announce(setup, settled[0])
     messages = _receive(aws, setup.settings.results_queue_url, want=1)
     with rec.acting_as("aggregator"):

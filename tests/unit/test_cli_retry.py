@@ -81,8 +81,9 @@ def test_review_retry_says_what_to_do_when_there_is_nothing_to_retry(monkeypatch
     # THEN each line says why not (and what to do instead), and the command exits 1
     assert result.exit_code == 1
     lines = result.stdout.splitlines()
-    assert lines[0].startswith(f"{job_id_for('k')}  failed  nothing to retry: input.empty_document is an input "
-                               "error and nothing was analysed. Send a corrected message with the same idempotency key")
+    assert lines[0].startswith(f"{job_id_for('k')}  failed  nothing to retry: input.empty_document refused the "
+                               "document before anything was analysed. Send it again (corrected, or with a budget of "
+                               "at least its estimate) with the same idempotency key")
     assert lines[1] == "job-unknown  -  no such job"
     assert error_lines(result) == [f"Error: not retried: {job_id_for('k')}, job-unknown"]
 

@@ -318,7 +318,7 @@ def submit(deps: Deps, who: str, req: JobRequest, key: str | None, batch_id: str
     if known_sha and known_sha != sha and not (job is not None and job.replaceable):  # as intake decides
         raise ApiError(409, "input.key_conflict", f"idempotency key {key!r} was used for another document "
                                                   "(another SHA-256): send this document with its own key")
-    if job is not None and not (job.state is JobState.FAILED and (job.error_code or "").startswith("input.")):
+    if job is not None and not job.replaceable:
         return Submitted(job_id=job_id, status=job.state.value, replayed=True)
     body = _intake_body(deps, who, scoped_key(who, key or sha), text, req)
     replayed = pending is not None

@@ -172,20 +172,16 @@ def requeue_failed_intake(deps: Deps, job_id: str) -> bool:
 
 
 # ------------------------------------------------------------------------------ review retry
-def _input_error(code: str | None) -> bool:
-    return (code or "").startswith("input.")
-
-
 def retryable(job: Job) -> bool:
     """Whether `review retry` (`POST /jobs/{id}/retry`, the same document again) puts the job back to work: it
     ended failed, dead-lettered or cancelled, not on its input (a corrected document replaces it) and not by its
     budget (it would stop again at once)."""
-    return (job.state in RETRYABLE and not _input_error(job.error_code)
+    return (job.state in RETRYABLE and not job.replaceable
             and not (job.state is JobState.CANCELLED and job.error_code == BUDGET_EXCEEDED))
 
 
 def retry(deps: Deps, job_id: str) -> Retried:
-    """`review retry JOB`: put a failed or dead-lettered job back to work from its records, keeping its
+    """`review retry JOB`: put a failed, dead-lettered or cancelled job back to work from its records, keeping its
     finished chunks and checkpoints, whether or not its chunks' messages are in a DLQ (their DLQ
     copies, now handled, are removed). For a running job: reset its dead-lettered or failed chunks."""
     started = deps.clock()
@@ -209,9 +205,10 @@ def retry(deps: Deps, job_id: str) -> Retried:
                              f"{deps.settings.profile.recovery.stall_after_s:.0f} s without progress; retry it then")
     if job.state is JobState.RUNNING:
         return _retry_running(deps, job, started, result)
-    if _input_error(job.error_code):
-        return result(False, f"nothing to retry: {job.error_code} is an input error and nothing was analysed. Send "
-                             "a corrected message with the same idempotency key (it replaces this job)")
+    if job.replaceable:
+        return result(False, f"nothing to retry: {job.error_code} refused the document before anything was analysed. "
+                             "Send it again (corrected, or with a budget of at least its estimate) with the same "
+                             "idempotency key: it replaces this job")
     if job.error_code == INTAKE_EXHAUSTED:
         return _retry_intake(deps, job, result)
     resettable = (*RESETTABLE, ChunkStatus.CANCELLED) if job.state is JobState.CANCELLED else RESETTABLE
