@@ -497,9 +497,11 @@ def dlq_redrive(obj: Ctx, message_id: str | None, all_: bool, force: bool) -> No
 @click.argument("job_ids", nargs=-1, required=True)
 @click.option("--wait", is_flag=True, help="Wait for the retried jobs to end, showing progress.")
 @click.option("--timeout", type=float, default=600.0)
+@click.option("--budget-usd", type=float, default=None,
+              help="The jobs' budget from now on (above what each has cost): continues a job its budget stopped.")
 @click.pass_obj
-def retry(obj: Ctx, job_ids: tuple[str, ...], wait: bool, timeout: float) -> None:
-    """Put failed or dead-lettered jobs back to work, keeping finished chunks and checkpoints.
+def retry(obj: Ctx, job_ids: tuple[str, ...], wait: bool, timeout: float, budget_usd: float | None) -> None:
+    """Put failed, dead-lettered or cancelled jobs back to work, keeping finished chunks and checkpoints.
 
     Works from the job's records, with or without DLQ messages (the job's DLQ copies are removed):
     failed and dead-lettered chunks get a fresh attempt budget, analysts with a mandatory gap run
@@ -508,7 +510,7 @@ def retry(obj: Ctx, job_ids: tuple[str, ...], wait: bool, timeout: float) -> Non
     retried: list[str] = []
     refused: list[str] = []
     for job_id in job_ids:
-        r = redrive.retry(obj.deps, job_id)
+        r = redrive.retry(obj.deps, job_id, budget_usd=budget_usd)
         console.print(f"{job_id}  {r.state.value if r.state else '-'}  {r.action}", style="" if r.retried else "yellow",
                       markup=False, highlight=False, soft_wrap=True)
         (retried if r.retried else refused).append(job_id)

@@ -401,8 +401,14 @@ def budget_exceeded(code: str) -> None:
     for _ in range(5):
         r.p.round()
     assert r.p.model.calls == calls and r.world.jobs.get(r.job_id) == job  # nothing happens afterwards
-    r.submit(key=KEY + "-v2", budget_usd=100.0)
-    r.job_id = job_id_for(KEY + "-v2")
+    from contract_review.operate import ops
+
+    view = ops.job_view(r.world.deps, r.job_id)  # `review status` advises the command run below
+    assert view is not None and "`review retry JOB --budget-usd N`" in view.answers.retry_would
+    assert "--budget-usd N" in redrive.retry(r.world.deps, r.job_id).action  # without a budget: says what to do
+    assert not redrive.retry(r.world.deps, r.job_id, budget_usd=0.000001).retried  # not above what it has cost
+    assert redrive.retry(r.world.deps, r.job_id, budget_usd=100.0).retried  # continues from its checkpoints
+    assert r.world.jobs.get(r.job_id).budget_micro_usd == 100_000_000
     r.completes_as_fault_free()
 
 

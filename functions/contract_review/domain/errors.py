@@ -193,9 +193,9 @@ _CODES = [
               "each time a chunk settles.",
               "The job was stopped like a cancel: no model call started after the stop was seen, chunks in flight "
               "settled `cancelled` within one model call, no report was written and no side effect ran; it ends "
-              "`cancelled` with this code, its cost on the job (`review status JOB`). Nothing to repair: to review "
-              "the document anyway, submit it again with a larger `budget_usd` (or none) under a new "
-              "idempotency key (`review submit --budget-usd N --idempotency-key K FILE`); the stopped job stays as it is."),
+              "`cancelled` with this code, its cost on the job (`review status JOB`). To finish the review: `review retry "
+              "JOB --budget-usd N` with N above what it has cost continues it from its checkpoints (its cancelled "
+              "chunks run again, its done ones are kept)."),
     ErrorCode("job.budget_insufficient", ErrorClass.POLICY, False,
               "The document's estimated cost (its chunks x the calls each makes x the tokens of the prompt layout "
               "and of an LLM-like answer, at the dated price table: `cost.estimate_document`) is over the budget "

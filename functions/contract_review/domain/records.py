@@ -297,6 +297,12 @@ class Cancellation(_Record):
 
 
 
+class Rebudgeted(Usage):
+    """A budget-stopped job reopened by `review retry --budget-usd N`: its running cost, and its new budget."""
+
+    budget_micro_usd: int
+
+
 class StepStatus(StrEnum):
     """What became of one side-effect step (saga.py)."""
 

@@ -124,6 +124,12 @@ def _retry_would(state: JobState, error_code: str | None, dead_lettered: int, fa
                 "job's records, with or without a DLQ message)")
     if error_code == "runtime.intake_exhausted":
         return "`review retry JOB` puts it back to `queued` and sends its intake message again from the intake DLQ"
+    if error_code == "job.budget_exceeded":
+        return ("`review retry JOB --budget-usd N`, N above what it has cost, continues it from its checkpoints (its "
+                "cancelled chunks run again, its done ones are kept)")
+    if state is JobState.CANCELLED:
+        return ("`review retry JOB` (or the same document again) resumes it from its checkpoints: its cancelled "
+                "chunks run again, its done ones are kept")
     return (f"nothing by itself: the job ended with {error_code or state.value} and none of its chunks is in a DLQ. "
             "Fix the cause (docs/error-codes.md), then `review retry JOB` (or submit the same document again): "
             "failed chunks and analysts with a mandatory gap run again, chunks never started are sent, finished "

@@ -19,14 +19,15 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Callable, Collection
+from decimal import Decimal
 
 from pydantic import BaseModel, ValidationError
 
-from contract_review.domain import lifecycle
+from contract_review.domain import cost, lifecycle
 from contract_review.domain.errors import ErrorClass
 from contract_review.domain.messages import AnalysisMessage, ResultMessage
 from contract_review.domain.ports import Deps, Queue, QueueMessage
-from contract_review.domain.records import ChunkRecord, ChunkStatus, Job, JobState, Usage
+from contract_review.domain.records import ChunkRecord, ChunkStatus, Job, JobState, Rebudgeted, Usage
 from contract_review.pipeline.aggregator import BUDGET_EXCEEDED
 from contract_review.reliability.chunks import analysis_message, announce
 from contract_review.review.report import coverage_of
@@ -126,7 +127,8 @@ def _gap_analysts(job: Job, records: list[ChunkRecord]) -> dict[str, set[str]]:
     return dict(gaps)
 
 
-def _reopen_job(deps: Deps, job: Job, via: str, resettable: Collection[ChunkStatus] = RESETTABLE) -> str:
+def _reopen_job(deps: Deps, job: Job, via: str, resettable: Collection[ChunkStatus] = RESETTABLE,
+                budget_micro_usd: int | None = None) -> str:
     """An ended job back to `running`: every failed or dead-lettered chunk is reset, the analysts with a
     mandatory gap on a done chunk are forgotten (they run again), every chunk that is not done is sent
     (also chunks a job-fatal error left unstarted), and the settled set is rebuilt from the chunk
@@ -147,8 +149,11 @@ def _reopen_job(deps: Deps, job: Job, via: str, resettable: Collection[ChunkStat
     # the job's running cost starts again from the chunks that stay settled; each chunk run again adds all its
     # attempts (earlier ones included) when it settles again (docs/cost.md)
     kept = Usage.of(c.usage() for c in records if c.status is ChunkStatus.DONE)
+    outcome = kept if budget_micro_usd is None else Rebudgeted(**kept.model_dump(), budget_micro_usd=budget_micro_usd)
+    if budget_micro_usd is not None:
+        detail["budget_micro_usd"] = budget_micro_usd
     if lifecycle.transition(deps, job, JobState.RUNNING, event="job.reopened", detail=detail,
-                            settled=done, outcome=kept) is None:
+                            settled=done, outcome=outcome) is None:
         return "dropped (job changed meanwhile)"
     if not todo and records:
         # every chunk is done (the job failed in its side effects, or in finalizing): nothing to run, so a done
@@ -180,7 +185,7 @@ def retryable(job: Job) -> bool:
             and not (job.state is JobState.CANCELLED and job.error_code == BUDGET_EXCEEDED))
 
 
-def retry(deps: Deps, job_id: str) -> Retried:
+def retry(deps: Deps, job_id: str, budget_usd: float | None = None) -> Retried:
     """`review retry JOB`: put a failed, dead-lettered or cancelled job back to work from its records, keeping its
     finished chunks and checkpoints, whether or not its chunks' messages are in a DLQ (their DLQ
     copies, now handled, are removed). For a running job: reset its dead-lettered or failed chunks."""
@@ -195,10 +200,16 @@ def retry(deps: Deps, job_id: str) -> Retried:
 
     if job.state is JobState.COMPLETED:
         return result(False, "nothing to retry: the job is completed")
-    if job.state is JobState.CANCELLED and job.error_code == BUDGET_EXCEEDED:
-        return result(False, "nothing to retry: the job was stopped by its budget (job.budget_exceeded) and would "
-                             "stop again at once; submit the document again with a larger --budget-usd under a new "
-                             "--idempotency-key")
+    # `--budget-usd N`: the job's budget from now on (above what it has cost, or it would stop again at once)
+    new_budget = cost.micro_usd(Decimal(str(budget_usd))) if budget_usd is not None else None
+    spent = cost.format_usd(job.total_micro_usd)
+    if job.state is JobState.CANCELLED and job.error_code == BUDGET_EXCEEDED and new_budget is None:
+        return result(False, f"not retried: the job was stopped by its budget (job.budget_exceeded) after spending "
+                             f"{spent}; `review retry {job_id} --budget-usd N`, N above that, continues it from its "
+                             "checkpoints")
+    if new_budget is not None and new_budget <= job.total_micro_usd:
+        return result(False, f"not retried: the budget {cost.format_usd(new_budget)} is not above what the job has "
+                             f"cost ({spent}): it would stop again at once")
     if job.state is JobState.QUEUED:
         return result(False, "nothing to retry yet: intake has not fanned the job out. If its intake message reached "
                              f"the intake DLQ, the sweeper fails the job with {INTAKE_EXHAUSTED} after "
@@ -212,7 +223,7 @@ def retry(deps: Deps, job_id: str) -> Retried:
     if job.error_code == INTAKE_EXHAUSTED:
         return _retry_intake(deps, job, result)
     resettable = (*RESETTABLE, ChunkStatus.CANCELLED) if job.state is JobState.CANCELLED else RESETTABLE
-    action = _reopen_job(deps, job, "retry", resettable)
+    action = _reopen_job(deps, job, "retry", resettable, budget_micro_usd=new_budget)
     if not action.startswith("redriven"):
         return result(False, action)
     removed = _discard_dlq_copies(deps, job_id, None, started)
