@@ -107,3 +107,31 @@ def test_a_cancelled_job_is_resumed_by_retry_from_its_checkpoints_and_completes_
     clean.round()
     clean.run(job_id_for("clean"))
     assert p.model.calls == clean.model.calls  # every analyst once: nothing redone, nothing lost
+
+
+# --- issue 16 item 8: no chunk sent that the budget left cannot cover at its estimate ---------------------------
+
+def test_the_fanout_sends_only_the_chunks_the_budget_left_covers_and_the_job_stops_before_passing_it():
+    from contract_review.pipeline import fanout
+
+    from .scenarios import settle_done
+
+    # GIVEN a 10-chunk job estimated at $0.0001 a chunk, with a budget of $0.00045, its first 4 chunks sent
+    world = FakeWorld()
+    job_id, records = running_job(world, 10)
+    job = world.jobs.items[job_id].model_copy(update={"budget_micro_usd": 450, "estimate_micro_usd": 1_000,
+                                                      "fanned_out": 4})
+    world.jobs.items[job_id] = job
+    assert fanout.page_size(world.deps, job.model_copy(update={"fanned_out": 0})) == 4  # what the budget covers
+    assert fanout.budget_room(job, in_flight=4) == 0 and not fanout.stalled_by_budget(job)
+    # WHEN the 4 chunks settle, each having spent its estimate
+    for r in records[:4]:
+        outcome = deliver(world, settle_done(world, r, stats=AttemptStats(calls=11, model_micro_usd=100)))
+    # THEN no further chunk was sent (the $0.00005 left covers none) and the job stopped before spending more:
+    # cancelled with job.budget_exceeded, its cost within its budget
+    ended = world.jobs.get(job_id)
+    assert outcome == "cancelled" and (ended.state, ended.error_code) == (JobState.CANCELLED, "job.budget_exceeded")
+    assert ended.fanned_out == 4 and world.queues.sent[Queue.ANALYSIS] == []
+    assert ended.total_micro_usd <= ended.budget_micro_usd == 450
+    (stop,) = [e for e in world.jobs.events(job_id) if e.type == "job.cancelling"]
+    assert stop.detail["before_spending"] is True

@@ -406,6 +406,9 @@ class Job(Usage):
     # The job's budget (micro-dollars): once its recorded cost reaches it, the job is stopped like a cancel and
     # ends `cancelled` with job.budget_exceeded (aggregator.py). None: no budget.
     budget_micro_usd: int | None = None
+    # The document's estimated model cost (admission.estimate), kept with a budget: the fan-out sends no more
+    # chunks than the budget left covers at this estimate per chunk (fanout.page_size).
+    estimate_micro_usd: int | None = None
     side_effects: list[SideEffectDone] = Field(default_factory=list)
     approval: Approval | None = None
 

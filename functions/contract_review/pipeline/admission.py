@@ -106,11 +106,11 @@ def estimate(settings: Settings, text: str) -> Usage:
                                   traits_for(model_id).min_cache_tokens)
 
 
-def check_budget(settings: Settings, text: str, budget_usd: float | None) -> None:
+def check_budget(settings: Settings, text: str, budget_usd: float | None) -> int | None:
     """Refuse a budget the document's estimate is over (`job.budget_insufficient`), before any model call: the
-    same check for `review submit`, `POST /jobs` and intake."""
+    same check for `review submit`, `POST /jobs` and intake. The estimate (micro-dollars), None without a budget."""
     if budget_usd is None:
-        return
+        return None
     budget = cost.micro_usd(Decimal(str(budget_usd)))
     expected = estimate(settings, text).model_micro_usd
     if expected > budget:
@@ -119,6 +119,7 @@ def check_budget(settings: Settings, text: str, budget_usd: float | None) -> Non
             f"this document's estimated cost, {cost.format_usd(expected)} of model tokens, is over its budget "
             f"{cost.format_usd(budget)}: send it with a budget of at least {cost.format_usd(expected)} "
             "(--budget-usd / budget_usd), or without one", step="admission")
+    return expected
 
 
 # ------------------------------------------------------------------------------ the intake message

@@ -91,6 +91,10 @@ def _handle_result(deps: Deps, msg: ResultMessage, counter: RequestCounter) -> s
     if job.state is JobState.RUNNING and over_budget(job, job.budget_micro_usd):  # stop spending: its own code
         return lifecycle.stop(deps, job, by="budget", code=BUDGET_EXCEEDED, detail={
             "cost_micro_usd": job.total_micro_usd, "budget_micro_usd": job.budget_micro_usd}).value
+    if job.state is JobState.RUNNING and fanout.stalled_by_budget(job):  # the rest would pass it: stop before
+        return lifecycle.stop(deps, job, by="budget", code=BUDGET_EXCEEDED, detail={
+            "cost_micro_usd": job.total_micro_usd, "budget_micro_usd": job.budget_micro_usd,
+            "estimate_micro_usd": job.estimate_micro_usd, "before_spending": True}).value
     if len(job.settled) >= job.chunk_count and job.state is JobState.RUNNING:
         state = finalize(deps, job)
         return "recorded" if state is JobState.RUNNING else state.value

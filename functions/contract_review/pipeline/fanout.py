@@ -85,11 +85,36 @@ def page_size(deps: Deps, job: Job, settling: str | None = None) -> int:
     if remaining <= 0:
         return 0
     counted = len(job.settled) + (1 if settling is not None and settling not in job.settled else 0)
-    room = p.fanout.fanout_window - max(0, job.fanned_out - counted)
+    in_flight = max(0, job.fanned_out - counted)
+    room = p.fanout.fanout_window - in_flight
     n = min(room, remaining)
+    # the settling chunk's cost is not on the job yet: it counts as in flight for the budget
+    affordable = budget_room(job, max(0, job.fanned_out - len(job.settled)))
+    if affordable is not None and affordable < n:  # the budget left covers fewer chunks: send those, no more
+        return max(0, affordable)
     if n <= 0 or (n < p.fanout.fanout_page and n < remaining):
         return 0  # wait for a whole page (fewer, larger refills), unless this is the last one
     return n
+
+
+def budget_room(job: Job, in_flight: int) -> int | None:
+    """How many more chunks a job with a budget may send: the budget left (over what it has cost so far) at the
+    document's estimate per chunk, less the chunks in flight (each may still spend its estimate). None: no budget
+    or no estimate (a job from before estimates). So a job overshoots its budget only by what its chunks cost
+    over their estimate."""
+    if job.budget_micro_usd is None or not job.estimate_micro_usd or not job.chunk_count:
+        return None
+    per_chunk = max(1, job.estimate_micro_usd // job.chunk_count)
+    return (job.budget_micro_usd - job.total_micro_usd) // per_chunk - in_flight
+
+
+def stalled_by_budget(job: Job) -> bool:
+    """Nothing in flight, chunks left to send, and the budget left covers none of them at its estimate: the job
+    cannot go on without passing its budget (the aggregator stops it, before spending)."""
+    if job.fanned_out is None or job.fanned_out >= job.chunk_count or len(job.settled) < job.fanned_out:
+        return False
+    room = budget_room(job, 0)
+    return room is not None and room <= 0
 
 
 def refill(deps: Deps, job: Job, *, settling: str | None = None, plan: FanoutPlan | None = None,

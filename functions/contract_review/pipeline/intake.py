@@ -103,7 +103,7 @@ def handle_intake(deps: Deps, body: str, message_id: str = "") -> IntakeResult:
     sha = document_hash(text)
     chunks = chunk_document(text, s.profile.review)
     try:  # a budget the document's estimate is over: refused before any model call, as the API and the CLI do
-        check_budget(s, text, msg.budget_usd)
+        estimate = check_budget(s, text, msg.budget_usd)
     except ReviewError as exc:
         return _record_failure(deps, body, exc.envelope, message_id, key, msg.document_id or "", msg.principal)
     now = deps.clock()
@@ -113,7 +113,8 @@ def handle_intake(deps: Deps, body: str, message_id: str = "") -> IntakeResult:
               fanned_out=0, analyst_count=s.profile.review.analyst_count, model_id=s.effective_model_id,
               model_provider=s.model_provider, prompt_version=s.profile.review.prompt_version,
               config_hash=job_config_hash(s), source_message_id=message_id, principal=msg.principal,
-              budget_micro_usd=micro_usd(Decimal(str(msg.budget_usd))) if msg.budget_usd is not None else None)
+              budget_micro_usd=micro_usd(Decimal(str(msg.budget_usd))) if msg.budget_usd is not None else None,
+              estimate_micro_usd=estimate)
     existing, created = deps.jobs.create(job)
     if created:
         deps.jobs.record_event(job_id, "job.queued", chunk_count=len(chunks), document_chars=len(text))
