@@ -201,3 +201,24 @@ def test_a_step_compensated_by_a_reject_runs_again_on_retry_when_the_findings_st
     assert job.state is JobState.COMPLETED, job.error
     assert {e.step: e.status for e in job.side_effects} == {TICKET: StepStatus.DONE, PUBLISH: StepStatus.DONE}
     assert fx.tickets.opened - fx.tickets.closed == 1
+
+
+def test_a_cancel_that_finishes_while_a_ticket_step_runs_leaves_no_ticket_open():
+    """Issue 16 item 2(b): a slow ticket step while the sweeper finishes a cancel recorded its ticket on the
+    cancelled job, and nobody closed it. The saga re-checks the job after each step and undoes what it just did."""
+    fx = FakeSideEffects()
+    world, p, job_id = pipeline(fx)
+    real_open = fx.tickets.open
+    cancelled: list[JobState] = []
+
+    def open_while_cancelled(key, fields):
+        answer = real_open(key, fields)  # the ticket is written ...
+        lifecycle.request_cancel(world.deps, job_id, by="ops")  # ... and the cancel lands and finishes meanwhile
+        cancelled.append(lifecycle.finish_cancel(world.deps, world.jobs.get(job_id)))
+        return answer
+    fx.tickets.open = open_while_cancelled  # type: ignore[method-assign]  # one call made slow
+    job = p.run(job_id)
+    assert cancelled == [JobState.CANCELLED] and job.state is JobState.CANCELLED
+    assert fx.tickets.opened == fx.tickets.closed == 1  # opened, then closed by the saga itself
+    assert {e.step: e.status for e in job.side_effects} == {TICKET: StepStatus.COMPENSATED}
+    assert fx.notifier.calls == 0

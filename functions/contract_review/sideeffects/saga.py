@@ -269,6 +269,12 @@ def run_side_effects(deps: Deps, fx: SideEffects, job: Job, report: Report | Non
                                at=deps.clock(), result=result, generation=generation)
         _save(deps, job, rec, "sideeffect.done", **{k: v for k, v in result.items() if isinstance(v, str)})
         done.append(rec)
+        after = deps.jobs.get(job.job_id)
+        if after is not None and after.state in (JobState.CANCELLING, JobState.CANCELLED):
+            # a cancel landed while the step ran (and may have finished, compensating what it saw before this
+            # step was recorded): what the step just did is undone here, so nothing stays open under the job
+            compensate(deps, fx, after, "job.cancelled")
+            return SagaResult(SagaStatus.CANCELLED, done, job=deps.jobs.get(job.job_id))
     return SagaResult(SagaStatus.DONE, done, job=deps.jobs.get(job.job_id))
 
 
