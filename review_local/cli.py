@@ -574,7 +574,8 @@ def approve(obj: Ctx, job_id: str) -> None:
 @click.pass_obj
 def reject(obj: Ctx, job_id: str) -> None:
     """A job waiting for approval: fail it (job.approval_rejected); the side effects it did are
-    compensated (a ticket closed, a withdrawal published). Exit 1 when the job is not waiting."""
+    compensated (a ticket closed, a withdrawal published). Again on a rejected job whose compensation did not
+    finish: it is sent again. Exit 1 when the job is not waiting (and nothing is left to undo)."""
     _decide(obj, job_id, "reject")
 
 

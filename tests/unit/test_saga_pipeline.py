@@ -222,3 +222,20 @@ def test_a_cancel_that_finishes_while_a_ticket_step_runs_leaves_no_ticket_open()
     assert fx.tickets.opened == fx.tickets.closed == 1  # opened, then closed by the saga itself
     assert {e.step: e.status for e in job.side_effects} == {TICKET: StepStatus.COMPENSATED}
     assert fx.notifier.calls == 0
+
+
+def test_repeating_reject_finishes_a_compensation_whose_control_message_was_lost():
+    """Issue 16 item 2(c): the reject's control message is lost, so the ticket stays open under the failed job;
+    repeating `review reject` was refused ("not waiting"). Now it sends the compensation again."""
+    fx = FakeSideEffects()
+    world, p, job_id = waiting(fx)
+    assert approvals.decide_approval(world.deps, job_id, "reject", by="ops").changed
+    world.queues.drain(Queue.RESULTS)  # the control message is lost
+    assert fx.tickets.opened == 1 and fx.tickets.closed == 0
+    again = approvals.decide_approval(world.deps, job_id, "reject", by="ops")
+    assert again.changed and "sent again" in again.message
+    job = p.run(job_id)
+    assert (job.state, job.error_code) == (JobState.FAILED, "job.approval_rejected")
+    assert fx.tickets.opened == fx.tickets.closed == 1
+    # AND once all is undone, a third reject is refused as before
+    assert not approvals.decide_approval(world.deps, job_id, "reject", by="ops").changed

@@ -7,7 +7,7 @@ from pydantic import BaseModel
 from contract_review.domain import lifecycle
 from contract_review.domain.messages import JobControl
 from contract_review.domain.ports import Deps
-from contract_review.domain.records import AwaitApproval, JobState
+from contract_review.domain.records import AwaitApproval, Job, JobState, StepStatus
 from contract_review.sideeffects.saga import fail_waiting
 
 
@@ -16,6 +16,16 @@ class ApprovalOutcome(BaseModel):
     state: JobState | None  # the job's state afterwards (None: no such job)
     changed: bool  # this decision was taken (False: the job was not waiting)
     message: str
+
+
+def _compensation_unfinished(job: Job) -> bool:
+    """A rejected job with a side effect done (or whose compensation failed) and not compensated, or whose unknown
+    step (the one it waited on) was never looked up again (compensation records it, done or skipped)."""
+    if job.state is not JobState.FAILED or job.error_code != "job.approval_rejected":
+        return False
+    undone = any(e.status in (StepStatus.DONE, StepStatus.COMPENSATION_FAILED) for e in job.side_effects)
+    unknown = job.approval is not None and not any(e.key == job.approval.key for e in job.side_effects)
+    return undone or unknown
 
 
 def decide_approval(deps: Deps, job_id: str, decision: str, by: str = "") -> ApprovalOutcome:
@@ -29,6 +39,13 @@ def decide_approval(deps: Deps, job_id: str, decision: str, by: str = "") -> App
         job = deps.jobs.get(job_id)
         if job is None:
             return ApprovalOutcome(job_id=job_id, state=None, changed=False, message="no such job")
+        if decision == "reject" and _compensation_unfinished(job):
+            # rejected before, but its compensation never ran to the end (the control message lost, the
+            # aggregator died half-way): the reject is sent again, and the aggregator finishes it (idempotent)
+            control = JobControl(job_id=job_id, control="reject", by=by)
+            deps.queues.send_result(control, control.dedup_id(f"{job.version}-again-{deps.clock():.0f}"))
+            return ApprovalOutcome(job_id=job_id, state=job.state, changed=True, message=(
+                "already rejected, but what was done is not all undone yet: the compensation is sent again"))
         if job.state is not JobState.WAITING_APPROVAL or job.approval is None:
             return ApprovalOutcome(job_id=job_id, state=job.state, changed=False,
                                    message=f"the job is {job.state.value}, not waiting for approval")
