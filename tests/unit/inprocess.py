@@ -161,6 +161,20 @@ class InProcess:
         return findings
 
 
+class CrashOnPut:
+    """Every artifact write under `prefix` dies (the process is gone: `Crash`) while `on` is True: a worker that
+    dies writing its findings, an intake that dies storing the document. Installed on the world's artifacts."""
+
+    def __init__(self, world: FakeWorld, prefix: str):
+        self.on, self.prefix, self._put = True, prefix, world.artifacts.put_text
+        world.artifacts.put_text = self  # type: ignore[method-assign]  # the fake's method, wrapped
+
+    def __call__(self, key: str, body: str, content_type: str = "application/json") -> None:
+        if self.on and key.startswith(self.prefix):
+            raise Crash()
+        self._put(key, body, content_type)
+
+
 def fault_free_findings(world_factory: Callable[[], FakeWorld], document: dict[str, object],
                         setup: Callable[[FakeWorld], None] | None = None) -> list[dict[str, object]]:
     """The report findings of a run of `document` without any fault, in a fresh world."""

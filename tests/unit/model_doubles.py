@@ -8,6 +8,7 @@ from botocore.exceptions import ClientError, ReadTimeoutError
 
 from contract_review.domain.errors import classify
 from contract_review.domain.model import ModelRequest, ModelResponse
+from contract_review.doubles.spec import FaultSpec
 
 MODEL_ID = "global.anthropic.claude-sonnet-4-6"  # the prod profile's default (a cross-region inference profile)
 SCHEMA = {
@@ -50,3 +51,10 @@ def outcome(model, req: ModelRequest) -> str:
     if resp.stop_reason == "content_filtered":
         return "refused"
     return "ok"
+
+
+def tokens_quota(state_dir: object, room: float, **faults: object) -> FaultSpec:
+    """A simulated tokens-per-minute quota shared through `state_dir` that holds `room` tokens and refills next
+    to nothing (1e-9 a second): what a test's calls reserve and settle is read off what is left of it."""
+    return FaultSpec(throttle_tokens_per_s=1e-9, throttle_window_s=room / 1e-9, throttle_state_dir=str(state_dir),
+                     **faults)

@@ -41,7 +41,7 @@ from contract_review.review.analysts import (
 
 from ..texts import TEXT
 from .fakes import FakeWorld
-from .inprocess import Crash, FaultyModel, InProcess
+from .inprocess import CrashOnPut, FaultyModel, InProcess
 from .scenarios import events_of, small_chunk_world
 
 MODEL, PROVIDER = "global.anthropic.claude-sonnet-4-6", "bedrock"
@@ -212,14 +212,7 @@ def dead_lettered_after_every_analyst_ran(monkeypatch: pytest.MonkeyPatch) -> tu
     world = small_chunk_world()
     rules = CountingRules()
     p = InProcess(world, FaultyModel(inner=rules))
-    put_text = world.artifacts.put_text
-    dying = {"on": True}
-
-    def put_or_die(key: str, body: str, content_type: str = "application/json") -> None:
-        if dying["on"] and key.startswith("findings/"):
-            raise Crash()
-        put_text(key, body, content_type)
-    monkeypatch.setattr(world.artifacts, "put_text", put_or_die)
+    dying = CrashOnPut(world, "findings/")
     p.send({"text": TEXT}, key="msa")
     p.round()
     (job,) = world.jobs.all()
@@ -228,7 +221,7 @@ def dead_lettered_after_every_analyst_ran(monkeypatch: pytest.MonkeyPatch) -> tu
     records = world.claims.for_job(job.job_id)
     assert len(records) == 4 and all(c.status is ChunkStatus.DEAD_LETTERED for c in records)
     assert all(set(c.checkpoints) == {s.name for s in analysts.ANALYSTS} for c in records)
-    dying["on"] = False
+    dying.on = False
     return p, job.job_id, rules
 
 

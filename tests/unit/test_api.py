@@ -277,7 +277,7 @@ def test_post_jobs_with_a_budget_stops_the_job_as_review_submit_with_a_budget_do
     from contract_review.pipeline import admission
 
     real = admission.estimate
-    monkeypatch.setattr(admission, "estimate", lambda settings, text: real(settings, ""))
+    monkeypatch.setattr(admission, "estimate", lambda settings, text, **_: real(settings, ""))
     by_api, by_cli = small_chunk_world(), small_chunk_world()
     api_job = str(submit(by_api, budget_usd=0.000001).json["jobId"])
     cli_job = ops.submit(by_cli.deps, TEXT, budget_usd=0.000001)

@@ -22,7 +22,7 @@ from contract_review.doubles.bedrock_sim import DailyTokenLedger, SimulatedPromp
 from contract_review.doubles.faults import FaultInjectingModel
 from contract_review.doubles.spec import FaultSpec
 
-from .model_doubles import outcome, request
+from .model_doubles import outcome, request, tokens_quota
 
 SONNET = "global.anthropic.claude-sonnet-4-6"
 
@@ -104,7 +104,7 @@ def test_admission_reserves_cache_reads_too_and_settlement_releases_them(tmp_pat
     # GIVEN room for exactly one reservation: all the input (cached or not) + maxTokens
     req = big_request()
     reserved = reserved_tokens(SONNET, req)
-    spec = FaultSpec(throttle_tokens_per_s=1e-9, throttle_window_s=reserved / 1e-9, throttle_state_dir=str(tmp_path))
+    spec = tokens_quota(tmp_path, reserved)
     model = FaultInjectingModel(CachedAnswer(), spec)
     assert outcome(model, req) == "ok"
     # THEN the call counted input + 5 x output (100 + 50): its 3,000 cache reads were released
@@ -159,8 +159,7 @@ def test_a_read_timeout_keeps_its_reservation_and_takes_the_read_timeout(tmp_pat
     back), and the timeout is felt after the client's read timeout, not at once."""
     req = request()
     reserved = reserved_tokens(CachedAnswer.model_id, req)
-    spec = FaultSpec(throttle_tokens_per_s=1e-9, throttle_window_s=100 * reserved / 1e-9, throttle_state_dir=str(tmp_path),
-                     transient_rate=1.0, seed=3)
+    spec = tokens_quota(tmp_path, 100 * reserved, transient_rate=1.0, seed=3)
     slept: list[float] = []
     model = FaultInjectingModel(CachedAnswer(), spec, read_timeout_s=7.0, sleep=slept.append)
     outcomes = [outcome(model, request(i=i)) for i in range(30)]

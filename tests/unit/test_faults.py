@@ -28,7 +28,7 @@ from contract_review.doubles.faults import (
 from contract_review.doubles.spec import FaultSpec
 from contract_review.model.bedrock import BedrockConverseModel, bedrock_client_config
 
-from .model_doubles import EchoModel, outcome, request
+from .model_doubles import EchoModel, outcome, request, tokens_quota
 
 ECHO = EchoModel().model_id  # the model the simulated Bedrock counts for (unknown: the strictest facts)
 
@@ -367,7 +367,7 @@ def test_a_finished_call_is_settled_to_input_plus_five_times_its_output(tmp_path
     # GIVEN a tokens quota with room for exactly one reservation (input + 1024 maxTokens), no refill to speak of
     req = request()
     reserved = reserved_tokens(ECHO, req)
-    spec = FaultSpec(throttle_tokens_per_s=1e-9, throttle_window_s=reserved / 1e-9, throttle_state_dir=str(tmp_path))
+    spec = tokens_quota(tmp_path, reserved)
     model = FaultInjectingModel(EchoModel(), spec)
     # WHEN one call answers with 3 output tokens
     assert outcome(model, req) == "ok"
@@ -381,8 +381,7 @@ def test_a_finished_call_is_settled_to_input_plus_five_times_its_output(tmp_path
 def test_a_call_in_flight_holds_its_whole_reservation(tmp_path):
     # GIVEN room for one reservation; WHEN a second call starts while the first is in flight (in its latency)
     req = request()
-    spec = FaultSpec(throttle_tokens_per_s=1e-9, throttle_window_s=reserved_tokens(ECHO, req) / 1e-9,
-                     throttle_state_dir=str(tmp_path), latency_ms=1)
+    spec = tokens_quota(tmp_path, reserved_tokens(ECHO, req), latency_ms=1)
     seen: list[str] = []
     other = FaultInjectingModel(EchoModel(), spec.model_copy(update={"latency_ms": 0}))
     holding = FaultInjectingModel(EchoModel(), spec, sleep=lambda _s: seen.append(outcome(other, request(i=9))))
@@ -394,8 +393,7 @@ def test_a_call_in_flight_holds_its_whole_reservation(tmp_path):
 def test_an_error_answered_at_once_gives_its_reserved_tokens_back(tmp_path):
     req = request()
     reserved = reserved_tokens(ECHO, req)
-    spec = FaultSpec(throttle_tokens_per_s=1e-9, throttle_window_s=2 * reserved / 1e-9,
-                     throttle_state_dir=str(tmp_path), transient_rate=1.0)
+    spec = tokens_quota(tmp_path, 2 * reserved, transient_rate=1.0)
     model = FaultInjectingModel(EchoModel(), spec, sleep=lambda _s: None)
     # 6 faults against room for 2 reservations: those answered at once (429, 5xx) give their tokens back; a read
     # timeout does not (the client gave up, Bedrock went on with the call: test_bedrock_sim.py)

@@ -387,7 +387,7 @@ def budget_exceeded(code: str) -> None:
 
     r = Run()
     real = admission.estimate
-    admission.estimate = lambda settings, text: real(settings, "")  # type: ignore[assignment]  # an undershooting estimate
+    admission.estimate = lambda settings, text, **_: real(settings, "")  # type: ignore[assignment]  # an undershooting estimate
     try:
         r.submit(budget_usd=0.000001)
     finally:

@@ -43,7 +43,7 @@ from contract_review.review.report import Report
 
 from ..texts import TEXT
 from .fakes import SETTINGS, FakeWorld
-from .inprocess import Crash, Fault, InProcess, fault_free_findings, on
+from .inprocess import Crash, CrashOnPut, Fault, InProcess, fault_free_findings, on
 from .scenarios import claim, events_of, running_job, small_chunk_world, start_job, worker_finishes
 
 STALL = SETTINGS.profile.recovery.stall_after_s
@@ -364,15 +364,7 @@ def test_a_queued_job_whose_intake_message_reached_the_intake_dlq_is_failed_with
     # moves the intake message to the intake DLQ
     world = small_chunk_world()
     p = InProcess(world)
-    real_put = world.artifacts.put_text
-    crashing = {"on": True}
-
-    def put_text(key: str, body: str, content_type: str = "application/json") -> None:
-        if crashing["on"] and key.startswith("documents/"):
-            raise Crash()
-        real_put(key, body, content_type)
-
-    world.artifacts.put_text = put_text  # type: ignore[method-assign]  # the fake's method, wrapped
+    crashing = CrashOnPut(world, "documents/")
     p.send({"text": TEXT}, key="k")
     job_id = job_id_for("k")
     for _ in range(SETTINGS.profile.queues.max_receive_count):
@@ -395,7 +387,7 @@ def test_a_queued_job_whose_intake_message_reached_the_intake_dlq_is_failed_with
     view = job_view(world.deps, job_id)
     assert view is not None and view.answers.retry_would.startswith("`review retry JOB` puts it back to `queued`")
     # AND once intake is fixed, `review dlq redrive` puts the job back to `queued`; it completes
-    crashing["on"] = False
+    crashing.on = False
     (done,) = dlq_redrive(world.deps)
     assert (done.action, done.job_id, done.skipped) == ("resent", job_id, False)
     assert the_job(world, job_id).state is JobState.QUEUED

@@ -99,14 +99,12 @@ def estimate_document(table: PriceTable, model_id: str, prefix_tokens: Sequence[
     left out): each chunk (its cached prefix, `prefix_tokens`) makes `calls_per_chunk` calls; a prefix at the
     model's minimum is written once and read by the other calls, a shorter one is sent whole with each; each
     call adds the analyst's own part and an answer."""
-    usage = Usage()
-    for prefix in prefix_tokens:
-        cached = prefix >= min_cache_tokens
-        chunk = Usage(input_tokens=calls_per_chunk * (ESTIMATE_ANALYST_PART_TOKENS + (0 if cached else prefix)),
-                      output_tokens=calls_per_chunk * ESTIMATE_ANSWER_TOKENS,
-                      cache_write_tokens=prefix if cached else 0,
-                      cache_read_tokens=prefix * (calls_per_chunk - 1) if cached else 0)
-        usage = Usage.of([usage, chunk])
+    cached = sum(p for p in prefix_tokens if p >= min_cache_tokens)
+    uncached = sum(p for p in prefix_tokens if p < min_cache_tokens)
+    calls = calls_per_chunk * len(prefix_tokens)
+    usage = Usage(input_tokens=calls * ESTIMATE_ANALYST_PART_TOKENS + calls_per_chunk * uncached,
+                  output_tokens=calls * ESTIMATE_ANSWER_TOKENS,
+                  cache_write_tokens=cached, cache_read_tokens=cached * (calls_per_chunk - 1))
     dollars = model_cost_usd(model_price(table, model_id), usage)
     return usage.model_copy(update={"model_micro_usd": micro_usd(dollars)})
 

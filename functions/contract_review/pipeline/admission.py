@@ -16,7 +16,7 @@ API (`operate/api.py`) and `review submit` (`operate/ops.py`).
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from decimal import Decimal
 
 from pydantic import BaseModel, ConfigDict, Field, JsonValue
@@ -31,7 +31,7 @@ from contract_review.domain.model import prefix_tokens, traits_for
 from contract_review.domain.ports import Deps
 from contract_review.domain.records import Usage, job_id_for
 from contract_review.review.analysts import analysts_for, build_request
-from contract_review.review.chunking import chunk_document
+from contract_review.review.chunking import Chunk, chunk_document
 
 MAX_INLINE_BYTES = 200_000  # inline text in a message, in UTF-8 bytes (SQS's 256 KiB is the whole message)
 
@@ -95,24 +95,26 @@ def _decoded(where: str, data: bytes) -> str:
 
 
 # ------------------------------------------------------------------------------ the budget, before any call
-def estimate(settings: Settings, text: str) -> Usage:
+def estimate(settings: Settings, text: str, chunks: Sequence[Chunk] | None = None) -> Usage:
     """What reviewing `text` is expected to cost on the stack's model (cost.estimate_document): its chunks as
-    intake cuts them, each one's cached prefix as the analysts send it."""
+    intake cuts them (`chunks`, when the caller has cut them already), each one's cached prefix as the analysts
+    send it."""
     model_id = settings.effective_model_id
     spec = analysts_for(1)[0]
-    prefixes = [prefix_tokens(model_id, build_request(spec, "locate", c, None, None))
-                for c in chunk_document(text, settings.profile.review)]
+    cut = chunks if chunks is not None else chunk_document(text, settings.profile.review)
+    prefixes = [prefix_tokens(model_id, build_request(spec, "locate", c, None, None)) for c in cut]
     return cost.estimate_document(settings.profile.prices, model_id, prefixes, CALLS_PER_CHUNK,
                                   traits_for(model_id).min_cache_tokens)
 
 
-def check_budget(settings: Settings, text: str, budget_usd: float | None) -> int | None:
+def check_budget(settings: Settings, text: str, budget_usd: float | None,
+                 chunks: Sequence[Chunk] | None = None) -> int | None:
     """Refuse a budget the document's estimate is over (`job.budget_insufficient`), before any model call: the
     same check for `review submit`, `POST /jobs` and intake. The estimate (micro-dollars), None without a budget."""
     if budget_usd is None:
         return None
     budget = cost.micro_usd(Decimal(str(budget_usd)))
-    expected = estimate(settings, text).model_micro_usd
+    expected = estimate(settings, text, chunks=chunks).model_micro_usd
     if expected > budget:
         raise ReviewError.of(
             "job.budget_insufficient",

@@ -103,7 +103,7 @@ def handle_intake(deps: Deps, body: str, message_id: str = "") -> IntakeResult:
     sha = document_hash(text)
     chunks = chunk_document(text, s.profile.review)
     try:  # a budget the document's estimate is over: refused before any model call, as the API and the CLI do
-        estimate = check_budget(s, text, msg.budget_usd)
+        estimate = check_budget(s, text, msg.budget_usd, chunks=chunks)  # the chunks just cut
     except ReviewError as exc:
         return _record_failure(deps, body, exc.envelope, message_id, key, msg.document_id or "", msg.principal)
     now = deps.clock()
