@@ -13,7 +13,8 @@ What it follows, and where each rule comes from:
   across models per account and region ("Cross-Model Max Tokens Per Day").
 - The prompt cache (AWS, "Prompt caching for faster model inference",
   https://docs.aws.amazon.com/bedrock/latest/userguide/prompt-caching.html; Anthropic, "Prompt caching"):
-  a prefix under the model's minimum is silently not cached; a cached prefix lives 5 minutes, each read
+  a prefix under the model's minimum is silently not cached (the minimum is always the model's, the one the
+  adapter decides its cache point by: no test may make the cache kinder than that); a cached prefix lives 5 minutes, each read
   refreshing it; it is shared by every caller in the account (not per process); a changed tool definition
   or tool choice is a different prefix. Writes are priced 1.25 x input, reads 0.1 x (config/prices.py).
 - Tools (Anthropic, "Tool use: pricing and tokens"): with tools, a tool-use system prompt is added to the
