@@ -128,3 +128,27 @@ def test_cancel_after_the_ticket_closes_every_ticket_it_opened(stack: LocalStack
     stats = tickets.stats()
     assert stats["opened"] == stats["closed"] == 1
     assert json.dumps(tickets.all()[0]["close_comment"]).count(job_id) == 1
+
+
+def test_a_reject_whose_control_message_is_lost_is_compensated_by_the_stacks_sweeper(
+        stack: LocalStack, tickets: TicketServiceFake):
+    """Issue 16 item 2(c) on DynamoDB: the reject is written (the job `compensating`, the ticket still open) and its
+    control message never sent; the stack's own sweeper finds the compensating job in the jobs table, looks the
+    written-ahead ticket step up by its key, closes the ticket, and only then is the job `failed`."""
+    from contract_review.sideeffects import saga
+
+    tickets.inject("timeout_after_write")
+    tickets.inject("lookup_unavailable", op="lookup", times=50)
+    deps = stack.deps()
+    job_id = ops.submit(deps, RISKY, document_id="risky-lost-reject")
+    wait_for(lambda: (j := deps.jobs.get(job_id)) is not None and j.state is JobState.WAITING_APPROVAL, 120,
+             what="waiting_approval")
+    tickets.reset_faults()
+    waiting = get_job(deps, job_id)
+    assert [(r.step, r.status) for r in waiting.side_effects] == [(TICKET, StepStatus.STARTED)]  # written ahead
+    failing = saga.fail_waiting(deps, waiting, "job.approval_rejected", by="test")  # the reject; no control sent
+    assert failing is not None and failing.state is JobState.COMPENSATING
+    ended = wait_jobs(deps, [job_id], timeout=60)[job_id]
+    assert (ended.state, ended.error_code) == (JobState.FAILED, "job.approval_rejected")
+    assert tickets.stats()["opened"] == tickets.stats()["closed"] == 1
+    assert {r.step: r.status for r in ended.side_effects} == {TICKET: StepStatus.COMPENSATED}

@@ -67,6 +67,13 @@ class MemoryPersistence(BasePersistenceLayer):
     def completed(self) -> int:
         return sum(1 for r in self.records.values() if r._status == "COMPLETED")
 
+    def lapse_in_progress(self) -> None:
+        """The invocations holding in-progress records ran out of time (the fake clock moved past them, which
+        Powertools, on the wall clock, cannot see): their records are free, as Powertools frees them."""
+        for r in self.records.values():
+            if r._status == "INPROGRESS":
+                r.in_progress_expiry_timestamp = 0
+
 
 def _unknown(step: str) -> SideEffectError:
     return SideEffectError(ErrorEnvelope.of("sideeffect.ambiguous", "read timeout (scripted)",

@@ -80,8 +80,9 @@ def approval_ended(code: str) -> None:
     if code == "job.approval_expired":
         world.clock.advance(world.settings.profile.side_effects.approval_ttl_s + 1)
         assert saga.approval_expired(waiting, world.clock())
-    ended, out = saga.end_waiting(world.deps, fx.fx, waiting, code)
-    assert ended is not None and (ended.state, ended.error_code) == (JobState.FAILED, code) and out.complete
+    ended = saga.end_waiting(world.deps, waiting, code)
+    assert ended is not None and (ended.state, ended.error_code) == (JobState.FAILED, code)
+    assert [r.status for r in ended.side_effects] == [StepStatus.COMPENSATED]
     assert fx.tickets.opened == fx.tickets.closed == 1 and fx.notifier.calls == 0
     assert "compensated" in _recovery(code)
 

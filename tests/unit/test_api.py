@@ -626,16 +626,18 @@ def test_a_job_waiting_for_approval_shows_what_to_decide():
                                 "decidedBy": None, "approvalUrl": f"http://api.test/jobs/{job_id}/approval"}
 
 
-@pytest.mark.parametrize("decision,after", [("approve", "running"), ("reject", "failed")])
+@pytest.mark.parametrize("decision,after", [("approve", "running"), ("reject", "compensating")])
 def test_an_approval_decides_a_waiting_job_once(decision: str, after: str):
     from contract_review.domain import lifecycle
-    from contract_review.domain.records import Approval, AwaitApproval
+    from contract_review.domain.records import Approval, AwaitApproval, SideEffectDone, StepStatus
 
     world = FakeWorld()
     job_id = str(submit(world).json["jobId"])
     InProcess(world).intake()
     now = world.clock()
     approval = Approval(step="ticket.open", key="k", reason="ambiguous", requested_at=now, expires_at=now + 3600)
+    world.jobs.record_side_effect(job_id, SideEffectDone(step="ticket.open", key="k", at=now,
+                                                         status=StepStatus.STARTED))  # the saga writes ahead
     assert lifecycle.move(world.deps, job_id, (JobState.RUNNING,), JobState.WAITING_APPROVAL,
                           outcome=AwaitApproval(approval=approval))
     # another principal cannot decide; the owner decides once; a second decision is a conflict
@@ -646,6 +648,6 @@ def test_an_approval_decides_a_waiting_job_once(decision: str, after: str):
     if decision == "approve":
         assert again.status == 409 and again.code == "api.conflict"
     else:  # its compensation has not run yet (lost, or still on its way): sent again, harmless (issue 16 item 2c)
-        assert again.status == 202 and "sent again" in again.json["message"] and again.json["status"] == "failed"
+        assert again.status == 202 and "sent again" in again.json["message"] and again.json["status"] == "compensating"
     job = world.jobs.get(job_id)
     assert job is not None and job.approval is not None and job.approval.decided_by == ALICE

@@ -12,8 +12,10 @@ import pytest
 
 from contract_review.domain import lifecycle
 from contract_review.domain.keys import report_keys
+from contract_review.domain.messages import JobControl
 from contract_review.domain.ports import Queue
 from contract_review.domain.records import Job, JobState, Reliability, StepStatus, job_id_for
+from contract_review.pipeline import aggregator
 from contract_review.review.analysts import Finding
 from contract_review.review.report import Report, coverage_of
 from contract_review.sideeffects import saga
@@ -140,11 +142,15 @@ def test_a_step_that_keeps_failing_fails_the_saga_and_what_was_done_is_compensat
     assert result.status is SagaStatus.FAILED and result.error is not None
     assert result.error.error_code == "sideeffect.failed" and fx.notifier.calls == STEP_ATTEMPTS
     assert events_of(world, j.job_id, "sideeffect.failed")[0]["step"] == PUBLISH
-    # WHEN the caller compensates THEN the ticket is closed: tickets opened = tickets closed
+    # the publish was written ahead: started, its outcome not known (an earlier attempt may have gone out)
+    assert steps(job(world, j.job_id)) == {TICKET: StepStatus.DONE, PUBLISH: StepStatus.STARTED}
+    # WHEN the caller compensates THEN the ticket is closed (tickets opened = tickets closed) and, the publish
+    # having maybe gone out, a withdrawal follows it under its own key (a subscriber drops one it never saw)
+    fx.notifier.clear()
     out = saga.compensate(world.deps, fx.fx, job(world, j.job_id), reason="sideeffect.failed")
-    assert out.complete and out.compensated == [TICKET]
-    assert fx.tickets.opened == fx.tickets.closed == 1
-    assert steps(job(world, j.job_id)) == {TICKET: StepStatus.COMPENSATED}
+    assert out.complete and out.compensated == [PUBLISH, TICKET]
+    assert fx.tickets.opened == fx.tickets.closed == 1 and len(fx.notifier.of(WITHDRAWN_DETAIL)) == 1
+    assert steps(job(world, j.job_id)) == {TICKET: StepStatus.COMPENSATED, PUBLISH: StepStatus.COMPENSATED}
 
 
 # --- ambiguous outcomes ------------------------------------------------------------------------------
@@ -166,6 +172,7 @@ def test_a_timeout_after_the_write_is_looked_up_and_resumed_without_a_second_tic
 
 def unknown_outcome(world: FakeWorld, fx: FakeSideEffects, *, written: bool) -> Job:
     """The ticket call times out; the lookup cannot tell (not found, or the lookup fails): the job waits."""
+    world.deps = replace(world.deps, side_effects=fx.fx, compensator=saga.compensate_job)
     j = finished_job(world)
     if written:  # the write happened, but the lookup is down
         fx.tickets.inject("timeout_after_write", "open")
@@ -189,8 +196,10 @@ def test_an_outcome_that_stays_unknown_waits_for_approval_with_the_evidence():
     assert ev.key == step_key(waiting.job_id, TICKET, "create", saga.plan(
         world.deps, waiting, saga.load_report(world.deps, waiting))[0].args)
     assert ev.expires_at == ev.requested_at + world.settings.profile.side_effects.approval_ttl_s
-    # nothing after the unknown step started, nothing was recorded as its outcome
-    assert fx.notifier.calls == 0 and fx.persistence.completed() == 0 and waiting.side_effects == []
+    # nothing after the unknown step started, nothing was recorded as its outcome: the step was written ahead
+    # (started, its key), which is what compensation looks up
+    assert fx.notifier.calls == 0 and fx.persistence.completed() == 0
+    assert [(r.step, r.key, r.status) for r in waiting.side_effects] == [(TICKET, ev.key, StepStatus.STARTED)]
 
 
 @pytest.mark.parametrize("code", ["job.approval_rejected", "job.approval_expired"])
@@ -203,10 +212,11 @@ def test_reject_or_expiry_fails_the_job_with_its_code_and_compensates(code: str,
         world.clock.advance(world.settings.profile.side_effects.approval_ttl_s + 1)
         assert saga.approval_expired(waiting, world.clock())
     # WHEN the approval is rejected (or expires)
-    ended, out = saga.end_waiting(world.deps, fx.fx, waiting, code)
+    ended = saga.end_waiting(world.deps, waiting, code)
     # THEN the job fails with the code, and the ticket (if it was written after all) is closed
     assert ended is not None and (ended.state, ended.error_code) == (JobState.FAILED, code)
-    assert out.complete
+    assert [r.status for r in ended.side_effects] == [StepStatus.COMPENSATED]
+    assert ended.side_effects[0].compensation_result["status"] == ("closed" if written else "never_created")
     assert fx.tickets.opened == fx.tickets.closed == (1 if written else 0)
     assert fx.notifier.calls == 0  # nothing was published, so nothing is withdrawn
 
@@ -296,8 +306,14 @@ def test_review_approve_and_reject_decide_a_waiting_job_and_refuse_any_other():
     other = unknown_outcome(other_world, other_fx, written=False)
     rejected = run(other_world, "reject", other.job_id)
     assert rejected.exit_code == 0, rejected.output
+    # failing, its error written; what it did is undone (the aggregator, on the control message) before `failed`
     assert (job(other_world, other.job_id).state, job(other_world, other.job_id).error_code) == (
-        JobState.FAILED, "job.approval_rejected")
+        JobState.COMPENSATING, "job.approval_rejected")
+    [reject] = [json.loads(s.body) for s in other_world.queues.sent[Queue.RESULTS] if "control" in json.loads(s.body)]
+    assert aggregator.handle_message(other_world.deps, JobControl.model_validate(reject)) == "failed"
+    ended = job(other_world, other.job_id)
+    assert (ended.state, ended.error_code) == (JobState.FAILED, "job.approval_rejected")
+    assert ended.side_effects[0].compensation_result["status"] == "never_created" and other_fx.tickets.opened == 0
 
 
 def test_review_compensations_lists_the_dead_letters_and_redrives_them():

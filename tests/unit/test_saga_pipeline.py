@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import pytest
+
 from contract_review.domain import lifecycle
 from contract_review.domain.messages import parse_results_body
 from contract_review.domain.ports import Queue
@@ -18,7 +20,7 @@ from contract_review.sideeffects.saga import COMPLETED_DETAIL, PUBLISH, TICKET, 
 from ..texts import TEXT
 from .fake_side_effects import FakeSideEffects
 from .fakes import SETTINGS, FakeWorld
-from .inprocess import InProcess
+from .inprocess import Crash, InProcess
 from .scenarios import events_of, small_chunk_world
 
 STEP_ATTEMPTS = SETTINGS.profile.side_effects.side_effect_attempts  # the saga's tier-1 attempts of one step call
@@ -239,3 +241,86 @@ def test_repeating_reject_finishes_a_compensation_whose_control_message_was_lost
     assert fx.tickets.opened == fx.tickets.closed == 1
     # AND once all is undone, a third reject is refused as before
     assert not approvals.decide_approval(world.deps, job_id, "reject", by="ops").changed
+
+
+# --- issue 16 item 2: written ahead, compensated before the job ends -------------------------------------------
+
+def test_a_ticket_written_just_before_the_aggregator_died_is_closed_when_a_cancel_lands_before_the_redelivery():
+    """Issue 16 item 2(a): the ticket system writes, the aggregator dies before the step is recorded, a cancel
+    lands before the result's redelivery. Compensation used to undo only the steps recorded done, so the ticket
+    stayed open; the step is now recorded `started` before it acts, and compensation looks its key up."""
+    fx = FakeSideEffects()
+    world, p, job_id = pipeline(fx)
+    record = world.jobs.record_side_effect
+
+    def die_recording_the_ticket(jid, effect):
+        if effect.step == TICKET and effect.status is StepStatus.DONE:
+            raise Crash()  # the aggregator is gone: the ticket exists, its `done` is never written
+        return record(jid, effect)
+    world.jobs.record_side_effect = die_recording_the_ticket  # type: ignore[method-assign]  # one call wrapped
+    with pytest.raises(Crash):
+        for _ in range(40):
+            p.round()
+    world.jobs.record_side_effect = record  # type: ignore[method-assign]
+    assert fx.tickets.opened == 1 and state_of(world, job_id) == (JobState.RUNNING, None)
+    assert lifecycle.request_cancel(world.deps, job_id, by="ops").changed  # before the result comes again
+    job = p.run(job_id)
+    assert job.state is JobState.CANCELLED
+    assert fx.tickets.opened == fx.tickets.closed == 1 and fx.notifier.calls == 0
+    assert {e.step: e.status for e in job.side_effects} == {TICKET: StepStatus.COMPENSATED}
+
+
+def test_a_reject_whose_control_message_is_lost_is_compensated_by_the_sweeper_before_the_job_fails():
+    """Issue 16 item 2(c): reject wrote `failed` and sent the compensation in a control message; lost, the ticket
+    stayed open under a failed job, with no DLQ message and no alarm. Now the job is `compensating` until what it
+    did is undone, and the sweeper finishes a compensating job nobody is finishing."""
+    fx = FakeSideEffects()
+    world, p, job_id = waiting(fx)
+    assert approvals.decide_approval(world.deps, job_id, "reject", by="ops").changed
+    world.queues.drain(Queue.RESULTS)  # the control message is lost
+    assert state_of(world, job_id) == (JobState.COMPENSATING, "job.approval_rejected")  # not terminal: work left
+    # meanwhile a retry and a cancel say what is going on, and change nothing
+    retried, cancel = redrive.retry(world.deps, job_id), lifecycle.request_cancel(world.deps, job_id, by="ops")
+    assert not retried.retried and "being undone" in retried.action
+    assert not cancel.changed and "being undone" in cancel.message
+    world.clock.advance(world.settings.claim_lease_s + 1)
+    p.round()  # a sweep once it was idle a lease long (as for a cancelling job): finished here
+    assert state_of(world, job_id) == (JobState.FAILED, "job.approval_rejected")
+    assert fx.tickets.opened == fx.tickets.closed == 1
+
+
+@pytest.mark.parametrize("how", ["expiry", "saga_failed"])
+def test_a_compensation_that_dies_half_way_is_finished_by_the_next_sweep(how: str):
+    """Issue 16 item 2(c): the expiry sweeper (or the aggregator failing a saga) died after writing `failed` and
+    before closing the ticket: nothing retried it. Now it dies with the job `compensating`, and a later sweep
+    closes the ticket, once, then fails the job."""
+    fx = FakeSideEffects()
+    if how == "expiry":
+        world, p, job_id = waiting(fx)
+        world.clock.advance(world.settings.profile.side_effects.approval_ttl_s + 1)
+    else:
+        fx.notifier.inject("error_before_write", COMPLETED_DETAIL, times=-1)  # the publish fails for good
+        world, p, job_id = pipeline(fx)
+    real_close = fx.tickets.close
+    died: list[str] = []
+
+    def close_and_die(ticket_id, comment, key):
+        if not died:
+            died.append(ticket_id)
+            raise Crash()  # the process is gone before the close is sent
+        return real_close(ticket_id, comment, key)
+    fx.tickets.close = close_and_die  # type: ignore[method-assign]  # one call wrapped
+    for _ in range(40):
+        try:
+            p.round()
+        except Crash:
+            pass  # the aggregator died: its message is lost with it
+        if died:
+            break
+    code = "job.approval_expired" if how == "expiry" else "sideeffect.failed"
+    assert died and state_of(world, job_id) == (JobState.COMPENSATING, code) and fx.tickets.closed == 0
+    world.clock.advance(world.settings.claim_lease_s + 1)
+    fx.persistence.lapse_in_progress()  # the dead invocation's in-progress record of the close timed out with it
+    p.round()
+    assert state_of(world, job_id) == (JobState.FAILED, code)
+    assert fx.tickets.opened == fx.tickets.closed == 1

@@ -208,8 +208,8 @@ _CODES = [
               "answered an error (HTTP 5xx, or a 4xx such as 422 for an idempotency key sent again with other "
               "parameters) or could not be reached, on every tier-1 attempt. `step` names the call (ticket.open, "
               "report.publish, ticket.lookup, ticket.close); http_status and provider_code say how it failed.",
-              "The saga stops and the job fails with this code; the steps already done are compensated (the ticket "
-              "closed with a comment, a \"Review withdrawn\" event published). Fix the cause (the ticket system, "
+              "The saga stops and the job fails with this code: `compensating` while the steps started or done are "
+              "compensated (the ticket closed with a comment, a \"Review withdrawn\" event published), then `failed`. Fix the cause (the ticket system, "
               "`-c ticket_url`, the topic), then `review retry JOB`: the report is written again and the side effects "
               "run again; a step that was compensated runs as a new one (a new ticket, the closed one stays closed), "
               "the others keep their keys, so nothing is done twice."),
@@ -230,13 +230,13 @@ _CODES = [
               "its own key, so a repeat closes or withdraws nothing twice."),
     ErrorCode("job.approval_rejected", ErrorClass.POLICY, False,
               "A person rejected a job waiting for approval (a side effect whose outcome stayed unknown).",
-              "The job fails with this code and its done side effects are compensated (the unknown one too, when "
-              "its key turns out to have created a ticket). Nothing to repair: it was a decision."),
+              "The job fails with this code: `compensating` while its side effects are compensated (the unknown "
+              "one too, looked up by its key), then `failed`. Nothing to repair: it was a decision."),
     ErrorCode("job.approval_expired", ErrorClass.POLICY, False,
               "Nobody approved or rejected a job waiting for approval before its `expires_at` (profile "
               "approval_ttl_s after the request).",
-              "The sweeper fails the job with this code and its done side effects are compensated, as for a "
-              "rejection. Decide sooner, or raise approval_ttl_s."),
+              "The sweeper fails the job with this code (`compensating`, then `failed`) and its side effects are "
+              "compensated, as for a rejection. Decide sooner, or raise approval_ttl_s."),
     # the Job API (api.py): answers to requests, never a job's state
     ErrorCode("api.unauthenticated", ErrorClass.PERMANENT, False,
               "A Job API request carried no authenticated principal (on AWS the HTTP API's IAM authorization lets "

@@ -2,6 +2,8 @@
 
     queued -> running -> (waiting_approval <-> running) -> completed | failed | dead_lettered
     queued | running | waiting_approval -> cancelling -> cancelled
+    running | waiting_approval -> compensating -> failed (a saga step failed, a reject, an expiry; straight
+        to failed when no side effect is left to undo)
     failed | dead_lettered -> running (reopened: `review retry`, `review dlq redrive`)
     failed -> queued (a job failed in intake, sent again)
 
@@ -17,6 +19,11 @@ a worker stops before its next model call, the saga starts no side effect); chun
 settled `cancelled` here; when every chunk has settled, side effects already done are compensated
 and the job is `cancelled`. The aggregator finishes it (a control message in the job's FIFO group,
 so it is ordered with the job's results); the sweeper does for a cancelling job without progress.
+
+Failing with side effects done (`fail_compensating`, `finish_compensation`): the job's error is written with
+the move to `compensating`, the side effects are undone, and only then is the job `failed`. A lost control
+message or a crash half-way leaves a `compensating` job, which the sweeper finishes; so the terminal state
+never stands over a ticket left open.
 """
 
 from __future__ import annotations
@@ -43,9 +50,10 @@ from contract_review.domain.records import (
 S = JobState
 TRANSITIONS: dict[JobState, frozenset[JobState]] = {
     S.QUEUED: frozenset({S.RUNNING, S.FAILED, S.CANCELLING}),
-    S.RUNNING: frozenset({S.WAITING_APPROVAL, S.COMPLETED, S.FAILED, S.DEAD_LETTERED, S.CANCELLING}),
-    S.WAITING_APPROVAL: frozenset({S.RUNNING, S.FAILED, S.CANCELLING}),
+    S.RUNNING: frozenset({S.WAITING_APPROVAL, S.COMPLETED, S.FAILED, S.DEAD_LETTERED, S.CANCELLING, S.COMPENSATING}),
+    S.WAITING_APPROVAL: frozenset({S.RUNNING, S.FAILED, S.COMPENSATING, S.CANCELLING}),
     S.CANCELLING: frozenset({S.CANCELLED}),
+    S.COMPENSATING: frozenset({S.FAILED}),
     S.FAILED: frozenset({S.RUNNING, S.QUEUED}),
     S.DEAD_LETTERED: frozenset({S.RUNNING}),
     S.COMPLETED: frozenset(),
@@ -146,6 +154,9 @@ def request_cancel(deps: Deps, job_id: str, by: str = "", code: str = "job.cance
         if job.state in (S.CANCELLING, S.CANCELLED):
             return CancelOutcome(job_id=job_id, state=job.state, changed=False,
                                  message=f"already {job.state.value} (requested by {job.cancelled_by or 'someone'})")
+        if job.state is S.COMPENSATING:
+            return CancelOutcome(job_id=job_id, state=job.state, changed=False, message=(
+                f"the job is failing ({job.error_code}): what it did is being undone; there is nothing to cancel"))
         if job.state not in CANCELLABLE:
             return CancelOutcome(job_id=job_id, state=job.state, changed=False,
                                  message=f"the job already ended {job.state.value}: there is nothing to cancel")
@@ -225,7 +236,7 @@ def finish_cancel(deps: Deps, job: Job) -> JobState:
     held = [r.chunk_id for r in records if not r.settled]
     if held:
         return S.CANCELLING  # their workers stop before their next model call and announce it
-    compensate_side_effects(deps, job)
+    compensate_side_effects(deps, job, "job.cancelled")
     # what the job spent: each settled chunk the aggregator has not counted yet is counted here, by the same
     # update that brings it into the settled set (conditional on it not being there: whichever of the aggregator
     # and this comes first counts it, once); the job's total is only ever added to, never written whole
@@ -248,7 +259,34 @@ def finish_cancel(deps: Deps, job: Job) -> JobState:
     return ended.state
 
 
-def compensate_side_effects(deps: Deps, job: Job) -> None:
+def fail_compensating(deps: Deps, job: Job, outcome: BaseModel, *, event: str,
+                      detail: dict[str, object] | None = None) -> Job | None:
+    """`job` (running or waiting for approval) fails: its error (`outcome`) is written now, with the move to
+    `compensating` (`finish_compensation` undoes its side effects, then ends it `failed`), or straight to
+    `failed` when it has nothing to undo. The job moved, or None when it changed since the read."""
+    fresh = deps.jobs.get(job.job_id) or job  # its steps are recorded apart from its version: read them now
+    to = S.COMPENSATING if fresh.undo_pending else S.FAILED
+    return transition(deps, job, to, event=event, detail=detail, outcome=outcome)
+
+
+def finish_compensation(deps: Deps, job: Job) -> JobState:
+    """A compensating job: undo its side effects (idempotent: what was undone before is skipped; a compensation
+    that exhausts its retries goes to the compensation DLQ and its step says so), then end it `failed`. Raises
+    when the compensation could not run at all: the job stays `compensating` and the sweeper tries again. The
+    job's state afterwards."""
+    if job.state is not S.COMPENSATING:
+        return job.state
+    compensate_side_effects(deps, job, job.error_code or "job.failed")
+    now = deps.jobs.get(job.job_id) or job
+    ended = transition(deps, now, S.FAILED, event="job.failed", detail={
+        "error_code": job.error_code, "side_effects": {e.step: e.status.value for e in now.side_effects}})
+    if ended is None:
+        again = deps.jobs.get(job.job_id)
+        return again.state if again else S.FAILED
+    return ended.state
+
+
+def compensate_side_effects(deps: Deps, job: Job, reason: str) -> None:
     """Undo the job's side effects in reverse order, through the compensation port (`Deps.compensator`: the
     saga's, which wiring provides). Nothing to do for a job without any."""
     if not job.side_effects and job.approval is None:
@@ -256,4 +294,4 @@ def compensate_side_effects(deps: Deps, job: Job) -> None:
     if deps.side_effects is None or deps.compensator is None:  # done, and nothing here can undo them: say so
         raise ReviewError.of("sideeffect.compensation_failed", "the job has side effects but no side-effect "
                              "adapters are configured (IDEMPOTENCY_TABLE)", step="cancel")
-    deps.compensator(deps, job, "job.cancelled")
+    deps.compensator(deps, job, reason)

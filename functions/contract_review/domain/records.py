@@ -29,6 +29,9 @@ class JobState(StrEnum):
     FAILED = "failed"
     DEAD_LETTERED = "dead_lettered"
     CANCELLING = "cancelling"  # cancel requested: no new work starts; cancelled once every chunk settled
+    # failing (its error is written): the side effects it did are being undone; `failed` once they are (or are
+    # dead-lettered). Non-terminal, so a crash or a lost message leaves work the sweeper finishes.
+    COMPENSATING = "compensating"
     CANCELLED = "cancelled"
 
     @property
@@ -306,6 +309,7 @@ class Rebudgeted(Usage):
 class StepStatus(StrEnum):
     """What became of one side-effect step (saga.py)."""
 
+    STARTED = "started"  # written ahead, before acting: the outcome is not known yet (compensation looks its key up)
     DONE = "done"  # the external action happened (or was found to have happened by its key)
     SKIPPED = "skipped"  # nothing to do (no high-risk finding) or nowhere to do it (no ticket system configured)
     COMPENSATED = "compensated"
@@ -415,6 +419,12 @@ class Job(Usage):
     @property
     def terminal(self) -> bool:
         return self.state.terminal
+
+    @property
+    def undo_pending(self) -> bool:
+        """A side effect started or done and not undone (or whose compensation failed): what compensation acts on."""
+        return any(e.status in (StepStatus.STARTED, StepStatus.DONE, StepStatus.COMPENSATION_FAILED)
+                   for e in self.side_effects)
 
     @property
     def replaceable(self) -> bool:

@@ -115,6 +115,9 @@ def _retry_would(state: JobState, error_code: str | None, dead_lettered: int, fa
         return (f"nothing by itself: {error_code} is permanent and nothing was analysed. Fix the input and send it "
                 "again: a corrected message with the same idempotency key (the same job id) replaces this failed "
                 "job; a changed text without a key gets a new job id")
+    if state is JobState.COMPENSATING:
+        return (f"nothing yet: the job is failing ({error_code}) and its side effects are being undone; once it is "
+                "`failed`, `review retry JOB` runs the side effects again")
     if not state.terminal:
         return "resume unsettled chunks from their checkpoints"
     if dead_lettered:
@@ -157,6 +160,8 @@ def _if_it_fails_again(state: JobState, error_code: str | None, dead_lettered: i
 def _if_cancelled_now(state: JobState) -> str:
     if state is JobState.CANCELLING:
         return "it is being cancelled: it ends `cancelled` once its chunks in flight have stopped"
+    if state is JobState.COMPENSATING:
+        return "nothing: it is failing, and ends `failed` once its side effects are undone"
     return "nothing: it has ended" if state.terminal else CANCEL_NOW
 
 

@@ -43,24 +43,19 @@ def handle_control(deps: Deps, msg: JobControl) -> str:
         return "ignored"
     if job.state is JobState.CANCELLING:  # whatever the control said: a cancel overrides it
         return lifecycle.finish_cancel(deps, job).value
+    if job.state is JobState.COMPENSATING:  # a reject (or any control) of a failing job: finish undoing it
+        return lifecycle.finish_compensation(deps, job).value
     if msg.control == "cancel":
         return job.state.value  # finished already (or the job ended before the cancel)
     return saga_decision(deps, job, msg)
 
 
 def saga_decision(deps: Deps, job: Job, msg: JobControl) -> str:
-    """An approval decision (`resume` / `reject`) for a job waiting on an ambiguous side effect.
-
-    resume (the job was approved, `running` again): finalize again: the same report, the unknown step
-    retried with its key, then the job ends. reject (the job already `failed`, job.approval_rejected):
-    compensate what was done, the unknown step too if its key turns out to have acted."""
-    fx = deps.side_effects
-    if fx is None:
-        return job.state.value
-    if msg.control == "resume" and job.state is JobState.RUNNING:
+    """An approval (`resume`) for a job that waited on an ambiguous side effect and is `running` again: finalize
+    again: the same report, the unknown step retried with its key, then the job ends. (A reject moved the job
+    to `compensating`: `handle_control` finishes it.)"""
+    if deps.side_effects is not None and msg.control == "resume" and job.state is JobState.RUNNING:
         return finalize(deps, job).value
-    if msg.control == "reject" and job.state is JobState.FAILED and job.error_code == "job.approval_rejected":
-        saga.compensate(deps, fx, job, reason="job.approval_rejected")
     return job.state.value
 
 
@@ -169,16 +164,16 @@ def finalize(deps: Deps, job: Job) -> JobState:
 
 
 def _saga_stopped(deps: Deps, job: Job, ran: saga.SagaResult, outcome: JobOutcome) -> JobState:
-    """The saga did not get to the end: a step failed for good (the job fails with its code and what was
-    done is compensated), the job waits for approval, or it is being cancelled (the cancel finishes it)."""
-    fx = deps.side_effects
-    if ran.status is saga.SagaStatus.FAILED and ran.error is not None and fx is not None:
+    """The saga did not get to the end: a step failed for good (the job fails with its code: `compensating`
+    while what was done is undone, then `failed`), the job waits for approval, or it is being cancelled (the
+    cancel finishes it)."""
+    if ran.status is saga.SagaStatus.FAILED and ran.error is not None:
         code = ran.error.error_code
-        failed = lifecycle.transition(deps, job, JobState.FAILED, outcome=outcome.model_copy(update={
-            "error": ran.error, "error_code": code}), detail={"error_code": code, "step": ran.error.step})
-        if failed is not None:
-            saga.compensate(deps, fx, failed, reason=code)
-            return JobState.FAILED
+        failing = lifecycle.fail_compensating(deps, job, outcome.model_copy(update={
+            "error": ran.error, "error_code": code}), event="job.compensating",
+            detail={"error_code": code, "step": ran.error.step})
+        if failing is not None:
+            return lifecycle.finish_compensation(deps, failing)
     now = deps.jobs.get(job.job_id)
     if now is not None and now.state is JobState.CANCELLING:
         return lifecycle.finish_cancel(deps, now)

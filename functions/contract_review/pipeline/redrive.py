@@ -216,6 +216,9 @@ def retry(deps: Deps, job_id: str, budget_usd: float | None = None) -> Retried:
                              f"{deps.settings.profile.recovery.stall_after_s:.0f} s without progress; retry it then")
     if job.state is JobState.RUNNING:
         return _retry_running(deps, job, started, result)
+    if job.state is JobState.COMPENSATING:
+        return result(False, f"not yet: the job is failing ({job.error_code}) and what it did is being undone; "
+                             f"retry it once it is failed (`review watch {job_id}`)")
     if job.replaceable:
         return result(False, f"nothing to retry: {job.error_code} refused the document before anything was analysed. "
                              "Send it again (corrected, or with a budget of at least its estimate) with the same "

@@ -127,7 +127,7 @@ def sweep(deps: Deps, now: float | None = None) -> SweepReport:
     _reconcile_stalled(deps, now, report)
     if deps.side_effects is not None:
         with _isolated(report, "approvals", "expire"):
-            report.approvals_expired = saga.expire_approvals(deps, deps.side_effects, now)
+            report.approvals_expired = saga.expire_approvals(deps, now)
     return report
 
 
@@ -346,6 +346,17 @@ def _reconcile_stalled(deps: Deps, now: float, report: SweepReport) -> None:
     for job in cancelling:
         with _isolated(report, "reconcile", job.job_id):
             if lifecycle.finish_cancel(deps, job) is JobState.CANCELLED:
+                report.finalized.append(job.job_id)
+    # A failing job whose compensation was never finished (its control message lost; the aggregator or an
+    # earlier sweep died half-way), idle as long as a cancelling one. An aggregator still compensating it is
+    # not raced: each compensation holds its outcome record in progress (Powertools), so a second one is
+    # refused and this job is tried again at the next sweep.
+    compensating: list[Job] = []
+    with _isolated(report, "reconcile", "compensating"):
+        compensating = list(deps.jobs.stalled(now - deps.settings.claim_lease_s, state=JobState.COMPENSATING))
+    for job in compensating:
+        with _isolated(report, "reconcile", job.job_id):
+            if lifecycle.finish_compensation(deps, job) is JobState.FAILED:
                 report.finalized.append(job.job_id)
 
 

@@ -7,7 +7,7 @@ from pydantic import BaseModel
 from contract_review.domain import lifecycle
 from contract_review.domain.messages import JobControl
 from contract_review.domain.ports import Deps
-from contract_review.domain.records import AwaitApproval, Job, JobState, StepStatus
+from contract_review.domain.records import AwaitApproval, JobState
 from contract_review.sideeffects.saga import fail_waiting
 
 
@@ -18,34 +18,25 @@ class ApprovalOutcome(BaseModel):
     message: str
 
 
-def _compensation_unfinished(job: Job) -> bool:
-    """A rejected job with a side effect done (or whose compensation failed) and not compensated, or whose unknown
-    step (the one it waited on) was never looked up again (compensation records it, done or skipped)."""
-    if job.state is not JobState.FAILED or job.error_code != "job.approval_rejected":
-        return False
-    undone = any(e.status in (StepStatus.DONE, StepStatus.COMPENSATION_FAILED) for e in job.side_effects)
-    unknown = job.approval is not None and not any(e.key == job.approval.key for e in job.side_effects)
-    return undone or unknown
-
-
 def decide_approval(deps: Deps, job_id: str, decision: str, by: str = "") -> ApprovalOutcome:
     """`review approve|reject JOB`, `POST /jobs/{id}/approval`: the decision is recorded with the job's
-    transition (approve: `running`; reject: `failed` with `job.approval_rejected`), then a control message
+    transition (approve: `running`; reject: `compensating` with `job.approval_rejected`), then a control message
     (`resume` / `reject`) in the job's FIFO group makes the aggregator, which owns the saga, go on: retry
-    the unknown step with its key, or compensate what was done."""
+    the unknown step with its key, or compensate what was done and end the job `failed`."""
     if decision not in ("approve", "reject"):
         raise ValueError(f"decision must be approve or reject, not {decision!r}")
     for _ in range(lifecycle.MOVE_ATTEMPTS):
         job = deps.jobs.get(job_id)
         if job is None:
             return ApprovalOutcome(job_id=job_id, state=None, changed=False, message="no such job")
-        if decision == "reject" and _compensation_unfinished(job):
-            # rejected before, but its compensation never ran to the end (the control message lost, the
-            # aggregator died half-way): the reject is sent again, and the aggregator finishes it (idempotent)
+        if decision == "reject" and job.state is JobState.COMPENSATING:
+            # failing, and its compensation not finished (the control message lost, the aggregator died half-way;
+            # the sweeper would finish it too): the reject is sent again, and the aggregator finishes it
             control = JobControl(job_id=job_id, control="reject", by=by)
             deps.queues.send_result(control, control.dedup_id(f"{job.version}-again-{deps.clock():.0f}"))
             return ApprovalOutcome(job_id=job_id, state=job.state, changed=True, message=(
-                "already rejected, but what was done is not all undone yet: the compensation is sent again"))
+                f"already failing ({job.error_code}), but what was done is not all undone yet: the compensation "
+                "is sent again"))
         if job.state is not JobState.WAITING_APPROVAL or job.approval is None:
             return ApprovalOutcome(job_id=job_id, state=job.state, changed=False,
                                    message=f"the job is {job.state.value}, not waiting for approval")
@@ -62,8 +53,8 @@ def decide_approval(deps: Deps, job_id: str, decision: str, by: str = "") -> App
             deps.queues.send_result(control, control.dedup_id(str(new.version)))
             return ApprovalOutcome(job_id=job_id, state=new.state, changed=True, message=(
                 f"approved: {job.approval.step} is retried with the same key, then the job goes on"
-                if decision == "approve" else "rejected: the job fails with job.approval_rejected; what was done "
-                                              "is compensated"))
+                if decision == "approve" else "rejected: the job fails with job.approval_rejected once what was "
+                                              "done is compensated"))
     now_job = deps.jobs.get(job_id)
     return ApprovalOutcome(job_id=job_id, state=now_job.state if now_job else None, changed=False,
                            message="the job kept changing; ask again")

@@ -9,7 +9,9 @@ Steps, in order:
 Each step has a key = sha256(job id, step, operation, canonical JSON of its arguments). It is the
 `Idempotency-Key` the external system dedups on, and the key of the step's outcome in the outcome
 store (Powertools idempotency): a retry of the step returns the stored result instead of acting.
-The job keeps the steps done (`Job.side_effects`) for status and compensation.
+The job keeps its steps (`Job.side_effects`) for status and compensation, each written ahead: recorded
+`started` (with its key) before it acts, `done` after. Compensation undoes every step it finds started or
+done, so a crash between acting and recording leaves a key to look up, never a ticket nobody knows of.
 
 Failures are data. A step's call that certainly did nothing (5xx, refused connection) is retried in
 place (tier 1, full-jitter backoff); when the retries are spent the saga ends `failed` with
@@ -18,8 +20,10 @@ timeout after the request was sent): the ticket is looked up by its key; found -
 unknown -> the job waits in `waiting_approval` with the evidence (`Job.approval`). Publishing again
 with the same key is harmless (subscribers drop a repeat by its key), so an unknown publish is retried.
 
-Compensations, in reverse order, on cancel or on failure after side effects: a ticket is closed with
-a comment; a publish is followed by a "Review withdrawn" notice. Each is idempotent (its own key),
+Compensations, in reverse order, before the job ends (in `cancelling`, or `compensating` on a failure,
+a reject or an expiry: domain/lifecycle.py): a ticket is closed with a comment (a `started` ticket is
+looked up by its key first: not found, nothing to close); a publish is followed by a "Review withdrawn"
+notice. Each is idempotent (its own key),
 retried, and when its retries are spent it goes to the compensation DLQ with its envelope (an alarm
 fires) and the step is marked `compensation_failed`: never silently successful.
 """
@@ -253,6 +257,10 @@ def run_side_effects(deps: Deps, fx: SideEffects, job: Job, report: Report | Non
             _save(deps, job, rec, "sideeffect.skipped", reason=missing)
             done.append(rec)
             continue
+        if kept is None or kept.key != step.key or kept.status is not StepStatus.STARTED:  # written ahead
+            _save(deps, job, SideEffectDone(step=step.name, operation=step.operation, key=step.key,
+                                            status=StepStatus.STARTED, at=deps.clock(), generation=generation),
+                  "sideeffect.started")
         try:
             result = fx.outcomes.once(step.key, _action(deps, fx, step), remaining)
         except Unresolved as u:
@@ -373,33 +381,6 @@ def _run_compensation(deps: Deps, fx: SideEffects, order: CompensationOrder) -> 
     return fx.outcomes.once(order.compensation_key, act, _remaining(deps, fx))
 
 
-def _settle_unknown(deps: Deps, fx: SideEffects, job: Job) -> Job:
-    """A step left unknown (the job waited for approval) may still have happened: look its key up once
-    more. Found: the step is recorded done and compensated like the others; not found: recorded skipped
-    (nothing to undo); the lookup fails: recorded done without a ticket id, and its compensation looks
-    the key up again (retried, dead-lettered if it stays unknown: never assumed undone)."""
-    ev = job.approval
-    if ev is None or ev.step != TICKET or fx.tickets is None or any(r.key == ev.key for r in job.side_effects):
-        return job
-    operation = str(ev.evidence.get("operation") or "create")
-    try:
-        found = fx.tickets.find(ev.key)
-    except SideEffectError:
-        rec = SideEffectDone(step=ev.step, operation=operation, key=ev.key, status=StepStatus.DONE,
-                               at=deps.clock(), result={"ticket_id": None, "resolved_by": "unknown"})
-        _save(deps, job, rec, "sideeffect.unknown_at_compensation")
-        return deps.jobs.get(job.job_id) or job
-    if found:
-        rec = SideEffectDone(step=ev.step, operation=operation, key=ev.key, status=StepStatus.DONE,
-                               at=deps.clock(), result={"ticket_id": found.get("id"), "resolved_by": "lookup"})
-        _save(deps, job, rec, "sideeffect.done", ticket_id=str(found.get("id")), resolved_by="lookup")
-    else:
-        rec = SideEffectDone(step=ev.step, operation=operation, key=ev.key, status=StepStatus.SKIPPED,
-                               at=deps.clock(), reason="outcome was unknown; its key found nothing at compensation")
-        _save(deps, job, rec, "sideeffect.skipped", reason=rec.reason)
-    return deps.jobs.get(job.job_id) or job
-
-
 def _step_order(rec: SideEffectDone) -> int:
     return STEP_ORDER.index(rec.step) if rec.step in STEP_ORDER else len(STEP_ORDER)
 
@@ -407,14 +388,15 @@ def _step_order(rec: SideEffectDone) -> int:
 def compensate(deps: Deps, fx: SideEffects, job: Job, reason: str) -> CompensationResult:
     """Undo the job's done steps, last first (`reason`: `job.cancelled`, `job.approval_rejected`...).
     Idempotent: a compensated step is skipped, a compensation's outcome is kept under its own key. A
-    step whose outcome was unknown is looked up first (and undone when it happened)."""
+    step recorded `started` (its outcome unknown: it was acting, or the job waited for approval on it) is
+    undone by its key: a ticket is looked up first and closed when it exists."""
     out = CompensationResult()
-    fresh = _settle_unknown(deps, fx, deps.jobs.get(job.job_id) or job)
+    fresh = deps.jobs.get(job.job_id) or job
     for rec in sorted(fresh.side_effects, key=_step_order, reverse=True):
         if rec.status is StepStatus.COMPENSATED:
             out.compensated.append(rec.step)
             continue
-        if rec.status is not StepStatus.DONE and rec.status is not StepStatus.COMPENSATION_FAILED:
+        if rec.status not in (StepStatus.STARTED, StepStatus.DONE, StepStatus.COMPENSATION_FAILED):
             continue  # skipped: nothing happened outside
         order = compensation_of(fresh, rec, reason)
         try:
@@ -502,8 +484,9 @@ class ApprovalEnded(JobFailure):
 
 
 def fail_waiting(deps: Deps, job: Job, code: str, by: str = "") -> Job | None:
-    """`waiting_approval -> failed` with `job.approval_rejected` or `job.approval_expired`, the decision kept
-    on the approval. None when the job was no longer waiting (decided or cancelled meanwhile)."""
+    """`waiting_approval -> compensating` with `job.approval_rejected` or `job.approval_expired`, the decision
+    kept on the approval (`lifecycle.finish_compensation` undoes what was done, then the job is `failed`). None
+    when the job was no longer waiting (decided or cancelled meanwhile)."""
     now = deps.clock()
     ev = job.approval
     step = ev.step if ev else ""
@@ -514,27 +497,26 @@ def fail_waiting(deps: Deps, job: Job, code: str, by: str = "") -> Job | None:
                                     "decided_by": by, "decided_at": now}) if ev else None
     outcome: JobFailure = (ApprovalEnded(error=env, error_code=code, ended_at=now, approval=decided) if decided
                            else JobFailure(error=env, error_code=code, ended_at=now))
-    return lifecycle.transition(deps, job, JobState.FAILED, event=code, detail={"by": by, "step": step},
-                                outcome=outcome)
+    return lifecycle.fail_compensating(deps, job, outcome, event=code, detail={"by": by, "step": step})
 
 
-def end_waiting(deps: Deps, fx: SideEffects, job: Job, code: str, by: str = "") -> tuple[Job | None, CompensationResult]:
-    """Reject or expiry in one go: `fail_waiting`, then the done steps (and the unknown one, if it happened
-    after all) are compensated. (None, nothing) when the job was no longer waiting."""
-    failed = fail_waiting(deps, job, code, by)
-    if failed is None:
-        return None, CompensationResult()
-    return failed, compensate(deps, fx, failed, reason=code)
+def end_waiting(deps: Deps, job: Job, code: str, by: str = "") -> Job | None:
+    """Reject or expiry in one go: `fail_waiting`, then what was done (the unknown step too, looked up by its
+    key) is compensated and the job ends `failed`. None when the job was no longer waiting."""
+    failing = fail_waiting(deps, job, code, by)
+    if failing is None:
+        return None
+    lifecycle.finish_compensation(deps, failing)
+    return deps.jobs.get(job.job_id)
 
 
-def expire_approvals(deps: Deps, fx: SideEffects, now: float | None = None) -> list[str]:
-    """The sweeper: jobs waiting for approval past their `expires_at` fail with `job.approval_expired` and
-    are compensated. The ids of the jobs ended now."""
+def expire_approvals(deps: Deps, now: float | None = None) -> list[str]:
+    """The sweeper: jobs waiting for approval past their `expires_at` fail with `job.approval_expired`, their
+    side effects compensated before they end. The ids of the jobs ended now (a crash half-way leaves the job
+    `compensating`: the sweeper's next run finishes it)."""
     now = deps.clock() if now is None else now
     ended = []
     for job in deps.jobs.stalled(now, state=JobState.WAITING_APPROVAL):
-        if approval_expired(job, now) and end_waiting(deps, fx, job, "job.approval_expired", by="sweeper")[0]:
+        if approval_expired(job, now) and end_waiting(deps, job, "job.approval_expired", by="sweeper"):
             ended.append(job.job_id)
     return ended
-
-
