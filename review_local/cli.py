@@ -573,9 +573,9 @@ def approve(obj: Ctx, job_id: str) -> None:
 @click.argument("job_id")
 @click.pass_obj
 def reject(obj: Ctx, job_id: str) -> None:
-    """A job waiting for approval: fail it (job.approval_rejected); the side effects it did are
-    compensated (a ticket closed, a withdrawal published). Again on a rejected job whose compensation did not
-    finish: it is sent again. Exit 1 when the job is not waiting (and nothing is left to undo)."""
+    """A job waiting for approval: fail it (job.approval_rejected): `compensating` while the side effects it did
+    are undone (a ticket closed, a withdrawal published), then `failed`. Again on a job still compensating: the
+    compensation is sent again. Exit 1 when the job is neither waiting nor compensating."""
     _decide(obj, job_id, "reject")
 
 

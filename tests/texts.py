@@ -10,3 +10,8 @@ TEXT = (
     "4. Termination. Customer may terminate this Agreement at any time for convenience upon thirty days notice.\n"
 )
 LONG_TEXT = "\n\n".join(f"{i}. Section {i}. " + TEXT.replace("\n\n", " ") for i in range(1, 25))
+# A clause the offline rule model scores 1.0 (unlimited + indemnify + at any time): one high-risk finding, so the
+# saga opens a ticket for the document that carries it.
+RISKY_CLAUSE = ("\n\n5. Indemnity. Supplier shall indemnify and hold harmless Customer, and Supplier's liability "
+                "under this section shall be unlimited. Customer may terminate at any time for convenience.\n")
+RISKY = TEXT + RISKY_CLAUSE

@@ -182,6 +182,17 @@ def test_jobs_stalled_finds_jobs_of_the_state_asked(repos: Repos):
     assert queued.job_id not in {j.job_id for j in repos.jobs.stalled(later)}
 
 
+def test_settle_new_chunk_counts_a_chunk_once_and_says_whether_it_did(repos: Repos):
+    job, _ = repos.jobs.create(_job(JobState.RUNNING))
+    first = repos.jobs.settle_new_chunk(job.job_id, "c0", with_event=True, usage=Usage(input_tokens=5))
+    assert first is not None and first.settled == {"c0"} and first.input_tokens == 5
+    assert first.event_seq == job.event_seq + 1  # the event number taken with the count
+    # counted already: nothing written (no number taken, no usage added), and the caller is told
+    assert repos.jobs.settle_new_chunk(job.job_id, "c0", with_event=True, usage=Usage(input_tokens=5)) is None
+    again = repos.jobs.get(job.job_id)
+    assert (again.input_tokens, again.event_seq) == (5, first.event_seq)
+
+
 def test_jobs_settled_set_stalled_and_events(repos: Repos):
     job, _ = repos.jobs.create(_job(JobState.RUNNING))
     repos.clock.advance(1)

@@ -19,12 +19,8 @@ from contract_review.sideeffects.saga import PUBLISH, TICKET
 from review_local.stack import LocalStack
 from review_local.ticket_service import TicketFaults, TicketServiceFake
 
-from ..texts import TEXT
+from ..texts import RISKY
 from .conftest import get_job, wait_for, wait_jobs
-
-# A clause the offline rule model scores 1.0 (unlimited + indemnify + at any time): a high-risk finding.
-RISKY = TEXT + ("\n\n5. Indemnity. Supplier shall indemnify and hold harmless Customer, and Supplier's liability "
-                "under this section shall be unlimited. Customer may terminate at any time for convenience.\n")
 
 pytestmark = pytest.mark.integration
 

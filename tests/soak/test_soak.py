@@ -10,11 +10,16 @@ of worker processes.
 Two phases on one stack: (1) a >= 1.2 MB document with a few small ones submitted behind it, without
 the permanent faults (at 1 % of calls, every one of its ~350 chunks would need ~13 calls to pass: it
 could not complete, and it must); (2) 200 documents (CUAD contracts and seeded variants, or variants
-of samples/ without ../shared) with all the faults.
+of samples/ without ../shared) with all the faults and, on top, the lifecycle chaos of
+`tests/soak/lifecycle.py` (issue 16 item 10): random cancels and retries, approvals, rejects and
+expiries, retries of failed jobs, DLQ redrives, and ticket-system faults (a timeout before and after
+the write, errors, dropped answers, the lookup down) on the local ticket fake.
 
 It prints, and writes to bench/results/soak.json (+ soak.txt): lost chunks, duplicate findings,
 silently incomplete jobs and failures without a code (all must be 0), the other differences from the
-fault-free run (must be 0), and counts: jobs by state and error code, model calls and their outcomes,
+fault-free run (must be 0), the lifecycle invariants (must be 0: tickets opened = closed + those of
+completed jobs, job cost = the sum of its settled chunks, no chunk pending under an ended job, every
+written event delivered to a resuming reader), and counts: jobs by state and error code, model calls and their outcomes,
 retries, kills, stops, duplicates, wall time.
 """
 
@@ -42,10 +47,13 @@ from contract_review.operate import ops
 from contract_review.review.chunking import chunk_document
 from review_local.embedded import synth
 from review_local.stack import LocalStack
+from review_local.ticket_service import TicketFaults
 
 from ..conftest import ROOT
 from ..oracle import JobCheck, check_job
+from ..texts import RISKY_CLAUSE
 from .documents import LARGE_BYTES, large_document, soak_documents, sources
+from .lifecycle import Lifecycle, lifecycle_invariants, redrive_compensations
 
 LOCAL = get_profile("local")
 RESULTS = ROOT / "bench" / "results"
@@ -59,6 +67,7 @@ PHASE_TIMEOUT_S = 900.0  # a job still open after this is reported (jobs not end
 # lease, so the sweeper takes the chunk over and the resumed process is a zombie), duplicates
 KILL_EVERY_S, STOP_EVERY_S, STOP_FOR_S = 9.0, 13.0, LOCAL.recovery.claim_lease_s + 2.0
 DUPLICATE_EVERY_S = 2.0
+RISKY_SHARE = 0.4  # of the mixed phase's documents, given a clause the rule model scores high risk (a ticket)
 
 
 @dataclass
@@ -214,11 +223,20 @@ def _run_mixed_phase(stack: LocalStack, deps: Deps, docs: list[tuple[str, str]],
                      ) -> tuple[dict[str, str], dict[str, Any], Counter[str]]:
     texts: dict[str, str] = {}
     started = time.monotonic()
-    with Chaos(stack, rng) as chaos:
+    assert stack.tickets is not None
+    with Chaos(stack, rng) as chaos, Lifecycle(deps, stack.tickets, random.Random(rng.random())) as people:
         for name, text in docs:
-            texts[ops.submit(deps, text, document_id=name)] = text
-        _wait_ended(deps, list(texts), PHASE_TIMEOUT_S)
-    return texts, {"wall_s": round(time.monotonic() - started, 1)}, chaos.counts
+            if rng.random() < RISKY_SHARE:  # a high-risk finding: the saga opens a ticket for it
+                text += RISKY_CLAUSE
+            job_id = ops.submit(deps, text, document_id=name)
+            texts[job_id] = text
+            people.add(job_id)
+        _wait_ended(deps, list(texts), PHASE_TIMEOUT_S * 0.8)
+    stack.tickets.reset_faults()
+    people.settle_waiting()  # what still waits for a person is decided, so every job ends
+    _wait_ended(deps, list(texts), PHASE_TIMEOUT_S * 0.2)
+    return texts, {"wall_s": round(time.monotonic() - started, 1), "lifecycle": dict(people.counts),
+                   "jobs_touched_by_lifecycle": len(people.touched)}, chaos.counts
 
 
 def _summarize(checks: list[JobCheck], jobs: dict[str, Job | None]) -> dict[str, Any]:
@@ -279,6 +297,11 @@ def _text_summary(result: dict[str, Any]) -> str:
                  f"tier-1 retries {s['tier1_retries']} {s['tier1_retries_by_code']}; repairs {s['repairs']}; "
                  f"tier-2 failed attempts {s['tier2_chunk_failures']}; redeliveries {s['redeliveries']}")
     lines.append(f"  chaos: {result['chaos']}; worker restarts {result['worker_restarts']}")
+    life, mixed = result["lifecycle"], result["phases"]["mixed"]
+    lines.append(f"  lifecycle: {mixed['lifecycle']} on {mixed['jobs_touched_by_lifecycle']} jobs")
+    lines += [f"  {k.replace('_', ' ')}: {v}" for k, v in life["must_be_zero"].items()]
+    lines.append(f"  tickets: {life['tickets']}; events: {life['events']}; compensation DLQ: "
+                 f"{life['compensation_dlq']}")
     large = result["phases"]["large"]
     lines.append(f"  large document: {large['large_bytes']:,} bytes, {large['large_chunks']} chunks, left queued after "
                  f"{large['large_left_queued_after_s']} s, {large['large_state']} after "
@@ -297,7 +320,7 @@ def test_soak_every_job_matches_a_fault_free_run_or_fails_with_a_code(tmp_path):
     calls = tmp_path / "calls.jsonl"
     base = FaultSpec(seed=31, transient_rate=0.05, malformed_rate=0.01, call_log=str(calls))
     stack = LocalStack(faults=base, concurrency={"worker": WORKERS}, template=synth("local"),
-                       state_dir=tmp_path / "stack")
+                       state_dir=tmp_path / "stack", ticket_faults=TicketFaults(hang_s=3.0))
     started = time.monotonic()
     try:
         stack.start()
@@ -315,6 +338,9 @@ def test_soak_every_job_matches_a_fault_free_run_or_fails_with_a_code(tmp_path):
         checks = [check_job(deps, job_id, text) for job_id, text in texts.items()]
         jobs = {job_id: deps.jobs.get(job_id) for job_id in texts}
         check_s = time.monotonic() - checked_at
+        assert stack.tickets is not None
+        compensations = redrive_compensations(stack, deps)
+        invariants = {**lifecycle_invariants(deps, list(texts), stack.tickets), "compensation_dlq": compensations}
         dlq = {q.value: deps.queues.depth(q) for q in (Queue.ANALYSIS_DLQ, Queue.RESULTS_DLQ, Queue.INTAKE_DLQ)}
     finally:
         stack.stop()
@@ -332,6 +358,7 @@ def test_soak_every_job_matches_a_fault_free_run_or_fails_with_a_code(tmp_path):
         "chaos": dict(chaos1 + chaos2), "worker_restarts": restarts, "dlq_depth_at_end": dlq,
         "model_calls": {"total": sum(by_outcome.values()), "by_outcome": dict(by_outcome)},
         "summary": _summarize(checks, jobs),
+        "lifecycle": invariants,
         "reproduce": "make soak",
     }
     RESULTS.mkdir(parents=True, exist_ok=True)
@@ -343,5 +370,7 @@ def test_soak_every_job_matches_a_fault_free_run_or_fails_with_a_code(tmp_path):
     assert len(texts) >= N_DOCUMENTS
     assert summary["must_be_zero"] == dict.fromkeys(summary["must_be_zero"], 0), summary["problems"]
     assert summary["also_zero"] == dict.fromkeys(summary["also_zero"], 0), summary["problems"]
+    assert invariants["must_be_zero"] == dict.fromkeys(invariants["must_be_zero"], 0), invariants["examples"]
+    assert invariants["tickets"]["opened_equals_closed_plus_open_of_completed"], invariants["tickets"]
     assert large["large_state"] == "completed"
     assert result["chaos"].get("kill -9", 0) > 0 and result["chaos"].get("SIGSTOP", 0) > 0

@@ -135,7 +135,16 @@ class FakeJobs:
         self.items[job_id] = job.model_copy(update={"fanned_out": to_count})
         return True
 
+    def settle_new_chunk(self, job_id: str, chunk_id: str, *, with_event: bool = False,
+                         usage: Usage | None = None) -> Job | None:
+        if chunk_id in self.items[job_id].settled:
+            return None
+        return self._settle(job_id, chunk_id, with_event, usage)
+
     def settle_chunk(self, job_id: str, chunk_id: str, *, with_event: bool = False, usage: Usage | None = None) -> Job:
+        return self._settle(job_id, chunk_id, with_event, usage)
+
+    def _settle(self, job_id: str, chunk_id: str, with_event: bool, usage: Usage | None) -> Job:
         job = self.items[job_id]  # KeyError as DynamoDB's condition `attribute_exists(job_id)` fails
         added = usage if usage is not None and chunk_id not in job.settled else Usage()
         job = job.model_copy(update={"settled": job.settled | {chunk_id}, "updated_at": self.clock(),

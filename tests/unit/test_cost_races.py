@@ -59,15 +59,15 @@ def test_a_cancel_finishing_between_the_aggregators_read_and_its_settle_counts_t
                                       outcome=Cancellation(cancel_requested_at=world.clock(), cancelled_by="api"))
     assert cancelling is not None
     # WHEN the aggregator has read the job and the chunk, and the sweeper's finish-cancel lands before its settle
-    settle = world.jobs.settle_chunk
+    settle = world.jobs.settle_new_chunk
     landed: list[JobState] = []
 
     def cancel_lands_first(job_id_: str, chunk_id: str, **kw: object) -> object:
-        world.jobs.settle_chunk = settle  # type: ignore[method-assign]  # once: the cancel's own settles run plainly
+        world.jobs.settle_new_chunk = settle  # type: ignore[method-assign]  # once: the cancel's own run plainly
         landed.append(lifecycle.finish_cancel(world.deps, world.jobs.get(job_id_)))
         return settle(job_id_, chunk_id, **kw)  # type: ignore[arg-type]  # the repository's own keywords
 
-    world.jobs.settle_chunk = cancel_lands_first  # type: ignore[method-assign]  # one call wrapped
+    world.jobs.settle_new_chunk = cancel_lands_first  # type: ignore[method-assign]  # one call wrapped
     handle_result(world.deps, settled_result(done))
     assert landed == [JobState.CANCELLED]
     # THEN the job ended cancelled and its chunk's tokens are counted once
@@ -75,3 +75,7 @@ def test_a_cancel_finishing_between_the_aggregators_read_and_its_settle_counts_t
     assert job.state is JobState.CANCELLED
     assert (job.input_tokens, job.output_tokens) == (700, 70) == (
         _chunks_usage(world, job_id).input_tokens, _chunks_usage(world, job_id).output_tokens)
+    # AND its `chunk.settled` event is written once, by whichever counted it (the soak found it missing when the
+    # cancel counted the chunk, and a retry then completed the job with that chunk never announced settled)
+    settled = [e.detail for e in world.jobs.events(job_id) if e.type == "chunk.settled"]
+    assert [(d["chunk_id"], d["status"]) for d in settled] == [(only.chunk_id, "done")]

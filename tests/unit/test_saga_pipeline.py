@@ -17,7 +17,7 @@ from contract_review.pipeline.aggregator import handle_message
 from contract_review.sideeffects import approvals, saga
 from contract_review.sideeffects.saga import COMPLETED_DETAIL, PUBLISH, TICKET, WITHDRAWN_DETAIL
 
-from ..texts import TEXT
+from ..texts import RISKY
 from .fake_side_effects import FakeSideEffects
 from .fakes import SETTINGS, FakeWorld
 from .inprocess import Crash, InProcess
@@ -25,9 +25,6 @@ from .scenarios import events_of, small_chunk_world
 
 STEP_ATTEMPTS = SETTINGS.profile.side_effects.side_effect_attempts  # the saga's tier-1 attempts of one step call
 
-# A clause the offline rule model scores 1.0 (unlimited + indemnify + at any time): one high-risk finding.
-RISKY = TEXT + ("\n\n5. Indemnity. Supplier shall indemnify and hold harmless Customer, and Supplier's liability "
-                "under this section shall be unlimited. Customer may terminate at any time for convenience.\n")
 KEY = "risky-msa"
 
 
@@ -324,3 +321,19 @@ def test_a_compensation_that_dies_half_way_is_finished_by_the_next_sweep(how: st
     p.round()
     assert state_of(world, job_id) == (JobState.FAILED, code)
     assert fx.tickets.opened == fx.tickets.closed == 1
+
+
+def test_a_reopened_job_keeps_nothing_of_its_earlier_ending():
+    """Found by the lifecycle soak: a failed job retried kept its first ending's `n_findings` and report key; when
+    the retry then ended in a way that writes no report fields (waiting for approval, then rejected or expired), the
+    job named a report its counts disagreed with (11 findings on the job, 23 in the report)."""
+    fx = FakeSideEffects()
+    fx.notifier.inject("error_before_write", COMPLETED_DETAIL, times=-1)
+    world, p, job_id = pipeline(fx)
+    failed = p.run(job_id)
+    assert failed.state is JobState.FAILED and failed.n_findings and failed.report_json_key and failed.reliability
+    assert redrive.retry(world.deps, job_id).retried
+    reopened = world.jobs.get(job_id)
+    assert reopened is not None and reopened.state is JobState.RUNNING
+    assert (reopened.n_findings, reopened.report_json_key, reopened.reliability, reopened.ended_at) == (
+        None, None, None, None)

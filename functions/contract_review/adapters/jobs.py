@@ -136,13 +136,20 @@ class DynamoJobs:
     def settle_chunk(self, job_id: str, chunk_id: str, *, with_event: bool = False, usage: Usage | None = None) -> Job:
         adds, values = _usage_adds(usage)
         if adds:  # the chunk's usage is added only by the update that brings it into the settled set
-            try:
-                return self._settle(job_id, chunk_id, with_event, adds, values,
-                                    " AND NOT contains(settled, :cid)")
-            except ClientError as exc:
-                if not is_conditional_failure(exc):
-                    raise
+            counted = self.settle_new_chunk(job_id, chunk_id, with_event=with_event, usage=usage)
+            if counted is not None:
+                return counted
         return self._settle(job_id, chunk_id, with_event, [], {}, "")
+
+    def settle_new_chunk(self, job_id: str, chunk_id: str, *, with_event: bool = False,
+                         usage: Usage | None = None) -> Job | None:
+        adds, values = _usage_adds(usage)
+        try:
+            return self._settle(job_id, chunk_id, with_event, adds, values, " AND NOT contains(settled, :cid)")
+        except ClientError as exc:
+            if not is_conditional_failure(exc):
+                raise
+            return None
 
     def _settle(self, job_id: str, chunk_id: str, with_event: bool, adds: list[str], values: dict[str, Any],
                 also: str) -> Job:

@@ -241,8 +241,12 @@ def finish_cancel(deps: Deps, job: Job) -> JobState:
     # update that brings it into the settled set (conditional on it not being there: whichever of the aggregator
     # and this comes first counts it, once); the job's total is only ever added to, never written whole
     for r in records:
-        if r.chunk_id not in job.settled:
-            deps.jobs.settle_chunk(job.job_id, r.chunk_id, usage=r.usage())
+        if r.chunk_id not in job.settled:  # counted here: its `chunk.settled` event too (the aggregator's is skipped)
+            counted = deps.jobs.settle_new_chunk(job.job_id, r.chunk_id, with_event=True, usage=r.usage())
+            if counted is not None:
+                deps.jobs.put_event(job.job_id, counted.event_seq, "chunk.settled", {
+                    "chunk_id": r.chunk_id, "chunk_index": r.chunk_index, "status": r.status.value,
+                    "settled": len(counted.settled), "total": job.chunk_count, "by": "cancel"})
     done = sum(1 for r in records if r.status is ChunkStatus.DONE)
     cancelled = sum(1 for r in records if r.status is ChunkStatus.CANCELLED)
     code = job.cancel_code or "job.cancelled"

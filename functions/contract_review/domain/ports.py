@@ -102,6 +102,11 @@ class JobsRepo(Protocol):
         usage, added to the job's in the same update, only if the chunk was not in the settled set already (a
         chunk is counted once)."""
 
+    def settle_new_chunk(self, job_id: str, chunk_id: str, *, with_event: bool = False,
+                         usage: Usage | None = None) -> Job | None:
+        """`settle_chunk` only if the chunk is not in the settled set yet (one conditional update); None, and
+        nothing written, when it is: the caller learns whether it was the one that counted it."""
+
     def unsettle_chunks(self, job_id: str, usage_by_chunk: Mapping[str, Usage]) -> Job | None:
         """Take each chunk out of the settled set, its usage (what was counted when it settled) off the job's, in
         one update conditional on the chunk being in the set (a chunk not counted is not taken off), and bump

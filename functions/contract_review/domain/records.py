@@ -353,7 +353,10 @@ class AwaitApproval(_Record):
 
 
 # Fields a reopened job sheds (its earlier ending no longer holds).
-OUTCOME_FIELDS = ("error", "error_code", "root_error", "missing", "mandatory_gaps", "ended_at")
+# What an ending writes (JobOutcome, JobFailure): a reopened job drops them all, so a later ending that writes
+# fewer (a failure after waiting for approval) never leaves an earlier ending's report or counts behind
+OUTCOME_FIELDS = ("error", "error_code", "root_error", "missing", "mandatory_gaps", "ended_at", "report_json_key",
+                  "report_md_key", "n_findings", "reliability", "coverage_summary")
 
 
 class Job(Usage):
