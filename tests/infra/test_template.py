@@ -30,6 +30,7 @@ REQUIRED_OUTPUTS = {
     "JobsTableName", "ClaimsTableName", "CheckpointsTableName", "EventsTableName", "ArtifactBucketName",
     "IdempotencyTableName", "JobEventsTopicArn", "CompensationDlqUrl",  # the side effects (infra/side_effects.py)
     "ModelControlParameterName",  # `review quota` (adapters/model_control.py)
+    "TokenLedgerTableName",  # the daily token ledger (adapters/token_ledger.py)
 }
 OTHER_OUTPUTS = {
     "IntakeQueueArn", "AnalysisQueueArn", "ResultsQueueArn", "IntakeFunctionName", "WorkerFunctionName",
