@@ -248,15 +248,24 @@ def test_after_a_hold_a_throttle_starts_a_new_streak_instead_of_dead_lettering_a
     world = FakeWorld()
     job_id, msg = one_chunk_job(world)
     p = world.settings.profile
+    first = RUN[0].name  # throttled before the hold (a streak starts), then its next step throttled after it
+    throttles = [_error("ThrottlingException", 429)] * 3
+    worker = _worker(world, ScriptedModel(fail={(first, "locate"): list(throttles), (first, "assess"): list(throttles)}))
+    assert worker.handle(msg, _delivery()).detail["reason"] == "model.throttled"
+    streak_from = world.claims.get(job_id, msg.chunk_id).backpressure_since
+    assert streak_from is not None
+    # GIVEN the daily quota used up and the chunk held for longer than the backpressure deadline
     _full(world)
-    second = RUN[1].name  # the probe is the first analyst's first call; the second analyst's calls are throttled
-    worker = _worker(world, ScriptedModel(fail={(second, "locate"): [_error("ThrottlingException", 429)] * 3}))
-    assert worker.handle(msg, _delivery()).detail["reason"] == DAILY_QUOTA_CODE
+    world.clock.advance(1)
+    (fresh,) = world.queues.drain(Queue.ANALYSIS)
+    assert worker.handle(msg.model_validate_json(fresh.body), _delivery()).detail["reason"] == DAILY_QUOTA_CODE
     world.clock.advance(max(p.recovery.backpressure_deadline_s, p.quota.daily_ledger_bucket_s) * 3)
     (fresh,) = world.queues.drain(Queue.ANALYSIS)
-    # the probe succeeds (the first call) and lifts the hold; then a throttle: backpressure, not a dead letter
+    # WHEN the probe (its locate call) answers and lifts the hold, and its next call is throttled before any
+    # checkpoint
     outcome = worker.handle(msg.model_validate_json(fresh.body), _delivery())
+    # THEN that is backpressure starting a new streak, not a dead letter for the streak before the hold
     assert outcome.action == "requeued" and outcome.detail["reason"] == "model.throttled", outcome
     record = world.claims.get(job_id, msg.chunk_id)
     assert record is not None and record.backpressure_since == world.clock() and record.failures == 0
-    assert record.release_reason is ReleaseReason.BACKPRESSURE and len(record.checkpoints) == 1  # the probe's analyst
+    assert record.release_reason is ReleaseReason.BACKPRESSURE and world.queues.sent[Queue.ANALYSIS_DLQ] == []
