@@ -70,6 +70,9 @@ WORKER = (
     Access("queue:results", (SEND,), "announce a settled chunk"),
     Access("parameter:model-control", ("ssm:GetParameter",), "the operator's model control (review quota): a pause, "
                                                               "a quota"),
+    Access("table:token-ledger", (QUERY, UPDATE), "the daily token ledger: add what the calls counted to the "
+                                                  "hour's counter (ADD), read the last 24 hours (one query), start "
+                                                  "a hold, claim the hour's probe and lift the hold (conditional)"),
 )
 # The job's side effects (contract_review/sideeffects/saga.py), run by the aggregator and by the sweeper (the finalize of a
 # stalled job; an expired approval's compensation). Powertools idempotency never reads with GetItem: a failed

@@ -197,6 +197,7 @@ class ContractReviewStack(Stack):
             "job_events_topic_arn": self.side_effects.topic.topic_arn,
             "compensation_dlq_url": self.side_effects.compensation_dlq.queue_url,
             "model_control_parameter": self.model_control.parameter_name,
+            "token_ledger_table": t.token_ledger.table_name,
         }
         unknown = {r.field for r in RESOURCES} ^ set(values)
         if unknown:  # config.RESOURCES changed: the template must follow, or handlers break at cold start
@@ -229,7 +230,8 @@ class ContractReviewStack(Stack):
         """The resource keys of `permissions.ACCESS` -> ARNs in this stack."""
         t, bucket = self.tables, self.storage.bucket
         out = {f"table:{name}": table.table_arn for name, table in
-               (("jobs", t.jobs), ("claims", t.claims), ("checkpoints", t.checkpoints), ("events", t.events))}
+               (("jobs", t.jobs), ("claims", t.claims), ("checkpoints", t.checkpoints), ("events", t.events),
+                ("token-ledger", t.token_ledger))}
         out[LEASE_INDEX] = f"{t.claims.table_arn}/index/{CLAIMS_LEASE_INDEX}"
         out["bucket"] = bucket.bucket_arn
         out.update({f"objects:{prefix}": bucket.arn_for_objects(f"{prefix}*") for prefix in PREFIXES})

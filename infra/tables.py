@@ -1,4 +1,4 @@
-"""The four DynamoDB tables.
+"""The five DynamoDB tables.
 
 `dynamodb.Table` on purpose, not `TableV2`: TableV2 synthesizes `AWS::DynamoDB::GlobalTable`,
 which moto's CloudFormation cannot create, and local runs deploy this very template into moto.
@@ -35,10 +35,12 @@ JOBS = TableSpec("JobsTable", "job_id")
 CLAIMS = TableSpec("ClaimsTable", "job_id", "chunk_id")
 CHECKPOINTS = TableSpec("CheckpointsTable", "pk", "analyst")
 EVENTS = TableSpec("EventsTable", "job_id", "seq")
+# the daily token ledger (adapters/token_ledger.py): a counter per model per hour, and one control item per model
+TOKEN_LEDGER = TableSpec("TokenLedgerTable", "model", "hour", sort_key_type=N)
 
 
 class ReviewTables(Construct):
-    """jobs, claims (+ `by-lease` GSI), checkpoints, events."""
+    """jobs, claims (+ `by-lease` GSI), checkpoints, events, the daily token ledger."""
 
     def __init__(self, scope: Construct, construct_id: str, *, retain: bool) -> None:
         super().__init__(scope, construct_id)
@@ -55,6 +57,7 @@ class ReviewTables(Construct):
         )
         self.checkpoints = self._table(CHECKPOINTS)
         self.events = self._table(EVENTS)
+        self.token_ledger = self._table(TOKEN_LEDGER)
 
     def _table(self, spec: TableSpec) -> dynamodb.Table:
         return dynamodb.Table(

@@ -313,6 +313,8 @@ def status(obj: Ctx, job_id: str, as_json: bool) -> None:
     r = view.reliability
     console.print(f"  model calls {r.model_calls}, retries {r.retries_by_code}, redeliveries {r.redeliveries}")
     console.print(f"  model circuit breaker: {view.model_circuit}")
+    if view.waiting is not None:
+        console.print(f"  waiting: {ops.waiting_line(view.waiting)}", markup=False, highlight=False)
     if view.approval is not None:
         a = view.approval
         console.print(f"  waits for approval: step {a.step} (key {a.key[:12]}): {a.reason}; expires {ops.iso(a.expires_at)}; "

@@ -19,6 +19,7 @@ from contract_review.adapters.model_control import SsmModelControl
 from contract_review.adapters.outcomes import PowertoolsOutcomes
 from contract_review.adapters.queues import SqsQueues
 from contract_review.adapters.task_protection import ScaleInGuard, TaskProtection
+from contract_review.adapters.token_ledger import DynamoTokenLedger
 from contract_review.config.constants import AWS_CALL_ATTEMPTS, AWS_CONNECT_TIMEOUT_S, AWS_READ_TIMEOUT_S
 from contract_review.config.settings import Settings
 from contract_review.domain.cost import RequestMeter
@@ -28,8 +29,10 @@ from contract_review.domain.model import ModelClient
 from contract_review.domain.ports import Deps, Queue
 from contract_review.model.bedrock import ModelIdCheck, bedrock_client_config, bedrock_model
 from contract_review.model.breaker import BreakerModel, CircuitBreaker
+from contract_review.model.daily_quota import DailyQuota
 from contract_review.model.pacing import QuotaLimiter
-from contract_review.model.quotas import read_model_quotas
+from contract_review.model.quotas import ModelQuotas, read_model_quotas
+from contract_review.pipeline.worker import ChunkWorker
 from contract_review.sideeffects import saga
 
 log = logging.getLogger(__name__)
@@ -73,6 +76,8 @@ def build_deps(settings: Settings, session: Any, endpoint_url: str | None = None
         compensator=saga.compensate_job if settings.idempotency_table else None,
         model_control=(SsmModelControl(meter.hook(session.client("ssm", **kw)), settings.model_control_parameter,
                                        p.quota.model_control_max_age_s) if settings.model_control_parameter else None),
+        token_ledger=(DynamoTokenLedger(ddb, settings.token_ledger_table, p.quota.daily_ledger_bucket_s)
+                      if settings.token_ledger_table else None),
     )
 
 
@@ -118,15 +123,9 @@ def bedrock_control_client(session: Any) -> Any:
     return session.client("bedrock", config=aws_client_config())
 
 
-def model_tokens_per_minute(settings: Settings, session: Any) -> tuple[float | None, str]:
-    """The tokens-per-minute quota this process paces to, and where it came from: `-c model_tpm` (MODEL_TPM), the
-    profile's, or the model's quota as Service Quotas names it (model/quotas.py), read once at cold start. The
-    offline model has no quota. A quota that cannot be read is logged and leaves the calls unpaced (throttles
-    are still backpressure, never failures)."""
-    if settings.model_tpm:
-        return settings.model_tpm, "MODEL_TPM (cdk deploy -c model_tpm)"
-    if settings.profile.quota.model_tokens_per_minute:
-        return settings.profile.quota.model_tokens_per_minute, f"profile {settings.profile.name}"
+def service_quotas(settings: Settings, session: Any) -> tuple[ModelQuotas | None, str]:
+    """The model's quotas as Service Quotas names them (model/quotas.py), read once at cold start, or None and why
+    not (the offline model has none; a quota that cannot be read is logged by the caller and not held to)."""
     if settings.model_provider != "bedrock" or session is None:
         return None, "the offline model has no quota"
     model_id = settings.effective_model_id
@@ -138,18 +137,73 @@ def model_tokens_per_minute(settings: Settings, session: Any) -> tuple[float | N
                                    facts.display_name)
     except (ClientError, BotoCoreError) as exc:
         return None, f"Service Quotas not readable ({classify(exc).error_code}: {type(exc).__name__})"
-    row = next((r for r in quotas.rows if r.what == "tokens_per_minute"), None)
+    return quotas, f"{facts.display_name!r}"
+
+
+def model_tokens_per_minute(settings: Settings, session: Any,
+                            quotas: tuple[ModelQuotas | None, str] | None = None) -> tuple[float | None, str]:
+    """The tokens-per-minute quota this process paces to, and where it came from: `-c model_tpm` (MODEL_TPM), the
+    profile's, or the model's quota as Service Quotas names it (`service_quotas`, or the `quotas` already read). The
+    offline model has no quota. A quota that cannot be read is logged and leaves the calls unpaced (throttles
+    are still backpressure, never failures)."""
+    if settings.model_tpm:
+        return settings.model_tpm, "MODEL_TPM (cdk deploy -c model_tpm)"
+    if settings.profile.quota.model_tokens_per_minute:
+        return settings.profile.quota.model_tokens_per_minute, f"profile {settings.profile.name}"
+    return _quota_row(quotas or service_quotas(settings, session), "tokens_per_minute", "tokens-per-minute")
+
+
+def model_tokens_per_day(settings: Settings, session: Any,
+                         quotas: tuple[ModelQuotas | None, str] | None = None) -> tuple[float | None, str]:
+    """The model's daily token quota the workers hold to (model/daily_quota.py): the profile's
+    (`model_tokens_per_day`), or Service Quotas' "Model invocation max tokens per day for <model>"."""
+    if settings.profile.quota.model_tokens_per_day:
+        return settings.profile.quota.model_tokens_per_day, f"profile {settings.profile.name}"
+    return _quota_row(quotas or service_quotas(settings, session), "tokens_per_day", "daily tokens")
+
+
+def _quota_row(read: tuple[ModelQuotas | None, str], what: str, label: str) -> tuple[float | None, str]:
+    quotas, why = read
+    if quotas is None:
+        return None, why
+    row = next((r for r in quotas.rows if r.what == what), None)
     if row is None:
-        return None, f"no {quotas.kind} tokens-per-minute quota named for {facts.display_name!r} in Service Quotas"
+        return None, f"no {quotas.kind} {label} quota named for {why} in Service Quotas"
     return row.value, f"Service Quotas: {row.name} ({row.source})"
 
 
-def build_limiter(settings: Settings, session: Any = None) -> QuotaLimiter | None:
+def build_limiter(settings: Settings, session: Any = None,
+                  quotas: tuple[ModelQuotas | None, str] | None = None) -> QuotaLimiter | None:
     """This process's pacers for the model quota (model/pacing.py): the quota `model_tokens_per_minute` finds, or
     None when there is none (the calls are not paced; throttles are still backpressure)."""
-    tpm, source = model_tokens_per_minute(settings, session)
+    tpm, source = model_tokens_per_minute(settings, session, quotas)
     log.info("model quota", extra={"tokens_per_minute": tpm, "source": source, "model_id": settings.effective_model_id})
     return QuotaLimiter.for_profile(settings.profile, tpm, settings.effective_model_id)
+
+
+def build_daily_quota(settings: Settings, deps: Deps, session: Any = None,
+                      quotas: tuple[ModelQuotas | None, str] | None = None) -> DailyQuota | None:
+    """This process's hold on the model's daily token quota (model/daily_quota.py), over the shared ledger: None
+    without a ledger table or a known daily quota (nothing is held; throttles are still backpressure)."""
+    if deps.token_ledger is None:
+        return None
+    tpd, source = model_tokens_per_day(settings, session, quotas)
+    log.info("model daily quota", extra={"tokens_per_day": tpd, "source": source,
+                                         "model_id": settings.effective_model_id})
+    if not tpd:
+        return None
+    return DailyQuota.for_profile(deps.token_ledger, settings.effective_model_id, tpd, settings.profile,
+                                  source=source, clock=deps.clock)
+
+
+def build_chunk_worker(settings: Settings, deps: Deps, model: ModelClient, session: Any = None) -> ChunkWorker:
+    """The process's analysis worker: its model, its pacers and its daily-quota hold (Service Quotas read once)."""
+    q = settings.profile.quota
+    tpm_known = bool(settings.model_tpm or q.model_tokens_per_minute)
+    tpd_known = bool(q.model_tokens_per_day or deps.token_ledger is None)
+    quotas = None if tpm_known and tpd_known else service_quotas(settings, session)
+    return ChunkWorker(deps, model, limiter=build_limiter(settings, session, quotas),
+                       daily=build_daily_quota(settings, deps, session, quotas))
 
 
 def _offline_model(settings: Settings) -> ModelClient:

@@ -42,7 +42,7 @@ def _names(t: dict[str, Any]) -> dict[str, str]:
     for lid, r in t["Resources"].items():
         for prefix, name in (("TablesJobsTable", "table:jobs"), ("TablesClaimsTable", "table:claims"),
                              ("TablesCheckpointsTable", "table:checkpoints"), ("TablesEventsTable", "table:events"),
-                             ("StorageArtifacts", "bucket")):
+                             ("TablesTokenLedgerTable", "table:token-ledger"), ("StorageArtifacts", "bucket")):
             if lid.startswith(prefix) and r["Type"] in ("AWS::DynamoDB::Table", "AWS::S3::Bucket"):
                 out[lid] = name
         if lid.startswith("ModelControl") and r["Type"] == "AWS::SSM::Parameter":  # `review quota`
@@ -221,7 +221,7 @@ def test_one_idempotency_table_and_no_grant_on_a_table_outside_the_stack(synth: 
     props = t["Resources"][idem]["Properties"]
     assert props["KeySchema"] == [{"AttributeName": "id", "KeyType": "HASH"}]
     assert props["TimeToLiveSpecification"] == {"AttributeName": "expiration", "Enabled": True}
-    assert len(tables) == 5
+    assert len(tables) == 6
     granted: set[str] = set()
     for pid, pol in resources(t, "AWS::IAM::Policy").items():
         for st in pol["Properties"]["PolicyDocument"]["Statement"]:
@@ -235,3 +235,23 @@ def test_one_idempotency_table_and_no_grant_on_a_table_outside_the_stack(synth: 
                 assert refs and refs <= tables, (pid, r)
                 granted |= refs
     assert granted == tables, "every table is used by some role"
+
+
+@pytest.mark.parametrize("name", [LOCAL, PROD, FARGATE])
+def test_the_daily_token_ledger_is_the_workers_alone_encrypted_on_demand_and_expiring(synth: Synth, name: str) -> None:
+    t = synth.templates[name]
+    (ledger,) = [lid for lid in resources(t, "AWS::DynamoDB::Table") if lid.startswith("TablesTokenLedgerTable")]
+    props = t["Resources"][ledger]["Properties"]
+    assert props["KeySchema"] == [{"AttributeName": "model", "KeyType": "HASH"},
+                                  {"AttributeName": "hour", "KeyType": "RANGE"}]
+    assert props["BillingMode"] == "PAY_PER_REQUEST" and props["SSESpecification"]["SSEEnabled"] is True
+    assert props["TimeToLiveSpecification"] == {"AttributeName": "expires_at", "Enabled": True}
+    # only the role that runs the worker may touch it: add to a counter, read the window, claim a probe (no Put,
+    # no Delete, no Scan); on the Fargate template that is the task role
+    holders = {}
+    for role in FUNCTION_ROLES + ("api",) + (("fargate",) if name == FARGATE else ()):
+        granted, _ = _granted(t, role)
+        if "table:token-ledger" in granted:
+            holders[role] = granted["table:token-ledger"]
+    ledger_actions = {"dynamodb:Query", "dynamodb:UpdateItem"}
+    assert holders == {"worker": ledger_actions, **({"fargate": ledger_actions} if name == FARGATE else {})}

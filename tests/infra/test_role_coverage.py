@@ -18,6 +18,7 @@ grant of `infra.permissions.ACCESS` was used by some recorded call.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import threading
 import time
@@ -49,6 +50,7 @@ from contract_review.domain.records import (
     job_id_for,
 )
 from contract_review.handlers import poller
+from contract_review.model.daily_quota import DailyQuota
 from contract_review.pipeline import admission
 from contract_review.pipeline.intake import handle_intake
 from contract_review.pipeline.worker import ChunkWorker, Delivery, Tier2
@@ -148,6 +150,13 @@ class FailingModel:
 class OkModel(FailingModel):
     def __init__(self) -> None:
         super().__init__("", 200, ok=10**6)
+
+
+class CountedModel(OkModel):
+    """Answers as OkModel, with the usage Bedrock reports (what the daily token ledger counts)."""
+
+    def invoke(self, request: ModelRequest) -> ModelResponse:
+        return dataclasses.replace(super().invoke(request), input_tokens=10)
 
 
 # ------------------------------------------------------------------------ the scenarios
@@ -284,6 +293,23 @@ def _worker(rec: Recorder, setup: Deps, aws: EmbeddedAws, bedrock: BedrockDouble
         outcome = ChunkWorker(handlers.deps(), OkModel(), sleep=lambda _s: None).handle(
             msg.model_copy(update={"max_attempts": 1}), _delivery(m, p.queues.analysis_visibility_s))
     assert outcome.action == "dead_lettered", outcome
+    # 5. the daily token ledger: a chunk's calls counted (flushed with an ADD at the end of the attempt) ...
+    deps = handlers.deps()
+    assert deps.token_ledger is not None
+    _, m = _job(setup, aws, "w-daily")
+    counting = DailyQuota.for_profile(deps.token_ledger, OkModel.model_id, 10**12, p)
+    with rec.acting_as("worker"):
+        outcome = ChunkWorker(deps, CountedModel(), sleep=lambda _s: None, daily=counting).handle(
+            AnalysisMessage.model_validate_json(m["Body"]), _delivery(m, p.queues.analysis_visibility_s))
+    assert outcome.action == "done", outcome
+    # ... then a quota that the ledger shows used up (those 110 tokens): the chunk is held (the ledger read, the
+    # hold started)
+    _, m = _job(setup, aws, "w-held")
+    full = DailyQuota.for_profile(deps.token_ledger, OkModel.model_id, 100, p)
+    with rec.acting_as("worker"):
+        outcome = ChunkWorker(deps, OkModel(), sleep=lambda _s: None, daily=full).handle(
+            AnalysisMessage.model_validate_json(m["Body"]), _delivery(m, p.queues.analysis_visibility_s))
+    assert outcome.action == "requeued" and outcome.detail["reason"] == "model.daily_quota_exhausted", outcome
 
 
 def _answer_once(session: Any, operation: str, match: Callable[[dict[str, Any]], bool],
@@ -534,8 +560,9 @@ def test_every_call_the_code_makes_is_allowed(recorded: Recorded, synth: Synth, 
 
 def _target_arn(outputs: dict[str, str], target: str) -> str:
     kind, _, name = target.partition(":")
-    if kind == "table":
-        return f"arn:aws:dynamodb:{REGION}:{ACCOUNT}:table/{outputs[f'{name.title()}TableName']}"
+    if kind == "table":  # table:token-ledger -> TokenLedgerTableName
+        table = name.title().replace("-", "")
+        return f"arn:aws:dynamodb:{REGION}:{ACCOUNT}:table/{outputs[f'{table}TableName']}"
     if kind == "index":
         table, index = name.split("/")
         return f"arn:aws:dynamodb:{REGION}:{ACCOUNT}:table/{outputs[f'{table.title()}TableName']}/index/{index}"

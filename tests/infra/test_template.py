@@ -30,6 +30,7 @@ REQUIRED_OUTPUTS = {
     "JobsTableName", "ClaimsTableName", "CheckpointsTableName", "EventsTableName", "ArtifactBucketName",
     "IdempotencyTableName", "JobEventsTopicArn", "CompensationDlqUrl",  # the side effects (infra/side_effects.py)
     "ModelControlParameterName",  # `review quota` (adapters/model_control.py)
+    "TokenLedgerTableName",  # the daily token ledger (adapters/token_ledger.py)
 }
 OTHER_OUTPUTS = {
     "IntakeQueueArn", "AnalysisQueueArn", "ResultsQueueArn", "IntakeFunctionName", "WorkerFunctionName",
@@ -183,7 +184,9 @@ TABLE_KEYS = {
     "TablesCheckpointsTable": (["pk", "analyst"], "expires_at"),
     "TablesEventsTable": (["job_id", "seq"], "expires_at"),
     "SideEffectsIdempotencyTable": (["id"], "expiration"),  # Powertools idempotency's attribute names
+    "TablesTokenLedgerTable": (["model", "hour"], "expires_at"),  # the daily token ledger: `hour` is a number
 }
+NUMBER_KEYS = {"hour"}
 
 
 def _tables(t: dict[str, Any]) -> dict[str, tuple[str, dict[str, Any]]]:
@@ -197,7 +200,7 @@ def _tables(t: dict[str, Any]) -> dict[str, tuple[str, dict[str, Any]]]:
 def test_no_global_tables(stack: tuple[str, dict]) -> None:
     _, t = stack
     assert not resources(t, "AWS::DynamoDB::GlobalTable")  # moto cannot create them (TableV2)
-    assert len(resources(t, "AWS::DynamoDB::Table")) == 5  # jobs, claims, checkpoints, events, idempotency
+    assert len(resources(t, "AWS::DynamoDB::Table")) == 6  # jobs, claims, checkpoints, events, idempotency, ledger
 
 
 def test_table_keys_ttl_pitr_billing_encryption(stack: tuple[str, dict]) -> None:
@@ -208,7 +211,8 @@ def test_table_keys_ttl_pitr_billing_encryption(stack: tuple[str, dict]) -> None
         p = r["Properties"]
         keys, ttl = TABLE_KEYS[prefix]
         assert [k["AttributeName"] for k in p["KeySchema"]] == keys, lid
-        assert all(d["AttributeType"] == "S" for d in p["AttributeDefinitions"] if d["AttributeName"] in keys)
+        assert all(d["AttributeType"] == ("N" if d["AttributeName"] in NUMBER_KEYS else "S")
+                   for d in p["AttributeDefinitions"] if d["AttributeName"] in keys)
         assert p["TimeToLiveSpecification"] == {"AttributeName": ttl, "Enabled": True}, lid
         assert p["PointInTimeRecoverySpecification"] == {"PointInTimeRecoveryEnabled": True}, lid
         assert p["BillingMode"] == "PAY_PER_REQUEST", lid

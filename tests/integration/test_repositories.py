@@ -15,10 +15,11 @@ from contract_review.adapters.artifacts import S3Artifacts
 from contract_review.adapters.claims import DynamoClaims
 from contract_review.adapters.jobs import DynamoJobs
 from contract_review.adapters.queues import SqsQueues
+from contract_review.adapters.token_ledger import DynamoTokenLedger
 from contract_review.config.settings import Settings
 from contract_review.domain.errors import ErrorEnvelope, ReviewError
 from contract_review.domain.messages import ResultMessage
-from contract_review.domain.ports import Artifacts, ClaimsRepo, JobsRepo, Queue, Queues
+from contract_review.domain.ports import Artifacts, ClaimsRepo, JobsRepo, Queue, Queues, TokenLedger
 from contract_review.domain.records import (
     AttemptStats,
     CheckpointWrite,
@@ -34,6 +35,7 @@ from contract_review.domain.records import (
     SideEffectDone,
     StepStatus,
     Usage,
+    Waiting,
 )
 from contract_review.wiring import aws_client_config, queue_urls
 from review_local.connect import local_session
@@ -50,6 +52,7 @@ class Repos:
     artifacts: Artifacts
     queues: Queues
     clock: FakeClock
+    ledger: TokenLedger
 
 
 @pytest.fixture(scope="module")
@@ -64,7 +67,7 @@ def repos(request: pytest.FixtureRequest) -> Repos:
     if request.param == "fake":
         w = FakeWorld(clock=clock)
         w.claims.inline_max_bytes = INLINE_MAX
-        return Repos(w.jobs, w.claims, w.artifacts, w.queues, clock)
+        return Repos(w.jobs, w.claims, w.artifacts, w.queues, clock, w.token_ledger)
     aws: EmbeddedAws = request.getfixturevalue("embedded")
     settings = Settings.from_outputs(aws.outputs, "local")
     session = local_session(aws.region)
@@ -77,7 +80,7 @@ def repos(request: pytest.FixtureRequest) -> Repos:
     artifacts = S3Artifacts(session.client("s3", **kw), settings.bucket)
     return Repos(DynamoJobs(ddb, settings.jobs_table, settings.events_table, 3600, clock),
                  DynamoClaims(ddb, settings.claims_table, settings.checkpoints_table, artifacts, 3600, INLINE_MAX, clock),
-                 artifacts, queues, clock)
+                 artifacts, queues, clock, DynamoTokenLedger(ddb, settings.token_ledger_table, 3600))
 
 
 INLINE_MAX = 100  # checkpoint outputs larger than this go to S3
@@ -504,3 +507,51 @@ def test_the_outcome_store_acts_once_per_key_and_forgets_a_failure(repos: Repos,
     with pytest.raises(RuntimeError):
         store.once(other, fails, lambda: 10_000)
     assert store.once(other, act, lambda: 10_000)["n"] == 3  # the failed attempt kept nothing
+
+
+def test_a_hold_ends_the_backpressure_streak_instead_of_extending_it(repos: Repos):
+    job_id = _job().job_id
+    repos.claims.create(_chunk(job_id))
+    c = repos.claims.claim(job_id, "c0", "a", 30, 1)
+    throttled = repos.claims.release(job_id, "c0", c.fence, AttemptStats(), ErrorEnvelope.of("model.throttled"),
+                                     failure=False, reason=ReleaseReason.BACKPRESSURE)
+    assert throttled is not None and throttled.backpressure_since is not None
+    c2 = repos.claims.claim(job_id, "c0", "b", 30, 1)
+    held = repos.claims.release(job_id, "c0", c2.fence, AttemptStats(),
+                                ErrorEnvelope.of("model.daily_quota_exhausted"), failure=False,
+                                reason=ReleaseReason.HELD)
+    assert held is not None and (held.release_reason, held.failures) == (ReleaseReason.HELD, 0)
+    assert (held.backpressure_since, held.backpressure_requeues) == (None, 0)
+    assert held.last_error is not None and held.last_error.error_code == "model.daily_quota_exhausted"
+
+
+def test_a_jobs_waiting_condition_is_named_once_and_ended_once(repos: Repos):
+    job, _ = repos.jobs.create(_job(JobState.RUNNING))
+    first = Waiting(condition="daily_token_quota", model_id="m", tokens_per_day=1e6, since=5.0, detail="waiting")
+    assert repos.jobs.set_waiting(job.job_id, first)
+    assert not repos.jobs.set_waiting(job.job_id, first.model_copy(update={"since": 9.0}))  # the first one stays
+    got = repos.jobs.get(job.job_id)
+    assert got is not None and got.waiting == first and got.version == job.version
+    assert repos.jobs.set_waiting(job.job_id, None) and not repos.jobs.set_waiting(job.job_id, None)
+    ended = repos.jobs.get(job.job_id)
+    assert ended is not None and ended.waiting is None
+    assert not repos.jobs.set_waiting("job-none", first)  # no job: nothing is created
+
+
+def test_the_daily_token_ledger_adds_atomically_reads_its_window_and_claims_each_probe_once(repos: Repos):
+    model, h = f"model-{next(_n)}", 500_000
+    repos.ledger.add(model, h - 24, 7)
+    repos.ledger.add(model, h - 1, 100)
+    repos.ledger.add(model, h, 20)
+    repos.ledger.add(model, h, 30)  # two workers' flushes of one hour: summed
+    repos.ledger.add(f"{model}-other", h, 1_000)
+    window = repos.ledger.window(model, h - 23)
+    assert (dict(window.hours), window.since_hour, window.probe_hour) == ({h - 1: 100, h: 50}, 0, None)
+    # the hold starts once; each later hour's probe is claimed by one caller only
+    assert repos.ledger.claim_probe(model, h, None) and not repos.ledger.claim_probe(model, h, None)
+    assert repos.ledger.claim_probe(model, h + 1, h) and not repos.ledger.claim_probe(model, h + 1, h)
+    assert repos.ledger.window(model, h - 23).probe_hour == h + 1
+    # a probe answered: counting restarts at its hour, no hold under way
+    repos.ledger.lift(model, h + 1)
+    after = repos.ledger.window(model, h - 23)
+    assert (after.since_hour, after.probe_hour, dict(after.hours)) == (h + 1, None, {h - 1: 100, h: 50})

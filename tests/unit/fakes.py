@@ -23,7 +23,7 @@ from contract_review.config.settings import Settings
 from contract_review.domain.errors import ErrorEnvelope, ReviewError
 from contract_review.domain.keys import checkpoint_key
 from contract_review.domain.messages import AnalysisMessage, JobControl, ResultMessage, size_batches
-from contract_review.domain.ports import DLQS, Deps, Queue, QueueMessage
+from contract_review.domain.ports import DLQS, Deps, LedgerWindow, Queue, QueueMessage
 from contract_review.domain.records import (
     OUTCOME_FIELDS,
     USAGE_FIELDS,
@@ -41,6 +41,7 @@ from contract_review.domain.records import (
     ReleaseReason,
     SideEffectDone,
     Usage,
+    Waiting,
     event_seq,
 )
 
@@ -166,6 +167,14 @@ class FakeJobs:
         return job.model_copy(deep=True)
 
     @_atomic
+    @_atomic
+    def set_waiting(self, job_id: str, waiting: Waiting | None) -> bool:
+        job = self.items.get(job_id)
+        if job is None or (waiting is None) == (job.waiting is None):
+            return False
+        self.items[job_id] = job.model_copy(update={"waiting": waiting}, deep=True)
+        return True
+
     def record_side_effect(self, job_id: str, effect: SideEffectDone) -> Job | None:
         job = self.items.get(job_id)
         if job is None:
@@ -283,6 +292,8 @@ class FakeClaims:
         if reason is ReleaseReason.BACKPRESSURE:
             update["backpressure_since"] = r.backpressure_since if r.backpressure_since is not None else self.clock()
             update["backpressure_requeues"] = r.backpressure_requeues + 1
+        if reason is ReleaseReason.HELD:  # a hold ends the streak (the deadline counts from after it)
+            update["backpressure_since"], update["backpressure_requeues"] = None, 0
         if error is not None:
             update["last_error"] = error
         return self._store(r, update)
@@ -407,6 +418,41 @@ class FakeModelControl:
         self.control = control
 
 
+class FakeTokenLedger:
+    """The daily token ledger (adapters/token_ledger.py) in memory: hourly counters and one control per model."""
+
+    def __init__(self) -> None:
+        self.counters: dict[tuple[str, int], int] = {}
+        self.control: dict[str, dict[str, int]] = {}
+        self.adds = self.reads = 0
+
+    @_atomic
+    def add(self, model_id: str, hour: int, tokens: int) -> None:
+        self.adds += 1
+        self.counters[(model_id, hour)] = self.counters.get((model_id, hour), 0) + tokens
+
+    @_atomic
+    def window(self, model_id: str, first_hour: int) -> LedgerWindow:
+        self.reads += 1
+        control = self.control.get(model_id, {})
+        return LedgerWindow(hours={h: n for (m, h), n in self.counters.items() if m == model_id and h >= first_hour},
+                            since_hour=control.get("since_hour", 0), probe_hour=control.get("probe_hour"))
+
+    @_atomic
+    def claim_probe(self, model_id: str, hour: int, seen: int | None) -> bool:
+        control = self.control.setdefault(model_id, {})
+        if control.get("probe_hour") != seen:
+            return False
+        control["probe_hour"] = hour
+        return True
+
+    @_atomic
+    def lift(self, model_id: str, hour: int) -> None:
+        control = self.control.setdefault(model_id, {})
+        control["since_hour"] = hour
+        control.pop("probe_hour", None)
+
+
 class FakeQueues:
     """Queues as lists. FIFO dedup on the results queue, as SQS does within its window."""
 
@@ -500,5 +546,7 @@ class FakeWorld:
         self.claims = FakeClaims(self.clock, self.artifacts, self.settings.profile.review.checkpoint_inline_max_bytes)
         self.queues = FakeQueues(self.clock)
         self.model_control = FakeModelControl()
+        self.token_ledger = FakeTokenLedger()
         self.deps = Deps(settings=self.settings, jobs=self.jobs, claims=self.claims, artifacts=self.artifacts,
-                         queues=self.queues, clock=self.clock, model_control=self.model_control)
+                         queues=self.queues, clock=self.clock, model_control=self.model_control,
+                         token_ledger=self.token_ledger)

@@ -67,6 +67,7 @@ def full_outputs(**overrides: str) -> dict[str, str]:
         "JobEventsTopicArn": "arn:aws:sns:us-east-1:123456789012:job-events",
         "CompensationDlqUrl": "https://sqs.us-east-1.amazonaws.com/123456789012/compensation-dlq",
         "ModelControlParameterName": "/ContractReview/model-control",
+        "TokenLedgerTableName": "token-ledger",
         "IntakeQueueArn": "arn:aws:sqs:us-east-1:123456789012:intake",
         "ProfileName": "prod",
         "WorkerKind": "lambda",

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import functools
 import json
+import random
 from collections.abc import Callable
 
 import pytest
@@ -24,6 +25,7 @@ from contract_review.domain.ports import Queue
 from contract_review.domain.records import ChunkStatus, JobState, ModelControl, job_id_for
 from contract_review.doubles.offline_model import OfflineRuleModel
 from contract_review.model.breaker import BreakerModel, CircuitBreaker
+from contract_review.model.daily_quota import DailyQuota
 from contract_review.pipeline import (
     redrive,  # `redrive.retry`: looked up when used (these tests also run against older code)
 )
@@ -444,6 +446,30 @@ def paused(code: str) -> None:
     r.completes_as_fault_free()
 
 
+def daily_quota(code: str) -> None:
+    """The model's daily token quota is used up (the shared ledger at 98 % of it): no call starts, every chunk is
+    held (no failure counted, not dead-lettered however long it lasts) and the job names what it waits for; the
+    next hour's probe call answers (the quota reset or was raised) and the job completes as if never held."""
+    r = Run()
+    p = r.world.settings.profile
+    model_id = r.p.model.inner.model_id
+    daily = DailyQuota.for_profile(r.world.token_ledger, model_id, 1_000_000, p, clock=r.world.clock)
+    r.p.worker = ChunkWorker(r.world.deps, r.p.model, rng=random.Random(7), sleep=lambda _s: None, daily=daily)
+    r.world.token_ledger.add(model_id, daily.hour(r.world.clock()), 990_000)
+    r.submit()
+    r.p.run(r.job_id, rounds=8)
+    r.world.clock.advance(p.recovery.backpressure_deadline_s * 2)  # longer than the deadline, within the hour
+    r.p.run(r.job_id, rounds=8)
+    job = r.world.jobs.get(r.job_id)
+    assert job is not None and job.state is JobState.RUNNING and job.waiting is not None and r.p.model.calls == 0
+    assert all(c.failures == 0 and c.status is ChunkStatus.PENDING for c in r.world.claims.for_job(r.job_id))
+    assert f'"{code}"' in r.seen() and "re-probed hourly" in REGISTRY[code].recovery
+    r.world.clock.advance(p.quota.daily_ledger_bucket_s)  # the next hour: one probe call, which answers
+    r.completes_as_fault_free()
+    ended = r.world.jobs.get(r.job_id)
+    assert ended is not None and ended.waiting is None
+
+
 RECOVERIES: dict[str, Callable[[str], None]] = {
     # by itself
     "model.throttled": lambda c: by_itself(c, throttled),
@@ -459,6 +485,7 @@ RECOVERIES: dict[str, Callable[[str], None]] = {
     "runtime.receives_exhausted": lambda c: by_itself(c, receives_burned),
     "model.refused": optional_refusal,
     "model.paused": paused,
+    "model.daily_quota_exhausted": daily_quota,
     # the job ends; the cause is fixed; `review retry` / `review dlq redrive`
     "model.output_invalid": lambda c: ends_then(c, answers_forever("end_turn", MANDATORY), MISSING, review_retry),
     "job.chunks_missing": lambda c: ends_then(c, answers_forever("content_filtered", MANDATORY), MISSING,

@@ -155,13 +155,17 @@ class DynamoClaims:
             parts += ["backpressure_since = if_not_exists(backpressure_since, :now)",
                       "backpressure_requeues = if_not_exists(backpressure_requeues, :z) + :one"]
             values[":one"] = 1
+        removed = _LEASE_ATTRS
+        if reason is ReleaseReason.HELD:  # a hold is outside the streak: it ends it (the deadline counts after it)
+            parts.append("backpressure_requeues = :z")
+            removed += ", backpressure_since"
         if error is not None:
             parts.append("last_error = :err")
             values[":err"] = error.model_dump(mode="json")
         if failure:
             parts.append("failures = if_not_exists(failures, :z) + :one")
             values[":one"] = 1
-        expr = "SET " + ", ".join(parts) + " REMOVE " + _LEASE_ATTRS
+        expr = "SET " + ", ".join(parts) + " REMOVE " + removed
         return self._fenced_update(job_id, chunk_id, fence, expr, values, names, lapsed_before=lapsed_before)
 
     def finish(self, job_id: str, chunk_id: str, fence: int, status: ChunkStatus, stats: AttemptStats, *,

@@ -18,6 +18,7 @@ from contract_review.domain.records import (
     JobState,
     SideEffectDone,
     Usage,
+    Waiting,
     event_seq,
 )
 
@@ -179,6 +180,17 @@ class DynamoJobs:
                 if item is None:
                     return None
         return Job.model_validate(item) if item is not None else self.get(job_id)
+
+    def set_waiting(self, job_id: str, waiting: Waiting | None) -> bool:
+        if waiting is None:
+            return self.jobs.update_if({"job_id": job_id}, UpdateExpression="REMOVE #w",
+                                       ConditionExpression="attribute_exists(#w)",
+                                       ExpressionAttributeNames={"#w": "waiting"}) is not None
+        return self.jobs.update_if({"job_id": job_id}, UpdateExpression="SET #w = :w",
+                                   ConditionExpression="attribute_exists(job_id) AND attribute_not_exists(#w)",
+                                   ExpressionAttributeNames={"#w": "waiting"},
+                                   ExpressionAttributeValues=serialize({":w": waiting.model_dump(mode="json")})) \
+            is not None
 
     def record_side_effect(self, job_id: str, effect: SideEffectDone) -> Job | None:
         """Read, replace the step's entry, write back conditional on the list's own revision

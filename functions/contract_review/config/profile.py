@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from contract_review.config.constants import (
     ANALYSIS_MESSAGE_FIXED_BYTES,
@@ -198,6 +198,16 @@ class QuotaConfig(BaseModel):
     # How long a worker keeps the operator's model control (`review quota`: a pause, a quota) before reading it
     # again: a pause stops new model calls within about this long.
     model_control_max_age_s: float = 60.0
+    # The model's daily token quota, held client-side with the daily token ledger (model/daily_quota.py; runbook
+    # "Daily token quota exhausted"): the quota (None: Service Quotas' "Model invocation max tokens per day for
+    # <model>", read at cold start; with neither, nothing is held), the share of it at which calls are held, how long
+    # a read of the ledger is used, how often a worker writes what its calls counted, and the ledger's bucket:
+    # an hour (24 of them are the window; one probe call per bucket while held).
+    model_tokens_per_day: float | None = None
+    daily_quota_threshold: float = Field(0.98, gt=0, le=1)
+    daily_ledger_max_age_s: float = Field(60.0, ge=0)
+    daily_ledger_flush_s: float = Field(60.0, ge=0)
+    daily_ledger_bucket_s: float = Field(3600.0, gt=0)
 
 
 class SideEffectsConfig(BaseModel):
@@ -405,6 +415,8 @@ PROFILES: dict[str, Profile] = {
         poller_wait_s=0,  # short polls against moto (its long poll spins while a FIFO group is busy)
         breaker_open_s=2.0,
         model_control_max_age_s=1.0,  # a `review quota pause` on the local stack takes effect within a second
+        daily_ledger_max_age_s=1.0,  # the local stack's workers see a full daily token ledger within a second
+        daily_ledger_flush_s=1.0,
         ticket_read_timeout_s=1.0,  # the local ticket fake holds a "timeout after write" answer for seconds
     ),
 }

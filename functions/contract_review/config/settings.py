@@ -49,6 +49,9 @@ RESOURCES: tuple[Resource, ...] = (
     # the operator's runtime control of the model (`review quota`: pause, quota), an SSM parameter
     Resource("model_control_parameter", "MODEL_CONTROL_PARAMETER", "ModelControlParameterName",
              "model control SSM parameter (review quota: pause, resume, set the quota)", required=False),
+    # the daily token ledger the workers share (model/daily_quota.py): a counter per model per hour
+    Resource("token_ledger_table", "TOKEN_LEDGER_TABLE", "TokenLedgerTableName",
+             "daily token ledger table (tokens the model calls counted, per model per hour)", required=False),
 )
 
 
@@ -96,6 +99,7 @@ class Settings(BaseModel):
     job_events_topic_arn: str = ""
     compensation_dlq_url: str = ""
     model_control_parameter: str = ""
+    token_ledger_table: str = ""
     ticket_url: str = ""
     # The tokens-per-minute quota the workers pace to (`-c model_tpm=N`); None: the profile's, else the model's
     # quota as Service Quotas names it, read at cold start (wiring.model_tokens_per_minute).

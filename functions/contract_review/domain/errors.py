@@ -90,6 +90,19 @@ _CODES = [
               "`review quota resume`. Meanwhile each chunk is held as backpressure: checkpoints kept, requeued with a "
               "growing delay, no failure counted, and the backpressure deadline does not dead-letter it for the "
               "pause."),
+    ErrorCode("model.daily_quota_exhausted", ErrorClass.STATE, False,
+              "The model's daily token quota (Service Quotas: \"Model invocation max tokens per day for <model>\"; "
+              "or the profile's model_tokens_per_day) is at least daily_quota_threshold (prod 98 %) used over the "
+              "last 24 hours, as the stack's own daily token ledger counts it (a DynamoDB counter per model per "
+              "hour that every worker adds the tokens its calls counted to). Decided from the ledger against the "
+              "quota, never from a throttle's text: Bedrock's throttle does not say which quota it hit.",
+              "Nothing, or raise the quota: each chunk is held as backpressure (checkpoints kept, requeued with "
+              "the longest delay, no failure counted, no model call made) and the backpressure deadline does not "
+              "dead-letter it for the hold; the job shows `waiting: daily token quota of MODEL, re-probed "
+              "hourly` (`review status`, GET /jobs/{id}). Once an hour one call per model is let through as a probe: "
+              "when it succeeds (the quota reset, or was raised) the hold lifts for every worker within "
+              "daily_ledger_max_age_s; when it fails the hold lasts another hour. To end it sooner: raise the quota "
+              "in Service Quotas (docs/runbook.md \"Daily token quota exhausted\")."),
     ErrorCode("input.invalid", ErrorClass.PERMANENT, False,
               "The intake message is not valid JSON or violates the intake schema v1.",
               "Fix the message (see docs/intake-message.schema.json) and send it again. Never retried."),

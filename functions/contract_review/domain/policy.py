@@ -9,7 +9,8 @@ decides what a failure does next. Changing one code's behaviour is changing its 
   poison budget and the DLQ), a permanent failure of the chunk, or a stop (someone else owns the work).
 - `trips_breaker`: counts as a failed call towards the model's circuit breaker (model/breaker.py).
 - `slows`: the quota a throttle with this code slows down (model/pacing.py); None for every other code.
-- `bounded`: backpressure for this cause ends at the backpressure deadline (not for an operator's pause).
+- `bounded`: backpressure for this cause ends at the backpressure deadline (not for an operator's pause, nor for
+  the daily token quota: a hold, whose release does not count towards the chunk's backpressure streak).
 
 The class, retryability and job-fatality of a code stay in the registry (the envelope carries them);
 `docs/error-codes.md` is generated from both (`python -m contract_review.domain.policy`).
@@ -50,7 +51,8 @@ class Recovery:
     handling: Handling
     trips_breaker: bool = False
     slows: Quota | None = None
-    bounded: bool = True  # backpressure for this cause ends at the backpressure deadline (False: waits for an operator)
+    bounded: bool = True  # backpressure for this cause ends at the backpressure deadline (False: a hold, which waits
+    # for an operator or a quota and is released as `held`, outside the chunk's backpressure streak)
 
 
 M, A, FX, COMP = Tier1.MODEL, Tier1.BOTOCORE, Tier1.SIDE_EFFECT, Tier1.COMPENSATION
@@ -71,6 +73,7 @@ POLICY: dict[str, Recovery] = {
     "model.request_invalid": Recovery(None, PERM),
     "model.circuit_open": Recovery(None, BP),
     "model.paused": Recovery(None, BP, bounded=False),
+    "model.daily_quota_exhausted": Recovery(None, BP, bounded=False),  # held until the hourly probe succeeds
     "input.invalid": Recovery(None, NONE),
     "input.empty_document": Recovery(None, NONE),
     "input.undecodable": Recovery(None, NONE),

@@ -35,6 +35,7 @@ from contract_review.domain.records import (
     ReleaseReason,
     SideEffectDone,
     Usage,
+    Waiting,
 )
 
 if TYPE_CHECKING:
@@ -51,6 +52,35 @@ class ModelControls(Protocol):
         ...
 
     def put(self, control: ModelControl) -> None: ...
+
+
+@dataclass(frozen=True)
+class LedgerWindow:
+    """The daily token ledger of one model as read (`TokenLedger.window`): tokens per hour (hour = epoch seconds //
+    the bucket's length), the hour it counts from (a probe succeeded then: the quota reset or was raised), and the
+    hour of the last hold start or probe (None: no hold since the last lift)."""
+
+    hours: Mapping[int, int]
+    since_hour: int = 0
+    probe_hour: int | None = None
+
+
+class TokenLedger(Protocol):
+    """The daily token ledger every worker shares (adapters/token_ledger.py: a DynamoDB counter per model per
+    hour, and one control item per model)."""
+
+    def add(self, model_id: str, hour: int, tokens: int) -> None:
+        """Add `tokens` to the model's counter of `hour` (an atomic ADD: concurrent workers lose nothing)."""
+
+    def window(self, model_id: str, first_hour: int) -> LedgerWindow:
+        """The model's hourly counters from `first_hour` on, and its control (one read)."""
+
+    def claim_probe(self, model_id: str, hour: int, seen: int | None) -> bool:
+        """Set the control's probe hour to `hour` if it is still `seen` (None: no hold since the last lift):
+        True for the one caller that moved it (a hold starts, or this hour's probe is this caller's)."""
+
+    def lift(self, model_id: str, hour: int) -> None:
+        """A probe succeeded: count from `hour` on, and no hold is under way."""
 
 
 class Compensator(Protocol):
@@ -112,6 +142,10 @@ class JobsRepo(Protocol):
         one update conditional on the chunk being in the set (a chunk not counted is not taken off), and bump
         `settled_version` either way (a finalize in flight loses); the job after the updates, None when there is
         no such job (nothing is created)."""
+
+    def set_waiting(self, job_id: str, waiting: Waiting | None) -> bool:
+        """Name what the job's chunks are held for (kept when one is named already: the first hold's `since`
+        stays), or end it (None); without touching the job's `version`. True when the job changed."""
 
     def record_side_effect(self, job_id: str, effect: SideEffectDone) -> Job | None:
         """Upsert the job's side effect of `effect.step` (replaced in place, appended when new), without
@@ -269,4 +303,6 @@ class Deps:
     compensator: Compensator | None = None
     # The operator's runtime control of the model (`review quota`: pause, quota); None: none configured
     model_control: ModelControls | None = None
+    # The daily token ledger the workers share (model/daily_quota.py); None: not configured (no daily-quota hold)
+    token_ledger: TokenLedger | None = None
     meter: RequestMeter | None = None  # counts the AWS requests of the clients above (cost.py); None: not counted

@@ -67,6 +67,10 @@ class ReleaseReason(StrEnum):
     RETRY = "retry"  # a failed attempt (tier 2): the same message comes back after its backoff
     WORKER_LOST = "worker_lost"  # the sweeper found the lease lapsed (a crash): requeued, failure counted
     JOB_ENDED = "job_ended"  # the job ended meanwhile: only the lease is freed
+    # held for a cause the backpressure deadline does not bound (an operator's pause, the daily token quota):
+    # requeued fresh, no failure, and the chunk's backpressure streak is ended, not extended (the deadline counts
+    # from the first backpressure after the hold)
+    HELD = "held"
 
 
 def job_id_for(idempotency_key: str) -> str:
@@ -359,6 +363,16 @@ OUTCOME_FIELDS = ("error", "error_code", "root_error", "missing", "mandatory_gap
                   "report_md_key", "n_findings", "reliability", "coverage_summary")
 
 
+class Waiting(_Record):
+    """What a job's chunks are held for, as `review status` and GET /jobs/{id} show it."""
+
+    condition: str  # daily_token_quota
+    model_id: str
+    tokens_per_day: float
+    since: float  # when a worker first held one of the job's chunks for it
+    detail: str  # one line for people: "waiting for the daily token quota of MODEL ..., re-probed hourly"
+
+
 class Job(Usage):
     """A job, and (Usage) what it spent: a running total the aggregator adds each settled chunk's usage to, in
     the update that settles it (the per-job budget is checked against it)."""
@@ -418,6 +432,9 @@ class Job(Usage):
     estimate_micro_usd: int | None = None
     side_effects: list[SideEffectDone] = Field(default_factory=list)
     approval: Approval | None = None
+    # A named condition the job's chunks are held for (the daily token quota), set by the worker that first held
+    # one, removed when a chunk of the job makes progress again (JobsRepo.set_waiting). None: not waiting.
+    waiting: Waiting | None = None
 
     @property
     def terminal(self) -> bool:

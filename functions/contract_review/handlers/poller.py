@@ -33,7 +33,7 @@ from contract_review.domain.ports import Deps
 from contract_review.pipeline.sweeper import sweep
 from contract_review.pipeline.worker import ChunkWorker, Delivery, Tier2
 
-from ..wiring import ScaleInGuard, aws_client_config, build_deps, build_limiter, build_model, build_scale_in_guard
+from ..wiring import ScaleInGuard, aws_client_config, build_chunk_worker, build_deps, build_model, build_scale_in_guard
 from .telemetry import record_attempt
 
 log = logging.getLogger("contract_review.poller")
@@ -117,7 +117,7 @@ def run(settings: Settings, session: Any, stop: Shutdown, guard: ScaleInGuard | 
     deps = build_deps(settings, session)
     threading.Thread(target=_sweep_loop, args=(deps, settings.profile.fargate.fargate_sweep_interval_s, stop),
                      daemon=True, name="sweeper").start()
-    worker = ChunkWorker(deps, build_model(settings, session), limiter=build_limiter(settings, session))
+    worker = build_chunk_worker(settings, deps, build_model(settings, session), session)
     sqs = session.client("sqs", config=aws_client_config())  # the poller is its own event source mapping
     visibility = settings.profile.fargate.fargate_visibility_s
     try:

@@ -12,7 +12,7 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 from contract_review.domain.messages import AnalysisMessage
 from contract_review.pipeline.worker import ChunkWorker, Delivery, Tier2
 
-from ..wiring import build_limiter
+from ..wiring import build_chunk_worker
 from . import deps, model, session, settings
 from .telemetry import record_attempt
 
@@ -24,7 +24,7 @@ processor = BatchProcessor(event_type=EventType.SQS, raise_on_entire_batch_failu
 
 @functools.cache
 def chunk_worker() -> ChunkWorker:
-    return ChunkWorker(deps(), model(), limiter=build_limiter(settings(), session()))  # one limiter per process
+    return build_chunk_worker(settings(), deps(), model(), session())  # one per process: its pacers, its daily hold
 
 
 def record_handler(record: SQSRecord, context: LambdaContext) -> None:

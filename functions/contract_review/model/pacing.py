@@ -119,6 +119,13 @@ def estimated_reservation(request: ModelRequest) -> int:
     return prefix_tokens("", request) + text_tokens(request.prompt) + request.max_tokens
 
 
+def settled_tokens(model_id: str, response: ModelResponse) -> int:
+    """What a finished call counts against the model's token quotas, as Bedrock settles it: input + cache writes +
+    output x the model's burndown (cache reads count nothing). The tokens pacer gives back the rest of what the call
+    reserved; the daily token ledger (model/daily_quota.py) adds this."""
+    return quota_tokens(model_id, response.input_tokens, response.cache_write_tokens, response.output_tokens)
+
+
 def throttle_kind(exc: BaseException) -> str | None:
     """requests | tokens | both for an error whose code slows the model quota (domain/policy.py), None
     otherwise. Which quota it was, Bedrock says only in the message (see the module's note)."""
@@ -205,8 +212,7 @@ class QuotaLimiter:
             self.tokens.on_success(reserved)
             # settled as Bedrock settles it: what the call counts (input, cache writes, output x burndown) replaces
             # what it reserved; the difference is free again (cache reads and unused maxTokens)
-            used = quota_tokens(self.model_id, response.input_tokens, response.cache_write_tokens,
-                                response.output_tokens)
+            used = settled_tokens(self.model_id, response)
             self.tokens.give_back(max(0.0, reserved - used))
 
     def failed(self, exc: BaseException) -> None:

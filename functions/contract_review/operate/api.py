@@ -426,6 +426,10 @@ def job_status(deps: Deps, found: Job | Submission, base_url: str = "") -> dict[
         "jobId": job.job_id, "status": job.state.value, "documentId": job.document_id or None,
         "progress": _progress(deps, job), "result": result, "error": error, "createdAt": iso(job.created_at),
         "updatedAt": iso(job.updated_at), **_links(job.job_id, base_url)}
+    if job.waiting is not None and not job.terminal:  # what its chunks are held for (the daily token quota)
+        w = job.waiting
+        view["waiting"] = {"condition": w.condition, "modelId": w.model_id, "tokensPerDay": w.tokens_per_day,
+                           "since": iso(w.since), "message": w.detail}
     if job.approval is not None:  # a side effect whose outcome is unknown: what a person decides on
         a = job.approval
         view["approval"] = {"step": a.step, "key": a.key, "reason": a.reason, "evidence": a.evidence,

@@ -28,6 +28,7 @@ from contract_review.domain.records import (
     ModelControl,
     Reliability,
     Usage,
+    Waiting,
     job_id_for,
 )
 from contract_review.pipeline import admission
@@ -90,6 +91,13 @@ class JobView(BaseModel):
     usage: Usage = Field(default_factory=Usage)
     budget_micro_usd: int | None = None
     approval: Approval | None = None  # what a person decides on while the job waits (waiting_approval)
+    # a named condition its chunks are held for (the daily token quota: model/daily_quota.py), while it runs
+    waiting: Waiting | None = None
+
+
+def waiting_line(waiting: Waiting) -> str:
+    """`review status` and GET /jobs/{id}: what the job waits for, and since when."""
+    return f"{waiting.detail} (since {iso(waiting.since)})"
 
 
 def iso(epoch: float) -> str:
@@ -198,6 +206,8 @@ def event_label(e: JobEvent) -> str:
         "chunk.requeued": lambda: f"chunk requeued: {d.get('reason')}",
         "chunk.cancelled": lambda: f"chunk stopped at {d.get('cancelled_at_stage')}: cancelled",
         "job.fanned_out": lambda: f"chunks {d.get('fanned_out')}/{d.get('total')} sent",
+        "job.waiting_quota": lambda: str(d.get("detail") or "waiting for the model's daily token quota"),
+        "job.waiting_ended": lambda: "no longer waiting for the model's daily token quota",
     }
     make = labels.get(e.type)
     return make() if make else e.type.replace("job.", "job ").replace("_", " ")
@@ -252,7 +262,8 @@ def job_view(deps: Deps, job_id: str) -> JobView | None:
         recent_events=[_event_line(e) for e in events[-RECENT_EVENTS:]], answers=answers,
         model_circuit=model_circuit(events, deps.clock(), deps.settings.profile.quota.breaker_open_s),
         cost=cost_line(job), usage=job.usage(), budget_micro_usd=job.budget_micro_usd,
-        approval=job.approval if job.state is JobState.WAITING_APPROVAL else None)
+        approval=job.approval if job.state is JobState.WAITING_APPROVAL else None,
+        waiting=job.waiting if not job.terminal else None)
 
 
 def model_circuit(events: list[JobEvent], now: float, open_s: float) -> str:

@@ -11,7 +11,9 @@ the invocation's deadline so the sweeper can tell a function timeout from a cras
 
 Backpressure (throttling of the model or of AWS, time handoffs) requeues the chunk with a growing
 delay and counts no failure, but it is bounded: a chunk that goes `backpressure_deadline_s` without
-progress is dead-lettered as `runtime.backpressure_exhausted`.
+progress is dead-lettered as `runtime.backpressure_exhausted`. A hold (an operator's pause, a full daily
+token ledger: model/daily_quota.py) is backpressure the deadline does not bound; a daily-quota hold names
+the job's waiting condition (`Job.waiting`) until one of its chunks makes progress again.
 """
 
 from __future__ import annotations
@@ -48,6 +50,7 @@ from contract_review.domain.records import (
     JobState,
     ReleaseReason,
 )
+from contract_review.model.daily_quota import DAILY_QUOTA_CODE, DailyQuota
 from contract_review.model.pacing import QuotaLimiter
 from contract_review.pipeline.analyst_pool import AnalystPool, GroupCommit, WarmUp
 from contract_review.reliability.chunks import announce, dead_letter, requeue
@@ -178,9 +181,11 @@ class AnalystRunner:
 
     def __init__(self, deps: Deps, model: ModelClient, retrier: Retrier, hb: Heartbeat,
                  has_time: Callable[[float], bool], analyst_extra_s: float = 0.0,
-                 watch: lifecycle.CancelWatch | None = None, limiter: QuotaLimiter | None = None):
+                 watch: lifecycle.CancelWatch | None = None, limiter: QuotaLimiter | None = None,
+                 daily: DailyQuota | None = None):
         self.deps, self.model, self.retrier, self.hb, self.has_time = deps, model, retrier, hb, has_time
         self.limiter = limiter
+        self.daily = daily
         self.analyst_extra_s = analyst_extra_s
         self.watch = watch
         self.committed: list[str] = []
@@ -302,12 +307,25 @@ class AnalystRunner:
     def _run_one(self, spec: AnalystSpec, chunk: Chunk, retrier: Retrier) -> AnalystOutput:
         calls_before = retrier.stats.calls
 
-        limiter = self.limiter
+        limiter, daily = self.limiter, self.daily
 
         def invoke(request: ModelRequest) -> ModelResponse:
             self._not_paused(spec.name)
+            # a full daily token ledger holds the chunk (raises), or lets this call through as the hour's probe
+            probe = daily.admit(spec.name) if daily is not None else False
+            try:
+                response = paced(request)
+            except Exception:
+                if daily is not None:
+                    daily.failed(probe)
+                raise
+            if daily is not None:
+                daily.settled(response, probe)
+            return counted(response)
+
+        def paced(request: ModelRequest) -> ModelResponse:
             if limiter is None:
-                return counted(self.model.invoke(request))
+                return self.model.invoke(request)
             limiter.wait(request, lambda: self._ready(retrier))
             try:
                 response = self.model.invoke(request)
@@ -315,7 +333,7 @@ class AnalystRunner:
                 limiter.failed(exc)
                 raise
             limiter.done(request, response)
-            return counted(response)
+            return response
 
         def counted(response: ModelResponse) -> ModelResponse:  # every answered call is paid for, valid or not
             retrier.stats.add_tokens(response.input_tokens, response.output_tokens, response.cache_read_tokens,
@@ -394,9 +412,10 @@ def settle_cancelled(deps: Deps, msg: AnalysisMessage, fence: int, stats: RetryS
 class ChunkWorker:
     def __init__(self, deps: Deps, model: ModelClient, *, rng: random.Random | None = None,
                  sleep: Callable[[float], None] = time.sleep, call_safety_s: float | None = None,
-                 limiter: QuotaLimiter | None = None):
+                 limiter: QuotaLimiter | None = None, daily: DailyQuota | None = None):
         self.deps, self.s, self.model, self.sleep = deps, deps.settings, model, sleep
         self.limiter = limiter  # one per process: paces model calls to this worker's share of the quota
+        self.daily = daily  # one per process: holds chunks while the daily token ledger is full (daily_quota.py)
         self._controlled_tpm: float | None = None  # the quota an operator set (`review quota set`), once applied
         self.rng = rng or random.Random()
         # time left that one more model call needs: its timeout plus a margin to save and hand off
@@ -410,7 +429,11 @@ class ChunkWorker:
         """One delivery of a chunk message. Its AWS requests, while it runs, are the attempt's (cost.py)."""
         with metered(self.deps.meter) as counter:
             self._apply_controlled_quota()
-            return self._handle(msg, delivery, counter)
+            try:
+                return self._handle(msg, delivery, counter)
+            finally:
+                if self.daily is not None:  # what this attempt's calls counted, to the shared ledger (one write)
+                    self.daily.flush()
 
     def _apply_controlled_quota(self) -> None:
         """An operator's quota (`review quota set N`, read from the model control) replaces the pacers' target."""
@@ -452,7 +475,7 @@ class ChunkWorker:
                               stats=stats, rng=self.rng, sleep=self.sleep, has_time=has_time,
                               check=before_each_call(hb, watch), on_retry=retry_recorder(self.deps, msg, watch))
             runner = AnalystRunner(self.deps, self.model, retrier, hb, has_time, self.analyst_extra_s, watch,
-                                   self.limiter)
+                                   self.limiter, self.daily)
             try:
                 outputs = runner.run(msg, job, fence, record)
             except lifecycle.JobCancelled as exc:
@@ -468,10 +491,22 @@ class ChunkWorker:
         # the heartbeat has stopped: it can no longer overwrite the tier-2 backoff visibility
         outcome = self._on_error(msg, fence, delivery, stats, error, progressed=bool(runner.committed)) if error \
             else self._complete(msg, fence, stats, outputs)
+        self._waiting(job, error, progressed=bool(runner.committed))
         outcome.stats = stats
         return outcome
 
     # ------------------------------------------------------------------ pieces
+    def _waiting(self, job: Job, error: ErrorEnvelope | None, *, progressed: bool) -> None:
+        """The job's named waiting condition: set by the first hold of one of its chunks for the daily token quota
+        (`job.waiting_quota`), ended by the first progress after it (`job.waiting_ended`)."""
+        if error is not None and error.error_code == DAILY_QUOTA_CODE and self.daily is not None:
+            if job.waiting is None:
+                waiting = self.daily.waiting(self.deps.clock())
+                if self.deps.jobs.set_waiting(job.job_id, waiting):
+                    self.deps.jobs.record_event(job.job_id, "job.waiting_quota", **waiting.model_dump(mode="json"))
+        elif job.waiting is not None and progressed and self.deps.jobs.set_waiting(job.job_id, None):
+            self.deps.jobs.record_event(job.job_id, "job.waiting_ended", condition=job.waiting.condition)
+
     def _not_claimed(self, record: ChunkRecord | None) -> Outcome:
         if record is not None and record.settled:
             # The results message may not have been sent before a crash: send it again.

@@ -68,7 +68,8 @@ def requeue(deps: Deps, msg: AnalysisMessage, record: ChunkRecord | None, fence:
             on_sent: Callable[[], None] | None = None, **detail: object) -> Requeued | ErrorEnvelope | None:
     """The one backpressure requeue (worker and sweeper): release the chunk without a failure and send a
     fresh copy of its message, delayed by the streak's backoff (at once when `clean`: the attempt made
-    progress and no error drove it), with a `chunk.requeued` event.
+    progress and no error drove it; never before the envelope's retry_after_s, up to the longest delay), with a
+    `chunk.requeued` event. A cause the deadline does not bound (a hold) is released `held`: it ends the streak.
 
     Returns the `runtime.backpressure_exhausted` envelope, having written nothing, when the chunk's
     backpressure has lasted its deadline without progress (the caller dead-letters it); None when the
@@ -80,8 +81,10 @@ def requeue(deps: Deps, msg: AnalysisMessage, record: ChunkRecord | None, fence:
         exhausted = backpressure_exhausted(deps, record, env, deps.clock())
         if exhausted is not None:
             return exhausted
+    held = not bounded_by_deadline(env)  # a hold (a pause, the daily quota): outside the backpressure streak
     released = deps.claims.release(msg.job_id, msg.chunk_id, fence, stats or AttemptStats(), env, failure=False,
-                                   lapsed_before=lapsed_before, reason=ReleaseReason.BACKPRESSURE)
+                                   lapsed_before=lapsed_before,
+                                   reason=ReleaseReason.HELD if held else ReleaseReason.BACKPRESSURE)
     if released is None:
         return None
     streak = record.backpressure_requeues if record else 0

@@ -1,0 +1,60 @@
+"""`TokenLedger` (domain/ports.py) on a DynamoDB table: the daily token ledger every worker shares.
+
+Items, keyed (`model`, `hour`), hour = epoch seconds // the bucket's length (an hour in every deployed profile):
+- one counter per model per hour, `tokens`, added to with an atomic `ADD` (each worker flushes what its calls
+  counted about once a minute and at the end of each chunk attempt: far below one write per call), expiring two
+  days after its hour (the table's TTL attribute; reads never rely on TTL deletion: the query names its hours);
+- one control item per model at `hour` = CONTROL_HOUR (past every real hour, so the same query returns it):
+  `since_hour` (count from here on: a probe succeeded) and `probe_hour` (the last hold start or probe).
+One query reads a model's last 24 counters and its control.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from contract_review.domain.ports import LedgerWindow
+
+from .dynamo import Table, serialize
+
+CONTROL_HOUR = 10**15  # the control item's sort key: after every hour (even at test bucket lengths)
+KEEP_HOURS = 48  # a counter outlives its 24-hour window by a day before TTL may delete it
+
+
+class DynamoTokenLedger:
+    def __init__(self, client: Any, table: str, bucket_s: float):
+        self.table = Table(client, table)
+        self.bucket_s = bucket_s
+
+    def add(self, model_id: str, hour: int, tokens: int) -> None:
+        self.table.client.update_item(
+            TableName=self.table.name, Key=serialize({"model": model_id, "hour": hour}),
+            UpdateExpression="ADD tokens :n SET expires_at = if_not_exists(expires_at, :ttl)",
+            ExpressionAttributeValues=serialize({":n": tokens, ":ttl": int((hour + KEEP_HOURS) * self.bucket_s)}))
+
+    def window(self, model_id: str, first_hour: int) -> LedgerWindow:
+        hours: dict[int, int] = {}
+        since, probe = 0, None
+        for item in self.table.pages("query", KeyConditionExpression="#m = :m AND #h >= :h",
+                                     ExpressionAttributeNames={"#m": "model", "#h": "hour"},
+                                     ExpressionAttributeValues=serialize({":m": model_id, ":h": first_hour}),
+                                     ConsistentRead=True):
+            if int(item["hour"]) == CONTROL_HOUR:
+                since = int(item.get("since_hour", 0))
+                probe = int(item["probe_hour"]) if "probe_hour" in item else None
+            else:
+                hours[int(item["hour"])] = int(item.get("tokens", 0))
+        return LedgerWindow(hours=hours, since_hour=since, probe_hour=probe)
+
+    def claim_probe(self, model_id: str, hour: int, seen: int | None) -> bool:
+        cond = "attribute_not_exists(#p)" if seen is None else "#p = :seen"
+        values = {":h": hour, **({":seen": seen} if seen is not None else {})}
+        return self.table.update_if({"model": model_id, "hour": CONTROL_HOUR}, UpdateExpression="SET #p = :h",
+                                    ConditionExpression=cond, ExpressionAttributeNames={"#p": "probe_hour"},
+                                    ExpressionAttributeValues=serialize(values)) is not None
+
+    def lift(self, model_id: str, hour: int) -> None:
+        self.table.client.update_item(
+            TableName=self.table.name, Key=serialize({"model": model_id, "hour": CONTROL_HOUR}),
+            UpdateExpression="SET #s = :h REMOVE #p", ExpressionAttributeNames={"#s": "since_hour", "#p": "probe_hour"},
+            ExpressionAttributeValues=serialize({":h": hour}))
