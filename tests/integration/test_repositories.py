@@ -128,7 +128,9 @@ def test_jobs_transition_is_conditional_and_writes_the_outcome(repos: Repos):
     reopened = repos.jobs.transition(job.job_id, (JobState.FAILED,), JobState.RUNNING, settled={"c1"})
     assert reopened is not None and reopened.settled == {"c1"}
     assert (reopened.error, reopened.error_code, reopened.ended_at, reopened.missing) == (None, None, None, [])
-    assert reopened.report_json_key == "r.json"  # the last report stays until a new one replaces it
+    # and the report's fields with it: the report file (one key per job) is rewritten by the next finalize, and an
+    # ending that writes no report fields (a failure after waiting for approval) must not name a stale count
+    assert (reopened.report_json_key, reopened.n_findings, reopened.reliability) == (None, None, None)
     empty = repos.jobs.transition(job.job_id, (JobState.RUNNING,), JobState.RUNNING, settled=set())
     assert empty is not None and empty.settled == set()
 
