@@ -69,7 +69,8 @@ class Lifecycle:
             self._thread.join(timeout=60)
 
     def _run(self) -> None:
-        next_fault = next_redrive = next_expiry = time.monotonic()
+        next_fault = next_redrive = time.monotonic()
+        next_expiry = next_fault + 45.0
         while not self._stop.wait(self.every_s * self.rng.uniform(0.5, 1.5)):
             now = time.monotonic()
             try:
@@ -81,17 +82,18 @@ class Lifecycle:
                     next_redrive = now + 30.0
                 if now >= next_expiry:
                     self._expire_some()
-                    next_expiry = now + self.rng.uniform(20.0, 40.0)
+                    next_expiry = now + self.rng.uniform(45.0, 75.0)  # people decide first, mostly
                 self._act_on_one()
             except Exception as exc:  # the soak goes on; the count says what happened
                 self.counts[f"action failed: {type(exc).__name__}"] += 1
 
     def _ticket_fault(self) -> None:
         roll = self.rng.random()
-        if roll < 0.15:
-            self.tickets.inject("lookup_unavailable", op="lookup", times=3)  # with a write fault: an approval
-            self.tickets.inject(self.rng.choice(("timeout_after_write", "timeout_before_write")))
-            self.counts["ticket faults: ambiguous, lookup down"] += 1
+        if roll < 0.2:  # written, its answer lost, and the lookup down for longer than the saga's attempts: the
+            # job waits for a person with a ticket open that it cannot name (a reject or expiry must close it)
+            self.tickets.inject("lookup_unavailable", op="lookup", times=6)
+            self.tickets.inject(self.rng.choice(("timeout_after_write", "drop_after_write")))
+            self.counts["ticket faults: written, answer lost, lookup down"] += 1
         elif roll < 0.25:
             self.tickets.inject(self.rng.choice(TICKET_FAULTS), op="close")
             self.counts["ticket faults: on close"] += 1

@@ -7,9 +7,10 @@ repair, then a coverage gap), 1 % permanent model errors (HTTP 400: the chunk fa
 messages re-sent while in the queue), and, all along, `kill -9` and `SIGSTOP` (longer than a lease)
 of worker processes.
 
-Two phases on one stack: (1) a >= 1.2 MB document with a few small ones submitted behind it, without
-the permanent faults (at 1 % of calls, every one of its ~350 chunks would need ~13 calls to pass: it
-could not complete, and it must); (2) 200 documents (CUAD contracts and seeded variants, or variants
+Two phases on one stack: (1) a >= 1.2 MB document with a few small ones submitted behind it, with the
+transient faults only (at 1 % of calls the permanent faults would fail some of its ~290 chunks of ~22
+calls each, and 1 % malformed output would hold about one call malformed twice, a mandatory gap: either
+way it could not complete, and it must); (2) 200 documents (CUAD contracts and seeded variants, or variants
 of samples/ without ../shared) with all the faults and, on top, the lifecycle chaos of
 `tests/soak/lifecycle.py` (issue 16 item 10): random cancels and retries, approvals, rejects and
 expiries, retries of failed jobs, DLQ redrives, and ticket-system faults (a timeout before and after
@@ -212,6 +213,8 @@ def _run_large_phase(stack: LocalStack, deps: Deps, small: list[tuple[str, str]]
     timing = {"wall_s": round(wall, 1), "large_bytes": len(big.encode()),
               "large_chunks": len(chunk_document(big, LOCAL.review)),
               "large_left_queued_after_s": left_queued, "large_state": big_job.state.value if big_job else None,
+              "large_error_code": big_job.error_code if big_job else None,
+              "large_mandatory_gaps": [g.model_dump(mode="json") for g in big_job.mandatory_gaps] if big_job else [],
               "large_completed_after_s": round(big_job.ended_at - big_job.created_at, 1)
               if big_job and big_job.ended_at else None,
               "small_behind_large_s": {"max": max(small_s, default=None), "n": len(small_s)},
@@ -318,7 +321,9 @@ def test_soak_every_job_matches_a_fault_free_run_or_fails_with_a_code(tmp_path):
     if not from_cuad:
         print("\nsoak: ../shared/data/cuad is absent: the documents are variants of samples/ only")
     calls = tmp_path / "calls.jsonl"
-    base = FaultSpec(seed=31, transient_rate=0.05, malformed_rate=0.01, call_log=str(calls))
+    # phase 1: transient faults only. With 1 % malformed output the large document's ~6,000 calls would hold about
+    # one call malformed twice (repaired once, then a mandatory gap): a coded failure, but then it cannot complete
+    base = FaultSpec(seed=31, transient_rate=0.05, call_log=str(calls))
     stack = LocalStack(faults=base, concurrency={"worker": WORKERS}, template=synth("local"),
                        state_dir=tmp_path / "stack", ticket_faults=TicketFaults(hang_s=3.0))
     started = time.monotonic()
@@ -328,7 +333,7 @@ def test_soak_every_job_matches_a_fault_free_run_or_fails_with_a_code(tmp_path):
         texts, large, chaos1 = _run_large_phase(stack, deps, docs[:N_BEHIND_LARGE], rng)
         restarts = _restarts(stack)
         stack.stop_workers()  # phase 2 adds the permanent faults
-        stack.faults = base.model_copy(update={"permanent_rate": 0.01})
+        stack.faults = base.model_copy(update={"malformed_rate": 0.01, "permanent_rate": 0.01})
         stack.start_workers()
         mixed_texts, mixed, chaos2 = _run_mixed_phase(stack, deps, docs[N_BEHIND_LARGE:], rng)
         texts.update(mixed_texts)
@@ -352,7 +357,7 @@ def test_soak_every_job_matches_a_fault_free_run_or_fails_with_a_code(tmp_path):
                       else "samples/ and their variants (../shared absent)", "count": len(texts),
                       "large_bytes_min": SIZE_LARGE},
         "faults": {"phase_large": base.model_dump(exclude={"call_log"}),
-                   "phase_mixed": {"permanent_rate": 0.01}, "kill_every_s": KILL_EVERY_S,
+                   "phase_mixed": {"malformed_rate": 0.01, "permanent_rate": 0.01}, "kill_every_s": KILL_EVERY_S,
                    "stop_every_s": STOP_EVERY_S, "stop_for_s": STOP_FOR_S, "duplicate_every_s": DUPLICATE_EVERY_S},
         "phases": {"large": large, "mixed": mixed},
         "chaos": dict(chaos1 + chaos2), "worker_restarts": restarts, "dlq_depth_at_end": dlq,
@@ -372,5 +377,5 @@ def test_soak_every_job_matches_a_fault_free_run_or_fails_with_a_code(tmp_path):
     assert summary["also_zero"] == dict.fromkeys(summary["also_zero"], 0), summary["problems"]
     assert invariants["must_be_zero"] == dict.fromkeys(invariants["must_be_zero"], 0), invariants["examples"]
     assert invariants["tickets"]["opened_equals_closed_plus_open_of_completed"], invariants["tickets"]
-    assert large["large_state"] == "completed"
+    assert large["large_state"] == "completed", (large["large_error_code"], large["large_mandatory_gaps"])
     assert result["chaos"].get("kill -9", 0) > 0 and result["chaos"].get("SIGSTOP", 0) > 0
