@@ -151,6 +151,9 @@ def _if_it_fails_again(state: JobState, error_code: str | None, dead_lettered: i
     """Where the job goes if the next attempt (a redrive, or a corrected resubmission) fails too."""
     if state is JobState.COMPLETED:
         return "nothing can fail any more: the job has completed (the same document again returns this job)"
+    if state is JobState.COMPENSATING:
+        return ("an undo that fails on every attempt goes to the compensation DLQ (sideeffect.compensation_failed, its "
+                "alarm fires; `review compensations --redrive` once fixed) and the job still ends `failed`")
     if _input_failure(error_code):
         return ("a resubmission that is still invalid fails again in one attempt with an `input.*` code on this "
                 "job record; nothing is retried and nothing reaches a DLQ")
