@@ -338,26 +338,20 @@ def _reconcile_stalled(deps: Deps, now: float, report: SweepReport) -> None:
         report.stalled_jobs += 1
         with _isolated(report, "reconcile", job.job_id):
             _reconcile(deps, job, now, stall_s, report)
-    # A cancelling job whose chunks are all settled or free but whose control message was lost (or whose
-    # last worker died holding a chunk): finished here once its leases have lapsed.
-    cancelling: list[Job] = []
-    with _isolated(report, "reconcile", "cancelling"):
-        cancelling = list(deps.jobs.stalled(now - deps.settings.claim_lease_s, state=JobState.CANCELLING))
-    for job in cancelling:
-        with _isolated(report, "reconcile", job.job_id):
-            if lifecycle.finish_cancel(deps, job) is JobState.CANCELLED:
-                report.finalized.append(job.job_id)
-    # A failing job whose compensation was never finished (its control message lost; the aggregator or an
-    # earlier sweep died half-way), idle as long as a cancelling one. An aggregator still compensating it is
-    # not raced: each compensation holds its outcome record in progress (Powertools), so a second one is
-    # refused and this job is tried again at the next sweep.
-    compensating: list[Job] = []
-    with _isolated(report, "reconcile", "compensating"):
-        compensating = list(deps.jobs.stalled(now - deps.settings.claim_lease_s, state=JobState.COMPENSATING))
-    for job in compensating:
-        with _isolated(report, "reconcile", job.job_id):
-            if lifecycle.finish_compensation(deps, job) is JobState.FAILED:
-                report.finalized.append(job.job_id)
+    # Finished here, once idle a claim lease: a cancelling job whose chunks are all settled or free but whose
+    # control message was lost (or whose last worker died holding a chunk); a failing job whose compensation was
+    # never finished (its control message lost; the aggregator or an earlier sweep died half-way). An aggregator
+    # still compensating it is not raced: each compensation holds its outcome record in progress (Powertools),
+    # so a second one is refused and the job is tried again at the next sweep.
+    for state, finish, ended in ((JobState.CANCELLING, lifecycle.finish_cancel, JobState.CANCELLED),
+                                 (JobState.COMPENSATING, lifecycle.finish_compensation, JobState.FAILED)):
+        unfinished: list[Job] = []
+        with _isolated(report, "reconcile", state.value):
+            unfinished = list(deps.jobs.stalled(now - deps.settings.claim_lease_s, state=state))
+        for job in unfinished:
+            with _isolated(report, "reconcile", job.job_id):
+                if finish(deps, job) is ended:
+                    report.finalized.append(job.job_id)
 
 
 def _reconcile(deps: Deps, job: Job, now: float, stall_s: float, report: SweepReport) -> None:
