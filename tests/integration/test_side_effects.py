@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from contract_review.domain.ports import Deps
 from contract_review.domain.records import JobState, StepStatus
 from contract_review.operate import ops
 from contract_review.sideeffects import approvals
@@ -81,16 +82,23 @@ def test_a_timeout_after_the_ticket_write_is_looked_up_and_resumed_without_a_sec
     assert event["report"].endswith(f"reports/{job_id}/report.json") and event["high_risk_findings"] == 1
 
 
-def test_approve_in_real_processes_retries_with_the_same_key_and_completes_with_one_ticket(
-        stack: LocalStack, tickets: TicketServiceFake):
-    # GIVEN a job waiting for approval: its ticket written, the answer lost, the lookup down
+def waiting_for_approval(stack: LocalStack, tickets: TicketServiceFake, document_id: str) -> tuple[Deps, str]:
+    """A risky document's job waiting for approval: its ticket written, the answer lost, the lookup down (the
+    ticket faults are cleared once it waits)."""
     tickets.inject("timeout_after_write")
     tickets.inject("lookup_unavailable", op="lookup", times=50)
     deps = stack.deps()
-    job_id = ops.submit(deps, RISKY, document_id="risky-approve")
+    job_id = ops.submit(deps, RISKY, document_id=document_id)
     wait_for(lambda: (j := deps.jobs.get(job_id)) is not None and j.state is JobState.WAITING_APPROVAL, 120,
              what="waiting_approval")
     tickets.reset_faults()
+    return deps, job_id
+
+
+def test_approve_in_real_processes_retries_with_the_same_key_and_completes_with_one_ticket(
+        stack: LocalStack, tickets: TicketServiceFake):
+    # GIVEN a job waiting for approval: its ticket written, the answer lost, the lookup down
+    deps, job_id = waiting_for_approval(stack, tickets, "risky-approve")
     # WHEN a person approves (the aggregator gets the `resume` control message)
     assert approvals.decide_approval(deps, job_id, "approve", by="test").changed
     ended = wait_jobs(deps, [job_id], timeout=60)[job_id]
@@ -103,16 +111,10 @@ def test_approve_in_real_processes_retries_with_the_same_key_and_completes_with_
 def test_cancel_after_the_ticket_closes_every_ticket_it_opened(stack: LocalStack, tickets: TicketServiceFake):
     # GIVEN a job whose ticket was written but whose answer never came, and the lookup is down: the job
     # waits for approval, a ticket open in the ticket system that the job does not know the id of
-    tickets.inject("timeout_after_write")
-    tickets.inject("lookup_unavailable", op="lookup", times=50)
-    deps = stack.deps()
-    job_id = ops.submit(deps, RISKY, document_id="risky-cancel")
-    wait_for(lambda: (j := deps.jobs.get(job_id)) is not None and j.state is JobState.WAITING_APPROVAL, 120,
-             what="waiting_approval")
+    deps, job_id = waiting_for_approval(stack, tickets, "risky-cancel")
     waiting = get_job(deps, job_id)
     assert waiting.approval is not None and waiting.approval.step == TICKET
     assert tickets.stats()["opened"] == 1
-    tickets.reset_faults()
     # WHEN it is cancelled
     from contract_review.domain import lifecycle
 
@@ -133,13 +135,7 @@ def test_a_reject_whose_control_message_is_lost_is_compensated_by_the_stacks_swe
     written-ahead ticket step up by its key, closes the ticket, and only then is the job `failed`."""
     from contract_review.sideeffects import saga
 
-    tickets.inject("timeout_after_write")
-    tickets.inject("lookup_unavailable", op="lookup", times=50)
-    deps = stack.deps()
-    job_id = ops.submit(deps, RISKY, document_id="risky-lost-reject")
-    wait_for(lambda: (j := deps.jobs.get(job_id)) is not None and j.state is JobState.WAITING_APPROVAL, 120,
-             what="waiting_approval")
-    tickets.reset_faults()
+    deps, job_id = waiting_for_approval(stack, tickets, "risky-lost-reject")
     waiting = get_job(deps, job_id)
     assert [(r.step, r.status) for r in waiting.side_effects] == [(TICKET, StepStatus.STARTED)]  # written ahead
     failing = saga.fail_waiting(deps, waiting, "job.approval_rejected", by="test")  # the reject; no control sent
