@@ -9,6 +9,8 @@ from typing import Any, Literal, cast
 
 from contract_review.config.fleet import CALL_LATENCY_S, MAX_WORKERS, MIN_WORKERS, fleet_for_quota
 from contract_review.config.profile import Profile, get_profile
+from contract_review.domain.keys import UPLOADS_PREFIX
+from contract_review.domain.principals import PRINCIPAL_UPLOADS_PREFIX
 from contract_review.doubles.spec import FaultSpec
 
 from .queues import max_name_prefix
@@ -30,6 +32,7 @@ MAX_STACK_NAME = max_name_prefix()
 _STACK_NAME_RE = re.compile(r"^[A-Za-z][A-Za-z0-9-]*$")
 _POWERTOOLS_VERSION_RE = re.compile(r"^(latest|\d+\.\d+\.\d+)$")
 _TICKET_URL_RE = re.compile(r"^https?://[^\s/]+(/\S*)?$")
+_QUEUE_UPLOADS_RE = re.compile(r"^uploads/([A-Za-z0-9!_.*'()-]+/)*$")
 _EMAIL_RE = re.compile(r"^[^@\s]+@[^@\s]+\.[^@\s]+$")
 # A Bedrock foundation-model id (anthropic.claude-sonnet-4-6, amazon.nova-pro-v1:0) or a cross-region
 # inference profile id (global.anthropic.claude-sonnet-4-6); ARNs are not taken (the grants are built from ids).
@@ -58,6 +61,9 @@ class DeploySettings:
     # `call_latency_s` a call), else the profile's. The fan-out window follows at twice the fleet.
     worker_concurrency: int | None = None
     call_latency_s: float = CALL_LATENCY_S
+    # Where senders to the intake queue may put the documents they name by s3_uri (`-c queue_uploads_prefix=
+    # uploads/queue/`): any key under it, never under `uploads/principals/` (the Job API callers' own uploads).
+    queue_uploads_prefix: str = UPLOADS_PREFIX
 
     def __post_init__(self) -> None:
         if not self.model_id:
@@ -90,8 +96,15 @@ class DeploySettings:
             raise ValueError(f"ticket_url {self.ticket_url!r}: an http(s) URL such as https://tickets.example.com/api")
         if self.model_tpm is not None and not 0 < self.model_tpm <= 1e9:
             raise ValueError(f"model_tpm {self.model_tpm!r}: the model's tokens-per-minute quota, such as 2000000")
+        self._check_uploads()
         if self.auto_delete_objects and not self.is_disposable:
             raise ValueError("auto_delete_objects is only allowed for the local profile")
+
+    def _check_uploads(self) -> None:
+        prefix = self.queue_uploads_prefix
+        if not _QUEUE_UPLOADS_RE.match(prefix) or prefix.startswith(PRINCIPAL_UPLOADS_PREFIX):
+            raise ValueError(f"queue_uploads_prefix {prefix!r}: {UPLOADS_PREFIX} or a folder under it ending in '/', "
+                             f"such as uploads/queue/ (not under {PRINCIPAL_UPLOADS_PREFIX})")
 
     @property
     def fleet_overrides(self) -> dict[str, int]:
@@ -132,6 +145,7 @@ class DeploySettings:
             model_tpm=_number(get("model_tpm"), "model_tpm"),
             worker_concurrency=_whole(get("worker_concurrency"), "worker_concurrency"),
             call_latency_s=_number(get("call_latency_s"), "call_latency_s") or CALL_LATENCY_S,
+            queue_uploads_prefix=str(get("queue_uploads_prefix") or UPLOADS_PREFIX).strip(),
         )
 
 

@@ -43,6 +43,7 @@ SEND, RECEIVE, DELETE, CHANGE_VISIBILITY, QUEUE_ATTRIBUTES = (f"sqs:{a}" for a i
     "SendMessage", "ReceiveMessage", "DeleteMessage", "ChangeMessageVisibility", "GetQueueAttributes"))
 # GetObject answers 404 (NoSuchKey) for a missing key only to a caller that may list the bucket;
 # without it S3 says 403, and a missing object would read as a permissions problem.
+PRINCIPAL_UPLOADS = "objects:uploads/principals/"  # the Job API's callers' own uploads (domain/principals.py)
 _LIST = Access("bucket", (LIST_BUCKET,), "a missing object answers 404, not 403 (implied by GetObject)")
 LEASE_INDEX = f"index:claims/{CLAIMS_LEASE_INDEX}"
 
@@ -50,7 +51,10 @@ INTAKE = (
     Access("table:jobs", (PUT, GET, UPDATE), "create the job (conditional put), read a duplicate's, start it"),
     Access("table:events", (PUT,), "record job events"),
     Access("table:claims", (PUT,), "create one chunk record per chunk"),
-    Access("objects:uploads/", (GET_OBJECT,), "read a document submitted by s3_uri (the stack's uploads/ only)"),
+    Access("objects:uploads/", (GET_OBJECT,), "read a document submitted by s3_uri (the stack's uploads/ only; the "
+                                              "sender's own area, checked in admission)"),
+    Access("objects:submissions/", (GET_OBJECT,), "take a message's principal only when the Job API's submission "
+                                                  "record vouches for it"),
     Access("objects:documents/", (PUT_OBJECT,), "store the document the chunks are cut from, and its fan-out plan"),
     _LIST,
     Access("queue:analysis", (SEND,), "send the first page of chunk messages"),
@@ -121,8 +125,9 @@ API = (
     Access("table:claims", (QUERY, UPDATE), "retry: a job's chunks; reset failed and dead-lettered ones"),
     Access("objects:submissions/", (GET_OBJECT, PUT_OBJECT), "bind a job to its principal until intake records it"),
     Access("objects:batches/", (GET_OBJECT, PUT_OBJECT), "batch manifests"),
-    Access("objects:uploads/", (GET_OBJECT, PUT_OBJECT), "read a document sent by s3_uri (to hash it); claim-check "
-                                                         "a large text"),
+    Access(PRINCIPAL_UPLOADS, (GET_OBJECT, PUT_OBJECT), "read a document sent by s3_uri (to hash it); claim-check a "
+                                                        "large text; presign POST /uploads (all in the callers' "
+                                                        "own uploads/principals/<owner>/)"),
     Access("objects:documents/", (GET_OBJECT,), "retry: rebuild chunk messages from the stored document"),
     _LIST,
     Access("queue:intake", (SEND,), "send the intake message of a submitted job; retry a job failed in intake"),

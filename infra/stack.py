@@ -13,7 +13,9 @@ from aws_cdk import aws_lambda_event_sources as event_sources
 from aws_cdk import aws_ssm as ssm
 from constructs import Construct
 
-from contract_review.config.settings import OPTION_ENV, PROFILE_OVERRIDES_ENV, RESOURCES
+from contract_review.config.settings import OPTION_ENV, OPTION_OUTPUTS, PROFILE_OVERRIDES_ENV, RESOURCES
+from contract_review.domain.keys import UPLOADS_PREFIX
+from contract_review.domain.principals import PRINCIPAL_UPLOADS_PREFIX
 
 from . import nag
 from .api import JobApi
@@ -21,7 +23,7 @@ from .deploy_settings import DeploySettings
 from .fargate import FargateWorker
 from .functions import METRICS_NAMESPACE, PipelineFunction, functions_code, powertools_layer
 from .monitoring import AlarmTopic, Monitoring
-from .permissions import ACCESS, LEASE_INDEX, grant_access, grant_bedrock
+from .permissions import ACCESS, LEASE_INDEX, PRINCIPAL_UPLOADS, grant_access, grant_bedrock
 from .queues import QueueWithDlq
 from .side_effects import SideEffectResources
 from .storage import PREFIXES, ArtifactBucket
@@ -217,6 +219,8 @@ class ContractReviewStack(Stack):
             env[OPTION_ENV["model_tpm"]] = f"{s.model_tpm:.0f}" if s.model_tpm.is_integer() else str(s.model_tpm)
         if s.fleet_overrides:  # the fleet sized at deploy (config/fleet.py): the functions' profile matches the stack
             env[PROFILE_OVERRIDES_ENV] = json.dumps(s.fleet_overrides, sort_keys=True)
+        if s.queue_uploads_prefix != UPLOADS_PREFIX:  # `-c queue_uploads_prefix`: the queue path's documents
+            env[OPTION_ENV["queue_uploads_prefix"]] = s.queue_uploads_prefix
         if s.ticket_url:  # the external ticket system (`-c ticket_url=...`); without it the ticket step is skipped
             env[OPTION_ENV["ticket_url"]] = s.ticket_url
         return env
@@ -235,6 +239,7 @@ class ContractReviewStack(Stack):
         out[LEASE_INDEX] = f"{t.claims.table_arn}/index/{CLAIMS_LEASE_INDEX}"
         out["bucket"] = bucket.bucket_arn
         out.update({f"objects:{prefix}": bucket.arn_for_objects(f"{prefix}*") for prefix in PREFIXES})
+        out[PRINCIPAL_UPLOADS] = bucket.arn_for_objects(f"{PRINCIPAL_UPLOADS_PREFIX}*")
         for q in (self.intake, self.analysis, self.results):
             out[f"queue:{q.rules.purpose}"] = q.queue.queue_arn
             out[f"dlq:{q.rules.purpose}"] = q.dlq.queue_arn
@@ -267,6 +272,9 @@ class ContractReviewStack(Stack):
                                                 "is bedrock; `review preflight` checks it)"),
             "AlarmTopicArn": (self.alarm_topic.topic.topic_arn, "SNS topic every alarm notifies (subscribe to it)"),
             "DashboardName": (self.monitoring.dashboard.dashboard_name, "CloudWatch dashboard of the pipeline"),
+            OPTION_OUTPUTS["queue_uploads_prefix"]: (self.settings.queue_uploads_prefix, "where senders to the intake "
+                                                     "queue put the documents they name by s3_uri (review submit "
+                                                     "uploads there)"),
         })
         if self.settings.model_tpm:  # `review preflight` says what the workers pace to
             outputs["ModelTpm"] = (f"{self.settings.model_tpm:.0f}", "tokens per minute the workers pace to "

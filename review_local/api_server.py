@@ -5,8 +5,10 @@ Authentication stands in for the HTTP API's IAM authorization: `Authorization: B
 each token (generated at start with `secrets.token_urlsafe`) maps to a principal, an IAM-user-like ARN
 that the server puts where API Gateway puts the caller's ARN (`requestContext.authorizer.iam.userArn`).
 A request without a known token reaches the app without a principal and is answered 401 by the app.
-`review up` prints the token of the first principal and writes it to `.review/local.json` (`api_token`);
-a second principal (`other_token`) exists so tests can check that one principal cannot see another's jobs.
+`review up` prints the token of the first principal and writes every principal's token to `.review/local.json`
+(`api_tokens`, by name: `local-user` and `local-other`; `api_token` is `local-user`'s), so isolation between
+principals can be tried as a user would: one principal cannot read, cancel, approve, retry or submit from
+another's uploads.
 
 Server-sent events (only here: an HTTP API cannot stream): `GET /jobs/{id}/events` with
 `Accept: text/event-stream` streams the job's events as they are recorded (`id:` is the event's sequence
@@ -34,6 +36,7 @@ from contract_review.domain.records import JobState
 from contract_review.operate import api
 
 LOCAL_ACCOUNT = "123456789012"  # the embedded stack's account (review_local.embedded)
+LOCAL_PRINCIPALS = ("local-user", "local-other")  # the local API's principals, by name (IAM users of LOCAL_ACCOUNT)
 MAX_BODY_BYTES = 10 * 1024 * 1024  # an HTTP API takes request bodies up to 10 MB
 SSE_POLL_S = 0.3
 SSE_KEEPALIVE_S = 15.0
@@ -56,8 +59,7 @@ class ApiServer:
 
     def __post_init__(self) -> None:
         if not self.tokens:
-            self.tokens = {secrets.token_urlsafe(32): local_principal("local-user"),
-                           secrets.token_urlsafe(32): local_principal("local-other")}
+            self.tokens = {secrets.token_urlsafe(32): local_principal(name) for name in LOCAL_PRINCIPALS}
 
     @property
     def token(self) -> str:
@@ -67,6 +69,11 @@ class ApiServer:
     @property
     def other_token(self) -> str:
         return list(self.tokens)[1]
+
+    @property
+    def tokens_by_name(self) -> dict[str, str]:
+        """Principal name (the IAM user name of its ARN) -> its bearer token: `api_tokens` in .review/local.json."""
+        return {principal.rsplit("/", 1)[-1]: token for token, principal in self.tokens.items()}
 
     @property
     def url(self) -> str:

@@ -22,6 +22,7 @@ from rich.table import Table
 
 from contract_review.domain.messages import MAX_DOCUMENT_BYTES
 from contract_review.domain.ports import Deps
+from contract_review.domain.principals import Caller
 from contract_review.operate import api
 
 from .api_server import local_principal
@@ -70,7 +71,7 @@ def submit_batch_file(deps: Deps, who: str, path: Path, key: str | None, console
     if not items:
         raise click.ClickException(f"{path}: no items (one JSON object per line, each with a custom_id)")
     items = _with_files(items, path.parent)
-    manifest, replayed = api.submit_batch(deps, who, items, key or hashlib.sha256(raw.encode()).hexdigest())
+    manifest, replayed = api.submit_batch(deps, Caller(who), items, key or hashlib.sha256(raw.encode()).hexdigest())
     console.print(f"batch {manifest.batch_id}" + ("  (submitted before: the same batch)" if replayed else ""),
                   markup=False, highlight=False)
     accepted, rejected = [], []
@@ -89,7 +90,7 @@ def submit_batch_file(deps: Deps, who: str, path: Path, key: str | None, console
 
 def show_batch(deps: Deps, who: str, batch_id: str, as_json: bool, console: Console) -> None:
     try:
-        manifest = api.batch_manifest(deps, who, batch_id)
+        manifest = api.batch_manifest(deps, Caller(who), batch_id)
     except api.ApiError as exc:
         raise click.ClickException(f"no batch {batch_id} of {who} (`review submit --batch` prints its id)") from exc
     view = api.batch_view(deps, manifest)

@@ -94,8 +94,8 @@ class LocalStack:
 
     def write_local_json(self, path: Path = LOCAL_JSON) -> None:
         extra: dict[str, Any] = {"profile": self.profile}
-        if self.api is not None:  # the Job API: its base URL and the first principal's bearer token
-            extra.update(api=self.api.url, api_token=self.api.token)
+        if self.api is not None:  # the Job API: its base URL and each principal's bearer token, by name
+            extra.update(api=self.api.url, api_token=self.api.token, api_tokens=self.api.tokens_by_name)
         self.aws.write_local_json(path, extra=extra)
 
     def describe(self) -> str:

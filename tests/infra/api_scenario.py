@@ -82,11 +82,15 @@ def _failed_in_intake(setup: Deps, aws: EmbeddedAws) -> str:
 
 
 def run(rec: Recorder, setup: Deps, aws: EmbeddedAws) -> None:
-    bucket = setup.settings.bucket
-    setup.artifacts.put_text("uploads/api-contract.txt", LONG_TEXT, "text/plain")
+    uploaded = _call(rec, "POST", "/uploads", {"name": "api-contract"})
+    assert uploaded["status"] == 201, uploaded
+    s3_uri = uploaded["body"]["s3Uri"]
+    bucket, key = s3_uri.removeprefix("s3://").split("/", 1)
+    setup.artifacts.put_text(key, LONG_TEXT, "text/plain")  # the caller's upload, with the presigned POST:
+    rec.add("api", "s3", "PutObject", {"Bucket": bucket, "Key": key})  # S3 checks the signer's (the API role's) grant
     big = "\n\n".join([LONG_TEXT] * (210_000 // len(LONG_TEXT) + 1))  # over the inline limit: claim check
     jobs = [_call(rec, "POST", "/jobs", {"document": d}) for d in (
-        {"text": TEXT.replace("New York", "Ohio")}, {"text": big}, {"s3_uri": f"s3://{bucket}/uploads/api-contract.txt"})]
+        {"text": TEXT.replace("New York", "Ohio")}, {"text": big}, {"s3_uri": s3_uri})]
     assert [j["status"] for j in jobs] == [202, 202, 202], jobs
     batch = _call(rec, "POST", "/batches", [{"custom_id": "b1", "document": {"text": TEXT.replace("York", "Jersey")}},
                                             {"custom_id": "bad", "document": {"text": " "}}])

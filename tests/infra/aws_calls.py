@@ -60,7 +60,10 @@ class Recorder:
         with self._lock:
             self.calls.append(call)
 
-    def _hook(self, params: Mapping[str, Any], model: Any, **_: Any) -> None:
+    def _hook(self, params: Mapping[str, Any], model: Any, context: Mapping[str, Any] | None = None,
+              **_: Any) -> None:
+        if (context or {}).get("is_presign_request"):
+            return  # signing calls nothing; the upload it signs is recorded by the scenario that makes it
         if self.role is not None:
             self.add(self.role, model.service_model.service_name, model.name, params)
 

@@ -18,6 +18,8 @@ from typing import Any
 
 import pytest
 
+from contract_review.config.settings import ENV
+
 ROOT = Path(__file__).resolve().parents[2]
 for _p in (ROOT, ROOT / "functions"):
     if str(_p) not in sys.path:
@@ -29,6 +31,8 @@ os.environ.setdefault("JSII_SILENCE_WARNING_DEPRECATED_NODE_VERSION", "1")
 from contract_review.config.profile import Profile, get_profile  # noqa: E402
 
 LOCAL, PROD, FARGATE = "ContractReviewLocal", "ContractReviewProd", "ContractReviewFargate"
+# Function variables set only when their option is given (or differs from its default)
+ONLY_WHEN_GIVEN = {ENV["fault_spec"], ENV["ticket_url"], ENV["model_tpm"], ENV["queue_uploads_prefix"]}
 ALARM_EMAIL = "oncall@example.com"  # `-c alarm_email=...` of the prod stack (the others have none)
 
 

@@ -6,7 +6,7 @@ import json
 
 from contract_review.config.settings import ENV
 
-from .conftest import FARGATE, Synth, function_by_handler, getatt_id, resources, source_queues
+from .conftest import FARGATE, ONLY_WHEN_GIVEN, Synth, function_by_handler, getatt_id, resources, source_queues
 
 
 def test_worker_lambda_has_no_event_source_mapping(synth: Synth) -> None:
@@ -26,7 +26,7 @@ def test_service_polls_the_analysis_queue_on_arm64(synth: Synth) -> None:
     (container,) = p["ContainerDefinitions"]
     env = {e["Name"]: e["Value"] for e in container["Environment"]}
     assert env[ENV["worker_kind"]] == "fargate"
-    assert set(ENV.values()) - {ENV["fault_spec"], ENV["ticket_url"], ENV["model_tpm"]} <= set(env)  # both only when given
+    assert set(ENV.values()) - ONLY_WHEN_GIVEN <= set(env)  # both only when given
     analysis_q = next(q for q in source_queues(t) if q.startswith("AnalysisQueue"))
     assert getatt_id(env[ENV["analysis_queue_url"]]) == analysis_q
     assert container["StopTimeout"] <= 120

@@ -169,12 +169,19 @@ def test_fargate_task_role_may_sweep_poll_and_protect_itself(synth: Synth) -> No
     assert any(s["Action"] == "ecs:UpdateTaskProtection" for s in st)
 
 
-def test_intake_reads_only_the_uploads_prefix(synth: Synth) -> None:
+def test_intake_reads_only_the_uploads_prefix_and_the_apis_submission_records(synth: Synth) -> None:
     t = synth.templates[PROD]
     by_target, _ = _granted(t, "intake")
     reads = {target for target, actions in by_target.items() if "s3:GetObject" in actions}
-    assert reads == {"objects:uploads/"}
+    assert reads == {"objects:uploads/", "objects:submissions/"}
+    assert by_target["objects:submissions/"] == {"s3:GetObject"}  # only the Job API writes them
     assert by_target["objects:documents/"] == {"s3:PutObject"}
+
+
+def test_the_api_reads_and_writes_only_its_callers_own_uploads(synth: Synth) -> None:
+    by_target, _ = _granted(synth.templates[PROD], "api")
+    assert "objects:uploads/" not in by_target
+    assert by_target["objects:uploads/principals/"] == {"s3:GetObject", "s3:PutObject"}
 
 
 def test_readers_never_write_what_they_only_read(synth: Synth) -> None:

@@ -35,10 +35,11 @@ from contract_review import handlers
 from contract_review.adapters.task_protection import ScaleInGuard, TaskProtection
 from contract_review.config.settings import Settings
 from contract_review.domain import cost
-from contract_review.domain.keys import findings_key, report_keys
+from contract_review.domain.keys import findings_key, report_keys, submission_key
 from contract_review.domain.messages import AnalysisMessage
 from contract_review.domain.model import ModelRequest, ModelResponse
 from contract_review.domain.ports import Deps
+from contract_review.domain.principals import uploads_prefix
 from contract_review.domain.records import (
     AttemptStats,
     ChunkOutcome,
@@ -47,6 +48,7 @@ from contract_review.domain.records import (
     Job,
     JobState,
     Reliability,
+    Submission,
     job_id_for,
 )
 from contract_review.handlers import poller
@@ -236,6 +238,14 @@ def _intake(rec: Recorder, setup: Deps, arn: str) -> None:
     for record in counted:
         setup.jobs.settle_chunk(stalled, record.chunk_id)
     bodies.append({"schema_version": 1, "idempotency_key": "stalled-fanout", "document": {"text": PAGED_TEXT}})
+    # a Job API submission: its principal is taken on the API's submission record, its upload in that caller's area
+    who, api_key, api_text = "arn:aws:iam::123456789012:user/api-caller", "api:role-coverage", TEXT.replace("York", "Hampshire")
+    upload = f"{uploads_prefix(who)}contract.txt"
+    setup.artifacts.put_text(upload, api_text, "text/plain")
+    setup.artifacts.put_text(submission_key(job_id_for(api_key)), Submission(
+        job_id=job_id_for(api_key), principal=who, document_sha256=document_hash(api_text), submitted_at=0).model_dump_json())
+    bodies.append({"schema_version": 1, "idempotency_key": api_key, "principal": who,
+                   "document": {"s3_uri": f"s3://{bucket}/{upload}"}})
     records = [{"MessageId": f"i-{n}", "ReceiptHandle": f"rh-{n}", "Body": json.dumps(b)} for n, b in enumerate(bodies)]
     records.append({"MessageId": "i-poison", "ReceiptHandle": "rh-p", "Body": "{nope"})  # no key: to the DLQ
     # the duplicate's conditional put fails without the winner's item (the adapter then reads it)

@@ -179,3 +179,46 @@ def test_the_readme_curl_session_submits_watches_and_cancels(stack: LocalStack, 
     assert job_id is not None
     job = stack.deps().jobs.get(job_id.group(0))
     assert job is not None and job.state is JobState.CANCELLED
+
+
+def presigned_post(upload: dict[str, Any], data: bytes) -> int:
+    """Upload `data` with a presigned POST as a browser form would (multipart/form-data, the file last)."""
+    boundary = "----review-test-boundary"
+    parts = [f'--{boundary}\r\nContent-Disposition: form-data; name="{k}"\r\n\r\n{v}\r\n'.encode()
+             for k, v in upload["fields"].items()]
+    parts.append(f'--{boundary}\r\nContent-Disposition: form-data; name="file"; filename="contract.txt"\r\n'
+                 f"Content-Type: text/plain\r\n\r\n".encode() + data + f"\r\n--{boundary}--\r\n".encode())
+    req = urllib.request.Request(upload["url"], data=b"".join(parts), method="POST",
+                                 headers={"Content-Type": f"multipart/form-data; boundary={boundary}"})
+    try:
+        with urllib.request.urlopen(req, timeout=30) as r:
+            return int(r.status)
+    except urllib.error.HTTPError as e:
+        return int(e.code)
+
+
+def test_two_principals_of_review_up_are_isolated_as_a_user_would_try_it(stack: LocalStack, tmp_path: Path):
+    # GIVEN the two principals' tokens, by name, from .review/local.json as `review up` writes it
+    local = tmp_path / "local.json"
+    stack.write_local_json(local)
+    tokens = json.loads(local.read_text())["api_tokens"]
+    assert set(tokens) == {"local-user", "local-other"} and len(set(tokens.values())) == 2
+    user, other = tokens["local-user"], tokens["local-other"]
+    # WHEN local-user uploads a contract through POST /uploads (a real presigned POST to the embedded S3)
+    status, _, up = http(stack, "POST", "/uploads", {"name": "isolation"}, token=user)
+    assert status == 201, up
+    assert presigned_post(up["upload"], b"1. Term. This agreement lasts two years.\n") in (200, 204)
+    # THEN local-other cannot submit it (the same code intake would give), and nothing is queued for it
+    status, _, refused = http(stack, "POST", "/jobs", {"document": {"s3_uri": up["s3Uri"]}}, token=other)
+    assert status == 422 and refused["error"]["code"] == "input.document_forbidden", refused
+    # AND local-user can; local-other can neither read, cancel, approve nor retry that job
+    status, _, accepted = http(stack, "POST", "/jobs", {"document": {"s3_uri": up["s3Uri"]}}, token=user)
+    assert status == 202, accepted
+    job_id = accepted["jobId"]
+    wait_for(lambda: stack.deps().jobs.get(job_id), 20, what="intake to record the job")
+    for method, path, body in ROUTES[:5]:
+        status, _, answer = http(stack, method, path.format(job=job_id), body, token=other)
+        assert status == 404 and answer["error"]["code"] == "api.not_found", (method, path, answer)
+    job = stack.deps().jobs.get(job_id)
+    assert job is not None and job.principal.endswith(":user/local-user") and job.document_chars > 0
+    assert job.state not in (JobState.CANCELLING, JobState.CANCELLED, JobState.FAILED)

@@ -23,7 +23,7 @@ from contract_review.config.settings import Settings
 from contract_review.domain.errors import ErrorEnvelope, ReviewError
 from contract_review.domain.keys import checkpoint_key
 from contract_review.domain.messages import AnalysisMessage, JobControl, ResultMessage, size_batches
-from contract_review.domain.ports import DLQS, Deps, LedgerWindow, Queue, QueueMessage
+from contract_review.domain.ports import DLQS, Deps, LedgerWindow, PresignedUpload, Queue, QueueMessage
 from contract_review.domain.records import (
     OUTCOME_FIELDS,
     USAGE_FIELDS,
@@ -371,6 +371,7 @@ class FakeArtifacts:
     def __init__(self, bucket: str = "artifacts"):
         self.bucket = bucket
         self.objects: dict[tuple[str, str], str | bytes] = {}  # bytes: a raw (e.g. non-UTF-8) upload
+        self.presigned: list[tuple[str, int, int]] = []  # (key, max bytes, expiry) of each presigned upload
 
     def put_text(self, key: str, body: str, content_type: str = "application/json") -> None:
         self.objects[(self.bucket, key)] = body
@@ -384,12 +385,17 @@ class FakeArtifacts:
         data = body if isinstance(body, bytes) else body.encode("utf-8")
         return data[byte_start:max(byte_start, byte_end)].decode("utf-8")
 
-    def read_uri(self, bucket: str, key: str) -> bytes:
+    def read_uri(self, bucket: str, key: str, max_bytes: int | None = None) -> bytes:
         if (bucket, key) not in self.objects:
             raise ReviewError.of("input.document_missing", "NoSuchKey for the referenced object",
                                  provider_code="NoSuchKey", http_status=404, step="intake.load")
         body = self.objects[(bucket, key)]
-        return body if isinstance(body, bytes) else body.encode()
+        data = body if isinstance(body, bytes) else body.encode()
+        return data if max_bytes is None else data[:max_bytes + 1]
+
+    def presign_upload(self, key: str, max_bytes: int, expires_s: int) -> PresignedUpload:
+        self.presigned.append((key, max_bytes, expires_s))
+        return PresignedUpload(url=f"https://{self.bucket}.s3.example", fields={"key": key})
 
 
 @dataclass

@@ -14,6 +14,7 @@ import pytest
 from contract_review.domain import cost
 from contract_review.domain.messages import MAX_DOCUMENT_BYTES, IntakeMessage
 from contract_review.domain.ports import Queue
+from contract_review.domain.principals import uploads_prefix
 from contract_review.domain.records import JobState, job_id_for
 from contract_review.operate import api, ops
 from contract_review.pipeline.intake import handle_intake
@@ -142,7 +143,8 @@ def test_a_large_text_goes_by_claim_check_as_review_submit_sends_it():
     assert answer.status == 202
     [message] = intake_messages(world)
     uri = str(message["document"]["s3_uri"])  # type: ignore[index]  # a JSON object
-    assert uri == f"s3://{world.artifacts.bucket}/uploads/{answer.json['jobId']}.txt"
+    # in Alice's own uploads: no other principal's job may read it
+    assert uri == f"s3://{world.artifacts.bucket}/{uploads_prefix(ALICE)}{answer.json['jobId']}.txt"
     assert world.artifacts.get_text(uri.split("/", 3)[3]) == big
 
 
@@ -153,7 +155,8 @@ def test_a_large_text_goes_by_claim_check_as_review_submit_sends_it():
     (b'{"document": {"text": "\\ud800"}}', 400, "input.invalid"),
     ({"document": {"text": "   "}}, 422, "input.empty_document"),
     ({"document": {"s3_uri": "s3://elsewhere/uploads/x.txt"}}, 422, "input.document_forbidden"),
-    ({"document": {"s3_uri": "s3://artifacts/uploads/missing.txt"}}, 422, "input.document_missing"),
+    ({"document": {"s3_uri": f"s3://artifacts/{uploads_prefix(ALICE)}missing.txt"}}, 422, "input.document_missing"),
+    ({"document": {"s3_uri": "s3://artifacts/uploads/queue-senders.txt"}}, 422, "input.document_forbidden"),
 ])
 def test_a_bad_request_is_answered_with_its_code_and_sends_nothing(body: object, status: int, code: str):
     world = FakeWorld()
@@ -163,15 +166,84 @@ def test_a_bad_request_is_answered_with_its_code_and_sends_nothing(body: object,
     assert not intake_messages(world) and not world.jobs.all()
 
 
-def test_an_s3_uri_under_uploads_is_read_hashed_and_passed_on():
+def upload(world: FakeWorld, text: str, *, who: str = ALICE) -> str:
+    """POST /uploads, then the upload itself as S3 would take it; the s3_uri to submit."""
+    answer = call(world, "POST", "/uploads", {"name": "msa"}, who=who)
+    assert answer.status == 201, answer.body
+    uri = str(answer.json["s3Uri"])
+    world.artifacts.put_text(uri.split("/", 3)[3], text)
+    return uri
+
+
+def test_an_upload_is_presigned_into_the_callers_own_prefix_and_bounded_in_size():
     world = FakeWorld()
-    world.artifacts.put_text("uploads/msa.txt", LONG_TEXT)
-    answer = call(world, "POST", "/jobs", {"document": {"s3_uri": "s3://artifacts/uploads/msa.txt"}})
+    answer = call(world, "POST", "/uploads", {"name": "msa"})
+    assert answer.status == 201
+    key = str(answer.json["s3Uri"]).split("/", 3)[3]
+    assert key.startswith(uploads_prefix(ALICE)) and key.endswith("-msa.txt")
+    assert world.artifacts.presigned == [(key, MAX_DOCUMENT_BYTES, api.UPLOAD_EXPIRY_S)]
+    assert answer.json["maxBytes"] == MAX_DOCUMENT_BYTES and answer.json["upload"]["method"] == "POST"  # type: ignore[index]
+    # two uploads never share a key, and Bob's go elsewhere
+    again = str(call(world, "POST", "/uploads").json["s3Uri"])
+    bobs = str(call(world, "POST", "/uploads", who=BOB).json["s3Uri"])
+    assert again != answer.json["s3Uri"] and uploads_prefix(BOB) in bobs and uploads_prefix(ALICE) not in bobs
+
+
+@pytest.mark.parametrize("body", [{"name": "../x"}, {"surprise": 1}, b"{no"])
+def test_a_bad_upload_request_is_a_400_and_presigns_nothing(body: object):
+    world = FakeWorld()
+    answer = call(world, "POST", "/uploads", body)
+    assert answer.status == 400 and answer.code == "api.invalid_request", answer.body
+    assert not world.artifacts.presigned
+
+
+def test_an_uploaded_document_is_read_hashed_and_passed_on():
+    world = FakeWorld()
+    uri = upload(world, LONG_TEXT)
+    answer = call(world, "POST", "/jobs", {"document": {"s3_uri": uri}})
     assert answer.status == 202
-    assert intake_messages(world)[0]["document"] == {"s3_uri": "s3://artifacts/uploads/msa.txt"}
+    assert intake_messages(world)[0]["document"] == {"s3_uri": uri}
     run = InProcess(world)
     job = run.run(str(answer.json["jobId"]))
     assert job.state is JobState.COMPLETED
+
+
+def test_another_principals_upload_is_forbidden_through_the_api_and_through_a_forged_queue_message():
+    world = FakeWorld()
+    alices = upload(world, LONG_TEXT)
+    # WHEN Bob names Alice's upload THEN 422 input.document_forbidden, nothing is read or sent
+    answer = call(world, "POST", "/jobs", {"document": {"s3_uri": alices}}, who=BOB)
+    assert answer.status == 422 and answer.code == "input.document_forbidden", answer.body
+    assert not intake_messages(world) and not world.jobs.all()
+    # AND a sender to the intake queue that names it (without a principal) gets a failed job with the same code
+    run = InProcess(world)
+    run.send({"s3_uri": alices}, key="steal")
+    run.intake()
+    [job] = world.jobs.all()
+    assert job.state is JobState.FAILED and job.error_code == "input.document_forbidden" and job.model_micro_usd == 0
+    # AND one that also forges Bob's... or Alice's principal is refused before anything is read: no job, the DLQ
+    forged = json.dumps({"schema_version": 1, "document": {"s3_uri": alices}, "idempotency_key": "steal-2",
+                         "principal": ALICE})
+    result = handle_intake(world.deps, forged, "m-forged")
+    assert result.job_id is None and result.error is not None and result.error.error_code == "input.invalid"
+    assert len(world.jobs.all()) == 1 and len(world.queues.sent[Queue.INTAKE_DLQ]) == 1
+
+
+def test_a_queue_message_with_a_principal_is_taken_only_as_the_api_sent_it():
+    world = FakeWorld()
+    # GIVEN Alice's job through the API: its intake message carries her principal, vouched by its submission
+    answer = submit(world, key="k1")
+    [message] = intake_messages(world)
+    # WHEN the same message is replayed with another document, or with Bob as its principal
+    for forged in ({**message, "document": {"text": LONG_TEXT}}, {**message, "principal": BOB}):
+        result = handle_intake(world.deps, json.dumps(forged), "m-forged")
+        # THEN intake refuses it, records no job, and explains it in the intake DLQ
+        assert result.job_id is None and result.error is not None and result.error.error_code == "input.invalid"
+    assert not world.jobs.all() and len(world.queues.sent[Queue.INTAKE_DLQ]) == 2
+    # AND the API's own message is taken, bound to Alice
+    InProcess(world).intake()
+    job = world.jobs.get(str(answer.json["jobId"]))
+    assert job is not None and job.principal == ALICE and job.state is JobState.RUNNING
 
 
 # ------------------------------------------------------------------------------ one admission path
@@ -293,8 +365,9 @@ def test_post_jobs_with_a_budget_stops_the_job_as_review_submit_with_a_budget_do
     assert view["error"]["code"] == "job.budget_exceeded"  # type: ignore[index]  # a JSON object
 
 
-UPLOAD = "s3://artifacts/uploads/doc.txt"
-BAD_DOCUMENTS = [  # admission's checks: the document sent, the object it names under uploads/, the check's code
+UPLOAD = "s3://artifacts/uploads/doc.txt"  # a queue sender's upload; the API's caller sends its own (ALICES)
+ALICES = f"s3://artifacts/{uploads_prefix(ALICE)}doc.txt"
+BAD_DOCUMENTS = [  # admission's checks: the document sent, the object it names in the upload area, the check's code
     pytest.param({"s3_uri": "s3://elsewhere/uploads/doc.txt"}, None, "input.document_forbidden", id="not-uploads"),
     pytest.param({"s3_uri": UPLOAD}, None, "input.document_missing", id="missing"),
     pytest.param({"s3_uri": UPLOAD}, b"a" * (MAX_DOCUMENT_BYTES + 1), "input.too_large", id="too-large"),
@@ -307,23 +380,26 @@ BAD_DOCUMENTS = [  # admission's checks: the document sent, the object it names 
 def _world(upload: bytes | None) -> FakeWorld:
     world = FakeWorld()
     if upload is not None:
-        world.artifacts.objects[(world.artifacts.bucket, "uploads/doc.txt")] = upload
+        for uri in (UPLOAD, ALICES):
+            world.artifacts.objects[(world.artifacts.bucket, uri.split("/", 3)[3])] = upload
     return world
 
 
 @pytest.mark.parametrize("document,upload,code", BAD_DOCUMENTS)
 def test_a_bad_document_gets_the_same_answer_from_the_api_as_from_the_queue(document: dict[str, object],
                                                                               upload: bytes | None, code: str):
-    # GIVEN a document that fails one of admission's checks
+    # GIVEN a document that fails one of admission's checks (an upload: in each sender's own upload area)
     api_world, queue_world = _world(upload), _world(upload)
+    api_document = {"s3_uri": ALICES} if document.get("s3_uri") == UPLOAD else document
     # WHEN it is posted to /jobs, and sent to the intake queue
-    answer = call(api_world, "POST", "/jobs", {"document": document})
+    answer = call(api_world, "POST", "/jobs", {"document": api_document})
     handle_intake(queue_world.deps, json.dumps({"schema_version": 1, "document": document, "idempotency_key": "k"}))
     # THEN the API answers 422 with the check's code and message, sending nothing; the queue's job fails with both
     failed = queue_world.jobs.get(job_id_for("k"))
     assert failed is not None and failed.error is not None
     assert (answer.status, answer.code) == (422, code) and failed.error_code == code
-    assert answer.json["error"]["message"] == failed.error.message  # type: ignore[index]  # a JSON object
+    if code != "input.document_forbidden":  # (that one names each sender's own upload area)
+        assert str(answer.json["error"]["message"]).replace(ALICES, UPLOAD) == failed.error.message  # type: ignore[index]
     assert not intake_messages(api_world) and not api_world.jobs.all()
 
 
@@ -477,6 +553,35 @@ def test_a_job_sent_through_the_queue_is_not_visible_through_the_api(route: int)
     [job] = world.jobs.all()
     method, path, body = _routes(job.job_id, "batch-" + "0" * 20)[route]
     assert call(world, method, path, body).status == 404
+
+
+def test_a_restarted_session_of_the_same_role_still_sees_and_acts_on_its_jobs_and_another_role_does_not():
+    world = FakeWorld()
+    task = "arn:aws:sts::123456789012:assumed-role/IngestTask/{}"
+    # GIVEN a job submitted by an ECS task's session
+    answer = submit(world, who=task.format("5f0c7e9a"))
+    job_id = str(answer.json["jobId"])
+    InProcess(world).intake()
+    # WHEN the task restarts (a new session of the same role) THEN it reads and cancels its job
+    restarted = task.format("8d1b2c3e")
+    assert call(world, "GET", f"/jobs/{job_id}", who=restarted).status == 200
+    assert call(world, "POST", f"/jobs/{job_id}/cancel", who=restarted).status == 202
+    # AND the same document again from the new session is the same job
+    assert submit(world, who=restarted).json["jobId"] == job_id
+    # AND another role's session does not see it
+    assert call(world, "GET", f"/jobs/{job_id}", who="arn:aws:sts::123456789012:assumed-role/Other/x").status == 404
+
+
+def test_a_job_bound_to_a_full_session_arn_before_stays_readable_by_that_session_only():
+    world = FakeWorld()
+    session = "arn:aws:sts::123456789012:assumed-role/IngestTask/old-session"
+    InProcess(world).send({"text": TEXT}, key="legacy")
+    InProcess(world).intake()
+    [job] = world.jobs.all()
+    world.jobs.items[job.job_id] = job.model_copy(update={"principal": session})  # as a job bound before the rule
+    assert call(world, "GET", f"/jobs/{job.job_id}", who=session).status == 200
+    assert call(world, "GET", f"/jobs/{job.job_id}",
+                who="arn:aws:sts::123456789012:assumed-role/IngestTask/new-session").status == 404
 
 
 def test_a_request_without_a_principal_is_401():

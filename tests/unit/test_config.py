@@ -173,7 +173,7 @@ def settings_to_env(s: Settings) -> dict[str, str]:
         value = getattr(s, key)
         if key == "profile":
             env[var] = value.name
-        elif value:
+        elif value and not (key == "queue_uploads_prefix" and value == "uploads/"):  # infra/ leaves that default out
             env[var] = str(value)
     return env
 
@@ -268,8 +268,8 @@ def test_from_outputs_agrees_with_from_env():
     assert Settings.from_outputs(full_outputs(), "prod") == Settings.from_env(env)
 
 
-@pytest.mark.parametrize("missing", [r.output for r in RESOURCES])
-def test_from_outputs_names_a_missing_output(missing):
+@pytest.mark.parametrize("missing", [r.output for r in RESOURCES if r.required])
+def test_from_outputs_names_a_missing_required_output(missing):
     outputs = full_outputs()
     del outputs[missing]
     with pytest.raises(ValueError, match=missing) as info:
@@ -279,14 +279,30 @@ def test_from_outputs_names_a_missing_output(missing):
     assert not [o for o in others if o in str(info.value)], "only the missing output is named"
 
 
+@pytest.mark.parametrize("missing", [r for r in RESOURCES if not r.required], ids=lambda r: r.output)
+def test_a_stack_from_before_an_optional_resource_still_serves_the_cli_without_it(missing):
+    # GIVEN the outputs of a stack deployed before an optional resource existed (e.g. the token ledger)
+    outputs = {k: v for k, v in full_outputs().items() if k != missing.output}
+    # THEN the CLI's settings are built, without that resource (its feature off), the others intact
+    s = Settings.from_outputs(outputs, "prod")
+    assert getattr(s, missing.field) == ""
+    assert s.jobs_table == full_outputs()["JobsTableName"]
+
+
 def test_from_outputs_names_every_missing_output():
-    outputs = {k: v for k, v in full_outputs().items() if k not in ("JobsTableName", "ResultsDlqUrl")}
+    outputs = {k: v for k, v in full_outputs().items() if k not in ("JobsTableName", "AnalysisQueueUrl")}
     with pytest.raises(ValueError) as info:
         Settings.from_outputs(outputs, "prod")
-    assert "JobsTableName" in str(info.value) and "ResultsDlqUrl" in str(info.value)
+    assert "JobsTableName" in str(info.value) and "AnalysisQueueUrl" in str(info.value)
     assert "ClaimsTableName" not in str(info.value)
     with pytest.raises(ValueError, match="JobsTableName"):
         Settings.from_outputs({}, "prod")
+
+
+def test_the_queue_uploads_prefix_comes_from_the_stack_output_and_defaults_to_uploads():
+    assert Settings.from_outputs(full_outputs(), "prod").queue_uploads_prefix == "uploads/"
+    restricted = Settings.from_outputs({**full_outputs(), "QueueUploadsPrefix": "uploads/queue/"}, "prod")
+    assert restricted.queue_uploads_prefix == "uploads/queue/"
 
 
 def test_from_outputs_rejects_an_unknown_profile():

@@ -31,6 +31,7 @@ from contract_review.review.chunking import document_hash
 
 from ..texts import LONG_TEXT, TEXT
 from .fakes import SETTINGS, FakeQueues, FakeWorld, Sent
+from .inprocess import InProcess
 from .scenarios import ALL_OK, claim, deliver, intake, running_job, settle_done
 
 IF_IT_FAILS_AGAIN = ("chunk messages go to the analysis DLQ with their error envelope; the job ends "
@@ -546,3 +547,22 @@ def test_a_submission_that_intake_rejects_fails_under_the_job_id_submit_returned
     job = world.jobs.get(job_id)
     assert job is not None and job.error_code == code and job.document_id == document_id
     assert world.queues.sent[Queue.INTAKE_DLQ] == []
+
+
+def test_a_stack_that_restricts_the_queue_path_to_a_prefix_uploads_there_and_intake_reads_nothing_else():
+    # GIVEN a stack deployed with -c queue_uploads_prefix=uploads/queue/
+    world = FakeWorld(settings=SETTINGS.model_copy(update={"queue_uploads_prefix": "uploads/queue/"}))
+    big = "\n\n".join([LONG_TEXT] * 16)
+    # WHEN review submit sends a large contract THEN its claim check goes under that prefix, and intake takes it
+    job_id = ops.submit(world.deps, big, idempotency_key="big-2")
+    assert sent_intake(world)["document"] == {"s3_uri": f"s3://{SETTINGS.bucket}/uploads/queue/{job_id}.txt"}
+    run = InProcess(world)
+    run.intake()
+    assert world.jobs.get(job_id).state is JobState.RUNNING  # type: ignore[union-attr]  # recorded just now
+    # AND a queue message naming an object elsewhere under uploads/ fails on its input, reading nothing
+    world.artifacts.put_text("uploads/elsewhere.txt", LONG_TEXT)
+    run.send({"s3_uri": f"s3://{SETTINGS.bucket}/uploads/elsewhere.txt"}, key="outside")
+    run.intake()
+    outside = world.jobs.get(job_id_for("outside"))
+    assert outside is not None and outside.state is JobState.FAILED
+    assert outside.error_code == "input.document_forbidden" and "uploads/queue/" in (outside.error.message if outside.error else "")

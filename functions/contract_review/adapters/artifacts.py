@@ -7,6 +7,7 @@ from typing import Any
 from botocore.exceptions import ClientError
 
 from contract_review.domain.errors import ReviewError
+from contract_review.domain.ports import PresignedUpload
 
 _MISSING_CODES = {"NoSuchKey", "NoSuchBucket", "AccessDenied", "404", "403"}
 
@@ -31,9 +32,10 @@ class S3Artifacts:
                                              Range=f"bytes={byte_start}-{byte_end - 1}")["Body"].read()
         return body.decode("utf-8")
 
-    def read_uri(self, bucket: str, key: str) -> bytes:
+    def read_uri(self, bucket: str, key: str, max_bytes: int | None = None) -> bytes:
+        ranged = {} if max_bytes is None else {"Range": f"bytes=0-{max_bytes}"}  # max_bytes + 1 at most
         try:
-            body: bytes = self.client.get_object(Bucket=bucket, Key=key)["Body"].read()
+            body: bytes = self.client.get_object(Bucket=bucket, Key=key, **ranged)["Body"].read()
         except ClientError as exc:
             code = str(exc.response.get("Error", {}).get("Code", ""))
             status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
@@ -42,3 +44,10 @@ class S3Artifacts:
                                      provider_code=code, http_status=status, step="intake.load") from exc
             raise
         return body
+
+    def presign_upload(self, key: str, max_bytes: int, expires_s: int) -> PresignedUpload:
+        """A presigned POST: S3 itself refuses a body outside 1..max_bytes (`content-length-range`) and any other
+        key; the bucket's default encryption (SSE-S3) encrypts the upload."""
+        post = self.client.generate_presigned_post(Bucket=self.bucket, Key=key, ExpiresIn=expires_s,
+                                                   Conditions=[["content-length-range", 1, max_bytes]])
+        return PresignedUpload(url=str(post["url"]), fields={k: str(v) for k, v in post["fields"].items()})

@@ -65,7 +65,12 @@ OPTION_ENV = {
     # the model's tokens-per-minute quota to pace to (CDK context `model_tpm`); empty: read from Service Quotas
     "model_tpm": "MODEL_TPM",
     "ticket_url": "TICKET_URL",  # the external ticket system's base URL (CDK context `ticket_url`); empty: no tickets
+    # where senders to the intake queue may put claim-checked documents (CDK context `queue_uploads_prefix`)
+    "queue_uploads_prefix": "QUEUE_UPLOADS_PREFIX",
 }
+
+# Options the CLI reads from a stack's outputs (Settings field -> output), beside RESOURCES; absent: the default.
+OPTION_OUTPUTS = {"queue_uploads_prefix": "QueueUploadsPrefix"}
 
 
 # Profile fields changed for one local run (a JSON object; the bench compares settings side by side).
@@ -101,6 +106,10 @@ class Settings(BaseModel):
     model_control_parameter: str = ""
     token_ledger_table: str = ""
     ticket_url: str = ""
+    # Where senders to the intake queue (no principal: `review submit`, your own producers) may put documents
+    # they name by s3_uri (`-c queue_uploads_prefix=uploads/queue/`). Never `uploads/principals/`: the Job API's
+    # callers' own uploads (domain/principals.py), which only their owner's jobs read.
+    queue_uploads_prefix: str = "uploads/"
     # The tokens-per-minute quota the workers pace to (`-c model_tpm=N`); None: the profile's, else the model's
     # quota as Service Quotas names it, read at cold start (wiring.model_tokens_per_minute).
     model_tpm: float | None = None
@@ -113,10 +122,12 @@ class Settings(BaseModel):
     @classmethod
     def from_outputs(cls, outputs: Mapping[str, str], profile: str) -> Settings:
         """From a stack's outputs (the CLI's view of a deployed or local stack)."""
-        missing = [r.output for r in RESOURCES if r.output not in outputs]
+        missing = [r.output for r in RESOURCES if r.required and r.output not in outputs]
         if missing:
             raise ValueError(f"stack outputs missing: {', '.join(missing)}")
-        return cls.model_validate({"profile": get_profile(profile), **{r.field: outputs[r.output] for r in RESOURCES}})
+        named = {**{r.field: r.output for r in RESOURCES}, **OPTION_OUTPUTS}
+        return cls.model_validate({"profile": get_profile(profile),
+                                   **{f: outputs[o] for f, o in named.items() if o in outputs}})
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> Settings:

@@ -221,6 +221,14 @@ class ClaimsRepo(Protocol):
         """The checkpointed output (JSON), wherever it is stored."""
 
 
+@dataclass(frozen=True)
+class PresignedUpload:
+    """An HTML-form style upload S3 checks (POST `url` with `fields`, then the file as the `file` field)."""
+
+    url: str
+    fields: dict[str, str]
+
+
 class Artifacts(Protocol):
     """The artifact bucket (documents, findings, reports, large checkpoints)."""
 
@@ -234,8 +242,13 @@ class Artifacts(Protocol):
         """Bytes [byte_start, byte_end) of a UTF-8 object, decoded (the range must fall on character
         boundaries): a page of chunks without reading the whole document."""
 
-    def read_uri(self, bucket: str, key: str) -> bytes:
-        """An object anywhere (intake's claim check); raises `input.document_missing` if absent."""
+    def read_uri(self, bucket: str, key: str, max_bytes: int | None = None) -> bytes:
+        """An object anywhere (intake's claim check); raises `input.document_missing` if absent. With
+        `max_bytes`, at most `max_bytes + 1` bytes are read (enough to tell that it is too large)."""
+
+    def presign_upload(self, key: str, max_bytes: int, expires_s: int) -> PresignedUpload:
+        """A presigned POST that lets its holder upload one object at `key`, of 1..`max_bytes` bytes (S3
+        enforces the signed `content-length-range`), until `expires_s` from now."""
 
 
 class Queue(StrEnum):

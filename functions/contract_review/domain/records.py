@@ -373,6 +373,18 @@ class Waiting(_Record):
     detail: str  # one line for people: "waiting for the daily token quota of MODEL ..., re-probed hourly"
 
 
+class Submission(BaseModel):
+    """What the Job API writes (`keys.submission_key`) before it sends a job's intake message: it answers for the
+    job until intake has recorded it, binds the job to its principal, and is what intake trusts a message's
+    `principal` on (only the API's role may write it)."""
+
+    job_id: str
+    principal: str
+    document_sha256: str
+    submitted_at: float
+    batch_id: str | None = None
+
+
 class Job(Usage):
     """A job, and (Usage) what it spent: a running total the aggregator adds each settled chunk's usage to, in
     the update that settles it (the per-job budget is checked against it)."""

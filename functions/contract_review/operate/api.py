@@ -29,7 +29,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import re
+import secrets
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
@@ -42,9 +44,17 @@ from pydantic import BaseModel, ConfigDict, Field, JsonValue, ValidationError, f
 from contract_review.domain import lifecycle
 from contract_review.domain.errors import REGISTRY, ReviewError, classify
 from contract_review.domain.keys import batch_key, submission_key
-from contract_review.domain.messages import IntakeMessage, MetaKey, MetaValue, S3Document, parse_intake
+from contract_review.domain.messages import (
+    MAX_DOCUMENT_BYTES,
+    IntakeMessage,
+    MetaKey,
+    MetaValue,
+    S3Document,
+    parse_intake,
+)
 from contract_review.domain.ports import Deps
-from contract_review.domain.records import Job, JobState, job_id_for
+from contract_review.domain.principals import Caller, uploads_prefix
+from contract_review.domain.records import Job, JobState, Submission, job_id_for
 from contract_review.operate import ops
 from contract_review.pipeline import admission, redrive
 from contract_review.pipeline.admission import TextDocument
@@ -52,6 +62,7 @@ from contract_review.review.chunking import document_hash
 from contract_review.sideeffects import approvals
 
 app = APIGatewayHttpResolver()
+log = logging.getLogger(__name__)
 
 MAX_IDEMPOTENCY_KEY = 255
 MAX_BATCH_ITEMS = 100  # an HTTP API request must be answered within 29 s: each item is a few AWS calls
@@ -112,6 +123,7 @@ def _unexpected(exc: Exception) -> Response[str]:
     env = classify(exc, step="api")
     status = 503 if env.retryable else 500
     code = env.error_code if env.error_code in REGISTRY else "runtime.internal"
+    log.exception("the Job API answered %s", status, extra={"error_code": code, "path": app.current_event.path})
     return _json(status, {"error": {"code": code, "message": env.message, "retryable": env.retryable}},
                  {"Retry-After": "1"} if env.retryable else None)
 
@@ -121,7 +133,7 @@ def _unexpected(exc: Exception) -> Response[str]:
 ROUTES: tuple[tuple[str, str], ...] = (
     ("POST", "/jobs"), ("GET", "/jobs/{jobId}"), ("GET", "/jobs/{jobId}/events"), ("POST", "/jobs/{jobId}/cancel"),
     ("POST", "/jobs/{jobId}/approval"), ("POST", "/jobs/{jobId}/retry"), ("POST", "/batches"),
-    ("GET", "/batches/{batchId}"),
+    ("GET", "/batches/{batchId}"), ("POST", "/uploads"),
 )
 
 
@@ -147,15 +159,15 @@ def _deps() -> Deps:
     return deps
 
 
-def principal() -> str:
+def caller() -> Caller:
     """The caller: its IAM ARN (HTTP API IAM authorization; the local server puts its token's principal
     there too). None there means the request was not authorized, which the HTTP API never lets through."""
-    who = app.current_event.request_context.authorizer.iam.user_arn
-    if not who:
+    arn = app.current_event.request_context.authorizer.iam.user_arn
+    if not arn:
         raise ApiError(401, "api.unauthenticated", "the request carries no authenticated principal: sign it "
                                                    "with SigV4 (AWS) or send `Authorization: Bearer <api_token>` "
                                                    "(local: .review/local.json)")
-    return who
+    return Caller(arn)
 
 
 def _base_url() -> str:
@@ -245,16 +257,6 @@ class BatchItem(JobRequest):
     custom_id: str = Field(pattern=_CUSTOM_ID.pattern)
 
 
-class Submission(BaseModel):
-    """The record that answers for a job until intake has recorded it, and binds it to its principal."""
-
-    job_id: str
-    principal: str
-    document_sha256: str
-    submitted_at: float
-    batch_id: str | None = None
-
-
 def _validation_message(exc: ValidationError) -> str:
     shown = []
     for e in exc.errors()[:5]:
@@ -292,8 +294,7 @@ def _get_json(deps: Deps, key: str) -> str | None:
 
 
 def submission(deps: Deps, job_id: str) -> Submission | None:
-    raw = _get_json(deps, submission_key(job_id))
-    return Submission.model_validate_json(raw) if raw else None
+    return admission.submission(deps, job_id)
 
 
 class Submitted(BaseModel):
@@ -302,18 +303,19 @@ class Submitted(BaseModel):
     replayed: bool  # the same submission (key) again: the job it names
 
 
-def submit(deps: Deps, who: str, req: JobRequest, key: str | None, batch_id: str | None = None) -> Submitted:
+def submit(deps: Deps, caller: Caller, req: JobRequest, key: str | None, batch_id: str | None = None) -> Submitted:
     """One document to the intake queue, bound to `who`. Idempotent: the same key (default: the document's
     SHA-256) from the same principal is one job; the key with another document is `input.key_conflict`."""
+    who = caller.principal
     with _answered():
-        text = admission.document_text(deps, req.document)
+        text = admission.document_text(deps, req.document, who)  # an s3_uri only in the caller's own uploads
         admission.check_budget(deps.settings, text, req.budget_usd)  # before anything is sent
     sha = document_hash(text)
     job_id = job_id_of(who, key or sha)
     job = deps.jobs.get(job_id)
     pending = submission(deps, job_id) if job is None else None
     known_sha = job.document_sha256 if job is not None else (pending.document_sha256 if pending else "")
-    if job is not None and job.principal != who:
+    if job is not None and not caller.owns(job.principal):
         raise ApiError(409, "input.key_conflict", "this idempotency key names another job: use another key")
     if known_sha and known_sha != sha and not (job is not None and job.replaceable):  # as intake decides
         raise ApiError(409, "input.key_conflict", f"idempotency key {key!r} was used for another document "
@@ -361,7 +363,7 @@ def _links(job_id: str, base_url: str) -> dict[str, str]:
 
 @app.post("/jobs")
 def post_job() -> Response[str]:
-    who = principal()
+    who = caller()
     header = _idempotency_key()
     req = _parse(JobRequest, _body_json())
     if header is not None and req.idempotency_key is not None and header != req.idempotency_key:
@@ -375,19 +377,49 @@ def post_job() -> Response[str]:
     return _json(202, {"jobId": done.job_id, "status": done.status, **links}, headers)
 
 
+# ------------------------------------------------------------------------------ uploads
+UPLOAD_EXPIRY_S = 900  # a presigned upload is good for 15 minutes
+
+
+class UploadRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+    name: str | None = Field(default=None, pattern=r"^[A-Za-z0-9._-]{1,100}$",
+                             description="A name to recognise the upload by (its key ends with it).")
+
+
+@app.post("/uploads")
+def post_upload() -> Response[str]:
+    """A presigned POST into the caller's own uploads (`principals.uploads_prefix`): S3 takes 1..MAX_DOCUMENT_BYTES
+    bytes (the signed `content-length-range`; intake checks the size again), for UPLOAD_EXPIRY_S. Send the
+    `s3Uri` it answers as the document of `POST /jobs`: only this principal's jobs may read it."""
+    who = caller()
+    raw = _raw_body().strip()
+    try:
+        req = UploadRequest.model_validate(json.loads(raw) if raw else {})
+    except ValueError as exc:  # not JSON, or a ValidationError
+        detail = _validation_message(exc) if isinstance(exc, ValidationError) else "the body is not JSON"
+        raise ApiError(400, "api.invalid_request", detail) from exc
+    deps = _deps()
+    key = f"{uploads_prefix(who.principal)}{secrets.token_hex(16)}-{req.name or 'document'}.txt"
+    upload = deps.artifacts.presign_upload(key, MAX_DOCUMENT_BYTES, UPLOAD_EXPIRY_S)
+    return _json(201, {"s3Uri": f"s3://{deps.artifacts.bucket}/{key}", "maxBytes": MAX_DOCUMENT_BYTES,
+                       "expiresAt": iso(deps.clock() + UPLOAD_EXPIRY_S),
+                       "upload": {"method": "POST", "url": upload.url, "fields": upload.fields}})
+
+
 # ------------------------------------------------------------------------------ reading a job
-def owned_job(deps: Deps, who: str, job_id: str) -> Job | Submission:
+def owned_job(deps: Deps, who: Caller, job_id: str) -> Job | Submission:
     """The caller's job, or its submission while intake has not recorded it yet; 404 otherwise (also for
     another principal's job: its existence is not revealed)."""
     if not _JOB_ID.fullmatch(job_id):
         raise not_found("job", job_id)
     job = deps.jobs.get(job_id)
     if job is not None:
-        if job.principal != who:
+        if not who.owns(job.principal):
             raise not_found("job", job_id)
         return job
     pending = submission(deps, job_id)
-    if pending is None or pending.principal != who:
+    if pending is None or not who.owns(pending.principal):
         raise not_found("job", job_id)
     return pending
 
@@ -442,7 +474,7 @@ def job_status(deps: Deps, found: Job | Submission, base_url: str = "") -> dict[
 @app.get("/jobs/<job_id>")
 def get_job(job_id: str) -> Response[str]:
     deps = _deps()
-    return _json(200, job_status(deps, owned_job(deps, principal(), job_id), _base_url()))
+    return _json(200, job_status(deps, owned_job(deps, caller(), job_id), _base_url()))
 
 
 def job_events(deps: Deps, job_id: str, after: int, limit: int) -> list[JsonValue]:
@@ -455,7 +487,7 @@ def job_events(deps: Deps, job_id: str, after: int, limit: int) -> list[JsonValu
 @app.get("/jobs/<job_id>/events")
 def get_events(job_id: str) -> Response[str]:
     deps = _deps()
-    found = owned_job(deps, principal(), job_id)
+    found = owned_job(deps, caller(), job_id)
     after = _uint_param("after", 0)
     limit = _uint_param("limit", DEFAULT_EVENTS_LIMIT, MAX_EVENTS_LIMIT, minimum=1)
     if isinstance(found, Submission):
@@ -464,7 +496,7 @@ def get_events(job_id: str) -> Response[str]:
 
 
 # ------------------------------------------------------------------------------ acting on a job
-def _recorded(deps: Deps, who: str, job_id: str, action: str) -> Job:
+def _recorded(deps: Deps, who: Caller, job_id: str, action: str) -> Job:
     found = owned_job(deps, who, job_id)
     if isinstance(found, Submission):
         raise ApiError(409, "api.conflict", f"intake has not taken the job in yet: {action} it in a few seconds",
@@ -474,9 +506,9 @@ def _recorded(deps: Deps, who: str, job_id: str, action: str) -> Job:
 
 @app.post("/jobs/<job_id>/cancel")
 def cancel(job_id: str) -> Response[str]:
-    deps, who = _deps(), principal()
+    deps, who = _deps(), caller()
     _recorded(deps, who, job_id, "cancel")
-    outcome = lifecycle.request_cancel(deps, job_id, by=who)
+    outcome = lifecycle.request_cancel(deps, job_id, by=who.arn)
     state = outcome.state
     if state is None:
         raise not_found("job", job_id)
@@ -492,13 +524,13 @@ class ApprovalRequest(BaseModel):
 
 @app.post("/jobs/<job_id>/approval")
 def approval(job_id: str) -> Response[str]:
-    deps, who = _deps(), principal()
+    deps, who = _deps(), caller()
     _recorded(deps, who, job_id, "decide")
     try:
         req = ApprovalRequest.model_validate(_body_json())
     except ValidationError as exc:
         raise ApiError(400, "api.invalid_request", _validation_message(exc)) from exc
-    outcome = approvals.decide_approval(deps, job_id, req.decision, who)
+    outcome = approvals.decide_approval(deps, job_id, req.decision, who.arn)
     if outcome.state is None:
         raise not_found("job", job_id)
     if not outcome.changed:  # not waiting for approval (or it kept changing)
@@ -510,7 +542,7 @@ def approval(job_id: str) -> Response[str]:
 @app.post("/jobs/<job_id>/retry")
 def retry(job_id: str) -> Response[str]:
     deps = _deps()
-    _recorded(deps, principal(), job_id, "retry")
+    _recorded(deps, caller(), job_id, "retry")
     r = redrive.retry(deps, job_id)
     if not r.retried:
         raise ApiError(409, "api.conflict", r.action)
@@ -574,7 +606,7 @@ def _item_error(code: str, message: str) -> dict[str, JsonValue]:
     return {"code": code, "message": message, "retryable": REGISTRY[code].retryable}
 
 
-def _submit_item(deps: Deps, who: str, batch_id: str, n: int, raw: object, seen: set[str]) -> BatchLine:
+def _submit_item(deps: Deps, who: Caller, batch_id: str, n: int, raw: object, seen: set[str]) -> BatchLine:
     """One item: its own job, or its error. Never raises for the item's own fault."""
     custom_id = raw.get("custom_id") if isinstance(raw, dict) else None
     custom_id = custom_id if isinstance(custom_id, str) else None
@@ -594,10 +626,10 @@ def _submit_item(deps: Deps, who: str, batch_id: str, n: int, raw: object, seen:
     return BatchLine(custom_id=req.custom_id, job_id=done.job_id)
 
 
-def batch_manifest(deps: Deps, who: str, batch_id: str) -> BatchManifest:
+def batch_manifest(deps: Deps, who: Caller, batch_id: str) -> BatchManifest:
     raw = _get_json(deps, batch_key(batch_id)) if _BATCH_ID.fullmatch(batch_id) else None
     manifest = BatchManifest.model_validate_json(raw) if raw else None
-    if manifest is None or manifest.principal != who:
+    if manifest is None or not who.owns(manifest.principal):
         raise not_found("batch", batch_id)
     return manifest
 
@@ -623,26 +655,26 @@ def batch_view(deps: Deps, manifest: BatchManifest, base_url: str = "") -> dict[
             "statusUrl": f"{base_url}/batches/{manifest.batch_id}"}
 
 
-def submit_batch(deps: Deps, who: str, raw_items: list[object], key: str) -> tuple[BatchManifest, bool]:
+def submit_batch(deps: Deps, who: Caller, raw_items: list[object], key: str) -> tuple[BatchManifest, bool]:
     """Each item its own job; one bad item is reported, never fails the batch. The same batch (key) again
     answers with the manifest already stored."""
-    batch_id = "batch-" + hashlib.sha256(f"{who}\n{key}".encode()).hexdigest()[:20]
+    batch_id = "batch-" + hashlib.sha256(f"{who.principal}\n{key}".encode()).hexdigest()[:20]
     manifest_key = batch_key(batch_id)
     stored = _get_json(deps, manifest_key)
     if stored:
         manifest = BatchManifest.model_validate_json(stored)
-        if manifest.principal == who:
+        if who.owns(manifest.principal):
             return manifest, True
     seen: set[str] = set()
     lines = [_submit_item(deps, who, batch_id, n, raw, seen) for n, raw in enumerate(raw_items, 1)]
-    manifest = BatchManifest(batch_id=batch_id, principal=who, created_at=deps.clock(), items=lines)
+    manifest = BatchManifest(batch_id=batch_id, principal=who.principal, created_at=deps.clock(), items=lines)
     deps.artifacts.put_text(manifest_key, manifest.model_dump_json())
     return manifest, False
 
 
 @app.post("/batches")
 def post_batch() -> Response[str]:
-    who = principal()
+    who = caller()
     key = _idempotency_key()
     items = _batch_items()
     if not items:
@@ -665,7 +697,7 @@ def post_batch() -> Response[str]:
 @app.get("/batches/<batch_id>")
 def get_batch(batch_id: str) -> Response[str]:
     deps = _deps()
-    return _json(200, batch_view(deps, batch_manifest(deps, principal(), batch_id), _base_url()))
+    return _json(200, batch_view(deps, batch_manifest(deps, caller(), batch_id), _base_url()))
 
 
 def resolve(event: object, context: object, deps: Deps) -> object:

@@ -2,12 +2,14 @@
 API (`operate/api.py`) and `review submit` (`operate/ops.py`).
 
 - `document_text`: the document checks. The text of an inline document, or of the claim-checked upload an
-  `s3_uri` names: read only from the stack's own bucket under `uploads/` (the intake role may read nothing
-  else), at most MAX_DOCUMENT_BYTES, UTF-8, not blank. Otherwise a `ReviewError` with the stable code of the
-  check: `input.document_forbidden`, `input.document_missing`, `input.too_large`, `input.undecodable`,
+  `s3_uri` names, read only from the stack's own bucket and only where its sender may put documents
+  (`upload_area`): a Job API caller's own `uploads/principals/<owner>/`, a queue sender's
+  `queue_uploads_prefix` (default `uploads/`) but never another principal's uploads. At most
+  MAX_DOCUMENT_BYTES (never more is read), UTF-8, not blank. Otherwise a `ReviewError` with the stable code of
+  the check: `input.document_forbidden`, `input.document_missing`, `input.too_large`, `input.undecodable`,
   `input.empty_document` (permanent). A failed read keeps its own envelope (a throttled S3 is retryable).
 - `intake_body`: the one builder of the intake message (schema v1, `messages.IntakeMessage`): the text inline
-  while it fits in a message, else by claim check under `uploads/<job>.txt`, with the idempotency key, the
+  while it fits in a message, else by claim check in the sender's upload area (`<area><job>.txt`), with the idempotency key, the
   document id, metadata, budget and principal. A sender that answers its caller (the Job API) validates it
   first with `messages.parse_intake`, exactly as intake will; a queue sender (`review submit`) leaves that
   to intake, which records a failure under the job id the key names.
@@ -25,11 +27,12 @@ from contract_review.config.fleet import CALLS_PER_CHUNK
 from contract_review.config.settings import Settings
 from contract_review.domain import cost
 from contract_review.domain.errors import ReviewError
-from contract_review.domain.keys import UPLOADS_PREFIX, upload_key
+from contract_review.domain.keys import submission_key
 from contract_review.domain.messages import MAX_DOCUMENT_BYTES, MAX_INLINE_CHARS, InlineDocument, S3Document
 from contract_review.domain.model import prefix_tokens, traits_for
 from contract_review.domain.ports import Deps
-from contract_review.domain.records import Usage, job_id_for
+from contract_review.domain.principals import PRINCIPAL_UPLOADS_PREFIX, uploads_prefix
+from contract_review.domain.records import Submission, Usage, job_id_for
 from contract_review.review.analysts import analysts_for, build_request
 from contract_review.review.chunking import Chunk, chunk_document
 
@@ -49,10 +52,16 @@ Document = InlineDocument | TextDocument | S3Document
 
 
 # ------------------------------------------------------------------------------ the document checks
-def document_text(deps: Deps, document: Document) -> str:
-    """The document's text, through the checks every way in makes (the errors name the URI of an upload)."""
+def upload_area(settings: Settings, principal: str | None) -> str:
+    """Where a sender's claim-checked documents live: a Job API caller's own prefix, else the queue's."""
+    return uploads_prefix(principal) if principal is not None else settings.queue_uploads_prefix
+
+
+def document_text(deps: Deps, document: Document, principal: str | None = None) -> str:
+    """The document's text, through the checks every way in makes (the errors name the URI of an upload).
+    `principal`: the Job API caller the document is read for (None: a sender to the queue)."""
     if isinstance(document, S3Document):
-        data = _read_upload(deps, document)
+        data = _read_upload(deps, document, principal)
         _check_size(document.s3_uri, len(data))
         text = _decoded(document.s3_uri, data)
     else:
@@ -63,15 +72,20 @@ def document_text(deps: Deps, document: Document) -> str:
     return text
 
 
-def _read_upload(deps: Deps, document: S3Document) -> bytes:
-    """The claim-checked document: only from the stack's own bucket, under uploads/ (nothing else is read)."""
+def _read_upload(deps: Deps, document: S3Document, principal: str | None) -> bytes:
+    """The claim-checked document: only from the stack's own bucket, in the sender's upload area (nothing else
+    is read), and never more than one byte past MAX_DOCUMENT_BYTES (enough to refuse it as too large)."""
     bucket, key = document.bucket_key
-    own = deps.artifacts.bucket
-    if bucket != own or not key.startswith(UPLOADS_PREFIX):
-        raise ReviewError.of("input.document_forbidden", f"{document.s3_uri} is outside s3://{own}/{UPLOADS_PREFIX}: "
-                             f"upload the document there and send its s3_uri", step="intake.load")
+    own, area = deps.artifacts.bucket, upload_area(deps.settings, principal)
+    if bucket != own or not key.startswith(area) or (principal is None and key.startswith(PRINCIPAL_UPLOADS_PREFIX)):
+        how = ("upload it with POST /uploads and send the s3Uri it answers"
+               if principal is not None else "upload the document there and send its s3_uri (`review submit` does)")
+        raise ReviewError.of("input.document_forbidden", f"{document.s3_uri} is outside s3://{own}/{area}"
+                             + (f" (except {PRINCIPAL_UPLOADS_PREFIX}: the Job API callers' own uploads)"
+                                if principal is None else ", the caller's own uploads") + f": {how}",
+                             step="intake.load")
     try:
-        return deps.artifacts.read_uri(bucket, key)
+        return deps.artifacts.read_uri(bucket, key, max_bytes=MAX_DOCUMENT_BYTES)
     except ReviewError as exc:
         if exc.envelope.error_code != "input.document_missing":
             raise
@@ -92,6 +106,29 @@ def _decoded(where: str, data: bytes) -> str:
     except UnicodeDecodeError as exc:
         raise ReviewError.of("input.undecodable", f"{where}: not UTF-8 at byte {exc.start}: convert it to UTF-8 text",
                              step="intake.load") from exc
+
+
+# ------------------------------------------------------------------------------ who sent it
+def submission(deps: Deps, job_id: str) -> Submission | None:
+    """The Job API's submission record of `job_id` (`records.Submission`); None when there is none."""
+    try:
+        raw = deps.artifacts.read_uri(deps.artifacts.bucket, submission_key(job_id))
+    except ReviewError as exc:
+        if exc.envelope.error_code != "input.document_missing":
+            raise
+        return None
+    return Submission.model_validate_json(raw)
+
+
+def check_principal(deps: Deps, principal: str, key: str | None, sha: str | None = None) -> None:
+    """A message that names a `principal` is the Job API's only when the API's own submission record (which
+    only the API's role may write, before it sends) binds the message's job to that principal, and (`sha`, once
+    the text is read) to this very document. Anything else is a sender to the intake queue acting as an API
+    caller: `input.invalid`. Intake checks before it reads a document from that principal's uploads."""
+    record = submission(deps, job_id_for(key)) if key else None
+    if record is None or record.principal != principal or sha not in (None, record.document_sha256):
+        raise ReviewError.of("input.invalid", "principal: only the Job API sets it (and only on the jobs it "
+                             "submits); a message sent to the intake queue leaves it out", step="intake.parse")
 
 
 # ------------------------------------------------------------------------------ the budget, before any call
@@ -132,7 +169,7 @@ def intake_body(deps: Deps, text: str, *, key: str, upload: S3Document | None = 
     claim check the text was read from, named as it is; else the text goes inline when it fits in a message, or
     is stored under `uploads/` (the key's job id) and named by its s3_uri. Optional fields not given are left out."""
     body: dict[str, JsonValue] = {"schema_version": 1,
-                                  "document": upload.model_dump() if upload else _document(deps, key, text),
+                                  "document": upload.model_dump() if upload else _document(deps, key, text, principal),
                                   "idempotency_key": key, "metadata": dict(metadata or {})}
     if document_id:
         body["document_id"] = document_id
@@ -143,10 +180,11 @@ def intake_body(deps: Deps, text: str, *, key: str, upload: S3Document | None = 
     return json.dumps(body)
 
 
-def _document(deps: Deps, key: str, text: str) -> dict[str, JsonValue]:
-    """The `document` of the message for `text`: inline, or by claim check when it is too large for a message."""
+def _document(deps: Deps, key: str, text: str, principal: str | None) -> dict[str, JsonValue]:
+    """The `document` of the message for `text`: inline, or by claim check (in the sender's upload area) when it
+    is too large for a message."""
     if len(text) <= MAX_INLINE_CHARS and len(text.encode("utf-8")) <= MAX_INLINE_BYTES:
         return {"text": text}
-    upload = upload_key(job_id_for(key))
+    upload = f"{upload_area(deps.settings, principal)}{job_id_for(key)}.txt"
     deps.artifacts.put_text(upload, text, "text/plain; charset=utf-8")
     return {"s3_uri": f"s3://{deps.artifacts.bucket}/{upload}"}

@@ -9,7 +9,9 @@ Bad input fails in one attempt with a permanent code: recorded on a `failed` job
 derived (from the idempotency key, else the inline text's SHA-256, else the document id: the job id
 a client computes), otherwise sent to the intake DLQ with its envelope. The document checks are admission's
 (`admission.document_text`, the same for the Job API): claim-checked documents are read only from the
-stack's own bucket under `uploads/`. A job never mixes two documents: a key that names a job of another
+stack's own bucket, in the sender's upload area. A message that names a `principal` (as only the Job API may)
+is taken only when the API's submission record vouches for it (`admission.check_principal`), else it goes to
+the intake DLQ (`input.invalid`) without a job, before anything of that principal is read. A job never mixes two documents: a key that names a job of another
 document is `input.key_conflict` (intake DLQ, and an event on that job).
 """
 
@@ -23,11 +25,11 @@ from contract_review.domain import lifecycle
 from contract_review.domain.cost import micro_usd
 from contract_review.domain.errors import ErrorEnvelope, ReviewError
 from contract_review.domain.keys import document_key
-from contract_review.domain.messages import InlineDocument, parse_intake
+from contract_review.domain.messages import InlineDocument, IntakeMessage, parse_intake
 from contract_review.domain.ports import Deps, Queue
 from contract_review.domain.records import Job, JobState, job_id_for
 from contract_review.pipeline import fanout
-from contract_review.pipeline.admission import check_budget, document_text
+from contract_review.pipeline.admission import check_budget, check_principal, document_text
 from contract_review.review.analysts import job_config_hash
 from contract_review.review.chunking import chunk_document, document_hash
 
@@ -88,15 +90,9 @@ def handle_intake(deps: Deps, body: str, message_id: str = "") -> IntakeResult:
     except ReviewError as exc:
         return _record_failure(deps, body, exc.envelope, message_id, *failure_key(body))
 
-    try:
-        text = document_text(deps, msg.document)
-    except ReviewError as exc:
-        if exc.envelope.retryable:
-            raise
-        key = msg.idempotency_key or (document_hash(msg.document.text) if isinstance(msg.document, InlineDocument)
-                                      else msg.document_id)
-        return _record_failure(deps, body, exc.envelope, message_id, key, msg.document_id or "", msg.principal)
-
+    text = _admitted_text(deps, body, msg, message_id)
+    if isinstance(text, IntakeResult):
+        return text
     s = deps.settings
     key = msg.idempotency_key or document_hash(text)
     job_id = job_id_for(key)
@@ -146,6 +142,32 @@ def handle_intake(deps: Deps, body: str, message_id: str = "") -> IntakeResult:
     if running is not None and running.state is JobState.RUNNING:
         fanout.refill(deps, running, plan=plan, text=text)  # the first page (all of a small document)
     return IntakeResult(job_id, created, running.state.value if running else JobState.RUNNING.value)
+
+
+def _admitted_text(deps: Deps, body: str, msg: IntakeMessage, message_id: str) -> str | IntakeResult:
+    """The document's text, or the refusal recorded. A message naming a principal is checked against the Job
+    API's submission record before anything is read from that principal's uploads, and after, against the
+    document read; refused, it goes to the intake DLQ without a job (its key is not the sender's to name)."""
+    try:
+        if msg.principal is not None:
+            check_principal(deps, msg.principal, msg.idempotency_key)
+        text = document_text(deps, msg.document, msg.principal)
+    except ReviewError as exc:
+        if exc.envelope.retryable:
+            raise
+        if exc.envelope.error_code == "input.invalid":  # the principal check: no job
+            return _record_failure(deps, body, exc.envelope, message_id, None)
+        key = msg.idempotency_key or (document_hash(msg.document.text) if isinstance(msg.document, InlineDocument)
+                                      else msg.document_id)
+        return _record_failure(deps, body, exc.envelope, message_id, key, msg.document_id or "", msg.principal)
+    if msg.principal is not None:
+        try:
+            check_principal(deps, msg.principal, msg.idempotency_key, document_hash(text))
+        except ReviewError as exc:
+            if exc.envelope.retryable:
+                raise
+            return _record_failure(deps, body, exc.envelope, message_id, None)
+    return text
 
 
 def _key_conflict(deps: Deps, body: str, existing: Job, sha: str, message_id: str) -> IntakeResult:
