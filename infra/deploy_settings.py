@@ -7,7 +7,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Literal, cast
 
-from contract_review.config.constants import ESM_MAX_CONCURRENCY
+from contract_review.config.constants import ESM_MAX_CONCURRENCY, POWERTOOLS_LAYER_VERSION
 from contract_review.config.fleet import CALL_LATENCY_S, MAX_WORKERS, MIN_WORKERS, fleet_for_quota
 from contract_review.config.profile import Profile, get_profile
 from contract_review.config.settings import ticket_url_problem
@@ -21,10 +21,11 @@ ModelProvider = Literal["offline", "bedrock"]
 
 # Powertools for AWS Lambda (Python) v3 public layer, python3.12 / arm64: CloudFormation reads its
 # ARN at deploy time from the public SSM parameter /aws/service/powertools/python/arm64/python3.12/
-# <version> (infra/functions.py). The default is the release pinned in requirements.txt (a test
-# keeps them equal), so the layer runs the library the tests and the Fargate image run;
-# `-c powertools_version=latest` follows the newest release instead.
-POWERTOOLS_VERSION = "3.37.0"
+# <version> (infra/functions.py; `review preflight` checks it exists in the region). The default is the release
+# pinned in requirements.txt (a test keeps them equal), so the layer runs the library the tests and the Fargate
+# image run; `-c powertools_version=latest` follows the newest release instead. (config/constants.py holds it, so
+# `review preflight` names the same parameter without importing the CDK app.)
+POWERTOOLS_VERSION = POWERTOOLS_LAYER_VERSION
 
 # CloudFormation stack names allow 128 characters, but every queue is named `<stack>-<purpose>...`
 # and SQS allows 80: the longest, `<stack>-results-dlq.fifo`, leaves 63 for the stack name.
@@ -32,6 +33,7 @@ MAX_STACK_NAME = max_name_prefix()
 _STACK_NAME_RE = re.compile(r"^[A-Za-z][A-Za-z0-9-]*$")
 _POWERTOOLS_VERSION_RE = re.compile(r"^(latest|\d+\.\d+\.\d+)$")
 _SECRET_ARN_RE = re.compile(r"^arn:aws[a-z-]*:secretsmanager:[a-z0-9-]+:\d{12}:secret:[A-Za-z0-9/_+=.@-]+$")
+_SECRET_NAME_RE = re.compile(r"^[A-Za-z0-9/_+=.@-]{1,512}$")  # Secrets Manager's characters for a secret name
 _SECRET_SUFFIX_RE = re.compile(r"-[A-Za-z0-9]{6}$")  # what Secrets Manager appends to a secret's name in its ARN
 _KMS_KEY_ARN_RE = re.compile(r"^arn:aws[a-z-]*:kms:[a-z0-9-]+:\d{12}:key/[A-Za-z0-9-]+$")
 _EMAIL_RE = re.compile(r"^[^@\s]+@[^@\s]+\.[^@\s]+$")
@@ -58,7 +60,8 @@ class DeploySettings:
     # The Secrets Manager secret holding the ticket system's credentials (`-c ticket_secret_arn=ARN`; JSON
     # `{"bearer_token": ...}` or `{"header": ..., "value": ...}`, adapters/tickets.py): the functions that call the
     # ticket system may read exactly this secret. A complete ARN (ending in Secrets Manager's 6-character suffix)
-    # is granted as is; an ARN without the suffix as `ARN-??????` (the one secret of that name).
+    # is granted as is; an ARN without the suffix as `ARN-??????` (the one secret of that name); a bare secret name
+    # as that name's secret in the stack's own account and region (the template stays environment-agnostic).
     ticket_secret_arn: str = ""
     # The customer-managed KMS key the secret is encrypted with (`-c ticket_secret_kms_key=KEY_ARN`), if any: the
     # same functions may decrypt with it through Secrets Manager only. None needed for the AWS-managed key.
@@ -130,9 +133,11 @@ class DeploySettings:
             raise ValueError(problem)
         if self.ticket_secret_arn and not self.ticket_url:
             raise ValueError("ticket_secret_arn is the ticket system's credentials: give ticket_url too")
-        if self.ticket_secret_arn and not _SECRET_ARN_RE.match(self.ticket_secret_arn):
-            raise ValueError(f"ticket_secret_arn {self.ticket_secret_arn!r}: a Secrets Manager secret ARN such as "
-                             "arn:aws:secretsmanager:eu-west-1:123456789012:secret:contract-review/tickets-AbCdEf")
+        secret = self.ticket_secret_arn
+        if secret and not (_SECRET_ARN_RE.match(secret) or _SECRET_NAME_RE.match(secret)):
+            raise ValueError(f"ticket_secret_arn {secret!r}: a Secrets Manager secret ARN such as "
+                             "arn:aws:secretsmanager:eu-west-1:123456789012:secret:contract-review/tickets-AbCdEf, or "
+                             "the secret's name in the stack's account and region")
         if self.ticket_secret_kms_key and not self.ticket_secret_arn:
             raise ValueError("ticket_secret_kms_key is the key of the ticket secret: give ticket_secret_arn too")
         if self.ticket_secret_kms_key and not _KMS_KEY_ARN_RE.match(self.ticket_secret_kms_key):
@@ -154,11 +159,13 @@ class DeploySettings:
 
     @property
     def ticket_secret_resource(self) -> str:
-        """The resource `secretsmanager:GetSecretValue` is granted on: the complete ARN, or `ARN-??????` for one
-        given without its suffix (AWS's form for "this secret, whatever suffix it was created with")."""
-        if not self.ticket_secret_arn or _SECRET_SUFFIX_RE.search(self.ticket_secret_arn):
-            return self.ticket_secret_arn
-        return self.ticket_secret_arn + "-??????"
+        """The resource `secretsmanager:GetSecretValue` is granted on: a complete ARN as given, `ARN-??????` for one
+        given without its suffix (AWS's form for "this secret, whatever suffix it was created with"), `NAME-??????`
+        for a bare name (the stack builds the ARN around it in its own account and region)."""
+        secret = self.ticket_secret_arn
+        if not secret or (secret.startswith("arn:") and _SECRET_SUFFIX_RE.search(secret)):
+            return secret
+        return secret + "-??????"
 
     @property
     def reserved_concurrency(self) -> dict[str, int]:

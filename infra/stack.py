@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import math
 
-from aws_cdk import CfnOutput, Duration, RemovalPolicy, Stack, Tags
+from aws_cdk import ArnFormat, CfnOutput, Duration, RemovalPolicy, Stack, Tags
 from aws_cdk import aws_events as events
 from aws_cdk import aws_events_targets as targets
 from aws_cdk import aws_iam as iam
@@ -177,8 +177,12 @@ class ContractReviewStack(Stack):
             grant_bedrock(self.fargate.task_role, self, self.settings.model_id)
             self.ticket_callers.append(self.fargate.task_role)  # its in-process sweep compensates tickets
         if settings.ticket_secret_arn:
+            secret = settings.ticket_secret_resource
+            if not secret.startswith("arn:"):  # a bare name: that secret in this stack's account and region
+                secret = self.format_arn(service="secretsmanager", resource="secret", resource_name=secret,
+                                         arn_format=ArnFormat.COLON_RESOURCE_NAME)
             for caller in self.ticket_callers:
-                grant_ticket_secret(caller, self, settings.ticket_secret_resource, settings.ticket_secret_kms_key)
+                grant_ticket_secret(caller, self, secret, settings.ticket_secret_kms_key)
 
         # ---- alarms and dashboard (the queue alarms live with their queues) -------------
         self.monitoring = Monitoring(

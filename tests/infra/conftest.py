@@ -30,12 +30,11 @@ from contract_review.config.profile import Profile, get_profile  # noqa: E402
 
 LOCAL, PROD, FARGATE = "ContractReviewLocal", "ContractReviewProd", "ContractReviewFargate"
 ALARM_EMAIL = "oncall@example.com"  # `-c alarm_email=...` of the prod stack (the others have none)
-# Every stack calls an external ticket system with credentials from a secret (`-c ticket_url`, `-c ticket_secret_arn`):
-# the ARN is given without its suffix, so the roles may read `<it>-??????`, the one secret of that name in the embedded
-# account (tests/infra/test_role_coverage.py creates it there and records the calls that read it).
+# Every stack calls an external ticket system with credentials from a secret (`-c ticket_url`, `-c ticket_secret_arn`),
+# given by its name: the roles may read `<name>-??????` in the stack's own account and region, the one secret of that
+# name (tests/infra/test_role_coverage.py creates it in the embedded account and records the calls that read it).
 TICKET_URL = "https://tickets.example.com/api"
 TICKET_SECRET_NAME = "contract-review/ticket-credentials"
-TICKET_SECRET_ARN = f"arn:aws:secretsmanager:us-east-1:123456789012:secret:{TICKET_SECRET_NAME}"
 
 
 @dataclass
@@ -58,7 +57,7 @@ def synth(tmp_path_factory: pytest.TempPathFactory) -> Synth:
     outdir = tmp_path_factory.mktemp("cdk.out")
     started = time.monotonic()
     app = new_app(outdir=str(outdir))
-    tickets = {"ticket_url": TICKET_URL, "ticket_secret_arn": TICKET_SECRET_ARN}
+    tickets = {"ticket_url": TICKET_URL, "ticket_secret_arn": TICKET_SECRET_NAME}
     settings = {
         LOCAL: DeploySettings(profile=get_profile("local"), stack_name=LOCAL, model_provider="offline", **tickets),
         PROD: DeploySettings(profile=get_profile("prod"), stack_name=PROD, alarm_email=ALARM_EMAIL, **tickets),

@@ -104,7 +104,8 @@ def test_settings_from_context_defaults() -> None:
         ({"ticket_url": "tickets.example.com"}, "ticket_url"),  # the external ticket system: an http(s) URL
         ({"ticket_url": "http://tickets.example.com/api"}, "https:// is required"),  # credentials go over it
         ({"ticket_secret_arn": "arn:aws:secretsmanager:eu-west-1:123456789012:secret:t"}, "give ticket_url too"),
-        ({"ticket_url": "https://t.example.com", "ticket_secret_arn": "my-secret"}, "Secrets Manager secret ARN"),
+        ({"ticket_url": "https://t.example.com", "ticket_secret_arn": "arn:aws:s3:::bucket"}, "Secrets Manager secret ARN"),
+        ({"ticket_url": "https://t.example.com", "ticket_secret_arn": "my secret"}, "Secrets Manager secret ARN"),
         ({"ticket_url": "https://t.example.com", "ticket_secret_kms_key": "arn:aws:kms:eu-west-1:123456789012:key/k"},
          "give ticket_secret_arn too"),
         ({"intake_max_concurrency": "1"}, "intake_max_concurrency 1 must be within 2..1000"),
@@ -135,6 +136,8 @@ def test_a_ticket_secret_is_granted_exactly_or_by_its_name() -> None:
     assert complete.ticket_secret_resource == base + "-AbC123"  # the one secret with that suffix
     partial = DeploySettings.from_context({"ticket_url": "https://t.example.com", "ticket_secret_arn": base}.get)
     assert partial.ticket_secret_resource == base + "-??????"  # the secret of that name, whatever its suffix
+    named = DeploySettings.from_context({"ticket_url": "https://t.example.com", "ticket_secret_arn": "ct/tickets"}.get)
+    assert named.ticket_secret_resource == "ct/tickets-??????"  # the stack puts its own account and region around it
 
 
 def test_the_worker_reserves_its_maximum_unless_told_otherwise() -> None:
@@ -161,6 +164,9 @@ def test_context_sets_the_alarm_email_and_the_powertools_release() -> None:
     s = DeploySettings.from_context({"alarm_email": " ops@example.com ", "powertools_version": "latest"}.get)
     assert (s.alarm_email, s.powertools_version) == ("ops@example.com", "latest")
     assert powertools_parameter(s.powertools_version) == "/aws/service/powertools/python/arm64/python3.12/latest"
+    # `review preflight` names the same parameter without the CDK app
+    from contract_review.config.constants import POWERTOOLS_LAYER_PARAMETER_PATH
+    assert powertools_parameter("3.37.0") == f"{POWERTOOLS_LAYER_PARAMETER_PATH}/3.37.0"
 
 
 def test_the_default_powertools_layer_is_the_pinned_library_release() -> None:

@@ -35,7 +35,7 @@ REQUIRED_OUTPUTS = {
 OTHER_OUTPUTS = {
     "IntakeQueueArn", "AnalysisQueueArn", "ResultsQueueArn", "IntakeFunctionName", "WorkerFunctionName",
     "AggregatorFunctionName", "SweeperFunctionName", "ProfileName", "WorkerKind", "ModelProvider", "ModelId",
-    "AlarmTopicArn", "DashboardName", "ApiFunctionName", "ApiUrl",
+    "AlarmTopicArn", "DashboardName", "ApiFunctionName", "ApiUrl", "ReservedConcurrency",
 }
 FOURTEEN_DAYS_S = 1_209_600
 
