@@ -112,7 +112,9 @@ def up(fault_rate: float, seed: int, workers: int | None, worker_kind: str, no_t
                       "`Authorization: Bearer <token>`)", soft_wrap=True)
     if stack.tickets is not None:
         console.print(f"ticket system (local fake of a third party): [bold cyan]{stack.tickets.url}[/] "
-                      "(GET /tickets, GET /_admin/stats)")
+                      "(GET /tickets with the bearer token below, GET /_admin/stats)", soft_wrap=True)
+        console.print(f"  its credentials: secret {stack.ticket_secret_arn} (what -c ticket_secret_arn names on AWS), "
+                      f"bearer token [bold]{stack.ticket_token}[/]", soft_wrap=True)
     console.print("wrote .review/local.json; worker logs in .review/logs/. Ctrl-C to stop.")
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())

@@ -39,6 +39,7 @@ class LocalStack:
     tickets: TicketServiceFake | None = None
     api: ApiServer | None = None  # the Job API on loopback (the Lambda's resolver; review_local/api_server.py)
     ticket_secret_arn: str = ""  # the local secret holding the fake's credentials (create_ticket_secret)
+    ticket_token: str = ""  # the bearer token in it, which the fake requires
 
     def start(self, workers: bool = True, api: bool = True) -> LocalStack:
         self.template = self.template or synth(self.profile, {"worker": self.worker})
@@ -61,7 +62,7 @@ class LocalStack:
         """The ticket system's credentials in a secret `contract-review/ticket-credentials` (a bearer token), required by the
         fake: the local path runs the same code as a deploy with `-c ticket_secret_arn`. Its ARN."""
         assert self.tickets is not None
-        token = secrets.token_urlsafe(24)
+        token = self.ticket_token = secrets.token_urlsafe(24)
         arn = str(self.aws.client("secretsmanager").create_secret(
             Name=f"contract-review/{TICKET_SECRET_NAME}",
             SecretString=json.dumps({"bearer_token": token}))["ARN"])
@@ -71,7 +72,7 @@ class LocalStack:
     def rotate_ticket_secret(self) -> str:
         """A new bearer token in the secret and in the fake (what a rotation does); the new token."""
         assert self.tickets is not None and self.ticket_secret_arn
-        token = secrets.token_urlsafe(24)
+        token = self.ticket_token = secrets.token_urlsafe(24)
         self.aws.client("secretsmanager").put_secret_value(SecretId=self.ticket_secret_arn,
                                                            SecretString=json.dumps({"bearer_token": token}))
         self.tickets.require_bearer(token)
