@@ -424,3 +424,22 @@ def test_the_region_is_taken_after_the_subcommand_too(monkeypatch):
         result = CliRunner().invoke(cli, args)
         assert result.exit_code == 0, result.output
     assert seen == ["eu-west-1", "eu-west-1"]
+
+
+def test_a_deployed_stack_is_checked_with_its_own_layer_parameter_and_reservation():
+    # GIVEN a stack deployed with -c powertools_version=latest that reserves 20 (its outputs and parameters)
+    latest = LAYER.rsplit("/", 1)[0] + "/latest"
+    described = _stack({"ModelProvider": "bedrock", "ModelId": bs.CURRENT, "ReservedConcurrency": "20"})
+    described["Stacks"][0]["Parameters"] = [{"ParameterKey": "SsmParameterValueawsservicepowertools",
+                                             "ParameterValue": latest, "ResolvedValue": LAYER_ARN}]
+    c = Clients()
+    c.cfn_stub.add_response("describe_stacks", described, expected_params={"StackName": "Prod"})
+    bs.expect_current(c.bedrock_stub)
+    c.runtime_stub.add_response("converse", bs.converse_ok())
+    c.quota_pages(PAGE_1, PAGE_2)
+    c.account(layer=latest, total=1000, unreserved=100)  # its 20 are already out of the pool: 100 left is enough
+    lines: list[str] = []
+    assert preflight("Prod", None, session_factory=lambda **_: FakeSession(c), echo=lines.append)
+    c.verify()
+    assert f"  powertools layer: ok - {latest} exists in us-east-1 ({LAYER_ARN})" in lines
+    assert any("the stack reserves 20 (already taken)" in line for line in lines)

@@ -265,3 +265,16 @@ def test_a_secret_that_cannot_be_read_fails_with_a_code_before_anything_is_sent(
     assert (e.value.envelope.error_code, e.value.retryable, e.value.written) == (code, retryable, "no")
     assert e.value.envelope.step == "ticket.credentials"
     assert service.stats()["requests"] == {}  # nothing reached the ticket system
+
+
+def test_a_failure_that_is_not_secrets_managers_answer_is_not_called_a_credential_problem(
+        service: TicketServiceFake, http: urllib3.PoolManager):
+    try:
+        try:
+            raise KeyError("SecretString")  # a bug on the way, not an AWS answer
+        except KeyError as exc:
+            raise GetParameterError(str(exc))  # noqa: B904  # as Powertools does
+    except GetParameterError as wrapped:
+        bug = wrapped
+    with pytest.raises(GetParameterError):
+        with_secret(service, http, SecretsStub(bug)).open("k", FIELDS)

@@ -31,6 +31,7 @@ from urllib.parse import quote
 import urllib3
 from aws_lambda_powertools.utilities.parameters import SecretsProvider
 from aws_lambda_powertools.utilities.parameters.exceptions import GetParameterError, TransformParameterError
+from botocore.exceptions import BotoCoreError, ClientError
 from pydantic import BaseModel, ConfigDict, Field, JsonValue, ValidationError, model_validator
 from urllib3.exceptions import ConnectTimeoutError, NewConnectionError, ProtocolError, ReadTimeoutError
 
@@ -79,7 +80,9 @@ class SecretCredentials:
         except TransformParameterError as e:
             raise _unauthorized("the ticket secret is not JSON", "SecretNotJson") from e
         except GetParameterError as e:  # Powertools wraps the botocore error: classify the error it wraps
-            cause = e.__context__ if isinstance(e.__context__, Exception) else e
+            cause = e.__context__
+            if not isinstance(cause, (ClientError, BotoCoreError)):
+                raise  # not an answer of Secrets Manager's: a bug, not a credential problem
             env = classify(cause)
             if env.retryable:  # throttled or unavailable: nothing was sent to the ticket system, try again
                 raise SideEffectError(ErrorEnvelope.of("sideeffect.failed", "the ticket secret could not be read now",
