@@ -7,8 +7,10 @@ import re
 from dataclasses import dataclass
 from typing import Any, Literal, cast
 
+from contract_review.config.constants import ESM_MAX_CONCURRENCY, POWERTOOLS_LAYER_VERSION
 from contract_review.config.fleet import CALL_LATENCY_S, MAX_WORKERS, MIN_WORKERS, fleet_for_quota
 from contract_review.config.profile import Profile, get_profile
+from contract_review.config.settings import ticket_url_problem
 from contract_review.domain.keys import UPLOADS_PREFIX
 from contract_review.domain.principals import PRINCIPAL_UPLOADS_PREFIX
 from contract_review.doubles.spec import FaultSpec
@@ -21,18 +23,22 @@ ModelProvider = Literal["offline", "bedrock"]
 
 # Powertools for AWS Lambda (Python) v3 public layer, python3.12 / arm64: CloudFormation reads its
 # ARN at deploy time from the public SSM parameter /aws/service/powertools/python/arm64/python3.12/
-# <version> (infra/functions.py). The default is the release pinned in requirements.txt (a test
-# keeps them equal), so the layer runs the library the tests and the Fargate image run;
-# `-c powertools_version=latest` follows the newest release instead.
-POWERTOOLS_VERSION = "3.37.0"
+# <version> (infra/functions.py; `review preflight` checks it exists in the region). The default is the release
+# pinned in requirements.txt (a test keeps them equal), so the layer runs the library the tests and the Fargate
+# image run; `-c powertools_version=latest` follows the newest release instead. (config/constants.py holds it, so
+# `review preflight` names the same parameter without importing the CDK app.)
+POWERTOOLS_VERSION = POWERTOOLS_LAYER_VERSION
 
 # CloudFormation stack names allow 128 characters, but every queue is named `<stack>-<purpose>...`
 # and SQS allows 80: the longest, `<stack>-results-dlq.fifo`, leaves 63 for the stack name.
 MAX_STACK_NAME = max_name_prefix()
 _STACK_NAME_RE = re.compile(r"^[A-Za-z][A-Za-z0-9-]*$")
 _POWERTOOLS_VERSION_RE = re.compile(r"^(latest|\d+\.\d+\.\d+)$")
-_TICKET_URL_RE = re.compile(r"^https?://[^\s/]+(/\S*)?$")
 _QUEUE_UPLOADS_RE = re.compile(r"^uploads/([A-Za-z0-9!_.*'()-]+/)*$")
+_SECRET_ARN_RE = re.compile(r"^arn:aws[a-z-]*:secretsmanager:[a-z0-9-]+:\d{12}:secret:[A-Za-z0-9/_+=.@-]+$")
+_SECRET_NAME_RE = re.compile(r"^[A-Za-z0-9/_+=.@-]{1,512}$")  # Secrets Manager's characters for a secret name
+_SECRET_SUFFIX_RE = re.compile(r"-[A-Za-z0-9]{6}$")  # what Secrets Manager appends to a secret's name in its ARN
+_KMS_KEY_ARN_RE = re.compile(r"^arn:aws[a-z-]*:kms:[a-z0-9-]+:\d{12}:key/[A-Za-z0-9-]+$")
 _EMAIL_RE = re.compile(r"^[^@\s]+@[^@\s]+\.[^@\s]+$")
 # A Bedrock foundation-model id (anthropic.claude-sonnet-4-6, amazon.nova-pro-v1:0) or a cross-region
 # inference profile id (global.anthropic.claude-sonnet-4-6); ARNs are not taken (the grants are built from ids).
@@ -54,6 +60,15 @@ class DeploySettings:
     # The external ticket system's base URL (`-c ticket_url=https://...`): the saga opens a review ticket there
     # for high-risk findings. Empty: the ticket step is skipped, with an event saying so.
     ticket_url: str = ""
+    # The Secrets Manager secret holding the ticket system's credentials (`-c ticket_secret_arn=ARN`; JSON
+    # `{"bearer_token": ...}` or `{"header": ..., "value": ...}`, adapters/tickets.py): the functions that call the
+    # ticket system may read exactly this secret. A complete ARN (ending in Secrets Manager's 6-character suffix)
+    # is granted as is; an ARN without the suffix as `ARN-??????` (the one secret of that name); a bare secret name
+    # as that name's secret in the stack's own account and region (the template stays environment-agnostic).
+    ticket_secret_arn: str = ""
+    # The customer-managed KMS key the secret is encrypted with (`-c ticket_secret_kms_key=KEY_ARN`), if any: the
+    # same functions may decrypt with it through Secrets Manager only. None needed for the AWS-managed key.
+    ticket_secret_kms_key: str = ""
     # The model's tokens-per-minute quota the workers pace to (`-c model_tpm=N`): when not given, each worker
     # process reads it from Service Quotas at cold start (the stack grants that read), so pacing is on either way.
     model_tpm: float | None = None
@@ -64,6 +79,12 @@ class DeploySettings:
     # Where senders to the intake queue may put the documents they name by s3_uri (`-c queue_uploads_prefix=
     # uploads/queue/`): any key under it, never under `uploads/principals/` (the Job API callers' own uploads).
     queue_uploads_prefix: str = UPLOADS_PREFIX
+    # The intake mapping's MaximumConcurrency (`-c intake_max_concurrency=N`, 2..1000); None: the profile's.
+    intake_max_concurrency: int | None = None
+    # The worker function's reserved concurrency (`-c worker_reserved_concurrency=N`); None: its maximum (the
+    # mapping's MaximumConcurrency, `worker_max_concurrency`), so the worker always has its fleet and never takes
+    # more; 0: no reservation (an account with too little concurrency to spare; docs/infrastructure.md).
+    worker_reserved_concurrency: int | None = None
 
     def __post_init__(self) -> None:
         if not self.model_id:
@@ -75,6 +96,7 @@ class DeploySettings:
         overrides = self.fleet_overrides
         if overrides:  # the stack, the workers (PROFILE_OVERRIDES) and the pacers all see the sized fleet
             object.__setattr__(self, "profile", self.profile.with_overrides(**overrides))
+        self._apply_concurrency()
         if not _MODEL_ID_RE.match(self.model_id):
             raise ValueError(f"model_id {self.model_id!r}: a Bedrock model id or inference profile id, such as "
                              f"{self.profile.review.model_id!r} (not an ARN)")
@@ -92,8 +114,7 @@ class DeploySettings:
             raise ValueError(f"model_provider must be 'offline' or 'bedrock', not {self.model_provider!r}")
         if self.fault_spec is not None and self.profile.name == "prod":
             raise ValueError("fault_spec is for demos and tests only; never in the prod profile")
-        if self.ticket_url and not _TICKET_URL_RE.match(self.ticket_url):
-            raise ValueError(f"ticket_url {self.ticket_url!r}: an http(s) URL such as https://tickets.example.com/api")
+        self._check_tickets()
         if self.model_tpm is not None and not 0 < self.model_tpm <= 1e9:
             raise ValueError(f"model_tpm {self.model_tpm!r}: the model's tokens-per-minute quota, such as 2000000")
         self._check_uploads()
@@ -105,6 +126,35 @@ class DeploySettings:
         if not _QUEUE_UPLOADS_RE.match(prefix) or prefix.startswith(PRINCIPAL_UPLOADS_PREFIX):
             raise ValueError(f"queue_uploads_prefix {prefix!r}: {UPLOADS_PREFIX} or a folder under it ending in '/', "
                              f"such as uploads/queue/ (not under {PRINCIPAL_UPLOADS_PREFIX})")
+    def _apply_concurrency(self) -> None:
+        """`-c intake_max_concurrency` into the profile (which checks 2..1000); `-c worker_reserved_concurrency`: 0, or
+        at least the worker's maximum concurrency (less would throttle its own mapping)."""
+        if self.intake_max_concurrency is not None:
+            object.__setattr__(self, "profile", self.profile.with_overrides(
+                intake_max_concurrency=self.intake_max_concurrency))
+        workers = self.profile.functions.worker_max_concurrency
+        reserved = self.worker_reserved_concurrency
+        if reserved is not None and reserved != 0 and not workers <= reserved <= ESM_MAX_CONCURRENCY:
+            raise ValueError(f"worker_reserved_concurrency {reserved}: 0 (none) or within {workers}..{ESM_MAX_CONCURRENCY}"
+                             f" (at least the worker's maximum concurrency {workers}: the mapping would be throttled)")
+
+    def _check_tickets(self) -> None:
+        """`https://` (http only to loopback), and a secret ARN (and its KMS key) only with a ticket system."""
+        problem = ticket_url_problem(self.ticket_url) if self.ticket_url else None
+        if problem:
+            raise ValueError(problem)
+        if self.ticket_secret_arn and not self.ticket_url:
+            raise ValueError("ticket_secret_arn is the ticket system's credentials: give ticket_url too")
+        secret = self.ticket_secret_arn
+        if secret and not (_SECRET_ARN_RE.match(secret) or _SECRET_NAME_RE.match(secret)):
+            raise ValueError(f"ticket_secret_arn {secret!r}: a Secrets Manager secret ARN such as "
+                             "arn:aws:secretsmanager:eu-west-1:123456789012:secret:contract-review/tickets-AbCdEf, or "
+                             "the secret's name in the stack's account and region")
+        if self.ticket_secret_kms_key and not self.ticket_secret_arn:
+            raise ValueError("ticket_secret_kms_key is the key of the ticket secret: give ticket_secret_arn too")
+        if self.ticket_secret_kms_key and not _KMS_KEY_ARN_RE.match(self.ticket_secret_kms_key):
+            raise ValueError(f"ticket_secret_kms_key {self.ticket_secret_kms_key!r}: a KMS key ARN such as "
+                             "arn:aws:kms:eu-west-1:123456789012:key/1234abcd-12ab-34cd-56ef-1234567890ab")
 
     @property
     def fleet_overrides(self) -> dict[str, int]:
@@ -118,6 +168,28 @@ class DeploySettings:
         window = 2 * workers
         return {"worker_max_concurrency": workers, "fanout_window": window,
                 "fanout_page": min(self.profile.fanout.fanout_page, window)}
+
+    @property
+    def ticket_secret_resource(self) -> str:
+        """The resource `secretsmanager:GetSecretValue` is granted on: a complete ARN as given, `ARN-??????` for one
+        given without its suffix (AWS's form for "this secret, whatever suffix it was created with"), `NAME-??????`
+        for a bare name (the stack builds the ARN around it in its own account and region)."""
+        secret = self.ticket_secret_arn
+        if not secret or (secret.startswith("arn:") and _SECRET_SUFFIX_RE.search(secret)):
+            return secret
+        return secret + "-??????"
+
+    @property
+    def reserved_concurrency(self) -> dict[str, int]:
+        """Function service -> its reserved concurrency (what the stack takes out of the account's pool). The Lambda
+        worker reserves its maximum unless told otherwise; a Fargate stack's worker function has no mapping, so it
+        reserves nothing."""
+        if self.worker_kind != "lambda":
+            return {}
+        reserved = self.worker_reserved_concurrency
+        if reserved is None:
+            reserved = self.profile.functions.worker_max_concurrency
+        return {"worker": reserved} if reserved else {}
 
     @property
     def is_disposable(self) -> bool:
@@ -142,10 +214,14 @@ class DeploySettings:
             auto_delete_objects=_truthy(get("auto_delete_objects")),
             model_id=str(get("model_id") or "").strip(),
             ticket_url=str(get("ticket_url") or "").strip(),
+            ticket_secret_arn=str(get("ticket_secret_arn") or "").strip(),
+            ticket_secret_kms_key=str(get("ticket_secret_kms_key") or "").strip(),
             model_tpm=_number(get("model_tpm"), "model_tpm"),
             worker_concurrency=_whole(get("worker_concurrency"), "worker_concurrency"),
             call_latency_s=_number(get("call_latency_s"), "call_latency_s") or CALL_LATENCY_S,
             queue_uploads_prefix=str(get("queue_uploads_prefix") or UPLOADS_PREFIX).strip(),
+            intake_max_concurrency=_whole(get("intake_max_concurrency"), "intake_max_concurrency"),
+            worker_reserved_concurrency=_whole(get("worker_reserved_concurrency"), "worker_reserved_concurrency"),
         )
 
 

@@ -79,6 +79,7 @@ class PipelineFunction(Construct):
         removal_policy: RemovalPolicy,
         description: str,
         recursive_loop: lambda_.RecursiveLoop = lambda_.RecursiveLoop.TERMINATE,
+        reserved_concurrency: int | None = None,
     ) -> None:
         super().__init__(scope, construct_id)
         self.service = service
@@ -109,6 +110,8 @@ class PipelineFunction(Construct):
             # Lambda's recursive-loop detection stops a function after ~16 invocations in one chain of SQS
             # messages; ALLOW only where the code bounds its own loop (docs/runbook.md "Recursive loops").
             recursive_loop=recursive_loop,
+            # None: no reservation (the account's unreserved pool); the worker reserves its maximum (stack.py)
+            reserved_concurrent_executions=reserved_concurrency,
             environment={
                 **environment,
                 "POWERTOOLS_SERVICE_NAME": service,

@@ -232,3 +232,15 @@ def grant_bedrock(grantee: iam.IGrantable, stack: Stack, model_id: str) -> None:
     quotas (pacing)."""
     for statement in _invoke_statements(stack, model_id) + _describe_statements(stack, model_id) + [QUOTA_READ]:
         grantee.grant_principal.add_to_principal_policy(statement)
+
+
+def grant_ticket_secret(grantee: iam.IGrantable, stack: Stack, secret_resource: str, kms_key_arn: str = "") -> None:
+    """Read the ticket system's credentials (adapters/tickets.py `SecretCredentials`): GetSecretValue on exactly that
+    secret (`DeploySettings.ticket_secret_resource`), and kms:Decrypt with its customer-managed key when one is named,
+    only as Secrets Manager's caller in this region (`kms:ViaService`)."""
+    grantee.grant_principal.add_to_principal_policy(iam.PolicyStatement(
+        actions=["secretsmanager:GetSecretValue"], resources=[secret_resource]))
+    if kms_key_arn:
+        grantee.grant_principal.add_to_principal_policy(iam.PolicyStatement(
+            actions=["kms:Decrypt"], resources=[kms_key_arn],
+            conditions={"StringEquals": {"kms:ViaService": f"secretsmanager.{stack.region}.amazonaws.com"}}))

@@ -5,9 +5,10 @@ from __future__ import annotations
 import json
 import math
 
-from aws_cdk import CfnOutput, Duration, RemovalPolicy, Stack, Tags
+from aws_cdk import ArnFormat, CfnOutput, Duration, RemovalPolicy, Stack, Tags
 from aws_cdk import aws_events as events
 from aws_cdk import aws_events_targets as targets
+from aws_cdk import aws_iam as iam
 from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_lambda_event_sources as event_sources
 from aws_cdk import aws_ssm as ssm
@@ -23,7 +24,7 @@ from .deploy_settings import DeploySettings
 from .fargate import FargateWorker
 from .functions import METRICS_NAMESPACE, PipelineFunction, functions_code, powertools_layer
 from .monitoring import AlarmTopic, Monitoring
-from .permissions import ACCESS, LEASE_INDEX, PRINCIPAL_UPLOADS, grant_access, grant_bedrock
+from .permissions import ACCESS, LEASE_INDEX, PRINCIPAL_UPLOADS, grant_access, grant_bedrock, grant_ticket_secret
 from .queues import QueueWithDlq
 from .side_effects import SideEffectResources
 from .storage import PREFIXES, ArtifactBucket
@@ -107,6 +108,7 @@ class ContractReviewStack(Stack):
                 environment=self.function_environment("lambda"), timeout_s=timeout_s, memory_mb=memory_mb,
                 log_retention_days=p.record_ttl_days, log_level=log_level, removal_policy=removal,
                 description=f"contract-review {what} ({p.name})", recursive_loop=recursive_loop,
+                reserved_concurrency=settings.reserved_concurrency.get(service),
             )
 
         self.intake_fn = fn("IntakeFn", "intake", p.functions.intake_timeout_s, INTAKE_MEMORY_MB, "intake: validate, chunk, fan out")
@@ -126,8 +128,13 @@ class ContractReviewStack(Stack):
                               log_retention_days=p.record_ttl_days, removal_policy=removal)
 
         # ---- event sources (partial batch responses everywhere) -------------------------
+        # Concurrency guards (docs/infrastructure.md "Concurrency"): intake is capped by its mapping, the Lambda
+        # worker reserves its maximum (settings.reserved_concurrency), so a burst waits in its queue instead of
+        # being throttled (throttled invocations burn receives and page the DLQ alarm).
         self.intake_fn.function.add_event_source(event_sources.SqsEventSource(
-            self.intake.queue, batch_size=p.functions.intake_batch_size, report_batch_item_failures=True))
+            self.intake.queue, batch_size=p.functions.intake_batch_size,
+            max_concurrency=p.functions.intake_max_concurrency, report_batch_item_failures=True))
+
         if settings.worker_kind == "lambda":
             self.worker_fn.function.add_event_source(event_sources.SqsEventSource(
                 self.analysis.queue, batch_size=p.functions.worker_batch_size, max_concurrency=p.functions.worker_max_concurrency,
@@ -153,6 +160,8 @@ class ContractReviewStack(Stack):
         grant_access(self.aggregator_fn.role, arns, ACCESS["aggregator"])
         grant_access(self.sweeper_fn.role, arns, ACCESS["sweeper"])
         grant_access(self.api_fn.role, arns, ACCESS["api"])
+        # the ticket system's credentials: only the roles that run the saga (permissions.SIDE_EFFECTS) call it
+        self.ticket_callers: list[iam.IGrantable] = [self.aggregator_fn.role, self.sweeper_fn.role]
 
         # ---- Fargate alternative ---------------------------------------------------------
         self.fargate: FargateWorker | None = None
@@ -168,6 +177,14 @@ class ContractReviewStack(Stack):
             # the poller runs the worker and the sweep in-process, and is its own event source
             grant_access(self.fargate.task_role, arns, ACCESS["fargate"])
             grant_bedrock(self.fargate.task_role, self, self.settings.model_id)
+            self.ticket_callers.append(self.fargate.task_role)  # its in-process sweep compensates tickets
+        if settings.ticket_secret_arn:
+            secret = settings.ticket_secret_resource
+            if not secret.startswith("arn:"):  # a bare name: that secret in this stack's account and region
+                secret = self.format_arn(service="secretsmanager", resource="secret", resource_name=secret,
+                                         arn_format=ArnFormat.COLON_RESOURCE_NAME)
+            for caller in self.ticket_callers:
+                grant_ticket_secret(caller, self, secret, settings.ticket_secret_kms_key)
 
         # ---- alarms and dashboard (the queue alarms live with their queues) -------------
         self.monitoring = Monitoring(
@@ -223,6 +240,8 @@ class ContractReviewStack(Stack):
             env[OPTION_ENV["queue_uploads_prefix"]] = s.queue_uploads_prefix
         if s.ticket_url:  # the external ticket system (`-c ticket_url=...`); without it the ticket step is skipped
             env[OPTION_ENV["ticket_url"]] = s.ticket_url
+        if s.ticket_secret_arn:  # its credentials (`-c ticket_secret_arn=...`), read by the functions that call it
+            env[OPTION_ENV["ticket_secret_arn"]] = s.ticket_secret_arn
         return env
 
     # ------------------------------------------------------------------ grants
@@ -276,6 +295,10 @@ class ContractReviewStack(Stack):
                                                      "queue put the documents they name by s3_uri (review submit "
                                                      "uploads there)"),
         })
+        # `review preflight` checks the account's unreserved concurrency against it
+        outputs["ReservedConcurrency"] = (str(sum(self.settings.reserved_concurrency.values())),
+                                          "Lambda concurrency this stack reserves (cdk deploy -c "
+                                          "worker_reserved_concurrency); the account must keep 100 unreserved")
         if self.settings.model_tpm:  # `review preflight` says what the workers pace to
             outputs["ModelTpm"] = (f"{self.settings.model_tpm:.0f}", "tokens per minute the workers pace to "
                                                                      "(cdk deploy -c model_tpm)")

@@ -112,7 +112,9 @@ def up(fault_rate: float, seed: int, workers: int | None, worker_kind: str, no_t
                       "`Authorization: Bearer <token>`)", soft_wrap=True)
     if stack.tickets is not None:
         console.print(f"ticket system (local fake of a third party): [bold cyan]{stack.tickets.url}[/] "
-                      "(GET /tickets, GET /_admin/stats)")
+                      "(GET /tickets with the bearer token below, GET /_admin/stats)", soft_wrap=True)
+        console.print(f"  its credentials: secret {stack.ticket_secret_arn} (what -c ticket_secret_arn names on AWS), "
+                      f"bearer token [bold]{stack.ticket_token}[/]", soft_wrap=True)
     console.print("wrote .review/local.json; worker logs in .review/logs/. Ctrl-C to stop.")
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
@@ -614,15 +616,20 @@ def compensations(obj: Ctx, redrive: bool) -> None:
 # ------------------------------------------------------------------------------------ preflight
 @cli.command()
 @click.option("--model-id", default=None, help="Check this Bedrock model or inference profile id instead.")
+@click.option("--region", default=None, help="AWS region to check (the same as `review --region R preflight`).")
 @click.pass_obj
-def preflight(obj: Ctx, model_id: str | None) -> None:
-    """Before submitting: one tiny Converse call with the stack's model (access, latency) and the
-    account's requests- and tokens-per-minute quotas for it. Exits 1 unless the model answers."""
+def preflight(obj: Ctx, model_id: str | None, region: str | None) -> None:
+    """Before deploying and submitting: one tiny Converse call with the stack's model (access, latency; a global
+    profile an SCP keeps out of other regions is named, with the us./eu. profile to deploy instead), the
+    tokens-per-minute quota the workers will pace to, and the account: the Powertools layer's SSM parameter exists
+    in the region, and Lambda's concurrency covers the stack's reservations plus the 100 AWS keeps unreserved.
+    One line per check, with a command that fixes a failed one. Exits 1 unless the model answers and every account
+    check passes."""
     from .preflight import PreflightError
     from .preflight import preflight as run
 
     try:
-        ok = run(obj.stack, obj.region, model_id, echo=click.echo)
+        ok = run(obj.stack, region or obj.region, model_id, echo=click.echo)
     except PreflightError as exc:
         raise click.ClickException(str(exc)) from exc
     sys.exit(0 if ok else 1)

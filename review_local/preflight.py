@@ -11,16 +11,23 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, cast
 
 import boto3
 from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError, NoRegionError
 
-from contract_review.config.constants import OFFLINE_MODEL_ID
+from contract_review.config.constants import (
+    LAMBDA_CONCURRENCY_QUOTA_CODE,
+    LAMBDA_MIN_UNRESERVED,
+    OFFLINE_MODEL_ID,
+    POWERTOOLS_LAYER_PARAMETER_PATH,
+    POWERTOOLS_LAYER_VERSION,
+)
 from contract_review.config.profile import get_profile
 from contract_review.domain.errors import REGISTRY, ReviewError, classify
+from contract_review.domain.model import GLOBAL_PROFILE_PREFIX, base_model_id
 from contract_review.model.bedrock import ModelFacts, ModelIdCheck, bedrock_model
 from contract_review.model.quotas import QuotaRow, quota_kind, read_model_quotas
 from contract_review.wiring import bedrock_control_client, bedrock_runtime_client
@@ -147,8 +154,99 @@ def render(report: PreflightReport) -> list[str]:
     elif tpm is not None:
         lines.append(f"pacing: a deployed stack's workers pace to {tpm:,.0f} tokens per minute (this quota; "
                      "`cdk deploy -c model_tpm=N` sets another)")
+    else:
+        lines.append("pacing: no tokens-per-minute quota found for this model, so the workers will not pace (set one: "
+                     "npx cdk deploy -c profile=prod -c model_tpm=N)")
     lines += [f"note: {n}" for n in report.notes]
     return lines
+
+
+# --- the account: what a deploy and the running stack assume ----------------------------------------------
+
+@dataclass(frozen=True)
+class Check:
+    """One account check: one line, and when it fails a command that fixes it. `ok` None: it could not be checked
+    (a permission, an API moto or the account does not offer): said, not counted as a failure."""
+
+    name: str
+    ok: bool | None
+    line: str
+    remedy: str = ""
+
+    def render(self) -> str:
+        status = {True: "ok", False: "FAILED", None: "not checked"}[self.ok]
+        return f"{self.name}: {status} - {self.line}" + (f"; fix: {self.remedy}" if self.remedy else "")
+
+
+def default_layer_parameter(version: str = POWERTOOLS_LAYER_VERSION) -> str:
+    """The public SSM parameter a deploy reads the Powertools layer ARN from (infra/functions.py)."""
+    return f"{POWERTOOLS_LAYER_PARAMETER_PATH}/{version}"
+
+
+def check_layer(ssm: Any, parameter: str, region: str) -> Check:
+    """The Powertools layer's SSM parameter exists in the region: CloudFormation resolves it at deploy time, and a
+    missing one fails the whole deploy (GetParameter)."""
+    name = "powertools layer"
+    try:
+        arn = ssm.get_parameter(Name=parameter)["Parameter"]["Value"]
+        return Check(name, True, f"{parameter} exists in {region} ({arn})")
+    except ClientError as exc:
+        code = _error(exc).get("Code")
+        if code != "ParameterNotFound":
+            return Check(name, None, f"{parameter} not readable ({code}; needs ssm:GetParameter)")
+    latest = default_layer_parameter("latest")
+    try:
+        ssm.get_parameter(Name=latest)
+    except ClientError:
+        return Check(name, False, f"{parameter} does not exist in {region}, nor {latest}: AWS publishes no Powertools "
+                                  "layer there and a deploy would fail; deploy in a region that has it",
+                     "review --region us-east-1 preflight")
+    return Check(name, False, f"{parameter} does not exist in {region} (this release is not published there yet): a "
+                              "deploy would fail on it", "npx cdk deploy -c profile=prod -c powertools_version=latest")
+
+
+def check_concurrency(lambda_client: Any, region: str, reserved: int, deployed: bool) -> Check:
+    """The account's Lambda concurrency (GetAccountSettings) covers the stack's reservations plus the 100 that AWS
+    keeps unreserved. A deployed stack's reservation is already out of the unreserved pool."""
+    name = "lambda concurrency"
+    try:
+        limits = lambda_client.get_account_settings()["AccountLimit"]
+    except ClientError as exc:
+        return Check(name, None, f"GetAccountSettings refused ({_error(exc).get('Code')}; needs "
+                                 "lambda:GetAccountSettings)")
+    total, unreserved = int(limits["ConcurrentExecutions"]), int(limits["UnreservedConcurrentExecutions"])
+    still = 0 if deployed else reserved  # what a deploy would still take out of the unreserved pool
+    facts = (f"account limit {total:,}, unreserved {unreserved:,}; the stack reserves {reserved:,} "
+             f"({'already taken' if deployed else 'on deploy'}) and AWS keeps {LAMBDA_MIN_UNRESERVED} unreserved")
+    if unreserved - still >= LAMBDA_MIN_UNRESERVED:
+        return Check(name, True, facts)
+    want = max(1000, total + still + LAMBDA_MIN_UNRESERVED - unreserved)
+    return Check(name, False, f"{facts}: needs {still + LAMBDA_MIN_UNRESERVED:,} unreserved (new accounts may start "
+                              "at 10 in all, the default is 1,000; until the increase, reserve nothing and shrink the "
+                              "fleet: npx cdk deploy -c profile=prod -c worker_reserved_concurrency=0 -c "
+                              "worker_concurrency=2 -c intake_max_concurrency=2)",
+                 f"aws service-quotas request-service-quota-increase --service-code lambda --quota-code "
+                 f"{LAMBDA_CONCURRENCY_QUOTA_CODE} --desired-value {want} --region {region}")
+
+
+_GEOGRAPHY = {"us": "us", "ca": "us", "eu": "eu", "ap": "apac"}  # region prefix -> the geographic profile's prefix
+
+
+def region_restriction(report: PreflightReport) -> Check | None:
+    """A `global.` profile refused with AccessDenied although the control plane answers in this region: what an
+    organization SCP restricting regions does (a global profile may route to any commercial region). Named with
+    its remedy, a geographic profile that stays in this region's geography. Decided from the error code and the
+    profile kind, never from the message (printed as it came)."""
+    if report.error_code != "model.access_denied" or not report.model_id.startswith(GLOBAL_PROFILE_PREFIX):
+        return None
+    geo = _GEOGRAPHY.get(report.region.split("-", 1)[0], "us")
+    local = f"{geo}.{base_model_id(report.model_id)}"
+    return Check("model region", False, f"AccessDenied on the global profile {report.model_id}: an SCP that restricts "
+                                        "regions denies global cross-region inference (the message above says "
+                                        f"whether a service control policy denied it); a {geo}. profile stays in "
+                                        f"this geography (check it: review --region {report.region} preflight "
+                                        f"--model-id {local})",
+                 f"npx cdk deploy -c profile=prod -c model_id={local}")
 
 
 # --- resolving the stack, building clients ----------------------------------------------------------------
@@ -159,6 +257,11 @@ class Target:
     model_provider: str
     model_id: str
     model_tpm: float | None = None  # the quota the stack was deployed to pace to (`-c model_tpm`, output ModelTpm)
+    # The Lambda concurrency the stack reserves (output ReservedConcurrency); for a stack not deployed yet, what a
+    # deploy with the prod defaults reserves (the worker's maximum concurrency)
+    reserved: int = 0
+    deployed: bool = False  # a deployed stack on AWS: its reservation is already out of the unreserved pool
+    layer_parameter: str = ""  # the SSM parameter the stack's layer ARN comes from ("": the default release's)
 
 
 def stack_target(session: Any, stack: str) -> Target:
@@ -170,14 +273,17 @@ def stack_target(session: Any, stack: str) -> Target:
                                  ) from exc
         raise
     outputs = {o["OutputKey"]: o["OutputValue"] for o in described.get("Outputs", [])}
+    layer = next((p.get("ParameterValue", "") for p in described.get("Parameters", [])
+                  if str(p.get("ParameterValue", "")).startswith(POWERTOOLS_LAYER_PARAMETER_PATH)), "")
+    reserved = int(outputs.get("ReservedConcurrency") or 0)
     if "ModelId" in outputs:
         tpm = float(outputs["ModelTpm"]) if outputs.get("ModelTpm") else None
         return Target(f"stack {stack} ({session.region_name})", outputs.get("ModelProvider", "bedrock"),
-                      outputs["ModelId"], tpm)
+                      outputs["ModelId"], tpm, reserved=reserved, deployed=True, layer_parameter=layer)
     # a stack deployed before the ModelId output existed: its profile's model
     profile = get_profile(outputs.get("ProfileName", "prod"))
     return Target(f"stack {stack} ({session.region_name}; no ModelId output, using profile {profile.name}'s model)",
-                  "bedrock", profile.review.model_id)
+                  "bedrock", profile.review.model_id, reserved=reserved, deployed=True, layer_parameter=layer)
 
 
 def local_target(local_json: Path) -> Target:
@@ -190,8 +296,11 @@ def local_target(local_json: Path) -> Target:
     except (ValueError, KeyError, TypeError) as exc:
         raise PreflightError(f"{local_json} is not a local stack description ({type(exc).__name__}); "
                              "run `review up` again") from exc
-    model_id = outputs.get("ModelId") or get_profile("prod").review.model_id
-    return Target("local stack (review up)", outputs.get("ModelProvider", "offline"), model_id)
+    prod = get_profile("prod")
+    model_id = outputs.get("ModelId") or prod.review.model_id
+    # the account checks are about a deploy with the prod defaults (the local stack reserves nothing on AWS)
+    return Target("local stack (review up)", outputs.get("ModelProvider", "offline"), model_id,
+                  reserved=prod.functions.worker_max_concurrency)
 
 
 def preflight(stack: str | None, region: str | None, model_id: str | None = None, *,
@@ -211,8 +320,8 @@ def preflight(stack: str | None, region: str | None, model_id: str | None = None
             echo(f"  this stack runs the offline rule model ({OFFLINE_MODEL_ID}), a deterministic stand-in, not an "
                  "LLM: its jobs never call Bedrock. Checking the Bedrock model a deployed stack would use instead,")
             echo("  with your AWS credentials (`cdk deploy -c model_id=ID` picks another; --model-id checks one).")
-        if model_id:
-            target = Target(target.label, "bedrock", model_id)  # another model: the stack's quota is not its
+        if model_id:  # another model: the stack's quota is not its
+            target = replace(target, model_provider="bedrock", model_id=model_id, model_tpm=None)
         if not session.region_name:
             raise PreflightError("no AWS region: pass --region or set AWS_REGION")
         _require_credentials(session)
@@ -220,6 +329,9 @@ def preflight(stack: str | None, region: str | None, model_id: str | None = None
                                runtime=bedrock_runtime_client(session, PING_READ_TIMEOUT_S),
                                bedrock=bedrock_control_client(session),
                                quotas=session.client("service-quotas"))
+        checks = [check_layer(session.client("ssm"), target.layer_parameter or default_layer_parameter(),
+                              session.region_name),
+                  check_concurrency(session.client("lambda"), session.region_name, target.reserved, target.deployed)]
     except NoCredentialsError as exc:
         raise PreflightError(_NO_CREDENTIALS) from exc
     except NoRegionError as exc:
@@ -230,9 +342,14 @@ def preflight(stack: str | None, region: str | None, model_id: str | None = None
     except BotoCoreError as exc:
         raise PreflightError(f"AWS: {exc}") from exc
     report.paced_to = target.model_tpm
+    restricted = region_restriction(report)
+    checks += [restricted] if restricted else []
     for line in render(report):
         echo(line)
-    return report.ok
+    echo("account:")
+    for check in checks:
+        echo(f"  {check.render()}")
+    return report.ok and all(c.ok is not False for c in checks)
 
 
 _NO_CREDENTIALS = ("no AWS credentials found: set AWS_PROFILE (then `aws sso login` if it is an SSO profile), "

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import secrets
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -17,6 +18,7 @@ from .embedded import LOCAL_JSON, STATE_DIR, EmbeddedAws, synth
 from .runtime import LocalRuntime, function_specs
 from .ticket_service import TicketFaults, TicketServiceFake
 
+TICKET_SECRET_NAME = "ticket-credentials"
 SAGA_FUNCTIONS = ("aggregator", "sweeper")  # where the side effects run: they get the ticket system's URL
 
 
@@ -36,6 +38,8 @@ class LocalStack:
     ticket_faults: TicketFaults | None = None
     tickets: TicketServiceFake | None = None
     api: ApiServer | None = None  # the Job API on loopback (the Lambda's resolver; review_local/api_server.py)
+    ticket_secret_arn: str = ""  # the local secret holding the fake's credentials (create_ticket_secret)
+    ticket_token: str = ""  # the bearer token in it, which the fake requires
 
     def start(self, workers: bool = True, api: bool = True) -> LocalStack:
         self.template = self.template or synth(self.profile, {"worker": self.worker})
@@ -43,13 +47,36 @@ class LocalStack:
         self.aws.deploy(self.template)
         if self.ticket_faults is not None and self.tickets is None:
             self.tickets = TicketServiceFake(self.ticket_faults).start()
+            # its credentials as on AWS: a Secrets Manager secret (in moto) the functions read, the fake checks
+            self.ticket_secret_arn = self.create_ticket_secret()
             for name in SAGA_FUNCTIONS:
-                self.extra_env.setdefault(name, {})["TICKET_URL"] = self.tickets.url
+                self.extra_env.setdefault(name, {}).update(TICKET_URL=self.tickets.url,
+                                                           TICKET_SECRET_ARN=self.ticket_secret_arn)
         if workers:
             self.start_workers()
         if api:
             self.start_api()
         return self
+
+    def create_ticket_secret(self) -> str:
+        """The ticket system's credentials in a secret `contract-review/ticket-credentials` (a bearer token), required by the
+        fake: the local path runs the same code as a deploy with `-c ticket_secret_arn`. Its ARN."""
+        assert self.tickets is not None
+        token = self.ticket_token = secrets.token_urlsafe(24)
+        arn = str(self.aws.client("secretsmanager").create_secret(
+            Name=f"contract-review/{TICKET_SECRET_NAME}",
+            SecretString=json.dumps({"bearer_token": token}))["ARN"])
+        self.tickets.require_bearer(token)
+        return arn
+
+    def rotate_ticket_secret(self) -> str:
+        """A new bearer token in the secret and in the fake (what a rotation does); the new token."""
+        assert self.tickets is not None and self.ticket_secret_arn
+        token = self.ticket_token = secrets.token_urlsafe(24)
+        self.aws.client("secretsmanager").put_secret_value(SecretId=self.ticket_secret_arn,
+                                                           SecretString=json.dumps({"bearer_token": token}))
+        self.tickets.require_bearer(token)
+        return token
 
     def start_api(self, port: int = 0) -> None:
         self.api = ApiServer(self.deps(), port=port).start()

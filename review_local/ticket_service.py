@@ -19,6 +19,10 @@ The contract is Stripe's `Idempotency-Key` (https://docs.stripe.com/api/idempote
 - `/_admin/stats` (GET), `/_admin/faults` (POST a `TicketFaults` JSON), `/_admin/reset` (POST):
   for tests and people; the Python API (`TicketServiceFake.state`, `.faults`) does the same in-process.
 
+Credentials, as a real system checks them: with `require(header, value)` (`review up` requires the bearer
+token it puts in the local stack's ticket secret), every `/tickets` request without that header answers 401
+`unauthorized`, with another value 403 `forbidden`, and nothing is written. `require` again rotates it.
+
 Injectable failures (`TicketFaults`), scripted (`Fault`: the next N matching requests) or seeded rates:
 - `error_before_write`: 503 before anything is written (a retry with the same key is safe);
 - `timeout_after_write`: the write happens, then the answer is held for `hang_s` (longer than the
@@ -105,6 +109,7 @@ class TicketState:
     keys: dict[str, StoredAnswer] = field(default_factory=dict)
     in_flight: set[str] = field(default_factory=set)
     requests: dict[str, int] = field(default_factory=dict)  # operation -> requests received
+    refused: dict[int, int] = field(default_factory=dict)  # 401/403 -> requests refused for their credentials
     faults_injected: dict[str, int] = field(default_factory=dict)
     lock: threading.RLock = field(default_factory=threading.RLock)
     _ids: Iterator[int] = field(default_factory=lambda: itertools.count(1))
@@ -117,6 +122,7 @@ class TicketState:
             tickets = list(self.tickets.values())
             return {"opened": len(tickets), "closed": sum(1 for t in tickets if t["status"] == "closed"),
                     "open": sum(1 for t in tickets if t["status"] == "open"), "requests": dict(self.requests),
+                    "refused": dict(self.refused),
                     "faults_injected": dict(self.faults_injected)}
 
 
@@ -166,12 +172,25 @@ class _Handler(BaseHTTPRequestHandler):
             pass
 
     # --------------------------------------------------------------------------- routes
+    def _refused(self) -> bool:
+        """Answered 401/403 when the request lacks the credential the fake requires (then True)."""
+        status = self.server.fake.check(dict(self.headers.items()))
+        if status is None:
+            return False
+        if status == 401:
+            self._error(401, "unauthorized", "missing credentials")
+        else:
+            self._error(403, "forbidden", "these credentials may not use the ticket system")
+        return True
+
     def do_GET(self) -> None:  # noqa: N802  # http.server's naming
         url = urlsplit(self.path)
         fake = self.server.fake
         parts = [p for p in url.path.split("/") if p]
         if parts == ["_admin", "stats"]:
             return self._send(200, fake.state.stats())
+        if parts[:1] == ["tickets"] and self._refused():
+            return None
         if parts == ["tickets"]:
             key = (parse_qs(url.query).get("idempotency_key") or [""])[0]
             if key:
@@ -202,6 +221,8 @@ class _Handler(BaseHTTPRequestHandler):
         if parts == ["_admin", "reset"]:
             fake.reset()
             return self._send(200, fake.state.stats())
+        if parts[:1] == ["tickets"] and self._refused():
+            return None
         if parts == ["tickets"]:
             return self._create(body)
         if len(parts) == 3 and parts[0] == "tickets" and parts[2] == "close":
@@ -289,6 +310,28 @@ class TicketServiceFake:
         self._server: _Server | None = None
         self._thread: threading.Thread | None = None
         self._stopping = threading.Event()
+        self._credential: tuple[str, str] | None = None  # (header, value) every /tickets request must carry
+
+    # --------------------------------------------------------------------------- credentials
+    def require(self, header: str, value: str) -> None:
+        """From now on every /tickets request must carry `header: value` (again: a rotation)."""
+        with self.state.lock:
+            self._credential = (header, value)
+
+    def require_bearer(self, token: str) -> None:
+        self.require("Authorization", f"Bearer {token}")
+
+    def check(self, headers: dict[str, str]) -> int | None:
+        """None when the request may go on, else the status it is refused with (401 missing, 403 wrong)."""
+        with self.state.lock:
+            if self._credential is None:
+                return None
+            header, value = self._credential
+            sent = next((v for k, v in headers.items() if k.lower() == header.lower()), None)
+            status = None if sent == value else (401 if sent is None else 403)
+            if status is not None:
+                self.state.refused[status] = self.state.refused.get(status, 0) + 1
+            return status
 
     # --------------------------------------------------------------------------- lifecycle
     def start(self) -> TicketServiceFake:
@@ -423,6 +466,7 @@ class TicketServiceFake:
             self.state.tickets.clear()
             self.state.keys.clear()
             self.state.requests.clear()
+            self.state.refused.clear()
             self.state.faults_injected.clear()
             self._scripted = []
 

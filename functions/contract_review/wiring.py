@@ -88,7 +88,7 @@ def build_side_effects(settings: Settings, session: Any, endpoint_url: str | Non
     from aws_lambda_powertools.utilities.idempotency import DynamoDBPersistenceLayer
 
     from contract_review.adapters.notify import SnsEventBridgeNotifier, SqsCompensationDlq
-    from contract_review.adapters.tickets import HttpTicketSystem
+    from contract_review.adapters.tickets import HttpTicketSystem, SecretCredentials
 
     if not settings.idempotency_table:
         raise ValueError("the side effects need the idempotency table (IDEMPOTENCY_TABLE)")
@@ -102,8 +102,14 @@ def build_side_effects(settings: Settings, session: Any, endpoint_url: str | Non
     if settings.ticket_url:
         import urllib3
 
+        credentials = None
+        if settings.ticket_secret_arn:  # Powertools' parameters utility, on our client (endpoint, retries)
+            from aws_lambda_powertools.utilities.parameters import SecretsProvider
+
+            credentials = SecretCredentials(SecretsProvider(boto3_client=session.client("secretsmanager", **kw)),
+                                            settings.ticket_secret_arn, p.side_effects.ticket_secret_max_age_s)
         tickets = HttpTicketSystem(settings.ticket_url, urllib3.PoolManager(maxsize=4),
-                                   read_timeout_s=p.side_effects.ticket_read_timeout_s)
+                                   read_timeout_s=p.side_effects.ticket_read_timeout_s, credentials=credentials)
     notifier = (SnsEventBridgeNotifier(session.client("sns", **kw), session.client("events", **kw),
                                        settings.job_events_topic_arn) if settings.job_events_topic_arn else None)
     dlq = SqsCompensationDlq(session.client("sqs", **kw), settings.compensation_dlq_url) \

@@ -176,9 +176,18 @@ def _events(op: str, p: Mapping[str, Any]) -> list[Need]:
             for b in sorted(buses)]
 
 
+def _secretsmanager(op: str, p: Mapping[str, Any]) -> list[Need]:
+    """GetSecretValue is authorized on the secret's complete ARN (the code passes it: TICKET_SECRET_ARN)."""
+    if op != "GetSecretValue":
+        raise KeyError(op)
+    secret = str(p["SecretId"])
+    return [Need("secretsmanager:GetSecretValue",
+                 secret if secret.startswith("arn:") else f"arn:aws:secretsmanager:{REGION}:{ACCOUNT}:secret:{secret}")]
+
+
 _SERVICES: dict[str, Callable[[str, Mapping[str, Any]], list[Need]]] = {
     "dynamodb": _dynamodb, "s3": _s3, "sqs": _sqs, "bedrock-runtime": _bedrock_runtime, "bedrock": _bedrock,
-    "ecs-agent": _ecs_agent, "sns": _sns, "events": _events, "ssm": _ssm,
+    "ecs-agent": _ecs_agent, "sns": _sns, "events": _events, "ssm": _ssm, "secretsmanager": _secretsmanager,
 }
 
 

@@ -34,6 +34,11 @@ LOCAL, PROD, FARGATE = "ContractReviewLocal", "ContractReviewProd", "ContractRev
 # Function variables set only when their option is given (or differs from its default)
 ONLY_WHEN_GIVEN = {ENV["fault_spec"], ENV["ticket_url"], ENV["model_tpm"], ENV["queue_uploads_prefix"]}
 ALARM_EMAIL = "oncall@example.com"  # `-c alarm_email=...` of the prod stack (the others have none)
+# Every stack calls an external ticket system with credentials from a secret (`-c ticket_url`, `-c ticket_secret_arn`),
+# given by its name: the roles may read `<name>-??????` in the stack's own account and region, the one secret of that
+# name (tests/infra/test_role_coverage.py creates it in the embedded account and records the calls that read it).
+TICKET_URL = "https://tickets.example.com/api"
+TICKET_SECRET_NAME = "contract-review/ticket-credentials"
 
 
 @dataclass
@@ -56,10 +61,11 @@ def synth(tmp_path_factory: pytest.TempPathFactory) -> Synth:
     outdir = tmp_path_factory.mktemp("cdk.out")
     started = time.monotonic()
     app = new_app(outdir=str(outdir))
+    tickets = {"ticket_url": TICKET_URL, "ticket_secret_arn": TICKET_SECRET_NAME}
     settings = {
-        LOCAL: DeploySettings(profile=get_profile("local"), stack_name=LOCAL, model_provider="offline"),
-        PROD: DeploySettings(profile=get_profile("prod"), stack_name=PROD, alarm_email=ALARM_EMAIL),
-        FARGATE: DeploySettings(profile=get_profile("prod"), stack_name=FARGATE, worker_kind="fargate"),
+        LOCAL: DeploySettings(profile=get_profile("local"), stack_name=LOCAL, model_provider="offline", **tickets),
+        PROD: DeploySettings(profile=get_profile("prod"), stack_name=PROD, alarm_email=ALARM_EMAIL, **tickets),
+        FARGATE: DeploySettings(profile=get_profile("prod"), stack_name=FARGATE, worker_kind="fargate", **tickets),
     }
     for s in settings.values():
         add_stack(app, s)

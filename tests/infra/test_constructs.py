@@ -102,6 +102,15 @@ def test_settings_from_context_defaults() -> None:
         ({"powertools_version": "38"}, "powertools_version"),
         ({"alarm_email": "not-an-address"}, "alarm_email"),
         ({"ticket_url": "tickets.example.com"}, "ticket_url"),  # the external ticket system: an http(s) URL
+        ({"ticket_url": "http://tickets.example.com/api"}, "https:// is required"),  # credentials go over it
+        ({"ticket_secret_arn": "arn:aws:secretsmanager:eu-west-1:123456789012:secret:t"}, "give ticket_url too"),
+        ({"ticket_url": "https://t.example.com", "ticket_secret_arn": "arn:aws:s3:::bucket"}, "Secrets Manager secret ARN"),
+        ({"ticket_url": "https://t.example.com", "ticket_secret_arn": "my secret"}, "Secrets Manager secret ARN"),
+        ({"ticket_url": "https://t.example.com", "ticket_secret_kms_key": "arn:aws:kms:eu-west-1:123456789012:key/k"},
+         "give ticket_secret_arn too"),
+        ({"intake_max_concurrency": "1"}, "intake_max_concurrency 1 must be within 2..1000"),
+        ({"worker_reserved_concurrency": "5"}, "at least the worker's maximum concurrency 20"),
+        ({"worker_reserved_concurrency": "1001"}, "worker_reserved_concurrency"),
     ],
 )
 def test_settings_reject_bad_context(ctx: dict, needle: str) -> None:
@@ -113,6 +122,30 @@ def test_ticket_url_is_read_from_context_and_optional() -> None:
     s = DeploySettings.from_context({"ticket_url": " https://tickets.example.com/api "}.get)
     assert s.ticket_url == "https://tickets.example.com/api"
     assert DeploySettings.from_context({}.get).ticket_url == ""  # none: the saga skips the ticket step
+
+
+@pytest.mark.parametrize("url", ["http://127.0.0.1:8080", "http://localhost:9000/api", "http://[::1]:80",
+                                 "https://tickets.example.com"])
+def test_http_is_taken_only_to_a_loopback_host(url: str) -> None:
+    assert DeploySettings.from_context({"ticket_url": url}.get).ticket_url == url
+
+
+def test_a_ticket_secret_is_granted_exactly_or_by_its_name() -> None:
+    base = "arn:aws:secretsmanager:eu-west-1:123456789012:secret:contract-review/tickets"
+    complete = DeploySettings.from_context({"ticket_url": "https://t.example.com", "ticket_secret_arn": base + "-AbC123"}.get)
+    assert complete.ticket_secret_resource == base + "-AbC123"  # the one secret with that suffix
+    partial = DeploySettings.from_context({"ticket_url": "https://t.example.com", "ticket_secret_arn": base}.get)
+    assert partial.ticket_secret_resource == base + "-??????"  # the secret of that name, whatever its suffix
+    named = DeploySettings.from_context({"ticket_url": "https://t.example.com", "ticket_secret_arn": "ct/tickets"}.get)
+    assert named.ticket_secret_resource == "ct/tickets-??????"  # the stack puts its own account and region around it
+
+
+def test_the_worker_reserves_its_maximum_unless_told_otherwise() -> None:
+    assert DeploySettings.from_context({}.get).reserved_concurrency == {"worker": 20}
+    assert DeploySettings.from_context({"worker_concurrency": "7"}.get).reserved_concurrency == {"worker": 7}
+    assert DeploySettings.from_context({"worker_reserved_concurrency": "0"}.get).reserved_concurrency == {}
+    assert DeploySettings.from_context({"worker": "fargate"}.get).reserved_concurrency == {}  # no mapping to feed
+    assert DeploySettings.from_context({"intake_max_concurrency": "9"}.get).profile.functions.intake_max_concurrency == 9
 
 
 def test_fault_spec_is_parsed_for_local() -> None:
@@ -131,6 +164,9 @@ def test_context_sets_the_alarm_email_and_the_powertools_release() -> None:
     s = DeploySettings.from_context({"alarm_email": " ops@example.com ", "powertools_version": "latest"}.get)
     assert (s.alarm_email, s.powertools_version) == ("ops@example.com", "latest")
     assert powertools_parameter(s.powertools_version) == "/aws/service/powertools/python/arm64/python3.12/latest"
+    # `review preflight` names the same parameter without the CDK app
+    from contract_review.config.constants import POWERTOOLS_LAYER_PARAMETER_PATH
+    assert powertools_parameter("3.37.0") == f"{POWERTOOLS_LAYER_PARAMETER_PATH}/3.37.0"
 
 
 def test_the_default_powertools_layer_is_the_pinned_library_release() -> None:

@@ -124,7 +124,8 @@ def test_each_role_is_granted_exactly_its_access_row(synth: Synth, name: str, ro
         target = _names(t)[esm_queue]
         expected[target] = expected.get(target, set()) | ESM_CONSUME
     assert by_target == expected
-    # everything else: its own log group, X-Ray, the model's quota (workers), the model (infra/permissions.grant_bedrock), task protection
+    # everything else: its own log group, X-Ray, the model's quota (workers), the model (infra/permissions.grant_bedrock), task
+    # protection, the ticket secret (the roles that call the ticket system; test_role_coverage.py asserts which secret)
     for st in other:
         actions = {st["Action"]} if isinstance(st["Action"], str) else set(st["Action"])
         text = json.dumps(st["Resource"])
@@ -137,6 +138,8 @@ def test_each_role_is_granted_exactly_its_access_row(synth: Synth, name: str, ro
             assert role in ("worker", "fargate") and ":bedrock:" in text, st
         elif actions == {"ecs:UpdateTaskProtection"}:
             assert role == "fargate" and ":task/" in text and text.endswith('"/*"]]}'), st
+        elif actions == {"secretsmanager:GetSecretValue"}:  # the ticket system's credentials (grant_ticket_secret)
+            assert role in ("aggregator", "sweeper", "fargate") and ":secret:" in text, st
         else:
             raise AssertionError(f"{name} {role}: unexpected grant {st}")
 

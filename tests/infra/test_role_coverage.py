@@ -78,6 +78,7 @@ from .conftest import (
     FARGATE,
     LOCAL,
     PROD,
+    TICKET_SECRET_NAME,
     Synth,
     policy_statements_for_role,
     resources,
@@ -436,7 +437,7 @@ def _finished_job(setup: Deps, key: str) -> Job:
     return job
 
 
-def _side_effects(rec: Recorder, setup: Deps, tickets: TicketServiceFake, role: str) -> None:
+def _side_effects(rec: Recorder, setup: Deps, aws: EmbeddedAws, tickets: TicketServiceFake, role: str) -> None:
     """The saga as the aggregator (and the sweeper) runs it: the ticket system over HTTP (not AWS), the
     outcome store on the idempotency table, SNS + EventBridge, the compensation DLQ."""
     deps = handlers.deps()
@@ -450,6 +451,13 @@ def _side_effects(rec: Recorder, setup: Deps, tickets: TicketServiceFake, role: 
     tickets.inject("error_before_write", times=deps.settings.profile.side_effects.side_effect_attempts)
     with rec.acting_as(role):
         assert saga.run_side_effects(deps, fx, _finished_job(setup, f"{role}-fx-fail")).status is SagaStatus.FAILED
+    # 2b. the credentials rotated: the cached token refused, the secret read again, the request sent again
+    rotated = f"{role}-rotated"
+    aws.client("secretsmanager").put_secret_value(SecretId=deps.settings.ticket_secret_arn,
+                              SecretString=json.dumps({"bearer_token": rotated}))
+    tickets.require_bearer(rotated)
+    with rec.acting_as(role):
+        assert saga.run_side_effects(deps, fx, _finished_job(setup, f"{role}-fx-rotated")).status is SagaStatus.DONE
     # 3. compensation: the publish withdrawn, the ticket's close failing on every attempt: dead-lettered
     tickets.inject("error_before_write", op="close", times=deps.settings.profile.side_effects.compensation_attempts)
     with rec.acting_as(role):
@@ -498,6 +506,10 @@ def recorded(synth: Synth) -> Iterator[Recorded]:
                "AWS_DEFAULT_REGION": aws.region, "AWS_REGION": aws.region, "MODEL_PROVIDER": "bedrock"}
         tickets = TicketServiceFake().start()  # the external ticket system's local stand-in
         env["TICKET_URL"] = tickets.url
+        # its credentials: the secret the templates grant (TICKET_SECRET_ARN, without its suffix), which the fake checks
+        env["TICKET_SECRET_ARN"] = aws.client("secretsmanager").create_secret(
+            Name=TICKET_SECRET_NAME, SecretString=json.dumps({"bearer_token": "t0ken"}))["ARN"]
+        tickets.require_bearer("t0ken")
         with pytest.MonkeyPatch.context() as mp, FakeEcsAgent() as agent:
             for k, v in env.items():
                 mp.setenv(k, v)
@@ -518,7 +530,7 @@ def recorded(synth: Synth) -> Iterator[Recorded]:
                 _sweeper(rec, setup, aws)
                 api_scenario.run(rec, setup, aws)  # the Job API function (tests/infra/api_scenario.py)
                 for role in ("aggregator", "sweeper"):
-                    _side_effects(rec, setup, tickets, role)
+                    _side_effects(rec, setup, aws, tickets, role)
                 _fargate(rec, setup, aws, agent, env)
             finally:
                 from contract_review.handlers import worker as worker_handler
@@ -618,3 +630,29 @@ def test_the_scenarios_reach_the_paths_they_are_for(recorded: Recorded) -> None:
     for role in ("aggregator", "sweeper"):  # the saga: outcome stored and freed, published, dead-lettered
         assert {(role, "dynamodb", "PutItem"), (role, "dynamodb", "DeleteItem"), (role, "sns", "Publish"),
                 (role, "events", "PutEvents"), (role, "sqs", "SendMessage")} <= ops
+    # the ticket system's credentials, read from its secret: first by the aggregator, then by each role again after
+    # its rotated token's 403 (the two roles' scenarios share one process's cached value, as a Fargate task would)
+    reads = {role: sum(1 for c in recorded.recorder.of(role) if (c.service, c.operation) == ("secretsmanager",
+                                                                                            "GetSecretValue"))
+             for role in ("aggregator", "sweeper")}
+    assert reads["aggregator"] >= 2 and reads["sweeper"] >= 1, reads
+
+
+@pytest.mark.parametrize("name", [LOCAL, PROD, FARGATE])
+def test_only_the_roles_that_call_the_ticket_system_may_read_its_secret(synth: Synth, name: str) -> None:
+    """`-c ticket_secret_arn`: GetSecretValue on exactly that secret (given by its name: `<name>-??????` in the
+    stack's account and region, the one secret of that name), for the roles that run the saga (aggregator, sweeper; Fargate's task role, whose
+    in-process sweep compensates), and for no other role; no KMS grant without `-c ticket_secret_kms_key`."""
+    t = synth.templates[name]
+    roles = ["intake", "worker", "aggregator", "sweeper", "api"] + (["fargate"] if name == FARGATE else [])
+    readers = {}
+    for role in roles:
+        statements = policy_statements_for_role(t, role_id(t, role))
+        granted = [st for st in statements if "secretsmanager:GetSecretValue" in json.dumps(st["Action"])]
+        if granted:
+            readers[role] = [st["Resource"] for st in granted]
+        assert not any("kms:Decrypt" in json.dumps(st["Action"]) for st in statements), role
+    callers = {"aggregator", "sweeper"} | ({"fargate"} if name == FARGATE else set())
+    secret = {"Fn::Join": ["", ["arn:", {"Ref": "AWS::Partition"}, ":secretsmanager:", {"Ref": "AWS::Region"}, ":",
+                                {"Ref": "AWS::AccountId"}, f":secret:{TICKET_SECRET_NAME}-??????"]]}
+    assert readers == {role: [secret] for role in callers}

@@ -36,7 +36,7 @@ REQUIRED_OUTPUTS = {
 OTHER_OUTPUTS = {
     "IntakeQueueArn", "AnalysisQueueArn", "ResultsQueueArn", "IntakeFunctionName", "WorkerFunctionName",
     "AggregatorFunctionName", "SweeperFunctionName", "ProfileName", "WorkerKind", "ModelProvider", "ModelId",
-    "AlarmTopicArn", "DashboardName", "ApiFunctionName", "ApiUrl", "QueueUploadsPrefix",
+    "AlarmTopicArn", "DashboardName", "ApiFunctionName", "ApiUrl", "QueueUploadsPrefix", "ReservedConcurrency",
 }
 FOURTEEN_DAYS_S = 1_209_600
 
@@ -157,8 +157,29 @@ def test_event_source_mappings_report_partial_batch_failures(stack: tuple[str, d
         assert esm["FunctionResponseTypes"] == ["ReportBatchItemFailures"], fn["Handler"]
         if fn["Handler"].endswith("worker.handler"):
             assert esm["ScalingConfig"] == {"MaximumConcurrency": synth.profiles[name].functions.worker_max_concurrency}
+        elif fn["Handler"].endswith("intake.handler"):
+            assert esm["ScalingConfig"] == {"MaximumConcurrency": synth.profiles[name].functions.intake_max_concurrency}
         else:
             assert "ScalingConfig" not in esm
+
+
+def test_concurrency_guards_intake_capped_and_the_lambda_worker_reserving_its_maximum(
+        stack: tuple[str, dict], synth: Synth) -> None:
+    """A burst waits in its queue instead of taking the account's unreserved concurrency: the intake mapping has a
+    maximum concurrency, and the Lambda worker reserves exactly the maximum its mapping may use (no more, so the
+    account keeps the rest; no less, or the mapping would be throttled). A Fargate stack's worker function has no
+    mapping and reserves nothing. The ReservedConcurrency output is what `review preflight` checks the account
+    against."""
+    name, t = stack
+    functions = synth.profiles[name].functions
+    reserved = {fn["Handler"].rsplit(".", 2)[-2]: fn.get("ReservedConcurrentExecutions")
+                for fn in (r["Properties"] for r in resources(t, "AWS::Lambda::Function").values())
+                if fn.get("Handler", "").startswith("contract_review.handlers.")}
+    fargate = bool(resources(t, "AWS::ECS::Service"))
+    want = None if fargate else functions.worker_max_concurrency
+    assert reserved == {"intake": None, "worker": want, "aggregator": None, "sweeper": None, "api": None}
+    assert t["Outputs"]["ReservedConcurrency"]["Value"] == str(want or 0)
+    assert 2 <= functions.intake_max_concurrency <= 1000
 
 
 def test_one_dead_letter_raises_the_dlq_alarm(stack: tuple[str, dict]) -> None:

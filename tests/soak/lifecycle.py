@@ -158,7 +158,8 @@ def redrive_compensations(stack: Any, deps: Any) -> dict[str, int]:
     from contract_review.wiring import build_side_effects
     from review_local.connect import local_session
 
-    settings = deps.settings.model_copy(update={"ticket_url": stack.tickets.url})
+    settings = deps.settings.model_copy(update={"ticket_url": stack.tickets.url,
+                                                "ticket_secret_arn": stack.ticket_secret_arn})
     fx = build_side_effects(settings, local_session(stack.aws.region), stack.aws.endpoint)
     out = saga.redrive_compensations(replace(deps, settings=settings, side_effects=fx), fx)
     return {"redriven": len(out.compensated), "still_failing": len(out.dead_lettered),

@@ -125,6 +125,9 @@ class FakeTickets(_Faults):
         fault = self.take("open")
         if fault == "error_before_write":
             raise _unavailable("ticket.open")
+        if fault == "unauthorized":  # 401/403 again after the secret was read once more (adapters/tickets.py)
+            raise SideEffectError(ErrorEnvelope.of("sideeffect.unauthorized", "HTTP 401 (scripted)", http_status=401,
+                                                   step="ticket.open"), written="no")
         if fault == "timeout_before_write":
             raise _unknown("ticket.open")
         if key not in self.keys:

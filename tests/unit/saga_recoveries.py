@@ -42,6 +42,22 @@ def sideeffect_failed(code: str) -> None:
     assert "review retry" in _recovery(code)
 
 
+def sideeffect_unauthorized(code: str) -> None:
+    """The ticket system refuses our credentials: the job fails with the code, nothing was written; once a valid
+    credential is in the secret, `review retry JOB` opens the one ticket and completes the job."""
+    fx = FakeSideEffects()
+    fx.tickets.inject("unauthorized", "open", times=-1)
+    world, p, job_id = pipeline(fx)
+    assert (p.run(job_id).state, p.world.jobs.get(job_id).error_code) == (JobState.FAILED, code)  # type: ignore[union-attr]  # the job exists
+    assert fx.tickets.opened == 0 and not fx.notifier.of(COMPLETED_DETAIL)
+    fx.tickets.clear()  # `aws secretsmanager put-secret-value ...`: the credential is valid again
+    assert redrive.retry(world.deps, job_id).retried
+    job = p.run(job_id)
+    assert job.state is JobState.COMPLETED, job.error
+    assert (fx.tickets.opened, fx.tickets.closed, len(fx.notifier.of(COMPLETED_DETAIL))) == (1, 0, 1)
+    assert "put-secret-value" in _recovery(code) and "review retry" in _recovery(code)
+
+
 def sideeffect_ambiguous(code: str) -> None:
     """The outcome stays unknown: the job waits with the evidence; `review approve` retries with the same key."""
     fx = FakeSideEffects()
@@ -89,6 +105,7 @@ def approval_ended(code: str) -> None:
 
 SAGA_RECOVERIES: dict[str, Callable[[str], None]] = {
     "sideeffect.failed": sideeffect_failed,
+    "sideeffect.unauthorized": sideeffect_unauthorized,
     "sideeffect.ambiguous": sideeffect_ambiguous,
     "sideeffect.compensation_failed": compensation_failed,
     "job.approval_rejected": approval_ended,

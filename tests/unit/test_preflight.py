@@ -1,9 +1,13 @@
 """`review preflight`: one tiny Converse call, what the control plane says about the model id, and the
 account's requests/tokens-per-minute quotas, against botocore Stubbers for bedrock-runtime, bedrock,
-service-quotas and cloudformation; and every error the command can hit is one line, never a traceback."""
+service-quotas and cloudformation; the account checks (the Powertools layer parameter, Lambda concurrency, a
+region-restricted global profile) against moto where it implements the call (SSM GetParameter) and Stubbers where
+it does not (Lambda GetAccountSettings, Bedrock, Service Quotas); and every error the command can hit is one line,
+never a traceback."""
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import json
 from typing import Any
@@ -14,11 +18,21 @@ from click.testing import CliRunner
 
 from contract_review.model.quotas import match_model_quotas
 from review_local.cli import cli
-from review_local.preflight import PreflightError, preflight, render, run_preflight
+from review_local.preflight import (
+    PreflightError,
+    check_concurrency,
+    check_layer,
+    preflight,
+    region_restriction,
+    render,
+    run_preflight,
+)
 
 from . import bedrock_stubs as bs
 
 SONNET_46 = "Anthropic Claude Sonnet 4.6"
+LAYER = "/aws/service/powertools/python/arm64/python3.12/3.37.0"  # what a deploy with the defaults reads
+LAYER_ARN = "arn:aws:lambda:us-east-1:017000801446:layer:AWSLambdaPowertoolsPythonV3-python312-arm64:30"
 
 
 def quota(name: str, value: float, code: str = "L-00000000", adjustable: bool = True) -> dict[str, Any]:
@@ -51,7 +65,10 @@ class Clients:
         self.bedrock, self.bedrock_stub = bs.stubbed("bedrock")
         self.quotas, self.quotas_stub = bs.stubbed("service-quotas")
         self.cfn, self.cfn_stub = bs.stubbed("cloudformation")
-        self.stubs: list[Stubber] = [self.runtime_stub, self.bedrock_stub, self.quotas_stub, self.cfn_stub]
+        self.ssm, self.ssm_stub = bs.stubbed("ssm")
+        self.lambda_, self.lambda_stub = bs.stubbed("lambda")
+        self.stubs: list[Stubber] = [self.runtime_stub, self.bedrock_stub, self.quotas_stub, self.cfn_stub,
+                                     self.ssm_stub, self.lambda_stub]
         for s in self.stubs:
             s.activate()
 
@@ -64,6 +81,14 @@ class Clients:
             if i:
                 params["NextToken"] = f"t{i}"
             self.quotas_stub.add_response(operation, response, expected_params=params)
+
+    def account(self, layer: str = LAYER, total: int = 1000, unreserved: int = 1000) -> None:
+        """The account checks' answers: the layer parameter exists, GetAccountSettings' limits (a Stubber: moto does
+        not implement GetAccountSettings)."""
+        self.ssm_stub.add_response("get_parameter", {"Parameter": {"Name": layer, "Type": "String", "Value": LAYER_ARN,
+                                                                   "Version": 1}}, expected_params={"Name": layer})
+        self.lambda_stub.add_response("get_account_settings", {"AccountLimit": {
+            "ConcurrentExecutions": total, "UnreservedConcurrentExecutions": unreserved}}, expected_params={})
 
     def run(self, model_id: str = bs.CURRENT):
         ticks = itertools.count(0.0, 0.75)  # the clock: each reading 0.75 s after the last
@@ -202,7 +227,8 @@ class FakeSession:
 
     def client(self, service: str, **_: Any) -> Any:
         return {"bedrock-runtime": self.clients.runtime, "bedrock": self.clients.bedrock,
-                "service-quotas": self.clients.quotas, "cloudformation": self.clients.cfn}[service]
+                "service-quotas": self.clients.quotas, "cloudformation": self.clients.cfn, "ssm": self.clients.ssm,
+                "lambda": self.clients.lambda_}[service]
 
 
 def _stack(outputs: dict[str, str]) -> dict[str, Any]:
@@ -218,6 +244,7 @@ def test_a_deployed_stack_is_checked_with_the_model_in_its_outputs():
     c.runtime_stub.add_response("converse", bs.converse_ok())
     c.quota_pages(PAGE_1, PAGE_2)
     c.quota_pages([], operation="list_aws_default_service_quotas")  # no requests quota applied: asked for defaults
+    c.account()
     lines: list[str] = []
     ok = preflight("Prod", None, session_factory=lambda **_: FakeSession(c), echo=lines.append)
     c.verify()
@@ -234,6 +261,7 @@ def test_a_stack_deployed_with_a_quota_says_the_workers_pace_to_it():
     bs.expect_current(c.bedrock_stub)
     c.runtime_stub.add_response("converse", bs.converse_ok())
     c.quota_pages(PAGE_1, PAGE_2)
+    c.account()
     lines: list[str] = []
     assert preflight("Prod", None, session_factory=lambda **_: FakeSession(c), echo=lines.append)
     assert any(line.startswith("pacing: this stack's workers pace to 600,000 tokens per minute (deployed with")
@@ -248,6 +276,7 @@ def test_a_local_stack_says_it_runs_the_offline_model_and_still_checks_bedrock(t
     bs.expect_current(c.bedrock_stub)
     c.runtime_stub.add_response("converse", bs.converse_ok())
     c.quota_pages(PAGE_1, PAGE_2)
+    c.account()
     lines: list[str] = []
     ok = preflight(None, None, session_factory=lambda **_: FakeSession(c), local_json=local, echo=lines.append)
     c.verify()
@@ -293,3 +322,124 @@ def test_the_cli_prints_one_line_and_exits_1_without_a_traceback(tmp_path, monke
     assert result.exit_code == 1, result.output
     assert result.output.strip().splitlines() == [f"Error: {result.output.strip().removeprefix('Error: ')}"]
     assert "no AWS credentials found" in result.output and "Traceback" not in result.output
+
+
+# --- the account checks -------------------------------------------------------------------------------------
+
+def test_a_missing_layer_parameter_fails_with_a_command_that_works_on_moto():
+    """moto's SSM knows no /aws/service/powertools parameter (nor may anyone create one: /aws is reserved), as a
+    region where the layer is not published: the check fails, and says the region has no layer at all."""
+    import boto3
+    from moto import mock_aws
+
+    with mock_aws():
+        ssm = boto3.client("ssm", region_name="eu-south-2")
+        check = check_layer(ssm, LAYER, "eu-south-2")
+    assert check.ok is False and "does not exist in eu-south-2" in check.line and "nor" in check.line
+    assert check.remedy == "review --region us-east-1 preflight"
+    assert "\n" not in check.render() and check.render().startswith("powertools layer: FAILED - ")
+
+
+def test_a_release_not_published_in_the_region_yet_names_the_latest_layer():
+    c = Clients()
+    c.ssm_stub.add_client_error("get_parameter", service_error_code="ParameterNotFound", http_status_code=400,
+                                expected_params={"Name": LAYER})
+    c.ssm_stub.add_response("get_parameter", {"Parameter": {"Name": "latest", "Value": LAYER_ARN}},
+                            expected_params={"Name": LAYER.rsplit("/", 1)[0] + "/latest"})
+    check = check_layer(c.ssm, LAYER, "us-east-1")
+    c.verify()
+    assert check.ok is False and check.remedy == "npx cdk deploy -c profile=prod -c powertools_version=latest"
+    ok = Clients()
+    ok.account()
+    assert check_layer(ok.ssm, LAYER, "us-east-1").ok is True
+
+
+@pytest.mark.parametrize("total,unreserved,reserved,deployed,ok", [
+    (1000, 1000, 20, False, True),  # a default account: 20 reserved leaves 980
+    (10, 10, 20, False, False),  # a new account: 10 in all
+    (1000, 115, 20, False, False),  # others reserved most of it: 95 would be left
+    (1000, 100, 20, True, True),  # deployed: its 20 are already out of the 100 left
+    (1000, 99, 20, True, False),
+    (150, 150, 0, False, True),  # -c worker_reserved_concurrency=0
+])
+def test_the_account_concurrency_must_cover_the_reservations_and_the_100_unreserved(
+        total: int, unreserved: int, reserved: int, deployed: bool, ok: bool):
+    c = Clients()  # a Stubber: moto does not implement Lambda GetAccountSettings
+    c.account(total=total, unreserved=unreserved)
+    check = check_concurrency(c.lambda_, "eu-west-1", reserved, deployed)
+    assert check.ok is ok, check.render()
+    assert f"account limit {total:,}, unreserved {unreserved:,}" in check.line
+    if not ok:
+        assert check.remedy.startswith("aws service-quotas request-service-quota-increase --service-code lambda "
+                                       "--quota-code L-B99A9384 --desired-value ")
+        assert check.remedy.endswith(" --region eu-west-1")
+        assert "worker_reserved_concurrency=0" in check.line
+
+
+def test_access_denied_on_a_global_profile_is_named_as_a_region_restriction_with_a_geographic_profile():
+    # GIVEN an organization whose SCP denies every region but eu-west-1: the global profile is refused
+    c = Clients()
+    bs.expect_current(c.bedrock_stub)
+    c.runtime_stub.add_client_error("converse", service_error_code="AccessDeniedException", http_status_code=403,
+                                    service_message="... with an explicit deny in a service control policy")
+    c.quota_pages(PAGE_1, PAGE_2)
+    report = run_preflight(bs.CURRENT, "eu-west-1", runtime=c.runtime, bedrock=c.bedrock, quotas=c.quotas)
+    check = region_restriction(report)
+    # THEN the check names it, with the eu. profile as the fix
+    assert check is not None and check.ok is False
+    assert check.remedy == "npx cdk deploy -c profile=prod -c model_id=eu.anthropic.claude-sonnet-4-6"
+    assert "review --region eu-west-1 preflight --model-id eu.anthropic.claude-sonnet-4-6" in check.line
+    # a geographic profile refused is plain access (no region hint); so is a global profile that answers
+    assert region_restriction(dataclasses.replace(report, model_id="us.anthropic.claude-sonnet-4-6")) is None
+    assert region_restriction(dataclasses.replace(report, error_code=None, ok=True)) is None
+
+
+def test_preflight_prints_one_line_per_account_check_and_fails_on_any(tmp_path):
+    local = tmp_path / "local.json"
+    local.write_text(json.dumps({"outputs": {"ModelProvider": "offline", "ModelId": bs.CURRENT}}))
+    c = Clients()
+    bs.expect_current(c.bedrock_stub)
+    c.runtime_stub.add_response("converse", bs.converse_ok())
+    c.quota_pages(PAGE_1, PAGE_2)
+    c.account(total=10, unreserved=10)  # a new account
+    lines: list[str] = []
+    ok = preflight(None, None, session_factory=lambda **_: FakeSession(c), local_json=local, echo=lines.append)
+    c.verify()
+    assert not ok  # the model answers, but a deploy with the defaults would not fit the account
+    account = lines[lines.index("account:") + 1:]
+    assert [line.split(":", 1)[0].strip() for line in account] == ["powertools layer", "lambda concurrency"]
+    assert account[0].startswith("  powertools layer: ok - ") and "FAILED" in account[1]
+    assert any(line.startswith("pacing: a deployed stack's workers pace to 2,000,000") for line in lines)
+
+
+def test_the_region_is_taken_after_the_subcommand_too(monkeypatch):
+    seen: list[str | None] = []
+
+    def fake(stack, region, model_id, echo):  # noqa: ANN001  # preflight's signature
+        seen.append(region)
+        return True
+
+    monkeypatch.setattr("review_local.preflight.preflight", fake)
+    for args in (["--region", "eu-west-1", "preflight"], ["preflight", "--region", "eu-west-1"]):
+        result = CliRunner().invoke(cli, args)
+        assert result.exit_code == 0, result.output
+    assert seen == ["eu-west-1", "eu-west-1"]
+
+
+def test_a_deployed_stack_is_checked_with_its_own_layer_parameter_and_reservation():
+    # GIVEN a stack deployed with -c powertools_version=latest that reserves 20 (its outputs and parameters)
+    latest = LAYER.rsplit("/", 1)[0] + "/latest"
+    described = _stack({"ModelProvider": "bedrock", "ModelId": bs.CURRENT, "ReservedConcurrency": "20"})
+    described["Stacks"][0]["Parameters"] = [{"ParameterKey": "SsmParameterValueawsservicepowertools",
+                                             "ParameterValue": latest, "ResolvedValue": LAYER_ARN}]
+    c = Clients()
+    c.cfn_stub.add_response("describe_stacks", described, expected_params={"StackName": "Prod"})
+    bs.expect_current(c.bedrock_stub)
+    c.runtime_stub.add_response("converse", bs.converse_ok())
+    c.quota_pages(PAGE_1, PAGE_2)
+    c.account(layer=latest, total=1000, unreserved=100)  # its 20 are already out of the pool: 100 left is enough
+    lines: list[str] = []
+    assert preflight("Prod", None, session_factory=lambda **_: FakeSession(c), echo=lines.append)
+    c.verify()
+    assert f"  powertools layer: ok - {latest} exists in us-east-1 ({LAYER_ARN})" in lines
+    assert any("the stack reserves 20 (already taken)" in line for line in lines)

@@ -10,8 +10,11 @@ from collections.abc import Iterator
 
 import pytest
 import urllib3
+from aws_lambda_powertools.utilities.parameters.exceptions import GetParameterError, TransformParameterError
+from botocore.exceptions import ClientError
+from pydantic import ValidationError
 
-from contract_review.adapters.tickets import HttpTicketSystem
+from contract_review.adapters.tickets import HttpTicketSystem, SecretCredentials, TicketCredentials
 from contract_review.domain.effects import SideEffectError
 from review_local.ticket_service import TicketFaults, TicketServiceFake
 
@@ -142,3 +145,136 @@ def test_seeded_fault_rates_and_the_admin_api(http: urllib3.PoolManager):
         post(http, fake.url + "/_admin/faults", {})
         assert post(http, fake.url + "/tickets", FIELDS, key="K").status == 201
         assert fake.stats()["opened"] == 1 and fake.stats()["requests"]["create"] == 1
+
+
+# ------------------------------------------------------------------------ credentials (adapters/tickets.py)
+class SecretsStub:
+    """A fake of Powertools' SecretsProvider (`get` with max_age, transform, force_fetch), caching as it does (never
+    expiring here): `value` is the secret in the store (or the exception reading it raises); `reads` counts reads of
+    the store. The real provider on moto: tests/integration/test_ticket_credentials.py."""
+
+    def __init__(self, value: object):
+        self.value, self.reads, self.forced = value, 0, 0
+        self.cached: object | None = None
+
+    def get(self, name: str, max_age: int, transform: str, force_fetch: bool) -> object:
+        if self.cached is not None and not force_fetch:
+            return self.cached
+        self.reads += 1
+        self.forced += force_fetch
+        if isinstance(self.value, Exception):
+            raise self.value
+        self.cached = self.value
+        return self.value
+
+
+def with_secret(service: TicketServiceFake, http: urllib3.PoolManager, stub: SecretsStub) -> HttpTicketSystem:
+    creds = SecretCredentials(stub, "arn:aws:secretsmanager:us-east-1:123456789012:secret:t-AbC123", 300)  # type: ignore[arg-type]
+    return HttpTicketSystem(service.url, http, connect_timeout_s=0.5, read_timeout_s=0.3, credentials=creds)
+
+
+@pytest.mark.parametrize("url", ["http://tickets.example.com/api", "ftp://tickets.example.com", "tickets.example.com"])
+def test_the_adapter_refuses_a_url_credentials_would_cross_in_clear(url: str):
+    with pytest.raises(ValueError, match="ticket_url"):
+        HttpTicketSystem(url, urllib3.PoolManager())
+    HttpTicketSystem("https://tickets.example.com/api", urllib3.PoolManager())
+    HttpTicketSystem("http://127.0.0.1:8080", urllib3.PoolManager())  # loopback: the local fake, a sidecar
+
+
+def test_the_secret_takes_a_bearer_token_or_an_api_key_header_and_nothing_else():
+    assert TicketCredentials.model_validate({"bearer_token": "t"}).headers() == {"Authorization": "Bearer t"}
+    assert TicketCredentials.model_validate({"header": "X-API-Key", "value": "k"}).headers() == {"X-API-Key": "k"}
+    for bad in ({}, {"bearer_token": "t", "header": "X-API-Key", "value": "k"}, {"header": "X-API-Key"},
+                {"value": "k"}, {"bearer_token": ""}, {"header": "Bad Header", "value": "k"}, {"token": "t"}):
+        with pytest.raises(ValidationError):
+            TicketCredentials.model_validate(bad)
+
+
+def test_credentials_from_the_secret_are_sent_and_a_rotation_is_picked_up_after_one_refetch(
+        service: TicketServiceFake, http: urllib3.PoolManager):
+    # GIVEN the system requires token A, and the secret holds A (cached), then B after a rotation
+    service.require_bearer("A")
+    stub = SecretsStub({"bearer_token": "A"})
+    tickets = with_secret(service, http, stub)
+    assert tickets.open("k1", FIELDS)["id"]
+    assert stub.reads == 1 and stub.forced == 0
+    # WHEN the system and the secret are rotated to B while the adapter still caches A
+    service.require_bearer("B")
+    stub.value = {"bearer_token": "B"}
+    # THEN the 403 fetches the secret again once, and the request goes again with B: a ticket, no error
+    assert tickets.open("k2", FIELDS)["id"]
+    assert (stub.reads, stub.forced) == (2, 1)
+    assert service.stats()["refused"] == {403: 1} and service.stats()["opened"] == 2
+
+
+def test_a_credential_refused_again_is_unauthorized_after_one_refetch_and_nothing_is_written(
+        service: TicketServiceFake, http: urllib3.PoolManager):
+    # GIVEN the system requires a token the secret does not hold (the secret not updated after a rotation)
+    service.require_bearer("NEW")
+    stub = SecretsStub({"header": "Authorization", "value": "Bearer OLD"})
+    tickets = with_secret(service, http, stub)
+    # WHEN a ticket is opened THEN refused: sideeffect.unauthorized, not retryable, nothing written
+    with pytest.raises(SideEffectError) as e:
+        tickets.open("k", FIELDS)
+    env = e.value.envelope
+    assert (env.error_code, env.http_status, env.provider_code, env.step) == ("sideeffect.unauthorized", 403,
+                                                                               "forbidden", "ticket.open")
+    assert not e.value.retryable and e.value.written == "no" and env.error_class == "permanent"
+    # AND the secret was read once more (an unchanged credential is not sent again), then the step failed
+    assert (stub.reads, stub.forced) == (2, 1)
+    assert service.stats()["refused"] == {403: 1} and service.stats()["opened"] == 0
+    assert "OLD" not in env.message and "NEW" not in env.message
+
+
+def test_no_credentials_configured_and_a_401_is_unauthorized_not_a_rejected_request(
+        service: TicketServiceFake, http: urllib3.PoolManager):
+    service.require_bearer("A")
+    with pytest.raises(SideEffectError) as e:
+        client(service, http).open("k", FIELDS)
+    assert (e.value.envelope.error_code, e.value.envelope.http_status) == ("sideeffect.unauthorized", 401)
+    assert "ticket_secret_arn" in e.value.envelope.message
+    # a rejected request stays sideeffect.failed (a 4xx that is not about credentials)
+    with TicketServiceFake() as open_to_all, pytest.raises(SideEffectError) as e:
+        client(open_to_all, http).open("k", {"job_id": "no title"})
+    assert (e.value.envelope.error_code, e.value.envelope.http_status) == ("sideeffect.failed", 400)
+
+
+def _wrapped(code: str, status: int) -> GetParameterError:
+    """What Powertools raises: its GetParameterError, raised while handling botocore's error."""
+    try:
+        try:
+            raise ClientError({"Error": {"Code": code, "Message": "m"}, "ResponseMetadata": {"HTTPStatusCode": status}},
+                              "GetSecretValue")
+        except ClientError as exc:
+            raise GetParameterError(str(exc))  # noqa: B904  # as Powertools does (base.py), the cause in __context__
+    except GetParameterError as wrapped:
+        return wrapped
+
+
+@pytest.mark.parametrize("value,code,retryable", [
+    (_wrapped("AccessDeniedException", 400), "sideeffect.unauthorized", False),  # the role may not read it
+    (_wrapped("ResourceNotFoundException", 400), "sideeffect.unauthorized", False),  # no such secret
+    (_wrapped("ThrottlingException", 400), "sideeffect.failed", True),  # try again: nothing was sent
+    (TransformParameterError("not JSON"), "sideeffect.unauthorized", False),
+    ({"bearer_token": ""}, "sideeffect.unauthorized", False),  # not the documented shape
+])
+def test_a_secret_that_cannot_be_read_fails_with_a_code_before_anything_is_sent(
+        service: TicketServiceFake, http: urllib3.PoolManager, value: object, code: str, retryable: bool):
+    with pytest.raises(SideEffectError) as e:
+        with_secret(service, http, SecretsStub(value)).open("k", FIELDS)
+    assert (e.value.envelope.error_code, e.value.retryable, e.value.written) == (code, retryable, "no")
+    assert e.value.envelope.step == "ticket.credentials"
+    assert service.stats()["requests"] == {}  # nothing reached the ticket system
+
+
+def test_a_failure_that_is_not_secrets_managers_answer_is_not_called_a_credential_problem(
+        service: TicketServiceFake, http: urllib3.PoolManager):
+    try:
+        try:
+            raise KeyError("SecretString")  # a bug on the way, not an AWS answer
+        except KeyError as exc:
+            raise GetParameterError(str(exc))  # noqa: B904  # as Powertools does
+    except GetParameterError as wrapped:
+        bug = wrapped
+    with pytest.raises(GetParameterError):
+        with_secret(service, http, SecretsStub(bug)).open("k", FIELDS)

@@ -2,6 +2,16 @@
 
 LAMBDA_VISIBILITY_FACTOR = 6  # AWS: queue visibility >= 6 x function timeout for Lambda ESMs
 SQS_MAX_VISIBILITY_S = 12 * 3600  # SQS: the longest visibility timeout (queue default or ChangeMessageVisibility)
+# Lambda: an SQS event source mapping's ScalingConfig.MaximumConcurrency range
+ESM_MIN_CONCURRENCY, ESM_MAX_CONCURRENCY = 2, 1000
+# Lambda: the account's concurrency (default quota "Concurrent executions", L-B99A9384, 1,000 per region; new
+# accounts may start lower, 10), of which reservations may leave no less than this unreserved
+LAMBDA_MIN_UNRESERVED = 100
+LAMBDA_CONCURRENCY_QUOTA_CODE = "L-B99A9384"
+# The Powertools layer the functions use: its ARN is read at deploy time from AWS's public SSM parameter
+# `<path>/<version>` (infra/functions.py builds the path from the runtime and architecture; a test keeps them equal)
+POWERTOOLS_LAYER_PARAMETER_PATH = "/aws/service/powertools/python/arm64/python3.12"
+POWERTOOLS_LAYER_VERSION = "3.37.0"  # the release pinned in requirements.txt (infra/deploy_settings.py)
 FARGATE_MAX_STOP_TIMEOUT_S = 120  # ECS: the longest stopTimeout a Fargate container may have
 OFFLINE_MODEL_ID = "offline-rules-v1"  # the deterministic rule model (doubles/offline_model.py), not an LLM
 # SQS: one message, and the sum of one SendMessageBatch, at most 256 KiB (the queues keep the default

@@ -15,6 +15,8 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from contract_review.config.constants import (
     ANALYSIS_MESSAGE_FIXED_BYTES,
+    ESM_MAX_CONCURRENCY,
+    ESM_MIN_CONCURRENCY,
     FARGATE_MAX_STOP_TIMEOUT_S,
     JSON_MAX_BYTES_PER_CHAR,
     LAMBDA_VISIBILITY_FACTOR,
@@ -45,9 +47,22 @@ class FunctionsConfig(BaseModel):
     sweeper_timeout_s: int
     worker_memory_mb: int = 1024
     worker_batch_size: int = 1  # small batches: a whole-invocation timeout returns the batch
-    worker_max_concurrency: int = 20  # ESM MaximumConcurrency (2..1000)
+    worker_max_concurrency: int = 20  # ESM MaximumConcurrency (2..1000); the worker reserves as much (infra)
     intake_batch_size: int = 5
+    # The intake mapping's MaximumConcurrency (2..1000): intake is short and cheap, a burst waits in its queue
+    # instead of taking the account's unreserved concurrency (docs/infrastructure.md "Concurrency").
+    intake_max_concurrency: int = 5
     aggregator_batch_size: int = 10
+
+
+    @model_validator(mode="after")
+    def _check_concurrency(self) -> FunctionsConfig:
+        for field_name in ("intake_max_concurrency", "worker_max_concurrency"):
+            value = getattr(self, field_name)
+            if not ESM_MIN_CONCURRENCY <= value <= ESM_MAX_CONCURRENCY:  # the mapping's ScalingConfig limits
+                raise ValueError(f"{field_name} {value} must be within {ESM_MIN_CONCURRENCY}..{ESM_MAX_CONCURRENCY} "
+                                 "(SQS event source MaximumConcurrency)")
+        return self
 
 
 class QueuesConfig(BaseModel):
@@ -218,6 +233,9 @@ class SideEffectsConfig(BaseModel):
     # The external ticket system: a call's answer is awaited this long; past it, the outcome is unknown
     # and the ticket is looked up by its idempotency key.
     ticket_read_timeout_s: float = 10.0
+    # The ticket system's credentials (the secret `-c ticket_secret_arn` names) are cached this long by
+    # Powertools' parameters utility; a 401/403 fetches them again at once (a rotation needs no redeploy).
+    ticket_secret_max_age_s: int = 300
     # tier-1 attempts of one side-effect call (a step; a compensation) before the saga gives up on it (a step:
     # the job fails with sideeffect.failed; a compensation: it goes to the compensation DLQ), at tool_retry's
     # backoff (domain/policy.py `tier1_policy`)
@@ -391,6 +409,7 @@ PROFILES: dict[str, Profile] = {
         aggregator_timeout_s=60,
         sweeper_timeout_s=60,
         worker_max_concurrency=4,
+        intake_max_concurrency=2,  # as the local runtime ran intake before the mapping named it
         fanout_window=8,  # 2 x the 4 local workers, as in prod
         fanout_page=2,
         analysis_visibility_s=120,  # deliberately long: recovery must come from lease + sweep
@@ -418,6 +437,7 @@ PROFILES: dict[str, Profile] = {
         daily_ledger_max_age_s=1.0,  # the local stack's workers see a full daily token ledger within a second
         daily_ledger_flush_s=1.0,
         ticket_read_timeout_s=1.0,  # the local ticket fake holds a "timeout after write" answer for seconds
+        ticket_secret_max_age_s=1,  # a credential rotated in the local secret is read within a second
     ),
 }
 

@@ -4,9 +4,11 @@ from the environment; nothing else reads `os.environ`."""
 
 from __future__ import annotations
 
+import ipaddress
 import json
 from collections.abc import Mapping
 from typing import Literal, NamedTuple
+from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict
 
@@ -67,10 +69,34 @@ OPTION_ENV = {
     "ticket_url": "TICKET_URL",  # the external ticket system's base URL (CDK context `ticket_url`); empty: no tickets
     # where senders to the intake queue may put claim-checked documents (CDK context `queue_uploads_prefix`)
     "queue_uploads_prefix": "QUEUE_UPLOADS_PREFIX",
+    # the Secrets Manager secret holding its credentials (CDK context `ticket_secret_arn`); empty: none sent
+    "ticket_secret_arn": "TICKET_SECRET_ARN",
 }
 
 # Options the CLI reads from a stack's outputs (Settings field -> output), beside RESOURCES; absent: the default.
 OPTION_OUTPUTS = {"queue_uploads_prefix": "QueueUploadsPrefix"}
+
+
+def ticket_url_problem(url: str) -> str | None:
+    """Why `url` cannot be the ticket system's base URL, or None. Credentials go over it, so `https://` is required;
+    `http://` only to a loopback host (the local fake, a sidecar). Checked at synth (infra/deploy_settings.py) and by
+    the adapter (adapters/tickets.py), so a stack deployed without the check still refuses it."""
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname or any(c.isspace() for c in url):
+        return f"ticket_url {url!r}: an https URL such as https://tickets.example.com/api"
+    if parts.scheme == "http" and not _is_loopback(parts.hostname):
+        return (f"ticket_url {url!r}: https:// is required (credentials are sent to it); http:// only to a loopback "
+                "host (localhost, 127.0.0.1, ::1)")
+    return None
+
+
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 # Profile fields changed for one local run (a JSON object; the bench compares settings side by side).
@@ -110,6 +136,7 @@ class Settings(BaseModel):
     # they name by s3_uri (`-c queue_uploads_prefix=uploads/queue/`). Never `uploads/principals/`: the Job API's
     # callers' own uploads (domain/principals.py), which only their owner's jobs read.
     queue_uploads_prefix: str = "uploads/"
+    ticket_secret_arn: str = ""
     # The tokens-per-minute quota the workers pace to (`-c model_tpm=N`); None: the profile's, else the model's
     # quota as Service Quotas names it, read at cold start (wiring.model_tokens_per_minute).
     model_tpm: float | None = None

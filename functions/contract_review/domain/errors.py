@@ -226,6 +226,18 @@ _CODES = [
               "`-c ticket_url`, the topic), then `review retry JOB`: the report is written again and the side effects "
               "run again; a step that was compensated runs as a new one (a new ticket, the closed one stays closed), "
               "the others keep their keys, so nothing is done twice."),
+    ErrorCode("sideeffect.unauthorized", ErrorClass.PERMANENT, False,
+              "The external ticket system refused our credentials (HTTP 401 or 403), again after the secret was "
+              "read once more (a rotation is picked up that way), or the credentials could not be read: the secret "
+              "that `-c ticket_secret_arn` names is missing, not readable by the function (AccessDenied), or not "
+              "`{\"bearer_token\": \"...\"}` nor `{\"header\": \"X-API-Key\", \"value\": \"...\"}`. Nothing was written. "
+              "Distinct from a rejected request (sideeffect.failed with a 4xx).",
+              "The saga stops and the job fails with this code (what was done is compensated, as for "
+              "sideeffect.failed). Put a valid credential in the secret: `aws secretsmanager put-secret-value "
+              "--secret-id <ticket_secret_arn> --secret-string '{\"bearer_token\": \"<token>\"}'` (no redeploy: the "
+              "functions read it again within ticket_secret_max_age_s, prod 300 s, and at once on a 401/403); a stack "
+              "without credentials: `npx cdk deploy -c profile=prod -c ticket_url=<url> -c ticket_secret_arn=<arn>` (docs/runbook.md "
+              "\"Ticket system credentials\"). Then `review retry JOB`."),
     ErrorCode("sideeffect.ambiguous", ErrorClass.STATE, False,
               "A side effect's request was sent but its answer never came (a read timeout, a dropped connection): "
               "it may or may not have happened. The ticket is then looked up by its idempotency key; this code "

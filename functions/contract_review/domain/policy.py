@@ -100,6 +100,7 @@ POLICY: dict[str, Recovery] = {
     "job.budget_exceeded": Recovery(None, STOP),
     "job.budget_insufficient": Recovery(None, NONE),  # refused before the job runs: not a chunk outcome
     "sideeffect.failed": Recovery(FX, NONE),
+    "sideeffect.unauthorized": Recovery(None, NONE),  # a refused credential: the adapter re-reads the secret once
     "sideeffect.ambiguous": Recovery(None, NONE),
     "sideeffect.compensation_failed": Recovery(COMP, NONE),
     "job.approval_rejected": Recovery(None, NONE),

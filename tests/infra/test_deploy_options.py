@@ -1,0 +1,79 @@
+"""Stack options of the ops guards, synthesized as `cdk deploy -c ...` builds them (one app, one synth):
+the concurrency guards (`-c intake_max_concurrency`, `-c worker_reserved_concurrency`) and the ticket system's
+credentials with a customer-managed key (`-c ticket_secret_arn` complete, `-c ticket_secret_kms_key`)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from .conftest import function_by_handler, getatt_id, policy_statements_for_role, resources, role_id
+
+SECRET = "arn:aws:secretsmanager:eu-west-1:123456789012:secret:contract-review/tickets-AbC123"
+KEY = "arn:aws:kms:eu-west-1:123456789012:key/1234abcd-12ab-34cd-56ef-1234567890ab"
+CONTEXTS = {
+    "Guards": {"intake_max_concurrency": "3", "worker_reserved_concurrency": "0"},
+    "Reserved": {"worker_concurrency": "7", "worker_reserved_concurrency": "50"},
+    "TicketKms": {"ticket_url": "https://tickets.example.com/api", "ticket_secret_arn": SECRET,
+                  "ticket_secret_kms_key": KEY, "worker": "fargate"},
+}
+
+
+@pytest.fixture(scope="module")
+def by_context(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any]]:
+    from infra import nag
+    from infra.application import add_stack, new_app
+    from infra.deploy_settings import DeploySettings
+
+    app = new_app(outdir=str(tmp_path_factory.mktemp("cdk.out.options")))
+    for name, ctx in CONTEXTS.items():
+        context = {"profile": "prod", "stack_name": name, **ctx}
+        add_stack(app, DeploySettings.from_context(context.get))
+    nag.apply(app)  # a synth that succeeds has every cdk-nag finding acknowledged
+    assembly = app.synth()
+    return json.loads(json.dumps({n: assembly.get_stack_by_name(n).template for n in CONTEXTS}))
+
+
+def _mapping_concurrency(t: dict[str, Any]) -> dict[str, int | None]:
+    """Function handler module -> its mapping's MaximumConcurrency."""
+    out: dict[str, int | None] = {}
+    for r in resources(t, "AWS::Lambda::EventSourceMapping").values():
+        fn = t["Resources"][getatt_id(r["Properties"]["FunctionName"])]["Properties"]
+        out[fn["Handler"].rsplit(".", 2)[-2]] = r["Properties"].get("ScalingConfig", {}).get("MaximumConcurrency")
+    return out
+
+
+def test_the_concurrency_guards_follow_their_stack_options(by_context: dict[str, dict[str, Any]]) -> None:
+    # -c intake_max_concurrency=3 -c worker_reserved_concurrency=0: intake capped at 3, the worker reserves nothing
+    guards = by_context["Guards"]
+    assert _mapping_concurrency(guards) == {"intake": 3, "worker": 20, "aggregator": None}
+    _, worker = function_by_handler(guards, "worker.handler")
+    assert "ReservedConcurrentExecutions" not in worker
+    assert guards["Outputs"]["ReservedConcurrency"]["Value"] == "0"
+    # -c worker_concurrency=7 -c worker_reserved_concurrency=50: a fleet of 7 with 50 reserved; intake the profile's
+    reserved = by_context["Reserved"]
+    assert _mapping_concurrency(reserved) == {"intake": 5, "worker": 7, "aggregator": None}
+    _, worker = function_by_handler(reserved, "worker.handler")
+    assert worker["ReservedConcurrentExecutions"] == 50
+    assert reserved["Outputs"]["ReservedConcurrency"]["Value"] == "50"
+
+
+def test_a_customer_managed_key_is_granted_for_decrypting_through_secrets_manager_only(
+        by_context: dict[str, dict[str, Any]]) -> None:
+    t = by_context["TicketKms"]
+    for role in ("intake", "worker", "aggregator", "sweeper", "api", "fargate"):
+        statements = policy_statements_for_role(t, role_id(t, role))
+        reads = [st for st in statements if "secretsmanager:" in json.dumps(st["Action"])]
+        decrypts = [st for st in statements if "kms:Decrypt" in json.dumps(st["Action"]) and st["Resource"] == KEY]
+        if role in ("aggregator", "sweeper", "fargate"):  # the roles whose code calls the ticket system
+            assert [(st["Action"], st["Resource"]) for st in reads] == [("secretsmanager:GetSecretValue", SECRET)]
+            (decrypt,) = decrypts
+            assert decrypt["Action"] == "kms:Decrypt"
+            assert json.dumps(decrypt["Condition"]["StringEquals"]["kms:ViaService"]).startswith('{"Fn::Join"')
+            assert "secretsmanager." in json.dumps(decrypt["Condition"])
+        else:
+            assert not reads and not decrypts, role
+    _, aggregator = function_by_handler(t, "aggregator.handler")
+    assert aggregator["Environment"]["Variables"]["TICKET_SECRET_ARN"] == SECRET
