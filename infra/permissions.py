@@ -23,7 +23,7 @@ from aws_cdk import aws_iam as iam
 
 from contract_review.domain.model import GLOBAL_PROFILE_PREFIX, base_model_id, is_inference_profile
 
-from .tables import CLAIMS_LEASE_INDEX
+from .tables import CLAIMS_LEASE_INDEX, JOBS_OPEN_INDEX
 
 
 @dataclass(frozen=True)
@@ -35,7 +35,7 @@ class Access:
     why: str
 
 
-GET, PUT, UPDATE, QUERY, SCAN = (f"dynamodb:{a}" for a in ("GetItem", "PutItem", "UpdateItem", "Query", "Scan"))
+GET, PUT, UPDATE, QUERY = (f"dynamodb:{a}" for a in ("GetItem", "PutItem", "UpdateItem", "Query"))
 DELETE_ITEM = "dynamodb:DeleteItem"
 PUBLISH, PUT_EVENTS = "sns:Publish", "events:PutEvents"
 GET_OBJECT, PUT_OBJECT, LIST_BUCKET = "s3:GetObject", "s3:PutObject", "s3:ListBucket"
@@ -45,6 +45,7 @@ SEND, RECEIVE, DELETE, CHANGE_VISIBILITY, QUEUE_ATTRIBUTES = (f"sqs:{a}" for a i
 # without it S3 says 403, and a missing object would read as a permissions problem.
 _LIST = Access("bucket", (LIST_BUCKET,), "a missing object answers 404, not 403 (implied by GetObject)")
 LEASE_INDEX = f"index:claims/{CLAIMS_LEASE_INDEX}"
+OPEN_JOBS_INDEX = f"index:jobs/{JOBS_OPEN_INDEX}"
 
 INTAKE = (
     Access("table:jobs", (PUT, GET, UPDATE), "create the job (conditional put), read a duplicate's, start it"),
@@ -97,10 +98,18 @@ AGGREGATOR = (
     _LIST,
     Access("queue:analysis", (SEND,), "send the next page of chunk messages as the job's window empties"),
 ) + SIDE_EFFECTS
+# Step 1 of the sweep (lapsed claims), which a Fargate poller also runs in-process (sweeper.sweep_claims): on top
+# of the worker's grants, only the lease index and the stored document a lost chunk's message is rebuilt from.
+SWEEP_CLAIMS = (
+    Access(LEASE_INDEX, (QUERY,), "find lapsed claims"),
+    Access("objects:documents/", (GET_OBJECT,), "rebuild a lost chunk's message from the stored document"),
+)
 SWEEPER = (
     Access(LEASE_INDEX, (QUERY,), "find lapsed claims"),
     Access("table:claims", (QUERY, GET, UPDATE), "a stalled job's chunks; release or settle (fenced)"),
-    Access("table:jobs", (GET, SCAN, UPDATE), "read jobs; find stalled ones (a scan of TTL-bounded jobs)"),
+    Access(OPEN_JOBS_INDEX, (QUERY,), "find open jobs idle for a while: stalled, cancelling, compensating, waiting "
+                                      "for approval, queued (a sparse index: no scan)"),
+    Access("table:jobs", (GET, UPDATE), "read each job the index names again (the index lags), act on it"),
     Access("table:events", (PUT,), "record what the sweep did"),
     Access("objects:documents/", (GET_OBJECT,), "rebuild a chunk's message from the stored document"),
     Access("objects:findings/", (GET_OBJECT,), "finalize a stalled job whose chunks are all settled and counted"),
@@ -133,13 +142,14 @@ API = (
     Access("dlq:intake", (RECEIVE, DELETE, CHANGE_VISIBILITY), "retry of a job failed in intake: take its message "
                                                                "back from the intake DLQ"),
 )
-# The Fargate poller is its own event source mapping, runs the worker, and sweeps in-process.
+# The Fargate poller is its own event source mapping, runs the worker, and sweeps lapsed claims in-process (jobs are
+# the sweeper Lambda's: no DLQ reads, no job queries from every task).
 POLLER = (
     Access("queue:analysis", (RECEIVE, DELETE, CHANGE_VISIBILITY), "poll the analysis queue; acknowledge"),
 )
 ACCESS: dict[str, tuple[Access, ...]] = {
     "intake": INTAKE, "worker": WORKER, "aggregator": AGGREGATOR, "sweeper": SWEEPER, "api": API,
-    "fargate": WORKER + SWEEPER + POLLER,
+    "fargate": WORKER + SWEEP_CLAIMS + POLLER,
 }
 
 

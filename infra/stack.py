@@ -21,11 +21,11 @@ from .deploy_settings import DeploySettings
 from .fargate import FargateWorker
 from .functions import METRICS_NAMESPACE, PipelineFunction, functions_code, powertools_layer
 from .monitoring import AlarmTopic, Monitoring
-from .permissions import ACCESS, LEASE_INDEX, grant_access, grant_bedrock
+from .permissions import ACCESS, LEASE_INDEX, OPEN_JOBS_INDEX, grant_access, grant_bedrock
 from .queues import QueueWithDlq
 from .side_effects import SideEffectResources
 from .storage import PREFIXES, ArtifactBucket
-from .tables import CLAIMS_LEASE_INDEX, ReviewTables
+from .tables import CLAIMS_LEASE_INDEX, JOBS_OPEN_INDEX, ReviewTables
 
 HANDLERS = "contract_review.handlers"
 INTAKE_MEMORY_MB = 512
@@ -233,6 +233,7 @@ class ContractReviewStack(Stack):
                (("jobs", t.jobs), ("claims", t.claims), ("checkpoints", t.checkpoints), ("events", t.events),
                 ("token-ledger", t.token_ledger))}
         out[LEASE_INDEX] = f"{t.claims.table_arn}/index/{CLAIMS_LEASE_INDEX}"
+        out[OPEN_JOBS_INDEX] = f"{t.jobs.table_arn}/index/{JOBS_OPEN_INDEX}"
         out["bucket"] = bucket.bucket_arn
         out.update({f"objects:{prefix}": bucket.arn_for_objects(f"{prefix}*") for prefix in PREFIXES})
         for q in (self.intake, self.analysis, self.results):

@@ -187,6 +187,74 @@ def test_jobs_stalled_finds_jobs_of_the_state_asked(repos: Repos):
     assert queued.job_id not in {j.job_id for j in repos.jobs.stalled(later)}
 
 
+def test_an_ended_job_leaves_the_open_jobs_and_a_reopened_one_comes_back(repos: Repos):
+    job, _ = repos.jobs.create(_job(JobState.RUNNING))
+    later = repos.clock() + 1
+    assert job.job_id in {j.job_id for j in repos.jobs.stalled(later)}
+    repos.jobs.transition(job.job_id, (JobState.RUNNING,), JobState.FAILED)
+    assert job.job_id not in {j.job_id for s in JobState for j in repos.jobs.stalled(later, s)}
+    repos.jobs.transition(job.job_id, (JobState.FAILED,), JobState.RUNNING, settled=set())  # a retry reopens it
+    assert job.job_id in {j.job_id for j in repos.jobs.stalled(repos.clock() + 1)}
+    repos.jobs.transition(job.job_id, (JobState.RUNNING,), JobState.CANCELLING)
+    assert job.job_id in {j.job_id for j in repos.jobs.stalled(repos.clock() + 1, JobState.CANCELLING)}
+    assert job.job_id not in {j.job_id for j in repos.jobs.stalled(repos.clock() + 1)}
+
+
+def _raw(repos: Repos) -> tuple[Any, str]:
+    jobs = repos.jobs
+    assert isinstance(jobs, DynamoJobs)
+    return jobs.jobs.client, jobs.jobs.name
+
+
+def test_only_open_jobs_carry_the_index_key(repos: Repos):
+    if not isinstance(repos.jobs, DynamoJobs):
+        pytest.skip("the index key is the DynamoDB adapter's")
+    client, table = _raw(repos)
+    running, _ = repos.jobs.create(_job(JobState.RUNNING))
+    ended, _ = repos.jobs.create(_job(JobState.FAILED, error_code="input.invalid"))
+
+    def key(job_id: str) -> Any:
+        return client.get_item(TableName=table, Key={"job_id": {"S": job_id}})["Item"].get("open_state")
+
+    assert key(running.job_id) == {"S": "running"} and key(ended.job_id) is None
+    repos.jobs.transition(running.job_id, (JobState.RUNNING,), JobState.COMPLETED)
+    assert key(running.job_id) is None  # removed by the very write that ended it
+
+
+def test_a_stale_index_entry_is_read_again_and_ignored(repos: Repos):
+    """A GSI is eventually consistent: it may still name a job that has moved on. `stalled` reads the job again."""
+    if not isinstance(repos.jobs, DynamoJobs):
+        pytest.skip("the index is the DynamoDB adapter's")
+    client, table = _raw(repos)
+    # what a lagging index shows: the entry says running and idle, the item itself has ended (written raw,
+    # since moto's index is never stale)
+    job, _ = repos.jobs.create(_job(JobState.COMPLETED))
+    client.update_item(TableName=table, Key={"job_id": {"S": job.job_id}}, UpdateExpression="SET open_state = :r",
+                       ExpressionAttributeValues={":r": {"S": "running"}})
+    moved, _ = repos.jobs.create(_job(JobState.RUNNING))  # an entry idle by the index, progress on the item
+    client.update_item(TableName=table, Key={"job_id": {"S": moved.job_id}},
+                       UpdateExpression="SET #s = :c", ExpressionAttributeNames={"#s": "state"},
+                       ExpressionAttributeValues={":c": {"S": "cancelling"}})
+    found = {j.job_id for j in repos.jobs.stalled(repos.clock() + 1)}
+    assert job.job_id not in found and moved.job_id not in found
+
+
+def test_the_backfill_indexes_open_jobs_written_before_the_index(repos: Repos):
+    if not isinstance(repos.jobs, DynamoJobs):
+        pytest.skip("the index is the DynamoDB adapter's")
+    client, table = _raw(repos)
+    old, _ = repos.jobs.create(_job(JobState.RUNNING))
+    ended, _ = repos.jobs.create(_job(JobState.COMPLETED))
+    client.update_item(TableName=table, Key={"job_id": {"S": old.job_id}}, UpdateExpression="REMOVE open_state")
+    assert old.job_id not in {j.job_id for j in repos.jobs.stalled(repos.clock() + 1)}  # invisible to the sweeper
+    jobs = repos.jobs
+    assert isinstance(jobs, DynamoJobs)
+    assert jobs.backfill_open_index() == 1
+    assert old.job_id in {j.job_id for j in repos.jobs.stalled(repos.clock() + 1)}
+    assert ended.job_id not in {j.job_id for s in JobState for j in repos.jobs.stalled(repos.clock() + 1, s)}
+    assert jobs.backfill_open_index() == 0  # once: nothing left to index
+
+
 def test_settle_new_chunk_counts_a_chunk_once_and_says_whether_it_did(repos: Repos):
     job, _ = repos.jobs.create(_job(JobState.RUNNING))
     first = repos.jobs.settle_new_chunk(job.job_id, "c0", with_event=True, usage=Usage(input_tokens=5))

@@ -118,8 +118,11 @@ class FakeJobs:
 
     def stalled(self, idle_since: float, state: JobState = JobState.RUNNING) -> Iterator[Job]:
         for job in list(self.items.values()):
-            if job.state is state and job.updated_at < idle_since:
+            if job.state is state and not state.terminal and job.updated_at < idle_since:  # open jobs only
                 yield job.model_copy(deep=True)
+
+    def backfill_open_index(self) -> int:
+        return 0  # the fake's `stalled` needs no index
 
     def touch(self, job_id: str) -> None:
         self.items[job_id] = self.items[job_id].model_copy(update={"updated_at": self.clock()})

@@ -125,6 +125,38 @@ def test_cancel_before_start_ends_the_job_without_any_model_call():
     assert [e.type for e in p.world.jobs.events(JOB)] == ["job.queued", "job.cancelling", "job.cancelled"]
 
 
+def test_the_cancellation_check_reads_the_job_at_most_once_a_second_for_all_of_a_chunks_analysts():
+    # GIVEN a running job, and a chunk's watch asked before every model call (as its analysts' threads do)
+    p = started()
+    reads: list[str] = []
+    real_get = p.world.jobs.get
+
+    def counted_get(job_id: str):  # type: ignore[no-untyped-def]
+        reads.append(job_id)
+        return real_get(job_id)
+
+    p.world.jobs.get = counted_get  # type: ignore[method-assign]  # the fake's method, wrapped
+    watch = lifecycle.CancelWatch(p.world.deps, JOB)
+    # WHEN it is asked 50 times within a second: one strongly consistent read answers them all
+    for _ in range(50):
+        watch.check()
+        p.world.clock.advance(0.01)
+    assert len(reads) == 1
+    # a cancel within that second is not seen yet (the price of the cache: at most a second's more calls) ...
+    assert lifecycle.request_cancel(p.world.deps, JOB, by="alice").changed
+    reads.clear()
+    watch.check()
+    assert reads == []
+    # ... and is seen by the first check once the read is a second old
+    p.world.clock.advance(lifecycle.CANCEL_CHECK_MAX_AGE_S)
+    with pytest.raises(lifecycle.JobCancelled):
+        watch.check()
+    assert len(reads) == 1
+    with pytest.raises(lifecycle.JobCancelled):  # cancelled stays cancelled: no more reads
+        watch.check()
+    assert len(reads) == 1
+
+
 def test_cancel_while_running_starts_no_model_call_after_the_cancel_is_seen():
     # GIVEN a running job; during its 5th model call a user cancels it
     p = started()
@@ -133,6 +165,7 @@ def test_cancel_while_running_starts_no_model_call_after_the_cancel_is_seen():
     def cancel_during_call(request: ModelRequest) -> ModelResponse:
         calls_at_cancel.append(p.model.calls)
         assert lifecycle.request_cancel(p.world.deps, JOB, by="alice").changed
+        p.world.clock.advance(lifecycle.CANCEL_CHECK_MAX_AGE_S)  # the call lasts as long as a read is kept
         return p.model.inner.invoke(request)
 
     p.model.faults.append(Fault(lambda r: p.model.calls == 5, cancel_during_call, 1))

@@ -34,6 +34,15 @@ def _usage_adds(usage: Usage | None) -> tuple[list[str], dict[str, Any]]:
 
 
 LIST_FIELDS = "job_id, #s, created_at, updated_at, idempotency_key, chunk_count, document_id, error_code"
+# The sparse index of open jobs (infra/tables.py JOBS_OPEN_INDEX): only a job in a non-terminal state carries
+# `open_state` (its state, written by the same write that writes the state; removed by the write that ends it),
+# sorted by `updated_at`. The sweeper queries "jobs in this state idle since T" instead of scanning the table.
+OPEN_INDEX = "by-open-state"
+OPEN_STATE = "open_state"
+
+
+def _open_state(state: JobState) -> str | None:
+    return None if state.terminal else state.value
 
 
 class DynamoJobs:
@@ -43,9 +52,16 @@ class DynamoJobs:
         self.ttl_s = ttl_s
         self.clock = clock
 
+    @staticmethod
+    def _item(job: Job) -> dict[str, Any]:
+        item = to_item(job)
+        if (open_state := _open_state(job.state)) is not None:
+            item[OPEN_STATE] = {"S": open_state}
+        return item
+
     def create(self, job: Job) -> tuple[Job, bool]:
         job = job.model_copy(update={"expires_at": int(self.clock()) + self.ttl_s})
-        created, old = self.jobs.put_if(to_item(job), "attribute_not_exists(job_id)")
+        created, old = self.jobs.put_if(self._item(job), "attribute_not_exists(job_id)")
         if created:
             return job, True
         existing = Job.model_validate(old) if old else self.get(job.job_id)
@@ -56,7 +72,7 @@ class DynamoJobs:
         # nothing having changed it since the read
         replacement = job.model_copy(update={"version": existing.version + 1, "event_seq": existing.event_seq})
         version_cond = "(#v = :v OR attribute_not_exists(#v))" if existing.version == 0 else "#v = :v"
-        created, old = self.jobs.put_if(to_item(replacement), version_cond, ExpressionAttributeNames={"#v": "version"},
+        created, old = self.jobs.put_if(self._item(replacement), version_cond, ExpressionAttributeNames={"#v": "version"},
                                         ExpressionAttributeValues=serialize({":v": existing.version}))
         if created:
             return replacement, True
@@ -85,6 +101,10 @@ class DynamoJobs:
             else:
                 remove.append("settled")
         fields.update({"state": to.value, "updated_at": self.clock()})
+        if (open_state := _open_state(to)) is not None:  # in the open-jobs index while open, out once ended
+            fields[OPEN_STATE] = open_state
+        else:
+            remove.append(OPEN_STATE)
         expr, names, values = set_clause(fields)
         expr = "SET " + expr + " ADD version :one, event_seq :one"
         values[":one"] = 1
@@ -108,12 +128,41 @@ class DynamoJobs:
         return Job.model_validate(item) if item else None
 
     def stalled(self, idle_since: float, state: JobState = JobState.RUNNING) -> Iterator[Job]:
-        # a scan: the jobs table holds TTL-bounded jobs
-        for item in self.jobs.pages("scan", FilterExpression="#s = :state AND updated_at < :t",
-                                    ExpressionAttributeNames={"#s": "state"},
-                                    ExpressionAttributeValues=serialize({":state": state.value,
-                                                                         ":t": idle_since})):
-            yield Job.model_validate(item)
+        """A query of the sparse open-jobs index (keys only), then each job read again, strongly consistent.
+
+        The index is eventually consistent (a GSI is: moto's happens not to be), so what it says is a hint:
+        an entry may still show a job that has since moved on (another state, or progress after `idle_since`),
+        or not yet show one that just arrived. Each job is read again and kept only if the item itself is in
+        `state` and idle since `idle_since`, so a stale entry costs one read and nothing else; a job missing
+        from the index is found by the next sweep (the sweeper only acts on jobs idle for a stall period or a
+        lease, far longer than the index's lag). Every write the sweeper then makes is conditional anyway (the
+        job's version, the chunk's fence), as it was when this was a scan."""
+        for key in self.jobs.pages("query", IndexName=OPEN_INDEX,
+                                   KeyConditionExpression="#o = :state AND updated_at < :t",
+                                   ExpressionAttributeNames={"#o": OPEN_STATE},
+                                   ExpressionAttributeValues=serialize({":state": state.value, ":t": idle_since})):
+            job = self.get(key["job_id"])
+            if job is not None and job.state is state and job.updated_at < idle_since:
+                yield job
+
+    def backfill_open_index(self) -> int:
+        """One-time, for jobs written before the open-jobs index existed (`review backfill-open-jobs`): give
+        every open job without `open_state` its key, conditional on its state being the one read (a job that moved
+        meanwhile was written by the new code, which sets it). A scan of the table, by an operator, once: the
+        pipeline itself never scans. The number of jobs it indexed."""
+        names = {"#s": "state", "#o": OPEN_STATE}
+        n = 0
+        for item in self.jobs.pages("scan", ProjectionExpression="job_id, #s", ExpressionAttributeNames=names,
+                                    FilterExpression="attribute_not_exists(#o)"):
+            state = JobState(item["state"])
+            if state.terminal:
+                continue
+            if self.jobs.update_if({"job_id": item["job_id"]}, UpdateExpression="SET #o = :s",
+                                   ConditionExpression="#s = :s AND attribute_not_exists(#o)",
+                                   ExpressionAttributeNames=names,
+                                   ExpressionAttributeValues=serialize({":s": state.value})) is not None:
+                n += 1
+        return n
 
     def touch(self, job_id: str) -> None:
         self.jobs.client.update_item(TableName=self.jobs.name, Key=serialize({"job_id": job_id}),

@@ -28,6 +28,7 @@ never stands over a ticket left open.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Collection
 
 from pydantic import BaseModel
@@ -197,17 +198,34 @@ class JobCancelled(ReviewError):
         self.stage = stage
 
 
-class CancelWatch:
-    """Before every model call (`Retrier.check`), one read of the job's state: a worker stops within one
-    model call of a cancel. `stage` is kept up to date by the caller (the analyst under way)."""
+# How long one read of the job's state answers the cancellation check: every model call of every analyst of a
+# chunk asks, and a strongly consistent read of the job item before each one made the job item the hottest read
+# of the table (issue 17). A worker stops within one model call and about this long of a cancel.
+CANCEL_CHECK_MAX_AGE_S = 1.0
 
-    def __init__(self, deps: Deps, job_id: str):
-        self.deps, self.job_id = deps, job_id
+
+class CancelWatch:
+    """Before every model call (`Retrier.check`), the job's state as read at most `max_age_s` ago (a strongly
+    consistent read when the last one is older): a worker stops within one model call (and `max_age_s`) of a
+    cancel. Shared by the chunk's analyst threads: one read answers all of them. `stage` is kept up to date by
+    the caller (the analyst under way)."""
+
+    def __init__(self, deps: Deps, job_id: str, max_age_s: float = CANCEL_CHECK_MAX_AGE_S):
+        self.deps, self.job_id, self.max_age_s = deps, job_id, max_age_s
         self.stage = "claim"
+        self._lock = threading.Lock()
+        self._read_at = float("-inf")
+        self._cancelled = False
 
     def check(self) -> None:
-        job = self.deps.jobs.get(self.job_id)
-        if job is None or job.state in (S.CANCELLING, S.CANCELLED):
+        with self._lock:  # the analysts' threads wait for the one read under way instead of each reading
+            now = self.deps.clock()
+            if not self._cancelled and now - self._read_at >= self.max_age_s:
+                job = self.deps.jobs.get(self.job_id)
+                self._cancelled = job is None or job.state in (S.CANCELLING, S.CANCELLED)
+                self._read_at = now
+            cancelled = self._cancelled
+        if cancelled:
             raise JobCancelled(self.stage)
 
 

@@ -114,7 +114,12 @@ class JobsRepo(Protocol):
         job's `version` and to its `event_seq`: the transition's event takes that number (`put_event`)."""
 
     def stalled(self, idle_since: float, state: JobState = JobState.RUNNING) -> Iterator[Job]:
-        """Jobs in `state` (default `running`) not updated since `idle_since`."""
+        """Open jobs in `state` (default `running`; a terminal state finds none) not updated since `idle_since`:
+        a query of the jobs table's sparse open-jobs index, each job read again (the index lags)."""
+
+    def backfill_open_index(self) -> int:
+        """Once, for jobs written before the open-jobs index: index every open job lacking its key (one scan, by
+        an operator: `review backfill-open-jobs`); the number indexed."""
 
     def touch(self, job_id: str) -> None: ...
 
