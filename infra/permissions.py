@@ -37,6 +37,9 @@ class Access:
 
 GET, PUT, UPDATE, QUERY = (f"dynamodb:{a}" for a in ("GetItem", "PutItem", "UpdateItem", "Query"))
 DELETE_ITEM = "dynamodb:DeleteItem"
+# Appending a job event (adapters/jobs.py record_event): read the job's counter item (GetItem), then write it
+# (UpdateItem) and the event (PutItem) in one TransactWriteItems, which IAM checks per item action.
+EVENTS_APPEND = (GET, PUT, UPDATE)
 PUBLISH, PUT_EVENTS = "sns:Publish", "events:PutEvents"
 GET_OBJECT, PUT_OBJECT, LIST_BUCKET = "s3:GetObject", "s3:PutObject", "s3:ListBucket"
 SEND, RECEIVE, DELETE, CHANGE_VISIBILITY, QUEUE_ATTRIBUTES = (f"sqs:{a}" for a in (
@@ -49,7 +52,7 @@ OPEN_JOBS_INDEX = f"index:jobs/{JOBS_OPEN_INDEX}"
 
 INTAKE = (
     Access("table:jobs", (PUT, GET, UPDATE), "create the job (conditional put), read a duplicate's, start it"),
-    Access("table:events", (PUT,), "record job events"),
+    Access("table:events", EVENTS_APPEND, "record job events (the counter read, then it and the event written in one transaction)"),
     Access("table:claims", (PUT,), "create one chunk record per chunk"),
     Access("objects:uploads/", (GET_OBJECT,), "read a document submitted by s3_uri (the stack's uploads/ only)"),
     Access("objects:documents/", (PUT_OBJECT,), "store the document the chunks are cut from, and its fan-out plan"),
@@ -59,7 +62,7 @@ INTAKE = (
 )
 WORKER = (
     Access("table:jobs", (GET, UPDATE), "read the job; fail it on a job-fatal error"),
-    Access("table:events", (PUT,), "record chunk events"),
+    Access("table:events", EVENTS_APPEND, "record chunk events (the counter read, then it and the event written in one transaction)"),
     Access("table:claims", (GET, UPDATE), "claim, heartbeat, checkpoint-commit, release and settle (fenced)"),
     Access("table:checkpoints", (PUT, QUERY), "write the analysts' checkpoints (one item per group committed "
                                               "together); load those of the committed fences on resume"),
@@ -88,7 +91,7 @@ SIDE_EFFECTS = (
 )
 AGGREGATOR = (
     Access("table:jobs", (GET, UPDATE), "settle chunks, end the job"),
-    Access("table:events", (PUT,), "record job events"),
+    Access("table:events", EVENTS_APPEND, "record job events (the counter read, then it and the event written in one transaction)"),
     Access("table:claims", (GET, QUERY, PUT, UPDATE), "check a result against its chunk; read all chunks at the "
                                                        "end; create the chunk records of the next page; settle a "
                                                        "cancelled or over-budget job's idle chunks (fenced)"),
@@ -110,7 +113,7 @@ SWEEPER = (
     Access(OPEN_JOBS_INDEX, (QUERY,), "find open jobs idle for a while: stalled, cancelling, compensating, waiting "
                                       "for approval, queued (a sparse index: no scan)"),
     Access("table:jobs", (GET, UPDATE), "read each job the index names again (the index lags), act on it"),
-    Access("table:events", (PUT,), "record what the sweep did"),
+    Access("table:events", EVENTS_APPEND, "record what the sweep did (the counter read, then it and the event written in one transaction)"),
     Access("objects:documents/", (GET_OBJECT,), "rebuild a chunk's message from the stored document"),
     Access("objects:findings/", (GET_OBJECT,), "finalize a stalled job whose chunks are all settled and counted"),
     Access("objects:reports/", (PUT_OBJECT,), "that job's report.json and report.md"),
@@ -126,7 +129,8 @@ SWEEPER = (
 # The Job API (contract_review/operate/api.py): submit and read jobs and batches; cancel, decide, retry (redrive.retry).
 API = (
     Access("table:jobs", (GET, UPDATE), "read a job; cancel, approve or reject it; reopen it (retry)"),
-    Access("table:events", (PUT, QUERY), "read a job's events after a sequence number; record what was done"),
+    Access("table:events", (*EVENTS_APPEND, QUERY), "read a job's events after a sequence number (and its last); "
+                                                "record what was done (the counter, then it and the event together)"),
     Access("table:claims", (QUERY, UPDATE), "retry: a job's chunks; reset failed and dead-lettered ones"),
     Access("objects:submissions/", (GET_OBJECT, PUT_OBJECT), "bind a job to its principal until intake records it"),
     Access("objects:batches/", (GET_OBJECT, PUT_OBJECT), "batch manifests"),

@@ -257,13 +257,12 @@ def test_the_backfill_indexes_open_jobs_written_before_the_index(repos: Repos):
 
 def test_settle_new_chunk_counts_a_chunk_once_and_says_whether_it_did(repos: Repos):
     job, _ = repos.jobs.create(_job(JobState.RUNNING))
-    first = repos.jobs.settle_new_chunk(job.job_id, "c0", with_event=True, usage=Usage(input_tokens=5))
+    first = repos.jobs.settle_new_chunk(job.job_id, "c0", usage=Usage(input_tokens=5))
     assert first is not None and first.settled == {"c0"} and first.input_tokens == 5
-    assert first.event_seq == job.event_seq + 1  # the event number taken with the count
-    # counted already: nothing written (no number taken, no usage added), and the caller is told
-    assert repos.jobs.settle_new_chunk(job.job_id, "c0", with_event=True, usage=Usage(input_tokens=5)) is None
+    # counted already: nothing written (no usage added), and the caller is told
+    assert repos.jobs.settle_new_chunk(job.job_id, "c0", usage=Usage(input_tokens=5)) is None
     again = repos.jobs.get(job.job_id)
-    assert (again.input_tokens, again.event_seq) == (5, first.event_seq)
+    assert again is not None and again.input_tokens == 5
 
 
 def test_jobs_settled_set_stalled_and_events(repos: Repos):
@@ -285,6 +284,41 @@ def test_jobs_settled_set_stalled_and_events(repos: Repos):
     assert [(e.type, e.detail) for e in repos.jobs.events(job.job_id)] == \
         [("a", {"n": 1}), ("b", {"chunk_id": "c0", "nested": {"x": [1, 2]}})]
     assert job.job_id in {j.job_id for j in repos.jobs.all()}
+
+
+def test_event_numbers_have_no_gap_under_concurrent_writers_and_never_touch_the_job_item(repos: Repos):
+    """Issue 17: numbers and events are written together (the counter item beside the events), so concurrent
+    writers leave numbers 1..n with no gap, and the job item is not written per event."""
+    import threading
+
+    job, _ = repos.jobs.create(_job(JobState.RUNNING))
+    numbers: list[int] = []
+
+    def writer(i: int) -> None:
+        for k in range(5):
+            numbers.append(repos.jobs.record_event(job.job_id, "e", writer=i, k=k))
+
+    threads = [threading.Thread(target=writer, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(numbers) == list(range(1, 21))
+    events = repos.jobs.events(job.job_id)
+    assert [e.number for e in events] == list(range(1, 21))
+    assert repos.jobs.last_event(job.job_id) == events[-1]
+    assert [e.number for e in repos.jobs.events(job.job_id, after=18)] == [19, 20]
+    assert repos.jobs.get(job.job_id) == job  # the job item untouched (no `event_seq`, no `updated_at`)
+    assert repos.jobs.record_event("job-nobody", "e") == 0 and repos.jobs.events("job-nobody") == []
+
+
+def test_a_job_whose_events_predate_the_counter_goes_on_from_its_last_number(repos: Repos):
+    # GIVEN a job written by an older version: events 1..3 numbered on the job item (`event_seq` 3), no counter
+    job, _ = repos.jobs.create(_job(JobState.RUNNING, event_seq=3))
+    # WHEN an event is appended THEN it is number 4, and the next 5
+    assert repos.jobs.record_event(job.job_id, "a") == 4
+    assert repos.jobs.record_event(job.job_id, "b") == 5
+    assert [e.number for e in repos.jobs.events(job.job_id)] == [4, 5]
 
 
 # ------------------------------------------------------------------------------ claims
