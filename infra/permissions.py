@@ -23,7 +23,7 @@ from aws_cdk import aws_iam as iam
 
 from contract_review.domain.model import GLOBAL_PROFILE_PREFIX, base_model_id, is_inference_profile
 
-from .tables import CLAIMS_LEASE_INDEX
+from .tables import CLAIMS_LEASE_INDEX, JOBS_OPEN_INDEX
 
 
 @dataclass(frozen=True)
@@ -35,8 +35,11 @@ class Access:
     why: str
 
 
-GET, PUT, UPDATE, QUERY, SCAN = (f"dynamodb:{a}" for a in ("GetItem", "PutItem", "UpdateItem", "Query", "Scan"))
+GET, PUT, UPDATE, QUERY = (f"dynamodb:{a}" for a in ("GetItem", "PutItem", "UpdateItem", "Query"))
 DELETE_ITEM = "dynamodb:DeleteItem"
+# Appending a job event (adapters/jobs.py record_event): read the job's counter item (GetItem), then write it
+# (UpdateItem) and the event (PutItem) in one TransactWriteItems, which IAM checks per item action.
+EVENTS_APPEND = (GET, PUT, UPDATE)
 PUBLISH, PUT_EVENTS = "sns:Publish", "events:PutEvents"
 GET_OBJECT, PUT_OBJECT, LIST_BUCKET = "s3:GetObject", "s3:PutObject", "s3:ListBucket"
 SEND, RECEIVE, DELETE, CHANGE_VISIBILITY, QUEUE_ATTRIBUTES = (f"sqs:{a}" for a in (
@@ -46,10 +49,11 @@ SEND, RECEIVE, DELETE, CHANGE_VISIBILITY, QUEUE_ATTRIBUTES = (f"sqs:{a}" for a i
 PRINCIPAL_UPLOADS = "objects:uploads/principals/"  # the Job API's callers' own uploads (domain/principals.py)
 _LIST = Access("bucket", (LIST_BUCKET,), "a missing object answers 404, not 403 (implied by GetObject)")
 LEASE_INDEX = f"index:claims/{CLAIMS_LEASE_INDEX}"
+OPEN_JOBS_INDEX = f"index:jobs/{JOBS_OPEN_INDEX}"
 
 INTAKE = (
     Access("table:jobs", (PUT, GET, UPDATE), "create the job (conditional put), read a duplicate's, start it"),
-    Access("table:events", (PUT,), "record job events"),
+    Access("table:events", EVENTS_APPEND, "record job events (the counter read, then it and the event written in one transaction)"),
     Access("table:claims", (PUT,), "create one chunk record per chunk"),
     Access("objects:uploads/", (GET_OBJECT,), "read a document submitted by s3_uri (the stack's uploads/ only; the "
                                               "sender's own area, checked in admission)"),
@@ -62,7 +66,7 @@ INTAKE = (
 )
 WORKER = (
     Access("table:jobs", (GET, UPDATE), "read the job; fail it on a job-fatal error"),
-    Access("table:events", (PUT,), "record chunk events"),
+    Access("table:events", EVENTS_APPEND, "record chunk events (the counter read, then it and the event written in one transaction)"),
     Access("table:claims", (GET, UPDATE), "claim, heartbeat, checkpoint-commit, release and settle (fenced)"),
     Access("table:checkpoints", (PUT, QUERY), "write the analysts' checkpoints (one item per group committed "
                                               "together); load those of the committed fences on resume"),
@@ -91,7 +95,7 @@ SIDE_EFFECTS = (
 )
 AGGREGATOR = (
     Access("table:jobs", (GET, UPDATE), "settle chunks, end the job"),
-    Access("table:events", (PUT,), "record job events"),
+    Access("table:events", EVENTS_APPEND, "record job events (the counter read, then it and the event written in one transaction)"),
     Access("table:claims", (GET, QUERY, PUT, UPDATE), "check a result against its chunk; read all chunks at the "
                                                        "end; create the chunk records of the next page; settle a "
                                                        "cancelled or over-budget job's idle chunks (fenced)"),
@@ -101,11 +105,19 @@ AGGREGATOR = (
     _LIST,
     Access("queue:analysis", (SEND,), "send the next page of chunk messages as the job's window empties"),
 ) + SIDE_EFFECTS
+# Step 1 of the sweep (lapsed claims), which a Fargate poller also runs in-process (sweeper.sweep_claims): on top
+# of the worker's grants, only the lease index and the stored document a lost chunk's message is rebuilt from.
+SWEEP_CLAIMS = (
+    Access(LEASE_INDEX, (QUERY,), "find lapsed claims"),
+    Access("objects:documents/", (GET_OBJECT,), "rebuild a lost chunk's message from the stored document"),
+)
 SWEEPER = (
     Access(LEASE_INDEX, (QUERY,), "find lapsed claims"),
     Access("table:claims", (QUERY, GET, UPDATE), "a stalled job's chunks; release or settle (fenced)"),
-    Access("table:jobs", (GET, SCAN, UPDATE), "read jobs; find stalled ones (a scan of TTL-bounded jobs)"),
-    Access("table:events", (PUT,), "record what the sweep did"),
+    Access(OPEN_JOBS_INDEX, (QUERY,), "find open jobs idle for a while: stalled, cancelling, compensating, waiting "
+                                      "for approval, queued (a sparse index: no scan)"),
+    Access("table:jobs", (GET, UPDATE), "read each job the index names again (the index lags), act on it"),
+    Access("table:events", EVENTS_APPEND, "record what the sweep did (the counter read, then it and the event written in one transaction)"),
     Access("objects:documents/", (GET_OBJECT,), "rebuild a chunk's message from the stored document"),
     Access("objects:findings/", (GET_OBJECT,), "finalize a stalled job whose chunks are all settled and counted"),
     Access("objects:reports/", (PUT_OBJECT,), "that job's report.json and report.md"),
@@ -121,7 +133,8 @@ SWEEPER = (
 # The Job API (contract_review/operate/api.py): submit and read jobs and batches; cancel, decide, retry (redrive.retry).
 API = (
     Access("table:jobs", (GET, UPDATE), "read a job; cancel, approve or reject it; reopen it (retry)"),
-    Access("table:events", (PUT, QUERY), "read a job's events after a sequence number; record what was done"),
+    Access("table:events", (*EVENTS_APPEND, QUERY), "read a job's events after a sequence number (and its last); "
+                                                "record what was done (the counter, then it and the event together)"),
     Access("table:claims", (QUERY, UPDATE), "retry: a job's chunks; reset failed and dead-lettered ones"),
     Access("objects:submissions/", (GET_OBJECT, PUT_OBJECT), "bind a job to its principal until intake records it"),
     Access("objects:batches/", (GET_OBJECT, PUT_OBJECT), "batch manifests"),
@@ -138,13 +151,14 @@ API = (
     Access("dlq:intake", (RECEIVE, DELETE, CHANGE_VISIBILITY), "retry of a job failed in intake: take its message "
                                                                "back from the intake DLQ"),
 )
-# The Fargate poller is its own event source mapping, runs the worker, and sweeps in-process.
+# The Fargate poller is its own event source mapping, runs the worker, and sweeps lapsed claims in-process (jobs are
+# the sweeper Lambda's: no DLQ reads, no job queries from every task).
 POLLER = (
     Access("queue:analysis", (RECEIVE, DELETE, CHANGE_VISIBILITY), "poll the analysis queue; acknowledge"),
 )
 ACCESS: dict[str, tuple[Access, ...]] = {
     "intake": INTAKE, "worker": WORKER, "aggregator": AGGREGATOR, "sweeper": SWEEPER, "api": API,
-    "fargate": WORKER + SWEEPER + POLLER,
+    "fargate": WORKER + SWEEP_CLAIMS + POLLER,
 }
 
 

@@ -24,11 +24,19 @@ from .deploy_settings import DeploySettings
 from .fargate import FargateWorker
 from .functions import METRICS_NAMESPACE, PipelineFunction, functions_code, powertools_layer
 from .monitoring import AlarmTopic, Monitoring
-from .permissions import ACCESS, LEASE_INDEX, PRINCIPAL_UPLOADS, grant_access, grant_bedrock, grant_ticket_secret
+from .permissions import (
+    ACCESS,
+    LEASE_INDEX,
+    OPEN_JOBS_INDEX,
+    PRINCIPAL_UPLOADS,
+    grant_access,
+    grant_bedrock,
+    grant_ticket_secret,
+)
 from .queues import QueueWithDlq
 from .side_effects import SideEffectResources
 from .storage import PREFIXES, ArtifactBucket
-from .tables import CLAIMS_LEASE_INDEX, ReviewTables
+from .tables import CLAIMS_LEASE_INDEX, JOBS_OPEN_INDEX, ReviewTables
 
 HANDLERS = "contract_review.handlers"
 INTAKE_MEMORY_MB = 512
@@ -256,6 +264,7 @@ class ContractReviewStack(Stack):
                (("jobs", t.jobs), ("claims", t.claims), ("checkpoints", t.checkpoints), ("events", t.events),
                 ("token-ledger", t.token_ledger))}
         out[LEASE_INDEX] = f"{t.claims.table_arn}/index/{CLAIMS_LEASE_INDEX}"
+        out[OPEN_JOBS_INDEX] = f"{t.jobs.table_arn}/index/{JOBS_OPEN_INDEX}"
         out["bucket"] = bucket.bucket_arn
         out.update({f"objects:{prefix}": bucket.arn_for_objects(f"{prefix}*") for prefix in PREFIXES})
         out[PRINCIPAL_UPLOADS] = bucket.arn_for_objects(f"{PRINCIPAL_UPLOADS_PREFIX}*")

@@ -14,9 +14,11 @@ from aws_cdk import aws_dynamodb as dynamodb
 from constructs import Construct
 
 from contract_review.adapters.claims import LEASE_INDEX
+from contract_review.adapters.jobs import OPEN_INDEX, OPEN_STATE
 
 RECORD_TTL_ATTRIBUTE = "expires_at"  # epoch seconds, written by the repositories (contract_review/adapters)
 CLAIMS_LEASE_INDEX = LEASE_INDEX  # sparse GSI of open claims, queried by the sweeper
+JOBS_OPEN_INDEX = OPEN_INDEX  # sparse GSI of open (non-terminal) jobs, queried by the sweeper
 
 S = dynamodb.AttributeType.STRING
 N = dynamodb.AttributeType.NUMBER
@@ -40,12 +42,22 @@ TOKEN_LEDGER = TableSpec("TokenLedgerTable", "model", "hour", sort_key_type=N)
 
 
 class ReviewTables(Construct):
-    """jobs, claims (+ `by-lease` GSI), checkpoints, events, the daily token ledger."""
+    """jobs (+ `by-open-state` GSI), claims (+ `by-lease` GSI), checkpoints, events, the daily token ledger."""
 
     def __init__(self, scope: Construct, construct_id: str, *, retain: bool) -> None:
         super().__init__(scope, construct_id)
         self._retain = retain
         self.jobs = self._table(JOBS)
+        # Sparse: only a job in a non-terminal state carries `open_state` (its state; removed by the write that
+        # ends it), so the sweeper's query `open_state = "running" AND updated_at < T` reads open jobs only, and
+        # its cost does not grow with the 30 days of ended jobs kept. Keys only: the sweeper reads each job
+        # again (strongly consistent) before acting, since an index is eventually consistent.
+        self.jobs.add_global_secondary_index(
+            index_name=JOBS_OPEN_INDEX,
+            partition_key=dynamodb.Attribute(name=OPEN_STATE, type=S),
+            sort_key=dynamodb.Attribute(name="updated_at", type=N),
+            projection_type=dynamodb.ProjectionType.KEYS_ONLY,
+        )
         self.claims = self._table(CLAIMS)
         # Sparse: only claimed chunks carry `lease_bucket`, so the sweeper's query
         # `lease_bucket = "open" AND claim_expires_at < now` reads open claims only.

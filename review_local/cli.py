@@ -613,6 +613,17 @@ def compensations(obj: Ctx, redrive: bool) -> None:
                       markup=False, highlight=False, soft_wrap=True)
 
 
+@cli.command("backfill-open-jobs")
+@click.pass_obj
+def backfill_open_jobs(obj: Ctx) -> None:
+    """Once, after upgrading a stack whose jobs table predates the open-jobs index (`by-open-state`): give every
+    open job written before it (queued, running, waiting_approval, cancelling, compensating) its index key, so
+    the sweeper finds it again. One scan of the jobs table with your credentials (the pipeline never scans);
+    each job is indexed only if its state is still the one read. Safe to run again: it prints 0."""
+    n = obj.deps.jobs.backfill_open_index()
+    console.print(f"indexed {n} open job(s) written before the open-jobs index")
+
+
 # ------------------------------------------------------------------------------------ preflight
 @cli.command()
 @click.option("--model-id", default=None, help="Check this Bedrock model or inference profile id instead.")

@@ -97,6 +97,11 @@ def _model(model_id: str) -> list[Need]:
 def _dynamodb(op: str, p: Mapping[str, Any]) -> list[Need]:
     if op in ("BatchGetItem", "BatchWriteItem"):
         return [Need(f"dynamodb:{op}", _table(t)) for t in p["RequestItems"]]
+    if op in ("TransactWriteItems", "TransactGetItems"):  # IAM checks each item's own action on its table
+        actions = {"Put": "PutItem", "Update": "UpdateItem", "Delete": "DeleteItem", "ConditionCheck": "ConditionCheckItem",
+                   "Get": "GetItem"}
+        return [Need(f"dynamodb:{actions[kind]}", _table(body["TableName"]))
+                for item in p["TransactItems"] for kind, body in item.items()]
     arn = _table(p["TableName"])
     if p.get("IndexName"):
         arn += f"/index/{p['IndexName']}"

@@ -159,17 +159,38 @@ def _ids(t: dict[str, Any]) -> dict[str, str]:
     return {v: k for k, v in _names(t).items()}
 
 
-def test_fargate_task_role_may_sweep_poll_and_protect_itself(synth: Synth) -> None:
-    """The regression of issue 7: the poller's in-process sweep failed with AccessDenied."""
+def test_fargate_task_role_may_sweep_claims_poll_and_protect_itself(synth: Synth) -> None:
+    """The regression of issue 7 (the poller's in-process sweep failed with AccessDenied), and issue 17: the
+    poller sweeps lapsed claims only; jobs and the DLQs are the sweeper Lambda's."""
     t = synth.templates[FARGATE]
     ids = _ids(t)
     st = policy_statements_for_role(t, role_id(t, "fargate"))
     index = [s for s in st if "/index/by-lease" in json.dumps(s["Resource"])]
     assert index and all(s["Action"] == "dynamodb:Query" for s in index)
-    # reads; deletes only a copy it sent again (receives burned, budget left) or that nothing acts on any more
-    assert {"sqs:ReceiveMessage", "sqs:SendMessage", "sqs:DeleteMessage"} == actions_on(st, ids["dlq:analysis"])
+    assert not [s for s in st if "/index/by-open-state" in json.dumps(s["Resource"])]
+    # the worker's dead-lettering only: no DLQ reads from every task
+    assert {"sqs:SendMessage"} == actions_on(st, ids["dlq:analysis"])
     assert {"sqs:ReceiveMessage", "sqs:DeleteMessage", "sqs:ChangeMessageVisibility"} <= actions_on(st, ids["queue:analysis"])
     assert any(s["Action"] == "ecs:UpdateTaskProtection" for s in st)
+
+
+@pytest.mark.parametrize("name", [LOCAL, PROD, FARGATE])
+def test_no_role_may_scan_and_the_sweeper_finds_open_jobs_through_a_sparse_index(synth: Synth, name: str) -> None:
+    """Issue 17: every sweep used to scan the jobs table (running, cancelling, compensating, waiting, queued)."""
+    t = synth.templates[name]
+    roles = list(FUNCTION_ROLES) + ["api"] + (["fargate"] if name == FARGATE else [])
+    for role in roles:
+        for st in policy_statements_for_role(t, role_id(t, role)):
+            actions = [st["Action"]] if isinstance(st["Action"], str) else st["Action"]
+            assert "dynamodb:Scan" not in actions, (role, st)
+    (jobs,) = [lid for lid in resources(t, "AWS::DynamoDB::Table") if lid.startswith("TablesJobsTable")]
+    (gsi,) = t["Resources"][jobs]["Properties"]["GlobalSecondaryIndexes"]
+    assert gsi["IndexName"] == "by-open-state" and gsi["Projection"] == {"ProjectionType": "KEYS_ONLY"}
+    assert gsi["KeySchema"] == [{"AttributeName": "open_state", "KeyType": "HASH"},
+                                {"AttributeName": "updated_at", "KeyType": "RANGE"}]
+    by_target, _ = _granted(t, "sweeper")
+    assert by_target["index:jobs/by-open-state"] == {"dynamodb:Query"}
+    assert by_target["table:jobs"] == {"dynamodb:GetItem", "dynamodb:UpdateItem"}
 
 
 def test_intake_reads_only_the_uploads_prefix_and_the_apis_submission_records(synth: Synth) -> None:

@@ -7,8 +7,8 @@ deployed into moto, with a botocore hook recording every call per role (tests/in
 
 - intake, worker, aggregator, sweeper: their Lambda handlers, with Lambda-shaped events;
 - worker error paths (throttling, 5xx, poison, a retired model id) through the same `ChunkWorker`;
-- fargate: the poller (`handlers.poller.run`), which runs the worker and the sweep in-process,
-  with a fake ECS agent for scale-in protection.
+- fargate: the poller (`handlers.poller.run`), which runs the worker and sweeps lapsed claims in-process
+  (jobs are the sweeper Lambda's), with a fake ECS agent for scale-in protection.
 
 Bedrock is answered at the HTTP boundary (botocore `before-call`), so the worker runs its real
 Bedrock client. Then, on the synthesized local, prod and Fargate templates: every recorded call is
@@ -88,9 +88,10 @@ from .conftest import (
 CLUSTER = "<cluster>"  # the ECS cluster's name: resolved per template
 TASK_ID = "0123456789abcdef0"
 FUNCTION_ROLES = ("intake", "worker", "aggregator", "sweeper", "api")
-# What each role's code runs: the Fargate poller runs the worker and the sweep in-process.
+# What each role's code runs: the Fargate poller runs the worker, and sweeps lapsed claims in-process (recorded
+# as "fargate"; not the sweeper Lambda's job reconciliation).
 CODE_OF = {"intake": ("intake",), "worker": ("worker",), "aggregator": ("aggregator",), "sweeper": ("sweeper",),
-           "api": ("api",), "fargate": ("fargate", "worker", "sweeper")}
+           "api": ("api",), "fargate": ("fargate", "worker")}
 
 
 @dataclass
@@ -465,8 +466,16 @@ def _side_effects(rec: Recorder, setup: Deps, aws: EmbeddedAws, tickets: TicketS
 
 
 def _fargate(rec: Recorder, setup: Deps, aws: EmbeddedAws, agent: FakeEcsAgent, env: dict[str, str]) -> None:
-    aws.client("sqs").purge_queue(QueueUrl=setup.settings.analysis_queue_url)  # only this job for the poller
+    sqs, url = aws.client("sqs"), setup.settings.analysis_queue_url
+    # a chunk whose worker died holding it (its message gone): the poller's in-process sweep of lapsed claims
+    # rebuilds its message from the stored document and sends it
+    lost = handle_intake(setup, json.dumps({"schema_version": 1, "idempotency_key": "f-lost",
+                                            "document": {"text": TEXT}}), "m-f-lost")
+    assert lost.job_id is not None
+    (chunk,) = setup.claims.for_job(lost.job_id)
+    sqs.purge_queue(QueueUrl=url)  # only the jobs of this scenario for the poller, and f-lost's message lost
     time.sleep(0.1)
+    setup.claims.claim(lost.job_id, chunk.chunk_id, "ghost", 0.01, 1)
     result = handle_intake(setup, json.dumps({"schema_version": 1, "idempotency_key": "f-ok",
                                               "document": {"text": TEXT}}), "m-f")
     assert result.job_id is not None
@@ -477,7 +486,8 @@ def _fargate(rec: Recorder, setup: Deps, aws: EmbeddedAws, agent: FakeEcsAgent, 
         thread = threading.Thread(target=poller.run, args=(settings, handlers.session(), stop, guard), daemon=True)
         thread.start()
         try:
-            _wait(lambda: all(c.status is ChunkStatus.DONE for c in setup.claims.for_job(str(result.job_id))), 20)
+            _wait(lambda: all(c.status is ChunkStatus.DONE for j in (result.job_id, lost.job_id)
+                              for c in setup.claims.for_job(str(j))), 20)
             time.sleep(settings.profile.fargate.fargate_sweep_interval_s * 1.5)  # at least one in-process sweep
         finally:
             stop.request()
@@ -622,8 +632,15 @@ def test_the_scenarios_reach_the_paths_they_are_for(recorded: Recorded) -> None:
     """The recording is only as good as its scenarios: the calls that once went missing were made."""
     ops = {(c.role, c.service, c.operation) for c in recorded.recorder.calls}
     assert ("fargate", "dynamodb", "Query") in ops and ("fargate", "sqs", "ReceiveMessage") in ops
-    sweeps = [n for c in recorded.recorder.of("fargate") for n in c.needs if n.resource.endswith("/index/by-lease")]
-    assert sweeps, "the poller's in-process sweep queried the claims index"
+    fargate = [n for c in recorded.recorder.of("fargate") for n in c.needs]
+    assert any(n.resource.endswith("/index/by-lease") for n in fargate), "the poller's sweep queried the claims index"
+    assert any(n.action == "s3:GetObject" and "/documents/" in n.resource for n in fargate), "it requeued a lost chunk"
+    # jobs and the DLQs are the sweeper Lambda's: no poller looks for open jobs or reads a DLQ
+    assert not [n for n in fargate if n.resource.endswith("/index/by-open-state") or
+                (n.action == "sqs:ReceiveMessage" and "dlq" in n.resource.lower())]
+    assert not [c for c in recorded.recorder.calls if c.operation == "Scan"], "nothing in the pipeline scans"
+    assert ("sweeper", "dynamodb", "Query") in ops and any(
+        n.resource.endswith("/index/by-open-state") for c in recorded.recorder.of("sweeper") for n in c.needs)
     assert ("worker", "bedrock-runtime", "Converse") in ops and ("worker", "bedrock", "GetFoundationModel") in ops
     assert ("worker", "dynamodb", "GetItem") in ops  # incl. the unprocessed-keys fallback on checkpoints
     assert recorded.protection_puts >= 2  # protected while busy, released when idle or stopped

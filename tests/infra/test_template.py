@@ -256,6 +256,22 @@ def test_claims_by_lease_gsi(stack: tuple[str, dict]) -> None:
     assert types["lease_bucket"] == "S" and types["claim_expires_at"] == "N"
 
 
+def test_jobs_by_open_state_gsi(stack: tuple[str, dict]) -> None:
+    """Issue 17: the sweeper's sparse index of open jobs (only non-terminal jobs carry `open_state`), keys only."""
+    _, t = stack
+    _, jobs = _tables(t)["TablesJobsTable"]
+    p = jobs["Properties"]
+    (gsi,) = p["GlobalSecondaryIndexes"]
+    assert gsi["IndexName"] == "by-open-state"
+    assert gsi["KeySchema"] == [
+        {"AttributeName": "open_state", "KeyType": "HASH"},
+        {"AttributeName": "updated_at", "KeyType": "RANGE"},
+    ]
+    assert gsi["Projection"] == {"ProjectionType": "KEYS_ONLY"}
+    types = {d["AttributeName"]: d["AttributeType"] for d in p["AttributeDefinitions"]}
+    assert types["open_state"] == "S" and types["updated_at"] == "N"
+
+
 @pytest.mark.parametrize("name,policy", [(LOCAL, "Delete"), (PROD, "Retain")])
 def test_removal_policy_follows_the_profile(synth: Synth, name: str, policy: str) -> None:
     t = synth.templates[name]

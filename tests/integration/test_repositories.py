@@ -187,15 +187,82 @@ def test_jobs_stalled_finds_jobs_of_the_state_asked(repos: Repos):
     assert queued.job_id not in {j.job_id for j in repos.jobs.stalled(later)}
 
 
+def test_an_ended_job_leaves_the_open_jobs_and_a_reopened_one_comes_back(repos: Repos):
+    job, _ = repos.jobs.create(_job(JobState.RUNNING))
+    later = repos.clock() + 1
+    assert job.job_id in {j.job_id for j in repos.jobs.stalled(later)}
+    repos.jobs.transition(job.job_id, (JobState.RUNNING,), JobState.FAILED)
+    assert job.job_id not in {j.job_id for s in JobState for j in repos.jobs.stalled(later, s)}
+    repos.jobs.transition(job.job_id, (JobState.FAILED,), JobState.RUNNING, settled=set())  # a retry reopens it
+    assert job.job_id in {j.job_id for j in repos.jobs.stalled(repos.clock() + 1)}
+    repos.jobs.transition(job.job_id, (JobState.RUNNING,), JobState.CANCELLING)
+    assert job.job_id in {j.job_id for j in repos.jobs.stalled(repos.clock() + 1, JobState.CANCELLING)}
+    assert job.job_id not in {j.job_id for j in repos.jobs.stalled(repos.clock() + 1)}
+
+
+def _raw(repos: Repos) -> tuple[Any, str]:
+    jobs = repos.jobs
+    assert isinstance(jobs, DynamoJobs)
+    return jobs.jobs.client, jobs.jobs.name
+
+
+def test_only_open_jobs_carry_the_index_key(repos: Repos):
+    if not isinstance(repos.jobs, DynamoJobs):
+        pytest.skip("the index key is the DynamoDB adapter's")
+    client, table = _raw(repos)
+    running, _ = repos.jobs.create(_job(JobState.RUNNING))
+    ended, _ = repos.jobs.create(_job(JobState.FAILED, error_code="input.invalid"))
+
+    def key(job_id: str) -> Any:
+        return client.get_item(TableName=table, Key={"job_id": {"S": job_id}})["Item"].get("open_state")
+
+    assert key(running.job_id) == {"S": "running"} and key(ended.job_id) is None
+    repos.jobs.transition(running.job_id, (JobState.RUNNING,), JobState.COMPLETED)
+    assert key(running.job_id) is None  # removed by the very write that ended it
+
+
+def test_a_stale_index_entry_is_read_again_and_ignored(repos: Repos):
+    """A GSI is eventually consistent: it may still name a job that has moved on. `stalled` reads the job again."""
+    if not isinstance(repos.jobs, DynamoJobs):
+        pytest.skip("the index is the DynamoDB adapter's")
+    client, table = _raw(repos)
+    # what a lagging index shows: the entry says running and idle, the item itself has ended (written raw,
+    # since moto's index is never stale)
+    job, _ = repos.jobs.create(_job(JobState.COMPLETED))
+    client.update_item(TableName=table, Key={"job_id": {"S": job.job_id}}, UpdateExpression="SET open_state = :r",
+                       ExpressionAttributeValues={":r": {"S": "running"}})
+    moved, _ = repos.jobs.create(_job(JobState.RUNNING))  # an entry idle by the index, progress on the item
+    client.update_item(TableName=table, Key={"job_id": {"S": moved.job_id}},
+                       UpdateExpression="SET #s = :c", ExpressionAttributeNames={"#s": "state"},
+                       ExpressionAttributeValues={":c": {"S": "cancelling"}})
+    found = {j.job_id for j in repos.jobs.stalled(repos.clock() + 1)}
+    assert job.job_id not in found and moved.job_id not in found
+
+
+def test_the_backfill_indexes_open_jobs_written_before_the_index(repos: Repos):
+    if not isinstance(repos.jobs, DynamoJobs):
+        pytest.skip("the index is the DynamoDB adapter's")
+    client, table = _raw(repos)
+    old, _ = repos.jobs.create(_job(JobState.RUNNING))
+    ended, _ = repos.jobs.create(_job(JobState.COMPLETED))
+    client.update_item(TableName=table, Key={"job_id": {"S": old.job_id}}, UpdateExpression="REMOVE open_state")
+    assert old.job_id not in {j.job_id for j in repos.jobs.stalled(repos.clock() + 1)}  # invisible to the sweeper
+    jobs = repos.jobs
+    assert isinstance(jobs, DynamoJobs)
+    assert jobs.backfill_open_index() == 1
+    assert old.job_id in {j.job_id for j in repos.jobs.stalled(repos.clock() + 1)}
+    assert ended.job_id not in {j.job_id for s in JobState for j in repos.jobs.stalled(repos.clock() + 1, s)}
+    assert jobs.backfill_open_index() == 0  # once: nothing left to index
+
+
 def test_settle_new_chunk_counts_a_chunk_once_and_says_whether_it_did(repos: Repos):
     job, _ = repos.jobs.create(_job(JobState.RUNNING))
-    first = repos.jobs.settle_new_chunk(job.job_id, "c0", with_event=True, usage=Usage(input_tokens=5))
+    first = repos.jobs.settle_new_chunk(job.job_id, "c0", usage=Usage(input_tokens=5))
     assert first is not None and first.settled == {"c0"} and first.input_tokens == 5
-    assert first.event_seq == job.event_seq + 1  # the event number taken with the count
-    # counted already: nothing written (no number taken, no usage added), and the caller is told
-    assert repos.jobs.settle_new_chunk(job.job_id, "c0", with_event=True, usage=Usage(input_tokens=5)) is None
+    # counted already: nothing written (no usage added), and the caller is told
+    assert repos.jobs.settle_new_chunk(job.job_id, "c0", usage=Usage(input_tokens=5)) is None
     again = repos.jobs.get(job.job_id)
-    assert (again.input_tokens, again.event_seq) == (5, first.event_seq)
+    assert again is not None and again.input_tokens == 5
 
 
 def test_jobs_settled_set_stalled_and_events(repos: Repos):
@@ -217,6 +284,41 @@ def test_jobs_settled_set_stalled_and_events(repos: Repos):
     assert [(e.type, e.detail) for e in repos.jobs.events(job.job_id)] == \
         [("a", {"n": 1}), ("b", {"chunk_id": "c0", "nested": {"x": [1, 2]}})]
     assert job.job_id in {j.job_id for j in repos.jobs.all()}
+
+
+def test_event_numbers_have_no_gap_under_concurrent_writers_and_never_touch_the_job_item(repos: Repos):
+    """Issue 17: numbers and events are written together (the counter item beside the events), so concurrent
+    writers leave numbers 1..n with no gap, and the job item is not written per event."""
+    import threading
+
+    job, _ = repos.jobs.create(_job(JobState.RUNNING))
+    numbers: list[int] = []
+
+    def writer(i: int) -> None:
+        for k in range(5):
+            numbers.append(repos.jobs.record_event(job.job_id, "e", writer=i, k=k))
+
+    threads = [threading.Thread(target=writer, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(numbers) == list(range(1, 21))
+    events = repos.jobs.events(job.job_id)
+    assert [e.number for e in events] == list(range(1, 21))
+    assert repos.jobs.last_event(job.job_id) == events[-1]
+    assert [e.number for e in repos.jobs.events(job.job_id, after=18)] == [19, 20]
+    assert repos.jobs.get(job.job_id) == job  # the job item untouched (no `event_seq`, no `updated_at`)
+    assert repos.jobs.record_event("job-nobody", "e") == 0 and repos.jobs.events("job-nobody") == []
+
+
+def test_a_job_whose_events_predate_the_counter_goes_on_from_its_last_number(repos: Repos):
+    # GIVEN a job written by an older version: events 1..3 numbered on the job item (`event_seq` 3), no counter
+    job, _ = repos.jobs.create(_job(JobState.RUNNING, event_seq=3))
+    # WHEN an event is appended THEN it is number 4, and the next 5
+    assert repos.jobs.record_event(job.job_id, "a") == 4
+    assert repos.jobs.record_event(job.job_id, "b") == 5
+    assert [e.number for e in repos.jobs.events(job.job_id)] == [4, 5]
 
 
 # ------------------------------------------------------------------------------ claims

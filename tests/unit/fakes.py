@@ -73,6 +73,7 @@ class FakeJobs:
         self.clock, self.ttl_s = clock, ttl_s
         self.items: dict[str, Job] = {}
         self.log: list[JobEvent] = []
+        self.counters: dict[str, int] = {}  # each job's event counter (the counter item in the events table)
 
     def create(self, job: Job) -> tuple[Job, bool]:
         old = self.items.get(job.job_id)
@@ -80,7 +81,7 @@ class FakeJobs:
             return old.model_copy(deep=True), False
         job = job.model_copy(update={"expires_at": int(self.clock()) + self.ttl_s}, deep=True)
         if old is not None:  # the replacement of a job failed on its input: its event numbers go on
-            job = job.model_copy(update={"version": old.version + 1, "event_seq": old.event_seq})
+            job = job.model_copy(update={"version": old.version + 1})
         self.items[job.job_id] = job
         return job.model_copy(deep=True), True
 
@@ -110,16 +111,18 @@ class FakeJobs:
             update.update({k: getattr(outcome, k) for k in outcome.model_dump(exclude_none=True)})
         if started_at is not None:
             update["started_at"] = started_at
-        update.update({"state": to, "updated_at": self.clock(), "version": job.version + 1,
-                       "event_seq": job.event_seq + 1})
+        update.update({"state": to, "updated_at": self.clock(), "version": job.version + 1})
         job = job.model_copy(update=update, deep=True)
         self.items[job_id] = job
         return job.model_copy(deep=True)
 
     def stalled(self, idle_since: float, state: JobState = JobState.RUNNING) -> Iterator[Job]:
         for job in list(self.items.values()):
-            if job.state is state and job.updated_at < idle_since:
+            if job.state is state and not state.terminal and job.updated_at < idle_since:  # open jobs only
                 yield job.model_copy(deep=True)
+
+    def backfill_open_index(self) -> int:
+        return 0  # the fake's `stalled` needs no index
 
     def touch(self, job_id: str) -> None:
         self.items[job_id] = self.items[job_id].model_copy(update={"updated_at": self.clock()})
@@ -136,20 +139,18 @@ class FakeJobs:
         self.items[job_id] = job.model_copy(update={"fanned_out": to_count})
         return True
 
-    def settle_new_chunk(self, job_id: str, chunk_id: str, *, with_event: bool = False,
-                         usage: Usage | None = None) -> Job | None:
+    def settle_new_chunk(self, job_id: str, chunk_id: str, *, usage: Usage | None = None) -> Job | None:
         if chunk_id in self.items[job_id].settled:
             return None
-        return self._settle(job_id, chunk_id, with_event, usage)
+        return self._settle(job_id, chunk_id, usage)
 
-    def settle_chunk(self, job_id: str, chunk_id: str, *, with_event: bool = False, usage: Usage | None = None) -> Job:
-        return self._settle(job_id, chunk_id, with_event, usage)
+    def settle_chunk(self, job_id: str, chunk_id: str, *, usage: Usage | None = None) -> Job:
+        return self._settle(job_id, chunk_id, usage)
 
-    def _settle(self, job_id: str, chunk_id: str, with_event: bool, usage: Usage | None) -> Job:
+    def _settle(self, job_id: str, chunk_id: str, usage: Usage | None) -> Job:
         job = self.items[job_id]  # KeyError as DynamoDB's condition `attribute_exists(job_id)` fails
         added = usage if usage is not None and chunk_id not in job.settled else Usage()
         job = job.model_copy(update={"settled": job.settled | {chunk_id}, "updated_at": self.clock(),
-                                     "event_seq": job.event_seq + (1 if with_event else 0),
                                      **{f: getattr(job, f) + getattr(added, f) for f in USAGE_FIELDS}})
         self.items[job_id] = job
         return job.model_copy(deep=True)
@@ -190,14 +191,15 @@ class FakeJobs:
         job = self.items.get(job_id)
         if job is None:
             return 0
-        number = job.event_seq + 1
-        self.items[job_id] = job.model_copy(update={"event_seq": number})
-        self.put_event(job_id, number, kind, detail)
-        return number
-
-    def put_event(self, job_id: str, number: int, kind: str, detail: dict[str, object]) -> None:
+        number = self.counters.get(job_id, job.event_seq) + 1  # the counter item (a legacy job: its event_seq)
+        self.counters[job_id] = number
         self.log.append(JobEvent(job_id=job_id, seq=event_seq(number), type=kind, at=self.clock(),
                                  detail=json.loads(json.dumps(detail, default=str))))
+        return number
+
+    def last_event(self, job_id: str) -> JobEvent | None:
+        found = self.events(job_id)
+        return found[-1] if found else None
 
     def events(self, job_id: str, after: int = 0, limit: int | None = None) -> list[JobEvent]:
         found = sorted((e for e in self.log if e.job_id == job_id and e.number > after), key=lambda e: e.seq)

@@ -163,6 +163,7 @@ def test_a_cancel_seen_by_one_analyst_stops_every_analyst_before_its_next_call()
     def cancel(_request: ModelRequest) -> None:
         assert lifecycle.request_cancel(world.deps, job_id, by="alice").changed
         cancelled_at.append(time.monotonic())
+        world.clock.advance(lifecycle.CANCEL_CHECK_MAX_AGE_S)  # the calls last as long as a read is kept
     model = OverlapModel(at=len(ANALYSTS), during=cancel)
     # WHEN the worker handles the chunk
     outcome = _handle(world, msg, model)

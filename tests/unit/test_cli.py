@@ -399,3 +399,14 @@ def test_review_quota_on_a_stack_without_the_control_is_one_clear_line():
     assert r.exit_code == 1 and error_lines(r) == [
         "Error: this stack has no model control (no ModelControlParameterName output): redeploy it with this version "
         "(`cdk deploy`, or `review up` locally)"]
+
+
+def test_backfill_open_jobs_says_how_many_jobs_it_indexed():
+    # GIVEN a stack whose jobs table holds 2 open jobs written before the open-jobs index (the adapter's scan is
+    # tested on DynamoDB in tests/integration/test_repositories.py)
+    world = FakeWorld()
+    world.jobs.backfill_open_index = lambda: 2  # type: ignore[method-assign]
+    # WHEN the operator runs the one-time backfill
+    result = run(world, "backfill-open-jobs")
+    # THEN it says so, and exits 0
+    assert result.exit_code == 0 and "indexed 2 open job(s)" in result.stdout

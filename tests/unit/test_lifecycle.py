@@ -48,8 +48,8 @@ def test_every_transition_outside_the_table_raises_and_writes_nothing(frm: JobSt
     if to in TRANSITIONS[frm]:
         after = lifecycle.transition(world.deps, before, to)
         assert after is not None and after.state is to and after.version == before.version + 1
-        (last,) = world.jobs.events(JOB, after=before.event_seq)
-        assert (last.type, last.number, last.detail["from_state"]) == (f"job.{to.value}", after.event_seq, frm.value)
+        last = world.jobs.last_event(JOB)
+        assert last is not None and (last.type, last.detail["from_state"]) == (f"job.{to.value}", frm.value)
     else:
         with pytest.raises(IllegalTransition):
             lifecycle.transition(world.deps, before, to)
@@ -81,7 +81,7 @@ def test_events_are_numbered_one_by_one_and_read_after_a_number():
     events = p.world.jobs.events(JOB)
     assert [e.number for e in events] == list(range(1, len(events) + 1)) and len(events) > 6
     assert events[0].type == "job.queued" and events[-1].type == "job.completed"
-    assert job(p).event_seq == len(events)
+    assert p.world.jobs.last_event(JOB) == events[-1]
     # a reader that stopped after event 3 gets exactly the rest, in order, in pages
     rest, after = [], 3
     while page := lifecycle.read_events(p.world.deps, JOB, after=after, limit=2):
@@ -90,18 +90,16 @@ def test_events_are_numbered_one_by_one_and_read_after_a_number():
     assert [e.seq for e in rest] == [e.seq for e in events[3:]]
 
 
-def test_a_reader_stops_at_a_young_gap_and_passes_an_old_one():
-    # GIVEN a job whose event 3 has its number taken but is not written yet (a writer in flight)
+def test_a_reader_passes_a_gap_left_by_an_older_version_at_once():
+    # GIVEN a job whose event n+1 was lost by an older version (a number taken on the job item, its writer dead)
     world = small_chunk_world()
-    p = started(world)
-    n = job(p).event_seq
-    world.jobs.items[JOB] = job(p).model_copy(update={"event_seq": n + 1})  # number n+1 taken ...
+    started(world)
+    n = len(world.jobs.events(JOB))
+    world.jobs.counters[JOB] = n + 1  # number n+1 taken, never written ...
     world.jobs.record_event(JOB, "later")  # ... and n+2 written
-    # THEN a reader gets the events up to the gap, not past it (resuming after n+2 would lose n+1)
-    assert [e.number for e in lifecycle.read_events(world.deps, JOB)] == list(range(1, n + 1))
-    # WHEN the gap is older than the grace period (the writer died) THEN the reader passes it
-    world.clock.advance(lifecycle.EVENT_GAP_GRACE_S + 1)
-    assert [e.number for e in lifecycle.read_events(world.deps, JOB)][-1] == n + 2
+    # THEN a reader gets every written event at once: numbers are now written with their events (no gap can be
+    # a write still under way), so no grace period is waited out
+    assert [e.number for e in lifecycle.read_events(world.deps, JOB)] == [*range(1, n + 1), n + 2]
 
 
 # --- cancellation ------------------------------------------------------------------------------------
@@ -125,6 +123,38 @@ def test_cancel_before_start_ends_the_job_without_any_model_call():
     assert [e.type for e in p.world.jobs.events(JOB)] == ["job.queued", "job.cancelling", "job.cancelled"]
 
 
+def test_the_cancellation_check_reads_the_job_at_most_once_a_second_for_all_of_a_chunks_analysts():
+    # GIVEN a running job, and a chunk's watch asked before every model call (as its analysts' threads do)
+    p = started()
+    reads: list[str] = []
+    real_get = p.world.jobs.get
+
+    def counted_get(job_id: str):  # type: ignore[no-untyped-def]
+        reads.append(job_id)
+        return real_get(job_id)
+
+    p.world.jobs.get = counted_get  # type: ignore[method-assign]  # the fake's method, wrapped
+    watch = lifecycle.CancelWatch(p.world.deps, JOB)
+    # WHEN it is asked 50 times within a second: one strongly consistent read answers them all
+    for _ in range(50):
+        watch.check()
+        p.world.clock.advance(0.01)
+    assert len(reads) == 1
+    # a cancel within that second is not seen yet (the price of the cache: at most a second's more calls) ...
+    assert lifecycle.request_cancel(p.world.deps, JOB, by="alice").changed
+    reads.clear()
+    watch.check()
+    assert reads == []
+    # ... and is seen by the first check once the read is a second old
+    p.world.clock.advance(lifecycle.CANCEL_CHECK_MAX_AGE_S)
+    with pytest.raises(lifecycle.JobCancelled):
+        watch.check()
+    assert len(reads) == 1
+    with pytest.raises(lifecycle.JobCancelled):  # cancelled stays cancelled: no more reads
+        watch.check()
+    assert len(reads) == 1
+
+
 def test_cancel_while_running_starts_no_model_call_after_the_cancel_is_seen():
     # GIVEN a running job; during its 5th model call a user cancels it
     p = started()
@@ -133,6 +163,7 @@ def test_cancel_while_running_starts_no_model_call_after_the_cancel_is_seen():
     def cancel_during_call(request: ModelRequest) -> ModelResponse:
         calls_at_cancel.append(p.model.calls)
         assert lifecycle.request_cancel(p.world.deps, JOB, by="alice").changed
+        p.world.clock.advance(lifecycle.CANCEL_CHECK_MAX_AGE_S)  # the call lasts as long as a read is kept
         return p.model.inner.invoke(request)
 
     p.model.faults.append(Fault(lambda r: p.model.calls == 5, cancel_during_call, 1))
@@ -226,13 +257,3 @@ def test_a_job_submitted_again_after_a_cancel_stays_cancelled():
     assert job(p).state is S.CANCELLED and p.world.queues.sent[Queue.ANALYSIS] == [] and p.model.calls == 0
 
 
-def test_the_event_readers_grace_outlasts_the_longest_legitimate_write():
-    """Issue 16 item 5: a reader passes a gap only once it cannot be a write still under way: the grace is longer
-    than every botocore attempt of the AWS client timing out, with the backoffs between them."""
-    from contract_review.config.constants import BOTOCORE_MAX_BACKOFF_S
-    from contract_review.wiring import aws_client_config
-
-    config = aws_client_config()
-    attempts = config.retries["total_max_attempts"]
-    longest = attempts * (config.connect_timeout + config.read_timeout) + (attempts - 1) * BOTOCORE_MAX_BACKOFF_S
-    assert lifecycle.EVENT_GAP_GRACE_S > longest >= 255

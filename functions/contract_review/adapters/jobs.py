@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import random
+import time
 from collections.abc import Collection, Iterator, Mapping
 from typing import Any
 
@@ -34,6 +36,19 @@ def _usage_adds(usage: Usage | None) -> tuple[list[str], dict[str, Any]]:
 
 
 LIST_FIELDS = "job_id, #s, created_at, updated_at, idempotency_key, chunk_count, document_id, error_code"
+# The sparse index of open jobs (infra/tables.py JOBS_OPEN_INDEX): only a job in a non-terminal state carries
+# `open_state` (its state, written by the same write that writes the state; removed by the write that ends it),
+# sorted by `updated_at`. The sweeper queries "jobs in this state idle since T" instead of scanning the table.
+OPEN_INDEX = "by-open-state"
+# The job's event counter: one small item in the events table, beside its events. "#" sorts before every
+# event's zero-padded number, so `seq > event_seq(after)` never returns it.
+COUNTER_SEQ = "#counter"
+EVENT_APPEND_ATTEMPTS = 50  # concurrent writers of one job's events each win one round
+OPEN_STATE = "open_state"
+
+
+def _open_state(state: JobState) -> str | None:
+    return None if state.terminal else state.value
 
 
 class DynamoJobs:
@@ -43,20 +58,28 @@ class DynamoJobs:
         self.ttl_s = ttl_s
         self.clock = clock
 
+    @staticmethod
+    def _item(job: Job) -> dict[str, Any]:
+        item = to_item(job)
+        if (open_state := _open_state(job.state)) is not None:
+            item[OPEN_STATE] = {"S": open_state}
+        return item
+
     def create(self, job: Job) -> tuple[Job, bool]:
         job = job.model_copy(update={"expires_at": int(self.clock()) + self.ttl_s})
-        created, old = self.jobs.put_if(to_item(job), "attribute_not_exists(job_id)")
+        created, old = self.jobs.put_if(self._item(job), "attribute_not_exists(job_id)")
         if created:
             return job, True
         existing = Job.model_validate(old) if old else self.get(job.job_id)
         if existing is None or not existing.replaceable:
             return existing or job, False
         # a job that failed on bad input is replaced by a corrected submission with the same key; its
-        # event numbers go on (a reader resuming after its last event loses nothing), conditional on
+        # event numbers go on (its counter item stays: a reader resuming after its last event loses nothing), conditional on
         # nothing having changed it since the read
         replacement = job.model_copy(update={"version": existing.version + 1, "event_seq": existing.event_seq})
+        # (`event_seq`: kept for a job whose events predate the counter item; the counter itself is not replaced)
         version_cond = "(#v = :v OR attribute_not_exists(#v))" if existing.version == 0 else "#v = :v"
-        created, old = self.jobs.put_if(to_item(replacement), version_cond, ExpressionAttributeNames={"#v": "version"},
+        created, old = self.jobs.put_if(self._item(replacement), version_cond, ExpressionAttributeNames={"#v": "version"},
                                         ExpressionAttributeValues=serialize({":v": existing.version}))
         if created:
             return replacement, True
@@ -85,8 +108,12 @@ class DynamoJobs:
             else:
                 remove.append("settled")
         fields.update({"state": to.value, "updated_at": self.clock()})
+        if (open_state := _open_state(to)) is not None:  # in the open-jobs index while open, out once ended
+            fields[OPEN_STATE] = open_state
+        else:
+            remove.append(OPEN_STATE)
         expr, names, values = set_clause(fields)
-        expr = "SET " + expr + " ADD version :one, event_seq :one"
+        expr = "SET " + expr + " ADD version :one"
         values[":one"] = 1
         if remove:
             names.update({f"#r{i}": k for i, k in enumerate(remove)})
@@ -108,12 +135,41 @@ class DynamoJobs:
         return Job.model_validate(item) if item else None
 
     def stalled(self, idle_since: float, state: JobState = JobState.RUNNING) -> Iterator[Job]:
-        # a scan: the jobs table holds TTL-bounded jobs
-        for item in self.jobs.pages("scan", FilterExpression="#s = :state AND updated_at < :t",
-                                    ExpressionAttributeNames={"#s": "state"},
-                                    ExpressionAttributeValues=serialize({":state": state.value,
-                                                                         ":t": idle_since})):
-            yield Job.model_validate(item)
+        """A query of the sparse open-jobs index (keys only), then each job read again, strongly consistent.
+
+        The index is eventually consistent (a GSI is: moto's happens not to be), so what it says is a hint:
+        an entry may still show a job that has since moved on (another state, or progress after `idle_since`),
+        or not yet show one that just arrived. Each job is read again and kept only if the item itself is in
+        `state` and idle since `idle_since`, so a stale entry costs one read and nothing else; a job missing
+        from the index is found by the next sweep (the sweeper only acts on jobs idle for a stall period or a
+        lease, far longer than the index's lag). Every write the sweeper then makes is conditional anyway (the
+        job's version, the chunk's fence), as it was when this was a scan."""
+        for key in self.jobs.pages("query", IndexName=OPEN_INDEX,
+                                   KeyConditionExpression="#o = :state AND updated_at < :t",
+                                   ExpressionAttributeNames={"#o": OPEN_STATE},
+                                   ExpressionAttributeValues=serialize({":state": state.value, ":t": idle_since})):
+            job = self.get(key["job_id"])
+            if job is not None and job.state is state and job.updated_at < idle_since:
+                yield job
+
+    def backfill_open_index(self) -> int:
+        """One-time, for jobs written before the open-jobs index existed (`review backfill-open-jobs`): give
+        every open job without `open_state` its key, conditional on its state being the one read (a job that moved
+        meanwhile was written by the new code, which sets it). A scan of the table, by an operator, once: the
+        pipeline itself never scans. The number of jobs it indexed."""
+        names = {"#s": "state", "#o": OPEN_STATE}
+        n = 0
+        for item in self.jobs.pages("scan", ProjectionExpression="job_id, #s", ExpressionAttributeNames=names,
+                                    FilterExpression="attribute_not_exists(#o)"):
+            state = JobState(item["state"])
+            if state.terminal:
+                continue
+            if self.jobs.update_if({"job_id": item["job_id"]}, UpdateExpression="SET #o = :s",
+                                   ConditionExpression="#s = :s AND attribute_not_exists(#o)",
+                                   ExpressionAttributeNames=names,
+                                   ExpressionAttributeValues=serialize({":s": state.value})) is not None:
+                n += 1
+        return n
 
     def touch(self, job_id: str) -> None:
         self.jobs.client.update_item(TableName=self.jobs.name, Key=serialize({"job_id": job_id}),
@@ -134,32 +190,28 @@ class DynamoJobs:
             {"job_id": job_id}, UpdateExpression="SET fanned_out = :to", ConditionExpression="fanned_out = :from",
             ExpressionAttributeValues=serialize({":to": to_count, ":from": from_count})) is not None
 
-    def settle_chunk(self, job_id: str, chunk_id: str, *, with_event: bool = False, usage: Usage | None = None) -> Job:
+    def settle_chunk(self, job_id: str, chunk_id: str, *, usage: Usage | None = None) -> Job:
         adds, values = _usage_adds(usage)
         if adds:  # the chunk's usage is added only by the update that brings it into the settled set
-            counted = self.settle_new_chunk(job_id, chunk_id, with_event=with_event, usage=usage)
+            counted = self.settle_new_chunk(job_id, chunk_id, usage=usage)
             if counted is not None:
                 return counted
-        return self._settle(job_id, chunk_id, with_event, [], {}, "")
+        return self._settle(job_id, chunk_id, [], {}, "")
 
-    def settle_new_chunk(self, job_id: str, chunk_id: str, *, with_event: bool = False,
-                         usage: Usage | None = None) -> Job | None:
+    def settle_new_chunk(self, job_id: str, chunk_id: str, *, usage: Usage | None = None) -> Job | None:
         adds, values = _usage_adds(usage)
         try:
-            return self._settle(job_id, chunk_id, with_event, adds, values, " AND NOT contains(settled, :cid)")
+            return self._settle(job_id, chunk_id, adds, values, " AND NOT contains(settled, :cid)")
         except ClientError as exc:
             if not is_conditional_failure(exc):
                 raise
             return None
 
-    def _settle(self, job_id: str, chunk_id: str, with_event: bool, adds: list[str], values: dict[str, Any],
-                also: str) -> Job:
-        values = {**values, ":c": {chunk_id}, ":now": self.clock(), **({":one": 1} if with_event else {}),
-                  **({":cid": chunk_id} if also else {})}
+    def _settle(self, job_id: str, chunk_id: str, adds: list[str], values: dict[str, Any], also: str) -> Job:
+        values = {**values, ":c": {chunk_id}, ":now": self.clock(), **({":cid": chunk_id} if also else {})}
         r = self.jobs.client.update_item(
             TableName=self.jobs.name, Key=serialize({"job_id": job_id}),
-            UpdateExpression="ADD " + ", ".join(["settled :c", *(["event_seq :one"] if with_event else []), *adds])
-            + " SET updated_at = :now",
+            UpdateExpression="ADD " + ", ".join(["settled :c", *adds]) + " SET updated_at = :now",
             ConditionExpression="attribute_exists(job_id)" + also, ReturnValues="ALL_NEW",
             ExpressionAttributeValues=serialize(values))
         return Job.model_validate(deserialize(r["Attributes"]))
@@ -221,26 +273,60 @@ class DynamoJobs:
 
     # ---------------------------------------------------------------- events
     def record_event(self, job_id: str, kind: str, **detail: object) -> int:
-        try:
-            r = self.jobs.client.update_item(
-                TableName=self.jobs.name, Key=serialize({"job_id": job_id}), UpdateExpression="ADD event_seq :one",
-                ConditionExpression="attribute_exists(job_id)", ExpressionAttributeValues=serialize({":one": 1}),
-                ReturnValues="UPDATED_NEW")
-        except ClientError as exc:
-            if not is_conditional_failure(exc):
-                raise
-            return 0  # no such job (never created, or expired): it has no event stream
-        number = int(deserialize(r["Attributes"])["event_seq"])
-        self.put_event(job_id, number, kind, detail)
-        return number
+        """The job's next number and the event, written together: one transaction of the job's counter item (in the
+        events table, `seq` COUNTER_SEQ) and the event, conditional on the counter being what was read. So numbers
+        have no gaps (a writer that dies wrote neither), and the job item takes no write per event (each event used
+        to `ADD event_seq` on the job item, a write billed at the whole item's size, which grows with the
+        document)."""
+        for attempt in range(EVENT_APPEND_ATTEMPTS):
+            last, counted = self._last_number(job_id)
+            if last is None:
+                return 0  # no such job (never created, or expired): it has no event stream
+            now = self.clock()
+            event = JobEvent(job_id=job_id, seq=event_seq(last + 1), type=kind, at=now,
+                             detail=json.loads(json.dumps(detail, default=str)))
+            item = to_item(event)
+            item.update(serialize({"expires_at": int(now) + self.ttl_s}))
+            counter_cond = "#n = :last" if counted else "attribute_not_exists(#n)"
+            try:
+                self.events_table.client.transact_write_items(TransactItems=[
+                    {"Update": {"TableName": self.events_table.name,
+                                "Key": serialize({"job_id": job_id, "seq": COUNTER_SEQ}),
+                                "UpdateExpression": "SET #n = :next, expires_at = :exp",
+                                "ConditionExpression": counter_cond, "ExpressionAttributeNames": {"#n": "number"},
+                                "ExpressionAttributeValues": serialize({
+                                    ":next": last + 1, ":exp": int(now) + self.ttl_s,
+                                    **({":last": last} if counted else {})})}},
+                    {"Put": {"TableName": self.events_table.name, "Item": item,
+                             "ConditionExpression": "attribute_not_exists(seq)"}},
+                ])
+                return last + 1
+            except ClientError as exc:
+                if not is_conditional_failure(exc):  # another writer took the number: read again, try again
+                    raise
+                time.sleep(random.uniform(0, 0.005 * (attempt + 1)))  # noqa: S311 (jitter, not crypto)
+        raise RuntimeError(f"job {job_id}: its event counter kept changing ({EVENT_APPEND_ATTEMPTS} attempts)")
 
-    def put_event(self, job_id: str, number: int, kind: str, detail: dict[str, object]) -> None:
-        now = self.clock()
-        event = JobEvent(job_id=job_id, seq=event_seq(number), type=kind, at=now,
-                         detail=json.loads(json.dumps(detail, default=str)))
-        item = to_item(event)
-        item.update(serialize({"expires_at": int(now) + self.ttl_s}))
-        self.events_table.client.put_item(TableName=self.events_table.name, Item=item)
+    def _last_number(self, job_id: str) -> tuple[int | None, bool]:
+        """The job's last event number, and whether its counter item holds it; for a job whose events predate the
+        counter item, the `event_seq` its job item kept (read once: the first append writes the counter). None: no
+        such job."""
+        item = self.events_table.get({"job_id": job_id, "seq": COUNTER_SEQ})
+        if item is not None:
+            return int(item["number"]), True
+        r = self.jobs.client.get_item(TableName=self.jobs.name, Key=serialize({"job_id": job_id}),
+                                      ProjectionExpression="event_seq", ConsistentRead=True)
+        if "Item" not in r:
+            return None, False
+        return int(deserialize(r["Item"]).get("event_seq", 0)), False
+
+    def last_event(self, job_id: str) -> JobEvent | None:
+        r = self.events_table.client.query(
+            TableName=self.events_table.name, KeyConditionExpression="job_id = :j AND seq > :zero",
+            ExpressionAttributeValues=serialize({":j": job_id, ":zero": event_seq(0)}), ScanIndexForward=False,
+            Limit=1, ConsistentRead=True)
+        items = r.get("Items", [])
+        return JobEvent.model_validate(deserialize(items[0])) if items else None
 
     def events(self, job_id: str, after: int = 0, limit: int | None = None) -> list[JobEvent]:
         """The job's events numbered above `after`, in order, at most `limit` (a consistent read: an event

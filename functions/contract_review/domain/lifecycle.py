@@ -9,7 +9,8 @@
 
 `transition` checks the table (an illegal transition raises `IllegalTransition`: a bug, never an
 operational outcome), makes one conditional write on the job's `version` as the caller read it,
-and appends the transition's event under the job's next event number. It returns None when the job
+and appends the transition's event under the job's next event number (after the write: a crash between the
+two loses the event, never leaves a hole in the numbers). It returns None when the job
 changed since that read: the caller re-reads and decides again (`move` does that for callers that
 only know which states they accept).
 
@@ -28,11 +29,11 @@ never stands over a ticket left open.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Collection
 
 from pydantic import BaseModel
 
-from contract_review.config.constants import LONGEST_AWS_CALL_S
 from contract_review.domain.errors import ErrorEnvelope, ReviewError
 from contract_review.domain.messages import JobControl
 from contract_review.domain.ports import Deps
@@ -60,10 +61,6 @@ TRANSITIONS: dict[JobState, frozenset[JobState]] = {
     S.CANCELLED: frozenset({S.RUNNING}),  # `review retry`: resumed from its checkpoints
 }
 CANCELLABLE = (S.QUEUED, S.RUNNING, S.WAITING_APPROVAL)
-# How long a gap in a job's event numbers may be a write still under way: longer than the longest legitimate
-# write (every botocore attempt timing out, with its backoffs: config/constants.py LONGEST_AWS_CALL_S, 255 s). A
-# reader passes an older gap (its writer died between taking the number and writing the event).
-EVENT_GAP_GRACE_S = LONGEST_AWS_CALL_S + 5.0
 MOVE_ATTEMPTS = 5
 _NO_STATS = AttemptStats()
 
@@ -93,8 +90,7 @@ def transition(deps: Deps, job: Job, to: JobState, *, event: str | None = None,
                                if_version=job.version)
     if new is None:
         return None
-    deps.jobs.put_event(job.job_id, new.event_seq, event or f"job.{to.value}",
-                        {"from_state": job.state.value, **(detail or {})})
+    deps.jobs.record_event(job.job_id, event or f"job.{to.value}", **{"from_state": job.state.value, **(detail or {})})
     return new
 
 
@@ -116,21 +112,13 @@ def move(deps: Deps, job_id: str, from_states: Collection[JobState], to: JobStat
 
 # ------------------------------------------------------------------------------ events
 def read_events(deps: Deps, job_id: str, after: int = 0, limit: int = 100) -> list[JobEvent]:
-    """The job's events after number `after`, in order, stopping at a gap a writer may still fill.
+    """The job's events after number `after`, in order.
 
-    Event numbers are taken before the event is written, so a reader can see number n+1 before n.
-    Resuming after n+1 would then lose n: so the answer stops before a gap unless the event after it
-    is older than EVENT_GAP_GRACE_S (the gap is then a crash between the two writes: permanent)."""
-    events = deps.jobs.events(job_id, after=after, limit=limit)
-    out: list[JobEvent] = []
-    expected = after + 1
-    now = deps.clock()
-    for e in events:
-        if e.number != expected and now - e.at < EVENT_GAP_GRACE_S:
-            break
-        out.append(e)
-        expected = e.number + 1
-    return out
+    An event and its number are written together (`JobsRepo.record_event`: one transaction with the job's counter),
+    so a reader never sees number n+1 before n, and resuming after the last event read loses nothing. (Numbers
+    used to be taken before the event was written, and a reader waited out a 260 s grace at every gap in case
+    its writer was still under way; a gap left by an older version's writer that died is simply passed.)"""
+    return deps.jobs.events(job_id, after=after, limit=limit)
 
 
 # ------------------------------------------------------------------------------ cancellation
@@ -197,17 +185,34 @@ class JobCancelled(ReviewError):
         self.stage = stage
 
 
-class CancelWatch:
-    """Before every model call (`Retrier.check`), one read of the job's state: a worker stops within one
-    model call of a cancel. `stage` is kept up to date by the caller (the analyst under way)."""
+# How long one read of the job's state answers the cancellation check: every model call of every analyst of a
+# chunk asks, and a strongly consistent read of the job item before each one made the job item the hottest read
+# of the table (issue 17). A worker stops within one model call and about this long of a cancel.
+CANCEL_CHECK_MAX_AGE_S = 1.0
 
-    def __init__(self, deps: Deps, job_id: str):
-        self.deps, self.job_id = deps, job_id
+
+class CancelWatch:
+    """Before every model call (`Retrier.check`), the job's state as read at most `max_age_s` ago (a strongly
+    consistent read when the last one is older): a worker stops within one model call (and `max_age_s`) of a
+    cancel. Shared by the chunk's analyst threads: one read answers all of them. `stage` is kept up to date by
+    the caller (the analyst under way)."""
+
+    def __init__(self, deps: Deps, job_id: str, max_age_s: float = CANCEL_CHECK_MAX_AGE_S):
+        self.deps, self.job_id, self.max_age_s = deps, job_id, max_age_s
         self.stage = "claim"
+        self._lock = threading.Lock()
+        self._read_at = float("-inf")
+        self._cancelled = False
 
     def check(self) -> None:
-        job = self.deps.jobs.get(self.job_id)
-        if job is None or job.state in (S.CANCELLING, S.CANCELLED):
+        with self._lock:  # the analysts' threads wait for the one read under way instead of each reading
+            now = self.deps.clock()
+            if not self._cancelled and now - self._read_at >= self.max_age_s:
+                job = self.deps.jobs.get(self.job_id)
+                self._cancelled = job is None or job.state in (S.CANCELLING, S.CANCELLED)
+                self._read_at = now
+            cancelled = self._cancelled
+        if cancelled:
             raise JobCancelled(self.stage)
 
 
@@ -242,11 +247,11 @@ def finish_cancel(deps: Deps, job: Job) -> JobState:
     # and this comes first counts it, once); the job's total is only ever added to, never written whole
     for r in records:
         if r.chunk_id not in job.settled:  # counted here: its `chunk.settled` event too (the aggregator's is skipped)
-            counted = deps.jobs.settle_new_chunk(job.job_id, r.chunk_id, with_event=True, usage=r.usage())
+            counted = deps.jobs.settle_new_chunk(job.job_id, r.chunk_id, usage=r.usage())
             if counted is not None:
-                deps.jobs.put_event(job.job_id, counted.event_seq, "chunk.settled", {
-                    "chunk_id": r.chunk_id, "chunk_index": r.chunk_index, "status": r.status.value,
-                    "settled": len(counted.settled), "total": job.chunk_count, "by": "cancel"})
+                deps.jobs.record_event(job.job_id, "chunk.settled", chunk_id=r.chunk_id, chunk_index=r.chunk_index,
+                                       status=r.status.value, settled=len(counted.settled), total=job.chunk_count,
+                                       by="cancel")
     done = sum(1 for r in records if r.status is ChunkStatus.DONE)
     cancelled = sum(1 for r in records if r.status is ChunkStatus.CANCELLED)
     code = job.cancel_code or "job.cancelled"

@@ -111,10 +111,15 @@ class JobsRepo(Protocol):
         Use `lifecycle.transition`, which checks the transition table and writes the event. The fields
         of `outcome` (e.g. JobOutcome, JobFailure, Cancellation) are written with it; `settled`
         (reopening an ended job) clears the earlier ending and replaces the settled set. Adds 1 to the
-        job's `version` and to its `event_seq`: the transition's event takes that number (`put_event`)."""
+        job's `version`; the transition's event is appended after it (`record_event`)."""
 
     def stalled(self, idle_since: float, state: JobState = JobState.RUNNING) -> Iterator[Job]:
-        """Jobs in `state` (default `running`) not updated since `idle_since`."""
+        """Open jobs in `state` (default `running`; a terminal state finds none) not updated since `idle_since`:
+        a query of the jobs table's sparse open-jobs index, each job read again (the index lags)."""
+
+    def backfill_open_index(self) -> int:
+        """Once, for jobs written before the open-jobs index: index every open job lacking its key (one scan, by
+        an operator: `review backfill-open-jobs`); the number indexed."""
 
     def touch(self, job_id: str) -> None: ...
 
@@ -126,14 +131,12 @@ class JobsRepo(Protocol):
         """Move the fan-out cursor from `from_count` to `to_count` (conditional on it being `from_count`);
         False when it had moved (another fan-out got there first)."""
 
-    def settle_chunk(self, job_id: str, chunk_id: str, *, with_event: bool = False, usage: Usage | None = None) -> Job:
-        """Add the chunk to the job's settled set (idempotent); the job after the update. `with_event`:
-        the same update takes the job's next event number (`event_seq`), for `put_event`. `usage`: the chunk's
+    def settle_chunk(self, job_id: str, chunk_id: str, *, usage: Usage | None = None) -> Job:
+        """Add the chunk to the job's settled set (idempotent); the job after the update. `usage`: the chunk's
         usage, added to the job's in the same update, only if the chunk was not in the settled set already (a
         chunk is counted once)."""
 
-    def settle_new_chunk(self, job_id: str, chunk_id: str, *, with_event: bool = False,
-                         usage: Usage | None = None) -> Job | None:
+    def settle_new_chunk(self, job_id: str, chunk_id: str, *, usage: Usage | None = None) -> Job | None:
         """`settle_chunk` only if the chunk is not in the settled set yet (one conditional update); None, and
         nothing written, when it is: the caller learns whether it was the one that counted it."""
 
@@ -152,11 +155,12 @@ class JobsRepo(Protocol):
         touching the job's `version` (a transition made after it still holds); None when there is no job."""
 
     def record_event(self, job_id: str, kind: str, **detail: object) -> int:
-        """Append an event under the job's next number (one atomic update of `event_seq`, then the
-        event); the number, or 0 when there is no such job (nothing is written)."""
+        """Append an event under the job's next number: the number and the event are written together (one
+        transaction with the job's counter item, beside its events), so the numbers have no gap; the number, or 0
+        when there is no such job (nothing is written)."""
 
-    def put_event(self, job_id: str, number: int, kind: str, detail: dict[str, object]) -> None:
-        """Write an event under a number already taken (a transition's)."""
+    def last_event(self, job_id: str) -> JobEvent | None:
+        """The job's latest event (None: none yet)."""
 
     def events(self, job_id: str, after: int = 0, limit: int | None = None) -> list[JobEvent]:
         """The job's events numbered above `after`, in order (at most `limit`)."""

@@ -1,7 +1,10 @@
 """Long-running analysis poller: the Fargate alternative to the worker Lambda. Same core.
 
 It owns a short visibility timeout (heartbeated), so a dead task's chunk is back in
-`fargate_visibility_s` even without the sweeper, and it sweeps in-process.
+`fargate_visibility_s` even without the sweeper, and it sweeps lapsed claims in-process (a query of the
+sparse lease index: what only a poller does faster than the minute schedule). Jobs (stalled, cancelling,
+compensating, waiting for approval, queued; the DLQs) are left to the scheduled sweeper Lambda, so the
+cost of finding them does not grow with the number of tasks.
 Entry point: `python -m contract_review.handlers.poller` (the task definition's command).
 
 Scale-in and SIGTERM:
@@ -30,7 +33,7 @@ from pydantic import ValidationError
 from contract_review.config.settings import Settings
 from contract_review.domain.messages import AnalysisMessage
 from contract_review.domain.ports import Deps
-from contract_review.pipeline.sweeper import sweep
+from contract_review.pipeline.sweeper import sweep_claims
 from contract_review.pipeline.worker import ChunkWorker, Delivery, Tier2
 
 from ..wiring import ScaleInGuard, aws_client_config, build_chunk_worker, build_deps, build_model, build_scale_in_guard
@@ -69,14 +72,16 @@ class Shutdown:
 
 
 def _sweep_loop(deps: Deps, interval_s: float, stop: Shutdown) -> None:
-    """Every poller also sweeps (idempotent, conditional): a dead task's chunk is requeued within
-    lease + interval without waiting for the scheduled sweeper Lambda (1 minute at best). The
-    sweeper Lambda, which runs in this stack too, publishes the sweep metrics (StuckJobs)."""
+    """Every poller also sweeps lapsed claims (idempotent, conditional): a dead task's chunk is requeued within
+    lease + interval without waiting for the scheduled sweeper Lambda (1 minute at best). Only claims: one
+    query of the sparse lease index per round, whose answer is the claims that lapsed (usually none), so 20
+    tasks sweeping every 10 s cost 120 small queries a minute and nothing that grows with the jobs kept. The
+    sweeper Lambda, which runs in this stack too, reconciles jobs and publishes the sweep metrics (StuckJobs)."""
     if deps.meter is not None:  # the sweeps' requests are not the chunk attempt's running meanwhile
         deps.meter.exclude_current_thread()
     while not stop.wait(interval_s):
         try:
-            report = sweep(deps)
+            report = sweep_claims(deps)
             if report.requeued or report.dead_lettered:
                 log.info("sweep requeued=%s dead_lettered=%s", report.requeued, report.dead_lettered)
         except Exception:  # the next round retries; logged, not hidden

@@ -223,8 +223,7 @@ def progress_of(job: Job, last: JobEvent | None) -> ProgressView:
 
 
 def job_progress(deps: Deps, job: Job) -> ProgressView:
-    last = deps.jobs.events(job.job_id, after=max(job.event_seq - 1, 0), limit=1)
-    return progress_of(job, last[0] if last else None)
+    return progress_of(job, deps.jobs.last_event(job.job_id))
 
 
 def _event_line(e: JobEvent) -> EventLine:

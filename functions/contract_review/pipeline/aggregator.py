@@ -74,16 +74,14 @@ def _handle_result(deps: Deps, msg: ResultMessage, counter: RequestCounter) -> s
         return "stale"  # the chunk moved on (redrive, newer owner); its own message will settle it
     counted = msg.chunk_id in job.settled  # a second copy of a result already counted (at-least-once)
     fanout.refill(deps, job, settling=msg.chunk_id)  # the next page, if the window has room: before counting
-    # settled once, in the log too: the settling update takes the event's number (one write fewer)
+    # settled once, in the log too: its event is written by whoever counted it
     # (conditional on the chunk not being counted yet: a finish-cancel that counted it meanwhile wrote its event)
     usage = Usage.of([chunk.usage(), aggregator_usage(deps.settings.profile.prices, counter)])
-    now_counted = None if counted else deps.jobs.settle_new_chunk(msg.job_id, msg.chunk_id, with_event=True,
-                                                                  usage=usage)
+    now_counted = None if counted else deps.jobs.settle_new_chunk(msg.job_id, msg.chunk_id, usage=usage)
     if now_counted is not None:
         job = now_counted
-        deps.jobs.put_event(msg.job_id, job.event_seq, "chunk.settled", {
-            "chunk_id": msg.chunk_id, "chunk_index": msg.chunk_index, "status": msg.status.value,
-            "settled": len(job.settled), "total": job.chunk_count})
+        deps.jobs.record_event(msg.job_id, "chunk.settled", chunk_id=msg.chunk_id, chunk_index=msg.chunk_index,
+                               status=msg.status.value, settled=len(job.settled), total=job.chunk_count)
     else:
         job = deps.jobs.settle_chunk(msg.job_id, msg.chunk_id)  # counted before: the set holds it (idempotent)
     if job.state is JobState.CANCELLING:

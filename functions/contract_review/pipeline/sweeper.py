@@ -113,15 +113,11 @@ def _isolated(report: SweepReport, step: str, item: str) -> Iterator[None]:
 
 
 def sweep(deps: Deps, now: float | None = None) -> SweepReport:
+    """The scheduled sweeper Lambda's sweep: all of the above."""
     now = deps.clock() if now is None else now
     report = SweepReport()
     jobs = _JobCache(deps)
-    lapsed: list[ChunkRecord] = []
-    with _isolated(report, "lapsed", "query"):
-        lapsed = list(deps.claims.lapsed(now))
-    for claim in lapsed:
-        with _isolated(report, "lapsed", f"{claim.job_id}/{claim.chunk_id}"):
-            _recover_lapsed(deps, jobs.open(claim.job_id), claim, now, report)
+    _recover_lapsed_claims(deps, now, report, jobs)
     _explain_dlq(deps, report, jobs)
     _explain_intake_dlq(deps, now, report)
     _reconcile_stalled(deps, now, report)
@@ -129,6 +125,25 @@ def sweep(deps: Deps, now: float | None = None) -> SweepReport:
         with _isolated(report, "approvals", "expire"):
             report.approvals_expired = saga.expire_approvals(deps, now)
     return report
+
+
+def sweep_claims(deps: Deps, now: float | None = None) -> SweepReport:
+    """Step 1 only (lapsed claims), what a Fargate poller sweeps in-process: a query of the sparse lease index,
+    whose size is the claims held at this moment, not the jobs kept. Jobs (the DLQs, stalled, cancelling,
+    compensating, waiting and queued jobs) are the scheduled sweeper Lambda's alone."""
+    now = deps.clock() if now is None else now
+    report = SweepReport()
+    _recover_lapsed_claims(deps, now, report, _JobCache(deps))
+    return report
+
+
+def _recover_lapsed_claims(deps: Deps, now: float, report: SweepReport, jobs: _JobCache) -> None:
+    lapsed: list[ChunkRecord] = []
+    with _isolated(report, "lapsed", "query"):
+        lapsed = list(deps.claims.lapsed(now))
+    for claim in lapsed:
+        with _isolated(report, "lapsed", f"{claim.job_id}/{claim.chunk_id}"):
+            _recover_lapsed(deps, jobs.open(claim.job_id), claim, now, report)
 
 
 def timed_out(claim: ChunkRecord, lease_s: float) -> bool:
