@@ -63,7 +63,10 @@ class QueuesConfig(BaseModel):
     # failures of one chunk are needed to dead-letter it.
     max_receive_count: int = 5
     dlq_retention_days: int = 14
-    queue_retention_days: int = 4
+    # 14 days, the SQS maximum, on every queue that holds work: a burst waits its turn in the queue, never past
+    # its retention (bench/burst_sim.py: 10,000 contracts at once take about a day at the prod quota), and the
+    # stall reconciler re-sends a chunk whose message nears its end (sweeper.message_lost)
+    queue_retention_days: int = 14
 
 
 class AlarmsConfig(BaseModel):
