@@ -1,6 +1,6 @@
 """Calibrate bench/burst_sim.py on the local stack: a burst of small contracts on one worker.
 
-    .venv/bin/python bench/burst_calibrate.py [--contracts 30] [--workers 1]     # ~2 minutes on 2 cores
+    .venv/bin/python bench/burst_calibrate.py [--contracts 30] [--workers 1]     # ~3 minutes on 2 cores
 
 The flood issue 17 measured (30 small contracts at once, one worker, the local profile: stall period 15 s,
 sweep every second), replayed on embedded AWS with real worker processes and the sweeper as a process:
