@@ -781,3 +781,19 @@ def test_a_chunk_claimed_between_the_read_and_the_resend_is_not_sent(monkeypatch
     # WHEN the sweeper reconciles THEN the claimed chunk is not sent (its holder has it), the three others are
     report = sweep(world.deps)
     assert sorted(m.chunk_id for m in world.queues.analysis()) == sorted(ids[1:]) and report.chunks_resent == 3
+
+
+def test_a_chunk_record_from_before_the_send_time_keeps_the_old_rule():
+    # GIVEN a stalled job whose chunk records were written before records said when their message was sent,
+    # while other messages wait in the queue
+    world = small_chunk_world()
+    job_id, ids = start_job(world)
+    for chunk_id in ids:
+        record = world.claims.items[(job_id, chunk_id)]
+        world.claims.items[(job_id, chunk_id)] = record.model_copy(update={"message_sent_at": None})
+    handle_intake(world.deps, json.dumps({"schema_version": 1, "document": {"text": TEXT.upper()}}), "m-2")
+    world.clock.advance(STALL + 1)
+    # WHEN the sweeper runs THEN its pending chunks are re-sent as before (nothing says their message is in the queue)
+    report = sweep(world.deps)
+    assert report.reconciled == [job_id] and report.chunks_resent == 4  # the other job's wait in the queue
+    assert events_of(world, job_id, "job.reconciled")[0]["lost"] == {"unknown_send": 4}
