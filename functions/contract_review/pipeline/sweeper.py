@@ -29,8 +29,8 @@ reconcile jobs that stopped making progress.
    period running out; a move to the DLQ after maxReceiveCount receives (step 2). So a pending
    chunk is re-sent only when its message was sent (or released for a tier-2 retry) more than a
    stall period ago and either its retention ends before the next look, or the analysis queue held
-   no message at all when this sweep began (visible, in flight or delayed: read before the chunk
-   records). A job whose chunks are all settled and counted but that still runs (its finalize
+   no message at all when this sweep began (visible, in flight or delayed: read first, before the
+   sweep sends anything or reads a chunk record). A job whose chunks are all settled and counted but that still runs (its finalize
    failed) is finalized again.
 Every chunk write is conditional on the fencing token the sweeper observed *and* on the lease
 still being lapsed, so a heartbeat or a new claim since the sweeper's read wins harmlessly.
@@ -373,14 +373,15 @@ def message_lost(chunk: ChunkRecord, now: float, stall_s: float, retention_s: fl
     or on its way, and re-sending it would only double a backlog. `queued`: the analysis queue's messages
     (visible + in flight + delayed) read before the chunk record; None when unknown.
 
-    - `released`: nothing is judged within a stall period of a release that sends or returns a message
-      (a backpressure requeue's delayed message, a tier-2 retry's backoff), nor of the message's send
-      (`sent`; it also covers SQS's approximate counts, which lag a minute behind a send);
+    Nothing is judged within a stall period of a release that sends or returns a message (a backpressure
+    requeue's delayed message, a tier-2 retry's backoff), nor of the message's send (which also covers SQS's
+    approximate counts, a minute behind a send). Then:
     - `retention`: the message was sent longer ago than the queue's retention less one stall period: SQS
       deletes it before the next reconcile could look again (a tier-2 retry keeps its first send time);
     - `queue_empty`: the queue held no message at all, so none of this chunk's (a crash between the record
-      write and the send; a message deleted by hand). A DLQ move is step 2's (`_explain_dlq`).
-    A record from before `message_sent_at` keeps the old rule: anything not released within the stall period."""
+      write and the send; a message deleted by hand). A DLQ move is step 2's (`_explain_dlq`);
+    - `unknown_send`: a record from before `message_sent_at`: the old rule (anything not released within
+      the stall period)."""
     if chunk.message_on_its_way(now, stall_s):
         return None
     sent = chunk.message_sent_at
