@@ -8,7 +8,7 @@ export JSII_SILENCE_WARNING_DEPRECATED_NODE_VERSION := 1
 export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 20
 export PATH := $(abspath $(BIN)):$(abspath node_modules/.bin):$(PATH)
 
-.PHONY: venv demo test test-unit test-integration test-infra synth lint docs bench bench-quota bench-scaling bench-recovery-baseline bench-large soak clean
+.PHONY: venv demo test test-unit test-integration test-infra synth lint docs bench bench-quota bench-scaling bench-recovery-baseline bench-large bench-burst soak clean
 
 $(STAMP): requirements.txt pyproject.toml package.json package-lock.json
 	$(PY) -m venv $(VENV)
@@ -78,6 +78,13 @@ bench-recovery-baseline: $(STAMP)
 # one behind a 2 MB one (fairness); ~30 minutes on 2 cores. Results in bench/results/large.json.
 bench-large: $(STAMP)
 	$(BIN)/python bench/large.py
+
+# A burst of 1,000 and 10,000 contracts against the model quota and the fleet, the stall reconciler's old rule
+# beside the new one (bench/burst_sim.py: a discrete-event simulation, no AWS; ~5 minutes on one core, most of it
+# the old rule's 12 million duplicates). `bench/burst_calibrate.py` (~3 minutes, the local stack) re-measures
+# what it is calibrated on; `bench/burst_sim.py --local` replays that flood. Results: bench/results/burst_sim*.json.
+bench-burst: $(STAMP)
+	$(BIN)/python bench/burst_sim.py
 
 # Over 200 documents under every fault at once (transient, permanent, malformed output, duplicates,
 # kill -9 and SIGSTOP of workers), each job checked against a fault-free run; ~15 minutes on 2 cores.

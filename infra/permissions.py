@@ -122,7 +122,8 @@ SWEEPER = (
     Access("objects:findings/", (GET_OBJECT,), "finalize a stalled job whose chunks are all settled and counted"),
     Access("objects:reports/", (PUT_OBJECT,), "that job's report.json and report.md"),
     _LIST,
-    Access("queue:analysis", (SEND,), "requeue lapsed and lost chunks, and those whose receives were burned"),
+    Access("queue:analysis", (SEND, QUEUE_ATTRIBUTES), "requeue lapsed and lost chunks, and those whose receives "
+                                                       "were burned; its depth tells a backlog from a lost message"),
     Access("dlq:analysis", (RECEIVE, SEND, DELETE), "read dead letters to explain them; dead-letter; remove a copy "
                                                     "it sent again, or that nothing will act on any more"),
     Access("dlq:intake", (QUEUE_ATTRIBUTES, RECEIVE, SEND, DELETE),

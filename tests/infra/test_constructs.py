@@ -37,7 +37,7 @@ def test_valid_profile_builds() -> None:
         ({"dlq_alarm_threshold": 0}, {}, "alarm threshold"),
         ({"dlq_alarm_period_s": 90}, {}, "alarm period"),
         ({}, {"visibility_timeout_s": 50_000, "consumer_timeout_s": 60}, "12 h"),
-        ({}, {"age_alarm_s": 4 * 86400}, "age alarm"),
+        ({}, {"age_alarm_s": 14 * 86400}, "age alarm"),
     ],
 )
 def test_broken_rules_fail_synth(update: dict, kw: dict, needle: str) -> None:

@@ -65,6 +65,15 @@ def test_every_queue_has_a_dlq_with_the_profiles_receive_count(stack: tuple[str,
     assert dlq_ids == set(all_queues) - set(sources), "every non-source queue is some queue's DLQ"
 
 
+def test_queues_that_hold_work_keep_it_14_days(stack: tuple[str, dict]) -> None:
+    # a burst waits its turn in the queue (bench/burst_sim.py): intake, analysis and results keep a message
+    # as long as SQS allows, so a backlog is never lost to retention
+    _, t = stack
+    sources = source_queues(t)
+    assert {p["QueueName"].split("-")[-1] for p in sources.values()} == {"intake", "analysis", "results.fifo"}
+    assert {qid: p["MessageRetentionPeriod"] for qid, p in sources.items()} == dict.fromkeys(sources, FOURTEEN_DAYS_S)
+
+
 def test_dlq_retention_is_14_days_and_not_shorter_than_the_queue(stack: tuple[str, dict]) -> None:
     _, t = stack
     all_queues = queues(t)

@@ -438,6 +438,40 @@ def test_claims_keep_the_deadline_the_release_reason_and_the_backpressure_streak
     assert reset is not None and (reset.backpressure_since, reset.backpressure_requeues) == (None, 0)
 
 
+def test_claims_say_when_the_chunks_message_was_sent_and_a_resend_is_fenced(repos: Repos):
+    job_id = _job().job_id
+    repos.claims.create(_chunk(job_id).model_copy(update={"message_sent_at": repos.clock()}))  # fan-out
+    fanned = repos.clock()
+    env = ErrorEnvelope.of("model.throttled", "429")
+    # a tier-2 retry sends nothing (its message comes back): the first send time stays, with its retention clock
+    repos.clock.advance(10)
+    c = repos.claims.claim(job_id, "c0", "a", 30, 1)
+    retry = repos.claims.release(job_id, "c0", c.fence, AttemptStats(), env, failure=True)
+    assert retry is not None and retry.message_sent_at == fanned
+    # every release that sends a fresh message (backpressure, hold, lost worker) and a redrive move it
+    for reason in (ReleaseReason.BACKPRESSURE, ReleaseReason.HELD, ReleaseReason.WORKER_LOST):
+        repos.clock.advance(10)
+        c = repos.claims.claim(job_id, "c0", "a", 30, 1)
+        released = repos.claims.release(job_id, "c0", c.fence, AttemptStats(), env, failure=False, reason=reason)
+        assert released is not None and released.message_sent_at == repos.clock(), reason
+    repos.clock.advance(10)
+    c = repos.claims.claim(job_id, "c0", "a", 30, 1)
+    ended = repos.claims.release(job_id, "c0", c.fence, AttemptStats(), None, failure=False,
+                                 reason=ReleaseReason.JOB_ENDED)
+    assert ended is not None and ended.message_sent_at == repos.clock() - 10
+    # the reconciler's re-send: only while the chunk is pending, unheld and under the fence read
+    repos.clock.advance(10)
+    assert repos.claims.message_sent(job_id, "c0", c.fence - 1) is None
+    marked = repos.claims.message_sent(job_id, "c0", c.fence)
+    assert marked is not None and marked.message_sent_at == repos.clock()
+    held = repos.claims.claim(job_id, "c0", "b", 30, 1)
+    assert repos.claims.message_sent(job_id, "c0", held.fence) is None
+    assert repos.claims.finish(job_id, "c0", held.fence, ChunkStatus.DEAD_LETTERED, AttemptStats(), error=env)
+    repos.clock.advance(10)
+    reset = repos.claims.reset_for_redrive(job_id, "c0")
+    assert reset is not None and reset.message_sent_at == repos.clock()
+
+
 def test_jobs_count_requeues_without_touching_progress(repos: Repos):
     job, _ = repos.jobs.create(_job(JobState.RUNNING))
     repos.clock.advance(10)

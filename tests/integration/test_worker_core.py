@@ -397,9 +397,12 @@ def test_a_dlq_copy_older_than_a_redrive_does_not_dead_letter_the_chunk_again(de
 def test_reconciler_recovers_a_job_whose_results_and_messages_were_lost(deps, sqs):
     job_id, work = _start_long_job(deps, sqs)
     (m0, d0), (m1, _), *_ = work
-    # chunk 0 finished but its results message never reached the queue; chunk 1's message is lost
+    # chunk 0 finished but its results message never reached the queue; the other chunks' messages are lost
+    # (gone from the queue without a claim: a message still in flight would come back, and is not re-sent)
     _worker(deps, ScriptedModel()).handle(m0, d0)
     sqs.purge_queue(QueueUrl=deps.settings.results_queue_url)
+    for _, d in work:
+        sqs.delete_message(QueueUrl=deps.settings.analysis_queue_url, ReceiptHandle=d.receipt_handle)
     later = deps.clock() + deps.settings.profile.recovery.stall_after_s + 1
     report = sweep(deps, now=later)
     assert report.reconciled == [job_id]

@@ -291,6 +291,8 @@ class FakeClaims:
             return None
         update = {**self._with_stats(r, stats), "status": ChunkStatus.PENDING, "failures": r.failures + int(failure),
                   "release_reason": reason, "released_at": self.clock()}
+        if reason.sends_message:
+            update["message_sent_at"] = self.clock()
         if reason is ReleaseReason.BACKPRESSURE:
             update["backpressure_since"] = r.backpressure_since if r.backpressure_since is not None else self.clock()
             update["backpressure_requeues"] = r.backpressure_requeues + 1
@@ -323,9 +325,17 @@ class FakeClaims:
         if r is None or r.status not in states:
             return None
         return self._store(r, {"status": ChunkStatus.PENDING, "failures": 0, "redriven": r.redriven + 1,
-                               "fence": r.fence + 1, "redriven_at": self.clock(), "settled_at": None,
+                               "fence": r.fence + 1, "redriven_at": self.clock(), "message_sent_at": self.clock(),
+                               "settled_at": None,
                                "backpressure_since": None, "backpressure_requeues": 0,
                                "checkpoints": {a: f for a, f in r.checkpoints.items() if a not in forget}})
+
+    def message_sent(self, job_id: str, chunk_id: str, fence: int) -> ChunkRecord | None:
+        r = self._fenced(job_id, chunk_id, fence, (ChunkStatus.PENDING,), None)
+        if r is None or r.claimed_by is not None:
+            return None
+        self.items[(job_id, chunk_id)] = r.model_copy(update={"message_sent_at": self.clock()})
+        return self.items[(job_id, chunk_id)].model_copy(deep=True)
 
     def checkpoints(self, record: ChunkRecord) -> dict[str, Checkpoint]:
         out = {}

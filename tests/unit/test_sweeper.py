@@ -21,6 +21,7 @@ from contract_review.domain.records import (
     ReleaseReason,
 )
 from contract_review.pipeline.aggregator import handle_result
+from contract_review.pipeline.intake import handle_intake
 from contract_review.pipeline.redrive import reopen
 from contract_review.pipeline.sweeper import sweep
 from contract_review.reliability.chunks import analysis_message
@@ -522,7 +523,7 @@ def test_a_stalled_job_gets_uncounted_results_resent_and_pending_chunks_requeued
     job = world.jobs.get(job_id)
     assert job is not None and job.updated_at == now and job.state is JobState.RUNNING
     assert events_of(world, job_id, "job.reconciled") == [
-        {"results_resent": 1, "chunks_requeued": 1, "by": "sweeper"}]
+        {"results_resent": 1, "chunks_requeued": 1, "by": "sweeper", "lost": {"queue_empty": 1}}]
     # AND the resent result is counted by the aggregator; an immediate second sweep does nothing
     assert handle_result(world.deps, ResultMessage.model_validate_json(resent.body)) == "recorded"
     assert world.jobs.get(job_id).settled == {ids[0], ids[1]}  # type: ignore[union-attr]
@@ -665,7 +666,8 @@ def test_the_reconciler_does_not_resend_chunks_whose_requeue_is_on_its_way():
     # THEN only the chunks without a message on its way get a fresh one; the stalled job is counted
     assert report.stalled_jobs == 1 and report.reconciled == [job_id]
     assert sorted(m.chunk_id for m in world.queues.analysis()) == [ids[2], ids[3]]
-    assert events_of(world, job_id, "job.reconciled") == [{"results_resent": 0, "chunks_requeued": 2, "by": "sweeper"}]
+    assert events_of(world, job_id, "job.reconciled") == [
+        {"results_resent": 0, "chunks_requeued": 2, "by": "sweeper", "lost": {"queue_empty": 2}}]
 
 
 def test_each_sweep_reports_how_many_stalled_jobs_it_found():
@@ -680,3 +682,118 @@ def test_each_sweep_reports_how_many_stalled_jobs_it_found():
     assert sweep(world.deps).stalled_jobs == 0
     world.clock.advance(STALL + 1)
     assert sweep(world.deps).stalled_jobs == 1
+
+
+# --- a backlog is not a loss ----------------------------------------------------------------------------
+
+RETENTION = SETTINGS.profile.queues.queue_retention_days * 86400
+
+
+def test_a_backlog_waiting_in_the_queue_is_never_resent():
+    # GIVEN a running job whose four messages still wait in the analysis queue behind other work
+    # (nobody has received them), idle for many stall periods
+    world = small_chunk_world()
+    result = handle_intake(world.deps, json.dumps({"schema_version": 1, "document": {"text": TEXT}}), "m-1")
+    job_id = result.job_id
+    assert job_id is not None and len(world.queues.analysis()) == 4
+    reports = []
+    for _ in range(5):
+        world.clock.advance(STALL + 1)
+        reports.append(sweep(world.deps))
+    # THEN every sweep found it stalled, and none sent a chunk message again
+    assert [r.stalled_jobs for r in reports] == [1] * 5
+    assert [r.chunks_resent for r in reports] == [0] * 5 and all(r.reconciled == [] for r in reports)
+    assert len(world.queues.analysis()) == 4 and events_of(world, job_id, "job.reconciled") == []
+
+
+def test_a_message_lost_between_the_release_and_the_send_is_resent_once_the_queue_has_none():
+    # GIVEN a worker released chunk 3 as backpressure and crashed before sending its fresh message,
+    # while another job's chunk messages wait in the queue
+    world = small_chunk_world()
+    job_id, ids = start_job(world)
+    for chunk_id in ids[:3]:
+        worker_finishes(world, job_id, chunk_id)
+    for m in world.queues.results():
+        handle_result(world.deps, m)
+    c = world.claims.claim(job_id, ids[3], "worker-crashed", LEASE, 1)
+    released = world.claims.release(job_id, ids[3], c.fence, AttemptStats(), ErrorEnvelope.of("model.throttled", "429"),
+                                    failure=False, reason=ReleaseReason.BACKPRESSURE)
+    assert released is not None and released.message_sent_at == world.clock()  # written before the send
+    handle_intake(world.deps, json.dumps({"schema_version": 1, "document": {"text": TEXT.upper()}}), "m-2")
+    backlog = len(world.queues.analysis())
+    assert backlog == 4
+    # WHEN the job stalls while that backlog is in the queue THEN the sweeper cannot tell a loss: nothing is sent
+    world.clock.advance(STALL + 1)
+    assert sweep(world.deps).chunks_resent == 0 and len(world.queues.analysis()) == backlog
+    # WHEN the backlog is taken and the job stalls again
+    world.queues.drain(Queue.ANALYSIS)
+    world.clock.advance(STALL + 1)
+    report = sweep(world.deps)
+    # THEN the queue held no message at all, so chunk 3's was lost: it gets one fresh message (so do the other
+    # job's chunks: their messages were taken off the queue and nobody claimed them)
+    resent = {m.chunk_id for m in world.queues.analysis()}
+    assert ids[3] in resent and report.chunks_resent == len(resent)
+    assert events_of(world, job_id, "job.reconciled") == [
+        {"results_resent": 0, "chunks_requeued": 1, "by": "sweeper", "lost": {"queue_empty": 1}}]
+    rec = world.claims.get(job_id, ids[3])
+    assert rec is not None and rec.message_sent_at == world.clock()
+    # AND the next stall period sends nothing more while that message waits
+    world.clock.advance(STALL + 1)
+    assert sweep(world.deps).chunks_resent == 0
+
+
+def test_a_message_past_its_retention_is_resent_even_behind_a_backlog():
+    # GIVEN a job whose chunk 1 failed an attempt (tier 2: the same message comes back, its first send time kept)
+    # and whose other messages wait in a queue that never empties
+    world = small_chunk_world()
+    result = handle_intake(world.deps, json.dumps({"schema_version": 1, "document": {"text": TEXT}}), "m-1")
+    job_id = result.job_id
+    assert job_id is not None
+    ids = [c.chunk_id for c in world.claims.for_job(job_id)]
+    sent_at = world.clock()
+    world.clock.advance(3600)
+    retried = worker_fails(world, job_id, ids[1])
+    assert retried.message_sent_at == sent_at  # a tier-2 retry keeps its message, and its retention clock
+    # WHEN the sweeper looks more than a stall period before the messages' retention ends THEN nothing is sent
+    world.clock.advance(RETENTION - 2 * STALL - 3600 - 1)
+    assert sweep(world.deps).chunks_resent == 0
+    # WHEN it looks again a stall period later, with less than a stall period of retention left
+    world.clock.advance(STALL + 1)
+    report = sweep(world.deps)
+    # THEN all four are sent again: SQS deletes them before the next reconcile could look
+    assert report.chunks_resent == 4 and report.reconciled == [job_id]
+    assert events_of(world, job_id, "job.reconciled")[-1]["lost"] == {"retention": 4}
+
+
+def test_a_chunk_claimed_between_the_read_and_the_resend_is_not_sent(monkeypatch):
+    # GIVEN a stalled job whose chunk messages are lost (the queue is empty)
+    world = small_chunk_world()
+    job_id, ids = start_job(world)
+    world.clock.advance(STALL + 1)
+    read = world.claims.for_job
+
+    def read_then_claimed(job: str) -> list[ChunkRecord]:
+        records = read(job)
+        world.claims.claim(job, ids[0], "worker-late", LEASE, 1)  # a worker claims chunk 0 right after the read
+        return records
+
+    monkeypatch.setattr(world.claims, "for_job", read_then_claimed)
+    # WHEN the sweeper reconciles THEN the claimed chunk is not sent (its holder has it), the three others are
+    report = sweep(world.deps)
+    assert sorted(m.chunk_id for m in world.queues.analysis()) == sorted(ids[1:]) and report.chunks_resent == 3
+
+
+def test_a_chunk_record_from_before_the_send_time_keeps_the_old_rule():
+    # GIVEN a stalled job whose chunk records were written before records said when their message was sent,
+    # while other messages wait in the queue
+    world = small_chunk_world()
+    job_id, ids = start_job(world)
+    for chunk_id in ids:
+        record = world.claims.items[(job_id, chunk_id)]
+        world.claims.items[(job_id, chunk_id)] = record.model_copy(update={"message_sent_at": None})
+    handle_intake(world.deps, json.dumps({"schema_version": 1, "document": {"text": TEXT.upper()}}), "m-2")
+    world.clock.advance(STALL + 1)
+    # WHEN the sweeper runs THEN its pending chunks are re-sent as before (nothing says their message is in the queue)
+    report = sweep(world.deps)
+    assert report.reconciled == [job_id] and report.chunks_resent == 4  # the other job's wait in the queue
+    assert events_of(world, job_id, "job.reconciled")[0]["lost"] == {"unknown_send": 4}

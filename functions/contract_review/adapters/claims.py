@@ -151,6 +151,8 @@ class DynamoClaims:
         parts, values, names = _stats_expr(stats)
         parts += ["#st = :pending", "release_reason = :reason", "released_at = :now"]
         values.update({":pending": ChunkStatus.PENDING.value, ":reason": reason.value, ":now": self.clock()})
+        if reason.sends_message:  # a fresh message follows the release: the record says when it was sent
+            parts.append("message_sent_at = :now")
         if reason is ReleaseReason.BACKPRESSURE:  # the streak starts now unless one is running
             parts += ["backpressure_since = if_not_exists(backpressure_since, :now)",
                       "backpressure_requeues = if_not_exists(backpressure_requeues, :z) + :one"]
@@ -202,10 +204,19 @@ class DynamoClaims:
             _key(job_id, chunk_id),
             # the fence moves on, so nothing still holding the old token (a sweep in flight) can settle it
             UpdateExpression="SET #st = :pending, failures = :z, redriven = if_not_exists(redriven, :z) + :one, "
-                             "fence = fence + :one, redriven_at = :now, backpressure_requeues = :z "
+                             "fence = fence + :one, redriven_at = :now, message_sent_at = :now, "
+                             "backpressure_requeues = :z "
                              f"REMOVE {_LEASE_ATTRS}, settled_at, backpressure_since{dropped}",
             ConditionExpression=f"#st IN ({states})", ExpressionAttributeNames=names,
             ExpressionAttributeValues=serialize(values))
+        return ChunkRecord.model_validate(item) if item else None
+
+    def message_sent(self, job_id: str, chunk_id: str, fence: int) -> ChunkRecord | None:
+        values = {":now": self.clock(), ":pending": ChunkStatus.PENDING.value, ":fence": fence}
+        item = self.claims.update_if(
+            _key(job_id, chunk_id), UpdateExpression="SET message_sent_at = :now",
+            ConditionExpression="fence = :fence AND #st = :pending AND attribute_not_exists(claimed_by)",
+            ExpressionAttributeNames={"#st": "status"}, ExpressionAttributeValues=serialize(values))
         return ChunkRecord.model_validate(item) if item else None
 
     # ---------------------------------------------------------------- checkpoints

@@ -78,7 +78,11 @@ class QueuesConfig(BaseModel):
     # failures of one chunk are needed to dead-letter it.
     max_receive_count: int = 5
     dlq_retention_days: int = 14
-    queue_retention_days: int = 4
+    # 14 days, the SQS maximum, on every queue that holds work: a burst waits its turn in the queue, never past
+    # its retention (bench/burst_sim.py: 10,000 contracts at once wait up to 2.4 days on 20 workers, 4 days or
+    # more on fewer workers or a smaller quota), and the stall reconciler re-sends a message nearing its end
+    # (sweeper.message_lost)
+    queue_retention_days: int = 14
 
 
 class AlarmsConfig(BaseModel):

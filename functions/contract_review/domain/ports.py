@@ -210,6 +210,11 @@ class ClaimsRepo(Protocol):
         reset too, and those analysts' checkpoints are dropped so they run again (a retry of their
         coverage gaps). None when the chunk is in none of those states."""
 
+    def message_sent(self, job_id: str, chunk_id: str, fence: int) -> ChunkRecord | None:
+        """Record that a fresh message for the pending, unheld chunk is sent now (`message_sent_at`; fenced,
+        written before the send). None when it was claimed, settled or redriven since the caller's read: then
+        the caller sends nothing (its holder or its redrive has it)."""
+
     def checkpoints(self, record: ChunkRecord) -> dict[str, Checkpoint]:
         """The chunk's committed checkpoints: analyst -> checkpoint."""
 

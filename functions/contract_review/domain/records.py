@@ -72,6 +72,12 @@ class ReleaseReason(StrEnum):
     # from the first backpressure after the hold)
     HELD = "held"
 
+    @property
+    def sends_message(self) -> bool:
+        """The release is followed by a fresh message for the chunk (its `message_sent_at` moves); a tier-2
+        retry's message is the same one coming back, and a job that ended gets none."""
+        return self in (ReleaseReason.BACKPRESSURE, ReleaseReason.WORKER_LOST, ReleaseReason.HELD)
+
 
 def job_id_for(idempotency_key: str) -> str:
     """A job's id: a client can compute it before sending (README: intake message schema)."""
@@ -179,6 +185,10 @@ class ChunkRecord(Usage):
     # `backpressure_deadline_s`.
     backpressure_since: float | None = None
     backpressure_requeues: int = 0
+    # When the chunk's current analysis message was sent (fan-out, a requeue, a redrive, the reconciler's
+    # re-send), written with the record write that precedes the send. A tier-2 retry keeps the same message
+    # (and its SQS retention clock). None: a record from before this field (the reconciler's old rule).
+    message_sent_at: float | None = None
 
     @property
     def settled(self) -> bool:

@@ -29,9 +29,11 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
                                 "dlq_seen": report.dlq_seen, "stalled_jobs": report.stalled_jobs,
                                 "backpressure_requeues": report.backpressure_requeues,
                                 "dlq_requeued": len(report.dlq_requeued), "dlq_removed": report.dlq_removed,
+                                "chunks_resent": report.chunks_resent,
                                 "finalized": report.finalized, "intake_failed": report.intake_failed,
                                 "item_failures": report.item_failures})
     return {"requeued": report.requeued, "dead_lettered": report.dead_lettered, "dlq_seen": report.dlq_seen,
             "stalled_jobs": report.stalled_jobs, "dlq_requeued": report.dlq_requeued,
+            "chunks_resent": report.chunks_resent,
             "finalized": report.finalized, "intake_failed": report.intake_failed,
             "item_failures": report.item_failures}

@@ -139,8 +139,10 @@ def refill(deps: Deps, job: Job, *, settling: str | None = None, plan: FanoutPla
     else:
         body, base = text, 0
     messages = []
+    sent_at = deps.clock()  # the record says when its message was sent (a repeated page keeps the first time)
     for c in page:
-        record = ChunkRecord(job_id=job.job_id, chunk_id=c.chunk_id, chunk_index=c.index, start=c.start, end=c.end)
+        record = ChunkRecord(job_id=job.job_id, chunk_id=c.chunk_id, chunk_index=c.index, start=c.start, end=c.end,
+                             message_sent_at=sent_at)
         deps.claims.create(record)
         messages.append(chunk_message(deps, job, record, body[c.start - base:c.end - base], "intake"))
     deps.queues.send_analysis(messages)

@@ -21,10 +21,17 @@ reconcile jobs that stopped making progress.
    failed with `runtime.intake_exhausted`, the DLQ copy replaced by one naming the job and the
    error, so `review retry JOB` or `review dlq redrive` can put it back to `queued` and resend it.
 4. Stalled jobs (`running`, no progress for `stall_after_s`): re-send the results of settled
-   chunks the job has not counted, and a fresh message for pending chunks nobody holds, except
-   those released within the stall period (a backpressure requeue's delayed message or a tier-2
-   retry is on its way: re-sending would multiply calls on a throttled model). A job whose chunks
-   are all settled and counted but that still runs (its finalize failed) is finalized again.
+   chunks the job has not counted, and a fresh message for pending chunks nobody holds whose
+   message can really be lost (`message_lost`). A backlog is not a loss: a message waiting behind
+   other jobs' chunks stays in the queue until its retention ends, so re-sending it only doubles
+   the backlog. SQS loses a chunk's message in three ways: a crash between writing the chunk record
+   and sending (the record says when its message was sent, written before the send); the retention
+   period running out; a move to the DLQ after maxReceiveCount receives (step 2). So a pending
+   chunk is re-sent only when its message was sent (or released for a tier-2 retry) more than a
+   stall period ago and either its retention ends before the next look, or the analysis queue held
+   no message at all when this sweep began (visible, in flight or delayed: read first, before the
+   sweep sends anything or reads a chunk record). A job whose chunks are all settled and counted but that still runs (its finalize
+   failed) is finalized again.
 Every chunk write is conditional on the fencing token the sweeper observed *and* on the lease
 still being lapsed, so a heartbeat or a new claim since the sweeper's read wins harmlessly.
 
@@ -80,6 +87,7 @@ class SweepReport:
     item_failures: list[str] = field(default_factory=list)  # "step:item" that raised (logged; the sweep went on)
     # jobs waiting for approval past their expires_at: failed (job.approval_expired), side effects compensated
     approvals_expired: list[str] = field(default_factory=list)
+    chunks_resent: int = 0  # stalled jobs' pending chunks whose message was lost (`message_lost`): sent again
 
     @property
     def backpressure_requeues(self) -> int:
@@ -117,10 +125,13 @@ def sweep(deps: Deps, now: float | None = None) -> SweepReport:
     now = deps.clock() if now is None else now
     report = SweepReport()
     jobs = _JobCache(deps)
+    queued: int | None = None  # the analysis queue's depth before this sweep sends anything (`message_lost`)
+    with _isolated(report, "reconcile", "depth"):
+        queued = deps.queues.depth(Queue.ANALYSIS)
     _recover_lapsed_claims(deps, now, report, jobs)
     _explain_dlq(deps, report, jobs)
     _explain_intake_dlq(deps, now, report)
-    _reconcile_stalled(deps, now, report)
+    _reconcile_stalled(deps, now, report, queued)
     if deps.side_effects is not None:
         with _isolated(report, "approvals", "expire"):
             report.approvals_expired = saga.expire_approvals(deps, now)
@@ -344,7 +355,10 @@ def _fail_queued(deps: Deps, job: Job, m: QueueMessage, report: SweepReport) -> 
     report.intake_failed.append(job.job_id)
 
 
-def _reconcile_stalled(deps: Deps, now: float, report: SweepReport) -> None:
+def _reconcile_stalled(deps: Deps, now: float, report: SweepReport, queued: int | None) -> None:
+    """`queued`: the analysis queue's depth read before the sweep sent anything and before any chunk record was
+    read (a message counted there was in the queue when the records were read; the sweep's own requeues are
+    not counted, and their chunks' records say they were just sent)."""
     stall_s = deps.settings.profile.recovery.stall_after_s
     stalled: list[Job] = []
     with _isolated(report, "reconcile", "query"):
@@ -352,7 +366,7 @@ def _reconcile_stalled(deps: Deps, now: float, report: SweepReport) -> None:
     for job in stalled:
         report.stalled_jobs += 1
         with _isolated(report, "reconcile", job.job_id):
-            _reconcile(deps, job, now, stall_s, report)
+            _reconcile(deps, job, now, stall_s, report, queued)
     # Finished here, once idle a claim lease: a cancelling job whose chunks are all settled or free but whose
     # control message was lost (or whose last worker died holding a chunk); a failing job whose compensation was
     # never finished (its control message lost; the aggregator or an earlier sweep died half-way). An aggregator
@@ -369,26 +383,62 @@ def _reconcile_stalled(deps: Deps, now: float, report: SweepReport) -> None:
                     report.finalized.append(job.job_id)
 
 
-def _reconcile(deps: Deps, job: Job, now: float, stall_s: float, report: SweepReport) -> None:
-    """`job` was read before its chunk records (finalize's conditional transition relies on that order)."""
+def message_lost(chunk: ChunkRecord, now: float, stall_s: float, retention_s: float, queued: int | None) -> str | None:
+    """Why the message of a pending chunk nobody holds is lost (or is about to be), or None: it is in the queue
+    or on its way, and re-sending it would only double a backlog. `queued`: the analysis queue's messages
+    (visible + in flight + delayed) read before the chunk record; None when unknown.
+
+    Nothing is judged within a stall period of a release that sends or returns a message (a backpressure
+    requeue's delayed message, a tier-2 retry's backoff), nor of the message's send (which also covers SQS's
+    approximate counts, a minute behind a send). Then:
+    - `retention`: the message was sent longer ago than the queue's retention less one stall period: SQS
+      deletes it before the next reconcile could look again (a tier-2 retry keeps its first send time);
+    - `queue_empty`: the queue held no message at all, so none of this chunk's (a crash between the record
+      write and the send; a message deleted by hand). A DLQ move is step 2's (`_explain_dlq`);
+    - `unknown_send`: a record from before `message_sent_at`: the old rule (anything not released within
+      the stall period)."""
+    if chunk.message_on_its_way(now, stall_s):
+        return None
+    sent = chunk.message_sent_at
+    if sent is None:
+        return "unknown_send"
+    if now - sent < stall_s:
+        return None
+    if now - sent >= retention_s - stall_s:
+        return "retention"
+    if queued == 0:
+        return "queue_empty"
+    return None
+
+
+def _reconcile(deps: Deps, job: Job, now: float, stall_s: float, report: SweepReport,
+               queued: int | None = None) -> None:
+    """`job` was read before its chunk records (finalize's conditional transition relies on that order);
+    `queued`: the analysis queue's depth read before them (`message_lost`)."""
     resent = requeued = 0
+    why: dict[str, int] = {}
     text: str | None = None
+    retention_s = deps.settings.profile.queues.queue_retention_days * 86400
     chunks = deps.claims.for_job(job.job_id)
     for c in chunks:
         if c.settled:
             if c.chunk_id not in job.settled:
                 announce(deps, c, nonce=f":reconcile:{int(now)}")  # new dedup id
                 resent += 1
-        elif c.status is ChunkStatus.PENDING and not c.message_on_its_way(now, stall_s):
-            # nobody holds it, and no requeue or retry of it is on its way: its message may be lost
+        elif c.status is ChunkStatus.PENDING and (lost := message_lost(c, now, stall_s, retention_s, queued)):
             text = deps.artifacts.get_text(job.document_key) if text is None else text
-            deps.queues.send_analysis([analysis_message(deps, job, c, "reconcile", text)])
+            msg = analysis_message(deps, job, c, "reconcile", text)  # built before any write
+            if deps.claims.message_sent(job.job_id, c.chunk_id, c.fence) is None:
+                continue  # claimed or redriven since the read: its holder has it
+            deps.queues.send_analysis([msg])
             requeued += 1
+            why[lost] = why.get(lost, 0) + 1
     deps.jobs.touch(job.job_id)  # the next reconcile waits another stall period
     if resent or requeued:
         deps.jobs.record_event(job.job_id, "job.reconciled", results_resent=resent, chunks_requeued=requeued,
-                               by="sweeper")
+                               by="sweeper", **({"lost": why} if why else {}))
         report.reconciled.append(job.job_id)
+        report.chunks_resent += requeued
     elif len(chunks) >= job.chunk_count and all(c.settled and c.chunk_id in job.settled for c in chunks):
         # Every chunk settled and counted, yet the job runs: its finalize failed after the last count
         # (the job update or the report write was rejected) and no result will come to run it again.
