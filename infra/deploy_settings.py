@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal, cast
 
 from contract_review.config.constants import ESM_MAX_CONCURRENCY, POWERTOOLS_LAYER_VERSION
@@ -18,6 +18,9 @@ from contract_review.doubles.spec import FaultSpec
 from .queues import max_name_prefix
 
 DEFAULT_STACK_NAME = "ContractReview"
+# The monthly cost budget's default (USD): ~1,000 contracts of 100 KB a month of model tokens (docs/cost.md) plus
+# headroom; `-c monthly_budget_usd=N` sets it, `none` deploys without one.
+DEFAULT_MONTHLY_BUDGET_USD = 5000.0
 WorkerKind = Literal["lambda", "fargate"]
 ModelProvider = Literal["offline", "bedrock"]
 
@@ -85,6 +88,12 @@ class DeploySettings:
     # mapping's MaximumConcurrency, `worker_max_concurrency`), so the worker always has its fleet and never takes
     # more; 0: no reservation (an account with too little concurrency to spare; docs/infrastructure.md).
     worker_reserved_concurrency: int | None = None
+    # Spend limits changed from the profile's (`-c default_budget_usd=N`, `-c principal_daily_spend_usd=N`,
+    # `-c api_requests_per_minute=N`; `none` turns one off): the functions' profile and the CLI's follow them.
+    limit_overrides: dict[str, float | None] = field(default_factory=dict)
+    # The monthly AWS Budgets cost budget on the stack's `review-stack` tag (`-c monthly_budget_usd=N`, `none`: no
+    # budget); None: DEFAULT_MONTHLY_BUDGET_USD, except on the local stack (moto has no AWS Budgets).
+    monthly_budget_usd: float | None = None
 
     def __post_init__(self) -> None:
         if not self.model_id:
@@ -97,6 +106,7 @@ class DeploySettings:
         if overrides:  # the stack, the workers (PROFILE_OVERRIDES) and the pacers all see the sized fleet
             object.__setattr__(self, "profile", self.profile.with_overrides(**overrides))
         self._apply_concurrency()
+        self._apply_limits()
         if not _MODEL_ID_RE.match(self.model_id):
             raise ValueError(f"model_id {self.model_id!r}: a Bedrock model id or inference profile id, such as "
                              f"{self.profile.review.model_id!r} (not an ARN)")
@@ -126,6 +136,13 @@ class DeploySettings:
         if not _QUEUE_UPLOADS_RE.match(prefix) or prefix.startswith(PRINCIPAL_UPLOADS_PREFIX):
             raise ValueError(f"queue_uploads_prefix {prefix!r}: {UPLOADS_PREFIX} or a folder under it ending in '/', "
                              f"such as uploads/queue/ (not under {PRINCIPAL_UPLOADS_PREFIX})")
+    def _apply_limits(self) -> None:
+        """The spend limits given into the profile; the monthly budget's default (none on the local stack)."""
+        if self.limit_overrides:
+            object.__setattr__(self, "profile", self.profile.with_overrides(**self.limit_overrides))
+        if self.monthly_budget_usd is None and not self.is_disposable:
+            object.__setattr__(self, "monthly_budget_usd", DEFAULT_MONTHLY_BUDGET_USD)
+
     def _apply_concurrency(self) -> None:
         """`-c intake_max_concurrency` into the profile (which checks 2..1000); `-c worker_reserved_concurrency`: 0, or
         at least the worker's maximum concurrency (less would throttle its own mapping)."""
@@ -168,6 +185,11 @@ class DeploySettings:
         window = 2 * workers
         return {"worker_max_concurrency": workers, "fanout_window": window,
                 "fanout_page": min(self.profile.fanout.fanout_page, window)}
+
+    @property
+    def profile_overrides(self) -> dict[str, object]:
+        """Every profile field this deploy changes (the functions' PROFILE_OVERRIDES, the ProfileOverrides output)."""
+        return {**self.fleet_overrides, **self.limit_overrides}
 
     @property
     def ticket_secret_resource(self) -> str:
@@ -222,7 +244,24 @@ class DeploySettings:
             queue_uploads_prefix=str(get("queue_uploads_prefix") or UPLOADS_PREFIX).strip(),
             intake_max_concurrency=_whole(get("intake_max_concurrency"), "intake_max_concurrency"),
             worker_reserved_concurrency=_whole(get("worker_reserved_concurrency"), "worker_reserved_concurrency"),
+            limit_overrides={name: _limit(get(name), name) for name in LIMIT_OPTIONS if get(name) is not None},
+            monthly_budget_usd=(0.0 if str(get("monthly_budget_usd")).strip().lower() == "none" else
+                                _limit(get("monthly_budget_usd"), "monthly_budget_usd")) if get("monthly_budget_usd")
+            is not None else None,
         )
+
+
+LIMIT_OPTIONS = ("default_budget_usd", "principal_daily_spend_usd", "api_requests_per_minute")
+
+
+def _limit(value: Any, name: str) -> float | None:
+    """A spend limit from `-c NAME=...`: a number, or `none` (that limit off)."""
+    if str(value).strip().lower() == "none":
+        return None
+    number = _number(value, name)
+    if number is None or number <= 0:
+        raise ValueError(f"{name} {value!r}: a positive number, or none")
+    return int(number) if name == "api_requests_per_minute" and number.is_integer() else number
 
 
 def _number(value: Any, name: str) -> float | None:

@@ -17,6 +17,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from aws_cdk import ArnFormat, Duration, RemovalPolicy, Stack
+from aws_cdk import aws_budgets as budgets
 from aws_cdk import aws_cloudwatch as cloudwatch
 from aws_cdk import aws_cloudwatch_actions as cw_actions
 from aws_cdk import aws_iam as iam
@@ -84,6 +85,40 @@ class AlarmTopic(Construct):
         if email:
             self.topic.add_subscription(subscriptions.EmailSubscription(email))
         self.action = cw_actions.SnsAction(self.topic)
+
+
+COST_TAG_KEY = "review-stack"  # every resource carries it (stack name); activate it as a cost-allocation tag
+
+
+class CostBudget(Construct):
+    """A monthly AWS Budgets cost budget on this stack's cost-allocation tag (`review-stack` = the stack name),
+    alerting the alarm topic at 80 % of actual spend and at 100 % of the forecast. Budgets sees the tag only once it
+    is activated as a cost-allocation tag (README "Deploy": `aws ce update-cost-allocation-tags-status`)."""
+
+    def __init__(self, scope: Construct, construct_id: str, *, topic: AlarmTopic, monthly_usd: float) -> None:
+        super().__init__(scope, construct_id)
+        stack = Stack.of(self)
+        budgets_service = iam.ServicePrincipal("budgets.amazonaws.com")
+        topic.key.grant(budgets_service, "kms:Decrypt", "kms:GenerateDataKey*")
+        topic.topic.add_to_resource_policy(iam.PolicyStatement(
+            sid="BudgetsPublish", principals=[budgets_service], actions=["sns:Publish"],
+            resources=[topic.topic.topic_arn], conditions={"StringEquals": {"aws:SourceAccount": stack.account}}))
+        subscriber = budgets.CfnBudget.SubscriberProperty(address=topic.topic.topic_arn, subscription_type="SNS")
+
+        def alert(kind: str, percent: float) -> budgets.CfnBudget.NotificationWithSubscribersProperty:
+            return budgets.CfnBudget.NotificationWithSubscribersProperty(
+                notification=budgets.CfnBudget.NotificationProperty(
+                    comparison_operator="GREATER_THAN", notification_type=kind, threshold=percent,
+                    threshold_type="PERCENTAGE"),
+                subscribers=[subscriber])
+
+        self.budget = budgets.CfnBudget(
+            self, "Budget",
+            budget=budgets.CfnBudget.BudgetDataProperty(
+                budget_name=f"{stack.stack_name}-monthly", budget_type="COST", time_unit="MONTHLY",
+                budget_limit=budgets.CfnBudget.SpendProperty(amount=monthly_usd, unit="USD"),
+                cost_filters={"TagKeyValue": [f"user:{COST_TAG_KEY}${stack.stack_name}"]}),
+            notifications_with_subscribers=[alert("ACTUAL", 80), alert("FORECASTED", 100)])
 
 
 class Monitoring(Construct):

@@ -139,6 +139,8 @@ API = (
     Access("table:claims", (QUERY, UPDATE), "retry: a job's chunks; reset failed and dead-lettered ones"),
     Access("objects:submissions/", (GET_OBJECT, PUT_OBJECT), "bind a job to its principal until intake records it"),
     Access("objects:batches/", (GET_OBJECT, PUT_OBJECT), "batch manifests"),
+    Access("table:token-ledger", (UPDATE,), "spend limits: take a submission's estimate from its principal's daily "
+                                            "allowance, count its requests a minute (pipeline/limits.py)"),
     Access(PRINCIPAL_UPLOADS, (GET_OBJECT, PUT_OBJECT), "read a document sent by s3_uri (to hash it); claim-check a "
                                                         "large text; presign POST /uploads (all in the callers' "
                                                         "own uploads/principals/<owner>/)"),

@@ -14,7 +14,13 @@ from aws_cdk import aws_lambda_event_sources as event_sources
 from aws_cdk import aws_ssm as ssm
 from constructs import Construct
 
-from contract_review.config.settings import OPTION_ENV, OPTION_OUTPUTS, PROFILE_OVERRIDES_ENV, RESOURCES
+from contract_review.config.settings import (
+    OPTION_ENV,
+    OPTION_OUTPUTS,
+    PROFILE_OVERRIDES_ENV,
+    PROFILE_OVERRIDES_OUTPUT,
+    RESOURCES,
+)
 from contract_review.domain.keys import UPLOADS_PREFIX
 from contract_review.domain.principals import PRINCIPAL_UPLOADS_PREFIX
 
@@ -23,7 +29,7 @@ from .api import JobApi
 from .deploy_settings import DeploySettings
 from .fargate import FargateWorker
 from .functions import METRICS_NAMESPACE, PipelineFunction, functions_code, powertools_layer
-from .monitoring import AlarmTopic, Monitoring
+from .monitoring import COST_TAG_KEY, AlarmTopic, CostBudget, Monitoring
 from .permissions import (
     ACCESS,
     LEASE_INDEX,
@@ -70,6 +76,9 @@ class ContractReviewStack(Stack):
 
         # ---- alarm topic: the action of every alarm -------------------------------------
         self.alarm_topic = AlarmTopic(self, "Alarms", email=settings.alarm_email, removal_policy=removal)
+        Tags.of(self).add(COST_TAG_KEY, settings.stack_name)  # what the cost budget filters on (a cost-allocation tag, once activated)
+        if settings.monthly_budget_usd:  # not on the local (moto) stack: an AWS Budgets budget on that tag
+            self.cost_budget = CostBudget(self, "Cost", topic=self.alarm_topic, monthly_usd=settings.monthly_budget_usd)
         alarm_action = self.alarm_topic.action
 
         # ---- queues (the construct fails synth when a rule is broken) ------------------
@@ -242,8 +251,8 @@ class ContractReviewStack(Stack):
             env[OPTION_ENV["fault_spec"]] = s.fault_spec.to_env()
         if s.model_tpm:  # `-c model_tpm=N`; without it the workers read the quota from Service Quotas
             env[OPTION_ENV["model_tpm"]] = f"{s.model_tpm:.0f}" if s.model_tpm.is_integer() else str(s.model_tpm)
-        if s.fleet_overrides:  # the fleet sized at deploy (config/fleet.py): the functions' profile matches the stack
-            env[PROFILE_OVERRIDES_ENV] = json.dumps(s.fleet_overrides, sort_keys=True)
+        if s.profile_overrides:  # the fleet sized at deploy (config/fleet.py), the spend limits given: the functions'
+            env[PROFILE_OVERRIDES_ENV] = json.dumps(s.profile_overrides, sort_keys=True)  # profile matches the stack
         if s.queue_uploads_prefix != UPLOADS_PREFIX:  # `-c queue_uploads_prefix`: the queue path's documents
             env[OPTION_ENV["queue_uploads_prefix"]] = s.queue_uploads_prefix
         if s.ticket_url:  # the external ticket system (`-c ticket_url=...`); without it the ticket step is skipped
@@ -308,6 +317,9 @@ class ContractReviewStack(Stack):
         outputs["ReservedConcurrency"] = (str(sum(self.settings.reserved_concurrency.values())),
                                           "Lambda concurrency this stack reserves (cdk deploy -c "
                                           "worker_reserved_concurrency); the account must keep 100 unreserved")
+        if self.settings.profile_overrides:  # the CLI's profile (its budget check, `review status`) matches the stack's
+            outputs[PROFILE_OVERRIDES_OUTPUT] = (json.dumps(self.settings.profile_overrides, sort_keys=True),
+                                                 "profile fields this deploy changed (-c)")
         if self.settings.model_tpm:  # `review preflight` says what the workers pace to
             outputs["ModelTpm"] = (f"{self.settings.model_tpm:.0f}", "tokens per minute the workers pace to "
                                                                      "(cdk deploy -c model_tpm)")

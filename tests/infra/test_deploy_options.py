@@ -14,7 +14,8 @@ from .conftest import function_by_handler, getatt_id, policy_statements_for_role
 SECRET = "arn:aws:secretsmanager:eu-west-1:123456789012:secret:contract-review/tickets-AbC123"
 KEY = "arn:aws:kms:eu-west-1:123456789012:key/1234abcd-12ab-34cd-56ef-1234567890ab"
 CONTEXTS = {
-    "Guards": {"intake_max_concurrency": "3", "worker_reserved_concurrency": "0"},
+    "Guards": {"intake_max_concurrency": "3", "worker_reserved_concurrency": "0", "default_budget_usd": "45",
+               "principal_daily_spend_usd": "none", "api_requests_per_minute": "120", "monthly_budget_usd": "none"},
     "Reserved": {"worker_concurrency": "7", "worker_reserved_concurrency": "50"},
     "TicketKms": {"ticket_url": "https://tickets.example.com/api", "ticket_secret_arn": SECRET,
                   "ticket_secret_kms_key": KEY, "worker": "fargate"},
@@ -77,3 +78,27 @@ def test_a_customer_managed_key_is_granted_for_decrypting_through_secrets_manage
             assert not reads and not decrypts, role
     _, aggregator = function_by_handler(t, "aggregator.handler")
     assert aggregator["Environment"]["Variables"]["TICKET_SECRET_ARN"] == SECRET
+
+
+def test_the_spend_limits_follow_their_stack_options_into_the_functions_and_the_cli(
+        by_context: dict[str, dict[str, Any]]) -> None:
+    from contract_review.config.settings import PROFILE_OVERRIDES_ENV, Settings
+
+    guards = by_context["Guards"]
+    # -c default_budget_usd=45 -c principal_daily_spend_usd=none -c api_requests_per_minute=120: every function's
+    # profile, and the CLI's (from the stack's outputs), have those limits
+    for handler in ("intake.handler", "api.handler"):
+        _, fn = function_by_handler(guards, handler)
+        overrides = json.loads(fn["Environment"]["Variables"][PROFILE_OVERRIDES_ENV])
+        assert overrides == {"default_budget_usd": 45.0, "principal_daily_spend_usd": None, "api_requests_per_minute": 120}
+    outputs = {k: str(v["Value"]) for k, v in guards["Outputs"].items() if isinstance(v["Value"], str)}
+    cli = Settings.from_outputs({**{k: "x" for k in _required_outputs()}, **outputs}, "prod").profile.limits
+    assert (cli.default_budget_usd, cli.principal_daily_spend_usd, cli.api_requests_per_minute) == (45.0, None, 120)
+    # -c monthly_budget_usd=none: no cost budget; the other stacks have the default one
+    assert not resources(guards, "AWS::Budgets::Budget") and resources(by_context["Reserved"], "AWS::Budgets::Budget")
+
+
+def _required_outputs() -> list[str]:
+    from contract_review.config.settings import RESOURCES
+
+    return [r.output for r in RESOURCES]

@@ -285,4 +285,6 @@ def test_the_daily_token_ledger_is_the_workers_alone_encrypted_on_demand_and_exp
         if "table:token-ledger" in granted:
             holders[role] = granted["table:token-ledger"]
     ledger_actions = {"dynamodb:Query", "dynamodb:UpdateItem"}
-    assert holders == {"worker": ledger_actions, **({"fargate": ledger_actions} if name == FARGATE else {})}
+    # and the Job API, which only adds within a limit (the spend limits' counters: pipeline/limits.py)
+    assert holders == {"worker": ledger_actions, "api": {"dynamodb:UpdateItem"},
+                       **({"fargate": ledger_actions} if name == FARGATE else {})}

@@ -7,6 +7,9 @@ from typing import Any
 
 import pytest
 
+from infra.deploy_settings import DEFAULT_MONTHLY_BUDGET_USD
+from infra.monitoring import COST_TAG_KEY
+
 from .conftest import ALARM_EMAIL, FARGATE, LOCAL, PROD, Synth, function_by_handler, getatt_id, resources, source_queues
 
 STACKS = [LOCAL, PROD, FARGATE]
@@ -57,7 +60,7 @@ def test_the_alarm_topic_is_encrypted_tls_only_and_cloudwatch_may_publish(synth:
     assert getatt_id(topic["KmsMasterKeyId"]) == key_id  # a customer key: CloudWatch cannot use aws/sns
     key = t["Resources"][key_id]["Properties"]
     assert key["EnableKeyRotation"] is True
-    assert any(st.get("Principal") == {"Service": "cloudwatch.amazonaws.com"}
+    assert any("cloudwatch.amazonaws.com" in json.dumps(st.get("Principal"))
                and {"kms:Decrypt", "kms:GenerateDataKey*"} <= set(st["Action"])
                for st in key["KeyPolicy"]["Statement"])
     (policy,) = [p for p in resources(t, "AWS::SNS::TopicPolicy").values()
@@ -169,3 +172,28 @@ def test_recursive_loops_are_allowed_where_the_code_bounds_them_and_alarmed_ever
         assert (a["Namespace"], a["MetricName"], a["Statistic"], a["Threshold"]) == (
             "AWS/Lambda", "RecursiveInvocationsDropped", "Sum", 1)
         assert a["Dimensions"] == [{"Name": "FunctionName", "Value": {"Ref": fn_id}}]
+
+
+def test_a_monthly_cost_budget_on_the_stacks_tag_alerts_the_alarm_topic(synth: Synth) -> None:
+    t = synth.templates[PROD]
+    (budget,) = resources(t, "AWS::Budgets::Budget").values()
+    data = budget["Properties"]["Budget"]
+    assert data["BudgetType"] == "COST" and data["TimeUnit"] == "MONTHLY"
+    assert data["BudgetLimit"] == {"Amount": DEFAULT_MONTHLY_BUDGET_USD, "Unit": "USD"}
+    assert data["CostFilters"] == {"TagKeyValue": [f"user:{COST_TAG_KEY}$ContractReviewProd"]}
+    alerts = budget["Properties"]["NotificationsWithSubscribers"]
+    assert {(a["Notification"]["NotificationType"], a["Notification"]["Threshold"]) for a in alerts} == {
+        ("ACTUAL", 80), ("FORECASTED", 100)}
+    topic_id = _topic(t)
+    assert all(a["Subscribers"] == [{"Address": {"Ref": topic_id}, "SubscriptionType": "SNS"}] for a in alerts)
+    # Budgets may publish to the (encrypted) topic, and every resource carries the tag the budget filters on
+    (policy,) = [p for p in resources(t, "AWS::SNS::TopicPolicy").values()
+                 if p["Properties"]["Topics"] == [{"Ref": topic_id}]]
+    publish = next(st for st in policy["Properties"]["PolicyDocument"]["Statement"] if st.get("Sid") == "BudgetsPublish")
+    assert publish["Principal"] == {"Service": "budgets.amazonaws.com"}
+    key = next(iter(resources(t, "AWS::KMS::Key").values()))["Properties"]
+    assert any("budgets.amazonaws.com" in json.dumps(st.get("Principal")) for st in key["KeyPolicy"]["Statement"])
+    (table,) = [r for lid, r in resources(t, "AWS::DynamoDB::Table").items() if lid.startswith("TablesJobsTable")]
+    assert {"Key": COST_TAG_KEY, "Value": "ContractReviewProd"} in table["Properties"]["Tags"]
+    # the local stack (moto has no AWS Budgets) has none
+    assert not resources(synth.templates[LOCAL], "AWS::Budgets::Budget")

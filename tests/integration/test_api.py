@@ -21,8 +21,12 @@ from typing import Any
 
 import pytest
 
+from contract_review.domain.principals import uploads_prefix
 from contract_review.domain.records import JobState
+from review_local.api_server import local_principal
 from review_local.stack import LocalStack
+
+LOCAL_USER = local_principal("local-user")
 
 from .conftest import wait_for
 
@@ -139,7 +143,7 @@ def test_another_principal_gets_404_on_every_route(stack: LocalStack, method: st
 
 def test_a_batch_with_one_bad_item_runs_the_others_and_reports_the_bad_one(stack: LocalStack):
     lines = [{"custom_id": "nda", "document": {"text": (SAMPLES / "mutual-nda.txt").read_text()}},
-             {"custom_id": "missing", "document": {"s3_uri": f"s3://{stack.outputs['ArtifactBucketName']}/uploads/no.txt"}},
+             {"custom_id": "missing", "document": {"s3_uri": f"s3://{stack.outputs['ArtifactBucketName']}/{uploads_prefix(LOCAL_USER)}no.txt"}},
              {"custom_id": "saas", "document": {"text": (SAMPLES / "saas-subscription-agreement.txt").read_text()}}]
     body = "\n".join(json.dumps(line) for line in lines).encode()
     status, headers, batch = http(stack, "POST", "/batches", body, headers={"Content-Type": "application/x-ndjson"})

@@ -12,10 +12,11 @@ from contract_review.domain.errors import REGISTRY
 from contract_review.domain.ports import Queue
 from contract_review.domain.records import JobState
 from contract_review.operate import api
+from contract_review.pipeline import admission
 from review_local.api_server import http_api_event, local_principal
 
 from ..texts import TEXT
-from .fakes import FakeWorld
+from .fakes import SETTINGS, FakeWorld
 from .inprocess import InProcess, fault_free_findings
 
 OWNER = local_principal("owner")
@@ -92,7 +93,47 @@ def invalid_request(code: str) -> None:
     _completes_as_fault_free(world, str(body["jobId"]))
 
 
+def limited(**limits: object) -> FakeWorld:
+    """A world whose profile has these spend limits (profile `limits`)."""
+    return FakeWorld(settings=SETTINGS.model_copy(update={"profile": SETTINGS.profile.with_overrides(**limits)}))
+
+
+def rate_limited(code: str) -> None:
+    """Over its requests a minute: 429 with Retry-After, nothing done; after Retry-After the request is taken."""
+    world = limited(api_requests_per_minute=2)
+    world.clock.now = 120.0  # the start of a minute
+    assert _call(world, "GET", "/jobs/job-" + "0" * 20)[0] == 404
+    assert _call(world, "GET", "/jobs/job-" + "0" * 20)[0] == 404
+    status, body, headers = _call(world, "POST", "/jobs", {"document": {"text": TEXT}})
+    assert status == 429 and _code(body) == code and headers["Retry-After"] == "60"
+    assert not world.queues.sent[Queue.INTAKE] and "Retry-After" in REGISTRY[code].recovery
+    world.clock.advance(float(headers["Retry-After"]))
+    status, body, _ = _call(world, "POST", "/jobs", {"document": {"text": TEXT}})
+    assert status == 202
+    _completes_as_fault_free(world, str(body["jobId"]))
+
+
+def spend_exceeded(code: str) -> None:
+    """Over the principal's daily cap: 429 until the next UTC day, nothing queued; then the submission is taken."""
+    estimate = admission.estimate(SETTINGS, TEXT).model_micro_usd
+    world = limited(principal_daily_spend_usd=1.5 * estimate / 1e6)  # room for one such job a day
+    world.clock.now = 86400.0 * 20_000 + 3600  # 01:00 UTC
+    first = _call(world, "POST", "/jobs", {"document": {"text": TEXT}})
+    assert first[0] == 202
+    other = TEXT.replace("New York", "Ohio")
+    status, body, headers = _call(world, "POST", "/jobs", {"document": {"text": other}})
+    assert status == 429 and _code(body) == code and int(headers["Retry-After"]) == 23 * 3600
+    assert len(world.queues.sent[Queue.INTAKE]) == 1 and "00:00 UTC" in REGISTRY[code].recovery
+    assert _call(world, "POST", "/jobs", {"document": {"text": TEXT}})[0] == 202  # a replay is never refused
+    world.clock.advance(23 * 3600)  # the next UTC day: sent again, it is taken
+    status, body, _ = _call(world, "POST", "/jobs", {"document": {"text": other}})
+    assert status == 202 and json.loads(world.queues.sent[Queue.INTAKE][-1].body)["document"]["text"] == other
+    _completes_as_fault_free(world, str(first[1]["jobId"]))
+
+
 API_RECOVERIES: dict[str, Callable[[str], None]] = {
+    "api.rate_limited": rate_limited,
+    "quota.spend_exceeded": spend_exceeded,
     "api.unauthenticated": unauthenticated,
     "api.not_found": not_found,
     "api.conflict": conflict,

@@ -465,6 +465,14 @@ class FakeTokenLedger:
         return True
 
     @_atomic
+    def take(self, counter: str, window: int, amount: int, limit: int, expires_at: int) -> int | None:
+        count = self.counters.get((counter, window), 0)
+        if count + amount > limit:
+            return None
+        self.counters[(counter, window)] = count + amount
+        return count + amount
+
+    @_atomic
     def lift(self, model_id: str, hour: int) -> None:
         control = self.control.setdefault(model_id, {})
         control["since_hour"] = hour

@@ -17,6 +17,7 @@ from contract_review.domain.ports import Queue
 from contract_review.domain.principals import uploads_prefix
 from contract_review.domain.records import JobState, job_id_for
 from contract_review.operate import api, ops
+from contract_review.pipeline import admission
 from contract_review.pipeline.intake import handle_intake
 from contract_review.review.chunking import document_hash
 from review_local.api_server import http_api_event, local_principal
@@ -756,3 +757,63 @@ def test_an_approval_decides_a_waiting_job_once(decision: str, after: str):
         assert again.status == 202 and "sent again" in again.json["message"] and again.json["status"] == "compensating"
     job = world.jobs.get(job_id)
     assert job is not None and job.approval is not None and job.approval.decided_by == ALICE
+
+
+# ------------------------------------------------------------------------------ spend limits
+def _limited(**limits: object) -> FakeWorld:
+    return FakeWorld(settings=SETTINGS.model_copy(update={"profile": SETTINGS.profile.with_overrides(**limits)}))
+
+
+def test_a_job_over_the_default_budget_is_refused_alike_by_the_api_and_the_queue_before_any_call():
+    estimate = admission.estimate(SETTINGS, LONG_TEXT).model_micro_usd
+    world = _limited(default_budget_usd=estimate / 2e6)  # half this document's estimate
+    # WHEN it is sent without a budget THEN the API refuses it (422) and intake fails it, both naming the default
+    answer = submit(world, text=LONG_TEXT)
+    assert answer.status == 422 and answer.code == "job.budget_insufficient"
+    assert "default per-job budget" in str(answer.json["error"]["message"])  # type: ignore[index]  # a JSON object
+    assert not intake_messages(world)
+    run = InProcess(world)
+    run.send({"text": LONG_TEXT}, key="queued-no-budget")
+    run.intake()
+    failed = world.jobs.get(job_id_for("queued-no-budget"))
+    assert failed is not None and failed.error_code == "job.budget_insufficient" and failed.model_micro_usd == 0
+    # AND with its own budget over the estimate it is taken, under that budget
+    taken = submit(world, text=LONG_TEXT, budget_usd=2 * estimate / 1e6)
+    assert taken.status == 202
+    run.intake()
+    job = world.jobs.get(str(taken.json["jobId"]))
+    assert job is not None and job.budget_micro_usd == 2 * estimate
+
+
+def test_a_job_sent_without_a_budget_gets_the_default_one():
+    world = _limited(default_budget_usd=50.0)
+    run = InProcess(world)
+    run.send({"text": TEXT}, key="default-budget")
+    run.intake()
+    job = world.jobs.get(job_id_for("default-budget"))
+    assert job is not None and job.budget_micro_usd == 50_000_000 and job.estimate_micro_usd
+
+
+def test_the_daily_spend_cap_is_per_principal_and_refuses_before_anything_is_queued():
+    estimate = admission.estimate(SETTINGS, TEXT).model_micro_usd
+    world = _limited(principal_daily_spend_usd=1.5 * estimate / 1e6)
+    assert submit(world).status == 202
+    refused = submit(world, text=TEXT.replace("York", "Jersey"))
+    assert refused.status == 429 and refused.code == "quota.spend_exceeded" and refused.headers["Retry-After"]
+    assert len(intake_messages(world)) == 1
+    assert submit(world, who=BOB).status == 202  # Bob's allowance is his own
+    # a batch item over the cap is that item's error; the others are not affected
+    batch = call(world, "POST", "/batches", [{"custom_id": "over", "document": {"text": TEXT.replace("York", "Amsterdam")}}])
+    assert batch.status == 202 and batch.json["items"][0]["error"]["code"] == "quota.spend_exceeded"  # type: ignore[index]
+
+
+def test_requests_over_a_principals_rate_are_429_and_another_principal_is_not_slowed():
+    world = _limited(api_requests_per_minute=3)
+    world.clock.now = 60.0 * 1000 + 30  # half-way through a minute
+    answers = [call(world, "GET", "/jobs/job-" + "0" * 20) for _ in range(4)]
+    assert [a.status for a in answers] == [404, 404, 404, 429]
+    assert answers[-1].code == "api.rate_limited" and answers[-1].headers["Retry-After"] == "30"
+    assert answers[-1].json["error"]["retryable"] is True  # type: ignore[index]  # a JSON object
+    assert call(world, "GET", "/jobs/job-" + "0" * 20, who=BOB).status == 404
+    world.clock.advance(30)
+    assert call(world, "GET", "/jobs/job-" + "0" * 20).status == 404

@@ -7,6 +7,9 @@ Items, keyed (`model`, `hour`), hour = epoch seconds // the bucket's length (an 
 - one control item per model at `hour` = CONTROL_HOUR (past every real hour, so the same query returns it):
   `since_hour` (count from here on: a probe succeeded) and `probe_hour` (the last hold start or probe).
 One query reads a model's last 24 counters and its control.
+
+The spend limits (pipeline/limits.py) keep their counters here too, under their own partition keys
+(`spend#<owner>` by UTC day, `requests#<owner>` by minute): `take` adds within a limit, in one conditional write.
 """
 
 from __future__ import annotations
@@ -58,3 +61,12 @@ class DynamoTokenLedger:
             TableName=self.table.name, Key=serialize({"model": model_id, "hour": CONTROL_HOUR}),
             UpdateExpression="SET #s = :h REMOVE #p", ExpressionAttributeNames={"#s": "since_hour", "#p": "probe_hour"},
             ExpressionAttributeValues=serialize({":h": hour}))
+
+    def take(self, counter: str, window: int, amount: int, limit: int, expires_at: int) -> int | None:
+        if amount > limit:
+            return None
+        item = self.table.update_if(
+            {"model": counter, "hour": window}, UpdateExpression="ADD #n :a SET expires_at = if_not_exists(expires_at, :ttl)",
+            ConditionExpression="attribute_not_exists(#n) OR #n <= :room", ExpressionAttributeNames={"#n": "tokens"},
+            ExpressionAttributeValues=serialize({":a": amount, ":room": limit - amount, ":ttl": expires_at}))
+        return int(item["tokens"]) if item is not None else None

@@ -248,6 +248,22 @@ class SideEffectsConfig(BaseModel):
     approval_ttl_s: float = 7 * 86400  # a job waiting for approval fails (job.approval_expired) after this
 
 
+class LimitsConfig(BaseModel):
+    """Spend limits (docs/cost.md "Spend limits"): what one job, and one Job API principal, may cost or ask."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    # A job sent without `budget_usd` gets this budget (`-c default_budget_usd=N`): refused before any model call
+    # when its estimate is over it (job.budget_insufficient), stopped when its recorded cost reaches it. None: none.
+    default_budget_usd: float | None = Field(None, gt=0, le=1_000_000)
+    # What one Job API principal may admit in a UTC day, at the jobs' estimates (`-c principal_daily_spend_usd=N`):
+    # a submission over it is refused (quota.spend_exceeded, 429) before it is queued. None: no cap.
+    principal_daily_spend_usd: float | None = Field(None, gt=0)
+    # Job API requests one principal may make a minute, counted in the function (an HTTP API has no per-client
+    # throttling or usage plans): more is api.rate_limited (429, Retry-After). None: the stage-wide throttle only.
+    api_requests_per_minute: int | None = Field(None, gt=0)
+
+
 class FargateConfig(BaseModel):
     """The Fargate poller alternative (handlers/poller.py, infra/fargate.py)."""
 
@@ -287,6 +303,7 @@ class Profile(BaseModel):
     fanout: FanoutConfig = FanoutConfig()
     quota: QuotaConfig = QuotaConfig()
     side_effects: SideEffectsConfig = SideEffectsConfig()
+    limits: LimitsConfig = LimitsConfig()
     fargate: FargateConfig = FargateConfig()
 
     @model_validator(mode="before")
@@ -380,7 +397,8 @@ class Profile(BaseModel):
 
 # Every grouped field by its flat name -> its group: what `PROFILE_OVERRIDES` and the flat names take.
 FLAT_FIELDS: dict[str, str] = {name: group for group in (
-    "functions", "queues", "alarms", "recovery", "tier1", "review", "fanout", "quota", "side_effects", "fargate"
+    "functions", "queues", "alarms", "recovery", "tier1", "review", "fanout", "quota", "side_effects", "limits",
+    "fargate",
 ) for name in Profile.model_fields[group].annotation.model_fields}  # type: ignore[union-attr]  # every group is a model
 
 PROFILES: dict[str, Profile] = {
@@ -403,6 +421,11 @@ PROFILES: dict[str, Profile] = {
         model_retry=RetryPolicy(base_s=1.0, cap_s=30.0, max_attempts=3),
         tool_retry=RetryPolicy(base_s=0.25, cap_s=5.0, max_attempts=5),
         chunk_retry_budget_s=60.0,
+        # spend limits (docs/cost.md): a 100 KB contract is about $2 of model tokens on the default model, the
+        # largest (5 MB) about $90: those need their own budget_usd
+        default_budget_usd=20.0,
+        principal_daily_spend_usd=500.0,
+        api_requests_per_minute=600,
     ),
     "local": Profile.from_flat(
         name="local",
@@ -442,6 +465,9 @@ PROFILES: dict[str, Profile] = {
         daily_ledger_flush_s=1.0,
         ticket_read_timeout_s=1.0,  # the local ticket fake holds a "timeout after write" answer for seconds
         ticket_secret_max_age_s=1,  # a credential rotated in the local secret is read within a second
+        # the same limits as prod, wider: the local stack's soak and bench submit hundreds of documents at once
+        principal_daily_spend_usd=10_000.0,
+        api_requests_per_minute=6000,
     ),
 }
 

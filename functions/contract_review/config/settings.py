@@ -99,8 +99,10 @@ def _is_loopback(host: str) -> bool:
         return False
 
 
-# Profile fields changed for one local run (a JSON object; the bench compares settings side by side).
+# Profile fields changed for one local run (a JSON object; the bench compares settings side by side), or by a
+# deploy's `-c` options (the fleet, the spend limits): the functions' variable and the stack's output.
 PROFILE_OVERRIDES_ENV = "PROFILE_OVERRIDES"
+PROFILE_OVERRIDES_OUTPUT = "ProfileOverrides"
 
 
 ENV: dict[str, str] = {**OPTION_ENV, **{r.field: r.env for r in RESOURCES}}  # every variable, by Settings field
@@ -153,7 +155,10 @@ class Settings(BaseModel):
         if missing:
             raise ValueError(f"stack outputs missing: {', '.join(missing)}")
         named = {**{r.field: r.output for r in RESOURCES}, **OPTION_OUTPUTS}
-        return cls.model_validate({"profile": get_profile(profile),
+        base = get_profile(profile)
+        if outputs.get(PROFILE_OVERRIDES_OUTPUT):  # the deploy's `-c` changes: the CLI checks what the stack checks
+            base = base.with_overrides(**json.loads(outputs[PROFILE_OVERRIDES_OUTPUT]))
+        return cls.model_validate({"profile": base,
                                    **{f: outputs[o] for f, o in named.items() if o in outputs}})
 
     @classmethod

@@ -262,7 +262,14 @@ _CODES = [
               "approval_ttl_s after the request).",
               "The sweeper fails the job with this code (`compensating`, then `failed`) and its side effects are "
               "compensated, as for a rejection. Decide sooner, or raise approval_ttl_s."),
-    # the Job API (api.py): answers to requests, never a job's state
+    # the spend limits (pipeline/limits.py): refusals at admission, never a job's state
+    ErrorCode("quota.spend_exceeded", ErrorClass.POLICY, False,
+              "A Job API submission whose estimate would take its principal's admissions of the UTC day over the "
+              "stack's daily cap (profile principal_daily_spend_usd: prod $500; `-c principal_daily_spend_usd=N`). "
+              "Refused before it was queued: no job, no model call.",
+              "Send it after 00:00 UTC (the 429 answer's Retry-After says when), split the work over days, or have "
+              "the operator raise the cap: `npx cdk deploy -c principal_daily_spend_usd=<usd>` (docs/cost.md "
+              "\"Spend limits\"). A replay of a submission already admitted is never refused."),
     ErrorCode("api.unauthenticated", ErrorClass.PERMANENT, False,
               "A Job API request carried no authenticated principal (on AWS the HTTP API's IAM authorization lets "
               "no unsigned request through; locally: no bearer token, or an unknown one).",
@@ -281,6 +288,11 @@ _CODES = [
               "Read the job (GET /jobs/{id}); the message says why. For a job intake has not taken in yet the "
               "answer carries Retry-After: send the request again then. Otherwise nothing to do: the job goes on "
               "or has ended."),
+    ErrorCode("api.rate_limited", ErrorClass.TRANSIENT, True,
+              "A principal sent more Job API requests in a minute than the stack takes from one principal (profile "
+              "api_requests_per_minute: prod 600; `-c api_requests_per_minute=N`), counted in the function.",
+              "Wait for the answer's Retry-After (the next minute) and send it again; poll a job's events with "
+              "`?after=SEQ` (or the local event stream) rather than in a tight loop. Nothing was done."),
     ErrorCode("api.invalid_request", ErrorClass.PERMANENT, False,
               "A Job API request the API does not take as sent: a bad query parameter, Idempotency-Key or approval "
               "body, or a method the route does not serve (405).",

@@ -105,9 +105,11 @@ POLICY: dict[str, Recovery] = {
     "sideeffect.compensation_failed": Recovery(COMP, NONE),
     "job.approval_rejected": Recovery(None, NONE),
     "job.approval_expired": Recovery(None, NONE),
+    "quota.spend_exceeded": Recovery(None, NONE),  # refused at admission: no job, no chunk outcome
     "api.unauthenticated": Recovery(None, NONE),
     "api.not_found": Recovery(None, NONE),
     "api.conflict": Recovery(None, NONE),
+    "api.rate_limited": Recovery(None, NONE),  # an answer to a request: the caller sends it again after Retry-After
     "api.invalid_request": Recovery(None, NONE),
 }
 

@@ -82,6 +82,11 @@ class TokenLedger(Protocol):
     def lift(self, model_id: str, hour: int) -> None:
         """A probe succeeded: count from `hour` on, and no hold is under way."""
 
+    def take(self, counter: str, window: int, amount: int, limit: int, expires_at: int) -> int | None:
+        """Add `amount` to `counter`'s count of `window` only if the count stays within `limit` (one conditional
+        write: concurrent callers never take more than the limit together): the new count, or None when refused.
+        The spend limits' counters (pipeline/limits.py) live in the same table as the token counters."""
+
 
 class Compensator(Protocol):
     """Undo a job's recorded side effects, last first (`sideeffects.saga.compensate_job`)."""

@@ -56,7 +56,7 @@ from contract_review.domain.ports import Deps
 from contract_review.domain.principals import Caller, uploads_prefix
 from contract_review.domain.records import Job, JobState, Submission, job_id_for
 from contract_review.operate import ops
-from contract_review.pipeline import admission, redrive
+from contract_review.pipeline import admission, limits, redrive
 from contract_review.pipeline.admission import TextDocument
 from contract_review.review.chunking import document_hash
 from contract_review.sideeffects import approvals
@@ -93,9 +93,12 @@ def not_found(what: str, ident: str) -> ApiError:
 
 def _review_error(exc: ReviewError) -> ApiError:
     """An input error of the submitted document (the codes intake would record): 400 for a request that breaks
-    the schema (`input.invalid`), 422 for a well-formed one whose document cannot be processed."""
-    code = exc.envelope.error_code
-    return ApiError(400 if code == "input.invalid" else 422, code, exc.envelope.message)
+    the schema (`input.invalid`), 422 for a well-formed one whose document cannot be processed; a spend limit
+    (`quota.spend_exceeded`) is 429 with Retry-After."""
+    env = exc.envelope
+    if env.error_code == "quota.spend_exceeded":
+        return ApiError(429, env.error_code, env.message, {"Retry-After": str(int(env.retry_after_s or 3600))})
+    return ApiError(400 if env.error_code == "input.invalid" else 422, env.error_code, env.message)
 
 
 @contextmanager
@@ -167,7 +170,13 @@ def caller() -> Caller:
         raise ApiError(401, "api.unauthenticated", "the request carries no authenticated principal: sign it "
                                                    "with SigV4 (AWS) or send `Authorization: Bearer <api_token>` "
                                                    "(local: .review/local.json)")
-    return Caller(arn)
+    who = Caller(arn)
+    wait = limits.request_wait(_deps(), who.principal)  # every request counts against its principal's rate
+    if wait is not None:
+        raise ApiError(429, "api.rate_limited", f"more than {_deps().settings.profile.limits.api_requests_per_minute} "
+                                                f"requests a minute from this principal: send it again in {wait} s",
+                       {"Retry-After": str(wait)})
+    return who
 
 
 def _base_url() -> str:
@@ -309,7 +318,7 @@ def submit(deps: Deps, caller: Caller, req: JobRequest, key: str | None, batch_i
     who = caller.principal
     with _answered():
         text = admission.document_text(deps, req.document, who)  # an s3_uri only in the caller's own uploads
-        admission.check_budget(deps.settings, text, req.budget_usd)  # before anything is sent
+        expected = admission.check_budget(deps.settings, text, req.budget_usd)  # before anything is sent
     sha = document_hash(text)
     job_id = job_id_of(who, key or sha)
     job = deps.jobs.get(job_id)
@@ -324,6 +333,10 @@ def submit(deps: Deps, caller: Caller, req: JobRequest, key: str | None, batch_i
         return Submitted(job_id=job_id, status=job.state.value, replayed=True)
     body = _intake_body(deps, who, scoped_key(who, key or sha), text, req)
     replayed = pending is not None
+    if pending is None and job is None:  # a new submission: its estimate from the principal's daily allowance
+        with _answered():
+            limits.take_spend(deps, who, expected if expected is not None else admission.estimate(
+                deps.settings, text).model_micro_usd)
     if pending is None:  # before the message: the job is the caller's from the moment it can exist
         pending = Submission(job_id=job_id, principal=who, document_sha256=sha, submitted_at=deps.clock(),
                              batch_id=batch_id)

@@ -144,20 +144,30 @@ def estimate(settings: Settings, text: str, chunks: Sequence[Chunk] | None = Non
                                   traits_for(model_id).min_cache_tokens)
 
 
+def effective_budget(settings: Settings, budget_usd: float | None) -> float | None:
+    """A job's budget: its own `budget_usd`, else the stack's default per-job budget (profile limits)."""
+    return budget_usd if budget_usd is not None else settings.profile.limits.default_budget_usd
+
+
 def check_budget(settings: Settings, text: str, budget_usd: float | None,
                  chunks: Sequence[Chunk] | None = None) -> int | None:
     """Refuse a budget the document's estimate is over (`job.budget_insufficient`), before any model call: the
-    same check for `review submit`, `POST /jobs` and intake. The estimate (micro-dollars), None without a budget."""
-    if budget_usd is None:
+    same check for `review submit`, `POST /jobs` and intake. Without `budget_usd` the stack's default per-job
+    budget applies. The estimate (micro-dollars), None when no budget applies."""
+    budget_usd_ = effective_budget(settings, budget_usd)
+    if budget_usd_ is None:
         return None
-    budget = cost.micro_usd(Decimal(str(budget_usd)))
+    budget = cost.micro_usd(Decimal(str(budget_usd_)))
     expected = estimate(settings, text, chunks=chunks).model_micro_usd
     if expected > budget:
+        whose = "its budget" if budget_usd is not None else "the stack's default per-job budget (default_budget_usd)"
         raise ReviewError.of(
             "job.budget_insufficient",
-            f"this document's estimated cost, {cost.format_usd(expected)} of model tokens, is over its budget "
+            f"this document's estimated cost, {cost.format_usd(expected)} of model tokens, is over {whose} "
             f"{cost.format_usd(budget)}: send it with a budget of at least {cost.format_usd(expected)} "
-            "(--budget-usd / budget_usd), or without one", step="admission")
+            "(--budget-usd / budget_usd)" + (", or without one" if budget_usd is not None
+                                             and settings.profile.limits.default_budget_usd is None else ""),
+            step="admission")
     return expected
 
 

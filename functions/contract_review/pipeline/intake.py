@@ -29,7 +29,7 @@ from contract_review.domain.messages import InlineDocument, IntakeMessage, parse
 from contract_review.domain.ports import Deps, Queue
 from contract_review.domain.records import Job, JobState, job_id_for
 from contract_review.pipeline import fanout
-from contract_review.pipeline.admission import check_budget, check_principal, document_text
+from contract_review.pipeline.admission import check_budget, check_principal, document_text, effective_budget
 from contract_review.review.analysts import job_config_hash
 from contract_review.review.chunking import chunk_document, document_hash
 
@@ -102,6 +102,7 @@ def handle_intake(deps: Deps, body: str, message_id: str = "") -> IntakeResult:
         estimate = check_budget(s, text, msg.budget_usd, chunks=chunks)  # the chunks just cut
     except ReviewError as exc:
         return _record_failure(deps, body, exc.envelope, message_id, key, msg.document_id or "", msg.principal)
+    budget = effective_budget(s, msg.budget_usd)  # its own, else the stack's default per-job budget
     now = deps.clock()
     job = Job(job_id=job_id, state=JobState.QUEUED, created_at=now, updated_at=now, idempotency_key=key,
               document_id=msg.document_id or "", document_key=document_key(job_id), document_chars=len(text),
@@ -109,7 +110,7 @@ def handle_intake(deps: Deps, body: str, message_id: str = "") -> IntakeResult:
               fanned_out=0, analyst_count=s.profile.review.analyst_count, model_id=s.effective_model_id,
               model_provider=s.model_provider, prompt_version=s.profile.review.prompt_version,
               config_hash=job_config_hash(s), source_message_id=message_id, principal=msg.principal,
-              budget_micro_usd=micro_usd(Decimal(str(msg.budget_usd))) if msg.budget_usd is not None else None,
+              budget_micro_usd=micro_usd(Decimal(str(budget))) if budget is not None else None,
               estimate_micro_usd=estimate)
     existing, created = deps.jobs.create(job)
     if created:

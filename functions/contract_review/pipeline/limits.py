@@ -1,0 +1,59 @@
+"""Spend limits (docs/cost.md "Spend limits"; profile `limits`): what one Job API principal may admit and ask.
+
+- A principal's daily spend: each new submission takes its estimate (`admission.estimate`, the same figure its
+  budget is checked against) from the principal's allowance of the UTC day (`principal_daily_spend_usd`), in one
+  conditional write: a submission that would go over is refused before it is queued (`quota.spend_exceeded`,
+  HTTP 429 with Retry-After until the next UTC day). The allowance counts admissions at their estimates, not
+  the cost the jobs later record: the estimate is deliberately high, so the cap holds whatever the jobs do.
+  A replay of the same submission takes nothing again.
+- A principal's request rate: every Job API request counts against `api_requests_per_minute` for its
+  principal, in the function (an HTTP API has no per-client throttling or usage plans): over it, `api.rate_limited`
+  (HTTP 429, Retry-After until the next minute).
+
+Both are counters of the token ledger table (`TokenLedger.take`), keyed by the principal's owner hash, never its
+ARN; a stack without that table (from before it) enforces neither. Queue senders have no principal: their jobs
+get the default budget only.
+"""
+
+from __future__ import annotations
+
+import math
+from decimal import Decimal
+
+from contract_review.domain import cost
+from contract_review.domain.errors import ReviewError
+from contract_review.domain.ports import Deps
+from contract_review.domain.principals import owner
+
+DAY_S = 86400
+MINUTE_S = 60
+
+
+def take_spend(deps: Deps, principal: str, estimate_micro_usd: int) -> None:
+    """Take a new submission's estimate from `principal`'s allowance of today; `quota.spend_exceeded` if over."""
+    cap = deps.settings.profile.limits.principal_daily_spend_usd
+    if cap is None or deps.token_ledger is None:
+        return
+    now = deps.clock()
+    day = int(now // DAY_S)
+    limit = cost.micro_usd(Decimal(str(cap)))
+    taken = deps.token_ledger.take(f"spend#{owner(principal)}", day, estimate_micro_usd, limit, (day + 2) * DAY_S)
+    if taken is None:
+        raise ReviewError.of(
+            "quota.spend_exceeded",
+            f"this submission's estimate, {cost.format_usd(estimate_micro_usd)}, would take your admissions today "
+            f"over the daily cap of {cost.format_usd(limit)} per principal: send it after 00:00 UTC (in "
+            f"{math.ceil((day + 1) * DAY_S - now)} s), or ask the stack's operator to raise "
+            "principal_daily_spend_usd", step="admission", retry_after_s=math.ceil((day + 1) * DAY_S - now))
+
+
+def request_wait(deps: Deps, principal: str) -> int | None:
+    """Count one request of `principal`: None when within its rate, else the seconds until the next minute."""
+    limit = deps.settings.profile.limits.api_requests_per_minute
+    if limit is None or deps.token_ledger is None:
+        return None
+    now = deps.clock()
+    minute = int(now // MINUTE_S)
+    if deps.token_ledger.take(f"requests#{owner(principal)}", minute, 1, limit, (minute + 2) * MINUTE_S) is not None:
+        return None
+    return max(1, math.ceil((minute + 1) * MINUTE_S - now))
