@@ -30,6 +30,7 @@ import json
 
 import pytest
 
+from contract_review.domain.messages import MAX_DOCUMENT_BYTES
 from contract_review.domain.model import ModelRequest, ModelResponse
 from contract_review.domain.ports import Queue
 from contract_review.domain.records import ChunkStatus, Job, JobState, job_id_for
@@ -290,3 +291,50 @@ def test_a_model_that_obeys_the_injection_is_refused_with_a_code():
         assert all(f.analyst != "liability" for f in stored.findings)  # the fake answer became no finding
     assert sum(r.n_calls for r in records) == model.calls
     assert all(p.world.queues.sent[q] == [] for q in (Queue.INTAKE_DLQ, Queue.ANALYSIS_DLQ, Queue.RESULTS_DLQ))
+
+
+# --- uploads by s3_uri -------------------------------------------------------------------------------
+
+class CountingReads:
+    """The fake bucket's reads of uploads, counted in bytes (installed on the world's artifacts)."""
+
+    def __init__(self, world: FakeWorld):
+        self.bytes = 0
+        self._read = world.artifacts.read_uri
+        world.artifacts.read_uri = self  # type: ignore[method-assign]  # the fake's method, wrapped
+
+    def __call__(self, bucket: str, key: str, *args: object, **kwargs: object) -> bytes:
+        data = self._read(bucket, key, *args, **kwargs)  # type: ignore[arg-type]  # passed on as given
+        self.bytes += len(data)
+        return data
+
+
+def test_a_10_mb_upload_fails_too_large_in_one_attempt_without_being_read_whole():
+    # GIVEN a 10 MB document uploaded under uploads/ and sent by s3_uri
+    world = FakeWorld()
+    world.artifacts.objects[(world.artifacts.bucket, "uploads/big.txt")] = TEXT.encode() * 21_000
+    assert len(TEXT.encode()) * 21_000 > 10_000_000
+    reads = CountingReads(world)
+    p = InProcess(world)
+    p.send({"s3_uri": f"s3://{world.artifacts.bucket}/uploads/big.txt"}, key="big")
+    p.round()
+    # THEN the job failed input.too_large at once; intake read no more than the limit (and one byte)
+    job = world.jobs.get(job_id_for("big"))
+    assert job is not None and job.state is JobState.FAILED and job.error_code == "input.too_large"
+    assert "more than 5,000,000 bytes" in (job.error.message if job.error else "")
+    assert reads.bytes <= MAX_DOCUMENT_BYTES + 1
+    assert world.claims.for_job(job.job_id) == [] and p.model.calls == 0
+    assert all(world.queues.sent[q] == [] for q in Queue)
+
+
+def test_an_upload_that_is_not_utf8_fails_undecodable_in_one_attempt():
+    world = FakeWorld()
+    world.artifacts.objects[(world.artifacts.bucket, "uploads/latin1.txt")] = "Governing law: Zürich.".encode("latin-1")
+    p = InProcess(world)
+    p.send({"s3_uri": f"s3://{world.artifacts.bucket}/uploads/latin1.txt"}, key="latin1")
+    p.round()
+    job = world.jobs.get(job_id_for("latin1"))
+    assert job is not None and job.state is JobState.FAILED and job.error_code == "input.undecodable"
+    assert "not UTF-8 at byte 16" in (job.error.message if job.error else "")
+    assert world.claims.for_job(job.job_id) == [] and p.model.calls == 0
+    assert all(world.queues.sent[q] == [] for q in Queue)

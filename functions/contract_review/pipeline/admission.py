@@ -61,8 +61,10 @@ def document_text(deps: Deps, document: Document, principal: str | None = None) 
     """The document's text, through the checks every way in makes (the errors name the URI of an upload).
     `principal`: the Job API caller the document is read for (None: a sender to the queue)."""
     if isinstance(document, S3Document):
-        data = _read_upload(deps, document, principal)
-        _check_size(document.s3_uri, len(data))
+        data = _read_upload(deps, document, principal)  # at most one byte over the limit: a larger one is not read
+        if len(data) > MAX_DOCUMENT_BYTES:  # (so its size is not known: "more than")
+            raise ReviewError.of("input.too_large", f"{document.s3_uri}: more than {MAX_DOCUMENT_BYTES:,} bytes: "
+                                 "split the document", step="intake.load")
         text = _decoded(document.s3_uri, data)
     else:
         text = document.text
