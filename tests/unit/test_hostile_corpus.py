@@ -30,10 +30,12 @@ import json
 
 import pytest
 
-from contract_review.domain.messages import MAX_DOCUMENT_BYTES
+from contract_review.domain.errors import ReviewError
+from contract_review.domain.messages import MAX_DOCUMENT_BYTES, parse_intake
 from contract_review.domain.model import ModelRequest, ModelResponse
 from contract_review.domain.ports import Queue
 from contract_review.domain.records import ChunkStatus, Job, JobState, job_id_for
+from contract_review.pipeline.intake import handle_intake
 from contract_review.review.analysts import ChunkFindings, analysts_for, build_request
 from contract_review.review.chunking import Chunk
 
@@ -338,3 +340,35 @@ def test_an_upload_that_is_not_utf8_fails_undecodable_in_one_attempt():
     assert "not UTF-8 at byte 16" in (job.error.message if job.error else "")
     assert world.claims.for_job(job.job_id) == [] and p.model.calls == 0
     assert all(world.queues.sent[q] == [] for q in Queue)
+
+
+# --- numbers DynamoDB cannot hold -----------------------------------------------------------------
+
+@pytest.mark.parametrize("value", ["9.747929276273055e-291", "1e200", "-1e126", "9.9999999999999999e125", str(10**38)],
+                         ids=["under 1e-130", "over 1e126", "-1e126", "1e126 as a float", "39 digits"])
+def test_a_metadata_number_dynamodb_cannot_hold_is_refused_at_the_schema(value: str):
+    # GIVEN metadata with a number outside DynamoDB's (magnitude 1e-130 .. 9.99e125, 38 digits): found by the Job
+    # API's stateful schemathesis run, where intake then failed on every receive serializing the job
+    from contract_review.adapters.dynamo import serialize
+
+    body = '{"schema_version": 1, "document": {"text": "Law: New York."}, "idempotency_key": "num", ' \
+           f'"metadata": {{"n": {value}}}}}'
+    try:
+        message = parse_intake(body)
+    except ReviewError as exc:  # THEN either refused by the schema, input.invalid (a failed job, in one attempt)
+        assert exc.envelope.error_code == "input.invalid" and "metadata" in exc.envelope.message
+        world = FakeWorld()
+        handle_intake(world.deps, body, "m-1")
+        job = world.jobs.get(job_id_for("num"))
+        assert job is not None and (job.state, job.error_code) == (JobState.FAILED, "input.invalid")
+    else:  # or it is a number DynamoDB takes (a 39-digit integer as the float it is)
+        serialize(message.model_dump(mode="json")["metadata"])
+
+
+def test_metadata_numbers_dynamodb_can_hold_are_kept():
+    from contract_review.adapters.dynamo import serialize
+
+    metadata = {"zero": 0, "tiny": 1e-130, "big": -9.9e125, "int": 10**38 - 1, "neg": -(10**38 - 1), "f": 0.1}
+    message = parse_intake(json.dumps({"schema_version": 1, "document": {"text": "x"}, "metadata": metadata}))
+    assert message.metadata == metadata
+    serialize(message.model_dump(mode="json")["metadata"])
