@@ -10,7 +10,8 @@ error code, the chunk states and what reached each DLQ, not only that nothing ra
 | Unicode edge cases            | combining marks, RTL text and marks, zero-width, 4-byte, | completed, findings as the plain text, |
 |                               | controls and separators                                 | quotes exact slices                    |
 | one huge line                 | ~100,000 characters, no newline, no sentence end        | completed, chunks cut at the hard limit|
-| empty / whitespace-only       | "", blanks of many kinds                                | failed job `input.empty_document`      |
+| empty / blank                 | "", blanks of many kinds, zero-width/bidi/controls only | failed job `input.empty_document`, 0   |
+|                               |                                                         | calls                                  |
 | duplicate submission          | the same key and document twice, and again once ended   | one job, analysed once                 |
 | conflicting submission        | the same key, another document, while the first runs    | intake DLQ `input.key_conflict`, the   |
 |                               |                                                         | job completes on its own document      |
@@ -156,7 +157,8 @@ def test_one_huge_line_is_cut_at_the_hard_limit_and_completes():
     assert_nothing_lost(p, job)
 
 
-@pytest.mark.parametrize("text", ["", " \n\t\r\n\u3000\u00a0\u2003 \n\n"], ids=["empty", "whitespace-only"])
+@pytest.mark.parametrize("text", ["", " \n\t\r\n\u3000\u00a0\u2003 \n\n", "\u200b\ufeff \u200d\u2060\u00ad\n\u200e\u202e\x00\x7f"],
+                         ids=["empty", "whitespace-only", "zero-width, bidi marks and controls only"])
 def test_an_empty_or_blank_document_fails_in_one_attempt(text: str):
     world = FakeWorld()
     p = InProcess(world)
