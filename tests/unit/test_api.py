@@ -648,7 +648,7 @@ def test_the_same_batch_twice_is_one_batch_and_its_jobs_once():
     assert len(world.jobs.all()) == 2
 
 
-@pytest.mark.parametrize("body", [b"", b"[]", b"42", json.dumps([{"custom_id": str(i), "document": {"text": TEXT}}
+@pytest.mark.parametrize("body", [b"", b"[]", b"42", b"null", b" null ", json.dumps([{"custom_id": str(i), "document": {"text": TEXT}}
                                                                for i in range(api.MAX_BATCH_ITEMS + 1)]).encode()])
 def test_an_empty_or_oversized_batch_is_a_400(body: bytes):
     world = FakeWorld()
