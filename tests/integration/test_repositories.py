@@ -567,6 +567,17 @@ def test_artifacts_round_trip_and_a_missing_claim_check_is_an_input_error(repos:
     assert info.value.envelope.error_code == "input.document_missing"
 
 
+def test_a_claim_check_read_with_a_limit_reads_one_byte_past_it_at_most(repos: Repos):
+    repos.artifacts.put_text("uploads/ten.txt", "0123456789", "text/plain")
+    assert repos.artifacts.read_uri(repos.artifacts.bucket, "uploads/ten.txt", max_bytes=4) == b"01234"
+    assert repos.artifacts.read_uri(repos.artifacts.bucket, "uploads/ten.txt", max_bytes=10) == b"0123456789"
+    repos.artifacts.put_text("uploads/empty.txt", "", "text/plain")  # S3 answers a range of it with 416
+    assert repos.artifacts.read_uri(repos.artifacts.bucket, "uploads/empty.txt", max_bytes=4) == b""
+    with pytest.raises(ReviewError) as info:
+        repos.artifacts.read_uri(repos.artifacts.bucket, "uploads/none.txt", max_bytes=4)
+    assert info.value.envelope.error_code == "input.document_missing"
+
+
 def test_dead_letters_carry_their_envelope_and_peeking_hides_nothing(repos: Repos):
     env = ErrorEnvelope.of("model.unavailable", "503", step="liability")
     repos.queues.dead_letter(Queue.ANALYSIS, '{"job_id": "j"}', env, job_id="j", chunk_id="c0")

@@ -649,7 +649,7 @@ def test_the_same_batch_twice_is_one_batch_and_its_jobs_once():
     assert len(world.jobs.all()) == 2
 
 
-@pytest.mark.parametrize("body", [b"", b"[]", b"42", json.dumps([{"custom_id": str(i), "document": {"text": TEXT}}
+@pytest.mark.parametrize("body", [b"", b"[]", b"42", b"null", b" null ", json.dumps([{"custom_id": str(i), "document": {"text": TEXT}}
                                                                for i in range(api.MAX_BATCH_ITEMS + 1)]).encode()])
 def test_an_empty_or_oversized_batch_is_a_400(body: bytes):
     world = FakeWorld()
@@ -700,6 +700,19 @@ def test_retry_reopens_a_failed_job_and_refuses_a_completed_one():
     assert run.run(job_id).state is JobState.COMPLETED
     again = call(world, "POST", f"/jobs/{job_id}/retry")
     assert again.status == 409 and again.code == "api.conflict"
+
+
+def test_retry_of_a_job_being_cancelled_is_a_conflict_not_a_server_error():
+    # the walk the stateful schemathesis run found: submit, intake takes it in, cancel, retry (was a 500)
+    world = FakeWorld()
+    job_id = str(submit(world, text=LONG_TEXT).json["jobId"])
+    InProcess(world).intake()
+    assert call(world, "POST", f"/jobs/{job_id}/cancel").status == 202
+    answer = call(world, "POST", f"/jobs/{job_id}/retry")
+    assert answer.status == 409 and answer.code == "api.conflict" and "cancelling" in str(answer.json["error"])
+    job = world.jobs.get(job_id)
+    assert job is not None and job.state is JobState.CANCELLING
+    assert call(world, "GET", f"/jobs/{job_id}").json["status"] == "cancelling"
 
 
 def test_an_approval_needs_a_job_waiting_for_one_and_a_valid_decision():

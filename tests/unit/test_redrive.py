@@ -404,3 +404,22 @@ def test_dlq_redrive_leaves_a_malformed_results_dlq_message_and_redrives_the_res
     assert [d.message_id for d in done] == [good]
     assert [s.message_id for s in world.queues.sent[Queue.RESULTS_DLQ]] == [bad]
     assert len(world.queues.results()) == 1
+
+
+@pytest.mark.parametrize("state", [JobState.CANCELLING, JobState.WAITING_APPROVAL])
+def test_a_job_being_cancelled_or_waiting_for_approval_is_not_retried_and_nothing_is_reset(state: JobState):
+    # GIVEN a running job with a failed chunk, then cancelling (a cancel under way) or waiting for approval (a person
+    # decides its ambiguous side effect): found by the Job API's stateful schemathesis run (POST /jobs, cancel, retry)
+    from contract_review.pipeline.redrive import retry
+
+    world = small_chunk_world()
+    job_id, chunk_ids = start_job(world)
+    worker_fails(world, job_id, chunk_ids[0], "model.request_invalid")
+    assert world.jobs.transition(job_id, (JobState.RUNNING,), state)
+    before = (world.jobs.get(job_id), world.claims.for_job(job_id), len(world.queues.sent[Queue.ANALYSIS]))
+    # WHEN it is retried (`review retry`, POST /jobs/{id}/retry)
+    retried = retry(world.deps, job_id)
+    # THEN it is not (an answer, not an illegal transition), and nothing of the job or its chunks changed
+    assert not retried.retried and retried.state is state
+    assert state.value in retried.action
+    assert (world.jobs.get(job_id), world.claims.for_job(job_id), len(world.queues.sent[Queue.ANALYSIS])) == before

@@ -39,6 +39,8 @@ class S3Artifacts:
         except ClientError as exc:
             code = str(exc.response.get("Error", {}).get("Code", ""))
             status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
+            if ranged and (code == "InvalidRange" or status == 416):
+                return b""  # S3 answers a range of an empty object with 416: the object is empty
             if code in _MISSING_CODES or status in (403, 404):
                 raise ReviewError.of("input.document_missing", f"{code} for the referenced object",
                                      provider_code=code, http_status=status, step="intake.load") from exc

@@ -107,7 +107,8 @@ _CODES = [
               "The intake message is not valid JSON or violates the intake schema v1.",
               "Fix the message (see docs/intake-message.schema.json) and send it again. Never retried."),
     ErrorCode("input.empty_document", ErrorClass.PERMANENT, False,
-              "The document has no text (empty or whitespace only).", "Send a document with text."),
+              "The document has no text (empty, or only whitespace, control characters and invisible format characters "
+              "such as zero-width spaces, BOMs and bidi marks).", "Send a document with text."),
     ErrorCode("input.undecodable", ErrorClass.PERMANENT, False,
               "The document referenced by s3_uri is not UTF-8 text.", "Convert the document to UTF-8 text."),
     ErrorCode("input.document_missing", ErrorClass.PERMANENT, False,

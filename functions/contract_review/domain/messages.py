@@ -8,7 +8,17 @@ import re
 from collections.abc import Sequence
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, StringConstraints, ValidationError, field_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictBool,
+    StringConstraints,
+    ValidationError,
+    WithJsonSchema,
+    field_validator,
+)
 
 from contract_review.config.constants import SQS_MAX_MESSAGE_BYTES
 from contract_review.domain.errors import ErrorEnvelope, ReviewError
@@ -38,7 +48,25 @@ class S3Document(BaseModel):
 
 
 MetaKey = Annotated[str, StringConstraints(min_length=1, max_length=64)]
-MetaValue = (Annotated[str, StringConstraints(max_length=1024)] | StrictBool | int | float
+# Numbers as DynamoDB holds them (the job record keeps the metadata): at most 38 significant digits, a magnitude
+# from 1e-130 to under 1e126, or 0. A larger integer is taken as the float it is.
+DYNAMO_MAX_INT = 10**38 - 1
+DYNAMO_NUMBER_LIMIT = 1e126  # exclusive
+DYNAMO_MIN_MAGNITUDE = 1e-130
+
+
+def _dynamo_number(v: float) -> float:
+    if v != 0 and not DYNAMO_MIN_MAGNITUDE <= abs(v) < DYNAMO_NUMBER_LIMIT:
+        raise ValueError(f"a number must be 0 or of a magnitude from {DYNAMO_MIN_MAGNITUDE:g} to under "
+                         f"{DYNAMO_NUMBER_LIMIT:g} (what DynamoDB holds)")
+    return v
+
+
+MetaInt = Annotated[int, Field(ge=-DYNAMO_MAX_INT, le=DYNAMO_MAX_INT)]
+MetaFloat = Annotated[float, Field(allow_inf_nan=False), AfterValidator(_dynamo_number), WithJsonSchema({
+    "type": "number", "anyOf": [{"const": 0}, {"minimum": DYNAMO_MIN_MAGNITUDE, "exclusiveMaximum": DYNAMO_NUMBER_LIMIT},
+                                {"exclusiveMinimum": -DYNAMO_NUMBER_LIMIT, "maximum": -DYNAMO_MIN_MAGNITUDE}]})]
+MetaValue = (Annotated[str, StringConstraints(max_length=1024)] | StrictBool | MetaInt | MetaFloat
              | Annotated[list[Annotated[str, StringConstraints(max_length=256)]], Field(max_length=16)])
 
 

@@ -576,22 +576,26 @@ class BatchManifest(BaseModel):
     items: list[BatchLine]
 
 
+_NOT_JSON = object()
+
+
 def _batch_items() -> list[object]:
     """The body: a JSON list, `{"items": [...]}`, or JSON Lines (one item per line)."""
     raw = _raw_body().strip()
     ctype = (app.current_event.headers.get("content-type") or "").lower()
     if not any(t in ctype for t in ("ndjson", "jsonl", "json-seq")):
+        parsed: object = _NOT_JSON
         try:
             parsed = json.loads(raw)
         except ValueError:
             if "json" in ctype:  # declared JSON: it must be (JSON Lines say application/x-ndjson)
                 _body_json()
-            parsed = None  # no content type: JSON Lines
+            # no content type and not one JSON value: JSON Lines
         if isinstance(parsed, dict) and isinstance(parsed.get("items"), list):
             parsed = parsed["items"]
         if isinstance(parsed, list):
             return list(parsed)
-        if parsed is not None:
+        if parsed is not _NOT_JSON:  # one JSON value that is no list of items (`null` too)
             raise ApiError(400, "input.invalid", 'a batch is a JSON list of items, {"items": [...]}, or JSON Lines '
                                                  "(Content-Type: application/x-ndjson)")
     return parse_jsonl(raw)

@@ -18,6 +18,7 @@ API (`operate/api.py`) and `review submit` (`operate/ops.py`).
 from __future__ import annotations
 
 import json
+import unicodedata
 from collections.abc import Mapping, Sequence
 from decimal import Decimal
 
@@ -61,15 +62,24 @@ def document_text(deps: Deps, document: Document, principal: str | None = None) 
     """The document's text, through the checks every way in makes (the errors name the URI of an upload).
     `principal`: the Job API caller the document is read for (None: a sender to the queue)."""
     if isinstance(document, S3Document):
-        data = _read_upload(deps, document, principal)
-        _check_size(document.s3_uri, len(data))
+        data = _read_upload(deps, document, principal)  # at most one byte over the limit: a larger one is not read
+        if len(data) > MAX_DOCUMENT_BYTES:  # (so its size is not known: "more than")
+            raise ReviewError.of("input.too_large", f"{document.s3_uri}: more than {MAX_DOCUMENT_BYTES:,} bytes: "
+                                 "split the document", step="intake.load")
         text = _decoded(document.s3_uri, data)
     else:
         text = document.text
         _check_size("document.text", len(text.encode("utf-8")))
-    if not text.strip():
-        raise ReviewError.of("input.empty_document", "document has no text", step="intake.validate")
+    if _blank(text):
+        raise ReviewError.of("input.empty_document", "document has no text (nothing but blanks, control or invisible "
+                             "format characters)", step="intake.validate")
     return text
+
+
+def _blank(text: str) -> bool:
+    """No visible character: only whitespace, controls (Cc) and format characters (Cf: zero-width spaces and
+    joiners, BOMs, bidi marks, soft hyphens), which no analyst can quote a clause from."""
+    return all(c.isspace() or unicodedata.category(c) in ("Cc", "Cf") for c in text)
 
 
 def _read_upload(deps: Deps, document: S3Document, principal: str | None) -> bytes:

@@ -46,22 +46,35 @@ def failure_key(body: str) -> tuple[str | None, str]:
     """For a message that failed validation: the key to record the failure under (None: there is none),
     and the document id it names (shown on the failed job). The key is the one a valid message
     would have had where it can be told: the idempotency key, else the SHA-256 of the inline text,
-    else the document id."""
+    else the document id. A string that is no Unicode text (JSON may escape a lone surrogate, `\\ud800`,
+    which no valid message holds and no store can keep) is no key and no document id."""
     try:
         raw = json.loads(body)
     except ValueError:
         return None, ""
     if not isinstance(raw, dict):
         return None, ""
-    document_id = raw.get("document_id")
-    document_id = document_id[:256] if isinstance(document_id, str) else ""
+    document_id = _text(raw.get("document_id"))
+    document_id = document_id[:256] if document_id else ""
     key = raw.get("idempotency_key")
     if isinstance(key, str) and key:
-        return key, document_id
+        return _text(key), document_id  # a key no valid message can have names no job: the DLQ
     document = raw.get("document")
     if isinstance(document, dict) and isinstance(document.get("text"), str):
-        return document_hash(document["text"]), document_id
+        text = _text(document["text"])
+        return (document_hash(text) if text is not None else None), document_id
     return document_id or None, document_id
+
+
+def _text(value: object) -> str | None:
+    """`value` when it is a string UTF-8 can encode, else None."""
+    if not isinstance(value, str):
+        return None
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return None
+    return value
 
 
 def _record_failure(deps: Deps, body: str, env: ErrorEnvelope, message_id: str, key: str | None,

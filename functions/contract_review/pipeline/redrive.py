@@ -219,6 +219,11 @@ def retry(deps: Deps, job_id: str, budget_usd: float | None = None) -> Retried:
     if job.state is JobState.COMPENSATING:
         return result(False, f"not yet: the job is failing ({job.error_code}) and what it did is being undone; "
                              f"retry it once it is failed (`review watch {job_id}`)")
+    if job.state is JobState.CANCELLING:
+        return result(False, f"not yet: the job is cancelling; retry it once it is cancelled (`review watch {job_id}`)")
+    if job.state is JobState.WAITING_APPROVAL:  # reopening it would skip the decision on its ambiguous side effect
+        return result(False, f"nothing to retry: the job is waiting_approval: decide it (`review approve {job_id}` or "
+                             f"`review reject {job_id}`, POST /jobs/{job_id}/approval)")
     if job.replaceable:
         return result(False, f"nothing to retry: {job.error_code} refused the document before anything was analysed. "
                              "Send it again (corrected, or with a budget of at least its estimate) with the same "

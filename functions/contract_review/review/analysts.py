@@ -33,6 +33,7 @@ import dataclasses
 import functools
 import hashlib
 import json
+import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -231,8 +232,26 @@ def build_request(spec: AnalystSpec, step: str, chunk: Chunk, prior: ParsedItems
 
 
 def excerpt(chunk: Chunk) -> str:
-    """The shared context of all of a chunk's calls."""
-    return f"<excerpt>\n{chunk.text}\n</excerpt>"
+    """The shared context of all of a chunk's calls: the chunk's text in one block its text cannot close. The
+    document is data: a text that holds something like the tag (`</excerpt>`, `< /EXCERPT`) would otherwise end
+    the block early and go on as if it were instructions, so its block is named by the text's own digest,
+    which the text does not contain. A text without it keeps the plain tag (the same prefix as before)."""
+    tag = _excerpt_tag(chunk.text)
+    return f"<{tag}>\n{chunk.text}\n</{tag}>"
+
+
+_TAG_LIKE = re.compile(r"<\s*/?\s*excerpt", re.IGNORECASE)
+
+
+def _excerpt_tag(text: str) -> str:
+    if not _TAG_LIKE.search(text):
+        return "excerpt"
+    salt = 0
+    while True:  # a text that holds its own digest is a SHA-256 preimage: the loop ends at once
+        tag = f"excerpt-{hashlib.sha256(f'{salt}:{text}'.encode()).hexdigest()[:16]}"
+        if tag not in text.lower():
+            return tag
+        salt += 1
 
 
 def instructions() -> str:
