@@ -23,6 +23,7 @@ import pytest
 
 from contract_review.domain.principals import uploads_prefix
 from contract_review.domain.records import JobState
+from contract_review.review.chunking import document_hash
 from review_local.api_server import local_principal
 from review_local.stack import LocalStack
 
@@ -160,11 +161,16 @@ def test_a_batch_with_one_bad_item_runs_the_others_and_reports_the_bad_one(stack
     assert [i["status"] for i in view["items"]] == ["completed", "rejected", "completed"]
 
 
-def _readme_session() -> str:
+def _readme_block(marker: str) -> str:
+    """The README's one ```bash block that has `marker` (the curl session: its event stream; the uploads)."""
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    blocks = [b for b in re.findall(r"^```bash\n(.*?)^```", readme, flags=re.S | re.M) if '"$API/jobs' in b]
-    assert len(blocks) == 1, "README: one ```bash block with the Job API curl session"
+    blocks = [b for b in re.findall(r"^```bash\n(.*?)^```", readme, flags=re.S | re.M) if marker in b]
+    assert len(blocks) == 1, f"README: one ```bash block with {marker}"
     return blocks[0]
+
+
+def _readme_session() -> str:
+    return _readme_block("text/event-stream")
 
 
 @pytest.mark.skipif(not (shutil.which("curl") and shutil.which("jq")), reason="needs curl and jq")
@@ -226,3 +232,22 @@ def test_two_principals_of_review_up_are_isolated_as_a_user_would_try_it(stack: 
     job = stack.deps().jobs.get(job_id)
     assert job is not None and job.principal.endswith(":user/local-user") and job.document_chars > 0
     assert job.state not in (JobState.CANCELLING, JobState.CANCELLED, JobState.FAILED)
+
+
+@pytest.mark.skipif(not (shutil.which("curl") and shutil.which("jq")), reason="needs curl and jq")
+def test_the_readme_upload_session_uploads_and_only_its_owner_submits_it(stack: LocalStack, tmp_path: Path):
+    # GIVEN `review up`'s .review/local.json in a working directory with the samples
+    stack.write_local_json(tmp_path / ".review" / "local.json")
+    (tmp_path / "samples").symlink_to(SAMPLES)
+    # WHEN the README's upload session runs as written
+    proc = subprocess.run(["bash", "-c", _readme_block('"$API/uploads"')], cwd=tmp_path, capture_output=True,
+                          text=True, timeout=120)
+    out = proc.stdout
+    # THEN the presigned POST was taken, local-other was refused the upload, and local-user's job was queued
+    assert re.search(r"upload: HTTP 20[04]", out), (out, proc.stderr)
+    assert '"code":"input.document_forbidden"' in out, (out, proc.stderr)
+    job_id = re.search(r'"jobId":"(job-[0-9a-f]{20})","status":"queued"', out)
+    assert job_id is not None, (out, proc.stderr)
+    job = wait_for(lambda: stack.deps().jobs.get(job_id.group(1)), 20, what="intake to record the job")
+    assert job.principal is not None and job.principal.endswith(":user/local-user")
+    assert job.document_sha256 == document_hash((SAMPLES / "master-services-agreement.txt").read_text(encoding="utf-8"))
