@@ -18,6 +18,7 @@ import pytest
 
 from contract_review.domain.messages import parse_intake
 from contract_review.domain.records import job_id_for
+from contract_review.operate import api
 from contract_review.pipeline.intake import handle_intake
 from contract_review.review.chunking import document_hash
 from review_local.cli import cli
@@ -52,9 +53,19 @@ def run_python_one_liner(args: list[str], tmp_path: Path) -> str:
     return proc.stdout
 
 
+def test_the_readmes_api_caller_policy_names_only_routes_the_api_serves():
+    [policy] = [json.loads(t) for t in fenced("json") if '"execute-api:Invoke"' in t]
+    [statement] = policy["Statement"]
+    assert statement["Effect"] == "Allow" and statement["Action"] == "execute-api:Invoke"
+    for arn in statement["Resource"]:
+        method, path = arn.split("/$default/", 1)[1].split("/", 1)
+        assert any(m == method and re.fullmatch(re.sub(r"\{[^}]+\}", r"[^/]+", t), "/" + path.replace("*", "x"))
+                   for m, t in api.ROUTES), arn
+
+
 def test_readme_json_examples_are_valid_messages():
     # GIVEN every ```json block of the README
-    examples = fenced("json")
+    examples = [t for t in fenced("json") if '"schema_version"' in t]  # (the others: an IAM policy)
     assert len(examples) >= 2  # inline and s3_uri
     validator = jsonschema.Draft202012Validator(SCHEMA)
     for text in examples:
