@@ -317,6 +317,11 @@ class ContractReviewStack(Stack):
         outputs["ReservedConcurrency"] = (str(sum(self.settings.reserved_concurrency.values())),
                                           "Lambda concurrency this stack reserves (cdk deploy -c "
                                           "worker_reserved_concurrency); the account must keep 100 unreserved")
+        if self.settings.ticket_url:  # the CLI's side effects (`review compensations --redrive`) reach the same system
+            outputs[OPTION_OUTPUTS["ticket_url"]] = (self.settings.ticket_url, "external ticket system (-c ticket_url)")
+            if self.settings.ticket_secret_arn:
+                outputs[OPTION_OUTPUTS["ticket_secret_arn"]] = (self.settings.ticket_secret_arn,
+                                                                "its credentials' secret (-c ticket_secret_arn)")
         if self.settings.profile_overrides:  # the CLI's profile (its budget check, `review status`) matches the stack's
             outputs[PROFILE_OVERRIDES_OUTPUT] = (json.dumps(self.settings.profile_overrides, sort_keys=True),
                                                  "profile fields this deploy changed (-c)")

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from contract_review.config.profile import get_profile
+from contract_review.config.settings import OPTION_OUTPUTS
 from contract_review.domain.ports import Deps
 from contract_review.doubles.spec import FaultSpec
 
@@ -113,7 +114,11 @@ class LocalStack:
 
     @property
     def outputs(self) -> dict[str, str]:
-        return self.aws.outputs
+        """The deployed template's outputs, and the ticket fake's as a deploy with `-c ticket_url` outputs them, so
+        the CLI (`review compensations --redrive`) reaches the same ticket system as the functions."""
+        tickets = ({OPTION_OUTPUTS["ticket_url"]: self.tickets.url, OPTION_OUTPUTS["ticket_secret_arn"]:
+                    self.ticket_secret_arn} if self.tickets is not None else {})
+        return {**self.aws.outputs, **tickets}
 
     def deps(self) -> Deps:
         """The repositories and queues of this stack, as the CLI and the tests use them."""
@@ -123,7 +128,7 @@ class LocalStack:
         extra: dict[str, Any] = {"profile": self.profile}
         if self.api is not None:  # the Job API: its base URL and each principal's bearer token, by name
             extra.update(api=self.api.url, api_token=self.api.token, api_tokens=self.api.tokens_by_name)
-        self.aws.write_local_json(path, extra=extra)
+        self.aws.write_local_json(path, extra={**extra, "outputs": self.outputs})
 
     def describe(self) -> str:
         return json.dumps({"endpoint": self.aws.endpoint, "region": self.aws.region, "outputs": self.outputs}, indent=2)

@@ -37,6 +37,7 @@ OTHER_OUTPUTS = {
     "IntakeQueueArn", "AnalysisQueueArn", "ResultsQueueArn", "IntakeFunctionName", "WorkerFunctionName",
     "AggregatorFunctionName", "SweeperFunctionName", "ProfileName", "WorkerKind", "ModelProvider", "ModelId",
     "AlarmTopicArn", "DashboardName", "ApiFunctionName", "ApiUrl", "QueueUploadsPrefix", "ReservedConcurrency",
+    "TicketUrl", "TicketSecretArn",  # every test stack names a ticket system and its secret (conftest)
 }
 FOURTEEN_DAYS_S = 1_209_600
 

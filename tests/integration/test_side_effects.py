@@ -144,3 +144,29 @@ def test_a_reject_whose_control_message_is_lost_is_compensated_by_the_stacks_swe
     assert (ended.state, ended.error_code) == (JobState.FAILED, "job.approval_rejected")
     assert tickets.stats()["opened"] == tickets.stats()["closed"] == 1
     assert {r.step: r.status for r in ended.side_effects} == {TICKET: StepStatus.COMPENSATED}
+
+
+def test_review_compensations_redrive_reaches_the_stacks_ticket_system_and_closes_what_a_cancel_could_not(
+        stack: LocalStack, tickets: TicketServiceFake):
+    from click.testing import CliRunner
+
+    from contract_review.domain import lifecycle
+    from review_local.cli import Ctx, cli
+
+    # GIVEN a job waiting for approval with its ticket written, and every close failing while it is cancelled
+    deps, job_id = waiting_for_approval(stack, tickets, "risky-redrive")
+    tickets.inject("error_before_write", op="close", times=1000)
+    lifecycle.request_cancel(deps, job_id, by="test")
+    assert wait_jobs(deps, [job_id], timeout=60)[job_id].state is JobState.CANCELLED
+    cli_deps = stack.deps()  # the CLI's view of the stack: from its outputs, as `review --stack NAME` builds it
+    assert cli_deps.side_effects is not None and cli_deps.side_effects.dlq is not None
+    wait_for(lambda: cli_deps.side_effects.dlq.take_all(visibility_s=0), 60,  # type: ignore[union-attr]  # asserted
+             what="the compensation dead-lettered")
+    assert tickets.stats()["closed"] == 0
+    # WHEN the cause is fixed and the documented recovery runs from the command line
+    tickets.reset_faults()
+    result = CliRunner().invoke(cli, ["compensations", "--redrive"], obj=Ctx(None, None, deps=cli_deps))
+    # THEN it reached the same ticket system (with the secret's credentials) and closed the ticket, once
+    assert result.exit_code == 0, result.output
+    assert "compensated: 1  still failing: 0" in result.output
+    assert tickets.stats()["opened"] == tickets.stats()["closed"] == 1

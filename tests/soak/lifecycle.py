@@ -24,7 +24,7 @@ import random
 import threading
 import time
 from collections import Counter
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 from contract_review.domain import lifecycle
@@ -155,13 +155,10 @@ def redrive_compensations(stack: Any, deps: Any) -> dict[str, int]:
     """The documented recovery of `sideeffect.compensation_failed` (`review compensations --redrive`), once the
     ticket faults are over: the compensations the faults exhausted run again. Counts before and after."""
     from contract_review.domain.records import StepStatus
-    from contract_review.wiring import build_side_effects
-    from review_local.connect import local_session
 
-    settings = deps.settings.model_copy(update={"ticket_url": stack.tickets.url,
-                                                "ticket_secret_arn": stack.ticket_secret_arn})
-    fx = build_side_effects(settings, local_session(stack.aws.region), stack.aws.endpoint)
-    out = saga.redrive_compensations(replace(deps, settings=settings, side_effects=fx), fx)
+    local = stack.deps()  # the CLI's view of the stack: its ticket system from the outputs, as on AWS
+    assert local.side_effects is not None and local.settings.ticket_url == stack.tickets.url
+    out = saga.redrive_compensations(local, local.side_effects)
     return {"redriven": len(out.compensated), "still_failing": len(out.dead_lettered),
             "steps_compensation_failed_after": sum(
                 1 for j in deps.jobs.all() for e in j.side_effects if e.status is StepStatus.COMPENSATION_FAILED)}

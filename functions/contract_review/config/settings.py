@@ -74,7 +74,9 @@ OPTION_ENV = {
 }
 
 # Options the CLI reads from a stack's outputs (Settings field -> output), beside RESOURCES; absent: the default.
-OPTION_OUTPUTS = {"queue_uploads_prefix": "QueueUploadsPrefix"}
+# The ticket system's: so `review compensations --redrive` (the CLI, with the operator's credentials) reaches it.
+OPTION_OUTPUTS = {"queue_uploads_prefix": "QueueUploadsPrefix", "ticket_url": "TicketUrl",
+                  "ticket_secret_arn": "TicketSecretArn"}
 
 
 def ticket_url_problem(url: str) -> str | None:
