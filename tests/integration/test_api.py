@@ -251,3 +251,15 @@ def test_the_readme_upload_session_uploads_and_only_its_owner_submits_it(stack: 
     job = wait_for(lambda: stack.deps().jobs.get(job_id.group(1)), 20, what="intake to record the job")
     assert job.principal is not None and job.principal.endswith(":user/local-user")
     assert job.document_sha256 == document_hash((SAMPLES / "master-services-agreement.txt").read_text(encoding="utf-8"))
+
+
+def test_a_10_mb_upload_never_becomes_a_job_that_reads_it_all(stack: LocalStack):
+    # GIVEN a presigned upload (S3 on AWS refuses a body over the signed content-length-range; moto may not)
+    status, _, up = http(stack, "POST", "/uploads", {"name": "huge"})
+    assert status == 201 and up["maxBytes"] == 5_000_000
+    uploaded = presigned_post(up["upload"], b"1. Term. " + b"x" * (10 * 1024 * 1024))
+    # WHEN it is submitted anyway THEN either S3 refused the upload (nothing to read), or the API reads at most
+    # maxBytes + 1 of it and answers 422 input.too_large: no job, nothing queued
+    status, _, answer = http(stack, "POST", "/jobs", {"document": {"s3_uri": up["s3Uri"]}})
+    expected = "input.document_missing" if uploaded >= 400 else "input.too_large"
+    assert status == 422 and answer["error"]["code"] == expected, (uploaded, answer)
