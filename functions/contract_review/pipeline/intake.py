@@ -11,8 +11,9 @@ a client computes), otherwise sent to the intake DLQ with its envelope. The docu
 (`admission.document_text`, the same for the Job API): claim-checked documents are read only from the
 stack's own bucket, in the sender's upload area. A message that names a `principal` (as only the Job API may)
 is taken only when the API's submission record vouches for it (`admission.check_principal`), else it goes to
-the intake DLQ (`input.invalid`) without a job, before anything of that principal is read. A job never mixes two documents: a key that names a job of another
-document is `input.key_conflict` (intake DLQ, and an event on that job).
+the intake DLQ (`input.invalid`) without a job, before anything of that principal is read. A job never mixes
+two documents: a key that names a job of another document is `input.key_conflict` (intake DLQ, and an event on
+that job).
 """
 
 from __future__ import annotations
