@@ -47,6 +47,15 @@ def aws(local_template: dict[str, Any]) -> Iterator[EmbeddedAws]:
                      "AWS_DEFAULT_REGION": aws.region}.items():
             mp.setenv(k, v)
         handlers.reset()
+        # the handlers' Metrics read POWERTOOLS_METRICS_NAMESPACE when first imported, maybe by an earlier test of
+        # this process without it (as test_role_coverage does, set it on each); and their shared set starts empty
+        from contract_review.handlers import aggregator as aggregator_fn
+        from contract_review.handlers import intake as intake_fn
+        from contract_review.handlers import worker as worker_fn
+
+        for module in (aggregator_fn, intake_fn, worker_fn):
+            mp.setattr(module.metrics, "namespace", worker.env["POWERTOOLS_METRICS_NAMESPACE"])
+        intake_fn.metrics.clear_metrics()
         try:
             yield aws
         finally:

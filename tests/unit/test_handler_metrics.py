@@ -41,6 +41,9 @@ def _values(lines: list[dict[str, Any]], name: str) -> list[tuple[dict[str, str]
 @pytest.fixture
 def world(monkeypatch: pytest.MonkeyPatch) -> FakeWorld:
     w = FakeWorld()
+    # Powertools' Metrics instances of one process share their metric and dimension sets (the class's): what an
+    # earlier test left there (its `service`) is not this test's. A Lambda process imports one handler only.
+    sweeper_handler.metrics.clear_metrics()
     for module in (sweeper_handler, aggregator_handler):
         monkeypatch.setattr(module, "deps", lambda: w.deps)
         monkeypatch.setattr(module.metrics, "namespace", "ContractReview")  # POWERTOOLS_METRICS_NAMESPACE on AWS
