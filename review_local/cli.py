@@ -7,6 +7,7 @@ import re
 import signal
 import sys
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -227,14 +228,15 @@ def _document_id(f: Path) -> str:
 
 
 def _wait(obj: Ctx, job_ids: list[str], timeout: float, grace_s: float, show_events: bool = False,
-          documents: dict[str, str] | None = None) -> None:
+          documents: dict[str, str] | None = None, since: int = 0, label: Callable[[Job], str] | None = None) -> None:
     """Watch the jobs; exit 1, with one line per job that did not complete, unless all completed. `documents`:
     the SHA-256 each job must have been made from (a key another document took first, while this one's
     message was on its way, is intake's input.key_conflict: that job's end is not this document's)."""
     deps = obj.deps
     states = watch_jobs(console, deps.jobs, job_ids, timeout, grace_s=grace_s,
                         intake_busy=lambda: deps.queues.depth(Queue.INTAKE) > 0,
-                        events=(lambda j, after: lifecycle.read_events(deps, j, after)) if show_events else None)
+                        events=(lambda j, after: lifecycle.read_events(deps, j, after)) if show_events else None,
+                        since=since, label=label)
     problems, waiting = [], []
     for j, state in states.items():
         if state == JobState.WAITING_APPROVAL.value:
@@ -298,51 +300,116 @@ def batch(obj: Ctx, batch_id: str, as_json: bool) -> None:
 @click.pass_obj
 def status(obj: Ctx, job_id: str, as_json: bool) -> None:
     """Show a job: state, progress, errors, and what would happen next."""
-    view = ops.job_view(obj.deps, job_id)
-    if view is None:
-        raise click.ClickException(f"no job {job_id}")
+    view = _view(obj, job_id)
     if as_json:
         click.echo(view.model_dump_json(indent=2))
         return
-    c = view.chunks
-    console.print(f"[bold]{job_id}[/]  state: [bold]{view.state.value}[/]  chunks settled {c['settled']}/{c['total']}")
-    if view.error_code:
-        console.print(f"  error: [red]{view.error_code}[/] {view.error.message if view.error else ''}")
-    for m in view.missing_chunks:
-        console.print(f"  missing chunk {m.chunk_index} {m.chunk_id}: {m.status.value} ({m.error_code})")
-    for g in view.mandatory_gaps:
-        console.print(f"  mandatory gap: chunk {g.chunk_index} analyst {g.analyst}: {g.status}")
+    _print_status(view)
+
+
+def _job_id(obj: Ctx, given: str) -> str:
+    """A job id given whole or by a unique prefix (`review jobs` prints them whole)."""
+    try:
+        return ops.resolve_job_id(obj.deps, given)
+    except ops.AmbiguousId as exc:
+        raise click.ClickException(str(exc)) from exc
+
+
+def _message_id(obj: Ctx, given: str) -> str:
+    try:
+        return ops.resolve_message_id(obj.deps, given)
+    except ops.AmbiguousId as exc:
+        raise click.ClickException(str(exc)) from exc
+
+
+def _view(obj: Ctx, job_id: str) -> ops.JobView:
+    view = ops.job_view(obj.deps, _job_id(obj, job_id))
+    if view is None:
+        raise click.ClickException(f"no job {job_id}")
+    return view
+
+
+def _say(text: str, style: str = "") -> None:
+    console.print(text, style=style, markup=False, highlight=False, soft_wrap=True)
+
+
+def _print_status(view: ops.JobView) -> None:
+    """Sentences and tables, each fact once (`--json` has every field)."""
+    a = view.answers
+    error = f": {view.error_code}" + (f", {view.error.message}" if view.error else "") if view.error_code else ""
+    _say(f"{view.job_id} is {view.state.value}{error}", style="bold")
+    when = f"created {ops.iso(view.created_at)}" + (f", ended {ops.iso(view.ended_at)}" if view.ended_at else "")
+    _say(f"  document {view.document_id or '(no id)'}; model {view.model_id}, prompts {view.prompt_version}; {when}")
+    _say(f"  progress: {ops.chunk_counts(view)}; latest: {view.progress_label}")
+    if view.last_checkpoint_at:
+        _say(f"  last checkpoint: a chunk settled done at {ops.iso(view.last_checkpoint_at)}")
+    if view.missing_chunks:
+        t = Table("missing chunk", "chunk id", "status", "error", title=None)
+        for m in view.missing_chunks:
+            t.add_row(str(m.chunk_index + 1), m.chunk_id, m.status.value, m.error_code or "")
+        console.print(t)
+    if gaps := ops.other_gaps(view):  # a missing chunk's gaps are its row above
+        _say(f"  mandatory gaps ({len(gaps)} chunk-analyst pairs): " + "; ".join(ops.gaps_summary(gaps, view.mandatory_analysts)))
     r = view.reliability
-    console.print(f"  model calls {r.model_calls}, retries {r.retries_by_code}, redeliveries {r.redeliveries}")
-    console.print(f"  model circuit breaker: {view.model_circuit}")
+    retries = ", ".join(f"{code} {n}" for code, n in sorted(r.retries_by_code.items())) or "none"
+    _say(f"  model: {r.model_calls} call(s), retries: {retries}; {r.repairs} repair(s), {r.redeliveries} "
+         f"redelivery(ies); circuit breaker {view.model_circuit}")
+    _say(f"  cost: {view.cost}")
     if view.waiting is not None:
-        console.print(f"  waiting: {ops.waiting_line(view.waiting)}", markup=False, highlight=False)
+        _say(f"  waiting: {ops.waiting_line(view.waiting)}")
     if view.approval is not None:
-        a = view.approval
-        console.print(f"  waits for approval: step {a.step} (key {a.key[:12]}): {a.reason}; expires {ops.iso(a.expires_at)}; "
-                      f"decide with `review approve {job_id}` or `review reject {job_id}`", markup=False, highlight=False)
-        if a.evidence:
-            console.print(f"  evidence: {json.dumps(a.evidence, sort_keys=True)}", markup=False, highlight=False)
-    console.print(f"  cost: {view.cost}", markup=False, highlight=False)
-    for k, v in view.answers.model_dump(mode="json").items():
-        console.print(f"  {k.replace('_', ' ')}: {v}")
-    console.print("  recent events:")
-    for e in view.recent_events:
-        detail = ", ".join(f"{k}={v}" for k, v in (e.model_extra or {}).items())
-        console.print(f"    {e.at}  {e.type}  {detail}", soft_wrap=True)
+        ap = view.approval
+        _say(f"  waits for approval: step {ap.step} (key {ap.key[:12]}): {ap.reason}; expires {ops.iso(ap.expires_at)}; "
+             f"decide with `review approve {view.job_id}` or `review reject {view.job_id}`")
+        for k, v in sorted(ap.evidence.items()):
+            _say(f"    evidence {k}: {v if isinstance(v, str | int | float | bool) else json.dumps(v, sort_keys=True)}")
+    done = ops.side_effect_words(view)
+    _say(f"  side effects done: {'; '.join(done) if done else 'none'}")
+    _say(f"  a retry would: {a.retry_would}")
+    _say(f"  if cancelled now: {a.if_cancelled_now}")
+    _say(f"  if it fails again: {a.if_it_fails_again}")
+    if view.recent_events:
+        t = Table("at", "event", "what")
+        for e in view.recent_events:
+            t.add_row(e.at, e.type, ops.event_words(e))
+        console.print(t)
+
+
+@cli.command()
+@click.argument("job_id")
+@click.option("--json", "as_json", is_flag=True, help="The six answers as JSON (keys: what_happened, where_it_is, "
+              "what_it_cost, what_failed, what_next, if_it_fails_again).")
+@click.pass_obj
+def explain(obj: Ctx, job_id: str, as_json: bool) -> None:
+    """A job's story in six short paragraphs: what happened, where it is, what it cost, what failed and why,
+    what to do next, and what happens if it fails again."""
+    story = ops.explain(_view(obj, job_id))
+    if as_json:
+        keys = ("what_happened", "where_it_is", "what_it_cost", "what_failed", "what_next", "if_it_fails_again")
+        click.echo(json.dumps({k: p.split(": ", 1)[1] for k, p in zip(keys, story, strict=True)}, indent=2))
+        return
+    for paragraph in story:
+        _say(paragraph)
+        _say("")
 
 
 @cli.command()
 @click.argument("job_id")
 @click.option("--timeout", type=float, default=600.0)
+@click.option("--progress", "progress_only", is_flag=True,
+              help="One live line (chunks settled of all, state, the latest event) instead of every event.")
+@click.option("--since", type=click.IntRange(min=0), default=0, metavar="N",
+              help="Only the events after number N (the `#N` printed before each).")
 @click.pass_obj
-def watch(obj: Ctx, job_id: str, timeout: float) -> None:
+def watch(obj: Ctx, job_id: str, timeout: float, progress_only: bool, since: int) -> None:
     """Live progress of a job until it ends: its events as they come, and a progress bar; exit 0 only
     if it completed.
 
     A job id without a record is waited for only while the intake queue still holds messages
     (it may be one just sent) and a few seconds more; then it is unknown."""
-    _wait(obj, [job_id], timeout, WATCH_GRACE_S, show_events=True)
+    deps = obj.deps
+    _wait(obj, [_job_id(obj, job_id)], timeout, WATCH_GRACE_S, show_events=not progress_only, since=since,
+          label=(lambda job: ops.job_progress(deps, job).label) if progress_only else None)
 
 
 @cli.command()
@@ -351,6 +418,7 @@ def watch(obj: Ctx, job_id: str, timeout: float) -> None:
 @click.pass_obj
 def report(obj: Ctx, job_id: str, as_json: bool) -> None:
     """Print a job's report."""
+    job_id = _job_id(obj, job_id)
     job = obj.deps.jobs.get(job_id)
     if job is None:
         raise click.ClickException(f"no job {job_id}")
@@ -470,7 +538,7 @@ def dlq_list(obj: Ctx, as_json: bool) -> None:
 @click.pass_obj
 def dlq_show(obj: Ctx, message_id: str, with_body: bool) -> None:
     """Everything known about one DLQ message: payload, attempts, last error envelope."""
-    item = ops.dlq_show(obj.deps, message_id, with_body=with_body)
+    item = ops.dlq_show(obj.deps, _message_id(obj, message_id), with_body=with_body)
     if item is None:
         raise click.ClickException(f"no DLQ message {message_id} (`review dlq list` shows their ids)")
     click.echo(item.model_dump_json(indent=2, exclude=None if with_body else {"body"}))
@@ -488,7 +556,8 @@ def dlq_redrive(obj: Ctx, message_id: str | None, all_: bool, force: bool) -> No
     skipped, with the reason, unless --force (e.g. the document it names has been uploaded since)."""
     if not message_id and not all_:
         raise click.UsageError("give a MESSAGE_ID or --all")
-    done = redrive.dlq_redrive(obj.deps, None if all_ or not message_id else {message_id}, force=force)
+    done = redrive.dlq_redrive(obj.deps, None if all_ or not message_id else {_message_id(obj, message_id)},
+                               force=force)
     for d in done:
         style = "yellow" if d.skipped else ""
         console.print(f"{d.message_id}  {d.queue}  {d.job_id or ''}  {d.action}", style=style, soft_wrap=True)
@@ -513,7 +582,7 @@ def retry(obj: Ctx, job_ids: tuple[str, ...], wait: bool, timeout: float, budget
     queued again with its intake message. Exits 1 when a job was not retried (its line says why)."""
     retried: list[str] = []
     refused: list[str] = []
-    for job_id in job_ids:
+    for job_id in [_job_id(obj, j) for j in job_ids]:
         r = redrive.retry(obj.deps, job_id, budget_usd=budget_usd)
         console.print(f"{job_id}  {r.state.value if r.state else '-'}  {r.action}", style="" if r.retried else "yellow",
                       markup=False, highlight=False, soft_wrap=True)
@@ -535,6 +604,7 @@ def cancel(obj: Ctx, job_ids: tuple[str, ...], wait: bool, timeout: float) -> No
     already done are compensated, and each job ends `cancelled`. Cancelling twice is cancelling once;
     a job that already ended is left as it is (exit 1, its line says so)."""
     refused: list[str] = []
+    job_ids = tuple(_job_id(obj, j) for j in job_ids)
     for job_id in job_ids:
         r = lifecycle.request_cancel(obj.deps, job_id, by="cli")
         ok = r.changed or r.state in (JobState.CANCELLING, JobState.CANCELLED)
@@ -556,6 +626,7 @@ def cancel(obj: Ctx, job_ids: tuple[str, ...], wait: bool, timeout: float) -> No
 def _decide(obj: Ctx, job_id: str, decision: str) -> None:
     from contract_review.sideeffects import approvals
 
+    job_id = _job_id(obj, job_id)
     r = approvals.decide_approval(obj.deps, job_id, decision, by="cli")
     console.print(f"{job_id}  {r.state.value if r.state else '-'}  {r.message}", style="" if r.changed else "yellow",
                   markup=False, highlight=False, soft_wrap=True)
