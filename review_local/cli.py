@@ -139,28 +139,41 @@ def up(fault_rate: float, seed: int, workers: int | None, worker_kind: str, no_t
 @click.option("--budget-usd", type=click.FloatRange(min=0, min_open=True), default=None,
               help="Stop each job once its recorded cost reaches this many USD (job.budget_exceeded; docs/cost.md).")
 @click.option("--timeout", type=float, default=600.0)
+@click.option("--json", "as_json", is_flag=True,
+              help="Print the submissions as JSON (a list of {job_id, file, note}; with --batch the batch's items).")
 @click.pass_obj
 def submit(obj: Ctx, files: tuple[Path, ...], batch_file: Path | None, wait: bool, idempotency_key: str | None,
-           budget_usd: float | None, timeout: float) -> None:
+           budget_usd: float | None, timeout: float, as_json: bool) -> None:
     """Submit documents (UTF-8 text files) to the intake queue; print their job ids.
 
     The same document twice is one job (its id is a hash of the text): it is sent and waited on once.
     With --batch, a batch of the Job API (each item its own job; a bad item never stops the others)."""
     if batch_file is not None:
-        _submit_batch(obj, batch_file, bool(files), wait, idempotency_key, timeout)
+        _submit_batch(obj, batch_file, bool(files), wait, idempotency_key, timeout, as_json)
         return
     if not files:
         raise click.UsageError("give FILE... or --batch ITEMS.jsonl")
     if idempotency_key and len(files) > 1:
         raise click.UsageError("--idempotency-key takes one file")
     texts = [(f, _read_document(f)) for f in files]
+    for f, text in texts:  # what intake would refuse at once is refused here, before anything is sent
+        try:
+            ops.check_document(obj.deps, text)
+        except ReviewError as exc:
+            raise click.ClickException(f"{f}: {exc.envelope.error_code}: {exc.envelope.message}") from exc
     jobs: dict[str, Path] = {}
     shas: dict[str, str] = {}
+    records: list[dict[str, str | None]] = []
+
+    def said(job_id: str, f: Path, note: str | None) -> None:
+        records.append({"job_id": job_id, "file": str(f), "note": note})
+        if not as_json:
+            console.print(f"{job_id}  {f}" + (f"  ({note})" if note else ""), markup=False, highlight=False)
+
     for f, text in texts:
         job_id = ops.job_id_of(text, idempotency_key)
         if job_id in jobs:
-            console.print(f"{job_id}  {f}  (the same document as {jobs[job_id]}: one job, not sent again)",
-                          markup=False, highlight=False)
+            said(job_id, f, f"the same document as {jobs[job_id]}: one job, not sent again")
             continue
         shas[job_id] = document_hash(text)
         _refuse_key_conflict(obj.deps.jobs.get(job_id), shas[job_id], idempotency_key, f)
@@ -172,7 +185,9 @@ def submit(obj: Ctx, files: tuple[Path, ...], batch_file: Path | None, wait: boo
             except ReviewError as exc:  # job.budget_insufficient: nothing was sent
                 raise click.ClickException(f"{f}: {exc.envelope.error_code}: {exc.envelope.message}") from exc
         jobs[job_id] = f
-        console.print(f"{job_id}  {f}" + (f"  ({again.note})" if again else ""), markup=False, highlight=False)
+        said(job_id, f, again.note if again else None)
+    if as_json:
+        click.echo(json.dumps(records, indent=2))
     if wait:
         _wait(obj, list(jobs), timeout, SUBMIT_GRACE_S, documents=shas)
 
@@ -270,16 +285,19 @@ def _waiting_line(job: Job | None, job_id: str) -> str:
             f"(`review status {job_id}` shows the evidence)")
 
 
-def _submit_batch(obj: Ctx, path: Path, with_files: bool, wait: bool, key: str | None, timeout: float) -> None:
+def _submit_batch(obj: Ctx, path: Path, with_files: bool, wait: bool, key: str | None, timeout: float,
+                  as_json: bool = False) -> None:
     from .batches import cli_principal, submit_batch_file
 
     if with_files:
         raise click.UsageError("give FILE... or --batch ITEMS.jsonl, not both")
-    accepted, rejected = submit_batch_file(obj.deps, cli_principal(obj.stack, obj.region), path, key, console)
+    accepted, rejected = submit_batch_file(obj.deps, cli_principal(obj.stack, obj.region), path, key, console,
+                                           as_json=as_json)
     if wait and accepted:
         _wait(obj, accepted, timeout, SUBMIT_GRACE_S)
     if rejected:
-        raise click.ClickException(f"{len(rejected)} item(s) rejected (the others were submitted): {', '.join(rejected)}")
+        raise click.ClickException(f"{len(rejected)} item(s) rejected or not submitted (the others were submitted): "
+                                   f"{', '.join(rejected)}")
 
 
 @cli.command("batch")
@@ -438,9 +456,14 @@ def jobs(obj: Ctx, as_json: bool, document_id: str | None) -> None:
     if as_json:
         click.echo(json.dumps([j.model_dump(mode="json", exclude_defaults=True) for j in items], indent=2))
         return
-    t = Table("job", "state", "chunks", "document", "error")
+    t = Table("job", "state", "chunks settled", "document", "error")
+    t.columns[0].no_wrap = True
+    t.columns[0].min_width = max((len(j.job_id) for j in items), default=0)  # whole: other columns fold instead
+    for c in t.columns[1:]:
+        c.overflow = "fold"
     for j in items:
-        t.add_row(j.job_id, j.state.value, str(j.chunk_count), j.document_id, j.error_code or "")
+        t.add_row(j.job_id, j.state.value, f"{min(len(j.settled), j.chunk_count)}/{j.chunk_count}", j.document_id,
+                  j.error_code or "")
     console.print(t)
     if document_id is not None and not items:
         raise click.ClickException(f"no job with document id {document_id!r} (intake may not have taken it yet)")
@@ -522,14 +545,18 @@ def dlq_list(obj: Ctx, as_json: bool) -> None:
     if as_json:
         click.echo(json.dumps([i.model_dump(mode="json", exclude={"body"}) for i in items], indent=2))
         return
-    t = Table("message", "queue", "source message", "job", "chunk", "error", "failed step", "attempts", "moved by")
-    for i in items:
-        t.add_row(i.message_id, i.queue, i.source_message_id or "", i.job_id or "",
-                  str(i.chunk.chunk_index) if i.chunk else "",
-                  (i.envelope.error_code if i.envelope else None) or i.error_code or "", i.failed_step or "",
-                  "" if i.attempts is None else str(i.attempts), i.moved_by)
-    console.print(t)
-    console.print(f"{len(items)} message(s); `review dlq show MESSAGE_ID [--body]` for one")
+    for i in items:  # one line each, ids whole (a table cuts them at the terminal's width)
+        parts = [i.message_id, f"{i.queue} DLQ"]
+        parts += [f"job {i.job_id}"] if i.job_id else []
+        parts += [f"chunk {i.chunk.chunk_index + 1}"] if i.chunk else []
+        code = (i.envelope.error_code if i.envelope else None) or i.error_code
+        parts += [(code or "no error code") + (f" at {i.failed_step}" if i.failed_step else "")]
+        parts += [f"after {i.attempts} attempt(s)"] if i.attempts is not None else []
+        parts += [f"moved by {i.moved_by}"]
+        parts += [f"source message {i.source_message_id}"] if i.source_message_id else []
+        _say("  ".join(parts))
+    _say(f"{len(items)} message(s); `review dlq show MESSAGE_ID [--body]` for one, `review dlq redrive` or "
+         "`review dlq discard` (ids may be shortened to a unique prefix)")
 
 
 @dlq.command("show")
@@ -563,6 +590,29 @@ def dlq_redrive(obj: Ctx, message_id: str | None, all_: bool, force: bool) -> No
         console.print(f"{d.message_id}  {d.queue}  {d.job_id or ''}  {d.action}", style=style, soft_wrap=True)
     if not any(not d.skipped for d in done):
         raise click.ClickException("nothing redriven" if not done else "nothing redriven: every message was skipped")
+
+
+@dlq.command("discard")
+@click.argument("message_id")
+@click.option("--yes", is_flag=True, help="Do not ask: discard it.")
+@click.pass_obj
+def dlq_discard(obj: Ctx, message_id: str, yes: bool) -> None:
+    """Delete one dead letter that can never be fixed (the DLQ alarm stops counting it). Asks first unless --yes;
+    a `dlq.discarded` event on its job, if it names one, records it. The message is gone: `review dlq show
+    MESSAGE_ID --body` first if you want to keep it."""
+    message_id = _message_id(obj, message_id)
+    item = ops.dlq_show(obj.deps, message_id)
+    if item is None:
+        raise click.ClickException(f"no DLQ message {message_id} (`review dlq list` shows their ids)")
+    about = (f"{item.message_id} ({item.queue} DLQ"
+             + (f", job {item.job_id}" if item.job_id else "") + (f", chunk {item.chunk_id}" if item.chunk_id else "")
+             + f", {(item.envelope.error_code if item.envelope else None) or item.error_code or 'no error code'})")
+    if not yes:
+        click.confirm(f"discard {about} for good?", abort=True, err=True)
+    gone = ops.dlq_discard(obj.deps, message_id, by="cli")
+    if gone is None:
+        raise click.ClickException(f"no DLQ message {message_id}: someone else redrove or discarded it meanwhile")
+    _say(f"discarded {about}" + (f"; recorded as dlq.discarded on {gone.job_id}" if gone.job_id else ""))
 
 
 # ------------------------------------------------------------------------------------ retry

@@ -16,7 +16,7 @@ from datetime import UTC, datetime
 from pydantic import BaseModel, ConfigDict, Field, JsonValue, ValidationError
 
 from contract_review.domain.errors import REGISTRY, ErrorEnvelope
-from contract_review.domain.messages import AnalysisMessage, ResultMessage
+from contract_review.domain.messages import AnalysisMessage, InlineDocument, ResultMessage
 from contract_review.domain.ports import DLQS, Deps, ModelControls, Queue, QueueMessage
 from contract_review.domain.records import (
     Approval,
@@ -536,6 +536,28 @@ def dlq_show(deps: Deps, message_id: str, with_body: bool = False) -> DlqEntry |
     return None
 
 
+def dlq_discard(deps: Deps, message_id: str, by: str) -> DlqEntry | None:
+    """Delete one dead letter that can never be fixed (its DLQ alarm stops counting it); a `dlq.discarded` event
+    on its job, when it names one, records who discarded what. None when no DLQ holds that message. Every other
+    message taken to find it is made visible again at once."""
+    found: DlqEntry | None = None
+    for dlq, queue in _QUEUE_OF_DLQ.items():
+        if not deps.queues.has(dlq):
+            continue
+        for m in deps.queues.take_all(dlq, visibility_s=30):
+            if found is None and m.message_id == message_id:
+                found = _join(deps, queue, m)
+                deps.queues.delete(dlq, m.receipt_handle)
+            else:
+                deps.queues.extend_visibility(dlq, m.receipt_handle, 0)
+    if found is not None and found.job_id and deps.jobs.get(found.job_id) is not None:
+        deps.jobs.record_event(found.job_id, "dlq.discarded", dlq_message_id=found.message_id, queue=found.queue,
+                               chunk_id=found.chunk_id or "", by=by,
+                               error_code=(found.envelope.error_code if found.envelope else None)
+                               or found.error_code or "")
+    return found
+
+
 # ------------------------------------------------------------------------------ ids by unique prefix
 JOB_ID_CHARS = len(job_id_for(""))  # "job-" + 20 hex
 
@@ -574,6 +596,12 @@ def resolve_message_id(deps: Deps, given: str) -> str:
 def job_id_of(text: str, idempotency_key: str | None = None) -> str:
     """The job id a submission of `text` gets: from the idempotency key, by default the text's SHA-256."""
     return job_id_for(idempotency_key or document_hash(text))
+
+
+def check_document(deps: Deps, text: str) -> None:
+    """The checks intake makes first on a document's text (admission's): raises `input.empty_document` or
+    `input.too_large` at once, so a client refuses it before sending anything."""
+    admission.document_text(deps, InlineDocument.model_construct(text=text))  # no inline limit: large is claim-checked
 
 
 def submit(deps: Deps, text: str, document_id: str | None = None, idempotency_key: str | None = None,

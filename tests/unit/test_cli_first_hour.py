@@ -1,0 +1,161 @@
+"""The first hour with `review`, without dead ends (click's CliRunner on the in-memory fakes): ids printed whole
+at 80 columns and accepted by a unique prefix, `--json` on the commands that print records, `review dlq discard`,
+empty files refused before anything is sent, a batch with an unreadable file, `review watch --progress/--since`."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from contract_review.domain.ports import Queue
+from contract_review.domain.records import JobState, job_id_for
+from contract_review.pipeline.intake import handle_intake
+from contract_review.review.chunking import document_hash
+from review_local import cli as cli_module
+
+from ..texts import LONG_TEXT, TEXT
+from .fakes import FakeWorld
+from .scenarios import intake, small_chunk_world
+from .test_cli import Pipeline, error_lines, fake_time, run
+from .test_ops import dead_letter_chunk
+
+
+@pytest.fixture(autouse=True)
+def narrow_console(monkeypatch):
+    monkeypatch.setattr(cli_module.console, "width", 80)  # a new user's terminal
+
+
+def dead_intake_letter(world: FakeWorld, name: str = "late.txt") -> str:
+    """A hand-written intake message naming a document outside the uploads area: intake dead-letters it."""
+    body = {"schema_version": 1, "document": {"s3_uri": f"s3://{world.settings.bucket}/{name}"}}
+    before = len(world.queues.sent[Queue.INTAKE_DLQ])
+    assert handle_intake(world.deps, json.dumps(body), f"sent-{name}").state in ("rejected", "failed")
+    assert len(world.queues.sent[Queue.INTAKE_DLQ]) == before + 1
+    return world.queues.sent[Queue.INTAKE_DLQ][-1].message_id
+
+
+def test_jobs_prints_ids_whole_at_80_columns():
+    world = FakeWorld()
+    for i, text in enumerate((TEXT, LONG_TEXT)):
+        handle_intake(world.deps, json.dumps({"schema_version": 1, "document": {"text": text},
+                                              "document_id": f"a-rather-long-document-name-{i}.txt"}), f"m-{i}")
+    out = run(world, "jobs")
+    assert out.exit_code == 0
+    for text in (TEXT, LONG_TEXT):
+        assert job_id_for(document_hash(text)) in out.stdout  # whole, on one line
+
+
+def test_dlq_list_prints_ids_whole_at_80_columns_and_show_takes_a_prefix():
+    world = FakeWorld()
+    message_id = dead_intake_letter(world)
+    listed = run(world, "dlq", "list")
+    assert message_id in listed.stdout and "source message sent-late.txt" in listed.stdout
+    shown = run(world, "dlq", "show", message_id[:8])
+    assert shown.exit_code == 0 and json.loads(shown.stdout)["message_id"] == message_id
+    as_json = json.loads(run(world, "dlq", "list", "--json").stdout)
+    assert [m["message_id"] for m in as_json] == [message_id]
+
+
+def test_dlq_discard_asks_first_removes_the_letter_and_records_it_on_its_job():
+    # GIVEN two dead letters: an intake message of no job, and a chunk of a job its worker dead-lettered
+    world = FakeWorld()
+    keep = dead_intake_letter(world, "a.txt")
+    job_id, records = intake(world)
+    dead_letter_chunk(world, records[1])
+    [gone] = [m.message_id for m in world.queues.peek(Queue.ANALYSIS_DLQ)]
+    # WHEN discarded without --yes and the question is answered no  THEN nothing is removed
+    refused = run(world, "dlq", "discard", gone)
+    assert refused.exit_code == 1 and "for good?" in refused.output
+    assert len(world.queues.peek(Queue.ANALYSIS_DLQ)) == 1
+    # WHEN discarded with --yes, by a prefix of its id
+    done = run(world, "dlq", "discard", gone[:12], "--yes")
+    # THEN that letter is gone, the other is still there (and visible), and its job records who discarded it
+    assert done.exit_code == 0, done.output
+    assert done.stdout.startswith(f"discarded {gone} (analysis DLQ, job {job_id}, chunk {records[1].chunk_id}")
+    assert world.queues.peek(Queue.ANALYSIS_DLQ) == []
+    assert [m.message_id for m in world.queues.peek(Queue.INTAKE_DLQ)] == [keep]
+    [event] = [e for e in world.jobs.events(job_id) if e.type == "dlq.discarded"]
+    assert event.detail["dlq_message_id"] == gone and event.detail["by"] == "cli"
+    assert event.detail["error_code"] == "model.request_invalid"
+    # AND discarding it again is one line
+    again = run(world, "dlq", "discard", gone, "--yes")
+    assert again.exit_code == 1 and error_lines(again) == [
+        f"Error: no DLQ message {gone} (`review dlq list` shows their ids)"]
+    # AND the one without a job is discarded too (no event to record)
+    assert run(world, "dlq", "discard", keep, "--yes").exit_code == 0 and world.queues.peek(Queue.INTAKE_DLQ) == []
+
+
+@pytest.mark.parametrize("content", ["", "  \n\t\n", "\u200b\ufeff"])
+def test_submit_of_an_empty_file_is_refused_locally_in_one_line(tmp_path: Path, content: str):
+    world = FakeWorld()
+    good, empty = tmp_path / "good.txt", tmp_path / "empty.txt"
+    good.write_text(TEXT, encoding="utf-8")
+    empty.write_text(content, encoding="utf-8")
+    result = run(world, "submit", str(good), str(empty))
+    assert result.exit_code == 1
+    [line] = error_lines(result)
+    assert line.startswith(f"Error: {empty}: input.empty_document: document has no text")
+    assert world.queues.sent[Queue.INTAKE] == []  # refused before anything was sent
+
+
+def test_submit_json_prints_each_submission(tmp_path: Path):
+    world = FakeWorld()
+    f = tmp_path / "a.txt"
+    f.write_text(TEXT, encoding="utf-8")
+    result = run(world, "submit", "--json", str(f), str(f))
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout) == [
+        {"job_id": job_id_for(document_hash(TEXT)), "file": str(f), "note": None},
+        {"job_id": job_id_for(document_hash(TEXT)), "file": str(f),
+         "note": f"the same document as {f}: one job, not sent again"}]
+
+
+def test_a_batch_with_an_unreadable_file_submits_the_good_items_and_names_the_bad(tmp_path: Path):
+    world = FakeWorld()
+    (tmp_path / "nda.txt").write_text(TEXT, encoding="utf-8")
+    (tmp_path / "scan.txt").write_bytes(b"Agreement \xff\xfe")
+    path = tmp_path / "items.jsonl"
+    path.write_text("\n".join(json.dumps(x) for x in [
+        {"custom_id": "nda", "file": "nda.txt"}, {"custom_id": "gone", "file": "absent.txt"},
+        {"custom_id": "scan", "file": "scan.txt"}]), encoding="utf-8")
+    result = run(world, "submit", "--batch", str(path))
+    # THEN the good item is sent, each bad one named with its reason, exit 1 naming them
+    assert result.exit_code == 1
+    assert len(world.queues.sent[Queue.INTAKE]) == 1
+    assert "  nda  job-" in result.stdout
+    assert "gone  not submitted: input.document_missing:" in result.stdout
+    assert "scan  not submitted: input.undecodable:" in result.stdout
+    assert "2 item(s) rejected or not submitted (the others were submitted): gone, scan" in result.stderr
+    # AND --json gives the same as records
+    fixed = json.loads(run(world, "submit", "--batch", str(path), "--json").stdout)
+    assert [(i["customId"], (i["error"] or {}).get("code")) for i in fixed["items"]] == [
+        ("nda", None), ("gone", "input.document_missing"), ("scan", "input.undecodable")]
+    # AND once the file is fixed, the batch is sent again (a new batch; the good item is the same job)
+    (tmp_path / "absent.txt").write_text(LONG_TEXT, encoding="utf-8")
+    (tmp_path / "scan.txt").write_text(TEXT + " scanned", encoding="utf-8")
+    again = run(world, "submit", "--batch", str(path))
+    assert again.exit_code == 0, again.output and "submitted before" not in again.stdout
+
+
+def test_watch_progress_is_one_line_and_since_skips_the_events_seen(monkeypatch):
+    # GIVEN a 4-chunk job that completes
+    world = small_chunk_world()
+    job_id = handle_intake(world.deps, json.dumps({"schema_version": 1, "document": {"text": TEXT}}), "m-1").job_id
+    assert job_id is not None
+    Pipeline(world).step()
+    assert world.jobs.items[job_id].state is JobState.COMPLETED
+    fake_time(monkeypatch)
+    every = run(world, "watch", job_id)
+    numbered = [line for line in every.stdout.splitlines() if f"{job_id} #" in line]
+    assert len(numbered) > 4
+    # WHEN watched with --progress  THEN one line: the job, its settled count, its latest event
+    progress = run(world, "watch", job_id[:10], "--progress")
+    assert progress.exit_code == 0, progress.output
+    [line] = [x for x in progress.stdout.splitlines() if x.strip()]
+    assert line.startswith(job_id) and "4/4" in line and "completed" in line and "job completed" in line
+    # WHEN watched --since N  THEN only the events after N
+    since = run(world, "watch", job_id, "--since", "3")
+    shown = [int(x.split("#")[1].split()[0]) for x in since.stdout.splitlines() if f"{job_id} #" in x]
+    assert shown and min(shown) == 4 and len(shown) == len(numbered) - 3
