@@ -91,7 +91,9 @@ def cli(ctx: click.Context, stack: str | None, region: str | None) -> None:
 @click.option("--no-tickets", is_flag=True,
               help="Without the local fake of the external ticket system (the ticket step is then skipped).")
 @click.option("--ticket-faults", default="", metavar="SPEC",
-              help="Ticket system failures, e.g. 'error=0.1,timeout_after_write=0.05,hang=3,seed=7'.")
+              help="Ticket system failures: rates, e.g. 'error=0.1,timeout_after_write=0.05,hang=3,seed=7', or the next N "
+                   "requests, e.g. 'timeout_after_write=x1,lookup_unavailable=x50' (the next ticket's outcome stays "
+                   "unknown: its job waits in waiting_approval).")
 def up(fault_rate: float, seed: int, workers: int | None, worker_kind: str, no_tickets: bool,
        ticket_faults: str) -> None:
     """Start embedded AWS (moto) with the stack deployed, and the workers, in the foreground."""
@@ -99,7 +101,10 @@ def up(fault_rate: float, seed: int, workers: int | None, worker_kind: str, no_t
     from .ticket_service import TicketFaults
 
     faults = FaultSpec(seed=seed, transient_rate=fault_rate) if fault_rate else None
-    tickets = None if no_tickets else TicketFaults.parse(ticket_faults)
+    try:
+        tickets = None if no_tickets else TicketFaults.parse(ticket_faults)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--ticket-faults") from exc
     stack = LocalStack(faults=faults, worker=worker_kind, concurrency={"worker": workers} if workers else {},
                        ticket_faults=tickets)
     console.print("[bold]synthesizing and deploying the template into embedded AWS...[/]")
