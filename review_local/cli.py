@@ -580,8 +580,9 @@ def dlq_show(obj: Ctx, message_id: str, with_body: bool) -> None:
 @click.argument("message_id", required=False)
 @click.option("--all", "all_", is_flag=True, help="Redrive every DLQ message.")
 @click.option("--force", is_flag=True, help="Resend intake messages that failed with a permanent input error too.")
+@click.option("--json", "as_json", is_flag=True, help="Print the outcomes as JSON (one object per message: message_id, queue, action, job_id, chunk_id, skipped).")
 @click.pass_obj
-def dlq_redrive(obj: Ctx, message_id: str | None, all_: bool, force: bool) -> None:
+def dlq_redrive(obj: Ctx, message_id: str | None, all_: bool, force: bool, as_json: bool) -> None:
     """Re-inject DLQ messages with a fresh attempt budget (leaves an audit event).
 
     An intake message that failed with a permanent input error would fail the same way: it is
@@ -590,7 +591,9 @@ def dlq_redrive(obj: Ctx, message_id: str | None, all_: bool, force: bool) -> No
         raise click.UsageError("give a MESSAGE_ID or --all")
     done = redrive.dlq_redrive(obj.deps, None if all_ or not message_id else {_message_id(obj, message_id)},
                                force=force)
-    for d in done:
+    if as_json:
+        click.echo(json.dumps([d.model_dump(mode="json") for d in done], indent=2))
+    for d in [] if as_json else done:
         style = "yellow" if d.skipped else ""
         console.print(f"{d.message_id}  {d.queue}  {d.job_id or ''}  {d.action}", style=style, soft_wrap=True)
     if not any(not d.skipped for d in done):
@@ -627,8 +630,10 @@ def dlq_discard(obj: Ctx, message_id: str, yes: bool) -> None:
 @click.option("--timeout", type=float, default=600.0)
 @click.option("--budget-usd", type=float, default=None,
               help="The jobs' budget from now on (above what each has cost): continues a job its budget stopped.")
+@click.option("--json", "as_json", is_flag=True, help="Print the outcomes as JSON (one object per job: job_id, retried, action, state).")
 @click.pass_obj
-def retry(obj: Ctx, job_ids: tuple[str, ...], wait: bool, timeout: float, budget_usd: float | None) -> None:
+def retry(obj: Ctx, job_ids: tuple[str, ...], wait: bool, timeout: float, budget_usd: float | None,
+          as_json: bool) -> None:
     """Put failed, dead-lettered or cancelled jobs back to work, keeping finished chunks and checkpoints.
 
     Works from the job's records, with or without DLQ messages (the job's DLQ copies are removed):
@@ -637,11 +642,16 @@ def retry(obj: Ctx, job_ids: tuple[str, ...], wait: bool, timeout: float, budget
     queued again with its intake message. Exits 1 when a job was not retried (its line says why)."""
     retried: list[str] = []
     refused: list[str] = []
+    outcomes: list[Any] = []
     for job_id in [_job_id(obj, j) for j in job_ids]:
         r = redrive.retry(obj.deps, job_id, budget_usd=budget_usd)
-        console.print(f"{job_id}  {r.state.value if r.state else '-'}  {r.action}", style="" if r.retried else "yellow",
-                      markup=False, highlight=False, soft_wrap=True)
+        outcomes.append(r.model_dump(mode="json"))
+        if not as_json:
+            console.print(f"{job_id}  {r.state.value if r.state else '-'}  {r.action}",
+                          style="" if r.retried else "yellow", markup=False, highlight=False, soft_wrap=True)
         (retried if r.retried else refused).append(job_id)
+    if as_json:
+        click.echo(json.dumps(outcomes, indent=2))
     if wait and retried:
         _wait(obj, retried, timeout, WATCH_GRACE_S)
     if refused:
@@ -653,20 +663,26 @@ def retry(obj: Ctx, job_ids: tuple[str, ...], wait: bool, timeout: float, budget
 @click.argument("job_ids", nargs=-1, required=True)
 @click.option("--wait", is_flag=True, help="Wait until the jobs are cancelled.")
 @click.option("--timeout", type=float, default=120.0)
+@click.option("--json", "as_json", is_flag=True, help="Print the outcomes as JSON (one object per job: job_id, state, changed, message).")
 @click.pass_obj
-def cancel(obj: Ctx, job_ids: tuple[str, ...], wait: bool, timeout: float) -> None:
+def cancel(obj: Ctx, job_ids: tuple[str, ...], wait: bool, timeout: float, as_json: bool) -> None:
     """Cancel jobs: no new work starts, chunks in flight stop within one model call, side effects
     already done are compensated, and each job ends `cancelled`. Cancelling twice is cancelling once;
     a job that already ended is left as it is (exit 1, its line says so)."""
     refused: list[str] = []
     job_ids = tuple(_job_id(obj, j) for j in job_ids)
+    outcomes: list[Any] = []
     for job_id in job_ids:
         r = lifecycle.request_cancel(obj.deps, job_id, by="cli")
         ok = r.changed or r.state in (JobState.CANCELLING, JobState.CANCELLED)
-        console.print(f"{job_id}  {r.state.value if r.state else '-'}  {r.message}", style="" if ok else "yellow",
-                      markup=False, highlight=False, soft_wrap=True)
+        outcomes.append(r.model_dump(mode="json"))
+        if not as_json:
+            console.print(f"{job_id}  {r.state.value if r.state else '-'}  {r.message}", style="" if ok else "yellow",
+                          markup=False, highlight=False, soft_wrap=True)
         if not ok:
             refused.append(job_id)
+    if as_json:
+        click.echo(json.dumps(outcomes, indent=2))
     pending = [j for j in job_ids if j not in refused]
     if wait and pending:
         states = watch_jobs(console, obj.deps.jobs, pending, timeout)

@@ -159,3 +159,38 @@ def test_watch_progress_is_one_line_and_since_skips_the_events_seen(monkeypatch)
     since = run(world, "watch", job_id, "--since", "3")
     shown = [int(x.split("#")[1].split()[0]) for x in since.stdout.splitlines() if f"{job_id} #" in x]
     assert shown and min(shown) == 4 and len(shown) == len(numbered) - 3
+
+
+def test_retry_cancel_and_dlq_redrive_print_their_outcomes_as_json(monkeypatch):
+    world = small_chunk_world()
+    job_id = handle_intake(world.deps, json.dumps({"schema_version": 1, "document": {"text": TEXT}}), "m-1").job_id
+    assert job_id is not None
+    fake_time(monkeypatch)
+    cancelled = run(world, "cancel", "--json", job_id)
+    assert cancelled.exit_code == 0, cancelled.output
+    [c] = json.loads(cancelled.stdout)
+    assert (c["job_id"], c["state"], c["changed"]) == (job_id, "cancelling", True)
+    retried = run(world, "retry", "--json", job_id, "job-00000000000000000000")
+    assert retried.exit_code == 1  # one of them was not retried: its object says why
+    outcomes = json.loads(retried.stdout)
+    assert [o["job_id"] for o in outcomes] == [job_id, "job-00000000000000000000"]
+    assert outcomes[1]["retried"] is False and outcomes[1]["action"]
+    message_id = dead_intake_letter(world)
+    redriven = run(world, "dlq", "redrive", "--json", message_id)
+    [r] = json.loads(redriven.stdout)
+    assert r["message_id"] == message_id and r["skipped"] is True
+
+
+def test_progress_labels_never_read_as_a_count_other_than_chunks_settled():
+    from contract_review.domain.records import JobEvent
+    from contract_review.operate.ops import event_label
+
+    done = JobEvent(job_id="j", seq="", type="analyst.done", at=0.0, detail={
+        "chunk_index": 4, "chunk_count": 29, "analysts": [{"analyst": "indemnity", "status": "ok"}]})
+    settled = JobEvent(job_id="j", seq="", type="chunk.settled", at=0.0, detail={
+        "chunk_index": 4, "status": "done", "settled": 2, "total": 29})
+    cancelled = JobEvent(job_id="j", seq="", type="job.cancelled", at=0.0, detail={
+        "settled": 8, "total": 29, "chunks_done": 2, "chunks_cancelled": 6, "chunks_never_sent": 21})
+    assert event_label(done) == "chunk 5 of 29: indemnity done"  # which chunk, not "5/29"
+    assert event_label(settled) == "2/29 chunks settled (chunk 5 done)"
+    assert event_label(cancelled) == "job cancelled: 8/29 chunks settled (2 done, 6 cancelled, 21 never sent)"

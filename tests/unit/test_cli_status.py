@@ -56,8 +56,11 @@ def test_status_of_a_cancelled_job_is_sentences_and_tables_each_fact_once(monkey
     assert gaps.endswith(f"chunks 2-4 cancelled: all {len(view.mandatory_gaps) // 3} mandatory analysts")
     # AND progress is the one number, the chunks settled, with what they settled as
     assert "progress: 4 of 4 chunks settled; its chunks: 1 done, 3 cancelled;" in text
-    # AND the job.cancelled event counts the same settled chunks
+    # AND the job.cancelled event counts the same settled chunks, as does the Job API's currentStep
     assert "job cancelled: 4/4 chunks settled (1 done, 3 cancelled)" in text
+    [ended] = [e for e in world.jobs.events(job_id) if e.type == "job.cancelled"]
+    job = world.jobs.get(job_id)
+    assert job is not None and ended.detail["settled"] == ops.job_progress(world.deps, job).current_step == 4
 
 
 def test_status_json_carries_every_field(monkeypatch):
