@@ -322,7 +322,8 @@ def batch(obj: Ctx, batch_id: str, as_json: bool) -> None:
 @click.option("--json", "as_json", is_flag=True)
 @click.pass_obj
 def status(obj: Ctx, job_id: str, as_json: bool) -> None:
-    """Show a job: state, progress, errors, and what would happen next."""
+    """Show a job in sentences and tables: state, progress, errors, cost, and what would happen next (`--json`: every
+    field). Also accepts a unique prefix of the job id."""
     view = _view(obj, job_id)
     if as_json:
         click.echo(view.model_dump_json(indent=2))
@@ -534,7 +535,7 @@ def quota_set(obj: Ctx, tokens_per_minute: float | None, clear: bool) -> None:
 # ------------------------------------------------------------------------------------ dlq
 @cli.group()
 def dlq() -> None:
-    """Inspect and redrive dead letters."""
+    """Inspect, redrive and discard dead letters."""
 
 
 @dlq.command("list")
