@@ -30,6 +30,7 @@ from contract_review.review.chunking import document_hash
 from .progress import UNKNOWN, WAITING, ended, watch_jobs
 
 console = Console()
+_STDERR = Console(stderr=True)  # progress beside --json output
 SUBMIT_GRACE_S = 10.0  # a just-submitted job id without a record: wait this long (and while intake is busy)
 WATCH_GRACE_S = 3.0
 
@@ -193,8 +194,8 @@ def submit(obj: Ctx, files: tuple[Path, ...], batch_file: Path | None, wait: boo
         said(job_id, f, again.note if again else None)
     if as_json:
         click.echo(json.dumps(records, indent=2))
-    if wait:
-        _wait(obj, list(jobs), timeout, SUBMIT_GRACE_S, documents=shas)
+    if wait:  # with --json, progress goes to stderr: stdout is the JSON alone
+        _wait(obj, list(jobs), timeout, SUBMIT_GRACE_S, documents=shas, out=_STDERR if as_json else console)
 
 
 def _refuse_key_conflict(job: Job | None, sha: str, key: str | None, f: Path) -> None:
@@ -248,12 +249,13 @@ def _document_id(f: Path) -> str:
 
 
 def _wait(obj: Ctx, job_ids: list[str], timeout: float, grace_s: float, show_events: bool = False,
-          documents: dict[str, str] | None = None, since: int = 0, label: Callable[[Job], str] | None = None) -> None:
+          documents: dict[str, str] | None = None, since: int = 0, label: Callable[[Job], str] | None = None,
+          out: Console = console) -> None:
     """Watch the jobs; exit 1, with one line per job that did not complete, unless all completed. `documents`:
     the SHA-256 each job must have been made from (a key another document took first, while this one's
     message was on its way, is intake's input.key_conflict: that job's end is not this document's)."""
     deps = obj.deps
-    states = watch_jobs(console, deps.jobs, job_ids, timeout, grace_s=grace_s,
+    states = watch_jobs(out, deps.jobs, job_ids, timeout, grace_s=grace_s,
                         intake_busy=lambda: deps.queues.depth(Queue.INTAKE) > 0,
                         events=(lambda j, after: lifecycle.read_events(deps, j, after)) if show_events else None,
                         since=since, label=label)
@@ -276,7 +278,7 @@ def _wait(obj: Ctx, job_ids: list[str], timeout: float, grace_s: float, show_eve
         raise click.ClickException("\n".join(problems + waiting))
     if waiting:  # not completed, not failed: a person decides. Its own exit status, so scripts can tell
         for line in waiting:
-            console.print(line, style="yellow", markup=False, highlight=False, soft_wrap=True)
+            out.print(line, style="yellow", markup=False, highlight=False, soft_wrap=True)
         raise click.exceptions.Exit(EXIT_WAITING_APPROVAL)
 
 
@@ -299,7 +301,7 @@ def _submit_batch(obj: Ctx, path: Path, with_files: bool, wait: bool, key: str |
     accepted, rejected = submit_batch_file(obj.deps, cli_principal(obj.stack, obj.region), path, key, console,
                                            as_json=as_json)
     if wait and accepted:
-        _wait(obj, accepted, timeout, SUBMIT_GRACE_S)
+        _wait(obj, accepted, timeout, SUBMIT_GRACE_S, out=_STDERR if as_json else console)
     if rejected:
         raise click.ClickException(f"{len(rejected)} item(s) rejected or not submitted (the others were submitted): "
                                    f"{', '.join(rejected)}")

@@ -194,3 +194,13 @@ def test_progress_labels_never_read_as_a_count_other_than_chunks_settled():
     assert event_label(done) == "chunk 5 of 29: indemnity done"  # which chunk, not "5/29"
     assert event_label(settled) == "2/29 chunks settled (chunk 5 done)"
     assert event_label(cancelled) == "job cancelled: 8/29 chunks settled (2 done, 6 cancelled, 21 never sent)"
+
+
+def test_submit_json_with_wait_keeps_stdout_json_alone(tmp_path: Path, monkeypatch):
+    world = small_chunk_world()
+    f = tmp_path / "a.txt"
+    f.write_text(TEXT, encoding="utf-8")
+    fake_time(monkeypatch, Pipeline(world))
+    result = run(world, "submit", "--json", "--wait", str(f))
+    assert result.exit_code == 0, result.output
+    assert [r["job_id"] for r in json.loads(result.stdout)] == [job_id_for(document_hash(TEXT))]
