@@ -387,7 +387,7 @@ def _print_status(view: ops.JobView) -> None:
         ap = view.approval
         _say(f"  waits for approval: step {ap.step} (key {ap.key[:12]}): {ap.reason}; expires {ops.iso(ap.expires_at)}; "
              f"decide with `review approve {view.job_id}` or `review reject {view.job_id}`")
-        for k, v in sorted(ap.evidence.items()):
+        for k, v in sorted((k, v) for k, v in ap.evidence.items() if v is not None):
             _say(f"    evidence {k}: {v if isinstance(v, str | int | float | bool) else json.dumps(v, sort_keys=True)}")
     done = ops.side_effect_words(view)
     _say(f"  side effects done: {'; '.join(done) if done else 'none'}")
@@ -464,14 +464,13 @@ def jobs(obj: Ctx, as_json: bool, document_id: str | None) -> None:
     if as_json:
         click.echo(json.dumps([j.model_dump(mode="json", exclude_defaults=True) for j in items], indent=2))
         return
-    t = Table("job", "state", "chunks settled", "document", "error")
+    t = Table("job", "state", "chunks", "document", "error")  # (the listing leaves the settled set out)
     t.columns[0].no_wrap = True
     t.columns[0].min_width = max((len(j.job_id) for j in items), default=0)  # whole: other columns fold instead
     for c in t.columns[1:]:
         c.overflow = "fold"
     for j in items:
-        t.add_row(j.job_id, j.state.value, f"{min(len(j.settled), j.chunk_count)}/{j.chunk_count}", j.document_id,
-                  j.error_code or "")
+        t.add_row(j.job_id, j.state.value, str(j.chunk_count), j.document_id, j.error_code or "")
     console.print(t)
     if document_id is not None and not items:
         raise click.ClickException(f"no job with document id {document_id!r} (intake may not have taken it yet)")

@@ -134,3 +134,18 @@ def test_a_job_id_is_accepted_by_a_unique_prefix_and_an_ambiguous_one_is_one_lin
     amb = run(world, "status", "job-")
     assert amb.exit_code == 1 and len(error_lines(amb)) == 1 and "is the start of 3 job ids" in amb.output
     assert all(str(j) in amb.output for j in ids)
+
+
+def test_status_and_explain_of_a_job_waiting_for_approval_say_a_person_decides():
+    from .fake_side_effects import FakeSideEffects
+    from .test_saga_pipeline import waiting
+
+    world, _, job_id = waiting(FakeSideEffects())
+    status = run(world, "status", job_id)
+    assert status.exit_code == 0 and not REPR.search(status.stdout), status.stdout
+    # the retry and failure answers fit a waiting job (not "resume unsettled chunks", not "the analysis DLQ")
+    assert "a retry would: nothing by itself: the job waits for a person's decision" in status.stdout
+    assert "analysis DLQ" not in status.stdout and "null" not in status.stdout
+    story = run(world, "explain", job_id).stdout
+    assert "What to do next: a person decides before " in story and f"`review approve {job_id}`" in story
+    assert "makes the job wait for a decision again" in story

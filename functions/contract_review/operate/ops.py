@@ -132,6 +132,9 @@ def _retry_would(state: JobState, error_code: str | None, dead_lettered: int, fa
     if state is JobState.COMPENSATING:
         return (f"nothing yet: the job is failing ({error_code}) and its side effects are being undone; once it is "
                 "`failed`, `review retry JOB` runs the side effects again")
+    if state is JobState.WAITING_APPROVAL:
+        return ("nothing by itself: the job waits for a person's decision on a side effect whose outcome is unknown; "
+                "`review approve JOB` retries that step with the same key (the external system dedups it)")
     if not state.terminal:
         return "resume unsettled chunks from their checkpoints"
     if dead_lettered:
@@ -157,6 +160,10 @@ def _if_it_fails_again(state: JobState, error_code: str | None, dead_lettered: i
     """Where the job goes if the next attempt (a redrive, or a corrected resubmission) fails too."""
     if state is JobState.COMPLETED:
         return "nothing can fail any more: the job has completed (the same document again returns this job)"
+    if state is JobState.WAITING_APPROVAL:
+        return ("once approved, a step whose outcome is unknown again makes the job wait for a decision again; a step "
+                "that certainly fails on every attempt fails the job (sideeffect.failed) and undoes its side effects "
+                "(`compensating`, then `failed`)")
     if state is JobState.COMPENSATING:
         return ("an undo that fails on every attempt goes to the compensation DLQ (sideeffect.compensation_failed, its "
                 "alarm fires; `review compensations --redrive` once fixed) and the job still ends `failed`")
@@ -349,6 +356,15 @@ def other_gaps(view: JobView) -> list[CoverageGap]:
     return [g for g in view.mandatory_gaps if g.chunk_index not in missing]
 
 
+def _scalar(name: str, value: str | int | float | bool) -> str:
+    """An event detail as people read it: times as dates, idempotency keys by their first 12 characters."""
+    if name.endswith("_at") and isinstance(value, int | float) and not isinstance(value, bool):
+        return iso(value)
+    if name == "key" and isinstance(value, str):
+        return value[:12]
+    return str(value)
+
+
 def event_words(e: EventLine) -> str:
     """A recent event as `review status` shows it: its label in words, and its scalar details (lists and
     objects are in `--json`)."""
@@ -356,8 +372,7 @@ def event_words(e: EventLine) -> str:
     label = event_label(JobEvent(job_id="", seq="", type=e.type, at=0.0, detail=extra))
     if e.type in _LABELLED:
         return label
-    scalars = [f"{k} {iso(v) if k.endswith('_at') and isinstance(v, int | float) else v}" for k, v in extra.items()
-               if isinstance(v, str | int | float | bool) and v != ""]
+    scalars = [f"{k} {_scalar(k, v)}" for k, v in extra.items() if isinstance(v, str | int | float | bool) and v != ""]
     return label + (f" ({', '.join(scalars)})" if scalars else "")
 
 
