@@ -499,10 +499,14 @@ def _change(obj: Ctx, **change: Any) -> None:
 
 
 @quota.command("show")
+@click.option("--json", "as_json", is_flag=True, help="Print the control as JSON (paused, tokens_per_minute, by, at).")
 @click.pass_obj
-def quota_show(obj: Ctx) -> None:
+def quota_show(obj: Ctx, as_json: bool) -> None:
     """Whether the model is paused, and the quota the workers pace to."""
     try:
+        if as_json:
+            click.echo(ops.quota_show(obj.deps).model_dump_json(indent=2))
+            return
         _show_control(ops.quota_show(obj.deps))
     except ops.NoModelControl as exc:
         raise click.ClickException(str(exc)) from exc
@@ -696,41 +700,51 @@ def cancel(obj: Ctx, job_ids: tuple[str, ...], wait: bool, timeout: float, as_js
 
 
 # ------------------------------------------------------------------------------------ approve / reject
-def _decide(obj: Ctx, job_id: str, decision: str) -> None:
+def _decide(obj: Ctx, job_id: str, decision: str, as_json: bool = False) -> None:
     from contract_review.sideeffects import approvals
 
     job_id = _job_id(obj, job_id)
     r = approvals.decide_approval(obj.deps, job_id, decision, by="cli")
-    console.print(f"{job_id}  {r.state.value if r.state else '-'}  {r.message}", style="" if r.changed else "yellow",
-                  markup=False, highlight=False, soft_wrap=True)
+    if as_json:
+        click.echo(r.model_dump_json(indent=2))
+    else:
+        console.print(f"{job_id}  {r.state.value if r.state else '-'}  {r.message}",
+                      style="" if r.changed else "yellow", markup=False, highlight=False, soft_wrap=True)
     if not r.changed:
         raise click.ClickException(f"{job_id}: {r.message}")
 
 
+_DECISION_JSON = click.option("--json", "as_json", is_flag=True,
+                              help="Print the outcome as JSON (job_id, state, changed, message).")
+
+
 @cli.command()
 @click.argument("job_id")
+@_DECISION_JSON
 @click.pass_obj
-def approve(obj: Ctx, job_id: str) -> None:
+def approve(obj: Ctx, job_id: str, as_json: bool) -> None:
     """A job waiting for approval (a side effect whose outcome stayed unknown; `review status` shows the
     step, its key and the evidence): retry the step with the same key (the external system dedups it)
     and go on. Exit 1 when the job is not waiting."""
-    _decide(obj, job_id, "approve")
+    _decide(obj, job_id, "approve", as_json)
 
 
 @cli.command()
 @click.argument("job_id")
+@_DECISION_JSON
 @click.pass_obj
-def reject(obj: Ctx, job_id: str) -> None:
+def reject(obj: Ctx, job_id: str, as_json: bool) -> None:
     """A job waiting for approval: fail it (job.approval_rejected): `compensating` while the side effects it did
     are undone (a ticket closed, a withdrawal published), then `failed`. Again on a job still compensating: the
     compensation is sent again. Exit 1 when the job is neither waiting nor compensating."""
-    _decide(obj, job_id, "reject")
+    _decide(obj, job_id, "reject", as_json)
 
 
 @cli.command()
 @click.option("--redrive", is_flag=True, help="Run every dead-lettered compensation again (after fixing the cause).")
+@click.option("--json", "as_json", is_flag=True, help="Print the dead letters (or the redrive's outcome) as JSON.")
 @click.pass_obj
-def compensations(obj: Ctx, redrive: bool) -> None:
+def compensations(obj: Ctx, redrive: bool, as_json: bool) -> None:
     """The compensation DLQ: undoing a side effect (closing a ticket, publishing a withdrawal) that failed
     on every attempt (sideeffect.compensation_failed). Lists each one with its job, step and error; with
     --redrive runs them again (each keeps its own key: nothing is closed or withdrawn twice)."""
@@ -743,11 +757,20 @@ def compensations(obj: Ctx, redrive: bool) -> None:
         raise click.ClickException("this stack has no compensation DLQ (CompensationDlqUrl)")
     if redrive:
         out = saga.redrive_compensations(obj.deps, fx)
-        console.print(f"compensated: {len(out.compensated)}  still failing: {len(out.dead_lettered)}")
+        if as_json:
+            click.echo(_json.dumps({"compensated": out.compensated, "still_failing": out.dead_lettered}, indent=2))
+        else:
+            console.print(f"compensated: {len(out.compensated)}  still failing: {len(out.dead_lettered)}")
         if out.dead_lettered:
             raise click.ClickException(f"still failing: {', '.join(out.dead_lettered)}")
         return
     letters = fx.dlq.take_all(visibility_s=0)
+    if as_json:
+        click.echo(_json.dumps([{"message_id": m.message_id, "job_id": m.attributes.get("job_id"),
+                                 "step": m.attributes.get("step"), "error_code": m.attributes.get("error_code"),
+                                 "envelope": _json.loads(m.attributes.get("envelope") or "null")} for m in letters],
+                               indent=2))
+        return
     if not letters:
         console.print("the compensation DLQ is empty")
     for m in letters:

@@ -204,3 +204,15 @@ def test_submit_json_with_wait_keeps_stdout_json_alone(tmp_path: Path, monkeypat
     result = run(world, "submit", "--json", "--wait", str(f))
     assert result.exit_code == 0, result.output
     assert [r["job_id"] for r in json.loads(result.stdout)] == [job_id_for(document_hash(TEXT))]
+
+
+def test_quota_show_and_approve_print_their_records_as_json():
+    world = FakeWorld()
+    assert run(world, "quota", "pause").exit_code == 0
+    control = json.loads(run(world, "quota", "show", "--json").stdout)
+    assert control["paused"] is True and control["by"] == "cli"
+    job_id = handle_intake(world.deps, json.dumps({"schema_version": 1, "document": {"text": TEXT}}), "m-1").job_id
+    refused = run(world, "approve", "--json", str(job_id))
+    assert refused.exit_code == 1  # not waiting: the outcome says so
+    outcome = json.loads(refused.stdout)
+    assert (outcome["job_id"], outcome["changed"]) == (job_id, False) and "not waiting" in outcome["message"]
