@@ -38,29 +38,36 @@ def cli_principal(stack: str | None, region: str | None) -> str:
     return str(boto3.Session(region_name=region).client("sts").get_caller_identity()["Arn"])
 
 
-def _with_files(items: list[object], base: Path) -> list[object]:
-    """`file` items: the file's text as the document (a file that cannot be read stops the command: one line)."""
+def _with_files(items: list[object], base: Path) -> tuple[list[object], list[tuple[str, str]]]:
+    """`file` items: the file's text as the document. A file that cannot be read is left out, with its reason
+    (custom id, "code: why"): the other items are still submitted."""
     out: list[object] = []
+    bad: list[tuple[str, str]] = []
     for item in items:
         if isinstance(item, dict) and isinstance(item.get("file"), str) and "document" not in item:
             path = base / item["file"]
             rest = {k: v for k, v in item.items() if k != "file"}
+            name = str(item.get("custom_id") or "?")
             try:
                 if path.stat().st_size > MAX_DOCUMENT_BYTES:
-                    raise click.ClickException(f"{path}: more than {MAX_DOCUMENT_BYTES:,} bytes: split it")
+                    bad.append((name, f"input.too_large: {path} (item {name!r}): more than {MAX_DOCUMENT_BYTES:,} "
+                                      "bytes: split it"))
+                    continue
                 out.append({**rest, "document": {"text": path.read_text(encoding="utf-8")}})
             except OSError as exc:
-                raise click.ClickException(f"{path} (item {item.get('custom_id')!r}): {exc.strerror}") from exc
+                bad.append((name, f"input.document_missing: {path} (item {name!r}): {exc.strerror}"))
             except UnicodeDecodeError as exc:
-                raise click.ClickException(f"{path} (item {item.get('custom_id')!r}): not UTF-8 text (at byte "
-                                           f"{exc.start}): convert it to UTF-8 first") from exc
+                bad.append((name, f"input.undecodable: {path} (item {name!r}): not UTF-8 text (at byte {exc.start}): "
+                                  "convert it to UTF-8 first"))
             continue
         out.append(item)
-    return out
+    return out, bad
 
 
-def submit_batch_file(deps: Deps, who: str, path: Path, key: str | None, console: Console) -> tuple[list[str], list[str]]:
-    """Submit the file's items; print one line per item. (job ids accepted, custom ids rejected)."""
+def submit_batch_file(deps: Deps, who: str, path: Path, key: str | None, console: Console,
+                      as_json: bool = False) -> tuple[list[str], list[str]]:
+    """Submit the file's items; print one line per item, or with `as_json` one JSON object (`batchId`, `replayed`,
+    `items`: `customId`, `jobId`, `error` {code, message}). (job ids accepted, custom ids rejected)."""
     raw = path.read_text(encoding="utf-8")
     parsed: object = None
     try:
@@ -70,21 +77,35 @@ def submit_batch_file(deps: Deps, who: str, path: Path, key: str | None, console
     items = list(parsed) if isinstance(parsed, list) else api.parse_jsonl(raw)
     if not items:
         raise click.ClickException(f"{path}: no items (one JSON object per line, each with a custom_id)")
-    items = _with_files(items, path.parent)
-    manifest, replayed = api.submit_batch(deps, Caller(who), items, key or hashlib.sha256(raw.encode()).hexdigest())
-    console.print(f"batch {manifest.batch_id}" + ("  (submitted before: the same batch)" if replayed else ""),
-                  markup=False, highlight=False)
+    items, unreadable = _with_files(items, path.parent)
+    if not items:  # nothing left to send: one line per file, nothing submitted
+        raise click.ClickException("; ".join(why for _, why in unreadable))
+    # the batch's key: what is sent (a file fixed since is a new batch; its good items are still the same jobs)
+    sent = hashlib.sha256(json.dumps(items, sort_keys=True).encode()).hexdigest()
+    manifest, replayed = api.submit_batch(deps, Caller(who), items, key or sent)
+    say = (lambda *_a, **_k: None) if as_json else console.print
+    say(f"batch {manifest.batch_id}" + ("  (submitted before: the same batch)" if replayed else ""),
+        markup=False, highlight=False)
     accepted, rejected = [], []
+    records: list[dict[str, object]] = []
     for line in manifest.items:
         name = line.custom_id or "?"
+        records.append({"customId": name, "jobId": line.job_id, "error": line.error})
         if line.job_id:
             accepted.append(line.job_id)
-            console.print(f"  {name}  {line.job_id}", markup=False, highlight=False)
+            say(f"  {name}  {line.job_id}", markup=False, highlight=False)
         else:
             rejected.append(name)
             error = line.error or {}
-            console.print(f"  {name}  rejected: {error.get('code')} {error.get('message')}", style="yellow",
-                          markup=False, highlight=False, soft_wrap=True)
+            say(f"  {name}  rejected: {error.get('code')} {error.get('message')}", style="yellow",
+                markup=False, highlight=False, soft_wrap=True)
+    for name, why in unreadable:  # not in the batch: read here, before anything was sent
+        rejected.append(name)
+        code, _, message = why.partition(": ")
+        records.append({"customId": name, "jobId": None, "error": {"code": code, "message": message}})
+        say(f"  {name}  not submitted: {why}", style="yellow", markup=False, highlight=False, soft_wrap=True)
+    if as_json:
+        click.echo(json.dumps({"batchId": manifest.batch_id, "replayed": replayed, "items": records}, indent=2))
     return accepted, rejected
 
 

@@ -7,6 +7,7 @@ import re
 import signal
 import sys
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -29,6 +30,7 @@ from contract_review.review.chunking import document_hash
 from .progress import UNKNOWN, WAITING, ended, watch_jobs
 
 console = Console()
+_STDERR = Console(stderr=True)  # progress beside --json output
 SUBMIT_GRACE_S = 10.0  # a just-submitted job id without a record: wait this long (and while intake is busy)
 WATCH_GRACE_S = 3.0
 
@@ -90,7 +92,9 @@ def cli(ctx: click.Context, stack: str | None, region: str | None) -> None:
 @click.option("--no-tickets", is_flag=True,
               help="Without the local fake of the external ticket system (the ticket step is then skipped).")
 @click.option("--ticket-faults", default="", metavar="SPEC",
-              help="Ticket system failures, e.g. 'error=0.1,timeout_after_write=0.05,hang=3,seed=7'.")
+              help="Ticket system failures: rates, e.g. 'error=0.1,timeout_after_write=0.05,hang=3,seed=7', or the next N "
+                   "requests, e.g. 'timeout_after_write=x1,lookup_unavailable=x50' (the next ticket's outcome stays "
+                   "unknown: its job waits in waiting_approval).")
 def up(fault_rate: float, seed: int, workers: int | None, worker_kind: str, no_tickets: bool,
        ticket_faults: str) -> None:
     """Start embedded AWS (moto) with the stack deployed, and the workers, in the foreground."""
@@ -98,7 +102,10 @@ def up(fault_rate: float, seed: int, workers: int | None, worker_kind: str, no_t
     from .ticket_service import TicketFaults
 
     faults = FaultSpec(seed=seed, transient_rate=fault_rate) if fault_rate else None
-    tickets = None if no_tickets else TicketFaults.parse(ticket_faults)
+    try:
+        tickets = None if no_tickets else TicketFaults.parse(ticket_faults)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--ticket-faults") from exc
     stack = LocalStack(faults=faults, worker=worker_kind, concurrency={"worker": workers} if workers else {},
                        ticket_faults=tickets)
     console.print("[bold]synthesizing and deploying the template into embedded AWS...[/]")
@@ -138,28 +145,41 @@ def up(fault_rate: float, seed: int, workers: int | None, worker_kind: str, no_t
 @click.option("--budget-usd", type=click.FloatRange(min=0, min_open=True), default=None,
               help="Stop each job once its recorded cost reaches this many USD (job.budget_exceeded; docs/cost.md).")
 @click.option("--timeout", type=float, default=600.0)
+@click.option("--json", "as_json", is_flag=True,
+              help="Print the submissions as JSON (a list of {job_id, file, note}; with --batch the batch's items).")
 @click.pass_obj
 def submit(obj: Ctx, files: tuple[Path, ...], batch_file: Path | None, wait: bool, idempotency_key: str | None,
-           budget_usd: float | None, timeout: float) -> None:
+           budget_usd: float | None, timeout: float, as_json: bool) -> None:
     """Submit documents (UTF-8 text files) to the intake queue; print their job ids.
 
     The same document twice is one job (its id is a hash of the text): it is sent and waited on once.
     With --batch, a batch of the Job API (each item its own job; a bad item never stops the others)."""
     if batch_file is not None:
-        _submit_batch(obj, batch_file, bool(files), wait, idempotency_key, timeout)
+        _submit_batch(obj, batch_file, bool(files), wait, idempotency_key, timeout, as_json)
         return
     if not files:
         raise click.UsageError("give FILE... or --batch ITEMS.jsonl")
     if idempotency_key and len(files) > 1:
         raise click.UsageError("--idempotency-key takes one file")
     texts = [(f, _read_document(f)) for f in files]
+    for f, text in texts:  # what intake would refuse at once is refused here, before anything is sent
+        try:
+            ops.check_document(obj.deps, text)
+        except ReviewError as exc:
+            raise click.ClickException(f"{f}: {exc.envelope.error_code}: {exc.envelope.message}") from exc
     jobs: dict[str, Path] = {}
     shas: dict[str, str] = {}
+    records: list[dict[str, str | None]] = []
+
+    def said(job_id: str, f: Path, note: str | None) -> None:
+        records.append({"job_id": job_id, "file": str(f), "note": note})
+        if not as_json:
+            console.print(f"{job_id}  {f}" + (f"  ({note})" if note else ""), markup=False, highlight=False)
+
     for f, text in texts:
         job_id = ops.job_id_of(text, idempotency_key)
         if job_id in jobs:
-            console.print(f"{job_id}  {f}  (the same document as {jobs[job_id]}: one job, not sent again)",
-                          markup=False, highlight=False)
+            said(job_id, f, f"the same document as {jobs[job_id]}: one job, not sent again")
             continue
         shas[job_id] = document_hash(text)
         _refuse_key_conflict(obj.deps.jobs.get(job_id), shas[job_id], idempotency_key, f)
@@ -171,9 +191,11 @@ def submit(obj: Ctx, files: tuple[Path, ...], batch_file: Path | None, wait: boo
             except ReviewError as exc:  # job.budget_insufficient: nothing was sent
                 raise click.ClickException(f"{f}: {exc.envelope.error_code}: {exc.envelope.message}") from exc
         jobs[job_id] = f
-        console.print(f"{job_id}  {f}" + (f"  ({again.note})" if again else ""), markup=False, highlight=False)
-    if wait:
-        _wait(obj, list(jobs), timeout, SUBMIT_GRACE_S, documents=shas)
+        said(job_id, f, again.note if again else None)
+    if as_json:
+        click.echo(json.dumps(records, indent=2))
+    if wait:  # with --json, progress goes to stderr: stdout is the JSON alone
+        _wait(obj, list(jobs), timeout, SUBMIT_GRACE_S, documents=shas, out=_STDERR if as_json else console)
 
 
 def _refuse_key_conflict(job: Job | None, sha: str, key: str | None, f: Path) -> None:
@@ -227,14 +249,16 @@ def _document_id(f: Path) -> str:
 
 
 def _wait(obj: Ctx, job_ids: list[str], timeout: float, grace_s: float, show_events: bool = False,
-          documents: dict[str, str] | None = None) -> None:
+          documents: dict[str, str] | None = None, since: int = 0, label: Callable[[Job], str] | None = None,
+          out: Console = console) -> None:
     """Watch the jobs; exit 1, with one line per job that did not complete, unless all completed. `documents`:
     the SHA-256 each job must have been made from (a key another document took first, while this one's
     message was on its way, is intake's input.key_conflict: that job's end is not this document's)."""
     deps = obj.deps
-    states = watch_jobs(console, deps.jobs, job_ids, timeout, grace_s=grace_s,
+    states = watch_jobs(out, deps.jobs, job_ids, timeout, grace_s=grace_s,
                         intake_busy=lambda: deps.queues.depth(Queue.INTAKE) > 0,
-                        events=(lambda j, after: lifecycle.read_events(deps, j, after)) if show_events else None)
+                        events=(lambda j, after: lifecycle.read_events(deps, j, after)) if show_events else None,
+                        since=since, label=label)
     problems, waiting = [], []
     for j, state in states.items():
         if state == JobState.WAITING_APPROVAL.value:
@@ -254,7 +278,7 @@ def _wait(obj: Ctx, job_ids: list[str], timeout: float, grace_s: float, show_eve
         raise click.ClickException("\n".join(problems + waiting))
     if waiting:  # not completed, not failed: a person decides. Its own exit status, so scripts can tell
         for line in waiting:
-            console.print(line, style="yellow", markup=False, highlight=False, soft_wrap=True)
+            out.print(line, style="yellow", markup=False, highlight=False, soft_wrap=True)
         raise click.exceptions.Exit(EXIT_WAITING_APPROVAL)
 
 
@@ -268,16 +292,19 @@ def _waiting_line(job: Job | None, job_id: str) -> str:
             f"(`review status {job_id}` shows the evidence)")
 
 
-def _submit_batch(obj: Ctx, path: Path, with_files: bool, wait: bool, key: str | None, timeout: float) -> None:
+def _submit_batch(obj: Ctx, path: Path, with_files: bool, wait: bool, key: str | None, timeout: float,
+                  as_json: bool = False) -> None:
     from .batches import cli_principal, submit_batch_file
 
     if with_files:
         raise click.UsageError("give FILE... or --batch ITEMS.jsonl, not both")
-    accepted, rejected = submit_batch_file(obj.deps, cli_principal(obj.stack, obj.region), path, key, console)
+    accepted, rejected = submit_batch_file(obj.deps, cli_principal(obj.stack, obj.region), path, key, console,
+                                           as_json=as_json)
     if wait and accepted:
-        _wait(obj, accepted, timeout, SUBMIT_GRACE_S)
+        _wait(obj, accepted, timeout, SUBMIT_GRACE_S, out=_STDERR if as_json else console)
     if rejected:
-        raise click.ClickException(f"{len(rejected)} item(s) rejected (the others were submitted): {', '.join(rejected)}")
+        raise click.ClickException(f"{len(rejected)} item(s) rejected or not submitted (the others were submitted): "
+                                   f"{', '.join(rejected)}")
 
 
 @cli.command("batch")
@@ -297,52 +324,118 @@ def batch(obj: Ctx, batch_id: str, as_json: bool) -> None:
 @click.option("--json", "as_json", is_flag=True)
 @click.pass_obj
 def status(obj: Ctx, job_id: str, as_json: bool) -> None:
-    """Show a job: state, progress, errors, and what would happen next."""
-    view = ops.job_view(obj.deps, job_id)
-    if view is None:
-        raise click.ClickException(f"no job {job_id}")
+    """Show a job in sentences and tables: state, progress, errors, cost, and what would happen next (`--json`: every
+    field). Also accepts a unique prefix of the job id."""
+    view = _view(obj, job_id)
     if as_json:
         click.echo(view.model_dump_json(indent=2))
         return
-    c = view.chunks
-    console.print(f"[bold]{job_id}[/]  state: [bold]{view.state.value}[/]  chunks settled {c['settled']}/{c['total']}")
-    if view.error_code:
-        console.print(f"  error: [red]{view.error_code}[/] {view.error.message if view.error else ''}")
-    for m in view.missing_chunks:
-        console.print(f"  missing chunk {m.chunk_index} {m.chunk_id}: {m.status.value} ({m.error_code})")
-    for g in view.mandatory_gaps:
-        console.print(f"  mandatory gap: chunk {g.chunk_index} analyst {g.analyst}: {g.status}")
+    _print_status(view)
+
+
+def _job_id(obj: Ctx, given: str) -> str:
+    """A job id given whole or by a unique prefix (`review jobs` prints them whole)."""
+    try:
+        return ops.resolve_job_id(obj.deps, given)
+    except ops.AmbiguousId as exc:
+        raise click.ClickException(str(exc)) from exc
+
+
+def _message_id(obj: Ctx, given: str) -> str:
+    try:
+        return ops.resolve_message_id(obj.deps, given)
+    except ops.AmbiguousId as exc:
+        raise click.ClickException(str(exc)) from exc
+
+
+def _view(obj: Ctx, job_id: str) -> ops.JobView:
+    view = ops.job_view(obj.deps, _job_id(obj, job_id))
+    if view is None:
+        raise click.ClickException(f"no job {job_id}")
+    return view
+
+
+def _say(text: str, style: str = "") -> None:
+    console.print(text, style=style, markup=False, highlight=False, soft_wrap=True)
+
+
+def _print_status(view: ops.JobView) -> None:
+    """Sentences and tables, each fact once (`--json` has every field)."""
+    a = view.answers
+    error = f": {view.error_code}" + (f", {view.error.message}" if view.error else "") if view.error_code else ""
+    _say(f"{view.job_id} is {view.state.value}{error}", style="bold")
+    when = f"created {ops.iso(view.created_at)}" + (f", ended {ops.iso(view.ended_at)}" if view.ended_at else "")
+    _say(f"  document {view.document_id or '(no id)'}; model {view.model_id}, prompts {view.prompt_version}; {when}")
+    _say(f"  progress: {ops.chunk_counts(view)}; latest: {view.progress_label}")
+    if view.last_checkpoint_at:
+        _say(f"  last checkpoint: a chunk settled done at {ops.iso(view.last_checkpoint_at)}")
+    if view.missing_chunks:
+        t = Table("missing chunk", "chunk id", "status", "error", title=None)
+        for m in view.missing_chunks:
+            t.add_row(str(m.chunk_index + 1), m.chunk_id, m.status.value, m.error_code or "")
+        console.print(t)
+    if gaps := ops.other_gaps(view):  # a missing chunk's gaps are its row above
+        _say(f"  mandatory gaps ({len(gaps)} chunk-analyst pairs): " + "; ".join(ops.gaps_summary(gaps, view.mandatory_analysts)))
     r = view.reliability
-    console.print(f"  model calls {r.model_calls}, retries {r.retries_by_code}, redeliveries {r.redeliveries}")
-    console.print(f"  model circuit breaker: {view.model_circuit}")
+    retries = ", ".join(f"{code} {n}" for code, n in sorted(r.retries_by_code.items())) or "none"
+    _say(f"  model: {r.model_calls} call(s), retries: {retries}; {r.repairs} repair(s), {r.redeliveries} "
+         f"redelivery(ies); circuit breaker {view.model_circuit}")
+    _say(f"  cost: {view.cost}")
     if view.waiting is not None:
-        console.print(f"  waiting: {ops.waiting_line(view.waiting)}", markup=False, highlight=False)
+        _say(f"  waiting: {ops.waiting_line(view.waiting)}")
     if view.approval is not None:
-        a = view.approval
-        console.print(f"  waits for approval: step {a.step} (key {a.key[:12]}): {a.reason}; expires {ops.iso(a.expires_at)}; "
-                      f"decide with `review approve {job_id}` or `review reject {job_id}`", markup=False, highlight=False)
-        if a.evidence:
-            console.print(f"  evidence: {json.dumps(a.evidence, sort_keys=True)}", markup=False, highlight=False)
-    console.print(f"  cost: {view.cost}", markup=False, highlight=False)
-    for k, v in view.answers.model_dump(mode="json").items():
-        console.print(f"  {k.replace('_', ' ')}: {v}")
-    console.print("  recent events:")
-    for e in view.recent_events:
-        detail = ", ".join(f"{k}={v}" for k, v in (e.model_extra or {}).items())
-        console.print(f"    {e.at}  {e.type}  {detail}", soft_wrap=True)
+        ap = view.approval
+        _say(f"  waits for approval: step {ap.step} (key {ap.key[:12]}): {ap.reason}; expires {ops.iso(ap.expires_at)}; "
+             f"decide with `review approve {view.job_id}` or `review reject {view.job_id}`")
+        for k, v in sorted((k, v) for k, v in ap.evidence.items() if v is not None):
+            _say(f"    evidence {k}: {v if isinstance(v, str | int | float | bool) else json.dumps(v, sort_keys=True)}")
+    done = ops.side_effect_words(view)
+    _say(f"  side effects done: {'; '.join(done) if done else 'none'}")
+    _say(f"  a retry would: {a.retry_would}")
+    _say(f"  if cancelled now: {a.if_cancelled_now}")
+    _say(f"  if it fails again: {a.if_it_fails_again}")
+    if view.recent_events:
+        t = Table("at", "event", "what")
+        for e in view.recent_events:
+            t.add_row(e.at, e.type, ops.event_words(e))
+        console.print(t)
+
+
+@cli.command()
+@click.argument("job_id")
+@click.option("--json", "as_json", is_flag=True, help="The six answers as JSON (keys: what_happened, where_it_is, "
+              "what_it_cost, what_failed, what_next, if_it_fails_again).")
+@click.pass_obj
+def explain(obj: Ctx, job_id: str, as_json: bool) -> None:
+    """A job's story in six short paragraphs: what happened, where it is, what it cost, what failed and why,
+    what to do next, and what happens if it fails again."""
+    story = ops.explain(_view(obj, job_id))
+    if as_json:
+        keys = ("what_happened", "where_it_is", "what_it_cost", "what_failed", "what_next", "if_it_fails_again")
+        click.echo(json.dumps({k: p.split(": ", 1)[1] for k, p in zip(keys, story, strict=True)}, indent=2))
+        return
+    for paragraph in story:
+        _say(paragraph)
+        _say("")
 
 
 @cli.command()
 @click.argument("job_id")
 @click.option("--timeout", type=float, default=600.0)
+@click.option("--progress", "progress_only", is_flag=True,
+              help="One live line (chunks settled of all, state, the latest event) instead of every event.")
+@click.option("--since", type=click.IntRange(min=0), default=0, metavar="N",
+              help="Only the events after number N (the `#N` printed before each).")
 @click.pass_obj
-def watch(obj: Ctx, job_id: str, timeout: float) -> None:
+def watch(obj: Ctx, job_id: str, timeout: float, progress_only: bool, since: int) -> None:
     """Live progress of a job until it ends: its events as they come, and a progress bar; exit 0 only
     if it completed.
 
     A job id without a record is waited for only while the intake queue still holds messages
     (it may be one just sent) and a few seconds more; then it is unknown."""
-    _wait(obj, [job_id], timeout, WATCH_GRACE_S, show_events=True)
+    deps = obj.deps
+    _wait(obj, [_job_id(obj, job_id)], timeout, WATCH_GRACE_S, show_events=not progress_only, since=since,
+          label=(lambda job: ops.job_progress(deps, job).label) if progress_only else None)
 
 
 @cli.command()
@@ -351,6 +444,7 @@ def watch(obj: Ctx, job_id: str, timeout: float) -> None:
 @click.pass_obj
 def report(obj: Ctx, job_id: str, as_json: bool) -> None:
     """Print a job's report."""
+    job_id = _job_id(obj, job_id)
     job = obj.deps.jobs.get(job_id)
     if job is None:
         raise click.ClickException(f"no job {job_id}")
@@ -370,7 +464,11 @@ def jobs(obj: Ctx, as_json: bool, document_id: str | None) -> None:
     if as_json:
         click.echo(json.dumps([j.model_dump(mode="json", exclude_defaults=True) for j in items], indent=2))
         return
-    t = Table("job", "state", "chunks", "document", "error")
+    t = Table("job", "state", "chunks", "document", "error")  # (the listing leaves the settled set out)
+    t.columns[0].no_wrap = True
+    t.columns[0].min_width = max((len(j.job_id) for j in items), default=0)  # whole: other columns fold instead
+    for c in t.columns[1:]:
+        c.overflow = "fold"
     for j in items:
         t.add_row(j.job_id, j.state.value, str(j.chunk_count), j.document_id, j.error_code or "")
     console.print(t)
@@ -401,10 +499,14 @@ def _change(obj: Ctx, **change: Any) -> None:
 
 
 @quota.command("show")
+@click.option("--json", "as_json", is_flag=True, help="Print the control as JSON (paused, tokens_per_minute, by, at).")
 @click.pass_obj
-def quota_show(obj: Ctx) -> None:
+def quota_show(obj: Ctx, as_json: bool) -> None:
     """Whether the model is paused, and the quota the workers pace to."""
     try:
+        if as_json:
+            click.echo(ops.quota_show(obj.deps).model_dump_json(indent=2))
+            return
         _show_control(ops.quota_show(obj.deps))
     except ops.NoModelControl as exc:
         raise click.ClickException(str(exc)) from exc
@@ -438,7 +540,7 @@ def quota_set(obj: Ctx, tokens_per_minute: float | None, clear: bool) -> None:
 # ------------------------------------------------------------------------------------ dlq
 @cli.group()
 def dlq() -> None:
-    """Inspect and redrive dead letters."""
+    """Inspect, redrive and discard dead letters."""
 
 
 @dlq.command("list")
@@ -454,14 +556,18 @@ def dlq_list(obj: Ctx, as_json: bool) -> None:
     if as_json:
         click.echo(json.dumps([i.model_dump(mode="json", exclude={"body"}) for i in items], indent=2))
         return
-    t = Table("message", "queue", "source message", "job", "chunk", "error", "failed step", "attempts", "moved by")
-    for i in items:
-        t.add_row(i.message_id, i.queue, i.source_message_id or "", i.job_id or "",
-                  str(i.chunk.chunk_index) if i.chunk else "",
-                  (i.envelope.error_code if i.envelope else None) or i.error_code or "", i.failed_step or "",
-                  "" if i.attempts is None else str(i.attempts), i.moved_by)
-    console.print(t)
-    console.print(f"{len(items)} message(s); `review dlq show MESSAGE_ID [--body]` for one")
+    for i in items:  # one line each, ids whole (a table cuts them at the terminal's width)
+        parts = [i.message_id, f"{i.queue} DLQ"]
+        parts += [f"job {i.job_id}"] if i.job_id else []
+        parts += [f"chunk {i.chunk.chunk_index + 1}"] if i.chunk else []
+        code = (i.envelope.error_code if i.envelope else None) or i.error_code
+        parts += [(code or "no error code") + (f" at {i.failed_step}" if i.failed_step else "")]
+        parts += [f"after {i.attempts} attempt(s)"] if i.attempts is not None else []
+        parts += [f"moved by {i.moved_by}"]
+        parts += [f"source message {i.source_message_id}"] if i.source_message_id else []
+        _say("  ".join(parts))
+    _say(f"{len(items)} message(s); `review dlq show MESSAGE_ID [--body]` for one, `review dlq redrive` or "
+         "`review dlq discard` (ids may be shortened to a unique prefix)")
 
 
 @dlq.command("show")
@@ -470,7 +576,7 @@ def dlq_list(obj: Ctx, as_json: bool) -> None:
 @click.pass_obj
 def dlq_show(obj: Ctx, message_id: str, with_body: bool) -> None:
     """Everything known about one DLQ message: payload, attempts, last error envelope."""
-    item = ops.dlq_show(obj.deps, message_id, with_body=with_body)
+    item = ops.dlq_show(obj.deps, _message_id(obj, message_id), with_body=with_body)
     if item is None:
         raise click.ClickException(f"no DLQ message {message_id} (`review dlq list` shows their ids)")
     click.echo(item.model_dump_json(indent=2, exclude=None if with_body else {"body"}))
@@ -480,20 +586,47 @@ def dlq_show(obj: Ctx, message_id: str, with_body: bool) -> None:
 @click.argument("message_id", required=False)
 @click.option("--all", "all_", is_flag=True, help="Redrive every DLQ message.")
 @click.option("--force", is_flag=True, help="Resend intake messages that failed with a permanent input error too.")
+@click.option("--json", "as_json", is_flag=True, help="Print the outcomes as JSON (one object per message: message_id, queue, action, job_id, chunk_id, skipped).")
 @click.pass_obj
-def dlq_redrive(obj: Ctx, message_id: str | None, all_: bool, force: bool) -> None:
+def dlq_redrive(obj: Ctx, message_id: str | None, all_: bool, force: bool, as_json: bool) -> None:
     """Re-inject DLQ messages with a fresh attempt budget (leaves an audit event).
 
     An intake message that failed with a permanent input error would fail the same way: it is
     skipped, with the reason, unless --force (e.g. the document it names has been uploaded since)."""
     if not message_id and not all_:
         raise click.UsageError("give a MESSAGE_ID or --all")
-    done = redrive.dlq_redrive(obj.deps, None if all_ or not message_id else {message_id}, force=force)
-    for d in done:
+    done = redrive.dlq_redrive(obj.deps, None if all_ or not message_id else {_message_id(obj, message_id)},
+                               force=force)
+    if as_json:
+        click.echo(json.dumps([d.model_dump(mode="json") for d in done], indent=2))
+    for d in [] if as_json else done:
         style = "yellow" if d.skipped else ""
         console.print(f"{d.message_id}  {d.queue}  {d.job_id or ''}  {d.action}", style=style, soft_wrap=True)
     if not any(not d.skipped for d in done):
         raise click.ClickException("nothing redriven" if not done else "nothing redriven: every message was skipped")
+
+
+@dlq.command("discard")
+@click.argument("message_id")
+@click.option("--yes", is_flag=True, help="Do not ask: discard it.")
+@click.pass_obj
+def dlq_discard(obj: Ctx, message_id: str, yes: bool) -> None:
+    """Delete one dead letter that can never be fixed (the DLQ alarm stops counting it). Asks first unless --yes;
+    a `dlq.discarded` event on its job, if it names one, records it. The message is gone: `review dlq show
+    MESSAGE_ID --body` first if you want to keep it."""
+    message_id = _message_id(obj, message_id)
+    item = ops.dlq_show(obj.deps, message_id)
+    if item is None:
+        raise click.ClickException(f"no DLQ message {message_id} (`review dlq list` shows their ids)")
+    about = (f"{item.message_id} ({item.queue} DLQ"
+             + (f", job {item.job_id}" if item.job_id else "") + (f", chunk {item.chunk_id}" if item.chunk_id else "")
+             + f", {(item.envelope.error_code if item.envelope else None) or item.error_code or 'no error code'})")
+    if not yes:
+        click.confirm(f"discard {about} for good?", abort=True, err=True)
+    gone = ops.dlq_discard(obj.deps, message_id, by="cli")
+    if gone is None:
+        raise click.ClickException(f"no DLQ message {message_id}: someone else redrove or discarded it meanwhile")
+    _say(f"discarded {about}" + (f"; recorded as dlq.discarded on {gone.job_id}" if gone.job_id else ""))
 
 
 # ------------------------------------------------------------------------------------ retry
@@ -503,8 +636,10 @@ def dlq_redrive(obj: Ctx, message_id: str | None, all_: bool, force: bool) -> No
 @click.option("--timeout", type=float, default=600.0)
 @click.option("--budget-usd", type=float, default=None,
               help="The jobs' budget from now on (above what each has cost): continues a job its budget stopped.")
+@click.option("--json", "as_json", is_flag=True, help="Print the outcomes as JSON (one object per job: job_id, retried, action, state).")
 @click.pass_obj
-def retry(obj: Ctx, job_ids: tuple[str, ...], wait: bool, timeout: float, budget_usd: float | None) -> None:
+def retry(obj: Ctx, job_ids: tuple[str, ...], wait: bool, timeout: float, budget_usd: float | None,
+          as_json: bool) -> None:
     """Put failed, dead-lettered or cancelled jobs back to work, keeping finished chunks and checkpoints.
 
     Works from the job's records, with or without DLQ messages (the job's DLQ copies are removed):
@@ -513,11 +648,16 @@ def retry(obj: Ctx, job_ids: tuple[str, ...], wait: bool, timeout: float, budget
     queued again with its intake message. Exits 1 when a job was not retried (its line says why)."""
     retried: list[str] = []
     refused: list[str] = []
-    for job_id in job_ids:
+    outcomes: list[Any] = []
+    for job_id in [_job_id(obj, j) for j in job_ids]:
         r = redrive.retry(obj.deps, job_id, budget_usd=budget_usd)
-        console.print(f"{job_id}  {r.state.value if r.state else '-'}  {r.action}", style="" if r.retried else "yellow",
-                      markup=False, highlight=False, soft_wrap=True)
+        outcomes.append(r.model_dump(mode="json"))
+        if not as_json:
+            console.print(f"{job_id}  {r.state.value if r.state else '-'}  {r.action}",
+                          style="" if r.retried else "yellow", markup=False, highlight=False, soft_wrap=True)
         (retried if r.retried else refused).append(job_id)
+    if as_json:
+        click.echo(json.dumps(outcomes, indent=2))
     if wait and retried:
         _wait(obj, retried, timeout, WATCH_GRACE_S)
     if refused:
@@ -529,19 +669,26 @@ def retry(obj: Ctx, job_ids: tuple[str, ...], wait: bool, timeout: float, budget
 @click.argument("job_ids", nargs=-1, required=True)
 @click.option("--wait", is_flag=True, help="Wait until the jobs are cancelled.")
 @click.option("--timeout", type=float, default=120.0)
+@click.option("--json", "as_json", is_flag=True, help="Print the outcomes as JSON (one object per job: job_id, state, changed, message).")
 @click.pass_obj
-def cancel(obj: Ctx, job_ids: tuple[str, ...], wait: bool, timeout: float) -> None:
+def cancel(obj: Ctx, job_ids: tuple[str, ...], wait: bool, timeout: float, as_json: bool) -> None:
     """Cancel jobs: no new work starts, chunks in flight stop within one model call, side effects
     already done are compensated, and each job ends `cancelled`. Cancelling twice is cancelling once;
     a job that already ended is left as it is (exit 1, its line says so)."""
     refused: list[str] = []
+    job_ids = tuple(_job_id(obj, j) for j in job_ids)
+    outcomes: list[Any] = []
     for job_id in job_ids:
         r = lifecycle.request_cancel(obj.deps, job_id, by="cli")
         ok = r.changed or r.state in (JobState.CANCELLING, JobState.CANCELLED)
-        console.print(f"{job_id}  {r.state.value if r.state else '-'}  {r.message}", style="" if ok else "yellow",
-                      markup=False, highlight=False, soft_wrap=True)
+        outcomes.append(r.model_dump(mode="json"))
+        if not as_json:
+            console.print(f"{job_id}  {r.state.value if r.state else '-'}  {r.message}", style="" if ok else "yellow",
+                          markup=False, highlight=False, soft_wrap=True)
         if not ok:
             refused.append(job_id)
+    if as_json:
+        click.echo(json.dumps(outcomes, indent=2))
     pending = [j for j in job_ids if j not in refused]
     if wait and pending:
         states = watch_jobs(console, obj.deps.jobs, pending, timeout)
@@ -553,40 +700,51 @@ def cancel(obj: Ctx, job_ids: tuple[str, ...], wait: bool, timeout: float) -> No
 
 
 # ------------------------------------------------------------------------------------ approve / reject
-def _decide(obj: Ctx, job_id: str, decision: str) -> None:
+def _decide(obj: Ctx, job_id: str, decision: str, as_json: bool = False) -> None:
     from contract_review.sideeffects import approvals
 
+    job_id = _job_id(obj, job_id)
     r = approvals.decide_approval(obj.deps, job_id, decision, by="cli")
-    console.print(f"{job_id}  {r.state.value if r.state else '-'}  {r.message}", style="" if r.changed else "yellow",
-                  markup=False, highlight=False, soft_wrap=True)
+    if as_json:
+        click.echo(r.model_dump_json(indent=2))
+    else:
+        console.print(f"{job_id}  {r.state.value if r.state else '-'}  {r.message}",
+                      style="" if r.changed else "yellow", markup=False, highlight=False, soft_wrap=True)
     if not r.changed:
         raise click.ClickException(f"{job_id}: {r.message}")
 
 
+_DECISION_JSON = click.option("--json", "as_json", is_flag=True,
+                              help="Print the outcome as JSON (job_id, state, changed, message).")
+
+
 @cli.command()
 @click.argument("job_id")
+@_DECISION_JSON
 @click.pass_obj
-def approve(obj: Ctx, job_id: str) -> None:
+def approve(obj: Ctx, job_id: str, as_json: bool) -> None:
     """A job waiting for approval (a side effect whose outcome stayed unknown; `review status` shows the
     step, its key and the evidence): retry the step with the same key (the external system dedups it)
     and go on. Exit 1 when the job is not waiting."""
-    _decide(obj, job_id, "approve")
+    _decide(obj, job_id, "approve", as_json)
 
 
 @cli.command()
 @click.argument("job_id")
+@_DECISION_JSON
 @click.pass_obj
-def reject(obj: Ctx, job_id: str) -> None:
+def reject(obj: Ctx, job_id: str, as_json: bool) -> None:
     """A job waiting for approval: fail it (job.approval_rejected): `compensating` while the side effects it did
     are undone (a ticket closed, a withdrawal published), then `failed`. Again on a job still compensating: the
     compensation is sent again. Exit 1 when the job is neither waiting nor compensating."""
-    _decide(obj, job_id, "reject")
+    _decide(obj, job_id, "reject", as_json)
 
 
 @cli.command()
 @click.option("--redrive", is_flag=True, help="Run every dead-lettered compensation again (after fixing the cause).")
+@click.option("--json", "as_json", is_flag=True, help="Print the dead letters (or the redrive's outcome) as JSON.")
 @click.pass_obj
-def compensations(obj: Ctx, redrive: bool) -> None:
+def compensations(obj: Ctx, redrive: bool, as_json: bool) -> None:
     """The compensation DLQ: undoing a side effect (closing a ticket, publishing a withdrawal) that failed
     on every attempt (sideeffect.compensation_failed). Lists each one with its job, step and error; with
     --redrive runs them again (each keeps its own key: nothing is closed or withdrawn twice)."""
@@ -599,11 +757,20 @@ def compensations(obj: Ctx, redrive: bool) -> None:
         raise click.ClickException("this stack has no compensation DLQ (CompensationDlqUrl)")
     if redrive:
         out = saga.redrive_compensations(obj.deps, fx)
-        console.print(f"compensated: {len(out.compensated)}  still failing: {len(out.dead_lettered)}")
+        if as_json:
+            click.echo(_json.dumps({"compensated": out.compensated, "still_failing": out.dead_lettered}, indent=2))
+        else:
+            console.print(f"compensated: {len(out.compensated)}  still failing: {len(out.dead_lettered)}")
         if out.dead_lettered:
             raise click.ClickException(f"still failing: {', '.join(out.dead_lettered)}")
         return
     letters = fx.dlq.take_all(visibility_s=0)
+    if as_json:
+        click.echo(_json.dumps([{"message_id": m.message_id, "job_id": m.attributes.get("job_id"),
+                                 "step": m.attributes.get("step"), "error_code": m.attributes.get("error_code"),
+                                 "envelope": _json.loads(m.attributes.get("envelope") or "null")} for m in letters],
+                               indent=2))
+        return
     if not letters:
         console.print("the compensation DLQ is empty")
     for m in letters:

@@ -17,6 +17,7 @@ from typing import Any, cast
 
 import boto3
 from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError, NoRegionError
+from botocore.exceptions import ConnectionError as NoConnection
 
 from contract_review.config.constants import (
     LAMBDA_CONCURRENCY_QUOTA_CODE,
@@ -82,9 +83,11 @@ def run_preflight(model_id: str, region: str, *, runtime: Any, bedrock: Any, quo
         report.ok, report.latency_ms = True, (clock() - started) * 1000
         report.message = (f"stop reason {response.stop_reason}, {response.input_tokens} input / "
                           f"{response.output_tokens} output tokens")
-    except (NoCredentialsError, NoRegionError):
+    except (NoCredentialsError, NoRegionError, NoConnection):
         raise
     except Exception as exc:  # classified exactly as the workers would classify it
+        if isinstance(exc.__cause__, NoConnection):  # the adapter's envelope of "no network": said as such
+            raise exc.__cause__ from exc
         report.latency_ms = (clock() - started) * 1000
         report.error_code = classify(exc, model_call=True).error_code
         report.message = _describe_failure(exc)
@@ -339,6 +342,12 @@ def preflight(stack: str | None, region: str | None, model_id: str | None = None
     except ClientError as exc:
         raise PreflightError(f"AWS refused {exc.operation_name}: {_error(exc).get('Code')}: "
                              f"{_error(exc).get('Message')}") from exc
+    except NoConnection as exc:  # nothing answered at all: the network, not the model or the account
+        raise PreflightError(
+            f"no network: could not connect to {exc.kwargs.get('endpoint_url') or 'AWS'}, so nothing was checked. "
+            "Check this machine's network connection (a proxy needs HTTPS_PROXY; inside a VPC without internet, "
+            "VPC endpoints for bedrock-runtime, bedrock, service-quotas, ssm and lambda), then run `review "
+            "preflight` again") from exc
     except BotoCoreError as exc:
         raise PreflightError(f"AWS: {exc}") from exc
     report.paced_to = target.model_tpm

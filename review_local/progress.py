@@ -15,7 +15,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from contract_review.domain.ports import JobsRepo
-from contract_review.domain.records import JobEvent, JobState
+from contract_review.domain.records import Job, JobEvent, JobState
 from contract_review.operate.ops import event_label
 
 UNKNOWN = "unknown"  # no job record, and nothing in the intake queue could still create it
@@ -39,7 +39,8 @@ def stops_watching(state: str) -> bool:
 
 def watch_jobs(console: Console, jobs: JobsRepo, job_ids: list[str], timeout: float = 600.0, *,
                intake_busy: Callable[[], bool] | None = None, grace_s: float = 5.0,
-               events: Callable[[str, int], list[JobEvent]] | None = None) -> dict[str, str]:
+               events: Callable[[str, int], list[JobEvent]] | None = None, since: int = 0,
+               label: Callable[[Job], str] | None = None) -> dict[str, str]:
     """Live progress bars until every job ends, waits for a person's decision, is `unknown`, or `timeout`
     passes. Returns the last
     state seen of each job id (each id once): a JobState value, `unknown`, or `waiting for intake`.
@@ -47,14 +48,17 @@ def watch_jobs(console: Console, jobs: JobsRepo, job_ids: list[str], timeout: fl
     `intake_busy` tells whether the intake queue still holds messages; without it a missing record
     is waited for until the timeout (never `unknown`). With `events` (job id, after number -> the
     events after it: `lifecycle.read_events`), each job's events are printed as they come, one line
-    each ("chunk 7/22: indemnification done"), the same events the Job API serves."""
+    each ("chunk 7/22: indemnification done"), the same events the Job API serves; `since`: only the events
+    after that number. `label` (a job -> its latest event in words) adds it to the job's one progress line.
+    The count is the one number progress has everywhere: chunks settled of the job's chunks."""
     ids = list(dict.fromkeys(job_ids))
     states: dict[str, str] = {j: WAITING for j in ids}
-    seen: dict[str, int] = dict.fromkeys(ids, 0)
+    seen: dict[str, int] = dict.fromkeys(ids, since)
     started = _now()
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[state]}"),
-                  TimeElapsedColumn(), console=console, transient=False) as progress:
-        tasks = {j: progress.add_task(j, total=None, state=WAITING) for j in ids}
+                  TimeElapsedColumn(), TextColumn("{task.fields[label]}"), console=console,
+                  transient=False) as progress:
+        tasks = {j: progress.add_task(j, total=None, state=WAITING, label="") for j in ids}
         while True:
             busy: bool | None = None  # asked at most once per round, only when a record is missing
             for j in ids:
@@ -76,7 +80,8 @@ def watch_jobs(console: Console, jobs: JobsRepo, job_ids: list[str], timeout: fl
                 done = len(job.settled)
                 if job.terminal and (total is None or job.state is JobState.COMPLETED):
                     total = done = total or 1
-                progress.update(tasks[j], total=total, completed=done, state=states[j])
+                progress.update(tasks[j], total=total, completed=done, state=states[j],
+                                label=label(job) if label is not None else "")
             if all(stops_watching(s) for s in states.values()):
                 break
             if _now() - started >= timeout:

@@ -79,16 +79,28 @@ class TicketFaults(BaseModel):
 
     @classmethod
     def parse(cls, spec: str) -> TicketFaults:
-        """`review up --ticket-faults "error=0.1,timeout_after_write=0.05,hang=3,seed=7"`."""
+        """`review up --ticket-faults "error=0.1,timeout_after_write=0.05,hang=3,seed=7"`: rates (a share of the
+        writes). `KIND=xN` scripts the next N requests instead (creates; lookups for `lookup_unavailable`), KIND
+        any of error_before_write, timeout_after_write, drop_after_write, timeout_before_write, lookup_unavailable:
+        "timeout_after_write=x1,lookup_unavailable=x50" makes the next ticket's outcome unknown, so its job waits
+        in `waiting_approval`."""
         names = {"error": "error_rate", "timeout_after_write": "timeout_after_write_rate", "hang": "hang_s",
                  "seed": "seed"}
+        kinds = ("error_before_write", "timeout_after_write", "drop_after_write", "timeout_before_write",
+                 "lookup_unavailable")
         values: dict[str, Any] = {}
+        scripted: list[Fault] = []
         for part in filter(None, (p.strip() for p in spec.split(","))):
-            name, _, value = part.partition("=")
-            if name.strip() not in names:
-                raise ValueError(f"unknown ticket fault {name.strip()!r}; known: {', '.join(names)}")
-            values[names[name.strip()]] = float(value) if name.strip() != "seed" else int(value)
-        return cls.model_validate(values)
+            name, _, value = (x.strip() for x in part.partition("="))
+            if value.startswith("x") and name in kinds:
+                op = "lookup" if name == "lookup_unavailable" else "create"
+                scripted.append(Fault.model_validate({"kind": name, "op": op, "times": int(value[1:])}))
+                continue
+            if name not in names:
+                raise ValueError(f"unknown ticket fault {name!r}; known: {', '.join(names)} (rates), "
+                                 f"{', '.join(k + '=xN' for k in kinds)} (the next N requests)")
+            values[names[name]] = float(value) if name != "seed" else int(value)
+        return cls.model_validate({**values, "scripted": scripted})
 
 
 @dataclass

@@ -85,8 +85,8 @@ def test_a_timeout_after_the_ticket_write_is_looked_up_and_resumed_without_a_sec
 def waiting_for_approval(stack: LocalStack, tickets: TicketServiceFake, document_id: str) -> tuple[Deps, str]:
     """A risky document's job waiting for approval: its ticket written, the answer lost, the lookup down (the
     ticket faults are cleared once it waits)."""
-    tickets.inject("timeout_after_write")
-    tickets.inject("lookup_unavailable", op="lookup", times=50)
+    # what README documents for reaching waiting_approval locally: `review up --ticket-faults ...`
+    tickets.set_faults(TicketFaults.parse("timeout_after_write=x1,lookup_unavailable=x50,hang=4"))
     deps = stack.deps()
     job_id = ops.submit(deps, RISKY, document_id=document_id)
     wait_for(lambda: (j := deps.jobs.get(job_id)) is not None and j.state is JobState.WAITING_APPROVAL, 120,

@@ -350,8 +350,9 @@ def test_dlq_list_show_and_redrive_of_an_intake_message(monkeypatch):
     listed = run(world, "dlq", "list")
     # THEN the row shows the MessageId send-message returned, the failed step and the attempts
     [row] = [line for line in listed.stdout.splitlines() if dead.message_id in line]
-    assert "sent-msg-42" in row and "input.document_forbidden" in row and "intake.load" in row
-    assert row.split("│")[-3].strip() == "1" and row.split("│")[-2].strip() == "pipeline"
+    assert row.startswith(f"{dead.message_id}  intake DLQ  ")  # the id whole, first
+    assert "source message sent-msg-42" in row and "input.document_forbidden at intake.load" in row
+    assert "after 1 attempt(s)  moved by pipeline" in row
     # AND `dlq show --body` gives the message itself (without --body it is left out)
     assert "body" not in json.loads(run(world, "dlq", "show", dead.message_id).stdout)
     assert json.loads(run(world, "dlq", "show", dead.message_id, "--body").stdout)["body"] == body

@@ -443,3 +443,32 @@ def test_a_deployed_stack_is_checked_with_its_own_layer_parameter_and_reservatio
     c.verify()
     assert f"  powertools layer: ok - {latest} exists in us-east-1 ({LAYER_ARN})" in lines
     assert any("the stack reserves 20 (already taken)" in line for line in lines)
+
+
+class OfflineSession:
+    """A machine without a network: every AWS endpoint refuses the connection (real boto3 clients, pointed at a
+    closed loopback port, no retries)."""
+
+    region_name = bs.REGION
+
+    def get_credentials(self) -> object:
+        return object()
+
+    def client(self, service: str, **_: Any) -> Any:
+        import boto3
+        from botocore.config import Config
+
+        return boto3.client(service, region_name=bs.REGION, endpoint_url="http://127.0.0.1:9",
+                            aws_access_key_id="x", aws_secret_access_key="x",
+                            config=Config(retries={"max_attempts": 1}, connect_timeout=1))
+
+
+def test_without_a_network_preflight_says_so_in_one_line_not_runtime_retry_advice(tmp_path):
+    local = tmp_path / "local.json"
+    local.write_text(json.dumps({"endpoint": "http://127.0.0.1:5000", "region": "us-east-1",
+                                 "outputs": {"ModelProvider": "offline", "ModelId": bs.CURRENT}}))
+    with pytest.raises(PreflightError) as err:
+        preflight(None, None, session_factory=lambda **_: OfflineSession(), local_json=local, echo=lambda _l: None)
+    message = str(err.value)
+    assert message.startswith("no network: could not connect to http://127.0.0.1:9")
+    assert "network" in message and "HTTPS_PROXY" in message and "retr" not in message

@@ -140,3 +140,35 @@ def test_report_without_metadata_has_no_metadata_line():
     job_id, records = running_job(world, 1)
     report, md = complete(world, job_id, records, {})
     assert report.metadata == {} and "metadata" not in md
+
+
+def test_report_md_has_its_date_a_coverage_statement_and_a_risk_legend():
+    from datetime import UTC, datetime
+
+    from contract_review.review.analysts import ANALYSTS
+    from contract_review.review.report import HIGH_RISK
+    from contract_review.sideeffects.saga import HIGH_RISK_SCORE
+
+    # GIVEN a 2-chunk job every analyst read whole
+    world = FakeWorld()
+    job_id, records = running_job(world, 2)
+    _, md = complete(world, job_id, records, {0: [finding(records[0], 1, "clause")]})
+    # THEN report.md says when it was reviewed (and submitted), as a date a reader can use
+    day = datetime.fromtimestamp(world.clock.now, tz=UTC).strftime("%Y-%m-%d %H:%M UTC")
+    assert f"- reviewed: {day} (submitted " in md
+    # AND states its coverage: complete, all chunks by every analyst
+    assert (f"Coverage: complete. All 2 chunks of the document were read by each of the {len(ANALYSTS)} analysts "
+            f"({sum(a.mandatory for a in ANALYSTS)} mandatory)") in md
+    # AND explains the risk score, with the band that opens a ticket (the saga's own threshold)
+    assert HIGH_RISK == HIGH_RISK_SCORE
+    assert "Risk score: from 0 (benign) to 1" in md and f"{HIGH_RISK_SCORE:.2f} and above is high risk" in md
+    # GIVEN another job whose optional analyst refused on one chunk  THEN its coverage is said to be incomplete
+    optional = next(a.name for a in ANALYSTS if not a.mandatory)
+    world = FakeWorld()
+    job_id, records = running_job(world, 2)
+    deliver(world, settle_done(world, records[0]))
+    coverage = {a.name: "ok" for a in ANALYSTS} | {optional: "refused"}
+    assert deliver(world, settle_done(world, records[1], coverage=coverage)) == "completed"
+    md = world.artifacts.get_text(report_keys(job_id)[1])
+    assert ("Coverage: incomplete. 2 of 2 chunks were analysed by the " in md
+            and "with 0 mandatory and 1 optional analyst gap(s)" in md)

@@ -329,6 +329,9 @@ def test_review_compensations_lists_the_dead_letters_and_redrives_them():
     listed = run(world, "compensations")
     assert listed.exit_code == 0 and j.job_id in listed.output and "sideeffect.compensation_failed" in listed.output
     assert "cause sideeffect.failed" in listed.output
+    [letter] = json.loads(run(world, "compensations", "--json").stdout)  # the same, as records
+    assert (letter["job_id"], letter["error_code"]) == (j.job_id, "sideeffect.compensation_failed")
+    assert letter["envelope"]["cause_code"] == "sideeffect.failed"
     still = run(world, "compensations", "--redrive")
     assert still.exit_code == 1 and len(fx.dlq.messages) == 1  # still failing: stays, one message
     fx.tickets.clear()

@@ -278,3 +278,24 @@ def test_a_failure_that_is_not_secrets_managers_answer_is_not_called_a_credentia
         bug = wrapped
     with pytest.raises(GetParameterError):
         with_secret(service, http, SecretsStub(bug)).open("k", FIELDS)
+
+
+def test_ticket_faults_script_the_next_requests_so_a_job_can_be_made_to_wait_for_approval():
+    # `review up --ticket-faults timeout_after_write=x1,lookup_unavailable=x50` (README: reaching waiting_approval):
+    # the next create is written and its answer lost, the next 50 lookups answer 503 -- the outcome stays unknown
+    faults = TicketFaults.parse("timeout_after_write=x1,lookup_unavailable=x50,hang=2")
+    assert faults.hang_s == 2 and faults.timeout_after_write_rate == 0
+    fake = TicketServiceFake(faults)
+    assert fake.take_fault("create") == "timeout_after_write" and fake.take_fault("create") is None
+    assert [fake.take_fault("lookup") for _ in range(51)] == ["lookup_unavailable"] * 50 + [None]
+    with pytest.raises(ValueError, match="lookup_unavailable=xN"):
+        TicketFaults.parse("lookup_down=x1")
+
+
+def test_review_up_refuses_an_unknown_ticket_fault_in_one_line():
+    from click.testing import CliRunner
+
+    from review_local.cli import cli
+
+    result = CliRunner().invoke(cli, ["up", "--ticket-faults", "explode=x1"])
+    assert result.exit_code == 2 and "Invalid value for --ticket-faults: unknown ticket fault 'explode'" in result.output

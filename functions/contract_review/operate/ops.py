@@ -16,7 +16,7 @@ from datetime import UTC, datetime
 from pydantic import BaseModel, ConfigDict, Field, JsonValue, ValidationError
 
 from contract_review.domain.errors import REGISTRY, ErrorEnvelope
-from contract_review.domain.messages import AnalysisMessage, ResultMessage
+from contract_review.domain.messages import AnalysisMessage, InlineDocument, ResultMessage
 from contract_review.domain.ports import DLQS, Deps, ModelControls, Queue, QueueMessage
 from contract_review.domain.records import (
     Approval,
@@ -27,12 +27,14 @@ from contract_review.domain.records import (
     JobState,
     ModelControl,
     Reliability,
+    SideEffectDone,
     Usage,
     Waiting,
     job_id_for,
 )
 from contract_review.pipeline import admission
 from contract_review.pipeline.intake import failure_key
+from contract_review.review.analysts import ANALYSTS, analysts_for
 from contract_review.review.chunking import document_hash
 from contract_review.review.report import cost_line, coverage_of
 
@@ -93,6 +95,10 @@ class JobView(BaseModel):
     approval: Approval | None = None  # what a person decides on while the job waits (waiting_approval)
     # a named condition its chunks are held for (the daily token quota: model/daily_quota.py), while it runs
     waiting: Waiting | None = None
+    last_checkpoint_at: float | None = None  # when its last chunk settled done (epoch s)
+    mandatory_analysts: list[str] = Field(default_factory=list)  # the analysts whose gap fails the job
+    side_effects: list[SideEffectDone] = Field(default_factory=list)  # each step the saga recorded, in full
+    progress_label: str = ""  # the latest event in words, as `review watch` and GET /jobs/{id} show it
 
 
 def waiting_line(waiting: Waiting) -> str:
@@ -126,6 +132,9 @@ def _retry_would(state: JobState, error_code: str | None, dead_lettered: int, fa
     if state is JobState.COMPENSATING:
         return (f"nothing yet: the job is failing ({error_code}) and its side effects are being undone; once it is "
                 "`failed`, `review retry JOB` runs the side effects again")
+    if state is JobState.WAITING_APPROVAL:
+        return ("nothing by itself: the job waits for a person's decision on a side effect whose outcome is unknown; "
+                "`review approve JOB` retries that step with the same key (the external system dedups it)")
     if not state.terminal:
         return "resume unsettled chunks from their checkpoints"
     if dead_lettered:
@@ -143,14 +152,18 @@ def _retry_would(state: JobState, error_code: str | None, dead_lettered: int, fa
                 "chunks run again, its done ones are kept")
     return (f"nothing by itself: the job ended with {error_code or state.value} and none of its chunks is in a DLQ. "
             "Fix the cause (docs/error-codes.md), then `review retry JOB` (or submit the same document again): "
-            "failed chunks and analysts with a mandatory gap run again, chunks never started are sent, finished "
-            "chunks and checkpoints are reused")
+            "its failed chunks run again, so do the analysts with a mandatory gap, the chunks never started are "
+            "sent, and the chunks already done are kept")
 
 
 def _if_it_fails_again(state: JobState, error_code: str | None, dead_lettered: int) -> str:
     """Where the job goes if the next attempt (a redrive, or a corrected resubmission) fails too."""
     if state is JobState.COMPLETED:
         return "nothing can fail any more: the job has completed (the same document again returns this job)"
+    if state is JobState.WAITING_APPROVAL:
+        return ("once approved, a step whose outcome is unknown again makes the job wait for a decision again; a step "
+                "that certainly fails on every attempt fails the job (sideeffect.failed) and undoes its side effects "
+                "(`compensating`, then `failed`)")
     if state is JobState.COMPENSATING:
         return ("an undo that fails on every attempt goes to the compensation DLQ (sideeffect.compensation_failed, its "
                 "alarm fires; `review compensations --redrive` once fixed) and the job still ends `failed`")
@@ -195,25 +208,40 @@ def analysts_done(detail: Mapping[str, object]) -> str:
     return ", ".join(([", ".join(ok) + " done"] if ok else []) + other)
 
 
+_LABELLED = {"analyst.done", "model.retry", "chunk.retry", "chunk.settled", "chunk.requeued", "chunk.cancelled",
+             "job.fanned_out", "job.waiting_quota", "job.waiting_ended", "job.cancelled"}
+
+
 def event_label(e: JobEvent) -> str:
-    """One event as a line of progress ("chunk 7/22: indemnification done")."""
+    """One event as a line of progress ("chunk 7 of 22: indemnification done"; "3/22 chunks settled (chunk 7
+    done)": the one count progress has is chunks settled)."""
     d = e.detail
     chunk = f"chunk {int(str(d.get('chunk_index', 0))) + 1}" if "chunk_index" in d else "chunk"
-    of = f"/{d['chunk_count']}" if "chunk_count" in d else ""
+    of = f" of {d['chunk_count']}" if "chunk_count" in d else ""  # which chunk, never a count: progress is settled
     labels = {
         "analyst.done": lambda: f"{chunk}{of}: {analysts_done(d)}",
         "model.retry": lambda: f"{chunk}: {d.get('error_code')}, attempt {d.get('attempt')}, waiting {d.get('delay_s')} s",
         "chunk.retry": lambda: f"{chunk}: {d.get('error_code')}, attempt {d.get('failures')} failed, "
                                f"back in {d.get('backoff_s')} s",
-        "chunk.settled": lambda: f"chunk {d.get('settled')}/{d.get('total')} settled ({d.get('status')})",
+        "chunk.settled": lambda: f"{d.get('settled')}/{d.get('total')} chunks settled ({chunk} {d.get('status')})",
         "chunk.requeued": lambda: f"chunk requeued: {d.get('reason')}",
         "chunk.cancelled": lambda: f"chunk stopped at {d.get('cancelled_at_stage')}: cancelled",
         "job.fanned_out": lambda: f"chunks {d.get('fanned_out')}/{d.get('total')} sent",
         "job.waiting_quota": lambda: str(d.get("detail") or "waiting for the model's daily token quota"),
         "job.waiting_ended": lambda: "no longer waiting for the model's daily token quota",
+        "job.cancelled": lambda: _cancelled_label(d),
     }
     make = labels.get(e.type)
     return make() if make else e.type.replace("job.", "job ").replace("_", " ")
+
+
+def _cancelled_label(d: Mapping[str, object]) -> str:
+    """`job.cancelled` in the one progress number (chunks settled of all), then what its chunks came to."""
+    parts = [f"{d.get(k)} {words}" for k, words in (("chunks_done", "done"), ("chunks_cancelled", "cancelled"),
+                                                     ("chunks_never_sent", "never sent")) if d.get(k)]
+    settled = f"{d['settled']}/{d['total']} chunks settled" if "settled" in d and "total" in d else "chunks"
+    return f"job cancelled: {settled}" + (f" ({', '.join(parts)})" if parts else "") + (
+        f", {d.get('error_code')}" if d.get("error_code") not in (None, "job.cancelled") else "")
 
 
 def progress_of(job: Job, last: JobEvent | None) -> ProgressView:
@@ -265,7 +293,132 @@ def job_view(deps: Deps, job_id: str) -> JobView | None:
         model_circuit=model_circuit(events, deps.clock(), deps.settings.profile.quota.breaker_open_s),
         cost=cost_line(job), usage=job.usage(), budget_micro_usd=job.budget_micro_usd,
         approval=job.approval if job.state is JobState.WAITING_APPROVAL else None,
-        waiting=job.waiting if not job.terminal else None)
+        waiting=job.waiting if not job.terminal else None, last_checkpoint_at=last_cp,
+        mandatory_analysts=sorted(a.name for a in analysts_for(job.analyst_count or len(ANALYSTS)) if a.mandatory),
+        side_effects=list(job.side_effects), progress_label=progress_of(job, events[-1] if events else None).label)
+
+
+def _chunk_numbers(indexes: list[int]) -> str:
+    """Chunk indexes (0-based) as people count them: "chunk 3", "chunks 3-5, 9"."""
+    nums = sorted(i + 1 for i in indexes)
+    runs: list[list[int]] = []
+    for n in nums:
+        if runs and n == runs[-1][-1] + 1:
+            runs[-1].append(n)
+        else:
+            runs.append([n])
+    spans = [str(r[0]) if len(r) == 1 else f"{r[0]}-{r[-1]}" for r in runs]
+    return ("chunk " if len(nums) == 1 else "chunks ") + ", ".join(spans)
+
+
+def gaps_summary(gaps: list[CoverageGap], mandatory: list[str] | None = None) -> list[str]:
+    """The mandatory gaps in a few lines, not one per (chunk, analyst): the chunks that miss the same analysts
+    for the same reason are one line ("chunks 3-8 cancelled: all 7 mandatory analysts")."""
+    by: dict[tuple[str, tuple[str, ...]], list[int]] = {}
+    per_chunk: dict[tuple[str, int], list[str]] = {}
+    for g in gaps:
+        per_chunk.setdefault((g.status, g.chunk_index), []).append(g.analyst)
+    every = sorted(mandatory or [])
+    for (status, index), analysts in sorted(per_chunk.items(), key=lambda kv: kv[0][1]):
+        by.setdefault((status, tuple(sorted(analysts))), []).append(index)
+    lines = []
+    for (status, names), indexes in by.items():
+        analysts = list(names)
+        who = (f"all {len(analysts)} mandatory analysts" if len(analysts) > 1 and analysts == every
+               else ", ".join(analysts))
+        lines.append(f"{_chunk_numbers(indexes)} {status}: {who}")
+    return lines
+
+
+def side_effect_words(view: JobView) -> list[str]:
+    """What the job did outside itself, in words: its reports, and each saga step with its status and key."""
+    reports = [name for name, key in (("JSON", view.report.get("json")), ("Markdown", view.report.get("markdown")))
+               if key]
+    out = [f"the {' and '.join(reports)} report{'s' if len(reports) > 1 else ''} written"] if reports else []
+    for e in view.side_effects:
+        out.append(f"{e.step} {e.status.value.replace('_', ' ')} (key {e.key[:12]})")
+    return out
+
+
+def chunk_counts(view: JobView) -> str:
+    """Progress as one number, the chunks settled (as the job counted them), then what its chunk records say:
+    "4 of 4 chunks settled; its chunks: 1 done, 3 cancelled"."""
+    c = view.chunks
+    kinds = [f"{n} {k.replace('_', ' ')}" for k, n in c.items() if k not in ("total", "settled") and n]
+    never = c["total"] - sum(n for k, n in c.items() if k not in ("total", "settled"))
+    kinds += [f"{never} never started"] if never > 0 else []
+    return f"{c['settled']} of {c['total']} chunks settled" + (f"; its chunks: {', '.join(kinds)}" if kinds else "")
+
+
+def other_gaps(view: JobView) -> list[CoverageGap]:
+    """The mandatory gaps beyond the missing chunks' (a missing chunk misses every analyst: said once)."""
+    missing = {m.chunk_index for m in view.missing_chunks}
+    return [g for g in view.mandatory_gaps if g.chunk_index not in missing]
+
+
+def _scalar(name: str, value: str | int | float | bool) -> str:
+    """An event detail as people read it: times as dates, idempotency keys by their first 12 characters."""
+    if name.endswith("_at") and isinstance(value, int | float) and not isinstance(value, bool):
+        return iso(value)
+    if name == "key" and isinstance(value, str):
+        return value[:12]
+    return str(value)
+
+
+def event_words(e: EventLine) -> str:
+    """A recent event as `review status` shows it: its label in words, and its scalar details (lists and
+    objects are in `--json`)."""
+    extra = e.model_extra or {}
+    label = event_label(JobEvent(job_id="", seq="", type=e.type, at=0.0, detail=extra))
+    if e.type in _LABELLED:
+        return label
+    scalars = [f"{k} {_scalar(k, v)}" for k, v in extra.items() if isinstance(v, str | int | float | bool) and v != ""]
+    return label + (f" ({', '.join(scalars)})" if scalars else "")
+
+
+def explain(view: JobView) -> list[str]:
+    """`review explain JOB`: the six answers as a short story, one paragraph each: what happened, where it is,
+    what it cost, what failed and why, what to do next, and what happens if it fails again."""
+    a = view.answers
+    ended = f" and ended `{view.state.value}` at {iso(view.ended_at)}" if view.ended_at else \
+        f"; it is `{view.state.value}` now"
+    happened = (f"What happened: document {view.document_id or '(no id)'} was taken in at {iso(view.created_at)}, "
+                f"split into {view.chunks['total']} chunk(s) for {view.model_id} (prompts {view.prompt_version})"
+                f"{ended}. Its latest event: {view.progress_label or view.state.value}.")
+    where = f"Where it is: {chunk_counts(view)}"
+    if view.last_checkpoint_at:
+        where += f"; the last chunk was checkpointed done at {iso(view.last_checkpoint_at)}"
+    done = side_effect_words(view)
+    where += ". Side effects done: " + ("; ".join(done) if done else "none") + "."
+    if view.waiting is not None:
+        where += f" It waits: {waiting_line(view.waiting)}."
+    cost = f"What it cost: {view.cost}. The model was called {view.reliability.model_calls} time(s)" + (
+        f", retried {sum(view.reliability.retries_by_code.values())} time(s)" if view.reliability.retries_by_code else
+        "") + "."
+    failures = []
+    if view.error_code:
+        failures.append(f"it ended with {view.error_code}" + (f": {view.error.message}" if view.error else ""))
+    if view.missing_chunks:
+        by_status: dict[str, list[int]] = {}
+        for m in view.missing_chunks:
+            by_status.setdefault(f"{m.status.value.replace('_', ' ')} ({m.error_code or 'no code'})", []).append(
+                m.chunk_index)
+        failures += [f"{_chunk_numbers(ix)} {why}" for why, ix in by_status.items()]
+    if other_gaps(view):
+        failures.append("mandatory analyses missing: " + "; ".join(gaps_summary(other_gaps(view), view.mandatory_analysts)))
+    if view.approval is not None:
+        failures.append(f"step {view.approval.step} has an unknown outcome: {view.approval.reason}")
+    failed = "What failed and why: " + ("; ".join(failures) + "." if failures else "nothing.")
+    if view.approval is not None:
+        nxt = (f"What to do next: a person decides before {iso(view.approval.expires_at)}: "
+               f"`review approve {view.job_id}` retries the step with the same key, `review reject {view.job_id}` "
+               "fails the job and undoes its side effects.")
+    else:
+        nxt = f"What to do next: {a.retry_would.replace('JOB', view.job_id)}."
+    again = f"If it fails again: {a.if_it_fails_again}."
+    if not view.state.terminal:
+        again += f" To stop it now: {a.if_cancelled_now.replace('JOB', view.job_id)}."
+    return [happened, where, cost, failed, nxt, again]
 
 
 def model_circuit(events: list[JobEvent], now: float, open_s: float) -> str:
@@ -398,10 +551,72 @@ def dlq_show(deps: Deps, message_id: str, with_body: bool = False) -> DlqEntry |
     return None
 
 
+def dlq_discard(deps: Deps, message_id: str, by: str) -> DlqEntry | None:
+    """Delete one dead letter that can never be fixed (its DLQ alarm stops counting it); a `dlq.discarded` event
+    on its job, when it names one, records who discarded what. None when no DLQ holds that message. Every other
+    message taken to find it is made visible again at once."""
+    found: DlqEntry | None = None
+    for dlq, queue in _QUEUE_OF_DLQ.items():
+        if not deps.queues.has(dlq):
+            continue
+        for m in deps.queues.take_all(dlq, visibility_s=30):
+            if found is None and m.message_id == message_id:
+                found = _join(deps, queue, m)
+                deps.queues.delete(dlq, m.receipt_handle)
+            else:
+                deps.queues.extend_visibility(dlq, m.receipt_handle, 0)
+    if found is not None and found.job_id and deps.jobs.get(found.job_id) is not None:
+        deps.jobs.record_event(found.job_id, "dlq.discarded", dlq_message_id=found.message_id, queue=found.queue,
+                               chunk_id=found.chunk_id or "", by=by,
+                               error_code=(found.envelope.error_code if found.envelope else None)
+                               or found.error_code or "")
+    return found
+
+
+# ------------------------------------------------------------------------------ ids by unique prefix
+JOB_ID_CHARS = len(job_id_for(""))  # "job-" + 20 hex
+
+
+class AmbiguousId(Exception):
+    """A prefix that names more than one job or message: the message lists them."""
+
+
+def _unique(prefix: str, ids: list[str], what: str) -> str | None:
+    found = sorted({i for i in ids if i.startswith(prefix)})
+    if len(found) > 1:
+        shown = ", ".join(found[:5]) + (f" and {len(found) - 5} more" if len(found) > 5 else "")
+        raise AmbiguousId(f"{prefix!r} is the start of {len(found)} {what} ids ({shown}): give more of it")
+    return found[0] if found else None
+
+
+def resolve_job_id(deps: Deps, given: str) -> str:
+    """A job id given whole, or by a unique prefix ("job-3fa2", or "3fa2" without `job-`): the whole id. A whole
+    id is returned as it is even without a record (intake may not have taken it in yet); a prefix that names no
+    job is returned as given, so the caller says "no job ..."."""
+    if len(given) >= JOB_ID_CHARS or deps.jobs.get(given) is not None:
+        return given
+    prefix = given if given.startswith("job-") else "job-" + given
+    return _unique(prefix, [j.job_id for j in deps.jobs.all()], "job") or given
+
+
+def resolve_message_id(deps: Deps, given: str) -> str:
+    """A DLQ message id given whole or by a unique prefix: the whole id (as given when none matches)."""
+    ids = [m.message_id for dlq in _QUEUE_OF_DLQ if deps.queues.has(dlq) for m in deps.queues.peek(dlq)]
+    if given in ids:
+        return given
+    return _unique(given, ids, "DLQ message") or given
+
+
 # ------------------------------------------------------------------------------ submit
 def job_id_of(text: str, idempotency_key: str | None = None) -> str:
     """The job id a submission of `text` gets: from the idempotency key, by default the text's SHA-256."""
     return job_id_for(idempotency_key or document_hash(text))
+
+
+def check_document(deps: Deps, text: str) -> None:
+    """The checks intake makes first on a document's text (admission's): raises `input.empty_document` or
+    `input.too_large` at once, so a client refuses it before sending anything."""
+    admission.document_text(deps, InlineDocument.model_construct(text=text))  # no inline limit: large is claim-checked
 
 
 def submit(deps: Deps, text: str, document_id: str | None = None, idempotency_key: str | None = None,

@@ -138,7 +138,7 @@ def finalize(deps: Deps, job: Job) -> JobState:
                     reliability=rel, cost=cost_report(deps.settings.profile.prices, job, usage))
     json_key, md_key = report_keys(job.job_id)
     deps.artifacts.put_text(json_key, report.model_dump_json(indent=1))
-    deps.artifacts.put_text(md_key, markdown(job, report), "text/markdown; charset=utf-8")
+    deps.artifacts.put_text(md_key, markdown(job, report, deps.clock()), "text/markdown; charset=utf-8")
     missing = coverage.missing_chunks
     outcome = JobOutcome(
         report_json_key=json_key, report_md_key=md_key, ended_at=deps.clock(), n_findings=len(findings),

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from datetime import UTC, datetime
 
 from pydantic import BaseModel, Field, JsonValue
 
@@ -165,12 +166,45 @@ def _quote(text: str) -> str:
     return one_line[:QUOTE_MAX - 3] + "... _[quote shortened; whole in report.json]_"
 
 
-def markdown(job: Job, report: Report) -> str:
+HIGH_RISK = 0.7  # the band "high risk" starts at (the saga's HIGH_RISK_SCORE: such a finding opens a ticket)
+
+
+def _when(epoch: float) -> str:
+    return datetime.fromtimestamp(epoch, tz=UTC).strftime("%Y-%m-%d %H:%M UTC")
+
+
+def coverage_statement(report: Report) -> str:
+    """One sentence: how much of the document the analysts read, and what they missed."""
+    cov = report.coverage
+    read = report.chunk_count - len(cov.missing_chunks)
+    analysts = f"{len(cov.analysts)} analysts ({len(cov.mandatory)} mandatory)"
+    if not (cov.missing_chunks or cov.mandatory_gaps or cov.optional_gaps):
+        return (f"Coverage: complete. All {report.chunk_count} chunks of the document were read by each of the "
+                f"{analysts}: a category without findings means no such clause was found, not that it was skipped.")
+    gaps = [f"{len(cov.missing_chunks)} chunk(s) not analysed at all"] if cov.missing_chunks else []
+    gaps += [f"{len(cov.mandatory_gaps)} mandatory and {len(cov.optional_gaps)} optional analyst gap(s)"]
+    return (f"Coverage: incomplete. {read} of {report.chunk_count} chunks were analysed by the {analysts}, with "
+            f"{'; '.join(gaps)} (listed under \"Coverage gaps\"): a category without findings may have been missed "
+            "there.")
+
+
+RISK_LEGEND = (f"Risk score: from 0 (benign) to 1 (most unfavourable to the reviewing party), one per finding, given "
+               f"by the model's assessment of the clause quoted; {HIGH_RISK:.2f} and above is high risk (a completed "
+               f"review with such a finding opens a review ticket where a ticket system is configured), below "
+               f"{HIGH_RISK:.2f} worth reading. \"max risk\" is a category's highest score (0.00: no finding).")
+
+
+def markdown(job: Job, report: Report, written_at: float | None = None) -> str:
+    """`written_at`: when the report is written (the aggregator's clock); the job's end when not given."""
     n = len(report.findings)
+    when = written_at or job.ended_at
+    dates = (f"- reviewed: {_when(when)} (submitted {_when(job.created_at)})" if when
+             else f"- submitted: {_when(job.created_at)}")
     lines = [f"# Contract review {job.job_id}", "",
-             f"- state: **{report.state.value}**", f"- document: {job.document_id or job.document_sha256[:12]}"
+             f"- state: **{report.state.value}**", dates, f"- document: {job.document_id or job.document_sha256[:12]}"
              f" ({job.document_chars} chars, {job.chunk_count} chunks)",
-             _model_line(job), *_metadata_lines(report.metadata), f"- findings: {n}", ""]
+             _model_line(job), *_metadata_lines(report.metadata), f"- findings: {n}", "",
+             coverage_statement(report), "", RISK_LEGEND, ""]
     by_cat: dict[str, list[Finding]] = {}
     for f in report.findings:
         by_cat.setdefault(f.category, []).append(f)
