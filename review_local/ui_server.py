@@ -133,7 +133,7 @@ class UiServer:
             if q and q.lower() not in j.job_id.lower() and q.lower() not in (j.document_id or "").lower():
                 continue
             rows.append({"jobId": j.job_id, "status": j.state.value, "documentId": j.document_id,
-                         "chunks": j.chunk_count, "settled": ops.progress_of(j, None).current_step, "error": j.error_code,
+                         "chunks": j.chunk_count, "error": j.error_code,
                          "createdAt": api.iso(j.created_at), "created": j.created_at})
         rows.sort(key=lambda r: r["created"], reverse=True)
         return rows[:MAX_JOBS]

@@ -10,21 +10,26 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from contract_review.domain.principals import Caller
 from contract_review.domain.records import JobState
 from contract_review.doubles.spec import FaultSpec
-from contract_review.operate import ops
+from contract_review.operate import api, ops
+from contract_review.pipeline.admission import TextDocument
+from review_local.api_server import local_principal
 from review_local.stack import LocalStack
 from review_local.ticket_service import TicketFaults
+from review_local.ui_server import UiServer
 
 from ..large_docs import large_contract
-from ..texts import LONG_TEXT
-from .conftest import wait_jobs
+from ..texts import LONG_TEXT, TEXT
+from .conftest import wait_for, wait_jobs
 from .test_side_effects import waiting_for_approval
 
 pytestmark = pytest.mark.integration
@@ -210,3 +215,11 @@ def test_the_status_page_submits_shows_the_grid_filling_and_approves_and_cancels
     assert cancelled is not None and cancelled.state is JobState.CANCELLED and cancelled.cancelled_by == "ui"
     assert not all(c == "ok" for c in page.cells())  # stopped before every chunk was analysed
     assert os.listdir(shots)
+
+    # --- acting as one API principal (`review ui --as local-user`): its jobs only, read from DynamoDB's list
+    mine = api.submit(deps, Caller(local_principal("local-user")), api.JobRequest(document=TextDocument(text=TEXT)),
+                      None).job_id
+    wait_for(lambda: deps.jobs.get(mine) is not None, 30, what="intake took the principal's job")
+    with UiServer(deps, principal=local_principal("local-user")) as as_user:
+        with urllib.request.urlopen(as_user.url + "api/jobs", timeout=10) as r:
+            assert [j["jobId"] for j in json.load(r)["jobs"]] == [mine]
