@@ -223,3 +223,59 @@ def test_the_status_page_submits_shows_the_grid_filling_and_approves_and_cancels
     with UiServer(deps, principal=local_principal("local-user")) as as_user:
         with urllib.request.urlopen(as_user.url + "api/jobs", timeout=10) as r:
             assert [j["jobId"] for j in json.load(r)["jobs"]] == [mine]
+
+
+def test_review_ui_against_a_stack_by_name_shows_every_job_and_acts_with_the_callers_credentials(aws, tmp_path):
+    """`review ui --stack NAME`: the stack found through CloudFormation's outputs with the caller's own credentials
+    (moto's account standing in for one), the page on loopback, an operator's view of every job."""
+    import signal
+    import socket
+    import subprocess
+    import sys
+    import time
+
+    from contract_review.pipeline.intake import handle_intake
+    from review_local.connect import local_deps
+
+    # GIVEN a stack holding a running job (taken in by intake; no worker runs here)
+    deps = local_deps(aws.outputs, aws.region, aws.endpoint)
+    body = json.dumps({"schema_version": 1, "document": {"text": TEXT}, "document_id": "by-name"})
+    job_id = handle_intake(deps, body, "m-1").job_id
+    assert job_id is not None
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = {**os.environ, "REVIEW_LOCAL_JSON": str(tmp_path / "absent.json"), "AWS_ENDPOINT_URL": aws.endpoint,
+           "AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing"}
+    # WHEN an operator serves the page against it by name
+    proc = subprocess.Popen([sys.executable, "-m", "review_local.cli", "--stack", aws.stack_name, "--region", aws.region,
+                             "ui", "--port", str(port)], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    base = f"http://127.0.0.1:{port}/"
+    try:
+        def listed() -> Any:
+            try:
+                with urllib.request.urlopen(base + "api/jobs", timeout=5) as r:
+                    return json.load(r)
+            except OSError:
+                assert proc.poll() is None, proc.communicate()
+                return None
+
+        data = wait_for(listed, 60, 0.3, "the page's server")
+        # THEN it lists the job as an operator sees it, with its grid, and cancels it with the caller's credentials
+        assert data["mode"]["operator"] is True and [j["jobId"] for j in data["jobs"]] == [job_id]
+        with urllib.request.urlopen(f"{base}api/jobs/{job_id}", timeout=10) as r:
+            detail = json.load(r)
+        assert detail["job"]["status"] == "running" and len(detail["grid"]["rows"]) == detail["job"]["progress"][
+            "totalSteps"]
+        cancel = urllib.request.Request(f"{base}api/jobs/{job_id}/cancel", method="POST", data=b"",
+                                        headers={"X-Review-UI": "1"})
+        with urllib.request.urlopen(cancel, timeout=10) as r:
+            assert json.load(r)["status"] == "cancelling"
+        assert deps.jobs.get(job_id).cancelled_by == "ui"  # type: ignore[union-attr]
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        started = time.monotonic()
+        out, err = proc.communicate(timeout=30)
+    assert proc.returncode == 0 and time.monotonic() - started < 10, err
+    assert f"status page: {base}" in out and "stack ContractReview" in out
