@@ -148,3 +148,19 @@ def test_only_the_page_itself_can_act(world, operator):
     status, body, _ = request(operator, "POST", "/api/submit", {"text": "  \n"})
     assert status == 400 and body["error"]["code"] == "input.invalid"  # type: ignore[index]
     assert world.jobs.get(job_id).state is JobState.RUNNING  # type: ignore[union-attr]
+
+
+def test_review_ui_as_refuses_a_name_that_is_not_a_local_principal_and_any_name_against_a_stack(world, tmp_path,
+                                                                                                  monkeypatch):
+    from click.testing import CliRunner
+
+    from review_local.cli import Ctx, cli
+
+    local = tmp_path / "local.json"
+    local.write_text(json.dumps({"endpoint": "http://127.0.0.1:1", "region": "us-east-1", "outputs": {},
+                                 "api_tokens": {"local-user": "t1", "local-other": "t2"}}))
+    monkeypatch.setenv("REVIEW_LOCAL_JSON", str(local))
+    r = CliRunner().invoke(cli, ["ui", "--as", "mallory"], obj=Ctx(None, None, deps=world.deps))
+    assert r.exit_code == 2 and "not one of the local stack's principals (local-other, local-user)" in r.stderr
+    r = CliRunner().invoke(cli, ["ui", "--as", "local-user"], obj=Ctx("ContractReview", "us-east-1", deps=world.deps))
+    assert r.exit_code == 2 and "against --stack the page is an operator's view" in r.stderr
