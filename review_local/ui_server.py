@@ -44,6 +44,7 @@ from contract_review.sideeffects import approvals
 PAGE = Path(__file__).with_name("ui_page.html")
 LIVE_POLL_S = 0.5  # how often the live stream reads the job again
 KEEPALIVE_S = 15.0
+REFRESH_S = 5.0  # the live stream reads the whole detail again at least this often (a chunk claimed has no event)
 MAX_JOBS = 500  # the jobs list shows the newest this many
 ACTION_HEADER = "X-Review-UI"
 
@@ -339,7 +340,8 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_header("Connection", "close")
         self.end_headers()
         self.close_connection = True
-        last, quiet = "", time.monotonic()
+        last, quiet, seen = "", time.monotonic(), ui.deps.jobs.get(job_id)
+        refreshed = time.monotonic()
         while not ui.stopping.is_set():
             sent = False
             events = ui.events(job_id, after)
@@ -364,4 +366,8 @@ class _Handler(BaseHTTPRequestHandler):
                 quiet = time.monotonic()
             if not sent:
                 time.sleep(LIVE_POLL_S)
-            detail = ui.detail(job_id)
+            # the whole detail (every chunk record, every event) is read again only when the job's item changed or
+            # events came (a checkpoint, a settled chunk, a transition), and at least every REFRESH_S
+            job = ui.deps.jobs.get(job_id)
+            if events or job != seen or time.monotonic() - refreshed > REFRESH_S:
+                detail, seen, refreshed = ui.detail(job_id), job, time.monotonic()
