@@ -164,3 +164,27 @@ def test_review_ui_as_refuses_a_name_that_is_not_a_local_principal_and_any_name_
     assert r.exit_code == 2 and "not one of the local stack's principals (local-other, local-user)" in r.stderr
     r = CliRunner().invoke(cli, ["ui", "--as", "local-user"], obj=Ctx("ContractReview", "us-east-1", deps=world.deps))
     assert r.exit_code == 2 and "against --stack the page is an operator's view" in r.stderr
+
+
+def test_the_dead_letters_are_listed_with_their_envelope_and_redriven_from_the_page():
+    from contract_review.domain.ports import Queue
+
+    from .scenarios import intake
+    from .test_ops import dead_letter_chunk
+
+    # GIVEN a running job whose chunk 1 a worker dead-lettered
+    world = small_chunk_world()
+    with UiServer(world.deps) as ui:
+        job_id, records = intake(world)
+        _, env, chunk_text = dead_letter_chunk(world, records[1])
+        # WHEN the page lists the dead letters
+        status, listed, _ = request(ui, "GET", "/api/dlq")
+        # THEN it is `review dlq list`'s entry: the job, the chunk, the envelope, never the chunk's text
+        assert status == 200 and [(e["job_id"], e["chunk"]["chunk_index"], e["envelope"]["error_code"])
+                                  for e in listed] == [(job_id, 1, env.error_code)]  # type: ignore[union-attr]
+        assert chunk_text[:60] not in json.dumps(listed)
+        # AND Redrive sends it back to work (`review dlq redrive ID`): the DLQ is empty, the chunk pending again
+        status, body, _ = request(ui, "POST", f"/api/dlq/{listed[0]['message_id']}/redrive")  # type: ignore[index]
+        assert status == 202 and body["ok"] is True, body  # type: ignore[index]
+        assert world.queues.depth(Queue.ANALYSIS_DLQ) == 0
+        assert [c.status.value for c in world.claims.for_job(job_id) if c.chunk_index == 1] == ["pending"]
