@@ -93,7 +93,8 @@ def cli(ctx: click.Context, stack: str | None, region: str | None) -> None:
               help="Ticket system failures, e.g. 'error=0.1,timeout_after_write=0.05,hang=3,seed=7'.")
 def up(fault_rate: float, seed: int, workers: int | None, worker_kind: str, no_tickets: bool,
        ticket_faults: str) -> None:
-    """Start embedded AWS (moto) with the stack deployed, and the workers, in the foreground."""
+    """Start embedded AWS (moto) with the stack deployed, the workers, the Job API and the status page, in the
+    foreground."""
     from .stack import LocalStack
     from .ticket_service import TicketFaults
 
