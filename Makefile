@@ -8,7 +8,7 @@ export JSII_SILENCE_WARNING_DEPRECATED_NODE_VERSION := 1
 export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 20
 export PATH := $(abspath $(BIN)):$(abspath node_modules/.bin):$(PATH)
 
-.PHONY: venv demo test test-unit test-integration test-infra synth lint docs bench bench-quota bench-scaling bench-recovery-baseline bench-large bench-burst soak clean
+.PHONY: venv browser demo test test-unit test-integration test-infra synth lint docs bench bench-quota bench-scaling bench-recovery-baseline bench-large bench-burst soak clean
 
 $(STAMP): requirements.txt pyproject.toml package.json package-lock.json
 	$(PY) -m venv $(VENV)
@@ -22,7 +22,18 @@ venv: $(STAMP)
 demo: $(STAMP)
 	$(BIN)/review demo
 
-test: lint
+# The status page's browser test (tests/integration/test_ui_browser.py) drives Debian's chromium and chromium-driver:
+# installed here when missing and apt-get is usable (root); elsewhere the test skips with one line saying so.
+browser:
+	@if [ ! -x /usr/bin/chromium ] || [ ! -x /usr/bin/chromedriver ]; then \
+	  if command -v apt-get >/dev/null && [ "$$(id -u)" = 0 ]; then \
+	    export DEBIAN_FRONTEND=noninteractive; \
+	    apt-get install -y -qq chromium chromium-driver \
+	      || { apt-get update -qq && apt-get install -y -qq chromium chromium-driver; } \
+	      || echo "chromium could not be installed: the status page's browser test will skip"; \
+	  else echo "no chromium, and apt-get is not usable here: the status page's browser test will skip"; fi; fi
+
+test: lint browser
 	$(BIN)/python -m pytest -n 2 --dist loadgroup -m "not soak" tests
 
 # Tooling gate: ruff (incl. import order and complexity <= 15), mypy (pydantic plugin) over the

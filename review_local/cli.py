@@ -97,7 +97,8 @@ def cli(ctx: click.Context, stack: str | None, region: str | None) -> None:
                    "unknown: its job waits in waiting_approval).")
 def up(fault_rate: float, seed: int, workers: int | None, worker_kind: str, no_tickets: bool,
        ticket_faults: str) -> None:
-    """Start embedded AWS (moto) with the stack deployed, and the workers, in the foreground."""
+    """Start embedded AWS (moto) with the stack deployed, the workers, the Job API and the status page, in the
+    foreground."""
     from .stack import LocalStack
     from .ticket_service import TicketFaults
 
@@ -117,6 +118,9 @@ def up(fault_rate: float, seed: int, workers: int | None, worker_kind: str, no_t
     if stack.api is not None:
         console.print(f"Job API: [bold cyan]{stack.api.url}[/]  token: [bold]{stack.api.token}[/]  (docs/openapi.yaml; "
                       "`Authorization: Bearer <token>`)", soft_wrap=True)
+    if stack.ui is not None:
+        console.print(f"status page: [bold cyan]{stack.ui.url}[/]  (an operator's view; `review ui --as local-user` for "
+                      "one principal's)", soft_wrap=True)
     if stack.tickets is not None:
         console.print(f"ticket system (local fake of a third party): [bold cyan]{stack.tickets.url}[/] "
                       "(GET /tickets with the bearer token below, GET /_admin/stats)", soft_wrap=True)
@@ -133,6 +137,46 @@ def up(fault_rate: float, seed: int, workers: int | None, worker_kind: str, no_t
     finally:
         console.print("stopping...")
         stack.stop()
+
+
+# ------------------------------------------------------------------------------------ ui
+@cli.command()
+@click.option("--port", type=int, default=0, help="Serve on this loopback port (default: a free one).")
+@click.option("--as", "as_name", default=None, metavar="NAME",
+              help="Local stack only: act as this API principal of .review/local.json's api_tokens (e.g. local-user): "
+                   "its jobs only, as the Job API shows them.")
+@click.pass_obj
+def ui(obj: Ctx, port: int, as_name: str | None) -> None:
+    """Serve the status page on 127.0.0.1 until Ctrl-C: jobs (filter, search), per job the chunk x analyst grid
+    filling live, the timeline, findings, cost against budget, the approval, cancel/retry/approve/reject; the dead
+    letters with redrive. Against --stack NAME it uses your own AWS credentials (the IAM policy it needs:
+    docs/runbook.md "The status page"); nothing is exposed beyond this machine."""
+    from .api_server import local_principal
+    from .ui_server import UiServer
+
+    principal = None
+    if as_name is not None:
+        if obj.stack is not None:
+            raise click.UsageError("--as acts as a principal of the local stack; against --stack the page is an "
+                                   "operator's view")
+        from .embedded import load_local_json
+
+        names = sorted(load_local_json().get("api_tokens", {}))
+        if as_name not in names:
+            raise click.UsageError(f"--as {as_name}: not one of the local stack's principals ({', '.join(names)})")
+        principal = local_principal(as_name)
+    server = UiServer(obj.deps, principal=principal, port=port).start()
+    console.print(f"status page: [bold cyan]{server.url}[/]  ({'acting as ' + principal if principal else 'operator view'}"
+                  f"; {'stack ' + obj.stack if obj.stack else 'the local stack'}). Ctrl-C to stop.", soft_wrap=True)
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    try:
+        while not stop.wait(0.5):
+            pass
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.stop()
 
 
 # ------------------------------------------------------------------------------------ submit

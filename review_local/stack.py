@@ -18,6 +18,7 @@ from .connect import local_deps
 from .embedded import LOCAL_JSON, STATE_DIR, EmbeddedAws, synth
 from .runtime import LocalRuntime, function_specs
 from .ticket_service import TicketFaults, TicketServiceFake
+from .ui_server import UiServer
 
 TICKET_SECRET_NAME = "ticket-credentials"
 SAGA_FUNCTIONS = ("aggregator", "sweeper")  # where the side effects run: they get the ticket system's URL
@@ -39,6 +40,7 @@ class LocalStack:
     ticket_faults: TicketFaults | None = None
     tickets: TicketServiceFake | None = None
     api: ApiServer | None = None  # the Job API on loopback (the Lambda's resolver; review_local/api_server.py)
+    ui: UiServer | None = None  # the status page on loopback, an operator's view (review_local/ui_server.py)
     ticket_secret_arn: str = ""  # the local secret holding the fake's credentials (create_ticket_secret)
     ticket_token: str = ""  # the bearer token in it, which the fake requires
 
@@ -57,6 +59,7 @@ class LocalStack:
             self.start_workers()
         if api:
             self.start_api()
+            self.start_ui()
         return self
 
     def create_ticket_secret(self) -> str:
@@ -82,6 +85,11 @@ class LocalStack:
     def start_api(self, port: int = 0) -> None:
         self.api = ApiServer(self.deps(), port=port).start()
 
+    def start_ui(self, port: int = 0, principal: str | None = None) -> UiServer:
+        """The status page (an operator's view, or `principal`'s jobs only); `review up` writes its URL as `ui`."""
+        self.ui = UiServer(self.deps(), principal=principal, port=port).start()
+        return self.ui
+
     def start_workers(self) -> None:
         prof = get_profile(self.profile)
         env = {k: dict(v) for k, v in self.extra_env.items()}
@@ -97,6 +105,9 @@ class LocalStack:
             self.runtime = None
 
     def stop(self) -> None:
+        if self.ui is not None:
+            self.ui.stop()
+            self.ui = None
         if self.api is not None:
             self.api.stop()
             self.api = None
@@ -128,6 +139,8 @@ class LocalStack:
         extra: dict[str, Any] = {"profile": self.profile}
         if self.api is not None:  # the Job API: its base URL and each principal's bearer token, by name
             extra.update(api=self.api.url, api_token=self.api.token, api_tokens=self.api.tokens_by_name)
+        if self.ui is not None:  # the status page (`review ui` serves it again, or as one of api_tokens' principals)
+            extra["ui"] = self.ui.url
         self.aws.write_local_json(path, extra={**extra, "outputs": self.outputs})
 
     def describe(self) -> str:

@@ -35,7 +35,8 @@ def _usage_adds(usage: Usage | None) -> tuple[list[str], dict[str, Any]]:
     return [f"{f} :u_{f}" for f in fields], {f":u_{f}": getattr(usage, f) for f in fields}
 
 
-LIST_FIELDS = "job_id, #s, created_at, updated_at, idempotency_key, chunk_count, document_id, error_code"
+LIST_FIELDS = ("job_id, #s, created_at, updated_at, idempotency_key, chunk_count, document_id, error_code, "
+               "principal")  # principal: the status page acting as one lists that principal's jobs only
 # The sparse index of open jobs (infra/tables.py JOBS_OPEN_INDEX): only a job in a non-terminal state carries
 # `open_state` (its state, written by the same write that writes the state; removed by the write that ends it),
 # sorted by `updated_at`. The sweeper queries "jobs in this state idle since T" instead of scanning the table.

@@ -1,0 +1,373 @@
+"""The status page: one HTML page (`review_local/ui_page.html`, plain HTML and vanilla JS, no build step) and the
+small JSON and server-sent-events endpoints it reads, on loopback only.
+
+`review up` serves it next to the Job API (`ui` in .review/local.json); `review ui` serves it against the local
+stack or, with `--stack NAME`, a deployed one with the user's own AWS credentials (no new public endpoint). By
+default it is an operator's view (every job, the dead letters); `principal` makes it act as one API principal
+(its jobs only, as the Job API shows them: another principal's job is `404 api.not_found`).
+
+Every read and action is a core function the CLI and the Job API already use: `operate.api.job_status` and
+`job_events` (with `ops.event_label`), `ops.job_view` (cost, budget, the six answers), `lifecycle.request_cancel`,
+`approvals.decide_approval`, `redrive.retry`, `ops.dlq_list` and `redrive.dlq_redrive`, `ops.submit` (operator)
+or `operate.api.submit` (a principal), and the aggregator's `read_findings`.
+
+Loopback is not enough against a web page the user visits (it can POST to 127.0.0.1): the server answers only
+requests whose Host is its own loopback address (DNS rebinding), and acts only on POSTs carrying
+`X-Review-UI: 1`, a header a cross-site form cannot send and a cross-site script cannot send without a CORS
+preflight, which this server never grants.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qsl, unquote, urlsplit
+
+from contract_review.domain import lifecycle
+from contract_review.domain.errors import REGISTRY
+from contract_review.domain.ports import Deps
+from contract_review.domain.principals import Caller
+from contract_review.domain.records import ChunkRecord, ChunkStatus, Job, JobState
+from contract_review.operate import api, ops
+from contract_review.pipeline import redrive
+from contract_review.pipeline.admission import TextDocument
+from contract_review.pipeline.aggregator import read_findings
+from contract_review.review.analysts import analysts_for
+from contract_review.sideeffects import approvals
+
+PAGE = Path(__file__).with_name("ui_page.html")
+LIVE_POLL_S = 0.5  # how often the live stream reads the job again
+KEEPALIVE_S = 15.0
+REFRESH_S = 5.0  # the live stream reads the whole detail again at least this often (a chunk claimed has no event)
+MAX_JOBS = 500  # the jobs list shows the newest this many
+ACTION_HEADER = "X-Review-UI"
+
+
+class UiError(Exception):
+    def __init__(self, status: int, code: str, message: str):
+        super().__init__(message)
+        assert code in REGISTRY, code
+        self.status, self.code, self.message = status, code, message
+
+
+@dataclass
+class UiServer:
+    """`start()` serves the page on 127.0.0.1 (a free port unless given); `url`. `principal`: act as this API
+    principal (an ARN), else an operator's view of every job."""
+
+    deps: Deps
+    principal: str | None = None
+    port: int = 0
+    by: str = "ui"  # who the audit events name for an operator's action
+    httpd: ThreadingHTTPServer | None = None
+    stopping: threading.Event = field(default_factory=threading.Event)
+    _findings: dict[str, list[dict[str, Any]]] = field(default_factory=dict)  # findings_key -> findings (immutable)
+
+    @property
+    def url(self) -> str:
+        assert self.httpd is not None, "not started"
+        host, port = self.httpd.server_address[:2]
+        return f"http://{host!s}:{port}/"
+
+    def start(self) -> UiServer:
+        server = self
+
+        class Handler(_Handler):
+            ui = server
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", self.port), Handler)
+        self.httpd.daemon_threads = True
+        threading.Thread(target=self.httpd.serve_forever, name="ui-server", daemon=True).start()
+        return self
+
+    def stop(self) -> None:
+        self.stopping.set()
+        if self.httpd is not None:
+            self.httpd.shutdown()
+            self.httpd.server_close()
+            self.httpd = None
+
+    def __enter__(self) -> UiServer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    # ------------------------------------------------------------------ reads
+    @property
+    def caller(self) -> Caller | None:
+        return Caller(self.principal) if self.principal else None
+
+    def mode(self) -> dict[str, Any]:
+        return {"operator": self.principal is None, "principal": self.principal}
+
+    def _job(self, job_id: str) -> Job:
+        """The job, if this view may see it (a principal: its own only, as the Job API decides); else 404."""
+        caller = self.caller
+        if caller is not None:
+            try:
+                found = api.owned_job(self.deps, caller, job_id)
+            except api.ApiError as exc:
+                raise UiError(exc.status, exc.code, exc.message) from exc
+            if isinstance(found, Job):
+                return found
+            raise UiError(409, "api.conflict", "intake has not taken the job in yet: try again in a few seconds")
+        job = self.deps.jobs.get(job_id)
+        if job is None:
+            raise UiError(404, "api.not_found", f"no job {job_id}")
+        return job
+
+    def jobs(self, state: str = "", q: str = "") -> list[dict[str, Any]]:
+        caller = self.caller
+        rows: list[dict[str, Any]] = []
+        for j in self.deps.jobs.all():
+            if caller is not None and not caller.owns(j.principal):
+                continue
+            if state and j.state.value != state:
+                continue
+            if q and q.lower() not in j.job_id.lower() and q.lower() not in (j.document_id or "").lower():
+                continue
+            rows.append({"jobId": j.job_id, "status": j.state.value, "documentId": j.document_id,
+                         "chunks": j.chunk_count, "error": j.error_code,
+                         "createdAt": api.iso(j.created_at), "created": j.created_at})
+        rows.sort(key=lambda r: r["created"], reverse=True)
+        return rows[:MAX_JOBS]
+
+    def grid(self, job: Job, chunks: list[ChunkRecord]) -> dict[str, Any]:
+        """Chunk x analyst: an analyst's cell is its outcome once the chunk settled (ok, refused, failed), `done`
+        once its checkpoint is committed, else the chunk's status (pending, claimed, cancelled, ...)."""
+        analysts = [a.name for a in analysts_for(job.analyst_count)] if job.analyst_count else []
+        by_index = {c.chunk_index: c for c in chunks}
+        rows = []
+        for i in range(job.chunk_count):
+            c = by_index.get(i)
+            status = c.status.value if c is not None else "unsent"
+            cells = [c.coverage.get(a) if c is not None and a in c.coverage else
+                     "done" if c is not None and a in c.checkpoints else status for a in analysts]
+            rows.append({"index": i, "status": status, "cells": cells,
+                         "findings": c.n_findings if c is not None else 0,
+                         "error": c.last_error.error_code if c is not None and c.last_error else None})
+        return {"analysts": analysts, "rows": rows}
+
+    def findings(self, chunks: list[ChunkRecord]) -> list[dict[str, Any]]:
+        """The settled chunks' findings in chunk order (each findings object read once: it never changes)."""
+        done = [c for c in sorted(chunks, key=lambda c: c.chunk_index)
+                if c.status is ChunkStatus.DONE and c.findings_key]
+        new = [c for c in done if c.findings_key not in self._findings]
+        if new:
+            for c, found in zip(new, _per_chunk(self.deps, new), strict=True):
+                self._findings[str(c.findings_key)] = found
+        return [f for c in done for f in self._findings[str(c.findings_key)]]
+
+    def detail(self, job_id: str) -> dict[str, Any]:
+        job = self._job(job_id)
+        chunks = self.deps.claims.for_job(job_id) if job.chunk_count else []
+        view = ops.job_view(self.deps, job_id)
+        status = api.job_status(self.deps, job)
+        budget = view.budget_micro_usd if view is not None else None
+        return {"job": status, "mode": self.mode(), "grid": self.grid(job, chunks), "findings": self.findings(chunks),
+                "cost": {"line": view.cost if view is not None else "",
+                         "microUsd": view.usage.total_micro_usd if view is not None else 0, "budgetMicroUsd": budget},
+                "answers": view.answers.model_dump(mode="json") if view is not None else {},
+                "canCancel": not job.terminal and job.state is not JobState.CANCELLING,
+                "canRetry": redrive.retryable(job), "terminal": job.terminal}
+
+    def events(self, job_id: str, after: int) -> list[Any]:
+        self._job(job_id)
+        return api.job_events(self.deps, job_id, after, api.MAX_EVENTS_LIMIT)
+
+    def dlq(self) -> list[dict[str, Any]]:
+        if self.principal is not None:
+            raise UiError(404, "api.not_found", "the dead letters are an operator's view: run `review ui` without --as")
+        return [i.model_dump(mode="json", exclude={"body"}) for i in ops.dlq_list(self.deps)]
+
+    # ------------------------------------------------------------------ actions
+    def act(self, job_id: str, action: str) -> dict[str, Any]:
+        self._job(job_id)
+        by = self.principal or self.by
+        if action == "cancel":
+            c = lifecycle.request_cancel(self.deps, job_id, by=by)
+            ok = c.changed or c.state in (JobState.CANCELLING, JobState.CANCELLED)
+            return _outcome(ok, c.state, c.message)
+        if action in ("approve", "reject"):
+            d = approvals.decide_approval(self.deps, job_id, action, by=by)
+            return _outcome(d.changed, d.state, d.message)
+        if action == "retry":
+            r = redrive.retry(self.deps, job_id)
+            return _outcome(r.retried, r.state, r.action)
+        raise UiError(404, "api.not_found", f"no action {action}")
+
+    def submit(self, body: Mapping[str, Any]) -> dict[str, Any]:
+        text, document_id = body.get("text"), body.get("documentId") or None
+        if not isinstance(text, str) or not text.strip():
+            raise UiError(400, "input.invalid", "the document is empty: paste a contract's text")
+        caller = self.caller
+        try:
+            if caller is None:
+                job_id = ops.submit(self.deps, text, document_id=document_id)
+            else:
+                req = api.JobRequest(document=TextDocument(text=text), document_id=document_id)
+                job_id = api.submit(self.deps, caller, req, None).job_id
+        except api.ApiError as exc:
+            raise UiError(exc.status, exc.code, exc.message) from exc
+        return {"jobId": job_id}
+
+    def dlq_redrive(self, message_id: str) -> dict[str, Any]:
+        self.dlq()  # an operator's only
+        done = redrive.dlq_redrive(self.deps, {message_id})
+        if not done:
+            raise UiError(404, "api.not_found", f"no DLQ message {message_id}")
+        return {"ok": not done[0].skipped, "message": done[0].action}
+
+
+def _per_chunk(deps: Deps, chunks: list[ChunkRecord]) -> list[list[dict[str, Any]]]:
+    found = read_findings(deps, chunks)
+    out: list[list[dict[str, Any]]] = [[] for _ in chunks]
+    index = {c.chunk_id: n for n, c in enumerate(chunks)}
+    for f in found:
+        out[index[f.chunk_id]].append(f.model_dump(mode="json"))
+    return out
+
+
+def _outcome(ok: bool, state: JobState | None, message: str) -> dict[str, Any]:
+    if state is None:
+        raise UiError(404, "api.not_found", message)
+    if not ok:
+        raise UiError(409, "api.conflict", message)
+    return {"ok": True, "status": state.value, "message": message}
+
+
+class _Handler(BaseHTTPRequestHandler):
+    ui: UiServer
+    protocol_version = "HTTP/1.1"
+    server_version = "review-ui/1"
+
+    def log_message(self, format: str, *args: object) -> None:  # noqa: A002 (the stdlib's signature)
+        pass
+
+    def _send(self, status: int, content_type: str, body: bytes) -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(body)))
+        self.send_header("Cache-Control", "no-store")
+        self.send_header("X-Content-Type-Options", "nosniff")
+        self.send_header("Content-Security-Policy", "default-src 'self'; style-src 'unsafe-inline'; "
+                                                    "script-src 'unsafe-inline'; frame-ancestors 'none'")
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(body)
+
+    def _json(self, status: int, body: object) -> None:
+        self._send(status, "application/json", json.dumps(body).encode())
+
+    def _error(self, e: UiError) -> None:
+        self._json(e.status, {"error": {"code": e.code, "message": e.message}})
+
+    def _host_ok(self) -> bool:
+        assert self.ui.httpd is not None
+        port = self.ui.httpd.server_address[1]
+        return self.headers.get("Host", "") in (f"127.0.0.1:{port}", f"localhost:{port}")
+
+    def do_GET(self) -> None:  # noqa: N802 (the stdlib's name)
+        self._dispatch(self._get)
+
+    def do_POST(self) -> None:  # noqa: N802 (the stdlib's name)
+        self._dispatch(self._post)
+
+    def _dispatch(self, route: Callable[[list[str], dict[str, str]], None]) -> None:
+        url = urlsplit(self.path)
+        parts = [unquote(p) for p in url.path.strip("/").split("/") if p]
+        try:
+            if not self._host_ok():
+                raise UiError(403, "api.invalid_request", "the status page answers on its loopback address only")
+            route(parts, dict(parse_qsl(url.query)))
+        except UiError as e:
+            self._error(e)
+        except (BrokenPipeError, ConnectionResetError):
+            return  # the page went away
+
+    def _get(self, parts: list[str], params: dict[str, str]) -> None:
+        ui = self.ui
+        if not parts:
+            self._send(200, "text/html; charset=utf-8", PAGE.read_bytes())
+        elif parts == ["api", "jobs"]:
+            self._json(200, {"mode": ui.mode(), "jobs": ui.jobs(params.get("state", ""), params.get("q", ""))})
+        elif parts == ["api", "dlq"]:
+            self._json(200, ui.dlq())
+        elif len(parts) == 3 and parts[:2] == ["api", "jobs"]:
+            self._json(200, ui.detail(parts[2]))
+        elif len(parts) == 4 and parts[:2] == ["api", "jobs"] and parts[3] == "events":
+            after = params.get("after", "0")
+            self._json(200, ui.events(parts[2], int(after) if after.isdigit() else 0))
+        elif len(parts) == 4 and parts[:2] == ["api", "jobs"] and parts[3] == "live":
+            self._live(parts[2], int(self.headers.get("Last-Event-ID") or 0))
+        else:
+            raise UiError(404, "api.not_found", f"no page {self.path}")
+
+    def _post(self, parts: list[str], params: dict[str, str]) -> None:
+        if self.headers.get(ACTION_HEADER) != "1":
+            raise UiError(403, "api.invalid_request", f"actions need the {ACTION_HEADER} header the page sends")
+        length = int(self.headers.get("Content-Length") or 0)
+        raw = self.rfile.read(length) if length else b""
+        ui = self.ui
+        if parts == ["api", "submit"]:
+            try:
+                body = json.loads(raw or b"{}")
+            except json.JSONDecodeError as exc:
+                raise UiError(400, "api.invalid_request", "the body is not JSON") from exc
+            self._json(202, ui.submit(body if isinstance(body, dict) else {}))
+        elif len(parts) == 4 and parts[:2] == ["api", "jobs"]:
+            self._json(202, ui.act(parts[2], parts[3]))
+        elif len(parts) == 4 and parts[:2] == ["api", "dlq"] and parts[3] == "redrive":
+            self._json(202, ui.dlq_redrive(parts[2]))
+        else:
+            raise UiError(404, "api.not_found", f"no action {self.path}")
+
+    def _live(self, job_id: str, after: int) -> None:
+        """Server-sent events: `job` (the detail, whenever it changed) and `events` (the new events), until the
+        job has ended and both were sent; then `end`."""
+        ui = self.ui
+        detail = ui.detail(job_id)  # 404 before the stream starts
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Cache-Control", "no-cache")
+        self.send_header("Connection", "close")
+        self.end_headers()
+        self.close_connection = True
+        last, quiet, seen = "", time.monotonic(), ui.deps.jobs.get(job_id)
+        refreshed = time.monotonic()
+        while not ui.stopping.is_set():
+            sent = False
+            events = ui.events(job_id, after)
+            if events:
+                after = int(events[-1]["seq"])
+                self.wfile.write(f"id: {after}\nevent: events\ndata: {json.dumps(events)}\n\n".encode())
+                sent = True
+            text = json.dumps(detail)
+            if text != last:
+                self.wfile.write(f"event: job\ndata: {text}\n\n".encode())
+                last, sent = text, True
+            if sent:
+                self.wfile.flush()
+                quiet = time.monotonic()
+            elif detail["terminal"] and len(events) < api.MAX_EVENTS_LIMIT:
+                self.wfile.write(b"event: end\ndata: {}\n\n")
+                self.wfile.flush()
+                return
+            elif time.monotonic() - quiet > KEEPALIVE_S:
+                self.wfile.write(b": keep-alive\n\n")
+                self.wfile.flush()
+                quiet = time.monotonic()
+            if not sent:
+                time.sleep(LIVE_POLL_S)
+            # the whole detail (every chunk record, every event) is read again only when the job's item changed or
+            # events came (a checkpoint, a settled chunk, a transition), and at least every REFRESH_S
+            job = ui.deps.jobs.get(job_id)
+            if events or job != seen or time.monotonic() - refreshed > REFRESH_S:
+                detail, seen, refreshed = ui.detail(job_id), job, time.monotonic()
