@@ -238,7 +238,7 @@ def retry(deps: Deps, job_id: str, budget_usd: float | None = None) -> Retried:
 def _retry_running(deps: Deps, job: Job, started: float, result: _Result) -> Retried:
     stuck = [c.chunk_id for c in deps.claims.for_job(job.job_id) if c.status in RESETTABLE]
     if not stuck:
-        return result(False, f"nothing to retry: the job is running ({len(job.settled)} of {job.chunk_count} chunks "
+        return result(False, f"nothing to retry: the job is running ({job.n_settled} of {job.chunk_count} chunks "
                              "settled) with no dead-lettered or failed chunk; a job without progress is reconciled "
                              "by the sweeper")
     actions = [reopen(deps, job.job_id, chunk_id) for chunk_id in stuck]
