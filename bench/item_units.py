@@ -103,8 +103,11 @@ def _measure(n_chunks: int) -> dict[str, Any]:
     """One job of about `n_chunks` chunks through the in-process pipeline, its jobs and events tables on a moto
     server behind the real adapter (everything else: the unit tests' fakes). Runs against whatever code tree is
     first on sys.path (this one, or the archived before tree)."""
+    import inspect
+
     import boto3
 
+    from contract_review.adapters.claims import DynamoClaims
     from contract_review.adapters.jobs import DynamoJobs
     from contract_review.config.profile import get_profile
     from contract_review.review.chunking import chunk_document
@@ -131,6 +134,29 @@ def _measure(n_chunks: int) -> dict[str, Any]:
                                      {"AttributeName": "seq", "KeyType": "RANGE"}],
                           AttributeDefinitions=[{"AttributeName": "job_id", "AttributeType": "S"},
                                                 {"AttributeName": "seq", "AttributeType": "S"}])
+        # Since the settled count (issue 17 item 5) a settle writes the chunk record too (one transaction with the job
+        # item): the code that does so gets its claims and checkpoints tables on moto as well (the before side, whose
+        # jobs adapter never touches them, keeps the fakes').
+        claims_on_moto = "claims_table" in inspect.signature(DynamoJobs).parameters
+        if claims_on_moto:
+            side.create_table(TableName="claims", BillingMode="PAY_PER_REQUEST",
+                              KeySchema=[{"AttributeName": "job_id", "KeyType": "HASH"},
+                                         {"AttributeName": "chunk_id", "KeyType": "RANGE"}],
+                              AttributeDefinitions=[{"AttributeName": "job_id", "AttributeType": "S"},
+                                                    {"AttributeName": "chunk_id", "AttributeType": "S"},
+                                                    {"AttributeName": "lease_bucket", "AttributeType": "S"},
+                                                    {"AttributeName": "claim_expires_at", "AttributeType": "N"}],
+                              GlobalSecondaryIndexes=[{"IndexName": "by-lease", "Projection": {"ProjectionType": "ALL"},
+                                                       "KeySchema": [{"AttributeName": "lease_bucket", "KeyType": "HASH"},
+                                                                     {"AttributeName": "claim_expires_at",
+                                                                      "KeyType": "RANGE"}]}])
+            side.create_table(TableName="checkpoints", BillingMode="PAY_PER_REQUEST",
+                              KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"},
+                                         {"AttributeName": "analyst", "KeyType": "RANGE"}],
+                              AttributeDefinitions=[{"AttributeName": "pk", "AttributeType": "S"},
+                                                    {"AttributeName": "analyst", "AttributeType": "S"}])
+        key_names = {"events": ["job_id", "seq"], "jobs": ["job_id"], "claims": ["job_id", "chunk_id"],
+                     "checkpoints": ["pk", "analyst"]}
         session = boto3.Session()
         stats: dict[tuple[str, str], ItemStats] = defaultdict(ItemStats)
         table_reads: Counter[str] = Counter()  # scans and queries: not one item's
@@ -139,6 +165,10 @@ def _measure(n_chunks: int) -> dict[str, Any]:
         def label(table: str, key: dict[str, Any]) -> tuple[str, str]:
             if table == "jobs":
                 return "job item", key["job_id"]["S"]
+            if table == "claims":  # one item per chunk, written while its chunk runs: no hot item
+                return "chunk records", "*"
+            if table == "checkpoints":
+                return "checkpoint items", "*"
             seq = key["seq"]["S"]
             return ("event counter item", key["job_id"]["S"]) if seq.startswith("#") else ("event items", "*")
 
@@ -152,15 +182,13 @@ def _measure(n_chunks: int) -> dict[str, Any]:
                 out = []
                 for t in p["TransactItems"]:
                     (kind, body), = t.items()
-                    key = body.get("Key") or {k: body["Item"][k] for k in (["job_id", "seq"] if body["TableName"] == "events"
-                                                                             else ["job_id"])}
+                    key = body.get("Key") or {k: body["Item"][k] for k in key_names[body["TableName"]]}
                     out.append((body["TableName"], key, True, body.get("Item")))
                 return out
             if "Key" in p:
                 return [(p["TableName"], p["Key"], False, None)]
             if "Item" in p:
-                names = ["job_id", "seq"] if p["TableName"] == "events" else ["job_id"]
-                return [(p["TableName"], {k: p["Item"][k] for k in names}, False, p["Item"])]
+                return [(p["TableName"], {k: p["Item"][k] for k in key_names[p["TableName"]]}, False, p["Item"])]
             return []
 
         pending = threading.local()
@@ -196,8 +224,14 @@ def _measure(n_chunks: int) -> dict[str, Any]:
         client = session.client("dynamodb", **kw)  # after the hooks: a client copies the session's handlers
 
         world = small_chunk_world(chunk_target_chars=4000, chunk_min_chars=3600)
-        world.jobs = DynamoJobs(client, "jobs", "events", 86400, world.clock)  # type: ignore[assignment]
-        world.deps = dataclasses.replace(world.deps, jobs=world.jobs)
+        if claims_on_moto:
+            world.jobs = DynamoJobs(client, "jobs", "events", 86400, world.clock,  # type: ignore[assignment]
+                                    claims_table="claims")
+            world.claims = DynamoClaims(client, "claims", "checkpoints", world.artifacts, 86400,  # type: ignore[assignment]
+                                        world.settings.profile.review.checkpoint_inline_max_bytes, world.clock)
+        else:
+            world.jobs = DynamoJobs(client, "jobs", "events", 86400, world.clock)  # type: ignore[assignment,call-arg]
+        world.deps = dataclasses.replace(world.deps, jobs=world.jobs, claims=world.claims)
         p = InProcess(world)
         text = large_contract(n_chunks * 4000)
         from contract_review.domain.records import job_id_for
@@ -248,7 +282,7 @@ def scaled(m: dict[str, Any], chunk_s: float) -> dict[str, Any]:
             r_units = (s["read_units"] / s["reads"]) if s["reads"] else 0
         row = {"bytes": size, "writes_per_chunk": round(writes_pc, 2), "reads_per_chunk": round(reads_pc, 2),
                "units_per_write": w_units, "units_per_consistent_read": r_units}
-        if kind != "event items":  # one item per event, each written once: no hot item
+        if kind not in ("event items", "chunk records", "checkpoint items"):  # one item per event / chunk: no hot item
             row["wcu_per_s"] = round(writes_pc * settles_per_s * w_units, 1)
             row["rcu_per_s"] = round(reads_pc * settles_per_s * r_units, 1)
         if kind == "job item" and m.get("cancel_check_cached"):

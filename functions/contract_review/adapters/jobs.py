@@ -58,7 +58,7 @@ LEGACY_SETTLED = "settled"  # a job item's string set of counted chunk ids, from
 
 def _cancel_codes(exc: ClientError) -> list[str]:
     """Each item's reason a transaction was cancelled ("None" for an item that was not the cause)."""
-    return [str(r.get("Code", "None")) for r in exc.response.get("CancellationReasons", [])]  # type: ignore[attr-defined]
+    return [str(r.get("Code", "None")) for r in exc.response.get("CancellationReasons", [])]
 
 
 class DynamoJobs:
