@@ -99,6 +99,72 @@ class ItemStats:
     ops: Counter[str] = dataclasses.field(default_factory=Counter)
 
 
+KEY_NAMES = {"events": ["job_id", "seq"], "jobs": ["job_id"], "claims": ["job_id", "chunk_id"],
+             "checkpoints": ["pk", "analyst"]}
+
+
+def _label(table: str, key: dict[str, Any]) -> tuple[str, str]:
+    if table == "jobs":
+        return "job item", key["job_id"]["S"]
+    if table == "claims":  # one item per chunk, written while its chunk runs: no hot item
+        return "chunk records", "*"
+    if table == "checkpoints":
+        return "checkpoint items", "*"
+    seq = key["seq"]["S"]
+    return ("event counter item", key["job_id"]["S"]) if seq.startswith("#") else ("event items", "*")
+
+
+def _keys_of(op: str, p: dict[str, Any]) -> list[tuple[str, dict[str, Any], bool, dict[str, Any] | None]]:
+    """(table, key, transactional, item put) per item the request touches."""
+    if op == "TransactWriteItems":
+        out = []
+        for t in p["TransactItems"]:
+            (_kind, body), = t.items()
+            key = body.get("Key") or {k: body["Item"][k] for k in KEY_NAMES[body["TableName"]]}
+            out.append((body["TableName"], key, True, body.get("Item")))
+        return out
+    if "Key" in p:
+        return [(p["TableName"], p["Key"], False, None)]
+    if "Item" in p:
+        return [(p["TableName"], {k: p["Item"][k] for k in KEY_NAMES[p["TableName"]]}, False, p["Item"])]
+    return []
+
+
+def _create_tables(side: Any, claims_on_moto: bool) -> None:
+    """The jobs and events tables (and, for code whose settle writes chunk records, claims and checkpoints) as the
+    stack defines them (infra/tables.py)."""
+    side.create_table(TableName="jobs", BillingMode="PAY_PER_REQUEST",
+                      KeySchema=[{"AttributeName": "job_id", "KeyType": "HASH"}],
+                      AttributeDefinitions=[{"AttributeName": "job_id", "AttributeType": "S"},
+                                            {"AttributeName": "open_state", "AttributeType": "S"},
+                                            {"AttributeName": "updated_at", "AttributeType": "N"}],
+                      GlobalSecondaryIndexes=[{"IndexName": "by-open-state", "Projection": {"ProjectionType": "KEYS_ONLY"},
+                                               "KeySchema": [{"AttributeName": "open_state", "KeyType": "HASH"},
+                                                             {"AttributeName": "updated_at", "KeyType": "RANGE"}]}])
+    side.create_table(TableName="events", BillingMode="PAY_PER_REQUEST",
+                      KeySchema=[{"AttributeName": "job_id", "KeyType": "HASH"},
+                                 {"AttributeName": "seq", "KeyType": "RANGE"}],
+                      AttributeDefinitions=[{"AttributeName": "job_id", "AttributeType": "S"},
+                                            {"AttributeName": "seq", "AttributeType": "S"}])
+    if claims_on_moto:
+        side.create_table(TableName="claims", BillingMode="PAY_PER_REQUEST",
+                          KeySchema=[{"AttributeName": "job_id", "KeyType": "HASH"},
+                                     {"AttributeName": "chunk_id", "KeyType": "RANGE"}],
+                          AttributeDefinitions=[{"AttributeName": "job_id", "AttributeType": "S"},
+                                                {"AttributeName": "chunk_id", "AttributeType": "S"},
+                                                {"AttributeName": "lease_bucket", "AttributeType": "S"},
+                                                {"AttributeName": "claim_expires_at", "AttributeType": "N"}],
+                          GlobalSecondaryIndexes=[{"IndexName": "by-lease", "Projection": {"ProjectionType": "ALL"},
+                                                   "KeySchema": [{"AttributeName": "lease_bucket", "KeyType": "HASH"},
+                                                                 {"AttributeName": "claim_expires_at",
+                                                                  "KeyType": "RANGE"}]}])
+        side.create_table(TableName="checkpoints", BillingMode="PAY_PER_REQUEST",
+                          KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"},
+                                     {"AttributeName": "analyst", "KeyType": "RANGE"}],
+                          AttributeDefinitions=[{"AttributeName": "pk", "AttributeType": "S"},
+                                                {"AttributeName": "analyst", "AttributeType": "S"}])
+
+
 def _measure(n_chunks: int) -> dict[str, Any]:
     """One job of about `n_chunks` chunks through the in-process pipeline, its jobs and events tables on a moto
     server behind the real adapter (everything else: the unit tests' fakes). Runs against whatever code tree is
@@ -121,75 +187,19 @@ def _measure(n_chunks: int) -> dict[str, Any]:
         kw = {"endpoint_url": aws.endpoint, "region_name": aws.region, "aws_access_key_id": "testing",
               "aws_secret_access_key": "testing"}  # noqa: S106 (moto's)
         side = boto3.client("dynamodb", **kw)  # not counted: reads each item's size back
-        side.create_table(TableName="jobs", BillingMode="PAY_PER_REQUEST",
-                          KeySchema=[{"AttributeName": "job_id", "KeyType": "HASH"}],
-                          AttributeDefinitions=[{"AttributeName": "job_id", "AttributeType": "S"},
-                                                {"AttributeName": "open_state", "AttributeType": "S"},
-                                                {"AttributeName": "updated_at", "AttributeType": "N"}],
-                          GlobalSecondaryIndexes=[{"IndexName": "by-open-state", "Projection": {"ProjectionType": "KEYS_ONLY"},
-                                                   "KeySchema": [{"AttributeName": "open_state", "KeyType": "HASH"},
-                                                                 {"AttributeName": "updated_at", "KeyType": "RANGE"}]}])
-        side.create_table(TableName="events", BillingMode="PAY_PER_REQUEST",
-                          KeySchema=[{"AttributeName": "job_id", "KeyType": "HASH"},
-                                     {"AttributeName": "seq", "KeyType": "RANGE"}],
-                          AttributeDefinitions=[{"AttributeName": "job_id", "AttributeType": "S"},
-                                                {"AttributeName": "seq", "AttributeType": "S"}])
         # Since the settled count (issue 17 item 5) a settle writes the chunk record too (one transaction with the job
         # item): the code that does so gets its claims and checkpoints tables on moto as well (the before side, whose
         # jobs adapter never touches them, keeps the fakes').
         claims_on_moto = "claims_table" in inspect.signature(DynamoJobs).parameters
-        if claims_on_moto:
-            side.create_table(TableName="claims", BillingMode="PAY_PER_REQUEST",
-                              KeySchema=[{"AttributeName": "job_id", "KeyType": "HASH"},
-                                         {"AttributeName": "chunk_id", "KeyType": "RANGE"}],
-                              AttributeDefinitions=[{"AttributeName": "job_id", "AttributeType": "S"},
-                                                    {"AttributeName": "chunk_id", "AttributeType": "S"},
-                                                    {"AttributeName": "lease_bucket", "AttributeType": "S"},
-                                                    {"AttributeName": "claim_expires_at", "AttributeType": "N"}],
-                              GlobalSecondaryIndexes=[{"IndexName": "by-lease", "Projection": {"ProjectionType": "ALL"},
-                                                       "KeySchema": [{"AttributeName": "lease_bucket", "KeyType": "HASH"},
-                                                                     {"AttributeName": "claim_expires_at",
-                                                                      "KeyType": "RANGE"}]}])
-            side.create_table(TableName="checkpoints", BillingMode="PAY_PER_REQUEST",
-                              KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"},
-                                         {"AttributeName": "analyst", "KeyType": "RANGE"}],
-                              AttributeDefinitions=[{"AttributeName": "pk", "AttributeType": "S"},
-                                                    {"AttributeName": "analyst", "AttributeType": "S"}])
-        key_names = {"events": ["job_id", "seq"], "jobs": ["job_id"], "claims": ["job_id", "chunk_id"],
-                     "checkpoints": ["pk", "analyst"]}
+        _create_tables(side, claims_on_moto)
         session = boto3.Session()
         stats: dict[tuple[str, str], ItemStats] = defaultdict(ItemStats)
         table_reads: Counter[str] = Counter()  # scans and queries: not one item's
         lock = threading.Lock()
 
-        def label(table: str, key: dict[str, Any]) -> tuple[str, str]:
-            if table == "jobs":
-                return "job item", key["job_id"]["S"]
-            if table == "claims":  # one item per chunk, written while its chunk runs: no hot item
-                return "chunk records", "*"
-            if table == "checkpoints":
-                return "checkpoint items", "*"
-            seq = key["seq"]["S"]
-            return ("event counter item", key["job_id"]["S"]) if seq.startswith("#") else ("event items", "*")
-
         def current_size(table: str, key: dict[str, Any]) -> int:
             r = side.get_item(TableName=table, Key=key, ConsistentRead=True)
             return item_size(r["Item"]) if "Item" in r else 0
-
-        def keys_of(op: str, p: dict[str, Any]) -> list[tuple[str, dict[str, Any], bool, dict[str, Any] | None]]:
-            """(table, key, transactional, item put) per item the request touches."""
-            if op == "TransactWriteItems":
-                out = []
-                for t in p["TransactItems"]:
-                    (kind, body), = t.items()
-                    key = body.get("Key") or {k: body["Item"][k] for k in key_names[body["TableName"]]}
-                    out.append((body["TableName"], key, True, body.get("Item")))
-                return out
-            if "Key" in p:
-                return [(p["TableName"], p["Key"], False, None)]
-            if "Item" in p:
-                return [(p["TableName"], {k: p["Item"][k] for k in key_names[p["TableName"]]}, False, p["Item"])]
-            return []
 
         pending = threading.local()
 
@@ -200,7 +210,7 @@ def _measure(n_chunks: int) -> dict[str, Any]:
                     table_reads[f"{op} {params['TableName']}{'/' + params['IndexName'] if params.get('IndexName') else ''}"] += 1
                 pending.touched = []
                 return
-            touched = keys_of(op, params)
+            touched = _keys_of(op, params)
             pending.touched = [(t, k, tx, item, current_size(t, k)) for t, k, tx, item in touched]
 
         def after(http_response: Any, parsed: dict[str, Any], model: Any, **_: Any) -> None:
@@ -208,7 +218,7 @@ def _measure(n_chunks: int) -> dict[str, Any]:
             for table, key, tx, _item, size_before in getattr(pending, "touched", []):
                 size_after = current_size(table, key)
                 with lock:
-                    s = stats[label(table, key)]
+                    s = stats[_label(table, key)]
                     s.ops[op] += 1
                     if op in ("GetItem",):
                         s.reads += 1
