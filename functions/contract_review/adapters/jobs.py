@@ -131,7 +131,7 @@ class DynamoJobs:
         froms: dict[str, Any] = {f":from{i}": s.value for i, s in enumerate(from_states)}
         names["#state"] = "state"
         cond = f"#state IN ({', '.join(froms)})"
-        if if_settled_version is not None:  # no chunk left the settled set since the caller's read
+        if if_settled_version is not None:  # no chunk was uncounted since the caller's read
             names["#sv"] = "settled_version"
             froms[":sv"] = if_settled_version
             cond += " AND (#sv = :sv" + (" OR attribute_not_exists(#sv))" if if_settled_version == 0 else ")")

@@ -105,7 +105,7 @@ class JobsRepo(Protocol):
                    settled: set[str] | None = None, if_settled_version: int | None = None,
                    if_version: int | None = None) -> Job | None:
         """Conditional state change; None when the job was not in `from_states` (or, with
-        `if_settled_version`, when its `settled_version` is no longer that: a chunk left the settled set;
+        `if_settled_version`, when its `settled_version` is no longer that: a chunk was uncounted;
         with `if_version`, when another transition happened since the caller's read).
 
         Use `lifecycle.transition`, which checks the transition table and writes the event. The fields

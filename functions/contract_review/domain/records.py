@@ -429,7 +429,7 @@ class Job(Usage):
     # Jobs written before the count: the ids of the chunks counted so far, in a string set on the job item
     # (attribute `settled`). Read, never added to: such a job's counted chunks are these plus the flagged ones.
     legacy_settled: set[str] = Field(default_factory=set, validation_alias="settled", exclude=True)
-    # Bumped whenever chunks leave the settled set (`JobsRepo.unsettle_chunks`: a reopened chunk, or one
+    # Bumped whenever chunks are uncounted (`JobsRepo.unsettle_chunks`: a reopened chunk, or one
     # finalize found unsettled). Finalize's transition is conditional on the value it read with the job,
     # so a chunk reopened between finalize's read of the chunk records and its transition keeps the job
     # running instead of stranding the chunk `pending` under an ended job.
