@@ -13,7 +13,11 @@ Running a 5 MB job (~1,300 chunks, ~30,000 model calls) through the in-process p
 a smaller job (`--chunks`, default about 40 chunks of the same contract text, the local profile's fan-out) is
 run whole, and the per-chunk figures are scaled to the 5 MB job's chunk count under the prod profile: its
 requests per chunk as measured, its job item as large as it grows by the end of the 5 MB job (the measured size
-without the settled set, plus the measured bytes per settled chunk times the 5 MB job's chunks).
+without the settled set, plus the measured bytes per settled chunk times the 5 MB job's chunks; since the settled
+count, there is no set and the item does not grow). Code whose settle writes the chunk record (one transaction
+with the job item) runs with its claims and checkpoints tables on moto too: their items are counted, with no
+per-item rate (one item per chunk, written while its chunk runs). The job item's units per write count its
+transactional share twice.
 
 Per-second rates on one item assume the prod fan-out window of one job in flight (40 chunks) and a chunk taking
 `--chunk-s` seconds (default 20: two model-call latencies with 11 analysts at once): settles/s = window /
@@ -92,6 +96,7 @@ def read_units(size: int, consistent: bool = True) -> float:
 @dataclasses.dataclass
 class ItemStats:
     writes: int = 0
+    tx_writes: int = 0  # of them, in a transaction (billed twice)
     write_units: int = 0
     reads: int = 0
     read_units: float = 0.0
@@ -99,12 +104,81 @@ class ItemStats:
     ops: Counter[str] = dataclasses.field(default_factory=Counter)
 
 
+KEY_NAMES = {"events": ["job_id", "seq"], "jobs": ["job_id"], "claims": ["job_id", "chunk_id"],
+             "checkpoints": ["pk", "analyst"]}
+
+
+def _label(table: str, key: dict[str, Any]) -> tuple[str, str]:
+    if table == "jobs":
+        return "job item", key["job_id"]["S"]
+    if table == "claims":  # one item per chunk, written while its chunk runs: no hot item
+        return "chunk records", "*"
+    if table == "checkpoints":
+        return "checkpoint items", "*"
+    seq = key["seq"]["S"]
+    return ("event counter item", key["job_id"]["S"]) if seq.startswith("#") else ("event items", "*")
+
+
+def _keys_of(op: str, p: dict[str, Any]) -> list[tuple[str, dict[str, Any], bool, dict[str, Any] | None]]:
+    """(table, key, transactional, item put) per item the request touches."""
+    if op == "TransactWriteItems":
+        out = []
+        for t in p["TransactItems"]:
+            (_kind, body), = t.items()
+            key = body.get("Key") or {k: body["Item"][k] for k in KEY_NAMES[body["TableName"]]}
+            out.append((body["TableName"], key, True, body.get("Item")))
+        return out
+    if "Key" in p:
+        return [(p["TableName"], p["Key"], False, None)]
+    if "Item" in p:
+        return [(p["TableName"], {k: p["Item"][k] for k in KEY_NAMES[p["TableName"]]}, False, p["Item"])]
+    return []
+
+
+def _create_tables(side: Any, claims_on_moto: bool) -> None:
+    """The jobs and events tables (and, for code whose settle writes chunk records, claims and checkpoints) as the
+    stack defines them (infra/tables.py)."""
+    side.create_table(TableName="jobs", BillingMode="PAY_PER_REQUEST",
+                      KeySchema=[{"AttributeName": "job_id", "KeyType": "HASH"}],
+                      AttributeDefinitions=[{"AttributeName": "job_id", "AttributeType": "S"},
+                                            {"AttributeName": "open_state", "AttributeType": "S"},
+                                            {"AttributeName": "updated_at", "AttributeType": "N"}],
+                      GlobalSecondaryIndexes=[{"IndexName": "by-open-state", "Projection": {"ProjectionType": "KEYS_ONLY"},
+                                               "KeySchema": [{"AttributeName": "open_state", "KeyType": "HASH"},
+                                                             {"AttributeName": "updated_at", "KeyType": "RANGE"}]}])
+    side.create_table(TableName="events", BillingMode="PAY_PER_REQUEST",
+                      KeySchema=[{"AttributeName": "job_id", "KeyType": "HASH"},
+                                 {"AttributeName": "seq", "KeyType": "RANGE"}],
+                      AttributeDefinitions=[{"AttributeName": "job_id", "AttributeType": "S"},
+                                            {"AttributeName": "seq", "AttributeType": "S"}])
+    if claims_on_moto:
+        side.create_table(TableName="claims", BillingMode="PAY_PER_REQUEST",
+                          KeySchema=[{"AttributeName": "job_id", "KeyType": "HASH"},
+                                     {"AttributeName": "chunk_id", "KeyType": "RANGE"}],
+                          AttributeDefinitions=[{"AttributeName": "job_id", "AttributeType": "S"},
+                                                {"AttributeName": "chunk_id", "AttributeType": "S"},
+                                                {"AttributeName": "lease_bucket", "AttributeType": "S"},
+                                                {"AttributeName": "claim_expires_at", "AttributeType": "N"}],
+                          GlobalSecondaryIndexes=[{"IndexName": "by-lease", "Projection": {"ProjectionType": "ALL"},
+                                                   "KeySchema": [{"AttributeName": "lease_bucket", "KeyType": "HASH"},
+                                                                 {"AttributeName": "claim_expires_at",
+                                                                  "KeyType": "RANGE"}]}])
+        side.create_table(TableName="checkpoints", BillingMode="PAY_PER_REQUEST",
+                          KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"},
+                                     {"AttributeName": "analyst", "KeyType": "RANGE"}],
+                          AttributeDefinitions=[{"AttributeName": "pk", "AttributeType": "S"},
+                                                {"AttributeName": "analyst", "AttributeType": "S"}])
+
+
 def _measure(n_chunks: int) -> dict[str, Any]:
     """One job of about `n_chunks` chunks through the in-process pipeline, its jobs and events tables on a moto
     server behind the real adapter (everything else: the unit tests' fakes). Runs against whatever code tree is
     first on sys.path (this one, or the archived before tree)."""
+    import inspect
+
     import boto3
 
+    from contract_review.adapters.claims import DynamoClaims
     from contract_review.adapters.jobs import DynamoJobs
     from contract_review.config.profile import get_profile
     from contract_review.review.chunking import chunk_document
@@ -118,50 +192,19 @@ def _measure(n_chunks: int) -> dict[str, Any]:
         kw = {"endpoint_url": aws.endpoint, "region_name": aws.region, "aws_access_key_id": "testing",
               "aws_secret_access_key": "testing"}  # noqa: S106 (moto's)
         side = boto3.client("dynamodb", **kw)  # not counted: reads each item's size back
-        side.create_table(TableName="jobs", BillingMode="PAY_PER_REQUEST",
-                          KeySchema=[{"AttributeName": "job_id", "KeyType": "HASH"}],
-                          AttributeDefinitions=[{"AttributeName": "job_id", "AttributeType": "S"},
-                                                {"AttributeName": "open_state", "AttributeType": "S"},
-                                                {"AttributeName": "updated_at", "AttributeType": "N"}],
-                          GlobalSecondaryIndexes=[{"IndexName": "by-open-state", "Projection": {"ProjectionType": "KEYS_ONLY"},
-                                                   "KeySchema": [{"AttributeName": "open_state", "KeyType": "HASH"},
-                                                                 {"AttributeName": "updated_at", "KeyType": "RANGE"}]}])
-        side.create_table(TableName="events", BillingMode="PAY_PER_REQUEST",
-                          KeySchema=[{"AttributeName": "job_id", "KeyType": "HASH"},
-                                     {"AttributeName": "seq", "KeyType": "RANGE"}],
-                          AttributeDefinitions=[{"AttributeName": "job_id", "AttributeType": "S"},
-                                                {"AttributeName": "seq", "AttributeType": "S"}])
+        # Since the settled count (issue 17 item 5) a settle writes the chunk record too (one transaction with the job
+        # item): the code that does so gets its claims and checkpoints tables on moto as well (the before side, whose
+        # jobs adapter never touches them, keeps the fakes').
+        claims_on_moto = "claims_table" in inspect.signature(DynamoJobs).parameters
+        _create_tables(side, claims_on_moto)
         session = boto3.Session()
         stats: dict[tuple[str, str], ItemStats] = defaultdict(ItemStats)
         table_reads: Counter[str] = Counter()  # scans and queries: not one item's
         lock = threading.Lock()
 
-        def label(table: str, key: dict[str, Any]) -> tuple[str, str]:
-            if table == "jobs":
-                return "job item", key["job_id"]["S"]
-            seq = key["seq"]["S"]
-            return ("event counter item", key["job_id"]["S"]) if seq.startswith("#") else ("event items", "*")
-
         def current_size(table: str, key: dict[str, Any]) -> int:
             r = side.get_item(TableName=table, Key=key, ConsistentRead=True)
             return item_size(r["Item"]) if "Item" in r else 0
-
-        def keys_of(op: str, p: dict[str, Any]) -> list[tuple[str, dict[str, Any], bool, dict[str, Any] | None]]:
-            """(table, key, transactional, item put) per item the request touches."""
-            if op == "TransactWriteItems":
-                out = []
-                for t in p["TransactItems"]:
-                    (kind, body), = t.items()
-                    key = body.get("Key") or {k: body["Item"][k] for k in (["job_id", "seq"] if body["TableName"] == "events"
-                                                                             else ["job_id"])}
-                    out.append((body["TableName"], key, True, body.get("Item")))
-                return out
-            if "Key" in p:
-                return [(p["TableName"], p["Key"], False, None)]
-            if "Item" in p:
-                names = ["job_id", "seq"] if p["TableName"] == "events" else ["job_id"]
-                return [(p["TableName"], {k: p["Item"][k] for k in names}, False, p["Item"])]
-            return []
 
         pending = threading.local()
 
@@ -172,7 +215,7 @@ def _measure(n_chunks: int) -> dict[str, Any]:
                     table_reads[f"{op} {params['TableName']}{'/' + params['IndexName'] if params.get('IndexName') else ''}"] += 1
                 pending.touched = []
                 return
-            touched = keys_of(op, params)
+            touched = _keys_of(op, params)
             pending.touched = [(t, k, tx, item, current_size(t, k)) for t, k, tx, item in touched]
 
         def after(http_response: Any, parsed: dict[str, Any], model: Any, **_: Any) -> None:
@@ -180,13 +223,14 @@ def _measure(n_chunks: int) -> dict[str, Any]:
             for table, key, tx, _item, size_before in getattr(pending, "touched", []):
                 size_after = current_size(table, key)
                 with lock:
-                    s = stats[label(table, key)]
+                    s = stats[_label(table, key)]
                     s.ops[op] += 1
                     if op in ("GetItem",):
                         s.reads += 1
                         s.read_units += read_units(size_after, True)
                     else:
                         s.writes += 1
+                        s.tx_writes += tx
                         s.write_units += write_units(max(size_before, size_after)) * (2 if tx else 1)
                     s.max_size = max(s.max_size, size_after)
             pending.touched = []
@@ -196,8 +240,14 @@ def _measure(n_chunks: int) -> dict[str, Any]:
         client = session.client("dynamodb", **kw)  # after the hooks: a client copies the session's handlers
 
         world = small_chunk_world(chunk_target_chars=4000, chunk_min_chars=3600)
-        world.jobs = DynamoJobs(client, "jobs", "events", 86400, world.clock)  # type: ignore[assignment]
-        world.deps = dataclasses.replace(world.deps, jobs=world.jobs)
+        if claims_on_moto:
+            world.jobs = DynamoJobs(client, "jobs", "events", 86400, world.clock,  # type: ignore[assignment]
+                                    claims_table="claims")
+            world.claims = DynamoClaims(client, "claims", "checkpoints", world.artifacts, 86400,  # type: ignore[assignment]
+                                        world.settings.profile.review.checkpoint_inline_max_bytes, world.clock)
+        else:
+            world.jobs = DynamoJobs(client, "jobs", "events", 86400, world.clock)  # type: ignore[assignment,call-arg]
+        world.deps = dataclasses.replace(world.deps, jobs=world.jobs, claims=world.claims)
         p = InProcess(world)
         text = large_contract(n_chunks * 4000)
         from contract_review.domain.records import job_id_for
@@ -211,7 +261,7 @@ def _measure(n_chunks: int) -> dict[str, Any]:
         settled_bytes = len("settled") + _value_size(final["settled"]) if "settled" in final else 0
         prod = get_profile("prod")
         chunks_5mb = len(chunk_document(large_contract(5_000_000), prod.review))
-        items = {f"{kind}": {"writes": s.writes, "write_units": s.write_units, "reads": s.reads,
+        items = {f"{kind}": {"writes": s.writes, "tx_writes": s.tx_writes, "write_units": s.write_units, "reads": s.reads,
                              "read_units": s.read_units, "max_size_bytes": s.max_size, "ops": dict(s.ops)}
                  for (kind, _k), s in stats.items()}
         from contract_review.domain import lifecycle
@@ -239,16 +289,17 @@ def scaled(m: dict[str, Any], chunk_s: float) -> dict[str, Any]:
                            "items": {}}
     for kind, s in m["items"].items():
         writes_pc, reads_pc = s["writes"] / n, s["reads"] / n
-        if kind == "job item":
+        if kind == "job item":  # its writes in a transaction (since the settled count: the settle) billed twice
             size = job_5mb
-            w_units, r_units = write_units(size), read_units(size)
+            tx_share = s.get("tx_writes", 0) / s["writes"] if s["writes"] else 0.0
+            w_units, r_units = round(write_units(size) * (1 + tx_share), 2), read_units(size)
         else:  # items whose size does not grow with the document: as measured
             size = s["max_size_bytes"]
             w_units = (s["write_units"] / s["writes"]) if s["writes"] else 0
             r_units = (s["read_units"] / s["reads"]) if s["reads"] else 0
         row = {"bytes": size, "writes_per_chunk": round(writes_pc, 2), "reads_per_chunk": round(reads_pc, 2),
                "units_per_write": w_units, "units_per_consistent_read": r_units}
-        if kind != "event items":  # one item per event, each written once: no hot item
+        if kind not in ("event items", "chunk records", "checkpoint items"):  # one item per event / chunk: no hot item
             row["wcu_per_s"] = round(writes_pc * settles_per_s * w_units, 1)
             row["rcu_per_s"] = round(reads_pc * settles_per_s * r_units, 1)
         if kind == "job item" and m.get("cancel_check_cached"):

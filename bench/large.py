@@ -72,7 +72,7 @@ def large(template: dict[str, Any], n_bytes: int, variant: int, state_dir: Path,
         t0 = time.monotonic()
         job_id = ops.submit(deps, text, document_id=f"large-{n_bytes}")  # > 200,000 bytes: through uploads/
         _, t_running = _until(deps, job_id, lambda j: j.state is not JobState.QUEUED, 120, 0.05)
-        _, t_first = _until(deps, job_id, lambda j: len(j.settled) >= 1 or j.terminal, 120, 0.1)
+        _, t_first = _until(deps, job_id, lambda j: j.n_settled >= 1 or j.terminal, 120, 0.1)
         ended, t_end = _until(deps, job_id, lambda j: j.terminal, timeout, 1.0)
         pages = [e for e in deps.jobs.events(job_id) if e.type == "job.fanned_out"]
         return {
@@ -82,7 +82,7 @@ def large(template: dict[str, Any], n_bytes: int, variant: int, state_dir: Path,
             "queued_to_running_s": round(t_running - t0, 2), "first_chunk_settled_s": round(t_first - t0, 2),
             "completed_s": round(t_end - t0, 1), "chunks_per_s": round(n / (t_end - t0), 2),
             "first_page": pages[0].detail["first"] if pages else n, "refill_pages": len(pages),
-            "settled": len(ended.settled), "findings": ended.n_findings,
+            "settled": ended.n_settled, "findings": ended.n_findings,
             "oracle": _oracle_check(deps, ended, text) if ended.state is JobState.COMPLETED else None,
         }
     finally:
@@ -109,7 +109,7 @@ def fairness(template: dict[str, Any], big_bytes: int, state_dir: Path, samples_
         behind, t_behind = _until(deps, behind_id, lambda j: j.terminal, 1800)
         big_then = deps.jobs.get(big_id)
         behind_s = t_behind - t2
-        settled = len(big_then.settled) if big_then else 0
+        settled = big_then.n_settled if big_then else 0
         return {
             "small": {"bytes": len(small.encode()), "chunks": n_small, "alone_s": round(solo_s, 2),
                       "behind_big_s": round(behind_s, 2), "state_alone": solo.state.value,

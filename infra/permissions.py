@@ -94,11 +94,12 @@ SIDE_EFFECTS = (
     Access("objects:reports/", (GET_OBJECT,), "the report a resumed saga (after an approval) names in its steps"),
 )
 AGGREGATOR = (
-    Access("table:jobs", (GET, UPDATE), "settle chunks, end the job"),
+    Access("table:jobs", (GET, UPDATE), "count settled chunks (one transaction with the chunk record), end the job"),
     Access("table:events", EVENTS_APPEND, "record job events (the counter read, then it and the event written in one transaction)"),
     Access("table:claims", (GET, QUERY, PUT, UPDATE), "check a result against its chunk; read all chunks at the "
                                                        "end; create the chunk records of the next page; settle a "
-                                                       "cancelled or over-budget job's idle chunks (fenced)"),
+                                                       "cancelled or over-budget job's idle chunks (fenced); mark a "
+                                                       "chunk counted (one transaction with the job item)"),
     Access("objects:findings/", (GET_OBJECT,), "assemble the findings"),
     Access("objects:reports/", (PUT_OBJECT,), "write report.json and report.md"),
     Access("objects:documents/", (GET_OBJECT,), "the fan-out plan, and the next page's text (one ranged GET)"),
@@ -113,7 +114,8 @@ SWEEP_CLAIMS = (
 )
 SWEEPER = (
     Access(LEASE_INDEX, (QUERY,), "find lapsed claims"),
-    Access("table:claims", (QUERY, GET, UPDATE), "a stalled job's chunks; release or settle (fenced)"),
+    Access("table:claims", (QUERY, GET, UPDATE), "a stalled job's chunks; release or settle (fenced); mark one "
+                                                 "counted, or not, with the job's count (one transaction)"),
     Access(OPEN_JOBS_INDEX, (QUERY,), "find open jobs idle for a while: stalled, cancelling, compensating, waiting "
                                       "for approval, queued (a sparse index: no scan)"),
     Access("table:jobs", (GET, UPDATE), "read each job the index names again (the index lags), act on it"),
@@ -136,7 +138,9 @@ API = (
     Access("table:jobs", (GET, UPDATE), "read a job; cancel, approve or reject it; reopen it (retry)"),
     Access("table:events", (*EVENTS_APPEND, QUERY), "read a job's events after a sequence number (and its last); "
                                                 "record what was done (the counter, then it and the event together)"),
-    Access("table:claims", (QUERY, UPDATE), "retry: a job's chunks; reset failed and dead-lettered ones"),
+    Access("table:claims", (QUERY, GET, UPDATE), "retry: a job's chunks; reset failed and dead-lettered ones (a "
+                                                 "running job's: each read again first), uncount them (one "
+                                                 "transaction with the job), rebuild a reopened job's counted marks"),
     Access("objects:submissions/", (GET_OBJECT, PUT_OBJECT), "bind a job to its principal until intake records it"),
     Access("objects:batches/", (GET_OBJECT, PUT_OBJECT), "batch manifests"),
     Access("table:token-ledger", (UPDATE,), "spend limits: take a submission's estimate from its principal's daily "

@@ -77,7 +77,7 @@ def watch_jobs(console: Console, jobs: JobsRepo, job_ids: list[str], timeout: fl
                     progress.console.print(f"[dim]{j} #{e.number}[/] {event_label(e)}", highlight=False)
                     seen[j] = e.number
                 total: int | None = job.chunk_count or None
-                done = len(job.settled)
+                done = job.n_settled
                 if job.terminal and (total is None or job.state is JobState.COMPLETED):
                     total = done = total or 1
                 progress.update(tasks[j], total=total, completed=done, state=states[j],

@@ -23,7 +23,7 @@ from typing import Any
 
 from contract_review.config.profile import Profile, ReviewConfig
 from contract_review.domain.model import ModelRequest, ModelResponse
-from contract_review.domain.ports import Deps
+from contract_review.domain.ports import ClaimsRepo, Deps
 from contract_review.domain.records import ChunkRecord, ChunkStatus, Job, JobState
 from contract_review.doubles.offline_model import OfflineRuleModel
 from contract_review.review.analysts import Finding, analysts_for, run_analyst
@@ -137,14 +137,24 @@ def _report(deps: Deps, job: Job) -> dict[str, Any] | None:
     return report
 
 
+def counted(claims: ClaimsRepo, job: Job | None) -> set[str]:
+    """The ids of the job's chunks counted settled (their records' marks, and an older job's set); the job's
+    count must agree with them."""
+    assert job is not None
+    ids = {c.chunk_id for c in claims.for_job(job.job_id) if job.counts(c)}
+    assert job.n_settled == len(ids), f"{job.job_id}: settled count {job.n_settled}, counted chunks {sorted(ids)}"
+    return ids
+
+
 def _check_settled(check: JobCheck, deps: Deps, job: Job, records: list[ChunkRecord]) -> None:
     """(b) every chunk id settled exactly once: the aggregator's settled set is the chunk ids, and each
     chunk has one `chunk.settled` event for its final status (an earlier settling counts only when an
     operator redrove the chunk since)."""
     ids = {c.chunk_id for c in records}
-    if job.settled != ids:
-        check.settle_errors.append(f"settled set differs from the chunk ids: extra {sorted(job.settled - ids)}, "
-                                   f"unsettled {sorted(ids - job.settled)}")
+    settled = {c.chunk_id for c in records if job.counts(c)}
+    if settled != ids or job.n_settled != len(ids):
+        check.settle_errors.append(f"counted chunks differ from the chunk ids: extra {sorted(settled - ids)}, "
+                                   f"unsettled {sorted(ids - settled)}, count {job.n_settled}")
     events = [e for e in deps.jobs.events(job.job_id) if e.type == "chunk.settled"]
     final: Counter[str] = Counter()
     earlier: Counter[str] = Counter()

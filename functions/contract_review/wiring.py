@@ -64,7 +64,8 @@ def build_deps(settings: Settings, session: Any, endpoint_url: str | None = None
     artifacts = S3Artifacts(meter.hook(session.client("s3", **kw)), settings.bucket)
     return Deps(
         settings=settings,
-        jobs=DynamoJobs(ddb, settings.jobs_table, settings.events_table, p.record_ttl_s, clock),
+        jobs=DynamoJobs(ddb, settings.jobs_table, settings.events_table, p.record_ttl_s, clock,
+                        claims_table=settings.claims_table),
         claims=DynamoClaims(ddb, settings.claims_table, settings.checkpoints_table, artifacts, p.record_ttl_s,
                             p.review.checkpoint_inline_max_bytes, clock),
         artifacts=artifacts,

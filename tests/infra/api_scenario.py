@@ -107,6 +107,16 @@ def run(rec: Recorder, setup: Deps, aws: EmbeddedAws) -> None:
     dead = jobs[0]["body"]["jobId"]
     _dead_lettered(setup, aws, dead)
     assert _call(rec, "POST", f"/jobs/{dead}/retry")["status"] == 202
+    # retry a running job with a dead-lettered chunk that was counted: the chunk is uncounted (its mark and the
+    # job's count off together, one transaction) and sent again
+    running = jobs[2]["body"]["jobId"]
+    record = setup.claims.for_job(running)[0]
+    won = setup.claims.claim(running, record.chunk_id, "w-api", 30, 1)
+    assert setup.claims.finish(running, record.chunk_id, won.fence, ChunkStatus.DEAD_LETTERED, AttemptStats())
+    assert setup.jobs.settle_new_chunk(running, record.chunk_id) is not None
+    assert _call(rec, "POST", f"/jobs/{running}/retry")["status"] == 202
+    again = setup.jobs.get(running)
+    assert again is not None and again.settled_count == 0 and not setup.claims.get(running, record.chunk_id).counted  # type: ignore[union-attr]
     exhausted = _failed_in_intake(setup, aws)
     assert _call(rec, "POST", f"/jobs/{exhausted}/retry")["status"] == 202
     assert _call(rec, "POST", f"/jobs/{dead}/approval", {"decision": "approve"})["status"] in (202, 409)

@@ -34,7 +34,7 @@ from botocore.exceptions import ClientError
 from contract_review import handlers
 from contract_review.adapters.task_protection import ScaleInGuard, TaskProtection
 from contract_review.config.settings import Settings
-from contract_review.domain import cost
+from contract_review.domain import cost, lifecycle
 from contract_review.domain.keys import findings_key, report_keys, submission_key
 from contract_review.domain.messages import AnalysisMessage
 from contract_review.domain.model import ModelRequest, ModelResponse
@@ -412,6 +412,15 @@ def _sweeper(rec: Recorder, setup: Deps, aws: EmbeddedAws) -> None:
                                outcome=ChunkOutcome(findings_key=key_, coverage={}, n_findings=0))
     setup.jobs.settle_chunk(job_id, chunk_id)
     aws.client("dynamodb").update_item(TableName=setup.settings.jobs_table, Key={"job_id": {"S": job_id}}, **stale)
+    # a cancelling job idle for a lease (its control message lost) whose only chunk finished but was never counted:
+    # the sweeper counts it (the settle's transaction of the chunk record and the job item), then ends the job
+    job_id, m = _job(setup, aws, "s-cancel")
+    chunk_id = AnalysisMessage.model_validate_json(m["Body"]).chunk_id
+    won = setup.claims.claim(job_id, chunk_id, "w-setup", 30, 1)
+    assert setup.claims.finish(job_id, chunk_id, won.fence, ChunkStatus.DONE, AttemptStats(calls=1))
+    assert lifecycle.move(setup, job_id, (JobState.RUNNING,), JobState.CANCELLING, event="job.cancelling")
+    aws.client("dynamodb").update_item(TableName=setup.settings.jobs_table, Key={"job_id": {"S": job_id}}, **stale)
+    cancelling = job_id
     # a job stuck `queued` whose intake message the queue moved to the intake DLQ
     body = json.dumps({"schema_version": 1, "idempotency_key": "s-queued", "document": {"text": TEXT}})
     setup.jobs.create(Job(job_id=job_id_for("s-queued"), state=JobState.QUEUED, created_at=1.0, updated_at=1.0,
@@ -422,6 +431,8 @@ def _sweeper(rec: Recorder, setup: Deps, aws: EmbeddedAws) -> None:
         result = sweeper_handler.handler({}, LambdaContext("SweeperFn", 256, 10, "r-s", REGION))
     assert result["requeued"] and result["dead_lettered"] and result["stalled_jobs"] >= 1, result
     assert result["dlq_requeued"] and result["finalized"] and result["intake_failed"], result
+    after = setup.jobs.get(cancelling)
+    assert after is not None and after.state is JobState.CANCELLED and after.settled_count == 1, after
 
 
 def _finished_job(setup: Deps, key: str) -> Job:
@@ -639,6 +650,11 @@ def test_the_scenarios_reach_the_paths_they_are_for(recorded: Recorded) -> None:
     assert not [n for n in fargate if n.resource.endswith("/index/by-open-state") or
                 (n.action == "sqs:ReceiveMessage" and "dlq" in n.resource.lower())]
     assert not [c for c in recorded.recorder.calls if c.operation == "Scan"], "nothing in the pipeline scans"
+    # a settle (and an unsettle) is one transaction of the chunk record and the job item (issue 17 item 5: the
+    # settled count off the job item): UpdateItem on both tables, by each role that counts or uncounts chunks
+    both = {Need("dynamodb:UpdateItem", _target_arn(recorded.aws.outputs, t)) for t in ("table:claims", "table:jobs")}
+    settling = {c.role for c in recorded.recorder.calls if c.operation == "TransactWriteItems" and both <= set(c.needs)}
+    assert settling >= {"aggregator", "sweeper", "api"}, settling
     assert ("sweeper", "dynamodb", "Query") in ops and any(
         n.resource.endswith("/index/by-open-state") for c in recorded.recorder.of("sweeper") for n in c.needs)
     assert ("worker", "bedrock-runtime", "Converse") in ops and ("worker", "bedrock", "GetFoundationModel") in ops

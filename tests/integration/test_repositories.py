@@ -41,6 +41,7 @@ from contract_review.wiring import aws_client_config, queue_urls
 from review_local.connect import local_session
 from review_local.embedded import EmbeddedAws
 
+from ..oracle import counted
 from ..unit.fakes import FakeClock, FakeWorld
 from .conftest import deployed
 
@@ -78,7 +79,7 @@ def repos(request: pytest.FixtureRequest) -> Repos:
         for m in queues.take_all(q):
             queues.delete(q, m.receipt_handle)
     artifacts = S3Artifacts(session.client("s3", **kw), settings.bucket)
-    return Repos(DynamoJobs(ddb, settings.jobs_table, settings.events_table, 3600, clock),
+    return Repos(DynamoJobs(ddb, settings.jobs_table, settings.events_table, 3600, clock, claims_table=settings.claims_table),
                  DynamoClaims(ddb, settings.claims_table, settings.checkpoints_table, artifacts, 3600, INLINE_MAX, clock),
                  artifacts, queues, clock, DynamoTokenLedger(ddb, settings.token_ledger_table, 3600))
 
@@ -94,6 +95,14 @@ def _job(state: JobState = JobState.QUEUED, **kw: Any) -> Job:
 
 def _chunk(job_id: str, i: int = 0) -> ChunkRecord:
     return ChunkRecord(job_id=job_id, chunk_id=f"c{i}", chunk_index=i, start=0, end=10)
+
+
+def _with_chunks(repos: Repos, job: Job, n: int = 2) -> Job:
+    """`job` created, with chunk records c0 .. c{n-1} (what a settle marks)."""
+    created, _ = repos.jobs.create(job)
+    for i in range(n):
+        assert repos.claims.create(_chunk(created.job_id, i))
+    return created
 
 
 # ------------------------------------------------------------------------------ jobs
@@ -113,7 +122,7 @@ def test_jobs_create_is_idempotent_and_replaces_only_input_failures(repos: Repos
 
 
 def test_jobs_transition_is_conditional_and_writes_the_outcome(repos: Repos):
-    job, _ = repos.jobs.create(_job())
+    job = _with_chunks(repos, _job())
     assert repos.jobs.transition(job.job_id, (JobState.RUNNING,), JobState.COMPLETED) is None
     running = repos.jobs.transition(job.job_id, (JobState.QUEUED,), JobState.RUNNING, started_at=5.0)
     assert running is not None and running.state is JobState.RUNNING and running.started_at == 5.0
@@ -124,25 +133,27 @@ def test_jobs_transition_is_conditional_and_writes_the_outcome(repos: Repos):
     ended = repos.jobs.transition(job.job_id, (JobState.RUNNING,), JobState.FAILED, outcome=outcome)
     assert ended is not None and repos.jobs.get(job.job_id) == ended
     assert (ended.error, ended.reliability, ended.ended_at) == (env, outcome.reliability, 9.5)
-    # reopening clears the ending and sets the settled set
+    # reopening clears the ending and rebuilds what is counted: the records marked, the count to match
+    repos.jobs.settle_chunk(job.job_id, "c0")
     reopened = repos.jobs.transition(job.job_id, (JobState.FAILED,), JobState.RUNNING, settled={"c1"})
-    assert reopened is not None and reopened.settled == {"c1"}
+    assert reopened is not None and counted(repos.claims, reopened) == {"c1"} and reopened.settled_count == 1
     assert (reopened.error, reopened.error_code, reopened.ended_at, reopened.missing) == (None, None, None, [])
     # and the report's fields with it: the report file (one key per job) is rewritten by the next finalize, and an
     # ending that writes no report fields (a failure after waiting for approval) must not name a stale count
     assert (reopened.report_json_key, reopened.n_findings, reopened.reliability) == (None, None, None)
     empty = repos.jobs.transition(job.job_id, (JobState.RUNNING,), JobState.RUNNING, settled=set())
-    assert empty is not None and empty.settled == set()
+    assert empty is not None and counted(repos.claims, empty) == set() and empty.settled_count == 0
 
 
 def test_jobs_transition_can_be_conditional_on_the_settled_version(repos: Repos):
     # finalize's transition loses to a chunk that left the settled set after finalize's read
-    job, _ = repos.jobs.create(_job(JobState.RUNNING))
+    job = _with_chunks(repos, _job(JobState.RUNNING))
     assert job.settled_version == 0
     repos.jobs.settle_chunk(job.job_id, "c0")
     read = repos.jobs.settle_chunk(job.job_id, "c1")
     after = repos.jobs.unsettle_chunks(job.job_id, {"c1": Usage()})
-    assert after is not None and after.settled == {"c0"} and after.settled_version == read.settled_version + 1
+    assert after is not None and counted(repos.claims, after) == {"c0"}
+    assert after.settled_version == read.settled_version + 1
     assert repos.jobs.transition(job.job_id, (JobState.RUNNING,), JobState.DEAD_LETTERED,
                                  if_settled_version=read.settled_version) is None
     assert repos.jobs.get(job.job_id).state is JobState.RUNNING
@@ -160,8 +171,8 @@ def test_jobs_transition_can_be_conditional_on_the_settled_version(repos: Repos)
 def test_unsettling_takes_off_exactly_what_settling_counted_once(repos: Repos):
     """Issue 16: a redrive of a dead-lettered chunk while its job runs unsettled it without taking its usage off,
     so its attempts were counted again when it settled again. Now the usage leaves with the chunk, in one update
-    conditional on the chunk being in the settled set: twice, or for a chunk never counted, takes nothing."""
-    job, _ = repos.jobs.create(_job(JobState.RUNNING))
+    conditional on the chunk being counted: twice, or for a chunk never counted, takes nothing."""
+    job = _with_chunks(repos, _job(JobState.RUNNING))
     first = Usage(input_tokens=1_000, output_tokens=400, model_micro_usd=9_000, aws_requests=12, aws_micro_usd=5)
     other = Usage(input_tokens=7, model_micro_usd=21)
     repos.jobs.settle_chunk(job.job_id, "c0", usage=other)
@@ -169,7 +180,7 @@ def test_unsettling_takes_off_exactly_what_settling_counted_once(repos: Repos):
     after = repos.jobs.unsettle_chunks(job.job_id, {"c1": first})
     again = repos.jobs.unsettle_chunks(job.job_id, {"c1": first, "never-settled": first})
     assert after is not None and again is not None
-    assert after.usage() == again.usage() == other and again.settled == {"c0"}
+    assert after.usage() == again.usage() == other and counted(repos.claims, again) == {"c0"}
     assert again.settled_version == after.settled_version + 2  # the version moves either way
     # the chunk runs again: its record now holds both attempts, counted once when it settles again
     both = Usage.of([first, Usage(input_tokens=1_000, output_tokens=400, model_micro_usd=9_000)])
@@ -256,23 +267,29 @@ def test_the_backfill_indexes_open_jobs_written_before_the_index(repos: Repos):
 
 
 def test_settle_new_chunk_counts_a_chunk_once_and_says_whether_it_did(repos: Repos):
-    job, _ = repos.jobs.create(_job(JobState.RUNNING))
+    job = _with_chunks(repos, _job(JobState.RUNNING))
     first = repos.jobs.settle_new_chunk(job.job_id, "c0", usage=Usage(input_tokens=5))
-    assert first is not None and first.settled == {"c0"} and first.input_tokens == 5
+    assert first is not None and counted(repos.claims, first) == {"c0"} and first.input_tokens == 5
+    assert first.settled_count == 1 and repos.claims.get(job.job_id, "c0").counted  # type: ignore[union-attr]
     # counted already: nothing written (no usage added), and the caller is told
     assert repos.jobs.settle_new_chunk(job.job_id, "c0", usage=Usage(input_tokens=5)) is None
     again = repos.jobs.get(job.job_id)
-    assert again is not None and again.input_tokens == 5
+    assert again is not None and again.input_tokens == 5 and again.settled_count == 1
+    # a chunk without a record, or a job that does not exist: nothing counted, nothing created
+    assert repos.jobs.settle_new_chunk(job.job_id, "no-record", usage=Usage(input_tokens=5)) is None
+    assert repos.claims.get(job.job_id, "no-record") is None
+    assert repos.jobs.settle_new_chunk("job-that-does-not-exist", "c0") is None
+    assert repos.jobs.get("job-that-does-not-exist") is None and repos.jobs.get(job.job_id).input_tokens == 5  # type: ignore[union-attr]
 
 
-def test_jobs_settled_set_stalled_and_events(repos: Repos):
-    job, _ = repos.jobs.create(_job(JobState.RUNNING))
+def test_jobs_settled_count_stalled_and_events(repos: Repos):
+    job = _with_chunks(repos, _job(JobState.RUNNING))
     repos.clock.advance(1)
-    assert repos.jobs.settle_chunk(job.job_id, "c0").settled == {"c0"}
-    assert repos.jobs.settle_chunk(job.job_id, "c0").settled == {"c0"}  # idempotent
+    assert counted(repos.claims, repos.jobs.settle_chunk(job.job_id, "c0")) == {"c0"}
+    assert counted(repos.claims, repos.jobs.settle_chunk(job.job_id, "c0")) == {"c0"}  # idempotent
     repos.jobs.settle_chunk(job.job_id, "c1")
     repos.jobs.unsettle_chunks(job.job_id, {"c0": Usage()})
-    assert repos.jobs.get(job.job_id).settled == {"c1"}
+    assert counted(repos.claims, repos.jobs.get(job.job_id)) == {"c1"}
     assert job.job_id in {j.job_id for j in repos.jobs.stalled(repos.clock() + 1)}
     assert job.job_id not in {j.job_id for j in repos.jobs.stalled(repos.clock() - 1)}
     repos.clock.advance(5)
@@ -319,6 +336,87 @@ def test_a_job_whose_events_predate_the_counter_goes_on_from_its_last_number(rep
     assert repos.jobs.record_event(job.job_id, "a") == 4
     assert repos.jobs.record_event(job.job_id, "b") == 5
     assert [e.number for e in repos.jobs.events(job.job_id)] == [4, 5]
+
+
+def test_a_job_gone_by_its_ttl_gets_no_event_though_its_counter_lives_on(repos: Repos):
+    """The counter item is written after the job item (and its TTL restarts with every event), so it outlives a job
+    its TTL deleted: record_event must not go on numbering events of a job that is gone."""
+    job, _ = repos.jobs.create(_job(JobState.RUNNING))
+    assert repos.jobs.record_event(job.job_id, "a") == 1
+    # WHEN the job's expiry passes and its TTL deletes the job item (the counter item still there)
+    repos.clock.advance(job.expires_at - repos.clock() + 1) if job.expires_at else None
+    created, _ = repos.jobs.create(_job(JobState.RUNNING))
+    assert repos.jobs.record_event(created.job_id, "a") == 1  # another job, created after: still numbered
+    _delete_job_item(repos, job.job_id)
+    # THEN no event is written, and 0 says so
+    assert repos.jobs.record_event(job.job_id, "b") == 0
+    assert [e.number for e in repos.jobs.events(job.job_id)] == [1]
+    assert repos.jobs.record_event(created.job_id, "b") == 2
+
+
+def _delete_job_item(repos: Repos, job_id: str) -> None:
+    """What DynamoDB's TTL does to an expired job item (the fake: the same, in memory)."""
+    if isinstance(repos.jobs, DynamoJobs):
+        repos.jobs.jobs.client.delete_item(TableName=repos.jobs.jobs.name, Key={"job_id": {"S": job_id}})
+    else:
+        del repos.jobs.items[job_id]  # type: ignore[attr-defined]
+
+
+def _legacy_settled(repos: Repos, job_id: str, ids: set[str]) -> None:
+    """What an older version left on a job in flight: the counted chunk ids in a string set on the job item."""
+    if isinstance(repos.jobs, DynamoJobs):
+        repos.jobs.jobs.client.update_item(TableName=repos.jobs.jobs.name, Key={"job_id": {"S": job_id}},
+                                           UpdateExpression="ADD settled :s",
+                                           ExpressionAttributeValues={":s": {"SS": sorted(ids)}})
+    else:
+        jobs: Any = repos.jobs
+        jobs.items[job_id] = jobs.items[job_id].model_copy(update={"legacy_settled": set(ids)})
+
+
+def test_a_job_in_flight_with_a_settled_set_on_its_item_keeps_working(repos: Repos):
+    """Migration: a job written before the count holds its counted chunks in a set on the job item. It is read with
+    the marks (counted = in the set or marked), never added to; a chunk in it is not counted again, one taken off
+    leaves it with its usage, and a reopen replaces it with marks and a count."""
+    u = Usage(input_tokens=10, model_micro_usd=30)
+    job = _with_chunks(repos, _job(JobState.RUNNING, input_tokens=20, model_micro_usd=60).model_copy(
+        update={"chunk_count": 4}), n=4)
+    _legacy_settled(repos, job.job_id, {"c0", "c1"})
+    old = repos.jobs.get(job.job_id)
+    assert old is not None and old.n_settled == 2 and old.progress == 0.5 and counted(repos.claims, old) == {"c0", "c1"}
+    # a chunk in the set is not counted again (no usage added), a new one is counted by the new form
+    assert repos.jobs.settle_new_chunk(job.job_id, "c0", usage=u) is None
+    now = repos.jobs.settle_new_chunk(job.job_id, "c2", usage=u)
+    assert now is not None and (now.settled_count, now.n_settled, now.input_tokens) == (1, 3, 30)
+    assert counted(repos.claims, now) == {"c0", "c1", "c2"}
+    # unsettling a chunk of the set takes it (and its usage) off the set; one of the new form, off its mark
+    after = repos.jobs.unsettle_chunks(job.job_id, {"c1": u, "c2": u})
+    assert after is not None and counted(repos.claims, after) == {"c0"} and after.input_tokens == 10
+    assert after.settled_version == old.settled_version + 2
+    # a reopen rebuilds what is counted from the records: marks and a count, the set gone
+    reopened = repos.jobs.transition(job.job_id, (JobState.RUNNING,), JobState.RUNNING, settled={"c0", "c3"})
+    assert reopened is not None and reopened.legacy_settled == set() and reopened.settled_count == 2
+    assert counted(repos.claims, reopened) == {"c0", "c3"}
+    assert repos.jobs.settle_new_chunk(job.job_id, "c0") is None  # still counted once
+
+
+def test_the_job_item_does_not_grow_with_the_chunks_it_counts(repos: Repos):
+    """Issue 17 item 5: every settle used to add the chunk id to a set on the job item (~19 bytes a chunk: a 5 MB
+    job's item reached ~24 KB, each write to it billed ~24 units). Now the mark is on the chunk record."""
+    if not isinstance(repos.jobs, DynamoJobs):
+        pytest.skip("item sizes are DynamoDB's")
+    client, table = _raw(repos)
+    job = _with_chunks(repos, _job(JobState.RUNNING).model_copy(update={"chunk_count": 40}), n=40)
+
+    def attributes() -> dict[str, Any]:
+        return client.get_item(TableName=table, Key={"job_id": {"S": job.job_id}}, ConsistentRead=True)["Item"]
+
+    repos.jobs.settle_chunk(job.job_id, "c0", usage=Usage(input_tokens=1))
+    first = attributes()
+    for i in range(1, 40):
+        repos.jobs.settle_chunk(job.job_id, f"c{i}", usage=Usage(input_tokens=1))
+    last = attributes()
+    assert "settled" not in last and last["settled_count"] == {"N": "40"}
+    assert set(last) == set(first) and len(json.dumps(last)) - len(json.dumps(first)) <= 4  # a number's digits
 
 
 # ------------------------------------------------------------------------------ claims

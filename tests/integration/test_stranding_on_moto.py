@@ -25,6 +25,7 @@ from contract_review.reliability.chunks import analysis_message, dead_letter
 from review_local.connect import local_deps
 from review_local.embedded import EmbeddedAws
 
+from ..oracle import counted
 from ..texts import TEXT
 from .conftest import deployed, get_chunk, get_job, report_json
 
@@ -132,6 +133,6 @@ def test_a_finalize_landing_inside_the_redrive_is_undone_on_dynamodb(deps: Deps)
     # THEN finalize ended the job in between, and the redrive reopened it as a whole
     assert ended == [JobState.DEAD_LETTERED] and done.action == "redriven (1 chunk(s) sent)"
     job = get_job(deps, job_id)
-    assert job.state is JobState.RUNNING and job.error_code is None and job.settled == set()
+    assert job.state is JobState.RUNNING and job.error_code is None and counted(deps.claims, job) == set()
     # AND the chunk is worked and the job completes
     assert _worker_finishes_and_job_completes(deps, job_id, chunk_id).state is JobState.COMPLETED

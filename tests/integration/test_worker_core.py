@@ -28,7 +28,7 @@ from contract_review.wiring import build_deps
 from review_local.connect import local_deps, local_session
 from review_local.embedded import EmbeddedAws
 
-from ..oracle import assert_matches_fault_free
+from ..oracle import assert_matches_fault_free, counted
 from ..texts import LONG_TEXT, TEXT
 from .conftest import get_chunk, get_job, report_json
 
@@ -301,7 +301,7 @@ def test_redrive_after_a_job_fatal_error_reopens_every_unfinished_chunk(deps, sq
     done = redrive.dlq_redrive(deps)
     assert [d.action for d in done] == [f"redriven ({len(work)} chunk(s) sent)"]
     job = get_job(deps, job_id)
-    assert job.state == "running" and not job.settled and not job.error_code
+    assert job.state == "running" and not counted(deps.claims, job) and not job.error_code
     # THEN every chunk runs again and the job completes
     r = sqs.receive_message(QueueUrl=deps.settings.analysis_queue_url, MaxNumberOfMessages=10)
     msgs = r["Messages"]
@@ -324,7 +324,7 @@ def test_finalize_does_not_count_a_chunk_that_was_redriven_meanwhile(deps, sqs):
     deps.jobs.settle_chunk(job_id, msg.chunk_id)  # counted, but the chunk record says pending (redriven)
     assert finalize(deps, get_job(deps, job_id)) == JobState.RUNNING
     job = get_job(deps, job_id)
-    assert job.state == "running" and not job.settled
+    assert job.state == "running" and not counted(deps.claims, job)
 
 
 # The sweeper's three writes on a lapsed lease, each fenced on the lease still being lapsed:

@@ -201,7 +201,7 @@ def lifecycle_invariants(deps: Any, job_ids: list[str], tickets: TicketServiceFa
         records = deps.claims.for_job(job_id)
         if any(r.status in (ChunkStatus.PENDING, ChunkStatus.CLAIMED) for r in records):
             count("chunks_pending_under_an_ended_job", job_id)
-        settled = [r for r in records if r.chunk_id in job.settled]
+        settled = [r for r in records if job.counts(r)]
         for f in MODEL_FIELDS:
             if getattr(job, f) != sum(getattr(r, f) for r in settled):
                 count("jobs_whose_cost_is_not_the_sum_of_their_settled_chunks", job_id)

@@ -74,6 +74,8 @@ class FakeJobs:
         self.items: dict[str, Job] = {}
         self.log: list[JobEvent] = []
         self.counters: dict[str, int] = {}  # each job's event counter (the counter item in the events table)
+        # the chunk records a settle marks `counted` (the claims table, written in one transaction with the job)
+        self.claims: FakeClaims | None = None
 
     def create(self, job: Job) -> tuple[Job, bool]:
         old = self.items.get(job.job_id)
@@ -104,9 +106,14 @@ class FakeJobs:
         if if_version is not None and job.version != if_version:
             return None
         update: dict[str, object] = {}
-        if settled is not None:
+        if settled is not None:  # the records' marks rebuilt, the count set to match, an older job's set gone
             update.update({f: Job.model_fields[f].get_default(call_default_factory=True) for f in OUTCOME_FIELDS})
-            update["settled"] = set(settled)
+            marked = 0
+            for r in self._records().for_job(job_id):
+                want = r.chunk_id in settled
+                marked += want
+                self._records().items[(job_id, r.chunk_id)] = r.model_copy(update={"counted": want})
+            update.update({"settled_count": marked, "legacy_settled": set()})
         if outcome is not None:
             update.update({k: getattr(outcome, k) for k in outcome.model_dump(exclude_none=True)})
         if started_at is not None:
@@ -139,31 +146,45 @@ class FakeJobs:
         self.items[job_id] = job.model_copy(update={"fanned_out": to_count})
         return True
 
+    def _records(self) -> FakeClaims:
+        assert self.claims is not None, "FakeJobs.claims: the FakeClaims whose records a settle marks"
+        return self.claims
+
     def settle_new_chunk(self, job_id: str, chunk_id: str, *, usage: Usage | None = None) -> Job | None:
-        if chunk_id in self.items[job_id].settled:
+        job, record = self.items.get(job_id), self._records().items.get((job_id, chunk_id))
+        if job is None or record is None or job.counts(record):  # the transaction's conditions
             return None
-        return self._settle(job_id, chunk_id, usage)
-
-    def settle_chunk(self, job_id: str, chunk_id: str, *, usage: Usage | None = None) -> Job:
-        return self._settle(job_id, chunk_id, usage)
-
-    def _settle(self, job_id: str, chunk_id: str, usage: Usage | None) -> Job:
-        job = self.items[job_id]  # KeyError as DynamoDB's condition `attribute_exists(job_id)` fails
-        added = usage if usage is not None and chunk_id not in job.settled else Usage()
-        job = job.model_copy(update={"settled": job.settled | {chunk_id}, "updated_at": self.clock(),
+        self._records().items[(job_id, chunk_id)] = record.model_copy(update={"counted": True})
+        added = usage or Usage()
+        job = job.model_copy(update={"settled_count": job.settled_count + 1, "updated_at": self.clock(),
                                      **{f: getattr(job, f) + getattr(added, f) for f in USAGE_FIELDS}})
         self.items[job_id] = job
         return job.model_copy(deep=True)
+
+    def settle_chunk(self, job_id: str, chunk_id: str, *, usage: Usage | None = None) -> Job:
+        counted = self.settle_new_chunk(job_id, chunk_id, usage=usage)
+        if counted is not None:
+            return counted
+        job = self.items[job_id]  # KeyError as DynamoDB's condition `attribute_exists(job_id)` fails
+        self.items[job_id] = job.model_copy(update={"updated_at": self.clock()})
+        return self.items[job_id].model_copy(deep=True)
 
     def unsettle_chunks(self, job_id: str, usage_by_chunk: Mapping[str, Usage]) -> Job | None:
         job = self.items.get(job_id)
         if job is None:
             return None
         for chunk_id, usage in usage_by_chunk.items():
-            taken = usage if chunk_id in job.settled else Usage()  # only what was counted comes off
-            job = job.model_copy(update={"settled": job.settled - {chunk_id},
-                                         "settled_version": job.settled_version + 1,
-                                         **{f: getattr(job, f) - getattr(taken, f) for f in USAGE_FIELDS}})
+            record = self._records().items.get((job_id, chunk_id))
+            update: dict[str, object] = {"settled_version": job.settled_version + 1}
+            if record is not None and record.counted:  # only what was counted comes off
+                self._records().items[(job_id, chunk_id)] = record.model_copy(update={"counted": False})
+                update["settled_count"] = job.settled_count - 1
+            elif chunk_id in job.legacy_settled:  # a job from before the count: out of its set
+                update["legacy_settled"] = job.legacy_settled - {chunk_id}
+            else:
+                usage = Usage()
+            update.update({f: getattr(job, f) - getattr(usage, f) for f in USAGE_FIELDS})
+            job = job.model_copy(update=update)
         self.items[job_id] = job
         return job.model_copy(deep=True)
 
@@ -570,6 +591,7 @@ class FakeWorld:
         self.artifacts = FakeArtifacts(self.settings.bucket)
         self.jobs = FakeJobs(self.clock, self.settings.profile.record_ttl_s)
         self.claims = FakeClaims(self.clock, self.artifacts, self.settings.profile.review.checkpoint_inline_max_bytes)
+        self.jobs.claims = self.claims
         self.queues = FakeQueues(self.clock)
         self.model_control = FakeModelControl()
         self.token_ledger = FakeTokenLedger()

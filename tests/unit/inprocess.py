@@ -26,6 +26,7 @@ from contract_review.pipeline.intake import handle_intake
 from contract_review.pipeline.sweeper import sweep
 from contract_review.pipeline.worker import ChunkWorker, Delivery, Tier2
 from contract_review.review.analysts import ChunkFindings
+from tests.oracle import counted
 
 from .fakes import FakeWorld, Sent
 
@@ -153,7 +154,7 @@ class InProcess:
         assert job is not None and job.state.value == "completed", (job.state if job else None, job and job.error)
         records = self.world.claims.for_job(job_id)
         assert len(records) == job.chunk_count and all(c.status is ChunkStatus.DONE for c in records)
-        assert job.settled == {c.chunk_id for c in records}
+        assert counted(self.world.claims, job) == {c.chunk_id for c in records}
         findings = self.findings(job)
         per_chunk = [len(ChunkFindings.model_validate_json(self.world.artifacts.get_text(c.findings_key or "")).findings)
                      for c in records]

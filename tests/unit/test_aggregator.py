@@ -22,6 +22,7 @@ from contract_review.pipeline.aggregator import finalize, handle_result
 from contract_review.reliability.chunks import settled_result
 from contract_review.review.analysts import ANALYSTS, Finding
 from contract_review.review.report import Report
+from tests.oracle import counted
 
 from ..texts import TEXT
 from .fakes import FakeWorld
@@ -74,7 +75,7 @@ def test_result_for_an_unknown_job_is_ignored():
     assert outcome == "ignored"
     assert world.jobs.get("job-unknown") is None
     assert world.jobs.events("job-unknown") == []
-    assert the_job(world, job_id).settled == set()
+    assert counted(world.claims, the_job(world, job_id)) == set()
 
 
 @pytest.mark.parametrize("ended", [JobState.COMPLETED, JobState.FAILED, JobState.DEAD_LETTERED, JobState.CANCELLED])
@@ -88,7 +89,7 @@ def test_result_for_an_ended_job_is_ignored(ended):
     outcome = deliver(world, done)
     # THEN it is ignored: the settled set and events are untouched, no report is written
     assert outcome == "ignored"
-    assert the_job(world, job_id).settled == set()
+    assert counted(world.claims, the_job(world, job_id)) == set()
     assert world.jobs.types(job_id) == []
     assert (world.settings.bucket, report_keys(job_id)[0]) not in world.artifacts.objects
 
@@ -103,7 +104,7 @@ def test_result_whose_chunk_status_differs_from_the_record_is_stale():
     outcome = deliver(world, dead)
     # THEN it is stale: not counted, no event
     assert outcome == "stale"
-    assert the_job(world, job_id).settled == set()
+    assert counted(world.claims, the_job(world, job_id)) == set()
     assert world.jobs.types(job_id) == []
 
 
@@ -118,7 +119,7 @@ def test_result_claiming_done_for_a_dead_lettered_chunk_is_stale():
     # THEN it is stale and the job keeps running
     assert outcome == "stale"
     job = the_job(world, job_id)
-    assert job.state is JobState.RUNNING and job.settled == set()
+    assert job.state is JobState.RUNNING and counted(world.claims, job) == set()
 
 
 def test_result_for_an_unknown_chunk_is_stale():
@@ -130,7 +131,7 @@ def test_result_for_an_unknown_chunk_is_stale():
     # WHEN a result names a chunk the job does not have
     # THEN it is stale
     assert handle_result(world.deps, msg) == "stale"
-    assert the_job(world, job_id).settled == set()
+    assert counted(world.claims, the_job(world, job_id)) == set()
 
 
 # --- a clean job -------------------------------------------------------------------------------------
@@ -158,7 +159,7 @@ def test_all_chunks_done_completes_the_job_with_a_report():
     assert outcomes == ["recorded", "recorded", "recorded", "completed"]
     job = the_job(world, job_id)
     assert job.state is JobState.COMPLETED
-    assert job.settled == {r.chunk_id for r in records}
+    assert counted(world.claims, job) == {r.chunk_id for r in records}
     assert job.error is None and job.error_code is None and job.missing == [] and job.mandatory_gaps == []
     assert job.ended_at == world.clock.now and job.n_findings == 4
     # AND report.json and report.md are written where the job says
@@ -203,9 +204,33 @@ def test_job_is_not_finalized_before_every_chunk_is_counted():
     # THEN the job is still running with 3 of 4 counted and no report
     assert outcomes == ["recorded"] * 3
     job = the_job(world, job_id)
-    assert job.state is JobState.RUNNING and len(job.settled) == 3 and job.progress == 0.75
+    assert job.state is JobState.RUNNING and len(counted(world.claims, job)) == 3 and job.progress == 0.75
     assert job.report_json_key is None
     assert (world.settings.bucket, report_keys(job_id)[0]) not in world.artifacts.objects
+
+
+def test_a_job_in_flight_with_a_settled_set_on_its_item_finishes_each_chunk_counted_once():
+    # GIVEN a 4-chunk job written before the settled count: chunks 0 and 1 counted in the set on its job item (with
+    #       their usage on the job), chunks 2 and 3 still to come
+    world = FakeWorld()
+    job_id, records = intake(world)
+    settled = [settle_done(world, r, stats=AttemptStats(calls=1, model_micro_usd=100 + r.chunk_index))
+               for r in records]
+    old = the_job(world, job_id)
+    world.jobs.items[job_id] = old.model_copy(update={
+        "legacy_settled": {records[0].chunk_id, records[1].chunk_id},
+        "model_micro_usd": settled[0].model_micro_usd + settled[1].model_micro_usd})
+    assert the_job(world, job_id).progress == 0.5
+    # WHEN chunk 0's result comes again (at-least-once), then chunks 2 and 3's
+    outcomes = [deliver(world, r) for r in (settled[0], settled[2], settled[3])]
+    # THEN the job completes, each chunk counted once: the old ones by the set, the new ones by their marks
+    assert outcomes == ["recorded", "recorded", "completed"]
+    job = the_job(world, job_id)
+    assert job.state is JobState.COMPLETED and counted(world.claims, job) == {r.chunk_id for r in records}
+    assert job.settled_count == 2 and [r.counted for r in world.claims.for_job(job_id)] == [False, False, True, True]
+    # AND its model cost is the sum of its chunks' (a chunk of the set was not added again)
+    assert job.model_micro_usd == sum(c.model_micro_usd for c in settled) == 406
+    assert world.jobs.types(job_id).count("chunk.settled") == 2
 
 
 # --- coverage policy ---------------------------------------------------------------------------------
@@ -345,7 +370,7 @@ def test_finalize_unsettles_a_counted_chunk_that_was_redriven():
     assert outcome == "recorded"
     job = the_job(world, job_id)
     assert job.state is JobState.RUNNING
-    assert job.settled == {records[1].chunk_id}
+    assert counted(world.claims, job) == {records[1].chunk_id}
     assert job.report_json_key is None
     assert (world.settings.bucket, report_keys(job_id)[0]) not in world.artifacts.objects
     assert "job.completed" not in world.jobs.types(job_id) and "job.dead_lettered" not in world.jobs.types(job_id)
@@ -369,7 +394,7 @@ def test_finalize_called_directly_returns_running_when_a_chunk_is_not_settled():
     # THEN it answers RUNNING, drops chunk 1 from the settled set and writes nothing
     assert state is JobState.RUNNING
     after = the_job(world, job_id)
-    assert after.state is JobState.RUNNING and after.settled == {records[0].chunk_id}
+    assert after.state is JobState.RUNNING and counted(world.claims, after) == {records[0].chunk_id}
     assert not any(k[1].startswith("reports/") for k in world.artifacts.objects)
 
 
@@ -387,7 +412,7 @@ def test_duplicate_results_are_idempotent():
     # THEN the settled set is unchanged and the job keeps running; the chunk was settled once (one event)
     assert again == "recorded"
     job = the_job(world, job_id)
-    assert job.settled == {records[0].chunk_id} and job.state is JobState.RUNNING
+    assert counted(world.claims, job) == {records[0].chunk_id} and job.state is JobState.RUNNING
     assert world.jobs.types(job_id).count("chunk.settled") == 1
     # AND when the last chunk completes the job, further duplicates are ignored: one finalize only
     done1 = settle_done(world, records[1], findings=[finding(records[1], "q1")])
@@ -399,7 +424,7 @@ def test_duplicate_results_are_idempotent():
     assert world.jobs.types(job_id).count("job.completed") == 1
     assert world.artifacts.get_text(report_keys(job_id)[0]) == report_before
     final = the_job(world, job_id)
-    assert final.settled == {r.chunk_id for r in records} and final.n_findings == 2
+    assert counted(world.claims, final) == {r.chunk_id for r in records} and final.n_findings == 2
     assert final.ended_at == world.clock.now - 30
 
 

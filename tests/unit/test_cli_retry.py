@@ -10,6 +10,7 @@ from contract_review.domain.ports import Queue
 from contract_review.domain.records import AttemptStats, ChunkStatus, JobFailure, JobState, job_id_for
 from contract_review.pipeline.intake import handle_intake
 from contract_review.review.chunking import document_hash
+from tests.oracle import counted
 
 from ..texts import TEXT
 from .fakes import FakeWorld
@@ -48,7 +49,7 @@ def test_review_retry_wait_reopens_a_job_failed_by_a_job_fatal_error_and_it_comp
     assert line == (f"{job_id}  running  reopened from failed (model.access_denied): 3 chunk(s) sent, finished "
                     "chunks and checkpoints kept")
     job = world.jobs.get(job_id)
-    assert job is not None and job.state is JobState.COMPLETED and job.settled == set(ids)
+    assert job is not None and job.state is JobState.COMPLETED and counted(world.claims, job) == set(ids)
     assert world.jobs.types(job_id).count("job.reopened") == 1
 
 

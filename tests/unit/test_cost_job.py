@@ -9,7 +9,7 @@ from decimal import Decimal
 from contract_review.config.prices import PRICES
 from contract_review.domain import cost
 from contract_review.domain.messages import ResultMessage
-from contract_review.domain.records import AttemptStats, ChunkStatus, Job, JobState, Usage, job_id_for
+from contract_review.domain.records import AttemptStats, ChunkRecord, ChunkStatus, Job, JobState, Usage, job_id_for
 from contract_review.doubles.bedrock_sim import SimulatedPromptCache
 from contract_review.doubles.offline_model import OfflineRuleModel
 from contract_review.pipeline.aggregator import handle_result
@@ -89,12 +89,14 @@ def test_a_result_delivered_twice_is_counted_once():
 def test_settle_adds_usage_only_when_the_chunk_enters_the_settled_set():
     world = FakeWorld(settings=SETTINGS)
     world.jobs.create(Job(job_id="j", state=JobState.RUNNING, created_at=0, updated_at=0, idempotency_key="k"))
+    world.claims.create(ChunkRecord(job_id="j", chunk_id="c1", chunk_index=0, start=0, end=1))
     u = Usage(input_tokens=10, model_micro_usd=30, aws_requests=2, aws_micro_usd=1)
     world.jobs.settle_chunk("j", "c1", usage=u)
     job = world.jobs.settle_chunk("j", "c1", usage=u)
-    assert job.usage() == u
+    assert job.usage() == u and job.settled_count == 1 and world.claims.get("j", "c1").counted  # type: ignore[union-attr]
     job2 = world.jobs.unsettle_chunks("j", {"c1": u})
-    assert job2 is not None and job2.usage() == Usage()
+    assert job2 is not None and job2.usage() == Usage() and job2.settled_count == 0
+    assert not world.claims.get("j", "c1").counted  # type: ignore[union-attr]
 
 
 def test_attempt_stats_without_a_meter_carry_the_tokens_unpriced():

@@ -12,6 +12,7 @@ from contract_review.domain.ports import Queue
 from contract_review.domain.records import AttemptStats, Cancellation, ChunkStatus, JobState, Usage
 from contract_review.pipeline import redrive
 from contract_review.pipeline.worker import ChunkWorker, Delivery
+from tests.oracle import counted
 
 from .fakes import FakeWorld
 from .scenarios import claim, deliver, one_chunk_job, running_job
@@ -43,7 +44,7 @@ def test_a_chunk_message_of_a_job_cancelled_meanwhile_is_settled_cancelled_not_l
     # THEN it settles the chunk `cancelled`, fenced, counts it on the job, and calls no model
     after = world.claims.get(job_id, msg.chunk_id)
     assert outcome.action == "cancelled" and after.status is ChunkStatus.CANCELLED and after.settled
-    assert msg.chunk_id in world.jobs.get(job_id).settled
+    assert msg.chunk_id in counted(world.claims, world.jobs.get(job_id))
 
 
 def test_a_redrive_racing_a_cancel_leaves_no_chunk_pending_under_the_cancelled_job():

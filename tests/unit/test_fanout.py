@@ -17,6 +17,7 @@ from contract_review.pipeline.aggregator import handle_result
 from contract_review.pipeline.intake import handle_intake
 from contract_review.pipeline.sweeper import sweep
 from contract_review.review.chunking import chunk_document
+from tests.oracle import counted
 
 from ..texts import LONG_TEXT, TEXT
 from .fakes import SETTINGS, FakeWorld
@@ -94,7 +95,7 @@ def test_a_large_document_goes_out_a_page_at_a_time_within_its_window_and_comple
     def observe() -> None:
         job = world.jobs.get(job_id)
         assert job is not None and job.fanned_out is not None
-        in_flight.append(job.fanned_out - len(job.settled))
+        in_flight.append(job.fanned_out - len(counted(world.claims, job)))
         states.append(job.state)
 
     # WHEN workers analyse chunks as they come and the aggregator counts each result
@@ -107,7 +108,7 @@ def test_a_large_document_goes_out_a_page_at_a_time_within_its_window_and_comple
     assert max(in_flight) <= WINDOW
     assert states[:-1] == [JobState.RUNNING] * (len(ids) - 1) and states[-1] is JobState.COMPLETED
     job = world.jobs.get(job_id)
-    assert job is not None and job.fanned_out == job.chunk_count == 55 and len(job.settled) == 55
+    assert job is not None and job.fanned_out == job.chunk_count == 55 and len(counted(world.claims, job)) == 55
     # AND the rest went out in refills of at least a page each (the last may be shorter), in order
     pages = fanned_out_events(world, job_id)
     assert sum(p["sent"] for p in pages) == 55 - WINDOW
@@ -174,7 +175,7 @@ def test_a_refill_that_fails_leaves_its_chunk_uncounted_and_the_reconciler_bring
         handle_result(world.deps, due)
     # THEN the chunk is not counted, the cursor did not move and nothing was sent
     job = world.jobs.get(job_id)
-    assert job is not None and due.chunk_id not in job.settled and job.fanned_out == before.fanned_out == WINDOW
+    assert job is not None and due.chunk_id not in counted(world.claims, job) and job.fanned_out == before.fanned_out == WINDOW
     assert world.queues.sent[Queue.ANALYSIS] == []
     # WHEN S3 is back and the job has made no progress for the stall period: the sweeper reconciles it
     monkeypatch.setattr(world.artifacts, "get_text_range", read)
@@ -184,7 +185,7 @@ def test_a_refill_that_fails_leaves_its_chunk_uncounted_and_the_reconciler_bring
     # THEN the uncounted chunks are announced again, and handling them refills the window
     deliver_results(world)
     job = world.jobs.get(job_id)
-    assert job is not None and due.chunk_id in job.settled and job.fanned_out is not None
+    assert job is not None and due.chunk_id in counted(world.claims, job) and job.fanned_out is not None
     assert job.fanned_out > WINDOW
     # AND the job completes with every chunk
     pump(world)

@@ -17,6 +17,7 @@ from contract_review.domain.records import ChunkStatus, Job, JobState, job_id_fo
 from contract_review.pipeline.intake import IntakeResult, handle_intake
 from contract_review.review.analysts import job_config_hash
 from contract_review.review.chunking import chunk_document, document_hash
+from tests.oracle import counted
 
 from ..texts import LONG_TEXT, TEXT
 from .fakes import SETTINGS, FakeQueues, FakeWorld
@@ -58,7 +59,7 @@ def test_valid_inline_document_creates_a_running_job_with_one_chunk_and_message(
     assert job.document_id == "msa-2026" and job.document_chars == len(TEXT)
     assert job.source_message_id == "m-1"
     assert job.created_at == world.clock.now and job.started_at == world.clock.now
-    assert job.settled == set()
+    assert counted(world.claims, job) == set()
     # AND one pending chunk record at fence 0 covering the whole text
     [record] = world.claims.for_job(expected_job)
     assert record.chunk_id == chunk_ids(TEXT)[0]

@@ -14,6 +14,7 @@ from contract_review.pipeline.aggregator import handle_result
 from contract_review.pipeline.intake import handle_intake
 from contract_review.pipeline.redrive import Redriven, dlq_redrive, reopen
 from contract_review.reliability.chunks import analysis_message, announce, dead_letter
+from tests.oracle import counted
 
 from ..texts import TEXT
 from .fakes import SETTINGS, FakeWorld, Sent
@@ -72,7 +73,7 @@ def dead_lettered_job(world: FakeWorld) -> tuple[str, list[str], dict[str, Chunk
     assert aggregate(world)[-1] == "dead_lettered"
     job = world.jobs.get(job_id)
     assert job is not None and job.state is JobState.DEAD_LETTERED and job.error_code == "runtime.dead_lettered"
-    assert len(job.missing) == 2 and job.ended_at is not None and job.settled == set(ids)
+    assert len(job.missing) == 2 and job.ended_at is not None and counted(world.claims, job) == set(ids)
     return job_id, ids, before
 
 
@@ -93,12 +94,13 @@ def test_reopening_a_dead_lettered_job_resets_every_failed_chunk_and_resends_wha
         assert rec.failures == 0 and rec.fence == before[chunk_id].fence + 1
         assert rec.redriven == 1 and rec.redriven_at == world.clock() and rec.settled_at is None
     # AND the done chunks are untouched
-    assert world.claims.get(job_id, ids[0]) == before[ids[0]]
-    assert world.claims.get(job_id, ids[3]) == before[ids[3]]
+    for chunk_id in (ids[0], ids[3]):  # (but for the mark of being counted, which they keep)
+        rec = world.claims.get(job_id, chunk_id)
+        assert rec is not None and rec.counted and rec.model_copy(update={"counted": False}) == before[chunk_id]
     # AND the job runs again: its earlier ending is cleared and only the done chunks count as settled
     job = world.jobs.get(job_id)
     assert job is not None and job.state is JobState.RUNNING
-    assert job.settled == {ids[0], ids[3]}
+    assert counted(world.claims, job) == {ids[0], ids[3]}
     assert (job.error, job.error_code, job.root_error, job.ended_at) == (None, None, None, None)
     assert job.missing == [] and job.mandatory_gaps == []
     # AND one analysis message per chunk that is not done, rebuilt from the stored document
@@ -136,7 +138,7 @@ def test_reopening_a_job_failed_by_a_job_fatal_error_also_sends_its_unstarted_ch
     rec = world.claims.get(job_id, ids[1])
     assert rec is not None and (rec.status, rec.failures, rec.redriven) == (ChunkStatus.PENDING, 0, 1)
     job = world.jobs.get(job_id)
-    assert job is not None and job.state is JobState.RUNNING and job.settled == {ids[0]}
+    assert job is not None and job.state is JobState.RUNNING and counted(world.claims, job) == {ids[0]}
     assert job.error is None and job.error_code is None and job.ended_at is None
     assert events_of(world, job_id, "job.reopened") == [{"from_state": "failed", "chunks_resent": 3, "via": "redrive"}]
 
@@ -149,7 +151,7 @@ def test_reopening_a_chunk_of_a_running_job_resets_only_that_chunk_and_unsettles
     dead = worker_dead_letters(world, job_id, ids[1])
     failed = worker_fails(world, job_id, ids[2], "model.output_invalid")
     assert aggregate(world) == ["recorded"] * 3
-    assert world.jobs.get(job_id).settled == {ids[0], ids[1], ids[2]}  # type: ignore[union-attr]
+    assert counted(world.claims, world.jobs.get(job_id)) == {ids[0], ids[1], ids[2]}  # type: ignore[union-attr]
     # WHEN chunk 1 is reopened
     action = reopen(world.deps, job_id, ids[1])
     # THEN only chunk 1 is reset and re-sent; the failed chunk 2 is left as it is
@@ -157,12 +159,12 @@ def test_reopening_a_chunk_of_a_running_job_resets_only_that_chunk_and_unsettles
     rec = world.claims.get(job_id, ids[1])
     assert rec is not None and rec.status is ChunkStatus.PENDING
     assert (rec.failures, rec.fence, rec.redriven) == (0, dead.fence + 1, 1)
-    assert world.claims.get(job_id, ids[2]) == failed
+    assert world.claims.get(job_id, ids[2]) == failed.model_copy(update={"counted": True})  # still counted
     (msg,) = world.queues.analysis()
     assert (msg.chunk_id, msg.reason, msg.text) == (ids[1], "redrive", TEXT[rec.start:rec.end])
     # AND the job keeps running with chunk 1 no longer counted as settled; no job.reopened event
     job = world.jobs.get(job_id)
-    assert job is not None and job.state is JobState.RUNNING and job.settled == {ids[0], ids[2]}
+    assert job is not None and job.state is JobState.RUNNING and counted(world.claims, job) == {ids[0], ids[2]}
     assert "job.reopened" not in world.jobs.types(job_id)
 
 
@@ -354,7 +356,7 @@ def test_dlq_redrive_resends_results_past_fifo_deduplication():
     assert world.queues.sent[Queue.RESULTS_DLQ] == []
     # AND the aggregator counts it
     assert handle_result(world.deps, ResultMessage.model_validate_json(resent.body)) == "recorded"
-    assert world.jobs.get(job_id).settled == {ids[0]}  # type: ignore[union-attr]
+    assert counted(world.claims, world.jobs.get(job_id)) == {ids[0]}  # type: ignore[union-attr]
 
 
 def test_dlq_redrive_only_touches_the_selected_messages():

@@ -40,6 +40,7 @@ from contract_review.pipeline.redrive import dlq_redrive
 from contract_review.pipeline.sweeper import sweep
 from contract_review.reliability.chunks import analysis_message, dead_letter
 from contract_review.review.report import Report
+from tests.oracle import counted
 
 from ..texts import TEXT
 from .fakes import SETTINGS, FakeWorld
@@ -119,7 +120,7 @@ def test_a_redrive_between_finalizes_read_and_its_transition_keeps_the_job_runni
     assert state is JobState.RUNNING and the_job(world, job_id).state is JobState.RUNNING
     rec = world.claims.get(job_id, ids[1])
     assert rec is not None and rec.status is ChunkStatus.PENDING
-    assert world.queues.sent[Queue.ANALYSIS_DLQ] == [] and the_job(world, job_id).settled == {ids[0], ids[2], ids[3]}
+    assert world.queues.sent[Queue.ANALYSIS_DLQ] == [] and counted(world.claims, the_job(world, job_id)) == {ids[0], ids[2], ids[3]}
     # AND nothing is stranded: the redriven chunk is worked and the job completes
     completes_after_redrive(world, job_id, ids[1])
 
@@ -150,7 +151,7 @@ def test_a_finalize_that_ends_the_job_between_the_redrives_reset_and_unsettle_is
     assert ended == [JobState.DEAD_LETTERED]
     assert done.action == "redriven (1 chunk(s) sent)"
     job = the_job(world, job_id)
-    assert job.state is JobState.RUNNING and job.settled == {ids[0], ids[2], ids[3]} and job.error_code is None
+    assert job.state is JobState.RUNNING and counted(world.claims, job) == {ids[0], ids[2], ids[3]} and job.error_code is None
     assert events_of(world, job_id, "job.reopened")[-1]["from_state"] == "dead_lettered"
     # AND the chunk is worked and the job completes
     completes_after_redrive(world, job_id, ids[1])
@@ -306,7 +307,7 @@ def test_a_job_whose_finalize_failed_after_the_last_count_is_finalized_by_the_re
         raise AssertionError("finalize did not fail")
     except ClientError:
         pass
-    assert the_job(world, job_id).state is JobState.RUNNING and the_job(world, job_id).settled == set(ids)
+    assert the_job(world, job_id).state is JobState.RUNNING and counted(world.claims, the_job(world, job_id)) == set(ids)
     # WHEN the job has made no progress for the stall period and the sweeper runs
     world.clock.advance(STALL + 1)
     report = sweep(world.deps)

@@ -25,6 +25,7 @@ from contract_review.pipeline.intake import handle_intake
 from contract_review.pipeline.redrive import reopen
 from contract_review.pipeline.sweeper import sweep
 from contract_review.reliability.chunks import analysis_message
+from tests.oracle import counted
 
 from ..texts import TEXT
 from .fakes import SETTINGS, FakeWorld, Sent
@@ -526,7 +527,7 @@ def test_a_stalled_job_gets_uncounted_results_resent_and_pending_chunks_requeued
         {"results_resent": 1, "chunks_requeued": 1, "by": "sweeper", "lost": {"queue_empty": 1}}]
     # AND the resent result is counted by the aggregator; an immediate second sweep does nothing
     assert handle_result(world.deps, ResultMessage.model_validate_json(resent.body)) == "recorded"
-    assert world.jobs.get(job_id).settled == {ids[0], ids[1]}  # type: ignore[union-attr]
+    assert counted(world.claims, world.jobs.get(job_id)) == {ids[0], ids[1]}  # type: ignore[union-attr]
     assert sweep(world.deps).reconciled == [] and len(world.queues.analysis()) == 1
 
 

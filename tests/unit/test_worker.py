@@ -28,6 +28,7 @@ from contract_review.domain.records import (
 from contract_review.doubles.offline_model import OfflineRuleModel
 from contract_review.pipeline.worker import ChunkWorker, Delivery, Heartbeat, Tier2
 from contract_review.review.analysts import ChunkFindings, analysis_identities, analysts_for
+from tests.oracle import counted
 
 from .fakes import SETTINGS, FakeWorld
 from .scenarios import one_chunk_job
@@ -153,7 +154,7 @@ def test_a_message_for_a_cancelled_job_settles_its_chunk_cancelled_without_a_mod
     assert _worker(world, model).handle(msg, _delivery()).action == "cancelled"
     record = world.claims.get(job_id, msg.chunk_id)
     assert model.total == 0 and record.status is ChunkStatus.CANCELLED and record.fence == 1
-    assert msg.chunk_id in world.jobs.get(job_id).settled
+    assert msg.chunk_id in counted(world.claims, world.jobs.get(job_id))
 
 
 def test_checkpointed_analysts_are_loaded_not_rerun(world):

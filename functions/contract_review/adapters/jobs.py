@@ -52,10 +52,22 @@ def _open_state(state: JobState) -> str | None:
     return None if state.terminal else state.value
 
 
+SETTLE_ATTEMPTS = 20  # a settle's transaction cancelled by a concurrent one on the same items (not a condition) is retried
+COUNTED = "counted"  # on a chunk record: counted settled on its job (written with the job's `settled_count`)
+LEGACY_SETTLED = "settled"  # a job item's string set of counted chunk ids, from before `settled_count`
+
+
+def _cancel_codes(exc: ClientError) -> list[str]:
+    """Each item's reason a transaction was cancelled ("None" for an item that was not the cause)."""
+    return [str(r.get("Code", "None")) for r in exc.response.get("CancellationReasons", [])]
+
+
 class DynamoJobs:
-    def __init__(self, client: Any, jobs_table: str, events_table: str, ttl_s: int, clock: Clock):
+    def __init__(self, client: Any, jobs_table: str, events_table: str, ttl_s: int, clock: Clock, *,
+                 claims_table: str):
         self.jobs = Table(client, jobs_table)
         self.events_table = Table(client, events_table)
+        self.claims = Table(client, claims_table)  # the chunk records' `counted` marks (settle_new_chunk)
         self.ttl_s = ttl_s
         self.clock = clock
 
@@ -102,12 +114,10 @@ class DynamoJobs:
         if started_at is not None:
             fields["started_at"] = started_at
         remove: list[str] = []
-        if settled is not None:
+        if settled is not None:  # what is counted is rebuilt: the records' marks first (the job has ended)
             remove += [f for f in OUTCOME_FIELDS if f not in fields]
-            if settled:
-                fields["settled"] = set(settled)
-            else:
-                remove.append("settled")
+            fields["settled_count"] = self._mark_counted(job_id, settled)
+            remove.append(LEGACY_SETTLED)
         fields.update({"state": to.value, "updated_at": self.clock()})
         if (open_state := _open_state(to)) is not None:  # in the open-jobs index while open, out once ended
             fields[OPEN_STATE] = open_state
@@ -122,7 +132,7 @@ class DynamoJobs:
         froms: dict[str, Any] = {f":from{i}": s.value for i, s in enumerate(from_states)}
         names["#state"] = "state"
         cond = f"#state IN ({', '.join(froms)})"
-        if if_settled_version is not None:  # no chunk left the settled set since the caller's read
+        if if_settled_version is not None:  # no chunk was uncounted since the caller's read
             names["#sv"] = "settled_version"
             froms[":sv"] = if_settled_version
             cond += " AND (#sv = :sv" + (" OR attribute_not_exists(#sv))" if if_settled_version == 0 else ")")
@@ -192,47 +202,103 @@ class DynamoJobs:
             ExpressionAttributeValues=serialize({":to": to_count, ":from": from_count})) is not None
 
     def settle_chunk(self, job_id: str, chunk_id: str, *, usage: Usage | None = None) -> Job:
-        adds, values = _usage_adds(usage)
-        if adds:  # the chunk's usage is added only by the update that brings it into the settled set
-            counted = self.settle_new_chunk(job_id, chunk_id, usage=usage)
-            if counted is not None:
-                return counted
-        return self._settle(job_id, chunk_id, [], {}, "")
-
-    def settle_new_chunk(self, job_id: str, chunk_id: str, *, usage: Usage | None = None) -> Job | None:
-        adds, values = _usage_adds(usage)
-        try:
-            return self._settle(job_id, chunk_id, adds, values, " AND NOT contains(settled, :cid)")
-        except ClientError as exc:
-            if not is_conditional_failure(exc):
-                raise
-            return None
-
-    def _settle(self, job_id: str, chunk_id: str, adds: list[str], values: dict[str, Any], also: str) -> Job:
-        values = {**values, ":c": {chunk_id}, ":now": self.clock(), **({":cid": chunk_id} if also else {})}
-        r = self.jobs.client.update_item(
-            TableName=self.jobs.name, Key=serialize({"job_id": job_id}),
-            UpdateExpression="ADD " + ", ".join(["settled :c", *adds]) + " SET updated_at = :now",
-            ConditionExpression="attribute_exists(job_id)" + also, ReturnValues="ALL_NEW",
-            ExpressionAttributeValues=serialize(values))
+        counted = self.settle_new_chunk(job_id, chunk_id, usage=usage)
+        if counted is not None:
+            return counted
+        r = self.jobs.client.update_item(  # counted before: only progress (a missing job fails the condition)
+            TableName=self.jobs.name, Key=serialize({"job_id": job_id}), UpdateExpression="SET updated_at = :now",
+            ConditionExpression="attribute_exists(job_id)", ReturnValues="ALL_NEW",
+            ExpressionAttributeValues=serialize({":now": self.clock()}))
         return Job.model_validate(deserialize(r["Attributes"]))
 
+    def settle_new_chunk(self, job_id: str, chunk_id: str, *, usage: Usage | None = None) -> Job | None:
+        """One transaction: the chunk record marked `counted` (condition: it exists, unmarked) and the job's count
+        and usage added to (condition: it exists, and an older job's set does not hold the chunk). Neither item
+        grows: the job item's write is billed at its own size, which no longer depends on the document's."""
+        adds, values = _usage_adds(usage)
+        values = {**values, ":one": 1, ":now": self.clock(), ":cid": chunk_id}
+        items = [
+            {"Update": {"TableName": self.claims.name, "Key": serialize({"job_id": job_id, "chunk_id": chunk_id}),
+                        "UpdateExpression": "SET #c = :t",
+                        "ConditionExpression": "attribute_exists(chunk_id) AND (attribute_not_exists(#c) OR #c = :f)",
+                        "ExpressionAttributeNames": {"#c": COUNTED},
+                        "ExpressionAttributeValues": serialize({":t": True, ":f": False})}},
+            {"Update": {"TableName": self.jobs.name, "Key": serialize({"job_id": job_id}),
+                        "UpdateExpression": "ADD " + ", ".join(["settled_count :one", *adds]) + " SET updated_at = :now",
+                        "ConditionExpression": "attribute_exists(job_id) AND NOT contains(#s, :cid)",
+                        "ExpressionAttributeNames": {"#s": LEGACY_SETTLED},
+                        "ExpressionAttributeValues": serialize(values)}},
+        ]
+        if not self._transact(items):
+            return None
+        return self.get(job_id)
+
+    def _transact(self, items: list[dict[str, Any]]) -> bool:
+        """Write `items` in one transaction; False when a condition failed (nothing written). A transaction
+        cancelled only by a concurrent one on the same items (TransactionConflict) is tried again."""
+        for attempt in range(SETTLE_ATTEMPTS):
+            try:
+                self.jobs.client.transact_write_items(TransactItems=items)
+                return True
+            except ClientError as exc:
+                if exc.response.get("Error", {}).get("Code") != "TransactionCanceledException":
+                    raise
+                codes = _cancel_codes(exc)
+                if "ConditionalCheckFailed" in codes:
+                    return False
+                if not codes or any(c not in ("None", "TransactionConflict") for c in codes):
+                    raise
+                time.sleep(random.uniform(0, 0.005 * (attempt + 1)))  # noqa: S311 (jitter, not crypto)
+        raise RuntimeError(f"settling a chunk kept conflicting ({SETTLE_ATTEMPTS} attempts)")
+
     def unsettle_chunks(self, job_id: str, usage_by_chunk: Mapping[str, Usage]) -> Job | None:
-        item: dict[str, Any] | None = None
         for chunk_id, usage in usage_by_chunk.items():
             adds, values = _usage_adds(usage.scaled(-1))
-            item = self.jobs.update_if(  # counted: out of the set, and its usage off the job, together
-                {"job_id": job_id},
-                UpdateExpression="DELETE settled :c ADD " + ", ".join(["settled_version :one", *adds]),
-                ConditionExpression="attribute_exists(job_id) AND contains(settled, :cid)",
-                ExpressionAttributeValues=serialize({**values, ":c": {chunk_id}, ":cid": chunk_id, ":one": 1}))
-            if item is None:  # not in the set: nothing to take off; the version still moves
-                item = self.jobs.update_if({"job_id": job_id}, UpdateExpression="ADD settled_version :one",
-                                           ConditionExpression="attribute_exists(job_id)",
-                                           ExpressionAttributeValues=serialize({":one": 1}))
-                if item is None:
-                    return None
-        return Job.model_validate(item) if item is not None else self.get(job_id)
+            if self._transact([  # counted: the mark off, and the count and its usage off the job, together
+                {"Update": {"TableName": self.claims.name, "Key": serialize({"job_id": job_id, "chunk_id": chunk_id}),
+                            "UpdateExpression": "REMOVE #c", "ConditionExpression": "#c = :t",
+                            "ExpressionAttributeNames": {"#c": COUNTED},
+                            "ExpressionAttributeValues": serialize({":t": True})}},
+                {"Update": {"TableName": self.jobs.name, "Key": serialize({"job_id": job_id}),
+                            "UpdateExpression": "ADD " + ", ".join(["settled_count :minus", "settled_version :one",
+                                                                     *adds]),
+                            "ConditionExpression": "attribute_exists(job_id)",
+                            "ExpressionAttributeValues": serialize({**values, ":minus": -1, ":one": 1})}},
+            ]):
+                continue
+            # not marked: a job from before the count may hold it in its set (out of the set, usage off, together)
+            if self.jobs.update_if(
+                    {"job_id": job_id},
+                    UpdateExpression="DELETE #s :c ADD " + ", ".join(["settled_version :one", *adds]),
+                    ConditionExpression="attribute_exists(job_id) AND contains(#s, :cid)",
+                    ExpressionAttributeNames={"#s": LEGACY_SETTLED},
+                    ExpressionAttributeValues=serialize({**values, ":c": {chunk_id}, ":cid": chunk_id, ":one": 1})
+            ) is not None:
+                continue
+            # not counted (or no such job): nothing to take off; the version still moves
+            if self.jobs.update_if({"job_id": job_id}, UpdateExpression="ADD settled_version :one",
+                                   ConditionExpression="attribute_exists(job_id)",
+                                   ExpressionAttributeValues=serialize({":one": 1})) is None:
+                return None
+        return self.get(job_id)
+
+    def _mark_counted(self, job_id: str, counted: Collection[str]) -> int:
+        """A reopened job's counted chunks rebuilt: each chunk record marked exactly when its id is in `counted`
+        (only the records whose mark differs are written); the number marked."""
+        n = 0
+        for item in self.claims.pages("query", KeyConditionExpression="job_id = :j",
+                                      ProjectionExpression="chunk_id, #c", ExpressionAttributeNames={"#c": COUNTED},
+                                      ExpressionAttributeValues=serialize({":j": job_id})):
+            want = item["chunk_id"] in counted
+            n += want
+            if want == bool(item.get(COUNTED)):
+                continue
+            self.claims.update_if({"job_id": job_id, "chunk_id": item["chunk_id"]},
+                                  UpdateExpression="SET #c = :t" if want else "REMOVE #c",
+                                  ConditionExpression="attribute_exists(chunk_id)",
+                                  ExpressionAttributeNames={"#c": COUNTED},
+                                  **({"ExpressionAttributeValues": serialize({":t": True})} if want else {}))
+        return n
 
     def set_waiting(self, job_id: str, waiting: Waiting | None) -> bool:
         if waiting is None:
@@ -278,12 +344,14 @@ class DynamoJobs:
         events table, `seq` COUNTER_SEQ) and the event, conditional on the counter being what was read. So numbers
         have no gaps (a writer that dies wrote neither), and the job item takes no write per event (each event used
         to `ADD event_seq` on the job item, a write billed at the whole item's size, which grows with the
-        document)."""
+        document). The counter item keeps the job's own expiry (`job_expires_at`): once it has passed, the job item is
+        read again, and a job that is gone (deleted by its TTL, while the counter, written later, lives on) gets no
+        event."""
         for attempt in range(EVENT_APPEND_ATTEMPTS):
-            last, counted = self._last_number(job_id)
+            now = self.clock()
+            last, counted, job_expires_at = self._last_number(job_id, now)
             if last is None:
                 return 0  # no such job (never created, or expired): it has no event stream
-            now = self.clock()
             event = JobEvent(job_id=job_id, seq=event_seq(last + 1), type=kind, at=now,
                              detail=json.loads(json.dumps(detail, default=str)))
             item = to_item(event)
@@ -293,10 +361,10 @@ class DynamoJobs:
                 self.events_table.client.transact_write_items(TransactItems=[
                     {"Update": {"TableName": self.events_table.name,
                                 "Key": serialize({"job_id": job_id, "seq": COUNTER_SEQ}),
-                                "UpdateExpression": "SET #n = :next, expires_at = :exp",
+                                "UpdateExpression": "SET #n = :next, expires_at = :exp, job_expires_at = :jexp",
                                 "ConditionExpression": counter_cond, "ExpressionAttributeNames": {"#n": "number"},
                                 "ExpressionAttributeValues": serialize({
-                                    ":next": last + 1, ":exp": int(now) + self.ttl_s,
+                                    ":next": last + 1, ":exp": int(now) + self.ttl_s, ":jexp": job_expires_at,
                                     **({":last": last} if counted else {})})}},
                     {"Put": {"TableName": self.events_table.name, "Item": item,
                              "ConditionExpression": "attribute_not_exists(seq)"}},
@@ -308,18 +376,23 @@ class DynamoJobs:
                 time.sleep(random.uniform(0, 0.005 * (attempt + 1)))  # noqa: S311 (jitter, not crypto)
         raise RuntimeError(f"job {job_id}: its event counter kept changing ({EVENT_APPEND_ATTEMPTS} attempts)")
 
-    def _last_number(self, job_id: str) -> tuple[int | None, bool]:
-        """The job's last event number, and whether its counter item holds it; for a job whose events predate the
-        counter item, the `event_seq` its job item kept (read once: the first append writes the counter). None: no
-        such job."""
+    def _last_number(self, job_id: str, now: float) -> tuple[int | None, bool, int]:
+        """The job's last event number, whether its counter item holds it, and the job's expiry; for a job whose
+        events predate the counter item, the `event_seq` its job item kept (read once: the first append writes the
+        counter). The job item is read only when there is no counter yet or the job's expiry the counter keeps has
+        passed (or is unknown: a counter from before it). None: no such job."""
         item = self.events_table.get({"job_id": job_id, "seq": COUNTER_SEQ})
-        if item is not None:
-            return int(item["number"]), True
+        if item is not None and int(item.get("job_expires_at", 0)) > now:
+            return int(item["number"]), True, int(item["job_expires_at"])
         r = self.jobs.client.get_item(TableName=self.jobs.name, Key=serialize({"job_id": job_id}),
-                                      ProjectionExpression="event_seq", ConsistentRead=True)
+                                      ProjectionExpression="event_seq, expires_at", ConsistentRead=True)
         if "Item" not in r:
-            return None, False
-        return int(deserialize(r["Item"]).get("event_seq", 0)), False
+            return None, False, 0
+        job = deserialize(r["Item"])
+        expires_at = int(job.get("expires_at", 0))
+        if item is not None:
+            return int(item["number"]), True, expires_at
+        return int(job.get("event_seq", 0)), False, expires_at
 
     def last_event(self, job_id: str) -> JobEvent | None:
         r = self.events_table.client.query(

@@ -243,14 +243,14 @@ def finish_cancel(deps: Deps, job: Job) -> JobState:
         return S.CANCELLING  # their workers stop before their next model call and announce it
     compensate_side_effects(deps, job, "job.cancelled")
     # what the job spent: each settled chunk the aggregator has not counted yet is counted here, by the same
-    # update that brings it into the settled set (conditional on it not being there: whichever of the aggregator
-    # and this comes first counts it, once); the job's total is only ever added to, never written whole
+    # write that counts it (conditional on it not being counted: whichever of the aggregator and this comes first
+    # counts it, once); the job's total is only ever added to, never written whole
     for r in records:
-        if r.chunk_id not in job.settled:  # counted here: its `chunk.settled` event too (the aggregator's is skipped)
+        if not job.counts(r):  # counted here: its `chunk.settled` event too (the aggregator's is skipped)
             counted = deps.jobs.settle_new_chunk(job.job_id, r.chunk_id, usage=r.usage())
             if counted is not None:
                 deps.jobs.record_event(job.job_id, "chunk.settled", chunk_id=r.chunk_id, chunk_index=r.chunk_index,
-                                       status=r.status.value, settled=len(counted.settled), total=job.chunk_count,
+                                       status=r.status.value, settled=counted.n_settled, total=job.chunk_count,
                                        by="cancel")
     done = sum(1 for r in records if r.status is ChunkStatus.DONE)
     cancelled = sum(1 for r in records if r.status is ChunkStatus.CANCELLED)

@@ -110,12 +110,14 @@ class JobsRepo(Protocol):
                    settled: set[str] | None = None, if_settled_version: int | None = None,
                    if_version: int | None = None) -> Job | None:
         """Conditional state change; None when the job was not in `from_states` (or, with
-        `if_settled_version`, when its `settled_version` is no longer that: a chunk left the settled set;
+        `if_settled_version`, when its `settled_version` is no longer that: a chunk was uncounted;
         with `if_version`, when another transition happened since the caller's read).
 
         Use `lifecycle.transition`, which checks the transition table and writes the event. The fields
         of `outcome` (e.g. JobOutcome, JobFailure, Cancellation) are written with it; `settled`
-        (reopening an ended job) clears the earlier ending and replaces the settled set. Adds 1 to the
+        (reopening an ended job) clears the earlier ending and replaces what is counted settled: the job's chunk
+        records are marked counted exactly when their id is in `settled` (written before the transition, while
+        the job has ended and nothing counts), the job's count set to match, an older job's set removed. Adds 1 to the
         job's `version`; the transition's event is appended after it (`record_event`)."""
 
     def stalled(self, idle_since: float, state: JobState = JobState.RUNNING) -> Iterator[Job]:
@@ -137,19 +139,21 @@ class JobsRepo(Protocol):
         False when it had moved (another fan-out got there first)."""
 
     def settle_chunk(self, job_id: str, chunk_id: str, *, usage: Usage | None = None) -> Job:
-        """Add the chunk to the job's settled set (idempotent); the job after the update. `usage`: the chunk's
-        usage, added to the job's in the same update, only if the chunk was not in the settled set already (a
-        chunk is counted once)."""
+        """`settle_new_chunk`, and when the chunk was counted already, only the job's `updated_at` (idempotent);
+        the job after the update. `usage` is added only by the write that counts the chunk (once)."""
 
     def settle_new_chunk(self, job_id: str, chunk_id: str, *, usage: Usage | None = None) -> Job | None:
-        """`settle_chunk` only if the chunk is not in the settled set yet (one conditional update); None, and
-        nothing written, when it is: the caller learns whether it was the one that counted it."""
+        """Count the chunk settled, only if it is not counted yet: its record marked `counted` and the job's
+        `settled_count` (and `usage`, added to the job's) moved up by one, in one transaction conditional on the
+        record existing unmarked and (a job from before the count) the chunk not in the job's set. The job read
+        after it; None, and nothing written, when it was counted already (or there is no such job or chunk
+        record): the caller learns whether it was the one that counted it."""
 
     def unsettle_chunks(self, job_id: str, usage_by_chunk: Mapping[str, Usage]) -> Job | None:
-        """Take each chunk out of the settled set, its usage (what was counted when it settled) off the job's, in
-        one update conditional on the chunk being in the set (a chunk not counted is not taken off), and bump
-        `settled_version` either way (a finalize in flight loses); the job after the updates, None when there is
-        no such job (nothing is created)."""
+        """Take each counted chunk off: its mark (or its id from an older job's set) and its usage (what was
+        counted when it settled) off the job's count and usage, in one write conditional on it being counted (a
+        chunk not counted is not taken off), and bump `settled_version` either way (a finalize in flight loses);
+        the job after the updates, None when there is no such job (nothing is created)."""
 
     def set_waiting(self, job_id: str, waiting: Waiting | None) -> bool:
         """Name what the job's chunks are held for (kept when one is named already: the first hold's `since`

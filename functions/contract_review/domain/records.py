@@ -189,6 +189,9 @@ class ChunkRecord(Usage):
     # re-send), written with the record write that precedes the send. A tier-2 retry keeps the same message
     # (and its SQS retention clock). None: a record from before this field (the reconciler's old rule).
     message_sent_at: float | None = None
+    # Counted settled on its job (`JobsRepo.settle_new_chunk`: set in one transaction with the job's
+    # `settled_count`, taken off with it by `unsettle_chunks`; a reopened job's are rebuilt from the records).
+    counted: bool = False
 
     @property
     def settled(self) -> bool:
@@ -419,8 +422,14 @@ class Job(Usage):
     prompt_version: str = ""
     config_hash: str = ""  # the job's analysis identity, over its analysts' (analysts.py job_config_hash): reporting
     source_message_id: str = ""
-    settled: set[str] = Field(default_factory=set)  # chunk ids the aggregator counted (a DynamoDB string set)
-    # Bumped whenever chunks leave the settled set (`JobsRepo.unsettle_chunks`: a reopened chunk, or one
+    # How many chunks the aggregator counted (`JobsRepo.settle_new_chunk`). Which ones is on their chunk records
+    # (`ChunkRecord.counted`), written in one transaction with this count: the job item does not grow with the
+    # document (each write to it is billed at its whole size).
+    settled_count: int = 0
+    # Jobs written before the count: the ids of the chunks counted so far, in a string set on the job item
+    # (attribute `settled`). Read, never added to: such a job's counted chunks are these plus the flagged ones.
+    legacy_settled: set[str] = Field(default_factory=set, validation_alias="settled", exclude=True)
+    # Bumped whenever chunks are uncounted (`JobsRepo.unsettle_chunks`: a reopened chunk, or one
     # finalize found unsettled). Finalize's transition is conditional on the value it read with the job,
     # so a chunk reopened between finalize's read of the chunk records and its transition keeps the job
     # running instead of stranding the chunk `pending` under an ended job.
@@ -476,9 +485,18 @@ class Job(Usage):
         return self.state is JobState.FAILED and (code.startswith("input.") or code == "job.budget_insufficient")
 
     @property
+    def n_settled(self) -> int:
+        """How many of its chunks are counted settled (the count, plus an older job's set)."""
+        return self.settled_count + len(self.legacy_settled)
+
+    def counts(self, chunk: ChunkRecord) -> bool:
+        """Whether `chunk` (one of this job's records) is counted settled on the job."""
+        return chunk.counted or chunk.chunk_id in self.legacy_settled
+
+    @property
     def progress(self) -> float:
         if self.chunk_count:
-            return len(self.settled) / self.chunk_count
+            return self.n_settled / self.chunk_count
         return 1.0 if self.terminal else 0.0
 
 

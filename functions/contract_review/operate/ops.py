@@ -246,7 +246,7 @@ def _cancelled_label(d: Mapping[str, object]) -> str:
 
 def progress_of(job: Job, last: JobEvent | None) -> ProgressView:
     total = max(job.chunk_count, 1)
-    done = total if job.state is JobState.COMPLETED else min(len(job.settled), total)
+    done = total if job.state is JobState.COMPLETED else min(job.n_settled, total)
     return ProgressView(current_step=done, total_steps=total, label=event_label(last) if last else job.state.value)
 
 
@@ -282,7 +282,7 @@ def job_view(deps: Deps, job_id: str) -> JobView | None:
         if_it_fails_again=_if_it_fails_again(job.state, job.error_code, n_dlq))
     return JobView(
         job_id=job_id, state=state, document_id=job.document_id,
-        chunks={"total": job.chunk_count, "settled": len(job.settled), **by_status}, progress=job.progress,
+        chunks={"total": job.chunk_count, "settled": job.n_settled, **by_status}, progress=job.progress,
         error_code=job.error_code, error=job.error,
         missing_chunks=[MissingChunkView(chunk_id=c.chunk_id, chunk_index=c.chunk_index, status=c.status,
                                          error_code=c.last_error.error_code if c.last_error else None) for c in dead],

@@ -72,8 +72,8 @@ def _handle_result(deps: Deps, msg: ResultMessage, counter: RequestCounter) -> s
     chunk = deps.claims.get(msg.job_id, msg.chunk_id)
     if chunk is None or chunk.status != msg.status:
         return "stale"  # the chunk moved on (redrive, newer owner); its own message will settle it
-    counted = msg.chunk_id in job.settled  # a second copy of a result already counted (at-least-once)
-    fanout.refill(deps, job, settling=msg.chunk_id)  # the next page, if the window has room: before counting
+    counted = job.counts(chunk)  # a second copy of a result already counted (at-least-once)
+    fanout.refill(deps, job, settling=None if counted else msg.chunk_id)  # the next page, if the window has room
     # settled once, in the log too: its event is written by whoever counted it
     # (conditional on the chunk not being counted yet: a finish-cancel that counted it meanwhile wrote its event)
     usage = Usage.of([chunk.usage(), aggregator_usage(deps.settings.profile.prices, counter)])
@@ -81,9 +81,9 @@ def _handle_result(deps: Deps, msg: ResultMessage, counter: RequestCounter) -> s
     if now_counted is not None:
         job = now_counted
         deps.jobs.record_event(msg.job_id, "chunk.settled", chunk_id=msg.chunk_id, chunk_index=msg.chunk_index,
-                               status=msg.status.value, settled=len(job.settled), total=job.chunk_count)
+                               status=msg.status.value, settled=job.n_settled, total=job.chunk_count)
     else:
-        job = deps.jobs.settle_chunk(msg.job_id, msg.chunk_id)  # counted before: the set holds it (idempotent)
+        job = deps.jobs.settle_chunk(msg.job_id, msg.chunk_id)  # counted before (idempotent: progress only)
     if job.state is JobState.CANCELLING:
         return lifecycle.finish_cancel(deps, job).value
     if job.state is JobState.RUNNING and over_budget(job, job.budget_micro_usd):  # stop spending: its own code
@@ -93,7 +93,7 @@ def _handle_result(deps: Deps, msg: ResultMessage, counter: RequestCounter) -> s
         return lifecycle.stop(deps, job, by="budget", code=BUDGET_EXCEEDED, detail={
             "cost_micro_usd": job.total_micro_usd, "budget_micro_usd": job.budget_micro_usd,
             "estimate_micro_usd": job.estimate_micro_usd, "before_spending": True}).value
-    if len(job.settled) >= job.chunk_count and job.state is JobState.RUNNING:
+    if job.n_settled >= job.chunk_count and job.state is JobState.RUNNING:
         state = finalize(deps, job)
         return "recorded" if state is JobState.RUNNING else state.value
     return "recorded"
@@ -118,7 +118,7 @@ def finalize(deps: Deps, job: Job) -> JobState:
     its `settled_version`, so a chunk reopened after that read (a redrive racing this finalize) keeps
     the job running; its own result settles it later."""
     chunks = deps.claims.for_job(job.job_id)
-    # The settled set is a counter, the chunk records are the truth: a chunk redriven after its
+    # The settled count is a counter, the chunk records are the truth: a chunk redriven after its
     # result was counted is not settled any more, and its own result will come.
     unsettled = [c for c in chunks if not c.settled]
     if unsettled:  # their usage comes off the running total: each adds it again when it settles again

@@ -77,19 +77,20 @@ def store_plan(deps: Deps, job_id: str, plan: FanoutPlan) -> None:
 
 
 def page_size(deps: Deps, job: Job, settling: str | None = None) -> int:
-    """How many chunks a refill would send now (0: none). `settling` counts as settled already."""
+    """How many chunks a refill would send now (0: none). `settling` (a chunk not counted yet, about to be) counts as
+    settled already."""
     if job.state is not JobState.RUNNING or job.fanned_out is None:
         return 0  # ended jobs are not fanned out (a reopened one is running again); no cursor: all sent
     p = deps.settings.profile
     remaining = job.chunk_count - job.fanned_out
     if remaining <= 0:
         return 0
-    counted = len(job.settled) + (1 if settling is not None and settling not in job.settled else 0)
+    counted = job.n_settled + (1 if settling is not None else 0)
     in_flight = max(0, job.fanned_out - counted)
     room = p.fanout.fanout_window - in_flight
     n = min(room, remaining)
     # the settling chunk's cost is not on the job yet: it counts as in flight for the budget
-    affordable = budget_room(job, max(0, job.fanned_out - len(job.settled)))
+    affordable = budget_room(job, max(0, job.fanned_out - job.n_settled))
     if affordable is not None and affordable < n:  # the budget left covers fewer chunks: send those, no more
         return max(0, affordable)
     if n <= 0 or (n < p.fanout.fanout_page and n < remaining):
@@ -111,7 +112,7 @@ def budget_room(job: Job, in_flight: int) -> int | None:
 def stalled_by_budget(job: Job) -> bool:
     """Nothing in flight, chunks left to send, and the budget left covers none of them at its estimate: the job
     cannot go on without passing its budget (the aggregator stops it, before spending)."""
-    if job.fanned_out is None or job.fanned_out >= job.chunk_count or len(job.settled) < job.fanned_out:
+    if job.fanned_out is None or job.fanned_out >= job.chunk_count or job.n_settled < job.fanned_out:
         return False
     room = budget_room(job, 0)
     return room is not None and room <= 0
@@ -121,7 +122,7 @@ def refill(deps: Deps, job: Job, *, settling: str | None = None, plan: FanoutPla
            text: str | None = None) -> int:
     """Send the next page of the job's chunks if its window has room; the number sent.
 
-    `job` is as read by the caller; `settling` is a chunk about to be counted settled. Intake passes
+    `job` is as read by the caller; `settling` is a chunk not counted yet, about to be counted settled. Intake passes
     the `plan` and the whole `text` it holds; otherwise both are read from S3 (the plan, and the
     page's bytes of the document)."""
     n = page_size(deps, job, settling)

@@ -9,7 +9,7 @@ budget, leaving an audit event.
 - `dlq_redrive`: re-inject DLQ messages. Works on moto (no StartMessageMoveTask): receive, re-send,
   delete. A permanent input error is not resent without `force` (it would fail the same way).
 
-Redrive racing finalize: resetting a chunk and taking it out of the job's settled set bumps the
+Redrive racing finalize: resetting a chunk and uncounting it (`JobsRepo.unsettle_chunks`) bumps the
 job's `settled_version`, on which finalize's transition is conditional; and when that update finds
 the job already ended (finalize won the race), the job is reopened as a whole. Either way the reset
 chunk is never left `pending` under an ended job.
@@ -87,7 +87,7 @@ def _reopen_chunk(deps: Deps, job: Job, chunk_id: str) -> str:
     if reset is None:
         now = deps.claims.get(job.job_id, chunk_id)
         return f"dropped (chunk is {now.status.value if now else None})"
-    # out of the settled set with the usage counted when it settled (it adds all its attempts again when it
+    # uncounted, with the usage counted when it settled (it adds all its attempts again when it
     # settles again); bumps settled_version: a finalize in flight loses
     after = deps.jobs.unsettle_chunks(job.job_id, {chunk_id: current.usage()})
     if after is not None and after.state in REOPENABLE:
@@ -131,7 +131,7 @@ def _reopen_job(deps: Deps, job: Job, via: str, resettable: Collection[ChunkStat
                 budget_micro_usd: int | None = None) -> str:
     """An ended job back to `running`: every failed or dead-lettered chunk is reset, the analysts with a
     mandatory gap on a done chunk are forgotten (they run again), every chunk that is not done is sent
-    (also chunks a job-fatal error left unstarted), and the settled set is rebuilt from the chunk
+    (also chunks a job-fatal error left unstarted), and what is counted settled is rebuilt from the chunk
     records. Finished chunks and the other checkpoints are kept."""
     records = deps.claims.for_job(job.job_id)
     rerun = _gap_analysts(job, records)
@@ -243,7 +243,7 @@ def retry(deps: Deps, job_id: str, budget_usd: float | None = None) -> Retried:
 def _retry_running(deps: Deps, job: Job, started: float, result: _Result) -> Retried:
     stuck = [c.chunk_id for c in deps.claims.for_job(job.job_id) if c.status in RESETTABLE]
     if not stuck:
-        return result(False, f"nothing to retry: the job is running ({len(job.settled)} of {job.chunk_count} chunks "
+        return result(False, f"nothing to retry: the job is running ({job.n_settled} of {job.chunk_count} chunks "
                              "settled) with no dead-lettered or failed chunk; a job without progress is reconciled "
                              "by the sweeper")
     actions = [reopen(deps, job.job_id, chunk_id) for chunk_id in stuck]

@@ -422,7 +422,7 @@ def _reconcile(deps: Deps, job: Job, now: float, stall_s: float, report: SweepRe
     chunks = deps.claims.for_job(job.job_id)
     for c in chunks:
         if c.settled:
-            if c.chunk_id not in job.settled:
+            if not job.counts(c):
                 announce(deps, c, nonce=f":reconcile:{int(now)}")  # new dedup id
                 resent += 1
         elif c.status is ChunkStatus.PENDING and (lost := message_lost(c, now, stall_s, retention_s, queued)):
@@ -439,7 +439,7 @@ def _reconcile(deps: Deps, job: Job, now: float, stall_s: float, report: SweepRe
                                by="sweeper", **({"lost": why} if why else {}))
         report.reconciled.append(job.job_id)
         report.chunks_resent += requeued
-    elif len(chunks) >= job.chunk_count and all(c.settled and c.chunk_id in job.settled for c in chunks):
+    elif len(chunks) >= job.chunk_count and all(c.settled and job.counts(c) for c in chunks):
         # Every chunk settled and counted, yet the job runs: its finalize failed after the last count
         # (the job update or the report write was rejected) and no result will come to run it again.
         state = finalize(deps, job)
