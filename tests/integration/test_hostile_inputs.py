@@ -169,7 +169,7 @@ def test_unicode_and_injected_text_complete_through_the_handlers(aws: EmbeddedAw
     assert job.state is JobState.COMPLETED and job.error_code is None
     records = deps.claims.for_job(job.job_id)
     assert all(r.status is ChunkStatus.DONE and r.receives == 1 and r.failures == 0 for r in records)
-    assert sum(r.n_calls for r in records) > 0 and len(job.settled) == job.chunk_count
+    assert sum(r.n_calls for r in records) > 0 and job.n_settled == job.chunk_count
     findings = report_json(deps, job)["findings"]
     assert findings and all(text[f["start"]:f["end"]] == f["quote"] for f in findings)
     assert {f["category"] for f in findings} >= {"liability_cap", "governing_law", "termination"}

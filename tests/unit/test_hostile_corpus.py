@@ -40,6 +40,7 @@ from contract_review.pipeline.intake import handle_intake
 from contract_review.review.analysts import ChunkFindings, analysts_for, build_request
 from contract_review.review.chunking import Chunk
 
+from ..oracle import counted
 from ..texts import TEXT
 from .fakes import FakeWorld
 from .inprocess import Fault, FaultyModel, InProcess, fault_free_findings, on
@@ -98,7 +99,7 @@ def run_to_end(document: dict[str, object], key: str, model: FaultyModel | None 
 def assert_nothing_lost(p: InProcess, job: Job) -> None:
     """Every chunk settled once and counted, no DLQ holds anything, the model calls made are the ones recorded."""
     records = p.world.claims.for_job(job.job_id)
-    assert len(records) == job.chunk_count > 0 and job.settled == {r.chunk_id for r in records}
+    assert len(records) == job.chunk_count > 0 and counted(p.world.claims, job) == {r.chunk_id for r in records}
     assert all(r.status is ChunkStatus.DONE and r.receives == 1 and r.failures == 0 for r in records)
     assert sum(r.n_calls for r in records) == p.model.calls > 0
     assert all(p.world.queues.sent[q] == [] for q in (Queue.INTAKE_DLQ, Queue.ANALYSIS_DLQ, Queue.RESULTS_DLQ))

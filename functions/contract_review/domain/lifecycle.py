@@ -258,7 +258,7 @@ def finish_cancel(deps: Deps, job: Job) -> JobState:
     error = cancel_envelope("job") if code == "job.cancelled" else ErrorEnvelope.of(code, f"stopped by {job.cancelled_by or 'someone'}",
                                                                                           step="job")
     counted_now = deps.jobs.get(job.job_id)  # progress counts one number, the chunks settled: the event says it too
-    settled_n = len(counted_now.settled) if counted_now is not None else len(job.settled)
+    settled_n = (counted_now or job).n_settled
     ended = transition(deps, job, S.CANCELLED, detail={"settled": settled_n, "total": job.chunk_count,
                                                        "chunks_done": done, "chunks_cancelled": cancelled,
                                                        "chunks_never_sent": job.chunk_count - len(records),
