@@ -7,8 +7,11 @@ import os
 from typing import Any
 
 import boto3
+from aws_lambda_powertools import Logger
+from aws_lambda_powertools.logging.utils import copy_config_to_registered_loggers
 
 from contract_review.config.settings import Settings
+from contract_review.domain.log_fields import LogFieldsFilter
 from contract_review.domain.model import ModelClient
 from contract_review.domain.ports import Deps
 
@@ -58,3 +61,14 @@ def reset() -> None:
     """Forget everything built from the environment (tests change the environment between cases)."""
     for cached in (settings, session, deps, model):
         cached.cache_clear()
+
+
+def observe(logger: Logger) -> Logger:
+    """One logging setup for every handler and the poller: the core's loggers (`contract_review.*`) write
+    through `logger`'s structured handler, and every line carries the job's bound fields
+    (`domain/log_fields.py`: hashes a raw idempotency key, adds job, chunk, step, ... where known)."""
+    handler = logger.registered_handler
+    if not any(isinstance(f, LogFieldsFilter) for f in handler.filters):
+        handler.addFilter(LogFieldsFilter())
+    copy_config_to_registered_loggers(source_logger=logger, include={"contract_review"})
+    return logger
