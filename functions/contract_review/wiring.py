@@ -34,7 +34,6 @@ from contract_review.model.pacing import QuotaLimiter
 from contract_review.model.quotas import ModelQuotas, read_model_quotas
 from contract_review.pipeline.worker import ChunkWorker
 from contract_review.sideeffects import saga
-from contract_review.tracing import TracedModel
 
 log = logging.getLogger(__name__)
 
@@ -247,8 +246,7 @@ def build_model(settings: Settings, session: Any) -> ModelClient:
         if spec.call_log:
             model = CallLedger(model, spec.call_log)
     p = settings.profile  # outermost: a call the open breaker refuses is never sent (nor logged as sent)
-    # each call a `model` trace subsegment (tracing.py; a no-op where tracing is off)
-    return BreakerModel(TracedModel(model), CircuitBreaker(model.model_id, p.quota.breaker_failures, p.quota.breaker_open_s))
+    return BreakerModel(model, CircuitBreaker(model.model_id, p.quota.breaker_failures, p.quota.breaker_open_s))
 
 
 def build_scale_in_guard(settings: Settings, agent_uri: str | None) -> ScaleInGuard:

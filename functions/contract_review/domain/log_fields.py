@@ -22,7 +22,7 @@ import hashlib
 import logging
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from contract_review.domain.records import Job
@@ -31,10 +31,10 @@ FIELDS = ("job_id", "chunk_id", "step", "queue", "attempt", "lease_deadline", "i
           "checkpoint_version", "external_ids", "cancel_requested", "error_code")
 RAW_KEY = "idempotency_key"  # never logged as such: `LogFieldsFilter` replaces it with its hash
 
-_CURRENT: contextvars.ContextVar[Mapping[str, Any] | None] = contextvars.ContextVar("job_log_fields", default=None)
+_CURRENT: contextvars.ContextVar[Mapping[str, object] | None] = contextvars.ContextVar("job_log_fields", default=None)
 
 
-def _bound() -> Mapping[str, Any]:
+def _bound() -> Mapping[str, object]:
     return _CURRENT.get() or {}
 
 
@@ -47,9 +47,9 @@ def job_fields(*, job_id: str | None = None, chunk_id: str | None = None, step: 
                queue: str | None = None, attempt: int | None = None, lease_deadline: float | None = None,
                idempotency_key: str | None = None, state: str | None = None, checkpoint_version: int | None = None,
                external_ids: Mapping[str, str] | None = None, cancel_requested: bool | None = None,
-               error_code: str | None = None) -> dict[str, Any]:
+               error_code: str | None = None) -> dict[str, object]:
     """The one builder of the fields (the key hashed); the ones not known (None) are left out."""
-    fields: dict[str, Any] = {
+    fields: dict[str, object] = {
         "job_id": job_id, "chunk_id": chunk_id, "step": step, "queue": queue, "attempt": attempt,
         "lease_deadline": round(lease_deadline, 3) if lease_deadline is not None else None,
         "idempotency_key_sha256": key_hash(idempotency_key) if idempotency_key else None,
@@ -60,7 +60,7 @@ def job_fields(*, job_id: str | None = None, chunk_id: str | None = None, step: 
     return {k: v for k, v in fields.items() if v is not None}
 
 
-def of_job(job: Job) -> dict[str, Any]:
+def of_job(job: Job) -> dict[str, object]:
     """What a job record tells: its id, state, key (hashed), whether a cancel was asked, its error code, the
     message it came from."""
     return job_fields(job_id=job.job_id, state=job.state.value, idempotency_key=job.idempotency_key,
@@ -68,20 +68,21 @@ def of_job(job: Job) -> dict[str, Any]:
                       external_ids={"source_message_id": job.source_message_id} if job.source_message_id else None)
 
 
-def current() -> dict[str, Any]:
+def current() -> dict[str, object]:
     """The fields bound here (a copy)."""
     return dict(_bound())
 
 
-def merged(base: Mapping[str, Any], more: Mapping[str, Any]) -> dict[str, Any]:
+def merged(base: Mapping[str, object], more: Mapping[str, object]) -> dict[str, object]:
     out = {**base, **more}
-    if "external_ids" in base and "external_ids" in more:  # ids add up: the message's and a ticket's
-        out["external_ids"] = {**base["external_ids"], **more["external_ids"]}
+    ids, more_ids = base.get("external_ids"), more.get("external_ids")
+    if isinstance(ids, Mapping) and isinstance(more_ids, Mapping):  # ids add up: the message's and a ticket's
+        out["external_ids"] = {**ids, **more_ids}
     return out
 
 
 @contextmanager
-def bound(fields: Mapping[str, Any]) -> Iterator[None]:
+def bound(fields: Mapping[str, object]) -> Iterator[None]:
     """`fields` (from `job_fields`) on every log line of the block, on top of those bound around it."""
     token = _CURRENT.set(merged(_bound(), fields))
     try:
@@ -90,12 +91,12 @@ def bound(fields: Mapping[str, Any]) -> Iterator[None]:
         _CURRENT.reset(token)
 
 
-def bind(fields: Mapping[str, Any]) -> None:
+def bind(fields: Mapping[str, object]) -> None:
     """Add `fields` for the rest of the enclosing `bound` block (what became known meanwhile)."""
     _CURRENT.set(merged(_bound(), fields))
 
 
-def with_fields(extra: Mapping[str, Any] | None = None) -> dict[str, Any]:
+def with_fields(extra: Mapping[str, object] | None = None) -> dict[str, object]:
     """The bound fields and `extra`, for a log call's `extra=` (the line's own values win)."""
     return merged(_bound(), extra or {})
 

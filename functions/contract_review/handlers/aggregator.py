@@ -9,13 +9,12 @@ from aws_lambda_powertools.utilities.batch.types import PartialItemFailureRespon
 from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
-from contract_review import tracing
 from contract_review.domain import log_fields
 from contract_review.domain.messages import ResultMessage, parse_results_body
 from contract_review.domain.records import TERMINAL_JOB_STATES
 from contract_review.pipeline.aggregator import handle_message
 
-from . import deps, invocation, observe
+from . import deps, invocation, observe, receive_count, tracing
 
 logger = observe(Logger(service="aggregator"))
 tracer = tracing.tracer("aggregator")
@@ -30,7 +29,7 @@ def record_handler(record: SQSRecord) -> None:
     msg = parse_results_body(record.body)
     chunk_id = msg.chunk_id if isinstance(msg, ResultMessage) else None
     with log_fields.bound(log_fields.job_fields(job_id=msg.job_id, chunk_id=chunk_id, step="aggregate", queue="results",
-                                                attempt=int(record.attributes.approximate_receive_count),
+                                                attempt=receive_count(record),
                                                 external_ids={"sqs_message_id": record.message_id})):
         outcome = handle_message(deps(), msg)
         about = {"status": msg.status} if isinstance(msg, ResultMessage) else {"control": msg.control}

@@ -10,11 +10,10 @@ from aws_lambda_powertools.logging import correlation_paths
 from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
-from contract_review import tracing
 from contract_review.domain import log_fields
 from contract_review.operate import api
 
-from . import deps, observe
+from . import deps, observe, tracing
 
 logger = observe(Logger(service="api"))
 tracer = tracing.tracer("api")

@@ -9,11 +9,10 @@ from aws_lambda_powertools.utilities.batch.types import PartialItemFailureRespon
 from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
-from contract_review import tracing
 from contract_review.domain import log_fields
 from contract_review.pipeline.intake import handle_intake
 
-from . import deps, observe
+from . import deps, observe, receive_count, tracing
 
 logger = observe(Logger(service="intake"))
 tracer = tracing.tracer("intake")
@@ -23,7 +22,7 @@ processor = BatchProcessor(event_type=EventType.SQS)
 
 def record_handler(record: SQSRecord) -> None:
     with log_fields.bound(log_fields.job_fields(step="intake", queue="intake",
-                                                attempt=int(record.attributes.approximate_receive_count),
+                                                attempt=receive_count(record),
                                                 external_ids={"sqs_message_id": record.message_id})):
         result = handle_intake(deps(), record.body, record.message_id)
         logger.info("intake processed", extra={**log_fields.job_fields(

@@ -30,7 +30,6 @@ from typing import Any
 from aws_lambda_powertools import Logger, Metrics
 from pydantic import ValidationError
 
-from contract_review import tracing
 from contract_review.config.settings import Settings
 from contract_review.domain import log_fields
 from contract_review.domain.messages import AnalysisMessage
@@ -38,8 +37,8 @@ from contract_review.domain.ports import Deps
 from contract_review.pipeline.sweeper import sweep_claims
 from contract_review.pipeline.worker import ChunkWorker, Delivery, Tier2
 
-from ..wiring import ScaleInGuard, aws_client_config, build_chunk_worker, build_deps, build_model, build_scale_in_guard
-from . import observe
+from ..wiring import ScaleInGuard, aws_client_config, build_chunk_worker, build_deps, build_scale_in_guard
+from . import build_traced_model, observe, tracing
 from .telemetry import record_attempt
 
 log = logging.getLogger("contract_review.poller")
@@ -129,7 +128,7 @@ def run(settings: Settings, session: Any, stop: Shutdown, guard: ScaleInGuard | 
     deps = build_deps(settings, session)
     threading.Thread(target=_sweep_loop, args=(deps, settings.profile.fargate.fargate_sweep_interval_s, stop),
                      daemon=True, name="sweeper").start()
-    worker = build_chunk_worker(settings, deps, build_model(settings, session), session)
+    worker = build_chunk_worker(settings, deps, build_traced_model(settings, session), session)
     sqs = session.client("sqs", config=aws_client_config())  # the poller is its own event source mapping
     visibility = settings.profile.fargate.fargate_visibility_s
     try:

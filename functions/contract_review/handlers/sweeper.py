@@ -6,11 +6,10 @@ from aws_lambda_powertools import Logger, Metrics
 from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
-from contract_review import tracing
 from contract_review.domain import log_fields
 from contract_review.pipeline.sweeper import sweep
 
-from . import deps, invocation, observe
+from . import deps, invocation, observe, tracing
 
 logger = observe(Logger(service="sweeper"))
 tracer = tracing.tracer("sweeper")

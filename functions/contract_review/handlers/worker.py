@@ -9,13 +9,12 @@ from aws_lambda_powertools.utilities.batch.types import PartialItemFailureRespon
 from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
-from contract_review import tracing
 from contract_review.domain import log_fields
 from contract_review.domain.messages import AnalysisMessage
 from contract_review.pipeline.worker import ChunkWorker, Delivery, Tier2
 
 from ..wiring import build_chunk_worker
-from . import deps, model, observe, session, settings
+from . import deps, model, observe, session, settings, tracing
 from .telemetry import record_attempt
 
 logger = observe(Logger(service="worker"))

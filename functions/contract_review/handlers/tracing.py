@@ -1,9 +1,10 @@
-"""Tracing, behind this one module: the handlers, the Fargate poller and wiring use nothing else.
+"""Tracing, behind this one module: the handlers and the Fargate poller use nothing else (the core knows
+nothing of it: what it traces are the AWS calls botocore makes and the model calls, wrapped here).
 
 Today: Powertools Tracer on the AWS X-Ray SDK. `Tracer(service=...)` patches botocore, so every Bedrock,
 DynamoDB, SQS and S3 call is a subsegment of the invocation's trace (namespace `aws`); `span` adds our own
-(one per model call, `model`). Every subsegment opened while a job's log fields are bound
-(`domain/log_fields.py`) is annotated with its `job_id` and `chunk_id` (searchable in X-Ray:
+(one per model call, `model`: `TracedModel`, which `handlers.build_traced_model` puts around the model).
+Every subsegment opened while a job's log fields are bound (`domain/log_fields.py`) is annotated with its `job_id` and `chunk_id` (searchable in X-Ray:
 `annotation.job_id = "job-..."`).
 
 Why the X-Ray SDK and not OpenTelemetry (ADOT) now: the Powertools layer the functions run on already
@@ -53,7 +54,7 @@ class _InheritedLocal:
     def __init__(self) -> None:
         object.__setattr__(self, "_var", contextvars.ContextVar(f"xray_entities_{id(self)}"))
 
-    def _slot(self) -> dict[str, Any]:
+    def _slot(self) -> dict[str, object]:
         owner, values = self._var.get((None, {}))
         me = threading.get_ident()
         if owner != me:

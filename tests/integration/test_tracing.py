@@ -1,0 +1,149 @@
+"""Traces: one chunk through the worker Lambda handler and through the Fargate poller, against the deployed
+template, with the X-Ray SDK's recorder switched on and its segments captured by an in-memory emitter (the
+daemon's UDP socket, faked: the only thing that cannot run here). The chunk's trace shows each model call and
+each DynamoDB and SQS call as a subsegment carrying the job and chunk as annotations."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from aws_lambda_powertools import Metrics
+from aws_xray_sdk import global_sdk_config
+from aws_xray_sdk.core import patch, xray_recorder
+
+from contract_review import handlers
+from contract_review.handlers import tracing
+from contract_review.pipeline.intake import handle_intake
+from review_local.embedded import FAKE_CREDENTIALS, EmbeddedAws
+from review_local.runtime import function_specs
+from review_local.sandbox import LambdaContext, sqs_event
+
+TEXT = ("1. Governing Law. This Agreement shall be governed by the laws of the State of Delaware.\n\n"
+        "2. Assignment. Neither party may assign this Agreement without the prior written consent of the other.\n")
+
+
+class FakeDaemonEmitter:
+    """Stands in for the X-Ray daemon's UDP emitter: keeps every entity the recorder sends, as JSON."""
+
+    def __init__(self) -> None:
+        self.sent: list[dict[str, Any]] = []
+
+    def send_entity(self, entity: Any) -> None:
+        self.sent.append(json.loads(entity.serialize()))
+
+    def set_daemon_address(self, address: str | None) -> None:
+        pass
+
+
+@pytest.fixture
+def lambda_env(local_template: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> Iterator[EmbeddedAws]:
+    aws = EmbeddedAws().start()
+    try:
+        aws.deploy(local_template)
+        (worker,) = [s for s in function_specs(aws, 1.0) if s.name == "worker"]
+        for k, v in {**worker.env, **FAKE_CREDENTIALS, "AWS_ENDPOINT_URL": aws.endpoint,
+                     "AWS_DEFAULT_REGION": aws.region}.items():
+            monkeypatch.setenv(k, v)
+        handlers.reset()
+        yield aws
+    finally:
+        handlers.reset()
+        aws.stop()
+
+
+@pytest.fixture
+def traces() -> Iterator[FakeDaemonEmitter]:
+    """The recorder on, every segment sampled and kept whole; off again after (offline, tracing is disabled)."""
+    from contract_review.handlers import worker  # noqa: F401 -- its Tracer, disabled here, has switched the SDK off
+
+    assert not tracing.enabled()  # offline, outside Lambda: nothing is traced, nothing is sent
+    emitter = FakeDaemonEmitter()
+    saved = (xray_recorder.emitter, xray_recorder.sampling, xray_recorder.streaming_threshold, xray_recorder.context)
+    global_sdk_config.set_sdk_enabled(True)
+    xray_recorder.configure(emitter=emitter, sampling=False, streaming_threshold=10_000,
+                            context=tracing.InheritedContext(context_missing="IGNORE_ERROR"))
+    patch(["botocore"])  # what Powertools Tracer does where it is enabled (Lambda, the poller with a daemon)
+    try:
+        yield emitter
+    finally:
+        xray_recorder.emitter, xray_recorder.sampling, xray_recorder.streaming_threshold = saved[:3]
+        xray_recorder.context = saved[3]
+        global_sdk_config.set_sdk_enabled(False)
+
+
+def _subsegments(entity: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    for sub in entity.get("subsegments", []):
+        yield sub
+        yield from _subsegments(sub)
+
+
+def _one_chunk(aws: EmbeddedAws) -> tuple[str, dict[str, Any]]:
+    deps = handlers.deps()
+    job = handle_intake(deps, json.dumps({"schema_version": 1, "document": {"text": TEXT}}), "m1")
+    assert job.job_id is not None
+    r = aws.client("sqs").receive_message(QueueUrl=deps.settings.analysis_queue_url, MaxNumberOfMessages=10,
+                                          MessageSystemAttributeNames=["All"])
+    (m,) = r["Messages"]
+    return job.job_id, m
+
+
+def _assert_chunk_trace(segment: dict[str, Any], job_id: str, chunk_id: str) -> None:
+    subs = list(_subsegments(segment))
+    mine = {"job_id": job_id, "chunk_id": chunk_id}
+
+    def annotated(s: dict[str, Any]) -> bool:
+        return {k: s.get("annotations", {}).get(k) for k in mine} == mine
+
+    models = [s for s in subs if s["name"] == "model"]
+    assert models and all(annotated(s) for s in models), models[:1]
+    ddb = [s for s in subs if s.get("namespace") == "aws" and s["name"] == "dynamodb"]
+    ops = {s["aws"]["operation"] for s in ddb}
+    assert {"GetItem", "UpdateItem"} <= ops, ops  # the job read, the claim, the checkpoints, the settle
+    assert all(annotated(s) for s in ddb), [s for s in ddb if not annotated(s)][:1]
+    sqs = [s for s in subs if s.get("namespace") == "aws" and s["name"] == "sqs"]
+    assert sqs and all(annotated(s) for s in sqs)  # the chunk's result sent to the results queue
+    # the model calls ran in the analyst pool's threads: still under this chunk's segment
+    assert len(models) >= 2
+
+
+def test_a_chunk_through_the_worker_lambda_is_one_trace_of_its_model_and_aws_calls(lambda_env, traces) -> None:
+    from contract_review.handlers import worker as worker_handler
+
+    worker_handler.chunk_worker.cache_clear()
+    job_id, m = _one_chunk(lambda_env)
+    chunk_id = json.loads(m["Body"])["chunk_id"]
+    event = sqs_event([m], "arn:aws:sqs:us-east-1:123456789012:analysis", "us-east-1")
+    # GIVEN the invocation's segment (Lambda's facade segment, which the SDK finds in Lambda)
+    xray_recorder.begin_segment("WorkerFn")
+    try:
+        # WHEN the handler runs the chunk
+        response = worker_handler.handler(event, LambdaContext("WorkerFn", 1024, 20, "req-1", "us-east-1"))
+    finally:
+        xray_recorder.end_segment()
+    worker_handler.chunk_worker.cache_clear()
+    assert response == {"batchItemFailures": []}
+    # THEN one segment was sent, and in it the chunk's model, DynamoDB and SQS calls, each annotated
+    (segment,) = [e for e in traces.sent if e["name"] == "WorkerFn"]
+    _assert_chunk_trace(segment, job_id, chunk_id)
+
+
+def test_the_poller_opens_one_annotated_segment_per_chunk(lambda_env, traces) -> None:
+    from contract_review.handlers import poller
+    from contract_review.wiring import build_chunk_worker
+
+    settings = handlers.settings().model_copy(update={"worker_kind": "fargate"})
+    deps = handlers.deps()
+    worker = build_chunk_worker(settings, deps, handlers.build_traced_model(settings, handlers.session()),
+                                handlers.session())
+    job_id, m = _one_chunk(lambda_env)
+    chunk_id = json.loads(m["Body"])["chunk_id"]
+    stop = poller.Shutdown(settings.profile.fargate.fargate_stop_timeout_s)
+    # WHEN the poller handles the message (no segment open: the poller opens its own)
+    assert poller._process(worker, m, settings.profile.fargate.fargate_visibility_s, stop, Metrics(service="worker"))
+    # THEN its segment is the chunk's, annotated, with the chunk's calls under it
+    (segment,) = [e for e in traces.sent if e["name"] == "worker-poller"]
+    assert {k: segment["annotations"][k] for k in ("job_id", "chunk_id")} == {"job_id": job_id, "chunk_id": chunk_id}
+    _assert_chunk_trace(segment, job_id, chunk_id)
