@@ -112,3 +112,22 @@ def test_every_line_about_a_job_carries_its_fields_and_no_document_text(world: F
     # the failed intake: its error code and state on its line
     (failed,) = [r for r in about_jobs if r["message"] == "intake processed" and r.get("error_code")]
     assert failed["state"] == "failed" and failed["error_code"].startswith("input.")
+
+
+def test_fields_live_only_within_their_block_and_a_raw_key_in_extra_is_hashed() -> None:
+    from contract_review.domain import log_fields
+
+    # bind outside a bound block (the core called directly) leaves nothing behind for later lines
+    log_fields.bind(log_fields.job_fields(job_id="job-leak"))
+    assert log_fields.current() == {}
+    record = logging.LogRecord("contract_review.x", logging.INFO, __file__, 1, "m", None, None)
+    record.__dict__["idempotency_key"] = KEY  # a careless `extra={"idempotency_key": ...}`
+    with log_fields.bound(log_fields.job_fields(job_id="job-1", queue="analysis")):
+        log_fields.bind(log_fields.job_fields(chunk_id="c-0", external_ids={"sqs_message_id": "m-1"}))
+        log_fields.bind(log_fields.job_fields(external_ids={"ticket_id": "T-9"}))
+        assert log_fields.LogFieldsFilter().filter(record)
+    assert log_fields.current() == {}
+    fields = record.__dict__
+    assert "idempotency_key" not in fields and fields["idempotency_key_sha256"] == key_hash(KEY)
+    assert (fields["job_id"], fields["chunk_id"], fields["queue"]) == ("job-1", "c-0", "analysis")
+    assert fields["external_ids"] == {"sqs_message_id": "m-1", "ticket_id": "T-9"}

@@ -92,8 +92,10 @@ def bound(fields: Mapping[str, object]) -> Iterator[None]:
 
 
 def bind(fields: Mapping[str, object]) -> None:
-    """Add `fields` for the rest of the enclosing `bound` block (what became known meanwhile)."""
-    _CURRENT.set(merged(_bound(), fields))
+    """Add `fields` for the rest of the enclosing `bound` block (what became known meanwhile). Outside one
+    (the core called directly, as tests and the local harness do) nothing: fields never outlive their block."""
+    if _CURRENT.get() is not None:
+        _CURRENT.set(merged(_bound(), fields))
 
 
 def with_fields(extra: Mapping[str, object] | None = None) -> dict[str, object]:
