@@ -32,7 +32,8 @@ TEXT = (f"1. Governing Law. This Agreement shall be governed by the laws of the 
 WORKER = {"chunk_id", "step", "queue", "attempt", "lease_deadline", "idempotency_key_sha256", "state",
           "checkpoint_version", "external_ids", "cancel_requested"}
 EXPECTED = {
-    "intake processed": {"step", "queue", "attempt", "external_ids", "state"},
+    "intake processed": {"step", "queue", "attempt", "external_ids", "state", "idempotency_key_sha256",
+                         "cancel_requested"},
     "chunk processed": WORKER,
     "result processed": {"chunk_id", "step", "queue", "attempt", "idempotency_key_sha256", "state",
                          "checkpoint_version", "external_ids", "cancel_requested"},
