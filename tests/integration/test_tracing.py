@@ -5,12 +5,14 @@ each DynamoDB and SQS call as a subsegment carrying the job and chunk as annotat
 
 from __future__ import annotations
 
+import io
 import json
+import logging
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from aws_lambda_powertools import Metrics
+from aws_lambda_powertools import Logger, Metrics
 from aws_xray_sdk import global_sdk_config
 from aws_xray_sdk.core import patch, xray_recorder
 
@@ -141,8 +143,23 @@ def test_the_poller_opens_one_annotated_segment_per_chunk(lambda_env, traces) ->
     job_id, m = _one_chunk(lambda_env)
     chunk_id = json.loads(m["Body"])["chunk_id"]
     stop = poller.Shutdown(settings.profile.fargate.fargate_stop_timeout_s)
+    # its log lines, as main() sets them up (the core's loggers through the worker's structured handler)
+    handlers.observe(Logger(service="worker"))
+    out = io.StringIO()
+    (handler,) = logging.getLogger("contract_review").handlers
+    previous = handler.setStream(out)  # type: ignore[attr-defined]
     # WHEN the poller handles the message (no segment open: the poller opens its own)
-    assert poller._process(worker, m, settings.profile.fargate.fargate_visibility_s, stop, Metrics(service="worker"))
+    try:
+        assert poller._process(worker, m, settings.profile.fargate.fargate_visibility_s, stop,
+                               Metrics(service="worker"))
+    finally:
+        handler.setStream(previous)  # type: ignore[attr-defined]
+    # THEN its line about the chunk carries the chunk's fields (and no document text)
+    (line,) = [json.loads(x) for x in out.getvalue().splitlines() if '"message":"chunk done"' in x]
+    assert {"job_id": job_id, "chunk_id": chunk_id, "step": "analysis", "queue": "analysis", "attempt": 1,
+            "state": "running", "cancel_requested": False}.items() <= line.items()
+    assert {"lease_deadline", "checkpoint_version", "idempotency_key_sha256", "external_ids"} <= set(line)
+    assert "Governing Law" not in out.getvalue()
     # THEN its segment is the chunk's, annotated, with the chunk's calls under it
     (segment,) = [e for e in traces.sent if e["name"] == "worker-poller"]
     assert {k: segment["annotations"][k] for k in ("job_id", "chunk_id")} == {"job_id": job_id, "chunk_id": chunk_id}
