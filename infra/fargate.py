@@ -15,7 +15,7 @@ finished or released (requeued from its checkpoints) before ECS's SIGKILL.
 
 Tracing: an X-Ray daemon sidecar (`XRAY_DAEMON_IMAGE`, not essential: a daemon that dies costs traces, never a
 chunk) listens on UDP 2000 in the task's network namespace; the poller sends its segments to it
-(`AWS_XRAY_DAEMON_ADDRESS`, contract_review/tracing.py) and the daemon uploads them with the task role
+(`AWS_XRAY_DAEMON_ADDRESS`, contract_review/handlers/tracing.py) and the daemon uploads them with the task role
 (xray:PutTraceSegments, xray:PutTelemetryRecords, and the sampling rules it proxies; X-Ray has no
 resource-level permissions for these, so `*`).
 

@@ -132,3 +132,16 @@ def test_fields_live_only_within_their_block_and_a_raw_key_in_extra_is_hashed() 
     assert "idempotency_key" not in fields and fields["idempotency_key_sha256"] == key_hash(KEY)
     assert (fields["job_id"], fields["chunk_id"], fields["queue"]) == ("job-1", "c-0", "analysis")
     assert fields["external_ids"] == {"sqs_message_id": "m-1", "ticket_id": "T-9"}
+
+
+def test_a_jobs_fields_name_its_side_effects_ids_and_hash_its_key() -> None:
+    from contract_review.domain.log_fields import of_job
+    from contract_review.domain.records import Job, JobState, SideEffectDone
+
+    job = Job(job_id="job-1", state=JobState.CANCELLING, created_at=1.0, updated_at=2.0, idempotency_key=KEY,
+              source_message_id="m-1", cancel_requested_at=2.0, error_code="job.cancelled",
+              side_effects=[SideEffectDone(step="ticket.open", key="k", at=1.5, result={"ticket_id": "T-42",
+                                                                                        "note": "free text"})])
+    assert of_job(job) == {"job_id": "job-1", "state": "cancelling", "idempotency_key_sha256": key_hash(KEY),
+                           "cancel_requested": True, "error_code": "job.cancelled",
+                           "external_ids": {"source_message_id": "m-1", "ticket.open.ticket_id": "T-42"}}

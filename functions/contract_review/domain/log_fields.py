@@ -62,10 +62,14 @@ def job_fields(*, job_id: str | None = None, chunk_id: str | None = None, step: 
 
 def of_job(job: Job) -> dict[str, object]:
     """What a job record tells: its id, state, key (hashed), whether a cancel was asked, its error code, the
-    message it came from."""
+    message it came from and the ids its side effects got (`<step>.<field>`, e.g. `ticket.open.ticket_id`)."""
+    ids = {"source_message_id": job.source_message_id} if job.source_message_id else {}
+    for effect in job.side_effects:
+        ids.update({f"{effect.step}.{k}": str(v) for k, v in effect.result.items()
+                    if k.endswith("_id") and isinstance(v, str | int)})
     return job_fields(job_id=job.job_id, state=job.state.value, idempotency_key=job.idempotency_key,
                       cancel_requested=job.cancel_requested_at is not None, error_code=job.error_code,
-                      external_ids={"source_message_id": job.source_message_id} if job.source_message_id else None)
+                      external_ids=ids or None)
 
 
 def current() -> dict[str, object]:
