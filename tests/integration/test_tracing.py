@@ -164,3 +164,16 @@ def test_the_poller_opens_one_annotated_segment_per_chunk(lambda_env, traces) ->
     (segment,) = [e for e in traces.sent if e["name"] == "worker-poller"]
     assert {k: segment["annotations"][k] for k in ("job_id", "chunk_id")} == {"job_id": job_id, "chunk_id": chunk_id}
     _assert_chunk_trace(segment, job_id, chunk_id)
+
+
+def test_the_pollers_calls_outside_a_chunk_are_kept_out_of_traces_quietly(lambda_env, traces, caplog) -> None:
+    """The poller's receives and deletes belong to no chunk: no trace, and no SDK warning per poll."""
+    sqs = lambda_env.client("sqs")
+    with caplog.at_level(logging.WARNING, logger="aws_xray_sdk"):
+        sqs.list_queues()  # outside any segment: the SDK warns (what `untraced` is for)
+        assert "No segment found" in caplog.text
+        caplog.clear()
+        with tracing.untraced():
+            sqs.list_queues()
+    assert "No segment found" not in caplog.text
+    assert traces.sent == []  # the unsampled segment is never sent

@@ -133,9 +133,10 @@ def run(settings: Settings, session: Any, stop: Shutdown, guard: ScaleInGuard | 
     visibility = settings.profile.fargate.fargate_visibility_s
     try:
         while not stop.is_set():
-            r = sqs.receive_message(QueueUrl=settings.analysis_queue_url, MaxNumberOfMessages=1,
-                                    WaitTimeSeconds=settings.profile.fargate.poller_wait_s,
-                                    VisibilityTimeout=visibility, MessageSystemAttributeNames=["ApproximateReceiveCount"])
+            with tracing.untraced():  # a chunk's trace starts at its message (`_process`)
+                r = sqs.receive_message(QueueUrl=settings.analysis_queue_url, MaxNumberOfMessages=1,
+                                        WaitTimeSeconds=settings.profile.fargate.poller_wait_s, VisibilityTimeout=visibility,
+                                        MessageSystemAttributeNames=["ApproximateReceiveCount"])
             messages = r.get("Messages", [])
             if not messages:
                 guard.idle()  # nothing in hand: this task may be scaled in
@@ -144,7 +145,8 @@ def run(settings: Settings, session: Any, stop: Shutdown, guard: ScaleInGuard | 
             for m in messages:
                 with guard.busy():
                     if _process(worker, m, visibility, stop, metrics):
-                        sqs.delete_message(QueueUrl=settings.analysis_queue_url, ReceiptHandle=m["ReceiptHandle"])
+                        with tracing.untraced():
+                            sqs.delete_message(QueueUrl=settings.analysis_queue_url, ReceiptHandle=m["ReceiptHandle"])
     finally:
         guard.idle()
 

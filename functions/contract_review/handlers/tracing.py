@@ -162,6 +162,20 @@ def poller_segment(name: str) -> Iterator[None]:
         xray_recorder.end_segment()
 
 
+@contextmanager
+def untraced() -> Iterator[None]:
+    """Outside Lambda, AWS calls made outside any segment (the poller's receives and deletes) belong to no
+    trace: an unsampled segment around them keeps them out (the SDK would warn "No segment found" on each)."""
+    if not enabled():
+        yield
+        return
+    xray_recorder.begin_segment("untraced", sampling=0)
+    try:
+        yield
+    finally:
+        xray_recorder.end_segment()
+
+
 class TracedModel:
     """Each model call a `model` subsegment (the Bedrock call, where there is one, nests inside it)."""
 
