@@ -177,3 +177,23 @@ def test_the_pollers_calls_outside_a_chunk_are_kept_out_of_traces_quietly(lambda
             sqs.list_queues()
     assert "No segment found" not in caplog.text
     assert traces.sent == []  # the unsampled segment is never sent
+
+
+def test_a_failed_model_call_is_traced_by_its_code_never_its_message(traces) -> None:
+    from contract_review.domain import log_fields
+    from contract_review.domain.errors import ReviewError
+
+    secret = "the Licensee shall indemnify ZEBRA-7731"  # what a model error's message might quote
+    xray_recorder.begin_segment("WorkerFn")
+    try:
+        with log_fields.bound(log_fields.job_fields(job_id="job-1", chunk_id="c-1")):
+            with pytest.raises(ReviewError), tracing.span("model"):
+                raise ReviewError.of("model.output_invalid", secret)
+    finally:
+        xray_recorder.end_segment()
+    (segment,) = traces.sent
+    (sub,) = segment["subsegments"]
+    assert sub["error"] is True
+    assert sub["annotations"] == {"job_id": "job-1", "chunk_id": "c-1", "error_type": "ReviewError",
+                                  "error_code": "model.output_invalid"}
+    assert "ZEBRA" not in json.dumps(segment)

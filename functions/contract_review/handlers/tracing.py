@@ -133,19 +133,31 @@ def enabled() -> bool:
 
 
 def capture_handler(t: Tracer) -> Callable[[F], F]:
-    """A Lambda handler's `## handler` subsegment (cold start, service; the response is not captured: it
-    may name documents)."""
-    return t.capture_lambda_handler(capture_response=False)
+    """A Lambda handler's `## handler` subsegment (cold start, service; neither the response nor an error's
+    message is captured: they may quote a document)."""
+    return t.capture_lambda_handler(capture_response=False, capture_error=False)
 
 
 @contextmanager
 def span(name: str) -> Iterator[None]:
-    """A subsegment of ours (annotated with the bound job and chunk); nothing when tracing is off."""
+    """A subsegment of ours (annotated with the bound job and chunk); nothing when tracing is off. A failure
+    is recorded by its type and error code only: an exception's message may quote the document."""
     if not enabled():
         yield
         return
-    with xray_recorder.in_subsegment(name):
+    subsegment = xray_recorder.begin_subsegment(name)
+    try:
         yield
+    except BaseException as exc:
+        if subsegment is not None:
+            subsegment.add_error_flag()
+            subsegment.put_annotation("error_type", type(exc).__name__)
+            envelope = getattr(exc, "envelope", None)
+            if envelope is not None:
+                subsegment.put_annotation("error_code", str(envelope.error_code))
+        raise
+    finally:
+        xray_recorder.end_subsegment()
 
 
 @contextmanager
