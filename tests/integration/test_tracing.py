@@ -111,8 +111,11 @@ def _assert_chunk_trace(segment: dict[str, Any], job_id: str, chunk_id: str) -> 
     assert len(models) >= 2
 
 
-def test_a_chunk_through_the_worker_lambda_is_one_trace_of_its_model_and_aws_calls(lambda_env, traces) -> None:
+def test_a_chunk_through_the_worker_lambda_is_one_trace_of_its_model_and_aws_calls(lambda_env, traces,
+                                                                                   monkeypatch) -> None:
     from contract_review.handlers import worker as worker_handler
+
+    monkeypatch.setattr(worker_handler.metrics, "namespace", "ContractReview")  # whoever imported it first
 
     worker_handler.chunk_worker.cache_clear()
     job_id, m = _one_chunk(lambda_env)
@@ -130,6 +133,9 @@ def test_a_chunk_through_the_worker_lambda_is_one_trace_of_its_model_and_aws_cal
     # THEN one segment was sent, and in it the chunk's model, DynamoDB and SQS calls, each annotated
     (segment,) = [e for e in traces.sent if e["name"] == "WorkerFn"]
     _assert_chunk_trace(segment, job_id, chunk_id)
+    (record,) = [s for s in _subsegments(segment) if s["name"] == "chunk"]  # the record's own subsegment
+    assert record["annotations"] == {"job_id": job_id, "chunk_id": chunk_id}
+    assert {s["name"] for s in _subsegments(record)} >= {"model", "dynamodb", "sqs"}
 
 
 def test_the_poller_opens_one_annotated_segment_per_chunk(lambda_env, traces) -> None:

@@ -15,9 +15,6 @@ import pytest
 
 from contract_review.domain.log_fields import key_hash
 from contract_review.domain.ports import Queue
-from contract_review.handlers import aggregator as aggregator_handler
-from contract_review.handlers import intake as intake_handler
-from contract_review.handlers import worker as worker_handler
 from contract_review.pipeline.worker import ChunkWorker
 from review_local.sandbox import LambdaContext, sqs_event
 
@@ -41,7 +38,18 @@ EXPECTED = {
 
 
 @pytest.fixture
-def world(monkeypatch: pytest.MonkeyPatch) -> FakeWorld:
+def modules(monkeypatch: pytest.MonkeyPatch) -> tuple[Any, Any, Any]:
+    """The handler modules, imported here (not at collection) with the namespace they have on AWS: a handler
+    module imported without it would publish no metric in any later test of the session."""
+    monkeypatch.setenv("POWERTOOLS_METRICS_NAMESPACE", "ContractReview")
+    from contract_review.handlers import aggregator, intake, worker
+
+    return intake, worker, aggregator
+
+
+@pytest.fixture
+def world(monkeypatch: pytest.MonkeyPatch, modules: tuple[Any, Any, Any]) -> FakeWorld:
+    intake_handler, worker_handler, aggregator_handler = modules
     w = FakeWorld()
     worker = ChunkWorker(w.deps, FaultyModel(), rng=random.Random(7), sleep=lambda _s: None)
     for module in (intake_handler, aggregator_handler):
@@ -53,10 +61,10 @@ def world(monkeypatch: pytest.MonkeyPatch) -> FakeWorld:
 
 
 @pytest.fixture
-def lines() -> Iterator[io.StringIO]:
+def lines(modules: tuple[Any, Any, Any]) -> Iterator[io.StringIO]:
     """The handlers' structured log output (their Powertools handlers, which the core's loggers share)."""
     out = io.StringIO()
-    handlers = [m.logger.registered_handler for m in (intake_handler, worker_handler, aggregator_handler)]
+    handlers = [m.logger.registered_handler for m in modules]
     handlers += logging.getLogger("contract_review").handlers
     saved = [(h, h.setStream(out)) for h in handlers if isinstance(h, logging.StreamHandler)]  # type: ignore[func-returns-value]
     try:
@@ -76,7 +84,9 @@ def _ctx(name: str) -> LambdaContext:
     return LambdaContext(name, 512, 30, "req-1", "us-east-1")
 
 
-def test_every_line_about_a_job_carries_its_fields_and_no_document_text(world: FakeWorld, lines: io.StringIO) -> None:
+def test_every_line_about_a_job_carries_its_fields_and_no_document_text(world: FakeWorld, lines: io.StringIO,
+                                                                        modules: tuple[Any, Any, Any]) -> None:
+    intake_handler, worker_handler, aggregator_handler = modules
     # GIVEN a document with a user-chosen idempotency key, and a message that is no document
     world.queues.send_intake(json.dumps({"schema_version": 1, "document": {"text": TEXT}, "idempotency_key": KEY}))
     world.queues.send_intake(json.dumps({"schema_version": 1, "document": {"text": ""}, "idempotency_key": KEY + "!"}))

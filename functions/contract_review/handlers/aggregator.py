@@ -30,7 +30,8 @@ def record_handler(record: SQSRecord) -> None:
     chunk_id = msg.chunk_id if isinstance(msg, ResultMessage) else None
     with log_fields.bound(log_fields.job_fields(job_id=msg.job_id, chunk_id=chunk_id, step="aggregate", queue="results",
                                                 attempt=receive_count(record),
-                                                external_ids={"sqs_message_id": record.message_id})):
+                                                external_ids={"sqs_message_id": record.message_id})), \
+            tracing.span("result"):
         outcome = handle_message(deps(), msg)
         about = {"status": msg.status} if isinstance(msg, ResultMessage) else {"control": msg.control}
         logger.info("result processed", extra={**about, "outcome": outcome})

@@ -38,7 +38,8 @@ def record_handler(record: SQSRecord, context: LambdaContext) -> None:
                         remaining_ms=context.get_remaining_time_in_millis)
     with log_fields.bound(log_fields.job_fields(job_id=msg.job_id, chunk_id=msg.chunk_id, step="analysis",
                                                 queue="analysis", attempt=delivery.receive_count,
-                                                external_ids={"sqs_message_id": record.message_id})):
+                                                external_ids={"sqs_message_id": record.message_id})), \
+            tracing.span("chunk"):  # the record's calls under one annotated subsegment (a batch holds several)
         try:
             outcome = w.handle(msg, delivery)
         except Tier2 as exc:
