@@ -13,6 +13,12 @@ stops only unprotected (idle) tasks. SIGTERM (deployments, a task ECS retires): 
 new message, its worker starts no model call that could outlast the stop timeout, and the chunk is
 finished or released (requeued from its checkpoints) before ECS's SIGKILL.
 
+Tracing: an X-Ray daemon sidecar (`XRAY_DAEMON_IMAGE`, not essential: a daemon that dies costs traces, never a
+chunk) listens on UDP 2000 in the task's network namespace; the poller sends its segments to it
+(`AWS_XRAY_DAEMON_ADDRESS`, contract_review/handlers/tracing.py) and the daemon uploads them with the task role
+(xray:PutTraceSegments, xray:PutTelemetryRecords, and the sampling rules it proxies; X-Ray has no
+resource-level permissions for these, so `*`).
+
 Networking: a two-AZ VPC with public subnets only and no NAT gateway; tasks get a public IP and
 a security group with no ingress (the poller only makes outbound calls to AWS APIs). Rejected
 traffic is recorded by a VPC flow log.
@@ -40,6 +46,13 @@ from .functions import FUNCTIONS_DIR, log_retention
 # Fargate CPU units -> allowed memory (MiB) range.
 _FARGATE_SIZES = [(256, 512, 2048), (512, 1024, 4096), (1024, 2048, 8192), (2048, 4096, 16384), (4096, 8192, 30720)]
 CONTAINER_NAME = "worker"
+XRAY_CONTAINER_NAME = "xray-daemon"
+# AWS's public image of the X-Ray daemon, pinned to its major version (3.x: AWS's moving tag for the daemon's
+# current release, multi-arch, arm64 included).
+XRAY_DAEMON_IMAGE = "public.ecr.aws/xray/aws-xray-daemon:3.x"
+XRAY_DAEMON_ADDRESS = "127.0.0.1:2000"  # awsvpc: the task's containers share one network namespace
+XRAY_ACTIONS = ["xray:PutTraceSegments", "xray:PutTelemetryRecords", "xray:GetSamplingRules",
+                "xray:GetSamplingTargets"]
 # Backlog (visible + in flight) -> change in task count. Chunks are LLM-bound, so CPU says little.
 SCALING_STEPS = [
     appscaling.ScalingInterval(upper=0, change=-1),  # nothing waiting and nothing in flight
@@ -131,10 +144,19 @@ class FargateWorker(Construct):
         self.task_definition.add_container(
             CONTAINER_NAME,
             image=image,
-            environment=dict(environment),
+            environment={**environment, "AWS_XRAY_DAEMON_ADDRESS": XRAY_DAEMON_ADDRESS},
             logging=ecs.LogDrivers.aws_logs(stream_prefix="worker", log_group=self.log_group),
             # SIGTERM -> the poller finishes or releases its chunk (profile.fargate.fargate_stop_timeout_s).
             stop_timeout=Duration.seconds(stop_timeout_s),
+        )
+        self.task_definition.add_container(
+            XRAY_CONTAINER_NAME,
+            image=ecs.ContainerImage.from_registry(XRAY_DAEMON_IMAGE),
+            essential=False,  # tracing is best effort: its loss never stops the poller
+            cpu=32,
+            memory_reservation_mib=64,
+            port_mappings=[ecs.PortMapping(container_port=2000, protocol=ecs.Protocol.UDP)],
+            logging=ecs.LogDrivers.aws_logs(stream_prefix="xray", log_group=self.log_group),
         )
         self.service = ecs.FargateService(
             self,
@@ -164,3 +186,5 @@ class FargateWorker(Construct):
                                           arn_format=ArnFormat.SLASH_RESOURCE_NAME)
         iam.Grant.add_to_principal(grantee=self.task_role, actions=["ecs:UpdateTaskProtection"],
                                    resource_arns=[self.task_arns])
+        # the daemon sidecar uploads the poller's traces with the task role (no resource-level permissions)
+        iam.Grant.add_to_principal(grantee=self.task_role, actions=XRAY_ACTIONS, resource_arns=["*"])

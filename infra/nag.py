@@ -47,9 +47,12 @@ REASONS = {
         "start to pace to it: servicequotas:ListServiceQuotas and ListAWSDefaultServiceQuotas "
         "take no resource ARN (infra/permissions.py QUOTA_READ). Read-only."
     ),
-    "IAM5-quotas": (
-        "The worker reads its model's quota at start to pace to it: servicequotas:ListServiceQuotas, "
-        "ListAWSDefaultServiceQuotas take no resource ARN (infra/permissions.py QUOTA_READ). Read-only."
+    "IAM5-xray-daemon-quotas": (
+        "The Fargate task's X-Ray daemon sidecar uploads the poller's traces: xray:PutTraceSegments, "
+        "PutTelemetryRecords, GetSamplingRules and GetSamplingTargets do not support resource-level permissions "
+        "(AWS requires Resource '*'); and the worker reads its model's quota at start to pace to it: "
+        "servicequotas:ListServiceQuotas, ListAWSDefaultServiceQuotas take no resource ARN "
+        "(infra/permissions.py QUOTA_READ)."
     ),
     "IAM5-task-protection": (
         "ecs:UpdateTaskProtection for scale-in protection: a task's id is only known at run time, so the "
@@ -127,7 +130,7 @@ def acknowledge(stack: ContractReviewStack) -> None:
     for f in functions:
         _ack(f.role, "IAM5[Resource::*]", "IAM5-xray-quotas" if f.role is stack.worker_fn.role else "IAM5-xray")
     if fargate is not None:
-        _ack(fargate.task_role, "IAM5[Resource::*]", "IAM5-quotas")
+        _ack(fargate.task_role, "IAM5[Resource::*]", "IAM5-xray-daemon-quotas")
 
     _ack(stack.side_effects.compensation_dlq, "SQS3", "SQS3-compensation-dlq")
 

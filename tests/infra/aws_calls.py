@@ -161,6 +161,17 @@ def _ecs_agent(op: str, p: Mapping[str, Any]) -> list[Need]:
     return [Need("ecs:UpdateTaskProtection", f"arn:aws:ecs:{REGION}:{ACCOUNT}:task/{p['cluster']}/{p['task']}")]
 
 
+XRAY_DAEMON_CALLS = ("PutTraceSegments", "PutTelemetryRecords", "GetSamplingRules", "GetSamplingTargets")
+
+
+def _xray_daemon(op: str, p: Mapping[str, Any]) -> list[Need]:
+    """The Fargate task's X-Ray daemon sidecar: it uploads the poller's segments and proxies its sampling
+    rules with the task role. X-Ray has no resource-level permissions: the resource is `*`."""
+    if op not in XRAY_DAEMON_CALLS:
+        raise KeyError(op)
+    return [Need(f"xray:{op}", "*")]
+
+
 def _sns(op: str, p: Mapping[str, Any]) -> list[Need]:
     if op != "Publish":
         raise KeyError(op)
@@ -192,7 +203,7 @@ def _secretsmanager(op: str, p: Mapping[str, Any]) -> list[Need]:
 
 _SERVICES: dict[str, Callable[[str, Mapping[str, Any]], list[Need]]] = {
     "dynamodb": _dynamodb, "s3": _s3, "sqs": _sqs, "bedrock-runtime": _bedrock_runtime, "bedrock": _bedrock,
-    "ecs-agent": _ecs_agent, "sns": _sns, "events": _events, "ssm": _ssm, "secretsmanager": _secretsmanager,
+    "ecs-agent": _ecs_agent, "xray-daemon": _xray_daemon, "sns": _sns, "events": _events, "ssm": _ssm, "secretsmanager": _secretsmanager,
 }
 
 

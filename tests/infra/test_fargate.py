@@ -23,7 +23,7 @@ def test_service_polls_the_analysis_queue_on_arm64(synth: Synth) -> None:
     assert p["RuntimePlatform"] == {"CpuArchitecture": "ARM64", "OperatingSystemFamily": "LINUX"}
     assert p["RequiresCompatibilities"] == ["FARGATE"]
     assert int(p["Memory"]) == synth.profiles[FARGATE].functions.worker_memory_mb
-    (container,) = p["ContainerDefinitions"]
+    (container,) = [c for c in p["ContainerDefinitions"] if c["Name"] == "worker"]
     env = {e["Name"]: e["Value"] for e in container["Environment"]}
     assert env[ENV["worker_kind"]] == "fargate"
     assert set(ENV.values()) - ONLY_WHEN_GIVEN <= set(env)  # both only when given
@@ -34,6 +34,47 @@ def test_service_polls_the_analysis_queue_on_arm64(synth: Synth) -> None:
     assert "ecr" in json.dumps(container["Image"])  # an image asset, pushed at deploy time
     (service,) = resources(t, "AWS::ECS::Service").values()
     assert service["Properties"]["LaunchType"] == "FARGATE"
+
+
+def test_the_task_runs_the_xray_daemon_the_poller_sends_its_traces_to(synth: Synth) -> None:
+    """Fargate has no active tracing: the poller's segments go to a daemon sidecar, which uploads them with the
+    task role."""
+    t = synth.templates[FARGATE]
+    (task_def,) = resources(t, "AWS::ECS::TaskDefinition").values()
+    containers = {c["Name"]: c for c in task_def["Properties"]["ContainerDefinitions"]}
+    assert set(containers) == {"worker", "xray-daemon"}
+    daemon, worker = containers["xray-daemon"], containers["worker"]
+    assert daemon["Image"].startswith("public.ecr.aws/xray/aws-xray-daemon:")
+    assert daemon["PortMappings"] == [{"ContainerPort": 2000, "Protocol": "udp"}]
+    assert daemon["Essential"] is False and worker.get("Essential", True) is True  # lost traces never stop a chunk
+    assert daemon["LogConfiguration"]["LogDriver"] == "awslogs"
+    env = {e["Name"]: e["Value"] for e in worker["Environment"]}
+    assert env["AWS_XRAY_DAEMON_ADDRESS"] == "127.0.0.1:2000"  # awsvpc: one network namespace per task
+    # the task role may upload traces and read the sampling rules the daemon proxies (X-Ray: Resource "*")
+    role_ids = {k for k, v in resources(t, "AWS::IAM::Role").items() if "ecs-tasks" in json.dumps(v)}
+    task_role = getatt_id(task_def["Properties"]["TaskRoleArn"])
+    assert task_role in role_ids
+    xray = [st for pol in resources(t, "AWS::IAM::Policy").values()
+            if {"Ref": task_role} in pol["Properties"]["Roles"]
+            for st in pol["Properties"]["PolicyDocument"]["Statement"]
+            if any(str(a).startswith("xray:") for a in ([st["Action"]] if isinstance(st["Action"], str) else st["Action"]))]
+    granted = {a for st in xray for a in ([st["Action"]] if isinstance(st["Action"], str) else st["Action"])
+               if a.startswith("xray:")}
+    assert granted == {"xray:PutTraceSegments", "xray:PutTelemetryRecords", "xray:GetSamplingRules",
+                       "xray:GetSamplingTargets"}
+    assert all(st["Resource"] == "*" and st["Effect"] == "Allow" for st in xray)
+
+
+def test_lambda_functions_trace_actively(synth: Synth) -> None:
+    """Lambda's half of the traces: active tracing on every function (the handlers' Powertools Tracer adds the
+    subsegments), and the grants it needs; POWERTOOLS_TRACE_DISABLED is nowhere set."""
+    for t in synth.templates.values():
+        functions = {k: f for k, f in resources(t, "AWS::Lambda::Function").items()
+                     if str(f["Properties"].get("Handler", "")).startswith("contract_review.handlers.")}
+        assert len(functions) == 5  # intake, worker, aggregator, sweeper, api
+        for fn in functions.values():
+            assert fn["Properties"]["TracingConfig"] == {"Mode": "Active"}
+            assert "POWERTOOLS_TRACE_DISABLED" not in fn["Properties"]["Environment"]["Variables"]
 
 
 def test_image_asset_is_the_functions_dockerfile_for_arm64(synth: Synth) -> None:
@@ -51,7 +92,7 @@ def test_dockerfile_pins_match_requirements(synth: Synth) -> None:
     dockerfile = (FUNCTIONS_DIR / "Dockerfile").read_text()
     requirements = (FUNCTIONS_DIR.parent / "requirements.txt").read_text().splitlines()
     pins = {line.split("==")[0].split("[")[0]: line.split("==")[1] for line in requirements if "==" in line}
-    for package in ("aws-lambda-powertools", "pydantic", "boto3"):
+    for package in ("aws-lambda-powertools", "aws-xray-sdk", "pydantic", "boto3"):
         assert f'"{package}=={pins[package]}"' in dockerfile, package
     assert "FROM python:3.12-slim" in dockerfile
     assert 'CMD ["python", "-m", "contract_review.handlers.poller"]' in dockerfile
@@ -67,7 +108,7 @@ def test_stop_timeout_is_the_profiles_and_covers_a_model_call_and_the_release(sy
     t = synth.templates[FARGATE]
     p = synth.profiles[FARGATE]
     (task_def,) = resources(t, "AWS::ECS::TaskDefinition").values()
-    (container,) = task_def["Properties"]["ContainerDefinitions"]
+    (container,) = [c for c in task_def["Properties"]["ContainerDefinitions"] if c["Name"] == "worker"]
     # SIGTERM -> SIGKILL after StopTimeout: a model call in flight ends, and the chunk is released, before
     assert container["StopTimeout"] == p.fargate.fargate_stop_timeout_s <= 120
     assert p.tier1.model_read_timeout_s + p.tier1.handoff_margin_s <= container["StopTimeout"]

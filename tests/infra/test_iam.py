@@ -32,6 +32,8 @@ ESM_CONSUME = {"sqs:ReceiveMessage", "sqs:DeleteMessage", "sqs:ChangeMessageVisi
                "sqs:GetQueueUrl"}
 LOGS = {"logs:CreateLogStream", "logs:PutLogEvents"}
 XRAY = {"xray:PutTraceSegments", "xray:PutTelemetryRecords"}  # active tracing; no resource-level permissions
+# Fargate's X-Ray daemon sidecar also reads the sampling rules it proxies to the poller (infra/fargate.py)
+XRAY_SAMPLING = {"xray:GetSamplingRules", "xray:GetSamplingTargets"}
 # the worker's cold-start read of its model's quota (pacing); Service Quotas' list actions take no resource ARN
 QUOTAS = {"servicequotas:ListServiceQuotas", "servicequotas:ListAWSDefaultServiceQuotas"}
 
@@ -131,8 +133,9 @@ def test_each_role_is_granted_exactly_its_access_row(synth: Synth, name: str, ro
         text = json.dumps(st["Resource"])
         if actions <= LOGS:
             assert role != "fargate" and getatt_id(st["Resource"]).startswith(f"{role.title()}FnLogs"), st
-        elif actions <= XRAY | QUOTAS:
-            assert st["Resource"] == "*" and (role != "fargate" or not actions & XRAY), st
+        elif actions <= XRAY | XRAY_SAMPLING | QUOTAS:
+            assert st["Resource"] == "*", st
+            assert not actions & XRAY_SAMPLING or role == "fargate", st
             assert not actions & QUOTAS or role in ("worker", "fargate"), st
         elif all(a.startswith("bedrock:") for a in actions):
             assert role in ("worker", "fargate") and ":bedrock:" in text, st

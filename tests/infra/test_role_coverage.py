@@ -73,7 +73,7 @@ from review_local.ticket_service import TicketServiceFake
 from ..fake_ecs_agent import FakeEcsAgent
 from ..texts import LONG_TEXT, TEXT
 from . import api_scenario
-from .aws_calls import ACCOUNT, REGION, Call, Need, Recorder, allowed
+from .aws_calls import ACCOUNT, REGION, XRAY_DAEMON_CALLS, Call, Need, Recorder, allowed
 from .conftest import (
     FARGATE,
     LOCAL,
@@ -560,6 +560,10 @@ def recorded(synth: Synth) -> Iterator[Recorded]:
                 handlers.reset()
             for _request in agent.requests:  # the agent calls UpdateTaskProtection with the task role
                 rec.add("fargate", "ecs-agent", "UpdateTaskProtection", {"cluster": CLUSTER, "task": TASK_ID})
+            # the X-Ray daemon sidecar (not run here: offline, tracing is off) makes these with the task role
+            # whenever the task runs (infra/fargate.py; the poller sends it its segments)
+            for operation in XRAY_DAEMON_CALLS:
+                rec.add("fargate", "xray-daemon", operation, {})
             puts = len(agent.requests)
         yield Recorded(rec, aws, puts)
     finally:

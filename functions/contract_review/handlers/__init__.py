@@ -7,12 +7,17 @@ import os
 from typing import Any
 
 import boto3
+from aws_lambda_powertools import Logger
+from aws_lambda_powertools.logging.utils import copy_config_to_registered_loggers
+from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 
 from contract_review.config.settings import Settings
+from contract_review.domain.log_fields import LogFieldsFilter
 from contract_review.domain.model import ModelClient
 from contract_review.domain.ports import Deps
 
 from ..wiring import build_deps, build_model
+from .tracing import TracedModel
 
 
 @functools.cache
@@ -49,12 +54,34 @@ def deps() -> Deps:
     return build_deps(settings(), session(), remaining_ms=invocation)
 
 
+def build_traced_model(s: Settings, boto_session: Any) -> ModelClient:
+    """The model (wiring.build_model), each call a `model` trace subsegment (a no-op where tracing is off)."""
+    return TracedModel(build_model(s, boto_session))
+
+
 @functools.cache
 def model() -> ModelClient:
-    return build_model(settings(), session())
+    return build_traced_model(settings(), session())
 
 
 def reset() -> None:
     """Forget everything built from the environment (tests change the environment between cases)."""
     for cached in (settings, session, deps, model):
         cached.cache_clear()
+
+
+def receive_count(record: SQSRecord) -> int | None:
+    """The delivery's attempt number for the log fields (Lambda always sends it; never a reason to fail)."""
+    value = (record.raw_event.get("attributes") or {}).get("ApproximateReceiveCount")
+    return int(value) if isinstance(value, str) and value.isdigit() else None
+
+
+def observe(logger: Logger) -> Logger:
+    """One logging setup for every handler and the poller: the core's loggers (`contract_review.*`) write
+    through `logger`'s structured handler, and every line carries the job's bound fields
+    (`domain/log_fields.py`: hashes a raw idempotency key, adds job, chunk, step, ... where known)."""
+    handler = logger.registered_handler
+    if not any(isinstance(f, LogFieldsFilter) for f in handler.filters):
+        handler.addFilter(LogFieldsFilter())
+    copy_config_to_registered_loggers(source_logger=logger, include={"contract_review"})
+    return logger

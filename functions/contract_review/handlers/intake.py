@@ -9,23 +9,30 @@ from aws_lambda_powertools.utilities.batch.types import PartialItemFailureRespon
 from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
+from contract_review.domain import log_fields
 from contract_review.pipeline.intake import handle_intake
 
-from . import deps
+from . import deps, observe, receive_count, tracing
 
-logger = Logger(service="intake")
+logger = observe(Logger(service="intake"))
+tracer = tracing.tracer("intake")
 metrics = Metrics(namespace="ContractReview", service="intake")
 processor = BatchProcessor(event_type=EventType.SQS)
 
 
 def record_handler(record: SQSRecord) -> None:
-    result = handle_intake(deps(), record.body, record.message_id)
-    logger.info("intake processed", extra={"job_id": result.job_id, "state": result.state, "job_created": result.created,
-                                           "error_code": result.error.error_code if result.error else None})
+    with log_fields.bound(log_fields.job_fields(step="intake", queue="intake",
+                                                attempt=receive_count(record),
+                                                external_ids={"sqs_message_id": record.message_id})):
+        result = handle_intake(deps(), record.body, record.message_id)
+        logger.info("intake processed", extra={**log_fields.job_fields(
+            job_id=result.job_id, state=result.state, error_code=result.error.error_code if result.error else None),
+            "job_created": result.created})
     metrics.add_metric(name="JobsCreated" if result.created else "IntakeDuplicates", unit=MetricUnit.Count, value=1)
 
 
 @metrics.log_metrics
 @logger.inject_lambda_context
+@tracing.capture_handler(tracer)
 def handler(event: dict[str, Any], context: LambdaContext) -> PartialItemFailureResponse:
     return process_partial_response(event=event, record_handler=record_handler, processor=processor, context=context)

@@ -27,16 +27,18 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from aws_lambda_powertools import Metrics
+from aws_lambda_powertools import Logger, Metrics
 from pydantic import ValidationError
 
 from contract_review.config.settings import Settings
+from contract_review.domain import log_fields
 from contract_review.domain.messages import AnalysisMessage
 from contract_review.domain.ports import Deps
 from contract_review.pipeline.sweeper import sweep_claims
 from contract_review.pipeline.worker import ChunkWorker, Delivery, Tier2
 
-from ..wiring import ScaleInGuard, aws_client_config, build_chunk_worker, build_deps, build_model, build_scale_in_guard
+from ..wiring import ScaleInGuard, aws_client_config, build_chunk_worker, build_deps, build_scale_in_guard
+from . import build_traced_model, observe, tracing
 from .telemetry import record_attempt
 
 log = logging.getLogger("contract_review.poller")
@@ -81,7 +83,8 @@ def _sweep_loop(deps: Deps, interval_s: float, stop: Shutdown) -> None:
         deps.meter.exclude_current_thread()
     while not stop.wait(interval_s):
         try:
-            report = sweep_claims(deps)
+            with log_fields.bound(log_fields.job_fields(step="sweep.lapsed")), tracing.poller_segment("worker-sweep"):
+                report = sweep_claims(deps)
             if report.requeued or report.dead_lettered:
                 log.info("sweep requeued=%s dead_lettered=%s", report.requeued, report.dead_lettered)
         except Exception:  # the next round retries; logged, not hidden
@@ -98,19 +101,22 @@ def _process(worker: ChunkWorker, m: dict[str, Any], visibility: int, stop: Shut
     except ValidationError as exc:  # never log the body: it holds document text
         log.error("invalid analysis message %s (%d errors); left for the DLQ", m["MessageId"], exc.error_count())
         return False
-    try:
-        outcome = worker.handle(msg, delivery)
-    except Tier2 as exc:
-        record_attempt(metrics, exc.stats, tier2_code=exc.envelope.error_code)
+    fields = log_fields.job_fields(job_id=msg.job_id, chunk_id=msg.chunk_id, step="analysis", queue="analysis",
+                                   attempt=delivery.receive_count, external_ids={"sqs_message_id": m["MessageId"]})
+    with log_fields.bound(fields), tracing.poller_segment("worker-poller"):  # one trace per chunk message
+        try:
+            outcome = worker.handle(msg, delivery)
+        except Tier2 as exc:
+            record_attempt(metrics, exc.stats, tier2_code=exc.envelope.error_code)
+            metrics.flush_metrics()
+            log.warning("tier 2: %s", exc.envelope.error_code, extra={"error_code": exc.envelope.error_code, "tier": 2})
+            return False
+        except Exception:  # not acknowledged: the queue redelivers it (tier 2), then the DLQ
+            log.exception("chunk failed with an unexpected error")
+            return False
+        record_attempt(metrics, outcome.stats, action=outcome.action, reason=str(outcome.detail.get("reason") or ""))
         metrics.flush_metrics()
-        log.warning("tier 2: %s", exc.envelope.error_code)
-        return False
-    except Exception:  # not acknowledged: the queue redelivers it (tier 2), then the DLQ
-        log.exception("chunk failed with an unexpected error")
-        return False
-    record_attempt(metrics, outcome.stats, action=outcome.action, reason=str(outcome.detail.get("reason") or ""))
-    metrics.flush_metrics()
-    log.info("chunk %s", outcome.action)
+        log.info("chunk %s", outcome.action, extra={"outcome": outcome.action})
     return True
 
 
@@ -122,14 +128,15 @@ def run(settings: Settings, session: Any, stop: Shutdown, guard: ScaleInGuard | 
     deps = build_deps(settings, session)
     threading.Thread(target=_sweep_loop, args=(deps, settings.profile.fargate.fargate_sweep_interval_s, stop),
                      daemon=True, name="sweeper").start()
-    worker = build_chunk_worker(settings, deps, build_model(settings, session), session)
+    worker = build_chunk_worker(settings, deps, build_traced_model(settings, session), session)
     sqs = session.client("sqs", config=aws_client_config())  # the poller is its own event source mapping
     visibility = settings.profile.fargate.fargate_visibility_s
     try:
         while not stop.is_set():
-            r = sqs.receive_message(QueueUrl=settings.analysis_queue_url, MaxNumberOfMessages=1,
-                                    WaitTimeSeconds=settings.profile.fargate.poller_wait_s,
-                                    VisibilityTimeout=visibility, MessageSystemAttributeNames=["ApproximateReceiveCount"])
+            with tracing.untraced():  # a chunk's trace starts at its message (`_process`)
+                r = sqs.receive_message(QueueUrl=settings.analysis_queue_url, MaxNumberOfMessages=1,
+                                        WaitTimeSeconds=settings.profile.fargate.poller_wait_s, VisibilityTimeout=visibility,
+                                        MessageSystemAttributeNames=["ApproximateReceiveCount"])
             messages = r.get("Messages", [])
             if not messages:
                 guard.idle()  # nothing in hand: this task may be scaled in
@@ -138,7 +145,8 @@ def run(settings: Settings, session: Any, stop: Shutdown, guard: ScaleInGuard | 
             for m in messages:
                 with guard.busy():
                     if _process(worker, m, visibility, stop, metrics):
-                        sqs.delete_message(QueueUrl=settings.analysis_queue_url, ReceiptHandle=m["ReceiptHandle"])
+                        with tracing.untraced():
+                            sqs.delete_message(QueueUrl=settings.analysis_queue_url, ReceiptHandle=m["ReceiptHandle"])
     finally:
         guard.idle()
 
@@ -147,6 +155,9 @@ def main() -> None:
     import boto3
 
     logging.basicConfig(level=os.environ.get("LOG_LEVEL", "INFO"))
+    observe(Logger(service="worker"))  # the core's and the poller's lines: structured, with the job's fields
+    # traced where the task definition runs the X-Ray daemon sidecar (infra/fargate.py); locally: off
+    tracing.tracer("worker", enabled=bool(os.environ.get("AWS_XRAY_DAEMON_ADDRESS")))
     settings = Settings.from_env(os.environ).model_copy(update={"worker_kind": "fargate"})
     stop = Shutdown(settings.profile.fargate.fargate_stop_timeout_s)
     signal.signal(signal.SIGTERM, lambda *_: stop.request())

@@ -3,9 +3,10 @@ under the coverage policy (`report.py`)."""
 
 from __future__ import annotations
 
+import contextvars
 from concurrent.futures import ThreadPoolExecutor
 
-from contract_review.domain import lifecycle
+from contract_review.domain import lifecycle, log_fields
 from contract_review.domain.cost import RequestCounter, aggregator_usage, metered, over_budget
 from contract_review.domain.errors import ErrorEnvelope
 from contract_review.domain.keys import report_keys
@@ -41,6 +42,7 @@ def handle_control(deps: Deps, msg: JobControl) -> str:
     job = deps.jobs.get(msg.job_id)
     if job is None:
         return "ignored"
+    log_fields.bind(log_fields.of_job(job))
     if job.state is JobState.CANCELLING:  # whatever the control said: a cancel overrides it
         return lifecycle.finish_cancel(deps, job).value
     if job.state is JobState.COMPENSATING:  # a reject (or any control) of a failing job: finish undoing it
@@ -67,9 +69,13 @@ def handle_result(deps: Deps, msg: ResultMessage) -> str:
 
 def _handle_result(deps: Deps, msg: ResultMessage, counter: RequestCounter) -> str:
     job = deps.jobs.get(msg.job_id)
+    if job is not None:
+        log_fields.bind(log_fields.of_job(job))
     if job is None or job.terminal:
         return "ignored"
     chunk = deps.claims.get(msg.job_id, msg.chunk_id)
+    if chunk is not None:
+        log_fields.bind(log_fields.job_fields(checkpoint_version=chunk.fence))
     if chunk is None or chunk.status != msg.status:
         return "stale"  # the chunk moved on (redrive, newer owner); its own message will settle it
     counted = job.counts(chunk)  # a second copy of a result already counted (at-least-once)
@@ -107,7 +113,9 @@ def read_findings(deps: Deps, chunks: list[ChunkRecord]) -> list[Finding]:
     in parallel (boto3 clients are thread-safe), finalize takes seconds instead of a minute."""
     keys = [c.findings_key for c in chunks if c.status is ChunkStatus.DONE and c.findings_key]
     with ThreadPoolExecutor(max_workers=FINDINGS_READERS) as pool:
-        texts = list(pool.map(deps.artifacts.get_text, keys))  # map keeps the order
+        # each read in a copy of the caller's context (log fields, trace segment); results in the keys' order
+        futures = [pool.submit(contextvars.copy_context().run, deps.artifacts.get_text, key) for key in keys]
+        texts = [f.result() for f in futures]
     return [f for text in texts for f in ChunkFindings.model_validate_json(text).findings]
 
 

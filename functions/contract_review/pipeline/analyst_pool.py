@@ -15,6 +15,7 @@ With `limit` 1 the analysts run one by one in the caller's thread, exactly as be
 
 from __future__ import annotations
 
+import contextvars
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -53,7 +54,8 @@ class AnalystPool(Generic[T, R]):
         if self.limit == 1 or len(items) <= 1:
             return [fn(item) for item in items]  # one by one: the first error propagates at once
         with ThreadPoolExecutor(max_workers=min(self.limit, len(items)), thread_name_prefix="analyst") as pool:
-            futures = [pool.submit(self._one, fn, item) for item in items]
+            # each in a copy of the caller's context: its log fields and trace segment (tracing.py)
+            futures = [pool.submit(contextvars.copy_context().run, self._one, fn, item) for item in items]
         results = [f.result() for f in futures]
         if self._errors:
             hard = [e for e in self._errors if isinstance(e, HARD_STOPS)]

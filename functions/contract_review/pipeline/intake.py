@@ -22,7 +22,7 @@ import json
 from dataclasses import dataclass
 from decimal import Decimal
 
-from contract_review.domain import lifecycle
+from contract_review.domain import lifecycle, log_fields
 from contract_review.domain.cost import micro_usd
 from contract_review.domain.errors import ErrorEnvelope, ReviewError
 from contract_review.domain.keys import document_key
@@ -92,6 +92,7 @@ def _record_failure(deps: Deps, body: str, env: ErrorEnvelope, message_id: str, 
                                         idempotency_key=key, document_id=document_id, error=env,
                                         error_code=env.error_code, source_message_id=message_id, ended_at=now,
                                         principal=principal))
+    log_fields.bind(log_fields.of_job(job))
     if created:
         deps.jobs.record_event(job_id, "job.failed", error_code=env.error_code, reason="invalid input")
     return IntakeResult(job_id, created, job.state.value, env)
@@ -127,6 +128,7 @@ def handle_intake(deps: Deps, body: str, message_id: str = "") -> IntakeResult:
               budget_micro_usd=micro_usd(Decimal(str(budget))) if budget is not None else None,
               estimate_micro_usd=estimate)
     existing, created = deps.jobs.create(job)
+    log_fields.bind(log_fields.of_job(existing))  # the job's key (hashed), state, source message on its lines
     if created:
         deps.jobs.record_event(job_id, "job.queued", chunk_count=len(chunks), document_chars=len(text))
     elif (existing.document_sha256 and existing.document_sha256 != sha) or existing.principal != msg.principal:

@@ -48,7 +48,7 @@ from dataclasses import dataclass, field
 
 from pydantic import ValidationError
 
-from contract_review.domain import lifecycle
+from contract_review.domain import lifecycle, log_fields
 from contract_review.domain.errors import ErrorEnvelope
 from contract_review.domain.messages import AnalysisMessage
 from contract_review.domain.policy import is_backpressure
@@ -112,12 +112,16 @@ class _JobCache:
 
 @contextmanager
 def _isolated(report: SweepReport, step: str, item: str) -> Iterator[None]:
-    """Run one item of a sweep: an exception is logged and counted, never stops the sweep."""
-    try:
-        yield
-    except Exception:  # one bad item (a missing document, a throttled write) must not block the rest
-        log.warning("sweep item failed", exc_info=True, extra={"step": step, "item": item})
-        report.item_failures.append(f"{step}:{item}")
+    """Run one item of a sweep: an exception is logged and counted, never stops the sweep. An item that is a
+    job (`job-...`) or a chunk (`job-.../chunk`) names it on the item's log lines."""
+    job_id, _, chunk_id = item.partition("/") if item.startswith("job-") else ("", "", "")
+    with log_fields.bound(log_fields.job_fields(job_id=job_id or None, chunk_id=chunk_id or None,
+                                                step=f"sweep.{step}")):
+        try:
+            yield
+        except Exception:  # one bad item (a missing document, a throttled write) must not block the rest
+            log.warning("sweep item failed", exc_info=True, extra={"item": item})
+            report.item_failures.append(f"{step}:{item}")
 
 
 def sweep(deps: Deps, now: float | None = None) -> SweepReport:

@@ -18,6 +18,7 @@ the job's waiting condition (`Job.waiting`) until one of its chunks makes progre
 
 from __future__ import annotations
 
+import contextvars
 import dataclasses
 import logging
 import os
@@ -30,7 +31,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from contract_review.config.settings import Settings
-from contract_review.domain import lifecycle
+from contract_review.domain import lifecycle, log_fields
 from contract_review.domain.cost import AttemptMeter, RequestCounter, metered, model_price
 from contract_review.domain.errors import ErrorClass, ErrorEnvelope, LeaseLost, ReviewError, classify
 from contract_review.domain.keys import findings_key
@@ -124,7 +125,9 @@ class Heartbeat:
         self.lease_lock = threading.Lock()
         self.lost = threading.Event()
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True, name="heartbeat")
+        # in a copy of this context: its log lines carry the chunk's fields, its calls join the chunk's trace
+        self._thread = threading.Thread(target=contextvars.copy_context().run, args=(self._run,), daemon=True,
+                                        name="heartbeat")
 
     def __enter__(self) -> Heartbeat:
         self._thread.start()
@@ -460,6 +463,8 @@ class ChunkWorker:
         if not claim.won or claim.record is None:
             return self._not_claimed(claim.record)
         fence, record = claim.fence, claim.record
+        log_fields.bind(log_fields.of_job(job))  # what this attempt's log lines know from here on
+        log_fields.bind(log_fields.job_fields(lease_deadline=record.claim_expires_at, checkpoint_version=fence))
         stats = RetryStats(meter=attempt_meter(self.s, counter))
         if job.state in (JobState.CANCELLING, JobState.CANCELLED):  # no work for a job being (or) cancelled
             return settle_cancelled(self.deps, msg, fence, stats, "claim", ended=job.state is JobState.CANCELLED)
@@ -489,6 +494,8 @@ class ChunkWorker:
                 log.warning("chunk attempt failed", exc_info=True, extra={"job_id": msg.job_id, "chunk_id": msg.chunk_id})
                 error = classify(exc, step="worker")
         # the heartbeat has stopped: it can no longer overwrite the tier-2 backoff visibility
+        if error is not None:
+            log_fields.bind(log_fields.job_fields(error_code=error.error_code))
         outcome = self._on_error(msg, fence, delivery, stats, error, progressed=bool(runner.committed)) if error \
             else self._complete(msg, fence, stats, outputs)
         self._waiting(job, error, progressed=bool(runner.committed))
