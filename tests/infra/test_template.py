@@ -426,7 +426,8 @@ def test_every_resource_is_an_output_and_an_env_var_of_every_function(synth: Syn
     assert len(functions) == len(HANDLERS)  # (the Fargate stack also has a CDK custom-resource function of its own)
     envs = {lid: fn["Properties"]["Environment"]["Variables"] for lid, fn in functions.items()}
     for task_def in resources(t, "AWS::ECS::TaskDefinition").values():  # the Fargate poller, when present
-        (container,) = task_def["Properties"]["ContainerDefinitions"]
+        (container,) = [c for c in task_def["Properties"]["ContainerDefinitions"]  # (beside it: the X-Ray daemon)
+                        if c.get("Essential", True)]
         envs[container["Name"]] = {e["Name"]: e["Value"] for e in container["Environment"]}
     assert len(envs) == len(HANDLERS) + (1 if name == FARGATE else 0)
     for r in RESOURCES:
