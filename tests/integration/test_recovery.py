@@ -89,13 +89,15 @@ def test_kill_9_mid_chunk_resumes_from_checkpoints_within_lease_plus_sweep(make_
     rerun = {e["analyst"] for e in after} & done_before_kill
     assert not rerun, f"checkpointed analysts re-run after the crash: {rerun}"
     assert {e["analyst"] for e in after}, "the remaining analysts ran on the new owner"
-    # recovery came from lease + sweep, not from the visibility timeout
-    assert record.claimed_at is not None
-    recovered_in = record.claimed_at - killed_at
-    assert recovered_in < LOCAL.recovery.claim_lease_s + LOCAL.recovery.sweep_interval_s + 4, recovered_in
-    assert recovered_in < LOCAL.queues.analysis_visibility_s / 4
+    # recovery came from lease + sweep, not from the visibility timeout: the sweeper requeued the chunk within a
+    # lease and a sweep of the kill (the runbook's bound; 4 s of slack for a busy machine), and a worker took it
+    # again long before its message could have come back by itself
     requeues = [e for e in deps.jobs.events(job_id) if e.type == "chunk.requeued" and e.detail["chunk_id"] == chunk_id]
     assert requeues and requeues[0].detail["reason"] == "runtime.worker_lost"
+    requeued_in = requeues[0].at - killed_at
+    assert requeued_in < LOCAL.recovery.claim_lease_s + LOCAL.recovery.sweep_interval_s + 4, requeued_in
+    assert record.claimed_at is not None
+    assert record.claimed_at - killed_at < LOCAL.queues.analysis_visibility_s / 4
     # and the report is exactly that of a run without the crash
     assert_matches_fault_free(deps, job_id, text)
 
