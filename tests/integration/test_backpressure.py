@@ -96,7 +96,8 @@ def test_the_sweeper_tells_a_function_timeout_from_a_crash(make_stack):
     stack = make_stack(None, {"worker": 0})
     deps = stack.deps()
     job_id = ops.submit(deps, _doc(2, 3), document_id="vanished")
-    wait_for(lambda: (j := deps.jobs.get(job_id)) is not None and j.state == "running", 20, 0.2, "intake")
+    # intake makes the job `running`, then writes its first page of chunk records: wait for those
+    wait_for(lambda: len(deps.claims.for_job(job_id)) >= 2, 20, 0.2, "intake to write the chunk records")
     first, second = deps.claims.for_job(job_id)[:2]
     lease = LOCAL.recovery.claim_lease_s
     now = deps.clock()
