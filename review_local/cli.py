@@ -127,6 +127,15 @@ def up(fault_rate: float, seed: int, workers: int | None, worker_kind: str, no_t
         console.print(f"  its credentials: secret {stack.ticket_secret_arn} (what -c ticket_secret_arn names on AWS), "
                       f"bearer token [bold]{stack.ticket_token}[/]", soft_wrap=True)
     console.print("wrote .review/local.json; worker logs in .review/logs/. Ctrl-C to stop.")
+    try:
+        _serve_until_stopped()
+    finally:
+        console.print("stopping...")
+        stack.stop()
+
+
+def _serve_until_stopped() -> None:
+    """Block until Ctrl-C or SIGTERM (`review up`, `review ui`): the caller then stops what it serves."""
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     try:
@@ -134,9 +143,6 @@ def up(fault_rate: float, seed: int, workers: int | None, worker_kind: str, no_t
             pass
     except KeyboardInterrupt:
         pass
-    finally:
-        console.print("stopping...")
-        stack.stop()
 
 
 # ------------------------------------------------------------------------------------ ui
@@ -168,13 +174,8 @@ def ui(obj: Ctx, port: int, as_name: str | None) -> None:
     server = UiServer(obj.deps, principal=principal, port=port).start()
     console.print(f"status page: [bold cyan]{server.url}[/]  ({'acting as ' + principal if principal else 'operator view'}"
                   f"; {'stack ' + obj.stack if obj.stack else 'the local stack'}). Ctrl-C to stop.", soft_wrap=True)
-    stop = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
     try:
-        while not stop.wait(0.5):
-            pass
-    except KeyboardInterrupt:
-        pass
+        _serve_until_stopped()
     finally:
         server.stop()
 
