@@ -198,6 +198,13 @@ class FanoutConfig(BaseModel):
     # one chunk's duration, instead of behind every chunk of a large document.
     fanout_window: int = 40
     fanout_page: int = 10
+    # Interactive before bulk (pipeline/priority.py): while a running interactive job has chunks not settled, a
+    # worker sends a bulk chunk it receives back with a `bulk_defer_s` delay, at most `bulk_max_deferrals` times a
+    # chunk, so bulk work waits at most their product (the starvation bound); whether interactive work is open is
+    # read at most every `interactive_check_s` per worker process.
+    bulk_defer_s: int = Field(default=5, ge=1, le=900)  # SQS DelaySeconds: at most 900
+    bulk_max_deferrals: int = Field(default=60, ge=0)  # 5 min
+    interactive_check_s: float = Field(default=2.0, gt=0)
 
 
 class QuotaConfig(BaseModel):
@@ -439,6 +446,9 @@ PROFILES: dict[str, Profile] = {
         intake_max_concurrency=2,  # as the local runtime ran intake before the mapping named it
         fanout_window=8,  # 2 x the 4 local workers, as in prod
         fanout_page=2,
+        bulk_defer_s=1,  # bulk waits at most 30 x 1 s for interactive work
+        bulk_max_deferrals=30,
+        interactive_check_s=0.5,
         analysis_visibility_s=120,  # deliberately long: recovery must come from lease + sweep
         intake_visibility_s=60,
         results_visibility_s=360,  # 6 x the aggregator timeout
