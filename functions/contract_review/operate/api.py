@@ -251,7 +251,9 @@ class JobRequest(BaseModel):
     idempotency_key: str | None = _as_in_the_intake_message("idempotency_key")
     metadata: dict[MetaKey, MetaValue] = _as_in_the_intake_message("metadata")
     budget_usd: float | None = _as_in_the_intake_message("budget_usd")
-    priority: Priority | None = _as_in_the_intake_message("priority")  # left out: interactive; a batch's: bulk
+    # left out: interactive; a batch's items: bulk. Not strict: JSON names the enum by its string
+    priority: Priority | None = Field(default=None, strict=False,
+                                      description=_as_in_the_intake_message("priority").description)
 
     @field_validator("schema_version", mode="before")
     @classmethod

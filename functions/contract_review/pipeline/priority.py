@@ -25,9 +25,10 @@ from contract_review.domain.records import Job, JobState, Priority
 
 
 def interactive_open(deps: Deps) -> bool:
-    """Whether a running interactive job has chunks not yet settled (stops at the first one)."""
+    """Whether a running interactive job has chunks not yet settled and is not held (`waiting`: its chunks wait for
+    the daily quota, giving way to it would serve nobody); stops at the first one."""
     now = deps.clock()
-    return any(j.priority is Priority.INTERACTIVE and j.n_settled < j.chunk_count
+    return any(j.priority is Priority.INTERACTIVE and j.n_settled < j.chunk_count and j.waiting is None
                for j in deps.jobs.stalled(now + 1.0, JobState.RUNNING))
 
 
