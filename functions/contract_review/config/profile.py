@@ -199,11 +199,12 @@ class FanoutConfig(BaseModel):
     fanout_window: int = 40
     fanout_page: int = 10
     # Interactive before bulk (pipeline/priority.py): while a running interactive job has chunks not settled, a
-    # worker sends a bulk chunk it receives back with a `bulk_defer_s` delay, at most `bulk_max_deferrals` times a
-    # chunk, so bulk work waits at most their product (the starvation bound); whether interactive work is open is
-    # read at most every `interactive_check_s` per worker process.
+    # worker sends a bulk chunk it receives back delayed `bulk_defer_s`, doubling at each deferral (at most 900 s),
+    # at most `bulk_max_deferrals` times a chunk, so bulk work waits at most the sum of those delays (the starvation
+    # bound: 5 + 10 + ... + 160 = 315 s by default); whether interactive work is open is read at most every
+    # `interactive_check_s` per worker process.
     bulk_defer_s: int = Field(default=5, ge=1, le=900)  # SQS DelaySeconds: at most 900
-    bulk_max_deferrals: int = Field(default=60, ge=0)  # 5 min
+    bulk_max_deferrals: int = Field(default=6, ge=0, le=20)
     interactive_check_s: float = Field(default=2.0, gt=0)
 
 
@@ -446,8 +447,9 @@ PROFILES: dict[str, Profile] = {
         intake_max_concurrency=2,  # as the local runtime ran intake before the mapping named it
         fanout_window=8,  # 2 x the 4 local workers, as in prod
         fanout_page=2,
-        bulk_defer_s=1,  # bulk waits at most 30 x 1 s for interactive work
-        bulk_max_deferrals=30,
+        # bulk waits at most 2 + 4 + 8 + 16 + 32 = 62 s for interactive work (pipeline/priority.py)
+        bulk_defer_s=2,
+        bulk_max_deferrals=5,
         interactive_check_s=0.5,
         analysis_visibility_s=120,  # deliberately long: recovery must come from lease + sweep
         intake_visibility_s=60,

@@ -1,6 +1,7 @@
 """Interactive before bulk: when both wait, a worker that receives a bulk chunk while interactive work is open sends it
-back, delayed, and takes the next message; a bulk chunk is held this way at most `bulk_max_deferrals` times, so bulk
-work is never starved: each of its chunks waits at most `bulk_max_deferrals x bulk_defer_s` for interactive work.
+back, delayed (`bulk_defer_s`, doubling at each deferral of the chunk, at most 900 s), and takes the next message;
+a bulk chunk is held this way at most `bulk_max_deferrals` times, so bulk work is never starved: each of its chunks
+waits at most `starvation_bound_s` (the sum of those delays) for interactive work.
 
 Why this and not a second queue or a shrinking window (docs/runbook.md "Interactive and bulk work"): the analysis
 queue is one standard queue, so the chunks a bulk batch already sent (up to `fanout_window` per job: 80 for ten jobs
@@ -53,9 +54,21 @@ class PriorityGate:
         if job.priority is not Priority.BULK or msg.deferrals >= f.bulk_max_deferrals or job.state is not \
                 JobState.RUNNING or not self.interactive_waiting():
             return None
-        self.deps.queues.send_analysis([msg.deferred()], delay_s=f.bulk_defer_s)
+        delay = deferral_delay_s(f.bulk_defer_s, msg.deferrals)
+        self.deps.queues.send_analysis([msg.deferred()], delay_s=delay)
         n = msg.deferrals + 1
         if n == 1 or n == f.bulk_max_deferrals:  # the first and the last time it gives way: two events a chunk at most
             self.deps.jobs.record_event(msg.job_id, "chunk.deferred", chunk_id=msg.chunk_id, deferrals=n,
-                                        delay_s=f.bulk_defer_s, spent=n == f.bulk_max_deferrals)
-        return f.bulk_defer_s
+                                        delay_s=delay, spent=n == f.bulk_max_deferrals)
+        return delay
+
+
+def deferral_delay_s(base_s: int, deferrals: int) -> int:
+    """The delay of a bulk chunk's next deferral: doubling (base, 2 x base, 4 x base...), at most SQS's 900 s. Doubling
+    keeps the workers from spending their time sending the same bulk chunks back while long interactive work runs."""
+    return min(900, base_s * 2 ** deferrals)
+
+
+def starvation_bound_s(base_s: int, max_deferrals: int) -> int:
+    """The most a bulk chunk waits for interactive work: the sum of its deferrals' delays."""
+    return sum(deferral_delay_s(base_s, k) for k in range(max_deferrals))
