@@ -65,10 +65,16 @@ def run(args: argparse.Namespace, work: Path) -> dict[str, Any]:
         for b in bulk_ids:
             _until(deps, b, lambda j: j.state.value != "queued", 300, 0.05)
         _until(deps, bulk_ids[0], lambda j: j.n_settled >= 1 or j.terminal, 300, 0.05)
-        t2 = time.monotonic()
+        t2, wall2 = time.monotonic(), time.time()
         behind_id = ops.submit(deps, small, document_id="behind", idempotency_key="behind")
         behind, t_behind = _until(deps, behind_id, lambda j: j.terminal, 1800)
         behind_s = t_behind - t2
+        wall_end = wall2 + behind_s
+        settles = [e.at - wall2 for e in deps.jobs.events(behind_id) if e.type == "chunk.settled"]
+        # where the time went: bulk chunks analysed while the interactive job waited (the ones in hand, and any not
+        # given way), its intake, its chunks settling
+        bulk_during = sum(1 for b in bulk_ids for e in deps.jobs.events(b)
+                          if e.type == "chunk.settled" and wall2 <= e.at <= wall_end)
         settled_then = sum(j.n_settled for j in (deps.jobs.get(b) for b in bulk_ids) if j is not None)
         ends = [_until(deps, b, lambda j: j.terminal, 3600) for b in bulk_ids]
         deferred = [e.detail for b in bulk_ids for e in deps.jobs.events(b) if e.type == "chunk.deferred"]
@@ -76,7 +82,11 @@ def run(args: argparse.Namespace, work: Path) -> dict[str, Any]:
         return {
             "interactive": {"bytes": len(small.encode()), "chunks": len(chunk_document(small, LOCAL.review)),
                             "alone_s": round(solo_s, 2), "behind_bulk_s": round(behind_s, 2),
-                            "state_alone": solo.state.value, "state_behind": behind.state.value},
+                            "state_alone": solo.state.value, "state_behind": behind.state.value,
+                            "behind_running_after_s": round(behind.started_at - wall2, 2) if behind.started_at else None,
+                            "behind_first_settled_s": round(min(settles), 2) if settles else None,
+                            "behind_last_settled_s": round(max(settles), 2) if settles else None,
+                            "bulk_chunks_settled_meanwhile": bulk_during},
             "bulk": {"jobs": len(bulk_ids), "bytes_each": args.bulk_bytes, "chunks": bulk_chunks,
                      "settled_when_interactive_completed": settled_then,
                      "states": sorted({j.state.value for j, _ in ends}),

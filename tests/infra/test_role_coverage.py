@@ -505,8 +505,9 @@ def _fargate(rec: Recorder, setup: Deps, aws: EmbeddedAws, agent: FakeEcsAgent, 
                                               "document": {"text": TEXT}}), "m-f")
     assert result.job_id is not None
     settings = Settings.from_env(env).model_copy(update={"worker_kind": "fargate"})
-    # earlier scenarios leave interactive jobs open: f-ok gives way twice (the priority query made), then runs
-    settings = settings.model_copy(update={"profile": settings.profile.with_overrides(bulk_max_deferrals=2)})
+    # earlier scenarios leave interactive jobs open: f-ok gives way twice (1 s, 2 s: the priority query made), then runs
+    settings = settings.model_copy(update={"profile": settings.profile.with_overrides(bulk_max_deferrals=2,
+                                                                                      bulk_defer_s=1)})
     stop = poller.Shutdown(settings.profile.fargate.fargate_stop_timeout_s)
     guard = ScaleInGuard(TaskProtection(agent.uri), settings.profile.fargate.fargate_protection_minutes)
     with rec.acting_as("fargate"):

@@ -447,10 +447,11 @@ PROFILES: dict[str, Profile] = {
         intake_max_concurrency=2,  # as the local runtime ran intake before the mapping named it
         fanout_window=8,  # 2 x the 4 local workers, as in prod
         fanout_page=2,
-        # bulk waits at most 2 + 4 + 8 + 16 + 32 = 62 s for interactive work (pipeline/priority.py)
-        bulk_defer_s=2,
-        bulk_max_deferrals=5,
-        interactive_check_s=0.5,
+        # bulk waits at most 10 + 20 + 40 = 70 s for interactive work (pipeline/priority.py); on moto every
+        # deferral's calls share the CPU with the interactive chunks' (bench/priority.py: x3.4 from 2 s)
+        bulk_defer_s=10,
+        bulk_max_deferrals=3,
+        interactive_check_s=0.25,
         analysis_visibility_s=120,  # deliberately long: recovery must come from lease + sweep
         intake_visibility_s=60,
         results_visibility_s=360,  # 6 x the aggregator timeout
