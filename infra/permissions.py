@@ -66,6 +66,8 @@ INTAKE = (
 )
 WORKER = (
     Access("table:jobs", (GET, UPDATE), "read the job; fail it on a job-fatal error"),
+    Access(OPEN_JOBS_INDEX, (QUERY,), "priority: is an interactive job open (then a bulk chunk gives way)? The "
+                                      "running jobs, each read again (pipeline/priority.py)"),
     Access("table:events", EVENTS_APPEND, "record chunk events (the counter read, then it and the event written in one transaction)"),
     Access("table:claims", (GET, UPDATE), "claim, heartbeat, checkpoint-commit, release and settle (fenced)"),
     Access("table:checkpoints", (PUT, QUERY), "write the analysts' checkpoints (one item per group committed "

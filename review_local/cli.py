@@ -21,7 +21,7 @@ from contract_review.domain import lifecycle
 from contract_review.domain.errors import ReviewError
 from contract_review.domain.messages import MAX_DOCUMENT_BYTES
 from contract_review.domain.ports import Deps, Queue
-from contract_review.domain.records import Job, JobState, ModelControl
+from contract_review.domain.records import Job, JobState, ModelControl, Priority
 from contract_review.doubles.spec import FaultSpec
 from contract_review.operate import ops
 from contract_review.pipeline import redrive
@@ -189,17 +189,23 @@ def ui(obj: Ctx, port: int, as_name: str | None) -> None:
 @click.option("--idempotency-key", default=None, help="Only with one file. Default: a hash of the document.")
 @click.option("--budget-usd", type=click.FloatRange(min=0, min_open=True), default=None,
               help="Stop each job once its recorded cost reaches this many USD (job.budget_exceeded; docs/cost.md).")
+@click.option("--priority", type=click.Choice([p.value for p in Priority]), default=None,
+              help="interactive (default for FILES) or bulk (default for --batch): interactive chunks are served "
+                   "first when both wait, bulk ones never starved (docs/runbook.md \"Interactive and bulk work\").")
 @click.option("--timeout", type=float, default=600.0)
 @click.option("--json", "as_json", is_flag=True,
               help="Print the submissions as JSON (a list of {job_id, file, note}; with --batch the batch's items).")
 @click.pass_obj
 def submit(obj: Ctx, files: tuple[Path, ...], batch_file: Path | None, wait: bool, idempotency_key: str | None,
-           budget_usd: float | None, timeout: float, as_json: bool) -> None:
+           budget_usd: float | None, priority: str | None, timeout: float, as_json: bool) -> None:
     """Submit documents (UTF-8 text files) to the intake queue; print their job ids.
 
     The same document twice is one job (its id is a hash of the text): it is sent and waited on once.
     With --batch, a batch of the Job API (each item its own job; a bad item never stops the others)."""
     if batch_file is not None:
+        if priority is not None:
+            raise click.UsageError("--priority is for FILES; a batch's items are bulk unless an item says "
+                                   "\"priority\": \"interactive\"")
         _submit_batch(obj, batch_file, bool(files), wait, idempotency_key, timeout, as_json)
         return
     if not files:
@@ -232,7 +238,7 @@ def submit(obj: Ctx, files: tuple[Path, ...], batch_file: Path | None, wait: boo
         if again is None or again.send:
             try:
                 ops.submit(obj.deps, text, document_id=_document_id(f), idempotency_key=idempotency_key,
-                           budget_usd=budget_usd)
+                           budget_usd=budget_usd, priority=Priority(priority) if priority else None)
             except ReviewError as exc:  # job.budget_insufficient: nothing was sent
                 raise click.ClickException(f"{f}: {exc.envelope.error_code}: {exc.envelope.message}") from exc
         jobs[job_id] = f

@@ -181,14 +181,18 @@ def _job(setup: Deps, aws: EmbeddedAws, key: str) -> tuple[str, dict[str, Any]]:
     result = handle_intake(setup, json.dumps({"schema_version": 1, "idempotency_key": key,
                                               "document": {"text": TEXT}}), f"m-{key}")
     assert result.job_id is not None
-    sqs, url = aws.client("sqs"), setup.settings.analysis_queue_url
-    deadline = time.monotonic() + 10
+    return result.job_id, _message_of(aws, setup.settings.analysis_queue_url, result.job_id)
+
+
+def _message_of(aws: EmbeddedAws, url: str, job_id: str) -> dict[str, Any]:
+    """A chunk message of `job_id` as received from SQS (the others received on the way deleted)."""
+    sqs, deadline = aws.client("sqs"), time.monotonic() + 10
     while time.monotonic() < deadline:
         for m in _receive(aws, url):
-            if AnalysisMessage.model_validate_json(m["Body"]).job_id == result.job_id:
-                return result.job_id, m
+            if AnalysisMessage.model_validate_json(m["Body"]).job_id == job_id:
+                return m
             sqs.delete_message(QueueUrl=url, ReceiptHandle=m["ReceiptHandle"])  # an earlier scenario's
-    raise AssertionError(f"no analysis message for {result.job_id}")
+    raise AssertionError(f"no analysis message for {job_id}")
 
 
 PAGED_TEXT = "\n\n".join([LONG_TEXT] * 4)  # more chunks than the local fan-out window
@@ -322,6 +326,15 @@ def _worker(rec: Recorder, setup: Deps, aws: EmbeddedAws, bedrock: BedrockDouble
         outcome = ChunkWorker(deps, OkModel(), sleep=lambda _s: None, daily=full).handle(
             AnalysisMessage.model_validate_json(m["Body"]), _delivery(m, p.queues.analysis_visibility_s))
     assert outcome.action == "requeued" and outcome.detail["reason"] == "model.daily_quota_exhausted", outcome
+    # 6. a bulk job's chunk while an interactive job is open (w-held's, just held): it gives way, sent back delayed
+    bulk = handle_intake(setup, json.dumps({"schema_version": 1, "idempotency_key": "w-bulk", "priority": "bulk",
+                                            "document": {"text": LONG_TEXT}}), "m-w-bulk")
+    assert bulk.job_id is not None
+    m = _message_of(aws, setup.settings.analysis_queue_url, bulk.job_id)
+    with rec.acting_as("worker"):
+        outcome = ChunkWorker(handlers.deps(), OkModel(), sleep=lambda _s: None).handle(
+            AnalysisMessage.model_validate_json(m["Body"]), _delivery(m, p.queues.analysis_visibility_s))
+    assert outcome.action == "deferred", outcome
 
 
 def _answer_once(session: Any, operation: str, match: Callable[[dict[str, Any]], bool],
@@ -487,10 +500,14 @@ def _fargate(rec: Recorder, setup: Deps, aws: EmbeddedAws, agent: FakeEcsAgent, 
     sqs.purge_queue(QueueUrl=url)  # only the jobs of this scenario for the poller, and f-lost's message lost
     time.sleep(0.1)
     setup.claims.claim(lost.job_id, chunk.chunk_id, "ghost", 0.01, 1)
-    result = handle_intake(setup, json.dumps({"schema_version": 1, "idempotency_key": "f-ok",
+    # a bulk job: its chunk gives way to f-lost (interactive, open) until that one is done
+    result = handle_intake(setup, json.dumps({"schema_version": 1, "idempotency_key": "f-ok", "priority": "bulk",
                                               "document": {"text": TEXT}}), "m-f")
     assert result.job_id is not None
     settings = Settings.from_env(env).model_copy(update={"worker_kind": "fargate"})
+    # earlier scenarios leave interactive jobs open: f-ok gives way twice (1 s, 2 s: the priority query made), then runs
+    settings = settings.model_copy(update={"profile": settings.profile.with_overrides(bulk_max_deferrals=2,
+                                                                                      bulk_defer_s=1)})
     stop = poller.Shutdown(settings.profile.fargate.fargate_stop_timeout_s)
     guard = ScaleInGuard(TaskProtection(agent.uri), settings.profile.fargate.fargate_protection_minutes)
     with rec.acting_as("fargate"):
@@ -650,9 +667,11 @@ def test_the_scenarios_reach_the_paths_they_are_for(recorded: Recorded) -> None:
     fargate = [n for c in recorded.recorder.of("fargate") for n in c.needs]
     assert any(n.resource.endswith("/index/by-lease") for n in fargate), "the poller's sweep queried the claims index"
     assert any(n.action == "s3:GetObject" and "/documents/" in n.resource for n in fargate), "it requeued a lost chunk"
-    # jobs and the DLQs are the sweeper Lambda's: no poller looks for open jobs or reads a DLQ
-    assert not [n for n in fargate if n.resource.endswith("/index/by-open-state") or
-                (n.action == "sqs:ReceiveMessage" and "dlq" in n.resource.lower())]
+    # the DLQs are the sweeper Lambda's: no poller reads one; a poller reads the open jobs only for priority
+    # (pipeline/priority.py: is an interactive job open?), as the worker Lambda does
+    assert not [n for n in fargate if n.action == "sqs:ReceiveMessage" and "dlq" in n.resource.lower()]
+    for role in ("worker", "fargate"):
+        assert any(n.resource.endswith("/index/by-open-state") for c in recorded.recorder.of(role) for n in c.needs)
     assert not [c for c in recorded.recorder.calls if c.operation == "Scan"], "nothing in the pipeline scans"
     # a settle (and an unsettle) is one transaction of the chunk record and the job item (issue 17 item 5: the
     # settled count off the job item): UpdateItem on both tables, by each role that counts or uncounts chunks

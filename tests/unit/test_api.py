@@ -830,3 +830,24 @@ def test_requests_over_a_principals_rate_are_429_and_another_principal_is_not_sl
     assert call(world, "GET", "/jobs/job-" + "0" * 20, who=BOB).status == 404
     world.clock.advance(30)
     assert call(world, "GET", "/jobs/job-" + "0" * 20).status == 404
+
+
+# ------------------------------------------------------------------------------ priority (issue 19 item 5)
+def test_a_job_is_interactive_and_a_batch_item_bulk_unless_they_say_otherwise():
+    world = FakeWorld()
+    # WHEN a job is posted without a priority, one with `bulk`, and a batch with an item of each kind
+    plain = call(world, "POST", "/jobs", {"document": {"text": TEXT}})
+    bulk = call(world, "POST", "/jobs", {"document": {"text": LONG_TEXT}, "priority": "bulk"})
+    batch = call(world, "POST", "/batches", [{"custom_id": "a", "document": {"text": TEXT + "\n\nA."}},
+                                             {"custom_id": "b", "document": {"text": TEXT + "\n\nB."},
+                                              "priority": "interactive"}])
+    assert {plain.status, bulk.status, batch.status} == {202}, (plain.body, bulk.body, batch.body)
+    InProcess(world).intake()
+    items = batch.json["items"]
+    assert isinstance(items, list)
+    ids = [plain.json["jobId"], bulk.json["jobId"], items[0]["jobId"], items[1]["jobId"]]
+    # THEN each job records its priority: interactive by default, bulk for a batch's items unless said
+    assert [world.jobs.get(str(i)).priority.value for i in ids] == [  # type: ignore[union-attr]
+        "interactive", "bulk", "bulk", "interactive"]
+    # AND an unknown priority is the caller's 400
+    assert call(world, "POST", "/jobs", {"document": {"text": TEXT}, "priority": "flex"}).status == 400

@@ -235,6 +235,19 @@ def test_submit_turns_a_file_name_into_a_valid_document_id(tmp_path):
     assert result.state == "running"
 
 
+def test_submit_priority_bulk_is_recorded_on_the_job_and_the_default_is_interactive(tmp_path):
+    # GIVEN two documents, one submitted plainly and one with --priority bulk
+    world = FakeWorld()
+    plain, bulk = tmp_path / "plain.txt", tmp_path / "bulk.txt"
+    plain.write_text(TEXT, encoding="utf-8")
+    bulk.write_text(LONG_TEXT, encoding="utf-8")
+    assert run(world, "submit", str(plain)).exit_code == 0
+    assert run(world, "submit", "--priority", "bulk", str(bulk)).exit_code == 0
+    # THEN intake records each job's priority
+    ids = [handle_intake(world.deps, s.body, f"m-{n}").job_id for n, s in enumerate(world.queues.sent[Queue.INTAKE])]
+    assert [world.jobs.get(str(i)).priority.value for i in ids] == ["interactive", "bulk"]  # type: ignore[union-attr]
+
+
 # --- finding a job -----------------------------------------------------------------------------------
 
 def test_jobs_filtered_by_document_id(monkeypatch):

@@ -22,7 +22,7 @@ from pydantic import (
 
 from contract_review.config.constants import SQS_MAX_MESSAGE_BYTES
 from contract_review.domain.errors import ErrorEnvelope, ReviewError
-from contract_review.domain.records import ChunkStatus
+from contract_review.domain.records import ChunkStatus, Priority
 
 SQS_MAX_BATCH = 10  # SendMessageBatch: at most 10 entries ...
 
@@ -88,6 +88,11 @@ class IntakeMessage(BaseModel):
         description="The most this job may cost, in USD (model tokens and AWS requests at the list prices of "
                     "docs/cost.md). Once its recorded cost reaches it the job is stopped and ends `cancelled` "
                     "with job.budget_exceeded. Left out: no budget.")
+    priority: Priority | None = Field(
+        default=None,
+        description="Which work is served first when both wait: `interactive` chunks before `bulk` ones, bulk "
+                    "never starved (docs/runbook.md \"Interactive and bulk work\"). Left out: `interactive` "
+                    "(the Job API's batches: `bulk`).")
     principal: str | None = Field(
         default=None, max_length=2048,
         description="Set by the Job API only: who submitted the job (an IAM ARN on AWS). Only that principal "
@@ -177,6 +182,12 @@ class AnalysisMessage(BaseModel):
     # why this copy was sent: intake | model.throttled | aws.throttled | runtime.time_exhausted |
     # sweeper | reconcile | redrive
     reason: str = "intake"
+    # times this copy gave way to interactive work (pipeline/priority.py; at most `bulk_max_deferrals`)
+    deferrals: int = 0
+
+    def deferred(self) -> AnalysisMessage:
+        """The copy of a bulk chunk sent back to give way to interactive work: nothing counted but the deferral."""
+        return self.model_copy(update={"deferrals": self.deferrals + 1, "reason": "priority.deferred"})
 
     def requeued(self, reason: str, streak: int, resume_from: list[str] | None = None) -> AnalysisMessage:
         """The copy sent again after backpressure: no failure counted, one more requeue (at least the chunk's

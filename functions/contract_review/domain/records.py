@@ -398,6 +398,15 @@ class Submission(BaseModel):
     batch_id: str | None = None
 
 
+class Priority(StrEnum):
+    """Which work is served first when both wait (pipeline/priority.py): `interactive` (someone is waiting: `POST
+    /jobs`, `review submit`) or `bulk` (batches: `POST /batches`, `review submit --batch`, `--priority bulk`). Our
+    own lanes, not Bedrock's service tiers."""
+
+    INTERACTIVE = "interactive"
+    BULK = "bulk"
+
+
 class Job(Usage):
     """A job, and (Usage) what it spent: a running total the aggregator adds each settled chunk's usage to, in
     the update that settles it (the per-job budget is checked against it)."""
@@ -461,6 +470,9 @@ class Job(Usage):
     # The document's estimated model cost (admission.estimate), kept with a budget: the fan-out sends no more
     # chunks than the budget left covers at this estimate per chunk (fanout.page_size).
     estimate_micro_usd: int | None = None
+    # Interactive chunks are served before bulk ones when both wait (pipeline/priority.py); a job from before
+    # priorities is interactive, as `POST /jobs` was.
+    priority: Priority = Priority.INTERACTIVE
     side_effects: list[SideEffectDone] = Field(default_factory=list)
     approval: Approval | None = None
     # A named condition the job's chunks are held for (the daily token quota), set by the worker that first held

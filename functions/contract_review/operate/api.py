@@ -54,7 +54,7 @@ from contract_review.domain.messages import (
 )
 from contract_review.domain.ports import Deps
 from contract_review.domain.principals import Caller, uploads_prefix
-from contract_review.domain.records import Job, JobState, Submission, job_id_for
+from contract_review.domain.records import Job, JobState, Priority, Submission, job_id_for
 from contract_review.operate import ops
 from contract_review.pipeline import admission, limits, redrive
 from contract_review.pipeline.admission import TextDocument
@@ -251,6 +251,9 @@ class JobRequest(BaseModel):
     idempotency_key: str | None = _as_in_the_intake_message("idempotency_key")
     metadata: dict[MetaKey, MetaValue] = _as_in_the_intake_message("metadata")
     budget_usd: float | None = _as_in_the_intake_message("budget_usd")
+    # left out: interactive; a batch's items: bulk. Not strict: JSON names the enum by its string
+    priority: Priority | None = Field(default=None, strict=False,
+                                      description=_as_in_the_intake_message("priority").description)
 
     @field_validator("schema_version", mode="before")
     @classmethod
@@ -331,7 +334,9 @@ def submit(deps: Deps, caller: Caller, req: JobRequest, key: str | None, batch_i
                                                   "(another SHA-256): send this document with its own key")
     if job is not None and not job.replaceable:
         return Submitted(job_id=job_id, status=job.state.value, replayed=True)
-    body = _intake_body(deps, who, scoped_key(who, key or sha), text, req)
+    # a batch's items are bulk unless they say otherwise; a single job is interactive
+    body = _intake_body(deps, who, scoped_key(who, key or sha), text, req,
+                        Priority.BULK if batch_id is not None else Priority.INTERACTIVE)
     replayed = pending is not None
     if pending is None and job is None:  # a new submission: its estimate from the principal's daily allowance
         with _answered():
@@ -347,14 +352,15 @@ def submit(deps: Deps, caller: Caller, req: JobRequest, key: str | None, batch_i
     return Submitted(job_id=job_id, status=JobState.QUEUED.value, replayed=replayed)
 
 
-def _intake_body(deps: Deps, who: str, key: str, text: str, req: JobRequest) -> str:
+def _intake_body(deps: Deps, who: str, key: str, text: str, req: JobRequest,
+                 default_priority: Priority = Priority.INTERACTIVE) -> str:
     """Admission's intake message, with `principal`; validated as intake will: an invalid message is the caller's
     400, never a failed job."""
     with _answered():
         body = admission.intake_body(
             deps, text, key=key, upload=req.document if isinstance(req.document, S3Document) else None,
             document_id=req.document_id, metadata=req.model_dump(mode="json")["metadata"], budget_usd=req.budget_usd,
-            principal=who)
+            principal=who, priority=req.priority or default_priority)
         parse_intake(body)
     return body
 

@@ -26,6 +26,7 @@ from contract_review.domain.records import (
     JobEvent,
     JobState,
     ModelControl,
+    Priority,
     Reliability,
     SideEffectDone,
     Usage,
@@ -209,7 +210,7 @@ def analysts_done(detail: Mapping[str, object]) -> str:
 
 
 _LABELLED = {"analyst.done", "model.retry", "chunk.retry", "chunk.settled", "chunk.requeued", "chunk.cancelled",
-             "job.fanned_out", "job.waiting_quota", "job.waiting_ended", "job.cancelled"}
+             "chunk.deferred", "job.fanned_out", "job.waiting_quota", "job.waiting_ended", "job.cancelled"}
 
 
 def event_label(e: JobEvent) -> str:
@@ -225,6 +226,8 @@ def event_label(e: JobEvent) -> str:
                                f"back in {d.get('backoff_s')} s",
         "chunk.settled": lambda: f"{d.get('settled')}/{d.get('total')} chunks settled ({chunk} {d.get('status')})",
         "chunk.requeued": lambda: f"chunk requeued: {d.get('reason')}",
+        "chunk.deferred": lambda: f"bulk chunk gave way to interactive work ({d.get('deferrals')} time(s), "
+                                  f"{d.get('delay_s')} s each)",
         "chunk.cancelled": lambda: f"chunk stopped at {d.get('cancelled_at_stage')}: cancelled",
         "job.fanned_out": lambda: f"chunks {d.get('fanned_out')}/{d.get('total')} sent",
         "job.waiting_quota": lambda: str(d.get("detail") or "waiting for the model's daily token quota"),
@@ -620,7 +623,8 @@ def check_document(deps: Deps, text: str) -> None:
 
 
 def submit(deps: Deps, text: str, document_id: str | None = None, idempotency_key: str | None = None,
-           metadata: dict[str, JsonValue] | None = None, budget_usd: float | None = None) -> str:
+           metadata: dict[str, JsonValue] | None = None, budget_usd: float | None = None,
+           priority: Priority | None = None) -> str:
     """Send one document to the intake queue (inline, or claim-check via S3 when large). Returns the job id.
     Raises `job.budget_insufficient` (nothing sent) when the document's estimate is over `budget_usd`.
     The message is admission's (`admission.intake_body`); intake checks it, so even a document it rejects is
@@ -628,7 +632,7 @@ def submit(deps: Deps, text: str, document_id: str | None = None, idempotency_ke
     key = idempotency_key or document_hash(text)
     admission.check_budget(deps.settings, text, budget_usd)  # job.budget_insufficient: nothing is sent
     deps.queues.send_intake(admission.intake_body(deps, text, key=key, document_id=document_id, metadata=metadata,
-                                                  budget_usd=budget_usd))
+                                                  budget_usd=budget_usd, priority=priority))
     return job_id_for(key)
 
 

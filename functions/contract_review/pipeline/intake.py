@@ -28,7 +28,7 @@ from contract_review.domain.errors import ErrorEnvelope, ReviewError
 from contract_review.domain.keys import document_key
 from contract_review.domain.messages import InlineDocument, IntakeMessage, parse_intake
 from contract_review.domain.ports import Deps, Queue
-from contract_review.domain.records import Job, JobState, job_id_for
+from contract_review.domain.records import Job, JobState, Priority, job_id_for
 from contract_review.pipeline import fanout
 from contract_review.pipeline.admission import check_budget, check_principal, document_text, effective_budget
 from contract_review.review.analysts import job_config_hash
@@ -126,7 +126,7 @@ def handle_intake(deps: Deps, body: str, message_id: str = "") -> IntakeResult:
               model_provider=s.model_provider, prompt_version=s.profile.review.prompt_version,
               config_hash=job_config_hash(s), source_message_id=message_id, principal=msg.principal,
               budget_micro_usd=micro_usd(Decimal(str(budget))) if budget is not None else None,
-              estimate_micro_usd=estimate)
+              estimate_micro_usd=estimate, priority=msg.priority or Priority.INTERACTIVE)
     existing, created = deps.jobs.create(job)
     log_fields.bind(log_fields.of_job(existing))  # the job's key (hashed), state, source message on its lines
     if created:

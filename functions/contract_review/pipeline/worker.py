@@ -54,6 +54,7 @@ from contract_review.domain.records import (
 from contract_review.model.daily_quota import DAILY_QUOTA_CODE, DailyQuota
 from contract_review.model.pacing import QuotaLimiter
 from contract_review.pipeline.analyst_pool import AnalystPool, GroupCommit, WarmUp
+from contract_review.pipeline.priority import PriorityGate
 from contract_review.reliability.chunks import announce, dead_letter, requeue
 from contract_review.reliability.retry import Retrier, RetryBudget, RetryStats, requeue_delay_s, tier2_backoff_s
 from contract_review.review.analysts import (
@@ -86,7 +87,7 @@ class Delivery:
 
 @dataclass
 class Outcome:
-    action: str  # done | skipped | requeued | failed | dead_lettered | duplicate | lease_lost | job_failed
+    action: str  # done | skipped | deferred | requeued | failed | dead_lettered | duplicate | lease_lost | job_failed
     detail: dict[str, str | int | None] = field(default_factory=dict)
     stats: RetryStats = field(default_factory=RetryStats)  # model calls and tier-1 retries of this attempt
 
@@ -417,6 +418,7 @@ class ChunkWorker:
                  sleep: Callable[[float], None] = time.sleep, call_safety_s: float | None = None,
                  limiter: QuotaLimiter | None = None, daily: DailyQuota | None = None):
         self.deps, self.s, self.model, self.sleep = deps, deps.settings, model, sleep
+        self.priority = PriorityGate(deps)  # one per process: interactive chunks before bulk ones
         self.limiter = limiter  # one per process: paces model calls to this worker's share of the quota
         self.daily = daily  # one per process: holds chunks while the daily token ledger is full (daily_quota.py)
         self._controlled_tpm: float | None = None  # the quota an operator set (`review quota set`), once applied
@@ -453,6 +455,10 @@ class ChunkWorker:
             # message was on its way, from a fan-out or a redrive, must not leave it pending under the ended job)
             if job is None or (job.terminal and job.state is not JobState.CANCELLED):
                 return Outcome("skipped", {"job_state": job.state.value if job else None})
+            delay = self.priority.defer(msg, job)  # a bulk chunk gives way to open interactive work
+            if delay is not None:
+                return Outcome("deferred", {"reason": "priority.deferred", "delay_s": delay,
+                                            "deferrals": msg.deferrals + 1})
             claim = self.deps.claims.claim(msg.job_id, msg.chunk_id, worker_identity(), self.s.claim_lease_s,
                                            delivery.receive_count, deadline_at=self._deadline_at(delivery))
         except Exception as exc:  # DynamoDB throttling before the claim: backpressure, come back later

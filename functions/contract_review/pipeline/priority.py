@@ -1,0 +1,74 @@
+"""Interactive before bulk: when both wait, a worker that receives a bulk chunk while interactive work is open sends it
+back, delayed (`bulk_defer_s`, doubling at each deferral of the chunk, at most 900 s), and takes the next message;
+a bulk chunk is held this way at most `bulk_max_deferrals` times, so bulk work is never starved: each of its chunks
+waits at most `starvation_bound_s` (the sum of those delays) for interactive work.
+
+Why this and not a second queue or a shrinking window (docs/runbook.md "Interactive and bulk work"): the analysis
+queue is one standard queue, so the chunks a bulk batch already sent (up to `fanout_window` per job: 80 for ten jobs
+locally) are ahead of an interactive job's first page whatever its window; shrinking the bulk windows only stops
+*new* bulk chunks. A second, interactive queue would need its own event-source mapping on Lambda, where "poll it
+first" does not exist (two mappings share the concurrency, they do not order it), plus a DLQ, alarms, grants and
+redrive for it. Deferring at receive works the same on Lambda, on Fargate and locally, with no new resource: every
+sender (fan-out, requeue, the sweeper's re-send, redrive) keeps sending to the one queue, and the decision is taken
+where the job record is read anyway. Its price: one SQS send and receive per deferral, no model call.
+
+"Interactive work is open": a running interactive job with chunks not yet settled, read through the sparse
+open-jobs index (`JobsRepo.stalled` with no idle bound: the running jobs, each read again) at most once per
+`interactive_check_s` per worker process."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from contract_review.domain.messages import AnalysisMessage
+from contract_review.domain.ports import Deps
+from contract_review.domain.records import Job, JobState, Priority
+
+
+def interactive_open(deps: Deps) -> bool:
+    """Whether a running interactive job has chunks not yet settled and is not held (`waiting`: its chunks wait for
+    the daily quota, giving way to it would serve nobody); stops at the first one."""
+    now = deps.clock()
+    return any(j.priority is Priority.INTERACTIVE and j.n_settled < j.chunk_count and j.waiting is None
+               for j in deps.jobs.stalled(now + 1.0, JobState.RUNNING))
+
+
+class PriorityGate:
+    """One per worker process: decides whether a bulk chunk gives way to interactive work (cached answer)."""
+
+    def __init__(self, deps: Deps, probe: Callable[[Deps], bool] = interactive_open):
+        self.deps, self.probe = deps, probe
+        self._checked_at = float("-inf")
+        self._open = False
+
+    def interactive_waiting(self) -> bool:
+        now = self.deps.clock()
+        if now - self._checked_at >= self.deps.settings.profile.fanout.interactive_check_s:
+            self._open, self._checked_at = self.probe(self.deps), now
+        return self._open
+
+    def defer(self, msg: AnalysisMessage, job: Job) -> int | None:
+        """Send a bulk chunk back (delayed) when interactive work is open and its deferrals are not spent: the delay;
+        None: analyse it now."""
+        f = self.deps.settings.profile.fanout
+        if job.priority is not Priority.BULK or msg.deferrals >= f.bulk_max_deferrals or job.state is not \
+                JobState.RUNNING or not self.interactive_waiting():
+            return None
+        delay = deferral_delay_s(f.bulk_defer_s, msg.deferrals)
+        self.deps.queues.send_analysis([msg.deferred()], delay_s=delay)
+        n = msg.deferrals + 1
+        if n == 1 or n == f.bulk_max_deferrals:  # the first and the last time it gives way: two events a chunk at most
+            self.deps.jobs.record_event(msg.job_id, "chunk.deferred", chunk_id=msg.chunk_id, deferrals=n,
+                                        delay_s=delay, spent=n == f.bulk_max_deferrals)
+        return delay
+
+
+def deferral_delay_s(base_s: int, deferrals: int) -> int:
+    """The delay of a bulk chunk's next deferral: doubling (base, 2 x base, 4 x base...), at most SQS's 900 s. Doubling
+    keeps the workers from spending their time sending the same bulk chunks back while long interactive work runs."""
+    return min(900, base_s * 2 ** deferrals)
+
+
+def starvation_bound_s(base_s: int, max_deferrals: int) -> int:
+    """The most a bulk chunk waits for interactive work: the sum of its deferrals' delays."""
+    return sum(deferral_delay_s(base_s, k) for k in range(max_deferrals))

@@ -1,0 +1,118 @@
+"""Interactive before bulk (pipeline/priority.py): one worker serving the analysis queue in order, with delays, as
+SQS does; a bulk job's chunks are already queued when an interactive job arrives behind them."""
+
+from __future__ import annotations
+
+import json
+import random
+
+from contract_review.domain.messages import AnalysisMessage, parse_results_body
+from contract_review.domain.ports import Queue
+from contract_review.domain.records import JobState, Priority
+from contract_review.doubles.offline_model import OfflineRuleModel
+from contract_review.pipeline.aggregator import handle_message
+from contract_review.pipeline.intake import handle_intake
+from contract_review.pipeline.priority import starvation_bound_s
+from contract_review.pipeline.worker import ChunkWorker, Delivery
+
+from ..texts import LONG_TEXT
+from .fakes import FakeWorld
+from .scenarios import small_chunk_world
+
+CHUNK_S = 1.0  # what one analysed chunk takes on the fake clock
+
+
+class SerialQueue:
+    """One worker taking the first visible message of the analysis queue (FIFO, `DelaySeconds` honoured), then the
+    results; the job ids of the chunks it analysed, in order, and every deferral it made."""
+
+    def __init__(self, world: FakeWorld):
+        self.world = world
+        self.worker = ChunkWorker(world.deps, OfflineRuleModel(), rng=random.Random(1), sleep=lambda _s: None)
+        self.done: list[str] = []
+        self.deferred: list[AnalysisMessage] = []
+
+    def intake(self, key: str, priority: Priority) -> str:
+        body = json.dumps({"schema_version": 1, "document": {"text": LONG_TEXT}, "idempotency_key": key,
+                           "priority": priority.value})
+        result = handle_intake(self.world.deps, body, f"m-{key}")
+        assert result.job_id is not None
+        return result.job_id
+
+    def step(self) -> None:
+        w = self.world
+        queue = w.queues.sent[Queue.ANALYSIS]
+        now = w.clock()
+        visible = next((s for s in queue if s.sent_at + s.delay_s <= now), None)
+        if visible is None:
+            w.clock.advance(CHUNK_S)
+            return
+        queue.remove(visible)
+        msg = AnalysisMessage.model_validate_json(visible.body)
+        outcome = self.worker.handle(msg, Delivery(visible.message_id, "", 1, 120))
+        if outcome.action == "done":
+            self.done.append(msg.job_id)
+            w.clock.advance(CHUNK_S)
+        elif outcome.action == "deferred":
+            self.deferred.append(msg)
+        for s in w.queues.drain(Queue.RESULTS):
+            handle_message(w.deps, parse_results_body(s.body))
+
+    def until_ended(self, *job_ids: str, steps: int = 2000) -> None:
+        for _ in range(steps):
+            if all(self.world.jobs.get(j).terminal for j in job_ids):  # type: ignore[union-attr]
+                return
+            self.step()
+        raise AssertionError("jobs did not end")
+
+
+def _bulk_then_interactive(world: FakeWorld) -> tuple[SerialQueue, list[str], str, int]:
+    q = SerialQueue(world)
+    bulk = [q.intake(f"bulk-{n}", Priority.BULK) for n in range(3)]
+    for _ in range(3):  # bulk work under way: each bulk job's window is queued
+        q.step()
+    urgent = q.intake("urgent", Priority.INTERACTIVE)
+    arrived = len(q.done)
+    q.until_ended(urgent, *bulk)
+    return q, bulk, urgent, arrived
+
+
+def test_an_interactive_job_behind_queued_bulk_work_is_served_first():
+    # GIVEN three bulk jobs whose windows fill the queue, and an interactive job taken in behind them
+    world = small_chunk_world()
+    q, bulk, urgent, arrived = _bulk_then_interactive(world)
+    job = world.jobs.get(urgent)
+    assert job is not None and job.priority is Priority.INTERACTIVE and job.state is JobState.COMPLETED
+    assert world.jobs.get(bulk[0]).priority is Priority.BULK  # type: ignore[union-attr]
+    # THEN from its arrival the worker analyses the interactive job's chunks and nothing else until it has ended
+    chunks = job.chunk_count
+    assert chunks >= 4
+    assert q.done[arrived:arrived + chunks] == [urgent] * chunks
+    # AND the bulk work gave way by deferrals, then ended too
+    assert q.deferred and all(world.jobs.get(b).state is JobState.COMPLETED for b in bulk)  # type: ignore[union-attr]
+
+
+def test_without_deferrals_the_interactive_job_waits_behind_the_bulk_chunks():
+    # GIVEN the same arrival with deferrals switched off (what the pipeline did before priorities)
+    world = small_chunk_world(bulk_max_deferrals=0)
+    q, _bulk, urgent, arrived = _bulk_then_interactive(world)
+    chunks = world.jobs.get(urgent).chunk_count  # type: ignore[union-attr]
+    # THEN bulk chunks already queued are analysed before it: the first test's assertion would fail
+    assert q.done[arrived:arrived + chunks] != [urgent] * chunks
+    assert not q.deferred
+
+
+def test_bulk_work_is_not_starved_a_chunk_gives_way_at_most_bulk_max_deferrals_times():
+    # GIVEN interactive work that never ends while a bulk job waits (an interactive job whose chunks stay open)
+    world = small_chunk_world(bulk_max_deferrals=3, bulk_defer_s=2)
+    q = SerialQueue(world)
+    q.intake("urgent", Priority.INTERACTIVE)
+    world.queues.sent[Queue.ANALYSIS].clear()  # its chunks are held elsewhere: it stays open
+    bulk = q.intake("bulk", Priority.BULK)
+    # WHEN the worker serves the queue
+    q.until_ended(bulk)
+    # THEN the bulk job ends all the same, each chunk deferred at most 3 times (at most 2 + 4 + 8 s late)
+    assert world.jobs.get(bulk).state is JobState.COMPLETED  # type: ignore[union-attr]
+    assert starvation_bound_s(2, 3) == 14
+    assert q.deferred and max(m.deferrals for m in q.deferred) == 2  # the copies sent back carry 1..3
+    assert all(m.job_id == bulk and m.deferrals < 3 for m in q.deferred)
