@@ -851,8 +851,8 @@ def preflight(obj: Ctx, model_id: str | None, region: str | None) -> None:
     """Before deploying and submitting: one tiny Converse call with the stack's model (access, latency; a global
     profile an SCP keeps out of other regions is named, with the us./eu. profile to deploy instead), the
     tokens-per-minute quota the workers will pace to, and the account: the Powertools layer's SSM parameter exists
-    in the region, and Lambda's concurrency covers the stack's reservations plus the 100 AWS keeps unreserved.
-    One line per check, with a command that fixes a failed one. Exits 1 unless the model answers and every account
+    in the region, Lambda's concurrency covers the stack's reservations plus the 100 AWS keeps unreserved, and
+    whether the model is offered through batch inference there (informational). One line per check, with a command that fixes a failed one. Exits 1 unless the model answers and every account
     check passes."""
     from .preflight import PreflightError
     from .preflight import preflight as run

@@ -26,11 +26,12 @@ from contract_review.config.constants import (
     POWERTOOLS_LAYER_PARAMETER_PATH,
     POWERTOOLS_LAYER_VERSION,
 )
+from contract_review.config.prices import PRICES
 from contract_review.config.profile import get_profile
 from contract_review.domain.errors import REGISTRY, ReviewError, classify
 from contract_review.domain.model import GLOBAL_PROFILE_PREFIX, base_model_id
 from contract_review.model.bedrock import ModelFacts, ModelIdCheck, bedrock_model
-from contract_review.model.quotas import QuotaRow, quota_kind, read_model_quotas
+from contract_review.model.quotas import QuotaRow, quota_kind, read_batch_quota, read_model_quotas
 from contract_review.wiring import bedrock_control_client, bedrock_runtime_client
 
 from .embedded import LOCAL_JSON
@@ -131,7 +132,7 @@ def _model_quotas(client: Any, report: PreflightReport) -> list[QuotaRow]:
 
 _LABELS = {"tokens_per_minute": "tokens per minute", "requests_per_minute": "requests per minute (not enforced on "
            "bedrock-runtime)", "tokens_per_day": "tokens per day", "account_tokens_per_day": "tokens per day, all "
-           "models of the account"}
+           "models of the account", "batch_min_records": "minimum records per batch inference job"}
 
 
 def render(report: PreflightReport) -> list[str]:
@@ -230,6 +231,33 @@ def check_concurrency(lambda_client: Any, region: str, reserved: int, deployed: 
                               "worker_concurrency=2 -c intake_max_concurrency=2)",
                  f"aws service-quotas request-service-quota-increase --service-code lambda --quota-code "
                  f"{LAMBDA_CONCURRENCY_QUOTA_CODE} --desired-value {want} --region {region}")
+
+
+def check_batch(quotas: Any, report: PreflightReport) -> Check:
+    """Whether the model is offered through Bedrock batch inference in the region (docs/batch-inference.md): its
+    "Minimum number of records per batch inference job" quota in Service Quotas (ListFoundationModels does not say:
+    its inferenceTypesSupported knows ON_DEMAND and PROVISIONED only), and whether the price table has its batch
+    price. Never a failure: batch mode is optional, and a quota named otherwise is not proof of absence."""
+    name = "batch inference"
+    base = PRICES.priced_as.get(report.model_id) or base_model_id(report.model_id)
+    price = PRICES.models.get(base)
+    priced = (f"batch price ${price.batch_input_per_1k}/${price.batch_output_per_1k} per 1,000 input/output tokens "
+              f"(as of {PRICES.as_of})" if price is not None and price.batch else "no batch price in the price table")
+    if report.facts is None or not report.facts.display_name:
+        return Check(name, None, "the model's name (which Service Quotas names quotas by) is unknown")
+    try:
+        row = read_batch_quota(quotas, report.facts.display_name)
+    except ClientError as exc:
+        return Check(name, None, f"Service Quotas answered {_error(exc).get('Code')} (needs "
+                                 "servicequotas:ListServiceQuotas and ListAWSDefaultServiceQuotas)")
+    except BotoCoreError as exc:
+        return Check(name, None, f"Service Quotas not readable: {type(exc).__name__}")
+    if row is None:
+        return Check(name, None, f"no \"Minimum number of records per batch inference job\" quota for "
+                                 f"{report.facts.display_name!r} in {report.region}: batch inference is likely not "
+                                 f"offered for it here, so batch-mode jobs would go on-demand; {priced}")
+    return Check(name, True, f"offered in {report.region}: at least {row.value:,.0f} records per job [{row.source}] "
+                             f"{row.name} ({row.code}); {priced}")
 
 
 _GEOGRAPHY = {"us": "us", "ca": "us", "eu": "eu", "ap": "apac"}  # region prefix -> the geographic profile's prefix
@@ -334,7 +362,8 @@ def preflight(stack: str | None, region: str | None, model_id: str | None = None
                                quotas=session.client("service-quotas"))
         checks = [check_layer(session.client("ssm"), target.layer_parameter or default_layer_parameter(),
                               session.region_name),
-                  check_concurrency(session.client("lambda"), session.region_name, target.reserved, target.deployed)]
+                  check_concurrency(session.client("lambda"), session.region_name, target.reserved, target.deployed),
+                  check_batch(session.client("service-quotas"), report)]
     except NoCredentialsError as exc:
         raise PreflightError(_NO_CREDENTIALS) from exc
     except NoRegionError as exc:

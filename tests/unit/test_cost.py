@@ -49,8 +49,9 @@ def test_the_cost_page_states_the_price_tables_date_and_every_price():
     assert f"Prices as of: **{PRICES.as_of}**" in text
     rows = _rows(text)
     for model, p in PRICES.models.items():
-        assert [Decimal(x) for x in rows[model]] == [p.input_per_1k, p.output_per_1k, p.cache_read_per_1k,
-                                                     p.cache_write_per_1k], model
+        assert [Decimal(x) if x not in ("", "-") else None for x in rows[model]] == [
+            p.input_per_1k, p.output_per_1k, p.cache_read_per_1k, p.cache_write_per_1k, p.batch_input_per_1k,
+            p.batch_output_per_1k], model
     aws = {"DynamoDB write request unit, per million": PRICES.dynamodb_write_per_million,
            "DynamoDB read request unit, per million": PRICES.dynamodb_read_per_million,
            "SQS standard request, per million": PRICES.sqs_standard_per_million,
@@ -66,6 +67,27 @@ def test_the_cost_page_states_the_price_tables_date_and_every_price():
     assert f"**{int(PRICES.regional_premium * 100)} %**" in text
     assert re.search(r"is priced as `anthropic\.claude-sonnet-4-6`", text) and \
         PRICES.priced_as["offline-rules-v1"] == "anthropic.claude-sonnet-4-6"
+
+
+def test_batch_tokens_cost_half_the_on_demand_price_and_an_unpriced_model_has_no_batch_price():
+    # GIVEN a chunk's tokens WHEN priced through batch inference THEN input and output cost half the on-demand price
+    usage = Usage(input_tokens=10_000, output_tokens=2_000)
+    for model in PRICES.models:
+        priced = cost.model_price(PRICES, model)
+        on_demand = cost.model_cost_usd(priced, usage)
+        assert cost.batch_cost_usd(priced, usage) == on_demand / 2, model
+    # the offline model is priced as the default Bedrock model, in batch too; a regional profile keeps its premium
+    assert cost.batch_cost_usd(cost.model_price(PRICES, "offline-rules-v1"), usage) == Decimal("0.0300")
+    assert cost.batch_cost_usd(cost.model_price(PRICES, "us.anthropic.claude-sonnet-4-6"), usage) == \
+        Decimal("0.0300") * Decimal("1.10")
+    batch = cost.batch_usage(PRICES, "anthropic.claude-sonnet-4-6", usage)
+    assert batch is not None and batch.model_micro_usd == 30_000 and batch.input_tokens == 10_000
+    # a model the table has no batch price for: None, never the on-demand price
+    assert cost.batch_cost_usd(cost.model_price(PRICES, "anthropic.claude-opus-4-6-v1"), usage) is None
+    no_batch = PRICES.models["anthropic.claude-sonnet-4-6"].model_copy(
+        update={"batch_input_per_1k": None, "batch_output_per_1k": None})
+    assert not no_batch.batch
+    assert cost.batch_cost_usd(cost.PricedModel(no_batch, "x", Decimal(0)), usage) is None
 
 
 def test_every_profile_carries_the_price_table():

@@ -16,10 +16,13 @@ import pytest
 from botocore.stub import Stubber
 from click.testing import CliRunner
 
+from contract_review.model.bedrock import ModelFacts
 from contract_review.model.quotas import match_model_quotas
 from review_local.cli import cli
 from review_local.preflight import (
     PreflightError,
+    PreflightReport,
+    check_batch,
     check_concurrency,
     check_layer,
     preflight,
@@ -402,13 +405,16 @@ def test_preflight_prints_one_line_per_account_check_and_fails_on_any(tmp_path):
     c.runtime_stub.add_response("converse", bs.converse_ok())
     c.quota_pages(PAGE_1, PAGE_2)
     c.account(total=10, unreserved=10)  # a new account
+    c.quota_pages(BATCH_PAGE)  # the batch check reads the same list again
     lines: list[str] = []
     ok = preflight(None, None, session_factory=lambda **_: FakeSession(c), local_json=local, echo=lines.append)
     c.verify()
     assert not ok  # the model answers, but a deploy with the defaults would not fit the account
     account = lines[lines.index("account:") + 1:]
-    assert [line.split(":", 1)[0].strip() for line in account] == ["powertools layer", "lambda concurrency"]
+    assert [line.split(":", 1)[0].strip() for line in account] == ["powertools layer", "lambda concurrency",
+                                                                   "batch inference"]
     assert account[0].startswith("  powertools layer: ok - ") and "FAILED" in account[1]
+    assert account[2].startswith("  batch inference: ok - offered in us-east-1: at least 100 records per job")
     assert any(line.startswith("pacing: a deployed stack's workers pace to 2,000,000") for line in lines)
 
 
@@ -472,3 +478,58 @@ def test_without_a_network_preflight_says_so_in_one_line_not_runtime_retry_advic
     message = str(err.value)
     assert message.startswith("no network: could not connect to http://127.0.0.1:9")
     assert "network" in message and "HTTPS_PROXY" in message and "retr" not in message
+
+
+# --- batch inference (issue 19; docs/batch-inference.md) ----------------------------------------------------
+BATCH_PAGE = [
+    quota("Minimum number of records per batch inference job for Anthropic Claude Sonnet 4.5 V1", 50, "L-BATCHOTHER"),
+    quota(f"Minimum number of records per batch inference job for {SONNET_46}", 100, "L-BATCHMIN", adjustable=False),
+]
+
+
+def _batch_report(model_id: str = bs.CURRENT, name: str = SONNET_46) -> PreflightReport:
+    return PreflightReport(model_id=model_id, region=bs.REGION,
+                           facts=ModelFacts(model_id, "anthropic.claude-sonnet-4-6", None, name, "ACTIVE"))
+
+
+def test_batch_support_is_the_models_minimum_records_quota_and_its_batch_price():
+    # GIVEN Service Quotas lists a batch minimum for the model (among another model's) WHEN checked THEN ok, with the
+    # model's own minimum and the table's batch price
+    c = Clients()
+    c.quota_pages(BATCH_PAGE)
+    check = check_batch(c.quotas, _batch_report())
+    c.verify()
+    assert check.ok is True
+    assert "at least 100 records per job [applied]" in check.line and "(L-BATCHMIN)" in check.line
+    assert "batch price $0.0015/$0.0075 per 1,000 input/output tokens" in check.line
+
+
+def test_a_batch_minimum_only_among_the_defaults_is_found_there():
+    c = Clients()
+    c.quota_pages(PAGE_1)  # applied values: none for batch
+    c.quota_pages([quota("Minimum number of records per batch inference job", 100, "L-BATCHALL")],
+                  operation="list_aws_default_service_quotas")
+    check = check_batch(c.quotas, _batch_report())
+    c.verify()
+    assert check.ok is True and "[AWS default]" in check.line and "(L-BATCHALL)" in check.line
+
+
+def test_no_batch_quota_for_the_model_says_batch_jobs_would_go_on_demand_without_failing_preflight():
+    c = Clients()
+    c.quota_pages(PAGE_1)
+    c.quota_pages(PAGE_2, operation="list_aws_default_service_quotas")
+    check = check_batch(c.quotas, _batch_report(model_id="anthropic.claude-opus-4-6-v1",
+                                                name="Anthropic Claude Opus 4.6"))
+    c.verify()
+    assert check.ok is None  # batch mode is optional: said, not a failure
+    assert "likely not offered" in check.line and "no batch price in the price table" in check.line
+
+
+def test_unreadable_batch_quotas_are_not_checked():
+    c = Clients()
+    c.quotas_stub.add_client_error("list_service_quotas", service_error_code="AccessDeniedException",
+                                   http_status_code=403)
+    check = check_batch(c.quotas, _batch_report())
+    c.verify()
+    assert check.ok is None and "AccessDeniedException" in check.line
+    assert check_batch(c.quotas, _batch_report(name="")).ok is None  # the model's name unknown

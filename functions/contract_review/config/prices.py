@@ -18,6 +18,14 @@ class ModelPrice(BaseModel):
     output_per_1k: Decimal
     cache_read_per_1k: Decimal  # Bedrock prompt caching: tokens read from the cache
     cache_write_per_1k: Decimal  # tokens written to the cache (5-minute TTL)
+    # Bedrock batch inference (issue 19; docs/batch-inference.md): None when the model has no batch price
+    batch_input_per_1k: Decimal | None = None
+    batch_output_per_1k: Decimal | None = None
+
+    @property
+    def batch(self) -> bool:
+        """Whether the table prices this model's batch inference."""
+        return self.batch_input_per_1k is not None and self.batch_output_per_1k is not None
 
 
 class PriceTable(BaseModel):
@@ -50,20 +58,25 @@ class PriceTable(BaseModel):
 # Transcribed on 2026-11-22 from https://aws.amazon.com/bedrock/pricing/ (Anthropic, on-demand and prompt
 # caching), https://aws.amazon.com/dynamodb/pricing/on-demand/, https://aws.amazon.com/sqs/pricing/,
 # https://aws.amazon.com/s3/pricing/ and https://aws.amazon.com/lambda/pricing/ (us-east-1; free tiers left
-# out). docs/cost.md repeats them; tests/unit/test_cost.py keeps the two equal.
+# out). docs/cost.md repeats them; tests/unit/test_cost.py keeps the two equal. Batch inference (the same page,
+# "Batch"): 50 % of the on-demand input and output prices for these models.
 PRICES = PriceTable(
     as_of="2026-11-22",
     region="us-east-1",
     models={
         "anthropic.claude-sonnet-4-6": ModelPrice(input_per_1k=Decimal("0.003"), output_per_1k=Decimal("0.015"),
                                                   cache_read_per_1k=Decimal("0.0003"),
-                                                  cache_write_per_1k=Decimal("0.00375")),
+                                                  cache_write_per_1k=Decimal("0.00375"),
+                                                  batch_input_per_1k=Decimal("0.0015"),
+                                                  batch_output_per_1k=Decimal("0.0075")),
         "anthropic.claude-sonnet-4-5-20250929-v1:0": ModelPrice(
             input_per_1k=Decimal("0.003"), output_per_1k=Decimal("0.015"), cache_read_per_1k=Decimal("0.0003"),
-            cache_write_per_1k=Decimal("0.00375")),
+            cache_write_per_1k=Decimal("0.00375"), batch_input_per_1k=Decimal("0.0015"),
+            batch_output_per_1k=Decimal("0.0075")),
         "anthropic.claude-haiku-4-5-20251001-v1:0": ModelPrice(
             input_per_1k=Decimal("0.001"), output_per_1k=Decimal("0.005"), cache_read_per_1k=Decimal("0.0001"),
-            cache_write_per_1k=Decimal("0.00125")),
+            cache_write_per_1k=Decimal("0.00125"), batch_input_per_1k=Decimal("0.0005"),
+            batch_output_per_1k=Decimal("0.0025")),
     },
     priced_as={OFFLINE_MODEL_ID: "anthropic.claude-sonnet-4-6"},
     regional_premium=Decimal("0.10"),

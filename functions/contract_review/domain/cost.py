@@ -87,6 +87,28 @@ def model_cost_usd(priced: PricedModel, usage: Usage) -> Decimal:
     return per_1k / _THOUSAND * (1 + priced.premium)
 
 
+def batch_cost_usd(priced: PricedModel, usage: Usage) -> Decimal | None:
+    """What `usage` costs through Bedrock batch inference (docs/batch-inference.md): input and output tokens at the
+    model's batch price, plus the regional premium of a geographic profile as on demand. Cache tokens, which a
+    batch job should not report (no cache point in a batch record), are priced as on demand, never less. None when
+    the table has no batch price for the model (it is not offered in batch, or its price is unknown)."""
+    p = priced.price
+    if p is None or p.batch_input_per_1k is None or p.batch_output_per_1k is None:
+        return None
+    per_1k = (usage.input_tokens * p.batch_input_per_1k + usage.output_tokens * p.batch_output_per_1k
+              + usage.cache_read_tokens * p.cache_read_per_1k + usage.cache_write_tokens * p.cache_write_per_1k)
+    return per_1k / _THOUSAND * (1 + priced.premium)
+
+
+def batch_usage(table: PriceTable, model_id: str, usage: Usage) -> Usage | None:
+    """`usage` (a batch job's tokens for one chunk or job) with its model cost at the batch price, or None when
+    `model_id` has no batch price; orchestration fields unchanged."""
+    dollars = batch_cost_usd(model_price(table, model_id), usage)
+    if dollars is None:
+        return None
+    return usage.model_copy(update={"model_micro_usd": micro_usd(dollars)})
+
+
 # The estimate a budget is checked against before any model call (`estimate_document`): generous on purpose
 # (a budget refused at the door costs a resubmission; one passed that the job then overshoots costs money).
 ESTIMATE_ANSWER_TOKENS = 300  # an LLM-like answer (the strict double's bench default median is 150; p99 600)

@@ -103,6 +103,19 @@ _CODES = [
               "when it succeeds (the quota reset, or was raised) the hold lifts for every worker within "
               "daily_ledger_max_age_s; when it fails the hold lasts another hour. To end it sooner: raise the quota "
               "in Service Quotas (docs/runbook.md \"Daily token quota exhausted\")."),
+    ErrorCode("batch.request_invalid", ErrorClass.PERMANENT, False,
+              "A batch inference job was asked for with records it cannot take (two records share a recordId).",
+              "A defect in whoever built the records (docs/batch-inference.md): nothing is submitted; fix the caller."),
+    ErrorCode("batch.job_failed", ErrorClass.TRANSIENT, True,
+              "A Bedrock batch inference job ended without an output to rely on (status Failed, Stopped or Expired: "
+              "too few records, a bad record file, the service role, its timeout).",
+              "Its records are not lost: they go back to be batched again, or on-demand by the job's deadline (issue 19 "
+              "item 2). `GetModelInvocationJob`'s `message` says why; docs/batch-inference.md."),
+    ErrorCode("batch.record_failed", ErrorClass.TRANSIENT, True,
+              "One record of a batch inference job was answered with an error, or has no line in the job's output "
+              "(a partially completed job).",
+              "The record goes into the next batch, or on-demand by the job's deadline (issue 19 item 2); "
+              "docs/batch-inference.md."),
     ErrorCode("input.invalid", ErrorClass.PERMANENT, False,
               "The intake message is not valid JSON or violates the intake schema v1.",
               "Fix the message (see docs/intake-message.schema.json) and send it again. Never retried."),

@@ -74,6 +74,9 @@ POLICY: dict[str, Recovery] = {
     "model.circuit_open": Recovery(None, BP),
     "model.paused": Recovery(None, BP, bounded=False),
     "model.daily_quota_exhausted": Recovery(None, BP, bounded=False),  # held until the hourly probe succeeds
+    "batch.request_invalid": Recovery(None, NONE),  # refused before anything is submitted
+    "batch.job_failed": Recovery(None, NONE),  # not a chunk outcome yet: issue 19 item 2 re-batches its records
+    "batch.record_failed": Recovery(None, NONE),  # likewise, per record
     "input.invalid": Recovery(None, NONE),
     "input.empty_document": Recovery(None, NONE),
     "input.undecodable": Recovery(None, NONE),

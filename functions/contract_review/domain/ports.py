@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Protocol
 from pydantic import BaseModel
 
 from contract_review.config.settings import Settings
+from contract_review.domain.batch import BatchJobState, BatchRecord, RecordOutcome
 from contract_review.domain.effects import SideEffects
 from contract_review.domain.errors import ErrorEnvelope
 from contract_review.domain.messages import AnalysisMessage, JobControl, ResultMessage
@@ -92,6 +93,23 @@ class Compensator(Protocol):
     """Undo a job's recorded side effects, last first (`sideeffects.saga.compensate_job`)."""
 
     def __call__(self, deps: Deps, job: Job, reason: str) -> None: ...
+
+
+class BatchInference(Protocol):
+    """Bedrock batch inference (domain/batch.py; adapters/batch_inference.py; docs/batch-inference.md): records in,
+    a job id out; the job's state; its outcomes joined on recordId, whatever the order of the output."""
+
+    def submit(self, records: Sequence[BatchRecord], token: str) -> str:
+        """Create a batch job of `records` (at least the account's minimum per job); `token` is the idempotency
+        token: the same token again returns the same job, none created. Returns the job id (its ARN)."""
+        ...
+
+    def status(self, job_id: str) -> BatchJobState: ...
+
+    def results(self, job_id: str) -> dict[str, RecordOutcome]:
+        """Every submitted record's outcome by recordId (a record the output does not mention: MISSING). Only
+        for a job whose status has an output (HAS_OUTPUT)."""
+        ...
 
 
 class JobsRepo(Protocol):

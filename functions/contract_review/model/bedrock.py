@@ -185,12 +185,17 @@ class BedrockConverseModel(_BedrockRuntimeModel):
 
     def invoke(self, request: ModelRequest) -> ModelResponse:
         started = time.monotonic()
-        resp = self._send(
-            "converse",
-            system=[{"text": request.system}],
-            messages=[{"role": "user", "content": self._content(request)}],
-            inferenceConfig={"maxTokens": request.max_tokens, "temperature": request.temperature},
-            toolConfig={
+        resp = self._send("converse", **self.converse_request(request))
+        return self._response(resp, started)
+
+    def converse_request(self, request: ModelRequest) -> dict[str, Any]:
+        """The Converse request body (without modelId): what `invoke` sends, and the `modelInput` of a batch
+        inference record of invocation type Converse (docs/batch-inference.md)."""
+        return {
+            "system": [{"text": request.system}],
+            "messages": [{"role": "user", "content": self._content(request)}],
+            "inferenceConfig": {"maxTokens": request.max_tokens, "temperature": request.temperature},
+            "toolConfig": {
                 "tools": [{"toolSpec": {
                     "name": self.TOOL_NAME,
                     "description": self.TOOL_DESCRIPTION,
@@ -198,8 +203,7 @@ class BedrockConverseModel(_BedrockRuntimeModel):
                 }}],
                 "toolChoice": {"tool": {"name": self.TOOL_NAME}},
             },
-        )
-        return self._response(resp, started)
+        }
 
     def _content(self, request: ModelRequest) -> list[dict[str, Any]]:
         """The user message: the shared context (the excerpt), the cache point, then the analyst's part.

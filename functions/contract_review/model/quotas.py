@@ -12,6 +12,11 @@ Bedrock"), with the older "... model inference ..." spelling still matched:
 minute rows are still listed by preflight, but Bedrock no longer enforces them on bedrock-runtime: the
 workers pace by tokens. ListServiceQuotas leaves out quotas with no applied value, so AWS's defaults
 (ListAWSDefaultServiceQuotas) fill what is missing.
+
+Batch inference (issue 19, docs/batch-inference.md): "Minimum number of records per batch inference job" (per model,
+"... for <model>", or one row for the account), read by `read_batch_quota`. ListFoundationModels cannot say whether a
+model is offered in batch (its `inferenceTypesSupported` enum is ON_DEMAND | PROVISIONED only), so a batch quota
+named for the model in the region is taken as the sign that it is.
 """
 
 from __future__ import annotations
@@ -23,7 +28,8 @@ from typing import Any, Literal
 from contract_review.domain.model import GLOBAL_PROFILE_PREFIX, is_inference_profile
 
 SERVICE_CODE = "bedrock"
-What = Literal["tokens_per_minute", "requests_per_minute", "tokens_per_day", "account_tokens_per_day"]
+What = Literal["tokens_per_minute", "requests_per_minute", "tokens_per_day", "account_tokens_per_day",
+               "batch_min_records"]
 
 _PER_MINUTE = {  # (kind) -> the name prefixes of its per-minute rows, newest spelling first; {per}: tokens|requests
     "on-demand": ("on-demand invokemodel {per} per minute for ", "on-demand model inference {per} per minute for "),
@@ -137,3 +143,35 @@ def read_model_quotas(client: Any, model_id: str, display_name: str) -> ModelQuo
     order = ("tokens_per_minute", "requests_per_minute", "tokens_per_day", "account_tokens_per_day")
     return ModelQuotas(model_id=model_id, kind=quota_kind(model_id),
                        rows=tuple(sorted(found, key=lambda r: order.index(r.what))))
+
+
+BATCH_MIN_RECORDS = "minimum number of records per batch inference job"
+
+
+def match_batch_quota(quotas: Iterable[dict[str, Any]], display_name: str, source: str) -> QuotaRow | None:
+    """The "Minimum number of records per batch inference job" row for the model (`... for <model>`), else the
+    account-wide one (no model in its name), among Service Quotas' `Quotas` items; None when neither is there."""
+    model = _normalized(display_name)
+    general: QuotaRow | None = None
+    for q in quotas:
+        name = str(q.get("QuotaName", ""))
+        lower = name.lower()
+        if not lower.startswith(BATCH_MIN_RECORDS):
+            continue
+        rest = name[len(BATCH_MIN_RECORDS):]
+        row = QuotaRow(what="batch_min_records", name=name, code=str(q.get("QuotaCode", "")),
+                       value=float(q.get("Value", 0.0)), adjustable=bool(q.get("Adjustable")), source=source)
+        if rest.lower().startswith(" for ") and _normalized(rest[len(" for "):]) == model:
+            return row
+        if not rest.strip():
+            general = general or row
+    return general
+
+
+def read_batch_quota(client: Any, display_name: str) -> QuotaRow | None:
+    """The model's minimum records per batch job: this account's applied value, else AWS's default. Raises what the
+    client raises."""
+    found = match_batch_quota(_paginate(client, "list_service_quotas"), display_name, "applied")
+    if found is None:
+        found = match_batch_quota(_paginate(client, "list_aws_default_service_quotas"), display_name, "AWS default")
+    return found

@@ -1,0 +1,92 @@
+"""Bedrock batch inference, as the core sees it (issue 19; docs/batch-inference.md).
+
+A batch job is a JSONL file of records in S3, `{"recordId", "modelInput"}` each, answered hours later by
+`{"recordId", "modelInput", "modelOutput"}` or `{"recordId", "modelInput", "error"}` lines in another file,
+in no guaranteed order: outcomes are joined on `recordId`. The port is `domain/ports.py` `BatchInference`;
+the boto3 adapter is `adapters/batch_inference.py`; the local stand-in for the service is
+`review_local/batch_service.py`.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
+
+
+class BatchJobStatus(StrEnum):
+    """Bedrock's ModelInvocationJobStatus (botocore `bedrock` 2023-04-20)."""
+
+    SUBMITTED = "Submitted"
+    VALIDATING = "Validating"
+    SCHEDULED = "Scheduled"
+    IN_PROGRESS = "InProgress"
+    STOPPING = "Stopping"
+    COMPLETED = "Completed"
+    PARTIALLY_COMPLETED = "PartiallyCompleted"
+    FAILED = "Failed"
+    STOPPED = "Stopped"
+    EXPIRED = "Expired"
+
+
+# Where a job ends. Completed / PartiallyCompleted have an output to read (PartiallyCompleted: some records
+# answered an error); Failed, Stopped and Expired end without one to rely on.
+TERMINAL = frozenset({BatchJobStatus.COMPLETED, BatchJobStatus.PARTIALLY_COMPLETED, BatchJobStatus.FAILED,
+                      BatchJobStatus.STOPPED, BatchJobStatus.EXPIRED})
+HAS_OUTPUT = frozenset({BatchJobStatus.COMPLETED, BatchJobStatus.PARTIALLY_COMPLETED})
+
+# CreateModelInvocationJob's `modelInvocationType`: the record format of `modelInput` / `modelOutput`.
+CONVERSE, INVOKE_MODEL = "Converse", "InvokeModel"
+
+# A recordId as our records name them (the docs show 11 alphanumerics; Bedrock accepts a string): letters,
+# digits, "-", "_" and ":", so a record can be named after its chunk, analyst and step.
+RECORD_ID = re.compile(r"^[A-Za-z0-9_:.-]{1,128}$")
+
+
+@dataclass(frozen=True)
+class BatchRecord:
+    """One model call of a batch job: `model_input` is the request body in the job's invocation type's format
+    (Converse: the Converse request without `modelId`; InvokeModel: the model's InvokeModel body)."""
+
+    record_id: str
+    model_input: dict[str, Any]
+
+    def __post_init__(self) -> None:
+        if not RECORD_ID.match(self.record_id):
+            raise ValueError(f"recordId {self.record_id!r} does not match {RECORD_ID.pattern}")
+
+
+@dataclass(frozen=True)
+class BatchJobState:
+    """GetModelInvocationJob, as much as the core needs."""
+
+    job_id: str  # the job's ARN (GetModelInvocationJob's jobIdentifier)
+    status: BatchJobStatus
+    message: str = ""  # Bedrock's reason for a Failed job (never document text)
+    total: int | None = None  # totalRecordCount ... errorRecordCount, when Bedrock reports them
+    processed: int | None = None
+    succeeded: int | None = None
+    errored: int | None = None
+
+    @property
+    def terminal(self) -> bool:
+        return self.status in TERMINAL
+
+
+@dataclass(frozen=True)
+class RecordOutcome:
+    """One record's answer: `output` (the modelOutput body) or an error (`error_code`: Bedrock's errorCode for a
+    record it answered with an error; "missing" for a submitted record with no line in the output)."""
+
+    record_id: str
+    output: dict[str, Any] | None = None
+    error_code: str | None = None
+    error_message: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.output is not None
+
+
+MISSING = "missing"  # RecordOutcome.error_code of a submitted record the output does not mention

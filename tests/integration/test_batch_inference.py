@@ -1,0 +1,261 @@
+"""The batch inference adapter (adapters/batch_inference.py) against the local stand-in for the service
+(review_local/batch_service.py) over real HTTP, with S3 from a moto server: boto3's own `bedrock` client, the
+records the analysts build (Converse bodies), idempotent submits, partial completion, failures, and outcomes joined
+on recordId whatever the output order (docs/batch-inference.md)."""
+
+from __future__ import annotations
+
+import json
+import time
+import urllib.request
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import boto3
+import pytest
+from botocore.exceptions import ClientError
+
+from contract_review.adapters.batch_inference import BedrockBatchInference, job_id_of
+from contract_review.domain.batch import MISSING, BatchJobState, BatchJobStatus, BatchRecord
+from contract_review.domain.errors import ReviewError
+from contract_review.doubles.bedrock_sim import SimulatedPromptCache
+from contract_review.doubles.offline_model import OfflineRuleModel
+from contract_review.model.bedrock import BedrockConverseModel
+from contract_review.review.analysts import ANALYSTS, build_request
+from contract_review.review.chunking import split_into_chunks
+from review_local.batch_service import BatchFaults, BatchServiceFake, analyst_request
+from tests.texts import LONG_TEXT, RISKY_CLAUSE
+
+SAMPLE_CONTRACT = LONG_TEXT + RISKY_CLAUSE
+
+BUCKET = "batch-bucket"
+ROLE = "arn:aws:iam::123456789012:role/bedrock-batch"
+MODEL = "anthropic.claude-sonnet-4-6"
+MIN_RECORDS = 4
+
+
+@pytest.fixture(scope="module")
+def s3_endpoint() -> Iterator[str]:
+    from moto.server import ThreadedMotoServer
+
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    endpoint = f"http://{host}:{port}"
+    urllib.request.urlopen(urllib.request.Request(f"{endpoint}/moto-api/reset", method="POST"), timeout=10)
+    try:
+        yield endpoint
+    finally:
+        server.stop()
+
+
+def _session() -> boto3.Session:
+    return boto3.Session(aws_access_key_id="testing", aws_secret_access_key="testing", region_name="us-east-1")
+
+
+@pytest.fixture
+def s3(s3_endpoint: str) -> Any:
+    client = _session().client("s3", endpoint_url=s3_endpoint)
+    client.create_bucket(Bucket=BUCKET)
+    return client
+
+
+@pytest.fixture
+def fake(s3: Any) -> Iterator[BatchServiceFake]:
+    with BatchServiceFake(s3, step_s=0.01, min_records=MIN_RECORDS) as service:
+        yield service
+
+
+@pytest.fixture
+def bedrock(fake: BatchServiceFake) -> Any:
+    return _session().client("bedrock", endpoint_url=fake.url)
+
+
+@pytest.fixture
+def batch(bedrock: Any, s3: Any, request: pytest.FixtureRequest) -> BedrockBatchInference:
+    prefix = "batch/" + request.node.name.replace("[", "-").rstrip("]")
+    return BedrockBatchInference(bedrock, s3, bucket=BUCKET, prefix=prefix, role_arn=ROLE, model_id=MODEL)
+
+
+def analyst_records(n: int) -> tuple[list[BatchRecord], dict[str, dict[str, Any]]]:
+    """`n` locate requests of the analysts about the sample contract's chunks, as Converse bodies, and what the
+    offline model answers each on demand (by recordId)."""
+    chunks = split_into_chunks(SAMPLE_CONTRACT, 600, 900)
+    converse = BedrockConverseModel(client=None, model_id=MODEL)
+    model = OfflineRuleModel(SimulatedPromptCache(min_tokens=10**9))
+    records, expected = [], {}
+    for i in range(n):
+        chunk, spec = chunks[i % len(chunks)], ANALYSTS[i % len(ANALYSTS)]
+        request = build_request(spec, "locate", chunk, None, None)
+        rid = f"{chunk.chunk_id}:{spec.name}:locate:{i}"
+        records.append(BatchRecord(rid, converse.converse_request(request)))
+        expected[rid] = json.loads(model.invoke(request).text)
+    return records, expected
+
+
+def wait_until(batch: BedrockBatchInference, job_id: str, done: Callable[[BatchJobState], bool] = lambda s: s.terminal,
+               timeout: float = 20) -> BatchJobState:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        state = batch.status(job_id)
+        if done(state):
+            return state
+        time.sleep(0.02)
+    raise AssertionError(f"batch job {job_id} did not get there in {timeout} s (last {state.status})")
+
+
+def tool_input(output: dict[str, Any]) -> dict[str, Any]:
+    return dict(output["output"]["message"]["content"][0]["toolUse"]["input"])
+
+
+def test_a_job_walks_the_statuses_and_every_record_is_answered_by_the_offline_model(
+        batch: BedrockBatchInference, fake: BatchServiceFake, s3: Any) -> None:
+    records, expected = analyst_records(8)
+    job_id = batch.submit(records, token="tok-complete")
+    state = wait_until(batch, job_id)
+    assert state.status is BatchJobStatus.COMPLETED
+    assert (state.total, state.processed, state.succeeded, state.errored) == (8, 8, 8, 0)
+    assert fake.job(job_id).statuses == ["Submitted", "Validating", "Scheduled", "InProgress", "Completed"]
+    outcomes = batch.results(job_id)
+    assert set(outcomes) == set(expected)
+    assert {rid: tool_input(o.output or {}) for rid, o in outcomes.items()} == expected
+    # what Bedrock writes beside the records: the manifest, under <output prefix>/<job id>/
+    folder = f"{batch.prefix}/output/tok-complete/{job_id_of(job_id)}/"
+    manifest = json.loads(s3.get_object(Bucket=BUCKET, Key=folder + "manifest.json.out")["Body"].read())
+    assert manifest["totalRecordCount"] == manifest["successRecordCount"] == 8
+    assert manifest["inputTokenCount"] > 0 and manifest["outputTokenCount"] > 0
+
+
+def test_outcomes_are_joined_on_record_id_whatever_the_output_order(
+        batch: BedrockBatchInference, s3: Any) -> None:
+    records, expected = analyst_records(12)
+    job_id = batch.submit(records, token="tok-order")
+    assert wait_until(batch, job_id).status is BatchJobStatus.COMPLETED
+    folder = f"{batch.prefix}/output/tok-order/{job_id_of(job_id)}/"
+    out = s3.get_object(Bucket=BUCKET, Key=folder + "records.jsonl.out")["Body"].read().decode()
+    order = [json.loads(line)["recordId"] for line in out.splitlines()]
+    assert order != [r.record_id for r in records]  # the stand-in shuffles, as Bedrock may
+    # and a reversed file changes nothing: every answer lands on its own record
+    s3.put_object(Bucket=BUCKET, Key=folder + "records.jsonl.out", Body="\n".join(reversed(out.splitlines())))
+    outcomes = batch.results(job_id)
+    assert {rid: tool_input(o.output or {}) for rid, o in outcomes.items()} == expected
+
+
+def test_the_same_client_token_returns_the_same_job_and_creates_none(
+        batch: BedrockBatchInference, bedrock: Any, fake: BatchServiceFake) -> None:
+    records, _ = analyst_records(MIN_RECORDS)
+    first = batch.submit(records, token="tok-same")
+    again = batch.submit(records, token="tok-same")
+    assert again == first
+    assert len(fake.jobs) == 1
+    other = batch.submit(records, token="tok-other")
+    assert other != first and len(fake.jobs) == 2
+    listed = bedrock.list_model_invocation_jobs(nameContains="tok-same")["invocationJobSummaries"]
+    assert [j["jobArn"] for j in listed] == [first]
+    assert listed[0]["clientRequestToken"] == "tok-same"
+
+
+def test_a_partially_completed_job_names_its_failed_and_missing_records(
+        batch: BedrockBatchInference, fake: BatchServiceFake) -> None:
+    records, expected = analyst_records(6)
+    failed, dropped = records[1].record_id, records[4].record_id
+    fake.faults = BatchFaults(fail_records=[failed], drop_records=[dropped])
+    job_id = batch.submit(records, token="tok-partial")
+    state = wait_until(batch, job_id)
+    assert state.status is BatchJobStatus.PARTIALLY_COMPLETED
+    assert (state.total, state.processed, state.succeeded, state.errored) == (6, 5, 4, 1)
+    outcomes = batch.results(job_id)
+    assert set(outcomes) == set(expected)  # nothing lost: the dropped record is there, as missing
+    assert outcomes[failed].error_code == "500" and not outcomes[failed].ok
+    assert outcomes[dropped].error_code == MISSING and not outcomes[dropped].ok
+    ok = {rid for rid, o in outcomes.items() if o.ok}
+    assert ok == set(expected) - {failed, dropped}
+    assert all(tool_input(outcomes[rid].output or {}) == expected[rid] for rid in ok)
+
+
+@pytest.mark.parametrize("faults, status", [
+    (BatchFaults(fail_job="validating"), BatchJobStatus.FAILED),
+    (BatchFaults(fail_job="in_progress"), BatchJobStatus.FAILED),
+    (BatchFaults(expire_job=True), BatchJobStatus.EXPIRED),
+])
+def test_a_failed_or_expired_job_has_no_results_but_a_coded_failure(
+        batch: BedrockBatchInference, fake: BatchServiceFake, faults: BatchFaults, status: BatchJobStatus) -> None:
+    fake.faults = faults
+    records, _ = analyst_records(MIN_RECORDS)
+    job_id = batch.submit(records, token="tok-fail")
+    assert wait_until(batch, job_id).status is status
+    with pytest.raises(ReviewError) as err:
+        batch.results(job_id)
+    assert err.value.envelope.error_code == "batch.job_failed"
+    assert err.value.envelope.provider_code == status.value
+
+
+def test_a_job_under_the_minimum_record_count_fails_in_validation(batch: BedrockBatchInference) -> None:
+    records, _ = analyst_records(MIN_RECORDS - 1)
+    job_id = batch.submit(records, token="tok-small")
+    state = wait_until(batch, job_id)
+    assert state.status is BatchJobStatus.FAILED
+    assert "minimum" in state.message  # the stand-in's wording, for people; nothing classifies by it
+
+
+def test_a_stopped_job_ends_stopped(s3: Any) -> None:
+    with BatchServiceFake(s3, step_s=0.5, min_records=1) as slow:
+        bedrock = _session().client("bedrock", endpoint_url=slow.url)
+        batch = BedrockBatchInference(bedrock, s3, bucket=BUCKET, prefix="batch/stop", role_arn=ROLE, model_id=MODEL)
+        records, _ = analyst_records(2)
+        job_id = batch.submit(records, token="tok-stop")
+        bedrock.stop_model_invocation_job(jobIdentifier=job_id)
+        assert wait_until(batch, job_id).status is BatchJobStatus.STOPPED
+        with pytest.raises(ClientError) as err:  # a job that has ended cannot be stopped
+            bedrock.stop_model_invocation_job(jobIdentifier=job_id)
+        assert err.value.response["Error"]["Code"] == "ValidationException"
+
+
+def test_the_service_checks_what_create_model_invocation_job_checks(bedrock: Any, fake: BatchServiceFake) -> None:
+    from botocore.config import Config
+
+    unchecked = _session().client("bedrock", endpoint_url=fake.url, config=Config(parameter_validation=False))
+    good: dict[str, Any] = {
+        "jobName": "j1", "roleArn": ROLE, "modelId": MODEL, "timeoutDurationInHours": 24,
+        "inputDataConfig": {"s3InputDataConfig": {"s3Uri": f"s3://{BUCKET}/in/"}},
+        "outputDataConfig": {"s3OutputDataConfig": {"s3Uri": f"s3://{BUCKET}/out/"}}}
+    for bad in ({"timeoutDurationInHours": 12}, {"timeoutDurationInHours": 169}, {"roleArn": "not-a-role"}):
+        with pytest.raises(ClientError) as err:
+            unchecked.create_model_invocation_job(**{**good, **bad})  # what botocore would refuse, sent
+        assert err.value.response["Error"]["Code"] == "ValidationException"
+    bedrock.create_model_invocation_job(**good)
+    with pytest.raises(ClientError) as err:  # another job of the same name
+        bedrock.create_model_invocation_job(**good)
+    assert err.value.response["Error"]["Code"] == "ConflictException"
+    with pytest.raises(ClientError) as err:
+        bedrock.get_model_invocation_job(jobIdentifier="arn:aws:bedrock:us-east-1:123456789012:model-invocation-job/x")
+    assert err.value.response["Error"]["Code"] == "ResourceNotFoundException"
+
+
+def test_records_in_the_anthropic_messages_format_are_answered_too(
+        bedrock: Any, s3: Any, fake: BatchServiceFake) -> None:
+    records, expected = analyst_records(MIN_RECORDS)
+    messages = [BatchRecord(r.record_id, {
+        "anthropic_version": "bedrock-2023-05-31", "max_tokens": 1024, "system": r.model_input["system"][0]["text"],
+        "messages": [{"role": "user", "content": [{"type": "text", "text": b["text"]}
+                                                  for b in r.model_input["messages"][0]["content"] if "text" in b]}],
+        "tools": [{"name": "record_answer",
+                   "input_schema": r.model_input["toolConfig"]["tools"][0]["toolSpec"]["inputSchema"]["json"]}],
+    }) for r in records]
+    batch = BedrockBatchInference(bedrock, s3, bucket=BUCKET, prefix="batch/messages", role_arn=ROLE,
+                                  model_id=MODEL, invocation_type="InvokeModel")
+    job_id = batch.submit(messages, token="tok-messages")
+    assert wait_until(batch, job_id).status is BatchJobStatus.COMPLETED
+    outcomes = batch.results(job_id)
+    assert {rid: o.output["content"][0]["input"] for rid, o in outcomes.items() if o.output} == expected
+
+
+def test_the_stand_in_reads_back_the_request_an_analyst_built() -> None:
+    chunk = split_into_chunks(SAMPLE_CONTRACT, 600, 900)[0]
+    converse = BedrockConverseModel(client=None, model_id=MODEL)
+    located = build_request(ANALYSTS[0], "locate", chunk, None, None)
+    back = analyst_request(converse.converse_request(located))
+    assert back is not None
+    assert (back.step, back.analyst, back.payload["chunk_text"]) == ("locate", ANALYSTS[0].name, chunk.text)
+    assert [c["key"] for c in back.payload["categories"]] == list(ANALYSTS[0].categories)
+    assert analyst_request({"messages": [{"role": "user", "content": [{"text": "hello"}]}]}) is None
