@@ -280,9 +280,10 @@ def test_a_queue_message_posted_as_it_is_is_taken_with_every_field():
     assert answer.status == 202, answer.body
     [queued] = intake_messages(world)
     # (the key scoped to the caller: two principals never share a job)
-    assert {k: v for k, v in queued.items() if k not in ("idempotency_key", "principal")} == {
+    # (and the Job API's default priority, interactive: the message named none)
+    assert {k: v for k, v in queued.items() if k not in ("idempotency_key", "principal", "priority")} == {
         k: v for k, v in message.items() if k != "idempotency_key"}
-    assert queued["principal"] == ALICE and queued["idempotency_key"] == api.scoped_key(ALICE, "nda-7-v1")
+    assert queued["priority"] == "interactive" and queued["principal"] == ALICE and queued["idempotency_key"] == api.scoped_key(ALICE, "nda-7-v1")
     InProcess(world).intake()
     job = world.jobs.get(str(answer.json["jobId"]))
     assert job is not None and (job.document_id, job.budget_micro_usd) == ("nda-7", 2_500_000)
