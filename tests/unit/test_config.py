@@ -373,7 +373,8 @@ def test_the_profile_is_grouped_and_flat_names_keep_working():
     local = PROFILES["local"]
     assert local.recovery.claim_lease_s == local.flat()["claim_lease_s"] == 3.0
     assert set(FLAT_FIELDS.values()) == {"functions", "queues", "alarms", "recovery", "tier1", "review", "fanout",
-                                         "quota", "side_effects", "limits", "fargate"}
+                                         "quota", "side_effects", "limits", "fargate",
+                                         "batch"}
     changed = local.with_overrides(claim_lease_s=2.0, fanout_window=20, poller_wait_s=1)
     assert (changed.recovery.claim_lease_s, changed.fanout.fanout_window, changed.fargate.poller_wait_s) == (2.0, 20, 1)
     assert Profile.from_flat(**local.flat()) == local

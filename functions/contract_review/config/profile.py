@@ -272,6 +272,26 @@ class LimitsConfig(BaseModel):
     api_requests_per_minute: int | None = Field(None, gt=0)
 
 
+class BatchConfig(BaseModel):
+    """Bedrock batch inference for jobs sent with `inference: batch` (docs/batch-inference.md): how their chunks'
+    model calls are packed into batch jobs, how long they wait, and when they go on-demand instead."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    # Records a batch job must hold at least (Bedrock's Service Quota, 100 by default). None: read from Service
+    # Quotas at cold start (model/quotas.py `read_batch_quota`), 100 when it cannot be read.
+    batch_min_records: int | None = Field(None, ge=1)
+    batch_max_records: int = Field(10_000, ge=1)  # records we put in one batch job (its quota is 50,000)
+    # How long a chunk's records wait for others to reach the minimum before its chunk goes on-demand
+    batch_max_wait_s: float = Field(3600.0, ge=0)
+    # How long a batch job is assumed to take: a job whose deadline is nearer than this goes on-demand
+    batch_expected_s: float = Field(24 * 3600.0, ge=0)
+    batch_timeout_hours: int = Field(24, ge=24, le=168)  # CreateModelInvocationJob timeoutDurationInHours
+    # A chunk whose records failed (or went missing) in this many batch jobs goes on-demand
+    batch_max_failures: int = Field(2, ge=1)
+    batch_default_deadline_hours: float = Field(72.0, gt=0)  # a batch-mode job's deadline when it names none
+
+
 class FargateConfig(BaseModel):
     """The Fargate poller alternative (handlers/poller.py, infra/fargate.py)."""
 
@@ -313,6 +333,7 @@ class Profile(BaseModel):
     side_effects: SideEffectsConfig = SideEffectsConfig()
     limits: LimitsConfig = LimitsConfig()
     fargate: FargateConfig = FargateConfig()
+    batch: BatchConfig = BatchConfig()
 
     @model_validator(mode="before")
     @classmethod
@@ -406,7 +427,7 @@ class Profile(BaseModel):
 # Every grouped field by its flat name -> its group: what `PROFILE_OVERRIDES` and the flat names take.
 FLAT_FIELDS: dict[str, str] = {name: group for group in (
     "functions", "queues", "alarms", "recovery", "tier1", "review", "fanout", "quota", "side_effects", "limits",
-    "fargate",
+    "fargate", "batch",
 ) for name in Profile.model_fields[group].annotation.model_fields}  # type: ignore[union-attr]  # every group is a model
 
 PROFILES: dict[str, Profile] = {
@@ -481,6 +502,11 @@ PROFILES: dict[str, Profile] = {
         # the same limits as prod, wider: the local stack's soak and bench submit hundreds of documents at once
         principal_daily_spend_usd=10_000.0,
         api_requests_per_minute=6000,
+        # batch inference against the local stand-in (review_local/batch_service.py), which `review up` starts
+        # with the same minimum: seconds where Bedrock takes hours
+        batch_min_records=10,
+        batch_max_wait_s=5.0,
+        batch_expected_s=30.0,
     ),
 }
 
