@@ -355,3 +355,6 @@ class Deps:
     # The daily token ledger the workers share (model/daily_quota.py); None: not configured (no daily-quota hold)
     token_ledger: TokenLedger | None = None
     meter: RequestMeter | None = None  # counts the AWS requests of the clients above (cost.py); None: not counted
+    # Bedrock batch inference (adapters/batch_inference.py) for jobs sent with `inference: batch`, in the functions
+    # that submit and collect batch jobs (the sweeper); None: not configured (batch-mode chunks go on-demand)
+    batch: BatchInference | None = None
