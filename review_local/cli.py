@@ -21,7 +21,7 @@ from contract_review.domain import lifecycle
 from contract_review.domain.errors import ReviewError
 from contract_review.domain.messages import MAX_DOCUMENT_BYTES
 from contract_review.domain.ports import Deps, Queue
-from contract_review.domain.records import Job, JobState, ModelControl, Priority
+from contract_review.domain.records import Inference, Job, JobState, ModelControl, Priority
 from contract_review.doubles.spec import FaultSpec
 from contract_review.operate import ops
 from contract_review.pipeline import redrive
@@ -181,6 +181,25 @@ def ui(obj: Ctx, port: int, as_name: str | None) -> None:
 
 
 # ------------------------------------------------------------------------------------ submit
+def _check_submit_options(files: tuple[Path, ...], batch_file: Path | None, idempotency_key: str | None,
+                          priority: str | None, inference: str | None, deadline_hours: float | None) -> None:
+    """`review submit`'s options that do not go together, refused before anything is read or sent."""
+    if batch_file is not None:
+        if priority is not None:
+            raise click.UsageError("--priority is for FILES; a batch's items are bulk unless an item says "
+                                   "\"priority\": \"interactive\"")
+        if inference is not None or deadline_hours is not None:
+            raise click.UsageError("--inference and --deadline-hours are for FILES; a batch's item says "
+                                   "\"inference\": \"batch\" (and \"deadline_hours\") itself")
+        return
+    if not files:
+        raise click.UsageError("give FILE... or --batch ITEMS.jsonl")
+    if idempotency_key and len(files) > 1:
+        raise click.UsageError("--idempotency-key takes one file")
+    if deadline_hours is not None and inference != Inference.BATCH.value:
+        raise click.UsageError("--deadline-hours is for --inference batch")
+
+
 @cli.command()
 @click.argument("files", nargs=-1, type=click.Path(exists=True, dir_okay=False, path_type=Path))
 @click.option("--batch", "batch_file", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
@@ -192,26 +211,27 @@ def ui(obj: Ctx, port: int, as_name: str | None) -> None:
 @click.option("--priority", type=click.Choice([p.value for p in Priority]), default=None,
               help="interactive (default for FILES) or bulk (default for --batch): interactive chunks are served "
                    "first when both wait, bulk ones never starved (docs/runbook.md \"Interactive and bulk work\").")
+@click.option("--inference", type=click.Choice([i.value for i in Inference]), default=None,
+              help="on_demand (default) or batch: Bedrock batch inference at half the price, within hours "
+                   "(docs/batch-inference.md).")
+@click.option("--deadline-hours", type=click.FloatRange(min=0, min_open=True), default=None,
+              help="With --inference batch: the hours within which each job must end (default: the profile's "
+                   "batch_default_deadline_hours); calls go on demand once a batch could not answer by then.")
 @click.option("--timeout", type=float, default=600.0)
 @click.option("--json", "as_json", is_flag=True,
               help="Print the submissions as JSON (a list of {job_id, file, note}; with --batch the batch's items).")
 @click.pass_obj
 def submit(obj: Ctx, files: tuple[Path, ...], batch_file: Path | None, wait: bool, idempotency_key: str | None,
-           budget_usd: float | None, priority: str | None, timeout: float, as_json: bool) -> None:
+           budget_usd: float | None, priority: str | None, inference: str | None, deadline_hours: float | None,
+           timeout: float, as_json: bool) -> None:
     """Submit documents (UTF-8 text files) to the intake queue; print their job ids.
 
     The same document twice is one job (its id is a hash of the text): it is sent and waited on once.
     With --batch, a batch of the Job API (each item its own job; a bad item never stops the others)."""
+    _check_submit_options(files, batch_file, idempotency_key, priority, inference, deadline_hours)
     if batch_file is not None:
-        if priority is not None:
-            raise click.UsageError("--priority is for FILES; a batch's items are bulk unless an item says "
-                                   "\"priority\": \"interactive\"")
         _submit_batch(obj, batch_file, bool(files), wait, idempotency_key, timeout, as_json)
         return
-    if not files:
-        raise click.UsageError("give FILE... or --batch ITEMS.jsonl")
-    if idempotency_key and len(files) > 1:
-        raise click.UsageError("--idempotency-key takes one file")
     texts = [(f, _read_document(f)) for f in files]
     for f, text in texts:  # what intake would refuse at once is refused here, before anything is sent
         try:
@@ -238,7 +258,8 @@ def submit(obj: Ctx, files: tuple[Path, ...], batch_file: Path | None, wait: boo
         if again is None or again.send:
             try:
                 ops.submit(obj.deps, text, document_id=_document_id(f), idempotency_key=idempotency_key,
-                           budget_usd=budget_usd, priority=Priority(priority) if priority else None)
+                           budget_usd=budget_usd, priority=Priority(priority) if priority else None,
+                           inference=Inference(inference) if inference else None, deadline_hours=deadline_hours)
             except ReviewError as exc:  # job.budget_insufficient: nothing was sent
                 raise click.ClickException(f"{f}: {exc.envelope.error_code}: {exc.envelope.message}") from exc
         jobs[job_id] = f

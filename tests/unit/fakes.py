@@ -20,6 +20,7 @@ from pydantic import BaseModel
 
 from contract_review.config.profile import get_profile
 from contract_review.config.settings import Settings
+from contract_review.domain.batch import MISSING, BatchJobState, BatchJobStatus, BatchRecord, RecordOutcome
 from contract_review.domain.errors import ErrorEnvelope, ReviewError
 from contract_review.domain.keys import checkpoint_key
 from contract_review.domain.messages import AnalysisMessage, JobControl, ResultMessage, size_batches
@@ -44,6 +45,9 @@ from contract_review.domain.records import (
     Waiting,
     event_seq,
 )
+from contract_review.doubles.bedrock_sim import SimulatedPromptCache
+from contract_review.doubles.offline_model import OfflineRuleModel
+from review_local.batch_service import offline_answer  # the stand-in's own answering of a record
 
 F = TypeVar("F", bound=Callable[..., Any])
 _LOCK = threading.RLock()  # a chunk's analysts run in threads: what they call is atomic, as in DynamoDB
@@ -323,6 +327,42 @@ class FakeClaims:
             update["last_error"] = error
         return self._store(r, update)
 
+    def await_batch(self, job_id: str, chunk_id: str, fence: int, stats: AttemptStats, pending_key: str,
+                    records: int) -> ChunkRecord | None:
+        r = self._fenced(job_id, chunk_id, fence, (ChunkStatus.CLAIMED,), None)
+        if r is None:
+            return None
+        return self._store(r, {**self._with_stats(r, stats), "status": ChunkStatus.AWAITING_BATCH,
+                               "batch_pending_key": pending_key, "batch_records": records,
+                               "batch_since": self.clock(), "released_at": self.clock(), "batch_token": None})
+
+    def _awaiting(self, job_id: str, chunk_id: str, fence: int, token: str | None) -> ChunkRecord | None:
+        r = self._fenced(job_id, chunk_id, fence, (ChunkStatus.AWAITING_BATCH,), None)
+        return r if r is not None and r.batch_token == token else None
+
+    def assign_batch(self, job_id: str, chunk_id: str, fence: int, token: str | None,
+                     expected: str | None) -> ChunkRecord | None:
+        r = self._awaiting(job_id, chunk_id, fence, expected)
+        return None if r is None else self._store(r, {"batch_token": token})
+
+    def return_from_batch(self, job_id: str, chunk_id: str, fence: int, token: str | None, *, stats: AttemptStats,
+                          answer_key: str | None = None, failed: bool = False, on_demand: str | None = None,
+                          error: ErrorEnvelope | None = None) -> ChunkRecord | None:
+        r = self._awaiting(job_id, chunk_id, fence, token)
+        if r is None:
+            return None
+        now = self.clock()
+        update: dict[str, object] = {
+            **self._with_stats(r, stats), "status": ChunkStatus.PENDING, "release_reason": ReleaseReason.BATCH,
+            "released_at": now, "message_sent_at": now, "batch_token": None, "batch_pending_key": None,
+            "batch_since": None, "batch_failures": r.batch_failures + int(failed),
+            "batch_answer_keys": [*r.batch_answer_keys, *([answer_key] if answer_key else [])]}
+        if on_demand is not None:
+            update["batch_on_demand"] = on_demand
+        if error is not None:
+            update["last_error"] = error
+        return self._store(r, update)
+
     def finish(self, job_id: str, chunk_id: str, fence: int, status: ChunkStatus, stats: AttemptStats, *,
                outcome: ChunkOutcome | None = None, error: ErrorEnvelope | None = None,
                states: Collection[ChunkStatus] = (ChunkStatus.CLAIMED,),
@@ -598,3 +638,68 @@ class FakeWorld:
         self.deps = Deps(settings=self.settings, jobs=self.jobs, claims=self.claims, artifacts=self.artifacts,
                          queues=self.queues, clock=self.clock, model_control=self.model_control,
                          token_ledger=self.token_ledger)
+
+
+class FakeBatchService:
+    """Bedrock batch inference in memory, behind the `BatchInference` port (the HTTP stand-in that boto3 reaches is
+    review_local/batch_service.py; this is its in-process twin for the unit worlds). A job answers after
+    `end_after_s` of the world's clock, each record by the offline rule model exactly as the stand-in answers it;
+    the same token returns the same job; a job under `min_records` fails as Bedrock's validation fails it.
+    Faults: `record_faults(record_id)` -> None (answered), an error code (answered with an error) or MISSING (no
+    line); `job_faults`: the statuses the next jobs end in instead (Failed, Stopped, Expired), one per job."""
+
+    def __init__(self, clock: FakeClock, min_records: int = 10, end_after_s: float = 3.0):
+        self.clock, self.min_records, self.end_after_s = clock, min_records, end_after_s
+        self.answer = offline_answer(OfflineRuleModel(SimulatedPromptCache(min_tokens=10**9)))
+        self.jobs: dict[str, dict[str, Any]] = {}  # arn -> token, records, created_at, status
+        self.by_token: dict[str, str] = {}
+        self.record_faults: Callable[[str], str | None] = lambda _rid: None
+        self.job_faults: list[str] = []
+        self.submits = 0  # submit calls, a repeated token included
+        self.tokens_in = self.tokens_out = 0  # what the answered records used
+
+    def submit(self, records: Sequence[BatchRecord], token: str) -> str:
+        self.submits += 1
+        if token in self.by_token:
+            return self.by_token[token]
+        ids = [r.record_id for r in records]
+        if len(set(ids)) != len(ids):
+            raise ReviewError.of("batch.request_invalid", "two records share a recordId")
+        arn = f"arn:aws:bedrock:us-east-1:123456789012:model-invocation-job/{uuid.uuid4().hex[:12]}"
+        status = "Failed" if len(records) < self.min_records else (self.job_faults.pop(0) if self.job_faults else "")
+        self.jobs[arn] = {"token": token, "records": list(records), "created_at": self.clock(), "ends": status}
+        self.by_token[token] = arn
+        return arn
+
+    def status(self, job_id: str) -> BatchJobState:
+        job = self.jobs[job_id]
+        if job["ends"] == "Failed" and len(job["records"]) < self.min_records:
+            return BatchJobState(job_id, BatchJobStatus.FAILED, f"fewer than {self.min_records} records")
+        if self.clock() - job["created_at"] < self.end_after_s:
+            return BatchJobState(job_id, BatchJobStatus.IN_PROGRESS)
+        if job["ends"]:
+            return BatchJobState(job_id, BatchJobStatus(job["ends"]), f"the job ended {job['ends']}")
+        faulted = any(self._faults(job).values())
+        return BatchJobState(job_id, BatchJobStatus.PARTIALLY_COMPLETED if faulted else BatchJobStatus.COMPLETED)
+
+    def _faults(self, job: dict[str, Any]) -> dict[str, str | None]:
+        """Each record's fault, decided once when the job ends."""
+        if "faults" not in job:
+            job["faults"] = {r.record_id: self.record_faults(r.record_id) for r in job["records"]}
+        return dict(job["faults"])
+
+    def results(self, job_id: str) -> dict[str, RecordOutcome]:
+        out: dict[str, RecordOutcome] = {}
+        faults = self._faults(self.jobs[job_id])
+        for r in self.jobs[job_id]["records"]:
+            fault = faults[r.record_id]
+            if fault == MISSING:
+                out[r.record_id] = RecordOutcome(r.record_id, error_code=MISSING)
+            elif fault:
+                out[r.record_id] = RecordOutcome(r.record_id, error_code=fault, error_message="injected")
+            else:
+                body, tokens_in, tokens_out = self.answer(r.model_input, "Converse")
+                self.tokens_in += tokens_in
+                self.tokens_out += tokens_out
+                out[r.record_id] = RecordOutcome(r.record_id, output=body)
+        return out

@@ -40,6 +40,7 @@ from .fakes import SETTINGS, FakeWorld
 from .inprocess import Crash, Fault, FaultyModel, InProcess, fault_free_findings, on
 from .saga_recoveries import SAGA_RECOVERIES
 from .scenarios import small_chunk_world
+from .test_batch_lane import BATCH_RECOVERIES
 
 KEY = "msa-2026"
 OTHER_TEXT = TEXT.replace("New York", "Delaware")
@@ -524,6 +525,7 @@ RECOVERIES: dict[str, Callable[[str], None]] = {
                                              lambda r: {"s3_uri": upload(r, "uploads/big.txt", BIG_TEXT)},
                                              BIG_TEXT, small=False),
     "input.key_conflict": key_conflict,
+    **BATCH_RECOVERIES,  # the batch lane's codes (test_batch_lane.py)
     **SAGA_RECOVERIES,  # the side effects' codes, on the saga's fakes (saga_recoveries.py)
     **API_RECOVERIES,  # the Job API's codes (api_recoveries.py)
 }

@@ -191,6 +191,69 @@ class DynamoClaims:
         expr = "SET " + ", ".join(parts) + " REMOVE " + _LEASE_ATTRS
         return self._fenced_update(job_id, chunk_id, fence, expr, values, names, states, lapsed_before)
 
+    # ---------------------------------------------------------------- batch inference (pipeline/batch.py)
+    def await_batch(self, job_id: str, chunk_id: str, fence: int, stats: AttemptStats, pending_key: str,
+                    records: int) -> ChunkRecord | None:
+        parts, values, names = _stats_expr(stats)
+        parts += ["#st = :awaiting", "batch_pending_key = :key", "batch_records = :n", "batch_since = :now",
+                  "released_at = :now"]
+        values.update({":awaiting": ChunkStatus.AWAITING_BATCH.value, ":key": pending_key, ":n": records,
+                       ":now": self.clock()})
+        expr = "SET " + ", ".join(parts) + " REMOVE " + _LEASE_ATTRS + ", batch_token"
+        return self._fenced_update(job_id, chunk_id, fence, expr, values, names)
+
+    def assign_batch(self, job_id: str, chunk_id: str, fence: int, token: str | None,
+                     expected: str | None) -> ChunkRecord | None:
+        values: dict[str, Any] = {":awaiting": ChunkStatus.AWAITING_BATCH.value, ":fence": fence}
+        cond = "fence = :fence AND #st = :awaiting AND "
+        if expected is None:
+            cond += "attribute_not_exists(batch_token)"
+        else:
+            cond += "batch_token = :expected"
+            values[":expected"] = expected
+        if token is None:
+            expr = "REMOVE batch_token"
+        else:
+            expr = "SET batch_token = :token"
+            values[":token"] = token
+        item = self.claims.update_if(_key(job_id, chunk_id), UpdateExpression=expr, ConditionExpression=cond,
+                                     ExpressionAttributeNames={"#st": "status"},
+                                     ExpressionAttributeValues=serialize(values))
+        return ChunkRecord.model_validate(item) if item else None
+
+    def return_from_batch(self, job_id: str, chunk_id: str, fence: int, token: str | None, *, stats: AttemptStats,
+                          answer_key: str | None = None, failed: bool = False, on_demand: str | None = None,
+                          error: ErrorEnvelope | None = None) -> ChunkRecord | None:
+        parts, values, names = _stats_expr(stats)
+        now = self.clock()
+        parts += ["#st = :pending", "release_reason = :reason", "released_at = :now", "message_sent_at = :now"]
+        values.update({":pending": ChunkStatus.PENDING.value, ":reason": ReleaseReason.BATCH.value, ":now": now,
+                       ":awaiting": ChunkStatus.AWAITING_BATCH.value, ":fence": fence})
+        if answer_key is not None:
+            parts.append("batch_answer_keys = list_append(if_not_exists(batch_answer_keys, :empty), :answer)")
+            values.update({":empty": [], ":answer": [answer_key]})
+        if failed:
+            parts.append("batch_failures = if_not_exists(batch_failures, :z) + :one")
+            values[":one"] = 1
+        if on_demand is not None:
+            parts.append("batch_on_demand = :od")
+            values[":od"] = on_demand
+        if error is not None:
+            parts.append("last_error = :err")
+            values[":err"] = error.model_dump(mode="json")
+        cond = "fence = :fence AND #st = :awaiting AND "
+        if token is None:
+            cond += "attribute_not_exists(batch_token)"
+        else:
+            cond += "batch_token = :token"
+            values[":token"] = token
+        item = self.claims.update_if(
+            _key(job_id, chunk_id),
+            UpdateExpression="SET " + ", ".join(parts) + " REMOVE batch_token, batch_pending_key, batch_since",
+            ConditionExpression=cond, ExpressionAttributeNames={**names, "#st": "status"},
+            ExpressionAttributeValues=serialize(values))
+        return ChunkRecord.model_validate(item) if item else None
+
     def reset_for_redrive(self, job_id: str, chunk_id: str, forget: Collection[str] = ()) -> ChunkRecord | None:
         names = {"#st": "status", **{f"#fg{i}": a for i, a in enumerate(sorted(forget))}}
         dropped = "".join(f", checkpoints.#fg{i}" for i in range(len(forget)))

@@ -282,8 +282,9 @@ class BatchConfig(BaseModel):
     # Quotas at cold start (model/quotas.py `read_batch_quota`), 100 when it cannot be read.
     batch_min_records: int | None = Field(None, ge=1)
     batch_max_records: int = Field(10_000, ge=1)  # records we put in one batch job (its quota is 50,000)
-    # How long a chunk's records wait for others to reach the minimum before its chunk goes on-demand
-    batch_max_wait_s: float = Field(3600.0, ge=0)
+    # How long a chunk's records wait for others to reach the minimum before its chunk goes on-demand. None: until
+    # its job's deadline less `batch_expected_s` (a small job waits for others as long as its deadline allows)
+    batch_max_wait_s: float | None = Field(None, ge=0)
     # How long a batch job is assumed to take: a job whose deadline is nearer than this goes on-demand
     batch_expected_s: float = Field(24 * 3600.0, ge=0)
     batch_timeout_hours: int = Field(24, ge=24, le=168)  # CreateModelInvocationJob timeoutDurationInHours

@@ -14,6 +14,8 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
+from pydantic import BaseModel
+
 
 class BatchJobStatus(StrEnum):
     """Bedrock's ModelInvocationJobStatus (botocore `bedrock` 2023-04-20)."""
@@ -87,6 +89,44 @@ class RecordOutcome:
     @property
     def ok(self) -> bool:
         return self.output is not None
+
+
+# A model request or response body in the model's own format (Converse): opaque to the core, stored and replayed
+ModelBody = dict[str, Any]
+
+
+class ManifestChunk(BaseModel):
+    job_id: str
+    chunk_id: str
+    fence: int
+    records: int
+
+
+class BatchManifest(BaseModel):
+    """What one batch job of ours holds (`batch/jobs/<token>.json`, pipeline/batch.py): written ahead of the chunks'
+    tokens, then completed with the Bedrock job, its last status seen and its end."""
+
+    token: str
+    created_at: float
+    chunks: list[ManifestChunk]
+    job_arn: str | None = None
+    status: str | None = None
+    records: int | None = None
+    submitted_at: float | None = None
+    checked_at: float | None = None
+    ended_at: float | None = None
+
+
+class BatchStatus(BaseModel):
+    """A batch job holding some of a job's calls, as `review status`, the API and the page show it."""
+
+    batch: str | None  # our token; None: records still waiting to reach the minimum
+    batch_job_arn: str | None
+    status: str  # Bedrock's status, `packing`, or `waiting_for_records`
+    records: int  # this job's records in it
+    batch_records: int | None  # all its records
+    submitted_at: float | None
+    expected_by: float | None
 
 
 MISSING = "missing"  # RecordOutcome.error_code of a submitted record the output does not mention

@@ -109,13 +109,14 @@ _CODES = [
     ErrorCode("batch.job_failed", ErrorClass.TRANSIENT, True,
               "A Bedrock batch inference job ended without an output to rely on (status Failed, Stopped or Expired: "
               "too few records, a bad record file, the service role, its timeout).",
-              "Its records are not lost: they go back to be batched again, or on-demand by the job's deadline (issue 19 "
-              "item 2). `GetModelInvocationJob`'s `message` says why; docs/batch-inference.md."),
+              "Nothing to do: its chunks go back to be batched again by themselves (event `batch.returned`); a chunk "
+              "whose batches failed `batch_max_failures` times goes on demand. `GetModelInvocationJob`'s `message` "
+              "says why (`review status JOB` shows the batch job); docs/batch-inference.md."),
     ErrorCode("batch.record_failed", ErrorClass.TRANSIENT, True,
               "One record of a batch inference job was answered with an error, or has no line in the job's output "
               "(a partially completed job).",
-              "The record goes into the next batch, or on-demand by the job's deadline (issue 19 item 2); "
-              "docs/batch-inference.md."),
+              "Nothing to do: the record is asked again in the next batch job by itself; a chunk whose batches left "
+              "records unanswered `batch_max_failures` times goes on demand. docs/batch-inference.md."),
     ErrorCode("input.invalid", ErrorClass.PERMANENT, False,
               "The intake message is not valid JSON or violates the intake schema v1.",
               "Fix the message (see docs/intake-message.schema.json) and send it again. Never retried."),

@@ -48,6 +48,24 @@ def batch_key(batch_id: str) -> str:
     return f"{BATCHES_PREFIX}{batch_id}.json"
 
 
+# Bedrock batch inference (pipeline/batch.py; not the Job API's `batches/`): a parked chunk's requests waiting to be
+# packed, each batch job's manifest, the answers a chunk replays; the adapter writes `batch/input/`, Bedrock
+# writes `batch/output/` (adapters/batch_inference.py).
+BATCH_PREFIX = "batch/"
+
+
+def batch_pending_key(job_id: str, chunk_id: str, fence: int) -> str:
+    return f"{BATCH_PREFIX}pending/{job_id}/{chunk_id}/{fence}.jsonl"
+
+
+def batch_manifest_key(token: str) -> str:
+    return f"{BATCH_PREFIX}jobs/{token}.json"
+
+
+def batch_answers_key(job_id: str, chunk_id: str, token: str) -> str:
+    return f"{BATCH_PREFIX}answers/{job_id}/{chunk_id}/{token}.json"
+
+
 # Every prefix the pipeline writes under: the stack grants and lifecycles exactly these (infra/storage.py).
 PREFIXES = (UPLOADS_PREFIX, DOCUMENTS_PREFIX, CHECKPOINTS_PREFIX, FINDINGS_PREFIX, REPORTS_PREFIX,
             SUBMISSIONS_PREFIX, BATCHES_PREFIX)

@@ -219,7 +219,8 @@ class CancelWatch:
 def cancel_chunk(deps: Deps, r: ChunkRecord, stage: str, now: float) -> ChunkRecord | None:
     """Settle a chunk nobody holds `cancelled` (fenced, and only while its lease is lapsed or absent)."""
     return deps.claims.finish(r.job_id, r.chunk_id, r.fence, ChunkStatus.CANCELLED, _NO_STATS,
-                              error=cancel_envelope(stage), states=(ChunkStatus.PENDING, ChunkStatus.CLAIMED),
+                              error=cancel_envelope(stage),
+                              states=(ChunkStatus.PENDING, ChunkStatus.CLAIMED, ChunkStatus.AWAITING_BATCH),
                               lapsed_before=now)
 
 

@@ -22,7 +22,7 @@ from pydantic import (
 
 from contract_review.config.constants import SQS_MAX_MESSAGE_BYTES
 from contract_review.domain.errors import ErrorEnvelope, ReviewError
-from contract_review.domain.records import ChunkStatus, Priority
+from contract_review.domain.records import ChunkStatus, Inference, Priority
 
 SQS_MAX_BATCH = 10  # SendMessageBatch: at most 10 entries ...
 
@@ -93,6 +93,16 @@ class IntakeMessage(BaseModel):
         description="Which work is served first when both wait: `interactive` chunks before `bulk` ones, bulk "
                     "never starved (docs/runbook.md \"Interactive and bulk work\"). Left out: `interactive` "
                     "(the Job API's batches: `bulk`).")
+    inference: Inference | None = Field(
+        default=None,
+        description="How the job's model calls are made: `on_demand` (left out: the default) or `batch` (Bedrock "
+                    "batch inference at the batch price, within hours: docs/batch-inference.md).")
+    deadline_hours: float | None = Field(
+        default=None, gt=0, le=24 * 365,
+        description="With `inference: batch`: the hours from submission within which the job must end (left out: "
+                    "the profile's `batch_default_deadline_hours`). Its calls go on demand once a batch could no "
+                    "longer answer by then; a deadline nearer than a batch job is expected to take runs the job on "
+                    "demand from the start, and says so.")
     principal: str | None = Field(
         default=None, max_length=2048,
         description="Set by the Job API only: who submitted the job (an IAM ARN on AWS). Only that principal "

@@ -75,7 +75,7 @@ POLICY: dict[str, Recovery] = {
     "model.paused": Recovery(None, BP, bounded=False),
     "model.daily_quota_exhausted": Recovery(None, BP, bounded=False),  # held until the hourly probe succeeds
     "batch.request_invalid": Recovery(None, NONE),  # refused before anything is submitted
-    "batch.job_failed": Recovery(None, NONE),  # not a chunk outcome yet: issue 19 item 2 re-batches its records
+    "batch.job_failed": Recovery(None, NONE),  # not a chunk outcome: the collector re-batches its chunks (batch.py)
     "batch.record_failed": Recovery(None, NONE),  # likewise, per record
     "input.invalid": Recovery(None, NONE),
     "input.empty_document": Recovery(None, NONE),

@@ -231,6 +231,27 @@ class ClaimsRepo(Protocol):
     def lapsed(self, now: float) -> Iterator[ChunkRecord]:
         """Claimed chunks whose lease expired before `now`."""
 
+    def await_batch(self, job_id: str, chunk_id: str, fence: int, stats: AttemptStats, pending_key: str,
+                    records: int) -> ChunkRecord | None:
+        """The holder of `fence` parks the chunk `awaiting_batch`: its lease freed, its attempt's stats added, its
+        `records` requests waiting under `pending_key` since now (pipeline/batch.py). None: the fence moved on."""
+        ...
+
+    def assign_batch(self, job_id: str, chunk_id: str, fence: int, token: str | None,
+                     expected: str | None) -> ChunkRecord | None:
+        """While the chunk awaits a batch under `fence` and its batch token is `expected` (None: none), set it to
+        `token` (None: remove it). None: the condition failed (cancelled, returned or packed by someone else)."""
+        ...
+
+    def return_from_batch(self, job_id: str, chunk_id: str, fence: int, token: str | None, *, stats: AttemptStats,
+                          answer_key: str | None = None, failed: bool = False, on_demand: str | None = None,
+                          error: ErrorEnvelope | None = None) -> ChunkRecord | None:
+        """While the chunk awaits batch `token` (None: none yet) under `fence`: make it pending again, its message
+        about to be sent (release reason `batch`), adding `stats` (the answered records' calls and batch-priced
+        usage), `answer_key` to its answers, one batch failure when `failed`, its on-demand reason, `error`. None:
+        the condition failed (nothing changed: the caller sends nothing)."""
+        ...
+
     def reset_for_redrive(self, job_id: str, chunk_id: str, forget: Collection[str] = ()) -> ChunkRecord | None:
         """A failed, dead-lettered or cancelled chunk back to pending with a fresh budget (failures and
         backpressure streak) and a new fence. With `forget` (analyst names), a `done` chunk may be

@@ -49,6 +49,10 @@ class ChunkStatus(StrEnum):
     FAILED = "failed"
     DEAD_LETTERED = "dead_lettered"
     CANCELLED = "cancelled"  # its job was cancelled: stopped (or never started) without a result
+    # Its model calls wait in Bedrock batch inference (pipeline/batch.py): nobody holds it and no message is in
+    # flight; the batch collector sends it back (pending, with a message) when its batch job ends. Outside the
+    # stall reconciler, the backpressure deadline and the visibility timeout.
+    AWAITING_BATCH = "awaiting_batch"
 
     @property
     def settled(self) -> bool:
@@ -71,12 +75,14 @@ class ReleaseReason(StrEnum):
     # requeued fresh, no failure, and the chunk's backpressure streak is ended, not extended (the deadline counts
     # from the first backpressure after the hold)
     HELD = "held"
+    # its batch job ended (pipeline/batch.py): sent back with its answers, or to be batched again, or on demand
+    BATCH = "batch"
 
     @property
     def sends_message(self) -> bool:
         """The release is followed by a fresh message for the chunk (its `message_sent_at` moves); a tier-2
         retry's message is the same one coming back, and a job that ended gets none."""
-        return self in (ReleaseReason.BACKPRESSURE, ReleaseReason.WORKER_LOST, ReleaseReason.HELD)
+        return self in (ReleaseReason.BACKPRESSURE, ReleaseReason.WORKER_LOST, ReleaseReason.HELD, ReleaseReason.BATCH)
 
 
 def job_id_for(idempotency_key: str) -> str:
@@ -192,6 +198,19 @@ class ChunkRecord(Usage):
     # Counted settled on its job (`JobsRepo.settle_new_chunk`: set in one transaction with the job's
     # `settled_count`, taken off with it by `unsettle_chunks`; a reopened job's are rebuilt from the records).
     counted: bool = False
+    # Batch inference (pipeline/batch.py; a job sent with `inference: batch`). The chunk's model requests that
+    # have no answer yet wait in S3 (`batch_pending_key`, `batch_records` of them, since `batch_since`) until they
+    # are packed into a batch job (`batch_token`, its idempotency token); each ended batch job's answers are
+    # stored apart (`batch_answer_keys`) and replayed by the worker. `batch_failures`: batch jobs in which some of
+    # its records failed or went missing. `batch_on_demand`: why its remaining calls go on demand instead
+    # (`deadline`, `min_records`, `failures`, `unavailable`); None while it stays in the batch lane.
+    batch_pending_key: str | None = None
+    batch_records: int = 0
+    batch_since: float | None = None
+    batch_token: str | None = None
+    batch_answer_keys: list[str] = Field(default_factory=list)
+    batch_failures: int = 0
+    batch_on_demand: str | None = None
 
     @property
     def settled(self) -> bool:
@@ -407,6 +426,14 @@ class Priority(StrEnum):
     BULK = "bulk"
 
 
+class Inference(StrEnum):
+    """How a job's model calls are made: `on_demand` (each call as it comes, the default) or `batch` (Bedrock batch
+    inference, at the batch price, within hours: pipeline/batch.py, docs/batch-inference.md)."""
+
+    ON_DEMAND = "on_demand"
+    BATCH = "batch"
+
+
 class Job(Usage):
     """A job, and (Usage) what it spent: a running total the aggregator adds each settled chunk's usage to, in
     the update that settles it (the per-job budget is checked against it)."""
@@ -473,6 +500,10 @@ class Job(Usage):
     # Interactive chunks are served before bulk ones when both wait (pipeline/priority.py); a job from before
     # priorities is interactive, as `POST /jobs` was.
     priority: Priority = Priority.INTERACTIVE
+    # Batch inference (pipeline/batch.py): the job's deadline (epoch s), by which its batch-mode chunks go on
+    # demand if their batch jobs have not answered; None for on-demand jobs.
+    inference: Inference = Inference.ON_DEMAND
+    deadline_at: float | None = None
     side_effects: list[SideEffectDone] = Field(default_factory=list)
     approval: Approval | None = None
     # A named condition the job's chunks are held for (the daily token quota), set by the worker that first held

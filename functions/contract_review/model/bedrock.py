@@ -148,6 +148,10 @@ def id_rejected(model_id: str, reason: str, exc: ClientError) -> ReviewError:
 
 # --- bedrock-runtime: Converse, and InvokeModel with the Anthropic Messages body ------------------------------
 
+TOOL_NAME = "record_answer"  # the one tool every structured answer is given through
+TOOL_DESCRIPTION = "Record the structured answer."
+
+
 class _BedrockRuntimeModel:
     """What both clients share: the model id, the id check on a failed call, the tool the answer comes through.
 
@@ -158,8 +162,8 @@ class _BedrockRuntimeModel:
     id is the problem; otherwise the provider's error escapes unchanged.
     """
 
-    TOOL_NAME = "record_answer"
-    TOOL_DESCRIPTION = "Record the structured answer."
+    TOOL_NAME = TOOL_NAME
+    TOOL_DESCRIPTION = TOOL_DESCRIPTION
     API = ""  # what `review preflight` says the calls go through
 
     def __init__(self, client: Any, model_id: str, id_check: ModelIdCheck | None = None):
@@ -178,6 +182,54 @@ class _BedrockRuntimeModel:
             raise
 
 
+def converse_body(request: ModelRequest, *, cache_point: bool) -> dict[str, Any]:
+    """The Converse request body (without `modelId`): what `BedrockConverseModel.invoke` sends, and the `modelInput`
+    of a batch inference record of invocation type Converse (docs/batch-inference.md), which reads no prompt cache.
+
+    The user message: the shared context (the excerpt), the cache point, then the analyst's part. Prompt caching:
+    everything before the cache point (the tool definition and choice, the system prompt, the context: the same for
+    every call about one chunk) is a prefix Bedrock caches; `usage` then reports cacheWrite/cacheReadInputTokens. A
+    prefix under the model's minimum is not cached (domain/model.py MODEL_TRAITS): no cache point is sent then."""
+    content: list[dict[str, Any]] = [{"text": request.context}] if request.context else []
+    if cache_point:
+        content.append({"cachePoint": {"type": "default"}})
+    return {
+        "system": [{"text": request.system}],
+        "messages": [{"role": "user", "content": [*content, {"text": request.prompt}]}],
+        "inferenceConfig": {"maxTokens": request.max_tokens, "temperature": request.temperature},
+        "toolConfig": {
+            "tools": [{"toolSpec": {
+                "name": TOOL_NAME,
+                "description": TOOL_DESCRIPTION,
+                "inputSchema": {"json": request.output_schema},
+            }}],
+            "toolChoice": {"tool": {"name": TOOL_NAME}},
+        },
+    }
+
+
+def converse_response(resp: Any, started: float | None = None) -> ModelResponse:
+    """A Converse response body as the port's answer (on demand, or a batch record's `modelOutput`)."""
+    stop = resp.get("stopReason", "end_turn")
+    text = ""
+    for block in resp.get("output", {}).get("message", {}).get("content", []):
+        if "toolUse" in block:
+            text = json.dumps(block["toolUse"].get("input", {}))
+            break
+        if "text" in block:
+            text += block["text"]
+    usage = resp.get("usage", {})
+    return ModelResponse(
+        text=text,
+        stop_reason=stop,
+        input_tokens=int(usage.get("inputTokens", 0)),
+        output_tokens=int(usage.get("outputTokens", 0)),
+        latency_ms=(time.monotonic() - started) * 1000 if started is not None else 0.0,
+        cache_read_tokens=int(usage.get("cacheReadInputTokens", 0)),
+        cache_write_tokens=int(usage.get("cacheWriteInputTokens", 0)),
+    )
+
+
 class BedrockConverseModel(_BedrockRuntimeModel):
     """Bedrock Converse with a tool-forced JSON answer."""
 
@@ -186,64 +238,18 @@ class BedrockConverseModel(_BedrockRuntimeModel):
     def invoke(self, request: ModelRequest) -> ModelResponse:
         started = time.monotonic()
         resp = self._send("converse", **self.converse_request(request))
-        return self._response(resp, started)
+        return converse_response(resp, started)
 
     def converse_request(self, request: ModelRequest) -> dict[str, Any]:
-        """The Converse request body (without modelId): what `invoke` sends, and the `modelInput` of a batch
-        inference record of invocation type Converse (docs/batch-inference.md)."""
-        return {
-            "system": [{"text": request.system}],
-            "messages": [{"role": "user", "content": self._content(request)}],
-            "inferenceConfig": {"maxTokens": request.max_tokens, "temperature": request.temperature},
-            "toolConfig": {
-                "tools": [{"toolSpec": {
-                    "name": self.TOOL_NAME,
-                    "description": self.TOOL_DESCRIPTION,
-                    "inputSchema": {"json": request.output_schema},
-                }}],
-                "toolChoice": {"tool": {"name": self.TOOL_NAME}},
-            },
-        }
-
-    def _content(self, request: ModelRequest) -> list[dict[str, Any]]:
-        """The user message: the shared context (the excerpt), the cache point, then the analyst's part.
-
-        Prompt caching: everything before the cache point (the tool definition and choice, the system prompt,
-        the context: the same for every call about one chunk) is a prefix Bedrock caches; `usage` then reports
-        cacheWrite/cacheReadInputTokens. A prefix under the model's minimum is not cached (domain/model.py
-        MODEL_TRAITS): no cache point is sent then, and the report shows no cache tokens."""
-        content: list[dict[str, Any]] = [{"text": request.context}] if request.context else []
-        if caches(self.model_id, request):
-            content.append({"cachePoint": {"type": "default"}})
-        return [*content, {"text": request.prompt}]
+        """The Converse request body (without modelId) `invoke` sends."""
+        return converse_body(request, cache_point=caches(self.model_id, request))
 
     def ping(self) -> ModelResponse:
         """One tiny call (no tools, at most 8 output tokens): does the model answer this account?"""
         started = time.monotonic()
         resp = self._send("converse", messages=[{"role": "user", "content": [{"text": "Reply with the single word OK."}]}],
                           inferenceConfig={"maxTokens": 8, "temperature": 0.0})
-        return self._response(resp, started)
-
-    @staticmethod
-    def _response(resp: Any, started: float) -> ModelResponse:
-        stop = resp.get("stopReason", "end_turn")
-        text = ""
-        for block in resp.get("output", {}).get("message", {}).get("content", []):
-            if "toolUse" in block:
-                text = json.dumps(block["toolUse"].get("input", {}))
-                break
-            if "text" in block:
-                text += block["text"]
-        usage = resp.get("usage", {})
-        return ModelResponse(
-            text=text,
-            stop_reason=stop,
-            input_tokens=int(usage.get("inputTokens", 0)),
-            output_tokens=int(usage.get("outputTokens", 0)),
-            latency_ms=(time.monotonic() - started) * 1000,
-            cache_read_tokens=int(usage.get("cacheReadInputTokens", 0)),
-            cache_write_tokens=int(usage.get("cacheWriteInputTokens", 0)),
-        )
+        return converse_response(resp, started)
 
 
 ANTHROPIC_VERSION = "bedrock-2023-05-31"

@@ -54,7 +54,7 @@ from contract_review.domain.messages import (
 )
 from contract_review.domain.ports import Deps
 from contract_review.domain.principals import Caller, uploads_prefix
-from contract_review.domain.records import Job, JobState, Priority, Submission, job_id_for
+from contract_review.domain.records import Inference, Job, JobState, Priority, Submission, job_id_for
 from contract_review.operate import ops
 from contract_review.pipeline import admission, limits, redrive
 from contract_review.pipeline.admission import TextDocument
@@ -254,6 +254,9 @@ class JobRequest(BaseModel):
     # left out: interactive; a batch's items: bulk. Not strict: JSON names the enum by its string
     priority: Priority | None = Field(default=None, strict=False,
                                       description=_as_in_the_intake_message("priority").description)
+    inference: Inference | None = Field(default=None, strict=False,
+                                        description=_as_in_the_intake_message("inference").description)
+    deadline_hours: float | None = _as_in_the_intake_message("deadline_hours")
 
     @field_validator("schema_version", mode="before")
     @classmethod
@@ -360,7 +363,8 @@ def _intake_body(deps: Deps, who: str, key: str, text: str, req: JobRequest,
         body = admission.intake_body(
             deps, text, key=key, upload=req.document if isinstance(req.document, S3Document) else None,
             document_id=req.document_id, metadata=req.model_dump(mode="json")["metadata"], budget_usd=req.budget_usd,
-            principal=who, priority=req.priority or default_priority)
+            principal=who, priority=req.priority or default_priority, inference=req.inference,
+            deadline_hours=req.deadline_hours)
         parse_intake(body)
     return body
 

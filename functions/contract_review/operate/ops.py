@@ -22,6 +22,7 @@ from contract_review.domain.records import (
     Approval,
     ChunkStatus,
     CoverageGap,
+    Inference,
     Job,
     JobEvent,
     JobState,
@@ -624,7 +625,8 @@ def check_document(deps: Deps, text: str) -> None:
 
 def submit(deps: Deps, text: str, document_id: str | None = None, idempotency_key: str | None = None,
            metadata: dict[str, JsonValue] | None = None, budget_usd: float | None = None,
-           priority: Priority | None = None) -> str:
+           priority: Priority | None = None, inference: Inference | None = None,
+           deadline_hours: float | None = None) -> str:
     """Send one document to the intake queue (inline, or claim-check via S3 when large). Returns the job id.
     Raises `job.budget_insufficient` (nothing sent) when the document's estimate is over `budget_usd`.
     The message is admission's (`admission.intake_body`); intake checks it, so even a document it rejects is
@@ -632,7 +634,8 @@ def submit(deps: Deps, text: str, document_id: str | None = None, idempotency_ke
     key = idempotency_key or document_hash(text)
     admission.check_budget(deps.settings, text, budget_usd)  # job.budget_insufficient: nothing is sent
     deps.queues.send_intake(admission.intake_body(deps, text, key=key, document_id=document_id, metadata=metadata,
-                                                  budget_usd=budget_usd, priority=priority))
+                                                  budget_usd=budget_usd, priority=priority, inference=inference,
+                                                  deadline_hours=deadline_hours))
     return job_id_for(key)
 
 

@@ -33,7 +33,7 @@ from contract_review.domain.messages import MAX_DOCUMENT_BYTES, MAX_INLINE_CHARS
 from contract_review.domain.model import prefix_tokens, traits_for
 from contract_review.domain.ports import Deps
 from contract_review.domain.principals import PRINCIPAL_UPLOADS_PREFIX, uploads_prefix
-from contract_review.domain.records import Priority, Submission, Usage, job_id_for
+from contract_review.domain.records import Inference, Priority, Submission, Usage, job_id_for
 from contract_review.review.analysts import analysts_for, build_request
 from contract_review.review.chunking import Chunk, chunk_document
 
@@ -184,7 +184,8 @@ def check_budget(settings: Settings, text: str, budget_usd: float | None,
 # ------------------------------------------------------------------------------ the intake message
 def intake_body(deps: Deps, text: str, *, key: str, upload: S3Document | None = None, document_id: str | None = None,
                 metadata: Mapping[str, JsonValue] | None = None, budget_usd: float | None = None,
-                principal: str | None = None, priority: Priority | None = None) -> str:
+                principal: str | None = None, priority: Priority | None = None, inference: Inference | None = None,
+                deadline_hours: float | None = None) -> str:
     """The intake message (JSON) for a document whose text is at hand, under idempotency key `key`. `upload`: the
     claim check the text was read from, named as it is; else the text goes inline when it fits in a message, or
     is stored under `uploads/` (the key's job id) and named by its s3_uri. Optional fields not given are left out."""
@@ -197,6 +198,10 @@ def intake_body(deps: Deps, text: str, *, key: str, upload: S3Document | None = 
         body["budget_usd"] = budget_usd
     if priority is not None:
         body["priority"] = priority.value
+    if inference is not None:
+        body["inference"] = inference.value
+    if deadline_hours is not None:
+        body["deadline_hours"] = deadline_hours
     if principal is not None:
         body["principal"] = principal
     return json.dumps(body)

@@ -30,7 +30,7 @@ from pydantic import BaseModel
 
 from contract_review.domain.keys import plan_key
 from contract_review.domain.ports import Deps
-from contract_review.domain.records import ChunkRecord, Job, JobState
+from contract_review.domain.records import ChunkRecord, Inference, Job, JobState
 from contract_review.reliability.chunks import chunk_message
 from contract_review.review.chunking import Chunk, chunk_id_for
 
@@ -87,7 +87,9 @@ def page_size(deps: Deps, job: Job, settling: str | None = None) -> int:
         return 0
     counted = job.n_settled + (1 if settling is not None else 0)
     in_flight = max(0, job.fanned_out - counted)
-    room = p.fanout.fanout_window - in_flight
+    # a batch-mode job's chunks are all sent at once: they wait in batch jobs, not in the window (batch.py)
+    window = job.chunk_count if job.inference is Inference.BATCH else p.fanout.fanout_window
+    room = window - in_flight
     n = min(room, remaining)
     # the settling chunk's cost is not on the job yet: it counts as in flight for the budget
     affordable = budget_room(job, max(0, job.fanned_out - job.n_settled))

@@ -22,13 +22,14 @@ import json
 from dataclasses import dataclass
 from decimal import Decimal
 
+from contract_review.config.profile import Profile
 from contract_review.domain import lifecycle, log_fields
 from contract_review.domain.cost import micro_usd
 from contract_review.domain.errors import ErrorEnvelope, ReviewError
 from contract_review.domain.keys import document_key
 from contract_review.domain.messages import InlineDocument, IntakeMessage, parse_intake
 from contract_review.domain.ports import Deps, Queue
-from contract_review.domain.records import Job, JobState, Priority, job_id_for
+from contract_review.domain.records import Inference, Job, JobState, Priority, job_id_for
 from contract_review.pipeline import fanout
 from contract_review.pipeline.admission import check_budget, check_principal, document_text, effective_budget
 from contract_review.review.analysts import job_config_hash
@@ -98,6 +99,17 @@ def _record_failure(deps: Deps, body: str, env: ErrorEnvelope, message_id: str, 
     return IntakeResult(job_id, created, job.state.value, env)
 
 
+def batch_lane(profile: Profile, msg: IntakeMessage, now: float) -> tuple[Inference, float | None]:
+    """A job's inference mode and deadline (pipeline/batch.py): `batch` with its deadline, unless that deadline is
+    nearer than a batch job is expected to take (`batch_expected_s`): then on demand from the start (and said)."""
+    if msg.inference is not Inference.BATCH:
+        return Inference.ON_DEMAND, None
+    hours = msg.deadline_hours if msg.deadline_hours is not None else profile.batch.batch_default_deadline_hours
+    if hours * 3600 < profile.batch.batch_expected_s:
+        return Inference.ON_DEMAND, None
+    return Inference.BATCH, now + hours * 3600
+
+
 def handle_intake(deps: Deps, body: str, message_id: str = "") -> IntakeResult:
     """Process one intake message. Raises only for transient (retryable) failures."""
     try:
@@ -119,6 +131,7 @@ def handle_intake(deps: Deps, body: str, message_id: str = "") -> IntakeResult:
         return _record_failure(deps, body, exc.envelope, message_id, key, msg.document_id or "", msg.principal)
     budget = effective_budget(s, msg.budget_usd)  # its own, else the stack's default per-job budget
     now = deps.clock()
+    inference, deadline_at = batch_lane(s.profile, msg, now)
     job = Job(job_id=job_id, state=JobState.QUEUED, created_at=now, updated_at=now, idempotency_key=key,
               document_id=msg.document_id or "", document_key=document_key(job_id), document_chars=len(text),
               document_sha256=sha, metadata=msg.model_dump(mode="json")["metadata"], chunk_count=len(chunks),
@@ -126,11 +139,17 @@ def handle_intake(deps: Deps, body: str, message_id: str = "") -> IntakeResult:
               model_provider=s.model_provider, prompt_version=s.profile.review.prompt_version,
               config_hash=job_config_hash(s), source_message_id=message_id, principal=msg.principal,
               budget_micro_usd=micro_usd(Decimal(str(budget))) if budget is not None else None,
-              estimate_micro_usd=estimate, priority=msg.priority or Priority.INTERACTIVE)
+              estimate_micro_usd=estimate, priority=msg.priority or Priority.INTERACTIVE,
+              inference=inference, deadline_at=deadline_at)
     existing, created = deps.jobs.create(job)
     log_fields.bind(log_fields.of_job(existing))  # the job's key (hashed), state, source message on its lines
     if created:
-        deps.jobs.record_event(job_id, "job.queued", chunk_count=len(chunks), document_chars=len(text))
+        batch_mode = {"inference": job.inference.value, "deadline_at": job.deadline_at} if job.deadline_at else {}
+        deps.jobs.record_event(job_id, "job.queued", chunk_count=len(chunks), document_chars=len(text), **batch_mode)
+        if msg.inference is Inference.BATCH and job.inference is Inference.ON_DEMAND:
+            deps.jobs.record_event(job_id, "job.batch_declined", deadline_hours=msg.deadline_hours,
+                                   expected_hours=round(s.profile.batch.batch_expected_s / 3600, 2),
+                                   detail="its deadline is nearer than a batch job is expected to take: on demand")
     elif (existing.document_sha256 and existing.document_sha256 != sha) or existing.principal != msg.principal:
         return _key_conflict(deps, body, existing, sha, message_id)
     elif existing.state is JobState.RUNNING:

@@ -63,6 +63,7 @@ from contract_review.domain.records import (
     ReleaseReason,
     job_id_for,
 )
+from contract_review.pipeline import batch
 from contract_review.pipeline.aggregator import finalize
 from contract_review.pipeline.intake import failure_key
 from contract_review.reliability.chunks import analysis_message, announce, dead_letter, requeue
@@ -88,6 +89,7 @@ class SweepReport:
     # jobs waiting for approval past their expires_at: failed (job.approval_expired), side effects compensated
     approvals_expired: list[str] = field(default_factory=list)
     chunks_resent: int = 0  # stalled jobs' pending chunks whose message was lost (`message_lost`): sent again
+    batch: batch.CollectReport = field(default_factory=lambda: batch.CollectReport())  # the batch lane (batch.py)
 
     @property
     def backpressure_requeues(self) -> int:
@@ -135,6 +137,9 @@ def sweep(deps: Deps, now: float | None = None) -> SweepReport:
     _recover_lapsed_claims(deps, now, report, jobs)
     _explain_dlq(deps, report, jobs)
     _explain_intake_dlq(deps, now, report)
+    # before the stall reconciler: a job whose chunks wait in batch jobs is tracked here, not stalled
+    with _isolated(report, "batch", "collect"):
+        batch.collect(deps, now, report.batch, lambda item: _isolated(report, "batch", item))
     _reconcile_stalled(deps, now, report, queued)
     if deps.side_effects is not None:
         with _isolated(report, "approvals", "expire"):

@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 
 from contract_review.config.settings import Settings
 from contract_review.domain import lifecycle, log_fields
+from contract_review.domain.batch import BatchRecord
 from contract_review.domain.cost import AttemptMeter, RequestCounter, metered, model_price
 from contract_review.domain.errors import ErrorClass, ErrorEnvelope, LeaseLost, ReviewError, classify
 from contract_review.domain.keys import findings_key
@@ -53,6 +54,7 @@ from contract_review.domain.records import (
 )
 from contract_review.model.daily_quota import DAILY_QUOTA_CODE, DailyQuota
 from contract_review.model.pacing import QuotaLimiter
+from contract_review.pipeline import batch
 from contract_review.pipeline.analyst_pool import AnalystPool, GroupCommit, WarmUp
 from contract_review.pipeline.priority import PriorityGate
 from contract_review.reliability.chunks import announce, dead_letter, requeue
@@ -87,7 +89,7 @@ class Delivery:
 
 @dataclass
 class Outcome:
-    action: str  # done | skipped | deferred | requeued | failed | dead_lettered | duplicate | lease_lost | job_failed
+    action: str  # done | skipped | deferred | awaiting_batch | requeued | failed | dead_lettered | duplicate | lease_lost | job_failed
     detail: dict[str, str | int | None] = field(default_factory=dict)
     stats: RetryStats = field(default_factory=RetryStats)  # model calls and tier-1 retries of this attempt
 
@@ -186,8 +188,9 @@ class AnalystRunner:
     def __init__(self, deps: Deps, model: ModelClient, retrier: Retrier, hb: Heartbeat,
                  has_time: Callable[[float], bool], analyst_extra_s: float = 0.0,
                  watch: lifecycle.CancelWatch | None = None, limiter: QuotaLimiter | None = None,
-                 daily: DailyQuota | None = None):
+                 daily: DailyQuota | None = None, answers: batch.Answers | None = None):
         self.deps, self.model, self.retrier, self.hb, self.has_time = deps, model, retrier, hb, has_time
+        self.answers = answers  # the chunk's batch answers (a batch-mode job): replayed before any call is made
         self.limiter = limiter
         self.daily = daily
         self.analyst_extra_s = analyst_extra_s
@@ -196,7 +199,9 @@ class AnalystRunner:
         self._stats_lock = threading.Lock()
         self.warm = WarmUp(active=False)  # set per run: the chunk's first call warms the prompt cache
 
-    def run(self, msg: AnalysisMessage, job: Job, fence: int, record: ChunkRecord) -> dict[str, AnalystOutput]:
+    def _prepare(self, msg: AnalysisMessage, job: Job, record: ChunkRecord
+                 ) -> tuple[Chunk, tuple[AnalystSpec, ...], dict[str, str], dict[str, AnalystOutput], list[AnalystSpec]]:
+        """The chunk, its analysts and their identities, the outputs checkpointed already, the analysts to run."""
         chunk = Chunk(index=msg.chunk_index, chunk_id=msg.chunk_id, start=msg.start, end=msg.end, text=msg.text)
         saved = self.deps.claims.checkpoints(record)
         specs = analysts_for(job.analyst_count or self.deps.settings.profile.review.analyst_count)
@@ -209,6 +214,38 @@ class AnalystRunner:
                 outputs[spec.name] = loaded
             else:
                 todo.append(spec)
+        return chunk, specs, identities, outputs, todo
+
+    def run_batch(self, msg: AnalysisMessage, job: Job, fence: int, record: ChunkRecord,
+                  answers: batch.Answers) -> tuple[dict[str, AnalystOutput], list[BatchRecord]]:
+        """A batch-mode chunk (pipeline/batch.py): each analyst runs on its batch answers; the ones that end are
+        checkpointed (one commit), the others name their next request, which goes into a batch job. No model call
+        is made here. Returns the outputs so far and the requests still to be answered."""
+        chunk, specs, identities, outputs, todo = self._prepare(msg, job, record)
+        waiting: list[BatchRecord] = []
+        ended: list[tuple[str, AnalystOutput]] = []
+        for spec in todo:
+            self.retrier.check()  # the lease, then the job's cancellation
+            if self.watch is not None:
+                self.watch.stage = spec.name
+            try:
+                out = run_analyst(spec, chunk, answers.step)
+            except batch.AwaitBatch as wait:
+                waiting.append(wait.record)
+                continue
+            except ReviewError as exc:
+                ended_by = analyst_ended(spec, chunk, exc.envelope, 0)
+                if ended_by is None:
+                    raise
+                out = ended_by
+            ended.append((spec.name, out))
+        if ended and not self._commit(msg, fence, identities, ended):
+            raise LeaseLost("checkpoint write rejected by fencing token")
+        outputs.update(ended)
+        return {s.name: outputs[s.name] for s in specs if s.name in outputs}, waiting
+
+    def run(self, msg: AnalysisMessage, job: Job, fence: int, record: ChunkRecord) -> dict[str, AnalystOutput]:
+        chunk, specs, identities, outputs, todo = self._prepare(msg, job, record)
         concurrency = self.deps.settings.profile.review.analyst_concurrency
         pool: AnalystPool[AnalystSpec, AnalystOutput] = AnalystPool(concurrency)
         self.warm = WarmUp(active=concurrency > 1 and len(todo) > 1)
@@ -348,6 +385,11 @@ class AnalystRunner:
                       parse: Callable[[ModelResponse], ParsedItems]) -> tuple[ParsedItems, int]:
             # The chunk's first step warms the prompt cache alone; outside the retrier, so a stop seen after the
             # wait (a cancel, a lost lease, no time left) keeps its type
+            if self.answers is not None:  # a chunk that left the batch lane: its batch answers first
+                try:
+                    return self.answers.step(build, parse)
+                except batch.AwaitBatch:
+                    pass  # no answer for this step: it is called on demand, from its first request
             leads = self.warm.enter(caches(self.model.model_id, build(None)), lambda: self._ready(retrier))
             succeeded = False
             try:
@@ -361,14 +403,21 @@ class AnalystRunner:
         try:
             return run_analyst(spec, chunk, call_step)
         except ReviewError as exc:
-            env = exc.envelope
-            calls = retrier.stats.calls - calls_before
-            if env.error_class is ErrorClass.POLICY:
-                return refused_output(spec, chunk, calls)
-            if env.error_class is ErrorClass.SEMANTIC:  # repair already failed: permanent for this analyst
-                return AnalystOutput(analyst=spec.name, status="failed", findings=[], model_calls=calls,
-                                     error_code=env.error_code)
-            raise
+            out = analyst_ended(spec, chunk, exc.envelope, retrier.stats.calls - calls_before)
+            if out is None:
+                raise
+            return out
+
+
+def analyst_ended(spec: AnalystSpec, chunk: Chunk, env: ErrorEnvelope, calls: int) -> AnalystOutput | None:
+    """The output of an analyst an error ended, rather than the attempt: refused (a policy stop), or failed (its
+    answer was invalid after the repair: permanent for this analyst). None: the error is the attempt's."""
+    if env.error_class is ErrorClass.POLICY:
+        return refused_output(spec, chunk, calls)
+    if env.error_class is ErrorClass.SEMANTIC:
+        return AnalystOutput(analyst=spec.name, status="failed", findings=[], model_calls=calls,
+                             error_code=env.error_code)
+    return None
 
 
 def attempt_meter(settings: Settings, counter: RequestCounter) -> AttemptMeter:
@@ -479,6 +528,9 @@ class ChunkWorker:
             return self._dead_lettered(msg, fence, env, attempt_stats(stats))
         error: ErrorEnvelope | None = None
         outputs: dict[str, AnalystOutput] = {}
+        waiting: list[BatchRecord] = []  # a batch-mode chunk's requests still to be answered (pipeline/batch.py)
+        answers = batch.Answers.load(self.deps, record) if record.batch_answer_keys else None
+        batch_lane = batch.in_batch_lane(job, record)  # its calls go to batch inference: none from the pacers
         has_time = self._has_time(delivery)
         watch = lifecycle.CancelWatch(self.deps, msg.job_id)
         with Heartbeat(self.deps, msg, fence, delivery, self.s.claim_lease_s) as hb:
@@ -486,9 +538,13 @@ class ChunkWorker:
                               stats=stats, rng=self.rng, sleep=self.sleep, has_time=has_time,
                               check=before_each_call(hb, watch), on_retry=retry_recorder(self.deps, msg, watch))
             runner = AnalystRunner(self.deps, self.model, retrier, hb, has_time, self.analyst_extra_s, watch,
-                                   self.limiter, self.daily)
+                                   None if batch_lane else self.limiter, None if batch_lane else self.daily, answers)
             try:
-                outputs = runner.run(msg, job, fence, record)
+                if batch_lane:
+                    outputs, waiting = runner.run_batch(msg, job, fence, record,
+                                                        answers or batch.Answers(msg.job_id, msg.chunk_id))
+                else:
+                    outputs = runner.run(msg, job, fence, record)
             except lifecycle.JobCancelled as exc:
                 return settle_cancelled(self.deps, msg, fence, stats, exc.stage)
             except LeaseLost:
@@ -503,7 +559,7 @@ class ChunkWorker:
         if error is not None:
             log_fields.bind(log_fields.job_fields(error_code=error.error_code))
         outcome = self._on_error(msg, fence, delivery, stats, error, progressed=bool(runner.committed)) if error \
-            else self._complete(msg, fence, stats, outputs)
+            else self._await_batch(msg, fence, stats, waiting) if waiting else self._complete(msg, fence, stats, outputs)
         self._waiting(job, error, progressed=bool(runner.committed))
         outcome.stats = stats
         return outcome
@@ -558,6 +614,14 @@ class ChunkWorker:
             return Outcome("lease_lost")
         announce(self.deps, done)
         return Outcome("done", {"findings": len(findings), "calls": stats.calls})
+
+    def _await_batch(self, msg: AnalysisMessage, fence: int, stats: RetryStats, waiting: list[BatchRecord]) -> Outcome:
+        """Park the chunk `awaiting_batch` with its missing requests; its message is done with (pipeline/batch.py)."""
+        if batch.park(self.deps, msg.job_id, msg.chunk_id, fence, attempt_stats(stats), waiting) is None:
+            return Outcome("lease_lost")
+        self.deps.jobs.record_event(msg.job_id, "chunk.awaiting_batch", chunk_id=msg.chunk_id,
+                                    chunk_index=msg.chunk_index, records=len(waiting))
+        return Outcome("awaiting_batch", {"records": len(waiting)})
 
     def _dead_lettered(self, msg: AnalysisMessage, fence: int, env: ErrorEnvelope, stats: AttemptStats) -> Outcome:
         if dead_letter(self.deps, msg, fence, env, stats, by="worker") is None:

@@ -1,0 +1,313 @@
+"""The batch lane (pipeline/batch.py) through the whole in-process pipeline: a job sent with `inference: batch` is
+answered by batch jobs (FakeBatchService: the in-memory twin of the HTTP stand-in, answering each record as the
+offline model answers it on demand), and every outcome is compared with the on-demand run of the same document."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections import Counter
+
+import pytest
+
+from contract_review.domain.batch import MISSING, BatchRecord
+from contract_review.domain.cost import batch_cost_usd, micro_usd, model_price
+from contract_review.domain.errors import ReviewError
+from contract_review.domain.lifecycle import request_cancel
+from contract_review.domain.records import ChunkStatus, Inference, Job, JobState, Usage, job_id_for
+from contract_review.pipeline import batch
+from contract_review.pipeline.sweeper import sweep
+from contract_review.review.analysts import ANALYSTS, build_request
+from contract_review.review.chunking import Chunk
+
+from ..oracle import counted
+from ..texts import TEXT
+from .fakes import FakeBatchService
+from .inprocess import Crash, InProcess, fault_free_findings
+from .scenarios import small_chunk_world
+
+KEY = "msa-batch"
+JOB_ID = job_id_for(KEY)
+
+
+def batch_world(service: bool = True, **profile: object) -> tuple[InProcess, FakeBatchService]:
+    """A world whose batch jobs take records from 2 up (a round of this small document has fewer than the local
+    profile's 10: those tests set their own), and its batch service."""
+    world = small_chunk_world(**{"batch_min_records": 2, **profile})
+    svc = FakeBatchService(world.clock, min_records=world.settings.profile.batch.batch_min_records or 100)
+    if service:
+        world.deps = dataclasses.replace(world.deps, batch=svc)
+    return InProcess(world), svc
+
+
+def submit(p: InProcess, **fields: object) -> Job:
+    p.send({"text": TEXT}, key=KEY, inference="batch", **fields)
+    p.intake()
+    job = p.world.jobs.get(JOB_ID)
+    assert job is not None
+    return job
+
+
+def on_demand_findings() -> list[dict[str, object]]:
+    return fault_free_findings(small_chunk_world, {"text": TEXT})
+
+
+def events(p: InProcess, kind: str) -> list[dict[str, object]]:
+    return [e.detail for e in p.world.jobs.events(JOB_ID) if e.type == kind]
+
+
+def completes_as_on_demand(p: InProcess) -> Job:
+    """The job completes with the on-demand report; every chunk done and counted once; its model tokens and cost
+    the sum of its chunks' (the aggregator's own requests are the job's on top)."""
+    job = p.run(JOB_ID, rounds=80)
+    assert p.assert_complete_and_consistent(JOB_ID) == on_demand_findings()
+    records = p.world.claims.for_job(JOB_ID)
+    assert counted(p.world.claims, job) == {c.chunk_id for c in records}
+    total = Usage.of(c.usage() for c in records)
+    assert (job.input_tokens, job.output_tokens, job.model_micro_usd) == (
+        total.input_tokens, total.output_tokens, total.model_micro_usd)
+    return job
+
+
+def test_a_batch_mode_job_ends_with_the_on_demand_report_at_the_batch_price_and_no_on_demand_call():
+    # GIVEN a batch service and a job sent with inference: batch
+    p, svc = batch_world()
+    job = submit(p)
+    assert job.inference is Inference.BATCH and job.deadline_at is not None
+    # WHEN the pipeline runs
+    job = completes_as_on_demand(p)
+    # THEN no call went on demand: every answer came from batch jobs, two rounds at least (locate, then assess)
+    assert p.model.calls == 0
+    assert len(svc.jobs) >= 2 and len(events(p, "batch.submitted")) == len(svc.jobs)
+    assert events(p, "chunk.awaiting_batch") and not events(p, "batch.on_demand")
+    # AND the model cost is what the answered tokens cost at the batch price (one micro-dollar of rounding per
+    # chunk return at most), less than the same document on demand
+    priced = batch_cost_usd(model_price(p.world.settings.profile.prices, p.world.settings.effective_model_id),
+                            Usage(input_tokens=svc.tokens_in, output_tokens=svc.tokens_out))
+    assert priced is not None
+    assert abs(job.model_micro_usd - micro_usd(priced)) <= len(events(p, "batch.returned"))
+    assert (job.input_tokens, job.output_tokens) == (svc.tokens_in, svc.tokens_out)
+    on_demand = InProcess(small_chunk_world())
+    on_demand.send({"text": TEXT}, key=KEY)
+    on_demand_job = on_demand.run(JOB_ID)
+    assert 0 < job.model_micro_usd < on_demand_job.model_micro_usd
+    # AND the calls counted on the chunks are the records answered, each once
+    assert sum(c.n_calls for c in p.world.claims.for_job(JOB_ID)) == sum(
+        int(e["answered"]) for e in events(p, "batch.returned"))  # type: ignore[call-overload]
+
+
+def test_records_that_failed_or_went_missing_are_asked_again_in_the_next_batch_and_nothing_is_lost():
+    # GIVEN a batch job that answers some records with an error and leaves others out, once each (one batch failure
+    # per chunk: under batch_max_failures, so nothing goes on demand; a lone record left behind is batched too)
+    p, svc = batch_world(batch_min_records=1)
+    faulted: Counter[str] = Counter()
+
+    def once(record_id: str) -> str | None:
+        if record_id.startswith(("liability.locate", "indemnity.locate")) and not faulted[record_id]:
+            faulted[record_id] += 1
+            return "500" if record_id.startswith("liability") else MISSING
+        return None
+    svc.record_faults = once
+    submit(p)
+    # WHEN the pipeline runs THEN the job completes with the on-demand report, every chunk settled once
+    completes_as_on_demand(p)
+    assert faulted and p.model.calls == 0
+    # AND the partial batch was recorded, with the unanswered records named by their code
+    returned = events(p, "batch.returned")
+    assert any(e.get("error_code") == "batch.record_failed" and e["unanswered"] for e in returned)
+    assert any(e["batch_status"] == "PartiallyCompleted" for e in returned)
+
+
+def test_a_failed_batch_job_sends_its_chunks_back_to_be_batched_again():
+    # GIVEN the first batch job fails
+    p, svc = batch_world()
+    svc.job_faults = ["Failed"]
+    submit(p)
+    # WHEN the pipeline runs THEN the job completes with the on-demand report, in batch
+    completes_as_on_demand(p)
+    assert p.model.calls == 0
+    failed = [e for e in events(p, "batch.returned") if e.get("error_code") == "batch.job_failed"]
+    assert failed and all(e["answered"] == 0 for e in failed)
+    assert len({e["batch"] for e in events(p, "batch.submitted")}) == len(svc.jobs) >= 3
+
+
+def test_a_chunk_whose_batches_keep_failing_goes_on_demand_after_batch_max_failures():
+    # GIVEN every batch job expires
+    p, svc = batch_world()
+    svc.job_faults = ["Expired"] * 50
+    submit(p)
+    # WHEN the pipeline runs THEN after two failed batches each chunk goes on demand, and the report is the same
+    completes_as_on_demand(p)
+    assert p.model.calls > 0
+    assert {e.get("on_demand") for e in events(p, "batch.returned") if e.get("on_demand")} == {"failures"}
+    assert all(c.batch_failures == 2 and c.batch_on_demand == "failures" for c in p.world.claims.for_job(JOB_ID))
+
+
+def test_records_below_the_minimum_wait_batch_max_wait_s_then_go_on_demand():
+    # GIVEN a minimum no job of ours reaches
+    p, svc = batch_world(batch_min_records=10_000)
+    submit(p)
+    # WHEN the pipeline runs THEN nothing is submitted; after the wait the chunks go on demand, same report
+    completes_as_on_demand(p)
+    assert not svc.jobs and p.model.calls > 0
+    assert {e["reason"] for e in events(p, "batch.on_demand")} == {"min_records"}
+
+
+def test_without_a_batch_service_the_chunks_go_on_demand_and_say_why():
+    p, _ = batch_world(service=False)
+    submit(p)
+    completes_as_on_demand(p)
+    assert {e["reason"] for e in events(p, "batch.on_demand")} == {"unavailable"}
+
+
+def test_a_deadline_nearer_than_a_batch_takes_runs_the_job_on_demand_and_says_so():
+    p, svc = batch_world()
+    job = submit(p, deadline_hours=0.001)  # 3.6 s: the local profile expects a batch to take 30 s
+    assert job.inference is Inference.ON_DEMAND and job.deadline_at is None
+    assert events(p, "job.batch_declined")
+    completes_as_on_demand(p)
+    assert not svc.jobs and p.model.calls > 0
+
+
+def test_a_sweep_that_dies_after_creating_the_batch_job_is_finished_by_the_next_with_the_same_job():
+    # GIVEN the sweeper dies right after CreateModelInvocationJob, once (before it records the job's ARN)
+    p, svc = batch_world()
+    real = svc.submit
+    died: list[str] = []
+
+    def submit_then_die(records: list[BatchRecord], token: str) -> str:
+        arn = real(records, token)
+        if not died:
+            died.append(token)
+            raise Crash()
+        return arn
+    svc.submit = submit_then_die  # type: ignore[method-assign]  # the fake's method, wrapped
+    submit(p)
+    # WHEN the pipeline runs THEN the next sweep submits the same token: one batch job, none twice
+    completes_as_on_demand(p)
+    assert died and p.crashes >= 1
+    assert svc.submits == len(svc.jobs) + 1
+    assert sum(1 for j in svc.jobs.values() if j["token"] == died[0]) == 1
+
+
+def test_a_job_cancelled_while_its_chunks_wait_in_a_batch_settles_them_cancelled_and_drops_the_answers():
+    # GIVEN a batch-mode job whose chunks are parked in a running batch job
+    p, svc = batch_world()
+    svc.end_after_s = 1_000.0
+    submit(p)
+    for _ in range(3):
+        p.round()
+    parked = [c for c in p.world.claims.for_job(JOB_ID) if c.status is ChunkStatus.AWAITING_BATCH]
+    assert parked and all(c.batch_token for c in parked)
+    # WHEN it is cancelled, and the batch job ends later
+    request_cancel(p.world.deps, JOB_ID, by="test")
+    job = p.run(JOB_ID)
+    svc.end_after_s = 0.0
+    for _ in range(3):
+        p.round()
+    # THEN it ended cancelled with every chunk settled cancelled, once, and no answer was sent back to a worker
+    assert job.state is JobState.CANCELLED
+    records = p.world.claims.for_job(JOB_ID)
+    assert all(c.status is ChunkStatus.CANCELLED for c in records)
+    assert not events(p, "batch.returned") and p.model.calls == 0
+    assert counted(p.world.claims, p.world.jobs.get(JOB_ID)) == {c.chunk_id for c in records}  # type: ignore[arg-type]
+
+
+def test_status_names_the_batch_jobs_holding_a_jobs_calls_and_when_they_are_expected():
+    p, svc = batch_world()
+    svc.end_after_s = 1_000.0
+    submit(p)
+    for _ in range(3):
+        p.round()
+    shown = batch.batches_of(p.world.deps, p.world.claims.for_job(JOB_ID),
+                             p.world.settings.profile.batch.batch_expected_s)
+    [arn] = list(svc.jobs)
+    assert [(b.batch_job_arn, b.status) for b in shown] == [(arn, "InProgress")]
+    assert shown[0].records == sum(c.batch_records for c in p.world.claims.for_job(JOB_ID))
+    assert shown[0].expected_by == pytest.approx(shown[0].submitted_at + 30.0)  # type: ignore[operator]
+
+
+def test_a_record_id_names_the_analyst_and_step_and_changes_with_the_request():
+    chunk = Chunk(index=0, chunk_id="c0", start=0, end=len(TEXT[:300]), text=TEXT[:300])
+    first = build_request(ANALYSTS[0], "locate", chunk, None, None)
+    repair = build_request(ANALYSTS[0], "locate", chunk, None, "quotes must be verbatim")
+    a, b = batch.record_for("job-1", "c0", first), batch.record_for("job-1", "c0", first)
+    assert a == b and a.record_id.startswith("liability.locate.")
+    assert batch.record_for("job-1", "c0", repair).record_id != a.record_id
+    assert batch.record_for("job-2", "c0", first).record_id != a.record_id
+    # a batch record reads no prompt cache: its body has no cache point
+    assert "cachePoint" not in json.dumps(a.model_input)
+
+
+def test_a_batch_of_records_sharing_an_id_is_refused_before_anything_is_submitted():
+    svc = FakeBatchService(small_chunk_world().clock, min_records=1)
+    record = BatchRecord("liability.locate.x", {"messages": []})
+    with pytest.raises(ReviewError) as raised:
+        svc.submit([record, record], "t1")
+    assert raised.value.envelope.error_code == "batch.request_invalid" and not svc.jobs
+
+
+def test_a_job_whose_chunks_wait_in_a_long_batch_job_is_tracked_not_stalled():
+    # GIVEN a batch job that runs far longer than the stall period
+    p, svc = batch_world()
+    svc.end_after_s = 1_000.0
+    submit(p)
+    stall_s = p.world.settings.profile.recovery.stall_after_s
+    for _ in range(3):
+        p.round()
+    # WHEN sweeps go on past it
+    stalled = running = 0
+    for _ in range(int(3 * stall_s / 2.0) + 3):
+        p.world.clock.advance(2.0)
+        report = sweep(p.world.deps)
+        stalled, running = stalled + report.stalled_jobs, running + report.batch.running
+    # THEN no sweep took it for stalled: the collector follows its batch job, and nothing was re-sent
+    assert stalled == 0 and running > 0
+    assert not events(p, "job.reconciled") and len(svc.jobs) == 1
+    assert all(c.status is ChunkStatus.AWAITING_BATCH for c in p.world.claims.for_job(JOB_ID))
+
+
+# --- the batch codes' documented recoveries, executed (test_recoveries.py runs them with every other code's) -----
+def _record_failed(code: str) -> None:
+    """Records answered with an error or missing from a partially completed batch job are asked again in the next
+    batch job, by themselves: the job ends with the on-demand report."""
+    p, svc = batch_world(batch_min_records=1)
+    failed: set[str] = set()
+
+    def once(record_id: str) -> str | None:
+        if record_id.startswith("liability.locate") and record_id not in failed:
+            failed.add(record_id)
+            return "500"
+        return None
+    svc.record_faults = once
+    submit(p)
+    completes_as_on_demand(p)
+    assert any(e.get("error_code") == code for e in events(p, "batch.returned")) and p.model.calls == 0
+
+
+def _job_failed(code: str) -> None:
+    """A batch job that fails (or is stopped, or expires) sends its chunks back to be batched again, by themselves;
+    a chunk whose batches failed `batch_max_failures` times goes on demand: the job ends with the on-demand
+    report either way."""
+    for faults in (["Stopped"], ["Expired"] * 50):
+        p, svc = batch_world()
+        svc.job_faults = list(faults)
+        submit(p)
+        completes_as_on_demand(p)
+        assert any(e.get("error_code") == code for e in events(p, "batch.returned"))
+
+
+def _request_invalid(code: str) -> None:
+    """Records sharing a recordId are refused before anything is submitted; ours never share one (a recordId is a
+    digest of its job, chunk and request), so a batch-mode job's batch jobs always take: shown end to end."""
+    test_a_batch_of_records_sharing_an_id_is_refused_before_anything_is_submitted()
+    p, svc = batch_world()
+    submit(p)
+    completes_as_on_demand(p)
+    for job in svc.jobs.values():
+        ids = [r.record_id for r in job["records"]]
+        assert len(ids) == len(set(ids))
+
+
+BATCH_RECOVERIES = {"batch.record_failed": _record_failed, "batch.job_failed": _job_failed,
+                    "batch.request_invalid": _request_invalid}
