@@ -453,6 +453,11 @@ def _print_status(view: ops.JobView) -> None:
     _say(f"  model: {r.model_calls} call(s), retries: {retries}; {r.repairs} repair(s), {r.redeliveries} "
          f"redelivery(ies); circuit breaker {view.model_circuit}")
     _say(f"  cost: {view.cost}")
+    if view.inference is Inference.BATCH:
+        _say(f"  inference: batch (Bedrock batch inference at the batch price), deadline "
+             f"{ops.iso(view.deadline_at) if view.deadline_at else 'none'}")
+        for b in view.batches:
+            _say("    " + ops.batch_line(b))
     if view.waiting is not None:
         _say(f"  waiting: {ops.waiting_line(view.waiting)}")
     if view.approval is not None:

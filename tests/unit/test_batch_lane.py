@@ -15,6 +15,7 @@ from contract_review.domain.cost import batch_cost_usd, micro_usd, model_price
 from contract_review.domain.errors import ReviewError
 from contract_review.domain.lifecycle import request_cancel
 from contract_review.domain.records import ChunkStatus, Inference, Job, JobState, Usage, job_id_for
+from contract_review.operate import api, ops
 from contract_review.pipeline import batch
 from contract_review.pipeline.sweeper import sweep
 from contract_review.review.analysts import ANALYSTS, build_request
@@ -225,6 +226,27 @@ def test_status_names_the_batch_jobs_holding_a_jobs_calls_and_when_they_are_expe
     assert [(b.batch_job_arn, b.status) for b in shown] == [(arn, "InProgress")]
     assert shown[0].records == sum(c.batch_records for c in p.world.claims.for_job(JOB_ID))
     assert shown[0].expected_by == pytest.approx(shown[0].submitted_at + 30.0)  # type: ignore[operator]
+
+
+def test_review_status_and_the_job_api_show_the_batch_jobs_holding_a_jobs_calls():
+    p, svc = batch_world()
+    svc.end_after_s = 1_000.0
+    submit(p)
+    for _ in range(3):
+        p.round()
+    [arn] = list(svc.jobs)
+    view = ops.job_view(p.world.deps, JOB_ID)
+    assert view is not None and view.inference is Inference.BATCH and view.deadline_at
+    [shown] = view.batches
+    line = ops.batch_line(shown)
+    assert arn in line and "InProgress" in line and "expected by" in line
+    job = p.world.jobs.get(JOB_ID)
+    assert job is not None
+    status = api.job_status(p.world.deps, job)
+    assert status["inference"] == "batch" and status["deadline"]
+    assert status["batches"] == [{"batchJobArn": arn, "status": "InProgress", "records": shown.records,
+                                  "batchRecords": shown.batch_records, "submittedAt": api.iso(shown.submitted_at or 0),
+                                  "expectedBy": api.iso(shown.expected_by or 0)}]
 
 
 def test_a_record_id_names_the_analyst_and_step_and_changes_with_the_request():

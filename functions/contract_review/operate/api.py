@@ -56,7 +56,7 @@ from contract_review.domain.ports import Deps
 from contract_review.domain.principals import Caller, uploads_prefix
 from contract_review.domain.records import Inference, Job, JobState, Priority, Submission, job_id_for
 from contract_review.operate import ops
-from contract_review.pipeline import admission, limits, redrive
+from contract_review.pipeline import admission, batch, limits, redrive
 from contract_review.pipeline.admission import TextDocument
 from contract_review.review.chunking import document_hash
 from contract_review.sideeffects import approvals
@@ -481,6 +481,16 @@ def job_status(deps: Deps, found: Job | Submission, base_url: str = "") -> dict[
         "jobId": job.job_id, "status": job.state.value, "documentId": job.document_id or None,
         "progress": _progress(deps, job), "result": result, "error": error, "createdAt": iso(job.created_at),
         "updatedAt": iso(job.updated_at), **_links(job.job_id, base_url)}
+    if job.inference is Inference.BATCH:  # batch inference: its deadline, and the batch jobs holding its calls
+        view["inference"] = job.inference.value
+        view["deadline"] = iso(job.deadline_at) if job.deadline_at else None
+        if not job.terminal:
+            view["batches"] = [{"batchJobArn": b.batch_job_arn, "status": b.status, "records": b.records,
+                                "batchRecords": b.batch_records,
+                                "submittedAt": iso(b.submitted_at) if b.submitted_at else None,
+                                "expectedBy": iso(b.expected_by) if b.expected_by else None}
+                               for b in batch.batches_of(deps, deps.claims.for_job(job.job_id),
+                                                         deps.settings.profile.batch.batch_expected_s)]
     if job.waiting is not None and not job.terminal:  # what its chunks are held for (the daily token quota)
         w = job.waiting
         view["waiting"] = {"condition": w.condition, "modelId": w.model_id, "tokensPerDay": w.tokens_per_day,

@@ -15,6 +15,7 @@ from datetime import UTC, datetime
 
 from pydantic import BaseModel, ConfigDict, Field, JsonValue, ValidationError
 
+from contract_review.domain.batch import BatchStatus
 from contract_review.domain.errors import REGISTRY, ErrorEnvelope
 from contract_review.domain.messages import AnalysisMessage, InlineDocument, ResultMessage
 from contract_review.domain.ports import DLQS, Deps, ModelControls, Queue, QueueMessage
@@ -34,7 +35,7 @@ from contract_review.domain.records import (
     Waiting,
     job_id_for,
 )
-from contract_review.pipeline import admission
+from contract_review.pipeline import admission, batch
 from contract_review.pipeline.intake import failure_key
 from contract_review.review.analysts import ANALYSTS, analysts_for
 from contract_review.review.chunking import document_hash
@@ -101,6 +102,20 @@ class JobView(BaseModel):
     mandatory_analysts: list[str] = Field(default_factory=list)  # the analysts whose gap fails the job
     side_effects: list[SideEffectDone] = Field(default_factory=list)  # each step the saga recorded, in full
     progress_label: str = ""  # the latest event in words, as `review watch` and GET /jobs/{id} show it
+    # batch inference (pipeline/batch.py): the job's mode, its deadline, the batch jobs holding its calls now
+    inference: Inference = Inference.ON_DEMAND
+    deadline_at: float | None = None
+    batches: list[BatchStatus] = Field(default_factory=list)
+
+
+def batch_line(b: BatchStatus) -> str:
+    """One batch job holding some of a job's calls, in words (`review status`, the page)."""
+    if b.batch is None:
+        return f"{b.records} request(s) waiting for other jobs' to make a batch job of the minimum size"
+    when = (f", submitted {iso(b.submitted_at)}, expected by {iso(b.expected_by)}"
+            if b.submitted_at and b.expected_by else "")
+    of = f" of {b.batch_records}" if b.batch_records else ""
+    return f"batch job {b.batch_job_arn or b.batch} {b.status}: {b.records}{of} request(s){when}"
 
 
 def waiting_line(waiting: Waiting) -> str:
@@ -299,7 +314,9 @@ def job_view(deps: Deps, job_id: str) -> JobView | None:
         approval=job.approval if job.state is JobState.WAITING_APPROVAL else None,
         waiting=job.waiting if not job.terminal else None, last_checkpoint_at=last_cp,
         mandatory_analysts=sorted(a.name for a in analysts_for(job.analyst_count or len(ANALYSTS)) if a.mandatory),
-        side_effects=list(job.side_effects), progress_label=progress_of(job, events[-1] if events else None).label)
+        side_effects=list(job.side_effects), progress_label=progress_of(job, events[-1] if events else None).label,
+        inference=job.inference, deadline_at=job.deadline_at,
+        batches=batch.batches_of(deps, chunks, deps.settings.profile.batch.batch_expected_s) if not job.terminal else [])
 
 
 def _chunk_numbers(indexes: list[int]) -> str:
