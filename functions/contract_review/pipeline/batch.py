@@ -273,7 +273,8 @@ def _write(deps: Deps, manifest: BatchManifest) -> None:
 
 def _submit(deps: Deps, token: str, members: list[Parked], manifest: BatchManifest, report: CollectReport) -> None:
     assert deps.batch is not None
-    records = [r for m in members for r in _records_of(deps, m.chunk)]
+    # a recordId is a digest of its request: one already taken is the same request (a file written twice by hand)
+    records = list({r.record_id: r for m in members for r in _records_of(deps, m.chunk)}.values())
     arn = deps.batch.submit(records, token)  # the same token again returns the same job
     manifest = manifest.model_copy(update={"job_arn": arn, "status": "Submitted", "submitted_at": deps.clock(),
                                            "records": len(records), "chunks": _chunks_of(members)})
