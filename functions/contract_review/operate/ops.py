@@ -226,7 +226,8 @@ def analysts_done(detail: Mapping[str, object]) -> str:
 
 
 _LABELLED = {"analyst.done", "model.retry", "chunk.retry", "chunk.settled", "chunk.requeued", "chunk.cancelled",
-             "chunk.deferred", "job.fanned_out", "job.waiting_quota", "job.waiting_ended", "job.cancelled"}
+             "chunk.deferred", "job.fanned_out", "job.waiting_quota", "job.waiting_ended", "job.cancelled",
+             "chunk.awaiting_batch", "batch.submitted", "batch.returned", "batch.on_demand", "job.batch_declined"}
 
 
 def event_label(e: JobEvent) -> str:
@@ -249,6 +250,16 @@ def event_label(e: JobEvent) -> str:
         "job.waiting_quota": lambda: str(d.get("detail") or "waiting for the model's daily token quota"),
         "job.waiting_ended": lambda: "no longer waiting for the model's daily token quota",
         "job.cancelled": lambda: _cancelled_label(d),
+        "chunk.awaiting_batch": lambda: f"{chunk}: {d.get('records')} request(s) wait for a batch job",
+        "batch.submitted": lambda: f"batch job submitted: {d.get('records')} of its {d.get('batch_records')} "
+                                   f"requests are this job's",
+        "batch.returned": lambda: f"{chunk}: back from its batch job ({d.get('batch_status')}): "
+                                  f"{d.get('answered')} answered" + (f", {d.get('unanswered')} asked again "
+                                                                    f"({d.get('error_code')})" if d.get('unanswered')
+                                                                    or d.get('error_code') else "")
+                                  + (", its calls go on demand" if d.get("on_demand") else ""),
+        "batch.on_demand": lambda: f"{chunk}: its calls go on demand ({d.get('reason')})",
+        "job.batch_declined": lambda: "batch declined: its deadline is nearer than a batch job takes; on demand",
     }
     make = labels.get(e.type)
     return make() if make else e.type.replace("job.", "job ").replace("_", " ")
