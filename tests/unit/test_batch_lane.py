@@ -236,8 +236,9 @@ def test_review_status_and_the_job_api_show_the_batch_jobs_holding_a_jobs_calls(
         p.round()
     [arn] = list(svc.jobs)
     # `review watch` says each batch event in words
-    said = [ops.event_label(e) for e in p.world.jobs.events(JOB_ID) if "batch" in e.type]
-    assert said and not any(line.startswith(("batch", "chunk awaiting")) for line in said), said
+    said = {e.type: ops.event_label(e) for e in p.world.jobs.events(JOB_ID) if "batch" in e.type}
+    assert {"chunk.awaiting_batch", "batch.submitted"} <= set(said)
+    assert all(kind.replace("_", " ") not in line for kind, line in said.items()), said  # not the raw type
     view = ops.job_view(p.world.deps, JOB_ID)
     assert view is not None and view.inference is Inference.BATCH and view.deadline_at
     [shown] = view.batches
