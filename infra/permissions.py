@@ -21,9 +21,8 @@ from dataclasses import dataclass
 from aws_cdk import ArnFormat, Stack
 from aws_cdk import aws_iam as iam
 
-from contract_review.domain.model import GLOBAL_PROFILE_PREFIX, base_model_id, is_inference_profile
-
 from contract_review.domain.keys import BATCH_ANSWERS_PREFIX, BATCH_PENDING_PREFIX, BATCH_PREFIX
+from contract_review.domain.model import GLOBAL_PROFILE_PREFIX, base_model_id, is_inference_profile
 
 from .tables import CLAIMS_LEASE_INDEX, JOBS_OPEN_INDEX
 
