@@ -18,6 +18,7 @@ from aws_cdk import Acknowledgment, App, CfnElement, Stack, Validations
 from cdk_nag import AwsSolutionsChecks
 from constructs import IConstruct
 
+from contract_review.domain.keys import BATCH_INPUT_PREFIX, BATCH_OUTPUT_PREFIX
 from contract_review.domain.model import GLOBAL_PROFILE_PREFIX, base_model_id, is_inference_profile
 
 from .functions import PipelineFunction
@@ -40,6 +41,27 @@ REASONS = {
     "IAM5-xray": (
         "Lambda active tracing: xray:PutTraceSegments and xray:PutTelemetryRecords do not support "
         "resource-level permissions (AWS requires Resource '*'); CDK adds exactly these two actions."
+    ),
+    "IAM5-xray-batch-jobs": (
+        "Lambda active tracing: xray:PutTraceSegments and xray:PutTelemetryRecords do not support "
+        "resource-level permissions (AWS requires Resource '*'); and the sweeper lists its Bedrock batch inference "
+        "jobs: bedrock:ListModelInvocationJobs has no resource type (infra/batch.py). Read-only."
+    ),
+    "IAM5-batch-jobs": (
+        "Bedrock names a batch inference job's id when it creates it, so the sweeper's Create, Get and Stop "
+        "ModelInvocationJob grants are on model-invocation-job/* of this account and region only (no other Bedrock "
+        "resource type); which model a job runs is held to this stack's model by the same Create grant."
+    ),
+    "IAM5-batch-objects": (
+        "The Bedrock batch service role reads the records under batch/input/ and writes the answers under "
+        "batch/output/ of this stack's artifacts bucket: object actions need an object ARN, scoped to that one "
+        "prefix each (infra/batch.py); its ListBucket is held to batch/input/ by an s3:prefix condition."
+    ),
+    "IAM5-bedrock-batch-profile": (
+        "The Bedrock batch service role runs jobs through this stack's geographic inference profile, which routes to "
+        "the same foundation model in several regions (which ones depends on the source region and grows over time), "
+        "hence the region wildcard on that one model id; only Bedrock can assume the role, for this account's "
+        "batch jobs in this region (aws:SourceAccount, aws:SourceArn)."
     ),
     "IAM5-xray-quotas": (
         "Lambda active tracing: xray:PutTraceSegments and xray:PutTelemetryRecords do not support "
@@ -128,14 +150,24 @@ def acknowledge(stack: ContractReviewStack) -> None:
             if target.startswith("objects:"):
                 _ack(role, f"IAM5[Resource::{bucket}/{target.removeprefix('objects:')}*]", "IAM5-bucket-objects")
     for f in functions:
-        _ack(f.role, "IAM5[Resource::*]", "IAM5-xray-quotas" if f.role is stack.worker_fn.role else "IAM5-xray")
+        reason = ("IAM5-xray-quotas" if f.role is stack.worker_fn.role else
+                  "IAM5-xray-batch-jobs" if f.role is stack.sweeper_fn.role else "IAM5-xray")
+        _ack(f.role, "IAM5[Resource::*]", reason)
     if fargate is not None:
         _ack(fargate.task_role, "IAM5[Resource::*]", "IAM5-xray-daemon-quotas")
 
     _ack(stack.side_effects.compensation_dlq, "SQS3", "SQS3-compensation-dlq")
+
+    # batch inference (infra/batch.py): the sweeper's job grants, the service role's two prefixes
+    _ack(stack.sweeper_fn.role, "IAM5[Resource::arn:<AWS::Partition>:bedrock:<AWS::Region>:<AWS::AccountId>:"
+                                "model-invocation-job/*]", "IAM5-batch-jobs")
+    service_role = stack.batch.role
+    for prefix in (BATCH_INPUT_PREFIX, BATCH_OUTPUT_PREFIX):
+        _ack(service_role, f"IAM5[Resource::{bucket}/{prefix}*]", "IAM5-batch-objects")
 
     model_id = stack.settings.model_id
     if is_inference_profile(model_id) and not model_id.startswith(GLOBAL_PROFILE_PREFIX):  # global: no wildcard
         any_region = f"IAM5[Resource::arn:<AWS::Partition>:bedrock:*::foundation-model/{base_model_id(model_id)}]"
         for role in worker_roles:
             _ack(role, any_region, "IAM5-bedrock-profile")
+        _ack(stack.batch.role, any_region, "IAM5-bedrock-batch-profile")

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from aws_cdk import ArnFormat, Stack
 from aws_cdk import aws_iam as iam
 
+from contract_review.domain.keys import BATCH_ANSWERS_PREFIX, BATCH_JOBS_PREFIX, BATCH_PENDING_PREFIX, BATCH_PREFIX
 from contract_review.domain.model import GLOBAL_PROFILE_PREFIX, base_model_id, is_inference_profile
 
 from .tables import CLAIMS_LEASE_INDEX, JOBS_OPEN_INDEX
@@ -50,6 +51,19 @@ PRINCIPAL_UPLOADS = "objects:uploads/principals/"  # the Job API's callers' own 
 _LIST = Access("bucket", (LIST_BUCKET,), "a missing object answers 404, not 403 (implied by GetObject)")
 LEASE_INDEX = f"index:claims/{CLAIMS_LEASE_INDEX}"
 OPEN_JOBS_INDEX = f"index:jobs/{JOBS_OPEN_INDEX}"
+# Bedrock batch inference (docs/batch-inference.md; keys: domain/keys.py BATCH_*): a batch-mode chunk's worker hands its
+# records to the collector and reads the answers back; the collector (the sweeper) owns the rest of batch/.
+BATCH_PENDING, BATCH_ANSWERS, BATCH_ALL = (f"objects:{p}" for p in (BATCH_PENDING_PREFIX, BATCH_ANSWERS_PREFIX,
+                                                                     f"{BATCH_PREFIX}/"))
+BATCH_WORKER = (
+    Access(BATCH_PENDING, (PUT_OBJECT,), "batch inference: hand a batch-mode chunk's model requests to the collector"),
+    Access(BATCH_ANSWERS, (GET_OBJECT,), "batch inference: read the answers the collector joined back"),
+)
+BATCH_COLLECTOR = (
+    Access(BATCH_ALL, (GET_OBJECT, PUT_OBJECT),
+           "batch inference: read the pending records, write a job's input file and its manifest, read Bedrock's "
+           "output, write the answers (all of batch/ expires with the job records)"),
+)
 
 INTAKE = (
     Access("table:jobs", (PUT, GET, UPDATE), "create the job (conditional put), read a duplicate's, start it"),
@@ -83,7 +97,7 @@ WORKER = (
     Access("table:token-ledger", (QUERY, UPDATE), "the daily token ledger: add what the calls counted to the "
                                                   "hour's counter (ADD), read the last 24 hours (one query), start "
                                                   "a hold, claim the hour's probe and lift the hold (conditional)"),
-)
+) + BATCH_WORKER
 # The job's side effects (contract_review/sideeffects/saga.py), run by the aggregator and by the sweeper (the finalize of a
 # stalled job; an expired approval's compensation). Powertools idempotency never reads with GetItem: a failed
 # conditional put returns the existing record (ReturnValuesOnConditionCheckFailure).
@@ -134,7 +148,7 @@ SWEEPER = (
            "find the intake message of a job stuck `queued` (only when the DLQ holds something), and put it back "
            "naming the job and the error"),
     Access("queue:results", (SEND,), "announce chunks it settled"),
-) + SIDE_EFFECTS
+) + SIDE_EFFECTS + BATCH_COLLECTOR
 # The Job API (contract_review/operate/api.py): submit and read jobs and batches; cancel, decide, retry (redrive.retry).
 API = (
     Access("table:jobs", (GET, UPDATE), "read a job; cancel, approve or reject it; reopen it (retry)"),
@@ -145,6 +159,8 @@ API = (
                                                  "transaction with the job), rebuild a reopened job's counted marks"),
     Access("objects:submissions/", (GET_OBJECT, PUT_OBJECT), "bind a job to its principal until intake records it"),
     Access("objects:batches/", (GET_OBJECT, PUT_OBJECT), "batch manifests"),
+    Access(f"objects:{BATCH_JOBS_PREFIX}", (GET_OBJECT,), "a batch-mode job's status: the batch jobs holding its "
+                                                          "calls (pipeline/batch.py batches_of)"),
     Access("table:token-ledger", (UPDATE,), "spend limits: take a submission's estimate from its principal's daily "
                                             "allowance, count its requests a minute (pipeline/limits.py)"),
     Access(PRINCIPAL_UPLOADS, (GET_OBJECT, PUT_OBJECT), "read a document sent by s3_uri (to hash it); claim-check a "

@@ -21,11 +21,12 @@ from contract_review.config.settings import (
     PROFILE_OVERRIDES_OUTPUT,
     RESOURCES,
 )
-from contract_review.domain.keys import UPLOADS_PREFIX
+from contract_review.domain.keys import BATCH_ANSWERS_PREFIX, BATCH_PENDING_PREFIX, UPLOADS_PREFIX
 from contract_review.domain.principals import PRINCIPAL_UPLOADS_PREFIX
 
 from . import nag
 from .api import JobApi
+from .batch import BatchServiceRole, grant_batch_submit
 from .deploy_settings import DeploySettings
 from .fargate import FargateWorker
 from .functions import METRICS_NAMESPACE, PipelineFunction, functions_code, powertools_layer
@@ -108,6 +109,9 @@ class ContractReviewStack(Stack):
             auto_delete_objects=settings.auto_delete_objects,
         )
 
+        # ---- Bedrock batch inference: the role Bedrock assumes to read batch/input/, write batch/output/ (infra/batch.py)
+        self.batch = BatchServiceRole(self, "BatchService", bucket=self.storage.bucket, model_id=settings.model_id)
+
         # ---- the operator's runtime control of the model (`review quota`; adapters/model_control.py) ---------
         self.model_control = ssm.StringParameter(
             self, "ModelControl", parameter_name=f"/{name}/model-control", string_value='{"paused": false}',
@@ -176,6 +180,9 @@ class ContractReviewStack(Stack):
         grant_bedrock(self.worker_fn.role, self, self.settings.model_id)  # invoke + describe the model (`-c model_id=...`)
         grant_access(self.aggregator_fn.role, arns, ACCESS["aggregator"])
         grant_access(self.sweeper_fn.role, arns, ACCESS["sweeper"])
+        # the sweeper submits and collects batch jobs (Deps.batch): Bedrock's batch calls, and passing it the role
+        grant_batch_submit(self.sweeper_fn.role, self, self.batch.role, self.settings.model_id)
+        self.sweeper_fn.function.add_environment(OPTION_ENV["batch_role_arn"], self.batch.role.role_arn)
         grant_access(self.api_fn.role, arns, ACCESS["api"])
         # the ticket system's credentials: only the roles that run the saga (permissions.SIDE_EFFECTS) call it
         self.ticket_callers: list[iam.IGrantable] = [self.aggregator_fn.role, self.sweeper_fn.role]
@@ -277,6 +284,8 @@ class ContractReviewStack(Stack):
         out["bucket"] = bucket.bucket_arn
         out.update({f"objects:{prefix}": bucket.arn_for_objects(f"{prefix}*") for prefix in PREFIXES})
         out[PRINCIPAL_UPLOADS] = bucket.arn_for_objects(f"{PRINCIPAL_UPLOADS_PREFIX}*")
+        out.update({f"objects:{prefix}": bucket.arn_for_objects(f"{prefix}*")  # under batch/ (permissions.BATCH_*)
+                    for prefix in (BATCH_PENDING_PREFIX, BATCH_ANSWERS_PREFIX)})
         for q in (self.intake, self.analysis, self.results):
             out[f"queue:{q.rules.purpose}"] = q.queue.queue_arn
             out[f"dlq:{q.rules.purpose}"] = q.dlq.queue_arn
@@ -309,6 +318,8 @@ class ContractReviewStack(Stack):
                                                 "is bedrock; `review preflight` checks it)"),
             "AlarmTopicArn": (self.alarm_topic.topic.topic_arn, "SNS topic every alarm notifies (subscribe to it)"),
             "DashboardName": (self.monitoring.dashboard.dashboard_name, "CloudWatch dashboard of the pipeline"),
+            OPTION_OUTPUTS["batch_role_arn"]: (self.batch.role.role_arn, "the role Bedrock assumes to run this stack's "
+                                               "batch inference jobs (BATCH_ROLE_ARN of the sweeper)"),
             OPTION_OUTPUTS["queue_uploads_prefix"]: (self.settings.queue_uploads_prefix, "where senders to the intake "
                                                      "queue put the documents they name by s3_uri (review submit "
                                                      "uploads there)"),

@@ -126,6 +126,10 @@ def up(fault_rate: float, seed: int, workers: int | None, worker_kind: str, no_t
                       "(GET /tickets with the bearer token below, GET /_admin/stats)", soft_wrap=True)
         console.print(f"  its credentials: secret {stack.ticket_secret_arn} (what -c ticket_secret_arn names on AWS), "
                       f"bearer token [bold]{stack.ticket_token}[/]", soft_wrap=True)
+    if stack.batch_service is not None:
+        console.print(f"Bedrock batch inference (local stand-in): [bold cyan]{stack.batch_service.url}[/] "
+                      f"(boto3 \"bedrock\" with endpoint_url; at least {stack.batch_service.min_records} records per "
+                      f"job, a status every {stack.batch_service.step_s:g} s)", soft_wrap=True)
     console.print("wrote .review/local.json; worker logs in .review/logs/. Ctrl-C to stop.")
     try:
         _serve_until_stopped()

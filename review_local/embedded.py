@@ -268,6 +268,8 @@ class EmbeddedAws:
             return {"Arn": f"arn:aws:dynamodb:{self.region}:123456789012:table/{phys}"}.get(attr, phys)
         if res["Type"] == "AWS::S3::Bucket":
             return {"Arn": f"arn:aws:s3:::{phys}", "DomainName": f"{phys}.s3.amazonaws.com"}.get(attr, phys)
+        if res["Type"] == "AWS::IAM::Role" and attr == "Arn":  # not deployed (moto does not enforce IAM): named by its
+            return f"arn:aws:iam::123456789012:role/{logical}"  # logical id, as the batch stand-in is handed it
         return f"{logical}.{attr}"
 
 

@@ -9,11 +9,13 @@ botocore's Stubber); `preflight` resolves the stack and builds real clients.
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, cast
+from urllib.parse import unquote
 
 import boto3
 from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError, NoRegionError
@@ -260,6 +262,41 @@ def check_batch(quotas: Any, report: PreflightReport) -> Check:
                              f"{row.name} ({row.code}); {priced}")
 
 
+BEDROCK_SERVICE = "bedrock.amazonaws.com"
+
+
+def check_batch_role(iam: Any, role_arn: str) -> Check:
+    """The stack's batch service role (output BatchRoleArn, infra/batch.py) exists and trusts Bedrock: a role removed
+    or edited by hand since the deploy makes every batch job fail in validation, hours before anyone looks. One
+    GetRole; a caller without iam:GetRole is told it was not checked."""
+    name = "batch service role"
+    role_name = role_arn.rsplit("/", 1)[-1]
+    try:
+        role = iam.get_role(RoleName=role_name)["Role"]
+    except ClientError as exc:
+        code = _error(exc).get("Code")
+        if code == "NoSuchEntity":
+            return Check(name, False, f"{role_arn} does not exist: batch jobs would fail in validation",
+                         "npx cdk deploy (the stack creates the role)")
+        return Check(name, None, f"IAM answered {code} (needs iam:GetRole on {role_arn})")
+    except BotoCoreError as exc:
+        return Check(name, None, f"IAM not readable: {type(exc).__name__}")
+    trust = role.get("AssumeRolePolicyDocument") or {}
+    if isinstance(trust, str):  # URL-encoded JSON when not decoded by the SDK
+        trust = json.loads(unquote(trust))
+    trusted = any(st.get("Effect") == "Allow" and "sts:AssumeRole" in _as_list(st.get("Action"))
+                  and BEDROCK_SERVICE in _as_list((st.get("Principal") or {}).get("Service"))
+                  for st in _as_list(trust.get("Statement")))
+    if not trusted:
+        return Check(name, False, f"{role_name} does not let {BEDROCK_SERVICE} assume it: batch jobs would fail",
+                     "npx cdk deploy (the stack's trust policy: infra/batch.py)")
+    return Check(name, True, f"{role_name}: Bedrock may assume it for this account's batch jobs")
+
+
+def _as_list(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else [] if value is None else [value]
+
+
 _GEOGRAPHY = {"us": "us", "ca": "us", "eu": "eu", "ap": "apac"}  # region prefix -> the geographic profile's prefix
 
 
@@ -293,6 +330,7 @@ class Target:
     reserved: int = 0
     deployed: bool = False  # a deployed stack on AWS: its reservation is already out of the unreserved pool
     layer_parameter: str = ""  # the SSM parameter the stack's layer ARN comes from ("": the default release's)
+    batch_role_arn: str = ""  # the role Bedrock assumes for batch jobs (output BatchRoleArn; "": a stack without it)
 
 
 def stack_target(session: Any, stack: str) -> Target:
@@ -310,7 +348,8 @@ def stack_target(session: Any, stack: str) -> Target:
     if "ModelId" in outputs:
         tpm = float(outputs["ModelTpm"]) if outputs.get("ModelTpm") else None
         return Target(f"stack {stack} ({session.region_name})", outputs.get("ModelProvider", "bedrock"),
-                      outputs["ModelId"], tpm, reserved=reserved, deployed=True, layer_parameter=layer)
+                      outputs["ModelId"], tpm, reserved=reserved, deployed=True, layer_parameter=layer,
+                      batch_role_arn=outputs.get("BatchRoleArn", ""))
     # a stack deployed before the ModelId output existed: its profile's model
     profile = get_profile(outputs.get("ProfileName", "prod"))
     return Target(f"stack {stack} ({session.region_name}; no ModelId output, using profile {profile.name}'s model)",
@@ -318,8 +357,6 @@ def stack_target(session: Any, stack: str) -> Target:
 
 
 def local_target(local_json: Path) -> Target:
-    import json
-
     if not local_json.exists():
         raise PreflightError(f"{local_json} not found: start the local stack with `review up`, or pass --stack NAME")
     try:
@@ -364,6 +401,8 @@ def preflight(stack: str | None, region: str | None, model_id: str | None = None
                               session.region_name),
                   check_concurrency(session.client("lambda"), session.region_name, target.reserved, target.deployed),
                   check_batch(session.client("service-quotas"), report)]
+        if target.batch_role_arn:  # a deployed stack's (the local one's is not created: moto does not run IAM)
+            checks.append(check_batch_role(session.client("iam"), target.batch_role_arn))
     except NoCredentialsError as exc:
         raise PreflightError(_NO_CREDENTIALS) from exc
     except NoRegionError as exc:

@@ -14,6 +14,7 @@ from contract_review.domain.ports import Deps
 from contract_review.doubles.spec import FaultSpec
 
 from .api_server import ApiServer
+from .batch_service import MIN_RECORDS, BatchFaults, BatchServiceFake
 from .connect import local_deps
 from .embedded import LOCAL_JSON, STATE_DIR, EmbeddedAws, synth
 from .runtime import LocalRuntime, function_specs
@@ -22,6 +23,8 @@ from .ui_server import UiServer
 
 TICKET_SECRET_NAME = "ticket-credentials"
 SAGA_FUNCTIONS = ("aggregator", "sweeper")  # where the side effects run: they get the ticket system's URL
+BATCH_FUNCTIONS = ("sweeper",)  # where batch jobs are submitted and collected (BATCH_ROLE_ARN): the stand-in's URL
+BATCH_STEP_S = 0.5  # the local batch stand-in: one job status every half second (Bedrock: minutes to hours)
 
 
 @dataclass
@@ -43,6 +46,12 @@ class LocalStack:
     ui: UiServer | None = None  # the status page on loopback, an operator's view (review_local/ui_server.py)
     ticket_secret_arn: str = ""  # the local secret holding the fake's credentials (create_ticket_secret)
     ticket_token: str = ""  # the bearer token in it, which the fake requires
+    # Bedrock batch inference's local stand-in (review_local/batch_service.py; moto has no model invocation jobs) on
+    # loopback, reading and writing the embedded S3, its URL handed to the functions as BEDROCK_BATCH_ENDPOINT_URL;
+    # None: no stand-in (then the functions' batch calls go to moto, which does not serve them)
+    batch_faults: BatchFaults | None = field(default_factory=BatchFaults)
+    batch_step_s: float = BATCH_STEP_S
+    batch_service: BatchServiceFake | None = None
 
     def start(self, workers: bool = True, api: bool = True) -> LocalStack:
         self.template = self.template or synth(self.profile, {"worker": self.worker})
@@ -55,6 +64,8 @@ class LocalStack:
             for name in SAGA_FUNCTIONS:
                 self.extra_env.setdefault(name, {}).update(TICKET_URL=self.tickets.url,
                                                            TICKET_SECRET_ARN=self.ticket_secret_arn)
+        if self.batch_faults is not None and self.batch_service is None:
+            self.start_batch_service()
         if workers:
             self.start_workers()
         if api:
@@ -81,6 +92,16 @@ class LocalStack:
                                                            SecretString=json.dumps({"bearer_token": token}))
         self.tickets.require_bearer(token)
         return token
+
+    def start_batch_service(self) -> BatchServiceFake:
+        """The batch stand-in, as strict as the profile says Bedrock is here: at least `batch_min_records` records per
+        job (the local profile's 10; Bedrock's default quota, 100, where a profile leaves it to Service Quotas)."""
+        min_records = get_profile(self.profile).batch.batch_min_records or MIN_RECORDS
+        self.batch_service = BatchServiceFake(self.aws.client("s3"), step_s=self.batch_step_s, min_records=min_records,
+                                              faults=self.batch_faults).__enter__()
+        for name in BATCH_FUNCTIONS:
+            self.extra_env.setdefault(name, {})["BEDROCK_BATCH_ENDPOINT_URL"] = self.batch_service.url
+        return self.batch_service
 
     def start_api(self, port: int = 0) -> None:
         self.api = ApiServer(self.deps(), port=port).start()
@@ -115,6 +136,9 @@ class LocalStack:
         if self.tickets is not None:
             self.tickets.stop()
             self.tickets = None
+        if self.batch_service is not None:
+            self.batch_service.close()
+            self.batch_service = None
         self.aws.stop()
 
     def __enter__(self) -> LocalStack:
@@ -129,7 +153,17 @@ class LocalStack:
         the CLI (`review compensations --redrive`) reaches the same ticket system as the functions."""
         tickets = ({OPTION_OUTPUTS["ticket_url"]: self.tickets.url, OPTION_OUTPUTS["ticket_secret_arn"]:
                     self.ticket_secret_arn} if self.tickets is not None else {})
-        return {**self.aws.outputs, **tickets}
+        return {**self.aws.outputs, **tickets, **self.batch_outputs()}
+
+    def batch_outputs(self) -> dict[str, str]:
+        """With the batch stand-in running: the service role's ARN (the template's output, which moto does not deploy:
+        the role is not created, its ARN named as the sweeper's BATCH_ROLE_ARN names it) and the stand-in's URL, so
+        the CLI and the tests submit batch jobs as the sweeper does (Settings.from_outputs)."""
+        output = self.aws.template.get("Outputs", {}).get(OPTION_OUTPUTS["batch_role_arn"])
+        if self.batch_service is None or output is None:
+            return {}
+        return {OPTION_OUTPUTS["batch_role_arn"]: str(self.aws.resolve(output["Value"])),
+                OPTION_OUTPUTS["batch_endpoint_url"]: self.batch_service.url}
 
     def deps(self) -> Deps:
         """The repositories and queues of this stack, as the CLI and the tests use them."""
@@ -141,6 +175,8 @@ class LocalStack:
             extra.update(api=self.api.url, api_token=self.api.token, api_tokens=self.api.tokens_by_name)
         if self.ui is not None:  # the status page (`review ui` serves it again, or as one of api_tokens' principals)
             extra["ui"] = self.ui.url
+        if self.batch_service is not None:  # Bedrock batch inference's stand-in (boto3 "bedrock", endpoint_url=...)
+            extra["batch_service"] = self.batch_service.url
         self.aws.write_local_json(path, extra={**extra, "outputs": self.outputs})
 
     def describe(self) -> str:

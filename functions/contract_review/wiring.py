@@ -13,6 +13,7 @@ from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError
 
 from contract_review.adapters.artifacts import S3Artifacts
+from contract_review.adapters.batch_inference import BedrockBatchInference
 from contract_review.adapters.claims import DynamoClaims
 from contract_review.adapters.jobs import DynamoJobs
 from contract_review.adapters.model_control import SsmModelControl
@@ -25,6 +26,7 @@ from contract_review.config.settings import Settings
 from contract_review.domain.cost import RequestMeter
 from contract_review.domain.effects import SideEffects
 from contract_review.domain.errors import classify
+from contract_review.domain.keys import BATCH_PREFIX
 from contract_review.domain.model import ModelClient
 from contract_review.domain.ports import Deps, Queue
 from contract_review.model.bedrock import ModelIdCheck, bedrock_client_config, bedrock_model
@@ -61,7 +63,8 @@ def build_deps(settings: Settings, session: Any, endpoint_url: str | None = None
     ddb = meter.hook(session.client("dynamodb", **kw))
     clock = time.time
     p = settings.profile
-    artifacts = S3Artifacts(meter.hook(session.client("s3", **kw)), settings.bucket)
+    s3 = meter.hook(session.client("s3", **kw))
+    artifacts = S3Artifacts(s3, settings.bucket)
     return Deps(
         settings=settings,
         jobs=DynamoJobs(ddb, settings.jobs_table, settings.events_table, p.record_ttl_s, clock,
@@ -79,7 +82,28 @@ def build_deps(settings: Settings, session: Any, endpoint_url: str | None = None
                                        p.quota.model_control_max_age_s) if settings.model_control_parameter else None),
         token_ledger=(DynamoTokenLedger(ddb, settings.token_ledger_table, p.quota.daily_ledger_bucket_s)
                       if settings.token_ledger_table else None),
+        batch=build_batch(settings, session, s3, meter, endpoint_url),
     )
+
+
+def build_batch(settings: Settings, session: Any, s3: Any, meter: RequestMeter | None = None,
+                endpoint_url: str | None = None) -> BedrockBatchInference | None:
+    """Bedrock batch inference (adapters/batch_inference.py) for the process that submits and collects batch jobs:
+    only where the batch service role is configured (BATCH_ROLE_ARN: the sweeper; the CLI from the stack's outputs),
+    else None. Its `bedrock` client (the control plane) goes to BEDROCK_BATCH_ENDPOINT_URL when set (locally: the
+    stand-in, review_local/batch_service.py), else where the other clients go; the records and answers live under
+    BATCH_PREFIX of the artifacts bucket, through `s3` (the artifacts' client)."""
+    if not settings.batch_role_arn:
+        return None
+    kw: dict[str, Any] = {"config": aws_client_config()}
+    if settings.batch_endpoint_url or endpoint_url:
+        kw["endpoint_url"] = settings.batch_endpoint_url or endpoint_url
+    bedrock = session.client("bedrock", **kw)
+    if meter is not None:
+        meter.hook(bedrock)
+    return BedrockBatchInference(bedrock, s3, bucket=settings.bucket, prefix=BATCH_PREFIX,
+                                 role_arn=settings.batch_role_arn, model_id=settings.effective_model_id,
+                                 timeout_hours=settings.profile.batch.batch_timeout_hours)
 
 
 def build_side_effects(settings: Settings, session: Any, endpoint_url: str | None = None,

@@ -42,6 +42,9 @@ class Recorder:
     role: str | None = None
     calls: list[Call] = field(default_factory=list)
     _lock: threading.Lock = field(default_factory=threading.Lock)
+    # our code reads a missing key as 404 (which takes s3:ListBucket); Bedrock, recorded as the batch service role
+    # (the stand-in's S3 calls), reads only the files it has just listed
+    missing_key_404: bool = True
 
     def attach(self, session: Any) -> None:
         """Before any client of `session` is created (clients copy the session's event handlers)."""
@@ -56,7 +59,8 @@ class Recorder:
             self.role = previous
 
     def add(self, role: str, service: str, operation: str, params: Mapping[str, Any]) -> None:
-        call = Call(role, service, operation, tuple(requirements(service, operation, params)))
+        call = Call(role, service, operation,
+                    tuple(requirements(service, operation, params, missing_key_404=self.missing_key_404)))
         with self._lock:
             self.calls.append(call)
 
@@ -114,12 +118,14 @@ _S3_OBJECT = {"GetObject": "s3:GetObject", "HeadObject": "s3:GetObject", "PutObj
 _S3_BUCKET = {"ListObjectsV2": "s3:ListBucket", "ListObjects": "s3:ListBucket", "HeadBucket": "s3:ListBucket"}
 
 
-def _s3(op: str, p: Mapping[str, Any]) -> list[Need]:
+def _s3(op: str, p: Mapping[str, Any], missing_key_404: bool = True) -> list[Need]:
     bucket = f"arn:aws:s3:::{p['Bucket']}"
-    if op in _S3_BUCKET:
-        return [Need(_S3_BUCKET[op], bucket)]
+    if op in _S3_BUCKET:  # a listing's prefix is the s3:prefix condition key
+        return [Need(_S3_BUCKET[op], bucket, (("s3:prefix", str(p["Prefix"])),) if p.get("Prefix") else ())]
+    if op == "DeleteObjects":  # authorized per key
+        return [Need("s3:DeleteObject", f"{bucket}/{o['Key']}") for o in p["Delete"]["Objects"]]
     needs = [Need(_S3_OBJECT[op], f"{bucket}/{p['Key']}")]
-    if _S3_OBJECT[op] == "s3:GetObject":  # a missing key answers 404 only with ListBucket (else 403)
+    if _S3_OBJECT[op] == "s3:GetObject" and missing_key_404:  # a missing key answers 404 only with ListBucket
         needs.append(Need("s3:ListBucket", bucket))
     return needs
 
@@ -144,7 +150,31 @@ def _bedrock_runtime(op: str, p: Mapping[str, Any]) -> list[Need]:
     return needs
 
 
+BEDROCK_SERVICE = "bedrock.amazonaws.com"
+
+
+def _job(identifier: str) -> str:
+    """A model invocation job's ARN (GetModelInvocationJob takes the ARN or the id)."""
+    if identifier.startswith("arn:"):
+        return identifier
+    return f"arn:aws:bedrock:{REGION}:{ACCOUNT}:model-invocation-job/{identifier}"
+
+
 def _bedrock(op: str, p: Mapping[str, Any]) -> list[Need]:
+    if op == "CreateModelInvocationJob":
+        # the new job (its id is Bedrock's: any id), the model or profile it names, and passing its service role to
+        # Bedrock (iam:PassedToService)
+        model_id = str(p["modelId"])
+        model = [n.resource for n in _model(model_id) if not n.context] + \
+            [f"arn:aws:bedrock:{REGION}::foundation-model/{model_id.partition('.')[2]}"
+             for n in _model(model_id) if n.context]
+        return [Need("bedrock:CreateModelInvocationJob", _job("new0job0id00")),
+                *(Need("bedrock:CreateModelInvocationJob", m) for m in model),
+                Need("iam:PassRole", str(p["roleArn"]), (("iam:PassedToService", BEDROCK_SERVICE),))]
+    if op in ("GetModelInvocationJob", "StopModelInvocationJob"):
+        return [Need(f"bedrock:{op}", _job(str(p["jobIdentifier"])))]
+    if op == "ListModelInvocationJobs":  # no resource type
+        return [Need("bedrock:ListModelInvocationJobs", "*")]
     if op == "GetFoundationModel":
         return [Need("bedrock:GetFoundationModel",
                      f"arn:aws:bedrock:{REGION}::foundation-model/{p['modelIdentifier']}")]
@@ -207,8 +237,11 @@ _SERVICES: dict[str, Callable[[str, Mapping[str, Any]], list[Need]]] = {
 }
 
 
-def requirements(service: str, operation: str, params: Mapping[str, Any]) -> list[Need]:
+def requirements(service: str, operation: str, params: Mapping[str, Any], *,
+                 missing_key_404: bool = True) -> list[Need]:
     try:
+        if service == "s3":
+            return _s3(operation, params, missing_key_404)
         return _SERVICES[service](operation, params)
     except KeyError as exc:
         raise AssertionError(f"the code calls {service}:{operation}, which tests/infra/aws_calls.py cannot map to "
@@ -227,11 +260,18 @@ def _matches(pattern: str, value: str, *, case: bool = True) -> bool:
 
 
 def _conditions_hold(condition: Mapping[str, Any] | None, context: Mapping[str, str]) -> bool:
+    """StringEquals, and StringLike / ArnLike (`*`, `?` wildcards); a key the request does not carry fails the test
+    (as IAM does without IfExists). Any other operator is not evaluated here: treated as not granting."""
     for operator, tests in (condition or {}).items():
-        if operator != "StringEquals":
-            return False  # not evaluated here: treated as not granting
+        if operator not in ("StringEquals", "StringLike", "ArnLike"):
+            return False
         for key, expected in tests.items():
-            if context.get(key) not in _as_list(expected):
+            value = context.get(key)
+            if value is None:
+                return False
+            if operator == "StringEquals" and value not in _as_list(expected):
+                return False
+            if operator != "StringEquals" and not any(_matches(str(e), value) for e in _as_list(expected)):
                 return False
     return True
 

@@ -31,8 +31,10 @@ os.environ.setdefault("JSII_SILENCE_WARNING_DEPRECATED_NODE_VERSION", "1")
 from contract_review.config.profile import Profile, get_profile  # noqa: E402
 
 LOCAL, PROD, FARGATE = "ContractReviewLocal", "ContractReviewProd", "ContractReviewFargate"
-# Function variables set only when their option is given (or differs from its default)
-ONLY_WHEN_GIVEN = {ENV["fault_spec"], ENV["ticket_url"], ENV["model_tpm"], ENV["queue_uploads_prefix"]}
+# Function variables set only when their option is given (or differs from its default); the batch service role only on
+# the sweeper, the batch stand-in's URL only locally (test_batch_iam.py)
+ONLY_WHEN_GIVEN = {ENV["fault_spec"], ENV["ticket_url"], ENV["model_tpm"], ENV["queue_uploads_prefix"],
+                   ENV["batch_role_arn"], ENV["batch_endpoint_url"]}
 ALARM_EMAIL = "oncall@example.com"  # `-c alarm_email=...` of the prod stack (the others have none)
 # Every stack calls an external ticket system with credentials from a secret (`-c ticket_url`, `-c ticket_secret_arn`),
 # given by its name: the roles may read `<name>-??????` in the stack's own account and region, the one secret of that
@@ -127,8 +129,18 @@ def function_by_handler(template: dict[str, Any], handler_suffix: str) -> tuple[
     return found[0]
 
 
+def batch_service_role_id(template: dict[str, Any]) -> str:
+    """The role Bedrock assumes to run batch inference jobs (infra/batch.py): the one bedrock.amazonaws.com may assume."""
+    (found,) = [lid for lid, r in resources(template, "AWS::IAM::Role").items()
+                if "bedrock.amazonaws.com" in json.dumps(r["Properties"]["AssumeRolePolicyDocument"])]
+    return found
+
+
 def role_id(template: dict[str, Any], role: str) -> str:
-    """The logical id of a role: `fargate` (the task role) or a function's short name (`worker`...)."""
+    """The logical id of a role: `fargate` (the task role), `batch` (the batch service role Bedrock assumes) or a
+    function's short name (`worker`...)."""
+    if role == "batch":
+        return batch_service_role_id(template)
     if role == "fargate":
         (task_def,) = resources(template, "AWS::ECS::TaskDefinition").values()
         return getatt_id(task_def["Properties"]["TaskRoleArn"])

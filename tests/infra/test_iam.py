@@ -36,6 +36,8 @@ XRAY = {"xray:PutTraceSegments", "xray:PutTelemetryRecords"}  # active tracing; 
 XRAY_SAMPLING = {"xray:GetSamplingRules", "xray:GetSamplingTargets"}
 # the worker's cold-start read of its model's quota (pacing); Service Quotas' list actions take no resource ARN
 QUOTAS = {"servicequotas:ListServiceQuotas", "servicequotas:ListAWSDefaultServiceQuotas"}
+# the sweeper's Bedrock batch inference jobs (infra/batch.py): on model-invocation-job/* (and the model, to create one)
+BATCH_JOBS = {"bedrock:CreateModelInvocationJob", "bedrock:GetModelInvocationJob", "bedrock:StopModelInvocationJob"}
 
 
 def _names(t: dict[str, Any]) -> dict[str, str]:
@@ -133,10 +135,18 @@ def test_each_role_is_granted_exactly_its_access_row(synth: Synth, name: str, ro
         text = json.dumps(st["Resource"])
         if actions <= LOGS:
             assert role != "fargate" and getatt_id(st["Resource"]).startswith(f"{role.title()}FnLogs"), st
-        elif actions <= XRAY | XRAY_SAMPLING | QUOTAS:
+        elif actions <= XRAY | XRAY_SAMPLING | QUOTAS | {"bedrock:ListModelInvocationJobs"}:
             assert st["Resource"] == "*", st
+            assert "bedrock:ListModelInvocationJobs" not in actions or role == "sweeper", st
             assert not actions & XRAY_SAMPLING or role == "fargate", st
             assert not actions & QUOTAS or role in ("worker", "fargate"), st
+        elif actions <= BATCH_JOBS:  # the sweeper submits and collects batch inference jobs (infra/batch.py)
+            assert role == "sweeper", st
+            assert ":model-invocation-job/*" in text or actions == {"bedrock:CreateModelInvocationJob"} and (
+                ":foundation-model/" in text or ":inference-profile/" in text), st
+        elif actions == {"iam:PassRole"}:  # the batch service role, to Bedrock only (test_batch_iam.py)
+            assert role == "sweeper" and st["Condition"] == {
+                "StringEquals": {"iam:PassedToService": "bedrock.amazonaws.com"}}, st
         elif all(a.startswith("bedrock:") for a in actions):
             assert role in ("worker", "fargate") and ":bedrock:" in text, st
         elif actions == {"ecs:UpdateTaskProtection"}:

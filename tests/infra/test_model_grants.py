@@ -105,7 +105,50 @@ def test_no_other_function_may_call_bedrock(synth: Synth) -> None:
     t = synth.templates[PROD]
     for h in ("intake", "aggregator", "sweeper"):
         _, fn = function_by_handler(t, f"{h}.handler")
-        assert not _bedrock(policy_statements_for_role(t, getatt_id(fn["Role"]))), h
+        b = _bedrock(policy_statements_for_role(t, getatt_id(fn["Role"])))
+        if h == "sweeper":  # batch inference jobs only (tests/infra/test_batch_iam.py): it invokes no model itself
+            assert set(b) == BATCH_JOB_ACTIONS, b
+        else:
+            assert not b, h
+
+
+BATCH_JOB_ACTIONS = {"bedrock:CreateModelInvocationJob", "bedrock:GetModelInvocationJob",
+                     "bedrock:StopModelInvocationJob", "bedrock:ListModelInvocationJobs"}
+
+
+def _batch_grants(t: dict[str, Any]) -> tuple[list[str], list[str]]:
+    """(what the batch service role may invoke, what the sweeper may create a batch job of besides the jobs)."""
+    from .conftest import batch_service_role_id
+
+    invoke = [r for st in _bedrock(policy_statements_for_role(t, batch_service_role_id(t))).get(
+        "bedrock:InvokeModel", []) for r in _resources(st)]
+    assert all("Condition" not in st for st in _bedrock(policy_statements_for_role(t, batch_service_role_id(t))).get(
+        "bedrock:InvokeModel", []))  # Bedrock's batch page names no condition key for it
+    _, sweeper = function_by_handler(t, "sweeper.handler")
+    (create,) = _bedrock(policy_statements_for_role(t, getatt_id(sweeper["Role"])))["bedrock:CreateModelInvocationJob"]
+    return invoke, [r for r in _resources(create) if ":model-invocation-job/*" not in r]
+
+
+def test_batch_jobs_run_the_stacks_model_through_its_profile(synth: Synth, by_context: dict[str, Any]) -> None:
+    """The service role invokes nothing for a plain model id (Bedrock's batch page asks for S3 only) and, with an
+    inference profile, the profile and its model where it routes (global: this region and the region-less ARN;
+    geographic: any region); the sweeper may create jobs of that model or profile only."""
+    invoke, create = _batch_grants(synth.templates[PROD])  # global
+    assert len(invoke) == 3 and f":inference-profile/{DEFAULT}" in invoke[0]
+    assert f'"AWS::Region"}}, "::foundation-model/{BASE}"' in invoke[1]
+    assert invoke[2].endswith(f'":bedrock:::foundation-model/{BASE}"]]}}')
+    assert create == [invoke[0], invoke[1]]
+    invoke, create = _batch_grants(by_context["ModelGeo"])
+    assert len(invoke) == 2 and f":inference-profile/{GEO}" in invoke[0]
+    assert invoke[1].endswith(f'":bedrock:*::foundation-model/{BASE}"]]}}')
+    assert len(create) == 2 and create[0] == invoke[0] and f'"::foundation-model/{BASE}"' in create[1]
+    invoke, create = _batch_grants(by_context["ModelPlain"])
+    assert invoke == [] and len(create) == 1 and f'"::foundation-model/{PLAIN}"' in create[0]
+    # the geographic wildcard is acknowledged on the service role too, with its own reason
+    acks = [rule for r in by_context["ModelGeo"]["Resources"].values()
+            for rule in r.get("Metadata", {}).get("cdk_nag", {}).get("rules_to_suppress", [])]
+    assert any(a["id"].endswith(f"bedrock:*::foundation-model/{BASE}]") and "aws:SourceArn" in a["reason"]
+               for a in acks)
 
 
 def test_context_model_id_with_a_plain_model_id(by_context: dict[str, dict[str, Any]]) -> None:

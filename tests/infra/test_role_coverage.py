@@ -8,7 +8,10 @@ deployed into moto, with a botocore hook recording every call per role (tests/in
 - intake, worker, aggregator, sweeper: their Lambda handlers, with Lambda-shaped events;
 - worker error paths (throttling, 5xx, poison, a retired model id) through the same `ChunkWorker`;
 - fargate: the poller (`handlers.poller.run`), which runs the worker and sweeps lapsed claims in-process
-  (jobs are the sweeper Lambda's), with a fake ECS agent for scale-in protection.
+  (jobs are the sweeper Lambda's), with a fake ECS agent for scale-in protection;
+- batch inference: the sweeper's `Deps.batch` (wiring.build_batch, from the sweeper's own environment) against the
+  batch stand-in (review_local/batch_service.py), whose S3 calls are recorded as the batch service role's (what
+  Bedrock does with it: list and read batch/input/, write batch/output/).
 
 Bedrock is answered at the HTTP boundary (botocore `before-call`), so the worker runs its real
 Bedrock client. Then, on the synthesized local, prod and Fargate templates: every recorded call is
@@ -35,7 +38,12 @@ from contract_review import handlers
 from contract_review.adapters.task_protection import ScaleInGuard, TaskProtection
 from contract_review.config.settings import Settings
 from contract_review.domain import cost, lifecycle
-from contract_review.domain.keys import findings_key, report_keys, submission_key
+from contract_review.domain.batch import BatchRecord
+from contract_review.domain.keys import (
+    findings_key,
+    report_keys,
+    submission_key,
+)
 from contract_review.domain.messages import AnalysisMessage
 from contract_review.domain.model import ModelRequest, ModelResponse
 from contract_review.domain.ports import Deps
@@ -53,7 +61,8 @@ from contract_review.domain.records import (
 )
 from contract_review.handlers import poller
 from contract_review.model.daily_quota import DailyQuota
-from contract_review.pipeline import admission
+from contract_review.operate import api
+from contract_review.pipeline import admission, batch
 from contract_review.pipeline.intake import handle_intake
 from contract_review.pipeline.worker import ChunkWorker, Delivery, Tier2
 from contract_review.reliability.chunks import announce
@@ -64,6 +73,7 @@ from contract_review.sideeffects import saga
 from contract_review.sideeffects.saga import TICKET, SagaStatus
 from contract_review.wiring import build_deps
 from infra.permissions import ACCESS
+from review_local.batch_service import BatchServiceFake
 from review_local.connect import local_deps
 from review_local.embedded import FAKE_CREDENTIALS, EmbeddedAws
 from review_local.runtime import function_specs
@@ -91,7 +101,8 @@ FUNCTION_ROLES = ("intake", "worker", "aggregator", "sweeper", "api")
 # What each role's code runs: the Fargate poller runs the worker, and sweeps lapsed claims in-process (recorded
 # as "fargate"; not the sweeper Lambda's job reconciliation).
 CODE_OF = {"intake": ("intake",), "worker": ("worker",), "aggregator": ("aggregator",), "sweeper": ("sweeper",),
-           "api": ("api",), "fargate": ("fargate", "worker")}
+           "api": ("api",), "fargate": ("fargate", "worker"), "batch": ("batch",)}
+BATCH_MIN_RECORDS = 3  # the stand-in's minimum per job here (Bedrock's default quota is 100)
 
 
 @dataclass
@@ -523,6 +534,66 @@ def _fargate(rec: Recorder, setup: Deps, aws: EmbeddedAws, agent: FakeEcsAgent, 
     assert not thread.is_alive()
 
 
+def _batch(rec: Recorder, aws: EmbeddedAws, env: dict[str, str], sweeper_env: dict[str, str], service_url: str,
+           bedrock: BedrockDouble) -> None:
+    """Batch inference as the sweeper runs it: its own environment (BATCH_ROLE_ARN from the template), the stand-in's
+    URL for its bedrock client. A job submitted, walked to its end and its results read (the adapter); a second job
+    stopped, the jobs listed. Meanwhile the stand-in reads and writes S3 as Bedrock would, with the service role."""
+    settings = Settings.from_env({**env, "BATCH_ROLE_ARN": sweeper_env["BATCH_ROLE_ARN"],
+                                  "BEDROCK_BATCH_ENDPOINT_URL": service_url})
+    deps = build_deps(settings, handlers.session())
+    assert deps.batch is not None and deps.batch.model_id == settings.effective_model_id
+    records = [BatchRecord(f"rc-{i}", {"messages": [{"role": "user", "content": [{"text": "a clause"}]}]})
+               for i in range(BATCH_MIN_RECORDS)]
+    with rec.acting_as("sweeper"):
+        job = deps.batch.submit(records, "role-coverage-1")
+        _wait(lambda: deps.batch is not None and deps.batch.status(job).terminal, 20)
+        outcomes = deps.batch.results(job)
+        assert set(outcomes) == {r.record_id for r in records}
+        stopped = deps.batch.submit(records, "role-coverage-2")
+        deps.batch.bedrock.stop_model_invocation_job(jobIdentifier=stopped)
+        deps.batch.bedrock.list_model_invocation_jobs(nameContains="role-coverage")
+    _batch_pipeline_calls(rec, aws, deps)
+    # Bedrock invokes a job's model with the service role (not run here: the stand-in answers with the offline model)
+    rec.add("batch", "bedrock-runtime", "InvokeModel", {"modelId": deps.batch.model_id})
+
+
+def _batch_pipeline_calls(rec: Recorder, aws: EmbeddedAws, deps: Deps) -> None:
+    """The batch lane as it runs (pipeline/batch.py): a batch-mode job's chunk parked by the worker (its requests to
+    batch/pending/), the collector in the sweeper packing and submitting them (a manifest in batch/jobs/), the Job
+    API showing the batch job, the collector returning the answers (batch/answers/) and the chunk's message, the
+    worker replaying them."""
+    p, url = deps.settings.profile, deps.settings.analysis_queue_url
+    result = handle_intake(deps, json.dumps({"schema_version": 1, "idempotency_key": "b-lane", "inference": "batch",
+                                             "document": {"text": TEXT}}), "m-b-lane")
+    assert result.job_id is not None
+    collector = dataclasses.replace(deps, settings=deps.settings.model_copy(update={
+        "profile": p.with_overrides(batch_min_records=BATCH_MIN_RECORDS)}))
+    for round_ in (1, 2):
+        m = _message_of(aws, url, result.job_id)
+        with rec.acting_as("worker"):
+            outcome = ChunkWorker(handlers.deps(), OkModel(), sleep=lambda _s: None).handle(
+                AnalysisMessage.model_validate_json(m["Body"]), _delivery(m, p.queues.analysis_visibility_s))
+        if outcome.action != "awaiting_batch":
+            assert round_ == 2 and outcome.action == "done", outcome
+            break
+        with rec.acting_as("sweeper"):
+            assert batch.collect(collector, collector.clock()).submitted
+        job = deps.jobs.get(result.job_id)
+        assert job is not None
+        with rec.acting_as("api"):
+            assert api.job_status(deps, job)["batches"]
+        with rec.acting_as("sweeper"):
+            _wait(lambda: _batch_jobs_ended(collector, result.job_id), 20)
+            assert batch.collect(collector, collector.clock()).collected
+
+
+def _batch_jobs_ended(deps: Deps, job_id: str) -> bool:
+    assert deps.batch is not None
+    shown = batch.batches_of(deps, deps.claims.for_job(job_id), 0)
+    return all(b.batch_job_arn is not None and deps.batch.status(b.batch_job_arn).terminal for b in shown)
+
+
 def _wait(predicate: Callable[[], bool], timeout_s: float) -> None:
     deadline = time.monotonic() + timeout_s
     while not predicate():
@@ -535,6 +606,7 @@ def recorded(synth: Synth) -> Iterator[Recorded]:
     aws = EmbeddedAws().start()
     rec = Recorder()
     tickets: TicketServiceFake | None = None
+    batch_service: BatchServiceFake | None = None
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
@@ -548,6 +620,12 @@ def recorded(synth: Synth) -> Iterator[Recorded]:
         env["TICKET_SECRET_ARN"] = aws.client("secretsmanager").create_secret(
             Name=TICKET_SECRET_NAME, SecretString=json.dumps({"bearer_token": "t0ken"}))["ARN"]
         tickets.require_bearer("t0ken")
+        # the batch stand-in: its S3 calls are Bedrock's, made with the batch service role
+        as_bedrock = Recorder(role="batch", missing_key_404=False)
+        service_session = aws.session()
+        as_bedrock.attach(service_session)
+        batch_service = BatchServiceFake(service_session.client("s3", endpoint_url=aws.endpoint), step_s=0.05,
+                                         min_records=BATCH_MIN_RECORDS).__enter__()
         with pytest.MonkeyPatch.context() as mp, FakeEcsAgent() as agent:
             for k, v in env.items():
                 mp.setenv(k, v)
@@ -570,6 +648,7 @@ def recorded(synth: Synth) -> Iterator[Recorded]:
                 for role in ("aggregator", "sweeper"):
                     _side_effects(rec, setup, aws, tickets, role)
                 _fargate(rec, setup, aws, agent, env)
+                _batch(rec, aws, env, specs["sweeper"].env, batch_service.url, bedrock)
             finally:
                 from contract_review.handlers import worker as worker_handler
 
@@ -582,10 +661,15 @@ def recorded(synth: Synth) -> Iterator[Recorded]:
             for operation in XRAY_DAEMON_CALLS:
                 rec.add("fargate", "xray-daemon", operation, {})
             puts = len(agent.requests)
+        batch_service.close()
+        batch_service = None
+        rec.calls.extend(as_bedrock.calls)
         yield Recorded(rec, aws, puts)
     finally:
         if tickets is not None:
             tickets.stop()
+        if batch_service is not None:
+            batch_service.close()
         aws.stop()
 
 
@@ -606,7 +690,8 @@ def _needs(calls: list[Call], cluster: str) -> dict[Need, Call]:
     return {Need(n.action, n.resource.replace(CLUSTER, cluster), n.context): c for c in calls for n in c.needs}
 
 
-CASES = [(LOCAL, r) for r in FUNCTION_ROLES] + [(PROD, r) for r in FUNCTION_ROLES] + [(FARGATE, "fargate")]
+CASES = [(LOCAL, r) for r in FUNCTION_ROLES] + [(PROD, r) for r in FUNCTION_ROLES] + [(FARGATE, "fargate")] + \
+    [(name, "batch") for name in (LOCAL, PROD, FARGATE)]  # the role Bedrock assumes for batch jobs
 
 
 @pytest.mark.parametrize("name,role", CASES, ids=[f"{n}-{r}" for n, r in CASES])
@@ -688,10 +773,49 @@ def test_the_scenarios_reach_the_paths_they_are_for(recorded: Recorded) -> None:
                 (role, "events", "PutEvents"), (role, "sqs", "SendMessage")} <= ops
     # the ticket system's credentials, read from its secret: first by the aggregator, then by each role again after
     # its rotated token's 403 (the two roles' scenarios share one process's cached value, as a Fargate task would)
+    # batch inference: the sweeper submitted, read, stopped and listed jobs, passing the service role; the stand-in,
+    # as Bedrock with that role, listed and read the input and wrote the output
+    assert {("sweeper", "bedrock", op) for op in ("CreateModelInvocationJob", "GetModelInvocationJob",
+                                                   "StopModelInvocationJob", "ListModelInvocationJobs")} <= ops
+    assert {("batch", "s3", op) for op in ("ListObjectsV2", "GetObject", "PutObject")} <= ops
     reads = {role: sum(1 for c in recorded.recorder.of(role) if (c.service, c.operation) == ("secretsmanager",
                                                                                             "GetSecretValue"))
              for role in ("aggregator", "sweeper")}
     assert reads["aggregator"] >= 2 and reads["sweeper"] >= 1, reads
+
+
+@pytest.mark.parametrize("name", [LOCAL, PROD])
+def test_every_batch_grant_is_used_by_the_code(recorded: Recorded, synth: Synth, name: str) -> None:
+    """The grants of infra/batch.py are outside `ACCESS`: each of the sweeper's Bedrock batch and PassRole actions,
+    and each action of the service role, was needed by some recorded call."""
+    t = synth.templates[name]
+    for role in ("sweeper", "batch"):
+        needed = {n.action for c in recorded.recorder.of(role) for n in c.needs}
+        granted = {a for st in policy_statements_for_role(t, role_id(t, role))
+                   for a in ([st["Action"]] if isinstance(st["Action"], str) else st["Action"])
+                   if a.startswith(("bedrock:", "iam:")) or role == "batch"}
+        assert granted and granted <= needed, f"{role}: granted, never needed: {sorted(granted - needed)}"
+
+
+def test_the_service_role_may_not_read_or_write_outside_its_prefixes(recorded: Recorded, synth: Synth) -> None:
+    """The evaluation the coverage test relies on refuses what the role must not do (so its passing means
+    something): reading the documents or the output, writing the input, listing anything but batch/input/."""
+    t = synth.templates[PROD]
+    statements = _statements(recorded, t, "batch")
+    bucket = f"arn:aws:s3:::{recorded.aws.outputs['ArtifactBucketName']}"
+    assert allowed(statements, Need("s3:GetObject", f"{bucket}/batch/input/t/records.jsonl"))
+    assert allowed(statements, Need("s3:ListBucket", bucket, (("s3:prefix", "batch/input/t/"),)))
+    for refused in (Need("s3:GetObject", f"{bucket}/documents/j.txt"), Need("s3:GetObject", f"{bucket}/batch/output/x"),
+                    Need("s3:PutObject", f"{bucket}/batch/input/t/records.jsonl"),
+                    Need("s3:ListBucket", bucket, (("s3:prefix", "documents/"),)), Need("s3:ListBucket", bucket),
+                    Need("s3:DeleteObject", f"{bucket}/batch/output/x")):
+        assert not allowed(statements, refused), refused
+    sweeper = _statements(recorded, t, "sweeper")
+    role_arn = recorded.aws.resolve({"Fn::GetAtt": [role_id(t, "batch"), "Arn"]})
+    assert allowed(sweeper, Need("iam:PassRole", role_arn, (("iam:PassedToService", "bedrock.amazonaws.com"),)))
+    assert not allowed(sweeper, Need("iam:PassRole", role_arn, (("iam:PassedToService", "lambda.amazonaws.com"),)))
+    assert not allowed(sweeper, Need("iam:PassRole", f"arn:aws:iam::{ACCOUNT}:role/other",
+                                     (("iam:PassedToService", "bedrock.amazonaws.com"),)))
 
 
 @pytest.mark.parametrize("name", [LOCAL, PROD, FARGATE])

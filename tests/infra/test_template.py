@@ -38,6 +38,7 @@ OTHER_OUTPUTS = {
     "AggregatorFunctionName", "SweeperFunctionName", "ProfileName", "WorkerKind", "ModelProvider", "ModelId",
     "AlarmTopicArn", "DashboardName", "ApiFunctionName", "ApiUrl", "QueueUploadsPrefix", "ReservedConcurrency",
     "TicketUrl", "TicketSecretArn",  # every test stack names a ticket system and its secret (conftest)
+    "BatchRoleArn",  # the role Bedrock assumes for batch inference (infra/batch.py)
 }
 FOURTEEN_DAYS_S = 1_209_600
 
@@ -320,7 +321,8 @@ def test_every_artifact_expires_with_its_job_record(synth: Synth, name: str) -> 
     art_id = next(k for k in resources(t, "AWS::S3::Bucket") if k.startswith("StorageArtifacts"))
     rules = {r["Id"]: r for r in props(t, art_id)["LifecycleConfiguration"]["Rules"]}
     # GIVEN every prefix the code writes (records.*_key) ...
-    for prefix in ("uploads/", "documents/", "findings/", "reports/", "checkpoints/", "submissions/", "batches/"):
+    for prefix in ("uploads/", "documents/", "findings/", "reports/", "checkpoints/", "submissions/", "batches/",
+                   "batch/"):
         rule = rules[f"expire-{prefix.rstrip('/')}"]
         # ... THEN it expires a day after the job record's TTL (DynamoDB deletes expired records late)
         assert rule["Prefix"] == prefix and rule["Status"] == "Enabled"
@@ -332,7 +334,10 @@ def test_every_artifact_expires_with_its_job_record(synth: Synth, name: str) -> 
 
     written = {records.document_key("j"), records.upload_key("j"), records.findings_key("j", 0, "c", 1),
                records.checkpoint_key("j", "c", "a", 1), *records.report_keys("j"),
-               records.submission_key("j"), records.batch_key("b"), records.plan_key("j")}  # the Job API's, fan-out's
+               records.submission_key("j"), records.batch_key("b"), records.plan_key("j"),  # the Job API's, fan-out's
+               # batch inference: the worker's hand-off, the answers, the collector's jobs, Bedrock's input and output
+               *(f"{p}x" for p in (records.BATCH_PENDING_PREFIX, records.BATCH_ANSWERS_PREFIX,
+                                   records.BATCH_JOBS_PREFIX, records.BATCH_INPUT_PREFIX, records.BATCH_OUTPUT_PREFIX))}
     assert {k.split("/", 1)[0] + "/" for k in written} == {r["Prefix"] for r in rules.values() if "Prefix" in r}
 
 

@@ -71,12 +71,22 @@ OPTION_ENV = {
     "queue_uploads_prefix": "QUEUE_UPLOADS_PREFIX",
     # the Secrets Manager secret holding its credentials (CDK context `ticket_secret_arn`); empty: none sent
     "ticket_secret_arn": "TICKET_SECRET_ARN",
+    # Bedrock batch inference (docs/batch-inference.md): the service role Bedrock assumes to read the records and write
+    # the answers (infra/batch.py), set on the function that submits and collects batch jobs (the sweeper) only;
+    # empty: no batch inference in this process (Deps.batch is None)
+    "batch_role_arn": "BATCH_ROLE_ARN",
+    # where the `bedrock` client sends the batch calls: empty in AWS; locally the stand-in's URL
+    # (review_local/batch_service.py, which `review up` starts)
+    "batch_endpoint_url": "BEDROCK_BATCH_ENDPOINT_URL",
 }
 
 # Options the CLI reads from a stack's outputs (Settings field -> output), beside RESOURCES; absent: the default.
 # The ticket system's: so `review compensations --redrive` (the CLI, with the operator's credentials) reaches it.
+# The batch service role: so the CLI (`review preflight`, local operations) submits as the sweeper does; the stand-in's
+# URL only on a local stack (review_local/stack.py adds it to the outputs it writes into .review/local.json).
 OPTION_OUTPUTS = {"queue_uploads_prefix": "QueueUploadsPrefix", "ticket_url": "TicketUrl",
-                  "ticket_secret_arn": "TicketSecretArn"}
+                  "ticket_secret_arn": "TicketSecretArn", "batch_role_arn": "BatchRoleArn",
+                  "batch_endpoint_url": "BatchEndpointUrl"}
 
 
 def ticket_url_problem(url: str) -> str | None:
@@ -141,6 +151,8 @@ class Settings(BaseModel):
     # callers' own uploads (domain/principals.py), which only their owner's jobs read.
     queue_uploads_prefix: str = "uploads/"
     ticket_secret_arn: str = ""
+    batch_role_arn: str = ""  # BATCH_ROLE_ARN: the batch service role's ARN; empty: no batch inference here
+    batch_endpoint_url: str = ""  # BEDROCK_BATCH_ENDPOINT_URL: empty in AWS; locally the batch stand-in's URL
     # The tokens-per-minute quota the workers pace to (`-c model_tpm=N`); None: the profile's, else the model's
     # quota as Service Quotas names it, read at cold start (wiring.model_tokens_per_minute).
     model_tpm: float | None = None

@@ -9,6 +9,16 @@ FINDINGS_PREFIX = "findings/"  # each settled chunk's findings
 REPORTS_PREFIX = "reports/"  # report.json and report.md
 SUBMISSIONS_PREFIX = "submissions/"  # the Job API: job id -> principal, until intake records the job
 BATCHES_PREFIX = "batches/"  # the Job API: batch manifests
+# Bedrock batch inference (docs/batch-inference.md): everything under batch/ of the artifacts bucket. The worker
+# writes batch/pending/ (a batch-mode chunk's records) and reads batch/answers/; the sweeper (the collector) reads
+# and writes all of batch/ (batch/jobs/: the jobs it submitted); the adapter writes batch/input/ and Bedrock (its
+# service role) reads batch/input/ and writes batch/output/ (infra/batch.py grants exactly these).
+BATCH_PREFIX = "batch"
+BATCH_PENDING_PREFIX = f"{BATCH_PREFIX}/pending/"
+BATCH_ANSWERS_PREFIX = f"{BATCH_PREFIX}/answers/"
+BATCH_JOBS_PREFIX = f"{BATCH_PREFIX}/jobs/"
+BATCH_INPUT_PREFIX = f"{BATCH_PREFIX}/input/"  # adapters/batch_inference.py: <prefix>/input/<token>/records.jsonl
+BATCH_OUTPUT_PREFIX = f"{BATCH_PREFIX}/output/"  # where Bedrock writes: <prefix>/output/<token>/<job id>/
 
 
 def document_key(job_id: str) -> str:
@@ -48,24 +58,21 @@ def batch_key(batch_id: str) -> str:
     return f"{BATCHES_PREFIX}{batch_id}.json"
 
 
-# Bedrock batch inference (pipeline/batch.py; not the Job API's `batches/`): a parked chunk's requests waiting to be
-# packed, each batch job's manifest, the answers a chunk replays; the adapter writes `batch/input/`, Bedrock
-# writes `batch/output/` (adapters/batch_inference.py).
-BATCH_PREFIX = "batch/"
-
-
 def batch_pending_key(job_id: str, chunk_id: str, fence: int) -> str:
-    return f"{BATCH_PREFIX}pending/{job_id}/{chunk_id}/{fence}.jsonl"
+    """A parked chunk's requests waiting to be packed into a batch job (pipeline/batch.py)."""
+    return f"{BATCH_PENDING_PREFIX}{job_id}/{chunk_id}/{fence}.jsonl"
 
 
 def batch_manifest_key(token: str) -> str:
-    return f"{BATCH_PREFIX}jobs/{token}.json"
+    """One batch job of ours: its chunks, Bedrock's job, its last status (not the Job API's `batches/`)."""
+    return f"{BATCH_JOBS_PREFIX}{token}.json"
 
 
 def batch_answers_key(job_id: str, chunk_id: str, token: str) -> str:
-    return f"{BATCH_PREFIX}answers/{job_id}/{chunk_id}/{token}.json"
+    """A chunk's answers from one batch job, replayed by its worker."""
+    return f"{BATCH_ANSWERS_PREFIX}{job_id}/{chunk_id}/{token}.json"
 
 
 # Every prefix the pipeline writes under: the stack grants and lifecycles exactly these (infra/storage.py).
 PREFIXES = (UPLOADS_PREFIX, DOCUMENTS_PREFIX, CHECKPOINTS_PREFIX, FINDINGS_PREFIX, REPORTS_PREFIX,
-            SUBMISSIONS_PREFIX, BATCHES_PREFIX)
+            SUBMISSIONS_PREFIX, BATCHES_PREFIX, f"{BATCH_PREFIX}/")

@@ -1,0 +1,141 @@
+"""Bedrock batch inference in the template (infra/batch.py; docs/infrastructure.md "Batch inference"): the service role
+Bedrock assumes is trusted by Bedrock alone, for this account's batch jobs in this region, and may read batch/input/
+and write batch/output/ of the artifacts bucket and nothing else of it; only the sweeper may pass it, only to
+Bedrock, and only the sweeper may create, read, stop and list batch jobs. tests/infra/test_role_coverage.py proves the
+other half: every call the code (and the batch stand-in, as Bedrock) makes is allowed."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from .conftest import (
+    FARGATE,
+    LOCAL,
+    PROD,
+    Synth,
+    batch_service_role_id,
+    function_by_handler,
+    getatt_id,
+    policy_statements_for_role,
+    resources,
+    role_id,
+)
+
+TEMPLATES = [LOCAL, PROD, FARGATE]
+JOBS = ["arn:", {"Ref": "AWS::Partition"}, ":bedrock:", {"Ref": "AWS::Region"}, ":", {"Ref": "AWS::AccountId"},
+        ":model-invocation-job/*"]
+BATCH_CALLS = {"bedrock:CreateModelInvocationJob", "bedrock:GetModelInvocationJob", "bedrock:StopModelInvocationJob",
+               "bedrock:ListModelInvocationJobs"}
+
+
+def _actions(st: dict[str, Any]) -> set[str]:
+    return {st["Action"]} if isinstance(st["Action"], str) else set(st["Action"])
+
+
+def _bucket(t: dict[str, Any]) -> str:
+    (bucket,) = [lid for lid in resources(t, "AWS::S3::Bucket") if lid.startswith("StorageArtifacts")]
+    return bucket
+
+
+def _objects(t: dict[str, Any], prefix: str) -> dict[str, Any]:
+    return {"Fn::Join": ["", [{"Fn::GetAtt": [_bucket(t), "Arn"]}, f"/{prefix}*"]]}
+
+
+@pytest.mark.parametrize("name", TEMPLATES)
+def test_only_bedrock_may_assume_the_service_role_for_this_accounts_batch_jobs(synth: Synth, name: str) -> None:
+    t = synth.templates[name]
+    role = t["Resources"][batch_service_role_id(t)]["Properties"]
+    (trust,) = role["AssumeRolePolicyDocument"]["Statement"]
+    assert trust == {"Action": "sts:AssumeRole", "Effect": "Allow", "Principal": {"Service": "bedrock.amazonaws.com"},
+                     "Condition": {"StringEquals": {"aws:SourceAccount": {"Ref": "AWS::AccountId"}},
+                                   "ArnLike": {"aws:SourceArn": {"Fn::Join": ["", JOBS]}}}}
+    assert "ManagedPolicyArns" not in role and "Policies" not in role
+
+
+@pytest.mark.parametrize("name", TEMPLATES)
+def test_the_service_role_reads_batch_input_and_writes_batch_output_only(synth: Synth, name: str) -> None:
+    t = synth.templates[name]
+    statements = policy_statements_for_role(t, batch_service_role_id(t))
+    s3 = [st for st in statements if any(a.startswith("s3:") for a in _actions(st))]
+    assert sorted(s3, key=lambda st: json.dumps(st, sort_keys=True)) == sorted([
+        {"Action": "s3:GetObject", "Effect": "Allow", "Resource": _objects(t, "batch/input/")},
+        {"Action": "s3:ListBucket", "Effect": "Allow", "Resource": {"Fn::GetAtt": [_bucket(t), "Arn"]},
+         "Condition": {"StringLike": {"s3:prefix": ["batch/input/*"]}}},
+        {"Action": "s3:PutObject", "Effect": "Allow", "Resource": _objects(t, "batch/output/")},
+    ], key=lambda st: json.dumps(st, sort_keys=True))
+    # the rest: invoking the stack's model through its inference profile (test_model_grants.py), nothing else; no KMS
+    # (the bucket is SSE-S3)
+    others = [st for st in statements if st not in s3]
+    assert all(_actions(st) == {"bedrock:InvokeModel"} for st in others), others
+    assert t["Resources"][_bucket(t)]["Properties"]["BucketEncryption"]["ServerSideEncryptionConfiguration"][0][
+        "ServerSideEncryptionByDefault"] == {"SSEAlgorithm": "AES256"}
+
+
+@pytest.mark.parametrize("name", TEMPLATES)
+def test_only_the_sweeper_may_pass_the_service_role_and_only_to_bedrock(synth: Synth, name: str) -> None:
+    t = synth.templates[name]
+    service_role = batch_service_role_id(t)
+    passers: dict[str, list[dict[str, Any]]] = {}
+    for pid, policy in resources(t, "AWS::IAM::Policy").items():
+        for st in policy["Properties"]["PolicyDocument"]["Statement"]:
+            if any(a.startswith("iam:") for a in _actions(st)):
+                passers.setdefault(pid, []).append(st)
+    sweeper_policy = [pid for pid, p in resources(t, "AWS::IAM::Policy").items()
+                      if any(getatt_id(r) == role_id(t, "sweeper") for r in p["Properties"]["Roles"])]
+    assert list(passers) == sweeper_policy, passers
+    (st,) = passers[sweeper_policy[0]]
+    assert st == {"Action": "iam:PassRole", "Effect": "Allow", "Resource": {"Fn::GetAtt": [service_role, "Arn"]},
+                  "Condition": {"StringEquals": {"iam:PassedToService": "bedrock.amazonaws.com"}}}
+
+
+@pytest.mark.parametrize("name", TEMPLATES)
+def test_only_the_sweeper_submits_and_collects_batch_jobs(synth: Synth, name: str) -> None:
+    t = synth.templates[name]
+    roles = ["intake", "worker", "aggregator", "sweeper", "api", "batch"] + (["fargate"] if name == FARGATE else [])
+    callers = {role: set().union(*(_actions(st) & BATCH_CALLS for st in policy_statements_for_role(t, role_id(t, role))))
+               for role in roles}
+    assert {r: a for r, a in callers.items() if a} == {"sweeper": BATCH_CALLS}
+    statements = policy_statements_for_role(t, role_id(t, "sweeper"))
+    for st in statements:
+        acts = _actions(st) & BATCH_CALLS
+        if acts == {"bedrock:ListModelInvocationJobs"}:
+            assert st["Resource"] == "*"  # it has no resource type
+        elif acts:  # Create, Get, Stop: the jobs of this account and region (Create: and the stack's model)
+            resources_ = st["Resource"] if isinstance(st["Resource"], list) else [st["Resource"]]
+            assert {"Fn::Join": ["", JOBS]} in resources_, st
+            others = [r for r in resources_ if r != {"Fn::Join": ["", JOBS]}]
+            assert not others or acts == {"bedrock:CreateModelInvocationJob"}, st
+            assert all(":foundation-model/" in json.dumps(r) or ":inference-profile/" in json.dumps(r)
+                       for r in others), st
+
+
+@pytest.mark.parametrize("name", TEMPLATES)
+def test_the_sweeper_alone_is_told_the_service_role(synth: Synth, name: str) -> None:
+    t = synth.templates[name]
+    service_role = {"Fn::GetAtt": [batch_service_role_id(t), "Arn"]}
+    for handler in ("intake", "worker", "aggregator", "sweeper", "api"):
+        _, fn = function_by_handler(t, f"{handler}.handler")
+        env = fn["Environment"]["Variables"]
+        assert env.get("BATCH_ROLE_ARN") == (service_role if handler == "sweeper" else None), handler
+        assert "BEDROCK_BATCH_ENDPOINT_URL" not in env  # AWS: the bedrock client's own endpoint
+    for task in resources(t, "AWS::ECS::TaskDefinition").values():
+        for c in task["Properties"]["ContainerDefinitions"]:
+            assert not {"BATCH_ROLE_ARN", "BEDROCK_BATCH_ENDPOINT_URL"} & {e["Name"] for e in c.get("Environment", [])}
+    assert t["Outputs"]["BatchRoleArn"]["Value"] == service_role  # the CLI's view (Settings.from_outputs)
+
+
+@pytest.mark.parametrize("name", TEMPLATES)
+def test_workers_hand_over_pending_records_and_read_answers_and_nothing_else_of_batch(synth: Synth, name: str) -> None:
+    t = synth.templates[name]
+    for role in ["worker"] + (["fargate"] if name == FARGATE else []):
+        granted: dict[str, set[str]] = {}
+        for st in policy_statements_for_role(t, role_id(t, role)):
+            for resource in st["Resource"] if isinstance(st["Resource"], list) else [st["Resource"]]:
+                text = json.dumps(resource)
+                if "/batch/" in text:
+                    granted.setdefault(text, set()).update(_actions(st))
+        assert granted == {json.dumps(_objects(t, "batch/pending/")): {"s3:PutObject"},
+                           json.dumps(_objects(t, "batch/answers/")): {"s3:GetObject"}}, role

@@ -1,0 +1,72 @@
+"""Wiring of Bedrock batch inference (wiring.build_batch; docs/batch-inference.md): Deps.batch exists exactly where
+the batch service role is configured (BATCH_ROLE_ARN: the sweeper), its `bedrock` client goes to the stand-in's URL
+when one is given, and the adapter takes the artifacts bucket, the batch/ prefix, the model and the profile's
+timeout. No network: boto3 clients are built, never called."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import boto3
+import pytest
+
+from contract_review.adapters.batch_inference import BedrockBatchInference
+from contract_review.config.profile import get_profile
+from contract_review.config.settings import Settings
+from contract_review.domain.keys import BATCH_PREFIX
+from contract_review.wiring import build_deps
+
+ROLE = "arn:aws:iam::123456789012:role/ContractReview-BatchServiceRole"
+STAND_IN = "http://127.0.0.1:4599"
+MOTO = "http://127.0.0.1:4566"
+
+
+def _env(**extra: str) -> dict[str, str]:
+    return {"REVIEW_PROFILE": "prod", "JOBS_TABLE": "jobs", "CLAIMS_TABLE": "claims", "CHECKPOINTS_TABLE": "cp",
+            "EVENTS_TABLE": "events", "ARTIFACT_BUCKET": "artifacts-123", "INTAKE_QUEUE_URL": "https://q/intake",
+            "ANALYSIS_QUEUE_URL": "https://q/analysis", "RESULTS_QUEUE_URL": "https://q/results.fifo", **extra}
+
+
+def _session() -> Any:
+    return boto3.Session(aws_access_key_id="testing", aws_secret_access_key="testing", region_name="us-east-1")
+
+
+def test_without_the_batch_service_role_there_is_no_batch_inference():
+    deps = build_deps(Settings.from_env(_env()), _session())
+    assert deps.batch is None
+
+
+def test_the_sweepers_batch_inference_is_built_from_settings_and_profile():
+    settings = Settings.from_env(_env(BATCH_ROLE_ARN=ROLE, MODEL_PROVIDER="bedrock", MODEL_ID="eu.anthropic.x-v1:0"))
+    deps = build_deps(settings, _session())
+    batch = deps.batch
+    assert isinstance(batch, BedrockBatchInference)
+    assert (batch.bucket, batch.prefix, batch.role_arn) == ("artifacts-123", BATCH_PREFIX, ROLE)
+    assert batch.model_id == settings.effective_model_id == "eu.anthropic.x-v1:0"
+    assert batch.timeout_hours == get_profile("prod").batch.batch_timeout_hours
+    assert batch.bedrock.meta.service_model.service_name == "bedrock"  # the control plane, not bedrock-runtime
+    assert batch.bedrock.meta.endpoint_url == "https://bedrock.us-east-1.amazonaws.com"  # AWS: no endpoint set
+    # records and answers go through the artifacts' own S3 client (counted by the request meter)
+    assert batch.s3 is deps.artifacts.client  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("moto", [None, MOTO])
+def test_the_bedrock_client_goes_to_the_stand_in_when_its_url_is_set(moto: str | None):
+    """Locally every other client goes to moto (the endpoint given, or AWS_ENDPOINT_URL in a sandbox); the batch
+    calls go to BEDROCK_BATCH_ENDPOINT_URL, which moto does not serve."""
+    settings = Settings.from_env(_env(BATCH_ROLE_ARN=ROLE, BEDROCK_BATCH_ENDPOINT_URL=STAND_IN))
+    deps = build_deps(settings, _session(), moto)
+    assert deps.batch is not None
+    assert deps.batch.bedrock.meta.endpoint_url == STAND_IN
+    assert deps.artifacts.client.meta.endpoint_url != STAND_IN  # type: ignore[attr-defined]
+
+
+def test_the_cli_reads_the_role_and_the_stand_in_from_the_stack_outputs():
+    outputs = {"JobsTableName": "jobs", "ClaimsTableName": "claims", "CheckpointsTableName": "cp",
+               "EventsTableName": "events", "ArtifactBucketName": "artifacts-123", "IntakeQueueUrl": "https://q/i",
+               "AnalysisQueueUrl": "https://q/a", "ResultsQueueUrl": "https://q/r.fifo"}
+    assert Settings.from_outputs(outputs, "prod").batch_role_arn == ""
+    s = Settings.from_outputs({**outputs, "BatchRoleArn": ROLE, "BatchEndpointUrl": STAND_IN}, "local")
+    assert (s.batch_role_arn, s.batch_endpoint_url) == (ROLE, STAND_IN)
+    deps = build_deps(s, _session(), MOTO)
+    assert deps.batch is not None and deps.batch.bedrock.meta.endpoint_url == STAND_IN
