@@ -17,6 +17,7 @@ from datetime import UTC, datetime
 from pydantic import BaseModel, ConfigDict, Field, JsonValue, ValidationError
 
 from contract_review.domain.errors import REGISTRY, ErrorEnvelope
+from contract_review.domain.keys import BATCHES_PREFIX
 from contract_review.domain.messages import AnalysisMessage, InlineDocument, ResultMessage
 from contract_review.domain.model import quota_tokens
 from contract_review.domain.ports import DLQS, Deps, ModelControls, Queue, QueueMessage
@@ -644,6 +645,7 @@ def paced_tokens_per_minute(deps: Deps) -> float | None:
 
 # ------------------------------------------------------------------------------ ids by unique prefix
 JOB_ID_CHARS = len(job_id_for(""))  # "job-" + 20 hex
+BATCH_ID_CHARS = len("batch-") + 20  # operate/api.py: "batch-" + 20 hex
 
 
 class AmbiguousId(Exception):
@@ -674,6 +676,18 @@ def resolve_message_id(deps: Deps, given: str) -> str:
     if given in ids:
         return given
     return _unique(given, ids, "DLQ message") or given
+
+
+def resolve_batch_id(deps: Deps, given: str) -> str:
+    """A batch id given whole or by a unique prefix ("batch-9c1e", or "9c1e" without `batch-`): the whole id (as
+    given when none matches). The ids are the batch manifests' names in the artifact bucket (one S3 listing of the
+    `batches/` prefix); whose batch it is, `api.batch_manifest` decides after."""
+    prefix = given if given.startswith("batch-") else "batch-" + given
+    if len(prefix) >= BATCH_ID_CHARS:
+        return given
+    ids = [k[len(BATCHES_PREFIX):-len(".json")] for k in deps.artifacts.list_keys(BATCHES_PREFIX + prefix)
+           if k.endswith(".json")]
+    return _unique(prefix, ids, "batch") or given
 
 
 # ------------------------------------------------------------------------------ submit
