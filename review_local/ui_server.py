@@ -48,6 +48,7 @@ LIVE_POLL_S = 0.5  # how often the live stream reads the job again
 KEEPALIVE_S = 15.0
 REFRESH_S = 5.0  # the live stream reads the whole detail again at least this often (a chunk claimed has no event)
 MAX_JOBS = 500  # the jobs list shows the newest this many
+ACTIVITY_REFRESH_S = 10.0  # the activity chart reads a changing job's chunk records at most this often
 ACTION_HEADER = "X-Review-UI"
 
 
@@ -70,8 +71,9 @@ class UiServer:
     httpd: ThreadingHTTPServer | None = None
     stopping: threading.Event = field(default_factory=threading.Event)
     _findings: dict[str, list[dict[str, Any]]] = field(default_factory=dict)  # findings_key -> findings (immutable)
-    # job id -> (the job item's updated_at when read, its settled chunks' activity): a settle changes the job item
-    _activity: dict[str, tuple[float, list[ops.ChunkActivity]]] = field(default_factory=dict)
+    # job id -> (the job item's updated_at when read, when read (monotonic), its settled chunks' activity): a settle
+    # changes the job item; an open job's chunk records are read again at most every ACTIVITY_REFRESH_S
+    _activity: dict[str, tuple[float, float, list[ops.ChunkActivity]]] = field(default_factory=dict)
 
     @property
     def url(self) -> str:
@@ -202,11 +204,12 @@ class UiServer:
             if j.terminal and (j.ended_at or j.updated_at) < now - ops.ACTIVITY_WINDOW_S:
                 continue
             cached = self._activity.get(j.job_id)
-            if cached is None or cached[0] != j.updated_at:
+            if cached is None or (cached[0] != j.updated_at and time.monotonic() - cached[1] >= ACTIVITY_REFRESH_S):
                 chunks = self.deps.claims.for_job(j.job_id) if j.chunk_count else []
-                cached = (j.updated_at, ops.chunk_activity(j, chunks, self.deps.settings.effective_model_id))
+                cached = (j.updated_at, time.monotonic(),
+                          ops.chunk_activity(j, chunks, self.deps.settings.effective_model_id))
                 self._activity[j.job_id] = cached
-            points += cached[1]
+            points += cached[2]
         view = ops.activity(points, now, ops.paced_tokens_per_minute(self.deps))
         return view.model_dump(mode="json")
 
