@@ -177,7 +177,7 @@ def _serve_until_stopped() -> None:
 def ui(obj: Ctx, port: int, as_name: str | None) -> None:
     """Serve the status page on 127.0.0.1 until Ctrl-C: jobs (filter, search), per job the chunk x analyst grid
     filling live, the timeline, findings, cost against budget, the approval, cancel/retry/approve/reject; the dead
-    letters with redrive. Against --stack NAME it uses your own AWS credentials (the IAM policy it needs:
+    letters with redrive and discard; a chart of model calls, throttles and quota use. Against --stack NAME it uses your own AWS credentials (the IAM policy it needs:
     docs/runbook.md "The status page"); nothing is exposed beyond this machine."""
     from .api_server import local_principal
     from .ui_server import UiServer
