@@ -95,13 +95,18 @@ def cli(ctx: click.Context, stack: str | None, region: str | None) -> None:
               help="Ticket system failures: rates, e.g. 'error=0.1,timeout_after_write=0.05,hang=3,seed=7', or the next N "
                    "requests, e.g. 'timeout_after_write=x1,lookup_unavailable=x50' (the next ticket's outcome stays "
                    "unknown: its job waits in waiting_approval).")
+@click.option("--json", "as_json", is_flag=True,
+              help="Once the stack is up, print one JSON document (what .review/local.json holds: endpoint, region, "
+                   "profile, outputs, api, api_token, api_tokens, ui; and tickets, local_json, logs); the rest on stderr.")
 def up(fault_rate: float, seed: int, workers: int | None, worker_kind: str, no_tickets: bool,
-       ticket_faults: str) -> None:
+       ticket_faults: str, as_json: bool) -> None:
     """Start embedded AWS (moto) with the stack deployed, the workers, the Job API and the status page, in the
     foreground."""
+    from .embedded import LOCAL_JSON
     from .stack import LocalStack
     from .ticket_service import TicketFaults
 
+    out = _STDERR if as_json else console
     faults = FaultSpec(seed=seed, transient_rate=fault_rate) if fault_rate else None
     try:
         tickets = None if no_tickets else TicketFaults.parse(ticket_faults)
@@ -109,33 +114,53 @@ def up(fault_rate: float, seed: int, workers: int | None, worker_kind: str, no_t
         raise click.BadParameter(str(exc), param_hint="--ticket-faults") from exc
     stack = LocalStack(faults=faults, worker=worker_kind, concurrency={"worker": workers} if workers else {},
                        ticket_faults=tickets)
-    console.print("[bold]synthesizing and deploying the template into embedded AWS...[/]")
+    out.print("[bold]synthesizing and deploying the template into embedded AWS...[/]")
     stack.start()
     stack.write_local_json()
-    console.print(f"AWS endpoint: [bold cyan]{stack.aws.endpoint}[/]  region: {stack.aws.region}")
+    out.print(f"AWS endpoint: [bold cyan]{stack.aws.endpoint}[/]  region: {stack.aws.region}")
     for k, v in sorted(stack.outputs.items()):
-        console.print(f"  {k:22} {v}")
+        out.print(f"  {k:22} {v}")
     if stack.api is not None:
-        console.print(f"Job API: [bold cyan]{stack.api.url}[/]  token: [bold]{stack.api.token}[/]  (docs/openapi.yaml; "
-                      "`Authorization: Bearer <token>`)", soft_wrap=True)
+        out.print(f"Job API: [bold cyan]{stack.api.url}[/]  token: [bold]{stack.api.token}[/]  (docs/openapi.yaml; "
+                  "`Authorization: Bearer <token>`)", soft_wrap=True)
     if stack.ui is not None:
-        console.print(f"status page: [bold cyan]{stack.ui.url}[/]  (an operator's view; `review ui --as local-user` for "
-                      "one principal's)", soft_wrap=True)
+        out.print(f"status page: [bold cyan]{stack.ui.url}[/]  (an operator's view; `review ui --as local-user` for "
+                  "one principal's)", soft_wrap=True)
     if stack.tickets is not None:
-        console.print(f"ticket system (local fake of a third party): [bold cyan]{stack.tickets.url}[/] "
-                      "(GET /tickets with the bearer token below, GET /_admin/stats)", soft_wrap=True)
-        console.print(f"  its credentials: secret {stack.ticket_secret_arn} (what -c ticket_secret_arn names on AWS), "
-                      f"bearer token [bold]{stack.ticket_token}[/]", soft_wrap=True)
+        out.print(f"ticket system (local fake of a third party): [bold cyan]{stack.tickets.url}[/] "
+                  "(GET /tickets with the bearer token below, GET /_admin/stats)", soft_wrap=True)
+        out.print(f"  its credentials: secret {stack.ticket_secret_arn} (what -c ticket_secret_arn names on AWS), "
+                  f"bearer token [bold]{stack.ticket_token}[/]", soft_wrap=True)
     if stack.batch_service is not None:
-        console.print(f"Bedrock batch inference (local stand-in): [bold cyan]{stack.batch_service.url}[/] "
-                      f"(boto3 \"bedrock\" with endpoint_url; at least {stack.batch_service.min_records} records per "
-                      f"job, a status every {stack.batch_service.step_s:g} s)", soft_wrap=True)
-    console.print("wrote .review/local.json; worker logs in .review/logs/. Ctrl-C to stop.")
+        out.print(f"Bedrock batch inference (local stand-in): [bold cyan]{stack.batch_service.url}[/] "
+                  f"(boto3 \"bedrock\" with endpoint_url; at least {stack.batch_service.min_records} records per "
+                  f"job, a status every {stack.batch_service.step_s:g} s)", soft_wrap=True)
+    out.print("wrote .review/local.json; worker logs in .review/logs/. Ctrl-C to stop.")
+    if as_json:
+        click.echo(json.dumps(_up_document(stack, LOCAL_JSON), indent=2))
+        sys.stdout.flush()
     try:
         _serve_until_stopped()
     finally:
-        console.print("stopping...")
+        out.print("stopping...")
         stack.stop()
+
+
+def _up_document(stack: Any, local_json: Path) -> dict[str, Any]:
+    """`review up --json`: the running stack, as .review/local.json records it, plus the ticket fake and the paths."""
+    doc: dict[str, Any] = {"endpoint": stack.aws.endpoint, "region": stack.aws.region, "profile": stack.profile,
+                           "outputs": stack.outputs, "api": None, "api_token": None, "api_tokens": {}, "ui": None,
+                           "tickets": None, "batch_service": None, "local_json": str(local_json),
+                           "logs": ".review/logs/"}
+    if stack.api is not None:
+        doc.update(api=stack.api.url, api_token=stack.api.token, api_tokens=stack.api.tokens_by_name)
+    if stack.ui is not None:
+        doc["ui"] = stack.ui.url
+    if stack.tickets is not None:
+        doc["tickets"] = {"url": stack.tickets.url, "secret_arn": stack.ticket_secret_arn, "token": stack.ticket_token}
+    if stack.batch_service is not None:
+        doc["batch_service"] = stack.batch_service.url
+    return doc
 
 
 def _serve_until_stopped() -> None:
@@ -159,7 +184,7 @@ def _serve_until_stopped() -> None:
 def ui(obj: Ctx, port: int, as_name: str | None) -> None:
     """Serve the status page on 127.0.0.1 until Ctrl-C: jobs (filter, search), per job the chunk x analyst grid
     filling live, the timeline, findings, cost against budget, the approval, cancel/retry/approve/reject; the dead
-    letters with redrive. Against --stack NAME it uses your own AWS credentials (the IAM policy it needs:
+    letters with redrive and discard; a chart of model calls, throttles and quota use. Against --stack NAME it uses your own AWS credentials (the IAM policy it needs:
     docs/runbook.md "The status page"); nothing is exposed beyond this machine."""
     from .api_server import local_principal
     from .ui_server import UiServer
@@ -388,9 +413,14 @@ def _submit_batch(obj: Ctx, path: Path, with_files: bool, wait: bool, key: str |
 @click.option("--json", "as_json", is_flag=True)
 @click.pass_obj
 def batch(obj: Ctx, batch_id: str, as_json: bool) -> None:
-    """Each item of a batch (`review submit --batch`, or the Job API's POST /batches): its job and state."""
+    """Each item of a batch (`review submit --batch`, or the Job API's POST /batches): its job and state. Also
+    accepts a unique prefix of the batch id."""
     from .batches import cli_principal, show_batch
 
+    try:
+        batch_id = ops.resolve_batch_id(obj.deps, batch_id)
+    except ops.AmbiguousId as exc:
+        raise click.ClickException(str(exc)) from exc
     show_batch(obj.deps, cli_principal(obj.stack, obj.region), batch_id, as_json, console)
 
 
@@ -876,8 +906,11 @@ def backfill_open_jobs(obj: Ctx) -> None:
 @cli.command()
 @click.option("--model-id", default=None, help="Check this Bedrock model or inference profile id instead.")
 @click.option("--region", default=None, help="AWS region to check (the same as `review --region R preflight`).")
+@click.option("--json", "as_json", is_flag=True,
+              help="Print one JSON document (ok, target, model: access, latency, quotas, pacing; checks: name, ok, "
+                   "line, remedy; or ok false and the error) instead of lines.")
 @click.pass_obj
-def preflight(obj: Ctx, model_id: str | None, region: str | None) -> None:
+def preflight(obj: Ctx, model_id: str | None, region: str | None, as_json: bool) -> None:
     """Before deploying and submitting: one tiny Converse call with the stack's model (access, latency; a global
     profile an SCP keeps out of other regions is named, with the us./eu. profile to deploy instead), the
     tokens-per-minute quota the workers will pace to, and the account: the Powertools layer's SSM parameter exists
@@ -887,10 +920,18 @@ def preflight(obj: Ctx, model_id: str | None, region: str | None) -> None:
     from .preflight import PreflightError
     from .preflight import preflight as run
 
+    if not as_json:
+        try:
+            ok = run(obj.stack, region or obj.region, model_id, echo=click.echo)
+        except PreflightError as exc:
+            raise click.ClickException(str(exc)) from exc
+        sys.exit(0 if ok else 1)
+    document: dict[str, Any] = {}
     try:
-        ok = run(obj.stack, region or obj.region, model_id, echo=click.echo)
+        ok = run(obj.stack, region or obj.region, model_id, echo=lambda _line: None, document=document)
     except PreflightError as exc:
-        raise click.ClickException(str(exc)) from exc
+        ok, document = False, {"ok": False, "error": str(exc)}
+    click.echo(json.dumps(document, indent=2))
     sys.exit(0 if ok else 1)
 
 
@@ -898,11 +939,19 @@ def preflight(obj: Ctx, model_id: str | None, region: str | None) -> None:
 @cli.command()
 @click.option("--faults", "fault_rate", type=float, default=0.05, show_default=True)
 @click.option("--samples", "samples_dir", type=click.Path(file_okay=False, path_type=Path), default=None)
-def demo(fault_rate: float, samples_dir: Path | None) -> None:
+@click.option("--json", "as_json", is_flag=True,
+              help="Print the results as one JSON document (ok, jobs: job_id, sample, state, report_json, report_md, "
+                   "findings, cost_usd, coverage; reliability; completed, total, seconds); progress on stderr.")
+def demo(fault_rate: float, samples_dir: Path | None, as_json: bool) -> None:
     """Run the whole pipeline on embedded AWS with the sample contracts, then print the results."""
     from .demo import run_demo
 
-    sys.exit(run_demo(console, fault_rate, samples_dir))
+    if not as_json:
+        sys.exit(run_demo(console, fault_rate, samples_dir))
+    document: dict[str, Any] = {}
+    code = run_demo(_STDERR, fault_rate, samples_dir, document=document)
+    click.echo(json.dumps(document or {"ok": False, "error": "no samples/*.txt found"}, indent=2))
+    sys.exit(code)
 
 
 def main() -> None:

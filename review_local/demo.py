@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 from rich.console import Console
 from rich.table import Table
@@ -24,7 +25,10 @@ def _dlq_depths(deps: Deps) -> dict[str, int]:
     return {queue.value: deps.queues.depth(dlq) for queue, dlq in DLQS.items()}
 
 
-def run_demo(console: Console, fault_rate: float, samples_dir: Path | None = None, timeout: float = 150.0) -> int:
+def run_demo(console: Console, fault_rate: float, samples_dir: Path | None = None, timeout: float = 150.0,
+             document: dict[str, Any] | None = None) -> int:
+    """Deploy, submit the samples, watch them, print the results (to `console`); with `document`, the results are
+    also put in it (`review demo --json`: jobs, reliability, completed, seconds, ok)."""
     samples = sorted((samples_dir or ROOT / "samples").glob("*.txt"))
     if not samples:
         console.print("[red]no samples/*.txt found[/]")
@@ -52,9 +56,13 @@ def run_demo(console: Console, fault_rate: float, samples_dir: Path | None = Non
                       "not an LLM")
         retries: Counter[str] = Counter()
         calls = redeliveries = repairs = 0
+        records: list[dict[str, Any]] = []
         for job_id, f in jobs.items():
             job = deps.jobs.get(job_id)
             console.print(f"\n[bold]{f.name}[/]  job {job_id}  state [bold]{states.get(job_id)}[/]")
+            record: dict[str, Any] = {"job_id": job_id, "sample": f.name, "state": states.get(job_id),
+                                      "error_code": job.error_code if job else None}
+            records.append(record)
             if job is None or not job.report_json_key:
                 console.print(f"    no report: {job.error_code if job else 'no job record'}")
                 continue
@@ -80,6 +88,14 @@ def run_demo(console: Console, fault_rate: float, samples_dir: Path | None = Non
                     else "cost"
                 console.print(f"    {label}: ${rep.cost.total_usd} (model ${rep.cost.model_usd}, orchestration "
                               f"${rep.cost.orchestration_usd})", markup=False, highlight=False)
+            record.update(
+                report_json=f"s3://{deps.artifacts.bucket}/{job.report_json_key}",
+                report_md=f"s3://{deps.artifacts.bucket}/{job.report_md_key}", findings=len(rep.findings),
+                findings_by_category=dict(by_cat), highest_risk=top.score if top else None,
+                cost_usd=str(rep.cost.total_usd) if rep.cost is not None else None,
+                cost_estimate=rep.cost.estimate if rep.cost is not None else None,
+                coverage={"missing_chunks": len(gaps.missing_chunks), "mandatory_gaps": len(gaps.mandatory_gaps),
+                          "optional_gaps": len(gaps.optional_gaps)})
             console.print(f"    coverage: {len(gaps.missing_chunks)} missing chunks, "
                           f"{len(gaps.mandatory_gaps)} mandatory / {len(gaps.optional_gaps)} optional gaps; "
                           f"report s3://{deps.artifacts.bucket}/{job.report_md_key}")
@@ -88,8 +104,14 @@ def run_demo(console: Console, fault_rate: float, samples_dir: Path | None = Non
         console.print(f"    semantic repairs: {repairs}   queue redeliveries: {redeliveries}   "
                       f"DLQ depth: {_dlq_depths(deps)}")
         ok = all(states.get(j) == "completed" for j in jobs)
-        console.print(f"    {sum(s == 'completed' for s in states.values())}/{len(jobs)} jobs completed in "
-                      f"{time.monotonic() - started:.1f} s")
+        seconds = round(time.monotonic() - started, 1)
+        completed = sum(s == "completed" for s in states.values())
+        console.print(f"    {completed}/{len(jobs)} jobs completed in {seconds:.1f} s")
+        if document is not None:
+            document.update(ok=ok, jobs=records, completed=completed, total=len(jobs), seconds=seconds,
+                            fault_rate=fault_rate, reliability={
+                                "model_calls": calls, "retries_by_code": dict(retries), "repairs": repairs,
+                                "redeliveries": redeliveries, "dlq_depth": _dlq_depths(deps)})
         return 0 if ok else 1
     finally:
         stack.stop()

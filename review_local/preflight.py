@@ -373,9 +373,12 @@ def local_target(local_json: Path) -> Target:
 
 def preflight(stack: str | None, region: str | None, model_id: str | None = None, *,
               session_factory: Callable[..., Any] = boto3.Session, local_json: Path = LOCAL_JSON,
-              echo: Callable[[str], None] = print) -> bool:
+              echo: Callable[[str], None] = print, document: dict[str, Any] | None = None) -> bool:
     """Resolve the stack's model, check it against the real Bedrock, print the report. True: usable.
-    Raises `PreflightError` (one line) when it cannot check at all."""
+    Raises `PreflightError` (one line) when it cannot check at all. With `document`, nothing is printed: the
+    report is put in it instead (`review preflight --json`, `as_document`)."""
+    if document is not None:
+        echo = _silent
     try:
         session = session_factory(region_name=region) if region else session_factory()
         if stack is None:
@@ -421,12 +424,32 @@ def preflight(stack: str | None, region: str | None, model_id: str | None = None
     report.paced_to = target.model_tpm
     restricted = region_restriction(report)
     checks += [restricted] if restricted else []
+    ok = report.ok and all(c.ok is not False for c in checks)
+    if document is not None:
+        document.update(as_document(target, report, checks, ok))
+        return ok
     for line in render(report):
         echo(line)
     echo("account:")
     for check in checks:
         echo(f"  {check.render()}")
-    return report.ok and all(c.ok is not False for c in checks)
+    return ok
+
+
+def _silent(_line: str) -> None:
+    return None
+
+
+def as_document(target: Target, report: PreflightReport, checks: list[Check], ok: bool) -> dict[str, Any]:
+    """Every field of the report and of each account check, as one JSON document (`review preflight --json`)."""
+    from dataclasses import asdict
+
+    return {"ok": ok, "target": target.label, "model_provider": target.model_provider,
+            "offline_stand_in": target.model_provider != "bedrock",
+            "model": {**{k: v for k, v in asdict(report).items() if k not in ("facts", "quotas")},
+                      "recovery": report.recovery, "facts": asdict(report.facts) if report.facts else None,
+                      "quotas": [asdict(q) for q in report.quotas], "lines": render(report)},
+            "checks": [{"name": c.name, "ok": c.ok, "line": c.line, "remedy": c.remedy} for c in checks]}
 
 
 _NO_CREDENTIALS = ("no AWS credentials found: set AWS_PROFILE (then `aws sso login` if it is an SSO profile), "

@@ -8,8 +8,10 @@ default it is an operator's view (every job, the dead letters); `principal` make
 
 Every read and action is a core function the CLI and the Job API already use: `operate.api.job_status` and
 `job_events` (with `ops.event_label`), `ops.job_view` (cost, budget, the six answers), `lifecycle.request_cancel`,
-`approvals.decide_approval`, `redrive.retry`, `ops.dlq_list` and `redrive.dlq_redrive`, `ops.submit` (operator)
-or `operate.api.submit` (a principal), and the aggregator's `read_findings`.
+`approvals.decide_approval`, `redrive.retry`, `ops.dlq_list`, `redrive.dlq_redrive` and `ops.dlq_discard`,
+`ops.submit` (operator) or `operate.api.submit` (a principal), the aggregator's `read_findings`, and
+`ops.chunk_activity` / `ops.activity` for the chart of model calls, throttles and quota use (from the chunk
+records: no other AWS call).
 
 Loopback is not enough against a web page the user visits (it can POST to 127.0.0.1): the server answers only
 requests whose Host is its own loopback address (DNS rebinding), and acts only on POSTs carrying
@@ -46,6 +48,7 @@ LIVE_POLL_S = 0.5  # how often the live stream reads the job again
 KEEPALIVE_S = 15.0
 REFRESH_S = 5.0  # the live stream reads the whole detail again at least this often (a chunk claimed has no event)
 MAX_JOBS = 500  # the jobs list shows the newest this many
+ACTIVITY_REFRESH_S = 10.0  # the activity chart reads a changing job's chunk records at most this often
 ACTION_HEADER = "X-Review-UI"
 
 
@@ -68,6 +71,9 @@ class UiServer:
     httpd: ThreadingHTTPServer | None = None
     stopping: threading.Event = field(default_factory=threading.Event)
     _findings: dict[str, list[dict[str, Any]]] = field(default_factory=dict)  # findings_key -> findings (immutable)
+    # job id -> (the job item's updated_at when read, when read (monotonic), its settled chunks' activity): a settle
+    # changes the job item; an open job's chunk records are read again at most every ACTIVITY_REFRESH_S
+    _activity: dict[str, tuple[float, float, list[ops.ChunkActivity]]] = field(default_factory=dict)
 
     @property
     def url(self) -> str:
@@ -187,6 +193,26 @@ class UiServer:
             raise UiError(404, "api.not_found", "the dead letters are an operator's view: run `review ui` without --as")
         return [i.model_dump(mode="json", exclude={"body"}) for i in ops.dlq_list(self.deps)]
 
+    def activity(self, now: float | None = None) -> dict[str, Any]:
+        """Model calls, throttles and quota use over time, over the jobs this view shows that were open within the
+        chart's window (each job's chunk records read again only when its item changed)."""
+        now = self.deps.clock() if now is None else now
+        caller, points = self.caller, []
+        for j in self.deps.jobs.all():
+            if caller is not None and not caller.owns(j.principal):
+                continue
+            if j.terminal and (j.ended_at or j.updated_at) < now - ops.ACTIVITY_WINDOW_S:
+                continue
+            cached = self._activity.get(j.job_id)
+            if cached is None or (cached[0] != j.updated_at and time.monotonic() - cached[1] >= ACTIVITY_REFRESH_S):
+                chunks = self.deps.claims.for_job(j.job_id) if j.chunk_count else []
+                cached = (j.updated_at, time.monotonic(),
+                          ops.chunk_activity(j, chunks, self.deps.settings.effective_model_id))
+                self._activity[j.job_id] = cached
+            points += cached[2]
+        view = ops.activity(points, now, ops.paced_tokens_per_minute(self.deps))
+        return view.model_dump(mode="json")
+
     # ------------------------------------------------------------------ actions
     def act(self, job_id: str, action: str) -> dict[str, Any]:
         self._job(job_id)
@@ -224,6 +250,17 @@ class UiServer:
         if not done:
             raise UiError(404, "api.not_found", f"no DLQ message {message_id}")
         return {"ok": not done[0].skipped, "message": done[0].action}
+
+
+    def dlq_discard(self, message_id: str) -> dict[str, Any]:
+        """`review dlq discard ID --yes`: the same core, the same refusal (no such letter: 404 `api.not_found`)."""
+        self.dlq()  # an operator's only
+        gone = ops.dlq_discard(self.deps, message_id, by=self.by)
+        if gone is None:
+            raise UiError(404, "api.not_found", f"no DLQ message {message_id}: someone else redrove or discarded it")
+        about = f"{gone.queue} DLQ" + (f", job {gone.job_id}" if gone.job_id else "")
+        return {"ok": True, "message": f"discarded {message_id} ({about})"
+                + (f"; recorded as dlq.discarded on {gone.job_id}" if gone.job_id else "")}
 
 
 def _per_chunk(deps: Deps, chunks: list[ChunkRecord]) -> list[list[dict[str, Any]]]:
@@ -300,6 +337,8 @@ class _Handler(BaseHTTPRequestHandler):
             self._json(200, {"mode": ui.mode(), "jobs": ui.jobs(params.get("state", ""), params.get("q", ""))})
         elif parts == ["api", "dlq"]:
             self._json(200, ui.dlq())
+        elif parts == ["api", "activity"]:
+            self._json(200, ui.activity())
         elif len(parts) == 3 and parts[:2] == ["api", "jobs"]:
             self._json(200, ui.detail(parts[2]))
         elif len(parts) == 4 and parts[:2] == ["api", "jobs"] and parts[3] == "events":
@@ -326,6 +365,8 @@ class _Handler(BaseHTTPRequestHandler):
             self._json(202, ui.act(parts[2], parts[3]))
         elif len(parts) == 4 and parts[:2] == ["api", "dlq"] and parts[3] == "redrive":
             self._json(202, ui.dlq_redrive(parts[2]))
+        elif len(parts) == 4 and parts[:2] == ["api", "dlq"] and parts[3] == "discard":
+            self._json(202, ui.dlq_discard(parts[2]))
         else:
             raise UiError(404, "api.not_found", f"no action {self.path}")
 

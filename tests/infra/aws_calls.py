@@ -231,9 +231,17 @@ def _secretsmanager(op: str, p: Mapping[str, Any]) -> list[Need]:
                  secret if secret.startswith("arn:") else f"arn:aws:secretsmanager:{REGION}:{ACCOUNT}:secret:{secret}")]
 
 
+def _cloudformation(op: str, p: Mapping[str, Any]) -> list[Need]:
+    """`review --stack NAME` finds the stack's outputs (the operator's credentials; no function role calls it)."""
+    if op != "DescribeStacks":
+        raise KeyError(op)
+    return [Need("cloudformation:DescribeStacks", f"arn:aws:cloudformation:{REGION}:{ACCOUNT}:stack/{p['StackName']}/*")]
+
+
 _SERVICES: dict[str, Callable[[str, Mapping[str, Any]], list[Need]]] = {
     "dynamodb": _dynamodb, "s3": _s3, "sqs": _sqs, "bedrock-runtime": _bedrock_runtime, "bedrock": _bedrock,
     "ecs-agent": _ecs_agent, "xray-daemon": _xray_daemon, "sns": _sns, "events": _events, "ssm": _ssm, "secretsmanager": _secretsmanager,
+    "cloudformation": _cloudformation,
 }
 
 

@@ -802,3 +802,14 @@ def test_the_daily_token_ledger_adds_atomically_reads_its_window_and_claims_each
     repos.ledger.lift(model, h + 1)
     after = repos.ledger.window(model, h - 23)
     assert (after.since_hour, after.probe_hour, dict(after.hours)) == (h + 1, None, {h - 1: 100, h: 50})
+
+
+def test_artifacts_list_every_key_under_a_prefix_and_nothing_else(repos: Repos):
+    # GIVEN manifests under batches/, and keys that only look alike elsewhere
+    for i in range(3):
+        repos.artifacts.put_text(f"batches/batch-{i:020d}.json", "{}")
+    repos.artifacts.put_text("batchesx/other.json", "{}")
+    repos.artifacts.put_text("reports/batch-0.json", "{}")
+    assert sorted(repos.artifacts.list_keys("batches/batch-")) == [f"batches/batch-{i:020d}.json" for i in range(3)]
+    assert repos.artifacts.list_keys("batches/batch-1") == []
+    assert repos.artifacts.list_keys("batches/batch-" + "0" * 19 + "2") == ["batches/batch-" + "0" * 19 + "2.json"]

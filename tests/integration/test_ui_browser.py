@@ -171,6 +171,13 @@ def test_the_status_page_submits_shows_the_grid_filling_and_approves_and_cancels
     assert page.all('#timeline li[data-type="job.completed"]')
     page.until("the job's cost as `review status` prints it",
                lambda: page.text("#cost-line") == ops.job_view(deps, job_id).cost)  # type: ignore[union-attr]
+    # the chart of model activity: its call bars add up to the model calls the job's chunk records counted (the only
+    # job so far), drawn as the chunks settled
+    calls = sum(c.n_calls for c in deps.claims.for_job(job_id))
+    charted = "return [...document.querySelectorAll('#activity rect[data-series=calls]')]" \
+              ".reduce((n, r) => n + Number(r.dataset.value), 0)"
+    page.until(f"{calls} model calls in the activity chart", lambda: browser.execute_script(charted) == calls > 0)
+    assert f"{calls} model calls, 0 throttled" in page.text("#activity-summary")
 
     # --- a job waiting for approval: the page shows the step, evidence and expiry; Approve completes it
     _, waiting = waiting_for_approval(stack, stack.tickets, "risky-from-the-page")
@@ -215,6 +222,23 @@ def test_the_status_page_submits_shows_the_grid_filling_and_approves_and_cancels
     assert cancelled is not None and cancelled.state is JobState.CANCELLED and cancelled.cancelled_by == "ui"
     assert not all(c == "ok" for c in page.cells())  # stopped before every chunk was analysed
     assert os.listdir(shots)
+
+    # --- a dead letter that can never be fixed (a message naming a document nobody uploaded), discarded from the page
+    gone_key = "uploads/never-uploaded.txt"
+    # (no idempotency key: intake has no job to record the failure on, so it dead-letters the message)
+    deps.queues.send_intake(json.dumps({"schema_version": 1, "document": {"s3_uri": f"s3://{deps.settings.bucket}/"
+                                                                                    f"{gone_key}"}}))
+    row = page.until("the dead letter listed", lambda: page.find("#dlq tr[data-message]"))
+    letter = row.get_attribute("data-message")
+    entry = ops.dlq_show(deps, letter)
+    assert entry is not None and entry.queue == "intake"
+    row.find_element(page.by.CSS_SELECTOR, "button.discard").click()
+    browser.switch_to.alert.accept()  # asks first, as `review dlq discard` does
+    page.until("the dead letter gone from the page", lambda: not page.all("#dlq tr[data-message]"))
+    page.until("the discard's message", lambda: f"discarded {letter}" in page.text("#dlq-msg"))
+    page.shot("discarded")
+    assert ops.dlq_show(deps, letter) is None and ops.dlq_list(deps) == []
+    assert entry.job_id is None  # no job to record the discard on (tests/unit/test_ui_server.py checks one that has)
 
     # --- acting as one API principal (`review ui --as local-user`): its jobs only, read from DynamoDB's list
     mine = api.submit(deps, Caller(local_principal("local-user")), api.JobRequest(document=TextDocument(text=TEXT)),

@@ -458,6 +458,9 @@ class FakeArtifacts:
         data = body if isinstance(body, bytes) else body.encode("utf-8")
         return data[byte_start:max(byte_start, byte_end)].decode("utf-8")
 
+    def list_keys(self, prefix: str) -> list[str]:
+        return sorted(k for b, k in self.objects if b == self.bucket and k.startswith(prefix))
+
     def read_uri(self, bucket: str, key: str, max_bytes: int | None = None) -> bytes:
         if (bucket, key) not in self.objects:
             raise ReviewError.of("input.document_missing", "NoSuchKey for the referenced object",

@@ -99,3 +99,24 @@ def test_an_unknown_batch_is_one_line():
 def test_submit_without_files_or_batch_is_a_usage_error():
     result = run(FakeWorld(), "submit")
     assert result.exit_code == 2 and "give FILE... or --batch ITEMS.jsonl" in result.stderr
+
+
+def test_review_batch_takes_a_unique_prefix_of_the_batch_id_and_names_an_ambiguous_one(tmp_path: Path):
+    # GIVEN two batches whose ids share their first characters (their manifests' names: batches/<id>.json)
+    world = FakeWorld()
+    batch_id = run(world, "submit", "--batch", str(items_file(tmp_path))).stdout.split()[1]
+    twin = batch_id[:10] + "f" * (len(batch_id) - 10)
+    world.artifacts.put_text(f"batches/{twin}.json", "{}")
+    # WHEN `review batch` is given a prefix only this batch has, with or without `batch-`
+    for given in (batch_id[:14], batch_id[len("batch-"):14]):
+        shown = run(world, "batch", given, "--json")
+        # THEN it is that batch, named whole
+        assert shown.exit_code == 0, shown.output
+        assert json.loads(shown.stdout)["batchId"] == batch_id
+    # AND a prefix both share is one line naming both, nothing shown
+    both = run(world, "batch", batch_id[:10])
+    assert both.exit_code == 1 and "is the start of 2 batch ids" in both.stderr
+    assert batch_id in both.stderr and twin in both.stderr
+    # AND a prefix nobody has is the unknown batch's line
+    none = run(world, "batch", "batch-0000")
+    assert none.exit_code == 1 and "no batch batch-0000" in none.stderr

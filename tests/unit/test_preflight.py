@@ -533,3 +533,53 @@ def test_unreadable_batch_quotas_are_not_checked():
     c.verify()
     assert check.ok is None and "AccessDeniedException" in check.line
     assert check_batch(c.quotas, _batch_report(name="")).ok is None  # the model's name unknown
+
+
+def test_preflight_json_is_one_document_with_every_field_of_the_report_and_the_checks(tmp_path):
+    # GIVEN the same account as above: the model answers, a deploy with the defaults would not fit its concurrency
+    local = tmp_path / "local.json"
+    local.write_text(json.dumps({"outputs": {"ModelProvider": "offline", "ModelId": bs.CURRENT}}))
+    c = Clients()
+    bs.expect_current(c.bedrock_stub)
+    c.runtime_stub.add_response("converse", bs.converse_ok())
+    c.quota_pages(PAGE_1, PAGE_2)
+    c.account(total=10, unreserved=10)
+    c.quota_pages(BATCH_PAGE)
+    lines: list[str] = []
+    document: dict[str, Any] = {}
+    # WHEN preflight fills a document instead of printing
+    ok = preflight(None, None, session_factory=lambda **_: FakeSession(c), local_json=local, echo=lines.append,
+                   document=document)
+    c.verify()
+    # THEN nothing is printed, and the document carries the verdict, the model's access, quotas and pacing, and
+    # each account check with its fix, as plain JSON
+    assert not ok and lines == [] and document["ok"] is False
+    assert json.loads(json.dumps(document)) == document
+    assert document["offline_stand_in"] is True and document["model"]["ok"] is True
+    assert document["model"]["model_id"] == bs.CURRENT and document["model"]["latency_ms"] > 0
+    assert {q["code"] for q in document["model"]["quotas"]} >= {"L-GLOBALTPM"}
+    assert any(line.startswith("pacing: a deployed stack's workers pace to 2,000,000") for line in
+               document["model"]["lines"])
+    checks = {c_["name"]: c_ for c_ in document["checks"]}
+    assert list(checks) == ["powertools layer", "lambda concurrency", "batch inference"]
+    assert checks["lambda concurrency"]["ok"] is False and checks["lambda concurrency"]["remedy"]
+    assert checks["powertools layer"]["ok"] is True
+
+
+@pytest.mark.parametrize("outcome", ["ok", "failed", "cannot check"])
+def test_the_cli_prints_one_json_document_for_each_outcome(monkeypatch, outcome):
+    def fake(stack, region, model_id, echo, document=None):  # noqa: ANN001  # preflight's signature
+        echo("a line that must not reach stdout with --json")
+        if outcome == "cannot check":
+            raise PreflightError("no AWS region: pass --region or set AWS_REGION")
+        assert document is not None
+        document.update(ok=outcome == "ok", checks=[])
+        return outcome == "ok"
+
+    monkeypatch.setattr("review_local.preflight.preflight", fake)
+    result = CliRunner().invoke(cli, ["preflight", "--json"])
+    # stdout is exactly one JSON document; the exit code is the verdict
+    parsed = json.loads(result.stdout)
+    assert parsed["ok"] is (outcome == "ok") and result.exit_code == (0 if outcome == "ok" else 1)
+    if outcome == "cannot check":
+        assert parsed["error"] == "no AWS region: pass --region or set AWS_REGION"

@@ -188,3 +188,87 @@ def test_the_dead_letters_are_listed_with_their_envelope_and_redriven_from_the_p
         assert status == 202 and body["ok"] is True, body  # type: ignore[index]
         assert world.queues.depth(Queue.ANALYSIS_DLQ) == 0
         assert [c.status.value for c in world.claims.for_job(job_id) if c.chunk_index == 1] == ["pending"]
+
+
+def test_a_dead_letter_is_discarded_from_the_page_as_review_dlq_discard_does():
+    from contract_review.domain.ports import Queue
+
+    from .scenarios import intake
+    from .test_ops import dead_letter_chunk
+
+    # GIVEN a running job whose chunk 1 a worker dead-lettered
+    world = small_chunk_world()
+    with UiServer(world.deps) as ui:
+        job_id, records = intake(world)
+        dead_letter_chunk(world, records[1])
+        [letter] = request(ui, "GET", "/api/dlq")[1]  # type: ignore[misc]
+        message_id = letter["message_id"]
+        # WHEN a cross-site form tries to discard it  THEN nothing happens
+        status, body, _ = request(ui, "POST", f"/api/dlq/{message_id}/discard", act=False)
+        assert status == 403 and world.queues.depth(Queue.ANALYSIS_DLQ) == 1
+        # WHEN the page's Discard is used
+        status, body, _ = request(ui, "POST", f"/api/dlq/{message_id}/discard")
+        # THEN the letter is gone (the DLQ alarm stops counting it), the chunk is left dead-lettered, and its job
+        # records who discarded what, as `review dlq discard` (ops.dlq_discard) leaves it
+        assert status == 202 and body["ok"] is True and message_id in body["message"], body  # type: ignore[index]
+        assert world.queues.depth(Queue.ANALYSIS_DLQ) == 0 and request(ui, "GET", "/api/dlq")[1] == []
+        assert [c.status.value for c in world.claims.for_job(job_id) if c.chunk_index == 1] == ["dead_lettered"]
+        [event] = [e for e in world.jobs.events(job_id) if e.type == "dlq.discarded"]
+        assert event.detail["dlq_message_id"] == message_id and event.detail["by"] == "ui"
+        assert event.detail["error_code"] == "model.request_invalid"
+        # AND discarding it again is refused as redriving an unknown letter is: 404 api.not_found
+        status, body, _ = request(ui, "POST", f"/api/dlq/{message_id}/discard")
+        assert (status, body["error"]["code"]) == (404, "api.not_found")  # type: ignore[index]
+    # AND a principal's page may not discard (the dead letters are an operator's view)
+    with UiServer(world.deps, principal=ALICE) as ui:
+        status, body, _ = request(ui, "POST", "/api/dlq/anything/discard")
+        assert (status, body["error"]["code"]) == (404, "api.not_found")  # type: ignore[index]
+
+
+def test_the_activity_chart_counts_the_model_calls_throttles_and_quota_tokens_of_the_chunks_as_they_settled():
+    from contract_review.domain.model import quota_tokens
+    from contract_review.operate import ops
+
+    from .inprocess import Fault, FaultyModel, on
+    from .test_recoveries import client_error, raises
+
+    # GIVEN a stack that paces to 60,000 tokens a minute, and a job two of whose calls were throttled
+    world = small_chunk_world(model_tokens_per_minute=60_000)
+    model = FaultyModel(faults=[Fault(on(analyst="liability"), raises(client_error("ThrottlingException", 429)), 2)])
+    with UiServer(world.deps) as ui:
+        job_id = request(ui, "POST", "/api/submit", {"text": LONG_TEXT})[1]["jobId"]  # type: ignore[index]
+        job = InProcess(world, model).run(job_id)
+        assert job.state is JobState.COMPLETED
+        # WHEN the page reads the chart's data
+        status, a, _ = request(ui, "GET", "/api/activity")
+    # THEN its buckets add up to what the job's chunk records counted: every model call, both throttles, and the
+    # tokens the calls counted against the quota (input + cache writes + 5 x output)
+    chunks = world.claims.for_job(job_id)
+    assert status == 200 and len(a["calls"]) == ops.ACTIVITY_BUCKETS  # type: ignore[index]
+    assert sum(a["calls"]) == sum(c.n_calls for c in chunks) > 0  # type: ignore[index]
+    assert sum(a["throttles"]) == 2  # type: ignore[index]
+    tokens = sum(quota_tokens(job.model_id or world.settings.effective_model_id, c.input_tokens,
+                              c.cache_write_tokens, c.output_tokens) for c in chunks)
+    assert sum(a["quota_tokens"]) == tokens > 0  # type: ignore[index]
+    # AND quota use is each bucket's tokens per minute over the quota the workers pace to
+    assert a["tokens_per_minute"] == 60_000  # type: ignore[index]
+    assert a["quota_use"] == [round(t * 60 / a["bucket_s"] / 60_000, 4) for t in a["quota_tokens"]]  # type: ignore[index]
+
+
+def test_the_activity_chart_buckets_by_the_time_each_chunk_settled_within_the_last_hour():
+    from contract_review.operate.ops import ChunkActivity, activity
+
+    now = 10_000.0
+    points = [ChunkActivity(at=now - 5_000, calls=99, throttles=9, quota_tokens=999),  # over an hour ago: left out
+              ChunkActivity(at=now - 300, calls=3, throttles=1, quota_tokens=600),
+              ChunkActivity(at=now - 150, calls=4, throttles=0, quota_tokens=400),
+              ChunkActivity(at=now, calls=5, throttles=2, quota_tokens=500)]
+    a = activity(points, now, tokens_per_minute=None, buckets=30)
+    # the chart starts at the first chunk within the hour and splits the time to now in 30 buckets of 10 s
+    assert (a.start, a.bucket_s) == (now - 300, 10)
+    assert a.calls[0] == 3 and a.calls[15] == 4 and a.calls[29] == 5 and sum(a.calls) == 12
+    assert a.throttles[0] == 1 and a.throttles[29] == 2 and sum(a.throttles) == 3
+    assert sum(a.quota_tokens) == 1_500 and a.quota_use is None  # no quota known: no share of it
+    # and with nothing settled, 30 empty buckets
+    empty = activity([], now, 1_000.0)
+    assert sum(empty.calls) == 0 and len(empty.calls) == 30 and empty.quota_use == [0.0] * 30

@@ -32,6 +32,10 @@ class S3Artifacts:
                                              Range=f"bytes={byte_start}-{byte_end - 1}")["Body"].read()
         return body.decode("utf-8")
 
+    def list_keys(self, prefix: str) -> list[str]:
+        pages = self.client.get_paginator("list_objects_v2").paginate(Bucket=self.bucket, Prefix=prefix)
+        return [o["Key"] for page in pages for o in page.get("Contents", [])]
+
     def read_uri(self, bucket: str, key: str, max_bytes: int | None = None) -> bytes:
         ranged = {} if max_bytes is None else {"Range": f"bytes=0-{max_bytes}"}  # max_bytes + 1 at most
         try:

@@ -299,6 +299,9 @@ class Artifacts(Protocol):
         """Bytes [byte_start, byte_end) of a UTF-8 object, decoded (the range must fall on character
         boundaries): a page of chunks without reading the whole document."""
 
+    def list_keys(self, prefix: str) -> list[str]:
+        """Every key of the bucket under `prefix` (an operator's look-up: `review batch` by a prefix of its id)."""
+
     def read_uri(self, bucket: str, key: str, max_bytes: int | None = None) -> bytes:
         """An object anywhere (intake's claim check); raises `input.document_missing` if absent. With
         `max_bytes`, at most `max_bytes + 1` bytes are read (enough to tell that it is too large)."""

@@ -11,16 +11,20 @@ from __future__ import annotations
 import json
 from collections import Counter
 from collections.abc import Mapping
+from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from pydantic import BaseModel, ConfigDict, Field, JsonValue, ValidationError
 
 from contract_review.domain.batch import BatchStatus
 from contract_review.domain.errors import REGISTRY, ErrorEnvelope
+from contract_review.domain.keys import BATCHES_PREFIX
 from contract_review.domain.messages import AnalysisMessage, InlineDocument, ResultMessage
+from contract_review.domain.model import quota_tokens
 from contract_review.domain.ports import DLQS, Deps, ModelControls, Queue, QueueMessage
 from contract_review.domain.records import (
     Approval,
+    ChunkRecord,
     ChunkStatus,
     CoverageGap,
     Inference,
@@ -605,8 +609,72 @@ def dlq_discard(deps: Deps, message_id: str, by: str) -> DlqEntry | None:
     return found
 
 
+# ------------------------------------------------------------------------------ model activity over time
+THROTTLE_CODES = frozenset({"model.throttled"})  # a tier-1 retry of these is a throttle the model answered
+ACTIVITY_WINDOW_S = 3600.0  # the status page's chart: at most the last hour
+ACTIVITY_BUCKETS = 30
+ACTIVITY_MIN_BUCKET_S = 5.0
+
+
+@dataclass(frozen=True)
+class ChunkActivity:
+    """What one settled chunk spent, at the time it settled: model calls, throttles (tier-1 retries of a
+    throttle code), and the tokens its calls counted against the tokens-per-minute quota."""
+
+    at: float
+    calls: int
+    throttles: int
+    quota_tokens: int
+
+
+class ActivityView(BaseModel):
+    """Model calls, throttles and quota use over time, in equal buckets from `start` (the status page's chart).
+    `quota_use`: each bucket's quota tokens per minute over `tokens_per_minute`, when the stack knows the quota it
+    paces to (`-c model_tpm`, or the profile's); None when it reads it from Service Quotas at cold start."""
+
+    start: float
+    bucket_s: float
+    calls: list[int]
+    throttles: list[int]
+    quota_tokens: list[int]
+    tokens_per_minute: float | None = None
+    quota_use: list[float] | None = None
+
+
+def chunk_activity(job: Job, chunks: list[ChunkRecord], model_id: str) -> list[ChunkActivity]:
+    """The job's settled chunks' activity (their records' counters, summed over their attempts)."""
+    model = job.model_id or model_id
+    return [ChunkActivity(at=c.settled_at, calls=c.n_calls,
+                          throttles=sum(n for code, n in c.retries.items() if code in THROTTLE_CODES),
+                          quota_tokens=quota_tokens(model, c.input_tokens, c.cache_write_tokens, c.output_tokens))
+            for c in chunks if c.settled_at is not None]
+
+
+def activity(points: list[ChunkActivity], now: float, tokens_per_minute: float | None,
+             window_s: float = ACTIVITY_WINDOW_S, buckets: int = ACTIVITY_BUCKETS) -> ActivityView:
+    """Bucket the chunks' activity from the first one within the window (at most `window_s` ago) to now."""
+    recent = [p for p in points if p.at >= now - window_s]
+    start = min((p.at for p in recent), default=now - ACTIVITY_MIN_BUCKET_S * buckets)
+    bucket_s = max(ACTIVITY_MIN_BUCKET_S, -(-(now - start) // buckets))  # ceil: the last bucket holds `now`
+    calls, throttles, tokens = [0] * buckets, [0] * buckets, [0] * buckets
+    for p in recent:
+        i = min(buckets - 1, int((p.at - start) // bucket_s))
+        calls[i] += p.calls
+        throttles[i] += p.throttles
+        tokens[i] += p.quota_tokens
+    use = [round(t * 60.0 / bucket_s / tokens_per_minute, 4) for t in tokens] if tokens_per_minute else None
+    return ActivityView(start=start, bucket_s=bucket_s, calls=calls, throttles=throttles, quota_tokens=tokens,
+                        tokens_per_minute=tokens_per_minute, quota_use=use)
+
+
+def paced_tokens_per_minute(deps: Deps) -> float | None:
+    """The tokens-per-minute quota the workers pace to, when the stack's settings say it (no AWS call)."""
+    return deps.settings.model_tpm or deps.settings.profile.quota.model_tokens_per_minute
+
+
 # ------------------------------------------------------------------------------ ids by unique prefix
 JOB_ID_CHARS = len(job_id_for(""))  # "job-" + 20 hex
+BATCH_ID_CHARS = len("batch-") + 20  # operate/api.py: "batch-" + 20 hex
 
 
 class AmbiguousId(Exception):
@@ -637,6 +705,18 @@ def resolve_message_id(deps: Deps, given: str) -> str:
     if given in ids:
         return given
     return _unique(given, ids, "DLQ message") or given
+
+
+def resolve_batch_id(deps: Deps, given: str) -> str:
+    """A batch id given whole or by a unique prefix ("batch-9c1e", or "9c1e" without `batch-`): the whole id (as
+    given when none matches). The ids are the batch manifests' names in the artifact bucket (one S3 listing of the
+    `batches/` prefix); whose batch it is, `api.batch_manifest` decides after."""
+    prefix = given if given.startswith("batch-") else "batch-" + given
+    if len(prefix) >= BATCH_ID_CHARS:
+        return given
+    ids = [k[len(BATCHES_PREFIX):-len(".json")] for k in deps.artifacts.list_keys(BATCHES_PREFIX + prefix)
+           if k.endswith(".json")]
+    return _unique(prefix, ids, "batch") or given
 
 
 # ------------------------------------------------------------------------------ submit
