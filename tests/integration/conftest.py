@@ -13,6 +13,7 @@ import pytest
 from contract_review.domain.ports import Deps
 from contract_review.domain.records import ChunkRecord, Job
 from contract_review.doubles.spec import FaultSpec
+from review_local.batch_service import BatchFaults
 from review_local.embedded import EmbeddedAws, synth
 from review_local.stack import LocalStack
 
@@ -51,11 +52,13 @@ def make_stack(local_template: dict[str, Any], tmp_path: Path) -> Iterator[Calla
     stacks: list[LocalStack] = []
 
     def _make(faults: FaultSpec | None = None, concurrency: dict[str, int] | None = None,
-              worker_profile: dict[str, Any] | None = None) -> LocalStack:
-        """`worker_profile`: profile fields the workers run with (PROFILE_OVERRIDES), e.g. one-by-one analysts."""
+              worker_profile: dict[str, Any] | None = None, batch_faults: BatchFaults | None = None) -> LocalStack:
+        """`worker_profile`: profile fields the workers run with (PROFILE_OVERRIDES), e.g. one-by-one analysts;
+        `batch_faults`: what the batch inference stand-in does wrong (review_local/batch_service.py)."""
         env = {"worker": {"PROFILE_OVERRIDES": json.dumps(worker_profile)}} if worker_profile else {}
         stack = LocalStack(faults=faults, concurrency=concurrency or {}, template=local_template,
-                           state_dir=tmp_path / f"stack{len(stacks)}", extra_env=env)
+                           state_dir=tmp_path / f"stack{len(stacks)}", extra_env=env,
+                           batch_faults=batch_faults or BatchFaults())
         stacks.append(stack)
         return stack.start()
 
