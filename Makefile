@@ -8,7 +8,7 @@ export JSII_SILENCE_WARNING_DEPRECATED_NODE_VERSION := 1
 export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 20
 export PATH := $(abspath $(BIN)):$(abspath node_modules/.bin):$(PATH)
 
-.PHONY: venv browser demo test test-unit test-integration test-infra synth lint docs bench bench-quota bench-scaling bench-recovery-baseline bench-large bench-burst soak clean
+.PHONY: venv browser demo test test-unit test-integration test-infra synth lint docs bench bench-quota bench-scaling bench-recovery-baseline bench-large bench-burst bench-batch soak clean
 
 $(STAMP): requirements.txt pyproject.toml package.json package-lock.json
 	$(PY) -m venv $(VENV)
@@ -96,6 +96,11 @@ bench-large: $(STAMP)
 # what it is calibrated on; `bench/burst_sim.py --local` replays that flood. Results: bench/results/burst_sim*.json.
 bench-burst: $(STAMP)
 	$(BIN)/python bench/burst_sim.py
+
+# One 100 KB contract on demand, then in batch, on embedded AWS (the batch stand-in): cost per 100 KB in both modes,
+# their ratio, the batch cost against its bound (bench/README.md "On demand and in batch").
+bench-batch: $(STAMP)
+	$(BIN)/python bench/batch.py
 
 # Over 200 documents under every fault at once (transient, permanent, malformed output, duplicates,
 # kill -9 and SIGSTOP of workers), each job checked against a fault-free run; ~15 minutes on 2 cores.
