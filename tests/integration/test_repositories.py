@@ -474,6 +474,36 @@ def test_claims_release_finish_and_redrive_are_fenced(repos: Repos):
     assert [r.chunk_id for r in repos.claims.for_job(job_id)] == ["c0", "c1"]
 
 
+def test_claims_park_a_chunk_for_a_batch_pack_it_once_and_return_it_once(repos: Repos):
+    """The batch lane's three writes (pipeline/batch.py), on the fake and on DynamoDB alike: a fenced park, a token
+    set only on an unpacked parked chunk, a return only with the token it holds (once), the answers' usage added."""
+    job_id = _job().job_id
+    repos.claims.create(_chunk(job_id))
+    c = repos.claims.claim(job_id, "c0", "a", 30, 1)
+    assert repos.claims.await_batch(job_id, "c0", c.fence + 1, AttemptStats(), "batch/pending/k", 11) is None
+    parked = repos.claims.await_batch(job_id, "c0", c.fence, AttemptStats(calls=0), "batch/pending/k", 11)
+    assert parked is not None and parked.status is ChunkStatus.AWAITING_BATCH and parked.claimed_by is None
+    assert (parked.batch_pending_key, parked.batch_records, parked.batch_since) == ("batch/pending/k", 11, repos.clock())
+    assert not repos.claims.claim(job_id, "c0", "b", 30, 2).won  # parked: no worker takes it
+    assert repos.claims.assign_batch(job_id, "c0", c.fence, "t1", None) is not None
+    assert repos.claims.assign_batch(job_id, "c0", c.fence, "t2", None) is None  # packed once
+    assert repos.claims.return_from_batch(job_id, "c0", c.fence, "t2", stats=AttemptStats()) is None
+    env = ErrorEnvelope.of("batch.record_failed", "1 of 11 records unanswered")
+    back = repos.claims.return_from_batch(job_id, "c0", c.fence, "t1", stats=AttemptStats(calls=10, input_tokens=500,
+                                          model_micro_usd=7), answer_key="batch/answers/a1", failed=True, error=env)
+    assert back is not None and back.status is ChunkStatus.PENDING and back.batch_token is None
+    assert (back.batch_answer_keys, back.batch_failures, back.n_calls, back.input_tokens, back.model_micro_usd) == \
+        (["batch/answers/a1"], 1, 10, 500, 7)
+    assert (back.release_reason, back.message_sent_at, back.last_error, back.batch_pending_key) == \
+        (ReleaseReason.BATCH, repos.clock(), env, None)
+    assert repos.claims.return_from_batch(job_id, "c0", c.fence, "t1", stats=AttemptStats()) is None  # once
+    # the next round: claimed again, parked again, sent on demand unpacked, its answers kept
+    c2 = repos.claims.claim(job_id, "c0", "b", 30, 1)
+    assert repos.claims.await_batch(job_id, "c0", c2.fence, AttemptStats(), "batch/pending/k2", 1) is not None
+    od = repos.claims.return_from_batch(job_id, "c0", c2.fence, None, stats=AttemptStats(), on_demand="min_records")
+    assert od is not None and od.batch_on_demand == "min_records" and od.batch_answer_keys == ["batch/answers/a1"]
+
+
 def test_claims_reset_a_done_chunk_only_to_run_analysts_again(repos: Repos):
     job_id = _job().job_id
     repos.claims.create(_chunk(job_id))

@@ -59,6 +59,16 @@ def _stats_expr(stats: AttemptStats) -> tuple[list[str], dict[str, Any], dict[st
     return parts, values, names
 
 
+def _awaiting_batch(fence: int, token: str | None, values: dict[str, Any], placeholder: str) -> str:
+    """The condition of a batch update: the chunk awaits a batch under `fence` with batch token `token` (None: not
+    packed yet); its values added to `values`."""
+    values.update({":awaiting": ChunkStatus.AWAITING_BATCH.value, ":fence": fence})
+    if token is None:
+        return "fence = :fence AND #st = :awaiting AND attribute_not_exists(batch_token)"
+    values[placeholder] = token
+    return f"fence = :fence AND #st = :awaiting AND batch_token = {placeholder}"
+
+
 class DynamoClaims:
     def __init__(self, client: Any, claims_table: str, checkpoints_table: str, artifacts: Artifacts,
                  ttl_s: int, inline_max_bytes: int, clock: Clock):
@@ -204,13 +214,8 @@ class DynamoClaims:
 
     def assign_batch(self, job_id: str, chunk_id: str, fence: int, token: str | None,
                      expected: str | None) -> ChunkRecord | None:
-        values: dict[str, Any] = {":awaiting": ChunkStatus.AWAITING_BATCH.value, ":fence": fence}
-        cond = "fence = :fence AND #st = :awaiting AND "
-        if expected is None:
-            cond += "attribute_not_exists(batch_token)"
-        else:
-            cond += "batch_token = :expected"
-            values[":expected"] = expected
+        values: dict[str, Any] = {}
+        cond = _awaiting_batch(fence, expected, values, ":expected")
         if token is None:
             expr = "REMOVE batch_token"
         else:
@@ -227,8 +232,7 @@ class DynamoClaims:
         parts, values, names = _stats_expr(stats)
         now = self.clock()
         parts += ["#st = :pending", "release_reason = :reason", "released_at = :now", "message_sent_at = :now"]
-        values.update({":pending": ChunkStatus.PENDING.value, ":reason": ReleaseReason.BATCH.value, ":now": now,
-                       ":awaiting": ChunkStatus.AWAITING_BATCH.value, ":fence": fence})
+        values.update({":pending": ChunkStatus.PENDING.value, ":reason": ReleaseReason.BATCH.value, ":now": now})
         if answer_key is not None:
             parts.append("batch_answer_keys = list_append(if_not_exists(batch_answer_keys, :empty), :answer)")
             values.update({":empty": [], ":answer": [answer_key]})
@@ -241,12 +245,7 @@ class DynamoClaims:
         if error is not None:
             parts.append("last_error = :err")
             values[":err"] = error.model_dump(mode="json")
-        cond = "fence = :fence AND #st = :awaiting AND "
-        if token is None:
-            cond += "attribute_not_exists(batch_token)"
-        else:
-            cond += "batch_token = :token"
-            values[":token"] = token
+        cond = _awaiting_batch(fence, token, values, ":token")
         item = self.claims.update_if(
             _key(job_id, chunk_id),
             UpdateExpression="SET " + ", ".join(parts) + " REMOVE batch_token, batch_pending_key, batch_since",
