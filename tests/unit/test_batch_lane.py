@@ -49,6 +49,16 @@ def submit(p: InProcess, **fields: object) -> Job:
     return job
 
 
+def parked_in_a_long_batch_job() -> tuple[InProcess, FakeBatchService]:
+    """A batch-mode job whose chunks have been packed into a batch job that will not end for a long while."""
+    p, svc = batch_world()
+    svc.end_after_s = 1_000.0
+    submit(p)
+    for _ in range(3):
+        p.round()
+    return p, svc
+
+
 def on_demand_findings() -> list[dict[str, object]]:
     return fault_free_findings(small_chunk_world, {"text": TEXT})
 
@@ -193,11 +203,7 @@ def test_a_sweep_that_dies_after_creating_the_batch_job_is_finished_by_the_next_
 
 def test_a_job_cancelled_while_its_chunks_wait_in_a_batch_settles_them_cancelled_and_drops_the_answers():
     # GIVEN a batch-mode job whose chunks are parked in a running batch job
-    p, svc = batch_world()
-    svc.end_after_s = 1_000.0
-    submit(p)
-    for _ in range(3):
-        p.round()
+    p, svc = parked_in_a_long_batch_job()
     parked = [c for c in p.world.claims.for_job(JOB_ID) if c.status is ChunkStatus.AWAITING_BATCH]
     assert parked and all(c.batch_token for c in parked)
     # WHEN it is cancelled, and the batch job ends later
@@ -215,11 +221,7 @@ def test_a_job_cancelled_while_its_chunks_wait_in_a_batch_settles_them_cancelled
 
 
 def test_status_names_the_batch_jobs_holding_a_jobs_calls_and_when_they_are_expected():
-    p, svc = batch_world()
-    svc.end_after_s = 1_000.0
-    submit(p)
-    for _ in range(3):
-        p.round()
+    p, svc = parked_in_a_long_batch_job()
     shown = batch.batches_of(p.world.deps, p.world.claims.for_job(JOB_ID),
                              p.world.settings.profile.batch.batch_expected_s)
     [arn] = list(svc.jobs)
@@ -229,11 +231,7 @@ def test_status_names_the_batch_jobs_holding_a_jobs_calls_and_when_they_are_expe
 
 
 def test_review_status_and_the_job_api_show_the_batch_jobs_holding_a_jobs_calls():
-    p, svc = batch_world()
-    svc.end_after_s = 1_000.0
-    submit(p)
-    for _ in range(3):
-        p.round()
+    p, svc = parked_in_a_long_batch_job()
     [arn] = list(svc.jobs)
     # `review watch` says each batch event in words
     said = {e.type: ops.event_label(e) for e in p.world.jobs.events(JOB_ID) if "batch" in e.type}
@@ -275,12 +273,8 @@ def test_a_batch_of_records_sharing_an_id_is_refused_before_anything_is_submitte
 
 def test_a_job_whose_chunks_wait_in_a_long_batch_job_is_tracked_not_stalled():
     # GIVEN a batch job that runs far longer than the stall period
-    p, svc = batch_world()
-    svc.end_after_s = 1_000.0
-    submit(p)
+    p, svc = parked_in_a_long_batch_job()
     stall_s = p.world.settings.profile.recovery.stall_after_s
-    for _ in range(3):
-        p.round()
     # WHEN sweeps go on past it
     stalled = running = 0
     for _ in range(int(3 * stall_s / 2.0) + 3):
