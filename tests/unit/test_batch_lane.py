@@ -220,6 +220,21 @@ def test_a_job_cancelled_while_its_chunks_wait_in_a_batch_settles_them_cancelled
     assert counted(p.world.claims, p.world.jobs.get(JOB_ID)) == {c.chunk_id for c in records}  # type: ignore[arg-type]
 
 
+def test_a_chunk_still_in_a_batch_job_at_its_jobs_deadline_goes_on_demand_and_its_late_answers_are_dropped():
+    # GIVEN a batch-mode job whose chunks wait in a batch job that outlasts the job's deadline
+    p, svc = batch_world()
+    svc.end_after_s = 1_000.0
+    submit(p, deadline_hours=0.03)  # 108 s: over the local profile's expected 30 s, so it is taken in batch
+    # WHEN the deadline passes THEN its chunks go on demand and the job ends with the on-demand report
+    completes_as_on_demand(p)
+    assert {e["reason"] for e in events(p, "batch.on_demand")} == {"deadline"} and p.model.calls > 0
+    # AND the batch job, ending later, sends nothing back
+    svc.end_after_s = 0.0
+    for _ in range(3):
+        p.round()
+    assert not events(p, "batch.returned")
+
+
 def test_status_names_the_batch_jobs_holding_a_jobs_calls_and_when_they_are_expected():
     p, svc = parked_in_a_long_batch_job()
     shown = batch.batches_of(p.world.deps, p.world.claims.for_job(JOB_ID),

@@ -22,7 +22,8 @@ The sweeper's `collect` (each sweep) then, over the running batch-mode jobs:
    `CreateModelInvocationJob` with that token: a sweep that crashes anywhere is finished by the next with the same
    token, and no chunk is ever in two batch jobs). Below the minimum, a chunk waits for others until its job's deadline
    less `batch_expected_s` (or `batch_max_wait_s`, when the profile sets it); then its calls go on demand (`batch_on_demand`), as they do
-   at once when no batch service is configured.
+   at once when no batch service is configured. A chunk whose batch job is still running at its job's deadline goes
+   on demand too (the batch job, which holds other jobs' records, goes on; its answers for that chunk are dropped).
 A parked chunk's job is touched each sweep (it is tracked, not stalled). Batch calls take nothing from the on-demand
 pacers; the chunk of a job cancelled meanwhile is settled `cancelled` by the cancel (its batch answers are dropped).
 """
@@ -312,6 +313,9 @@ def _track(deps: Deps, token: str, members: list[Parked], now: float, report: Co
         _write(deps, manifest)
     if not state.terminal:
         report.running += 1
+        for m in members:  # a job whose deadline passed goes on without it (the batch job holds others' records)
+            if m.job.deadline_at is not None and now >= m.job.deadline_at:
+                _to_on_demand(deps, m, "deadline", report, token)
         return
     if state.status in HAS_OUTPUT:
         _returned(deps, token, members, deps.batch.results(state.job_id), None, report, state)
@@ -375,9 +379,11 @@ def _priced(deps: Deps, answered: dict[str, ModelBody]) -> AttemptStats:
     return AttemptStats(calls=len(answered), **priced.model_dump())
 
 
-def _to_on_demand(deps: Deps, m: Parked, reason: str, report: CollectReport) -> None:
+def _to_on_demand(deps: Deps, m: Parked, reason: str, report: CollectReport, token: str | None = None) -> None:
+    """The chunk's calls go on demand from here (its answers so far are kept), whether or not a batch job (`token`)
+    still holds its records: that job's answers for it are then dropped when it ends."""
     c = m.chunk
-    back = deps.claims.return_from_batch(c.job_id, c.chunk_id, c.fence, None, stats=AttemptStats(),
+    back = deps.claims.return_from_batch(c.job_id, c.chunk_id, c.fence, token, stats=AttemptStats(),
                                          on_demand=reason)
     if back is None:
         return
