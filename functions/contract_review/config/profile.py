@@ -202,7 +202,8 @@ class FanoutConfig(BaseModel):
     # worker sends a bulk chunk it receives back delayed `bulk_defer_s`, doubling at each deferral (at most 900 s),
     # at most `bulk_max_deferrals` times a chunk, so bulk work waits at most the sum of those delays (the starvation
     # bound: 5 + 10 + ... + 160 = 315 s by default); whether interactive work is open is read at most every
-    # `interactive_check_s` per worker process.
+    # `interactive_check_s` per worker process (while one interactive job is open: that job, one read; else the
+    # open-jobs index, a query and a batched read).
     bulk_defer_s: int = Field(default=5, ge=1, le=900)  # SQS DelaySeconds: at most 900
     bulk_max_deferrals: int = Field(default=6, ge=0, le=20)
     interactive_check_s: float = Field(default=2.0, gt=0)
@@ -469,7 +470,7 @@ PROFILES: dict[str, Profile] = {
         fanout_window=8,  # 2 x the 4 local workers, as in prod
         fanout_page=2,
         # bulk waits at most 10 + 20 + 40 = 70 s for interactive work (pipeline/priority.py); on moto every
-        # deferral's calls share the CPU with the interactive chunks' (bench/priority.py: x3.4 from 2 s)
+        # deferral's calls share the CPU with the interactive chunks' (bench/priority.py, docs/runbook.md)
         bulk_defer_s=10,
         bulk_max_deferrals=3,
         interactive_check_s=0.25,
