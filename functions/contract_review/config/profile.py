@@ -201,9 +201,9 @@ class FanoutConfig(BaseModel):
     # Interactive before bulk (pipeline/priority.py): while a running interactive job has chunks not settled, a
     # worker sends a bulk chunk it receives back delayed `bulk_defer_s`, doubling at each deferral (at most 900 s),
     # at most `bulk_max_deferrals` times a chunk, so bulk work waits at most the sum of those delays (the starvation
-    # bound: 5 + 10 + ... + 160 = 315 s by default); whether interactive work is open is read at most every
-    # `interactive_check_s` per worker process (while one interactive job is open: that job, one read; else the
-    # open-jobs index, a query and a batched read).
+    # bound: 5 + 10 + ... + 160 = 315 s by default). Whether interactive work is open is asked for each bulk chunk
+    # received (the open-jobs index: a query and a batched read); once it is, a worker process keeps that answer
+    # for `interactive_check_s`, then reads that one interactive job again.
     bulk_defer_s: int = Field(default=5, ge=1, le=900)  # SQS DelaySeconds: at most 900
     bulk_max_deferrals: int = Field(default=6, ge=0, le=20)
     interactive_check_s: float = Field(default=2.0, gt=0)

@@ -14,17 +14,21 @@ where the job record is read anyway. Its price: one SQS send and receive per def
 
 "Interactive work is open": a running interactive job with chunks not yet settled, read through the sparse
 open-jobs index (`JobsRepo.running_brief`: one query, then the running jobs in batched, projected reads: two
-requests for up to 100 running jobs) at most once per `interactive_check_s` per worker process. Every bulk chunk
-received while interactive work is open costs a deferral, so the check is what each deferral must not pay for in
-full (bench/priority.py: with a read per running job it took most of the interactive job's wait)."""
+requests for up to 100 running jobs), or, while the one found stays open, by reading that job again at most once
+per `interactive_check_s` per worker process. Every bulk chunk received while interactive work is open costs a
+deferral, so the check is what each deferral must not pay for in full (bench/priority.py: with a read per running
+job, every time, and an event per deferral, the deferrals took most of the interactive job's wait)."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 
 from contract_review.domain.messages import AnalysisMessage
 from contract_review.domain.ports import Deps
 from contract_review.domain.records import Job, JobState, Priority
+
+log = logging.getLogger(__name__)
 
 
 def waits_for_chunks(job: Job) -> bool:
@@ -40,10 +44,12 @@ def open_interactive_job(deps: Deps) -> str | None:
 
 
 class PriorityGate:
-    """One per worker process: decides whether a bulk chunk gives way to interactive work. The answer is kept for
-    `interactive_check_s`; while it names an open interactive job, the next check reads that one job again (one
-    GetItem) and queries the index only once it has ended, so a worker sending bulk chunks back pays little for
-    the check."""
+    """One per worker process: decides whether a bulk chunk gives way to interactive work, asked for each bulk chunk
+    received. "Open" is kept for `interactive_check_s`, then confirmed by reading that one interactive job again
+    (one GetItem); the index is queried only once it has ended, so a worker sending bulk chunks back pays little
+    for the check. "Not open" is not kept: the next bulk chunk asks the index again (a query and a batched read,
+    beside the dozens of requests analysing it makes), so a worker that finishes a bulk chunk just after an
+    interactive job starts does not take another one."""
 
     def __init__(self, deps: Deps, probe: Callable[[Deps], str | None] = open_interactive_job):
         self.deps, self.probe = deps, probe
@@ -52,10 +58,15 @@ class PriorityGate:
 
     def interactive_waiting(self) -> bool:
         now = self.deps.clock()
-        if now - self._checked_at >= self.deps.settings.profile.fanout.interactive_check_s:
-            seen = self.deps.jobs.get(self._open) if self._open is not None else None
-            self._open = self._open if seen is not None and waits_for_chunks(seen) else self.probe(self.deps)
-            self._checked_at = now
+        if self._open is not None and now - self._checked_at < self.deps.settings.profile.fanout.interactive_check_s:
+            return True
+        seen = self.deps.jobs.get(self._open) if self._open is not None else None
+        was, self._open = self._open, self._open if seen is not None and waits_for_chunks(seen) else \
+            self.probe(self.deps)
+        self._checked_at = now
+        if (was is None) != (self._open is None):  # one line when this process starts or stops giving way
+            log.info("interactive work %s", "open: bulk chunks give way" if self._open else "done",
+                     extra={"interactive_job_id": self._open or was})
         return self._open is not None
 
     def defer(self, msg: AnalysisMessage, job: Job) -> int | None:
