@@ -38,6 +38,7 @@ class Access:
 
 GET, PUT, UPDATE, QUERY = (f"dynamodb:{a}" for a in ("GetItem", "PutItem", "UpdateItem", "Query"))
 DELETE_ITEM = "dynamodb:DeleteItem"
+BATCH_GET = "dynamodb:BatchGetItem"
 # Appending a job event (adapters/jobs.py record_event): read the job's counter item (GetItem), then write it
 # (UpdateItem) and the event (PutItem) in one TransactWriteItems, which IAM checks per item action.
 EVENTS_APPEND = (GET, PUT, UPDATE)
@@ -79,9 +80,10 @@ INTAKE = (
     Access("dlq:intake", (SEND,), "dead-letter input without a job key, with its error envelope"),
 )
 WORKER = (
-    Access("table:jobs", (GET, UPDATE), "read the job; fail it on a job-fatal error"),
+    Access("table:jobs", (GET, UPDATE, BATCH_GET), "read the job; fail it on a job-fatal error; priority: read the "
+                                                   "running jobs the index names, 100 a request (BatchGetItem)"),
     Access(OPEN_JOBS_INDEX, (QUERY,), "priority: is an interactive job open (then a bulk chunk gives way)? The "
-                                      "running jobs, each read again (pipeline/priority.py)"),
+                                      "running jobs' keys (pipeline/priority.py)"),
     Access("table:events", EVENTS_APPEND, "record chunk events (the counter read, then it and the event written in one transaction)"),
     Access("table:claims", (GET, UPDATE), "claim, heartbeat, checkpoint-commit, release and settle (fenced)"),
     Access("table:checkpoints", (PUT, QUERY), "write the analysts' checkpoints (one item per group committed "

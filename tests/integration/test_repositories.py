@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
+from botocore.awsrequest import AWSResponse
 
 from contract_review.adapters.artifacts import S3Artifacts
 from contract_review.adapters.claims import DynamoClaims
@@ -30,6 +31,7 @@ from contract_review.domain.records import (
     Job,
     JobOutcome,
     JobState,
+    Priority,
     ReleaseReason,
     Reliability,
     SideEffectDone,
@@ -248,6 +250,53 @@ def test_a_stale_index_entry_is_read_again_and_ignored(repos: Repos):
                        ExpressionAttributeValues={":c": {"S": "cancelling"}})
     found = {j.job_id for j in repos.jobs.stalled(repos.clock() + 1)}
     assert job.job_id not in found and moved.job_id not in found
+
+
+def test_running_brief_reads_the_running_jobs_with_what_says_whose_chunks_are_open(repos: Repos):
+    """Priority's check (pipeline/priority.py): the running jobs, with their priority, counts and hold as `get` reads
+    them (an older job's settled set included); no queued or ended job."""
+    interactive = _with_chunks(repos, _job(JobState.RUNNING).model_copy(update={"chunk_count": 3}), n=3)
+    _legacy_settled(repos, interactive.job_id, {"c0"})
+    repos.jobs.settle_new_chunk(interactive.job_id, "c1")
+    held, _ = repos.jobs.create(_job(JobState.RUNNING, priority=Priority.BULK))
+    repos.jobs.set_waiting(held.job_id, Waiting(condition="daily_token_quota", model_id="m", tokens_per_day=1.0,
+                                                since=1.0, detail="held"))
+    queued, _ = repos.jobs.create(_job(JobState.QUEUED))
+    ended, _ = repos.jobs.create(_job(JobState.FAILED, error_code="input.invalid"))
+    brief = {j.job_id: j for j in repos.jobs.running_brief()}
+    assert {interactive.job_id, held.job_id} <= set(brief) and not {queued.job_id, ended.job_id} & set(brief)
+    for job_id in (interactive.job_id, held.job_id):
+        full = repos.jobs.get(job_id)
+        assert full is not None
+        got = brief[job_id]
+        assert (got.state, got.priority, got.chunk_count, got.n_settled, got.waiting) == \
+            (full.state, full.priority, full.chunk_count, full.n_settled, full.waiting)
+    assert brief[interactive.job_id].n_settled == 2 and brief[held.job_id].priority is Priority.BULK
+    assert brief[held.job_id].waiting is not None
+
+
+def test_running_brief_reads_past_100_jobs_and_asks_again_for_unprocessed_keys(repos: Repos):
+    """BatchGetItem takes at most 100 keys, and may leave some unprocessed (throttling): none is missed."""
+    if not isinstance(repos.jobs, DynamoJobs):
+        pytest.skip("BatchGetItem is the DynamoDB adapter's")
+    ids = {repos.jobs.create(_job(JobState.RUNNING))[0].job_id for _ in range(105)}
+    client, table = _raw(repos)
+    answered: list[int] = []
+
+    def unprocessed_once(params: dict[str, Any], **_: Any) -> tuple[AWSResponse, dict[str, Any]] | None:
+        if answered:
+            return None
+        keys = json.loads(params["body"])["RequestItems"][table]
+        answered.append(len(keys["Keys"]))
+        return AWSResponse("", 200, {}, None), {"Responses": {table: []}, "UnprocessedKeys": {table: keys},
+                                                "ResponseMetadata": {"HTTPStatusCode": 200}}
+
+    client.meta.events.register("before-call.dynamodb.BatchGetItem", unprocessed_once)
+    try:
+        found = {j.job_id for j in repos.jobs.running_brief()}
+    finally:
+        client.meta.events.unregister("before-call.dynamodb.BatchGetItem", unprocessed_once)
+    assert answered == [100] and ids <= found
 
 
 def test_the_backfill_indexes_open_jobs_written_before_the_index(repos: Repos):

@@ -117,3 +117,13 @@ def test_worker_metrics_count_retries_by_code_and_tier(capsys: pytest.CaptureFix
     assert _values(lines, "Tier2Handoffs") == [({"service": "worker"}, 1.0)]
     assert _values(lines, "Retries") == [({"service": "worker", "tier": "2", "code": "model.unavailable"}, 1.0)]
     assert _values(lines, "BackpressureRequeues") == []
+
+
+def test_a_bulk_chunk_that_gives_way_counts_one_priority_deferral(capsys: pytest.CaptureFixture[str]) -> None:
+    # the deferrals before a chunk's last one are no job event (pipeline/priority.py): this metric counts them all
+    metrics = Metrics(service="worker", namespace="ContractReview")
+    record_attempt(metrics, RetryStats(), action="deferred", reason="priority.deferred")
+    metrics.flush_metrics()
+    lines = _emf(capsys.readouterr().out)
+    assert _values(lines, "PriorityDeferrals") == [({"service": "worker"}, 1.0)]
+    assert _values(lines, "BackpressureRequeues") == []  # giving way is not backpressure

@@ -5,14 +5,15 @@ from __future__ import annotations
 
 import json
 import random
+from collections.abc import Iterator
 
 from contract_review.domain.messages import AnalysisMessage, parse_results_body
 from contract_review.domain.ports import Queue
-from contract_review.domain.records import JobState, Priority
+from contract_review.domain.records import Job, JobState, Priority
 from contract_review.doubles.offline_model import OfflineRuleModel
 from contract_review.pipeline.aggregator import handle_message
 from contract_review.pipeline.intake import handle_intake
-from contract_review.pipeline.priority import starvation_bound_s
+from contract_review.pipeline.priority import PriorityGate, starvation_bound_s
 from contract_review.pipeline.worker import ChunkWorker, Delivery
 
 from ..texts import LONG_TEXT
@@ -116,3 +117,40 @@ def test_bulk_work_is_not_starved_a_chunk_gives_way_at_most_bulk_max_deferrals_t
     assert starvation_bound_s(2, 3) == 14
     assert q.deferred and max(m.deferrals for m in q.deferred) == 2  # the copies sent back carry 1..3
     assert all(m.job_id == bulk and m.deferrals < 3 for m in q.deferred)
+    # AND only a chunk's last deferral is a job event (`spent`): one per chunk that used all three, none before
+    events = [e.detail for e in world.jobs.events(bulk) if e.type == "chunk.deferred"]
+    assert events and all(d["spent"] and d["deferrals"] == 3 and d["delay_s"] == 8 for d in events)
+    assert len(events) == sum(1 for m in q.deferred if m.deferrals == 2)
+
+
+def test_while_an_interactive_job_stays_open_the_check_reads_that_job_again_not_the_index():
+    # GIVEN an interactive job whose chunks stay open, and a worker's gate that found it through the index
+    world = small_chunk_world()
+    q = SerialQueue(world)
+    urgent = q.intake("urgent", Priority.INTERACTIVE)
+    world.queues.sent[Queue.ANALYSIS].clear()
+    queries: list[int] = []
+    index = world.jobs.running_brief
+
+    def counted() -> Iterator[Job]:
+        queries.append(1)
+        return index()
+
+    world.jobs.running_brief = counted  # type: ignore[method-assign]
+    gate = PriorityGate(world.deps)
+    every = world.settings.profile.fanout.interactive_check_s
+    assert gate.interactive_waiting() and len(queries) == 1
+    # WHEN the workers check again and again while it stays open
+    for _ in range(5):
+        world.clock.advance(every)
+        assert gate.interactive_waiting()
+    # THEN each check read that one job again: no further query of the open-jobs index
+    assert len(queries) == 1
+    # AND once it has ended, the next check queries the index again and finds no interactive work
+    world.jobs.transition(urgent, (JobState.RUNNING,), JobState.COMPLETED)
+    world.clock.advance(every)
+    assert not gate.interactive_waiting() and len(queries) == 2
+    # AND "not open" is not kept: the very next bulk chunk asks the index again, and finds a job taken in since
+    assert not gate.interactive_waiting() and len(queries) == 3
+    q.intake("urgent-2", Priority.INTERACTIVE)
+    assert gate.interactive_waiting() and len(queries) == 4

@@ -11,6 +11,7 @@ from typing import Any
 from botocore.exceptions import ClientError
 from pydantic import BaseModel
 
+from contract_review.domain.errors import ReviewError
 from contract_review.domain.ports import Clock
 from contract_review.domain.records import (
     OUTCOME_FIELDS,
@@ -52,6 +53,12 @@ def _open_state(state: JobState) -> str | None:
     return None if state.terminal else state.value
 
 
+# `running_brief`: what says whether a running job's chunks are open and who for (Job's required fields too)
+BRIEF_NAMES = {"#s": "state", "#st": "settled", "#w": "waiting"}
+BRIEF_FIELDS = ("job_id, #s, created_at, updated_at, idempotency_key, priority, chunk_count, settled_count, #st, "
+                "#w")
+BATCH_GET_KEYS = 100  # BatchGetItem's most keys per request
+BATCH_GET_ATTEMPTS = 5
 SETTLE_ATTEMPTS = 20  # a settle's transaction cancelled by a concurrent one on the same items (not a condition) is retried
 COUNTED = "counted"  # on a chunk record: counted settled on its job (written with the job's `settled_count`)
 LEGACY_SETTLED = "settled"  # a job item's string set of counted chunk ids, from before `settled_count`
@@ -162,6 +169,37 @@ class DynamoJobs:
             job = self.get(key["job_id"])
             if job is not None and job.state is state and job.updated_at < idle_since:
                 yield job
+
+    def running_brief(self) -> Iterator[Job]:
+        """The running jobs, only the fields that say whose chunks are still open (pipeline/priority.py): a query of
+        the sparse open-jobs index (keys only), then the jobs read in batches of 100 (BatchGetItem, strongly
+        consistent, projected): two requests for up to 100 running jobs, where `stalled` makes one per job. The
+        other fields keep their defaults: not a job to act on or write back. Each item is kept only if it is
+        itself still running (the index lags)."""
+        keys = [{"job_id": k["job_id"]} for k in self.jobs.pages(
+            "query", IndexName=OPEN_INDEX, KeyConditionExpression="#o = :state",
+            ExpressionAttributeNames={"#o": OPEN_STATE}, ExpressionAttributeValues=serialize({":state": "running"}))]
+        for i in range(0, len(keys), BATCH_GET_KEYS):
+            for item in self._batch_get(keys[i:i + BATCH_GET_KEYS], BRIEF_FIELDS):
+                job = Job.model_validate(item)
+                if job.state is JobState.RUNNING:
+                    yield job
+
+    def _batch_get(self, keys: list[dict[str, Any]], projection: str) -> Iterator[dict[str, Any]]:
+        """BatchGetItem of up to 100 keys; the keys DynamoDB leaves unprocessed (throttling, size) are asked
+        again after a short jittered pause, a bounded number of times (then `aws.throttled`)."""
+        request: dict[str, Any] = {self.jobs.name: {"Keys": [serialize(k) for k in keys], "ConsistentRead": True,
+                                                    "ProjectionExpression": projection,
+                                                    "ExpressionAttributeNames": BRIEF_NAMES}}
+        for attempt in range(BATCH_GET_ATTEMPTS):
+            r = self.jobs.client.batch_get_item(RequestItems=request)
+            for item in r.get("Responses", {}).get(self.jobs.name, []):
+                yield deserialize(item)
+            request = r.get("UnprocessedKeys") or {}
+            if not request:
+                return
+            time.sleep(random.uniform(0, 0.05 * 2 ** attempt))  # noqa: S311 (jitter, not crypto)
+        raise ReviewError.of("aws.throttled", f"BatchGetItem left keys unprocessed {BATCH_GET_ATTEMPTS} times")
 
     def backfill_open_index(self) -> int:
         """One-time, for jobs written before the open-jobs index existed (`review backfill-open-jobs`): give

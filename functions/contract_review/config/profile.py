@@ -201,8 +201,9 @@ class FanoutConfig(BaseModel):
     # Interactive before bulk (pipeline/priority.py): while a running interactive job has chunks not settled, a
     # worker sends a bulk chunk it receives back delayed `bulk_defer_s`, doubling at each deferral (at most 900 s),
     # at most `bulk_max_deferrals` times a chunk, so bulk work waits at most the sum of those delays (the starvation
-    # bound: 5 + 10 + ... + 160 = 315 s by default); whether interactive work is open is read at most every
-    # `interactive_check_s` per worker process.
+    # bound: 5 + 10 + ... + 160 = 315 s by default). Whether interactive work is open is asked for each bulk chunk
+    # received (the open-jobs index: a query and a batched read); once it is, a worker process keeps that answer
+    # for `interactive_check_s`, then reads that one interactive job again.
     bulk_defer_s: int = Field(default=5, ge=1, le=900)  # SQS DelaySeconds: at most 900
     bulk_max_deferrals: int = Field(default=6, ge=0, le=20)
     interactive_check_s: float = Field(default=2.0, gt=0)
@@ -470,7 +471,7 @@ PROFILES: dict[str, Profile] = {
         fanout_window=8,  # 2 x the 4 local workers, as in prod
         fanout_page=2,
         # bulk waits at most 10 + 20 + 40 = 70 s for interactive work (pipeline/priority.py); on moto every
-        # deferral's calls share the CPU with the interactive chunks' (bench/priority.py: x3.4 from 2 s)
+        # deferral's calls share the CPU with the interactive chunks' (bench/priority.py, docs/runbook.md)
         bulk_defer_s=10,
         bulk_max_deferrals=3,
         interactive_check_s=0.25,

@@ -142,6 +142,10 @@ class JobsRepo(Protocol):
         """Open jobs in `state` (default `running`; a terminal state finds none) not updated since `idle_since`:
         a query of the jobs table's sparse open-jobs index, each job read again (the index lags)."""
 
+    def running_brief(self) -> Iterator[Job]:
+        """The running jobs with only the fields saying whose chunks are open (priority, chunk and settled counts,
+        `waiting`; the rest at their defaults: not a job to act on): the open-jobs index, then batched reads."""
+
     def backfill_open_index(self) -> int:
         """Once, for jobs written before the open-jobs index: index every open job lacking its key (one scan, by
         an operator: `review backfill-open-jobs`); the number indexed."""

@@ -2,7 +2,8 @@
 as `service=worker` in namespace `ContractReview`; infra/monitoring.py alarms and graphs them).
 
 Per attempt: `ModelCalls`, `Tier1Retries`, `SemanticRepairs`; per outcome: `BackpressureRequeues`
-(a chunk requeued under backpressure) or `Tier2Handoffs` (handed to the queue's redelivery); and
+(a chunk requeued under backpressure), `PriorityDeferrals` (a bulk chunk sent back to give way to interactive
+work, pipeline/priority.py) or `Tier2Handoffs` (handed to the queue's redelivery); and
 `Retries` by error code and tier (dimensions service, tier, code: one EMF line each; the codes come
 from the error registry, so the set of dimension values is bounded).
 """
@@ -21,6 +22,8 @@ def record_attempt(metrics: Metrics, stats: RetryStats, *, action: str | None = 
     metrics.add_metric(name="ModelCalls", unit=MetricUnit.Count, value=stats.calls)
     metrics.add_metric(name="Tier1Retries", unit=MetricUnit.Count, value=sum(stats.retries.values()))
     metrics.add_metric(name="SemanticRepairs", unit=MetricUnit.Count, value=stats.repairs)
+    if action == "deferred":  # a bulk chunk gave way to interactive work (pipeline/priority.py)
+        metrics.add_metric(name="PriorityDeferrals", unit=MetricUnit.Count, value=1)
     if action == "requeued":
         metrics.add_metric(name="BackpressureRequeues", unit=MetricUnit.Count, value=1)
         if reason == "model.circuit_open":  # the model's circuit breaker was open (breaker.py)

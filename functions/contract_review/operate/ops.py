@@ -247,8 +247,8 @@ def event_label(e: JobEvent) -> str:
                                f"back in {d.get('backoff_s')} s",
         "chunk.settled": lambda: f"{d.get('settled')}/{d.get('total')} chunks settled ({chunk} {d.get('status')})",
         "chunk.requeued": lambda: f"chunk requeued: {d.get('reason')}",
-        "chunk.deferred": lambda: f"bulk chunk gave way to interactive work ({d.get('deferrals')} time(s), "
-                                  f"{d.get('delay_s')} s each)",
+        "chunk.deferred": lambda: f"bulk chunk gave way to interactive work {d.get('deferrals')} times, the most "
+                                  f"it may (the last for {d.get('delay_s')} s): it runs when it comes back",
         "chunk.cancelled": lambda: f"chunk stopped at {d.get('cancelled_at_stage')}: cancelled",
         "job.fanned_out": lambda: f"chunks {d.get('fanned_out')}/{d.get('total')} sent",
         "job.waiting_quota": lambda: str(d.get("detail") or "waiting for the model's daily token quota"),

@@ -13,43 +13,67 @@ sender (fan-out, requeue, the sweeper's re-send, redrive) keeps sending to the o
 where the job record is read anyway. Its price: one SQS send and receive per deferral, no model call.
 
 "Interactive work is open": a running interactive job with chunks not yet settled, read through the sparse
-open-jobs index (`JobsRepo.stalled` with no idle bound: the running jobs, each read again) at most once per
-`interactive_check_s` per worker process."""
+open-jobs index (`JobsRepo.running_brief`: one query, then the running jobs in batched, projected reads: two
+requests for up to 100 running jobs), or, while the one found stays open, by reading that job again at most once
+per `interactive_check_s` per worker process. Every bulk chunk received while interactive work is open costs a
+deferral, so the check is what each deferral must not pay for in full (bench/priority.py: with a read per running
+job, every time, and an event per deferral, the deferrals took most of the interactive job's wait)."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 
 from contract_review.domain.messages import AnalysisMessage
 from contract_review.domain.ports import Deps
 from contract_review.domain.records import Job, JobState, Priority
 
+log = logging.getLogger(__name__)
 
-def interactive_open(deps: Deps) -> bool:
-    """Whether a running interactive job has chunks not yet settled and is not held (`waiting`: its chunks wait for
-    the daily quota, giving way to it would serve nobody); stops at the first one."""
-    now = deps.clock()
-    return any(j.priority is Priority.INTERACTIVE and j.n_settled < j.chunk_count and j.waiting is None
-               for j in deps.jobs.stalled(now + 1.0, JobState.RUNNING))
+
+def waits_for_chunks(job: Job) -> bool:
+    """An interactive job someone waits for: running, chunks not yet settled, and not held (`waiting`: its chunks
+    wait for the daily quota, giving way to it would serve nobody)."""
+    return job.state is JobState.RUNNING and job.priority is Priority.INTERACTIVE and \
+        job.n_settled < job.chunk_count and job.waiting is None
+
+
+def open_interactive_job(deps: Deps) -> str | None:
+    """The first running interactive job that waits for chunks (the open-jobs index, batched reads), or None."""
+    return next((j.job_id for j in deps.jobs.running_brief() if waits_for_chunks(j)), None)
 
 
 class PriorityGate:
-    """One per worker process: decides whether a bulk chunk gives way to interactive work (cached answer)."""
+    """One per worker process: decides whether a bulk chunk gives way to interactive work, asked for each bulk chunk
+    received. "Open" is kept for `interactive_check_s`, then confirmed by reading that one interactive job again
+    (one GetItem); the index is queried only once it has ended, so a worker sending bulk chunks back pays little
+    for the check. "Not open" is not kept: the next bulk chunk asks the index again (a query and a batched read,
+    beside the dozens of requests analysing it makes), so a worker that finishes a bulk chunk just after an
+    interactive job starts does not take another one."""
 
-    def __init__(self, deps: Deps, probe: Callable[[Deps], bool] = interactive_open):
+    def __init__(self, deps: Deps, probe: Callable[[Deps], str | None] = open_interactive_job):
         self.deps, self.probe = deps, probe
         self._checked_at = float("-inf")
-        self._open = False
+        self._open: str | None = None  # the interactive job seen open at the last check
 
     def interactive_waiting(self) -> bool:
         now = self.deps.clock()
-        if now - self._checked_at >= self.deps.settings.profile.fanout.interactive_check_s:
-            self._open, self._checked_at = self.probe(self.deps), now
-        return self._open
+        if self._open is not None and now - self._checked_at < self.deps.settings.profile.fanout.interactive_check_s:
+            return True
+        seen = self.deps.jobs.get(self._open) if self._open is not None else None
+        was, self._open = self._open, self._open if seen is not None and waits_for_chunks(seen) else \
+            self.probe(self.deps)
+        self._checked_at = now
+        if (was is None) != (self._open is None):  # one line when this process starts or stops giving way
+            log.info("interactive work %s", "open: bulk chunks give way" if self._open else "done",
+                     extra={"interactive_job_id": self._open or was})
+        return self._open is not None
 
     def defer(self, msg: AnalysisMessage, job: Job) -> int | None:
         """Send a bulk chunk back (delayed) when interactive work is open and its deferrals are not spent: the delay;
-        None: analyse it now."""
+        None: analyse it now. Only its last deferral is a job event (`chunk.deferred`, `spent`): an event is a read
+        and a transaction, which every deferral would make the interactive job wait behind; each deferral is in
+        the worker's log line and the `PriorityDeferrals` metric."""
         f = self.deps.settings.profile.fanout
         if job.priority is not Priority.BULK or msg.deferrals >= f.bulk_max_deferrals or job.state is not \
                 JobState.RUNNING or not self.interactive_waiting():
@@ -57,9 +81,9 @@ class PriorityGate:
         delay = deferral_delay_s(f.bulk_defer_s, msg.deferrals)
         self.deps.queues.send_analysis([msg.deferred()], delay_s=delay)
         n = msg.deferrals + 1
-        if n == 1 or n == f.bulk_max_deferrals:  # the first and the last time it gives way: two events a chunk at most
+        if n == f.bulk_max_deferrals:  # it used all its deferrals: interactive work is heavy enough to reach the bound
             self.deps.jobs.record_event(msg.job_id, "chunk.deferred", chunk_id=msg.chunk_id, deferrals=n,
-                                        delay_s=delay, spent=n == f.bulk_max_deferrals)
+                                        delay_s=delay, spent=True)
         return delay
 
 
