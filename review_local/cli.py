@@ -29,8 +29,8 @@ from contract_review.review.chunking import document_hash
 
 from .progress import UNKNOWN, WAITING, ended, watch_jobs
 
-console = Console()
-_STDERR = Console(stderr=True)  # progress beside --json output
+console = Console(emoji=False)  # an ARN holds `:secret:`, which rich would print as an emoji
+_STDERR = Console(stderr=True, emoji=False)  # progress beside --json output
 SUBMIT_GRACE_S = 10.0  # a just-submitted job id without a record: wait this long (and while intake is busy)
 WATCH_GRACE_S = 3.0
 

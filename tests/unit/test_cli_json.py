@@ -23,6 +23,9 @@ from .fakes import FakeWorld
 from .inprocess import InProcess
 
 
+SECRET_ARN = "arn:aws:secretsmanager:us-east-1:123456789012:secret:contract-review/ticket-credentials-AbCdEf"
+
+
 @dataclass
 class _BatchService:
     url: str
@@ -52,7 +55,8 @@ class FakeStack:
         self.world, self.aws, self.profile = world, _Aws(), "local"
         self.outputs = {"IntakeQueueUrl": "http://127.0.0.1:5999/queue/intake", "JobsTableName": "jobs"}
         self.api, self.ui = _Served("http://127.0.0.1:6001/"), _Served("http://127.0.0.1:6002/")
-        self.tickets, self.ticket_secret_arn, self.ticket_token = _Served("http://127.0.0.1:6003/"), "arn:secret", "tk"
+        self.tickets, self.ticket_token = _Served("http://127.0.0.1:6003/"), "tk"
+        self.ticket_secret_arn = SECRET_ARN
         self.batch_service = _BatchService("http://127.0.0.1:6004/")
         self.runtime = None
         self.started = self.stopped = False
@@ -93,11 +97,12 @@ def test_review_up_json_prints_one_document_of_the_running_stack_then_serves(wor
     assert (doc["endpoint"], doc["region"], doc["profile"]) == (stack.aws.endpoint, "us-east-1", "local")
     assert doc["outputs"] == stack.outputs and doc["ui"] == stack.ui.url and doc["api"] == stack.api.url
     assert doc["api_token"] == "t0ken" and doc["api_tokens"] == {"local-user": "t0ken"}
-    assert doc["tickets"] == {"url": stack.tickets.url, "secret_arn": "arn:secret", "token": "tk"}
+    assert doc["tickets"] == {"url": stack.tickets.url, "secret_arn": SECRET_ARN, "token": "tk"}
     assert doc["batch_service"] == stack.batch_service.url
     assert doc["local_json"].endswith("local.json") and doc["logs"] == ".review/logs/"
     # AND the human lines went to stderr; the stack was served, then stopped
     assert "status page:" in result.stderr and "stopping..." in result.stderr
+    assert SECRET_ARN in result.stderr  # as it is: rich would print its `:secret:` as an emoji
     assert served == [True] and stack.stopped and stack.wrote
 
 
