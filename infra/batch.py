@@ -22,7 +22,7 @@ from constructs import Construct
 from contract_review.domain.keys import BATCH_INPUT_PREFIX, BATCH_OUTPUT_PREFIX
 from contract_review.domain.model import GLOBAL_PROFILE_PREFIX, base_model_id, is_inference_profile
 
-from .permissions import _foundation_model_arn, _profile_arn
+from .permissions import QUOTA_READ, _describe_statements, _foundation_model_arn, _profile_arn
 
 BEDROCK_SERVICE = "bedrock.amazonaws.com"
 # Bedrock's control plane for batch jobs, as the sweeper calls it (adapters/batch_inference.py and the collector)
@@ -94,6 +94,9 @@ def submit_statements(stack: Stack, role: iam.IRole, model_id: str) -> list[iam.
         iam.PolicyStatement(actions=[LIST_JOBS], resources=["*"]),
         iam.PolicyStatement(actions=["iam:PassRole"], resources=[role.role_arn],
                             conditions={"StringEquals": {"iam:PassedToService": BEDROCK_SERVICE}}),
+        # the minimum records per batch job, read once (wiring.batch_min_records): the model's name as Service
+        # Quotas names it (GetFoundationModel, GetInferenceProfile), then its quota (no resource ARN: "*")
+        *_describe_statements(stack, model_id), QUOTA_READ,
     ]
 
 

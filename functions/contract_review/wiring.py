@@ -33,7 +33,7 @@ from contract_review.model.bedrock import ModelIdCheck, bedrock_client_config, b
 from contract_review.model.breaker import BreakerModel, CircuitBreaker
 from contract_review.model.daily_quota import DailyQuota
 from contract_review.model.pacing import QuotaLimiter
-from contract_review.model.quotas import ModelQuotas, read_model_quotas
+from contract_review.model.quotas import ModelQuotas, read_batch_quota, read_model_quotas
 from contract_review.pipeline.worker import ChunkWorker
 from contract_review.sideeffects import saga
 
@@ -103,7 +103,26 @@ def build_batch(settings: Settings, session: Any, s3: Any, meter: RequestMeter |
         meter.hook(bedrock)
     return BedrockBatchInference(bedrock, s3, bucket=settings.bucket, prefix=BATCH_PREFIX,
                                  role_arn=settings.batch_role_arn, model_id=settings.effective_model_id,
-                                 timeout_hours=settings.profile.batch.batch_timeout_hours)
+                                 timeout_hours=settings.profile.batch.batch_timeout_hours,
+                                 read_min_records=lambda: batch_min_records(settings, session, bedrock))
+
+
+def batch_min_records(settings: Settings, session: Any, bedrock: Any) -> int | None:
+    """The account's minimum records per batch job for the stack's model, as Service Quotas names it (the model's name
+    from the control plane, then its quota: model/quotas.py `read_batch_quota`), or None, logged, when it cannot be
+    read (the collector then holds to Bedrock's default, 100)."""
+    model_id = settings.effective_model_id
+    try:
+        facts = ModelIdCheck(lambda: bedrock).facts(model_id)
+        if facts is None or not facts.display_name:
+            log.warning("batch minimum not read: the control plane did not name the model",
+                        extra={"model_id": model_id})
+            return None
+        row = read_batch_quota(session.client("service-quotas", config=aws_client_config()), facts.display_name)
+    except (ClientError, BotoCoreError) as exc:
+        log.warning("batch minimum not read", extra={"model_id": model_id, "error_code": classify(exc).error_code})
+        return None
+    return int(row.value) if row is not None else None
 
 
 def build_side_effects(settings: Settings, session: Any, endpoint_url: str | None = None,

@@ -139,7 +139,8 @@ def test_each_role_is_granted_exactly_its_access_row(synth: Synth, name: str, ro
             assert st["Resource"] == "*", st
             assert "bedrock:ListModelInvocationJobs" not in actions or role == "sweeper", st
             assert not actions & XRAY_SAMPLING or role == "fargate", st
-            assert not actions & QUOTAS or role in ("worker", "fargate"), st
+            # the worker paces to the model's quotas; the sweeper reads the batch minimum records (wiring.py)
+            assert not actions & QUOTAS or role in ("worker", "fargate", "sweeper"), st
         elif actions <= BATCH_JOBS:  # the sweeper submits and collects batch inference jobs (infra/batch.py)
             assert role == "sweeper", st
             assert ":model-invocation-job/*" in text or actions == {"bedrock:CreateModelInvocationJob"} and (
@@ -147,6 +148,8 @@ def test_each_role_is_granted_exactly_its_access_row(synth: Synth, name: str, ro
         elif actions == {"iam:PassRole"}:  # the batch service role, to Bedrock only (test_batch_iam.py)
             assert role == "sweeper" and st["Condition"] == {
                 "StringEquals": {"iam:PassedToService": "bedrock.amazonaws.com"}}, st
+        elif actions <= {"bedrock:GetFoundationModel", "bedrock:GetInferenceProfile"}:  # the model's name (quotas)
+            assert role in ("worker", "fargate", "sweeper") and ":bedrock:" in text, st
         elif all(a.startswith("bedrock:") for a in actions):
             assert role in ("worker", "fargate") and ":bedrock:" in text, st
         elif actions == {"ecs:UpdateTaskProtection"}:

@@ -546,6 +546,7 @@ def _batch(rec: Recorder, aws: EmbeddedAws, env: dict[str, str], sweeper_env: di
     records = [BatchRecord(f"rc-{i}", {"messages": [{"role": "user", "content": [{"text": "a clause"}]}]})
                for i in range(BATCH_MIN_RECORDS)]
     with rec.acting_as("sweeper"):
+        deps.batch.min_records()  # the account's minimum records per job: the model's name, then its quota
         job = deps.batch.submit(records, "role-coverage-1")
         _wait(lambda: deps.batch is not None and deps.batch.status(job).terminal, 20)
         outcomes = deps.batch.results(job)

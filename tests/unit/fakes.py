@@ -655,13 +655,14 @@ class FakeBatchService:
     line); `job_faults`: the statuses the next jobs end in instead (Failed, Stopped, Expired), one per job."""
 
     def __init__(self, clock: FakeClock, min_records: int = 10, end_after_s: float = 3.0):
-        self.clock, self.min_records, self.end_after_s = clock, min_records, end_after_s
+        self.clock, self.minimum, self.end_after_s = clock, min_records, end_after_s  # `minimum`: what validation takes
         self.answer = offline_answer(OfflineRuleModel(SimulatedPromptCache(min_tokens=10**9)))
         self.jobs: dict[str, dict[str, Any]] = {}  # arn -> token, records, created_at, status
         self.by_token: dict[str, str] = {}
         self.record_faults: Callable[[str], str | None] = lambda _rid: None
         self.job_faults: list[str] = []
         self.submits = 0  # submit calls, a repeated token included
+        self.min_records_quota: int | None = min_records  # what Service Quotas would say
         self.tokens_in = self.tokens_out = 0  # what the answered records used
 
     def submit(self, records: Sequence[BatchRecord], token: str) -> str:
@@ -672,15 +673,18 @@ class FakeBatchService:
         if len(set(ids)) != len(ids):
             raise ReviewError.of("batch.request_invalid", "two records share a recordId")
         arn = f"arn:aws:bedrock:us-east-1:123456789012:model-invocation-job/{uuid.uuid4().hex[:12]}"
-        status = "Failed" if len(records) < self.min_records else (self.job_faults.pop(0) if self.job_faults else "")
+        status = "Failed" if len(records) < self.minimum else (self.job_faults.pop(0) if self.job_faults else "")
         self.jobs[arn] = {"token": token, "records": list(records), "created_at": self.clock(), "ends": status}
         self.by_token[token] = arn
         return arn
 
+    def min_records(self) -> int | None:
+        return self.min_records_quota
+
     def status(self, job_id: str) -> BatchJobState:
         job = self.jobs[job_id]
-        if job["ends"] == "Failed" and len(job["records"]) < self.min_records:
-            return BatchJobState(job_id, BatchJobStatus.FAILED, f"fewer than {self.min_records} records")
+        if job["ends"] == "Failed" and len(job["records"]) < self.minimum:
+            return BatchJobState(job_id, BatchJobStatus.FAILED, f"fewer than {self.minimum} records")
         if self.clock() - job["created_at"] < self.end_after_s:
             return BatchJobState(job_id, BatchJobStatus.IN_PROGRESS)
         if job["ends"]:

@@ -164,6 +164,22 @@ def test_records_below_the_minimum_wait_batch_max_wait_s_then_go_on_demand():
     assert {e["reason"] for e in events(p, "batch.on_demand")} == {"min_records"}
 
 
+def test_without_a_profile_minimum_the_accounts_service_quota_is_the_minimum():
+    # GIVEN a profile that leaves the minimum to Service Quotas, and an account whose quota no job of ours reaches
+    p, svc = batch_world(batch_min_records=None)
+    svc.min_records_quota = 10_000
+    submit(p)
+    # WHEN the pipeline runs THEN nothing is packed below it: the chunks wait, then go on demand
+    completes_as_on_demand(p)
+    assert not svc.jobs and {e["reason"] for e in events(p, "batch.on_demand")} == {"min_records"}
+    # AND with a quota they reach, they are batched
+    p, svc = batch_world(batch_min_records=None)
+    svc.min_records_quota = svc.minimum = 2  # (what its validation takes too)
+    submit(p)
+    completes_as_on_demand(p)
+    assert svc.jobs and p.model.calls == 0
+
+
 def test_without_a_batch_service_the_chunks_go_on_demand_and_say_why():
     p, _ = batch_world(service=False)
     submit(p)

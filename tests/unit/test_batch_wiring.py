@@ -9,12 +9,13 @@ from typing import Any
 
 import boto3
 import pytest
+from botocore.stub import Stubber
 
 from contract_review.adapters.batch_inference import BedrockBatchInference
 from contract_review.config.profile import get_profile
 from contract_review.config.settings import Settings
 from contract_review.domain.keys import BATCH_PREFIX
-from contract_review.wiring import build_deps
+from contract_review.wiring import batch_min_records, build_deps
 
 ROLE = "arn:aws:iam::123456789012:role/ContractReview-BatchServiceRole"
 STAND_IN = "http://127.0.0.1:4599"
@@ -70,3 +71,40 @@ def test_the_cli_reads_the_role_and_the_stand_in_from_the_stack_outputs():
     assert (s.batch_role_arn, s.batch_endpoint_url) == (ROLE, STAND_IN)
     deps = build_deps(s, _session(), MOTO)
     assert deps.batch is not None and deps.batch.bedrock.meta.endpoint_url == STAND_IN
+
+
+def _stubbed(session: Any, display: str | None, quotas: list[dict[str, Any]] | None) -> tuple[Any, Stubber, Stubber]:
+    """A `bedrock` client naming the model (GetFoundationModel) and a session whose `service-quotas` client lists
+    `quotas` (None: refuses)."""
+    bedrock = session.client("bedrock", region_name="us-east-1")
+    b = Stubber(bedrock)
+    details = {"modelArn": "arn:aws:bedrock:us-east-1::foundation-model/anthropic.claude-sonnet-4-6",
+               "modelId": "anthropic.claude-sonnet-4-6", "modelLifecycle": {"status": "ACTIVE"}}
+    if display is not None:
+        details.update(providerName="Anthropic", modelName=display)
+    b.add_response("get_foundation_model", {"modelDetails": details}, {"modelIdentifier": "anthropic.claude-sonnet-4-6"})
+    sq = session.client("service-quotas", region_name="us-east-1")
+    q = Stubber(sq)
+    if quotas is None:
+        q.add_client_error("list_service_quotas", service_error_code="AccessDeniedException", http_status_code=403)
+    else:
+        q.add_response("list_service_quotas", {"Quotas": quotas})
+    session.client = lambda service, **_kw: sq if service == "service-quotas" else bedrock  # type: ignore[method-assign]
+    return bedrock, b, q
+
+
+@pytest.mark.parametrize("display,quotas,expected", [
+    ("Claude Sonnet 4.6", [{"QuotaName": "Minimum number of records per batch inference job for Anthropic Claude "
+                                         "Sonnet 4.6", "QuotaCode": "L-1", "Value": 250.0, "Adjustable": False}], 250),
+    ("Claude Sonnet 4.6", None, None),  # Service Quotas refuses: logged, not held to (the collector takes 100)
+], ids=["applied", "unreadable"])
+def test_the_batch_minimum_is_the_accounts_service_quota_for_the_model(display: str, quotas: Any,
+                                                                        expected: int | None) -> None:
+    settings = Settings.from_env(_env(BATCH_ROLE_ARN=ROLE, MODEL_PROVIDER="bedrock",
+                                      MODEL_ID="anthropic.claude-sonnet-4-6"))
+    session = _session()
+    bedrock, b, q = _stubbed(session, display, quotas)
+    with b, q:
+        assert batch_min_records(settings, session, bedrock) == expected
+        b.assert_no_pending_responses()
+        q.assert_no_pending_responses()

@@ -22,7 +22,6 @@ from ..texts import LONG_TEXT, TEXT
 from .fakes import FakeWorld
 from .inprocess import InProcess
 
-
 SECRET_ARN = "arn:aws:secretsmanager:us-east-1:123456789012:secret:contract-review/ticket-credentials-AbCdEf"
 
 

@@ -15,7 +15,7 @@ Layout in the bucket (one folder per token, so a retried submit rewrites the sam
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from contract_review.domain.batch import (
@@ -41,7 +41,8 @@ def job_id_of(job_arn: str) -> str:
 
 class BedrockBatchInference:
     def __init__(self, bedrock: Any, s3: Any, *, bucket: str, prefix: str, role_arn: str, model_id: str,
-                 invocation_type: str = CONVERSE, timeout_hours: int = 24, job_name_prefix: str = "review"):
+                 invocation_type: str = CONVERSE, timeout_hours: int = 24, job_name_prefix: str = "review",
+                 read_min_records: Callable[[], int | None] = lambda: None):
         self.bedrock = bedrock  # boto3 "bedrock" (the control plane), not "bedrock-runtime"
         self.s3 = s3
         self.bucket = bucket
@@ -51,6 +52,13 @@ class BedrockBatchInference:
         self.invocation_type = invocation_type
         self.timeout_hours = timeout_hours
         self.job_name_prefix = job_name_prefix
+        self._read_min_records = read_min_records  # Service Quotas (wiring.batch_min_records), read once
+        self._min_records: tuple[int | None] | None = None
+
+    def min_records(self) -> int | None:
+        if self._min_records is None:
+            self._min_records = (self._read_min_records(),)
+        return self._min_records[0]
 
     def _uri(self, key: str) -> str:
         return f"s3://{self.bucket}/{key}"

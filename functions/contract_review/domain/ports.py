@@ -106,6 +106,10 @@ class BatchInference(Protocol):
 
     def status(self, job_id: str) -> BatchJobState: ...
 
+    def min_records(self) -> int | None:
+        """The account's minimum records per batch job for the model (Service Quotas), read once; None: unreadable."""
+        ...
+
     def results(self, job_id: str) -> dict[str, RecordOutcome]:
         """Every submitted record's outcome by recordId (a record the output does not mention: MISSING). Only
         for a job whose status has an output (HAS_OUTPUT)."""

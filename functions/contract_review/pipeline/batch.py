@@ -158,7 +158,10 @@ class Parked:
 
 
 def min_records(deps: Deps) -> int:
-    return deps.settings.profile.batch.batch_min_records or DEFAULT_MIN_RECORDS
+    """The minimum records per batch job: the profile's, else the account's (Service Quotas, read once), else
+    Bedrock's default."""
+    return (deps.settings.profile.batch.batch_min_records or (deps.batch.min_records() if deps.batch else None)
+            or DEFAULT_MIN_RECORDS)
 
 
 def collect(deps: Deps, now: float, report: CollectReport | None = None,
