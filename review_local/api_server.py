@@ -27,13 +27,15 @@ import time
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from types import SimpleNamespace
 from urllib.parse import parse_qsl, urlsplit
 
 from contract_review.domain.ports import Deps
 from contract_review.domain.records import JobState
 from contract_review.operate import api
+
+from .loopback import Loopback
 
 LOCAL_ACCOUNT = "123456789012"  # the embedded stack's account (review_local.embedded)
 LOCAL_PRINCIPALS = ("local-user", "local-other")  # the local API's principals, by name (IAM users of LOCAL_ACCOUNT)
@@ -54,8 +56,7 @@ class ApiServer:
     deps: Deps
     port: int = 0
     tokens: dict[str, str] = field(default_factory=dict)  # token -> principal
-    httpd: ThreadingHTTPServer | None = None
-    stopping: threading.Event = field(default_factory=threading.Event)
+    loop: Loopback = field(default_factory=Loopback)  # the server on 127.0.0.1 (loopback.py)
 
     def __post_init__(self) -> None:
         if not self.tokens:
@@ -77,9 +78,7 @@ class ApiServer:
 
     @property
     def url(self) -> str:
-        assert self.httpd is not None, "not started"
-        host, port = self.httpd.server_address[:2]
-        return f"http://{host!s}:{port}"
+        return self.loop.address + ""
 
     def start(self) -> ApiServer:
         server = self
@@ -87,17 +86,11 @@ class ApiServer:
         class Handler(_Handler):
             api_server = server
 
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", self.port), Handler)
-        self.httpd.daemon_threads = True
-        threading.Thread(target=self.httpd.serve_forever, name="api-server", daemon=True).start()
+        self.loop.serve(Handler, self.port, "api-server")
         return self
 
     def stop(self) -> None:
-        self.stopping.set()
-        if self.httpd is not None:
-            self.httpd.shutdown()
-            self.httpd.server_close()
-            self.httpd = None
+        self.loop.close()
 
     def __enter__(self) -> ApiServer:
         return self.start()
@@ -222,7 +215,7 @@ class _Handler(BaseHTTPRequestHandler):
         self.close_connection = True
         answer, quiet_since = first, time.monotonic()
         try:
-            while not self.api_server.stopping.is_set():
+            while not self.api_server.loop.stopping.is_set():
                 page = json.loads(str(answer.get("body") or "[]")) if answer.get("statusCode") == 200 else None
                 if not isinstance(page, list):
                     return  # the job is gone (or no longer readable): end the stream

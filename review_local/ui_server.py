@@ -22,11 +22,10 @@ preflight, which this server never grants.
 from __future__ import annotations
 
 import json
-import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qsl, unquote, urlsplit
@@ -42,6 +41,8 @@ from contract_review.pipeline.admission import TextDocument
 from contract_review.pipeline.aggregator import read_findings
 from contract_review.review.analysts import analysts_for
 from contract_review.sideeffects import approvals
+
+from .loopback import Loopback
 
 PAGE = Path(__file__).with_name("ui_page.html")
 LIVE_POLL_S = 0.5  # how often the live stream reads the job again
@@ -68,8 +69,7 @@ class UiServer:
     principal: str | None = None
     port: int = 0
     by: str = "ui"  # who the audit events name for an operator's action
-    httpd: ThreadingHTTPServer | None = None
-    stopping: threading.Event = field(default_factory=threading.Event)
+    loop: Loopback = field(default_factory=Loopback)  # the server on 127.0.0.1 (loopback.py)
     _findings: dict[str, list[dict[str, Any]]] = field(default_factory=dict)  # findings_key -> findings (immutable)
     # job id -> (the job item's updated_at when read, when read (monotonic), its settled chunks' activity): a settle
     # changes the job item; an open job's chunk records are read again at most every ACTIVITY_REFRESH_S
@@ -77,9 +77,7 @@ class UiServer:
 
     @property
     def url(self) -> str:
-        assert self.httpd is not None, "not started"
-        host, port = self.httpd.server_address[:2]
-        return f"http://{host!s}:{port}/"
+        return self.loop.address + "/"
 
     def start(self) -> UiServer:
         server = self
@@ -87,17 +85,11 @@ class UiServer:
         class Handler(_Handler):
             ui = server
 
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", self.port), Handler)
-        self.httpd.daemon_threads = True
-        threading.Thread(target=self.httpd.serve_forever, name="ui-server", daemon=True).start()
+        self.loop.serve(Handler, self.port, "ui-server")
         return self
 
     def stop(self) -> None:
-        self.stopping.set()
-        if self.httpd is not None:
-            self.httpd.shutdown()
-            self.httpd.server_close()
-            self.httpd = None
+        self.loop.close()
 
     def __enter__(self) -> UiServer:
         return self.start()
@@ -307,8 +299,7 @@ class _Handler(BaseHTTPRequestHandler):
         self._json(e.status, {"error": {"code": e.code, "message": e.message}})
 
     def _host_ok(self) -> bool:
-        assert self.ui.httpd is not None
-        port = self.ui.httpd.server_address[1]
+        port = urlsplit(self.ui.url).port
         return self.headers.get("Host", "") in (f"127.0.0.1:{port}", f"localhost:{port}")
 
     def do_GET(self) -> None:  # noqa: N802 (the stdlib's name)
@@ -383,7 +374,7 @@ class _Handler(BaseHTTPRequestHandler):
         self.close_connection = True
         last, quiet, seen = "", time.monotonic(), ui.deps.jobs.get(job_id)
         refreshed = time.monotonic()
-        while not ui.stopping.is_set():
+        while not ui.loop.stopping.is_set():
             sent = False
             events = ui.events(job_id, after)
             if events:
