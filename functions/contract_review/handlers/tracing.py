@@ -82,35 +82,34 @@ def _annotate(subsegment: Any) -> None:
             subsegment.put_annotation(key, str(fields[key]))
 
 
-class InheritedContext(Context):
-    """The SDK's context outside Lambda (the Fargate poller), its entities inherited by started threads,
-    every subsegment annotated with the bound job and chunk."""
+class _Inheriting:
+    """What both contexts below add to the SDK's: trace entities in thread-local storage that started threads
+    inherit (`_local`, set by their `__init__`), every subsegment annotated with the bound job and chunk."""
+
+    _local: _InheritedLocal
+
+    def put_subsegment(self, subsegment: Any) -> None:
+        _annotate(subsegment)
+        super().put_subsegment(subsegment)  # type: ignore[misc]  # the SDK context this is mixed into
+
+    def clear_trace_entities(self) -> None:
+        self._local.clear()
+
+
+class InheritedContext(_Inheriting, Context):
+    """The SDK's context outside Lambda (the Fargate poller)."""
 
     def __init__(self, context_missing: str = "LOG_ERROR") -> None:
         super().__init__(context_missing)
         self._local = _InheritedLocal()
 
-    def put_subsegment(self, subsegment: Any) -> None:
-        _annotate(subsegment)
-        super().put_subsegment(subsegment)
 
-    def clear_trace_entities(self) -> None:
-        self._local.clear()
-
-
-class InheritedLambdaContext(LambdaContext):
+class InheritedLambdaContext(_Inheriting, LambdaContext):
     """The same, in Lambda (whose segment is the invocation's, from `_X_AMZN_TRACE_ID`)."""
 
     def __init__(self) -> None:
         super().__init__()
         self._local = _InheritedLocal()
-
-    def put_subsegment(self, subsegment: Any) -> None:
-        _annotate(subsegment)
-        super().put_subsegment(subsegment)
-
-    def clear_trace_entities(self) -> None:
-        self._local.clear()
 
 
 def _install_context() -> None:
