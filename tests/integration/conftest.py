@@ -10,11 +10,13 @@ from typing import Any
 
 import pytest
 
+from contract_review import handlers
 from contract_review.domain.ports import Deps
 from contract_review.domain.records import ChunkRecord, Job
 from contract_review.doubles.spec import FaultSpec
 from review_local.batch_service import BatchFaults
-from review_local.embedded import EmbeddedAws, synth
+from review_local.embedded import FAKE_CREDENTIALS, EmbeddedAws, synth
+from review_local.runtime import function_specs
 from review_local.stack import LocalStack
 
 
@@ -39,6 +41,24 @@ def aws(local_template: dict[str, Any]) -> Iterator[EmbeddedAws]:
     """Embedded AWS with the local template deployed, for tests that call the cores directly."""
     with deployed(local_template) as aws:
         yield aws
+
+
+@pytest.fixture
+def lambda_env(local_template: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> Iterator[EmbeddedAws]:
+    """The template deployed in embedded AWS and the process's environment set as the worker function's: the
+    handlers run here as Lambda would run them."""
+    aws = EmbeddedAws().start()
+    try:
+        aws.deploy(local_template)
+        (worker,) = [s for s in function_specs(aws, 1.0) if s.name == "worker"]
+        for k, v in {**worker.env, **FAKE_CREDENTIALS, "AWS_ENDPOINT_URL": aws.endpoint,
+                     "AWS_DEFAULT_REGION": aws.region}.items():
+            monkeypatch.setenv(k, v)
+        handlers.reset()
+        yield aws
+    finally:
+        handlers.reset()
+        aws.stop()
 
 
 # Scenarios that need a chunk slower than its lease, or a chunk half-way through its analysts to kill, run the

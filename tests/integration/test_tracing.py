@@ -19,8 +19,7 @@ from aws_xray_sdk.core import patch, xray_recorder
 from contract_review import handlers
 from contract_review.handlers import tracing
 from contract_review.pipeline.intake import handle_intake
-from review_local.embedded import FAKE_CREDENTIALS, EmbeddedAws
-from review_local.runtime import function_specs
+from review_local.embedded import EmbeddedAws
 from review_local.sandbox import LambdaContext, sqs_event
 
 TEXT = ("1. Governing Law. This Agreement shall be governed by the laws of the State of Delaware.\n\n"
@@ -38,22 +37,6 @@ class FakeDaemonEmitter:
 
     def set_daemon_address(self, address: str | None) -> None:
         pass
-
-
-@pytest.fixture
-def lambda_env(local_template: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> Iterator[EmbeddedAws]:
-    aws = EmbeddedAws().start()
-    try:
-        aws.deploy(local_template)
-        (worker,) = [s for s in function_specs(aws, 1.0) if s.name == "worker"]
-        for k, v in {**worker.env, **FAKE_CREDENTIALS, "AWS_ENDPOINT_URL": aws.endpoint,
-                     "AWS_DEFAULT_REGION": aws.region}.items():
-            monkeypatch.setenv(k, v)
-        handlers.reset()
-        yield aws
-    finally:
-        handlers.reset()
-        aws.stop()
 
 
 @pytest.fixture
