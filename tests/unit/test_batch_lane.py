@@ -10,6 +10,7 @@ from collections import Counter
 
 import pytest
 
+from contract_review.adapters.batch_inference import BedrockBatchInference
 from contract_review.domain.batch import MISSING, BatchRecord
 from contract_review.domain.cost import batch_cost_usd, micro_usd, model_price
 from contract_review.domain.errors import ReviewError
@@ -294,12 +295,21 @@ def test_a_record_id_names_the_analyst_and_step_and_changes_with_the_request():
     assert "cachePoint" not in json.dumps(a.model_input)
 
 
+class _Refuses:
+    """A client that fails the test if the adapter calls it at all."""
+
+    def __getattr__(self, name: str) -> object:
+        raise AssertionError(f"{name} was called")
+
+
 def test_a_batch_of_records_sharing_an_id_is_refused_before_anything_is_submitted():
-    svc = FakeBatchService(small_chunk_world().clock, min_records=1)
+    # the boto3 adapter itself: nothing is written to S3 nor sent to Bedrock
+    adapter = BedrockBatchInference(_Refuses(), _Refuses(), bucket="b", prefix="batch", role_arn="arn:role",
+                                    model_id="anthropic.claude-sonnet-4-6")
     record = BatchRecord("liability.locate.x", {"messages": []})
     with pytest.raises(ReviewError) as raised:
-        svc.submit([record, record], "t1")
-    assert raised.value.envelope.error_code == "batch.request_invalid" and not svc.jobs
+        adapter.submit([record, record], "t1")
+    assert raised.value.envelope.error_code == "batch.request_invalid"
 
 
 def test_a_job_whose_chunks_wait_in_a_long_batch_job_is_tracked_not_stalled():
