@@ -650,7 +650,11 @@ class FakeBatchService:
     """Bedrock batch inference in memory, behind the `BatchInference` port (the HTTP stand-in that boto3 reaches is
     review_local/batch_service.py; this is its in-process twin for the unit worlds). A job answers after
     `end_after_s` of the world's clock, each record by the offline rule model exactly as the stand-in answers it;
-    the same token returns the same job; a job under `min_records` fails as Bedrock's validation fails it.
+    the same token returns the same job (`clientRequestToken`: "If this token matches a previous request, Amazon Bedrock
+    ignores the request", CreateModelInvocationJob API reference); a job under `min_records` fails as Bedrock's
+    validation fails it (the "Minimum number of records per batch inference job" quota, docs.aws.amazon.com/bedrock/
+    latest/userguide/batch-inference-data.html); records sharing a recordId are refused as the boto3 adapter refuses
+    them (adapters/batch_inference.py), before anything is submitted.
     Faults: `record_faults(record_id)` -> None (answered), an error code (answered with an error) or MISSING (no
     line); `job_faults`: the statuses the next jobs end in instead (Failed, Stopped, Expired), one per job."""
 
