@@ -500,7 +500,16 @@ class FakeModelControl:
         return self.control
 
     def put(self, control: ModelControl) -> None:
+        """A test's setup: the control as an operator left it (the product writes through `update` only)."""
         self.control = control
+
+    def update(self, change: Callable[[ModelControl], ModelControl]) -> ModelControl:
+        current = self.control
+        written = change(current).model_copy(update={"version": current.version + 1})
+        if self.control is not current:  # (single-threaded: cannot happen; the store's condition, as DynamoDB's)
+            raise AssertionError("lost compare-and-set")
+        self.control = written
+        return written
 
 
 class FakeTokenLedger:

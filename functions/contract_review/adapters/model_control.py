@@ -4,6 +4,7 @@ the operator's runtime control of the model (`review quota pause|resume|set`), o
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import Any
 
 from aws_lambda_powertools.utilities.parameters import SSMProvider
@@ -26,7 +27,16 @@ class SsmModelControl:
             return ModelControl()
         return ModelControl.model_validate_json(str(raw)) if raw else ModelControl()
 
-    def put(self, control: ModelControl) -> None:
-        self.client.put_parameter(Name=self.name, Value=json.dumps(control.model_dump(mode="json")), Type="String",
+    def update(self, change: Callable[[ModelControl], ModelControl]) -> ModelControl:
+        """Interim: a read-modify-write of one SSM parameter (SSM has no compare-and-set; issue 25 moves the control
+        to a DynamoDB item with a version condition)."""
+        try:
+            raw = self.client.get_parameter(Name=self.name)["Parameter"]["Value"]
+            current = ModelControl.model_validate_json(raw) if raw else ModelControl()
+        except self.client.exceptions.ParameterNotFound:
+            current = ModelControl()
+        written = change(current).model_copy(update={"version": current.version + 1})
+        self.client.put_parameter(Name=self.name, Value=json.dumps(written.model_dump(mode="json")), Type="String",
                                   Overwrite=True)
         self.provider.clear_cache()
+        return written

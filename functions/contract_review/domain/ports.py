@@ -46,13 +46,18 @@ Clock = Callable[[], float]
 
 
 class ModelControls(Protocol):
-    """The operator's runtime control of the model (adapters/model_control.py: an SSM parameter)."""
+    """The runtime control of the model (adapters/model_control.py)."""
 
     def get(self) -> ModelControl:
         """The current control, as a worker sees it (cached: a change takes effect within the cache's age)."""
         ...
 
-    def put(self, control: ModelControl) -> None: ...
+    def update(self, change: Callable[[ModelControl], ModelControl]) -> ModelControl:
+        """Apply `change` to the control as stored now (read consistently, never from the cache) and write the result
+        only if nobody wrote since that read (compare-and-set on `version`, which the store increments); a lost race
+        reads again and applies `change` again. `change` sets only the fields its writer owns. Returns what was
+        written (and refreshes this reader's cache)."""
+        ...
 
 
 @dataclass(frozen=True)

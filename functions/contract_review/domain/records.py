@@ -564,13 +564,32 @@ class JobEvent(_Record):
         return int(self.seq) if self.seq.isdigit() else 0
 
 
+class BatchLaneOff(_Record):
+    """Why the batch lane is off for one model: the first non-retryable refusal of `CreateModelInvocationJob` (the
+    model or profile not offered in batch, access denied) turns it off, and `inference: batch` jobs then run on
+    demand with a `batch.unavailable` event, until an operator turns it on again (`review quota batch --on`)."""
+
+    error_code: str  # the registry's code of the refusal (batch.refused)
+    reason: str  # Bedrock's error code and message, never document text
+    at: float
+    by: str = ""  # who turned it off: "collector", or an operator
+
+
 class ModelControl(_Record):
-    """What an operator set for the model at runtime, without a redeploy (`review quota`; an SSM parameter the
-    workers read, cached about a minute): a pause (no model call starts; chunks are held as backpressure,
-    never failed) and the tokens-per-minute quota to pace to (None: the deploy's or Service Quotas')."""
+    """What an operator (or an automated writer: the batch collector) set for the model at runtime, without a
+    redeploy (`review quota`; one item of the runtime control store the workers read, cached about a minute): a pause
+    (no model call starts; chunks are held as backpressure, never failed; the batch collector packs nothing), the
+    tokens-per-minute quota to pace to (None: the deploy's or Service Quotas'), and the models whose batch lane is off.
+
+    `version` is the store's compare-and-set counter: every write is `ModelControls.update`, conditional on the
+    version it read, so two writers never lose each other's fields."""
 
     paused: bool = False
     tokens_per_minute: float | None = None
     by: str = ""
     at: float = 0.0
+    version: int = 0
+    batch_off: dict[str, BatchLaneOff] = Field(default_factory=dict)  # model id -> why its batch lane is off
 
+    def batch_lane_off(self, model_id: str) -> BatchLaneOff | None:
+        return self.batch_off.get(model_id)

@@ -767,12 +767,14 @@ def quota_show(deps: Deps) -> ModelControl:
 
 def quota_change(deps: Deps, by: str, *, paused: bool | None = None, tokens_per_minute: float | None = None,
                  clear_quota: bool = False) -> ModelControl:
-    """`review quota pause|resume|set N|set --clear`: the one write the workers read (an SSM parameter)."""
-    controls = _controls(deps)
-    now = controls.get()
-    changed = now.model_copy(update={
-        "paused": now.paused if paused is None else paused,
-        "tokens_per_minute": None if clear_quota else (tokens_per_minute or now.tokens_per_minute),
-        "by": by, "at": deps.clock()})
-    controls.put(changed)
-    return changed
+    """`review quota pause|resume|set N|set --clear`: the named fields only, compare-and-set (`ModelControls.update`):
+    a pause racing a set keeps both."""
+    at = deps.clock()
+
+    def change(now: ModelControl) -> ModelControl:
+        return now.model_copy(update={
+            "paused": now.paused if paused is None else paused,
+            "tokens_per_minute": None if clear_quota else (tokens_per_minute or now.tokens_per_minute),
+            "by": by, "at": at})
+
+    return _controls(deps).update(change)
