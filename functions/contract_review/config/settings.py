@@ -78,6 +78,10 @@ OPTION_ENV = {
     # where the `bedrock` client sends the batch calls: empty in AWS; locally the stand-in's URL
     # (review_local/batch_service.py, which `review up` starts)
     "batch_endpoint_url": "BEDROCK_BATCH_ENDPOINT_URL",
+    # the value of the stack's `review-stack` tag (infra/monitoring.py COST_TAG_KEY: the stack's name), set on the
+    # function that submits batch jobs: each batch job is tagged with it at create, and only jobs carrying it may be
+    # stopped (infra/batch.py); empty: batch jobs are created untagged
+    "stack_tag": "STACK_TAG",
 }
 
 # Options the CLI reads from a stack's outputs (Settings field -> output), beside RESOURCES; absent: the default.
@@ -153,6 +157,7 @@ class Settings(BaseModel):
     ticket_secret_arn: str = ""
     batch_role_arn: str = ""  # BATCH_ROLE_ARN: the batch service role's ARN; empty: no batch inference here
     batch_endpoint_url: str = ""  # BEDROCK_BATCH_ENDPOINT_URL: empty in AWS; locally the batch stand-in's URL
+    stack_tag: str = ""  # STACK_TAG: the stack's `review-stack` tag value, on the batch jobs it creates
     # The tokens-per-minute quota the workers pace to (`-c model_tpm=N`); None: the profile's, else the model's
     # quota as Service Quotas names it, read at cold start (wiring.model_tokens_per_minute).
     model_tpm: float | None = None
