@@ -102,6 +102,41 @@ def test_kill_9_mid_chunk_resumes_from_checkpoints_within_lease_plus_sweep(make_
     assert_matches_fault_free(deps, job_id, text)
 
 
+def _partly_checkpointed(deps: Deps, job_id: str) -> ChunkRecord | None:
+    """A claimed chunk some of whose analysts are checkpointed and some not (others still mid-call)."""
+    for c in deps.claims.for_job(job_id):
+        if c.status == "claimed" and 1 <= len(deps.claims.checkpoints(c)) < LOCAL.review.analyst_count:
+            return c
+    return None
+
+
+def test_kill_9_with_every_analyst_at_once_resumes_from_checkpoints(make_stack, tmp_path):
+    """The deployed analyst concurrency (all 11 at once, not one by one): a worker killed while some of a chunk's
+    analysts are checkpointed and the others are mid-call. The new owner loads the checkpointed ones and runs only
+    the rest; the report is the fault-free one. A lognormal latency spreads the analysts' ends apart."""
+    assert LOCAL.review.analyst_concurrency == LOCAL.review.analyst_count == 11  # the workers' own profile
+    log = tmp_path / "calls.jsonl"
+    stack = make_stack(FaultSpec(latency_median_ms=300, latency_p99_ms=2000, call_log=str(log)), {"worker": 2})
+    deps = stack.deps()
+    text = _doc(3)
+    job_id = ops.submit(deps, text, document_id="kill-11")
+    victim = wait_for(lambda: _partly_checkpointed(deps, job_id), 90, 0.02, "a chunk half-way through its analysts")
+    pid = _pid(victim)
+    os.kill(pid, signal.SIGKILL)
+    done_before_kill = set(deps.claims.checkpoints(get_chunk(deps, job_id, victim.chunk_id)))
+    assert 1 <= len(done_before_kill) < LOCAL.review.analyst_count
+
+    job = wait_jobs(deps, [job_id], timeout=120)[job_id]
+    assert job.state == "completed"
+    record = get_chunk(deps, job_id, victim.chunk_id)
+    assert record.status == "done" and record.fence >= 2 and record.failures >= 1
+    after = [e for e in ledger(log) if e["chunk_id"] == victim.chunk_id and e["pid"] != pid]
+    assert not {e["analyst"] for e in after} & done_before_kill, "checkpointed analysts ran again after the kill"
+    rest = set(deps.claims.checkpoints(record)) - done_before_kill
+    assert {e["analyst"] for e in after} and {e["analyst"] for e in after} <= rest, "the new owner ran the rest"
+    assert_matches_fault_free(deps, job_id, text)
+
+
 def test_zombie_worker_cannot_write_after_losing_its_lease(make_stack, tmp_path):
     log = tmp_path / "calls.jsonl"
     stack, deps, job_id, text, victim = _victim(make_stack, log, 150, 2, 1, "zombie")
