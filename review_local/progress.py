@@ -47,7 +47,8 @@ def watch_jobs(console: Console, jobs: JobsRepo, job_ids: list[str], timeout: fl
 
     `intake_busy` tells whether the intake queue still holds messages; without it a missing record
     is waited for until the timeout (never `unknown`). With `events` (job id, after number -> the
-    events after it: `lifecycle.read_events`), each job's events are printed as they come, one line
+    events after it, all or a page: `lifecycle.read_events`; read until it answers none), each job's events are
+    printed as they come, one line
     each ("chunk 7/22: indemnification done"), the same events the Job API serves; `since`: only the events
     after that number. `label` (a job -> its latest event in words) adds it to the job's one progress line.
     The count is the one number progress has everywhere: chunks settled of the job's chunks."""
@@ -73,9 +74,12 @@ def watch_jobs(console: Console, jobs: JobsRepo, job_ids: list[str], timeout: fl
                         progress.update(tasks[j], total=1, completed=0, state=UNKNOWN)
                     continue
                 states[j] = job.state.value
-                for e in events(j, seen[j]) if events is not None else []:
-                    progress.console.print(f"[dim]{j} #{e.number}[/] {event_label(e)}", highlight=False)
-                    seen[j] = e.number
+                # every event written before the job was read, however many pages: a job that has ended stops
+                # the watch after this round, so what it wrote last (its ending) is printed before the watch ends
+                while events is not None and (page := events(j, seen[j])):
+                    for e in page:
+                        progress.console.print(f"[dim]{j} #{e.number}[/] {event_label(e)}", highlight=False)
+                        seen[j] = e.number
                 total: int | None = job.chunk_count or None
                 done = job.n_settled
                 if job.terminal and (total is None or job.state is JobState.COMPLETED):

@@ -378,6 +378,19 @@ def test_event_numbers_have_no_gap_under_concurrent_writers_and_never_touch_the_
     assert repos.jobs.record_event("job-nobody", "e") == 0 and repos.jobs.events("job-nobody") == []
 
 
+def test_a_page_of_events_is_short_only_when_there_are_no_more(repos: Repos):
+    """Issue 25 finding 14: a Query stops at 1 MB whatever its Limit. 150 events of ~9 KB each are more than 1 MB:
+    a page of 1000 must still hold all 150 (a reader takes a short page for the end of the log), and a page of 120
+    the first 120, from any number a reader resumes after."""
+    job, _ = repos.jobs.create(_job(JobState.RUNNING))
+    for i in range(150):
+        repos.jobs.record_event(job.job_id, "e", i=i, pad="x" * 9_000)
+    assert [e.number for e in repos.jobs.events(job.job_id, limit=1000)] == list(range(1, 151))
+    assert [e.number for e in repos.jobs.events(job.job_id, limit=120)] == list(range(1, 121))
+    assert [e.number for e in repos.jobs.events(job.job_id, after=20, limit=1000)] == list(range(21, 151))
+    assert [e.number for e in repos.jobs.events(job.job_id, after=150, limit=1000)] == []
+
+
 def test_a_job_whose_events_predate_the_counter_goes_on_from_its_last_number(repos: Repos):
     # GIVEN a job written by an older version: events 1..3 numbered on the job item (`event_seq` 3), no counter
     job, _ = repos.jobs.create(_job(JobState.RUNNING, event_seq=3))

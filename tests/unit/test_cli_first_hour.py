@@ -161,6 +161,28 @@ def test_watch_progress_is_one_line_and_since_skips_the_events_seen(monkeypatch)
     assert shown and min(shown) == 4 and len(shown) == len(numbered) - 3
 
 
+@pytest.mark.parametrize("since", [0, 150])
+def test_watch_of_an_ended_job_prints_every_event_however_many_pages(monkeypatch, since):
+    """Issue 25 finding 14: on a job that had ended, `review watch` printed events 1-100, then "completed", exit 0.
+    A job of 267 events (a retried job's approval, compensation, reopening and completion come after the first 100):
+    every one is printed, in order, before the watch ends, and `--since N` resumes after event N."""
+    # GIVEN a job that completed, with 267 events in its log
+    world = small_chunk_world()
+    job_id = handle_intake(world.deps, json.dumps({"schema_version": 1, "document": {"text": TEXT}}), "m-1").job_id
+    assert job_id is not None
+    Pipeline(world).step()
+    assert world.jobs.items[job_id].state is JobState.COMPLETED
+    while len(world.jobs.events(job_id)) < 267:
+        world.jobs.record_event(job_id, "chunk.requeued", chunk_id="c", reason="model.throttled", by="worker")
+    fake_time(monkeypatch)
+    # WHEN it is watched (from the start, or resuming after event 150)
+    watched = run(world, "watch", job_id, *(["--since", str(since)] if since else []))
+    # THEN every event after `since` is printed, once and in order, and the watch ends completed
+    assert watched.exit_code == 0, watched.output
+    shown = [int(x.split("#")[1].split()[0]) for x in watched.stdout.splitlines() if f"{job_id} #" in x]
+    assert shown == list(range(since + 1, 268))
+
+
 def test_retry_cancel_and_dlq_redrive_print_their_outcomes_as_json(monkeypatch):
     world = small_chunk_world()
     job_id = handle_intake(world.deps, json.dumps({"schema_version": 1, "document": {"text": TEXT}}), "m-1").job_id

@@ -442,10 +442,13 @@ class DynamoJobs:
 
     def events(self, job_id: str, after: int = 0, limit: int | None = None) -> list[JobEvent]:
         """The job's events numbered above `after`, in order, at most `limit` (a consistent read: an event
-        written before the call is in the answer)."""
+        written before the call is in the answer). Fewer than `limit` only when there are no more: a Query stops
+        at 1 MB whatever its Limit, so the read goes on from where each page stopped until it has `limit`."""
         kwargs: dict[str, Any] = {"KeyConditionExpression": "job_id = :j AND seq > :after", "ConsistentRead": True,
                                   "ExpressionAttributeValues": serialize({":j": job_id, ":after": event_seq(after)})}
-        if limit is None:
-            return [JobEvent.model_validate(i) for i in self.events_table.pages("query", **kwargs)]
-        r = self.events_table.client.query(TableName=self.events_table.name, Limit=limit, **kwargs)
-        return [JobEvent.model_validate(deserialize(i)) for i in r.get("Items", [])]
+        found: list[JobEvent] = []
+        for item in self.events_table.pages("query", **kwargs, **({"Limit": limit} if limit is not None else {})):
+            found.append(JobEvent.model_validate(item))
+            if limit is not None and len(found) >= limit:
+                break
+        return found

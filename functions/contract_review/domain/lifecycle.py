@@ -111,8 +111,9 @@ def move(deps: Deps, job_id: str, from_states: Collection[JobState], to: JobStat
 
 
 # ------------------------------------------------------------------------------ events
-def read_events(deps: Deps, job_id: str, after: int = 0, limit: int = 100) -> list[JobEvent]:
-    """The job's events after number `after`, in order.
+def read_events(deps: Deps, job_id: str, after: int = 0, limit: int | None = None) -> list[JobEvent]:
+    """The job's events after number `after`, in order: every one (however many pages the store reads), or the
+    first `limit` of them (fewer only when there are no more).
 
     An event and its number are written together (`JobsRepo.record_event`: one transaction with the job's counter),
     so a reader never sees number n+1 before n, and resuming after the last event read loses nothing. (Numbers
