@@ -364,12 +364,18 @@ class AnalystRunner:
                 daily.settled(response, probe)
             return counted(response)
 
+        def reach(request: ModelRequest) -> ModelResponse:
+            """The call reaches the model: counted here, past every hold (a pause, the daily quota, the pacer, the
+            stop checks after its wait), so the count is the calls the model received."""
+            retrier.stats.calls += 1
+            return self.model.invoke(request)
+
         def paced(request: ModelRequest) -> ModelResponse:
             if limiter is None:
-                return self.model.invoke(request)
+                return reach(request)
             limiter.wait(request, lambda: self._ready(retrier))
             try:
-                response = self.model.invoke(request)
+                response = reach(request)
             except Exception as exc:  # told to the pacers, then re-raised unchanged
                 limiter.failed(exc)
                 raise

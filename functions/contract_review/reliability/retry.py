@@ -58,6 +58,8 @@ class RetryBudget:
 
 @dataclass
 class RetryStats:
+    # model calls that reached the model, counted by the caller where it makes one (the worker: a call held by a
+    # pause, the daily quota, the pacer or a stop check before it is made is none); the retrier counts none itself
     calls: int = 0
     retries: Counter[str] = field(default_factory=Counter)  # tier-1 retries by error code
     repairs: int = 0  # semantic repair attempts (counted apart from transient retries)
@@ -99,7 +101,6 @@ class Retrier:
                 raise ReviewError(ErrorEnvelope.of("runtime.time_exhausted", "no time for the next model call",
                                                    step=step, attempt=attempt + 1))
             try:
-                self.stats.calls += 1
                 return fn()
             except Exception as exc:  # classified below; nothing is swallowed
                 env = classify(exc, step=step, attempt=attempt + 1, model_call=True)
@@ -127,7 +128,8 @@ class Retrier:
     def call_with_repair(self, build: Callable[[ErrorEnvelope | None], Req], invoke: Callable[[Req], Resp],
                          parse: Callable[[Resp], T], *, step: str) -> tuple[T, int]:
         """One model step: transient retries, plus one semantic repair: `build` gets the invalid answer's envelope
-        (None the first time) and decides the repair (the error fed back, or more room for a cut answer)."""
+        (None the first time) and decides the repair (the error fed back, or more room for a cut answer). With
+        the result, the calls `invoke` counted in `stats.calls` meanwhile (the ones that reached the model)."""
         calls_before = self.stats.calls
         invalid: ErrorEnvelope | None = None
         for repair in (False, True):
