@@ -28,6 +28,7 @@ from contract_review.domain.records import (
     ChunkRecord,
     ChunkStatus,
     CoverageSummary,
+    Inference,
     Job,
     JobOutcome,
     JobState,
@@ -273,6 +274,24 @@ def test_running_brief_reads_the_running_jobs_with_what_says_whose_chunks_are_op
             (full.state, full.priority, full.chunk_count, full.n_settled, full.waiting)
     assert brief[interactive.job_id].n_settled == 2 and brief[held.job_id].priority is Priority.BULK
     assert brief[held.job_id].waiting is not None
+
+
+def test_running_brief_reads_whether_a_batch_mode_job_went_on_demand(repos: Repos):
+    """Issue 25 finding 7: priority counts a batch-mode job only once one of its chunks went on demand, so the brief
+    reads `inference` and `on_demand_since` (a projection without them read every batch-mode job as on demand's
+    default, interactive work open); `mark_on_demand` sets the time once."""
+    parked, _ = repos.jobs.create(_job(JobState.RUNNING, inference=Inference.BATCH, deadline_at=99.0))
+    gone, _ = repos.jobs.create(_job(JobState.RUNNING, inference=Inference.BATCH, deadline_at=99.0))
+    repos.clock.advance(3)
+    assert repos.jobs.mark_on_demand(gone.job_id)
+    at = repos.clock()
+    repos.clock.advance(3)
+    assert not repos.jobs.mark_on_demand(gone.job_id) and not repos.jobs.mark_on_demand("job-nobody")
+    brief = {j.job_id: j for j in repos.jobs.running_brief()}
+    assert (brief[parked.job_id].inference, brief[parked.job_id].on_demand_since) == (Inference.BATCH, None)
+    assert (brief[gone.job_id].inference, brief[gone.job_id].on_demand_since) == (Inference.BATCH, at)
+    full = repos.jobs.get(gone.job_id)
+    assert full is not None and full.on_demand_since == at and full.version == gone.version
 
 
 def test_running_brief_reads_past_100_jobs_and_asks_again_for_unprocessed_keys(repos: Repos):

@@ -204,6 +204,13 @@ class FakeJobs:
         self.items[job_id] = job.model_copy(update={"waiting": waiting}, deep=True)
         return True
 
+    def mark_on_demand(self, job_id: str) -> bool:
+        job = self.items.get(job_id)
+        if job is None or job.on_demand_since is not None:
+            return False
+        self.items[job_id] = job.model_copy(update={"on_demand_since": self.clock()}, deep=True)
+        return True
+
     def record_side_effect(self, job_id: str, effect: SideEffectDone) -> Job | None:
         job = self.items.get(job_id)
         if job is None:

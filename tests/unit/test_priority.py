@@ -9,8 +9,9 @@ from collections.abc import Iterator
 
 from contract_review.domain.messages import AnalysisMessage, parse_results_body
 from contract_review.domain.ports import Queue
-from contract_review.domain.records import Job, JobState, Priority
+from contract_review.domain.records import ChunkStatus, Inference, Job, JobState, Priority
 from contract_review.doubles.offline_model import OfflineRuleModel
+from contract_review.pipeline import batch
 from contract_review.pipeline.aggregator import handle_message
 from contract_review.pipeline.intake import handle_intake
 from contract_review.pipeline.priority import PriorityGate, starvation_bound_s
@@ -154,3 +155,33 @@ def test_while_an_interactive_job_stays_open_the_check_reads_that_job_again_not_
     assert not gate.interactive_waiting() and len(queries) == 3
     q.intake("urgent-2", Priority.INTERACTIVE)
     assert gate.interactive_waiting() and len(queries) == 4
+
+
+def test_an_interactive_batch_mode_job_counts_only_once_one_of_its_chunks_went_on_demand():
+    """Issue 25 finding 7: an interactive job sent with `inference: batch`, every chunk parked in a batch job (waiting
+    for hours, not on the workers), made every bulk chunk give way (a bulk job took 234 s instead of 24 s, with 72
+    deferrals). It is interactive work waiting on the workers only once one of its chunks went on demand."""
+    # GIVEN an interactive batch-mode job whose chunks the workers have parked, all of them, awaiting a batch job
+    world = small_chunk_world()
+    q = SerialQueue(world)
+    body = json.dumps({"schema_version": 1, "document": {"text": LONG_TEXT}, "idempotency_key": "urgent-batch",
+                       "priority": "interactive", "inference": "batch", "deadline_hours": 72})
+    urgent = handle_intake(world.deps, body, "m-urgent").job_id
+    assert urgent is not None and world.jobs.get(urgent).inference is Inference.BATCH  # type: ignore[union-attr]
+    while world.queues.sent[Queue.ANALYSIS]:
+        q.step()
+    assert {c.status for c in world.claims.for_job(urgent)} == {ChunkStatus.AWAITING_BATCH}
+    # WHEN a bulk job arrives  THEN its chunks are analysed at once: none gives way to the parked job
+    bulk = q.intake("bulk", Priority.BULK)
+    q.until_ended(bulk)
+    assert world.jobs.get(bulk).state is JobState.COMPLETED and q.deferred == []  # type: ignore[union-attr]
+    # WHEN the parked chunks go on demand (no batch service: the collector sends them) and a worker takes the first
+    batch.collect(world.deps, world.clock())
+    q.step()
+    assert sum(c.status is ChunkStatus.DONE for c in world.claims.for_job(urgent)) == 1
+    # THEN the job waits on the workers: a bulk chunk received now gives way to it
+    later = q.intake("bulk-2", Priority.BULK)
+    first = next(s for s in world.queues.sent[Queue.ANALYSIS] if later in s.body)
+    world.queues.sent[Queue.ANALYSIS].remove(first)
+    outcome = q.worker.handle(AnalysisMessage.model_validate_json(first.body), Delivery(first.message_id, "", 1, 120))
+    assert outcome.action == "deferred"

@@ -56,7 +56,7 @@ def _open_state(state: JobState) -> str | None:
 # `running_brief`: what says whether a running job's chunks are open and who for (Job's required fields too)
 BRIEF_NAMES = {"#s": "state", "#st": "settled", "#w": "waiting"}
 BRIEF_FIELDS = ("job_id, #s, created_at, updated_at, idempotency_key, priority, chunk_count, settled_count, #st, "
-                "#w")
+                "#w, inference, on_demand_since")
 BATCH_GET_KEYS = 100  # BatchGetItem's most keys per request
 BATCH_GET_ATTEMPTS = 5
 SETTLE_ATTEMPTS = 20  # a settle's transaction cancelled by a concurrent one on the same items (not a condition) is retried
@@ -348,6 +348,12 @@ class DynamoJobs:
                                    ExpressionAttributeNames={"#w": "waiting"},
                                    ExpressionAttributeValues=serialize({":w": waiting.model_dump(mode="json")})) \
             is not None
+
+    def mark_on_demand(self, job_id: str) -> bool:
+        return self.jobs.update_if({"job_id": job_id}, UpdateExpression="SET #d = :now",
+                                   ConditionExpression="attribute_exists(job_id) AND attribute_not_exists(#d)",
+                                   ExpressionAttributeNames={"#d": "on_demand_since"},
+                                   ExpressionAttributeValues=serialize({":now": self.clock()})) is not None
 
     def record_side_effect(self, job_id: str, effect: SideEffectDone) -> Job | None:
         """Read, replace the step's entry, write back conditional on the list's own revision

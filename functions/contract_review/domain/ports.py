@@ -190,6 +190,10 @@ class JobsRepo(Protocol):
         """Name what the job's chunks are held for (kept when one is named already: the first hold's `since`
         stays), or end it (None); without touching the job's `version`. True when the job changed."""
 
+    def mark_on_demand(self, job_id: str) -> bool:
+        """A batch-mode job's first chunk taken on demand: `on_demand_since` set to now, once (kept when set
+        already); without touching the job's `version`. True when this call set it."""
+
     def record_side_effect(self, job_id: str, effect: SideEffectDone) -> Job | None:
         """Upsert the job's side effect of `effect.step` (replaced in place, appended when new), without
         touching the job's `version` (a transition made after it still holds); None when there is no job."""

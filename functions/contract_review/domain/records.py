@@ -504,6 +504,9 @@ class Job(Usage):
     # demand if their batch jobs have not answered; None for on-demand jobs.
     inference: Inference = Inference.ON_DEMAND
     deadline_at: float | None = None
+    # A batch-mode job: when a worker first took one of its chunks on demand (`JobsRepo.mark_on_demand`). Until then
+    # its chunks wait in batch jobs, not on the workers, and its priority asks nothing of bulk work (priority.py).
+    on_demand_since: float | None = None
     side_effects: list[SideEffectDone] = Field(default_factory=list)
     approval: Approval | None = None
     # A named condition the job's chunks are held for (the daily token quota), set by the worker that first held

@@ -12,7 +12,8 @@ redrive for it. Deferring at receive works the same on Lambda, on Fargate and lo
 sender (fan-out, requeue, the sweeper's re-send, redrive) keeps sending to the one queue, and the decision is taken
 where the job record is read anyway. Its price: one SQS send and receive per deferral, no model call.
 
-"Interactive work is open": a running interactive job with chunks not yet settled, read through the sparse
+"Interactive work is open": a running interactive job with chunks not yet settled (a batch-mode one only once a
+worker took one of its chunks on demand: `waits_for_chunks`), read through the sparse
 open-jobs index (`JobsRepo.running_brief`: one query, then the running jobs in batched, projected reads: two
 requests for up to 100 running jobs), or, while the one found stays open, by reading that job again at most once
 per `interactive_check_s` per worker process. Every bulk chunk received while interactive work is open costs a
@@ -26,16 +27,19 @@ from collections.abc import Callable
 
 from contract_review.domain.messages import AnalysisMessage
 from contract_review.domain.ports import Deps
-from contract_review.domain.records import Job, JobState, Priority
+from contract_review.domain.records import Inference, Job, JobState, Priority
 
 log = logging.getLogger(__name__)
 
 
 def waits_for_chunks(job: Job) -> bool:
-    """An interactive job someone waits for: running, chunks not yet settled, and not held (`waiting`: its chunks
-    wait for the daily quota, giving way to it would serve nobody)."""
+    """An interactive job someone waits for on the workers: running, chunks not yet settled, not held (`waiting`: its
+    chunks wait for the daily quota, giving way to it would serve nobody), and, sent with `inference: batch`, only
+    once one of its chunks went on demand (`on_demand_since`): until then its chunks wait in batch jobs for hours, and
+    a worker only parks or replays them, no model call a bulk chunk could be in the way of."""
     return job.state is JobState.RUNNING and job.priority is Priority.INTERACTIVE and \
-        job.n_settled < job.chunk_count and job.waiting is None
+        job.n_settled < job.chunk_count and job.waiting is None and \
+        (job.inference is not Inference.BATCH or job.on_demand_since is not None)
 
 
 def open_interactive_job(deps: Deps) -> str | None:
