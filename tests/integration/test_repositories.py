@@ -371,6 +371,24 @@ def test_jobs_settled_count_stalled_and_events(repos: Repos):
     assert job.job_id in {j.job_id for j in repos.jobs.all()}
 
 
+def test_a_fenced_out_attempts_spend_goes_on_its_chunk_and_on_the_job_that_counted_it_once(repos: Repos):
+    """Issue 25 finding 15: an attempt that lost its lease wrote nothing of what it spent. `add_fenced_out` adds it
+    to the chunk record, and to the job in the same transaction when the chunk is counted there; once per fence."""
+    job = _with_chunks(repos, _job(JobState.RUNNING))
+    repos.jobs.settle_new_chunk(job.job_id, "c0", usage=Usage(input_tokens=100))
+    spent = AttemptStats(calls=3, retries={"model.timeout": 2}, input_tokens=40, output_tokens=4, model_micro_usd=7)
+    assert repos.jobs.add_fenced_out(job.job_id, "c0", 1, spent)  # counted: the chunk and the job
+    assert not repos.jobs.add_fenced_out(job.job_id, "c0", 1, spent)  # the same attempt again: nothing
+    assert repos.jobs.add_fenced_out(job.job_id, "c1", 1, spent)  # not counted: the chunk only
+    assert repos.jobs.add_fenced_out(job.job_id, "c1", 2, spent)  # another attempt of it
+    assert not repos.jobs.add_fenced_out(job.job_id, "c9", 1, spent)  # no such chunk
+    got = repos.jobs.get(job.job_id)
+    assert got is not None and (got.input_tokens, got.output_tokens, got.model_micro_usd) == (140, 4, 7)
+    c0, c1 = repos.claims.get(job.job_id, "c0"), repos.claims.get(job.job_id, "c1")
+    assert c0 is not None and (c0.n_calls, c0.retries, c0.input_tokens, c0.counted) == (3, {"model.timeout": 2}, 40, True)
+    assert c1 is not None and (c1.n_calls, c1.input_tokens, c1.counted) == (6, 80, False)
+
+
 def test_event_numbers_have_no_gap_under_concurrent_writers_and_never_touch_the_job_item(repos: Repos):
     """Issue 17: numbers and events are written together (the counter item beside the events), so concurrent
     writers leave numbers 1..n with no gap, and the job item is not written per event."""

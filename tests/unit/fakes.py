@@ -80,6 +80,7 @@ class FakeJobs:
         self.counters: dict[str, int] = {}  # each job's event counter (the counter item in the events table)
         # the chunk records a settle marks `counted` (the claims table, written in one transaction with the job)
         self.claims: FakeClaims | None = None
+        self.fenced_out: dict[tuple[str, str], set[int]] = {}  # each chunk record's `fenced_out` (add_fenced_out)
 
     def create(self, job: Job) -> tuple[Job, bool]:
         old = self.items.get(job.job_id)
@@ -204,6 +205,20 @@ class FakeJobs:
         self.items[job_id] = job.model_copy(update={"waiting": waiting}, deep=True)
         return True
 
+    @_atomic
+    def add_fenced_out(self, job_id: str, chunk_id: str, fence: int, stats: AttemptStats) -> bool:
+        records = self._records()
+        record = records.items.get((job_id, chunk_id))
+        if record is None or fence in self.fenced_out.setdefault((job_id, chunk_id), set()):
+            return False
+        self.fenced_out[(job_id, chunk_id)].add(fence)
+        records.items[(job_id, chunk_id)] = record.model_copy(update=records._with_stats(record, stats), deep=True)
+        job = self.items.get(job_id)
+        if job is not None and record.counted:  # the transaction's second item
+            self.items[job_id] = job.model_copy(update={f: getattr(job, f) + getattr(stats, f) for f in USAGE_FIELDS})
+        return True
+
+    @_atomic
     def mark_on_demand(self, job_id: str) -> bool:
         job = self.items.get(job_id)
         if job is None or job.on_demand_since is not None:

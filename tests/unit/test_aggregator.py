@@ -79,19 +79,21 @@ def test_result_for_an_unknown_job_is_ignored():
 
 
 @pytest.mark.parametrize("ended", [JobState.COMPLETED, JobState.FAILED, JobState.DEAD_LETTERED, JobState.CANCELLED])
-def test_result_for_an_ended_job_is_ignored(ended):
-    # GIVEN a job that has ended, and one of its chunks settled done
+def test_result_for_an_ended_job_changes_nothing_but_what_the_job_spent(ended):
+    # GIVEN a job that has ended, and one of its chunks settled done (after the job ended: a job-fatal error)
     world = FakeWorld()
     job_id, records = running_job(world, 2)
-    done = settle_done(world, records[0])
+    done = settle_done(world, records[0], stats=AttemptStats(calls=22, input_tokens=900, output_tokens=90))
     assert world.jobs.transition(job_id, (JobState.RUNNING,), ended)
-    # WHEN the chunk's result arrives
+    # WHEN the chunk's result arrives (twice: at least once)
     outcome = deliver(world, done)
-    # THEN it is ignored: the settled set and events are untouched, no report is written
-    assert outcome == "ignored"
-    assert counted(world.claims, the_job(world, job_id)) == set()
-    assert world.jobs.types(job_id) == []
-    assert (world.settings.bucket, report_keys(job_id)[0]) not in world.artifacts.objects
+    assert deliver(world, done) == outcome == "ignored"
+    # THEN the job stays as it ended (its state; no report is written), but what the chunk spent is on it, once
+    # (issue 25 finding 15: a chunk that settled after its job ended was on no job), its count with its event
+    job = the_job(world, job_id)
+    assert job.state is ended and (world.settings.bucket, report_keys(job_id)[0]) not in world.artifacts.objects
+    assert counted(world.claims, job) == {done.chunk_id} and job.input_tokens == done.input_tokens
+    assert world.jobs.types(job_id) == ["chunk.settled"]
 
 
 def test_result_whose_chunk_status_differs_from_the_record_is_stale():

@@ -44,7 +44,7 @@ def _key(job_id: str, chunk_id: str) -> dict[str, str]:
     return {"job_id": job_id, "chunk_id": chunk_id}
 
 
-def _stats_expr(stats: AttemptStats) -> tuple[list[str], dict[str, Any], dict[str, str]]:
+def stats_expr(stats: AttemptStats) -> tuple[list[str], dict[str, Any], dict[str, str]]:
     parts = ["n_calls = if_not_exists(n_calls, :z) + :calls", "repairs = if_not_exists(repairs, :z) + :rep"]
     values: dict[str, Any] = {":z": 0, ":calls": stats.calls, ":rep": stats.repairs}
     names: dict[str, str] = {}
@@ -159,7 +159,7 @@ class DynamoClaims:
     def release(self, job_id: str, chunk_id: str, fence: int, stats: AttemptStats, error: ErrorEnvelope | None,
                 *, failure: bool, lapsed_before: float | None = None,
                 reason: ReleaseReason = ReleaseReason.RETRY) -> ChunkRecord | None:
-        parts, values, names = _stats_expr(stats)
+        parts, values, names = stats_expr(stats)
         parts += ["#st = :pending", "release_reason = :reason", "released_at = :now"]
         values.update({":pending": ChunkStatus.PENDING.value, ":reason": reason.value, ":now": self.clock()})
         if reason.sends_message:  # a fresh message follows the release: the record says when it was sent
@@ -185,7 +185,7 @@ class DynamoClaims:
                outcome: ChunkOutcome | None = None, error: ErrorEnvelope | None = None,
                states: Collection[ChunkStatus] = (ChunkStatus.CLAIMED,),
                lapsed_before: float | None = None) -> ChunkRecord | None:
-        parts, values, names = _stats_expr(stats)
+        parts, values, names = stats_expr(stats)
         parts += ["#st = :status", "settled_at = :now"]
         values.update({":status": status.value, ":now": self.clock()})
         for i, (k, v) in enumerate(model_values(outcome).items() if outcome else ()):
@@ -204,7 +204,7 @@ class DynamoClaims:
     # ---------------------------------------------------------------- batch inference (pipeline/batch.py)
     def await_batch(self, job_id: str, chunk_id: str, fence: int, stats: AttemptStats, pending_key: str,
                     records: int) -> ChunkRecord | None:
-        parts, values, names = _stats_expr(stats)
+        parts, values, names = stats_expr(stats)
         parts += ["#st = :awaiting", "batch_pending_key = :key", "batch_records = :n", "batch_since = :now",
                   "released_at = :now"]
         values.update({":awaiting": ChunkStatus.AWAITING_BATCH.value, ":key": pending_key, ":n": records,
@@ -229,7 +229,7 @@ class DynamoClaims:
     def return_from_batch(self, job_id: str, chunk_id: str, fence: int, token: str | None, *, stats: AttemptStats,
                           answer_key: str | None = None, failed: bool = False, on_demand: str | None = None,
                           error: ErrorEnvelope | None = None) -> ChunkRecord | None:
-        parts, values, names = _stats_expr(stats)
+        parts, values, names = stats_expr(stats)
         now = self.clock()
         parts += ["#st = :pending", "release_reason = :reason", "released_at = :now", "message_sent_at = :now"]
         values.update({":pending": ChunkStatus.PENDING.value, ":reason": ReleaseReason.BATCH.value, ":now": now})

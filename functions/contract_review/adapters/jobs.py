@@ -16,6 +16,7 @@ from contract_review.domain.ports import Clock
 from contract_review.domain.records import (
     OUTCOME_FIELDS,
     USAGE_FIELDS,
+    AttemptStats,
     Job,
     JobEvent,
     JobState,
@@ -25,6 +26,7 @@ from contract_review.domain.records import (
     event_seq,
 )
 
+from .claims import stats_expr
 from .dynamo import Table, deserialize, is_conditional_failure, model_values, serialize, set_clause, to_item
 
 
@@ -62,6 +64,7 @@ BATCH_GET_ATTEMPTS = 5
 SETTLE_ATTEMPTS = 20  # a settle's transaction cancelled by a concurrent one on the same items (not a condition) is retried
 COUNTED = "counted"  # on a chunk record: counted settled on its job (written with the job's `settled_count`)
 LEGACY_SETTLED = "settled"  # a job item's string set of counted chunk ids, from before `settled_count`
+FENCED_OUT = "fenced_out"  # on a chunk record: the fences whose fenced-out attempt's spend was added (add_fenced_out)
 
 
 def _cancel_codes(exc: ClientError) -> list[str]:
@@ -348,6 +351,36 @@ class DynamoJobs:
                                    ExpressionAttributeNames={"#w": "waiting"},
                                    ExpressionAttributeValues=serialize({":w": waiting.model_dump(mode="json")})) \
             is not None
+
+    def add_fenced_out(self, job_id: str, chunk_id: str, fence: int, stats: AttemptStats) -> bool:
+        key = {"job_id": job_id, "chunk_id": chunk_id}
+        parts, values, names = stats_expr(stats)
+        names.update({"#fo": FENCED_OUT, "#c": COUNTED})
+        values.update({":f": fence, ":fs": {fence}})
+        for _ in range(SETTLE_ATTEMPTS):
+            item = self.claims.get(key)
+            if item is None or fence in item.get(FENCED_OUT, set()):
+                return False
+            counted = bool(item.get(COUNTED))
+            chunk = {"TableName": self.claims.name, "Key": serialize(key),
+                     "UpdateExpression": "SET " + ", ".join(parts) + " ADD #fo :fs",
+                     "ConditionExpression": "NOT contains(#fo, :f) AND " + (
+                         "#c = :mark" if counted else "(attribute_not_exists(#c) OR #c = :mark)"),
+                     "ExpressionAttributeNames": names, "ExpressionAttributeValues": serialize({**values, ":mark": counted})}
+            adds, job_values = _usage_adds(stats)
+            try:
+                if counted and adds:  # counted: its usage is on the job, so what is added to it goes there too
+                    self.jobs.client.transact_write_items(TransactItems=[{"Update": chunk}, {"Update": {
+                        "TableName": self.jobs.name, "Key": serialize({"job_id": job_id}),
+                        "UpdateExpression": "ADD " + ", ".join(adds), "ConditionExpression": "attribute_exists(job_id)",
+                        "ExpressionAttributeValues": serialize(job_values)}}])
+                else:
+                    self.claims.client.update_item(**chunk)
+                return True
+            except ClientError as exc:  # counted or uncounted meanwhile (or a concurrent transaction): read again
+                if not is_conditional_failure(exc):
+                    raise
+        raise RuntimeError(f"chunk {job_id}/{chunk_id}: its counted mark kept changing ({SETTLE_ATTEMPTS} attempts)")
 
     def mark_on_demand(self, job_id: str) -> bool:
         return self.jobs.update_if({"job_id": job_id}, UpdateExpression="SET #d = :now",

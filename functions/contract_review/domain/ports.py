@@ -190,6 +190,12 @@ class JobsRepo(Protocol):
         """Name what the job's chunks are held for (kept when one is named already: the first hold's `since`
         stays), or end it (None); without touching the job's `version`. True when the job changed."""
 
+    def add_fenced_out(self, job_id: str, chunk_id: str, fence: int, stats: AttemptStats) -> bool:
+        """What an attempt fenced out of its chunk (its lease lost: none of its fenced writes went through) spent,
+        added to the chunk record all the same, and to its job too when the chunk is counted on it already (one
+        transaction: a counted chunk's usage is on its job); once per attempt (the chunk record keeps the fences
+        whose spend was added: a second call adds nothing). True when this call added it."""
+
     def mark_on_demand(self, job_id: str) -> bool:
         """A batch-mode job's first chunk taken on demand: `on_demand_since` set to now, once (kept when set
         already); without touching the job's `version`. True when this call set it."""

@@ -71,8 +71,10 @@ def _handle_result(deps: Deps, msg: ResultMessage, counter: RequestCounter) -> s
     job = deps.jobs.get(msg.job_id)
     if job is not None:
         log_fields.bind(log_fields.of_job(job))
-    if job is None or job.terminal:
+    if job is None:
         return "ignored"
+    if job.terminal:
+        return _count_after_the_end(deps, job, msg, counter)
     chunk = deps.claims.get(msg.job_id, msg.chunk_id)
     if chunk is not None:
         log_fields.bind(log_fields.job_fields(checkpoint_version=chunk.fence))
@@ -103,6 +105,22 @@ def _handle_result(deps: Deps, msg: ResultMessage, counter: RequestCounter) -> s
         state = finalize(deps, job)
         return "recorded" if state is JobState.RUNNING else state.value
     return "recorded"
+
+
+def _count_after_the_end(deps: Deps, job: Job, msg: ResultMessage, counter: RequestCounter) -> str:
+    """A chunk that settled after its job ended (a job-fatal error ended it while the chunk's attempt was under way):
+    the job's state and report stay as they are, but what the chunk spent is the job's: counted once, as any settle
+    (conditional on it not being counted yet)."""
+    chunk = deps.claims.get(msg.job_id, msg.chunk_id)
+    if chunk is None or chunk.status != msg.status or not chunk.settled or job.counts(chunk):
+        return "ignored"
+    usage = Usage.of([chunk.usage(), aggregator_usage(deps.settings.profile.prices, counter)])
+    counted = deps.jobs.settle_new_chunk(msg.job_id, msg.chunk_id, usage=usage)
+    if counted is not None:
+        deps.jobs.record_event(msg.job_id, "chunk.settled", chunk_id=msg.chunk_id, chunk_index=msg.chunk_index,
+                               status=msg.status.value, settled=counted.n_settled, total=counted.chunk_count,
+                               after_job_ended=job.state.value)
+    return "ignored"
 
 
 FINDINGS_READERS = 8  # parallel reads of the findings objects (botocore pools 10 connections per client)

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextvars
 import dataclasses
+import functools
 import logging
 import os
 import random
@@ -346,6 +347,12 @@ class AnalystRunner:
                                         error_code="runtime.checkpoint_missing", detail=type(exc).__name__)
             return None
 
+    def _reach(self, stats: RetryStats, request: ModelRequest) -> ModelResponse:
+        """The call reaches the model: counted here, past every hold (a pause, the daily quota, the pacer, the stop
+        checks after its wait), so a job's count is the calls the model received."""
+        stats.calls += 1
+        return self.model.invoke(request)
+
     def _run_one(self, spec: AnalystSpec, chunk: Chunk, retrier: Retrier) -> AnalystOutput:
         calls_before = retrier.stats.calls
 
@@ -365,11 +372,7 @@ class AnalystRunner:
                 daily.settled(response, probe)
             return counted(response)
 
-        def reach(request: ModelRequest) -> ModelResponse:
-            """The call reaches the model: counted here, past every hold (a pause, the daily quota, the pacer, the
-            stop checks after its wait), so the count is the calls the model received."""
-            retrier.stats.calls += 1
-            return self.model.invoke(request)
+        reach = functools.partial(self._reach, retrier.stats)
 
         def paced(request: ModelRequest) -> ModelResponse:
             if limiter is None:
@@ -528,6 +531,14 @@ class ChunkWorker:
         log_fields.bind(log_fields.of_job(job))  # what this attempt's log lines know from here on
         log_fields.bind(log_fields.job_fields(lease_deadline=record.claim_expires_at, checkpoint_version=fence))
         stats = RetryStats(meter=attempt_meter(self.s, counter))
+        outcome = self._claimed(msg, delivery, job, fence, record, stats)
+        if outcome.action == "lease_lost":  # fenced out, none of its fenced writes went through: what it spent
+            self.deps.jobs.add_fenced_out(msg.job_id, msg.chunk_id, fence, attempt_stats(stats))  # is its job's still
+        return outcome
+
+    def _claimed(self, msg: AnalysisMessage, delivery: Delivery, job: Job, fence: int, record: ChunkRecord,
+                 stats: RetryStats) -> Outcome:
+        """The attempt under the claim it won (`fence`): its analysts, then what their outcome makes of the chunk."""
         if job.state in (JobState.CANCELLING, JobState.CANCELLED):  # no work for a job being (or) cancelled
             return settle_cancelled(self.deps, msg, fence, stats, "claim", ended=job.state is JobState.CANCELLED)
         if record.failures >= msg.max_attempts:
