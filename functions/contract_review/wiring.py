@@ -104,7 +104,8 @@ def build_batch(settings: Settings, session: Any, s3: Any, meter: RequestMeter |
     return BedrockBatchInference(bedrock, s3, bucket=settings.bucket, prefix=BATCH_PREFIX,
                                  role_arn=settings.batch_role_arn, model_id=settings.effective_model_id,
                                  timeout_hours=settings.profile.batch.batch_timeout_hours,
-                                 read_min_records=lambda: batch_min_records(settings, session, bedrock))
+                                 read_min_records=lambda: batch_min_records(settings, session, bedrock),
+                                 stack_tag=settings.stack_tag)
 
 
 def batch_min_records(settings: Settings, session: Any, bedrock: Any) -> int | None:

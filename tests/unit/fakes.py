@@ -12,10 +12,11 @@ import functools
 import json
 import threading
 import uuid
-from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar, cast
 
+from botocore.exceptions import ClientError
 from pydantic import BaseModel
 
 from contract_review.config.profile import get_profile
@@ -146,6 +147,11 @@ class FakeJobs:
         job = self.items.get(job_id)
         if job is not None:
             self.items[job_id] = job.model_copy(update={"requeues": job.requeues + 1})
+
+    def add_spend(self, job_id: str, usage: Usage) -> None:
+        job = self.items.get(job_id)
+        if job is not None:
+            self.items[job_id] = job.model_copy(update={f: getattr(job, f) + getattr(usage, f) for f in USAGE_FIELDS})
 
     def advance_fanout(self, job_id: str, from_count: int, to_count: int) -> bool:
         job = self.items.get(job_id)
@@ -379,7 +385,7 @@ class FakeClaims:
         now = self.clock()
         update: dict[str, object] = {
             **self._with_stats(r, stats), "status": ChunkStatus.PENDING, "release_reason": ReleaseReason.BATCH,
-            "released_at": now, "message_sent_at": now, "batch_token": None, "batch_pending_key": None,
+            "released_at": now, "batch_token": None, "batch_pending_key": None,
             "batch_since": None, "batch_failures": r.batch_failures + int(failed),
             "batch_answer_keys": [*r.batch_answer_keys, *([answer_key] if answer_key else [])]}
         if on_demand is not None:
@@ -482,6 +488,9 @@ class FakeArtifacts:
         body = self.objects[(self.bucket, key)]
         data = body if isinstance(body, bytes) else body.encode("utf-8")
         return data[byte_start:max(byte_start, byte_end)].decode("utf-8")
+
+    def delete(self, key: str) -> None:
+        self.objects.pop((self.bucket, key), None)
 
     def list_keys(self, prefix: str) -> list[str]:
         return sorted(k for b, k in self.objects if b == self.bucket and k.startswith(prefix))
@@ -685,28 +694,45 @@ class FakeBatchService:
     ignores the request", CreateModelInvocationJob API reference); a job under `min_records` fails as Bedrock's
     validation fails it (the "Minimum number of records per batch inference job" quota, docs.aws.amazon.com/bedrock/
     latest/userguide/batch-inference-data.html); records sharing a recordId are refused as the boto3 adapter refuses
-    them (adapters/batch_inference.py), before anything is submitted.
+    them (adapters/batch_inference.py), before anything is written; a stopped job goes Stopping then Stopped (no
+    output), a job that has ended refuses a stop (ValidationException, as the stand-in does).
     Faults: `record_faults(record_id)` -> None (answered), an error code (answered with an error) or MISSING (no
-    line); `job_faults`: the statuses the next jobs end in instead (Failed, Stopped, Expired), one per job."""
+    line); `job_faults`: the statuses the next jobs end in instead (Failed, Stopped, Expired), one per job;
+    `refuse_create`: the botocore error code every CreateModelInvocationJob is answered with (e.g.
+    ValidationException: the model is not offered in batch; ThrottlingException), nothing created."""
 
     def __init__(self, clock: FakeClock, min_records: int = 10, end_after_s: float = 3.0):
         self.clock, self.minimum, self.end_after_s = clock, min_records, end_after_s  # `minimum`: what validation takes
         self.answer = offline_answer(OfflineRuleModel(SimulatedPromptCache(min_tokens=10**9)))
+        self.inputs: dict[str, list[BatchRecord]] = {}  # token -> the input written for it
         self.jobs: dict[str, dict[str, Any]] = {}  # arn -> token, records, created_at, status
         self.by_token: dict[str, str] = {}
         self.record_faults: Callable[[str], str | None] = lambda _rid: None
         self.job_faults: list[str] = []
+        self.refuse_create: str = ""
         self.submits = 0  # submit calls, a repeated token included
+        self.stops: list[str] = []
         self.min_records_quota: int | None = min_records  # what Service Quotas would say
         self.tokens_in = self.tokens_out = 0  # what the answered records used
 
-    def submit(self, records: Sequence[BatchRecord], token: str) -> str:
+    def put_input(self, token: str, records: Iterable[BatchRecord]) -> int:
+        written = list(records)
+        ids = [r.record_id for r in written]
+        if len(set(ids)) != len(ids):
+            raise ReviewError.of("batch.request_invalid", "two records share a recordId")
+        self.inputs[token] = written
+        return len(written)
+
+    def submit(self, token: str) -> str:
         self.submits += 1
         if token in self.by_token:
             return self.by_token[token]
-        ids = [r.record_id for r in records]
-        if len(set(ids)) != len(ids):
-            raise ReviewError.of("batch.request_invalid", "two records share a recordId")
+        if self.refuse_create:
+            status = 503 if self.refuse_create in ("ServiceUnavailableException", "InternalServerException") else \
+                429 if self.refuse_create == "ThrottlingException" else 400
+            raise ClientError({"Error": {"Code": self.refuse_create, "Message": "refused (injected)"},
+                               "ResponseMetadata": {"HTTPStatusCode": status}}, "CreateModelInvocationJob")
+        records = self.inputs[token]  # no input: the real service fails the job in validation; ours never does that
         arn = f"arn:aws:bedrock:us-east-1:123456789012:model-invocation-job/{uuid.uuid4().hex[:12]}"
         status = "Failed" if len(records) < self.minimum else (self.job_faults.pop(0) if self.job_faults else "")
         self.jobs[arn] = {"token": token, "records": list(records), "created_at": self.clock(), "ends": status}
@@ -716,10 +742,21 @@ class FakeBatchService:
     def min_records(self) -> int | None:
         return self.min_records_quota
 
+    def stop(self, job_id: str) -> None:
+        job = self.jobs[job_id]
+        if self.status(job_id).terminal:
+            raise ClientError({"Error": {"Code": "ValidationException", "Message": "the job has ended"},
+                               "ResponseMetadata": {"HTTPStatusCode": 400}}, "StopModelInvocationJob")
+        self.stops.append(job_id)
+        job["ends"], job["stopped_at"] = "Stopped", self.clock()
+
     def status(self, job_id: str) -> BatchJobState:
         job = self.jobs[job_id]
         if job["ends"] == "Failed" and len(job["records"]) < self.minimum:
             return BatchJobState(job_id, BatchJobStatus.FAILED, f"fewer than {self.minimum} records")
+        if "stopped_at" in job:
+            return BatchJobState(job_id, BatchJobStatus.STOPPED if self.clock() > job["stopped_at"]
+                                 else BatchJobStatus.STOPPING)
         if self.clock() - job["created_at"] < self.end_after_s:
             return BatchJobState(job_id, BatchJobStatus.IN_PROGRESS)
         if job["ends"]:
@@ -733,18 +770,16 @@ class FakeBatchService:
             job["faults"] = {r.record_id: self.record_faults(r.record_id) for r in job["records"]}
         return dict(job["faults"])
 
-    def results(self, job_id: str) -> dict[str, RecordOutcome]:
-        out: dict[str, RecordOutcome] = {}
+    def results(self, job_id: str) -> Iterator[RecordOutcome]:
         faults = self._faults(self.jobs[job_id])
         for r in self.jobs[job_id]["records"]:
             fault = faults[r.record_id]
             if fault == MISSING:
-                out[r.record_id] = RecordOutcome(r.record_id, error_code=MISSING)
-            elif fault:
-                out[r.record_id] = RecordOutcome(r.record_id, error_code=fault, error_message="injected")
+                continue  # no line at all
+            if fault:
+                yield RecordOutcome(r.record_id, error_code=fault, error_message="injected")
             else:
                 body, tokens_in, tokens_out = self.answer(r.model_input, "Converse")
                 self.tokens_in += tokens_in
                 self.tokens_out += tokens_out
-                out[r.record_id] = RecordOutcome(r.record_id, output=body)
-        return out
+                yield RecordOutcome(r.record_id, output=body)

@@ -203,8 +203,8 @@ def test_a_sweep_that_dies_after_creating_the_batch_job_is_finished_by_the_next_
     real = svc.submit
     died: list[str] = []
 
-    def submit_then_die(records: list[BatchRecord], token: str) -> str:
-        arn = real(records, token)
+    def submit_then_die(token: str) -> str:
+        arn = real(token)
         if not died:
             died.append(token)
             raise Crash()
@@ -308,7 +308,7 @@ def test_a_batch_of_records_sharing_an_id_is_refused_before_anything_is_submitte
                                     model_id="anthropic.claude-sonnet-4-6")
     record = BatchRecord("liability.locate.x", {"messages": []})
     with pytest.raises(ReviewError) as raised:
-        adapter.submit([record, record], "t1")
+        adapter.put_input("t1", [record, record])
     assert raised.value.envelope.error_code == "batch.request_invalid"
 
 

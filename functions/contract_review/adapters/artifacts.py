@@ -32,6 +32,9 @@ class S3Artifacts:
                                              Range=f"bytes={byte_start}-{byte_end - 1}")["Body"].read()
         return body.decode("utf-8")
 
+    def delete(self, key: str) -> None:
+        self.client.delete_object(Bucket=self.bucket, Key=key)  # a missing key: S3 answers 204 as well
+
     def list_keys(self, prefix: str) -> list[str]:
         pages = self.client.get_paginator("list_objects_v2").paginate(Bucket=self.bucket, Prefix=prefix)
         return [o["Key"] for page in pages for o in page.get("Contents", [])]

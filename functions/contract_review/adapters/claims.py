@@ -231,7 +231,8 @@ class DynamoClaims:
                           error: ErrorEnvelope | None = None) -> ChunkRecord | None:
         parts, values, names = stats_expr(stats)
         now = self.clock()
-        parts += ["#st = :pending", "release_reason = :reason", "released_at = :now", "message_sent_at = :now"]
+        # its message is due, not sent: `message_sent_at` moves when the collector has sent it (message_sent)
+        parts += ["#st = :pending", "release_reason = :reason", "released_at = :now"]
         values.update({":pending": ChunkStatus.PENDING.value, ":reason": ReleaseReason.BATCH.value, ":now": now})
         if answer_key is not None:
             parts.append("batch_answer_keys = list_append(if_not_exists(batch_answer_keys, :empty), :answer)")

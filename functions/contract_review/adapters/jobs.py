@@ -237,6 +237,19 @@ class DynamoJobs:
             if not is_conditional_failure(exc):
                 raise
 
+    def add_spend(self, job_id: str, usage: Usage) -> None:
+        adds, values = _usage_adds(usage)
+        if not adds:
+            return
+        try:
+            self.jobs.client.update_item(TableName=self.jobs.name, Key=serialize({"job_id": job_id}),
+                                         UpdateExpression="ADD " + ", ".join(adds),
+                                         ConditionExpression="attribute_exists(job_id)",
+                                         ExpressionAttributeValues=serialize(values))
+        except ClientError as exc:
+            if not is_conditional_failure(exc):
+                raise
+
     def advance_fanout(self, job_id: str, from_count: int, to_count: int) -> bool:
         return self.jobs.update_if(
             {"job_id": job_id}, UpdateExpression="SET fanned_out = :to", ConditionExpression="fanned_out = :from",

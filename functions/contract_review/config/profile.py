@@ -45,6 +45,10 @@ class FunctionsConfig(BaseModel):
     worker_timeout_s: int
     aggregator_timeout_s: int
     sweeper_timeout_s: int
+    # The batch collector (handlers/collector.py: packs, submits and collects Bedrock batch jobs), its own function,
+    # one run at a time: sized for a batch job of `batch_max_records` (docs/infrastructure.md "The batch collector")
+    collector_timeout_s: int = 900
+    collector_memory_mb: int = 1024
     worker_memory_mb: int = 1024
     worker_batch_size: int = 1  # small batches: a whole-invocation timeout returns the batch
     worker_max_concurrency: int = 20  # ESM MaximumConcurrency (2..1000); the worker reserves as much (infra)
@@ -466,6 +470,7 @@ PROFILES: dict[str, Profile] = {
         # on moto on 2 busy cores (the sweeper finalizes a stalled job too)
         aggregator_timeout_s=60,
         sweeper_timeout_s=60,
+        collector_timeout_s=60,
         worker_max_concurrency=4,
         intake_max_concurrency=2,  # as the local runtime ran intake before the mapping named it
         fanout_window=8,  # 2 x the 4 local workers, as in prod

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 
 class BatchJobStatus(StrEnum):
@@ -100,21 +100,40 @@ class ManifestChunk(BaseModel):
     chunk_id: str
     fence: int
     records: int
+    # the recordIds of its records in the batch job's input (a sealed manifest's; kept here so that the collector
+    # joins the output back without reading the input file again). Empty in a manifest from before the seal.
+    record_ids: list[str] = Field(default_factory=list)
 
 
 class BatchManifest(BaseModel):
-    """What one batch job of ours holds (`batch/jobs/<token>.json`, pipeline/batch.py): written ahead of the chunks'
-    tokens, then completed with the Bedrock job, its last status seen and its end."""
+    """What one batch job of ours holds (`batch/jobs/<token>.json`, pipeline/batch.py), written ahead of every step:
+    first the chunks a collector means to pack (`chunks`, not `sealed`: it is tagging them), then `sealed` with
+    exactly the chunks it tagged and their recordIds (the input written), then the Bedrock job, its last status seen,
+    and its end. Only a sealed manifest is submitted or finished by a later collect; an unsealed one older than the
+    collector's timeout is abandoned (its chunks untagged, packed again)."""
 
     token: str
     created_at: float
     chunks: list[ManifestChunk]
+    sealed: bool = False
+    sealed_at: float | None = None
     job_arn: str | None = None
-    status: str | None = None
+    status: str | None = None  # Bedrock's status; or ours before and after it: Abandoned, Released, Refused
     records: int | None = None
     submitted_at: float | None = None
     checked_at: float | None = None
     ended_at: float | None = None
+    # a submit refused by a retryable error (throttling, 5xx): how many so far, and not before when again
+    submit_failures: int = 0
+    retry_at: float | None = None
+    error_code: str | None = None  # the registry's code of what ended it without an answer (batch.refused)
+    reason: str = ""  # Bedrock's error code and message (never document text)
+    stop_requested_at: float | None = None  # StopModelInvocationJob: none of its records were still wanted
+
+    @property
+    def is_sealed(self) -> bool:
+        """Sealed, or submitted before seals existed (such a manifest named exactly the chunks tagged)."""
+        return self.sealed or self.job_arn is not None
 
 
 class BatchStatus(BaseModel):
@@ -130,3 +149,9 @@ class BatchStatus(BaseModel):
 
 
 MISSING = "missing"  # RecordOutcome.error_code of a submitted record the output does not mention
+
+# CreateModelInvocationJob errors (botocore error codes) that refuse the job for good: the model or inference profile
+# is not offered in batch, the role may not, the quota of batch jobs is used. Anything else (throttling, 5xx) is
+# retried with backoff. Classified by domain/errors.py `classify_batch_submit`, never by message text.
+REFUSALS = frozenset({"ValidationException", "AccessDeniedException", "ResourceNotFoundException",
+                      "ServiceQuotaExceededException"})

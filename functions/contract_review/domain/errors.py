@@ -117,6 +117,18 @@ _CODES = [
               "(a partially completed job).",
               "Nothing to do: the record is asked again in the next batch job by itself; a chunk whose batches left "
               "records unanswered `batch_max_failures` times goes on demand. docs/batch-inference.md."),
+    ErrorCode("batch.refused", ErrorClass.PERMANENT, False,
+              "Bedrock refused to create a batch inference job for good (CreateModelInvocationJob answered "
+              "ValidationException, AccessDeniedException, ResourceNotFoundException or ServiceQuotaExceededException: "
+              "the model or inference profile is not offered in batch in this region, the role may not, or the "
+              "account's batch job quota is used). No offline check proves a profile is accepted by batch: there is "
+              "no dry run.",
+              "Nothing to do for the jobs: the chunks of the refused batch job go on demand at once (event "
+              "`batch.refused` with Bedrock's reason), and the batch lane is turned off for the model (`review quota "
+              "show` says why): `inference: batch` jobs are admitted and run on demand, each with a "
+              "`batch.unavailable` event. Fix the cause (`review preflight` shows the model's batch quota row; pick a "
+              "model or profile offered in batch, or raise the quota), then `review quota batch --on`. "
+              "docs/batch-inference.md."),
     ErrorCode("input.invalid", ErrorClass.PERMANENT, False,
               "The intake message is not valid JSON or violates the intake schema v1.",
               "Fix the message (see docs/intake-message.schema.json) and send it again. Never retried."),
@@ -434,3 +446,21 @@ def classify(exc: BaseException, *, step: str = "", attempt: int = 0, model_call
     # The type only: an arbitrary exception's text may quote document content (pydantic inputs...).
     return ErrorEnvelope.of("runtime.internal", f"unexpected {type(exc).__name__}", provider_code=type(exc).__name__,
                             step=step, attempt=attempt)
+
+
+def classify_batch_submit(exc: BaseException) -> ErrorEnvelope:
+    """A failed CreateModelInvocationJob: `batch.refused` (not retryable) for the error codes that refuse the job for
+    good (domain/batch.py REFUSALS, from the botocore error code: never the message), else what `classify` makes of
+    it (throttling, 5xx, a connection: retried with backoff)."""
+    from botocore.exceptions import ClientError
+
+    from contract_review.domain.batch import REFUSALS
+
+    if isinstance(exc, ClientError):
+        response = cast(dict[str, Any], exc.response)
+        provider_code = str((response.get("Error") or {}).get("Code", ""))
+        if provider_code in REFUSALS:
+            status = (response.get("ResponseMetadata") or {}).get("HTTPStatusCode")
+            return ErrorEnvelope.of("batch.refused", f"{provider_code}: {exc}", provider_code=provider_code,
+                                    http_status=int(status) if status is not None else None, step="batch.submit")
+    return classify(exc, step="batch.submit")

@@ -17,6 +17,9 @@ BATCH_PREFIX = "batch"
 BATCH_PENDING_PREFIX = f"{BATCH_PREFIX}/pending/"
 BATCH_ANSWERS_PREFIX = f"{BATCH_PREFIX}/answers/"
 BATCH_JOBS_PREFIX = f"{BATCH_PREFIX}/jobs/"
+# One empty object per batch job of ours not yet ended (pipeline/batch.py): what the collector follows, whether or
+# not a chunk still waits in it (a batch job none of whose records are wanted is stopped and followed to its end)
+BATCH_OPEN_PREFIX = f"{BATCH_JOBS_PREFIX}open/"
 BATCH_INPUT_PREFIX = f"{BATCH_PREFIX}/input/"  # adapters/batch_inference.py: <prefix>/input/<token>/records.jsonl
 BATCH_OUTPUT_PREFIX = f"{BATCH_PREFIX}/output/"  # where Bedrock writes: <prefix>/output/<token>/<job id>/
 
@@ -66,6 +69,10 @@ def batch_pending_key(job_id: str, chunk_id: str, fence: int) -> str:
 def batch_manifest_key(token: str) -> str:
     """One batch job of ours: its chunks, Bedrock's job, its last status (not the Job API's `batches/`)."""
     return f"{BATCH_JOBS_PREFIX}{token}.json"
+
+
+def batch_open_key(token: str) -> str:
+    return f"{BATCH_OPEN_PREFIX}{token}"
 
 
 def batch_answers_key(job_id: str, chunk_id: str, token: str) -> str:

@@ -77,6 +77,7 @@ POLICY: dict[str, Recovery] = {
     "batch.request_invalid": Recovery(None, NONE),  # refused before anything is submitted
     "batch.job_failed": Recovery(None, NONE),  # not a chunk outcome: the collector re-batches its chunks (batch.py)
     "batch.record_failed": Recovery(None, NONE),  # likewise, per record
+    "batch.refused": Recovery(None, NONE),  # not a chunk outcome: the collector sends the chunks on demand
     "input.invalid": Recovery(None, NONE),
     "input.empty_document": Recovery(None, NONE),
     "input.undecodable": Recovery(None, NONE),

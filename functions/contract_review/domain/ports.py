@@ -9,7 +9,7 @@ the same contract against both, so the fakes cannot drift from the real thing.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import TYPE_CHECKING, Protocol
@@ -101,12 +101,19 @@ class Compensator(Protocol):
 
 
 class BatchInference(Protocol):
-    """Bedrock batch inference (domain/batch.py; adapters/batch_inference.py; docs/batch-inference.md): records in,
-    a job id out; the job's state; its outcomes joined on recordId, whatever the order of the output."""
+    """Bedrock batch inference (domain/batch.py; adapters/batch_inference.py; docs/batch-inference.md): records
+    streamed into a job's input, a job id out; the job's state; its output streamed line by line, joined on recordId
+    by the caller (whatever the order of the output); a job stopped."""
 
-    def submit(self, records: Sequence[BatchRecord], token: str) -> str:
-        """Create a batch job of `records` (at least the account's minimum per job); `token` is the idempotency
-        token: the same token again returns the same job, none created. Returns the job id (its ARN)."""
+    def put_input(self, token: str, records: Iterable[BatchRecord]) -> int:
+        """Write `records` as the input of the batch job of `token`, streamed (never the whole file in memory):
+        the number written. Two records sharing a recordId: `batch.request_invalid`, nothing written."""
+        ...
+
+    def submit(self, token: str) -> str:
+        """Create the batch job reading the input `put_input` wrote for `token` (at least the account's minimum
+        records); `token` is the idempotency token: the same token again returns the same job, none created. Returns
+        the job id (its ARN). A refusal raises botocore's ClientError (errors.classify_batch_submit)."""
         ...
 
     def status(self, job_id: str) -> BatchJobState: ...
@@ -115,9 +122,13 @@ class BatchInference(Protocol):
         """The account's minimum records per batch job for the model (Service Quotas), read once; None: unreadable."""
         ...
 
-    def results(self, job_id: str) -> dict[str, RecordOutcome]:
-        """Every submitted record's outcome by recordId (a record the output does not mention: MISSING). Only
-        for a job whose status has an output (HAS_OUTPUT)."""
+    def results(self, job_id: str) -> Iterator[RecordOutcome]:
+        """The outcome of each line of the job's output, as read (a record with no line is the caller's to tell:
+        MISSING). Only for a job whose status has an output (HAS_OUTPUT)."""
+        ...
+
+    def stop(self, job_id: str) -> None:
+        """StopModelInvocationJob: the job goes Stopping, then Stopped."""
         ...
 
 
@@ -185,6 +196,11 @@ class JobsRepo(Protocol):
         counted when it settled) off the job's count and usage, in one write conditional on it being counted (a
         chunk not counted is not taken off), and bump `settled_version` either way (a finalize in flight loses);
         the job after the updates, None when there is no such job (nothing is created)."""
+
+    def add_spend(self, job_id: str, usage: Usage) -> None:
+        """Add `usage` to the job's (one atomic ADD, `updated_at` untouched: spending is not progress): money
+        spent on the job outside its chunks' counted usage (a batch job's answers nobody took: `batch.unused`).
+        Nothing happens when there is no such job."""
 
     def set_waiting(self, job_id: str, waiting: Waiting | None) -> bool:
         """Name what the job's chunks are held for (kept when one is named already: the first hold's `since`
@@ -270,7 +286,9 @@ class ClaimsRepo(Protocol):
                           answer_key: str | None = None, failed: bool = False, on_demand: str | None = None,
                           error: ErrorEnvelope | None = None) -> ChunkRecord | None:
         """While the chunk awaits batch `token` (None: none yet) under `fence`: make it pending again, its message
-        about to be sent (release reason `batch`), adding `stats` (the answered records' calls and batch-priced
+        due (release reason `batch`, `released_at` now, `message_sent_at` left as it was: the collector sends the
+        message, then records it with `message_sent`; a chunk returned and not marked sent is sent again by the next
+        collect), adding `stats` (the answered records' calls and batch-priced
         usage), `answer_key` to its answers, one batch failure when `failed`, its on-demand reason, `error`. None:
         the condition failed (nothing changed: the caller sends nothing)."""
         ...
@@ -282,8 +300,8 @@ class ClaimsRepo(Protocol):
         coverage gaps). None when the chunk is in none of those states."""
 
     def message_sent(self, job_id: str, chunk_id: str, fence: int) -> ChunkRecord | None:
-        """Record that a fresh message for the pending, unheld chunk is sent now (`message_sent_at`; fenced,
-        written before the send). None when it was claimed, settled or redriven since the caller's read: then
+        """Record that a fresh message for the pending, unheld chunk is sent now (`message_sent_at`; fenced;
+        the stall reconciler writes it before the send, the batch collector after it). None when it was claimed, settled or redriven since the caller's read: then
         the caller sends nothing (its holder or its redrive has it)."""
 
     def checkpoints(self, record: ChunkRecord) -> dict[str, Checkpoint]:
@@ -321,6 +339,9 @@ class Artifacts(Protocol):
     def get_text_range(self, key: str, byte_start: int, byte_end: int) -> str:
         """Bytes [byte_start, byte_end) of a UTF-8 object, decoded (the range must fall on character
         boundaries): a page of chunks without reading the whole document."""
+
+    def delete(self, key: str) -> None:
+        """Remove an object (gone already: nothing happens)."""
 
     def list_keys(self, prefix: str) -> list[str]:
         """Every key of the bucket under `prefix` (an operator's look-up: `review batch` by a prefix of its id)."""

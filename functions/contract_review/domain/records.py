@@ -226,6 +226,14 @@ class ChunkRecord(Usage):
         return (self.release_reason not in (None, ReleaseReason.JOB_ENDED)
                 and (self.released_at or 0.0) >= now - window_s)
 
+    @property
+    def batch_message_due(self) -> bool:
+        """Returned from batch (pending, unheld, release reason `batch`) and its message not recorded as sent since:
+        the collector that returned it died or failed before its send (pipeline/batch.py sends it again)."""
+        return (self.status is ChunkStatus.PENDING and self.claimed_by is None
+                and self.release_reason is ReleaseReason.BATCH
+                and (self.message_sent_at or 0.0) < (self.released_at or 0.0))
+
     def lease_live(self, now: float) -> bool:
         return self.status is ChunkStatus.CLAIMED and (self.claim_expires_at or 0.0) > now
 

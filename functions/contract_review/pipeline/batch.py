@@ -34,14 +34,17 @@ import functools
 import hashlib
 import json
 import logging
-from collections.abc import Callable, Iterable, Sequence
+import uuid
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 
 from contract_review.config.profile import Profile
 from contract_review.domain.batch import (
     HAS_OUTPUT,
+    MISSING,
     BatchJobState,
+    BatchJobStatus,
     BatchManifest,
     BatchRecord,
     BatchStatus,
@@ -50,12 +53,27 @@ from contract_review.domain.batch import (
     RecordOutcome,
 )
 from contract_review.domain.cost import batch_usage, micro_usd, model_cost_usd, model_price
-from contract_review.domain.errors import ErrorClass, ErrorEnvelope, ReviewError
-from contract_review.domain.keys import batch_answers_key, batch_manifest_key, batch_pending_key
+from contract_review.domain.errors import ErrorClass, ErrorEnvelope, ReviewError, classify_batch_submit
+from contract_review.domain.keys import (
+    BATCH_OPEN_PREFIX,
+    batch_answers_key,
+    batch_manifest_key,
+    batch_open_key,
+    batch_pending_key,
+)
 from contract_review.domain.model import ModelRequest, ModelResponse
 from contract_review.domain.ports import Deps
-from contract_review.domain.records import AttemptStats, ChunkRecord, ChunkStatus, Inference, Job, Usage
+from contract_review.domain.records import (
+    AttemptStats,
+    BatchLaneOff,
+    ChunkRecord,
+    ChunkStatus,
+    Inference,
+    Job,
+    Usage,
+)
 from contract_review.model.bedrock import converse_body, converse_response
+from contract_review.pipeline import limits
 from contract_review.reliability.chunks import analysis_message
 from contract_review.review.analysts import ParsedItems
 
@@ -125,9 +143,11 @@ class Answers:
         raise AssertionError("unreachable")
 
 
-def in_batch_lane(job: Job, record: ChunkRecord) -> bool:
-    """Whether the chunk's model calls go to batch inference (else on demand, replaying any batch answers)."""
-    return job.inference is Inference.BATCH and record.batch_on_demand is None
+def in_batch_lane(deps: Deps, job: Job, record: ChunkRecord) -> bool:
+    """Whether the chunk's model calls go to batch inference (else on demand, replaying any batch answers): not
+    while the batch lane is off for the job's model (a refused batch job turned it off: `lane_off`)."""
+    return (job.inference is Inference.BATCH and record.batch_on_demand is None
+            and lane_off(deps, job.model_id or None) is None)
 
 
 def park(deps: Deps, job_id: str, chunk_id: str, fence: int, stats: AttemptStats,
@@ -141,14 +161,21 @@ def park(deps: Deps, job_id: str, chunk_id: str, fence: int, stats: AttemptStats
     return deps.claims.await_batch(job_id, chunk_id, fence, stats, key, len(waiting))
 
 
-# ------------------------------------------------------------------------------ the sweeper's side
+# ------------------------------------------------------------------------------ the collector's side
 @dataclass
 class CollectReport:
-    submitted: list[str] = field(default_factory=list)  # batch tokens submitted this sweep
+    submitted: list[str] = field(default_factory=list)  # batch tokens submitted this collect
     collected: list[str] = field(default_factory=list)  # batch tokens whose job ended and whose chunks went back
     running: int = 0  # batch jobs still running
-    on_demand: list[str] = field(default_factory=list)  # chunks ("job/chunk") sent on demand this sweep
-    waiting_records: int = 0  # records waiting for the minimum after this sweep
+    on_demand: list[str] = field(default_factory=list)  # chunks ("job/chunk") sent on demand this collect
+    waiting_records: int = 0  # records waiting for the minimum after this collect
+    refused: list[str] = field(default_factory=list)  # batch tokens whose CreateModelInvocationJob was refused
+    retrying: list[str] = field(default_factory=list)  # batch tokens whose submit failed retryably (backing off)
+    stopped: list[str] = field(default_factory=list)  # batch jobs stopped: none of their records still wanted
+    released: list[str] = field(default_factory=list)  # manifests given up before a submit (chunks packed again)
+    resent: int = 0  # returned chunks whose message had not been sent (a collect died or its send failed): sent
+    unused_micro_usd: int = 0  # answers of ended batch jobs that no chunk took, recorded on their jobs
+    paused: bool = False  # the model is paused (`review quota pause`): nothing was packed or submitted
 
 
 @dataclass
@@ -164,28 +191,93 @@ def min_records(deps: Deps) -> int:
             or DEFAULT_MIN_RECORDS)
 
 
+def lane_off(deps: Deps, model_id: str | None = None) -> BatchLaneOff | None:
+    """Why the batch lane is off for `model_id` (default: the stack's), from the runtime control; None: it is on."""
+    control = deps.model_control.get() if deps.model_control is not None else None
+    return control.batch_lane_off(model_id or deps.settings.effective_model_id) if control is not None else None
+
+
+SUBMIT_BACKOFF_S = (60.0, 3600.0)  # a retryable refusal of a submit: tried again after 60 s, doubling up to an hour
+
+
+class _Collect:
+    """One collect: the running batch-mode jobs and their chunks (read once), each job's document read at most once,
+    and the jobs whose batch work was followed without error (touched at the end: tracked, not stalled)."""
+
+    def __init__(self, deps: Deps, now: float, report: CollectReport):
+        self.deps, self.now, self.report = deps, now, report
+        self.p = deps.settings.profile
+        self.jobs: dict[str, Job] = {}
+        self.chunks: dict[str, list[ChunkRecord]] = {}
+        self.tracked: set[str] = set()
+        self._texts: dict[str, str] = {}
+        control = deps.model_control.get() if deps.model_control is not None else None
+        self.paused = bool(control is not None and control.paused)
+
+    def text(self, job: Job) -> str:
+        if job.job_id not in self._texts:
+            self._texts[job.job_id] = self.deps.artifacts.get_text(job.document_key)
+        return self._texts[job.job_id]
+
+    def track(self, members: Iterable[Parked]) -> None:
+        self.tracked.update(m.job.job_id for m in members)
+
+    def wanted(self, manifest: BatchManifest) -> list[Parked]:
+        """The manifest's chunks still waiting for it: their job running, each awaiting this batch under its fence."""
+        out = []
+        for mc in manifest.chunks:
+            job = self.jobs.get(mc.job_id)
+            chunk = next((c for c in self.chunks.get(mc.job_id, []) if c.chunk_id == mc.chunk_id), None)
+            if (job is not None and chunk is not None and chunk.status is ChunkStatus.AWAITING_BATCH
+                    and chunk.batch_token == manifest.token and chunk.fence == mc.fence):
+                out.append(Parked(job, chunk))
+        return out
+
+    def too_late(self, m: Parked) -> bool:
+        """Its job's deadline is nearer than a batch job can answer."""
+        return m.job.deadline_at is not None and m.job.deadline_at - self.now < self.p.batch.batch_expected_s
+
+    def send(self, back: list[Parked]) -> None:
+        """The messages of chunks just made pending (their record says the message is due), one send per job, each
+        recorded as sent afterwards: a send that fails or a collect that dies leaves them due, and the next collect
+        sends them (`batch_message_due`)."""
+        by_job: dict[str, list[Parked]] = {}
+        for m in back:
+            by_job.setdefault(m.job.job_id, []).append(m)
+        for members in by_job.values():
+            job = members[0].job
+            text = self.text(job)
+            self.deps.queues.send_analysis([analysis_message(self.deps, job, m.chunk, "batch", text) for m in members])
+            for m in members:
+                self.deps.claims.message_sent(m.chunk.job_id, m.chunk.chunk_id, m.chunk.fence)
+
+
 def collect(deps: Deps, now: float, report: CollectReport | None = None,
             isolate: Callable[[str], AbstractContextManager[None]] | None = None) -> CollectReport:
-    """One pass of the collector over the running batch-mode jobs (module docstring). `isolate(item)`: a context
-    manager per item (the sweeper's: one bad item is logged and counted, never stops the rest)."""
+    """One pass of the collector over the running batch-mode jobs and the open batch jobs (module docstring).
+    `isolate(item)`: a context manager per item (one bad item is logged and counted, never stops the rest)."""
     report = report or CollectReport()
-    parked: list[Parked] = []
+    c = _Collect(deps, now, report)
+    report.paused = c.paused
     for job in deps.jobs.stalled(now + 1):  # every running job (none updated after now)
-        if job.inference is not Inference.BATCH:
-            continue
-        waiting = [c for c in deps.claims.for_job(job.job_id) if c.status is ChunkStatus.AWAITING_BATCH]
-        if waiting:
-            deps.jobs.touch(job.job_id)  # tracked: its batch jobs are followed here, it is not stalled
-            parked += [Parked(job, c) for c in waiting]
-    by_token: dict[str | None, list[Parked]] = {}
-    for p in parked:
-        by_token.setdefault(p.chunk.batch_token, []).append(p)
-    for token, members in by_token.items():
-        if token is not None:
-            _guarded(isolate, f"batch:{token}", functools.partial(_track, deps, token, members, now, report))
-    unpacked = by_token.get(None, [])
+        if job.inference is Inference.BATCH:
+            c.jobs[job.job_id] = job
+            c.chunks[job.job_id] = deps.claims.for_job(job.job_id)
+    for job_id, records in c.chunks.items():  # returned chunks whose message a collect never recorded as sent
+        due = [Parked(c.jobs[job_id], r) for r in records if r.batch_message_due]
+        if due:
+            _guarded(isolate, f"{job_id}/resend", functools.partial(_resend, c, due))
+    tokens = {key.rsplit("/", 1)[-1] for key in deps.artifacts.list_keys(BATCH_OPEN_PREFIX)}
+    tokens |= {r.batch_token for records in c.chunks.values() for r in records
+               if r.status is ChunkStatus.AWAITING_BATCH and r.batch_token}  # (manifests from before the marker)
+    for token in sorted(tokens):
+        _guarded(isolate, f"batch:{token}", functools.partial(_follow, c, token))
+    unpacked = [Parked(c.jobs[job_id], r) for job_id, records in c.chunks.items() for r in records
+                if r.status is ChunkStatus.AWAITING_BATCH and r.batch_token is None]
     if unpacked:
-        _guarded(isolate, "batch:pack", lambda: _pack_or_wait(deps, unpacked, now, report))
+        _guarded(isolate, "batch:pack", lambda: _pack_or_wait(c, unpacked))
+    for job_id in sorted(c.tracked):
+        deps.jobs.touch(job_id)  # its batch work was followed: tracked here, not stalled
     return report
 
 
@@ -197,29 +289,60 @@ def _guarded(isolate: Callable[[str], AbstractContextManager[None]] | None, item
         fn()
 
 
-def _pack_or_wait(deps: Deps, waiting: list[Parked], now: float, report: CollectReport) -> None:
-    p = deps.settings.profile
-    if deps.batch is None:  # no batch service configured: nothing would ever answer them
-        for m in waiting:
-            _to_on_demand(deps, m, "unavailable", report)
+def _resend(c: _Collect, due: list[Parked]) -> None:
+    c.send(due)
+    c.report.resent += len(due)
+    for m in due:
+        c.deps.jobs.record_event(m.chunk.job_id, "batch.resent", chunk_id=m.chunk.chunk_id,
+                                 chunk_index=m.chunk.chunk_index)
+
+
+# ------------------------------------------------------------------------------ packing
+def _pack_or_wait(c: _Collect, waiting: list[Parked]) -> None:
+    deps, p = c.deps, c.p
+    off = lane_off(deps)
+    if deps.batch is None or off is not None:  # nothing would ever answer them: on demand, and said once per job
+        _all_on_demand(c, waiting, "unavailable", off)
         return
-    total = sum(m.chunk.batch_records for m in waiting)
-    if total >= min_records(deps):
+    if c.paused:  # an operator's spend stop: nothing new is submitted; they wait (tracked)
+        c.track(waiting)
+        c.report.waiting_records += sum(m.chunk.batch_records for m in waiting)
+        return
+    late = [m for m in waiting if c.too_late(m)]  # a new batch job could not answer before their deadline
+    for m in late:
+        _to_on_demand(c, m, "deadline")
+    waiting = [m for m in waiting if not c.too_late(m)]
+    minimum = min_records(deps)
+    if sum(m.chunk.batch_records for m in waiting) >= minimum:
+        rest: list[Parked] = []
         for members in _slices(waiting, p.batch.batch_max_records):
-            _pack(deps, members, now, report)
-        return
+            if sum(m.chunk.batch_records for m in members) >= minimum:
+                _pack(c, members)
+            else:
+                rest += members  # the last slice, short of the minimum: waits for more
+        waiting = rest
     for m in waiting:
-        reason = _overdue(p, m, now)
+        reason = _overdue(p, m, c.now)
         if reason is not None:
-            _to_on_demand(deps, m, reason, report)
+            _to_on_demand(c, m, reason)
         else:
-            report.waiting_records += m.chunk.batch_records
+            c.report.waiting_records += m.chunk.batch_records
+            c.track([m])
+
+
+def _all_on_demand(c: _Collect, members: list[Parked], reason: str, off: BatchLaneOff | None,
+                   token: str | None = None, error: ErrorEnvelope | None = None) -> None:
+    for m in members:
+        _to_on_demand(c, m, reason, token, error)
+    if off is not None or c.deps.batch is None:
+        for job_id in sorted({m.job.job_id for m in members}):
+            c.deps.jobs.record_event(job_id, "batch.unavailable",
+                                     reason=off.reason if off else "no batch service is configured",
+                                     **({"error_code": off.error_code} if off else {}))
 
 
 def _overdue(p: Profile, m: Parked, now: float) -> str | None:
-    """Why a chunk below the minimum stops waiting for others: its wait is over, or its job's deadline is near."""
-    if m.job.deadline_at is not None and m.job.deadline_at - now < p.batch.batch_expected_s:
-        return "deadline"
+    """Why a chunk below the minimum stops waiting for others: its wait is over (`batch_max_wait_s`)."""
     wait_s = p.batch.batch_max_wait_s
     if wait_s is not None and now - (m.chunk.batch_since or now) >= wait_s:
         return "min_records"
@@ -240,30 +363,48 @@ def _slices(members: list[Parked], max_records: int) -> Iterable[list[Parked]]:
         yield current
 
 
-def _token(members: Sequence[Parked]) -> str:
-    names = sorted(f"{m.chunk.job_id}/{m.chunk.chunk_id}/{m.chunk.fence}" for m in members)
-    return "b" + hashlib.sha256("\n".join(names).encode()).hexdigest()[:31]
-
-
-def _records_of(deps: Deps, chunk: ChunkRecord) -> list[BatchRecord]:
+def _records_of(deps: Deps, chunk: ChunkRecord) -> Iterator[BatchRecord]:
+    """A parked chunk's requests, from its pending file (one chunk's at a time)."""
     if chunk.batch_pending_key is None:
-        return []
-    lines = deps.artifacts.get_text(chunk.batch_pending_key).splitlines()
-    return [BatchRecord(record_id=d["recordId"], model_input=d["modelInput"]) for d in map(json.loads, lines) if d]
+        return
+    for line in deps.artifacts.get_text(chunk.batch_pending_key).splitlines():
+        if line.strip():
+            d = json.loads(line)
+            yield BatchRecord(record_id=d["recordId"], model_input=d["modelInput"])
 
 
-def _pack(deps: Deps, members: list[Parked], now: float, report: CollectReport) -> None:
-    """Write-ahead manifest, each chunk's token (conditional), then the batch job (idempotent by the token)."""
-    token = _token(members)
-    manifest = BatchManifest(token=token, created_at=now, chunks=_chunks_of(members))
+def _pack(c: _Collect, members: list[Parked]) -> None:
+    """Write ahead: the manifest of the chunks meant (unsealed) and its open marker; then each chunk's token
+    (conditional: a chunk is in one batch job at most); then the input, streamed from the tagged chunks' pending
+    files, and the manifest sealed with exactly those chunks and their recordIds; then the submit."""
+    deps = c.deps
+    token = "b" + uuid.uuid4().hex[:31]  # one collect's own: another collect never tags a chunk with it
+    manifest = BatchManifest(token=token, created_at=c.now, chunks=_chunks_of(members))
     _write(deps, manifest)
+    deps.artifacts.put_text(batch_open_key(token), "")
     won = [m for m in members if deps.claims.assign_batch(m.chunk.job_id, m.chunk.chunk_id, m.chunk.fence, token,
                                                           None) is not None]
-    if sum(m.chunk.batch_records for m in won) < min_records(deps):  # another sweep packed some of them meanwhile
-        for m in won:
-            deps.claims.assign_batch(m.chunk.job_id, m.chunk.chunk_id, m.chunk.fence, None, token)
+    if sum(m.chunk.batch_records for m in won) < min_records(deps):  # another collect packed some meanwhile
+        _release(c, manifest, won, "Abandoned")
         return
-    _submit(deps, token, won, manifest, report)
+    ids: dict[tuple[str, str], list[str]] = {(m.chunk.job_id, m.chunk.chunk_id): [] for m in won}
+    seen: set[str] = set()
+
+    def records() -> Iterator[BatchRecord]:
+        for m in won:
+            for r in _records_of(deps, m.chunk):
+                # a recordId is a digest of its request: one already taken is the same request (written twice)
+                if r.record_id not in seen:
+                    seen.add(r.record_id)
+                    ids[(m.chunk.job_id, m.chunk.chunk_id)].append(r.record_id)
+                    yield r
+    assert deps.batch is not None
+    n = deps.batch.put_input(token, records())
+    sealed = manifest.model_copy(update={
+        "sealed": True, "sealed_at": deps.clock(), "records": n,
+        "chunks": [mc.model_copy(update={"record_ids": ids[(mc.job_id, mc.chunk_id)]}) for mc in _chunks_of(won)]})
+    _write(deps, sealed)
+    _submit(c, sealed, won)
 
 
 def _chunks_of(members: Iterable[Parked]) -> list[ManifestChunk]:
@@ -275,18 +416,77 @@ def _write(deps: Deps, manifest: BatchManifest) -> None:
     deps.artifacts.put_text(batch_manifest_key(manifest.token), manifest.model_dump_json())
 
 
-def _submit(deps: Deps, token: str, members: list[Parked], manifest: BatchManifest, report: CollectReport) -> None:
-    assert deps.batch is not None
-    # a recordId is a digest of its request: one already taken is the same request (a file written twice by hand)
-    records = list({r.record_id: r for m in members for r in _records_of(deps, m.chunk)}.values())
-    arn = deps.batch.submit(records, token)  # the same token again returns the same job
-    manifest = manifest.model_copy(update={"job_arn": arn, "status": "Submitted", "submitted_at": deps.clock(),
-                                           "records": len(records), "chunks": _chunks_of(members)})
-    _write(deps, manifest)
-    report.submitted.append(token)
-    for job_id, n in _per_job(members).items():
-        deps.jobs.record_event(job_id, "batch.submitted", batch=token, batch_job_arn=arn, records=n,
-                               batch_records=len(records))
+def _end(c: _Collect, manifest: BatchManifest, **update: object) -> None:
+    """The manifest ended (kept, for `review status`), and no longer followed."""
+    _write(c.deps, manifest.model_copy(update={"ended_at": c.now, **update}))
+    c.deps.artifacts.delete(batch_open_key(manifest.token))
+
+
+def _release(c: _Collect, manifest: BatchManifest, members: list[Parked], status: str) -> None:
+    """Give the manifest up before any submit: its chunks untagged, to be packed again (or sent on demand)."""
+    for m in members:
+        c.deps.claims.assign_batch(m.chunk.job_id, m.chunk.chunk_id, m.chunk.fence, None, manifest.token)
+    _end(c, manifest, status=status)
+    c.report.released.append(manifest.token)
+
+
+def _submit(c: _Collect, manifest: BatchManifest, wanted: list[Parked]) -> None:
+    """Submit a sealed manifest: not while paused nor before its backoff; given up (its chunks packed again) when a
+    member is no longer wanted, its job's deadline came nearer than a batch can answer, or the lane went off; a
+    refusal is an outcome (`_refused`), a retryable failure backs off."""
+    deps = c.deps
+    assert deps.batch is not None and manifest.is_sealed
+    if c.paused or (manifest.retry_at is not None and c.now < manifest.retry_at):
+        c.track(wanted)
+        return
+    if len(wanted) < len(manifest.chunks) or any(c.too_late(m) for m in wanted) or lane_off(deps) is not None:
+        _release(c, manifest, wanted, "Released")
+        return
+    try:
+        arn = deps.batch.submit(manifest.token)  # the same token again returns the same job
+    except Exception as exc:  # classified from its structured fields: a refusal, or a failure to try again
+        env = classify_batch_submit(exc)
+        if env.error_code == "batch.refused":
+            _refused(c, manifest, wanted, env)
+            return
+        if not env.retryable:  # not Bedrock's answer (a defect, a denied S3 write): the item fails, loudly
+            raise
+        log.warning("batch submit failed; backing off", exc_info=True,
+                    extra={"batch": manifest.token, "error_code": env.error_code})
+        failures = manifest.submit_failures + 1
+        base, cap = SUBMIT_BACKOFF_S
+        _write(deps, manifest.model_copy(update={"submit_failures": failures, "error_code": env.error_code,
+                                                 "reason": env.message[:300],
+                                                 "retry_at": c.now + min(cap, base * 2 ** (failures - 1))}))
+        c.report.retrying.append(manifest.token)
+        c.track(wanted)
+        return
+    _write(deps, manifest.model_copy(update={"job_arn": arn, "status": "Submitted", "submitted_at": deps.clock(),
+                                             "retry_at": None}))
+    c.report.submitted.append(manifest.token)
+    c.track(wanted)
+    for job_id, n in _per_job(wanted).items():
+        deps.jobs.record_event(job_id, "batch.submitted", batch=manifest.token, batch_job_arn=arn, records=n,
+                               batch_records=manifest.records)
+
+
+def _refused(c: _Collect, manifest: BatchManifest, wanted: list[Parked], env: ErrorEnvelope) -> None:
+    """Bedrock refused the batch job for good: the lane is turned off for the model (the first refusal's reason
+    kept), the chunks go on demand with the reason, and the manifest ends `Refused`."""
+    deps = c.deps
+    model_id = deps.settings.effective_model_id
+    reason = env.message
+    if deps.model_control is not None:
+        off = BatchLaneOff(error_code=env.error_code, reason=reason, at=c.now, by="collector")
+        deps.model_control.update(lambda ctl: ctl if ctl.batch_lane_off(model_id) is not None else ctl.model_copy(
+            update={"batch_off": {**ctl.batch_off, model_id: off}}))
+    for m in wanted:
+        _to_on_demand(c, m, "refused", manifest.token, env)
+    for job_id, n in _per_job(wanted).items():
+        deps.jobs.record_event(job_id, "batch.refused", batch=manifest.token, error_code=env.error_code,
+                               provider_code=env.provider_code, reason=reason, records=n, model_id=model_id)
+    _end(c, manifest, status="Refused", error_code=env.error_code, reason=reason)
+    c.report.refused.append(manifest.token)
 
 
 def _per_job(members: Iterable[Parked]) -> dict[str, int]:
@@ -301,99 +501,208 @@ def read_manifest(deps: Deps, token: str) -> BatchManifest:
     return BatchManifest.model_validate_json(deps.artifacts.get_text(batch_manifest_key(token)))
 
 
-def _track(deps: Deps, token: str, members: list[Parked], now: float, report: CollectReport) -> None:
-    if deps.batch is None:  # the service was configured when they were packed, and is not now
-        _returned(deps, token, members, None, ErrorEnvelope.of("batch.job_failed", "no batch service is configured",
-                                                                step="batch"), report)
-        return
+# ------------------------------------------------------------------------------ following a batch job
+def _follow(c: _Collect, token: str) -> None:
+    deps = c.deps
     manifest = read_manifest(deps, token)
-    if manifest.job_arn is None:  # a sweep stopped between the tokens and the submit: finish it
-        _submit(deps, token, members, manifest, report)
+    wanted = c.wanted(manifest)
+    if manifest.ended_at is not None:  # a collect that ended it and died before removing its marker
+        deps.artifacts.delete(batch_open_key(token))
+        return
+    if deps.batch is None:  # the service was configured when they were packed, and is not now
+        _returned(c, manifest, wanted, ErrorEnvelope.of("batch.job_failed", "no batch service is configured",
+                                                        step="batch"))
+        _end(c, manifest, status="Failed")
+        return
+    if not manifest.is_sealed:
+        if c.now - manifest.created_at < c.p.functions.collector_timeout_s:
+            c.track(wanted)  # another collect is tagging its chunks right now: not ours to touch
+            return
+        _release(c, manifest, wanted, "Abandoned")  # its collect died before sealing it: packed again
+        return
+    if manifest.job_arn is None:  # sealed, not submitted: a collect died (or backed off) before the submit
+        _submit(c, manifest, wanted)
         return
     state = deps.batch.status(manifest.job_arn)
     if manifest.status != state.status.value:
-        manifest = manifest.model_copy(update={"status": state.status.value, "checked_at": now})
+        manifest = manifest.model_copy(update={"status": state.status.value, "checked_at": c.now})
         _write(deps, manifest)
     if not state.terminal:
-        report.running += 1
-        for m in members:  # a job whose deadline passed goes on without it (the batch job holds others' records)
-            if m.job.deadline_at is not None and now >= m.job.deadline_at:
-                _to_on_demand(deps, m, "deadline", report, token)
+        c.report.running += 1
+        for m in wanted:  # a job whose deadline passed goes on without it (the batch job holds others' records)
+            if m.job.deadline_at is not None and c.now >= m.job.deadline_at:
+                _to_on_demand(c, m, "deadline", token)
+        still = [m for m in wanted if not (m.job.deadline_at is not None and c.now >= m.job.deadline_at)]
+        c.track(still)
+        if not still and manifest.stop_requested_at is None and state.status is not BatchJobStatus.STOPPING:
+            _stop(c, manifest)
         return
     if state.status in HAS_OUTPUT:
-        _returned(deps, token, members, deps.batch.results(state.job_id), None, report, state)
+        unused = _returned_with_output(c, manifest, wanted, state)
+        _record_unused(c, manifest, unused)
     else:
         env = ErrorEnvelope.of("batch.job_failed", state.message or f"the batch job ended {state.status.value}",
                                provider_code=state.status.value, step="batch")
-        _returned(deps, token, members, None, env, report, state)
-    _write(deps, manifest.model_copy(update={"ended_at": now}))
-    report.collected.append(token)
+        _returned(c, manifest, wanted, env, state)
+    _end(c, manifest)
+    c.report.collected.append(token)
 
 
-def _returned(deps: Deps, token: str, members: list[Parked], outcomes: dict[str, RecordOutcome] | None,
-              job_error: ErrorEnvelope | None, report: CollectReport, state: BatchJobState | None = None) -> None:
-    """Each chunk of an ended batch job goes back pending with its answers (none when the job failed), its
-    answered records' tokens at the batch price, a batch failure when any of its records went unanswered."""
-    p = deps.settings.profile
-    for m in members:
-        c = m.chunk
-        ids = [r.record_id for r in _records_of(deps, c)]
-        answered: dict[str, ModelBody] = {}
-        for i in ids:
-            output = outcomes[i].output if outcomes is not None and i in outcomes else None
-            if output is not None:
-                answered[i] = output
-        missed = [i for i in ids if i not in answered]
-        error = job_error
-        if job_error is None and missed:
-            first = outcomes.get(missed[0]) if outcomes is not None else None
-            error = ErrorEnvelope.of("batch.record_failed", f"{len(missed)} of {len(ids)} records unanswered",
-                                     provider_code=first.error_code if first else None, step="batch")
-        answer_key = None
-        if answered:
-            answer_key = batch_answers_key(c.job_id, c.chunk_id, token)
-            deps.artifacts.put_text(answer_key, json.dumps(answered))
-        failed = error is not None
-        on_demand = "failures" if failed and c.batch_failures + 1 >= p.batch.batch_max_failures else None
-        back = deps.claims.return_from_batch(c.job_id, c.chunk_id, c.fence, token, stats=_priced(deps, answered),
-                                             answer_key=answer_key, failed=failed, on_demand=on_demand, error=error)
-        if back is None:
-            continue  # cancelled, or returned by another sweep: nothing to send
-        deps.queues.send_analysis([analysis_message(deps, m.job, back, "batch")])
-        deps.jobs.record_event(c.job_id, "batch.returned", batch=token, chunk_id=c.chunk_id,
-                               chunk_index=c.chunk_index, answered=len(answered), unanswered=len(missed),
-                               batch_status=state.status.value if state else None,
-                               **({"error_code": error.error_code} if error else {}),
-                               **({"on_demand": on_demand} if on_demand else {}))
-        if on_demand:
-            report.on_demand.append(f"{c.job_id}/{c.chunk_id}")
+def _stop(c: _Collect, manifest: BatchManifest) -> None:
+    """None of its records is still wanted (every chunk cancelled or gone on demand): StopModelInvocationJob. It is
+    followed from its manifest until it ends; the answers it still returns are recorded as `batch.unused`."""
+    assert c.deps.batch is not None and manifest.job_arn is not None
+    c.deps.batch.stop(manifest.job_arn)
+    _write(c.deps, manifest.model_copy(update={"stop_requested_at": c.now}))
+    c.report.stopped.append(manifest.token)
+    for job_id in sorted({mc.job_id for mc in manifest.chunks}):
+        c.deps.jobs.record_event(job_id, "batch.stopped", batch=manifest.token, batch_job_arn=manifest.job_arn,
+                                 detail="none of its records is still wanted")
 
 
-def _priced(deps: Deps, answered: dict[str, ModelBody]) -> AttemptStats:
-    """The answered records as calls, their tokens at the batch price (the on-demand price if the model has no
-    batch price: never less than what was spent is shown)."""
-    tokens = Usage(input_tokens=sum(int(o.get("usage", {}).get("inputTokens", 0)) for o in answered.values()),
-                   output_tokens=sum(int(o.get("usage", {}).get("outputTokens", 0)) for o in answered.values()))
+def _record_ids(deps: Deps, manifest: BatchManifest, wanted: list[Parked]) -> dict[tuple[str, str], list[str]]:
+    """Each member chunk's recordIds, from the manifest (a manifest from before the seal: the wanted chunks' pending
+    files)."""
+    ids = {(mc.job_id, mc.chunk_id): list(mc.record_ids) for mc in manifest.chunks}
+    for m in wanted:
+        key = (m.chunk.job_id, m.chunk.chunk_id)
+        if not ids.get(key):
+            ids[key] = [r.record_id for r in _records_of(deps, m.chunk)]
+    return ids
+
+
+def _returned_with_output(c: _Collect, manifest: BatchManifest, wanted: list[Parked],
+                          state: BatchJobState) -> dict[str, Usage]:
+    """Stream the output once: each wanted chunk's answers bucketed (as JSON text: the records' inputs are never
+    kept), the rest summed as the usage of answers nobody takes, per job. The wanted chunks go back; the usage
+    left over is returned."""
+    deps = c.deps
+    assert deps.batch is not None and manifest.job_arn is not None
+    ids = _record_ids(deps, manifest, wanted)
+    owners = {rid: key for key, rids in ids.items() for rid in rids}
+    buckets: dict[tuple[str, str], _Bucket] = {(m.chunk.job_id, m.chunk.chunk_id): _Bucket() for m in wanted}
+    unused: dict[str, Usage] = {}
+    for outcome in deps.batch.results(manifest.job_arn):
+        key = owners.get(outcome.record_id)
+        if key is None:
+            continue  # not one of ours
+        bucket = buckets.get(key)
+        if bucket is None:  # its chunk is cancelled or gone on demand: billed, never used
+            if outcome.output is not None:
+                unused[key[0]] = Usage.of([unused.get(key[0], Usage()), _tokens(outcome.output)])
+            continue
+        bucket.add(outcome)
+    for m in wanted:
+        key = (m.chunk.job_id, m.chunk.chunk_id)
+        b = buckets[key]
+        missed = [rid for rid in ids[key] if rid not in b.answered]
+        error = None
+        if missed:
+            first = b.errors.get(missed[0], MISSING)
+            error = ErrorEnvelope.of("batch.record_failed", f"{len(missed)} of {len(ids[key])} records unanswered",
+                                     provider_code=first, step="batch")
+        _back(c, manifest.token, m, b, error, state, len(missed))
+    return unused
+
+
+@dataclass
+class _Bucket:
+    """One chunk's answers as they stream: each answer's JSON text, and their tokens."""
+
+    parts: list[str] = field(default_factory=list)
+    answered: set[str] = field(default_factory=set)
+    errors: dict[str, str] = field(default_factory=dict)
+    tokens: Usage = field(default_factory=Usage)
+
+    def add(self, outcome: RecordOutcome) -> None:
+        if outcome.output is None:
+            self.errors[outcome.record_id] = outcome.error_code or "unknown"
+            return
+        self.answered.add(outcome.record_id)
+        self.parts.append(json.dumps(outcome.record_id) + ":" + json.dumps(outcome.output, separators=(",", ":")))
+        self.tokens = Usage.of([self.tokens, _tokens(outcome.output)])
+
+    def json(self) -> str:
+        return "{" + ",".join(self.parts) + "}"
+
+
+def _tokens(output: ModelBody) -> Usage:
+    usage = output.get("usage", {})
+    return Usage(input_tokens=int(usage.get("inputTokens", 0)), output_tokens=int(usage.get("outputTokens", 0)))
+
+
+def _returned(c: _Collect, manifest: BatchManifest, wanted: list[Parked], job_error: ErrorEnvelope,
+              state: BatchJobState | None = None) -> None:
+    """Each wanted chunk of a batch job that ended without an output goes back pending, a batch failure."""
+    for m in wanted:
+        _back(c, manifest.token, m, _Bucket(), job_error, state, m.chunk.batch_records)
+
+
+def _back(c: _Collect, token: str, m: Parked, bucket: _Bucket, error: ErrorEnvelope | None,
+          state: BatchJobState | None, unanswered: int) -> None:
+    """A chunk back pending with its answers (none when its batch failed), their tokens at the batch price, a batch
+    failure when any of its records went unanswered; its message due, then sent."""
+    deps, p = c.deps, c.p
+    ch = m.chunk
+    answer_key = None
+    if bucket.answered:
+        answer_key = batch_answers_key(ch.job_id, ch.chunk_id, token)
+        deps.artifacts.put_text(answer_key, bucket.json())
+    failed = error is not None
+    on_demand = "failures" if failed and ch.batch_failures + 1 >= p.batch.batch_max_failures else None
+    back = deps.claims.return_from_batch(ch.job_id, ch.chunk_id, ch.fence, token,
+                                         stats=_priced(deps, bucket.tokens, len(bucket.answered)),
+                                         answer_key=answer_key, failed=failed, on_demand=on_demand, error=error)
+    if back is None:
+        return  # cancelled, or returned by another collect: nothing to send
+    c.send([Parked(m.job, back)])
+    deps.jobs.record_event(ch.job_id, "batch.returned", batch=token, chunk_id=ch.chunk_id,
+                           chunk_index=ch.chunk_index, answered=len(bucket.answered), unanswered=unanswered,
+                           batch_status=state.status.value if state else None,
+                           **({"error_code": error.error_code} if error else {}),
+                           **({"on_demand": on_demand} if on_demand else {}))
+    if on_demand:
+        c.report.on_demand.append(f"{ch.job_id}/{ch.chunk_id}")
+
+
+def _record_unused(c: _Collect, manifest: BatchManifest, unused: dict[str, Usage]) -> None:
+    """Answers nobody took (their chunks cancelled, or gone on demand) were billed all the same: their usage, at the
+    batch price, on each member job's cost (`batch.unused`) and its principal's daily spend."""
+    deps = c.deps
+    for job_id, tokens in sorted(unused.items()):
+        priced = _priced(deps, tokens, 0).usage()
+        deps.jobs.add_spend(job_id, priced)
+        job = c.jobs.get(job_id) or deps.jobs.get(job_id)
+        limits.add_spend(deps, job.principal if job else None, priced.model_micro_usd)
+        deps.jobs.record_event(job_id, "batch.unused", batch=manifest.token, input_tokens=priced.input_tokens,
+                               output_tokens=priced.output_tokens, model_micro_usd=priced.model_micro_usd)
+        c.report.unused_micro_usd += priced.model_micro_usd
+
+
+def _priced(deps: Deps, tokens: Usage, calls: int) -> AttemptStats:
+    """Answered records as calls, their tokens at the batch price (the on-demand price if the model has no batch
+    price: never less than what was spent is shown)."""
     s = deps.settings
     priced = batch_usage(s.profile.prices, s.effective_model_id, tokens)
     if priced is None:
         priced = tokens.model_copy(update={"model_micro_usd": micro_usd(model_cost_usd(
             model_price(s.profile.prices, s.effective_model_id), tokens))})
-    return AttemptStats(calls=len(answered), **priced.model_dump())
+    return AttemptStats(calls=calls, **priced.model_dump())
 
 
-def _to_on_demand(deps: Deps, m: Parked, reason: str, report: CollectReport, token: str | None = None) -> None:
+def _to_on_demand(c: _Collect, m: Parked, reason: str, token: str | None = None,
+                  error: ErrorEnvelope | None = None) -> None:
     """The chunk's calls go on demand from here (its answers so far are kept), whether or not a batch job (`token`)
-    still holds its records: that job's answers for it are then dropped when it ends."""
-    c = m.chunk
-    back = deps.claims.return_from_batch(c.job_id, c.chunk_id, c.fence, token, stats=AttemptStats(),
-                                         on_demand=reason)
+    still holds its records: that job's answers for it are then dropped (`batch.unused`) when it ends."""
+    ch = m.chunk
+    back = c.deps.claims.return_from_batch(ch.job_id, ch.chunk_id, ch.fence, token, stats=AttemptStats(),
+                                           on_demand=reason, error=error)
     if back is None:
         return
-    deps.queues.send_analysis([analysis_message(deps, m.job, back, "batch")])
-    deps.jobs.record_event(c.job_id, "batch.on_demand", chunk_id=c.chunk_id, chunk_index=c.chunk_index,
-                           reason=reason, records=c.batch_records)
-    report.on_demand.append(f"{c.job_id}/{c.chunk_id}")
+    c.send([Parked(m.job, back)])
+    c.deps.jobs.record_event(ch.job_id, "batch.on_demand", chunk_id=ch.chunk_id, chunk_index=ch.chunk_index,
+                             reason=reason, records=ch.batch_records)
+    c.report.on_demand.append(f"{ch.job_id}/{ch.chunk_id}")
 
 
 # ------------------------------------------------------------------------------ status

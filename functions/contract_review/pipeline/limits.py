@@ -27,6 +27,7 @@ from contract_review.domain.principals import owner
 
 DAY_S = 86400
 MINUTE_S = 60
+UNCAPPED = 2**62  # the limit of a count that is taken whatever it reaches (money already spent)
 
 
 def take_spend(deps: Deps, principal: str, estimate_micro_usd: int) -> None:
@@ -45,6 +46,16 @@ def take_spend(deps: Deps, principal: str, estimate_micro_usd: int) -> None:
             f"over the daily cap of {cost.format_usd(limit)} per principal: send it after 00:00 UTC (in "
             f"{math.ceil((day + 1) * DAY_S - now)} s), or ask the stack's operator to raise "
             "principal_daily_spend_usd", step="admission", retry_after_s=math.ceil((day + 1) * DAY_S - now))
+
+
+def add_spend(deps: Deps, principal: str | None, spent_micro_usd: int) -> None:
+    """Count money already spent outside any admission (a batch job's answers nobody took: `batch.unused`) toward
+    `principal`'s allowance of today, whatever the cap (it is spent): later submissions have that much less."""
+    cap = deps.settings.profile.limits.principal_daily_spend_usd
+    if principal is None or cap is None or deps.token_ledger is None or spent_micro_usd <= 0:
+        return
+    day = int(deps.clock() // DAY_S)
+    deps.token_ledger.take(f"spend#{owner(principal)}", day, spent_micro_usd, UNCAPPED, (day + 2) * DAY_S)
 
 
 def request_wait(deps: Deps, principal: str) -> int | None:

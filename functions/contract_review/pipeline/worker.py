@@ -548,7 +548,7 @@ class ChunkWorker:
         outputs: dict[str, AnalystOutput] = {}
         waiting: list[BatchRecord] = []  # a batch-mode chunk's requests still to be answered (pipeline/batch.py)
         answers = batch.Answers.load(self.deps, record) if record.batch_answer_keys else None
-        batch_lane = batch.in_batch_lane(job, record)  # its calls go to batch inference: none from the pacers
+        batch_lane = batch.in_batch_lane(self.deps, job, record)  # its calls go to batch inference: none from the pacers
         if job.inference is Inference.BATCH and not batch_lane and job.on_demand_since is None:
             self.deps.jobs.mark_on_demand(job.job_id)  # from now on its chunks wait on the workers (priority.py)
         has_time = self._has_time(delivery)
