@@ -29,7 +29,8 @@ categories and step, the located clauses) as a model would. A record that is not
 answered with a record error (400).
 
 Injectable failures (`BatchFaults`): records answered with an error (by recordId, or a seeded share), records
-left out of the output (missing), and a whole job that fails (in Validating or InProgress) or expires.
+left out of the output (missing), a whole job that fails (in Validating or InProgress) or expires, and every create
+refused (`refuse_create`: ValidationException by default, as for a model or profile not offered in batch).
 """
 
 from __future__ import annotations
@@ -75,6 +76,40 @@ class BatchFaults(BaseModel):
     expire_job: bool = False  # the job runs out of time in InProgress (Expired), no output
     error_code: int = 500  # the errorCode of a failed record
     seed: int = 7
+    # every CreateModelInvocationJob is refused with this error code (nothing created), as Bedrock refuses a model or
+    # inference profile it does not offer in batch (ValidationException), a role it may not use (AccessDenied), a
+    # used-up job quota (ServiceQuotaExceededException), or answers ThrottlingException / a 5xx; "": none
+    refuse_create: str = ""
+
+    @classmethod
+    def parse(cls, spec: str) -> BatchFaults:
+        """`review up --batch-faults SPEC`: comma-separated names, e.g. `refuse_create` (ValidationException: the
+        model is not offered in batch), `refuse_create=AccessDeniedException`, `expire_job`, `fail_job=in_progress`,
+        `fail_rate=0.2`. Raises ValueError for a name or value it does not know."""
+        fields: dict[str, Any] = {}
+        for item in filter(None, (part.strip() for part in spec.split(","))):
+            name, _, value = item.partition("=")
+            if name == "refuse_create":
+                fields[name] = value or "ValidationException"
+                if fields[name] not in _REFUSALS:
+                    raise ValueError(f"refuse_create: one of {', '.join(sorted(_REFUSALS))}")
+            elif name == "expire_job":
+                fields[name] = True
+            elif name in ("fail_job", "fail_rate", "seed") and value:
+                fields[name] = value
+            else:
+                raise ValueError(f"unknown batch fault {item!r}: refuse_create[=CODE], expire_job, "
+                                 "fail_job=validating|in_progress, fail_rate=R, seed=N")
+        try:
+            return cls.model_validate(fields)
+        except ValueError as exc:
+            raise ValueError(f"bad batch faults {spec!r}: {exc}") from exc
+
+
+# what `refuse_create` may answer: the status Bedrock's CreateModelInvocationJob answers each with
+_REFUSALS = {"ValidationException": 400, "AccessDeniedException": 403, "ResourceNotFoundException": 404,
+             "ServiceQuotaExceededException": 400, "ThrottlingException": 429, "InternalServerException": 500,
+             "ServiceUnavailableException": 503}
 
 
 # --- reading an analyst's request back out of a Converse / Messages body ------------------------------------
@@ -276,10 +311,16 @@ class BatchServiceFake:
             raise ServiceError(400, "ValidationException", "modelInvocationType must be InvokeModel or Converse")
         _split(body["inputDataConfig"]["s3InputDataConfig"]["s3Uri"])
         _split(body["outputDataConfig"]["s3OutputDataConfig"]["s3Uri"])
+        for tag in body.get("tags") or []:
+            if not isinstance(tag, dict) or not tag.get("key") or "value" not in tag:
+                raise ServiceError(400, "ValidationException", "a tag is {key, value}")
         token = body.get("clientRequestToken") or ""
         with self.lock:
             if token and token in self.tokens:
                 return {"jobArn": self.tokens[token]}  # the same token: the first answer, nothing created
+            if self.faults.refuse_create:
+                code = self.faults.refuse_create
+                raise ServiceError(_REFUSALS.get(code, 400), code, f"{body['modelId']} refused (injected)")
             if any(j.request["jobName"] == body["jobName"] for j in self.jobs.values()):
                 raise ServiceError(409, "ConflictException", f"a job named {body['jobName']} exists")
             arn = f"arn:aws:bedrock:{REGION}:{ACCOUNT}:model-invocation-job/{uuid.uuid4().hex[:12]}"

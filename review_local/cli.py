@@ -95,13 +95,19 @@ def cli(ctx: click.Context, stack: str | None, region: str | None) -> None:
               help="Ticket system failures: rates, e.g. 'error=0.1,timeout_after_write=0.05,hang=3,seed=7', or the next N "
                    "requests, e.g. 'timeout_after_write=x1,lookup_unavailable=x50' (the next ticket's outcome stays "
                    "unknown: its job waits in waiting_approval).")
+@click.option("--batch-faults", default="", metavar="SPEC",
+              help="Bedrock batch inference stand-in failures, e.g. 'refuse_create' (every CreateModelInvocationJob "
+                   "refused with ValidationException, as for a model not offered in batch: the batch lane turns off "
+                   "and batch-mode jobs run on demand), 'refuse_create=ThrottlingException', 'expire_job', "
+                   "'fail_job=in_progress', 'fail_rate=0.2'.")
 @click.option("--json", "as_json", is_flag=True,
               help="Once the stack is up, print one JSON document (what .review/local.json holds: endpoint, region, "
                    "profile, outputs, api, api_token, api_tokens, ui; and tickets, local_json, logs); the rest on stderr.")
 def up(fault_rate: float, seed: int, workers: int | None, worker_kind: str, no_tickets: bool,
-       ticket_faults: str, as_json: bool) -> None:
+       ticket_faults: str, batch_faults: str, as_json: bool) -> None:
     """Start embedded AWS (moto) with the stack deployed, the workers, the Job API and the status page, in the
     foreground."""
+    from .batch_service import BatchFaults
     from .embedded import LOCAL_JSON
     from .stack import LocalStack
     from .ticket_service import TicketFaults
@@ -112,8 +118,12 @@ def up(fault_rate: float, seed: int, workers: int | None, worker_kind: str, no_t
         tickets = None if no_tickets else TicketFaults.parse(ticket_faults)
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="--ticket-faults") from exc
+    try:
+        batch = BatchFaults.parse(batch_faults)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--batch-faults") from exc
     stack = LocalStack(faults=faults, worker=worker_kind, concurrency={"worker": workers} if workers else {},
-                       ticket_faults=tickets)
+                       ticket_faults=tickets, batch_faults=batch)
     out.print("[bold]synthesizing and deploying the template into embedded AWS...[/]")
     stack.start()
     stack.write_local_json()

@@ -385,7 +385,7 @@ class FakeClaims:
         now = self.clock()
         update: dict[str, object] = {
             **self._with_stats(r, stats), "status": ChunkStatus.PENDING, "release_reason": ReleaseReason.BATCH,
-            "released_at": now, "batch_token": None, "batch_pending_key": None,
+            "released_at": now, "message_sent_at": None, "batch_token": None, "batch_pending_key": None,
             "batch_since": None, "batch_failures": r.batch_failures + int(failed),
             "batch_answer_keys": [*r.batch_answer_keys, *([answer_key] if answer_key else [])]}
         if on_demand is not None:

@@ -231,7 +231,7 @@ class DynamoClaims:
                           error: ErrorEnvelope | None = None) -> ChunkRecord | None:
         parts, values, names = stats_expr(stats)
         now = self.clock()
-        # its message is due, not sent: `message_sent_at` moves when the collector has sent it (message_sent)
+        # its message is due, not sent: `message_sent_at` is removed, and set when the collector has sent it
         parts += ["#st = :pending", "release_reason = :reason", "released_at = :now"]
         values.update({":pending": ChunkStatus.PENDING.value, ":reason": ReleaseReason.BATCH.value, ":now": now})
         if answer_key is not None:
@@ -249,7 +249,8 @@ class DynamoClaims:
         cond = _awaiting_batch(fence, token, values, ":token")
         item = self.claims.update_if(
             _key(job_id, chunk_id),
-            UpdateExpression="SET " + ", ".join(parts) + " REMOVE batch_token, batch_pending_key, batch_since",
+            UpdateExpression="SET " + ", ".join(parts)
+                             + " REMOVE batch_token, batch_pending_key, batch_since, message_sent_at",
             ConditionExpression=cond, ExpressionAttributeNames={**names, "#st": "status"},
             ExpressionAttributeValues=serialize(values))
         return ChunkRecord.model_validate(item) if item else None

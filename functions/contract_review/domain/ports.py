@@ -286,8 +286,8 @@ class ClaimsRepo(Protocol):
                           answer_key: str | None = None, failed: bool = False, on_demand: str | None = None,
                           error: ErrorEnvelope | None = None) -> ChunkRecord | None:
         """While the chunk awaits batch `token` (None: none yet) under `fence`: make it pending again, its message
-        due (release reason `batch`, `released_at` now, `message_sent_at` left as it was: the collector sends the
-        message, then records it with `message_sent`; a chunk returned and not marked sent is sent again by the next
+        due (release reason `batch`, `released_at` now, `message_sent_at` removed: the collector sends the message,
+        then records it with `message_sent`; a chunk returned and not marked sent is sent again by the next
         collect), adding `stats` (the answered records' calls and batch-priced
         usage), `answer_key` to its answers, one batch failure when `failed`, its on-demand reason, `error`. None:
         the condition failed (nothing changed: the caller sends nothing)."""

@@ -232,7 +232,7 @@ class ChunkRecord(Usage):
         the collector that returned it died or failed before its send (pipeline/batch.py sends it again)."""
         return (self.status is ChunkStatus.PENDING and self.claimed_by is None
                 and self.release_reason is ReleaseReason.BATCH
-                and (self.message_sent_at or 0.0) < (self.released_at or 0.0))
+                and self.message_sent_at is None)
 
     def lease_live(self, now: float) -> bool:
         return self.status is ChunkStatus.CLAIMED and (self.claim_expires_at or 0.0) > now

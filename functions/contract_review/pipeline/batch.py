@@ -436,11 +436,11 @@ def _submit(c: _Collect, manifest: BatchManifest, wanted: list[Parked]) -> None:
     refusal is an outcome (`_refused`), a retryable failure backs off."""
     deps = c.deps
     assert deps.batch is not None and manifest.is_sealed
-    if c.paused or (manifest.retry_at is not None and c.now < manifest.retry_at):
-        c.track(wanted)
-        return
     if len(wanted) < len(manifest.chunks) or any(c.too_late(m) for m in wanted) or lane_off(deps) is not None:
         _release(c, manifest, wanted, "Released")
+        return
+    if c.paused or (manifest.retry_at is not None and c.now < manifest.retry_at):
+        c.track(wanted)
         return
     try:
         arn = deps.batch.submit(manifest.token)  # the same token again returns the same job
@@ -581,17 +581,18 @@ def _returned_with_output(c: _Collect, manifest: BatchManifest, wanted: list[Par
     ids = _record_ids(deps, manifest, wanted)
     owners = {rid: key for key, rids in ids.items() for rid in rids}
     buckets: dict[tuple[str, str], _Bucket] = {(m.chunk.job_id, m.chunk.chunk_id): _Bucket() for m in wanted}
+    dropped = {(mc.job_id, mc.chunk_id) for mc in manifest.chunks
+               if (mc.job_id, mc.chunk_id) not in buckets and not _took(c, mc, manifest.token)}
     unused: dict[str, Usage] = {}
     for outcome in deps.batch.results(manifest.job_arn):
         key = owners.get(outcome.record_id)
         if key is None:
             continue  # not one of ours
         bucket = buckets.get(key)
-        if bucket is None:  # its chunk is cancelled or gone on demand: billed, never used
-            if outcome.output is not None:
-                unused[key[0]] = Usage.of([unused.get(key[0], Usage()), _tokens(outcome.output)])
-            continue
-        bucket.add(outcome)
+        if bucket is not None:
+            bucket.add(outcome)
+        elif key in dropped and outcome.output is not None:  # its chunk cancelled or gone on demand: billed, unused
+            unused[key[0]] = Usage.of([unused.get(key[0], Usage()), _tokens(outcome.output)])
     for m in wanted:
         key = (m.chunk.job_id, m.chunk.chunk_id)
         b = buckets[key]
@@ -603,6 +604,14 @@ def _returned_with_output(c: _Collect, manifest: BatchManifest, wanted: list[Par
                                      provider_code=first, step="batch")
         _back(c, manifest.token, m, b, error, state, len(missed))
     return unused
+
+
+def _took(c: _Collect, mc: ManifestChunk, token: str) -> bool:
+    """The member chunk took this batch job's answers already (a collect that returned it died before the end)."""
+    record = next((r for r in c.chunks.get(mc.job_id, []) if r.chunk_id == mc.chunk_id), None)
+    if record is None:  # its job is not running any more: read it
+        record = c.deps.claims.get(mc.job_id, mc.chunk_id)
+    return record is not None and batch_answers_key(mc.job_id, mc.chunk_id, token) in record.batch_answer_keys
 
 
 @dataclass

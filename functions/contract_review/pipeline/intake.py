@@ -30,7 +30,7 @@ from contract_review.domain.keys import document_key
 from contract_review.domain.messages import InlineDocument, IntakeMessage, parse_intake
 from contract_review.domain.ports import Deps, Queue
 from contract_review.domain.records import Inference, Job, JobState, Priority, job_id_for
-from contract_review.pipeline import fanout
+from contract_review.pipeline import batch, fanout
 from contract_review.pipeline.admission import check_budget, check_principal, document_text, effective_budget
 from contract_review.review.analysts import job_config_hash
 from contract_review.review.chunking import chunk_document, document_hash
@@ -146,6 +146,10 @@ def handle_intake(deps: Deps, body: str, message_id: str = "") -> IntakeResult:
     if created:
         batch_mode = {"inference": job.inference.value, "deadline_at": job.deadline_at} if job.deadline_at else {}
         deps.jobs.record_event(job_id, "job.queued", chunk_count=len(chunks), document_chars=len(text), **batch_mode)
+        off = batch.lane_off(deps, job.model_id) if job.inference is Inference.BATCH else None
+        if off is not None:  # admitted in batch mode; its chunks run on demand while the lane is off (worker)
+            deps.jobs.record_event(job_id, "batch.unavailable", reason=off.reason, error_code=off.error_code,
+                                   detail="the batch lane is off for the model: its calls go on demand")
         if msg.inference is Inference.BATCH and job.inference is Inference.ON_DEMAND:
             deps.jobs.record_event(job_id, "job.batch_declined", deadline_hours=msg.deadline_hours,
                                    expected_hours=round(s.profile.batch.batch_expected_s / 3600, 2),

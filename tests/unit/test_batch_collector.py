@@ -1,0 +1,416 @@
+"""The batch collector (pipeline/batch.py `collect`) under forced interleavings, refusals, deadlines, a pause and
+batch jobs nobody wants any more (issue 25, findings 1-6). Each race wraps ONE repository or service call of the
+in-memory world, as the other race tests do; tests/integration/test_batch_races_on_moto.py runs races 1 and 2 on the
+real adapters."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from contract_review.domain.batch import BatchManifest, BatchRecord
+from contract_review.domain.keys import BATCH_OPEN_PREFIX, batch_manifest_key
+from contract_review.domain.lifecycle import request_cancel
+from contract_review.domain.ports import Queue
+from contract_review.domain.principals import owner
+from contract_review.domain.records import ChunkRecord, ChunkStatus, Inference, ModelControl, Usage, job_id_for
+from contract_review.pipeline import batch
+from contract_review.pipeline.limits import DAY_S
+from contract_review.pipeline.sweeper import sweep
+
+from ..texts import TEXT
+from .fakes import FakeBatchService
+from .inprocess import Crash, InProcess
+from .test_batch_lane import JOB_ID, batch_world, completes_as_on_demand, events, submit
+
+ALL_FOUR = 44  # the first round of this document: 4 chunks x 11 analysts' locate requests
+
+
+def parked(p: InProcess) -> list[ChunkRecord]:
+    """Intake, then every analysis message worked once (no sweep, no clock move): the chunks parked."""
+    p.intake()
+    for s in p.world.queues.drain(Queue.ANALYSIS):
+        p.deliver(s)
+    chunks = p.world.claims.for_job(JOB_ID)
+    assert chunks and all(c.status is ChunkStatus.AWAITING_BATCH for c in chunks)
+    return chunks
+
+
+def collect(p: InProcess) -> batch.CollectReport:
+    return batch.collect(p.world.deps, p.world.clock())
+
+
+def analysis_chunks(p: InProcess) -> list[str]:
+    return [m.chunk_id for m in p.world.queues.analysis()]
+
+
+def manifest(p: InProcess, token: str) -> BatchManifest:
+    return BatchManifest.model_validate_json(p.world.artifacts.get_text(batch_manifest_key(token)))
+
+
+def ended_batch_job(**profile: object) -> tuple[InProcess, FakeBatchService]:
+    """A batch-mode job whose chunks were packed into a batch job that has just ended (Completed), not collected."""
+    p, svc = batch_world(**profile)
+    svc.end_after_s = 1_000.0
+    submit(p)
+    parked(p)
+    assert collect(p).submitted
+    svc.end_after_s = 0.0
+    return p, svc
+
+
+# --- finding 1: the collector owns its returns -----------------------------------------------------------------
+def test_a_returned_chunk_whose_send_failed_is_sent_by_the_next_collect():
+    # GIVEN a batch job that ended, and an analysis queue that refuses the collector's first send
+    p, _ = ended_batch_job()
+    queues = p.world.queues
+    real = queues.send_analysis
+    failed: list[int] = []
+
+    def send_fails_once(messages: Any, delay_s: int = 0) -> None:
+        if not failed:
+            failed.append(len(messages))
+            raise ConnectionError("SQS unreachable")
+        real(messages, delay_s)
+    queues.send_analysis = send_fails_once  # type: ignore[method-assign]  # one call of the fake, wrapped
+    # WHEN the collector returns the chunks, and its send fails (after the conditional write made one pending)
+    try:
+        collect(p)
+    except ConnectionError:
+        pass
+    queues.send_analysis = real  # type: ignore[method-assign]
+    assert failed
+    stranded = [c for c in p.world.claims.for_job(JOB_ID) if c.status is ChunkStatus.PENDING]
+    assert stranded and all(c.batch_message_due for c in stranded)
+    assert not set(analysis_chunks(p)) & {c.chunk_id for c in stranded}
+    # THEN the next collect sends each of them (and says so), and nothing is left due
+    report = collect(p)
+    assert report.resent >= len(stranded)
+    assert {c.chunk_id for c in stranded} <= set(analysis_chunks(p))
+    assert not any(c.batch_message_due for c in p.world.claims.for_job(JOB_ID))
+    assert events(p, "batch.resent")
+    # AND the job completes with the on-demand report, every answer from batch
+    completes_as_on_demand(p)
+    assert p.model.calls == 0
+
+
+def test_a_collector_that_dies_between_returning_a_chunk_and_its_send_leaves_it_to_the_next():
+    # GIVEN a batch job that ended, and a collector that dies right after the first chunk's conditional return
+    p, _ = ended_batch_job()
+    claims = p.world.claims
+    real = claims.return_from_batch
+    died: list[str] = []
+
+    def return_then_die(job_id: str, chunk_id: str, *a: Any, **kw: Any) -> ChunkRecord | None:
+        back = real(job_id, chunk_id, *a, **kw)
+        if not died:
+            died.append(chunk_id)
+            raise Crash()
+        return back
+    claims.return_from_batch = return_then_die  # type: ignore[method-assign]  # one call of the fake, wrapped
+    try:
+        collect(p)
+    except Crash:
+        pass
+    claims.return_from_batch = real  # type: ignore[method-assign]
+    (chunk_id,) = died
+    record = claims.get(JOB_ID, chunk_id)
+    assert record is not None and record.status is ChunkStatus.PENDING and chunk_id not in analysis_chunks(p)
+    # WHEN the next collect runs THEN it sends the chunk's message, and returns the others
+    collect(p)
+    sent = analysis_chunks(p)
+    assert sent.count(chunk_id) == 1 and len(sent) == len(claims.for_job(JOB_ID))
+    completes_as_on_demand(p)
+
+
+def test_the_collector_reads_a_jobs_document_once_per_collect_not_once_per_chunk():
+    p, _ = ended_batch_job()
+    artifacts = p.world.artifacts
+    real = artifacts.get_text
+    job = p.world.jobs.get(JOB_ID)
+    assert job is not None
+    reads: list[str] = []
+
+    def counting(key: str) -> str:
+        reads.append(key)
+        return real(key)
+    artifacts.get_text = counting  # type: ignore[method-assign]
+    collect(p)
+    artifacts.get_text = real  # type: ignore[method-assign]
+    assert len(analysis_chunks(p)) == job.chunk_count > 1
+    assert reads.count(job.document_key) == 1
+
+
+# --- finding 2: sealed manifests ----------------------------------------------------------------------------------
+@pytest.mark.parametrize("minimum", [ALL_FOUR, 22], ids=["B-waits", "B-packs-the-rest"])
+def test_two_collects_at_once_never_submit_a_partial_batch_job(minimum: int):
+    # GIVEN parked chunks (11 records each) and a minimum of records per batch job
+    p, svc = batch_world(batch_min_records=minimum)
+    svc.minimum = minimum
+    submit(p)
+    chunks = parked(p)
+    assert sum(c.batch_records for c in chunks) == ALL_FOUR
+    # AND collect B runs whole while collect A has tagged its first chunk (and not the others)
+    claims = p.world.claims
+    real = claims.assign_batch
+    b_reports: list[batch.CollectReport] = []
+
+    def assign_then_b(job_id: str, chunk_id: str, fence: int, token: str | None, expected: str | None) -> Any:
+        won = real(job_id, chunk_id, fence, token, expected)
+        if not b_reports and token is not None:
+            claims.assign_batch = real  # type: ignore[method-assign]  # B runs with the plain call
+            b_reports.append(collect(p))
+            claims.assign_batch = assign_then_b  # type: ignore[method-assign]
+        return won
+    claims.assign_batch = assign_then_b  # type: ignore[method-assign]  # one call of the fake, wrapped
+    a_report = collect(p)
+    claims.assign_batch = real  # type: ignore[method-assign]
+    (b_report,) = b_reports
+    # THEN B did not take A's manifest for one that stopped before its submit: A's token was submitted by A alone, if
+    # at all; every batch job submitted holds at least the minimum, and exactly the records of the chunks naming it
+    assert not set(b_report.submitted) & set(a_report.submitted)
+    assert all(len(j["records"]) >= minimum for j in svc.jobs.values())
+    for c in claims.for_job(JOB_ID):
+        if c.batch_token is not None:
+            job = svc.jobs[svc.by_token[c.batch_token]]
+            ids = {r.record_id for r in job["records"]}
+            pending = p.world.artifacts.get_text(c.batch_pending_key or "").splitlines()
+            assert {json.loads(line)["recordId"] for line in pending} <= ids
+    # AND the job completes with the on-demand report, no record of it missing from a batch job
+    completes_as_on_demand(p)
+    assert not any(e.get("error_code") for e in events(p, "batch.returned"))
+
+
+def test_a_manifest_left_unsealed_is_untagged_after_the_collectors_timeout_and_packed_again():
+    # GIVEN a collector that died after tagging its chunks, before sealing the manifest
+    p, svc = batch_world()
+    submit(p)
+    parked(p)
+    svc_put = svc.put_input
+
+    def die(token: str, records: Any) -> int:
+        raise Crash()
+    svc.put_input = die  # type: ignore[method-assign]
+    try:
+        collect(p)
+    except Crash:
+        pass
+    svc.put_input = svc_put  # type: ignore[method-assign]
+    tokens = {c.batch_token for c in p.world.claims.for_job(JOB_ID)}
+    (token,) = tokens
+    assert token is not None and not manifest(p, token).sealed
+    # WHEN collects run within the collector's timeout THEN nothing of it is submitted nor untagged
+    assert collect(p).submitted == [] and not svc.jobs
+    # AND once the timeout has passed it is abandoned, its chunks untagged and packed again into a sealed one
+    p.world.clock.advance(p.world.settings.profile.functions.collector_timeout_s + 1)
+    report = collect(p)
+    assert report.released == [token] and manifest(p, token).status == "Abandoned"
+    assert len(collect(p).submitted) == 1
+    completes_as_on_demand(p)
+    assert p.model.calls == 0
+    assert p.world.artifacts.list_keys(BATCH_OPEN_PREFIX) == []  # every batch job followed to its end
+
+
+def test_a_sealed_manifest_names_exactly_the_records_of_its_chunks():
+    p, svc = batch_world()
+    submit(p)
+    chunks = parked(p)
+    (token,) = collect(p).submitted
+    m = manifest(p, token)
+    assert m.sealed and m.job_arn and m.records == sum(c.batch_records for c in chunks)
+    (job,) = svc.jobs.values()
+    assert sorted(r.record_id for r in job["records"]) == sorted(rid for mc in m.chunks for rid in mc.record_ids)
+
+
+# --- finding 3: refusals are outcomes ------------------------------------------------------------------------------
+def test_a_refused_batch_job_sends_its_chunks_on_demand_with_the_reason_and_turns_the_lane_off():
+    # GIVEN Bedrock refuses every batch job (the model is not offered in batch)
+    p, svc = batch_world()
+    svc.refuse_create = "ValidationException"
+    submit(p)
+    # WHEN the pipeline runs THEN the job completes with the on-demand report, its calls made on demand
+    completes_as_on_demand(p)
+    assert p.model.calls > 0 and svc.submits == 1 and not svc.jobs
+    (refused,) = events(p, "batch.refused")
+    assert refused["error_code"] == "batch.refused" and refused["provider_code"] == "ValidationException"
+    assert "ValidationException" in str(refused["reason"])
+    assert {e["reason"] for e in events(p, "batch.on_demand")} == {"refused"}
+    # AND the batch lane is off for the model, with its reason, written by the collector
+    off = p.world.model_control.get().batch_lane_off(p.world.settings.effective_model_id)
+    assert off is not None and (off.error_code, off.by) == ("batch.refused", "collector")
+    token = str(refused["batch"])
+    assert manifest(p, token).status == "Refused" and manifest(p, token).ended_at
+
+
+def test_while_the_lane_is_off_a_batch_mode_job_is_admitted_and_runs_on_demand_and_says_so():
+    p, svc = batch_world()
+    svc.refuse_create = "AccessDeniedException"
+    submit(p)
+    completes_as_on_demand(p)
+    # GIVEN the lane turned off; WHEN another batch-mode job is sent
+    key2 = "msa-batch-2"
+    p.send({"text": TEXT + " "}, key=key2, inference="batch")
+    p.intake()
+    job_id = job_id_for(key2)
+    job = p.world.jobs.get(job_id)
+    assert job is not None and job.inference is Inference.BATCH  # admitted in batch mode
+    calls = p.model.calls
+    job = p.run(job_id, rounds=40)
+    # THEN it completes on demand: nothing parked, nothing submitted, one `batch.unavailable` event
+    assert job.state.value == "completed" and p.model.calls > calls and svc.submits == 1
+    kinds = [e.type for e in p.world.jobs.events(job_id)]
+    assert kinds.count("batch.unavailable") == 1 and "chunk.awaiting_batch" not in kinds
+
+
+def test_a_retryable_refusal_backs_off_and_the_job_is_batched_once_it_passes():
+    # GIVEN Bedrock throttles CreateModelInvocationJob for a while
+    p, svc = batch_world()
+    svc.refuse_create = "ThrottlingException"
+    submit(p)
+    for _ in range(20):  # 40 s of sweeps
+        p.round()
+    # THEN the submit was tried again after its backoff, not every sweep, and the lane stays on
+    assert 1 <= svc.submits <= 2 and not svc.jobs
+    assert p.world.model_control.get().batch_lane_off(p.world.settings.effective_model_id) is None
+    # AND once it passes, the same sealed manifest is submitted and the job completes in batch
+    svc.refuse_create = ""
+    completes_as_on_demand(p)
+    assert p.model.calls == 0 and len(svc.jobs) >= 2
+
+
+def test_a_submit_throttled_until_the_deadline_nears_sends_the_chunks_on_demand():
+    # GIVEN Bedrock throttles every submit, and a job whose deadline is 108 s away (a batch is expected in 30 s)
+    p, svc = batch_world()
+    svc.refuse_create = "ThrottlingException"
+    submit(p, deadline_hours=0.03)
+    # WHEN the pipeline runs THEN before the deadline its chunks go on demand, and the job completes
+    completes_as_on_demand(p)
+    assert not svc.jobs and {e["reason"] for e in events(p, "batch.on_demand")} == {"deadline"}
+
+
+def test_a_job_whose_batch_job_cannot_be_followed_is_left_for_the_stuck_jobs_alarm():
+    # GIVEN chunks parked in a batch job whose status can no longer be read (every GetModelInvocationJob fails)
+    p, svc = batch_world()
+    svc.end_after_s = 1_000.0
+    submit(p)
+    parked(p)
+    collect(p)
+
+    def unreadable(job_id: str) -> Any:
+        raise ConnectionError("bedrock unreachable")
+    svc.status = unreadable  # type: ignore[method-assign]
+    # WHEN sweeps go on past the stall period THEN the sweeper finds the job stalled (StuckJobs), and says why
+    stall_s = p.world.settings.profile.recovery.stall_after_s
+    stalled = failures = 0
+    for _ in range(int(2 * stall_s / 2.0) + 2):
+        p.world.clock.advance(2.0)
+        report = sweep(p.world.deps)
+        stalled += report.stalled_jobs
+        failures += len(report.item_failures)
+    assert stalled >= 1 and failures > 0
+
+
+# --- finding 5: deadlines before packing; no paid answer lost from view -----------------------------------------
+def test_a_chunk_whose_deadline_is_nearer_than_a_batch_can_answer_goes_on_demand_instead_of_into_a_batch():
+    # GIVEN a job taken in batch mode 36 s before its deadline (a batch is expected to take 30 s)
+    p, svc = batch_world()
+    submit(p, deadline_hours=0.01)
+    parked(p)
+    # WHEN the collector first sees its chunks, 10 s later
+    p.world.clock.advance(10.0)
+    report = collect(p)
+    # THEN none is packed: each goes on demand, with the reason
+    assert report.submitted == [] and not svc.jobs
+    assert {e["reason"] for e in events(p, "batch.on_demand")} == {"deadline"}
+    completes_as_on_demand(p)
+
+
+def test_a_batch_job_none_of_whose_records_is_wanted_is_stopped_and_followed_to_its_end():
+    # GIVEN a batch-mode job whose chunks wait in a long batch job
+    p, svc = batch_world()
+    svc.end_after_s = 1_000.0
+    submit(p)
+    parked(p)
+    (token,) = collect(p).submitted
+    (arn,) = svc.jobs
+    # WHEN the job is cancelled (its chunks settled cancelled)
+    request_cancel(p.world.deps, JOB_ID, by="test")
+    p.run(JOB_ID)
+    # THEN the collector stops the batch job, follows it until it has ended, then forgets it
+    assert svc.stops == [arn]
+    assert events(p, "batch.stopped")
+    for _ in range(3):
+        p.round()
+    assert manifest(p, token).ended_at is not None and manifest(p, token).status == "Stopped"
+    assert p.world.artifacts.list_keys(BATCH_OPEN_PREFIX) == []
+    assert not events(p, "batch.returned")
+
+
+def test_answers_nobody_takes_are_spend_on_the_job_and_its_principals_daily_cap():
+    # GIVEN two jobs of one principal in one batch job, the first with a deadline the batch job outlasts
+    principal = "arn:aws:iam::123456789012:user/alice"
+    p, svc = batch_world(principal_daily_spend_usd=100.0)
+    svc.end_after_s = 1_000.0
+    first = submit(p, deadline_hours=0.03)
+    p.world.jobs.items[JOB_ID] = first.model_copy(update={"principal": principal})  # as the Job API admits it
+    p.send({"text": TEXT + "  "}, key="msa-batch-late", inference="batch")
+    p.intake()
+    for s in p.world.queues.drain(Queue.ANALYSIS):
+        p.deliver(s)
+    (token,) = collect(p).submitted
+    # WHEN the first job's deadline passes (its chunks go on demand and complete), then the batch job completes
+    assert p.run(JOB_ID, rounds=80).state.value == "completed"
+    chunks_usage = Usage.of(c.usage() for c in p.world.claims.for_job(JOB_ID)).model_micro_usd
+    day = int(p.world.clock() // DAY_S)
+    spent_before = p.world.token_ledger.counters.get((f"spend#{owner(principal)}", day), 0)
+    svc.end_after_s = 0.0
+    report = collect(p)
+    # THEN the first job's answers nobody took are on its cost (batch.unused), beyond what its chunks counted, and
+    # on the principal's spend of the day
+    assert token in report.collected and report.unused_micro_usd > 0
+    (unused,) = events(p, "batch.unused")
+    job = p.world.jobs.get(JOB_ID)
+    assert job is not None and job.model_micro_usd == chunks_usage + int(str(unused["model_micro_usd"]))
+    spent = p.world.token_ledger.counters[(f"spend#{owner(principal)}", day)]
+    assert spent == spent_before + int(str(unused["model_micro_usd"]))
+
+
+# --- finding 6: pause means pause ---------------------------------------------------------------------------------
+def test_while_the_model_is_paused_the_collector_submits_nothing_and_goes_on_collecting():
+    # GIVEN a job whose chunks wait in a batch job, and an operator's pause
+    p, svc = batch_world()
+    svc.end_after_s = 5.0
+    submit(p)
+    parked(p)
+    assert collect(p).submitted
+    p.world.model_control.put(ModelControl(paused=True, by="operator"))
+    # WHEN the batch job ends and the chunks park again with their next round (assess)
+    p.world.clock.advance(6.0)
+    assert collect(p).collected  # collecting goes on
+    for s in p.world.queues.drain(Queue.ANALYSIS):
+        p.deliver(s)
+    assert any(c.status is ChunkStatus.AWAITING_BATCH for c in p.world.claims.for_job(JOB_ID))
+    # THEN nothing new is submitted while paused (they wait, tracked)
+    for _ in range(5):
+        p.world.clock.advance(2.0)
+        report = collect(p)
+        assert report.paused and report.submitted == []
+    assert len(svc.jobs) == 1
+    # AND after `review quota resume` they are packed again
+    p.world.model_control.put(ModelControl(paused=False))
+    assert collect(p).submitted
+    completes_as_on_demand(p)
+
+
+# --- finding 4: streaming, tags --------------------------------------------------------------------------------
+def test_a_batch_record_carries_its_request_and_the_manifest_keeps_the_ids():
+    p, svc = batch_world()
+    submit(p)
+    parked(p)
+    (token,) = collect(p).submitted
+    (job,) = svc.jobs.values()
+    assert all(isinstance(r, BatchRecord) for r in job["records"])
+    assert all(mc.record_ids for mc in manifest(p, token).chunks)
+
