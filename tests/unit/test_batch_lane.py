@@ -370,5 +370,26 @@ def _request_invalid(code: str) -> None:
         assert len(ids) == len(set(ids))
 
 
+def _refused(code: str) -> None:
+    """Bedrock refuses the batch job: its chunks go on demand at once with the reason and the lane is turned off for
+    the model; once the cause is fixed, an operator turns it on again (`review quota batch --on`: the control's
+    `batch_off` entry removed) and the next batch-mode job runs in batch."""
+    p, svc = batch_world()
+    svc.refuse_create = "ValidationException"
+    submit(p)
+    completes_as_on_demand(p)
+    assert [e["error_code"] for e in events(p, "batch.refused")] == [code] and p.model.calls > 0
+    model_id = p.world.settings.effective_model_id
+    assert p.world.model_control.get().batch_lane_off(model_id) is not None
+    # the fix, then the operator's switch
+    svc.refuse_create = ""
+    p.world.model_control.update(lambda c: c.model_copy(
+        update={"batch_off": {m: off for m, off in c.batch_off.items() if m != model_id}}))
+    calls = p.model.calls
+    p.send({"text": TEXT + " "}, key="after-the-fix", inference="batch")
+    job = p.run(job_id_for("after-the-fix"), rounds=80)
+    assert job.state is JobState.COMPLETED and p.model.calls == calls and svc.jobs
+
+
 BATCH_RECOVERIES = {"batch.record_failed": _record_failed, "batch.job_failed": _job_failed,
-                    "batch.request_invalid": _request_invalid}
+                    "batch.request_invalid": _request_invalid, "batch.refused": _refused}
