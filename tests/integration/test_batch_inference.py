@@ -16,8 +16,8 @@ import pytest
 from botocore.exceptions import ClientError
 
 from contract_review.adapters.batch_inference import BedrockBatchInference, job_id_of
-from contract_review.domain.batch import MISSING, BatchJobState, BatchJobStatus, BatchRecord
-from contract_review.domain.errors import ReviewError
+from contract_review.domain.batch import BatchJobState, BatchJobStatus, BatchRecord, RecordOutcome
+from contract_review.domain.errors import ReviewError, classify_batch_submit
 from contract_review.doubles.bedrock_sim import SimulatedPromptCache
 from contract_review.doubles.offline_model import OfflineRuleModel
 from contract_review.model.bedrock import BedrockConverseModel
@@ -93,6 +93,16 @@ def analyst_records(n: int) -> tuple[list[BatchRecord], dict[str, dict[str, Any]
     return records, expected
 
 
+def submitted(batch: BedrockBatchInference, records: list[BatchRecord], token: str) -> str:
+    """The records streamed into the job's input, then the job created."""
+    assert batch.put_input(token, records) == len(records)
+    return batch.submit(token)
+
+
+def outcomes_of(batch: BedrockBatchInference, job_id: str) -> dict[str, RecordOutcome]:
+    return {o.record_id: o for o in batch.results(job_id)}
+
+
 def wait_until(batch: BedrockBatchInference, job_id: str, done: Callable[[BatchJobState], bool] = lambda s: s.terminal,
                timeout: float = 20) -> BatchJobState:
     deadline = time.monotonic() + timeout
@@ -111,12 +121,12 @@ def tool_input(output: dict[str, Any]) -> dict[str, Any]:
 def test_a_job_walks_the_statuses_and_every_record_is_answered_by_the_offline_model(
         batch: BedrockBatchInference, fake: BatchServiceFake, s3: Any) -> None:
     records, expected = analyst_records(8)
-    job_id = batch.submit(records, token="tok-complete")
+    job_id = submitted(batch, records, "tok-complete")
     state = wait_until(batch, job_id)
     assert state.status is BatchJobStatus.COMPLETED
     assert (state.total, state.processed, state.succeeded, state.errored) == (8, 8, 8, 0)
     assert fake.job(job_id).statuses == ["Submitted", "Validating", "Scheduled", "InProgress", "Completed"]
-    outcomes = batch.results(job_id)
+    outcomes = outcomes_of(batch, job_id)
     assert set(outcomes) == set(expected)
     assert {rid: tool_input(o.output or {}) for rid, o in outcomes.items()} == expected
     # what Bedrock writes beside the records: the manifest, under <output prefix>/<job id>/
@@ -129,7 +139,7 @@ def test_a_job_walks_the_statuses_and_every_record_is_answered_by_the_offline_mo
 def test_outcomes_are_joined_on_record_id_whatever_the_output_order(
         batch: BedrockBatchInference, s3: Any) -> None:
     records, expected = analyst_records(12)
-    job_id = batch.submit(records, token="tok-order")
+    job_id = submitted(batch, records, "tok-order")
     assert wait_until(batch, job_id).status is BatchJobStatus.COMPLETED
     folder = f"{batch.prefix}/output/tok-order/{job_id_of(job_id)}/"
     out = s3.get_object(Bucket=BUCKET, Key=folder + "records.jsonl.out")["Body"].read().decode()
@@ -137,18 +147,18 @@ def test_outcomes_are_joined_on_record_id_whatever_the_output_order(
     assert order != [r.record_id for r in records]  # the stand-in shuffles, as Bedrock may
     # and a reversed file changes nothing: every answer lands on its own record
     s3.put_object(Bucket=BUCKET, Key=folder + "records.jsonl.out", Body="\n".join(reversed(out.splitlines())))
-    outcomes = batch.results(job_id)
+    outcomes = outcomes_of(batch, job_id)
     assert {rid: tool_input(o.output or {}) for rid, o in outcomes.items()} == expected
 
 
 def test_the_same_client_token_returns_the_same_job_and_creates_none(
         batch: BedrockBatchInference, bedrock: Any, fake: BatchServiceFake) -> None:
     records, _ = analyst_records(MIN_RECORDS)
-    first = batch.submit(records, token="tok-same")
-    again = batch.submit(records, token="tok-same")
+    first = submitted(batch, records, "tok-same")
+    again = batch.submit("tok-same")
     assert again == first
     assert len(fake.jobs) == 1
-    other = batch.submit(records, token="tok-other")
+    other = submitted(batch, records, "tok-other")
     assert other != first and len(fake.jobs) == 2
     listed = bedrock.list_model_invocation_jobs(nameContains="tok-same")["invocationJobSummaries"]
     assert [j["jobArn"] for j in listed] == [first]
@@ -160,14 +170,13 @@ def test_a_partially_completed_job_names_its_failed_and_missing_records(
     records, expected = analyst_records(6)
     failed, dropped = records[1].record_id, records[4].record_id
     fake.faults = BatchFaults(fail_records=[failed], drop_records=[dropped])
-    job_id = batch.submit(records, token="tok-partial")
+    job_id = submitted(batch, records, "tok-partial")
     state = wait_until(batch, job_id)
     assert state.status is BatchJobStatus.PARTIALLY_COMPLETED
     assert (state.total, state.processed, state.succeeded, state.errored) == (6, 5, 4, 1)
-    outcomes = batch.results(job_id)
-    assert set(outcomes) == set(expected)  # nothing lost: the dropped record is there, as missing
-    assert outcomes[failed].error_code == "500" and not outcomes[failed].ok
-    assert outcomes[dropped].error_code == MISSING and not outcomes[dropped].ok
+    outcomes = outcomes_of(batch, job_id)
+    assert set(outcomes) == set(expected) - {dropped}  # the dropped record has no line (the collector's manifest
+    assert outcomes[failed].error_code == "500" and not outcomes[failed].ok  # knows it was submitted: MISSING)
     ok = {rid for rid, o in outcomes.items() if o.ok}
     assert ok == set(expected) - {failed, dropped}
     assert all(tool_input(outcomes[rid].output or {}) == expected[rid] for rid in ok)
@@ -182,17 +191,17 @@ def test_a_failed_or_expired_job_has_no_results_but_a_coded_failure(
         batch: BedrockBatchInference, fake: BatchServiceFake, faults: BatchFaults, status: BatchJobStatus) -> None:
     fake.faults = faults
     records, _ = analyst_records(MIN_RECORDS)
-    job_id = batch.submit(records, token="tok-fail")
+    job_id = submitted(batch, records, "tok-fail")
     assert wait_until(batch, job_id).status is status
     with pytest.raises(ReviewError) as err:
-        batch.results(job_id)
+        list(batch.results(job_id))
     assert err.value.envelope.error_code == "batch.job_failed"
     assert err.value.envelope.provider_code == status.value
 
 
 def test_a_job_under_the_minimum_record_count_fails_in_validation(batch: BedrockBatchInference) -> None:
     records, _ = analyst_records(MIN_RECORDS - 1)
-    job_id = batch.submit(records, token="tok-small")
+    job_id = submitted(batch, records, "tok-small")
     state = wait_until(batch, job_id)
     assert state.status is BatchJobStatus.FAILED
     assert "minimum" in state.message  # the stand-in's wording, for people; nothing classifies by it
@@ -203,8 +212,8 @@ def test_a_stopped_job_ends_stopped(s3: Any) -> None:
         bedrock = _session().client("bedrock", endpoint_url=slow.url)
         batch = BedrockBatchInference(bedrock, s3, bucket=BUCKET, prefix="batch/stop", role_arn=ROLE, model_id=MODEL)
         records, _ = analyst_records(2)
-        job_id = batch.submit(records, token="tok-stop")
-        bedrock.stop_model_invocation_job(jobIdentifier=job_id)
+        job_id = submitted(batch, records, "tok-stop")
+        batch.stop(job_id)
         assert wait_until(batch, job_id).status is BatchJobStatus.STOPPED
         with pytest.raises(ClientError) as err:  # a job that has ended cannot be stopped
             bedrock.stop_model_invocation_job(jobIdentifier=job_id)
@@ -244,9 +253,9 @@ def test_records_in_the_anthropic_messages_format_are_answered_too(
     }) for r in records]
     batch = BedrockBatchInference(bedrock, s3, bucket=BUCKET, prefix="batch/messages", role_arn=ROLE,
                                   model_id=MODEL, invocation_type="InvokeModel")
-    job_id = batch.submit(messages, token="tok-messages")
+    job_id = submitted(batch, messages, "tok-messages")
     assert wait_until(batch, job_id).status is BatchJobStatus.COMPLETED
-    outcomes = batch.results(job_id)
+    outcomes = outcomes_of(batch, job_id)
     assert {rid: o.output["content"][0]["input"] for rid, o in outcomes.items() if o.output} == expected
 
 
@@ -259,3 +268,48 @@ def test_the_stand_in_reads_back_the_request_an_analyst_built() -> None:
     assert (back.step, back.analyst, back.payload["chunk_text"]) == ("locate", ANALYSTS[0].name, chunk.text)
     assert [c["key"] for c in back.payload["categories"]] == list(ANALYSTS[0].categories)
     assert analyst_request({"messages": [{"role": "user", "content": [{"text": "hello"}]}]}) is None
+
+
+def test_a_batch_job_is_tagged_with_the_stacks_tag_at_create(bedrock: Any, s3: Any, fake: BatchServiceFake) -> None:
+    batch = BedrockBatchInference(bedrock, s3, bucket=BUCKET, prefix="batch/tagged", role_arn=ROLE, model_id=MODEL,
+                                  stack_tag="ContractReview-prod")
+    records, _ = analyst_records(MIN_RECORDS)
+    job_id = submitted(batch, records, "tok-tagged")
+    assert fake.job(job_id).request["tags"] == [{"key": "review-stack", "value": "ContractReview-prod"}]
+    untagged = submitted(BedrockBatchInference(bedrock, s3, bucket=BUCKET, prefix="batch/untagged", role_arn=ROLE,
+                                               model_id=MODEL), records, "tok-untagged")
+    assert "tags" not in fake.job(untagged).request
+
+
+@pytest.mark.parametrize("code, expected, retryable", [
+    ("ValidationException", "batch.refused", False), ("AccessDeniedException", "batch.refused", False),
+    ("ResourceNotFoundException", "batch.refused", False), ("ServiceQuotaExceededException", "batch.refused", False),
+    ("ThrottlingException", "aws.throttled", True), ("InternalServerException", "aws.unavailable", True),
+])
+def test_a_refused_create_is_classified_from_its_error_code(batch: BedrockBatchInference, fake: BatchServiceFake,
+                                                           code: str, expected: str, retryable: bool) -> None:
+    fake.faults = BatchFaults(refuse_create=code)
+    records, _ = analyst_records(MIN_RECORDS)
+    batch.put_input("tok-refused", records)
+    with pytest.raises(ClientError) as err:
+        batch.submit("tok-refused")
+    env = classify_batch_submit(err.value)
+    assert (env.error_code, env.retryable, env.provider_code) == (expected, retryable, code)
+    assert not fake.jobs  # nothing created
+
+
+def test_the_input_is_streamed_in_multipart_parts_and_the_output_read_line_by_line(
+        batch: BedrockBatchInference, fake: BatchServiceFake, s3: Any) -> None:
+    # records whose input is larger than one part (8 MiB): the managed transfer uploads it in parts
+    records, expected = analyst_records(MIN_RECORDS)
+    pad = "x" * (3 * 1024 * 1024)
+    padded = [BatchRecord(r.record_id, {**r.model_input, "additionalModelRequestFields": {"pad": pad}})
+              for r in records]
+    job_id = submitted(batch, padded, "tok-big")
+    key = f"{batch.prefix}/input/tok-big/records.jsonl"
+    head = s3.head_object(Bucket=BUCKET, Key=key, PartNumber=1)
+    assert head["PartsCount"] >= 2 and head["ContentLength"] >= 5 * 1024 * 1024  # multipart, parts of >= 5 MiB
+    assert wait_until(batch, job_id).status is BatchJobStatus.COMPLETED
+    outcomes = batch.results(job_id)
+    assert iter(outcomes) is outcomes  # a generator: one line at a time
+    assert {o.record_id: tool_input(o.output or {}) for o in outcomes} == expected

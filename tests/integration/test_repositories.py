@@ -593,9 +593,13 @@ def test_claims_park_a_chunk_for_a_batch_pack_it_once_and_return_it_once(repos: 
     assert back is not None and back.status is ChunkStatus.PENDING and back.batch_token is None
     assert (back.batch_answer_keys, back.batch_failures, back.n_calls, back.input_tokens, back.model_micro_usd) == \
         (["batch/answers/a1"], 1, 10, 500, 7)
+    # its message due, not sent: the collector sends it, then marks it sent (until then the next collect sends it)
     assert (back.release_reason, back.message_sent_at, back.last_error, back.batch_pending_key) == \
-        (ReleaseReason.BATCH, repos.clock(), env, None)
+        (ReleaseReason.BATCH, None, env, None)
+    assert back.batch_message_due
     assert repos.claims.return_from_batch(job_id, "c0", c.fence, "t1", stats=AttemptStats()) is None  # once
+    sent = repos.claims.message_sent(job_id, "c0", c.fence)
+    assert sent is not None and sent.message_sent_at == repos.clock() and not sent.batch_message_due
     # the next round: claimed again, parked again, sent on demand unpacked, its answers kept
     c2 = repos.claims.claim(job_id, "c0", "b", 30, 1)
     assert repos.claims.await_batch(job_id, "c0", c2.fence, AttemptStats(), "batch/pending/k2", 1) is not None
@@ -707,6 +711,20 @@ def test_jobs_count_requeues_without_touching_progress(repos: Repos):
     after = repos.jobs.get(job.job_id)
     assert after is not None and after.requeues == 2 and after.updated_at == job.updated_at
     repos.jobs.count_requeue("job-that-does-not-exist")  # nothing happens, nothing is created
+    assert repos.jobs.get("job-that-does-not-exist") is None
+
+
+def test_jobs_add_spend_to_a_job_without_touching_progress(repos: Repos):
+    """Money spent outside the job's counted chunks (a batch job's answers nobody took: `batch.unused`)."""
+    job, _ = repos.jobs.create(_job(JobState.RUNNING))
+    repos.clock.advance(10)
+    repos.jobs.add_spend(job.job_id, Usage(input_tokens=100, output_tokens=7, model_micro_usd=42))
+    repos.jobs.add_spend(job.job_id, Usage(input_tokens=1, model_micro_usd=1))
+    after = repos.jobs.get(job.job_id)
+    assert after is not None and (after.input_tokens, after.output_tokens, after.model_micro_usd) == (
+        job.input_tokens + 101, job.output_tokens + 7, job.model_micro_usd + 43)
+    assert after.updated_at == job.updated_at and after.version == job.version
+    repos.jobs.add_spend("job-that-does-not-exist", Usage(model_micro_usd=1))  # nothing happens, nothing is created
     assert repos.jobs.get("job-that-does-not-exist") is None
 
 
@@ -942,3 +960,6 @@ def test_artifacts_list_every_key_under_a_prefix_and_nothing_else(repos: Repos):
     assert sorted(repos.artifacts.list_keys("batches/batch-")) == [f"batches/batch-{i:020d}.json" for i in range(3)]
     assert repos.artifacts.list_keys("batches/batch-1") == []
     assert repos.artifacts.list_keys("batches/batch-" + "0" * 19 + "2") == ["batches/batch-" + "0" * 19 + "2.json"]
+    repos.artifacts.delete("batches/batch-" + "0" * 19 + "2.json")
+    repos.artifacts.delete("batches/never-written.json")  # gone already: nothing happens
+    assert sorted(repos.artifacts.list_keys("batches/batch-")) == [f"batches/batch-{i:020d}.json" for i in range(2)]
