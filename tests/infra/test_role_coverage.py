@@ -547,12 +547,13 @@ def _batch(rec: Recorder, aws: EmbeddedAws, env: dict[str, str], sweeper_env: di
                for i in range(BATCH_MIN_RECORDS)]
     with rec.acting_as("sweeper"):
         deps.batch.min_records()  # the account's minimum records per job: the model's name, then its quota
-        job = deps.batch.submit(records, "role-coverage-1")
+        deps.batch.put_input("role-coverage-1", records)
+        job = deps.batch.submit("role-coverage-1")
         _wait(lambda: deps.batch is not None and deps.batch.status(job).terminal, 20)
-        outcomes = deps.batch.results(job)
-        assert set(outcomes) == {r.record_id for r in records}
-        stopped = deps.batch.submit(records, "role-coverage-2")
-        deps.batch.bedrock.stop_model_invocation_job(jobIdentifier=stopped)
+        assert {o.record_id for o in deps.batch.results(job)} == {r.record_id for r in records}
+        deps.batch.put_input("role-coverage-2", records)
+        stopped = deps.batch.submit("role-coverage-2")
+        deps.batch.stop(stopped)
         deps.batch.bedrock.list_model_invocation_jobs(nameContains="role-coverage")
     _batch_pipeline_calls(rec, aws, deps)
     # Bedrock invokes a job's model with the service role (not run here: the stand-in answers with the offline model)

@@ -70,19 +70,21 @@ def test_the_local_stack_serves_the_batch_stand_in_to_the_sweeper_and_the_cli(st
     batch = deps.batch
     assert batch is not None and batch.bedrock.meta.endpoint_url == url
     # THEN a job of the minimum runs through the stand-in, reading and writing batch/ of the stack's bucket
-    job = batch.submit(_records(10), "local-1")
+    batch.put_input("local-1", _records(10))
+    job = batch.submit("local-1")
     deadline = time.monotonic() + 30
     while not (state := batch.status(job)).terminal:
         assert time.monotonic() < deadline, state
         time.sleep(0.2)
     assert state.status in (BatchJobStatus.COMPLETED, BatchJobStatus.PARTIALLY_COMPLETED), state
     done = state.status
-    assert set(batch.results(job)) == {f"r-{i}" for i in range(10)}
+    assert {o.record_id for o in batch.results(job)} == {f"r-{i}" for i in range(10)}
     keys = [o["Key"] for o in stack.aws.client("s3").list_objects_v2(
         Bucket=deps.settings.bucket, Prefix="batch/")["Contents"]]
     assert "batch/input/local-1/records.jsonl" in keys and any(k.startswith("batch/output/local-1/") for k in keys)
     # AND one record short of the local minimum fails in validation, as Bedrock's quota would
-    short = batch.submit(_records(9), "local-2")
+    batch.put_input("local-2", _records(9))
+    short = batch.submit("local-2")
     deadline = time.monotonic() + 30
     while not (state := batch.status(short)).terminal:
         assert time.monotonic() < deadline, state
