@@ -502,6 +502,8 @@ def _print_status(view: ops.JobView) -> None:
              f"{ops.iso(view.deadline_at) if view.deadline_at else 'none'}")
         for b in view.batches:
             _say("    " + ops.batch_line(b))
+        if view.batch_off is not None:
+            _say("    " + ops.batch_off_line(view.batch_off))
     if view.waiting is not None:
         _say(f"  waiting: {ops.waiting_line(view.waiting)}")
     if view.approval is not None:

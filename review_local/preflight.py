@@ -236,10 +236,11 @@ def check_concurrency(lambda_client: Any, region: str, reserved: int, deployed: 
 
 
 def check_batch(quotas: Any, report: PreflightReport) -> Check:
-    """Whether the model is offered through Bedrock batch inference in the region (docs/batch-inference.md): its
-    "Minimum number of records per batch inference job" quota in Service Quotas (ListFoundationModels does not say:
-    its inferenceTypesSupported knows ON_DEMAND and PROVISIONED only), and whether the price table has its batch
-    price. Never a failure: batch mode is optional, and a quota named otherwise is not proof of absence."""
+    """The model's batch quota row (docs/batch-inference.md): its "Minimum number of records per batch inference job"
+    quota in Service Quotas (ListFoundationModels does not say: its inferenceTypesSupported knows ON_DEMAND and
+    PROVISIONED only), and whether the price table has its batch price. Never a failure: batch mode is optional, a
+    quota named otherwise is not proof of absence, and a row is no proof of acceptance (there is no dry run: the first
+    refusal turns the batch lane off, pipeline/batch.py)."""
     name = "batch inference"
     base = PRICES.priced_as.get(report.model_id) or base_model_id(report.model_id)
     price = PRICES.models.get(base)
@@ -257,9 +258,15 @@ def check_batch(quotas: Any, report: PreflightReport) -> Check:
     if row is None:
         return Check(name, None, f"no \"Minimum number of records per batch inference job\" quota for "
                                  f"{report.facts.display_name!r} in {report.region}: batch inference is likely not "
-                                 f"offered for it here, so batch-mode jobs would go on-demand; {priced}")
-    return Check(name, True, f"offered in {report.region}: at least {row.value:,.0f} records per job [{row.source}] "
-                             f"{row.name} ({row.code}); {priced}")
+                                 f"offered for it here (the first batch job Bedrock refuses turns the batch lane off "
+                                 f"and batch-mode jobs then run on demand); {NO_DRY_RUN}; {priced}")
+    return Check(name, True, f"quota row in {report.region}: at least {row.value:,.0f} records per job [{row.source}] "
+                             f"{row.name} ({row.code}); {NO_DRY_RUN}; {priced}")
+
+
+# what no check here can tell (docs/batch-inference.md): CreateModelInvocationJob has no dry run
+NO_DRY_RUN = ("neither this nor any offline check proves the model or inference profile is accepted by batch (there "
+              "is no dry run)")
 
 
 BEDROCK_SERVICE = "bedrock.amazonaws.com"

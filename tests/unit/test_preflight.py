@@ -502,6 +502,7 @@ def test_batch_support_is_the_models_minimum_records_quota_and_its_batch_price()
     assert check.ok is True
     assert "at least 100 records per job [applied]" in check.line and "(L-BATCHMIN)" in check.line
     assert "batch price $0.0015/$0.0075 per 1,000 input/output tokens" in check.line
+    assert "no dry run" in check.line  # a quota row is no proof that batch accepts the model or profile
 
 
 def test_a_batch_minimum_only_among_the_defaults_is_found_there():
@@ -514,7 +515,7 @@ def test_a_batch_minimum_only_among_the_defaults_is_found_there():
     assert check.ok is True and "[AWS default]" in check.line and "(L-BATCHALL)" in check.line
 
 
-def test_no_batch_quota_for_the_model_says_batch_jobs_would_go_on_demand_without_failing_preflight():
+def test_no_batch_quota_for_the_model_is_said_without_failing_preflight():
     c = Clients()
     c.quota_pages(PAGE_1)
     c.quota_pages(PAGE_2, operation="list_aws_default_service_quotas")

@@ -24,6 +24,7 @@ from contract_review.domain.model import quota_tokens
 from contract_review.domain.ports import DLQS, Deps, ModelControls, Queue, QueueMessage
 from contract_review.domain.records import (
     Approval,
+    BatchLaneOff,
     ChunkRecord,
     ChunkStatus,
     CoverageGap,
@@ -110,6 +111,13 @@ class JobView(BaseModel):
     inference: Inference = Inference.ON_DEMAND
     deadline_at: float | None = None
     batches: list[BatchStatus] = Field(default_factory=list)
+    batch_off: BatchLaneOff | None = None  # the batch lane is off for its model: its calls go on demand
+
+
+def batch_off_line(off: BatchLaneOff) -> str:
+    """Why a batch-mode job's calls go on demand (`review status`): the batch lane is off for its model."""
+    return (f"the batch lane is off for this model since {iso(off.at)} ({off.error_code}, by {off.by or 'an operator'}: "
+            f"{off.reason}): its calls go on demand until `review quota batch --on`")
 
 
 def batch_line(b: BatchStatus) -> str:
@@ -231,7 +239,8 @@ def analysts_done(detail: Mapping[str, object]) -> str:
 
 _LABELLED = {"analyst.done", "model.retry", "chunk.retry", "chunk.settled", "chunk.requeued", "chunk.cancelled",
              "chunk.deferred", "job.fanned_out", "job.waiting_quota", "job.waiting_ended", "job.cancelled",
-             "chunk.awaiting_batch", "batch.submitted", "batch.returned", "batch.on_demand", "job.batch_declined"}
+             "chunk.awaiting_batch", "batch.submitted", "batch.returned", "batch.on_demand", "job.batch_declined",
+             "batch.resent", "batch.refused", "batch.unavailable", "batch.stopped", "batch.unused"}
 
 
 def event_label(e: JobEvent) -> str:
@@ -264,6 +273,13 @@ def event_label(e: JobEvent) -> str:
                                   + (", its calls go on demand" if d.get("on_demand") else ""),
         "batch.on_demand": lambda: f"{chunk}: its calls go on demand ({d.get('reason')})",
         "job.batch_declined": lambda: "batch declined: its deadline is nearer than a batch job takes; on demand",
+        "batch.resent": lambda: f"{chunk}: back from its batch job, its message sent again (the first was lost)",
+        "batch.refused": lambda: f"Bedrock refused the batch job ({d.get('provider_code')}): {d.get('records')} "
+                                 f"request(s) go on demand; the batch lane is off for the model",
+        "batch.unavailable": lambda: f"the batch lane is off for the model ({d.get('reason')}): its calls go on demand",
+        "batch.stopped": lambda: "batch job stopped: none of its requests is still wanted",
+        "batch.unused": lambda: f"batch answers nobody took were billed: {d.get('input_tokens')} input and "
+                                f"{d.get('output_tokens')} output tokens added to its cost",
     }
     make = labels.get(e.type)
     return make() if make else e.type.replace("job.", "job ").replace("_", " ")
@@ -331,7 +347,9 @@ def job_view(deps: Deps, job_id: str) -> JobView | None:
         mandatory_analysts=sorted(a.name for a in analysts_for(job.analyst_count or len(ANALYSTS)) if a.mandatory),
         side_effects=list(job.side_effects), progress_label=progress_of(job, events[-1] if events else None).label,
         inference=job.inference, deadline_at=job.deadline_at,
-        batches=batch.batches_of(deps, chunks, deps.settings.profile.batch.batch_expected_s) if not job.terminal else [])
+        batches=batch.batches_of(deps, chunks, deps.settings.profile.batch.batch_expected_s) if not job.terminal else [],
+        batch_off=batch.lane_off(deps, job.model_id or None)
+        if job.inference is Inference.BATCH and not job.terminal else None)
 
 
 def _chunk_numbers(indexes: list[int]) -> str:

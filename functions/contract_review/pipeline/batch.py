@@ -8,24 +8,28 @@ only its model calls differ. The worker runs its analysts against the answers it
 parked `awaiting_batch`: nobody holds it and no message is in flight. `locate` and `assess` are two rounds (an
 analyst's assess request is only known once its locate answer is back; a repair after an invalid answer is a third).
 
-The sweeper's `collect` (each sweep) then, over the running batch-mode jobs:
-1. tracks each batch job holding parked chunks (`GetModelInvocationJob`): when it ends with an output, each chunk's
-   answers are stored (`batch/answers/`), their tokens priced at the batch price and added to the chunk record in
-   the same conditional write that makes the chunk pending again, and the chunk's message is sent: the worker
-   replays its answers and parks what is still missing (the next round) or settles it. A record that failed or is
-   missing from the output (`batch.record_failed`) is simply asked again in the next round; a batch job that failed,
-   stopped or expired (`batch.job_failed`) sends its chunks back the same way, their answers none. Either is a
-   batch failure of the chunk: after `batch_max_failures` the chunk's remaining calls go on demand.
-2. packs the chunks waiting for a batch: when their records reach the minimum per batch job (Service Quotas; the
-   profile's `batch_min_records`), into one batch job (at most `batch_max_records`) under an idempotency token
-   (a write-ahead manifest `batch/jobs/<token>.json`, then each chunk's token set conditionally, then
-   `CreateModelInvocationJob` with that token: a sweep that crashes anywhere is finished by the next with the same
-   token, and no chunk is ever in two batch jobs). Below the minimum, a chunk waits for others until its job's deadline
-   less `batch_expected_s` (or `batch_max_wait_s`, when the profile sets it); then its calls go on demand (`batch_on_demand`), as they do
-   at once when no batch service is configured. A chunk whose batch job is still running at its job's deadline goes
-   on demand too (the batch job, which holds other jobs' records, goes on; its answers for that chunk are dropped).
-A parked chunk's job is touched each sweep (it is tracked, not stalled). Batch calls take nothing from the on-demand
-pacers; the chunk of a job cancelled meanwhile is settled `cancelled` by the cancel (its batch answers are dropped).
+The collector's `collect` (on a schedule) then, over the running batch-mode jobs and the open batch jobs
+(`batch/jobs/open/<token>`; docs/batch-inference.md "How it works" says it in full):
+1. sends the message of each chunk returned from batch whose message was never recorded as sent (a collector that
+   died, or whose send failed, between the chunk's conditional return and its send: `batch_message_due`);
+2. follows each open batch job from its manifest (`GetModelInvocationJob`): when it ends with an output, the output is
+   streamed once, each answer bucketed to its chunk by the manifest's recordIds, each wanted chunk returned (its
+   answers stored, their tokens priced at the batch price in the same conditional write that makes it pending with
+   its message due; the message sent, then recorded as sent); answers no chunk takes any more are `batch.unused`
+   spend on their jobs and principals. A record that failed or is missing (`batch.record_failed`) is asked again in
+   the next round; a batch job that failed, stopped or expired (`batch.job_failed`) sends its chunks back with
+   none; after `batch_max_failures` a chunk goes on demand. A running batch job none of whose chunks still waits for
+   it is stopped; a chunk whose job's deadline passed goes on demand.
+3. packs the chunks waiting for a batch (none while the model is paused; a chunk whose deadline is nearer than a batch
+   can answer goes on demand instead): a manifest written ahead, unsealed, with its open marker; each chunk's token
+   set conditionally; the records streamed into the input and the manifest sealed with exactly the chunks tagged and
+   their recordIds; then `CreateModelInvocationJob` (idempotent by the token). Only a sealed manifest is submitted or
+   finished by a later collect; an unsealed one older than the collector's timeout is abandoned (its chunks untagged,
+   packed again). A refusal for good (`batch.refused`) sends the chunks on demand and turns the batch lane off for
+   the model; a retryable failure backs off, the deadline checked before each submit.
+A job whose batch work was followed without error is touched (tracked, not stalled); one whose batch job cannot be
+followed is not, so the stuck-jobs alarm sees it. Batch calls take nothing from the on-demand pacers; the chunk of a
+job cancelled meanwhile is settled `cancelled` by the cancel (its batch answers are dropped).
 """
 
 from __future__ import annotations
