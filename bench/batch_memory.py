@@ -173,7 +173,7 @@ def build(root: Path, records: int) -> tuple[Deps, BedrockBatchInference, DiskS3
     jobs = FakeJobs(clock)
     claims = FakeClaims(clock, artifacts)  # type: ignore[arg-type]  # the fake's artifacts: on disk here
     jobs.claims = claims
-    deps = Deps(settings=settings, jobs=jobs, claims=claims, artifacts=artifacts,  # type: ignore[arg-type]
+    deps = Deps(settings=settings, jobs=jobs, claims=claims, artifacts=artifacts,  # type: ignore[arg-type]  # disk-backed stand-ins of the ports
                 queues=CountingQueues(clock), clock=clock, model_control=FakeModelControl(), batch=adapter)
     base = _text()
     made, n = 0, 0

@@ -80,7 +80,7 @@ def test_a_returned_chunk_whose_send_failed_is_sent_by_the_next_collect():
         collect(p)
     except ConnectionError:
         pass
-    queues.send_analysis = real  # type: ignore[method-assign]
+    queues.send_analysis = real  # type: ignore[method-assign]  # the fake's method, wrapped (restored)
     assert failed
     stranded = [c for c in p.world.claims.for_job(JOB_ID) if c.status is ChunkStatus.PENDING]
     assert stranded and all(c.batch_message_due for c in stranded)
@@ -114,7 +114,7 @@ def test_a_collector_that_dies_between_returning_a_chunk_and_its_send_leaves_it_
         collect(p)
     except Crash:
         pass
-    claims.return_from_batch = real  # type: ignore[method-assign]
+    claims.return_from_batch = real  # type: ignore[method-assign]  # the fake's method, wrapped (restored)
     (chunk_id,) = died
     record = claims.get(JOB_ID, chunk_id)
     assert record is not None and record.status is ChunkStatus.PENDING and chunk_id not in analysis_chunks(p)
@@ -136,9 +136,9 @@ def test_the_collector_reads_a_jobs_document_once_per_collect_not_once_per_chunk
     def counting(key: str) -> str:
         reads.append(key)
         return real(key)
-    artifacts.get_text = counting  # type: ignore[method-assign]
+    artifacts.get_text = counting  # type: ignore[method-assign]  # the fake's method, wrapped (restored)
     collect(p)
-    artifacts.get_text = real  # type: ignore[method-assign]
+    artifacts.get_text = real  # type: ignore[method-assign]  # the fake's method, wrapped (restored)
     assert len(analysis_chunks(p)) == job.chunk_count > 1
     assert reads.count(job.document_key) == 1
 
@@ -162,11 +162,11 @@ def test_two_collects_at_once_never_submit_a_partial_batch_job(minimum: int):
         if not b_reports and token is not None:
             claims.assign_batch = real  # type: ignore[method-assign]  # B runs with the plain call
             b_reports.append(collect(p))
-            claims.assign_batch = assign_then_b  # type: ignore[method-assign]
+            claims.assign_batch = assign_then_b  # type: ignore[method-assign]  # the fake's method, wrapped (restored)
         return won
     claims.assign_batch = assign_then_b  # type: ignore[method-assign]  # one call of the fake, wrapped
     a_report = collect(p)
-    claims.assign_batch = real  # type: ignore[method-assign]
+    claims.assign_batch = real  # type: ignore[method-assign]  # the fake's method, wrapped (restored)
     (b_report,) = b_reports
     # THEN B did not take A's manifest for one that stopped before its submit: A's token was submitted by A alone, if
     # at all; every batch job submitted holds at least the minimum, and exactly the records of the chunks naming it
@@ -192,12 +192,12 @@ def test_a_manifest_left_unsealed_is_untagged_after_the_collectors_timeout_and_p
 
     def die(token: str, records: Any) -> int:
         raise Crash()
-    svc.put_input = die  # type: ignore[method-assign]
+    svc.put_input = die  # type: ignore[method-assign]  # the fake's method, wrapped (restored)
     try:
         collect(p)
     except Crash:
         pass
-    svc.put_input = svc_put  # type: ignore[method-assign]
+    svc.put_input = svc_put  # type: ignore[method-assign]  # the fake's method, wrapped (restored)
     tokens = {c.batch_token for c in p.world.claims.for_job(JOB_ID)}
     (token,) = tokens
     assert token is not None and not manifest(p, token).sealed
@@ -300,7 +300,7 @@ def test_a_job_whose_batch_job_cannot_be_followed_is_left_for_the_stuck_jobs_ala
 
     def unreadable(job_id: str) -> Any:
         raise ConnectionError("bedrock unreachable")
-    svc.status = unreadable  # type: ignore[method-assign]
+    svc.status = unreadable  # type: ignore[method-assign]  # the fake's method, wrapped (restored)
     # WHEN sweeps go on past the stall period THEN the sweeper finds the job stalled (StuckJobs), and says why
     stall_s = p.world.settings.profile.recovery.stall_after_s
     stalled = failures = 0
