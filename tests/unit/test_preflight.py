@@ -414,7 +414,7 @@ def test_preflight_prints_one_line_per_account_check_and_fails_on_any(tmp_path):
     assert [line.split(":", 1)[0].strip() for line in account] == ["powertools layer", "lambda concurrency",
                                                                    "batch inference"]
     assert account[0].startswith("  powertools layer: ok - ") and "FAILED" in account[1]
-    assert account[2].startswith("  batch inference: ok - offered in us-east-1: at least 100 records per job")
+    assert account[2].startswith("  batch inference: ok - quota row in us-east-1: at least 100 records per job")
     assert any(line.startswith("pacing: a deployed stack's workers pace to 2,000,000") for line in lines)
 
 
