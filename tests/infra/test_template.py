@@ -30,7 +30,7 @@ REQUIRED_OUTPUTS = {
     "IntakeQueueUrl", "IntakeDlqUrl", "AnalysisQueueUrl", "AnalysisDlqUrl", "ResultsQueueUrl", "ResultsDlqUrl",
     "JobsTableName", "ClaimsTableName", "CheckpointsTableName", "EventsTableName", "ArtifactBucketName",
     "IdempotencyTableName", "JobEventsTopicArn", "CompensationDlqUrl",  # the side effects (infra/side_effects.py)
-    "ModelControlParameterName",  # `review quota` (adapters/model_control.py)
+    "ControlTableName",  # the runtime control: `review quota` (adapters/model_control.py)
     "TokenLedgerTableName",  # the daily token ledger (adapters/token_ledger.py)
 }
 OTHER_OUTPUTS = {
@@ -218,6 +218,7 @@ TABLE_KEYS = {
     "TablesEventsTable": (["job_id", "seq"], "expires_at"),
     "SideEffectsIdempotencyTable": (["id"], "expiration"),  # Powertools idempotency's attribute names
     "TablesTokenLedgerTable": (["model", "hour"], "expires_at"),  # the daily token ledger: `hour` is a number
+    "TablesControlTable": (["control"], "expires_at"),  # the runtime control: one item, never expiring
 }
 NUMBER_KEYS = {"hour"}
 

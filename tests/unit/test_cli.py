@@ -411,7 +411,7 @@ def test_review_quota_on_a_stack_without_the_control_is_one_clear_line():
     world.deps = replace(world.deps, model_control=None)
     r = run(world, "quota", "pause")
     assert r.exit_code == 1 and error_lines(r) == [
-        "Error: this stack has no model control (no ModelControlParameterName output): redeploy it with this version "
+        "Error: this stack has no runtime control (no ControlTableName output): redeploy it with this version "
         "(`cdk deploy`, or `review up` locally)"]
 
 
