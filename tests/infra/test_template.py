@@ -234,7 +234,8 @@ def _tables(t: dict[str, Any]) -> dict[str, tuple[str, dict[str, Any]]]:
 def test_no_global_tables(stack: tuple[str, dict]) -> None:
     _, t = stack
     assert not resources(t, "AWS::DynamoDB::GlobalTable")  # moto cannot create them (TableV2)
-    assert len(resources(t, "AWS::DynamoDB::Table")) == 6  # jobs, claims, checkpoints, events, idempotency, ledger
+    assert len(resources(t, "AWS::DynamoDB::Table")) == 7  # jobs, claims, checkpoints, events, idempotency, ledger,
+    # the runtime control
 
 
 def test_table_keys_ttl_pitr_billing_encryption(stack: tuple[str, dict]) -> None:
