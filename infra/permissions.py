@@ -66,6 +66,10 @@ BATCH_COLLECTOR = (
            "output, write the answers (all of batch/ expires with the job records)"),
 )
 
+# The runtime control (adapters/model_control.py): for every role whose code reads it (the worker: before each model
+# call; at merge, intake if it admits `inference: batch` against the batch lane's off switch).
+CONTROL_READ = Access("table:control", (GET,), "the runtime control (review quota): a pause, a quota, the batch lane's "
+                                               "off switch (one item, cached model_control_max_age_s)")
 # The batch collector reads the runtime control (a pause stops the batch lane) and turns a model's batch lane off on
 # a refusal (`ModelControls.update`: read consistently, then a conditional UpdateItem of its field). For the role that
 # runs `batch.collect` once its code reads and writes the control (the grant follows the code: test_role_coverage.py).
@@ -102,8 +106,7 @@ WORKER = (
     Access("queue:analysis", (SEND, CHANGE_VISIBILITY), "requeue under backpressure; heartbeat and tier-2 backoff"),
     Access("dlq:analysis", (SEND,), "dead-letter a chunk whose poison budget is spent"),
     Access("queue:results", (SEND,), "announce a settled chunk"),
-    Access("table:control", (GET,), "the runtime control (review quota): a pause, a quota (one item, cached "
-                                    "model_control_max_age_s)"),
+    CONTROL_READ,
     Access("table:token-ledger", (QUERY, UPDATE), "the daily token ledger: add what the calls counted to the "
                                                   "hour's counter (ADD), read the last 24 hours (one query), start "
                                                   "a hold, claim the hour's probe and lift the hold (conditional)"),
