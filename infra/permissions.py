@@ -67,7 +67,7 @@ BATCH_COLLECTOR = (
 )
 
 # The runtime control (adapters/model_control.py): for every role whose code reads it (the worker: before each model
-# call; at merge, intake if it admits `inference: batch` against the batch lane's off switch).
+# call).
 CONTROL_READ = Access("table:control", (GET,), "the runtime control (review quota): a pause, a quota, the batch lane's "
                                                "off switch (one item, cached model_control_max_age_s)")
 # The batch collector reads the runtime control (a pause stops the batch lane) and turns a model's batch lane off on
