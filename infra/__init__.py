@@ -8,7 +8,8 @@ One stack (`ContractReviewStack`) wired from small constructs, all built from on
 - `monitoring.AlarmTopic` / `monitoring.Monitoring`: the SNS topic every alarm notifies, the
   function/backpressure/stuck-job alarms and the dashboard.
 - `permissions.ACCESS`: per role, the actions its code calls on each resource.
-- `tables.ReviewTables`: the five DynamoDB tables (jobs, claims, checkpoints, events, the daily token ledger).
+- `tables.ReviewTables`: the six DynamoDB tables (jobs, claims, checkpoints, events, the daily token ledger, the runtime
+  control).
 - `storage.ArtifactBucket`: the artifacts bucket (+ its access-log bucket).
 - `functions.PipelineFunction`: one Lambda function with its own role and log group.
 - `fargate.FargateWorker`: the optional Fargate poller for the analysis queue (backlog scaling,

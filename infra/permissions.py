@@ -66,6 +66,18 @@ BATCH_COLLECTOR = (
            "output, write the answers (all of batch/ expires with the job records)"),
 )
 
+# The runtime control (adapters/model_control.py): for every role whose code reads it (the worker: before each model
+# call).
+CONTROL_READ = Access("table:control", (GET,), "the runtime control (review quota): a pause, a quota, the batch lane's "
+                                               "off switch (one item, cached model_control_max_age_s)")
+# The batch collector reads the runtime control (a pause stops the batch lane) and turns a model's batch lane off on
+# a refusal (`ModelControls.update`: read consistently, then a conditional UpdateItem of its field). For the role that
+# runs `batch.collect` once its code reads and writes the control (the grant follows the code: test_role_coverage.py).
+CONTROL_COLLECTOR = (
+    Access("table:control", (GET, UPDATE), "the runtime control: a pause stops the batch lane; a refused batch job "
+                                           "turns the model's batch lane off (compare-and-set on its version)"),
+)
+
 INTAKE = (
     Access("table:jobs", (PUT, GET, UPDATE), "create the job (conditional put), read a duplicate's, start it"),
     Access("table:events", EVENTS_APPEND, "record job events (the counter read, then it and the event written in one transaction)"),
@@ -94,8 +106,7 @@ WORKER = (
     Access("queue:analysis", (SEND, CHANGE_VISIBILITY), "requeue under backpressure; heartbeat and tier-2 backoff"),
     Access("dlq:analysis", (SEND,), "dead-letter a chunk whose poison budget is spent"),
     Access("queue:results", (SEND,), "announce a settled chunk"),
-    Access("parameter:model-control", ("ssm:GetParameter",), "the operator's model control (review quota): a pause, "
-                                                              "a quota"),
+    CONTROL_READ,
     Access("table:token-ledger", (QUERY, UPDATE), "the daily token ledger: add what the calls counted to the "
                                                   "hour's counter (ADD), read the last 24 hours (one query), start "
                                                   "a hold, claim the hour's probe and lift the hold (conditional)"),

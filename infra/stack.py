@@ -11,7 +11,6 @@ from aws_cdk import aws_events_targets as targets
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_lambda_event_sources as event_sources
-from aws_cdk import aws_ssm as ssm
 from constructs import Construct
 
 from contract_review.config.settings import (
@@ -111,11 +110,6 @@ class ContractReviewStack(Stack):
 
         # ---- Bedrock batch inference: the role Bedrock assumes to read batch/input/, write batch/output/ (infra/batch.py)
         self.batch = BatchServiceRole(self, "BatchService", bucket=self.storage.bucket, model_id=settings.model_id)
-
-        # ---- the operator's runtime control of the model (`review quota`; adapters/model_control.py) ---------
-        self.model_control = ssm.StringParameter(
-            self, "ModelControl", parameter_name=f"/{name}/model-control", string_value='{"paused": false}',
-            description="review quota: pause the model, or set the tokens-per-minute quota the workers pace to")
 
         # ---- functions -----------------------------------------------------------------
         code = functions_code()
@@ -239,7 +233,7 @@ class ContractReviewStack(Stack):
             "idempotency_table": self.side_effects.idempotency.table_name,
             "job_events_topic_arn": self.side_effects.topic.topic_arn,
             "compensation_dlq_url": self.side_effects.compensation_dlq.queue_url,
-            "model_control_parameter": self.model_control.parameter_name,
+            "control_table": t.control.table_name,
             "token_ledger_table": t.token_ledger.table_name,
         }
         unknown = {r.field for r in RESOURCES} ^ set(values)
@@ -278,7 +272,7 @@ class ContractReviewStack(Stack):
         t, bucket = self.tables, self.storage.bucket
         out = {f"table:{name}": table.table_arn for name, table in
                (("jobs", t.jobs), ("claims", t.claims), ("checkpoints", t.checkpoints), ("events", t.events),
-                ("token-ledger", t.token_ledger))}
+                ("token-ledger", t.token_ledger), ("control", t.control))}
         out[LEASE_INDEX] = f"{t.claims.table_arn}/index/{CLAIMS_LEASE_INDEX}"
         out[OPEN_JOBS_INDEX] = f"{t.jobs.table_arn}/index/{JOBS_OPEN_INDEX}"
         out["bucket"] = bucket.bucket_arn
@@ -292,8 +286,7 @@ class ContractReviewStack(Stack):
         fx = self.side_effects
         out.update({"table:idempotency": fx.idempotency.table_arn, "topic:job-events": fx.topic.topic_arn,
                     "bus:default": self.format_arn(service="events", resource="event-bus", resource_name="default"),
-                    "dlq:compensation": fx.compensation_dlq.queue_arn,
-                    "parameter:model-control": self.model_control.parameter_arn})
+                    "dlq:compensation": fx.compensation_dlq.queue_arn})
         return out
 
     # ------------------------------------------------------------------ outputs

@@ -1,4 +1,4 @@
-"""The five DynamoDB tables.
+"""The six DynamoDB tables.
 
 `dynamodb.Table` on purpose, not `TableV2`: TableV2 synthesizes `AWS::DynamoDB::GlobalTable`,
 which moto's CloudFormation cannot create, and local runs deploy this very template into moto.
@@ -15,6 +15,7 @@ from constructs import Construct
 
 from contract_review.adapters.claims import LEASE_INDEX
 from contract_review.adapters.jobs import OPEN_INDEX, OPEN_STATE
+from contract_review.adapters.model_control import KEY_ATTRIBUTE as CONTROL_KEY_ATTRIBUTE
 
 RECORD_TTL_ATTRIBUTE = "expires_at"  # epoch seconds, written by the repositories (contract_review/adapters)
 CLAIMS_LEASE_INDEX = LEASE_INDEX  # sparse GSI of open claims, queried by the sweeper
@@ -39,10 +40,14 @@ CHECKPOINTS = TableSpec("CheckpointsTable", "pk", "analyst")
 EVENTS = TableSpec("EventsTable", "job_id", "seq")
 # the daily token ledger (adapters/token_ledger.py): a counter per model per hour, and one control item per model
 TOKEN_LEDGER = TableSpec("TokenLedgerTable", "model", "hour", sort_key_type=N)
+# the runtime control of the model (adapters/model_control.py): one item, written by compare-and-set on its version
+# (`review quota`, the batch collector's off switch); later fields (a spend-cap hold, a model override) join it
+CONTROL = TableSpec("ControlTable", CONTROL_KEY_ATTRIBUTE)
 
 
 class ReviewTables(Construct):
-    """jobs (+ `by-open-state` GSI), claims (+ `by-lease` GSI), checkpoints, events, the daily token ledger."""
+    """jobs (+ `by-open-state` GSI), claims (+ `by-lease` GSI), checkpoints, events, the daily token ledger, the
+    runtime control."""
 
     def __init__(self, scope: Construct, construct_id: str, *, retain: bool) -> None:
         super().__init__(scope, construct_id)
@@ -70,6 +75,7 @@ class ReviewTables(Construct):
         self.checkpoints = self._table(CHECKPOINTS)
         self.events = self._table(EVENTS)
         self.token_ledger = self._table(TOKEN_LEDGER)
+        self.control = self._table(CONTROL)
 
     def _table(self, spec: TableSpec) -> dynamodb.Table:
         return dynamodb.Table(

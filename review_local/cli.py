@@ -10,7 +10,7 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import click
 from botocore.exceptions import BotoCoreError, ClientError
@@ -33,6 +33,9 @@ console = Console(emoji=False)  # an ARN holds `:secret:`, which rich would prin
 _STDERR = Console(stderr=True, emoji=False)  # progress beside --json output
 SUBMIT_GRACE_S = 10.0  # a just-submitted job id without a record: wait this long (and while intake is busy)
 WATCH_GRACE_S = 3.0
+
+
+T = TypeVar("T")
 
 
 class Ctx:
@@ -602,37 +605,74 @@ def jobs(obj: Ctx, as_json: bool, document_id: str | None) -> None:
 # ------------------------------------------------------------------------------------ quota
 @cli.group()
 def quota() -> None:
-    """The model's runtime control: pause it, resume it, or set the tokens-per-minute quota the workers pace to,
-    without a redeploy (an SSM parameter the workers read within model_control_max_age_s: prod 60 s)."""
+    """The model's runtime control: pause it, resume it, set the tokens-per-minute quota the workers pace to, or turn
+    a model's batch lane back on, without a redeploy (one item of the stack's control table, ControlTableName; the
+    workers read it within model_control_max_age_s: prod 60 s)."""
 
 
 def _show_control(control: ModelControl) -> None:
     tpm = f"{control.tokens_per_minute:,.0f} tokens/min (review quota set)" if control.tokens_per_minute else \
         "the deploy's (-c model_tpm, else Service Quotas)"
     when = f", by {control.by} at {ops.iso(control.at)}" if control.at else ""
-    console.print(f"model: {'PAUSED' if control.paused else 'running'}; quota: {tpm}{when}", markup=False,
-                  highlight=False)
+    _say(f"model: {'PAUSED' if control.paused else 'running'}; quota: {tpm}{when}")
+    for model_id, off in sorted(control.batch_off.items()):
+        _say(f"batch lane of {model_id}: OFF since {ops.iso(off.at)}" + (f" (by {off.by})" if off.by else "")
+             + f": {off.error_code}: {off.reason}; its `inference: batch` jobs run on demand until "
+             f"`review quota batch --on{'' if len(control.batch_off) == 1 else ' --model ' + model_id}`")
+    if not control.batch_off:
+        _say("batch lane: on")
+
+
+def _control(obj: Ctx, act: Callable[[Deps], T]) -> T:
+    """A quota command's call into the core; its refusals as one line (no control table; a write that kept losing
+    its compare-and-set: control.contended)."""
+    try:
+        return act(obj.deps)
+    except ops.NoModelControl as exc:
+        raise click.ClickException(str(exc)) from exc
+    except ReviewError as exc:
+        raise click.ClickException(f"{exc.envelope.error_code}: {exc.envelope.message}") from exc
 
 
 def _change(obj: Ctx, **change: Any) -> None:
-    try:
-        _show_control(ops.quota_change(obj.deps, "cli", **change))
-    except ops.NoModelControl as exc:
-        raise click.ClickException(str(exc)) from exc
+    _show_control(_control(obj, lambda deps: ops.quota_change(deps, "cli", **change)))
 
 
 @quota.command("show")
-@click.option("--json", "as_json", is_flag=True, help="Print the control as JSON (paused, tokens_per_minute, by, at).")
+@click.option("--json", "as_json", is_flag=True,
+              help="Print the control as JSON (paused, tokens_per_minute, by, at, version, batch_off).")
 @click.pass_obj
 def quota_show(obj: Ctx, as_json: bool) -> None:
-    """Whether the model is paused, and the quota the workers pace to."""
-    try:
-        if as_json:
-            click.echo(ops.quota_show(obj.deps).model_dump_json(indent=2))
-            return
-        _show_control(ops.quota_show(obj.deps))
-    except ops.NoModelControl as exc:
-        raise click.ClickException(str(exc)) from exc
+    """Whether the model is paused, the quota the workers pace to, and the models whose batch lane is off (why)."""
+    control = _control(obj, ops.quota_show)
+    if as_json:
+        click.echo(control.model_dump_json(indent=2))
+        return
+    _show_control(control)
+
+
+@quota.command("batch")
+@click.option("--on", "turn_on", is_flag=True,
+              help="Turn the batch lane on again (after its refusal is fixed: the model or profile offered in batch, "
+                   "the service role's access).")
+@click.option("--model", "model_id", default=None,
+              help="The model whose lane to turn on (default: the stack's model).")
+@click.pass_obj
+def quota_batch(obj: Ctx, turn_on: bool, model_id: str | None) -> None:
+    """The batch lane of a model, turned off by a refused batch job (`review quota show` says why): `--on` lets the
+    collector submit batch jobs for it again; its `inference: batch` jobs go to the batch lane from then on. Without
+    `--on`: what `review quota show` says."""
+    if not turn_on:
+        _show_control(_control(obj, ops.quota_show))
+        return
+    model = model_id or obj.deps.settings.effective_model_id
+    control, removed = _control(obj, lambda deps: ops.batch_lane_on(deps, model))
+    if removed is None:
+        off = ", ".join(sorted(control.batch_off)) or "none"
+        _say(f"the batch lane of {model} is not off; nothing changed (lanes off: {off})")
+        return
+    _say(f"batch lane of {model}: on (it was off since {ops.iso(removed.at)}: {removed.error_code}: {removed.reason})")
+    _show_control(control)
 
 
 @quota.command("pause")

@@ -32,7 +32,7 @@ STACK_NAME = "ContractReview"
 # Resource types moto's CloudFormation creates faithfully. Queue/bucket policies and alarms
 # are not supported by moto (it skips them with a warning): tests/infra asserts them on the template.
 # (+ the job-events SNS topic: the saga publishes to it; the alarm topic needs its KMS key and stays out)
-DEPLOYABLE = {"AWS::SQS::Queue", "AWS::DynamoDB::Table", "AWS::S3::Bucket", "AWS::SNS::Topic", "AWS::SSM::Parameter"}
+DEPLOYABLE = {"AWS::SQS::Queue", "AWS::DynamoDB::Table", "AWS::S3::Bucket", "AWS::SNS::Topic"}
 FAKE_CREDENTIALS = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_SESSION_TOKEN": "testing"}
 
 
@@ -107,14 +107,11 @@ def _run_synth(outdir: Path, context: dict[str, str]) -> None:
 
 
 def moto_tags(resources: dict[str, Any]) -> None:
-    """Tags as moto 5.2 reads them, where it differs from CloudFormation (in place): KMS keys' as TagKey/TagValue,
-    SSM parameters' (a map in CloudFormation) as a Key/Value list."""
+    """Tags as moto 5.2 reads them, where it differs from CloudFormation (in place): KMS keys' as TagKey/TagValue."""
     for res in resources.values():
         tags = res.get("Properties", {}).get("Tags")
         if res["Type"] == "AWS::KMS::Key" and isinstance(tags, list):
             res["Properties"]["Tags"] = [{"TagKey": t["Key"], "TagValue": t["Value"]} for t in tags]
-        if res["Type"] == "AWS::SSM::Parameter" and isinstance(tags, dict):
-            res["Properties"]["Tags"] = [{"Key": k, "Value": v} for k, v in tags.items()]
 
 
 def deployable_template(template: dict[str, Any]) -> dict[str, Any]:

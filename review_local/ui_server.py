@@ -11,7 +11,8 @@ Every read and action is a core function the CLI and the Job API already use: `o
 `approvals.decide_approval`, `redrive.retry`, `ops.dlq_list`, `redrive.dlq_redrive` and `ops.dlq_discard`,
 `ops.submit` (operator) or `operate.api.submit` (a principal), the aggregator's `read_findings`, and
 `ops.chunk_activity` / `ops.activity` for the chart of model calls, throttles and quota use (from the chunk
-records: no other AWS call).
+records), and `ops.quota_show` for the model's runtime control beside it (a pause, a quota set, the batch lanes
+turned off: one read of the control table).
 
 Loopback is not enough against a web page the user visits (it can POST to 127.0.0.1): the server answers only
 requests whose Host is its own loopback address (DNS rebinding), and acts only on POSTs carrying
@@ -203,7 +204,18 @@ class UiServer:
                 self._activity[j.job_id] = cached
             points += cached[2]
         view = ops.activity(points, now, ops.paced_tokens_per_minute(self.deps))
-        return view.model_dump(mode="json")
+        return {**view.model_dump(mode="json"), "control": self.control()}
+
+    def control(self) -> dict[str, Any] | None:
+        """The model's runtime control as `review quota show` says it (an operator's view only; None for a principal or
+        a stack without the control table): paused, the quota set, and each model whose batch lane is off, why."""
+        if self.principal is not None or self.deps.model_control is None:
+            return None
+        c = ops.quota_show(self.deps)
+        return {"paused": c.paused, "tokensPerMinute": c.tokens_per_minute, "by": c.by,
+                "at": api.iso(c.at) if c.at else None,
+                "batchOff": [{"model": m, "errorCode": off.error_code, "reason": off.reason, "at": api.iso(off.at),
+                              "by": off.by} for m, off in sorted(c.batch_off.items())]}
 
     # ------------------------------------------------------------------ actions
     def act(self, job_id: str, action: str) -> dict[str, Any]:

@@ -16,7 +16,7 @@ from contract_review.adapters.artifacts import S3Artifacts
 from contract_review.adapters.batch_inference import BedrockBatchInference
 from contract_review.adapters.claims import DynamoClaims
 from contract_review.adapters.jobs import DynamoJobs
-from contract_review.adapters.model_control import SsmModelControl
+from contract_review.adapters.model_control import DynamoModelControl
 from contract_review.adapters.outcomes import PowertoolsOutcomes
 from contract_review.adapters.queues import SqsQueues
 from contract_review.adapters.task_protection import ScaleInGuard, TaskProtection
@@ -78,8 +78,8 @@ def build_deps(settings: Settings, session: Any, endpoint_url: str | None = None
         side_effects=(build_side_effects(settings, session, endpoint_url, remaining_ms)
                       if settings.idempotency_table else None),
         compensator=saga.compensate_job if settings.idempotency_table else None,
-        model_control=(SsmModelControl(meter.hook(session.client("ssm", **kw)), settings.model_control_parameter,
-                                       p.quota.model_control_max_age_s) if settings.model_control_parameter else None),
+        model_control=(DynamoModelControl(ddb, settings.control_table, p.quota.model_control_max_age_s)
+                       if settings.control_table else None),
         token_ledger=(DynamoTokenLedger(ddb, settings.token_ledger_table, p.quota.daily_ledger_bucket_s)
                       if settings.token_ledger_table else None),
         batch=build_batch(settings, session, s3, meter, endpoint_url),

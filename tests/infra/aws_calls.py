@@ -208,11 +208,6 @@ def _sns(op: str, p: Mapping[str, Any]) -> list[Need]:
     return [Need("sns:Publish", p["TopicArn"])]
 
 
-def _ssm(op: str, p: Mapping[str, Any]) -> list[Need]:
-    name = str(p["Name"])  # the model control (`review quota`): /<stack>/model-control
-    return [Need(f"ssm:{op}", f"arn:aws:ssm:{REGION}:{ACCOUNT}:parameter{name if name.startswith('/') else '/' + name}")]
-
-
 def _events(op: str, p: Mapping[str, Any]) -> list[Need]:
     """PutEvents is authorized per entry on its bus (the default bus when none is named)."""
     if op != "PutEvents":
@@ -240,7 +235,7 @@ def _cloudformation(op: str, p: Mapping[str, Any]) -> list[Need]:
 
 _SERVICES: dict[str, Callable[[str, Mapping[str, Any]], list[Need]]] = {
     "dynamodb": _dynamodb, "s3": _s3, "sqs": _sqs, "bedrock-runtime": _bedrock_runtime, "bedrock": _bedrock,
-    "ecs-agent": _ecs_agent, "xray-daemon": _xray_daemon, "sns": _sns, "events": _events, "ssm": _ssm, "secretsmanager": _secretsmanager,
+    "ecs-agent": _ecs_agent, "xray-daemon": _xray_daemon, "sns": _sns, "events": _events, "secretsmanager": _secretsmanager,
     "cloudformation": _cloudformation,
 }
 

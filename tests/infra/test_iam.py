@@ -46,11 +46,10 @@ def _names(t: dict[str, Any]) -> dict[str, str]:
     for lid, r in t["Resources"].items():
         for prefix, name in (("TablesJobsTable", "table:jobs"), ("TablesClaimsTable", "table:claims"),
                              ("TablesCheckpointsTable", "table:checkpoints"), ("TablesEventsTable", "table:events"),
-                             ("TablesTokenLedgerTable", "table:token-ledger"), ("StorageArtifacts", "bucket")):
+                             ("TablesTokenLedgerTable", "table:token-ledger"), ("TablesControlTable", "table:control"),
+                             ("StorageArtifacts", "bucket")):
             if lid.startswith(prefix) and r["Type"] in ("AWS::DynamoDB::Table", "AWS::S3::Bucket"):
                 out[lid] = name
-        if lid.startswith("ModelControl") and r["Type"] == "AWS::SSM::Parameter":  # `review quota`
-            out[lid] = "parameter:model-control"
         for prefix, name in (("SideEffectsIdempotencyTable", "table:idempotency"),  # infra/side_effects.py
                              ("SideEffectsJobEventsTopic", "topic:job-events"),
                              ("SideEffectsCompensationDlq", "dlq:compensation")):
@@ -72,9 +71,6 @@ def _target(resource: Any, names: dict[str, str]) -> str | None:
     if isinstance(resource, dict) and "Fn::Join" in resource and str(resource["Fn::Join"][1][-1]).endswith(
             ":event-bus/default"):
         return "bus:default"
-    if isinstance(resource, dict) and "Fn::Join" in resource and resource["Fn::Join"][1][-2:-1] == [":parameter"] \
-            and isinstance(resource["Fn::Join"][1][-1], dict):  # an SSM parameter: arn...:parameter<its name>
-        return names.get(resource["Fn::Join"][1][-1].get("Ref", ""))
     if isinstance(resource, dict) and "Fn::Join" in resource:
         sep, parts = resource["Fn::Join"]
         if sep == "" and len(parts) == 2 and isinstance(parts[0], dict) and "Fn::GetAtt" in parts[0]:
@@ -270,7 +266,7 @@ def test_one_idempotency_table_and_no_grant_on_a_table_outside_the_stack(synth: 
     props = t["Resources"][idem]["Properties"]
     assert props["KeySchema"] == [{"AttributeName": "id", "KeyType": "HASH"}]
     assert props["TimeToLiveSpecification"] == {"AttributeName": "expiration", "Enabled": True}
-    assert len(tables) == 6
+    assert len(tables) == 7
     granted: set[str] = set()
     for pid, pol in resources(t, "AWS::IAM::Policy").items():
         for st in pol["Properties"]["PolicyDocument"]["Statement"]:
@@ -306,3 +302,29 @@ def test_the_daily_token_ledger_is_the_workers_alone_encrypted_on_demand_and_exp
     # and the Job API, which only adds within a limit (the spend limits' counters: pipeline/limits.py)
     assert holders == {"worker": ledger_actions, "api": {"dynamodb:UpdateItem"},
                        **({"fargate": ledger_actions} if name == FARGATE else {})}
+
+
+@pytest.mark.parametrize("name", [LOCAL, PROD, FARGATE])
+def test_the_runtime_control_is_a_table_written_by_name_under_a_version_condition(synth: Synth, name: str) -> None:
+    """Issue 25 finding 12: the control was one SSM parameter overwritten whole (a pause racing a set lost one). It is
+    an item of its own table now (adapters/model_control.py): readers may only GetItem it; a writer GetItems then
+    UpdateItems named fields conditional on the version it read, never PutItem (a whole-item overwrite would drop a
+    field another writer, or a later version of the code, owns), never DeleteItem."""
+    t = synth.templates[name]
+    assert not resources(t, "AWS::SSM::Parameter"), "the control is no SSM parameter any more"
+    (control,) = [lid for lid in resources(t, "AWS::DynamoDB::Table") if lid.startswith("TablesControlTable")]
+    props = t["Resources"][control]["Properties"]
+    assert props["KeySchema"] == [{"AttributeName": "control", "KeyType": "HASH"}]
+    holders = {}
+    for role in sorted(ACCESS):
+        if role == "fargate" and name != FARGATE:
+            continue
+        granted, _ = _granted(t, role)
+        if "table:control" in granted:
+            holders[role] = granted["table:control"]
+    read, write = {"dynamodb:GetItem"}, {"dynamodb:GetItem", "dynamodb:UpdateItem"}
+    # the workers read it before each model call (a pause, a quota); on the Fargate template that is the task role
+    assert holders["worker"] == read and (name != FARGATE or holders["fargate"] == read)
+    # whoever else holds it (the batch collector: its off switch, issue 25 item 4) reads, or reads and updates
+    assert all(actions in (read, write) for actions in holders.values()), holders
+

@@ -38,7 +38,7 @@ def test_local_template_deploys_into_moto(synth: Synth, monkeypatch: pytest.Monk
             if param["Type"] == "AWS::SSM::Parameter::Value<String>" and param["Default"].startswith("/aws/service/"):
                 param["Default"] = f"/test/{name}"
                 ssm.put_parameter(Name=param["Default"], Value=layer, Type="String")
-        moto_tags(template["Resources"])  # KMS and SSM tags as moto 5.2 reads them
+        moto_tags(template["Resources"])  # KMS tags as moto 5.2 reads them
         account = boto3.client("sts", region_name=REGION).get_caller_identity()["Account"]
         s3 = boto3.client("s3", region_name=REGION)
         assets = f"cdk-hnb659fds-assets-{account}-{REGION}"

@@ -55,7 +55,8 @@ def resolved(policy: dict[str, Any], outputs: dict[str, str], stack: str) -> dic
     """Each statement by Sid, its placeholders replaced by the stack's names (as an operator fills them in)."""
     names = {"REGION": REGION, "ACCOUNT": ACCOUNT, "STACK": stack, "JOBS_TABLE": outputs["JobsTableName"],
              "CLAIMS_TABLE": outputs["ClaimsTableName"], "EVENTS_TABLE": outputs["EventsTableName"],
-             "CHECKPOINTS_TABLE": outputs["CheckpointsTableName"], "ARTIFACT_BUCKET": outputs["ArtifactBucketName"]}
+             "CHECKPOINTS_TABLE": outputs["CheckpointsTableName"], "CONTROL_TABLE": outputs["ControlTableName"],
+             "ARTIFACT_BUCKET": outputs["ArtifactBucketName"]}
     text = json.dumps(policy)
     # the placeholders are read from the policy as written (the names filled in may be upper case themselves: a
     # generated table name ends in random capitals)
@@ -138,7 +139,10 @@ def scenario(synth: Synth) -> Iterator[Scenario]:
             assert ui.events(running, 0)
             letters = ui.dlq()
             assert len(letters) == 2
-            assert sum(ui.activity()["calls"]) > 0
+            activity = ui.activity()
+            assert sum(activity["calls"]) > 0
+            assert activity["control"] == {"paused": False, "tokensPerMinute": None, "by": "", "at": None,
+                                           "batchOff": []}  # the runtime control, beside the chart
         with rec.acting_as("act"):
             small = ui.submit({"text": TEXT})["jobId"]
             big = ui.submit({"text": "Clause. " * (MAX_INLINE_CHARS // 8 + 10)})["jobId"]  # claim-checked

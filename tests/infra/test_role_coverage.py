@@ -725,8 +725,6 @@ def _target_arn(outputs: dict[str, str], target: str) -> str:
         return outputs[f"{name.title().replace('-', '')}TopicArn"]
     if kind == "bus":
         return f"arn:aws:events:{REGION}:{ACCOUNT}:event-bus/{name}"
-    if kind == "parameter":  # parameter:model-control -> ModelControlParameterName
-        return f"arn:aws:ssm:{REGION}:{ACCOUNT}:parameter{outputs['ModelControlParameterName']}"
     url = outputs[f"{name.title()}{'Queue' if kind == 'queue' else 'Dlq'}Url"]
     return f"arn:aws:sqs:{REGION}:{ACCOUNT}:{url.rsplit('/', 1)[-1]}"
 

@@ -30,7 +30,7 @@ REQUIRED_OUTPUTS = {
     "IntakeQueueUrl", "IntakeDlqUrl", "AnalysisQueueUrl", "AnalysisDlqUrl", "ResultsQueueUrl", "ResultsDlqUrl",
     "JobsTableName", "ClaimsTableName", "CheckpointsTableName", "EventsTableName", "ArtifactBucketName",
     "IdempotencyTableName", "JobEventsTopicArn", "CompensationDlqUrl",  # the side effects (infra/side_effects.py)
-    "ModelControlParameterName",  # `review quota` (adapters/model_control.py)
+    "ControlTableName",  # the runtime control: `review quota` (adapters/model_control.py)
     "TokenLedgerTableName",  # the daily token ledger (adapters/token_ledger.py)
 }
 OTHER_OUTPUTS = {
@@ -218,6 +218,7 @@ TABLE_KEYS = {
     "TablesEventsTable": (["job_id", "seq"], "expires_at"),
     "SideEffectsIdempotencyTable": (["id"], "expiration"),  # Powertools idempotency's attribute names
     "TablesTokenLedgerTable": (["model", "hour"], "expires_at"),  # the daily token ledger: `hour` is a number
+    "TablesControlTable": (["control"], "expires_at"),  # the runtime control: one item, never expiring
 }
 NUMBER_KEYS = {"hour"}
 
@@ -233,7 +234,8 @@ def _tables(t: dict[str, Any]) -> dict[str, tuple[str, dict[str, Any]]]:
 def test_no_global_tables(stack: tuple[str, dict]) -> None:
     _, t = stack
     assert not resources(t, "AWS::DynamoDB::GlobalTable")  # moto cannot create them (TableV2)
-    assert len(resources(t, "AWS::DynamoDB::Table")) == 6  # jobs, claims, checkpoints, events, idempotency, ledger
+    assert len(resources(t, "AWS::DynamoDB::Table")) == 7  # jobs, claims, checkpoints, events, idempotency, ledger,
+    # the runtime control
 
 
 def test_table_keys_ttl_pitr_billing_encryption(stack: tuple[str, dict]) -> None:

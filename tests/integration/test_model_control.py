@@ -1,6 +1,6 @@
 """`review quota pause|resume` on embedded AWS with real worker processes: the pause reaches the workers through the
-stack's SSM parameter (read with Powertools Parameters, cached model_control_max_age_s: 1 s locally), no model call
-starts after it, no failure is counted, and resume lets the job complete."""
+stack's control table (one item, read cached model_control_max_age_s: 1 s locally), no model call starts after it,
+no failure is counted, and resume lets the job complete."""
 
 from __future__ import annotations
 

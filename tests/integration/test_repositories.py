@@ -15,14 +15,25 @@ from botocore.awsrequest import AWSResponse
 from contract_review.adapters.artifacts import S3Artifacts
 from contract_review.adapters.claims import DynamoClaims
 from contract_review.adapters.jobs import DynamoJobs
+from contract_review.adapters.model_control import CONTROL_KEY, KEY_ATTRIBUTE, DynamoModelControl
 from contract_review.adapters.queues import SqsQueues
 from contract_review.adapters.token_ledger import DynamoTokenLedger
 from contract_review.config.settings import Settings
 from contract_review.domain.errors import ErrorEnvelope, ReviewError
 from contract_review.domain.messages import ResultMessage
-from contract_review.domain.ports import Artifacts, ClaimsRepo, JobsRepo, Queue, Queues, TokenLedger
+from contract_review.domain.ports import (
+    Artifacts,
+    ClaimsRepo,
+    Deps,
+    JobsRepo,
+    ModelControls,
+    Queue,
+    Queues,
+    TokenLedger,
+)
 from contract_review.domain.records import (
     AttemptStats,
+    BatchLaneOff,
     CheckpointWrite,
     ChunkOutcome,
     ChunkRecord,
@@ -32,6 +43,7 @@ from contract_review.domain.records import (
     Job,
     JobOutcome,
     JobState,
+    ModelControl,
     Priority,
     ReleaseReason,
     Reliability,
@@ -45,7 +57,7 @@ from review_local.connect import local_session
 from review_local.embedded import EmbeddedAws
 
 from ..oracle import counted
-from ..unit.fakes import FakeClock, FakeWorld
+from ..unit.fakes import SETTINGS, FakeClock, FakeModelControl, FakeWorld
 from .conftest import deployed
 
 
@@ -57,6 +69,8 @@ class Repos:
     queues: Queues
     clock: FakeClock
     ledger: TokenLedger
+    control: ModelControls  # the runtime control, read through a cache of CONTROL_MAX_AGE_S on `clock`
+    other_control: ModelControls  # another process's reader and writer of the same control, with its own cache
 
 
 @pytest.fixture(scope="module")
@@ -71,7 +85,8 @@ def repos(request: pytest.FixtureRequest) -> Repos:
     if request.param == "fake":
         w = FakeWorld(clock=clock)
         w.claims.inline_max_bytes = INLINE_MAX
-        return Repos(w.jobs, w.claims, w.artifacts, w.queues, clock, w.token_ledger)
+        control = FakeModelControl(CONTROL_MAX_AGE_S, clock)
+        return Repos(w.jobs, w.claims, w.artifacts, w.queues, clock, w.token_ledger, control, control.another())
     aws: EmbeddedAws = request.getfixturevalue("embedded")
     settings = Settings.from_outputs(aws.outputs, "local")
     session = local_session(aws.region)
@@ -82,12 +97,17 @@ def repos(request: pytest.FixtureRequest) -> Repos:
         for m in queues.take_all(q):
             queues.delete(q, m.receipt_handle)
     artifacts = S3Artifacts(session.client("s3", **kw), settings.bucket)
+    # every case starts with no control item (the table is the stack's: one item)
+    ddb.delete_item(TableName=settings.control_table, Key={KEY_ATTRIBUTE: {"S": CONTROL_KEY}})
     return Repos(DynamoJobs(ddb, settings.jobs_table, settings.events_table, 3600, clock, claims_table=settings.claims_table),
                  DynamoClaims(ddb, settings.claims_table, settings.checkpoints_table, artifacts, 3600, INLINE_MAX, clock),
-                 artifacts, queues, clock, DynamoTokenLedger(ddb, settings.token_ledger_table, 3600))
+                 artifacts, queues, clock, DynamoTokenLedger(ddb, settings.token_ledger_table, 3600),
+                 DynamoModelControl(ddb, settings.control_table, CONTROL_MAX_AGE_S, clock),
+                 DynamoModelControl(ddb, settings.control_table, CONTROL_MAX_AGE_S, clock))
 
 
 INLINE_MAX = 100  # checkpoint outputs larger than this go to S3
+CONTROL_MAX_AGE_S = 60.0  # the runtime control's cache (prod's model_control_max_age_s)
 _n = iter(range(10**6))
 
 
@@ -963,3 +983,79 @@ def test_artifacts_list_every_key_under_a_prefix_and_nothing_else(repos: Repos):
     repos.artifacts.delete("batches/batch-" + "0" * 19 + "2.json")
     repos.artifacts.delete("batches/never-written.json")  # gone already: nothing happens
     assert sorted(repos.artifacts.list_keys("batches/batch-")) == [f"batches/batch-{i:020d}.json" for i in range(2)]
+
+
+# ------------------------------------------------------------------------------ the runtime control
+def _control_deps(control: ModelControls, clock: FakeClock) -> Deps:
+    """What `review quota` (operate/ops.py) takes: the control and the clock (the other repositories unused)."""
+    w = FakeWorld(clock=clock)
+    return Deps(settings=SETTINGS, jobs=w.jobs, claims=w.claims, artifacts=w.artifacts, queues=w.queues, clock=clock,
+                model_control=control)
+
+
+class _Interleaved:
+    """The control, with `race` run between one writer's read and its conditional write, once (the forced
+    interleaving: the other writer gets there first)."""
+
+    def __init__(self, control: ModelControls, race: Any):
+        self.control, self.race, self.applied = control, race, 0
+
+    def get(self) -> ModelControl:
+        return self.control.get()
+
+    def update(self, change: Any) -> ModelControl:
+        def interleaved(seen: ModelControl) -> ModelControl:
+            self.applied += 1
+            if self.applied == 1:
+                self.race()
+            return change(seen)
+        return self.control.update(interleaved)
+
+
+def test_a_pause_racing_a_set_keeps_both_and_the_collectors_switch_survives_a_clear(repos: Repos):
+    """Issue 25 finding 12: the control was read, changed and overwritten whole, so of a `review quota pause` and a
+    `review quota set` at once, the later write undid the earlier. Each writer now writes its own fields,
+    conditional on the version it read: the loser reads again and applies its change again."""
+    from contract_review.operate import ops
+
+    alice, bob = _control_deps(repos.other_control, repos.clock), None
+    # WHEN bob's `review quota set 900000` reads the control (none yet), alice's `review quota pause` writes it, and
+    # only then does bob's write go out (the first write of the item: the race to create it)
+    racing = _Interleaved(repos.control, lambda: ops.quota_change(alice, "alice", paused=True))
+    bob = _control_deps(racing, repos.clock)
+    written = ops.quota_change(bob, "bob", tokens_per_minute=900_000)
+    # THEN both are kept: the pause and the quota; bob's change was applied again to what alice wrote
+    assert racing.applied == 2
+    assert (written.paused, written.tokens_per_minute, written.by, written.version) == (True, 900_000, "bob", 2)
+    # WHEN the batch collector turns a model's batch lane off (its own field) while `review quota set --clear` is
+    # between its read and its write
+    off = BatchLaneOff(error_code="batch.refused", reason="ValidationException: model not offered in batch",
+                       at=repos.clock(), by="collector")
+    collector = lambda: repos.other_control.update(  # noqa: E731
+        lambda now: now.model_copy(update={"batch_off": {**now.batch_off, "model-a": off}}))
+    racing = _Interleaved(repos.control, collector)
+    cleared = ops.quota_change(_control_deps(racing, repos.clock), "carol", clear_quota=True)
+    # THEN the switch survives the clear, the quota is cleared, the pause is kept
+    assert cleared.batch_off == {"model-a": off} and cleared.tokens_per_minute is None and cleared.paused
+    assert cleared.version == 4
+    # AND a reader in another process sees all of it once its cache has aged
+    repos.clock.advance(CONTROL_MAX_AGE_S)
+    assert repos.other_control.get() == cleared
+    # AND `review quota batch --on` removes that model's entry only; again, nothing changes and nothing is written
+    on, removed = ops.batch_lane_on(alice, "model-a")
+    assert removed == off and on.batch_off == {} and on.version == 5 and on.paused
+    again, removed = ops.batch_lane_on(alice, "model-a")
+    assert removed is None and again.version == 5
+
+
+def test_control_reads_are_cached_for_their_max_age_and_a_writer_sees_its_own_write_at_once(repos: Repos):
+    from contract_review.operate import ops
+
+    assert repos.control.get() == ModelControl()  # no item: no control, the model runs as deployed
+    ops.quota_change(_control_deps(repos.other_control, repos.clock), "ops", paused=True)
+    assert repos.other_control.get().paused  # the writer's own cache took what it wrote
+    repos.clock.advance(CONTROL_MAX_AGE_S - 1)
+    assert not repos.control.get().paused  # another process's reader: from its cache, no read (the cost it saves)
+    repos.clock.advance(1)
+    assert repos.control.get().paused  # within the cache's age of the write
+

@@ -19,6 +19,7 @@ from typing import Any, TypeVar, cast
 from botocore.exceptions import ClientError
 from pydantic import BaseModel
 
+from contract_review.adapters.model_control import CONTROL_WRITE_ATTEMPTS, contended
 from contract_review.config.profile import get_profile
 from contract_review.config.settings import Settings
 from contract_review.domain.batch import MISSING, BatchJobState, BatchJobStatus, BatchRecord, RecordOutcome
@@ -519,15 +520,41 @@ class Sent:
     hidden: bool = False
 
 
-class FakeModelControl:
-    """The operator's model control (`review quota`) in memory: what the SSM parameter holds, read uncached."""
+@dataclass
+class _ControlItem:
+    control: ModelControl = field(default_factory=ModelControl)
 
-    def __init__(self) -> None:
-        self.control = ModelControl()
-        self.reads = 0
+
+class FakeModelControl:
+    """The runtime control of the model (adapters/model_control.py) in memory: one record, written by compare-and-set
+    on its version (the condition checked first, then the write, as DynamoDB does). `max_age_s` > 0 caches reads as
+    the adapter does, on `clock` (uncached by default: a test's `put` is seen at once); `another()` is a second
+    process's reader of the same record, with its own cache."""
+
+    def __init__(self, max_age_s: float = 0.0, clock: Callable[[], float] | None = None,
+                 item: _ControlItem | None = None) -> None:
+        self.item = item or _ControlItem()
+        self.reads = self.writes = 0
+        self.max_age_s, self.clock = max_age_s, clock or FakeClock()
+        self._cached: tuple[float, ModelControl] | None = None
+
+    @property
+    def control(self) -> ModelControl:
+        return self.item.control
+
+    @control.setter
+    def control(self, control: ModelControl) -> None:
+        self.item.control = control
+
+    def another(self) -> FakeModelControl:
+        return FakeModelControl(self.max_age_s, self.clock, self.item)
 
     def get(self) -> ModelControl:
+        now = self.clock()
+        if self._cached is not None and now - self._cached[0] < self.max_age_s:
+            return self._cached[1]
         self.reads += 1
+        self._cached = (now, self.control)
         return self.control
 
     def put(self, control: ModelControl) -> None:
@@ -535,12 +562,18 @@ class FakeModelControl:
         self.control = control
 
     def update(self, change: Callable[[ModelControl], ModelControl]) -> ModelControl:
-        current = self.control
-        written = change(current).model_copy(update={"version": current.version + 1})
-        if self.control is not current:  # (single-threaded: cannot happen; the store's condition, as DynamoDB's)
-            raise AssertionError("lost compare-and-set")
-        self.control = written
-        return written
+        for _ in range(CONTROL_WRITE_ATTEMPTS):
+            seen = self.control
+            wanted = change(seen)
+            if wanted.model_dump(exclude={"version"}) == seen.model_dump(exclude={"version"}):
+                return seen  # nothing changed: nothing written
+            if self.control.version != seen.version:  # the condition: nobody wrote since the read
+                continue
+            self.control = wanted.model_copy(update={"version": seen.version + 1})
+            self.writes += 1
+            self._cached = (self.clock(), self.control)
+            return self.control
+        raise contended(CONTROL_WRITE_ATTEMPTS)
 
 
 class FakeTokenLedger:
@@ -679,7 +712,7 @@ class FakeWorld:
         self.claims = FakeClaims(self.clock, self.artifacts, self.settings.profile.review.checkpoint_inline_max_bytes)
         self.jobs.claims = self.claims
         self.queues = FakeQueues(self.clock)
-        self.model_control = FakeModelControl()
+        self.model_control = FakeModelControl(clock=self.clock)
         self.token_ledger = FakeTokenLedger()
         self.deps = Deps(settings=self.settings, jobs=self.jobs, claims=self.claims, artifacts=self.artifacts,
                          queues=self.queues, clock=self.clock, model_control=self.model_control,

@@ -411,7 +411,7 @@ def test_review_quota_on_a_stack_without_the_control_is_one_clear_line():
     world.deps = replace(world.deps, model_control=None)
     r = run(world, "quota", "pause")
     assert r.exit_code == 1 and error_lines(r) == [
-        "Error: this stack has no model control (no ModelControlParameterName output): redeploy it with this version "
+        "Error: this stack has no runtime control (no ControlTableName output): redeploy it with this version "
         "(`cdk deploy`, or `review up` locally)"]
 
 
@@ -424,3 +424,39 @@ def test_backfill_open_jobs_says_how_many_jobs_it_indexed():
     result = run(world, "backfill-open-jobs")
     # THEN it says so, and exits 0
     assert result.exit_code == 0 and "indexed 2 open job(s)" in result.stdout
+
+
+def test_review_quota_shows_the_batch_lanes_turned_off_and_turns_one_on_without_touching_the_rest():
+    from contract_review.domain.records import BatchLaneOff, ModelControl
+
+    world = FakeWorld()
+    model = world.settings.effective_model_id
+    off = BatchLaneOff(error_code="batch.refused", reason="ValidationException: not offered in batch", at=1.8e9,
+                       by="collector")
+    other = off.model_copy(update={"reason": "AccessDeniedException: no access"})
+    world.model_control.put(ModelControl(paused=True, batch_off={model: off, "model-b": other}))
+    shown = run(world, "quota", "show")
+    assert shown.exit_code == 0
+    assert f"batch lane of {model}: OFF since" in shown.output and "ValidationException: not offered" in shown.output
+    assert "batch lane of model-b: OFF" in shown.output and "review quota batch --on --model model-b" in shown.output
+    as_json = json.loads(run(world, "quota", "show", "--json").output)
+    assert as_json["batch_off"][model]["error_code"] == "batch.refused" and as_json["paused"] is True
+    # WHEN the operator turns the stack's model's lane on THEN only its entry goes; the pause and model-b's stay
+    on = run(world, "quota", "batch", "--on")
+    assert on.exit_code == 0 and f"batch lane of {model}: on" in on.output, on.output
+    assert world.model_control.control.batch_off == {"model-b": other} and world.model_control.control.paused
+    again = run(world, "quota", "batch", "--on")
+    assert again.exit_code == 0 and "is not off; nothing changed (lanes off: model-b)" in again.output
+    assert run(world, "quota", "batch", "--on", "--model", "model-b").exit_code == 0
+    assert world.model_control.control.batch_off == {} and "batch lane: on" in run(world, "quota", "show").output
+
+
+def test_review_quota_batch_on_a_stack_without_the_control_is_one_clear_line():
+    from dataclasses import replace
+
+    world = FakeWorld()
+    world.deps = replace(world.deps, model_control=None)
+    r = run(world, "quota", "batch", "--on")
+    assert r.exit_code == 1 and error_lines(r) == [
+        "Error: this stack has no runtime control (no ControlTableName output): redeploy it with this version "
+        "(`cdk deploy`, or `review up` locally)"]

@@ -66,7 +66,7 @@ def full_outputs(**overrides: str) -> dict[str, str]:
         "IdempotencyTableName": "idempotency",
         "JobEventsTopicArn": "arn:aws:sns:us-east-1:123456789012:job-events",
         "CompensationDlqUrl": "https://sqs.us-east-1.amazonaws.com/123456789012/compensation-dlq",
-        "ModelControlParameterName": "/ContractReview/model-control",
+        "ControlTableName": "control",
         "TokenLedgerTableName": "token-ledger",
         "IntakeQueueArn": "arn:aws:sqs:us-east-1:123456789012:intake",
         "ProfileName": "prod",

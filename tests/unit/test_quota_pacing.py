@@ -112,3 +112,48 @@ def test_a_quota_set_at_runtime_replaces_the_pacers_target_at_the_next_chunk():
     assert worker.handle(msg, Delivery("m", "rh", 1, 120, remaining_ms=lambda: 10**9)).action == "done"
     assert worker.limiter is not None and worker.limiter.tokens is not None
     assert worker.limiter.tokens.ceiling == pytest.approx(600_000 / 60)
+
+
+def test_a_cleared_quota_gives_a_warm_worker_the_deploys_pacing_back_within_the_controls_cache_age():
+    """Issue 25 finding 12: `review quota set --clear` was ignored by a warm worker (a cleared control read as "no
+    change"), which paced to the operator's old quota until its process was recycled: hours for a Lambda container,
+    days for a Fargate task (the poller runs this same `ChunkWorker.handle`)."""
+    import random
+    from dataclasses import replace
+
+    from contract_review.model.pacing import QuotaLimiter
+    from contract_review.operate import ops
+    from contract_review.pipeline.worker import ChunkWorker, Delivery
+
+    from .fakes import FakeWorld
+    from .inprocess import FaultyModel
+    from .scenarios import one_chunk_job
+
+    world = FakeWorld()
+    max_age = world.settings.profile.quota.model_control_max_age_s
+    world.model_control.max_age_s = max_age  # the worker reads the control through its cache, as the adapter does
+    operator = replace(world.deps, model_control=world.model_control.another())  # `review quota`, another process
+    _job, msg = one_chunk_job(world)
+    model_id = world.settings.effective_model_id
+    deploy = QuotaLimiter.for_profile(world.settings.profile, 1_000_000, model_id)  # the deploy's: -c model_tpm
+    worker = ChunkWorker(world.deps, FaultyModel(), limiter=deploy, rng=random.Random(1), sleep=lambda _s: None)
+
+    def next_chunk() -> QuotaLimiter | None:
+        worker.handle(msg, Delivery("m", "rh", 1, 120, remaining_ms=lambda: 10**9))
+        return worker.limiter
+
+    # GIVEN a warm worker pacing to the quota an operator set
+    ops.quota_change(operator, "ops", tokens_per_minute=600_000)
+    paced = next_chunk()
+    assert paced is not None and paced is not deploy and paced.tokens is not None
+    assert paced.tokens.ceiling == pytest.approx(600_000 / 60)
+    # WHEN the operator clears it
+    ops.quota_change(operator, "ops", clear_quota=True)
+    # THEN once the worker's cached control has aged (model_control_max_age_s), its next chunk paces to the deploy's
+    world.clock.advance(max_age)
+    assert next_chunk() is deploy
+    # AND a quota set again is taken again
+    ops.quota_change(operator, "ops", tokens_per_minute=300_000)
+    world.clock.advance(max_age)
+    again = next_chunk()
+    assert again is not None and again.tokens is not None and again.tokens.ceiling == pytest.approx(300_000 / 60)

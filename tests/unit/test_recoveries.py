@@ -471,6 +471,33 @@ def daily_quota(code: str) -> None:
     assert ended is not None and ended.waiting is None
 
 
+def control_contended(code: str) -> None:
+    """`review quota pause` loses its compare-and-set on every attempt (another writer changes the control between
+    each read and write): one line naming the code, nothing written by it; run again, it is written, and the other
+    writer's field is kept."""
+    from click.testing import CliRunner
+
+    from review_local.cli import Ctx, cli
+
+    world = FakeWorld()
+    store, update = world.model_control, world.model_control.update
+
+    def racing(change: Callable[[ModelControl], ModelControl]) -> ModelControl:
+        def raced(seen: ModelControl) -> ModelControl:  # another writer, between this read and this write
+            store.control = store.control.model_copy(update={"tokens_per_minute": 1_000.0 + store.control.version,
+                                                            "version": store.control.version + 1})
+            return change(seen)
+        return update(raced)
+
+    store.update = racing  # type: ignore[method-assign]  # the interleaving: a writer between every read and write
+    lost = CliRunner().invoke(cli, ["quota", "pause"], obj=Ctx(None, None, deps=world.deps))
+    assert lost.exit_code == 1 and lost.output.startswith(f"Error: {code}: ") and len(lost.output.splitlines()) == 1
+    assert not store.control.paused and "run it again" in REGISTRY[code].recovery
+    store.update = update  # type: ignore[method-assign]  # the other writer has stopped
+    again = CliRunner().invoke(cli, ["quota", "pause"], obj=Ctx(None, None, deps=world.deps))
+    assert again.exit_code == 0 and store.control.paused and store.control.tokens_per_minute is not None
+
+
 RECOVERIES: dict[str, Callable[[str], None]] = {
     # by itself
     "model.throttled": lambda c: by_itself(c, throttled),
@@ -487,6 +514,7 @@ RECOVERIES: dict[str, Callable[[str], None]] = {
     "model.refused": optional_refusal,
     "model.paused": paused,
     "model.daily_quota_exhausted": daily_quota,
+    "control.contended": control_contended,
     # the job ends; the cause is fixed; `review retry` / `review dlq redrive`
     "model.output_invalid": lambda c: ends_then(c, answers_forever("end_turn", MANDATORY), MISSING, review_retry),
     "job.chunks_missing": lambda c: ends_then(c, answers_forever("content_filtered", MANDATORY), MISSING,

@@ -272,3 +272,25 @@ def test_the_activity_chart_buckets_by_the_time_each_chunk_settled_within_the_la
     # and with nothing settled, 30 empty buckets
     empty = activity([], now, 1_000.0)
     assert sum(empty.calls) == 0 and len(empty.calls) == 30 and empty.quota_use == [0.0] * 30
+
+
+def test_the_page_shows_the_runtime_control_and_the_batch_lanes_turned_off_to_an_operator_only():
+    from contract_review.domain.records import BatchLaneOff, ModelControl
+
+    # GIVEN a paused model, a quota set, and a model whose batch lane a refused batch job turned off
+    world = FakeWorld()
+    off = BatchLaneOff(error_code="batch.refused", reason="ValidationException: not offered in batch", at=1.8e9,
+                       by="collector")
+    world.model_control.put(ModelControl(paused=True, tokens_per_minute=500_000, by="cli", at=1.8e9,
+                                         batch_off={"model-a": off}))
+    with UiServer(world.deps) as ui:
+        status, a, _ = request(ui, "GET", "/api/activity")
+    # THEN the operator's page has it beside the model activity, as `review quota show` says it
+    assert status == 200 and a["control"] == {  # type: ignore[index]
+        "paused": True, "tokensPerMinute": 500_000, "by": "cli", "at": api.iso(1.8e9),
+        "batchOff": [{"model": "model-a", "errorCode": "batch.refused",
+                      "reason": "ValidationException: not offered in batch", "at": api.iso(1.8e9), "by": "collector"}]}
+    # AND a principal's page does not (an operator's view)
+    with UiServer(world.deps, principal=local_principal("owner")) as ui:
+        status, a, _ = request(ui, "GET", "/api/activity")
+    assert status == 200 and a["control"] is None  # type: ignore[index]

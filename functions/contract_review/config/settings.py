@@ -48,9 +48,10 @@ RESOURCES: tuple[Resource, ...] = (
              "completed\"; subscribe instead of polling)", required=False),
     Resource("compensation_dlq_url", "COMPENSATION_DLQ_URL", "CompensationDlqUrl", "compensation dead-letter queue",
              required=False),
-    # the operator's runtime control of the model (`review quota`: pause, quota), an SSM parameter
-    Resource("model_control_parameter", "MODEL_CONTROL_PARAMETER", "ModelControlParameterName",
-             "model control SSM parameter (review quota: pause, resume, set the quota)", required=False),
+    # the runtime control of the model (`review quota`: pause, quota, the batch lane's off switch per model), one item
+    # written by compare-and-set (adapters/model_control.py)
+    Resource("control_table", "CONTROL_TABLE", "ControlTableName",
+             "runtime control table (review quota: pause, resume, set the quota, the batch lane)", required=False),
     # the daily token ledger the workers share (model/daily_quota.py): a counter per model per hour
     Resource("token_ledger_table", "TOKEN_LEDGER_TABLE", "TokenLedgerTableName",
              "daily token ledger table (tokens the model calls counted, per model per hour)", required=False),
@@ -147,7 +148,7 @@ class Settings(BaseModel):
     idempotency_table: str = ""
     job_events_topic_arn: str = ""
     compensation_dlq_url: str = ""
-    model_control_parameter: str = ""
+    control_table: str = ""
     token_ledger_table: str = ""
     ticket_url: str = ""
     # Where senders to the intake queue (no principal: `review submit`, your own producers) may put documents

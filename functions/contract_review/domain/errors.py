@@ -103,6 +103,12 @@ _CODES = [
               "when it succeeds (the quota reset, or was raised) the hold lifts for every worker within "
               "daily_ledger_max_age_s; when it fails the hold lasts another hour. To end it sooner: raise the quota "
               "in Service Quotas (docs/runbook.md \"Daily token quota exhausted\")."),
+    ErrorCode("control.contended", ErrorClass.TRANSIENT, True,
+              "A write of the runtime control (`review quota ...`, or the batch collector turning a model's batch "
+              "lane off) lost its compare-and-set to other writers every time it tried (adapters/model_control.py "
+              "CONTROL_WRITE_ATTEMPTS in a row): each attempt read the control again and found it changed.",
+              "Nothing was written by this command: run it again (`review quota show` says what the control holds "
+              "now). The collector tries again at its next run."),
     ErrorCode("batch.request_invalid", ErrorClass.PERMANENT, False,
               "A batch inference job was asked for with records it cannot take (two records share a recordId).",
               "A defect in whoever built the records (docs/batch-inference.md): nothing is submitted; fix the caller."),

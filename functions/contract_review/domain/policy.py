@@ -74,6 +74,7 @@ POLICY: dict[str, Recovery] = {
     "model.circuit_open": Recovery(None, BP),
     "model.paused": Recovery(None, BP, bounded=False),
     "model.daily_quota_exhausted": Recovery(None, BP, bounded=False),  # held until the hourly probe succeeds
+    "control.contended": Recovery(None, NONE),  # an answer to the writer (the CLI, the collector): write again
     "batch.request_invalid": Recovery(None, NONE),  # refused before anything is submitted
     "batch.job_failed": Recovery(None, NONE),  # not a chunk outcome: the collector re-batches its chunks (batch.py)
     "batch.record_failed": Recovery(None, NONE),  # likewise, per record

@@ -55,8 +55,9 @@ class ModelControls(Protocol):
     def update(self, change: Callable[[ModelControl], ModelControl]) -> ModelControl:
         """Apply `change` to the control as stored now (read consistently, never from the cache) and write the result
         only if nobody wrote since that read (compare-and-set on `version`, which the store increments); a lost race
-        reads again and applies `change` again. `change` sets only the fields its writer owns. Returns what was
-        written (and refreshes this reader's cache)."""
+        reads again and applies `change` again, a bounded number of times (then ReviewError `control.contended`).
+        `change` sets only the fields its writer owns, and only the fields it changed are written. Returns what was
+        written (and refreshes this reader's cache); a change that changes nothing writes nothing."""
         ...
 
 

@@ -767,19 +767,19 @@ def submit(deps: Deps, text: str, document_id: str | None = None, idempotency_ke
 
 # ------------------------------------------------------------------------------ the model's runtime control
 class NoModelControl(Exception):
-    """The stack has no model-control parameter (deployed before `review quota` existed): redeploy it."""
+    """The stack has no runtime control table (deployed before it existed): redeploy it."""
 
 
 def _controls(deps: Deps) -> ModelControls:
     if deps.model_control is None:
-        raise NoModelControl("this stack has no model control (no ModelControlParameterName output): redeploy it "
-                             "with this version (`cdk deploy`, or `review up` locally)")
+        raise NoModelControl("this stack has no runtime control (no ControlTableName output): redeploy it with this "
+                             "version (`cdk deploy`, or `review up` locally)")
     return deps.model_control
 
 
 def quota_show(deps: Deps) -> ModelControl:
-    """`review quota show`: what the operator set (a pause, a quota); the workers see it within the profile's
-    model_control_max_age_s."""
+    """`review quota show`: what the operator set (a pause, a quota) and the models whose batch lane is off; the
+    workers see it within the profile's model_control_max_age_s."""
     return _controls(deps).get()
 
 
@@ -796,3 +796,18 @@ def quota_change(deps: Deps, by: str, *, paused: bool | None = None, tokens_per_
             "by": by, "at": at})
 
     return _controls(deps).update(change)
+
+
+def batch_lane_on(deps: Deps, model_id: str) -> tuple[ModelControl, BatchLaneOff | None]:
+    """`review quota batch --on`: the model's batch lane on again (its `batch_off` entry removed, the other models'
+    and every other field left as they are: compare-and-set). Returns the control as it is now and the entry removed
+    (None: the lane was not off; nothing is written when nothing changes)."""
+    removed: list[BatchLaneOff] = []
+
+    def change(now: ModelControl) -> ModelControl:
+        removed[:] = [now.batch_off[model_id]] if model_id in now.batch_off else []
+        return now.model_copy(update={"batch_off": {m: off for m, off in now.batch_off.items() if m != model_id}})
+
+    written = _controls(deps).update(change)
+    return written, removed[0] if removed else None
+

@@ -479,6 +479,7 @@ class ChunkWorker:
         self.deps, self.s, self.model, self.sleep = deps, deps.settings, model, sleep
         self.priority = PriorityGate(deps)  # one per process: interactive chunks before bulk ones
         self.limiter = limiter  # one per process: paces model calls to this worker's share of the quota
+        self._deploy_limiter = limiter  # the deploy's (-c model_tpm, else Service Quotas): what a cleared control restores
         self.daily = daily  # one per process: holds chunks while the daily token ledger is full (daily_quota.py)
         self._controlled_tpm: float | None = None  # the quota an operator set (`review quota set`), once applied
         self.rng = rng or random.Random()
@@ -500,12 +501,16 @@ class ChunkWorker:
                     self.daily.flush()
 
     def _apply_controlled_quota(self) -> None:
-        """An operator's quota (`review quota set N`, read from the model control) replaces the pacers' target."""
+        """An operator's quota (`review quota set N`, read from the model control) replaces the pacers' target; a
+        cleared one (`review quota set --clear`) gives the deploy's pacers back, from the next chunk after the
+        worker reads the control (within model_control_max_age_s). Lambda and the Fargate poller both come here."""
         control = self.deps.model_control.get() if self.deps.model_control is not None else None
-        tpm = control.tokens_per_minute if control is not None else None
-        if tpm and tpm != self._controlled_tpm:
-            self.limiter = QuotaLimiter.for_profile(self.s.profile, tpm, self.s.effective_model_id)
-            self._controlled_tpm = tpm
+        tpm = (control.tokens_per_minute if control is not None else None) or None
+        if tpm == self._controlled_tpm:
+            return
+        self.limiter = self._deploy_limiter if tpm is None else \
+            QuotaLimiter.for_profile(self.s.profile, tpm, self.s.effective_model_id)
+        self._controlled_tpm = tpm
 
     def _handle(self, msg: AnalysisMessage, delivery: Delivery, counter: RequestCounter) -> Outcome:
         try:
