@@ -90,6 +90,7 @@ INTAKE = (
     _LIST,
     Access("queue:analysis", (SEND,), "send the first page of chunk messages"),
     Access("dlq:intake", (SEND,), "dead-letter input without a job key, with its error envelope"),
+    CONTROL_READ,  # a batch-mode job whose model's batch lane is off is admitted on demand (`batch.unavailable`)
 )
 WORKER = (
     Access("table:jobs", (GET, UPDATE, BATCH_GET), "read the job; fail it on a job-fatal error; priority: read the "
@@ -161,7 +162,7 @@ SWEEPER = (
            "find the intake message of a job stuck `queued` (only when the DLQ holds something), and put it back "
            "naming the job and the error"),
     Access("queue:results", (SEND,), "announce chunks it settled"),
-) + SIDE_EFFECTS + BATCH_COLLECTOR
+) + SIDE_EFFECTS + BATCH_COLLECTOR + CONTROL_COLLECTOR
 # The Job API (contract_review/operate/api.py): submit and read jobs and batches; cancel, decide, retry (redrive.retry).
 API = (
     Access("table:jobs", (GET, UPDATE), "read a job; cancel, approve or reject it; reopen it (retry)"),
