@@ -148,6 +148,31 @@ def test_jobs_transition_is_conditional_and_writes_the_outcome(repos: Repos):
     assert empty is not None and counted(repos.claims, empty) == set() and empty.settled_count == 0
 
 
+def test_a_reopen_that_loses_to_another_leaves_the_winners_marks_alone(repos: Repos):
+    """Issue 25 finding 8: two retries of one ended job at once. Both read the job (one version) and its chunks; the
+    first reopens it, and a chunk it reset is counted again under it. The second's transition then loses, and must
+    have written nothing: the adapter used to rewrite every chunk's mark before its conditional write, so the loser
+    unmarked the chunk the winner had counted (the count kept it), and the chunk was counted twice."""
+    job = _with_chunks(repos, _job(JobState.RUNNING).model_copy(update={"chunk_count": 3}), n=3)
+    for c in ("c0", "c1", "c2"):
+        repos.jobs.settle_chunk(job.job_id, c, usage=Usage(input_tokens=10))
+    ended = repos.jobs.transition(job.job_id, (JobState.RUNNING,), JobState.DEAD_LETTERED)
+    assert ended is not None
+    # the winner: c0 stays counted, c1 and c2 run again; c1 settles again and is counted
+    won = repos.jobs.transition(job.job_id, (JobState.DEAD_LETTERED,), JobState.RUNNING, settled={"c0"},
+                                if_version=ended.version)
+    assert won is not None and counted(repos.claims, won) == {"c0"}
+    assert repos.jobs.settle_new_chunk(job.job_id, "c1", usage=Usage(input_tokens=10)) is not None
+    # WHEN the loser, which read the job and its chunks before all that, makes its transition
+    assert repos.jobs.transition(job.job_id, (JobState.DEAD_LETTERED,), JobState.RUNNING, settled={"c0"},
+                                 if_version=ended.version) is None
+    # THEN c1 is still counted, once: a second copy of its result counts nothing
+    after = repos.jobs.get(job.job_id)
+    assert after is not None and counted(repos.claims, after) == {"c0", "c1"} and after.settled_count == 2
+    assert repos.jobs.settle_new_chunk(job.job_id, "c1", usage=Usage(input_tokens=10)) is None
+    assert repos.jobs.get(job.job_id).settled_count == 2  # type: ignore[union-attr]
+
+
 def test_jobs_transition_can_be_conditional_on_the_settled_version(repos: Repos):
     # finalize's transition loses to a chunk that left the settled set after finalize's read
     job = _with_chunks(repos, _job(JobState.RUNNING))

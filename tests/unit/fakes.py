@@ -103,22 +103,33 @@ class FakeJobs:
                    started_at: float | None = None, outcome: BaseModel | None = None,
                    settled: set[str] | None = None, if_settled_version: int | None = None,
                    if_version: int | None = None) -> Job | None:
-        job = self.items.get(job_id)
-        if job is None or job.state not in from_states:
-            return None
-        if if_settled_version is not None and job.settled_version != if_settled_version:
-            return None
-        if if_version is not None and job.version != if_version:
-            return None
+        def holds() -> Job | None:  # the transition's condition, checked by each write that carries it
+            job = self.items.get(job_id)
+            if job is None or job.state not in from_states:
+                return None
+            if if_settled_version is not None and job.settled_version != if_settled_version:
+                return None
+            if if_version is not None and job.version != if_version:
+                return None
+            return job
+
         update: dict[str, object] = {}
-        if settled is not None:  # the records' marks rebuilt, the count set to match, an older job's set gone
-            update.update({f: Job.model_fields[f].get_default(call_default_factory=True) for f in OUTCOME_FIELDS})
+        if settled is not None:  # as the adapter: the records' marks first, each write checking the job's condition
             marked = 0
             for r in self._records().for_job(job_id):
                 want = r.chunk_id in settled
                 marked += want
+                if want == r.counted:
+                    continue
+                if holds() is None:
+                    return None  # another transition won: nothing more is written
                 self._records().items[(job_id, r.chunk_id)] = r.model_copy(update={"counted": want})
+            # then the job (its condition checked by its own write): the count set to match, an older job's set gone
+            update.update({f: Job.model_fields[f].get_default(call_default_factory=True) for f in OUTCOME_FIELDS})
             update.update({"settled_count": marked, "legacy_settled": set()})
+        job = holds()
+        if job is None:
+            return None
         if outcome is not None:
             update.update({k: getattr(outcome, k) for k in outcome.model_dump(exclude_none=True)})
         if started_at is not None:

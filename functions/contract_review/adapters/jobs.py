@@ -61,6 +61,7 @@ BRIEF_FIELDS = ("job_id, #s, created_at, updated_at, idempotency_key, priority, 
                 "#w, inference, on_demand_since")
 BATCH_GET_KEYS = 100  # BatchGetItem's most keys per request
 BATCH_GET_ATTEMPTS = 5
+MARKS_PER_TRANSACTION = 99  # TransactWriteItems takes 100 items: the job's check and 99 chunk records
 SETTLE_ATTEMPTS = 20  # a settle's transaction cancelled by a concurrent one on the same items (not a condition) is retried
 COUNTED = "counted"  # on a chunk record: counted settled on its job (written with the job's `settled_count`)
 LEGACY_SETTLED = "settled"  # a job item's string set of counted chunk ids, from before `settled_count`
@@ -120,39 +121,43 @@ class DynamoJobs:
                    started_at: float | None = None, outcome: BaseModel | None = None,
                    settled: set[str] | None = None, if_settled_version: int | None = None,
                    if_version: int | None = None) -> Job | None:
+        names: dict[str, str] = {"#state": "state"}
+        conds: dict[str, Any] = {f":from{i}": s.value for i, s in enumerate(from_states)}
+        cond = f"#state IN ({', '.join(conds)})"
+        if if_settled_version is not None:  # no chunk was uncounted since the caller's read
+            names["#sv"] = "settled_version"
+            conds[":sv"] = if_settled_version
+            cond += " AND (#sv = :sv" + (" OR attribute_not_exists(#sv))" if if_settled_version == 0 else ")")
+        if if_version is not None:  # nothing else changed the job's state since the caller's read
+            names["#v"] = "version"
+            conds[":v"] = if_version
+            cond += " AND (#v = :v" + (" OR attribute_not_exists(#v))" if if_version == 0 else ")")
         fields: dict[str, Any] = model_values(outcome) if outcome is not None else {}
         if started_at is not None:
             fields["started_at"] = started_at
         remove: list[str] = []
-        if settled is not None:  # what is counted is rebuilt: the records' marks first (the job has ended)
+        if settled is not None:  # what is counted is rebuilt: the records' marks first, each under the job's condition
+            marked = self._mark_counted(job_id, settled, (cond, names, conds))
+            if marked is None:
+                return None  # the job changed meanwhile (another retry won): nothing more is written
             remove += [f for f in OUTCOME_FIELDS if f not in fields]
-            fields["settled_count"] = self._mark_counted(job_id, settled)
+            fields["settled_count"] = marked
             remove.append(LEGACY_SETTLED)
         fields.update({"state": to.value, "updated_at": self.clock()})
         if (open_state := _open_state(to)) is not None:  # in the open-jobs index while open, out once ended
             fields[OPEN_STATE] = open_state
         else:
             remove.append(OPEN_STATE)
-        expr, names, values = set_clause(fields)
+        expr, set_names, values = set_clause(fields)
+        names.update(set_names)
         expr = "SET " + expr + " ADD version :one"
         values[":one"] = 1
         if remove:
             names.update({f"#r{i}": k for i, k in enumerate(remove)})
             expr += " REMOVE " + ", ".join(f"#r{i}" for i in range(len(remove)))
-        froms: dict[str, Any] = {f":from{i}": s.value for i, s in enumerate(from_states)}
-        names["#state"] = "state"
-        cond = f"#state IN ({', '.join(froms)})"
-        if if_settled_version is not None:  # no chunk was uncounted since the caller's read
-            names["#sv"] = "settled_version"
-            froms[":sv"] = if_settled_version
-            cond += " AND (#sv = :sv" + (" OR attribute_not_exists(#sv))" if if_settled_version == 0 else ")")
-        if if_version is not None:  # nothing else changed the job's state since the caller's read
-            names["#v"] = "version"
-            froms[":v"] = if_version
-            cond += " AND (#v = :v" + (" OR attribute_not_exists(#v))" if if_version == 0 else ")")
         item = self.jobs.update_if(
             {"job_id": job_id}, UpdateExpression=expr, ConditionExpression=cond,
-            ExpressionAttributeNames=names, ExpressionAttributeValues=serialize({**values, **froms}))
+            ExpressionAttributeNames=names, ExpressionAttributeValues=serialize({**values, **conds}))
         return Job.model_validate(item) if item else None
 
     def stalled(self, idle_since: float, state: JobState = JobState.RUNNING) -> Iterator[Job]:
@@ -270,23 +275,24 @@ class DynamoJobs:
                         "ExpressionAttributeNames": {"#s": LEGACY_SETTLED},
                         "ExpressionAttributeValues": serialize(values)}},
         ]
-        if not self._transact(items):
+        if self._transact(items) is not None:
             return None
         return self.get(job_id)
 
-    def _transact(self, items: list[dict[str, Any]]) -> bool:
-        """Write `items` in one transaction; False when a condition failed (nothing written). A transaction
+    def _transact(self, items: list[dict[str, Any]]) -> list[str] | None:
+        """Write `items` in one transaction: None when written; when a condition failed (nothing written), each
+        item's cancellation reason ("ConditionalCheckFailed" for those whose condition failed). A transaction
         cancelled only by a concurrent one on the same items (TransactionConflict) is tried again."""
         for attempt in range(SETTLE_ATTEMPTS):
             try:
                 self.jobs.client.transact_write_items(TransactItems=items)
-                return True
+                return None
             except ClientError as exc:
                 if exc.response.get("Error", {}).get("Code") != "TransactionCanceledException":
                     raise
                 codes = _cancel_codes(exc)
                 if "ConditionalCheckFailed" in codes:
-                    return False
+                    return codes
                 if not codes or any(c not in ("None", "TransactionConflict") for c in codes):
                     raise
                 time.sleep(random.uniform(0, 0.005 * (attempt + 1)))  # noqa: S311 (jitter, not crypto)
@@ -305,7 +311,7 @@ class DynamoJobs:
                                                                      *adds]),
                             "ConditionExpression": "attribute_exists(job_id)",
                             "ExpressionAttributeValues": serialize({**values, ":minus": -1, ":one": 1})}},
-            ]):
+            ]) is None:
                 continue
             # not marked: a job from before the count may hold it in its set (out of the set, usage off, together)
             if self.jobs.update_if(
@@ -323,22 +329,41 @@ class DynamoJobs:
                 return None
         return self.get(job_id)
 
-    def _mark_counted(self, job_id: str, counted: Collection[str]) -> int:
+    def _mark_counted(self, job_id: str, counted: Collection[str],
+                      guard: tuple[str, dict[str, str], dict[str, Any]]) -> int | None:
         """A reopened job's counted chunks rebuilt: each chunk record marked exactly when its id is in `counted`
-        (only the records whose mark differs are written); the number marked."""
-        n = 0
+        (only the records whose mark differs are written); the number marked. Each write is in a transaction with
+        a check of the job's own condition (`guard`: the transition's): once another transition has won (a second
+        retry of the same ended job), this writes nothing more and returns None, so it never unmarks a chunk
+        counted since under the winner (finding 8 of issue 25: a mark taken off while the count kept it, and the
+        chunk counted twice). Up to MARKS_PER_TRANSACTION marks a transaction."""
+        cond, names, values = guard
+        check = {"ConditionCheck": {"TableName": self.jobs.name, "Key": serialize({"job_id": job_id}),
+                                    "ConditionExpression": cond, "ExpressionAttributeNames": names,
+                                    "ExpressionAttributeValues": serialize(values)}}
+        n, writes = 0, []
         for item in self.claims.pages("query", KeyConditionExpression="job_id = :j",
                                       ProjectionExpression="chunk_id, #c", ExpressionAttributeNames={"#c": COUNTED},
-                                      ExpressionAttributeValues=serialize({":j": job_id})):
+                                      ExpressionAttributeValues=serialize({":j": job_id}), ConsistentRead=True):
             want = item["chunk_id"] in counted
             n += want
             if want == bool(item.get(COUNTED)):
                 continue
-            self.claims.update_if({"job_id": job_id, "chunk_id": item["chunk_id"]},
-                                  UpdateExpression="SET #c = :t" if want else "REMOVE #c",
-                                  ConditionExpression="attribute_exists(chunk_id)",
-                                  ExpressionAttributeNames={"#c": COUNTED},
-                                  **({"ExpressionAttributeValues": serialize({":t": True})} if want else {}))
+            writes.append({"Update": {
+                "TableName": self.claims.name, "Key": serialize({"job_id": job_id, "chunk_id": item["chunk_id"]}),
+                "UpdateExpression": "SET #c = :t" if want else "REMOVE #c",
+                "ConditionExpression": "attribute_exists(chunk_id)", "ExpressionAttributeNames": {"#c": COUNTED},
+                **({"ExpressionAttributeValues": serialize({":t": True})} if want else {})}})
+        for i in range(0, len(writes), MARKS_PER_TRANSACTION):
+            batch = writes[i:i + MARKS_PER_TRANSACTION]
+            while batch:
+                failed = self._transact([check, *batch])
+                if failed is None:
+                    break
+                if failed[0] == "ConditionalCheckFailed":
+                    return None  # the job is no longer as its caller read it
+                # a chunk record gone meanwhile (its TTL): nothing to mark on it; the others again
+                batch = [w for w, code in zip(batch, failed[1:], strict=True) if code != "ConditionalCheckFailed"]
         return n
 
     def set_waiting(self, job_id: str, waiting: Waiting | None) -> bool:

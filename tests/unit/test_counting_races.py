@@ -1,0 +1,11 @@
+"""Issue 25 findings 8, 9 and 10 on the in-memory repositories (tests/counting_races.py; the same scenarios run on
+moto in tests/integration/test_counting_on_moto.py)."""
+
+from __future__ import annotations
+
+from .. import counting_races as races
+from .fakes import FakeWorld
+
+
+def test_two_retries_of_one_ended_job_at_once_count_each_chunk_once():
+    races.two_retries_at_once(FakeWorld().deps)
