@@ -128,3 +128,44 @@ def two_retries_at_once(deps: Deps, key: str = "two-retries") -> None:
     assert handle_result(deps, settled_result(done(deps, job_id, ids[2]))) == JobState.COMPLETED.value
     final = assert_counted_once(deps, job_id)
     assert final.settled_count == CHUNKS and counted(deps.claims, final) == set(ids)
+
+
+# ------------------------------------------------------------------------------ finding 9
+def redrive_inside_the_settle(deps: Deps, key: str = "redrive-in-settle") -> None:
+    """The aggregator has read a running job and its dead-lettered chunk c1; the operator's DLQ redrive of c1 (reset:
+    pending, a new fence) lands before the aggregator's settle. The settle must not count a chunk that is pending
+    again: its own result counts it once it settles, with the usage of both its attempts (counted at the read, the
+    second attempt's tokens were on no job)."""
+    job_id, now = job_id_for(key), deps.clock()
+    deps.artifacts.put_text(document_key(job_id), TEXT)
+    deps.jobs.create(Job(job_id=job_id, state=JobState.RUNNING, created_at=now, updated_at=now, idempotency_key=key,
+                         document_key=document_key(job_id), chunk_count=3, analyst_count=len(ANALYSTS)))
+    for i in range(3):
+        deps.claims.create(ChunkRecord(job_id=job_id, chunk_id=f"c{i}", chunk_index=i, start=i * 10, end=i * 10 + 10))
+    assert handle_result(deps, settled_result(done(deps, job_id, "c0"))) == "recorded"
+    dead_c1 = dead(deps, job_id, "c1")
+    real = deps.jobs.settle_new_chunk
+    raced: list[str] = []
+
+    def settle_new_chunk(jid: str, chunk_id: str, **kw: Any) -> Job | None:
+        if not raced:
+            raced.append(redrive.reopen(deps, jid, chunk_id))  # `review dlq redrive`, between the read and the settle
+        return real(jid, chunk_id, **kw)
+
+    setattr(deps.jobs, "settle_new_chunk", settle_new_chunk)  # noqa: B010 -- one call of the repository wrapped
+    try:
+        outcome = handle_result(deps, settled_result(dead_c1))
+    finally:
+        setattr(deps.jobs, "settle_new_chunk", real)  # noqa: B010 -- restored
+    assert raced == ["redriven (1 chunk(s) sent)"] and outcome == "recorded"
+    # THEN the chunk, pending again, is not counted
+    c1 = deps.claims.get(job_id, "c1")
+    assert c1 is not None and c1.status is ChunkStatus.PENDING
+    job = assert_counted_once(deps, job_id)
+    assert counted(deps.claims, job) == {"c0"} and job.state is JobState.RUNNING
+    # AND once it is worked, it is counted once, with both its attempts, and the job completes
+    assert handle_result(deps, settled_result(done(deps, job_id, "c1"))) == "recorded"
+    assert handle_result(deps, settled_result(done(deps, job_id, "c2"))) == JobState.COMPLETED.value
+    final = assert_counted_once(deps, job_id)
+    assert final.settled_count == 3 and counted(deps.claims, final) == {"c0", "c1", "c2"}
+    assert final.input_tokens == 100 + (100 + 100) + 100

@@ -33,3 +33,7 @@ def deps(embedded: EmbeddedAws) -> Deps:
 
 def test_two_retries_of_one_ended_job_at_once_count_each_chunk_once_on_dynamodb(deps: Deps):
     races.two_retries_at_once(deps)
+
+
+def test_a_redrive_between_the_aggregators_read_and_its_settle_is_not_counted_on_dynamodb(deps: Deps):
+    races.redrive_inside_the_settle(deps)

@@ -375,6 +375,26 @@ def test_settle_new_chunk_counts_a_chunk_once_and_says_whether_it_did(repos: Rep
     assert repos.jobs.get("job-that-does-not-exist") is None and repos.jobs.get(job.job_id).input_tokens == 5  # type: ignore[union-attr]
 
 
+def test_settle_new_chunk_counts_only_the_chunk_as_its_caller_read_it(repos: Repos):
+    """Issue 25 finding 9: the settle's mark is conditional on the chunk's fence and status as read, so a redrive
+    landing after the read (a new fence, pending again) is not counted."""
+    job = _with_chunks(repos, _job(JobState.RUNNING))
+    won = repos.claims.claim(job.job_id, "c0", "w", 30, 1)
+    dead = repos.claims.finish(job.job_id, "c0", won.fence, ChunkStatus.DEAD_LETTERED, AttemptStats(calls=1))
+    assert dead is not None
+    assert repos.claims.reset_for_redrive(job.job_id, "c0") is not None  # the redrive, after the caller's read
+    assert repos.jobs.settle_new_chunk(job.job_id, "c0", fence=dead.fence, status=dead.status) is None
+    assert repos.jobs.settle_chunk(job.job_id, "c0", fence=dead.fence, status=dead.status).settled_count == 0
+    assert not repos.claims.get(job.job_id, "c0").counted  # type: ignore[union-attr]
+    # the record as it is now (pending) is not counted under a settled status either
+    assert repos.jobs.settle_new_chunk(job.job_id, "c0", fence=dead.fence + 1, status=ChunkStatus.DEAD_LETTERED) is None
+    again = repos.claims.claim(job.job_id, "c0", "w", 30, 1)
+    finished = repos.claims.finish(job.job_id, "c0", again.fence, ChunkStatus.DONE, AttemptStats(calls=1))
+    assert finished is not None
+    now = repos.jobs.settle_new_chunk(job.job_id, "c0", fence=finished.fence, status=finished.status)
+    assert now is not None and counted(repos.claims, now) == {"c0"}
+
+
 def test_jobs_settled_count_stalled_and_events(repos: Repos):
     job = _with_chunks(repos, _job(JobState.RUNNING))
     repos.clock.advance(1)

@@ -169,9 +169,12 @@ class FakeJobs:
         assert self.claims is not None, "FakeJobs.claims: the FakeClaims whose records a settle marks"
         return self.claims
 
-    def settle_new_chunk(self, job_id: str, chunk_id: str, *, usage: Usage | None = None) -> Job | None:
+    def settle_new_chunk(self, job_id: str, chunk_id: str, *, usage: Usage | None = None, fence: int | None = None,
+                         status: ChunkStatus | None = None) -> Job | None:
         job, record = self.items.get(job_id), self._records().items.get((job_id, chunk_id))
         if job is None or record is None or job.counts(record):  # the transaction's conditions
+            return None
+        if (fence is not None and record.fence != fence) or (status is not None and record.status is not status):
             return None
         self._records().items[(job_id, chunk_id)] = record.model_copy(update={"counted": True})
         added = usage or Usage()
@@ -180,8 +183,9 @@ class FakeJobs:
         self.items[job_id] = job
         return job.model_copy(deep=True)
 
-    def settle_chunk(self, job_id: str, chunk_id: str, *, usage: Usage | None = None) -> Job:
-        counted = self.settle_new_chunk(job_id, chunk_id, usage=usage)
+    def settle_chunk(self, job_id: str, chunk_id: str, *, usage: Usage | None = None, fence: int | None = None,
+                     status: ChunkStatus | None = None) -> Job:
+        counted = self.settle_new_chunk(job_id, chunk_id, usage=usage, fence=fence, status=status)
         if counted is not None:
             return counted
         job = self.items[job_id]  # KeyError as DynamoDB's condition `attribute_exists(job_id)` fails

@@ -9,3 +9,7 @@ from .fakes import FakeWorld
 
 def test_two_retries_of_one_ended_job_at_once_count_each_chunk_once():
     races.two_retries_at_once(FakeWorld().deps)
+
+
+def test_a_redrive_between_the_aggregators_read_and_its_settle_is_not_counted():
+    races.redrive_inside_the_settle(FakeWorld().deps)

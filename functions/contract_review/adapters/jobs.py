@@ -17,6 +17,7 @@ from contract_review.domain.records import (
     OUTCOME_FIELDS,
     USAGE_FIELDS,
     AttemptStats,
+    ChunkStatus,
     Job,
     JobEvent,
     JobState,
@@ -247,8 +248,9 @@ class DynamoJobs:
             {"job_id": job_id}, UpdateExpression="SET fanned_out = :to", ConditionExpression="fanned_out = :from",
             ExpressionAttributeValues=serialize({":to": to_count, ":from": from_count})) is not None
 
-    def settle_chunk(self, job_id: str, chunk_id: str, *, usage: Usage | None = None) -> Job:
-        counted = self.settle_new_chunk(job_id, chunk_id, usage=usage)
+    def settle_chunk(self, job_id: str, chunk_id: str, *, usage: Usage | None = None, fence: int | None = None,
+                     status: ChunkStatus | None = None) -> Job:
+        counted = self.settle_new_chunk(job_id, chunk_id, usage=usage, fence=fence, status=status)
         if counted is not None:
             return counted
         r = self.jobs.client.update_item(  # counted before: only progress (a missing job fails the condition)
@@ -257,18 +259,28 @@ class DynamoJobs:
             ExpressionAttributeValues=serialize({":now": self.clock()}))
         return Job.model_validate(deserialize(r["Attributes"]))
 
-    def settle_new_chunk(self, job_id: str, chunk_id: str, *, usage: Usage | None = None) -> Job | None:
-        """One transaction: the chunk record marked `counted` (condition: it exists, unmarked) and the job's count
-        and usage added to (condition: it exists, and an older job's set does not hold the chunk). Neither item
-        grows: the job item's write is billed at its own size, which no longer depends on the document's."""
+    def settle_new_chunk(self, job_id: str, chunk_id: str, *, usage: Usage | None = None, fence: int | None = None,
+                         status: ChunkStatus | None = None) -> Job | None:
+        """One transaction: the chunk record marked `counted` (condition: it exists, unmarked, and still has the
+        `fence` and `status` its caller read) and the job's count and usage added to (condition: it exists, and an
+        older job's set does not hold the chunk). Neither item grows: the job item's write is billed at its own
+        size, which no longer depends on the document's."""
         adds, values = _usage_adds(usage)
         values = {**values, ":one": 1, ":now": self.clock(), ":cid": chunk_id}
+        chunk_cond = "attribute_exists(chunk_id) AND (attribute_not_exists(#c) OR #c = :f)"
+        chunk_names, chunk_values = {"#c": COUNTED}, {":t": True, ":f": False}
+        if fence is not None:  # a redrive since the caller's read moved the fence: not this settle's to count
+            chunk_cond += " AND fence = :fence"
+            chunk_values[":fence"] = fence
+        if status is not None:  # nor a chunk that is pending (or claimed) again
+            chunk_cond += " AND #st = :st"
+            chunk_names["#st"] = "status"
+            chunk_values[":st"] = status.value
         items = [
             {"Update": {"TableName": self.claims.name, "Key": serialize({"job_id": job_id, "chunk_id": chunk_id}),
-                        "UpdateExpression": "SET #c = :t",
-                        "ConditionExpression": "attribute_exists(chunk_id) AND (attribute_not_exists(#c) OR #c = :f)",
-                        "ExpressionAttributeNames": {"#c": COUNTED},
-                        "ExpressionAttributeValues": serialize({":t": True, ":f": False})}},
+                        "UpdateExpression": "SET #c = :t", "ConditionExpression": chunk_cond,
+                        "ExpressionAttributeNames": chunk_names,
+                        "ExpressionAttributeValues": serialize(chunk_values)}},
             {"Update": {"TableName": self.jobs.name, "Key": serialize({"job_id": job_id}),
                         "UpdateExpression": "ADD " + ", ".join(["settled_count :one", *adds]) + " SET updated_at = :now",
                         "ConditionExpression": "attribute_exists(job_id) AND NOT contains(#s, :cid)",

@@ -249,7 +249,8 @@ def finish_cancel(deps: Deps, job: Job) -> JobState:
     # counts it, once); the job's total is only ever added to, never written whole
     for r in records:
         if not job.counts(r):  # counted here: its `chunk.settled` event too (the aggregator's is skipped)
-            counted = deps.jobs.settle_new_chunk(job.job_id, r.chunk_id, usage=r.usage())
+            counted = deps.jobs.settle_new_chunk(job.job_id, r.chunk_id, usage=r.usage(), fence=r.fence,
+                                                 status=r.status)
             if counted is not None:
                 deps.jobs.record_event(job.job_id, "chunk.settled", chunk_id=r.chunk_id, chunk_index=r.chunk_index,
                                        status=r.status.value, settled=counted.n_settled, total=job.chunk_count,

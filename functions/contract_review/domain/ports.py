@@ -169,16 +169,20 @@ class JobsRepo(Protocol):
         """Move the fan-out cursor from `from_count` to `to_count` (conditional on it being `from_count`);
         False when it had moved (another fan-out got there first)."""
 
-    def settle_chunk(self, job_id: str, chunk_id: str, *, usage: Usage | None = None) -> Job:
+    def settle_chunk(self, job_id: str, chunk_id: str, *, usage: Usage | None = None, fence: int | None = None,
+                     status: ChunkStatus | None = None) -> Job:
         """`settle_new_chunk`, and when the chunk was counted already, only the job's `updated_at` (idempotent);
         the job after the update. `usage` is added only by the write that counts the chunk (once)."""
 
-    def settle_new_chunk(self, job_id: str, chunk_id: str, *, usage: Usage | None = None) -> Job | None:
+    def settle_new_chunk(self, job_id: str, chunk_id: str, *, usage: Usage | None = None, fence: int | None = None,
+                         status: ChunkStatus | None = None) -> Job | None:
         """Count the chunk settled, only if it is not counted yet: its record marked `counted` and the job's
         `settled_count` (and `usage`, added to the job's) moved up by one, in one transaction conditional on the
-        record existing unmarked and (a job from before the count) the chunk not in the job's set. The job read
-        after it; None, and nothing written, when it was counted already (or there is no such job or chunk
-        record): the caller learns whether it was the one that counted it."""
+        record existing unmarked, still with the `fence` and `status` the caller read (when given: a redrive
+        landing after the caller's read moved both, and the chunk is not counted) and (a job from before the
+        count) the chunk not in the job's set. The job read after it; None, and nothing written, when it was
+        counted already (or there is no such job or chunk record, or the record moved on): the caller learns
+        whether it was the one that counted it."""
 
     def unsettle_chunks(self, job_id: str, usage_by_chunk: Mapping[str, Usage]) -> Job | None:
         """Take each counted chunk off: its mark (or its id from an older job's set) and its usage (what was

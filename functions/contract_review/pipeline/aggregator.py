@@ -85,13 +85,17 @@ def _handle_result(deps: Deps, msg: ResultMessage, counter: RequestCounter) -> s
     # settled once, in the log too: its event is written by whoever counted it
     # (conditional on the chunk not being counted yet: a finish-cancel that counted it meanwhile wrote its event)
     usage = Usage.of([chunk.usage(), aggregator_usage(deps.settings.profile.prices, counter)])
-    now_counted = None if counted else deps.jobs.settle_new_chunk(msg.job_id, msg.chunk_id, usage=usage)
+    # counted only while the chunk is as read: a redrive landing since (fence moved, pending again) is not counted
+    fence, status = chunk.fence, chunk.status
+    now_counted = None if counted else deps.jobs.settle_new_chunk(msg.job_id, msg.chunk_id, usage=usage, fence=fence,
+                                                                  status=status)
     if now_counted is not None:
         job = now_counted
         deps.jobs.record_event(msg.job_id, "chunk.settled", chunk_id=msg.chunk_id, chunk_index=msg.chunk_index,
                                status=msg.status.value, settled=job.n_settled, total=job.chunk_count)
     else:
-        job = deps.jobs.settle_chunk(msg.job_id, msg.chunk_id)  # counted before (idempotent: progress only)
+        # counted before (or moved on since the read): progress only
+        job = deps.jobs.settle_chunk(msg.job_id, msg.chunk_id, fence=fence, status=status)
     if job.state is JobState.CANCELLING:
         return lifecycle.finish_cancel(deps, job).value
     if job.state is JobState.RUNNING and over_budget(job, job.budget_micro_usd):  # stop spending: its own code

@@ -465,7 +465,7 @@ def settle_cancelled(deps: Deps, msg: AnalysisMessage, fence: int, stats: RetryS
     if done is None:
         return Outcome("lease_lost")
     if ended:
-        deps.jobs.settle_chunk(msg.job_id, msg.chunk_id, usage=done.usage())
+        deps.jobs.settle_chunk(msg.job_id, msg.chunk_id, usage=done.usage(), fence=done.fence, status=done.status)
     deps.jobs.record_event(msg.job_id, "chunk.cancelled", chunk_id=msg.chunk_id, cancelled_at_stage=stage,
                            calls=stats.calls)
     announce(deps, done)
