@@ -169,3 +169,49 @@ def redrive_inside_the_settle(deps: Deps, key: str = "redrive-in-settle") -> Non
     final = assert_counted_once(deps, job_id)
     assert final.settled_count == 3 and counted(deps.claims, final) == {"c0", "c1", "c2"}
     assert final.input_tokens == 100 + (100 + 100) + 100
+
+
+# ------------------------------------------------------------------------------ finding 10
+class Crash(Exception):
+    """The aggregator's process dies here (its message is delivered again)."""
+
+
+def aggregator_dies_after_counting(deps: Deps, key: str = "dies-after-count") -> None:
+    """An aggregator dies right after the transaction that counted a chunk, before the chunk's `chunk.settled` event
+    (forced by a settle that commits, then raises). The redelivered result must write the event, once however often
+    it comes; a job that completes has every chunk's event, before `job.completed`."""
+    job_id, now = job_id_for(key), deps.clock()
+    deps.artifacts.put_text(document_key(job_id), TEXT)
+    deps.jobs.create(Job(job_id=job_id, state=JobState.RUNNING, created_at=now, updated_at=now, idempotency_key=key,
+                         document_key=document_key(job_id), chunk_count=CHUNKS, analyst_count=len(ANALYSTS)))
+    ids = [f"c{i}" for i in range(CHUNKS)]
+    for i, chunk_id in enumerate(ids):
+        deps.claims.create(ChunkRecord(job_id=job_id, chunk_id=chunk_id, chunk_index=i, start=i * 10, end=i * 10 + 10))
+    real = deps.jobs.settle_new_chunk
+
+    def dies_after(jid: str, chunk_id: str, **kw: Any) -> Job | None:
+        counted_now = real(jid, chunk_id, **kw)
+        if counted_now is not None:
+            raise Crash(chunk_id)
+        return counted_now
+
+    def delivered_after_a_crash(record: ChunkRecord) -> list[str]:
+        setattr(deps.jobs, "settle_new_chunk", dies_after)  # noqa: B010 -- one call of the repository wrapped
+        try:
+            handle_result(deps, settled_result(record))
+            raise AssertionError("the settle did not run")
+        except Crash:
+            pass
+        finally:
+            setattr(deps.jobs, "settle_new_chunk", real)  # noqa: B010 -- restored
+        return [handle_result(deps, settled_result(record)) for _ in range(2)]  # redelivered, twice
+
+    assert delivered_after_a_crash(done(deps, job_id, ids[0])) == ["recorded", "recorded"]
+    assert handle_result(deps, settled_result(done(deps, job_id, ids[1]))) == "recorded"
+    assert delivered_after_a_crash(done(deps, job_id, ids[2]))[0] == JobState.COMPLETED.value
+    # THEN a reader resuming from the start sees every chunk settled, once each, before the job completed
+    types = [(e.type, e.detail.get("chunk_id")) for e in deps.jobs.events(job_id)]
+    settled = [c for t, c in types if t == "chunk.settled"]
+    assert settled == ids, types
+    assert types.index(("job.completed", None)) > types.index(("chunk.settled", ids[2]))
+    assert_counted_once(deps, job_id)

@@ -37,3 +37,7 @@ def test_two_retries_of_one_ended_job_at_once_count_each_chunk_once_on_dynamodb(
 
 def test_a_redrive_between_the_aggregators_read_and_its_settle_is_not_counted_on_dynamodb(deps: Deps):
     races.redrive_inside_the_settle(deps)
+
+
+def test_an_aggregator_that_dies_after_counting_leaves_the_event_to_the_redelivery_once_on_dynamodb(deps: Deps):
+    races.aggregator_dies_after_counting(deps)

@@ -395,6 +395,20 @@ def test_settle_new_chunk_counts_only_the_chunk_as_its_caller_read_it(repos: Rep
     assert now is not None and counted(repos.claims, now) == {"c0"}
 
 
+def test_a_settle_owes_its_event_and_the_event_is_written_once(repos: Repos):
+    """Issue 25 finding 10: the transaction that counts a chunk leaves its event owed on the record; the event is
+    written with the debt's removal, in one transaction conditional on it: once, however many writers try."""
+    job = _with_chunks(repos, _job(JobState.RUNNING))
+    assert repos.jobs.record_owed_event(job.job_id, "c0", "chunk.settled", chunk_id="c0") == 0  # nothing owed yet
+    assert repos.jobs.settle_new_chunk(job.job_id, "c0") is not None
+    assert repos.claims.get(job.job_id, "c0").event_owed  # type: ignore[union-attr]
+    assert repos.jobs.record_owed_event(job.job_id, "c0", "chunk.settled", chunk_id="c0") == 1
+    assert repos.jobs.record_owed_event(job.job_id, "c0", "chunk.settled", chunk_id="c0") == 0
+    assert not repos.claims.get(job.job_id, "c0").event_owed  # type: ignore[union-attr]
+    assert [(e.type, e.detail) for e in repos.jobs.events(job.job_id)] == [("chunk.settled", {"chunk_id": "c0"})]
+    assert repos.jobs.record_event(job.job_id, "other") == 2  # the numbers go on
+
+
 def test_jobs_settled_count_stalled_and_events(repos: Repos):
     job = _with_chunks(repos, _job(JobState.RUNNING))
     repos.clock.advance(1)

@@ -176,7 +176,7 @@ class FakeJobs:
             return None
         if (fence is not None and record.fence != fence) or (status is not None and record.status is not status):
             return None
-        self._records().items[(job_id, chunk_id)] = record.model_copy(update={"counted": True})
+        self._records().items[(job_id, chunk_id)] = record.model_copy(update={"counted": True, "event_owed": True})
         added = usage or Usage()
         job = job.model_copy(update={"settled_count": job.settled_count + 1, "updated_at": self.clock(),
                                      **{f: getattr(job, f) + getattr(added, f) for f in USAGE_FIELDS}})
@@ -261,6 +261,14 @@ class FakeJobs:
         self.log.append(JobEvent(job_id=job_id, seq=event_seq(number), type=kind, at=self.clock(),
                                  detail=json.loads(json.dumps(detail, default=str))))
         return number
+
+    @_atomic
+    def record_owed_event(self, job_id: str, chunk_id: str, kind: str, /, **detail: object) -> int:
+        record = self._records().items.get((job_id, chunk_id))
+        if record is None or not record.event_owed or job_id not in self.items:  # the transaction's conditions
+            return 0
+        self._records().items[(job_id, chunk_id)] = record.model_copy(update={"event_owed": False})
+        return self.record_event(job_id, kind, **detail)
 
     def last_event(self, job_id: str) -> JobEvent | None:
         found = self.events(job_id)

@@ -13,3 +13,7 @@ def test_two_retries_of_one_ended_job_at_once_count_each_chunk_once():
 
 def test_a_redrive_between_the_aggregators_read_and_its_settle_is_not_counted():
     races.redrive_inside_the_settle(FakeWorld().deps)
+
+
+def test_an_aggregator_that_dies_after_counting_leaves_the_event_to_the_redelivery_once():
+    races.aggregator_dies_after_counting(FakeWorld().deps)

@@ -65,6 +65,7 @@ BATCH_GET_ATTEMPTS = 5
 MARKS_PER_TRANSACTION = 99  # TransactWriteItems takes 100 items: the job's check and 99 chunk records
 SETTLE_ATTEMPTS = 20  # a settle's transaction cancelled by a concurrent one on the same items (not a condition) is retried
 COUNTED = "counted"  # on a chunk record: counted settled on its job (written with the job's `settled_count`)
+EVENT_OWED = "event_owed"  # on a chunk record: counted, its `chunk.settled` event not written yet
 LEGACY_SETTLED = "settled"  # a job item's string set of counted chunk ids, from before `settled_count`
 FENCED_OUT = "fenced_out"  # on a chunk record: the fences whose fenced-out attempt's spend was added (add_fenced_out)
 
@@ -276,9 +277,9 @@ class DynamoJobs:
             chunk_cond += " AND #st = :st"
             chunk_names["#st"] = "status"
             chunk_values[":st"] = status.value
-        items = [
+        items = [  # the mark, and the chunk's `chunk.settled` event owed (`record_owed_event` writes it, once)
             {"Update": {"TableName": self.claims.name, "Key": serialize({"job_id": job_id, "chunk_id": chunk_id}),
-                        "UpdateExpression": "SET #c = :t", "ConditionExpression": chunk_cond,
+                        "UpdateExpression": f"SET #c = :t, {EVENT_OWED} = :t", "ConditionExpression": chunk_cond,
                         "ExpressionAttributeNames": chunk_names,
                         "ExpressionAttributeValues": serialize(chunk_values)}},
             {"Update": {"TableName": self.jobs.name, "Key": serialize({"job_id": job_id}),
@@ -454,6 +455,16 @@ class DynamoJobs:
 
     # ---------------------------------------------------------------- events
     def record_event(self, job_id: str, kind: str, **detail: object) -> int:
+        return self._append(job_id, kind, detail)
+
+    def record_owed_event(self, job_id: str, chunk_id: str, kind: str, /, **detail: object) -> int:
+        """The event a settle owes (`event_owed` on the chunk record, set by the transaction that counted it),
+        written with the flag's removal in one transaction conditional on the flag: at most once per settle,
+        whoever writes it (the aggregator that counted the chunk, or whoever finds it owed later: a redelivery,
+        finalize, finish-cancel). 0 when nothing is owed (or there is no such job)."""
+        return self._append(job_id, kind, detail, owed_by=chunk_id)
+
+    def _append(self, job_id: str, kind: str, detail: Mapping[str, object], owed_by: str | None = None) -> int:
         """The job's next number and the event, written together: one transaction of the job's counter item (in the
         events table, `seq` COUNTER_SEQ) and the event, conditional on the counter being what was read. So numbers
         have no gaps (a writer that dies wrote neither), and the job item takes no write per event (each event used
@@ -472,6 +483,11 @@ class DynamoJobs:
             item.update(serialize({"expires_at": int(now) + self.ttl_s}))
             counter_cond = "#n = :last" if counted else "attribute_not_exists(#n)"
             try:
+                owed = [{"Update": {  # the event's settle owed it: it is paid, once
+                    "TableName": self.claims.name, "Key": serialize({"job_id": job_id, "chunk_id": owed_by}),
+                    "UpdateExpression": "REMOVE #o", "ConditionExpression": "#o = :t",
+                    "ExpressionAttributeNames": {"#o": EVENT_OWED},
+                    "ExpressionAttributeValues": serialize({":t": True})}}] if owed_by is not None else []
                 self.events_table.client.transact_write_items(TransactItems=[
                     {"Update": {"TableName": self.events_table.name,
                                 "Key": serialize({"job_id": job_id, "seq": COUNTER_SEQ}),
@@ -482,11 +498,14 @@ class DynamoJobs:
                                     **({":last": last} if counted else {})})}},
                     {"Put": {"TableName": self.events_table.name, "Item": item,
                              "ConditionExpression": "attribute_not_exists(seq)"}},
+                    *owed,
                 ])
                 return last + 1
             except ClientError as exc:
                 if not is_conditional_failure(exc):  # another writer took the number: read again, try again
                     raise
+                if owed_by is not None and _cancel_codes(exc)[2:] == ["ConditionalCheckFailed"]:
+                    return 0  # not owed (any more): written by another, or never counted
                 time.sleep(random.uniform(0, 0.005 * (attempt + 1)))  # noqa: S311 (jitter, not crypto)
         raise RuntimeError(f"job {job_id}: its event counter kept changing ({EVENT_APPEND_ATTEMPTS} attempts)")
 

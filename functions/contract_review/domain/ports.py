@@ -213,6 +213,11 @@ class JobsRepo(Protocol):
         transaction with the job's counter item, beside its events), so the numbers have no gap; the number, or 0
         when there is no such job (nothing is written)."""
 
+    def record_owed_event(self, job_id: str, chunk_id: str, kind: str, /, **detail: object) -> int:
+        """The event the chunk's settle owes (its record's `event_owed`, set by `settle_new_chunk`): appended as
+        `record_event` appends, in one transaction with the flag's removal, conditional on the flag. At most once
+        per settle, whoever calls it; 0 when nothing is owed (written already, or never counted) or no such job."""
+
     def last_event(self, job_id: str) -> JobEvent | None:
         """The job's latest event (None: none yet)."""
 

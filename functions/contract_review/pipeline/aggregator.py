@@ -91,11 +91,12 @@ def _handle_result(deps: Deps, msg: ResultMessage, counter: RequestCounter) -> s
                                                                   status=status)
     if now_counted is not None:
         job = now_counted
-        deps.jobs.record_event(msg.job_id, "chunk.settled", chunk_id=msg.chunk_id, chunk_index=msg.chunk_index,
-                               status=msg.status.value, settled=job.n_settled, total=job.chunk_count)
+        lifecycle.settled_event(deps, chunk, job)
     else:
         # counted before (or moved on since the read): progress only
         job = deps.jobs.settle_chunk(msg.job_id, msg.chunk_id, fence=fence, status=status)
+        if counted and chunk.event_owed:  # counted by an aggregator that stopped before its event: written now, once
+            lifecycle.settled_event(deps, chunk, job)
     if job.state is JobState.CANCELLING:
         return lifecycle.finish_cancel(deps, job).value
     if job.state is JobState.RUNNING and over_budget(job, job.budget_micro_usd):  # stop spending: its own code
@@ -154,6 +155,9 @@ def finalize(deps: Deps, job: Job) -> JobState:
     if unsettled:  # their usage comes off the running total: each adds it again when it settles again
         deps.jobs.unsettle_chunks(job.job_id, {c.chunk_id: c.usage() for c in unsettled})
         return JobState.RUNNING
+    for c in chunks:  # every chunk's `chunk.settled` event before the job's end (an aggregator may have stopped
+        if c.event_owed:  # between counting a chunk and writing its event): a reader sees every chunk settled
+            lifecycle.settled_event(deps, c, job)
     # a finalize under way is progress: the reconciler leaves the job alone meanwhile (a large job's
     # finalize reads ~1,500 findings objects; two at once would only slow both)
     deps.jobs.touch(job.job_id)
