@@ -368,9 +368,10 @@ class AnalystRunner:
                 if daily is not None:
                     daily.failed(probe)
                 raise
+            counted(response)  # paid for: on the chunk's usage before anything else can fail
             if daily is not None:
-                daily.settled(response, probe)
-            return counted(response)
+                daily.settled(response, probe)  # never raises for the ledger (a failed write is retried)
+            return response
 
         reach = functools.partial(self._reach, retrier.stats)
 
