@@ -20,7 +20,7 @@ from contract_review.adapters.token_ledger import DynamoTokenLedger
 from contract_review.config.settings import Settings
 from contract_review.domain.errors import ErrorEnvelope, ReviewError
 from contract_review.domain.messages import ResultMessage
-from contract_review.domain.ports import Artifacts, ClaimsRepo, JobsRepo, Queue, Queues, TokenLedger
+from contract_review.domain.ports import Artifacts, Charge, ClaimsRepo, JobsRepo, Queue, Queues, Taken, TokenLedger
 from contract_review.domain.records import (
     AttemptStats,
     CheckpointWrite,
@@ -990,6 +990,28 @@ def test_the_daily_token_ledger_adds_atomically_reads_its_window_and_claims_each
     repos.ledger.lift(model, h + 1)
     after = repos.ledger.window(model, h - 23)
     assert (after.since_hour, after.probe_hour, dict(after.hours)) == (h + 1, None, {h - 1: 100, h: 50})
+
+
+def test_a_spend_charge_is_taken_once_per_id_within_the_limit_and_given_back_once(repos: Repos):
+    """Issue 25 finding 11 / item 9: the allowance taken under the job's charge id, in one transaction with its
+    record: a replay takes nothing again, a give-back undoes it once, and an expired record is no record."""
+    counter, day = f"spend#owner-{next(_n)}", 20_000
+    first = Charge("job-a", counter, day, 60, expires_at=10_000)
+    assert repos.ledger.take_once(first, 100, now=1_000) is Taken.NOW
+    assert repos.ledger.take_once(first, 100, now=1_000) is Taken.BEFORE  # a replay: nothing again
+    assert repos.ledger.take_once(Charge("job-b", counter, day, 60, 10_000), 100, now=1_000) is Taken.REFUSED
+    assert repos.ledger.take_once(Charge("job-c", counter, day, 500, 10_000), 100, now=1_000) is Taken.REFUSED
+    assert repos.ledger.take_once(Charge("job-c", counter, day, 40, 10_000), 100, now=1_000) is Taken.NOW
+    assert repos.ledger.take(counter, day, 1, 100, 10_000) is None  # 100 of 100 taken
+    # given back once: the room is there again, and the charge may be taken again (once)
+    assert repos.ledger.give_back(first) and not repos.ledger.give_back(first)
+    assert repos.ledger.take(counter, day, 0, 100, 10_000) == 40
+    assert repos.ledger.take_once(first, 100, now=1_000) is Taken.NOW
+    assert repos.ledger.take_once(first, 200, now=1_000) is Taken.BEFORE
+    # a record past its expiry (TTL may not have deleted it yet) is no record: the next day's admission is charged
+    later = Charge("job-a", counter, day + 1, 60, 20_000)
+    assert repos.ledger.take_once(later, 100, now=10_001) is Taken.NOW
+    assert repos.ledger.take(counter, day + 1, 0, 100, 20_000) == 60
 
 
 def test_artifacts_list_every_key_under_a_prefix_and_nothing_else(repos: Repos):

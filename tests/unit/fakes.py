@@ -24,7 +24,7 @@ from contract_review.domain.batch import MISSING, BatchJobState, BatchJobStatus,
 from contract_review.domain.errors import ErrorEnvelope, ReviewError
 from contract_review.domain.keys import checkpoint_key
 from contract_review.domain.messages import AnalysisMessage, JobControl, ResultMessage, size_batches
-from contract_review.domain.ports import DLQS, Deps, LedgerWindow, PresignedUpload, Queue, QueueMessage
+from contract_review.domain.ports import DLQS, Charge, Deps, LedgerWindow, PresignedUpload, Queue, QueueMessage, Taken
 from contract_review.domain.records import (
     OUTCOME_FIELDS,
     USAGE_FIELDS,
@@ -563,6 +563,7 @@ class FakeTokenLedger:
     def __init__(self) -> None:
         self.counters: dict[tuple[str, int], int] = {}
         self.control: dict[str, dict[str, int]] = {}
+        self.charges: dict[str, Charge] = {}  # the spend charges' records, by charge id
         self.adds = self.reads = 0
 
     @_atomic
@@ -592,6 +593,25 @@ class FakeTokenLedger:
             return None
         self.counters[(counter, window)] = count + amount
         return count + amount
+
+    @_atomic
+    def take_once(self, charge: Charge, limit: int, now: int) -> Taken:
+        held = self.charges.get(charge.charge_id)
+        if held is not None and held.expires_at >= now:  # the transaction's conditions: the record first
+            return Taken.BEFORE
+        if self.take(charge.counter, charge.window, charge.amount, limit, charge.expires_at) is None:
+            return Taken.REFUSED
+        self.charges[charge.charge_id] = charge
+        return Taken.NOW
+
+    @_atomic
+    def give_back(self, charge: Charge) -> bool:
+        held = self.charges.get(charge.charge_id)
+        if held != charge:  # the transaction's conditions: this charge's live record
+            return False
+        del self.charges[charge.charge_id]
+        self.counters[(charge.counter, charge.window)] -= charge.amount
+        return True
 
     @_atomic
     def lift(self, model_id: str, hour: int) -> None:

@@ -93,6 +93,35 @@ class TokenLedger(Protocol):
         write: concurrent callers never take more than the limit together): the new count, or None when refused.
         The spend limits' counters (pipeline/limits.py) live in the same table as the token counters."""
 
+    def take_once(self, charge: Charge, limit: int, now: int) -> Taken:
+        """`take` under a charge id: the charge's record and the count's addition in one transaction, conditional on
+        no live record of that id (one whose `expires_at` has not passed) and on the limit. A second take of the
+        same id takes nothing (`Taken.BEFORE`), whatever the count; `Taken.REFUSED`: over the limit, nothing
+        taken."""
+
+    def give_back(self, charge: Charge) -> bool:
+        """Undo a `take_once`: its record ended (no record for the next `take_once` of the id) and its amount taken
+        off its window's count, in one transaction conditional on the record being this live charge (a second
+        give-back gives nothing). Whether this call gave it back."""
+
+
+@dataclass(frozen=True)
+class Charge:
+    """What one admission takes from a counter (`TokenLedger.take_once`): `amount` from `counter`'s `window`, under
+    `charge_id` (the job it admits: a replay takes nothing again), its record kept until `expires_at`."""
+
+    charge_id: str
+    counter: str
+    window: int
+    amount: int
+    expires_at: int
+
+
+class Taken(StrEnum):
+    NOW = "now"  # taken by this call
+    BEFORE = "before"  # taken before under the same charge id: nothing taken again
+    REFUSED = "refused"  # over the limit: nothing taken
+
 
 class Compensator(Protocol):
     """Undo a job's recorded side effects, last first (`sideeffects.saga.compensate_job`)."""
