@@ -170,7 +170,8 @@ def test_a_reopen_that_loses_to_another_leaves_the_winners_marks_alone(repos: Re
     after = repos.jobs.get(job.job_id)
     assert after is not None and counted(repos.claims, after) == {"c0", "c1"} and after.settled_count == 2
     assert repos.jobs.settle_new_chunk(job.job_id, "c1", usage=Usage(input_tokens=10)) is None
-    assert repos.jobs.get(job.job_id).settled_count == 2  # type: ignore[union-attr]
+    final = repos.jobs.get(job.job_id)
+    assert final is not None and final.settled_count == 2
 
 
 def test_jobs_transition_can_be_conditional_on_the_settled_version(repos: Repos):
@@ -385,7 +386,8 @@ def test_settle_new_chunk_counts_only_the_chunk_as_its_caller_read_it(repos: Rep
     assert repos.claims.reset_for_redrive(job.job_id, "c0") is not None  # the redrive, after the caller's read
     assert repos.jobs.settle_new_chunk(job.job_id, "c0", fence=dead.fence, status=dead.status) is None
     assert repos.jobs.settle_chunk(job.job_id, "c0", fence=dead.fence, status=dead.status).settled_count == 0
-    assert not repos.claims.get(job.job_id, "c0").counted  # type: ignore[union-attr]
+    record = repos.claims.get(job.job_id, "c0")
+    assert record is not None and not record.counted
     # the record as it is now (pending) is not counted under a settled status either
     assert repos.jobs.settle_new_chunk(job.job_id, "c0", fence=dead.fence + 1, status=ChunkStatus.DEAD_LETTERED) is None
     again = repos.claims.claim(job.job_id, "c0", "w", 30, 1)
@@ -401,10 +403,12 @@ def test_a_settle_owes_its_event_and_the_event_is_written_once(repos: Repos):
     job = _with_chunks(repos, _job(JobState.RUNNING))
     assert repos.jobs.record_owed_event(job.job_id, "c0", "chunk.settled", chunk_id="c0") == 0  # nothing owed yet
     assert repos.jobs.settle_new_chunk(job.job_id, "c0") is not None
-    assert repos.claims.get(job.job_id, "c0").event_owed  # type: ignore[union-attr]
+    owing = repos.claims.get(job.job_id, "c0")
+    assert owing is not None and owing.event_owed
     assert repos.jobs.record_owed_event(job.job_id, "c0", "chunk.settled", chunk_id="c0") == 1
     assert repos.jobs.record_owed_event(job.job_id, "c0", "chunk.settled", chunk_id="c0") == 0
-    assert not repos.claims.get(job.job_id, "c0").event_owed  # type: ignore[union-attr]
+    paid = repos.claims.get(job.job_id, "c0")
+    assert paid is not None and not paid.event_owed
     assert [(e.type, e.detail) for e in repos.jobs.events(job.job_id)] == [("chunk.settled", {"chunk_id": "c0"})]
     assert repos.jobs.record_event(job.job_id, "other") == 2  # the numbers go on
 

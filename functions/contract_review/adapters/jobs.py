@@ -269,7 +269,8 @@ class DynamoJobs:
         adds, values = _usage_adds(usage)
         values = {**values, ":one": 1, ":now": self.clock(), ":cid": chunk_id}
         chunk_cond = "attribute_exists(chunk_id) AND (attribute_not_exists(#c) OR #c = :f)"
-        chunk_names, chunk_values = {"#c": COUNTED}, {":t": True, ":f": False}
+        chunk_names: dict[str, str] = {"#c": COUNTED}
+        chunk_values: dict[str, Any] = {":t": True, ":f": False}
         if fence is not None:  # a redrive since the caller's read moved the fence: not this settle's to count
             chunk_cond += " AND fence = :fence"
             chunk_values[":fence"] = fence
