@@ -120,11 +120,10 @@ def _count_after_the_end(deps: Deps, job: Job, msg: ResultMessage, counter: Requ
     if chunk is None or chunk.status != msg.status or not chunk.settled or job.counts(chunk):
         return "ignored"
     usage = Usage.of([chunk.usage(), aggregator_usage(deps.settings.profile.prices, counter)])
-    counted = deps.jobs.settle_new_chunk(msg.job_id, msg.chunk_id, usage=usage)
+    counted = deps.jobs.settle_new_chunk(msg.job_id, msg.chunk_id, usage=usage, fence=chunk.fence,
+                                         status=chunk.status)
     if counted is not None:
-        deps.jobs.record_event(msg.job_id, "chunk.settled", chunk_id=msg.chunk_id, chunk_index=msg.chunk_index,
-                               status=msg.status.value, settled=counted.n_settled, total=counted.chunk_count,
-                               after_job_ended=job.state.value)
+        lifecycle.settled_event(deps, chunk, counted, after_job_ended=job.state.value)
     return "ignored"
 
 
