@@ -38,6 +38,7 @@ class Access:
 
 GET, PUT, UPDATE, QUERY = (f"dynamodb:{a}" for a in ("GetItem", "PutItem", "UpdateItem", "Query"))
 DELETE_ITEM = "dynamodb:DeleteItem"
+CONDITION_CHECK = "dynamodb:ConditionCheckItem"
 BATCH_GET = "dynamodb:BatchGetItem"
 # Appending a job event (adapters/jobs.py record_event): read the job's counter item (GetItem), then write it
 # (UpdateItem) and the event (PutItem) in one TransactWriteItems, which IAM checks per item action.
@@ -165,7 +166,9 @@ SWEEPER = (
 ) + SIDE_EFFECTS + BATCH_COLLECTOR + CONTROL_COLLECTOR
 # The Job API (contract_review/operate/api.py): submit and read jobs and batches; cancel, decide, retry (redrive.retry).
 API = (
-    Access("table:jobs", (GET, UPDATE), "read a job; cancel, approve or reject it; reopen it (retry)"),
+    Access("table:jobs", (GET, UPDATE, CONDITION_CHECK), "read a job; cancel, approve or reject it; reopen it "
+                                                          "(retry: each counted mark rebuilt in a transaction with a "
+                                                          "check of the job's transition condition)"),
     Access("table:events", (*EVENTS_APPEND, QUERY), "read a job's events after a sequence number (and its last); "
                                                 "record what was done (the counter, then it and the event together)"),
     Access("table:claims", (QUERY, GET, UPDATE), "retry: a job's chunks; reset failed and dead-lettered ones (a "
@@ -175,8 +178,10 @@ API = (
     Access("objects:batches/", (GET_OBJECT, PUT_OBJECT), "batch manifests"),
     Access(f"objects:{BATCH_JOBS_PREFIX}", (GET_OBJECT,), "a batch-mode job's status: the batch jobs holding its "
                                                           "calls (pipeline/batch.py batches_of)"),
-    Access("table:token-ledger", (UPDATE,), "spend limits: take a submission's estimate from its principal's daily "
-                                            "allowance, count its requests a minute (pipeline/limits.py)"),
+    Access("table:token-ledger", (PUT, UPDATE), "spend limits: take a submission's estimate from its principal's "
+                                                 "daily allowance with the record of that job's charge (one "
+                                                 "transaction: a replay takes nothing again), give it back when the "
+                                                 "admission fails, count its requests a minute (pipeline/limits.py)"),
     Access(PRINCIPAL_UPLOADS, (GET_OBJECT, PUT_OBJECT), "read a document sent by s3_uri (to hash it); claim-check a "
                                                         "large text; presign POST /uploads (all in the callers' "
                                                         "own uploads/principals/<owner>/)"),

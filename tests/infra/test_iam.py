@@ -299,8 +299,9 @@ def test_the_daily_token_ledger_is_the_workers_alone_encrypted_on_demand_and_exp
         if "table:token-ledger" in granted:
             holders[role] = granted["table:token-ledger"]
     ledger_actions = {"dynamodb:Query", "dynamodb:UpdateItem"}
-    # and the Job API, which only adds within a limit (the spend limits' counters: pipeline/limits.py)
-    assert holders == {"worker": ledger_actions, "api": {"dynamodb:UpdateItem"},
+    # and the Job API, which only adds within a limit (the spend limits' counters: pipeline/limits.py), a daily
+    # charge with the record of the job it was taken for (PutItem, in the same transaction: issue 25 item 9)
+    assert holders == {"worker": ledger_actions, "api": {"dynamodb:PutItem", "dynamodb:UpdateItem"},
                        **({"fargate": ledger_actions} if name == FARGATE else {})}
 
 

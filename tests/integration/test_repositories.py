@@ -23,12 +23,14 @@ from contract_review.domain.errors import ErrorEnvelope, ReviewError
 from contract_review.domain.messages import ResultMessage
 from contract_review.domain.ports import (
     Artifacts,
+    Charge,
     ClaimsRepo,
     Deps,
     JobsRepo,
     ModelControls,
     Queue,
     Queues,
+    Taken,
     TokenLedger,
 )
 from contract_review.domain.records import (
@@ -166,6 +168,32 @@ def test_jobs_transition_is_conditional_and_writes_the_outcome(repos: Repos):
     assert (reopened.report_json_key, reopened.n_findings, reopened.reliability) == (None, None, None)
     empty = repos.jobs.transition(job.job_id, (JobState.RUNNING,), JobState.RUNNING, settled=set())
     assert empty is not None and counted(repos.claims, empty) == set() and empty.settled_count == 0
+
+
+def test_a_reopen_that_loses_to_another_leaves_the_winners_marks_alone(repos: Repos):
+    """Issue 25 finding 8: two retries of one ended job at once. Both read the job (one version) and its chunks; the
+    first reopens it, and a chunk it reset is counted again under it. The second's transition then loses, and must
+    have written nothing: the adapter used to rewrite every chunk's mark before its conditional write, so the loser
+    unmarked the chunk the winner had counted (the count kept it), and the chunk was counted twice."""
+    job = _with_chunks(repos, _job(JobState.RUNNING).model_copy(update={"chunk_count": 3}), n=3)
+    for c in ("c0", "c1", "c2"):
+        repos.jobs.settle_chunk(job.job_id, c, usage=Usage(input_tokens=10))
+    ended = repos.jobs.transition(job.job_id, (JobState.RUNNING,), JobState.DEAD_LETTERED)
+    assert ended is not None
+    # the winner: c0 stays counted, c1 and c2 run again; c1 settles again and is counted
+    won = repos.jobs.transition(job.job_id, (JobState.DEAD_LETTERED,), JobState.RUNNING, settled={"c0"},
+                                if_version=ended.version)
+    assert won is not None and counted(repos.claims, won) == {"c0"}
+    assert repos.jobs.settle_new_chunk(job.job_id, "c1", usage=Usage(input_tokens=10)) is not None
+    # WHEN the loser, which read the job and its chunks before all that, makes its transition
+    assert repos.jobs.transition(job.job_id, (JobState.DEAD_LETTERED,), JobState.RUNNING, settled={"c0"},
+                                 if_version=ended.version) is None
+    # THEN c1 is still counted, once: a second copy of its result counts nothing
+    after = repos.jobs.get(job.job_id)
+    assert after is not None and counted(repos.claims, after) == {"c0", "c1"} and after.settled_count == 2
+    assert repos.jobs.settle_new_chunk(job.job_id, "c1", usage=Usage(input_tokens=10)) is None
+    final = repos.jobs.get(job.job_id)
+    assert final is not None and final.settled_count == 2
 
 
 def test_jobs_transition_can_be_conditional_on_the_settled_version(repos: Repos):
@@ -368,6 +396,43 @@ def test_settle_new_chunk_counts_a_chunk_once_and_says_whether_it_did(repos: Rep
     assert repos.claims.get(job.job_id, "no-record") is None
     assert repos.jobs.settle_new_chunk("job-that-does-not-exist", "c0") is None
     assert repos.jobs.get("job-that-does-not-exist") is None and repos.jobs.get(job.job_id).input_tokens == 5  # type: ignore[union-attr]
+
+
+def test_settle_new_chunk_counts_only_the_chunk_as_its_caller_read_it(repos: Repos):
+    """Issue 25 finding 9: the settle's mark is conditional on the chunk's fence and status as read, so a redrive
+    landing after the read (a new fence, pending again) is not counted."""
+    job = _with_chunks(repos, _job(JobState.RUNNING))
+    won = repos.claims.claim(job.job_id, "c0", "w", 30, 1)
+    dead = repos.claims.finish(job.job_id, "c0", won.fence, ChunkStatus.DEAD_LETTERED, AttemptStats(calls=1))
+    assert dead is not None
+    assert repos.claims.reset_for_redrive(job.job_id, "c0") is not None  # the redrive, after the caller's read
+    assert repos.jobs.settle_new_chunk(job.job_id, "c0", fence=dead.fence, status=dead.status) is None
+    assert repos.jobs.settle_chunk(job.job_id, "c0", fence=dead.fence, status=dead.status).settled_count == 0
+    record = repos.claims.get(job.job_id, "c0")
+    assert record is not None and not record.counted
+    # the record as it is now (pending) is not counted under a settled status either
+    assert repos.jobs.settle_new_chunk(job.job_id, "c0", fence=dead.fence + 1, status=ChunkStatus.DEAD_LETTERED) is None
+    again = repos.claims.claim(job.job_id, "c0", "w", 30, 1)
+    finished = repos.claims.finish(job.job_id, "c0", again.fence, ChunkStatus.DONE, AttemptStats(calls=1))
+    assert finished is not None
+    now = repos.jobs.settle_new_chunk(job.job_id, "c0", fence=finished.fence, status=finished.status)
+    assert now is not None and counted(repos.claims, now) == {"c0"}
+
+
+def test_a_settle_owes_its_event_and_the_event_is_written_once(repos: Repos):
+    """Issue 25 finding 10: the transaction that counts a chunk leaves its event owed on the record; the event is
+    written with the debt's removal, in one transaction conditional on it: once, however many writers try."""
+    job = _with_chunks(repos, _job(JobState.RUNNING))
+    assert repos.jobs.record_owed_event(job.job_id, "c0", "chunk.settled", chunk_id="c0") == 0  # nothing owed yet
+    assert repos.jobs.settle_new_chunk(job.job_id, "c0") is not None
+    owing = repos.claims.get(job.job_id, "c0")
+    assert owing is not None and owing.event_owed
+    assert repos.jobs.record_owed_event(job.job_id, "c0", "chunk.settled", chunk_id="c0") == 1
+    assert repos.jobs.record_owed_event(job.job_id, "c0", "chunk.settled", chunk_id="c0") == 0
+    paid = repos.claims.get(job.job_id, "c0")
+    assert paid is not None and not paid.event_owed
+    assert [(e.type, e.detail) for e in repos.jobs.events(job.job_id)] == [("chunk.settled", {"chunk_id": "c0"})]
+    assert repos.jobs.record_event(job.job_id, "other") == 2  # the numbers go on
 
 
 def test_jobs_settled_count_stalled_and_events(repos: Repos):
@@ -969,6 +1034,28 @@ def test_the_daily_token_ledger_adds_atomically_reads_its_window_and_claims_each
     repos.ledger.lift(model, h + 1)
     after = repos.ledger.window(model, h - 23)
     assert (after.since_hour, after.probe_hour, dict(after.hours)) == (h + 1, None, {h - 1: 100, h: 50})
+
+
+def test_a_spend_charge_is_taken_once_per_id_within_the_limit_and_given_back_once(repos: Repos):
+    """Issue 25 finding 11 / item 9: the allowance taken under the job's charge id, in one transaction with its
+    record: a replay takes nothing again, a give-back undoes it once, and an expired record is no record."""
+    counter, day = f"spend#owner-{next(_n)}", 20_000
+    first = Charge("job-a", counter, day, 60, expires_at=10_000)
+    assert repos.ledger.take_once(first, 100, now=1_000) is Taken.NOW
+    assert repos.ledger.take_once(first, 100, now=1_000) is Taken.BEFORE  # a replay: nothing again
+    assert repos.ledger.take_once(Charge("job-b", counter, day, 60, 10_000), 100, now=1_000) is Taken.REFUSED
+    assert repos.ledger.take_once(Charge("job-c", counter, day, 500, 10_000), 100, now=1_000) is Taken.REFUSED
+    assert repos.ledger.take_once(Charge("job-c", counter, day, 40, 10_000), 100, now=1_000) is Taken.NOW
+    assert repos.ledger.take(counter, day, 1, 100, 10_000) is None  # 100 of 100 taken
+    # given back once: the room is there again, and the charge may be taken again (once)
+    assert repos.ledger.give_back(first) and not repos.ledger.give_back(first)
+    assert repos.ledger.take(counter, day, 0, 100, 10_000) == 40
+    assert repos.ledger.take_once(first, 100, now=1_000) is Taken.NOW
+    assert repos.ledger.take_once(first, 200, now=1_000) is Taken.BEFORE
+    # a record past its expiry (TTL may not have deleted it yet) is no record: the next day's admission is charged
+    later = Charge("job-a", counter, day + 1, 60, 20_000)
+    assert repos.ledger.take_once(later, 100, now=10_001) is Taken.NOW
+    assert repos.ledger.take(counter, day + 1, 0, 100, 20_000) == 60
 
 
 def test_artifacts_list_every_key_under_a_prefix_and_nothing_else(repos: Repos):

@@ -26,7 +26,7 @@ from contract_review.domain.batch import MISSING, BatchJobState, BatchJobStatus,
 from contract_review.domain.errors import ErrorEnvelope, ReviewError
 from contract_review.domain.keys import checkpoint_key
 from contract_review.domain.messages import AnalysisMessage, JobControl, ResultMessage, size_batches
-from contract_review.domain.ports import DLQS, Deps, LedgerWindow, PresignedUpload, Queue, QueueMessage
+from contract_review.domain.ports import DLQS, Charge, Deps, LedgerWindow, PresignedUpload, Queue, QueueMessage, Taken
 from contract_review.domain.records import (
     OUTCOME_FIELDS,
     USAGE_FIELDS,
@@ -105,22 +105,33 @@ class FakeJobs:
                    started_at: float | None = None, outcome: BaseModel | None = None,
                    settled: set[str] | None = None, if_settled_version: int | None = None,
                    if_version: int | None = None) -> Job | None:
-        job = self.items.get(job_id)
-        if job is None or job.state not in from_states:
-            return None
-        if if_settled_version is not None and job.settled_version != if_settled_version:
-            return None
-        if if_version is not None and job.version != if_version:
-            return None
+        def holds() -> Job | None:  # the transition's condition, checked by each write that carries it
+            job = self.items.get(job_id)
+            if job is None or job.state not in from_states:
+                return None
+            if if_settled_version is not None and job.settled_version != if_settled_version:
+                return None
+            if if_version is not None and job.version != if_version:
+                return None
+            return job
+
         update: dict[str, object] = {}
-        if settled is not None:  # the records' marks rebuilt, the count set to match, an older job's set gone
-            update.update({f: Job.model_fields[f].get_default(call_default_factory=True) for f in OUTCOME_FIELDS})
+        if settled is not None:  # as the adapter: the records' marks first, each write checking the job's condition
             marked = 0
             for r in self._records().for_job(job_id):
                 want = r.chunk_id in settled
                 marked += want
+                if want == r.counted:
+                    continue
+                if holds() is None:
+                    return None  # another transition won: nothing more is written
                 self._records().items[(job_id, r.chunk_id)] = r.model_copy(update={"counted": want})
+            # then the job (its condition checked by its own write): the count set to match, an older job's set gone
+            update.update({f: Job.model_fields[f].get_default(call_default_factory=True) for f in OUTCOME_FIELDS})
             update.update({"settled_count": marked, "legacy_settled": set()})
+        job = holds()
+        if job is None:
+            return None
         if outcome is not None:
             update.update({k: getattr(outcome, k) for k in outcome.model_dump(exclude_none=True)})
         if started_at is not None:
@@ -165,19 +176,23 @@ class FakeJobs:
         assert self.claims is not None, "FakeJobs.claims: the FakeClaims whose records a settle marks"
         return self.claims
 
-    def settle_new_chunk(self, job_id: str, chunk_id: str, *, usage: Usage | None = None) -> Job | None:
+    def settle_new_chunk(self, job_id: str, chunk_id: str, *, usage: Usage | None = None, fence: int | None = None,
+                         status: ChunkStatus | None = None) -> Job | None:
         job, record = self.items.get(job_id), self._records().items.get((job_id, chunk_id))
         if job is None or record is None or job.counts(record):  # the transaction's conditions
             return None
-        self._records().items[(job_id, chunk_id)] = record.model_copy(update={"counted": True})
+        if (fence is not None and record.fence != fence) or (status is not None and record.status is not status):
+            return None
+        self._records().items[(job_id, chunk_id)] = record.model_copy(update={"counted": True, "event_owed": True})
         added = usage or Usage()
         job = job.model_copy(update={"settled_count": job.settled_count + 1, "updated_at": self.clock(),
                                      **{f: getattr(job, f) + getattr(added, f) for f in USAGE_FIELDS}})
         self.items[job_id] = job
         return job.model_copy(deep=True)
 
-    def settle_chunk(self, job_id: str, chunk_id: str, *, usage: Usage | None = None) -> Job:
-        counted = self.settle_new_chunk(job_id, chunk_id, usage=usage)
+    def settle_chunk(self, job_id: str, chunk_id: str, *, usage: Usage | None = None, fence: int | None = None,
+                     status: ChunkStatus | None = None) -> Job:
+        counted = self.settle_new_chunk(job_id, chunk_id, usage=usage, fence=fence, status=status)
         if counted is not None:
             return counted
         job = self.items[job_id]  # KeyError as DynamoDB's condition `attribute_exists(job_id)` fails
@@ -253,6 +268,14 @@ class FakeJobs:
         self.log.append(JobEvent(job_id=job_id, seq=event_seq(number), type=kind, at=self.clock(),
                                  detail=json.loads(json.dumps(detail, default=str))))
         return number
+
+    @_atomic
+    def record_owed_event(self, job_id: str, chunk_id: str, kind: str, /, **detail: object) -> int:
+        record = self._records().items.get((job_id, chunk_id))
+        if record is None or not record.event_owed or job_id not in self.items:  # the transaction's conditions
+            return 0
+        self._records().items[(job_id, chunk_id)] = record.model_copy(update={"event_owed": False})
+        return self.record_event(job_id, kind, **detail)
 
     def last_event(self, job_id: str) -> JobEvent | None:
         found = self.events(job_id)
@@ -582,6 +605,7 @@ class FakeTokenLedger:
     def __init__(self) -> None:
         self.counters: dict[tuple[str, int], int] = {}
         self.control: dict[str, dict[str, int]] = {}
+        self.charges: dict[str, Charge] = {}  # the spend charges' records, by charge id
         self.adds = self.reads = 0
 
     @_atomic
@@ -611,6 +635,25 @@ class FakeTokenLedger:
             return None
         self.counters[(counter, window)] = count + amount
         return count + amount
+
+    @_atomic
+    def take_once(self, charge: Charge, limit: int, now: int) -> Taken:
+        held = self.charges.get(charge.charge_id)
+        if held is not None and held.expires_at >= now:  # the transaction's conditions: the record first
+            return Taken.BEFORE
+        if self.take(charge.counter, charge.window, charge.amount, limit, charge.expires_at) is None:
+            return Taken.REFUSED
+        self.charges[charge.charge_id] = charge
+        return Taken.NOW
+
+    @_atomic
+    def give_back(self, charge: Charge) -> bool:
+        held = self.charges.get(charge.charge_id)
+        if held != charge:  # the transaction's conditions: this charge's live record
+            return False
+        del self.charges[charge.charge_id]
+        self.counters[(charge.counter, charge.window)] -= charge.amount
+        return True
 
     @_atomic
     def lift(self, model_id: str, hour: int) -> None:

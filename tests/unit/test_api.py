@@ -12,9 +12,10 @@ from types import SimpleNamespace
 import pytest
 
 from contract_review.domain import cost
+from contract_review.domain.errors import ReviewError
 from contract_review.domain.messages import MAX_DOCUMENT_BYTES, IntakeMessage
 from contract_review.domain.ports import Queue
-from contract_review.domain.principals import uploads_prefix
+from contract_review.domain.principals import owner, uploads_prefix
 from contract_review.domain.records import JobState, job_id_for
 from contract_review.operate import api, ops
 from contract_review.pipeline import admission
@@ -819,6 +820,84 @@ def test_the_daily_spend_cap_is_per_principal_and_refuses_before_anything_is_que
     # a batch item over the cap is that item's error; the others are not affected
     batch = call(world, "POST", "/batches", [{"custom_id": "over", "document": {"text": TEXT.replace("York", "Amsterdam")}}])
     assert batch.status == 202 and batch.json["items"][0]["error"]["code"] == "quota.spend_exceeded"  # type: ignore[index]
+
+
+def _spent(world: FakeWorld, who: str = ALICE) -> int:
+    """What the principal's admissions took from today's allowance."""
+    day = int(world.clock() // 86400)
+    return world.token_ledger.counters.get((f"spend#{owner(who)}", day), 0)
+
+
+def test_a_replacement_under_a_failed_jobs_key_is_a_new_admission_and_is_charged():
+    """Issue 25 finding 11: a replacement submitted under the key of a job that failed on its input was never
+    charged (blank the upload before intake reads it, then submit an over-cap document under that key: 202, where a
+    new key got 429)."""
+    estimate = admission.estimate(SETTINGS, TEXT).model_micro_usd
+    world = _limited(principal_daily_spend_usd=1.5 * estimate / 1e6)  # room for one such job a day
+    # GIVEN a document uploaded and submitted under key k (charged), then blanked before intake reads it
+    uri = str(call(world, "POST", "/uploads", {}).json["s3Uri"])
+    key = uri.removeprefix(f"s3://{world.artifacts.bucket}/")
+    world.artifacts.put_text(key, TEXT)
+    assert call(world, "POST", "/jobs", {"document": {"s3_uri": uri}}, headers={"Idempotency-Key": "k"}).status == 202
+    world.artifacts.put_text(key, " \n ")
+    InProcess(world).intake()
+    failed = world.jobs.get(api.job_id_of(ALICE, "k"))
+    assert failed is not None and failed.error_code == "input.empty_document" and failed.replaceable
+    assert _spent(world) == estimate
+    # WHEN another document is submitted under the same key, over what is left of the day's cap
+    again = submit(world, text=TEXT.replace("York", "Jersey"), key="k")
+    # THEN it is refused as a new key would be, and nothing is queued
+    assert again.status == 429 and again.code == "quota.spend_exceeded", again.json
+    assert submit(world, text=TEXT.replace("York", "Jersey"), key="other").status == 429
+    assert not intake_messages(world) and _spent(world) == estimate  # (intake took the first one)
+
+
+def test_a_retry_after_a_failed_submission_write_takes_the_allowance_once():
+    """Issue 25 finding 11: the allowance was taken before the submission record was written; when that write failed
+    (503, Retry-After) the client's retry with the same key took the estimate again: near the cap, 429 until 00:00 UTC
+    for a request that queued nothing. Now a failed admission gives back what it took, and the charge is keyed by
+    the job: a retry or a replay takes it once."""
+    estimate = admission.estimate(SETTINGS, TEXT).model_micro_usd
+    world = _limited(principal_daily_spend_usd=1.5 * estimate / 1e6)
+    real = world.artifacts.put_text
+    failures = [ReviewError.of("aws.throttled", "SlowDown", step="api")]
+
+    def put_text(key: str, body: str, content_type: str = "application/json") -> None:
+        if key.startswith("submissions/") and failures:
+            raise failures.pop()
+        real(key, body, content_type)
+
+    world.artifacts.put_text = put_text  # type: ignore[method-assign]  # one call of the repository wrapped
+    first = submit(world, key="order-9")
+    assert first.status == 503 and first.headers["Retry-After"] and not intake_messages(world)
+    assert _spent(world) == 0  # given back: nothing was queued
+    # WHEN the client retries the same request THEN it is taken, charged once
+    retried = submit(world, key="order-9")
+    assert retried.status == 202 and _spent(world) == estimate
+    # AND a replay (intake has not recorded the job yet) takes nothing again
+    assert submit(world, key="order-9").status == 202 and _spent(world) == estimate
+    assert len(intake_messages(world)) == 2  # the message again (intake takes one job)
+
+
+def test_a_charge_whose_give_back_failed_is_not_taken_again_by_the_retry():
+    estimate = admission.estimate(SETTINGS, TEXT).model_micro_usd
+    world = _limited(principal_daily_spend_usd=1.5 * estimate / 1e6)
+    sends = world.queues.send_intake
+    gives = world.token_ledger.give_back
+
+    def send_fails(body: str) -> None:
+        raise ReviewError.of("aws.throttled", "the queue throttled", step="api")
+
+    def give_back_fails(charge: object) -> bool:
+        raise ReviewError.of("aws.throttled", "the ledger throttled", step="api")
+
+    world.queues.send_intake = send_fails  # type: ignore[method-assign]  # the send fails,
+    world.token_ledger.give_back = give_back_fails  # type: ignore[method-assign]  # and so does the give-back
+    assert submit(world, key="order-10").status == 503 and _spent(world) == estimate
+    world.queues.send_intake = sends  # type: ignore[method-assign]  # restored
+    world.token_ledger.give_back = gives  # type: ignore[method-assign]  # restored
+    # WHEN the client retries THEN the charge taken by the first attempt stands, and nothing more is taken
+    assert submit(world, key="order-10").status == 202 and _spent(world) == estimate
 
 
 def test_requests_over_a_principals_rate_are_429_and_another_principal_is_not_slowed():

@@ -269,3 +269,48 @@ def test_after_a_hold_a_throttle_starts_a_new_streak_instead_of_dead_lettering_a
     record = world.claims.get(job_id, msg.chunk_id)
     assert record is not None and record.backpressure_since == world.clock() and record.failures == 0
     assert record.release_reason is ReleaseReason.BACKPRESSURE and world.queues.sent[Queue.ANALYSIS_DLQ] == []
+
+
+def test_a_failed_ledger_write_after_a_paid_probe_neither_loses_its_tokens_nor_makes_the_call_again():
+    """Issue 25 finding 13: the probe's answer lifted the hold with a ledger write inside the model call's wrapper; when
+    that write failed, the answered (paid) call was taken for a failed one: its tokens were on no chunk, and the
+    retrier made the call again. Now the call stands, its tokens are counted, and the lift is written later."""
+    # GIVEN what a fault-free run of the chunk calls and counts, with the same daily quota and no hold
+    plain = FakeWorld()
+    _, plain_msg = one_chunk_job(plain)
+    plain_model = ScriptedModel()
+    assert _worker(plain, plain_model).handle(plain_msg, _delivery()).action == "done"
+    plain_record = plain.claims.for_job(plain_msg.job_id)[0]
+    # AND a world whose ledger is full: the chunk is held, and the next hour its first call is the probe
+    world = FakeWorld()
+    job_id, msg = one_chunk_job(world)
+    _full(world)
+    model = ScriptedModel()
+    worker = _worker(world, model)
+    assert worker.handle(msg, _delivery()).detail["reason"] == DAILY_QUOTA_CODE
+    world.clock.advance(world.settings.profile.quota.daily_ledger_bucket_s)
+    # WHEN the probe answers and the ledger write that lifts the hold fails (once)
+    real_lift = world.token_ledger.lift
+    failed: list[int] = []
+
+    def lift(model_id: str, hour: int) -> None:
+        if not failed:
+            failed.append(hour)
+            raise ReviewError.of("aws.throttled", "the ledger's table throttled the write", step="daily_quota")
+        real_lift(model_id, hour)
+
+    world.token_ledger.lift = lift  # type: ignore[method-assign]  # one call of the repository wrapped
+    (fresh,) = world.queues.drain(Queue.ANALYSIS)
+    done = worker.handle(msg.model_validate_json(fresh.body), _delivery())
+    # THEN the chunk completes with exactly the calls of the fault-free run (the probe was not made again)
+    assert failed and done.action == "done", done
+    assert model.calls == plain_model.calls
+    # AND the probe's tokens are on the chunk and in the ledger, and the lift was written after all
+    record = world.claims.get(job_id, msg.chunk_id)
+    assert record is not None
+    assert (record.input_tokens, record.output_tokens) == (plain_record.input_tokens, plain_record.output_tokens)
+    hour = failed[0]
+    bucket = int(plain.clock() // plain.settings.profile.quota.daily_ledger_bucket_s)
+    assert world.token_ledger.counters[(ScriptedModel.model_id, hour)] == \
+        plain.token_ledger.counters[(ScriptedModel.model_id, bucket)]
+    assert world.token_ledger.control[ScriptedModel.model_id] == {"since_hour": hour}

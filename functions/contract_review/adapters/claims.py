@@ -82,8 +82,9 @@ class DynamoClaims:
     # ---------------------------------------------------------------- records
     def create(self, record: ChunkRecord) -> bool:
         record = record.model_copy(update={"expires_at": int(self.clock()) + self.ttl_s})
-        # (`counted` is written only by the job's settle: adapters/jobs.py settle_new_chunk)
-        created, _ = self.claims.put_if(to_item(record, exclude={"counted"}), "attribute_not_exists(chunk_id)")
+        # (`counted` and `event_owed` are written only by the job's settle: adapters/jobs.py settle_new_chunk)
+        created, _ = self.claims.put_if(to_item(record, exclude={"counted", "event_owed"}),
+                                        "attribute_not_exists(chunk_id)")
         return created
 
     def get(self, job_id: str, chunk_id: str) -> ChunkRecord | None:

@@ -17,6 +17,7 @@ from contract_review.domain.records import (
     OUTCOME_FIELDS,
     USAGE_FIELDS,
     AttemptStats,
+    ChunkStatus,
     Job,
     JobEvent,
     JobState,
@@ -61,8 +62,10 @@ BRIEF_FIELDS = ("job_id, #s, created_at, updated_at, idempotency_key, priority, 
                 "#w, inference, on_demand_since")
 BATCH_GET_KEYS = 100  # BatchGetItem's most keys per request
 BATCH_GET_ATTEMPTS = 5
+MARKS_PER_TRANSACTION = 99  # TransactWriteItems takes 100 items: the job's check and 99 chunk records
 SETTLE_ATTEMPTS = 20  # a settle's transaction cancelled by a concurrent one on the same items (not a condition) is retried
 COUNTED = "counted"  # on a chunk record: counted settled on its job (written with the job's `settled_count`)
+EVENT_OWED = "event_owed"  # on a chunk record: counted, its `chunk.settled` event not written yet
 LEGACY_SETTLED = "settled"  # a job item's string set of counted chunk ids, from before `settled_count`
 FENCED_OUT = "fenced_out"  # on a chunk record: the fences whose fenced-out attempt's spend was added (add_fenced_out)
 
@@ -120,39 +123,43 @@ class DynamoJobs:
                    started_at: float | None = None, outcome: BaseModel | None = None,
                    settled: set[str] | None = None, if_settled_version: int | None = None,
                    if_version: int | None = None) -> Job | None:
+        names: dict[str, str] = {"#state": "state"}
+        conds: dict[str, Any] = {f":from{i}": s.value for i, s in enumerate(from_states)}
+        cond = f"#state IN ({', '.join(conds)})"
+        if if_settled_version is not None:  # no chunk was uncounted since the caller's read
+            names["#sv"] = "settled_version"
+            conds[":sv"] = if_settled_version
+            cond += " AND (#sv = :sv" + (" OR attribute_not_exists(#sv))" if if_settled_version == 0 else ")")
+        if if_version is not None:  # nothing else changed the job's state since the caller's read
+            names["#v"] = "version"
+            conds[":v"] = if_version
+            cond += " AND (#v = :v" + (" OR attribute_not_exists(#v))" if if_version == 0 else ")")
         fields: dict[str, Any] = model_values(outcome) if outcome is not None else {}
         if started_at is not None:
             fields["started_at"] = started_at
         remove: list[str] = []
-        if settled is not None:  # what is counted is rebuilt: the records' marks first (the job has ended)
+        if settled is not None:  # what is counted is rebuilt: the records' marks first, each under the job's condition
+            marked = self._mark_counted(job_id, settled, (cond, names, conds))
+            if marked is None:
+                return None  # the job changed meanwhile (another retry won): nothing more is written
             remove += [f for f in OUTCOME_FIELDS if f not in fields]
-            fields["settled_count"] = self._mark_counted(job_id, settled)
+            fields["settled_count"] = marked
             remove.append(LEGACY_SETTLED)
         fields.update({"state": to.value, "updated_at": self.clock()})
         if (open_state := _open_state(to)) is not None:  # in the open-jobs index while open, out once ended
             fields[OPEN_STATE] = open_state
         else:
             remove.append(OPEN_STATE)
-        expr, names, values = set_clause(fields)
+        expr, set_names, values = set_clause(fields)
+        names.update(set_names)
         expr = "SET " + expr + " ADD version :one"
         values[":one"] = 1
         if remove:
             names.update({f"#r{i}": k for i, k in enumerate(remove)})
             expr += " REMOVE " + ", ".join(f"#r{i}" for i in range(len(remove)))
-        froms: dict[str, Any] = {f":from{i}": s.value for i, s in enumerate(from_states)}
-        names["#state"] = "state"
-        cond = f"#state IN ({', '.join(froms)})"
-        if if_settled_version is not None:  # no chunk was uncounted since the caller's read
-            names["#sv"] = "settled_version"
-            froms[":sv"] = if_settled_version
-            cond += " AND (#sv = :sv" + (" OR attribute_not_exists(#sv))" if if_settled_version == 0 else ")")
-        if if_version is not None:  # nothing else changed the job's state since the caller's read
-            names["#v"] = "version"
-            froms[":v"] = if_version
-            cond += " AND (#v = :v" + (" OR attribute_not_exists(#v))" if if_version == 0 else ")")
         item = self.jobs.update_if(
             {"job_id": job_id}, UpdateExpression=expr, ConditionExpression=cond,
-            ExpressionAttributeNames=names, ExpressionAttributeValues=serialize({**values, **froms}))
+            ExpressionAttributeNames=names, ExpressionAttributeValues=serialize({**values, **conds}))
         return Job.model_validate(item) if item else None
 
     def stalled(self, idle_since: float, state: JobState = JobState.RUNNING) -> Iterator[Job]:
@@ -255,8 +262,9 @@ class DynamoJobs:
             {"job_id": job_id}, UpdateExpression="SET fanned_out = :to", ConditionExpression="fanned_out = :from",
             ExpressionAttributeValues=serialize({":to": to_count, ":from": from_count})) is not None
 
-    def settle_chunk(self, job_id: str, chunk_id: str, *, usage: Usage | None = None) -> Job:
-        counted = self.settle_new_chunk(job_id, chunk_id, usage=usage)
+    def settle_chunk(self, job_id: str, chunk_id: str, *, usage: Usage | None = None, fence: int | None = None,
+                     status: ChunkStatus | None = None) -> Job:
+        counted = self.settle_new_chunk(job_id, chunk_id, usage=usage, fence=fence, status=status)
         if counted is not None:
             return counted
         r = self.jobs.client.update_item(  # counted before: only progress (a missing job fails the condition)
@@ -265,41 +273,53 @@ class DynamoJobs:
             ExpressionAttributeValues=serialize({":now": self.clock()}))
         return Job.model_validate(deserialize(r["Attributes"]))
 
-    def settle_new_chunk(self, job_id: str, chunk_id: str, *, usage: Usage | None = None) -> Job | None:
-        """One transaction: the chunk record marked `counted` (condition: it exists, unmarked) and the job's count
-        and usage added to (condition: it exists, and an older job's set does not hold the chunk). Neither item
-        grows: the job item's write is billed at its own size, which no longer depends on the document's."""
+    def settle_new_chunk(self, job_id: str, chunk_id: str, *, usage: Usage | None = None, fence: int | None = None,
+                         status: ChunkStatus | None = None) -> Job | None:
+        """One transaction: the chunk record marked `counted` (condition: it exists, unmarked, and still has the
+        `fence` and `status` its caller read) and the job's count and usage added to (condition: it exists, and an
+        older job's set does not hold the chunk). Neither item grows: the job item's write is billed at its own
+        size, which no longer depends on the document's."""
         adds, values = _usage_adds(usage)
         values = {**values, ":one": 1, ":now": self.clock(), ":cid": chunk_id}
-        items = [
+        chunk_cond = "attribute_exists(chunk_id) AND (attribute_not_exists(#c) OR #c = :f)"
+        chunk_names: dict[str, str] = {"#c": COUNTED}
+        chunk_values: dict[str, Any] = {":t": True, ":f": False}
+        if fence is not None:  # a redrive since the caller's read moved the fence: not this settle's to count
+            chunk_cond += " AND fence = :fence"
+            chunk_values[":fence"] = fence
+        if status is not None:  # nor a chunk that is pending (or claimed) again
+            chunk_cond += " AND #st = :st"
+            chunk_names["#st"] = "status"
+            chunk_values[":st"] = status.value
+        items = [  # the mark, and the chunk's `chunk.settled` event owed (`record_owed_event` writes it, once)
             {"Update": {"TableName": self.claims.name, "Key": serialize({"job_id": job_id, "chunk_id": chunk_id}),
-                        "UpdateExpression": "SET #c = :t",
-                        "ConditionExpression": "attribute_exists(chunk_id) AND (attribute_not_exists(#c) OR #c = :f)",
-                        "ExpressionAttributeNames": {"#c": COUNTED},
-                        "ExpressionAttributeValues": serialize({":t": True, ":f": False})}},
+                        "UpdateExpression": f"SET #c = :t, {EVENT_OWED} = :t", "ConditionExpression": chunk_cond,
+                        "ExpressionAttributeNames": chunk_names,
+                        "ExpressionAttributeValues": serialize(chunk_values)}},
             {"Update": {"TableName": self.jobs.name, "Key": serialize({"job_id": job_id}),
                         "UpdateExpression": "ADD " + ", ".join(["settled_count :one", *adds]) + " SET updated_at = :now",
                         "ConditionExpression": "attribute_exists(job_id) AND NOT contains(#s, :cid)",
                         "ExpressionAttributeNames": {"#s": LEGACY_SETTLED},
                         "ExpressionAttributeValues": serialize(values)}},
         ]
-        if not self._transact(items):
+        if self._transact(items) is not None:
             return None
         return self.get(job_id)
 
-    def _transact(self, items: list[dict[str, Any]]) -> bool:
-        """Write `items` in one transaction; False when a condition failed (nothing written). A transaction
+    def _transact(self, items: list[dict[str, Any]]) -> list[str] | None:
+        """Write `items` in one transaction: None when written; when a condition failed (nothing written), each
+        item's cancellation reason ("ConditionalCheckFailed" for those whose condition failed). A transaction
         cancelled only by a concurrent one on the same items (TransactionConflict) is tried again."""
         for attempt in range(SETTLE_ATTEMPTS):
             try:
                 self.jobs.client.transact_write_items(TransactItems=items)
-                return True
+                return None
             except ClientError as exc:
                 if exc.response.get("Error", {}).get("Code") != "TransactionCanceledException":
                     raise
                 codes = _cancel_codes(exc)
                 if "ConditionalCheckFailed" in codes:
-                    return False
+                    return codes
                 if not codes or any(c not in ("None", "TransactionConflict") for c in codes):
                     raise
                 time.sleep(random.uniform(0, 0.005 * (attempt + 1)))  # noqa: S311 (jitter, not crypto)
@@ -318,7 +338,7 @@ class DynamoJobs:
                                                                      *adds]),
                             "ConditionExpression": "attribute_exists(job_id)",
                             "ExpressionAttributeValues": serialize({**values, ":minus": -1, ":one": 1})}},
-            ]):
+            ]) is None:
                 continue
             # not marked: a job from before the count may hold it in its set (out of the set, usage off, together)
             if self.jobs.update_if(
@@ -336,22 +356,41 @@ class DynamoJobs:
                 return None
         return self.get(job_id)
 
-    def _mark_counted(self, job_id: str, counted: Collection[str]) -> int:
+    def _mark_counted(self, job_id: str, counted: Collection[str],
+                      guard: tuple[str, dict[str, str], dict[str, Any]]) -> int | None:
         """A reopened job's counted chunks rebuilt: each chunk record marked exactly when its id is in `counted`
-        (only the records whose mark differs are written); the number marked."""
-        n = 0
+        (only the records whose mark differs are written); the number marked. Each write is in a transaction with
+        a check of the job's own condition (`guard`: the transition's): once another transition has won (a second
+        retry of the same ended job), this writes nothing more and returns None, so it never unmarks a chunk
+        counted since under the winner (finding 8 of issue 25: a mark taken off while the count kept it, and the
+        chunk counted twice). Up to MARKS_PER_TRANSACTION marks a transaction."""
+        cond, names, values = guard
+        check = {"ConditionCheck": {"TableName": self.jobs.name, "Key": serialize({"job_id": job_id}),
+                                    "ConditionExpression": cond, "ExpressionAttributeNames": names,
+                                    "ExpressionAttributeValues": serialize(values)}}
+        n, writes = 0, []
         for item in self.claims.pages("query", KeyConditionExpression="job_id = :j",
                                       ProjectionExpression="chunk_id, #c", ExpressionAttributeNames={"#c": COUNTED},
-                                      ExpressionAttributeValues=serialize({":j": job_id})):
+                                      ExpressionAttributeValues=serialize({":j": job_id}), ConsistentRead=True):
             want = item["chunk_id"] in counted
             n += want
             if want == bool(item.get(COUNTED)):
                 continue
-            self.claims.update_if({"job_id": job_id, "chunk_id": item["chunk_id"]},
-                                  UpdateExpression="SET #c = :t" if want else "REMOVE #c",
-                                  ConditionExpression="attribute_exists(chunk_id)",
-                                  ExpressionAttributeNames={"#c": COUNTED},
-                                  **({"ExpressionAttributeValues": serialize({":t": True})} if want else {}))
+            writes.append({"Update": {
+                "TableName": self.claims.name, "Key": serialize({"job_id": job_id, "chunk_id": item["chunk_id"]}),
+                "UpdateExpression": "SET #c = :t" if want else "REMOVE #c",
+                "ConditionExpression": "attribute_exists(chunk_id)", "ExpressionAttributeNames": {"#c": COUNTED},
+                **({"ExpressionAttributeValues": serialize({":t": True})} if want else {})}})
+        for i in range(0, len(writes), MARKS_PER_TRANSACTION):
+            batch = writes[i:i + MARKS_PER_TRANSACTION]
+            while batch:
+                failed = self._transact([check, *batch])
+                if failed is None:
+                    break
+                if failed[0] == "ConditionalCheckFailed":
+                    return None  # the job is no longer as its caller read it
+                # a chunk record gone meanwhile (its TTL): nothing to mark on it; the others again
+                batch = [w for w, code in zip(batch, failed[1:], strict=True) if code != "ConditionalCheckFailed"]
         return n
 
     def set_waiting(self, job_id: str, waiting: Waiting | None) -> bool:
@@ -430,6 +469,16 @@ class DynamoJobs:
 
     # ---------------------------------------------------------------- events
     def record_event(self, job_id: str, kind: str, **detail: object) -> int:
+        return self._append(job_id, kind, detail)
+
+    def record_owed_event(self, job_id: str, chunk_id: str, kind: str, /, **detail: object) -> int:
+        """The event a settle owes (`event_owed` on the chunk record, set by the transaction that counted it),
+        written with the flag's removal in one transaction conditional on the flag: at most once per settle,
+        whoever writes it (the aggregator that counted the chunk, or whoever finds it owed later: a redelivery,
+        finalize, finish-cancel). 0 when nothing is owed (or there is no such job)."""
+        return self._append(job_id, kind, detail, owed_by=chunk_id)
+
+    def _append(self, job_id: str, kind: str, detail: Mapping[str, object], owed_by: str | None = None) -> int:
         """The job's next number and the event, written together: one transaction of the job's counter item (in the
         events table, `seq` COUNTER_SEQ) and the event, conditional on the counter being what was read. So numbers
         have no gaps (a writer that dies wrote neither), and the job item takes no write per event (each event used
@@ -448,6 +497,11 @@ class DynamoJobs:
             item.update(serialize({"expires_at": int(now) + self.ttl_s}))
             counter_cond = "#n = :last" if counted else "attribute_not_exists(#n)"
             try:
+                owed = [{"Update": {  # the event's settle owed it: it is paid, once
+                    "TableName": self.claims.name, "Key": serialize({"job_id": job_id, "chunk_id": owed_by}),
+                    "UpdateExpression": "REMOVE #o", "ConditionExpression": "#o = :t",
+                    "ExpressionAttributeNames": {"#o": EVENT_OWED},
+                    "ExpressionAttributeValues": serialize({":t": True})}}] if owed_by is not None else []
                 self.events_table.client.transact_write_items(TransactItems=[
                     {"Update": {"TableName": self.events_table.name,
                                 "Key": serialize({"job_id": job_id, "seq": COUNTER_SEQ}),
@@ -458,11 +512,14 @@ class DynamoJobs:
                                     **({":last": last} if counted else {})})}},
                     {"Put": {"TableName": self.events_table.name, "Item": item,
                              "ConditionExpression": "attribute_not_exists(seq)"}},
+                    *owed,
                 ])
                 return last + 1
             except ClientError as exc:
                 if not is_conditional_failure(exc):  # another writer took the number: read again, try again
                     raise
+                if owed_by is not None and _cancel_codes(exc)[2:] == ["ConditionalCheckFailed"]:
+                    return 0  # not owed (any more): written by another, or never counted
                 time.sleep(random.uniform(0, 0.005 * (attempt + 1)))  # noqa: S311 (jitter, not crypto)
         raise RuntimeError(f"job {job_id}: its event counter kept changing ({EVENT_APPEND_ATTEMPTS} attempts)")
 

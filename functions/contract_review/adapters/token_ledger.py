@@ -9,19 +9,33 @@ Items, keyed (`model`, `hour`), hour = epoch seconds // the bucket's length (an 
 One query reads a model's last 24 counters and its control.
 
 The spend limits (pipeline/limits.py) keep their counters here too, under their own partition keys
-(`spend#<owner>` by UTC day, `requests#<owner>` by minute): `take` adds within a limit, in one conditional write.
+(`spend#<owner>` by UTC day, `requests#<owner>` by minute): `take` adds within a limit, in one conditional write;
+`take_once` adds under a charge id (the job a submission admits), with a record of the charge at
+(`charge#<id>`, CONTROL_HOUR) written in the same transaction, so a replay of the admission takes nothing again, and
+`give_back` undoes it (the record expired, the amount taken off, together).
 """
 
 from __future__ import annotations
 
+import random
+import time
 from typing import Any
 
-from contract_review.domain.ports import LedgerWindow
+from botocore.exceptions import ClientError
+
+from contract_review.domain.ports import Charge, LedgerWindow, Taken
 
 from .dynamo import Table, serialize
 
 CONTROL_HOUR = 10**15  # the control item's sort key: after every hour (even at test bucket lengths)
 KEEP_HOURS = 48  # a counter outlives its 24-hour window by a day before TTL may delete it
+CHARGE_PREFIX = "charge#"  # a charge's record: partition `charge#<id>`, sort key CONTROL_HOUR
+TRANSACT_ATTEMPTS = 10  # a transaction cancelled by a concurrent one on the same items (not a condition) again
+
+
+def _codes(exc: ClientError) -> list[str]:
+    """Each item's reason a transaction was cancelled ("None" for an item that was not the cause)."""
+    return [str(r.get("Code", "None")) for r in exc.response.get("CancellationReasons", [])]
 
 
 class DynamoTokenLedger:
@@ -70,3 +84,60 @@ class DynamoTokenLedger:
             ConditionExpression="attribute_not_exists(#n) OR #n <= :room", ExpressionAttributeNames={"#n": "tokens"},
             ExpressionAttributeValues=serialize({":a": amount, ":room": limit - amount, ":ttl": expires_at}))
         return int(item["tokens"]) if item is not None else None
+
+    def take_once(self, charge: Charge, limit: int, now: int) -> Taken:
+        room = limit - charge.amount  # below 0: refused whatever the count (a missing count compares false)
+        codes = self._transact([
+            {"Put": {"TableName": self.table.name, "Item": serialize({
+                "model": CHARGE_PREFIX + charge.charge_id, "hour": CONTROL_HOUR, "counter": charge.counter,
+                "window": charge.window, "amount": charge.amount, "expires_at": charge.expires_at}),
+                # a record past its expiry, or given back, is no record (its time is compared here: TTL deletes
+                # it days later, moto never)
+                "ConditionExpression": "attribute_not_exists(#m) OR #e < :now",
+                "ExpressionAttributeNames": {"#m": "model", "#e": "expires_at"},
+                "ExpressionAttributeValues": serialize({":now": now})}},
+            {"Update": {"TableName": self.table.name, "Key": serialize({"model": charge.counter, "hour": charge.window}),
+                        "UpdateExpression": "ADD #n :a SET expires_at = if_not_exists(expires_at, :ttl)",
+                        "ConditionExpression": ("attribute_not_exists(#n) OR " if room >= 0 else "") + "#n <= :room",
+                        "ExpressionAttributeNames": {"#n": "tokens"},
+                        "ExpressionAttributeValues": serialize({":a": charge.amount, ":room": room,
+                                                                ":ttl": charge.expires_at})}},
+        ])
+        if codes is None:
+            return Taken.NOW
+        return Taken.BEFORE if codes[0] == "ConditionalCheckFailed" else Taken.REFUSED
+
+    def give_back(self, charge: Charge) -> bool:
+        """The record expired at once (`expires_at` 0: no record for `take_once`, deleted by TTL) and its amount
+        taken off, together; conditional on the record being this charge's, not given back yet."""
+        return self._transact([
+            {"Update": {"TableName": self.table.name,
+                        "Key": serialize({"model": CHARGE_PREFIX + charge.charge_id, "hour": CONTROL_HOUR}),
+                        "UpdateExpression": "SET #e = :gone",
+                        "ConditionExpression": "#e = :exp AND #a = :a AND #w = :w",
+                        "ExpressionAttributeNames": {"#e": "expires_at", "#a": "amount", "#w": "window"},
+                        "ExpressionAttributeValues": serialize({":gone": 0, ":exp": charge.expires_at,
+                                                                ":a": charge.amount, ":w": charge.window})}},
+            {"Update": {"TableName": self.table.name, "Key": serialize({"model": charge.counter, "hour": charge.window}),
+                        "UpdateExpression": "ADD #n :minus", "ConditionExpression": "attribute_exists(#n)",
+                        "ExpressionAttributeNames": {"#n": "tokens"},
+                        "ExpressionAttributeValues": serialize({":minus": -charge.amount})}},
+        ]) is None
+
+    def _transact(self, items: list[dict[str, Any]]) -> list[str] | None:
+        """`items` in one transaction: None when written, else each item's cancellation reason (a condition
+        failed: nothing written). Cancelled only by a concurrent transaction: tried again."""
+        for attempt in range(TRANSACT_ATTEMPTS):
+            try:
+                self.table.client.transact_write_items(TransactItems=items)
+                return None
+            except ClientError as exc:
+                if exc.response.get("Error", {}).get("Code") != "TransactionCanceledException":
+                    raise
+                codes = _codes(exc)
+                if "ConditionalCheckFailed" in codes:
+                    return codes
+                if not codes or any(c not in ("None", "TransactionConflict") for c in codes):
+                    raise
+                time.sleep(random.uniform(0, 0.005 * (attempt + 1)))  # noqa: S311 (jitter, not crypto)
+        raise RuntimeError(f"a spend charge kept conflicting ({TRANSACT_ATTEMPTS} attempts)")

@@ -122,6 +122,16 @@ def read_events(deps: Deps, job_id: str, after: int = 0, limit: int | None = Non
     return deps.jobs.events(job_id, after=after, limit=limit)
 
 
+def settled_event(deps: Deps, chunk: ChunkRecord, job: Job, **extra: object) -> int:
+    """The `chunk.settled` event the settle that counted `chunk` owes (`JobsRepo.record_owed_event`): written once,
+    by the writer that counted the chunk or, if that one stopped before writing it, by whoever finds it owed next
+    (a redelivered result, finalize, finish-cancel). `job`: as counted (its progress goes in the event). The event's
+    number, 0 when it was not owed (any more)."""
+    return deps.jobs.record_owed_event(chunk.job_id, chunk.chunk_id, "chunk.settled", chunk_id=chunk.chunk_id,
+                                       chunk_index=chunk.chunk_index, status=chunk.status.value,
+                                       settled=job.n_settled, total=job.chunk_count, **extra)
+
+
 # ------------------------------------------------------------------------------ cancellation
 class CancelOutcome(BaseModel):
     job_id: str
@@ -249,11 +259,12 @@ def finish_cancel(deps: Deps, job: Job) -> JobState:
     # counts it, once); the job's total is only ever added to, never written whole
     for r in records:
         if not job.counts(r):  # counted here: its `chunk.settled` event too (the aggregator's is skipped)
-            counted = deps.jobs.settle_new_chunk(job.job_id, r.chunk_id, usage=r.usage())
+            counted = deps.jobs.settle_new_chunk(job.job_id, r.chunk_id, usage=r.usage(), fence=r.fence,
+                                                 status=r.status)
             if counted is not None:
-                deps.jobs.record_event(job.job_id, "chunk.settled", chunk_id=r.chunk_id, chunk_index=r.chunk_index,
-                                       status=r.status.value, settled=counted.n_settled, total=job.chunk_count,
-                                       by="cancel")
+                settled_event(deps, r, counted, by="cancel")
+        elif r.event_owed:  # counted by an aggregator that stopped before its event: written now, once
+            settled_event(deps, r, job, by="cancel")
     done = sum(1 for r in records if r.status is ChunkStatus.DONE)
     cancelled = sum(1 for r in records if r.status is ChunkStatus.CANCELLED)
     code = job.cancel_code or "job.cancelled"

@@ -94,6 +94,35 @@ class TokenLedger(Protocol):
         write: concurrent callers never take more than the limit together): the new count, or None when refused.
         The spend limits' counters (pipeline/limits.py) live in the same table as the token counters."""
 
+    def take_once(self, charge: Charge, limit: int, now: int) -> Taken:
+        """`take` under a charge id: the charge's record and the count's addition in one transaction, conditional on
+        no live record of that id (one whose `expires_at` has not passed) and on the limit. A second take of the
+        same id takes nothing (`Taken.BEFORE`), whatever the count; `Taken.REFUSED`: over the limit, nothing
+        taken."""
+
+    def give_back(self, charge: Charge) -> bool:
+        """Undo a `take_once`: its record ended (no record for the next `take_once` of the id) and its amount taken
+        off its window's count, in one transaction conditional on the record being this live charge (a second
+        give-back gives nothing). Whether this call gave it back."""
+
+
+@dataclass(frozen=True)
+class Charge:
+    """What one admission takes from a counter (`TokenLedger.take_once`): `amount` from `counter`'s `window`, under
+    `charge_id` (the job it admits: a replay takes nothing again), its record kept until `expires_at`."""
+
+    charge_id: str
+    counter: str
+    window: int
+    amount: int
+    expires_at: int
+
+
+class Taken(StrEnum):
+    NOW = "now"  # taken by this call
+    BEFORE = "before"  # taken before under the same charge id: nothing taken again
+    REFUSED = "refused"  # over the limit: nothing taken
+
 
 class Compensator(Protocol):
     """Undo a job's recorded side effects, last first (`sideeffects.saga.compensate_job`)."""
@@ -181,16 +210,20 @@ class JobsRepo(Protocol):
         """Move the fan-out cursor from `from_count` to `to_count` (conditional on it being `from_count`);
         False when it had moved (another fan-out got there first)."""
 
-    def settle_chunk(self, job_id: str, chunk_id: str, *, usage: Usage | None = None) -> Job:
+    def settle_chunk(self, job_id: str, chunk_id: str, *, usage: Usage | None = None, fence: int | None = None,
+                     status: ChunkStatus | None = None) -> Job:
         """`settle_new_chunk`, and when the chunk was counted already, only the job's `updated_at` (idempotent);
         the job after the update. `usage` is added only by the write that counts the chunk (once)."""
 
-    def settle_new_chunk(self, job_id: str, chunk_id: str, *, usage: Usage | None = None) -> Job | None:
+    def settle_new_chunk(self, job_id: str, chunk_id: str, *, usage: Usage | None = None, fence: int | None = None,
+                         status: ChunkStatus | None = None) -> Job | None:
         """Count the chunk settled, only if it is not counted yet: its record marked `counted` and the job's
         `settled_count` (and `usage`, added to the job's) moved up by one, in one transaction conditional on the
-        record existing unmarked and (a job from before the count) the chunk not in the job's set. The job read
-        after it; None, and nothing written, when it was counted already (or there is no such job or chunk
-        record): the caller learns whether it was the one that counted it."""
+        record existing unmarked, still with the `fence` and `status` the caller read (when given: a redrive
+        landing after the caller's read moved both, and the chunk is not counted) and (a job from before the
+        count) the chunk not in the job's set. The job read after it; None, and nothing written, when it was
+        counted already (or there is no such job or chunk record, or the record moved on): the caller learns
+        whether it was the one that counted it."""
 
     def unsettle_chunks(self, job_id: str, usage_by_chunk: Mapping[str, Usage]) -> Job | None:
         """Take each counted chunk off: its mark (or its id from an older job's set) and its usage (what was
@@ -225,6 +258,11 @@ class JobsRepo(Protocol):
         """Append an event under the job's next number: the number and the event are written together (one
         transaction with the job's counter item, beside its events), so the numbers have no gap; the number, or 0
         when there is no such job (nothing is written)."""
+
+    def record_owed_event(self, job_id: str, chunk_id: str, kind: str, /, **detail: object) -> int:
+        """The event the chunk's settle owes (its record's `event_owed`, set by `settle_new_chunk`): appended as
+        `record_event` appends, in one transaction with the flag's removal, conditional on the flag. At most once
+        per settle, whoever calls it; 0 when nothing is owed (written already, or never counted) or no such job."""
 
     def last_event(self, job_id: str) -> JobEvent | None:
         """The job's latest event (None: none yet)."""

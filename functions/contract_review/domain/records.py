@@ -198,6 +198,10 @@ class ChunkRecord(Usage):
     # Counted settled on its job (`JobsRepo.settle_new_chunk`: set in one transaction with the job's
     # `settled_count`, taken off with it by `unsettle_chunks`; a reopened job's are rebuilt from the records).
     counted: bool = False
+    # Counted, and its `chunk.settled` event not written yet: set by the transaction that counts it, removed by the
+    # one that writes the event (`JobsRepo.record_owed_event`), so an aggregator that dies between the two leaves
+    # the event owed, and whoever reads the chunk next (a redelivery, finalize, finish-cancel) writes it, once.
+    event_owed: bool = False
     # Batch inference (pipeline/batch.py; a job sent with `inference: batch`). The chunk's model requests that
     # have no answer yet wait in S3 (`batch_pending_key`, `batch_records` of them, since `batch_since`) until they
     # are packed into a batch job (`batch_token`, its idempotency token); each ended batch job's answers are

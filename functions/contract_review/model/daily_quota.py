@@ -63,6 +63,7 @@ class DailyQuota:
     _probe_hour: int | None = None
     _read_at: float = float("-inf")
     _probing: bool = False  # this process's call is the hour's probe
+    _lift_owed: int | None = None  # a probe answered in this hour, its lift not written yet (retried: `_pay_lift`)
     _lock: threading.RLock = field(default_factory=threading.RLock)
 
     @classmethod
@@ -82,6 +83,8 @@ class DailyQuota:
             return
         window = self.ledger.window(self.model_id, self.hour(now) - WINDOW_HOURS + 1)
         self._hours, self._since_hour, self._probe_hour = dict(window.hours), window.since_hour, window.probe_hour
+        if self._lift_owed is not None:  # this process's probe answered: lifted here, whatever the ledger says yet
+            self._since_hour, self._probe_hour = max(self._since_hour, self._lift_owed), None
         self._read_at = now
 
     def _stale(self) -> None:
@@ -104,6 +107,7 @@ class DailyQuota:
         """Before a model call: False, the call goes on; True, it goes on as the hour's probe; or raises
         `model.daily_quota_exhausted` (the chunk is held)."""
         with self._lock:
+            self._pay_lift()
             now = self.clock()
             hour = self.hour(now)
             self._read(now)
@@ -125,7 +129,11 @@ class DailyQuota:
             raise self._hold(now, used, step)
 
     def settled(self, response: ModelResponse, probe: bool = False) -> None:
-        """A call answered: its tokens are counted; a probe's answer lifts the hold for every worker."""
+        """A call answered: its tokens are counted; a probe's answer lifts the hold for every worker. Never raises
+        for the ledger: the call was made and paid for, so a failed ledger write must neither lose its tokens nor
+        make the call look failed (and be made again). Its tokens are pending until a flush writes them (a failed
+        flush keeps them); a lift that fails is owed, written by the next flush or admission (logged meanwhile),
+        and this process goes on as lifted."""
         with self._lock:
             now = self.clock()
             self._pending += settled_tokens(self.model_id, response)
@@ -134,11 +142,28 @@ class DailyQuota:
             due = now - self._flushed_at >= self.flush_s
             if probe:
                 self._probing = False
-                self.ledger.lift(self.model_id, self.hour(now))
-                self._stale()
-                log.warning("daily token quota: the probe answered, the hold is lifted", extra=self._log(0))
+                self._lift_owed = self.hour(now)
+                self._pay_lift()
         if due:
             self.flush()
+
+    def _pay_lift(self) -> None:
+        """Write the lift a probe's answer owes (`ledger.lift`); a failure keeps it owed (logged), and meanwhile
+        this process counts from the probe's hour on, as the lift says (`_read` keeps it so until it is written)."""
+        with self._lock:
+            hour = self._lift_owed
+            if hour is None:
+                return
+            try:
+                self.ledger.lift(self.model_id, hour)
+            except Exception:  # owed: the next flush or admission writes it; logged, not hidden
+                log.warning("daily token quota: the probe answered but the lift was not written; retried",
+                            exc_info=True, extra=self._log(0))
+                self._since_hour, self._probe_hour = max(self._since_hour, hour), None
+                return
+            self._lift_owed = None
+            self._stale()
+            log.warning("daily token quota: the probe answered, the hold is lifted", extra=self._log(0))
 
     def failed(self, probe: bool = False) -> None:
         """A call failed (however): a probe that fails spends the hour's probe, and the hold goes on."""
@@ -147,8 +172,10 @@ class DailyQuota:
                 self._probing = False
 
     def flush(self) -> None:
-        """Add this process's pending tokens to the current hour's counter (one atomic ADD). A failed write keeps
-        them pending for the next flush (logged): the ledger is an estimate, never a reason to fail a chunk."""
+        """Add this process's pending tokens to the current hour's counter (one atomic ADD), and write a lift a probe
+        owes. A failed write keeps them pending for the next flush (logged): the ledger is an estimate, never a
+        reason to fail a chunk."""
+        self._pay_lift()
         with self._lock:
             now = self.clock()
             tokens, self._pending, self._flushed_at = self._pending, 0, now

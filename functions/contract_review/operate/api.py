@@ -341,17 +341,23 @@ def submit(deps: Deps, caller: Caller, req: JobRequest, key: str | None, batch_i
     body = _intake_body(deps, who, scoped_key(who, key or sha), text, req,
                         Priority.BULK if batch_id is not None else Priority.INTERACTIVE)
     replayed = pending is not None
-    if pending is None and job is None:  # a new submission: its estimate from the principal's daily allowance
-        with _answered():
-            limits.take_spend(deps, who, expected if expected is not None else admission.estimate(
-                deps.settings, text).model_micro_usd)
-    if pending is None:  # before the message: the job is the caller's from the moment it can exist
-        pending = Submission(job_id=job_id, principal=who, document_sha256=sha, submitted_at=deps.clock(),
-                             batch_id=batch_id)
-        deps.artifacts.put_text(submission_key(job_id), pending.model_dump_json())
-    # Sent again while intake has not recorded the job (the first send may have been lost with a 5xx the
-    # client is retrying): intake takes the same job once.
-    deps.queues.send_intake(body)
+    # its estimate from the principal's daily allowance, once per admission (a replay, or the client's retry of a
+    # request that failed after taking it, takes nothing again; a replacement of a job failed on its input is an
+    # admission of its own)
+    with _answered():
+        charge = limits.take_spend(deps, who, expected if expected is not None else admission.estimate(
+            deps.settings, text).model_micro_usd, limits.spend_charge_id(job_id, job))
+    try:
+        if pending is None:  # before the message: the job is the caller's from the moment it can exist
+            pending = Submission(job_id=job_id, principal=who, document_sha256=sha, submitted_at=deps.clock(),
+                                 batch_id=batch_id)
+            deps.artifacts.put_text(submission_key(job_id), pending.model_dump_json())
+        # Sent again while intake has not recorded the job (the first send may have been lost with a 5xx the
+        # client is retrying): intake takes the same job once.
+        deps.queues.send_intake(body)
+    except BaseException:
+        limits.give_back(deps, charge)  # nothing queued: the allowance gets it back (the error is the answer)
+        raise
     return Submitted(job_id=job_id, status=JobState.QUEUED.value, replayed=replayed)
 
 

@@ -85,13 +85,18 @@ def _handle_result(deps: Deps, msg: ResultMessage, counter: RequestCounter) -> s
     # settled once, in the log too: its event is written by whoever counted it
     # (conditional on the chunk not being counted yet: a finish-cancel that counted it meanwhile wrote its event)
     usage = Usage.of([chunk.usage(), aggregator_usage(deps.settings.profile.prices, counter)])
-    now_counted = None if counted else deps.jobs.settle_new_chunk(msg.job_id, msg.chunk_id, usage=usage)
+    # counted only while the chunk is as read: a redrive landing since (fence moved, pending again) is not counted
+    fence, status = chunk.fence, chunk.status
+    now_counted = None if counted else deps.jobs.settle_new_chunk(msg.job_id, msg.chunk_id, usage=usage, fence=fence,
+                                                                  status=status)
     if now_counted is not None:
         job = now_counted
-        deps.jobs.record_event(msg.job_id, "chunk.settled", chunk_id=msg.chunk_id, chunk_index=msg.chunk_index,
-                               status=msg.status.value, settled=job.n_settled, total=job.chunk_count)
+        lifecycle.settled_event(deps, chunk, job)
     else:
-        job = deps.jobs.settle_chunk(msg.job_id, msg.chunk_id)  # counted before (idempotent: progress only)
+        # counted before (or moved on since the read): progress only
+        job = deps.jobs.settle_chunk(msg.job_id, msg.chunk_id, fence=fence, status=status)
+        if counted and chunk.event_owed:  # counted by an aggregator that stopped before its event: written now, once
+            lifecycle.settled_event(deps, chunk, job)
     if job.state is JobState.CANCELLING:
         return lifecycle.finish_cancel(deps, job).value
     if job.state is JobState.RUNNING and over_budget(job, job.budget_micro_usd):  # stop spending: its own code
@@ -115,11 +120,10 @@ def _count_after_the_end(deps: Deps, job: Job, msg: ResultMessage, counter: Requ
     if chunk is None or chunk.status != msg.status or not chunk.settled or job.counts(chunk):
         return "ignored"
     usage = Usage.of([chunk.usage(), aggregator_usage(deps.settings.profile.prices, counter)])
-    counted = deps.jobs.settle_new_chunk(msg.job_id, msg.chunk_id, usage=usage)
+    counted = deps.jobs.settle_new_chunk(msg.job_id, msg.chunk_id, usage=usage, fence=chunk.fence,
+                                         status=chunk.status)
     if counted is not None:
-        deps.jobs.record_event(msg.job_id, "chunk.settled", chunk_id=msg.chunk_id, chunk_index=msg.chunk_index,
-                               status=msg.status.value, settled=counted.n_settled, total=counted.chunk_count,
-                               after_job_ended=job.state.value)
+        lifecycle.settled_event(deps, chunk, counted, after_job_ended=job.state.value)
     return "ignored"
 
 
@@ -150,6 +154,9 @@ def finalize(deps: Deps, job: Job) -> JobState:
     if unsettled:  # their usage comes off the running total: each adds it again when it settles again
         deps.jobs.unsettle_chunks(job.job_id, {c.chunk_id: c.usage() for c in unsettled})
         return JobState.RUNNING
+    for c in chunks:  # every chunk's `chunk.settled` event before the job's end (an aggregator may have stopped
+        if c.event_owed:  # between counting a chunk and writing its event): a reader sees every chunk settled
+            lifecycle.settled_event(deps, c, job)
     # a finalize under way is progress: the reconciler leaves the job alone meanwhile (a large job's
     # finalize reads ~1,500 findings objects; two at once would only slow both)
     deps.jobs.touch(job.job_id)

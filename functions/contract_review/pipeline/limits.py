@@ -1,11 +1,14 @@
 """Spend limits (docs/cost.md "Spend limits"; profile `limits`): what one Job API principal may admit and ask.
 
-- A principal's daily spend: each new submission takes its estimate (`admission.estimate`, the same figure its
+- A principal's daily spend: each admission takes its estimate (`admission.estimate`, the same figure its
   budget is checked against) from the principal's allowance of the UTC day (`principal_daily_spend_usd`), in one
   conditional write: a submission that would go over is refused before it is queued (`quota.spend_exceeded`,
   HTTP 429 with Retry-After until the next UTC day). The allowance counts admissions at their estimates, not
   the cost the jobs later record: the estimate is deliberately high, so the cap holds whatever the jobs do.
-  A replay of the same submission takes nothing again.
+  It is taken under a charge id, the job it admits (`spend_charge_id`: the job id; for a replacement of a job
+  that failed on its input, the job id and the version it replaces): a replay of the same submission, or a
+  client's retry of one whose admission failed half-way, takes nothing again; an admission that fails after
+  taking gives it back (`give_back`); a replacement under a failed job's key is a new admission, charged.
 - A principal's request rate: every Job API request counts against `api_requests_per_minute` for its
   principal, in the function (an HTTP API has no per-client throttling or usage plans): over it, `api.rate_limited`
   (HTTP 429, Retry-After until the next minute).
@@ -22,30 +25,50 @@ from decimal import Decimal
 
 from contract_review.domain import cost
 from contract_review.domain.errors import ReviewError
-from contract_review.domain.ports import Deps
+from contract_review.domain.ports import Charge, Deps, Taken
 from contract_review.domain.principals import owner
+from contract_review.domain.records import Job
 
 DAY_S = 86400
 MINUTE_S = 60
 UNCAPPED = 2**62  # the limit of a count that is taken whatever it reaches (money already spent)
 
 
-def take_spend(deps: Deps, principal: str, estimate_micro_usd: int) -> None:
-    """Take a new submission's estimate from `principal`'s allowance of today; `quota.spend_exceeded` if over."""
+def spend_charge_id(job_id: str, replacing: Job | None = None) -> str:
+    """The admission a charge is for: a new job (its id), or the replacement of `replacing`, a job that failed on
+    its input (its id and the version replaced: each replacement is an admission of its own)."""
+    return job_id if replacing is None else f"{job_id}#replaces-v{replacing.version}"
+
+
+def take_spend(deps: Deps, principal: str, estimate_micro_usd: int, charge_id: str) -> Charge | None:
+    """Take an admission's estimate from `principal`'s allowance of today, once per `charge_id`
+    (`spend_charge_id`); `quota.spend_exceeded` if over. What this call took (to give back if the admission then
+    fails), None when it took nothing: no cap, or taken before under that id (a replay, a client's retry)."""
     cap = deps.settings.profile.limits.principal_daily_spend_usd
     if cap is None or deps.token_ledger is None:
-        return
+        return None
     now = deps.clock()
     day = int(now // DAY_S)
     limit = cost.micro_usd(Decimal(str(cap)))
-    taken = deps.token_ledger.take(f"spend#{owner(principal)}", day, estimate_micro_usd, limit, (day + 2) * DAY_S)
-    if taken is None:
+    # the record of the charge outlives the day's counter by the record TTL: a replay days later takes nothing either
+    charge = Charge(charge_id, f"spend#{owner(principal)}", day, estimate_micro_usd,
+                    (day + 2) * DAY_S + deps.settings.profile.record_ttl_s)
+    taken = deps.token_ledger.take_once(charge, limit, int(now))
+    if taken is Taken.REFUSED:
         raise ReviewError.of(
             "quota.spend_exceeded",
             f"this submission's estimate, {cost.format_usd(estimate_micro_usd)}, would take your admissions today "
             f"over the daily cap of {cost.format_usd(limit)} per principal: send it after 00:00 UTC (in "
             f"{math.ceil((day + 1) * DAY_S - now)} s), or ask the stack's operator to raise "
             "principal_daily_spend_usd", step="admission", retry_after_s=math.ceil((day + 1) * DAY_S - now))
+    return charge if taken is Taken.NOW else None
+
+
+def give_back(deps: Deps, charge: Charge | None) -> None:
+    """An admission that took `charge` failed before its job could exist (the submission record or the intake
+    message not written): the allowance gets it back (once), so the client's retry takes it again, once."""
+    if charge is not None and deps.token_ledger is not None:
+        deps.token_ledger.give_back(charge)
 
 
 def add_spend(deps: Deps, principal: str | None, spent_micro_usd: int) -> None:

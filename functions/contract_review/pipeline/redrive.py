@@ -110,7 +110,7 @@ def _cancelled_meanwhile(deps: Deps, job: Job, chunk_id: str) -> str:
     if record is not None and not record.settled:
         record = lifecycle.cancel_chunk(deps, record, "redrive", deps.clock()) or deps.claims.get(job.job_id, chunk_id)
     if record is not None and record.settled:
-        deps.jobs.settle_chunk(job.job_id, chunk_id, usage=record.usage())
+        deps.jobs.settle_chunk(job.job_id, chunk_id, usage=record.usage(), fence=record.fence, status=record.status)
     now = deps.jobs.get(job.job_id)
     if now is not None and now.state is JobState.CANCELLING:
         lifecycle.finish_cancel(deps, now)

@@ -368,9 +368,10 @@ class AnalystRunner:
                 if daily is not None:
                     daily.failed(probe)
                 raise
+            counted(response)  # paid for: on the chunk's usage before anything else can fail
             if daily is not None:
-                daily.settled(response, probe)
-            return counted(response)
+                daily.settled(response, probe)  # never raises for the ledger (a failed write is retried)
+            return response
 
         reach = functools.partial(self._reach, retrier.stats)
 
@@ -465,7 +466,7 @@ def settle_cancelled(deps: Deps, msg: AnalysisMessage, fence: int, stats: RetryS
     if done is None:
         return Outcome("lease_lost")
     if ended:
-        deps.jobs.settle_chunk(msg.job_id, msg.chunk_id, usage=done.usage())
+        deps.jobs.settle_chunk(msg.job_id, msg.chunk_id, usage=done.usage(), fence=done.fence, status=done.status)
     deps.jobs.record_event(msg.job_id, "chunk.cancelled", chunk_id=msg.chunk_id, cancelled_at_stage=stage,
                            calls=stats.calls)
     announce(deps, done)
