@@ -20,6 +20,7 @@ EDGE = ("handlers/", "wiring.py", "adapters/")
 SERIALIZATION_BOUNDARY = {"adapters/dynamo.py", "adapters/jobs.py", "adapters/claims.py", "adapters/queues.py",
                           "domain/model.py", "model/bedrock.py", "model/quotas.py", "review/analysts.py", "domain/errors.py",
                           "domain/messages.py", "wiring.py", "handlers/aggregator.py", "handlers/intake.py",
+                          "adapters/model_control.py", "adapters/token_ledger.py",  # DynamoDB items and expressions
                           "handlers/poller.py", "handlers/sweeper.py", "handlers/worker.py",
                           # batch inference records: a model request / response body in JSONL (docs/batch-inference.md)
                           "domain/batch.py", "adapters/batch_inference.py"}
