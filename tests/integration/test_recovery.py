@@ -77,6 +77,10 @@ def test_kill_9_mid_chunk_resumes_from_checkpoints_within_lease_plus_sweep(make_
     os.kill(pid, signal.SIGKILL)
     killed_at = time.time()
     chunk_id = victim.chunk_id
+    # what the killed attempt had written of its running spend (its last heartbeat or commit): all that survives it
+    (killed,) = [c for c in deps.claims.for_job(job_id)
+                 if c.status == "claimed" and (c.claimed_by or "").count(":") == 2 and _pid(c) == pid]
+    survives = killed.spend[str(killed.fence)]
     done_before_kill = set(deps.claims.checkpoints(get_chunk(deps, job_id, chunk_id)))
     assert len(done_before_kill) >= 3
 
@@ -100,6 +104,17 @@ def test_kill_9_mid_chunk_resumes_from_checkpoints_within_lease_plus_sweep(make_
     assert record.claimed_at - killed_at < LOCAL.queues.analysis_visibility_s / 4
     # and the report is exactly that of a run without the crash
     assert_matches_fault_free(deps, job_id, text)
+    # the job's tokens are the tokens the model answered (the double's usage log), but for those the killed attempt
+    # answered after its last write of its running spend (issue 25 finding 15: it used to lose all of its attempt's)
+    assert survives.input_tokens > 0
+    answered = [e for e in ledger(log) if e["outcome"] == "ok"]
+    killed_attempt = [e for e in answered if e["pid"] == pid and e["chunk_id"] == killed.chunk_id
+                      and e["started_at"] >= (killed.claimed_at or 0)]
+    final = deps.jobs.get(job_id)
+    assert final is not None
+    for f in ("input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens"):
+        rest = sum(e[f] for e in answered) - sum(e[f] for e in killed_attempt)
+        assert getattr(final, f) == rest + getattr(survives, f), f
 
 
 def _partly_checkpointed(deps: Deps, job_id: str) -> ChunkRecord | None:

@@ -7,7 +7,8 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
+from types import SimpleNamespace
+from typing import Any, cast
 
 import pytest
 from botocore.awsrequest import AWSResponse
@@ -19,6 +20,7 @@ from contract_review.adapters.model_control import CONTROL_KEY, KEY_ATTRIBUTE, D
 from contract_review.adapters.queues import SqsQueues
 from contract_review.adapters.token_ledger import DynamoTokenLedger
 from contract_review.config.settings import Settings
+from contract_review.domain import lifecycle
 from contract_review.domain.errors import ErrorEnvelope, ReviewError
 from contract_review.domain.messages import ResultMessage
 from contract_review.domain.ports import (
@@ -472,6 +474,81 @@ def test_a_fenced_out_attempts_spend_goes_on_its_chunk_and_on_the_job_that_count
     c0, c1 = repos.claims.get(job.job_id, "c0"), repos.claims.get(job.job_id, "c1")
     assert c0 is not None and (c0.n_calls, c0.retries, c0.input_tokens, c0.counted) == (3, {"model.timeout": 2}, 40, True)
     assert c1 is not None and (c1.n_calls, c1.input_tokens, c1.counted) == (6, 80, False)
+
+
+def test_a_dead_attempts_running_spend_is_folded_once_by_whoever_ends_its_fence(repos: Repos):
+    """Issue 25 finding 15: an attempt killed mid-run recorded nothing of what it spent. Its beats and commits set its
+    running spend (by fence, set not added); its owner's ending write adds all and drops it; anyone else ending the
+    fence (the sweeper, a later claim) folds in what was written, once; a frozen owner fenced out adds the rest."""
+    job = _with_chunks(repos, _job(JobState.RUNNING), n=3)
+    j = job.job_id
+    so_far = AttemptStats(calls=2, retries={"model.timeout": 1}, input_tokens=30, timed_out_calls=1,
+                          estimated_micro_usd=9)
+    more = so_far.plus(AttemptStats(calls=1, input_tokens=20, output_tokens=5, model_micro_usd=3))
+    # c0: the owner ends its own attempt: all it spent, once (its entry dropped, not added again)
+    c = repos.claims.claim(j, "c0", "a", 30, 1)
+    assert repos.claims.heartbeat(j, "c0", c.fence, 30, spent=so_far)
+    assert repos.claims.put_checkpoints(j, "c0", c.fence, [CheckpointWrite(analyst="x", config_hash="h", status="ok",
+                                                                           output_json="{}")], 30, spent=more)
+    assert repos.claims.get(j, "c0").spend[str(c.fence)].input_tokens == 50  # type: ignore[union-attr]  # set
+    done = repos.claims.finish(j, "c0", c.fence, ChunkStatus.DONE, more)
+    assert done is not None and (done.n_calls, done.input_tokens, done.spend) == (3, 50, {})
+    # c1: killed; the sweeper's write ends the lapsed fence and folds its spend in, once
+    c = repos.claims.claim(j, "c1", "a", 30, 1)
+    repos.claims.heartbeat(j, "c1", c.fence, 30, spent=so_far)
+    repos.clock.advance(31)
+    (lapsed,) = [r for r in repos.claims.lapsed(repos.clock()) if r.job_id == j]
+    fold = lapsed.spend
+    released = repos.claims.release(j, "c1", c.fence, AttemptStats(), None, failure=True, lapsed_before=repos.clock(),
+                                    reason=ReleaseReason.WORKER_LOST, fold=fold)
+    assert released is not None and (released.n_calls, released.input_tokens, released.timed_out_calls,
+                                     released.estimated_micro_usd, released.retries) == (2, 30, 1, 9, {"model.timeout": 1})
+    assert released.spend[str(c.fence)].folded
+    again = repos.claims.claim(j, "c1", "b", 30, 1)  # a new owner: nothing left to fold
+    assert again.record is not None and again.record.input_tokens == 30
+    repos.claims.finish(j, "c1", again.fence, ChunkStatus.DONE, AttemptStats(calls=1, input_tokens=7))
+    assert repos.claims.get(j, "c1").input_tokens == 37  # type: ignore[union-attr]
+    # c2: taken over by a claim before the sweeper looked: the claim folds it; the frozen owner adds only the rest
+    c = repos.claims.claim(j, "c2", "a", 30, 1)
+    repos.claims.heartbeat(j, "c2", c.fence, 30, spent=so_far)
+    repos.clock.advance(31)
+    taken = repos.claims.claim(j, "c2", "b", 30, 2)
+    assert taken.won and taken.record is not None and taken.record.input_tokens == 30
+    assert repos.claims.release(j, "c2", c.fence, AttemptStats(), None, failure=True, lapsed_before=repos.clock(),
+                                fold=fold) is None  # the sweeper, too late: the fence moved on
+    assert repos.jobs.add_fenced_out(j, "c2", c.fence, more)
+    assert not repos.jobs.add_fenced_out(j, "c2", c.fence, more)
+    c2 = repos.claims.get(j, "c2")
+    assert c2 is not None and (c2.n_calls, c2.input_tokens, c2.output_tokens, c2.timed_out_calls) == (3, 50, 5, 1)
+    assert str(c.fence) not in c2.spend
+
+
+def test_a_settle_counts_the_usage_it_read_or_nothing(repos: Repos):
+    """Issue 25 finding 15: the aggregator read a chunk's usage, an attempt fenced out of it added its spend to the
+    (uncounted) record, and the settle counted only what it had read: the rest was on no job. The settle is
+    conditional on the usage read; the count reads again and counts it all (forced here by wrapping the settle)."""
+    job = _with_chunks(repos, _job(JobState.RUNNING))
+    frozen = repos.claims.claim(job.job_id, "c0", "a", 30, 1).fence
+    repos.clock.advance(31)
+    c = repos.claims.claim(job.job_id, "c0", "b", 30, 2)
+    repos.claims.finish(job.job_id, "c0", c.fence, ChunkStatus.DONE, AttemptStats(calls=1, input_tokens=10))
+    read = repos.claims.get(job.job_id, "c0")
+    assert read is not None
+    late = AttemptStats(calls=2, input_tokens=40, output_tokens=4)
+    real = repos.jobs.settle_new_chunk
+    raced = []
+
+    def settle_after_a_fenced_out_add(*a: Any, **kw: Any) -> Job | None:
+        if not raced:  # between the read and the settle: the fenced-out attempt adds its spend
+            raced.append(repos.jobs.add_fenced_out(job.job_id, "c0", frozen, late))
+        return real(*a, **kw)
+
+    repos.jobs.settle_new_chunk = settle_after_a_fenced_out_add  # type: ignore[method-assign]
+    deps = cast(Deps, SimpleNamespace(jobs=repos.jobs, claims=repos.claims))
+    counted_job = lifecycle.count_settled(deps, read, Usage(aws_requests=1))
+    assert raced == [True] and counted_job is not None and counted_job.settled_count == 1
+    assert (counted_job.input_tokens, counted_job.output_tokens, counted_job.aws_requests) == (50, 4, 1)
+    assert lifecycle.count_settled(deps, read) is None  # counted: once
 
 
 def test_event_numbers_have_no_gap_under_concurrent_writers_and_never_touch_the_job_item(repos: Repos):

@@ -11,7 +11,9 @@ The invariants (`lifecycle_invariants`), over every job of the soak:
 - tickets opened = tickets closed + the open tickets of completed jobs, each completed job holding at most one
   open ticket, and no open ticket under a job that did not complete (after `redrive_compensations`: an undo the
   faults exhausted is in the compensation DLQ, with its alarm, until it is redriven);
-- a job's model cost (tokens and model micro-dollars) = the sum over its settled chunks' records;
+- a job's model cost (tokens, model micro-dollars, timed-out calls and their estimated cost) = the sum over its
+  counted chunks' records, each of which holds every attempt's spend however it ended (done, released, fenced out,
+  or killed: folded in from its last heartbeat or commit);
 - no chunk pending or claimed under an ended job;
 - a reader resuming page by page (after the writers' grace) gets every event number that was written, in order;
   event numbers never written (a process killed between taking a number and writing its event) are counted;
@@ -33,7 +35,8 @@ from contract_review.pipeline import redrive
 from contract_review.sideeffects import approvals, saga
 from review_local.ticket_service import FaultKind, TicketServiceFake
 
-MODEL_FIELDS = ("input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens", "model_micro_usd")
+MODEL_FIELDS = ("input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens", "model_micro_usd",
+                "timed_out_calls", "estimated_micro_usd")
 TICKET_FAULTS: tuple[FaultKind, ...] = ("timeout_before_write", "timeout_after_write", "error_before_write", "drop_after_write")
 EVENTS_PAGE = 25  # a reader that resumes after every 25 events
 

@@ -43,6 +43,7 @@ from contract_review.domain.records import (
     ModelControl,
     ReleaseReason,
     SideEffectDone,
+    Spent,
     Usage,
     Waiting,
     event_seq,
@@ -177,11 +178,13 @@ class FakeJobs:
         return self.claims
 
     def settle_new_chunk(self, job_id: str, chunk_id: str, *, usage: Usage | None = None, fence: int | None = None,
-                         status: ChunkStatus | None = None) -> Job | None:
+                         status: ChunkStatus | None = None, read: Usage | None = None) -> Job | None:
         job, record = self.items.get(job_id), self._records().items.get((job_id, chunk_id))
         if job is None or record is None or job.counts(record):  # the transaction's conditions
             return None
         if (fence is not None and record.fence != fence) or (status is not None and record.status is not status):
+            return None
+        if read is not None and record.usage() != read:  # (and the record's usage is still the one read)
             return None
         self._records().items[(job_id, chunk_id)] = record.model_copy(update={"counted": True, "event_owed": True})
         added = usage or Usage()
@@ -219,7 +222,6 @@ class FakeJobs:
         return job.model_copy(deep=True)
 
     @_atomic
-    @_atomic
     def set_waiting(self, job_id: str, waiting: Waiting | None) -> bool:
         job = self.items.get(job_id)
         if job is None or (waiting is None) == (job.waiting is None):
@@ -234,10 +236,14 @@ class FakeJobs:
         if record is None or fence in self.fenced_out.setdefault((job_id, chunk_id), set()):
             return False
         self.fenced_out[(job_id, chunk_id)].add(fence)
-        records.items[(job_id, chunk_id)] = record.model_copy(update=records._with_stats(record, stats), deep=True)
+        entry = record.spend.get(str(fence))
+        added = stats.minus(entry) if entry is not None and entry.folded else stats  # folded: added already
+        spend = {k: e for k, e in record.spend.items() if k != str(fence)}  # its entry goes
+        records.items[(job_id, chunk_id)] = record.model_copy(
+            update={**records._with_stats(record, added), "spend": spend}, deep=True)
         job = self.items.get(job_id)
         if job is not None and record.counted:  # the transaction's second item
-            self.items[job_id] = job.model_copy(update={f: getattr(job, f) + getattr(stats, f) for f in USAGE_FIELDS})
+            self.items[job_id] = job.model_copy(update={f: getattr(job, f) + getattr(added, f) for f in USAGE_FIELDS})
         return True
 
     @_atomic
@@ -290,6 +296,17 @@ class FakeJobs:
         return [e.type for e in self.events(job_id)]
 
 
+class _EntryFolded(Exception):  # noqa: N818 -- a failed condition, as DynamoDB's
+    """A fold's condition failed: an entry it read is folded (or gone) since."""
+
+
+def _spent(r: ChunkRecord, spent: AttemptStats | None) -> dict[str, object]:
+    """The update setting the owner's running spend (set, not added), as heartbeats and commits write it."""
+    if spent is None:
+        return {}
+    return {"spend": {**r.spend, str(r.fence): Spent(**spent.model_dump())}}
+
+
 class FakeClaims:
     def __init__(self, clock: FakeClock, artifacts: FakeArtifacts, inline_max_bytes: int = 30_000):
         self.clock, self.artifacts, self.inline_max_bytes = clock, artifacts, inline_max_bytes
@@ -330,6 +347,8 @@ class FakeClaims:
                                  "last_receive_count": receive_count, "deadline_at": deadline_at,
                                  "redeliveries": r.redeliveries + (1 if receive_count > 1 else 0)})
         self.items[(job_id, chunk_id)] = r
+        # (a second write, as the adapter's: the running spend of the fences it ended that nobody added yet)
+        r = self._store_as_is(r, self._folded(r, r.unfolded(below=r.fence), AttemptStats()))
         return ClaimResult(won=True, fence=r.fence, record=r.model_copy(deep=True))
 
     def _fenced(self, job_id: str, chunk_id: str, fence: int, states: Collection[ChunkStatus],
@@ -340,6 +359,29 @@ class FakeClaims:
         if lapsed_before is not None and r.claim_expires_at is not None and r.claim_expires_at >= lapsed_before:
             return None
         return r
+
+    def _store_as_is(self, r: ChunkRecord, update: dict[str, object]) -> ChunkRecord:
+        new = r.model_copy(update=update, deep=True)
+        self.items[(r.job_id, r.chunk_id)] = new
+        return new
+
+    def _ending(self, r: ChunkRecord, stats: AttemptStats, fold: Mapping[str, Spent] | None) -> dict[str, object]:
+        """As the adapter's: the owner (`fold` None) adds `stats` and drops its running-spend entry; anyone else
+        folds in the entries read that nobody added yet. None: the condition failed (an entry folded since)."""
+        if fold is None:
+            return {**self._with_stats(r, stats), "spend": {k: e for k, e in r.spend.items() if k != str(r.fence)}}
+        return self._folded(r, fold, stats)
+
+    def _folded(self, r: ChunkRecord, fold: Mapping[str, Spent], stats: AttemptStats) -> dict[str, object]:
+        spend = dict(r.spend)
+        for k, entry in fold.items():
+            if entry.folded:
+                continue
+            if k not in spend or spend[k].folded:
+                raise _EntryFolded()
+            stats = stats.plus(entry)
+            spend[k] = entry.model_copy(update={"folded": True})
+        return {**self._with_stats(r, stats), "spend": spend}
 
     @staticmethod
     def _with_stats(r: ChunkRecord, stats: AttemptStats) -> dict[str, object]:
@@ -355,21 +397,27 @@ class FakeClaims:
         self.items[(r.job_id, r.chunk_id)] = new
         return new.model_copy(deep=True)
 
-    def heartbeat(self, job_id: str, chunk_id: str, fence: int, lease_s: float) -> float | None:
+    def heartbeat(self, job_id: str, chunk_id: str, fence: int, lease_s: float,
+                  spent: AttemptStats | None = None) -> float | None:
         until = self.clock() + lease_s  # as the adapter: counted from the call's start
         r = self._fenced(job_id, chunk_id, fence, (ChunkStatus.CLAIMED,), None)
         if r is None:
             return None
-        self.items[(job_id, chunk_id)] = r.model_copy(update={"claim_expires_at": until})
+        self.items[(job_id, chunk_id)] = r.model_copy(update={"claim_expires_at": until, **_spent(r, spent)}, deep=True)
         return until
 
     def release(self, job_id: str, chunk_id: str, fence: int, stats: AttemptStats, error: ErrorEnvelope | None,
                 *, failure: bool, lapsed_before: float | None = None,
-                reason: ReleaseReason = ReleaseReason.RETRY) -> ChunkRecord | None:
+                reason: ReleaseReason = ReleaseReason.RETRY,
+                fold: Mapping[str, Spent] | None = None) -> ChunkRecord | None:
         r = self._fenced(job_id, chunk_id, fence, (ChunkStatus.CLAIMED,), lapsed_before)
         if r is None:
             return None
-        update = {**self._with_stats(r, stats), "status": ChunkStatus.PENDING, "failures": r.failures + int(failure),
+        try:
+            ending = self._ending(r, stats, fold)
+        except _EntryFolded:
+            return None
+        update = {**ending, "status": ChunkStatus.PENDING, "failures": r.failures + int(failure),
                   "release_reason": reason, "released_at": self.clock()}
         if reason.sends_message:
             update["message_sent_at"] = self.clock()
@@ -387,7 +435,7 @@ class FakeClaims:
         r = self._fenced(job_id, chunk_id, fence, (ChunkStatus.CLAIMED,), None)
         if r is None:
             return None
-        return self._store(r, {**self._with_stats(r, stats), "status": ChunkStatus.AWAITING_BATCH,
+        return self._store(r, {**self._ending(r, stats, None), "status": ChunkStatus.AWAITING_BATCH,
                                "batch_pending_key": pending_key, "batch_records": records,
                                "batch_since": self.clock(), "released_at": self.clock(), "batch_token": None})
 
@@ -421,11 +469,15 @@ class FakeClaims:
     def finish(self, job_id: str, chunk_id: str, fence: int, status: ChunkStatus, stats: AttemptStats, *,
                outcome: ChunkOutcome | None = None, error: ErrorEnvelope | None = None,
                states: Collection[ChunkStatus] = (ChunkStatus.CLAIMED,),
-               lapsed_before: float | None = None) -> ChunkRecord | None:
+               lapsed_before: float | None = None, fold: Mapping[str, Spent] | None = None) -> ChunkRecord | None:
         r = self._fenced(job_id, chunk_id, fence, states, lapsed_before)
         if r is None:
             return None
-        update = {**self._with_stats(r, stats), "status": status, "settled_at": self.clock()}
+        try:
+            ending = self._ending(r, stats, fold)
+        except _EntryFolded:
+            return None
+        update = {**ending, "status": status, "settled_at": self.clock()}
         if outcome is not None:
             update.update(outcome.model_dump())
         if error is not None:
@@ -463,7 +515,7 @@ class FakeClaims:
 
     @_atomic
     def put_checkpoints(self, job_id: str, chunk_id: str, fence: int, writes: Sequence[CheckpointWrite],
-                        lease_s: float | None = None) -> float | None:
+                        lease_s: float | None = None, spent: AttemptStats | None = None) -> float | None:
         now = self.clock()  # as the adapter: the lease is counted from the call's start, not its end
         if not writes:
             current = self.items.get((job_id, chunk_id))
@@ -484,7 +536,7 @@ class FakeClaims:
         committed = {**r.checkpoints, **{w.analyst: fence for w in writes}}
         lease = {"claim_expires_at": now + lease_s} if lease_s is not None else {}
         new = r.model_copy(update={"checkpoints": committed, **lease, "backpressure_since": None,
-                                   "backpressure_requeues": 0})
+                                   "backpressure_requeues": 0, **_spent(r, spent)}, deep=True)
         self.items[(job_id, chunk_id)] = new
         return new.claim_expires_at or now
 

@@ -79,3 +79,31 @@ def test_a_cancel_finishing_between_the_aggregators_read_and_its_settle_counts_t
     # cancel counted the chunk, and a retry then completed the job with that chunk never announced settled)
     settled = [e.detail for e in world.jobs.events(job_id) if e.type == "chunk.settled"]
     assert [(d["chunk_id"], d["status"]) for d in settled] == [(only.chunk_id, "done")]
+
+
+def test_an_attempt_fenced_out_between_the_aggregators_read_and_its_settle_is_counted_with_the_chunk():
+    """Issue 25 finding 15: the aggregator read the chunk's usage; an attempt fenced out of the chunk (it lost its
+    lease to the attempt that finished it) added its spend to the record, still uncounted; the settle added only what
+    was read, so the fenced-out spend was on the chunk record and on no job."""
+    # GIVEN a running job whose only chunk settled `done` (700 tokens) after taking it over from a frozen attempt
+    world = FakeWorld()
+    job_id, (only,) = running_job(world, 1)
+    frozen = claim(world, only)
+    world.clock.advance(31)
+    done = settle_done(world, only, stats=AttemptStats(calls=11, input_tokens=700, output_tokens=70))
+    # WHEN the frozen attempt, fenced out, adds its 300 tokens between the aggregator's read and its settle
+    settle = world.jobs.settle_new_chunk
+
+    def fenced_out_lands_first(job_id_: str, chunk_id: str, **kw: object) -> object:
+        world.jobs.settle_new_chunk = settle  # type: ignore[method-assign]  # once
+        assert world.jobs.add_fenced_out(job_id_, chunk_id, frozen, AttemptStats(calls=4, input_tokens=300,
+                                                                                 output_tokens=30))
+        return settle(job_id_, chunk_id, **kw)  # type: ignore[arg-type]  # the repository's own keywords
+
+    world.jobs.settle_new_chunk = fenced_out_lands_first  # type: ignore[method-assign]  # one call wrapped
+    handle_result(world.deps, settled_result(done))
+    # THEN the job counts the chunk once, with both attempts: what its record holds
+    job = world.jobs.get(job_id)
+    assert job.state is JobState.COMPLETED
+    assert (job.input_tokens, job.output_tokens) == (1_000, 100) == (
+        _chunks_usage(world, job_id).input_tokens, _chunks_usage(world, job_id).output_tokens)

@@ -16,14 +16,17 @@ from collections.abc import Callable
 import pytest
 from botocore.exceptions import ReadTimeoutError
 
+from contract_review.domain.cost import micro_usd, model_cost_usd, model_price
 from contract_review.domain.model import ModelRequest, ModelResponse
+from contract_review.domain.ports import Queue
 from contract_review.domain.records import ChunkStatus, JobState, ModelControl, Usage
 from contract_review.doubles.offline_model import OfflineRuleModel
 from contract_review.model.daily_quota import DailyQuota
-from contract_review.pipeline.worker import ChunkWorker, Delivery
+from contract_review.model.pacing import estimated_reservation
+from contract_review.pipeline.worker import ChunkWorker, Delivery, Heartbeat
 from contract_review.reliability.chunks import analysis_message
 
-from .inprocess import Fault, FaultyModel, on
+from .inprocess import Crash, Fault, FaultyModel, on
 from .test_recoveries import Run, client_error, raises
 
 
@@ -88,20 +91,25 @@ class Billed:
         return response
 
 
-def _on_the_job(r: Run, bill: Billed) -> None:
+def _on_the_job(r: Run, bill: Billed, in_flight_at_a_kill: int = 0) -> None:
+    """The job's tokens are the tokens the model answered; its chunks' calls are the calls the model received, but
+    for a call under way when its process was killed (nothing survives to say it was made)."""
     job = r.world.jobs.get(r.job_id)
     assert job is not None
     tokens = ("input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens")
     assert bill.tokens.input_tokens > 0
     assert {t: getattr(job, t) for t in tokens} == {t: getattr(bill.tokens, t) for t in tokens}
-    assert _recorded_calls(r) == bill.calls
+    assert _recorded_calls(r) == bill.calls - in_flight_at_a_kill
     assert job.model_micro_usd > 0
 
 
-def test_an_attempt_fenced_out_of_its_chunk_still_puts_what_it_spent_on_the_job():
+@pytest.mark.parametrize("analyst", [None, "termination"], ids=["first_call", "after_two_commits"])
+def test_an_attempt_fenced_out_of_its_chunk_still_puts_what_it_spent_on_the_job(analyst: str | None):
     """Issue 25 finding 15: a worker froze in a call on chunk 0, its lease lapsed, another worker finished the chunk;
     the frozen one's answers (and those of its other analysts, answered before their checkpoints were refused) were
-    paid for, and were on no job: an attempt that lost its lease recorded nothing."""
+    paid for, and were on no job: an attempt that lost its lease recorded nothing. `after_two_commits`: the frozen
+    attempt's commits had written its running spend, which the claim that took the chunk over added to it: the
+    frozen one, fenced out, adds only the rest (not twice)."""
     r = Run()
     ids = r.submit()
     bill = Billed(r.p.model)
@@ -117,7 +125,7 @@ def test_an_attempt_fenced_out_of_its_chunk_still_puts_what_it_spent_on_the_job(
                             Delivery(message_id="m-2", receipt_handle="", receive_count=2, visibility_s=120)).action == "done"
         return OfflineRuleModel().invoke(request)
 
-    r.p.model.faults.append(Fault(on(ids[0]), freeze, 1))
+    r.p.model.faults.append(Fault(on(ids[0], analyst), freeze, 1))
     r.completes_as_fault_free()
     assert '"chunk.lease_lost"' in r.seen()
     _on_the_job(r, bill)
@@ -160,3 +168,121 @@ def test_a_chunk_whose_calls_mostly_time_out_dead_letters_with_its_answered_call
     assert r.world.claims.get(r.job_id, ids[0]).status is ChunkStatus.DEAD_LETTERED  # type: ignore[union-attr]
     assert n["calls"] >= 10
     _on_the_job(r, bill)
+
+
+@pytest.mark.parametrize("forever", [False, True], ids=["then_settles", "then_dead_letters"])
+def test_an_attempt_killed_mid_run_leaves_what_it_spent_up_to_its_last_write_on_the_job(forever: bool):
+    """Issue 25 finding 15: a worker killed mid-attempt (kill -9, a Lambda reaching its function timeout, out of
+    memory) recorded nothing of what it spent: the sweeper released (or dead-lettered) its lapsed claim with nothing.
+    Its commits (and heartbeats) now carry its running spend; the sweeper folds it in, once. Killed at the first call
+    of an analyst (the two before it committed), whether the chunk then completes or is dead-lettered."""
+    r = Run()
+    ids = r.submit()
+    bill = Billed(r.p.model)
+    r.p.worker.model = bill
+    r.p.model.faults.append(Fault(on(ids[1], "termination"), raises(Crash()), -1 if forever else 1))
+    job = r.p.run(r.job_id)
+    assert job.state is (JobState.DEAD_LETTERED if forever else JobState.COMPLETED)
+    assert r.p.crashes >= (r.world.settings.profile.recovery.poison_budget if forever else 1)
+    _on_the_job(r, bill, in_flight_at_a_kill=r.p.crashes)
+
+
+def test_a_killed_attempts_spend_is_added_by_the_claim_that_takes_its_chunk_over():
+    """Issue 25 finding 15: the lease of a killed worker lapsed and its message came back to another worker before
+    the sweeper looked: the new claim ends the dead fence, and adds what it had written of its spend, once."""
+    r = Run()
+    ids = r.submit()
+    bill = Billed(r.p.model)
+    r.p.worker.model = bill
+    w = r.world
+    r.p.model.faults.append(Fault(on(ids[1], "termination"), raises(Crash()), 1))
+    for s in w.queues.drain(Queue.ANALYSIS):
+        r.p.deliver(s)
+    assert r.p.crashes == 1
+    w.clock.advance(w.settings.claim_lease_s + 1)
+    job, rec = w.jobs.get(r.job_id), w.claims.get(r.job_id, ids[1])
+    assert job is not None and rec is not None and rec.status is ChunkStatus.CLAIMED
+    other = ChunkWorker(w.deps, bill, sleep=lambda _s: None)
+    assert other.handle(analysis_message(w.deps, job, rec, "redelivered"),
+                        Delivery(message_id="m-2", receipt_handle="", receive_count=2, visibility_s=120)).action == "done"
+    assert r.p.run(r.job_id).state is JobState.COMPLETED
+    _on_the_job(r, bill, in_flight_at_a_kill=1)
+
+
+def test_calls_that_time_out_are_on_the_job_with_their_estimated_cost():
+    """Issue 25 finding 15: a call that outlived the client's read timeout reached Bedrock, which may bill it; such
+    calls were on no job. The job counts them and carries their estimated cost (the request's estimated input plus
+    its maxTokens, at the model's prices) apart from what was measured, and its budget counts it."""
+    r = Run()
+    ids = r.submit()
+    bill = Billed(r.p.model)
+    r.p.worker.model = bill
+    w = r.world
+    price = model_price(w.settings.profile.prices, w.settings.effective_model_id)
+    timed_out: list[ModelRequest] = []  # the double's log of the calls it let time out
+    n = {"calls": 0}
+    inner = r.p.model.inner
+
+    def mostly_times_out(request: ModelRequest) -> ModelResponse:  # two in three calls outlive the read timeout
+        n["calls"] += 1
+        if n["calls"] % 3:
+            timed_out.append(request)
+            raise ReadTimeoutError(endpoint_url="https://bedrock")
+        return inner.invoke(request)
+
+    r.p.model.faults.append(Fault(on(ids[0]), mostly_times_out))
+    job = r.p.run(r.job_id)
+    assert job.terminal and timed_out
+    assert job.timed_out_calls == len(timed_out)
+    # each: its input as the pacer estimates it (its reservation less maxTokens), and maxTokens of output
+    estimated = sum(micro_usd(model_cost_usd(price, Usage(input_tokens=estimated_reservation(q) - q.max_tokens,
+                                                          output_tokens=q.max_tokens))) for q in timed_out)
+    assert estimated > 0 and job.estimated_micro_usd == estimated
+    assert job.total_micro_usd == job.model_micro_usd + job.aws_micro_usd + estimated
+    _on_the_job(r, bill)
+
+
+def test_a_heartbeat_carries_the_spend_of_the_analyst_under_way_when_the_process_is_killed(
+        monkeypatch: pytest.MonkeyPatch):
+    """Issue 25 finding 15, as reported: an analyst's calls outlived the read timeout and were retried until its Lambda
+    reached its function timeout and was killed: the attempt's spend died with it, the answered calls' tokens and the
+    timed-out calls alike. A beat of the heartbeat (driven here in place of its timer, in the analyst's third call)
+    writes the attempt's spend so far, the analyst under way included, and the sweeper folds it in."""
+    beats: list[Heartbeat] = []
+    enter = Heartbeat.__enter__
+
+    def watched(self: Heartbeat) -> Heartbeat:
+        beats.append(self)
+        return enter(self)
+
+    monkeypatch.setattr(Heartbeat, "__enter__", watched)
+    r = Run()
+    ids = r.submit()
+    bill = Billed(r.p.model)
+    r.p.worker.model = bill
+    w = r.world
+    price = model_price(w.settings.profile.prices, w.settings.effective_model_id)
+    timed_out: list[ModelRequest] = []
+    calls = {"n": 0}
+    inner = r.p.model.inner
+
+    def times_out_answers_then_dies(request: ModelRequest) -> ModelResponse:
+        calls["n"] += 1
+        if calls["n"] == 1:  # outlives the read timeout (retried by tier 1)
+            timed_out.append(request)
+            raise ReadTimeoutError(endpoint_url="https://bedrock")
+        if calls["n"] == 2:  # answered
+            return inner.invoke(request)
+        w.clock.advance(w.settings.claim_lease_s / 3 + 0.01)  # the next beat is due
+        beats[-1].tick()
+        raise Crash()  # killed in the call
+
+    r.p.model.faults.append(Fault(on(ids[0], "liability"), times_out_answers_then_dies, 3))  # it finds a clause there
+    assert r.p.run(r.job_id).state is JobState.COMPLETED
+    assert r.p.crashes == 1 and len(timed_out) == 1
+    _on_the_job(r, bill)  # the call it was killed in too: the beat counted it
+    job = w.jobs.get(r.job_id)
+    assert job is not None and job.timed_out_calls == 1
+    assert job.estimated_micro_usd == micro_usd(model_cost_usd(price, Usage(
+        input_tokens=estimated_reservation(timed_out[0]) - timed_out[0].max_tokens,
+        output_tokens=timed_out[0].max_tokens)))

@@ -9,11 +9,16 @@ leave orphan items behind, never a committed one. (No transactions: a single-ite
 whole fence.) Loading reads the items of each committed fence (one Query per fence, usually one) and
 takes each committed analyst's output from them: an analyst runs once per attempt, so it is in one
 item of its fence. (The sort key attribute is still named `analyst`: the table is not replaced.)
+
+Running spend: each heartbeat and checkpoint commit of an attempt also sets `spend.<fence>` (what the attempt has
+spent so far, set, not added: a retried write changes nothing). The write that ends the fence either adds all the
+attempt spent and drops the entry (its owner), or, when someone else ends it (the sweeper, a later claim, a cancel),
+adds the entries nobody has added yet and marks them `folded`, conditional on them still being unfolded: once.
 """
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterator, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from typing import Any
 
 from botocore.exceptions import ClientError
@@ -31,6 +36,7 @@ from contract_review.domain.records import (
     ChunkStatus,
     ClaimResult,
     ReleaseReason,
+    Spent,
 )
 
 from .dynamo import Table, deserialize, is_conditional_failure, model_values, old_item, serialize, to_item
@@ -57,6 +63,32 @@ def stats_expr(stats: AttemptStats) -> tuple[list[str], dict[str, Any], dict[str
             values[f":u_{f}"] = getattr(stats, f)
             parts.append(f"{f} = if_not_exists({f}, :z) + :u_{f}")
     return parts, values, names
+
+
+SPEND = "spend"  # the running spend of its attempts, by fence (records.Spent)
+FOLD_ATTEMPTS = 5  # a fold that lost to a fenced-out attempt adding its own spend is read and tried again
+
+
+def spent_value(stats: AttemptStats) -> dict[str, Any]:
+    """An attempt's running spend as a map entry (only what is not zero)."""
+    return stats.model_dump(mode="json", exclude_defaults=True)
+
+
+def fold_expr(fold: Mapping[str, Spent], stats: AttemptStats
+              ) -> tuple[AttemptStats, list[str], str, dict[str, Any], dict[str, str]]:
+    """Fold the entries of `fold` (as read) nobody has added yet into `stats`: the total to add, the SET clauses
+    marking them folded, the condition that they still are not, and their values and names."""
+    parts: list[str] = []
+    conds: list[str] = []
+    names: dict[str, str] = {}
+    for i, (fence, entry) in enumerate(sorted(fold.items())):
+        if entry.folded:
+            continue
+        stats = stats.plus(entry)
+        names.update({"#sp": SPEND, f"#sf{i}": fence})
+        parts.append(f"#sp.#sf{i}.folded = :folded")
+        conds.append(f"attribute_exists(#sp.#sf{i}) AND attribute_not_exists(#sp.#sf{i}.folded)")
+    return stats, parts, " AND ".join(conds), ({":folded": True} if parts else {}), names
 
 
 def _awaiting_batch(fence: int, token: str | None, values: dict[str, Any], placeholder: str) -> str:
@@ -118,32 +150,51 @@ class DynamoClaims:
                 TableName=self.claims.name, Key=serialize(_key(job_id, chunk_id)),
                 UpdateExpression=("SET claimed_by = :me, claim_expires_at = :exp, lease_bucket = :open, #st = :claimed, "
                                   "fence = if_not_exists(fence, :zero) + :one, claimed_at = :now, "
-                                  "receives = if_not_exists(receives, :zero) + :one, last_receive_count = :rc"
+                                  "receives = if_not_exists(receives, :zero) + :one, last_receive_count = :rc, "
+                                  "#sp = if_not_exists(#sp, :nospend)"
                                   + deadline
                                   + ("ADD redeliveries :one " if receive_count > 1 else "")
                                   + ("REMOVE deadline_at" if deadline_at is None else "")),
                 ConditionExpression=("attribute_exists(chunk_id) AND #st IN (:pending, :claimed) AND "
                                      "(attribute_not_exists(claimed_by) OR claim_expires_at < :now)"),
-                ExpressionAttributeNames={"#st": "status"},
-                ExpressionAttributeValues=serialize(values),
+                ExpressionAttributeNames={"#st": "status", "#sp": SPEND},
+                ExpressionAttributeValues=serialize({**values, ":nospend": {}}),
                 ReturnValues="ALL_NEW", ReturnValuesOnConditionCheckFailure="ALL_OLD")
         except ClientError as exc:
             if not is_conditional_failure(exc):
                 raise
             old = old_item(exc)
             return ClaimResult(won=False, fence=0, record=ChunkRecord.model_validate(old) if old else None)
-        record = ChunkRecord.model_validate(deserialize(r["Attributes"]))
+        record = self._fold_ended(ChunkRecord.model_validate(deserialize(r["Attributes"])))
         return ClaimResult(won=True, fence=record.fence, record=record)
+
+    def _fold_ended(self, record: ChunkRecord) -> ChunkRecord:
+        """This claim ended the fences before it: the running spend of those whose attempts died without anyone
+        adding it (a lease taken over before the sweeper saw it lapse) goes into the totals now, once."""
+        for _ in range(FOLD_ATTEMPTS):
+            fold = record.unfolded(below=record.fence)
+            if not fold:
+                return record
+            stats, parts, cond, values, names = fold_expr(fold, AttemptStats())
+            adds, add_values, add_names = stats_expr(stats)
+            item = self.claims.update_if(
+                _key(record.job_id, record.chunk_id), UpdateExpression="SET " + ", ".join(adds + parts),
+                ConditionExpression=cond, ExpressionAttributeNames={**names, **add_names},
+                ExpressionAttributeValues=serialize({**values, **add_values}))
+            if item is not None:
+                return ChunkRecord.model_validate(item)
+            record = self.get(record.job_id, record.chunk_id) or record  # a fenced-out owner added its own: again
+        raise RuntimeError(f"chunk {record.job_id}/{record.chunk_id}: its running spend kept changing")
 
     def _fenced_update(self, job_id: str, chunk_id: str, fence: int, expr: str, values: dict[str, Any],
                        names: dict[str, str] | None = None,
                        states: Collection[ChunkStatus] = (ChunkStatus.CLAIMED,),
-                       lapsed_before: float | None = None) -> ChunkRecord | None:
+                       lapsed_before: float | None = None, also: str = "") -> ChunkRecord | None:
         """An update that applies only while `fence` is current and the chunk is in `states`
-        (and, for the sweeper, only while the lease is still lapsed at `lapsed_before`)."""
+        (and, for the sweeper, only while the lease is still lapsed at `lapsed_before`; and `also`)."""
         names = {**(names or {}), "#st": "status"}
         state_values: dict[str, Any] = {f":fs{i}": st.value for i, st in enumerate(states)}
-        cond = "fence = :fence AND #st IN (" + ", ".join(state_values) + ")"
+        cond = "fence = :fence AND #st IN (" + ", ".join(state_values) + ")" + (f" AND {also}" if also else "")
         if lapsed_before is not None:  # a heartbeat that landed since the sweeper's read wins
             cond += " AND (attribute_not_exists(claim_expires_at) OR claim_expires_at < :lapsed)"
             state_values[":lapsed"] = lapsed_before
@@ -152,15 +203,36 @@ class DynamoClaims:
             ExpressionAttributeValues=serialize({**values, **state_values, ":fence": fence}))
         return ChunkRecord.model_validate(item) if item else None
 
-    def heartbeat(self, job_id: str, chunk_id: str, fence: int, lease_s: float) -> float | None:
+    def heartbeat(self, job_id: str, chunk_id: str, fence: int, lease_s: float,
+                  spent: AttemptStats | None = None) -> float | None:
         until = self.clock() + lease_s
-        done = self._fenced_update(job_id, chunk_id, fence, "SET claim_expires_at = :exp", {":exp": until})
+        expr = "SET claim_expires_at = :exp"
+        values: dict[str, Any] = {":exp": until}
+        names: dict[str, str] = {}
+        if spent is not None:
+            expr += ", #sp.#own = :spent"
+            values[":spent"] = spent_value(spent)
+            names = {"#sp": SPEND, "#own": str(fence)}
+        done = self._fenced_update(job_id, chunk_id, fence, expr, values, names)
         return until if done is not None else None
+
+    def _ending(self, fence: int, stats: AttemptStats, fold: Mapping[str, Spent] | None
+                ) -> tuple[list[str], dict[str, Any], dict[str, str], str, str]:
+        """What a write that ends `fence` adds (stats_expr's clauses), and how it treats the running spend: its owner
+        (`fold` None) drops its own entry (`stats` is all it spent); anyone else folds in the entries it read. The SET
+        clauses, values, names, a REMOVE clause and a condition."""
+        if fold is None:
+            parts, values, names = stats_expr(stats)
+            return parts, values, {**names, "#sp": SPEND, "#own": str(fence)}, "#sp.#own", ""
+        total, marks, cond, mark_values, mark_names = fold_expr(fold, stats)
+        parts, values, names = stats_expr(total)
+        return parts + marks, {**values, **mark_values}, {**names, **mark_names}, "", cond
 
     def release(self, job_id: str, chunk_id: str, fence: int, stats: AttemptStats, error: ErrorEnvelope | None,
                 *, failure: bool, lapsed_before: float | None = None,
-                reason: ReleaseReason = ReleaseReason.RETRY) -> ChunkRecord | None:
-        parts, values, names = stats_expr(stats)
+                reason: ReleaseReason = ReleaseReason.RETRY,
+                fold: Mapping[str, Spent] | None = None) -> ChunkRecord | None:
+        parts, values, names, drop, also = self._ending(fence, stats, fold)
         parts += ["#st = :pending", "release_reason = :reason", "released_at = :now"]
         values.update({":pending": ChunkStatus.PENDING.value, ":reason": reason.value, ":now": self.clock()})
         if reason.sends_message:  # a fresh message follows the release: the record says when it was sent
@@ -169,7 +241,7 @@ class DynamoClaims:
             parts += ["backpressure_since = if_not_exists(backpressure_since, :now)",
                       "backpressure_requeues = if_not_exists(backpressure_requeues, :z) + :one"]
             values[":one"] = 1
-        removed = _LEASE_ATTRS
+        removed = _LEASE_ATTRS + (f", {drop}" if drop else "")
         if reason is ReleaseReason.HELD:  # a hold is outside the streak: it ends it (the deadline counts after it)
             parts.append("backpressure_requeues = :z")
             removed += ", backpressure_since"
@@ -180,13 +252,14 @@ class DynamoClaims:
             parts.append("failures = if_not_exists(failures, :z) + :one")
             values[":one"] = 1
         expr = "SET " + ", ".join(parts) + " REMOVE " + removed
-        return self._fenced_update(job_id, chunk_id, fence, expr, values, names, lapsed_before=lapsed_before)
+        return self._fenced_update(job_id, chunk_id, fence, expr, values, names, lapsed_before=lapsed_before,
+                                   also=also)
 
     def finish(self, job_id: str, chunk_id: str, fence: int, status: ChunkStatus, stats: AttemptStats, *,
                outcome: ChunkOutcome | None = None, error: ErrorEnvelope | None = None,
                states: Collection[ChunkStatus] = (ChunkStatus.CLAIMED,),
-               lapsed_before: float | None = None) -> ChunkRecord | None:
-        parts, values, names = stats_expr(stats)
+               lapsed_before: float | None = None, fold: Mapping[str, Spent] | None = None) -> ChunkRecord | None:
+        parts, values, names, drop, also = self._ending(fence, stats, fold)
         parts += ["#st = :status", "settled_at = :now"]
         values.update({":status": status.value, ":now": self.clock()})
         for i, (k, v) in enumerate(model_values(outcome).items() if outcome else ()):
@@ -199,18 +272,18 @@ class DynamoClaims:
         if status is ChunkStatus.DEAD_LETTERED:
             parts.append("failures = if_not_exists(failures, :z) + :one")
             values[":one"] = 1
-        expr = "SET " + ", ".join(parts) + " REMOVE " + _LEASE_ATTRS
-        return self._fenced_update(job_id, chunk_id, fence, expr, values, names, states, lapsed_before)
+        expr = "SET " + ", ".join(parts) + " REMOVE " + _LEASE_ATTRS + (f", {drop}" if drop else "")
+        return self._fenced_update(job_id, chunk_id, fence, expr, values, names, states, lapsed_before, also)
 
     # ---------------------------------------------------------------- batch inference (pipeline/batch.py)
     def await_batch(self, job_id: str, chunk_id: str, fence: int, stats: AttemptStats, pending_key: str,
                     records: int) -> ChunkRecord | None:
-        parts, values, names = stats_expr(stats)
+        parts, values, names, drop, _ = self._ending(fence, stats, None)
         parts += ["#st = :awaiting", "batch_pending_key = :key", "batch_records = :n", "batch_since = :now",
                   "released_at = :now"]
         values.update({":awaiting": ChunkStatus.AWAITING_BATCH.value, ":key": pending_key, ":n": records,
                        ":now": self.clock()})
-        expr = "SET " + ", ".join(parts) + " REMOVE " + _LEASE_ATTRS + ", batch_token"
+        expr = "SET " + ", ".join(parts) + " REMOVE " + _LEASE_ATTRS + ", batch_token, " + drop
         return self._fenced_update(job_id, chunk_id, fence, expr, values, names)
 
     def assign_batch(self, job_id: str, chunk_id: str, fence: int, token: str | None,
@@ -302,7 +375,7 @@ class DynamoClaims:
         return found
 
     def put_checkpoints(self, job_id: str, chunk_id: str, fence: int, writes: Sequence[CheckpointWrite],
-                        lease_s: float | None = None) -> float | None:
+                        lease_s: float | None = None, spent: AttemptStats | None = None) -> float | None:
         now = self.clock()  # the lease is counted from here, before the outputs' writes
         if not writes:
             current = self.get(job_id, chunk_id)
@@ -326,9 +399,14 @@ class DynamoClaims:
         if lease_s is not None:
             commits += ", claim_expires_at = :exp"
             values[":exp"] = now + lease_s
+        names = {f"#a{i}": w.analyst for i, w in enumerate(writes)}
+        if spent is not None:  # the attempt's running spend rides on the commit
+            commits += ", #sp.#own = :spent"
+            values[":spent"] = spent_value(spent)
+            names.update({"#sp": SPEND, "#own": str(fence)})
         done = self._fenced_update(job_id, chunk_id, fence,
                                    f"SET {commits}, backpressure_requeues = :z REMOVE backpressure_since", values,
-                                   {f"#a{i}": w.analyst for i, w in enumerate(writes)})
+                                   names)
         return (done.claim_expires_at or now) if done is not None else None
 
     def checkpoint_output(self, checkpoint: Checkpoint) -> str:

@@ -17,6 +17,7 @@ from contract_review.domain.records import (
     OUTCOME_FIELDS,
     USAGE_FIELDS,
     AttemptStats,
+    ChunkRecord,
     ChunkStatus,
     Job,
     JobEvent,
@@ -27,7 +28,7 @@ from contract_review.domain.records import (
     event_seq,
 )
 
-from .claims import stats_expr
+from .claims import SPEND, stats_expr
 from .dynamo import Table, deserialize, is_conditional_failure, model_values, serialize, set_clause, to_item
 
 
@@ -37,6 +38,18 @@ def _usage_adds(usage: Usage | None) -> tuple[list[str], dict[str, Any]]:
         return [], {}
     fields = [f for f in USAGE_FIELDS if getattr(usage, f)]
     return [f"{f} :u_{f}" for f in fields], {f":u_{f}": getattr(usage, f) for f in fields}
+
+
+def _usage_is(read: Usage | None) -> tuple[str, dict[str, str], dict[str, Any]]:
+    """A condition (" AND ...") that a chunk record's usage is still `read` (what the settle adds to its job): an
+    attempt fenced out since the read added to it (issue 25 finding 15). Empty for None."""
+    if read is None:
+        return "", {}, {}
+    conds, names, values = [], {}, {}
+    for f in USAGE_FIELDS:
+        names[f"#r_{f}"], values[f":r_{f}"] = f, getattr(read, f)
+        conds.append(f"#r_{f} = :r_{f}" if getattr(read, f) else f"(attribute_not_exists(#r_{f}) OR #r_{f} = :r_{f})")
+    return " AND " + " AND ".join(conds), names, values
 
 
 LIST_FIELDS = ("job_id, #s, created_at, updated_at, idempotency_key, chunk_count, document_id, error_code, "
@@ -274,11 +287,12 @@ class DynamoJobs:
         return Job.model_validate(deserialize(r["Attributes"]))
 
     def settle_new_chunk(self, job_id: str, chunk_id: str, *, usage: Usage | None = None, fence: int | None = None,
-                         status: ChunkStatus | None = None) -> Job | None:
+                         status: ChunkStatus | None = None, read: Usage | None = None) -> Job | None:
         """One transaction: the chunk record marked `counted` (condition: it exists, unmarked, and still has the
         `fence` and `status` its caller read) and the job's count and usage added to (condition: it exists, and an
-        older job's set does not hold the chunk). Neither item grows: the job item's write is billed at its own
-        size, which no longer depends on the document's."""
+        older job's set does not hold the chunk), and, with `read`, on the record's usage still being `read`.
+        Neither item grows: the job item's write is billed at its own size, which no longer depends on the
+        document's."""
         adds, values = _usage_adds(usage)
         values = {**values, ":one": 1, ":now": self.clock(), ":cid": chunk_id}
         chunk_cond = "attribute_exists(chunk_id) AND (attribute_not_exists(#c) OR #c = :f)"
@@ -291,6 +305,10 @@ class DynamoJobs:
             chunk_cond += " AND #st = :st"
             chunk_names["#st"] = "status"
             chunk_values[":st"] = status.value
+        read_cond, read_names, read_values = _usage_is(read)  # nor one an attempt fenced out added to since the read
+        chunk_cond += read_cond
+        chunk_names.update(read_names)
+        chunk_values.update(read_values)
         items = [  # the mark, and the chunk's `chunk.settled` event owed (`record_owed_event` writes it, once)
             {"Update": {"TableName": self.claims.name, "Key": serialize({"job_id": job_id, "chunk_id": chunk_id}),
                         "UpdateExpression": f"SET #c = :t, {EVENT_OWED} = :t", "ConditionExpression": chunk_cond,
@@ -406,20 +424,32 @@ class DynamoJobs:
 
     def add_fenced_out(self, job_id: str, chunk_id: str, fence: int, stats: AttemptStats) -> bool:
         key = {"job_id": job_id, "chunk_id": chunk_id}
-        parts, values, names = stats_expr(stats)
-        names.update({"#fo": FENCED_OUT, "#c": COUNTED})
-        values.update({":f": fence, ":fs": {fence}})
         for _ in range(SETTLE_ATTEMPTS):
             item = self.claims.get(key)
             if item is None or fence in item.get(FENCED_OUT, set()):
                 return False
-            counted = bool(item.get(COUNTED))
-            chunk = {"TableName": self.claims.name, "Key": serialize(key),
-                     "UpdateExpression": "SET " + ", ".join(parts) + " ADD #fo :fs",
-                     "ConditionExpression": "NOT contains(#fo, :f) AND " + (
-                         "#c = :mark" if counted else "(attribute_not_exists(#c) OR #c = :mark)"),
-                     "ExpressionAttributeNames": names, "ExpressionAttributeValues": serialize({**values, ":mark": counted})}
-            adds, job_values = _usage_adds(stats)
+            record = ChunkRecord.model_validate(item)
+            entry = record.spend.get(str(fence))
+            # what someone who ended the fence already added of its running spend is not added again
+            added = stats.minus(entry) if entry is not None and entry.folded else stats
+            parts, values, names = stats_expr(added)
+            names.update({"#fo": FENCED_OUT, "#c": COUNTED})
+            values.update({":f": fence, ":fs": {fence}})
+            counted = record.counted
+            cond = "NOT contains(#fo, :f) AND " + ("#c = :mark" if counted else "(attribute_not_exists(#c) OR #c = :mark)")
+            expr = "SET " + ", ".join(parts) + " ADD #fo :fs"
+            if entry is not None:  # its running-spend entry goes: all it spent is on the record now
+                names.update({"#sp": SPEND, "#own": str(fence)})
+                expr += " REMOVE #sp.#own"
+                cond += " AND attribute_exists(#sp.#own)" + ("" if entry.folded else " AND attribute_not_exists(#sp.#own.folded)")
+            else:
+                names["#sp"] = SPEND
+                cond += " AND attribute_not_exists(#sp.#own)"
+                names["#own"] = str(fence)
+            chunk = {"TableName": self.claims.name, "Key": serialize(key), "UpdateExpression": expr,
+                     "ConditionExpression": cond, "ExpressionAttributeNames": names,
+                     "ExpressionAttributeValues": serialize({**values, ":mark": counted})}
+            adds, job_values = _usage_adds(added)
             try:
                 if counted and adds:  # counted: its usage is on the job, so what is added to it goes there too
                     self.jobs.client.transact_write_items(TransactItems=[{"Update": chunk}, {"Update": {
@@ -429,7 +459,7 @@ class DynamoJobs:
                 else:
                     self.claims.client.update_item(**chunk)
                 return True
-            except ClientError as exc:  # counted or uncounted meanwhile (or a concurrent transaction): read again
+            except ClientError as exc:  # counted or uncounted, or its entry folded, meanwhile: read again
                 if not is_conditional_failure(exc):
                     raise
         raise RuntimeError(f"chunk {job_id}/{chunk_id}: its counted mark kept changing ({SETTLE_ATTEMPTS} attempts)")

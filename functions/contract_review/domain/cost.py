@@ -257,11 +257,14 @@ class AttemptMeter:
 
 def describe(usage: Usage, budget_micro_usd: int | None = None) -> str:
     """One line: "$0.012345 (model $0.010000: 1,234 input, 56 output, 900 cache-read, 300 cache-write tokens;
-    orchestration $0.002345: 78 AWS requests); budget $1.000000"."""
+    orchestration $0.002345: 78 AWS requests); budget $1.000000", and, when calls timed out, the estimated part apart:
+    "...; estimated $0.004000: 2 timed-out calls Bedrock may bill)"."""
+    estimated = (f"; estimated {format_usd(usage.estimated_micro_usd)}: {usage.timed_out_calls:,} timed-out "
+                 "call(s) Bedrock may bill") if usage.timed_out_calls or usage.estimated_micro_usd else ""
     line = (f"{format_usd(usage.total_micro_usd)} (model {format_usd(usage.model_micro_usd)}: "
             f"{usage.input_tokens:,} input, {usage.output_tokens:,} output, {usage.cache_read_tokens:,} cache-read, "
             f"{usage.cache_write_tokens:,} cache-write tokens; orchestration {format_usd(usage.aws_micro_usd)}: "
-            f"{usage.aws_requests:,} AWS requests)")
+            f"{usage.aws_requests:,} AWS requests{estimated})")
     if budget_micro_usd is not None:
         line += f"; budget {format_usd(budget_micro_usd)}"
     return line

@@ -415,6 +415,16 @@ def _retry_after(response: dict[str, Any]) -> float | None:
         return None  # an HTTP-date Retry-After: ignored, backoff applies
 
 
+def may_be_billed(exc: BaseException) -> bool:
+    """A model call that failed after its request reached the service, with no answer to measure: the client's read
+    timeout (the request was sent; the service may have run it to the end and bills it all the same). A connect
+    timeout never reached it; an error the service answered (a throttle, a 5xx, its own 408) is not billed as far as
+    its documentation says."""
+    from botocore.exceptions import ReadTimeoutError
+
+    return isinstance(exc, ReadTimeoutError)
+
+
 def classify(exc: BaseException, *, step: str = "", attempt: int = 0, model_call: bool = False) -> ErrorEnvelope:
     """Turn any exception into an envelope, from structured fields only."""
     from botocore.exceptions import ClientError, ConnectTimeoutError, ReadTimeoutError

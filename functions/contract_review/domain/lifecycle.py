@@ -46,6 +46,7 @@ from contract_review.domain.records import (
     JobEvent,
     JobFailure,
     JobState,
+    Usage,
 )
 
 S = JobState
@@ -62,6 +63,7 @@ TRANSITIONS: dict[JobState, frozenset[JobState]] = {
 }
 CANCELLABLE = (S.QUEUED, S.RUNNING, S.WAITING_APPROVAL)
 MOVE_ATTEMPTS = 5
+COUNT_READS = 10  # a settle that found the chunk's usage changed since its read (an attempt fenced out) reads it again
 _NO_STATS = AttemptStats()
 
 
@@ -227,12 +229,34 @@ class CancelWatch:
             raise JobCancelled(self.stage)
 
 
+def count_settled(deps: Deps, chunk: ChunkRecord, extra: Usage | None = None) -> Job | None:
+    """Count a settled chunk on its job with what it spent (`chunk`'s usage as read, plus `extra`: the counter's own
+    requests), once (`JobsRepo.settle_new_chunk`). The settle is conditional on the record's usage still being what
+    was read: an attempt fenced out of the chunk may add its spend in between (`add_fenced_out`, to the uncounted
+    record only), and would be on no job. Then the record is read again and counted with it. Conditional too on the
+    record's fence and status as the caller read them (a redrive since moved them: not this settle's to count). The
+    job after the count; None when this call did not count it (counted already, or the chunk moved on)."""
+    fence, status = chunk.fence, chunk.status
+    for _ in range(COUNT_READS):
+        read = chunk.usage()
+        counted = deps.jobs.settle_new_chunk(chunk.job_id, chunk.chunk_id, usage=Usage.of([read, extra or Usage()]),
+                                             fence=fence, status=status, read=read)
+        if counted is not None:
+            return counted
+        fresh = deps.claims.get(chunk.job_id, chunk.chunk_id)
+        if fresh is None or fresh.counted or (fresh.fence, fresh.status) != (fence, status) or fresh.usage() == read:
+            return None  # counted (by another, or before), or moved on: not for lack of the usage read
+        chunk = fresh
+    raise RuntimeError(f"chunk {chunk.job_id}/{chunk.chunk_id}: its usage kept changing ({COUNT_READS} reads)")
+
+
 def cancel_chunk(deps: Deps, r: ChunkRecord, stage: str, now: float) -> ChunkRecord | None:
-    """Settle a chunk nobody holds `cancelled` (fenced, and only while its lease is lapsed or absent)."""
+    """Settle a chunk nobody holds `cancelled` (fenced, and only while its lease is lapsed or absent), with what an
+    attempt that died holding it had spent folded in."""
     return deps.claims.finish(r.job_id, r.chunk_id, r.fence, ChunkStatus.CANCELLED, _NO_STATS,
                               error=cancel_envelope(stage),
                               states=(ChunkStatus.PENDING, ChunkStatus.CLAIMED, ChunkStatus.AWAITING_BATCH),
-                              lapsed_before=now)
+                              lapsed_before=now, fold=r.spend)
 
 
 def _lease_live(r: ChunkRecord, now: float) -> bool:
@@ -259,8 +283,7 @@ def finish_cancel(deps: Deps, job: Job) -> JobState:
     # counts it, once); the job's total is only ever added to, never written whole
     for r in records:
         if not job.counts(r):  # counted here: its `chunk.settled` event too (the aggregator's is skipped)
-            counted = deps.jobs.settle_new_chunk(job.job_id, r.chunk_id, usage=r.usage(), fence=r.fence,
-                                                 status=r.status)
+            counted = count_settled(deps, r)
             if counted is not None:
                 settled_event(deps, r, counted, by="cancel")
         elif r.event_owed:  # counted by an aggregator that stopped before its event: written now, once

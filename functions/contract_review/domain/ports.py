@@ -35,6 +35,7 @@ from contract_review.domain.records import (
     ModelControl,
     ReleaseReason,
     SideEffectDone,
+    Spent,
     Usage,
     Waiting,
 )
@@ -216,14 +217,16 @@ class JobsRepo(Protocol):
         the job after the update. `usage` is added only by the write that counts the chunk (once)."""
 
     def settle_new_chunk(self, job_id: str, chunk_id: str, *, usage: Usage | None = None, fence: int | None = None,
-                         status: ChunkStatus | None = None) -> Job | None:
+                         status: ChunkStatus | None = None, read: Usage | None = None) -> Job | None:
         """Count the chunk settled, only if it is not counted yet: its record marked `counted` and the job's
         `settled_count` (and `usage`, added to the job's) moved up by one, in one transaction conditional on the
         record existing unmarked, still with the `fence` and `status` the caller read (when given: a redrive
         landing after the caller's read moved both, and the chunk is not counted) and (a job from before the
-        count) the chunk not in the job's set. The job read after it; None, and nothing written, when it was
-        counted already (or there is no such job or chunk record, or the record moved on): the caller learns
-        whether it was the one that counted it."""
+        count) the chunk not in the job's set, and, with `read`, on the record's usage still being `read` (what the
+        caller read and adds). The job read after it; None, and nothing written, when it was counted already (or
+        there is no such job or chunk record, or the record moved on, or its usage changed since `read`): the
+        caller learns whether it was the one that counted it (`lifecycle.count_settled` reads a changed record
+        again)."""
 
     def unsettle_chunks(self, job_id: str, usage_by_chunk: Mapping[str, Usage]) -> Job | None:
         """Take each counted chunk off: its mark (or its id from an older job's set) and its usage (what was
@@ -244,7 +247,8 @@ class JobsRepo(Protocol):
         """What an attempt fenced out of its chunk (its lease lost: none of its fenced writes went through) spent,
         added to the chunk record all the same, and to its job too when the chunk is counted on it already (one
         transaction: a counted chunk's usage is on its job); once per attempt (the chunk record keeps the fences
-        whose spend was added: a second call adds nothing). True when this call added it."""
+        whose spend was added: a second call adds nothing). Less what whoever ended its fence already folded in of
+        its running spend (`ChunkRecord.spend`), whose entry goes. True when this call added it."""
 
     def mark_on_demand(self, job_id: str) -> bool:
         """A batch-mode job's first chunk taken on demand: `on_demand_since` set to now, once (kept when set
@@ -287,24 +291,34 @@ class ClaimsRepo(Protocol):
     def claim(self, job_id: str, chunk_id: str, owner: str, lease_s: float, receive_count: int,
               deadline_at: float | None = None) -> ClaimResult:
         """Take the lease if free or lapsed, bumping the fence. `deadline_at`: when the claiming Lambda
-        invocation times out (None: no function timeout), kept with the lease for the sweeper."""
+        invocation times out (None: no function timeout), kept with the lease for the sweeper. The claim ends the
+        fences before it: the running spend of their attempts that nobody added yet (`ChunkRecord.unfolded`) is
+        added to the chunk's totals and marked folded, once (a second write, only when there is any)."""
 
-    def heartbeat(self, job_id: str, chunk_id: str, fence: int, lease_s: float) -> float | None:
+    def heartbeat(self, job_id: str, chunk_id: str, fence: int, lease_s: float,
+                  spent: AttemptStats | None = None) -> float | None:
         """Extend the lease to the clock's now (read as the call starts) + `lease_s`, fenced; the expiry written,
-        None when the fence moved on."""
+        None when the fence moved on. `spent`: the attempt's running spend, set as the fence's entry of
+        `ChunkRecord.spend` in the same write."""
 
     def release(self, job_id: str, chunk_id: str, fence: int, stats: AttemptStats, error: ErrorEnvelope | None,
                 *, failure: bool, lapsed_before: float | None = None,
-                reason: ReleaseReason = ReleaseReason.RETRY) -> ChunkRecord | None:
+                reason: ReleaseReason = ReleaseReason.RETRY,
+                fold: Mapping[str, Spent] | None = None) -> ChunkRecord | None:
         """Give a claimed chunk back (pending), recording the attempt, `reason` and `released_at`.
         A `backpressure` release also extends the chunk's backpressure streak (starts it now if none,
-        counts one more requeue); `put_checkpoints` ends the streak (progress)."""
+        counts one more requeue); `put_checkpoints` ends the streak (progress).
+
+        `fold` None: the fence's owner ends its own attempt: `stats` is all it spent, and its running-spend entry
+        is dropped. Otherwise someone else ends a fence whose attempt died (the sweeper, a cancel): `fold` is the
+        record's `spend` as read, and the entries nobody added yet are added with `stats` and marked folded, in
+        the same write, conditional on them still being unfolded (once)."""
 
     def finish(self, job_id: str, chunk_id: str, fence: int, status: ChunkStatus, stats: AttemptStats, *,
                outcome: ChunkOutcome | None = None, error: ErrorEnvelope | None = None,
                states: Collection[ChunkStatus] = (ChunkStatus.CLAIMED,),
-               lapsed_before: float | None = None) -> ChunkRecord | None:
-        """Settle the chunk (done | failed | dead_lettered), fenced."""
+               lapsed_before: float | None = None, fold: Mapping[str, Spent] | None = None) -> ChunkRecord | None:
+        """Settle the chunk (done | failed | dead_lettered), fenced; `fold` as for `release`."""
 
     def lapsed(self, now: float) -> Iterator[ChunkRecord]:
         """Claimed chunks whose lease expired before `now`."""
@@ -347,8 +361,9 @@ class ClaimsRepo(Protocol):
         """The chunk's committed checkpoints: analyst -> checkpoint."""
 
     def put_checkpoints(self, job_id: str, chunk_id: str, fence: int, writes: Sequence[CheckpointWrite],
-                        lease_s: float | None = None) -> float | None:
-        """Persist analysts' outputs and commit them all with one fenced write, which also ends the chunk's
+                        lease_s: float | None = None, spent: AttemptStats | None = None) -> float | None:
+        """Persist analysts' outputs and commit them all with one fenced write (with `spent`, the attempt's running
+        spend, as `heartbeat` sets it), which also ends the chunk's
         backpressure streak (progress) and, with `lease_s`, extends the lease as a heartbeat would, from the
         clock's now read as the call starts (the outputs' writes take time: the expiry is not counted from the
         end); the lease's expiry after the commit (what the heartbeat counts from), None when the fence moved

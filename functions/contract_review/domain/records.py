@@ -97,7 +97,7 @@ class _Record(BaseModel):
 
 # ------------------------------------------------------------------------------ cost (cost.py)
 USAGE_FIELDS = ("input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens", "aws_requests",
-                "model_micro_usd", "aws_micro_usd")
+                "model_micro_usd", "aws_micro_usd", "timed_out_calls", "estimated_micro_usd")
 
 
 class Usage(_Record):
@@ -113,10 +113,22 @@ class Usage(_Record):
     aws_requests: int = 0  # orchestration requests (DynamoDB, SQS, S3, Lambda invocations)
     model_micro_usd: int = 0
     aws_micro_usd: int = 0
+    # Model calls that timed out on the client (a read timeout: the request reached Bedrock, no answer came back),
+    # which Bedrock may still have run and billed: their count, and their cost as estimated (no usage came back to
+    # measure), at its upper bound: the request's estimated input tokens plus its `maxTokens`, at the on-demand
+    # prices (docs/cost.md "Estimated spend"). Counted toward the job's budget, shown apart from measured spend.
+    timed_out_calls: int = 0
+    estimated_micro_usd: int = 0
+
+    @property
+    def measured_micro_usd(self) -> int:
+        """What was measured: the model's answers (their reported tokens) and the AWS requests."""
+        return self.model_micro_usd + self.aws_micro_usd
 
     @property
     def total_micro_usd(self) -> int:
-        return self.model_micro_usd + self.aws_micro_usd
+        """Measured plus estimated: what a budget is checked against."""
+        return self.measured_micro_usd + self.estimated_micro_usd
 
     def usage(self) -> Usage:
         """Only the usage fields (of a chunk record or job that carries them)."""
@@ -143,6 +155,31 @@ class AttemptStats(Usage):
     repairs: int = 0
     retries: dict[str, int] = Field(default_factory=dict)
 
+    def plus(self, other: AttemptStats) -> AttemptStats:
+        return self._combined(other, 1)
+
+    def minus(self, other: AttemptStats) -> AttemptStats:
+        """What this (an attempt's whole spend) adds to `other` (an earlier snapshot of it): never below zero."""
+        return self._combined(other, -1)
+
+    def _combined(self, other: AttemptStats, sign: int) -> AttemptStats:
+        def num(a: int, b: int) -> int:
+            return max(0, a + sign * b)
+        retries = {c: num(self.retries.get(c, 0), other.retries.get(c, 0)) for c in {*self.retries, *other.retries}}
+        return AttemptStats(calls=num(self.calls, other.calls), repairs=num(self.repairs, other.repairs),
+                            retries={c: n for c, n in retries.items() if n},
+                            **{f: num(getattr(self, f), getattr(other, f)) for f in USAGE_FIELDS})
+
+
+class Spent(AttemptStats):
+    """An attempt's running spend, as it last wrote it under its fence (`ChunkRecord.spend`): set, not added, by its
+    heartbeats and checkpoint commits, so an attempt that dies (a kill -9, a Lambda timeout, out of memory) leaves
+    what it had spent up to its last write. `folded`: whoever ended that fence without its owner (the sweeper, a
+    later claim, a cancel) added it to the chunk's totals, once; kept so that an owner that was only frozen and
+    comes back fenced out adds the rest (`JobsRepo.add_fenced_out`)."""
+
+    folded: bool = False
+
 
 class ChunkOutcome(_Record):
     """What a chunk that finished `done` leaves on its record."""
@@ -154,7 +191,8 @@ class ChunkOutcome(_Record):
 
 class ChunkRecord(Usage):
     """One chunk of a job: its lease (claim + fencing token), counters and outcome; its usage summed over
-    the attempts that recorded theirs (an attempt that crashed or lost its lease records nothing)."""
+    its attempts: each ended by its owner adds all it spent; one that died adds what it last wrote of its running
+    spend (`spend`), folded in by whoever ended its fence; one fenced out adds its spend when it finds out."""
 
     job_id: str
     chunk_id: str
@@ -215,6 +253,14 @@ class ChunkRecord(Usage):
     batch_answer_keys: list[str] = Field(default_factory=list)
     batch_failures: int = 0
     batch_on_demand: str | None = None
+    # The running spend of its attempts, by fence (as a string: a map key): the current owner's, and those of
+    # attempts that died, folded into the totals above by whoever ended their fence (`Spent`). An attempt that
+    # ends its own fence drops its entry in the write that adds all it spent.
+    spend: dict[str, Spent] = Field(default_factory=dict)
+
+    def unfolded(self, below: int | None = None) -> dict[str, Spent]:
+        """The running-spend entries nobody has added to the totals yet (of fences below `below`, when given)."""
+        return {k: e for k, e in self.spend.items() if not e.folded and (below is None or int(k) < below)}
 
     @property
     def settled(self) -> bool:

@@ -330,7 +330,8 @@ class FaultInjectingModel:
 class CallLedger:
     """Append-only record of every model call a process made (one JSON line each).
 
-    The offline stand-in for a provider's usage log: tests count model calls from it.
+    The offline stand-in for a provider's usage log: tests count model calls, and the tokens of their answers
+    (what a bill would charge), from it. A call under way when its process is killed is not in it.
     """
 
     def __init__(self, inner: ModelClient, path: str):
@@ -344,13 +345,18 @@ class CallLedger:
     def invoke(self, request: ModelRequest) -> ModelResponse:
         outcome = "ok"
         started_at = time.time()
+        tokens: dict[str, int] = {}
         try:
-            return self.inner.invoke(request)
+            response = self.inner.invoke(request)
+            tokens = {"input_tokens": response.input_tokens, "output_tokens": response.output_tokens,
+                      "cache_read_tokens": response.cache_read_tokens, "cache_write_tokens": response.cache_write_tokens}
+            return response
         except Exception as exc:  # recorded, then re-raised unchanged
             outcome = type(exc).__name__
             raise
         finally:
             line = json.dumps({"chunk_id": request.chunk_id, "analyst": request.analyst, "step": request.step,
-                               "outcome": outcome, "pid": os.getpid(), "started_at": started_at, "at": time.time()})
+                               "outcome": outcome, "pid": os.getpid(), "started_at": started_at, "at": time.time(),
+                               **tokens})
             with open(self.path, "a") as fh:
                 fh.write(line + "\n")

@@ -38,6 +38,7 @@ from contract_review.config.profile import Profile
 from contract_review.domain.errors import classify
 from contract_review.domain.model import ModelRequest, ModelResponse, prefix_tokens, quota_tokens, text_tokens
 from contract_review.domain.policy import slows_model_quota
+from contract_review.domain.records import Usage
 
 TOKENS_MESSAGE = "too many tokens"
 REQUESTS_MESSAGE = "too many requests"
@@ -117,6 +118,13 @@ def estimated_reservation(request: ModelRequest) -> int:
     cache reads included (the tool-use prompt, the tool definition, the system prompt, the shared context, its own
     part; about 4 characters a token) plus `maxTokens`. The same estimate the simulated Bedrock admits with."""
     return prefix_tokens("", request) + text_tokens(request.prompt) + request.max_tokens
+
+
+def unanswered_usage(request: ModelRequest) -> Usage:
+    """What a call that got no answer (a client read timeout) may have cost at most, as tokens: its input as
+    `estimated_reservation` estimates it (cache reads included, priced as input: the upper bound) and its whole
+    `maxTokens` of output. Estimated spend (docs/cost.md): no usage came back to measure."""
+    return Usage(input_tokens=estimated_reservation(request) - request.max_tokens, output_tokens=request.max_tokens)
 
 
 def settled_tokens(model_id: str, response: ModelResponse) -> int:

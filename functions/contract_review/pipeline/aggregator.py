@@ -21,7 +21,6 @@ from contract_review.domain.records import (
     JobOutcome,
     JobState,
     Reliability,
-    Usage,
 )
 from contract_review.pipeline import fanout
 from contract_review.review.analysts import ChunkFindings, Finding
@@ -84,11 +83,11 @@ def _handle_result(deps: Deps, msg: ResultMessage, counter: RequestCounter) -> s
     fanout.refill(deps, job, settling=None if counted else msg.chunk_id)  # the next page, if the window has room
     # settled once, in the log too: its event is written by whoever counted it
     # (conditional on the chunk not being counted yet: a finish-cancel that counted it meanwhile wrote its event)
-    usage = Usage.of([chunk.usage(), aggregator_usage(deps.settings.profile.prices, counter)])
-    # counted only while the chunk is as read: a redrive landing since (fence moved, pending again) is not counted
+    # counted only while the chunk is as read: a redrive landing since (fence moved, pending again) is not counted,
+    # and an attempt fenced out since (its spend added to the record) is read again and counted with it
     fence, status = chunk.fence, chunk.status
-    now_counted = None if counted else deps.jobs.settle_new_chunk(msg.job_id, msg.chunk_id, usage=usage, fence=fence,
-                                                                  status=status)
+    now_counted = None if counted else \
+        lifecycle.count_settled(deps, chunk, aggregator_usage(deps.settings.profile.prices, counter))
     if now_counted is not None:
         job = now_counted
         lifecycle.settled_event(deps, chunk, job)
@@ -119,9 +118,7 @@ def _count_after_the_end(deps: Deps, job: Job, msg: ResultMessage, counter: Requ
     chunk = deps.claims.get(msg.job_id, msg.chunk_id)
     if chunk is None or chunk.status != msg.status or not chunk.settled or job.counts(chunk):
         return "ignored"
-    usage = Usage.of([chunk.usage(), aggregator_usage(deps.settings.profile.prices, counter)])
-    counted = deps.jobs.settle_new_chunk(msg.job_id, msg.chunk_id, usage=usage, fence=chunk.fence,
-                                         status=chunk.status)
+    counted = lifecycle.count_settled(deps, chunk, aggregator_usage(deps.settings.profile.prices, counter))
     if counted is not None:
         lifecycle.settled_event(deps, chunk, counted, after_job_ended=job.state.value)
     return "ignored"

@@ -176,10 +176,12 @@ def timed_out(claim: ChunkRecord, lease_s: float) -> bool:
 
 
 def _recover_lapsed(deps: Deps, job: Job | None, claim: ChunkRecord, now: float, report: SweepReport) -> None:
-    none = AttemptStats()
+    """Every write here ends the lapsed fence for an attempt that died: it folds in the attempt's running spend as
+    last written (`fold`), once."""
+    none, fold = AttemptStats(), claim.spend
     if job is None:  # the job ended: just free the lease
         deps.claims.release(claim.job_id, claim.chunk_id, claim.fence, none, None, failure=False, lapsed_before=now,
-                            reason=ReleaseReason.JOB_ENDED)
+                            reason=ReleaseReason.JOB_ENDED, fold=fold)
         return
     msg = analysis_message(deps, job, claim, "sweeper")  # built before any write: a failed read changes nothing
     if timed_out(claim, deps.settings.profile.recovery.claim_lease_s):
@@ -194,11 +196,11 @@ def _recover_lapsed(deps: Deps, job: Job | None, claim: ChunkRecord, now: float,
         return
     if claim.failures + 1 >= deps.settings.profile.recovery.poison_budget:
         if dead_letter(deps, msg, claim.fence, claim.last_error or env, none, by="sweeper",
-                       lapsed_before=now) is not None:
+                       lapsed_before=now, fold=fold) is not None:
             report.dead_lettered.append(claim.chunk_id)
         return
     if deps.claims.release(claim.job_id, claim.chunk_id, claim.fence, none, env, failure=True,
-                           lapsed_before=now, reason=ReleaseReason.WORKER_LOST) is not None:
+                           lapsed_before=now, reason=ReleaseReason.WORKER_LOST, fold=fold) is not None:
         deps.queues.send_analysis([msg.after_failure()])  # the lost one counted
         deps.jobs.record_event(claim.job_id, "chunk.requeued", chunk_id=claim.chunk_id, reason=env.error_code,
                                by="sweeper", lapsed_for_s=round(now - (claim.claim_expires_at or now), 3))
@@ -209,9 +211,11 @@ def _requeue_backpressure(deps: Deps, claim: ChunkRecord, msg: AnalysisMessage, 
                           report: SweepReport) -> None:
     """A lapsed claim whose cause is backpressure (a function timeout): release and requeue with a delay, unless
     the chunk's backpressure has lasted the deadline without progress (then dead-letter it)."""
-    sent = requeue(deps, msg, claim, claim.fence, env, by="sweeper", lapsed_before=now, deadline_at=claim.deadline_at)
+    sent = requeue(deps, msg, claim, claim.fence, env, by="sweeper", lapsed_before=now, deadline_at=claim.deadline_at,
+                   fold=claim.spend)
     if isinstance(sent, ErrorEnvelope):  # its backpressure lasted the deadline without progress
-        if dead_letter(deps, msg, claim.fence, sent, AttemptStats(), by="sweeper", lapsed_before=now) is not None:
+        if dead_letter(deps, msg, claim.fence, sent, AttemptStats(), by="sweeper", lapsed_before=now,
+                       fold=claim.spend) is not None:
             report.dead_lettered.append(claim.chunk_id)
     elif sent is not None:
         report.timed_out.append(claim.chunk_id)
@@ -281,10 +285,11 @@ def _dlq_error(chunk: ChunkRecord) -> ErrorEnvelope:
 def _settle_dead_lettered(deps: Deps, msg: AnalysisMessage, chunk: ChunkRecord, env: ErrorEnvelope,
                           m: QueueMessage, lapsed_before: float | None, report: SweepReport) -> None:
     """Settle the chunk `dead_lettered` under the fence read (its DLQ message is already there) and announce
-    it; `lapsed_before`: only while nobody holds a lease (None: under the sweeper's own claim)."""
+    it; `lapsed_before`: only while nobody holds a lease (None: under the sweeper's own claim). What an attempt that
+    died holding it had spent is folded in (`chunk.spend`)."""
     settled = deps.claims.finish(msg.job_id, msg.chunk_id, chunk.fence, ChunkStatus.DEAD_LETTERED, AttemptStats(),
                                  error=env, states=(ChunkStatus.PENDING, ChunkStatus.CLAIMED),
-                                 lapsed_before=lapsed_before)
+                                 lapsed_before=lapsed_before, fold=chunk.spend)
     if settled is None:
         return
     deps.jobs.record_event(msg.job_id, "chunk.dead_lettered", chunk_id=msg.chunk_id, error_code=env.error_code,

@@ -34,8 +34,8 @@ from dataclasses import dataclass, field
 from contract_review.config.settings import Settings
 from contract_review.domain import lifecycle, log_fields
 from contract_review.domain.batch import BatchRecord
-from contract_review.domain.cost import AttemptMeter, RequestCounter, metered, model_price
-from contract_review.domain.errors import ErrorClass, ErrorEnvelope, LeaseLost, ReviewError, classify
+from contract_review.domain.cost import AttemptMeter, RequestCounter, metered, micro_usd, model_cost_usd, model_price
+from contract_review.domain.errors import ErrorClass, ErrorEnvelope, LeaseLost, ReviewError, classify, may_be_billed
 from contract_review.domain.keys import findings_key
 from contract_review.domain.messages import AnalysisMessage
 from contract_review.domain.model import ModelClient, ModelRequest, ModelResponse, caches
@@ -55,7 +55,7 @@ from contract_review.domain.records import (
     ReleaseReason,
 )
 from contract_review.model.daily_quota import DAILY_QUOTA_CODE, DailyQuota
-from contract_review.model.pacing import QuotaLimiter
+from contract_review.model.pacing import QuotaLimiter, unanswered_usage
 from contract_review.pipeline import batch
 from contract_review.pipeline.analyst_pool import AnalystPool, GroupCommit, WarmUp
 from contract_review.pipeline.priority import PriorityGate
@@ -108,9 +108,12 @@ class Tier2(Exception):
 
 def attempt_stats(stats: RetryStats) -> AttemptStats:
     """What the attempt spent, for the write that records it: its calls and retries, and its usage (tokens,
-    AWS requests, cost: priced by its meter; without one, its tokens only)."""
+    AWS requests, cost: priced by its meter; without one, its tokens only), with its timed-out calls and their
+    estimated cost."""
     usage = stats.meter.usage(stats.tokens) if stats.meter is not None else stats.tokens
-    return AttemptStats(calls=stats.calls, repairs=stats.repairs, retries=dict(stats.retries), **usage.model_dump())
+    return AttemptStats(calls=stats.calls, repairs=stats.repairs, retries=dict(stats.retries), **{
+        **usage.model_dump(), "timed_out_calls": stats.timed_out_calls,
+        "estimated_micro_usd": stats.estimated_micro_usd})
 
 
 class Heartbeat:
@@ -120,13 +123,15 @@ class Heartbeat:
     2/3 of the lease to run, so the beat after it comes with more than 1/3 left, however long the commit
     took; it extends the message visibility all the same. `lease_lock` orders the lease's writes in this
     process (a beat and a commit): each computes its expiry inside it, so a later write never shortens the
-    lease an earlier one wrote."""
+    lease an earlier one wrote. Each write also sets the attempt's running spend (`spent`, read inside the lock, so
+    a later write never records less), what survives of it if the process dies (ChunkRecord.spend)."""
 
     def __init__(self, deps: Deps, msg: AnalysisMessage, fence: int, delivery: Delivery, lease_s: float,
                  clock: Callable[[], float] | None = None):
         self.deps, self.msg, self.fence, self.delivery, self.lease_s = deps, msg, fence, delivery, lease_s
         self.clock = clock or deps.clock  # the repositories' clock: the expiries they write are in it
         self.lease_until = float("-inf")  # the latest expiry this process wrote (commit or beat)
+        self.spent: Callable[[], AttemptStats] = AttemptStats  # the attempt's spend so far (set by its runner)
         self.lease_lock = threading.Lock()
         self.lost = threading.Event()
         self._stop = threading.Event()
@@ -159,7 +164,8 @@ class Heartbeat:
         try:
             if self.due():
                 with self.lease_lock:
-                    until = self.deps.claims.heartbeat(self.msg.job_id, self.msg.chunk_id, self.fence, self.lease_s)
+                    until = self.deps.claims.heartbeat(self.msg.job_id, self.msg.chunk_id, self.fence, self.lease_s,
+                                                       spent=self.spent())
                 if until is None:
                     self.lost.set()
                     return
@@ -199,6 +205,9 @@ class AnalystRunner:
         self.watch = watch
         self.committed: list[str] = []
         self._stats_lock = threading.Lock()
+        self._in_flight: list[RetryStats] = []  # the analysts under way's own counts (added to the total when each ends)
+        self._price = model_price(deps.settings.profile.prices, deps.settings.effective_model_id)  # as attempt_meter's
+        hb.spent = self.spent
         self.warm = WarmUp(active=False)  # set per run: the chunk's first call warms the prompt cache
 
     def _prepare(self, msg: AnalysisMessage, job: Job, record: ChunkRecord
@@ -279,6 +288,8 @@ class AnalystRunner:
             pool.check()
             base_check()
         retrier = dataclasses.replace(self.retrier, stats=RetryStats(), check=check)
+        with self._stats_lock:
+            self._in_flight.append(retrier.stats)
         try:
             out = self._run_one(spec, chunk, retrier)
         finally:
@@ -294,8 +305,9 @@ class AnalystRunner:
         (nothing committed)."""
         writes = [CheckpointWrite(analyst=name, config_hash=identities[name], status=out.status,
                                   output_json=out.model_dump_json()) for name, out in batch]
-        with self.hb.lease_lock:  # ordered with the beats: the later write has the later expiry
-            until = self.deps.claims.put_checkpoints(msg.job_id, msg.chunk_id, fence, writes, lease_s=self.hb.lease_s)
+        with self.hb.lease_lock:  # ordered with the beats: the later write has the later expiry (and spend)
+            until = self.deps.claims.put_checkpoints(msg.job_id, msg.chunk_id, fence, writes, lease_s=self.hb.lease_s,
+                                                     spent=self.spent())
         if until is None:
             return False
         self.hb.extended(until)
@@ -320,13 +332,20 @@ class AnalystRunner:
             raise ReviewError.of("runtime.time_exhausted", "no time for the next model call after waiting for the quota")
 
     def _add_stats(self, stats: RetryStats) -> None:
+        """An analyst ended: its counts join the attempt's total (and leave the ones under way), together."""
+        with self._stats_lock:
+            self.retrier.stats.add(stats)
+            self._in_flight = [s for s in self._in_flight if s is not stats]  # by identity: equal counts are not it
+
+    def spent(self) -> AttemptStats:
+        """What the attempt has spent so far: the ended analysts' counts and those of the analysts under way (read
+        from their threads without stopping them: a count a call is adding this instant may be in the next one)."""
         with self._stats_lock:
             total = self.retrier.stats
-            total.calls += stats.calls
-            total.repairs += stats.repairs
-            total.retries.update(stats.retries)
-            t = stats.tokens
-            total.add_tokens(t.input_tokens, t.output_tokens, t.cache_read_tokens, t.cache_write_tokens)
+            now = RetryStats(meter=total.meter)
+            for stats in (total, *self._in_flight):
+                now.add(stats)
+        return attempt_stats(now)
 
     def _load(self, msg: AnalysisMessage, job: Job, spec: AnalystSpec, saved: dict[str, Checkpoint],
               identity: str) -> AnalystOutput | None:
@@ -349,9 +368,15 @@ class AnalystRunner:
 
     def _reach(self, stats: RetryStats, request: ModelRequest) -> ModelResponse:
         """The call reaches the model: counted here, past every hold (a pause, the daily quota, the pacer, the stop
-        checks after its wait), so a job's count is the calls the model received."""
+        checks after its wait), so a job's count is the calls the model received. One that timed out on the client
+        may be billed all the same: counted as such, with its estimated tokens (docs/cost.md "Estimated spend")."""
         stats.calls += 1
-        return self.model.invoke(request)
+        try:
+            return self.model.invoke(request)
+        except Exception as exc:  # counted, then re-raised unchanged
+            if may_be_billed(exc):
+                stats.timed_out(micro_usd(model_cost_usd(self._price, unanswered_usage(request))))
+            raise
 
     def _run_one(self, spec: AnalystSpec, chunk: Chunk, retrier: Retrier) -> AnalystOutput:
         calls_before = retrier.stats.calls
@@ -466,7 +491,7 @@ def settle_cancelled(deps: Deps, msg: AnalysisMessage, fence: int, stats: RetryS
     if done is None:
         return Outcome("lease_lost")
     if ended:
-        deps.jobs.settle_chunk(msg.job_id, msg.chunk_id, usage=done.usage(), fence=done.fence, status=done.status)
+        lifecycle.count_settled(deps, done)
     deps.jobs.record_event(msg.job_id, "chunk.cancelled", chunk_id=msg.chunk_id, cancelled_at_stage=stage,
                            calls=stats.calls)
     announce(deps, done)

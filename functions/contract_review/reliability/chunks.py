@@ -6,14 +6,14 @@ decide when its backpressure has lasted too long."""
 from __future__ import annotations
 
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from contract_review.domain.errors import ErrorEnvelope
 from contract_review.domain.messages import AnalysisMessage, ResultMessage
 from contract_review.domain.policy import bounded_by_deadline, is_backpressure
 from contract_review.domain.ports import Deps, Queue
-from contract_review.domain.records import AttemptStats, ChunkRecord, ChunkStatus, Job, ReleaseReason
+from contract_review.domain.records import AttemptStats, ChunkRecord, ChunkStatus, Job, ReleaseReason, Spent
 from contract_review.reliability.retry import requeue_delay_s
 
 
@@ -65,7 +65,8 @@ class Requeued:
 def requeue(deps: Deps, msg: AnalysisMessage, record: ChunkRecord | None, fence: int, env: ErrorEnvelope, *,
             by: str, stats: AttemptStats | None = None, rng: random.Random | None = None, clean: bool = False,
             resume_from: list[str] | None = None, lapsed_before: float | None = None,
-            on_sent: Callable[[], None] | None = None, **detail: object) -> Requeued | ErrorEnvelope | None:
+            on_sent: Callable[[], None] | None = None, fold: Mapping[str, Spent] | None = None,
+            **detail: object) -> Requeued | ErrorEnvelope | None:
     """The one backpressure requeue (worker and sweeper): release the chunk without a failure and send a
     fresh copy of its message, delayed by the streak's backoff (at once when `clean`: the attempt made
     progress and no error drove it; never before the envelope's retry_after_s, up to the longest delay), with a
@@ -74,7 +75,8 @@ def requeue(deps: Deps, msg: AnalysisMessage, record: ChunkRecord | None, fence:
     Returns the `runtime.backpressure_exhausted` envelope, having written nothing, when the chunk's
     backpressure has lasted its deadline without progress (the caller dead-letters it); None when the
     fence moved on (the chunk is someone else's); else what was sent. `on_sent` runs right after the send (the
-    sweeper removes the DLQ copy the new message replaces)."""
+    sweeper removes the DLQ copy the new message replaces). `fold`: the record's running spend as read, when the
+    caller ends a fence that is not its own (`ClaimsRepo.release`)."""
     if not is_backpressure(env):
         raise ValueError(f"{env.error_code} is not backpressure (domain/policy.py): not requeued without a failure")
     if record is not None:
@@ -84,7 +86,7 @@ def requeue(deps: Deps, msg: AnalysisMessage, record: ChunkRecord | None, fence:
     held = not bounded_by_deadline(env)  # a hold (a pause, the daily quota): outside the backpressure streak
     released = deps.claims.release(msg.job_id, msg.chunk_id, fence, stats or AttemptStats(), env, failure=False,
                                    lapsed_before=lapsed_before,
-                                   reason=ReleaseReason.HELD if held else ReleaseReason.BACKPRESSURE)
+                                   reason=ReleaseReason.HELD if held else ReleaseReason.BACKPRESSURE, fold=fold)
     if released is None:
         return None
     streak = record.backpressure_requeues if record else 0
@@ -125,7 +127,8 @@ def _duration(seconds: float) -> str:
 
 
 def dead_letter(deps: Deps, msg: AnalysisMessage, fence: int, envelope: ErrorEnvelope, stats: AttemptStats, *,
-                by: str, lapsed_before: float | None = None) -> ChunkRecord | None:
+                by: str, lapsed_before: float | None = None, fold: Mapping[str, Spent] | None = None
+                ) -> ChunkRecord | None:
     """Put the chunk's message on the analysis DLQ with the envelope (and the fence it was decided
     under), then settle the chunk `dead_lettered` (fenced) and announce it. None when the fence moved
     on (someone else owns the chunk).
@@ -134,12 +137,12 @@ def dead_letter(deps: Deps, msg: AnalysisMessage, fence: int, envelope: ErrorEnv
     settled, which the sweeper settles (`sweeper._explain_dlq`, same fence only), so a dead-lettered
     chunk always has a DLQ message to redrive. The other order could leave a dead-lettered chunk with
     none. A copy sent by an owner that then lost the chunk names a fence that is no longer current
-    and is never acted on."""
+    and is never acted on. `fold`: as for `requeue`."""
     if deps.queues.has(Queue.ANALYSIS_DLQ):
         deps.queues.dead_letter(Queue.ANALYSIS, msg.model_dump_json(), envelope, job_id=msg.job_id,
                                 chunk_id=msg.chunk_id, fence=str(fence))
     settled = deps.claims.finish(msg.job_id, msg.chunk_id, fence, ChunkStatus.DEAD_LETTERED, stats,
-                                 error=envelope, lapsed_before=lapsed_before)
+                                 error=envelope, lapsed_before=lapsed_before, fold=fold)
     if settled is None:
         return None
     deps.jobs.record_event(msg.job_id, "chunk.dead_lettered", chunk_id=msg.chunk_id,

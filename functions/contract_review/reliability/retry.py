@@ -65,6 +65,10 @@ class RetryStats:
     repairs: int = 0  # semantic repair attempts (counted apart from transient retries)
     tokens: Usage = field(default_factory=Usage)  # the model tokens of the answered calls (cost.py)
     meter: AttemptMeter | None = None  # the attempt's AWS requests and duration (worker), when metered
+    # calls that timed out on the client and may still be billed (the worker counts them), and their estimated cost
+    # (input as the pacer estimates it, output at the request's maxTokens: docs/cost.md "Estimated spend")
+    timed_out_calls: int = 0
+    estimated_micro_usd: int = 0
 
     def add_tokens(self, input_tokens: int, output_tokens: int, cache_read_tokens: int = 0,
                    cache_write_tokens: int = 0) -> None:
@@ -72,6 +76,21 @@ class RetryStats:
         self.tokens = Usage(input_tokens=t.input_tokens + input_tokens, output_tokens=t.output_tokens + output_tokens,
                             cache_read_tokens=t.cache_read_tokens + cache_read_tokens,
                             cache_write_tokens=t.cache_write_tokens + cache_write_tokens)
+
+    def timed_out(self, estimated_micro_usd: int) -> None:
+        """A call that timed out on the client and may still be billed, with its estimated cost."""
+        self.timed_out_calls += 1
+        self.estimated_micro_usd += estimated_micro_usd
+
+    def add(self, other: RetryStats) -> None:
+        """Add `other`'s counts (an analyst's, to its chunk attempt's); the meter stays this one's."""
+        self.calls += other.calls
+        self.repairs += other.repairs
+        self.retries.update(dict(other.retries))  # copied first (atomically): another thread may be adding to it
+        t = other.tokens
+        self.add_tokens(t.input_tokens, t.output_tokens, t.cache_read_tokens, t.cache_write_tokens)
+        self.timed_out_calls += other.timed_out_calls
+        self.estimated_micro_usd += other.estimated_micro_usd
 
 
 class RetryGiveUp(ReviewError):

@@ -60,6 +60,10 @@ class CostReport(BaseModel):
     cache_read_tokens: int
     cache_write_tokens: int
     aws_requests: int
+    # calls that timed out on the client, which Bedrock may still bill, and their estimated cost (in total_usd, not in
+    # model_usd: no usage came back to measure; docs/cost.md "Estimated spend")
+    timed_out_calls: int = 0
+    estimated_usd: str = "0"
     budget_usd: str | None = None
     model_id: str
     priced_as: str  # the price-table entry the model's tokens were priced at ("": none, the tokens are unpriced)
@@ -69,8 +73,9 @@ class CostReport(BaseModel):
     estimate: bool = False
     note: str = ("model tokens as the model reported them x its list price; orchestration: the AWS requests the "
                  "workers' chunk attempts and the aggregator counted (DynamoDB, SQS, S3) and the worker Lambda's "
-                 "invocations and GB-seconds, at list prices; not counted: intake, the sweeper, the report and side "
-                 "effects, attempts that crashed. See docs/cost.md.")
+                 "invocations and GB-seconds, at list prices; estimated: calls that timed out on the client, at their "
+                 "request's input and maxTokens; not counted: intake, the sweeper, the report and side effects, what "
+                 "an attempt that crashed spent after its last heartbeat or checkpoint. See docs/cost.md.")
 
 
 def cost_report(table: PriceTable, job: Job, usage: Usage) -> CostReport:
@@ -79,6 +84,7 @@ def cost_report(table: PriceTable, job: Job, usage: Usage) -> CostReport:
                       orchestration_usd=str(usd(usage.aws_micro_usd)), input_tokens=usage.input_tokens,
                       output_tokens=usage.output_tokens, cache_read_tokens=usage.cache_read_tokens,
                       cache_write_tokens=usage.cache_write_tokens, aws_requests=usage.aws_requests,
+                      timed_out_calls=usage.timed_out_calls, estimated_usd=str(usd(usage.estimated_micro_usd)),
                       budget_usd=str(usd(job.budget_micro_usd)) if job.budget_micro_usd is not None else None,
                       model_id=job.model_id, priced_as=priced.priced_as, prices_as_of=table.as_of,
                       estimate=is_offline(job))
