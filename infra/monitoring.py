@@ -53,6 +53,7 @@ COLLECTOR_ITEM_FAILURES = ("CollectorItemFailures", "collector")  # handlers/col
 BATCH_JOBS_SUBMITTED = ("BatchJobsSubmitted", "collector")
 BATCH_JOBS_COLLECTED = ("BatchJobsCollected", "collector")
 BATCH_JOBS_RUNNING = ("BatchJobsRunning", "collector")
+BATCH_JOBS_REFUSED = ("BatchJobsRefused", "collector")  # CreateModelInvocationJob refused for good (batch.refused)
 JOB_DURATION = ("JobDuration", "aggregator")  # handlers/aggregator.py, seconds from submit to end
 
 
@@ -192,6 +193,13 @@ class Monitoring(Construct):
                     "\"collector item failed\" in the collector's log group (docs/runbook.md \"Batch collector\"). Its "
                     "function errors and timeouts are the CollectorErrors alarm.",
                     metric(COLLECTOR_ITEM_FAILURES, "Sum", p.alarms.alarm_period_s), items)
+        self._alarm("BatchRefusedAlarm", "batch-refused",
+                    "Bedrock refused a batch inference job for good (batch.refused: the model or inference profile is "
+                    "not offered in batch, access denied, a quota): its chunks went on demand and the model's batch "
+                    "lane is off, so batch-mode jobs of that model now run on demand at the on-demand price. "
+                    "`review quota show` says why; fix the cause, then turn the lane back on (docs/runbook.md "
+                    "\"Batch inference jobs\").",
+                    metric(BATCH_JOBS_REFUSED, "Sum", p.alarms.alarm_period_s), 1)
         self.dashboard = self._dashboard(functions, queues)
 
     def _alarm(self, construct_id: str, name: str, description: str, metric_: cloudwatch.IMetric, threshold: float,
@@ -252,7 +260,8 @@ class Monitoring(Construct):
             cloudwatch.GraphWidget(title="Batch lane (collector runs)", left=[
                 metric(BATCH_JOBS_SUBMITTED, "Sum", p, "batch jobs submitted"),
                 metric(BATCH_JOBS_COLLECTED, "Sum", p, "batch jobs collected"),
-                metric(BATCH_JOBS_RUNNING, "Maximum", p, "batch jobs running")], width=12),
+                metric(BATCH_JOBS_RUNNING, "Maximum", p, "batch jobs running"),
+                metric(BATCH_JOBS_REFUSED, "Sum", p, "batch jobs refused")], width=12),
             cloudwatch.GraphWidget(title="Items a run failed on", left=[
                 metric(SWEEP_ITEM_FAILURES, "Sum", p, "sweep"),
                 metric(COLLECTOR_ITEM_FAILURES, "Sum", p, "collector")], width=12),

@@ -21,7 +21,13 @@ from dataclasses import dataclass
 from aws_cdk import ArnFormat, Stack
 from aws_cdk import aws_iam as iam
 
-from contract_review.domain.keys import BATCH_ANSWERS_PREFIX, BATCH_JOBS_PREFIX, BATCH_PENDING_PREFIX, BATCH_PREFIX
+from contract_review.domain.keys import (
+    BATCH_ANSWERS_PREFIX,
+    BATCH_JOBS_PREFIX,
+    BATCH_OPEN_PREFIX,
+    BATCH_PENDING_PREFIX,
+    BATCH_PREFIX,
+)
 from contract_review.domain.model import GLOBAL_PROFILE_PREFIX, base_model_id, is_inference_profile
 
 from .tables import CLAIMS_LEASE_INDEX, JOBS_OPEN_INDEX
@@ -44,7 +50,7 @@ BATCH_GET = "dynamodb:BatchGetItem"
 # (UpdateItem) and the event (PutItem) in one TransactWriteItems, which IAM checks per item action.
 EVENTS_APPEND = (GET, PUT, UPDATE)
 PUBLISH, PUT_EVENTS = "sns:Publish", "events:PutEvents"
-GET_OBJECT, PUT_OBJECT, LIST_BUCKET = "s3:GetObject", "s3:PutObject", "s3:ListBucket"
+GET_OBJECT, PUT_OBJECT, DELETE_OBJECT, LIST_BUCKET = "s3:GetObject", "s3:PutObject", "s3:DeleteObject", "s3:ListBucket"
 SEND, RECEIVE, DELETE, CHANGE_VISIBILITY, QUEUE_ATTRIBUTES = (f"sqs:{a}" for a in (
     "SendMessage", "ReceiveMessage", "DeleteMessage", "ChangeMessageVisibility", "GetQueueAttributes"))
 # GetObject answers 404 (NoSuchKey) for a missing key only to a caller that may list the bucket;
@@ -55,8 +61,8 @@ LEASE_INDEX = f"index:claims/{CLAIMS_LEASE_INDEX}"
 OPEN_JOBS_INDEX = f"index:jobs/{JOBS_OPEN_INDEX}"
 # Bedrock batch inference (docs/batch-inference.md; keys: domain/keys.py BATCH_*): a batch-mode chunk's worker hands its
 # records to the collector and reads the answers back; the collector (its own function) owns the rest of batch/.
-BATCH_PENDING, BATCH_ANSWERS, BATCH_ALL = (f"objects:{p}" for p in (BATCH_PENDING_PREFIX, BATCH_ANSWERS_PREFIX,
-                                                                     f"{BATCH_PREFIX}/"))
+BATCH_PENDING, BATCH_ANSWERS, BATCH_OPEN, BATCH_ALL = (f"objects:{p}" for p in (
+    BATCH_PENDING_PREFIX, BATCH_ANSWERS_PREFIX, BATCH_OPEN_PREFIX, f"{BATCH_PREFIX}/"))
 BATCH_WORKER = (
     Access(BATCH_PENDING, (PUT_OBJECT,), "batch inference: hand a batch-mode chunk's model requests to the collector"),
     Access(BATCH_ANSWERS, (GET_OBJECT,), "batch inference: read the answers the collector joined back"),
@@ -172,6 +178,8 @@ COLLECTOR = (
     Access(BATCH_ALL, (GET_OBJECT, PUT_OBJECT),
            "read the pending records, write a job's input file and its manifest, read Bedrock's output, write the "
            "answers (all of batch/ expires with the job records)"),
+    Access(BATCH_OPEN, (DELETE_OBJECT,), "remove an ended batch job's open marker (batch/jobs/open/<token>: the "
+                                         "batch jobs still followed, listed each run); nothing else is deleted"),
     Access("objects:documents/", (GET_OBJECT,), "rebuild a returned chunk's message from the stored document"),
     _LIST,
     Access("queue:analysis", (SEND,), "send a returned chunk's message (its answers replayed, or its calls on demand)"),

@@ -20,7 +20,13 @@ from contract_review.config.settings import (
     PROFILE_OVERRIDES_OUTPUT,
     RESOURCES,
 )
-from contract_review.domain.keys import BATCH_ANSWERS_PREFIX, BATCH_JOBS_PREFIX, BATCH_PENDING_PREFIX, UPLOADS_PREFIX
+from contract_review.domain.keys import (
+    BATCH_ANSWERS_PREFIX,
+    BATCH_JOBS_PREFIX,
+    BATCH_OPEN_PREFIX,
+    BATCH_PENDING_PREFIX,
+    UPLOADS_PREFIX,
+)
 from contract_review.domain.principals import PRINCIPAL_UPLOADS_PREFIX
 
 from . import nag
@@ -294,7 +300,7 @@ class ContractReviewStack(Stack):
         out.update({f"objects:{prefix}": bucket.arn_for_objects(f"{prefix}*") for prefix in PREFIXES})
         out[PRINCIPAL_UPLOADS] = bucket.arn_for_objects(f"{PRINCIPAL_UPLOADS_PREFIX}*")
         out.update({f"objects:{prefix}": bucket.arn_for_objects(f"{prefix}*")  # under batch/ (permissions.BATCH_*)
-                    for prefix in (BATCH_PENDING_PREFIX, BATCH_ANSWERS_PREFIX, BATCH_JOBS_PREFIX)})
+                    for prefix in (BATCH_PENDING_PREFIX, BATCH_ANSWERS_PREFIX, BATCH_JOBS_PREFIX, BATCH_OPEN_PREFIX)})
         for q in (self.intake, self.analysis, self.results):
             out[f"queue:{q.rules.purpose}"] = q.queue.queue_arn
             out[f"dlq:{q.rules.purpose}"] = q.dlq.queue_arn

@@ -77,7 +77,7 @@ def declared(component: str) -> str:
     return f"declared:{component}"
 
 
-def origin_of(frame: FrameType | None) -> str | None:
+def _shipped_frame(frame: FrameType | None) -> str | None:
     """The innermost frame under a shipped directory, as "functions/...py:function" (None: none on the stack)."""
     while frame is not None:
         path = Path(frame.f_code.co_filename)
@@ -86,6 +86,28 @@ def origin_of(frame: FrameType | None) -> str | None:
                 return f"{name}/{path.relative_to(root).as_posix()}:{frame.f_code.co_name}"
         frame = frame.f_back
     return None
+
+
+def _in_transfer(frame: FrameType | None) -> bool:
+    while frame is not None:
+        if "s3transfer" in Path(frame.f_code.co_filename).parts or \
+                frame.f_code.co_filename.endswith(str(Path("boto3", "s3", "inject.py"))):
+            return True
+        frame = frame.f_back
+    return False
+
+
+def origin_of(frame: FrameType | None) -> str | None:
+    """Who made the call on `frame`'s stack: its innermost shipped frame. A call from one of boto3's managed-transfer
+    threads (s3transfer: `upload_fileobj`'s parts) has none of its own: it is the shipped code's that started the
+    transfer and waits for it on another thread (its stack is in s3transfer too)."""
+    shipped = _shipped_frame(frame)
+    if shipped is not None or not _in_transfer(frame):
+        return shipped
+    me = threading.get_ident()
+    waiting = [origin for ident, top in sys._current_frames().items()
+               if ident != me and _in_transfer(top) and (origin := _shipped_frame(top)) is not None]
+    return f"{waiting[0]} (managed transfer)" if len(set(waiting)) == 1 else None
 
 
 @dataclass

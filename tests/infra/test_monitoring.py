@@ -41,8 +41,8 @@ def test_every_alarm_notifies_the_alarm_topic(synth: Synth, name: str) -> None:
     ours = _alarms(t)
     # 3 queues x 3 + 6 functions x 2 (errors, recursion; incl. the Job API and the batch collector) + throttles of the 4
     # that may be throttled (not the one-at-a-time sweeper and collector) + backpressure + stuck jobs + compensation
-    # DLQ + the sweep's and the collector's item failures
-    assert len(ours) == 9 + 12 + 4 + 3 + 2
+    # DLQ + the sweep's and the collector's item failures + a batch job refused
+    assert len(ours) == 9 + 12 + 4 + 3 + 2 + 1
     for lid, a in alarms.items():
         p = a["Properties"]
         if "AlarmName" not in p:  # the scaling policy's own alarms act on the policy, not on people
@@ -166,6 +166,12 @@ def test_a_failed_sweep_item_and_a_failed_collector_item_each_raise_an_alarm(syn
         assert (a["Threshold"], a["Period"], a["ComparisonOperator"]) == (
             p.alarms.item_failures_alarm_threshold, p.alarms.alarm_period_s, "GreaterThanOrEqualToThreshold")
         assert a["TreatMissingData"] == "notBreaching"
+    # a batch job Bedrock refused is an outcome, not a failure (its chunks go on demand), but the lane is then off for
+    # the model: someone is told (issue 25 item 4)
+    refused = alarms["batch-refused"]
+    assert (refused["Namespace"], refused["MetricName"], refused["Statistic"], refused["Threshold"]) == (
+        "ContractReview", "BatchJobsRefused", "Sum", 1)
+    assert refused["Dimensions"] == [{"Name": "service", "Value": "collector"}]
     collector_id, _ = function_by_handler(t, "collector.handler")
     errors = alarms["collector-errors"]
     assert (errors["MetricName"], errors["Dimensions"]) == ("Errors", [{"Name": "FunctionName",

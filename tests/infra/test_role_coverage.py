@@ -539,21 +539,23 @@ def _fargate(rec: Recorder, setup: Deps, aws: EmbeddedAws, agent: FakeEcsAgent, 
     assert not thread.is_alive()
 
 
-def _collector(rec: Recorder, aws: EmbeddedAws, collector_env: dict[str, str], service_url: str,
+def _collector(rec: Recorder, aws: EmbeddedAws, collector_env: dict[str, str], service: BatchServiceFake,
                bedrock: BedrockDouble, mp: pytest.MonkeyPatch) -> None:
     """The batch lane as it runs (pipeline/batch.py), the collector in its own function's environment (BATCH_ROLE_ARN and
     STACK_TAG from the template, the stand-in's URL for its bedrock client): a batch-mode job's chunk parked by the
     worker (its requests to batch/pending/); a collector run under the account's minimum records per job (read from
-    Bedrock and Service Quotas, as in prod) that waits; one under the stand-in's minimum that packs and submits them
-    (a manifest in batch/jobs/); the Job API showing the batch job; a run that returns the answers (batch/answers/)
-    and the chunk's message; the worker replaying them. Every call is the handlers' own; none is the test's."""
+    Bedrock and Service Quotas, as in prod) that waits; one under the stand-in's minimum that packs and submits them,
+    tagged with the stack's tag (a manifest in batch/jobs/); the Job API showing the batch job; a run that returns the
+    answers (batch/answers/) and the chunk's message; the worker replaying them. Then a batch job whose only job is
+    cancelled while it runs, stopped; and a batch job Bedrock refuses, which turns the model's batch lane off in the
+    runtime control (last: the lane stays off). Every call is the handlers' own; none is the test's."""
     from contract_review.handlers import collector as collector_handler
 
     def run(minimum: int | None) -> dict[str, Any]:
         """One collector run with this minimum records per batch job (None: the account's, read at cold start)."""
         for k in ("BATCH_ROLE_ARN", "STACK_TAG"):
             mp.setenv(k, collector_env[k])
-        mp.setenv("BEDROCK_BATCH_ENDPOINT_URL", service_url)
+        mp.setenv("BEDROCK_BATCH_ENDPOINT_URL", service.url)
         mp.setenv("PROFILE_OVERRIDES", json.dumps({"batch_min_records": minimum}))
         handlers.reset()  # a cold start in that environment
         session = handlers.session()
@@ -564,26 +566,49 @@ def _collector(rec: Recorder, aws: EmbeddedAws, collector_env: dict[str, str], s
 
     setup = local_deps(aws.outputs, aws.region, aws.endpoint)
     p, url = setup.settings.profile, setup.settings.analysis_queue_url
-    result = handle_intake(setup, json.dumps({"schema_version": 1, "idempotency_key": "b-lane", "inference": "batch",
-                                              "document": {"text": TEXT}}), "m-b-lane")
-    assert result.job_id is not None
-    for round_ in (1, 2):
-        m = _message_of(aws, url, result.job_id)
+
+    def work(job_id: str) -> str:
+        """The worker takes the job's chunk message: what it did with it."""
+        m = _message_of(aws, url, job_id)
         with rec.acting_as("worker"):
-            outcome = ChunkWorker(handlers.deps(), OkModel(), sleep=lambda _s: None).handle(
-                AnalysisMessage.model_validate_json(m["Body"]), _delivery(m, p.queues.analysis_visibility_s))
-        if outcome.action != "awaiting_batch":
-            assert round_ == 2 and outcome.action == "done", outcome
-            break
-        if round_ == 1:  # below the account's minimum (Bedrock's default, 100): the records wait
-            assert not run(None)["submitted"]
+            return ChunkWorker(handlers.deps(), OkModel(), sleep=lambda _s: None).handle(
+                AnalysisMessage.model_validate_json(m["Body"]), _delivery(m, p.queues.analysis_visibility_s)).action
+
+    def parked(key: str) -> str:
+        result = handle_intake(setup, json.dumps({"schema_version": 1, "idempotency_key": key, "inference": "batch",
+                                                  "document": {"text": TEXT}}), f"m-{key}")
+        assert result.job_id is not None and work(result.job_id) == "awaiting_batch"
+        return result.job_id
+
+    job_id = parked("b-lane")
+    assert not run(None)["submitted"]  # below the account's minimum (Bedrock's default, 100): the records wait
+    for _ in range(2):  # two rounds: locate, then assess
         assert run(BATCH_MIN_RECORDS)["submitted"]
-        job = setup.jobs.get(result.job_id)
+        job = setup.jobs.get(job_id)
         assert job is not None
         with rec.acting_as("api"):
             assert api.job_status(handlers.deps(), job)["batches"]
-        _wait(lambda: _batch_jobs_ended(setup, service_url, result.job_id), 20)
+        _wait(lambda: _batch_jobs_ended(setup, service.url, job_id), 20)
         assert run(BATCH_MIN_RECORDS)["collected"]
+        if (action := work(job_id)) != "awaiting_batch":
+            assert action == "done", action
+            break
+    else:
+        raise AssertionError("the batch-mode chunk did not finish in two rounds")
+    # a batch job none of whose records is still wanted (its only job cancelled while it runs): stopped
+    step = service.step_s
+    service.step_s = 60.0  # it runs until stopped
+    try:
+        cancelled = parked("b-stop")
+        assert run(BATCH_MIN_RECORDS)["submitted"]
+        lifecycle.request_cancel(setup, cancelled, by="role-coverage")
+        assert run(BATCH_MIN_RECORDS)["stopped"]
+    finally:
+        service.step_s = step
+    # a batch job Bedrock refuses (the model is not offered in batch): its chunks on demand, the lane off for the model
+    service.faults.refuse_create = "ValidationException"
+    parked("b-refused")
+    assert run(BATCH_MIN_RECORDS)["refused"]
     assert run(BATCH_MIN_RECORDS)["item_failures"] == []
 
 
@@ -657,7 +682,7 @@ def recorded(synth: Synth) -> Iterator[Recorded]:
                 for role in ("aggregator", "sweeper"):
                     _side_effects(rec, setup, aws, tickets, role)
                 _fargate(rec, setup, aws, agent, env)
-                _collector(rec, aws, specs["collector"].env, batch_service.url, bedrock, mp)  # last: its environment
+                _collector(rec, aws, specs["collector"].env, batch_service, bedrock, mp)  # last: its environment
             finally:
                 from contract_review.handlers import worker as worker_handler
 
@@ -701,8 +726,15 @@ def _statements(recorded: Recorded, t: dict[str, Any], role: str) -> list[dict[s
             for st in policy_statements_for_role(t, role_id(t, role))]
 
 
-def _needs(calls: list[Call], cluster: str) -> dict[Need, Call]:
-    return {Need(n.action, n.resource.replace(CLUSTER, cluster), n.context): c for c in calls for n in c.needs}
+def _needs(calls: list[Call], cluster: str, stack: str = LOCAL) -> dict[Need, Call]:
+    """Each call's needs as the template `stack` (its cluster, its review-stack tag) would see them: the calls were
+    recorded on the local stack, whose collector tags its batch jobs with the local stack's name."""
+    def tag(context: tuple[tuple[str, str], ...]) -> tuple[tuple[str, str], ...]:
+        return tuple((k, stack if k.startswith(TAG_CONDITIONS) and v == LOCAL else v) for k, v in context)
+    return {Need(n.action, n.resource.replace(CLUSTER, cluster), tag(n.context)): c for c in calls for n in c.needs}
+
+
+TAG_CONDITIONS = ("aws:RequestTag/review-stack", "aws:ResourceTag/review-stack")
 
 
 def _by_the_code(recorded: Recorded, role: str) -> list[Call]:
@@ -710,17 +742,10 @@ def _by_the_code(recorded: Recorded, role: str) -> list[Call]:
     return [c for c in recorded.recorder.of(*CODE_OF[role]) if c.by_the_code]
 
 
-# PENDING (issue 25): grants the batch collector holds for calls that shipped code makes on branches merged beside this
-# one. Each must be unused by the code here; the test fails as soon as shipped code uses one (then delete its entry).
-# At merge: the `batch` helper's `BatchInference.stop` (pipeline/batch.py stops a batch job none of whose records is
-# still wanted: add that scenario to `_collector`) and its `tags=` on CreateModelInvocationJob; its model-control read
-# in `collect` (nothing packed while paused). The `control` helper renames the model control's key (permissions.py
-# MODEL_CONTROL) only.
-PENDING: dict[tuple[str, str], str] = {
-    ("collector", "bedrock:StopModelInvocationJob"): "pipeline/batch.py: stop a batch job no member chunk still wants",
-    ("collector", "bedrock:TagResource"): "adapters/batch_inference.py: create each batch job with the stack's tag",
-    ("collector", "ssm:GetParameter"): "pipeline/batch.py collect: read the model control (pause) before packing",
-}
+# PENDING: grants a role holds for calls that shipped code makes on a branch merged beside this one ("role", "action") ->
+# what will make the call. Each must be unused by the code here; the test fails as soon as shipped code makes the call
+# (then delete its entry). Empty: every grant is used by the code.
+PENDING: dict[tuple[str, str], str] = {}
 
 
 def unused_grants(role: str, granted: dict[str, tuple[str, ...]], calls: list[Call]) -> list[str]:
@@ -749,7 +774,7 @@ CASES = [(LOCAL, r) for r in FUNCTION_ROLES] + [(PROD, r) for r in FUNCTION_ROLE
 def test_every_call_the_code_makes_is_allowed(recorded: Recorded, synth: Synth, name: str, role: str) -> None:
     t = synth.templates[name]
     # GIVEN every call the role's code made, against moto, in the scenarios above
-    needs = _needs(recorded.recorder.of(*CODE_OF[role]), _cluster(t))
+    needs = _needs(recorded.recorder.of(*CODE_OF[role]), _cluster(t), name)
     assert needs, role
     # THEN the role's policy in the synthesized template allows each one on its resource
     statements = _statements(recorded, t, role)

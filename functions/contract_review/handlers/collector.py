@@ -31,8 +31,11 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     metrics.add_metric(name="BatchJobsCollected", unit=MetricUnit.Count, value=len(report.collected))
     metrics.add_metric(name="BatchJobsRunning", unit=MetricUnit.Count, value=report.running)
     metrics.add_metric(name="BatchChunksOnDemand", unit=MetricUnit.Count, value=len(report.on_demand))
+    # Batch jobs Bedrock refused for good (batch.refused: the model's batch lane is now off): the BatchRefused alarm.
+    metrics.add_metric(name="BatchJobsRefused", unit=MetricUnit.Count, value=len(report.refused))
     summary = {"submitted": report.submitted, "collected": report.collected, "running": report.running,
-               "on_demand": report.on_demand, "waiting_records": report.waiting_records,
-               "item_failures": run.item_failures}
+               "on_demand": report.on_demand, "waiting_records": report.waiting_records, "refused": report.refused,
+               "retrying": report.retrying, "stopped": report.stopped, "released": report.released,
+               "resent": report.resent, "paused": report.paused, "item_failures": run.item_failures}
     logger.info("collect", extra=summary)
     return summary
