@@ -254,6 +254,9 @@ def _intake(rec: Recorder, setup: Deps, arn: str) -> None:
         {"schema_version": 1, "idempotency_key": "gone", "document": {"s3_uri": f"s3://{bucket}/uploads/none.txt"}},
         {"schema_version": 1, "document_id": "empty", "document": {"text": "   "}},
         {"schema_version": 1, "document_id": "inline", "document": {"text": TEXT}},  # a duplicate
+        # a batch-mode job: admitted in batch unless the runtime control says the model's batch lane is off
+        {"schema_version": 1, "idempotency_key": "i-batch", "inference": "batch",
+         "document": {"text": TEXT.replace("New York", "Vermont")}},
     ]
     # a running job whose fan-out stalled (a page is due, its trigger lost): the document sent again moves it on
     stalled, counted = _paged_job(setup, "stalled-fanout", setup.settings.profile.fanout.fanout_page)
