@@ -5,8 +5,9 @@
   records under batch/input/ and writes the answers under batch/output/ of the artifacts bucket, nothing else of it;
   with an inference profile it may also invoke the profile and the model it routes to (Bedrock's "Create a custom
   service role for batch inference": https://docs.aws.amazon.com/bedrock/latest/userguide/batch-iam-sr.html);
-- `grant_batch_submit`: what the function that submits and collects batch jobs (the sweeper) needs on Bedrock's
-  control plane, and `iam:PassRole` on exactly that role, only to Bedrock.
+- `grant_batch_submit`: what the function that submits and collects batch jobs (the batch collector) needs on Bedrock's
+  control plane, and `iam:PassRole` on exactly that role, only to Bedrock. It creates each job with the stack's tag
+  (`review-stack` = the stack name) and may stop only the jobs that carry it.
 
 The artifacts bucket is encrypted with SSE-S3 (infra/storage.py): no KMS key to grant. A customer-managed key would
 need kms:Decrypt (input) and kms:GenerateDataKey (output) on the role, through S3 (`kms:ViaService`).
@@ -25,9 +26,11 @@ from contract_review.domain.model import GLOBAL_PROFILE_PREFIX, base_model_id, i
 from .permissions import QUOTA_READ, _describe_statements, _foundation_model_arn, _profile_arn
 
 BEDROCK_SERVICE = "bedrock.amazonaws.com"
-# Bedrock's control plane for batch jobs, as the sweeper calls it (adapters/batch_inference.py and the collector)
-JOB_ACTIONS = ("bedrock:GetModelInvocationJob", "bedrock:StopModelInvocationJob")
-CREATE_JOB, LIST_JOBS = "bedrock:CreateModelInvocationJob", "bedrock:ListModelInvocationJobs"
+# Bedrock's control plane for batch jobs, as the collector calls it (adapters/batch_inference.py): create a job (tagged
+# at create: TagResource, Bedrock's tag-on-create check), read it, stop one none of whose records is still wanted.
+# No ListModelInvocationJobs: the collector finds its jobs in its manifests, never by listing.
+CREATE_JOB, GET_JOB, STOP_JOB, TAG = ("bedrock:CreateModelInvocationJob", "bedrock:GetModelInvocationJob",
+                                      "bedrock:StopModelInvocationJob", "bedrock:TagResource")
 
 
 def job_arns(stack: Stack) -> str:
@@ -82,16 +85,21 @@ def invoke_statements(stack: Stack, model_id: str) -> list[iam.PolicyStatement]:
                                                      for region in _profile_model_regions(stack, model_id)])]
 
 
-def submit_statements(stack: Stack, role: iam.IRole, model_id: str) -> list[iam.PolicyStatement]:
+def submit_statements(stack: Stack, role: iam.IRole, model_id: str, tag: tuple[str, str]) -> list[iam.PolicyStatement]:
     """The submitter's grants: create a job of this stack's model (the job, and the model or profile it names: the
-    Service Authorization Reference checks both), read and stop its jobs, list them (no resource type: `*`), and pass
-    the service role to Bedrock only (`iam:PassedToService`)."""
+    Service Authorization Reference checks both) carrying the stack's `tag` (TagResource, only with that tag's value:
+    `aws:RequestTag`), read its jobs (by the ARN its manifest names), stop only jobs carrying the tag
+    (`aws:ResourceTag`), and pass the service role to Bedrock only (`iam:PassedToService`)."""
+    key, value = tag
     model = ([_profile_arn(stack, model_id)] if is_inference_profile(model_id) else []) + \
         [_foundation_model_arn(stack, base_model_id(model_id), stack.region)]
     return [
         iam.PolicyStatement(actions=[CREATE_JOB], resources=[job_arns(stack), *model]),
-        iam.PolicyStatement(actions=list(JOB_ACTIONS), resources=[job_arns(stack)]),
-        iam.PolicyStatement(actions=[LIST_JOBS], resources=["*"]),
+        iam.PolicyStatement(actions=[TAG], resources=[job_arns(stack)],
+                            conditions={"StringEquals": {f"aws:RequestTag/{key}": value}}),
+        iam.PolicyStatement(actions=[GET_JOB], resources=[job_arns(stack)]),
+        iam.PolicyStatement(actions=[STOP_JOB], resources=[job_arns(stack)],
+                            conditions={"StringEquals": {f"aws:ResourceTag/{key}": value}}),
         iam.PolicyStatement(actions=["iam:PassRole"], resources=[role.role_arn],
                             conditions={"StringEquals": {"iam:PassedToService": BEDROCK_SERVICE}}),
         # the minimum records per batch job, read once (wiring.batch_min_records): the model's name as Service
@@ -100,6 +108,7 @@ def submit_statements(stack: Stack, role: iam.IRole, model_id: str) -> list[iam.
     ]
 
 
-def grant_batch_submit(grantee: iam.IGrantable, stack: Stack, role: iam.IRole, model_id: str) -> None:
-    for statement in submit_statements(stack, role, model_id):
+def grant_batch_submit(grantee: iam.IGrantable, stack: Stack, role: iam.IRole, model_id: str, *,
+                       tag: tuple[str, str]) -> None:
+    for statement in submit_statements(stack, role, model_id, tag):
         grantee.grant_principal.add_to_principal_policy(statement)

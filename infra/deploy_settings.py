@@ -7,7 +7,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Literal, cast
 
-from contract_review.config.constants import ESM_MAX_CONCURRENCY, POWERTOOLS_LAYER_VERSION
+from contract_review.config.constants import ESM_MAX_CONCURRENCY, ONE_AT_A_TIME_FUNCTIONS, POWERTOOLS_LAYER_VERSION
 from contract_review.config.fleet import CALL_LATENCY_S, MAX_WORKERS, MIN_WORKERS, fleet_for_quota
 from contract_review.config.profile import Profile, get_profile
 from contract_review.config.settings import ticket_url_problem
@@ -203,15 +203,16 @@ class DeploySettings:
 
     @property
     def reserved_concurrency(self) -> dict[str, int]:
-        """Function service -> its reserved concurrency (what the stack takes out of the account's pool). The Lambda
-        worker reserves its maximum unless told otherwise; a Fargate stack's worker function has no mapping, so it
-        reserves nothing."""
+        """Function service -> its reserved concurrency (what the stack takes out of the account's pool). The sweeper
+        and the batch collector reserve 1 each: one run at a time (ONE_AT_A_TIME_FUNCTIONS). The Lambda worker reserves
+        its maximum unless told otherwise; a Fargate stack's worker function has no mapping, so it reserves nothing."""
+        one_at_a_time = dict.fromkeys(ONE_AT_A_TIME_FUNCTIONS, 1)
         if self.worker_kind != "lambda":
-            return {}
+            return one_at_a_time
         reserved = self.worker_reserved_concurrency
         if reserved is None:
             reserved = self.profile.functions.worker_max_concurrency
-        return {"worker": reserved} if reserved else {}
+        return {"worker": reserved, **one_at_a_time} if reserved else one_at_a_time
 
     @property
     def is_disposable(self) -> bool:

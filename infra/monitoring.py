@@ -3,9 +3,14 @@
 - `AlarmTopic`: an SNS topic (KMS-encrypted with a key CloudWatch may use, TLS only) that is the
   action of every alarm of the stack; `-c alarm_email=...` subscribes an address (AWS sends a
   confirmation email first).
-- `Monitoring`: per-function error and throttle alarms, the backpressure-requeue rate, stuck jobs
-  (both published by our code through Powertools Metrics, namespace `ContractReview`), and the
-  dashboard. The queue alarms (DLQ depth, oldest-message age) belong to `queues.QueueWithDlq`.
+- `Monitoring`: per-function error and throttle alarms, the backpressure-requeue rate, stuck jobs, the
+  items a sweep or a batch collector run failed on (published by our code through Powertools Metrics,
+  namespace `ContractReview`), and the dashboard. The queue alarms (DLQ depth, oldest-message age)
+  belong to `queues.QueueWithDlq`.
+
+The sweeper and the batch collector run one at a time (reserved concurrency 1): a scheduled run that
+finds the previous one still going is throttled and dropped by design (the next is due), so those two
+have no throttle alarm; their failures are their errors and their item failures.
 
 Missing data: a function that is not invoked, a queue that is idle and a worker that requeues
 nothing publish no datapoints, and that is fine (not breaching). The sweeper publishes `StuckJobs`
@@ -27,6 +32,7 @@ from aws_cdk import aws_sns as sns
 from aws_cdk import aws_sns_subscriptions as subscriptions
 from constructs import Construct
 
+from contract_review.config.constants import ONE_AT_A_TIME_FUNCTIONS
 from contract_review.config.profile import Profile
 
 from .queues import QueueWithDlq
@@ -42,6 +48,12 @@ TIER2_HANDOFFS = ("Tier2Handoffs", "worker")
 MODEL_CALLS = ("ModelCalls", "worker")
 RETRIES_BY_CODE = ("Retries", "worker")  # dimensions service, tier, code
 STUCK_JOBS = ("StuckJobs", "sweeper")  # handlers/sweeper.py, from each sweep's report
+SWEEP_ITEM_FAILURES = ("SweepItemFailures", "sweeper")  # items a sweep failed on (logged "sweep item failed")
+COLLECTOR_ITEM_FAILURES = ("CollectorItemFailures", "collector")  # handlers/collector.py ("collector item failed")
+BATCH_JOBS_SUBMITTED = ("BatchJobsSubmitted", "collector")
+BATCH_JOBS_COLLECTED = ("BatchJobsCollected", "collector")
+BATCH_JOBS_RUNNING = ("BatchJobsRunning", "collector")
+BATCH_JOBS_REFUSED = ("BatchJobsRefused", "collector")  # CreateModelInvocationJob refused for good (batch.refused)
 JOB_DURATION = ("JobDuration", "aggregator")  # handlers/aggregator.py, seconds from submit to end
 
 
@@ -145,10 +157,12 @@ class Monitoring(Construct):
                         f"{name} function: >= {p.alarms.function_errors_alarm_threshold} error(s) (exceptions, timeouts) "
                         f"in {p.alarms.alarm_period_s}s. Read its log group; a tier-2 handoff is not an error.",
                         fn.metric_errors(period=period, statistic="Sum"), p.alarms.function_errors_alarm_threshold)
-            self._alarm(f"{name.title()}Throttles", f"{name}-throttles",
-                        f"{name} function: >= {p.alarms.function_throttles_alarm_threshold} throttled invocation(s) in "
-                        f"{p.alarms.alarm_period_s}s: the account's Lambda concurrency is exhausted.",
-                        fn.metric_throttles(period=period, statistic="Sum"), p.alarms.function_throttles_alarm_threshold)
+            if name not in ONE_AT_A_TIME_FUNCTIONS:  # theirs: a run dropped while the previous one goes on
+                self._alarm(f"{name.title()}Throttles", f"{name}-throttles",
+                            f"{name} function: >= {p.alarms.function_throttles_alarm_threshold} throttled invocation(s) "
+                            f"in {p.alarms.alarm_period_s}s: the account's Lambda concurrency is exhausted.",
+                            fn.metric_throttles(period=period, statistic="Sum"),
+                            p.alarms.function_throttles_alarm_threshold)
             self._alarm(f"{name.title()}RecursionDropped", f"{name}-recursion-dropped",
                         f"{name} function: Lambda's recursive-loop detection dropped >= 1 invocation in "
                         f"{p.alarms.alarm_period_s}s: a message chain was stopped (docs/runbook.md \"Recursive loops\"). "
@@ -167,6 +181,25 @@ class Monitoring(Construct):
                     "`review jobs` and `review status JOB` say where each one stands.",
                     metric(STUCK_JOBS, "Maximum", p.alarms.alarm_period_s), p.alarms.stuck_jobs_alarm_threshold,
                     missing=cloudwatch.TreatMissingData.BREACHING)
+        items = p.alarms.item_failures_alarm_threshold
+        self._alarm("SweepItemFailuresAlarm", "sweep-item-failures",
+                    f"Sweeper: >= {items} item(s) failed in {p.alarms.alarm_period_s}s (a lapsed claim, a dead letter, a "
+                    "stalled job the sweep could not handle; the sweep went on without it). Each is logged as \"sweep "
+                    "item failed\" with its item and the exception in the sweeper's log group (docs/runbook.md).",
+                    metric(SWEEP_ITEM_FAILURES, "Sum", p.alarms.alarm_period_s), items)
+        self._alarm("CollectorItemFailuresAlarm", "collector-item-failures",
+                    f"Batch collector: >= {items} item(s) failed in {p.alarms.alarm_period_s}s (a batch job it could not "
+                    "track, submit or return, or the packing; the run went on without it). Each is logged as "
+                    "\"collector item failed\" in the collector's log group (docs/runbook.md \"Batch collector\"). Its "
+                    "function errors and timeouts are the CollectorErrors alarm.",
+                    metric(COLLECTOR_ITEM_FAILURES, "Sum", p.alarms.alarm_period_s), items)
+        self._alarm("BatchRefusedAlarm", "batch-refused",
+                    "Bedrock refused a batch inference job for good (batch.refused: the model or inference profile is "
+                    "not offered in batch, access denied, a quota): its chunks went on demand and the model's batch "
+                    "lane is off, so batch-mode jobs of that model now run on demand at the on-demand price. "
+                    "`review quota show` says why; fix the cause, then turn the lane back on (docs/runbook.md "
+                    "\"Batch inference jobs\").",
+                    metric(BATCH_JOBS_REFUSED, "Sum", p.alarms.alarm_period_s), 1)
         self.dashboard = self._dashboard(functions, queues)
 
     def _alarm(self, construct_id: str, name: str, description: str, metric_: cloudwatch.IMetric, threshold: float,
@@ -222,5 +255,15 @@ class Monitoring(Construct):
                     fn.metric_throttles(period=Duration.seconds(p), label=f"{name} throttles"))], width=12),
             cloudwatch.GraphWidget(title="Stuck jobs (per sweep)", left=[metric(STUCK_JOBS, "Maximum", p, "stuck")],
                                    width=12),
+        )
+        dashboard.add_widgets(
+            cloudwatch.GraphWidget(title="Batch lane (collector runs)", left=[
+                metric(BATCH_JOBS_SUBMITTED, "Sum", p, "batch jobs submitted"),
+                metric(BATCH_JOBS_COLLECTED, "Sum", p, "batch jobs collected"),
+                metric(BATCH_JOBS_RUNNING, "Maximum", p, "batch jobs running"),
+                metric(BATCH_JOBS_REFUSED, "Sum", p, "batch jobs refused")], width=12),
+            cloudwatch.GraphWidget(title="Items a run failed on", left=[
+                metric(SWEEP_ITEM_FAILURES, "Sum", p, "sweep"),
+                metric(COLLECTOR_ITEM_FAILURES, "Sum", p, "collector")], width=12),
         )
         return dashboard

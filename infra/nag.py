@@ -42,15 +42,18 @@ REASONS = {
         "Lambda active tracing: xray:PutTraceSegments and xray:PutTelemetryRecords do not support "
         "resource-level permissions (AWS requires Resource '*'); CDK adds exactly these two actions."
     ),
-    "IAM5-xray-batch-jobs": (
+    "IAM5-xray-batch-quotas": (
         "Lambda active tracing: xray:PutTraceSegments and xray:PutTelemetryRecords do not support "
-        "resource-level permissions (AWS requires Resource '*'); and the sweeper lists its Bedrock batch inference "
-        "jobs: bedrock:ListModelInvocationJobs has no resource type (infra/batch.py). Read-only."
+        "resource-level permissions (AWS requires Resource '*'); and the batch collector reads its model's minimum "
+        "records per batch job once per process (wiring.batch_min_records): servicequotas:ListServiceQuotas and "
+        "ListAWSDefaultServiceQuotas take no resource ARN (infra/permissions.py QUOTA_READ). Read-only."
     ),
     "IAM5-batch-jobs": (
-        "Bedrock names a batch inference job's id when it creates it, so the sweeper's Create, Get and Stop "
-        "ModelInvocationJob grants are on model-invocation-job/* of this account and region only (no other Bedrock "
-        "resource type); which model a job runs is held to this stack's model by the same Create grant."
+        "Bedrock names a batch inference job's id when it creates it, so the batch collector's Create, TagResource, "
+        "Get and Stop grants are on model-invocation-job/* of this account and region only (no other Bedrock resource "
+        "type). Create is held to this stack's model by the same grant; TagResource only with this stack's "
+        "review-stack tag value (aws:RequestTag: the tag every job is created with); Stop only on jobs carrying it "
+        "(aws:ResourceTag); Get reads the jobs its manifests name."
     ),
     "IAM5-batch-objects": (
         "The Bedrock batch service role reads the records under batch/input/ and writes the answers under "
@@ -151,16 +154,16 @@ def acknowledge(stack: ContractReviewStack) -> None:
                 _ack(role, f"IAM5[Resource::{bucket}/{target.removeprefix('objects:')}*]", "IAM5-bucket-objects")
     for f in functions:
         reason = ("IAM5-xray-quotas" if f.role is stack.worker_fn.role else
-                  "IAM5-xray-batch-jobs" if f.role is stack.sweeper_fn.role else "IAM5-xray")
+                  "IAM5-xray-batch-quotas" if f.role is stack.collector_fn.role else "IAM5-xray")
         _ack(f.role, "IAM5[Resource::*]", reason)
     if fargate is not None:
         _ack(fargate.task_role, "IAM5[Resource::*]", "IAM5-xray-daemon-quotas")
 
     _ack(stack.side_effects.compensation_dlq, "SQS3", "SQS3-compensation-dlq")
 
-    # batch inference (infra/batch.py): the sweeper's job grants, the service role's two prefixes
-    _ack(stack.sweeper_fn.role, "IAM5[Resource::arn:<AWS::Partition>:bedrock:<AWS::Region>:<AWS::AccountId>:"
-                                "model-invocation-job/*]", "IAM5-batch-jobs")
+    # batch inference (infra/batch.py): the collector's job grants, the service role's two prefixes
+    _ack(stack.collector_fn.role, "IAM5[Resource::arn:<AWS::Partition>:bedrock:<AWS::Region>:<AWS::AccountId>:"
+                                  "model-invocation-job/*]", "IAM5-batch-jobs")
     service_role = stack.batch.role
     for prefix in (BATCH_INPUT_PREFIX, BATCH_OUTPUT_PREFIX):
         _ack(service_role, f"IAM5[Resource::{bucket}/{prefix}*]", "IAM5-batch-objects")

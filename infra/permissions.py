@@ -21,7 +21,13 @@ from dataclasses import dataclass
 from aws_cdk import ArnFormat, Stack
 from aws_cdk import aws_iam as iam
 
-from contract_review.domain.keys import BATCH_ANSWERS_PREFIX, BATCH_JOBS_PREFIX, BATCH_PENDING_PREFIX, BATCH_PREFIX
+from contract_review.domain.keys import (
+    BATCH_ANSWERS_PREFIX,
+    BATCH_JOBS_PREFIX,
+    BATCH_OPEN_PREFIX,
+    BATCH_PENDING_PREFIX,
+    BATCH_PREFIX,
+)
 from contract_review.domain.model import GLOBAL_PROFILE_PREFIX, base_model_id, is_inference_profile
 
 from .tables import CLAIMS_LEASE_INDEX, JOBS_OPEN_INDEX
@@ -44,7 +50,7 @@ BATCH_GET = "dynamodb:BatchGetItem"
 # (UpdateItem) and the event (PutItem) in one TransactWriteItems, which IAM checks per item action.
 EVENTS_APPEND = (GET, PUT, UPDATE)
 PUBLISH, PUT_EVENTS = "sns:Publish", "events:PutEvents"
-GET_OBJECT, PUT_OBJECT, LIST_BUCKET = "s3:GetObject", "s3:PutObject", "s3:ListBucket"
+GET_OBJECT, PUT_OBJECT, DELETE_OBJECT, LIST_BUCKET = "s3:GetObject", "s3:PutObject", "s3:DeleteObject", "s3:ListBucket"
 SEND, RECEIVE, DELETE, CHANGE_VISIBILITY, QUEUE_ATTRIBUTES = (f"sqs:{a}" for a in (
     "SendMessage", "ReceiveMessage", "DeleteMessage", "ChangeMessageVisibility", "GetQueueAttributes"))
 # GetObject answers 404 (NoSuchKey) for a missing key only to a caller that may list the bucket;
@@ -54,19 +60,13 @@ _LIST = Access("bucket", (LIST_BUCKET,), "a missing object answers 404, not 403 
 LEASE_INDEX = f"index:claims/{CLAIMS_LEASE_INDEX}"
 OPEN_JOBS_INDEX = f"index:jobs/{JOBS_OPEN_INDEX}"
 # Bedrock batch inference (docs/batch-inference.md; keys: domain/keys.py BATCH_*): a batch-mode chunk's worker hands its
-# records to the collector and reads the answers back; the collector (the sweeper) owns the rest of batch/.
-BATCH_PENDING, BATCH_ANSWERS, BATCH_ALL = (f"objects:{p}" for p in (BATCH_PENDING_PREFIX, BATCH_ANSWERS_PREFIX,
-                                                                     f"{BATCH_PREFIX}/"))
+# records to the collector and reads the answers back; the collector (its own function) owns the rest of batch/.
+BATCH_PENDING, BATCH_ANSWERS, BATCH_OPEN, BATCH_ALL = (f"objects:{p}" for p in (
+    BATCH_PENDING_PREFIX, BATCH_ANSWERS_PREFIX, BATCH_OPEN_PREFIX, f"{BATCH_PREFIX}/"))
 BATCH_WORKER = (
     Access(BATCH_PENDING, (PUT_OBJECT,), "batch inference: hand a batch-mode chunk's model requests to the collector"),
     Access(BATCH_ANSWERS, (GET_OBJECT,), "batch inference: read the answers the collector joined back"),
 )
-BATCH_COLLECTOR = (
-    Access(BATCH_ALL, (GET_OBJECT, PUT_OBJECT),
-           "batch inference: read the pending records, write a job's input file and its manifest, read Bedrock's "
-           "output, write the answers (all of batch/ expires with the job records)"),
-)
-
 # The runtime control (adapters/model_control.py): for every role whose code reads it (the worker: before each model
 # call).
 CONTROL_READ = Access("table:control", (GET,), "the runtime control (review quota): a pause, a quota, the batch lane's "
@@ -163,7 +163,27 @@ SWEEPER = (
            "find the intake message of a job stuck `queued` (only when the DLQ holds something), and put it back "
            "naming the job and the error"),
     Access("queue:results", (SEND,), "announce chunks it settled"),
-) + SIDE_EFFECTS + BATCH_COLLECTOR + CONTROL_COLLECTOR
+) + SIDE_EFFECTS
+# The batch collector (pipeline/collector.py, pipeline/batch.py `collect`; its own function): over the running batch-mode
+# jobs, track the batch jobs holding their parked chunks, return the answers of those that ended, pack and submit the
+# chunks waiting for a batch. Bedrock's own calls (create, read, stop a job; pass the service role) are infra/batch.py's.
+COLLECTOR = (
+    Access(OPEN_JOBS_INDEX, (QUERY,), "find the running jobs (a sparse index: no scan), then keep the batch-mode ones"),
+    Access("table:jobs", (GET, UPDATE), "read each job the index names again (the index lags); touch a job whose "
+                                        "chunks wait in batch jobs (tracked, not stalled)"),
+    Access("table:claims", (QUERY, UPDATE), "a job's chunks (the parked ones); tag a chunk with its batch job, return it "
+                                            "pending with its answers, or on demand (conditional on its fence)"),
+    Access("table:events", EVENTS_APPEND, "record batch.submitted, batch.returned, batch.on_demand (the counter read, "
+                                          "then it and the event written in one transaction)"),
+    Access(BATCH_ALL, (GET_OBJECT, PUT_OBJECT),
+           "read the pending records, write a job's input file and its manifest, read Bedrock's output, write the "
+           "answers (all of batch/ expires with the job records)"),
+    Access(BATCH_OPEN, (DELETE_OBJECT,), "remove an ended batch job's open marker (batch/jobs/open/<token>: the "
+                                         "batch jobs still followed, listed each run); nothing else is deleted"),
+    Access("objects:documents/", (GET_OBJECT,), "rebuild a returned chunk's message from the stored document"),
+    _LIST,
+    Access("queue:analysis", (SEND,), "send a returned chunk's message (its answers replayed, or its calls on demand)"),
+) + CONTROL_COLLECTOR
 # The Job API (contract_review/operate/api.py): submit and read jobs and batches; cancel, decide, retry (redrive.retry).
 API = (
     Access("table:jobs", (GET, UPDATE, CONDITION_CHECK), "read a job; cancel, approve or reject it; reopen it "
@@ -201,7 +221,8 @@ POLLER = (
     Access("queue:analysis", (RECEIVE, DELETE, CHANGE_VISIBILITY), "poll the analysis queue; acknowledge"),
 )
 ACCESS: dict[str, tuple[Access, ...]] = {
-    "intake": INTAKE, "worker": WORKER, "aggregator": AGGREGATOR, "sweeper": SWEEPER, "api": API,
+    "intake": INTAKE, "worker": WORKER, "aggregator": AGGREGATOR, "sweeper": SWEEPER, "collector": COLLECTOR,
+    "api": API,
     "fargate": WORKER + SWEEP_CLAIMS + POLLER,
 }
 

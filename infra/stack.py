@@ -20,7 +20,13 @@ from contract_review.config.settings import (
     PROFILE_OVERRIDES_OUTPUT,
     RESOURCES,
 )
-from contract_review.domain.keys import BATCH_ANSWERS_PREFIX, BATCH_JOBS_PREFIX, BATCH_PENDING_PREFIX, UPLOADS_PREFIX
+from contract_review.domain.keys import (
+    BATCH_ANSWERS_PREFIX,
+    BATCH_JOBS_PREFIX,
+    BATCH_OPEN_PREFIX,
+    BATCH_PENDING_PREFIX,
+    UPLOADS_PREFIX,
+)
 from contract_review.domain.principals import PRINCIPAL_UPLOADS_PREFIX
 
 from . import nag
@@ -138,6 +144,10 @@ class ContractReviewStack(Stack):
                                 "aggregator: findings -> report, side effects", allow)
         self.sweeper_fn = fn("SweeperFn", "sweeper", p.functions.sweeper_timeout_s, SWEEPER_MEMORY_MB,
                              "sweeper: lapsed claims, DLQ explain")
+        # Bedrock batch inference's collector, its own function (docs/infrastructure.md "The batch collector"): memory
+        # and time for a batch job of batch_max_records, never the recovery sweeper's
+        self.collector_fn = fn("CollectorFn", "collector", p.functions.collector_timeout_s, p.functions.collector_memory_mb,
+                               "batch collector: pack, submit and collect Bedrock batch jobs")
         self.api_fn = fn("ApiFn", "api", API_TIMEOUT_S, API_MEMORY_MB, "Job API: jobs and batches over HTTP")
         self.job_api = JobApi(self, "JobApi", function=self.api_fn.function, name=name,
                               log_retention_days=p.record_ttl_days, removal_policy=removal)
@@ -157,15 +167,14 @@ class ContractReviewStack(Stack):
         self.aggregator_fn.function.add_event_source(event_sources.SqsEventSource(
             self.results.queue, batch_size=p.functions.aggregator_batch_size, report_batch_item_failures=True))
 
+        # The sweeper and the collector each run one at a time (reserved concurrency 1: settings.reserved_concurrency)
+        # on their own schedule, so batch work never delays the stall reconciler. A run that fails, times out or is
+        # throttled behind a run still going is not tried again: the next scheduled run is due within one interval.
         minutes = sweep_rate_minutes(p.recovery.sweep_interval_s)
-        self.sweep_rule = events.Rule(
-            self, "SweepSchedule",
-            description="Run the sweeper: reclaim lapsed claims, explain dead-lettered chunks",
-            schedule=events.Schedule.rate(Duration.minutes(minutes)),
-            # A missed sweep is covered by the next one: retry briefly, never pile up stale runs.
-            targets=[targets.LambdaFunction(self.sweeper_fn.function, retry_attempts=2,
-                                            max_event_age=Duration.minutes(max(1, minutes)))],
-        )
+        self.sweep_rule = self._schedule("SweepSchedule", self.sweeper_fn, minutes,
+                                         "Run the sweeper: reclaim lapsed claims, explain dead-lettered chunks")
+        self.collect_rule = self._schedule("CollectSchedule", self.collector_fn, minutes,
+                                           "Run the batch collector: pack, submit and collect Bedrock batch jobs")
 
         # ---- grants (least privilege, per role: permissions.ACCESS) ----------------------
         arns = self.arns()
@@ -174,9 +183,13 @@ class ContractReviewStack(Stack):
         grant_bedrock(self.worker_fn.role, self, self.settings.model_id)  # invoke + describe the model (`-c model_id=...`)
         grant_access(self.aggregator_fn.role, arns, ACCESS["aggregator"])
         grant_access(self.sweeper_fn.role, arns, ACCESS["sweeper"])
-        # the sweeper submits and collects batch jobs (Deps.batch): Bedrock's batch calls, and passing it the role
-        grant_batch_submit(self.sweeper_fn.role, self, self.batch.role, self.settings.model_id)
-        self.sweeper_fn.function.add_environment(OPTION_ENV["batch_role_arn"], self.batch.role.role_arn)
+        grant_access(self.collector_fn.role, arns, ACCESS["collector"])
+        # the collector submits, tracks and stops batch jobs (Deps.batch): Bedrock's batch calls, passing it the
+        # service role, and the stack's tag on every job it creates (only jobs carrying it may be stopped)
+        grant_batch_submit(self.collector_fn.role, self, self.batch.role, self.settings.model_id,
+                           tag=(COST_TAG_KEY, settings.stack_name))
+        self.collector_fn.function.add_environment(OPTION_ENV["batch_role_arn"], self.batch.role.role_arn)
+        self.collector_fn.function.add_environment(OPTION_ENV["stack_tag"], settings.stack_name)
         grant_access(self.api_fn.role, arns, ACCESS["api"])
         # the ticket system's credentials: only the roles that run the saga (permissions.SIDE_EFFECTS) call it
         self.ticket_callers: list[iam.IGrantable] = [self.aggregator_fn.role, self.sweeper_fn.role]
@@ -213,6 +226,14 @@ class ContractReviewStack(Stack):
 
         self._outputs()
         nag.acknowledge(self)
+
+    def _schedule(self, construct_id: str, fn: PipelineFunction, minutes: int, description: str) -> events.Rule:
+        """`fn` every `minutes`, one run at a time, no asynchronous retries: Lambda's (EventInvokeConfig) and
+        EventBridge's (the target's retry policy) are 0, and an event older than one interval is dropped."""
+        interval = Duration.minutes(minutes)
+        fn.function.configure_async_invoke(retry_attempts=0, max_event_age=interval)
+        return events.Rule(self, construct_id, description=description, schedule=events.Schedule.rate(interval),
+                           targets=[targets.LambdaFunction(fn.function, retry_attempts=0, max_event_age=interval)])
 
     # ------------------------------------------------------------------ environment
     def resource_values(self) -> dict[str, str]:
@@ -265,7 +286,7 @@ class ContractReviewStack(Stack):
     # ------------------------------------------------------------------ grants
     @property
     def pipeline_functions(self) -> list[PipelineFunction]:
-        return [self.intake_fn, self.worker_fn, self.aggregator_fn, self.sweeper_fn, self.api_fn]
+        return [self.intake_fn, self.worker_fn, self.aggregator_fn, self.sweeper_fn, self.collector_fn, self.api_fn]
 
     def arns(self) -> dict[str, str]:
         """The resource keys of `permissions.ACCESS` -> ARNs in this stack."""
@@ -279,7 +300,7 @@ class ContractReviewStack(Stack):
         out.update({f"objects:{prefix}": bucket.arn_for_objects(f"{prefix}*") for prefix in PREFIXES})
         out[PRINCIPAL_UPLOADS] = bucket.arn_for_objects(f"{PRINCIPAL_UPLOADS_PREFIX}*")
         out.update({f"objects:{prefix}": bucket.arn_for_objects(f"{prefix}*")  # under batch/ (permissions.BATCH_*)
-                    for prefix in (BATCH_PENDING_PREFIX, BATCH_ANSWERS_PREFIX, BATCH_JOBS_PREFIX)})
+                    for prefix in (BATCH_PENDING_PREFIX, BATCH_ANSWERS_PREFIX, BATCH_JOBS_PREFIX, BATCH_OPEN_PREFIX)})
         for q in (self.intake, self.analysis, self.results):
             out[f"queue:{q.rules.purpose}"] = q.queue.queue_arn
             out[f"dlq:{q.rules.purpose}"] = q.dlq.queue_arn
@@ -302,6 +323,7 @@ class ContractReviewStack(Stack):
             "WorkerFunctionName": (self.worker_fn.function.function_name, "worker function"),
             "AggregatorFunctionName": (self.aggregator_fn.function.function_name, "aggregator function"),
             "SweeperFunctionName": (self.sweeper_fn.function.function_name, "sweeper function"),
+            "CollectorFunctionName": (self.collector_fn.function.function_name, "batch collector function"),
             "ApiFunctionName": (self.api_fn.function.function_name, "Job API function"),
             "ApiUrl": (self.job_api.url, "Job API base URL (HTTP API, IAM authorization; docs/openapi.yaml)"),
             "ProfileName": (self.settings.profile.name, "config profile this stack was built from"),
@@ -312,15 +334,16 @@ class ContractReviewStack(Stack):
             "AlarmTopicArn": (self.alarm_topic.topic.topic_arn, "SNS topic every alarm notifies (subscribe to it)"),
             "DashboardName": (self.monitoring.dashboard.dashboard_name, "CloudWatch dashboard of the pipeline"),
             OPTION_OUTPUTS["batch_role_arn"]: (self.batch.role.role_arn, "the role Bedrock assumes to run this stack's "
-                                               "batch inference jobs (BATCH_ROLE_ARN of the sweeper)"),
+                                               "batch inference jobs (BATCH_ROLE_ARN of the collector)"),
             OPTION_OUTPUTS["queue_uploads_prefix"]: (self.settings.queue_uploads_prefix, "where senders to the intake "
                                                      "queue put the documents they name by s3_uri (review submit "
                                                      "uploads there)"),
         })
         # `review preflight` checks the account's unreserved concurrency against it
         outputs["ReservedConcurrency"] = (str(sum(self.settings.reserved_concurrency.values())),
-                                          "Lambda concurrency this stack reserves (cdk deploy -c "
-                                          "worker_reserved_concurrency); the account must keep 100 unreserved")
+                                          "Lambda concurrency this stack reserves: the worker's (cdk deploy -c "
+                                          "worker_reserved_concurrency), 1 for the sweeper, 1 for the batch "
+                                          "collector; the account must keep 100 unreserved")
         if self.settings.ticket_url:  # the CLI's side effects (`review compensations --redrive`) reach the same system
             outputs[OPTION_OUTPUTS["ticket_url"]] = (self.settings.ticket_url, "external ticket system (-c ticket_url)")
             if self.settings.ticket_secret_arn:

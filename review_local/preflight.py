@@ -25,6 +25,7 @@ from contract_review.config.constants import (
     LAMBDA_CONCURRENCY_QUOTA_CODE,
     LAMBDA_MIN_UNRESERVED,
     OFFLINE_MODEL_ID,
+    ONE_AT_A_TIME_FUNCTIONS,
     POWERTOOLS_LAYER_PARAMETER_PATH,
     POWERTOOLS_LAYER_VERSION,
 )
@@ -212,8 +213,9 @@ def check_layer(ssm: Any, parameter: str, region: str) -> Check:
 
 
 def check_concurrency(lambda_client: Any, region: str, reserved: int, deployed: bool) -> Check:
-    """The account's Lambda concurrency (GetAccountSettings) covers the stack's reservations plus the 100 that AWS
-    keeps unreserved. A deployed stack's reservation is already out of the unreserved pool."""
+    """The account's Lambda concurrency (GetAccountSettings) covers the stack's reservations (the worker's maximum,
+    and 1 each for the sweeper and the batch collector) plus the 100 that AWS keeps unreserved. A deployed stack's
+    reservation is already out of the unreserved pool."""
     name = "lambda concurrency"
     try:
         limits = lambda_client.get_account_settings()["AccountLimit"]
@@ -228,9 +230,11 @@ def check_concurrency(lambda_client: Any, region: str, reserved: int, deployed: 
         return Check(name, True, facts)
     want = max(1000, total + still + LAMBDA_MIN_UNRESERVED - unreserved)
     return Check(name, False, f"{facts}: needs {still + LAMBDA_MIN_UNRESERVED:,} unreserved (new accounts may start "
-                              "at 10 in all, the default is 1,000; until the increase, reserve nothing and shrink the "
-                              "fleet: npx cdk deploy -c profile=prod -c worker_reserved_concurrency=0 -c "
-                              "worker_concurrency=2 -c intake_max_concurrency=2)",
+                              f"at 10 in all, the default is 1,000; the sweeper and the batch collector always reserve "
+                              f"{len(ONE_AT_A_TIME_FUNCTIONS)} in all, one run at a time each; with a little more than "
+                              "that, reserve nothing for the worker and shrink the fleet: npx cdk deploy -c "
+                              "profile=prod -c worker_reserved_concurrency=0 -c worker_concurrency=2 -c "
+                              "intake_max_concurrency=2)",
                  f"aws service-quotas request-service-quota-increase --service-code lambda --quota-code "
                  f"{LAMBDA_CONCURRENCY_QUOTA_CODE} --desired-value {want} --region {region}")
 
@@ -333,7 +337,7 @@ class Target:
     model_id: str
     model_tpm: float | None = None  # the quota the stack was deployed to pace to (`-c model_tpm`, output ModelTpm)
     # The Lambda concurrency the stack reserves (output ReservedConcurrency); for a stack not deployed yet, what a
-    # deploy with the prod defaults reserves (the worker's maximum concurrency)
+    # deploy with the prod defaults reserves (the worker's maximum concurrency, the sweeper's 1, the collector's 1)
     reserved: int = 0
     deployed: bool = False  # a deployed stack on AWS: its reservation is already out of the unreserved pool
     layer_parameter: str = ""  # the SSM parameter the stack's layer ARN comes from ("": the default release's)
@@ -373,9 +377,10 @@ def local_target(local_json: Path) -> Target:
                              "run `review up` again") from exc
     prod = get_profile("prod")
     model_id = outputs.get("ModelId") or prod.review.model_id
-    # the account checks are about a deploy with the prod defaults (the local stack reserves nothing on AWS)
+    # the account checks are about a deploy with the prod defaults (the local stack reserves nothing on AWS): the
+    # worker's maximum, and 1 each for the sweeper and the batch collector (infra DeploySettings.reserved_concurrency)
     return Target("local stack (review up)", outputs.get("ModelProvider", "offline"), model_id,
-                  reserved=prod.functions.worker_max_concurrency)
+                  reserved=prod.functions.worker_max_concurrency + len(ONE_AT_A_TIME_FUNCTIONS))
 
 
 def preflight(stack: str | None, region: str | None, model_id: str | None = None, *,

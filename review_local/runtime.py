@@ -2,7 +2,9 @@
 
 From the synthesized template it reads every `AWS::Lambda::Function` (handler, timeout, memory,
 environment) and every `AWS::Lambda::EventSourceMapping` (queue, batch size,
-`ReportBatchItemFailures`, `ScalingConfig.MaximumConcurrency`) plus the sweeper's schedule.
+`ReportBatchItemFailures`, `ScalingConfig.MaximumConcurrency`) plus the scheduled functions (every target of an
+`AWS::Events::Rule`: the sweeper and the batch collector), each one sandbox at a time, as their reserved concurrency
+of 1 keeps them on AWS.
 Each concurrent "sandbox" is a separate OS process (`python -m review_local.sandbox`) that polls
 its queue, invokes the real handler with a Lambda-shaped SQS event and context, and applies the
 partial batch response the way Lambda does. A crashed or timed-out sandbox is replaced, as
@@ -27,7 +29,7 @@ from .embedded import FAKE_CREDENTIALS, ROOT, EmbeddedAws
 @dataclass
 class FunctionSpec:
     logical_id: str
-    name: str  # short role: intake | worker | aggregator | sweeper
+    name: str  # short role: intake | worker | aggregator | sweeper | collector | api
     handler: str
     timeout_s: int
     memory_mb: int
@@ -38,7 +40,7 @@ class FunctionSpec:
     report_batch_item_failures: bool = False
     concurrency: int = 1
     fifo: bool = False
-    schedule_s: float = 0.0  # > 0: invoked on a schedule (the sweeper)
+    schedule_s: float = 0.0  # > 0: invoked on a schedule (the sweeper, the batch collector)
 
 
 def function_specs(aws: EmbeddedAws, sweep_interval_s: float, default_concurrency: int = 2) -> list[FunctionSpec]:
@@ -70,12 +72,20 @@ def function_specs(aws: EmbeddedAws, sweep_interval_s: float, default_concurrenc
         spec.concurrency = int(p.get("ScalingConfig", {}).get("MaximumConcurrency", default_concurrency))
         spec.fifo = queue_name.endswith(".fifo")
         mapped.append(spec)
-    for spec in specs.values():  # functions without a queue: scheduled (EventBridge rule)
-        if spec.name == "sweeper":
-            spec.schedule_s = sweep_interval_s
+    scheduled = {_target_id(target["Arn"])
+                 for res in tpl.values() if res["Type"] == "AWS::Events::Rule"
+                 for target in res["Properties"].get("Targets", [])}
+    for logical, spec in specs.items():  # functions without a queue: those an EventBridge rule invokes
+        if logical in scheduled:
+            spec.schedule_s = sweep_interval_s  # the template's rate is whole minutes; locally every interval
             mapped.append(spec)
     mapped.extend(_fargate_pollers(aws, default_concurrency))
     return mapped
+
+
+def _target_id(arn: object) -> str:
+    """The logical id of the function a rule's target names (`{"Fn::GetAtt": [id, "Arn"]}`)."""
+    return str(arn["Fn::GetAtt"][0]) if isinstance(arn, dict) and "Fn::GetAtt" in arn else ""
 
 
 POLLER = "contract_review.handlers.poller.main"

@@ -23,7 +23,7 @@ from .ui_server import UiServer
 
 TICKET_SECRET_NAME = "ticket-credentials"
 SAGA_FUNCTIONS = ("aggregator", "sweeper")  # where the side effects run: they get the ticket system's URL
-BATCH_FUNCTIONS = ("sweeper",)  # where batch jobs are submitted and collected (BATCH_ROLE_ARN): the stand-in's URL
+BATCH_FUNCTIONS = ("collector",)  # where batch jobs are submitted and collected (BATCH_ROLE_ARN): the stand-in's URL
 BATCH_STEP_S = 0.5  # the local batch stand-in: one job status every half second (Bedrock: minutes to hours)
 
 
@@ -157,8 +157,8 @@ class LocalStack:
 
     def batch_outputs(self) -> dict[str, str]:
         """With the batch stand-in running: the service role's ARN (the template's output, which moto does not deploy:
-        the role is not created, its ARN named as the sweeper's BATCH_ROLE_ARN names it) and the stand-in's URL, so
-        the CLI and the tests submit batch jobs as the sweeper does (Settings.from_outputs)."""
+        the role is not created, its ARN named as the collector's BATCH_ROLE_ARN names it) and the stand-in's URL, so
+        the CLI and the tests submit batch jobs as the collector does (Settings.from_outputs)."""
         output = self.aws.template.get("Outputs", {}).get(OPTION_OUTPUTS["batch_role_arn"])
         if self.batch_service is None or output is None:
             return {}

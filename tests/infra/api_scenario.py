@@ -20,7 +20,7 @@ from review_local.embedded import EmbeddedAws
 from review_local.sandbox import LambdaContext
 
 from ..texts import LONG_TEXT, TEXT
-from .aws_calls import REGION, Recorder
+from .aws_calls import REGION, Recorder, declared
 
 WHO = local_principal("role-coverage")
 
@@ -87,7 +87,8 @@ def run(rec: Recorder, setup: Deps, aws: EmbeddedAws) -> None:
     s3_uri = uploaded["body"]["s3Uri"]
     bucket, key = s3_uri.removeprefix("s3://").split("/", 1)
     setup.artifacts.put_text(key, LONG_TEXT, "text/plain")  # the caller's upload, with the presigned POST:
-    rec.add("api", "s3", "PutObject", {"Bucket": bucket, "Key": key})  # S3 checks the signer's (the API role's) grant
+    rec.add("api", "s3", "PutObject", {"Bucket": bucket, "Key": key},  # S3 checks the signer's (the API role's) grant
+            origin=declared("presigned-post"))
     big = "\n\n".join([LONG_TEXT] * (210_000 // len(LONG_TEXT) + 1))  # over the inline limit: claim check
     jobs = [_call(rec, "POST", "/jobs", {"document": d}) for d in (
         {"text": TEXT.replace("New York", "Ohio")}, {"text": big}, {"s3_uri": s3_uri})]

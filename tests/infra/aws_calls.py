@@ -2,20 +2,30 @@
 
 `Recorder` hooks a boto3 session (`before-parameter-build`: the operation and the caller's
 parameters, before anything is sent) and files every call under the role whose code is running
-(`with recorder.acting_as("worker"): ...`). `requirements()` maps one call to the IAM actions and
-resource ARNs it needs (a table: a call it does not know fails the test, so the table cannot fall
-behind the code). `allowed()` evaluates identity-policy statements of the synthesized template the
-way IAM does for an Allow: action and resource patterns with `*`/`?`, StringEquals conditions.
+(`with recorder.acting_as("worker"): ...`), with the shipped module that made it: the innermost
+frame of the call's stack under `functions/` or `review_local/` (`origin`; None when no shipped code
+is on the stack: the test itself called the client). A grant only counts as used by a call shipped
+code made (tests/infra/test_role_coverage.py): a test cannot manufacture the use it checks for.
+`requirements()` maps one call to the IAM actions and resource ARNs it needs (a table: a call it does
+not know fails the test, so the table cannot fall behind the code). `allowed()` evaluates
+identity-policy statements of the synthesized template the way IAM does for an Allow: action and
+resource patterns with `*`/`?`, StringEquals conditions.
 """
 
 from __future__ import annotations
 
 import contextlib
 import fnmatch
+import sys
 import threading
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
+from types import FrameType
 from typing import Any
+
+import contract_review
+import review_local
 
 REGION, ACCOUNT = "us-east-1", "123456789012"  # the embedded moto stack (review_local.embedded)
 
@@ -35,6 +45,69 @@ class Call:
     service: str
     operation: str
     needs: tuple[Need, ...]
+    # who made it: a shipped module ("functions/contract_review/pipeline/batch.py:collect"), a component a role's
+    # grant serves outside our code (DECLARED), or None: no shipped code on the stack (the test called the client)
+    origin: str | None = None
+
+    @property
+    def by_the_code(self) -> bool:
+        """Made by shipped code, or by a component outside our code that the role's grant serves (DECLARED)."""
+        return self.origin is not None and (self.origin.startswith(SHIPPED_PREFIXES) or
+                                            self.origin.removeprefix("declared:") in DECLARED)
+
+
+# Where shipped code lives: the Lambda asset and the local runtime (the batch stand-in plays Bedrock with the service
+# role from review_local/batch_service.py); the paths as this process imported them (a worktree or an install)
+SHIPPED = {"functions": Path(contract_review.__file__).resolve().parent.parent,
+           "review_local": Path(next(iter(review_local.__path__))).resolve()}  # a namespace package
+SHIPPED_PREFIXES = ("functions/", "review_local/")
+# Calls a role's grant serves that no boto3 client of ours makes, by the component that makes each (the fixture adds them
+# with `Recorder.add(..., origin=declared(...))`), so they count as used without a test pretending to be the code.
+DECLARED = {
+    "ecs-agent": "the ECS agent, on the poller's request (adapters/task_protection.py), with the task role",
+    "xray-daemon": "the X-Ray daemon sidecar (infra/fargate.py), sending the poller's segments with the task role",
+    "bedrock": "Bedrock, running a batch job's model with the batch service role (infra/batch.py)",
+    "presigned-post": "a Job API caller's upload through the presigned POST the API signed (operate/api.py): S3 checks "
+                      "the signer's grant",
+}
+
+
+def declared(component: str) -> str:
+    assert component in DECLARED, component
+    return f"declared:{component}"
+
+
+def _shipped_frame(frame: FrameType | None) -> str | None:
+    """The innermost frame under a shipped directory, as "functions/...py:function" (None: none on the stack)."""
+    while frame is not None:
+        path = Path(frame.f_code.co_filename)
+        for name, root in SHIPPED.items():
+            if path.is_relative_to(root):
+                return f"{name}/{path.relative_to(root).as_posix()}:{frame.f_code.co_name}"
+        frame = frame.f_back
+    return None
+
+
+def _in_transfer(frame: FrameType | None) -> bool:
+    while frame is not None:
+        if "s3transfer" in Path(frame.f_code.co_filename).parts or \
+                frame.f_code.co_filename.endswith(str(Path("boto3", "s3", "inject.py"))):
+            return True
+        frame = frame.f_back
+    return False
+
+
+def origin_of(frame: FrameType | None) -> str | None:
+    """Who made the call on `frame`'s stack: its innermost shipped frame. A call from one of boto3's managed-transfer
+    threads (s3transfer: `upload_fileobj`'s parts) has none of its own: it is the shipped code's that started the
+    transfer and waits for it on another thread (its stack is in s3transfer too)."""
+    shipped = _shipped_frame(frame)
+    if shipped is not None or not _in_transfer(frame):
+        return shipped
+    me = threading.get_ident()
+    waiting = [origin for ident, top in sys._current_frames().items()
+               if ident != me and _in_transfer(top) and (origin := _shipped_frame(top)) is not None]
+    return f"{waiting[0]} (managed transfer)" if len(set(waiting)) == 1 else None
 
 
 @dataclass
@@ -45,6 +118,8 @@ class Recorder:
     # our code reads a missing key as 404 (which takes s3:ListBucket); Bedrock, recorded as the batch service role
     # (the stand-in's S3 calls), reads only the files it has just listed
     missing_key_404: bool = True
+    # a resource's tags as IAM sees them (aws:ResourceTag/...): a batch job's, from the batch stand-in
+    resource_tags: Callable[[str], Mapping[str, str]] = lambda _arn: {}
 
     def attach(self, session: Any) -> None:
         """Before any client of `session` is created (clients copy the session's event handlers)."""
@@ -58,9 +133,10 @@ class Recorder:
         finally:
             self.role = previous
 
-    def add(self, role: str, service: str, operation: str, params: Mapping[str, Any]) -> None:
+    def add(self, role: str, service: str, operation: str, params: Mapping[str, Any], *, origin: str | None) -> None:
         call = Call(role, service, operation,
-                    tuple(requirements(service, operation, params, missing_key_404=self.missing_key_404)))
+                    tuple(requirements(service, operation, params, missing_key_404=self.missing_key_404,
+                                       resource_tags=self.resource_tags)), origin)
         with self._lock:
             self.calls.append(call)
 
@@ -69,7 +145,7 @@ class Recorder:
         if (context or {}).get("is_presign_request"):
             return  # signing calls nothing; the upload it signs is recorded by the scenario that makes it
         if self.role is not None:
-            self.add(self.role, model.service_model.service_name, model.name, params)
+            self.add(self.role, model.service_model.service_name, model.name, params, origin=origin_of(sys._getframe(1)))
 
     def of(self, *roles: str) -> list[Call]:
         return [c for c in self.calls if c.role in roles]
@@ -160,19 +236,27 @@ def _job(identifier: str) -> str:
     return f"arn:aws:bedrock:{REGION}:{ACCOUNT}:model-invocation-job/{identifier}"
 
 
-def _bedrock(op: str, p: Mapping[str, Any]) -> list[Need]:
+def _bedrock(op: str, p: Mapping[str, Any], resource_tags: Callable[[str], Mapping[str, str]]) -> list[Need]:
     if op == "CreateModelInvocationJob":
         # the new job (its id is Bedrock's: any id), the model or profile it names, and passing its service role to
-        # Bedrock (iam:PassedToService)
+        # Bedrock (iam:PassedToService); with `tags`, TagResource on the new job with each tag as aws:RequestTag (the
+        # Service Authorization Reference lists bedrock:TagResource for a create that tags; AWS's "Required permissions
+        # for batch inference" grants it to the identity that submits)
         model_id = str(p["modelId"])
         model = [n.resource for n in _model(model_id) if not n.context] + \
             [f"arn:aws:bedrock:{REGION}::foundation-model/{model_id.partition('.')[2]}"
              for n in _model(model_id) if n.context]
+        tags = tuple((f"aws:RequestTag/{t['key']}", str(t["value"])) for t in p.get("tags") or [])
         return [Need("bedrock:CreateModelInvocationJob", _job("new0job0id00")),
                 *(Need("bedrock:CreateModelInvocationJob", m) for m in model),
+                *([Need("bedrock:TagResource", _job("new0job0id00"), tags)] if tags else []),
                 Need("iam:PassRole", str(p["roleArn"]), (("iam:PassedToService", BEDROCK_SERVICE),))]
-    if op in ("GetModelInvocationJob", "StopModelInvocationJob"):
+    if op == "GetModelInvocationJob":
         return [Need(f"bedrock:{op}", _job(str(p["jobIdentifier"])))]
+    if op == "StopModelInvocationJob":  # authorized on the job with its tags (aws:ResourceTag)
+        job = _job(str(p["jobIdentifier"]))
+        return [Need(f"bedrock:{op}", job, tuple((f"aws:ResourceTag/{k}", v)
+                                                 for k, v in sorted(resource_tags(job).items())))]
     if op == "ListModelInvocationJobs":  # no resource type
         return [Need("bedrock:ListModelInvocationJobs", "*")]
     if op == "GetFoundationModel":
@@ -234,17 +318,19 @@ def _cloudformation(op: str, p: Mapping[str, Any]) -> list[Need]:
 
 
 _SERVICES: dict[str, Callable[[str, Mapping[str, Any]], list[Need]]] = {
-    "dynamodb": _dynamodb, "s3": _s3, "sqs": _sqs, "bedrock-runtime": _bedrock_runtime, "bedrock": _bedrock,
+    "dynamodb": _dynamodb, "s3": _s3, "sqs": _sqs, "bedrock-runtime": _bedrock_runtime,
     "ecs-agent": _ecs_agent, "xray-daemon": _xray_daemon, "sns": _sns, "events": _events, "secretsmanager": _secretsmanager,
     "cloudformation": _cloudformation,
 }
 
 
-def requirements(service: str, operation: str, params: Mapping[str, Any], *,
-                 missing_key_404: bool = True) -> list[Need]:
+def requirements(service: str, operation: str, params: Mapping[str, Any], *, missing_key_404: bool = True,
+                 resource_tags: Callable[[str], Mapping[str, str]] = lambda _arn: {}) -> list[Need]:
     try:
         if service == "s3":
             return _s3(operation, params, missing_key_404)
+        if service == "bedrock":
+            return _bedrock(operation, params, resource_tags)
         return _SERVICES[service](operation, params)
     except KeyError as exc:
         raise AssertionError(f"the code calls {service}:{operation}, which tests/infra/aws_calls.py cannot map to "

@@ -32,8 +32,8 @@ from contract_review.config.profile import Profile, get_profile  # noqa: E402
 
 LOCAL, PROD, FARGATE = "ContractReviewLocal", "ContractReviewProd", "ContractReviewFargate"
 # Function variables set only when their option is given (or differs from its default); the batch service role only on
-# the sweeper, the batch stand-in's URL only locally (test_batch_iam.py)
-ONLY_WHEN_GIVEN = {ENV["fault_spec"], ENV["ticket_url"], ENV["model_tpm"], ENV["queue_uploads_prefix"],
+# the collector (and its STACK_TAG), the batch stand-in's URL only locally (test_batch_iam.py)
+ONLY_WHEN_GIVEN = {ENV["fault_spec"], ENV["ticket_url"], ENV["model_tpm"], ENV["queue_uploads_prefix"], ENV["stack_tag"],
                    ENV["batch_role_arn"], ENV["batch_endpoint_url"]}
 ALARM_EMAIL = "oncall@example.com"  # `-c alarm_email=...` of the prod stack (the others have none)
 # Every stack calls an external ticket system with credentials from a secret (`-c ticket_url`, `-c ticket_secret_arn`),

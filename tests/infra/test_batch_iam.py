@@ -1,8 +1,9 @@
 """Bedrock batch inference in the template (infra/batch.py; docs/infrastructure.md "Batch inference"): the service role
 Bedrock assumes is trusted by Bedrock alone, for this account's batch jobs in this region, and may read batch/input/
-and write batch/output/ of the artifacts bucket and nothing else of it; only the sweeper may pass it, only to
-Bedrock, and only the sweeper may create, read, stop and list batch jobs. tests/infra/test_role_coverage.py proves the
-other half: every call the code (and the batch stand-in, as Bedrock) makes is allowed."""
+and write batch/output/ of the artifacts bucket and nothing else of it; only the batch collector may pass it, only to
+Bedrock, and only the collector may create (tagged with the stack's tag), read and stop (only jobs carrying that tag)
+batch jobs; nobody lists them. tests/infra/test_role_coverage.py proves the other half: every call the code (and the
+batch stand-in, as Bedrock) makes is allowed, and every grant is used by shipped code."""
 
 from __future__ import annotations
 
@@ -28,7 +29,8 @@ TEMPLATES = [LOCAL, PROD, FARGATE]
 JOBS = ["arn:", {"Ref": "AWS::Partition"}, ":bedrock:", {"Ref": "AWS::Region"}, ":", {"Ref": "AWS::AccountId"},
         ":model-invocation-job/*"]
 BATCH_CALLS = {"bedrock:CreateModelInvocationJob", "bedrock:GetModelInvocationJob", "bedrock:StopModelInvocationJob",
-               "bedrock:ListModelInvocationJobs"}
+               "bedrock:TagResource"}
+TAG_KEY = "review-stack"  # infra/monitoring.py COST_TAG_KEY: every resource of the stack carries it (the stack name)
 
 
 def _actions(st: dict[str, Any]) -> set[str]:
@@ -75,7 +77,7 @@ def test_the_service_role_reads_batch_input_and_writes_batch_output_only(synth: 
 
 
 @pytest.mark.parametrize("name", TEMPLATES)
-def test_only_the_sweeper_may_pass_the_service_role_and_only_to_bedrock(synth: Synth, name: str) -> None:
+def test_only_the_collector_may_pass_the_service_role_and_only_to_bedrock(synth: Synth, name: str) -> None:
     t = synth.templates[name]
     service_role = batch_service_role_id(t)
     passers: dict[str, list[dict[str, Any]]] = {}
@@ -83,47 +85,62 @@ def test_only_the_sweeper_may_pass_the_service_role_and_only_to_bedrock(synth: S
         for st in policy["Properties"]["PolicyDocument"]["Statement"]:
             if any(a.startswith("iam:") for a in _actions(st)):
                 passers.setdefault(pid, []).append(st)
-    sweeper_policy = [pid for pid, p in resources(t, "AWS::IAM::Policy").items()
-                      if any(getatt_id(r) == role_id(t, "sweeper") for r in p["Properties"]["Roles"])]
-    assert list(passers) == sweeper_policy, passers
-    (st,) = passers[sweeper_policy[0]]
+    collector_policy = [pid for pid, p in resources(t, "AWS::IAM::Policy").items()
+                        if any(getatt_id(r) == role_id(t, "collector") for r in p["Properties"]["Roles"])]
+    assert list(passers) == collector_policy, passers
+    (st,) = passers[collector_policy[0]]
     assert st == {"Action": "iam:PassRole", "Effect": "Allow", "Resource": {"Fn::GetAtt": [service_role, "Arn"]},
                   "Condition": {"StringEquals": {"iam:PassedToService": "bedrock.amazonaws.com"}}}
 
 
 @pytest.mark.parametrize("name", TEMPLATES)
-def test_only_the_sweeper_submits_and_collects_batch_jobs(synth: Synth, name: str) -> None:
+def test_only_the_collector_submits_and_collects_batch_jobs(synth: Synth, name: str) -> None:
+    """Issue 25 finding 17: no role lists batch jobs (no code does: the collector finds its jobs in its manifests);
+    Stop only on jobs carrying this stack's tag, TagResource only with that tag's value (the tag every job is created
+    with: Bedrock checks TagResource on a create with tags); the sweeper holds no batch grant any more."""
     t = synth.templates[name]
-    roles = ["intake", "worker", "aggregator", "sweeper", "api", "batch"] + (["fargate"] if name == FARGATE else [])
+    roles = ["intake", "worker", "aggregator", "sweeper", "collector", "api", "batch"] + \
+        (["fargate"] if name == FARGATE else [])
     callers = {role: set().union(*(_actions(st) & BATCH_CALLS for st in policy_statements_for_role(t, role_id(t, role))))
                for role in roles}
-    assert {r: a for r, a in callers.items() if a} == {"sweeper": BATCH_CALLS}
-    statements = policy_statements_for_role(t, role_id(t, "sweeper"))
-    for st in statements:
-        acts = _actions(st) & BATCH_CALLS
-        if acts == {"bedrock:ListModelInvocationJobs"}:
-            assert st["Resource"] == "*"  # it has no resource type
-        elif acts:  # Create, Get, Stop: the jobs of this account and region (Create: and the stack's model)
-            resources_ = st["Resource"] if isinstance(st["Resource"], list) else [st["Resource"]]
-            assert {"Fn::Join": ["", JOBS]} in resources_, st
-            others = [r for r in resources_ if r != {"Fn::Join": ["", JOBS]}]
-            assert not others or acts == {"bedrock:CreateModelInvocationJob"}, st
-            assert all(":foundation-model/" in json.dumps(r) or ":inference-profile/" in json.dumps(r)
-                       for r in others), st
+    assert {r: a for r, a in callers.items() if a} == {"collector": BATCH_CALLS}
+    assert not [st for role in roles for st in policy_statements_for_role(t, role_id(t, role))
+                if "bedrock:ListModelInvocationJobs" in _actions(st)]
+    jobs = {"Fn::Join": ["", JOBS]}
+    by_action: dict[str, list[dict[str, Any]]] = {}
+    for st in policy_statements_for_role(t, role_id(t, "collector")):
+        for action in _actions(st) & BATCH_CALLS:
+            by_action.setdefault(action, []).append(st)
+    (create,) = by_action["bedrock:CreateModelInvocationJob"]  # the jobs of this account and region, the stack's model
+    assert jobs in create["Resource"] and "Condition" not in create
+    assert all(":foundation-model/" in json.dumps(r) or ":inference-profile/" in json.dumps(r)
+               for r in create["Resource"] if r != jobs), create
+    (get,) = by_action["bedrock:GetModelInvocationJob"]
+    assert (_actions(get), get["Resource"], get.get("Condition")) == ({"bedrock:GetModelInvocationJob"}, jobs, None)
+    (stop,) = by_action["bedrock:StopModelInvocationJob"]
+    assert (_actions(stop), stop["Resource"]) == ({"bedrock:StopModelInvocationJob"}, jobs)
+    assert stop["Condition"] == {"StringEquals": {f"aws:ResourceTag/{TAG_KEY}": name}}  # the stack name
+    (tag,) = by_action["bedrock:TagResource"]
+    assert (_actions(tag), tag["Resource"]) == ({"bedrock:TagResource"}, jobs)
+    assert tag["Condition"] == {"StringEquals": {f"aws:RequestTag/{TAG_KEY}": name}}
 
 
 @pytest.mark.parametrize("name", TEMPLATES)
-def test_the_sweeper_alone_is_told_the_service_role(synth: Synth, name: str) -> None:
+def test_the_collector_alone_is_told_the_service_role_and_the_stacks_tag(synth: Synth, name: str) -> None:
     t = synth.templates[name]
     service_role = {"Fn::GetAtt": [batch_service_role_id(t), "Arn"]}
-    for handler in ("intake", "worker", "aggregator", "sweeper", "api"):
+    for handler in ("intake", "worker", "aggregator", "sweeper", "collector", "api"):
         _, fn = function_by_handler(t, f"{handler}.handler")
         env = fn["Environment"]["Variables"]
-        assert env.get("BATCH_ROLE_ARN") == (service_role if handler == "sweeper" else None), handler
+        assert env.get("BATCH_ROLE_ARN") == (service_role if handler == "collector" else None), handler
+        assert env.get("STACK_TAG") == (name if handler == "collector" else None), handler  # the review-stack tag
         assert "BEDROCK_BATCH_ENDPOINT_URL" not in env  # AWS: the bedrock client's own endpoint
     for task in resources(t, "AWS::ECS::TaskDefinition").values():
         for c in task["Properties"]["ContainerDefinitions"]:
-            assert not {"BATCH_ROLE_ARN", "BEDROCK_BATCH_ENDPOINT_URL"} & {e["Name"] for e in c.get("Environment", [])}
+            assert not {"BATCH_ROLE_ARN", "BEDROCK_BATCH_ENDPOINT_URL", "STACK_TAG"} & {
+                e["Name"] for e in c.get("Environment", [])}
+    _, collector = function_by_handler(t, "collector.handler")
+    assert {"Key": TAG_KEY, "Value": name} in collector["Tags"]  # STACK_TAG is the value of the stack's own tag
     assert t["Outputs"]["BatchRoleArn"]["Value"] == service_role  # the CLI's view (Settings.from_outputs)
 
 

@@ -141,10 +141,11 @@ def test_a_ticket_secret_is_granted_exactly_or_by_its_name() -> None:
 
 
 def test_the_worker_reserves_its_maximum_unless_told_otherwise() -> None:
-    assert DeploySettings.from_context({}.get).reserved_concurrency == {"worker": 20}
-    assert DeploySettings.from_context({"worker_concurrency": "7"}.get).reserved_concurrency == {"worker": 7}
-    assert DeploySettings.from_context({"worker_reserved_concurrency": "0"}.get).reserved_concurrency == {}
-    assert DeploySettings.from_context({"worker": "fargate"}.get).reserved_concurrency == {}  # no mapping to feed
+    one = {"sweeper": 1, "collector": 1}  # always: one run at a time each (issue 25 item 1)
+    assert DeploySettings.from_context({}.get).reserved_concurrency == {"worker": 20, **one}
+    assert DeploySettings.from_context({"worker_concurrency": "7"}.get).reserved_concurrency == {"worker": 7, **one}
+    assert DeploySettings.from_context({"worker_reserved_concurrency": "0"}.get).reserved_concurrency == one
+    assert DeploySettings.from_context({"worker": "fargate"}.get).reserved_concurrency == one  # no mapping to feed
     assert DeploySettings.from_context({"intake_max_concurrency": "9"}.get).profile.functions.intake_max_concurrency == 9
 
 

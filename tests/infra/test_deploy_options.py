@@ -47,18 +47,19 @@ def _mapping_concurrency(t: dict[str, Any]) -> dict[str, int | None]:
 
 
 def test_the_concurrency_guards_follow_their_stack_options(by_context: dict[str, dict[str, Any]]) -> None:
-    # -c intake_max_concurrency=3 -c worker_reserved_concurrency=0: intake capped at 3, the worker reserves nothing
+    # -c intake_max_concurrency=3 -c worker_reserved_concurrency=0: intake capped at 3, the worker reserves nothing (the
+    # sweeper and the batch collector still reserve 1 each: one run at a time)
     guards = by_context["Guards"]
     assert _mapping_concurrency(guards) == {"intake": 3, "worker": 20, "aggregator": None}
     _, worker = function_by_handler(guards, "worker.handler")
     assert "ReservedConcurrentExecutions" not in worker
-    assert guards["Outputs"]["ReservedConcurrency"]["Value"] == "0"
+    assert guards["Outputs"]["ReservedConcurrency"]["Value"] == "2"
     # -c worker_concurrency=7 -c worker_reserved_concurrency=50: a fleet of 7 with 50 reserved; intake the profile's
     reserved = by_context["Reserved"]
     assert _mapping_concurrency(reserved) == {"intake": 5, "worker": 7, "aggregator": None}
     _, worker = function_by_handler(reserved, "worker.handler")
     assert worker["ReservedConcurrentExecutions"] == 50
-    assert reserved["Outputs"]["ReservedConcurrency"]["Value"] == "50"
+    assert reserved["Outputs"]["ReservedConcurrency"]["Value"] == "52"
 
 
 def test_a_customer_managed_key_is_granted_for_decrypting_through_secrets_manager_only(

@@ -71,7 +71,7 @@ def test_lambda_functions_trace_actively(synth: Synth) -> None:
     for t in synth.templates.values():
         functions = {k: f for k, f in resources(t, "AWS::Lambda::Function").items()
                      if str(f["Properties"].get("Handler", "")).startswith("contract_review.handlers.")}
-        assert len(functions) == 5  # intake, worker, aggregator, sweeper, api
+        assert len(functions) == 6  # intake, worker, aggregator, sweeper, collector, api
         for fn in functions.values():
             assert fn["Properties"]["TracingConfig"] == {"Mode": "Active"}
             assert "POWERTOOLS_TRACE_DISABLED" not in fn["Properties"]["Environment"]["Variables"]

@@ -68,7 +68,7 @@ def _resources(st: dict[str, Any]) -> list[str]:
 
 
 def _env_and_output(t: dict[str, Any], model_id: str) -> None:
-    for h in ("intake", "worker", "aggregator", "sweeper"):
+    for h in ("intake", "worker", "aggregator", "sweeper", "collector"):
         _, fn = function_by_handler(t, f"{h}.handler")
         assert fn["Environment"]["Variables"][ENV["model_id"]] == model_id, h
     assert t["Outputs"]["ModelId"]["Value"] == model_id
@@ -103,10 +103,10 @@ def test_the_default_is_the_global_profile_invoked_through_itself_and_described(
 
 def test_no_other_function_may_call_bedrock(synth: Synth) -> None:
     t = synth.templates[PROD]
-    for h in ("intake", "aggregator", "sweeper"):
+    for h in ("intake", "aggregator", "sweeper", "collector", "api"):
         _, fn = function_by_handler(t, f"{h}.handler")
         b = _bedrock(policy_statements_for_role(t, getatt_id(fn["Role"])))
-        if h == "sweeper":  # batch inference jobs only (tests/infra/test_batch_iam.py): it invokes no model itself,
+        if h == "collector":  # batch inference jobs only (tests/infra/test_batch_iam.py): it invokes no model itself,
             # and names the model to read its batch minimum from Service Quotas (wiring.batch_min_records)
             assert set(b) == BATCH_JOB_ACTIONS | {"bedrock:GetFoundationModel", "bedrock:GetInferenceProfile"}, b
         else:
@@ -114,26 +114,26 @@ def test_no_other_function_may_call_bedrock(synth: Synth) -> None:
 
 
 BATCH_JOB_ACTIONS = {"bedrock:CreateModelInvocationJob", "bedrock:GetModelInvocationJob",
-                     "bedrock:StopModelInvocationJob", "bedrock:ListModelInvocationJobs"}
+                     "bedrock:StopModelInvocationJob", "bedrock:TagResource"}
 
 
 def _batch_grants(t: dict[str, Any]) -> tuple[list[str], list[str]]:
-    """(what the batch service role may invoke, what the sweeper may create a batch job of besides the jobs)."""
+    """(what the batch service role may invoke, what the collector may create a batch job of besides the jobs)."""
     from .conftest import batch_service_role_id
 
     invoke = [r for st in _bedrock(policy_statements_for_role(t, batch_service_role_id(t))).get(
         "bedrock:InvokeModel", []) for r in _resources(st)]
     assert all("Condition" not in st for st in _bedrock(policy_statements_for_role(t, batch_service_role_id(t))).get(
         "bedrock:InvokeModel", []))  # Bedrock's batch page names no condition key for it
-    _, sweeper = function_by_handler(t, "sweeper.handler")
-    (create,) = _bedrock(policy_statements_for_role(t, getatt_id(sweeper["Role"])))["bedrock:CreateModelInvocationJob"]
+    _, collector = function_by_handler(t, "collector.handler")
+    (create,) = _bedrock(policy_statements_for_role(t, getatt_id(collector["Role"])))["bedrock:CreateModelInvocationJob"]
     return invoke, [r for r in _resources(create) if ":model-invocation-job/*" not in r]
 
 
 def test_batch_jobs_run_the_stacks_model_through_its_profile(synth: Synth, by_context: dict[str, Any]) -> None:
     """The service role invokes nothing for a plain model id (Bedrock's batch page asks for S3 only) and, with an
     inference profile, the profile and its model where it routes (global: this region and the region-less ARN;
-    geographic: any region); the sweeper may create jobs of that model or profile only."""
+    geographic: any region); the collector may create jobs of that model or profile only."""
     invoke, create = _batch_grants(synth.templates[PROD])  # global
     assert len(invoke) == 3 and f":inference-profile/{DEFAULT}" in invoke[0]
     assert f'"AWS::Region"}}, "::foundation-model/{BASE}"' in invoke[1]

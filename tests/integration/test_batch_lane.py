@@ -1,10 +1,12 @@
-"""The batch lane on embedded AWS (pipeline/batch.py): real worker processes, the sweeper on its schedule, and
-Bedrock batch inference's HTTP stand-in (review_local/batch_service.py) reading and writing the moto S3. A job sent
+"""The batch lane on embedded AWS (pipeline/batch.py): real worker processes, the batch collector on its own schedule
+(its own function, as on AWS: handlers/collector.py; the sweeper recovers only), and Bedrock batch inference's HTTP
+stand-in (review_local/batch_service.py) reading and writing the moto S3. A job sent
 with `inference: batch` ends with the report of a fault-free on-demand run (tests/oracle.py), at the batch price,
 with no on-demand model call; a partially completed batch job and failing batch jobs lose nothing."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from pathlib import Path
 
@@ -34,10 +36,23 @@ def _ends_as_fault_free(stack: LocalStack, job_id: str, timeout: float = 120) ->
     return job
 
 
+def _collector_runs(stack: LocalStack) -> list[dict[str, object]]:
+    """The collector function's own log lines, one per run (handlers/collector.py logs "collect")."""
+    assert stack.runtime is not None
+    lines = (stack.runtime.log_dir / "collector-0.log").read_text(encoding="utf-8").splitlines()
+    return [d for d in (json.loads(line) for line in lines if line.startswith("{")) if d.get("message") == "collect"]
+
+
 def test_a_batch_mode_job_ends_with_the_fault_free_report_at_the_batch_price(
         make_stack: Callable[..., LocalStack]) -> None:
     stack = make_stack()
     deps = stack.deps()
+    # GIVEN the collector and the sweeper each as its own scheduled function, one sandbox each; only the collector is
+    # told the batch service role (the sweeper could not submit a batch job if it tried)
+    assert stack.runtime is not None
+    scheduled = {b.spec.name: b.spec for b in stack.runtime.sandboxes if b.spec.schedule_s}
+    assert sorted(b.spec.name for b in stack.runtime.sandboxes if b.spec.schedule_s) == ["collector", "sweeper"]
+    assert "BATCH_ROLE_ARN" in scheduled["collector"].env and "BATCH_ROLE_ARN" not in scheduled["sweeper"].env
     # GIVEN the same contract sent on demand and in batch
     on_demand = ops.submit(deps, TEXT, document_id="nda-on-demand", idempotency_key="nda-on-demand")
     batched = ops.submit(deps, TEXT, document_id="nda-batch", idempotency_key="nda-batch", inference=Inference.BATCH)
@@ -48,6 +63,10 @@ def test_a_batch_mode_job_ends_with_the_fault_free_report_at_the_batch_price(
     types = _types(stack, batched)
     assert "batch.submitted" in types and "batch.returned" in types and "batch.on_demand" not in types
     assert stack.batch_service is not None and stack.batch_service.jobs
+    # AND the collector function submitted and collected them (its runs' own log: not the sweeper's)
+    runs = _collector_runs(stack)
+    assert any(r["submitted"] for r in runs) and any(r["collected"] for r in runs)
+    assert not [r for r in runs if r["item_failures"]]
     assert (b.cache_read_tokens, b.cache_write_tokens) == (0, 0)  # a batch record reads no prompt cache
     s = deps.settings
     at_batch_price = batch_cost_usd(model_price(s.profile.prices, s.effective_model_id),

@@ -1,7 +1,8 @@
 """The local stack (`review up`, `make demo`, the integration fixtures: review_local/stack.py) runs Bedrock batch
-inference's stand-in beside the ticket fake: its URL in .review/local.json and in the sweeper's environment, the
-service role's ARN the template gives the sweeper, as strict as the local profile (10 records per job at least), and
-stopped with the rest. The sweeper's Deps.batch, built from that environment, runs a job end to end against it."""
+inference's stand-in beside the ticket fake: its URL in .review/local.json and in the batch collector's environment,
+the service role's ARN the template gives the collector, as strict as the local profile (10 records per job at least),
+and stopped with the rest. The collector's Deps.batch, built from that environment, runs a job end to end against
+it."""
 
 from __future__ import annotations
 
@@ -43,8 +44,8 @@ def stack(local_template: dict[str, Any], tmp_path: Path) -> Any:
         s.stop()
 
 
-def test_the_local_stack_serves_the_batch_stand_in_to_the_sweeper_and_the_cli(stack: LocalStack,
-                                                                             tmp_path: Path) -> None:
+def test_the_local_stack_serves_the_batch_stand_in_to_the_collector_and_the_cli(stack: LocalStack,
+                                                                               tmp_path: Path) -> None:
     assert stack.batch_service is not None
     url = stack.batch_service.url
     # GIVEN .review/local.json as `review up` writes it
@@ -58,14 +59,17 @@ def test_the_local_stack_serves_the_batch_stand_in_to_the_sweeper_and_the_cli(st
     # THEN boto3's own bedrock client at that URL answers the batch calls (moto does not)
     assert _bedrock(url).list_model_invocation_jobs()["invocationJobSummaries"] == []
     assert stack.batch_service.min_records == get_profile("local").batch.batch_min_records == 10
-    # AND the sweeper's sandbox gets the stand-in's URL beside the role the template gives it, and no other function
+    # AND the collector's sandbox (scheduled, like the sweeper's) gets the stand-in's URL beside the role the template
+    # gives it, and no other function
     specs = {s.name: s for s in function_specs(stack.aws, 60)}
-    assert specs["sweeper"].env["BATCH_ROLE_ARN"] == role_arn
-    assert stack.extra_env["sweeper"]["BEDROCK_BATCH_ENDPOINT_URL"] == url
-    assert all("BATCH_ROLE_ARN" not in s.env for name, s in specs.items() if name != "sweeper")
-    assert all("BEDROCK_BATCH_ENDPOINT_URL" not in stack.extra_env.get(name, {}) for name in specs if name != "sweeper")
-    # WHEN the sweeper builds its dependencies from that environment, as its sandbox does (AWS_ENDPOINT_URL: moto)
-    env = {**specs["sweeper"].env, **stack.extra_env["sweeper"]}
+    assert specs["collector"].schedule_s == specs["sweeper"].schedule_s == 60
+    assert specs["collector"].env["BATCH_ROLE_ARN"] == role_arn
+    assert stack.extra_env["collector"]["BEDROCK_BATCH_ENDPOINT_URL"] == url
+    assert all("BATCH_ROLE_ARN" not in s.env for name, s in specs.items() if name != "collector")
+    assert all("BEDROCK_BATCH_ENDPOINT_URL" not in stack.extra_env.get(name, {}) for name in specs
+               if name != "collector")
+    # WHEN the collector builds its dependencies from that environment, as its sandbox does (AWS_ENDPOINT_URL: moto)
+    env = {**specs["collector"].env, **stack.extra_env["collector"]}
     deps = build_deps(Settings.from_env(env), local_session(stack.aws.region), stack.aws.endpoint)
     batch = deps.batch
     assert batch is not None and batch.bedrock.meta.endpoint_url == url

@@ -1,6 +1,7 @@
 """The whole pipeline in-process over the in-memory fakes, one round at a time: intake takes its
 queue, the real `ChunkWorker` (offline rule model behind a fault switch) takes every analysis
-message, the aggregator every result, then the clock moves on and the sweeper runs.
+message, the aggregator every result, then the clock moves on and the batch collector and the sweeper run
+(each its own scheduled function on AWS: one that dies leaves the other running).
 
 What the queue would do is modelled plainly: a tier-2 hand-off comes back the next round, a
 `Crash` (the process died) loses the delivery (the sweeper recovers the lapsed lease), delays are
@@ -21,6 +22,7 @@ from contract_review.domain.model import ModelRequest, ModelResponse
 from contract_review.domain.ports import Queue
 from contract_review.domain.records import ChunkStatus, Job
 from contract_review.doubles.offline_model import OfflineRuleModel
+from contract_review.pipeline import collector
 from contract_review.pipeline.aggregator import handle_message
 from contract_review.pipeline.intake import handle_intake
 from contract_review.pipeline.sweeper import sweep
@@ -109,6 +111,10 @@ class InProcess:
         for s in w.queues.drain(Queue.RESULTS):
             handle_message(w.deps, parse_results_body(s.body))
         w.clock.advance(ROUND_S)
+        try:
+            collector.collect(w.deps)
+        except Crash:
+            self.crashes += 1  # the collector died mid-run; the next one starts afresh
         try:
             sweep(w.deps)
         except Crash:

@@ -17,6 +17,7 @@ from contract_review.domain.ports import Queue
 from contract_review.domain.principals import owner
 from contract_review.domain.records import ChunkRecord, ChunkStatus, Inference, ModelControl, Usage, job_id_for
 from contract_review.pipeline import batch
+from contract_review.pipeline.collector import collect as collector_run
 from contract_review.pipeline.limits import DAY_S
 from contract_review.pipeline.sweeper import sweep
 
@@ -301,14 +302,15 @@ def test_a_job_whose_batch_job_cannot_be_followed_is_left_for_the_stuck_jobs_ala
     def unreadable(job_id: str) -> Any:
         raise ConnectionError("bedrock unreachable")
     svc.status = unreadable  # type: ignore[method-assign]  # the fake's method, wrapped (restored)
-    # WHEN sweeps go on past the stall period THEN the sweeper finds the job stalled (StuckJobs), and says why
+    # WHEN collector runs and sweeps go on past the stall period THEN the sweeper finds the job stalled (StuckJobs),
+    # and the collector says why (an item of each run failed: CollectorItemFailures)
     stall_s = p.world.settings.profile.recovery.stall_after_s
     stalled = failures = 0
     for _ in range(int(2 * stall_s / 2.0) + 2):
         p.world.clock.advance(2.0)
+        failures += len(collector_run(p.world.deps).item_failures)
         report = sweep(p.world.deps)
         stalled += report.stalled_jobs
-        failures += len(report.item_failures)
     assert stalled >= 1 and failures > 0
 
 

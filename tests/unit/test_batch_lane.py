@@ -17,7 +17,7 @@ from contract_review.domain.errors import ReviewError
 from contract_review.domain.lifecycle import request_cancel
 from contract_review.domain.records import ChunkStatus, Inference, Job, JobState, Usage, job_id_for
 from contract_review.operate import api, ops
-from contract_review.pipeline import batch
+from contract_review.pipeline import batch, collector
 from contract_review.pipeline.sweeper import sweep
 from contract_review.review.analysts import ANALYSTS, build_request
 from contract_review.review.chunking import Chunk
@@ -316,12 +316,13 @@ def test_a_job_whose_chunks_wait_in_a_long_batch_job_is_tracked_not_stalled():
     # GIVEN a batch job that runs far longer than the stall period
     p, svc = parked_in_a_long_batch_job()
     stall_s = p.world.settings.profile.recovery.stall_after_s
-    # WHEN sweeps go on past it
+    # WHEN collector runs and sweeps go on past it (each its own function)
     stalled = running = 0
     for _ in range(int(3 * stall_s / 2.0) + 3):
         p.world.clock.advance(2.0)
+        run = collector.collect(p.world.deps)
         report = sweep(p.world.deps)
-        stalled, running = stalled + report.stalled_jobs, running + report.batch.running
+        stalled, running = stalled + report.stalled_jobs, running + run.batch.running
     # THEN no sweep took it for stalled: the collector follows its batch job, and nothing was re-sent
     assert stalled == 0 and running > 0
     assert not events(p, "job.reconciled") and len(svc.jobs) == 1

@@ -21,7 +21,7 @@ SERIALIZATION_BOUNDARY = {"adapters/dynamo.py", "adapters/jobs.py", "adapters/cl
                           "domain/model.py", "model/bedrock.py", "model/quotas.py", "review/analysts.py", "domain/errors.py",
                           "domain/messages.py", "wiring.py", "handlers/aggregator.py", "handlers/intake.py",
                           "adapters/model_control.py", "adapters/token_ledger.py",  # DynamoDB items and expressions
-                          "handlers/poller.py", "handlers/sweeper.py", "handlers/worker.py",
+                          "handlers/poller.py", "handlers/sweeper.py", "handlers/collector.py", "handlers/worker.py",
                           # batch inference records: a model request / response body in JSONL (docs/batch-inference.md)
                           "domain/batch.py", "adapters/batch_inference.py"}
 MAX_TOP_LEVEL_ENTRIES = 13  # the package's modules and subpackages, __init__.py included

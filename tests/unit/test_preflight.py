@@ -16,6 +16,7 @@ import pytest
 from botocore.stub import Stubber
 from click.testing import CliRunner
 
+from contract_review.config.profile import get_profile
 from contract_review.model.bedrock import ModelFacts
 from contract_review.model.quotas import match_model_quotas
 from review_local.cli import cli
@@ -25,6 +26,7 @@ from review_local.preflight import (
     check_batch,
     check_concurrency,
     check_layer,
+    local_target,
     preflight,
     region_restriction,
     render,
@@ -358,12 +360,13 @@ def test_a_release_not_published_in_the_region_yet_names_the_latest_layer():
 
 
 @pytest.mark.parametrize("total,unreserved,reserved,deployed,ok", [
-    (1000, 1000, 20, False, True),  # a default account: 20 reserved leaves 980
-    (10, 10, 20, False, False),  # a new account: 10 in all
-    (1000, 115, 20, False, False),  # others reserved most of it: 95 would be left
-    (1000, 100, 20, True, True),  # deployed: its 20 are already out of the 100 left
-    (1000, 99, 20, True, False),
-    (150, 150, 0, False, True),  # -c worker_reserved_concurrency=0
+    (1000, 1000, 22, False, True),  # a default account: 22 reserved (worker 20, sweeper 1, collector 1) leaves 978
+    (10, 10, 22, False, False),  # a new account: 10 in all
+    (1000, 117, 22, False, False),  # others reserved most of it: 95 would be left
+    (1000, 100, 22, True, True),  # deployed: its 22 are already out of the 100 left
+    (1000, 99, 22, True, False),
+    (150, 150, 2, False, True),  # -c worker_reserved_concurrency=0: the sweeper's and the collector's 1 each
+    (101, 101, 2, False, False),  # ... which a new account's 10, or any 101, cannot hold with 100 unreserved
 ])
 def test_the_account_concurrency_must_cover_the_reservations_and_the_100_unreserved(
         total: int, unreserved: int, reserved: int, deployed: bool, ok: bool):
@@ -377,6 +380,15 @@ def test_the_account_concurrency_must_cover_the_reservations_and_the_100_unreser
                                        "--quota-code L-B99A9384 --desired-value ")
         assert check.remedy.endswith(" --region eu-west-1")
         assert "worker_reserved_concurrency=0" in check.line
+        assert "the sweeper and the batch collector always reserve 2" in check.line
+
+
+def test_a_local_stack_is_checked_for_what_a_prod_deploy_reserves(tmp_path):
+    """Issue 25 item 1: the sweeper and the batch collector reserve 1 each beside the worker's maximum; preflight counts
+    them (a deploy it passed would otherwise fail on the 100 that must stay unreserved)."""
+    local = tmp_path / "local.json"
+    local.write_text(json.dumps({"outputs": {"ModelProvider": "offline", "ModelId": bs.CURRENT}}))
+    assert local_target(local).reserved == get_profile("prod").functions.worker_max_concurrency + 2
 
 
 def test_access_denied_on_a_global_profile_is_named_as_a_region_restriction_with_a_geographic_profile():

@@ -29,3 +29,7 @@ BOTOCORE_MAX_BACKOFF_S = 20
 # The longest a legitimate write can take: every attempt timing out, the longest backoff between them (255 s).
 LONGEST_AWS_CALL_S = (AWS_CALL_ATTEMPTS * (AWS_CONNECT_TIMEOUT_S + AWS_READ_TIMEOUT_S)
                       + (AWS_CALL_ATTEMPTS - 1) * BOTOCORE_MAX_BACKOFF_S)
+# The scheduled functions that run one at a time: reserved concurrency 1 each (a run never overlaps the next, and
+# batch work never takes the recovery sweeper's turn), no asynchronous retries (infra/stack.py; docs/infrastructure.md
+# "Concurrency"). `review preflight` counts their reservations with the worker's.
+ONE_AT_A_TIME_FUNCTIONS = ("sweeper", "collector")

@@ -105,6 +105,8 @@ class AlarmsConfig(BaseModel):
     backpressure_alarm_threshold: int = 100  # backpressure requeues per period ...
     backpressure_alarm_periods: int = 3  # ... sustained this many periods in a row
     stuck_jobs_alarm_threshold: int = 1  # stalled jobs one sweep found (StuckJobs, published by the sweeper)
+    # items one sweep or collector run failed on (SweepItemFailures, CollectorItemFailures: logged one by one)
+    item_failures_alarm_threshold: int = 1
 
 
 class RecoveryConfig(BaseModel):

@@ -36,19 +36,22 @@ Every chunk write is conditional on the fencing token the sweeper observed *and*
 still being lapsed, so a heartbeat or a new claim since the sweeper's read wins harmlessly.
 
 One item never blocks the others: an item whose handling raises (a missing document object, a
-throttled write) is logged, counted in `item_failures`, and the sweep goes on.
+throttled write) is logged, counted in `item_failures` (metric `SweepItemFailures`, alarmed), and the sweep goes on.
+
+The batch lane is not the sweeper's: the batch collector is its own scheduled function (pipeline/collector.py), so
+a run holding a large batch job never delays these recovery steps. It touches each job whose chunks wait in batch jobs
+every run, so the stall reconciler does not take such a job for stalled while the collector runs; a job it has not
+touched for `stall_after_s` (the collector down) is counted stuck (`StuckJobs`), its parked chunks left alone.
 """
 
 from __future__ import annotations
 
-import logging
-from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 
 from pydantic import ValidationError
 
-from contract_review.domain import lifecycle, log_fields
+from contract_review.domain import lifecycle
 from contract_review.domain.errors import ErrorEnvelope
 from contract_review.domain.messages import AnalysisMessage
 from contract_review.domain.policy import is_backpressure
@@ -63,13 +66,11 @@ from contract_review.domain.records import (
     ReleaseReason,
     job_id_for,
 )
-from contract_review.pipeline import batch
 from contract_review.pipeline.aggregator import finalize
 from contract_review.pipeline.intake import failure_key
+from contract_review.pipeline.isolation import isolated
 from contract_review.reliability.chunks import analysis_message, announce, dead_letter, requeue
 from contract_review.sideeffects import saga
-
-log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -89,7 +90,6 @@ class SweepReport:
     # jobs waiting for approval past their expires_at: failed (job.approval_expired), side effects compensated
     approvals_expired: list[str] = field(default_factory=list)
     chunks_resent: int = 0  # stalled jobs' pending chunks whose message was lost (`message_lost`): sent again
-    batch: batch.CollectReport = field(default_factory=lambda: batch.CollectReport())  # the batch lane (batch.py)
 
     @property
     def backpressure_requeues(self) -> int:
@@ -112,22 +112,13 @@ class _JobCache:
         return job if job is not None and not job.terminal else None
 
 
-@contextmanager
-def _isolated(report: SweepReport, step: str, item: str) -> Iterator[None]:
-    """Run one item of a sweep: an exception is logged and counted, never stops the sweep. An item that is a
-    job (`job-...`) or a chunk (`job-.../chunk`) names it on the item's log lines."""
-    job_id, _, chunk_id = item.partition("/") if item.startswith("job-") else ("", "", "")
-    with log_fields.bound(log_fields.job_fields(job_id=job_id or None, chunk_id=chunk_id or None,
-                                                step=f"sweep.{step}")):
-        try:
-            yield
-        except Exception:  # one bad item (a missing document, a throttled write) must not block the rest
-            log.warning("sweep item failed", exc_info=True, extra={"item": item})
-            report.item_failures.append(f"{step}:{item}")
+def _isolated(report: SweepReport, step: str, item: str) -> AbstractContextManager[None]:
+    """Run one item of a sweep: an exception is logged ("sweep item failed") and counted, never stops the sweep."""
+    return isolated(report.item_failures, "sweep", step, item)
 
 
 def sweep(deps: Deps, now: float | None = None) -> SweepReport:
-    """The scheduled sweeper Lambda's sweep: all of the above."""
+    """The scheduled sweeper Lambda's sweep: all of the above (the recovery steps only; no batch work)."""
     now = deps.clock() if now is None else now
     report = SweepReport()
     jobs = _JobCache(deps)
@@ -137,9 +128,6 @@ def sweep(deps: Deps, now: float | None = None) -> SweepReport:
     _recover_lapsed_claims(deps, now, report, jobs)
     _explain_dlq(deps, report, jobs)
     _explain_intake_dlq(deps, now, report)
-    # before the stall reconciler: a job whose chunks wait in batch jobs is tracked here, not stalled
-    with _isolated(report, "batch", "collect"):
-        batch.collect(deps, now, report.batch, lambda item: _isolated(report, "batch", item))
     _reconcile_stalled(deps, now, report, queued)
     if deps.side_effects is not None:
         with _isolated(report, "approvals", "expire"):
