@@ -31,6 +31,7 @@ import os
 import platform
 import random
 import signal
+import subprocess
 import threading
 import time
 from collections import Counter
@@ -54,6 +55,7 @@ from ..conftest import ROOT
 from ..oracle import JobCheck, check_job
 from ..texts import RISKY_CLAUSE
 from .documents import LARGE_BYTES, large_document, soak_documents, sources
+from .lanes import LaneChaos, lane_invariants, lanes_documents, run_dead_letter_phase, run_lanes
 from .lifecycle import Lifecycle, lifecycle_invariants, redrive_compensations
 
 LOCAL = get_profile("local")
@@ -61,6 +63,8 @@ RESULTS = ROOT / "bench" / "results"
 # A quick look at the soak (not the soak): SOAK_DOCUMENTS=20 SOAK_LARGE_BYTES=100000 make soak
 N_DOCUMENTS = int(os.environ.get("SOAK_DOCUMENTS", "200"))  # phase 2
 N_BEHIND_LARGE = 10  # phase 1: small documents submitted behind the large one
+N_DEAD_LETTERS = int(os.environ.get("SOAK_DEAD_LETTERS", "6"))  # phase 3: jobs whose chunk 1 dead-letters, redriven
+N_LANES = int(os.environ.get("SOAK_LANES", "40"))  # phase 4: batch-mode, interactive and bulk jobs at once
 SIZE_LARGE = int(os.environ.get("SOAK_LARGE_BYTES", str(LARGE_BYTES)))
 WORKERS = LOCAL.functions.worker_max_concurrency  # 4: the local event source mapping's concurrency
 PHASE_TIMEOUT_S = 900.0  # a job still open after this is reported (jobs not ended), never waited for longer
@@ -242,6 +246,24 @@ def _run_mixed_phase(stack: LocalStack, deps: Deps, docs: list[tuple[str, str]],
                    "jobs_touched_by_lifecycle": len(people.touched)}, chaos.counts
 
 
+def _run_lanes_phase(stack: LocalStack, deps: Deps, docs: list[tuple[str, str]], rng: random.Random
+                     ) -> tuple[dict[str, str], dict[str, Any], Counter[str]]:
+    started = time.monotonic()
+    how = lanes_documents(docs, rng)
+    with Chaos(stack, rng) as chaos, LaneChaos(stack, deps, random.Random(rng.random())) as lanes:
+        texts = run_lanes(deps, how)
+        _wait_ended(deps, list(texts), PHASE_TIMEOUT_S)
+    return texts, {"wall_s": round(time.monotonic() - started, 1), "jobs": len(texts),
+                   "lane_chaos": dict(lanes.counts)}, chaos.counts
+
+
+def _commit() -> str:
+    """The commit the soak ran on (+ "-dirty" when the tree had changes)."""
+    def git(*args: str) -> str:
+        return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True).stdout.strip()
+    return git("rev-parse", "HEAD") + ("-dirty" if git("status", "--porcelain", "--untracked-files=no") else "")
+
+
 def _summarize(checks: list[JobCheck], jobs: dict[str, Job | None]) -> dict[str, Any]:
     states = Counter(c.state for c in checks)
     codes = Counter(f"{c.state}: {c.error_code}" for c in checks if c.error_code)
@@ -305,6 +327,15 @@ def _text_summary(result: dict[str, Any]) -> str:
     lines += [f"  {k.replace('_', ' ')}: {v}" for k, v in life["must_be_zero"].items()]
     lines.append(f"  tickets: {life['tickets']}; events: {life['events']}; compensation DLQ: "
                  f"{life['compensation_dlq']}")
+    lines += [f"  {k.replace('_', ' ')}: {v}" for k, v in result["lanes"]["must_be_zero"].items()]
+    dead, lanes = result["phases"]["dead_letters"], result["phases"]["lanes"]
+    lines.append(f"  dead letters: {dead['jobs']} jobs {dead['states_before_redrive']}, "
+                 f"{dead['analysis_dlq_messages_before_redrive']} in the analysis DLQ, {dead['redriven_messages']} "
+                 f"redriven, then {dead['states_after_redrive']}")
+    lines.append(f"  new lanes: {lanes['jobs']} jobs {result['lanes']['jobs_by_kind']}; batch events "
+                 f"{result['lanes']['batch_events']}; {result['lanes']['bulk_deferrals_logged']} bulk deferrals "
+                 f"logged; lane chaos {lanes['lane_chaos']}")
+    lines.append(f"  commit: {result['commit']}")
     large = result["phases"]["large"]
     lines.append(f"  large document: {large['large_bytes']:,} bytes, {large['large_chunks']} chunks, left queued after "
                  f"{large['large_left_queued_after_s']} s, {large['large_state']} after "
@@ -316,7 +347,11 @@ def _text_summary(result: dict[str, Any]) -> str:
 @pytest.mark.soak
 def test_soak_every_job_matches_a_fault_free_run_or_fails_with_a_code(tmp_path):
     rng = random.Random(2024)
-    docs = soak_documents(N_DOCUMENTS + N_BEHIND_LARGE)
+    docs = soak_documents(N_DOCUMENTS + N_BEHIND_LARGE + N_LANES + 4 * N_DEAD_LETTERS)
+    # phase 3's documents: at least two chunks each (chunk 1 is the one that fails), from the end of the list
+    dead_docs = [d for d in docs[N_DOCUMENTS + N_BEHIND_LARGE + N_LANES:]
+                 if len(chunk_document(d[1], LOCAL.review)) >= 2][:N_DEAD_LETTERS]
+    lanes_docs = docs[N_DOCUMENTS + N_BEHIND_LARGE:N_DOCUMENTS + N_BEHIND_LARGE + N_LANES]
     _, from_cuad = sources()
     if not from_cuad:
         print("\nsoak: ../shared/data/cuad is absent: the documents are variants of samples/ only")
@@ -335,8 +370,27 @@ def test_soak_every_job_matches_a_fault_free_run_or_fails_with_a_code(tmp_path):
         stack.stop_workers()  # phase 2 adds the permanent faults
         stack.faults = base.model_copy(update={"malformed_rate": 0.01, "permanent_rate": 0.01})
         stack.start_workers()
-        mixed_texts, mixed, chaos2 = _run_mixed_phase(stack, deps, docs[N_BEHIND_LARGE:], rng)
+        mixed_texts, mixed, chaos2 = _run_mixed_phase(stack, deps, docs[N_BEHIND_LARGE:N_BEHIND_LARGE + N_DOCUMENTS],
+                                                      rng)
         texts.update(mixed_texts)
+        restarts += _restarts(stack)
+        # phase 3: dead letters, really redriven (chunk 1 of each job fails while the switch exists)
+        stack.stop_workers()
+        switch = tmp_path / "chunk-1-fails"
+        switch.touch()
+        stack.faults = FaultSpec(seed=37, always_fail_chunk="1", switch_file=str(switch), call_log=str(calls))
+        stack.start_workers()
+        with Chaos(stack, rng) as chaos_dlq:
+            dead_texts, dead = run_dead_letter_phase(stack, deps, dead_docs, switch, _wait_ended, PHASE_TIMEOUT_S / 2)
+        texts.update(dead_texts)
+        restarts += _restarts(stack)
+        # phase 4: the new lanes (batch-mode, interactive and bulk jobs at once; batch faults; a second collector;
+        # quota pause/set/clear), with phase 2's model faults
+        stack.stop_workers()
+        stack.faults = base.model_copy(update={"malformed_rate": 0.01, "permanent_rate": 0.01})
+        stack.start_workers()
+        lanes_texts, lanes, chaos4 = _run_lanes_phase(stack, deps, lanes_docs, rng)
+        texts.update(lanes_texts)
         wall = time.monotonic() - started
         restarts += _restarts(stack)
         checked_at = time.monotonic()
@@ -346,6 +400,7 @@ def test_soak_every_job_matches_a_fault_free_run_or_fails_with_a_code(tmp_path):
         assert stack.tickets is not None
         compensations = redrive_compensations(stack, deps)
         invariants = {**lifecycle_invariants(deps, list(texts), stack.tickets), "compensation_dlq": compensations}
+        lane_checks = lane_invariants(deps, list(lanes_texts), stack.state_dir / "logs")
         dlq = {q.value: deps.queues.depth(q) for q in (Queue.ANALYSIS_DLQ, Queue.RESULTS_DLQ, Queue.INTAKE_DLQ)}
     finally:
         stack.stop()
@@ -359,8 +414,10 @@ def test_soak_every_job_matches_a_fault_free_run_or_fails_with_a_code(tmp_path):
         "faults": {"phase_large": base.model_dump(exclude={"call_log"}),
                    "phase_mixed": {"malformed_rate": 0.01, "permanent_rate": 0.01}, "kill_every_s": KILL_EVERY_S,
                    "stop_every_s": STOP_EVERY_S, "stop_for_s": STOP_FOR_S, "duplicate_every_s": DUPLICATE_EVERY_S},
-        "phases": {"large": large, "mixed": mixed},
-        "chaos": dict(chaos1 + chaos2), "worker_restarts": restarts, "dlq_depth_at_end": dlq,
+        "commit": _commit(),
+        "phases": {"large": large, "mixed": mixed, "dead_letters": dead, "lanes": lanes},
+        "chaos": dict(chaos1 + chaos2 + chaos_dlq.counts + chaos4), "worker_restarts": restarts,
+        "dlq_depth_at_end": dlq, "lanes": lane_checks,
         "model_calls": {"total": sum(by_outcome.values()), "by_outcome": dict(by_outcome)},
         "summary": _summarize(checks, jobs),
         "lifecycle": invariants,
@@ -378,4 +435,7 @@ def test_soak_every_job_matches_a_fault_free_run_or_fails_with_a_code(tmp_path):
     assert invariants["must_be_zero"] == dict.fromkeys(invariants["must_be_zero"], 0), invariants["examples"]
     assert invariants["tickets"]["opened_equals_closed_plus_open_of_completed"], invariants["tickets"]
     assert large["large_state"] == "completed", (large["large_error_code"], large["large_mandatory_gaps"])
+    assert lane_checks["must_be_zero"] == dict.fromkeys(lane_checks["must_be_zero"], 0), lane_checks["examples"]
+    assert dead["redriven_messages"] >= N_DEAD_LETTERS, dead  # real redrives: each job's chunk 1 went to the DLQ
+    assert dead["states_after_redrive"] == {"completed": len(dead_texts)}, dead
     assert result["chaos"].get("kill -9", 0) > 0 and result["chaos"].get("SIGSTOP", 0) > 0
