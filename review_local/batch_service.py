@@ -49,7 +49,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Literal
 from urllib.parse import parse_qs, unquote, urlsplit
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from contract_review.domain.model import ModelRequest
 from contract_review.doubles.bedrock_sim import SimulatedPromptCache
@@ -70,7 +70,7 @@ class BatchFaults(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     fail_records: list[str] = Field(default_factory=list)  # these recordIds are answered with an error
-    fail_rate: float = 0.0  # and this seeded share of the others
+    fail_rate: float = Field(0.0, ge=0.0, le=1.0)  # and this seeded share of the others
     drop_records: list[str] = Field(default_factory=list)  # these have no line in the output at all
     fail_job: Literal["", "validating", "in_progress"] = ""  # the whole job fails there
     expire_job: bool = False  # the job runs out of time in InProgress (Expired), no output
@@ -102,8 +102,10 @@ class BatchFaults(BaseModel):
                                  "fail_job=validating|in_progress, fail_rate=R, seed=N")
         try:
             return cls.model_validate(fields)
-        except ValueError as exc:
-            raise ValueError(f"bad batch faults {spec!r}: {exc}") from exc
+        except ValidationError as exc:  # one line: the first field and what it must be
+            first = exc.errors()[0]
+            where = ".".join(str(p) for p in first["loc"])
+            raise ValueError(f"bad batch fault {where}={first.get('input')!r}: {first['msg']}") from exc
 
 
 # what `refuse_create` may answer: the status Bedrock's CreateModelInvocationJob answers each with

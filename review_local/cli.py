@@ -147,7 +147,8 @@ def up(fault_rate: float, seed: int, workers: int | None, worker_kind: str, no_t
     if stack.batch_service is not None:
         out.print(f"Bedrock batch inference (local stand-in): [bold cyan]{stack.batch_service.url}[/] "
                   f"(boto3 \"bedrock\" with endpoint_url; at least {stack.batch_service.min_records} records per "
-                  f"job, a status every {stack.batch_service.step_s:g} s)", soft_wrap=True)
+                  f"job, a status every {stack.batch_service.step_s:g} s)"
+                  + (f"; faults: {batch_faults}" if batch_faults else ""), soft_wrap=True)
     out.print("wrote .review/local.json; worker logs in .review/logs/. Ctrl-C to stop.")
     if as_json:
         click.echo(json.dumps(_up_document(stack, LOCAL_JSON), indent=2))
@@ -501,10 +502,12 @@ def _print_status(view: ops.JobView) -> None:
          f"redelivery(ies); circuit breaker {view.model_circuit}")
     _say(f"  cost: {view.cost}")
     if view.inference is Inference.BATCH:
-        _say(f"  inference: batch (Bedrock batch inference at the batch price), deadline "
-             f"{ops.iso(view.deadline_at) if view.deadline_at else 'none'}")
+        _say(f"  inference: batch (Bedrock batch inference at the batch price, where its calls stay in the batch lane)"
+             f", deadline {ops.iso(view.deadline_at) if view.deadline_at else 'none'}")
         for b in view.batches:
-            _say("    " + ops.batch_line(b))
+            _say("    " + ops.batch_line(b, view.model_paused))
+        if view.batch_note is not None:
+            _say("    " + view.batch_note)
         if view.batch_off is not None:
             _say("    " + ops.batch_off_line(view.batch_off))
     if view.waiting is not None:

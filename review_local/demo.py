@@ -86,8 +86,10 @@ def run_demo(console: Console, fault_rate: float, samples_dir: Path | None = Non
             if rep.cost is not None:
                 label = "estimated cost at Bedrock's list prices (simulated; nothing was charged)" if rep.cost.estimate \
                     else "cost"
+                timed_out = (f", estimated ${rep.cost.estimated_usd} for {rep.cost.timed_out_calls} timed-out call(s) "
+                             "Bedrock may bill") if rep.cost.timed_out_calls else ""
                 console.print(f"    {label}: ${rep.cost.total_usd} (model ${rep.cost.model_usd}, orchestration "
-                              f"${rep.cost.orchestration_usd})", markup=False, highlight=False)
+                              f"${rep.cost.orchestration_usd}{timed_out})", markup=False, highlight=False)
             record.update(
                 report_json=f"s3://{deps.artifacts.bucket}/{job.report_json_key}",
                 report_md=f"s3://{deps.artifacts.bucket}/{job.report_md_key}", findings=len(rep.findings),

@@ -16,6 +16,7 @@ from contract_review.domain.lifecycle import request_cancel
 from contract_review.domain.ports import Queue
 from contract_review.domain.principals import owner
 from contract_review.domain.records import ChunkRecord, ChunkStatus, Inference, ModelControl, Usage, job_id_for
+from contract_review.operate import ops
 from contract_review.pipeline import batch
 from contract_review.pipeline.collector import collect as collector_run
 from contract_review.pipeline.limits import DAY_S
@@ -263,6 +264,37 @@ def test_while_the_lane_is_off_a_batch_mode_job_is_admitted_and_runs_on_demand_a
     assert job.state.value == "completed" and p.model.calls > calls and svc.submits == 1
     kinds = [e.type for e in p.world.jobs.events(job_id)]
     assert kinds.count("batch.unavailable") == 1 and "chunk.awaiting_batch" not in kinds
+
+
+def test_review_status_says_why_a_batch_mode_job_ran_on_demand_after_it_ended_and_the_lane_is_on_again():
+    # GIVEN a batch-mode job whose batch job Bedrock refused: it completed on demand
+    p, svc = batch_world()
+    svc.refuse_create = "ValidationException"
+    submit(p)
+    completes_as_on_demand(p)
+    # WHEN the operator turns the lane on again, and status is asked of the ended job
+    ops.batch_lane_on(p.world.deps, p.world.settings.effective_model_id)
+    view = ops.job_view(p.world.deps, JOB_ID)
+    # THEN one line still says why, from the job's own events (not the lane's state now)
+    assert view is not None and view.batch_off is None
+    assert view.batch_note is not None and "Bedrock refused its batch job (ValidationException)" in view.batch_note
+    assert "Bedrock refused its batch job" in view.batch_note.split("; ")[1]  # its chunks, counted by reason
+    assert view.batch_note.count("\n") == 0
+
+
+def test_a_paused_models_unpacked_requests_are_said_to_be_held_by_the_pause():
+    # GIVEN a batch-mode job parked, the model paused before anything was packed
+    p, svc = batch_world()
+    p.world.model_control.put(ModelControl(paused=True, by="ops"))
+    submit(p)
+    parked(p)
+    collect(p)
+    view = ops.job_view(p.world.deps, JOB_ID)
+    assert view is not None and view.model_paused and not svc.jobs
+    [waiting] = [b for b in view.batches if b.batch is None]
+    # THEN its requests are said to be held by the pause, not waiting for a minimum
+    assert "the model is paused" in ops.batch_line(waiting, view.model_paused)
+    assert "paused" not in ops.batch_line(waiting)
 
 
 def test_a_retryable_refusal_backs_off_and_the_job_is_batched_once_it_passes():

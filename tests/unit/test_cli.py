@@ -460,3 +460,16 @@ def test_review_quota_batch_on_a_stack_without_the_control_is_one_clear_line():
     assert r.exit_code == 1 and error_lines(r) == [
         "Error: this stack has no runtime control (no ControlTableName output): redeploy it with this version "
         "(`cdk deploy`, or `review up` locally)"]
+
+
+@pytest.mark.parametrize("spec,said", [
+    ("nonsense", "unknown batch fault 'nonsense'"),
+    ("fail_rate=2", "fail_rate='2': Input should be less than or equal to 1"),
+    ("fail_job=foo", "fail_job='foo'"),
+    ("seed=x", "seed='x'"),
+])
+def test_review_up_refuses_a_bad_batch_fault_in_one_line_before_starting_anything(spec, said):
+    result = CliRunner().invoke(cli, ["up", "--batch-faults", spec])
+    assert result.exit_code == 2 and said in result.output
+    assert "Traceback" not in result.output and "errors.pydantic.dev" not in result.output
+    assert len([line for line in result.output.splitlines() if line.startswith("Error")]) == 1

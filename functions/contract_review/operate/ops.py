@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
@@ -112,6 +112,9 @@ class JobView(BaseModel):
     deadline_at: float | None = None
     batches: list[BatchStatus] = Field(default_factory=list)
     batch_off: BatchLaneOff | None = None  # the batch lane is off for its model: its calls go on demand
+    # why some of a batch-mode job's calls went on demand, from its own events (kept after it ended: `batch_note`)
+    batch_note: str | None = None
+    model_paused: bool = False  # the runtime control's pause, as this view read it (nothing is packed meanwhile)
 
 
 def batch_off_line(off: BatchLaneOff) -> str:
@@ -120,10 +123,44 @@ def batch_off_line(off: BatchLaneOff) -> str:
             f"{off.reason}): its calls go on demand until `review quota batch --on`")
 
 
-def batch_line(b: BatchStatus) -> str:
-    """One batch job holding some of a job's calls, in words (`review status`, the page)."""
+ON_DEMAND_WHY = {  # `batch.on_demand` reasons (pipeline/batch.py), in words
+    "refused": "Bedrock refused its batch job",
+    "unavailable": "the batch lane was off for the model",
+    "deadline": "its deadline was nearer than a batch job takes",
+    "min_records": "too few requests to fill a batch job before its wait ended",
+    "failures": "its batch jobs failed too often",
+}
+
+
+def batch_note(events: Sequence[JobEvent]) -> str | None:
+    """Why a batch-mode job's calls went (partly) on demand, in one line, from the job's own events, so it is still
+    said after the job ended and whatever the lane's state is now. None: every call stayed in the batch lane."""
+    refused = next((e for e in events if e.type == "batch.refused"), None)
+    off = next((e for e in events if e.type == "batch.unavailable"), None)
+    declined = next((e for e in events if e.type == "job.batch_declined"), None)
+    reasons = Counter(str(e.detail.get("reason")) for e in events if e.type == "batch.on_demand")
+    if refused is not None:
+        head = (f"Bedrock refused its batch job ({refused.detail.get('provider_code') or refused.detail.get('error_code')})"
+                ": the batch lane is off for the model")
+    elif off is not None:
+        head = f"the batch lane was off for the model ({off.detail.get('error_code') or off.detail.get('reason')})"
+    elif declined is not None:
+        head = "batch declined: its deadline was nearer than a batch job takes"
+    elif reasons:
+        head = "some chunks left the batch lane"
+    else:
+        return None
+    counts = ", ".join(f"{n} {ON_DEMAND_WHY.get(r, r)}" for r, n in sorted(reasons.items()))
+    return f"on demand: {head}" + (f"; chunks sent on demand: {counts}" if counts else "")
+
+
+def batch_line(b: BatchStatus, paused: bool = False) -> str:
+    """One batch job holding some of a job's calls, in words (`review status`, the page). `paused`: the model is
+    paused (the runtime control), so the collector packs nothing."""
     if b.batch is None:
-        return f"{b.records} request(s) waiting for other jobs' to make a batch job of the minimum size"
+        if paused:
+            return f"{b.records} request(s) held: the model is paused, nothing is packed until `review quota resume`"
+        return f"{b.records} request(s) waiting to be packed into a batch job (with other jobs' requests)"
     when = (f", submitted {iso(b.submitted_at)}, expected by {iso(b.expected_by)}"
             if b.submitted_at and b.expected_by else "")
     of = f" of {b.batch_records}" if b.batch_records else ""
@@ -349,7 +386,13 @@ def job_view(deps: Deps, job_id: str) -> JobView | None:
         inference=job.inference, deadline_at=job.deadline_at,
         batches=batch.batches_of(deps, chunks, deps.settings.profile.batch.batch_expected_s) if not job.terminal else [],
         batch_off=batch.lane_off(deps, job.model_id or None)
-        if job.inference is Inference.BATCH and not job.terminal else None)
+        if job.inference is Inference.BATCH and not job.terminal else None,
+        batch_note=batch_note(events) if job.inference is Inference.BATCH else None,
+        model_paused=_paused(deps) if job.inference is Inference.BATCH and not job.terminal else False)
+
+
+def _paused(deps: Deps) -> bool:
+    return deps.model_control is not None and deps.model_control.get().paused
 
 
 def _chunk_numbers(indexes: list[int]) -> str:
