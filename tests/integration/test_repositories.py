@@ -251,6 +251,17 @@ def test_jobs_stalled_finds_jobs_of_the_state_asked(repos: Repos):
     assert queued.job_id not in {j.job_id for j in repos.jobs.stalled(later)}
 
 
+def test_jobs_running_lists_every_running_job_however_recently_updated(repos: Repos):
+    running, _ = repos.jobs.create(_job(JobState.RUNNING))
+    queued, _ = repos.jobs.create(_job(JobState.QUEUED))
+    repos.clock.advance(5.0)
+    repos.jobs.touch(running.job_id)  # updated now: no `stalled` read finds it, `running` does
+    ids = {j.job_id for j in repos.jobs.running()}
+    assert running.job_id in ids and queued.job_id not in ids
+    repos.jobs.transition(running.job_id, (JobState.RUNNING,), JobState.CANCELLING)
+    assert running.job_id not in {j.job_id for j in repos.jobs.running()}
+
+
 def test_an_ended_job_leaves_the_open_jobs_and_a_reopened_one_comes_back(repos: Repos):
     job, _ = repos.jobs.create(_job(JobState.RUNNING))
     later = repos.clock() + 1

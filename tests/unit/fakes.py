@@ -147,8 +147,11 @@ class FakeJobs:
             if job.state is state and not state.terminal and job.updated_at < idle_since:  # open jobs only
                 yield job.model_copy(deep=True)
 
-    def running_brief(self) -> Iterator[Job]:
+    def running(self) -> Iterator[Job]:
         yield from self.stalled(float("inf"))
+
+    def running_brief(self) -> Iterator[Job]:
+        yield from self.running()
 
     def backfill_open_index(self) -> int:
         return 0  # the fake's `stalled` needs no index

@@ -448,3 +448,50 @@ def test_a_batch_record_carries_its_request_and_the_manifest_keeps_the_ids():
     assert all(isinstance(r, BatchRecord) for r in job["records"])
     assert all(mc.record_ids for mc in manifest(p, token).chunks)
 
+
+
+# --- the review of the merged change ---------------------------------------------------------------------------
+def test_a_job_updated_after_the_run_started_is_still_followed_not_its_answers_dropped():
+    # GIVEN a batch job that ended, and a collector run that starts (its `now`) just before the aggregator settles
+    # something of the job (its updated_at moves on, 2 s later)
+    p, _ = ended_batch_job()
+    now = p.world.clock()
+    p.world.clock.advance(2.0)
+    p.world.jobs.touch(JOB_ID)
+    # WHEN that run collects
+    report = batch.collect(p.world.deps, now)
+    # THEN the job's chunks took their answers: none is recorded unused, none stays parked under an ended batch job
+    assert report.collected and report.unused_micro_usd == 0 and not events(p, "batch.unused")
+    assert not any(c.status is ChunkStatus.AWAITING_BATCH for c in p.world.claims.for_job(JOB_ID))
+    completes_as_on_demand(p)
+    assert p.model.calls == 0
+
+
+def test_a_batch_job_packed_by_another_collect_after_this_ones_snapshot_is_not_stopped():
+    # GIVEN parked chunks, and a collect (A) whose snapshot of them was read before another collect (B) packed and
+    # submitted them (B's open marker listed by A afterwards)
+    p, svc = batch_world()
+    svc.end_after_s = 1_000.0
+    submit(p)
+    parked(p)
+    claims = p.world.claims
+    real = claims.for_job
+    b_reports: list[batch.CollectReport] = []
+
+    def read_then_b(job_id: str) -> list[ChunkRecord]:
+        records = real(job_id)
+        if not b_reports:
+            claims.for_job = real  # type: ignore[method-assign]  # B runs with the plain call
+            b_reports.append(collect(p))
+        return records
+    claims.for_job = read_then_b  # type: ignore[method-assign]  # one call of the fake, wrapped
+    a_report = collect(p)
+    claims.for_job = real  # type: ignore[method-assign]  # the fake's method, wrapped (restored)
+    (b_report,) = b_reports
+    (token,) = b_report.submitted
+    # THEN A did not stop B's batch job (its chunks wait for it), and the job completes from batch
+    assert a_report.stopped == [] and svc.stops == [] and not events(p, "batch.stopped")
+    assert all(c.batch_token == token for c in claims.for_job(JOB_ID))
+    svc.end_after_s = 0.0
+    completes_as_on_demand(p)
+    assert p.model.calls == 0

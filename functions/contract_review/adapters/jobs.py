@@ -185,12 +185,21 @@ class DynamoJobs:
         from the index is found by the next sweep (the sweeper only acts on jobs idle for a stall period or a
         lease, far longer than the index's lag). Every write the sweeper then makes is conditional anyway (the
         job's version, the chunk's fence), as it was when this was a scan."""
-        for key in self.jobs.pages("query", IndexName=OPEN_INDEX,
-                                   KeyConditionExpression="#o = :state AND updated_at < :t",
+        yield from self._open(state, idle_since)
+
+    def running(self) -> Iterator[Job]:
+        yield from self._open(JobState.RUNNING)
+
+    def _open(self, state: JobState, idle_since: float | None = None) -> Iterator[Job]:
+        """The open jobs in `state` the index names (idle since `idle_since`, if given), each read again."""
+        cond, values = "#o = :state", dict[str, Any]({":state": state.value})
+        if idle_since is not None:
+            cond, values[":t"] = cond + " AND updated_at < :t", idle_since
+        for key in self.jobs.pages("query", IndexName=OPEN_INDEX, KeyConditionExpression=cond,
                                    ExpressionAttributeNames={"#o": OPEN_STATE},
-                                   ExpressionAttributeValues=serialize({":state": state.value, ":t": idle_since})):
+                                   ExpressionAttributeValues=serialize(values)):
             job = self.get(key["job_id"])
-            if job is not None and job.state is state and job.updated_at < idle_since:
+            if job is not None and job.state is state and (idle_since is None or job.updated_at < idle_since):
                 yield job
 
     def running_brief(self) -> Iterator[Job]:

@@ -193,6 +193,10 @@ class JobsRepo(Protocol):
         """Open jobs in `state` (default `running`; a terminal state finds none) not updated since `idle_since`:
         a query of the jobs table's sparse open-jobs index, each job read again (the index lags)."""
 
+    def running(self) -> Iterator[Job]:
+        """Every running job, whenever it was last updated (the batch collector's jobs: one settled while it lists
+        them is still its): the open-jobs index, each job read again (the index lags)."""
+
     def running_brief(self) -> Iterator[Job]:
         """The running jobs with only the fields saying whose chunks are open (priority, chunk and settled counts,
         `waiting`; the rest at their defaults: not a job to act on): the open-jobs index, then batched reads."""

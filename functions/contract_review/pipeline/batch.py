@@ -74,6 +74,7 @@ from contract_review.domain.records import (
     ChunkStatus,
     Inference,
     Job,
+    JobState,
     Usage,
 )
 from contract_review.model.bedrock import converse_body, converse_response
@@ -188,6 +189,11 @@ class Parked:
     chunk: ChunkRecord
 
 
+def _awaits(chunk: ChunkRecord | None, token: str, fence: int) -> bool:
+    return (chunk is not None and chunk.status is ChunkStatus.AWAITING_BATCH and chunk.batch_token == token
+            and chunk.fence == fence)
+
+
 def min_records(deps: Deps) -> int:
     """The minimum records per batch job: the profile's, else the account's (Service Quotas, read once), else
     Bedrock's default."""
@@ -227,13 +233,20 @@ class _Collect:
         self.tracked.update(m.job.job_id for m in members)
 
     def wanted(self, manifest: BatchManifest) -> list[Parked]:
-        """The manifest's chunks still waiting for it: their job running, each awaiting this batch under its fence."""
+        """The manifest's chunks still waiting for it: their job running, each awaiting this batch under its fence.
+        A member the run's snapshot says is not waiting has its record (and job) read again before anything is
+        stopped, dropped or released for it: the snapshot is older than what another collect (or the aggregator)
+        wrote since."""
         out = []
         for mc in manifest.chunks:
             job = self.jobs.get(mc.job_id)
             chunk = next((c for c in self.chunks.get(mc.job_id, []) if c.chunk_id == mc.chunk_id), None)
-            if (job is not None and chunk is not None and chunk.status is ChunkStatus.AWAITING_BATCH
-                    and chunk.batch_token == manifest.token and chunk.fence == mc.fence):
+            if job is None or not _awaits(chunk, manifest.token, mc.fence):
+                chunk = self.deps.claims.get(mc.job_id, mc.chunk_id)
+                if _awaits(chunk, manifest.token, mc.fence) and job is None:
+                    job = self.deps.jobs.get(mc.job_id)
+                    job = job if job is not None and job.state is JobState.RUNNING else None
+            if job is not None and chunk is not None and _awaits(chunk, manifest.token, mc.fence):
                 out.append(Parked(job, chunk))
         return out
 
@@ -263,7 +276,7 @@ def collect(deps: Deps, now: float, report: CollectReport | None = None,
     report = report or CollectReport()
     c = _Collect(deps, now, report)
     report.paused = c.paused
-    for job in deps.jobs.stalled(now + 1):  # every running job (none updated after now)
+    for job in deps.jobs.running():  # every running job (one updated while this run lists them too)
         if job.inference is Inference.BATCH:
             c.jobs[job.job_id] = job
             c.chunks[job.job_id] = deps.claims.for_job(job.job_id)
@@ -611,10 +624,9 @@ def _returned_with_output(c: _Collect, manifest: BatchManifest, wanted: list[Par
 
 
 def _took(c: _Collect, mc: ManifestChunk, token: str) -> bool:
-    """The member chunk took this batch job's answers already (a collect that returned it died before the end)."""
-    record = next((r for r in c.chunks.get(mc.job_id, []) if r.chunk_id == mc.chunk_id), None)
-    if record is None:  # its job is not running any more: read it
-        record = c.deps.claims.get(mc.job_id, mc.chunk_id)
+    """The member chunk took this batch job's answers already (a collect that returned it died before the end, or
+    one running beside this one returned it): its record read now, not the run's snapshot."""
+    record = c.deps.claims.get(mc.job_id, mc.chunk_id)
     return record is not None and batch_answers_key(mc.job_id, mc.chunk_id, token) in record.batch_answer_keys
 
 
