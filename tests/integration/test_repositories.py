@@ -887,17 +887,24 @@ def test_jobs_count_requeues_without_touching_progress(repos: Repos):
     assert repos.jobs.get("job-that-does-not-exist") is None
 
 
-def test_jobs_add_spend_to_a_job_without_touching_progress(repos: Repos):
-    """Money spent outside the job's counted chunks (a batch job's answers nobody took: `batch.unused`)."""
+def test_jobs_record_unused_batch_spend_once_per_batch_job_without_touching_progress(repos: Repos):
+    """Money spent outside the job's counted chunks (a batch job's answers nobody took: `batch.unused`): added with
+    its event, once per batch job however often a collect retries it (two at once included)."""
     job, _ = repos.jobs.create(_job(JobState.RUNNING))
     repos.clock.advance(10)
-    repos.jobs.add_spend(job.job_id, Usage(input_tokens=100, output_tokens=7, model_micro_usd=42))
-    repos.jobs.add_spend(job.job_id, Usage(input_tokens=1, model_micro_usd=1))
+    first = Usage(input_tokens=100, output_tokens=7, model_micro_usd=42)
+    assert repos.jobs.record_unused(job.job_id, "b1", first, batch="b1", model_micro_usd=42) == 1
+    assert repos.jobs.record_unused(job.job_id, "b1", first, batch="b1", model_micro_usd=42) == 0  # a retry
+    assert repos.jobs.record_unused(job.job_id, "b2", Usage(input_tokens=1, model_micro_usd=1), batch="b2") == 2
     after = repos.jobs.get(job.job_id)
     assert after is not None and (after.input_tokens, after.output_tokens, after.model_micro_usd) == (
         job.input_tokens + 101, job.output_tokens + 7, job.model_micro_usd + 43)
+    assert after.batch_unused == {"b1", "b2"}
     assert after.updated_at == job.updated_at and after.version == job.version
-    repos.jobs.add_spend("job-that-does-not-exist", Usage(model_micro_usd=1))  # nothing happens, nothing is created
+    assert [(e.type, e.detail.get("batch")) for e in repos.jobs.events(job.job_id)] == [
+        ("batch.unused", "b1"), ("batch.unused", "b2")]
+    # nothing happens, nothing is created
+    assert repos.jobs.record_unused("job-that-does-not-exist", "b1", Usage(model_micro_usd=1)) == 0
     assert repos.jobs.get("job-that-does-not-exist") is None
 
 

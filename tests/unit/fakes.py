@@ -164,11 +164,6 @@ class FakeJobs:
         if job is not None:
             self.items[job_id] = job.model_copy(update={"requeues": job.requeues + 1})
 
-    def add_spend(self, job_id: str, usage: Usage) -> None:
-        job = self.items.get(job_id)
-        if job is not None:
-            self.items[job_id] = job.model_copy(update={f: getattr(job, f) + getattr(usage, f) for f in USAGE_FIELDS})
-
     def advance_fanout(self, job_id: str, from_count: int, to_count: int) -> bool:
         job = self.items.get(job_id)
         if job is None or job.fanned_out != from_count:
@@ -285,6 +280,16 @@ class FakeJobs:
             return 0
         self._records().items[(job_id, chunk_id)] = record.model_copy(update={"event_owed": False})
         return self.record_event(job_id, kind, **detail)
+
+    @_atomic
+    def record_unused(self, job_id: str, token: str, usage: Usage, /, **detail: object) -> int:
+        job = self.items.get(job_id)
+        if job is None or token in job.batch_unused:  # the transaction's condition, before any write
+            return 0
+        number = self.record_event(job_id, "batch.unused", **detail)  # (first: one that fails writes nothing)
+        self.items[job_id] = job.model_copy(update={"batch_unused": job.batch_unused | {token},
+                                                    **{f: getattr(job, f) + getattr(usage, f) for f in USAGE_FIELDS}})
+        return number
 
     def last_event(self, job_id: str) -> JobEvent | None:
         found = self.events(job_id)

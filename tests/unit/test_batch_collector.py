@@ -6,6 +6,7 @@ real adapters."""
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from typing import Any
 
 import pytest
@@ -382,33 +383,123 @@ def test_a_batch_job_none_of_whose_records_is_wanted_is_stopped_and_followed_to_
     assert not events(p, "batch.returned")
 
 
-def test_answers_nobody_takes_are_spend_on_the_job_and_its_principals_daily_cap():
-    # GIVEN two jobs of one principal in one batch job, the first with a deadline the batch job outlasts
-    principal = "arn:aws:iam::123456789012:user/alice"
+PRINCIPAL = "arn:aws:iam::123456789012:user/alice"
+
+
+@dataclass
+class Unused:
+    """Two jobs of one principal in one batch job, the first gone on demand (its deadline) and completed: the batch
+    job has just ended, not collected; what the first job and its principal had spent before."""
+
+    p: InProcess
+    svc: FakeBatchService
+    token: str
+    chunks_usage: int
+    spent_before: int
+
+    def spent(self) -> int:
+        day = int(self.p.world.clock() // DAY_S)
+        return self.p.world.token_ledger.counters.get((f"spend#{owner(PRINCIPAL)}", day), 0)
+
+
+def unused_world() -> Unused:
     p, svc = batch_world(principal_daily_spend_usd=100.0)
     svc.end_after_s = 1_000.0
     first = submit(p, deadline_hours=0.03)
-    p.world.jobs.items[JOB_ID] = first.model_copy(update={"principal": principal})  # as the Job API admits it
+    p.world.jobs.items[JOB_ID] = first.model_copy(update={"principal": PRINCIPAL})  # as the Job API admits it
     p.send({"text": TEXT + "  "}, key="msa-batch-late", inference="batch")
     p.intake()
     for s in p.world.queues.drain(Queue.ANALYSIS):
         p.deliver(s)
     (token,) = collect(p).submitted
-    # WHEN the first job's deadline passes (its chunks go on demand and complete), then the batch job completes
     assert p.run(JOB_ID, rounds=80).state.value == "completed"
     chunks_usage = Usage.of(c.usage() for c in p.world.claims.for_job(JOB_ID)).model_micro_usd
-    day = int(p.world.clock() // DAY_S)
-    spent_before = p.world.token_ledger.counters.get((f"spend#{owner(principal)}", day), 0)
     svc.end_after_s = 0.0
+    u = Unused(p, svc, token, chunks_usage, 0)
+    u.spent_before = u.spent()
+    return u
+
+
+def test_unused_answers_nobody_takes_are_spend_on_the_job_and_its_principals_daily_cap():
+    # GIVEN two jobs of one principal in one batch job, the first with a deadline the batch job outlasts
+    # WHEN the first job's deadline passes (its chunks go on demand and complete), then the batch job completes
+    u = unused_world()
+    p = u.p
     report = collect(p)
     # THEN the first job's answers nobody took are on its cost (batch.unused), beyond what its chunks counted, and
     # on the principal's spend of the day
-    assert token in report.collected and report.unused_micro_usd > 0
+    assert u.token in report.collected and report.unused_micro_usd > 0
     (unused,) = events(p, "batch.unused")
     job = p.world.jobs.get(JOB_ID)
-    assert job is not None and job.model_micro_usd == chunks_usage + int(str(unused["model_micro_usd"]))
-    spent = p.world.token_ledger.counters[(f"spend#{owner(principal)}", day)]
-    assert spent == spent_before + int(str(unused["model_micro_usd"]))
+    assert job is not None and job.model_micro_usd == u.chunks_usage + int(str(unused["model_micro_usd"]))
+    assert u.spent() == u.spent_before + int(str(unused["model_micro_usd"]))
+
+
+def test_unused_answers_are_charged_once_when_the_collect_that_recorded_them_dies_before_the_end():
+    # GIVEN answers nobody takes, and a collect that dies after recording them, before the manifest's end (its
+    # write times out)
+    u = unused_world()
+    p = u.p
+    artifacts = p.world.artifacts
+    real = artifacts.put_text
+    died: list[str] = []
+
+    def end_dies_once(key: str, body: str, content_type: str = "application/json") -> None:
+        if key == batch_manifest_key(u.token) and json.loads(body)["ended_at"] is not None and not died:
+            died.append(key)
+            raise Crash()
+        real(key, body, content_type)
+    artifacts.put_text = end_dies_once  # type: ignore[method-assign]  # one call of the fake, wrapped
+    try:
+        collect(p)
+    except Crash:
+        pass
+    artifacts.put_text = real  # type: ignore[method-assign]  # the fake's method, wrapped (restored)
+    assert died
+    # WHEN the next collect follows the batch job again (its marker still open), and another after it
+    collect(p)
+    collect(p)
+    # THEN the answers are on the job's cost, its events and the principal's spend once
+    (unused,) = events(p, "batch.unused")
+    once = int(str(unused["model_micro_usd"]))
+    job = p.world.jobs.get(JOB_ID)
+    assert job is not None and job.model_micro_usd == u.chunks_usage + once
+    assert u.spent() == u.spent_before + once
+    assert p.world.artifacts.list_keys(BATCH_OPEN_PREFIX) == []
+
+
+def test_unused_answers_are_charged_once_when_the_ledger_fails_after_the_job_took_them():
+    # GIVEN answers nobody takes, and a token ledger that fails the first write of the collect (throttled)
+    u = unused_world()
+    p = u.p
+    ledger = p.world.token_ledger
+    failed: list[str] = []
+    calls = ("take", "take_once")
+    real = {name: getattr(ledger, name) for name in calls}
+
+    def failing(name: str) -> Any:
+        def call(*a: Any, **kw: Any) -> Any:
+            if not failed:
+                failed.append(name)
+                raise ConnectionError("ledger throttled")
+            return real[name](*a, **kw)
+        return call
+    for name in calls:  # whichever of the two the collect calls (one call of the fake, wrapped)
+        setattr(ledger, name, failing(name))
+    try:
+        collect(p)
+    except ConnectionError:
+        pass
+    for name in calls:
+        setattr(ledger, name, real[name])
+    assert failed
+    # WHEN the next collect runs THEN the job holds the answers once, and the principal's spend has them once
+    collect(p)
+    (unused,) = events(p, "batch.unused")
+    once = int(str(unused["model_micro_usd"]))
+    job = p.world.jobs.get(JOB_ID)
+    assert job is not None and job.model_micro_usd == u.chunks_usage + once
+    assert u.spent() == u.spent_before + once
 
 
 # --- finding 6: pause means pause ---------------------------------------------------------------------------------

@@ -266,19 +266,6 @@ class DynamoJobs:
             if not is_conditional_failure(exc):
                 raise
 
-    def add_spend(self, job_id: str, usage: Usage) -> None:
-        adds, values = _usage_adds(usage)
-        if not adds:
-            return
-        try:
-            self.jobs.client.update_item(TableName=self.jobs.name, Key=serialize({"job_id": job_id}),
-                                         UpdateExpression="ADD " + ", ".join(adds),
-                                         ConditionExpression="attribute_exists(job_id)",
-                                         ExpressionAttributeValues=serialize(values))
-        except ClientError as exc:
-            if not is_conditional_failure(exc):
-                raise
-
     def advance_fanout(self, job_id: str, from_count: int, to_count: int) -> bool:
         return self.jobs.update_if(
             {"job_id": job_id}, UpdateExpression="SET fanned_out = :to", ConditionExpression="fanned_out = :from",
@@ -515,14 +502,29 @@ class DynamoJobs:
         written with the flag's removal in one transaction conditional on the flag: at most once per settle,
         whoever writes it (the aggregator that counted the chunk, or whoever finds it owed later: a redelivery,
         finalize, finish-cancel). 0 when nothing is owed (or there is no such job)."""
-        return self._append(job_id, kind, detail, owed_by=chunk_id)
+        return self._append(job_id, kind, detail, also={  # the event's settle owed it: it is paid, once
+            "TableName": self.claims.name, "Key": serialize({"job_id": job_id, "chunk_id": chunk_id}),
+            "UpdateExpression": "REMOVE #o", "ConditionExpression": "#o = :t",
+            "ExpressionAttributeNames": {"#o": EVENT_OWED}, "ExpressionAttributeValues": serialize({":t": True})})
 
-    def _append(self, job_id: str, kind: str, detail: Mapping[str, object], owed_by: str | None = None) -> int:
+    def record_unused(self, job_id: str, token: str, usage: Usage, /, **detail: object) -> int:
+        adds, values = _usage_adds(usage)
+        return self._append(job_id, "batch.unused", detail, also={
+            "TableName": self.jobs.name, "Key": serialize({"job_id": job_id}),
+            "UpdateExpression": "ADD " + ", ".join([*adds, "#bu :tokens"]),
+            "ConditionExpression": "attribute_exists(job_id) AND NOT contains(#bu, :token)",
+            "ExpressionAttributeNames": {"#bu": "batch_unused"},
+            "ExpressionAttributeValues": serialize({**values, ":tokens": {token}, ":token": token})})
+
+    def _append(self, job_id: str, kind: str, detail: Mapping[str, object],
+                also: dict[str, Any] | None = None) -> int:
         """The job's next number and the event, written together: one transaction of the job's counter item (in the
         events table, `seq` COUNTER_SEQ) and the event, conditional on the counter being what was read. So numbers
         have no gaps (a writer that dies wrote neither), and the job item takes no write per event (each event used
         to `ADD event_seq` on the job item, a write billed at the whole item's size, which grows with the
-        document). The counter item keeps the job's own expiry (`job_expires_at`): once it has passed, the job item is
+        document). `also`: one more update written in the same transaction, whose condition failing writes nothing
+        and returns 0 (a settle's owed event already paid; a batch job's unused answers already recorded). The
+        counter item keeps the job's own expiry (`job_expires_at`): once it has passed, the job item is
         read again, and a job that is gone (deleted by its TTL, while the counter, written later, lives on) gets no
         event."""
         for attempt in range(EVENT_APPEND_ATTEMPTS):
@@ -536,11 +538,6 @@ class DynamoJobs:
             item.update(serialize({"expires_at": int(now) + self.ttl_s}))
             counter_cond = "#n = :last" if counted else "attribute_not_exists(#n)"
             try:
-                owed = [{"Update": {  # the event's settle owed it: it is paid, once
-                    "TableName": self.claims.name, "Key": serialize({"job_id": job_id, "chunk_id": owed_by}),
-                    "UpdateExpression": "REMOVE #o", "ConditionExpression": "#o = :t",
-                    "ExpressionAttributeNames": {"#o": EVENT_OWED},
-                    "ExpressionAttributeValues": serialize({":t": True})}}] if owed_by is not None else []
                 self.events_table.client.transact_write_items(TransactItems=[
                     {"Update": {"TableName": self.events_table.name,
                                 "Key": serialize({"job_id": job_id, "seq": COUNTER_SEQ}),
@@ -551,14 +548,14 @@ class DynamoJobs:
                                     **({":last": last} if counted else {})})}},
                     {"Put": {"TableName": self.events_table.name, "Item": item,
                              "ConditionExpression": "attribute_not_exists(seq)"}},
-                    *owed,
+                    *([{"Update": also}] if also is not None else []),
                 ])
                 return last + 1
             except ClientError as exc:
                 if not is_conditional_failure(exc):  # another writer took the number: read again, try again
                     raise
-                if owed_by is not None and _cancel_codes(exc)[2:] == ["ConditionalCheckFailed"]:
-                    return 0  # not owed (any more): written by another, or never counted
+                if also is not None and _cancel_codes(exc)[2:] == ["ConditionalCheckFailed"]:
+                    return 0  # its condition failed: written by another before, or nothing to write
                 time.sleep(random.uniform(0, 0.005 * (attempt + 1)))  # noqa: S311 (jitter, not crypto)
         raise RuntimeError(f"job {job_id}: its event counter kept changing ({EVENT_APPEND_ATTEMPTS} attempts)")
 

@@ -238,10 +238,12 @@ class JobsRepo(Protocol):
         chunk not counted is not taken off), and bump `settled_version` either way (a finalize in flight loses);
         the job after the updates, None when there is no such job (nothing is created)."""
 
-    def add_spend(self, job_id: str, usage: Usage) -> None:
-        """Add `usage` to the job's (one atomic ADD, `updated_at` untouched: spending is not progress): money
-        spent on the job outside its chunks' counted usage (a batch job's answers nobody took: `batch.unused`).
-        Nothing happens when there is no such job."""
+    def record_unused(self, job_id: str, token: str, usage: Usage, /, **detail: object) -> int:
+        """Money spent on the job outside its chunks' counted usage: batch job `token`'s answers nobody took. `usage`
+        added to the job's (`updated_at` untouched: spending is not progress), `token` to its `batch_unused`, and its
+        `batch.unused` event written, in one transaction conditional on the job not holding `token` yet: at most once
+        per (batch job, job), however often a collect is retried. The event's number; 0 when recorded before (or
+        there is no such job: nothing is created)."""
 
     def set_waiting(self, job_id: str, waiting: Waiting | None) -> bool:
         """Name what the job's chunks are held for (kept when one is named already: the first hold's `since`

@@ -565,6 +565,8 @@ class Job(Usage):
     # A batch-mode job: when a worker first took one of its chunks on demand (`JobsRepo.mark_on_demand`). Until then
     # its chunks wait in batch jobs, not on the workers, and its priority asks nothing of bulk work (priority.py).
     on_demand_since: float | None = None
+    # The batch jobs (tokens) whose answers nobody took are on this job's usage (`JobsRepo.record_unused`: once each).
+    batch_unused: set[str] = Field(default_factory=set)
     side_effects: list[SideEffectDone] = Field(default_factory=list)
     approval: Approval | None = None
     # A named condition the job's chunks are held for (the daily token quota), set by the worker that first held

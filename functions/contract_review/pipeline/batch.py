@@ -692,16 +692,21 @@ def _back(c: _Collect, token: str, m: Parked, bucket: _Bucket, error: ErrorEnvel
 
 def _record_unused(c: _Collect, manifest: BatchManifest, unused: dict[str, Usage]) -> None:
     """Answers nobody took (their chunks cancelled, or gone on demand) were billed all the same: their usage, at the
-    batch price, on each member job's cost (`batch.unused`) and its principal's daily spend."""
-    deps = c.deps
+    batch price, on each member job's cost (`batch.unused`) and its principal's daily spend. Once per (batch job,
+    job) on both, whatever fails between here and the manifest's end (the collect is then run again)."""
     for job_id, tokens in sorted(unused.items()):
-        priced = _priced(deps, tokens, 0).usage()
-        deps.jobs.add_spend(job_id, priced)
-        job = c.jobs.get(job_id) or deps.jobs.get(job_id)
-        limits.add_spend(deps, job.principal if job else None, priced.model_micro_usd)
-        deps.jobs.record_event(job_id, "batch.unused", batch=manifest.token, input_tokens=priced.input_tokens,
-                               output_tokens=priced.output_tokens, model_micro_usd=priced.model_micro_usd)
+        _unused(c, manifest.token, job_id, tokens)
+
+
+def _unused(c: _Collect, token: str, job_id: str, tokens: Usage) -> None:
+    deps = c.deps
+    priced = _priced(deps, tokens, 0).usage()
+    if deps.jobs.record_unused(job_id, token, priced, batch=token, input_tokens=priced.input_tokens,
+                               output_tokens=priced.output_tokens, model_micro_usd=priced.model_micro_usd):
         c.report.unused_micro_usd += priced.model_micro_usd
+    job = c.jobs.get(job_id) or deps.jobs.get(job_id)
+    limits.add_spend(deps, job.principal if job else None, priced.model_micro_usd,
+                     limits.unused_charge_id(token, job_id))  # (a retry after it was recorded: taken once)
 
 
 def _priced(deps: Deps, tokens: Usage, calls: int) -> AttemptStats:

@@ -71,14 +71,22 @@ def give_back(deps: Deps, charge: Charge | None) -> None:
         deps.token_ledger.give_back(charge)
 
 
-def add_spend(deps: Deps, principal: str | None, spent_micro_usd: int) -> None:
+def add_spend(deps: Deps, principal: str | None, spent_micro_usd: int, charge_id: str) -> None:
     """Count money already spent outside any admission (a batch job's answers nobody took: `batch.unused`) toward
-    `principal`'s allowance of today, whatever the cap (it is spent): later submissions have that much less."""
+    `principal`'s allowance of today, whatever the cap (it is spent): later submissions have that much less. Once per
+    `charge_id` (`unused_charge_id`): a retried collect adds nothing again."""
     cap = deps.settings.profile.limits.principal_daily_spend_usd
     if principal is None or cap is None or deps.token_ledger is None or spent_micro_usd <= 0:
         return
-    day = int(deps.clock() // DAY_S)
-    deps.token_ledger.take(f"spend#{owner(principal)}", day, spent_micro_usd, UNCAPPED, (day + 2) * DAY_S)
+    now = deps.clock()
+    day = int(now // DAY_S)
+    deps.token_ledger.take_once(Charge(charge_id, f"spend#{owner(principal)}", day, spent_micro_usd,
+                                       (day + 2) * DAY_S + deps.settings.profile.record_ttl_s), UNCAPPED, int(now))
+
+
+def unused_charge_id(token: str, job_id: str) -> str:
+    """The charge of batch job `token`'s answers nobody took, on job `job_id` (`add_spend`)."""
+    return f"unused#{token}#{job_id}"
 
 
 def request_wait(deps: Deps, principal: str) -> int | None:
