@@ -169,12 +169,18 @@ SWEEPER = (
 # chunks waiting for a batch. Bedrock's own calls (create, read, stop a job; pass the service role) are infra/batch.py's.
 COLLECTOR = (
     Access(OPEN_JOBS_INDEX, (QUERY,), "find the running jobs (a sparse index: no scan), then keep the batch-mode ones"),
-    Access("table:jobs", (GET, UPDATE), "read each job the index names again (the index lags); touch a job whose "
-                                        "chunks wait in batch jobs (tracked, not stalled)"),
-    Access("table:claims", (QUERY, UPDATE), "a job's chunks (the parked ones); tag a chunk with its batch job, return it "
-                                            "pending with its answers, or on demand (conditional on its fence)"),
-    Access("table:events", EVENTS_APPEND, "record batch.submitted, batch.returned, batch.on_demand (the counter read, "
-                                          "then it and the event written in one transaction)"),
+    Access("table:jobs", (GET, UPDATE), "read each job the index names again (the index lags), and a member's job "
+                                        "the run did not list; touch a job whose chunks wait in batch jobs (tracked, "
+                                        "not stalled); add a batch job's unused answers to a job (with its event)"),
+    Access("table:claims", (QUERY, GET, UPDATE), "a job's chunks (the parked ones); a batch job's member read again "
+                                                 "before it is stopped, dropped or released; tag a chunk with its "
+                                                 "batch job, return it pending with its answers, or on demand "
+                                                 "(conditional on its fence)"),
+    Access("table:events", EVENTS_APPEND, "record batch.submitted, batch.returned, batch.on_demand, batch.unused (the "
+                                          "counter read, then it and the event written in one transaction)"),
+    Access("table:token-ledger", (PUT, UPDATE), "spend limits: a batch job's answers nobody took counted toward the "
+                                                "principal's spend of the day, with the record of that charge (one "
+                                                "transaction: a retried collect takes nothing again)"),
     Access(BATCH_ALL, (GET_OBJECT, PUT_OBJECT),
            "read the pending records, write a job's input file and its manifest, read Bedrock's output, write the "
            "answers (all of batch/ expires with the job records)"),

@@ -550,7 +550,9 @@ def _collector(rec: Recorder, aws: EmbeddedAws, collector_env: dict[str, str], s
     Bedrock and Service Quotas, as in prod) that waits; one under the stand-in's minimum that packs and submits them,
     tagged with the stack's tag (a manifest in batch/jobs/); the Job API showing the batch job; a run that returns the
     answers (batch/answers/) and the chunk's message; the worker replaying them. Then a batch job whose only job is
-    cancelled while it runs, stopped; and a batch job Bedrock refuses, which turns the model's batch lane off in the
+    cancelled while it runs, stopped; a batch job of two jobs one of which was cancelled before it answered (its
+    answers nobody takes: `batch.unused` on the job and, under a spend cap, on its principal's day); and a batch job
+    Bedrock refuses, which turns the model's batch lane off in the
     runtime control (last: the lane stays off). Every call is the handlers' own; none is the test's."""
     from contract_review.handlers import collector as collector_handler
 
@@ -559,7 +561,7 @@ def _collector(rec: Recorder, aws: EmbeddedAws, collector_env: dict[str, str], s
         for k in ("BATCH_ROLE_ARN", "STACK_TAG"):
             mp.setenv(k, collector_env[k])
         mp.setenv("BEDROCK_BATCH_ENDPOINT_URL", service.url)
-        mp.setenv("PROFILE_OVERRIDES", json.dumps({"batch_min_records": minimum}))
+        mp.setenv("PROFILE_OVERRIDES", json.dumps({"batch_min_records": minimum, "principal_daily_spend_usd": 100.0}))
         handlers.reset()  # a cold start in that environment
         session = handlers.session()
         rec.attach(session)
@@ -608,6 +610,18 @@ def _collector(rec: Recorder, aws: EmbeddedAws, collector_env: dict[str, str], s
         assert run(BATCH_MIN_RECORDS)["stopped"]
     finally:
         service.step_s = step
+    # a batch job of two jobs, one of them ended before it answered (cancelled) with a daily spend cap on its principal:
+    # its member read again (not waiting), its answers nobody takes on its cost and on the principal's day, once
+    answered, dropped = parked("b-kept"), parked("b-dropped")
+    assert run(BATCH_MIN_RECORDS)["submitted"]
+    aws.client("dynamodb").update_item(  # the principal the Job API would have admitted it for (the test's own call)
+        TableName=setup.settings.jobs_table, Key={"job_id": {"S": dropped}}, UpdateExpression="SET principal = :p",
+        ExpressionAttributeValues={":p": {"S": "arn:aws:iam::123456789012:user/alice"}})
+    lifecycle.request_cancel(setup, dropped, by="role-coverage")
+    _wait(lambda: _batch_jobs_ended(setup, service.url, answered), 20)
+    assert run(BATCH_MIN_RECORDS)["collected"]
+    after = setup.jobs.get(dropped)
+    assert after is not None and after.batch_unused
     # a batch job Bedrock refuses (the model is not offered in batch): its chunks on demand, the lane off for the model
     service.faults.refuse_create = "ValidationException"
     parked("b-refused")
