@@ -14,11 +14,13 @@ import pytest
 from contract_review.domain.batch import BatchManifest, BatchRecord
 from contract_review.domain.keys import BATCH_OPEN_PREFIX, batch_manifest_key
 from contract_review.domain.lifecycle import request_cancel
+from contract_review.domain.messages import parse_results_body
 from contract_review.domain.ports import Queue
 from contract_review.domain.principals import owner
 from contract_review.domain.records import ChunkRecord, ChunkStatus, Inference, ModelControl, Usage, job_id_for
 from contract_review.operate import ops
 from contract_review.pipeline import batch
+from contract_review.pipeline.aggregator import handle_message
 from contract_review.pipeline.collector import collect as collector_run
 from contract_review.pipeline.limits import DAY_S
 from contract_review.pipeline.sweeper import sweep
@@ -586,3 +588,31 @@ def test_a_batch_job_packed_by_another_collect_after_this_ones_snapshot_is_not_s
     svc.end_after_s = 0.0
     completes_as_on_demand(p)
     assert p.model.calls == 0
+
+
+def test_answers_of_a_chunk_a_cancel_settled_while_it_was_being_returned_are_unused_spend():
+    # GIVEN a batch job that ended, and a cancel that lands (and is settled by the aggregator) just before the
+    # collector's first conditional return of one of its chunks
+    p, svc = ended_batch_job()
+    claims = p.world.claims
+    real = claims.return_from_batch
+    cancelled: list[str] = []
+
+    def cancel_then_return(job_id: str, chunk_id: str, *a: Any, **kw: Any) -> ChunkRecord | None:
+        if not cancelled:
+            cancelled.append(chunk_id)
+            request_cancel(p.world.deps, JOB_ID, by="test")
+            for s in p.world.queues.drain(Queue.RESULTS):
+                handle_message(p.world.deps, parse_results_body(s.body))
+        return real(job_id, chunk_id, *a, **kw)
+    claims.return_from_batch = cancel_then_return  # type: ignore[method-assign]  # one call of the fake, wrapped
+    report = collect(p)
+    claims.return_from_batch = real  # type: ignore[method-assign]  # the fake's method, wrapped (restored)
+    assert cancelled and all(c.status is ChunkStatus.CANCELLED for c in claims.for_job(JOB_ID))
+    # THEN the answers no chunk took (every record of the batch job was this job's) are its `batch.unused` spend
+    (unused,) = events(p, "batch.unused")
+    assert (unused["input_tokens"], unused["output_tokens"]) == (svc.tokens_in, svc.tokens_out) != (0, 0)
+    assert report.unused_micro_usd == unused["model_micro_usd"]
+    job = p.world.jobs.get(JOB_ID)
+    chunks = Usage.of(c.usage() for c in claims.for_job(JOB_ID)).model_micro_usd
+    assert job is not None and job.model_micro_usd == chunks + int(str(unused["model_micro_usd"]))

@@ -619,7 +619,9 @@ def _returned_with_output(c: _Collect, manifest: BatchManifest, wanted: list[Par
             first = b.errors.get(missed[0], MISSING)
             error = ErrorEnvelope.of("batch.record_failed", f"{len(missed)} of {len(ids[key])} records unanswered",
                                      provider_code=first, step="batch")
-        _back(c, manifest.token, m, b, error, state, len(missed))
+        lost = _back(c, manifest.token, m, b, error, state, len(missed))
+        if lost is not None:  # a cancel settled it while it was being returned: billed, unused
+            unused[key[0]] = Usage.of([unused.get(key[0], Usage()), lost])
     return unused
 
 
@@ -664,9 +666,11 @@ def _returned(c: _Collect, manifest: BatchManifest, wanted: list[Parked], job_er
 
 
 def _back(c: _Collect, token: str, m: Parked, bucket: _Bucket, error: ErrorEnvelope | None,
-          state: BatchJobState | None, unanswered: int) -> None:
+          state: BatchJobState | None, unanswered: int) -> Usage | None:
     """A chunk back pending with its answers (none when its batch failed), their tokens at the batch price, a batch
-    failure when any of its records went unanswered; its message due, then sent."""
+    failure when any of its records went unanswered; its message due, then sent. The answers' tokens when the chunk
+    did not take them (a cancel settled it meanwhile): they are `batch.unused`; None when it took them (here, or in
+    another collect)."""
     deps, p = c.deps, c.p
     ch = m.chunk
     answer_key = None
@@ -678,8 +682,10 @@ def _back(c: _Collect, token: str, m: Parked, bucket: _Bucket, error: ErrorEnvel
     back = deps.claims.return_from_batch(ch.job_id, ch.chunk_id, ch.fence, token,
                                          stats=_priced(deps, bucket.tokens, len(bucket.answered)),
                                          answer_key=answer_key, failed=failed, on_demand=on_demand, error=error)
-    if back is None:
-        return  # cancelled, or returned by another collect: nothing to send
+    if back is None:  # cancelled, or returned by another collect: nothing to send
+        now = deps.claims.get(ch.job_id, ch.chunk_id)
+        took = answer_key is not None and now is not None and answer_key in now.batch_answer_keys
+        return bucket.tokens if bucket.answered and not took else None
     c.send([Parked(m.job, back)])
     deps.jobs.record_event(ch.job_id, "batch.returned", batch=token, chunk_id=ch.chunk_id,
                            chunk_index=ch.chunk_index, answered=len(bucket.answered), unanswered=unanswered,
@@ -688,6 +694,7 @@ def _back(c: _Collect, token: str, m: Parked, bucket: _Bucket, error: ErrorEnvel
                            **({"on_demand": on_demand} if on_demand else {}))
     if on_demand:
         c.report.on_demand.append(f"{ch.job_id}/{ch.chunk_id}")
+    return None
 
 
 def _record_unused(c: _Collect, manifest: BatchManifest, unused: dict[str, Usage]) -> None:
