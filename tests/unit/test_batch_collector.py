@@ -616,3 +616,40 @@ def test_answers_of_a_chunk_a_cancel_settled_while_it_was_being_returned_are_unu
     job = p.world.jobs.get(JOB_ID)
     chunks = Usage.of(c.usage() for c in claims.for_job(JOB_ID)).model_micro_usd
     assert job is not None and job.model_micro_usd == chunks + int(str(unused["model_micro_usd"]))
+
+
+def test_a_manifest_packed_late_in_a_long_run_is_not_abandoned_by_another_collect_while_it_is_tagged():
+    # GIVEN parked chunks, and a collect (A) that spent longer than the collector's timeout before packing (its
+    # follows took that long: the clock moves on while it lists the open batch jobs); a batch job takes all four,
+    # and a chunk below the minimum waits for others as long as it takes
+    p, svc = batch_world(batch_min_records=ALL_FOUR, batch_max_wait_s=None)
+    svc.minimum = ALL_FOUR
+    submit(p)
+    parked(p)
+    world = p.world
+    timeout_s = world.settings.profile.functions.collector_timeout_s
+    artifacts, claims = world.artifacts, world.claims
+    real_list, real_assign = artifacts.list_keys, claims.assign_batch
+
+    def slow_list(prefix: str) -> list[str]:
+        world.clock.advance(timeout_s + 1)
+        return real_list(prefix)
+    b_reports: list[batch.CollectReport] = []
+
+    def assign_then_b(job_id: str, chunk_id: str, fence: int, token: str | None, expected: str | None) -> Any:
+        won = real_assign(job_id, chunk_id, fence, token, expected)
+        if not b_reports and token is not None:  # AND another collect (B) runs whole once A has tagged one chunk
+            artifacts.list_keys, claims.assign_batch = real_list, real_assign  # type: ignore[method-assign]  # B: plain calls
+            b_reports.append(collect(p))
+        return won
+    artifacts.list_keys = slow_list  # type: ignore[method-assign]  # one call of the fake, wrapped
+    claims.assign_batch = assign_then_b  # type: ignore[method-assign]  # (the interleaving's second point)
+    a_report = batch.collect(world.deps, world.clock())
+    artifacts.list_keys, claims.assign_batch = real_list, real_assign  # type: ignore[method-assign]  # restored
+    # THEN B left A's manifest alone (A is tagging it right now), and A submitted it whole
+    (b_report,) = b_reports
+    assert b_report.released == [] and len(a_report.submitted) == 1
+    (token,) = a_report.submitted
+    assert manifest(p, token).status == "Submitted"
+    assert all(c.batch_token == token for c in claims.for_job(JOB_ID))
+    assert len(svc.jobs[svc.by_token[token]]["records"]) == ALL_FOUR

@@ -396,7 +396,9 @@ def _pack(c: _Collect, members: list[Parked]) -> None:
     files, and the manifest sealed with exactly those chunks and their recordIds; then the submit."""
     deps = c.deps
     token = "b" + uuid.uuid4().hex[:31]  # one collect's own: another collect never tags a chunk with it
-    manifest = BatchManifest(token=token, created_at=c.now, chunks=_chunks_of(members))
+    # its age from now, not from the run's start: a run that spent minutes following batch jobs before packing
+    # writes a manifest another collect must not take for abandoned while it is tagged and sealed
+    manifest = BatchManifest(token=token, created_at=deps.clock(), chunks=_chunks_of(members))
     _write(deps, manifest)
     deps.artifacts.put_text(batch_open_key(token), "")
     won = [m for m in members if deps.claims.assign_batch(m.chunk.job_id, m.chunk.chunk_id, m.chunk.fence, token,
