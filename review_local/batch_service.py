@@ -10,7 +10,8 @@ boto3's `bedrock` client talks to it through `endpoint_url`, over HTTP, with the
   error"). Another job of the same name with another token: ConflictException (assumed, not documented).
 - `GET /model-invocation-job/{arn}` GetModelInvocationJob; `GET /model-invocation-jobs` ListModelInvocationJobs
   (statusEquals, nameContains, maxResults, nextToken); `POST /model-invocation-job/{arn}/stop`
-  StopModelInvocationJob (Stopping, then Stopped; a job that has ended: ValidationException).
+  StopModelInvocationJob (Stopping, then Stopped, with the output of the records answered before the stop; a job
+  that has ended: ValidationException).
 
 A job walks Submitted -> Validating -> Scheduled -> InProgress -> Completed | PartiallyCompleted, one status every
 `step_s` seconds, on its own thread. Validating reads the `.jsonl` files under the input URI from S3 (the `s3`
@@ -29,7 +30,8 @@ categories and step, the located clauses) as a model would. A record that is not
 answered with a record error (400).
 
 Injectable failures (`BatchFaults`): records answered with an error (by recordId, or a seeded share), records
-left out of the output (missing), a whole job that fails (in Validating or InProgress) or expires, and every create
+left out of the output (missing), a whole job that fails (in Validating or InProgress) or expires (after answering
+half its records: their output written, as Bedrock writes and bills the records processed before), and every create
 refused (`refuse_create`: ValidationException by default, as for a model or profile not offered in batch).
 """
 
@@ -73,7 +75,12 @@ class BatchFaults(BaseModel):
     fail_rate: float = Field(0.0, ge=0.0, le=1.0)  # and this seeded share of the others
     drop_records: list[str] = Field(default_factory=list)  # these have no line in the output at all
     fail_job: Literal["", "validating", "in_progress"] = ""  # the whole job fails there
-    expire_job: bool = False  # the job runs out of time in InProgress (Expired), no output
+    # the job runs out of time in InProgress (Expired) after answering the first half of its records: their output is
+    # written (Bedrock writes and bills the records processed before the timeout), the others have no line
+    expire_job: bool = False
+    # the job holds in InProgress after answering this many records, until it is stopped (a stop landing mid-way:
+    # Stopped, with the output of the records answered before it)
+    hold_after_records: int | None = None
     error_code: int = 500  # the errorCode of a failed record
     seed: int = 7
     # every CreateModelInvocationJob is refused with this error code (nothing created), as Bedrock refuses a model or
@@ -220,6 +227,7 @@ class Job:
     stop: threading.Event = field(default_factory=threading.Event)
     faults: BatchFaults = field(default_factory=BatchFaults)
     statuses: list[str] = field(default_factory=lambda: ["Submitted"])  # every status it went through
+    tokens: tuple[int, int] = (0, 0)  # the input and output tokens of the records answered so far
 
     @property
     def job_id(self) -> str:
@@ -414,43 +422,67 @@ class BatchServiceFake:
             self._set(job, status)
         if faults.fail_job == "in_progress":
             return self._set(job, "Failed", "the job failed in progress (injected)")
-        if faults.expire_job:
-            return self._set(job, "Expired", "the job did not finish within its timeoutDurationInHours")
         rng = random.Random(faults.seed)
-        kind = job.request.get("modelInvocationType", "InvokeModel")
-        out_bucket, out_prefix = _split(job.request["outputDataConfig"]["s3OutputDataConfig"]["s3Uri"])
-        folder = f"{out_prefix.rstrip('/')}/{job.job_id}/" if out_prefix.strip("/") else f"{job.job_id}/"
-        tokens_in = tokens_out = errors = 0
+        # how many it answers before it ends early: half, when it expires; until a stop, when it holds
+        until = len(records) // 2 if faults.expire_job else faults.hold_after_records
+        outputs: dict[str, list[dict[str, Any]]] = {}
+        ended = ""  # "Expired" or "Stopped": it ended before answering every record
         for name, lines in files:
-            out_lines = []
+            out_lines = outputs.setdefault(name, [])
             for record in lines:
                 assert record is not None
-                rid = record["recordId"]
-                if rid in faults.drop_records:
-                    continue
-                line: dict[str, Any] = {"recordId": rid, "modelInput": record["modelInput"]}
-                if rid in faults.fail_records or rng.random() < faults.fail_rate:
-                    line["error"] = {"errorCode": faults.error_code, "errorMessage": "model error (injected)"}
-                else:
-                    try:
-                        line["modelOutput"], t_in, t_out = self.answer(record["modelInput"], kind)
-                        tokens_in, tokens_out = tokens_in + t_in, tokens_out + t_out
-                    except ValueError as exc:
-                        line["error"] = {"errorCode": 400, "errorMessage": str(exc)}
-                errors += "error" in line
-                out_lines.append(line)
-                with self.lock:
-                    job.counts["processedRecordCount"] += 1
-                    job.counts["successRecordCount" if "modelOutput" in line else "errorRecordCount"] += 1
+                if until is not None and job.counts["processedRecordCount"] >= until:
+                    ended = "Expired" if faults.expire_job else self._held(job)
+                    break
+                self._answer_one(job, record, rng, out_lines)
+            if ended:
+                break
+        self._write_output(job, outputs, rng)
+        if ended == "Expired":
+            return self._set(job, "Expired", "the job did not finish within its timeoutDurationInHours")
+        if ended:
+            return self._set(job, "Stopped")
+        if not self._wait(job):
+            return
+        self._set(job, "PartiallyCompleted" if job.counts["errorRecordCount"]
+                  or len(records) > job.counts["processedRecordCount"] else "Completed")
+
+    def _write_output(self, job: Job, outputs: dict[str, list[dict[str, Any]]], rng: random.Random) -> None:
+        """The records answered (all, or those before it ended early): one `.out` per input file, and the manifest."""
+        out_bucket, out_prefix = _split(job.request["outputDataConfig"]["s3OutputDataConfig"]["s3Uri"])
+        folder = f"{out_prefix.rstrip('/')}/{job.job_id}/" if out_prefix.strip("/") else f"{job.job_id}/"
+        for name, out_lines in outputs.items():
             rng.shuffle(out_lines)  # Bedrock does not keep the input order
             self.s3.put_object(Bucket=out_bucket, Key=f"{folder}{name}.out",
                                Body="".join(json.dumps(x) + "\n" for x in out_lines).encode())
-        manifest = {**job.counts, "inputTokenCount": tokens_in, "outputTokenCount": tokens_out}
+        manifest = {**job.counts, "inputTokenCount": job.tokens[0], "outputTokenCount": job.tokens[1]}
         self.s3.put_object(Bucket=out_bucket, Key=f"{folder}manifest.json.out", Body=json.dumps(manifest).encode())
-        if not self._wait(job):
+
+    def _answer_one(self, job: Job, record: dict[str, Any], rng: random.Random, out: list[dict[str, Any]]) -> None:
+        """One record answered (or failed, or left out), its output line added to `out`, the job's counts moved."""
+        faults, rid = job.faults, record["recordId"]
+        if rid in faults.drop_records:
             return
-        self._set(job, "PartiallyCompleted" if errors or len(records) > job.counts["processedRecordCount"]
-                  else "Completed")
+        line: dict[str, Any] = {"recordId": rid, "modelInput": record["modelInput"]}
+        if rid in faults.fail_records or rng.random() < faults.fail_rate:
+            line["error"] = {"errorCode": faults.error_code, "errorMessage": "model error (injected)"}
+        else:
+            try:
+                line["modelOutput"], t_in, t_out = self.answer(record["modelInput"],
+                                                               job.request.get("modelInvocationType", "InvokeModel"))
+                job.tokens = (job.tokens[0] + t_in, job.tokens[1] + t_out)
+            except ValueError as exc:
+                line["error"] = {"errorCode": 400, "errorMessage": str(exc)}
+        out.append(line)
+        with self.lock:
+            job.counts["processedRecordCount"] += 1
+            job.counts["successRecordCount" if "modelOutput" in line else "errorRecordCount"] += 1
+
+    def _held(self, job: Job) -> str:
+        """Hold (`hold_after_records`) until a stop (or the fake's close): "Stopped"."""
+        while not job.stop.wait(self.step_s) and not self._stopping.is_set():
+            pass
+        return "Stopped"
 
     def _read_input(self, job: Job) -> list[tuple[str, list[dict[str, Any] | None]]]:
         """(file name relative to the input URI, its records: None for a line that is not a record)."""

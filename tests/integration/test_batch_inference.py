@@ -185,9 +185,8 @@ def test_a_partially_completed_job_names_its_failed_and_missing_records(
 @pytest.mark.parametrize("faults, status", [
     (BatchFaults(fail_job="validating"), BatchJobStatus.FAILED),
     (BatchFaults(fail_job="in_progress"), BatchJobStatus.FAILED),
-    (BatchFaults(expire_job=True), BatchJobStatus.EXPIRED),
 ])
-def test_a_failed_or_expired_job_has_no_results_but_a_coded_failure(
+def test_a_failed_job_has_no_results_but_a_coded_failure(
         batch: BedrockBatchInference, fake: BatchServiceFake, faults: BatchFaults, status: BatchJobStatus) -> None:
     fake.faults = faults
     records, _ = analyst_records(MIN_RECORDS)
@@ -199,6 +198,18 @@ def test_a_failed_or_expired_job_has_no_results_but_a_coded_failure(
     assert err.value.envelope.provider_code == status.value
 
 
+def test_an_expired_job_has_the_output_of_the_records_it_answered_before_its_timeout(
+        batch: BedrockBatchInference, fake: BatchServiceFake) -> None:
+    fake.faults = BatchFaults(expire_job=True)
+    records, expected = analyst_records(MIN_RECORDS)
+    job_id = submitted(batch, records, "tok-expire")
+    state = wait_until(batch, job_id)
+    assert state.status is BatchJobStatus.EXPIRED and state.processed == len(records) // 2
+    outcomes = outcomes_of(batch, job_id)  # the first half (Bedrock bills them): answered; the rest have no line
+    assert set(outcomes) == {r.record_id for r in records[:len(records) // 2]}
+    assert all(o.ok and tool_input(o.output or {}) == expected[rid] for rid, o in outcomes.items())
+
+
 def test_a_job_under_the_minimum_record_count_fails_in_validation(batch: BedrockBatchInference) -> None:
     records, _ = analyst_records(MIN_RECORDS - 1)
     job_id = submitted(batch, records, "tok-small")
@@ -207,14 +218,16 @@ def test_a_job_under_the_minimum_record_count_fails_in_validation(batch: Bedrock
     assert "minimum" in state.message  # the stand-in's wording, for people; nothing classifies by it
 
 
-def test_a_stopped_job_ends_stopped(s3: Any) -> None:
-    with BatchServiceFake(s3, step_s=0.5, min_records=1) as slow:
+def test_a_stopped_job_ends_stopped_with_the_output_of_the_records_answered_before_the_stop(s3: Any) -> None:
+    with BatchServiceFake(s3, step_s=0.5, min_records=1, faults=BatchFaults(hold_after_records=1)) as slow:
         bedrock = _session().client("bedrock", endpoint_url=slow.url)
         batch = BedrockBatchInference(bedrock, s3, bucket=BUCKET, prefix="batch/stop", role_arn=ROLE, model_id=MODEL)
         records, _ = analyst_records(2)
         job_id = submitted(batch, records, "tok-stop")
+        assert wait_until(batch, job_id, lambda s: s.processed == 1).status is BatchJobStatus.IN_PROGRESS
         batch.stop(job_id)
         assert wait_until(batch, job_id).status is BatchJobStatus.STOPPED
+        assert [o.record_id for o in batch.results(job_id) if o.ok] == [records[0].record_id]  # billed: read
         with pytest.raises(ClientError) as err:  # a job that has ended cannot be stopped
             bedrock.stop_model_invocation_job(jobIdentifier=job_id)
         assert err.value.response["Error"]["Code"] == "ValidationException"

@@ -22,7 +22,15 @@ from pydantic import BaseModel
 from contract_review.adapters.model_control import CONTROL_WRITE_ATTEMPTS, contended
 from contract_review.config.profile import get_profile
 from contract_review.config.settings import Settings
-from contract_review.domain.batch import MISSING, BatchJobState, BatchJobStatus, BatchRecord, RecordOutcome
+from contract_review.domain.batch import (
+    ENDED_EARLY,
+    HAS_OUTPUT,
+    MISSING,
+    BatchJobState,
+    BatchJobStatus,
+    BatchRecord,
+    RecordOutcome,
+)
 from contract_review.domain.errors import ErrorEnvelope, ReviewError
 from contract_review.domain.keys import checkpoint_key
 from contract_review.domain.messages import AnalysisMessage, JobControl, ResultMessage, size_batches
@@ -830,8 +838,11 @@ class FakeBatchService:
     ignores the request", CreateModelInvocationJob API reference); a job under `min_records` fails as Bedrock's
     validation fails it (the "Minimum number of records per batch inference job" quota, docs.aws.amazon.com/bedrock/
     latest/userguide/batch-inference-data.html); records sharing a recordId are refused as the boto3 adapter refuses
-    them (adapters/batch_inference.py), before anything is written; a stopped job goes Stopping then Stopped (no
-    output), a job that has ended refuses a stop (ValidationException, as the stand-in does).
+    them (adapters/batch_inference.py), before anything is written; a stopped job goes Stopping then Stopped, a job
+    that has ended refuses a stop (ValidationException, as the stand-in does). A job answers its records evenly over
+    `end_after_s`: one stopped has the output of those it answered before the stop, one that ends Stopped or Expired
+    by a fault the output of its first half (Bedrock writes and bills the records processed before); a Failed job
+    has no output to read (`results` raises, as the adapter does).
     Faults: `record_faults(record_id)` -> None (answered), an error code (answered with an error) or MISSING (no
     line); `job_faults`: the statuses the next jobs end in instead (Failed, Stopped, Expired), one per job;
     `refuse_create`: the botocore error code every CreateModelInvocationJob is answered with (e.g.
@@ -906,9 +917,25 @@ class FakeBatchService:
             job["faults"] = {r.record_id: self.record_faults(r.record_id) for r in job["records"]}
         return dict(job["faults"])
 
+    def _processed(self, job_id: str) -> list[BatchRecord]:
+        """The records the job answered (in input order): all, or those before it was stopped or expired."""
+        job, state = self.jobs[job_id], self.status(job_id)
+        records: list[BatchRecord] = job["records"]
+        if state.status not in ENDED_EARLY:
+            return records
+        if "stopped_at" in job:
+            share = min(1.0, (job["stopped_at"] - job["created_at"]) / self.end_after_s) if self.end_after_s else 1.0
+        else:
+            share = 0.5
+        return records[:int(len(records) * share)]
+
     def results(self, job_id: str) -> Iterator[RecordOutcome]:
+        state = self.status(job_id)
+        if state.status not in HAS_OUTPUT:
+            raise ReviewError.of("batch.job_failed", f"batch job status {state.status.value}",
+                                 provider_code=state.status.value)
         faults = self._faults(self.jobs[job_id])
-        for r in self.jobs[job_id]["records"]:
+        for r in self._processed(job_id):
             fault = faults[r.record_id]
             if fault == MISSING:
                 continue  # no line at all

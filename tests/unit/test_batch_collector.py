@@ -653,3 +653,26 @@ def test_a_manifest_packed_late_in_a_long_run_is_not_abandoned_by_another_collec
     assert manifest(p, token).status == "Submitted"
     assert all(c.batch_token == token for c in claims.for_job(JOB_ID))
     assert len(svc.jobs[svc.by_token[token]]["records"]) == ALL_FOUR
+
+
+def test_a_stopped_batch_jobs_records_answered_before_the_stop_are_unused_spend():
+    # GIVEN a batch-mode job whose chunks wait in a batch job (answering its records over 10 s)
+    p, svc = batch_world()
+    svc.end_after_s = 10.0
+    submit(p)
+    parked(p)
+    (token,) = collect(p).submitted
+    # WHEN the job is cancelled 5 s in and the collector stops the batch job (half its records answered by then)
+    p.world.clock.advance(5.0)
+    request_cancel(p.world.deps, JOB_ID, by="test")
+    for s in p.world.queues.drain(Queue.RESULTS):
+        handle_message(p.world.deps, parse_results_body(s.body))
+    assert collect(p).stopped == [token]
+    p.world.clock.advance(1.0)
+    report = collect(p)
+    # THEN the answers it wrote before the stop (billed) are the job's `batch.unused` spend, and it is forgotten
+    assert token in report.collected and manifest(p, token).status == "Stopped"
+    (unused,) = events(p, "batch.unused")
+    assert (unused["input_tokens"], unused["output_tokens"]) == (svc.tokens_in, svc.tokens_out) != (0, 0)
+    job = p.world.jobs.get(JOB_ID)
+    assert job is not None and job.model_micro_usd >= int(str(unused["model_micro_usd"])) > 0

@@ -70,12 +70,14 @@ def events(p: InProcess, kind: str) -> list[dict[str, object]]:
 
 def completes_as_on_demand(p: InProcess) -> Job:
     """The job completes with the on-demand report; every chunk done and counted once; its model tokens and cost
-    the sum of its chunks' (the aggregator's own requests are the job's on top)."""
+    the sum of its chunks' and of its `batch.unused` spend (answers of its batch jobs no chunk took)."""
     job = p.run(JOB_ID, rounds=80)
     assert p.assert_complete_and_consistent(JOB_ID) == on_demand_findings()
     records = p.world.claims.for_job(JOB_ID)
     assert counted(p.world.claims, job) == {c.chunk_id for c in records}
-    total = Usage.of(c.usage() for c in records)
+    unused = [Usage(input_tokens=int(str(e["input_tokens"])), output_tokens=int(str(e["output_tokens"])),
+                    model_micro_usd=int(str(e["model_micro_usd"]))) for e in events(p, "batch.unused")]
+    total = Usage.of([*(c.usage() for c in records), *unused])
     assert (job.input_tokens, job.output_tokens, job.model_micro_usd) == (
         total.input_tokens, total.output_tokens, total.model_micro_usd)
     return job
@@ -144,9 +146,9 @@ def test_a_failed_batch_job_sends_its_chunks_back_to_be_batched_again():
 
 
 def test_a_chunk_whose_batches_keep_failing_goes_on_demand_after_batch_max_failures():
-    # GIVEN every batch job expires
+    # GIVEN every batch job fails
     p, svc = batch_world()
-    svc.job_faults = ["Expired"] * 50
+    svc.job_faults = ["Failed"] * 50
     submit(p)
     # WHEN the pipeline runs THEN after two failed batches each chunk goes on demand, and the report is the same
     completes_as_on_demand(p)
@@ -394,3 +396,20 @@ def _refused(code: str) -> None:
 
 BATCH_RECOVERIES = {"batch.record_failed": _record_failed, "batch.job_failed": _job_failed,
                     "batch.request_invalid": _request_invalid, "batch.refused": _refused}
+
+
+def test_an_expired_batch_jobs_answered_records_are_taken_and_the_rest_asked_again():
+    # GIVEN the first batch job expires after answering half its records (Bedrock writes and bills those)
+    p, svc = batch_world()
+    svc.job_faults = ["Expired"]
+    submit(p)
+    # WHEN the pipeline runs THEN the job completes with the on-demand report, every answer from batch
+    completes_as_on_demand(p)
+    assert p.model.calls == 0
+    # AND the expired batch job's answers were taken by their chunks; its unanswered records failed, asked again
+    expired = {str(e["batch"]) for e in events(p, "batch.returned") if e.get("batch_status") == "Expired"}
+    assert len(expired) == 1
+    returned = [e for e in events(p, "batch.returned") if e["batch"] in expired]
+    assert sum(int(str(e["answered"])) for e in returned) > 0
+    assert any(e.get("error_code") == "batch.job_failed" for e in returned)
+    assert not events(p, "batch.unused")

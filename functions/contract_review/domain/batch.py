@@ -33,10 +33,13 @@ class BatchJobStatus(StrEnum):
 
 
 # Where a job ends. Completed / PartiallyCompleted have an output to read (PartiallyCompleted: some records
-# answered an error); Failed, Stopped and Expired end without one to rely on.
+# answered an error); Stopped and Expired have the output of the records processed before the stop or the timeout
+# (Bedrock writes and bills those; the others have no line); Failed ends without one to rely on.
 TERMINAL = frozenset({BatchJobStatus.COMPLETED, BatchJobStatus.PARTIALLY_COMPLETED, BatchJobStatus.FAILED,
                       BatchJobStatus.STOPPED, BatchJobStatus.EXPIRED})
-HAS_OUTPUT = frozenset({BatchJobStatus.COMPLETED, BatchJobStatus.PARTIALLY_COMPLETED})
+HAS_OUTPUT = frozenset({BatchJobStatus.COMPLETED, BatchJobStatus.PARTIALLY_COMPLETED, BatchJobStatus.STOPPED,
+                        BatchJobStatus.EXPIRED})
+ENDED_EARLY = frozenset({BatchJobStatus.STOPPED, BatchJobStatus.EXPIRED})  # an output of part of its records
 
 # CreateModelInvocationJob's `modelInvocationType`: the record format of `modelInput` / `modelOutput`.
 CONVERSE, INVOKE_MODEL = "Converse", "InvokeModel"

@@ -17,8 +17,9 @@ The collector's `collect` (on a schedule) then, over the running batch-mode jobs
    answers stored, their tokens priced at the batch price in the same conditional write that makes it pending with
    its message due; the message sent, then recorded as sent); answers no chunk takes any more are `batch.unused`
    spend on their jobs and principals. A record that failed or is missing (`batch.record_failed`) is asked again in
-   the next round; a batch job that failed, stopped or expired (`batch.job_failed`) sends its chunks back with
-   none; after `batch_max_failures` a chunk goes on demand. A running batch job none of whose chunks still waits for
+   the next round; a batch job that failed (`batch.job_failed`) sends its chunks back with none, one that was
+   stopped or expired with the answers of the records it processed before (the others `batch.job_failed`); after
+   `batch_max_failures` a chunk goes on demand. A running batch job none of whose chunks still waits for
    it is stopped; a chunk whose job's deadline passed goes on demand.
 3. packs the chunks waiting for a batch (none while the model is paused; a chunk whose deadline is nearer than a batch
    can answer goes on demand instead): a manifest written ahead, unsealed, with its open marker; each chunk's token
@@ -45,6 +46,7 @@ from dataclasses import dataclass, field
 
 from contract_review.config.profile import Profile
 from contract_review.domain.batch import (
+    ENDED_EARLY,
     HAS_OUTPUT,
     MISSING,
     BatchJobState,
@@ -617,7 +619,11 @@ def _returned_with_output(c: _Collect, manifest: BatchManifest, wanted: list[Par
         b = buckets[key]
         missed = [rid for rid in ids[key] if rid not in b.answered]
         error = None
-        if missed:
+        if missed and state.status in ENDED_EARLY:  # stopped or expired before it answered them: the job failed them
+            error = ErrorEnvelope.of("batch.job_failed", f"{len(missed)} of {len(ids[key])} records unanswered: the "
+                                     f"batch job ended {state.status.value}", provider_code=state.status.value,
+                                     step="batch")
+        elif missed:
             first = b.errors.get(missed[0], MISSING)
             error = ErrorEnvelope.of("batch.record_failed", f"{len(missed)} of {len(ids[key])} records unanswered",
                                      provider_code=first, step="batch")
