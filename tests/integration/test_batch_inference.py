@@ -296,7 +296,7 @@ def test_a_batch_job_is_tagged_with_the_stacks_tag_at_create(bedrock: Any, s3: A
 
 @pytest.mark.parametrize("code, expected, retryable", [
     ("ValidationException", "batch.refused", False), ("AccessDeniedException", "batch.refused", False),
-    ("ResourceNotFoundException", "batch.refused", False), ("ServiceQuotaExceededException", "batch.refused", False),
+    ("ResourceNotFoundException", "batch.refused", False), ("ServiceQuotaExceededException", "aws.throttled", True),
     ("ThrottlingException", "aws.throttled", True), ("InternalServerException", "aws.unavailable", True),
 ])
 def test_a_refused_create_is_classified_from_its_error_code(batch: BedrockBatchInference, fake: BatchServiceFake,

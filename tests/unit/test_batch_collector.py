@@ -316,6 +316,23 @@ def test_a_retryable_refusal_backs_off_and_the_job_is_batched_once_it_passes():
     assert p.model.calls == 0 and len(svc.jobs) >= 2
 
 
+def test_a_submit_over_the_accounts_batch_job_quota_backs_off_and_keeps_the_lane_on():
+    # GIVEN Bedrock answers CreateModelInvocationJob with ServiceQuotaExceededException for a while (too many batch
+    # jobs in flight: it frees as they end)
+    p, svc = batch_world()
+    svc.refuse_create = "ServiceQuotaExceededException"
+    submit(p)
+    for _ in range(20):  # 40 s of rounds
+        p.round()
+    # THEN the submit was tried again after its backoff, nothing was refused, and the lane stays on
+    assert 1 <= svc.submits <= 2 and not svc.jobs and not events(p, "batch.refused")
+    assert p.world.model_control.get().batch_lane_off(p.world.settings.effective_model_id) is None
+    # AND once it passes, the same sealed manifest is submitted and the job completes in batch
+    svc.refuse_create = ""
+    completes_as_on_demand(p)
+    assert p.model.calls == 0
+
+
 def test_a_submit_throttled_until_the_deadline_nears_sends_the_chunks_on_demand():
     # GIVEN Bedrock throttles every submit, and a job whose deadline is 108 s away (a batch is expected in 30 s)
     p, svc = batch_world()

@@ -154,7 +154,9 @@ class BatchStatus(BaseModel):
 MISSING = "missing"  # RecordOutcome.error_code of a submitted record the output does not mention
 
 # CreateModelInvocationJob errors (botocore error codes) that refuse the job for good: the model or inference profile
-# is not offered in batch, the role may not, the quota of batch jobs is used. Anything else (throttling, 5xx) is
+# is not offered in batch, the role may not, a resource it names does not exist. Anything else (throttling, 5xx) is
 # retried with backoff. Classified by domain/errors.py `classify_batch_submit`, never by message text.
-REFUSALS = frozenset({"ValidationException", "AccessDeniedException", "ResourceNotFoundException",
-                      "ServiceQuotaExceededException"})
+REFUSALS = frozenset({"ValidationException", "AccessDeniedException", "ResourceNotFoundException"})
+# ... and those that pass by themselves though their status is a 4xx: too many batch jobs (or records) in flight for
+# the account's quotas, which frees as its jobs end: backed off like a throttle (`aws.throttled`), the lane stays on.
+BACKOFFS = frozenset({"ServiceQuotaExceededException"})

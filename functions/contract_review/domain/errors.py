@@ -125,9 +125,9 @@ _CODES = [
               "records unanswered `batch_max_failures` times goes on demand. docs/batch-inference.md."),
     ErrorCode("batch.refused", ErrorClass.PERMANENT, False,
               "Bedrock refused to create a batch inference job for good (CreateModelInvocationJob answered "
-              "ValidationException, AccessDeniedException, ResourceNotFoundException or ServiceQuotaExceededException: "
-              "the model or inference profile is not offered in batch in this region, the role may not, or the "
-              "account's batch job quota is used). No offline check proves a profile is accepted by batch: there is "
+              "ValidationException, AccessDeniedException or ResourceNotFoundException: the model or inference "
+              "profile is not offered in batch in this region, the role may not, or what it names does not exist; "
+              "ServiceQuotaExceededException, too many batch jobs in flight, is backed off instead). No offline check proves a profile is accepted by batch: there is "
               "no dry run.",
               "Nothing to do for the jobs: the chunks of the refused batch job go on demand at once (event "
               "`batch.refused` with Bedrock's reason), and the batch lane is turned off for the model (`review quota "
@@ -466,17 +466,19 @@ def classify(exc: BaseException, *, step: str = "", attempt: int = 0, model_call
 
 def classify_batch_submit(exc: BaseException) -> ErrorEnvelope:
     """A failed CreateModelInvocationJob: `batch.refused` (not retryable) for the error codes that refuse the job for
-    good (domain/batch.py REFUSALS, from the botocore error code: never the message), else what `classify` makes of
-    it (throttling, 5xx, a connection: retried with backoff)."""
+    good (domain/batch.py REFUSALS, from the botocore error code: never the message); `aws.throttled` for a batch
+    quota in use (BACKOFFS: it frees as jobs end); else what `classify` makes of it (throttling, 5xx, a connection:
+    retried with backoff)."""
     from botocore.exceptions import ClientError
 
-    from contract_review.domain.batch import REFUSALS
+    from contract_review.domain.batch import BACKOFFS, REFUSALS
 
     if isinstance(exc, ClientError):
         response = cast(dict[str, Any], exc.response)
         provider_code = str((response.get("Error") or {}).get("Code", ""))
-        if provider_code in REFUSALS:
-            status = (response.get("ResponseMetadata") or {}).get("HTTPStatusCode")
-            return ErrorEnvelope.of("batch.refused", f"{provider_code}: {exc}", provider_code=provider_code,
+        status = (response.get("ResponseMetadata") or {}).get("HTTPStatusCode")
+        if provider_code in REFUSALS or provider_code in BACKOFFS:
+            return ErrorEnvelope.of("batch.refused" if provider_code in REFUSALS else "aws.throttled",
+                                    f"{provider_code}: {exc}", provider_code=provider_code,
                                     http_status=int(status) if status is not None else None, step="batch.submit")
     return classify(exc, step="batch.submit")
