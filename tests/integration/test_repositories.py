@@ -487,6 +487,30 @@ def test_a_fenced_out_attempts_spend_goes_on_its_chunk_and_on_the_job_that_count
     assert c1 is not None and (c1.n_calls, c1.input_tokens, c1.counted) == (6, 80, False)
 
 
+@pytest.mark.parametrize("ending", ["finish", "release"])
+def test_an_owner_whose_ending_write_landed_but_whose_retry_failed_adds_nothing_fenced_out(repos: Repos, ending: str):
+    """The owner's ending write went through (its spend added, its running-spend entry dropped), botocore's retry of
+    it failed the condition: the worker takes its lease for lost and calls `add_fenced_out`, which adds nothing."""
+    job = _with_chunks(repos, _job(JobState.RUNNING))
+    j = job.job_id
+    repos.jobs.settle_new_chunk(j, "c0", usage=Usage())  # counted: what is added goes on the job too
+    c = repos.claims.claim(j, "c0", "a", 30, 1)
+    assert c.won
+    spent = AttemptStats(calls=2, input_tokens=50, output_tokens=5, model_micro_usd=11)
+    assert repos.claims.heartbeat(j, "c0", c.fence, 30, spent) is not None  # its running spend written
+    if ending == "finish":
+        assert repos.claims.finish(j, "c0", c.fence, ChunkStatus.DONE, spent) is not None
+    else:
+        assert repos.claims.release(j, "c0", c.fence, spent, None, failure=False) is not None
+    assert not repos.jobs.add_fenced_out(j, "c0", c.fence, spent)
+    record = repos.claims.get(j, "c0")
+    assert record is not None and (record.n_calls, record.input_tokens, record.model_micro_usd) == (2, 50, 11)
+    # and the attempt after it, fenced out with no entry, still adds what it spent
+    if ending == "release":
+        c2 = repos.claims.claim(j, "c0", "b", 30, 2)
+        assert c2.won and repos.jobs.add_fenced_out(j, "c0", c2.fence, spent)
+
+
 def test_a_dead_attempts_running_spend_is_folded_once_by_whoever_ends_its_fence(repos: Repos):
     """Issue 25 finding 15: an attempt killed mid-run recorded nothing of what it spent. Its beats and commits set its
     running spend (by fence, set not added); its owner's ending write adds all and drops it; anyone else ending the

@@ -91,7 +91,6 @@ class FakeJobs:
         self.counters: dict[str, int] = {}  # each job's event counter (the counter item in the events table)
         # the chunk records a settle marks `counted` (the claims table, written in one transaction with the job)
         self.claims: FakeClaims | None = None
-        self.fenced_out: dict[tuple[str, str], set[int]] = {}  # each chunk record's `fenced_out` (add_fenced_out)
 
     def create(self, job: Job) -> tuple[Job, bool]:
         old = self.items.get(job.job_id)
@@ -239,9 +238,9 @@ class FakeJobs:
     def add_fenced_out(self, job_id: str, chunk_id: str, fence: int, stats: AttemptStats) -> bool:
         records = self._records()
         record = records.items.get((job_id, chunk_id))
-        if record is None or fence in self.fenced_out.setdefault((job_id, chunk_id), set()):
+        if record is None or fence in records.fenced_out.setdefault((job_id, chunk_id), set()):
             return False
-        self.fenced_out[(job_id, chunk_id)].add(fence)
+        records.fenced_out[(job_id, chunk_id)].add(fence)
         entry = record.spend.get(str(fence))
         added = stats.minus(entry) if entry is not None and entry.folded else stats  # folded: added already
         spend = {k: e for k, e in record.spend.items() if k != str(fence)}  # its entry goes
@@ -328,6 +327,9 @@ class FakeClaims:
         self.clock, self.artifacts, self.inline_max_bytes = clock, artifacts, inline_max_bytes
         self.items: dict[tuple[str, str], ChunkRecord] = {}
         self.cps: dict[tuple[str, str, str, int], Checkpoint] = {}
+        # each chunk record's `fenced_out`: the fences whose attempt's spend is on it (its owner's ending write, or
+        # `FakeJobs.add_fenced_out`)
+        self.fenced_out: dict[tuple[str, str], set[int]] = {}
 
     def create(self, record: ChunkRecord) -> bool:
         key = (record.job_id, record.chunk_id)
@@ -384,7 +386,8 @@ class FakeClaims:
     def _ending(self, r: ChunkRecord, stats: AttemptStats, fold: Mapping[str, Spent] | None) -> dict[str, object]:
         """As the adapter's: the owner (`fold` None) adds `stats` and drops its running-spend entry; anyone else
         folds in the entries read that nobody added yet. None: the condition failed (an entry folded since)."""
-        if fold is None:
+        if fold is None:  # (written by each caller right after: its fence marked as added)
+            self.fenced_out.setdefault((r.job_id, r.chunk_id), set()).add(r.fence)
             return {**self._with_stats(r, stats), "spend": {k: e for k, e in r.spend.items() if k != str(r.fence)}}
         return self._folded(r, fold, stats)
 

@@ -286,3 +286,27 @@ def test_a_heartbeat_carries_the_spend_of_the_analyst_under_way_when_the_process
     assert job.estimated_micro_usd == micro_usd(model_cost_usd(price, Usage(
         input_tokens=estimated_reservation(timed_out[0]) - timed_out[0].max_tokens,
         output_tokens=timed_out[0].max_tokens)))
+
+
+def test_an_ending_write_that_landed_though_its_retry_failed_is_not_added_again_fenced_out():
+    """The worker's finish went through (all it spent added, its running-spend entry dropped), but botocore's retry of
+    it failed the condition: the worker sees its lease lost and calls `add_fenced_out`, which adds nothing again."""
+    r = Run()
+    r.submit()
+    bill = Billed(r.p.model)
+    r.p.worker.model = bill
+    claims = r.world.claims
+    real = claims.finish
+    landed: list[str] = []
+
+    def finish_then_retry_fails(job_id: str, chunk_id: str, *a: object, **kw: object) -> object:
+        done = real(job_id, chunk_id, *a, **kw)  # type: ignore[arg-type]  # the wrapped call's own arguments
+        if done is not None and not landed:
+            landed.append(chunk_id)
+            return None  # the retry's answer: ConditionalCheckFailed
+        return done
+    claims.finish = finish_then_retry_fails  # type: ignore[method-assign]  # one call of the fake, wrapped
+    r.completes_as_fault_free()
+    claims.finish = real  # type: ignore[method-assign]  # the fake's method, wrapped (restored)
+    assert landed and '"chunk.lease_lost"' in r.seen()
+    _on_the_job(r, bill)

@@ -66,6 +66,9 @@ def stats_expr(stats: AttemptStats) -> tuple[list[str], dict[str, Any], dict[str
 
 
 SPEND = "spend"  # the running spend of its attempts, by fence (records.Spent)
+# the fences whose attempt's whole spend is on the record: added by the owner's own ending write, or by
+# `JobsRepo.add_fenced_out` for an attempt fenced out (which adds nothing for a fence already here)
+FENCED_OUT = "fenced_out"
 FOLD_ATTEMPTS = 5  # a fold that lost to a fenced-out attempt adding its own spend is read and tried again
 
 
@@ -99,6 +102,11 @@ def _awaiting_batch(fence: int, token: str | None, values: dict[str, Any], place
         return "fence = :fence AND #st = :awaiting AND attribute_not_exists(batch_token)"
     values[placeholder] = token
     return f"fence = :fence AND #st = :awaiting AND batch_token = {placeholder}"
+
+
+def _owner_add(fold: Mapping[str, Spent] | None) -> str:
+    """The owner's ending write (`fold` None) marks its fence's spend as on the record (`_ending`'s `:own_fo`)."""
+    return " ADD #fo :own_fo" if fold is None else ""
 
 
 class DynamoClaims:
@@ -221,9 +229,10 @@ class DynamoClaims:
         """What a write that ends `fence` adds (stats_expr's clauses), and how it treats the running spend: its owner
         (`fold` None) drops its own entry (`stats` is all it spent); anyone else folds in the entries it read. The SET
         clauses, values, names, a REMOVE clause and a condition."""
-        if fold is None:
+        if fold is None:  # (its fence marked as added: a retry of this write that fails adds nothing fenced out)
             parts, values, names = stats_expr(stats)
-            return parts, values, {**names, "#sp": SPEND, "#own": str(fence)}, "#sp.#own", ""
+            return parts, {**values, ":own_fo": {fence}}, {**names, "#sp": SPEND, "#own": str(fence),
+                                                           "#fo": FENCED_OUT}, "#sp.#own", ""
         total, marks, cond, mark_values, mark_names = fold_expr(fold, stats)
         parts, values, names = stats_expr(total)
         return parts + marks, {**values, **mark_values}, {**names, **mark_names}, "", cond
@@ -251,7 +260,7 @@ class DynamoClaims:
         if failure:
             parts.append("failures = if_not_exists(failures, :z) + :one")
             values[":one"] = 1
-        expr = "SET " + ", ".join(parts) + " REMOVE " + removed
+        expr = "SET " + ", ".join(parts) + " REMOVE " + removed + _owner_add(fold)
         return self._fenced_update(job_id, chunk_id, fence, expr, values, names, lapsed_before=lapsed_before,
                                    also=also)
 
@@ -272,7 +281,7 @@ class DynamoClaims:
         if status is ChunkStatus.DEAD_LETTERED:
             parts.append("failures = if_not_exists(failures, :z) + :one")
             values[":one"] = 1
-        expr = "SET " + ", ".join(parts) + " REMOVE " + _LEASE_ATTRS + (f", {drop}" if drop else "")
+        expr = "SET " + ", ".join(parts) + " REMOVE " + _LEASE_ATTRS + (f", {drop}" if drop else "") + _owner_add(fold)
         return self._fenced_update(job_id, chunk_id, fence, expr, values, names, states, lapsed_before, also)
 
     # ---------------------------------------------------------------- batch inference (pipeline/batch.py)
@@ -283,7 +292,7 @@ class DynamoClaims:
                   "released_at = :now"]
         values.update({":awaiting": ChunkStatus.AWAITING_BATCH.value, ":key": pending_key, ":n": records,
                        ":now": self.clock()})
-        expr = "SET " + ", ".join(parts) + " REMOVE " + _LEASE_ATTRS + ", batch_token, " + drop
+        expr = "SET " + ", ".join(parts) + " REMOVE " + _LEASE_ATTRS + ", batch_token, " + drop + _owner_add(None)
         return self._fenced_update(job_id, chunk_id, fence, expr, values, names)
 
     def assign_batch(self, job_id: str, chunk_id: str, fence: int, token: str | None,

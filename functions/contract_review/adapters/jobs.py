@@ -28,7 +28,7 @@ from contract_review.domain.records import (
     event_seq,
 )
 
-from .claims import SPEND, stats_expr
+from .claims import FENCED_OUT, SPEND, stats_expr
 from .dynamo import Table, deserialize, is_conditional_failure, model_values, serialize, set_clause, to_item
 
 
@@ -80,7 +80,6 @@ SETTLE_ATTEMPTS = 20  # a settle's transaction cancelled by a concurrent one on 
 COUNTED = "counted"  # on a chunk record: counted settled on its job (written with the job's `settled_count`)
 EVENT_OWED = "event_owed"  # on a chunk record: counted, its `chunk.settled` event not written yet
 LEGACY_SETTLED = "settled"  # a job item's string set of counted chunk ids, from before `settled_count`
-FENCED_OUT = "fenced_out"  # on a chunk record: the fences whose fenced-out attempt's spend was added (add_fenced_out)
 
 
 def _cancel_codes(exc: ClientError) -> list[str]:
