@@ -12,12 +12,21 @@ from typing import Any
 import pytest
 
 from contract_review.domain.batch import BatchManifest, BatchRecord
+from contract_review.domain.cost import batch_usage
 from contract_review.domain.keys import BATCH_OPEN_PREFIX, batch_manifest_key
 from contract_review.domain.lifecycle import request_cancel
 from contract_review.domain.messages import parse_results_body
 from contract_review.domain.ports import Queue
 from contract_review.domain.principals import owner
-from contract_review.domain.records import ChunkRecord, ChunkStatus, Inference, ModelControl, Usage, job_id_for
+from contract_review.domain.records import (
+    BatchLaneOff,
+    ChunkRecord,
+    ChunkStatus,
+    Inference,
+    ModelControl,
+    Usage,
+    job_id_for,
+)
 from contract_review.operate import ops
 from contract_review.pipeline import batch
 from contract_review.pipeline.aggregator import handle_message
@@ -693,3 +702,42 @@ def test_a_stopped_batch_jobs_records_answered_before_the_stop_are_unused_spend(
     assert (unused["input_tokens"], unused["output_tokens"]) == (svc.tokens_in, svc.tokens_out) != (0, 0)
     job = p.world.jobs.get(JOB_ID)
     assert job is not None and job.model_micro_usd >= int(str(unused["model_micro_usd"])) > 0
+
+
+# --- one model rule: the stack's batch model ---------------------------------------------------------------------
+OTHER_MODEL = "anthropic.claude-haiku-4-5-20251001-v1:0"  # priced, batch price a third of the stack's model's
+
+
+def test_a_job_admitted_under_another_model_is_not_parked_while_the_stacks_batch_lane_is_off():
+    # GIVEN a batch-mode job admitted under another model (an earlier deploy's), and the batch lane off for the
+    # stack's batch model (the model every batch job is created with)
+    p, svc = batch_world()
+    job = submit(p)
+    p.world.jobs.items[JOB_ID] = job.model_copy(update={"model_id": OTHER_MODEL})
+    model_id = p.world.settings.effective_model_id
+    assert model_id != OTHER_MODEL
+    p.world.model_control.update(lambda c: c.model_copy(update={"batch_off": {model_id: BatchLaneOff(
+        error_code="batch.refused", reason="ValidationException: not offered in batch", at=0.0, by="collector")}}))
+    # WHEN its chunks are worked THEN none is parked for a batch job: they run on demand
+    for s in p.world.queues.drain(Queue.ANALYSIS):
+        p.deliver(s)
+    assert not any(c.status is ChunkStatus.AWAITING_BATCH for c in p.world.claims.for_job(JOB_ID))
+    assert "chunk.awaiting_batch" not in p.world.jobs.types(JOB_ID)
+    assert p.run(JOB_ID, rounds=80).state.value == "completed" and not svc.jobs
+
+
+def test_a_batch_jobs_answers_are_priced_with_the_model_its_manifest_names():
+    # GIVEN a batch job created with another model than the stack's today (its manifest says which)
+    p, svc = ended_batch_job()
+    (token,) = {c.batch_token for c in p.world.claims.for_job(JOB_ID)}
+    assert token is not None
+    key = batch_manifest_key(token)
+    m = BatchManifest.model_validate_json(p.world.artifacts.get_text(key))
+    p.world.artifacts.put_text(key, m.model_copy(update={"model_id": OTHER_MODEL}).model_dump_json())
+    # WHEN it is collected THEN its answers are priced at that model's batch price
+    collect(p)
+    tokens = Usage(input_tokens=svc.tokens_in, output_tokens=svc.tokens_out)
+    expected = batch_usage(p.world.settings.profile.prices, OTHER_MODEL, tokens)
+    assert expected is not None
+    chunks = p.world.claims.for_job(JOB_ID)
+    assert sum(c.model_micro_usd for c in chunks) == pytest.approx(expected.model_micro_usd, abs=len(chunks))

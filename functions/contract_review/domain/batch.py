@@ -118,6 +118,7 @@ class BatchManifest(BaseModel):
     token: str
     created_at: float
     chunks: list[ManifestChunk]
+    model_id: str | None = None  # the model its batch job is created with (answers priced with it); None: older
     sealed: bool = False
     sealed_at: float | None = None
     job_arn: str | None = None

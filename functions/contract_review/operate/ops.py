@@ -385,7 +385,7 @@ def job_view(deps: Deps, job_id: str) -> JobView | None:
         side_effects=list(job.side_effects), progress_label=progress_of(job, events[-1] if events else None).label,
         inference=job.inference, deadline_at=job.deadline_at,
         batches=batch.batches_of(deps, chunks, deps.settings.profile.batch.batch_expected_s) if not job.terminal else [],
-        batch_off=batch.lane_off(deps, job.model_id or None)
+        batch_off=batch.lane_off(deps)
         if job.inference is Inference.BATCH and not job.terminal else None,
         batch_note=batch_note(events) if job.inference is Inference.BATCH else None,
         model_paused=_paused(deps) if job.inference is Inference.BATCH and not job.terminal else False)

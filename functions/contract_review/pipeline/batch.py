@@ -152,9 +152,8 @@ class Answers:
 
 def in_batch_lane(deps: Deps, job: Job, record: ChunkRecord) -> bool:
     """Whether the chunk's model calls go to batch inference (else on demand, replaying any batch answers): not
-    while the batch lane is off for the job's model (a refused batch job turned it off: `lane_off`)."""
-    return (job.inference is Inference.BATCH and record.batch_on_demand is None
-            and lane_off(deps, job.model_id or None) is None)
+    while the batch lane is off (a refused batch job turned it off: `lane_off`)."""
+    return job.inference is Inference.BATCH and record.batch_on_demand is None and lane_off(deps) is None
 
 
 def park(deps: Deps, job_id: str, chunk_id: str, fence: int, stats: AttemptStats,
@@ -203,10 +202,17 @@ def min_records(deps: Deps) -> int:
             or DEFAULT_MIN_RECORDS)
 
 
-def lane_off(deps: Deps, model_id: str | None = None) -> BatchLaneOff | None:
-    """Why the batch lane is off for `model_id` (default: the stack's), from the runtime control; None: it is on."""
+def batch_model_id(deps: Deps) -> str:
+    """The model rule of the batch lane: a job's batch records go to the stack's batch model (the one every batch job
+    is created with: `wiring.build_batch`, the effective model id), whatever model the job was admitted under; the
+    lane is judged off for that model, and a batch job's answers are priced with the model its manifest names."""
+    return deps.settings.effective_model_id
+
+
+def lane_off(deps: Deps) -> BatchLaneOff | None:
+    """Why the batch lane is off for the stack's batch model (`batch_model_id`), from the runtime control; None: on."""
     control = deps.model_control.get() if deps.model_control is not None else None
-    return control.batch_lane_off(model_id or deps.settings.effective_model_id) if control is not None else None
+    return control.batch_lane_off(batch_model_id(deps)) if control is not None else None
 
 
 SUBMIT_BACKOFF_S = (60.0, 3600.0)  # a retryable refusal of a submit: tried again after 60 s, doubling up to an hour
@@ -400,7 +406,8 @@ def _pack(c: _Collect, members: list[Parked]) -> None:
     token = "b" + uuid.uuid4().hex[:31]  # one collect's own: another collect never tags a chunk with it
     # its age from now, not from the run's start: a run that spent minutes following batch jobs before packing
     # writes a manifest another collect must not take for abandoned while it is tagged and sealed
-    manifest = BatchManifest(token=token, created_at=deps.clock(), chunks=_chunks_of(members))
+    manifest = BatchManifest(token=token, created_at=deps.clock(), chunks=_chunks_of(members),
+                             model_id=batch_model_id(deps))
     _write(deps, manifest)
     deps.artifacts.put_text(batch_open_key(token), "")
     won = [m for m in members if deps.claims.assign_batch(m.chunk.job_id, m.chunk.chunk_id, m.chunk.fence, token,
@@ -495,7 +502,7 @@ def _refused(c: _Collect, manifest: BatchManifest, wanted: list[Parked], env: Er
     """Bedrock refused the batch job for good: the lane is turned off for the model (the first refusal's reason
     kept), the chunks go on demand with the reason, and the manifest ends `Refused`."""
     deps = c.deps
-    model_id = deps.settings.effective_model_id
+    model_id = manifest.model_id or batch_model_id(deps)
     reason = env.message
     if deps.model_control is not None:
         off = BatchLaneOff(error_code=env.error_code, reason=reason, at=c.now, by="collector")
@@ -627,7 +634,7 @@ def _returned_with_output(c: _Collect, manifest: BatchManifest, wanted: list[Par
             first = b.errors.get(missed[0], MISSING)
             error = ErrorEnvelope.of("batch.record_failed", f"{len(missed)} of {len(ids[key])} records unanswered",
                                      provider_code=first, step="batch")
-        lost = _back(c, manifest.token, m, b, error, state, len(missed))
+        lost = _back(c, manifest, m, b, error, state, len(missed))
         if lost is not None:  # a cancel settled it while it was being returned: billed, unused
             unused[key[0]] = Usage.of([unused.get(key[0], Usage()), lost])
     return unused
@@ -670,17 +677,17 @@ def _returned(c: _Collect, manifest: BatchManifest, wanted: list[Parked], job_er
               state: BatchJobState | None = None) -> None:
     """Each wanted chunk of a batch job that ended without an output goes back pending, a batch failure."""
     for m in wanted:
-        _back(c, manifest.token, m, _Bucket(), job_error, state, m.chunk.batch_records)
+        _back(c, manifest, m, _Bucket(), job_error, state, m.chunk.batch_records)
 
 
-def _back(c: _Collect, token: str, m: Parked, bucket: _Bucket, error: ErrorEnvelope | None,
+def _back(c: _Collect, manifest: BatchManifest, m: Parked, bucket: _Bucket, error: ErrorEnvelope | None,
           state: BatchJobState | None, unanswered: int) -> Usage | None:
     """A chunk back pending with its answers (none when its batch failed), their tokens at the batch price, a batch
     failure when any of its records went unanswered; its message due, then sent. The answers' tokens when the chunk
     did not take them (a cancel settled it meanwhile): they are `batch.unused`; None when it took them (here, or in
     another collect)."""
     deps, p = c.deps, c.p
-    ch = m.chunk
+    ch, token = m.chunk, manifest.token
     answer_key = None
     if bucket.answered:
         answer_key = batch_answers_key(ch.job_id, ch.chunk_id, token)
@@ -688,7 +695,7 @@ def _back(c: _Collect, token: str, m: Parked, bucket: _Bucket, error: ErrorEnvel
     failed = error is not None
     on_demand = "failures" if failed and ch.batch_failures + 1 >= p.batch.batch_max_failures else None
     back = deps.claims.return_from_batch(ch.job_id, ch.chunk_id, ch.fence, token,
-                                         stats=_priced(deps, bucket.tokens, len(bucket.answered)),
+                                         stats=_priced(deps, manifest, bucket.tokens, len(bucket.answered)),
                                          answer_key=answer_key, failed=failed, on_demand=on_demand, error=error)
     if back is None:  # cancelled, or returned by another collect: nothing to send
         now = deps.claims.get(ch.job_id, ch.chunk_id)
@@ -710,12 +717,12 @@ def _record_unused(c: _Collect, manifest: BatchManifest, unused: dict[str, Usage
     batch price, on each member job's cost (`batch.unused`) and its principal's daily spend. Once per (batch job,
     job) on both, whatever fails between here and the manifest's end (the collect is then run again)."""
     for job_id, tokens in sorted(unused.items()):
-        _unused(c, manifest.token, job_id, tokens)
+        _unused(c, manifest, job_id, tokens)
 
 
-def _unused(c: _Collect, token: str, job_id: str, tokens: Usage) -> None:
-    deps = c.deps
-    priced = _priced(deps, tokens, 0).usage()
+def _unused(c: _Collect, manifest: BatchManifest, job_id: str, tokens: Usage) -> None:
+    deps, token = c.deps, manifest.token
+    priced = _priced(deps, manifest, tokens, 0).usage()
     if deps.jobs.record_unused(job_id, token, priced, batch=token, input_tokens=priced.input_tokens,
                                output_tokens=priced.output_tokens, model_micro_usd=priced.model_micro_usd):
         c.report.unused_micro_usd += priced.model_micro_usd
@@ -724,14 +731,14 @@ def _unused(c: _Collect, token: str, job_id: str, tokens: Usage) -> None:
                      limits.unused_charge_id(token, job_id))  # (a retry after it was recorded: taken once)
 
 
-def _priced(deps: Deps, tokens: Usage, calls: int) -> AttemptStats:
-    """Answered records as calls, their tokens at the batch price (the on-demand price if the model has no batch
-    price: never less than what was spent is shown)."""
-    s = deps.settings
-    priced = batch_usage(s.profile.prices, s.effective_model_id, tokens)
+def _priced(deps: Deps, manifest: BatchManifest, tokens: Usage, calls: int) -> AttemptStats:
+    """Answered records as calls, their tokens at the batch price of the model that answered them (the manifest's;
+    the on-demand price if the model has no batch price: never less than what was spent is shown)."""
+    prices, model_id = deps.settings.profile.prices, manifest.model_id or batch_model_id(deps)
+    priced = batch_usage(prices, model_id, tokens)
     if priced is None:
         priced = tokens.model_copy(update={"model_micro_usd": micro_usd(model_cost_usd(
-            model_price(s.profile.prices, s.effective_model_id), tokens))})
+            model_price(prices, model_id), tokens))})
     return AttemptStats(calls=calls, **priced.model_dump())
 
 

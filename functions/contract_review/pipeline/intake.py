@@ -146,7 +146,7 @@ def handle_intake(deps: Deps, body: str, message_id: str = "") -> IntakeResult:
     if created:
         batch_mode = {"inference": job.inference.value, "deadline_at": job.deadline_at} if job.deadline_at else {}
         deps.jobs.record_event(job_id, "job.queued", chunk_count=len(chunks), document_chars=len(text), **batch_mode)
-        off = batch.lane_off(deps, job.model_id) if job.inference is Inference.BATCH else None
+        off = batch.lane_off(deps) if job.inference is Inference.BATCH else None
         if off is not None:  # admitted in batch mode; its chunks run on demand while the lane is off (worker)
             deps.jobs.record_event(job_id, "batch.unavailable", reason=off.reason, error_code=off.error_code,
                                    detail="the batch lane is off for the model: its calls go on demand")
