@@ -308,6 +308,9 @@ def test_a_refused_create_is_classified_from_its_error_code(batch: BedrockBatchI
         batch.submit("tok-refused")
     env = classify_batch_submit(err.value)
     assert (env.error_code, env.retryable, env.provider_code) == (expected, retryable, code)
+    if code in ("ValidationException", "ServiceQuotaExceededException"):  # the service's own words, said once
+        assert env.message == f"{code}: {err.value.response['Error']['Message']}"
+        assert "An error occurred" not in env.message
     assert not fake.jobs  # nothing created
 
 

@@ -478,7 +478,8 @@ def classify_batch_submit(exc: BaseException) -> ErrorEnvelope:
         provider_code = str((response.get("Error") or {}).get("Code", ""))
         status = (response.get("ResponseMetadata") or {}).get("HTTPStatusCode")
         if provider_code in REFUSALS or provider_code in BACKOFFS:
+            said = str((response.get("Error") or {}).get("Message", "")) or "no message"  # Bedrock's, not botocore's
             return ErrorEnvelope.of("batch.refused" if provider_code in REFUSALS else "aws.throttled",
-                                    f"{provider_code}: {exc}", provider_code=provider_code,
+                                    f"{provider_code}: {said}", provider_code=provider_code,
                                     http_status=int(status) if status is not None else None, step="batch.submit")
     return classify(exc, step="batch.submit")
