@@ -11,10 +11,11 @@ from typing import Any
 import pytest
 
 from contract_review import handlers
-from contract_review.domain.ports import Deps
+from contract_review.domain.ports import Deps, Queue
 from contract_review.domain.records import ChunkRecord, Job
 from contract_review.doubles.spec import FaultSpec
 from review_local.batch_service import BatchFaults
+from review_local.connect import local_deps
 from review_local.embedded import FAKE_CREDENTIALS, EmbeddedAws, synth
 from review_local.runtime import function_specs
 from review_local.stack import LocalStack
@@ -41,6 +42,22 @@ def aws(local_template: dict[str, Any]) -> Iterator[EmbeddedAws]:
     """Embedded AWS with the local template deployed, for tests that call the cores directly."""
     with deployed(local_template) as aws:
         yield aws
+
+
+@pytest.fixture(scope="module")
+def embedded(local_template: dict[str, Any]) -> Iterator[EmbeddedAws]:
+    """The template deployed once for a test module whose cases leave nothing behind (or clean up: `emptied`)."""
+    with deployed(local_template) as aws:
+        yield aws
+
+
+def emptied(aws: EmbeddedAws) -> Deps:
+    """The stack's repositories and queues, every queue emptied first (each case starts with empty queues)."""
+    deps = local_deps(aws.outputs, aws.region, aws.endpoint, "local")
+    for q in Queue:
+        for m in deps.queues.take_all(q):
+            deps.queues.delete(q, m.receipt_handle)
+    return deps
 
 
 @pytest.fixture

@@ -26,27 +26,17 @@ from contract_review.pipeline.aggregator import handle_result
 from contract_review.pipeline.intake import handle_intake
 from contract_review.pipeline.worker import ChunkWorker, Delivery
 from review_local.batch_service import BatchServiceFake
-from review_local.connect import local_deps
 from review_local.embedded import EmbeddedAws
 
 from ..texts import TEXT
-from .conftest import deployed, get_job
+from .conftest import emptied, get_job
 
 ROLE = "arn:aws:iam::123456789012:role/BatchServiceRole"
 CHUNK_RECORDS, CHUNKS = 11, 4  # TEXT in 150-character chunks: 4 chunks, 11 analysts' locate requests each
 
 
-@pytest.fixture(scope="module")
-def embedded(local_template: dict[str, Any]) -> Iterator[EmbeddedAws]:
-    with deployed(local_template) as aws:
-        yield aws
-
-
 def _deps(embedded: EmbeddedAws, service: BatchServiceFake, minimum: int) -> Deps:
-    deps = local_deps(embedded.outputs, embedded.region, embedded.endpoint, "local")
-    for q in Queue:  # every case starts with empty queues
-        for m in deps.queues.take_all(q):
-            deps.queues.delete(q, m.receipt_handle)
+    deps = emptied(embedded)
     for key in deps.artifacts.list_keys(BATCH_OPEN_PREFIX):  # and no batch job of an earlier case to follow
         deps.artifacts.delete(key)
     s = deps.settings

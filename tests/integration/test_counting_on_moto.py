@@ -3,32 +3,18 @@ deployed template on moto: the scenarios of tests/counting_races.py, one reposit
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from typing import Any
-
 import pytest
 
-from contract_review.domain.ports import Deps, Queue
-from review_local.connect import local_deps
+from contract_review.domain.ports import Deps
 from review_local.embedded import EmbeddedAws
 
 from .. import counting_races as races
-from .conftest import deployed
-
-
-@pytest.fixture(scope="module")
-def embedded(local_template: dict[str, Any]) -> Iterator[EmbeddedAws]:
-    with deployed(local_template) as aws:
-        yield aws
+from .conftest import emptied
 
 
 @pytest.fixture
 def deps(embedded: EmbeddedAws) -> Deps:
-    deps = local_deps(embedded.outputs, embedded.region, embedded.endpoint, "local")
-    for q in Queue:  # every case starts with empty queues
-        for m in deps.queues.take_all(q):
-            deps.queues.delete(q, m.receipt_handle)
-    return deps
+    return emptied(embedded)
 
 
 def test_two_retries_of_one_ended_job_at_once_count_each_chunk_once_on_dynamodb(deps: Deps):

@@ -5,7 +5,6 @@ adapters, a case here fails for one of them."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from dataclasses import dataclass
 from types import SimpleNamespace
 from typing import Any, cast
@@ -62,7 +61,6 @@ from review_local.embedded import EmbeddedAws
 
 from ..oracle import counted
 from ..unit.fakes import SETTINGS, FakeClock, FakeModelControl, FakeWorld
-from .conftest import deployed
 
 
 @dataclass
@@ -75,12 +73,6 @@ class Repos:
     ledger: TokenLedger
     control: ModelControls  # the runtime control, read through a cache of CONTROL_MAX_AGE_S on `clock`
     other_control: ModelControls  # another process's reader and writer of the same control, with its own cache
-
-
-@pytest.fixture(scope="module")
-def embedded(local_template: dict[str, Any]) -> Iterator[EmbeddedAws]:
-    with deployed(local_template) as aws:
-        yield aws
 
 
 @pytest.fixture(params=["fake", "aws"])

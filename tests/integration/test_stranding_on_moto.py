@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import random
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -22,27 +21,16 @@ from contract_review.pipeline.intake import handle_intake
 from contract_review.pipeline.redrive import dlq_redrive
 from contract_review.pipeline.worker import ChunkWorker, Delivery
 from contract_review.reliability.chunks import analysis_message, dead_letter
-from review_local.connect import local_deps
 from review_local.embedded import EmbeddedAws
 
 from ..oracle import counted
 from ..texts import TEXT
-from .conftest import deployed, get_chunk, get_job, report_json
-
-
-@pytest.fixture(scope="module")
-def embedded(local_template: dict[str, Any]) -> Iterator[EmbeddedAws]:
-    with deployed(local_template) as aws:
-        yield aws
+from .conftest import emptied, get_chunk, get_job, report_json
 
 
 @pytest.fixture
 def deps(embedded: EmbeddedAws) -> Deps:
-    deps = local_deps(embedded.outputs, embedded.region, embedded.endpoint, "local")
-    for q in Queue:  # every case starts with empty queues
-        for m in deps.queues.take_all(q):
-            deps.queues.delete(q, m.receipt_handle)
-    return deps
+    return emptied(embedded)
 
 
 def _take(deps: Deps, queue: Queue) -> list[tuple[str, str]]:

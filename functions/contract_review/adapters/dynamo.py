@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import random
+import time
 from collections.abc import Iterator, Mapping
 from decimal import Decimal
 from typing import Any, cast
@@ -73,6 +75,31 @@ def old_item(exc: ClientError) -> dict[str, Any] | None:
     """The item a failed conditional write saw (`ReturnValuesOnConditionCheckFailure=ALL_OLD`)."""
     old = cast(dict[str, Any], exc.response).get("Item")
     return deserialize(old) if old else None
+
+
+def cancel_codes(exc: ClientError) -> list[str]:
+    """Each item's reason a transaction was cancelled ("None" for an item that was not the cause)."""
+    return [str(r.get("Code", "None")) for r in exc.response.get("CancellationReasons", [])]
+
+
+def transact(client: Any, items: list[dict[str, Any]], attempts: int, what: str) -> list[str] | None:
+    """`items` in one transaction: None when written; when a condition failed (nothing written), each item's
+    cancellation reason ("ConditionalCheckFailed" for those whose condition failed). A transaction cancelled only by
+    a concurrent one on the same items (TransactionConflict) is tried again, up to `attempts` times."""
+    for attempt in range(attempts):
+        try:
+            client.transact_write_items(TransactItems=items)
+            return None
+        except ClientError as exc:
+            if exc.response.get("Error", {}).get("Code") != "TransactionCanceledException":
+                raise
+            codes = cancel_codes(exc)
+            if "ConditionalCheckFailed" in codes:
+                return codes
+            if not codes or any(c not in ("None", "TransactionConflict") for c in codes):
+                raise
+            time.sleep(random.uniform(0, 0.005 * (attempt + 1)))  # noqa: S311 (jitter, not crypto)
+    raise RuntimeError(f"{what} kept conflicting ({attempts} attempts)")
 
 
 class Table:

@@ -29,7 +29,17 @@ from contract_review.domain.records import (
 )
 
 from .claims import FENCED_OUT, SPEND, stats_expr
-from .dynamo import Table, deserialize, is_conditional_failure, model_values, serialize, set_clause, to_item
+from .dynamo import (
+    Table,
+    cancel_codes,
+    deserialize,
+    is_conditional_failure,
+    model_values,
+    serialize,
+    set_clause,
+    to_item,
+    transact,
+)
 
 
 def _usage_adds(usage: Usage | None) -> tuple[list[str], dict[str, Any]]:
@@ -80,11 +90,6 @@ SETTLE_ATTEMPTS = 20  # a settle's transaction cancelled by a concurrent one on 
 COUNTED = "counted"  # on a chunk record: counted settled on its job (written with the job's `settled_count`)
 EVENT_OWED = "event_owed"  # on a chunk record: counted, its `chunk.settled` event not written yet
 LEGACY_SETTLED = "settled"  # a job item's string set of counted chunk ids, from before `settled_count`
-
-
-def _cancel_codes(exc: ClientError) -> list[str]:
-    """Each item's reason a transaction was cancelled ("None" for an item that was not the cause)."""
-    return [str(r.get("Code", "None")) for r in exc.response.get("CancellationReasons", [])]
 
 
 class DynamoJobs:
@@ -320,23 +325,9 @@ class DynamoJobs:
         return self.get(job_id)
 
     def _transact(self, items: list[dict[str, Any]]) -> list[str] | None:
-        """Write `items` in one transaction: None when written; when a condition failed (nothing written), each
-        item's cancellation reason ("ConditionalCheckFailed" for those whose condition failed). A transaction
-        cancelled only by a concurrent one on the same items (TransactionConflict) is tried again."""
-        for attempt in range(SETTLE_ATTEMPTS):
-            try:
-                self.jobs.client.transact_write_items(TransactItems=items)
-                return None
-            except ClientError as exc:
-                if exc.response.get("Error", {}).get("Code") != "TransactionCanceledException":
-                    raise
-                codes = _cancel_codes(exc)
-                if "ConditionalCheckFailed" in codes:
-                    return codes
-                if not codes or any(c not in ("None", "TransactionConflict") for c in codes):
-                    raise
-                time.sleep(random.uniform(0, 0.005 * (attempt + 1)))  # noqa: S311 (jitter, not crypto)
-        raise RuntimeError(f"settling a chunk kept conflicting ({SETTLE_ATTEMPTS} attempts)")
+        """Write `items` in one transaction (dynamo.transact): None when written, else each item's cancellation
+        reason."""
+        return transact(self.jobs.client, items, SETTLE_ATTEMPTS, "settling a chunk")
 
     def unsettle_chunks(self, job_id: str, usage_by_chunk: Mapping[str, Usage]) -> Job | None:
         for chunk_id, usage in usage_by_chunk.items():
@@ -553,7 +544,7 @@ class DynamoJobs:
             except ClientError as exc:
                 if not is_conditional_failure(exc):  # another writer took the number: read again, try again
                     raise
-                if also is not None and _cancel_codes(exc)[2:] == ["ConditionalCheckFailed"]:
+                if also is not None and cancel_codes(exc)[2:] == ["ConditionalCheckFailed"]:
                     return 0  # its condition failed: written by another before, or nothing to write
                 time.sleep(random.uniform(0, 0.005 * (attempt + 1)))  # noqa: S311 (jitter, not crypto)
         raise RuntimeError(f"job {job_id}: its event counter kept changing ({EVENT_APPEND_ATTEMPTS} attempts)")

@@ -17,25 +17,16 @@ The spend limits (pipeline/limits.py) keep their counters here too, under their 
 
 from __future__ import annotations
 
-import random
-import time
 from typing import Any
-
-from botocore.exceptions import ClientError
 
 from contract_review.domain.ports import Charge, LedgerWindow, Taken
 
-from .dynamo import Table, serialize
+from .dynamo import Table, serialize, transact
 
 CONTROL_HOUR = 10**15  # the control item's sort key: after every hour (even at test bucket lengths)
 KEEP_HOURS = 48  # a counter outlives its 24-hour window by a day before TTL may delete it
 CHARGE_PREFIX = "charge#"  # a charge's record: partition `charge#<id>`, sort key CONTROL_HOUR
 TRANSACT_ATTEMPTS = 10  # a transaction cancelled by a concurrent one on the same items (not a condition) again
-
-
-def _codes(exc: ClientError) -> list[str]:
-    """Each item's reason a transaction was cancelled ("None" for an item that was not the cause)."""
-    return [str(r.get("Code", "None")) for r in exc.response.get("CancellationReasons", [])]
 
 
 class DynamoTokenLedger:
@@ -125,19 +116,5 @@ class DynamoTokenLedger:
         ]) is None
 
     def _transact(self, items: list[dict[str, Any]]) -> list[str] | None:
-        """`items` in one transaction: None when written, else each item's cancellation reason (a condition
-        failed: nothing written). Cancelled only by a concurrent transaction: tried again."""
-        for attempt in range(TRANSACT_ATTEMPTS):
-            try:
-                self.table.client.transact_write_items(TransactItems=items)
-                return None
-            except ClientError as exc:
-                if exc.response.get("Error", {}).get("Code") != "TransactionCanceledException":
-                    raise
-                codes = _codes(exc)
-                if "ConditionalCheckFailed" in codes:
-                    return codes
-                if not codes or any(c not in ("None", "TransactionConflict") for c in codes):
-                    raise
-                time.sleep(random.uniform(0, 0.005 * (attempt + 1)))  # noqa: S311 (jitter, not crypto)
-        raise RuntimeError(f"a spend charge kept conflicting ({TRANSACT_ATTEMPTS} attempts)")
+        """`items` in one transaction (dynamo.transact): None when written, else each item's cancellation reason."""
+        return transact(self.table.client, items, TRANSACT_ATTEMPTS, "a spend charge")
