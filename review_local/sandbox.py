@@ -1,6 +1,8 @@
 """One emulated Lambda sandbox (a separate OS process): poll, invoke the real handler, ack.
 
-Usage: python -m review_local.sandbox '<FunctionSpec JSON>'   (started by LocalRuntime)
+Started by LocalRuntime as a process forked from a server that has already imported the heavy modules
+(`forked`: Python's multiprocessing forkserver, see runtime.py), or by hand:
+python -m review_local.sandbox '<FunctionSpec JSON>'
 
 Behaves like Lambda's SQS event source mapping: batches up to BatchSize, an event shaped like
 Lambda's, a context whose remaining time follows the function timeout, deletes only the records
@@ -151,6 +153,24 @@ def main(spec: dict[str, Any]) -> None:
         for i in range(0, len(done), 10):
             sqs.delete_message_batch(QueueUrl=url, Entries=[{"Id": str(n), "ReceiptHandle": m["ReceiptHandle"]}
                                                             for n, m in enumerate(done[i:i + 10])])
+
+
+def forked(spec: dict[str, Any], env: dict[str, str], cwd: str, log_path: str) -> None:
+    """A sandbox started from the runtime's forkserver: what `subprocess.Popen(start_new_session=True, env=...,
+    cwd=..., stdout=log, stderr=STDOUT)` would give a new process (its own session, so the runtime can signal its
+    group; its function's environment; stdout and stderr appended to its log), then `main`. The handler module
+    is imported here, after the environment is set: it reads the environment at import (Powertools)."""
+    os.setsid()
+    fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    os.close(fd)
+    sys.stdout = open(1, "w", buffering=1, closefd=False)  # as PYTHONUNBUFFERED: a kill -9 loses no line
+    sys.stderr = open(2, "w", buffering=1, closefd=False)
+    os.environ.clear()
+    os.environ.update(env)
+    os.chdir(cwd)
+    main(spec)
 
 
 if __name__ == "__main__":
