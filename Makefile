@@ -8,7 +8,7 @@ export JSII_SILENCE_WARNING_DEPRECATED_NODE_VERSION := 1
 export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 20
 export PATH := $(abspath $(BIN)):$(abspath node_modules/.bin):$(PATH)
 
-.PHONY: venv browser demo test test-unit test-integration test-infra synth lint docs bench bench-quota bench-scaling bench-recovery-baseline bench-large bench-burst bench-batch soak clean
+.PHONY: venv browser demo test test-unit test-integration test-infra synth lint docs bench bench-quota bench-scaling bench-recovery-baseline bench-large bench-burst bench-batch bench-transactions soak clean
 
 $(STAMP): requirements.txt pyproject.toml package.json package-lock.json
 	$(PY) -m venv $(VENV)
@@ -105,6 +105,11 @@ bench-batch: $(STAMP)
 # Over 200 documents under every fault at once (transient, permanent, malformed output, duplicates,
 # kill -9 and SIGSTOP of workers), each job checked against a fault-free run; ~15 minutes on 2 cores.
 # Prints the counts that must be 0; results in bench/results/soak.json and soak.txt.
+# What one DynamoDB transaction costs on the embedded AWS by table size, moto as shipped against the per-item
+# rollback the embedded AWS installs (review_local/embedded.py); ~1 minute.
+bench-transactions: $(STAMP)
+	$(BIN)/python bench/embedded_transactions.py
+
 soak: $(STAMP)
 	$(BIN)/python -m pytest -m soak -s -q tests/soak
 

@@ -8,6 +8,7 @@ deployed copy and emulated by `review_local.runtime` from the same template.
 
 from __future__ import annotations
 
+import copy
 import fcntl
 import hashlib
 import json
@@ -61,6 +62,73 @@ def serialize_dynamodb_requests() -> None:
 
     call_action.serialized = True  # type: ignore[attr-defined]  # a marker on the function object
     DynamoHandler.call_action = call_action  # type: ignore[method-assign]  # the patch itself
+
+
+class _TablesNotCopied:
+    """`copy` as moto's DynamoDB backend module sees it once `roll_back_transactions_by_item` ran: a deep copy of
+    a whole table returns the table itself (the rollback then restores items, not tables); anything else is
+    copied as before."""
+
+    copy = staticmethod(copy.copy)
+    table: type = type(None)  # moto's Table, set by the patch
+
+    @classmethod
+    def deepcopy(cls, x: Any, memo: dict[int, Any] | None = None) -> Any:
+        return x if isinstance(x, cls.table) else copy.deepcopy(x, memo)
+
+
+def roll_back_transactions_by_item() -> None:
+    """Make moto's TransactWriteItems cost what the transaction touches, not the size of its tables.
+
+    moto deep-copies every table a transaction names before applying it, to put the copy back if the transaction
+    is cancelled. Under the DynamoDB lock (`serialize_dynamodb_requests`), one transaction on the chunks table of a
+    3,000-chunk job then copies every chunk while every other DynamoDB request waits; the soak's table grows all
+    run, so each transaction costs more than the last. Here the rollback copies the items the transaction names
+    (at most 100) before it runs and restores exactly those if it is cancelled: the same all-or-nothing outcome
+    (tests/integration/test_embedded_aws.py), with requests serialized so no other write lands in between.
+    Idempotent (patched once per process)."""
+    from moto.dynamodb import models
+    from moto.dynamodb.models.dynamo_type import DynamoType
+    from moto.dynamodb.models.table import Table
+
+    backend = models.DynamoDBBackend
+    if getattr(backend.transact_write_items, "by_item", False):
+        return
+    whole_tables = backend.transact_write_items
+    _TablesNotCopied.table = Table
+    models.copy = _TablesNotCopied  # type: ignore[assignment]  # the backup of whole tables becomes a no-op
+
+    def transact_write_items(self: Any, transact_items: list[dict[str, Any]]) -> None:
+        saved = []
+        for entry in transact_items:
+            op = next(iter(entry.values()), None) or {}
+            table = self.tables.get(op.get("TableName"))
+            attrs = op.get("Key") or op.get("Item") or {}
+            if table is None or table.hash_key_attr not in attrs:
+                continue  # moto refuses it below, before anything is written
+            hash_value = DynamoType(attrs[table.hash_key_attr])
+            range_value = DynamoType(attrs[table.range_key_attr]) if table.range_key_attr in attrs else None
+            try:
+                before = table.get_item(hash_value, range_value)
+            except Exception:  # a malformed key: moto refuses it below, nothing written
+                continue
+            saved.append((table, hash_value, range_value, copy.deepcopy(before)))
+        try:
+            whole_tables(self, transact_items)
+        except Exception:
+            for table, hash_value, range_value, before in reversed(saved):  # the first copy of an item wins
+                if range_value is None:
+                    table.items.pop(hash_value, None)
+                    if before is not None:
+                        table.items[hash_value] = before
+                else:
+                    table.items[hash_value].pop(range_value, None)
+                    if before is not None:
+                        table.items[hash_value][range_value] = before
+            raise
+
+    transact_write_items.by_item = True  # type: ignore[attr-defined]  # a marker on the function object
+    backend.transact_write_items = transact_write_items  # type: ignore[method-assign]  # the patch itself
 
 
 def _inputs_hash(profile: str, context: dict[str, str]) -> str:
@@ -180,6 +248,7 @@ class EmbeddedAws:
 
         logging.getLogger("werkzeug").setLevel(logging.ERROR)  # no per-request access log
         serialize_dynamodb_requests()
+        roll_back_transactions_by_item()
 
         self.server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
         self.server.start()
