@@ -1,7 +1,7 @@
 """What one DynamoDB TransactWriteItems costs on the embedded AWS, by table size: moto as shipped against moto with
 `review_local.embedded.roll_back_transactions_by_item` (issue 25: the full soak stalled behind it).
 
-    .venv/bin/python bench/embedded_transactions.py [--items 300,3000] [--out bench/results/embedded_transactions.json]
+    .venv/bin/python bench/embedded_transactions.py [--items 300,3000,10000] [--out bench/results/embedded_transactions.json]
 
 moto deep-copies every table a transaction names before applying it; the embedded AWS serializes DynamoDB requests,
 so that copy holds every other DynamoDB request of the stack. For each table size, in a fresh process per variant
@@ -63,7 +63,7 @@ def measure(items: int, by_item: bool) -> float:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--items", default="300,3000")
+    ap.add_argument("--items", default="300,3000,10000")
     ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "embedded_transactions.json")
     ap.add_argument("--one", nargs=2, help=argparse.SUPPRESS)  # internal: ITEMS BY_ITEM, in a fresh process
     args = ap.parse_args()
@@ -81,7 +81,7 @@ def main() -> None:
                      "ratio": round(shipped / by_item, 1)})
         print(f"{items:>6} {shipped:>16.1f} {by_item:>10.1f} {shipped / by_item:>6.1f}x")
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps({"transactions_per_size": TRANSACTIONS, "rows": rows, "cpus": os.cpu_count(),
+    args.out.write_text(json.dumps({"transactions_per_size": TRANSACTIONS, "rows": rows, "cpus": os.cpu_count(), "load_avg_1m_at_end": round(os.getloadavg()[0], 2),
                                     "python": platform.python_version(), "machine": platform.machine(),
                                     "reproduce": "make bench-transactions"}, indent=2) + "\n")
     print(f"written: {args.out}")
