@@ -231,8 +231,12 @@ def _waiting_window(deps: Deps, job: Job) -> tuple[float, float] | None:
     return start, end
 
 
-def lane_invariants(deps: Deps, job_ids: list[str], log_dir: Path) -> dict[str, Any]:
+def lane_invariants(deps: Deps, job_ids: list[str], log_dir: Path, all_job_ids: list[str]) -> dict[str, Any]:
+    """The lanes phase's counts over its jobs (`job_ids`). A bulk chunk of theirs may give way to any interactive job
+    of the run waiting on the workers (`all_job_ids`: an earlier phase's job reopened by phase 3's redrive of the
+    analysis DLQ runs again during this phase, and the workers rightly give way to it)."""
     jobs = {j: deps.jobs.get(j) for j in job_ids}
+    everyone = {**{j: deps.jobs.get(j) for j in all_job_ids}, **jobs}
     bad: Counter[str] = Counter()
     examples: dict[str, list[str]] = {}
 
@@ -249,7 +253,7 @@ def lane_invariants(deps: Deps, job_ids: list[str], log_dir: Path) -> dict[str, 
                                                                  ChunkStatus.AWAITING_BATCH):
                 count("chunks_open_under_an_ended_job", f"{job_id}/{r.chunk_id}")
     grace = deps.settings.profile.fanout.interactive_check_s + SLACK_S
-    windows = [w for j in jobs.values() if j is not None and j.priority is Priority.INTERACTIVE
+    windows = [w for j in everyone.values() if j is not None and j.priority is Priority.INTERACTIVE
                and (w := _waiting_window(deps, j)) is not None]
     deferred = [(at, job_id) for at, job_id in deferrals(log_dir) if job_id in jobs]
     for at, job_id in deferred:

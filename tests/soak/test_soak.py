@@ -400,7 +400,7 @@ def test_soak_every_job_matches_a_fault_free_run_or_fails_with_a_code(tmp_path):
         assert stack.tickets is not None
         compensations = redrive_compensations(stack, deps)
         invariants = {**lifecycle_invariants(deps, list(texts), stack.tickets), "compensation_dlq": compensations}
-        lane_checks = lane_invariants(deps, list(lanes_texts), stack.state_dir / "logs")
+        lane_checks = lane_invariants(deps, list(lanes_texts), stack.state_dir / "logs", list(texts))
         dlq = {q.value: deps.queues.depth(q) for q in (Queue.ANALYSIS_DLQ, Queue.RESULTS_DLQ, Queue.INTAKE_DLQ)}
     finally:
         stack.stop()
