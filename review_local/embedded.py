@@ -64,6 +64,26 @@ def serialize_dynamodb_requests() -> None:
     DynamoHandler.call_action = call_action  # type: ignore[method-assign]  # the patch itself
 
 
+def cache_backend_lookup() -> None:
+    """moto's server finds each request's backend, under one lock for all requests, by listing its own package
+    directory (a listdir and some 150 isdir calls) and then trying its URL patterns in turn; the answer depends on the
+    host name alone, so it is kept per host name. Idempotent (patched once per process)."""
+    from moto.moto_server.werkzeug_app import DomainDispatcherApplication
+
+    if getattr(DomainDispatcherApplication.get_backend_for_host, "cached", False):
+        return
+    uncached = DomainDispatcherApplication.get_backend_for_host
+    known: dict[str | None, Any] = {}
+
+    def get_backend_for_host(self: Any, host: str | None) -> Any:
+        if host not in known:
+            known[host] = uncached(self, host)
+        return known[host]
+
+    get_backend_for_host.cached = True  # type: ignore[attr-defined]  # a marker on the function object
+    DomainDispatcherApplication.get_backend_for_host = get_backend_for_host  # type: ignore[method-assign]
+
+
 class _TablesNotCopied:
     """`copy` as moto's DynamoDB backend module sees it once `roll_back_transactions_by_item` ran: a deep copy of
     a whole table returns the table itself (the rollback then restores items, not tables); anything else is
@@ -249,6 +269,7 @@ class EmbeddedAws:
         logging.getLogger("werkzeug").setLevel(logging.ERROR)  # no per-request access log
         serialize_dynamodb_requests()
         roll_back_transactions_by_item()
+        cache_backend_lookup()
 
         self.server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
         self.server.start()

@@ -42,6 +42,7 @@ class OverlapModel:
         self.started: list[tuple[float, str, str]] = []
         self.ended: list[float] = []
         self.at, self.during, self.fail = at, during, fail or set()
+        self.during_done = threading.Event()  # no other call ends (so no analyst calls again) before `during` ran
 
     def invoke(self, request: ModelRequest) -> ModelResponse:
         with self.lock:
@@ -54,8 +55,13 @@ class OverlapModel:
             self.lock.wait_for(lambda: self.in_flight >= self.meet, timeout=1.0)
         try:
             if n == self.at and self.during is not None:
-                self.during(request)
+                try:
+                    self.during(request)
+                finally:
+                    self.during_done.set()
             time.sleep(CALL_S)
+            if self.at is not None and n != self.at:
+                self.during_done.wait(timeout=2.0)
             if request.analyst in self.fail:
                 raise ClientError({"Error": {"Code": "ValidationException", "Message": "scripted"},
                                    "ResponseMetadata": {"HTTPStatusCode": 400, "HTTPHeaders": {}}}, "Converse")
@@ -164,7 +170,7 @@ def test_a_cancel_seen_by_one_analyst_stops_every_analyst_before_its_next_call()
         assert lifecycle.request_cancel(world.deps, job_id, by="alice").changed
         cancelled_at.append(time.monotonic())
         world.clock.advance(lifecycle.CANCEL_CHECK_MAX_AGE_S)  # the calls last as long as a read is kept
-    model = OverlapModel(at=len(ANALYSTS), during=cancel)
+    model = OverlapModel(at=len(ANALYSTS), during=cancel, meet=len(ANALYSTS))  # the 11th call: the last first one
     # WHEN the worker handles the chunk
     outcome = _handle(world, msg, model)
     # THEN the calls under way finished, and not one call started after the cancel (measured)
