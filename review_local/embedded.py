@@ -81,7 +81,7 @@ def cache_backend_lookup() -> None:
         return known[host]
 
     get_backend_for_host.cached = True  # type: ignore[attr-defined]  # a marker on the function object
-    DomainDispatcherApplication.get_backend_for_host = get_backend_for_host  # type: ignore[method-assign]
+    DomainDispatcherApplication.get_backend_for_host = get_backend_for_host  # type: ignore[method-assign]  # the patch itself
 
 
 class _TablesNotCopied:
