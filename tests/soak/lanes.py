@@ -176,8 +176,14 @@ def run_dead_letter_phase(stack: LocalStack, deps: Deps, docs: list[tuple[str, s
     switch); the jobs dead-letter; the fault is fixed and the analysis DLQ redriven; every job must complete."""
     started = time.monotonic()
     texts = {ops.submit(deps, text, document_id=f"dlq:{name}"): text for name, text in docs}
-    first = wait_ended(deps, list(texts), timeout_s)
+    first = wait_ended(deps, list(texts), timeout_s)  # dead-lettered (terminal), before anything is redriven
+    dead_lettered_after_s = round(time.monotonic() - started, 1)
     states = Counter(j.state.value for j in first.values())
+    # what kept a job from dead-lettering in time (its state, its chunks' statuses and counted failures)
+    not_dead = {job_id: {"state": j.state.value if (j := deps.jobs.get(job_id)) else None,
+                         "chunks": sorted(f"{r.chunk_index}:{r.status.value}:{r.failures}"
+                                          for r in deps.claims.for_job(job_id))}
+                for job_id in texts if job_id not in first or first[job_id].state is not JobState.DEAD_LETTERED}
     dead = [j for j, job in first.items() if job.state is JobState.DEAD_LETTERED]
     deadline = time.monotonic() + 60
     while deps.queues.depth(Queue.ANALYSIS_DLQ) < len(dead) and time.monotonic() < deadline:
@@ -193,7 +199,8 @@ def run_dead_letter_phase(stack: LocalStack, deps: Deps, docs: list[tuple[str, s
     after = wait_ended(deps, list(texts), timeout_s)
     return texts, {
         "wall_s": round(time.monotonic() - started, 1), "jobs": len(texts),
-        "states_before_redrive": dict(states), "analysis_dlq_messages_before_redrive": in_dlq,
+        "dead_lettered_after_s": dead_lettered_after_s, "states_before_redrive": dict(states),
+        "not_dead_lettered_at_redrive": not_dead, "analysis_dlq_messages_before_redrive": in_dlq,
         "redriven_messages": sum(1 for r in redriven if not r.skipped),
         "states_after_redrive": dict(Counter(j.state.value for j in after.values())),
     }
@@ -203,20 +210,26 @@ def _log_time(value: str) -> float:
     return datetime.strptime(value, "%Y-%m-%d %H:%M:%S,%f%z").timestamp()
 
 
-def deferrals(log_dir: Path) -> list[tuple[float, str]]:
-    """(when, job id) of every bulk chunk a worker sent back for interactive work, from the workers' log lines
-    (`chunk processed`, outcome `deferred`: each deferral is one, the job's events only keep the last)."""
-    out: list[tuple[float, str]] = []
+def deferrals(log_dir: Path) -> list[tuple[float, float, str]]:
+    """(earliest, logged, job id) of every bulk chunk a worker sent back for interactive work, from the workers' log
+    lines (`chunk processed`, outcome `deferred`: each deferral is one, the job's events only keep the last). The
+    worker decided when it received the chunk, which its line does not say: some time after the line before it in
+    the same log (`earliest`), up to the line's own time (a worker stopped by SIGSTOP between the two, or waiting
+    on a slow send, logs its decision seconds after making it)."""
+    out: list[tuple[float, float, str]] = []
     for path in sorted(log_dir.glob("*.log")):
+        before = float("-inf")
         for line in path.read_text(errors="replace").splitlines():
-            if '"deferred"' not in line:
-                continue
             try:
                 entry = json.loads(line)
             except ValueError:
                 continue
+            if "timestamp" not in entry:
+                continue  # a metrics line (EMF): no time of its own in the logger's format
+            at = _log_time(str(entry["timestamp"]))
             if entry.get("message") == "chunk processed" and entry.get("outcome") == "deferred":
-                out.append((_log_time(str(entry["timestamp"])), str(entry.get("job_id", ""))))
+                out.append((before, at, str(entry.get("job_id", ""))))
+            before = at
     return out
 
 
@@ -255,10 +268,12 @@ def lane_invariants(deps: Deps, job_ids: list[str], log_dir: Path, all_job_ids: 
     grace = deps.settings.profile.fanout.interactive_check_s + SLACK_S
     windows = [w for j in everyone.values() if j is not None and j.priority is Priority.INTERACTIVE
                and (w := _waiting_window(deps, j)) is not None]
-    deferred = [(at, job_id) for at, job_id in deferrals(log_dir) if job_id in jobs]
-    for at, job_id in deferred:
-        if not any(start - SLACK_S <= at <= end + grace for start, end in windows):
-            count("bulk_chunks_deferred_while_no_interactive_chunk_waited", f"{job_id}@{at:.1f}")
+    deferred = [(earliest, at, job_id) for earliest, at, job_id in deferrals(log_dir) if job_id in jobs]
+    for earliest, at, job_id in deferred:
+        if not any(start - SLACK_S <= at and earliest <= end + grace for start, end in windows):
+            near = min(windows, key=lambda w: min(abs(at - w[0]), abs(earliest - w[1])), default=None)
+            count("bulk_chunks_deferred_while_no_interactive_chunk_waited",
+                  f"{job_id} decided in [{earliest:.1f}, {at:.1f}]; nearest window {near}")
     by_kind = Counter(f"{j.priority.value}/{j.inference.value}" for j in jobs.values() if j is not None)
     batch_events = Counter(e.type for job_id, j in jobs.items() if j is not None and j.inference is Inference.BATCH
                            for e in deps.jobs.events(job_id) if e.type.startswith("batch."))

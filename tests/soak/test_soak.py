@@ -329,7 +329,8 @@ def _text_summary(result: dict[str, Any]) -> str:
                  f"{life['compensation_dlq']}")
     lines += [f"  {k.replace('_', ' ')}: {v}" for k, v in result["lanes"]["must_be_zero"].items()]
     dead, lanes = result["phases"]["dead_letters"], result["phases"]["lanes"]
-    lines.append(f"  dead letters: {dead['jobs']} jobs {dead['states_before_redrive']}, "
+    lines.append(f"  dead letters: {dead['jobs']} jobs {dead['states_before_redrive']} after "
+                 f"{dead['dead_lettered_after_s']} s, "
                  f"{dead['analysis_dlq_messages_before_redrive']} in the analysis DLQ, {dead['redriven_messages']} "
                  f"redriven, then {dead['states_after_redrive']}")
     lines.append(f"  new lanes: {lanes['jobs']} jobs {result['lanes']['jobs_by_kind']}; batch events "
@@ -381,7 +382,7 @@ def test_soak_every_job_matches_a_fault_free_run_or_fails_with_a_code(tmp_path):
         stack.faults = FaultSpec(seed=37, always_fail_chunk="1", switch_file=str(switch), call_log=str(calls))
         stack.start_workers()
         with Chaos(stack, rng) as chaos_dlq:
-            dead_texts, dead = run_dead_letter_phase(stack, deps, dead_docs, switch, _wait_ended, PHASE_TIMEOUT_S / 2)
+            dead_texts, dead = run_dead_letter_phase(stack, deps, dead_docs, switch, _wait_ended, PHASE_TIMEOUT_S)
         texts.update(dead_texts)
         restarts += _restarts(stack)
         # phase 4: the new lanes (batch-mode, interactive and bulk jobs at once; batch faults; a second collector;
@@ -436,6 +437,7 @@ def test_soak_every_job_matches_a_fault_free_run_or_fails_with_a_code(tmp_path):
     assert invariants["tickets"]["opened_equals_closed_plus_open_of_completed"], invariants["tickets"]
     assert large["large_state"] == "completed", (large["large_error_code"], large["large_mandatory_gaps"])
     assert lane_checks["must_be_zero"] == dict.fromkeys(lane_checks["must_be_zero"], 0), lane_checks["examples"]
+    assert dead["states_before_redrive"] == {"dead_lettered": len(dead_texts)}, dead  # the redrive is of their own
     assert dead["redriven_messages"] >= N_DEAD_LETTERS, dead  # real redrives: each job's chunk 1 went to the DLQ
     assert dead["states_after_redrive"] == {"completed": len(dead_texts)}, dead
     assert result["chaos"].get("kill -9", 0) > 0 and result["chaos"].get("SIGSTOP", 0) > 0
