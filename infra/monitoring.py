@@ -127,7 +127,8 @@ class CostBudget(Construct):
         self.budget = budgets.CfnBudget(
             self, "Budget",
             budget=budgets.CfnBudget.BudgetDataProperty(
-                budget_name=f"{stack.stack_name}-monthly", budget_type="COST", time_unit="MONTHLY",
+                # budget names are account-global: the region in it lets a second region have its own
+                budget_name=f"{stack.stack_name}-{stack.region}-monthly", budget_type="COST", time_unit="MONTHLY",
                 budget_limit=budgets.CfnBudget.SpendProperty(amount=monthly_usd, unit="USD"),
                 cost_filters={"TagKeyValue": [f"user:{COST_TAG_KEY}${stack.stack_name}"]}),
             notifications_with_subscribers=[alert("ACTUAL", 80), alert("FORECASTED", 100)])
@@ -229,7 +230,9 @@ class Monitoring(Construct):
             expression=(f"SEARCH('{{{NAMESPACE},code,service,tier}} MetricName=\"{RETRIES_BY_CODE[0]}\"', "
                         f"'Sum', {p})"),
             label="", period=Duration.seconds(p))
-        dashboard = cloudwatch.Dashboard(self, "Dashboard", dashboard_name=f"{self.stack_name}-pipeline")
+        # dashboard names are account-global: the region in it lets the same stack name deploy to a second region
+        dashboard = cloudwatch.Dashboard(self, "Dashboard",
+                                         dashboard_name=f"{self.stack_name}-{Stack.of(self).region}-pipeline")
         dashboard.add_widgets(
             cloudwatch.GraphWidget(title="Queue depth (visible, in flight)", left=depth, width=12),
             cloudwatch.GraphWidget(title="Age of the oldest message (s)", left=age, width=12),

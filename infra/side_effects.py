@@ -15,7 +15,7 @@ The ticket system is external (a third party): its base URL is the CDK context v
 
 from __future__ import annotations
 
-from aws_cdk import Duration, RemovalPolicy, Stack
+from aws_cdk import Duration, Stack
 from aws_cdk import aws_cloudwatch as cloudwatch
 from aws_cdk import aws_dynamodb as dynamodb
 from aws_cdk import aws_kms as kms
@@ -25,18 +25,18 @@ from constructs import Construct
 
 from contract_review.config.profile import Profile
 
+from .removal import removal_policy
+
 IDEMPOTENCY_KEY_ATTRIBUTE = "id"  # Powertools DynamoDBPersistenceLayer defaults
 IDEMPOTENCY_TTL_ATTRIBUTE = "expiration"
-COMPENSATION_PURPOSE = "compensation"
 
 
 class SideEffectResources(Construct):
     """The idempotency table, the job-events topic and the compensation DLQ (with its alarm)."""
 
-    def __init__(self, scope: Construct, construct_id: str, *, profile: Profile, name_prefix: str, retain: bool,
+    def __init__(self, scope: Construct, construct_id: str, *, profile: Profile, retain: bool,
                  alarm_action: cloudwatch.IAlarmAction | None) -> None:
         super().__init__(scope, construct_id)
-        removal = RemovalPolicy.RETAIN if retain else RemovalPolicy.DESTROY
         stack_name = Stack.of(self).stack_name
         self.idempotency = dynamodb.Table(
             self, "IdempotencyTable",
@@ -47,7 +47,7 @@ class SideEffectResources(Construct):
             encryption=dynamodb.TableEncryption.AWS_MANAGED,
             time_to_live_attribute=IDEMPOTENCY_TTL_ATTRIBUTE,
             deletion_protection=retain,
-            removal_policy=removal,
+            removal_policy=removal_policy(retain, deletion_protected=True),
         )
         # SSE with the AWS-managed SNS key: its key policy lets this account's principals publish through
         # SNS (no KMS grant on the roles); TLS only.
@@ -55,11 +55,10 @@ class SideEffectResources(Construct):
                                master_key=kms.Alias.from_alias_name(self, "SnsManagedKey", "alias/aws/sns"))
         self.compensation_dlq = sqs.Queue(
             self, "CompensationDlq",
-            queue_name=f"{name_prefix}-{COMPENSATION_PURPOSE}-dlq",
             retention_period=Duration.days(profile.queues.dlq_retention_days),
             encryption=sqs.QueueEncryption.SQS_MANAGED,
             enforce_ssl=True,
-            removal_policy=removal,
+            removal_policy=removal_policy(retain),  # a generated name: a retried create never meets it
         )
         self.alarm = cloudwatch.Alarm(
             self, "CompensationDlqAlarm",

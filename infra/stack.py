@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import math
 
-from aws_cdk import ArnFormat, CfnOutput, Duration, RemovalPolicy, Stack, Tags
+from aws_cdk import ArnFormat, CfnOutput, Duration, Stack, Tags
 from aws_cdk import aws_events as events
 from aws_cdk import aws_events_targets as targets
 from aws_cdk import aws_iam as iam
@@ -46,6 +46,7 @@ from .permissions import (
     grant_ticket_secret,
 )
 from .queues import QueueWithDlq
+from .removal import removal_policy
 from .side_effects import SideEffectResources
 from .storage import PREFIXES, ArtifactBucket
 from .tables import CLAIMS_LEASE_INDEX, JOBS_OPEN_INDEX, ReviewTables
@@ -76,7 +77,7 @@ class ContractReviewStack(Stack):
         )
         self.settings = settings
         retain = not settings.is_disposable
-        removal = RemovalPolicy.RETAIN if retain else RemovalPolicy.DESTROY
+        removal = removal_policy(retain)  # infra/removal.py: deleted on a failed create, kept otherwise
         Tags.of(self).add("project", "contract-review")
         Tags.of(self).add("profile", p.name)
 
@@ -107,7 +108,7 @@ class ContractReviewStack(Stack):
 
         # ---- data ----------------------------------------------------------------------
         self.tables = ReviewTables(self, "Tables", retain=retain)
-        self.side_effects = SideEffectResources(self, "SideEffects", profile=p, name_prefix=name, retain=retain,
+        self.side_effects = SideEffectResources(self, "SideEffects", profile=p, retain=retain,
                                                 alarm_action=alarm_action)
         self.storage = ArtifactBucket(
             self, "Storage", retain=retain, artifact_expiry_days=p.record_ttl_days + 1,

@@ -10,11 +10,13 @@ document outlives its job record by more than about a week.
 
 from __future__ import annotations
 
-from aws_cdk import Duration, RemovalPolicy
+from aws_cdk import Duration
 from aws_cdk import aws_s3 as s3
 from constructs import Construct
 
 from contract_review.domain.keys import PREFIXES  # every key the pipeline writes (domain/keys.py)
+
+from .removal import removal_policy
 
 NONCURRENT_VERSION_DAYS = 30  # anything else in the bucket: old versions go after this
 NONCURRENT_ARTIFACT_DAYS = 7  # an overwritten or expired artifact stays recoverable this long
@@ -34,7 +36,7 @@ class ArtifactBucket(Construct):
         auto_delete_objects: bool = False,
     ) -> None:
         super().__init__(scope, construct_id)
-        removal = RemovalPolicy.RETAIN if retain else RemovalPolicy.DESTROY
+        removal = removal_policy(retain)
         # auto_delete_objects adds a custom resource (a Lambda) that empties the bucket on
         # delete. moto's CloudFormation cannot run it (it invokes Lambda through Docker), so it
         # is opt-in (`-c auto_delete_objects=true`, local profile only) for real sandboxes.

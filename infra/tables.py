@@ -9,13 +9,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from aws_cdk import RemovalPolicy
 from aws_cdk import aws_dynamodb as dynamodb
 from constructs import Construct
 
 from contract_review.adapters.claims import LEASE_INDEX
 from contract_review.adapters.jobs import OPEN_INDEX, OPEN_STATE
 from contract_review.adapters.model_control import KEY_ATTRIBUTE as CONTROL_KEY_ATTRIBUTE
+
+from .removal import removal_policy
 
 RECORD_TTL_ATTRIBUTE = "expires_at"  # epoch seconds, written by the repositories (contract_review/adapters)
 CLAIMS_LEASE_INDEX = LEASE_INDEX  # sparse GSI of open claims, queried by the sweeper
@@ -90,5 +91,5 @@ class ReviewTables(Construct):
             encryption=dynamodb.TableEncryption.AWS_MANAGED,
             time_to_live_attribute=spec.ttl_attribute,
             deletion_protection=self._retain,
-            removal_policy=RemovalPolicy.RETAIN if self._retain else RemovalPolicy.DESTROY,
+            removal_policy=removal_policy(self._retain, deletion_protected=True),
         )

@@ -182,7 +182,8 @@ def test_a_failed_sweep_item_and_a_failed_collector_item_each_raise_an_alarm(syn
 def test_dashboard_shows_queues_jobs_retries_and_dead_letters(synth: Synth, name: str) -> None:
     t = synth.templates[name]
     (dashboard,) = resources(t, "AWS::CloudWatch::Dashboard").values()
-    assert dashboard["Properties"]["DashboardName"] == f"{name}-pipeline"
+    assert dashboard["Properties"]["DashboardName"] == {"Fn::Join": ["", [f"{name}-", {"Ref": "AWS::Region"},
+                                                                           "-pipeline"]]}
     body = json.dumps(dashboard["Properties"]["DashboardBody"])
     for needle in ("ApproximateNumberOfMessagesVisible", "ApproximateNumberOfMessagesNotVisible",
                    "ApproximateAgeOfOldestMessage", "JobDuration", "Tier1Retries", "Tier2Handoffs",
