@@ -2,14 +2,14 @@
 """CDK entry point for the contract-review stack.
 
     npx cdk synth -c profile=local                 # cdk.json runs `python3 app.py`
-    npx cdk deploy -c profile=prod [-c worker=fargate] [-c model_provider=bedrock]
+    npx cdk deploy -c profile=prod -c alarm_email=you@example.com [-c worker=fargate] [-c model_provider=bedrock]
     CDK_OUTDIR=cdk.out python app.py               # without the CLI: cdk.App() writes to CDK_OUTDIR
     CDK_OUTDIR=/tmp/out CDK_CONTEXT_JSON='{"profile":"local"}' python app.py
 
 Context: profile (prod | local, default prod), worker (lambda | fargate, default lambda),
 model_provider (bedrock | offline; default bedrock, offline for local), stack_name (default
-ContractReview), powertools_layer_version, fault_spec (JSON, not prod), auto_delete_objects
-(local only). No AWS calls and no account at synth: the stack is environment-agnostic.
+ContractReview), alarm_email (required in prod: an address, or none), powertools_layer_version,
+fault_spec (JSON, not prod), auto_delete_objects (local only). No AWS calls and no account at synth: the stack is environment-agnostic.
 """
 
 from __future__ import annotations
@@ -23,10 +23,14 @@ for path in (ROOT, ROOT / "functions"):  # `import infra` and `import contract_r
         sys.path.insert(0, str(path))
 
 from infra.application import create_app  # noqa: E402
+from infra.deploy_settings import DeploySettingsError  # noqa: E402
 
 
 def main() -> None:
-    app, _ = create_app()
+    try:
+        app, _ = create_app()
+    except DeploySettingsError as exc:  # a deploy option that cannot be deployed: one line, not a traceback
+        sys.exit(f"app.py: {exc}")
     app.synth()  # raises (non-zero exit) when a cdk-nag finding is not acknowledged
 
 

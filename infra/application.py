@@ -45,6 +45,8 @@ def add_stack(app: cdk.App, settings: DeploySettings) -> ContractReviewStack:
 
 def create_app(context: dict[str, Any] | None = None, outdir: str | None = None) -> tuple[cdk.App, ContractReviewStack]:
     app = new_app(context, outdir)
-    stack = add_stack(app, DeploySettings.from_context(app.node.try_get_context))
+    settings = DeploySettings.from_context(app.node.try_get_context)
+    settings.require_alarm_destination()
+    stack = add_stack(app, settings)
     nag.apply(app)
     return app, stack

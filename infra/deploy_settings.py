@@ -48,6 +48,13 @@ _EMAIL_RE = re.compile(r"^[^@\s]+@[^@\s]+\.[^@\s]+$")
 _MODEL_ID_RE = re.compile(r"^[a-z0-9][a-z0-9-]*(\.[A-Za-z0-9][A-Za-z0-9_.-]*)+(:[0-9A-Za-z]+)*$")
 
 
+class DeploySettingsError(ValueError):
+    """A deploy option (`-c NAME=...`) that cannot be deployed: the message says which and what it takes."""
+
+
+NO_ALARM_EMAIL = "none"  # `-c alarm_email=none`: no email subscriber, on purpose (subscribe AlarmTopicArn yourself)
+
+
 @dataclass(frozen=True)
 class DeploySettings:
     profile: Profile
@@ -55,7 +62,9 @@ class DeploySettings:
     worker_kind: WorkerKind = "lambda"
     model_provider: ModelProvider = "bedrock"
     powertools_version: str = POWERTOOLS_VERSION
-    alarm_email: str = ""  # `-c alarm_email=...`: subscribed to the alarm topic (confirm the email AWS sends)
+    # `-c alarm_email=...`: subscribed to the alarm topic (confirm the email AWS sends); `none`: no subscriber, said
+    # explicitly (a kept stack must name one or the other: `require_alarm_destination`)
+    alarm_email: str = ""
     fault_spec: FaultSpec | None = None
     auto_delete_objects: bool = False
     # The Bedrock model or inference profile id (`-c model_id=...`); empty: the profile's model_id.
@@ -99,42 +108,42 @@ class DeploySettings:
         if not self.model_id:
             object.__setattr__(self, "model_id", self.profile.review.model_id)  # frozen: resolved once, here
         if self.worker_concurrency is not None and not MIN_WORKERS <= self.worker_concurrency <= MAX_WORKERS:
-            raise ValueError(f"worker_concurrency {self.worker_concurrency}: within {MIN_WORKERS}..{MAX_WORKERS}")
+            raise DeploySettingsError(f"worker_concurrency {self.worker_concurrency}: within {MIN_WORKERS}..{MAX_WORKERS}")
         if not 0 < self.call_latency_s <= 900:
-            raise ValueError(f"call_latency_s {self.call_latency_s}: seconds a model call takes, such as 5")
+            raise DeploySettingsError(f"call_latency_s {self.call_latency_s}: seconds a model call takes, such as 5")
         overrides = self.fleet_overrides
         if overrides:  # the stack, the workers (PROFILE_OVERRIDES) and the pacers all see the sized fleet
             object.__setattr__(self, "profile", self.profile.with_overrides(**overrides))
         self._apply_concurrency()
         self._apply_limits()
         if not _MODEL_ID_RE.match(self.model_id):
-            raise ValueError(f"model_id {self.model_id!r}: a Bedrock model id or inference profile id, such as "
+            raise DeploySettingsError(f"model_id {self.model_id!r}: a Bedrock model id or inference profile id, such as "
                              f"{self.profile.review.model_id!r} (not an ARN)")
         if not _STACK_NAME_RE.match(self.stack_name) or len(self.stack_name) > MAX_STACK_NAME:
-            raise ValueError(f"stack_name {self.stack_name!r}: letters, digits and '-', letter first, at most "
+            raise DeploySettingsError(f"stack_name {self.stack_name!r}: letters, digits and '-', letter first, at most "
                              f"{MAX_STACK_NAME} characters (queue names `<stack>-results-dlq.fifo` are limited to 80)")
         if not _POWERTOOLS_VERSION_RE.match(self.powertools_version):
-            raise ValueError(f"powertools_version {self.powertools_version!r}: a release such as "
+            raise DeploySettingsError(f"powertools_version {self.powertools_version!r}: a release such as "
                              f"{POWERTOOLS_VERSION!r}, or 'latest'")
-        if self.alarm_email and not _EMAIL_RE.match(self.alarm_email):
-            raise ValueError(f"alarm_email {self.alarm_email!r} is not an email address")
+        if self.alarm_email not in ("", NO_ALARM_EMAIL) and not _EMAIL_RE.match(self.alarm_email):
+            raise DeploySettingsError(f"alarm_email {self.alarm_email!r} is not an email address")
         if self.worker_kind not in ("lambda", "fargate"):
-            raise ValueError(f"worker must be 'lambda' or 'fargate', not {self.worker_kind!r}")
+            raise DeploySettingsError(f"worker must be 'lambda' or 'fargate', not {self.worker_kind!r}")
         if self.model_provider not in ("offline", "bedrock"):
-            raise ValueError(f"model_provider must be 'offline' or 'bedrock', not {self.model_provider!r}")
+            raise DeploySettingsError(f"model_provider must be 'offline' or 'bedrock', not {self.model_provider!r}")
         if self.fault_spec is not None and self.profile.name == "prod":
-            raise ValueError("fault_spec is for demos and tests only; never in the prod profile")
+            raise DeploySettingsError("fault_spec is for demos and tests only; never in the prod profile")
         self._check_tickets()
         if self.model_tpm is not None and not 0 < self.model_tpm <= 1e9:
-            raise ValueError(f"model_tpm {self.model_tpm!r}: the model's tokens-per-minute quota, such as 2000000")
+            raise DeploySettingsError(f"model_tpm {self.model_tpm!r}: the model's tokens-per-minute quota, such as 2000000")
         self._check_uploads()
         if self.auto_delete_objects and not self.is_disposable:
-            raise ValueError("auto_delete_objects is only allowed for the local profile")
+            raise DeploySettingsError("auto_delete_objects is only allowed for the local profile")
 
     def _check_uploads(self) -> None:
         prefix = self.queue_uploads_prefix
         if not _QUEUE_UPLOADS_RE.match(prefix) or prefix.startswith(PRINCIPAL_UPLOADS_PREFIX):
-            raise ValueError(f"queue_uploads_prefix {prefix!r}: {UPLOADS_PREFIX} or a folder under it ending in '/', "
+            raise DeploySettingsError(f"queue_uploads_prefix {prefix!r}: {UPLOADS_PREFIX} or a folder under it ending in '/', "
                              f"such as uploads/queue/ (not under {PRINCIPAL_UPLOADS_PREFIX})")
     def _apply_limits(self) -> None:
         """The spend limits given into the profile; the monthly budget's default (none on the local stack)."""
@@ -152,25 +161,25 @@ class DeploySettings:
         workers = self.profile.functions.worker_max_concurrency
         reserved = self.worker_reserved_concurrency
         if reserved is not None and reserved != 0 and not workers <= reserved <= ESM_MAX_CONCURRENCY:
-            raise ValueError(f"worker_reserved_concurrency {reserved}: 0 (none) or within {workers}..{ESM_MAX_CONCURRENCY}"
+            raise DeploySettingsError(f"worker_reserved_concurrency {reserved}: 0 (none) or within {workers}..{ESM_MAX_CONCURRENCY}"
                              f" (at least the worker's maximum concurrency {workers}: the mapping would be throttled)")
 
     def _check_tickets(self) -> None:
         """`https://` (http only to loopback), and a secret ARN (and its KMS key) only with a ticket system."""
         problem = ticket_url_problem(self.ticket_url) if self.ticket_url else None
         if problem:
-            raise ValueError(problem)
+            raise DeploySettingsError(problem)
         if self.ticket_secret_arn and not self.ticket_url:
-            raise ValueError("ticket_secret_arn is the ticket system's credentials: give ticket_url too")
+            raise DeploySettingsError("ticket_secret_arn is the ticket system's credentials: give ticket_url too")
         secret = self.ticket_secret_arn
         if secret and not (_SECRET_ARN_RE.match(secret) or _SECRET_NAME_RE.match(secret)):
-            raise ValueError(f"ticket_secret_arn {secret!r}: a Secrets Manager secret ARN such as "
+            raise DeploySettingsError(f"ticket_secret_arn {secret!r}: a Secrets Manager secret ARN such as "
                              "arn:aws:secretsmanager:eu-west-1:123456789012:secret:contract-review/tickets-AbCdEf, or "
                              "the secret's name in the stack's account and region")
         if self.ticket_secret_kms_key and not self.ticket_secret_arn:
-            raise ValueError("ticket_secret_kms_key is the key of the ticket secret: give ticket_secret_arn too")
+            raise DeploySettingsError("ticket_secret_kms_key is the key of the ticket secret: give ticket_secret_arn too")
         if self.ticket_secret_kms_key and not _KMS_KEY_ARN_RE.match(self.ticket_secret_kms_key):
-            raise ValueError(f"ticket_secret_kms_key {self.ticket_secret_kms_key!r}: a KMS key ARN such as "
+            raise DeploySettingsError(f"ticket_secret_kms_key {self.ticket_secret_kms_key!r}: a KMS key ARN such as "
                              "arn:aws:kms:eu-west-1:123456789012:key/1234abcd-12ab-34cd-56ef-1234567890ab")
 
     @property
@@ -213,6 +222,20 @@ class DeploySettings:
         if reserved is None:
             reserved = self.profile.functions.worker_max_concurrency
         return {"worker": reserved, **one_at_a_time} if reserved else one_at_a_time
+
+    @property
+    def alarm_subscriber(self) -> str:
+        """The address the alarm topic emails; empty: none."""
+        return "" if self.alarm_email == NO_ALARM_EMAIL else self.alarm_email
+
+    def require_alarm_destination(self) -> None:
+        """A kept (prod) stack's alarms must reach a person: refuse a deploy that names no alarm address and does not
+        say `none` either (the synth entry calls it; a stack's alarms otherwise notify a topic nobody reads)."""
+        if not self.is_disposable and not self.alarm_email:
+            raise DeploySettingsError(
+                "alarm_email: the prod profile's alarms would reach nobody. Deploy with -c alarm_email=you@example.com "
+                "(or put \"alarm_email\" in cdk.json's context once), or -c alarm_email=none to subscribe the "
+                "AlarmTopicArn output yourself")
 
     @property
     def is_disposable(self) -> bool:
@@ -261,7 +284,7 @@ def _limit(value: Any, name: str) -> float | None:
         return None
     number = _number(value, name)
     if number is None or number <= 0:
-        raise ValueError(f"{name} {value!r}: a positive number, or none")
+        raise DeploySettingsError(f"{name} {value!r}: a positive number, or none")
     return int(number) if name == "api_requests_per_minute" and number.is_integer() else number
 
 
@@ -271,13 +294,13 @@ def _number(value: Any, name: str) -> float | None:
     try:
         return float(value)
     except ValueError:
-        raise ValueError(f"{name} {value!r}: a number") from None
+        raise DeploySettingsError(f"{name} {value!r}: a number") from None
 
 
 def _whole(value: Any, name: str) -> int | None:
     number = _number(value, name)
     if number is not None and not number.is_integer():
-        raise ValueError(f"{name} {value!r}: a whole number")
+        raise DeploySettingsError(f"{name} {value!r}: a whole number")
     return int(number) if number is not None else None
 
 

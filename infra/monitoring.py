@@ -134,6 +134,16 @@ class CostBudget(Construct):
             notifications_with_subscribers=[alert("ACTUAL", 80), alert("FORECASTED", 100)])
 
 
+def error_rate(fn: lambda_.IFunction, period_s: int) -> cloudwatch.MathExpression:
+    """A function's errors as a percentage of its invocations in each period (0 when it was not invoked)."""
+    period = Duration.seconds(period_s)
+    return cloudwatch.MathExpression(
+        expression="IF(invocations > 0, 100 * FILL(errors, 0) / invocations, 0)",
+        using_metrics={"errors": fn.metric_errors(period=period, statistic="Sum"),
+                       "invocations": fn.metric_invocations(period=period, statistic="Sum")},
+        label="error rate (%)", period=period)
+
+
 class Monitoring(Construct):
     """Function, backpressure and stuck-job alarms (all notifying `action`) and the dashboard."""
 
@@ -154,10 +164,12 @@ class Monitoring(Construct):
         p = profile
         period = Duration.seconds(p.alarms.alarm_period_s)
         for name, fn in functions.items():
+            rate, periods = p.alarms.function_error_rate_percent, p.alarms.function_error_periods
             self._alarm(f"{name.title()}Errors", f"{name}-errors",
-                        f"{name} function: >= {p.alarms.function_errors_alarm_threshold} error(s) (exceptions, timeouts) "
-                        f"in {p.alarms.alarm_period_s}s. Read its log group; a tier-2 handoff is not an error.",
-                        fn.metric_errors(period=period, statistic="Sum"), p.alarms.function_errors_alarm_threshold)
+                        f"{name} function: >= {rate:g} % of its invocations failed (exceptions, timeouts) in each of "
+                        f"{periods} periods of {p.alarms.alarm_period_s}s in a row. Read its log group; a tier-2 handoff "
+                        "is not an error, and the odd error of a fleet that retries does not raise this alarm.",
+                        error_rate(fn, p.alarms.alarm_period_s), rate, evaluation_periods=periods)
             if name not in ONE_AT_A_TIME_FUNCTIONS:  # theirs: a run dropped while the previous one goes on
                 self._alarm(f"{name.title()}Throttles", f"{name}-throttles",
                             f"{name} function: >= {p.alarms.function_throttles_alarm_threshold} throttled invocation(s) "

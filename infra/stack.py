@@ -82,7 +82,7 @@ class ContractReviewStack(Stack):
         Tags.of(self).add("profile", p.name)
 
         # ---- alarm topic: the action of every alarm -------------------------------------
-        self.alarm_topic = AlarmTopic(self, "Alarms", email=settings.alarm_email, removal_policy=removal)
+        self.alarm_topic = AlarmTopic(self, "Alarms", email=settings.alarm_subscriber, removal_policy=removal)
         Tags.of(self).add(COST_TAG_KEY, settings.stack_name)  # what the cost budget filters on (a cost-allocation tag, once activated)
         if settings.monthly_budget_usd:  # not on the local (moto) stack: an AWS Budgets budget on that tag
             self.cost_budget = CostBudget(self, "Cost", topic=self.alarm_topic, monthly_usd=settings.monthly_budget_usd)

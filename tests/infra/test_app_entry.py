@@ -25,3 +25,12 @@ def test_plain_python_app_synthesizes_into_cdk_outdir(tmp_path: Path) -> None:
     assert "EntryCheck-results.fifo" in fifo
     # cdk.json's feature flags are applied without the CLI too
     assert "Node 20 is end-of-life" not in proc.stderr
+
+
+def test_a_prod_synth_without_an_alarm_address_is_refused_in_one_line(tmp_path: Path) -> None:
+    env = {**os.environ, "CDK_OUTDIR": str(tmp_path), "CDK_CONTEXT_JSON": json.dumps({"profile": "prod"})}
+    proc = subprocess.run([sys.executable, "app.py"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 1
+    lines = [line for line in proc.stderr.splitlines() if line.strip() and "jsii" not in line.lower()]
+    assert lines == [lines[0]] and lines[0].startswith("app.py: alarm_email:") and "-c alarm_email=none" in lines[0]
+    assert not list(tmp_path.glob("*.template.json"))  # nothing synthesized

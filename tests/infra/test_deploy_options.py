@@ -15,7 +15,8 @@ SECRET = "arn:aws:secretsmanager:eu-west-1:123456789012:secret:contract-review/t
 KEY = "arn:aws:kms:eu-west-1:123456789012:key/1234abcd-12ab-34cd-56ef-1234567890ab"
 CONTEXTS = {
     "Guards": {"intake_max_concurrency": "3", "worker_reserved_concurrency": "0", "default_budget_usd": "45",
-               "principal_daily_spend_usd": "none", "api_requests_per_minute": "120", "monthly_budget_usd": "none"},
+               "principal_daily_spend_usd": "none", "api_requests_per_minute": "120", "monthly_budget_usd": "none",
+               "alarm_email": "none"},
     "Reserved": {"worker_concurrency": "7", "worker_reserved_concurrency": "50"},
     "TicketKms": {"ticket_url": "https://tickets.example.com/api", "ticket_secret_arn": SECRET,
                   "ticket_secret_kms_key": KEY, "worker": "fargate"},
@@ -103,3 +104,21 @@ def _required_outputs() -> list[str]:
     from contract_review.config.settings import RESOURCES
 
     return [r.output for r in RESOURCES]
+
+
+def test_alarm_email_none_deploys_a_topic_without_a_subscriber(by_context: dict[str, dict[str, Any]]) -> None:
+    guards = by_context["Guards"]  # -c alarm_email=none: said on purpose
+    assert resources(guards, "AWS::SNS::Subscription") == {}
+    assert "AlarmTopicArn" in guards["Outputs"]  # what to subscribe yourself
+
+
+def test_a_kept_stack_needs_an_alarm_address_or_an_explicit_none() -> None:
+    from infra.deploy_settings import DeploySettings, DeploySettingsError
+
+    with pytest.raises(DeploySettingsError, match="alarm_email=none"):
+        DeploySettings.from_context({"profile": "prod"}.get).require_alarm_destination()
+    for ctx in ({"profile": "prod", "alarm_email": "none"}, {"profile": "prod", "alarm_email": "ops@example.com"},
+                {"profile": "local"}):  # the local stack is thrown away: its alarms page nobody anyway
+        DeploySettings.from_context(ctx.get).require_alarm_destination()
+    with pytest.raises(DeploySettingsError, match="not an email address"):
+        DeploySettings.from_context({"profile": "prod", "alarm_email": "nobody"}.get)

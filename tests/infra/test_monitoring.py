@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 import pytest
@@ -10,7 +11,18 @@ import pytest
 from infra.deploy_settings import DEFAULT_MONTHLY_BUDGET_USD
 from infra.monitoring import COST_TAG_KEY
 
-from .conftest import ALARM_EMAIL, FARGATE, LOCAL, PROD, Synth, function_by_handler, getatt_id, resources, source_queues
+from .conftest import (
+    ALARM_EMAIL,
+    FARGATE,
+    LOCAL,
+    PROD,
+    ROOT,
+    Synth,
+    function_by_handler,
+    getatt_id,
+    resources,
+    source_queues,
+)
 
 STACKS = [LOCAL, PROD, FARGATE]
 
@@ -108,22 +120,34 @@ def test_queue_alarms_depth_and_age_with_profile_thresholds(synth: Synth, name: 
 
 @pytest.mark.parametrize("name", [LOCAL, PROD])
 def test_function_errors_and_throttles_per_function(synth: Synth, name: str) -> None:
-    """Errors of every function; throttles of those a throttle means the account's concurrency is exhausted. The
-    sweeper and the batch collector reserve 1 each: a scheduled run throttled behind the previous one is dropped by
-    design (the next is due), so no throttle alarm for them."""
+    """The error rate of every function, over several periods (one error of a fleet that retries pages nobody);
+    throttles of those a throttle means the account's concurrency is exhausted. The sweeper and the batch collector
+    reserve 1 each: a scheduled run throttled behind the previous one is dropped by design (the next is due), so no
+    throttle alarm for them."""
     t, p = synth.templates[name], synth.profiles[name]
     alarms = _alarms(t)
     assert "sweeper-throttles" not in alarms and "collector-throttles" not in alarms
     for fn in ("intake", "worker", "aggregator", "sweeper", "collector", "api"):
         fn_id, _ = function_by_handler(t, f"{fn}.handler")
-        for metric, threshold in (("Errors", p.alarms.function_errors_alarm_threshold),
-                                  ("Throttles", p.alarms.function_throttles_alarm_threshold)):
-            if metric == "Throttles" and fn in ("sweeper", "collector"):
-                continue
-            a = alarms[f"{fn}-{metric.lower()}"]
-            assert (a["Namespace"], a["MetricName"], a["Statistic"]) == ("AWS/Lambda", metric, "Sum")
-            assert a["Dimensions"] == [{"Name": "FunctionName", "Value": {"Ref": fn_id}}]
-            assert (a["Threshold"], a["Period"], a["TreatMissingData"]) == (threshold, p.alarms.alarm_period_s, "notBreaching")
+        lambda_metric = {"Namespace": "AWS/Lambda", "Dimensions": [{"Name": "FunctionName", "Value": {"Ref": fn_id}}]}
+        errors = alarms[f"{fn}-errors"]
+        metrics = _metric_stats(errors)
+        (expression,) = [m["Expression"] for m in metrics.values() if "Expression" in m]
+        assert expression == "IF(invocations > 0, 100 * FILL(errors, 0) / invocations, 0)"
+        for metric_id, metric_name in (("errors", "Errors"), ("invocations", "Invocations")):
+            stat = metrics[metric_id]["MetricStat"]
+            assert stat["Metric"] == {**lambda_metric, "MetricName": metric_name}
+            assert (stat["Stat"], stat["Period"]) == ("Sum", p.alarms.alarm_period_s)
+        assert (errors["Threshold"], errors["EvaluationPeriods"], errors["TreatMissingData"]) == (
+            p.alarms.function_error_rate_percent, p.alarms.function_error_periods, "notBreaching")
+        assert errors["EvaluationPeriods"] > 1 and errors["Threshold"] > 0
+        if fn in ("sweeper", "collector"):
+            continue
+        a = alarms[f"{fn}-throttles"]
+        assert (a["Namespace"], a["MetricName"], a["Statistic"]) == ("AWS/Lambda", "Throttles", "Sum")
+        assert a["Dimensions"] == lambda_metric["Dimensions"]
+        assert (a["Threshold"], a["Period"], a["TreatMissingData"]) == (
+            p.alarms.function_throttles_alarm_threshold, p.alarms.alarm_period_s, "notBreaching")
 
 
 def _metric_stats(alarm: dict[str, Any]) -> dict[str, dict[str, Any]]:
@@ -173,7 +197,7 @@ def test_a_failed_sweep_item_and_a_failed_collector_item_each_raise_an_alarm(syn
         "ContractReview", "BatchJobsRefused", "Sum", 1)
     assert refused["Dimensions"] == [{"Name": "service", "Value": "collector"}]
     collector_id, _ = function_by_handler(t, "collector.handler")
-    errors = alarms["collector-errors"]
+    errors = _metric_stats(alarms["collector-errors"])["errors"]["MetricStat"]["Metric"]
     assert (errors["MetricName"], errors["Dimensions"]) == ("Errors", [{"Name": "FunctionName",
                                                                         "Value": {"Ref": collector_id}}])
 
@@ -235,3 +259,30 @@ def test_a_monthly_cost_budget_on_the_stacks_tag_alerts_the_alarm_topic(synth: S
     assert {"Key": COST_TAG_KEY, "Value": "ContractReviewProd"} in table["Properties"]["Tags"]
     # the local stack (moto has no AWS Budgets) has none
     assert not resources(synth.templates[LOCAL], "AWS::Budgets::Budget")
+
+
+def _runbook_alarms() -> dict[str, tuple[float, int, int]]:
+    """docs/runbook.md's alarm table: alarm name (without the stack) -> (threshold, evaluation periods, period s)."""
+    text = (ROOT / "docs" / "runbook.md").read_text()
+    table = text[text.index("| alarm | for | fires at | over |"):].split("\n\n", 1)[0].splitlines()[2:]
+    out: dict[str, tuple[float, int, int]] = {}
+    for row in table:
+        alarm, each, fires, over, _ = (c.strip() for c in row.strip("|").split("|"))
+        threshold = float(re.match(r"[\d.]+", fires).group())  # type: ignore[union-attr]  # every row starts with it
+        periods, period = (int(n) for n in re.fullmatch(r"(\d+) x (\d+) s", over).groups())  # type: ignore[union-attr]
+        names = [n.strip() for n in each.split(",")] if each != "-" else [""]
+        for n in names:
+            out[re.sub(r"<(queue|fn)>", n, alarm.strip("`"))] = (threshold, periods, period)
+    return out
+
+
+@pytest.mark.parametrize("name", [PROD, FARGATE])
+def test_the_runbooks_alarm_table_is_the_templates(synth: Synth, name: str) -> None:
+    template: dict[str, tuple[float, int, int]] = {}
+    for r in resources(synth.templates[name], "AWS::CloudWatch::Alarm").values():
+        a = r["Properties"]
+        if not isinstance(a.get("AlarmName"), str):
+            continue  # the Fargate service's scaling alarms (Application Auto Scaling's own, no action)
+        period = a.get("Period") or min(m["MetricStat"]["Period"] for m in a["Metrics"] if "MetricStat" in m)
+        template[a["AlarmName"].removeprefix(f"{name}-")] = (float(a["Threshold"]), a["EvaluationPeriods"], period)
+    assert _runbook_alarms() == template

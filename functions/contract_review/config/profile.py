@@ -100,7 +100,10 @@ class AlarmsConfig(BaseModel):
     intake_age_alarm_s: int = 900  # oldest intake message: intake takes seconds per document
     analysis_age_alarm_s: int = 3600  # oldest chunk message: a backlog of an hour means too few workers
     results_age_alarm_s: int = 900  # oldest results message: the aggregator takes seconds per result
-    function_errors_alarm_threshold: int = 1  # errors (incl. timeouts) of one function in a period
+    # a function's errors (incl. timeouts) as a share of its invocations, this many periods in a row: a fleet that
+    # retries has the odd error as ordinary noise (one error in a period used to page someone)
+    function_error_rate_percent: float = Field(default=5.0, gt=0, le=100)
+    function_error_periods: int = Field(default=3, ge=1)
     function_throttles_alarm_threshold: int = 1  # throttled invocations of one function in a period
     backpressure_alarm_threshold: int = 100  # backpressure requeues per period ...
     backpressure_alarm_periods: int = 3  # ... sustained this many periods in a row
