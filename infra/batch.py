@@ -62,8 +62,10 @@ class BatchServiceRole(Construct):
         self.statements = [
             # the records: the JSONL files under the job's input URI (Bedrock lists the folder, then reads each file)
             iam.PolicyStatement(actions=["s3:GetObject"], resources=[bucket.arn_for_objects(f"{BATCH_INPUT_PREFIX}*")]),
+            # AWS's example role lists the output prefix too (Bedrock may look at the output folder before writing)
             iam.PolicyStatement(actions=["s3:ListBucket"], resources=[bucket.bucket_arn],
-                                conditions={"StringLike": {"s3:prefix": [f"{BATCH_INPUT_PREFIX}*"]}}),
+                                conditions={"StringLike": {"s3:prefix": [f"{BATCH_INPUT_PREFIX}*",
+                                                                         f"{BATCH_OUTPUT_PREFIX}*"]}}),
             # the answers and the manifest, under the job's output URI
             iam.PolicyStatement(actions=["s3:PutObject"], resources=[bucket.arn_for_objects(f"{BATCH_OUTPUT_PREFIX}*")]),
             *invoke_statements(stack, model_id),

@@ -82,7 +82,7 @@ class AlarmTopic(Construct):
         self.key = kms.Key(self, "Key", enable_key_rotation=True, removal_policy=removal_policy,
                            description=f"{stack.stack_name} alarm topic encryption")
         cloudwatch_service = iam.ServicePrincipal("cloudwatch.amazonaws.com")
-        self.key.grant(cloudwatch_service, "kms:Decrypt", "kms:GenerateDataKey*")
+        self.allow_service(cloudwatch_service)
         self.topic = sns.Topic(self, "Topic", display_name=f"{stack.stack_name} alarms", master_key=self.key,
                                enforce_ssl=True)
         # enforce_ssl writes a topic policy, which replaces the default one: let CloudWatch alarms of
@@ -98,6 +98,13 @@ class AlarmTopic(Construct):
             self.topic.add_subscription(subscriptions.EmailSubscription(email))
         self.action = cw_actions.SnsAction(self.topic)
 
+    def allow_service(self, service: iam.ServicePrincipal) -> None:
+        """Let an AWS service publish to the encrypted topic through the key, on behalf of this account only
+        (`aws:SourceAccount`: the confused deputy). docs/first-deploy.md says how to see an alarm arrive."""
+        self.key.add_to_resource_policy(iam.PolicyStatement(
+            principals=[service], actions=["kms:Decrypt", "kms:GenerateDataKey*"], resources=["*"],
+            conditions={"StringEquals": {"aws:SourceAccount": Stack.of(self).account}}))
+
 
 COST_TAG_KEY = "review-stack"  # every resource carries it (stack name); activate it as a cost-allocation tag
 
@@ -111,7 +118,7 @@ class CostBudget(Construct):
         super().__init__(scope, construct_id)
         stack = Stack.of(self)
         budgets_service = iam.ServicePrincipal("budgets.amazonaws.com")
-        topic.key.grant(budgets_service, "kms:Decrypt", "kms:GenerateDataKey*")
+        topic.allow_service(budgets_service)
         topic.topic.add_to_resource_policy(iam.PolicyStatement(
             sid="BudgetsPublish", principals=[budgets_service], actions=["sns:Publish"],
             resources=[topic.topic.topic_arn], conditions={"StringEquals": {"aws:SourceAccount": stack.account}}))

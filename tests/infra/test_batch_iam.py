@@ -65,7 +65,7 @@ def test_the_service_role_reads_batch_input_and_writes_batch_output_only(synth: 
     assert sorted(s3, key=lambda st: json.dumps(st, sort_keys=True)) == sorted([
         {"Action": "s3:GetObject", "Effect": "Allow", "Resource": _objects(t, "batch/input/")},
         {"Action": "s3:ListBucket", "Effect": "Allow", "Resource": {"Fn::GetAtt": [_bucket(t), "Arn"]},
-         "Condition": {"StringLike": {"s3:prefix": ["batch/input/*"]}}},
+         "Condition": {"StringLike": {"s3:prefix": ["batch/input/*", "batch/output/*"]}}},
         {"Action": "s3:PutObject", "Effect": "Allow", "Resource": _objects(t, "batch/output/")},
     ], key=lambda st: json.dumps(st, sort_keys=True))
     # the rest: invoking the stack's model through its inference profile (test_model_grants.py), nothing else; no KMS

@@ -286,3 +286,13 @@ def test_the_runbooks_alarm_table_is_the_templates(synth: Synth, name: str) -> N
         period = a.get("Period") or min(m["MetricStat"]["Period"] for m in a["Metrics"] if "MetricStat" in m)
         template[a["AlarmName"].removeprefix(f"{name}-")] = (float(a["Threshold"]), a["EvaluationPeriods"], period)
     assert _runbook_alarms() == template
+
+
+def test_the_alarm_keys_services_act_for_this_account_only(synth: Synth) -> None:
+    key = next(iter(resources(synth.templates[PROD], "AWS::KMS::Key").values()))["Properties"]
+    granted = [st for st in key["KeyPolicy"]["Statement"] if "Service" in st.get("Principal", {})]
+    services = {svc for st in granted for svc in (lambda s: s if isinstance(s, list) else [s])(st["Principal"]["Service"])}
+    assert services == {"cloudwatch.amazonaws.com", "budgets.amazonaws.com"}
+    for st in granted:
+        assert sorted(st["Action"]) == ["kms:Decrypt", "kms:GenerateDataKey*"]
+        assert st["Condition"] == {"StringEquals": {"aws:SourceAccount": {"Ref": "AWS::AccountId"}}}

@@ -114,9 +114,9 @@ def test_requests_are_priced_by_class_in_integer_micro_dollars():
     requests = Counter({cost.DYNAMODB_WRITE: 1_000_000, cost.SQS_FIFO: 2_000_000, cost.S3_WRITE: 1000,
                         cost.S3_READ: 1000, cost.FREE: 50})
     usd = cost.request_cost_usd(PRICES, requests, Decimal(10))  # + 10 GB-s of Lambda
-    assert usd == Decimal("0.625") + Decimal("1.00") + Decimal("0.005") + Decimal("0.0004") + Decimal("0.000166667")
-    assert cost.micro_usd(usd) == 1_630_567  # rounded half up, never a float
-    assert cost.format_usd(1_630_567) == "$1.630567"
+    assert usd == Decimal("0.625") + Decimal("1.00") + Decimal("0.005") + Decimal("0.0004") + Decimal("0.000133334")
+    assert cost.micro_usd(usd) == 1_630_533  # rounded to the micro-dollar (half up), never a float
+    assert cost.format_usd(1_630_533) == "$1.630533"
 
 
 # --- the request meter (a botocore hook) --------------------------------------------------------------------

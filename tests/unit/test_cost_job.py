@@ -39,7 +39,7 @@ def test_an_attempts_usage_adds_its_requests_the_recording_write_and_its_lambda_
     assert (a.calls, a.input_tokens, a.output_tokens, a.cache_read_tokens, a.aws_requests) == (2, 1000, 100, 500, 6)
     assert a.model_micro_usd == cost.micro_usd(Decimal("0.003") + Decimal("0.0015") + Decimal("0.00015"))
     assert a.aws_micro_usd == cost.micro_usd(4 * Decimal("0.625") / 10**6 + Decimal("0.40") / 10**6
-                                             + Decimal("0.20") / 10**6 + 2 * Decimal("0.0000166667"))
+                                             + Decimal("0.20") / 10**6 + 2 * Decimal("0.0000133334"))
 
 
 # --- a job's usage --------------------------------------------------------------------------------------------

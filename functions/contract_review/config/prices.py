@@ -52,7 +52,7 @@ class PriceTable(BaseModel):
     s3_write_per_1k: Decimal  # PUT, COPY, POST, LIST (S3 Standard)
     s3_read_per_1k: Decimal  # GET and all other requests
     lambda_request_per_million: Decimal
-    lambda_gb_second: Decimal  # x86, first pricing tier
+    lambda_gb_second: Decimal  # arm64 (every function of the stack runs on Graviton), first pricing tier
 
 
 # Transcribed on 2026-11-22 from https://aws.amazon.com/bedrock/pricing/ (Anthropic, on-demand and prompt
@@ -89,5 +89,5 @@ PRICES = PriceTable(
     s3_write_per_1k=Decimal("0.005"),
     s3_read_per_1k=Decimal("0.0004"),
     lambda_request_per_million=Decimal("0.20"),
-    lambda_gb_second=Decimal("0.0000166667"),
+    lambda_gb_second=Decimal("0.0000133334"),  # arm64 (x86: 0.0000166667)
 )
