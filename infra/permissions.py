@@ -212,6 +212,8 @@ API = (
                                                         "large text; presign POST /uploads (all in the callers' "
                                                         "own uploads/principals/<owner>/)"),
     Access("objects:documents/", (GET_OBJECT,), "retry: rebuild chunk messages from the stored document"),
+    Access("objects:reports/", (GET_OBJECT,), "GET /jobs/{id}/report: the owner reads the report through a GET this "
+                                              "role presigns (S3 checks the signer's grant)"),
     _LIST,
     Access("queue:intake", (SEND,), "send the intake message of a submitted job; retry a job failed in intake"),
     Access("queue:analysis", (SEND,), "retry: send the reset chunks"),

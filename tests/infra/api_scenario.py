@@ -11,9 +11,20 @@ from typing import Any
 
 from contract_review.domain import lifecycle
 from contract_review.domain.errors import ErrorEnvelope
+from contract_review.domain.keys import report_keys
 from contract_review.domain.messages import AnalysisMessage
 from contract_review.domain.ports import Deps
-from contract_review.domain.records import AttemptStats, ChunkStatus, Job, JobFailure, JobState, job_id_for
+from contract_review.domain.records import (
+    AttemptStats,
+    ChunkStatus,
+    CoverageSummary,
+    Job,
+    JobFailure,
+    JobOutcome,
+    JobState,
+    Reliability,
+    job_id_for,
+)
 from contract_review.pipeline.intake import handle_intake
 from review_local.api_server import http_api_event, local_principal
 from review_local.embedded import EmbeddedAws
@@ -81,6 +92,19 @@ def _failed_in_intake(setup: Deps, aws: EmbeddedAws) -> str:
     return job_id
 
 
+def _report(rec: Recorder, setup: Deps, job_id: str, bucket: str) -> None:
+    """A completed job's report, read by its owner through the GET the API presigns."""
+    json_key, md_key = report_keys(job_id)
+    setup.artifacts.put_text(json_key, "{}")  # as finalize writes them (outside the recording)
+    setup.artifacts.put_text(md_key, "# report", "text/markdown")
+    outcome = JobOutcome(report_json_key=json_key, report_md_key=md_key, ended_at=time.time(), n_findings=0,
+                         reliability=Reliability(), coverage_summary=CoverageSummary())
+    assert lifecycle.move(setup, job_id, (JobState.RUNNING,), JobState.COMPLETED, outcome=outcome) is not None
+    answer = _call(rec, "GET", f"/jobs/{job_id}/report", query="format=md")
+    assert answer["status"] == 302 and md_key in answer["body"]["reportUrl"], answer
+    rec.add("api", "s3", "GetObject", {"Bucket": bucket, "Key": md_key}, origin=declared("presigned-get"))
+
+
 def run(rec: Recorder, setup: Deps, aws: EmbeddedAws) -> None:
     uploaded = _call(rec, "POST", "/uploads", {"name": "api-contract"})
     assert uploaded["status"] == 201, uploaded
@@ -91,18 +115,20 @@ def run(rec: Recorder, setup: Deps, aws: EmbeddedAws) -> None:
             origin=declared("presigned-post"))
     big = "\n\n".join([LONG_TEXT] * (210_000 // len(LONG_TEXT) + 1))  # over the inline limit: claim check
     jobs = [_call(rec, "POST", "/jobs", {"document": d}) for d in (
-        {"text": TEXT.replace("New York", "Ohio")}, {"text": big}, {"s3_uri": s3_uri})]
-    assert [j["status"] for j in jobs] == [202, 202, 202], jobs
+        {"text": TEXT.replace("New York", "Ohio")}, {"text": big}, {"s3_uri": s3_uri},
+        {"text": TEXT.replace("New York", "Utah")})]
+    assert [j["status"] for j in jobs] == [202, 202, 202, 202], jobs
     batch = _call(rec, "POST", "/batches", [{"custom_id": "b1", "document": {"text": TEXT.replace("York", "Jersey")}},
                                             {"custom_id": "bad", "document": {"text": " "}}])
     assert batch["status"] == 202 and batch["body"]["accepted"] == 1, batch
     pending = jobs[0]["body"]["jobId"]
     assert _call(rec, "GET", f"/jobs/{pending}")["body"]["status"] == "queued"  # its submission answers
-    _take_in(setup, aws, 4)
+    _take_in(setup, aws, 5)
     for j in jobs:
         assert _call(rec, "GET", f"/jobs/{j['body']['jobId']}")["status"] == 200
         assert _call(rec, "GET", f"/jobs/{j['body']['jobId']}/events", query="after=0")["status"] == 200
     assert _call(rec, "GET", f"/batches/{batch['body']['batchId']}")["status"] == 200
+    _report(rec, setup, jobs[3]["body"]["jobId"], bucket)
     # cancel the claim-checked job; retry a dead-lettered one and one that failed in intake
     assert _call(rec, "POST", f"/jobs/{jobs[1]['body']['jobId']}/cancel")["status"] == 202
     dead = jobs[0]["body"]["jobId"]

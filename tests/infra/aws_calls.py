@@ -69,6 +69,8 @@ DECLARED = {
     "bedrock": "Bedrock, running a batch job's model with the batch service role (infra/batch.py)",
     "presigned-post": "a Job API caller's upload through the presigned POST the API signed (operate/api.py): S3 checks "
                       "the signer's grant",
+    "presigned-get": "a Job API caller's read of its report through the presigned GET the API signed (operate/api.py "
+                     "GET /jobs/{id}/report): S3 checks the signer's grant",
 }
 
 

@@ -119,7 +119,8 @@ def test_events_resumed_with_last_event_id_and_after_lose_nothing_and_repeat_not
     assert streamed[-1]["type"] == "job.completed"
 
 
-ROUTES = [("GET", "/jobs/{job}", None), ("GET", "/jobs/{job}/events", None), ("POST", "/jobs/{job}/cancel", None),
+ROUTES = [("GET", "/jobs/{job}", None), ("GET", "/jobs/{job}/events", None), ("GET", "/jobs/{job}/report", None),
+          ("POST", "/jobs/{job}/cancel", None),
           ("POST", "/jobs/{job}/approval", {"decision": "reject"}), ("POST", "/jobs/{job}/retry", None),
           ("GET", "/batches/{batch}", None)]
 
@@ -235,22 +236,51 @@ def test_two_principals_of_review_up_are_isolated_as_a_user_would_try_it(stack: 
 
 
 @pytest.mark.skipif(not (shutil.which("curl") and shutil.which("jq")), reason="needs curl and jq")
-def test_the_readme_upload_session_uploads_and_only_its_owner_submits_it(stack: LocalStack, tmp_path: Path):
+def test_the_readme_upload_session_uploads_and_only_its_owner_submits_it_and_reads_its_report(
+        stack: LocalStack, tmp_path: Path):
     # GIVEN `review up`'s .review/local.json in a working directory with the samples
     stack.write_local_json(tmp_path / ".review" / "local.json")
     (tmp_path / "samples").symlink_to(SAMPLES)
     # WHEN the README's upload session runs as written
     proc = subprocess.run(["bash", "-c", _readme_block('"$API/uploads"')], cwd=tmp_path, capture_output=True,
-                          text=True, timeout=120)
+                          text=True, timeout=240)
     out = proc.stdout
-    # THEN the presigned POST was taken, local-other was refused the upload, and local-user's job was queued
+    # THEN the presigned POST was taken, local-other was refused the upload, and local-user's job completed
     assert re.search(r"upload: HTTP 20[04]", out), (out, proc.stderr)
     assert '"code":"input.document_forbidden"' in out, (out, proc.stderr)
-    job_id = re.search(r'"jobId":"(job-[0-9a-f]{20})","status":"queued"', out)
+    job_id = re.search(r"# Contract review (job-[0-9a-f]{20})", out)  # the report's first line, read by its owner
     assert job_id is not None, (out, proc.stderr)
-    job = wait_for(lambda: stack.deps().jobs.get(job_id.group(1)), 20, what="intake to record the job")
+    job = stack.deps().jobs.get(job_id.group(1))
+    assert job is not None and job.state is JobState.COMPLETED and job.report_md_key
+    assert out.count("# Contract review") == 1 and "other: HTTP 404" in out, (out, proc.stderr)
     assert job.principal is not None and job.principal.endswith(":user/local-user")
     assert job.document_sha256 == document_hash((SAMPLES / "master-services-agreement.txt").read_text(encoding="utf-8"))
+
+
+def test_a_report_link_is_a_presigned_get_that_reads_the_report_without_the_api_token(stack: LocalStack):
+    status, _, accepted = http(stack, "POST", "/jobs", {"document": {"text": "1. Term. This agreement runs for one "
+                                                                               "year from the effective date."}})
+    assert status == 202
+    job_id = accepted["jobId"]
+    wait_for(lambda: (j := stack.deps().jobs.get(job_id)) is not None and j.state is JobState.COMPLETED, 120,
+             what="the job to complete")
+    # the API answers a 302 (not followed here) whose Location reads the report from S3 with no API token
+    opener = urllib.request.build_opener(_NoRedirect)
+    req = urllib.request.Request(f"{stack.api.url}/jobs/{job_id}/report?format=md",  # type: ignore[union-attr]  # up
+                                 headers={"Authorization": f"Bearer {stack.api.token}"})  # type: ignore[union-attr]  # up
+    with pytest.raises(urllib.error.HTTPError) as redirect:
+        opener.open(req, timeout=30)
+    assert redirect.value.code == 302
+    location = redirect.value.headers["Location"]
+    with urllib.request.urlopen(location, timeout=30) as r:
+        body = r.read().decode()
+    job = stack.deps().jobs.get(job_id)
+    assert job is not None and job.report_md_key and body == stack.deps().artifacts.get_text(job.report_md_key)
+
+
+class _NoRedirect(urllib.request.HTTPRedirectHandler):
+    def redirect_request(self, *args: Any, **kwargs: Any) -> None:
+        return None  # the 302 is the answer under test
 
 
 def test_a_10_mb_upload_never_becomes_a_job_that_reads_it_all(stack: LocalStack):

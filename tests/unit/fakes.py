@@ -570,7 +570,7 @@ class FakeArtifacts:
     def __init__(self, bucket: str = "artifacts"):
         self.bucket = bucket
         self.objects: dict[tuple[str, str], str | bytes] = {}  # bytes: a raw (e.g. non-UTF-8) upload
-        self.presigned: list[tuple[str, int, int]] = []  # (key, max bytes, expiry) of each presigned upload
+        self.presigned: list[tuple[str, int, int]] = []  # (key, max bytes (0: a GET), expiry) of each presigned URL
 
     def put_text(self, key: str, body: str, content_type: str = "application/json") -> None:
         self.objects[(self.bucket, key)] = body
@@ -601,6 +601,10 @@ class FakeArtifacts:
     def presign_upload(self, key: str, max_bytes: int, expires_s: int) -> PresignedUpload:
         self.presigned.append((key, max_bytes, expires_s))
         return PresignedUpload(url=f"https://{self.bucket}.s3.example", fields={"key": key})
+
+    def presign_download(self, key: str, expires_s: int, filename: str) -> str:
+        self.presigned.append((key, 0, expires_s))
+        return f"https://{self.bucket}.s3.example/{key}?expires={expires_s}&filename={filename}"
 
 
 @dataclass

@@ -453,6 +453,34 @@ def test_a_job_reads_queued_at_once_then_running_then_completed_with_its_report(
     assert done["updatedAt"].endswith("Z")  # type: ignore[union-attr]
 
 
+def test_the_owner_gets_its_report_through_a_short_lived_presigned_get_and_nobody_else_learns_of_it():
+    world = FakeWorld()
+    job_id = str(submit(world, text=LONG_TEXT).json["jobId"])
+    # before the report is written: 409 (queued, then running), and nothing is presigned
+    assert (call(world, "GET", f"/jobs/{job_id}/report").status, world.artifacts.presigned) == (409, [])
+    run = InProcess(world)
+    run.intake()
+    early = call(world, "GET", f"/jobs/{job_id}/report")
+    assert (early.status, early.code) == (409, "api.conflict") and "running" in str(early.json["error"])
+    run.run(job_id)
+    done = call(world, "GET", f"/jobs/{job_id}").json["result"]
+    assert isinstance(done, dict) and done["reportUrl"].endswith(f"/jobs/{job_id}/report")  # type: ignore[union-attr]
+    # the owner: 302 to a presigned GET of report.json (the default) or report.md, good for 5 minutes
+    for query, key in (("", f"reports/{job_id}/report.json"), ("format=md", f"reports/{job_id}/report.md")):
+        answer = call(world, "GET", f"/jobs/{job_id}/report", query=query)
+        assert answer.status == 302 and answer.headers["Location"] == answer.json["reportUrl"]
+        assert world.artifacts.presigned[-1] == (key, 0, api.REPORT_URL_EXPIRY_S) and key in answer.headers["Location"]
+        assert world.artifacts.get_text(key)  # the object the URL names exists
+    presigned = len(world.artifacts.presigned)
+    # another principal: 404, as for a job that does not exist; a bad format: 400; neither presigns anything
+    other = call(world, "GET", f"/jobs/{job_id}/report", who=BOB)
+    assert (other.status, other.code) == (404, "api.not_found")
+    assert call(world, "GET", "/jobs/job-00000000000000000000/report").status == 404
+    bad = call(world, "GET", f"/jobs/{job_id}/report", query="format=pdf")
+    assert (bad.status, bad.code) == (400, "api.invalid_request")
+    assert len(world.artifacts.presigned) == presigned
+
+
 def test_a_failed_job_carries_its_error_code_and_whether_retry_can_help():
     world = FakeWorld()
     job_id = str(submit(world).json["jobId"])

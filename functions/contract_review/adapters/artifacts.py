@@ -54,6 +54,12 @@ class S3Artifacts:
             raise
         return body
 
+    def presign_download(self, key: str, expires_s: int, filename: str) -> str:
+        """A presigned GET (a signature, no request to S3: a missing object is the holder's 404 from S3)."""
+        return str(self.client.generate_presigned_url(
+            "get_object", ExpiresIn=expires_s, Params={
+                "Bucket": self.bucket, "Key": key, "ResponseContentDisposition": f'attachment; filename="{filename}"'}))
+
     def presign_upload(self, key: str, max_bytes: int, expires_s: int) -> PresignedUpload:
         """A presigned POST: S3 itself refuses a body outside 1..max_bytes (`content-length-range`) and any other
         key; the bucket's default encryption (SSE-S3) encrypts the upload."""

@@ -316,8 +316,8 @@ _CODES = [
               "`review status JOB` shows it."),
     ErrorCode("api.conflict", ErrorClass.STATE, False,
               "The job's state does not allow the action: cancelling a job that has ended, an approval for a job "
-              "that is not waiting for one, a retry with nothing to retry, or any action on a job intake has not "
-              "taken in yet.",
+              "that is not waiting for one, a retry with nothing to retry, the report of a job that has none yet (it "
+              "is written when the job completes), or any action on a job intake has not taken in yet.",
               "Read the job (GET /jobs/{id}); the message says why. For a job intake has not taken in yet the "
               "answer carries Retry-After: send the request again then. Otherwise nothing to do: the job goes on "
               "or has ended."),

@@ -414,6 +414,10 @@ class Artifacts(Protocol):
         """A presigned POST that lets its holder upload one object at `key`, of 1..`max_bytes` bytes (S3
         enforces the signed `content-length-range`), until `expires_s` from now."""
 
+    def presign_download(self, key: str, expires_s: int, filename: str) -> str:
+        """A presigned GET of the object at `key`, good until `expires_s` from now, downloaded as `filename`
+        (its holder reads that one object with the signer's permission, nothing else)."""
+
 
 class Queue(StrEnum):
     INTAKE = "intake"

@@ -134,7 +134,8 @@ def _unexpected(exc: Exception) -> Response[str]:
 # Every route (method, path template); docs/openapi.yaml documents each (a test keeps the two equal). A known
 # path with another method answers 405, anything else 404.
 ROUTES: tuple[tuple[str, str], ...] = (
-    ("POST", "/jobs"), ("GET", "/jobs/{jobId}"), ("GET", "/jobs/{jobId}/events"), ("POST", "/jobs/{jobId}/cancel"),
+    ("POST", "/jobs"), ("GET", "/jobs/{jobId}"), ("GET", "/jobs/{jobId}/events"), ("GET", "/jobs/{jobId}/report"),
+    ("POST", "/jobs/{jobId}/cancel"),
     ("POST", "/jobs/{jobId}/approval"), ("POST", "/jobs/{jobId}/retry"), ("POST", "/batches"),
     ("GET", "/batches/{batchId}"), ("POST", "/uploads"),
 )
@@ -476,7 +477,8 @@ def job_status(deps: Deps, found: Job | Submission, base_url: str = "") -> dict[
     result: JsonValue = None
     if job.report_json_key:
         bucket = deps.artifacts.bucket
-        result = {"reportJson": f"s3://{bucket}/{job.report_json_key}",
+        result = {"reportUrl": f"{base_url}/jobs/{job.job_id}/report",  # what the caller can read (a 302 to it)
+                  "reportJson": f"s3://{bucket}/{job.report_json_key}",
                   "reportMarkdown": f"s3://{bucket}/{job.report_md_key}" if job.report_md_key else None,
                   "findings": job.n_findings}
     error: JsonValue = None
@@ -514,6 +516,34 @@ def job_status(deps: Deps, found: Job | Submission, base_url: str = "") -> dict[
 def get_job(job_id: str) -> Response[str]:
     deps = _deps()
     return _json(200, job_status(deps, owned_job(deps, caller(), job_id), _base_url()))
+
+
+REPORT_URL_EXPIRY_S = 300  # a report's presigned GET is good for 5 minutes
+REPORT_FORMATS = ("json", "md")
+
+
+def report_url(deps: Deps, found: Job | Submission, fmt: str) -> str:
+    """A presigned GET of the job's report (`json` or `md`); 409 while it has none (a report is written when the job
+    completes). Presigned, not returned: a Lambda behind the HTTP API answers at most 6 MB and a 5 MB contract's report
+    can be larger; the caller's own credentials cannot read the bucket, which holds every principal's reports."""
+    if fmt not in REPORT_FORMATS:
+        raise ApiError(400, "api.invalid_request", f"format must be one of {', '.join(REPORT_FORMATS)}, not {fmt!r}")
+    key = None if isinstance(found, Submission) else (found.report_json_key if fmt == "json" else found.report_md_key)
+    if key is None:
+        state = JobState.QUEUED.value if isinstance(found, Submission) else found.state.value
+        raise ApiError(409, "api.conflict", f"job {found.job_id} has no report yet (it is {state}): a report is "
+                                            "written when the job completes")
+    return deps.artifacts.presign_download(key, REPORT_URL_EXPIRY_S, f"{found.job_id}-report.{fmt}")
+
+
+@app.get("/jobs/<job_id>/report")
+def get_report(job_id: str) -> Response[str]:
+    """The owner's report: 302 to a presigned GET good for REPORT_URL_EXPIRY_S (`?format=json`, the default, or `md`);
+    404 to anyone else, as every job route."""
+    deps = _deps()
+    found = owned_job(deps, caller(), job_id)
+    url = report_url(deps, found, app.current_event.get_query_string_value("format", "json") or "json")
+    return _json(302, {"reportUrl": url, "expiresAt": iso(deps.clock() + REPORT_URL_EXPIRY_S)}, {"Location": url})
 
 
 def job_events(deps: Deps, job_id: str, after: int, limit: int) -> list[JsonValue]:
