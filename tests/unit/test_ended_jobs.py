@@ -10,7 +10,7 @@ from contract_review.domain.errors import ErrorEnvelope
 from contract_review.domain.keys import document_key
 from contract_review.domain.ports import Queue
 from contract_review.domain.records import AttemptStats, Cancellation, ChunkStatus, JobState, Usage
-from contract_review.pipeline import redrive
+from contract_review.pipeline import fanout, redrive
 from contract_review.pipeline.worker import ChunkWorker, Delivery
 from tests.oracle import counted
 
@@ -136,3 +136,71 @@ def test_the_fanout_sends_only_the_chunks_the_budget_left_covers_and_the_job_sto
     assert ended.total_micro_usd <= ended.budget_micro_usd == 450
     (stop,) = [e for e in world.jobs.events(job_id) if e.type == "job.cancelling"]
     assert stop.detail["before_spending"] is True
+
+
+def test_a_job_cancelled_between_intake_storing_its_plan_and_its_fan_out_is_fanned_out_by_retry():
+    """Found by the extended soak (issue 25): a cancel that won intake's move to running left the job with its
+    document and plan stored but no chunk record; `review retry` reopened it `running` with nothing to send, and
+    nothing else would ever fan it out (it stayed running, stalled, for good)."""
+    from contract_review.domain.records import job_id_for
+    from contract_review.review.chunking import document_hash
+
+    from ..texts import TEXT
+    from .inprocess import InProcess, fault_free_findings
+    from .scenarios import small_chunk_world
+
+    world = small_chunk_world()
+    p = InProcess(world)
+    job_id = job_id_for(document_hash(TEXT))
+    store_plan = fanout.store_plan
+
+    def cancel_after_the_plan(deps: object, jid: str, plan: object) -> None:  # one call wrapped
+        store_plan(world.deps, jid, plan)  # type: ignore[arg-type]  # the wrapped call's own arguments
+        assert lifecycle.request_cancel(world.deps, jid, by="cli").changed
+
+    fanout.store_plan = cancel_after_the_plan  # type: ignore[assignment]  # the interleaving under test
+    try:
+        p.send({"text": TEXT})
+        p.intake()
+    finally:
+        fanout.store_plan = store_plan
+    assert p.run(job_id).state is JobState.CANCELLED and world.claims.for_job(job_id) == []
+    # WHEN it is retried THEN its fan-out starts, and it completes as a clean run
+    retried = redrive.retry(world.deps, job_id)
+    assert retried.retried and "fan-out starts" in retried.action, retried
+    p.run(job_id)
+    assert p.assert_complete_and_consistent(job_id) == fault_free_findings(small_chunk_world, {"text": TEXT})
+
+
+def test_a_job_cancelled_before_intake_stored_its_document_is_not_reopened_to_wait_for_ever():
+    """The other case the soak found: intake died between creating the job and storing its document, the job was
+    cancelled, and the redelivered intake message found it ended (dropped). Nothing of it is stored: a retry is
+    refused with what to do, the job stays cancelled, nothing is sent."""
+    from contract_review.domain.records import job_id_for
+    from contract_review.review.chunking import document_hash
+
+    from ..texts import TEXT
+    from .inprocess import Crash, InProcess
+    from .scenarios import small_chunk_world
+
+    world = small_chunk_world()
+    p = InProcess(world)
+    job_id = job_id_for(document_hash(TEXT))
+    put_text = world.artifacts.put_text
+
+    def die_before_the_document(key: str, body: str, content_type: str = "application/json") -> None:
+        if key == document_key(job_id):
+            raise Crash("intake killed after creating the job, before storing its document")
+        put_text(key, body, content_type)
+
+    world.artifacts.put_text = die_before_the_document  # type: ignore[method-assign]  # one call wrapped
+    p.send({"text": TEXT})
+    p.intake()  # the job is created `queued`; intake dies; its message comes back
+    world.artifacts.put_text = put_text  # type: ignore[method-assign]
+    assert lifecycle.request_cancel(world.deps, job_id, by="cli").changed
+    assert p.run(job_id).state is JobState.CANCELLED  # the redelivered message finds it ended
+    retried = redrive.retry(world.deps, job_id)
+    assert not retried.retried and "another idempotency key" in retried.action
+    job = world.jobs.get(job_id)
+    assert job is not None and job.state is JobState.CANCELLED
+    assert world.claims.for_job(job_id) == [] and not world.queues.drain(Queue.ANALYSIS)

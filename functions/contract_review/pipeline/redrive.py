@@ -25,9 +25,11 @@ from pydantic import BaseModel, ValidationError
 
 from contract_review.domain import cost, lifecycle
 from contract_review.domain.errors import ErrorClass
+from contract_review.domain.keys import plan_key
 from contract_review.domain.messages import AnalysisMessage, ResultMessage
 from contract_review.domain.ports import Deps, Queue, QueueMessage
 from contract_review.domain.records import ChunkRecord, ChunkStatus, Job, JobState, Rebudgeted, Usage
+from contract_review.pipeline import fanout
 from contract_review.pipeline.aggregator import BUDGET_EXCEEDED
 from contract_review.reliability.chunks import analysis_message, announce
 from contract_review.review.report import coverage_of
@@ -134,6 +136,11 @@ def _reopen_job(deps: Deps, job: Job, via: str, resettable: Collection[ChunkStat
     (also chunks a job-fatal error left unstarted), and what is counted settled is rebuilt from the chunk
     records. Finished chunks and the other checkpoints are kept."""
     records = deps.claims.for_job(job.job_id)
+    if not records and not deps.artifacts.list_keys(plan_key(job.job_id)):
+        # cancelled before intake stored its document (intake then dropped its message: the job had ended)
+        return ("not retried: the job was cancelled before intake took its document in, so nothing of it was "
+                "stored to run again. Send the document again under another idempotency key (this one names the "
+                "cancelled job)")
     rerun = _gap_analysts(job, records)
     for c in records:
         if c.status in resettable:
@@ -152,10 +159,16 @@ def _reopen_job(deps: Deps, job: Job, via: str, resettable: Collection[ChunkStat
     outcome = kept if budget_micro_usd is None else Rebudgeted(**kept.model_dump(), budget_micro_usd=budget_micro_usd)
     if budget_micro_usd is not None:
         detail["budget_micro_usd"] = budget_micro_usd
-    if lifecycle.transition(deps, job, JobState.RUNNING, event="job.reopened", detail=detail,
-                            settled=done, outcome=outcome) is None:
+    reopened = lifecycle.transition(deps, job, JobState.RUNNING, event="job.reopened", detail=detail, settled=done,
+                                    outcome=outcome)
+    if reopened is None:
         return "dropped (job changed meanwhile)"
-    if not todo and records:
+    if not records:
+        # cancelled after intake stored its document and plan but before its fan-out recorded a chunk (the cancel
+        # won intake's move to running): no chunk message, no result, so nothing else would ever fan it out. The
+        # first page goes now; the rest follows as its chunks settle, as for a job intake fanned out.
+        return f"redriven ({fanout.refill(deps, reopened)} chunk(s) sent: its fan-out starts)"
+    if not todo:
         # every chunk is done (the job failed in its side effects, or in finalizing): nothing to run, so a done
         # chunk's result goes to the aggregator again, which finalizes at once (report, then the side effects,
         # with its own adapters), instead of the job waiting for the stall reconciler
