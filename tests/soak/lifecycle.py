@@ -167,6 +167,18 @@ def redrive_compensations(stack: Any, deps: Any) -> dict[str, int]:
                 1 for j in deps.jobs.all() for e in j.side_effects if e.status is StepStatus.COMPENSATION_FAILED)}
 
 
+def _ticket_story(deps: Any, job_id: str, all_tickets: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """A job's state, side-effect steps, tickets and event types: why a ticket of it is still open."""
+    job = deps.jobs.get(job_id)
+    return None if job is None else {
+        "state": job.state.value, "error_code": job.error_code,
+        "steps": [f"{e.step}:{e.operation}:{e.status.value}:g{e.generation}:{e.result}:{e.key[:12]}"
+                  for e in job.side_effects],
+        "tickets": [{k: t.get(k) for k in ("id", "status", "idempotency_key")}
+                    for t in all_tickets if str(t["fields"].get("job_id")) == job_id],
+        "events": [e.type for e in deps.jobs.events(job_id)]}
+
+
 def lifecycle_invariants(deps: Any, job_ids: list[str], tickets: TicketServiceFake) -> dict[str, Any]:
     """The counts that must be 0, and what they were counted over."""
     jobs = {j: deps.jobs.get(j) for j in job_ids}
@@ -195,6 +207,8 @@ def lifecycle_invariants(deps: Any, job_ids: list[str], tickets: TicketServiceFa
             open_of_completed += n
             if n > 1:
                 count("completed_jobs_with_more_than_one_open_ticket", job_id)
+    # what each such job went through, so a failed run explains itself
+    explained = {j: _ticket_story(deps, j, all_tickets) for j in examples.get("tickets_open_under_a_job_not_completed", [])}
     # cost, chunks, events
     events_written = events_never_written = 0
     reader = deps
@@ -228,5 +242,5 @@ def lifecycle_invariants(deps: Any, job_ids: list[str], tickets: TicketServiceFa
         "tickets": {"opened": opened, "closed": closed, "open_of_completed_jobs": open_of_completed,
                     "opened_equals_closed_plus_open_of_completed": opened == closed + open_of_completed},
         "events": {"written": events_written, "numbers_never_written": events_never_written},
-        "examples": examples,
+        "examples": examples, "tickets_open_under_a_job_not_completed": explained,
     }
