@@ -368,3 +368,24 @@ def test_a_steps_in_progress_record_expires_with_the_invocations_remaining_time(
     before = int(_time.time() * 1000)
     assert PowertoolsOutcomes(layer, expires_after_s=60).once("k", act, clock) == {"ok": True}
     assert seen[0] is not None and before + 4_000 <= seen[0] <= int(_time.time() * 1000) + 4_000
+
+
+def test_a_retried_jobs_second_unknown_ticket_is_closed_too_not_answered_by_the_first_ones_undo():
+    """Issue 25's soak: a job whose ticket outcome was unknown, rejected (its ticket closed by its key), retried, and
+    whose new ticket (the next generation, another key) was unknown again and rejected. Both undos asked for "the
+    ticket of an unknown outcome" (`ticket_id` None), so they shared one compensation key, and the second was
+    answered by the first one's stored outcome: the new ticket stayed open under a failed job."""
+    world, fx = FakeWorld(), FakeSideEffects()
+    waiting = unknown_outcome(world, fx, written=True)
+    first = saga.end_waiting(world.deps, waiting, "job.approval_rejected")
+    assert first is not None and fx.tickets.opened == fx.tickets.closed == 1
+    # WHEN the job is reopened (`review retry`) and its new ticket's outcome is unknown again, and rejected
+    again = lifecycle.transition(world.deps, first, JobState.RUNNING, event="job.reopened")
+    assert again is not None
+    fx.tickets.inject("timeout_after_write", "open")
+    fx.tickets.inject("lookup_unavailable", "find", times=STEP_ATTEMPTS)
+    assert saga.run_side_effects(world.deps, fx.fx, again).status is SagaStatus.WAITING_APPROVAL
+    second = saga.end_waiting(world.deps, job(world, again.job_id), "job.approval_rejected")
+    # THEN both tickets are closed: nothing stays open under the failed job
+    assert second is not None and second.state is JobState.FAILED
+    assert fx.tickets.opened == fx.tickets.closed == 2

@@ -339,7 +339,9 @@ class CompensationOrder(BaseModel):
 
 def compensation_of(job: Job, rec: SideEffectDone, reason: str) -> CompensationOrder:
     if rec.step == TICKET:
-        args: JsonObject = {"ticket_id": rec.result.get("ticket_id")}
+        # the step's key too: a ticket whose outcome was unknown has no id, and without its key every such undo of
+        # the job (a retried job's next generation) would share one compensation key, answered by the first's outcome
+        args: JsonObject = {"ticket_id": rec.result.get("ticket_id"), "step_key": rec.key}
         op = "close"
     else:
         args = {"withdrawn_key": rec.key}
