@@ -118,13 +118,13 @@ class DeploySettings:
         self._apply_limits()
         if not _MODEL_ID_RE.match(self.model_id):
             raise DeploySettingsError(f"model_id {self.model_id!r}: a Bedrock model id or inference profile id, such as "
-                             f"{self.profile.review.model_id!r} (not an ARN)")
+                                      f"{self.profile.review.model_id!r} (not an ARN)")
         if not _STACK_NAME_RE.match(self.stack_name) or len(self.stack_name) > MAX_STACK_NAME:
             raise DeploySettingsError(f"stack_name {self.stack_name!r}: letters, digits and '-', letter first, at most "
-                             f"{MAX_STACK_NAME} characters (queue names `<stack>-results-dlq.fifo` are limited to 80)")
+                                      f"{MAX_STACK_NAME} characters (queue names `<stack>-results-dlq.fifo` are limited to 80)")
         if not _POWERTOOLS_VERSION_RE.match(self.powertools_version):
             raise DeploySettingsError(f"powertools_version {self.powertools_version!r}: a release such as "
-                             f"{POWERTOOLS_VERSION!r}, or 'latest'")
+                                      f"{POWERTOOLS_VERSION!r}, or 'latest'")
         if self.alarm_email not in ("", NO_ALARM_EMAIL) and not _EMAIL_RE.match(self.alarm_email):
             raise DeploySettingsError(f"alarm_email {self.alarm_email!r} is not an email address")
         if self.worker_kind not in ("lambda", "fargate"):
@@ -144,7 +144,7 @@ class DeploySettings:
         prefix = self.queue_uploads_prefix
         if not _QUEUE_UPLOADS_RE.match(prefix) or prefix.startswith(PRINCIPAL_UPLOADS_PREFIX):
             raise DeploySettingsError(f"queue_uploads_prefix {prefix!r}: {UPLOADS_PREFIX} or a folder under it ending in '/', "
-                             f"such as uploads/queue/ (not under {PRINCIPAL_UPLOADS_PREFIX})")
+                                      f"such as uploads/queue/ (not under {PRINCIPAL_UPLOADS_PREFIX})")
     def _apply_limits(self) -> None:
         """The spend limits given into the profile; the monthly budget's default (none on the local stack)."""
         if self.limit_overrides:
@@ -162,7 +162,7 @@ class DeploySettings:
         reserved = self.worker_reserved_concurrency
         if reserved is not None and reserved != 0 and not workers <= reserved <= ESM_MAX_CONCURRENCY:
             raise DeploySettingsError(f"worker_reserved_concurrency {reserved}: 0 (none) or within {workers}..{ESM_MAX_CONCURRENCY}"
-                             f" (at least the worker's maximum concurrency {workers}: the mapping would be throttled)")
+                                      f" (at least the worker's maximum concurrency {workers}: the mapping would be throttled)")
 
     def _check_tickets(self) -> None:
         """`https://` (http only to loopback), and a secret ARN (and its KMS key) only with a ticket system."""
@@ -174,13 +174,13 @@ class DeploySettings:
         secret = self.ticket_secret_arn
         if secret and not (_SECRET_ARN_RE.match(secret) or _SECRET_NAME_RE.match(secret)):
             raise DeploySettingsError(f"ticket_secret_arn {secret!r}: a Secrets Manager secret ARN such as "
-                             "arn:aws:secretsmanager:eu-west-1:123456789012:secret:contract-review/tickets-AbCdEf, or "
-                             "the secret's name in the stack's account and region")
+                                      "arn:aws:secretsmanager:eu-west-1:123456789012:secret:contract-review/tickets-AbCdEf, or "
+                                      "the secret's name in the stack's account and region")
         if self.ticket_secret_kms_key and not self.ticket_secret_arn:
             raise DeploySettingsError("ticket_secret_kms_key is the key of the ticket secret: give ticket_secret_arn too")
         if self.ticket_secret_kms_key and not _KMS_KEY_ARN_RE.match(self.ticket_secret_kms_key):
             raise DeploySettingsError(f"ticket_secret_kms_key {self.ticket_secret_kms_key!r}: a KMS key ARN such as "
-                             "arn:aws:kms:eu-west-1:123456789012:key/1234abcd-12ab-34cd-56ef-1234567890ab")
+                                      "arn:aws:kms:eu-west-1:123456789012:key/1234abcd-12ab-34cd-56ef-1234567890ab")
 
     @property
     def fleet_overrides(self) -> dict[str, int]:

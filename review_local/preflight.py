@@ -304,6 +304,31 @@ def check_batch_role(iam: Any, role_arn: str) -> Check:
     return Check(name, True, f"{role_name}: Bedrock may assume it for this account's batch jobs")
 
 
+def check_alarm_subscribers(sns: Any, topic_arn: str) -> Check:
+    """The stack's alarm topic (output AlarmTopicArn) has a confirmed subscriber: every alarm notifies that topic
+    only, and an email subscription counts once its owner clicked the link AWS sent (until then its ARN reads
+    "PendingConfirmation"). One ListSubscriptionsByTopic, paged."""
+    name = "alarm subscribers"
+    try:
+        subs = [s for page in sns.get_paginator("list_subscriptions_by_topic").paginate(TopicArn=topic_arn)
+                for s in page.get("Subscriptions", [])]
+    except ClientError as exc:
+        return Check(name, None, f"SNS answered {_error(exc).get('Code')} (needs sns:ListSubscriptionsByTopic on "
+                                 f"{topic_arn})")
+    except BotoCoreError as exc:
+        return Check(name, None, f"SNS not readable: {type(exc).__name__}")
+    confirmed = [s for s in subs if str(s.get("SubscriptionArn", "")).startswith("arn:")]
+    pending = len(subs) - len(confirmed)
+    waiting = f"; {pending} waiting for confirmation (the link in the email AWS sent)" if pending else ""
+    if confirmed:
+        protocols = ", ".join(sorted({str(s.get("Protocol")) for s in confirmed}))
+        return Check(name, True, f"{len(confirmed)} confirmed ({protocols}){waiting}")
+    return Check(name, False, f"no confirmed subscriber on {topic_arn.rsplit(':', 1)[-1]}{waiting}: the stack's "
+                              "alarms reach nobody",
+                 f"click the confirmation link, or aws sns subscribe --topic-arn {topic_arn} --protocol email "
+                 "--notification-endpoint you@example.com (then confirm it)")
+
+
 def _as_list(value: Any) -> list[Any]:
     return value if isinstance(value, list) else [] if value is None else [value]
 
@@ -342,6 +367,7 @@ class Target:
     deployed: bool = False  # a deployed stack on AWS: its reservation is already out of the unreserved pool
     layer_parameter: str = ""  # the SSM parameter the stack's layer ARN comes from ("": the default release's)
     batch_role_arn: str = ""  # the role Bedrock assumes for batch jobs (output BatchRoleArn; "": a stack without it)
+    alarm_topic_arn: str = ""  # the topic every alarm notifies (output AlarmTopicArn; "": not a deployed stack)
 
 
 def stack_target(session: Any, stack: str) -> Target:
@@ -360,7 +386,7 @@ def stack_target(session: Any, stack: str) -> Target:
         tpm = float(outputs["ModelTpm"]) if outputs.get("ModelTpm") else None
         return Target(f"stack {stack} ({session.region_name})", outputs.get("ModelProvider", "bedrock"),
                       outputs["ModelId"], tpm, reserved=reserved, deployed=True, layer_parameter=layer,
-                      batch_role_arn=outputs.get("BatchRoleArn", ""))
+                      batch_role_arn=outputs.get("BatchRoleArn", ""), alarm_topic_arn=outputs.get("AlarmTopicArn", ""))
     # a stack deployed before the ModelId output existed: its profile's model
     profile = get_profile(outputs.get("ProfileName", "prod"))
     return Target(f"stack {stack} ({session.region_name}; no ModelId output, using profile {profile.name}'s model)",
@@ -412,12 +438,7 @@ def preflight(stack: str | None, region: str | None, model_id: str | None = None
                                runtime=bedrock_runtime_client(session, PING_READ_TIMEOUT_S),
                                bedrock=bedrock_control_client(session),
                                quotas=session.client("service-quotas"))
-        checks = [check_layer(session.client("ssm"), target.layer_parameter or default_layer_parameter(),
-                              session.region_name),
-                  check_concurrency(session.client("lambda"), session.region_name, target.reserved, target.deployed),
-                  check_batch(session.client("service-quotas"), report)]
-        if target.batch_role_arn:  # a deployed stack's (the local one's is not created: moto does not run IAM)
-            checks.append(check_batch_role(session.client("iam"), target.batch_role_arn))
+        checks = account_checks(session, target, report)
     except NoCredentialsError as exc:
         raise PreflightError(_NO_CREDENTIALS) from exc
     except NoRegionError as exc:
@@ -446,6 +467,20 @@ def preflight(stack: str | None, region: str | None, model_id: str | None = None
     for check in checks:
         echo(f"  {check.render()}")
     return ok
+
+
+def account_checks(session: Any, target: Target, report: PreflightReport) -> list[Check]:
+    """The account's checks: the layer, Lambda concurrency, batch inference; for a deployed stack, its batch service
+    role and its alarm topic's subscribers."""
+    checks = [check_layer(session.client("ssm"), target.layer_parameter or default_layer_parameter(),
+                          session.region_name),
+              check_concurrency(session.client("lambda"), session.region_name, target.reserved, target.deployed),
+              check_batch(session.client("service-quotas"), report)]
+    if target.batch_role_arn:  # a deployed stack's (the local one's is not created: moto does not run IAM)
+        checks.append(check_batch_role(session.client("iam"), target.batch_role_arn))
+    if target.alarm_topic_arn:  # a deployed stack's: do its alarms reach a person?
+        checks.append(check_alarm_subscribers(session.client("sns"), target.alarm_topic_arn))
+    return checks
 
 
 def _silent(_line: str) -> None:

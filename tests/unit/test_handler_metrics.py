@@ -127,3 +127,24 @@ def test_a_bulk_chunk_that_gives_way_counts_one_priority_deferral(capsys: pytest
     lines = _emf(capsys.readouterr().out)
     assert _values(lines, "PriorityDeferrals") == [({"service": "worker"}, 1.0)]
     assert _values(lines, "BackpressureRequeues") == []  # giving way is not backpressure
+
+
+
+def test_each_function_says_at_cold_start_which_sdk_it_runs_on() -> None:
+    """Issue 26 item 7: the Lambda runtime brings its own boto3/botocore, not the pinned one the tests ran with;
+    a cold start's first line says which it got."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    import botocore
+    from aws_lambda_powertools.shared.version import VERSION
+
+    functions = Path(__file__).resolve().parents[2] / "functions"
+    # a fresh process importing a handler module, as a cold start does
+    out = subprocess.run([sys.executable, "-c", "import contract_review.handlers.sweeper"], capture_output=True,
+                         text=True, check=True, env={**os.environ, "PYTHONPATH": str(functions)}).stdout
+    (line,) = [json.loads(x) for x in out.splitlines() if json.loads(x).get("message") == "runtime"]
+    assert (line["service"], line["botocore"], line["powertools"]) == ("sweeper", botocore.__version__, VERSION)
+    assert line["boto3"] and line["python"].count(".") == 2

@@ -79,9 +79,24 @@ def receive_count(record: SQSRecord) -> int | None:
 def observe(logger: Logger) -> Logger:
     """One logging setup for every handler and the poller: the core's loggers (`contract_review.*`) write
     through `logger`'s structured handler, and every line carries the job's bound fields
-    (`domain/log_fields.py`: hashes a raw idempotency key, adds job, chunk, step, ... where known)."""
+    (`domain/log_fields.py`: hashes a raw idempotency key, adds job, chunk, step, ... where known). At cold start,
+    one line says which SDK the code runs on (`runtime`): the Lambda runtime's own boto3/botocore is not the one
+    requirements.txt pins and the tests ran with, and batch inference and prompt caching need a recent botocore."""
     handler = logger.registered_handler
     if not any(isinstance(f, LogFieldsFilter) for f in handler.filters):
         handler.addFilter(LogFieldsFilter())
     copy_config_to_registered_loggers(source_logger=logger, include={"contract_review"})
+    logger.info("runtime", extra=runtime_versions())
     return logger
+
+
+@functools.cache
+def runtime_versions() -> dict[str, str]:
+    """The versions this process runs on: Python, boto3, botocore, Powertools."""
+    import platform
+
+    import botocore
+    from aws_lambda_powertools.shared.version import VERSION as POWERTOOLS
+
+    return {"python": platform.python_version(), "boto3": boto3.__version__, "botocore": botocore.__version__,
+            "powertools": POWERTOOLS}
