@@ -236,6 +236,30 @@ class FakeSession:
                 "lambda": self.clients.lambda_}[service]
 
 
+class WithClients(FakeSession):
+    """A FakeSession with more stubbed clients (service name -> client)."""
+
+    def __init__(self, clients: Clients, extra: dict[str, Any]):
+        super().__init__(clients)
+        self.extra = extra
+
+    def client(self, service: str, **kw: Any) -> Any:
+        return self.extra[service] if service in self.extra else super().client(service, **kw)
+
+
+def deployed_stack_run(c: Clients, outputs: dict[str, str]) -> None:
+    """The answers of a preflight of the deployed stack "Prod" with these outputs (its model, the current one): the
+    stack, the model, the quotas (read twice: the batch check reads them again), the account."""
+    c.cfn_stub.add_response("describe_stacks", _stack({"ModelProvider": "bedrock", "ModelId": bs.CURRENT, **outputs}),
+                            expected_params={"StackName": "Prod"})
+    bs.expect_current(c.bedrock_stub, bs.CURRENT)
+    c.runtime_stub.add_response("converse", bs.converse_ok())
+    for _ in range(2):
+        c.quota_pages(PAGE_1, PAGE_2)
+        c.quota_pages([], operation="list_aws_default_service_quotas")
+    c.account()
+
+
 def _stack(outputs: dict[str, str]) -> dict[str, Any]:
     return {"Stacks": [{"StackName": "Prod", "CreationTime": "2026-11-01T00:00:00Z", "StackStatus": "CREATE_COMPLETE",
                         "Outputs": [{"OutputKey": k, "OutputValue": v} for k, v in outputs.items()]}]}

@@ -9,7 +9,7 @@ from typing import Any
 from review_local.preflight import check_alarm_subscribers, preflight
 
 from . import bedrock_stubs as bs
-from .test_preflight import PAGE_1, PAGE_2, Clients, FakeSession, _stack
+from .test_preflight import Clients, WithClients, deployed_stack_run
 
 TOPIC = "arn:aws:sns:us-east-1:123456789012:Prod-AlarmsTopic1A2B3C4D-EXAMPLE"
 
@@ -51,32 +51,15 @@ def test_an_unreadable_topic_is_not_checked():
     assert check.ok is None and "sns:ListSubscriptionsByTopic" in check.line
 
 
-class WithSns(FakeSession):
-    def __init__(self, clients: Clients, sns: Any):
-        super().__init__(clients)
-        self.sns = sns
-
-    def client(self, service: str, **kw: Any) -> Any:
-        return self.sns if service == "sns" else super().client(service, **kw)
-
-
 def test_preflight_of_a_deployed_stack_whose_alarms_reach_nobody_fails():
     c = Clients()
-    c.cfn_stub.add_response("describe_stacks", _stack({"ModelProvider": "bedrock", "ModelId": bs.CURRENT,
-                                                        "AlarmTopicArn": TOPIC}), expected_params={"StackName": "Prod"})
-    bs.expect_current(c.bedrock_stub, bs.CURRENT)
-    c.runtime_stub.add_response("converse", bs.converse_ok())
-    c.quota_pages(PAGE_1, PAGE_2)
-    c.quota_pages([], operation="list_aws_default_service_quotas")
-    c.quota_pages(PAGE_1, PAGE_2)  # the batch check reads the quotas again
-    c.quota_pages([], operation="list_aws_default_service_quotas")
-    c.account()
+    deployed_stack_run(c, {"AlarmTopicArn": TOPIC})
     sns, stub = bs.stubbed("sns")
     stub.add_response("list_subscriptions_by_topic", {"Subscriptions": [_sub("PendingConfirmation")]},
                       expected_params={"TopicArn": TOPIC})
     lines: list[str] = []
     with stub:
-        ok = preflight("Prod", None, session_factory=lambda **_: WithSns(c, sns), echo=lines.append)
+        ok = preflight("Prod", None, session_factory=lambda **_: WithClients(c, {"sns": sns}), echo=lines.append)
     stub.assert_no_pending_responses()
     assert ok is False
     assert any(line.startswith("  alarm subscribers: FAILED - no confirmed subscriber") for line in lines), lines

@@ -11,7 +11,7 @@ from urllib.parse import quote
 from review_local.preflight import check_batch_role, preflight
 
 from . import bedrock_stubs as bs
-from .test_preflight import PAGE_1, PAGE_2, Clients, FakeSession, _stack
+from .test_preflight import Clients, WithClients, deployed_stack_run
 
 ROLE = "arn:aws:iam::123456789012:role/Prod-BatchServiceRoleBF1D8B3E-1AB2C3D4"
 NAME = ROLE.rsplit("/", 1)[-1]
@@ -53,31 +53,14 @@ def test_a_deleted_role_fails_and_an_unreadable_one_is_not_checked():
     assert denied.ok is None and "iam:GetRole" in denied.line
 
 
-class WithIam(FakeSession):
-    def __init__(self, clients: Clients, iam: Any):
-        super().__init__(clients)
-        self.iam = iam
-
-    def client(self, service: str, **kw: Any) -> Any:
-        return self.iam if service == "iam" else super().client(service, **kw)
-
-
 def test_preflight_of_a_deployed_stack_prints_the_batch_role_line():
     c = Clients()
-    c.cfn_stub.add_response("describe_stacks", _stack({"ModelProvider": "bedrock", "ModelId": bs.CURRENT,
-                                                        "BatchRoleArn": ROLE}), expected_params={"StackName": "Prod"})
-    bs.expect_current(c.bedrock_stub, bs.CURRENT)
-    c.runtime_stub.add_response("converse", bs.converse_ok())
-    c.quota_pages(PAGE_1, PAGE_2)
-    c.quota_pages([], operation="list_aws_default_service_quotas")
-    c.quota_pages(PAGE_1, PAGE_2)  # the batch check reads the quotas again
-    c.quota_pages([], operation="list_aws_default_service_quotas")
-    c.account()
+    deployed_stack_run(c, {"BatchRoleArn": ROLE})
     iam, stub = bs.stubbed("iam")
     stub.add_response("get_role", _role(TRUST), expected_params={"RoleName": NAME})
     lines: list[str] = []
     with stub:
-        preflight("Prod", None, session_factory=lambda **_: WithIam(c, iam), echo=lines.append)
+        preflight("Prod", None, session_factory=lambda **_: WithClients(c, {"iam": iam}), echo=lines.append)
     stub.assert_no_pending_responses()
     assert any(line.startswith("  batch service role: ok - ") for line in lines), lines
 
