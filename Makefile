@@ -55,7 +55,7 @@ test-infra: $(STAMP)
 	$(BIN)/python -m pytest tests/infra
 
 synth: $(STAMP)
-	npx cdk synth -c profile=$${PROFILE:-prod} --quiet
+	npx cdk synth -c profile=$${PROFILE:-prod} -c alarm_email=$${ALARM_EMAIL:-none} --quiet  # a look at the template: no subscriber unless ALARM_EMAIL
 
 docs: $(STAMP)
 	PYTHONPATH=functions $(BIN)/python -m contract_review.domain.policy > docs/error-codes.md
