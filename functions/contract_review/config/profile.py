@@ -277,6 +277,11 @@ class LimitsConfig(BaseModel):
     # What one Job API principal may admit in a UTC day, at the jobs' estimates (`-c principal_daily_spend_usd=N`):
     # a submission over it is refused (quota.spend_exceeded, 429) before it is queued. None: no cap.
     principal_daily_spend_usd: float | None = Field(None, gt=0)
+    # What the whole stack may spend on the model in a UTC day, whoever sends the work (`-c daily_spend_cap_usd=N`;
+    # domain/spend_cap.py, docs/cost.md "The stack's daily spend cap"): admissions take their estimates from it (over
+    # it: the Job API answers 429, a queued job waits for the next day), and when the day's recorded spend reaches
+    # it the model is held until 00:00 UTC. None: no cap.
+    daily_spend_cap_usd: float | None = Field(None, gt=0)
     # Job API requests one principal may make a minute, counted in the function (an HTTP API has no per-client
     # throttling or usage plans): more is api.rate_limited (429, Retry-After). None: the stage-wide throttle only.
     api_requests_per_minute: int | None = Field(None, gt=0)
@@ -465,6 +470,8 @@ PROFILES: dict[str, Profile] = {
         # largest (5 MB) about $90: those need their own budget_usd
         default_budget_usd=20.0,
         principal_daily_spend_usd=500.0,
+        # a quarter of what the default fleet can spend in a day (about $4,000 at $170 an hour: docs/cost.md)
+        daily_spend_cap_usd=1000.0,
         api_requests_per_minute=600,
     ),
     "local": Profile.from_flat(
@@ -513,6 +520,7 @@ PROFILES: dict[str, Profile] = {
         ticket_secret_max_age_s=1,  # a credential rotated in the local secret is read within a second
         # the same limits as prod, wider: the local stack's soak and bench submit hundreds of documents at once
         principal_daily_spend_usd=10_000.0,
+        daily_spend_cap_usd=100_000.0,
         api_requests_per_minute=6000,
         # batch inference against the local stand-in (review_local/batch_service.py), which `review up` starts
         # with the same minimum: seconds where Bedrock takes hours

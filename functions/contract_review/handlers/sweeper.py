@@ -29,12 +29,16 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     metrics.add_metric(name="BackpressureRequeues", unit=MetricUnit.Count, value=report.backpressure_requeues)
     # Items whose handling raised (logged one by one as "sweep item failed"); the sweep went on without them.
     metrics.add_metric(name="SweepItemFailures", unit=MetricUnit.Count, value=len(report.item_failures))
+    if report.spend_recorded_micro_usd is not None:  # the stack's daily spend cap (the spend-cap alarm's metrics)
+        metrics.add_metric(name="DailySpendUsd", unit=MetricUnit.NoUnit, value=report.spend_recorded_micro_usd / 1e6)
+        metrics.add_metric(name="SpendCapHeld", unit=MetricUnit.Count, value=int(report.spend_held))
     logger.info("sweep", extra={"requeued": len(report.requeued), "dead_lettered": len(report.dead_lettered),
                                 "dlq_seen": report.dlq_seen, "stalled_jobs": report.stalled_jobs,
                                 "backpressure_requeues": report.backpressure_requeues,
                                 "dlq_requeued": len(report.dlq_requeued), "dlq_removed": report.dlq_removed,
                                 "chunks_resent": report.chunks_resent,
                                 "finalized": report.finalized, "intake_failed": report.intake_failed,
+                                "spend_cap_started": report.spend_cap_started, "spend_held": report.spend_held,
                                 "item_failures": report.item_failures})
     return {"requeued": report.requeued, "dead_lettered": report.dead_lettered, "dlq_seen": report.dlq_seen,
             "stalled_jobs": report.stalled_jobs, "dlq_requeued": report.dlq_requeued,

@@ -31,7 +31,11 @@ reconcile jobs that stopped making progress.
    stall period ago and either its retention ends before the next look, or the analysis queue held
    no message at all when this sweep began (visible, in flight or delayed: read first, before the
    sweep sends anything or reads a chunk record). A job whose chunks are all settled and counted but that still runs (its finalize
-   failed) is finalized again.
+   failed) is finalized again; a running job with no chunk sent at all (whoever made it running died before its
+   fan-out) gets its first page.
+5. The stack's daily spend cap (domain/spend_cap.py): today's spend read (the handler publishes it), the spend-cap
+   hold set in the runtime control once the day's recorded spend reached the cap, and the jobs intake held
+   `queued` for the cap started once they are admitted (`intake.start_held`: a new UTC day, an operator's override).
 Every chunk write is conditional on the fencing token the sweeper observed *and* on the lease
 still being lapsed, so a heartbeat or a new claim since the sweeper's read wins harmlessly.
 
@@ -51,7 +55,7 @@ from dataclasses import dataclass, field
 
 from pydantic import ValidationError
 
-from contract_review.domain import lifecycle
+from contract_review.domain import lifecycle, spend_cap
 from contract_review.domain.errors import ErrorEnvelope
 from contract_review.domain.messages import AnalysisMessage
 from contract_review.domain.policy import is_backpressure
@@ -66,8 +70,9 @@ from contract_review.domain.records import (
     ReleaseReason,
     job_id_for,
 )
+from contract_review.pipeline import fanout
 from contract_review.pipeline.aggregator import finalize
-from contract_review.pipeline.intake import failure_key
+from contract_review.pipeline.intake import failure_key, start_held
 from contract_review.pipeline.isolation import isolated
 from contract_review.reliability.chunks import analysis_message, announce, dead_letter, requeue
 from contract_review.sideeffects import saga
@@ -90,6 +95,12 @@ class SweepReport:
     # jobs waiting for approval past their expires_at: failed (job.approval_expired), side effects compensated
     approvals_expired: list[str] = field(default_factory=list)
     chunks_resent: int = 0  # stalled jobs' pending chunks whose message was lost (`message_lost`): sent again
+    # the stack's daily spend cap (domain/spend_cap.py): today's admitted and recorded spend (None: no cap, or not
+    # read), whether the model is held for it, and the jobs held at admission that this sweep started
+    spend_admitted_micro_usd: int | None = None
+    spend_recorded_micro_usd: int | None = None
+    spend_held: bool = False
+    spend_cap_started: list[str] = field(default_factory=list)
 
     @property
     def backpressure_requeues(self) -> int:
@@ -129,6 +140,7 @@ def sweep(deps: Deps, now: float | None = None) -> SweepReport:
     _explain_dlq(deps, report, jobs)
     _explain_intake_dlq(deps, now, report)
     _reconcile_stalled(deps, now, report, queued)
+    _spend_cap(deps, now, report)
     if deps.side_effects is not None:
         with _isolated(report, "approvals", "expire"):
             report.approvals_expired = saga.expire_approvals(deps, now)
@@ -385,6 +397,24 @@ def _reconcile_stalled(deps: Deps, now: float, report: SweepReport, queued: int 
                     report.finalized.append(job.job_id)
 
 
+def _spend_cap(deps: Deps, now: float, report: SweepReport) -> None:
+    """The stack's daily spend cap: today's spend read (published by the handler), the spend-cap hold set when the
+    recorded spend reached the cap, and the jobs intake held for it tried again (`intake.start_held`)."""
+    if spend_cap.cap_micro_usd(deps) is None:
+        return
+    with _isolated(report, "spend_cap", "hold"):
+        report.spend_admitted_micro_usd, report.spend_recorded_micro_usd = spend_cap.today(deps)
+        report.spend_held = spend_cap.hold_if_reached(deps, report.spend_recorded_micro_usd) is not None
+    held: list[Job] = []
+    with _isolated(report, "spend_cap", "query"):
+        held = [j for j in deps.jobs.stalled(now, state=JobState.QUEUED)
+                if j.waiting is not None and j.waiting.condition == spend_cap.CONDITION]
+    for job in held:
+        with _isolated(report, "spend_cap", job.job_id):
+            if start_held(deps, job):
+                report.spend_cap_started.append(job.job_id)
+
+
 def message_lost(chunk: ChunkRecord, now: float, stall_s: float, retention_s: float, queued: int | None) -> str | None:
     """Why the message of a pending chunk nobody holds is lost (or is about to be), or None: it is in the queue
     or on its way, and re-sending it would only double a backlog. `queued`: the analysis queue's messages
@@ -422,6 +452,12 @@ def _reconcile(deps: Deps, job: Job, now: float, stall_s: float, report: SweepRe
     text: str | None = None
     retention_s = deps.settings.profile.queues.queue_retention_days * 86400
     chunks = deps.claims.for_job(job.job_id)
+    if not chunks and not job.fanned_out and job.chunk_count:  # made running by one that died before its fan-out
+        sent = fanout.refill(deps, job)  # (the sweeper starting a job held for the spend cap: intake.start_held)
+        deps.jobs.record_event(job.job_id, "job.reconciled", chunks_requeued=sent, by="sweeper",
+                               detail="its fan-out had not started")
+        report.reconciled.append(job.job_id)
+        return
     for c in chunks:
         if c.settled:
             if not job.counts(c):
