@@ -460,7 +460,8 @@ def _sweeper(rec: Recorder, setup: Deps, aws: EmbeddedAws) -> None:
     aws.client("sqs").send_message(QueueUrl=setup.settings.intake_dlq_url, MessageBody=body)
     time.sleep(0.05)
     with rec.acting_as("sweeper"):
-        result = sweeper_handler.handler({}, LambdaContext("SweeperFn", 256, 10, "r-s", REGION))
+        timeout_s = setup.settings.profile.functions.sweeper_timeout_s  # the function's: the sweep keeps a reserve
+        result = sweeper_handler.handler({}, LambdaContext("SweeperFn", 256, timeout_s, "r-s", REGION))
     assert result["requeued"] and result["dead_lettered"] and result["stalled_jobs"] >= 1, result
     assert result["dlq_requeued"] and result["finalized"] and result["intake_failed"], result
     after = setup.jobs.get(cancelling)
