@@ -460,7 +460,8 @@ def _sweeper(rec: Recorder, setup: Deps, aws: EmbeddedAws) -> None:
     aws.client("sqs").send_message(QueueUrl=setup.settings.intake_dlq_url, MessageBody=body)
     time.sleep(0.05)
     with rec.acting_as("sweeper"):
-        result = sweeper_handler.handler({}, LambdaContext("SweeperFn", 256, 10, "r-s", REGION))
+        timeout_s = setup.settings.profile.functions.sweeper_timeout_s  # the function's: the sweep keeps a reserve
+        result = sweeper_handler.handler({}, LambdaContext("SweeperFn", 256, timeout_s, "r-s", REGION))
     assert result["requeued"] and result["dead_lettered"] and result["stalled_jobs"] >= 1, result
     assert result["dlq_requeued"] and result["finalized"] and result["intake_failed"], result
     after = setup.jobs.get(cancelling)
@@ -491,12 +492,13 @@ def _spend_cap(rec: Recorder, setup: Deps, arn: str) -> None:
     assert held is not None and held.waiting is not None and held.waiting.condition == spend_cap.CONDITION, held
     refused = api_scenario._call(rec, "POST", "/jobs", {"document": {"text": TEXT.replace("York", "Amsterdam")}})
     assert refused["status"] == 429 and refused["body"]["error"]["code"] == "quota.spend_cap", refused
+    timeout_s = setup.settings.profile.functions.sweeper_timeout_s
     with rec.acting_as("sweeper"):
-        sweeper_handler.handler({}, LambdaContext("SweeperFn", 256, 10, "r-sc", REGION))
+        sweeper_handler.handler({}, LambdaContext("SweeperFn", 256, timeout_s, "r-sc", REGION))
     assert setup.model_control.update(lambda c: c).spend_held(day) is not None  # read again, not from the cache
     ops.quota_change(setup, "role-coverage", override_cap=True)
     with rec.acting_as("sweeper"):
-        result = sweeper_handler.handler({}, LambdaContext("SweeperFn", 256, 10, "r-sd", REGION))
+        result = sweeper_handler.handler({}, LambdaContext("SweeperFn", 256, timeout_s, "r-sd", REGION))
     started = setup.jobs.get(held.job_id)
     assert started is not None and started.state is JobState.RUNNING and started.waiting is None, (result, started)
     setup.model_control.update(lambda c: c.model_copy(update={"spend_hold": None, "cap_override_day": None}))

@@ -45,6 +45,9 @@ class FunctionsConfig(BaseModel):
     worker_timeout_s: int
     aggregator_timeout_s: int
     sweeper_timeout_s: int
+    # The sweep starts no item with less than this left of its invocation (pipeline/sweeper.py `Deadline`): the time
+    # kept to count the stalled jobs (one query) and publish StuckJobs, which the stuck-jobs alarm needs every run
+    sweeper_reserve_s: int = 10
     # The batch collector (handlers/collector.py: packs, submits and collects Bedrock batch jobs), its own function,
     # one run at a time: sized for a batch job of `batch_max_records` (docs/infrastructure.md "The batch collector")
     collector_timeout_s: int = 900
@@ -58,6 +61,13 @@ class FunctionsConfig(BaseModel):
     intake_max_concurrency: int = 5
     aggregator_batch_size: int = 10
 
+
+    @model_validator(mode="after")
+    def _check_sweeper_reserve(self) -> FunctionsConfig:
+        if not 0 < self.sweeper_reserve_s < self.sweeper_timeout_s:
+            raise ValueError(f"sweeper_reserve_s {self.sweeper_reserve_s} must be within 1..sweeper_timeout_s - 1 "
+                             f"({self.sweeper_timeout_s - 1}): the sweep keeps it to publish StuckJobs")
+        return self
 
     @model_validator(mode="after")
     def _check_concurrency(self) -> FunctionsConfig:

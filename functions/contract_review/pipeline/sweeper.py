@@ -39,6 +39,13 @@ reconcile jobs that stopped making progress.
 Every chunk write is conditional on the fencing token the sweeper observed *and* on the lease
 still being lapsed, so a heartbeat or a new claim since the sweeper's read wins harmlessly.
 
+A sweep ends in time to say what it found: the scheduled Lambda's sweep has a `Deadline` (the invocation's remaining
+time, less `functions.sweeper_reserve_s`); past it, the sweep starts no further item (the next sweep takes them up:
+every step is safe to repeat), but the stalled jobs are still counted (one query), so `StuckJobs` is published with
+what this sweep found even when it could not act on all of it. Without the deadline a sweep the function's timeout cut
+short would publish nothing, and the stuck-jobs alarm reads silence as "the sweeper is not running" (`stopped_at` in
+the report and the sweeper's log says where it stopped).
+
 One item never blocks the others: an item whose handling raises (a missing document object, a
 throttled write) is logged, counted in `item_failures` (metric `SweepItemFailures`, alarmed), and the sweep goes on.
 
@@ -50,6 +57,7 @@ touched for `stall_after_s` (the collector down) is counted stuck (`StuckJobs`),
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 
@@ -101,11 +109,28 @@ class SweepReport:
     spend_recorded_micro_usd: int | None = None
     spend_held: bool = False
     spend_cap_started: list[str] = field(default_factory=list)
+    stopped_at: str | None = None  # the step where the sweep reached its deadline: the rest is the next sweep's
 
     @property
     def backpressure_requeues(self) -> int:
         """Requeues this sweep made that count as backpressure (metric `BackpressureRequeues`)."""
         return len(self.timed_out)
+
+
+@dataclass
+class Deadline:
+    """When a sweep stops starting items: once `time_left_s()` (the Lambda invocation's remaining time) is under
+    `reserve_s`, the time kept for counting the stalled jobs and publishing the metrics. Without `time_left_s`
+    (the CLI, a Fargate poller's sweep of claims) never. Once reached it stays reached, and says at which step."""
+
+    time_left_s: Callable[[], float] | None = None
+    reserve_s: float = 0.0
+    stopped_at: str | None = None
+
+    def reached(self, step: str) -> bool:
+        if self.stopped_at is None and self.time_left_s is not None and self.time_left_s() < self.reserve_s:
+            self.stopped_at = step
+        return self.stopped_at is not None
 
 
 class _JobCache:
@@ -128,22 +153,25 @@ def _isolated(report: SweepReport, step: str, item: str) -> AbstractContextManag
     return isolated(report.item_failures, "sweep", step, item)
 
 
-def sweep(deps: Deps, now: float | None = None) -> SweepReport:
-    """The scheduled sweeper Lambda's sweep: all of the above (the recovery steps only; no batch work)."""
+def sweep(deps: Deps, now: float | None = None, deadline: Deadline | None = None) -> SweepReport:
+    """The scheduled sweeper Lambda's sweep: all of the above (the recovery steps only; no batch work), starting no
+    item past `deadline` but counting the stalled jobs whatever the time."""
     now = deps.clock() if now is None else now
+    deadline = deadline or Deadline()
     report = SweepReport()
     jobs = _JobCache(deps)
     queued: int | None = None  # the analysis queue's depth before this sweep sends anything (`message_lost`)
     with _isolated(report, "reconcile", "depth"):
         queued = deps.queues.depth(Queue.ANALYSIS)
-    _recover_lapsed_claims(deps, now, report, jobs)
-    _explain_dlq(deps, report, jobs)
-    _explain_intake_dlq(deps, now, report)
-    _reconcile_stalled(deps, now, report, queued)
-    _spend_cap(deps, now, report)
-    if deps.side_effects is not None:
+    _recover_lapsed_claims(deps, now, report, jobs, deadline)
+    _explain_dlq(deps, report, jobs, deadline)
+    _explain_intake_dlq(deps, now, report, deadline)
+    _reconcile_stalled(deps, now, report, queued, deadline)
+    _spend_cap(deps, now, report, deadline)
+    if deps.side_effects is not None and not deadline.reached("approvals"):
         with _isolated(report, "approvals", "expire"):
             report.approvals_expired = saga.expire_approvals(deps, now)
+    report.stopped_at = deadline.stopped_at
     return report
 
 
@@ -153,15 +181,17 @@ def sweep_claims(deps: Deps, now: float | None = None) -> SweepReport:
     compensating, waiting and queued jobs) are the scheduled sweeper Lambda's alone."""
     now = deps.clock() if now is None else now
     report = SweepReport()
-    _recover_lapsed_claims(deps, now, report, _JobCache(deps))
+    _recover_lapsed_claims(deps, now, report, _JobCache(deps), Deadline())
     return report
 
 
-def _recover_lapsed_claims(deps: Deps, now: float, report: SweepReport, jobs: _JobCache) -> None:
+def _recover_lapsed_claims(deps: Deps, now: float, report: SweepReport, jobs: _JobCache, deadline: Deadline) -> None:
     lapsed: list[ChunkRecord] = []
     with _isolated(report, "lapsed", "query"):
         lapsed = list(deps.claims.lapsed(now))
     for claim in lapsed:
+        if deadline.reached("lapsed"):
+            return
         with _isolated(report, "lapsed", f"{claim.job_id}/{claim.chunk_id}"):
             _recover_lapsed(deps, jobs.open(claim.job_id), claim, now, report)
 
@@ -221,13 +251,15 @@ def _requeue_backpressure(deps: Deps, claim: ChunkRecord, msg: AnalysisMessage, 
         report.timed_out.append(claim.chunk_id)
 
 
-def _explain_dlq(deps: Deps, report: SweepReport, jobs: _JobCache) -> None:
-    if not deps.queues.has(Queue.ANALYSIS_DLQ):
+def _explain_dlq(deps: Deps, report: SweepReport, jobs: _JobCache, deadline: Deadline) -> None:
+    if not deps.queues.has(Queue.ANALYSIS_DLQ) or deadline.reached("dlq"):
         return
     messages: list[QueueMessage] = []
     with _isolated(report, "dlq", "peek"):
         messages = deps.queues.peek(Queue.ANALYSIS_DLQ)
     for m in messages:
+        if deadline.reached("dlq"):
+            return
         report.dlq_seen += 1
         with _isolated(report, "dlq", m.message_id):
             _explain_one(deps, m, jobs, report)
@@ -327,9 +359,9 @@ def _requeue_from_dlq(deps: Deps, job: Job, chunk: ChunkRecord, m: QueueMessage,
         report.dlq_requeued.append(chunk.chunk_id)
 
 
-def _explain_intake_dlq(deps: Deps, now: float, report: SweepReport) -> None:
+def _explain_intake_dlq(deps: Deps, now: float, report: SweepReport, deadline: Deadline) -> None:
     """Queued jobs idle for the stall period whose intake message the queue moved to the intake DLQ."""
-    if not deps.queues.has(Queue.INTAKE_DLQ):
+    if not deps.queues.has(Queue.INTAKE_DLQ) or deadline.reached("intake_dlq"):
         return
     queued: list[Job] = []
     moved: list[QueueMessage] = []
@@ -347,7 +379,7 @@ def _explain_intake_dlq(deps: Deps, now: float, report: SweepReport) -> None:
             by_job.setdefault(job_id_for(key), m)
     for job in queued:
         found = by_message.get(job.source_message_id) or by_job.get(job.job_id)
-        if found is not None:
+        if found is not None and not deadline.reached("intake_dlq"):
             with _isolated(report, "intake_dlq", job.job_id):
                 _fail_queued(deps, job, found, report)
 
@@ -369,16 +401,19 @@ def _fail_queued(deps: Deps, job: Job, m: QueueMessage, report: SweepReport) -> 
     report.intake_failed.append(job.job_id)
 
 
-def _reconcile_stalled(deps: Deps, now: float, report: SweepReport, queued: int | None) -> None:
+def _reconcile_stalled(deps: Deps, now: float, report: SweepReport, queued: int | None, deadline: Deadline) -> None:
     """`queued`: the analysis queue's depth read before the sweep sent anything and before any chunk record was
     read (a message counted there was in the queue when the records were read; the sweep's own requeues are
-    not counted, and their chunks' records say they were just sent)."""
+    not counted, and their chunks' records say they were just sent). Past the deadline the stalled jobs are
+    still queried and counted (`StuckJobs`), not reconciled."""
     stall_s = deps.settings.profile.recovery.stall_after_s
     stalled: list[Job] = []
     with _isolated(report, "reconcile", "query"):
         stalled = list(deps.jobs.stalled(now - stall_s))
+    report.stalled_jobs = len(stalled)
     for job in stalled:
-        report.stalled_jobs += 1
+        if deadline.reached("reconcile"):
+            return
         with _isolated(report, "reconcile", job.job_id):
             _reconcile(deps, job, now, stall_s, report, queued)
     # Finished here, once idle a claim lease: a cancelling job whose chunks are all settled or free but whose
@@ -388,19 +423,23 @@ def _reconcile_stalled(deps: Deps, now: float, report: SweepReport, queued: int 
     # so a second one is refused and the job is tried again at the next sweep.
     for state, finish, ended in ((JobState.CANCELLING, lifecycle.finish_cancel, JobState.CANCELLED),
                                  (JobState.COMPENSATING, lifecycle.finish_compensation, JobState.FAILED)):
+        if deadline.reached(state.value):
+            return
         unfinished: list[Job] = []
         with _isolated(report, "reconcile", state.value):
             unfinished = list(deps.jobs.stalled(now - deps.settings.claim_lease_s, state=state))
         for job in unfinished:
+            if deadline.reached(state.value):
+                return
             with _isolated(report, "reconcile", job.job_id):
                 if finish(deps, job) is ended:
                     report.finalized.append(job.job_id)
 
 
-def _spend_cap(deps: Deps, now: float, report: SweepReport) -> None:
+def _spend_cap(deps: Deps, now: float, report: SweepReport, deadline: Deadline) -> None:
     """The stack's daily spend cap: today's spend read (published by the handler), the spend-cap hold set when the
     recorded spend reached the cap, and the jobs intake held for it tried again (`intake.start_held`)."""
-    if spend_cap.cap_micro_usd(deps) is None:
+    if spend_cap.cap_micro_usd(deps) is None or deadline.reached("spend_cap"):
         return
     with _isolated(report, "spend_cap", "hold"):
         report.spend_admitted_micro_usd, report.spend_recorded_micro_usd = spend_cap.today(deps)
@@ -410,6 +449,8 @@ def _spend_cap(deps: Deps, now: float, report: SweepReport) -> None:
         held = [j for j in deps.jobs.stalled(now, state=JobState.QUEUED)
                 if j.waiting is not None and j.waiting.condition == spend_cap.CONDITION]
     for job in held:
+        if deadline.reached("spend_cap"):
+            return
         with _isolated(report, "spend_cap", job.job_id):
             if start_held(deps, job):
                 report.spend_cap_started.append(job.job_id)
