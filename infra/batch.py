@@ -23,7 +23,7 @@ from constructs import Construct
 from contract_review.domain.keys import BATCH_INPUT_PREFIX, BATCH_OUTPUT_PREFIX
 from contract_review.domain.model import GLOBAL_PROFILE_PREFIX, base_model_id, is_inference_profile
 
-from .permissions import QUOTA_READ, _describe_statements, _foundation_model_arn, _profile_arn
+from .permissions import QUOTA_READ, _describe_statements, foundation_model_arn, profile_arn
 
 BEDROCK_SERVICE = "bedrock.amazonaws.com"
 # Bedrock's control plane for batch jobs, as the collector calls it (adapters/batch_inference.py): create a job (tagged
@@ -83,7 +83,7 @@ def invoke_statements(stack: Stack, model_id: str) -> list[iam.PolicyStatement]:
     base = base_model_id(model_id)
     return [iam.PolicyStatement(
         actions=["bedrock:InvokeModel"],
-        resources=[_profile_arn(stack, model_id)] + [_foundation_model_arn(stack, base, region)
+        resources=[profile_arn(stack, model_id)] + [foundation_model_arn(stack, base, region)
                                                      for region in _profile_model_regions(stack, model_id)])]
 
 
@@ -93,8 +93,8 @@ def submit_statements(stack: Stack, role: iam.IRole, model_id: str, tag: tuple[s
     `aws:RequestTag`), read its jobs (by the ARN its manifest names), stop only jobs carrying the tag
     (`aws:ResourceTag`), and pass the service role to Bedrock only (`iam:PassedToService`)."""
     key, value = tag
-    model = ([_profile_arn(stack, model_id)] if is_inference_profile(model_id) else []) + \
-        [_foundation_model_arn(stack, base_model_id(model_id), stack.region)]
+    model = ([profile_arn(stack, model_id)] if is_inference_profile(model_id) else []) + \
+        [foundation_model_arn(stack, base_model_id(model_id), stack.region)]
     return [
         iam.PolicyStatement(actions=[CREATE_JOB], resources=[job_arns(stack), *model]),
         iam.PolicyStatement(actions=[TAG], resources=[job_arns(stack)],

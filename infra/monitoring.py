@@ -20,6 +20,7 @@ on every run, so silence there means the sweeper itself is not running: breachin
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 
 from aws_cdk import ArnFormat, Duration, RemovalPolicy, Stack
 from aws_cdk import aws_budgets as budgets
@@ -55,6 +56,44 @@ BATCH_JOBS_COLLECTED = ("BatchJobsCollected", "collector")
 BATCH_JOBS_RUNNING = ("BatchJobsRunning", "collector")
 BATCH_JOBS_REFUSED = ("BatchJobsRefused", "collector")  # CreateModelInvocationJob refused for good (batch.refused)
 JOB_DURATION = ("JobDuration", "aggregator")  # handlers/aggregator.py, seconds from submit to end
+# The stack's daily spend cap (domain/spend_cap.py), from each sweep: the day's recorded spend (USD) and the hold
+DAILY_SPEND = ("DailySpendUsd", "sweeper")
+SPEND_CAP_HELD = ("SpendCapHeld", "sweeper")
+BEDROCK_NAMESPACE = "AWS/Bedrock"
+NOTICE_SHARE = 0.8  # the non-paging warnings: at 80 % of the cap, of the model's hourly token quota
+CAP_HOURS = 4  # the paging token-spend alarm: an hour of Bedrock's own token count that would spend the cap in 4 hours
+
+
+@dataclass(frozen=True)
+class ModelWatch:
+    """What the spend and token alarms watch: the daily spend cap (USD; None: off), and for the Bedrock provider the
+    application inference profile the workers call through (its ARN is the `ModelId` dimension of Bedrock's token
+    metrics: assumed, infra/inference.py), the tokens-per-minute quota known at synth (None: read at runtime, no quota
+    alarm), the output burndown (an output token counts this many against it) and the USD prices per token."""
+
+    cap_usd: float | None
+    profile_arn: str | None = None
+    tokens_per_minute: float | None = None
+    output_burndown: int = 1
+    input_usd_per_token: float = 0.0
+    output_usd_per_token: float = 0.0
+
+
+def _decimal(x: float) -> str:
+    """A number as CloudWatch metric math reads it (no exponent: 3e-06 is an unknown identifier `e` to it)."""
+    return f"{x:.12f}".rstrip("0").rstrip(".") or "0"
+
+
+def bedrock_tokens(profile_arn: str, period_s: int, *, input_weight: float, output_weight: float,
+                   label: str) -> cloudwatch.MathExpression:
+    """Bedrock's own count of the profile's tokens in each period, weighted (a missing series is 0)."""
+    def tokens(name: str) -> cloudwatch.Metric:
+        return cloudwatch.Metric(namespace=BEDROCK_NAMESPACE, metric_name=name, dimensions_map={"ModelId": profile_arn},
+                                 statistic="Sum", period=Duration.seconds(period_s))
+    return cloudwatch.MathExpression(
+        expression=f"{_decimal(input_weight)} * FILL(tokens_in, 0) + {_decimal(output_weight)} * FILL(tokens_out, 0)",
+        using_metrics={"tokens_in": tokens("InputTokenCount"), "tokens_out": tokens("OutputTokenCount")},
+        label=label, period=Duration.seconds(period_s))
 
 
 def metric(name_service: tuple[str, str], statistic: str, period_s: int, label: str | None = None) -> cloudwatch.Metric:
@@ -76,14 +115,15 @@ class AlarmTopic(Construct):
     """SNS topic for every alarm: SSE with a customer-managed key (CloudWatch cannot publish to a
     topic encrypted with the AWS-managed `alias/aws/sns` key), TLS-only."""
 
-    def __init__(self, scope: Construct, construct_id: str, *, email: str, removal_policy: RemovalPolicy) -> None:
+    def __init__(self, scope: Construct, construct_id: str, *, email: str, removal_policy: RemovalPolicy,
+                 what: str = "alarms") -> None:
         super().__init__(scope, construct_id)
         stack = Stack.of(self)
         self.key = kms.Key(self, "Key", enable_key_rotation=True, removal_policy=removal_policy,
-                           description=f"{stack.stack_name} alarm topic encryption")
+                           description=f"{stack.stack_name} {what} topic encryption")
         cloudwatch_service = iam.ServicePrincipal("cloudwatch.amazonaws.com")
         self.allow_service(cloudwatch_service)
-        self.topic = sns.Topic(self, "Topic", display_name=f"{stack.stack_name} alarms", master_key=self.key,
+        self.topic = sns.Topic(self, "Topic", display_name=f"{stack.stack_name} {what}"[:100], master_key=self.key,
                                enforce_ssl=True)
         # enforce_ssl writes a topic policy, which replaces the default one: let CloudWatch alarms of
         # this account publish explicitly.
@@ -163,9 +203,12 @@ class Monitoring(Construct):
         action: cloudwatch.IAlarmAction,
         functions: Mapping[str, lambda_.IFunction],
         queues: Sequence[QueueWithDlq],
+        notice_action: cloudwatch.IAlarmAction | None = None,
+        model: ModelWatch | None = None,
     ) -> None:
         super().__init__(scope, construct_id)
-        self.profile, self.action = profile, action
+        # `action` pages a person (something needs doing now); `notice_action` does not (worth knowing, nothing breaks)
+        self.profile, self.action, self.notice_action = profile, action, notice_action or action
         self.stack_name = Stack.of(self).stack_name
         self.alarms: list[cloudwatch.Alarm] = []
         p = profile
@@ -182,7 +225,7 @@ class Monitoring(Construct):
                             f"{name} function: >= {p.alarms.function_throttles_alarm_threshold} throttled invocation(s) "
                             f"in {p.alarms.alarm_period_s}s: the account's Lambda concurrency is exhausted.",
                             fn.metric_throttles(period=period, statistic="Sum"),
-                            p.alarms.function_throttles_alarm_threshold)
+                            p.alarms.function_throttles_alarm_threshold, notice=True)  # retried by the queue
             self._alarm(f"{name.title()}RecursionDropped", f"{name}-recursion-dropped",
                         f"{name} function: Lambda's recursive-loop detection dropped >= 1 invocation in "
                         f"{p.alarms.alarm_period_s}s: a message chain was stopped (docs/runbook.md \"Recursive loops\"). "
@@ -194,7 +237,7 @@ class Monitoring(Construct):
                     "minute) is too small for the load, or the model is failing slowly: `review preflight` shows "
                     "the quotas.",
                     backpressure(p.alarms.alarm_period_s), p.alarms.backpressure_alarm_threshold,
-                    evaluation_periods=p.alarms.backpressure_alarm_periods)
+                    evaluation_periods=p.alarms.backpressure_alarm_periods, notice=True)  # slower, nothing lost
         self._alarm("StuckJobsAlarm", "stuck-jobs",
                     f"Stuck jobs: the sweeper found >= {p.alarms.stuck_jobs_alarm_threshold} running job(s) without "
                     f"progress for {int(p.recovery.stall_after_s)}s (or the sweeper published nothing: it is not running). "
@@ -219,18 +262,56 @@ class Monitoring(Construct):
                     "lane is off, so batch-mode jobs of that model now run on demand at the on-demand price. "
                     "`review quota show` says why; fix the cause, then turn the lane back on (docs/runbook.md "
                     "\"Batch inference jobs\").",
-                    metric(BATCH_JOBS_REFUSED, "Sum", p.alarms.alarm_period_s), 1)
+                    metric(BATCH_JOBS_REFUSED, "Sum", p.alarms.alarm_period_s), 1, notice=True)  # runs on demand
+        if model is not None:
+            self._model_alarms(model)
         self.dashboard = self._dashboard(functions, queues)
 
+    def _model_alarms(self, m: ModelWatch) -> None:
+        """The daily spend cap's (from the sweeper's metrics) and Bedrock's own token count of the stack's profile."""
+        period_s = self.profile.alarms.alarm_period_s
+        if m.cap_usd is not None:
+            self._alarm("SpendCapAlarm", "spend-cap",
+                        f"The stack's recorded model spend today reached its daily spend cap (${m.cap_usd:,.2f}, "
+                        "daily_spend_cap_usd): model calls are held (backpressure, nothing fails) until 00:00 UTC. "
+                        "`review quota show` says so; to go on today: `review quota resume --override-cap` "
+                        "(docs/runbook.md \"The daily spend cap\").",
+                        metric(SPEND_CAP_HELD, "Maximum", period_s), 1)
+            self._alarm("SpendNearCapAlarm", "spend-near-cap",
+                        f"The stack's recorded model spend today passed {NOTICE_SHARE:.0%} of its daily spend cap "
+                        f"(${m.cap_usd:,.2f}): at the cap the model is held until 00:00 UTC.",
+                        metric(DAILY_SPEND, "Maximum", period_s), NOTICE_SHARE * m.cap_usd, notice=True)
+        if m.profile_arn is None:
+            return
+        hour = 3600
+        if m.tokens_per_minute:
+            self._alarm("TokensNearQuotaAlarm", "tokens-near-quota",
+                        f"Bedrock counted the stack's profile at >= {NOTICE_SHARE:.0%} of the model's tokens-per-minute "
+                        f"quota ({m.tokens_per_minute:,.0f}, output tokens x {m.output_burndown}) over an hour: more "
+                        "load will be throttled (backpressure); raise the quota or expect slower jobs.",
+                        bedrock_tokens(m.profile_arn, hour, input_weight=1.0, output_weight=float(m.output_burndown),
+                                       label="quota tokens per hour"),
+                        NOTICE_SHARE * m.tokens_per_minute * 60, notice=True)
+        if m.cap_usd is not None and (m.input_usd_per_token or m.output_usd_per_token):
+            self._alarm("TokenSpendRateAlarm", "token-spend-rate",
+                        f"Bedrock's own token count of the stack's profile in one hour, at the model's prices, would "
+                        f"spend the daily cap (${m.cap_usd:,.2f}) in {CAP_HOURS} hours. The spend-cap hold stops it "
+                        "once the recorded spend reaches the cap; if `review quota show` shows no hold while this "
+                        "fires, spend is going unrecorded: pause the model (`review quota pause`) and read the "
+                        "runbook (\"The daily spend cap\").",
+                        bedrock_tokens(m.profile_arn, hour, input_weight=m.input_usd_per_token,
+                                       output_weight=m.output_usd_per_token, label="token spend per hour (USD)"),
+                        m.cap_usd / CAP_HOURS)
+
     def _alarm(self, construct_id: str, name: str, description: str, metric_: cloudwatch.IMetric, threshold: float,
-               *, evaluation_periods: int = 1,
+               *, evaluation_periods: int = 1, notice: bool = False,
                missing: cloudwatch.TreatMissingData = cloudwatch.TreatMissingData.NOT_BREACHING) -> cloudwatch.Alarm:
         alarm = cloudwatch.Alarm(
             self, construct_id, alarm_name=f"{self.stack_name}-{name}", alarm_description=description,
             metric=metric_, threshold=threshold, evaluation_periods=evaluation_periods,
             comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
             treat_missing_data=missing)
-        alarm.add_alarm_action(self.action)
+        alarm.add_alarm_action(self.notice_action if notice else self.action)
         self.alarms.append(alarm)
         return alarm
 

@@ -273,12 +273,12 @@ def bedrock_model_arns(stack: Stack, model_id: str) -> list[str]:
     return [arn for statement in _invoke_statements(stack, model_id) for arn in statement.resources]
 
 
-def _profile_arn(stack: Stack, model_id: str) -> str:
+def profile_arn(stack: Stack, model_id: str) -> str:
     return stack.format_arn(service="bedrock", resource="inference-profile", resource_name=model_id,
                             arn_format=ArnFormat.SLASH_RESOURCE_NAME)
 
 
-def _foundation_model_arn(stack: Stack, model_id: str, region: str) -> str:
+def foundation_model_arn(stack: Stack, model_id: str, region: str) -> str:
     """`region` "" gives the region-less ARN (arn:aws:bedrock:::foundation-model/...) of a global profile."""
     return stack.format_arn(
         service="bedrock",
@@ -303,12 +303,12 @@ def _invoke_statements(stack: Stack, model_id: str) -> list[iam.PolicyStatement]
     """
     invoke = ["bedrock:InvokeModel"]
     if not is_inference_profile(model_id):
-        return [iam.PolicyStatement(actions=invoke, resources=[_foundation_model_arn(stack, model_id, stack.region)])]
-    base, profile = base_model_id(model_id), _profile_arn(stack, model_id)
+        return [iam.PolicyStatement(actions=invoke, resources=[foundation_model_arn(stack, model_id, stack.region)])]
+    base, profile = base_model_id(model_id), profile_arn(stack, model_id)
     regions = [stack.region, ""] if model_id.startswith(GLOBAL_PROFILE_PREFIX) else ["*"]
     return [
         iam.PolicyStatement(actions=invoke, resources=[profile]),
-        iam.PolicyStatement(actions=invoke, resources=[_foundation_model_arn(stack, base, r) for r in regions],
+        iam.PolicyStatement(actions=invoke, resources=[foundation_model_arn(stack, base, r) for r in regions],
                             conditions={"StringEquals": {"bedrock:InferenceProfileArn": profile}}),
     ]
 
@@ -318,10 +318,10 @@ def _describe_statements(stack: Stack, model_id: str) -> list[iam.PolicyStatemen
     cause (model/bedrock.py ModelIdCheck): GetInferenceProfile on the profile, GetFoundationModel on the
     model in this region. Both are scoped to the one id."""
     model = iam.PolicyStatement(actions=["bedrock:GetFoundationModel"],
-                                resources=[_foundation_model_arn(stack, base_model_id(model_id), stack.region)])
+                                resources=[foundation_model_arn(stack, base_model_id(model_id), stack.region)])
     if not is_inference_profile(model_id):
         return [model]
-    return [iam.PolicyStatement(actions=["bedrock:GetInferenceProfile"], resources=[_profile_arn(stack, model_id)]),
+    return [iam.PolicyStatement(actions=["bedrock:GetInferenceProfile"], resources=[profile_arn(stack, model_id)]),
             model]
 
 

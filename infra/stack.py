@@ -20,6 +20,7 @@ from contract_review.config.settings import (
     PROFILE_OVERRIDES_OUTPUT,
     RESOURCES,
 )
+from contract_review.domain.cost import model_price
 from contract_review.domain.keys import (
     BATCH_ANSWERS_PREFIX,
     BATCH_JOBS_PREFIX,
@@ -27,6 +28,7 @@ from contract_review.domain.keys import (
     BATCH_PENDING_PREFIX,
     UPLOADS_PREFIX,
 )
+from contract_review.domain.model import traits_for
 from contract_review.domain.principals import PRINCIPAL_UPLOADS_PREFIX
 
 from . import nag
@@ -35,7 +37,8 @@ from .batch import BatchServiceRole, grant_batch_submit
 from .deploy_settings import DeploySettings
 from .fargate import FargateWorker
 from .functions import METRICS_NAMESPACE, PipelineFunction, functions_code, powertools_layer
-from .monitoring import COST_TAG_KEY, AlarmTopic, CostBudget, Monitoring
+from .inference import ApplicationProfile
+from .monitoring import COST_TAG_KEY, AlarmTopic, CostBudget, ModelWatch, Monitoring
 from .permissions import (
     ACCESS,
     LEASE_INDEX,
@@ -83,6 +86,10 @@ class ContractReviewStack(Stack):
 
         # ---- alarm topic: the action of every alarm -------------------------------------
         self.alarm_topic = AlarmTopic(self, "Alarms", email=settings.alarm_subscriber, removal_policy=removal)
+        # alarms that need no one now (backpressure, throttles, a batch lane off, near a cap or quota): a second topic,
+        # so a pager can subscribe to the first only; -c alarm_email subscribes the address to both
+        self.notice_topic = AlarmTopic(self, "Notices", email=settings.alarm_subscriber, removal_policy=removal,
+                                       what="notices (no action needed now)")
         Tags.of(self).add(COST_TAG_KEY, settings.stack_name)  # what the cost budget filters on (a cost-allocation tag, once activated)
         if settings.monthly_budget_usd:  # not on the local (moto) stack: an AWS Budgets budget on that tag
             self.cost_budget = CostBudget(self, "Cost", topic=self.alarm_topic, monthly_usd=settings.monthly_budget_usd)
@@ -117,6 +124,12 @@ class ContractReviewStack(Stack):
 
         # ---- Bedrock batch inference: the role Bedrock assumes to read batch/input/, write batch/output/ (infra/batch.py)
         self.batch = BatchServiceRole(self, "BatchService", bucket=self.storage.bucket, model_id=settings.model_id)
+
+        # ---- the application inference profile the workers call the model through, tagged for cost (infra/inference.py)
+        self.model_profile: ApplicationProfile | None = None
+        if settings.model_provider == "bedrock":
+            self.model_profile = ApplicationProfile(self, "ModelProfile", model_id=settings.model_id,
+                                                    tag=(COST_TAG_KEY, settings.stack_name))
 
         # ---- functions -----------------------------------------------------------------
         code = functions_code()
@@ -182,6 +195,9 @@ class ContractReviewStack(Stack):
         grant_access(self.intake_fn.role, arns, ACCESS["intake"])
         grant_access(self.worker_fn.role, arns, ACCESS["worker"])
         grant_bedrock(self.worker_fn.role, self, self.settings.model_id)  # invoke + describe the model (`-c model_id=...`)
+        if self.model_profile is not None:  # the calls go through the stack's application profile
+            self.model_profile.grant_invoke(self.worker_fn.role)
+            self.worker_fn.function.add_environment(OPTION_ENV["invoke_model_id"], self.model_profile.arn)
         grant_access(self.aggregator_fn.role, arns, ACCESS["aggregator"])
         grant_access(self.sweeper_fn.role, arns, ACCESS["sweeper"])
         grant_access(self.collector_fn.role, arns, ACCESS["collector"])
@@ -201,6 +217,7 @@ class ContractReviewStack(Stack):
             self.fargate = FargateWorker(
                 self, "FargateWorker", queue=self.analysis.queue,
                 environment={**self.function_environment("fargate"), "POWERTOOLS_SERVICE_NAME": "worker",
+                             **({OPTION_ENV["invoke_model_id"]: self.model_profile.arn} if self.model_profile else {}),
                              "POWERTOOLS_METRICS_NAMESPACE": METRICS_NAMESPACE, "LOG_LEVEL": log_level},
                 memory_mb=p.functions.worker_memory_mb, max_tasks=p.functions.worker_max_concurrency,
                 stop_timeout_s=p.fargate.fargate_stop_timeout_s, log_retention_days=p.record_ttl_days,
@@ -209,6 +226,8 @@ class ContractReviewStack(Stack):
             # the poller runs the worker and the sweep in-process, and is its own event source
             grant_access(self.fargate.task_role, arns, ACCESS["fargate"])
             grant_bedrock(self.fargate.task_role, self, self.settings.model_id)
+            if self.model_profile is not None:
+                self.model_profile.grant_invoke(self.fargate.task_role)
             self.ticket_callers.append(self.fargate.task_role)  # its in-process sweep compensates tickets
         if settings.ticket_secret_arn:
             secret = settings.ticket_secret_resource
@@ -220,9 +239,9 @@ class ContractReviewStack(Stack):
 
         # ---- alarms and dashboard (the queue alarms live with their queues) -------------
         self.monitoring = Monitoring(
-            self, "Monitoring", profile=p, action=alarm_action,
+            self, "Monitoring", profile=p, action=alarm_action, notice_action=self.notice_topic.action,
             functions={f.service: f.function for f in self.pipeline_functions},
-            queues=[self.intake, self.analysis, self.results],
+            queues=[self.intake, self.analysis, self.results], model=self.model_watch(),
         )
 
         self._outputs()
@@ -262,6 +281,20 @@ class ContractReviewStack(Stack):
         if unknown:  # config.RESOURCES changed: the template must follow, or handlers break at cold start
             raise ValueError(f"infra and config.RESOURCES disagree on: {sorted(unknown)}")
         return values
+
+    def model_watch(self) -> ModelWatch:
+        """The spend and token alarms' inputs: the daily spend cap; with the Bedrock provider, the application profile,
+        the quota known at synth (-c model_tpm, else the profile's; else none: read at runtime), prices and burndown."""
+        s, p = self.settings, self.settings.profile
+        if self.model_profile is None:
+            return ModelWatch(cap_usd=p.limits.daily_spend_cap_usd)
+        price = model_price(p.prices, s.model_id).price
+        return ModelWatch(
+            cap_usd=p.limits.daily_spend_cap_usd, profile_arn=self.model_profile.arn,
+            tokens_per_minute=s.model_tpm or p.quota.model_tokens_per_minute,
+            output_burndown=traits_for(s.model_id).output_burndown,
+            input_usd_per_token=float(price.input_per_1k) / 1000 if price else 0.0,
+            output_usd_per_token=float(price.output_per_1k) / 1000 if price else 0.0)
 
     def function_environment(self, worker_kind: str) -> dict[str, str]:
         """Every resource's variable plus the options (FAULT_SPEC only when a fault spec is given)."""
@@ -332,7 +365,10 @@ class ContractReviewStack(Stack):
             "ModelProvider": (self.settings.model_provider, "model provider: bedrock, or offline (the rule model)"),
             "ModelId": (self.settings.model_id, "Bedrock model or inference profile id (used when ModelProvider "
                                                 "is bedrock; `review preflight` checks it)"),
-            "AlarmTopicArn": (self.alarm_topic.topic.topic_arn, "SNS topic every alarm notifies (subscribe to it)"),
+            "AlarmTopicArn": (self.alarm_topic.topic.topic_arn, "SNS topic of the alarms that need a person now "
+                                                                "(subscribe your pager to it)"),
+            "NoticeTopicArn": (self.notice_topic.topic.topic_arn, "SNS topic of the alarms that need no one now "
+                                                                  "(backpressure, throttles, near a cap or quota)"),
             "DashboardName": (self.monitoring.dashboard.dashboard_name, "CloudWatch dashboard of the pipeline"),
             OPTION_OUTPUTS["batch_role_arn"]: (self.batch.role.role_arn, "the role Bedrock assumes to run this stack's "
                                                "batch inference jobs (BATCH_ROLE_ARN of the collector)"),
@@ -353,6 +389,9 @@ class ContractReviewStack(Stack):
         if self.settings.profile_overrides:  # the CLI's profile (its budget check, `review status`) matches the stack's
             outputs[PROFILE_OVERRIDES_OUTPUT] = (json.dumps(self.settings.profile_overrides, sort_keys=True),
                                                  "profile fields this deploy changed (-c)")
+        if self.model_profile is not None:
+            outputs["ModelProfileArn"] = (self.model_profile.arn, "the application inference profile the workers call "
+                                          "the model through (tagged review-stack for cost; infra/inference.py)")
         if self.settings.model_tpm:  # `review preflight` says what the workers pace to
             outputs["ModelTpm"] = (f"{self.settings.model_tpm:.0f}", "tokens per minute the workers pace to "
                                                                      "(cdk deploy -c model_tpm)")

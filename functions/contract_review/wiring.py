@@ -274,7 +274,8 @@ def build_model(settings: Settings, session: Any) -> ModelClient:
         model = bedrock_model(bedrock_runtime_client(session, settings.model_call_timeout_s,
                                                      settings.profile.review.analyst_concurrency),
                               settings.effective_model_id,
-                              id_check=ModelIdCheck(lambda: bedrock_control_client(session)))
+                              id_check=ModelIdCheck(lambda: bedrock_control_client(session)),
+                              invoke_id=settings.invoke_model_id)
     else:  # the offline stand-in: imported only when configured, never on a Bedrock deploy's path
         model = _offline_model(settings)
     if settings.fault_spec:  # demo, tests and bench only (infra refuses it in the prod profile)

@@ -34,7 +34,8 @@ LOCAL, PROD, FARGATE = "ContractReviewLocal", "ContractReviewProd", "ContractRev
 # Function variables set only when their option is given (or differs from its default); the batch service role only on
 # the collector (and its STACK_TAG), the batch stand-in's URL only locally (test_batch_iam.py)
 ONLY_WHEN_GIVEN = {ENV["fault_spec"], ENV["ticket_url"], ENV["model_tpm"], ENV["queue_uploads_prefix"], ENV["stack_tag"],
-                   ENV["batch_role_arn"], ENV["batch_endpoint_url"]}
+                   ENV["batch_role_arn"], ENV["batch_endpoint_url"],
+                   ENV["invoke_model_id"]}  # the worker's only, with the Bedrock provider (infra/inference.py)
 ALARM_EMAIL = "oncall@example.com"  # `-c alarm_email=...` of the prod stack (the others have none)
 # Every stack calls an external ticket system with credentials from a secret (`-c ticket_url`, `-c ticket_secret_arn`),
 # given by its name: the roles may read `<name>-??????` in the stack's own account and region, the one secret of that

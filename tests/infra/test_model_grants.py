@@ -13,7 +13,9 @@ import pytest
 from contract_review.config.profile import get_profile
 from contract_review.config.settings import ENV
 
-from .conftest import FARGATE, PROD, Synth, function_by_handler, getatt_id, policy_statements_for_role, resources
+from infra.monitoring import COST_TAG_KEY
+
+from .conftest import FARGATE, LOCAL, PROD, Synth, function_by_handler, getatt_id, policy_statements_for_role, resources
 
 DEFAULT = "global.anthropic.claude-sonnet-4-6"
 PLAIN = "amazon.nova-pro-v1:0"
@@ -31,7 +33,7 @@ def by_context(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, 
 
     app = new_app(outdir=str(tmp_path_factory.mktemp("cdk.out.models")))
     contexts = {"ModelPlain": {"model_id": PLAIN}, "ModelGeo": {"model_id": GEO, "model_tpm": "2000000"},
-                "FleetFixed": {"worker_concurrency": "7"}}
+                "FleetFixed": {"worker_concurrency": "7", "daily_spend_cap_usd": "250"}}
     for name, ctx in contexts.items():
         context = {"profile": "prod", "stack_name": name, **ctx}
         add_stack(app, DeploySettings.from_context(context.get))
@@ -62,6 +64,11 @@ def _worker_roles(t: dict[str, Any]) -> list[str]:
     return roles
 
 
+def _on_the_id(statements: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The statements on the configured model id (not those on the stack's application profile: infra/inference.py)."""
+    return [st for st in statements if "ModelProfile" not in _text(st)]
+
+
 def _resources(st: dict[str, Any]) -> list[str]:
     res = st["Resource"] if isinstance(st["Resource"], list) else [st["Resource"]]
     return [_text(r) for r in res]
@@ -81,7 +88,7 @@ def test_the_default_is_the_global_profile_invoked_through_itself_and_described(
     assert get_profile("prod").review.model_id == DEFAULT
     _env_and_output(t, DEFAULT)
     for role in _worker_roles(t):
-        b = _bedrock(policy_statements_for_role(t, role))
+        b = _bedrock(_on_the_id(policy_statements_for_role(t, role)))
         assert set(b) == {"bedrock:InvokeModel", "bedrock:GetInferenceProfile", "bedrock:GetFoundationModel"}
         profile_st, model_st = sorted(b["bedrock:InvokeModel"], key=lambda s: "Condition" in s)
         # the profile, in this account and region
@@ -156,7 +163,7 @@ def test_context_model_id_with_a_plain_model_id(by_context: dict[str, dict[str, 
     t = by_context["ModelPlain"]
     _env_and_output(t, PLAIN)
     (role,) = _worker_roles(t)
-    b = _bedrock(policy_statements_for_role(t, role))
+    b = _bedrock(_on_the_id(policy_statements_for_role(t, role)))
     assert set(b) == {"bedrock:InvokeModel", "bedrock:GetFoundationModel"}  # no profile to describe
     (invoke,) = b["bedrock:InvokeModel"]
     (describe,) = b["bedrock:GetFoundationModel"]
@@ -170,7 +177,7 @@ def test_context_model_id_with_a_geographic_profile(by_context: dict[str, dict[s
     t = by_context["ModelGeo"]
     _env_and_output(t, GEO)
     (role,) = _worker_roles(t)
-    b = _bedrock(policy_statements_for_role(t, role))
+    b = _bedrock(_on_the_id(policy_statements_for_role(t, role)))
     profile_st, model_st = sorted(b["bedrock:InvokeModel"], key=lambda s: "Condition" in s)
     (profile,) = _resources(profile_st)
     assert f":inference-profile/{GEO}" in profile
@@ -236,3 +243,90 @@ def test_the_fleet_is_sized_to_the_quota_given_at_deploy_and_the_workers_profile
     assert _esm_concurrency(synth.templates[PROD]) == 20
     _, prod_worker = function_by_handler(synth.templates[PROD], "worker.handler")
     assert "PROFILE_OVERRIDES" not in prod_worker["Environment"]["Variables"]
+
+
+# ---------------------------------------------------------------- the application inference profile, the spend alarms
+def _app_profile(t: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    ((lid, profile),) = resources(t, "AWS::Bedrock::ApplicationInferenceProfile").items()
+    return lid, profile["Properties"]
+
+
+@pytest.mark.parametrize("name", [PROD, FARGATE])
+def test_the_workers_call_the_model_through_an_application_profile_tagged_for_cost(synth: Synth, name: str) -> None:
+    t = synth.templates[name]
+    lid, profile = _app_profile(t)
+    arn = {"Fn::GetAtt": [lid, "InferenceProfileArn"]}
+    # a copy of the configured system profile, carrying the stack's cost-allocation tag (what the budget filters on)
+    assert {"Key": COST_TAG_KEY, "Value": name} in profile["Tags"]
+    assert f":inference-profile/{DEFAULT}" in _text(profile["ModelSource"]["CopyFrom"])
+    assert _text(profile["InferenceProfileName"]).count("AWS::Region") == 1  # account-wide names: the region in it
+    # the worker sends its ARN (the configured id stays in MODEL_ID, the key for prices and quotas)
+    if name == PROD:
+        _, worker = function_by_handler(t, "worker.handler")
+        assert worker["Environment"]["Variables"][ENV["invoke_model_id"]] == arn
+    else:
+        (task,) = resources(t, "AWS::ECS::TaskDefinition").values()
+        env = {e["Name"]: e["Value"] for c in task["Properties"]["ContainerDefinitions"] for e in c.get("Environment", [])}
+        assert env[ENV["invoke_model_id"]] == arn
+    for h in ("intake", "aggregator", "sweeper", "collector", "api"):
+        _, fn = function_by_handler(t, f"{h}.handler")
+        assert ENV["invoke_model_id"] not in fn["Environment"]["Variables"], h
+    # and may invoke through it: the profile itself, and the model behind it only through one of the two profiles
+    for role in _worker_roles(t):
+        via = [st for st in policy_statements_for_role(t, role) if lid in _text(st)]
+        direct, behind = sorted(via, key=lambda st: "Condition" in st)
+        assert direct["Action"] == "bedrock:InvokeModel" and direct["Resource"] == arn and "Condition" not in direct
+        through = behind["Condition"]["StringEquals"]["bedrock:InferenceProfileArn"]
+        assert through[0] == arn and f":inference-profile/{DEFAULT}" in _text(through[1])
+        assert any(f"::foundation-model/{BASE}" in r for r in _resources(behind))
+    assert t["Outputs"]["ModelProfileArn"]["Value"] == arn
+
+
+def test_a_plain_model_id_is_copied_from_its_foundation_model_and_the_local_stack_has_none(
+        synth: Synth, by_context: dict[str, dict[str, Any]]) -> None:
+    _, profile = _app_profile(by_context["ModelPlain"])
+    assert f'"AWS::Region"}}, "::foundation-model/{PLAIN}"' in _text(profile["ModelSource"]["CopyFrom"])
+    assert not resources(synth.templates[LOCAL], "AWS::Bedrock::ApplicationInferenceProfile")  # the offline model
+
+
+def _alarm(t: dict[str, Any], suffix: str) -> dict[str, Any] | None:
+    found = [r["Properties"] for r in resources(t, "AWS::CloudWatch::Alarm").values()
+             if str(r["Properties"].get("AlarmName", "")).endswith(f"-{suffix}")]
+    return found[0] if found else None
+
+
+def test_bedrocks_own_token_count_of_the_profile_is_alarmed_against_the_cap_and_the_quota(
+        synth: Synth, by_context: dict[str, dict[str, Any]]) -> None:
+    t = synth.templates[PROD]
+    lid, _ = _app_profile(t)
+    rate = _alarm(t, "token-spend-rate")
+    assert rate is not None and rate["Threshold"] == 1000.0 / 4  # an hour that would spend the $1,000 cap in 4 hours
+    metrics = {m["Id"]: m for m in rate["Metrics"]}
+    for name, id_ in (("InputTokenCount", "tokens_in"), ("OutputTokenCount", "tokens_out")):
+        stat = metrics[id_]["MetricStat"]
+        assert stat["Metric"]["Namespace"] == "AWS/Bedrock" and stat["Metric"]["MetricName"] == name
+        assert stat["Metric"]["Dimensions"] == [{"Name": "ModelId", "Value": {"Fn::GetAtt": [lid, "InferenceProfileArn"]}}]
+        assert stat["Period"] == 3600 and stat["Stat"] == "Sum"
+    # priced at the model's prices per token ($3 and $15 per million)
+    assert metrics["expr_1"]["Expression"] == "0.000003 * FILL(tokens_in, 0) + 0.000015 * FILL(tokens_out, 0)"
+    assert _alarm(t, "tokens-near-quota") is None  # the quota is read at runtime: not known at synth
+    # with -c model_tpm: 80 % of the hour's quota, output tokens at the model's burndown
+    quota = _alarm(by_context["ModelGeo"], "tokens-near-quota")
+    assert quota is not None and quota["Threshold"] == 0.8 * 2_000_000 * 60
+    assert {m["Id"]: m for m in quota["Metrics"]}["expr_1"]["Expression"] == \
+        "1 * FILL(tokens_in, 0) + 5 * FILL(tokens_out, 0)"
+
+
+def test_the_daily_spend_cap_reaches_every_function_that_admits_work_and_its_alarms(
+        synth: Synth, by_context: dict[str, dict[str, Any]]) -> None:
+    # the prod default, in every function's profile; -c daily_spend_cap_usd=250 in every function's overrides
+    assert get_profile("prod").limits.daily_spend_cap_usd == 1000.0
+    t = by_context["FleetFixed"]
+    for h in ("intake", "worker", "aggregator", "sweeper", "collector", "api"):
+        _, fn = function_by_handler(t, f"{h}.handler")
+        assert json.loads(fn["Environment"]["Variables"]["PROFILE_OVERRIDES"])["daily_spend_cap_usd"] == 250.0, h
+    assert json.loads(t["Outputs"]["ProfileOverrides"]["Value"])["daily_spend_cap_usd"] == 250.0  # the CLI's too
+    held, near = _alarm(t, "spend-cap"), _alarm(t, "spend-near-cap")
+    assert held is not None and held["MetricName"] == "SpendCapHeld" and held["Threshold"] == 1
+    assert near is not None and near["MetricName"] == "DailySpendUsd" and near["Threshold"] == 200.0
+    assert _alarm(t, "token-spend-rate")["Threshold"] == 250.0 / 4  # type: ignore[index]

@@ -27,10 +27,15 @@ from .conftest import (
 STACKS = [LOCAL, PROD, FARGATE]
 
 
-def _topic(t: dict[str, Any]) -> str:
-    """The alarm topic (the other topic is the job-events topic integrators subscribe to: infra/side_effects.py)."""
-    (topic_id,) = [lid for lid in resources(t, "AWS::SNS::Topic") if lid.startswith("AlarmsTopic")]
+def _topic(t: dict[str, Any], which: str = "Alarms") -> str:
+    """The alarm topic (pages), or with "Notices" the notice topic (does not page); the third topic is the job-events
+    topic integrators subscribe to (infra/side_effects.py)."""
+    (topic_id,) = [lid for lid in resources(t, "AWS::SNS::Topic") if lid.startswith(f"{which}Topic")]
     return topic_id
+
+
+# alarms that need no one now go to the notice topic (the runbook's alarm table says which: test below)
+NOTICES = {"backpressure", "batch-refused", "spend-near-cap", "tokens-near-quota"}
 
 
 def _alarms(t: dict[str, Any]) -> dict[str, dict[str, Any]]:
@@ -53,26 +58,30 @@ def test_every_alarm_notifies_the_alarm_topic(synth: Synth, name: str) -> None:
     ours = _alarms(t)
     # 3 queues x 3 + 6 functions x 2 (errors, recursion; incl. the Job API and the batch collector) + throttles of the 4
     # that may be throttled (not the one-at-a-time sweeper and collector) + backpressure + stuck jobs + compensation
-    # DLQ + the sweep's and the collector's item failures + a batch job refused
-    assert len(ours) == 9 + 12 + 4 + 3 + 2 + 1
+    # DLQ + the sweep's and the collector's item failures + a batch job refused + the daily spend cap's two + (Bedrock:
+    # the token spend rate of the application profile)
+    assert len(ours) == 9 + 12 + 4 + 3 + 2 + 1 + 2 + (0 if name == LOCAL else 1)
     for lid, a in alarms.items():
         p = a["Properties"]
         if "AlarmName" not in p:  # the scaling policy's own alarms act on the policy, not on people
             (action,) = p["AlarmActions"]
             assert getatt_id(action) in resources(t, "AWS::ApplicationAutoScaling::ScalingPolicy")
             continue
-        assert p["AlarmActions"] == [{"Ref": topic}], lid
+        suffix = p["AlarmName"].split("-", 1)[1]
+        notice = suffix in NOTICES or suffix.endswith("-throttles")
+        assert p["AlarmActions"] == [{"Ref": _topic(t, "Notices") if notice else topic}], lid
         assert p["AlarmName"].startswith(f"{name}-") and len(p["AlarmDescription"]) > 40, lid
     assert len(alarms) == len(ours) + (2 if name == FARGATE else 0)
 
 
 @pytest.mark.parametrize("name", STACKS)
-def test_the_alarm_topic_is_encrypted_tls_only_and_cloudwatch_may_publish(synth: Synth, name: str) -> None:
+@pytest.mark.parametrize("which", ["Alarms", "Notices"])
+def test_the_alarm_topic_is_encrypted_tls_only_and_cloudwatch_may_publish(synth: Synth, name: str, which: str) -> None:
     t = synth.templates[name]
-    topic_id = _topic(t)
+    topic_id = _topic(t, which)
     topic = t["Resources"][topic_id]["Properties"]
-    (key_id,) = resources(t, "AWS::KMS::Key")
-    assert getatt_id(topic["KmsMasterKeyId"]) == key_id  # a customer key: CloudWatch cannot use aws/sns
+    key_id = getatt_id(topic["KmsMasterKeyId"])
+    assert key_id in resources(t, "AWS::KMS::Key") and key_id.startswith(which)  # a customer key: not aws/sns
     key = t["Resources"][key_id]["Properties"]
     assert key["EnableKeyRotation"] is True
     assert any("cloudwatch.amazonaws.com" in json.dumps(st.get("Principal"))
@@ -91,9 +100,10 @@ def test_the_alarm_topic_is_encrypted_tls_only_and_cloudwatch_may_publish(synth:
 
 def test_alarm_email_from_context_subscribes_to_the_topic(synth: Synth) -> None:
     prod = synth.templates[PROD]
-    (sub,) = resources(prod, "AWS::SNS::Subscription").values()
-    assert sub["Properties"]["Protocol"] == "email" and sub["Properties"]["Endpoint"] == ALARM_EMAIL
-    assert sub["Properties"]["TopicArn"] == {"Ref": _topic(prod)}
+    subs = sorted(resources(prod, "AWS::SNS::Subscription").values(), key=lambda s: json.dumps(s["Properties"]))
+    assert all(s["Properties"]["Protocol"] == "email" and s["Properties"]["Endpoint"] == ALARM_EMAIL for s in subs)
+    # the address gets both: what pages (subscribe a pager to AlarmTopicArn alone) and the notices
+    assert sorted(s["Properties"]["TopicArn"]["Ref"] for s in subs) == sorted([_topic(prod), _topic(prod, "Notices")])
     assert not resources(synth.templates[LOCAL], "AWS::SNS::Subscription")  # no email given: no subscription
 
 
@@ -261,30 +271,34 @@ def test_a_monthly_cost_budget_on_the_stacks_tag_alerts_the_alarm_topic(synth: S
     assert not resources(synth.templates[LOCAL], "AWS::Budgets::Budget")
 
 
-def _runbook_alarms() -> dict[str, tuple[float, int, int]]:
-    """docs/runbook.md's alarm table: alarm name (without the stack) -> (threshold, evaluation periods, period s)."""
+def _runbook_alarms() -> dict[str, tuple[float, int, int, str]]:
+    """docs/runbook.md's alarm table: alarm name (without the stack) -> (threshold, evaluation periods, period s, the
+    topic it notifies: alarms (pages) or notices (does not))."""
     text = (ROOT / "docs" / "runbook.md").read_text()
     table = text[text.index("| alarm | for | fires at | over |"):].split("\n\n", 1)[0].splitlines()[2:]
-    out: dict[str, tuple[float, int, int]] = {}
+    out: dict[str, tuple[float, int, int, str]] = {}
     for row in table:
-        alarm, each, fires, over, _ = (c.strip() for c in row.strip("|").split("|"))
+        alarm, each, fires, over, topic, _ = (c.strip() for c in row.strip("|").split("|"))
         threshold = float(re.match(r"[\d.]+", fires).group())  # type: ignore[union-attr]  # every row starts with it
         periods, period = (int(n) for n in re.fullmatch(r"(\d+) x (\d+) s", over).groups())  # type: ignore[union-attr]
         names = [n.strip() for n in each.split(",")] if each != "-" else [""]
         for n in names:
-            out[re.sub(r"<(queue|fn)>", n, alarm.strip("`"))] = (threshold, periods, period)
+            out[re.sub(r"<(queue|fn)>", n, alarm.strip("`"))] = (threshold, periods, period, topic)
     return out
 
 
 @pytest.mark.parametrize("name", [PROD, FARGATE])
 def test_the_runbooks_alarm_table_is_the_templates(synth: Synth, name: str) -> None:
-    template: dict[str, tuple[float, int, int]] = {}
+    template: dict[str, tuple[float, int, int, str]] = {}
     for r in resources(synth.templates[name], "AWS::CloudWatch::Alarm").values():
         a = r["Properties"]
         if not isinstance(a.get("AlarmName"), str):
             continue  # the Fargate service's scaling alarms (Application Auto Scaling's own, no action)
         period = a.get("Period") or min(m["MetricStat"]["Period"] for m in a["Metrics"] if "MetricStat" in m)
-        template[a["AlarmName"].removeprefix(f"{name}-")] = (float(a["Threshold"]), a["EvaluationPeriods"], period)
+        (action,) = a["AlarmActions"]
+        topic = {"Alarms": "alarms", "Notices": "notices"}[action["Ref"].split("Topic")[0]]
+        template[a["AlarmName"].removeprefix(f"{name}-")] = (float(a["Threshold"]), a["EvaluationPeriods"], period,
+                                                             topic)
     assert _runbook_alarms() == template
 
 

@@ -39,6 +39,7 @@ OTHER_OUTPUTS = {
     "AlarmTopicArn", "DashboardName", "ApiFunctionName", "ApiUrl", "QueueUploadsPrefix", "ReservedConcurrency",
     "TicketUrl", "TicketSecretArn",  # every test stack names a ticket system and its secret (conftest)
     "BatchRoleArn",  # the role Bedrock assumes for batch inference (infra/batch.py)
+    "NoticeTopicArn",  # the alarms that page no one (infra/monitoring.py)
 }
 FOURTEEN_DAYS_S = 1_209_600
 
@@ -415,7 +416,8 @@ def test_outputs_have_exact_ids(synth: Synth, name: str) -> None:
     outputs = synth.templates[name]["Outputs"]
     # QueueProcessingFargateService adds its own (hashed) outputs for the queue it polls
     generated = {o for o in outputs if name == FARGATE and o.startswith("FargateWorkerService")}
-    assert set(outputs) - generated == REQUIRED_OUTPUTS | OTHER_OUTPUTS  # exact ids: no hash suffix
+    bedrock = {"ModelProfileArn"} if name != LOCAL else set()  # the application inference profile (infra/inference.py)
+    assert set(outputs) - generated == REQUIRED_OUTPUTS | OTHER_OUTPUTS | bedrock  # exact ids: no hash suffix
     assert outputs["ProfileName"]["Value"] == synth.profiles[name].name
     assert outputs["WorkerKind"]["Value"] == ("fargate" if name == FARGATE else "lambda")
 

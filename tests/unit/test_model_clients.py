@@ -81,6 +81,28 @@ def test_converse_tool_use_answer_is_returned_as_json(bedrock):
     assert resp.latency_ms >= 0
 
 
+APP_PROFILE = "arn:aws:bedrock:us-east-1:123456789012:application-inference-profile/a1b2c3d4e5f6"
+
+
+def test_the_stacks_application_profile_is_what_is_sent_and_the_configured_id_what_is_checked():
+    # GIVEN a worker deployed with its application inference profile (infra/inference.py: MODEL_INVOKE_ID)
+    model, runtime_stub, control_stub, _ = _adapter(bs.RETIRED)
+    model = BedrockConverseModel(model.client, bs.RETIRED, id_check=model.id_check, invoke_id=APP_PROFILE)
+    req = request()
+    # WHEN the model is invoked THEN Converse is called with the profile's ARN as the modelId
+    runtime_stub.add_client_error("converse", service_error_code="ValidationException", service_message=bs.EOL_MESSAGE,
+                                  http_status_code=400, expected_params={**expected_converse_params(req),
+                                                                         "modelId": APP_PROFILE})
+    # AND a failure the id may cause asks the control plane about the configured id (its traits, its lifecycle)
+    bs.expect_model(control_stub, bs.RETIRED, lifecycle="LEGACY", name="Claude 3.5 Sonnet",
+                    inference_types=("ON_DEMAND",))
+    with pytest.raises(ReviewError) as info:
+        model.invoke(req)
+    assert classify(info.value, model_call=True).error_code == "model.id_rejected" and bs.RETIRED in str(info.value)
+    runtime_stub.assert_no_pending_responses()
+    control_stub.assert_no_pending_responses()
+
+
 @pytest.mark.parametrize("context_chars, cache_point", [(0, False), (400, False), (12_000, True)])
 def test_the_cache_point_follows_the_shared_context_only_when_the_prefix_reaches_the_models_minimum(
         bedrock, context_chars, cache_point):

@@ -63,6 +63,7 @@ OPTION_ENV = {
     "profile": "REVIEW_PROFILE",
     "model_provider": "MODEL_PROVIDER",
     "model_id": "MODEL_ID",
+    "invoke_model_id": "MODEL_INVOKE_ID",  # the application inference profile the workers call through (its ARN)
     "fault_spec": "FAULT_SPEC",
     "worker_kind": "WORKER_KIND",
     # the model's tokens-per-minute quota to pace to (CDK context `model_tpm`); empty: read from Service Quotas
@@ -164,6 +165,9 @@ class Settings(BaseModel):
     model_tpm: float | None = None
     model_provider: Literal["offline", "bedrock"] = "offline"
     model_id: str = ""
+    # MODEL_INVOKE_ID: what the workers send as `modelId`, the stack's application inference profile's ARN (tagged for
+    # cost: infra/inference.py); empty: model_id itself. The model id stays the key for prices, traits and quotas.
+    invoke_model_id: str = ""
     # The local doubles' FaultSpec as JSON (doubles/spec.py; wiring parses it): demo, tests and bench only.
     fault_spec: str | None = None
     worker_kind: Literal["lambda", "fargate"] = "lambda"

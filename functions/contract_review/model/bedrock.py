@@ -166,14 +166,15 @@ class _BedrockRuntimeModel:
     TOOL_DESCRIPTION = TOOL_DESCRIPTION
     API = ""  # what `review preflight` says the calls go through
 
-    def __init__(self, client: Any, model_id: str, id_check: ModelIdCheck | None = None):
+    def __init__(self, client: Any, model_id: str, id_check: ModelIdCheck | None = None, invoke_id: str = ""):
         self.client = client
-        self.model_id = model_id
+        self.model_id = model_id  # the configured id: its API, traits and prices; what the id check asks about
+        self.invoke_id = invoke_id or model_id  # what is sent as `modelId`: the stack's application profile's ARN
         self.id_check = id_check
 
     def _send(self, operation: str, **params: Any) -> Any:
         try:
-            return getattr(self.client, operation)(modelId=self.model_id, **params)
+            return getattr(self.client, operation)(modelId=self.invoke_id, **params)
         except ClientError as exc:
             if self.id_check is not None and _error_code(exc) in ID_SUSPECT_CODES:
                 reason = self.id_check.rejection(self.model_id)
@@ -329,10 +330,12 @@ class BedrockMessagesModel(_BedrockRuntimeModel):
 BedrockModel = BedrockConverseModel | BedrockMessagesModel
 
 
-def bedrock_model(client: Any, model_id: str, id_check: ModelIdCheck | None = None) -> BedrockModel:
-    """The client for `model_id`'s API (MODEL_TRAITS `api`)."""
+def bedrock_model(client: Any, model_id: str, id_check: ModelIdCheck | None = None,
+                  invoke_id: str = "") -> BedrockModel:
+    """The client for `model_id`'s API (MODEL_TRAITS `api`), sending `invoke_id` (the stack's application inference
+    profile: infra/inference.py) as the `modelId` when given, else `model_id`."""
     cls = BedrockMessagesModel if model_api(model_id) == "messages" else BedrockConverseModel
-    return cls(client, model_id, id_check=id_check)
+    return cls(client, model_id, id_check=id_check, invoke_id=invoke_id)
 
 
 POOL_MARGIN = 2  # connections beyond the calls made at once (a probe, a control-plane look-up)
