@@ -12,7 +12,6 @@ import pytest
 
 from contract_review.config.profile import get_profile
 from contract_review.config.settings import ENV
-
 from infra.monitoring import COST_TAG_KEY
 
 from .conftest import FARGATE, LOCAL, PROD, Synth, function_by_handler, getatt_id, policy_statements_for_role, resources
