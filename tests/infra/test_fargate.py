@@ -204,3 +204,17 @@ def test_the_task_may_protect_itself_from_scale_in(synth: Synth) -> None:
     (st,) = statements
     parts = st["Resource"]["Fn::Join"][1]
     assert ":task/" in parts and {"Ref": cluster_id} in parts and parts[-1] == "/*"  # this cluster's tasks only
+
+
+def test_preflight_checks_the_service_linked_role_the_scaling_target_names(synth: Synth) -> None:
+    """`review preflight` (stack WorkerKind fargate, or --worker fargate) checks the Application Auto Scaling role this
+    template's scalable target uses, by the name and service path the template gives it."""
+    from review_local.preflight import SERVICE_LINKED_ROLES
+
+    t = synth.templates[FARGATE]
+    assert t["Outputs"]["WorkerKind"]["Value"] == "fargate"  # what preflight reads from a deployed stack
+    (target,) = resources(t, "AWS::ApplicationAutoScaling::ScalableTarget").values()
+    role_arn = "".join(p for p in target["Properties"]["RoleARN"]["Fn::Join"][1] if isinstance(p, str))
+    assert any(role_arn.endswith(f":role/aws-service-role/{service}/{role}") for role, service in SERVICE_LINKED_ROLES)
+    assert {service for _, service in SERVICE_LINKED_ROLES} == {"ecs.amazonaws.com",
+                                                                "ecs.application-autoscaling.amazonaws.com"}

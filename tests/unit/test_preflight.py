@@ -457,7 +457,7 @@ def test_preflight_prints_one_line_per_account_check_and_fails_on_any(tmp_path):
 def test_the_region_is_taken_after_the_subcommand_too(monkeypatch):
     seen: list[str | None] = []
 
-    def fake(stack, region, model_id, echo):  # noqa: ANN001  # preflight's signature
+    def fake(stack, region, model_id, echo, worker=None):  # noqa: ANN001  # preflight's signature
         seen.append(region)
         return True
 
@@ -605,7 +605,7 @@ def test_preflight_json_is_one_document_with_every_field_of_the_report_and_the_c
 
 @pytest.mark.parametrize("outcome", ["ok", "failed", "cannot check"])
 def test_the_cli_prints_one_json_document_for_each_outcome(monkeypatch, outcome):
-    def fake(stack, region, model_id, echo, document=None):  # noqa: ANN001  # preflight's signature
+    def fake(stack, region, model_id, echo, document=None, worker=None):  # noqa: ANN001  # preflight's signature
         echo("a line that must not reach stdout with --json")
         if outcome == "cannot check":
             raise PreflightError("no AWS region: pass --region or set AWS_REGION")
