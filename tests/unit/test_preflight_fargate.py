@@ -5,16 +5,12 @@ creation of its role). GetRole answered by botocore's Stubber, like the rest of 
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
-from click.testing import CliRunner
-
-from review_local.cli import cli
 from review_local.preflight import SERVICE_LINKED_ROLES, check_service_linked_roles, preflight
 
 from . import bedrock_stubs as bs
-from .test_preflight import BATCH_PAGE, PAGE_1, PAGE_2, Clients, WithClients, deployed_stack_run
+from .test_preflight import Clients, WithClients, deployed_stack_run, local_stack_run
 
 ECS, SCALING = (role for role, _ in SERVICE_LINKED_ROLES)
 CREATE_ECS = "aws iam create-service-linked-role --aws-service-name ecs.amazonaws.com"
@@ -89,14 +85,8 @@ def test_a_deployed_fargate_stack_is_checked_for_its_roles_and_a_lambda_stack_is
 def test_worker_fargate_before_a_deploy_checks_the_roles_and_counts_no_worker_reservation(tmp_path):
     """Before the first deploy (no stack: the local target), `--worker fargate` checks the roles, and the concurrency a
     Fargate stack takes: the sweeper's and the collector's 1 each, not the Lambda worker's 20."""
-    local = tmp_path / "local.json"
-    local.write_text(json.dumps({"outputs": {"ModelProvider": "offline", "ModelId": bs.CURRENT}}))
     c = Clients()
-    bs.expect_current(c.bedrock_stub)
-    c.runtime_stub.add_response("converse", bs.converse_ok())
-    c.quota_pages(PAGE_1, PAGE_2)
-    c.account(total=102, unreserved=102)  # room for 2 reserved with the 100 AWS keeps, not for 22
-    c.quota_pages(BATCH_PAGE)
+    local = local_stack_run(c, tmp_path, total=102, unreserved=102)  # room for 2 reserved + AWS's 100, not for 22
     iam, stub = _iam(ECS, SCALING)
     document: dict[str, Any] = {}
     with stub:
@@ -108,16 +98,3 @@ def test_worker_fargate_before_a_deploy_checks_the_roles_and_counts_no_worker_re
     assert ok and checks["fargate service-linked roles"]["ok"] is True
     assert checks["lambda concurrency"]["ok"] is True and "the stack reserves 2 " in checks["lambda concurrency"]["line"]
 
-
-def test_the_cli_passes_worker_through(monkeypatch):
-    seen: list[str | None] = []
-
-    def fake(stack, region, model_id, echo, worker=None):  # noqa: ANN001  # preflight's signature
-        seen.append(worker)
-        return True
-
-    monkeypatch.setattr("review_local.preflight.preflight", fake)
-    assert CliRunner().invoke(cli, ["preflight", "--worker", "fargate"]).exit_code == 0
-    assert CliRunner().invoke(cli, ["preflight"]).exit_code == 0
-    assert CliRunner().invoke(cli, ["preflight", "--worker", "ec2"]).exit_code == 2  # lambda | fargate only
-    assert seen == ["fargate", None]
