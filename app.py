@@ -9,7 +9,8 @@
 Context: profile (prod | local, default prod), worker (lambda | fargate, default lambda),
 model_provider (bedrock | offline; default bedrock, offline for local), stack_name (default
 ContractReview), alarm_email (required in prod: an address, or none), powertools_layer_version,
-fault_spec (JSON, not prod), auto_delete_objects (local only). No AWS calls and no account at synth: the stack is environment-agnostic.
+fault_spec (JSON, not prod), auto_delete_objects (local only), fargate_base_image (with worker=fargate: the
+image's base pinned by digest). No AWS calls and no account at synth: the stack is environment-agnostic.
 """
 
 from __future__ import annotations

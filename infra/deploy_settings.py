@@ -43,6 +43,9 @@ _SECRET_NAME_RE = re.compile(r"^[A-Za-z0-9/_+=.@-]{1,512}$")  # Secrets Manager'
 _SECRET_SUFFIX_RE = re.compile(r"-[A-Za-z0-9]{6}$")  # what Secrets Manager appends to a secret's name in its ARN
 _KMS_KEY_ARN_RE = re.compile(r"^arn:aws[a-z-]*:kms:[a-z0-9-]+:\d{12}:key/[A-Za-z0-9-]+$")
 _EMAIL_RE = re.compile(r"^[^@\s]+@[^@\s]+\.[^@\s]+$")
+# An image reference pinned by its digest (`python:3.12-slim@sha256:<64 hex>`, or a mirror's in your own ECR): what
+# `-c fargate_base_image` takes, so the Fargate image is built FROM exactly the bytes that were resolved and reviewed
+_DIGEST_IMAGE_RE = re.compile(r"^[a-z0-9][a-z0-9._/:-]*@sha256:[0-9a-f]{64}$")
 # A Bedrock foundation-model id (anthropic.claude-sonnet-4-6, amazon.nova-pro-v1:0) or a cross-region
 # inference profile id (global.anthropic.claude-sonnet-4-6); ARNs are not taken (the grants are built from ids).
 _MODEL_ID_RE = re.compile(r"^[a-z0-9][a-z0-9-]*(\.[A-Za-z0-9][A-Za-z0-9_.-]*)+(:[0-9A-Za-z]+)*$")
@@ -103,6 +106,10 @@ class DeploySettings:
     # The monthly AWS Budgets cost budget on the stack's `review-stack` tag (`-c monthly_budget_usd=N`, `none`: no
     # budget); None: DEFAULT_MONTHLY_BUDGET_USD, except on the local stack (moto has no AWS Budgets).
     monthly_budget_usd: float | None = None
+    # The Fargate image's base (`-c fargate_base_image=python:3.12-slim@sha256:...`, docs/infrastructure.md "The Fargate
+    # worker" resolves it): passed to functions/Dockerfile as its BASE_IMAGE build argument. Empty: the Dockerfile's
+    # default, the `python:3.12-slim` tag, which moves with every rebuild of that image (not pinned).
+    fargate_base_image: str = ""
 
     def __post_init__(self) -> None:
         if not self.model_id:
@@ -137,6 +144,7 @@ class DeploySettings:
         if self.model_tpm is not None and not 0 < self.model_tpm <= 1e9:
             raise DeploySettingsError(f"model_tpm {self.model_tpm!r}: the model's tokens-per-minute quota, such as 2000000")
         self._check_uploads()
+        self._check_base_image()
         if self.auto_delete_objects and not self.is_disposable:
             raise DeploySettingsError("auto_delete_objects is only allowed for the local profile")
 
@@ -145,6 +153,16 @@ class DeploySettings:
         if not _QUEUE_UPLOADS_RE.match(prefix) or prefix.startswith(PRINCIPAL_UPLOADS_PREFIX):
             raise DeploySettingsError(f"queue_uploads_prefix {prefix!r}: {UPLOADS_PREFIX} or a folder under it ending in '/', "
                                       f"such as uploads/queue/ (not under {PRINCIPAL_UPLOADS_PREFIX})")
+
+    def _check_base_image(self) -> None:
+        image = self.fargate_base_image
+        if image and self.worker_kind != "fargate":
+            raise DeploySettingsError("fargate_base_image is the Fargate worker's base image: give -c worker=fargate too")
+        if image and not _DIGEST_IMAGE_RE.match(image):
+            raise DeploySettingsError(f"fargate_base_image {image!r}: an image pinned by digest, such as "
+                                      "python:3.12-slim@sha256:<64 hex digits> (docker buildx imagetools inspect "
+                                      "python:3.12-slim prints it)")
+
     def _apply_limits(self) -> None:
         """The spend limits given into the profile; the monthly budget's default (none on the local stack)."""
         if self.limit_overrides:
@@ -253,6 +271,7 @@ class DeploySettings:
             stack_name=str(get("stack_name") or DEFAULT_STACK_NAME),
             # checked in __post_init__, with a message naming the allowed values
             worker_kind=cast(WorkerKind, str(get("worker") or "lambda")),
+            fargate_base_image=str(get("fargate_base_image") or "").strip(),
             model_provider=cast(ModelProvider, str(provider)),
             powertools_version=str(get("powertools_version") or POWERTOOLS_VERSION).strip(),
             alarm_email=str(get("alarm_email") or "").strip(),

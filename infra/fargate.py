@@ -7,9 +7,14 @@ agent endpoint; the task role may call `ecs:UpdateTaskProtection` on this cluste
 The image is built from `functions/Dockerfile`; synth only writes the asset manifest (no Docker
 needed until `cdk deploy`).
 
-Scaling: step scaling on the analysis queue's backlog, visible + in-flight messages (a busy queue
-with nothing visible is not idle). Scale-in happens only when both are zero, and even then ECS
-stops only unprotected (idle) tasks. SIGTERM (deployments, a task ECS retires): the poller takes no
+Scaling: from zero. The service is created with no task (desired count 0, minimum capacity 0): an empty
+analysis queue costs no task and no public IPv4 address. Step scaling on the queue's backlog, visible +
+in-flight messages (a busy queue with nothing visible is not idle), adds tasks from the first message;
+scale-in happens only when both are zero, one task a minute down to zero, and even then ECS stops only
+unprotected (idle) tasks (the poller gives its protection back as soon as a receive comes back empty, so an
+idle fleet does reach zero). A deploy that updates the service sets its desired count back to 0 (CloudFormation
+applies the template's DesiredCount on every update of the service); the next minute's backlog alarm scales it
+out again, and a task holding a chunk is protected meanwhile. SIGTERM (deployments, a task ECS retires): the poller takes no
 new message, its worker starts no model call that could outlast the stop timeout, and the chunk is
 finished or released (requeued from its checkpoints) before ECS's SIGKILL.
 
@@ -19,9 +24,16 @@ chunk) listens on UDP 2000 in the task's network namespace; the poller sends its
 (xray:PutTraceSegments, xray:PutTelemetryRecords, and the sampling rules it proxies; X-Ray has no
 resource-level permissions for these, so `*`).
 
-Networking: a two-AZ VPC with public subnets only and no NAT gateway; tasks get a public IP and
-a security group with no ingress (the poller only makes outbound calls to AWS APIs). Rejected
-traffic is recorded by a VPC flow log.
+Networking: a two-AZ VPC with public subnets only and no NAT gateway; tasks get a public IPv4 address (charged
+per running task: $0.005 an hour, about $3.65 a month per task running all month) and a security group with no
+ingress rule (the poller only makes outbound calls to AWS APIs). Private subnets would need a NAT gateway or about
+nine interface endpoints (about $130 a month in two AZs), so the public address is kept; docs/infrastructure.md
+"The Fargate worker" says what an account that forbids public addresses deploys instead. Rejected traffic is
+recorded by a VPC flow log.
+
+Image: `functions/Dockerfile` FROM its `BASE_IMAGE` build argument, by default the `python:3.12-slim` tag (not
+pinned: the tag moves with each rebuild of that image); `-c fargate_base_image=python:3.12-slim@sha256:...` builds
+FROM exactly that digest (DeploySettings refuses a reference without one).
 """
 
 from __future__ import annotations
@@ -46,6 +58,10 @@ from .functions import FUNCTIONS_DIR, log_retention
 # Fargate CPU units -> allowed memory (MiB) range.
 _FARGATE_SIZES = [(256, 512, 2048), (512, 1024, 4096), (1024, 2048, 8192), (2048, 4096, 16384), (4096, 8192, 30720)]
 CONTAINER_NAME = "worker"
+# functions/Dockerfile's `ARG BASE_IMAGE=...`: the build argument `-c fargate_base_image` sets, and its default (a
+# tag, not a digest: a test keeps the two equal)
+BASE_IMAGE_ARG = "BASE_IMAGE"
+DEFAULT_BASE_IMAGE = "python:3.12-slim"
 XRAY_CONTAINER_NAME = "xray-daemon"
 # AWS's public image of the X-Ray daemon, pinned to its major version (3.x: AWS's moving tag for the daemon's
 # current release, multi-arch, arm64 included).
@@ -97,6 +113,7 @@ class FargateWorker(Construct):
         stop_timeout_s: int,
         log_retention_days: int,
         removal_policy: RemovalPolicy,
+        base_image: str = "",
     ) -> None:
         super().__init__(scope, construct_id)
         if not 1 <= stop_timeout_s <= FARGATE_MAX_STOP_TIMEOUT_S:
@@ -129,6 +146,7 @@ class FargateWorker(Construct):
             str(FUNCTIONS_DIR),
             file="Dockerfile",
             platform=ecr_assets.Platform.LINUX_ARM64,
+            build_args={BASE_IMAGE_ARG: base_image} if base_image else None,
             exclude=["**/__pycache__", "**/*.pyc", "**/.pytest_cache"],
         )
         self.task_definition = ecs.FargateTaskDefinition(
@@ -165,11 +183,12 @@ class FargateWorker(Construct):
             task_definition=self.task_definition,
             assign_public_ip=True,
             vpc_subnets=ec2.SubnetSelection(subnet_type=ec2.SubnetType.PUBLIC),
+            desired_count=0,  # no task until the backlog alarm asks for one (scaling from zero, above)
             circuit_breaker=ecs.DeploymentCircuitBreaker(rollback=True),
             min_healthy_percent=100,
             max_healthy_percent=200,
         )
-        scaling = self.service.auto_scale_task_count(min_capacity=1, max_capacity=max_tasks)
+        scaling = self.service.auto_scale_task_count(min_capacity=0, max_capacity=max_tasks)
         scaling.scale_on_metric(
             "QueueBacklogScaling",
             metric=backlog_metric(queue),

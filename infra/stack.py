@@ -221,7 +221,7 @@ class ContractReviewStack(Stack):
                              "POWERTOOLS_METRICS_NAMESPACE": METRICS_NAMESPACE, "LOG_LEVEL": log_level},
                 memory_mb=p.functions.worker_memory_mb, max_tasks=p.functions.worker_max_concurrency,
                 stop_timeout_s=p.fargate.fargate_stop_timeout_s, log_retention_days=p.record_ttl_days,
-                removal_policy=removal,
+                removal_policy=removal, base_image=settings.fargate_base_image,
             )
             # the poller runs the worker and the sweep in-process, and is its own event source
             grant_access(self.fargate.task_role, arns, ACCESS["fargate"])

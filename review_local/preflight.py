@@ -304,6 +304,46 @@ def check_batch_role(iam: Any, role_arn: str) -> Check:
     return Check(name, True, f"{role_name}: Bedrock may assume it for this account's batch jobs")
 
 
+# The service-linked roles a Fargate stack (`-c worker=fargate`, infra/fargate.py) needs, with the service principal
+# each belongs to: ECS assumes the first to create the cluster and place the tasks, Application Auto Scaling the second
+# to scale the service (the template's ScalableTarget names it). Each service creates its role on first use, but on a
+# fresh account CloudFormation's CreateCluster can race that creation and fail the whole create ("Unable to assume
+# the service linked role"); created once beforehand, they are simply there.
+SERVICE_LINKED_ROLES = (
+    ("AWSServiceRoleForECS", "ecs.amazonaws.com"),
+    ("AWSServiceRoleForApplicationAutoScaling_ECSService", "ecs.application-autoscaling.amazonaws.com"),
+)
+
+
+def create_service_linked_role_command(service: str) -> str:
+    return f"aws iam create-service-linked-role --aws-service-name {service}"
+
+
+def check_service_linked_roles(iam: Any) -> Check:
+    """The ECS and Application Auto Scaling service-linked roles exist (SERVICE_LINKED_ROLES): a missing one fails with
+    the command that creates it (once per account; all regions share it). One GetRole each; a caller without
+    iam:GetRole is told they were not checked."""
+    name = "fargate service-linked roles"
+    missing: list[tuple[str, str]] = []
+    for role, service in SERVICE_LINKED_ROLES:
+        try:
+            iam.get_role(RoleName=role)
+        except ClientError as exc:
+            code = _error(exc).get("Code")
+            if code != "NoSuchEntity":
+                return Check(name, None, f"IAM answered {code} (needs iam:GetRole on {role})")
+            missing.append((role, service))
+        except BotoCoreError as exc:
+            return Check(name, None, f"IAM not readable: {type(exc).__name__}")
+    if missing:
+        return Check(name, False, f"{' and '.join(role for role, _ in missing)} missing: on a fresh account the "
+                                  "first create of a Fargate stack can fail on \"Unable to assume the service linked "
+                                  "role\" (each is created on first use, which CloudFormation races); create them "
+                                  "before deploying (once per account)",
+                     " && ".join(create_service_linked_role_command(service) for _, service in missing))
+    return Check(name, True, f"{' and '.join(role for role, _ in SERVICE_LINKED_ROLES)} exist")
+
+
 def check_alarm_subscribers(sns: Any, topic_arn: str) -> Check:
     """The stack's alarm topic (output AlarmTopicArn) has a confirmed subscriber: every alarm notifies that topic
     only, and an email subscription counts once its owner clicked the link AWS sent (until then its ARN reads
@@ -368,6 +408,7 @@ class Target:
     layer_parameter: str = ""  # the SSM parameter the stack's layer ARN comes from ("": the default release's)
     batch_role_arn: str = ""  # the role Bedrock assumes for batch jobs (output BatchRoleArn; "": a stack without it)
     alarm_topic_arn: str = ""  # the topic every alarm notifies (output AlarmTopicArn; "": not a deployed stack)
+    worker_kind: str = "lambda"  # the analysis worker (output WorkerKind, or `--worker`): fargate needs its SLRs
 
 
 def stack_target(session: Any, stack: str) -> Target:
@@ -386,7 +427,8 @@ def stack_target(session: Any, stack: str) -> Target:
         tpm = float(outputs["ModelTpm"]) if outputs.get("ModelTpm") else None
         return Target(f"stack {stack} ({session.region_name})", outputs.get("ModelProvider", "bedrock"),
                       outputs["ModelId"], tpm, reserved=reserved, deployed=True, layer_parameter=layer,
-                      batch_role_arn=outputs.get("BatchRoleArn", ""), alarm_topic_arn=outputs.get("AlarmTopicArn", ""))
+                      batch_role_arn=outputs.get("BatchRoleArn", ""), alarm_topic_arn=outputs.get("AlarmTopicArn", ""),
+                      worker_kind=outputs.get("WorkerKind", "lambda"))
     # a stack deployed before the ModelId output existed: its profile's model
     profile = get_profile(outputs.get("ProfileName", "prod"))
     return Target(f"stack {stack} ({session.region_name}; no ModelId output, using profile {profile.name}'s model)",
@@ -411,8 +453,10 @@ def local_target(local_json: Path) -> Target:
 
 def preflight(stack: str | None, region: str | None, model_id: str | None = None, *,
               session_factory: Callable[..., Any] = boto3.Session, local_json: Path = LOCAL_JSON,
-              echo: Callable[[str], None] = print, document: dict[str, Any] | None = None) -> bool:
+              echo: Callable[[str], None] = print, document: dict[str, Any] | None = None,
+              worker: str | None = None) -> bool:
     """Resolve the stack's model, check it against the real Bedrock, print the report. True: usable.
+    `worker` (`--worker`): check the account for that analysis worker instead of the stack's.
     Raises `PreflightError` (one line) when it cannot check at all. With `document`, nothing is printed: the
     report is put in it instead (`review preflight --json`, `as_document`)."""
     if document is not None:
@@ -429,6 +473,10 @@ def preflight(stack: str | None, region: str | None, model_id: str | None = None
             echo(f"  this stack runs the offline rule model ({OFFLINE_MODEL_ID}), a deterministic stand-in, not an "
                  "LLM: its jobs never call Bedrock. Checking the Bedrock model a deployed stack would use instead,")
             echo("  with your AWS credentials (`cdk deploy -c model_id=ID` picks another; --model-id checks one).")
+        if worker:  # the worker a deploy will use; a Fargate stack's worker reserves no Lambda concurrency
+            undeployed_fargate = worker == "fargate" and not target.deployed
+            target = replace(target, worker_kind=worker,
+                             reserved=len(ONE_AT_A_TIME_FUNCTIONS) if undeployed_fargate else target.reserved)
         if model_id:  # another model: the stack's quota is not its
             target = replace(target, model_provider="bedrock", model_id=model_id, model_tpm=None)
         if not session.region_name:
@@ -471,7 +519,7 @@ def preflight(stack: str | None, region: str | None, model_id: str | None = None
 
 def account_checks(session: Any, target: Target, report: PreflightReport) -> list[Check]:
     """The account's checks: the layer, Lambda concurrency, batch inference; for a deployed stack, its batch service
-    role and its alarm topic's subscribers."""
+    role and its alarm topic's subscribers; for the Fargate worker, its service-linked roles."""
     checks = [check_layer(session.client("ssm"), target.layer_parameter or default_layer_parameter(),
                           session.region_name),
               check_concurrency(session.client("lambda"), session.region_name, target.reserved, target.deployed),
@@ -480,6 +528,8 @@ def account_checks(session: Any, target: Target, report: PreflightReport) -> lis
         checks.append(check_batch_role(session.client("iam"), target.batch_role_arn))
     if target.alarm_topic_arn:  # a deployed stack's: do its alarms reach a person?
         checks.append(check_alarm_subscribers(session.client("sns"), target.alarm_topic_arn))
+    if target.worker_kind == "fargate":  # the stack's worker, or `--worker fargate`
+        checks.append(check_service_linked_roles(session.client("iam")))
     return checks
 
 

@@ -42,6 +42,8 @@ ALARM_EMAIL = "oncall@example.com"  # `-c alarm_email=...` of the prod stack (th
 # name (tests/infra/test_role_coverage.py creates it in the embedded account and records the calls that read it).
 TICKET_URL = "https://tickets.example.com/api"
 TICKET_SECRET_NAME = "contract-review/ticket-credentials"
+# `-c fargate_base_image` of the Fargate stack: a digest's shape (not a real digest: nothing is built from it here)
+FARGATE_BASE_IMAGE = "python:3.12-slim@sha256:" + "0" * 64
 
 
 @dataclass
@@ -68,7 +70,8 @@ def synth(tmp_path_factory: pytest.TempPathFactory) -> Synth:
     settings = {
         LOCAL: DeploySettings(profile=get_profile("local"), stack_name=LOCAL, model_provider="offline", **tickets),
         PROD: DeploySettings(profile=get_profile("prod"), stack_name=PROD, alarm_email=ALARM_EMAIL, **tickets),
-        FARGATE: DeploySettings(profile=get_profile("prod"), stack_name=FARGATE, worker_kind="fargate", **tickets),
+        FARGATE: DeploySettings(profile=get_profile("prod"), stack_name=FARGATE, worker_kind="fargate",
+                                  fargate_base_image=FARGATE_BASE_IMAGE, **tickets),
     }
     for s in settings.values():
         add_stack(app, s)

@@ -122,3 +122,18 @@ def test_a_kept_stack_needs_an_alarm_address_or_an_explicit_none() -> None:
         DeploySettings.from_context(ctx.get).require_alarm_destination()
     with pytest.raises(DeploySettingsError, match="not an email address"):
         DeploySettings.from_context({"profile": "prod", "alarm_email": "nobody"}.get)
+
+
+def test_the_fargate_base_image_is_taken_only_pinned_by_digest_and_only_for_the_fargate_worker() -> None:
+    from infra.deploy_settings import DeploySettings, DeploySettingsError
+
+    digest = "sha256:" + "ab" * 32  # a digest's shape
+    for image in (f"python:3.12-slim@{digest}", f"123456789012.dkr.ecr.eu-west-1.amazonaws.com/mirror/python@{digest}"):
+        ctx = {"profile": "prod", "worker": "fargate", "fargate_base_image": image}
+        assert DeploySettings.from_context(ctx.get).fargate_base_image == image
+    assert DeploySettings.from_context({"profile": "prod", "worker": "fargate"}.get).fargate_base_image == ""
+    for image in ("python:3.12-slim", "python:3.12-slim@sha256:abc", f"python:3.12-slim@{digest.upper()}"):
+        with pytest.raises(DeploySettingsError, match="pinned by digest"):  # a tag moves: not what this option is for
+            DeploySettings.from_context({"profile": "prod", "worker": "fargate", "fargate_base_image": image}.get)
+    with pytest.raises(DeploySettingsError, match="worker=fargate"):
+        DeploySettings.from_context({"profile": "prod", "fargate_base_image": f"python:3.12-slim@{digest}"}.get)

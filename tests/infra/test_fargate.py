@@ -6,7 +6,16 @@ import json
 
 from contract_review.config.settings import ENV
 
-from .conftest import FARGATE, ONLY_WHEN_GIVEN, Synth, function_by_handler, getatt_id, resources, source_queues
+from .conftest import (
+    FARGATE,
+    FARGATE_BASE_IMAGE,
+    ONLY_WHEN_GIVEN,
+    Synth,
+    function_by_handler,
+    getatt_id,
+    resources,
+    source_queues,
+)
 
 
 def test_worker_lambda_has_no_event_source_mapping(synth: Synth) -> None:
@@ -86,6 +95,22 @@ def test_image_asset_is_the_functions_dockerfile_for_arm64(synth: Synth) -> None
     assert (staged / "Dockerfile").is_file() and (staged / "contract_review").is_dir()
 
 
+def test_the_base_image_is_a_build_argument_and_a_digest_given_reaches_the_build(synth: Synth) -> None:
+    """functions/Dockerfile builds FROM its BASE_IMAGE argument (default: the python:3.12-slim tag, not a digest);
+    `-c fargate_base_image=...@sha256:...` (given to the Fargate stack here) is the argument the deploy builds with,
+    and changes the asset (its hash covers the build arguments), so a new digest is a new image."""
+    from infra.fargate import BASE_IMAGE_ARG, DEFAULT_BASE_IMAGE
+    from infra.functions import FUNCTIONS_DIR
+
+    lines = (FUNCTIONS_DIR / "Dockerfile").read_text().splitlines()
+    (first,) = [i for i, line in enumerate(lines) if line.startswith("FROM ")]
+    assert lines[first] == f"FROM ${{{BASE_IMAGE_ARG}}}"
+    assert f"ARG {BASE_IMAGE_ARG}={DEFAULT_BASE_IMAGE}" in lines[:first]
+    manifest = json.loads((synth.outdir / f"{FARGATE}.assets.json").read_text())
+    (image,) = manifest["dockerImages"].values()
+    assert image["source"]["dockerBuildArgs"] == {BASE_IMAGE_ARG: FARGATE_BASE_IMAGE}
+
+
 def test_dockerfile_pins_match_requirements(synth: Synth) -> None:
     from infra.functions import FUNCTIONS_DIR
 
@@ -94,7 +119,6 @@ def test_dockerfile_pins_match_requirements(synth: Synth) -> None:
     pins = {line.split("==")[0].split("[")[0]: line.split("==")[1] for line in requirements if "==" in line}
     for package in ("aws-lambda-powertools", "aws-xray-sdk", "pydantic", "boto3"):
         assert f'"{package}=={pins[package]}"' in dockerfile, package
-    assert "FROM python:3.12-slim" in dockerfile
     assert 'CMD ["python", "-m", "contract_review.handlers.poller"]' in dockerfile
 
 
@@ -115,10 +139,14 @@ def test_stop_timeout_is_the_profiles_and_covers_a_model_call_and_the_release(sy
 
 
 def test_scaling_counts_in_flight_messages_and_scales_in_only_when_all_is_done(synth: Synth) -> None:
+    """From zero and back: no task until there is a backlog (created at 0, minimum 0), +1 from the first message,
+    -1 only when nothing is visible and nothing in flight, down to zero."""
     t = synth.templates[FARGATE]
+    (service,) = resources(t, "AWS::ECS::Service").values()
+    assert service["Properties"]["DesiredCount"] == 0  # created with no task: an empty queue costs nothing
     (target,) = resources(t, "AWS::ApplicationAutoScaling::ScalableTarget").values()
     assert (target["Properties"]["MinCapacity"], target["Properties"]["MaxCapacity"]) == (
-        1, synth.profiles[FARGATE].functions.worker_max_concurrency)
+        0, synth.profiles[FARGATE].functions.worker_max_concurrency)
     policies = resources(t, "AWS::ApplicationAutoScaling::ScalingPolicy")
     assert len(policies) == 2  # one step policy per direction (CDK's scale_on_metric)
     analysis_q = next(q for q in source_queues(t) if q.startswith("AnalysisQueue"))
@@ -139,6 +167,29 @@ def test_scaling_counts_in_flight_messages_and_scales_in_only_when_all_is_done(s
                            ["StepAdjustments"]))
     (step,) = scale_in["StepScalingPolicyConfiguration"]["StepAdjustments"]
     assert step["ScalingAdjustment"] == -1 and step["MetricIntervalUpperBound"] == 0  # backlog 0: nothing to do
+    by_operator = {a["ComparisonOperator"]: a for a in alarms}
+    # out from zero on the first message (visible or in flight); in only at a backlog of exactly zero
+    assert by_operator["GreaterThanOrEqualToThreshold"]["Threshold"] == 1
+    assert by_operator["LessThanOrEqualToThreshold"]["Threshold"] == 0
+    scale_out = next(p["Properties"] for p in policies.values() if p["Properties"] is not scale_in)
+    first = min(scale_out["StepScalingPolicyConfiguration"]["StepAdjustments"],
+                key=lambda s: s["MetricIntervalLowerBound"])
+    assert (first["MetricIntervalLowerBound"], first["ScalingAdjustment"]) == (0, 1)  # 1 message: 0 -> 1 task
+
+
+def test_tasks_have_a_public_address_and_accept_no_inbound_traffic(synth: Synth) -> None:
+    """Public subnets, no NAT gateway: each task gets a public IPv4 address (charged per running task) to reach AWS
+    APIs, behind a security group with no ingress rule at all; no other security group rule in the stack."""
+    t = synth.templates[FARGATE]
+    (service,) = resources(t, "AWS::ECS::Service").values()
+    network = service["Properties"]["NetworkConfiguration"]["AwsvpcConfiguration"]
+    assert network["AssignPublicIp"] == "ENABLED"
+    (group_ref,) = network["SecurityGroups"]
+    group = t["Resources"][getatt_id(group_ref)]["Properties"]
+    assert "SecurityGroupIngress" not in group and not resources(t, "AWS::EC2::SecurityGroupIngress")
+    assert not resources(t, "AWS::EC2::NatGateway")
+    subnets = [t["Resources"][getatt_id(s)]["Properties"] for s in network["Subnets"]]
+    assert len(subnets) == 2 and all(s["MapPublicIpOnLaunch"] for s in subnets)
 
 
 def test_the_task_may_protect_itself_from_scale_in(synth: Synth) -> None:
@@ -153,3 +204,17 @@ def test_the_task_may_protect_itself_from_scale_in(synth: Synth) -> None:
     (st,) = statements
     parts = st["Resource"]["Fn::Join"][1]
     assert ":task/" in parts and {"Ref": cluster_id} in parts and parts[-1] == "/*"  # this cluster's tasks only
+
+
+def test_preflight_checks_the_service_linked_role_the_scaling_target_names(synth: Synth) -> None:
+    """`review preflight` (stack WorkerKind fargate, or --worker fargate) checks the Application Auto Scaling role this
+    template's scalable target uses, by the name and service path the template gives it."""
+    from review_local.preflight import SERVICE_LINKED_ROLES
+
+    t = synth.templates[FARGATE]
+    assert t["Outputs"]["WorkerKind"]["Value"] == "fargate"  # what preflight reads from a deployed stack
+    (target,) = resources(t, "AWS::ApplicationAutoScaling::ScalableTarget").values()
+    role_arn = "".join(p for p in target["Properties"]["RoleARN"]["Fn::Join"][1] if isinstance(p, str))
+    assert any(role_arn.endswith(f":role/aws-service-role/{service}/{role}") for role, service in SERVICE_LINKED_ROLES)
+    assert {service for _, service in SERVICE_LINKED_ROLES} == {"ecs.amazonaws.com",
+                                                                "ecs.application-autoscaling.amazonaws.com"}

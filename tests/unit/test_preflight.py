@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import json
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -433,15 +434,22 @@ def test_access_denied_on_a_global_profile_is_named_as_a_region_restriction_with
     assert region_restriction(dataclasses.replace(report, error_code=None, ok=True)) is None
 
 
-def test_preflight_prints_one_line_per_account_check_and_fails_on_any(tmp_path):
+def local_stack_run(c: Clients, tmp_path: Path, total: int, unreserved: int) -> Path:
+    """The answers of a preflight of the local stack (no deployed stack: the account a deploy would go to), with this
+    Lambda concurrency; its local.json."""
     local = tmp_path / "local.json"
     local.write_text(json.dumps({"outputs": {"ModelProvider": "offline", "ModelId": bs.CURRENT}}))
-    c = Clients()
     bs.expect_current(c.bedrock_stub)
     c.runtime_stub.add_response("converse", bs.converse_ok())
     c.quota_pages(PAGE_1, PAGE_2)
-    c.account(total=10, unreserved=10)  # a new account
+    c.account(total=total, unreserved=unreserved)
     c.quota_pages(BATCH_PAGE)  # the batch check reads the same list again
+    return local
+
+
+def test_preflight_prints_one_line_per_account_check_and_fails_on_any(tmp_path):
+    c = Clients()
+    local = local_stack_run(c, tmp_path, total=10, unreserved=10)  # a new account
     lines: list[str] = []
     ok = preflight(None, None, session_factory=lambda **_: FakeSession(c), local_json=local, echo=lines.append)
     c.verify()
@@ -454,18 +462,19 @@ def test_preflight_prints_one_line_per_account_check_and_fails_on_any(tmp_path):
     assert any(line.startswith("pacing: a deployed stack's workers pace to 2,000,000") for line in lines)
 
 
-def test_the_region_is_taken_after_the_subcommand_too(monkeypatch):
-    seen: list[str | None] = []
+def test_the_region_is_taken_after_the_subcommand_too_and_the_worker_passed_through(monkeypatch):
+    seen: list[tuple[str | None, str | None]] = []
 
-    def fake(stack, region, model_id, echo):  # noqa: ANN001  # preflight's signature
-        seen.append(region)
+    def fake(stack, region, model_id, echo, worker=None):  # noqa: ANN001  # preflight's signature
+        seen.append((region, worker))
         return True
 
     monkeypatch.setattr("review_local.preflight.preflight", fake)
-    for args in (["--region", "eu-west-1", "preflight"], ["preflight", "--region", "eu-west-1"]):
+    for args in (["--region", "eu-west-1", "preflight"], ["preflight", "--region", "eu-west-1", "--worker", "fargate"]):
         result = CliRunner().invoke(cli, args)
         assert result.exit_code == 0, result.output
-    assert seen == ["eu-west-1", "eu-west-1"]
+    assert seen == [("eu-west-1", None), ("eu-west-1", "fargate")]
+    assert CliRunner().invoke(cli, ["preflight", "--worker", "ec2"]).exit_code == 2  # lambda | fargate only
 
 
 def test_a_deployed_stack_is_checked_with_its_own_layer_parameter_and_reservation():
@@ -605,7 +614,7 @@ def test_preflight_json_is_one_document_with_every_field_of_the_report_and_the_c
 
 @pytest.mark.parametrize("outcome", ["ok", "failed", "cannot check"])
 def test_the_cli_prints_one_json_document_for_each_outcome(monkeypatch, outcome):
-    def fake(stack, region, model_id, echo, document=None):  # noqa: ANN001  # preflight's signature
+    def fake(stack, region, model_id, echo, document=None, worker=None):  # noqa: ANN001  # preflight's signature
         echo("a line that must not reach stdout with --json")
         if outcome == "cannot check":
             raise PreflightError("no AWS region: pass --region or set AWS_REGION")
