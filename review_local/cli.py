@@ -963,7 +963,7 @@ def backfill_open_jobs(obj: Ctx) -> None:
 @click.option("--region", default=None, help="AWS region to check (the same as `review --region R preflight`).")
 @click.option("--json", "as_json", is_flag=True,
               help="Print one JSON document (ok, target, model: access, latency, quotas, pacing; checks: name, ok, "
-                   "line, remedy; or ok false and the error) instead of lines.")
+                   "line, remedy, redeploy_fixes; or ok false and the error) instead of lines.")
 @click.option("--before-deploy", is_flag=True,
               help="The checks that gate a deploy (`make deploy`): --stack need not exist yet (without it: a first "
                    "deploy with the prod defaults, no local stack needed), and a failure the deploy itself repairs "
