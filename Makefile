@@ -5,10 +5,9 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 export JSII_SILENCE_WARNING_DEPRECATED_NODE_VERSION := 1
-export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 20
 export PATH := $(abspath $(BIN)):$(abspath node_modules/.bin):$(PATH)
 
-.PHONY: venv browser demo test test-unit test-integration test-infra synth lint docs bench bench-quota bench-scaling bench-recovery-baseline bench-large bench-burst bench-batch bench-transactions soak clean
+.PHONY: venv browser demo test test-unit test-integration test-infra synth deploy lint docs bench bench-quota bench-scaling bench-recovery-baseline bench-large bench-burst bench-batch bench-transactions soak clean
 
 $(STAMP): requirements.txt pyproject.toml package.json package-lock.json
 	$(PY) -m venv $(VENV)
@@ -56,6 +55,18 @@ test-infra: $(STAMP)
 
 synth: $(STAMP)
 	npx cdk synth -c profile=$${PROFILE:-prod} -c alarm_email=$${ALARM_EMAIL:-none} --quiet  # a look at the template: no subscriber unless ALARM_EMAIL
+
+# A deploy that preflight gates: `review preflight --before-deploy` first (the account: the Powertools layer in the
+# region, Lambda concurrency; the model answers; a deployed stack's alarm subscribers), and `cdk deploy` only when it
+# exits 0. What the deploy itself repairs (a stack's stale SDK layer, its batch role) is printed, not blocking. Both get
+# the same context: PROFILE (prod), STACK (ContractReview), ALARM_EMAIL (required in prod: an address, or none),
+# MODEL_ID (the profile's unless set), REGION (else your AWS_REGION / profile's), WORKER (lambda | fargate: preflight
+# then checks the ECS service-linked roles); CDK_ARGS adds more (-c daily_spend_cap_usd=N, -c model_tpm=N ...).
+PROFILE ?= prod
+STACK ?= ContractReview
+deploy: $(STAMP)
+	$(if $(REGION),AWS_REGION=$(REGION)) $(BIN)/review --stack $(STACK) preflight --before-deploy $(if $(MODEL_ID),--model-id $(MODEL_ID)) $(if $(WORKER),--worker $(WORKER))
+	$(if $(REGION),AWS_REGION=$(REGION)) npx cdk deploy -c profile=$(PROFILE) -c stack_name=$(STACK) $(if $(ALARM_EMAIL),-c alarm_email=$(ALARM_EMAIL)) $(if $(MODEL_ID),-c model_id=$(MODEL_ID)) $(if $(WORKER),-c worker=$(WORKER)) $(CDK_ARGS)
 
 docs: $(STAMP)
 	PYTHONPATH=functions $(BIN)/python -m contract_review.domain.policy > docs/error-codes.md

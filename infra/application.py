@@ -12,7 +12,6 @@ import os
 from pathlib import Path
 from typing import Any
 
-os.environ.setdefault("JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION", "20")
 os.environ.setdefault("JSII_SILENCE_WARNING_DEPRECATED_NODE_VERSION", "1")
 
 import aws_cdk as cdk  # noqa: E402  (after the jsii environment above)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from aws_cdk import Duration, RemovalPolicy
@@ -56,7 +56,8 @@ def powertools_layer(scope: Construct, version: str) -> lambda_.ILayerVersion:
 
 
 class PipelineFunction(Construct):
-    """A Python 3.12 / arm64 function with Powertools, its own role and its own log group.
+    """A Python 3.12 / arm64 function with its layers (the pinned SDK and Powertools: infra/sdk_layer.py), its own
+    role and its own log group.
 
     The role starts empty: log writing is granted on this function's log group only (no
     AWSLambdaBasicExecutionRole managed policy); the stack adds the data grants.
@@ -70,7 +71,7 @@ class PipelineFunction(Construct):
         handler: str,
         service: str,
         code: lambda_.Code,
-        layer: lambda_.ILayerVersion,
+        layers: Sequence[lambda_.ILayerVersion],
         environment: Mapping[str, str],
         timeout_s: int,
         memory_mb: int,
@@ -100,7 +101,7 @@ class PipelineFunction(Construct):
             architecture=ARCHITECTURE,
             handler=handler,
             code=code,
-            layers=[layer],
+            layers=list(layers),
             role=self.role,
             timeout=Duration.seconds(timeout_s),
             memory_size=memory_mb,

@@ -50,6 +50,7 @@ from .permissions import (
 )
 from .queues import QueueWithDlq
 from .removal import removal_policy
+from .sdk_layer import sdk_layer
 from .side_effects import SideEffectResources
 from .storage import PREFIXES, ArtifactBucket
 from .tables import CLAIMS_LEASE_INDEX, JOBS_OPEN_INDEX, ReviewTables
@@ -133,13 +134,15 @@ class ContractReviewStack(Stack):
 
         # ---- functions -----------------------------------------------------------------
         code = functions_code()
-        layer = powertools_layer(self, settings.powertools_version)
+        # the pinned boto3/botocore, imported ahead of the runtime's own (infra/sdk_layer.py), and Powertools
+        self.sdk_layer = sdk_layer(self)
+        layers = [self.sdk_layer, powertools_layer(self, settings.powertools_version)]
         log_level = "DEBUG" if settings.is_disposable else "INFO"
 
         def fn(cid: str, service: str, timeout_s: int, memory_mb: int, what: str,
                recursive_loop: lambda_.RecursiveLoop = lambda_.RecursiveLoop.TERMINATE) -> PipelineFunction:
             return PipelineFunction(
-                self, cid, handler=f"{HANDLERS}.{service}.handler", service=service, code=code, layer=layer,
+                self, cid, handler=f"{HANDLERS}.{service}.handler", service=service, code=code, layers=layers,
                 environment=self.function_environment("lambda"), timeout_s=timeout_s, memory_mb=memory_mb,
                 log_retention_days=p.record_ttl_days, log_level=log_level, removal_policy=removal,
                 description=f"contract-review {what} ({p.name})", recursive_loop=recursive_loop,
@@ -370,6 +373,8 @@ class ContractReviewStack(Stack):
             "NoticeTopicArn": (self.notice_topic.topic.topic_arn, "SNS topic of the alarms that need no one now "
                                                                   "(backpressure, throttles, near a cap or quota)"),
             "DashboardName": (self.monitoring.dashboard.dashboard_name, "CloudWatch dashboard of the pipeline"),
+            "SdkLayerArn": (self.sdk_layer.layer_version_arn, "the functions' SDK layer (boto3/botocore as pinned; its "
+                                                              "description names them, `review preflight` checks it)"),
             OPTION_OUTPUTS["batch_role_arn"]: (self.batch.role.role_arn, "the role Bedrock assumes to run this stack's "
                                                "batch inference jobs (BATCH_ROLE_ARN of the collector)"),
             OPTION_OUTPUTS["queue_uploads_prefix"]: (self.settings.queue_uploads_prefix, "where senders to the intake "

@@ -973,31 +973,40 @@ def backfill_open_jobs(obj: Ctx) -> None:
 @click.option("--region", default=None, help="AWS region to check (the same as `review --region R preflight`).")
 @click.option("--json", "as_json", is_flag=True,
               help="Print one JSON document (ok, target, model: access, latency, quotas, pacing; checks: name, ok, "
-                   "line, remedy; or ok false and the error) instead of lines.")
+                   "line, remedy, redeploy_fixes; or ok false and the error) instead of lines.")
 @click.option("--worker", type=click.Choice(["lambda", "fargate"]), default=None,
               help="Check the account for this analysis worker (default: the stack's WorkerKind, or lambda); fargate "
                    "adds the ECS and Application Auto Scaling service-linked roles.")
+@click.option("--before-deploy", is_flag=True,
+              help="The checks that gate a deploy (`make deploy`): --stack need not exist yet (without it: a first "
+                   "deploy with the prod defaults, no local stack needed), and a failure the deploy itself repairs "
+                   "(the stack's SDK layer, its batch role) is printed but does not fail.")
 @click.pass_obj
-def preflight(obj: Ctx, model_id: str | None, region: str | None, as_json: bool, worker: str | None) -> None:
+def preflight(obj: Ctx, model_id: str | None, region: str | None, as_json: bool, worker: str | None,
+              before_deploy: bool) -> None:
     """Before deploying and submitting: one tiny Converse call with the stack's model (access, latency; a global
     profile an SCP keeps out of other regions is named, with the us./eu. profile to deploy instead), the
     tokens-per-minute quota the workers will pace to, and the account: the Powertools layer's SSM parameter exists
     in the region, Lambda's concurrency covers the stack's reservations plus the 100 AWS keeps unreserved, and
-    whether the model is offered through batch inference there (informational); for the Fargate worker (the stack's,
-    or --worker fargate), the ECS and Application Auto Scaling service-linked roles exist. One line per check, with a command that fixes a failed one. Exits 1 unless the model answers and every account
-    check passes."""
+    whether the model is offered through batch inference there (informational); for a deployed stack, its batch role,
+    its alarm subscribers and whether its functions' SDK layer carries the boto3/botocore this checkout pins; for the
+    Fargate worker (the stack's, or --worker fargate), the ECS and Application Auto Scaling service-linked roles exist.
+    One line per check, with a command that fixes a failed one. Exits 1 unless the model answers and every account
+    check passes (with --before-deploy: every check a deploy does not fix)."""
     from .preflight import PreflightError
     from .preflight import preflight as run
 
     if not as_json:
         try:
-            ok = run(obj.stack, region or obj.region, model_id, echo=click.echo, worker=worker)
+            ok = run(obj.stack, region or obj.region, model_id, echo=click.echo, worker=worker,
+                     before_deploy=before_deploy)
         except PreflightError as exc:
             raise click.ClickException(str(exc)) from exc
         sys.exit(0 if ok else 1)
     document: dict[str, Any] = {}
     try:
-        ok = run(obj.stack, region or obj.region, model_id, echo=lambda _line: None, document=document, worker=worker)
+        ok = run(obj.stack, region or obj.region, model_id, echo=lambda _line: None, document=document,
+                 worker=worker, before_deploy=before_deploy)
     except PreflightError as exc:
         ok, document = False, {"ok": False, "error": str(exc)}
     click.echo(json.dumps(document, indent=2))

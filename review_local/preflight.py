@@ -31,6 +31,7 @@ from contract_review.config.constants import (
 )
 from contract_review.config.prices import PRICES
 from contract_review.config.profile import get_profile
+from contract_review.config.sdk import SDK_DISTRIBUTIONS, installed_sdk, parse_sdk_description
 from contract_review.domain.errors import REGISTRY, ReviewError, classify
 from contract_review.domain.model import GLOBAL_PROFILE_PREFIX, base_model_id
 from contract_review.model.bedrock import ModelFacts, ModelIdCheck, bedrock_model
@@ -173,12 +174,15 @@ def render(report: PreflightReport) -> list[str]:
 @dataclass(frozen=True)
 class Check:
     """One account check: one line, and when it fails a command that fixes it. `ok` None: it could not be checked
-    (a permission, an API moto or the account does not offer): said, not counted as a failure."""
+    (a permission, an API moto or the account does not offer): said, not counted as a failure. `redeploy_fixes`: a
+    failure the deploy itself repairs (the deployed stack's own resources), so it does not block one (`review
+    preflight --before-deploy`, `make deploy`)."""
 
     name: str
     ok: bool | None
     line: str
     remedy: str = ""
+    redeploy_fixes: bool = False
 
     def render(self) -> str:
         status = {True: "ok", False: "FAILED", None: "not checked"}[self.ok]
@@ -288,7 +292,7 @@ def check_batch_role(iam: Any, role_arn: str) -> Check:
         code = _error(exc).get("Code")
         if code == "NoSuchEntity":
             return Check(name, False, f"{role_arn} does not exist: batch jobs would fail in validation",
-                         "npx cdk deploy (the stack creates the role)")
+                         "npx cdk deploy (the stack creates the role)", redeploy_fixes=True)
         return Check(name, None, f"IAM answered {code} (needs iam:GetRole on {role_arn})")
     except BotoCoreError as exc:
         return Check(name, None, f"IAM not readable: {type(exc).__name__}")
@@ -300,7 +304,7 @@ def check_batch_role(iam: Any, role_arn: str) -> Check:
                   for st in _as_list(trust.get("Statement")))
     if not trusted:
         return Check(name, False, f"{role_name} does not let {BEDROCK_SERVICE} assume it: batch jobs would fail",
-                     "npx cdk deploy (the stack's trust policy: infra/batch.py)")
+                     "npx cdk deploy (the stack's trust policy: infra/batch.py)", redeploy_fixes=True)
     return Check(name, True, f"{role_name}: Bedrock may assume it for this account's batch jobs")
 
 
@@ -369,6 +373,37 @@ def check_alarm_subscribers(sns: Any, topic_arn: str) -> Check:
                  "--notification-endpoint you@example.com (then confirm it)")
 
 
+def check_sdk_layer(lambda_client: Any, layer_arn: str, pinned: dict[str, str]) -> Check:
+    """The deployed functions' SDK layer (output SdkLayerArn, infra/sdk_layer.py) carries the boto3/botocore this
+    checkout pins (`pinned`: the venv's, requirements.txt's): its version's description names them
+    (GetLayerVersionByArn). A stack without the output was deployed from a checkout before the layer: its functions
+    run the Lambda runtime's own, older SDK. Either way a deploy from this checkout fixes it."""
+    name = "sdk layer"
+    wanted = " ".join(f"{d}=={pinned[d]}" for d in ("boto3", "botocore"))
+    fix = "make deploy (from this checkout)"
+    if not layer_arn:
+        return Check(name, False, "the stack has no SdkLayerArn output: deployed from a checkout before the SDK layer, "
+                                  "its functions run the Lambda runtime's own boto3/botocore (older, not the one the "
+                                  f"tests ran with; this checkout pins {wanted})", fix, redeploy_fixes=True)
+    try:
+        description = str(lambda_client.get_layer_version_by_arn(Arn=layer_arn).get("Description") or "")
+    except ClientError as exc:
+        return Check(name, None, f"Lambda answered {_error(exc).get('Code')} (needs lambda:GetLayerVersion on "
+                                 f"{layer_arn})")
+    except BotoCoreError as exc:
+        return Check(name, None, f"Lambda not readable: {type(exc).__name__}")
+    shipped = parse_sdk_description(description)
+    if shipped is None:
+        return Check(name, False, f"{layer_arn} does not say which SDK it carries ({description!r})", fix,
+                     redeploy_fixes=True)
+    differ = [d for d in SDK_DISTRIBUTIONS if shipped.get(d) != pinned[d]]
+    if differ:
+        said = ", ".join(f"{d} {shipped.get(d) or 'none'} (this checkout: {pinned[d]})" for d in differ)
+        return Check(name, False, f"the functions run {said}: the stack was deployed from another checkout", fix,
+                     redeploy_fixes=True)
+    return Check(name, True, f"the functions run {wanted}, as this checkout pins")
+
+
 def _as_list(value: Any) -> list[Any]:
     return value if isinstance(value, list) else [] if value is None else [value]
 
@@ -409,13 +444,19 @@ class Target:
     batch_role_arn: str = ""  # the role Bedrock assumes for batch jobs (output BatchRoleArn; "": a stack without it)
     alarm_topic_arn: str = ""  # the topic every alarm notifies (output AlarmTopicArn; "": not a deployed stack)
     worker_kind: str = "lambda"  # the analysis worker (output WorkerKind, or `--worker`): fargate needs its SLRs
+    sdk_layer_arn: str = ""  # the functions' SDK layer (output SdkLayerArn; "": none, or not a deployed stack)
 
 
-def stack_target(session: Any, stack: str) -> Target:
+def stack_target(session: Any, stack: str, before_deploy: bool = False) -> Target:
+    """The deployed stack's model and resources, from its outputs. No such stack: an error, unless `before_deploy`
+    (then its first deploy, with the prod defaults: `first_deploy_target`)."""
     try:
         described = session.client("cloudformation").describe_stacks(StackName=stack)["Stacks"][0]
     except ClientError as exc:
-        if _error(exc).get("Code") == "ValidationError":  # CloudFormation: no such stack
+        if _error(exc).get("Code") == "ValidationError" and before_deploy:  # CloudFormation: no such stack
+            return first_deploy_target(f"stack {stack} ({session.region_name}; not deployed yet, its first deploy "
+                                       "with the prod defaults)")
+        if _error(exc).get("Code") == "ValidationError":
             raise PreflightError(f"no stack {stack!r} in region {session.region_name} (check --stack and --region)"
                                  ) from exc
         raise
@@ -428,7 +469,7 @@ def stack_target(session: Any, stack: str) -> Target:
         return Target(f"stack {stack} ({session.region_name})", outputs.get("ModelProvider", "bedrock"),
                       outputs["ModelId"], tpm, reserved=reserved, deployed=True, layer_parameter=layer,
                       batch_role_arn=outputs.get("BatchRoleArn", ""), alarm_topic_arn=outputs.get("AlarmTopicArn", ""),
-                      worker_kind=outputs.get("WorkerKind", "lambda"))
+                      worker_kind=outputs.get("WorkerKind", "lambda"), sdk_layer_arn=outputs.get("SdkLayerArn", ""))
     # a stack deployed before the ModelId output existed: its profile's model
     profile = get_profile(outputs.get("ProfileName", "prod"))
     return Target(f"stack {stack} ({session.region_name}; no ModelId output, using profile {profile.name}'s model)",
@@ -443,31 +484,45 @@ def local_target(local_json: Path) -> Target:
     except (ValueError, KeyError, TypeError) as exc:
         raise PreflightError(f"{local_json} is not a local stack description ({type(exc).__name__}); "
                              "run `review up` again") from exc
+    # the account checks are about a deploy with the prod defaults (the local stack reserves nothing on AWS)
+    first = first_deploy_target("local stack (review up)")
+    return replace(first, model_provider=outputs.get("ModelProvider", "offline"),
+                   model_id=outputs.get("ModelId") or first.model_id)
+
+
+def first_deploy_target(label: str) -> Target:
+    """A stack not deployed yet, as a deploy with the prod defaults makes it: the prod model, and the reservations of
+    the worker's maximum and 1 each for the sweeper and the batch collector (infra DeploySettings.reserved_concurrency)."""
     prod = get_profile("prod")
-    model_id = outputs.get("ModelId") or prod.review.model_id
-    # the account checks are about a deploy with the prod defaults (the local stack reserves nothing on AWS): the
-    # worker's maximum, and 1 each for the sweeper and the batch collector (infra DeploySettings.reserved_concurrency)
-    return Target("local stack (review up)", outputs.get("ModelProvider", "offline"), model_id,
+    return Target(label, "bedrock", prod.review.model_id,
                   reserved=prod.functions.worker_max_concurrency + len(ONE_AT_A_TIME_FUNCTIONS))
+
+
+def resolve_target(session: Any, stack: str | None, local_json: Path, before_deploy: bool) -> Target:
+    """`--stack NAME`: that stack (before a deploy, it need not exist yet); none: the local stack of `review up`, or
+    before a deploy, a first deploy of the default stack."""
+    if stack is None and not before_deploy:
+        return local_target(local_json)
+    _require_credentials(session)
+    if stack is None:
+        return first_deploy_target(f"a first deploy ({session.region_name}; the prod defaults)")
+    return stack_target(session, stack, before_deploy)
 
 
 def preflight(stack: str | None, region: str | None, model_id: str | None = None, *,
               session_factory: Callable[..., Any] = boto3.Session, local_json: Path = LOCAL_JSON,
               echo: Callable[[str], None] = print, document: dict[str, Any] | None = None,
-              worker: str | None = None) -> bool:
+              worker: str | None = None, before_deploy: bool = False) -> bool:
     """Resolve the stack's model, check it against the real Bedrock, print the report. True: usable.
     `worker` (`--worker`): check the account for that analysis worker instead of the stack's.
     Raises `PreflightError` (one line) when it cannot check at all. With `document`, nothing is printed: the
-    report is put in it instead (`review preflight --json`, `as_document`)."""
+    report is put in it instead (`review preflight --json`, `as_document`). `before_deploy` (`make deploy`): the
+    stack need not exist yet, and a failure the deploy repairs (`Check.redeploy_fixes`) is printed, not counted."""
     if document is not None:
         echo = _silent
     try:
         session = session_factory(region_name=region) if region else session_factory()
-        if stack is None:
-            target = local_target(local_json)
-        else:
-            _require_credentials(session)
-            target = stack_target(session, stack)
+        target = resolve_target(session, stack, local_json, before_deploy)
         echo(f"{target.label}: model provider {target.model_provider}")
         if target.model_provider != "bedrock":
             echo(f"  this stack runs the offline rule model ({OFFLINE_MODEL_ID}), a deterministic stand-in, not an "
@@ -505,7 +560,7 @@ def preflight(stack: str | None, region: str | None, model_id: str | None = None
     report.paced_to = target.model_tpm
     restricted = region_restriction(report)
     checks += [restricted] if restricted else []
-    ok = report.ok and all(c.ok is not False for c in checks)
+    ok = report.ok and all(c.ok is not False for c in checks if not (before_deploy and c.redeploy_fixes))
     if document is not None:
         document.update(as_document(target, report, checks, ok))
         return ok
@@ -513,13 +568,15 @@ def preflight(stack: str | None, region: str | None, model_id: str | None = None
         echo(line)
     echo("account:")
     for check in checks:
-        echo(f"  {check.render()}")
+        fixed = " (this deploy fixes it)" if before_deploy and check.redeploy_fixes and check.ok is False else ""
+        echo(f"  {check.render()}{fixed}")
     return ok
 
 
 def account_checks(session: Any, target: Target, report: PreflightReport) -> list[Check]:
     """The account's checks: the layer, Lambda concurrency, batch inference; for a deployed stack, its batch service
-    role and its alarm topic's subscribers; for the Fargate worker, its service-linked roles."""
+    role, its alarm topic's subscribers and its functions' SDK layer; for the Fargate worker, its service-linked
+    roles."""
     checks = [check_layer(session.client("ssm"), target.layer_parameter or default_layer_parameter(),
                           session.region_name),
               check_concurrency(session.client("lambda"), session.region_name, target.reserved, target.deployed),
@@ -530,6 +587,8 @@ def account_checks(session: Any, target: Target, report: PreflightReport) -> lis
         checks.append(check_alarm_subscribers(session.client("sns"), target.alarm_topic_arn))
     if target.worker_kind == "fargate":  # the stack's worker, or `--worker fargate`
         checks.append(check_service_linked_roles(session.client("iam")))
+    if target.deployed:  # do its functions run the SDK this checkout pins?
+        checks.append(check_sdk_layer(session.client("lambda"), target.sdk_layer_arn, installed_sdk()))
     return checks
 
 
@@ -546,7 +605,8 @@ def as_document(target: Target, report: PreflightReport, checks: list[Check], ok
             "model": {**{k: v for k, v in asdict(report).items() if k not in ("facts", "quotas")},
                       "recovery": report.recovery, "facts": asdict(report.facts) if report.facts else None,
                       "quotas": [asdict(q) for q in report.quotas], "lines": render(report)},
-            "checks": [{"name": c.name, "ok": c.ok, "line": c.line, "remedy": c.remedy} for c in checks]}
+            "checks": [{"name": c.name, "ok": c.ok, "line": c.line, "remedy": c.remedy,
+                        "redeploy_fixes": c.redeploy_fixes} for c in checks]}
 
 
 _NO_CREDENTIALS = ("no AWS credentials found: set AWS_PROFILE (then `aws sso login` if it is an SSO profile), "

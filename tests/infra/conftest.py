@@ -25,9 +25,9 @@ for _p in (ROOT, ROOT / "functions"):
     if str(_p) not in sys.path:
         sys.path.insert(0, str(_p))
 
-os.environ.setdefault("JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION", "20")
 os.environ.setdefault("JSII_SILENCE_WARNING_DEPRECATED_NODE_VERSION", "1")
 
+import infra  # noqa: E402,F401  # before any test module imports aws_cdk: jsii starts package.json's Node (JSII_NODE)
 from contract_review.config.profile import Profile, get_profile  # noqa: E402
 
 LOCAL, PROD, FARGATE = "ContractReviewLocal", "ContractReviewProd", "ContractReviewFargate"

@@ -40,6 +40,7 @@ OTHER_OUTPUTS = {
     "TicketUrl", "TicketSecretArn",  # every test stack names a ticket system and its secret (conftest)
     "BatchRoleArn",  # the role Bedrock assumes for batch inference (infra/batch.py)
     "NoticeTopicArn",  # the alarms that page no one (infra/monitoring.py)
+    "SdkLayerArn",  # the functions' SDK layer (infra/sdk_layer.py; review preflight reads its description)
 }
 FOURTEEN_DAYS_S = 1_209_600
 
@@ -366,8 +367,9 @@ def test_functions_runtime_architecture_handlers_layer(stack: tuple[str, dict], 
         assert fn["Handler"] == f"contract_review.handlers.{h}.handler"
         assert fn["Runtime"] == "python3.12" and fn["Architectures"] == ["arm64"]
         assert fn["Timeout"] == timeouts[h]
-        # the layer ARN comes from AWS's public SSM parameter, resolved by CloudFormation at deploy time
-        (layer,) = fn["Layers"]
+        # the SDK layer (tests/infra/test_sdk_layer.py) and Powertools: its ARN comes from AWS's public SSM
+        # parameter, resolved by CloudFormation at deploy time
+        (layer,) = [ref for ref in fn["Layers"] if ref["Ref"] in t.get("Parameters", {})]
         param = t["Parameters"][layer["Ref"]]
         assert param["Type"] == "AWS::SSM::Parameter::Value<String>"
         assert param["Default"] == "/aws/service/powertools/python/arm64/python3.12/3.37.0"

@@ -18,6 +18,7 @@ from botocore.stub import Stubber
 from click.testing import CliRunner
 
 from contract_review.config.profile import get_profile
+from contract_review.config.sdk import installed_sdk, sdk_description
 from contract_review.model.bedrock import ModelFacts
 from contract_review.model.quotas import match_model_quotas
 from review_local.cli import cli
@@ -39,6 +40,7 @@ from . import bedrock_stubs as bs
 SONNET_46 = "Anthropic Claude Sonnet 4.6"
 LAYER = "/aws/service/powertools/python/arm64/python3.12/3.37.0"  # what a deploy with the defaults reads
 LAYER_ARN = "arn:aws:lambda:us-east-1:017000801446:layer:AWSLambdaPowertoolsPythonV3-python312-arm64:30"
+SDK_LAYER_ARN = "arn:aws:lambda:us-east-1:123456789012:layer:SdkLayer90B54D5D:3"  # output SdkLayerArn
 
 
 def quota(name: str, value: float, code: str = "L-00000000", adjustable: bool = True) -> dict[str, Any]:
@@ -88,13 +90,19 @@ class Clients:
                 params["NextToken"] = f"t{i}"
             self.quotas_stub.add_response(operation, response, expected_params=params)
 
-    def account(self, layer: str = LAYER, total: int = 1000, unreserved: int = 1000) -> None:
+    def account(self, layer: str = LAYER, total: int = 1000, unreserved: int = 1000, deployed: bool = False,
+                sdk: dict[str, str] | None = None) -> None:
         """The account checks' answers: the layer parameter exists, GetAccountSettings' limits (a Stubber: moto does
-        not implement GetAccountSettings)."""
+        not implement GetAccountSettings); for a deployed stack, its SDK layer's description (`sdk`, default: the
+        versions this checkout pins)."""
         self.ssm_stub.add_response("get_parameter", {"Parameter": {"Name": layer, "Type": "String", "Value": LAYER_ARN,
                                                                    "Version": 1}}, expected_params={"Name": layer})
         self.lambda_stub.add_response("get_account_settings", {"AccountLimit": {
             "ConcurrentExecutions": total, "UnreservedConcurrentExecutions": unreserved}}, expected_params={})
+        if deployed:
+            self.lambda_stub.add_response("get_layer_version_by_arn", {
+                "LayerVersionArn": SDK_LAYER_ARN, "Description": sdk_description(sdk or installed_sdk())},
+                expected_params={"Arn": SDK_LAYER_ARN})
 
     def run(self, model_id: str = bs.CURRENT):
         ticks = itertools.count(0.0, 0.75)  # the clock: each reading 0.75 s after the last
@@ -258,12 +266,14 @@ def deployed_stack_run(c: Clients, outputs: dict[str, str]) -> None:
     for _ in range(2):
         c.quota_pages(PAGE_1, PAGE_2)
         c.quota_pages([], operation="list_aws_default_service_quotas")
-    c.account()
+    c.account(deployed=True)
 
 
 def _stack(outputs: dict[str, str]) -> dict[str, Any]:
+    """A deployed stack's description: these outputs, and the SdkLayerArn every deploy from this checkout has."""
+    outputs = {"SdkLayerArn": SDK_LAYER_ARN, **outputs}
     return {"Stacks": [{"StackName": "Prod", "CreationTime": "2026-11-01T00:00:00Z", "StackStatus": "CREATE_COMPLETE",
-                        "Outputs": [{"OutputKey": k, "OutputValue": v} for k, v in outputs.items()]}]}
+                        "Outputs": [{"OutputKey": k, "OutputValue": v} for k, v in outputs.items() if v]}]}
 
 
 def test_a_deployed_stack_is_checked_with_the_model_in_its_outputs():
@@ -274,7 +284,7 @@ def test_a_deployed_stack_is_checked_with_the_model_in_its_outputs():
     c.runtime_stub.add_response("converse", bs.converse_ok())
     c.quota_pages(PAGE_1, PAGE_2)
     c.quota_pages([], operation="list_aws_default_service_quotas")  # no requests quota applied: asked for defaults
-    c.account()
+    c.account(deployed=True)
     lines: list[str] = []
     ok = preflight("Prod", None, session_factory=lambda **_: FakeSession(c), echo=lines.append)
     c.verify()
@@ -291,7 +301,7 @@ def test_a_stack_deployed_with_a_quota_says_the_workers_pace_to_it():
     bs.expect_current(c.bedrock_stub)
     c.runtime_stub.add_response("converse", bs.converse_ok())
     c.quota_pages(PAGE_1, PAGE_2)
-    c.account()
+    c.account(deployed=True)
     lines: list[str] = []
     assert preflight("Prod", None, session_factory=lambda **_: FakeSession(c), echo=lines.append)
     assert any(line.startswith("pacing: this stack's workers pace to 600,000 tokens per minute (deployed with")
@@ -465,7 +475,7 @@ def test_preflight_prints_one_line_per_account_check_and_fails_on_any(tmp_path):
 def test_the_region_is_taken_after_the_subcommand_too_and_the_worker_passed_through(monkeypatch):
     seen: list[tuple[str | None, str | None]] = []
 
-    def fake(stack, region, model_id, echo, worker=None):  # noqa: ANN001  # preflight's signature
+    def fake(stack, region, model_id, echo, worker=None, before_deploy=False):  # noqa: ANN001  # preflight's signature
         seen.append((region, worker))
         return True
 
@@ -488,7 +498,7 @@ def test_a_deployed_stack_is_checked_with_its_own_layer_parameter_and_reservatio
     bs.expect_current(c.bedrock_stub)
     c.runtime_stub.add_response("converse", bs.converse_ok())
     c.quota_pages(PAGE_1, PAGE_2)
-    c.account(layer=latest, total=1000, unreserved=100)  # its 20 are already out of the pool: 100 left is enough
+    c.account(layer=latest, total=1000, unreserved=100, deployed=True)  # its 20 are already out of the pool: 100 left is enough
     lines: list[str] = []
     assert preflight("Prod", None, session_factory=lambda **_: FakeSession(c), echo=lines.append)
     c.verify()
@@ -614,7 +624,8 @@ def test_preflight_json_is_one_document_with_every_field_of_the_report_and_the_c
 
 @pytest.mark.parametrize("outcome", ["ok", "failed", "cannot check"])
 def test_the_cli_prints_one_json_document_for_each_outcome(monkeypatch, outcome):
-    def fake(stack, region, model_id, echo, document=None, worker=None):  # noqa: ANN001  # preflight's signature
+    def fake(stack, region, model_id, echo, document=None, worker=None,  # noqa: ANN001  # preflight's signature
+             before_deploy=False):
         echo("a line that must not reach stdout with --json")
         if outcome == "cannot check":
             raise PreflightError("no AWS region: pass --region or set AWS_REGION")

@@ -80,8 +80,9 @@ def observe(logger: Logger) -> Logger:
     """One logging setup for every handler and the poller: the core's loggers (`contract_review.*`) write
     through `logger`'s structured handler, and every line carries the job's bound fields
     (`domain/log_fields.py`: hashes a raw idempotency key, adds job, chunk, step, ... where known). At cold start,
-    one line says which SDK the code runs on (`runtime`): the Lambda runtime's own boto3/botocore is not the one
-    requirements.txt pins and the tests ran with, and batch inference and prompt caching need a recent botocore."""
+    one line says which SDK the code runs on (`runtime`): the stack's SDK layer carries the boto3/botocore
+    requirements.txt pins and the tests ran with (infra/sdk_layer.py), ahead of the Lambda runtime's own, older one
+    (batch inference and prompt caching need a recent botocore); this line shows which one was imported."""
     handler = logger.registered_handler
     if not any(isinstance(f, LogFieldsFilter) for f in handler.filters):
         handler.addFilter(LogFieldsFilter())
