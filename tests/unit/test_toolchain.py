@@ -71,10 +71,11 @@ def test_preflights_exit_code_gates_the_deploy(tmp_path: Path, preflight_exit: i
     _stand_ins(tmp_path / "bin", log)
     run = make("deploy", *CONTEXT, f"BIN={tmp_path / 'bin'}", env={"PREFLIGHT_EXIT": str(preflight_exit)})
     calls = log.read_text().splitlines()
-    assert calls[0] == "review eu-west-1 --stack ContractReviewEu preflight --before-deploy --model-id eu.anthropic.x"
+    assert calls[0] == ("review eu-west-1 --stack ContractReviewEu preflight --before-deploy --model-id eu.anthropic.x "
+                        "--worker fargate")
     if preflight_exit:
         assert run.returncode != 0 and calls == calls[:1]  # no deploy after a blocking failure
     else:
         assert run.returncode == 0, run.stderr
         assert calls[1:] == ["npx eu-west-1 cdk deploy -c profile=prod -c stack_name=ContractReviewEu "
-                             "-c alarm_email=oncall@example.com -c model_id=eu.anthropic.x"]
+                             "-c alarm_email=oncall@example.com -c model_id=eu.anthropic.x -c worker=fargate"]
