@@ -497,6 +497,7 @@ def _spend_cap(rec: Recorder, setup: Deps, arn: str) -> None:
         sweeper_handler.handler({}, LambdaContext("SweeperFn", 256, timeout_s, "r-sc", REGION))
     assert setup.model_control.update(lambda c: c).spend_held(day) is not None  # read again, not from the cache
     ops.quota_change(setup, "role-coverage", override_cap=True)
+    time.sleep(setup.settings.profile.quota.model_control_max_age_s + 0.2)  # the sweeper's cached control ages
     with rec.acting_as("sweeper"):
         result = sweeper_handler.handler({}, LambdaContext("SweeperFn", 256, timeout_s, "r-sd", REGION))
     started = setup.jobs.get(held.job_id)
