@@ -9,7 +9,7 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 from contract_review.domain import log_fields
 from contract_review.pipeline.sweeper import sweep
 
-from . import deps, invocation, observe, tracing
+from . import deps, invocation, observe, quota_reader, tracing
 
 logger = observe(Logger(service="sweeper"))
 tracer = tracing.tracer("sweeper")
@@ -22,7 +22,7 @@ metrics = Metrics(service="sweeper")  # namespace from POWERTOOLS_METRICS_NAMESP
 def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     invocation.context = context  # the saga's in-progress records expire with this invocation
     with log_fields.bound(log_fields.job_fields(step="sweep")):
-        report = sweep(deps())
+        report = sweep(deps(), read_quotas=quota_reader())
     # Published on every run, zero included: the stuck-jobs alarm reads silence as "the sweeper is down".
     metrics.add_metric(name="StuckJobs", unit=MetricUnit.Count, value=report.stalled_jobs)
     # Chunks whose Lambda ran out of time, requeued without a failure: backpressure like the worker's.
@@ -35,7 +35,7 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
                                 "dlq_requeued": len(report.dlq_requeued), "dlq_removed": report.dlq_removed,
                                 "chunks_resent": report.chunks_resent,
                                 "finalized": report.finalized, "intake_failed": report.intake_failed,
-                                "item_failures": report.item_failures})
+                                "quotas_published": report.quotas_published, "item_failures": report.item_failures})
     return {"requeued": report.requeued, "dead_lettered": report.dead_lettered, "dlq_seen": report.dlq_seen,
             "stalled_jobs": report.stalled_jobs, "dlq_requeued": report.dlq_requeued,
             "chunks_resent": report.chunks_resent,

@@ -32,6 +32,8 @@ reconcile jobs that stopped making progress.
    no message at all when this sweep began (visible, in flight or delayed: read first, before the
    sweep sends anything or reads a chunk record). A job whose chunks are all settled and counted but that still runs (its finalize
    failed) is finalized again.
+5. The model's Bedrock quotas (`publish_quotas`): read from Service Quotas each sweep and published for the workers
+   (adapters/published_quotas.py) when they changed; the workers pace to them and never read Service Quotas.
 Every chunk write is conditional on the fencing token the sweeper observed *and* on the lease
 still being lapsed, so a heartbeat or a new claim since the sweeper's read wins harmlessly.
 
@@ -46,6 +48,7 @@ touched for `stall_after_s` (the collector down) is counted stuck (`StuckJobs`),
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 
@@ -63,6 +66,7 @@ from contract_review.domain.records import (
     Job,
     JobFailure,
     JobState,
+    PublishedQuotas,
     ReleaseReason,
     job_id_for,
 )
@@ -90,6 +94,7 @@ class SweepReport:
     # jobs waiting for approval past their expires_at: failed (job.approval_expired), side effects compensated
     approvals_expired: list[str] = field(default_factory=list)
     chunks_resent: int = 0  # stalled jobs' pending chunks whose message was lost (`message_lost`): sent again
+    quotas_published: bool = False  # the model's quotas changed in Service Quotas and were published (step 5)
 
     @property
     def backpressure_requeues(self) -> int:
@@ -117,8 +122,10 @@ def _isolated(report: SweepReport, step: str, item: str) -> AbstractContextManag
     return isolated(report.item_failures, "sweep", step, item)
 
 
-def sweep(deps: Deps, now: float | None = None) -> SweepReport:
-    """The scheduled sweeper Lambda's sweep: all of the above (the recovery steps only; no batch work)."""
+def sweep(deps: Deps, now: float | None = None,
+          read_quotas: Callable[[], PublishedQuotas] | None = None) -> SweepReport:
+    """The scheduled sweeper Lambda's sweep: all of the above (the recovery steps only; no batch work), then the
+    model's quotas published (`publish_quotas`; `read_quotas`: Service Quotas' read, wiring.quota_reader)."""
     now = deps.clock() if now is None else now
     report = SweepReport()
     jobs = _JobCache(deps)
@@ -132,7 +139,20 @@ def sweep(deps: Deps, now: float | None = None) -> SweepReport:
     if deps.side_effects is not None:
         with _isolated(report, "approvals", "expire"):
             report.approvals_expired = saga.expire_approvals(deps, now)
+    publish_quotas(deps, read_quotas, report)
     return report
+
+
+def publish_quotas(deps: Deps, read_quotas: Callable[[], PublishedQuotas] | None, report: SweepReport) -> None:
+    """Step 5: read the model's Bedrock quotas (Service Quotas, through `read_quotas`) and publish them for the workers
+    when they changed (`QuotaStore.publish`: nothing written when unchanged; two sweepers at once write once). Last, so
+    the recovery steps never wait for it. The only reader of Service Quotas in the pipeline: the workers pace to what
+    is published (model/quota_targets.py). A read that fails is an item failure (logged, `SweepItemFailures`): the
+    published quotas stay as they were, and the workers keep pacing to them."""
+    if read_quotas is None or deps.published_quotas is None:  # the offline model has no quota
+        return
+    with _isolated(report, "quotas", deps.settings.effective_model_id):
+        report.quotas_published = deps.published_quotas.publish(read_quotas())
 
 
 def sweep_claims(deps: Deps, now: float | None = None) -> SweepReport:
