@@ -243,7 +243,7 @@ class QuotaConfig(BaseModel):
     quota_fallback_tokens_per_minute: float = Field(100_000.0, gt=0)
     # The model's daily token quota, held client-side with the daily token ledger (model/daily_quota.py; runbook
     # "Daily token quota exhausted"): the quota (None: Service Quotas' "Model invocation max tokens per day for
-    # <model>", read at cold start; with neither, nothing is held), the share of it at which calls are held, how long
+    # <model>" as the sweeper publishes it: model/quota_targets.py), the share of it at which calls are held, how long
     # a read of the ledger is used, how often a worker writes what its calls counted, and the ledger's bucket:
     # an hour (24 of them are the window; one probe call per bucket while held).
     model_tokens_per_day: float | None = None

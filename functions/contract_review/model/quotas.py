@@ -1,4 +1,5 @@
-"""The model's Bedrock quotas, as Service Quotas names them: what the workers pace to and `review preflight` prints.
+"""The model's Bedrock quotas, as Service Quotas names them: what the sweeper reads and publishes for the workers to
+pace to (`published`; adapters/published_quotas.py), and what `review preflight` prints.
 
 Service Quotas has no model-id dimension and the quota codes differ per model and region, so quotas are
 found by name (no code is hard-coded). Bedrock's current names (Service Quotas console, service "Amazon
