@@ -83,6 +83,7 @@ def build_deps(settings: Settings, session: Any, endpoint_url: str | None = None
                        if settings.control_table else None),
         published_quotas=(DynamoPublishedQuotas(ddb, settings.control_table, settings.effective_model_id,
                                                 p.quota.model_control_max_age_s) if settings.control_table else None),
+        read_quotas=quota_reader(settings, session),
         token_ledger=(DynamoTokenLedger(ddb, settings.token_ledger_table, p.quota.daily_ledger_bucket_s)
                       if settings.token_ledger_table else None),
         batch=build_batch(settings, session, s3, meter, endpoint_url),
@@ -180,8 +181,9 @@ def bedrock_control_client(session: Any) -> Any:
 def quota_reader(settings: Settings, session: Any,
                  clock: Callable[[], float] = time.time) -> Callable[[], PublishedQuotas] | None:
     """The sweeper's read of the model's quotas as Service Quotas names them (model/quotas.py), to publish for the
-    workers (pipeline/sweeper.py `publish_quotas`): the model's name from the Bedrock control plane (GetFoundationModel,
-    asked once per process), then its quotas (paginated, each read). None for the offline model (it has no quota).
+    workers (pipeline/sweeper.py `publish_quotas`; `Deps.read_quotas`): the model's name from the Bedrock control plane
+    (GetFoundationModel, asked once per process), then its quotas (paginated, each read). Its clients are built on its
+    first call: only the sweeper calls it. None for the offline model (it has no quota).
     Raises what the clients raise, and ReviewError `model.not_found` when the control plane does not name the model:
     the sweep counts it as an item failure (logged, alarmed), and the published quotas stay as they were."""
     if settings.model_provider != "bedrock" or session is None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -21,7 +22,7 @@ from contract_review.domain.ports import Deps
 from contract_review.domain.records import PublishedQuotas
 from contract_review.model.quota_targets import QuotaTargets
 from contract_review.pipeline.intake import handle_intake
-from contract_review.pipeline.sweeper import sweep
+from contract_review.pipeline.sweeper import SweepReport, sweep
 from contract_review.pipeline.worker import Delivery
 from contract_review.reliability.chunks import analysis_message
 from contract_review.wiring import aws_client_config, build_chunk_worker, build_deps
@@ -60,6 +61,11 @@ def sweeper_deps(aws: EmbeddedAws, model_id: str) -> tuple[Deps, list[dict[str, 
     return deps, writes
 
 
+def swept(deps: Deps, read: Callable[[], PublishedQuotas]) -> SweepReport:
+    """A sweep whose Service Quotas read answers `read()` (the sweeper's `Deps.read_quotas`)."""
+    return sweep(replace(deps, read_quotas=read))
+
+
 def store(aws: EmbeddedAws, settings_table: str, model_id: str, clock: Callable[[], float] = FakeClock(),
           max_age_s: float = 60.0) -> DynamoPublishedQuotas:
     """Another process's store (its own client and cache)."""
@@ -77,18 +83,18 @@ def test_a_changed_quota_is_written_once_and_an_unchanged_one_not_at_all(embedde
     reader = store(embedded, deps.settings.control_table, model_id, max_age_s=0.0)
     # GIVEN nothing published yet, WHEN a sweep reads the quotas: one write, version 1
     first = quotas(2_000_000, at=100.0).model_copy(update={"model_id": model_id})
-    assert sweep(deps, read_quotas=lambda: first).quotas_published
+    assert swept(deps, lambda: first).quotas_published
     assert len(writes) == 1
     assert reader.get() == first.model_copy(update={"version": 1})
     # WHEN the next sweeps read the same values (read later): nothing written, the item as it was
     for at in (160.0, 220.0):
-        report = sweep(deps, read_quotas=lambda at=at: first.model_copy(update={"read_at": at}))
+        report = swept(deps, lambda at=at: first.model_copy(update={"read_at": at}))
         assert not report.quotas_published and report.item_failures == []
     assert len(writes) == 1 and reader.get() == first.model_copy(update={"version": 1})
     # WHEN the quota is raised, and the daily row goes away: one more write, the daily quota removed
     raised = first.model_copy(update={"tokens_per_minute": 4_000_000.0, "tokens_per_day": None,
                                       "tokens_per_day_quota": "no daily row", "read_at": 280.0})
-    assert sweep(deps, read_quotas=lambda: raised).quotas_published
+    assert swept(deps, lambda: raised).quotas_published
     assert len(writes) == 2 and reader.get() == raised.model_copy(update={"version": 2})
 
 
@@ -119,12 +125,12 @@ def test_an_unreadable_quota_is_a_sweep_item_failure_and_the_published_quotas_st
     model_id = fresh_model()
     deps, writes = sweeper_deps(embedded, model_id)
     published = quotas(2_000_000).model_copy(update={"model_id": model_id})
-    assert sweep(deps, read_quotas=lambda: published).quotas_published
+    assert swept(deps, lambda: published).quotas_published
 
     def denied() -> PublishedQuotas:
         raise ClientError({"Error": {"Code": "AccessDeniedException", "Message": "no"},
                            "ResponseMetadata": {"HTTPStatusCode": 403}}, "ListServiceQuotas")
-    report = sweep(deps, read_quotas=denied)
+    report = swept(deps, denied)
     assert report.item_failures == [f"quotas:{model_id}"] and not report.quotas_published
     assert len(writes) == 1
     assert store(embedded, deps.settings.control_table, model_id).get() == published.model_copy(update={"version": 1})
@@ -148,7 +154,7 @@ def test_a_worker_keeps_the_last_published_quota_when_the_item_cannot_be_read(em
     # GIVEN nothing published: the fallback (never unpaced)
     assert targets.tokens_per_minute()[0] == 100_000
     # WHEN the sweeper publishes, the worker reads it once its cached read has aged
-    assert sweep(deps, read_quotas=lambda: quotas(2_000_000).model_copy(update={"model_id": model_id})).quotas_published
+    assert swept(deps, lambda: quotas(2_000_000).model_copy(update={"model_id": model_id})).quotas_published
     clock.advance(60)
     assert targets.tokens_per_minute()[0] == 2_000_000
     # WHEN the item can no longer be read (throttled): the last value read holds, not the fallback, not unpaced
@@ -166,7 +172,7 @@ def test_a_bedrock_workers_cold_start_calls_no_service_quotas_and_paces_to_the_p
     cold start. Every AWS call of the worker's session is recorded: none to service-quotas or bedrock."""
     model_id = MODEL  # a model the price table knows: a job is admitted for it (the only case publishing for it)
     deps, _ = sweeper_deps(embedded, model_id)
-    assert sweep(deps, read_quotas=lambda: quotas(2_000_000).model_copy(update={"model_id": model_id})).quotas_published
+    assert swept(deps, lambda: quotas(2_000_000).model_copy(update={"model_id": model_id})).quotas_published
     session = local_session(embedded.region)
     calls: list[str] = []
     session.events.register("before-call", lambda event_name, **_: calls.append(event_name))

@@ -502,6 +502,9 @@ class Deps:
     model_control: ModelControls | None = None
     # The model's quotas the sweeper publishes and the workers pace to (`QuotaStore`); None: not configured
     published_quotas: QuotaStore | None = None
+    # The sweeper's read of the model's quotas from Service Quotas (wiring.quota_reader: its clients built on first
+    # use, so only the sweeper, which calls it, reads Service Quotas); None: the offline model has no quota
+    read_quotas: Callable[[], PublishedQuotas] | None = None
     # The daily token ledger the workers share (model/daily_quota.py); None: not configured (no daily-quota hold)
     token_ledger: TokenLedger | None = None
     meter: RequestMeter | None = None  # counts the AWS requests of the clients above (cost.py); None: not counted

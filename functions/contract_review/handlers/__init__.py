@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import functools
 import os
-from collections.abc import Callable
 from typing import Any
 
 import boto3
@@ -16,10 +15,8 @@ from contract_review.config.settings import Settings
 from contract_review.domain.log_fields import LogFieldsFilter
 from contract_review.domain.model import ModelClient
 from contract_review.domain.ports import Deps
-from contract_review.domain.records import PublishedQuotas
 
 from ..wiring import build_deps, build_model
-from ..wiring import quota_reader as wiring_quota_reader
 from .tracing import TracedModel
 
 
@@ -57,13 +54,6 @@ def deps() -> Deps:
     return build_deps(settings(), session(), remaining_ms=invocation)
 
 
-@functools.cache
-def quota_reader() -> Callable[[], PublishedQuotas] | None:
-    """The sweeper's read of the model's quotas from Service Quotas (wiring.quota_reader): built once per process, its
-    clients on first use; None for the offline model."""
-    return wiring_quota_reader(settings(), session())
-
-
 def build_traced_model(s: Settings, boto_session: Any) -> ModelClient:
     """The model (wiring.build_model), each call a `model` trace subsegment (a no-op where tracing is off)."""
     return TracedModel(build_model(s, boto_session))
@@ -76,7 +66,7 @@ def model() -> ModelClient:
 
 def reset() -> None:
     """Forget everything built from the environment (tests change the environment between cases)."""
-    for cached in (settings, session, deps, model, quota_reader):
+    for cached in (settings, session, deps, model):
         cached.cache_clear()
 
 

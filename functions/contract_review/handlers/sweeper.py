@@ -9,7 +9,7 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 from contract_review.domain import log_fields
 from contract_review.pipeline.sweeper import sweep
 
-from . import deps, invocation, observe, quota_reader, tracing
+from . import deps, invocation, observe, tracing
 
 logger = observe(Logger(service="sweeper"))
 tracer = tracing.tracer("sweeper")
@@ -22,7 +22,7 @@ metrics = Metrics(service="sweeper")  # namespace from POWERTOOLS_METRICS_NAMESP
 def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     invocation.context = context  # the saga's in-progress records expire with this invocation
     with log_fields.bound(log_fields.job_fields(step="sweep")):
-        report = sweep(deps(), read_quotas=quota_reader())
+        report = sweep(deps())
     # Published on every run, zero included: the stuck-jobs alarm reads silence as "the sweeper is down".
     metrics.add_metric(name="StuckJobs", unit=MetricUnit.Count, value=report.stalled_jobs)
     # Chunks whose Lambda ran out of time, requeued without a failure: backpressure like the worker's.

@@ -48,7 +48,6 @@ touched for `stall_after_s` (the collector down) is counted stuck (`StuckJobs`),
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 
@@ -66,7 +65,6 @@ from contract_review.domain.records import (
     Job,
     JobFailure,
     JobState,
-    PublishedQuotas,
     ReleaseReason,
     job_id_for,
 )
@@ -122,10 +120,9 @@ def _isolated(report: SweepReport, step: str, item: str) -> AbstractContextManag
     return isolated(report.item_failures, "sweep", step, item)
 
 
-def sweep(deps: Deps, now: float | None = None,
-          read_quotas: Callable[[], PublishedQuotas] | None = None) -> SweepReport:
+def sweep(deps: Deps, now: float | None = None) -> SweepReport:
     """The scheduled sweeper Lambda's sweep: all of the above (the recovery steps only; no batch work), then the
-    model's quotas published (`publish_quotas`; `read_quotas`: Service Quotas' read, wiring.quota_reader)."""
+    model's quotas published (`publish_quotas`)."""
     now = deps.clock() if now is None else now
     report = SweepReport()
     jobs = _JobCache(deps)
@@ -139,20 +136,20 @@ def sweep(deps: Deps, now: float | None = None,
     if deps.side_effects is not None:
         with _isolated(report, "approvals", "expire"):
             report.approvals_expired = saga.expire_approvals(deps, now)
-    publish_quotas(deps, read_quotas, report)
+    publish_quotas(deps, report)
     return report
 
 
-def publish_quotas(deps: Deps, read_quotas: Callable[[], PublishedQuotas] | None, report: SweepReport) -> None:
-    """Step 5: read the model's Bedrock quotas (Service Quotas, through `read_quotas`) and publish them for the workers
+def publish_quotas(deps: Deps, report: SweepReport) -> None:
+    """Step 5: read the model's Bedrock quotas (Service Quotas, through `deps.read_quotas`) and publish them for the workers
     when they changed (`QuotaStore.publish`: nothing written when unchanged; two sweepers at once write once). Last, so
     the recovery steps never wait for it. The only reader of Service Quotas in the pipeline: the workers pace to what
     is published (model/quota_targets.py). A read that fails is an item failure (logged, `SweepItemFailures`): the
     published quotas stay as they were, and the workers keep pacing to them."""
-    if read_quotas is None or deps.published_quotas is None:  # the offline model has no quota
+    if deps.read_quotas is None or deps.published_quotas is None:  # the offline model has no quota
         return
     with _isolated(report, "quotas", deps.settings.effective_model_id):
-        report.quotas_published = deps.published_quotas.publish(read_quotas())
+        report.quotas_published = deps.published_quotas.publish(deps.read_quotas())
 
 
 def sweep_claims(deps: Deps, now: float | None = None) -> SweepReport:
