@@ -118,6 +118,8 @@ def test_no_other_function_may_call_bedrock(synth: Synth) -> None:
         if h == "collector":  # batch inference jobs only (tests/infra/test_batch_iam.py): it invokes no model itself,
             # and names the model to read its batch minimum from Service Quotas (wiring.batch_min_records)
             assert set(b) == BATCH_JOB_ACTIONS | {"bedrock:GetFoundationModel", "bedrock:GetInferenceProfile"}, b
+        elif h == "sweeper":  # names the model to read its quotas from Service Quotas, and publishes them (issue 26)
+            assert set(b) == {"bedrock:GetFoundationModel", "bedrock:GetInferenceProfile"}, b
         else:
             assert not b, h
 
