@@ -275,7 +275,7 @@ class DeploySettings:
         )
 
 
-LIMIT_OPTIONS = ("default_budget_usd", "principal_daily_spend_usd", "api_requests_per_minute")
+LIMIT_OPTIONS = ("default_budget_usd", "principal_daily_spend_usd", "daily_spend_cap_usd", "api_requests_per_minute")
 
 
 def _limit(value: Any, name: str) -> float | None:

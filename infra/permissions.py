@@ -80,6 +80,11 @@ CONTROL_COLLECTOR = (
                                            "turns the model's batch lane off (compare-and-set on its version)"),
 )
 
+# What a chunk counted on its job spent, added to the stack's recorded spend of the day (domain/spend_cap.py): for
+# every role whose code counts settled chunks (lifecycle.count_settled) and has no other ledger write.
+SPEND_RECORD = Access("table:token-ledger", (UPDATE,), "the stack's daily spend cap: add what each chunk it counts "
+                                                        "spent to the day's recorded spend (ADD)")
+
 INTAKE = (
     Access("table:jobs", (PUT, GET, UPDATE), "create the job (conditional put), read a duplicate's, start it"),
     Access("table:events", EVENTS_APPEND, "record job events (the counter read, then it and the event written in one transaction)"),
@@ -93,6 +98,9 @@ INTAKE = (
     Access("queue:analysis", (SEND,), "send the first page of chunk messages"),
     Access("dlq:intake", (SEND,), "dead-letter input without a job key, with its error envelope"),
     CONTROL_READ,  # a batch-mode job whose model's batch lane is off is admitted on demand (`batch.unavailable`)
+    Access("table:token-ledger", (PUT, UPDATE), "the stack's daily spend cap: take the job's estimate from the day's "
+                                                "allowance with the record of that job's charge (one transaction: "
+                                                "the Job API's charge of the same job is seen, not taken again)"),
 )
 WORKER = (
     Access("table:jobs", (GET, UPDATE, BATCH_GET), "read the job; fail it on a job-fatal error; priority: read the "
@@ -137,6 +145,7 @@ AGGREGATOR = (
     Access("objects:documents/", (GET_OBJECT,), "the fan-out plan, and the next page's text (one ranged GET)"),
     _LIST,
     Access("queue:analysis", (SEND,), "send the next page of chunk messages as the job's window empties"),
+    SPEND_RECORD,
 ) + SIDE_EFFECTS
 # Step 1 of the sweep (lapsed claims), which a Fargate poller also runs in-process (sweeper.sweep_claims): on top
 # of the worker's grants, only the lease index and the stored document a lost chunk's message is rebuilt from.
@@ -164,8 +173,13 @@ SWEEPER = (
            "find the intake message of a job stuck `queued` (only when the DLQ holds something), and put it back "
            "naming the job and the error"),
     Access("queue:results", (SEND,), "announce chunks it settled"),
-    Access("table:control", (GET, UPDATE), "publish the model's quotas for the workers when they changed (their own "
-                                           "item: read consistently, then an update conditional on its version)"),
+    Access("table:token-ledger", (GET, PUT, UPDATE), "the stack's daily spend cap: read the day's spend; add what "
+                                                     "the chunks it counts spent; admit a job held for the cap "
+                                                     "(its charge and record in one transaction)"),
+    Access("table:control", (GET, UPDATE), "the stack's daily spend cap: set the spend-cap hold once the day's "
+                                           "recorded spend reached it (compare-and-set on its version); publish the "
+                                           "model's quotas for the workers when they changed (their own item, "
+                                           "compare-and-set alike)"),
 ) + SIDE_EFFECTS
 # The batch collector (pipeline/collector.py, pipeline/batch.py `collect`; its own function): over the running batch-mode
 # jobs, track the batch jobs holding their parked chunks, return the answers of those that ended, pack and submit the
@@ -208,9 +222,12 @@ API = (
     Access(f"objects:{BATCH_JOBS_PREFIX}", (GET_OBJECT,), "a batch-mode job's status: the batch jobs holding its "
                                                           "calls (pipeline/batch.py batches_of)"),
     Access("table:token-ledger", (PUT, UPDATE), "spend limits: take a submission's estimate from its principal's "
-                                                 "daily allowance with the record of that job's charge (one "
-                                                 "transaction: a replay takes nothing again), give it back when the "
-                                                 "admission fails, count its requests a minute (pipeline/limits.py)"),
+                                                 "and the stack's daily allowances with the record of that job's "
+                                                 "charge (one transaction: a replay takes nothing again), give it "
+                                                 "back when the admission fails, count its requests a minute "
+                                                 "(pipeline/limits.py, domain/spend_cap.py)"),
+    Access("table:control", (GET,), "the stack's daily spend cap: lifted for today by an operator? (read only when "
+                                    "the cap would refuse a submission)"),
     Access(PRINCIPAL_UPLOADS, (GET_OBJECT, PUT_OBJECT), "read a document sent by s3_uri (to hash it); claim-check a "
                                                         "large text; presign POST /uploads (all in the callers' "
                                                         "own uploads/principals/<owner>/)"),

@@ -3,7 +3,8 @@
 - the idempotency table: Powertools idempotency records of each side-effect step and compensation
   (`dynamodb.Table`, not `TableV2`: moto's CloudFormation cannot create a GlobalTable); partition key
   `id`, TTL on `expiration` (Powertools' default attribute names);
-- the job-events SNS topic ("Review completed" / "Review withdrawn", naming the report): what
+- the job-events SNS topic ("Review completed" / "Review withdrawn", the job's id and state: no report
+  location, the topic is every principal's): what
   integrators subscribe to instead of polling; its twin events go to the account's default EventBridge
   bus (`source` "contract-review");
 - the compensation DLQ: a compensation that exhausted its retries lands here with its error envelope,

@@ -17,7 +17,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 from rich.console import Console
 from rich.table import Table
 
-from contract_review.domain import lifecycle
+from contract_review.domain import lifecycle, spend_cap
 from contract_review.domain.errors import ReviewError
 from contract_review.domain.messages import MAX_DOCUMENT_BYTES
 from contract_review.domain.ports import Deps, Queue
@@ -512,6 +512,8 @@ def _print_status(view: ops.JobView) -> None:
             _say("    " + ops.batch_off_line(view.batch_off))
     if view.waiting is not None:
         _say(f"  waiting: {ops.waiting_line(view.waiting)}")
+    if view.model_hold is not None:
+        _say(f"  held: {view.model_hold}")
     if view.approval is not None:
         ap = view.approval
         _say(f"  waits for approval: step {ap.step} (key {ap.key[:12]}): {ap.reason}; expires {ops.iso(ap.expires_at)}; "
@@ -613,11 +615,15 @@ def quota() -> None:
     workers read it within model_control_max_age_s: prod 60 s)."""
 
 
-def _show_control(control: ModelControl) -> None:
+def _show_control(control: ModelControl, deps: Deps) -> None:
     tpm = f"{control.tokens_per_minute:,.0f} tokens/min (review quota set)" if control.tokens_per_minute else \
         "the deploy's (-c model_tpm, else Service Quotas)"
     when = f", by {control.by} at {ops.iso(control.at)}" if control.at else ""
     _say(f"model: {'PAUSED' if control.paused else 'running'}; quota: {tpm}{when}")
+    if not control.paused and (hold := ops.model_hold(deps)) is not None:
+        _say(f"model HELD: {hold}")
+    if control.cap_override_day is not None and control.cap_override_day == spend_cap.utc_day(deps.clock()):
+        _say("daily spend cap: lifted for the rest of today (review quota resume --override-cap)")
     for model_id, off in sorted(control.batch_off.items()):
         _say(f"batch lane of {model_id}: OFF since {ops.iso(off.at)}" + (f" (by {off.by})" if off.by else "")
              + f": {off.error_code}: {off.reason}; its `inference: batch` jobs run on demand until "
@@ -638,7 +644,8 @@ def _control(obj: Ctx, act: Callable[[Deps], T]) -> T:
 
 
 def _change(obj: Ctx, **change: Any) -> None:
-    _show_control(_control(obj, lambda deps: ops.quota_change(deps, "cli", **change)))
+    control = _control(obj, lambda deps: ops.quota_change(deps, "cli", **change))
+    _show_control(control, obj.deps)
 
 
 @quota.command("show")
@@ -651,7 +658,7 @@ def quota_show(obj: Ctx, as_json: bool) -> None:
     if as_json:
         click.echo(control.model_dump_json(indent=2))
         return
-    _show_control(control)
+    _show_control(control, obj.deps)
 
 
 @quota.command("batch")
@@ -666,7 +673,7 @@ def quota_batch(obj: Ctx, turn_on: bool, model_id: str | None) -> None:
     collector submit batch jobs for it again; its `inference: batch` jobs go to the batch lane from then on. Without
     `--on`: what `review quota show` says."""
     if not turn_on:
-        _show_control(_control(obj, ops.quota_show))
+        _show_control(_control(obj, ops.quota_show), obj.deps)
         return
     model = model_id or obj.deps.settings.effective_model_id
     control, removed = _control(obj, lambda deps: ops.batch_lane_on(deps, model))
@@ -675,7 +682,7 @@ def quota_batch(obj: Ctx, turn_on: bool, model_id: str | None) -> None:
         _say(f"the batch lane of {model} is not off; nothing changed (lanes off: {off})")
         return
     _say(f"batch lane of {model}: on (it was off since {ops.iso(removed.at)}: {removed.error_code}: {removed.reason})")
-    _show_control(control)
+    _show_control(control, obj.deps)
 
 
 @quota.command("pause")
@@ -686,10 +693,13 @@ def quota_pause(obj: Ctx) -> None:
 
 
 @quota.command("resume")
+@click.option("--override-cap", is_flag=True,
+              help="Also lift the stack's daily spend cap for the rest of this UTC day: its hold, and the cap on "
+                   "admissions (the jobs waiting for it start within a sweep). It holds again from 00:00 UTC.")
 @click.pass_obj
-def quota_resume(obj: Ctx) -> None:
-    """Model calls start again; the held chunks go on."""
-    _change(obj, paused=False)
+def quota_resume(obj: Ctx, override_cap: bool) -> None:
+    """Model calls start again; the held chunks go on (a hold of the daily spend cap only with --override-cap)."""
+    _change(obj, paused=False, override_cap=override_cap)
 
 
 @quota.command("set")

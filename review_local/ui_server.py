@@ -213,7 +213,7 @@ class UiServer:
             return None
         c = ops.quota_show(self.deps)
         return {"paused": c.paused, "tokensPerMinute": c.tokens_per_minute, "by": c.by,
-                "at": api.iso(c.at) if c.at else None,
+                "at": api.iso(c.at) if c.at else None, "hold": ops.model_hold(self.deps),
                 "batchOff": [{"model": m, "errorCode": off.error_code, "reason": off.reason, "at": api.iso(off.at),
                               "by": off.by} for m, off in sorted(c.batch_off.items())]}
 

@@ -42,7 +42,7 @@ from botocore.stub import Stubber
 from contract_review import handlers
 from contract_review.adapters.task_protection import ScaleInGuard, TaskProtection
 from contract_review.config.settings import Settings
-from contract_review.domain import cost, lifecycle
+from contract_review.domain import cost, lifecycle, spend_cap
 from contract_review.domain.keys import (
     findings_key,
     report_keys,
@@ -476,11 +476,50 @@ def _sweeper(rec: Recorder, setup: Deps, aws: EmbeddedAws) -> None:
     aws.client("sqs").send_message(QueueUrl=setup.settings.intake_dlq_url, MessageBody=body)
     time.sleep(0.05)
     with rec.acting_as("sweeper"):
-        result = sweeper_handler.handler({}, LambdaContext("SweeperFn", 256, 10, "r-s", REGION))
+        timeout_s = setup.settings.profile.functions.sweeper_timeout_s  # the function's: the sweep keeps a reserve
+        result = sweeper_handler.handler({}, LambdaContext("SweeperFn", 256, timeout_s, "r-s", REGION))
     assert result["requeued"] and result["dead_lettered"] and result["stalled_jobs"] >= 1, result
     assert result["dlq_requeued"] and result["finalized"] and result["intake_failed"], result
     after = setup.jobs.get(cancelling)
     assert after is not None and after.state is JobState.CANCELLED and after.settled_count == 1, after
+
+
+def _spend_cap(rec: Recorder, setup: Deps, arn: str) -> None:
+    """The stack's daily spend cap reached (its counters set outside the recording): intake holds a job `queued`, the
+    Job API refuses one (reading the control for an override), the sweeper sets the spend-cap hold; after an operator's
+    override the sweeper admits and starts the held job. The counters, hold and override are cleared after."""
+    from contract_review.handlers import intake as intake_handler
+    from contract_review.handlers import sweeper as sweeper_handler
+    from contract_review.operate import ops
+
+    from . import api_scenario
+
+    assert setup.token_ledger is not None and setup.model_control is not None
+    cap = spend_cap.cap_micro_usd(setup)
+    assert cap is not None, "the local profile has a daily spend cap"
+    day = spend_cap.utc_day(time.time())
+    for counter in (spend_cap.ADMITTED_COUNTER, spend_cap.RECORDED_COUNTER):
+        setup.token_ledger.take(counter, day, cap, spend_cap.UNCAPPED, (day + 2) * 86400)
+    body = {"schema_version": 1, "idempotency_key": "over-the-cap", "document": {"text": TEXT.replace("York", "Mexico")}}
+    with rec.acting_as("intake"):
+        intake_handler.handler(sqs_event([{"MessageId": "i-cap", "ReceiptHandle": "rh-cap", "Body": json.dumps(body)}],
+                                         arn, REGION), LambdaContext("IntakeFn", 512, 10, "r-ic", REGION))
+    held = setup.jobs.get(job_id_for("over-the-cap"))
+    assert held is not None and held.waiting is not None and held.waiting.condition == spend_cap.CONDITION, held
+    refused = api_scenario._call(rec, "POST", "/jobs", {"document": {"text": TEXT.replace("York", "Amsterdam")}})
+    assert refused["status"] == 429 and refused["body"]["error"]["code"] == "quota.spend_cap", refused
+    timeout_s = setup.settings.profile.functions.sweeper_timeout_s
+    with rec.acting_as("sweeper"):
+        sweeper_handler.handler({}, LambdaContext("SweeperFn", 256, timeout_s, "r-sc", REGION))
+    assert setup.model_control.update(lambda c: c).spend_held(day) is not None  # read again, not from the cache
+    ops.quota_change(setup, "role-coverage", override_cap=True)
+    with rec.acting_as("sweeper"):
+        result = sweeper_handler.handler({}, LambdaContext("SweeperFn", 256, timeout_s, "r-sd", REGION))
+    started = setup.jobs.get(held.job_id)
+    assert started is not None and started.state is JobState.RUNNING and started.waiting is None, (result, started)
+    setup.model_control.update(lambda c: c.model_copy(update={"spend_hold": None, "cap_override_day": None}))
+    for counter in (spend_cap.ADMITTED_COUNTER, spend_cap.RECORDED_COUNTER):
+        setup.token_ledger.take(counter, day, -setup.token_ledger.count(counter, day), spend_cap.UNCAPPED, 0)
 
 
 def _finished_job(setup: Deps, key: str) -> Job:
@@ -712,6 +751,7 @@ def recorded(synth: Synth) -> Iterator[Recorded]:
                 _aggregator(rec, setup, aws, specs["aggregator"].queue_arn)
                 _sweeper(rec, setup, aws)
                 api_scenario.run(rec, setup, aws)  # the Job API function (tests/infra/api_scenario.py)
+                _spend_cap(rec, setup, specs["intake"].queue_arn)
                 for role in ("aggregator", "sweeper"):
                     _side_effects(rec, setup, aws, tickets, role)
                 _fargate(rec, setup, aws, agent, env)

@@ -10,7 +10,7 @@ from types import SimpleNamespace
 
 from contract_review.domain.errors import REGISTRY
 from contract_review.domain.ports import Queue
-from contract_review.domain.records import JobState
+from contract_review.domain.records import JobState, job_id_for
 from contract_review.operate import api
 from contract_review.pipeline import admission
 from review_local.api_server import http_api_event, local_principal
@@ -131,9 +131,37 @@ def spend_exceeded(code: str) -> None:
     _completes_as_fault_free(world, str(first[1]["jobId"]))
 
 
+def spend_cap(code: str) -> None:
+    """Over the stack's daily spend cap, whoever sends it: the Job API answers 429 until the next UTC day (nothing
+    queued); a job sent to the intake queue is not failed but waits `queued` (condition spend_cap, no chunk sent, no
+    model call) and the sweeper starts it after 00:00 UTC; both complete as if never held."""
+    estimate = admission.estimate(SETTINGS, TEXT).model_micro_usd
+    world = limited(daily_spend_cap_usd=1.5 * estimate / 1e6, principal_daily_spend_usd=None)  # room for one a day
+    world.clock.now = 86400.0 * 20_000 + 3600  # 01:00 UTC
+    first = _call(world, "POST", "/jobs", {"document": {"text": TEXT}})
+    assert first[0] == 202
+    other = TEXT.replace("New York", "Ohio")
+    status, body, headers = _call(world, "POST", "/jobs", {"document": {"text": other}})
+    assert status == 429 and _code(body) == code and int(headers["Retry-After"]) == 23 * 3600
+    assert len(world.queues.sent[Queue.INTAKE]) == 1 and "00:00 UTC" in REGISTRY[code].recovery
+    run = InProcess(world)
+    run.send({"text": other}, key="queue-sender")  # the same document to the intake queue: no one to answer 429 to
+    run.intake()
+    held = world.jobs.get(job_id_for("queue-sender"))
+    assert held is not None and held.state is JobState.QUEUED and held.waiting is not None
+    assert held.waiting.condition == "spend_cap" and "00:00 UTC" in held.waiting.detail
+    _completes_as_fault_free(world, str(first[1]["jobId"]))
+    assert world.claims.for_job(held.job_id) == [] and world.jobs.get(held.job_id).state is JobState.QUEUED  # type: ignore[union-attr]
+    world.clock.advance(23 * 3600)  # the next UTC day: the sweeper admits it, and it runs
+    ended = run.run(held.job_id)
+    assert ended.state is JobState.COMPLETED and ended.waiting is None, (ended.state, ended.error_code)
+    assert any(e.type == "job.waiting_spend_cap" for e in world.jobs.events(held.job_id))
+
+
 API_RECOVERIES: dict[str, Callable[[str], None]] = {
     "api.rate_limited": rate_limited,
     "quota.spend_exceeded": spend_exceeded,
+    "quota.spend_cap": spend_cap,
     "api.unauthenticated": unauthenticated,
     "api.not_found": not_found,
     "api.conflict": conflict,

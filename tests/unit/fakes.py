@@ -712,6 +712,10 @@ class FakeTokenLedger:
         return count + amount
 
     @_atomic
+    def count(self, counter: str, window: int) -> int:
+        return self.counters.get((counter, window), 0)
+
+    @_atomic
     def take_once(self, charge: Charge, limit: int, now: int) -> Taken:
         held = self.charges.get(charge.charge_id)
         if held is not None and held.expires_at >= now:  # the transaction's conditions: the record first

@@ -123,6 +123,13 @@ def test_a_lease_as_long_as_the_visibility_is_rejected():
         Profile(**{**base, "claim_lease_s": float(base["analysis_visibility_s"])})
 
 
+def test_a_sweeper_reserve_that_leaves_the_sweep_no_time_is_rejected():
+    base = PROFILES["prod"].flat()
+    with pytest.raises(ValidationError, match="sweeper_reserve_s"):
+        Profile(**{**base, "sweeper_reserve_s": base["sweeper_timeout_s"]})
+    assert Profile(**{**base, "sweeper_reserve_s": base["sweeper_timeout_s"] - 1}).functions.sweeper_reserve_s > 0
+
+
 def test_max_receive_count_below_one_is_rejected():
     with pytest.raises(ValidationError):
         Profile(**{**PROFILES["local"].model_dump(), "max_receive_count": 0})

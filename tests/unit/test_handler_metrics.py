@@ -50,8 +50,9 @@ def world(monkeypatch: pytest.MonkeyPatch) -> FakeWorld:
     return w
 
 
-def _ctx(name: str) -> LambdaContext:
-    return LambdaContext(name, 256, 10, "r-1", "us-east-1")
+def _ctx(name: str, timeout_s: int = 60) -> LambdaContext:
+    """An invocation of `timeout_s` (the sweeper's and the aggregator's timeout in the profiles)."""
+    return LambdaContext(name, 256, timeout_s, "r-1", "us-east-1")
 
 
 def test_sweeper_publishes_stuck_jobs_on_every_run(world: FakeWorld, capsys: pytest.CaptureFixture[str]) -> None:
@@ -70,7 +71,27 @@ def test_sweeper_publishes_stuck_jobs_on_every_run(world: FakeWorld, capsys: pyt
     assert _values(lines, "StuckJobs") == [({"service": "sweeper"}, 2.0)]
     assert _values(lines, "BackpressureRequeues") == [({"service": "sweeper"}, 0.0)]
     assert _values(lines, "SweepItemFailures") == [({"service": "sweeper"}, 0.0)]
-    assert result["stalled_jobs"] == 2 and result["item_failures"] == []
+    assert result["stalled_jobs"] == 2 and result["item_failures"] == [] and result["stopped_at"] is None
+    assert result["chunks_resent"] == 3  # with time enough, their pending chunks are sent again
+
+
+def test_a_sweep_that_reaches_its_deadline_still_publishes_what_it_counted(world: FakeWorld,
+                                                                          capsys: pytest.CaptureFixture[str]) -> None:
+    # GIVEN two running jobs without progress for longer than stall_after_s
+    for key in ("a", "b"):
+        job_id, _ = running_job(world, 1, key)
+        world.artifacts.put_text(document_key(job_id), "x" * 100)
+    world.clock.advance(world.settings.profile.recovery.stall_after_s + 1)
+    # WHEN the sweeper runs with less time left than its reserve (a sweep that would otherwise be cut by the
+    # function's timeout, its metrics never published)
+    reserve_s = world.settings.profile.functions.sweeper_reserve_s
+    result = sweeper_handler.handler({}, _ctx("SweeperFn", timeout_s=reserve_s - 1))
+    # THEN it reconciled nothing (the next sweep will), yet published StuckJobs with both jobs, and says where it
+    # stopped
+    lines = _emf(capsys.readouterr().out)
+    assert _values(lines, "StuckJobs") == [({"service": "sweeper"}, 2.0)]
+    assert _values(lines, "SweepItemFailures") == [({"service": "sweeper"}, 0.0)]
+    assert result["stalled_jobs"] == 2 and result["chunks_resent"] == 0 and result["stopped_at"], result
 
 
 def test_aggregator_publishes_job_duration_when_a_result_ends_the_job(world: FakeWorld,

@@ -447,6 +447,36 @@ def paused(code: str) -> None:
     r.completes_as_fault_free()
 
 
+def spend_capped(code: str) -> None:
+    """The day's recorded spend reached the stack's daily spend cap (work admitted earlier spends today): the sweeper
+    holds the model; no call starts, every chunk is held as backpressure (no failure counted, not dead-lettered
+    however long), `review status` says why; `review quota resume --override-cap` and the job completes as if never
+    held."""
+    from click.testing import CliRunner
+
+    from contract_review.domain import spend_cap
+    from contract_review.operate import ops
+    from contract_review.pipeline import sweeper
+    from review_local.cli import Ctx, cli
+
+    r = Run(small_chunk_world(daily_spend_cap_usd=50.0))
+    day = spend_cap.utc_day(r.world.clock())
+    r.world.token_ledger.take(spend_cap.RECORDED_COUNTER, day, 50_000_000, spend_cap.UNCAPPED, 0)  # spent today
+    sweeper.sweep(r.world.deps)
+    r.submit()  # admitted (its estimate is far within the cap): the recorded spend is what holds the model
+    r.p.run(r.job_id, rounds=8)
+    r.world.clock.advance(r.world.settings.profile.recovery.backpressure_deadline_s * 2)  # longer than the deadline
+    r.p.run(r.job_id, rounds=8)
+    assert r.state()[0] is JobState.RUNNING and r.p.model.calls == 0
+    assert all(c.failures == 0 and c.status is ChunkStatus.PENDING for c in r.world.claims.for_job(r.job_id))
+    assert f'"{code}"' in r.seen() and "--override-cap" in REGISTRY[code].recovery
+    view = ops.job_view(r.world.deps, r.job_id)
+    assert view is not None and view.model_hold is not None and "daily spend cap of $50.00" in view.model_hold
+    resumed = CliRunner().invoke(cli, ["quota", "resume", "--override-cap"], obj=Ctx(None, None, deps=r.world.deps))
+    assert resumed.exit_code == 0 and "lifted for the rest of today" in resumed.output, resumed.output
+    r.completes_as_fault_free()
+
+
 def daily_quota(code: str) -> None:
     """The model's daily token quota is used up (the shared ledger at 98 % of it): no call starts, every chunk is
     held (no failure counted, not dead-lettered however long it lasts) and the job names what it waits for; the
@@ -513,6 +543,7 @@ RECOVERIES: dict[str, Callable[[str], None]] = {
     "runtime.receives_exhausted": lambda c: by_itself(c, receives_burned),
     "model.refused": optional_refusal,
     "model.paused": paused,
+    "model.spend_capped": spend_capped,
     "model.daily_quota_exhausted": daily_quota,
     "control.contended": control_contended,
     # the job ends; the cause is fixed; `review retry` / `review dlq redrive`

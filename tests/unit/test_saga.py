@@ -9,12 +9,13 @@ import json
 from dataclasses import replace
 
 import pytest
+from pydantic import JsonValue
 
 from contract_review.domain import lifecycle
 from contract_review.domain.keys import report_keys
 from contract_review.domain.messages import JobControl
 from contract_review.domain.ports import Queue
-from contract_review.domain.records import Job, JobState, Reliability, StepStatus, job_id_for
+from contract_review.domain.records import Job, JobState, Reliability, SideEffectDone, StepStatus, job_id_for
 from contract_review.pipeline import aggregator
 from contract_review.review.analysts import Finding
 from contract_review.review.report import Report, coverage_of
@@ -65,12 +66,14 @@ def test_a_report_with_high_risk_findings_opens_one_ticket_and_publishes_once():
     j = finished_job(world)
     # WHEN the saga runs
     result = saga.run_side_effects(world.deps, fx.fx, j)
-    # THEN one ticket (for the one finding scored >= 0.7), one "Review completed" event naming the report
+    # THEN one ticket (for the one finding scored >= 0.7) naming the report, and one "Review completed" event with
+    # the job's id and state only: the topic is every principal's, so no report location, document id or count
     assert result.status is SagaStatus.DONE
     assert fx.tickets.opened == 1 and fx.tickets.closed == 0
     [event] = fx.notifier.of(COMPLETED_DETAIL)
-    assert event["report"] == f"s3://{world.artifacts.bucket}/{report_keys(j.job_id)[0]}"
-    assert event["high_risk_findings"] == 1
+    assert event == {"job_id": j.job_id, "state": "completed"}
+    [ticket_fields] = [t["fields"] for t in fx.tickets.tickets.values()]
+    assert ticket_fields["report"] == f"s3://{world.artifacts.bucket}/{report_keys(j.job_id)[0]}"  # type: ignore[index]  # a dict of JSON
     assert steps(job(world, j.job_id)) == {TICKET: StepStatus.DONE, PUBLISH: StepStatus.DONE}
     # AND the ticket carries our key, the key is the step's hash, and no document text went out
     [ticket] = fx.tickets.tickets.values()
@@ -103,6 +106,59 @@ def test_keys_are_deterministic_and_distinct():
     assert len({step_key("job-1", TICKET, "create", args), step_key("job-2", TICKET, "create", args),
                 step_key("job-1", PUBLISH, "create", args), step_key("job-1", TICKET, "close", args),
                 step_key("job-1", TICKET, "create", {"b": 2, "a": [1, 2]})}) == 5
+
+
+# --- a job in flight across the upgrade that took the report out of the published event ------------------
+
+def _recorded_by_the_previous_version(world: FakeWorld, fx: FakeSideEffects, j: Job, *, published: bool,
+                                      status: StepStatus) -> str:
+    """The publish step as the version before wrote it: its arguments named the report, the document and counts
+    (so its key, the hash of them, is not the key those of today derive). `published`: its publish went out (its
+    outcome stored under that key) before the job's record was written or the invocation ended."""
+    json_key, md_key = report_keys(j.job_id)
+    bucket = world.artifacts.bucket
+    old_args: dict[str, JsonValue] = {
+        "job_id": j.job_id, "document_id": j.document_id, "report": f"s3://{bucket}/{json_key}",
+        "report_md": f"s3://{bucket}/{md_key}", "state": "completed", "findings": 1, "high_risk_findings": 0}
+    old_key = step_key(j.job_id, PUBLISH, "publish", old_args)
+    world.jobs.record_side_effect(j.job_id, SideEffectDone(step=PUBLISH, operation="publish", key=old_key,
+                                                           status=status, at=world.clock()))
+    if published:
+        fx.fx.outcomes.once(old_key, lambda: fx.notifier.publish(old_key, COMPLETED_DETAIL, old_args), lambda: 60_000)
+    return old_key
+
+
+@pytest.mark.parametrize("status", [StepStatus.STARTED, StepStatus.DONE])
+def test_a_publish_the_previous_version_made_is_not_made_again(status: StepStatus):
+    # GIVEN a job whose "Review completed" the previous version published, recorded `started` (the invocation ended
+    # before `done`) or `done` (the saga's message is delivered again)
+    world, fx = FakeWorld(), FakeSideEffects()
+    j = finished_job(world, scores=(0.3,))
+    old_key = _recorded_by_the_previous_version(world, fx, j, published=True, status=status)
+    assert old_key != saga.plan(world.deps, j, saga.load_report(world.deps, j))[0].key
+    # WHEN this version runs the job's saga
+    result = saga.run_side_effects(world.deps, fx.fx, j)
+    # THEN nothing is published again: the step is done under the key it was recorded with
+    assert result.status is SagaStatus.DONE
+    assert len(fx.notifier.of(COMPLETED_DETAIL)) == 1 and fx.notifier.calls == 1
+    [rec] = job(world, j.job_id).side_effects
+    assert (rec.step, rec.key, rec.status) == (PUBLISH, old_key, StepStatus.DONE)
+
+
+def test_a_publish_the_previous_version_started_but_never_made_is_made_once_under_its_recorded_key():
+    # GIVEN a job whose publish the previous version recorded `started`, then crashed before publishing
+    world, fx = FakeWorld(), FakeSideEffects()
+    j = finished_job(world, scores=(0.3,))
+    old_key = _recorded_by_the_previous_version(world, fx, j, published=False, status=StepStatus.STARTED)
+    # WHEN this version runs the job's saga, twice (a redelivered message)
+    assert saga.run_side_effects(world.deps, fx.fx, j).status is SagaStatus.DONE
+    assert saga.run_side_effects(world.deps, fx.fx, j).status is SagaStatus.DONE
+    # THEN the event went out once, today's body under the recorded key (a subscriber that saw an earlier attempt
+    # drops it by that key), and a compensation would withdraw that key
+    assert fx.notifier.published == [(old_key, COMPLETED_DETAIL, {"job_id": j.job_id, "state": "completed"})]
+    [rec] = job(world, j.job_id).side_effects
+    assert (rec.key, rec.status) == (old_key, StepStatus.DONE)
+    assert saga.compensation_of(job(world, j.job_id), rec, "job.cancelled").args == {"withdrawn_key": old_key}
 
 
 # --- retries: the stored outcome, never a second action ---------------------------------------------

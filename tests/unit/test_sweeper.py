@@ -9,6 +9,7 @@ from collections.abc import Callable, Iterator
 import pytest
 
 from contract_review.domain.errors import ErrorEnvelope
+from contract_review.domain.keys import document_key
 from contract_review.domain.messages import AnalysisMessage, ResultMessage
 from contract_review.domain.ports import Queue
 from contract_review.domain.records import (
@@ -23,13 +24,13 @@ from contract_review.domain.records import (
 from contract_review.pipeline.aggregator import handle_result
 from contract_review.pipeline.intake import handle_intake
 from contract_review.pipeline.redrive import reopen
-from contract_review.pipeline.sweeper import sweep
+from contract_review.pipeline.sweeper import Deadline, sweep
 from contract_review.reliability.chunks import analysis_message
 from tests.oracle import counted
 
 from ..texts import TEXT
 from .fakes import SETTINGS, FakeWorld, Sent
-from .scenarios import events_of, small_chunk_world, start_job, worker_finishes
+from .scenarios import events_of, running_job, small_chunk_world, start_job, worker_finishes
 
 LEASE = SETTINGS.claim_lease_s  # 3 s (local profile)
 LAPSE = LEASE + 1.0  # past the lease, well inside stall_after_s
@@ -683,6 +684,31 @@ def test_each_sweep_reports_how_many_stalled_jobs_it_found():
     assert sweep(world.deps).stalled_jobs == 0
     world.clock.advance(STALL + 1)
     assert sweep(world.deps).stalled_jobs == 1
+
+
+def test_a_sweep_that_reaches_its_deadline_counts_every_stalled_job_and_leaves_the_rest_to_the_next():
+    # GIVEN three running jobs without progress for the stall period
+    world = FakeWorld()
+    ids = []
+    for key in ("a", "b", "c"):
+        job_id, _ = running_job(world, 1, key)
+        world.artifacts.put_text(document_key(job_id), "x" * 100)  # the reconciler rebuilds messages from it
+        ids.append(job_id)
+    world.clock.advance(STALL + 1)
+
+    def reconciled() -> list[str]:
+        return [j for j in ids if events_of(world, j, "job.reconciled")]
+
+    # AND an invocation whose time left falls under the reserve once the sweep has reconciled one job
+    deadline = Deadline(lambda: 1.0 if reconciled() else 60.0, reserve_s=10)
+    # WHEN the sweep runs
+    report = sweep(world.deps, deadline=deadline)
+    # THEN it counted the three (StuckJobs), reconciled one, started nothing after it and says where it stopped
+    assert report.stalled_jobs == 3 and len(reconciled()) == 1 and report.stopped_at == "reconcile"
+    assert report.approvals_expired == []
+    # AND the next sweep, with time, reconciles the other two
+    report = sweep(world.deps)
+    assert report.stalled_jobs == 2 and len(reconciled()) == 3 and report.stopped_at is None
 
 
 # --- a backlog is not a loss ----------------------------------------------------------------------------

@@ -288,6 +288,7 @@ def test_the_page_shows_the_runtime_control_and_the_batch_lanes_turned_off_to_an
     # THEN the operator's page has it beside the model activity, as `review quota show` says it
     assert status == 200 and a["control"] == {  # type: ignore[index]
         "paused": True, "tokensPerMinute": 500_000, "by": "cli", "at": api.iso(1.8e9),
+        "hold": "the model is paused by cli: `review quota resume` lets it go on",
         "batchOff": [{"model": "model-a", "errorCode": "batch.refused",
                       "reason": "ValidationException: not offered in batch", "at": api.iso(1.8e9), "by": "collector"}]}
     # AND a principal's page does not (an operator's view)

@@ -8,8 +8,8 @@ Items, keyed (`model`, `hour`), hour = epoch seconds // the bucket's length (an 
   `since_hour` (count from here on: a probe succeeded) and `probe_hour` (the last hold start or probe).
 One query reads a model's last 24 counters and its control.
 
-The spend limits (pipeline/limits.py) keep their counters here too, under their own partition keys
-(`spend#<owner>` by UTC day, `requests#<owner>` by minute): `take` adds within a limit, in one conditional write;
+The spend limits (pipeline/limits.py, domain/spend_cap.py) keep their counters here too, under their own partition
+keys (`spend#<owner>` and `stackspend#admitted|recorded` by UTC day, `requests#<owner>` by minute): `take` adds within a limit, in one conditional write;
 `take_once` adds under a charge id (the job a submission admits), with a record of the charge at
 (`charge#<id>`, CONTROL_HOUR) written in the same transaction, so a replay of the admission takes nothing again, and
 `give_back` undoes it (the record expired, the amount taken off, together).
@@ -75,6 +75,10 @@ class DynamoTokenLedger:
             ConditionExpression="attribute_not_exists(#n) OR #n <= :room", ExpressionAttributeNames={"#n": "tokens"},
             ExpressionAttributeValues=serialize({":a": amount, ":room": limit - amount, ":ttl": expires_at}))
         return int(item["tokens"]) if item is not None else None
+
+    def count(self, counter: str, window: int) -> int:
+        item = self.table.get({"model": counter, "hour": window})
+        return int(item.get("tokens", 0)) if item is not None else 0
 
     def take_once(self, charge: Charge, limit: int, now: int) -> Taken:
         room = limit - charge.amount  # below 0: refused whatever the count (a missing count compares false)

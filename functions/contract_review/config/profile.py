@@ -45,6 +45,9 @@ class FunctionsConfig(BaseModel):
     worker_timeout_s: int
     aggregator_timeout_s: int
     sweeper_timeout_s: int
+    # The sweep starts no item with less than this left of its invocation (pipeline/sweeper.py `Deadline`): the time
+    # kept to count the stalled jobs (one query) and publish StuckJobs, which the stuck-jobs alarm needs every run
+    sweeper_reserve_s: int = 10
     # The batch collector (handlers/collector.py: packs, submits and collects Bedrock batch jobs), its own function,
     # one run at a time: sized for a batch job of `batch_max_records` (docs/infrastructure.md "The batch collector")
     collector_timeout_s: int = 900
@@ -58,6 +61,13 @@ class FunctionsConfig(BaseModel):
     intake_max_concurrency: int = 5
     aggregator_batch_size: int = 10
 
+
+    @model_validator(mode="after")
+    def _check_sweeper_reserve(self) -> FunctionsConfig:
+        if not 0 < self.sweeper_reserve_s < self.sweeper_timeout_s:
+            raise ValueError(f"sweeper_reserve_s {self.sweeper_reserve_s} must be within 1..sweeper_timeout_s - 1 "
+                             f"({self.sweeper_timeout_s - 1}): the sweep keeps it to publish StuckJobs")
+        return self
 
     @model_validator(mode="after")
     def _check_concurrency(self) -> FunctionsConfig:
@@ -283,6 +293,11 @@ class LimitsConfig(BaseModel):
     # What one Job API principal may admit in a UTC day, at the jobs' estimates (`-c principal_daily_spend_usd=N`):
     # a submission over it is refused (quota.spend_exceeded, 429) before it is queued. None: no cap.
     principal_daily_spend_usd: float | None = Field(None, gt=0)
+    # What the whole stack may spend on the model in a UTC day, whoever sends the work (`-c daily_spend_cap_usd=N`;
+    # domain/spend_cap.py, docs/cost.md "The stack's daily spend cap"): admissions take their estimates from it (over
+    # it: the Job API answers 429, a queued job waits for the next day), and when the day's recorded spend reaches
+    # it the model is held until 00:00 UTC. None: no cap.
+    daily_spend_cap_usd: float | None = Field(None, gt=0)
     # Job API requests one principal may make a minute, counted in the function (an HTTP API has no per-client
     # throttling or usage plans): more is api.rate_limited (429, Retry-After). None: the stage-wide throttle only.
     api_requests_per_minute: int | None = Field(None, gt=0)
@@ -471,6 +486,8 @@ PROFILES: dict[str, Profile] = {
         # largest (5 MB) about $90: those need their own budget_usd
         default_budget_usd=20.0,
         principal_daily_spend_usd=500.0,
+        # a quarter of what the default fleet can spend in a day (about $4,000 at $170 an hour: docs/cost.md)
+        daily_spend_cap_usd=1000.0,
         api_requests_per_minute=600,
     ),
     "local": Profile.from_flat(
@@ -519,6 +536,7 @@ PROFILES: dict[str, Profile] = {
         ticket_secret_max_age_s=1,  # a credential rotated in the local secret is read within a second
         # the same limits as prod, wider: the local stack's soak and bench submit hundreds of documents at once
         principal_daily_spend_usd=10_000.0,
+        daily_spend_cap_usd=100_000.0,
         api_requests_per_minute=6000,
         # batch inference against the local stand-in (review_local/batch_service.py), which `review up` starts
         # with the same minimum: seconds where Bedrock takes hours

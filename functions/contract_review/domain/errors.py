@@ -90,6 +90,14 @@ _CODES = [
               "`review quota resume`. Meanwhile each chunk is held as backpressure: checkpoints kept, requeued with a "
               "growing delay, no failure counted, and the backpressure deadline does not dead-letter it for the "
               "pause."),
+    ErrorCode("model.spend_capped", ErrorClass.STATE, False,
+              "The stack's recorded model spend of the UTC day reached its daily spend cap (profile "
+              "daily_spend_cap_usd, `-c daily_spend_cap_usd=N`; domain/spend_cap.py): the sweeper set the spend-cap "
+              "hold in the runtime control and no model call starts until 00:00 UTC.",
+              "Nothing is lost: each chunk is held as backpressure (checkpoints kept, no failure counted, not "
+              "dead-lettered for the hold) and goes on at 00:00 UTC. To go on today: `review quota resume "
+              "--override-cap` (lifts the cap for the rest of the UTC day); to change the cap: `npx cdk deploy "
+              "-c daily_spend_cap_usd=<usd>` (docs/cost.md \"The stack's daily spend cap\")."),
     ErrorCode("model.daily_quota_exhausted", ErrorClass.STATE, False,
               "The model's daily token quota (Service Quotas: \"Model invocation max tokens per day for <model>\"; "
               "or the profile's model_tokens_per_day) is at least daily_quota_threshold (prod 98 %) used over the "
@@ -303,6 +311,14 @@ _CODES = [
               "Send it after 00:00 UTC (the 429 answer's Retry-After says when), split the work over days, or have "
               "the operator raise the cap: `npx cdk deploy -c principal_daily_spend_usd=<usd>` (docs/cost.md "
               "\"Spend limits\"). A replay of a submission already admitted is never refused."),
+    ErrorCode("quota.spend_cap", ErrorClass.POLICY, False,
+              "A job whose estimate would take the stack's admissions of the UTC day over its daily spend cap "
+              "(profile daily_spend_cap_usd: prod $1,000; `-c daily_spend_cap_usd=N`), whoever sent it.",
+              "The Job API refuses it (429, Retry-After until 00:00 UTC; nothing queued): send it again then. A job "
+              "sent to the intake queue (or with `review submit`) is not failed: it stays `queued`, waiting with "
+              "condition spend_cap, and the sweeper starts it after 00:00 UTC. `review quota resume --override-cap` "
+              "lifts the cap for the rest of the UTC day (the waiting jobs start within a sweep); to change it: "
+              "`npx cdk deploy -c daily_spend_cap_usd=<usd>`."),
     ErrorCode("api.unauthenticated", ErrorClass.PERMANENT, False,
               "A Job API request carried no authenticated principal (on AWS the HTTP API's IAM authorization lets "
               "no unsigned request through; locally: no bearer token, or an unknown one).",

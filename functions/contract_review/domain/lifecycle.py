@@ -34,6 +34,7 @@ from collections.abc import Collection
 
 from pydantic import BaseModel
 
+from contract_review.domain import spend_cap
 from contract_review.domain.errors import ErrorEnvelope, ReviewError
 from contract_review.domain.messages import JobControl
 from contract_review.domain.ports import Deps
@@ -239,9 +240,11 @@ def count_settled(deps: Deps, chunk: ChunkRecord, extra: Usage | None = None) ->
     fence, status = chunk.fence, chunk.status
     for _ in range(COUNT_READS):
         read = chunk.usage()
-        counted = deps.jobs.settle_new_chunk(chunk.job_id, chunk.chunk_id, usage=Usage.of([read, extra or Usage()]),
-                                             fence=fence, status=status, read=read)
+        usage = Usage.of([read, extra or Usage()])
+        counted = deps.jobs.settle_new_chunk(chunk.job_id, chunk.chunk_id, usage=usage, fence=fence, status=status,
+                                             read=read)
         if counted is not None:
+            spend_cap.record(deps, usage.total_micro_usd)  # the stack's recorded spend of the day (after the count)
             return counted
         fresh = deps.claims.get(chunk.job_id, chunk.chunk_id)
         if fresh is None or fresh.counted or (fresh.fence, fresh.status) != (fence, status) or fresh.usage() == read:

@@ -73,6 +73,7 @@ POLICY: dict[str, Recovery] = {
     "model.request_invalid": Recovery(None, PERM),
     "model.circuit_open": Recovery(None, BP),
     "model.paused": Recovery(None, BP, bounded=False),
+    "model.spend_capped": Recovery(None, BP, bounded=False),  # held until 00:00 UTC or an operator's override
     "model.daily_quota_exhausted": Recovery(None, BP, bounded=False),  # held until the hourly probe succeeds
     "control.contended": Recovery(None, NONE),  # an answer to the writer (the CLI, the collector): write again
     "batch.request_invalid": Recovery(None, NONE),  # refused before anything is submitted
@@ -111,6 +112,7 @@ POLICY: dict[str, Recovery] = {
     "job.approval_rejected": Recovery(None, NONE),
     "job.approval_expired": Recovery(None, NONE),
     "quota.spend_exceeded": Recovery(None, NONE),  # refused at admission: no job, no chunk outcome
+    "quota.spend_cap": Recovery(None, NONE),  # refused (API) or held `queued` (intake) at admission
     "api.unauthenticated": Recovery(None, NONE),
     "api.not_found": Recovery(None, NONE),
     "api.conflict": Recovery(None, NONE),

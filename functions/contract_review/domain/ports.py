@@ -111,6 +111,9 @@ class TokenLedger(Protocol):
         write: concurrent callers never take more than the limit together): the new count, or None when refused.
         The spend limits' counters (pipeline/limits.py) live in the same table as the token counters."""
 
+    def count(self, counter: str, window: int) -> int:
+        """`counter`'s count of `window` (0 when nothing was taken), read strongly consistent."""
+
     def take_once(self, charge: Charge, limit: int, now: int) -> Taken:
         """`take` under a charge id: the charge's record and the count's addition in one transaction, conditional on
         no live record of that id (one whose `expires_at` has not passed) and on the limit. A second take of the

@@ -456,10 +456,10 @@ OUTCOME_FIELDS = ("error", "error_code", "root_error", "missing", "mandatory_gap
 class Waiting(_Record):
     """What a job's chunks are held for, as `review status` and GET /jobs/{id} show it."""
 
-    condition: str  # daily_token_quota
-    model_id: str
-    tokens_per_day: float
-    since: float  # when a worker first held one of the job's chunks for it
+    condition: str  # daily_token_quota | spend_cap (domain/spend_cap.py: held at admission until the next UTC day)
+    model_id: str = ""  # daily_token_quota: the model whose quota it waits for
+    tokens_per_day: float | None = None  # daily_token_quota: that quota
+    since: float  # when a worker first held one of the job's chunks for it (spend_cap: when intake held the job)
     detail: str  # one line for people: "waiting for the daily token quota of MODEL ..., re-probed hourly"
 
 
@@ -638,6 +638,16 @@ class BatchLaneOff(_Record):
     by: str = ""  # who turned it off: "collector", or an operator
 
 
+class SpendHold(_Record):
+    """The stack's spend-cap hold (domain/spend_cap.py): set by the sweeper when the UTC day's recorded model spend
+    reached `daily_spend_cap_usd`; it holds that day only."""
+
+    day: int  # the UTC day (epoch seconds // 86400) it holds
+    at: float
+    recorded_micro_usd: int
+    cap_micro_usd: int
+
+
 class ModelControl(_Record):
     """What an operator (or an automated writer: the batch collector) set for the model at runtime, without a
     redeploy (`review quota`; one item of the runtime control store the workers read, cached about a minute): a pause
@@ -653,6 +663,15 @@ class ModelControl(_Record):
     at: float = 0.0
     version: int = 0
     batch_off: dict[str, BatchLaneOff] = Field(default_factory=dict)  # model id -> why its batch lane is off
+    # the stack's spend-cap hold (set by the sweeper when the day's recorded spend reached the cap), and the UTC day an
+    # operator lifted the cap for (`review quota resume --override-cap`: no hold, and admissions uncapped, that day)
+    spend_hold: SpendHold | None = None
+    cap_override_day: int | None = None
+
+    def spend_held(self, day: int) -> SpendHold | None:
+        """The spend-cap hold in force on UTC `day`: set for that day and not lifted by an operator."""
+        hold = self.spend_hold
+        return hold if hold is not None and hold.day == day and self.cap_override_day != day else None
 
     def batch_lane_off(self, model_id: str) -> BatchLaneOff | None:
         return self.batch_off.get(model_id)

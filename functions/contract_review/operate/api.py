@@ -41,7 +41,7 @@ from aws_lambda_powertools.event_handler import APIGatewayHttpResolver, Response
 from aws_lambda_powertools.event_handler.exceptions import NotFoundError
 from pydantic import BaseModel, ConfigDict, Field, JsonValue, ValidationError, field_validator
 
-from contract_review.domain import lifecycle
+from contract_review.domain import lifecycle, spend_cap
 from contract_review.domain.errors import REGISTRY, ReviewError, classify
 from contract_review.domain.keys import batch_key, submission_key
 from contract_review.domain.messages import (
@@ -94,9 +94,9 @@ def not_found(what: str, ident: str) -> ApiError:
 def _review_error(exc: ReviewError) -> ApiError:
     """An input error of the submitted document (the codes intake would record): 400 for a request that breaks
     the schema (`input.invalid`), 422 for a well-formed one whose document cannot be processed; a spend limit
-    (`quota.spend_exceeded`) is 429 with Retry-After."""
+    (`quota.spend_exceeded`, the stack's `quota.spend_cap`) is 429 with Retry-After."""
     env = exc.envelope
-    if env.error_code == "quota.spend_exceeded":
+    if env.error_code in ("quota.spend_exceeded", "quota.spend_cap"):
         return ApiError(429, env.error_code, env.message, {"Retry-After": str(int(env.retry_after_s or 3600))})
     return ApiError(400 if env.error_code == "input.invalid" else 422, env.error_code, env.message)
 
@@ -345,9 +345,16 @@ def submit(deps: Deps, caller: Caller, req: JobRequest, key: str | None, batch_i
     # its estimate from the principal's daily allowance, once per admission (a replay, or the client's retry of a
     # request that failed after taking it, takes nothing again; a replacement of a job failed on its input is an
     # admission of its own)
+    # and from the stack's daily spend cap (domain/spend_cap.py), under the same admission (intake sees it taken)
+    estimate = expected if expected is not None else admission.estimate(deps.settings, text).model_micro_usd
+    admission_id = limits.spend_charge_id(job_id, job)
     with _answered():
-        charge = limits.take_spend(deps, who, expected if expected is not None else admission.estimate(
-            deps.settings, text).model_micro_usd, limits.spend_charge_id(job_id, job))
+        charge = limits.take_spend(deps, who, estimate, admission_id)
+        try:
+            stack_charge = spend_cap.admit(deps, estimate, admission_id)
+        except BaseException:
+            limits.give_back(deps, charge)
+            raise
     try:
         if pending is None:  # before the message: the job is the caller's from the moment it can exist
             pending = Submission(job_id=job_id, principal=who, document_sha256=sha, submitted_at=deps.clock(),
@@ -357,7 +364,8 @@ def submit(deps: Deps, caller: Caller, req: JobRequest, key: str | None, batch_i
         # client is retrying): intake takes the same job once.
         deps.queues.send_intake(body)
     except BaseException:
-        limits.give_back(deps, charge)  # nothing queued: the allowance gets it back (the error is the answer)
+        limits.give_back(deps, charge)  # nothing queued: the allowances get it back (the error is the answer)
+        spend_cap.give_back(deps, stack_charge)
         raise
     return Submitted(job_id=job_id, status=JobState.QUEUED.value, replayed=replayed)
 

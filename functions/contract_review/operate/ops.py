@@ -16,6 +16,7 @@ from datetime import UTC, datetime
 
 from pydantic import BaseModel, ConfigDict, Field, JsonValue, ValidationError
 
+from contract_review.domain import spend_cap
 from contract_review.domain.batch import BatchStatus
 from contract_review.domain.errors import REGISTRY, ErrorEnvelope
 from contract_review.domain.keys import BATCHES_PREFIX
@@ -115,6 +116,9 @@ class JobView(BaseModel):
     # why some of a batch-mode job's calls went on demand, from its own events (kept after it ended: `batch_note`)
     batch_note: str | None = None
     model_paused: bool = False  # the runtime control's pause, as this view read it (nothing is packed meanwhile)
+    # what holds every model call of the stack now, in words (an operator's pause, the daily spend cap's hold), while
+    # the job is open: its chunks wait as backpressure until it is lifted
+    model_hold: str | None = None
 
 
 def batch_off_line(off: BatchLaneOff) -> str:
@@ -388,11 +392,24 @@ def job_view(deps: Deps, job_id: str) -> JobView | None:
         batch_off=batch.lane_off(deps)
         if job.inference is Inference.BATCH and not job.terminal else None,
         batch_note=batch_note(events) if job.inference is Inference.BATCH else None,
-        model_paused=_paused(deps) if job.inference is Inference.BATCH and not job.terminal else False)
+        model_paused=_paused(deps) if job.inference is Inference.BATCH and not job.terminal else False,
+        model_hold=model_hold(deps) if not job.terminal else None)
 
 
 def _paused(deps: Deps) -> bool:
     return deps.model_control is not None and deps.model_control.get().paused
+
+
+def model_hold(deps: Deps) -> str | None:
+    """Why no model call starts now (`review status`, `review quota show`, the status page), None when nothing holds
+    them: an operator's pause, the stack's spend-cap hold of today (domain/spend_cap.py)."""
+    c = deps.model_control.get() if deps.model_control is not None else None
+    if c is None:
+        return None
+    if c.paused:
+        return f"the model is paused by {c.by or 'an operator'}: `review quota resume` lets it go on"
+    hold = c.spend_held(spend_cap.utc_day(deps.clock()))
+    return spend_cap.hold_line(hold) if hold is not None else None
 
 
 def _chunk_numbers(indexes: list[int]) -> str:
@@ -827,15 +844,17 @@ def quota_show(deps: Deps) -> ModelControl:
 
 
 def quota_change(deps: Deps, by: str, *, paused: bool | None = None, tokens_per_minute: float | None = None,
-                 clear_quota: bool = False) -> ModelControl:
-    """`review quota pause|resume|set N|set --clear`: the named fields only, compare-and-set (`ModelControls.update`):
-    a pause racing a set keeps both."""
+                 clear_quota: bool = False, override_cap: bool = False) -> ModelControl:
+    """`review quota pause|resume [--override-cap]|set N|set --clear`: the named fields only, compare-and-set
+    (`ModelControls.update`): a pause racing a set keeps both. `override_cap`: the stack's daily spend cap lifted for
+    the rest of this UTC day (its hold, and the admissions' cap: the jobs waiting for it start within a sweep)."""
     at = deps.clock()
 
     def change(now: ModelControl) -> ModelControl:
         return now.model_copy(update={
             "paused": now.paused if paused is None else paused,
             "tokens_per_minute": None if clear_quota else (tokens_per_minute or now.tokens_per_minute),
+            "cap_override_day": spend_cap.utc_day(at) if override_cap else now.cap_override_day,
             "by": by, "at": at})
 
     return _controls(deps).update(change)

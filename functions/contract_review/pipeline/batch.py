@@ -45,6 +45,7 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 
 from contract_review.config.profile import Profile
+from contract_review.domain import spend_cap
 from contract_review.domain.batch import (
     ENDED_EARLY,
     HAS_OUTPUT,
@@ -230,7 +231,8 @@ class _Collect:
         self.tracked: set[str] = set()
         self._texts: dict[str, str] = {}
         control = deps.model_control.get() if deps.model_control is not None else None
-        self.paused = bool(control is not None and control.paused)
+        # an operator's pause, or the stack's spend-cap hold of today (domain/spend_cap.py): nothing new is submitted
+        self.paused = bool(control is not None and (control.paused or control.spend_held(spend_cap.utc_day(now))))
 
     def text(self, job: Job) -> str:
         if job.job_id not in self._texts:

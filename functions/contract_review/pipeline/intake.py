@@ -23,14 +23,14 @@ from dataclasses import dataclass
 from decimal import Decimal
 
 from contract_review.config.profile import Profile
-from contract_review.domain import lifecycle, log_fields
+from contract_review.domain import lifecycle, log_fields, spend_cap
 from contract_review.domain.cost import micro_usd
 from contract_review.domain.errors import ErrorEnvelope, ReviewError
 from contract_review.domain.keys import document_key
 from contract_review.domain.messages import InlineDocument, IntakeMessage, parse_intake
 from contract_review.domain.ports import Deps, Queue
 from contract_review.domain.records import Inference, Job, JobState, Priority, job_id_for
-from contract_review.pipeline import batch, fanout
+from contract_review.pipeline import admission, batch, fanout, limits
 from contract_review.pipeline.admission import check_budget, check_principal, document_text, effective_budget
 from contract_review.review.analysts import job_config_hash
 from contract_review.review.chunking import chunk_document, document_hash
@@ -129,6 +129,8 @@ def handle_intake(deps: Deps, body: str, message_id: str = "") -> IntakeResult:
         estimate = check_budget(s, text, msg.budget_usd, chunks=chunks)  # the chunks just cut
     except ReviewError as exc:
         return _record_failure(deps, body, exc.envelope, message_id, key, msg.document_id or "", msg.principal)
+    if estimate is None:  # no budget applies; the stack's daily spend cap takes the estimate all the same
+        estimate = admission.estimate(s, text, chunks=chunks).model_micro_usd
     budget = effective_budget(s, msg.budget_usd)  # its own, else the stack's default per-job budget
     now = deps.clock()
     inference, deadline_at = batch_lane(s.profile, msg, now)
@@ -175,6 +177,8 @@ def handle_intake(deps: Deps, body: str, message_id: str = "") -> IntakeResult:
     plan = fanout.FanoutPlan.of(text, sha, chunks)
     deps.artifacts.put_text(job.document_key, text, "text/plain; charset=utf-8")
     fanout.store_plan(deps, job_id, plan)
+    if not admitted(deps, job):  # over the stack's daily spend cap: `queued`, waiting; the sweeper starts it
+        return IntakeResult(job_id, created, JobState.QUEUED.value)
     running = lifecycle.move(deps, job_id, (JobState.QUEUED,), JobState.RUNNING, started_at=deps.clock(),
                              detail={"chunks": len(chunks)})
     if running is None:
@@ -182,6 +186,41 @@ def handle_intake(deps: Deps, body: str, message_id: str = "") -> IntakeResult:
     if running is not None and running.state is JobState.RUNNING:
         fanout.refill(deps, running, plan=plan, text=text)  # the first page (all of a small document)
     return IntakeResult(job_id, created, running.state.value if running else JobState.RUNNING.value)
+
+
+def admitted(deps: Deps, job: Job) -> bool:
+    """The stack's daily spend cap (domain/spend_cap.py), taken once per admission (the Job API's charge of the same
+    job is seen, not taken again). Over it, the job stays `queued`, waiting with condition `spend_cap` (its document
+    and plan stored: the sweeper starts it after 00:00 UTC, or after an operator's override), never failed."""
+    try:
+        spend_cap.admit(deps, job.estimate_micro_usd, limits.admission_id(job))
+    except ReviewError as exc:
+        if exc.envelope.error_code != "quota.spend_cap":
+            raise
+        if job.waiting is None and deps.jobs.set_waiting(job.job_id, spend_cap.held(exc, deps.clock())):
+            deps.jobs.record_event(job.job_id, "job.waiting_spend_cap", detail=exc.envelope.message)
+        return False
+    return True
+
+
+def start_held(deps: Deps, job: Job) -> bool:
+    """A job intake held for the stack's daily spend cap (`admitted`), tried again (the sweeper, each sweep): once
+    admitted (a new UTC day, or an operator's override), it leaves `waiting`, becomes `running` and its fan-out
+    starts from the stored plan, as intake would have. Whether it started. A cancel since wins (`queued` only); a
+    sweeper that dies after the move leaves a running job with no chunk sent, which the stalled-job reconcile
+    starts (sweeper.py)."""
+    if job.state is not JobState.QUEUED or job.waiting is None or job.waiting.condition != spend_cap.CONDITION:
+        return False
+    if not admitted(deps, job):
+        return False
+    running = lifecycle.move(deps, job.job_id, (JobState.QUEUED,), JobState.RUNNING, started_at=deps.clock(),
+                             detail={"chunks": job.chunk_count, "after": spend_cap.CONDITION})
+    if deps.jobs.set_waiting(job.job_id, None):
+        deps.jobs.record_event(job.job_id, "job.waiting_ended", condition=spend_cap.CONDITION)
+    if running is None or running.state is not JobState.RUNNING:
+        return False
+    fanout.refill(deps, running)
+    return True
 
 
 def _admitted_text(deps: Deps, body: str, msg: IntakeMessage, message_id: str) -> str | IntakeResult:

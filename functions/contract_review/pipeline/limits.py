@@ -15,7 +15,7 @@
 
 Both are counters of the token ledger table (`TokenLedger.take`), keyed by the principal's owner hash, never its
 ARN; a stack without that table (from before it) enforces neither. Queue senders have no principal: their jobs
-get the default budget only.
+get the default budget and the stack-wide daily cap (domain/spend_cap.py), which every admission takes from.
 """
 
 from __future__ import annotations
@@ -28,16 +28,21 @@ from contract_review.domain.errors import ReviewError
 from contract_review.domain.ports import Charge, Deps, Taken
 from contract_review.domain.principals import owner
 from contract_review.domain.records import Job
+from contract_review.domain.spend_cap import DAY_S, UNCAPPED, seconds_to_reset, utc_day
 
-DAY_S = 86400
 MINUTE_S = 60
-UNCAPPED = 2**62  # the limit of a count that is taken whatever it reaches (money already spent)
 
 
 def spend_charge_id(job_id: str, replacing: Job | None = None) -> str:
     """The admission a charge is for: a new job (its id), or the replacement of `replacing`, a job that failed on
     its input (its id and the version replaced: each replacement is an admission of its own)."""
     return job_id if replacing is None else f"{job_id}#replaces-v{replacing.version}"
+
+
+def admission_id(job: Job) -> str:
+    """The admission that created `job`, as the Job API named its charge (`spend_charge_id`): a replacement (created
+    over a job that failed on its input, one version on) is the admission that replaced that version."""
+    return job.job_id if job.version == 0 else f"{job.job_id}#replaces-v{job.version - 1}"
 
 
 def take_spend(deps: Deps, principal: str, estimate_micro_usd: int, charge_id: str) -> Charge | None:
@@ -48,7 +53,7 @@ def take_spend(deps: Deps, principal: str, estimate_micro_usd: int, charge_id: s
     if cap is None or deps.token_ledger is None:
         return None
     now = deps.clock()
-    day = int(now // DAY_S)
+    day = utc_day(now)
     limit = cost.micro_usd(Decimal(str(cap)))
     # the record of the charge outlives the day's counter by the record TTL: a replay days later takes nothing either
     charge = Charge(charge_id, f"spend#{owner(principal)}", day, estimate_micro_usd,
@@ -59,8 +64,8 @@ def take_spend(deps: Deps, principal: str, estimate_micro_usd: int, charge_id: s
             "quota.spend_exceeded",
             f"this submission's estimate, {cost.format_usd(estimate_micro_usd)}, would take your admissions today "
             f"over the daily cap of {cost.format_usd(limit)} per principal: send it after 00:00 UTC (in "
-            f"{math.ceil((day + 1) * DAY_S - now)} s), or ask the stack's operator to raise "
-            "principal_daily_spend_usd", step="admission", retry_after_s=math.ceil((day + 1) * DAY_S - now))
+            f"{seconds_to_reset(now)} s), or ask the stack's operator to raise "
+            "principal_daily_spend_usd", step="admission", retry_after_s=seconds_to_reset(now))
     return charge if taken is Taken.NOW else None
 
 
@@ -79,7 +84,7 @@ def add_spend(deps: Deps, principal: str | None, spent_micro_usd: int, charge_id
     if principal is None or cap is None or deps.token_ledger is None or spent_micro_usd <= 0:
         return
     now = deps.clock()
-    day = int(now // DAY_S)
+    day = utc_day(now)
     deps.token_ledger.take_once(Charge(charge_id, f"spend#{owner(principal)}", day, spent_micro_usd,
                                        (day + 2) * DAY_S + deps.settings.profile.record_ttl_s), UNCAPPED, int(now))
 

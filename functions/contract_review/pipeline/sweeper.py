@@ -31,11 +31,22 @@ reconcile jobs that stopped making progress.
    stall period ago and either its retention ends before the next look, or the analysis queue held
    no message at all when this sweep began (visible, in flight or delayed: read first, before the
    sweep sends anything or reads a chunk record). A job whose chunks are all settled and counted but that still runs (its finalize
-   failed) is finalized again.
-5. The model's Bedrock quotas (`publish_quotas`): read from Service Quotas each sweep and published for the workers
+   failed) is finalized again; a running job with no chunk sent at all (whoever made it running died before its
+   fan-out) gets its first page.
+5. The stack's daily spend cap (domain/spend_cap.py): today's spend read (the handler publishes it), the spend-cap
+   hold set in the runtime control once the day's recorded spend reached the cap, and the jobs intake held
+   `queued` for the cap started once they are admitted (`intake.start_held`: a new UTC day, an operator's override).
+6. The model's Bedrock quotas (`publish_quotas`): read from Service Quotas each sweep and published for the workers
    (adapters/published_quotas.py) when they changed; the workers pace to them and never read Service Quotas.
 Every chunk write is conditional on the fencing token the sweeper observed *and* on the lease
 still being lapsed, so a heartbeat or a new claim since the sweeper's read wins harmlessly.
+
+A sweep ends in time to say what it found: the scheduled Lambda's sweep has a `Deadline` (the invocation's remaining
+time, less `functions.sweeper_reserve_s`); past it, the sweep starts no further item (the next sweep takes them up:
+every step is safe to repeat), but the stalled jobs are still counted (one query), so `StuckJobs` is published with
+what this sweep found even when it could not act on all of it. Without the deadline a sweep the function's timeout cut
+short would publish nothing, and the stuck-jobs alarm reads silence as "the sweeper is not running" (`stopped_at` in
+the report and the sweeper's log says where it stopped).
 
 One item never blocks the others: an item whose handling raises (a missing document object, a
 throttled write) is logged, counted in `item_failures` (metric `SweepItemFailures`, alarmed), and the sweep goes on.
@@ -48,12 +59,13 @@ touched for `stall_after_s` (the collector down) is counted stuck (`StuckJobs`),
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 
 from pydantic import ValidationError
 
-from contract_review.domain import lifecycle
+from contract_review.domain import lifecycle, spend_cap
 from contract_review.domain.errors import ErrorEnvelope
 from contract_review.domain.messages import AnalysisMessage
 from contract_review.domain.policy import is_backpressure
@@ -68,8 +80,9 @@ from contract_review.domain.records import (
     ReleaseReason,
     job_id_for,
 )
+from contract_review.pipeline import fanout
 from contract_review.pipeline.aggregator import finalize
-from contract_review.pipeline.intake import failure_key
+from contract_review.pipeline.intake import failure_key, start_held
 from contract_review.pipeline.isolation import isolated
 from contract_review.reliability.chunks import analysis_message, announce, dead_letter, requeue
 from contract_review.sideeffects import saga
@@ -92,12 +105,35 @@ class SweepReport:
     # jobs waiting for approval past their expires_at: failed (job.approval_expired), side effects compensated
     approvals_expired: list[str] = field(default_factory=list)
     chunks_resent: int = 0  # stalled jobs' pending chunks whose message was lost (`message_lost`): sent again
-    quotas_published: bool = False  # the model's quotas changed in Service Quotas and were published (step 5)
+    # the stack's daily spend cap (domain/spend_cap.py): today's admitted and recorded spend (None: no cap, or not
+    # read), whether the model is held for it, and the jobs held at admission that this sweep started
+    spend_admitted_micro_usd: int | None = None
+    spend_recorded_micro_usd: int | None = None
+    spend_held: bool = False
+    spend_cap_started: list[str] = field(default_factory=list)
+    stopped_at: str | None = None  # the step where the sweep reached its deadline: the rest is the next sweep's
+    quotas_published: bool = False  # the model's quotas changed in Service Quotas and were published (step 6)
 
     @property
     def backpressure_requeues(self) -> int:
         """Requeues this sweep made that count as backpressure (metric `BackpressureRequeues`)."""
         return len(self.timed_out)
+
+
+@dataclass
+class Deadline:
+    """When a sweep stops starting items: once `time_left_s()` (the Lambda invocation's remaining time) is under
+    `reserve_s`, the time kept for counting the stalled jobs and publishing the metrics. Without `time_left_s`
+    (the CLI, a Fargate poller's sweep of claims) never. Once reached it stays reached, and says at which step."""
+
+    time_left_s: Callable[[], float] | None = None
+    reserve_s: float = 0.0
+    stopped_at: str | None = None
+
+    def reached(self, step: str) -> bool:
+        if self.stopped_at is None and self.time_left_s is not None and self.time_left_s() < self.reserve_s:
+            self.stopped_at = step
+        return self.stopped_at is not None
 
 
 class _JobCache:
@@ -120,30 +156,35 @@ def _isolated(report: SweepReport, step: str, item: str) -> AbstractContextManag
     return isolated(report.item_failures, "sweep", step, item)
 
 
-def sweep(deps: Deps, now: float | None = None) -> SweepReport:
+def sweep(deps: Deps, now: float | None = None, deadline: Deadline | None = None) -> SweepReport:
     """The scheduled sweeper Lambda's sweep: all of the above (the recovery steps only; no batch work), then the
-    model's quotas published (`publish_quotas`)."""
+    model's quotas published (`publish_quotas`), starting no item past `deadline` but counting the stalled jobs
+    whatever the time."""
     now = deps.clock() if now is None else now
+    deadline = deadline or Deadline()
     report = SweepReport()
     jobs = _JobCache(deps)
     queued: int | None = None  # the analysis queue's depth before this sweep sends anything (`message_lost`)
     with _isolated(report, "reconcile", "depth"):
         queued = deps.queues.depth(Queue.ANALYSIS)
-    _recover_lapsed_claims(deps, now, report, jobs)
-    _explain_dlq(deps, report, jobs)
-    _explain_intake_dlq(deps, now, report)
-    _reconcile_stalled(deps, now, report, queued)
-    if deps.side_effects is not None:
+    _recover_lapsed_claims(deps, now, report, jobs, deadline)
+    _explain_dlq(deps, report, jobs, deadline)
+    _explain_intake_dlq(deps, now, report, deadline)
+    _reconcile_stalled(deps, now, report, queued, deadline)
+    _spend_cap(deps, now, report, deadline)
+    if deps.side_effects is not None and not deadline.reached("approvals"):
         with _isolated(report, "approvals", "expire"):
             report.approvals_expired = saga.expire_approvals(deps, now)
-    publish_quotas(deps, report)
+    if not deadline.reached("quotas"):
+        publish_quotas(deps, report)
+    report.stopped_at = deadline.stopped_at
     return report
 
 
 def publish_quotas(deps: Deps, report: SweepReport) -> None:
-    """Step 5: read the model's Bedrock quotas (Service Quotas, through `deps.read_quotas`) and publish them for the workers
-    when they changed (`QuotaStore.publish`: nothing written when unchanged; two sweepers at once write once). Last, so
-    the recovery steps never wait for it. The only reader of Service Quotas in the pipeline: the workers pace to what
+    """Step 6: read the model's Bedrock quotas (Service Quotas, through `deps.read_quotas`) and publish them for the
+    workers when they changed (`QuotaStore.publish`: nothing written when unchanged; two sweepers at once write once). Last, so
+    the recovery steps never wait for it (and not past the sweep's deadline: the next sweep reads them). The only reader of Service Quotas in the pipeline: the workers pace to what
     is published (model/quota_targets.py). A read that fails is an item failure (logged, `SweepItemFailures`): the
     published quotas stay as they were, and the workers keep pacing to them."""
     if deps.read_quotas is None or deps.published_quotas is None:  # the offline model has no quota
@@ -158,15 +199,17 @@ def sweep_claims(deps: Deps, now: float | None = None) -> SweepReport:
     compensating, waiting and queued jobs) are the scheduled sweeper Lambda's alone."""
     now = deps.clock() if now is None else now
     report = SweepReport()
-    _recover_lapsed_claims(deps, now, report, _JobCache(deps))
+    _recover_lapsed_claims(deps, now, report, _JobCache(deps), Deadline())
     return report
 
 
-def _recover_lapsed_claims(deps: Deps, now: float, report: SweepReport, jobs: _JobCache) -> None:
+def _recover_lapsed_claims(deps: Deps, now: float, report: SweepReport, jobs: _JobCache, deadline: Deadline) -> None:
     lapsed: list[ChunkRecord] = []
     with _isolated(report, "lapsed", "query"):
         lapsed = list(deps.claims.lapsed(now))
     for claim in lapsed:
+        if deadline.reached("lapsed"):
+            return
         with _isolated(report, "lapsed", f"{claim.job_id}/{claim.chunk_id}"):
             _recover_lapsed(deps, jobs.open(claim.job_id), claim, now, report)
 
@@ -226,13 +269,15 @@ def _requeue_backpressure(deps: Deps, claim: ChunkRecord, msg: AnalysisMessage, 
         report.timed_out.append(claim.chunk_id)
 
 
-def _explain_dlq(deps: Deps, report: SweepReport, jobs: _JobCache) -> None:
-    if not deps.queues.has(Queue.ANALYSIS_DLQ):
+def _explain_dlq(deps: Deps, report: SweepReport, jobs: _JobCache, deadline: Deadline) -> None:
+    if not deps.queues.has(Queue.ANALYSIS_DLQ) or deadline.reached("dlq"):
         return
     messages: list[QueueMessage] = []
     with _isolated(report, "dlq", "peek"):
         messages = deps.queues.peek(Queue.ANALYSIS_DLQ)
     for m in messages:
+        if deadline.reached("dlq"):
+            return
         report.dlq_seen += 1
         with _isolated(report, "dlq", m.message_id):
             _explain_one(deps, m, jobs, report)
@@ -332,9 +377,9 @@ def _requeue_from_dlq(deps: Deps, job: Job, chunk: ChunkRecord, m: QueueMessage,
         report.dlq_requeued.append(chunk.chunk_id)
 
 
-def _explain_intake_dlq(deps: Deps, now: float, report: SweepReport) -> None:
+def _explain_intake_dlq(deps: Deps, now: float, report: SweepReport, deadline: Deadline) -> None:
     """Queued jobs idle for the stall period whose intake message the queue moved to the intake DLQ."""
-    if not deps.queues.has(Queue.INTAKE_DLQ):
+    if not deps.queues.has(Queue.INTAKE_DLQ) or deadline.reached("intake_dlq"):
         return
     queued: list[Job] = []
     moved: list[QueueMessage] = []
@@ -352,7 +397,7 @@ def _explain_intake_dlq(deps: Deps, now: float, report: SweepReport) -> None:
             by_job.setdefault(job_id_for(key), m)
     for job in queued:
         found = by_message.get(job.source_message_id) or by_job.get(job.job_id)
-        if found is not None:
+        if found is not None and not deadline.reached("intake_dlq"):
             with _isolated(report, "intake_dlq", job.job_id):
                 _fail_queued(deps, job, found, report)
 
@@ -374,16 +419,19 @@ def _fail_queued(deps: Deps, job: Job, m: QueueMessage, report: SweepReport) -> 
     report.intake_failed.append(job.job_id)
 
 
-def _reconcile_stalled(deps: Deps, now: float, report: SweepReport, queued: int | None) -> None:
+def _reconcile_stalled(deps: Deps, now: float, report: SweepReport, queued: int | None, deadline: Deadline) -> None:
     """`queued`: the analysis queue's depth read before the sweep sent anything and before any chunk record was
     read (a message counted there was in the queue when the records were read; the sweep's own requeues are
-    not counted, and their chunks' records say they were just sent)."""
+    not counted, and their chunks' records say they were just sent). Past the deadline the stalled jobs are
+    still queried and counted (`StuckJobs`), not reconciled."""
     stall_s = deps.settings.profile.recovery.stall_after_s
     stalled: list[Job] = []
     with _isolated(report, "reconcile", "query"):
         stalled = list(deps.jobs.stalled(now - stall_s))
+    report.stalled_jobs = len(stalled)
     for job in stalled:
-        report.stalled_jobs += 1
+        if deadline.reached("reconcile"):
+            return
         with _isolated(report, "reconcile", job.job_id):
             _reconcile(deps, job, now, stall_s, report, queued)
     # Finished here, once idle a claim lease: a cancelling job whose chunks are all settled or free but whose
@@ -393,13 +441,37 @@ def _reconcile_stalled(deps: Deps, now: float, report: SweepReport, queued: int 
     # so a second one is refused and the job is tried again at the next sweep.
     for state, finish, ended in ((JobState.CANCELLING, lifecycle.finish_cancel, JobState.CANCELLED),
                                  (JobState.COMPENSATING, lifecycle.finish_compensation, JobState.FAILED)):
+        if deadline.reached(state.value):
+            return
         unfinished: list[Job] = []
         with _isolated(report, "reconcile", state.value):
             unfinished = list(deps.jobs.stalled(now - deps.settings.claim_lease_s, state=state))
         for job in unfinished:
+            if deadline.reached(state.value):
+                return
             with _isolated(report, "reconcile", job.job_id):
                 if finish(deps, job) is ended:
                     report.finalized.append(job.job_id)
+
+
+def _spend_cap(deps: Deps, now: float, report: SweepReport, deadline: Deadline) -> None:
+    """The stack's daily spend cap: today's spend read (published by the handler), the spend-cap hold set when the
+    recorded spend reached the cap, and the jobs intake held for it tried again (`intake.start_held`)."""
+    if spend_cap.cap_micro_usd(deps) is None or deadline.reached("spend_cap"):
+        return
+    with _isolated(report, "spend_cap", "hold"):
+        report.spend_admitted_micro_usd, report.spend_recorded_micro_usd = spend_cap.today(deps)
+        report.spend_held = spend_cap.hold_if_reached(deps, report.spend_recorded_micro_usd) is not None
+    held: list[Job] = []
+    with _isolated(report, "spend_cap", "query"):
+        held = [j for j in deps.jobs.stalled(now, state=JobState.QUEUED)
+                if j.waiting is not None and j.waiting.condition == spend_cap.CONDITION]
+    for job in held:
+        if deadline.reached("spend_cap"):
+            return
+        with _isolated(report, "spend_cap", job.job_id):
+            if start_held(deps, job):
+                report.spend_cap_started.append(job.job_id)
 
 
 def message_lost(chunk: ChunkRecord, now: float, stall_s: float, retention_s: float, queued: int | None) -> str | None:
@@ -439,6 +511,12 @@ def _reconcile(deps: Deps, job: Job, now: float, stall_s: float, report: SweepRe
     text: str | None = None
     retention_s = deps.settings.profile.queues.queue_retention_days * 86400
     chunks = deps.claims.for_job(job.job_id)
+    if not chunks and not job.fanned_out and job.chunk_count:  # made running by one that died before its fan-out
+        sent = fanout.refill(deps, job)  # (the sweeper starting a job held for the spend cap: intake.start_held)
+        deps.jobs.record_event(job.job_id, "job.reconciled", chunks_requeued=sent, by="sweeper",
+                               detail="its fan-out had not started")
+        report.reconciled.append(job.job_id)
+        return
     for c in chunks:
         if c.settled:
             if not job.counts(c):

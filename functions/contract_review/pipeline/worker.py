@@ -32,7 +32,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from contract_review.config.settings import Settings
-from contract_review.domain import lifecycle, log_fields
+from contract_review.domain import lifecycle, log_fields, spend_cap
 from contract_review.domain.batch import BatchRecord
 from contract_review.domain.cost import AttemptMeter, RequestCounter, metered, micro_usd, model_cost_usd, model_price
 from contract_review.domain.errors import ErrorClass, ErrorEnvelope, LeaseLost, ReviewError, classify, may_be_billed
@@ -320,11 +320,13 @@ class AnalystRunner:
         return True
 
     def _not_paused(self, analyst: str) -> None:
-        """Before every model call: an operator's pause (`review quota pause`) holds the chunk as backpressure."""
+        """Before every model call: an operator's pause (`review quota pause`), or the stack's spend-cap hold of today
+        (domain/spend_cap.py), holds the chunk as backpressure."""
         control = self.deps.model_control.get() if self.deps.model_control is not None else None
         if control is not None and control.paused:
             raise ReviewError.of("model.paused", f"the model was paused by {control.by or 'an operator'}: "
                                  "`review quota resume` lets it go on", step=analyst)
+        spend_cap.not_held(self.deps, analyst)  # the stack's spend-cap hold of today: model.spend_capped
 
     def _ready(self, retrier: Retrier) -> None:
         """After waiting for the quota: the stop conditions and the time left, again, before the call."""

@@ -4,11 +4,16 @@ Steps, in order:
 1. `ticket.open`: a review ticket in the external ticket system, only when the report has high-risk
    findings (score >= `HIGH_RISK_SCORE`, the band the report's "Highest-risk clauses" leads with);
 2. `report.publish`: an event on the job-events SNS topic and on EventBridge ("Review completed")
-   naming the report.
+   carrying the job's id and state only. The topic is one for every principal: an event names no report
+   location, no document id and no counts (another tenant's); the job's owner reads the rest through the
+   Job API (`GET /jobs/{id}`, `GET /jobs/{id}/report`).
 
 Each step has a key = sha256(job id, step, operation, canonical JSON of its arguments). It is the
 `Idempotency-Key` the external system dedups on, and the key of the step's outcome in the outcome
 store (Powertools idempotency): a retry of the step returns the stored result instead of acting.
+Once a step is recorded `started` or `done`, its recorded key is its key for that generation, whatever
+the arguments derive now: a job in flight across an upgrade that changes a step's arguments (the
+publish's did: it named the report before) neither acts again under a new key nor loses the action.
 The job keeps its steps (`Job.side_effects`) for status and compensation, each written ahead: recorded
 `started` (with its key) before it acts, `done` after. Compensation undoes every step it finds started or
 done, so a crash between acting and recording leaves a key to look up, never a ticket nobody knows of.
@@ -104,9 +109,11 @@ class Step:
     operation: str
     args: JsonObject
 
+    recorded_key: str | None = None  # the key this step was recorded with (started or done): it stays the key
+
     @property
     def key(self) -> str:
-        return step_key(self.job_id, self.name, self.operation, self.args)
+        return self.recorded_key or step_key(self.job_id, self.name, self.operation, self.args)
 
 
 def canonical_json(value: object) -> str:
@@ -132,7 +139,9 @@ def high_risk(findings: list[Finding]) -> list[Finding]:
 
 
 def plan(deps: Deps, job: Job, report: Report) -> list[Step]:
-    """The steps of this job's saga. No document text goes out: counts, categories, offsets, the report."""
+    """The steps of this job's saga. No document text goes out: the ticket (the operator's own system) gets counts,
+    categories, offsets and the report's location; the job-events topic, which every principal's integrator may
+    subscribe to, the job's id and state only."""
     json_key, md_key = report_keys(job.job_id)
     bucket = deps.artifacts.bucket
     common: JsonObject = {"job_id": job.job_id, "document_id": job.document_id,
@@ -148,9 +157,7 @@ def plan(deps: Deps, job: Job, report: Report) -> list[Step]:
             **common, "title": f"Contract review: {len(risky)} high-risk finding(s) in {job.document_id or job.job_id}",
             "high_risk_findings": len(risky), "max_score": max(f.score for f in risky), "categories": cats,
             "locations": [[f.chunk_index, f.start, f.end] for f in risky[:20]]}))
-    steps.append(Step(job.job_id, PUBLISH, "publish", {
-        **common, "state": JobState.COMPLETED.value, "findings": len(report.findings),
-        "high_risk_findings": len(risky)}))
+    steps.append(Step(job.job_id, PUBLISH, "publish", {"job_id": job.job_id, "state": JobState.COMPLETED.value}))
     return steps
 
 
@@ -289,14 +296,18 @@ def run_side_effects(deps: Deps, fx: SideEffects, job: Job, report: Report | Non
 def _this_generation(step: Step, kept: SideEffectDone | None) -> tuple[Step, int]:
     """A step compensated (or sent to be) and now run again (`review retry` of a failed job) is a new action:
     a new ticket, a new "Review completed". Its key carries the generation, so it is not answered by the
-    outcome of the step it replaces; retries of this run keep this key (the generation is on the record)."""
+    outcome of the step it replaces; retries of this run keep this key (the generation is on the record).
+    A step of this generation recorded `started` or `done` keeps the key it was recorded with, even when its
+    arguments derive another now (written by an older version): what it did, or may have done, is under that key."""
     if kept is None:
         return step, 0
     generation = kept.generation + (1 if kept.status in (StepStatus.COMPENSATED,
                                                          StepStatus.COMPENSATION_FAILED) else 0)
-    if generation == 0:
-        return step, 0
-    return Step(step.job_id, step.name, step.operation, {**step.args, "generation": generation}), generation
+    if generation > 0:
+        step = Step(step.job_id, step.name, step.operation, {**step.args, "generation": generation})
+    if kept.generation == generation and kept.status in (StepStatus.STARTED, StepStatus.DONE):
+        step = Step(step.job_id, step.name, step.operation, step.args, recorded_key=kept.key)
+    return step, generation
 
 
 def _save(deps: Deps, job: Job, rec: SideEffectDone, event: str, **detail: object) -> None:
