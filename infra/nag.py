@@ -68,16 +68,14 @@ REASONS = {
     ),
     "IAM5-xray-quotas": (
         "Lambda active tracing: xray:PutTraceSegments and xray:PutTelemetryRecords do not support "
-        "resource-level permissions (AWS requires Resource '*'); and the worker reads its model's quota at cold "
-        "start to pace to it: servicequotas:ListServiceQuotas and ListAWSDefaultServiceQuotas "
-        "take no resource ARN (infra/permissions.py QUOTA_READ). Read-only."
+        "resource-level permissions (AWS requires Resource '*'); and the sweeper reads its model's quotas each sweep "
+        "to publish them for the workers (pipeline/sweeper.py publish_quotas): servicequotas:ListServiceQuotas and "
+        "ListAWSDefaultServiceQuotas take no resource ARN (infra/permissions.py QUOTA_READ). Read-only."
     ),
-    "IAM5-xray-daemon-quotas": (
+    "IAM5-xray-daemon": (
         "The Fargate task's X-Ray daemon sidecar uploads the poller's traces: xray:PutTraceSegments, "
         "PutTelemetryRecords, GetSamplingRules and GetSamplingTargets do not support resource-level permissions "
-        "(AWS requires Resource '*'); and the worker reads its model's quota at start to pace to it: "
-        "servicequotas:ListServiceQuotas, ListAWSDefaultServiceQuotas take no resource ARN "
-        "(infra/permissions.py QUOTA_READ)."
+        "(AWS requires Resource '*')."
     ),
     "IAM5-task-protection": (
         "ecs:UpdateTaskProtection for scale-in protection: a task's id is only known at run time, so the "
@@ -153,11 +151,11 @@ def acknowledge(stack: ContractReviewStack) -> None:
             if target.startswith("objects:"):
                 _ack(role, f"IAM5[Resource::{bucket}/{target.removeprefix('objects:')}*]", "IAM5-bucket-objects")
     for f in functions:
-        reason = ("IAM5-xray-quotas" if f.role is stack.worker_fn.role else
+        reason = ("IAM5-xray-quotas" if f.role is stack.sweeper_fn.role else
                   "IAM5-xray-batch-quotas" if f.role is stack.collector_fn.role else "IAM5-xray")
         _ack(f.role, "IAM5[Resource::*]", reason)
     if fargate is not None:
-        _ack(fargate.task_role, "IAM5[Resource::*]", "IAM5-xray-daemon-quotas")
+        _ack(fargate.task_role, "IAM5[Resource::*]", "IAM5-xray-daemon")
 
     _ack(stack.side_effects.compensation_dlq, "SQS3", "SQS3-compensation-dlq")
 

@@ -68,9 +68,10 @@ BATCH_WORKER = (
     Access(BATCH_ANSWERS, (GET_OBJECT,), "batch inference: read the answers the collector joined back"),
 )
 # The runtime control (adapters/model_control.py): for every role whose code reads it (the worker: before each model
-# call).
+# call; with it, the model's quotas the sweeper publishes: adapters/published_quotas.py).
 CONTROL_READ = Access("table:control", (GET,), "the runtime control (review quota): a pause, a quota, the batch lane's "
-                                               "off switch (one item, cached model_control_max_age_s)")
+                                               "off switch (one item, cached model_control_max_age_s); the worker: "
+                                               "the model's quotas the sweeper published (their own item, cached alike)")
 # The batch collector reads the runtime control (a pause stops the batch lane) and turns a model's batch lane off on
 # a refusal (`ModelControls.update`: read consistently, then a conditional UpdateItem of its field). For the role that
 # runs `batch.collect` once its code reads and writes the control (the grant follows the code: test_role_coverage.py).
@@ -176,7 +177,9 @@ SWEEPER = (
                                                      "the chunks it counts spent; admit a job held for the cap "
                                                      "(its charge and record in one transaction)"),
     Access("table:control", (GET, UPDATE), "the stack's daily spend cap: set the spend-cap hold once the day's "
-                                           "recorded spend reached it (compare-and-set on its version)"),
+                                           "recorded spend reached it (compare-and-set on its version); publish the "
+                                           "model's quotas for the workers when they changed (their own item, "
+                                           "compare-and-set alike)"),
 ) + SIDE_EFFECTS
 # The batch collector (pipeline/collector.py, pipeline/batch.py `collect`; its own function): over the running batch-mode
 # jobs, track the batch jobs holding their parked chunks, return the answers of those that ended, pack and submit the
@@ -325,16 +328,24 @@ def _describe_statements(stack: Stack, model_id: str) -> list[iam.PolicyStatemen
             model]
 
 
-# The model's quotas, read at a worker's cold start to pace to them (model/quotas.py). Service Quotas' list
-# actions take no resource ARN: "*" is the only resource they accept.
+# The model's quotas (model/quotas.py), read by the sweeper to publish them for the workers (pipeline/sweeper.py
+# publish_quotas), and by the batch collector (its minimum records per job). Service Quotas' list actions take no
+# resource ARN: "*" is the only resource they accept.
 QUOTA_READ = iam.PolicyStatement(actions=["servicequotas:ListServiceQuotas", "servicequotas:ListAWSDefaultServiceQuotas"],
                                  resources=["*"])
 
 
 def grant_bedrock(grantee: iam.IGrantable, stack: Stack, model_id: str) -> None:
-    """Invoke `model_id` through Converse, describe it (the job-fatal `model.id_rejected` check) and read its
-    quotas (pacing)."""
-    for statement in _invoke_statements(stack, model_id) + _describe_statements(stack, model_id) + [QUOTA_READ]:
+    """Invoke `model_id` through Converse and describe it (the job-fatal `model.id_rejected` check). Its quotas are
+    the sweeper's to read (`grant_quota_read`): the workers pace to what the sweeper publishes."""
+    for statement in _invoke_statements(stack, model_id) + _describe_statements(stack, model_id):
+        grantee.grant_principal.add_to_principal_policy(statement)
+
+
+def grant_quota_read(grantee: iam.IGrantable, stack: Stack, model_id: str) -> None:
+    """Read the model's quotas as Service Quotas names them (wiring.quota_reader): the model's name from the Bedrock
+    control plane (GetFoundationModel; GetInferenceProfile for a profile id), then Service Quotas' lists."""
+    for statement in _describe_statements(stack, model_id) + [QUOTA_READ]:
         grantee.grant_principal.add_to_principal_policy(statement)
 
 

@@ -46,6 +46,7 @@ from .permissions import (
     PRINCIPAL_UPLOADS,
     grant_access,
     grant_bedrock,
+    grant_quota_read,
     grant_ticket_secret,
 )
 from .queues import QueueWithDlq
@@ -203,6 +204,7 @@ class ContractReviewStack(Stack):
             self.worker_fn.function.add_environment(OPTION_ENV["invoke_model_id"], self.model_profile.arn)
         grant_access(self.aggregator_fn.role, arns, ACCESS["aggregator"])
         grant_access(self.sweeper_fn.role, arns, ACCESS["sweeper"])
+        grant_quota_read(self.sweeper_fn.role, self, self.settings.model_id)  # it publishes the quotas the workers pace to
         grant_access(self.collector_fn.role, arns, ACCESS["collector"])
         # the collector submits, tracks and stops batch jobs (Deps.batch): Bedrock's batch calls, passing it the
         # service role, and the stack's tag on every job it creates (only jobs carrying it may be stopped)

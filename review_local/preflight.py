@@ -114,7 +114,7 @@ def _describe_failure(exc: Exception) -> str:
 
 
 def _model_quotas(client: Any, report: PreflightReport) -> list[QuotaRow]:
-    """The model's quotas as the workers read them at cold start (model/quotas.py): the same names, the same rows."""
+    """The model's quotas as the sweeper reads them for the workers (model/quotas.py): the same names, the same rows."""
     if report.facts is None or not report.facts.display_name:
         report.notes.append("quotas not looked up: the model's name (which Service Quotas names quotas by) is unknown")
         return []
@@ -130,7 +130,8 @@ def _model_quotas(client: Any, report: PreflightReport) -> list[QuotaRow]:
         return []
     if not any(q.what == "tokens_per_minute" for q in found):
         report.notes.append(f"no {report.quota_kind} tokens-per-minute quota named for {name!r} in Service Quotas "
-                            f"({report.region}): the workers will not pace; deploy with `-c model_tpm=N` to set it")
+                            f"({report.region}): the workers will pace to the profile's quota_fallback_tokens_per_minute; deploy with "
+                            "`-c model_tpm=N` to set the quota")
     return found
 
 
@@ -163,8 +164,8 @@ def render(report: PreflightReport) -> list[str]:
         lines.append(f"pacing: a deployed stack's workers pace to {tpm:,.0f} tokens per minute (this quota; "
                      "`cdk deploy -c model_tpm=N` sets another)")
     else:
-        lines.append("pacing: no tokens-per-minute quota found for this model, so the workers will not pace (set one: "
-                     "npx cdk deploy -c profile=prod -c model_tpm=N)")
+        lines.append("pacing: no tokens-per-minute quota found for this model, so the workers will pace to the "
+                     "profile's quota_fallback_tokens_per_minute (set one: npx cdk deploy -c profile=prod -c model_tpm=N)")
     lines += [f"note: {n}" for n in report.notes]
     return lines
 

@@ -18,6 +18,7 @@ from contract_review.adapters.claims import DynamoClaims
 from contract_review.adapters.jobs import DynamoJobs
 from contract_review.adapters.model_control import DynamoModelControl
 from contract_review.adapters.outcomes import PowertoolsOutcomes
+from contract_review.adapters.published_quotas import DynamoPublishedQuotas
 from contract_review.adapters.queues import SqsQueues
 from contract_review.adapters.task_protection import ScaleInGuard, TaskProtection
 from contract_review.adapters.token_ledger import DynamoTokenLedger
@@ -25,15 +26,15 @@ from contract_review.config.constants import AWS_CALL_ATTEMPTS, AWS_CONNECT_TIME
 from contract_review.config.settings import Settings
 from contract_review.domain.cost import RequestMeter
 from contract_review.domain.effects import SideEffects
-from contract_review.domain.errors import classify
+from contract_review.domain.errors import ReviewError, classify
 from contract_review.domain.keys import BATCH_PREFIX
 from contract_review.domain.model import ModelClient
 from contract_review.domain.ports import Deps, Queue
-from contract_review.model.bedrock import ModelIdCheck, bedrock_client_config, bedrock_model
+from contract_review.domain.records import PublishedQuotas
+from contract_review.model.bedrock import ModelIdCheck, bedrock_client_config, bedrock_model, describe_model
 from contract_review.model.breaker import BreakerModel, CircuitBreaker
-from contract_review.model.daily_quota import DailyQuota
-from contract_review.model.pacing import QuotaLimiter
-from contract_review.model.quotas import ModelQuotas, read_batch_quota, read_model_quotas
+from contract_review.model.quota_targets import QuotaTargets
+from contract_review.model.quotas import published, read_batch_quota, read_model_quotas
 from contract_review.pipeline.worker import ChunkWorker
 from contract_review.sideeffects import saga
 
@@ -80,6 +81,9 @@ def build_deps(settings: Settings, session: Any, endpoint_url: str | None = None
         compensator=saga.compensate_job if settings.idempotency_table else None,
         model_control=(DynamoModelControl(ddb, settings.control_table, p.quota.model_control_max_age_s)
                        if settings.control_table else None),
+        published_quotas=(DynamoPublishedQuotas(ddb, settings.control_table, settings.effective_model_id,
+                                                p.quota.model_control_max_age_s) if settings.control_table else None),
+        read_quotas=quota_reader(settings, session),
         token_ledger=(DynamoTokenLedger(ddb, settings.token_ledger_table, p.quota.daily_ledger_bucket_s)
                       if settings.token_ledger_table else None),
         batch=build_batch(settings, session, s3, meter, endpoint_url),
@@ -174,87 +178,42 @@ def bedrock_control_client(session: Any) -> Any:
     return session.client("bedrock", config=aws_client_config())
 
 
-def service_quotas(settings: Settings, session: Any) -> tuple[ModelQuotas | None, str]:
-    """The model's quotas as Service Quotas names them (model/quotas.py), read once at cold start, or None and why
-    not (the offline model has none; a quota that cannot be read is logged by the caller and not held to)."""
+def quota_reader(settings: Settings, session: Any,
+                 clock: Callable[[], float] = time.time) -> Callable[[], PublishedQuotas] | None:
+    """The sweeper's read of the model's quotas as Service Quotas names them (model/quotas.py), to publish for the
+    workers (pipeline/sweeper.py `publish_quotas`; `Deps.read_quotas`): the model's name from the Bedrock control plane
+    (GetFoundationModel, asked once per process), then its quotas (paginated, each read). Its clients are built on its
+    first call: only the sweeper calls it. None for the offline model (it has no quota).
+    Raises what the clients raise, and ReviewError `model.not_found` when the control plane does not name the model:
+    the sweep counts it as an item failure (logged, alarmed), and the published quotas stay as they were."""
     if settings.model_provider != "bedrock" or session is None:
-        return None, "the offline model has no quota"
+        return None
     model_id = settings.effective_model_id
-    try:
-        facts = ModelIdCheck(lambda: bedrock_control_client(session)).facts(model_id)
-        if facts is None or not facts.display_name:
-            return None, f"the Bedrock control plane did not name {model_id} (GetFoundationModel)"
-        quotas = read_model_quotas(session.client("service-quotas", config=aws_client_config()), model_id,
-                                   facts.display_name)
-    except (ClientError, BotoCoreError) as exc:
-        return None, f"Service Quotas not readable ({classify(exc).error_code}: {type(exc).__name__})"
-    return quotas, f"{facts.display_name!r}"
+    names: list[str] = []
+    clients: dict[str, Any] = {}
+
+    def client(service: str) -> Any:
+        if service not in clients:
+            clients[service] = session.client(service, config=aws_client_config())
+        return clients[service]
+
+    def read() -> PublishedQuotas:
+        if not names:
+            facts = describe_model(client("bedrock"), model_id)
+            if not facts.display_name:
+                raise ReviewError.of("model.not_found", f"the Bedrock control plane did not name {model_id} "
+                                     f"(GetFoundationModel: {facts.rejection or 'no model name'}): its quotas are "
+                                     "looked up by that name", step="sweeper.quotas")
+            names.append(facts.display_name)
+        return published(read_model_quotas(client("service-quotas"), model_id, names[0]), names[0], clock())
+    return read
 
 
-def model_tokens_per_minute(settings: Settings, session: Any,
-                            quotas: tuple[ModelQuotas | None, str] | None = None) -> tuple[float | None, str]:
-    """The tokens-per-minute quota this process paces to, and where it came from: `-c model_tpm` (MODEL_TPM), the
-    profile's, or the model's quota as Service Quotas names it (`service_quotas`, or the `quotas` already read). The
-    offline model has no quota. A quota that cannot be read is logged and leaves the calls unpaced (throttles
-    are still backpressure, never failures)."""
-    if settings.model_tpm:
-        return settings.model_tpm, "MODEL_TPM (cdk deploy -c model_tpm)"
-    if settings.profile.quota.model_tokens_per_minute:
-        return settings.profile.quota.model_tokens_per_minute, f"profile {settings.profile.name}"
-    return _quota_row(quotas or service_quotas(settings, session), "tokens_per_minute", "tokens-per-minute")
-
-
-def model_tokens_per_day(settings: Settings, session: Any,
-                         quotas: tuple[ModelQuotas | None, str] | None = None) -> tuple[float | None, str]:
-    """The model's daily token quota the workers hold to (model/daily_quota.py): the profile's
-    (`model_tokens_per_day`), or Service Quotas' "Model invocation max tokens per day for <model>"."""
-    if settings.profile.quota.model_tokens_per_day:
-        return settings.profile.quota.model_tokens_per_day, f"profile {settings.profile.name}"
-    return _quota_row(quotas or service_quotas(settings, session), "tokens_per_day", "daily tokens")
-
-
-def _quota_row(read: tuple[ModelQuotas | None, str], what: str, label: str) -> tuple[float | None, str]:
-    quotas, why = read
-    if quotas is None:
-        return None, why
-    row = next((r for r in quotas.rows if r.what == what), None)
-    if row is None:
-        return None, f"no {quotas.kind} {label} quota named for {why} in Service Quotas"
-    return row.value, f"Service Quotas: {row.name} ({row.source})"
-
-
-def build_limiter(settings: Settings, session: Any = None,
-                  quotas: tuple[ModelQuotas | None, str] | None = None) -> QuotaLimiter | None:
-    """This process's pacers for the model quota (model/pacing.py): the quota `model_tokens_per_minute` finds, or
-    None when there is none (the calls are not paced; throttles are still backpressure)."""
-    tpm, source = model_tokens_per_minute(settings, session, quotas)
-    log.info("model quota", extra={"tokens_per_minute": tpm, "source": source, "model_id": settings.effective_model_id})
-    return QuotaLimiter.for_profile(settings.profile, tpm, settings.effective_model_id)
-
-
-def build_daily_quota(settings: Settings, deps: Deps, session: Any = None,
-                      quotas: tuple[ModelQuotas | None, str] | None = None) -> DailyQuota | None:
-    """This process's hold on the model's daily token quota (model/daily_quota.py), over the shared ledger: None
-    without a ledger table or a known daily quota (nothing is held; throttles are still backpressure)."""
-    if deps.token_ledger is None:
-        return None
-    tpd, source = model_tokens_per_day(settings, session, quotas)
-    log.info("model daily quota", extra={"tokens_per_day": tpd, "source": source,
-                                         "model_id": settings.effective_model_id})
-    if not tpd:
-        return None
-    return DailyQuota.for_profile(deps.token_ledger, settings.effective_model_id, tpd, settings.profile,
-                                  source=source, clock=deps.clock)
-
-
-def build_chunk_worker(settings: Settings, deps: Deps, model: ModelClient, session: Any = None) -> ChunkWorker:
-    """The process's analysis worker: its model, its pacers and its daily-quota hold (Service Quotas read once)."""
-    q = settings.profile.quota
-    tpm_known = bool(settings.model_tpm or q.model_tokens_per_minute)
-    tpd_known = bool(q.model_tokens_per_day or deps.token_ledger is None)
-    quotas = None if tpm_known and tpd_known else service_quotas(settings, session)
-    return ChunkWorker(deps, model, limiter=build_limiter(settings, session, quotas),
-                       daily=build_daily_quota(settings, deps, session, quotas))
+def build_chunk_worker(settings: Settings, deps: Deps, model: ModelClient) -> ChunkWorker:
+    """The process's analysis worker: its model, and the quotas it paces and holds to (model/quota_targets.py: given
+    at deploy, else as the sweeper published them; no worker reads Service Quotas). Its pacers and its daily-quota
+    hold are built at its first chunk and follow the quotas from then on (pipeline/worker.py)."""
+    return ChunkWorker(deps, model, quotas=QuotaTargets.for_settings(settings, deps.published_quotas))
 
 
 def _offline_model(settings: Settings) -> ModelClient:

@@ -319,10 +319,17 @@ def _cloudformation(op: str, p: Mapping[str, Any]) -> list[Need]:
     return [Need("cloudformation:DescribeStacks", f"arn:aws:cloudformation:{REGION}:{ACCOUNT}:stack/{p['StackName']}/*")]
 
 
+def _service_quotas(op: str, p: Mapping[str, Any]) -> list[Need]:
+    """The model's quotas, read by name (model/quotas.py): Service Quotas' list actions take no resource ARN."""
+    if op not in ("ListServiceQuotas", "ListAWSDefaultServiceQuotas"):
+        raise KeyError(op)
+    return [Need(f"servicequotas:{op}", "*")]
+
+
 _SERVICES: dict[str, Callable[[str, Mapping[str, Any]], list[Need]]] = {
     "dynamodb": _dynamodb, "s3": _s3, "sqs": _sqs, "bedrock-runtime": _bedrock_runtime,
     "ecs-agent": _ecs_agent, "xray-daemon": _xray_daemon, "sns": _sns, "events": _events, "secretsmanager": _secretsmanager,
-    "cloudformation": _cloudformation,
+    "cloudformation": _cloudformation, "service-quotas": _service_quotas,
 }
 
 

@@ -34,7 +34,8 @@ LOGS = {"logs:CreateLogStream", "logs:PutLogEvents"}
 XRAY = {"xray:PutTraceSegments", "xray:PutTelemetryRecords"}  # active tracing; no resource-level permissions
 # Fargate's X-Ray daemon sidecar also reads the sampling rules it proxies to the poller (infra/fargate.py)
 XRAY_SAMPLING = {"xray:GetSamplingRules", "xray:GetSamplingTargets"}
-# the worker's cold-start read of its model's quota (pacing); Service Quotas' list actions take no resource ARN
+# the sweeper's read of its model's quotas (it publishes them for the workers' pacing; the collector's batch minimum
+# is infra/batch.py's); Service Quotas' list actions take no resource ARN
 QUOTAS = {"servicequotas:ListServiceQuotas", "servicequotas:ListAWSDefaultServiceQuotas"}
 # the sweeper's Bedrock batch inference jobs (infra/batch.py): on model-invocation-job/* (and the model, to create one)
 BATCH_JOBS = {"bedrock:CreateModelInvocationJob", "bedrock:GetModelInvocationJob", "bedrock:StopModelInvocationJob"}
@@ -124,7 +125,7 @@ def test_each_role_is_granted_exactly_its_access_row(synth: Synth, name: str, ro
         target = _names(t)[esm_queue]
         expected[target] = expected.get(target, set()) | ESM_CONSUME
     assert by_target == expected
-    # everything else: its own log group, X-Ray, the model's quota (workers), the model (infra/permissions.grant_bedrock), task
+    # everything else: its own log group, X-Ray, the model's quota (the sweeper), the model (infra/permissions.grant_bedrock), task
     # protection, the ticket secret (the roles that call the ticket system; test_role_coverage.py asserts which secret)
     for st in other:
         actions = {st["Action"]} if isinstance(st["Action"], str) else set(st["Action"])
@@ -135,8 +136,8 @@ def test_each_role_is_granted_exactly_its_access_row(synth: Synth, name: str, ro
             assert st["Resource"] == "*", st
             assert "bedrock:ListModelInvocationJobs" not in actions or role == "sweeper", st
             assert not actions & XRAY_SAMPLING or role == "fargate", st
-            # the worker paces to the model's quotas; the sweeper reads the batch minimum records (wiring.py)
-            assert not actions & QUOTAS or role in ("worker", "fargate", "sweeper"), st
+            # the sweeper reads the model's quotas and publishes them: no worker reads Service Quotas (issue 26 item 7)
+            assert not actions & QUOTAS or role == "sweeper", st
         elif actions <= BATCH_JOBS:  # the sweeper submits and collects batch inference jobs (infra/batch.py)
             assert role == "sweeper", st
             assert ":model-invocation-job/*" in text or actions == {"bedrock:CreateModelInvocationJob"} and (

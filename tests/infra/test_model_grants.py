@@ -14,7 +14,17 @@ from contract_review.config.profile import get_profile
 from contract_review.config.settings import ENV
 from infra.monitoring import COST_TAG_KEY
 
-from .conftest import FARGATE, LOCAL, PROD, Synth, function_by_handler, getatt_id, policy_statements_for_role, resources
+from .conftest import (
+    FARGATE,
+    LOCAL,
+    PROD,
+    Synth,
+    function_by_handler,
+    getatt_id,
+    policy_statements_for_role,
+    resources,
+    role_id,
+)
 
 DEFAULT = "global.anthropic.claude-sonnet-4-6"
 PLAIN = "amazon.nova-pro-v1:0"
@@ -115,6 +125,8 @@ def test_no_other_function_may_call_bedrock(synth: Synth) -> None:
         if h == "collector":  # batch inference jobs only (tests/infra/test_batch_iam.py): it invokes no model itself,
             # and names the model to read its batch minimum from Service Quotas (wiring.batch_min_records)
             assert set(b) == BATCH_JOB_ACTIONS | {"bedrock:GetFoundationModel", "bedrock:GetInferenceProfile"}, b
+        elif h == "sweeper":  # names the model to read its quotas from Service Quotas, and publishes them (issue 26)
+            assert set(b) == {"bedrock:GetFoundationModel", "bedrock:GetInferenceProfile"}, b
         else:
             assert not b, h
 
@@ -202,17 +214,26 @@ def test_context_model_id_is_validated_and_defaults_to_the_profile() -> None:
             DeploySettings.from_context({"profile": "prod", "model_id": bad}.get)
 
 
-def test_pacing_is_on_in_every_deploy_the_quota_from_context_or_service_quotas(synth: Synth,
-                                                                               by_context: dict[str, Any]) -> None:
-    """With no `-c model_tpm` the workers read their model's quota from Service Quotas at cold start (the roles
-    may); with it, the value reaches the workers' environment."""
+def test_pacing_is_on_in_every_deploy_the_quota_from_context_or_as_the_sweeper_publishes_it(
+        synth: Synth, by_context: dict[str, Any]) -> None:
+    """With no `-c model_tpm` the workers pace to their model's quota as the sweeper publishes it from Service Quotas
+    (issue 26: not every worker at cold start): the sweeper's role may read Service Quotas and the model's name, and
+    no worker role may; with `-c model_tpm`, the value reaches the workers' environment."""
+    quotas = {"servicequotas:ListServiceQuotas", "servicequotas:ListAWSDefaultServiceQuotas"}
+
+    def star_actions(t: dict[str, Any], role: str) -> set[str]:
+        return {a for st in policy_statements_for_role(t, role) if st["Resource"] == "*"
+                for a in ([st["Action"]] if isinstance(st["Action"], str) else st["Action"])}
     for t in (synth.templates[PROD], synth.templates[FARGATE], by_context["ModelPlain"], by_context["ModelGeo"]):
         for role in _worker_roles(t):
-            actions = {a for st in policy_statements_for_role(t, role) if st["Resource"] == "*"
-                       for a in ([st["Action"]] if isinstance(st["Action"], str) else st["Action"])}
-            assert {"servicequotas:ListServiceQuotas", "servicequotas:ListAWSDefaultServiceQuotas"} <= actions, role
+            assert not quotas & star_actions(t, role), role
+        sweeper = role_id(t, "sweeper")
+        assert quotas <= star_actions(t, sweeper)
+        assert "bedrock:GetFoundationModel" in {a for st in policy_statements_for_role(t, sweeper)
+                                                for a in ([st["Action"]] if isinstance(st["Action"], str)
+                                                          else st["Action"])}
     _, worker = function_by_handler(synth.templates[PROD], "worker.handler")
-    assert ENV["model_tpm"] not in worker["Environment"]["Variables"]  # read from Service Quotas
+    assert ENV["model_tpm"] not in worker["Environment"]["Variables"]  # as the sweeper publishes it
     _, geo = function_by_handler(by_context["ModelGeo"], "worker.handler")
     assert geo["Environment"]["Variables"][ENV["model_tpm"]] == "2000000"
     assert by_context["ModelGeo"]["Outputs"]["ModelTpm"]["Value"] == "2000000"  # review preflight reads it

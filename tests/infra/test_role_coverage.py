@@ -119,7 +119,9 @@ class Recorded:
 
 # ------------------------------------------------------------------------ Bedrock at the boundary
 class BedrockDouble:
-    """Answers Converse (an empty, valid tool answer), and the control plane's model questions."""
+    """Answers Converse (an empty, valid tool answer), the control plane's model questions (the model named, as Bedrock
+    names it), and Service Quotas' list of Bedrock's quotas (moto has none): the model's rows, as the sweeper reads
+    them to publish them for the workers."""
 
     def __init__(self) -> None:
         self.converse_error: str | None = None  # e.g. "ValidationException": every Converse fails so
@@ -129,6 +131,7 @@ class BedrockDouble:
         session.events.register("before-call.bedrock-runtime.Converse", self._converse)
         session.events.register("before-call.bedrock.GetInferenceProfile", self._profile)
         session.events.register("before-call.bedrock.GetFoundationModel", self._model)
+        session.events.register("before-call.service-quotas.ListServiceQuotas", self._quotas)
 
     def _converse(self, **_: Any) -> tuple[AWSResponse, dict[str, Any]]:
         self.converse_calls += 1
@@ -147,8 +150,21 @@ class BedrockDouble:
         return AWSResponse("", 200, {}, None), {"status": "ACTIVE", "ResponseMetadata": {"HTTPStatusCode": 200}}
 
     def _model(self, **_: Any) -> tuple[AWSResponse, dict[str, Any]]:
-        return AWSResponse("", 200, {}, None), {"modelDetails": {"modelLifecycle": {"status": "LEGACY"}},
+        return AWSResponse("", 200, {}, None), {"modelDetails": {"modelLifecycle": {"status": "LEGACY"},
+                                                                 "providerName": "Anthropic",
+                                                                 "modelName": "Claude Sonnet 4.6"},
                                                 "ResponseMetadata": {"HTTPStatusCode": 200}}
+
+    def _quotas(self, **_: Any) -> tuple[AWSResponse, dict[str, Any]]:
+        rows = [("Global cross-Region InvokeModel tokens per minute for Anthropic Claude Sonnet 4.6 V1", 2_000_000),
+                ("Global cross-Region InvokeModel requests per minute for Anthropic Claude Sonnet 4.6 V1", 250),
+                ("Model invocation max tokens per day for Anthropic Claude Sonnet 4.6 V1", 1e9),
+                ("Cross-Model Max Tokens Per Day", 5e9),
+                ("Minimum number of records per batch inference job for Anthropic Claude Sonnet 4.6 V1", 100)]
+        return AWSResponse("", 200, {}, None), {
+            "Quotas": [{"ServiceCode": "bedrock", "QuotaName": name, "QuotaCode": f"L-{i:08d}", "Value": value,
+                        "Adjustable": True} for i, (name, value) in enumerate(rows)],
+            "ResponseMetadata": {"HTTPStatusCode": 200}}
 
 
 class FailingModel:
@@ -947,7 +963,15 @@ def test_the_scenarios_reach_the_paths_they_are_for(recorded: Recorded) -> None:
     assert {("collector", "bedrock", op) for op in ("CreateModelInvocationJob", "GetModelInvocationJob",
                                                      "GetFoundationModel")} <= ops
     assert not [c for c in recorded.recorder.calls if c.operation == "ListModelInvocationJobs"]
-    assert not [c for c in recorded.recorder.of("sweeper") if c.service == "bedrock"]
+    assert {c.operation for c in recorded.recorder.of("sweeper") if c.service == "bedrock"} <= {
+        "GetFoundationModel", "GetInferenceProfile"}  # the model's name, for its quotas: no batch call
+    # The model's quotas, read once (issue 26 item 7): the sweeper reads Service Quotas and publishes them in their own
+    # item of the control table; no worker (Lambda or Fargate) reads Service Quotas, at cold start or after
+    assert ("sweeper", "service-quotas", "ListServiceQuotas") in ops
+    assert any(c.operation == "UpdateItem" and c.service == "dynamodb" and any("ControlTable" in n.resource
+                                                                              for n in c.needs)
+               for c in recorded.recorder.of("sweeper"))
+    assert not [c for c in recorded.recorder.of("worker", "fargate") if c.service == "service-quotas"]
     assert not [c for c in recorded.recorder.of("sweeper") if any("/batch/" in n.resource for n in c.needs)]
     assert {("batch", "s3", op) for op in ("ListObjectsV2", "GetObject", "PutObject")} <= ops
     reads = {role: sum(1 for c in recorded.recorder.of(role) if (c.service, c.operation) == ("secretsmanager",

@@ -127,8 +127,7 @@ def test_the_poller_opens_one_annotated_segment_per_chunk(lambda_env, traces) ->
 
     settings = handlers.settings().model_copy(update={"worker_kind": "fargate"})
     deps = handlers.deps()
-    worker = build_chunk_worker(settings, deps, handlers.build_traced_model(settings, handlers.session()),
-                                handlers.session())
+    worker = build_chunk_worker(settings, deps, handlers.build_traced_model(settings, handlers.session()))
     job_id, m = _one_chunk(lambda_env)
     chunk_id = json.loads(m["Body"])["chunk_id"]
     stop = poller.Shutdown(settings.profile.fargate.fargate_stop_timeout_s)

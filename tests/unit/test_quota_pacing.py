@@ -1,17 +1,30 @@
-"""Pacing is on in every deploy: the quota comes from `-c model_tpm` (MODEL_TPM) or, when not given, from Service
-Quotas at a worker's cold start (the same names `review preflight` prints), matched by name. Stubbed with botocore's
-Stubber: the calls and their parameters are the real clients'."""
+"""Pacing is on in every deploy, and no worker reads Service Quotas (issue 26 item 7: twenty cold starts at once could
+be throttled, and a worker whose read failed ran unpaced, without a daily-token hold). The quota comes from
+`-c model_tpm` (MODEL_TPM) or the profile, else from what the sweeper reads from Service Quotas (the same names
+`review preflight` prints, matched by name) and publishes (adapters/published_quotas.py; tests/integration/
+test_published_quotas.py runs the store on moto), else from a documented fallback: never unpaced. Service Quotas
+stubbed with botocore's Stubber: the calls and their parameters are the real clients'."""
 
 from __future__ import annotations
 
+import random
+from dataclasses import replace
 from typing import Any
 
 import pytest
+from botocore.exceptions import ClientError
 
 from contract_review.config.settings import Settings
-from contract_review.wiring import build_limiter, model_tokens_per_minute
+from contract_review.domain.messages import AnalysisMessage
+from contract_review.domain.records import PublishedQuotas
+from contract_review.model.quota_targets import MINUTES_PER_DAY, QuotaTargets
+from contract_review.pipeline.worker import ChunkWorker, Delivery
+from contract_review.wiring import build_chunk_worker, quota_reader
 
 from . import bedrock_stubs as bs
+from .fakes import FakeWorld
+from .inprocess import FaultyModel
+from .scenarios import one_chunk_job
 from .test_config import full_env
 from .test_preflight import PAGE_1, PAGE_2, SONNET_46, quota
 
@@ -38,26 +51,44 @@ class NoClients:
         raise AssertionError(f"no {service} call expected")
 
 
+class Store:
+    """A `QuotaStore` as a worker sees it: what was last published (None: nothing yet); counts the reads."""
+
+    def __init__(self, published: PublishedQuotas | None = None) -> None:
+        self.published, self.reads = published, 0
+
+    def get(self) -> PublishedQuotas | None:
+        self.reads += 1
+        return self.published
+
+    def publish(self, quotas: PublishedQuotas) -> bool:
+        raise AssertionError("a worker never publishes")
+
+
 def bedrock_settings(**env: str) -> Settings:
     return Settings.from_env(full_env(REVIEW_PROFILE="prod", MODEL_PROVIDER="bedrock", MODEL_ID=bs.CURRENT, **env))
 
 
-def test_a_quota_given_at_deploy_is_used_without_asking_service_quotas():
-    tpm, source = model_tokens_per_minute(bedrock_settings(MODEL_TPM="600000"), NoClients())
-    assert (tpm, source) == (600_000, "MODEL_TPM (cdk deploy -c model_tpm)")
+def published(tpm: float | None, tpd: float | None = None) -> PublishedQuotas:
+    return PublishedQuotas(model_id=bs.CURRENT, tokens_per_minute=tpm, tokens_per_minute_quota=f"row {tpm}",
+                           tokens_per_day=tpd, tokens_per_day_quota=f"day {tpd}" if tpd else "no daily row")
 
 
-def test_with_no_quota_given_the_worker_reads_its_models_quota_from_service_quotas_at_cold_start():
+# ------------------------------------------------------------------ the sweeper's read of Service Quotas
+def test_the_sweeper_reads_its_models_quotas_from_service_quotas_by_name():
     session = StubbedSession()
     bs.expect_current(session.bedrock_stub)
     for i, page in enumerate((PAGE_1, PAGE_2)):
         session.quotas_stub.add_response("list_service_quotas", {"Quotas": page, **({"NextToken": "t1"} if not i else {})},
                                          expected_params={"ServiceCode": "bedrock", **({"NextToken": "t1"} if i else {})})
-    limiter = build_limiter(bedrock_settings(), session)
+    read = quota_reader(bedrock_settings(), session, clock=lambda: 1234.0)
+    assert read is not None
+    got = read()
     session.verify()
-    # THEN it paces by tokens to the model's global cross-region quota, and not by requests (not enforced)
-    assert limiter is not None and limiter.requests is None and limiter.tokens is not None
-    assert limiter.tokens.ceiling == pytest.approx(2_000_000 / 60)
+    # THEN the model's global cross-region tokens-per-minute row and its daily row, each named, read now
+    assert (got.model_id, got.tokens_per_minute, got.tokens_per_day, got.read_at) == (bs.CURRENT, 2_000_000, 1e9, 1234.0)
+    assert "L-GLOBALTPM" not in got.tokens_per_minute_quota and "tokens per minute" in got.tokens_per_minute_quota
+    assert "(applied)" in got.tokens_per_minute_quota
 
 
 def test_a_quota_without_an_applied_value_is_read_from_aws_defaults():
@@ -67,42 +98,102 @@ def test_a_quota_without_an_applied_value_is_read_from_aws_defaults():
     session.quotas_stub.add_response("list_aws_default_service_quotas", {"Quotas": [
         quota(f"Global cross-Region InvokeModel tokens per minute for {SONNET_46} V1", 500_000, "L-DEFAULT")]},
         expected_params={"ServiceCode": "bedrock"})
-    tpm, source = model_tokens_per_minute(bedrock_settings(), session)
+    read = quota_reader(bedrock_settings(), session)
+    assert read is not None
+    got = read()
     session.verify()
-    assert tpm == 500_000 and "AWS default" in source
+    assert got.tokens_per_minute == 500_000 and "AWS default" in got.tokens_per_minute_quota
+    assert got.tokens_per_day is None and "no global cross-region daily tokens quota" in got.tokens_per_day_quota
 
 
-class DeniedQuotas(StubbedSession):
-    """Service Quotas refuses (the role lacks servicequotas:ListServiceQuotas)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        bs.expect_current(self.bedrock_stub)
-        self.quotas_stub.add_client_error("list_service_quotas", service_error_code="AccessDeniedException",
-                                          http_status_code=403)
-
-
-def test_an_unreadable_quota_leaves_the_calls_unpaced_and_says_why():
-    tpm, source = model_tokens_per_minute(bedrock_settings(), DeniedQuotas())
-    assert tpm is None and "aws.access_denied" in source
-    assert build_limiter(bedrock_settings(), DeniedQuotas()) is None
+def test_an_unreadable_quota_raises_for_the_sweep_to_count():
+    """The sweep counts it as an item failure (pipeline/sweeper.py publish_quotas); what was published stays."""
+    session = StubbedSession()
+    bs.expect_current(session.bedrock_stub)
+    session.quotas_stub.add_client_error("list_service_quotas", service_error_code="AccessDeniedException",
+                                         http_status_code=403)
+    read = quota_reader(bedrock_settings(), session)
+    assert read is not None
+    with pytest.raises(ClientError):
+        read()
 
 
-def test_the_offline_model_is_not_paced():
+def test_the_offline_model_has_no_quota_to_read_and_is_not_paced():
     s = Settings.from_env(full_env(REVIEW_PROFILE="local", MODEL_PROVIDER="offline"))
-    assert model_tokens_per_minute(s, NoClients()) == (None, "the offline model has no quota")
+    assert quota_reader(s, NoClients()) is None
+    targets = QuotaTargets.for_settings(s, Store(published(600_000)))
+    assert targets.tokens_per_minute() == (None, "the offline model has no quota")
+    assert targets.tokens_per_day() == (None, "the offline model has no quota")
+
+
+# ------------------------------------------------------------------ what a worker paces to
+def test_a_quota_given_at_deploy_comes_first_and_nothing_is_read():
+    store = Store(published(2_000_000, 1e9))
+    targets = QuotaTargets.for_settings(bedrock_settings(MODEL_TPM="600000"), store)
+    assert targets.tokens_per_minute() == (600_000, "MODEL_TPM (cdk deploy -c model_tpm)")
+    assert store.reads == 0
+
+
+def test_a_bedrock_worker_paces_to_the_published_quota_else_a_documented_fallback_never_unpaced():
+    s = bedrock_settings()
+    fallback = s.profile.quota.quota_fallback_tokens_per_minute
+    store = Store()
+    targets = QuotaTargets.for_settings(s, store)
+    # GIVEN nothing published yet (the first sweep has not run): the fallback, and a day of it for the daily hold
+    tpm, source = targets.tokens_per_minute()
+    assert tpm == fallback and "quota_fallback_tokens_per_minute" in source
+    assert targets.tokens_per_day()[0] == fallback * MINUTES_PER_DAY
+    # WHEN the sweeper publishes: its values
+    store.published = published(2_000_000, 1e9)
+    assert targets.tokens_per_minute() == (2_000_000, "published by the sweeper: row 2000000")
+    assert targets.tokens_per_day()[0] == 1e9
+    # AND a record whose model has no tokens-per-minute row: the fallback (still paced); no daily row: no hold
+    store.published = published(None)
+    assert targets.tokens_per_minute()[0] == fallback and targets.tokens_per_day() == (None, "no daily row")
+
+
+def _deliver(worker: ChunkWorker, msg: AnalysisMessage) -> str:
+    """One delivery of the chunk message (the quotas are applied at the start of each, whatever it does)."""
+    return worker.handle(msg, Delivery("m", "rh", 1, 120, remaining_ms=lambda: 10**9)).action
+
+
+def test_a_worker_paces_and_holds_to_the_published_quotas_and_follows_a_change_without_a_cold_start():
+    world = FakeWorld()
+    store = Store()
+    targets = QuotaTargets(world.settings.effective_model_id, store=store, fallback_tokens_per_minute=100_000)
+    worker = ChunkWorker(world.deps, FaultyModel(), quotas=targets, rng=random.Random(1), sleep=lambda _s: None)
+    _job, msg = one_chunk_job(world)
+    # GIVEN nothing published: the first chunk paces to the fallback, and holds to a day of it
+    assert _deliver(worker, msg) == "done"
+    assert worker.limiter is not None and worker.limiter.tokens is not None
+    assert worker.limiter.tokens.ceiling == pytest.approx(100_000 / 60)
+    assert worker.daily is not None and worker.daily.tokens_per_day == 100_000 * MINUTES_PER_DAY
+    # WHEN the sweeper publishes the model's quotas: the next chunk paces and holds to them
+    store.published = published(2_000_000, 1e9)
+    _deliver(worker, msg)
+    assert worker.limiter.tokens.ceiling == pytest.approx(2_000_000 / 60)
+    daily = worker.daily
+    assert daily is not None and daily.tokens_per_day == 1e9 and "day 1000000000" in daily.source
+    # AND a raised quota is followed in place (the daily hold's ledger state kept: the same hold)
+    store.published = published(4_000_000, 2e9)
+    _deliver(worker, msg)
+    assert worker.limiter.tokens.ceiling == pytest.approx(4_000_000 / 60)
+    assert worker.daily is daily and daily.tokens_per_day == 2e9
+
+
+def test_a_bedrock_worker_is_built_without_reading_service_quotas():
+    """The worker's cold start: no Service Quotas client, no control-plane call; the quotas come with the control."""
+    world = FakeWorld()
+    store = Store(published(2_000_000, 1e9))
+    deps = replace(world.deps, published_quotas=store)
+    worker = build_chunk_worker(bedrock_settings(), deps, FaultyModel())
+    assert worker.quotas is not None and worker.quotas.store is store and store.reads == 0
+    assert worker.quotas.tokens_per_minute()[0] == 2_000_000
 
 
 def test_a_quota_set_at_runtime_replaces_the_pacers_target_at_the_next_chunk():
     """`review quota set N` (the model control): each worker paces to N from its next chunk, no redeploy."""
-    import random
-
     from contract_review.domain.records import ModelControl
-    from contract_review.pipeline.worker import ChunkWorker, Delivery
-
-    from .fakes import FakeWorld
-    from .inprocess import FaultyModel
-    from .scenarios import one_chunk_job
 
     world = FakeWorld()
     _job, msg = one_chunk_job(world)
@@ -118,16 +209,8 @@ def test_a_cleared_quota_gives_a_warm_worker_the_deploys_pacing_back_within_the_
     """Issue 25 finding 12: `review quota set --clear` was ignored by a warm worker (a cleared control read as "no
     change"), which paced to the operator's old quota until its process was recycled: hours for a Lambda container,
     days for a Fargate task (the poller runs this same `ChunkWorker.handle`)."""
-    import random
-    from dataclasses import replace
-
     from contract_review.model.pacing import QuotaLimiter
     from contract_review.operate import ops
-    from contract_review.pipeline.worker import ChunkWorker, Delivery
-
-    from .fakes import FakeWorld
-    from .inprocess import FaultyModel
-    from .scenarios import one_chunk_job
 
     world = FakeWorld()
     max_age = world.settings.profile.quota.model_control_max_age_s

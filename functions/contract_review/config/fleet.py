@@ -10,7 +10,7 @@ one only queues at the pacers. The number of workers that keeps the quota busy i
 with quota calls per second = tokens per minute / 60 / the quota tokens a call counts. The fan-out window
 (the chunks of one job in flight) is twice the fleet, as the profiles have it (20 and 40). `cdk deploy -c
 model_tpm=N` sizes the fleet so (infra/deploy_settings.py), `-c worker_concurrency=W` sets it outright, and
-with neither the profile's numbers stand (the workers still pace to the quota they read at cold start).
+with neither the profile's numbers stand (the workers still pace to the quota the sweeper publishes).
 """
 
 from __future__ import annotations

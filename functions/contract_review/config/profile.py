@@ -245,9 +245,15 @@ class QuotaConfig(BaseModel):
     # How long a worker keeps the operator's model control (`review quota`: a pause, a quota) before reading it
     # again: a pause stops new model calls within about this long.
     model_control_max_age_s: float = 60.0
+    # The tokens-per-minute quota a Bedrock worker paces to before it has read the quota the sweeper publishes (the
+    # first sweep after the first deploy; the control table unreadable since the process started), or when Service
+    # Quotas names none for the model (model/quota_targets.py): low, so a worker is never unpaced and never rides a
+    # quota it does not know; the daily hold meanwhile is a day at this rate. Not used when -c model_tpm or the
+    # profile's model_tokens_per_minute gives the quota.
+    quota_fallback_tokens_per_minute: float = Field(100_000.0, gt=0)
     # The model's daily token quota, held client-side with the daily token ledger (model/daily_quota.py; runbook
     # "Daily token quota exhausted"): the quota (None: Service Quotas' "Model invocation max tokens per day for
-    # <model>", read at cold start; with neither, nothing is held), the share of it at which calls are held, how long
+    # <model>" as the sweeper publishes it: model/quota_targets.py), the share of it at which calls are held, how long
     # a read of the ledger is used, how often a worker writes what its calls counted, and the ledger's bucket:
     # an hour (24 of them are the window; one probe call per bucket while held).
     model_tokens_per_day: float | None = None

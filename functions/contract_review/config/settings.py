@@ -161,7 +161,7 @@ class Settings(BaseModel):
     batch_endpoint_url: str = ""  # BEDROCK_BATCH_ENDPOINT_URL: empty in AWS; locally the batch stand-in's URL
     stack_tag: str = ""  # STACK_TAG: the stack's `review-stack` tag value, on the batch jobs it creates
     # The tokens-per-minute quota the workers pace to (`-c model_tpm=N`); None: the profile's, else the model's
-    # quota as Service Quotas names it, read at cold start (wiring.model_tokens_per_minute).
+    # quota as Service Quotas names it, as the sweeper publishes it (model/quota_targets.py).
     model_tpm: float | None = None
     model_provider: Literal["offline", "bedrock"] = "offline"
     model_id: str = ""

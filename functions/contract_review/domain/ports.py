@@ -33,6 +33,7 @@ from contract_review.domain.records import (
     JobEvent,
     JobState,
     ModelControl,
+    PublishedQuotas,
     ReleaseReason,
     SideEffectDone,
     Spent,
@@ -59,6 +60,21 @@ class ModelControls(Protocol):
         reads again and applies `change` again, a bounded number of times (then ReviewError `control.contended`).
         `change` sets only the fields its writer owns, and only the fields it changed are written. Returns what was
         written (and refreshes this reader's cache); a change that changes nothing writes nothing."""
+        ...
+
+
+class QuotaStore(Protocol):
+    """The model's Bedrock quotas as the sweeper published them (adapters/published_quotas.py): its own item of the
+    runtime control table, beside the operator's control."""
+
+    def get(self) -> PublishedQuotas | None:
+        """The quotas as a worker sees them (cached like the control): the last ones read; None before any was read
+        (none published yet, or none readable since this process started)."""
+        ...
+
+    def publish(self, quotas: PublishedQuotas) -> bool:
+        """The sweeper's write: only when a value differs from the stored one (read consistently), conditional on the
+        version it read; False when nothing was written (unchanged, or another sweeper wrote first)."""
         ...
 
 
@@ -487,6 +503,11 @@ class Deps:
     compensator: Compensator | None = None
     # The operator's runtime control of the model (`review quota`: pause, quota); None: none configured
     model_control: ModelControls | None = None
+    # The model's quotas the sweeper publishes and the workers pace to (`QuotaStore`); None: not configured
+    published_quotas: QuotaStore | None = None
+    # The sweeper's read of the model's quotas from Service Quotas (wiring.quota_reader: its clients built on first
+    # use, so only the sweeper, which calls it, reads Service Quotas); None: the offline model has no quota
+    read_quotas: Callable[[], PublishedQuotas] | None = None
     # The daily token ledger the workers share (model/daily_quota.py); None: not configured (no daily-quota hold)
     token_ledger: TokenLedger | None = None
     meter: RequestMeter | None = None  # counts the AWS requests of the clients above (cost.py); None: not counted

@@ -675,3 +675,27 @@ class ModelControl(_Record):
 
     def batch_lane_off(self, model_id: str) -> BatchLaneOff | None:
         return self.batch_off.get(model_id)
+
+
+class PublishedQuotas(_Record):
+    """The model's Bedrock quotas as the sweeper last read them from Service Quotas (model/quotas.py), published for
+    the workers in an item of the runtime control table of their own (adapters/published_quotas.py), apart from the
+    operator's `ModelControl`: the workers pace and hold to them without each reading Service Quotas at cold start.
+
+    Written only when a value changed (compare-and-set on `version`: two sweepers at once write it once); `read_at` is
+    when the sweeper read the values it wrote (an unchanged read writes nothing, so it is the values' age, not the last
+    sweep's). A quota Service Quotas does not name for the model is None (its `*_quota` says why)."""
+
+    model_id: str
+    tokens_per_minute: float | None = None
+    tokens_per_minute_quota: str = ""  # the quota's name and where its value came from (applied | AWS default)
+    tokens_per_day: float | None = None
+    tokens_per_day_quota: str = ""
+    read_at: float = 0.0
+    by: str = ""  # the process that published it ("sweeper")
+    version: int = 0
+
+    def same_values(self, other: PublishedQuotas) -> bool:
+        """The same quotas (who read them, when, and the store's version aside): nothing to publish."""
+        skip = {"read_at", "by", "version"}
+        return self.model_dump(exclude=skip) == other.model_dump(exclude=skip)

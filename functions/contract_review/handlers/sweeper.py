@@ -49,7 +49,8 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
                                 "chunks_resent": report.chunks_resent,
                                 "finalized": report.finalized, "intake_failed": report.intake_failed,
                                 "spend_cap_started": report.spend_cap_started, "spend_held": report.spend_held,
-                                "item_failures": report.item_failures, "stopped_at": report.stopped_at})
+                                "quotas_published": report.quotas_published, "item_failures": report.item_failures,
+                                "stopped_at": report.stopped_at})
     return {"requeued": report.requeued, "dead_lettered": report.dead_lettered, "dlq_seen": report.dlq_seen,
             "stalled_jobs": report.stalled_jobs, "dlq_requeued": report.dlq_requeued,
             "chunks_resent": report.chunks_resent,

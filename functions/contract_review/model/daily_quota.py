@@ -10,9 +10,10 @@ of exhausted quota would dead-letter every chunk after 6 hours. With it:
   writes + output x the model's burndown, as the tokens pacer settles it) to this process's pending count, flushed
   to the current hour's counter with one atomic ADD every `daily_ledger_flush_s` and at the end of each chunk attempt;
 - deciding: the sum of the last 24 hourly counters (one query, cached `daily_ledger_max_age_s`, plus this process's
-  unflushed count) against the daily quota read from Service Quotas (or the profile's): at
-  `daily_quota_threshold` (98 %) or more, a call is held: `model.daily_quota_exhausted`, backpressure the deadline
-  does not bound (domain/policy.py), and the job shows it as a named waiting condition (pipeline/worker.py);
+  unflushed count) against the daily quota (the profile's, or Service Quotas' as the sweeper publishes it:
+  model/quota_targets.py): at `daily_quota_threshold` (98 %) or more, a call is held: `model.daily_quota_exhausted`,
+  backpressure the deadline does not bound (domain/policy.py), and the job shows it as a named waiting condition
+  (pipeline/worker.py);
 - re-probing: no reset time is assumed (a rolling window or a UTC day, raised or not: the client cannot know).
   The first worker to see the ledger full marks the hour the hold started (a conditional write on the model's
   control item); from the next hour on, once an hour one call per model is let through as a probe, claimed by a

@@ -1,4 +1,5 @@
-"""The model's Bedrock quotas, as Service Quotas names them: what the workers pace to and `review preflight` prints.
+"""The model's Bedrock quotas, as Service Quotas names them: what the sweeper reads and publishes for the workers to
+pace to (`published`; adapters/published_quotas.py), and what `review preflight` prints.
 
 Service Quotas has no model-id dimension and the quota codes differ per model and region, so quotas are
 found by name (no code is hard-coded). Bedrock's current names (Service Quotas console, service "Amazon
@@ -26,6 +27,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from contract_review.domain.model import GLOBAL_PROFILE_PREFIX, is_inference_profile
+from contract_review.domain.records import PublishedQuotas
 
 SERVICE_CODE = "bedrock"
 What = Literal["tokens_per_minute", "requests_per_minute", "tokens_per_day", "account_tokens_per_day",
@@ -175,3 +177,17 @@ def read_batch_quota(client: Any, display_name: str) -> QuotaRow | None:
     if found is None:
         found = match_batch_quota(_paginate(client, "list_aws_default_service_quotas"), display_name, "AWS default")
     return found
+
+
+def published(quotas: ModelQuotas, display_name: str, read_at: float, by: str = "sweeper") -> PublishedQuotas:
+    """What the sweeper publishes for the workers (records.PublishedQuotas): the model's tokens-per-minute and daily
+    token quotas, each with the name of its row and where its value came from, or None and why not."""
+    def row(what: What, label: str) -> tuple[float | None, str]:
+        found = next((r for r in quotas.rows if r.what == what), None)
+        if found is None:
+            return None, f"no {quotas.kind} {label} quota named for {display_name!r} in Service Quotas"
+        return found.value, f"Service Quotas: {found.name} ({found.source})"
+    tpm, tpm_quota = row("tokens_per_minute", "tokens-per-minute")
+    tpd, tpd_quota = row("tokens_per_day", "daily tokens")
+    return PublishedQuotas(model_id=quotas.model_id, tokens_per_minute=tpm, tokens_per_minute_quota=tpm_quota,
+                           tokens_per_day=tpd, tokens_per_day_quota=tpd_quota, read_at=read_at, by=by)

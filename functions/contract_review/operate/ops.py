@@ -708,7 +708,7 @@ class ChunkActivity:
 class ActivityView(BaseModel):
     """Model calls, throttles and quota use over time, in equal buckets from `start` (the status page's chart).
     `quota_use`: each bucket's quota tokens per minute over `tokens_per_minute`, when the stack knows the quota it
-    paces to (`-c model_tpm`, or the profile's); None when it reads it from Service Quotas at cold start."""
+    paces to (`-c model_tpm`, or the profile's); None when it paces to the quota the sweeper publishes."""
 
     start: float
     bucket_s: float

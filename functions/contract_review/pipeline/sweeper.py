@@ -36,6 +36,8 @@ reconcile jobs that stopped making progress.
 5. The stack's daily spend cap (domain/spend_cap.py): today's spend read (the handler publishes it), the spend-cap
    hold set in the runtime control once the day's recorded spend reached the cap, and the jobs intake held
    `queued` for the cap started once they are admitted (`intake.start_held`: a new UTC day, an operator's override).
+6. The model's Bedrock quotas (`publish_quotas`): read from Service Quotas each sweep and published for the workers
+   (adapters/published_quotas.py) when they changed; the workers pace to them and never read Service Quotas.
 Every chunk write is conditional on the fencing token the sweeper observed *and* on the lease
 still being lapsed, so a heartbeat or a new claim since the sweeper's read wins harmlessly.
 
@@ -110,6 +112,7 @@ class SweepReport:
     spend_held: bool = False
     spend_cap_started: list[str] = field(default_factory=list)
     stopped_at: str | None = None  # the step where the sweep reached its deadline: the rest is the next sweep's
+    quotas_published: bool = False  # the model's quotas changed in Service Quotas and were published (step 6)
 
     @property
     def backpressure_requeues(self) -> int:
@@ -154,8 +157,9 @@ def _isolated(report: SweepReport, step: str, item: str) -> AbstractContextManag
 
 
 def sweep(deps: Deps, now: float | None = None, deadline: Deadline | None = None) -> SweepReport:
-    """The scheduled sweeper Lambda's sweep: all of the above (the recovery steps only; no batch work), starting no
-    item past `deadline` but counting the stalled jobs whatever the time."""
+    """The scheduled sweeper Lambda's sweep: all of the above (the recovery steps only; no batch work), then the
+    model's quotas published (`publish_quotas`), starting no item past `deadline` but counting the stalled jobs
+    whatever the time."""
     now = deps.clock() if now is None else now
     deadline = deadline or Deadline()
     report = SweepReport()
@@ -171,8 +175,22 @@ def sweep(deps: Deps, now: float | None = None, deadline: Deadline | None = None
     if deps.side_effects is not None and not deadline.reached("approvals"):
         with _isolated(report, "approvals", "expire"):
             report.approvals_expired = saga.expire_approvals(deps, now)
+    if not deadline.reached("quotas"):
+        publish_quotas(deps, report)
     report.stopped_at = deadline.stopped_at
     return report
+
+
+def publish_quotas(deps: Deps, report: SweepReport) -> None:
+    """Step 6: read the model's Bedrock quotas (Service Quotas, through `deps.read_quotas`) and publish them for the
+    workers when they changed (`QuotaStore.publish`: nothing written when unchanged; two sweepers at once write once). Last, so
+    the recovery steps never wait for it (and not past the sweep's deadline: the next sweep reads them). The only reader of Service Quotas in the pipeline: the workers pace to what
+    is published (model/quota_targets.py). A read that fails is an item failure (logged, `SweepItemFailures`): the
+    published quotas stay as they were, and the workers keep pacing to them."""
+    if deps.read_quotas is None or deps.published_quotas is None:  # the offline model has no quota
+        return
+    with _isolated(report, "quotas", deps.settings.effective_model_id):
+        report.quotas_published = deps.published_quotas.publish(deps.read_quotas())
 
 
 def sweep_claims(deps: Deps, now: float | None = None) -> SweepReport:

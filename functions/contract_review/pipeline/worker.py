@@ -56,6 +56,7 @@ from contract_review.domain.records import (
 )
 from contract_review.model.daily_quota import DAILY_QUOTA_CODE, DailyQuota
 from contract_review.model.pacing import QuotaLimiter, unanswered_usage
+from contract_review.model.quota_targets import QuotaTargets
 from contract_review.pipeline import batch
 from contract_review.pipeline.analyst_pool import AnalystPool, GroupCommit, WarmUp
 from contract_review.pipeline.priority import PriorityGate
@@ -503,11 +504,13 @@ def settle_cancelled(deps: Deps, msg: AnalysisMessage, fence: int, stats: RetryS
 class ChunkWorker:
     def __init__(self, deps: Deps, model: ModelClient, *, rng: random.Random | None = None,
                  sleep: Callable[[float], None] = time.sleep, call_safety_s: float | None = None,
-                 limiter: QuotaLimiter | None = None, daily: DailyQuota | None = None):
+                 limiter: QuotaLimiter | None = None, daily: DailyQuota | None = None,
+                 quotas: QuotaTargets | None = None):
         self.deps, self.s, self.model, self.sleep = deps, deps.settings, model, sleep
+        self.quotas = quotas  # the deploy's quotas, given or as the sweeper published them (model/quota_targets.py)
         self.priority = PriorityGate(deps)  # one per process: interactive chunks before bulk ones
         self.limiter = limiter  # one per process: paces model calls to this worker's share of the quota
-        self._deploy_limiter = limiter  # the deploy's (-c model_tpm, else Service Quotas): what a cleared control restores
+        self._deploy_limiter = limiter  # without `quotas`: the pacers given, what a cleared control restores
         self.daily = daily  # one per process: holds chunks while the daily token ledger is full (daily_quota.py)
         self._controlled_tpm: float | None = None  # the quota an operator set (`review quota set`), once applied
         self.rng = rng or random.Random()
@@ -522,6 +525,7 @@ class ChunkWorker:
         """One delivery of a chunk message. Its AWS requests, while it runs, are the attempt's (cost.py)."""
         with metered(self.deps.meter) as counter:
             self._apply_controlled_quota()
+            self._apply_daily_quota()
             try:
                 return self._handle(msg, delivery, counter)
             finally:
@@ -534,11 +538,37 @@ class ChunkWorker:
         worker reads the control (within model_control_max_age_s). Lambda and the Fargate poller both come here."""
         control = self.deps.model_control.get() if self.deps.model_control is not None else None
         tpm = (control.tokens_per_minute if control is not None else None) or None
+        source = "the runtime control (review quota set)"
+        if tpm is None and self.quotas is not None:  # the deploy's: given, published by the sweeper, or the fallback
+            tpm, source = self.quotas.tokens_per_minute()
         if tpm == self._controlled_tpm:
             return
         self.limiter = self._deploy_limiter if tpm is None else \
             QuotaLimiter.for_profile(self.s.profile, tpm, self.s.effective_model_id)
         self._controlled_tpm = tpm
+        if self.quotas is not None:
+            log.info("model quota", extra={"tokens_per_minute": tpm, "source": source, "model_id": self.quotas.model_id})
+
+    def _apply_daily_quota(self) -> None:
+        """The daily token quota the worker holds to (model/daily_quota.py), as `quotas` says now: the hold built when a
+        quota is first known (with the shared ledger), its quota changed in place when the published one changes (the
+        ledger's counts and the hold's state kept), dropped when none is known any more."""
+        if self.quotas is None or self.deps.token_ledger is None:
+            return
+        tpd, source = self.quotas.tokens_per_day()
+        daily = self.daily
+        if daily is not None and (daily.tokens_per_day, daily.source) == (tpd, source):
+            return
+        log.info("model daily quota", extra={"tokens_per_day": tpd, "source": source, "model_id": self.quotas.model_id})
+        if not tpd:
+            if daily is not None:
+                daily.flush()
+            self.daily = None
+        elif daily is None:
+            self.daily = DailyQuota.for_profile(self.deps.token_ledger, self.s.effective_model_id, tpd, self.s.profile,
+                                                source=source, clock=self.deps.clock)
+        else:  # `admit` sees the old quota or the new one (one assignment)
+            daily.tokens_per_day, daily.source = tpd, source
 
     def _handle(self, msg: AnalysisMessage, delivery: Delivery, counter: RequestCounter) -> Outcome:
         try:
