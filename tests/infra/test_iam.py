@@ -147,8 +147,8 @@ def test_each_role_is_granted_exactly_its_access_row(synth: Synth, name: str, ro
                 "StringEquals": {"iam:PassedToService": "bedrock.amazonaws.com"}}, st
         elif actions <= {"bedrock:GetFoundationModel", "bedrock:GetInferenceProfile"}:  # the model's name (quotas)
             assert role in ("worker", "fargate", "sweeper") and ":bedrock:" in text, st
-        elif all(a.startswith("bedrock:") for a in actions):
-            assert role in ("worker", "fargate") and ":bedrock:" in text, st
+        elif all(a.startswith("bedrock:") for a in actions):  # the model; or the stack's application profile's ARN
+            assert role in ("worker", "fargate") and (":bedrock:" in text or "ModelProfile" in text), st
         elif actions == {"ecs:UpdateTaskProtection"}:
             assert role == "fargate" and ":task/" in text and text.endswith('"/*"]]}'), st
         elif actions == {"secretsmanager:GetSecretValue"}:  # the ticket system's credentials (grant_ticket_secret)

@@ -142,7 +142,7 @@ def scenario(synth: Synth) -> Iterator[Scenario]:
             activity = ui.activity()
             assert sum(activity["calls"]) > 0
             assert activity["control"] == {"paused": False, "tokensPerMinute": None, "by": "", "at": None,
-                                           "batchOff": []}  # the runtime control, beside the chart
+                                           "hold": None, "batchOff": []}  # the runtime control, beside the chart
         with rec.acting_as("act"):
             small = ui.submit({"text": TEXT})["jobId"]
             big = ui.submit({"text": "Clause. " * (MAX_INLINE_CHARS // 8 + 10)})["jobId"]  # claim-checked

@@ -571,7 +571,7 @@ def test_a_settle_counts_the_usage_it_read_or_nothing(repos: Repos):
         return real(*a, **kw)
 
     repos.jobs.settle_new_chunk = settle_after_a_fenced_out_add  # type: ignore[method-assign]
-    deps = cast(Deps, SimpleNamespace(jobs=repos.jobs, claims=repos.claims))
+    deps = cast(Deps, SimpleNamespace(jobs=repos.jobs, claims=repos.claims, token_ledger=None))  # no spend cap here
     counted_job = lifecycle.count_settled(deps, read, Usage(aws_requests=1))
     assert raced == [True] and counted_job is not None and counted_job.settled_count == 1
     assert (counted_job.input_tokens, counted_job.output_tokens, counted_job.aws_requests) == (50, 4, 1)

@@ -49,8 +49,10 @@ def seconds_to_reset(now: float) -> int:
 
 def cap_micro_usd(deps: Deps) -> int | None:
     """The cap in micro-dollars; None: no cap (`none`), or no ledger to count it in."""
+    if deps.token_ledger is None:
+        return None
     cap = deps.settings.profile.limits.daily_spend_cap_usd
-    return None if cap is None or deps.token_ledger is None else cost.micro_usd(Decimal(str(cap)))
+    return None if cap is None else cost.micro_usd(Decimal(str(cap)))
 
 
 def control(deps: Deps) -> ModelControl | None:
