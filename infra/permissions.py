@@ -155,8 +155,10 @@ SWEEP_CLAIMS = (
 )
 SWEEPER = (
     Access(LEASE_INDEX, (QUERY,), "find lapsed claims"),
-    Access("table:claims", (QUERY, GET, UPDATE), "a stalled job's chunks; release or settle (fenced); mark one "
-                                                 "counted, or not, with the job's count (one transaction)"),
+    Access("table:claims", (QUERY, GET, UPDATE, PUT), "a stalled job's chunks; release or settle (fenced); mark "
+                                                      "one counted, or not, with the job's count (one transaction); "
+                                                      "create the first page's records of a job it starts (one held "
+                                                      "for the daily spend cap, or whose fan-out never started)"),
     Access(OPEN_JOBS_INDEX, (QUERY,), "find open jobs idle for a while: stalled, cancelling, compensating, waiting "
                                       "for approval, queued (a sparse index: no scan)"),
     Access("table:jobs", (GET, UPDATE), "read each job the index names again (the index lags), act on it"),

@@ -506,6 +506,8 @@ def _spend_cap(rec: Recorder, setup: Deps, arn: str) -> None:
                                          arn, REGION), LambdaContext("IntakeFn", 512, 10, "r-ic", REGION))
     held = setup.jobs.get(job_id_for("over-the-cap"))
     assert held is not None and held.waiting is not None and held.waiting.condition == spend_cap.CONDITION, held
+    time.sleep(setup.settings.profile.quota.model_control_max_age_s + 0.2)  # intake's read of the control ages: the
+    # handlers share one process here (and so one cached control), each its own on AWS
     refused = api_scenario._call(rec, "POST", "/jobs", {"document": {"text": TEXT.replace("York", "Amsterdam")}})
     assert refused["status"] == 429 and refused["body"]["error"]["code"] == "quota.spend_cap", refused
     timeout_s = setup.settings.profile.functions.sweeper_timeout_s
@@ -794,9 +796,23 @@ def _cluster(t: dict[str, Any]) -> str:
 
 
 def _statements(recorded: Recorded, t: dict[str, Any], role: str) -> list[dict[str, Any]]:
-    """The role's identity-policy statements, every resource resolved against the deployed stack."""
-    return [{**st, "Resource": recorded.aws.resolve(st["Resource"]),
-             **({"Condition": recorded.aws.resolve(st["Condition"])} if "Condition" in st else {})}
+    """The role's identity-policy statements, every resource resolved against the deployed stack (the Bedrock
+    templates' application inference profile, which the local stack has not, by the ARN Bedrock would give it)."""
+    profiles = set(resources(t, "AWS::Bedrock::ApplicationInferenceProfile"))
+
+    def resolve(node: Any) -> Any:
+        target = node.get("Fn::GetAtt") if isinstance(node, dict) else None
+        if isinstance(target, list) and target[0] in profiles:
+            return f"arn:aws:bedrock:{REGION}:123456789012:application-inference-profile/{target[0]}"
+        if isinstance(node, dict):
+            return recorded.aws.resolve({k: resolve(v) for k, v in node.items()}) if any(
+                k.startswith("Fn::") or k == "Ref" for k in node) else {k: resolve(v) for k, v in node.items()}
+        if isinstance(node, list):
+            return [resolve(v) for v in node]
+        return recorded.aws.resolve(node)
+
+    return [{**st, "Resource": resolve(st["Resource"]),
+             **({"Condition": resolve(st["Condition"])} if "Condition" in st else {})}
             for st in policy_statements_for_role(t, role_id(t, role))]
 
 
