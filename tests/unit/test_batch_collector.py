@@ -27,11 +27,11 @@ from contract_review.domain.records import (
     Usage,
     job_id_for,
 )
+from contract_review.domain.spend_cap import DAY_S
 from contract_review.operate import ops
 from contract_review.pipeline import batch
 from contract_review.pipeline.aggregator import handle_message
 from contract_review.pipeline.collector import collect as collector_run
-from contract_review.pipeline.limits import DAY_S
 from contract_review.pipeline.sweeper import sweep
 
 from ..texts import TEXT

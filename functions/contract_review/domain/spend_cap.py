@@ -78,9 +78,7 @@ def admit(deps: Deps, estimate_micro_usd: int | None, admission_id: str) -> Char
     if cap is None or estimate_micro_usd is None:
         return None
     now = deps.clock()
-    day = utc_day(now)
-    charge = Charge(charge_id(admission_id), ADMITTED_COUNTER, day, estimate_micro_usd,
-                    (day + 2) * DAY_S + deps.settings.profile.record_ttl_s)
+    charge = day_charge(deps, charge_id(admission_id), ADMITTED_COUNTER, estimate_micro_usd, now)
     assert deps.token_ledger is not None  # cap_micro_usd said so
     taken = deps.token_ledger.take_once(charge, cap, int(now))
     if taken is Taken.REFUSED and lifted_today(deps, now):  # the control is read only when the cap would refuse
@@ -95,7 +93,17 @@ def admit(deps: Deps, estimate_micro_usd: int | None, admission_id: str) -> Char
     return charge if taken is Taken.NOW else None
 
 
+def day_charge(deps: Deps, charge_id_: str, counter: str, amount: int, now: float) -> Charge:
+    """A charge on `counter`'s count of the UTC day of `now` (this cap's, a principal's: pipeline/limits.py). Its
+    record outlives the day's counter by the record TTL: a replay days later takes nothing either."""
+    day = utc_day(now)
+    return Charge(charge_id_, counter, day, amount, (day + 2) * DAY_S + deps.settings.profile.record_ttl_s)
+
+
 def give_back(deps: Deps, charge: Charge | None) -> None:
+    """An admission that took `charge` (this cap's, a principal's) failed before its job could exist (the submission
+    record or the intake message not written): the allowance gets it back (once), so the client's retry takes it
+    again, once."""
     if charge is not None and deps.token_ledger is not None:
         deps.token_ledger.give_back(charge)
 

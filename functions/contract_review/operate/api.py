@@ -353,7 +353,7 @@ def submit(deps: Deps, caller: Caller, req: JobRequest, key: str | None, batch_i
         try:
             stack_charge = spend_cap.admit(deps, estimate, admission_id)
         except BaseException:
-            limits.give_back(deps, charge)
+            spend_cap.give_back(deps, charge)
             raise
     try:
         if pending is None:  # before the message: the job is the caller's from the moment it can exist
@@ -364,8 +364,8 @@ def submit(deps: Deps, caller: Caller, req: JobRequest, key: str | None, batch_i
         # client is retrying): intake takes the same job once.
         deps.queues.send_intake(body)
     except BaseException:
-        limits.give_back(deps, charge)  # nothing queued: the allowances get it back (the error is the answer)
-        spend_cap.give_back(deps, stack_charge)
+        for taken in (charge, stack_charge):  # nothing queued: the allowances get it back (the error is the answer)
+            spend_cap.give_back(deps, taken)
         raise
     return Submitted(job_id=job_id, status=JobState.QUEUED.value, replayed=replayed)
 

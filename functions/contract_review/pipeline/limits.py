@@ -8,7 +8,7 @@
   It is taken under a charge id, the job it admits (`spend_charge_id`: the job id; for a replacement of a job
   that failed on its input, the job id and the version it replaces): a replay of the same submission, or a
   client's retry of one whose admission failed half-way, takes nothing again; an admission that fails after
-  taking gives it back (`give_back`); a replacement under a failed job's key is a new admission, charged.
+  taking gives it back (`spend_cap.give_back`); a replacement under a failed job's key is a new admission, charged.
 - A principal's request rate: every Job API request counts against `api_requests_per_minute` for its
   principal, in the function (an HTTP API has no per-client throttling or usage plans): over it, `api.rate_limited`
   (HTTP 429, Retry-After until the next minute).
@@ -28,7 +28,7 @@ from contract_review.domain.errors import ReviewError
 from contract_review.domain.ports import Charge, Deps, Taken
 from contract_review.domain.principals import owner
 from contract_review.domain.records import Job
-from contract_review.domain.spend_cap import DAY_S, UNCAPPED, seconds_to_reset, utc_day
+from contract_review.domain.spend_cap import UNCAPPED, day_charge, seconds_to_reset
 
 MINUTE_S = 60
 
@@ -53,11 +53,8 @@ def take_spend(deps: Deps, principal: str, estimate_micro_usd: int, charge_id: s
     if cap is None or deps.token_ledger is None:
         return None
     now = deps.clock()
-    day = utc_day(now)
     limit = cost.micro_usd(Decimal(str(cap)))
-    # the record of the charge outlives the day's counter by the record TTL: a replay days later takes nothing either
-    charge = Charge(charge_id, f"spend#{owner(principal)}", day, estimate_micro_usd,
-                    (day + 2) * DAY_S + deps.settings.profile.record_ttl_s)
+    charge = day_charge(deps, charge_id, f"spend#{owner(principal)}", estimate_micro_usd, now)
     taken = deps.token_ledger.take_once(charge, limit, int(now))
     if taken is Taken.REFUSED:
         raise ReviewError.of(
@@ -69,13 +66,6 @@ def take_spend(deps: Deps, principal: str, estimate_micro_usd: int, charge_id: s
     return charge if taken is Taken.NOW else None
 
 
-def give_back(deps: Deps, charge: Charge | None) -> None:
-    """An admission that took `charge` failed before its job could exist (the submission record or the intake
-    message not written): the allowance gets it back (once), so the client's retry takes it again, once."""
-    if charge is not None and deps.token_ledger is not None:
-        deps.token_ledger.give_back(charge)
-
-
 def add_spend(deps: Deps, principal: str | None, spent_micro_usd: int, charge_id: str) -> None:
     """Count money already spent outside any admission (a batch job's answers nobody took: `batch.unused`) toward
     `principal`'s allowance of today, whatever the cap (it is spent): later submissions have that much less. Once per
@@ -84,9 +74,8 @@ def add_spend(deps: Deps, principal: str | None, spent_micro_usd: int, charge_id
     if principal is None or cap is None or deps.token_ledger is None or spent_micro_usd <= 0:
         return
     now = deps.clock()
-    day = utc_day(now)
-    deps.token_ledger.take_once(Charge(charge_id, f"spend#{owner(principal)}", day, spent_micro_usd,
-                                       (day + 2) * DAY_S + deps.settings.profile.record_ttl_s), UNCAPPED, int(now))
+    deps.token_ledger.take_once(day_charge(deps, charge_id, f"spend#{owner(principal)}", spent_micro_usd, now),
+                                UNCAPPED, int(now))
 
 
 def unused_charge_id(token: str, job_id: str) -> str:
