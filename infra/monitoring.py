@@ -61,7 +61,12 @@ DAILY_SPEND = ("DailySpendUsd", "sweeper")
 SPEND_CAP_HELD = ("SpendCapHeld", "sweeper")
 BEDROCK_NAMESPACE = "AWS/Bedrock"
 NOTICE_SHARE = 0.8  # the non-paging warnings: at 80 % of the cap, of the model's hourly token quota
-CAP_HOURS = 4  # the paging token-spend alarm: an hour of Bedrock's own token count that would spend the cap in 4 hours
+CAP_HOURS = 8  # the paging token-spend alarm: an hour of Bedrock's own token count that would spend the cap in 8 hours
+# (the default fleet's most is about $170 an hour, docs/cost.md: at the prod cap of $1,000 this fires at $125 an hour)
+# Bedrock's token metrics (AWS/Bedrock, per ModelId) -> the ids the alarms' metric math names them by; the two cache
+# counts are assumed to be published beside the others, as Converse reports them apart (a series never published is 0)
+TOKEN_METRICS = {"InputTokenCount": "tokens_in", "OutputTokenCount": "tokens_out",
+                 "CacheReadInputTokenCount": "cache_read", "CacheWriteInputTokenCount": "cache_write"}
 
 
 @dataclass(frozen=True)
@@ -75,8 +80,7 @@ class ModelWatch:
     profile_arn: str | None = None
     tokens_per_minute: float | None = None
     output_burndown: int = 1
-    input_usd_per_token: float = 0.0
-    output_usd_per_token: float = 0.0
+    usd_per_token: Mapping[str, float] | None = None  # TOKEN_METRICS name -> the model's price of one such token
 
 
 def _decimal(x: float) -> str:
@@ -84,16 +88,15 @@ def _decimal(x: float) -> str:
     return f"{x:.12f}".rstrip("0").rstrip(".") or "0"
 
 
-def bedrock_tokens(profile_arn: str, period_s: int, *, input_weight: float, output_weight: float,
-                   label: str) -> cloudwatch.MathExpression:
-    """Bedrock's own count of the profile's tokens in each period, weighted (a missing series is 0)."""
+def bedrock_tokens(profile_arn: str, period_s: int, weights: Mapping[str, float], label: str) -> cloudwatch.MathExpression:
+    """Bedrock's own count of the profile's tokens in each period, each metric of `weights` (TOKEN_METRICS) weighted
+    (a missing series is 0)."""
     def tokens(name: str) -> cloudwatch.Metric:
         return cloudwatch.Metric(namespace=BEDROCK_NAMESPACE, metric_name=name, dimensions_map={"ModelId": profile_arn},
                                  statistic="Sum", period=Duration.seconds(period_s))
     return cloudwatch.MathExpression(
-        expression=f"{_decimal(input_weight)} * FILL(tokens_in, 0) + {_decimal(output_weight)} * FILL(tokens_out, 0)",
-        using_metrics={"tokens_in": tokens("InputTokenCount"), "tokens_out": tokens("OutputTokenCount")},
-        label=label, period=Duration.seconds(period_s))
+        expression=" + ".join(f"{_decimal(w)} * FILL({TOKEN_METRICS[n]}, 0)" for n, w in weights.items()),
+        using_metrics={TOKEN_METRICS[n]: tokens(n) for n in weights}, label=label, period=Duration.seconds(period_s))
 
 
 def metric(name_service: tuple[str, str], statistic: str, period_s: int, label: str | None = None) -> cloudwatch.Metric:
@@ -289,18 +292,18 @@ class Monitoring(Construct):
                         f"Bedrock counted the stack's profile at >= {NOTICE_SHARE:.0%} of the model's tokens-per-minute "
                         f"quota ({m.tokens_per_minute:,.0f}, output tokens x {m.output_burndown}) over an hour: more "
                         "load will be throttled (backpressure); raise the quota or expect slower jobs.",
-                        bedrock_tokens(m.profile_arn, hour, input_weight=1.0, output_weight=float(m.output_burndown),
+                        bedrock_tokens(m.profile_arn, hour, {"InputTokenCount": 1.0,
+                                                             "OutputTokenCount": float(m.output_burndown)},
                                        label="quota tokens per hour"),
                         NOTICE_SHARE * m.tokens_per_minute * 60, notice=True)
-        if m.cap_usd is not None and (m.input_usd_per_token or m.output_usd_per_token):
+        if m.cap_usd is not None and m.usd_per_token:
             self._alarm("TokenSpendRateAlarm", "token-spend-rate",
                         f"Bedrock's own token count of the stack's profile in one hour, at the model's prices, would "
                         f"spend the daily cap (${m.cap_usd:,.2f}) in {CAP_HOURS} hours. The spend-cap hold stops it "
                         "once the recorded spend reaches the cap; if `review quota show` shows no hold while this "
                         "fires, spend is going unrecorded: pause the model (`review quota pause`) and read the "
                         "runbook (\"The daily spend cap\").",
-                        bedrock_tokens(m.profile_arn, hour, input_weight=m.input_usd_per_token,
-                                       output_weight=m.output_usd_per_token, label="token spend per hour (USD)"),
+                        bedrock_tokens(m.profile_arn, hour, m.usd_per_token, label="token spend per hour (USD)"),
                         m.cap_usd / CAP_HOURS)
 
     def _alarm(self, construct_id: str, name: str, description: str, metric_: cloudwatch.IMetric, threshold: float,

@@ -298,8 +298,10 @@ class ContractReviewStack(Stack):
             cap_usd=p.limits.daily_spend_cap_usd, profile_arn=self.model_profile.arn,
             tokens_per_minute=s.model_tpm or p.quota.model_tokens_per_minute,
             output_burndown=traits_for(s.model_id).output_burndown,
-            input_usd_per_token=float(price.input_per_1k) / 1000 if price else 0.0,
-            output_usd_per_token=float(price.output_per_1k) / 1000 if price else 0.0)
+            usd_per_token={"InputTokenCount": float(price.input_per_1k) / 1000,
+                           "OutputTokenCount": float(price.output_per_1k) / 1000,
+                           "CacheReadInputTokenCount": float(price.cache_read_per_1k) / 1000,
+                           "CacheWriteInputTokenCount": float(price.cache_write_per_1k) / 1000} if price else None)
 
     def function_environment(self, worker_kind: str) -> dict[str, str]:
         """Every resource's variable plus the options (FAULT_SPEC only when a fault spec is given)."""

@@ -320,15 +320,17 @@ def test_bedrocks_own_token_count_of_the_profile_is_alarmed_against_the_cap_and_
     t = synth.templates[PROD]
     lid, _ = _app_profile(t)
     rate = _alarm(t, "token-spend-rate")
-    assert rate is not None and rate["Threshold"] == 1000.0 / 4  # an hour that would spend the $1,000 cap in 4 hours
+    assert rate is not None and rate["Threshold"] == 1000.0 / 8  # an hour that would spend the $1,000 cap in 8 hours
     metrics = {m["Id"]: m for m in rate["Metrics"]}
-    for name, id_ in (("InputTokenCount", "tokens_in"), ("OutputTokenCount", "tokens_out")):
+    for name, id_ in (("InputTokenCount", "tokens_in"), ("OutputTokenCount", "tokens_out"),
+                      ("CacheReadInputTokenCount", "cache_read"), ("CacheWriteInputTokenCount", "cache_write")):
         stat = metrics[id_]["MetricStat"]
         assert stat["Metric"]["Namespace"] == "AWS/Bedrock" and stat["Metric"]["MetricName"] == name
         assert stat["Metric"]["Dimensions"] == [{"Name": "ModelId", "Value": {"Fn::GetAtt": [lid, "InferenceProfileArn"]}}]
         assert stat["Period"] == 3600 and stat["Stat"] == "Sum"
-    # priced at the model's prices per token ($3 and $15 per million)
-    assert metrics["expr_1"]["Expression"] == "0.000003 * FILL(tokens_in, 0) + 0.000015 * FILL(tokens_out, 0)"
+    # priced at the model's prices per token ($3 and $15 per million; cache reads $0.30, writes $3.75)
+    assert metrics["expr_1"]["Expression"] == ("0.000003 * FILL(tokens_in, 0) + 0.000015 * FILL(tokens_out, 0) + "
+                                               "0.0000003 * FILL(cache_read, 0) + 0.00000375 * FILL(cache_write, 0)")
     assert _alarm(t, "tokens-near-quota") is None  # the quota is read at runtime: not known at synth
     # with -c model_tpm: 80 % of the hour's quota, output tokens at the model's burndown
     quota = _alarm(by_context["ModelGeo"], "tokens-near-quota")
@@ -349,4 +351,4 @@ def test_the_daily_spend_cap_reaches_every_function_that_admits_work_and_its_ala
     held, near = _alarm(t, "spend-cap"), _alarm(t, "spend-near-cap")
     assert held is not None and held["MetricName"] == "SpendCapHeld" and held["Threshold"] == 1
     assert near is not None and near["MetricName"] == "DailySpendUsd" and near["Threshold"] == 200.0
-    assert _alarm(t, "token-spend-rate")["Threshold"] == 250.0 / 4  # type: ignore[index]
+    assert _alarm(t, "token-spend-rate")["Threshold"] == 250.0 / 8  # type: ignore[index]

@@ -318,7 +318,9 @@ _CODES = [
               "sent to the intake queue (or with `review submit`) is not failed: it stays `queued`, waiting with "
               "condition spend_cap, and the sweeper starts it after 00:00 UTC. `review quota resume --override-cap` "
               "lifts the cap for the rest of the UTC day (the waiting jobs start within a sweep); to change it: "
-              "`npx cdk deploy -c daily_spend_cap_usd=<usd>`."),
+              "`npx cdk deploy -c daily_spend_cap_usd=<usd>`. A job whose estimate alone is over the cap could never "
+              "start: refused for good (the Job API's 422, a failed job from the queue); split the document or raise "
+              "the cap, then send it again (the same key replaces the failed job)."),
     ErrorCode("api.unauthenticated", ErrorClass.PERMANENT, False,
               "A Job API request carried no authenticated principal (on AWS the HTTP API's IAM authorization lets "
               "no unsigned request through; locally: no bearer token, or an unknown one).",

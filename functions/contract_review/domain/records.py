@@ -585,10 +585,12 @@ class Job(Usage):
 
     @property
     def replaceable(self) -> bool:
-        """A job that failed on its input (`input.*`), or whose budget was refused before it ran
-        (`job.budget_insufficient`): a corrected submission with the same key replaces it."""
+        """A job that failed on its input (`input.*`), or whose budget or estimate was refused before it ran
+        (`job.budget_insufficient`; `quota.spend_cap`: over the stack's whole daily cap): a corrected submission with
+        the same key replaces it."""
         code = self.error_code or ""
-        return self.state is JobState.FAILED and (code.startswith("input.") or code == "job.budget_insufficient")
+        return self.state is JobState.FAILED and (code.startswith("input.")
+                                                  or code in ("job.budget_insufficient", "quota.spend_cap"))
 
     @property
     def n_settled(self) -> int:

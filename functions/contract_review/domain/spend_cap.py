@@ -70,6 +70,20 @@ def charge_id(admission_id: str) -> str:
     return f"stack#{admission_id}"
 
 
+def never_fits(deps: Deps, estimate_micro_usd: int | None) -> ReviewError | None:
+    """A job whose estimate alone is over the cap: it could never start under it, whatever the day. Refused at
+    admission for good (`quota.spend_cap` without a retry time: the API's 422, intake's failed job), not held."""
+    cap = cap_micro_usd(deps)
+    if cap is None or estimate_micro_usd is None or estimate_micro_usd <= cap:
+        return None
+    return ReviewError.of(
+        "quota.spend_cap",
+        f"this job's estimate alone, {cost.format_usd(estimate_micro_usd)}, is over the stack's daily spend cap of "
+        f"{cost.format_usd(cap)} (daily_spend_cap_usd): it could never start under it; split the document, or have "
+        "the operator raise the cap (`npx cdk deploy -c daily_spend_cap_usd=<usd>`), then send it again",
+        step="admission")
+
+
 def admit(deps: Deps, estimate_micro_usd: int | None, admission_id: str) -> Charge | None:
     """Take the admission's estimate from the stack's allowance of today, once per admission; `quota.spend_cap` when
     it would go over the cap (nothing taken). What this call took (to give back if the admission then fails), None
@@ -114,7 +128,9 @@ def held(exc: ReviewError, since: float) -> Waiting:
 
 
 def record(deps: Deps, spent_micro_usd: int) -> None:
-    """Add what a counted chunk spent to today's recorded cost (an atomic ADD; whatever the cap: it is spent)."""
+    """Add what a counted chunk spent to today's recorded cost (an atomic ADD; whatever the cap: it is spent). A chunk
+    uncounted and counted again (a redrive, a retry) adds its record's whole spend again: the recorded spend errs
+    high, toward holding sooner, never low."""
     if cap_micro_usd(deps) is None or spent_micro_usd <= 0:
         return
     now = deps.clock()
@@ -122,6 +138,17 @@ def record(deps: Deps, spent_micro_usd: int) -> None:
     assert deps.token_ledger is not None
     deps.token_ledger.take(RECORDED_COUNTER, day, spent_micro_usd, UNCAPPED,
                            (day + 2) * DAY_S + deps.settings.profile.record_ttl_s)
+
+
+def record_once(deps: Deps, spent_micro_usd: int, charge_id_: str) -> None:
+    """`record`, once per `charge_id_` (a retried batch collect adds nothing again): spend outside any chunk's count,
+    a batch job's answers nobody took (`batch.unused`)."""
+    if cap_micro_usd(deps) is None or spent_micro_usd <= 0:
+        return
+    now = deps.clock()
+    assert deps.token_ledger is not None
+    deps.token_ledger.take_once(day_charge(deps, f"recorded#{charge_id_}", RECORDED_COUNTER, spent_micro_usd, now),
+                                UNCAPPED, int(now))
 
 
 def today(deps: Deps) -> tuple[int, int]:
@@ -137,15 +164,16 @@ def hold_if_reached(deps: Deps, recorded_micro_usd: int) -> SpendHold | None:
     (compare-and-set: written once a day, whoever checks; never over an operator's override of today). The hold in
     force now, None when none is."""
     cap = cap_micro_usd(deps)
-    if cap is None or deps.model_control is None:
+    if deps.model_control is None:
         return None
     now = deps.clock()
     day = utc_day(now)
     current = deps.model_control.get()
-    if current.spend_held(day) is not None or current.cap_override_day == day:
-        return current.spend_held(day)
-    if recorded_micro_usd < cap:
-        return None
+    held = current.spend_held(day)
+    if held is not None and (cap is None or recorded_micro_usd < cap):  # a redeploy raised the cap, or turned it off
+        return deps.model_control.update(lambda c: c.model_copy(update={"spend_hold": None})).spend_held(day)
+    if cap is None or held is not None or current.cap_override_day == day or recorded_micro_usd < cap:
+        return held
     hold = SpendHold(day=day, at=now, recorded_micro_usd=recorded_micro_usd, cap_micro_usd=cap)
 
     def change(c: ModelControl) -> ModelControl:
@@ -158,7 +186,7 @@ def hold_if_reached(deps: Deps, recorded_micro_usd: int) -> SpendHold | None:
 
 def not_held(deps: Deps, at_step: str) -> None:
     """Before every model call (the worker): `model.spend_capped` while the stack's spend-cap hold of today is on."""
-    c = control(deps)
+    c = control(deps) if cap_micro_usd(deps) is not None else None  # a cap turned off holds nothing (from its deploy)
     hold = c.spend_held(utc_day(deps.clock())) if c is not None else None
     if hold is not None:
         raise ReviewError.of("model.spend_capped", hold_line(hold), step=at_step)

@@ -96,7 +96,7 @@ def _review_error(exc: ReviewError) -> ApiError:
     the schema (`input.invalid`), 422 for a well-formed one whose document cannot be processed; a spend limit
     (`quota.spend_exceeded`, the stack's `quota.spend_cap`) is 429 with Retry-After."""
     env = exc.envelope
-    if env.error_code in ("quota.spend_exceeded", "quota.spend_cap"):
+    if env.error_code in ("quota.spend_exceeded", "quota.spend_cap") and env.retry_after_s is not None:
         return ApiError(429, env.error_code, env.message, {"Retry-After": str(int(env.retry_after_s or 3600))})
     return ApiError(400 if env.error_code == "input.invalid" else 422, env.error_code, env.message)
 
@@ -349,6 +349,8 @@ def submit(deps: Deps, caller: Caller, req: JobRequest, key: str | None, batch_i
     estimate = expected if expected is not None else admission.estimate(deps.settings, text).model_micro_usd
     admission_id = limits.spend_charge_id(job_id, job)
     with _answered():
+        if (too_large := spend_cap.never_fits(deps, estimate)) is not None:  # never under the cap: 422, not 429
+            raise too_large
         charge = limits.take_spend(deps, who, estimate, admission_id)
         try:
             stack_charge = spend_cap.admit(deps, estimate, admission_id)

@@ -731,6 +731,7 @@ def _unused(c: _Collect, manifest: BatchManifest, job_id: str, tokens: Usage) ->
     job = c.jobs.get(job_id) or deps.jobs.get(job_id)
     limits.add_spend(deps, job.principal if job else None, priced.model_micro_usd,
                      limits.unused_charge_id(token, job_id))  # (a retry after it was recorded: taken once)
+    spend_cap.record_once(deps, priced.model_micro_usd, limits.unused_charge_id(token, job_id))  # the stack's day
 
 
 def _priced(deps: Deps, manifest: BatchManifest, tokens: Usage, calls: int) -> AttemptStats:

@@ -28,12 +28,12 @@ from contract_review.domain.cost import micro_usd
 from contract_review.domain.errors import ErrorEnvelope, ReviewError
 from contract_review.domain.keys import document_key
 from contract_review.domain.messages import InlineDocument, IntakeMessage, parse_intake
-from contract_review.domain.ports import Deps, Queue
+from contract_review.domain.ports import Charge, Deps, Queue
 from contract_review.domain.records import Inference, Job, JobState, Priority, job_id_for
 from contract_review.pipeline import admission, batch, fanout, limits
 from contract_review.pipeline.admission import check_budget, check_principal, document_text, effective_budget
 from contract_review.review.analysts import job_config_hash
-from contract_review.review.chunking import chunk_document, document_hash
+from contract_review.review.chunking import Chunk, chunk_document, document_hash
 
 
 @dataclass(frozen=True)
@@ -126,11 +126,9 @@ def handle_intake(deps: Deps, body: str, message_id: str = "") -> IntakeResult:
     sha = document_hash(text)
     chunks = chunk_document(text, s.profile.review)
     try:  # a budget the document's estimate is over: refused before any model call, as the API and the CLI do
-        estimate = check_budget(s, text, msg.budget_usd, chunks=chunks)  # the chunks just cut
+        estimate = _estimate(deps, text, msg.budget_usd, chunks)
     except ReviewError as exc:
         return _record_failure(deps, body, exc.envelope, message_id, key, msg.document_id or "", msg.principal)
-    if estimate is None:  # no budget applies; the stack's daily spend cap takes the estimate all the same
-        estimate = admission.estimate(s, text, chunks=chunks).model_micro_usd
     budget = effective_budget(s, msg.budget_usd)  # its own, else the stack's default per-job budget
     now = deps.clock()
     inference, deadline_at = batch_lane(s.profile, msg, now)
@@ -146,6 +144,7 @@ def handle_intake(deps: Deps, body: str, message_id: str = "") -> IntakeResult:
     existing, created = deps.jobs.create(job)
     log_fields.bind(log_fields.of_job(existing))  # the job's key (hashed), state, source message on its lines
     if created:
+        job = existing  # as stored: a replacement of a job failed on its input is a version on (its admission's id)
         batch_mode = {"inference": job.inference.value, "deadline_at": job.deadline_at} if job.deadline_at else {}
         deps.jobs.record_event(job_id, "job.queued", chunk_count=len(chunks), document_chars=len(text), **batch_mode)
         off = batch.lane_off(deps) if job.inference is Inference.BATCH else None
@@ -177,10 +176,11 @@ def handle_intake(deps: Deps, body: str, message_id: str = "") -> IntakeResult:
     plan = fanout.FanoutPlan.of(text, sha, chunks)
     deps.artifacts.put_text(job.document_key, text, "text/plain; charset=utf-8")
     fanout.store_plan(deps, job_id, plan)
-    if not admitted(deps, job):  # over the stack's daily spend cap: `queued`, waiting; the sweeper starts it
+    if admitted(deps, job) is False:  # over the stack's daily spend cap: `queued`, waiting; the sweeper starts it
         return IntakeResult(job_id, created, JobState.QUEUED.value)
     running = lifecycle.move(deps, job_id, (JobState.QUEUED,), JobState.RUNNING, started_at=deps.clock(),
                              detail={"chunks": len(chunks)})
+    _leave_waiting(deps, job)  # held before, started now (a redelivery, the document sent again the next day)
     if running is None:
         running = deps.jobs.get(job_id)  # another intake of the same document got there first, or a cancel did
     if running is not None and running.state is JobState.RUNNING:
@@ -188,39 +188,60 @@ def handle_intake(deps: Deps, body: str, message_id: str = "") -> IntakeResult:
     return IntakeResult(job_id, created, running.state.value if running else JobState.RUNNING.value)
 
 
-def admitted(deps: Deps, job: Job) -> bool:
+def _estimate(deps: Deps, text: str, budget_usd: float | None, chunks: list[Chunk]) -> int:
+    """The document's estimate (the chunks just cut), refused (`ReviewError`) when a budget is under it
+    (`job.budget_insufficient`) or when it alone is over the stack's daily spend cap (`quota.spend_cap`: it could never
+    start). Without a budget the cap takes the estimate all the same."""
+    estimate = check_budget(deps.settings, text, budget_usd, chunks=chunks)
+    if estimate is None:
+        estimate = admission.estimate(deps.settings, text, chunks=chunks).model_micro_usd
+    if (too_large := spend_cap.never_fits(deps, estimate)) is not None:
+        raise too_large
+    return estimate
+
+
+def admitted(deps: Deps, job: Job) -> Charge | bool:
     """The stack's daily spend cap (domain/spend_cap.py), taken once per admission (the Job API's charge of the same
     job is seen, not taken again). Over it, the job stays `queued`, waiting with condition `spend_cap` (its document
-    and plan stored: the sweeper starts it after 00:00 UTC, or after an operator's override), never failed."""
+    and plan stored: the sweeper starts it after 00:00 UTC, or after an operator's override), never failed: False.
+    Else the charge this call took (True: none, taken before or no cap)."""
     try:
-        spend_cap.admit(deps, job.estimate_micro_usd, limits.admission_id(job))
+        charge = spend_cap.admit(deps, job.estimate_micro_usd, limits.admission_id(job))
     except ReviewError as exc:
         if exc.envelope.error_code != "quota.spend_cap":
             raise
         if job.waiting is None and deps.jobs.set_waiting(job.job_id, spend_cap.held(exc, deps.clock())):
             deps.jobs.record_event(job.job_id, "job.waiting_spend_cap", detail=exc.envelope.message)
         return False
-    return True
+    return charge if charge is not None else True
 
 
-def start_held(deps: Deps, job: Job) -> bool:
+def _leave_waiting(deps: Deps, job: Job) -> None:
+    """A job started after it waited for the cap no longer says it waits (the worker's own conditions come after)."""
+    if job.waiting is not None and job.waiting.condition == spend_cap.CONDITION and deps.jobs.set_waiting(job.job_id,
+                                                                                                         None):
+        deps.jobs.record_event(job.job_id, "job.waiting_ended", condition=spend_cap.CONDITION)
+
+
+def start_held(deps: Deps, job: Job) -> str:
     """A job intake held for the stack's daily spend cap (`admitted`), tried again (the sweeper, each sweep): once
-    admitted (a new UTC day, or an operator's override), it leaves `waiting`, becomes `running` and its fan-out
-    starts from the stored plan, as intake would have. Whether it started. A cancel since wins (`queued` only); a
-    sweeper that dies after the move leaves a running job with no chunk sent, which the stalled-job reconcile
-    starts (sweeper.py)."""
+    admitted (a new UTC day, an operator's override, the cap turned off), it leaves `waiting`, becomes `running` and
+    its fan-out starts from the stored plan, as intake would have: "started"; "refused" (still over the cap), or
+    "skipped" (not such a job any more). A cancel since wins (`queued` only; the charge is given back); a sweeper that
+    dies after the move leaves a running job with no chunk sent, which the stalled-job reconcile starts."""
     if job.state is not JobState.QUEUED or job.waiting is None or job.waiting.condition != spend_cap.CONDITION:
-        return False
-    if not admitted(deps, job):
-        return False
+        return "skipped"
+    taken = admitted(deps, job)
+    if taken is False:
+        return "refused"
     running = lifecycle.move(deps, job.job_id, (JobState.QUEUED,), JobState.RUNNING, started_at=deps.clock(),
                              detail={"chunks": job.chunk_count, "after": spend_cap.CONDITION})
-    if deps.jobs.set_waiting(job.job_id, None):
-        deps.jobs.record_event(job.job_id, "job.waiting_ended", condition=spend_cap.CONDITION)
     if running is None or running.state is not JobState.RUNNING:
-        return False
+        spend_cap.give_back(deps, taken if isinstance(taken, Charge) else None)  # cancelled meanwhile: not admitted
+        return "skipped"
+    _leave_waiting(deps, job)
     fanout.refill(deps, running)
-    return True
+    return "started"
 
 
 def _admitted_text(deps: Deps, body: str, msg: IntakeMessage, message_id: str) -> str | IntakeResult:

@@ -457,11 +457,15 @@ def _reconcile_stalled(deps: Deps, now: float, report: SweepReport, queued: int 
 def _spend_cap(deps: Deps, now: float, report: SweepReport, deadline: Deadline) -> None:
     """The stack's daily spend cap: today's spend read (published by the handler), the spend-cap hold set when the
     recorded spend reached the cap, and the jobs intake held for it tried again (`intake.start_held`)."""
-    if spend_cap.cap_micro_usd(deps) is None or deadline.reached("spend_cap"):
+    if deadline.reached("spend_cap"):
         return
-    with _isolated(report, "spend_cap", "hold"):
-        report.spend_admitted_micro_usd, report.spend_recorded_micro_usd = spend_cap.today(deps)
-        report.spend_held = spend_cap.hold_if_reached(deps, report.spend_recorded_micro_usd) is not None
+    with _isolated(report, "spend_cap", "hold"):  # (a cap turned off by a redeploy: its hold of today is lifted)
+        admitted, recorded = spend_cap.today(deps)
+        if spend_cap.cap_micro_usd(deps) is not None:
+            report.spend_admitted_micro_usd, report.spend_recorded_micro_usd = admitted, recorded
+        report.spend_held = spend_cap.hold_if_reached(deps, recorded) is not None
+    # the jobs held at admission, oldest first (the index's order), also once the cap is off (each is then admitted);
+    # the first one the cap still refuses ends the step: the rest wait behind it (no refused write per job a minute)
     held: list[Job] = []
     with _isolated(report, "spend_cap", "query"):
         held = [j for j in deps.jobs.stalled(now, state=JobState.QUEUED)
@@ -469,9 +473,13 @@ def _spend_cap(deps: Deps, now: float, report: SweepReport, deadline: Deadline) 
     for job in held:
         if deadline.reached("spend_cap"):
             return
+        outcome = "failed"
         with _isolated(report, "spend_cap", job.job_id):
-            if start_held(deps, job):
-                report.spend_cap_started.append(job.job_id)
+            outcome = start_held(deps, job)
+        if outcome == "started":
+            report.spend_cap_started.append(job.job_id)
+        elif outcome == "refused":
+            return
 
 
 def message_lost(chunk: ChunkRecord, now: float, stall_s: float, retention_s: float, queued: int | None) -> str | None:
