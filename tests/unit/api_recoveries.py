@@ -145,8 +145,9 @@ def spend_cap(code: str) -> None:
     assert status == 429 and _code(body) == code and int(headers["Retry-After"]) == 23 * 3600
     assert len(world.queues.sent[Queue.INTAKE]) == 1 and "00:00 UTC" in REGISTRY[code].recovery
     # a document whose estimate alone is over the cap could never start: 422, not a 429 to wait out
-    triple = "\n\n".join([TEXT, TEXT.replace("New York", "Utah"), TEXT.replace("New York", "Maine")])
-    status, body, headers = _call(world, "POST", "/jobs", {"document": {"text": triple}})
+    many = "\n\n".join(TEXT.replace("New York", f"State {n}") for n in range(8))  # its estimate: several caps
+    assert admission.estimate(SETTINGS, many).model_micro_usd > 1.5 * estimate
+    status, body, headers = _call(world, "POST", "/jobs", {"document": {"text": many}})
     assert status == 422 and _code(body) == code and "Retry-After" not in headers, body
     run = InProcess(world)
     run.send({"text": other}, key="queue-sender")  # the same document to the intake queue: no one to answer 429 to
