@@ -31,8 +31,8 @@ reconcile jobs that stopped making progress.
    stall period ago and either its retention ends before the next look, or the analysis queue held
    no message at all when this sweep began (visible, in flight or delayed: read first, before the
    sweep sends anything or reads a chunk record). A job whose chunks are all settled and counted but that still runs (its finalize
-   failed) is finalized again; a running job with no chunk sent at all (whoever made it running died before its
-   fan-out) gets its first page.
+   failed) is finalized again; a running job whose fan-out stalled (whoever was to send its next page died first)
+   gets that page.
 5. The stack's daily spend cap (domain/spend_cap.py): today's spend read (the handler publishes it), the spend-cap
    hold set in the runtime control once the day's recorded spend reached the cap, and the jobs intake held
    `queued` for the cap started once they are admitted (`intake.start_held`: a new UTC day, an operator's override).
@@ -519,12 +519,16 @@ def _reconcile(deps: Deps, job: Job, now: float, stall_s: float, report: SweepRe
     text: str | None = None
     retention_s = deps.settings.profile.queues.queue_retention_days * 86400
     chunks = deps.claims.for_job(job.job_id)
-    if not chunks and not job.fanned_out and job.chunk_count:  # made running by one that died before its fan-out
-        sent = fanout.refill(deps, job)  # (the sweeper starting a job held for the spend cap: intake.start_held)
-        deps.jobs.record_event(job.job_id, "job.reconciled", chunks_requeued=sent, by="sweeper",
-                               detail="its fan-out had not started")
-        report.reconciled.append(job.job_id)
-        return
+    if job.fanned_out is not None and job.fanned_out < job.chunk_count:
+        # a fan-out that stalled: whoever was to send its next page died first (an aggregator between a count and its
+        # refill; the sweeper that made a job held for the spend cap running, before its first page): sent now, if
+        # the job's window has room (what intake's redelivery does, without the message)
+        sent = fanout.refill(deps, job)
+        if sent:
+            deps.jobs.record_event(job.job_id, "job.reconciled", chunks_requeued=sent, by="sweeper",
+                                   detail="its fan-out had stalled: the next page sent")
+            report.reconciled.append(job.job_id)
+            return
     for c in chunks:
         if c.settled:
             if not job.counts(c):
