@@ -271,13 +271,6 @@ def grant_access(grantee: iam.IGrantable, arns: Mapping[str, str], accesses: Ite
         iam.Grant.add_to_principal(grantee=grantee, actions=list(actions), resource_arns=[arns[target]])
 
 
-def bedrock_model_arns(stack: Stack, model_id: str) -> list[str]:
-    """Every ARN `bedrock:InvokeModel` (Converse) is checked against for `model_id` (see
-    `grant_bedrock`): the foundation model in this region for a model id; for an inference profile,
-    the profile and the foundation models it routes to."""
-    return [arn for statement in _invoke_statements(stack, model_id) for arn in statement.resources]
-
-
 def profile_arn(stack: Stack, model_id: str) -> str:
     return stack.format_arn(service="bedrock", resource="inference-profile", resource_name=model_id,
                             arn_format=ArnFormat.SLASH_RESOURCE_NAME)

@@ -53,7 +53,6 @@ from pydantic import BaseModel, ConfigDict, Field
 FaultKind = Literal["error_before_write", "timeout_after_write", "drop_after_write", "timeout_before_write",
                     "lookup_unavailable"]
 Operation = Literal["create", "close", "lookup", "any"]
-WRITE_FAULTS = ("error_before_write", "timeout_after_write", "drop_after_write", "timeout_before_write")
 
 
 class Fault(BaseModel):

@@ -92,7 +92,6 @@ def test_every_profile_is_internally_consistent(name):
     assert p.name == name and get_profile(name) is p
     assert p.queues.max_receive_count >= 5  # AWS advice; throttling never burns receives
     assert p.recovery.claim_lease_s < p.queues.analysis_visibility_s  # a lapsed lease is seen before the message reappears
-    assert p.heartbeat_interval_s < p.recovery.claim_lease_s
     assert p.tier1.model_retry.max_attempts >= 1 and p.tier1.tool_retry.max_attempts >= 1
     assert p.tier1.model_retry.base_s <= p.tier1.model_retry.cap_s and p.tier1.tool_retry.base_s <= p.tier1.tool_retry.cap_s
     # tier-1 sleeping for one chunk attempt must end before the message becomes visible again

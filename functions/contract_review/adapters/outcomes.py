@@ -26,7 +26,7 @@ class PowertoolsOutcomes:
     The record's key is `sideeffect#<md5 of our key>` whatever function runs it (aggregator, sweeper,
     CLI), because `key_prefix` is fixed. Powertools frees an in-progress record when the invocation's
     time runs out (`remaining_ms`), and that lease is not configurable: the external system's own
-    idempotency key is what really keeps an action single (DESIGN.md, known traps)."""
+    idempotency key is what really keeps an action single."""
 
     KEY_PREFIX = "sideeffect"
 

@@ -21,14 +21,10 @@ JSON_MAX_BYTES_PER_CHAR = 6  # JSON escapes a control character as \u001f; other
 ANALYSIS_MESSAGE_FIXED_BYTES = 4_096  # an analysis message without its text: ids, counters, resume_from (generous)
 
 # The AWS SDK calls (DynamoDB, S3, SQS: wiring.aws_client_config): botocore's standard retry mode, its attempts in
-# total, its timeouts, and its longest backoff between attempts (botocore: 20 s).
+# total, and its timeouts.
 AWS_CALL_ATTEMPTS = 5
 AWS_CONNECT_TIMEOUT_S = 5
 AWS_READ_TIMEOUT_S = 30
-BOTOCORE_MAX_BACKOFF_S = 20
-# The longest a legitimate write can take: every attempt timing out, the longest backoff between them (255 s).
-LONGEST_AWS_CALL_S = (AWS_CALL_ATTEMPTS * (AWS_CONNECT_TIMEOUT_S + AWS_READ_TIMEOUT_S)
-                      + (AWS_CALL_ATTEMPTS - 1) * BOTOCORE_MAX_BACKOFF_S)
 # The scheduled functions that run one at a time: reserved concurrency 1 each (a run never overlaps the next, and
 # batch work never takes the recovery sweeper's turn), no asynchronous retries (infra/stack.py; docs/infrastructure.md
 # "Concurrency"). `review preflight` counts their reservations with the worker's.

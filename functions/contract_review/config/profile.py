@@ -2,9 +2,8 @@
 
 `Profile` holds every number the infrastructure and the runtime share (timeouts, receive
 counts, leases, retry policy). `infra/` builds the template from a profile; the template passes
-the profile *name* and the resource names to the functions as environment variables; handlers
-turn that environment into `Settings` (settings.py) once, at cold start, and hand it to the core.
-Nothing else reads `os.environ`.
+the profile *name* and the resource names to the functions as environment variables; the process
+entry points turn that environment into `Settings` (settings.py) once, and hand it to the core.
 """
 
 from __future__ import annotations
@@ -441,10 +440,6 @@ class Profile(BaseModel):
                 f"{self.tier1.handoff_margin_s}s must fit the Fargate stop timeout {self.fargate.fargate_stop_timeout_s}s "
                 "(a call in flight at SIGTERM must end, and its chunk be released, before SIGKILL)")
         return self
-
-    @property
-    def heartbeat_interval_s(self) -> float:
-        return self.recovery.claim_lease_s / 3
 
     @property
     def analyst_reserve_s(self) -> float:

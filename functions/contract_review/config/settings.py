@@ -1,6 +1,7 @@
 """What one running process needs: its resources (the one table the stack, the environment and the
-CLI's stack lookup are derived from) and its profile. Handlers build `Settings` once, at cold start,
-from the environment; nothing else reads `os.environ`."""
+CLI's stack lookup are derived from) and its profile. The process entry points (handlers/__init__.py for
+Lambda, handlers/poller.py for the Fargate poller) build `Settings` once from the environment; the core never
+reads `os.environ`."""
 
 from __future__ import annotations
 

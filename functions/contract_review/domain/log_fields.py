@@ -102,11 +102,6 @@ def bind(fields: Mapping[str, object]) -> None:
         _CURRENT.set(merged(_bound(), fields))
 
 
-def with_fields(extra: Mapping[str, object] | None = None) -> dict[str, object]:
-    """The bound fields and `extra`, for a log call's `extra=` (the line's own values win)."""
-    return merged(_bound(), extra or {})
-
-
 class LogFieldsFilter(logging.Filter):
     """On a logging handler: every record it emits gets the bound fields it does not carry already, and a raw
     idempotency key passed in `extra` is replaced by its hash."""

@@ -80,7 +80,6 @@ MODEL_TRAITS: dict[str, ModelTraits] = {
     # Claude Opus 4.6 through the Messages body (its minimum cacheable prefix not verified: the strictest known)
     "anthropic.claude-opus-4-6-v1": ModelTraits(4096, 5, 313, api="messages"),
 }
-MODEL_APIS = ("converse", "messages")
 # An unknown model gets the strictest traits of the table: never a cache or a quota kinder than a real one.
 STRICTEST = ModelTraits(max(t.min_cache_tokens for t in MODEL_TRAITS.values()),
                         max(t.output_burndown for t in MODEL_TRAITS.values()),

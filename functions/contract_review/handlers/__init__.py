@@ -22,7 +22,7 @@ from .tracing import TracedModel
 
 @functools.cache
 def settings() -> Settings:
-    """The only os.environ read: once per process."""
+    """The Lambda handlers' environment, read once per process (the Fargate poller reads its own: poller.py)."""
     return Settings.from_env(os.environ)
 
 
