@@ -77,3 +77,34 @@ def test_every_relative_link_resolves(page: Path):
 def test_the_link_checker_sees_links():
     # the check above would pass vacuously if the pattern matched nothing
     assert sum(len(links(p)) for p in PAGES) > 50
+
+
+# --- docs/extending.md's "where to change what" ------------------------------------------------------
+
+def where_to_change_what() -> list[str]:
+    text = (ROOT / "docs" / "extending.md").read_text(encoding="utf-8")
+    section = text[text.index("## Where to change what"):]
+    section = section[:section.index("\n## ", 1)]
+    rows = [line for line in section.splitlines() if line.startswith("| ") and not line.startswith("| to add")]
+    return [p for row in rows for p in re.findall(r"`([\w./-]+/[\w./-]*)`", row)]
+
+
+def test_every_file_the_where_to_change_what_table_names_exists():
+    paths = where_to_change_what()
+    assert len(paths) >= 20  # every row names its files
+    missing = [p for p in paths if not (ROOT / p).exists()]
+    assert not missing, f"docs/extending.md names files that do not exist: {missing}"
+
+
+def test_the_where_to_change_what_table_has_a_row_for_each_kind_of_change():
+    text = (ROOT / "docs" / "extending.md").read_text(encoding="utf-8")
+    for kind in ("an analyst category", "a ticket system", "an error code", "a job state", "a model",
+                 "a CLI command", "an alarm"):
+        assert f"\n| {kind} |" in text, kind
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: str(p.relative_to(ROOT)))
+def test_no_page_labels_its_text_with_an_issue_number(page: Path):
+    # a reader cannot open "issue 17"; the docs say what changed, the commit history says when
+    text = page.read_text(encoding="utf-8")
+    assert not re.findall(r"(?i)\bissues? ?\d+|\(#\d+\)|\bissue\d+", text)
