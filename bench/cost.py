@@ -1,4 +1,4 @@
-"""What a document costs: model calls and tokens per KB of contract text (README: "What a document costs").
+"""What a document costs: model calls and tokens per KB of contract text (docs/cost.md, "What a document costs").
 
     .venv/bin/python bench/cost.py [--input-per-1k 0.003] [--output-per-1k 0.015]
 

@@ -1,8 +1,8 @@
-"""The README's Job API caller policy allows exactly the calls of the README's curl sessions, judged by the policy
+"""The Job API page's caller policy (docs/api.md) allows exactly the calls of its curl sessions, judged by the policy
 evaluator the role-coverage test uses (tests/infra/aws_calls.py `allowed`: API Gateway enforces it on AWS; moto does
 not enforce IAM, so nothing else would notice a policy that drifted from the routes a caller needs).
 
-Both are read from README.md itself: the one ```json block with `execute-api:Invoke` (its placeholders filled in as a
+Both are read from docs/api.md itself: the one ```json block with `execute-api:Invoke` (its placeholders filled in as a
 reader would) and every `curl` of the two ```bash sessions that goes to `$API` (submit, events, status, cancel; upload,
 submit, status, report). Each call becomes the ARN API Gateway checks (`arn:aws:execute-api:REGION:ACCOUNT:API_ID/
 $default/METHOD/path`). The sessions run as written against the local stack in tests/integration/test_api.py (the
@@ -11,7 +11,7 @@ owner reads its report, the other principal gets 404).
 - every call of the sessions is allowed;
 - no route of the API that the sessions do not use is (`contract_review.operate.api.ROUTES`), nor another method;
 - the same calls on another API, stage, region or account are refused;
-- the routes the README says to add "for callers that use them" are exactly the rest of the API's routes.
+- the routes the page says to add "for callers that use them" are exactly the rest of the API's routes.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from contract_review.operate.api import ROUTES
 
 from .aws_calls import ACCOUNT, REGION, Need, allowed
 
-README = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
+README = (Path(__file__).resolve().parents[2] / "docs" / "api.md").read_text(encoding="utf-8")  # the Job API page
 API_ID, JOB, BATCH = "a1b2c3d4e5", "job-0123456789abcdef0123", "batch-0123456789abcdef"
 INVOKE = "execute-api:Invoke"
 

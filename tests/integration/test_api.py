@@ -4,7 +4,7 @@
 - events resumed with `Last-Event-ID` (server-sent events) and with `after=SEQ` lose nothing, repeat nothing;
 - another principal gets 404 on every route;
 - a batch with a bad item: the others complete, the bad one is reported;
-- the README's curl session (submit, watch events, cancel) works as written.
+- docs/api.md's curl session (submit, watch events, cancel) works as written.
 """
 
 from __future__ import annotations
@@ -163,10 +163,10 @@ def test_a_batch_with_one_bad_item_runs_the_others_and_reports_the_bad_one(stack
 
 
 def _readme_block(marker: str) -> str:
-    """The README's one ```bash block that has `marker` (the curl session: its event stream; the uploads)."""
-    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    """docs/api.md's one ```bash block that has `marker` (the curl session: its event stream; the uploads)."""
+    readme = (ROOT / "docs" / "api.md").read_text(encoding="utf-8")
     blocks = [b for b in re.findall(r"^```bash\n(.*?)^```", readme, flags=re.S | re.M) if marker in b]
-    assert len(blocks) == 1, f"README: one ```bash block with {marker}"
+    assert len(blocks) == 1, f"docs/api.md: one ```bash block with {marker}"
     return blocks[0]
 
 

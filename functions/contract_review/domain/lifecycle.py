@@ -1,11 +1,8 @@
 """The job's state machine: the one table of legal transitions, every transition, and cancellation.
 
-    queued -> running -> (waiting_approval <-> running) -> completed | failed | dead_lettered
-    queued | running | waiting_approval -> cancelling -> cancelled
-    running | waiting_approval -> compensating -> failed (a saga step failed, a reject, an expiry; straight
-        to failed when no side effect is left to undo)
-    failed | dead_lettered -> running (reopened: `review retry`, `review dlq redrive`)
-    failed -> queued (a job failed in intake, sent again)
+`TRANSITIONS` is the state machine, written once: `python -m contract_review.domain.lifecycle >
+docs/job-states.md` (`make docs`) renders it with the reason for each move (`WHY`), and a test keeps the
+committed page equal to it.
 
 `transition` checks the table (an illegal transition raises `IllegalTransition`: a bug, never an
 operational outcome), makes one conditional write on the job's `version` as the caller read it,
@@ -61,6 +58,28 @@ TRANSITIONS: dict[JobState, frozenset[JobState]] = {
     S.DEAD_LETTERED: frozenset({S.RUNNING}),
     S.COMPLETED: frozenset(),
     S.CANCELLED: frozenset({S.RUNNING}),  # `review retry`: resumed from its checkpoints
+}
+# Why a job takes each move of `TRANSITIONS` (rendered into docs/job-states.md; a test keeps the keys equal).
+WHY: dict[tuple[JobState, JobState], str] = {
+    (S.QUEUED, S.RUNNING): "intake stored the document and its fan-out plan; the first page of chunks goes out",
+    (S.QUEUED, S.FAILED): "invalid input, or intake never finished its message (`runtime.intake_exhausted`)",
+    (S.QUEUED, S.CANCELLING): "`review cancel`, `POST /jobs/{id}/cancel`: no new work starts",
+    (S.RUNNING, S.CANCELLING): "`review cancel`, `POST /jobs/{id}/cancel`, or its budget reached (`job.budget_exceeded`)",
+    (S.WAITING_APPROVAL, S.CANCELLING): "`review cancel`, `POST /jobs/{id}/cancel`",
+    (S.RUNNING, S.WAITING_APPROVAL): "a side effect's outcome is unknown: a person approves or rejects",
+    (S.RUNNING, S.COMPLETED): "every mandatory analyst ran on every chunk; the report is written",
+    (S.RUNNING, S.FAILED): "a job-fatal error, or a mandatory gap (`job.chunks_missing`), nothing left to undo",
+    (S.RUNNING, S.DEAD_LETTERED): "a chunk used its whole attempt budget",
+    (S.RUNNING, S.COMPENSATING): "failing with side effects done: they are undone first",
+    (S.WAITING_APPROVAL, S.RUNNING): "`review approve`: the step is retried with the same key",
+    (S.WAITING_APPROVAL, S.COMPENSATING): "`review reject`, or no decision before the approval expired",
+    (S.WAITING_APPROVAL, S.FAILED): "rejected or expired with nothing left to undo",
+    (S.CANCELLING, S.CANCELLED): "every chunk in flight stopped and done side effects were compensated",
+    (S.COMPENSATING, S.FAILED): "every compensation ran or went to the compensation DLQ",
+    (S.FAILED, S.RUNNING): "reopened: `review retry`, `review dlq redrive`, or the same document again",
+    (S.FAILED, S.QUEUED): "a job failed in intake sent again, or an input error replaced under its key",
+    (S.DEAD_LETTERED, S.RUNNING): "reopened: `review retry`, `review dlq redrive`",
+    (S.CANCELLED, S.RUNNING): "`review retry` (a budget-stopped job with `--budget-usd`): resumed from its checkpoints",
 }
 CANCELLABLE = (S.QUEUED, S.RUNNING, S.WAITING_APPROVAL)
 MOVE_ATTEMPTS = 5
@@ -346,3 +365,34 @@ def compensate_side_effects(deps: Deps, job: Job, reason: str) -> None:
         raise ReviewError.of("sideeffect.compensation_failed", "the job has side effects but no side-effect "
                              "adapters are configured (IDEMPOTENCY_TABLE)", step="cancel")
     deps.compensator(deps, job, reason)
+
+
+def render_markdown() -> str:
+    """docs/job-states.md: `TRANSITIONS` as a diagram and a table (every legal move, with `WHY`)."""
+    lines = [
+        "# Job states",
+        "",
+        "Generated from `TRANSITIONS` and `WHY` (`functions/contract_review/domain/lifecycle.py`) by "
+        "`python -m contract_review.domain.lifecycle > docs/job-states.md` (`make docs`). Do not edit by hand.",
+        "",
+        f"A job is in one of {len(JobState)} states; the ended ones are "
+        + ", ".join(f"`{s.value}`" for s in JobState if s.terminal)
+        + ". Any move not listed here raises `IllegalTransition`: a bug, never an operational outcome. "
+        "Every move is one conditional write on the job's `version` and appends the event `job.<state>`.",
+        "",
+        "```mermaid",
+        "stateDiagram-v2",
+        f"  [*] --> {S.QUEUED.value}",
+    ]
+    lines += [f"  {frm.value} --> {to.value}" for frm in JobState for to in JobState if to in TRANSITIONS[frm]]
+    lines += [f"  {s.value} --> [*]" for s in JobState if s.terminal]
+    lines += ["```", "", "| from | to | when |", "|---|---|---|"]
+    for frm in JobState:
+        for to in JobState:
+            if to in TRANSITIONS[frm]:
+                lines.append(f"| `{frm.value}` | `{to.value}` | {WHY[frm, to]} |")
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    print(render_markdown(), end="")
