@@ -155,7 +155,7 @@ COST_TAG_KEY = "review-stack"  # every resource carries it (stack name); activat
 class CostBudget(Construct):
     """A monthly AWS Budgets cost budget on this stack's cost-allocation tag (`review-stack` = the stack name),
     alerting the alarm topic at 80 % of actual spend and at 100 % of the forecast. Budgets sees the tag only once it
-    is activated as a cost-allocation tag (README "Deploy": `aws ce update-cost-allocation-tags-status`)."""
+    is activated as a cost-allocation tag (docs/deploying.md: `aws ce update-cost-allocation-tags-status`)."""
 
     def __init__(self, scope: Construct, construct_id: str, *, topic: AlarmTopic, monthly_usd: float) -> None:
         super().__init__(scope, construct_id)

@@ -86,7 +86,7 @@ class ReleaseReason(StrEnum):
 
 
 def job_id_for(idempotency_key: str) -> str:
-    """A job's id: a client can compute it before sending (README: intake message schema)."""
+    """A job's id: a client can compute it before sending (docs/message-schema.md)."""
     return "job-" + hashlib.sha256(idempotency_key.encode("utf-8")).hexdigest()[:20]
 
 
