@@ -27,7 +27,7 @@ from contract_review.operate import ops
 from contract_review.pipeline import redrive
 from contract_review.review.chunking import document_hash
 
-from .progress import UNKNOWN, WAITING, ended, watch_jobs
+from ..progress import UNKNOWN, WAITING, ended, watch_jobs
 
 console = Console(emoji=False)  # an ARN holds `:secret:`, which rich would print as an emoji
 _STDERR = Console(stderr=True, emoji=False)  # progress beside --json output
@@ -49,14 +49,14 @@ class Ctx:
     @property
     def deps(self) -> Deps:
         if self._deps is None:
-            from .connect import StackUnavailable, connect
+            from ..connect import StackUnavailable, connect
 
             try:
                 self._deps = connect(self.stack, self.region)
             except StackUnavailable as exc:
                 raise click.ClickException(str(exc)) from exc
             if self.stack is None:
-                from .embedded import load_local_json
+                from ..embedded import load_local_json
 
                 self.local_endpoint = load_local_json()["endpoint"]
         return self._deps
@@ -69,7 +69,7 @@ class ReviewGroup(click.Group):
         try:
             return super().invoke(ctx)
         except (BotoCoreError, ClientError) as exc:
-            from .connect import describe_aws_error
+            from ..connect import describe_aws_error
 
             obj = ctx.obj if isinstance(ctx.obj, Ctx) else None
             raise click.ClickException(describe_aws_error(exc, obj.local_endpoint if obj else None)) from exc
@@ -110,10 +110,10 @@ def up(fault_rate: float, seed: int, workers: int | None, worker_kind: str, no_t
        ticket_faults: str, batch_faults: str, as_json: bool) -> None:
     """Start embedded AWS (moto) with the stack deployed, the workers, the Job API and the status page, in the
     foreground."""
-    from .batch_service import BatchFaults
-    from .embedded import LOCAL_JSON
-    from .stack import LocalStack
-    from .ticket_service import TicketFaults
+    from ..batch_service import BatchFaults
+    from ..embedded import LOCAL_JSON
+    from ..stack import LocalStack
+    from ..ticket_service import TicketFaults
 
     out = _STDERR if as_json else console
     faults = FaultSpec(seed=seed, transient_rate=fault_rate) if fault_rate else None
@@ -200,15 +200,15 @@ def ui(obj: Ctx, port: int, as_name: str | None) -> None:
     filling live, the timeline, findings, cost against budget, the approval, cancel/retry/approve/reject; the dead
     letters with redrive and discard; a chart of model calls, throttles and quota use. Against --stack NAME it uses your own AWS credentials (the IAM policy it needs:
     docs/runbook.md "The status page"); nothing is exposed beyond this machine."""
-    from .api_server import local_principal
-    from .ui_server import UiServer
+    from ..api_server import local_principal
+    from ..ui_server import UiServer
 
     principal = None
     if as_name is not None:
         if obj.stack is not None:
             raise click.UsageError("--as acts as a principal of the local stack; against --stack the page is an "
                                    "operator's view")
-        from .embedded import load_local_json
+        from ..embedded import load_local_json
 
         names = sorted(load_local_json().get("api_tokens", {}))
         if as_name not in names:
@@ -409,7 +409,7 @@ def _waiting_line(job: Job | None, job_id: str) -> str:
 
 def _submit_batch(obj: Ctx, path: Path, with_files: bool, wait: bool, key: str | None, timeout: float,
                   as_json: bool = False) -> None:
-    from .batches import cli_principal, submit_batch_file
+    from ..batches import cli_principal, submit_batch_file
 
     if with_files:
         raise click.UsageError("give FILE... or --batch ITEMS.jsonl, not both")
@@ -429,7 +429,7 @@ def _submit_batch(obj: Ctx, path: Path, with_files: bool, wait: bool, key: str |
 def batch(obj: Ctx, batch_id: str, as_json: bool) -> None:
     """Each item of a batch (`review submit --batch`, or the Job API's POST /batches): its job and state. Also
     accepts a unique prefix of the batch id."""
-    from .batches import cli_principal, show_batch
+    from ..batches import cli_principal, show_batch
 
     try:
         batch_id = ops.resolve_batch_id(obj.deps, batch_id)
@@ -993,8 +993,8 @@ def preflight(obj: Ctx, model_id: str | None, region: str | None, as_json: bool,
     Fargate worker (the stack's, or --worker fargate), the ECS and Application Auto Scaling service-linked roles exist.
     One line per check, with a command that fixes a failed one. Exits 1 unless the model answers and every account
     check passes (with --before-deploy: every check a deploy does not fix)."""
-    from .preflight import PreflightError
-    from .preflight import preflight as run
+    from ..preflight import PreflightError
+    from ..preflight import preflight as run
 
     if not as_json:
         try:
@@ -1022,7 +1022,7 @@ def preflight(obj: Ctx, model_id: str | None, region: str | None, as_json: bool,
                    "findings, cost_usd, coverage; reliability; completed, total, seconds); progress on stderr.")
 def demo(fault_rate: float, samples_dir: Path | None, as_json: bool) -> None:
     """Run the whole pipeline on embedded AWS with the sample contracts, then print the results."""
-    from .demo import run_demo
+    from ..demo import run_demo
 
     if not as_json:
         sys.exit(run_demo(console, fault_rate, samples_dir))
@@ -1034,7 +1034,3 @@ def demo(fault_rate: float, samples_dir: Path | None, as_json: bool) -> None:
 
 def main() -> None:
     cli(obj=None)
-
-
-if __name__ == "__main__":
-    main()
