@@ -209,7 +209,7 @@ def test_the_task_may_protect_itself_from_scale_in(synth: Synth) -> None:
 def test_preflight_checks_the_service_linked_role_the_scaling_target_names(synth: Synth) -> None:
     """`review preflight` (stack WorkerKind fargate, or --worker fargate) checks the Application Auto Scaling role this
     template's scalable target uses, by the name and service path the template gives it."""
-    from review_local.preflight import SERVICE_LINKED_ROLES
+    from review_local.preflight_account import SERVICE_LINKED_ROLES
 
     t = synth.templates[FARGATE]
     assert t["Outputs"]["WorkerKind"]["Value"] == "fargate"  # what preflight reads from a deployed stack

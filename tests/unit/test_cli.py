@@ -22,9 +22,10 @@ from contract_review.domain.records import JobState, job_id_for
 from contract_review.pipeline.aggregator import handle_message
 from contract_review.pipeline.intake import handle_intake
 from contract_review.review.chunking import document_hash
-from review_local import cli as cli_module
 from review_local import progress
-from review_local.cli import SUBMIT_GRACE_S, WATCH_GRACE_S, Ctx, cli
+from review_local.cli import Ctx, cli, render
+from review_local.cli.jobs import WATCH_GRACE_S
+from review_local.cli.submit import SUBMIT_GRACE_S
 
 from ..texts import LONG_TEXT, TEXT
 from .fakes import FakeWorld
@@ -71,7 +72,7 @@ class FakeTime:
 
 @pytest.fixture(autouse=True)
 def wide_console(monkeypatch):
-    monkeypatch.setattr(cli_module.console, "width", 400)  # rich wraps at the terminal width: keep lines whole
+    monkeypatch.setattr(render.console, "width", 400)  # rich wraps at the terminal width: keep lines whole
 
 
 def fake_time(monkeypatch, pipeline: Pipeline | None = None, start_after: int = 0) -> FakeTime:

@@ -12,9 +12,8 @@ from click.testing import CliRunner, Result
 from contract_review.domain.ports import Queue
 from contract_review.domain.principals import Caller
 from contract_review.operate import api
-from review_local import cli as cli_module
 from review_local.batches import LOCAL_PRINCIPAL
-from review_local.cli import Ctx, cli
+from review_local.cli import Ctx, cli, render
 
 from ..texts import LONG_TEXT, TEXT
 from .fakes import FakeWorld
@@ -23,7 +22,7 @@ from .inprocess import InProcess
 
 @pytest.fixture(autouse=True)
 def wide_console(monkeypatch):
-    monkeypatch.setattr(cli_module.console, "width", 400)
+    monkeypatch.setattr(render.console, "width", 400)
 
 
 def run(world: FakeWorld, *args: str) -> Result:

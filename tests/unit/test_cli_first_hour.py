@@ -13,7 +13,7 @@ from contract_review.domain.ports import Queue
 from contract_review.domain.records import JobState, job_id_for
 from contract_review.pipeline.intake import handle_intake
 from contract_review.review.chunking import document_hash
-from review_local import cli as cli_module
+from review_local.cli import render
 
 from ..texts import LONG_TEXT, TEXT
 from .fakes import FakeWorld
@@ -24,7 +24,7 @@ from .test_ops import dead_letter_chunk
 
 @pytest.fixture(autouse=True)
 def narrow_console(monkeypatch):
-    monkeypatch.setattr(cli_module.console, "width", 80)  # a new user's terminal
+    monkeypatch.setattr(render.console, "width", 80)  # a new user's terminal
 
 
 def dead_intake_letter(world: FakeWorld, name: str = "late.txt") -> str:

@@ -13,10 +13,10 @@ import pytest
 from click.testing import CliRunner
 
 from contract_review.domain.records import JobState
-from review_local import cli as cli_module
 from review_local import demo as demo_module
 from review_local import stack as stack_module
 from review_local.cli import cli
+from review_local.cli import stack as cli_stack
 
 from ..texts import LONG_TEXT, TEXT
 from .fakes import FakeWorld
@@ -86,7 +86,7 @@ def world(monkeypatch: pytest.MonkeyPatch) -> FakeWorld:
 
 def test_review_up_json_prints_one_document_of_the_running_stack_then_serves(world, monkeypatch):
     served: list[bool] = []
-    monkeypatch.setattr(cli_module, "_serve_until_stopped", lambda: served.append(True))
+    monkeypatch.setattr(cli_stack, "_serve_until_stopped", lambda: served.append(True))
     # WHEN `review up --json` has the stack up
     result = CliRunner().invoke(cli, ["up", "--json"])
     # THEN stdout is one JSON document: what .review/local.json records, plus the ticket fake and the paths

@@ -26,14 +26,13 @@ from review_local.preflight import (
     PreflightError,
     PreflightReport,
     check_batch,
-    check_concurrency,
-    check_layer,
     local_target,
     preflight,
     region_restriction,
     render,
     run_preflight,
 )
+from review_local.preflight_account import check_concurrency, check_layer
 
 from . import bedrock_stubs as bs
 

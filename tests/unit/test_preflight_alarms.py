@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from review_local.preflight import check_alarm_subscribers, preflight
+from review_local.preflight import preflight
+from review_local.preflight_account import check_alarm_subscribers
 
 from . import bedrock_stubs as bs
 from .test_preflight import Clients, WithClients, deployed_stack_run

@@ -8,7 +8,8 @@ import json
 from typing import Any
 from urllib.parse import quote
 
-from review_local.preflight import check_batch_role, preflight
+from review_local.preflight import preflight
+from review_local.preflight_account import check_batch_role
 
 from . import bedrock_stubs as bs
 from .test_preflight import Clients, WithClients, deployed_stack_run

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from review_local.preflight import SERVICE_LINKED_ROLES, check_service_linked_roles, preflight
+from review_local.preflight import preflight
+from review_local.preflight_account import SERVICE_LINKED_ROLES, check_service_linked_roles
 
 from . import bedrock_stubs as bs
 from .test_preflight import Clients, WithClients, deployed_stack_run, local_stack_run

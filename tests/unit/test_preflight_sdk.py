@@ -14,7 +14,8 @@ from click.testing import CliRunner
 from contract_review.config.profile import get_profile
 from contract_review.config.sdk import installed_sdk, sdk_description
 from review_local.cli import cli
-from review_local.preflight import check_sdk_layer, preflight
+from review_local.preflight import preflight
+from review_local.preflight_account import check_sdk_layer
 
 from . import bedrock_stubs as bs
 from .test_preflight import PAGE_1, PAGE_2, SDK_LAYER_ARN, Clients, FakeSession, _stack

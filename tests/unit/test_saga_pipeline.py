@@ -166,7 +166,8 @@ def test_waiting_for_a_person_is_visible_and_watch_returns_at_once_with_its_own_
     from click.testing import CliRunner
 
     from review_local import progress
-    from review_local.cli import EXIT_WAITING_APPROVAL, Ctx, cli
+    from review_local.cli import Ctx, cli
+    from review_local.cli.jobs import EXIT_WAITING_APPROVAL
 
     fx = FakeSideEffects()
     world, _, job_id = waiting(fx)

@@ -1,0 +1,5 @@
+"""`python -m review_local.cli`: the `review` command, as the console script runs it."""
+
+from . import main
+
+main()

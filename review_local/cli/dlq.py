@@ -1,0 +1,148 @@
+"""Dead letters: `review dlq` (list, show, redrive, discard the pipeline's) and `review compensations` (the
+compensation DLQ of side effects that could not be undone)."""
+
+from __future__ import annotations
+
+import json
+
+import click
+
+from contract_review.operate import ops
+from contract_review.pipeline import redrive
+
+from .context import Ctx, whole_message_id
+from .render import console, say
+
+
+@click.group()
+def dlq() -> None:
+    """Inspect, redrive and discard dead letters."""
+
+
+@dlq.command("list")
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_obj
+def dlq_list(obj: Ctx, as_json: bool) -> None:
+    """DLQ messages joined with their job and chunk records (document text shown by its length only).
+
+    `source message` is the MessageId that `send-message` returned; `attempts` what the pipeline spent
+    before giving up. SQS's own receive count is not shown: SQS has no peek, so every listing is a
+    receive and would raise it."""
+    items = ops.dlq_list(obj.deps)
+    if as_json:
+        click.echo(json.dumps([i.model_dump(mode="json", exclude={"body"}) for i in items], indent=2))
+        return
+    for i in items:  # one line each, ids whole (a table cuts them at the terminal's width)
+        parts = [i.message_id, f"{i.queue} DLQ"]
+        parts += [f"job {i.job_id}"] if i.job_id else []
+        parts += [f"chunk {i.chunk.chunk_index + 1}"] if i.chunk else []
+        code = (i.envelope.error_code if i.envelope else None) or i.error_code
+        parts += [(code or "no error code") + (f" at {i.failed_step}" if i.failed_step else "")]
+        parts += [f"after {i.attempts} attempt(s)"] if i.attempts is not None else []
+        parts += [f"moved by {i.moved_by}"]
+        parts += [f"source message {i.source_message_id}"] if i.source_message_id else []
+        say("  ".join(parts))
+    say(f"{len(items)} message(s); `review dlq show MESSAGE_ID [--body]` for one, `review dlq redrive` or "
+         "`review dlq discard` (ids may be shortened to a unique prefix)")
+
+
+@dlq.command("show")
+@click.argument("message_id")
+@click.option("--body", "with_body", is_flag=True, help="Include the whole message body (for intake: your document).")
+@click.pass_obj
+def dlq_show(obj: Ctx, message_id: str, with_body: bool) -> None:
+    """Everything known about one DLQ message: payload, attempts, last error envelope."""
+    item = ops.dlq_show(obj.deps, whole_message_id(obj, message_id), with_body=with_body)
+    if item is None:
+        raise click.ClickException(f"no DLQ message {message_id} (`review dlq list` shows their ids)")
+    click.echo(item.model_dump_json(indent=2, exclude=None if with_body else {"body"}))
+
+
+@dlq.command("redrive")
+@click.argument("message_id", required=False)
+@click.option("--all", "all_", is_flag=True, help="Redrive every DLQ message.")
+@click.option("--force", is_flag=True, help="Resend intake messages that failed with a permanent input error too.")
+@click.option("--json", "as_json", is_flag=True, help="Print the outcomes as JSON (one object per message: message_id, queue, action, job_id, chunk_id, skipped).")
+@click.pass_obj
+def dlq_redrive(obj: Ctx, message_id: str | None, all_: bool, force: bool, as_json: bool) -> None:
+    """Re-inject DLQ messages with a fresh attempt budget (leaves an audit event).
+
+    An intake message that failed with a permanent input error would fail the same way: it is
+    skipped, with the reason, unless --force (e.g. the document it names has been uploaded since)."""
+    if not message_id and not all_:
+        raise click.UsageError("give a MESSAGE_ID or --all")
+    done = redrive.dlq_redrive(obj.deps, None if all_ or not message_id else {whole_message_id(obj, message_id)},
+                               force=force)
+    if as_json:
+        click.echo(json.dumps([d.model_dump(mode="json") for d in done], indent=2))
+    for d in [] if as_json else done:
+        style = "yellow" if d.skipped else ""
+        console.print(f"{d.message_id}  {d.queue}  {d.job_id or ''}  {d.action}", style=style, soft_wrap=True)
+    if not any(not d.skipped for d in done):
+        raise click.ClickException("nothing redriven" if not done else "nothing redriven: every message was skipped")
+
+
+@dlq.command("discard")
+@click.argument("message_id")
+@click.option("--yes", is_flag=True, help="Do not ask: discard it.")
+@click.pass_obj
+def dlq_discard(obj: Ctx, message_id: str, yes: bool) -> None:
+    """Delete one dead letter that can never be fixed (the DLQ alarm stops counting it). Asks first unless --yes;
+    a `dlq.discarded` event on its job, if it names one, records it. The message is gone: `review dlq show
+    MESSAGE_ID --body` first if you want to keep it."""
+    message_id = whole_message_id(obj, message_id)
+    item = ops.dlq_show(obj.deps, message_id)
+    if item is None:
+        raise click.ClickException(f"no DLQ message {message_id} (`review dlq list` shows their ids)")
+    about = (f"{item.message_id} ({item.queue} DLQ"
+             + (f", job {item.job_id}" if item.job_id else "") + (f", chunk {item.chunk_id}" if item.chunk_id else "")
+             + f", {(item.envelope.error_code if item.envelope else None) or item.error_code or 'no error code'})")
+    if not yes:
+        click.confirm(f"discard {about} for good?", abort=True, err=True)
+    gone = ops.dlq_discard(obj.deps, message_id, by="cli")
+    if gone is None:
+        raise click.ClickException(f"no DLQ message {message_id}: someone else redrove or discarded it meanwhile")
+    say(f"discarded {about}" + (f"; recorded as dlq.discarded on {gone.job_id}" if gone.job_id else ""))
+
+
+@click.command()
+@click.option("--redrive", is_flag=True, help="Run every dead-lettered compensation again (after fixing the cause).")
+@click.option("--json", "as_json", is_flag=True, help="Print the dead letters (or the redrive's outcome) as JSON.")
+@click.pass_obj
+def compensations(obj: Ctx, redrive: bool, as_json: bool) -> None:
+    """The compensation DLQ: undoing a side effect (closing a ticket, publishing a withdrawal) that failed
+    on every attempt (sideeffect.compensation_failed). Lists each one with its job, step and error; with
+    --redrive runs them again (each keeps its own key: nothing is closed or withdrawn twice)."""
+    import json as _json
+
+    from contract_review.sideeffects import saga
+
+    fx = obj.deps.side_effects
+    if fx is None or fx.dlq is None:
+        raise click.ClickException("this stack has no compensation DLQ (CompensationDlqUrl)")
+    if redrive:
+        out = saga.redrive_compensations(obj.deps, fx)
+        if as_json:
+            click.echo(_json.dumps({"compensated": out.compensated, "still_failing": out.dead_lettered}, indent=2))
+        else:
+            console.print(f"compensated: {len(out.compensated)}  still failing: {len(out.dead_lettered)}")
+        if out.dead_lettered:
+            raise click.ClickException(f"still failing: {', '.join(out.dead_lettered)}")
+        return
+    letters = fx.dlq.take_all(visibility_s=0)
+    if as_json:
+        click.echo(_json.dumps([{"message_id": m.message_id, "job_id": m.attributes.get("job_id"),
+                                 "step": m.attributes.get("step"), "error_code": m.attributes.get("error_code"),
+                                 "envelope": _json.loads(m.attributes.get("envelope") or "null")} for m in letters],
+                               indent=2))
+        return
+    if not letters:
+        console.print("the compensation DLQ is empty")
+    for m in letters:
+        env = _json.loads(m.attributes.get("envelope") or "{}")
+        console.print(f"{m.attributes.get('job_id', '-')}  {m.attributes.get('step', '-')}  "
+                      f"{m.attributes.get('error_code', '-')} (cause {env.get('cause_code') or '-'})  {m.message_id}",
+                      markup=False, highlight=False, soft_wrap=True)
+
+
+COMMANDS = (dlq, compensations)
