@@ -127,7 +127,8 @@ def render_markdown() -> str:
     lines = ["# Metrics", "",
              "Generated from `functions/contract_review/config/metrics.py` (`python -m contract_review.config.metrics "
              "> docs/metrics.md`): every metric our code publishes (namespace `ContractReview`, Powertools EMF), and "
-             "every AWS metric an alarm or the dashboard reads. Alarms: docs/runbook.md \"Alarms and what to do\".",
+             "every AWS metric an alarm or the dashboard reads. The alarms that read them: "
+             "[runbook.md](runbook.md#alarms-and-what-to-do).",
              "", "| namespace | metric | service | dimensions | unit | what it counts |", "|---|---|---|---|---|---|"]
     lines += [f"| {m.namespace} | `{m.name}` | {m.service or '-'} | {', '.join(m.dimensions)} | {m.unit} | {m.about} |"
               for m in CATALOGUE]
