@@ -5,7 +5,8 @@
   confirmation email first).
 - `Monitoring`: per-function error and throttle alarms, the backpressure-requeue rate, stuck jobs, the
   items a sweep or a batch collector run failed on (published by our code through Powertools Metrics,
-  namespace `ContractReview`), and the dashboard. The queue alarms (DLQ depth, oldest-message age)
+  namespace `ContractReview`), the daily spend cap's and Bedrock's token alarms, and the dashboard. Every metric
+  they read is a row of the catalogue (config/metrics.py, imported as `M`), never a name written here. The queue alarms (DLQ depth, oldest-message age)
   belong to `queues.QueueWithDlq`.
 
 The sweeper and the batch collector run one at a time (reserved concurrency 1): a scheduled run that
