@@ -195,10 +195,9 @@ def test_every_metric_of_ours_in_the_catalogue_is_published_by_its_service() -> 
 def test_metrics_are_published_through_the_catalogue_only() -> None:
     """No metric name written at the call: every datapoint goes through `telemetry.emit`, which takes a row."""
     functions = ROOT / "functions"
-    calls = [f"{path.relative_to(functions)}:{n}" for path in functions.rglob("*.py")
-             for n, line in enumerate(path.read_text().splitlines(), 1)
-             if re.search(r"\b(add_metric|single_metric)\(", line)]
-    assert calls == ["contract_review/handlers/telemetry.py:28", "contract_review/handlers/telemetry.py:30"]
+    calls = [str(path.relative_to(functions)) for path in functions.rglob("*.py")
+             for line in path.read_text().splitlines() if re.search(r"\b(add_metric|single_metric)\(", line)]
+    assert calls == ["contract_review/handlers/telemetry.py"] * 2  # in `emit`: one datapoint, or one EMF line
 
 
 def test_a_job_ending_in_each_terminal_state_has_its_row() -> None:
