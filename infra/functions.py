@@ -12,6 +12,8 @@ from aws_cdk import aws_logs as logs
 from aws_cdk import aws_ssm as ssm
 from constructs import Construct
 
+from contract_review.config.metrics import NAMESPACE
+
 FUNCTIONS_DIR = Path(__file__).resolve().parents[1] / "functions"
 ASSET_EXCLUDE = ["Dockerfile", ".dockerignore", "**/__pycache__", "**/*.pyc", "**/.pytest_cache"]
 RUNTIME = lambda_.Runtime.PYTHON_3_12
@@ -19,7 +21,6 @@ ARCHITECTURE = lambda_.Architecture.ARM_64
 # The public SSM parameters AWS publishes per Powertools release (and `latest`) in every region;
 # each holds that region's layer ARN for this runtime and architecture.
 POWERTOOLS_SSM_PATH = f"/aws/service/powertools/python/{ARCHITECTURE.name}/{RUNTIME.name}"
-METRICS_NAMESPACE = "ContractReview"
 
 _RETENTION_STEPS = [
     (1, logs.RetentionDays.ONE_DAY),
@@ -116,7 +117,7 @@ class PipelineFunction(Construct):
             environment={
                 **environment,
                 "POWERTOOLS_SERVICE_NAME": service,
-                "POWERTOOLS_METRICS_NAMESPACE": METRICS_NAMESPACE,
+                "POWERTOOLS_METRICS_NAMESPACE": NAMESPACE,
                 "LOG_LEVEL": log_level,
             },
         )

@@ -5,7 +5,8 @@
   confirmation email first).
 - `Monitoring`: per-function error and throttle alarms, the backpressure-requeue rate, stuck jobs, the
   items a sweep or a batch collector run failed on (published by our code through Powertools Metrics,
-  namespace `ContractReview`), and the dashboard. The queue alarms (DLQ depth, oldest-message age)
+  namespace `ContractReview`), the daily spend cap's and Bedrock's token alarms, and the dashboard. Every metric
+  they read is a row of the catalogue (config/metrics.py, imported as `M`), never a name written here. The queue alarms (DLQ depth, oldest-message age)
   belong to `queues.QueueWithDlq`.
 
 The sweeper and the batch collector run one at a time (reserved concurrency 1): a scheduled run that
@@ -33,40 +34,20 @@ from aws_cdk import aws_sns as sns
 from aws_cdk import aws_sns_subscriptions as subscriptions
 from constructs import Construct
 
+from contract_review.config import metrics as M
 from contract_review.config.constants import ONE_AT_A_TIME_FUNCTIONS
+from contract_review.config.metrics import Metric
 from contract_review.config.profile import Profile
 
 from .queues import QueueWithDlq
 
-NAMESPACE = "ContractReview"  # POWERTOOLS_METRICS_NAMESPACE of every function and the Fargate task
-# Our metrics and the Powertools `service` dimension they carry (the POWERTOOLS_SERVICE_NAME).
-# Backpressure requeues: by the worker (throttling; handlers/worker.py, handlers/poller.py) and by the
-# sweeper (chunks whose Lambda ran out of time; handlers/sweeper.py). The alarm adds both.
-BACKPRESSURE_REQUEUES = ("BackpressureRequeues", "worker")
-SWEEPER_BACKPRESSURE_REQUEUES = ("BackpressureRequeues", "sweeper")
-TIER1_RETRIES = ("Tier1Retries", "worker")
-TIER2_HANDOFFS = ("Tier2Handoffs", "worker")
-MODEL_CALLS = ("ModelCalls", "worker")
-RETRIES_BY_CODE = ("Retries", "worker")  # dimensions service, tier, code
-STUCK_JOBS = ("StuckJobs", "sweeper")  # handlers/sweeper.py, from each sweep's report
-SWEEP_ITEM_FAILURES = ("SweepItemFailures", "sweeper")  # items a sweep failed on (logged "sweep item failed")
-COLLECTOR_ITEM_FAILURES = ("CollectorItemFailures", "collector")  # handlers/collector.py ("collector item failed")
-BATCH_JOBS_SUBMITTED = ("BatchJobsSubmitted", "collector")
-BATCH_JOBS_COLLECTED = ("BatchJobsCollected", "collector")
-BATCH_JOBS_RUNNING = ("BatchJobsRunning", "collector")
-BATCH_JOBS_REFUSED = ("BatchJobsRefused", "collector")  # CreateModelInvocationJob refused for good (batch.refused)
-JOB_DURATION = ("JobDuration", "aggregator")  # handlers/aggregator.py, seconds from submit to end
-# The stack's daily spend cap (domain/spend_cap.py), from each sweep: the day's recorded spend (USD) and the hold
-DAILY_SPEND = ("DailySpendUsd", "sweeper")
-SPEND_CAP_HELD = ("SpendCapHeld", "sweeper")
-BEDROCK_NAMESPACE = "AWS/Bedrock"
 NOTICE_SHARE = 0.8  # the non-paging warnings: at 80 % of the cap, of the model's hourly token quota
 CAP_HOURS = 8  # the paging token-spend alarm: an hour of Bedrock's own token count that would spend the cap in 8 hours
 # (the default fleet's most is about $170 an hour, docs/cost.md: at the prod cap of $1,000 this fires at $125 an hour)
 # Bedrock's token metrics (AWS/Bedrock, per ModelId) -> the ids the alarms' metric math names them by; the two cache
 # counts are assumed to be published beside the others, as Converse reports them apart (a series never published is 0)
-TOKEN_METRICS = {"InputTokenCount": "tokens_in", "OutputTokenCount": "tokens_out",
-                 "CacheReadInputTokenCount": "cache_read", "CacheWriteInputTokenCount": "cache_write"}
+TOKEN_METRICS = {M.BEDROCK_INPUT_TOKENS: "tokens_in", M.BEDROCK_OUTPUT_TOKENS: "tokens_out",
+                 M.BEDROCK_CACHE_READ_TOKENS: "cache_read", M.BEDROCK_CACHE_WRITE_TOKENS: "cache_write"}
 
 
 @dataclass(frozen=True)
@@ -80,7 +61,7 @@ class ModelWatch:
     profile_arn: str | None = None
     tokens_per_minute: float | None = None
     output_burndown: int = 1
-    usd_per_token: Mapping[str, float] | None = None  # TOKEN_METRICS name -> the model's price of one such token
+    usd_per_token: Mapping[Metric, float] | None = None  # TOKEN_METRICS row -> the model's price of one such token
 
 
 def _decimal(x: float) -> str:
@@ -88,20 +69,21 @@ def _decimal(x: float) -> str:
     return f"{x:.12f}".rstrip("0").rstrip(".") or "0"
 
 
-def bedrock_tokens(profile_arn: str, period_s: int, weights: Mapping[str, float], label: str) -> cloudwatch.MathExpression:
+def bedrock_tokens(profile_arn: str, period_s: int, weights: Mapping[Metric, float], label: str) -> cloudwatch.MathExpression:
     """Bedrock's own count of the profile's tokens in each period, each metric of `weights` (TOKEN_METRICS) weighted
     (a missing series is 0)."""
-    def tokens(name: str) -> cloudwatch.Metric:
-        return cloudwatch.Metric(namespace=BEDROCK_NAMESPACE, metric_name=name, dimensions_map={"ModelId": profile_arn},
+    def tokens(m: Metric) -> cloudwatch.Metric:
+        (dimension,) = m.dimensions
+        return cloudwatch.Metric(namespace=m.namespace, metric_name=m.name, dimensions_map={dimension: profile_arn},
                                  statistic="Sum", period=Duration.seconds(period_s))
     return cloudwatch.MathExpression(
-        expression=" + ".join(f"{_decimal(w)} * FILL({TOKEN_METRICS[n]}, 0)" for n, w in weights.items()),
-        using_metrics={TOKEN_METRICS[n]: tokens(n) for n in weights}, label=label, period=Duration.seconds(period_s))
+        expression=" + ".join(f"{_decimal(w)} * FILL({TOKEN_METRICS[m]}, 0)" for m, w in weights.items()),
+        using_metrics={TOKEN_METRICS[m]: tokens(m) for m in weights}, label=label, period=Duration.seconds(period_s))
 
 
-def metric(name_service: tuple[str, str], statistic: str, period_s: int, label: str | None = None) -> cloudwatch.Metric:
-    name, service = name_service
-    return cloudwatch.Metric(namespace=NAMESPACE, metric_name=name, dimensions_map={"service": service},
+def metric(m: Metric, statistic: str, period_s: int, label: str | None = None) -> cloudwatch.Metric:
+    """One of our metrics (config/metrics.py), the series of its publisher's `service`."""
+    return cloudwatch.Metric(namespace=m.namespace, metric_name=m.name, dimensions_map={"service": str(m.service)},
                              statistic=statistic, period=Duration.seconds(period_s), label=label)
 
 
@@ -109,8 +91,8 @@ def backpressure(period_s: int) -> cloudwatch.MathExpression:
     """All backpressure requeues per period: the worker's and the sweeper's (a missing series is 0)."""
     return cloudwatch.MathExpression(
         expression="FILL(worker, 0) + FILL(sweeper, 0)",
-        using_metrics={"worker": metric(BACKPRESSURE_REQUEUES, "Sum", period_s),
-                       "sweeper": metric(SWEEPER_BACKPRESSURE_REQUEUES, "Sum", period_s)},
+        using_metrics={"worker": metric(M.BACKPRESSURE_REQUEUES, "Sum", period_s),
+                       "sweeper": metric(M.SWEEPER_BACKPRESSURE_REQUEUES, "Sum", period_s)},
         label="backpressure requeues", period=Duration.seconds(period_s))
 
 
@@ -233,7 +215,7 @@ class Monitoring(Construct):
                         f"{name} function: Lambda's recursive-loop detection dropped >= 1 invocation in "
                         f"{p.alarms.alarm_period_s}s: a message chain was stopped (docs/runbook.md \"Recursive loops\"). "
                         "The message goes back to its queue and, after its receives, to the DLQ.",
-                        fn.metric("RecursiveInvocationsDropped", period=period, statistic="Sum"), 1)
+                        fn.metric(M.LAMBDA_RECURSION_DROPPED.name, period=period, statistic="Sum"), 1)
         self._alarm("BackpressureAlarm", "backpressure",
                     f"Backpressure: >= {p.alarms.backpressure_alarm_threshold} chunk requeues per {p.alarms.alarm_period_s}s for "
                     f"{p.alarms.backpressure_alarm_periods} periods in a row. The model quota (requests or tokens per "
@@ -245,27 +227,27 @@ class Monitoring(Construct):
                     f"Stuck jobs: the sweeper found >= {p.alarms.stuck_jobs_alarm_threshold} running job(s) without "
                     f"progress for {int(p.recovery.stall_after_s)}s (or the sweeper published nothing: it is not running). "
                     "`review jobs` and `review status JOB` say where each one stands.",
-                    metric(STUCK_JOBS, "Maximum", p.alarms.alarm_period_s), p.alarms.stuck_jobs_alarm_threshold,
+                    metric(M.STUCK_JOBS, "Maximum", p.alarms.alarm_period_s), p.alarms.stuck_jobs_alarm_threshold,
                     missing=cloudwatch.TreatMissingData.BREACHING)
         items = p.alarms.item_failures_alarm_threshold
         self._alarm("SweepItemFailuresAlarm", "sweep-item-failures",
                     f"Sweeper: >= {items} item(s) failed in {p.alarms.alarm_period_s}s (a lapsed claim, a dead letter, a "
                     "stalled job the sweep could not handle; the sweep went on without it). Each is logged as \"sweep "
                     "item failed\" with its item and the exception in the sweeper's log group (docs/runbook.md).",
-                    metric(SWEEP_ITEM_FAILURES, "Sum", p.alarms.alarm_period_s), items)
+                    metric(M.SWEEP_ITEM_FAILURES, "Sum", p.alarms.alarm_period_s), items)
         self._alarm("CollectorItemFailuresAlarm", "collector-item-failures",
                     f"Batch collector: >= {items} item(s) failed in {p.alarms.alarm_period_s}s (a batch job it could not "
                     "track, submit or return, or the packing; the run went on without it). Each is logged as "
                     "\"collector item failed\" in the collector's log group (docs/runbook.md \"Batch collector\"). Its "
                     "function errors and timeouts are the CollectorErrors alarm.",
-                    metric(COLLECTOR_ITEM_FAILURES, "Sum", p.alarms.alarm_period_s), items)
+                    metric(M.COLLECTOR_ITEM_FAILURES, "Sum", p.alarms.alarm_period_s), items)
         self._alarm("BatchRefusedAlarm", "batch-refused",
                     "Bedrock refused a batch inference job for good (batch.refused: the model or inference profile is "
                     "not offered in batch, access denied, a quota): its chunks went on demand and the model's batch "
                     "lane is off, so batch-mode jobs of that model now run on demand at the on-demand price. "
                     "`review quota show` says why; fix the cause, then turn the lane back on (docs/runbook.md "
                     "\"Batch inference jobs\").",
-                    metric(BATCH_JOBS_REFUSED, "Sum", p.alarms.alarm_period_s), 1, notice=True)  # runs on demand
+                    metric(M.BATCH_JOBS_REFUSED, "Sum", p.alarms.alarm_period_s), 1, notice=True)  # runs on demand
         if model is not None:
             self._model_alarms(model)
         self.dashboard = self._dashboard(functions, queues)
@@ -279,11 +261,11 @@ class Monitoring(Construct):
                         "daily_spend_cap_usd): model calls are held (backpressure, nothing fails) until 00:00 UTC. "
                         "`review quota show` says so; to go on today: `review quota resume --override-cap` "
                         "(docs/runbook.md \"The daily spend cap\").",
-                        metric(SPEND_CAP_HELD, "Maximum", period_s), 1)
+                        metric(M.SPEND_CAP_HELD, "Maximum", period_s), 1)
             self._alarm("SpendNearCapAlarm", "spend-near-cap",
                         f"The stack's recorded model spend today passed {NOTICE_SHARE:.0%} of its daily spend cap "
                         f"(${m.cap_usd:,.2f}): at the cap the model is held until 00:00 UTC.",
-                        metric(DAILY_SPEND, "Maximum", period_s), NOTICE_SHARE * m.cap_usd, notice=True)
+                        metric(M.DAILY_SPEND, "Maximum", period_s), NOTICE_SHARE * m.cap_usd, notice=True)
         if m.profile_arn is None:
             return
         hour = 3600
@@ -292,8 +274,8 @@ class Monitoring(Construct):
                         f"Bedrock counted the stack's profile at >= {NOTICE_SHARE:.0%} of the model's tokens-per-minute "
                         f"quota ({m.tokens_per_minute:,.0f}, output tokens x {m.output_burndown}) over an hour: more "
                         "load will be throttled (backpressure); raise the quota or expect slower jobs.",
-                        bedrock_tokens(m.profile_arn, hour, {"InputTokenCount": 1.0,
-                                                             "OutputTokenCount": float(m.output_burndown)},
+                        bedrock_tokens(m.profile_arn, hour, {M.BEDROCK_INPUT_TOKENS: 1.0,
+                                                             M.BEDROCK_OUTPUT_TOKENS: float(m.output_burndown)},
                                        label="quota tokens per hour"),
                         NOTICE_SHARE * m.tokens_per_minute * 60, notice=True)
         if m.cap_usd is not None and m.usd_per_token:
@@ -330,7 +312,8 @@ class Monitoring(Construct):
         dlq = [q.dlq.metric_approximate_number_of_messages_visible(period=minute, label=f"{q.rules.purpose} DLQ")
                for q in queues]
         retries_by_code = cloudwatch.MathExpression(
-            expression=(f"SEARCH('{{{NAMESPACE},code,service,tier}} MetricName=\"{RETRIES_BY_CODE[0]}\"', "
+            expression=(f"SEARCH('{{{M.RETRIES.namespace},{','.join(sorted(M.RETRIES.dimensions))}}} "
+                        f"MetricName=\"{M.RETRIES.name}\"', "
                         f"'Sum', {p})"),
             label="", period=Duration.seconds(p))
         # dashboard names are account-global: the region in it lets the same stack name deploy to a second region
@@ -342,16 +325,16 @@ class Monitoring(Construct):
         )
         dashboard.add_widgets(
             cloudwatch.GraphWidget(title="Job completion time (s, submit to end)", left=[
-                metric(JOB_DURATION, "p50", p, "p50"), metric(JOB_DURATION, "p90", p, "p90"),
-                metric(JOB_DURATION, "Maximum", p, "max")], width=12),
+                metric(M.JOB_DURATION, "p50", p, "p50"), metric(M.JOB_DURATION, "p90", p, "p90"),
+                metric(M.JOB_DURATION, "Maximum", p, "max")], width=12),
             cloudwatch.GraphWidget(title="Dead letters (DLQ depth)", left=dlq, width=12),
         )
         dashboard.add_widgets(
             cloudwatch.GraphWidget(title="Retries by tier", left=[
-                metric(TIER1_RETRIES, "Sum", p, "tier 1 (in-process retries)"),
-                metric(TIER2_HANDOFFS, "Sum", p, "tier 2 (queue redeliveries)"),
+                metric(M.TIER1_RETRIES, "Sum", p, "tier 1 (in-process retries)"),
+                metric(M.TIER2_HANDOFFS, "Sum", p, "tier 2 (queue redeliveries)"),
                 backpressure(p)],
-                right=[metric(MODEL_CALLS, "Sum", p, "model calls")], width=12),
+                right=[metric(M.MODEL_CALLS, "Sum", p, "model calls")], width=12),
             cloudwatch.GraphWidget(title="Retries by error code and tier", left=[retries_by_code], width=12),
         )
         dashboard.add_widgets(
@@ -359,17 +342,17 @@ class Monitoring(Construct):
                 m for name, fn in functions.items() for m in (
                     fn.metric_errors(period=Duration.seconds(p), label=f"{name} errors"),
                     fn.metric_throttles(period=Duration.seconds(p), label=f"{name} throttles"))], width=12),
-            cloudwatch.GraphWidget(title="Stuck jobs (per sweep)", left=[metric(STUCK_JOBS, "Maximum", p, "stuck")],
+            cloudwatch.GraphWidget(title="Stuck jobs (per sweep)", left=[metric(M.STUCK_JOBS, "Maximum", p, "stuck")],
                                    width=12),
         )
         dashboard.add_widgets(
             cloudwatch.GraphWidget(title="Batch lane (collector runs)", left=[
-                metric(BATCH_JOBS_SUBMITTED, "Sum", p, "batch jobs submitted"),
-                metric(BATCH_JOBS_COLLECTED, "Sum", p, "batch jobs collected"),
-                metric(BATCH_JOBS_RUNNING, "Maximum", p, "batch jobs running"),
-                metric(BATCH_JOBS_REFUSED, "Sum", p, "batch jobs refused")], width=12),
+                metric(M.BATCH_JOBS_SUBMITTED, "Sum", p, "batch jobs submitted"),
+                metric(M.BATCH_JOBS_COLLECTED, "Sum", p, "batch jobs collected"),
+                metric(M.BATCH_JOBS_RUNNING, "Maximum", p, "batch jobs running"),
+                metric(M.BATCH_JOBS_REFUSED, "Sum", p, "batch jobs refused")], width=12),
             cloudwatch.GraphWidget(title="Items a run failed on", left=[
-                metric(SWEEP_ITEM_FAILURES, "Sum", p, "sweep"),
-                metric(COLLECTOR_ITEM_FAILURES, "Sum", p, "collector")], width=12),
+                metric(M.SWEEP_ITEM_FAILURES, "Sum", p, "sweep"),
+                metric(M.COLLECTOR_ITEM_FAILURES, "Sum", p, "collector")], width=12),
         )
         return dashboard

@@ -13,6 +13,7 @@ from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_lambda_event_sources as event_sources
 from constructs import Construct
 
+from contract_review.config import metrics as M
 from contract_review.config.settings import (
     OPTION_ENV,
     OPTION_OUTPUTS,
@@ -36,7 +37,7 @@ from .api import JobApi
 from .batch import BatchServiceRole, grant_batch_submit
 from .deploy_settings import DeploySettings
 from .fargate import FargateWorker
-from .functions import METRICS_NAMESPACE, PipelineFunction, functions_code, powertools_layer
+from .functions import PipelineFunction, functions_code, powertools_layer
 from .inference import ApplicationProfile
 from .monitoring import COST_TAG_KEY, AlarmTopic, CostBudget, ModelWatch, Monitoring
 from .permissions import (
@@ -223,7 +224,7 @@ class ContractReviewStack(Stack):
                 self, "FargateWorker", queue=self.analysis.queue,
                 environment={**self.function_environment("fargate"), "POWERTOOLS_SERVICE_NAME": "worker",
                              **({OPTION_ENV["invoke_model_id"]: self.model_profile.arn} if self.model_profile else {}),
-                             "POWERTOOLS_METRICS_NAMESPACE": METRICS_NAMESPACE, "LOG_LEVEL": log_level},
+                             "POWERTOOLS_METRICS_NAMESPACE": M.NAMESPACE, "LOG_LEVEL": log_level},
                 memory_mb=p.functions.worker_memory_mb, max_tasks=p.functions.worker_max_concurrency,
                 stop_timeout_s=p.fargate.fargate_stop_timeout_s, log_retention_days=p.record_ttl_days,
                 removal_policy=removal, base_image=settings.fargate_base_image,
@@ -298,10 +299,10 @@ class ContractReviewStack(Stack):
             cap_usd=p.limits.daily_spend_cap_usd, profile_arn=self.model_profile.arn,
             tokens_per_minute=s.model_tpm or p.quota.model_tokens_per_minute,
             output_burndown=traits_for(s.model_id).output_burndown,
-            usd_per_token={"InputTokenCount": float(price.input_per_1k) / 1000,
-                           "OutputTokenCount": float(price.output_per_1k) / 1000,
-                           "CacheReadInputTokenCount": float(price.cache_read_per_1k) / 1000,
-                           "CacheWriteInputTokenCount": float(price.cache_write_per_1k) / 1000} if price else None)
+            usd_per_token={M.BEDROCK_INPUT_TOKENS: float(price.input_per_1k) / 1000,
+                           M.BEDROCK_OUTPUT_TOKENS: float(price.output_per_1k) / 1000,
+                           M.BEDROCK_CACHE_READ_TOKENS: float(price.cache_read_per_1k) / 1000,
+                           M.BEDROCK_CACHE_WRITE_TOKENS: float(price.cache_write_per_1k) / 1000} if price else None)
 
     def function_environment(self, worker_kind: str) -> dict[str, str]:
         """Every resource's variable plus the options (FAULT_SPEC only when a fault spec is given)."""

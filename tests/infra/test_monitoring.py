@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any
+from typing import Any, NamedTuple
 
 import pytest
 
+from contract_review.config import metrics as M
 from infra.deploy_settings import DEFAULT_MONTHLY_BUDGET_USD
 from infra.monitoring import COST_TAG_KEY
 
@@ -271,20 +272,39 @@ def test_a_monthly_cost_budget_on_the_stacks_tag_alerts_the_alarm_topic(synth: S
     assert not resources(synth.templates[LOCAL], "AWS::Budgets::Budget")
 
 
-def _runbook_alarms() -> dict[str, tuple[float, int, int, str]]:
-    """docs/runbook.md's alarm table: alarm name (without the stack) -> (threshold, evaluation periods, period s, the
-    topic it notifies: alarms (pages) or notices (does not))."""
+class RunbookRow(NamedTuple):
+    """A row of docs/runbook.md's alarm table: the alarm (`<queue>`, `<fn>`: one for each of `each`), the names of the
+    metrics it reads, when it fires (threshold, evaluation periods, period s) and the topic it notifies: alarms (pages)
+    or notices (does not)."""
+
+    alarm: str
+    each: list[str]
+    metrics: list[str]
+    threshold: float
+    periods: int
+    period: int
+    topic: str
+
+    def names(self) -> list[str]:
+        return [re.sub(r"<(queue|fn)>", n, self.alarm) for n in self.each]
+
+
+def _runbook_table() -> list[RunbookRow]:
     text = (ROOT / "docs" / "runbook.md").read_text()
-    table = text[text.index("| alarm | for | fires at | over |"):].split("\n\n", 1)[0].splitlines()[2:]
-    out: dict[str, tuple[float, int, int, str]] = {}
+    table = text[text.index("| alarm | for | metric | fires at | over |"):].split("\n\n", 1)[0].splitlines()[2:]
+    out = []
     for row in table:
-        alarm, each, fires, over, topic, _ = (c.strip() for c in row.strip("|").split("|"))
+        alarm, each, metric_names, fires, over, topic, _ = (c.strip() for c in row.strip("|").split("|"))
         threshold = float(re.match(r"[\d.]+", fires).group())  # type: ignore[union-attr]  # every row starts with it
         periods, period = (int(n) for n in re.fullmatch(r"(\d+) x (\d+) s", over).groups())  # type: ignore[union-attr]
-        names = [n.strip() for n in each.split(",")] if each != "-" else [""]
-        for n in names:
-            out[re.sub(r"<(queue|fn)>", n, alarm.strip("`"))] = (threshold, periods, period, topic)
+        out.append(RunbookRow(alarm.strip("`"), [n.strip() for n in each.split(",")] if each != "-" else [""],
+                              re.findall(r"`(\w+)`", metric_names), threshold, periods, period, topic))
     return out
+
+
+def _runbook_alarms() -> dict[str, tuple[float, int, int, str]]:
+    """The runbook's alarm table: alarm name (without the stack) -> (threshold, evaluation periods, period s, topic)."""
+    return {name: (r.threshold, r.periods, r.period, r.topic) for r in _runbook_table() for name in r.names()}
 
 
 @pytest.mark.parametrize("name", [PROD, FARGATE])
@@ -300,6 +320,91 @@ def test_the_runbooks_alarm_table_is_the_templates(synth: Synth, name: str) -> N
         template[a["AlarmName"].removeprefix(f"{name}-")] = (float(a["Threshold"]), a["EvaluationPeriods"], period,
                                                              topic)
     assert _runbook_alarms() == template
+
+
+# ---------------------------------------------------------------------- the metric catalogue (config/metrics.py)
+Series = tuple[str, str, frozenset[tuple[str, str]]]  # namespace, metric name, (dimension, value of ours) pairs
+
+
+def _series(namespace: str, name: str, dimensions: dict[str, Any]) -> Series:
+    """A series as the template names it; only a `service` dimension's value is ours to check (the others are Refs to a
+    function, a queue or the model's profile)."""
+    return namespace, name, frozenset((d, v if d == "service" else "") for d, v in dimensions.items())
+
+
+def _alarm_series(alarm: dict[str, Any]) -> list[Series]:
+    """The series an alarm reads: its one metric, or each metric of its metric math."""
+    if "MetricName" in alarm:
+        return [_series(alarm["Namespace"], alarm["MetricName"],
+                        {d["Name"]: d["Value"] for d in alarm.get("Dimensions", [])})]
+    stats = [m["MetricStat"]["Metric"] for m in alarm["Metrics"] if "MetricStat" in m]
+    return [_series(m["Namespace"], m["MetricName"], {d["Name"]: d["Value"] for d in m.get("Dimensions", [])})
+            for m in stats]
+
+
+SEARCH = re.compile(r"SEARCH\('\{([^}]*)\} MetricName=\"(\w+)\"'")
+
+
+def _dashboard_series(template: dict[str, Any]) -> tuple[list[Series], list[tuple[str, str, frozenset[str]]]]:
+    """The series the dashboard's widgets graph, and the (namespace, name, dimension names) its SEARCH expressions
+    span (every value of those dimensions)."""
+    (dashboard,) = resources(template, "AWS::CloudWatch::Dashboard").values()
+    parts = dashboard["Properties"]["DashboardBody"]["Fn::Join"][1]
+    body = json.loads("".join(p if isinstance(p, str) else "ref" for p in parts))  # a Ref is a queue's or a function's
+    series, searches = [], []
+    for widget in body["widgets"]:
+        for row in widget["properties"].get("metrics", []):
+            fields = [f for f in row if isinstance(f, str)]
+            if fields:  # [namespace, name, dimension, value, ..., {options}]
+                series.append(_series(fields[0], fields[1], dict(zip(fields[2::2], fields[3::2]))))
+            for match in SEARCH.finditer(next((f.get("expression", "") for f in row if isinstance(f, dict)), "")):
+                namespace, *dimensions = match.group(1).split(",")
+                searches.append((namespace, match.group(2), frozenset(dimensions)))
+    return series, searches
+
+
+def _catalogued(s: Series) -> bool:
+    namespace, name, dimensions = s
+    return M.find(namespace, name, dict(dimensions)) is not None
+
+
+@pytest.mark.parametrize("name", STACKS)
+def test_every_metric_an_alarm_or_the_dashboard_reads_is_in_the_catalogue(synth: Synth, name: str) -> None:
+    """A misspelt metric name (or namespace, or service) in an alarm or a widget reads a series nobody publishes: the
+    alarm never fires, the graph stays empty. Each must be a row of the catalogue, which the emitters publish from
+    (tests/unit/test_handler_metrics.py)."""
+    t = synth.templates[name]
+    alarms = [s for a in resources(t, "AWS::CloudWatch::Alarm").values() for s in _alarm_series(a["Properties"])]
+    graphed, searches = _dashboard_series(t)
+    assert alarms and graphed and searches
+    assert [s for s in alarms + graphed if not _catalogued(s)] == []
+    for namespace, metric_name, dimensions in searches:
+        assert any((m.namespace, m.name, set(m.dimensions)) == (namespace, metric_name, dimensions)
+                   for m in M.CATALOGUE), (namespace, metric_name, dimensions)
+    # a row of ours the template reads carries its publisher's service (not just any service)
+    assert ("ContractReview", "StuckJobs", frozenset({("service", "sweeper")})) in alarms
+    assert not _catalogued(("ContractReview", "StuckJobs", frozenset({("service", "worker")})))
+
+
+def test_every_aws_metric_of_the_catalogue_is_read_by_an_alarm_or_the_dashboard(synth: Synth) -> None:
+    """AWS's rows are in the catalogue only because an alarm or the dashboard reads them (the prod stack's Bedrock
+    alarms read the token counts); ours are held to their emitters instead (tests/unit/test_handler_metrics.py)."""
+    read = {(s[0], s[1]) for t in synth.templates.values()
+            for s in [*(x for a in resources(t, "AWS::CloudWatch::Alarm").values() for x in _alarm_series(a["Properties"])),
+                      *_dashboard_series(t)[0]]}
+    assert {(m.namespace, m.name) for m in M.CATALOGUE if not m.ours} <= read
+
+
+@pytest.mark.parametrize("name", [PROD, FARGATE])
+def test_the_runbooks_alarm_table_names_the_metrics_each_alarm_reads(synth: Synth, name: str) -> None:
+    by_name = {a["Properties"]["AlarmName"].removeprefix(f"{name}-"): a["Properties"]
+               for a in resources(synth.templates[name], "AWS::CloudWatch::Alarm").values()
+               if isinstance(a["Properties"].get("AlarmName"), str)}
+    catalogued = {m.name for m in M.CATALOGUE}
+    for row in _runbook_table():
+        assert set(row.metrics) <= catalogued, (row.alarm, set(row.metrics) - catalogued)
+        for alarm in row.names():
+            assert sorted(row.metrics) == sorted({s[1] for s in _alarm_series(by_name[alarm])}), alarm
 
 
 def test_the_alarm_keys_services_act_for_this_account_only(synth: Synth) -> None:

@@ -3,15 +3,20 @@ Powertools EMF lines on stdout, against the in-memory fakes."""
 
 from __future__ import annotations
 
+import ast
 import json
+import re
+from pathlib import Path
 from typing import Any
 
 import pytest
 from aws_lambda_powertools import Metrics
 
+from contract_review.config import metrics as M
+from contract_review.config.metrics import Metric
 from contract_review.domain.keys import document_key
 from contract_review.domain.messages import ResultMessage
-from contract_review.domain.records import ChunkStatus
+from contract_review.domain.records import TERMINAL_JOB_STATES, ChunkStatus
 from contract_review.handlers import aggregator as aggregator_handler
 from contract_review.handlers import sweeper as sweeper_handler
 from contract_review.handlers.telemetry import record_attempt
@@ -26,15 +31,20 @@ def _emf(out: str) -> list[dict[str, Any]]:
     return [json.loads(line) for line in out.splitlines() if line.startswith('{"_aws"')]
 
 
-def _values(lines: list[dict[str, Any]], name: str) -> list[tuple[dict[str, str], float]]:
-    """(dimensions, value) of every datapoint of metric `name`."""
+def _values(lines: list[dict[str, Any]], metric: Metric) -> list[tuple[dict[str, str], float]]:
+    """(dimensions, value) of every datapoint of `metric` (a catalogue row), each published as the row says: its
+    namespace, its unit, its dimensions and its publisher's service."""
     out = []
     for line in lines:
         for directive in line["_aws"]["CloudWatchMetrics"]:
-            if any(m["Name"] == name for m in directive["Metrics"]):
-                assert directive["Namespace"] == "ContractReview"
+            for m in (m for m in directive["Metrics"] if m["Name"] == metric.name):
                 dims = {d: line[d] for ds in directive["Dimensions"] for d in ds}
-                out += [(dims, v) for v in (line[name] if isinstance(line[name], list) else [line[name]])]
+                assert (directive["Namespace"], m["Unit"], sorted(dims)) == (
+                    metric.namespace, metric.unit, sorted(metric.dimensions)), metric
+                if dims["service"] != metric.service:
+                    continue  # the same name of another publisher: another series (BackpressureRequeues)
+                value = line[metric.name]
+                out += [(dims, v) for v in (value if isinstance(value, list) else [value])]
     return out
 
 
@@ -58,7 +68,7 @@ def _ctx(name: str, timeout_s: int = 60) -> LambdaContext:
 def test_sweeper_publishes_stuck_jobs_on_every_run(world: FakeWorld, capsys: pytest.CaptureFixture[str]) -> None:
     # GIVEN nothing stalled: StuckJobs 0 is still published (silence would mean the sweeper is down)
     sweeper_handler.handler({}, _ctx("SweeperFn"))
-    assert _values(_emf(capsys.readouterr().out), "StuckJobs") == [({"service": "sweeper"}, 0.0)]
+    assert _values(_emf(capsys.readouterr().out), M.STUCK_JOBS) == [({"service": "sweeper"}, 0.0)]
     # GIVEN two running jobs without progress for longer than stall_after_s
     for key, chunks in (("a", 2), ("b", 1)):
         job_id, _ = running_job(world, chunks, key)
@@ -68,9 +78,9 @@ def test_sweeper_publishes_stuck_jobs_on_every_run(world: FakeWorld, capsys: pyt
     result = sweeper_handler.handler({}, _ctx("SweeperFn"))
     # THEN it publishes how many it found, and says so in its answer
     lines = _emf(capsys.readouterr().out)
-    assert _values(lines, "StuckJobs") == [({"service": "sweeper"}, 2.0)]
-    assert _values(lines, "BackpressureRequeues") == [({"service": "sweeper"}, 0.0)]
-    assert _values(lines, "SweepItemFailures") == [({"service": "sweeper"}, 0.0)]
+    assert _values(lines, M.STUCK_JOBS) == [({"service": "sweeper"}, 2.0)]
+    assert _values(lines, M.SWEEPER_BACKPRESSURE_REQUEUES) == [({"service": "sweeper"}, 0.0)]
+    assert _values(lines, M.SWEEP_ITEM_FAILURES) == [({"service": "sweeper"}, 0.0)]
     assert result["stalled_jobs"] == 2 and result["item_failures"] == [] and result["stopped_at"] is None
     assert result["chunks_resent"] == 3  # with time enough, their pending chunks are sent again
 
@@ -89,8 +99,8 @@ def test_a_sweep_that_reaches_its_deadline_still_publishes_what_it_counted(world
     # THEN it reconciled nothing (the next sweep will), yet published StuckJobs with both jobs, and says where it
     # stopped
     lines = _emf(capsys.readouterr().out)
-    assert _values(lines, "StuckJobs") == [({"service": "sweeper"}, 2.0)]
-    assert _values(lines, "SweepItemFailures") == [({"service": "sweeper"}, 0.0)]
+    assert _values(lines, M.STUCK_JOBS) == [({"service": "sweeper"}, 2.0)]
+    assert _values(lines, M.SWEEP_ITEM_FAILURES) == [({"service": "sweeper"}, 0.0)]
     assert result["stalled_jobs"] == 2 and result["chunks_resent"] == 0 and result["stopped_at"], result
 
 
@@ -107,15 +117,15 @@ def test_aggregator_publishes_job_duration_when_a_result_ends_the_job(world: Fak
     event = sqs_event([{"MessageId": "r-0", "ReceiptHandle": "h-0", "Body": messages[0].model_dump_json(),
                         "Attributes": {"MessageGroupId": job_id}}], "arn:aws:sqs:us-east-1:1:r.fifo", "us-east-1")
     aggregator_handler.handler(event, _ctx("AggregatorFn"))
-    assert _values(_emf(capsys.readouterr().out), "JobDuration") == []
+    assert _values(_emf(capsys.readouterr().out), M.JOB_DURATION) == []
     # WHEN the last one arrives, 90 s after the job was created: the job ends, its duration is published
     event["Records"][0]["body"] = messages[1].model_dump_json()
     aggregator_handler.handler(event, _ctx("AggregatorFn"))
     lines = _emf(capsys.readouterr().out)
-    assert _values(lines, "JobDuration") == [({"service": "aggregator"}, 90.0)]
+    assert _values(lines, M.JOB_DURATION) == [({"service": "aggregator"}, 90.0)]
     state = world.jobs.get(job_id)
     assert state is not None and state.terminal
-    assert _values(lines, f"Jobs{state.state.value.title().replace('_', '')}") == [({"service": "aggregator"}, 1.0)]
+    assert _values(lines, M.JOBS_ENDED[state.state.value]) == [({"service": "aggregator"}, 1.0)]
 
 
 def test_worker_metrics_count_retries_by_code_and_tier(capsys: pytest.CaptureFixture[str]) -> None:
@@ -126,18 +136,18 @@ def test_worker_metrics_count_retries_by_code_and_tier(capsys: pytest.CaptureFix
     record_attempt(metrics, stats, action="requeued")
     metrics.flush_metrics()
     lines = _emf(capsys.readouterr().out)
-    assert _values(lines, "BackpressureRequeues") == [({"service": "worker"}, 1.0)]
-    assert _values(lines, "Tier1Retries") == [({"service": "worker"}, 4.0)]
-    assert sorted(_values(lines, "Retries"), key=lambda x: x[0]["code"]) == [
+    assert _values(lines, M.BACKPRESSURE_REQUEUES) == [({"service": "worker"}, 1.0)]
+    assert _values(lines, M.TIER1_RETRIES) == [({"service": "worker"}, 4.0)]
+    assert sorted(_values(lines, M.RETRIES), key=lambda x: x[0]["code"]) == [
         ({"service": "worker", "tier": "1", "code": "model.throttled"}, 3.0),
         ({"service": "worker", "tier": "1", "code": "model.unavailable"}, 1.0)]
     # ... and one handed to tier 2
     record_attempt(metrics, RetryStats(), tier2_code="model.unavailable")
     metrics.flush_metrics()
     lines = _emf(capsys.readouterr().out)
-    assert _values(lines, "Tier2Handoffs") == [({"service": "worker"}, 1.0)]
-    assert _values(lines, "Retries") == [({"service": "worker", "tier": "2", "code": "model.unavailable"}, 1.0)]
-    assert _values(lines, "BackpressureRequeues") == []
+    assert _values(lines, M.TIER2_HANDOFFS) == [({"service": "worker"}, 1.0)]
+    assert _values(lines, M.RETRIES) == [({"service": "worker", "tier": "2", "code": "model.unavailable"}, 1.0)]
+    assert _values(lines, M.BACKPRESSURE_REQUEUES) == []
 
 
 def test_a_bulk_chunk_that_gives_way_counts_one_priority_deferral(capsys: pytest.CaptureFixture[str]) -> None:
@@ -146,9 +156,60 @@ def test_a_bulk_chunk_that_gives_way_counts_one_priority_deferral(capsys: pytest
     record_attempt(metrics, RetryStats(), action="deferred", reason="priority.deferred")
     metrics.flush_metrics()
     lines = _emf(capsys.readouterr().out)
-    assert _values(lines, "PriorityDeferrals") == [({"service": "worker"}, 1.0)]
-    assert _values(lines, "BackpressureRequeues") == []  # giving way is not backpressure
+    assert _values(lines, M.PRIORITY_DEFERRALS) == [({"service": "worker"}, 1.0)]
+    assert _values(lines, M.BACKPRESSURE_REQUEUES) == []  # giving way is not backpressure
 
+
+
+ROOT = Path(__file__).resolve().parents[2]
+HANDLERS = ROOT / "functions" / "contract_review" / "handlers"
+
+
+def _emitted(path: Path) -> list[tuple[Metric, str]]:
+    """(row, the service of the module's `Metrics`) of every `emit(metrics, M.ROW, ...)` in a handler module (a row of
+    `M.JOBS_ENDED[...]`: each of them). telemetry.py's `record_attempt` is the worker's (the Lambda's and the
+    poller's `Metrics(service="worker")`)."""
+    tree = ast.parse(path.read_text())
+    services = [k.value.value for call in ast.walk(tree) if isinstance(call, ast.Call)
+                and isinstance(call.func, ast.Name) and call.func.id == "Metrics"
+                for k in call.keywords if k.arg == "service" and isinstance(k.value, ast.Constant)]
+    service = services[0] if services else {"telemetry.py": "worker"}.get(path.name, "")
+    out = []
+    for call in ast.walk(tree):
+        if isinstance(call, ast.Call) and isinstance(call.func, ast.Name) and call.func.id == "emit":
+            for node in ast.walk(call.args[1]):
+                if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "M":
+                    row = getattr(M, node.attr)
+                    out += [(r, service) for r in (row.values() if isinstance(row, dict) else [row])]
+    return out
+
+
+def test_every_metric_of_ours_in_the_catalogue_is_published_by_its_service() -> None:
+    """Each row of ours has an `emit` in the handler of the service it names, and no handler emits a row of another
+    service's (its datapoints would carry the wrong `service`: the alarm reading the row's series would see none)."""
+    emitted = [e for path in sorted(HANDLERS.glob("*.py")) for e in _emitted(path)]
+    assert [(row.name, row.service, service) for row, service in emitted if row.service != service] == []
+    assert {row for row, _ in emitted} == {m for m in M.CATALOGUE if m.ours}
+
+
+def test_metrics_are_published_through_the_catalogue_only() -> None:
+    """No metric name written at the call: every datapoint goes through `telemetry.emit`, which takes a row."""
+    functions = ROOT / "functions"
+    calls = [str(path.relative_to(functions)) for path in functions.rglob("*.py")
+             for line in path.read_text().splitlines() if re.search(r"\b(add_metric|single_metric)\(", line)]
+    assert calls == ["contract_review/handlers/telemetry.py"] * 2  # in `emit`: one datapoint, or one EMF line
+
+
+def test_a_job_ending_in_each_terminal_state_has_its_row() -> None:
+    assert set(M.JOBS_ENDED) == {s.value for s in TERMINAL_JOB_STATES}
+    assert all(row.name == "Jobs" + state.title().replace("_", "") for state, row in M.JOBS_ENDED.items())
+
+
+def test_the_metrics_page_is_generated_from_the_catalogue() -> None:
+    page = ROOT / "docs" / "metrics.md"
+    assert page.read_text() == M.render_markdown(), (
+        "docs/metrics.md is stale; regenerate: PYTHONPATH=functions python -m contract_review.config.metrics "
+        "> docs/metrics.md")
 
 
 def test_each_function_says_at_cold_start_which_sdk_it_runs_on() -> None:

@@ -3,18 +3,19 @@ from __future__ import annotations
 from typing import Any
 
 from aws_lambda_powertools import Logger, Metrics
-from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.batch import SqsFifoPartialProcessor, process_partial_response
 from aws_lambda_powertools.utilities.batch.types import PartialItemFailureResponse
 from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
+from contract_review.config import metrics as M
 from contract_review.domain import log_fields
 from contract_review.domain.messages import ResultMessage, parse_results_body
 from contract_review.domain.records import TERMINAL_JOB_STATES
 from contract_review.pipeline.aggregator import handle_message
 
 from . import deps, invocation, observe, receive_count, tracing
+from .telemetry import emit
 
 logger = observe(Logger(service="aggregator"))
 tracer = tracing.tracer("aggregator")
@@ -38,8 +39,8 @@ def record_handler(record: SQSRecord) -> None:
     if outcome in ENDED:  # this result ended the job: how long it took, submit to end (dashboard)
         job = deps().jobs.get(msg.job_id)
         if job is not None and job.ended_at is not None:
-            metrics.add_metric(name="JobDuration", unit=MetricUnit.Seconds, value=round(job.ended_at - job.created_at, 3))
-            metrics.add_metric(name=f"Jobs{outcome.title().replace('_', '')}", unit=MetricUnit.Count, value=1)
+            emit(metrics, M.JOB_DURATION, round(job.ended_at - job.created_at, 3))
+            emit(metrics, M.JOBS_ENDED[outcome], 1)
 
 
 @metrics.log_metrics

@@ -7,17 +7,18 @@ from collections.abc import Mapping
 
 from aws_lambda_powertools import Logger, Metrics
 from aws_lambda_powertools.logging import correlation_paths
-from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
+from contract_review.config import metrics as M
 from contract_review.domain import log_fields
 from contract_review.operate import api
 
 from . import deps, observe, tracing
+from .telemetry import emit
 
 logger = observe(Logger(service="api"))
 tracer = tracing.tracer("api")
-metrics = Metrics(namespace="ContractReview", service="api")
+metrics = Metrics(namespace=M.NAMESPACE, service="api")
 
 
 def _fields(event: Mapping[str, object]) -> dict[str, object]:
@@ -41,5 +42,5 @@ def handler(event: Mapping[str, object], context: LambdaContext) -> object:
         logger.info("api request", extra={"route": event.get("routeKey"), "path": event.get("rawPath"),
                                           "status": status})
     if isinstance(status, int) and status >= 500:
-        metrics.add_metric(name="ApiServerErrors", unit=MetricUnit.Count, value=1)
+        emit(metrics, M.API_SERVER_ERRORS, 1)
     return response

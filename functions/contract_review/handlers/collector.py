@@ -3,13 +3,14 @@ from __future__ import annotations
 from typing import Any
 
 from aws_lambda_powertools import Logger, Metrics
-from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
+from contract_review.config import metrics as M
 from contract_review.domain import log_fields
 from contract_review.pipeline.collector import collect
 
 from . import deps, observe, tracing
+from .telemetry import emit
 
 logger = observe(Logger(service="collector"))
 tracer = tracing.tracer("collector")
@@ -26,13 +27,13 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     report = run.batch
     # Published on every run, zero included. Items whose handling raised (logged one by one as "collector item
     # failed"): the CollectorItemFailures alarm.
-    metrics.add_metric(name="CollectorItemFailures", unit=MetricUnit.Count, value=len(run.item_failures))
-    metrics.add_metric(name="BatchJobsSubmitted", unit=MetricUnit.Count, value=len(report.submitted))
-    metrics.add_metric(name="BatchJobsCollected", unit=MetricUnit.Count, value=len(report.collected))
-    metrics.add_metric(name="BatchJobsRunning", unit=MetricUnit.Count, value=report.running)
-    metrics.add_metric(name="BatchChunksOnDemand", unit=MetricUnit.Count, value=len(report.on_demand))
+    emit(metrics, M.COLLECTOR_ITEM_FAILURES, len(run.item_failures))
+    emit(metrics, M.BATCH_JOBS_SUBMITTED, len(report.submitted))
+    emit(metrics, M.BATCH_JOBS_COLLECTED, len(report.collected))
+    emit(metrics, M.BATCH_JOBS_RUNNING, report.running)
+    emit(metrics, M.BATCH_CHUNKS_ON_DEMAND, len(report.on_demand))
     # Batch jobs Bedrock refused for good (batch.refused: the model's batch lane is now off): the BatchRefused alarm.
-    metrics.add_metric(name="BatchJobsRefused", unit=MetricUnit.Count, value=len(report.refused))
+    emit(metrics, M.BATCH_JOBS_REFUSED, len(report.refused))
     summary = {"submitted": report.submitted, "collected": report.collected, "running": report.running,
                "on_demand": report.on_demand, "waiting_records": report.waiting_records, "refused": report.refused,
                "retrying": report.retrying, "stopped": report.stopped, "released": report.released,

@@ -3,20 +3,21 @@ from __future__ import annotations
 from typing import Any
 
 from aws_lambda_powertools import Logger, Metrics
-from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.batch import BatchProcessor, EventType, process_partial_response
 from aws_lambda_powertools.utilities.batch.types import PartialItemFailureResponse
 from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
+from contract_review.config import metrics as M
 from contract_review.domain import log_fields
 from contract_review.pipeline.intake import handle_intake
 
 from . import deps, observe, receive_count, tracing
+from .telemetry import emit
 
 logger = observe(Logger(service="intake"))
 tracer = tracing.tracer("intake")
-metrics = Metrics(namespace="ContractReview", service="intake")
+metrics = Metrics(namespace=M.NAMESPACE, service="intake")
 processor = BatchProcessor(event_type=EventType.SQS)
 
 
@@ -28,7 +29,7 @@ def record_handler(record: SQSRecord) -> None:
         logger.info("intake processed", extra={**log_fields.job_fields(
             job_id=result.job_id, state=result.state, error_code=result.error.error_code if result.error else None),
             "job_created": result.created})
-    metrics.add_metric(name="JobsCreated" if result.created else "IntakeDuplicates", unit=MetricUnit.Count, value=1)
+    emit(metrics, M.JOBS_CREATED if result.created else M.INTAKE_DUPLICATES, 1)
 
 
 @metrics.log_metrics

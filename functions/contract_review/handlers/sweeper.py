@@ -6,13 +6,14 @@ from __future__ import annotations
 from typing import Any
 
 from aws_lambda_powertools import Logger, Metrics
-from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
+from contract_review.config import metrics as M
 from contract_review.domain import log_fields
 from contract_review.pipeline.sweeper import Deadline, sweep
 
 from . import deps, invocation, observe, tracing
+from .telemetry import emit
 
 logger = observe(Logger(service="sweeper"))
 tracer = tracing.tracer("sweeper")
@@ -34,14 +35,14 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
                                                              "reserve_s": deadline.reserve_s})
     # Published on every run, zero included (a sweep cut short by its deadline too, with what it counted): the
     # stuck-jobs alarm reads silence as "the sweeper is down".
-    metrics.add_metric(name="StuckJobs", unit=MetricUnit.Count, value=report.stalled_jobs)
+    emit(metrics, M.STUCK_JOBS, report.stalled_jobs)
     # Chunks whose Lambda ran out of time, requeued without a failure: backpressure like the worker's.
-    metrics.add_metric(name="BackpressureRequeues", unit=MetricUnit.Count, value=report.backpressure_requeues)
+    emit(metrics, M.SWEEPER_BACKPRESSURE_REQUEUES, report.backpressure_requeues)
     # Items whose handling raised (logged one by one as "sweep item failed"); the sweep went on without them.
-    metrics.add_metric(name="SweepItemFailures", unit=MetricUnit.Count, value=len(report.item_failures))
+    emit(metrics, M.SWEEP_ITEM_FAILURES, len(report.item_failures))
     if report.spend_recorded_micro_usd is not None:  # the stack's daily spend cap (the spend-cap alarm's metrics)
-        metrics.add_metric(name="DailySpendUsd", unit=MetricUnit.NoUnit, value=report.spend_recorded_micro_usd / 1e6)
-        metrics.add_metric(name="SpendCapHeld", unit=MetricUnit.Count, value=int(report.spend_held))
+        emit(metrics, M.DAILY_SPEND, report.spend_recorded_micro_usd / 1e6)
+        emit(metrics, M.SPEND_CAP_HELD, int(report.spend_held))
     logger.info("sweep", extra={"requeued": len(report.requeued), "dead_lettered": len(report.dead_lettered),
                                 "dlq_seen": report.dlq_seen, "stalled_jobs": report.stalled_jobs,
                                 "backpressure_requeues": report.backpressure_requeues,
