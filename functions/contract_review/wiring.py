@@ -86,11 +86,11 @@ def build_deps(settings: Settings, session: Any, endpoint_url: str | None = None
         read_quotas=quota_reader(settings, session),
         token_ledger=(DynamoTokenLedger(ddb, settings.token_ledger_table, p.quota.daily_ledger_bucket_s)
                       if settings.token_ledger_table else None),
-        batch=build_batch(settings, session, s3, meter, endpoint_url),
+        batch_inference=build_batch_inference(settings, session, s3, meter, endpoint_url),
     )
 
 
-def build_batch(settings: Settings, session: Any, s3: Any, meter: RequestMeter | None = None,
+def build_batch_inference(settings: Settings, session: Any, s3: Any, meter: RequestMeter | None = None,
                 endpoint_url: str | None = None) -> BedrockBatchInference | None:
     """Bedrock batch inference (adapters/batch_inference.py) for the process that submits and collects batch jobs:
     only where the batch service role is configured (BATCH_ROLE_ARN: the sweeper; the CLI from the stack's outputs),
