@@ -243,11 +243,7 @@ def build_model(settings: Settings, session: Any) -> ModelClient:
 
         spec = FaultSpec.model_validate_json(settings.fault_spec)
         model = FaultInjectingModel(model, spec, read_timeout_s=settings.model_call_timeout_s)
-        if spec.legacy_prompt_layout:  # the bench's side by side: the strict double sees the old requests
-            from contract_review.doubles.legacy_layout import PerAnalystLayout
-            from contract_review.review.analysts import step_schemas
-
-            model = PerAnalystLayout(model, step_schemas())
+        model = spec.wrap(model)  # the bench's own wrapper, if any: the strict double sees what it sends
         if spec.call_log:
             model = CallLedger(model, spec.call_log)
     p = settings.profile  # outermost: a call the open breaker refuses is never sent (nor logged as sent)

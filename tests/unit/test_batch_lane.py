@@ -1,6 +1,7 @@
-"""The batch lane (pipeline/batch_inference*.py) through the whole in-process pipeline: a job sent with `inference: batch` is
-answered by batch jobs (FakeBatchInference: the in-memory twin of the HTTP stand-in, answering each record as the
-offline model answers it on demand), and every outcome is compared with the on-demand run of the same document."""
+"""The batch lane (pipeline/batch_inference*.py) through the whole in-process pipeline: a job sent with `inference:
+batch` is answered by batch jobs (FakeBatchInference: the in-memory double of the port, held to the adapter's
+contract, answering each record as the offline model answers it on demand), and every outcome is compared with the
+on-demand run of the same document."""
 
 from __future__ import annotations
 
