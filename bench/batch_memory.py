@@ -2,7 +2,7 @@
 
     .venv/bin/python bench/batch_memory.py [--records N] [--out bench/results/batch_memory.json]
 
-Runs the collector's own code (pipeline/batch.py `collect`, the boto3 adapter adapters/batch_inference.py) in a fresh
+Runs the collector's own code (pipeline/batch_inference_collect.py `collect`, the boto3 adapter adapters/batch_inference.py) in a fresh
 process, twice: once packing and submitting a batch job of `--records` records (default: the prod profile's
 `batch_max_records`), once collecting it after Bedrock answered every record. Everything the collector would find
 in AWS is outside its memory, as on AWS: the pending records, the manifest, the answers and the documents are files
@@ -53,7 +53,7 @@ from contract_review.domain.records import (  # noqa: E402
     job_id_for,
 )
 from contract_review.doubles.offline_model import OfflineRuleModel  # noqa: E402
-from contract_review.pipeline import batch  # noqa: E402
+from contract_review.pipeline import batch_inference, batch_inference_collect, batch_inference_run  # noqa: E402
 from contract_review.review.analysts import ANALYSTS, build_request  # noqa: E402
 from contract_review.review.chunking import chunk_document  # noqa: E402
 from review_local.batch_service import offline_answer  # noqa: E402
@@ -174,7 +174,7 @@ def build(root: Path, records: int) -> tuple[Deps, BedrockBatchInference, DiskS3
     claims = FakeClaims(clock, artifacts)  # type: ignore[arg-type]  # the fake's artifacts: on disk here
     jobs.claims = claims
     deps = Deps(settings=settings, jobs=jobs, claims=claims, artifacts=artifacts,  # type: ignore[arg-type]  # disk-backed stand-ins of the ports
-                queues=CountingQueues(clock), clock=clock, model_control=FakeModelControl(), batch=adapter)
+                queues=CountingQueues(clock), clock=clock, model_control=FakeModelControl(), batch_inference=adapter)
     base = _text()
     made, n = 0, 0
     while made < records:
@@ -190,7 +190,7 @@ def build(root: Path, records: int) -> tuple[Deps, BedrockBatchInference, DiskS3
         for chunk in chunks:
             if made >= records:
                 break
-            reqs = [batch.record_for(job_id, chunk.chunk_id, build_request(spec, "locate", chunk, None, None))
+            reqs = [batch_inference.record_for(job_id, chunk.chunk_id, build_request(spec, "locate", chunk, None, None))
                     for spec in ANALYSTS][: records - made]
             pending = batch_pending_key(job_id, chunk.chunk_id, 1)
             artifacts.put_text(pending, "".join(json.dumps({"recordId": r.record_id, "modelInput": r.model_input},
@@ -248,13 +248,13 @@ def child(records: int) -> dict[str, Any]:
     root = Path(tempfile.mkdtemp(prefix="batch-memory-"))
     try:
         deps, adapter, s3 = build(root, records)
-        reports: list[batch.CollectReport] = []
-        pack = _measured(lambda: reports.append(batch.collect(deps, deps.clock())))
+        reports: list[batch_inference_run.CollectReport] = []
+        pack = _measured(lambda: reports.append(batch_inference_collect.collect(deps, deps.clock())))
         (token,) = reports[0].submitted
         (arn,) = adapter.bedrock.jobs
         input_bytes = sum(p.stat().st_size for p in (s3.root / "artifacts").rglob("records.jsonl"))
         output_bytes = answer_all(adapter, s3, arn)
-        collect = _measured(lambda: reports.append(batch.collect(deps, deps.clock())))
+        collect = _measured(lambda: reports.append(batch_inference_collect.collect(deps, deps.clock())))
         assert reports[1].collected == [token], reports[1]
         returned = sum(1 for j in deps.jobs.all() for c in deps.claims.for_job(j.job_id)
                        if c.status is ChunkStatus.PENDING)

@@ -8,7 +8,7 @@ maxTokens when admitted and is settled at input + cache writes + 5 x output; a t
 Retry-After), the account's prompt cache with the model's minimum prefix (2,048 tokens assumed for Sonnet 4.6),
 lognormal latency and LLM-like answer lengths. Every figure is simulated. Runs, each on a fresh stack, with the
 fleet a default deploy sizes for this quota (config/fleet.py) and the workers paced to it as `-c model_tpm` sets:
-- `old-layout`: the requests as the pipeline sent them before 2026-11-25 (doubles/legacy_layout.py: per-analyst
+- `old-layout`: the requests as the pipeline sent them before 2026-11-25 (bench/legacy_layout.py: per-analyst
   instructions under the cache minimum, the excerpt uncached in every call, maxTokens 2,048), paced;
 - `cached`: today's layout (one cached prefix per chunk, a warm-up call, maxTokens per step), paced;
 - `unpaced`: today's layout, the workers not told the quota (a deploy where nothing could read it).
@@ -76,7 +76,7 @@ def run_one(template: dict[str, Any], name: str, text: str, args: argparse.Names
     spec = FaultSpec.simulated_bedrock(str(state / "bedrock"), tokens_per_minute=args.tpm, median_ms=args.median_ms,
                                        p99_ms=args.p99_ms, window_s=args.window_s, seed=11, call_log=str(log),
                                        answer_tokens_median=args.answer_median, answer_tokens_p99=args.answer_p99,
-                                       legacy_prompt_layout=legacy)
+                                       model_wrapper="bench.legacy_layout:old_layout" if legacy else None)
     # the fleet config/fleet.py sizes; a client timeout for this latency (the local profile's 1 s is for the
     # offline model's milliseconds; a deploy's is 60 s)
     overrides = {"worker_max_concurrency": workers, "fanout_window": 2 * workers, "model_call_timeout_s": 5}

@@ -12,7 +12,7 @@ only what is sent. Assumed, not confirmed by a page we can read (docs/first-depl
 - Bedrock's CloudWatch metrics (`AWS/Bedrock` InputTokenCount, OutputTokenCount) carry the ARN sent as their
   `ModelId` dimension (the token alarms, monitoring.py, watch that series);
 - batch inference (`CreateModelInvocationJob`) is not sent through it: batch jobs keep the configured id and are
-  tagged with the stack's tag themselves (pipeline/batch.py, infra/batch.py).
+  tagged with the stack's tag themselves (pipeline/batch_inference.py, infra/batch.py).
 
 Only for the Bedrock provider: the offline model (the local stack) has nothing to profile.
 """

@@ -183,7 +183,7 @@ SWEEPER = (
                                            "model's quotas for the workers when they changed (their own item, "
                                            "compare-and-set alike)"),
 ) + SIDE_EFFECTS
-# The batch collector (pipeline/collector.py, pipeline/batch.py `collect`; its own function): over the running batch-mode
+# The batch collector (pipeline/collector.py, pipeline/batch_inference_collect.py `collect`; its own function): over the running batch-mode
 # jobs, track the batch jobs holding their parked chunks, return the answers of those that ended, pack and submit the
 # chunks waiting for a batch. Bedrock's own calls (create, read, stop a job; pass the service role) are infra/batch.py's.
 COLLECTOR = (
@@ -222,7 +222,7 @@ API = (
     Access("objects:submissions/", (GET_OBJECT, PUT_OBJECT), "bind a job to its principal until intake records it"),
     Access("objects:batches/", (GET_OBJECT, PUT_OBJECT), "batch manifests"),
     Access(f"objects:{BATCH_JOBS_PREFIX}", (GET_OBJECT,), "a batch-mode job's status: the batch jobs holding its "
-                                                          "calls (pipeline/batch.py batches_of)"),
+                                                          "calls (pipeline/batch_inference.py batches_of)"),
     Access("table:token-ledger", (PUT, UPDATE), "spend limits: take a submission's estimate from its principal's "
                                                  "and the stack's daily allowances with the record of that job's "
                                                  "charge (one transaction: a replay takes nothing again), give it "

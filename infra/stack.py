@@ -207,7 +207,7 @@ class ContractReviewStack(Stack):
         grant_access(self.sweeper_fn.role, arns, ACCESS["sweeper"])
         grant_quota_read(self.sweeper_fn.role, self, self.settings.model_id)  # it publishes the quotas the workers pace to
         grant_access(self.collector_fn.role, arns, ACCESS["collector"])
-        # the collector submits, tracks and stops batch jobs (Deps.batch): Bedrock's batch calls, passing it the
+        # the collector submits, tracks and stops batch jobs (Deps.batch_inference): Bedrock's batch calls, passing it the
         # service role, and the stack's tag on every job it creates (only jobs carrying it may be stopped)
         grant_batch_submit(self.collector_fn.role, self, self.batch.role, self.settings.model_id,
                            tag=(COST_TAG_KEY, settings.stack_name))

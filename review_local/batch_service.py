@@ -267,8 +267,8 @@ def _split(uri: str) -> tuple[str, str]:
     return bucket, key
 
 
-class BatchServiceFake:
-    """The stand-in: `with BatchServiceFake(s3) as fake: boto3.client("bedrock", endpoint_url=fake.url)`."""
+class BedrockBatchStandIn:
+    """The stand-in: `with BedrockBatchStandIn(s3) as fake: boto3.client("bedrock", endpoint_url=fake.url)`."""
 
     def __init__(self, s3: Any, *, step_s: float = 0.05, min_records: int = MIN_RECORDS,
                  answer: Answer | None = None, faults: BatchFaults | None = None, port: int = 0):
@@ -290,7 +290,7 @@ class BatchServiceFake:
     def url(self) -> str:
         return f"http://127.0.0.1:{self._server.server_port}"
 
-    def __enter__(self) -> BatchServiceFake:
+    def __enter__(self) -> BedrockBatchStandIn:
         self._serve = threading.Thread(target=self._server.serve_forever, name="batch-service-fake", daemon=True)
         self._serve.start()
         return self
@@ -516,7 +516,7 @@ class BatchServiceFake:
 
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
-    fake: BatchServiceFake
+    fake: BedrockBatchStandIn
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -527,7 +527,7 @@ class _Handler(BaseHTTPRequestHandler):
         pass
 
     @property
-    def fake(self) -> BatchServiceFake:
+    def fake(self) -> BedrockBatchStandIn:
         return self.server.fake
 
     def _send(self, status: int, body: dict[str, Any], error_type: str = "") -> None:
@@ -578,7 +578,7 @@ def main() -> None:  # pragma: no cover - `python -m review_local.batch_service 
 
     s3 = boto3.client("s3", endpoint_url=sys.argv[1], region_name=REGION)
     port = int(sys.argv[2]) if len(sys.argv) > 2 else 0
-    with BatchServiceFake(s3, port=port, step_s=1.0) as fake:
+    with BedrockBatchStandIn(s3, port=port, step_s=1.0) as fake:
         print(f"Bedrock batch inference (local fake) on {fake.url}, S3 at {sys.argv[1]}; Ctrl-C to stop", flush=True)
         try:
             while True:

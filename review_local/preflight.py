@@ -180,7 +180,7 @@ def check_batch(quotas: Any, report: PreflightReport) -> Check:
     quota in Service Quotas (ListFoundationModels does not say: its inferenceTypesSupported knows ON_DEMAND and
     PROVISIONED only), and whether the price table has its batch price. Never a failure: batch mode is optional, a
     quota named otherwise is not proof of absence, and a row is no proof of acceptance (there is no dry run: the first
-    refusal turns the batch lane off, pipeline/batch.py)."""
+    refusal turns the batch lane off, pipeline/batch_inference.py)."""
     name = "batch inference"
     base = PRICES.priced_as.get(report.model_id) or base_model_id(report.model_id)
     price = PRICES.models.get(base)

@@ -120,7 +120,8 @@ def _fargate_pollers(aws: EmbeddedAws, tasks: int) -> list[FunctionSpec]:
 PRELOAD = ["boto3", "botocore.client", "aws_xray_sdk.core", "pydantic", "aws_lambda_powertools",
            "aws_lambda_powertools.metrics", "aws_lambda_powertools.utilities.batch",
            "aws_lambda_powertools.utilities.data_classes.sqs_event", "contract_review.wiring",
-           "contract_review.config.settings", "contract_review.pipeline.worker", "contract_review.pipeline.batch",
+           "contract_review.config.settings", "contract_review.pipeline.worker",
+           "contract_review.pipeline.batch_inference_collect",
            "contract_review.sideeffects.saga", "review_local.sandbox"]
 
 

@@ -14,7 +14,7 @@ from contract_review.domain.ports import Deps
 from contract_review.doubles.spec import FaultSpec
 
 from .api_server import ApiServer
-from .batch_service import MIN_RECORDS, BatchFaults, BatchServiceFake
+from .batch_service import MIN_RECORDS, BatchFaults, BedrockBatchStandIn
 from .connect import local_deps
 from .embedded import LOCAL_JSON, STATE_DIR, EmbeddedAws, synth
 from .runtime import LocalRuntime, function_specs
@@ -51,7 +51,7 @@ class LocalStack:
     # None: no stand-in (then the functions' batch calls go to moto, which does not serve them)
     batch_faults: BatchFaults | None = field(default_factory=BatchFaults)
     batch_step_s: float = BATCH_STEP_S
-    batch_service: BatchServiceFake | None = None
+    batch_service: BedrockBatchStandIn | None = None
 
     def start(self, workers: bool = True, api: bool = True) -> LocalStack:
         self.template = self.template or synth(self.profile, {"worker": self.worker})
@@ -93,11 +93,11 @@ class LocalStack:
         self.tickets.require_bearer(token)
         return token
 
-    def start_batch_service(self) -> BatchServiceFake:
+    def start_batch_service(self) -> BedrockBatchStandIn:
         """The batch stand-in, as strict as the profile says Bedrock is here: at least `batch_min_records` records per
         job (the local profile's 10; Bedrock's default quota, 100, where a profile leaves it to Service Quotas)."""
         min_records = get_profile(self.profile).batch.batch_min_records or MIN_RECORDS
-        self.batch_service = BatchServiceFake(self.aws.client("s3"), step_s=self.batch_step_s, min_records=min_records,
+        self.batch_service = BedrockBatchStandIn(self.aws.client("s3"), step_s=self.batch_step_s, min_records=min_records,
                                               faults=self.batch_faults).__enter__()
         for name in BATCH_FUNCTIONS:
             self.extra_env.setdefault(name, {})["BEDROCK_BATCH_ENDPOINT_URL"] = self.batch_service.url

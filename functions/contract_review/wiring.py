@@ -86,11 +86,11 @@ def build_deps(settings: Settings, session: Any, endpoint_url: str | None = None
         read_quotas=quota_reader(settings, session),
         token_ledger=(DynamoTokenLedger(ddb, settings.token_ledger_table, p.quota.daily_ledger_bucket_s)
                       if settings.token_ledger_table else None),
-        batch=build_batch(settings, session, s3, meter, endpoint_url),
+        batch_inference=build_batch_inference(settings, session, s3, meter, endpoint_url),
     )
 
 
-def build_batch(settings: Settings, session: Any, s3: Any, meter: RequestMeter | None = None,
+def build_batch_inference(settings: Settings, session: Any, s3: Any, meter: RequestMeter | None = None,
                 endpoint_url: str | None = None) -> BedrockBatchInference | None:
     """Bedrock batch inference (adapters/batch_inference.py) for the process that submits and collects batch jobs:
     only where the batch service role is configured (BATCH_ROLE_ARN: the sweeper; the CLI from the stack's outputs),
@@ -243,11 +243,7 @@ def build_model(settings: Settings, session: Any) -> ModelClient:
 
         spec = FaultSpec.model_validate_json(settings.fault_spec)
         model = FaultInjectingModel(model, spec, read_timeout_s=settings.model_call_timeout_s)
-        if spec.legacy_prompt_layout:  # the bench's side by side: the strict double sees the old requests
-            from contract_review.doubles.legacy_layout import PerAnalystLayout
-            from contract_review.review.analysts import step_schemas
-
-            model = PerAnalystLayout(model, step_schemas())
+        model = spec.wrap(model)  # the bench's own wrapper, if any: the strict double sees what it sends
         if spec.call_log:
             model = CallLedger(model, spec.call_log)
     p = settings.profile  # outermost: a call the open breaker refuses is never sent (nor logged as sent)

@@ -45,7 +45,7 @@ class Call:
     service: str
     operation: str
     needs: tuple[Need, ...]
-    # who made it: a shipped module ("functions/contract_review/pipeline/batch.py:collect"), a component a role's
+    # who made it: a shipped module ("functions/contract_review/pipeline/batch_inference_collect.py:collect"), a component a role's
     # grant serves outside our code (DECLARED), or None: no shipped code on the stack (the test called the client)
     origin: str | None = None
 

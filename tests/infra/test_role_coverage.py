@@ -66,7 +66,7 @@ from contract_review.domain.records import (
 from contract_review.handlers import poller
 from contract_review.model.daily_quota import DailyQuota
 from contract_review.operate import api
-from contract_review.pipeline import admission, batch
+from contract_review.pipeline import admission, batch_inference
 from contract_review.pipeline.intake import handle_intake
 from contract_review.pipeline.worker import ChunkWorker, Delivery, Tier2
 from contract_review.reliability.chunks import announce
@@ -77,7 +77,7 @@ from contract_review.sideeffects import saga
 from contract_review.sideeffects.saga import TICKET, SagaStatus
 from contract_review.wiring import build_deps
 from infra.permissions import ACCESS
-from review_local.batch_service import BatchServiceFake
+from review_local.batch_service import BedrockBatchStandIn
 from review_local.connect import local_deps
 from review_local.embedded import FAKE_CREDENTIALS, EmbeddedAws
 from review_local.runtime import function_specs
@@ -600,9 +600,9 @@ def _fargate(rec: Recorder, setup: Deps, aws: EmbeddedAws, agent: FakeEcsAgent, 
     assert not thread.is_alive()
 
 
-def _collector(rec: Recorder, aws: EmbeddedAws, collector_env: dict[str, str], service: BatchServiceFake,
+def _collector(rec: Recorder, aws: EmbeddedAws, collector_env: dict[str, str], service: BedrockBatchStandIn,
                bedrock: BedrockDouble, mp: pytest.MonkeyPatch) -> None:
-    """The batch lane as it runs (pipeline/batch.py), the collector in its own function's environment (BATCH_ROLE_ARN and
+    """The batch lane as it runs (pipeline/batch_inference*.py), the collector in its own function's environment (BATCH_ROLE_ARN and
     STACK_TAG from the template, the stand-in's URL for its bedrock client): a batch-mode job's chunk parked by the
     worker (its requests to batch/pending/); a collector run under the account's minimum records per job (read from
     Bedrock and Service Quotas, as in prod) that waits; one under the stand-in's minimum that packs and submits them,
@@ -691,7 +691,7 @@ def _batch_jobs_ended(setup: Deps, service_url: str, job_id: str) -> bool:
     """Outside the recording: the stand-in says each batch job holding the job's chunks has ended."""
     bedrock = boto3.Session(**{k.lower(): v for k, v in FAKE_CREDENTIALS.items()}, region_name=REGION).client(
         "bedrock", endpoint_url=service_url)
-    shown = batch.batches_of(setup, setup.claims.for_job(job_id), 0)
+    shown = batch_inference.batches_of(setup, setup.claims.for_job(job_id), 0)
     return all(b.batch_job_arn is not None and bedrock.get_model_invocation_job(
         jobIdentifier=b.batch_job_arn)["status"] in ("Completed", "PartiallyCompleted", "Failed", "Stopped", "Expired")
         for b in shown)
@@ -708,7 +708,7 @@ def _wait(predicate: Callable[[], bool], timeout_s: float) -> None:
 def recorded(synth: Synth) -> Iterator[Recorded]:
     aws = EmbeddedAws().start()
     tickets: TicketServiceFake | None = None
-    batch_service: BatchServiceFake | None = None
+    batch_service: BedrockBatchStandIn | None = None
 
     def job_tags(arn: str) -> dict[str, str]:
         """A batch job's tags, as Bedrock holds them for IAM (aws:ResourceTag): those it was created with."""
@@ -733,7 +733,7 @@ def recorded(synth: Synth) -> Iterator[Recorded]:
         as_bedrock = Recorder(role="batch", missing_key_404=False)
         service_session = aws.session()
         as_bedrock.attach(service_session)
-        batch_service = BatchServiceFake(service_session.client("s3", endpoint_url=aws.endpoint), step_s=0.05,
+        batch_service = BedrockBatchStandIn(service_session.client("s3", endpoint_url=aws.endpoint), step_s=0.05,
                                          min_records=BATCH_MIN_RECORDS).__enter__()
         with pytest.MonkeyPatch.context() as mp, FakeEcsAgent() as agent:
             for k, v in env.items():

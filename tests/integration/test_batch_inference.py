@@ -1,7 +1,8 @@
 """The batch inference adapter (adapters/batch_inference.py) against the local stand-in for the service
 (review_local/batch_service.py) over real HTTP, with S3 from a moto server: boto3's own `bedrock` client, the
 records the analysts build (Converse bodies), idempotent submits, partial completion, failures, and outcomes joined
-on recordId whatever the output order (docs/batch-inference.md)."""
+on recordId whatever the output order (docs/batch-inference.md). The port's contract (the last section) holds the
+in-memory double of the unit tests (`FakeBatchInference`) and the adapter to the same cases."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import json
 import time
 import urllib.request
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import boto3
@@ -16,15 +18,17 @@ import pytest
 from botocore.exceptions import ClientError
 
 from contract_review.adapters.batch_inference import BedrockBatchInference, job_id_of
-from contract_review.domain.batch import BatchJobState, BatchJobStatus, BatchRecord, RecordOutcome
+from contract_review.domain.batch_inference import BatchJobState, BatchJobStatus, BatchRecord, RecordOutcome
 from contract_review.domain.errors import ReviewError, classify_batch_submit
+from contract_review.domain.ports import BatchInference
 from contract_review.doubles.bedrock_sim import SimulatedPromptCache
 from contract_review.doubles.offline_model import OfflineRuleModel
 from contract_review.model.bedrock import BedrockConverseModel
 from contract_review.review.analysts import ANALYSTS, build_request
 from contract_review.review.chunking import split_into_chunks
-from review_local.batch_service import BatchFaults, BatchServiceFake, analyst_request
+from review_local.batch_service import BatchFaults, BedrockBatchStandIn, analyst_request
 from tests.texts import LONG_TEXT, RISKY_CLAUSE
+from tests.unit.fakes import FakeBatchInference, FakeClock
 
 SAMPLE_CONTRACT = LONG_TEXT + RISKY_CLAUSE
 
@@ -61,13 +65,13 @@ def s3(s3_endpoint: str) -> Any:
 
 
 @pytest.fixture
-def fake(s3: Any) -> Iterator[BatchServiceFake]:
-    with BatchServiceFake(s3, step_s=0.01, min_records=MIN_RECORDS) as service:
+def fake(s3: Any) -> Iterator[BedrockBatchStandIn]:
+    with BedrockBatchStandIn(s3, step_s=0.01, min_records=MIN_RECORDS) as service:
         yield service
 
 
 @pytest.fixture
-def bedrock(fake: BatchServiceFake) -> Any:
+def bedrock(fake: BedrockBatchStandIn) -> Any:
     return _session().client("bedrock", endpoint_url=fake.url)
 
 
@@ -119,7 +123,7 @@ def tool_input(output: dict[str, Any]) -> dict[str, Any]:
 
 
 def test_a_job_walks_the_statuses_and_every_record_is_answered_by_the_offline_model(
-        batch: BedrockBatchInference, fake: BatchServiceFake, s3: Any) -> None:
+        batch: BedrockBatchInference, fake: BedrockBatchStandIn, s3: Any) -> None:
     records, expected = analyst_records(8)
     job_id = submitted(batch, records, "tok-complete")
     state = wait_until(batch, job_id)
@@ -152,7 +156,7 @@ def test_outcomes_are_joined_on_record_id_whatever_the_output_order(
 
 
 def test_the_same_client_token_returns_the_same_job_and_creates_none(
-        batch: BedrockBatchInference, bedrock: Any, fake: BatchServiceFake) -> None:
+        batch: BedrockBatchInference, bedrock: Any, fake: BedrockBatchStandIn) -> None:
     records, _ = analyst_records(MIN_RECORDS)
     first = submitted(batch, records, "tok-same")
     again = batch.submit("tok-same")
@@ -166,7 +170,7 @@ def test_the_same_client_token_returns_the_same_job_and_creates_none(
 
 
 def test_a_partially_completed_job_names_its_failed_and_missing_records(
-        batch: BedrockBatchInference, fake: BatchServiceFake) -> None:
+        batch: BedrockBatchInference, fake: BedrockBatchStandIn) -> None:
     records, expected = analyst_records(6)
     failed, dropped = records[1].record_id, records[4].record_id
     fake.faults = BatchFaults(fail_records=[failed], drop_records=[dropped])
@@ -187,7 +191,7 @@ def test_a_partially_completed_job_names_its_failed_and_missing_records(
     (BatchFaults(fail_job="in_progress"), BatchJobStatus.FAILED),
 ])
 def test_a_failed_job_has_no_results_but_a_coded_failure(
-        batch: BedrockBatchInference, fake: BatchServiceFake, faults: BatchFaults, status: BatchJobStatus) -> None:
+        batch: BedrockBatchInference, fake: BedrockBatchStandIn, faults: BatchFaults, status: BatchJobStatus) -> None:
     fake.faults = faults
     records, _ = analyst_records(MIN_RECORDS)
     job_id = submitted(batch, records, "tok-fail")
@@ -199,7 +203,7 @@ def test_a_failed_job_has_no_results_but_a_coded_failure(
 
 
 def test_an_expired_job_has_the_output_of_the_records_it_answered_before_its_timeout(
-        batch: BedrockBatchInference, fake: BatchServiceFake) -> None:
+        batch: BedrockBatchInference, fake: BedrockBatchStandIn) -> None:
     fake.faults = BatchFaults(expire_job=True)
     records, expected = analyst_records(MIN_RECORDS)
     job_id = submitted(batch, records, "tok-expire")
@@ -219,7 +223,7 @@ def test_a_job_under_the_minimum_record_count_fails_in_validation(batch: Bedrock
 
 
 def test_a_stopped_job_ends_stopped_with_the_output_of_the_records_answered_before_the_stop(s3: Any) -> None:
-    with BatchServiceFake(s3, step_s=0.5, min_records=1, faults=BatchFaults(hold_after_records=1)) as slow:
+    with BedrockBatchStandIn(s3, step_s=0.5, min_records=1, faults=BatchFaults(hold_after_records=1)) as slow:
         bedrock = _session().client("bedrock", endpoint_url=slow.url)
         batch = BedrockBatchInference(bedrock, s3, bucket=BUCKET, prefix="batch/stop", role_arn=ROLE, model_id=MODEL)
         records, _ = analyst_records(2)
@@ -233,7 +237,7 @@ def test_a_stopped_job_ends_stopped_with_the_output_of_the_records_answered_befo
         assert err.value.response["Error"]["Code"] == "ValidationException"
 
 
-def test_the_service_checks_what_create_model_invocation_job_checks(bedrock: Any, fake: BatchServiceFake) -> None:
+def test_the_service_checks_what_create_model_invocation_job_checks(bedrock: Any, fake: BedrockBatchStandIn) -> None:
     from botocore.config import Config
 
     unchecked = _session().client("bedrock", endpoint_url=fake.url, config=Config(parameter_validation=False))
@@ -255,7 +259,7 @@ def test_the_service_checks_what_create_model_invocation_job_checks(bedrock: Any
 
 
 def test_records_in_the_anthropic_messages_format_are_answered_too(
-        bedrock: Any, s3: Any, fake: BatchServiceFake) -> None:
+        bedrock: Any, s3: Any, fake: BedrockBatchStandIn) -> None:
     records, expected = analyst_records(MIN_RECORDS)
     messages = [BatchRecord(r.record_id, {
         "anthropic_version": "bedrock-2023-05-31", "max_tokens": 1024, "system": r.model_input["system"][0]["text"],
@@ -283,7 +287,7 @@ def test_the_stand_in_reads_back_the_request_an_analyst_built() -> None:
     assert analyst_request({"messages": [{"role": "user", "content": [{"text": "hello"}]}]}) is None
 
 
-def test_a_batch_job_is_tagged_with_the_stacks_tag_at_create(bedrock: Any, s3: Any, fake: BatchServiceFake) -> None:
+def test_a_batch_job_is_tagged_with_the_stacks_tag_at_create(bedrock: Any, s3: Any, fake: BedrockBatchStandIn) -> None:
     batch = BedrockBatchInference(bedrock, s3, bucket=BUCKET, prefix="batch/tagged", role_arn=ROLE, model_id=MODEL,
                                   stack_tag="ContractReview-prod")
     records, _ = analyst_records(MIN_RECORDS)
@@ -299,7 +303,7 @@ def test_a_batch_job_is_tagged_with_the_stacks_tag_at_create(bedrock: Any, s3: A
     ("ResourceNotFoundException", "batch.refused", False), ("ServiceQuotaExceededException", "aws.throttled", True),
     ("ThrottlingException", "aws.throttled", True), ("InternalServerException", "aws.unavailable", True),
 ])
-def test_a_refused_create_is_classified_from_its_error_code(batch: BedrockBatchInference, fake: BatchServiceFake,
+def test_a_refused_create_is_classified_from_its_error_code(batch: BedrockBatchInference, fake: BedrockBatchStandIn,
                                                            code: str, expected: str, retryable: bool) -> None:
     fake.faults = BatchFaults(refuse_create=code)
     records, _ = analyst_records(MIN_RECORDS)
@@ -315,7 +319,7 @@ def test_a_refused_create_is_classified_from_its_error_code(batch: BedrockBatchI
 
 
 def test_the_input_is_streamed_in_multipart_parts_and_the_output_read_line_by_line(
-        batch: BedrockBatchInference, fake: BatchServiceFake, s3: Any) -> None:
+        batch: BedrockBatchInference, fake: BedrockBatchStandIn, s3: Any) -> None:
     # records whose input is larger than one part (8 MiB): the managed transfer uploads it in parts
     records, expected = analyst_records(MIN_RECORDS)
     pad = "x" * (3 * 1024 * 1024)
@@ -329,3 +333,126 @@ def test_the_input_is_streamed_in_multipart_parts_and_the_output_read_line_by_li
     outcomes = batch.results(job_id)
     assert iter(outcomes) is outcomes  # a generator: one line at a time
     assert {o.record_id: tool_input(o.output or {}) for o in outcomes} == expected
+
+
+# ------------------------------------------------------------------------------ the port's contract
+# The `BatchInference` port (domain/ports.py) as the collector relies on it, held by both its implementations: the
+# in-memory double the unit worlds use (tests/unit/fakes.py `FakeBatchInference`) and the boto3 adapter. moto has no
+# model invocation jobs, so the adapter's leg runs against the local stand-in for the service (review_local/
+# batch_service.py `BedrockBatchStandIn`, S3 on the moto server), the same service the local stack gives the
+# collector.
+@dataclass
+class Leg:
+    """One implementation of the port, and how a case drives its jobs to their end and injects what goes wrong."""
+
+    port: BatchInference
+    finish: Callable[[str], BatchJobState]  # the job's state once it has ended
+    fail_records: Callable[[list[str]], None]  # the jobs created from now on answer these records with error 500
+    refuse_creates: Callable[[str], None]  # every create from now on is refused with this botocore error code
+    hold: Callable[[], None]  # the jobs created from now on run until they are stopped
+
+
+@pytest.fixture(params=["fake", "aws"])
+def leg(request: pytest.FixtureRequest) -> Leg:
+    if request.param == "fake":
+        clock = FakeClock()
+        double = FakeBatchInference(clock, min_records=MIN_RECORDS, end_after_s=60.0)
+
+        def finish(job_id: str) -> BatchJobState:
+            clock.advance(61.0)
+            return double.status(job_id)
+
+        def fail(ids: list[str]) -> None:
+            double.record_faults = lambda rid: "500" if rid in ids else None
+
+        def refuse(code: str) -> None:
+            double.refuse_create = code
+
+        return Leg(double, finish, fail, refuse, lambda: None)  # its jobs run a minute of its clock
+    stand_in: BedrockBatchStandIn = request.getfixturevalue("fake")
+    adapter = BedrockBatchInference(request.getfixturevalue("bedrock"), request.getfixturevalue("s3"), bucket=BUCKET,
+                                    prefix="batch/" + request.node.name.replace("[", "-").rstrip("]"), role_arn=ROLE,
+                                    model_id=MODEL, read_min_records=lambda: MIN_RECORDS)
+
+    def faults(**kw: Any) -> None:
+        stand_in.faults = BatchFaults(**kw)
+
+    return Leg(adapter, lambda job_id: wait_until(adapter, job_id), lambda ids: faults(fail_records=ids),
+               lambda code: faults(refuse_create=code), lambda: faults(hold_after_records=1))
+
+
+def test_contract_every_record_is_answered_as_the_model_answers_it_on_demand(leg: Leg) -> None:
+    records, expected = analyst_records(MIN_RECORDS + 2)
+    assert leg.port.put_input("tok-c-all", records) == len(records)
+    job_id = leg.port.submit("tok-c-all")
+    assert leg.finish(job_id).status is BatchJobStatus.COMPLETED
+    outcomes = {o.record_id: o for o in leg.port.results(job_id)}
+    assert {rid: tool_input(o.output or {}) for rid, o in outcomes.items() if o.ok} == expected
+
+
+def test_contract_the_same_token_is_the_same_job(leg: Leg) -> None:
+    records, _ = analyst_records(MIN_RECORDS)
+    leg.port.put_input("tok-c-same", records)
+    first = leg.port.submit("tok-c-same")
+    assert leg.port.submit("tok-c-same") == first
+    leg.port.put_input("tok-c-other", records)
+    assert leg.port.submit("tok-c-other") != first
+
+
+def test_contract_records_sharing_a_record_id_are_refused_before_anything_is_written(leg: Leg) -> None:
+    records, _ = analyst_records(2)
+    with pytest.raises(ReviewError) as err:
+        leg.port.put_input("tok-c-twice", [records[0], records[1], records[0]])
+    assert err.value.envelope.error_code == "batch.request_invalid"
+
+
+def test_contract_a_job_under_the_minimum_fails_and_has_no_results(leg: Leg) -> None:
+    assert leg.port.min_records() == MIN_RECORDS
+    records, _ = analyst_records(MIN_RECORDS - 1)
+    leg.port.put_input("tok-c-small", records)
+    job_id = leg.port.submit("tok-c-small")
+    assert leg.finish(job_id).status is BatchJobStatus.FAILED
+    with pytest.raises(ReviewError) as err:
+        list(leg.port.results(job_id))
+    assert (err.value.envelope.error_code, err.value.envelope.provider_code) == ("batch.job_failed", "Failed")
+
+
+def test_contract_a_failed_record_makes_the_job_partially_completed(leg: Leg) -> None:
+    records, expected = analyst_records(MIN_RECORDS)
+    failed = records[1].record_id
+    leg.fail_records([failed])
+    leg.port.put_input("tok-c-partial", records)
+    job_id = leg.port.submit("tok-c-partial")
+    assert leg.finish(job_id).status is BatchJobStatus.PARTIALLY_COMPLETED
+    outcomes = {o.record_id: o for o in leg.port.results(job_id)}
+    assert (outcomes[failed].ok, outcomes[failed].error_code) == (False, "500")
+    assert {rid for rid, o in outcomes.items() if o.ok} == set(expected) - {failed}
+
+
+@pytest.mark.parametrize("code, expected, retryable", [
+    ("ValidationException", "batch.refused", False), ("ThrottlingException", "aws.throttled", True),
+])
+def test_contract_a_refused_create_raises_the_client_error_the_collector_classifies(
+        leg: Leg, code: str, expected: str, retryable: bool) -> None:
+    records, _ = analyst_records(MIN_RECORDS)
+    leg.refuse_creates(code)
+    leg.port.put_input("tok-c-refused", records)
+    with pytest.raises(ClientError) as err:
+        leg.port.submit("tok-c-refused")
+    env = classify_batch_submit(err.value)
+    assert (env.error_code, env.retryable, env.provider_code) == (expected, retryable, code)
+
+
+def test_contract_a_stopped_job_ends_stopped_with_only_answers_it_gave_and_refuses_another_stop(leg: Leg) -> None:
+    records, expected = analyst_records(MIN_RECORDS)
+    leg.hold()
+    leg.port.put_input("tok-c-stop", records)
+    job_id = leg.port.submit("tok-c-stop")
+    assert not leg.port.status(job_id).terminal
+    leg.port.stop(job_id)
+    assert leg.finish(job_id).status is BatchJobStatus.STOPPED
+    answered = {o.record_id: o for o in leg.port.results(job_id)}  # those answered before the stop (billed): read
+    assert all(o.ok and tool_input(o.output or {}) == expected[rid] for rid, o in answered.items())
+    with pytest.raises(ClientError) as err:
+        leg.port.stop(job_id)
+    assert err.value.response["Error"]["Code"] == "ValidationException"

@@ -1,4 +1,4 @@
-"""The batch lane on embedded AWS (pipeline/batch.py): real worker processes, the batch collector on its own schedule
+"""The batch lane on embedded AWS (pipeline/batch_inference.py): real worker processes, the batch collector on its own schedule
 (its own function, as on AWS: handlers/collector.py; the sweeper recovers only), and Bedrock batch inference's HTTP
 stand-in (review_local/batch_service.py) reading and writing the moto S3. A job sent
 with `inference: batch` ends with the report of a fault-free on-demand run (tests/oracle.py), at the batch price,

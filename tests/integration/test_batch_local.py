@@ -1,7 +1,7 @@
 """The local stack (`review up`, `make demo`, the integration fixtures: review_local/stack.py) runs Bedrock batch
 inference's stand-in beside the ticket fake: its URL in .review/local.json and in the batch collector's environment,
 the service role's ARN the template gives the collector, as strict as the local profile (10 records per job at least),
-and stopped with the rest. The collector's Deps.batch, built from that environment, runs a job end to end against
+and stopped with the rest. The collector's Deps.batch_inference, built from that environment, runs a job end to end against
 it."""
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from botocore.exceptions import EndpointConnectionError
 
 from contract_review.config.profile import get_profile
 from contract_review.config.settings import Settings
-from contract_review.domain.batch import BatchJobStatus, BatchRecord
+from contract_review.domain.batch_inference import BatchJobStatus, BatchRecord
 from contract_review.wiring import build_deps
 from review_local.connect import local_session
 from review_local.runtime import function_specs
@@ -71,7 +71,7 @@ def test_the_local_stack_serves_the_batch_stand_in_to_the_collector_and_the_cli(
     # WHEN the collector builds its dependencies from that environment, as its sandbox does (AWS_ENDPOINT_URL: moto)
     env = {**specs["collector"].env, **stack.extra_env["collector"]}
     deps = build_deps(Settings.from_env(env), local_session(stack.aws.region), stack.aws.endpoint)
-    batch = deps.batch
+    batch = deps.batch_inference
     assert batch is not None and batch.bedrock.meta.endpoint_url == url
     # THEN a job of the minimum runs through the stand-in, reading and writing batch/ of the stack's bucket
     batch.put_input("local-1", _records(10))
@@ -97,7 +97,7 @@ def test_the_local_stack_serves_the_batch_stand_in_to_the_collector_and_the_cli(
     # AND the CLI's view of the local stack (Settings.from_outputs of local.json) reaches the same stand-in
     cli = build_deps(Settings.from_outputs(info["outputs"], "local"), local_session(stack.aws.region),
                      stack.aws.endpoint)
-    assert cli.batch is not None and cli.batch.status(job).status is done
+    assert cli.batch_inference is not None and cli.batch_inference.status(job).status is done
 
 
 def test_the_stand_in_stops_with_the_stack(local_template: dict[str, Any], tmp_path: Path) -> None:
@@ -116,6 +116,6 @@ def test_without_the_stand_in_no_batch_inference_is_offered(local_template: dict
                                                                                                  api=False)
     try:
         assert s.batch_service is None and "BatchRoleArn" not in s.outputs
-        assert s.deps().batch is None
+        assert s.deps().batch_inference is None
     finally:
         s.stop()

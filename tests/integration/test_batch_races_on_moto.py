@@ -21,11 +21,11 @@ from contract_review.domain.messages import AnalysisMessage, ResultMessage
 from contract_review.domain.ports import Deps, Queue
 from contract_review.domain.records import ChunkStatus, Job, JobState
 from contract_review.doubles.offline_model import OfflineRuleModel
-from contract_review.pipeline import batch
+from contract_review.pipeline import batch_inference_collect, batch_inference_run
 from contract_review.pipeline.aggregator import handle_result
 from contract_review.pipeline.intake import handle_intake
 from contract_review.pipeline.worker import ChunkWorker, Delivery
-from review_local.batch_service import BatchServiceFake
+from review_local.batch_service import BedrockBatchStandIn
 from review_local.embedded import EmbeddedAws
 
 from ..texts import TEXT
@@ -35,7 +35,7 @@ ROLE = "arn:aws:iam::123456789012:role/BatchServiceRole"
 CHUNK_RECORDS, CHUNKS = 11, 4  # TEXT in 150-character chunks: 4 chunks, 11 analysts' locate requests each
 
 
-def _deps(embedded: EmbeddedAws, service: BatchServiceFake, minimum: int) -> Deps:
+def _deps(embedded: EmbeddedAws, service: BedrockBatchStandIn, minimum: int) -> Deps:
     deps = emptied(embedded)
     for key in deps.artifacts.list_keys(BATCH_OPEN_PREFIX):  # and no batch job of an earlier case to follow
         deps.artifacts.delete(key)
@@ -46,12 +46,12 @@ def _deps(embedded: EmbeddedAws, service: BatchServiceFake, minimum: int) -> Dep
                             region_name=embedded.region).client("bedrock", endpoint_url=service.url)
     adapter = BedrockBatchInference(bedrock, service.s3, bucket=s.bucket, prefix=BATCH_PREFIX, role_arn=ROLE,
                                     model_id=s.effective_model_id, stack_tag="test-stack")
-    return dataclasses.replace(deps, settings=settings, batch=adapter)
+    return dataclasses.replace(deps, settings=settings, batch_inference=adapter)
 
 
 @pytest.fixture
-def service(embedded: EmbeddedAws) -> Iterator[BatchServiceFake]:
-    with BatchServiceFake(embedded.client("s3"), step_s=0.02, min_records=CHUNKS * CHUNK_RECORDS) as svc:
+def service(embedded: EmbeddedAws) -> Iterator[BedrockBatchStandIn]:
+    with BedrockBatchStandIn(embedded.client("s3"), step_s=0.02, min_records=CHUNKS * CHUNK_RECORDS) as svc:
         yield svc
 
 
@@ -90,7 +90,7 @@ def _run_to_the_end(deps: Deps, job_id: str, timeout: float = 90) -> Job:
     """Collect, work, aggregate until the job ends (the stand-in's batch jobs take a fraction of a second)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        batch.collect(deps, deps.clock())
+        batch_inference_collect.collect(deps, deps.clock())
         _work(deps)
         job = get_job(deps, job_id)
         if job.terminal:
@@ -99,7 +99,7 @@ def _run_to_the_end(deps: Deps, job_id: str, timeout: float = 90) -> Job:
     raise AssertionError(f"{job_id} did not end in {timeout} s")
 
 
-def _wait_ended(service: BatchServiceFake) -> None:
+def _wait_ended(service: BedrockBatchStandIn) -> None:
     deadline = time.monotonic() + 30
     while any(j.status not in ("Completed", "PartiallyCompleted", "Failed", "Stopped", "Expired")
               for j in service.jobs.values()):
@@ -108,11 +108,11 @@ def _wait_ended(service: BatchServiceFake) -> None:
 
 
 def test_a_returned_chunk_whose_send_failed_is_sent_by_the_next_collect_on_dynamodb(
-        embedded: EmbeddedAws, service: BatchServiceFake) -> None:
+        embedded: EmbeddedAws, service: BedrockBatchStandIn) -> None:
     # GIVEN a batch-mode job whose chunks are in a batch job that has ended
     deps = _deps(embedded, service, CHUNKS * CHUNK_RECORDS)
     job_id = _parked_job(deps, "race-batch-send")
-    assert batch.collect(deps, deps.clock()).submitted
+    assert batch_inference_collect.collect(deps, deps.clock()).submitted
     _wait_ended(service)
     # AND an SQS send that fails once, right after the conditional write that made the first chunk pending
     real = deps.queues.send_analysis
@@ -125,13 +125,13 @@ def test_a_returned_chunk_whose_send_failed_is_sent_by_the_next_collect_on_dynam
         real(messages, delay_s)
     setattr(deps.queues, "send_analysis", send_fails_once)  # noqa: B010 -- wrapping one call of the real adapter
     with pytest.raises(ConnectionError):
-        batch.collect(deps, deps.clock())
+        batch_inference_collect.collect(deps, deps.clock())
     setattr(deps.queues, "send_analysis", real)  # noqa: B010 -- restored
     stranded = [c for c in deps.claims.for_job(job_id) if c.status is ChunkStatus.PENDING]
     assert stranded and all(c.batch_message_due for c in stranded)
     assert _take(deps, Queue.ANALYSIS) == []
     # WHEN the next collect runs THEN every returned chunk has its message, each recorded as sent
-    report = batch.collect(deps, deps.clock())
+    report = batch_inference_collect.collect(deps, deps.clock())
     assert report.resent == len(stranded)
     sent = [AnalysisMessage.model_validate_json(m.body) for m in deps.queues.peek(Queue.ANALYSIS)]
     assert {c.chunk_id for c in stranded} <= {m.chunk_id for m in sent}
@@ -143,24 +143,24 @@ def test_a_returned_chunk_whose_send_failed_is_sent_by_the_next_collect_on_dynam
 
 @pytest.mark.parametrize("minimum", [CHUNKS * CHUNK_RECORDS, 2 * CHUNK_RECORDS], ids=["B-waits", "B-packs-the-rest"])
 def test_two_collects_at_once_never_submit_a_partial_batch_job_on_dynamodb(
-        embedded: EmbeddedAws, service: BatchServiceFake, minimum: int) -> None:
+        embedded: EmbeddedAws, service: BedrockBatchStandIn, minimum: int) -> None:
     # GIVEN parked chunks, and a minimum per batch job (the stand-in holds its validation to it)
     service.min_records = minimum
     deps = _deps(embedded, service, minimum)
     job_id = _parked_job(deps, f"race-batch-seal-{minimum}")
     # AND collect B runs whole while collect A has tagged its first chunk (DynamoDB's conditional write) and no other
     real = deps.claims.assign_batch
-    b_reports: list[batch.CollectReport] = []
+    b_reports: list[batch_inference_run.CollectReport] = []
 
     def assign_then_b(job: str, chunk_id: str, fence: int, token: str | None, expected: str | None) -> Any:
         won = real(job, chunk_id, fence, token, expected)
         if not b_reports and token is not None:
             setattr(deps.claims, "assign_batch", real)  # noqa: B010 -- B runs with the plain adapter
-            b_reports.append(batch.collect(deps, deps.clock()))
+            b_reports.append(batch_inference_collect.collect(deps, deps.clock()))
             setattr(deps.claims, "assign_batch", assign_then_b)  # noqa: B010
         return won
     setattr(deps.claims, "assign_batch", assign_then_b)  # noqa: B010 -- wrapping one call of the real adapter
-    a_report = batch.collect(deps, deps.clock())
+    a_report = batch_inference_collect.collect(deps, deps.clock())
     setattr(deps.claims, "assign_batch", real)  # noqa: B010 -- restored
     (b_report,) = b_reports
     # THEN no token was submitted by both; every batch job created holds at least the minimum, and every chunk that

@@ -763,7 +763,7 @@ def test_claims_release_finish_and_redrive_are_fenced(repos: Repos):
 
 
 def test_claims_park_a_chunk_for_a_batch_pack_it_once_and_return_it_once(repos: Repos):
-    """The batch lane's three writes (pipeline/batch.py), on the fake and on DynamoDB alike: a fenced park, a token
+    """The batch lane's three writes (pipeline/batch_inference.py), on the fake and on DynamoDB alike: a fenced park, a token
     set only on an unpacked parked chunk, a return only with the token it holds (once), the answers' usage added."""
     job_id = _job().job_id
     repos.claims.create(_chunk(job_id))

@@ -39,7 +39,7 @@ from typing import Any
 from contract_review.domain.ports import Deps, Queue
 from contract_review.domain.records import ChunkStatus, Inference, Job, JobState, Priority
 from contract_review.operate import ops
-from contract_review.pipeline import batch, redrive
+from contract_review.pipeline import batch_inference_collect, redrive
 from review_local.batch_service import BatchFaults
 from review_local.stack import LocalStack
 
@@ -141,7 +141,7 @@ class LaneChaos:
 
     def _second_collector(self) -> None:
         while not self._stop.wait(SECOND_COLLECTOR_EVERY_S * self.rng.uniform(0.5, 1.5)):
-            report = batch.collect(self.deps, time.time())
+            report = batch_inference_collect.collect(self.deps, time.time())
             self.counts["second collector runs"] += 1
             self.counts["second collector: batch jobs submitted"] += len(report.submitted)
             self.counts["second collector: batch jobs collected"] += len(report.collected)

@@ -22,7 +22,7 @@ from pydantic import BaseModel
 from contract_review.adapters.model_control import CONTROL_WRITE_ATTEMPTS, contended
 from contract_review.config.profile import get_profile
 from contract_review.config.settings import Settings
-from contract_review.domain.batch import (
+from contract_review.domain.batch_inference import (
     ENDED_EARLY,
     HAS_OUTPUT,
     MISSING,
@@ -841,7 +841,7 @@ class FakeWorld:
                          token_ledger=self.token_ledger)
 
 
-class FakeBatchService:
+class FakeBatchInference:
     """Bedrock batch inference in memory, behind the `BatchInference` port (the HTTP stand-in that boto3 reaches is
     review_local/batch_service.py; this is its in-process twin for the unit worlds). A job answers after
     `end_after_s` of the world's clock, each record by the offline rule model exactly as the stand-in answers it;

@@ -1,4 +1,4 @@
-"""The batch collector (pipeline/batch.py `collect`) under forced interleavings, refusals, deadlines, a pause and
+"""The batch collector (pipeline/batch_inference_collect.py `collect`) under forced interleavings, refusals, deadlines, a pause and
 batch jobs nobody wants any more (issue 25, findings 1-6). Each race wraps ONE repository or service call of the
 in-memory world, as the other race tests do; tests/integration/test_batch_races_on_moto.py runs races 1 and 2 on the
 real adapters."""
@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from contract_review.domain.batch import BatchManifest, BatchRecord
+from contract_review.domain.batch_inference import BatchManifest, BatchRecord
 from contract_review.domain.cost import batch_usage
 from contract_review.domain.keys import BATCH_OPEN_PREFIX, batch_manifest_key
 from contract_review.domain.lifecycle import request_cancel
@@ -29,13 +29,13 @@ from contract_review.domain.records import (
 )
 from contract_review.domain.spend_cap import DAY_S
 from contract_review.operate import ops
-from contract_review.pipeline import batch
+from contract_review.pipeline import batch_inference_collect, batch_inference_run
 from contract_review.pipeline.aggregator import handle_message
 from contract_review.pipeline.collector import collect as collector_run
 from contract_review.pipeline.sweeper import sweep
 
 from ..texts import TEXT
-from .fakes import FakeBatchService
+from .fakes import FakeBatchInference
 from .inprocess import Crash, InProcess
 from .test_batch_lane import JOB_ID, batch_world, completes_as_on_demand, events, submit
 
@@ -52,8 +52,8 @@ def parked(p: InProcess) -> list[ChunkRecord]:
     return chunks
 
 
-def collect(p: InProcess) -> batch.CollectReport:
-    return batch.collect(p.world.deps, p.world.clock())
+def collect(p: InProcess) -> batch_inference_run.CollectReport:
+    return batch_inference_collect.collect(p.world.deps, p.world.clock())
 
 
 def analysis_chunks(p: InProcess) -> list[str]:
@@ -64,7 +64,7 @@ def manifest(p: InProcess, token: str) -> BatchManifest:
     return BatchManifest.model_validate_json(p.world.artifacts.get_text(batch_manifest_key(token)))
 
 
-def ended_batch_job(**profile: object) -> tuple[InProcess, FakeBatchService]:
+def ended_batch_job(**profile: object) -> tuple[InProcess, FakeBatchInference]:
     """A batch-mode job whose chunks were packed into a batch job that has just ended (Completed), not collected."""
     p, svc = batch_world(**profile)
     svc.end_after_s = 1_000.0
@@ -169,7 +169,7 @@ def test_two_collects_at_once_never_submit_a_partial_batch_job(minimum: int):
     # AND collect B runs whole while collect A has tagged its first chunk (and not the others)
     claims = p.world.claims
     real = claims.assign_batch
-    b_reports: list[batch.CollectReport] = []
+    b_reports: list[batch_inference_run.CollectReport] = []
 
     def assign_then_b(job_id: str, chunk_id: str, fence: int, token: str | None, expected: str | None) -> Any:
         won = real(job_id, chunk_id, fence, token, expected)
@@ -420,7 +420,7 @@ class Unused:
     job has just ended, not collected; what the first job and its principal had spent before."""
 
     p: InProcess
-    svc: FakeBatchService
+    svc: FakeBatchInference
     token: str
     chunks_usage: int
     spent_before: int
@@ -578,7 +578,7 @@ def test_a_job_updated_after_the_run_started_is_still_followed_not_its_answers_d
     p.world.clock.advance(2.0)
     p.world.jobs.touch(JOB_ID)
     # WHEN that run collects
-    report = batch.collect(p.world.deps, now)
+    report = batch_inference_collect.collect(p.world.deps, now)
     # THEN the job's chunks took their answers: none is recorded unused, none stays parked under an ended batch job
     assert report.collected and report.unused_micro_usd == 0 and not events(p, "batch.unused")
     assert not any(c.status is ChunkStatus.AWAITING_BATCH for c in p.world.claims.for_job(JOB_ID))
@@ -595,7 +595,7 @@ def test_a_batch_job_packed_by_another_collect_after_this_ones_snapshot_is_not_s
     parked(p)
     claims = p.world.claims
     real = claims.for_job
-    b_reports: list[batch.CollectReport] = []
+    b_reports: list[batch_inference_run.CollectReport] = []
 
     def read_then_b(job_id: str) -> list[ChunkRecord]:
         records = real(job_id)
@@ -660,7 +660,7 @@ def test_a_manifest_packed_late_in_a_long_run_is_not_abandoned_by_another_collec
     def slow_list(prefix: str) -> list[str]:
         world.clock.advance(timeout_s + 1)
         return real_list(prefix)
-    b_reports: list[batch.CollectReport] = []
+    b_reports: list[batch_inference_run.CollectReport] = []
 
     def assign_then_b(job_id: str, chunk_id: str, fence: int, token: str | None, expected: str | None) -> Any:
         won = real_assign(job_id, chunk_id, fence, token, expected)
@@ -670,7 +670,7 @@ def test_a_manifest_packed_late_in_a_long_run_is_not_abandoned_by_another_collec
         return won
     artifacts.list_keys = slow_list  # type: ignore[method-assign]  # one call of the fake, wrapped
     claims.assign_batch = assign_then_b  # type: ignore[method-assign]  # (the interleaving's second point)
-    a_report = batch.collect(world.deps, world.clock())
+    a_report = batch_inference_collect.collect(world.deps, world.clock())
     artifacts.list_keys, claims.assign_batch = real_list, real_assign  # type: ignore[method-assign]  # restored
     # THEN B left A's manifest alone (A is tagging it right now), and A submitted it whole
     (b_report,) = b_reports

@@ -1,6 +1,7 @@
-"""The batch lane (pipeline/batch.py) through the whole in-process pipeline: a job sent with `inference: batch` is
-answered by batch jobs (FakeBatchService: the in-memory twin of the HTTP stand-in, answering each record as the
-offline model answers it on demand), and every outcome is compared with the on-demand run of the same document."""
+"""The batch lane (pipeline/batch_inference*.py) through the whole in-process pipeline: a job sent with `inference:
+batch` is answered by batch jobs (FakeBatchInference: the in-memory double of the port, held to the adapter's
+contract, answering each record as the offline model answers it on demand), and every outcome is compared with the
+on-demand run of the same document."""
 
 from __future__ import annotations
 
@@ -11,20 +12,20 @@ from collections import Counter
 import pytest
 
 from contract_review.adapters.batch_inference import BedrockBatchInference
-from contract_review.domain.batch import MISSING, BatchRecord
+from contract_review.domain.batch_inference import MISSING, BatchRecord
 from contract_review.domain.cost import batch_cost_usd, micro_usd, model_price
 from contract_review.domain.errors import ReviewError
 from contract_review.domain.lifecycle import request_cancel
 from contract_review.domain.records import ChunkStatus, Inference, Job, JobState, Usage, job_id_for
 from contract_review.operate import api, ops
-from contract_review.pipeline import batch, collector
+from contract_review.pipeline import batch_inference, collector
 from contract_review.pipeline.sweeper import sweep
 from contract_review.review.analysts import ANALYSTS, build_request
 from contract_review.review.chunking import Chunk
 
 from ..oracle import counted
 from ..texts import TEXT
-from .fakes import FakeBatchService
+from .fakes import FakeBatchInference
 from .inprocess import Crash, InProcess, fault_free_findings
 from .scenarios import small_chunk_world
 
@@ -32,13 +33,13 @@ KEY = "msa-batch"
 JOB_ID = job_id_for(KEY)
 
 
-def batch_world(service: bool = True, **profile: object) -> tuple[InProcess, FakeBatchService]:
+def batch_world(service: bool = True, **profile: object) -> tuple[InProcess, FakeBatchInference]:
     """A world whose batch jobs take records from 2 up (a round of this small document has fewer than the local
     profile's 10: those tests set their own), and its batch service."""
     world = small_chunk_world(**{"batch_min_records": 2, **profile})
-    svc = FakeBatchService(world.clock, min_records=world.settings.profile.batch.batch_min_records or 100)
+    svc = FakeBatchInference(world.clock, min_records=world.settings.profile.batch.batch_min_records or 100)
     if service:
-        world.deps = dataclasses.replace(world.deps, batch=svc)
+        world.deps = dataclasses.replace(world.deps, batch_inference=svc)
     return InProcess(world), svc
 
 
@@ -50,7 +51,7 @@ def submit(p: InProcess, **fields: object) -> Job:
     return job
 
 
-def parked_in_a_long_batch_job() -> tuple[InProcess, FakeBatchService]:
+def parked_in_a_long_batch_job() -> tuple[InProcess, FakeBatchInference]:
     """A batch-mode job whose chunks have been packed into a batch job that will not end for a long while."""
     p, svc = batch_world()
     svc.end_after_s = 1_000.0
@@ -256,7 +257,7 @@ def test_a_chunk_still_in_a_batch_job_at_its_jobs_deadline_goes_on_demand_and_it
 
 def test_status_names_the_batch_jobs_holding_a_jobs_calls_and_when_they_are_expected():
     p, svc = parked_in_a_long_batch_job()
-    shown = batch.batches_of(p.world.deps, p.world.claims.for_job(JOB_ID),
+    shown = batch_inference.batches_of(p.world.deps, p.world.claims.for_job(JOB_ID),
                              p.world.settings.profile.batch.batch_expected_s)
     [arn] = list(svc.jobs)
     assert [(b.batch_job_arn, b.status) for b in shown] == [(arn, "InProgress")]
@@ -289,10 +290,10 @@ def test_a_record_id_names_the_analyst_and_step_and_changes_with_the_request():
     chunk = Chunk(index=0, chunk_id="c0", start=0, end=len(TEXT[:300]), text=TEXT[:300])
     first = build_request(ANALYSTS[0], "locate", chunk, None, None)
     repair = build_request(ANALYSTS[0], "locate", chunk, None, "quotes must be verbatim")
-    a, b = batch.record_for("job-1", "c0", first), batch.record_for("job-1", "c0", first)
+    a, b = batch_inference.record_for("job-1", "c0", first), batch_inference.record_for("job-1", "c0", first)
     assert a == b and a.record_id.startswith("liability.locate.")
-    assert batch.record_for("job-1", "c0", repair).record_id != a.record_id
-    assert batch.record_for("job-2", "c0", first).record_id != a.record_id
+    assert batch_inference.record_for("job-1", "c0", repair).record_id != a.record_id
+    assert batch_inference.record_for("job-2", "c0", first).record_id != a.record_id
     # a batch record reads no prompt cache: its body has no cache point
     assert "cachePoint" not in json.dumps(a.model_input)
 

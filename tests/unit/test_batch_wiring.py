@@ -1,4 +1,4 @@
-"""Wiring of Bedrock batch inference (wiring.build_batch; docs/batch-inference.md): Deps.batch exists exactly where
+"""Wiring of Bedrock batch inference (wiring.build_batch_inference; docs/batch-inference.md): Deps.batch_inference exists exactly where
 the batch service role is configured (BATCH_ROLE_ARN: the sweeper), its `bedrock` client goes to the stand-in's URL
 when one is given, and the adapter takes the artifacts bucket, the batch/ prefix, the model and the profile's
 timeout. No network: boto3 clients are built, never called."""
@@ -34,13 +34,13 @@ def _session() -> Any:
 
 def test_without_the_batch_service_role_there_is_no_batch_inference():
     deps = build_deps(Settings.from_env(_env()), _session())
-    assert deps.batch is None
+    assert deps.batch_inference is None
 
 
 def test_the_sweepers_batch_inference_is_built_from_settings_and_profile():
     settings = Settings.from_env(_env(BATCH_ROLE_ARN=ROLE, MODEL_PROVIDER="bedrock", MODEL_ID="eu.anthropic.x-v1:0"))
     deps = build_deps(settings, _session())
-    batch = deps.batch
+    batch = deps.batch_inference
     assert isinstance(batch, BedrockBatchInference)
     assert (batch.bucket, batch.prefix, batch.role_arn) == ("artifacts-123", BATCH_PREFIX, ROLE)
     assert batch.model_id == settings.effective_model_id == "eu.anthropic.x-v1:0"
@@ -57,8 +57,8 @@ def test_the_bedrock_client_goes_to_the_stand_in_when_its_url_is_set(moto: str |
     calls go to BEDROCK_BATCH_ENDPOINT_URL, which moto does not serve."""
     settings = Settings.from_env(_env(BATCH_ROLE_ARN=ROLE, BEDROCK_BATCH_ENDPOINT_URL=STAND_IN))
     deps = build_deps(settings, _session(), moto)
-    assert deps.batch is not None
-    assert deps.batch.bedrock.meta.endpoint_url == STAND_IN
+    assert deps.batch_inference is not None
+    assert deps.batch_inference.bedrock.meta.endpoint_url == STAND_IN
     assert deps.artifacts.client.meta.endpoint_url != STAND_IN  # type: ignore[attr-defined]
 
 
@@ -70,7 +70,7 @@ def test_the_cli_reads_the_role_and_the_stand_in_from_the_stack_outputs():
     s = Settings.from_outputs({**outputs, "BatchRoleArn": ROLE, "BatchEndpointUrl": STAND_IN}, "local")
     assert (s.batch_role_arn, s.batch_endpoint_url) == (ROLE, STAND_IN)
     deps = build_deps(s, _session(), MOTO)
-    assert deps.batch is not None and deps.batch.bedrock.meta.endpoint_url == STAND_IN
+    assert deps.batch_inference is not None and deps.batch_inference.bedrock.meta.endpoint_url == STAND_IN
 
 
 def _stubbed(session: Any, display: str | None, quotas: list[dict[str, Any]] | None) -> tuple[Any, Stubber, Stubber]:

@@ -23,7 +23,7 @@ SERIALIZATION_BOUNDARY = {"adapters/dynamo.py", "adapters/jobs.py", "adapters/cl
                           "adapters/model_control.py", "adapters/token_ledger.py",  # DynamoDB items and expressions
                           "handlers/poller.py", "handlers/sweeper.py", "handlers/collector.py", "handlers/worker.py",
                           # batch inference records: a model request / response body in JSONL (docs/batch-inference.md)
-                          "domain/batch.py", "adapters/batch_inference.py"}
+                          "domain/batch_inference.py", "adapters/batch_inference.py"}
 MAX_TOP_LEVEL_ENTRIES = 13  # the package's modules and subpackages, __init__.py included
 
 

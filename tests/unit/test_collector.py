@@ -16,16 +16,16 @@ from contract_review.pipeline.sweeper import sweep
 from review_local.sandbox import LambdaContext
 
 from ..texts import TEXT
-from .fakes import FakeBatchService
+from .fakes import FakeBatchInference
 from .inprocess import InProcess
 from .scenarios import small_chunk_world
 from .test_handler_metrics import _emf, _values
 
 
-def _world() -> tuple[InProcess, FakeBatchService]:
+def _world() -> tuple[InProcess, FakeBatchInference]:
     world = small_chunk_world(batch_min_records=2)
-    svc = FakeBatchService(world.clock, min_records=2, end_after_s=1_000.0)  # batch jobs that run a long while
-    world.deps = dataclasses.replace(world.deps, batch=svc)
+    svc = FakeBatchInference(world.clock, min_records=2, end_after_s=1_000.0)  # batch jobs that run a long while
+    world.deps = dataclasses.replace(world.deps, batch_inference=svc)
     return InProcess(world), svc
 
 

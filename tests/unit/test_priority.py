@@ -11,7 +11,7 @@ from contract_review.domain.messages import AnalysisMessage, parse_results_body
 from contract_review.domain.ports import Queue
 from contract_review.domain.records import ChunkStatus, Inference, Job, JobState, Priority
 from contract_review.doubles.offline_model import OfflineRuleModel
-from contract_review.pipeline import batch
+from contract_review.pipeline import batch_inference_collect
 from contract_review.pipeline.aggregator import handle_message
 from contract_review.pipeline.intake import handle_intake
 from contract_review.pipeline.priority import PriorityGate, starvation_bound_s
@@ -176,7 +176,7 @@ def test_an_interactive_batch_mode_job_counts_only_once_one_of_its_chunks_went_o
     q.until_ended(bulk)
     assert world.jobs.get(bulk).state is JobState.COMPLETED and q.deferred == []  # type: ignore[union-attr]
     # WHEN the parked chunks go on demand (no batch service: the collector sends them) and a worker takes the first
-    batch.collect(world.deps, world.clock())
+    batch_inference_collect.collect(world.deps, world.clock())
     q.step()
     assert sum(c.status is ChunkStatus.DONE for c in world.claims.for_job(urgent)) == 1
     # THEN the job waits on the workers: a bulk chunk received now gives way to it

@@ -24,7 +24,7 @@ from typing import Any
 
 from boto3.s3.transfer import TransferConfig
 
-from contract_review.domain.batch import (
+from contract_review.domain.batch_inference import (
     CONVERSE,
     HAS_OUTPUT,
     BatchJobState,

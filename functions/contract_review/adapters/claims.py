@@ -284,7 +284,7 @@ class DynamoClaims:
         expr = "SET " + ", ".join(parts) + " REMOVE " + _LEASE_ATTRS + (f", {drop}" if drop else "") + _owner_add(fold)
         return self._fenced_update(job_id, chunk_id, fence, expr, values, names, states, lapsed_before, also)
 
-    # ---------------------------------------------------------------- batch inference (pipeline/batch.py)
+    # ---------------------------------------------------------------- batch inference (pipeline/batch_inference.py)
     def await_batch(self, job_id: str, chunk_id: str, fence: int, stats: AttemptStats, pending_key: str,
                     records: int) -> ChunkRecord | None:
         parts, values, names, drop, _ = self._ending(fence, stats, None)

@@ -76,7 +76,7 @@ OPTION_ENV = {
     "ticket_secret_arn": "TICKET_SECRET_ARN",
     # Bedrock batch inference (docs/batch-inference.md): the service role Bedrock assumes to read the records and write
     # the answers (infra/batch.py), set on the function that submits and collects batch jobs (the sweeper) only;
-    # empty: no batch inference in this process (Deps.batch is None)
+    # empty: no batch inference in this process (Deps.batch_inference is None)
     "batch_role_arn": "BATCH_ROLE_ARN",
     # where the `bedrock` client sends the batch calls: empty in AWS; locally the stand-in's URL
     # (review_local/batch_service.py, which `review up` starts)

@@ -484,12 +484,12 @@ def classify(exc: BaseException, *, step: str = "", attempt: int = 0, model_call
 
 def classify_batch_submit(exc: BaseException) -> ErrorEnvelope:
     """A failed CreateModelInvocationJob: `batch.refused` (not retryable) for the error codes that refuse the job for
-    good (domain/batch.py REFUSALS, from the botocore error code: never the message); `aws.throttled` for a batch
+    good (domain/batch_inference.py REFUSALS, from the botocore error code: never the message); `aws.throttled` for a batch
     quota in use (BACKOFFS: it frees as jobs end); else what `classify` makes of it (throttling, 5xx, a connection:
     retried with backoff)."""
     from botocore.exceptions import ClientError
 
-    from contract_review.domain.batch import BACKOFFS, REFUSALS
+    from contract_review.domain.batch_inference import BACKOFFS, REFUSALS
 
     if isinstance(exc, ClientError):
         response = cast(dict[str, Any], exc.response)

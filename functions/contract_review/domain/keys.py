@@ -17,7 +17,7 @@ BATCH_PREFIX = "batch"
 BATCH_PENDING_PREFIX = f"{BATCH_PREFIX}/pending/"
 BATCH_ANSWERS_PREFIX = f"{BATCH_PREFIX}/answers/"
 BATCH_JOBS_PREFIX = f"{BATCH_PREFIX}/jobs/"
-# One empty object per batch job of ours not yet ended (pipeline/batch.py): what the collector follows, whether or
+# One empty object per batch job of ours not yet ended (pipeline/batch_inference.py): what the collector follows, whether or
 # not a chunk still waits in it (a batch job none of whose records are wanted is stopped and followed to its end)
 BATCH_OPEN_PREFIX = f"{BATCH_JOBS_PREFIX}open/"
 BATCH_INPUT_PREFIX = f"{BATCH_PREFIX}/input/"  # adapters/batch_inference.py: <prefix>/input/<token>/records.jsonl
@@ -62,7 +62,7 @@ def batch_key(batch_id: str) -> str:
 
 
 def batch_pending_key(job_id: str, chunk_id: str, fence: int) -> str:
-    """A parked chunk's requests waiting to be packed into a batch job (pipeline/batch.py)."""
+    """A parked chunk's requests waiting to be packed into a batch job (pipeline/batch_inference.py)."""
     return f"{BATCH_PENDING_PREFIX}{job_id}/{chunk_id}/{fence}.jsonl"
 
 

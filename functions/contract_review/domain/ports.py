@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Protocol
 from pydantic import BaseModel
 
 from contract_review.config.settings import Settings
-from contract_review.domain.batch import BatchJobState, BatchRecord, RecordOutcome
+from contract_review.domain.batch_inference import BatchJobState, BatchRecord, RecordOutcome
 from contract_review.domain.effects import SideEffects
 from contract_review.domain.errors import ErrorEnvelope
 from contract_review.domain.messages import AnalysisMessage, JobControl, ResultMessage
@@ -151,7 +151,7 @@ class Compensator(Protocol):
 
 
 class BatchInference(Protocol):
-    """Bedrock batch inference (domain/batch.py; adapters/batch_inference.py; docs/batch-inference.md): records
+    """Bedrock batch inference (domain/batch_inference.py; adapters/batch_inference.py; docs/batch-inference.md): records
     streamed into a job's input, a job id out; the job's state; its output streamed line by line, joined on recordId
     by the caller (whatever the order of the output); a job stopped."""
 
@@ -351,7 +351,7 @@ class ClaimsRepo(Protocol):
     def await_batch(self, job_id: str, chunk_id: str, fence: int, stats: AttemptStats, pending_key: str,
                     records: int) -> ChunkRecord | None:
         """The holder of `fence` parks the chunk `awaiting_batch`: its lease freed, its attempt's stats added, its
-        `records` requests waiting under `pending_key` since now (pipeline/batch.py). None: the fence moved on."""
+        `records` requests waiting under `pending_key` since now (pipeline/batch_inference.py). None: the fence moved on."""
         ...
 
     def assign_batch(self, job_id: str, chunk_id: str, fence: int, token: str | None,
@@ -513,4 +513,4 @@ class Deps:
     meter: RequestMeter | None = None  # counts the AWS requests of the clients above (cost.py); None: not counted
     # Bedrock batch inference (adapters/batch_inference.py) for jobs sent with `inference: batch`, in the functions
     # that submit and collect batch jobs (the sweeper); None: not configured (batch-mode chunks go on-demand)
-    batch: BatchInference | None = None
+    batch_inference: BatchInference | None = None

@@ -49,7 +49,7 @@ class ChunkStatus(StrEnum):
     FAILED = "failed"
     DEAD_LETTERED = "dead_lettered"
     CANCELLED = "cancelled"  # its job was cancelled: stopped (or never started) without a result
-    # Its model calls wait in Bedrock batch inference (pipeline/batch.py): nobody holds it and no message is in
+    # Its model calls wait in Bedrock batch inference (pipeline/batch_inference.py): nobody holds it and no message is in
     # flight; the batch collector sends it back (pending, with a message) when its batch job ends. Outside the
     # stall reconciler, the backpressure deadline and the visibility timeout.
     AWAITING_BATCH = "awaiting_batch"
@@ -75,7 +75,7 @@ class ReleaseReason(StrEnum):
     # requeued fresh, no failure, and the chunk's backpressure streak is ended, not extended (the deadline counts
     # from the first backpressure after the hold)
     HELD = "held"
-    # its batch job ended (pipeline/batch.py): sent back with its answers, or to be batched again, or on demand
+    # its batch job ended (pipeline/batch_inference.py): sent back with its answers, or to be batched again, or on demand
     BATCH = "batch"
 
     @property
@@ -240,7 +240,7 @@ class ChunkRecord(Usage):
     # one that writes the event (`JobsRepo.record_owed_event`), so an aggregator that dies between the two leaves
     # the event owed, and whoever reads the chunk next (a redelivery, finalize, finish-cancel) writes it, once.
     event_owed: bool = False
-    # Batch inference (pipeline/batch.py; a job sent with `inference: batch`). The chunk's model requests that
+    # Batch inference (pipeline/batch_inference.py; a job sent with `inference: batch`). The chunk's model requests that
     # have no answer yet wait in S3 (`batch_pending_key`, `batch_records` of them, since `batch_since`) until they
     # are packed into a batch job (`batch_token`, its idempotency token); each ended batch job's answers are
     # stored apart (`batch_answer_keys`) and replayed by the worker. `batch_failures`: batch jobs in which some of
@@ -279,7 +279,7 @@ class ChunkRecord(Usage):
     @property
     def batch_message_due(self) -> bool:
         """Returned from batch (pending, unheld, release reason `batch`) and its message not recorded as sent since:
-        the collector that returned it died or failed before its send (pipeline/batch.py sends it again)."""
+        the collector that returned it died or failed before its send (pipeline/batch_inference.py sends it again)."""
         return (self.status is ChunkStatus.PENDING and self.claimed_by is None
                 and self.release_reason is ReleaseReason.BATCH
                 and self.message_sent_at is None)
@@ -486,7 +486,7 @@ class Priority(StrEnum):
 
 class Inference(StrEnum):
     """How a job's model calls are made: `on_demand` (each call as it comes, the default) or `batch` (Bedrock batch
-    inference, at the batch price, within hours: pipeline/batch.py, docs/batch-inference.md)."""
+    inference, at the batch price, within hours: pipeline/batch_inference.py, docs/batch-inference.md)."""
 
     ON_DEMAND = "on_demand"
     BATCH = "batch"
@@ -558,7 +558,7 @@ class Job(Usage):
     # Interactive chunks are served before bulk ones when both wait (pipeline/priority.py); a job from before
     # priorities is interactive, as `POST /jobs` was.
     priority: Priority = Priority.INTERACTIVE
-    # Batch inference (pipeline/batch.py): the job's deadline (epoch s), by which its batch-mode chunks go on
+    # Batch inference (pipeline/batch_inference.py): the job's deadline (epoch s), by which its batch-mode chunks go on
     # demand if their batch jobs have not answered; None for on-demand jobs.
     inference: Inference = Inference.ON_DEMAND
     deadline_at: float | None = None

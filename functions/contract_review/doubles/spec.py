@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import importlib
+from collections.abc import Callable
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, model_validator
+
+from contract_review.domain.model import ModelClient
 
 
 class FaultSpec(BaseModel):
@@ -56,11 +60,20 @@ class FaultSpec(BaseModel):
     # model's short answers. Unset: the rule model's own answer length.
     answer_tokens_median: float | None = None
     answer_tokens_p99: float | None = None
-    # The bench's side by side: every request rewritten into the prompt layout before 2026-11-25
-    # (doubles/legacy_layout.py) before the simulated Bedrock counts and caches it.
-    legacy_prompt_layout: bool = False
+    # The bench's own model wrapper, "module:function" (a ModelClient -> ModelClient importable where the processes
+    # run, e.g. "bench.legacy_layout:old_layout": every request rewritten into the prompt layout before 2026-11-25),
+    # applied around the fault-injecting model: the simulated Bedrock counts and caches what it sends. None: none.
+    model_wrapper: str | None = None
     switch_file: str | None = None  # faults apply only while this file exists (when set)
     call_log: str | None = None  # append one JSON line per model call (tests count calls)
+
+    def wrap(self, model: ModelClient) -> ModelClient:
+        """`model` inside the bench's wrapper (`model_wrapper`), or as it is when there is none."""
+        if not self.model_wrapper:
+            return model
+        module, _, name = self.model_wrapper.partition(":")
+        wrapper: Callable[[ModelClient], ModelClient] = getattr(importlib.import_module(module), name)
+        return wrapper(model)
 
     @classmethod
     def simulated_bedrock(cls, state_dir: str, *, tokens_per_minute: float | None = None,

@@ -56,7 +56,7 @@ from contract_review.domain.ports import Deps
 from contract_review.domain.principals import Caller, uploads_prefix
 from contract_review.domain.records import Inference, Job, JobState, Priority, Submission, job_id_for
 from contract_review.operate import ops
-from contract_review.pipeline import admission, batch, limits, redrive
+from contract_review.pipeline import admission, batch_inference, limits, redrive
 from contract_review.pipeline.admission import TextDocument
 from contract_review.review.chunking import document_hash
 from contract_review.sideeffects import approvals
@@ -507,7 +507,7 @@ def job_status(deps: Deps, found: Job | Submission, base_url: str = "") -> dict[
                                 "batchRecords": b.batch_records,
                                 "submittedAt": iso(b.submitted_at) if b.submitted_at else None,
                                 "expectedBy": iso(b.expected_by) if b.expected_by else None}
-                               for b in batch.batches_of(deps, deps.claims.for_job(job.job_id),
+                               for b in batch_inference.batches_of(deps, deps.claims.for_job(job.job_id),
                                                          deps.settings.profile.batch.batch_expected_s)]
     if job.waiting is not None and not job.terminal:  # what its chunks are held for (the daily token quota)
         w = job.waiting

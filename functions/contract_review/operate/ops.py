@@ -17,7 +17,7 @@ from datetime import UTC, datetime
 from pydantic import BaseModel, ConfigDict, Field, JsonValue, ValidationError
 
 from contract_review.domain import spend_cap
-from contract_review.domain.batch import BatchStatus
+from contract_review.domain.batch_inference import BatchStatus
 from contract_review.domain.errors import REGISTRY, ErrorEnvelope
 from contract_review.domain.keys import BATCHES_PREFIX
 from contract_review.domain.messages import AnalysisMessage, InlineDocument, ResultMessage
@@ -41,7 +41,7 @@ from contract_review.domain.records import (
     Waiting,
     job_id_for,
 )
-from contract_review.pipeline import admission, batch
+from contract_review.pipeline import admission, batch_inference
 from contract_review.pipeline.intake import failure_key
 from contract_review.review.analysts import ANALYSTS, analysts_for
 from contract_review.review.chunking import document_hash
@@ -108,7 +108,7 @@ class JobView(BaseModel):
     mandatory_analysts: list[str] = Field(default_factory=list)  # the analysts whose gap fails the job
     side_effects: list[SideEffectDone] = Field(default_factory=list)  # each step the saga recorded, in full
     progress_label: str = ""  # the latest event in words, as `review watch` and GET /jobs/{id} show it
-    # batch inference (pipeline/batch.py): the job's mode, its deadline, the batch jobs holding its calls now
+    # batch inference (pipeline/batch_inference.py): the job's mode, its deadline, the batch jobs holding its calls now
     inference: Inference = Inference.ON_DEMAND
     deadline_at: float | None = None
     batches: list[BatchStatus] = Field(default_factory=list)
@@ -127,7 +127,7 @@ def batch_off_line(off: BatchLaneOff) -> str:
             f"{off.reason}): its calls go on demand until `review quota batch --on`")
 
 
-ON_DEMAND_WHY = {  # `batch.on_demand` reasons (pipeline/batch.py), in words
+ON_DEMAND_WHY = {  # `batch.on_demand` reasons (pipeline/batch_inference_*.py), in words
     "refused": "Bedrock refused its batch job",
     "unavailable": "the batch lane was off for the model",
     "deadline": "its deadline was nearer than a batch job takes",
@@ -388,8 +388,9 @@ def job_view(deps: Deps, job_id: str) -> JobView | None:
         mandatory_analysts=sorted(a.name for a in analysts_for(job.analyst_count or len(ANALYSTS)) if a.mandatory),
         side_effects=list(job.side_effects), progress_label=progress_of(job, events[-1] if events else None).label,
         inference=job.inference, deadline_at=job.deadline_at,
-        batches=batch.batches_of(deps, chunks, deps.settings.profile.batch.batch_expected_s) if not job.terminal else [],
-        batch_off=batch.lane_off(deps)
+        batches=batch_inference.batches_of(deps, chunks, deps.settings.profile.batch.batch_expected_s)
+        if not job.terminal else [],
+        batch_off=batch_inference.lane_off(deps)
         if job.inference is Inference.BATCH and not job.terminal else None,
         batch_note=batch_note(events) if job.inference is Inference.BATCH else None,
         model_paused=_paused(deps) if job.inference is Inference.BATCH and not job.terminal else False,

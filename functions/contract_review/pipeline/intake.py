@@ -30,7 +30,7 @@ from contract_review.domain.keys import document_key
 from contract_review.domain.messages import InlineDocument, IntakeMessage, parse_intake
 from contract_review.domain.ports import Charge, Deps, Queue
 from contract_review.domain.records import Inference, Job, JobState, Priority, job_id_for
-from contract_review.pipeline import admission, batch, fanout, limits
+from contract_review.pipeline import admission, batch_inference, fanout, limits
 from contract_review.pipeline.admission import check_budget, check_principal, document_text, effective_budget
 from contract_review.review.analysts import job_config_hash
 from contract_review.review.chunking import Chunk, chunk_document, document_hash
@@ -100,8 +100,9 @@ def _record_failure(deps: Deps, body: str, env: ErrorEnvelope, message_id: str, 
 
 
 def batch_lane(profile: Profile, msg: IntakeMessage, now: float) -> tuple[Inference, float | None]:
-    """A job's inference mode and deadline (pipeline/batch.py): `batch` with its deadline, unless that deadline is
-    nearer than a batch job is expected to take (`batch_expected_s`): then on demand from the start (and said)."""
+    """A job's inference mode and deadline (pipeline/batch_inference.py): `batch` with its deadline, unless that
+    deadline is nearer than a batch job is expected to take (`batch_expected_s`): then on demand from the start (and
+    said)."""
     if msg.inference is not Inference.BATCH:
         return Inference.ON_DEMAND, None
     hours = msg.deadline_hours if msg.deadline_hours is not None else profile.batch.batch_default_deadline_hours
@@ -147,7 +148,7 @@ def handle_intake(deps: Deps, body: str, message_id: str = "") -> IntakeResult:
         job = existing  # as stored: a replacement of a job failed on its input is a version on (its admission's id)
         batch_mode = {"inference": job.inference.value, "deadline_at": job.deadline_at} if job.deadline_at else {}
         deps.jobs.record_event(job_id, "job.queued", chunk_count=len(chunks), document_chars=len(text), **batch_mode)
-        off = batch.lane_off(deps) if job.inference is Inference.BATCH else None
+        off = batch_inference.lane_off(deps) if job.inference is Inference.BATCH else None
         if off is not None:  # admitted in batch mode; its chunks run on demand while the lane is off (worker)
             deps.jobs.record_event(job_id, "batch.unavailable", reason=off.reason, error_code=off.error_code,
                                    detail="the batch lane is off for the model: its calls go on demand")

@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 
 from contract_review.config.settings import Settings
 from contract_review.domain import lifecycle, log_fields, spend_cap
-from contract_review.domain.batch import BatchRecord
+from contract_review.domain.batch_inference import BatchRecord
 from contract_review.domain.cost import AttemptMeter, RequestCounter, metered, micro_usd, model_cost_usd, model_price
 from contract_review.domain.errors import ErrorClass, ErrorEnvelope, LeaseLost, ReviewError, classify, may_be_billed
 from contract_review.domain.keys import findings_key
@@ -57,7 +57,7 @@ from contract_review.domain.records import (
 from contract_review.model.daily_quota import DAILY_QUOTA_CODE, DailyQuota
 from contract_review.model.pacing import QuotaLimiter, unanswered_usage
 from contract_review.model.quota_targets import QuotaTargets
-from contract_review.pipeline import batch
+from contract_review.pipeline import batch_inference
 from contract_review.pipeline.analyst_pool import AnalystPool, GroupCommit, WarmUp
 from contract_review.pipeline.priority import PriorityGate
 from contract_review.reliability.chunks import announce, dead_letter, requeue
@@ -197,7 +197,7 @@ class AnalystRunner:
     def __init__(self, deps: Deps, model: ModelClient, retrier: Retrier, hb: Heartbeat,
                  has_time: Callable[[float], bool], analyst_extra_s: float = 0.0,
                  watch: lifecycle.CancelWatch | None = None, limiter: QuotaLimiter | None = None,
-                 daily: DailyQuota | None = None, answers: batch.Answers | None = None):
+                 daily: DailyQuota | None = None, answers: batch_inference.Answers | None = None):
         self.deps, self.model, self.retrier, self.hb, self.has_time = deps, model, retrier, hb, has_time
         self.answers = answers  # the chunk's batch answers (a batch-mode job): replayed before any call is made
         self.limiter = limiter
@@ -229,8 +229,8 @@ class AnalystRunner:
         return chunk, specs, identities, outputs, todo
 
     def run_batch(self, msg: AnalysisMessage, job: Job, fence: int, record: ChunkRecord,
-                  answers: batch.Answers) -> tuple[dict[str, AnalystOutput], list[BatchRecord]]:
-        """A batch-mode chunk (pipeline/batch.py): each analyst runs on its batch answers; the ones that end are
+                  answers: batch_inference.Answers) -> tuple[dict[str, AnalystOutput], list[BatchRecord]]:
+        """A batch-mode chunk (batch_inference.py): each analyst runs on its batch answers; the ones that end are
         checkpointed (one commit), the others name their next request, which goes into a batch job. No model call
         is made here. Returns the outputs so far and the requests still to be answered."""
         chunk, specs, identities, outputs, todo = self._prepare(msg, job, record)
@@ -242,7 +242,7 @@ class AnalystRunner:
                 self.watch.stage = spec.name
             try:
                 out = run_analyst(spec, chunk, answers.step)
-            except batch.AwaitBatch as wait:
+            except batch_inference.AwaitBatch as wait:
                 waiting.append(wait.record)
                 continue
             except ReviewError as exc:
@@ -427,7 +427,7 @@ class AnalystRunner:
             if self.answers is not None:  # a chunk that left the batch lane: its batch answers first
                 try:
                     return self.answers.step(build, parse)
-                except batch.AwaitBatch:
+                except batch_inference.AwaitBatch:
                     pass  # no answer for this step: it is called on demand, from its first request
             leads = self.warm.enter(caches(self.model.model_id, build(None)), lambda: self._ready(retrier))
             succeeded = False
@@ -609,9 +609,9 @@ class ChunkWorker:
             return self._dead_lettered(msg, fence, env, attempt_stats(stats))
         error: ErrorEnvelope | None = None
         outputs: dict[str, AnalystOutput] = {}
-        waiting: list[BatchRecord] = []  # a batch-mode chunk's requests still to be answered (pipeline/batch.py)
-        answers = batch.Answers.load(self.deps, record) if record.batch_answer_keys else None
-        batch_lane = batch.in_batch_lane(self.deps, job, record)  # its calls go to batch inference: none from the pacers
+        waiting: list[BatchRecord] = []  # a batch-mode chunk's requests still to be answered (batch_inference.py)
+        answers = batch_inference.Answers.load(self.deps, record) if record.batch_answer_keys else None
+        batch_lane = batch_inference.in_batch_lane(self.deps, job, record)  # its calls go to batch: none from the pacers
         if job.inference is Inference.BATCH and not batch_lane and job.on_demand_since is None:
             self.deps.jobs.mark_on_demand(job.job_id)  # from now on its chunks wait on the workers (priority.py)
         has_time = self._has_time(delivery)
@@ -625,7 +625,7 @@ class ChunkWorker:
             try:
                 if batch_lane:
                     outputs, waiting = runner.run_batch(msg, job, fence, record,
-                                                        answers or batch.Answers(msg.job_id, msg.chunk_id))
+                                                        answers or batch_inference.Answers(msg.job_id, msg.chunk_id))
                 else:
                     outputs = runner.run(msg, job, fence, record)
             except lifecycle.JobCancelled as exc:
@@ -699,8 +699,8 @@ class ChunkWorker:
         return Outcome("done", {"findings": len(findings), "calls": stats.calls})
 
     def _await_batch(self, msg: AnalysisMessage, fence: int, stats: RetryStats, waiting: list[BatchRecord]) -> Outcome:
-        """Park the chunk `awaiting_batch` with its missing requests; its message is done with (pipeline/batch.py)."""
-        if batch.park(self.deps, msg.job_id, msg.chunk_id, fence, attempt_stats(stats), waiting) is None:
+        """Park the chunk `awaiting_batch` with its missing requests; its message is done with (batch_inference.py)."""
+        if batch_inference.park(self.deps, msg.job_id, msg.chunk_id, fence, attempt_stats(stats), waiting) is None:
             return Outcome("lease_lost")
         self.deps.jobs.record_event(msg.job_id, "chunk.awaiting_batch", chunk_id=msg.chunk_id,
                                     chunk_index=msg.chunk_index, records=len(waiting))

@@ -1,5 +1,6 @@
-"""The prompt layout before 2026-11-25 (commit 2bd48ea), for the bench's side by side only (`FaultSpec.
-legacy_prompt_layout`; never in a deploy).
+"""The prompt layout before 2026-11-25 (commit 2bd48ea), for the bench's side by side only (bench/tokens.py
+`old-layout`; never in a deploy, nor in the Lambda asset): the bench wraps the model itself, through the fault spec's
+`model_wrapper` seam (`FaultSpec.model_wrapper = "bench.legacy_layout:old_layout"`).
 
 Today's requests (review/analysts.py) share one prefix per chunk: one tool for both steps, the instructions for
 every category, the excerpt, then the cache point. The old layout sent, per call: the analyst's own instructions
@@ -19,6 +20,7 @@ import dataclasses
 import json
 
 from contract_review.domain.model import JsonSchema, ModelClient, ModelRequest, ModelResponse
+from contract_review.review.analysts import step_schemas
 
 SYSTEM = ("You are a meticulous contract lawyer reviewing one excerpt of a contract. Quote clauses "
           "verbatim, exactly as they appear, and answer only through the provided tool.")
@@ -57,3 +59,8 @@ class PerAnalystLayout:
 
     def invoke(self, request: ModelRequest) -> ModelResponse:
         return self.inner.invoke(legacy_request(request, self.schemas))
+
+
+def old_layout(model: ModelClient) -> ModelClient:
+    """The bench's wrapper (`FaultSpec.model_wrapper`): every request of `model`'s callers sent in the old layout."""
+    return PerAnalystLayout(model, step_schemas())

@@ -109,7 +109,7 @@ class ManifestChunk(BaseModel):
 
 
 class BatchManifest(BaseModel):
-    """What one batch job of ours holds (`batch/jobs/<token>.json`, pipeline/batch.py), written ahead of every step:
+    """What one batch job of ours holds (`batch/jobs/<token>.json`, pipeline/batch_inference.py), written ahead of every step:
     first the chunks a collector means to pack (`chunks`, not `sealed`: it is tagging them), then `sealed` with
     exactly the chunks it tagged and their recordIds (the input written), then the Bedrock job, its last status seen,
     and its end. Only a sealed manifest is submitted or finished by a later collect; an unsealed one older than the
