@@ -18,10 +18,11 @@ from rich.console import Console
 from rich.table import Table
 
 from contract_review.domain import lifecycle, spend_cap
+from contract_review.domain.control_records import ModelControl
 from contract_review.domain.errors import ReviewError
 from contract_review.domain.messages import MAX_DOCUMENT_BYTES
 from contract_review.domain.ports import Deps, Queue
-from contract_review.domain.records import Inference, Job, JobState, ModelControl, Priority
+from contract_review.domain.records import Inference, Job, JobState, Priority
 from contract_review.doubles.spec import FaultSpec
 from contract_review.operate import ops
 from contract_review.pipeline import redrive

@@ -23,21 +23,19 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
-from contract_review.domain.errors import ErrorEnvelope
-from contract_review.domain.keys import checkpoint_key
-from contract_review.domain.ports import Artifacts, Clock
-from contract_review.domain.records import (
-    USAGE_FIELDS,
-    AttemptStats,
+from contract_review.domain.chunk_records import (
     Checkpoint,
     CheckpointWrite,
     ChunkOutcome,
     ChunkRecord,
-    ChunkStatus,
     ClaimResult,
     ReleaseReason,
     Spent,
 )
+from contract_review.domain.errors import ErrorEnvelope
+from contract_review.domain.keys import checkpoint_key
+from contract_review.domain.ports import Artifacts, Clock
+from contract_review.domain.records import USAGE_FIELDS, AttemptStats, ChunkStatus
 
 from .dynamo import Table, deserialize, is_conditional_failure, model_values, old_item, serialize, to_item
 

@@ -11,13 +11,13 @@ from typing import Any
 from botocore.exceptions import ClientError
 from pydantic import BaseModel
 
+from contract_review.domain.chunk_records import ChunkRecord
 from contract_review.domain.errors import ReviewError
 from contract_review.domain.ports import Clock
 from contract_review.domain.records import (
     OUTCOME_FIELDS,
     USAGE_FIELDS,
     AttemptStats,
-    ChunkRecord,
     ChunkStatus,
     Job,
     JobEvent,

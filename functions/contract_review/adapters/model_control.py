@@ -24,8 +24,8 @@ from typing import Any
 
 from botocore.exceptions import BotoCoreError, ClientError
 
+from contract_review.domain.control_records import ModelControl
 from contract_review.domain.errors import ReviewError, classify
-from contract_review.domain.records import ModelControl
 
 from .dynamo import Table, serialize
 

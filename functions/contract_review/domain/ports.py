@@ -18,25 +18,26 @@ from pydantic import BaseModel
 
 from contract_review.config.settings import Settings
 from contract_review.domain.batch import BatchJobState, BatchRecord, RecordOutcome
+from contract_review.domain.chunk_records import (
+    Checkpoint,
+    CheckpointWrite,
+    ChunkOutcome,
+    ChunkRecord,
+    ClaimResult,
+    ReleaseReason,
+    Spent,
+)
+from contract_review.domain.control_records import ModelControl, PublishedQuotas
 from contract_review.domain.effects import SideEffects
 from contract_review.domain.errors import ErrorEnvelope
 from contract_review.domain.messages import AnalysisMessage, JobControl, ResultMessage
 from contract_review.domain.records import (
     AttemptStats,
-    Checkpoint,
-    CheckpointWrite,
-    ChunkOutcome,
-    ChunkRecord,
     ChunkStatus,
-    ClaimResult,
     Job,
     JobEvent,
     JobState,
-    ModelControl,
-    PublishedQuotas,
-    ReleaseReason,
     SideEffectDone,
-    Spent,
     Usage,
     Waiting,
 )

@@ -59,6 +59,8 @@ from contract_review.domain.batch import (
     ModelBody,
     RecordOutcome,
 )
+from contract_review.domain.chunk_records import ChunkRecord
+from contract_review.domain.control_records import BatchLaneOff
 from contract_review.domain.cost import batch_usage, micro_usd, model_cost_usd, model_price
 from contract_review.domain.errors import ErrorClass, ErrorEnvelope, ReviewError, classify_batch_submit
 from contract_review.domain.keys import (
@@ -70,16 +72,7 @@ from contract_review.domain.keys import (
 )
 from contract_review.domain.model import ModelRequest, ModelResponse
 from contract_review.domain.ports import Deps
-from contract_review.domain.records import (
-    AttemptStats,
-    BatchLaneOff,
-    ChunkRecord,
-    ChunkStatus,
-    Inference,
-    Job,
-    JobState,
-    Usage,
-)
+from contract_review.domain.records import AttemptStats, ChunkStatus, Inference, Job, JobState, Usage
 from contract_review.model.bedrock import converse_body, converse_response
 from contract_review.pipeline import limits
 from contract_review.reliability.chunks import analysis_message
