@@ -42,16 +42,10 @@ from botocore.response import StreamingBody  # noqa: E402
 
 from contract_review.adapters.batch_inference import BedrockBatchInference  # noqa: E402
 from contract_review.config.profile import get_profile  # noqa: E402
+from contract_review.domain.chunk_records import ChunkRecord
 from contract_review.domain.keys import batch_pending_key, document_key  # noqa: E402
 from contract_review.domain.ports import Deps  # noqa: E402
-from contract_review.domain.records import (  # noqa: E402
-    ChunkRecord,
-    ChunkStatus,
-    Inference,
-    Job,
-    JobState,
-    job_id_for,
-)
+from contract_review.domain.records import ChunkStatus, Inference, Job, JobState, job_id_for
 from contract_review.doubles.offline_model import OfflineRuleModel  # noqa: E402
 from contract_review.pipeline import batch_inference, batch_inference_collect, batch_inference_run  # noqa: E402
 from contract_review.review.analysts import ANALYSTS, build_request  # noqa: E402

@@ -30,8 +30,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "functions")]
 
 from contract_review.config.profile import get_profile
+from contract_review.domain.chunk_records import ChunkRecord
 from contract_review.domain.ports import Deps  # noqa: E402
-from contract_review.domain.records import ChunkRecord, ChunkStatus, Job  # noqa: E402
+from contract_review.domain.records import ChunkStatus, Job
 from contract_review.doubles.spec import FaultSpec
 from contract_review.operate import ops  # noqa: E402
 from review_local.embedded import synth  # noqa: E402

@@ -46,7 +46,7 @@ GET, PUT, UPDATE, QUERY = (f"dynamodb:{a}" for a in ("GetItem", "PutItem", "Upda
 DELETE_ITEM = "dynamodb:DeleteItem"
 CONDITION_CHECK = "dynamodb:ConditionCheckItem"
 BATCH_GET = "dynamodb:BatchGetItem"
-# Appending a job event (adapters/jobs.py record_event): read the job's counter item (GetItem), then write it
+# Appending a job event (adapters/job_events.py record_event): read the job's counter item (GetItem), then write it
 # (UpdateItem) and the event (PutItem) in one TransactWriteItems, which IAM checks per item action.
 EVENTS_APPEND = (GET, PUT, UPDATE)
 PUBLISH, PUT_EVENTS = "sns:Publish", "events:PutEvents"

@@ -13,7 +13,7 @@ from aws_cdk import aws_dynamodb as dynamodb
 from constructs import Construct
 
 from contract_review.adapters.claims import LEASE_INDEX
-from contract_review.adapters.jobs import OPEN_INDEX, OPEN_STATE
+from contract_review.adapters.job_tables import OPEN_INDEX, OPEN_STATE
 from contract_review.adapters.model_control import KEY_ATTRIBUTE as CONTROL_KEY_ATTRIBUTE
 
 from .removal import removal_policy

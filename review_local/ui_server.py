@@ -32,10 +32,11 @@ from typing import Any
 from urllib.parse import parse_qsl, unquote, urlsplit
 
 from contract_review.domain import lifecycle
+from contract_review.domain.chunk_records import ChunkRecord
 from contract_review.domain.errors import REGISTRY
 from contract_review.domain.ports import Deps
 from contract_review.domain.principals import Caller
-from contract_review.domain.records import ChunkRecord, ChunkStatus, Job, JobState
+from contract_review.domain.records import ChunkStatus, Job, JobState
 from contract_review.operate import api, ops
 from contract_review.pipeline import redrive
 from contract_review.pipeline.admission import TextDocument

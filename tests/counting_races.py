@@ -7,19 +7,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from contract_review.domain.chunk_records import ChunkOutcome, ChunkRecord
 from contract_review.domain.errors import ErrorEnvelope
 from contract_review.domain.keys import document_key, findings_key
 from contract_review.domain.ports import Deps
-from contract_review.domain.records import (
-    AttemptStats,
-    ChunkOutcome,
-    ChunkRecord,
-    ChunkStatus,
-    Job,
-    JobState,
-    Usage,
-    job_id_for,
-)
+from contract_review.domain.records import AttemptStats, ChunkStatus, Job, JobState, Usage, job_id_for
 from contract_review.pipeline import redrive
 from contract_review.pipeline.aggregator import handle_result
 from contract_review.reliability.chunks import settled_result

@@ -22,9 +22,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from contract_review.config.profile import Profile, ReviewConfig
+from contract_review.domain.chunk_records import ChunkRecord
 from contract_review.domain.model import ModelRequest, ModelResponse
 from contract_review.domain.ports import ClaimsRepo, Deps
-from contract_review.domain.records import ChunkRecord, ChunkStatus, Job, JobState
+from contract_review.domain.records import ChunkStatus, Job, JobState
 from contract_review.doubles.offline_model import OfflineRuleModel
 from contract_review.review.analysts import Finding, analysts_for, run_analyst
 from contract_review.review.chunking import chunk_document, document_hash

@@ -24,13 +24,13 @@ from contract_review.adapters.task_protection import ScaleInGuard, TaskProtectio
 from contract_review.adapters.token_ledger import DynamoTokenLedger
 from contract_review.config.constants import AWS_CALL_ATTEMPTS, AWS_CONNECT_TIMEOUT_S, AWS_READ_TIMEOUT_S
 from contract_review.config.settings import Settings
+from contract_review.domain.control_records import PublishedQuotas
 from contract_review.domain.cost import RequestMeter
 from contract_review.domain.effects import SideEffects
 from contract_review.domain.errors import ReviewError, classify
 from contract_review.domain.keys import BATCH_PREFIX
 from contract_review.domain.model import ModelClient
 from contract_review.domain.ports import Deps, Queue
-from contract_review.domain.records import PublishedQuotas
 from contract_review.model.bedrock import ModelIdCheck, bedrock_client_config, bedrock_model, describe_model
 from contract_review.model.breaker import BreakerModel, CircuitBreaker
 from contract_review.model.quota_targets import QuotaTargets

@@ -9,9 +9,9 @@ from typing import Any, TypeVar
 import click
 
 from contract_review.domain import spend_cap
+from contract_review.domain.control_records import ModelControl
 from contract_review.domain.errors import ReviewError
 from contract_review.domain.ports import Deps
-from contract_review.domain.records import ModelControl
 from contract_review.operate import ops
 
 from .context import Ctx

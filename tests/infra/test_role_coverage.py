@@ -43,6 +43,7 @@ from contract_review import handlers
 from contract_review.adapters.task_protection import ScaleInGuard, TaskProtection
 from contract_review.config.settings import Settings
 from contract_review.domain import cost, lifecycle, spend_cap
+from contract_review.domain.chunk_records import ChunkOutcome, ChunkRecord
 from contract_review.domain.keys import (
     findings_key,
     report_keys,
@@ -52,17 +53,7 @@ from contract_review.domain.messages import AnalysisMessage
 from contract_review.domain.model import ModelRequest, ModelResponse
 from contract_review.domain.ports import Deps
 from contract_review.domain.principals import uploads_prefix
-from contract_review.domain.records import (
-    AttemptStats,
-    ChunkOutcome,
-    ChunkRecord,
-    ChunkStatus,
-    Job,
-    JobState,
-    Reliability,
-    Submission,
-    job_id_for,
-)
+from contract_review.domain.records import AttemptStats, ChunkStatus, Job, JobState, Reliability, Submission, job_id_for
 from contract_review.handlers import poller
 from contract_review.model.daily_quota import DailyQuota
 from contract_review.operate import api

@@ -11,8 +11,9 @@ from typing import Any
 import pytest
 
 from contract_review import handlers
+from contract_review.domain.chunk_records import ChunkRecord
 from contract_review.domain.ports import Deps, Queue
-from contract_review.domain.records import ChunkRecord, Job
+from contract_review.domain.records import Job
 from contract_review.doubles.spec import FaultSpec
 from review_local.batch_service import BatchFaults
 from review_local.connect import local_deps

@@ -18,8 +18,8 @@ from botocore.awsrequest import AWSResponse
 from botocore.exceptions import ClientError
 
 from contract_review.adapters.published_quotas import DynamoPublishedQuotas, quotas_key
+from contract_review.domain.control_records import PublishedQuotas
 from contract_review.domain.ports import Deps
-from contract_review.domain.records import PublishedQuotas
 from contract_review.model.quota_targets import QuotaTargets
 from contract_review.pipeline.intake import handle_intake
 from contract_review.pipeline.sweeper import SweepReport, sweep

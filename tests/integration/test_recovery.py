@@ -16,8 +16,9 @@ from pathlib import Path
 import pytest
 
 from contract_review.config.profile import get_profile
+from contract_review.domain.chunk_records import ChunkRecord
 from contract_review.domain.ports import Deps, Queue
-from contract_review.domain.records import ChunkRecord, job_id_for
+from contract_review.domain.records import job_id_for
 from contract_review.doubles.spec import FaultSpec
 from contract_review.operate import ops
 from contract_review.review.chunking import chunk_document

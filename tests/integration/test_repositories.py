@@ -20,6 +20,8 @@ from contract_review.adapters.queues import SqsQueues
 from contract_review.adapters.token_ledger import DynamoTokenLedger
 from contract_review.config.settings import Settings
 from contract_review.domain import lifecycle
+from contract_review.domain.chunk_records import CheckpointWrite, ChunkOutcome, ChunkRecord, ReleaseReason
+from contract_review.domain.control_records import BatchLaneOff, ModelControl
 from contract_review.domain.errors import ErrorEnvelope, ReviewError
 from contract_review.domain.messages import ResultMessage
 from contract_review.domain.ports import (
@@ -36,19 +38,13 @@ from contract_review.domain.ports import (
 )
 from contract_review.domain.records import (
     AttemptStats,
-    BatchLaneOff,
-    CheckpointWrite,
-    ChunkOutcome,
-    ChunkRecord,
     ChunkStatus,
     CoverageSummary,
     Inference,
     Job,
     JobOutcome,
     JobState,
-    ModelControl,
     Priority,
-    ReleaseReason,
     Reliability,
     SideEffectDone,
     StepStatus,

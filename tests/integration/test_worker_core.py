@@ -12,11 +12,12 @@ from typing import Any
 import pytest
 
 from contract_review.config.profile import get_profile
+from contract_review.domain.chunk_records import CheckpointWrite
 from contract_review.domain.errors import ErrorEnvelope
 from contract_review.domain.messages import AnalysisMessage, ResultMessage
 from contract_review.domain.model import ModelRequest, ModelResponse
 from contract_review.domain.ports import Deps, Queue
-from contract_review.domain.records import AttemptStats, CheckpointWrite, ChunkStatus, JobFailure, JobState, job_id_for
+from contract_review.domain.records import AttemptStats, ChunkStatus, JobFailure, JobState, job_id_for
 from contract_review.doubles.offline_model import OfflineRuleModel
 from contract_review.pipeline.aggregator import handle_result
 from contract_review.pipeline.intake import handle_intake

@@ -31,6 +31,16 @@ from contract_review.domain.batch_inference import (
     BatchRecord,
     RecordOutcome,
 )
+from contract_review.domain.chunk_records import (
+    Checkpoint,
+    CheckpointWrite,
+    ChunkOutcome,
+    ChunkRecord,
+    ClaimResult,
+    ReleaseReason,
+    Spent,
+)
+from contract_review.domain.control_records import ModelControl
 from contract_review.domain.errors import ErrorEnvelope, ReviewError
 from contract_review.domain.keys import checkpoint_key
 from contract_review.domain.messages import AnalysisMessage, JobControl, ResultMessage, size_batches
@@ -39,19 +49,11 @@ from contract_review.domain.records import (
     OUTCOME_FIELDS,
     USAGE_FIELDS,
     AttemptStats,
-    Checkpoint,
-    CheckpointWrite,
-    ChunkOutcome,
-    ChunkRecord,
     ChunkStatus,
-    ClaimResult,
     Job,
     JobEvent,
     JobState,
-    ModelControl,
-    ReleaseReason,
     SideEffectDone,
-    Spent,
     Usage,
     Waiting,
     event_seq,

@@ -5,18 +5,11 @@ from __future__ import annotations
 
 import json
 
+from contract_review.domain.chunk_records import ChunkOutcome, ChunkRecord
 from contract_review.domain.keys import document_key, findings_key
 from contract_review.domain.messages import AnalysisMessage
 from contract_review.domain.ports import Queue
-from contract_review.domain.records import (
-    AttemptStats,
-    ChunkOutcome,
-    ChunkRecord,
-    ChunkStatus,
-    Job,
-    JobState,
-    job_id_for,
-)
+from contract_review.domain.records import AttemptStats, ChunkStatus, Job, JobState, job_id_for
 from contract_review.pipeline.aggregator import handle_result
 from contract_review.pipeline.intake import handle_intake
 from contract_review.reliability.chunks import announce, settled_result

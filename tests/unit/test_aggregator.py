@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import pytest
 
+from contract_review.domain.chunk_records import ChunkRecord
 from contract_review.domain.errors import ErrorEnvelope
 from contract_review.domain.keys import report_keys
 from contract_review.domain.records import (
     LIST_SAMPLE,
     AttemptStats,
-    ChunkRecord,
     ChunkStatus,
     CoverageGap,
     Job,

@@ -12,21 +12,15 @@ from typing import Any
 import pytest
 
 from contract_review.domain.batch_inference import BatchManifest, BatchRecord
+from contract_review.domain.chunk_records import ChunkRecord
+from contract_review.domain.control_records import BatchLaneOff, ModelControl
 from contract_review.domain.cost import batch_usage
 from contract_review.domain.keys import BATCH_OPEN_PREFIX, batch_manifest_key
 from contract_review.domain.lifecycle import request_cancel
 from contract_review.domain.messages import parse_results_body
 from contract_review.domain.ports import Queue
 from contract_review.domain.principals import owner
-from contract_review.domain.records import (
-    BatchLaneOff,
-    ChunkRecord,
-    ChunkStatus,
-    Inference,
-    ModelControl,
-    Usage,
-    job_id_for,
-)
+from contract_review.domain.records import ChunkStatus, Inference, Usage, job_id_for
 from contract_review.domain.spend_cap import DAY_S
 from contract_review.operate import ops
 from contract_review.pipeline import batch_inference_collect, batch_inference_run

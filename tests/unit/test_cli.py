@@ -428,7 +428,7 @@ def test_backfill_open_jobs_says_how_many_jobs_it_indexed():
 
 
 def test_review_quota_shows_the_batch_lanes_turned_off_and_turns_one_on_without_touching_the_rest():
-    from contract_review.domain.records import BatchLaneOff, ModelControl
+    from contract_review.domain.control_records import BatchLaneOff, ModelControl
 
     world = FakeWorld()
     model = world.settings.effective_model_id

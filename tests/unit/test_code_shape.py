@@ -17,13 +17,15 @@ CORE = ROOT / "functions" / "contract_review"
 EDGE = ("handlers/", "wiring.py", "adapters/")
 # Where untyped JSON-shaped dicts are allowed: the codecs, the model-provider payloads, the Lambda
 # events the handlers receive, and boto3 client keyword arguments.
-SERIALIZATION_BOUNDARY = {"adapters/dynamo.py", "adapters/jobs.py", "adapters/claims.py", "adapters/queues.py",
+SERIALIZATION_BOUNDARY = {"adapters/dynamo.py", "adapters/queues.py",
                           "domain/model.py", "model/bedrock.py", "model/quotas.py", "review/analysts.py", "domain/errors.py",
                           "domain/messages.py", "wiring.py", "handlers/aggregator.py", "handlers/intake.py",
-                          "adapters/model_control.py", "adapters/token_ledger.py",  # DynamoDB items and expressions
                           "handlers/poller.py", "handlers/sweeper.py", "handlers/collector.py", "handlers/worker.py",
                           # batch inference records: a model request / response body in JSONL (docs/batch-inference.md)
                           "domain/batch_inference.py", "adapters/batch_inference.py"}
+# And how many there are outside the handlers: the table adapters write `Values` and `TransactItem` (adapters/dynamo.py),
+# typed records elsewhere; a new one needs a reason, and this number lowered when one goes
+MAX_UNTYPED_DICTS = 34
 MAX_TOP_LEVEL_ENTRIES = 13  # the package's modules and subpackages, __init__.py included
 
 
@@ -63,3 +65,9 @@ def test_the_core_reads_no_environment_and_builds_no_client(path: Path):
 def test_untyped_dicts_stay_at_the_serialization_boundary():
     offenders = [_rel(p) for p in _modules() if "dict[str, Any]" in p.read_text() and _rel(p) not in SERIALIZATION_BOUNDARY]
     assert not offenders, f"dict[str, Any] outside the serialization boundary: {offenders}"
+
+
+def test_untyped_dicts_outside_the_handlers_stay_few():
+    found = [f"{_rel(p)}:{n}" for p in _modules() if not _rel(p).startswith("handlers/")
+             for n, line in enumerate(p.read_text().splitlines(), 1) if "dict[str, Any]" in line]
+    assert len(found) <= MAX_UNTYPED_DICTS, found

@@ -9,6 +9,7 @@ import logging
 
 import pytest
 
+from contract_review.config import metrics
 from contract_review.domain.ports import Queue
 from contract_review.domain.records import ChunkStatus, job_id_for
 from contract_review.handlers import collector as collector_handler
@@ -77,9 +78,9 @@ def test_a_batch_job_the_collector_cannot_read_is_counted_and_the_run_goes_on(
     assert all(c.batch_token == token for c in p.world.claims.for_job(first))
     assert all(c.batch_token == run["submitted"][0] for c in p.world.claims.for_job(second))
     lines = _emf(capsys.readouterr().out)
-    assert _values(lines, "CollectorItemFailures") == [({"service": "collector"}, 1.0)]
-    assert _values(lines, "BatchJobsSubmitted") == [({"service": "collector"}, 1.0)]
-    assert _values(lines, "BatchJobsCollected") == [({"service": "collector"}, 0.0)]
+    assert _values(lines, metrics.COLLECTOR_ITEM_FAILURES) == [({"service": "collector"}, 1.0)]
+    assert _values(lines, metrics.BATCH_JOBS_SUBMITTED) == [({"service": "collector"}, 1.0)]
+    assert _values(lines, metrics.BATCH_JOBS_COLLECTED) == [({"service": "collector"}, 0.0)]
 
 
 def test_the_sweep_does_no_batch_work() -> None:

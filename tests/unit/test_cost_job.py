@@ -8,8 +8,9 @@ from decimal import Decimal
 
 from contract_review.config.prices import PRICES
 from contract_review.domain import cost
+from contract_review.domain.chunk_records import ChunkRecord
 from contract_review.domain.messages import ResultMessage
-from contract_review.domain.records import AttemptStats, ChunkRecord, ChunkStatus, Job, JobState, Usage, job_id_for
+from contract_review.domain.records import AttemptStats, ChunkStatus, Job, JobState, Usage, job_id_for
 from contract_review.doubles.bedrock_sim import SimulatedPromptCache
 from contract_review.doubles.offline_model import OfflineRuleModel
 from contract_review.pipeline.aggregator import handle_result

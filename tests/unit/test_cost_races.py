@@ -6,9 +6,10 @@ tests/integration/test_repositories.py) and compares the job's tokens with the s
 from __future__ import annotations
 
 from contract_review.domain import lifecycle
+from contract_review.domain.chunk_records import ChunkRecord
 from contract_review.domain.errors import ErrorEnvelope
 from contract_review.domain.keys import document_key
-from contract_review.domain.records import AttemptStats, Cancellation, ChunkRecord, ChunkStatus, JobState, Usage
+from contract_review.domain.records import AttemptStats, Cancellation, ChunkStatus, JobState, Usage
 from contract_review.pipeline import redrive
 from contract_review.pipeline.aggregator import handle_result
 from contract_review.reliability.chunks import settled_result

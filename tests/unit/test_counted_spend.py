@@ -16,10 +16,11 @@ from collections.abc import Callable
 import pytest
 from botocore.exceptions import ReadTimeoutError
 
+from contract_review.domain.control_records import ModelControl
 from contract_review.domain.cost import micro_usd, model_cost_usd, model_price
 from contract_review.domain.model import ModelRequest, ModelResponse
 from contract_review.domain.ports import Queue
-from contract_review.domain.records import ChunkStatus, JobState, ModelControl, Usage
+from contract_review.domain.records import ChunkStatus, JobState, Usage
 from contract_review.doubles.offline_model import OfflineRuleModel
 from contract_review.model.daily_quota import DailyQuota
 from contract_review.model.pacing import estimated_reservation

@@ -8,10 +8,11 @@ import random
 
 import pytest
 
+from contract_review.domain.chunk_records import ReleaseReason
 from contract_review.domain.errors import ReviewError
 from contract_review.domain.model import ModelResponse
 from contract_review.domain.ports import Queue
-from contract_review.domain.records import ChunkStatus, JobState, ReleaseReason
+from contract_review.domain.records import ChunkStatus, JobState
 from contract_review.model.daily_quota import DAILY_QUOTA_CODE, DailyQuota
 from contract_review.operate import api, ops
 from contract_review.pipeline.worker import ChunkWorker, Delivery

@@ -10,9 +10,10 @@ from collections.abc import Callable
 
 import pytest
 
+from contract_review.domain.chunk_records import ChunkRecord
 from contract_review.domain.messages import AnalysisMessage, ResultMessage
 from contract_review.domain.ports import Queue
-from contract_review.domain.records import ChunkRecord, JobState
+from contract_review.domain.records import JobState
 from contract_review.pipeline.aggregator import handle_result
 from contract_review.pipeline.intake import handle_intake
 from contract_review.pipeline.sweeper import sweep

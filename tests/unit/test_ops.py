@@ -9,13 +9,13 @@ import json
 
 import pytest
 
+from contract_review.domain.chunk_records import ChunkRecord
 from contract_review.domain.errors import ErrorEnvelope
 from contract_review.domain.keys import report_keys, upload_key
 from contract_review.domain.ports import Queue
 from contract_review.domain.records import (
     LIST_SAMPLE,
     AttemptStats,
-    ChunkRecord,
     ChunkStatus,
     CoverageGap,
     JobFailure,

@@ -9,9 +9,9 @@ import random
 
 import pytest
 
+from contract_review.domain.chunk_records import ChunkRecord
 from contract_review.domain.messages import AnalysisMessage, ResultMessage
 from contract_review.domain.ports import Queue
-from contract_review.domain.records import ChunkRecord
 from contract_review.doubles.offline_model import OfflineRuleModel
 from contract_review.pipeline.aggregator import handle_result
 from contract_review.pipeline.intake import handle_intake

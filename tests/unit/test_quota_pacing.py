@@ -15,8 +15,8 @@ import pytest
 from botocore.exceptions import ClientError
 
 from contract_review.config.settings import Settings
+from contract_review.domain.control_records import PublishedQuotas
 from contract_review.domain.messages import AnalysisMessage
-from contract_review.domain.records import PublishedQuotas
 from contract_review.model.quota_targets import MINUTES_PER_DAY, QuotaTargets
 from contract_review.pipeline.worker import ChunkWorker, Delivery
 from contract_review.wiring import build_chunk_worker, quota_reader
@@ -193,7 +193,7 @@ def test_a_bedrock_worker_is_built_without_reading_service_quotas():
 
 def test_a_quota_set_at_runtime_replaces_the_pacers_target_at_the_next_chunk():
     """`review quota set N` (the model control): each worker paces to N from its next chunk, no redeploy."""
-    from contract_review.domain.records import ModelControl
+    from contract_review.domain.control_records import ModelControl
 
     world = FakeWorld()
     _job, msg = one_chunk_job(world)

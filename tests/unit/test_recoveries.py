@@ -18,11 +18,12 @@ from collections.abc import Callable
 import pytest
 from botocore.exceptions import ClientError, ReadTimeoutError
 
+from contract_review.domain.control_records import ModelControl
 from contract_review.domain.errors import REGISTRY, ReviewError
 from contract_review.domain.messages import MAX_INLINE_CHARS
 from contract_review.domain.model import ModelRequest, ModelResponse
 from contract_review.domain.ports import Queue
-from contract_review.domain.records import ChunkStatus, JobState, ModelControl, job_id_for
+from contract_review.domain.records import ChunkStatus, JobState, job_id_for
 from contract_review.doubles.offline_model import OfflineRuleModel
 from contract_review.model.breaker import BreakerModel, CircuitBreaker
 from contract_review.model.daily_quota import DailyQuota

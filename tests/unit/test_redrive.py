@@ -6,10 +6,11 @@ import json
 
 import pytest
 
+from contract_review.domain.chunk_records import ChunkRecord
 from contract_review.domain.errors import ErrorEnvelope
 from contract_review.domain.messages import ResultMessage
 from contract_review.domain.ports import Queue
-from contract_review.domain.records import AttemptStats, ChunkRecord, ChunkStatus, Job, JobFailure, JobState
+from contract_review.domain.records import AttemptStats, ChunkStatus, Job, JobFailure, JobState
 from contract_review.pipeline.aggregator import handle_result
 from contract_review.pipeline.intake import handle_intake
 from contract_review.pipeline.redrive import Redriven, dlq_redrive, reopen

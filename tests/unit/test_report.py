@@ -8,8 +8,8 @@ from __future__ import annotations
 import json
 import re
 
+from contract_review.domain.chunk_records import ChunkRecord
 from contract_review.domain.keys import report_keys
-from contract_review.domain.records import ChunkRecord
 from contract_review.pipeline.intake import handle_intake
 from contract_review.review.analysts import CATEGORIES, CATEGORY_BY_KEY, Finding
 from contract_review.review.report import QUOTE_MAX, TOP_FINDINGS, Report

@@ -8,19 +8,12 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
+from contract_review.domain.chunk_records import ChunkOutcome, ChunkRecord, ReleaseReason
 from contract_review.domain.errors import ErrorEnvelope
 from contract_review.domain.keys import document_key
 from contract_review.domain.messages import AnalysisMessage, ResultMessage
 from contract_review.domain.ports import Queue
-from contract_review.domain.records import (
-    AttemptStats,
-    ChunkOutcome,
-    ChunkRecord,
-    ChunkStatus,
-    JobFailure,
-    JobState,
-    ReleaseReason,
-)
+from contract_review.domain.records import AttemptStats, ChunkStatus, JobFailure, JobState
 from contract_review.pipeline.aggregator import handle_result
 from contract_review.pipeline.intake import handle_intake
 from contract_review.pipeline.redrive import reopen

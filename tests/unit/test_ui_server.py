@@ -275,7 +275,7 @@ def test_the_activity_chart_buckets_by_the_time_each_chunk_settled_within_the_la
 
 
 def test_the_page_shows_the_runtime_control_and_the_batch_lanes_turned_off_to_an_operator_only():
-    from contract_review.domain.records import BatchLaneOff, ModelControl
+    from contract_review.domain.control_records import BatchLaneOff, ModelControl
 
     # GIVEN a paused model, a quota set, and a model whose batch lane a refused batch job turned off
     world = FakeWorld()

@@ -13,18 +13,12 @@ import pytest
 from botocore.exceptions import ClientError
 
 from contract_review.config.profile import PROFILES
+from contract_review.domain.chunk_records import CheckpointWrite, ChunkRecord, ReleaseReason
 from contract_review.domain.errors import ErrorEnvelope
 from contract_review.domain.messages import AnalysisMessage
 from contract_review.domain.model import ModelRequest, ModelResponse
 from contract_review.domain.ports import Queue
-from contract_review.domain.records import (
-    AttemptStats,
-    CheckpointWrite,
-    ChunkRecord,
-    ChunkStatus,
-    JobState,
-    ReleaseReason,
-)
+from contract_review.domain.records import AttemptStats, ChunkStatus, JobState
 from contract_review.doubles.offline_model import OfflineRuleModel
 from contract_review.pipeline.worker import ChunkWorker, Delivery, Heartbeat, Tier2
 from contract_review.review.analysts import ChunkFindings, analysis_identities, analysts_for

@@ -23,23 +23,21 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
-from contract_review.domain.errors import ErrorEnvelope
-from contract_review.domain.keys import checkpoint_key
-from contract_review.domain.ports import Artifacts, Clock
-from contract_review.domain.records import (
-    USAGE_FIELDS,
-    AttemptStats,
+from contract_review.domain.chunk_records import (
     Checkpoint,
     CheckpointWrite,
     ChunkOutcome,
     ChunkRecord,
-    ChunkStatus,
     ClaimResult,
     ReleaseReason,
     Spent,
 )
+from contract_review.domain.errors import ErrorEnvelope
+from contract_review.domain.keys import checkpoint_key
+from contract_review.domain.ports import Artifacts, Clock
+from contract_review.domain.records import USAGE_FIELDS, AttemptStats, ChunkStatus
 
-from .dynamo import Table, deserialize, is_conditional_failure, model_values, old_item, serialize, to_item
+from .dynamo import Table, Values, deserialize, is_conditional_failure, model_values, old_item, serialize, to_item
 
 OPEN = "open"  # value of the sparse `lease_bucket` attribute while a chunk is claimed
 LEASE_INDEX = "by-lease"  # infra/tables.py: CLAIMS_LEASE_INDEX
@@ -50,9 +48,9 @@ def _key(job_id: str, chunk_id: str) -> dict[str, str]:
     return {"job_id": job_id, "chunk_id": chunk_id}
 
 
-def stats_expr(stats: AttemptStats) -> tuple[list[str], dict[str, Any], dict[str, str]]:
+def stats_expr(stats: AttemptStats) -> tuple[list[str], Values, dict[str, str]]:
     parts = ["n_calls = if_not_exists(n_calls, :z) + :calls", "repairs = if_not_exists(repairs, :z) + :rep"]
-    values: dict[str, Any] = {":z": 0, ":calls": stats.calls, ":rep": stats.repairs}
+    values: Values = {":z": 0, ":calls": stats.calls, ":rep": stats.repairs}
     names: dict[str, str] = {}
     for i, (code, n) in enumerate(sorted(stats.retries.items())):
         names[f"#rc{i}"] = code
@@ -72,13 +70,13 @@ FENCED_OUT = "fenced_out"
 FOLD_ATTEMPTS = 5  # a fold that lost to a fenced-out attempt adding its own spend is read and tried again
 
 
-def spent_value(stats: AttemptStats) -> dict[str, Any]:
+def spent_value(stats: AttemptStats) -> Values:
     """An attempt's running spend as a map entry (only what is not zero)."""
     return stats.model_dump(mode="json", exclude_defaults=True)
 
 
 def fold_expr(fold: Mapping[str, Spent], stats: AttemptStats
-              ) -> tuple[AttemptStats, list[str], str, dict[str, Any], dict[str, str]]:
+              ) -> tuple[AttemptStats, list[str], str, Values, dict[str, str]]:
     """Fold the entries of `fold` (as read) nobody has added yet into `stats`: the total to add, the SET clauses
     marking them folded, the condition that they still are not, and their values and names."""
     parts: list[str] = []
@@ -94,7 +92,7 @@ def fold_expr(fold: Mapping[str, Spent], stats: AttemptStats
     return stats, parts, " AND ".join(conds), ({":folded": True} if parts else {}), names
 
 
-def _awaiting_batch(fence: int, token: str | None, values: dict[str, Any], placeholder: str) -> str:
+def _awaiting_batch(fence: int, token: str | None, values: Values, placeholder: str) -> str:
     """The condition of a batch update: the chunk awaits a batch under `fence` with batch token `token` (None: not
     packed yet); its values added to `values`."""
     values.update({":awaiting": ChunkStatus.AWAITING_BATCH.value, ":fence": fence})
@@ -122,7 +120,7 @@ class DynamoClaims:
     # ---------------------------------------------------------------- records
     def create(self, record: ChunkRecord) -> bool:
         record = record.model_copy(update={"expires_at": int(self.clock()) + self.ttl_s})
-        # (`counted` and `event_owed` are written only by the job's settle: adapters/jobs.py settle_new_chunk)
+        # (`counted` and `event_owed` are written only by the job's settle: adapters/job_counts.py settle_new_chunk)
         created, _ = self.claims.put_if(to_item(record, exclude={"counted", "event_owed"}),
                                         "attribute_not_exists(chunk_id)")
         return created
@@ -147,7 +145,7 @@ class DynamoClaims:
               deadline_at: float | None = None) -> ClaimResult:
         """One conditional update: take the lease if free or lapsed, bump the fencing token."""
         now = self.clock()
-        values: dict[str, Any] = {
+        values: Values = {
             ":me": owner, ":exp": now + lease_s, ":open": OPEN, ":claimed": ChunkStatus.CLAIMED.value,
             ":pending": ChunkStatus.PENDING.value, ":zero": 0, ":one": 1, ":now": now, ":rc": receive_count}
         deadline = ", deadline_at = :dl " if deadline_at is not None else " "
@@ -194,14 +192,14 @@ class DynamoClaims:
             record = self.get(record.job_id, record.chunk_id) or record  # a fenced-out owner added its own: again
         raise RuntimeError(f"chunk {record.job_id}/{record.chunk_id}: its running spend kept changing")
 
-    def _fenced_update(self, job_id: str, chunk_id: str, fence: int, expr: str, values: dict[str, Any],
+    def _fenced_update(self, job_id: str, chunk_id: str, fence: int, expr: str, values: Values,
                        names: dict[str, str] | None = None,
                        states: Collection[ChunkStatus] = (ChunkStatus.CLAIMED,),
                        lapsed_before: float | None = None, also: str = "") -> ChunkRecord | None:
         """An update that applies only while `fence` is current and the chunk is in `states`
         (and, for the sweeper, only while the lease is still lapsed at `lapsed_before`; and `also`)."""
         names = {**(names or {}), "#st": "status"}
-        state_values: dict[str, Any] = {f":fs{i}": st.value for i, st in enumerate(states)}
+        state_values: Values = {f":fs{i}": st.value for i, st in enumerate(states)}
         cond = "fence = :fence AND #st IN (" + ", ".join(state_values) + ")" + (f" AND {also}" if also else "")
         if lapsed_before is not None:  # a heartbeat that landed since the sweeper's read wins
             cond += " AND (attribute_not_exists(claim_expires_at) OR claim_expires_at < :lapsed)"
@@ -215,7 +213,7 @@ class DynamoClaims:
                   spent: AttemptStats | None = None) -> float | None:
         until = self.clock() + lease_s
         expr = "SET claim_expires_at = :exp"
-        values: dict[str, Any] = {":exp": until}
+        values: Values = {":exp": until}
         names: dict[str, str] = {}
         if spent is not None:
             expr += ", #sp.#own = :spent"
@@ -225,7 +223,7 @@ class DynamoClaims:
         return until if done is not None else None
 
     def _ending(self, fence: int, stats: AttemptStats, fold: Mapping[str, Spent] | None
-                ) -> tuple[list[str], dict[str, Any], dict[str, str], str, str]:
+                ) -> tuple[list[str], Values, dict[str, str], str, str]:
         """What a write that ends `fence` adds (stats_expr's clauses), and how it treats the running spend: its owner
         (`fold` None) drops its own entry (`stats` is all it spent); anyone else folds in the entries it read. The SET
         clauses, values, names, a REMOVE clause and a condition."""
@@ -297,7 +295,7 @@ class DynamoClaims:
 
     def assign_batch(self, job_id: str, chunk_id: str, fence: int, token: str | None,
                      expected: str | None) -> ChunkRecord | None:
-        values: dict[str, Any] = {}
+        values: Values = {}
         cond = _awaiting_batch(fence, expected, values, ":expected")
         if token is None:
             expr = "REMOVE batch_token"
@@ -341,7 +339,7 @@ class DynamoClaims:
     def reset_for_redrive(self, job_id: str, chunk_id: str, forget: Collection[str] = ()) -> ChunkRecord | None:
         names = {"#st": "status", **{f"#fg{i}": a for i, a in enumerate(sorted(forget))}}
         dropped = "".join(f", checkpoints.#fg{i}" for i in range(len(forget)))
-        values: dict[str, Any] = {":pending": ChunkStatus.PENDING.value, ":z": 0, ":one": 1, ":now": self.clock(),
+        values: Values = {":pending": ChunkStatus.PENDING.value, ":z": 0, ":one": 1, ":now": self.clock(),
                                   ":dead": ChunkStatus.DEAD_LETTERED.value, ":failed": ChunkStatus.FAILED.value,
                                   ":cancelled": ChunkStatus.CANCELLED.value}
         states = ":dead, :failed, :cancelled"  # a cancelled chunk too: `review retry` of a cancelled job
@@ -360,7 +358,7 @@ class DynamoClaims:
         return ChunkRecord.model_validate(item) if item else None
 
     def message_sent(self, job_id: str, chunk_id: str, fence: int) -> ChunkRecord | None:
-        values = {":now": self.clock(), ":pending": ChunkStatus.PENDING.value, ":fence": fence}
+        values: Values = {":now": self.clock(), ":pending": ChunkStatus.PENDING.value, ":fence": fence}
         item = self.claims.update_if(
             _key(job_id, chunk_id), UpdateExpression="SET message_sent_at = :now",
             ConditionExpression="fence = :fence AND #st = :pending AND attribute_not_exists(claimed_by)",
@@ -389,9 +387,9 @@ class DynamoClaims:
         if not writes:
             current = self.get(job_id, chunk_id)
             return (current.claim_expires_at or now) if current is not None else None
-        outputs: dict[str, dict[str, Any]] = {}
+        outputs: Values = {}
         for w in writes:
-            saved: dict[str, Any] = {"config_hash": w.config_hash, "status": w.status, "created_at": now}
+            saved: Values = {"config_hash": w.config_hash, "status": w.status, "created_at": now}
             if len(w.output_json.encode()) > self.inline_max_bytes:
                 key = checkpoint_key(job_id, chunk_id, w.analyst, fence)
                 self.artifacts.put_text(key, w.output_json)
@@ -404,7 +402,7 @@ class DynamoClaims:
             "outputs": outputs, "expires_at": int(now) + self.ttl_s}))
         # progress: the commit also ends the chunk's backpressure streak (and is a heartbeat, with lease_s)
         commits = ", ".join(f"checkpoints.#a{i} = :f" for i in range(len(writes)))
-        values: dict[str, Any] = {":f": fence, ":z": 0}
+        values: Values = {":f": fence, ":z": 0}
         if lease_s is not None:
             commits += ", claim_expires_at = :exp"
             values[":exp"] = now + lease_s

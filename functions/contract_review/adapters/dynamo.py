@@ -6,7 +6,7 @@ import random
 import time
 from collections.abc import Iterator, Mapping
 from decimal import Decimal
-from typing import Any, cast
+from typing import Any, TypedDict, Union, cast
 
 from boto3.dynamodb.types import TypeDeserializer, TypeSerializer
 from botocore.exceptions import ClientError
@@ -16,6 +16,28 @@ _ser = TypeSerializer()
 _de = TypeDeserializer()
 
 Item = dict[str, Any]  # a DynamoDB item in the low-level (typed) form
+PlainItem = dict[str, Any]  # an item as `deserialize` gives it back: plain values, for a record's `model_validate`
+# A value as the codec takes it into an item or an expression: JSON's values, and DynamoDB's string and number sets
+# (`Union`: a recursive alias names itself in quotes, which `|` does not take)
+Plain = Union[str, int, float, bool, None, set[str], set[int], list["Plain"], dict[str, "Plain"]]  # noqa: UP007
+# An expression's values by placeholder (`:v`, what `serialize` turns into ExpressionAttributeValues), or the fields
+# of an update by name (`set_clause`)
+Values = dict[str, Plain]
+# One write of a TransactWriteItems (its `Update`, `ConditionCheck` or `Put`), in the low-level form
+class Write(TypedDict, total=False):
+    TableName: str
+    Key: Item
+    Item: Item
+    UpdateExpression: str
+    ConditionExpression: str
+    ExpressionAttributeNames: dict[str, str]
+    ExpressionAttributeValues: Item
+
+
+class TransactItem(TypedDict, total=False):
+    Update: Write
+    ConditionCheck: Write
+    Put: Write
 
 
 def _plain(value: Any) -> Any:
@@ -41,11 +63,11 @@ def _dyn(value: Any) -> Any:
     return value
 
 
-def serialize(values: Mapping[str, Any]) -> Item:
+def serialize(values: Mapping[str, Plain]) -> Item:
     return {k: _ser.serialize(_dyn(v)) for k, v in values.items()}
 
 
-def deserialize(item: Item) -> dict[str, Any]:
+def deserialize(item: Item) -> PlainItem:
     return _plain({k: _de.deserialize(v) for k, v in item.items()})
 
 
@@ -61,7 +83,7 @@ def to_item(record: BaseModel, *, exclude: set[str] | None = None) -> Item:
     return serialize(data)
 
 
-def model_values(record: BaseModel) -> dict[str, Any]:
+def model_values(record: BaseModel) -> Values:
     """A partial record (an update) as plain values for an UpdateExpression."""
     return record.model_dump(mode="json", exclude_none=True)
 
@@ -71,9 +93,9 @@ def is_conditional_failure(exc: ClientError) -> bool:
                                                           "TransactionCanceledException")
 
 
-def old_item(exc: ClientError) -> dict[str, Any] | None:
+def old_item(exc: ClientError) -> PlainItem | None:
     """The item a failed conditional write saw (`ReturnValuesOnConditionCheckFailure=ALL_OLD`)."""
-    old = cast(dict[str, Any], exc.response).get("Item")
+    old = cast(Item, exc.response).get("Item")
     return deserialize(old) if old else None
 
 
@@ -82,7 +104,7 @@ def cancel_codes(exc: ClientError) -> list[str]:
     return [str(r.get("Code", "None")) for r in exc.response.get("CancellationReasons", [])]
 
 
-def transact(client: Any, items: list[dict[str, Any]], attempts: int, what: str) -> list[str] | None:
+def transact(client: Any, items: list[TransactItem], attempts: int, what: str) -> list[str] | None:
     """`items` in one transaction: None when written; when a condition failed (nothing written), each item's
     cancellation reason ("ConditionalCheckFailed" for those whose condition failed). A transaction cancelled only by
     a concurrent one on the same items (TransactionConflict) is tried again, up to `attempts` times."""
@@ -109,7 +131,7 @@ class Table:
         self.client = client
         self.name = name
 
-    def update_if(self, key: Mapping[str, Any], **kw: Any) -> dict[str, Any] | None:
+    def update_if(self, key: Mapping[str, Plain], **kw: Any) -> PlainItem | None:
         """A conditional update_item: the new item, or None when the condition did not hold."""
         try:
             r = self.client.update_item(TableName=self.name, Key=serialize(key), ReturnValues="ALL_NEW", **kw)
@@ -119,7 +141,7 @@ class Table:
             raise
         return deserialize(r["Attributes"])
 
-    def put_if(self, item: Item, condition: str, **kw: Any) -> tuple[bool, dict[str, Any] | None]:
+    def put_if(self, item: Item, condition: str, **kw: Any) -> tuple[bool, PlainItem | None]:
         """A conditional put: (True, None), or (False, the existing item) when the condition failed."""
         try:
             self.client.put_item(TableName=self.name, Item=item, ConditionExpression=condition,
@@ -130,18 +152,18 @@ class Table:
                 raise
             return False, old_item(exc)
 
-    def get(self, key: Mapping[str, Any]) -> dict[str, Any] | None:
+    def get(self, key: Mapping[str, Plain]) -> PlainItem | None:
         r = self.client.get_item(TableName=self.name, Key=serialize(key), ConsistentRead=True)
         return deserialize(r["Item"]) if "Item" in r else None
 
-    def pages(self, operation: str, **kw: Any) -> Iterator[dict[str, Any]]:
+    def pages(self, operation: str, **kw: Any) -> Iterator[PlainItem]:
         """Every item of a paginated `query` or `scan`."""
         for page in self.client.get_paginator(operation).paginate(TableName=self.name, **kw):
             for item in page["Items"]:
                 yield deserialize(item)
 
 
-def set_clause(values: Mapping[str, Any], prefix: str = "f") -> tuple[str, dict[str, str], dict[str, Any]]:
+def set_clause(values: Mapping[str, Plain], prefix: str = "f") -> tuple[str, dict[str, str], Values]:
     """`#f0 = :f0, #f1 = :f1 ...` with its names and values."""
     names = {f"#{prefix}{i}": k for i, k in enumerate(values)}
     vals = {f":{prefix}{i}": v for i, v in enumerate(values.values())}

@@ -24,10 +24,10 @@ from typing import Any
 
 from botocore.exceptions import BotoCoreError, ClientError
 
+from contract_review.domain.control_records import ModelControl
 from contract_review.domain.errors import ReviewError, classify
-from contract_review.domain.records import ModelControl
 
-from .dynamo import Table, serialize
+from .dynamo import Table, Values, serialize
 
 log = logging.getLogger(__name__)
 
@@ -89,7 +89,7 @@ class DynamoModelControl:
         if not changed:
             return current  # nothing to write: what was read consistently is what the writer wants
         names = {f"#f{i}": k for i, k in enumerate(changed)} | {"#v": "version"}
-        values: dict[str, Any] = {f":f{i}": v for i, v in enumerate(changed.values()) if v is not None}
+        values: Values = {f":f{i}": v for i, v in enumerate(changed.values()) if v is not None}
         sets = [f"#f{i} = :f{i}" for i, v in enumerate(changed.values()) if v is not None] + ["#v = :next"]
         removes = [f"#f{i}" for i, v in enumerate(changed.values()) if v is None]
         values[":next"] = current.version + 1

@@ -29,8 +29,8 @@ from typing import Any
 
 from botocore.exceptions import BotoCoreError, ClientError
 
+from contract_review.domain.control_records import PublishedQuotas
 from contract_review.domain.errors import classify
-from contract_review.domain.records import PublishedQuotas
 
 from .dynamo import Table, serialize
 from .model_control import KEY_ATTRIBUTE

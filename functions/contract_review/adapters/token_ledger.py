@@ -21,7 +21,7 @@ from typing import Any
 
 from contract_review.domain.ports import Charge, LedgerWindow, Taken
 
-from .dynamo import Table, serialize, transact
+from .dynamo import Table, TransactItem, serialize, transact
 
 CONTROL_HOUR = 10**15  # the control item's sort key: after every hour (even at test bucket lengths)
 KEEP_HOURS = 48  # a counter outlives its 24-hour window by a day before TTL may delete it
@@ -119,6 +119,6 @@ class DynamoTokenLedger:
                         "ExpressionAttributeValues": serialize({":minus": -charge.amount})}},
         ]) is None
 
-    def _transact(self, items: list[dict[str, Any]]) -> list[str] | None:
+    def _transact(self, items: list[TransactItem]) -> list[str] | None:
         """`items` in one transaction (dynamo.transact): None when written, else each item's cancellation reason."""
         return transact(self.table.client, items, TRANSACT_ATTEMPTS, "a spend charge")

@@ -32,13 +32,13 @@ from collections.abc import Collection
 from pydantic import BaseModel
 
 from contract_review.domain import spend_cap
+from contract_review.domain.chunk_records import ChunkRecord
 from contract_review.domain.errors import ErrorEnvelope, ReviewError
 from contract_review.domain.messages import JobControl
 from contract_review.domain.ports import Deps
 from contract_review.domain.records import (
     AttemptStats,
     Cancellation,
-    ChunkRecord,
     ChunkStatus,
     Job,
     JobEvent,

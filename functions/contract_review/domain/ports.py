@@ -18,25 +18,26 @@ from pydantic import BaseModel
 
 from contract_review.config.settings import Settings
 from contract_review.domain.batch_inference import BatchJobState, BatchRecord, RecordOutcome
+from contract_review.domain.chunk_records import (
+    Checkpoint,
+    CheckpointWrite,
+    ChunkOutcome,
+    ChunkRecord,
+    ClaimResult,
+    ReleaseReason,
+    Spent,
+)
+from contract_review.domain.control_records import ModelControl, PublishedQuotas
 from contract_review.domain.effects import SideEffects
 from contract_review.domain.errors import ErrorEnvelope
 from contract_review.domain.messages import AnalysisMessage, JobControl, ResultMessage
 from contract_review.domain.records import (
     AttemptStats,
-    Checkpoint,
-    CheckpointWrite,
-    ChunkOutcome,
-    ChunkRecord,
     ChunkStatus,
-    ClaimResult,
     Job,
     JobEvent,
     JobState,
-    ModelControl,
-    PublishedQuotas,
-    ReleaseReason,
     SideEffectDone,
-    Spent,
     Usage,
     Waiting,
 )
@@ -182,8 +183,9 @@ class BatchInference(Protocol):
         ...
 
 
-class JobsRepo(Protocol):
-    """The jobs table, and each job's append-only events."""
+class JobRecords(Protocol):
+    """The job records of the jobs table: created, read, moved from state to state, and what they wait for
+    and did (adapters/job_records.py)."""
 
     def create(self, job: Job) -> tuple[Job, bool]:
         """Create the job; or return the existing one and False. A job that failed on bad input
@@ -226,13 +228,22 @@ class JobsRepo(Protocol):
 
     def touch(self, job_id: str) -> None: ...
 
-    def count_requeue(self, job_id: str) -> None:
-        """Add one to the job's `requeues` (atomic; `updated_at` untouched: a requeue is not progress).
-        Nothing happens when the job does not exist."""
+    def set_waiting(self, job_id: str, waiting: Waiting | None) -> bool:
+        """Name what the job's chunks are held for (kept when one is named already: the first hold's `since`
+        stays), or end it (None); without touching the job's `version`. True when the job changed."""
 
-    def advance_fanout(self, job_id: str, from_count: int, to_count: int) -> bool:
-        """Move the fan-out cursor from `from_count` to `to_count` (conditional on it being `from_count`);
-        False when it had moved (another fan-out got there first)."""
+    def mark_on_demand(self, job_id: str) -> bool:
+        """A batch-mode job's first chunk taken on demand: `on_demand_since` set to now, once (kept when set
+        already); without touching the job's `version`. True when this call set it."""
+
+    def record_side_effect(self, job_id: str, effect: SideEffectDone) -> Job | None:
+        """Upsert the job's side effect of `effect.step` (replaced in place, appended when new), without
+        touching the job's `version` (a transition made after it still holds); None when there is no job."""
+
+
+class JobCounts(Protocol):
+    """The counts on a job: its chunks counted settled and their usage, what fenced-out attempts spent, its
+    requeues and its fan-out cursor (adapters/job_counts.py; the chunk records' marks are in the claims table)."""
 
     def settle_chunk(self, job_id: str, chunk_id: str, *, usage: Usage | None = None, fence: int | None = None,
                      status: ChunkStatus | None = None) -> Job:
@@ -257,17 +268,6 @@ class JobsRepo(Protocol):
         chunk not counted is not taken off), and bump `settled_version` either way (a finalize in flight loses);
         the job after the updates, None when there is no such job (nothing is created)."""
 
-    def record_unused(self, job_id: str, token: str, usage: Usage, /, **detail: object) -> int:
-        """Money spent on the job outside its chunks' counted usage: batch job `token`'s answers nobody took. `usage`
-        added to the job's (`updated_at` untouched: spending is not progress), `token` to its `batch_unused`, and its
-        `batch.unused` event written, in one transaction conditional on the job not holding `token` yet: at most once
-        per (batch job, job), however often a collect is retried. The event's number; 0 when recorded before (or
-        there is no such job: nothing is created)."""
-
-    def set_waiting(self, job_id: str, waiting: Waiting | None) -> bool:
-        """Name what the job's chunks are held for (kept when one is named already: the first hold's `since`
-        stays), or end it (None); without touching the job's `version`. True when the job changed."""
-
     def add_fenced_out(self, job_id: str, chunk_id: str, fence: int, stats: AttemptStats) -> bool:
         """What an attempt fenced out of its chunk (its lease lost: none of its fenced writes went through) spent,
         added to the chunk record all the same, and to its job too when the chunk is counted on it already (one
@@ -275,13 +275,17 @@ class JobsRepo(Protocol):
         whose spend was added: a second call adds nothing). Less what whoever ended its fence already folded in of
         its running spend (`ChunkRecord.spend`), whose entry goes. True when this call added it."""
 
-    def mark_on_demand(self, job_id: str) -> bool:
-        """A batch-mode job's first chunk taken on demand: `on_demand_since` set to now, once (kept when set
-        already); without touching the job's `version`. True when this call set it."""
+    def count_requeue(self, job_id: str) -> None:
+        """Add one to the job's `requeues` (atomic; `updated_at` untouched: a requeue is not progress).
+        Nothing happens when the job does not exist."""
 
-    def record_side_effect(self, job_id: str, effect: SideEffectDone) -> Job | None:
-        """Upsert the job's side effect of `effect.step` (replaced in place, appended when new), without
-        touching the job's `version` (a transition made after it still holds); None when there is no job."""
+    def advance_fanout(self, job_id: str, from_count: int, to_count: int) -> bool:
+        """Move the fan-out cursor from `from_count` to `to_count` (conditional on it being `from_count`);
+        False when it had moved (another fan-out got there first)."""
+
+
+class JobEvents(Protocol):
+    """Each job's append-only events, numbered without gaps (adapters/job_events.py)."""
 
     def record_event(self, job_id: str, kind: str, **detail: object) -> int:
         """Append an event under the job's next number: the number and the event are written together (one
@@ -293,11 +297,22 @@ class JobsRepo(Protocol):
         `record_event` appends, in one transaction with the flag's removal, conditional on the flag. At most once
         per settle, whoever calls it; 0 when nothing is owed (written already, or never counted) or no such job."""
 
+    def record_unused(self, job_id: str, token: str, usage: Usage, /, **detail: object) -> int:
+        """Money spent on the job outside its chunks' counted usage: batch job `token`'s answers nobody took. `usage`
+        added to the job's (`updated_at` untouched: spending is not progress), `token` to its `batch_unused`, and its
+        `batch.unused` event written, in one transaction conditional on the job not holding `token` yet: at most once
+        per (batch job, job), however often a collect is retried. The event's number; 0 when recorded before (or
+        there is no such job: nothing is created)."""
+
     def last_event(self, job_id: str) -> JobEvent | None:
         """The job's latest event (None: none yet)."""
 
     def events(self, job_id: str, after: int = 0, limit: int | None = None) -> list[JobEvent]:
         """The job's events numbered above `after`, in order (at most `limit`)."""
+
+
+class JobsRepo(JobRecords, JobCounts, JobEvents, Protocol):
+    """The jobs table, and each job's append-only events: `Deps.jobs` (adapters/jobs.py joins the three stores)."""
 
 
 class ClaimsRepo(Protocol):

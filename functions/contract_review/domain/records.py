@@ -1,5 +1,5 @@
-"""Typed records: the job, its chunk records, checkpoints and events. One place defines each
-record's fields; the DynamoDB form is the repositories' business (`adapters/`), never the
+"""Typed records: the job, its usage and events (a chunk's record and checkpoints: `chunk_records.py`; the
+runtime control of the model: `control_records.py`). One place defines each record's fields; the DynamoDB form is the repositories' business (`adapters/`), never the
 use cases'.
 
 Items stay far below DynamoDB's 400 KB whatever the document size: a job carries counts and a
@@ -13,6 +13,7 @@ import hashlib
 from collections import Counter
 from collections.abc import Iterable
 from enum import StrEnum
+from typing import Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, JsonValue
 
@@ -63,31 +64,42 @@ SETTLED_CHUNK_STATES = frozenset({ChunkStatus.DONE, ChunkStatus.FAILED, ChunkSta
                                   ChunkStatus.CANCELLED})
 
 
-class ReleaseReason(StrEnum):
-    """Why a claimed chunk was given back (pending). Every reason but `job_ended` leaves a message
-    for the chunk on its way: a fresh (maybe delayed) one, or the same one after its tier-2 backoff."""
-
-    BACKPRESSURE = "backpressure"  # throttled, out of time, function timeout: requeued fresh, no failure
-    RETRY = "retry"  # a failed attempt (tier 2): the same message comes back after its backoff
-    WORKER_LOST = "worker_lost"  # the sweeper found the lease lapsed (a crash): requeued, failure counted
-    JOB_ENDED = "job_ended"  # the job ended meanwhile: only the lease is freed
-    # held for a cause the backpressure deadline does not bound (an operator's pause, the daily token quota):
-    # requeued fresh, no failure, and the chunk's backpressure streak is ended, not extended (the deadline counts
-    # from the first backpressure after the hold)
-    HELD = "held"
-    # its batch job ended (pipeline/batch_inference.py): sent back with its answers, or to be batched again, or on demand
-    BATCH = "batch"
-
-    @property
-    def sends_message(self) -> bool:
-        """The release is followed by a fresh message for the chunk (its `message_sent_at` moves); a tier-2
-        retry's message is the same one coming back, and a job that ended gets none."""
-        return self in (ReleaseReason.BACKPRESSURE, ReleaseReason.WORKER_LOST, ReleaseReason.HELD, ReleaseReason.BATCH)
-
-
 def job_id_for(idempotency_key: str) -> str:
     """A job's id: a client can compute it before sending (docs/message-schema.md)."""
     return "job-" + hashlib.sha256(idempotency_key.encode("utf-8")).hexdigest()[:20]
+
+
+class ChunkMark(Protocol):
+    """What says whether a chunk is counted settled on its job (`Job.counts`): a `ChunkRecord`
+    (chunk_records.py, which builds on this module)."""
+
+    @property
+    def chunk_id(self) -> str: ...
+
+    @property
+    def counted(self) -> bool: ...
+
+
+class ChunkTally(Protocol):
+    """A chunk's counters a job's `Reliability` sums: a `ChunkRecord`'s."""
+
+    @property
+    def n_calls(self) -> int: ...
+
+    @property
+    def retries(self) -> dict[str, int]: ...
+
+    @property
+    def repairs(self) -> int: ...
+
+    @property
+    def redeliveries(self) -> int: ...
+
+    @property
+    def receives(self) -> int: ...
+
+    @property
+    def failures(self) -> int: ...
 
 
 class _Record(BaseModel):
@@ -171,154 +183,6 @@ class AttemptStats(Usage):
                             **{f: num(getattr(self, f), getattr(other, f)) for f in USAGE_FIELDS})
 
 
-class Spent(AttemptStats):
-    """An attempt's running spend, as it last wrote it under its fence (`ChunkRecord.spend`): set, not added, by its
-    heartbeats and checkpoint commits, so an attempt that dies (a kill -9, a Lambda timeout, out of memory) leaves
-    what it had spent up to its last write. `folded`: whoever ended that fence without its owner (the sweeper, a
-    later claim, a cancel) added it to the chunk's totals, once; kept so that an owner that was only frozen and
-    comes back fenced out adds the rest (`JobsRepo.add_fenced_out`)."""
-
-    folded: bool = False
-
-
-class ChunkOutcome(_Record):
-    """What a chunk that finished `done` leaves on its record."""
-
-    findings_key: str
-    coverage: dict[str, str]  # analyst -> ok | refused | failed
-    n_findings: int
-
-
-class ChunkRecord(Usage):
-    """One chunk of a job: its lease (claim + fencing token), counters and outcome; its usage summed over
-    its attempts: each ended by its owner adds all it spent; one that died adds what it last wrote of its running
-    spend (`spend`), folded in by whoever ended its fence; one fenced out adds its spend when it finds out."""
-
-    job_id: str
-    chunk_id: str
-    chunk_index: int
-    start: int
-    end: int
-    status: ChunkStatus = ChunkStatus.PENDING
-    fence: int = 0  # fencing token: bumped by every claim and redrive
-    failures: int = 0  # real failed attempts (the poison budget counts these)
-    receives: int = 0  # claims taken
-    redeliveries: int = 0  # claims taken on a queue redelivery (receive count > 1)
-    last_receive_count: int = 0
-    n_calls: int = 0
-    retries: dict[str, int] = Field(default_factory=dict)
-    repairs: int = 0
-    checkpoints: dict[str, int] = Field(default_factory=dict)  # analyst -> fence of its committed checkpoint
-    claimed_by: str | None = None
-    claimed_at: float | None = None
-    claim_expires_at: float | None = None
-    last_error: ErrorEnvelope | None = None
-    settled_at: float | None = None
-    findings_key: str | None = None
-    coverage: dict[str, str] = Field(default_factory=dict)
-    n_findings: int = 0
-    redriven: int = 0
-    redriven_at: float = 0.0
-    expires_at: int = 0
-    # the claiming Lambda invocation's deadline (epoch s): a lease that lapsed after it timed out, not crashed
-    deadline_at: float | None = None
-    release_reason: ReleaseReason | None = None  # why the last holder gave it back
-    released_at: float | None = None
-    # The current backpressure streak: since the first backpressure release after the last progress
-    # (a committed checkpoint ends it), and how many requeues it has seen. Bounded by the profile's
-    # `backpressure_deadline_s`.
-    backpressure_since: float | None = None
-    backpressure_requeues: int = 0
-    # When the chunk's current analysis message was sent (fan-out, a requeue, a redrive, the reconciler's
-    # re-send), written with the record write that precedes the send. A tier-2 retry keeps the same message
-    # (and its SQS retention clock). None: a record from before this field (the reconciler's old rule).
-    message_sent_at: float | None = None
-    # Counted settled on its job (`JobsRepo.settle_new_chunk`: set in one transaction with the job's
-    # `settled_count`, taken off with it by `unsettle_chunks`; a reopened job's are rebuilt from the records).
-    counted: bool = False
-    # Counted, and its `chunk.settled` event not written yet: set by the transaction that counts it, removed by the
-    # one that writes the event (`JobsRepo.record_owed_event`), so an aggregator that dies between the two leaves
-    # the event owed, and whoever reads the chunk next (a redelivery, finalize, finish-cancel) writes it, once.
-    event_owed: bool = False
-    # Batch inference (pipeline/batch_inference.py; a job sent with `inference: batch`). The chunk's model requests that
-    # have no answer yet wait in S3 (`batch_pending_key`, `batch_records` of them, since `batch_since`) until they
-    # are packed into a batch job (`batch_token`, its idempotency token); each ended batch job's answers are
-    # stored apart (`batch_answer_keys`) and replayed by the worker. `batch_failures`: batch jobs in which some of
-    # its records failed or went missing. `batch_on_demand`: why its remaining calls go on demand instead
-    # (`deadline`, `min_records`, `failures`, `unavailable`); None while it stays in the batch lane.
-    batch_pending_key: str | None = None
-    batch_records: int = 0
-    batch_since: float | None = None
-    batch_token: str | None = None
-    batch_answer_keys: list[str] = Field(default_factory=list)
-    batch_failures: int = 0
-    batch_on_demand: str | None = None
-    # The running spend of its attempts, by fence (as a string: a map key): the current owner's, and those of
-    # attempts that died, folded into the totals above by whoever ended their fence (`Spent`). An attempt that
-    # ends its own fence drops its entry in the write that adds all it spent.
-    spend: dict[str, Spent] = Field(default_factory=dict)
-
-    def unfolded(self, below: int | None = None) -> dict[str, Spent]:
-        """The running-spend entries nobody has added to the totals yet (of fences below `below`, when given)."""
-        return {k: e for k, e in self.spend.items() if not e.folded and (below is None or int(k) < below)}
-
-    @property
-    def settled(self) -> bool:
-        return self.status.settled
-
-    @property
-    def cancelled_at_stage(self) -> str | None:
-        """Where a cancelled chunk stopped: `claim`, `not started`, or the analyst under way."""
-        return self.last_error.step if self.status is ChunkStatus.CANCELLED and self.last_error else None
-
-    def message_on_its_way(self, now: float, window_s: float) -> bool:
-        """Released within `window_s` for a reason that sends (or returns) its message: not lost."""
-        return (self.release_reason not in (None, ReleaseReason.JOB_ENDED)
-                and (self.released_at or 0.0) >= now - window_s)
-
-    @property
-    def batch_message_due(self) -> bool:
-        """Returned from batch (pending, unheld, release reason `batch`) and its message not recorded as sent since:
-        the collector that returned it died or failed before its send (pipeline/batch_inference.py sends it again)."""
-        return (self.status is ChunkStatus.PENDING and self.claimed_by is None
-                and self.release_reason is ReleaseReason.BATCH
-                and self.message_sent_at is None)
-
-    def lease_live(self, now: float) -> bool:
-        return self.status is ChunkStatus.CLAIMED and (self.claim_expires_at or 0.0) > now
-
-
-class ClaimResult(BaseModel):
-    won: bool
-    fence: int
-    record: ChunkRecord | None  # the record after the claim when won; the winner's record when lost
-
-
-class Checkpoint(_Record):
-    """One analyst's committed output for a chunk, written under the writer's fencing token."""
-
-    job_id: str
-    chunk_id: str
-    analyst: str
-    fence: int
-    config_hash: str  # the analyst's analysis identity when it was made (review/analysts.py analyst_identity)
-    status: str
-    created_at: float
-    output: str | None = None  # JSON of AnalystOutput, inline when small
-    output_key: str | None = None  # else in S3
-    expires_at: int = 0
-
-
-class CheckpointWrite(BaseModel):
-    """An analyst's output to checkpoint (`ClaimsRepo.put_checkpoints`: several are committed at once)."""
-
-    model_config = ConfigDict(frozen=True)
-    analyst: str
-    config_hash: str  # the analyst's analysis identity: the checkpoint is reused only under the same one
-    status: str
-    output_json: str
-
-
 # ------------------------------------------------------------------------------ the job
 class MissingChunk(_Record):
     chunk_id: str
@@ -344,7 +208,7 @@ class Reliability(_Record):
     chunk_failures: int = 0
 
     @classmethod
-    def of(cls, chunks: Iterable[ChunkRecord]) -> Reliability:
+    def of(cls, chunks: Iterable[ChunkTally]) -> Reliability:
         chunks = list(chunks)
         retries: Counter[str] = Counter()
         for c in chunks:
@@ -597,7 +461,7 @@ class Job(Usage):
         """How many of its chunks are counted settled (the count, plus an older job's set)."""
         return self.settled_count + len(self.legacy_settled)
 
-    def counts(self, chunk: ChunkRecord) -> bool:
+    def counts(self, chunk: ChunkMark) -> bool:
         """Whether `chunk` (one of this job's records) is counted settled on the job."""
         return chunk.counted or chunk.chunk_id in self.legacy_settled
 
@@ -627,77 +491,3 @@ class JobEvent(_Record):
     def number(self) -> int:
         """The event's place in its job's sequence (1, 2, ...); 0 for an event without one."""
         return int(self.seq) if self.seq.isdigit() else 0
-
-
-class BatchLaneOff(_Record):
-    """Why the batch lane is off for one model: the first non-retryable refusal of `CreateModelInvocationJob` (the
-    model or profile not offered in batch, access denied) turns it off, and `inference: batch` jobs then run on
-    demand with a `batch.unavailable` event, until an operator turns it on again (`review quota batch --on`)."""
-
-    error_code: str  # the registry's code of the refusal (batch.refused)
-    reason: str  # Bedrock's error code and message, never document text
-    at: float
-    by: str = ""  # who turned it off: "collector", or an operator
-
-
-class SpendHold(_Record):
-    """The stack's spend-cap hold (domain/spend_cap.py): set by the sweeper when the UTC day's recorded model spend
-    reached `daily_spend_cap_usd`; it holds that day only."""
-
-    day: int  # the UTC day (epoch seconds // 86400) it holds
-    at: float
-    recorded_micro_usd: int
-    cap_micro_usd: int
-
-
-class ModelControl(_Record):
-    """What an operator (or an automated writer: the batch collector) set for the model at runtime, without a
-    redeploy (`review quota`; one item of the runtime control store the workers read, cached about a minute): a pause
-    (no model call starts; chunks are held as backpressure, never failed; the batch collector packs nothing), the
-    tokens-per-minute quota to pace to (None: the deploy's or Service Quotas'), and the models whose batch lane is off.
-
-    `version` is the store's compare-and-set counter: every write is `ModelControls.update`, conditional on the
-    version it read, so two writers never lose each other's fields."""
-
-    paused: bool = False
-    tokens_per_minute: float | None = None
-    by: str = ""
-    at: float = 0.0
-    version: int = 0
-    batch_off: dict[str, BatchLaneOff] = Field(default_factory=dict)  # model id -> why its batch lane is off
-    # the stack's spend-cap hold (set by the sweeper when the day's recorded spend reached the cap), and the UTC day an
-    # operator lifted the cap for (`review quota resume --override-cap`: no hold, and admissions uncapped, that day)
-    spend_hold: SpendHold | None = None
-    cap_override_day: int | None = None
-
-    def spend_held(self, day: int) -> SpendHold | None:
-        """The spend-cap hold in force on UTC `day`: set for that day and not lifted by an operator."""
-        hold = self.spend_hold
-        return hold if hold is not None and hold.day == day and self.cap_override_day != day else None
-
-    def batch_lane_off(self, model_id: str) -> BatchLaneOff | None:
-        return self.batch_off.get(model_id)
-
-
-class PublishedQuotas(_Record):
-    """The model's Bedrock quotas as the sweeper last read them from Service Quotas (model/quotas.py), published for
-    the workers in an item of the runtime control table of their own (adapters/published_quotas.py), apart from the
-    operator's `ModelControl`: the workers pace and hold to them without each reading Service Quotas at cold start.
-
-    Written only when a value changed (compare-and-set on `version`: two sweepers at once write it once); `read_at` is
-    when the sweeper read the values it wrote (an unchanged read writes nothing, so it is the values' age, not the last
-    sweep's). A quota Service Quotas does not name for the model is None (its `*_quota` says why)."""
-
-    model_id: str
-    tokens_per_minute: float | None = None
-    tokens_per_minute_quota: str = ""  # the quota's name and where its value came from (applied | AWS default)
-    tokens_per_day: float | None = None
-    tokens_per_day_quota: str = ""
-    read_at: float = 0.0
-    by: str = ""  # the process that published it ("sweeper")
-    version: int = 0
-
-    def same_values(self, other: PublishedQuotas) -> bool:
-        """The same quotas (who read them, when, and the store's version aside): nothing to publish."""
-        skip = {"read_at", "by", "version"}
-        return self.model_dump(exclude=skip) == other.model_dump(exclude=skip)

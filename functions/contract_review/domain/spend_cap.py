@@ -27,9 +27,10 @@ import math
 from decimal import Decimal
 
 from contract_review.domain import cost
+from contract_review.domain.control_records import ModelControl, SpendHold
 from contract_review.domain.errors import ReviewError
 from contract_review.domain.ports import Charge, Deps, Taken
-from contract_review.domain.records import ModelControl, SpendHold, Waiting
+from contract_review.domain.records import Waiting
 
 DAY_S = 86400
 UNCAPPED = 2**62  # the limit of a count that is taken whatever it reaches (money already spent)

@@ -26,8 +26,8 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from contract_review.domain.control_records import PublishedQuotas
 from contract_review.domain.model import GLOBAL_PROFILE_PREFIX, is_inference_profile
-from contract_review.domain.records import PublishedQuotas
 
 SERVICE_CODE = "bedrock"
 What = Literal["tokens_per_minute", "requests_per_minute", "tokens_per_day", "account_tokens_per_day",

@@ -18,6 +18,8 @@ from pydantic import BaseModel, ConfigDict, Field, JsonValue, ValidationError
 
 from contract_review.domain import spend_cap
 from contract_review.domain.batch_inference import BatchStatus
+from contract_review.domain.chunk_records import ChunkRecord
+from contract_review.domain.control_records import BatchLaneOff, ModelControl
 from contract_review.domain.errors import REGISTRY, ErrorEnvelope
 from contract_review.domain.keys import BATCHES_PREFIX
 from contract_review.domain.messages import AnalysisMessage, InlineDocument, ResultMessage
@@ -25,15 +27,12 @@ from contract_review.domain.model import quota_tokens
 from contract_review.domain.ports import DLQS, Deps, ModelControls, Queue, QueueMessage
 from contract_review.domain.records import (
     Approval,
-    BatchLaneOff,
-    ChunkRecord,
     ChunkStatus,
     CoverageGap,
     Inference,
     Job,
     JobEvent,
     JobState,
-    ModelControl,
     Priority,
     Reliability,
     SideEffectDone,

@@ -7,6 +7,7 @@ import contextvars
 from concurrent.futures import ThreadPoolExecutor
 
 from contract_review.domain import lifecycle, log_fields
+from contract_review.domain.chunk_records import ChunkRecord
 from contract_review.domain.cost import RequestCounter, aggregator_usage, metered, over_budget
 from contract_review.domain.errors import ErrorEnvelope
 from contract_review.domain.keys import report_keys
@@ -14,7 +15,6 @@ from contract_review.domain.messages import JobControl, ResultMessage
 from contract_review.domain.ports import Deps
 from contract_review.domain.records import (
     LIST_SAMPLE,
-    ChunkRecord,
     ChunkStatus,
     CoverageSummary,
     Job,

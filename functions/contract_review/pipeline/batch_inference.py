@@ -23,11 +23,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from contract_review.domain.batch_inference import BatchManifest, BatchRecord, BatchStatus, ModelBody
+from contract_review.domain.chunk_records import ChunkRecord
+from contract_review.domain.control_records import BatchLaneOff
 from contract_review.domain.errors import ErrorClass, ErrorEnvelope, ReviewError
 from contract_review.domain.keys import batch_manifest_key, batch_pending_key
 from contract_review.domain.model import ModelRequest, ModelResponse
 from contract_review.domain.ports import Deps
-from contract_review.domain.records import AttemptStats, BatchLaneOff, ChunkRecord, ChunkStatus, Inference, Job
+from contract_review.domain.records import AttemptStats, ChunkStatus, Inference, Job
 from contract_review.model.bedrock import converse_body, converse_response
 from contract_review.review.analysts import ParsedItems
 

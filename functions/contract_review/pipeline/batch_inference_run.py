@@ -12,10 +12,11 @@ from dataclasses import dataclass, field
 
 from contract_review.domain import spend_cap
 from contract_review.domain.batch_inference import BatchManifest, BatchRecord
+from contract_review.domain.chunk_records import ChunkRecord
 from contract_review.domain.errors import ErrorEnvelope
 from contract_review.domain.keys import batch_open_key
 from contract_review.domain.ports import Deps
-from contract_review.domain.records import AttemptStats, ChunkRecord, ChunkStatus, Job, JobState
+from contract_review.domain.records import AttemptStats, ChunkStatus, Job, JobState
 from contract_review.pipeline.batch_inference import write_manifest
 from contract_review.reliability.chunks import analysis_message
 

@@ -16,9 +16,9 @@ from collections.abc import Iterable, Iterator
 
 from contract_review.config.profile import Profile
 from contract_review.domain.batch_inference import BatchManifest, BatchRecord, ManifestChunk
+from contract_review.domain.control_records import BatchLaneOff
 from contract_review.domain.errors import ErrorEnvelope, classify_batch_submit
 from contract_review.domain.keys import batch_open_key
-from contract_review.domain.records import BatchLaneOff
 from contract_review.pipeline.batch_inference import batch_model_id, lane_off, min_records, write_manifest
 from contract_review.pipeline.batch_inference_run import (
     CollectRun,

@@ -28,9 +28,10 @@ from dataclasses import dataclass
 
 from pydantic import BaseModel
 
+from contract_review.domain.chunk_records import ChunkRecord
 from contract_review.domain.keys import plan_key
 from contract_review.domain.ports import Deps
-from contract_review.domain.records import ChunkRecord, Inference, Job, JobState
+from contract_review.domain.records import Inference, Job, JobState
 from contract_review.reliability.chunks import chunk_message
 from contract_review.review.chunking import Chunk, chunk_id_for
 

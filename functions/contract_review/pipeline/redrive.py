@@ -24,11 +24,12 @@ from decimal import Decimal
 from pydantic import BaseModel, ValidationError
 
 from contract_review.domain import cost, lifecycle
+from contract_review.domain.chunk_records import ChunkRecord
 from contract_review.domain.errors import ErrorClass
 from contract_review.domain.keys import plan_key
 from contract_review.domain.messages import AnalysisMessage, ResultMessage
 from contract_review.domain.ports import Deps, Queue, QueueMessage
-from contract_review.domain.records import ChunkRecord, ChunkStatus, Job, JobState, Rebudgeted, Usage
+from contract_review.domain.records import ChunkStatus, Job, JobState, Rebudgeted, Usage
 from contract_review.pipeline import fanout
 from contract_review.pipeline.aggregator import BUDGET_EXCEEDED
 from contract_review.reliability.chunks import analysis_message, announce

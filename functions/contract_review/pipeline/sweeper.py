@@ -66,20 +66,12 @@ from dataclasses import dataclass, field
 from pydantic import ValidationError
 
 from contract_review.domain import lifecycle, spend_cap
+from contract_review.domain.chunk_records import ChunkRecord, ReleaseReason
 from contract_review.domain.errors import ErrorEnvelope
 from contract_review.domain.messages import AnalysisMessage
 from contract_review.domain.policy import is_backpressure
 from contract_review.domain.ports import Deps, Queue, QueueMessage
-from contract_review.domain.records import (
-    AttemptStats,
-    ChunkRecord,
-    ChunkStatus,
-    Job,
-    JobFailure,
-    JobState,
-    ReleaseReason,
-    job_id_for,
-)
+from contract_review.domain.records import AttemptStats, ChunkStatus, Job, JobFailure, JobState, job_id_for
 from contract_review.pipeline import fanout
 from contract_review.pipeline.aggregator import finalize
 from contract_review.pipeline.intake import failure_key, start_held

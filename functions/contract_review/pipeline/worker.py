@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from contract_review.config.settings import Settings
 from contract_review.domain import lifecycle, log_fields, spend_cap
 from contract_review.domain.batch_inference import BatchRecord
+from contract_review.domain.chunk_records import Checkpoint, CheckpointWrite, ChunkOutcome, ChunkRecord, ReleaseReason
 from contract_review.domain.cost import AttemptMeter, RequestCounter, metered, micro_usd, model_cost_usd, model_price
 from contract_review.domain.errors import ErrorClass, ErrorEnvelope, LeaseLost, ReviewError, classify, may_be_billed
 from contract_review.domain.keys import findings_key
@@ -41,19 +42,7 @@ from contract_review.domain.messages import AnalysisMessage
 from contract_review.domain.model import ModelClient, ModelRequest, ModelResponse, caches
 from contract_review.domain.policy import Handling, counts_as_error, is_backpressure, recovery
 from contract_review.domain.ports import Deps, Queue
-from contract_review.domain.records import (
-    AttemptStats,
-    Checkpoint,
-    CheckpointWrite,
-    ChunkOutcome,
-    ChunkRecord,
-    ChunkStatus,
-    Inference,
-    Job,
-    JobFailure,
-    JobState,
-    ReleaseReason,
-)
+from contract_review.domain.records import AttemptStats, ChunkStatus, Inference, Job, JobFailure, JobState
 from contract_review.model.daily_quota import DAILY_QUOTA_CODE, DailyQuota
 from contract_review.model.pacing import QuotaLimiter, unanswered_usage
 from contract_review.model.quota_targets import QuotaTargets

@@ -9,11 +9,12 @@ import random
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
+from contract_review.domain.chunk_records import ChunkRecord, ReleaseReason, Spent
 from contract_review.domain.errors import ErrorEnvelope
 from contract_review.domain.messages import AnalysisMessage, ResultMessage
 from contract_review.domain.policy import bounded_by_deadline, is_backpressure
 from contract_review.domain.ports import Deps, Queue
-from contract_review.domain.records import AttemptStats, ChunkRecord, ChunkStatus, Job, ReleaseReason, Spent
+from contract_review.domain.records import AttemptStats, ChunkStatus, Job
 from contract_review.reliability.retry import requeue_delay_s
 
 

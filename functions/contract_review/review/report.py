@@ -18,17 +18,9 @@ from pydantic import BaseModel, Field, JsonValue
 
 from contract_review.config.constants import OFFLINE_MODEL_ID
 from contract_review.config.prices import PriceTable
+from contract_review.domain.chunk_records import ChunkRecord
 from contract_review.domain.cost import describe, model_price, usd
-from contract_review.domain.records import (
-    ChunkRecord,
-    ChunkStatus,
-    CoverageGap,
-    Job,
-    JobState,
-    MissingChunk,
-    Reliability,
-    Usage,
-)
+from contract_review.domain.records import ChunkStatus, CoverageGap, Job, JobState, MissingChunk, Reliability, Usage
 from contract_review.review.analysts import ANALYSTS, CATEGORY_BY_KEY, Finding, analysts_for
 
 
