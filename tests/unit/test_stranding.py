@@ -30,7 +30,7 @@ from contract_review.domain.records import (
     JobState,
     job_id_for,
 )
-from contract_review.operate.ops import job_view
+from contract_review.operate.job_view import job_view
 from contract_review.pipeline import (
     redrive,  # `redrive.retry`: looked up when used (these tests also run against older code)
 )

@@ -81,7 +81,6 @@ from contract_review.domain.records import (
     Usage,
 )
 from contract_review.model.bedrock import converse_body, converse_response
-from contract_review.pipeline import limits
 from contract_review.reliability.chunks import analysis_message
 from contract_review.review.analysts import ParsedItems
 
@@ -729,9 +728,9 @@ def _unused(c: _Collect, manifest: BatchManifest, job_id: str, tokens: Usage) ->
                                output_tokens=priced.output_tokens, model_micro_usd=priced.model_micro_usd):
         c.report.unused_micro_usd += priced.model_micro_usd
     job = c.jobs.get(job_id) or deps.jobs.get(job_id)
-    limits.add_spend(deps, job.principal if job else None, priced.model_micro_usd,
-                     limits.unused_charge_id(token, job_id))  # (a retry after it was recorded: taken once)
-    spend_cap.record_once(deps, priced.model_micro_usd, limits.unused_charge_id(token, job_id))  # the stack's day
+    spend_cap.add_spend(deps, job.principal if job else None, priced.model_micro_usd,
+                        spend_cap.unused_charge_id(token, job_id))  # (a retry after it was recorded: taken once)
+    spend_cap.record_once(deps, priced.model_micro_usd, spend_cap.unused_charge_id(token, job_id))  # the stack's day
 
 
 def _priced(deps: Deps, manifest: BatchManifest, tokens: Usage, calls: int) -> AttemptStats:
