@@ -1185,7 +1185,7 @@ def test_artifacts_list_every_key_under_a_prefix_and_nothing_else(repos: Repos):
 
 # ------------------------------------------------------------------------------ the runtime control
 def _control_deps(control: ModelControls, clock: FakeClock) -> Deps:
-    """What `review quota` (operate/ops.py) takes: the control and the clock (the other repositories unused)."""
+    """What `review quota` (operate/model_control.py) takes: the control and the clock (the other repositories unused)."""
     w = FakeWorld(clock=clock)
     return Deps(settings=SETTINGS, jobs=w.jobs, claims=w.claims, artifacts=w.artifacts, queues=w.queues, clock=clock,
                 model_control=control)

@@ -322,7 +322,7 @@ def test_a_body_that_names_a_principal_is_refused_and_nothing_is_queued():
 
 def test_a_budget_under_the_estimate_is_refused_alike_by_the_api_the_cli_and_intake_before_any_call():
     """Issue 16 item 8: one estimator (cost.estimate_document), one check (admission.check_budget): POST /jobs
-    answers 422 job.budget_insufficient, `review submit --budget-usd` (ops.submit) raises it, and a message sent
+    answers 422 job.budget_insufficient, `review submit --budget-usd` (submission.submit) raises it, and a message sent
     straight to the queue ends its job `failed` with it; nothing runs and no model call is made."""
     from contract_review.domain.errors import ReviewError
     from contract_review.pipeline import admission
@@ -349,7 +349,7 @@ def test_a_budget_under_the_estimate_is_refused_alike_by_the_api_the_cli_and_int
 
 def test_post_jobs_with_a_budget_stops_the_job_as_review_submit_with_a_budget_does(monkeypatch):
     # GIVEN one document whose estimate passes its budget but whose calls cost more (an estimate can undershoot:
-    # here it is made to say $0), sent to POST /jobs (budget_usd) and by `review submit --budget-usd` (ops.submit)
+    # here it is made to say $0), sent to POST /jobs (budget_usd) and by `review submit --budget-usd` (submission.submit)
     from contract_review.pipeline import admission
 
     real = admission.estimate
@@ -416,7 +416,7 @@ def test_a_bad_document_gets_the_same_answer_from_the_api_as_from_the_queue(docu
 def test_a_bad_text_gets_the_same_code_from_the_api_the_queue_and_review_submit(text: str, code: str):
     # GIVEN a text that fails one of admission's checks
     api_world, cli_world, queue_world = FakeWorld(), FakeWorld(), FakeWorld()
-    # WHEN it is posted to /jobs, given to `review submit` (ops.submit), and sent inline to the intake queue
+    # WHEN it is posted to /jobs, given to `review submit` (submission.submit), and sent inline to the intake queue
     answer = submit(api_world, text)
     cli_job = submission.submit(cli_world.deps, None, SubmitRequest.inline(text)).job_id
     InProcess(cli_world).intake()

@@ -1,4 +1,4 @@
-"""Operator views and actions (`contract_review.operate.ops`) against the in-memory fakes: `job_view` (the
+"""Operator views and actions (`contract_review.operate`: job_view, dead_letters, submission) against the in-memory fakes: `job_view` (the
 six questions), `dlq_list` / `dlq_show` (DLQ messages joined with their records, never the
 document text) and `submit` (inline or claim check)."""
 
