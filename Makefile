@@ -40,7 +40,7 @@ test: lint browser
 lint: $(STAMP)
 	$(BIN)/ruff check functions review_local infra tests bench app.py
 	$(BIN)/mypy
-	PYTHONPATH=functions $(BIN)/lint-imports --no-cache
+	PYTHONPATH=functions:. $(BIN)/lint-imports --no-cache
 	@! grep -rnE "type: ignore(\[[^]]*\])?[[:space:]]*$$" functions review_local infra app.py \
 		|| { echo "error: a '# type: ignore' above has no reason after it on the same line"; exit 1; }
 

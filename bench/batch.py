@@ -34,7 +34,8 @@ from bench.large import _until  # noqa: E402
 from contract_review.config.profile import get_profile  # noqa: E402
 from contract_review.domain.cost import batch_cost_usd, format_usd, micro_usd, model_price  # noqa: E402
 from contract_review.domain.records import Inference, Job, Usage  # noqa: E402
-from contract_review.operate import ops  # noqa: E402
+from contract_review.operate import submission  # noqa: E402
+from contract_review.operate.submission import SubmitRequest  # noqa: E402
 from review_local.embedded import synth  # noqa: E402
 from review_local.stack import LocalStack  # noqa: E402
 from tests.large_docs import large_contract  # noqa: E402
@@ -68,8 +69,7 @@ def run(args: argparse.Namespace, work: Path) -> dict[str, Any]:
         out: dict[str, Any] = {"bytes": len(text.encode("utf-8"))}
         for mode in (Inference.ON_DEMAND, Inference.BATCH):
             t0 = time.monotonic()
-            job_id = ops.submit(deps, text, document_id=f"bench-{mode.value}", idempotency_key=f"bench-{mode.value}",
-                                inference=mode)
+            job_id = submission.submit(deps, None, SubmitRequest.inline(text, document_id=f"bench-{mode.value}", idempotency_key=f"bench-{mode.value}", inference=mode)).job_id
             job, t1 = _until(deps, job_id, lambda j: j.terminal, 1800)
             out[mode.value] = _summary(deps, job, kb, t1 - t0)
         od, b = out["on_demand"], out["batch"]

@@ -30,7 +30,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "functions")]
 
 from contract_review.config.profile import get_profile  # noqa: E402
-from contract_review.operate import ops  # noqa: E402
+from contract_review.operate import submission  # noqa: E402
+from contract_review.operate.submission import SubmitRequest  # noqa: E402
 from contract_review.review.chunking import chunk_document  # noqa: E402
 from review_local.embedded import synth  # noqa: E402
 from review_local.stack import LocalStack  # noqa: E402
@@ -66,7 +67,7 @@ def run(n: int, workers: int) -> dict[str, Any]:
         try:
             deps = stack.deps()
             t0 = time.time()
-            jobs = [ops.submit(deps, t, document_id=f"burst-{i}") for i, t in enumerate(docs)]
+            jobs = [submission.submit(deps, None, SubmitRequest.inline(t, document_id=f"burst-{i}")).job_id for i, t in enumerate(docs)]
             ended: dict[str, Any] = {}
             while len(ended) < len(jobs) and time.time() - t0 < 900:
                 for j in jobs:

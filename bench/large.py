@@ -31,7 +31,8 @@ sys.path[:0] = [str(ROOT), str(ROOT / "functions")]
 from contract_review.config.profile import get_profile  # noqa: E402
 from contract_review.domain.ports import Deps  # noqa: E402
 from contract_review.domain.records import Job, JobState  # noqa: E402
-from contract_review.operate import ops  # noqa: E402
+from contract_review.operate import submission  # noqa: E402
+from contract_review.operate.submission import SubmitRequest  # noqa: E402
 from contract_review.review.chunking import chunk_document  # noqa: E402
 from review_local.embedded import synth  # noqa: E402
 from review_local.stack import LocalStack  # noqa: E402
@@ -70,7 +71,7 @@ def large(template: dict[str, Any], n_bytes: int, variant: int, state_dir: Path,
     try:
         deps = stack.deps()
         t0 = time.monotonic()
-        job_id = ops.submit(deps, text, document_id=f"large-{n_bytes}")  # > 200,000 bytes: through uploads/
+        job_id = submission.submit(deps, None, SubmitRequest.inline(text, document_id=f"large-{n_bytes}")).job_id  # > 200,000 bytes: through uploads/
         _, t_running = _until(deps, job_id, lambda j: j.state is not JobState.QUEUED, 120, 0.05)
         _, t_first = _until(deps, job_id, lambda j: j.n_settled >= 1 or j.terminal, 120, 0.1)
         ended, t_end = _until(deps, job_id, lambda j: j.terminal, timeout, 1.0)
@@ -98,14 +99,14 @@ def fairness(template: dict[str, Any], big_bytes: int, state_dir: Path, samples_
     try:
         deps = stack.deps()
         t0 = time.monotonic()  # 1. alone
-        solo_id = ops.submit(deps, small, document_id="small-alone", idempotency_key="small-alone")
+        solo_id = submission.submit(deps, None, SubmitRequest.inline(small, document_id="small-alone", idempotency_key="small-alone")).job_id
         solo, t_solo = _until(deps, solo_id, lambda j: j.terminal, 120)
         solo_s = t_solo - t0
         t1 = time.monotonic()  # 2. behind the big one (submitted right after it started)
-        big_id = ops.submit(deps, big, document_id="big")
+        big_id = submission.submit(deps, None, SubmitRequest.inline(big, document_id="big")).job_id
         _, t_big_running = _until(deps, big_id, lambda j: j.state is not JobState.QUEUED, 120, 0.05)
         t2 = time.monotonic()
-        behind_id = ops.submit(deps, small, document_id="small-behind", idempotency_key="small-behind")
+        behind_id = submission.submit(deps, None, SubmitRequest.inline(small, document_id="small-behind", idempotency_key="small-behind")).job_id
         behind, t_behind = _until(deps, behind_id, lambda j: j.terminal, 1800)
         big_then = deps.jobs.get(big_id)
         behind_s = t_behind - t2

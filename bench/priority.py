@@ -42,7 +42,8 @@ from bench.large import _until  # noqa: E402
 from contract_review.config.profile import get_profile  # noqa: E402
 from contract_review.domain.ports import Deps  # noqa: E402
 from contract_review.domain.records import Job, Priority  # noqa: E402
-from contract_review.operate import ops  # noqa: E402
+from contract_review.operate import submission  # noqa: E402
+from contract_review.operate.submission import SubmitRequest  # noqa: E402
 from contract_review.pipeline.priority import starvation_bound_s  # noqa: E402
 from contract_review.review.chunking import chunk_document  # noqa: E402
 from review_local.embedded import synth  # noqa: E402
@@ -64,7 +65,7 @@ def _phases(deps: Deps, job: Job, submitted_wall: float) -> dict[str, float | No
 
 def _alone(deps: Deps, text: str, name: str) -> tuple[float, dict[str, Any]]:
     t0, wall0 = time.monotonic(), time.time()
-    job_id = ops.submit(deps, text, document_id=name, idempotency_key=name)
+    job_id = submission.submit(deps, None, SubmitRequest.inline(text, document_id=name, idempotency_key=name)).job_id
     job, t = _until(deps, job_id, lambda j: j.terminal, 300)
     return t - t0, {"state": job.state.value, **_phases(deps, job, wall0)}
 
@@ -91,14 +92,14 @@ def _behind_bulk(deps: Deps, args: argparse.Namespace, small: str, rep: int, log
     bulk_texts = [large_contract(args.bulk_bytes, variant=40 + args.bulk * rep + n, samples_only=args.samples)
                   for n in range(args.bulk)]
     t1 = time.monotonic()
-    bulk_ids = [ops.submit(deps, text, document_id=f"bulk-{rep}-{n}", priority=Priority.BULK)
+    bulk_ids = [submission.submit(deps, None, SubmitRequest.inline(text, document_id=f"bulk-{rep}-{n}", priority=Priority.BULK)).job_id
                 for n, text in enumerate(bulk_texts)]
     # the batch under way: every bulk job running (its window queued), and chunks settling
     for b in bulk_ids:
         _until(deps, b, lambda j: j.state.value != "queued", 300, 0.05)
     _until(deps, bulk_ids[0], lambda j: j.n_settled >= 1 or j.terminal, 300, 0.05)
     t2, wall2, load_at_submit = time.monotonic(), time.time(), os.getloadavg()[0]
-    behind_id = ops.submit(deps, small, document_id=f"behind-{rep}", idempotency_key=f"behind-{rep}")
+    behind_id = submission.submit(deps, None, SubmitRequest.inline(small, document_id=f"behind-{rep}", idempotency_key=f"behind-{rep}")).job_id
     behind, t_behind = _until(deps, behind_id, lambda j: j.terminal, 1800)
     behind_s = t_behind - t2
     wall_end = wall2 + behind_s

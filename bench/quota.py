@@ -49,7 +49,8 @@ from contract_review.domain.ports import Deps  # noqa: E402
 from contract_review.domain.records import ChunkStatus, Job  # noqa: E402
 from contract_review.doubles.offline_model import OfflineRuleModel  # noqa: E402
 from contract_review.doubles.spec import FaultSpec
-from contract_review.operate import ops  # noqa: E402
+from contract_review.operate import submission  # noqa: E402
+from contract_review.operate.submission import SubmitRequest  # noqa: E402
 from contract_review.review.analysts import analysts_for, run_analyst  # noqa: E402
 from contract_review.review.chunking import chunk_document  # noqa: E402
 from review_local.embedded import synth  # noqa: E402
@@ -200,7 +201,7 @@ def scenario(template: dict[str, Any], name: str, text: str, args: argparse.Name
         os.environ.pop("AWS_SDK_UA_APP_ID", None)
         base = counter.snapshot()
         t0 = time.monotonic()
-        job_id = ops.submit(deps, text, document_id=f"quota-{name}")
+        job_id = submission.submit(deps, None, SubmitRequest.inline(text, document_id=f"quota-{name}")).job_id
         killed = _kill_one(deps, job_id, 60) if kill else None
         (job,) = _wait(deps, [job_id], args.timeout)
         makespan = time.monotonic() - t0

@@ -34,7 +34,8 @@ from contract_review.domain.chunk_records import ChunkRecord
 from contract_review.domain.ports import Deps  # noqa: E402
 from contract_review.domain.records import ChunkStatus, Job
 from contract_review.doubles.spec import FaultSpec
-from contract_review.operate import ops  # noqa: E402
+from contract_review.operate import submission  # noqa: E402
+from contract_review.operate.submission import SubmitRequest  # noqa: E402
 from review_local.embedded import synth  # noqa: E402
 from review_local.stack import LocalStack  # noqa: E402
 
@@ -59,7 +60,7 @@ def throughput(template: dict[str, Any], rate: float, state_dir: Path) -> dict[s
     try:
         deps = stack.deps()
         t0 = time.monotonic()
-        ids = [ops.submit(deps, p.read_text(), document_id=p.name) for p in SAMPLES]
+        ids = [submission.submit(deps, None, SubmitRequest.inline(p.read_text(), document_id=p.name)).job_id for p in SAMPLES]
         jobs = _wait(deps, ids)
         wall = time.monotonic() - t0
         reliability = [j.reliability for j in jobs if j.reliability is not None]
@@ -83,7 +84,7 @@ def recovery(template: dict[str, Any], with_sweeper: bool, state_dir: Path) -> d
     try:
         deps = stack.deps()
         text = (ROOT / "samples" / "supply-agreement.txt").read_text()
-        job_id = ops.submit(deps, text, document_id="bench-kill")
+        job_id = submission.submit(deps, None, SubmitRequest.inline(text, document_id="bench-kill")).job_id
         victim: ChunkRecord | None = None
         deadline = time.monotonic() + 60
         while victim is None and time.monotonic() < deadline:

@@ -42,7 +42,8 @@ from contract_review.config.profile import get_profile  # noqa: E402
 from contract_review.domain import cost  # noqa: E402
 from contract_review.domain.model import quota_tokens, traits_for  # noqa: E402
 from contract_review.doubles.spec import FaultSpec  # noqa: E402
-from contract_review.operate import ops  # noqa: E402
+from contract_review.operate import submission  # noqa: E402
+from contract_review.operate.submission import SubmitRequest  # noqa: E402
 from review_local.embedded import synth  # noqa: E402
 from review_local.stack import LocalStack  # noqa: E402
 
@@ -89,7 +90,7 @@ def run_one(template: dict[str, Any], name: str, text: str, args: argparse.Names
     try:
         deps = stack.deps()
         t0 = time.monotonic()
-        job_id = ops.submit(deps, text, document_id=f"tokens-{name.replace('@', '-')}")
+        job_id = submission.submit(deps, None, SubmitRequest.inline(text, document_id=f"tokens-{name.replace('@', '-')}")).job_id
         (job,) = _wait(deps, [job_id], args.timeout)
         makespan = time.monotonic() - t0
     finally:

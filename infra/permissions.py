@@ -227,7 +227,7 @@ API = (
                                                  "and the stack's daily allowances with the record of that job's "
                                                  "charge (one transaction: a replay takes nothing again), give it "
                                                  "back when the admission fails, count its requests a minute "
-                                                 "(pipeline/limits.py, domain/spend_cap.py)"),
+                                                 "(operate/limits.py, domain/spend_cap.py)"),
     Access("table:control", (GET,), "the stack's daily spend cap: lifted for today by an operator? (read only when "
                                     "the cap would refuse a submission)"),
     Access(PRINCIPAL_UPLOADS, (GET_OBJECT, PUT_OBJECT), "read a document sent by s3_uri (to hash it); claim-check a "

@@ -1,5 +1,5 @@
 """`review submit --batch ITEMS.jsonl` and `review batch BATCH_ID`: the Job API's batches (the same core,
-`contract_review.operate.api.submit_batch` / `batch_view`), from the command line.
+`contract_review.operate.api_batches.submit_batch` / `batch_view`), from the command line.
 
 The batch and its jobs belong to the CLI's principal, as if submitted through the API: locally the first
 principal of `review up`'s API (its `api_token` reads them over HTTP too); with `--stack`, the caller's IAM
@@ -23,7 +23,7 @@ from rich.table import Table
 from contract_review.domain.messages import MAX_DOCUMENT_BYTES
 from contract_review.domain.ports import Deps
 from contract_review.domain.principals import Caller
-from contract_review.operate import api
+from contract_review.operate import api_batches
 
 from .api_server import local_principal
 
@@ -74,7 +74,7 @@ def submit_batch_file(deps: Deps, who: str, path: Path, key: str | None, console
         parsed = json.loads(raw)
     except ValueError:
         parsed = None
-    items = list(parsed) if isinstance(parsed, list) else api.parse_jsonl(raw)
+    items = list(parsed) if isinstance(parsed, list) else api_batches.parse_jsonl(raw)
     if not items:
         raise click.ClickException(f"{path}: no items (one JSON object per line, each with a custom_id)")
     items, unreadable = _with_files(items, path.parent)
@@ -82,7 +82,7 @@ def submit_batch_file(deps: Deps, who: str, path: Path, key: str | None, console
         raise click.ClickException("; ".join(why for _, why in unreadable))
     # the batch's key: what is sent (a file fixed since is a new batch; its good items are still the same jobs)
     sent = hashlib.sha256(json.dumps(items, sort_keys=True).encode()).hexdigest()
-    manifest, replayed = api.submit_batch(deps, Caller(who), items, key or sent)
+    manifest, replayed = api_batches.submit_batch(deps, Caller(who), items, key or sent)
     say = (lambda *_a, **_k: None) if as_json else console.print
     say(f"batch {manifest.batch_id}" + ("  (submitted before: the same batch)" if replayed else ""),
         markup=False, highlight=False)
@@ -110,11 +110,10 @@ def submit_batch_file(deps: Deps, who: str, path: Path, key: str | None, console
 
 
 def show_batch(deps: Deps, who: str, batch_id: str, as_json: bool, console: Console) -> None:
-    try:
-        manifest = api.batch_manifest(deps, Caller(who), batch_id)
-    except api.ApiError as exc:
-        raise click.ClickException(f"no batch {batch_id} of {who} (`review submit --batch` prints its id)") from exc
-    view = api.batch_view(deps, manifest)
+    manifest = api_batches.batch_manifest(deps, Caller(who), batch_id)
+    if manifest is None:
+        raise click.ClickException(f"no batch {batch_id} of {who} (`review submit --batch` prints its id)")
+    view = api_batches.batch_view(deps, manifest)
     if as_json:
         click.echo(json.dumps(view, indent=2))
         return

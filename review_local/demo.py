@@ -12,9 +12,8 @@ from rich.table import Table
 
 from contract_review.domain.ports import DLQS, Deps
 from contract_review.doubles.spec import FaultSpec
-from contract_review.operate import ops
-from contract_review.review.analysts import CATEGORY_BY_KEY
-from contract_review.review.report import Report
+from contract_review.operate import actions
+from contract_review.operate.submission import SubmitRequest, submit
 
 from .embedded import ROOT
 from .progress import watch_jobs
@@ -47,7 +46,7 @@ def run_demo(console: Console, fault_rate: float, samples_dir: Path | None = Non
         jobs = {}
         for f in samples:
             text = f.read_text(encoding="utf-8")
-            jobs[ops.submit(deps, text, document_id=f.name)] = f
+            jobs[submit(deps, None, SubmitRequest.inline(text, document_id=f.name)).job_id] = f
             console.print(f"    {f.name} ({len(text) // 1024} KiB)")
         console.print("[bold]3/4[/] reviewing (live progress; chunks settled / total)")
         states = watch_jobs(console, deps.jobs, list(jobs), timeout)
@@ -63,19 +62,19 @@ def run_demo(console: Console, fault_rate: float, samples_dir: Path | None = Non
             record: dict[str, Any] = {"job_id": job_id, "sample": f.name, "state": states.get(job_id),
                                       "error_code": job.error_code if job else None}
             records.append(record)
-            if job is None or not job.report_json_key:
+            rep = actions.report_of(deps, job) if job is not None else None
+            if job is None or rep is None:
                 console.print(f"    no report: {job.error_code if job else 'no job record'}")
                 continue
-            rep = Report.model_validate_json(deps.artifacts.get_text(job.report_json_key))
             by_cat = Counter(x.category for x in rep.findings)
             t = Table("category", "findings", "max risk", box=None, pad_edge=False)
-            for key, cat in CATEGORY_BY_KEY.items():
+            for key in actions.category_keys():
                 scores = [x.score for x in rep.findings if x.category == key]
-                t.add_row(cat.title, str(by_cat.get(key, 0)), f"{max(scores, default=0):.2f}")
+                t.add_row(actions.category_title(key), str(by_cat.get(key, 0)), f"{max(scores, default=0):.2f}")
             console.print(t)
             top = max(rep.findings, key=lambda x: x.score, default=None)
             if top:
-                console.print(f"    highest risk ({top.score:.2f}, {CATEGORY_BY_KEY[top.category].title}): "
+                console.print(f"    highest risk ({top.score:.2f}, {actions.category_title(top.category)}): "
                               f"\"{top.quote[:160]}\"")
             rel = rep.reliability
             calls += rel.model_calls

@@ -16,7 +16,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from contract_review.domain.ports import JobsRepo
 from contract_review.domain.records import Job, JobEvent, JobState
-from contract_review.operate.ops import event_label
+from contract_review.operate.narration import event_label
 
 UNKNOWN = "unknown"  # no job record, and nothing in the intake queue could still create it
 WAITING = "waiting for intake"

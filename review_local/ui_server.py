@@ -6,13 +6,13 @@ stack or, with `--stack NAME`, a deployed one with the user's own AWS credential
 default it is an operator's view (every job, the dead letters); `principal` makes it act as one API principal
 (its jobs only, as the Job API shows them: another principal's job is `404 api.not_found`).
 
-Every read and action is a core function the CLI and the Job API already use: `operate.api.job_status` and
-`job_events` (with `ops.event_label`), `ops.job_view` (cost, budget, the six answers), `lifecycle.request_cancel`,
-`approvals.decide_approval`, `redrive.retry`, `ops.dlq_list`, `redrive.dlq_redrive` and `ops.dlq_discard`,
-`ops.submit` (operator) or `operate.api.submit` (a principal), the aggregator's `read_findings`, and
-`ops.chunk_activity` / `ops.activity` for the chart of model calls, throttles and quota use (from the chunk
-records), and `ops.quota_show` for the model's runtime control beside it (a pause, a quota set, the batch lanes
-turned off: one read of the control table).
+Every read and action is a core function the CLI and the Job API already use, reached through `operate`:
+`job_view.job_status` and `api.job_events` (with `narration.event_label`), `job_view.job_view` (cost, budget, the six
+answers), `lifecycle.request_cancel`, `actions.decide` / `actions.retry`, `dead_letters.dlq_list` / `dlq_redrive` /
+`dlq_discard`, the one `submission.submit` (as the operator, or as a principal: as `POST /jobs`), `actions` for the
+analysts and findings of the grid, and `activity.chunk_activity` / `activity.activity` for the chart of model calls,
+throttles and quota use (from the chunk records), and `model_control.quota_show` for the model's runtime control
+beside it (a pause, a quota set, the batch lanes turned off: one read of the control table).
 
 Loopback is not enough against a web page the user visits (it can POST to 127.0.0.1): the server answers only
 requests whose Host is its own loopback address (DNS rebinding), and acts only on POSTs carrying
@@ -36,13 +36,9 @@ from contract_review.domain.chunk_records import ChunkRecord
 from contract_review.domain.errors import REGISTRY
 from contract_review.domain.ports import Deps
 from contract_review.domain.principals import Caller
-from contract_review.domain.records import ChunkStatus, Job, JobState
-from contract_review.operate import api, ops
-from contract_review.pipeline import redrive
-from contract_review.pipeline.admission import TextDocument
-from contract_review.pipeline.aggregator import read_findings
-from contract_review.review.analysts import analysts_for
-from contract_review.sideeffects import approvals
+from contract_review.domain.records import ChunkStatus, Job, JobState, Priority
+from contract_review.operate import actions, activity, api, dead_letters, job_view, model_control
+from contract_review.operate.submission import Refused, SubmitRequest, submit
 
 from .loopback import Loopback
 
@@ -75,7 +71,7 @@ class UiServer:
     _findings: dict[str, list[dict[str, Any]]] = field(default_factory=dict)  # findings_key -> findings (immutable)
     # job id -> (the job item's updated_at when read, when read (monotonic), its settled chunks' activity): a settle
     # changes the job item; an open job's chunk records are read again at most every ACTIVITY_REFRESH_S
-    _activity: dict[str, tuple[float, float, list[ops.ChunkActivity]]] = field(default_factory=dict)
+    _activity: dict[str, tuple[float, float, list[activity.ChunkActivity]]] = field(default_factory=dict)
 
     @property
     def url(self) -> str:
@@ -135,14 +131,14 @@ class UiServer:
                 continue
             rows.append({"jobId": j.job_id, "status": j.state.value, "documentId": j.document_id,
                          "chunks": j.chunk_count, "error": j.error_code,
-                         "createdAt": api.iso(j.created_at), "created": j.created_at})
+                         "createdAt": job_view.api_time(j.created_at), "created": j.created_at})
         rows.sort(key=lambda r: r["created"], reverse=True)
         return rows[:MAX_JOBS]
 
     def grid(self, job: Job, chunks: list[ChunkRecord]) -> dict[str, Any]:
         """Chunk x analyst: an analyst's cell is its outcome once the chunk settled (ok, refused, failed), `done`
         once its checkpoint is committed, else the chunk's status (pending, claimed, cancelled, ...)."""
-        analysts = [a.name for a in analysts_for(job.analyst_count)] if job.analyst_count else []
+        analysts = actions.analyst_names(job.analyst_count) if job.analyst_count else []
         by_index = {c.chunk_index: c for c in chunks}
         rows = []
         for i in range(job.chunk_count):
@@ -168,15 +164,15 @@ class UiServer:
     def detail(self, job_id: str) -> dict[str, Any]:
         job = self._job(job_id)
         chunks = self.deps.claims.for_job(job_id) if job.chunk_count else []
-        view = ops.job_view(self.deps, job_id)
-        status = api.job_status(self.deps, job)
+        view = job_view.job_view(self.deps, job_id)
+        status = job_view.job_status(self.deps, job)
         budget = view.budget_micro_usd if view is not None else None
         return {"job": status, "mode": self.mode(), "grid": self.grid(job, chunks), "findings": self.findings(chunks),
                 "cost": {"line": view.cost if view is not None else "",
                          "microUsd": view.usage.total_micro_usd if view is not None else 0, "budgetMicroUsd": budget},
                 "answers": view.answers.model_dump(mode="json") if view is not None else {},
                 "canCancel": not job.terminal and job.state is not JobState.CANCELLING,
-                "canRetry": redrive.retryable(job), "terminal": job.terminal}
+                "canRetry": actions.can_retry(job), "terminal": job.terminal}
 
     def events(self, job_id: str, after: int) -> list[Any]:
         self._job(job_id)
@@ -185,7 +181,7 @@ class UiServer:
     def dlq(self) -> list[dict[str, Any]]:
         if self.principal is not None:
             raise UiError(404, "api.not_found", "the dead letters are an operator's view: run `review ui` without --as")
-        return [i.model_dump(mode="json", exclude={"body"}) for i in ops.dlq_list(self.deps)]
+        return [i.model_dump(mode="json", exclude={"body"}) for i in dead_letters.dlq_list(self.deps)]
 
     def activity(self, now: float | None = None) -> dict[str, Any]:
         """Model calls, throttles and quota use over time, over the jobs this view shows that were open within the
@@ -195,16 +191,16 @@ class UiServer:
         for j in self.deps.jobs.all():
             if caller is not None and not caller.owns(j.principal):
                 continue
-            if j.terminal and (j.ended_at or j.updated_at) < now - ops.ACTIVITY_WINDOW_S:
+            if j.terminal and (j.ended_at or j.updated_at) < now - activity.ACTIVITY_WINDOW_S:
                 continue
             cached = self._activity.get(j.job_id)
             if cached is None or (cached[0] != j.updated_at and time.monotonic() - cached[1] >= ACTIVITY_REFRESH_S):
                 chunks = self.deps.claims.for_job(j.job_id) if j.chunk_count else []
                 cached = (j.updated_at, time.monotonic(),
-                          ops.chunk_activity(j, chunks, self.deps.settings.effective_model_id))
+                          activity.chunk_activity(j, chunks, self.deps.settings.effective_model_id))
                 self._activity[j.job_id] = cached
             points += cached[2]
-        view = ops.activity(points, now, ops.paced_tokens_per_minute(self.deps))
+        view = activity.activity(points, now, activity.paced_tokens_per_minute(self.deps))
         return {**view.model_dump(mode="json"), "control": self.control()}
 
     def control(self) -> dict[str, Any] | None:
@@ -212,10 +208,10 @@ class UiServer:
         a stack without the control table): paused, the quota set, and each model whose batch lane is off, why."""
         if self.principal is not None or self.deps.model_control is None:
             return None
-        c = ops.quota_show(self.deps)
+        c = model_control.quota_show(self.deps)
         return {"paused": c.paused, "tokensPerMinute": c.tokens_per_minute, "by": c.by,
-                "at": api.iso(c.at) if c.at else None, "hold": ops.model_hold(self.deps),
-                "batchOff": [{"model": m, "errorCode": off.error_code, "reason": off.reason, "at": api.iso(off.at),
+                "at": job_view.api_time(c.at) if c.at else None, "hold": model_control.model_hold(self.deps),
+                "batchOff": [{"model": m, "errorCode": off.error_code, "reason": off.reason, "at": job_view.api_time(off.at),
                               "by": off.by} for m, off in sorted(c.batch_off.items())]}
 
     # ------------------------------------------------------------------ actions
@@ -227,10 +223,10 @@ class UiServer:
             ok = c.changed or c.state in (JobState.CANCELLING, JobState.CANCELLED)
             return _outcome(ok, c.state, c.message)
         if action in ("approve", "reject"):
-            d = approvals.decide_approval(self.deps, job_id, action, by=by)
+            d = actions.decide(self.deps, job_id, action, by=by)
             return _outcome(d.changed, d.state, d.message)
         if action == "retry":
-            r = redrive.retry(self.deps, job_id)
+            r = actions.retry(self.deps, job_id)
             return _outcome(r.retried, r.state, r.action)
         raise UiError(404, "api.not_found", f"no action {action}")
 
@@ -238,20 +234,18 @@ class UiServer:
         text, document_id = body.get("text"), body.get("documentId") or None
         if not isinstance(text, str) or not text.strip():
             raise UiError(400, "input.invalid", "the document is empty: paste a contract's text")
-        caller = self.caller
-        try:
-            if caller is None:
-                job_id = ops.submit(self.deps, text, document_id=document_id)
-            else:
-                req = api.JobRequest(document=TextDocument(text=text), document_id=document_id)
-                job_id = api.submit(self.deps, caller, req, None).job_id
-        except api.ApiError as exc:
-            raise UiError(exc.status, exc.code, exc.message) from exc
-        return {"jobId": job_id}
+        caller = self.caller  # the operator's job is an interactive queue sender's; a principal's, the Job API's
+        options = {"document_id": document_id} | ({"priority": Priority.INTERACTIVE} if caller is not None else {})
+        try:  # the one submit, as `review submit` (the operator) and POST /jobs (a principal) call it
+            done = submit(self.deps, caller, SubmitRequest.inline(text, **options))
+        except Refused as exc:
+            answer = api.refusal(exc)
+            raise UiError(answer.status, answer.code, answer.message) from exc
+        return {"jobId": done.job_id}
 
     def dlq_redrive(self, message_id: str) -> dict[str, Any]:
         self.dlq()  # an operator's only
-        done = redrive.dlq_redrive(self.deps, {message_id})
+        done = dead_letters.dlq_redrive(self.deps, {message_id})
         if not done:
             raise UiError(404, "api.not_found", f"no DLQ message {message_id}")
         return {"ok": not done[0].skipped, "message": done[0].action}
@@ -260,7 +254,7 @@ class UiServer:
     def dlq_discard(self, message_id: str) -> dict[str, Any]:
         """`review dlq discard ID --yes`: the same core, the same refusal (no such letter: 404 `api.not_found`)."""
         self.dlq()  # an operator's only
-        gone = ops.dlq_discard(self.deps, message_id, by=self.by)
+        gone = dead_letters.dlq_discard(self.deps, message_id, by=self.by)
         if gone is None:
             raise UiError(404, "api.not_found", f"no DLQ message {message_id}: someone else redrove or discarded it")
         about = f"{gone.queue} DLQ" + (f", job {gone.job_id}" if gone.job_id else "")
@@ -269,7 +263,7 @@ class UiServer:
 
 
 def _per_chunk(deps: Deps, chunks: list[ChunkRecord]) -> list[list[dict[str, Any]]]:
-    found = read_findings(deps, chunks)
+    found = actions.chunk_findings(deps, chunks)
     out: list[list[dict[str, Any]]] = [[] for _ in chunks]
     index = {c.chunk_id: n for n, c in enumerate(chunks)}
     for f in found:

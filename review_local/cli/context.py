@@ -7,7 +7,8 @@ from __future__ import annotations
 import click
 
 from contract_review.domain.ports import Deps
-from contract_review.operate import ops
+from contract_review.operate import ids
+from contract_review.operate import job_view as job_views
 
 
 class Ctx:
@@ -37,20 +38,20 @@ class Ctx:
 def whole_job_id(obj: Ctx, given: str) -> str:
     """A job id given whole or by a unique prefix (`review jobs` prints them whole)."""
     try:
-        return ops.resolve_job_id(obj.deps, given)
-    except ops.AmbiguousId as exc:
+        return ids.resolve_job_id(obj.deps, given)
+    except ids.AmbiguousId as exc:
         raise click.ClickException(str(exc)) from exc
 
 
 def whole_message_id(obj: Ctx, given: str) -> str:
     try:
-        return ops.resolve_message_id(obj.deps, given)
-    except ops.AmbiguousId as exc:
+        return ids.resolve_message_id(obj.deps, given)
+    except ids.AmbiguousId as exc:
         raise click.ClickException(str(exc)) from exc
 
 
-def job_view(obj: Ctx, job_id: str) -> ops.JobView:
-    view = ops.job_view(obj.deps, whole_job_id(obj, job_id))
+def job_view(obj: Ctx, job_id: str) -> job_views.JobView:
+    view = job_views.job_view(obj.deps, whole_job_id(obj, job_id))
     if view is None:
         raise click.ClickException(f"no job {job_id}")
     return view

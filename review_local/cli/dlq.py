@@ -7,8 +7,7 @@ import json
 
 import click
 
-from contract_review.operate import ops
-from contract_review.pipeline import redrive
+from contract_review.operate import dead_letters
 
 from .context import Ctx, whole_message_id
 from .render import console, say
@@ -28,7 +27,7 @@ def dlq_list(obj: Ctx, as_json: bool) -> None:
     `source message` is the MessageId that `send-message` returned; `attempts` what the pipeline spent
     before giving up. SQS's own receive count is not shown: SQS has no peek, so every listing is a
     receive and would raise it."""
-    items = ops.dlq_list(obj.deps)
+    items = dead_letters.dlq_list(obj.deps)
     if as_json:
         click.echo(json.dumps([i.model_dump(mode="json", exclude={"body"}) for i in items], indent=2))
         return
@@ -52,7 +51,7 @@ def dlq_list(obj: Ctx, as_json: bool) -> None:
 @click.pass_obj
 def dlq_show(obj: Ctx, message_id: str, with_body: bool) -> None:
     """Everything known about one DLQ message: payload, attempts, last error envelope."""
-    item = ops.dlq_show(obj.deps, whole_message_id(obj, message_id), with_body=with_body)
+    item = dead_letters.dlq_show(obj.deps, whole_message_id(obj, message_id), with_body=with_body)
     if item is None:
         raise click.ClickException(f"no DLQ message {message_id} (`review dlq list` shows their ids)")
     click.echo(item.model_dump_json(indent=2, exclude=None if with_body else {"body"}))
@@ -71,7 +70,7 @@ def dlq_redrive(obj: Ctx, message_id: str | None, all_: bool, force: bool, as_js
     skipped, with the reason, unless --force (e.g. the document it names has been uploaded since)."""
     if not message_id and not all_:
         raise click.UsageError("give a MESSAGE_ID or --all")
-    done = redrive.dlq_redrive(obj.deps, None if all_ or not message_id else {whole_message_id(obj, message_id)},
+    done = dead_letters.dlq_redrive(obj.deps, None if all_ or not message_id else {whole_message_id(obj, message_id)},
                                force=force)
     if as_json:
         click.echo(json.dumps([d.model_dump(mode="json") for d in done], indent=2))
@@ -91,7 +90,7 @@ def dlq_discard(obj: Ctx, message_id: str, yes: bool) -> None:
     a `dlq.discarded` event on its job, if it names one, records it. The message is gone: `review dlq show
     MESSAGE_ID --body` first if you want to keep it."""
     message_id = whole_message_id(obj, message_id)
-    item = ops.dlq_show(obj.deps, message_id)
+    item = dead_letters.dlq_show(obj.deps, message_id)
     if item is None:
         raise click.ClickException(f"no DLQ message {message_id} (`review dlq list` shows their ids)")
     about = (f"{item.message_id} ({item.queue} DLQ"
@@ -99,7 +98,7 @@ def dlq_discard(obj: Ctx, message_id: str, yes: bool) -> None:
              + f", {(item.envelope.error_code if item.envelope else None) or item.error_code or 'no error code'})")
     if not yes:
         click.confirm(f"discard {about} for good?", abort=True, err=True)
-    gone = ops.dlq_discard(obj.deps, message_id, by="cli")
+    gone = dead_letters.dlq_discard(obj.deps, message_id, by="cli")
     if gone is None:
         raise click.ClickException(f"no DLQ message {message_id}: someone else redrove or discarded it meanwhile")
     say(f"discarded {about}" + (f"; recorded as dlq.discarded on {gone.job_id}" if gone.job_id else ""))
@@ -115,13 +114,12 @@ def compensations(obj: Ctx, redrive: bool, as_json: bool) -> None:
     --redrive runs them again (each keeps its own key: nothing is closed or withdrawn twice)."""
     import json as _json
 
-    from contract_review.sideeffects import saga
 
     fx = obj.deps.side_effects
     if fx is None or fx.dlq is None:
         raise click.ClickException("this stack has no compensation DLQ (CompensationDlqUrl)")
     if redrive:
-        out = saga.redrive_compensations(obj.deps, fx)
+        out = dead_letters.redrive_compensations(obj.deps, fx)
         if as_json:
             click.echo(_json.dumps({"compensated": out.compensated, "still_failing": out.dead_lettered}, indent=2))
         else:

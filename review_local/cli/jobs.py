@@ -14,8 +14,8 @@ from rich.table import Table
 from contract_review.domain import lifecycle
 from contract_review.domain.ports import Queue
 from contract_review.domain.records import Job, JobState
-from contract_review.operate import ops
-from contract_review.pipeline import redrive
+from contract_review.operate import actions, narration
+from contract_review.operate import job_view as job_views
 
 from ..progress import UNKNOWN, WAITING, ended, watch_jobs
 from .context import Ctx, job_view, whole_job_id
@@ -63,7 +63,7 @@ EXIT_WAITING_APPROVAL = 3  # `--wait`: a job waits for a person's decision (0: a
 
 def _waiting_line(job: Job | None, job_id: str) -> str:
     a = job.approval if job is not None else None
-    about = f" at step {a.step} ({a.reason}), until {ops.iso(a.expires_at)}" if a is not None else ""
+    about = f" at step {a.step} ({a.reason}), until {narration.human_time(a.expires_at)}" if a is not None else ""
     return (f"{job_id} waits for a person's decision{about}: `review approve {job_id}` or `review reject {job_id}` "
             f"(`review status {job_id}` shows the evidence)")
 
@@ -91,7 +91,7 @@ def status(obj: Ctx, job_id: str, as_json: bool) -> None:
 def explain(obj: Ctx, job_id: str, as_json: bool) -> None:
     """A job's story in six short paragraphs: what happened, where it is, what it cost, what failed and why,
     what to do next, and what happens if it fails again."""
-    story = ops.explain(job_view(obj, job_id))
+    story = job_views.explain(job_view(obj, job_id))
     if as_json:
         keys = ("what_happened", "where_it_is", "what_it_cost", "what_failed", "what_next", "if_it_fails_again")
         click.echo(json.dumps({k: p.split(": ", 1)[1] for k, p in zip(keys, story, strict=True)}, indent=2))
@@ -117,7 +117,7 @@ def watch(obj: Ctx, job_id: str, timeout: float, progress_only: bool, since: int
     (it may be one just sent) and a few seconds more; then it is unknown."""
     deps = obj.deps
     wait_for_jobs(obj, [whole_job_id(obj, job_id)], timeout, WATCH_GRACE_S, show_events=not progress_only, since=since,
-          label=(lambda job: ops.job_progress(deps, job).label) if progress_only else None)
+          label=(lambda job: job_views.job_progress(deps, job).label) if progress_only else None)
 
 
 @click.command()
@@ -179,7 +179,7 @@ def retry(obj: Ctx, job_ids: tuple[str, ...], wait: bool, timeout: float, budget
     refused: list[str] = []
     outcomes: list[Any] = []
     for job_id in [whole_job_id(obj, j) for j in job_ids]:
-        r = redrive.retry(obj.deps, job_id, budget_usd=budget_usd)
+        r = actions.retry(obj.deps, job_id, budget_usd=budget_usd)
         outcomes.append(r.model_dump(mode="json"))
         if not as_json:
             console.print(f"{job_id}  {r.state.value if r.state else '-'}  {r.action}",
@@ -230,10 +230,8 @@ def cancel(obj: Ctx, job_ids: tuple[str, ...], wait: bool, timeout: float, as_js
 
 # ------------------------------------------------------------------------------------ approve / reject
 def _decide(obj: Ctx, job_id: str, decision: str, as_json: bool = False) -> None:
-    from contract_review.sideeffects import approvals
-
     job_id = whole_job_id(obj, job_id)
-    r = approvals.decide_approval(obj.deps, job_id, decision, by="cli")
+    r = actions.decide(obj.deps, job_id, decision, by="cli")
     if as_json:
         click.echo(r.model_dump_json(indent=2))
     else:

@@ -12,7 +12,7 @@ from contract_review.domain import spend_cap
 from contract_review.domain.control_records import ModelControl
 from contract_review.domain.errors import ReviewError
 from contract_review.domain.ports import Deps
-from contract_review.operate import ops
+from contract_review.operate import model_control, narration
 
 from .context import Ctx
 from .render import say
@@ -30,14 +30,14 @@ def quota() -> None:
 def _show_control(control: ModelControl, deps: Deps) -> None:
     tpm = f"{control.tokens_per_minute:,.0f} tokens/min (review quota set)" if control.tokens_per_minute else \
         "the deploy's (-c model_tpm, else Service Quotas)"
-    when = f", by {control.by} at {ops.iso(control.at)}" if control.at else ""
+    when = f", by {control.by} at {narration.human_time(control.at)}" if control.at else ""
     say(f"model: {'PAUSED' if control.paused else 'running'}; quota: {tpm}{when}")
-    if not control.paused and (hold := ops.model_hold(deps)) is not None:
+    if not control.paused and (hold := model_control.model_hold(deps)) is not None:
         say(f"model HELD: {hold}")
     if control.cap_override_day is not None and control.cap_override_day == spend_cap.utc_day(deps.clock()):
         say("daily spend cap: lifted for the rest of today (review quota resume --override-cap)")
     for model_id, off in sorted(control.batch_off.items()):
-        say(f"batch lane of {model_id}: OFF since {ops.iso(off.at)}" + (f" (by {off.by})" if off.by else "")
+        say(f"batch lane of {model_id}: OFF since {narration.human_time(off.at)}" + (f" (by {off.by})" if off.by else "")
              + f": {off.error_code}: {off.reason}; its `inference: batch` jobs run on demand until "
              f"`review quota batch --on{'' if len(control.batch_off) == 1 else ' --model ' + model_id}`")
     if not control.batch_off:
@@ -49,14 +49,14 @@ def _control(obj: Ctx, act: Callable[[Deps], T]) -> T:
     its compare-and-set: control.contended)."""
     try:
         return act(obj.deps)
-    except ops.NoModelControl as exc:
+    except model_control.NoModelControl as exc:
         raise click.ClickException(str(exc)) from exc
     except ReviewError as exc:
         raise click.ClickException(f"{exc.envelope.error_code}: {exc.envelope.message}") from exc
 
 
 def _change(obj: Ctx, **change: Any) -> None:
-    control = _control(obj, lambda deps: ops.quota_change(deps, "cli", **change))
+    control = _control(obj, lambda deps: model_control.quota_change(deps, "cli", **change))
     _show_control(control, obj.deps)
 
 
@@ -66,7 +66,7 @@ def _change(obj: Ctx, **change: Any) -> None:
 @click.pass_obj
 def quota_show(obj: Ctx, as_json: bool) -> None:
     """Whether the model is paused, the quota the workers pace to, and the models whose batch lane is off (why)."""
-    control = _control(obj, ops.quota_show)
+    control = _control(obj, model_control.quota_show)
     if as_json:
         click.echo(control.model_dump_json(indent=2))
         return
@@ -85,15 +85,15 @@ def quota_batch(obj: Ctx, turn_on: bool, model_id: str | None) -> None:
     collector submit batch jobs for it again; its `inference: batch` jobs go to the batch lane from then on. Without
     `--on`: what `review quota show` says."""
     if not turn_on:
-        _show_control(_control(obj, ops.quota_show), obj.deps)
+        _show_control(_control(obj, model_control.quota_show), obj.deps)
         return
     model = model_id or obj.deps.settings.effective_model_id
-    control, removed = _control(obj, lambda deps: ops.batch_lane_on(deps, model))
+    control, removed = _control(obj, lambda deps: model_control.batch_lane_on(deps, model))
     if removed is None:
         off = ", ".join(sorted(control.batch_off)) or "none"
         say(f"the batch lane of {model} is not off; nothing changed (lanes off: {off})")
         return
-    say(f"batch lane of {model}: on (it was off since {ops.iso(removed.at)}: {removed.error_code}: {removed.reason})")
+    say(f"batch lane of {model}: on (it was off since {narration.human_time(removed.at)}: {removed.error_code}: {removed.reason})")
     _show_control(control, obj.deps)
 
 

@@ -6,18 +6,15 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass
 from pathlib import Path
 
 import click
 
 from contract_review.domain.errors import ReviewError
 from contract_review.domain.messages import MAX_DOCUMENT_BYTES
-from contract_review.domain.ports import Deps
-from contract_review.domain.records import Inference, Job, Priority
-from contract_review.operate import ops
-from contract_review.pipeline import redrive
-from contract_review.review.chunking import document_hash
+from contract_review.domain.records import Inference, Priority
+from contract_review.operate import ids, submission
+from contract_review.operate.submission import KeyConflict, SubmitRequest, check_document, job_id_of
 
 from .context import Ctx
 from .jobs import wait_for_jobs
@@ -80,7 +77,7 @@ def submit(obj: Ctx, files: tuple[Path, ...], batch_file: Path | None, wait: boo
     texts = [(f, _read_document(f)) for f in files]
     for f, text in texts:  # what intake would refuse at once is refused here, before anything is sent
         try:
-            ops.check_document(obj.deps, text)
+            check_document(obj.deps, text)
         except ReviewError as exc:
             raise click.ClickException(f"{f}: {exc.envelope.error_code}: {exc.envelope.message}") from exc
     jobs: dict[str, Path] = {}
@@ -93,59 +90,29 @@ def submit(obj: Ctx, files: tuple[Path, ...], batch_file: Path | None, wait: boo
             console.print(f"{job_id}  {f}" + (f"  ({note})" if note else ""), markup=False, highlight=False)
 
     for f, text in texts:
-        job_id = ops.job_id_of(text, idempotency_key)
+        job_id = job_id_of(text, idempotency_key)
         if job_id in jobs:
             said(job_id, f, f"the same document as {jobs[job_id]}: one job, not sent again")
             continue
-        shas[job_id] = document_hash(text)
-        _refuse_key_conflict(obj.deps.jobs.get(job_id), shas[job_id], idempotency_key, f)
-        again = _resubmission(obj.deps, job_id, text)
-        if again is None or again.send:
-            try:
-                ops.submit(obj.deps, text, document_id=_document_id(f), idempotency_key=idempotency_key,
-                           budget_usd=budget_usd, priority=Priority(priority) if priority else None,
-                           inference=Inference(inference) if inference else None, deadline_hours=deadline_hours)
-            except ReviewError as exc:  # job.budget_insufficient: nothing was sent
-                raise click.ClickException(f"{f}: {exc.envelope.error_code}: {exc.envelope.message}") from exc
+        try:  # the one submit; `review submit` of a job that ended without completing retries it (`retry_ended`)
+            done = submission.submit(obj.deps, None, SubmitRequest.inline(
+                text, document_id=_document_id(f), idempotency_key=idempotency_key, budget_usd=budget_usd,
+                priority=Priority(priority) if priority else None, inference=Inference(inference) if inference else None,
+                deadline_hours=deadline_hours, retry_ended=True))
+        except KeyConflict as exc:  # as the Job API and intake refuse it: one line and exit 1, never that other job
+            raise click.ClickException(
+                f"input.key_conflict: idempotency key {idempotency_key!r} names job {exc.job_id}, made from another "
+                f"{exc.conflict.removeprefix('another ')}; send {f} with its own key (without --idempotency-key, the "
+                "document's SHA-256 is its key)") from exc
+        except ReviewError as exc:  # job.budget_insufficient: nothing was sent
+            raise click.ClickException(f"{f}: {exc.envelope.error_code}: {exc.envelope.message}") from exc
+        shas[job_id] = done.document_sha256
         jobs[job_id] = f
-        said(job_id, f, again.note if again else None)
+        said(job_id, f, done.note)
     if as_json:
         click.echo(json.dumps(records, indent=2))
     if wait:  # with --json, progress goes to stderr: stdout is the JSON alone
         wait_for_jobs(obj, list(jobs), timeout, SUBMIT_GRACE_S, documents=shas, out=STDERR if as_json else console)
-
-
-def _refuse_key_conflict(job: Job | None, sha: str, key: str | None, f: Path) -> None:
-    """The key names a job made from another document: refused as the Job API and intake refuse it
-    (input.key_conflict), one line and exit 1, never that other job's result. A job that failed on its input
-    is the exception: a corrected document under its key replaces it."""
-    if job is not None and not job.replaceable and job.document_sha256 and job.document_sha256 != sha:
-        raise click.ClickException(
-            f"input.key_conflict: idempotency key {key!r} names job {job.job_id}, made from another document; "
-            f"send {f} with its own key (without --idempotency-key, the document's SHA-256 is its key)")
-
-
-@dataclass(frozen=True)
-class _Again:
-    note: str  # what resubmitting did, shown after the job id
-    send: bool  # the intake message is still to be sent
-
-
-def _resubmission(deps: Deps, job_id: str, text: str) -> _Again | None:
-    """The same document again, for a job that ended without completing (not on bad input: intake
-    replaces those): the job is retried (`review retry`) instead of returning the failed job unchanged.
-    None: intake decides (a new job, a duplicate of one that is running or completed, or another
-    document under the same key)."""
-    job = deps.jobs.get(job_id)
-    if job is None or not redrive.retryable(job):
-        return None
-    if job.document_sha256 and job.document_sha256 != document_hash(text):
-        return None
-    if redrive.requeue_failed_intake(deps, job_id):  # failed in intake: queued again, intake takes the new message
-        return _Again(f"it had failed in intake with {job.error_code}: queued again", send=True)
-    r = redrive.retry(deps, job_id)
-    ended = f"it had ended {job.state.value}" + (f" with {job.error_code}" if job.error_code else "")
-    return _Again(f"{ended}: {r.action}" if r.retried else f"{ended}; not retried: {r.action}", send=False)
 
 
 def _read_document(f: Path) -> str:
@@ -190,8 +157,8 @@ def batch(obj: Ctx, batch_id: str, as_json: bool) -> None:
     from ..batches import cli_principal, show_batch
 
     try:
-        batch_id = ops.resolve_batch_id(obj.deps, batch_id)
-    except ops.AmbiguousId as exc:
+        batch_id = ids.resolve_batch_id(obj.deps, batch_id)
+    except ids.AmbiguousId as exc:
         raise click.ClickException(str(exc)) from exc
     show_batch(obj.deps, cli_principal(obj.stack, obj.region), batch_id, as_json, console)
 

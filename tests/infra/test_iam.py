@@ -300,7 +300,7 @@ def test_the_daily_token_ledger_is_the_workers_alone_encrypted_on_demand_and_exp
         if "table:token-ledger" in granted:
             holders[role] = granted["table:token-ledger"]
     ledger_actions = {"dynamodb:Query", "dynamodb:UpdateItem"}
-    # and the Job API, which only adds within a limit (the spend limits' counters: pipeline/limits.py), a daily
+    # and the Job API, which only adds within a limit (the spend limits' counters: operate/limits.py), a daily
     # charge with the record of the job it was taken for (PutItem, in the same transaction: issue 25 item 9); the
     # stack's daily spend cap (domain/spend_cap.py): intake takes a job's charge the same way, the aggregator adds
     # what each chunk it counts spent (UpdateItem: ADD), the sweeper reads the day's spend and admits a held job

@@ -56,7 +56,7 @@ from contract_review.domain.principals import uploads_prefix
 from contract_review.domain.records import AttemptStats, ChunkStatus, Job, JobState, Reliability, Submission, job_id_for
 from contract_review.handlers import poller
 from contract_review.model.daily_quota import DailyQuota
-from contract_review.operate import api
+from contract_review.operate import job_view, model_control
 from contract_review.pipeline import admission, batch_inference
 from contract_review.pipeline.intake import handle_intake
 from contract_review.pipeline.worker import ChunkWorker, Delivery, Tier2
@@ -481,7 +481,6 @@ def _spend_cap(rec: Recorder, setup: Deps, arn: str) -> None:
     override the sweeper admits and starts the held job. The counters, hold and override are cleared after."""
     from contract_review.handlers import intake as intake_handler
     from contract_review.handlers import sweeper as sweeper_handler
-    from contract_review.operate import ops
 
     from . import api_scenario
 
@@ -505,7 +504,7 @@ def _spend_cap(rec: Recorder, setup: Deps, arn: str) -> None:
     with rec.acting_as("sweeper"):
         sweeper_handler.handler({}, LambdaContext("SweeperFn", 256, timeout_s, "r-sc", REGION))
     assert setup.model_control.update(lambda c: c).spend_held(day) is not None  # read again, not from the cache
-    ops.quota_change(setup, "role-coverage", override_cap=True)
+    model_control.quota_change(setup, "role-coverage", override_cap=True)
     time.sleep(setup.settings.profile.quota.model_control_max_age_s + 0.2)  # the sweeper's cached control ages
     with rec.acting_as("sweeper"):
         result = sweeper_handler.handler({}, LambdaContext("SweeperFn", 256, timeout_s, "r-sd", REGION))
@@ -641,7 +640,7 @@ def _collector(rec: Recorder, aws: EmbeddedAws, collector_env: dict[str, str], s
         job = setup.jobs.get(job_id)
         assert job is not None
         with rec.acting_as("api"):
-            assert api.job_status(handlers.deps(), job)["batches"]
+            assert job_view.job_status(handlers.deps(), job)["batches"]
         _wait(lambda: _batch_jobs_ended(setup, service.url, job_id), 20)
         assert run(BATCH_MIN_RECORDS)["collected"]
         if (action := work(job_id)) != "awaiting_batch":

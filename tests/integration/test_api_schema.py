@@ -44,11 +44,11 @@ def test_the_document_names_every_route_the_app_serves():
 
 
 def test_the_document_names_every_field_a_submission_takes():
-    from contract_review.operate import api
+    from contract_review.operate import api_requests
 
     schemas = schema.raw_schema["components"]["schemas"]
-    assert set(schemas["JobRequest"]["properties"]) == set(api.JobRequest.model_fields)
-    assert set(schemas["BatchItem"]["properties"]) == set(api.BatchItem.model_fields)
+    assert set(schemas["JobRequest"]["properties"]) == set(api_requests.JobRequest.model_fields)
+    assert set(schemas["BatchItem"]["properties"]) == set(api_requests.BatchItem.model_fields)
 
 
 @schema.parametrize()

@@ -14,7 +14,8 @@ from pathlib import Path
 
 from contract_review.config.profile import get_profile
 from contract_review.doubles.spec import FaultSpec
-from contract_review.operate import ops
+from contract_review.operate import submission
+from contract_review.operate.submission import SubmitRequest
 from contract_review.review.chunking import chunk_document
 
 from .conftest import wait_jobs
@@ -41,7 +42,7 @@ def test_a_flooded_fleet_resends_no_chunk_message(make_stack, tmp_path):
     base = _doc(2, 3)
     docs = [f"Contract {i}.\n\n{base}" for i in range(8)]
     chunks = sum(len(chunk_document(t, LOCAL.review)) for t in docs)
-    jobs = [ops.submit(deps, t, document_id=f"burst-{i}") for i, t in enumerate(docs)]
+    jobs = [submission.submit(deps, None, SubmitRequest.inline(t, document_id=f"burst-{i}")).job_id for i, t in enumerate(docs)]
     # WHEN the fleet works through it
     ended = wait_jobs(deps, jobs, timeout=120)
     # THEN every job completed

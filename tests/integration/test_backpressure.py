@@ -19,7 +19,8 @@ import pytest
 from contract_review.config.profile import get_profile
 from contract_review.domain.ports import Queue
 from contract_review.doubles.spec import FaultSpec
-from contract_review.operate import ops
+from contract_review.operate import submission
+from contract_review.operate.submission import SubmitRequest
 from contract_review.review.analysts import analysts_for
 from review_local.stack import LocalStack
 
@@ -70,7 +71,7 @@ def test_a_chunk_slower_than_its_lambda_completes_across_invocations_without_a_f
     stack = short_lambda_stack(4, FaultSpec(latency_ms=300, call_log=str(log)))
     deps = stack.deps()
     text = _doc(1, 1)
-    job_id = ops.submit(deps, text, document_id="slow-chunk")
+    job_id = submission.submit(deps, None, SubmitRequest.inline(text, document_id="slow-chunk")).job_id
     # WHEN the job runs
     job = wait_jobs(deps, [job_id], timeout=60)[job_id]
     # THEN it completed; the chunk was handed back through its checkpoints several times, never failed
@@ -95,7 +96,7 @@ def test_the_sweeper_tells_a_function_timeout_from_a_crash(make_stack):
     # this by itself), chunk 1's stopped heartbeating long before its deadline (a crash)
     stack = make_stack(None, {"worker": 0})
     deps = stack.deps()
-    job_id = ops.submit(deps, _doc(2, 3), document_id="vanished")
+    job_id = submission.submit(deps, None, SubmitRequest.inline(_doc(2, 3), document_id="vanished")).job_id
     # intake makes the job `running`, then writes its first page of chunk records: wait for those
     wait_for(lambda: len(deps.claims.for_job(job_id)) >= 2, 20, 0.2, "intake to write the chunk records")
     first, second = deps.claims.for_job(job_id)[:2]
@@ -128,7 +129,7 @@ def test_a_5xx_burst_shorter_than_the_poison_budget_dead_letters_nothing(make_st
     stack = make_stack(FaultSpec(always_fail_chunk="0", switch_file=str(switch)), {"worker": 1})
     deps = stack.deps()
     text = _doc(1, 1)
-    job_id = ops.submit(deps, text, document_id="outage")
+    job_id = submission.submit(deps, None, SubmitRequest.inline(text, document_id="outage")).job_id
     wait_for(lambda: _events(stack, job_id, "chunk.retry"), 20, 0.1, "the first failed attempt")
     time.sleep(4.0)
     switch.unlink()  # the outage is over, 4 s after the first failed attempt

@@ -12,7 +12,8 @@ from pathlib import Path
 
 from contract_review.domain.cost import batch_cost_usd, micro_usd, model_price
 from contract_review.domain.records import ChunkStatus, Inference, Job, JobState, Usage
-from contract_review.operate import ops
+from contract_review.operate import submission
+from contract_review.operate.submission import SubmitRequest
 from review_local.batch_service import BatchFaults
 from review_local.stack import LocalStack
 from tests.oracle import check_job
@@ -54,8 +55,8 @@ def test_a_batch_mode_job_ends_with_the_fault_free_report_at_the_batch_price(
     assert sorted(b.spec.name for b in stack.runtime.sandboxes if b.spec.schedule_s) == ["collector", "sweeper"]
     assert "BATCH_ROLE_ARN" in scheduled["collector"].env and "BATCH_ROLE_ARN" not in scheduled["sweeper"].env
     # GIVEN the same contract sent on demand and in batch
-    on_demand = ops.submit(deps, TEXT, document_id="nda-on-demand", idempotency_key="nda-on-demand")
-    batched = ops.submit(deps, TEXT, document_id="nda-batch", idempotency_key="nda-batch", inference=Inference.BATCH)
+    on_demand = submission.submit(deps, None, SubmitRequest.inline(TEXT, document_id="nda-on-demand", idempotency_key="nda-on-demand")).job_id
+    batched = submission.submit(deps, None, SubmitRequest.inline(TEXT, document_id="nda-batch", idempotency_key="nda-batch", inference=Inference.BATCH)).job_id
     # WHEN both run THEN both end with the fault-free report
     od, b = _ends_as_fault_free(stack, on_demand), _ends_as_fault_free(stack, batched)
     assert b.inference is Inference.BATCH
@@ -80,7 +81,7 @@ def test_a_batch_mode_job_ends_with_the_fault_free_report_at_the_batch_price(
 def test_a_partially_completed_batch_job_loses_nothing(make_stack: Callable[..., LocalStack]) -> None:
     # GIVEN a stand-in that answers a fifth of the records of each batch job with an error
     stack = make_stack(batch_faults=BatchFaults(fail_rate=0.2, seed=3))
-    job_id = ops.submit(stack.deps(), TEXT, document_id="nda", idempotency_key="nda", inference=Inference.BATCH)
+    job_id = submission.submit(stack.deps(), None, SubmitRequest.inline(TEXT, document_id="nda", idempotency_key="nda", inference=Inference.BATCH)).job_id
     # WHEN it runs THEN the job ends with the fault-free report, every chunk done and counted once
     _ends_as_fault_free(stack, job_id, timeout=180)
     # AND the unanswered records were asked again (batch.record_failed)
@@ -91,7 +92,7 @@ def test_a_partially_completed_batch_job_loses_nothing(make_stack: Callable[...,
 def test_failed_batch_jobs_send_their_chunks_back_then_on_demand(make_stack: Callable[..., LocalStack]) -> None:
     # GIVEN a stand-in whose every batch job fails while in progress
     stack = make_stack(batch_faults=BatchFaults(fail_job="in_progress"))
-    job_id = ops.submit(stack.deps(), TEXT, document_id="nda", idempotency_key="nda", inference=Inference.BATCH)
+    job_id = submission.submit(stack.deps(), None, SubmitRequest.inline(TEXT, document_id="nda", idempotency_key="nda", inference=Inference.BATCH)).job_id
     # WHEN it runs THEN the job ends with the fault-free report, every chunk done and counted once
     _ends_as_fault_free(stack, job_id, timeout=180)
     # AND each failed batch job sent its chunks back to be batched again, then on demand after two failures

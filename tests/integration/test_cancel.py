@@ -10,7 +10,8 @@ from contract_review.domain.lifecycle import CANCEL_CHECK_MAX_AGE_S
 from contract_review.domain.ports import Queue
 from contract_review.domain.records import ChunkStatus, JobState
 from contract_review.doubles.spec import FaultSpec
-from contract_review.operate import ops
+from contract_review.operate import submission
+from contract_review.operate.submission import SubmitRequest
 
 from ..large_docs import large_contract
 from ..texts import LONG_TEXT
@@ -27,7 +28,7 @@ def test_a_running_job_cancelled_stops_within_one_model_call_and_ends_cancelled(
     log = tmp_path / "calls.jsonl"
     stack = make_stack(FaultSpec(latency_ms=int(CALL_S * 1000), call_log=str(log)))
     deps = stack.deps()
-    job_id = ops.submit(deps, large_contract(100_000, variant=3), document_id="to-cancel")
+    job_id = submission.submit(deps, None, SubmitRequest.inline(large_contract(100_000, variant=3), document_id="to-cancel")).job_id
     wait_for(lambda: sum(1 for e in ledger(log)) >= 12, 60, 0.05, "model calls under way")
     # WHEN it is cancelled
     out = lifecycle.request_cancel(deps, job_id, by="test")
@@ -58,7 +59,7 @@ def test_a_job_cancelled_before_its_workers_start_makes_no_model_call(make_stack
     log = tmp_path / "calls.jsonl"
     stack = make_stack(FaultSpec(call_log=str(log)), {"worker": 0})
     deps = stack.deps()
-    job_id = ops.submit(deps, LONG_TEXT, document_id="cancel-early")
+    job_id = submission.submit(deps, None, SubmitRequest.inline(LONG_TEXT, document_id="cancel-early")).job_id
     wait_for(lambda: (j := deps.jobs.get(job_id)) is not None and j.state is JobState.RUNNING, 30, what="running")
     # WHEN it is cancelled, twice
     assert lifecycle.request_cancel(deps, job_id, by="a").changed

@@ -14,7 +14,8 @@ from contract_review.domain.errors import ReviewError
 from contract_review.domain.ports import Queue
 from contract_review.domain.records import ChunkStatus, JobState, Usage
 from contract_review.doubles.spec import FaultSpec
-from contract_review.operate import ops
+from contract_review.operate import job_view, submission
+from contract_review.operate.submission import SubmitRequest
 from contract_review.pipeline import admission
 
 from ..large_docs import large_contract
@@ -35,7 +36,7 @@ def test_a_jobs_cost_is_recorded_and_a_tiny_budget_stops_a_job_with_its_code(mak
                                  answer_tokens_p99=1000, throttle_state_dir=str(tmp_path / "bedrock")))
     deps = stack.deps()
     # GIVEN a contract reviewed without a budget
-    job_id = ops.submit(deps, large_contract(24_000, variant=2), document_id="priced")  # more chunks than workers
+    job_id = submission.submit(deps, None, SubmitRequest.inline(large_contract(24_000, variant=2), document_id="priced")).job_id  # more chunks than workers
     job = wait_jobs(deps, [job_id], timeout=90)[job_id]
     # THEN its cost is recorded: every chunk's tokens, cache writes then reads, and the AWS requests counted
     assert job.state is JobState.COMPLETED
@@ -53,19 +54,19 @@ def test_a_jobs_cost_is_recorded_and_a_tiny_budget_stops_a_job_with_its_code(mak
     report = json.loads(deps.artifacts.get_text(job.report_json_key or ""))
     assert Decimal(report["cost"]["total_usd"]) == cost.usd(job.total_micro_usd)
     assert "## Estimated cost" in deps.artifacts.get_text(job.report_md_key or "")  # the offline model: nothing charged
-    view = ops.job_view(deps, job_id)
+    view = job_view.job_view(deps, job_id)
     assert view is not None and view.cost.startswith(cost.format_usd(job.total_micro_usd))
 
     # GIVEN a budget under a document's estimate: refused before anything is sent (job.budget_insufficient)
     big = large_contract(60_000, variant=4)
     estimate = admission.estimate(deps.settings, big).model_micro_usd
     with pytest.raises(ReviewError) as refused:
-        ops.submit(deps, big, document_id="under-estimate", budget_usd=float(cost.usd(estimate)) / 2)
+        submission.submit(deps, None, SubmitRequest.inline(big, document_id="under-estimate", budget_usd=float(cost.usd(estimate)) / 2))
     assert refused.value.envelope.error_code == "job.budget_insufficient"
     # AND the document with a budget at its estimate, which its long answers then overrun
     calls_before = len(ledger(log))
     budget = float(cost.usd(estimate)) + 0.000001
-    stopped_id = ops.submit(deps, big, document_id="over-budget", budget_usd=budget)
+    stopped_id = submission.submit(deps, None, SubmitRequest.inline(big, document_id="over-budget", budget_usd=budget)).job_id
     # WHEN its first chunk settles THEN it is stopped and ends cancelled with job.budget_exceeded
     stopped = wait_jobs(deps, [stopped_id], timeout=90)[stopped_id]
     assert (stopped.state, stopped.error_code) == (JobState.CANCELLED, "job.budget_exceeded")

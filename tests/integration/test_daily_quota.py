@@ -25,7 +25,8 @@ from contract_review.domain.records import JobState
 from contract_review.doubles.bedrock_sim import DailyTokenLedger
 from contract_review.doubles.spec import FaultSpec
 from contract_review.model.daily_quota import DAILY_QUOTA_CODE
-from contract_review.operate import ops
+from contract_review.operate import submission
+from contract_review.operate.submission import SubmitRequest
 from review_local.cli import Ctx, cli
 
 from ..texts import TEXT
@@ -47,7 +48,7 @@ def test_the_workers_ledger_counts_what_the_simulated_bedrock_counted_against_it
     stack = make_stack(FaultSpec.simulated_bedrock(str(state), median_ms=20.0, daily_tokens_per_model=quota),
                        worker_profile={"model_tokens_per_day": quota})
     deps = stack.deps()
-    job_id = ops.submit(deps, TEXT, document_id="counted")
+    job_id = submission.submit(deps, None, SubmitRequest.inline(TEXT, document_id="counted")).job_id
     assert wait_jobs(deps, [job_id])[job_id].state is JobState.COMPLETED
     # THEN the counters are in the table (one item per model per hour, written by the workers' ADDs)
     counters = deps.token_ledger
@@ -76,7 +77,7 @@ def test_a_full_ledger_holds_the_job_past_the_deadline_and_the_first_probe_after
     turns_at = (time.time() // day_s + 1) * day_s
     deps.token_ledger.add(OFFLINE_MODEL_ID, int(time.time() // BUCKET_S), int(quota * 0.99))
     # WHEN a job is submitted
-    job_id = ops.submit(deps, TEXT, document_id="held")
+    job_id = submission.submit(deps, None, SubmitRequest.inline(TEXT, document_id="held")).job_id
     # THEN its chunk is held and the job says what it waits for
     wait_for(lambda: any(e.type == "job.waiting_quota" for e in deps.jobs.events(job_id)), 30, 0.2, "the hold")
     shown = CliRunner().invoke(cli, ["status", job_id], obj=Ctx(None, None, deps=deps))

@@ -9,7 +9,8 @@ import time
 
 from contract_review.config.profile import get_profile
 from contract_review.doubles.spec import FaultSpec
-from contract_review.operate import ops
+from contract_review.operate import submission
+from contract_review.operate.submission import SubmitRequest
 
 from .conftest import ONE_BY_ONE, get_chunk, wait_for, wait_jobs
 from .test_recovery import _claimed_with_checkpoints, _doc, _pid
@@ -32,7 +33,7 @@ def test_fargate_pollers_review_and_recover_from_kill_9(tmp_path):
         assert [b.spec.handler for b in stack.runtime.sandboxes if b.spec.name == "worker"] == \
             ["contract_review.handlers.poller.main"] * 2
         deps = stack.deps()
-        job_id = ops.submit(deps, _doc(3), document_id="fargate")
+        job_id = submission.submit(deps, None, SubmitRequest.inline(_doc(3), document_id="fargate")).job_id
         victim = wait_for(lambda: _claimed_with_checkpoints(deps, job_id, 2), 60, 0.05, "a half-done chunk")
         os.kill(_pid(victim), signal.SIGKILL)
         killed_at = time.time()

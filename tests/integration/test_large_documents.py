@@ -11,7 +11,8 @@ import time
 from contract_review.config.profile import get_profile
 from contract_review.domain.ports import Queue
 from contract_review.domain.records import JobState
-from contract_review.operate import ops
+from contract_review.operate import submission
+from contract_review.operate.submission import SubmitRequest
 from contract_review.review.chunking import chunk_document
 
 from ..conftest import SAMPLES_DIR
@@ -32,14 +33,14 @@ def test_a_small_document_behind_a_large_one_completes_before_the_large_one_is_h
     big = large_contract(160_000, variant=8)
     n_big = len(chunk_document(big, LOCAL.review))
     assert n_big >= 4 * WINDOW
-    big_job = ops.submit(deps, big, document_id="big")
+    big_job = submission.submit(deps, None, SubmitRequest.inline(big, document_id="big")).job_id
     # ... which leaves `queued` at once, with all its chunks counted and one window of them sent
     running = wait_for(lambda: (j := deps.jobs.get(big_job)) is not None and j.state is JobState.RUNNING and j,
                        20, what="the large job running")
     assert running.chunk_count == n_big
     # WHEN a 3-chunk contract is submitted behind it
     small = (SAMPLES_DIR / "mutual-nda.txt").read_text()
-    small_job = ops.submit(deps, small, document_id="small")
+    small_job = submission.submit(deps, None, SubmitRequest.inline(small, document_id="small")).job_id
     small_ended = wait_jobs(deps, [small_job], timeout=120)[small_job]  # a bound for a busy machine; the check is below
     big_then = get_job(deps, big_job)
     # THEN the small one completed while the large one was not half done (it waited for a window, not
@@ -74,7 +75,7 @@ def test_a_large_document_leaves_queued_within_seconds_of_its_first_page(make_st
     n = len(chunk_document(text, LOCAL.review))
     # WHEN a 1.3 MB contract (~310 chunks) is submitted by s3_uri
     t0 = time.monotonic()
-    job_id = ops.submit(deps, text, document_id="big-1.3mb")
+    job_id = submission.submit(deps, None, SubmitRequest.inline(text, document_id="big-1.3mb")).job_id
     running = wait_for(lambda: (j := deps.jobs.get(job_id)) is not None and j.state is JobState.RUNNING and j,
                        30, what="the job running")
     took = time.monotonic() - t0

@@ -11,7 +11,8 @@ from click.testing import CliRunner
 from contract_review.config.profile import get_profile
 from contract_review.domain.records import JobState
 from contract_review.doubles.spec import FaultSpec
-from contract_review.operate import ops
+from contract_review.operate import submission
+from contract_review.operate.submission import SubmitRequest
 from review_local.cli import Ctx, cli
 
 from ..large_docs import large_contract
@@ -26,7 +27,7 @@ def test_review_quota_pause_holds_every_model_call_without_a_failure_and_resume_
     log = tmp_path / "calls.jsonl"
     stack = make_stack(FaultSpec(latency_ms=int(CALL_S * 1000), call_log=str(log)))
     deps = stack.deps()
-    job_id = ops.submit(deps, large_contract(40_000, variant=4), document_id="to-pause")
+    job_id = submission.submit(deps, None, SubmitRequest.inline(large_contract(40_000, variant=4), document_id="to-pause")).job_id
     wait_for(lambda: len(ledger(log)) >= 10, 60, 0.05, "model calls under way")
     # WHEN an operator pauses the model
     paused = CliRunner().invoke(cli, ["quota", "pause"], obj=Ctx(None, None, deps=deps))

@@ -10,7 +10,8 @@ import sys
 from contract_review.config.profile import get_profile
 from contract_review.domain.ports import Queue
 from contract_review.domain.records import job_id_for
-from contract_review.operate import ops
+from contract_review.operate import submission
+from contract_review.operate.submission import SubmitRequest
 from contract_review.review.chunking import chunk_document, document_hash
 
 from ..conftest import SAMPLES_DIR, cuad_texts
@@ -32,7 +33,7 @@ def test_submitted_documents_become_complete_reports_with_verbatim_quotes(make_s
     deps = stack.deps()
     docs = _docs(3)
     # WHEN documents are submitted through the intake queue
-    jobs = {ops.submit(deps, text, document_id=name): text for name, text in docs}
+    jobs = {submission.submit(deps, None, SubmitRequest.inline(text, document_id=name)).job_id: text for name, text in docs}
     ended = wait_jobs(deps, list(jobs), timeout=90)
     # THEN every job completes with a JSON and a Markdown report in the bucket
     for job_id, text in jobs.items():
@@ -63,9 +64,9 @@ def test_same_document_twice_is_one_job(make_stack):
     stack = make_stack()
     deps = stack.deps()
     name, text = _docs(1)[0]
-    first = ops.submit(deps, text, document_id=name)
+    first = submission.submit(deps, None, SubmitRequest.inline(text, document_id=name)).job_id
     wait_jobs(deps, [first])
-    second = ops.submit(deps, text, document_id=name)  # same idempotency key (hash of the document)
+    second = submission.submit(deps, None, SubmitRequest.inline(text, document_id=name)).job_id  # same idempotency key (hash of the document)
     assert second == first == job_id_for(document_hash(text))
     wait_for(lambda: deps.queues.depth(Queue.INTAKE) == 0, 20, what="intake drained")
     events = [e.type for e in deps.jobs.events(first)]
@@ -117,7 +118,7 @@ def test_large_document_goes_through_s3_claim_check(make_stack):
     text = big.read_text() if big.exists() else "\n\n".join(t for _, t in _docs(3)) * 3
     while len(text) <= 200_000:  # exceed the inline limit: the CLI must use the claim check
         text = text + "\n\n" + text
-    job_id = ops.submit(deps, text, document_id="big")
+    job_id = submission.submit(deps, None, SubmitRequest.inline(text, document_id="big")).job_id
     job = wait_jobs(deps, [job_id], timeout=120)[job_id]
     assert job.state == "completed"
     assert deps.artifacts.get_text(f"uploads/{job_id}.txt") == text

@@ -20,7 +20,8 @@ from contract_review.domain.chunk_records import ChunkRecord
 from contract_review.domain.ports import Deps, Queue
 from contract_review.domain.records import job_id_for
 from contract_review.doubles.spec import FaultSpec
-from contract_review.operate import ops
+from contract_review.operate import dead_letters, submission
+from contract_review.operate.submission import SubmitRequest
 from contract_review.review.chunking import chunk_document
 from review_local.stack import LocalStack
 
@@ -65,7 +66,7 @@ def _victim(make_stack: Callable[..., LocalStack], log: Path, latency_ms: int, m
     stack = make_stack(FaultSpec(latency_ms=latency_ms, call_log=str(log)), {"worker": 2}, ONE_BY_ONE)
     deps = stack.deps()
     text = _doc(min_chunks)
-    job_id = ops.submit(deps, text, document_id=name)
+    job_id = submission.submit(deps, None, SubmitRequest.inline(text, document_id=name)).job_id
     victim = wait_for(lambda: _claimed_with_checkpoints(deps, job_id, checkpointed), 60, 0.05,
                       f"a claimed chunk with {checkpointed} checkpoints")
     return stack, deps, job_id, text, victim
@@ -135,7 +136,7 @@ def test_kill_9_with_every_analyst_at_once_resumes_from_checkpoints(make_stack, 
     stack = make_stack(FaultSpec(latency_median_ms=300, latency_p99_ms=2000, call_log=str(log)), {"worker": 2})
     deps = stack.deps()
     text = _doc(3)
-    job_id = ops.submit(deps, text, document_id="kill-11")
+    job_id = submission.submit(deps, None, SubmitRequest.inline(text, document_id="kill-11")).job_id
     victim = wait_for(lambda: _partly_checkpointed(deps, job_id), 90, 0.02, "a chunk half-way through its analysts")
     pid = _pid(victim)
     os.kill(pid, signal.SIGKILL)
@@ -192,7 +193,7 @@ def test_same_message_delivered_twice_at_once_has_one_claim_winner(make_stack, t
     stack = make_stack(FaultSpec(latency_ms=40, call_log=str(log)), {"worker": 0})
     deps = stack.deps()
     text = _doc(1, 1)
-    job_id = ops.submit(deps, text, document_id="dup")
+    job_id = submission.submit(deps, None, SubmitRequest.inline(text, document_id="dup")).job_id
     wait_for(lambda: deps.queues.depth(Queue.ANALYSIS) == 1, 30, what="the chunk message")
     sqs = stack.aws.client("sqs")
     msg = sqs.receive_message(QueueUrl=deps.settings.analysis_queue_url, VisibilityTimeout=0)["Messages"][0]
@@ -216,7 +217,7 @@ def test_every_chunk_message_delivered_twice_settles_each_chunk_once(make_stack,
     stack = make_stack(FaultSpec(latency_ms=20, call_log=str(log)), {"worker": 0})
     deps = stack.deps()
     text = _doc(3, 5)
-    job_id = ops.submit(deps, text, document_id="dup-all")
+    job_id = submission.submit(deps, None, SubmitRequest.inline(text, document_id="dup-all")).job_id
     n = len(oracle_for(text, LOCAL))
     assert n <= LOCAL.fanout.fanout_window  # the whole document is fanned out at once
     wait_for(lambda: deps.queues.depth(Queue.ANALYSIS) == n, 30, what="the chunk messages")
@@ -247,7 +248,7 @@ def test_five_percent_transient_faults_over_twenty_documents_all_complete(make_s
     if len(docs) < 20:  # no ../shared: cut our samples into 20 documents
         paras = "\n\n".join(p.read_text() for p in sorted(SAMPLES_DIR.glob("*.txt"))).split("\n\n")
         docs = ["\n\n".join(paras[i::20]) for i in range(20)]
-    jobs = [ops.submit(deps, t, document_id=f"doc{i}") for i, t in enumerate(docs)]
+    jobs = [submission.submit(deps, None, SubmitRequest.inline(t, document_id=f"doc{i}")).job_id for i, t in enumerate(docs)]
     ended = wait_jobs(deps, jobs, timeout=240)
     assert {j.state for j in ended.values()} == {"completed"}
     for job_id, text in zip(jobs, docs):
@@ -273,7 +274,7 @@ def test_sustained_throttling_never_dead_letters(make_stack, tmp_path):
                        {"worker": 4}, worker_profile={"analyst_concurrency": 1})
     deps = stack.deps()
     text = _doc(2, 3)
-    job_id = ops.submit(deps, text, document_id="throttled")
+    job_id = submission.submit(deps, None, SubmitRequest.inline(text, document_id="throttled")).job_id
     job = wait_jobs(deps, [job_id], timeout=180)[job_id]
     assert job.state == "completed"
     requeues = Counter(e.detail["chunk_id"] for e in deps.jobs.events(job_id)
@@ -296,7 +297,7 @@ def test_permanent_model_error_fails_the_job_on_first_attempt(make_stack, tmp_pa
     stack = make_stack(FaultSpec(permanent_code="AccessDeniedException", call_log=str(log)), {"worker": 2})
     deps = stack.deps()
     text = _doc(3)
-    job_id = ops.submit(deps, text, document_id="denied")
+    job_id = submission.submit(deps, None, SubmitRequest.inline(text, document_id="denied")).job_id
     job = wait_jobs(deps, [job_id], timeout=60)[job_id]
     assert job.state == "failed" and job.error_code == "model.access_denied"
     # ended by a job-fatal error: no report, nothing silently lost, the code says why
@@ -320,7 +321,7 @@ def test_always_failing_chunk_dead_letters_then_redrive_completes(make_stack, tm
     stack.write_local_json(local_json)
     deps = stack.deps()
     text = _doc(3)
-    job_id = ops.submit(deps, text, document_id="poison-chunk")
+    job_id = submission.submit(deps, None, SubmitRequest.inline(text, document_id="poison-chunk")).job_id
     job = wait_jobs(deps, [job_id], timeout=120)[job_id]
     assert job.state == "dead_lettered"
     # the report holds every other chunk's findings exactly, and lists chunk 1 as missing with its code
@@ -371,13 +372,13 @@ def test_poison_intake_without_job_goes_to_dlq_on_first_attempt(make_stack, body
     wait_for(lambda: deps.queues.depth(Queue.INTAKE_DLQ) == 1, 20, what="the envelope in the intake DLQ")
     # acknowledged, not retried (the sandbox deletes it just after the handler returns)
     wait_for(lambda: deps.queues.depth(Queue.INTAKE) == 0, 5, 0.05, "the poison message to be acknowledged")
-    (item,) = ops.dlq_list(deps)
+    (item,) = dead_letters.dlq_list(deps)
     assert item.queue == "intake" and item.error_code == code
     assert item.envelope is not None and item.envelope.error_class == "permanent"
     # the listing can be matched to the sent message, and looking again changes nothing
     assert item.source_message_id and item.source_message_id != item.message_id
     assert (item.attempts, item.failed_step, item.moved_by) == (1, "intake.parse", "pipeline")
-    assert ops.dlq_list(deps) == [item]
+    assert dead_letters.dlq_list(deps) == [item]
 
 
 @pytest.mark.parametrize("document,code", [
@@ -403,7 +404,7 @@ def test_heartbeat_keeps_a_chunk_longer_than_its_lease(make_stack, tmp_path):
     stack = make_stack(FaultSpec(latency_ms=400), {"worker": 2}, ONE_BY_ONE)
     deps = stack.deps()
     text = _doc(2, 2)
-    job_id = ops.submit(deps, text, document_id="slow")
+    job_id = submission.submit(deps, None, SubmitRequest.inline(text, document_id="slow")).job_id
     wait_jobs(deps, [job_id], timeout=90)
     assert_matches_fault_free(deps, job_id, text)  # completed, and its report is a fault-free run's
     for c in deps.claims.for_job(job_id):

@@ -1181,7 +1181,7 @@ def test_artifacts_list_every_key_under_a_prefix_and_nothing_else(repos: Repos):
 
 # ------------------------------------------------------------------------------ the runtime control
 def _control_deps(control: ModelControls, clock: FakeClock) -> Deps:
-    """What `review quota` (operate/ops.py) takes: the control and the clock (the other repositories unused)."""
+    """What `review quota` (operate/model_control.py) takes: the control and the clock (the other repositories unused)."""
     w = FakeWorld(clock=clock)
     return Deps(settings=SETTINGS, jobs=w.jobs, claims=w.claims, artifacts=w.artifacts, queues=w.queues, clock=clock,
                 model_control=control)
@@ -1210,14 +1210,14 @@ def test_a_pause_racing_a_set_keeps_both_and_the_collectors_switch_survives_a_cl
     """Issue 25 finding 12: the control was read, changed and overwritten whole, so of a `review quota pause` and a
     `review quota set` at once, the later write undid the earlier. Each writer now writes its own fields,
     conditional on the version it read: the loser reads again and applies its change again."""
-    from contract_review.operate import ops
+    from contract_review.operate import model_control
 
     alice, bob = _control_deps(repos.other_control, repos.clock), None
     # WHEN bob's `review quota set 900000` reads the control (none yet), alice's `review quota pause` writes it, and
     # only then does bob's write go out (the first write of the item: the race to create it)
-    racing = _Interleaved(repos.control, lambda: ops.quota_change(alice, "alice", paused=True))
+    racing = _Interleaved(repos.control, lambda: model_control.quota_change(alice, "alice", paused=True))
     bob = _control_deps(racing, repos.clock)
-    written = ops.quota_change(bob, "bob", tokens_per_minute=900_000)
+    written = model_control.quota_change(bob, "bob", tokens_per_minute=900_000)
     # THEN both are kept: the pause and the quota; bob's change was applied again to what alice wrote
     assert racing.applied == 2
     assert (written.paused, written.tokens_per_minute, written.by, written.version) == (True, 900_000, "bob", 2)
@@ -1228,7 +1228,7 @@ def test_a_pause_racing_a_set_keeps_both_and_the_collectors_switch_survives_a_cl
     collector = lambda: repos.other_control.update(  # noqa: E731
         lambda now: now.model_copy(update={"batch_off": {**now.batch_off, "model-a": off}}))
     racing = _Interleaved(repos.control, collector)
-    cleared = ops.quota_change(_control_deps(racing, repos.clock), "carol", clear_quota=True)
+    cleared = model_control.quota_change(_control_deps(racing, repos.clock), "carol", clear_quota=True)
     # THEN the switch survives the clear, the quota is cleared, the pause is kept
     assert cleared.batch_off == {"model-a": off} and cleared.tokens_per_minute is None and cleared.paused
     assert cleared.version == 4
@@ -1236,17 +1236,17 @@ def test_a_pause_racing_a_set_keeps_both_and_the_collectors_switch_survives_a_cl
     repos.clock.advance(CONTROL_MAX_AGE_S)
     assert repos.other_control.get() == cleared
     # AND `review quota batch --on` removes that model's entry only; again, nothing changes and nothing is written
-    on, removed = ops.batch_lane_on(alice, "model-a")
+    on, removed = model_control.batch_lane_on(alice, "model-a")
     assert removed == off and on.batch_off == {} and on.version == 5 and on.paused
-    again, removed = ops.batch_lane_on(alice, "model-a")
+    again, removed = model_control.batch_lane_on(alice, "model-a")
     assert removed is None and again.version == 5
 
 
 def test_control_reads_are_cached_for_their_max_age_and_a_writer_sees_its_own_write_at_once(repos: Repos):
-    from contract_review.operate import ops
+    from contract_review.operate import model_control
 
     assert repos.control.get() == ModelControl()  # no item: no control, the model runs as deployed
-    ops.quota_change(_control_deps(repos.other_control, repos.clock), "ops", paused=True)
+    model_control.quota_change(_control_deps(repos.other_control, repos.clock), "ops", paused=True)
     assert repos.other_control.get().paused  # the writer's own cache took what it wrote
     repos.clock.advance(CONTROL_MAX_AGE_S - 1)
     assert not repos.control.get().paused  # another process's reader: from its cache, no read (the cost it saves)

@@ -14,7 +14,8 @@ import pytest
 
 from contract_review.domain.ports import Deps
 from contract_review.domain.records import JobState, StepStatus
-from contract_review.operate import ops
+from contract_review.operate import submission
+from contract_review.operate.submission import SubmitRequest
 from contract_review.sideeffects import approvals
 from contract_review.sideeffects.saga import PUBLISH, TICKET
 from review_local.stack import LocalStack
@@ -56,7 +57,7 @@ def test_a_timeout_after_the_ticket_write_is_looked_up_and_resumed_without_a_sec
     sns.subscribe(TopicArn=stack.outputs["JobEventsTopicArn"], Protocol="sqs", Endpoint=inbox_arn,
                   Attributes={"RawMessageDelivery": "true"})
     # WHEN a document with a high-risk clause is reviewed by the stack's processes
-    job_id = ops.submit(deps, RISKY, document_id="risky-msa")
+    job_id = submission.submit(deps, None, SubmitRequest.inline(RISKY, document_id="risky-msa")).job_id
     ended = wait_jobs(deps, [job_id], timeout=120)[job_id]
     # THEN the job completes with one ticket, found by its key after the timeout, and one publish
     assert ended.state is JobState.COMPLETED, ended.error
@@ -88,7 +89,7 @@ def waiting_for_approval(stack: LocalStack, tickets: TicketServiceFake, document
     # what README documents for reaching waiting_approval locally: `review up --ticket-faults ...`
     tickets.set_faults(TicketFaults.parse("timeout_after_write=x1,lookup_unavailable=x50,hang=4"))
     deps = stack.deps()
-    job_id = ops.submit(deps, RISKY, document_id=document_id)
+    job_id = submission.submit(deps, None, SubmitRequest.inline(RISKY, document_id=document_id)).job_id
     wait_for(lambda: (j := deps.jobs.get(job_id)) is not None and j.state is JobState.WAITING_APPROVAL, 120,
              what="waiting_approval")
     tickets.reset_faults()

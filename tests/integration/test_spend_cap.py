@@ -16,7 +16,8 @@ from contract_review.config.profile import get_profile
 from contract_review.domain import spend_cap
 from contract_review.domain.records import JobState
 from contract_review.doubles.spec import FaultSpec
-from contract_review.operate import ops
+from contract_review.operate import model_control, submission
+from contract_review.operate.submission import SubmitRequest
 from contract_review.pipeline import admission
 from review_local.cli import Ctx, cli
 
@@ -38,7 +39,7 @@ def test_the_cap_holds_every_model_call_and_a_queued_job_until_an_operator_lifts
     log = tmp_path / "calls.jsonl"
     stack = make_stack(FaultSpec(latency_ms=int(CALL_S * 1000), call_log=str(log)))
     deps = stack.deps()
-    running = ops.submit(deps, large_contract(120_000, variant=5), document_id="under-way")
+    running = submission.submit(deps, None, SubmitRequest.inline(large_contract(120_000, variant=5), document_id="under-way")).job_id
     small = large_contract(1_000, variant=6)
     small_estimate = admission.estimate(deps.settings, small).model_micro_usd
     wait_for(lambda: spend_cap.today(deps)[1] >= 2 * small_estimate, 60, 0.1, "spend recorded")
@@ -50,7 +51,7 @@ def test_the_cap_holds_every_model_call_and_a_queued_job_until_an_operator_lifts
                        for fn in FUNCTIONS}
     stack.start_workers()
     # THEN the sweeper holds the model: within the control's cache age (plus a call under way) no model call starts
-    held = wait_for(lambda: ops.model_hold(deps), 30, 0.2, "the spend-cap hold")
+    held = wait_for(lambda: model_control.model_hold(deps), 30, 0.2, "the spend-cap hold")
     assert "daily spend cap" in held and "--override-cap" in held
     held_at = time.time()
     time.sleep(MAX_AGE_S + 3)
@@ -67,7 +68,7 @@ def test_the_cap_holds_every_model_call_and_a_queued_job_until_an_operator_lifts
     assert "model HELD" in _cli(deps, "quota", "show")
     # AND a queue sender past the cap gets a job that waits: no chunk sent, no model call
     calls_before = len(ledger(log))
-    waiting = ops.submit(deps, small, document_id="over-the-cap")
+    waiting = submission.submit(deps, None, SubmitRequest.inline(small, document_id="over-the-cap")).job_id
     queued = wait_for(lambda: (j := deps.jobs.get(waiting)) is not None and j.waiting is not None and j, 30, 0.2,
                       "the job held at admission")
     assert queued.state is JobState.QUEUED and queued.waiting.condition == "spend_cap"

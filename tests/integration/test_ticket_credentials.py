@@ -22,7 +22,8 @@ from aws_lambda_powertools.utilities.parameters import SecretsProvider
 from contract_review.adapters.tickets import HttpTicketSystem, SecretCredentials
 from contract_review.domain.effects import SideEffectError
 from contract_review.domain.records import JobState, StepStatus
-from contract_review.operate import ops
+from contract_review.operate import submission
+from contract_review.operate.submission import SubmitRequest
 from contract_review.sideeffects.saga import TICKET
 from review_local.embedded import EmbeddedAws
 from review_local.stack import LocalStack
@@ -83,14 +84,14 @@ def test_a_refused_credential_fails_the_job_unauthorized_and_a_rotation_lands_wi
     # GIVEN the ticket system now wants a credential the secret does not hold
     tickets.require_bearer("a-token-nobody-put-in-the-secret")
     # WHEN a review with a high-risk finding completes THEN the job fails with sideeffect.unauthorized, no ticket
-    job_id = ops.submit(deps, RISKY, document_id="refused")
+    job_id = submission.submit(deps, None, SubmitRequest.inline(RISKY, document_id="refused")).job_id
     job = wait_jobs(deps, [job_id], timeout=120)[job_id]
     assert (job.state, job.error_code) == (JobState.FAILED, "sideeffect.unauthorized"), job.error
     assert job.error is not None and job.error.http_status == 403 and job.error.step == "ticket.open"
     assert tickets.stats()["opened"] == 0 and tickets.stats()["refused"].get(403, 0) >= 1
     # WHEN the credential is rotated in the secret and in the system, the processes still running
     stack.rotate_ticket_secret()
-    job_id = ops.submit(deps, RISKY + "\n\n6. Notices. In writing.\n", document_id="rotated")
+    job_id = submission.submit(deps, None, SubmitRequest.inline(RISKY + "\n\n6. Notices. In writing.\n", document_id="rotated")).job_id
     job = wait_jobs(deps, [job_id], timeout=120)[job_id]
     # THEN the next job opens its ticket with the new credential
     assert job.state is JobState.COMPLETED, job.error

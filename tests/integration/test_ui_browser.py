@@ -18,10 +18,10 @@ from typing import Any
 import pytest
 
 from contract_review.domain.principals import Caller
-from contract_review.domain.records import JobState
+from contract_review.domain.records import JobState, Priority
 from contract_review.doubles.spec import FaultSpec
-from contract_review.operate import api, ops
-from contract_review.pipeline.admission import TextDocument
+from contract_review.operate import dead_letters, job_view, submission
+from contract_review.operate.submission import SubmitRequest
 from review_local.api_server import local_principal
 from review_local.stack import LocalStack
 from review_local.ticket_service import TicketFaults
@@ -170,7 +170,7 @@ def test_the_status_page_submits_shows_the_grid_filling_and_approves_and_cancels
     assert any(f["category"] in first and f["quote"][:60] in first and f["rationale"] in first for f in report), first
     assert page.all('#timeline li[data-type="job.completed"]')
     page.until("the job's cost as `review status` prints it",
-               lambda: page.text("#cost-line") == ops.job_view(deps, job_id).cost)  # type: ignore[union-attr]
+               lambda: page.text("#cost-line") == job_view.job_view(deps, job_id).cost)  # type: ignore[union-attr]
     # the chart of model activity: its call bars add up to the model calls the job's chunk records counted (the only
     # job so far), drawn as the chunks settled
     calls = sum(c.n_calls for c in deps.claims.for_job(job_id))
@@ -230,19 +230,19 @@ def test_the_status_page_submits_shows_the_grid_filling_and_approves_and_cancels
                                                                                     f"{gone_key}"}}))
     row = page.until("the dead letter listed", lambda: page.find("#dlq tr[data-message]"))
     letter = row.get_attribute("data-message")
-    entry = ops.dlq_show(deps, letter)
+    entry = dead_letters.dlq_show(deps, letter)
     assert entry is not None and entry.queue == "intake"
     row.find_element(page.by.CSS_SELECTOR, "button.discard").click()
     browser.switch_to.alert.accept()  # asks first, as `review dlq discard` does
     page.until("the dead letter gone from the page", lambda: not page.all("#dlq tr[data-message]"))
     page.until("the discard's message", lambda: f"discarded {letter}" in page.text("#dlq-msg"))
     page.shot("discarded")
-    assert ops.dlq_show(deps, letter) is None and ops.dlq_list(deps) == []
+    assert dead_letters.dlq_show(deps, letter) is None and dead_letters.dlq_list(deps) == []
     assert entry.job_id is None  # no job to record the discard on (tests/unit/test_ui_server.py checks one that has)
 
     # --- acting as one API principal (`review ui --as local-user`): its jobs only, read from DynamoDB's list
-    mine = api.submit(deps, Caller(local_principal("local-user")), api.JobRequest(document=TextDocument(text=TEXT)),
-                      None).job_id
+    mine = submission.submit(deps, Caller(local_principal("local-user")),
+                             SubmitRequest.inline(TEXT, priority=Priority.INTERACTIVE)).job_id
     wait_for(lambda: deps.jobs.get(mine) is not None, 30, what="intake took the principal's job")
     with UiServer(deps, principal=local_principal("local-user")) as as_user:
         with urllib.request.urlopen(as_user.url + "api/jobs", timeout=10) as r:

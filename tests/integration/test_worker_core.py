@@ -379,7 +379,7 @@ def test_sweeper_write_loses_to_a_heartbeat_that_landed_after_its_read(deps, sqs
 
 
 def test_a_dlq_copy_older_than_a_redrive_does_not_dead_letter_the_chunk_again(deps, sqs):
-    from contract_review.operate import ops
+    from contract_review.operate import dead_letters
     from contract_review.pipeline import redrive
 
     job_id, msg, _ = _start_job(deps, sqs)
@@ -388,7 +388,7 @@ def test_a_dlq_copy_older_than_a_redrive_does_not_dead_letter_the_chunk_again(de
                        error=ErrorEnvelope.of("model.unavailable"))
     for _ in range(2):  # two copies in the DLQ (e.g. the worker's and the queue's redrive)
         deps.queues.dead_letter(Queue.ANALYSIS, msg.model_dump_json(), ErrorEnvelope.of("model.unavailable"))
-    first = ops.dlq_list(deps)[0].message_id
+    first = dead_letters.dlq_list(deps)[0].message_id
     assert redrive.dlq_redrive(deps, {first})[0].action.startswith("redriven")
     report = sweep(deps)  # the other copy is still in the DLQ
     assert report.dead_lettered == []

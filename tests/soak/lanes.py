@@ -38,7 +38,8 @@ from typing import Any
 
 from contract_review.domain.ports import Deps, Queue
 from contract_review.domain.records import ChunkStatus, Inference, Job, JobState, Priority
-from contract_review.operate import ops
+from contract_review.operate import model_control, submission
+from contract_review.operate.submission import SubmitRequest
 from contract_review.pipeline import batch_inference_collect, redrive
 from review_local.batch_service import BatchFaults
 from review_local.stack import LocalStack
@@ -80,7 +81,7 @@ class LaneChaos:
         for t in self._threads:
             t.join(timeout=60)
         self._set_faults("none (after the phase)", BatchFaults())
-        ops.quota_change(self.deps, "soak", paused=False, clear_quota=True)  # the model as deployed again
+        model_control.quota_change(self.deps, "soak", paused=False, clear_quota=True)  # the model as deployed again
         self._lane_on()
 
     def _guard(self, fn: Callable[[], None]) -> Callable[[], None]:
@@ -100,7 +101,7 @@ class LaneChaos:
         self.counts[f"batch faults: {name}"] += 1
 
     def _lane_on(self) -> None:
-        _, removed = ops.batch_lane_on(self.deps, self.deps.settings.effective_model_id)
+        _, removed = model_control.batch_lane_on(self.deps, self.deps.settings.effective_model_id)
         if removed is not None:
             self.counts["batch lane turned on again"] += 1
 
@@ -127,16 +128,16 @@ class LaneChaos:
     def _quota_round(self) -> None:
         """A pause of a few seconds, or a quota set then cleared (generous: the fleet is not made to crawl)."""
         if self.rng.random() < 0.5:
-            ops.quota_change(self.deps, "soak", paused=True)
+            model_control.quota_change(self.deps, "soak", paused=True)
             self.counts["quota pause"] += 1
             self._stop.wait(self.rng.uniform(2.0, 5.0))
-            ops.quota_change(self.deps, "soak", paused=False)
+            model_control.quota_change(self.deps, "soak", paused=False)
             self.counts["quota resume"] += 1
         else:
-            ops.quota_change(self.deps, "soak", tokens_per_minute=float(self.rng.choice((2_000_000, 5_000_000))))
+            model_control.quota_change(self.deps, "soak", tokens_per_minute=float(self.rng.choice((2_000_000, 5_000_000))))
             self.counts["quota set"] += 1
             self._stop.wait(self.rng.uniform(3.0, 8.0))
-            ops.quota_change(self.deps, "soak", clear_quota=True)
+            model_control.quota_change(self.deps, "soak", clear_quota=True)
             self.counts["quota set --clear"] += 1
 
     def _second_collector(self) -> None:
@@ -165,7 +166,7 @@ def run_lanes(deps: Deps, docs: list[tuple[str, str, dict[str, Any]]]) -> dict[s
     """Submit the lanes phase's documents (the bulk ones first, so interactive work arrives behind a backlog)."""
     texts: dict[str, str] = {}
     for name, text, how in sorted(docs, key=lambda d: d[2]["priority"] is not Priority.BULK):
-        texts[ops.submit(deps, text, document_id=f"lanes:{name}", **how)] = text
+        texts[submission.submit(deps, None, SubmitRequest.inline(text, document_id=f"lanes:{name}", **how)).job_id] = text
     return texts
 
 
@@ -175,7 +176,7 @@ def run_dead_letter_phase(stack: LocalStack, deps: Deps, docs: list[tuple[str, s
     """Chunk 1 of every job fails while `switch` exists (the workers must run with `always_fail_chunk="1"` and that
     switch); the jobs dead-letter; the fault is fixed and the analysis DLQ redriven; every job must complete."""
     started = time.monotonic()
-    texts = {ops.submit(deps, text, document_id=f"dlq:{name}"): text for name, text in docs}
+    texts = {submission.submit(deps, None, SubmitRequest.inline(text, document_id=f"dlq:{name}")).job_id: text for name, text in docs}
     first = wait_ended(deps, list(texts), timeout_s)  # dead-lettered (terminal), before anything is redriven
     dead_lettered_after_s = round(time.monotonic() - started, 1)
     states = Counter(j.state.value for j in first.values())

@@ -45,7 +45,8 @@ from contract_review.config.profile import get_profile
 from contract_review.domain.ports import Deps, Queue
 from contract_review.domain.records import Job
 from contract_review.doubles.spec import FaultSpec
-from contract_review.operate import ops
+from contract_review.operate import submission
+from contract_review.operate.submission import SubmitRequest
 from contract_review.review.chunking import chunk_document
 from review_local.embedded import synth
 from review_local.stack import LocalStack
@@ -197,7 +198,7 @@ def _run_large_phase(stack: LocalStack, deps: Deps, small: list[tuple[str, str]]
     texts: dict[str, str] = {}
     started = time.monotonic()
     with Chaos(stack, rng) as chaos:
-        big_id = ops.submit(deps, big, document_id="large")
+        big_id = submission.submit(deps, None, SubmitRequest.inline(big, document_id="large")).job_id
         texts[big_id] = big
         left_queued = None
         while time.monotonic() - started < 120:
@@ -208,7 +209,7 @@ def _run_large_phase(stack: LocalStack, deps: Deps, small: list[tuple[str, str]]
             time.sleep(0.5)
         behind_at = time.monotonic()
         for name, text in small:
-            texts[ops.submit(deps, text, document_id=f"behind:{name}")] = text
+            texts[submission.submit(deps, None, SubmitRequest.inline(text, document_id=f"behind:{name}")).job_id] = text
         ended = _wait_ended(deps, list(texts), PHASE_TIMEOUT_S)
     wall = time.monotonic() - started
     small_s = [round(j.ended_at - j.created_at, 1) for jid, j in ended.items()
@@ -235,7 +236,7 @@ def _run_mixed_phase(stack: LocalStack, deps: Deps, docs: list[tuple[str, str]],
         for name, text in docs:
             if rng.random() < RISKY_SHARE:  # a high-risk finding: the saga opens a ticket for it
                 text += RISKY_CLAUSE
-            job_id = ops.submit(deps, text, document_id=name)
+            job_id = submission.submit(deps, None, SubmitRequest.inline(text, document_id=name)).job_id
             texts[job_id] = text
             people.add(job_id)
         _wait_ended(deps, list(texts), PHASE_TIMEOUT_S * 0.8)

@@ -17,7 +17,8 @@ from contract_review.domain.messages import MAX_DOCUMENT_BYTES, IntakeMessage
 from contract_review.domain.ports import Queue
 from contract_review.domain.principals import owner, uploads_prefix
 from contract_review.domain.records import JobState, job_id_for
-from contract_review.operate import api, ops
+from contract_review.operate import api, api_batches, api_requests, job_view, submission
+from contract_review.operate.submission import SubmitRequest
 from contract_review.pipeline import admission
 from contract_review.pipeline.intake import handle_intake
 from contract_review.review.chunking import document_hash
@@ -251,7 +252,7 @@ def test_a_queue_message_with_a_principal_is_taken_only_as_the_api_sent_it():
 # ------------------------------------------------------------------------------ one admission path
 def test_the_request_takes_every_field_of_the_intake_message_but_the_principal():
     # GIVEN the request of POST /jobs and the intake message of the queue
-    request = api.JobRequest.model_json_schema()["properties"]
+    request = api_requests.JobRequest.model_json_schema()["properties"]
     message = IntakeMessage.model_json_schema()["properties"]
     # THEN the request has the message's fields, less principal (the caller)
     assert set(request) == set(message) - {"principal"}
@@ -284,7 +285,7 @@ def test_a_queue_message_posted_as_it_is_is_taken_with_every_field():
     # (and the Job API's default priority, interactive: the message named none)
     assert {k: v for k, v in queued.items() if k not in ("idempotency_key", "principal", "priority")} == {
         k: v for k, v in message.items() if k != "idempotency_key"}
-    assert queued["priority"] == "interactive" and queued["principal"] == ALICE and queued["idempotency_key"] == api.scoped_key(ALICE, "nda-7-v1")
+    assert queued["priority"] == "interactive" and queued["principal"] == ALICE and queued["idempotency_key"] == submission.scoped_key(ALICE, "nda-7-v1")
     InProcess(world).intake()
     job = world.jobs.get(str(answer.json["jobId"]))
     assert job is not None and (job.document_id, job.budget_micro_usd) == ("nda-7", 2_500_000)
@@ -311,7 +312,7 @@ def test_a_body_that_names_a_principal_is_refused_and_nothing_is_queued():
                                              {"custom_id": "b", "document": {"text": LONG_TEXT}}])
     # THEN the job is 400 input.invalid, one message saying the API sets the principal; nothing of it is queued
     assert job.status == 400 and job.code == "input.invalid"
-    assert job.json["error"]["message"] == api.PRINCIPAL_REFUSED  # type: ignore[index]  # a JSON object
+    assert job.json["error"]["message"] == api_requests.PRINCIPAL_REFUSED  # type: ignore[index]  # a JSON object
     # AND the batch item is rejected alone, the other item is queued, as Alice's
     items = batch.json["items"]
     assert [(i["customId"], i["status"], (i["error"] or {}).get("code")) for i in items] == [  # type: ignore[union-attr]
@@ -321,7 +322,7 @@ def test_a_body_that_names_a_principal_is_refused_and_nothing_is_queued():
 
 def test_a_budget_under_the_estimate_is_refused_alike_by_the_api_the_cli_and_intake_before_any_call():
     """Issue 16 item 8: one estimator (cost.estimate_document), one check (admission.check_budget): POST /jobs
-    answers 422 job.budget_insufficient, `review submit --budget-usd` (ops.submit) raises it, and a message sent
+    answers 422 job.budget_insufficient, `review submit --budget-usd` (submission.submit) raises it, and a message sent
     straight to the queue ends its job `failed` with it; nothing runs and no model call is made."""
     from contract_review.domain.errors import ReviewError
     from contract_review.pipeline import admission
@@ -332,7 +333,7 @@ def test_a_budget_under_the_estimate_is_refused_alike_by_the_api_the_cli_and_int
     refused = submit(by_api, budget_usd=0.000001)
     assert (refused.status, refused.code) == (422, "job.budget_insufficient") and by_api.queues.sent[Queue.INTAKE] == []
     with pytest.raises(ReviewError) as caught:
-        ops.submit(by_cli.deps, TEXT, budget_usd=0.000001)
+        submission.submit(by_cli.deps, None, SubmitRequest.inline(TEXT, budget_usd=0.000001))
     assert caught.value.envelope.error_code == "job.budget_insufficient" and by_cli.queues.sent[Queue.INTAKE] == []
     p = InProcess(by_queue)
     p.send({"text": TEXT}, budget_usd=0.000001)
@@ -342,20 +343,20 @@ def test_a_budget_under_the_estimate_is_refused_alike_by_the_api_the_cli_and_int
     assert p.model.calls == 0 and by_queue.queues.sent[Queue.ANALYSIS] == []
     # AND a budget at its estimate is accepted (the estimate as the caller's stack computes it)
     enough = float(cost.usd(admission.estimate(by_cli.settings, TEXT).model_micro_usd)) + 0.000001
-    assert ops.submit(by_cli.deps, TEXT, budget_usd=enough)
+    assert submission.submit(by_cli.deps, None, SubmitRequest.inline(TEXT, budget_usd=enough)).job_id
     assert submit(by_api, budget_usd=100.0).status == 202
 
 
 def test_post_jobs_with_a_budget_stops_the_job_as_review_submit_with_a_budget_does(monkeypatch):
     # GIVEN one document whose estimate passes its budget but whose calls cost more (an estimate can undershoot:
-    # here it is made to say $0), sent to POST /jobs (budget_usd) and by `review submit --budget-usd` (ops.submit)
+    # here it is made to say $0), sent to POST /jobs (budget_usd) and by `review submit --budget-usd` (submission.submit)
     from contract_review.pipeline import admission
 
     real = admission.estimate
     monkeypatch.setattr(admission, "estimate", lambda settings, text, **_: real(settings, ""))
     by_api, by_cli = small_chunk_world(), small_chunk_world()
     api_job = str(submit(by_api, budget_usd=0.000001).json["jobId"])
-    cli_job = ops.submit(by_cli.deps, TEXT, budget_usd=0.000001)
+    cli_job = submission.submit(by_cli.deps, None, SubmitRequest.inline(TEXT, budget_usd=0.000001)).job_id
     # WHEN the pipeline runs each
     jobs = [InProcess(by_api).run(api_job), InProcess(by_cli).run(cli_job)]
     # THEN both are stopped alike: cancelled with job.budget_exceeded, over their budget, without a report
@@ -415,9 +416,9 @@ def test_a_bad_document_gets_the_same_answer_from_the_api_as_from_the_queue(docu
 def test_a_bad_text_gets_the_same_code_from_the_api_the_queue_and_review_submit(text: str, code: str):
     # GIVEN a text that fails one of admission's checks
     api_world, cli_world, queue_world = FakeWorld(), FakeWorld(), FakeWorld()
-    # WHEN it is posted to /jobs, given to `review submit` (ops.submit), and sent inline to the intake queue
+    # WHEN it is posted to /jobs, given to `review submit` (submission.submit), and sent inline to the intake queue
     answer = submit(api_world, text)
-    cli_job = ops.submit(cli_world.deps, text)
+    cli_job = submission.submit(cli_world.deps, None, SubmitRequest.inline(text)).job_id
     InProcess(cli_world).intake()
     queued = handle_intake(queue_world.deps, json.dumps({"schema_version": 1, "document": {"text": text}}))
     # THEN each way ends with the same code: the API's answer (422, nothing sent), and the job of each queue message
@@ -680,7 +681,7 @@ def test_the_same_batch_twice_is_one_batch_and_its_jobs_once():
 
 
 @pytest.mark.parametrize("body", [b"", b"[]", b"42", b"null", b" null ", json.dumps([{"custom_id": str(i), "document": {"text": TEXT}}
-                                                               for i in range(api.MAX_BATCH_ITEMS + 1)]).encode()])
+                                                               for i in range(api_batches.MAX_BATCH_ITEMS + 1)]).encode()])
 def test_an_empty_or_oversized_batch_is_a_400(body: bytes):
     world = FakeWorld()
     answer = call(world, "POST", "/batches", body)
@@ -771,7 +772,7 @@ def test_a_job_waiting_for_approval_shows_what_to_decide():
     assert body["status"] == "waiting_approval"
     assert body["approval"] == {"step": "ticket.open", "key": "k", "evidence": {"lookup": "unavailable"},
                                 "reason": "timed out after the write may have happened",
-                                "requestedAt": api.iso(now), "expiresAt": api.iso(now + 3600), "decision": None,
+                                "requestedAt": job_view.api_time(now), "expiresAt": job_view.api_time(now + 3600), "decision": None,
                                 "decidedBy": None, "approvalUrl": f"http://api.test/jobs/{job_id}/approval"}
 
 
@@ -869,7 +870,7 @@ def test_a_replacement_under_a_failed_jobs_key_is_a_new_admission_and_is_charged
     assert call(world, "POST", "/jobs", {"document": {"s3_uri": uri}}, headers={"Idempotency-Key": "k"}).status == 202
     world.artifacts.put_text(key, " \n ")
     InProcess(world).intake()
-    failed = world.jobs.get(api.job_id_of(ALICE, "k"))
+    failed = world.jobs.get(job_id_for(submission.scoped_key(ALICE, "k")))
     assert failed is not None and failed.error_code == "input.empty_document" and failed.replaceable
     assert _spent(world) == estimate
     # WHEN another document is submitted under the same key, over what is left of the day's cap

@@ -22,7 +22,7 @@ from contract_review.domain.ports import Queue
 from contract_review.domain.principals import owner
 from contract_review.domain.records import ChunkStatus, Inference, Usage, job_id_for
 from contract_review.domain.spend_cap import DAY_S
-from contract_review.operate import ops
+from contract_review.operate import job_view, model_control, narration
 from contract_review.pipeline import batch_inference_collect, batch_inference_run
 from contract_review.pipeline.aggregator import handle_message
 from contract_review.pipeline.collector import collect as collector_run
@@ -279,8 +279,8 @@ def test_review_status_says_why_a_batch_mode_job_ran_on_demand_after_it_ended_an
     submit(p)
     completes_as_on_demand(p)
     # WHEN the operator turns the lane on again, and status is asked of the ended job
-    ops.batch_lane_on(p.world.deps, p.world.settings.effective_model_id)
-    view = ops.job_view(p.world.deps, JOB_ID)
+    model_control.batch_lane_on(p.world.deps, p.world.settings.effective_model_id)
+    view = job_view.job_view(p.world.deps, JOB_ID)
     # THEN one line still says why, from the job's own events (not the lane's state now)
     assert view is not None and view.batch_off is None
     assert view.batch_note is not None and "Bedrock refused its batch job (ValidationException)" in view.batch_note
@@ -295,12 +295,12 @@ def test_a_paused_models_unpacked_requests_are_said_to_be_held_by_the_pause():
     submit(p)
     parked(p)
     collect(p)
-    view = ops.job_view(p.world.deps, JOB_ID)
+    view = job_view.job_view(p.world.deps, JOB_ID)
     assert view is not None and view.model_paused and not svc.jobs
     [waiting] = [b for b in view.batches if b.batch is None]
     # THEN its requests are said to be held by the pause, not waiting for a minimum
-    assert "the model is paused" in ops.batch_line(waiting, view.model_paused)
-    assert "paused" not in ops.batch_line(waiting)
+    assert "the model is paused" in narration.batch_line(waiting, view.model_paused)
+    assert "paused" not in narration.batch_line(waiting)
 
 
 def test_a_retryable_refusal_backs_off_and_the_job_is_batched_once_it_passes():

@@ -17,7 +17,7 @@ from contract_review.domain.cost import batch_cost_usd, micro_usd, model_price
 from contract_review.domain.errors import ReviewError
 from contract_review.domain.lifecycle import request_cancel
 from contract_review.domain.records import ChunkStatus, Inference, Job, JobState, Usage, job_id_for
-from contract_review.operate import api, ops
+from contract_review.operate import job_view, narration
 from contract_review.pipeline import batch_inference, collector
 from contract_review.pipeline.sweeper import sweep
 from contract_review.review.analysts import ANALYSTS, build_request
@@ -269,21 +269,21 @@ def test_review_status_and_the_job_api_show_the_batch_jobs_holding_a_jobs_calls(
     p, svc = parked_in_a_long_batch_job()
     [arn] = list(svc.jobs)
     # `review watch` says each batch event in words
-    said = {e.type: ops.event_label(e) for e in p.world.jobs.events(JOB_ID) if "batch" in e.type}
+    said = {e.type: narration.event_label(e) for e in p.world.jobs.events(JOB_ID) if "batch" in e.type}
     assert {"chunk.awaiting_batch", "batch.submitted"} <= set(said)
     assert all(kind.replace("_", " ") not in line for kind, line in said.items()), said  # not the raw type
-    view = ops.job_view(p.world.deps, JOB_ID)
+    view = job_view.job_view(p.world.deps, JOB_ID)
     assert view is not None and view.inference is Inference.BATCH and view.deadline_at
     [shown] = view.batches
-    line = ops.batch_line(shown)
+    line = narration.batch_line(shown)
     assert arn in line and "InProgress" in line and "expected by" in line
     job = p.world.jobs.get(JOB_ID)
     assert job is not None
-    status = api.job_status(p.world.deps, job)
+    status = job_view.job_status(p.world.deps, job)
     assert status["inference"] == "batch" and status["deadline"]
     assert status["batches"] == [{"batchJobArn": arn, "status": "InProgress", "records": shown.records,
-                                  "batchRecords": shown.batch_records, "submittedAt": api.iso(shown.submitted_at or 0),
-                                  "expectedBy": api.iso(shown.expected_by or 0)}]
+                                  "batchRecords": shown.batch_records, "submittedAt": job_view.api_time(shown.submitted_at or 0),
+                                  "expectedBy": job_view.api_time(shown.expected_by or 0)}]
 
 
 def test_a_record_id_names_the_analyst_and_step_and_changes_with_the_request():

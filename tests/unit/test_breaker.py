@@ -15,7 +15,7 @@ from contract_review.domain.ports import Queue
 from contract_review.domain.records import ChunkStatus
 from contract_review.doubles.faults import bedrock_error
 from contract_review.model.breaker import BreakerModel, BreakerState, CircuitBreaker
-from contract_review.operate import ops
+from contract_review.operate import job_view
 from contract_review.pipeline.intake import handle_intake
 from contract_review.pipeline.worker import ChunkWorker, Delivery
 
@@ -160,10 +160,10 @@ def test_a_chunk_meeting_an_open_breaker_is_released_as_backpressure_without_spe
     (again,) = world.queues.analysis()
     assert again.reason == "model.circuit_open"
     # AND `review status` says the breaker is open for this job, then closed again once its open time is over
-    view = ops.job_view(world.deps, msg.job_id)
+    view = job_view.job_view(world.deps, msg.job_id)
     assert view is not None and view.model_circuit.startswith("open (1 chunk requeues waited for it")
     world.clock.advance(world.settings.profile.quota.breaker_open_s + 1)
-    view = ops.job_view(world.deps, msg.job_id)
+    view = job_view.job_view(world.deps, msg.job_id)
     assert view is not None and view.model_circuit.startswith("closed again")
 
 
@@ -171,5 +171,5 @@ def test_status_of_a_job_that_never_met_the_breaker_says_closed():
     world = FakeWorld()
     handle_intake(world.deps, json.dumps({"schema_version": 1, "document": {"text": TEXT}}), "m-1")
     (msg,) = world.queues.analysis()
-    view = ops.job_view(world.deps, msg.job_id)
+    view = job_view.job_view(world.deps, msg.job_id)
     assert view is not None and view.model_circuit == "closed"

@@ -11,7 +11,7 @@ from click.testing import CliRunner, Result
 
 from contract_review.domain.ports import Queue
 from contract_review.domain.principals import Caller
-from contract_review.operate import api
+from contract_review.operate import api_batches
 from review_local.batches import LOCAL_PRINCIPAL
 from review_local.cli import Ctx, cli, render
 
@@ -52,7 +52,7 @@ def test_submit_batch_submits_each_item_and_names_the_rejected_one(tmp_path: Pat
     assert "1 item(s) rejected or not submitted (the others were submitted): empty" in result.stderr
     assert len(world.queues.sent[Queue.INTAKE]) == 2
     # AND the batch is the local API principal's: its manifest answers to it
-    manifest = api.batch_manifest(world.deps, Caller(LOCAL_PRINCIPAL), batch_id)
+    manifest = api_batches.batch_manifest(world.deps, Caller(LOCAL_PRINCIPAL), batch_id)
     assert [line.custom_id for line in manifest.items] == ["nda", "msa", "empty"]
     # AND once the jobs ran, `review batch` shows each item's state
     run_ = InProcess(world)

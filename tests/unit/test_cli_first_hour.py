@@ -205,7 +205,7 @@ def test_retry_cancel_and_dlq_redrive_print_their_outcomes_as_json(monkeypatch):
 
 def test_progress_labels_never_read_as_a_count_other_than_chunks_settled():
     from contract_review.domain.records import JobEvent
-    from contract_review.operate.ops import event_label
+    from contract_review.operate.narration import event_label
 
     done = JobEvent(job_id="j", seq="", type="analyst.done", at=0.0, detail={
         "chunk_index": 4, "chunk_count": 29, "analysts": [{"analyst": "indemnity", "status": "ok"}]})

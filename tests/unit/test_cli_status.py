@@ -9,7 +9,7 @@ import re
 
 from contract_review.domain.ports import Queue
 from contract_review.domain.records import JobState
-from contract_review.operate import ops
+from contract_review.operate import job_view
 from contract_review.pipeline.intake import handle_intake
 
 from ..texts import TEXT
@@ -40,7 +40,7 @@ def test_status_of_a_cancelled_job_is_sentences_and_tables_each_fact_once(monkey
     # GIVEN a job cancelled after its first chunk: three chunks cancelled, each missing every mandatory analyst
     world = small_chunk_world()
     job_id = cancelled_after_one_chunk(world, monkeypatch)
-    view = ops.job_view(world.deps, job_id)
+    view = job_view.job_view(world.deps, job_id)
     assert view is not None and len(view.mandatory_gaps) > 3  # one per (chunk, analyst): what used to be listed
     # WHEN its status is read
     out = run(world, "status", job_id)
@@ -60,17 +60,17 @@ def test_status_of_a_cancelled_job_is_sentences_and_tables_each_fact_once(monkey
     assert "job cancelled: 4/4 chunks settled (1 done, 3 cancelled)" in text
     [ended] = [e for e in world.jobs.events(job_id) if e.type == "job.cancelled"]
     job = world.jobs.get(job_id)
-    assert job is not None and ended.detail["settled"] == ops.job_progress(world.deps, job).current_step == 4
+    assert job is not None and ended.detail["settled"] == job_view.job_progress(world.deps, job).current_step == 4
 
 
 def test_status_json_carries_every_field(monkeypatch):
     world = small_chunk_world()
     job_id = cancelled_after_one_chunk(world, monkeypatch)
     data = json.loads(run(world, "status", "--json", job_id).stdout)
-    assert set(data) == set(ops.JobView.model_fields)
+    assert set(data) == {n for n, f in job_view.JobView.model_fields.items() if not f.exclude}  # API-only fields out
     assert data["answers"]["side_effects_done"] == [] and data["chunks"] == {"total": 4, "settled": 4, "done": 1,
                                                                               "cancelled": 3}
-    assert len(data["mandatory_gaps"]) == len(ops.job_view(world.deps, job_id).mandatory_gaps)  # type: ignore[union-attr]
+    assert len(data["mandatory_gaps"]) == len(job_view.job_view(world.deps, job_id).mandatory_gaps)  # type: ignore[union-attr]
 
 
 def test_status_of_a_completed_job_names_its_reports_in_words(monkeypatch):

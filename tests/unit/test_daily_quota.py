@@ -14,7 +14,7 @@ from contract_review.domain.model import ModelResponse
 from contract_review.domain.ports import Queue
 from contract_review.domain.records import ChunkStatus, JobState
 from contract_review.model.daily_quota import DAILY_QUOTA_CODE, DailyQuota
-from contract_review.operate import api, ops
+from contract_review.operate import job_view, narration
 from contract_review.pipeline.worker import ChunkWorker, Delivery
 
 from .fakes import FakeClock, FakeTokenLedger, FakeWorld
@@ -201,13 +201,13 @@ def test_a_full_ledger_holds_the_chunk_without_a_model_call_a_failure_or_a_dead_
     assert job is not None and job.state is JobState.RUNNING and job.waiting is not None
     assert job.waiting.condition == "daily_token_quota" and job.waiting.model_id == model.model_id
     assert "job.waiting_quota" in world.jobs.types(job_id)
-    view = ops.job_view(world.deps, job_id)
+    view = job_view.job_view(world.deps, job_id)
     assert view is not None and view.waiting == job.waiting
-    assert ops.waiting_line(view.waiting).startswith(f"waiting for the daily token quota of {model.model_id} "
+    assert narration.waiting_line(view.waiting).startswith(f"waiting for the daily token quota of {model.model_id} "
                                                      "(1,000,000 tokens/day), re-probed hourly (since ")
-    status = api.job_status(world.deps, job)
+    status = job_view.job_status(world.deps, job)
     assert status["waiting"] == {"condition": "daily_token_quota", "modelId": model.model_id,
-                                 "tokensPerDay": QUOTA, "since": api.iso(job.waiting.since),
+                                 "tokensPerDay": QUOTA, "since": job_view.api_time(job.waiting.since),
                                  "message": job.waiting.detail}
 
 

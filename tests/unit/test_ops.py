@@ -1,4 +1,4 @@
-"""Operator views and actions (`contract_review.operate.ops`) against the in-memory fakes: `job_view` (the
+"""Operator views and actions (`contract_review.operate`: job_view, dead_letters, submission) against the in-memory fakes: `job_view` (the
 six questions), `dlq_list` / `dlq_show` (DLQ messages joined with their records, never the
 document text) and `submit` (inline or claim check)."""
 
@@ -23,7 +23,8 @@ from contract_review.domain.records import (
     Reliability,
     job_id_for,
 )
-from contract_review.operate import ops
+from contract_review.operate import dead_letters, job_view, narration, submission
+from contract_review.operate.submission import SubmitRequest
 from contract_review.pipeline.intake import handle_intake
 from contract_review.reliability.chunks import dead_letter, settled_result
 from contract_review.review.analysts import ANALYSTS
@@ -56,8 +57,8 @@ def dead_letter_chunk(world: FakeWorld, record: ChunkRecord) -> tuple[ChunkRecor
     return dead, env, msg.text
 
 
-def view_of(world: FakeWorld, job_id: str) -> ops.JobView:
-    view = ops.job_view(world.deps, job_id)
+def view_of(world: FakeWorld, job_id: str) -> job_view.JobView:
+    view = job_view.job_view(world.deps, job_id)
     assert view is not None
     return view
 
@@ -66,7 +67,7 @@ def view_of(world: FakeWorld, job_id: str) -> ops.JobView:
 
 def test_job_view_of_an_unknown_job_is_none():
     # GIVEN an empty world  WHEN viewing a job id nobody created  THEN there is no view
-    assert ops.job_view(FakeWorld().deps, job_id_for("nope")) is None
+    assert job_view.job_view(FakeWorld().deps, job_id_for("nope")) is None
 
 
 def test_job_view_of_a_running_job():
@@ -92,7 +93,7 @@ def test_job_view_of_a_running_job():
     # AND the six answers fit a running job
     a = view.answers
     assert a.state is JobState.RUNNING
-    assert a.last_durable_checkpoint == f"1 of 4 chunks settled done, last at {ops.iso(world.clock.now)}"
+    assert a.last_durable_checkpoint == f"1 of 4 chunks settled done, last at {narration.human_time(world.clock.now)}"
     assert a.side_effects_done == []
     assert a.retry_would == RESUME
     assert a.if_cancelled_now == CANCEL_NOW
@@ -100,7 +101,7 @@ def test_job_view_of_a_running_job():
     # AND the recent events, flattened
     assert [e.type for e in view.recent_events] == ["job.queued", "job.running", "chunk.settled"]
     settled = view.recent_events[-1]
-    assert settled.at == ops.iso(world.clock.now)
+    assert settled.at == narration.human_time(world.clock.now)
     assert settled.model_extra == {"chunk_id": records[0].chunk_id, "chunk_index": 0, "status": "done",
                                    "settled": 1, "total": 4}
 
@@ -213,11 +214,11 @@ def test_job_view_shows_at_most_ten_recent_events_oldest_first():
     # WHEN viewed
     view = view_of(world, job_id)
     # THEN only the last ten are shown, in order, each with its details flattened
-    assert len(view.recent_events) == ops.RECENT_EVENTS == 10
+    assert len(view.recent_events) == job_view.RECENT_EVENTS == 10
     assert [e.model_extra.get("n") for e in view.recent_events] == [*range(6, 15), None]
-    assert view.recent_events[0].at == ops.iso(world.clock.now - 8)
+    assert view.recent_events[0].at == narration.human_time(world.clock.now - 8)
     # AND a detail cannot overwrite the event's own type and time
-    assert (view.recent_events[-1].type, view.recent_events[-1].at) == ("spoof.attempt", ops.iso(world.clock.now))
+    assert (view.recent_events[-1].type, view.recent_events[-1].at) == ("spoof.attempt", narration.human_time(world.clock.now))
 
 
 def test_job_view_of_a_job_failed_on_bad_input():
@@ -289,7 +290,7 @@ def test_dlq_list_joins_an_analysis_dead_letter_with_its_job_and_chunk():
     dead, env, chunk_text = dead_letter_chunk(world, records[1])
     [sent] = world.queues.sent[Queue.ANALYSIS_DLQ]
     # WHEN the operator lists the DLQs
-    [entry] = ops.dlq_list(world.deps)
+    [entry] = dead_letters.dlq_list(world.deps)
     # THEN the entry names the message, its queue and error, and joins the job and chunk records
     assert (entry.message_id, entry.queue, entry.moved_by) == (sent.message_id, "analysis", "pipeline")
     assert entry.attempts == 1 and entry.sent_at == world.clock.now and entry.source_message_id is None
@@ -319,7 +320,7 @@ def test_dlq_list_shows_the_job_state_once_it_ended():
         deliver(world, settle_done(world, r))
     assert deliver(world, dead) == "dead_lettered"
     # WHEN listed  THEN the joined job says so
-    [entry] = ops.dlq_list(world.deps)
+    [entry] = dead_letters.dlq_list(world.deps)
     assert entry.job == {"state": "dead_lettered", "error_code": "runtime.dead_lettered"}
 
 
@@ -330,7 +331,7 @@ def test_dlq_list_shows_an_intake_dead_letter_without_its_text():
                        "metadata": {"matter": "M-1"}})
     assert handle_intake(world.deps, body, "m-sent-1").state == "rejected"
     # WHEN listed
-    [entry] = ops.dlq_list(world.deps)
+    [entry] = dead_letters.dlq_list(world.deps)
     # THEN the message's fields are shown, its error, failed step and attempts filled in
     assert entry.queue == "intake" and entry.moved_by == "pipeline"
     assert entry.payload == json.loads(body)
@@ -348,12 +349,12 @@ def test_dlq_list_shows_an_intake_body_by_size_of_its_text_and_show_gives_it_on_
     world.queues.dead_letter(Queue.INTAKE, body, ErrorEnvelope.of("input.invalid", "x", step="intake.parse"),
                              source_message_id="m-7")
     # WHEN listed
-    [entry] = ops.dlq_list(world.deps)
+    [entry] = dead_letters.dlq_list(world.deps)
     # THEN the text is replaced by its length, never shown
     assert entry.payload == {"schema_version": 1, "document": {"text_chars": len(TEXT)}, "document_id": "nda-1"}
     assert "aggregate liability" not in entry.model_dump_json() and entry.body is None
     # AND `dlq show --body` gives the whole message back (a user's own message is theirs to see)
-    shown = ops.dlq_show(world.deps, entry.message_id, with_body=True)
+    shown = dead_letters.dlq_show(world.deps, entry.message_id, with_body=True)
     assert shown is not None and shown.body == body
 
 
@@ -364,7 +365,7 @@ def test_dlq_list_of_an_intake_message_sqs_moved():
     body = json.dumps({"schema_version": 1, "document": {"text": TEXT}, "idempotency_key": "k-9"})
     world.queues.sent[Queue.INTAKE_DLQ].append(Sent(body, message_id="orig-id", sent_at=world.clock()))
     # WHEN listed
-    [entry] = ops.dlq_list(world.deps)
+    [entry] = dead_letters.dlq_list(world.deps)
     # THEN it says SQS moved it, after how many receives, in which step, and which job it would be
     assert (entry.moved_by, entry.attempts, entry.failed_step) == ("sqs", SETTINGS.profile.queues.max_receive_count,
                                                                   "intake")
@@ -377,7 +378,7 @@ def test_intake_dead_letter_names_its_failed_step():
     world = FakeWorld()
     handle_intake(world.deps, "{not json", "m-bad")
     # WHEN listed
-    [entry] = ops.dlq_list(world.deps)
+    [entry] = dead_letters.dlq_list(world.deps)
     # THEN the failed step is the envelope's
     assert entry.failed_step == "intake.parse"
 
@@ -390,7 +391,7 @@ def test_dlq_list_joins_a_results_dead_letter():
     env = ErrorEnvelope.of("aws.unavailable", "dynamodb 500", step="aggregate")
     world.queues.dead_letter(Queue.RESULTS, settled_result(done).model_dump_json(), env)
     # WHEN listed
-    [entry] = ops.dlq_list(world.deps)
+    [entry] = dead_letters.dlq_list(world.deps)
     # THEN it is joined with its job and chunk, and its payload is the result message
     assert entry.queue == "results" and (entry.job_id, entry.chunk_id) == (job_id, records[3].chunk_id)
     assert entry.payload["status"] == "done" and entry.payload["findings_key"] == done.findings_key
@@ -403,7 +404,7 @@ def test_dlq_list_of_an_unparseable_analysis_body():
     world = FakeWorld()
     world.queues.dead_letter(Queue.ANALYSIS, "garbage!", ErrorEnvelope.of("runtime.internal", "bad body"))
     # WHEN listed  THEN it is shown as unparsed, by size only
-    [entry] = ops.dlq_list(world.deps)
+    [entry] = dead_letters.dlq_list(world.deps)
     assert entry.payload == {"unparsed": True, "chars": 8}
     assert entry.job_id is None and entry.error_code == "runtime.internal"
 
@@ -415,13 +416,13 @@ def test_dlq_list_skips_dlqs_that_are_not_configured():
     deps = dataclasses.replace(world.deps, queues=queues)
     queues.dead_letter(Queue.ANALYSIS, "x", ErrorEnvelope.of("runtime.internal"))
     # WHEN listed  THEN only that DLQ is read
-    assert [e.queue for e in ops.dlq_list(deps)] == ["analysis"]
+    assert [e.queue for e in dead_letters.dlq_list(deps)] == ["analysis"]
 
 
 def test_dlq_list_is_empty_when_nothing_is_dead_lettered():
     world = FakeWorld()
     intake(world)
-    assert ops.dlq_list(world.deps) == []
+    assert dead_letters.dlq_list(world.deps) == []
 
 
 def test_dlq_show_finds_a_message_by_id():
@@ -433,14 +434,14 @@ def test_dlq_show_finds_a_message_by_id():
     analysis_id = world.queues.sent[Queue.ANALYSIS_DLQ][0].message_id
     intake_id = world.queues.sent[Queue.INTAKE_DLQ][0].message_id
     # WHEN each is shown by id
-    shown_analysis = ops.dlq_show(world.deps, analysis_id)
-    shown_intake = ops.dlq_show(world.deps, intake_id)
+    shown_analysis = dead_letters.dlq_show(world.deps, analysis_id)
+    shown_intake = dead_letters.dlq_show(world.deps, intake_id)
     # THEN each is the matching entry; an unknown id is None
     assert shown_analysis is not None and shown_analysis.queue == "analysis"
     assert shown_analysis.chunk_id == records[0].chunk_id
     assert shown_intake is not None and shown_intake.queue == "intake"
     assert shown_intake.payload == {"unparsed": True, "chars": 9}
-    assert ops.dlq_show(world.deps, "no-such-message") is None
+    assert dead_letters.dlq_show(world.deps, "no-such-message") is None
 
 
 # --- submit ------------------------------------------------------------------------------------------
@@ -454,7 +455,7 @@ def test_submit_small_document_inline():
     # GIVEN a short contract
     world = FakeWorld()
     # WHEN submitted without a key
-    job_id = ops.submit(world.deps, TEXT)
+    job_id = submission.submit(world.deps, None, SubmitRequest.inline(TEXT)).job_id
     # THEN the job id is derived from the document hash and the text travels inline
     assert job_id == job_id_for(document_hash(TEXT))
     # AND the key is sent explicitly, so intake records even a failure under this very job id
@@ -467,8 +468,7 @@ def test_submit_with_key_document_id_and_metadata():
     # GIVEN a short contract with an idempotency key, a document id and metadata
     world = FakeWorld()
     # WHEN submitted
-    job_id = ops.submit(world.deps, TEXT, document_id="msa-9", idempotency_key="client-9",
-                        metadata={"matter": "M-9"})
+    job_id = submission.submit(world.deps, None, SubmitRequest.inline(TEXT, document_id="msa-9", idempotency_key="client-9", metadata={"matter": "M-9"})).job_id
     # THEN the job id is derived from the key, and the body carries all of it
     assert job_id == job_id_for("client-9")
     assert sent_intake(world) == {"schema_version": 1, "document": {"text": TEXT}, "metadata": {"matter": "M-9"},
@@ -481,7 +481,7 @@ def test_submit_large_document_through_a_claim_check():
     big = "\n\n".join([LONG_TEXT] * 16)
     assert len(big) > 200_000
     # WHEN submitted
-    job_id = ops.submit(world.deps, big, idempotency_key="big-1")
+    job_id = submission.submit(world.deps, None, SubmitRequest.inline(big, idempotency_key="big-1")).job_id
     # THEN the text is uploaded to uploads/<job>.txt and the message carries only its s3_uri
     assert job_id == job_id_for("big-1")
     assert upload_key(job_id) == f"uploads/{job_id}.txt"
@@ -496,7 +496,7 @@ def test_claim_checked_submission_is_taken_in_by_intake_under_the_same_job_id():
     # GIVEN a large contract submitted without a key
     world = FakeWorld()
     big = "\n\n".join([LONG_TEXT] * 16)
-    job_id = ops.submit(world.deps, big)
+    job_id = submission.submit(world.deps, None, SubmitRequest.inline(big)).job_id
     # WHEN intake handles the message submit sent
     result = handle_intake(world.deps, world.queues.sent[Queue.INTAKE][0].body, "m-1")
     # THEN the job intake creates is the one submit announced, over the whole text
@@ -521,7 +521,7 @@ def test_submit_threshold_counts_characters_and_utf8_bytes(text, claim_check):
     # GIVEN a document at or just over the inline limit (in characters or in UTF-8 bytes)
     world = FakeWorld()
     # WHEN submitted
-    job_id = ops.submit(world.deps, text)
+    job_id = submission.submit(world.deps, None, SubmitRequest.inline(text)).job_id
     # THEN it goes inline or through the claim check
     document = sent_intake(world)["document"]
     if claim_check:
@@ -540,7 +540,7 @@ def test_a_submission_that_intake_rejects_fails_under_the_job_id_submit_returned
     # GIVEN a document intake will reject
     world = FakeWorld()
     # WHEN it is submitted and intake handles the message
-    job_id = ops.submit(world.deps, text, document_id=document_id)
+    job_id = submission.submit(world.deps, None, SubmitRequest.inline(text, document_id=document_id)).job_id
     result = handle_intake(world.deps, world.queues.sent[Queue.INTAKE][0].body, "m-1")
     # THEN the failure is recorded on the job id the submitter is waiting for, never lost in the DLQ
     assert (result.job_id, result.state) == (job_id, "failed")
@@ -554,7 +554,7 @@ def test_a_stack_that_restricts_the_queue_path_to_a_prefix_uploads_there_and_int
     world = FakeWorld(settings=SETTINGS.model_copy(update={"queue_uploads_prefix": "uploads/queue/"}))
     big = "\n\n".join([LONG_TEXT] * 16)
     # WHEN review submit sends a large contract THEN its claim check goes under that prefix, and intake takes it
-    job_id = ops.submit(world.deps, big, idempotency_key="big-2")
+    job_id = submission.submit(world.deps, None, SubmitRequest.inline(big, idempotency_key="big-2")).job_id
     assert sent_intake(world)["document"] == {"s3_uri": f"s3://{SETTINGS.bucket}/uploads/queue/{job_id}.txt"}
     run = InProcess(world)
     run.intake()

@@ -210,7 +210,7 @@ def test_a_cleared_quota_gives_a_warm_worker_the_deploys_pacing_back_within_the_
     change"), which paced to the operator's old quota until its process was recycled: hours for a Lambda container,
     days for a Fargate task (the poller runs this same `ChunkWorker.handle`)."""
     from contract_review.model.pacing import QuotaLimiter
-    from contract_review.operate import ops
+    from contract_review.operate import model_control
 
     world = FakeWorld()
     max_age = world.settings.profile.quota.model_control_max_age_s
@@ -226,17 +226,17 @@ def test_a_cleared_quota_gives_a_warm_worker_the_deploys_pacing_back_within_the_
         return worker.limiter
 
     # GIVEN a warm worker pacing to the quota an operator set
-    ops.quota_change(operator, "ops", tokens_per_minute=600_000)
+    model_control.quota_change(operator, "ops", tokens_per_minute=600_000)
     paced = next_chunk()
     assert paced is not None and paced is not deploy and paced.tokens is not None
     assert paced.tokens.ceiling == pytest.approx(600_000 / 60)
     # WHEN the operator clears it
-    ops.quota_change(operator, "ops", clear_quota=True)
+    model_control.quota_change(operator, "ops", clear_quota=True)
     # THEN once the worker's cached control has aged (model_control_max_age_s), its next chunk paces to the deploy's
     world.clock.advance(max_age)
     assert next_chunk() is deploy
     # AND a quota set again is taken again
-    ops.quota_change(operator, "ops", tokens_per_minute=300_000)
+    model_control.quota_change(operator, "ops", tokens_per_minute=300_000)
     world.clock.advance(max_age)
     again = next_chunk()
     assert again is not None and again.tokens is not None and again.tokens.ceiling == pytest.approx(300_000 / 60)

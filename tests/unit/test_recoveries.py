@@ -405,9 +405,9 @@ def budget_exceeded(code: str) -> None:
     for _ in range(5):
         r.p.round()
     assert r.p.model.calls == calls and r.world.jobs.get(r.job_id) == job  # nothing happens afterwards
-    from contract_review.operate import ops
+    from contract_review.operate import job_view
 
-    view = ops.job_view(r.world.deps, r.job_id)  # `review status` advises the command run below
+    view = job_view.job_view(r.world.deps, r.job_id)  # `review status` advises the command run below
     assert view is not None and "`review retry JOB --budget-usd N`" in view.answers.retry_would
     assert "--budget-usd N" in redrive.retry(r.world.deps, r.job_id).action  # without a budget: says what to do
     assert not redrive.retry(r.world.deps, r.job_id, budget_usd=0.000001).retried  # not above what it has cost
@@ -456,7 +456,7 @@ def spend_capped(code: str) -> None:
     from click.testing import CliRunner
 
     from contract_review.domain import spend_cap
-    from contract_review.operate import ops
+    from contract_review.operate import job_view
     from contract_review.pipeline import sweeper
     from review_local.cli import Ctx, cli
 
@@ -471,7 +471,7 @@ def spend_capped(code: str) -> None:
     assert r.state()[0] is JobState.RUNNING and r.p.model.calls == 0
     assert all(c.failures == 0 and c.status is ChunkStatus.PENDING for c in r.world.claims.for_job(r.job_id))
     assert f'"{code}"' in r.seen() and "--override-cap" in REGISTRY[code].recovery
-    view = ops.job_view(r.world.deps, r.job_id)
+    view = job_view.job_view(r.world.deps, r.job_id)
     assert view is not None and view.model_hold is not None and "daily spend cap of $50.00" in view.model_hold
     resumed = CliRunner().invoke(cli, ["quota", "resume", "--override-cap"], obj=Ctx(None, None, deps=r.world.deps))
     assert resumed.exit_code == 0 and "lifted for the rest of today" in resumed.output, resumed.output

@@ -12,7 +12,7 @@ from contract_review.domain import lifecycle
 from contract_review.domain.messages import parse_results_body
 from contract_review.domain.ports import Queue
 from contract_review.domain.records import JobState, StepStatus, job_id_for
-from contract_review.operate import ops
+from contract_review.operate import job_view
 from contract_review.pipeline import redrive
 from contract_review.pipeline.aggregator import handle_message
 from contract_review.sideeffects import approvals, saga
@@ -282,7 +282,7 @@ def test_a_reject_whose_control_message_is_lost_is_compensated_by_the_sweeper_be
     retried, cancel = redrive.retry(world.deps, job_id), lifecycle.request_cancel(world.deps, job_id, by="ops")
     assert not retried.retried and "being undone" in retried.action
     assert not cancel.changed and "being undone" in cancel.message
-    view = ops.job_view(world.deps, job_id)
+    view = job_view.job_view(world.deps, job_id)
     assert view is not None
     answers = view.answers
     assert "being undone" in answers.retry_would and "ends `failed`" in answers.if_cancelled_now

@@ -23,7 +23,7 @@ from contract_review.domain.errors import ErrorEnvelope
 from contract_review.domain.messages import AnalysisMessage, ResultMessage
 from contract_review.domain.ports import Queue
 from contract_review.domain.records import AttemptStats, ChunkStatus, Job, JobState, job_id_for
-from contract_review.operate.ops import job_view
+from contract_review.operate.job_view import job_view
 from contract_review.pipeline import (
     redrive,  # `redrive.retry`: looked up when used (these tests also run against older code)
 )

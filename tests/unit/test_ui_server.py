@@ -12,9 +12,9 @@ from urllib.parse import urlsplit
 import pytest
 
 from contract_review.domain.principals import Caller
-from contract_review.domain.records import JobState
-from contract_review.operate import api
-from contract_review.pipeline.admission import TextDocument
+from contract_review.domain.records import JobState, Priority
+from contract_review.operate import activity, api, job_view
+from contract_review.operate.submission import SubmitRequest, submit
 from review_local.api_server import local_principal
 from review_local.ui_server import ACTION_HEADER, UiServer
 
@@ -79,7 +79,7 @@ def test_a_contract_submitted_from_the_page_shows_its_grid_findings_cost_and_tim
     shown = [(f["chunk_index"], f["analyst"], f["category"], f["quote"]) for f in d["findings"]]
     assert [s[0] for s in shown] == sorted(s[0] for s in shown)  # chunk order
     assert sorted(shown) == sorted((f["chunk_index"], f["analyst"], f["category"], f["quote"]) for f in report)
-    assert d["job"] == api.job_status(world.deps, job) and d["cost"]["line"] and d["cost"]["microUsd"] > 0
+    assert d["job"] == job_view.job_status(world.deps, job) and d["cost"]["line"] and d["cost"]["microUsd"] > 0
     assert d["canCancel"] is False and d["canRetry"] is False
     # AND its events, labelled as the Job API labels them
     status, events, _ = request(operator, "GET", f"/api/jobs/{job_id}/events")
@@ -115,8 +115,8 @@ def test_cancel_and_retry_from_the_page_use_the_cores(world, operator):
 
 def test_acting_as_a_principal_shows_and_acts_on_its_own_jobs_only(world: FakeWorld):
     # GIVEN a job of alice's and one of bob's, submitted through the Job API
-    mine = api.submit(world.deps, Caller(ALICE), api.JobRequest(document=TextDocument(text=LONG_TEXT)), None).job_id
-    theirs = api.submit(world.deps, Caller(BOB), api.JobRequest(document=TextDocument(text=RISKY)), None).job_id
+    mine = submit(world.deps, Caller(ALICE), SubmitRequest.inline(LONG_TEXT, priority=Priority.INTERACTIVE)).job_id
+    theirs = submit(world.deps, Caller(BOB), SubmitRequest.inline(RISKY, priority=Priority.INTERACTIVE)).job_id
     InProcess(world).intake()
     with UiServer(world.deps, principal=ALICE) as ui:
         # WHEN the page acts as alice
@@ -209,7 +209,7 @@ def test_a_dead_letter_is_discarded_from_the_page_as_review_dlq_discard_does():
         # WHEN the page's Discard is used
         status, body, _ = request(ui, "POST", f"/api/dlq/{message_id}/discard")
         # THEN the letter is gone (the DLQ alarm stops counting it), the chunk is left dead-lettered, and its job
-        # records who discarded what, as `review dlq discard` (ops.dlq_discard) leaves it
+        # records who discarded what, as `review dlq discard` (dead_letters.dlq_discard) leaves it
         assert status == 202 and body["ok"] is True and message_id in body["message"], body  # type: ignore[index]
         assert world.queues.depth(Queue.ANALYSIS_DLQ) == 0 and request(ui, "GET", "/api/dlq")[1] == []
         assert [c.status.value for c in world.claims.for_job(job_id) if c.chunk_index == 1] == ["dead_lettered"]
@@ -227,7 +227,6 @@ def test_a_dead_letter_is_discarded_from_the_page_as_review_dlq_discard_does():
 
 def test_the_activity_chart_counts_the_model_calls_throttles_and_quota_tokens_of_the_chunks_as_they_settled():
     from contract_review.domain.model import quota_tokens
-    from contract_review.operate import ops
 
     from .inprocess import Fault, FaultyModel, on
     from .test_recoveries import client_error, raises
@@ -244,7 +243,7 @@ def test_the_activity_chart_counts_the_model_calls_throttles_and_quota_tokens_of
     # THEN its buckets add up to what the job's chunk records counted: every model call, both throttles, and the
     # tokens the calls counted against the quota (input + cache writes + 5 x output)
     chunks = world.claims.for_job(job_id)
-    assert status == 200 and len(a["calls"]) == ops.ACTIVITY_BUCKETS  # type: ignore[index]
+    assert status == 200 and len(a["calls"]) == activity.ACTIVITY_BUCKETS  # type: ignore[index]
     assert sum(a["calls"]) == sum(c.n_calls for c in chunks) > 0  # type: ignore[index]
     assert sum(a["throttles"]) == 2  # type: ignore[index]
     tokens = sum(quota_tokens(job.model_id or world.settings.effective_model_id, c.input_tokens,
@@ -256,7 +255,7 @@ def test_the_activity_chart_counts_the_model_calls_throttles_and_quota_tokens_of
 
 
 def test_the_activity_chart_buckets_by_the_time_each_chunk_settled_within_the_last_hour():
-    from contract_review.operate.ops import ChunkActivity, activity
+    from contract_review.operate.activity import ChunkActivity, activity
 
     now = 10_000.0
     points = [ChunkActivity(at=now - 5_000, calls=99, throttles=9, quota_tokens=999),  # over an hour ago: left out
@@ -287,10 +286,10 @@ def test_the_page_shows_the_runtime_control_and_the_batch_lanes_turned_off_to_an
         status, a, _ = request(ui, "GET", "/api/activity")
     # THEN the operator's page has it beside the model activity, as `review quota show` says it
     assert status == 200 and a["control"] == {  # type: ignore[index]
-        "paused": True, "tokensPerMinute": 500_000, "by": "cli", "at": api.iso(1.8e9),
+        "paused": True, "tokensPerMinute": 500_000, "by": "cli", "at": job_view.api_time(1.8e9),
         "hold": "the model is paused by cli: `review quota resume` lets it go on",
         "batchOff": [{"model": "model-a", "errorCode": "batch.refused",
-                      "reason": "ValidationException: not offered in batch", "at": api.iso(1.8e9), "by": "collector"}]}
+                      "reason": "ValidationException: not offered in batch", "at": job_view.api_time(1.8e9), "by": "collector"}]}
     # AND a principal's page does not (an operator's view)
     with UiServer(world.deps, principal=local_principal("owner")) as ui:
         status, a, _ = request(ui, "GET", "/api/activity")

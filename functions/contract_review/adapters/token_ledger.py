@@ -8,7 +8,7 @@ Items, keyed (`model`, `hour`), hour = epoch seconds // the bucket's length (an 
   `since_hour` (count from here on: a probe succeeded) and `probe_hour` (the last hold start or probe).
 One query reads a model's last 24 counters and its control.
 
-The spend limits (pipeline/limits.py, domain/spend_cap.py) keep their counters here too, under their own partition
+The spend limits (operate/limits.py, domain/spend_cap.py) keep their counters here too, under their own partition
 keys (`spend#<owner>` and `stackspend#admitted|recorded` by UTC day, `requests#<owner>` by minute): `take` adds within a limit, in one conditional write;
 `take_once` adds under a charge id (the job a submission admits), with a record of the charge at
 (`charge#<id>`, CONTROL_HOUR) written in the same transaction, so a replay of the admission takes nothing again, and

@@ -303,7 +303,7 @@ _CODES = [
               "approval_ttl_s after the request).",
               "The sweeper fails the job with this code (`compensating`, then `failed`) and its side effects are "
               "compensated, as for a rejection. Decide sooner, or raise approval_ttl_s."),
-    # the spend limits (pipeline/limits.py): refusals at admission, never a job's state
+    # the spend limits (operate/limits.py): refusals at admission, never a job's state
     ErrorCode("quota.spend_exceeded", ErrorClass.POLICY, False,
               "A Job API submission whose estimate would take its principal's admissions of the UTC day over the "
               "stack's daily cap (profile principal_daily_spend_usd: prod $500; `-c principal_daily_spend_usd=N`). "

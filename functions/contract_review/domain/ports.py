@@ -110,7 +110,7 @@ class TokenLedger(Protocol):
     def take(self, counter: str, window: int, amount: int, limit: int, expires_at: int) -> int | None:
         """Add `amount` to `counter`'s count of `window` only if the count stays within `limit` (one conditional
         write: concurrent callers never take more than the limit together): the new count, or None when refused.
-        The spend limits' counters (pipeline/limits.py) live in the same table as the token counters."""
+        The spend limits' counters (operate/limits.py) live in the same table as the token counters."""
 
     def count(self, counter: str, window: int) -> int:
         """`counter`'s count of `window` (0 when nothing was taken), read strongly consistent."""

@@ -456,6 +456,16 @@ class Job(Usage):
         return self.state is JobState.FAILED and (code.startswith("input.")
                                                   or code in ("job.budget_insufficient", "quota.spend_cap"))
 
+    def key_conflict(self, sha: str, same_sender: bool) -> str | None:
+        """The one rule for a submission whose idempotency key names this job (intake, and the one submit of the Job
+        API, `review submit` and the status page: `operate/submission.py`): refused, `input.key_conflict`, when the
+        job is of another document and not `replaceable` ("another document"), or of another sender, a Job API
+        principal or none ("another principal"). None: the submission names this job: the same job again (a replay),
+        or a corrected document replacing a job that failed on its input."""
+        if self.document_sha256 and self.document_sha256 != sha and not self.replaceable:
+            return "another document"
+        return None if same_sender else "another principal"
+
     @property
     def n_settled(self) -> int:
         """How many of its chunks are counted settled (the count, plus an older job's set)."""

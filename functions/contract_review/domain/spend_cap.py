@@ -30,7 +30,8 @@ from contract_review.domain import cost
 from contract_review.domain.control_records import ModelControl, SpendHold
 from contract_review.domain.errors import ReviewError
 from contract_review.domain.ports import Charge, Deps, Taken
-from contract_review.domain.records import Waiting
+from contract_review.domain.principals import owner
+from contract_review.domain.records import Job, Waiting
 
 DAY_S = 86400
 UNCAPPED = 2**62  # the limit of a count that is taken whatever it reaches (money already spent)
@@ -67,7 +68,7 @@ def lifted_today(deps: Deps, now: float) -> bool:
 
 
 def charge_id(admission_id: str) -> str:
-    """The stack's charge of one admission (`limits.spend_charge_id`: the job, or a replacement of a failed one)."""
+    """The stack's charge of one admission (`spend_charge_id`: the job, or a replacement of a failed one)."""
     return f"stack#{admission_id}"
 
 
@@ -109,7 +110,7 @@ def admit(deps: Deps, estimate_micro_usd: int | None, admission_id: str) -> Char
 
 
 def day_charge(deps: Deps, charge_id_: str, counter: str, amount: int, now: float) -> Charge:
-    """A charge on `counter`'s count of the UTC day of `now` (this cap's, a principal's: pipeline/limits.py). Its
+    """A charge on `counter`'s count of the UTC day of `now` (this cap's, a principal's: operate/limits.py). Its
     record outlives the day's counter by the record TTL: a replay days later takes nothing either."""
     day = utc_day(now)
     return Charge(charge_id_, counter, day, amount, (day + 2) * DAY_S + deps.settings.profile.record_ttl_s)
@@ -197,3 +198,33 @@ def hold_line(hold: SpendHold) -> str:
     return (f"the stack's recorded model spend today, {cost.format_usd(hold.recorded_micro_usd)}, reached its daily "
             f"spend cap of {cost.format_usd(hold.cap_micro_usd)} (daily_spend_cap_usd): model calls are held until "
             "00:00 UTC, or `review quota resume --override-cap` lifts the cap for the rest of today")
+
+
+# ------------------------------------------------------------------------------ admissions' charge ids; money spent outside one
+def spend_charge_id(job_id: str, replacing: Job | None = None) -> str:
+    """The admission a charge is for: a new job (its id), or the replacement of `replacing`, a job that failed on
+    its input (its id and the version replaced: each replacement is an admission of its own)."""
+    return job_id if replacing is None else f"{job_id}#replaces-v{replacing.version}"
+
+
+def admission_id(job: Job) -> str:
+    """The admission that created `job`, as the Job API named its charge (`spend_charge_id`): a replacement (created
+    over a job that failed on its input, one version on) is the admission that replaced that version."""
+    return job.job_id if job.version == 0 else f"{job.job_id}#replaces-v{job.version - 1}"
+
+
+def add_spend(deps: Deps, principal: str | None, spent_micro_usd: int, charge_id_: str) -> None:
+    """Count money already spent outside any admission (a batch job's answers nobody took: `batch.unused`) toward
+    `principal`'s allowance of today, whatever the cap (it is spent): later submissions have that much less. Once per
+    `charge_id` (`unused_charge_id`): a retried collect adds nothing again."""
+    cap = deps.settings.profile.limits.principal_daily_spend_usd
+    if principal is None or cap is None or deps.token_ledger is None or spent_micro_usd <= 0:
+        return
+    now = deps.clock()
+    deps.token_ledger.take_once(day_charge(deps, charge_id_, f"spend#{owner(principal)}", spent_micro_usd, now),
+                                UNCAPPED, int(now))
+
+
+def unused_charge_id(token: str, job_id: str) -> str:
+    """The charge of batch job `token`'s answers nobody took, on job `job_id` (`add_spend`)."""
+    return f"unused#{token}#{job_id}"

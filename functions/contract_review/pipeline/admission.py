@@ -1,5 +1,5 @@
-"""Admission: the one way a document is taken in, whoever sends it: intake (a message on the queue), the Job
-API (`operate/api.py`) and `review submit` (`operate/ops.py`).
+"""Admission: the one way a document is taken in, whoever sends it: intake (a message on the queue), and the one
+submit of the Job API, `review submit` and the status page (`operate/submission.py`).
 
 - `document_text`: the document checks. The text of an inline document, or of the claim-checked upload an
   `s3_uri` names, read only from the stack's own bucket and only where its sender may put documents
@@ -8,7 +8,8 @@ API (`operate/api.py`) and `review submit` (`operate/ops.py`).
   MAX_DOCUMENT_BYTES (never more is read), UTF-8, not blank. Otherwise a `ReviewError` with the stable code of
   the check: `input.document_forbidden`, `input.document_missing`, `input.too_large`, `input.undecodable`,
   `input.empty_document` (permanent). A failed read keeps its own envelope (a throttled S3 is retryable).
-- `intake_body`: the one builder of the intake message (schema v1, `messages.IntakeMessage`): the text inline
+- `intake_body`: the one builder of the intake message (schema v1, `messages.IntakeMessage`), from the job's
+  options (`JobOptions`): the text inline
   while it fits in a message, else by claim check in the sender's upload area (`<area><job>.txt`), with the idempotency key, the
   document id, metadata, budget and principal. A sender that answers its caller (the Job API) validates it
   first with `messages.parse_intake`, exactly as intake will; a queue sender (`review submit`) leaves that
@@ -19,7 +20,7 @@ from __future__ import annotations
 
 import json
 import unicodedata
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from decimal import Decimal
 
 from pydantic import BaseModel, ConfigDict, Field, JsonValue
@@ -182,26 +183,39 @@ def check_budget(settings: Settings, text: str, budget_usd: float | None,
 
 
 # ------------------------------------------------------------------------------ the intake message
-def intake_body(deps: Deps, text: str, *, key: str, upload: S3Document | None = None, document_id: str | None = None,
-                metadata: Mapping[str, JsonValue] | None = None, budget_usd: float | None = None,
-                principal: str | None = None, priority: Priority | None = None, inference: Inference | None = None,
-                deadline_hours: float | None = None) -> str:
-    """The intake message (JSON) for a document whose text is at hand, under idempotency key `key`. `upload`: the
-    claim check the text was read from, named as it is; else the text goes inline when it fits in a message, or
-    is stored under `uploads/` (the key's job id) and named by its s3_uri. Optional fields not given are left out."""
+class JobOptions(BaseModel):
+    """A job's options, as its sender gives them (`review submit`'s flags, a `POST /jobs` body): the one object that
+    carries them from the sender to the intake message (`operate/submission.py` `SubmitRequest` adds how it is
+    sent). Each is the intake message's field of that name (`messages.IntakeMessage`); one not given is left out."""
+
+    model_config = ConfigDict(frozen=True)
+    document_id: str | None = None
+    metadata: dict[str, JsonValue] = Field(default_factory=dict)
+    budget_usd: float | None = None
+    priority: Priority | None = None
+    inference: Inference | None = None
+    deadline_hours: float | None = None
+
+
+def intake_body(deps: Deps, text: str, options: JobOptions, *, key: str, upload: S3Document | None = None,
+                principal: str | None = None) -> str:
+    """The intake message (JSON) for a document whose text is at hand, with the job's `options`, under idempotency
+    key `key`. `upload`: the claim check the text was read from, named as it is; else the text goes inline when it
+    fits in a message, or is stored under `uploads/` (the key's job id) and named by its s3_uri. `principal`: the Job
+    API's caller (only the API sets it)."""
     body: dict[str, JsonValue] = {"schema_version": 1,
                                   "document": upload.model_dump() if upload else _document(deps, key, text, principal),
-                                  "idempotency_key": key, "metadata": dict(metadata or {})}
-    if document_id:
-        body["document_id"] = document_id
-    if budget_usd is not None:
-        body["budget_usd"] = budget_usd
-    if priority is not None:
-        body["priority"] = priority.value
-    if inference is not None:
-        body["inference"] = inference.value
-    if deadline_hours is not None:
-        body["deadline_hours"] = deadline_hours
+                                  "idempotency_key": key, "metadata": dict(options.metadata)}
+    if options.document_id:
+        body["document_id"] = options.document_id
+    if options.budget_usd is not None:
+        body["budget_usd"] = options.budget_usd
+    if options.priority is not None:
+        body["priority"] = options.priority.value
+    if options.inference is not None:
+        body["inference"] = options.inference.value
+    if options.deadline_hours is not None:
+        body["deadline_hours"] = options.deadline_hours
     if principal is not None:
         body["principal"] = principal
     return json.dumps(body)

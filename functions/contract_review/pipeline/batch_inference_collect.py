@@ -24,7 +24,6 @@ from contract_review.domain.errors import ErrorEnvelope
 from contract_review.domain.keys import BATCH_OPEN_PREFIX, batch_answers_key, batch_open_key
 from contract_review.domain.ports import Deps
 from contract_review.domain.records import AttemptStats, ChunkStatus, Inference, Usage
-from contract_review.pipeline import limits
 from contract_review.pipeline.batch_inference import batch_model_id, read_manifest, write_manifest
 from contract_review.pipeline.batch_inference_run import (
     CollectReport,
@@ -281,9 +280,9 @@ def _unused(c: CollectRun, manifest: BatchManifest, job_id: str, tokens: Usage) 
                                output_tokens=priced.output_tokens, model_micro_usd=priced.model_micro_usd):
         c.report.unused_micro_usd += priced.model_micro_usd
     job = c.jobs.get(job_id) or deps.jobs.get(job_id)
-    limits.add_spend(deps, job.principal if job else None, priced.model_micro_usd,
-                     limits.unused_charge_id(token, job_id))  # (a retry after it was recorded: taken once)
-    spend_cap.record_once(deps, priced.model_micro_usd, limits.unused_charge_id(token, job_id))  # the stack's day
+    spend_cap.add_spend(deps, job.principal if job else None, priced.model_micro_usd,
+                        spend_cap.unused_charge_id(token, job_id))  # (a retry after it was recorded: taken once)
+    spend_cap.record_once(deps, priced.model_micro_usd, spend_cap.unused_charge_id(token, job_id))  # the stack's day
 
 
 def _priced(deps: Deps, manifest: BatchManifest, tokens: Usage, calls: int) -> AttemptStats:

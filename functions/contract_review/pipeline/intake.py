@@ -30,7 +30,7 @@ from contract_review.domain.keys import document_key
 from contract_review.domain.messages import InlineDocument, IntakeMessage, parse_intake
 from contract_review.domain.ports import Charge, Deps, Queue
 from contract_review.domain.records import Inference, Job, JobState, Priority, job_id_for
-from contract_review.pipeline import admission, batch_inference, fanout, limits
+from contract_review.pipeline import admission, batch_inference, fanout
 from contract_review.pipeline.admission import check_budget, check_principal, document_text, effective_budget
 from contract_review.review.analysts import job_config_hash
 from contract_review.review.chunking import Chunk, chunk_document, document_hash
@@ -156,8 +156,8 @@ def handle_intake(deps: Deps, body: str, message_id: str = "") -> IntakeResult:
             deps.jobs.record_event(job_id, "job.batch_declined", deadline_hours=msg.deadline_hours,
                                    expected_hours=round(s.profile.batch.batch_expected_s / 3600, 2),
                                    detail="its deadline is nearer than a batch job is expected to take: on demand")
-    elif (existing.document_sha256 and existing.document_sha256 != sha) or existing.principal != msg.principal:
-        return _key_conflict(deps, body, existing, sha, message_id)
+    elif conflict := existing.key_conflict(sha, same_sender=existing.principal == msg.principal):
+        return _key_conflict(deps, body, existing, sha, message_id, conflict)
     elif existing.state is JobState.RUNNING:
         # the same document again (or this message redelivered, or redriven from the intake DLQ): the job
         # is under way. A fan-out that stalled (its trigger lost) is moved on, from the text at hand;
@@ -207,7 +207,7 @@ def admitted(deps: Deps, job: Job) -> Charge | bool:
     and plan stored: the sweeper starts it after 00:00 UTC, or after an operator's override), never failed: False.
     Else the charge this call took (True: none, taken before or no cap)."""
     try:
-        charge = spend_cap.admit(deps, job.estimate_micro_usd, limits.admission_id(job))
+        charge = spend_cap.admit(deps, job.estimate_micro_usd, spend_cap.admission_id(job))
     except ReviewError as exc:
         if exc.envelope.error_code != "quota.spend_cap":
             raise
@@ -271,10 +271,11 @@ def _admitted_text(deps: Deps, body: str, msg: IntakeMessage, message_id: str) -
     return text
 
 
-def _key_conflict(deps: Deps, body: str, existing: Job, sha: str, message_id: str) -> IntakeResult:
-    """The key names a job of another document: reject this message, touch nothing of the job."""
+def _key_conflict(deps: Deps, body: str, existing: Job, sha: str, message_id: str, conflict: str) -> IntakeResult:
+    """The key names a job of another document or sender (`Job.key_conflict`): reject this message, touch nothing
+    of the job."""
     whose = (f"a job for another document (SHA-256 {existing.document_sha256[:16]}..., this one {sha[:16]}...)"
-             if existing.document_sha256 != sha else "a job submitted by another principal")
+             if conflict == "another document" else "a job submitted by another principal")
     env = ErrorEnvelope.of(
         "input.key_conflict",
         f"idempotency key {existing.idempotency_key[:80]!r} is the key of {existing.job_id} "

@@ -1,11 +1,13 @@
 """Spend limits (docs/cost.md "Spend limits"; profile `limits`): what one Job API principal may admit and ask.
+Used by the Job API only (`operate/submission.py`, `operate/api.py`); the charge ids, and the money spent outside any
+admission, are the spend cap's (`domain/spend_cap.py`: `spend_charge_id`, `admission_id`, `add_spend`).
 
 - A principal's daily spend: each admission takes its estimate (`admission.estimate`, the same figure its
   budget is checked against) from the principal's allowance of the UTC day (`principal_daily_spend_usd`), in one
   conditional write: a submission that would go over is refused before it is queued (`quota.spend_exceeded`,
   HTTP 429 with Retry-After until the next UTC day). The allowance counts admissions at their estimates, not
   the cost the jobs later record: the estimate is deliberately high, so the cap holds whatever the jobs do.
-  It is taken under a charge id, the job it admits (`spend_charge_id`: the job id; for a replacement of a job
+  It is taken under a charge id, the job it admits (`spend_cap.spend_charge_id`: the job id; for a replacement of a job
   that failed on its input, the job id and the version it replaces): a replay of the same submission, or a
   client's retry of one whose admission failed half-way, takes nothing again; an admission that fails after
   taking gives it back (`spend_cap.give_back`); a replacement under a failed job's key is a new admission, charged.
@@ -27,27 +29,14 @@ from contract_review.domain import cost
 from contract_review.domain.errors import ReviewError
 from contract_review.domain.ports import Charge, Deps, Taken
 from contract_review.domain.principals import owner
-from contract_review.domain.records import Job
-from contract_review.domain.spend_cap import UNCAPPED, day_charge, seconds_to_reset
+from contract_review.domain.spend_cap import day_charge, seconds_to_reset
 
 MINUTE_S = 60
 
 
-def spend_charge_id(job_id: str, replacing: Job | None = None) -> str:
-    """The admission a charge is for: a new job (its id), or the replacement of `replacing`, a job that failed on
-    its input (its id and the version replaced: each replacement is an admission of its own)."""
-    return job_id if replacing is None else f"{job_id}#replaces-v{replacing.version}"
-
-
-def admission_id(job: Job) -> str:
-    """The admission that created `job`, as the Job API named its charge (`spend_charge_id`): a replacement (created
-    over a job that failed on its input, one version on) is the admission that replaced that version."""
-    return job.job_id if job.version == 0 else f"{job.job_id}#replaces-v{job.version - 1}"
-
-
 def take_spend(deps: Deps, principal: str, estimate_micro_usd: int, charge_id: str) -> Charge | None:
     """Take an admission's estimate from `principal`'s allowance of today, once per `charge_id`
-    (`spend_charge_id`); `quota.spend_exceeded` if over. What this call took (to give back if the admission then
+    (`spend_cap.spend_charge_id`); `quota.spend_exceeded` if over. What this call took (to give back if the admission then
     fails), None when it took nothing: no cap, or taken before under that id (a replay, a client's retry)."""
     cap = deps.settings.profile.limits.principal_daily_spend_usd
     if cap is None or deps.token_ledger is None:
@@ -64,23 +53,6 @@ def take_spend(deps: Deps, principal: str, estimate_micro_usd: int, charge_id: s
             f"{seconds_to_reset(now)} s), or ask the stack's operator to raise "
             "principal_daily_spend_usd", step="admission", retry_after_s=seconds_to_reset(now))
     return charge if taken is Taken.NOW else None
-
-
-def add_spend(deps: Deps, principal: str | None, spent_micro_usd: int, charge_id: str) -> None:
-    """Count money already spent outside any admission (a batch job's answers nobody took: `batch.unused`) toward
-    `principal`'s allowance of today, whatever the cap (it is spent): later submissions have that much less. Once per
-    `charge_id` (`unused_charge_id`): a retried collect adds nothing again."""
-    cap = deps.settings.profile.limits.principal_daily_spend_usd
-    if principal is None or cap is None or deps.token_ledger is None or spent_micro_usd <= 0:
-        return
-    now = deps.clock()
-    deps.token_ledger.take_once(day_charge(deps, charge_id, f"spend#{owner(principal)}", spent_micro_usd, now),
-                                UNCAPPED, int(now))
-
-
-def unused_charge_id(token: str, job_id: str) -> str:
-    """The charge of batch job `token`'s answers nobody took, on job `job_id` (`add_spend`)."""
-    return f"unused#{token}#{job_id}"
 
 
 def request_wait(deps: Deps, principal: str) -> int | None:
