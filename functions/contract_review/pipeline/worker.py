@@ -30,16 +30,17 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from enum import StrEnum
 
 from contract_review.config.settings import Settings
-from contract_review.domain import lifecycle, log_fields, spend_cap
+from contract_review.domain import lifecycle, log_fields
 from contract_review.domain.batch import BatchRecord
-from contract_review.domain.cost import AttemptMeter, RequestCounter, metered, micro_usd, model_cost_usd, model_price
-from contract_review.domain.errors import ErrorClass, ErrorEnvelope, LeaseLost, ReviewError, classify, may_be_billed
+from contract_review.domain.cost import AttemptMeter, RequestCounter, metered, model_price
+from contract_review.domain.errors import ErrorClass, ErrorEnvelope, LeaseLost, ReviewError, classify
 from contract_review.domain.keys import findings_key
 from contract_review.domain.messages import AnalysisMessage
 from contract_review.domain.model import ModelClient, ModelRequest, ModelResponse, caches
-from contract_review.domain.policy import Handling, counts_as_error, is_backpressure, recovery
+from contract_review.domain.policy import Next, decide, is_backpressure
 from contract_review.domain.ports import Deps, Queue
 from contract_review.domain.records import (
     AttemptStats,
@@ -54,9 +55,8 @@ from contract_review.domain.records import (
     JobState,
     ReleaseReason,
 )
-from contract_review.model.daily_quota import DAILY_QUOTA_CODE, DailyQuota
-from contract_review.model.pacing import QuotaLimiter, unanswered_usage
-from contract_review.model.quota_targets import QuotaTargets
+from contract_review.model.daily_quota import DAILY_QUOTA_CODE
+from contract_review.model.onion import CallScope, DailyQuotaModel, Layer, calls_for, layer
 from contract_review.pipeline import batch
 from contract_review.pipeline.analyst_pool import AnalystPool, GroupCommit, WarmUp
 from contract_review.pipeline.priority import PriorityGate
@@ -90,9 +90,25 @@ class Delivery:
     remaining_ms: Callable[[], int] | None = None  # the invocation's remaining time; None: no function timeout
 
 
+class Action(StrEnum):
+    """What one delivery of a chunk message came to (the message is done with, except after `Tier2`)."""
+
+    DONE = "done"  # the chunk finished: its findings written, the aggregator told
+    SKIPPED = "skipped"  # its job has ended (or is gone)
+    DEFERRED = "deferred"  # a bulk chunk gave way to open interactive work (priority.py)
+    AWAITING_BATCH = "awaiting_batch"  # parked until its batch answers come (pipeline/batch.py)
+    REQUEUED = "requeued"  # backpressure or a handoff: sent again, no failure counted
+    FAILED = "failed"  # the chunk failed for good
+    JOB_FAILED = "job_failed"  # the chunk failed with a job-fatal code: the job failed too
+    DEAD_LETTERED = "dead_lettered"  # out of attempts or of backpressure time
+    CANCELLED = "cancelled"  # its job is being cancelled: settled where it stopped
+    DUPLICATE = "duplicate"  # another worker holds or settled the chunk
+    LEASE_LOST = "lease_lost"  # fenced out: another worker took the chunk over
+
+
 @dataclass
 class Outcome:
-    action: str  # done | skipped | deferred | awaiting_batch | requeued | failed | dead_lettered | duplicate | lease_lost | job_failed
+    action: Action
     detail: dict[str, str | int | None] = field(default_factory=dict)
     stats: RetryStats = field(default_factory=RetryStats)  # model calls and tier-1 retries of this attempt
 
@@ -196,18 +212,15 @@ class AnalystRunner:
 
     def __init__(self, deps: Deps, model: ModelClient, retrier: Retrier, hb: Heartbeat,
                  has_time: Callable[[float], bool], analyst_extra_s: float = 0.0,
-                 watch: lifecycle.CancelWatch | None = None, limiter: QuotaLimiter | None = None,
-                 daily: DailyQuota | None = None, answers: batch.Answers | None = None):
-        self.deps, self.model, self.retrier, self.hb, self.has_time = deps, model, retrier, hb, has_time
+                 watch: lifecycle.CancelWatch | None = None, answers: batch.Answers | None = None):
+        self.deps, self.retrier, self.hb, self.has_time = deps, retrier, hb, has_time
+        self.model = model  # the worker's onion (model/onion.py): every call goes through it, counted where it reaches
         self.answers = answers  # the chunk's batch answers (a batch-mode job): replayed before any call is made
-        self.limiter = limiter
-        self.daily = daily
         self.analyst_extra_s = analyst_extra_s
         self.watch = watch
         self.committed: list[str] = []
         self._stats_lock = threading.Lock()
         self._in_flight: list[RetryStats] = []  # the analysts under way's own counts (added to the total when each ends)
-        self._price = model_price(deps.settings.profile.prices, deps.settings.effective_model_id)  # as attempt_meter's
         hb.spent = self.spent
         self.warm = WarmUp(active=False)  # set per run: the chunk's first call warms the prompt cache
 
@@ -319,15 +332,6 @@ class AnalystRunner:
                                         for name, out in batch])
         return True
 
-    def _not_paused(self, analyst: str) -> None:
-        """Before every model call: an operator's pause (`review quota pause`), or the stack's spend-cap hold of today
-        (domain/spend_cap.py), holds the chunk as backpressure."""
-        control = self.deps.model_control.get() if self.deps.model_control is not None else None
-        if control is not None and control.paused:
-            raise ReviewError.of("model.paused", f"the model was paused by {control.by or 'an operator'}: "
-                                 "`review quota resume` lets it go on", step=analyst)
-        spend_cap.not_held(self.deps, analyst)  # the stack's spend-cap hold of today: model.spend_capped
-
     def _ready(self, retrier: Retrier) -> None:
         """After waiting for the quota: the stop conditions and the time left, again, before the call."""
         retrier.check()
@@ -369,83 +373,38 @@ class AnalystRunner:
                                         error_code="runtime.checkpoint_missing", detail=type(exc).__name__)
             return None
 
-    def _reach(self, stats: RetryStats, request: ModelRequest) -> ModelResponse:
-        """The call reaches the model: counted here, past every hold (a pause, the daily quota, the pacer, the stop
-        checks after its wait), so a job's count is the calls the model received. One that timed out on the client
-        may be billed all the same: counted as such, with its estimated tokens (docs/cost.md "Estimated spend")."""
-        stats.calls += 1
-        try:
-            return self.model.invoke(request)
-        except Exception as exc:  # counted, then re-raised unchanged
-            if may_be_billed(exc):
-                stats.timed_out(micro_usd(model_cost_usd(self._price, unanswered_usage(request))))
-            raise
-
     def _run_one(self, spec: AnalystSpec, chunk: Chunk, retrier: Retrier) -> AnalystOutput:
+        """One analyst's steps; its calls are its own (`CallScope`: counted on its retrier's stats, the stop checks
+        run again after a wait for quota)."""
         calls_before = retrier.stats.calls
-
-        limiter, daily = self.limiter, self.daily
-
-        def invoke(request: ModelRequest) -> ModelResponse:
-            self._not_paused(spec.name)
-            # a full daily token ledger holds the chunk (raises), or lets this call through as the hour's probe
-            probe = daily.admit(spec.name) if daily is not None else False
-            try:
-                response = paced(request)
-            except Exception:
-                if daily is not None:
-                    daily.failed(probe)
-                raise
-            counted(response)  # paid for: on the chunk's usage before anything else can fail
-            if daily is not None:
-                daily.settled(response, probe)  # never raises for the ledger (a failed write is retried)
-            return response
-
-        reach = functools.partial(self._reach, retrier.stats)
-
-        def paced(request: ModelRequest) -> ModelResponse:
-            if limiter is None:
-                return reach(request)
-            limiter.wait(request, lambda: self._ready(retrier))
-            try:
-                response = reach(request)
-            except Exception as exc:  # told to the pacers, then re-raised unchanged
-                limiter.failed(exc)
-                raise
-            limiter.done(request, response)
-            return response
-
-        def counted(response: ModelResponse) -> ModelResponse:  # every answered call is paid for, valid or not
-            retrier.stats.add_tokens(response.input_tokens, response.output_tokens, response.cache_read_tokens,
-                                     response.cache_write_tokens)
-            return response
-
-        def call_step(build: Callable[[ErrorEnvelope | None], ModelRequest],
-                      parse: Callable[[ModelResponse], ParsedItems]) -> tuple[ParsedItems, int]:
-            # The chunk's first step warms the prompt cache alone; outside the retrier, so a stop seen after the
-            # wait (a cancel, a lost lease, no time left) keeps its type
-            if self.answers is not None:  # a chunk that left the batch lane: its batch answers first
-                try:
-                    return self.answers.step(build, parse)
-                except batch.AwaitBatch:
-                    pass  # no answer for this step: it is called on demand, from its first request
-            leads = self.warm.enter(caches(self.model.model_id, build(None)), lambda: self._ready(retrier))
-            succeeded = False
-            try:
-                result = retrier.call_with_repair(build, invoke, parse, step=spec.name)
-                succeeded = True
-                return result
-            finally:
-                if leads:
-                    self.warm.leave(succeeded)
-
         try:
-            return run_analyst(spec, chunk, call_step)
+            with calls_for(CallScope(retrier.stats, functools.partial(self._ready, retrier))):
+                return run_analyst(spec, chunk, functools.partial(self._call_step, retrier, spec.name))
         except ReviewError as exc:
             out = analyst_ended(spec, chunk, exc.envelope, retrier.stats.calls - calls_before)
             if out is None:
                 raise
             return out
+
+    def _call_step(self, retrier: Retrier, analyst: str, build: Callable[[ErrorEnvelope | None], ModelRequest],
+                   parse: Callable[[ModelResponse], ParsedItems]) -> tuple[ParsedItems, int]:
+        """One step of an analyst: its batch answer when the chunk left the batch lane with one, else its calls with
+        tier-1 retries through the onion. The chunk's first step warms the prompt cache alone; outside the retrier, so
+        a stop seen after the wait (a cancel, a lost lease, no time left) keeps its type."""
+        if self.answers is not None:  # a chunk that left the batch lane: its batch answers first
+            try:
+                return self.answers.step(build, parse)
+            except batch.AwaitBatch:
+                pass  # no answer for this step: it is called on demand, from its first request
+        leads = self.warm.enter(caches(self.model.model_id, build(None)), functools.partial(self._ready, retrier))
+        succeeded = False
+        try:
+            result = retrier.call_with_repair(build, self.model.invoke, parse, step=analyst)
+            succeeded = True
+            return result
+        finally:
+            if leads:
+                self.warm.leave(succeeded)
 
 
 def analyst_ended(spec: AnalystSpec, chunk: Chunk, env: ErrorEnvelope, calls: int) -> AnalystOutput | None:
@@ -492,27 +451,24 @@ def settle_cancelled(deps: Deps, msg: AnalysisMessage, fence: int, stats: RetryS
     done = deps.claims.finish(msg.job_id, msg.chunk_id, fence, ChunkStatus.CANCELLED, attempt_stats(stats),
                               error=lifecycle.cancel_envelope(stage))
     if done is None:
-        return Outcome("lease_lost")
+        return Outcome(Action.LEASE_LOST)
     if ended:
         lifecycle.count_settled(deps, done)
     deps.jobs.record_event(msg.job_id, "chunk.cancelled", chunk_id=msg.chunk_id, cancelled_at_stage=stage,
                            calls=stats.calls)
     announce(deps, done)
-    return Outcome("cancelled", {"cancelled_at_stage": stage})
+    return Outcome(Action.CANCELLED, {"cancelled_at_stage": stage})
 
 
 class ChunkWorker:
-    def __init__(self, deps: Deps, model: ModelClient, *, rng: random.Random | None = None,
-                 sleep: Callable[[float], None] = time.sleep, call_safety_s: float | None = None,
-                 limiter: QuotaLimiter | None = None, daily: DailyQuota | None = None,
-                 quotas: QuotaTargets | None = None):
+    """One per process. `model` is the process's onion (model/onion.py, built by wiring.worker_model): its pause, its
+    daily quota, its pacers and its counting are layers of the one client every analyst calls."""
+
+    def __init__(self, deps: Deps, model: Layer, *, rng: random.Random | None = None,
+                 sleep: Callable[[float], None] = time.sleep, call_safety_s: float | None = None):
         self.deps, self.s, self.model, self.sleep = deps, deps.settings, model, sleep
-        self.quotas = quotas  # the deploy's quotas, given or as the sweeper published them (model/quota_targets.py)
+        self.daily = layer(model, DailyQuotaModel)  # its hold names the job's waiting condition (`_waiting`)
         self.priority = PriorityGate(deps)  # one per process: interactive chunks before bulk ones
-        self.limiter = limiter  # one per process: paces model calls to this worker's share of the quota
-        self._deploy_limiter = limiter  # without `quotas`: the pacers given, what a cleared control restores
-        self.daily = daily  # one per process: holds chunks while the daily token ledger is full (daily_quota.py)
-        self._controlled_tpm: float | None = None  # the quota an operator set (`review quota set`), once applied
         self.rng = rng or random.Random()
         # time left that one more model call needs: its timeout plus a margin to save and hand off
         self.call_safety_s = call_safety_s if call_safety_s is not None else \
@@ -522,53 +478,14 @@ class ChunkWorker:
 
     # ------------------------------------------------------------------ entry
     def handle(self, msg: AnalysisMessage, delivery: Delivery) -> Outcome:
-        """One delivery of a chunk message. Its AWS requests, while it runs, are the attempt's (cost.py)."""
+        """One delivery of a chunk message. Its AWS requests, while it runs, are the attempt's (cost.py); the onion's
+        layers read what they follow before it (the quotas) and write what they counted after it (the daily ledger)."""
         with metered(self.deps.meter) as counter:
-            self._apply_controlled_quota()
-            self._apply_daily_quota()
+            self.model.begin_attempt()
             try:
                 return self._handle(msg, delivery, counter)
             finally:
-                if self.daily is not None:  # what this attempt's calls counted, to the shared ledger (one write)
-                    self.daily.flush()
-
-    def _apply_controlled_quota(self) -> None:
-        """An operator's quota (`review quota set N`, read from the model control) replaces the pacers' target; a
-        cleared one (`review quota set --clear`) gives the deploy's pacers back, from the next chunk after the
-        worker reads the control (within model_control_max_age_s). Lambda and the Fargate poller both come here."""
-        control = self.deps.model_control.get() if self.deps.model_control is not None else None
-        tpm = (control.tokens_per_minute if control is not None else None) or None
-        source = "the runtime control (review quota set)"
-        if tpm is None and self.quotas is not None:  # the deploy's: given, published by the sweeper, or the fallback
-            tpm, source = self.quotas.tokens_per_minute()
-        if tpm == self._controlled_tpm:
-            return
-        self.limiter = self._deploy_limiter if tpm is None else \
-            QuotaLimiter.for_profile(self.s.profile, tpm, self.s.effective_model_id)
-        self._controlled_tpm = tpm
-        if self.quotas is not None:
-            log.info("model quota", extra={"tokens_per_minute": tpm, "source": source, "model_id": self.quotas.model_id})
-
-    def _apply_daily_quota(self) -> None:
-        """The daily token quota the worker holds to (model/daily_quota.py), as `quotas` says now: the hold built when a
-        quota is first known (with the shared ledger), its quota changed in place when the published one changes (the
-        ledger's counts and the hold's state kept), dropped when none is known any more."""
-        if self.quotas is None or self.deps.token_ledger is None:
-            return
-        tpd, source = self.quotas.tokens_per_day()
-        daily = self.daily
-        if daily is not None and (daily.tokens_per_day, daily.source) == (tpd, source):
-            return
-        log.info("model daily quota", extra={"tokens_per_day": tpd, "source": source, "model_id": self.quotas.model_id})
-        if not tpd:
-            if daily is not None:
-                daily.flush()
-            self.daily = None
-        elif daily is None:
-            self.daily = DailyQuota.for_profile(self.deps.token_ledger, self.s.effective_model_id, tpd, self.s.profile,
-                                                source=source, clock=self.deps.clock)
-        else:  # `admit` sees the old quota or the new one (one assignment)
-            daily.tokens_per_day, daily.source = tpd, source
+                self.model.end_attempt()
 
     def _handle(self, msg: AnalysisMessage, delivery: Delivery, counter: RequestCounter) -> Outcome:
         try:
@@ -576,10 +493,10 @@ class ChunkWorker:
             # a chunk of a cancelled job is claimed to be settled `cancelled` (a cancel that finished while its
             # message was on its way, from a fan-out or a redrive, must not leave it pending under the ended job)
             if job is None or (job.terminal and job.state is not JobState.CANCELLED):
-                return Outcome("skipped", {"job_state": job.state.value if job else None})
+                return Outcome(Action.SKIPPED, {"job_state": job.state.value if job else None})
             delay = self.priority.defer(msg, job)  # a bulk chunk gives way to open interactive work
             if delay is not None:
-                return Outcome("deferred", {"reason": "priority.deferred", "delay_s": delay,
+                return Outcome(Action.DEFERRED, {"reason": "priority.deferred", "delay_s": delay,
                                             "deferrals": msg.deferrals + 1})
             claim = self.deps.claims.claim(msg.job_id, msg.chunk_id, worker_identity(), self.s.claim_lease_s,
                                            delivery.receive_count, deadline_at=self._deadline_at(delivery))
@@ -595,7 +512,7 @@ class ChunkWorker:
         log_fields.bind(log_fields.job_fields(lease_deadline=record.claim_expires_at, checkpoint_version=fence))
         stats = RetryStats(meter=attempt_meter(self.s, counter))
         outcome = self._claimed(msg, delivery, job, fence, record, stats)
-        if outcome.action == "lease_lost":  # fenced out, none of its fenced writes went through: what it spent
+        if outcome.action is Action.LEASE_LOST:  # fenced out, none of its fenced writes went through: what it spent
             self.deps.jobs.add_fenced_out(msg.job_id, msg.chunk_id, fence, attempt_stats(stats))  # is its job's still
         return outcome
 
@@ -620,8 +537,7 @@ class ChunkWorker:
             retrier = Retrier(policy=self.s.profile.tier1.model_retry, budget=RetryBudget(self.s.profile.tier1.chunk_retry_budget_s),
                               stats=stats, rng=self.rng, sleep=self.sleep, has_time=has_time,
                               check=before_each_call(hb, watch), on_retry=retry_recorder(self.deps, msg, watch))
-            runner = AnalystRunner(self.deps, self.model, retrier, hb, has_time, self.analyst_extra_s, watch,
-                                   None if batch_lane else self.limiter, None if batch_lane else self.daily, answers)
+            runner = AnalystRunner(self.deps, self.model, retrier, hb, has_time, self.analyst_extra_s, watch, answers)
             try:
                 if batch_lane:
                     outputs, waiting = runner.run_batch(msg, job, fence, record,
@@ -632,7 +548,7 @@ class ChunkWorker:
                 return settle_cancelled(self.deps, msg, fence, stats, exc.stage)
             except LeaseLost:
                 self.deps.jobs.record_event(msg.job_id, "chunk.lease_lost", chunk_id=msg.chunk_id, fence=fence)
-                return Outcome("lease_lost", {"error": "runtime.lease_lost"}, stats)
+                return Outcome(Action.LEASE_LOST, {"error": "runtime.lease_lost"}, stats)
             except ReviewError as exc:
                 error = exc.envelope
             except Exception as exc:  # an AWS call failed (e.g. DynamoDB throttling): classified, not lost
@@ -651,9 +567,10 @@ class ChunkWorker:
     def _waiting(self, job: Job, error: ErrorEnvelope | None, *, progressed: bool) -> None:
         """The job's named waiting condition: set by the first hold of one of its chunks for the daily token quota
         (`job.waiting_quota`), ended by the first progress after it (`job.waiting_ended`)."""
-        if error is not None and error.error_code == DAILY_QUOTA_CODE and self.daily is not None:
+        quota = self.daily.quota if self.daily is not None else None  # the daily hold, when one is known now
+        if error is not None and error.error_code == DAILY_QUOTA_CODE and quota is not None:
             if job.waiting is None:
-                waiting = self.daily.waiting(self.deps.clock())
+                waiting = quota.waiting(self.deps.clock())
                 if self.deps.jobs.set_waiting(job.job_id, waiting):
                     self.deps.jobs.record_event(job.job_id, "job.waiting_quota", **waiting.model_dump(mode="json"))
         elif job.waiting is not None and progressed and self.deps.jobs.set_waiting(job.job_id, None):
@@ -663,8 +580,8 @@ class ChunkWorker:
         if record is not None and record.settled:
             # The results message may not have been sent before a crash: send it again.
             announce(self.deps, record)
-            return Outcome("duplicate", {"status": record.status.value})
-        return Outcome("duplicate", {"status": record.status.value if record else None,
+            return Outcome(Action.DUPLICATE, {"status": record.status.value})
+        return Outcome(Action.DUPLICATE, {"status": record.status.value if record else None,
                                      "claimed_by": record.claimed_by if record else None})
 
     def _deadline_at(self, delivery: Delivery) -> float | None:
@@ -694,46 +611,40 @@ class ChunkWorker:
         if done is None:
             self.deps.jobs.record_event(msg.job_id, "chunk.lease_lost", chunk_id=msg.chunk_id, fence=fence,
                                         at_step="complete")
-            return Outcome("lease_lost")
+            return Outcome(Action.LEASE_LOST)
         announce(self.deps, done)
-        return Outcome("done", {"findings": len(findings), "calls": stats.calls})
+        return Outcome(Action.DONE, {"findings": len(findings), "calls": stats.calls})
 
     def _await_batch(self, msg: AnalysisMessage, fence: int, stats: RetryStats, waiting: list[BatchRecord]) -> Outcome:
         """Park the chunk `awaiting_batch` with its missing requests; its message is done with (pipeline/batch.py)."""
         if batch.park(self.deps, msg.job_id, msg.chunk_id, fence, attempt_stats(stats), waiting) is None:
-            return Outcome("lease_lost")
+            return Outcome(Action.LEASE_LOST)
         self.deps.jobs.record_event(msg.job_id, "chunk.awaiting_batch", chunk_id=msg.chunk_id,
                                     chunk_index=msg.chunk_index, records=len(waiting))
-        return Outcome("awaiting_batch", {"records": len(waiting)})
+        return Outcome(Action.AWAITING_BATCH, {"records": len(waiting)})
 
     def _dead_lettered(self, msg: AnalysisMessage, fence: int, env: ErrorEnvelope, stats: AttemptStats) -> Outcome:
         if dead_letter(self.deps, msg, fence, env, stats, by="worker") is None:
-            return Outcome("lease_lost")
-        return Outcome("dead_lettered", {"error": env.error_code})
+            return Outcome(Action.LEASE_LOST)
+        return Outcome(Action.DEAD_LETTERED, {"error": env.error_code})
 
     def _on_error(self, msg: AnalysisMessage, fence: int, delivery: Delivery, stats: RetryStats,
                   env: ErrorEnvelope, *, progressed: bool) -> Outcome:
-        """What a failed attempt becomes:
-        - out of time (`runtime.time_exhausted`): a handoff, no failure; requeued at once when the
-          attempt checkpointed something and no error drove it, else after a delay. Only when
-          transient errors (not throttling) ate the time and nothing was saved is it a failed attempt;
-        - throttling (model or AWS, also behind a spent retry budget): backpressure, requeued with delay;
-        - other transient errors: a failed attempt, tier 2; permanent ones: the chunk fails."""
+        """What a failed attempt becomes, as the recovery policy decides (domain/policy.py `decide`): requeued as
+        backpressure or a handoff (at once after a clean handoff), a failed attempt (tier 2), a failed chunk, or a
+        stop."""
+        decision = decide(env, progressed=progressed, retried=stats.retries)
         record = self.deps.claims.get(msg.job_id, msg.chunk_id)
         checkpointed = sorted(record.checkpoints) if record else []
-        if recovery(env.error_code).handling is Handling.HANDOFF:
-            errors = [c for c in (env.cause_code, *stats.retries) if counts_as_error(c)]
-            if errors and not progressed:
-                env = env.model_copy(update={"cause_code": env.cause_code or errors[0]})
-                return self._tier2(msg, fence, delivery, stats, env, (record.failures if record else 0) + 1,
-                                   checkpointed)
-            clean = progressed and env.cause_code is None
-            return self._requeue(msg, fence, stats, env, record, checkpointed, clean=clean)
-        if is_backpressure(env):
-            return self._requeue(msg, fence, stats, env, record, checkpointed, clean=False)
-        if env.retryable:
+        if decision.next is Next.STOP:  # not ours to finish: whoever owns the chunk settles it
+            return Outcome(Action.LEASE_LOST, {"error": env.error_code})
+        if decision.next is Next.FAIL:
+            return self._fail(msg, fence, stats, env)
+        if decision.next is Next.RETRY:
+            if decision.cause_code is not None:
+                env = env.model_copy(update={"cause_code": decision.cause_code})
             return self._tier2(msg, fence, delivery, stats, env, (record.failures if record else 0) + 1, checkpointed)
-        return self._fail(msg, fence, stats, env)
+        return self._requeue(msg, fence, stats, env, record, checkpointed, clean=decision.next is Next.REQUEUE_AT_ONCE)
 
     def _requeue(self, msg: AnalysisMessage, fence: int, stats: RetryStats, env: ErrorEnvelope,
                  record: ChunkRecord | None, checkpointed: list[str], *, clean: bool) -> Outcome:
@@ -744,8 +655,8 @@ class ChunkWorker:
         if isinstance(sent, ErrorEnvelope):  # its backpressure lasted the deadline without progress
             return self._dead_lettered(msg, fence, sent, attempt_stats(stats))
         if sent is None:
-            return Outcome("lease_lost")
-        return Outcome("requeued", {"reason": sent.reason, "delay_s": sent.delay_s})
+            return Outcome(Action.LEASE_LOST)
+        return Outcome(Action.REQUEUED, {"reason": sent.reason, "delay_s": sent.delay_s})
 
     def _requeue_unclaimed(self, msg: AnalysisMessage, env: ErrorEnvelope) -> Outcome:
         """AWS throttled us before the chunk was claimed (nothing to release, and the tables are the
@@ -754,7 +665,7 @@ class ChunkWorker:
         self.deps.queues.send_analysis([msg.requeued(env.error_code, 0)], delay_s=delay)
         log.warning("throttled before the claim; requeued", extra={"job_id": msg.job_id, "chunk_id": msg.chunk_id,
                                                                   "error_code": env.error_code, "delay_s": delay})
-        return Outcome("requeued", {"reason": env.error_code, "delay_s": delay, "claimed": 0})
+        return Outcome(Action.REQUEUED, {"reason": env.error_code, "delay_s": delay, "claimed": 0})
 
     def _tier2(self, msg: AnalysisMessage, fence: int, delivery: Delivery, stats: RetryStats, env: ErrorEnvelope,
                failures: int, checkpointed: list[str]) -> Outcome:
@@ -762,7 +673,7 @@ class ChunkWorker:
             return self._dead_lettered(msg, fence, env.model_copy(update={"attempt": failures}), attempt_stats(stats))
         if self.deps.claims.release(msg.job_id, msg.chunk_id, fence, attempt_stats(stats), env, failure=True,
                                     reason=ReleaseReason.RETRY) is None:
-            return Outcome("lease_lost")
+            return Outcome(Action.LEASE_LOST)
         # Tier 2 backoff: the record comes back after a jittered delay growing to minutes (an outage of
         # a few minutes must not use the poison budget), instead of the full visibility timeout.
         back = tier2_backoff_s(self.s.profile, failures, self.rng)
@@ -778,11 +689,11 @@ class ChunkWorker:
         failed = self.deps.claims.finish(msg.job_id, msg.chunk_id, fence, ChunkStatus.FAILED, attempt_stats(stats),
                                          error=env)
         if failed is None:
-            return Outcome("lease_lost")
+            return Outcome(Action.LEASE_LOST)
         self.deps.jobs.record_event(msg.job_id, "chunk.failed", chunk_id=msg.chunk_id, error_code=env.error_code)
         if env.job_fatal:  # fail the job first, so the result below cannot finalize it with another code
             failure = JobFailure(error=env, error_code=env.error_code, ended_at=self.deps.clock())
             lifecycle.move(self.deps, msg.job_id, (JobState.QUEUED, JobState.RUNNING), JobState.FAILED, outcome=failure,
                            detail={"error_code": env.error_code, "chunk_id": msg.chunk_id})
         announce(self.deps, failed)
-        return Outcome("job_failed" if env.job_fatal else "failed", {"error": env.error_code})
+        return Outcome(Action.JOB_FAILED if env.job_fatal else Action.FAILED, {"error": env.error_code})
