@@ -5,6 +5,7 @@ import."""
 from __future__ import annotations
 
 import logging
+import random
 import time
 from collections.abc import Callable
 from typing import Any
@@ -25,7 +26,7 @@ from contract_review.adapters.token_ledger import DynamoTokenLedger
 from contract_review.config.constants import AWS_CALL_ATTEMPTS, AWS_CONNECT_TIMEOUT_S, AWS_READ_TIMEOUT_S
 from contract_review.config.settings import Settings
 from contract_review.domain.control_records import PublishedQuotas
-from contract_review.domain.cost import RequestMeter
+from contract_review.domain.cost import RequestMeter, model_price
 from contract_review.domain.effects import SideEffects
 from contract_review.domain.errors import ReviewError, classify
 from contract_review.domain.keys import BATCH_PREFIX
@@ -33,6 +34,9 @@ from contract_review.domain.model import ModelClient
 from contract_review.domain.ports import Deps, Queue
 from contract_review.model.bedrock import ModelIdCheck, bedrock_client_config, bedrock_model, describe_model
 from contract_review.model.breaker import BreakerModel, CircuitBreaker
+from contract_review.model.daily_quota import DailyQuota
+from contract_review.model.onion import CountedModel, DailyQuotaModel, Layer, PacedModel, PausableModel
+from contract_review.model.pacing import QuotaLimiter
 from contract_review.model.quota_targets import QuotaTargets
 from contract_review.model.quotas import published, read_batch_quota, read_model_quotas
 from contract_review.pipeline.worker import ChunkWorker
@@ -212,8 +216,35 @@ def quota_reader(settings: Settings, session: Any,
 def build_chunk_worker(settings: Settings, deps: Deps, model: ModelClient) -> ChunkWorker:
     """The process's analysis worker: its model, and the quotas it paces and holds to (model/quota_targets.py: given
     at deploy, else as the sweeper published them; no worker reads Service Quotas). Its pacers and its daily-quota
-    hold are built at its first chunk and follow the quotas from then on (pipeline/worker.py)."""
-    return ChunkWorker(deps, model, quotas=QuotaTargets.for_settings(settings, deps.published_quotas))
+    hold are built at its first chunk and follow the quotas from then on (model/onion.py)."""
+    return chunk_worker(deps, model, quotas=QuotaTargets.for_settings(settings, deps.published_quotas))
+
+
+def chunk_worker(deps: Deps, model: ModelClient, *, quotas: QuotaTargets | None = None,
+                 limiter: QuotaLimiter | None = None, daily: DailyQuota | None = None,
+                 rng: random.Random | None = None, sleep: Callable[[float], None] = time.sleep,
+                 call_safety_s: float | None = None) -> ChunkWorker:
+    """An analysis worker calling `model` through its onion (`worker_model`); `rng`, `sleep`, `call_safety_s`: the
+    worker's (pipeline/worker.py)."""
+    return ChunkWorker(deps, worker_model(deps, model, quotas=quotas, limiter=limiter, daily=daily), rng=rng,
+                       sleep=sleep, call_safety_s=call_safety_s)
+
+
+def worker_model(deps: Deps, model: ModelClient, *, quotas: QuotaTargets | None = None,
+                 limiter: QuotaLimiter | None = None, daily: DailyQuota | None = None) -> Layer:
+    """The onion of a worker's model call (model/onion.py), outermost first: the pause and spend-cap hold (with a
+    runtime control), the daily token quota (with `quotas` and a token ledger, or the hold given), the pacers (with
+    `quotas` or a runtime control to follow, or the pacers given), the counting, then `model` (its breaker, trace and
+    faults: `build_model`, the handlers). A layer with nothing to do is not built."""
+    s, p = deps.settings, deps.settings.profile
+    client: Layer = CountedModel(model, model_price(p.prices, s.effective_model_id))
+    if limiter is not None or quotas is not None or deps.model_control is not None:
+        client = PacedModel(client, p, s.effective_model_id, deps.model_control, quotas, limiter)
+    if daily is not None or (quotas is not None and deps.token_ledger is not None):
+        client = DailyQuotaModel(client, p, s.effective_model_id, deps.clock, deps.token_ledger, quotas, daily)
+    if deps.model_control is not None:
+        client = PausableModel(client, deps, deps.model_control)
+    return client
 
 
 def _offline_model(settings: Settings) -> ModelClient:

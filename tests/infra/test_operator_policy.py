@@ -31,7 +31,8 @@ from contract_review.domain.records import Approval, Job, JobState, job_id_for
 from contract_review.doubles.offline_model import OfflineRuleModel
 from contract_review.pipeline.aggregator import handle_message
 from contract_review.pipeline.intake import handle_intake
-from contract_review.pipeline.worker import ChunkWorker, Delivery
+from contract_review.pipeline.worker import Delivery
+from contract_review.wiring import chunk_worker
 from review_local import connect as connect_module
 from review_local.connect import connect, local_deps
 from review_local.embedded import FAKE_CREDENTIALS, EmbeddedAws
@@ -92,7 +93,7 @@ def _run_one_chunk(setup: Any, job_id: str) -> None:
     taken = setup.queues.take_all(Queue.ANALYSIS, visibility_s=60)
     msgs = [(m, AnalysisMessage.model_validate_json(m.body)) for m in taken]
     m, msg = next((m, a) for m, a in msgs if a.job_id == job_id)
-    ChunkWorker(setup, OfflineRuleModel()).handle(msg, Delivery(message_id=m.message_id, receipt_handle=m.receipt_handle,
+    chunk_worker(setup, OfflineRuleModel()).handle(msg, Delivery(message_id=m.message_id, receipt_handle=m.receipt_handle,
                                                                 receive_count=1, visibility_s=120, remaining_ms=None))
     for r in setup.queues.take_all(Queue.RESULTS, visibility_s=60):
         handle_message(setup, parse_results_body(r.body))

@@ -59,14 +59,14 @@ from contract_review.model.daily_quota import DailyQuota
 from contract_review.operate import job_view, model_control
 from contract_review.pipeline import admission, batch_inference
 from contract_review.pipeline.intake import handle_intake
-from contract_review.pipeline.worker import ChunkWorker, Delivery, Tier2
+from contract_review.pipeline.worker import Delivery, Tier2
 from contract_review.reliability.chunks import announce
 from contract_review.review.analysts import ChunkFindings, Finding
 from contract_review.review.chunking import document_hash
 from contract_review.review.report import Report, coverage_of
 from contract_review.sideeffects import saga
 from contract_review.sideeffects.saga import TICKET, SagaStatus
-from contract_review.wiring import build_deps
+from contract_review.wiring import build_deps, chunk_worker
 from infra.permissions import ACCESS
 from review_local.batch_service import BedrockBatchStandIn
 from review_local.connect import local_deps
@@ -319,20 +319,20 @@ def _worker(rec: Recorder, setup: Deps, aws: EmbeddedAws, bedrock: BedrockDouble
     job_id, m = _job(setup, aws, "w-throttled")
     msg = AnalysisMessage.model_validate_json(m["Body"])
     with rec.acting_as("worker"):
-        ChunkWorker(deps, FailingModel("ThrottlingException", 429, ok=1), sleep=lambda _s: None).handle(
+        chunk_worker(deps, FailingModel("ThrottlingException", 429, ok=1), sleep=lambda _s: None).handle(
             msg, _delivery(m, p.queues.analysis_visibility_s))
     # ... then resumed from its checkpoint (read back from S3), with BatchGetItem leaving keys unprocessed
     with rec.acting_as("worker"):
-        outcome = ChunkWorker(deps, OkModel(), sleep=lambda _s: None).handle(msg, _delivery(m, p.queues.analysis_visibility_s))
+        outcome = chunk_worker(deps, OkModel(), sleep=lambda _s: None).handle(msg, _delivery(m, p.queues.analysis_visibility_s))
     assert outcome.action == "done", outcome
     # 4. a 5xx: tier 2 (visibility backoff), then with the budget spent: dead-lettered
     _, m = _job(setup, aws, "w-5xx")
     msg = AnalysisMessage.model_validate_json(m["Body"])
     with rec.acting_as("worker"), pytest.raises(Tier2):
-        ChunkWorker(handlers.deps(), FailingModel("ServiceUnavailableException", 503),
+        chunk_worker(handlers.deps(), FailingModel("ServiceUnavailableException", 503),
                     sleep=lambda _s: None).handle(msg, _delivery(m, p.queues.analysis_visibility_s))
     with rec.acting_as("worker"):
-        outcome = ChunkWorker(handlers.deps(), OkModel(), sleep=lambda _s: None).handle(
+        outcome = chunk_worker(handlers.deps(), OkModel(), sleep=lambda _s: None).handle(
             msg.model_copy(update={"max_attempts": 1}), _delivery(m, p.queues.analysis_visibility_s))
     assert outcome.action == "dead_lettered", outcome
     # 5. the daily token ledger: a chunk's calls counted (flushed with an ADD at the end of the attempt) ...
@@ -341,7 +341,7 @@ def _worker(rec: Recorder, setup: Deps, aws: EmbeddedAws, bedrock: BedrockDouble
     _, m = _job(setup, aws, "w-daily")
     counting = DailyQuota.for_profile(deps.token_ledger, OkModel.model_id, 10**12, p)
     with rec.acting_as("worker"):
-        outcome = ChunkWorker(deps, CountedModel(), sleep=lambda _s: None, daily=counting).handle(
+        outcome = chunk_worker(deps, CountedModel(), sleep=lambda _s: None, daily=counting).handle(
             AnalysisMessage.model_validate_json(m["Body"]), _delivery(m, p.queues.analysis_visibility_s))
     assert outcome.action == "done", outcome
     # ... then a quota that the ledger shows used up (those 110 tokens): the chunk is held (the ledger read, the
@@ -349,7 +349,7 @@ def _worker(rec: Recorder, setup: Deps, aws: EmbeddedAws, bedrock: BedrockDouble
     _, m = _job(setup, aws, "w-held")
     full = DailyQuota.for_profile(deps.token_ledger, OkModel.model_id, 100, p)
     with rec.acting_as("worker"):
-        outcome = ChunkWorker(deps, OkModel(), sleep=lambda _s: None, daily=full).handle(
+        outcome = chunk_worker(deps, OkModel(), sleep=lambda _s: None, daily=full).handle(
             AnalysisMessage.model_validate_json(m["Body"]), _delivery(m, p.queues.analysis_visibility_s))
     assert outcome.action == "requeued" and outcome.detail["reason"] == "model.daily_quota_exhausted", outcome
     # 6. a bulk job's chunk while an interactive job is open (w-held's, just held): it gives way, sent back delayed
@@ -358,7 +358,7 @@ def _worker(rec: Recorder, setup: Deps, aws: EmbeddedAws, bedrock: BedrockDouble
     assert bulk.job_id is not None
     m = _message_of(aws, setup.settings.analysis_queue_url, bulk.job_id)
     with rec.acting_as("worker"):
-        outcome = ChunkWorker(handlers.deps(), OkModel(), sleep=lambda _s: None).handle(
+        outcome = chunk_worker(handlers.deps(), OkModel(), sleep=lambda _s: None).handle(
             AnalysisMessage.model_validate_json(m["Body"]), _delivery(m, p.queues.analysis_visibility_s))
     assert outcome.action == "deferred", outcome
 
@@ -624,7 +624,7 @@ def _collector(rec: Recorder, aws: EmbeddedAws, collector_env: dict[str, str], s
         """The worker takes the job's chunk message: what it did with it."""
         m = _message_of(aws, url, job_id)
         with rec.acting_as("worker"):
-            return ChunkWorker(handlers.deps(), OkModel(), sleep=lambda _s: None).handle(
+            return chunk_worker(handlers.deps(), OkModel(), sleep=lambda _s: None).handle(
                 AnalysisMessage.model_validate_json(m["Body"]), _delivery(m, p.queues.analysis_visibility_s)).action
 
     def parked(key: str) -> str:

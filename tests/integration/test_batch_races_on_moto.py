@@ -24,7 +24,8 @@ from contract_review.doubles.offline_model import OfflineRuleModel
 from contract_review.pipeline import batch_inference_collect, batch_inference_run
 from contract_review.pipeline.aggregator import handle_result
 from contract_review.pipeline.intake import handle_intake
-from contract_review.pipeline.worker import ChunkWorker, Delivery
+from contract_review.pipeline.worker import Delivery
+from contract_review.wiring import chunk_worker
 from review_local.batch_service import BedrockBatchStandIn
 from review_local.embedded import EmbeddedAws
 
@@ -65,7 +66,7 @@ def _take(deps: Deps, queue: Queue) -> list[str]:
 
 def _work(deps: Deps) -> list[str]:
     """Every analysis message worked once, every result aggregated: the chunk ids worked."""
-    worker = ChunkWorker(deps, OfflineRuleModel(), rng=random.Random(1), sleep=lambda _s: None)
+    worker = chunk_worker(deps, OfflineRuleModel(), rng=random.Random(1), sleep=lambda _s: None)
     worked = []
     for body in _take(deps, Queue.ANALYSIS):
         msg = AnalysisMessage.model_validate_json(body)

@@ -20,10 +20,13 @@ from botocore.exceptions import ClientError
 from contract_review.adapters.published_quotas import DynamoPublishedQuotas, quotas_key
 from contract_review.domain.control_records import PublishedQuotas
 from contract_review.domain.ports import Deps
+from contract_review.model.daily_quota import DailyQuota
+from contract_review.model.onion import PacedModel, layer
+from contract_review.model.pacing import QuotaLimiter
 from contract_review.model.quota_targets import QuotaTargets
 from contract_review.pipeline.intake import handle_intake
 from contract_review.pipeline.sweeper import SweepReport, sweep
-from contract_review.pipeline.worker import Delivery
+from contract_review.pipeline.worker import ChunkWorker, Delivery
 from contract_review.reliability.chunks import analysis_message
 from contract_review.wiring import aws_client_config, build_chunk_worker, build_deps
 from review_local.connect import local_session
@@ -37,6 +40,22 @@ from .conftest import emptied
 MODEL = "global.anthropic.claude-sonnet-4-6"
 _n = iter(range(10**6))
 
+
+
+def _paced(worker: ChunkWorker) -> PacedModel:
+    """The worker onion's pacing layer (model/onion.py)."""
+    paced = layer(worker.model, PacedModel)
+    assert paced is not None
+    return paced
+
+
+def _pacers(worker: ChunkWorker) -> QuotaLimiter | None:
+    return _paced(worker).limiter
+
+
+def _daily(worker: ChunkWorker) -> DailyQuota | None:
+    """The daily-quota layer's hold, when a daily quota is known."""
+    return worker.daily.quota if worker.daily is not None else None
 
 def quotas(tpm: float | None, tpd: float | None = 1e9, at: float = 1.0) -> PublishedQuotas:
     return PublishedQuotas(model_id=MODEL, tokens_per_minute=tpm, tokens_per_minute_quota=f"tpm row ({tpm})",
@@ -185,8 +204,8 @@ def test_a_bedrock_workers_cold_start_calls_no_service_quotas_and_paces_to_the_p
     msg = analysis_message(deps, job, deps.claims.for_job(job.job_id)[0], "test")
     outcome = worker.handle(msg, Delivery("m", "rh", 1, 120, remaining_ms=lambda: 10**9))
     assert outcome.action == "done", outcome
-    assert worker.limiter is not None and worker.limiter.tokens is not None
-    assert worker.limiter.tokens.ceiling == pytest.approx(2_000_000 / 60)
-    assert worker.daily is not None and worker.daily.tokens_per_day == 1e9
+    assert _pacers(worker) is not None and _pacers(worker).tokens is not None
+    assert _pacers(worker).tokens.ceiling == pytest.approx(2_000_000 / 60)
+    assert _daily(worker) is not None and _daily(worker).tokens_per_day == 1e9
     services = {name.split(".")[1] for name in calls}
     assert "dynamodb" in services and not services & {"service-quotas", "bedrock"}, sorted(services)

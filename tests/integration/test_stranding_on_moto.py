@@ -19,8 +19,9 @@ from contract_review.doubles.offline_model import OfflineRuleModel
 from contract_review.pipeline.aggregator import finalize, handle_result
 from contract_review.pipeline.intake import handle_intake
 from contract_review.pipeline.redrive import dlq_redrive
-from contract_review.pipeline.worker import ChunkWorker, Delivery
+from contract_review.pipeline.worker import Delivery
 from contract_review.reliability.chunks import analysis_message, dead_letter
+from contract_review.wiring import chunk_worker
 from review_local.embedded import EmbeddedAws
 
 from ..oracle import counted
@@ -64,7 +65,7 @@ def _worker_finishes_and_job_completes(deps: Deps, job_id: str, chunk_id: str) -
     ((body, handle),) = _take(deps, Queue.ANALYSIS)
     msg = AnalysisMessage.model_validate_json(body)
     assert (msg.chunk_id, msg.reason) == (chunk_id, "redrive")
-    worker = ChunkWorker(deps, OfflineRuleModel(), rng=random.Random(1), sleep=lambda _s: None)
+    worker = chunk_worker(deps, OfflineRuleModel(), rng=random.Random(1), sleep=lambda _s: None)
     assert worker.handle(msg, Delivery(message_id="m", receipt_handle="", receive_count=1, visibility_s=120)).action \
         == "done"
     outcomes = [handle_result(deps, ResultMessage.model_validate_json(b)) for b, _ in _take(deps, Queue.RESULTS)]

@@ -25,7 +25,7 @@ from contract_review.pipeline.sweeper import sweep
 from contract_review.pipeline.worker import ChunkWorker, Delivery
 from contract_review.review.analysts import analysis_identities, analysts_for
 from contract_review.review.chunking import document_hash
-from contract_review.wiring import build_deps
+from contract_review.wiring import build_deps, chunk_worker
 from review_local.connect import local_deps, local_session
 from review_local.embedded import EmbeddedAws
 
@@ -75,7 +75,7 @@ def _start_job(deps: Deps, sqs: Any) -> tuple[str, AnalysisMessage, Delivery]:
 
 
 def _worker(deps: Deps, model: Any) -> ChunkWorker:
-    return ChunkWorker(deps, model, rng=random.Random(1), sleep=lambda s: None, call_safety_s=0.5)
+    return chunk_worker(deps, model, rng=random.Random(1), sleep=lambda s: None, call_safety_s=0.5)
 
 
 def _aggregate(deps: Deps, sqs: Any) -> list[str]:

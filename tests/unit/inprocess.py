@@ -18,16 +18,18 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from contract_review.domain.messages import AnalysisMessage, parse_results_body
-from contract_review.domain.model import ModelRequest, ModelResponse
+from contract_review.domain.model import ModelClient, ModelRequest, ModelResponse
 from contract_review.domain.ports import Queue
 from contract_review.domain.records import ChunkStatus, Job
 from contract_review.doubles.offline_model import OfflineRuleModel
+from contract_review.model.onion import CountedModel, layer
 from contract_review.pipeline import collector
 from contract_review.pipeline.aggregator import handle_message
 from contract_review.pipeline.intake import handle_intake
 from contract_review.pipeline.sweeper import sweep
-from contract_review.pipeline.worker import ChunkWorker, Delivery, Tier2
+from contract_review.pipeline.worker import Delivery, Tier2
 from contract_review.review.analysts import ChunkFindings
+from contract_review.wiring import chunk_worker
 from tests.oracle import counted
 
 from .fakes import FakeWorld, Sent
@@ -74,12 +76,18 @@ class InProcess:
     def __init__(self, world: FakeWorld, model: FaultyModel | None = None):
         self.world = world
         self.model = model or FaultyModel()
-        self.worker = ChunkWorker(world.deps, self.model, rng=random.Random(7), sleep=lambda _s: None)
+        self.worker = chunk_worker(world.deps, self.model, rng=random.Random(7), sleep=lambda _s: None)
         # the invocation's remaining time for a delivery (None: no function timeout, as on Fargate)
         self.remaining_ms: Callable[[AnalysisMessage], Callable[[], int] | None] = lambda _m: None
         self.crashes = 0
         self.to_dlq: set[str] = set()  # chunk ids whose next message the queue moves to the DLQ (receives burned)
         self.intake_receives: Counter[str] = Counter()
+
+    def use_model(self, model: ModelClient) -> None:
+        """The worker's calls reach `model` from now on, still through its onion (paused, paced, counted)."""
+        counted = layer(self.worker.model, CountedModel)
+        assert counted is not None
+        counted.inner = model
 
     # ------------------------------------------------------------------ input
     def send(self, document: dict[str, object], key: str | None = None, **fields: object) -> str:

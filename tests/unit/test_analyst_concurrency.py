@@ -17,8 +17,9 @@ from contract_review.domain.model import ModelRequest, ModelResponse
 from contract_review.domain.records import ChunkStatus, JobState
 from contract_review.doubles.offline_model import OfflineRuleModel
 from contract_review.pipeline.analyst_pool import GroupCommit
-from contract_review.pipeline.worker import ChunkWorker, Delivery
+from contract_review.pipeline.worker import Delivery
 from contract_review.review.analysts import ChunkFindings, analysts_for
+from contract_review.wiring import chunk_worker
 
 from .fakes import SETTINGS, FakeWorld
 from .scenarios import one_chunk_job
@@ -78,7 +79,7 @@ def _world(concurrency: int) -> FakeWorld:
 
 
 def _handle(world: FakeWorld, msg: AnalysisMessage, model: OverlapModel):
-    worker = ChunkWorker(world.deps, model, rng=random.Random(1), sleep=lambda _s: None, call_safety_s=0.5)
+    worker = chunk_worker(world.deps, model, rng=random.Random(1), sleep=lambda _s: None, call_safety_s=0.5)
     return worker.handle(msg, Delivery("mid-1", "rh-1", 1, 120, remaining_ms=lambda: 10**9))
 
 

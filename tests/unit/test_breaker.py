@@ -17,7 +17,8 @@ from contract_review.doubles.faults import bedrock_error
 from contract_review.model.breaker import BreakerModel, BreakerState, CircuitBreaker
 from contract_review.operate import job_view
 from contract_review.pipeline.intake import handle_intake
-from contract_review.pipeline.worker import ChunkWorker, Delivery
+from contract_review.pipeline.worker import Delivery
+from contract_review.wiring import chunk_worker
 
 from ..texts import TEXT
 from .fakes import FakeWorld
@@ -147,7 +148,7 @@ def test_a_chunk_meeting_an_open_breaker_is_released_as_backpressure_without_spe
     for _ in range(5):
         _outcome(BreakerModel(inner, breaker))
     calls_before = inner.calls
-    worker = ChunkWorker(world.deps, BreakerModel(inner, breaker), rng=random.Random(1), sleep=lambda _s: None)
+    worker = chunk_worker(world.deps, BreakerModel(inner, breaker), rng=random.Random(1), sleep=lambda _s: None)
     # WHEN it handles a chunk
     outcome = worker.handle(msg, Delivery("mid", "rh", 1, 120))
     # THEN no call was sent, the chunk was requeued with a delay of at least the breaker's time left,

@@ -24,8 +24,9 @@ from contract_review.domain.records import ChunkStatus, JobState, Usage
 from contract_review.doubles.offline_model import OfflineRuleModel
 from contract_review.model.daily_quota import DailyQuota
 from contract_review.model.pacing import estimated_reservation
-from contract_review.pipeline.worker import ChunkWorker, Delivery, Heartbeat
+from contract_review.pipeline.worker import Delivery, Heartbeat
 from contract_review.reliability.chunks import analysis_message
+from contract_review.wiring import chunk_worker
 
 from .inprocess import Crash, Fault, FaultyModel, on
 from .test_recoveries import Run, client_error, raises
@@ -44,7 +45,7 @@ def _daily_quota(r: Run) -> Callable[[], None]:
     p = r.world.settings.profile
     model_id = r.p.model.inner.model_id
     daily = DailyQuota.for_profile(r.world.token_ledger, model_id, 1_000_000, p, clock=r.world.clock)
-    r.p.worker = ChunkWorker(r.world.deps, r.p.model, rng=random.Random(7), sleep=lambda _s: None, daily=daily)
+    r.p.worker = chunk_worker(r.world.deps, r.p.model, rng=random.Random(7), sleep=lambda _s: None, daily=daily)
     r.world.token_ledger.add(model_id, daily.hour(r.world.clock()), 990_000)  # the ledger at 99 % of the quota
     return lambda: r.world.clock.advance(p.quota.daily_ledger_bucket_s)  # the next hour's probe answers
 
@@ -114,14 +115,14 @@ def test_an_attempt_fenced_out_of_its_chunk_still_puts_what_it_spent_on_the_job(
     r = Run()
     ids = r.submit()
     bill = Billed(r.p.model)
-    r.p.worker.model = bill
+    r.p.use_model(bill)
     w = r.world
 
     def freeze(request: ModelRequest) -> ModelResponse:
         w.clock.advance(w.settings.claim_lease_s + 1)
         job, rec = w.jobs.get(r.job_id), w.claims.get(r.job_id, ids[0])
         assert job is not None and rec is not None
-        other = ChunkWorker(w.deps, bill, sleep=lambda _s: None)
+        other = chunk_worker(w.deps, bill, sleep=lambda _s: None)
         assert other.handle(analysis_message(w.deps, job, rec, "sweeper"),
                             Delivery(message_id="m-2", receipt_handle="", receive_count=2, visibility_s=120)).action == "done"
         return OfflineRuleModel().invoke(request)
@@ -139,7 +140,7 @@ def test_a_chunk_that_settles_after_its_job_ended_puts_what_it_spent_on_the_job(
     r = Run()
     ids = r.submit()
     bill = Billed(r.p.model)
-    r.p.worker.model = bill
+    r.p.use_model(bill)
     r.p.model.faults.append(Fault(on(ids[1], "termination"), raises(client_error("AccessDeniedException", 403)), 1))
     job = r.p.run(r.job_id)
     assert (job.state, job.error_code) == (JobState.FAILED, "model.access_denied")
@@ -153,7 +154,7 @@ def test_a_chunk_whose_calls_mostly_time_out_dead_letters_with_its_answered_call
     r = Run()
     ids = r.submit()
     bill = Billed(r.p.model)
-    r.p.worker.model = bill
+    r.p.use_model(bill)
     n = {"calls": 0}
     inner = r.p.model.inner
 
@@ -180,7 +181,7 @@ def test_an_attempt_killed_mid_run_leaves_what_it_spent_up_to_its_last_write_on_
     r = Run()
     ids = r.submit()
     bill = Billed(r.p.model)
-    r.p.worker.model = bill
+    r.p.use_model(bill)
     r.p.model.faults.append(Fault(on(ids[1], "termination"), raises(Crash()), -1 if forever else 1))
     job = r.p.run(r.job_id)
     assert job.state is (JobState.DEAD_LETTERED if forever else JobState.COMPLETED)
@@ -194,7 +195,7 @@ def test_a_killed_attempts_spend_is_added_by_the_claim_that_takes_its_chunk_over
     r = Run()
     ids = r.submit()
     bill = Billed(r.p.model)
-    r.p.worker.model = bill
+    r.p.use_model(bill)
     w = r.world
     r.p.model.faults.append(Fault(on(ids[1], "termination"), raises(Crash()), 1))
     for s in w.queues.drain(Queue.ANALYSIS):
@@ -203,7 +204,7 @@ def test_a_killed_attempts_spend_is_added_by_the_claim_that_takes_its_chunk_over
     w.clock.advance(w.settings.claim_lease_s + 1)
     job, rec = w.jobs.get(r.job_id), w.claims.get(r.job_id, ids[1])
     assert job is not None and rec is not None and rec.status is ChunkStatus.CLAIMED
-    other = ChunkWorker(w.deps, bill, sleep=lambda _s: None)
+    other = chunk_worker(w.deps, bill, sleep=lambda _s: None)
     assert other.handle(analysis_message(w.deps, job, rec, "redelivered"),
                         Delivery(message_id="m-2", receipt_handle="", receive_count=2, visibility_s=120)).action == "done"
     assert r.p.run(r.job_id).state is JobState.COMPLETED
@@ -217,7 +218,7 @@ def test_calls_that_time_out_are_on_the_job_with_their_estimated_cost():
     r = Run()
     ids = r.submit()
     bill = Billed(r.p.model)
-    r.p.worker.model = bill
+    r.p.use_model(bill)
     w = r.world
     price = model_price(w.settings.profile.prices, w.settings.effective_model_id)
     timed_out: list[ModelRequest] = []  # the double's log of the calls it let time out
@@ -260,7 +261,7 @@ def test_a_heartbeat_carries_the_spend_of_the_analyst_under_way_when_the_process
     r = Run()
     ids = r.submit()
     bill = Billed(r.p.model)
-    r.p.worker.model = bill
+    r.p.use_model(bill)
     w = r.world
     price = model_price(w.settings.profile.prices, w.settings.effective_model_id)
     timed_out: list[ModelRequest] = []
@@ -295,7 +296,7 @@ def test_an_ending_write_that_landed_though_its_retry_failed_is_not_added_again_
     r = Run()
     r.submit()
     bill = Billed(r.p.model)
-    r.p.worker.model = bill
+    r.p.use_model(bill)
     claims = r.world.claims
     real = claims.finish
     landed: list[str] = []

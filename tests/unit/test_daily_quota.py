@@ -16,6 +16,7 @@ from contract_review.domain.records import ChunkStatus, JobState
 from contract_review.model.daily_quota import DAILY_QUOTA_CODE, DailyQuota
 from contract_review.operate import job_view, narration
 from contract_review.pipeline.worker import ChunkWorker, Delivery
+from contract_review.wiring import chunk_worker
 
 from .fakes import FakeClock, FakeTokenLedger, FakeWorld
 from .scenarios import one_chunk_job
@@ -166,7 +167,7 @@ def test_a_probe_that_is_throttled_holds_another_hour_and_no_reset_time_is_assum
 def _worker(world: FakeWorld, model: ScriptedModel, quota: float = QUOTA) -> ChunkWorker:
     daily = DailyQuota.for_profile(world.token_ledger, model.model_id, quota, world.settings.profile,
                                    source="test", clock=world.clock)
-    return ChunkWorker(world.deps, model, rng=random.Random(1), sleep=lambda _s: None, call_safety_s=0.5,
+    return chunk_worker(world.deps, model, rng=random.Random(1), sleep=lambda _s: None, call_safety_s=0.5,
                        daily=daily)
 
 

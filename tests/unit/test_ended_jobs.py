@@ -11,7 +11,8 @@ from contract_review.domain.keys import document_key
 from contract_review.domain.ports import Queue
 from contract_review.domain.records import AttemptStats, Cancellation, ChunkStatus, JobState, Usage
 from contract_review.pipeline import fanout, redrive
-from contract_review.pipeline.worker import ChunkWorker, Delivery
+from contract_review.pipeline.worker import Delivery
+from contract_review.wiring import chunk_worker
 from tests.oracle import counted
 
 from .fakes import FakeWorld
@@ -39,7 +40,7 @@ def test_a_chunk_message_of_a_job_cancelled_meanwhile_is_settled_cancelled_not_l
     # WHEN a worker receives the message
     delivery = Delivery(message_id="m", receipt_handle="r", receive_count=1, visibility_s=120,
                         remaining_ms=lambda: 10**9)
-    worker = ChunkWorker(world.deps, model=None, rng=random.Random(1), sleep=lambda _s: None)  # type: ignore[arg-type]  # no model call may happen
+    worker = chunk_worker(world.deps, model=None, rng=random.Random(1), sleep=lambda _s: None)  # type: ignore[arg-type]  # no model call may happen
     outcome = worker.handle(msg, delivery)
     # THEN it settles the chunk `cancelled`, fenced, counts it on the job, and calls no model
     after = world.claims.get(job_id, msg.chunk_id)

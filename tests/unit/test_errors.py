@@ -38,13 +38,13 @@ def test_error_codes_doc_is_generated_from_registry():
     assert ERROR_DOC.exists(), f"docs/error-codes.md is missing; regenerate with: {REGENERATE}"
     # WHEN it is compared with what the registry renders now
     # THEN they are identical (the doc is never edited by hand)
-    assert ERROR_DOC.read_text(encoding="utf-8") == render_markdown(get_profile("prod")), (
+    assert ERROR_DOC.read_text(encoding="utf-8") == render_markdown(get_profile("prod"), REGISTRY), (
         f"docs/error-codes.md is stale; regenerate with: {REGENERATE}"
     )
 
 
 def test_error_codes_doc_lists_every_code_once():
-    rows = [line for line in render_markdown(get_profile("prod")).splitlines() if line.startswith("| `")]
+    rows = [line for line in render_markdown(get_profile("prod"), REGISTRY).splitlines() if line.startswith("| `")]
     listed = [re.match(r"\| `([^`]+)`", row).group(1) for row in rows]
     assert sorted(listed) == sorted(REGISTRY)
     assert len(listed) == len(set(listed))
@@ -302,3 +302,36 @@ def test_changing_one_codes_behaviour_is_changing_its_row(monkeypatch):
     breaker.on_failure(err, "c1")
     breaker.on_failure(err, "c2")
     assert breaker.state.value == "open"
+
+
+@pytest.mark.parametrize(("code", "cause", "retried", "progressed", "expected"), [
+    ("model.unavailable", None, (), False, ("retry", None)),  # FAILURE: tier 2
+    ("model.request_invalid", None, (), False, ("fail", None)),  # PERMANENT
+    ("runtime.lease_lost", None, (), False, ("stop", None)),  # STOP: not ours to finish
+    ("model.throttled", None, (), True, ("requeue", None)),  # backpressure
+    ("runtime.retry_budget_exhausted", "model.throttled", (), False, ("requeue", None)),  # its cause's backpressure
+    ("runtime.time_exhausted", None, (), True, ("requeue_at_once", None)),  # a clean handoff
+    ("runtime.time_exhausted", None, ("model.throttled",), False, ("requeue", None)),  # throttles ate the time
+    ("runtime.time_exhausted", None, ("model.unavailable",), False, ("retry", "model.unavailable")),  # errors did
+    ("runtime.time_exhausted", None, ("model.unavailable",), True, ("requeue_at_once", None)),  # ...it progressed
+    ("batch.record_failed", None, (), False, ("retry", None)),  # not a chunk outcome: its row's retryability
+    ("input.invalid", None, (), False, ("fail", None)),
+])
+def test_what_an_attempt_does_next_is_decided_from_the_policy_rows(code, cause, retried, progressed, expected):
+    from contract_review.domain.policy import decide
+
+    d = decide(ErrorEnvelope.of(code, cause_code=cause), progressed=progressed, retried=retried)
+    assert (d.next.value, d.cause_code) == expected
+
+
+def test_a_codes_retryability_is_its_policy_rows():
+    from dataclasses import replace
+
+    from contract_review.domain import policy
+
+    assert all(REGISTRY[c].retryable is POLICY[c].retryable for c in REGISTRY)
+    # a row that stops being retried anywhere makes its envelopes say so on the wire
+    row = POLICY["model.unavailable"]
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setitem(policy.POLICY, "model.unavailable", replace(row, tier1=None, handling=Handling.PERMANENT))
+        assert ErrorEnvelope.of("model.unavailable").retryable is False

@@ -15,7 +15,7 @@ import pytest
 
 from contract_review.domain.log_fields import key_hash
 from contract_review.domain.ports import Queue
-from contract_review.pipeline.worker import ChunkWorker
+from contract_review.wiring import chunk_worker
 from review_local.sandbox import LambdaContext, sqs_event
 
 from .fakes import FakeWorld, Sent
@@ -51,7 +51,7 @@ def modules(monkeypatch: pytest.MonkeyPatch) -> tuple[Any, Any, Any]:
 def world(monkeypatch: pytest.MonkeyPatch, modules: tuple[Any, Any, Any]) -> FakeWorld:
     intake_handler, worker_handler, aggregator_handler = modules
     w = FakeWorld()
-    worker = ChunkWorker(w.deps, FaultyModel(), rng=random.Random(7), sleep=lambda _s: None)
+    worker = chunk_worker(w.deps, FaultyModel(), rng=random.Random(7), sleep=lambda _s: None)
     for module in (intake_handler, aggregator_handler):
         monkeypatch.setattr(module, "deps", lambda: w.deps)
     monkeypatch.setattr(worker_handler, "chunk_worker", lambda: worker)

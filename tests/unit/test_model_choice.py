@@ -15,7 +15,8 @@ from contract_review.domain.ports import Queue
 from contract_review.domain.records import ChunkStatus, JobState
 from contract_review.model.bedrock import BedrockConverseModel, ModelIdCheck
 from contract_review.pipeline.intake import handle_intake
-from contract_review.pipeline.worker import ChunkWorker, Delivery
+from contract_review.pipeline.worker import Delivery
+from contract_review.wiring import chunk_worker
 
 from ..texts import TEXT
 from . import bedrock_stubs as bs
@@ -40,7 +41,7 @@ def _job(world: FakeWorld) -> tuple[str, list[AnalysisMessage]]:
 
 
 def _deliver(world: FakeWorld, model: Any, msg: AnalysisMessage) -> str:
-    worker = ChunkWorker(world.deps, model, rng=random.Random(1), sleep=lambda _s: None, call_safety_s=0.5)
+    worker = chunk_worker(world.deps, model, rng=random.Random(1), sleep=lambda _s: None, call_safety_s=0.5)
     delivery = Delivery(message_id=f"mid-{msg.chunk_index}", receipt_handle="rh", receive_count=1, visibility_s=120,
                         remaining_ms=lambda: 10**9)
     return worker.handle(msg, delivery).action

@@ -15,8 +15,9 @@ from contract_review.domain.ports import Queue
 from contract_review.doubles.offline_model import OfflineRuleModel
 from contract_review.pipeline.aggregator import handle_result
 from contract_review.pipeline.intake import handle_intake
-from contract_review.pipeline.worker import ChunkWorker, Delivery
+from contract_review.pipeline.worker import Delivery
 from contract_review.review.analysts import ChunkFindings, Finding
+from contract_review.wiring import chunk_worker
 
 from ..oracle import assert_matches_fault_free, check_job, expected_findings
 from ..texts import LONG_TEXT, TEXT
@@ -28,7 +29,7 @@ def _work_all(world: FakeWorld, text: str) -> str:
     """Intake `text` and run every chunk through the real worker (offline model); results not yet handled."""
     result = handle_intake(world.deps, json.dumps({"schema_version": 1, "document": {"text": text}}), "m-1")
     assert result.job_id is not None
-    worker = ChunkWorker(world.deps, OfflineRuleModel(), rng=random.Random(1), sleep=lambda s: None)
+    worker = chunk_worker(world.deps, OfflineRuleModel(), rng=random.Random(1), sleep=lambda s: None)
     for sent in world.queues.drain(Queue.ANALYSIS):
         msg = AnalysisMessage.model_validate_json(sent.body)
         assert worker.handle(msg, Delivery(sent.message_id, "", 1, 60)).action == "done"

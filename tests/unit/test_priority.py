@@ -15,7 +15,8 @@ from contract_review.pipeline import batch_inference_collect
 from contract_review.pipeline.aggregator import handle_message
 from contract_review.pipeline.intake import handle_intake
 from contract_review.pipeline.priority import PriorityGate, starvation_bound_s
-from contract_review.pipeline.worker import ChunkWorker, Delivery
+from contract_review.pipeline.worker import Delivery
+from contract_review.wiring import chunk_worker
 
 from ..texts import LONG_TEXT
 from .fakes import FakeWorld
@@ -30,7 +31,7 @@ class SerialQueue:
 
     def __init__(self, world: FakeWorld):
         self.world = world
-        self.worker = ChunkWorker(world.deps, OfflineRuleModel(), rng=random.Random(1), sleep=lambda _s: None)
+        self.worker = chunk_worker(world.deps, OfflineRuleModel(), rng=random.Random(1), sleep=lambda _s: None)
         self.done: list[str] = []
         self.deferred: list[AnalysisMessage] = []
 

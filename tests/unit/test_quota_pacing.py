@@ -17,9 +17,12 @@ from botocore.exceptions import ClientError
 from contract_review.config.settings import Settings
 from contract_review.domain.control_records import PublishedQuotas
 from contract_review.domain.messages import AnalysisMessage
+from contract_review.model.daily_quota import DailyQuota
+from contract_review.model.onion import PacedModel, layer
+from contract_review.model.pacing import QuotaLimiter
 from contract_review.model.quota_targets import MINUTES_PER_DAY, QuotaTargets
 from contract_review.pipeline.worker import ChunkWorker, Delivery
-from contract_review.wiring import build_chunk_worker, quota_reader
+from contract_review.wiring import build_chunk_worker, chunk_worker, quota_reader
 
 from . import bedrock_stubs as bs
 from .fakes import FakeWorld
@@ -64,6 +67,22 @@ class Store:
     def publish(self, quotas: PublishedQuotas) -> bool:
         raise AssertionError("a worker never publishes")
 
+
+
+def _paced(worker: ChunkWorker) -> PacedModel:
+    """The worker onion's pacing layer (model/onion.py)."""
+    paced = layer(worker.model, PacedModel)
+    assert paced is not None
+    return paced
+
+
+def _pacers(worker: ChunkWorker) -> QuotaLimiter | None:
+    return _paced(worker).limiter
+
+
+def _daily(worker: ChunkWorker) -> DailyQuota | None:
+    """The daily-quota layer's hold, when a daily quota is known."""
+    return worker.daily.quota if worker.daily is not None else None
 
 def bedrock_settings(**env: str) -> Settings:
     return Settings.from_env(full_env(REVIEW_PROFILE="prod", MODEL_PROVIDER="bedrock", MODEL_ID=bs.CURRENT, **env))
@@ -161,24 +180,24 @@ def test_a_worker_paces_and_holds_to_the_published_quotas_and_follows_a_change_w
     world = FakeWorld()
     store = Store()
     targets = QuotaTargets(world.settings.effective_model_id, store=store, fallback_tokens_per_minute=100_000)
-    worker = ChunkWorker(world.deps, FaultyModel(), quotas=targets, rng=random.Random(1), sleep=lambda _s: None)
+    worker = chunk_worker(world.deps, FaultyModel(), quotas=targets, rng=random.Random(1), sleep=lambda _s: None)
     _job, msg = one_chunk_job(world)
     # GIVEN nothing published: the first chunk paces to the fallback, and holds to a day of it
     assert _deliver(worker, msg) == "done"
-    assert worker.limiter is not None and worker.limiter.tokens is not None
-    assert worker.limiter.tokens.ceiling == pytest.approx(100_000 / 60)
-    assert worker.daily is not None and worker.daily.tokens_per_day == 100_000 * MINUTES_PER_DAY
+    assert _pacers(worker) is not None and _pacers(worker).tokens is not None
+    assert _pacers(worker).tokens.ceiling == pytest.approx(100_000 / 60)
+    assert _daily(worker) is not None and _daily(worker).tokens_per_day == 100_000 * MINUTES_PER_DAY
     # WHEN the sweeper publishes the model's quotas: the next chunk paces and holds to them
     store.published = published(2_000_000, 1e9)
     _deliver(worker, msg)
-    assert worker.limiter.tokens.ceiling == pytest.approx(2_000_000 / 60)
-    daily = worker.daily
+    assert _pacers(worker).tokens.ceiling == pytest.approx(2_000_000 / 60)
+    daily = _daily(worker)
     assert daily is not None and daily.tokens_per_day == 1e9 and "day 1000000000" in daily.source
     # AND a raised quota is followed in place (the daily hold's ledger state kept: the same hold)
     store.published = published(4_000_000, 2e9)
     _deliver(worker, msg)
-    assert worker.limiter.tokens.ceiling == pytest.approx(4_000_000 / 60)
-    assert worker.daily is daily and daily.tokens_per_day == 2e9
+    assert _pacers(worker).tokens.ceiling == pytest.approx(4_000_000 / 60)
+    assert _daily(worker) is daily and daily.tokens_per_day == 2e9
 
 
 def test_a_bedrock_worker_is_built_without_reading_service_quotas():
@@ -187,8 +206,8 @@ def test_a_bedrock_worker_is_built_without_reading_service_quotas():
     store = Store(published(2_000_000, 1e9))
     deps = replace(world.deps, published_quotas=store)
     worker = build_chunk_worker(bedrock_settings(), deps, FaultyModel())
-    assert worker.quotas is not None and worker.quotas.store is store and store.reads == 0
-    assert worker.quotas.tokens_per_minute()[0] == 2_000_000
+    assert _paced(worker).quotas is not None and _paced(worker).quotas.store is store and store.reads == 0
+    assert _paced(worker).quotas.tokens_per_minute()[0] == 2_000_000
 
 
 def test_a_quota_set_at_runtime_replaces_the_pacers_target_at_the_next_chunk():
@@ -197,12 +216,12 @@ def test_a_quota_set_at_runtime_replaces_the_pacers_target_at_the_next_chunk():
 
     world = FakeWorld()
     _job, msg = one_chunk_job(world)
-    worker = ChunkWorker(world.deps, FaultyModel(), rng=random.Random(1), sleep=lambda _s: None)
-    assert worker.limiter is None  # the offline model: no quota known
+    worker = chunk_worker(world.deps, FaultyModel(), rng=random.Random(1), sleep=lambda _s: None)
+    assert _pacers(worker) is None  # the offline model: no quota known
     world.model_control.put(ModelControl(tokens_per_minute=600_000, by="ops"))
     assert worker.handle(msg, Delivery("m", "rh", 1, 120, remaining_ms=lambda: 10**9)).action == "done"
-    assert worker.limiter is not None and worker.limiter.tokens is not None
-    assert worker.limiter.tokens.ceiling == pytest.approx(600_000 / 60)
+    assert _pacers(worker) is not None and _pacers(worker).tokens is not None
+    assert _pacers(worker).tokens.ceiling == pytest.approx(600_000 / 60)
 
 
 def test_a_cleared_quota_gives_a_warm_worker_the_deploys_pacing_back_within_the_controls_cache_age():
@@ -219,11 +238,11 @@ def test_a_cleared_quota_gives_a_warm_worker_the_deploys_pacing_back_within_the_
     _job, msg = one_chunk_job(world)
     model_id = world.settings.effective_model_id
     deploy = QuotaLimiter.for_profile(world.settings.profile, 1_000_000, model_id)  # the deploy's: -c model_tpm
-    worker = ChunkWorker(world.deps, FaultyModel(), limiter=deploy, rng=random.Random(1), sleep=lambda _s: None)
+    worker = chunk_worker(world.deps, FaultyModel(), limiter=deploy, rng=random.Random(1), sleep=lambda _s: None)
 
     def next_chunk() -> QuotaLimiter | None:
         worker.handle(msg, Delivery("m", "rh", 1, 120, remaining_ms=lambda: 10**9))
-        return worker.limiter
+        return _pacers(worker)
 
     # GIVEN a warm worker pacing to the quota an operator set
     model_control.quota_change(operator, "ops", tokens_per_minute=600_000)

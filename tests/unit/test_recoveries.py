@@ -31,9 +31,10 @@ from contract_review.pipeline import (
     redrive,  # `redrive.retry`: looked up when used (these tests also run against older code)
 )
 from contract_review.pipeline.redrive import dlq_redrive
-from contract_review.pipeline.worker import ChunkWorker, Delivery
+from contract_review.pipeline.worker import Delivery
 from contract_review.reliability.chunks import analysis_message
 from contract_review.review.analysts import ANALYSTS, analysts_for
+from contract_review.wiring import chunk_worker
 
 from ..texts import TEXT
 from .api_recoveries import API_RECOVERIES
@@ -169,7 +170,7 @@ def repaired(r: Run, ids: list[str]) -> None:  # one malformed answer: the repai
 
 def circuit_open(r: Run, ids: list[str]) -> None:  # 4 calls in a row 5xx, over 2 chunks: the breaker opens
     breaker = CircuitBreaker(r.p.model.model_id, failure_threshold=3, open_s=3.0, clock=r.world.clock)
-    r.p.worker.model = BreakerModel(r.p.model, breaker)
+    r.p.use_model(BreakerModel(r.p.model, breaker))
     r.p.model.faults.append(Fault(on(), raises(client_error("ServiceUnavailableException", 503)), 4))
 
 
@@ -210,7 +211,7 @@ def lease_stolen(r: Run, ids: list[str]) -> None:
         w.clock.advance(SETTINGS.claim_lease_s + 1)
         job, rec = w.jobs.get(r.job_id), w.claims.get(r.job_id, ids[0])
         assert job is not None and rec is not None
-        other = ChunkWorker(w.deps, FaultyModel(), sleep=lambda _s: None)
+        other = chunk_worker(w.deps, FaultyModel(), sleep=lambda _s: None)
         assert other.handle(analysis_message(w.deps, job, rec, "sweeper"),
                             Delivery(message_id="m-2", receipt_handle="", receive_count=2, visibility_s=120)).action == "done"
         return OfflineRuleModel().invoke(request)
@@ -486,7 +487,7 @@ def daily_quota(code: str) -> None:
     p = r.world.settings.profile
     model_id = r.p.model.inner.model_id
     daily = DailyQuota.for_profile(r.world.token_ledger, model_id, 1_000_000, p, clock=r.world.clock)
-    r.p.worker = ChunkWorker(r.world.deps, r.p.model, rng=random.Random(7), sleep=lambda _s: None, daily=daily)
+    r.p.worker = chunk_worker(r.world.deps, r.p.model, rng=random.Random(7), sleep=lambda _s: None, daily=daily)
     r.world.token_ledger.add(model_id, daily.hour(r.world.clock()), 990_000)
     r.submit()
     r.p.run(r.job_id, rounds=8)

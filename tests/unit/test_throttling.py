@@ -19,8 +19,9 @@ from contract_review.domain.ports import Queue
 from contract_review.domain.records import ChunkStatus
 from contract_review.doubles.faults import REQUESTS_THROTTLE_MESSAGE, TOKENS_THROTTLE_MESSAGE, bedrock_error
 from contract_review.pipeline.intake import handle_intake
-from contract_review.pipeline.worker import ChunkWorker, Delivery
+from contract_review.pipeline.worker import Delivery
 from contract_review.reliability.retry import Retrier, RetryBudget, RetryGiveUp, RetryStats, backoff_delay
+from contract_review.wiring import chunk_worker
 
 from ..texts import TEXT
 from .fakes import FakeWorld
@@ -80,7 +81,7 @@ def test_the_worker_requeues_a_throttled_chunk_as_backpressure_never_a_failure(m
     assert result.job_id is not None
     slept: list[float] = []
     model = ThrottledModel(message)
-    worker = ChunkWorker(world.deps, model, rng=random.Random(1), sleep=slept.append, call_safety_s=0.5)
+    worker = chunk_worker(world.deps, model, rng=random.Random(1), sleep=slept.append, call_safety_s=0.5)
     # WHEN the worker handles the chunk
     outcome = worker.handle(msg, Delivery(message_id="mid-1", receipt_handle="rh-1", receive_count=1,
                                           visibility_s=120, remaining_ms=lambda: 10**9))

@@ -22,6 +22,7 @@ from contract_review.domain.records import AttemptStats, ChunkStatus, JobState
 from contract_review.doubles.offline_model import OfflineRuleModel
 from contract_review.pipeline.worker import ChunkWorker, Delivery, Heartbeat, Tier2
 from contract_review.review.analysts import ChunkFindings, analysis_identities, analysts_for
+from contract_review.wiring import chunk_worker
 from tests.oracle import counted
 
 from .fakes import SETTINGS, FakeWorld
@@ -91,7 +92,7 @@ def _delivery(receive_count: int = 1, remaining_ms: int = 10**9) -> Delivery:
 
 
 def _worker(world: FakeWorld, model: ScriptedModel) -> ChunkWorker:
-    return ChunkWorker(world.deps, model, rng=random.Random(1), sleep=lambda _s: None, call_safety_s=0.5)
+    return chunk_worker(world.deps, model, rng=random.Random(1), sleep=lambda _s: None, call_safety_s=0.5)
 
 
 # ------------------------------------------------------------------------------ success
@@ -371,7 +372,7 @@ def _world(**profile: object) -> FakeWorld:
 
 def _timed_worker(world: FakeWorld, model: ScriptedModel, rng: random.Random | None = None) -> ChunkWorker:
     """A worker whose tier-1 sleeps pass fake time, with the profile's own time margins."""
-    return ChunkWorker(world.deps, model, rng=rng or random.Random(3), sleep=world.clock.advance)
+    return chunk_worker(world.deps, model, rng=rng or random.Random(3), sleep=world.clock.advance)
 
 
 def drive(world: FakeWorld, worker: ChunkWorker, msg: AnalysisMessage, *, timeout_s: float | None = None,

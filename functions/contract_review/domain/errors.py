@@ -15,6 +15,8 @@ from typing import Any, cast
 
 from pydantic import BaseModel, ConfigDict
 
+from contract_review.domain.policy import recovery
+
 
 class ErrorClass(StrEnum):
     TRANSIENT = "transient"  # may succeed if tried again: how, each code's row in policy.py says
@@ -28,43 +30,47 @@ class ErrorClass(StrEnum):
 class ErrorCode:
     code: str
     cls: ErrorClass
-    retryable: bool
     cause: str
     recovery: str
     job_fatal: bool = False  # one occurrence fails the whole job (no other chunk can succeed)
 
+    @property
+    def retryable(self) -> bool:
+        """Whether a later try may succeed: the code's row in the recovery policy says (policy.py), not this one."""
+        return recovery(self.code).retryable
+
 
 _CODES = [
-    ErrorCode("model.throttled", ErrorClass.TRANSIENT, True,
+    ErrorCode("model.throttled", ErrorClass.TRANSIENT,
               "The model provider rejected the call for quota (HTTP 429 ThrottlingException / ModelNotReadyException; Bedrock: \"Too many requests\" for the requests-per-minute quota, \"Too many tokens\" for tokens-per-minute, no Retry-After header).",
               "Backpressure, not failure: retried in the worker with full-jitter backoff (a Retry-After, when a provider sends one, is a floor), then the chunk is requeued with a delay. Never burns the receive count or the poison budget; bounded by the backpressure deadline (runtime.backpressure_exhausted)."),
-    ErrorCode("model.unavailable", ErrorClass.TRANSIENT, True,
+    ErrorCode("model.unavailable", ErrorClass.TRANSIENT,
               "The model provider failed (HTTP 5xx: ServiceUnavailableException, InternalServerException).",
               "Retried with full-jitter backoff (tier 1), then by queue redelivery (tier 2) after a backoff growing to "
               "minutes (prod 15-30 s, then doubling to 2-4 min); the 5th failed attempt dead-letters the chunk, so a "
               "provider outage shorter than ~3.5 minutes dead-letters nothing. After a longer one: `review dlq "
               "redrive --all` (or `review retry JOB`) once it is over."),
-    ErrorCode("model.timeout", ErrorClass.TRANSIENT, True,
+    ErrorCode("model.timeout", ErrorClass.TRANSIENT,
               "The model call timed out (HTTP 408 ModelTimeoutException, or the client read timeout).",
               "Retried like model.unavailable. Check the model read timeout if it persists."),
-    ErrorCode("model.output_invalid", ErrorClass.SEMANTIC, False,
+    ErrorCode("model.output_invalid", ErrorClass.SEMANTIC,
               "The model's output failed schema validation, was truncated (stopReason max_tokens) or malformed.",
               "One repair attempt with the validation error fed back; then permanent for that analyst."),
-    ErrorCode("model.refused", ErrorClass.POLICY, False,
+    ErrorCode("model.refused", ErrorClass.POLICY,
               "The model refused or its output was filtered (stopReason content_filtered / guardrail_intervened).",
               "The analyst records a `refused` finding (policy fallback); the chunk is not retried. Coverage shows it."),
-    ErrorCode("model.access_denied", ErrorClass.PERMANENT, False,
+    ErrorCode("model.access_denied", ErrorClass.PERMANENT,
               "The account or role may not invoke the model (HTTP 403 AccessDeniedException).",
               "The job fails at once. Grant bedrock:InvokeModel on the model and enable model access, then "
               "`review retry JOB` (or submit the same document again with `review submit`, which does the same): "
               "the job runs again, keeping its finished chunks and checkpoints.",
               job_fatal=True),
-    ErrorCode("model.not_found", ErrorClass.PERMANENT, False,
+    ErrorCode("model.not_found", ErrorClass.PERMANENT,
               "The model id does not exist in this region (ResourceNotFoundException).",
               "The job fails at once. Pick a current model id, redeploy with `cdk deploy -c model_id=ID`, then "
               "`review retry JOB` (checkpoints made with another model are not reused).",
               job_fatal=True),
-    ErrorCode("model.id_rejected", ErrorClass.PERMANENT, False,
+    ErrorCode("model.id_rejected", ErrorClass.PERMANENT,
               "Bedrock will not serve the configured model id: unknown in this region, retired (lifecycle not "
               "ACTIVE), or not invocable by that id (it needs an inference profile). Decided by asking the Bedrock "
               "control plane (GetInferenceProfile / GetFoundationModel) after Converse failed with "
@@ -73,24 +79,24 @@ _CODES = [
               "with `cdk deploy -c model_id=ID`, enable access to the model in the Bedrock console, then "
               "`review retry JOB` (checkpoints made with another model are not reused). The job fails at once; the "
               "message names the rejected id.", job_fatal=True),
-    ErrorCode("model.request_invalid", ErrorClass.PERMANENT, False,
+    ErrorCode("model.request_invalid", ErrorClass.PERMANENT,
               "The provider rejected the request (HTTP 400 ValidationException).",
               "A bug or an input the model cannot take; the chunk fails permanently and the job ends `failed` "
               "(job.chunks_missing). Inspect the envelope, fix the cause, then `review retry JOB`."),
-    ErrorCode("model.circuit_open", ErrorClass.STATE, False,
+    ErrorCode("model.circuit_open", ErrorClass.STATE,
               "The worker's circuit breaker for the model is open: its recent calls failed in a row (provider 5xx "
               "or timeouts), so no call is sent until it half-opens (breaker.py).",
               "Nothing to do: the chunk is released as backpressure (checkpoints kept, no attempt spent) and comes "
               "back after at least the time the breaker stays open; one probe call half-opens it and a success "
               "closes it. Sustained: the provider is failing; see its health page. Bounded by the backpressure "
               "deadline (runtime.backpressure_exhausted)."),
-    ErrorCode("model.paused", ErrorClass.STATE, False,
+    ErrorCode("model.paused", ErrorClass.STATE,
               "An operator paused the model (`review quota pause`): no model call starts while it is paused (the "
               "workers read the pause within the profile's model_control_max_age_s, prod 60 s).",
               "`review quota resume`. Meanwhile each chunk is held as backpressure: checkpoints kept, requeued with a "
               "growing delay, no failure counted, and the backpressure deadline does not dead-letter it for the "
               "pause."),
-    ErrorCode("model.spend_capped", ErrorClass.STATE, False,
+    ErrorCode("model.spend_capped", ErrorClass.STATE,
               "The stack's recorded model spend of the UTC day reached its daily spend cap (profile "
               "daily_spend_cap_usd, `-c daily_spend_cap_usd=N`; domain/spend_cap.py): the sweeper set the spend-cap "
               "hold in the runtime control and no model call starts until 00:00 UTC.",
@@ -98,7 +104,7 @@ _CODES = [
               "dead-lettered for the hold) and goes on at 00:00 UTC. To go on today: `review quota resume "
               "--override-cap` (lifts the cap for the rest of the UTC day); to change the cap: `npx cdk deploy "
               "-c daily_spend_cap_usd=<usd>` (docs/cost.md \"The stack's daily spend cap\")."),
-    ErrorCode("model.daily_quota_exhausted", ErrorClass.STATE, False,
+    ErrorCode("model.daily_quota_exhausted", ErrorClass.STATE,
               "The model's daily token quota (Service Quotas: \"Model invocation max tokens per day for <model>\"; "
               "or the profile's model_tokens_per_day) is at least daily_quota_threshold (prod 98 %) used over the "
               "last 24 hours, as the stack's own daily token ledger counts it (a DynamoDB counter per model per "
@@ -111,27 +117,27 @@ _CODES = [
               "when it succeeds (the quota reset, or was raised) the hold lifts for every worker within "
               "daily_ledger_max_age_s; when it fails the hold lasts another hour. To end it sooner: raise the quota "
               "in Service Quotas (docs/runbook.md \"Daily token quota exhausted\")."),
-    ErrorCode("control.contended", ErrorClass.TRANSIENT, True,
+    ErrorCode("control.contended", ErrorClass.TRANSIENT,
               "A write of the runtime control (`review quota ...`, or the batch collector turning a model's batch "
               "lane off) lost its compare-and-set to other writers every time it tried (adapters/model_control.py "
               "CONTROL_WRITE_ATTEMPTS in a row): each attempt read the control again and found it changed.",
               "Nothing was written by this command: run it again (`review quota show` says what the control holds "
               "now). The collector tries again at its next run."),
-    ErrorCode("batch.request_invalid", ErrorClass.PERMANENT, False,
+    ErrorCode("batch.request_invalid", ErrorClass.PERMANENT,
               "A batch inference job was asked for with records it cannot take (two records share a recordId).",
               "A defect in whoever built the records (docs/batch-inference.md): nothing is submitted; fix the caller."),
-    ErrorCode("batch.job_failed", ErrorClass.TRANSIENT, True,
+    ErrorCode("batch.job_failed", ErrorClass.TRANSIENT,
               "A Bedrock batch inference job ended without an output to rely on (status Failed, Stopped or Expired: "
               "too few records, a bad record file, the service role, its timeout).",
               "Nothing to do: its chunks go back to be batched again by themselves (event `batch.returned`); a chunk "
               "whose batches failed `batch_max_failures` times goes on demand. `GetModelInvocationJob`'s `message` "
               "says why (`review status JOB` shows the batch job); docs/batch-inference.md."),
-    ErrorCode("batch.record_failed", ErrorClass.TRANSIENT, True,
+    ErrorCode("batch.record_failed", ErrorClass.TRANSIENT,
               "One record of a batch inference job was answered with an error, or has no line in the job's output "
               "(a partially completed job).",
               "Nothing to do: the record is asked again in the next batch job by itself; a chunk whose batches left "
               "records unanswered `batch_max_failures` times goes on demand. docs/batch-inference.md."),
-    ErrorCode("batch.refused", ErrorClass.PERMANENT, False,
+    ErrorCode("batch.refused", ErrorClass.PERMANENT,
               "Bedrock refused to create a batch inference job for good (CreateModelInvocationJob answered "
               "ValidationException, AccessDeniedException or ResourceNotFoundException: the model or inference "
               "profile is not offered in batch in this region, the role may not, or what it names does not exist; "
@@ -143,105 +149,105 @@ _CODES = [
               "`batch.unavailable` event. Fix the cause (`review preflight` shows the model's batch quota row; pick a "
               "model or profile offered in batch, or raise the quota), then `review quota batch --on`. "
               "docs/batch-inference.md."),
-    ErrorCode("input.invalid", ErrorClass.PERMANENT, False,
+    ErrorCode("input.invalid", ErrorClass.PERMANENT,
               "The intake message is not valid JSON or violates the intake schema v1.",
               "Fix the message (see docs/intake-message.schema.json) and send it again. Never retried."),
-    ErrorCode("input.empty_document", ErrorClass.PERMANENT, False,
+    ErrorCode("input.empty_document", ErrorClass.PERMANENT,
               "The document has no text (empty, or only whitespace, control characters and invisible format characters "
               "such as zero-width spaces, BOMs and bidi marks).", "Send a document with text."),
-    ErrorCode("input.undecodable", ErrorClass.PERMANENT, False,
+    ErrorCode("input.undecodable", ErrorClass.PERMANENT,
               "The document referenced by s3_uri is not UTF-8 text.", "Convert the document to UTF-8 text."),
-    ErrorCode("input.document_missing", ErrorClass.PERMANENT, False,
+    ErrorCode("input.document_missing", ErrorClass.PERMANENT,
               "The s3_uri points at an object that does not exist or may not be read.",
               "Upload the document first, to the stack's bucket, and reference it."),
-    ErrorCode("input.document_forbidden", ErrorClass.PERMANENT, False,
+    ErrorCode("input.document_forbidden", ErrorClass.PERMANENT,
               "The s3_uri points outside the stack's own bucket and its `uploads/` prefix (intake reads nothing else).",
               "Upload the document to s3://<ArtifactBucketName>/uploads/ and send its s3_uri."),
-    ErrorCode("input.too_large", ErrorClass.PERMANENT, False,
+    ErrorCode("input.too_large", ErrorClass.PERMANENT,
               "The document exceeds the maximum size: inline text over 200,000 characters, or an s3_uri object "
               "over 5 MB.",
               "Send inline text over the limit through `s3_uri` (upload it to uploads/; `review submit` does this); "
               "split a document over 5 MB."),
-    ErrorCode("input.key_conflict", ErrorClass.PERMANENT, False,
+    ErrorCode("input.key_conflict", ErrorClass.PERMANENT,
               "The idempotency key is already the key of a job for another document (a different SHA-256): the "
               "key names one job, and a job never mixes two documents.",
               "Nothing of the existing job is touched; the message is put on the intake DLQ with this envelope and the "
               "existing job records an `intake.key_conflict` event. Send the document with its own idempotency key "
               "(or none: the SHA-256 of the text is the default key). `review dlq redrive` skips it."),
-    ErrorCode("aws.throttled", ErrorClass.TRANSIENT, True,
+    ErrorCode("aws.throttled", ErrorClass.TRANSIENT,
               "An AWS API throttled us (ThrottlingException, ProvisionedThroughputExceededException, RequestLimitExceeded...).",
               "Retried by botocore (standard mode: 5 attempts, jittered exponential backoff). If it persists in the "
               "analysis worker it is backpressure like model.throttled: checkpoints kept, the chunk requeued with a "
               "growing delay, no failure counted, bounded by the backpressure deadline. In intake and the aggregator "
               "the message is retried by its queue."),
-    ErrorCode("aws.unavailable", ErrorClass.TRANSIENT, True,
+    ErrorCode("aws.unavailable", ErrorClass.TRANSIENT,
               "An AWS API failed with HTTP 5xx or the connection failed.",
               "Retried by botocore (standard mode, 5 attempts), then by the queue (tier 2, a failed attempt)."),
-    ErrorCode("aws.access_denied", ErrorClass.PERMANENT, False,
+    ErrorCode("aws.access_denied", ErrorClass.PERMANENT,
               "A function's role lacks a permission (AccessDenied).",
               "The job fails at once. Fix the grant in infra/ and redeploy, then `review retry JOB`.",
               job_fatal=True),
-    ErrorCode("aws.client_error", ErrorClass.PERMANENT, False,
+    ErrorCode("aws.client_error", ErrorClass.PERMANENT,
               "An AWS API rejected a request for another reason (HTTP 4xx).",
               "Inspect provider_code; it is a bug. The chunk fails (the job ends `failed`, job.chunks_missing): once "
               "fixed and deployed, `review retry JOB`."),
-    ErrorCode("runtime.lease_lost", ErrorClass.STATE, False,
+    ErrorCode("runtime.lease_lost", ErrorClass.STATE,
               "This worker's claim on the chunk lapsed and another worker took it (fencing token moved on).",
               "None: the new owner finishes the chunk. The stale worker's writes were rejected."),
-    ErrorCode("runtime.worker_lost", ErrorClass.TRANSIENT, True,
+    ErrorCode("runtime.worker_lost", ErrorClass.TRANSIENT,
               "A worker died while holding the chunk (crash, kill -9, out of memory) and left no error behind.",
               "The sweeper re-enqueues the chunk after its lease lapses, counting a failed attempt; after the poison "
               "budget it is dead-lettered (fix the crash, then `review dlq redrive` or `review retry JOB`). A lease "
               "that lapsed after the invocation's recorded deadline is a function timeout, not a crash: released as "
               "runtime.time_exhausted without a failure."),
-    ErrorCode("runtime.retry_budget_exhausted", ErrorClass.TRANSIENT, True,
+    ErrorCode("runtime.retry_budget_exhausted", ErrorClass.TRANSIENT,
               "Tier-1 retries used the chunk's retry budget (seconds of backoff) or its attempts.",
               "The chunk goes back to the queue (tier 2) with its checkpoints saved."),
-    ErrorCode("runtime.checkpoint_missing", ErrorClass.STATE, False,
+    ErrorCode("runtime.checkpoint_missing", ErrorClass.STATE,
               "A checkpoint referenced by a record could not be loaded (S3 object missing).",
               "The analyst is re-run; an event records it."),
-    ErrorCode("runtime.time_exhausted", ErrorClass.TRANSIENT, True,
+    ErrorCode("runtime.time_exhausted", ErrorClass.TRANSIENT,
               "The function's remaining time could not fit another model call (or the invocation reached its timeout).",
               "Checkpoints are kept and the chunk is handed back (requeued fresh) without counting a failure. Only when "
               "the attempt saw transient errors (cause_code) and checkpointed nothing does it count as a failed "
               "attempt. Repeated handoffs without progress end at the backpressure deadline."),
-    ErrorCode("runtime.backpressure_exhausted", ErrorClass.PERMANENT, False,
+    ErrorCode("runtime.backpressure_exhausted", ErrorClass.PERMANENT,
               "A chunk made no progress (no analyst checkpointed) under backpressure (throttling, running out of "
               "time, function timeouts) for longer than the profile's backpressure deadline (prod 6 h).",
               "The chunk is dead-lettered; the message says for how long and after how many requeues, cause_code "
               "names the last backpressure error. Raise the model (or DynamoDB) quota or lower the worker "
               "concurrency, then `review dlq redrive` (or `review retry JOB`)."),
-    ErrorCode("runtime.dead_lettered", ErrorClass.PERMANENT, False,
+    ErrorCode("runtime.dead_lettered", ErrorClass.PERMANENT,
               "A chunk exhausted its receive count or poison budget and was dead-lettered.",
               "Inspect with `review dlq list` / `review dlq show`, fix the cause, then `review dlq redrive` or "
               "`review retry JOB` (which needs no DLQ message: it reopens the job from its chunk records, keeping "
               "finished chunks and checkpoints)."),
-    ErrorCode("runtime.receives_exhausted", ErrorClass.TRANSIENT, True,
+    ErrorCode("runtime.receives_exhausted", ErrorClass.TRANSIENT,
               "The analysis queue moved a chunk's message to its DLQ after maxReceiveCount receives while the chunk "
               "still had attempt budget: the receives were not failed attempts (Lambda throttling of the event "
               "source, errors before the claim).",
               "None needed: the sweeper sends the chunk again as backpressure (delayed, no failure counted) and "
               "removes the DLQ copy; a chunk that keeps coming back ends at the backpressure deadline "
               "(runtime.backpressure_exhausted)."),
-    ErrorCode("runtime.intake_exhausted", ErrorClass.TRANSIENT, True,
+    ErrorCode("runtime.intake_exhausted", ErrorClass.TRANSIENT,
               "Intake never finished a document's intake message (a crash, a function timeout or a transient error "
               "on every delivery) and the queue moved it to the intake DLQ; the sweeper fails the `queued` job with "
               "this code and puts the message back on the intake DLQ with the job id and this envelope.",
               "Look at the intake function's logs for the message id; fix the cause, then `review retry JOB` (or "
               "`review dlq redrive MESSAGE_ID`): the job goes back to `queued` and its intake message is sent again. "
               "Without the DLQ message, `review submit FILE` with the same document does the same."),
-    ErrorCode("runtime.internal", ErrorClass.PERMANENT, False,
+    ErrorCode("runtime.internal", ErrorClass.PERMANENT,
               "An unexpected exception in our code (a bug).", "Inspect the envelope's provider_code (exception type) and logs."),
-    ErrorCode("job.chunks_missing", ErrorClass.PERMANENT, False,
+    ErrorCode("job.chunks_missing", ErrorClass.PERMANENT,
               "The job ended with mandatory analyst coverage missing on some chunks (a chunk that failed "
               "permanently, or a mandatory analyst that refused or whose output stayed invalid).",
               "`review status JOB` lists each missing chunk and gap with its error; fix the cause, then `review retry "
               "JOB`: failed chunks run again, and the analysts with a mandatory gap run again on their chunks; "
               "finished chunks and the other checkpoints are kept."),
-    ErrorCode("job.cancelled", ErrorClass.STATE, False, "The job was cancelled.",
+    ErrorCode("job.cancelled", ErrorClass.STATE, "The job was cancelled.",
               "Nothing, if you meant it: work stopped and its side effects were undone. To resume it: `review retry "
               "JOB` (or the same document again): it continues from its checkpoints, its cancelled chunks run again."),
-    ErrorCode("job.budget_exceeded", ErrorClass.POLICY, False,
+    ErrorCode("job.budget_exceeded", ErrorClass.POLICY,
               "The job's recorded cost (model tokens x the model's price + orchestration requests x list prices, "
               "docs/cost.md) reached the budget it was submitted with (`budget_usd`). Checked by the aggregator "
               "each time a chunk settles.",
@@ -250,14 +256,14 @@ _CODES = [
               "`cancelled` with this code, its cost on the job (`review status JOB`). To finish the review: `review retry "
               "JOB --budget-usd N` with N above what it has cost continues it from its checkpoints (its cancelled "
               "chunks run again, its done ones are kept)."),
-    ErrorCode("job.budget_insufficient", ErrorClass.POLICY, False,
+    ErrorCode("job.budget_insufficient", ErrorClass.POLICY,
               "The document's estimated cost (its chunks x the calls each makes x the tokens of the prompt layout "
               "and of an LLM-like answer, at the dated price table: `cost.estimate_document`) is over the budget "
               "it was submitted with. Refused before any model call: by `review submit` and `POST /jobs` (422) "
               "before anything is sent, by intake for a message sent to the queue (the job ends `failed`).",
               "Send the document again with a budget of at least the estimate the message states (or without one); "
               "under the same idempotency key it replaces the refused job. Nothing ran and nothing was charged."),
-    ErrorCode("sideeffect.failed", ErrorClass.TRANSIENT, True,
+    ErrorCode("sideeffect.failed", ErrorClass.TRANSIENT,
               "A side effect of a finished review failed for good: the external ticket system, SNS or EventBridge "
               "answered an error (HTTP 5xx, or a 4xx such as 422 for an idempotency key sent again with other "
               "parameters) or could not be reached, on every tier-1 attempt. `step` names the call (ticket.open, "
@@ -267,7 +273,7 @@ _CODES = [
               "`-c ticket_url`, the topic), then `review retry JOB`: the report is written again and the side effects "
               "run again; a step that was compensated runs as a new one (a new ticket, the closed one stays closed), "
               "the others keep their keys, so nothing is done twice."),
-    ErrorCode("sideeffect.unauthorized", ErrorClass.PERMANENT, False,
+    ErrorCode("sideeffect.unauthorized", ErrorClass.PERMANENT,
               "The external ticket system refused our credentials (HTTP 401 or 403), again after the secret was "
               "read once more (a rotation is picked up that way), or the credentials could not be read: the secret "
               "that `-c ticket_secret_arn` names is missing, not readable by the function (AccessDenied), or not "
@@ -279,7 +285,7 @@ _CODES = [
               "functions read it again within ticket_secret_max_age_s, prod 300 s, and at once on a 401/403); a stack "
               "without credentials: `npx cdk deploy -c profile=prod -c ticket_url=<url> -c ticket_secret_arn=<arn>` (docs/runbook.md "
               "\"Ticket system credentials\"). Then `review retry JOB`."),
-    ErrorCode("sideeffect.ambiguous", ErrorClass.STATE, False,
+    ErrorCode("sideeffect.ambiguous", ErrorClass.STATE,
               "A side effect's request was sent but its answer never came (a read timeout, a dropped connection): "
               "it may or may not have happened. The ticket is then looked up by its idempotency key; this code "
               "stays only when the lookup cannot tell (no ticket under the key, or the lookup fails).",
@@ -287,31 +293,31 @@ _CODES = [
               "the lookup said, expires_at). Look the key up in the ticket system, then `review approve JOB` (the "
               "step is retried with the same key, which the ticket system dedups, and the job goes on) or `review "
               "reject JOB` (the job fails with job.approval_rejected and what was done is compensated)."),
-    ErrorCode("sideeffect.compensation_failed", ErrorClass.TRANSIENT, True,
+    ErrorCode("sideeffect.compensation_failed", ErrorClass.TRANSIENT,
               "Undoing a side effect of a cancelled or failed job (closing its ticket, publishing \"Review "
               "withdrawn\") failed on every attempt; cause_code is the last error.",
               "The compensation order (job, step, keys, arguments) is on the compensation DLQ with this envelope, "
               "its alarm fires, and the job's step is marked `compensation_failed`: never assumed undone. Fix the "
               "cause, then `review compensations --redrive` (`saga.redrive_compensations`): each compensation keeps "
               "its own key, so a repeat closes or withdraws nothing twice."),
-    ErrorCode("job.approval_rejected", ErrorClass.POLICY, False,
+    ErrorCode("job.approval_rejected", ErrorClass.POLICY,
               "A person rejected a job waiting for approval (a side effect whose outcome stayed unknown).",
               "The job fails with this code: `compensating` while its side effects are compensated (the unknown "
               "one too, looked up by its key), then `failed`. Nothing to repair: it was a decision."),
-    ErrorCode("job.approval_expired", ErrorClass.POLICY, False,
+    ErrorCode("job.approval_expired", ErrorClass.POLICY,
               "Nobody approved or rejected a job waiting for approval before its `expires_at` (profile "
               "approval_ttl_s after the request).",
               "The sweeper fails the job with this code (`compensating`, then `failed`) and its side effects are "
               "compensated, as for a rejection. Decide sooner, or raise approval_ttl_s."),
     # the spend limits (operate/limits.py): refusals at admission, never a job's state
-    ErrorCode("quota.spend_exceeded", ErrorClass.POLICY, False,
+    ErrorCode("quota.spend_exceeded", ErrorClass.POLICY,
               "A Job API submission whose estimate would take its principal's admissions of the UTC day over the "
               "stack's daily cap (profile principal_daily_spend_usd: prod $500; `-c principal_daily_spend_usd=N`). "
               "Refused before it was queued: no job, no model call.",
               "Send it after 00:00 UTC (the 429 answer's Retry-After says when), split the work over days, or have "
               "the operator raise the cap: `npx cdk deploy -c principal_daily_spend_usd=<usd>` (docs/cost.md "
               "\"Spend limits\"). A replay of a submission already admitted is never refused."),
-    ErrorCode("quota.spend_cap", ErrorClass.POLICY, False,
+    ErrorCode("quota.spend_cap", ErrorClass.POLICY,
               "A job whose estimate would take the stack's admissions of the UTC day over its daily spend cap "
               "(profile daily_spend_cap_usd: prod $1,000; `-c daily_spend_cap_usd=N`), whoever sent it.",
               "The Job API refuses it (429, Retry-After until 00:00 UTC; nothing queued): send it again then. A job "
@@ -321,30 +327,30 @@ _CODES = [
               "`npx cdk deploy -c daily_spend_cap_usd=<usd>`. A job whose estimate alone is over the cap could never "
               "start: refused for good (the Job API's 422, a failed job from the queue); split the document or raise "
               "the cap, then send it again (the same key replaces the failed job)."),
-    ErrorCode("api.unauthenticated", ErrorClass.PERMANENT, False,
+    ErrorCode("api.unauthenticated", ErrorClass.PERMANENT,
               "A Job API request carried no authenticated principal (on AWS the HTTP API's IAM authorization lets "
               "no unsigned request through; locally: no bearer token, or an unknown one).",
               "Sign the request with SigV4 for service execute-api (AWS; the caller needs execute-api:Invoke on the "
               "API) or send `Authorization: Bearer <api_token>` from .review/local.json (local), then send it again."),
-    ErrorCode("api.not_found", ErrorClass.PERMANENT, False,
+    ErrorCode("api.not_found", ErrorClass.PERMANENT,
               "No such job, batch or route, or the job or batch belongs to another principal (the API does not "
               "reveal which).",
               "Check the id (the jobId and statusUrl your POST returned) and call as the principal that submitted "
               "it. A job sent straight to the intake queue has no principal and is not visible through the API: "
               "`review status JOB` shows it."),
-    ErrorCode("api.conflict", ErrorClass.STATE, False,
+    ErrorCode("api.conflict", ErrorClass.STATE,
               "The job's state does not allow the action: cancelling a job that has ended, an approval for a job "
               "that is not waiting for one, a retry with nothing to retry, the report of a job that has none yet (it "
               "is written when the job completes), or any action on a job intake has not taken in yet.",
               "Read the job (GET /jobs/{id}); the message says why. For a job intake has not taken in yet the "
               "answer carries Retry-After: send the request again then. Otherwise nothing to do: the job goes on "
               "or has ended."),
-    ErrorCode("api.rate_limited", ErrorClass.TRANSIENT, True,
+    ErrorCode("api.rate_limited", ErrorClass.TRANSIENT,
               "A principal sent more Job API requests in a minute than the stack takes from one principal (profile "
               "api_requests_per_minute: prod 600; `-c api_requests_per_minute=N`), counted in the function.",
               "Wait for the answer's Retry-After (the next minute) and send it again; poll a job's events with "
               "`?after=SEQ` (or the local event stream) rather than in a tight loop. Nothing was done."),
-    ErrorCode("api.invalid_request", ErrorClass.PERMANENT, False,
+    ErrorCode("api.invalid_request", ErrorClass.PERMANENT,
               "A Job API request the API does not take as sent: a bad query parameter, Idempotency-Key or approval "
               "body, or a method the route does not serve (405).",
               "Fix the request as the message says (docs/openapi.yaml) and send it again."),

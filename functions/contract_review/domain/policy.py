@@ -11,18 +11,34 @@ decides what a failure does next. Changing one code's behaviour is changing its 
 - `slows`: the quota a throttle with this code slows down (model/pacing.py); None for every other code.
 - `bounded`: backpressure for this cause ends at the backpressure deadline (not for an operator's pause, nor for
   the daily token quota: a hold, whose release does not count towards the chunk's backpressure streak).
+- `again`: tried again later outside the worker's tiers (by its caller, the sweeper, the batch collector).
 
-The class, retryability and job-fatality of a code stay in the registry (the envelope carries them);
-`docs/error-codes.md` is generated from both (`python -m contract_review.domain.policy`).
+A code's retryability is its row's (`Recovery.retryable`: tier 1 retries it, its attempt is tried again, or someone
+tries it again); the registry (errors.py) derives the envelope's `retryable` from it, so it is written once and stays
+on the wire. The class and job-fatality of a code stay in the registry. What a chunk attempt that ended with an error
+does next is `decide`: a pure function of the envelope and the attempt's progress, read from these rows only.
+This module imports nothing of the registry (errors.py imports it); `docs/error-codes.md` is generated from both
+(`python -m contract_review.domain.policy`).
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
+from typing import Protocol
 
 from contract_review.config.profile import Profile, RetryPolicy
-from contract_review.domain.errors import REGISTRY, ErrorEnvelope
+
+
+class Coded(Protocol):
+    """What the policy reads of an error envelope (errors.ErrorEnvelope): its code and the code behind it."""
+
+    @property
+    def error_code(self) -> str: ...
+
+    @property
+    def cause_code(self) -> str | None: ...
 
 
 class Tier1(StrEnum):
@@ -53,6 +69,13 @@ class Recovery:
     slows: Quota | None = None
     bounded: bool = True  # backpressure for this cause ends at the backpressure deadline (False: a hold, which waits
     # for an operator or a quota and is released as `held`, outside the chunk's backpressure streak)
+    again: bool = False  # tried again later outside the worker's tiers: by its caller, the sweeper, the collector
+
+    @property
+    def retryable(self) -> bool:
+        """A later try may succeed (the envelope's `retryable`): tier 1 retries it, a chunk attempt that ends with it
+        is tried again (a failed attempt, a handoff), or someone tries it again (`again`)."""
+        return self.tier1 is not None or self.handling in (Handling.FAILURE, Handling.HANDOFF) or self.again
 
 
 M, A, FX, COMP = Tier1.MODEL, Tier1.BOTOCORE, Tier1.SIDE_EFFECT, Tier1.COMPENSATION
@@ -75,10 +98,10 @@ POLICY: dict[str, Recovery] = {
     "model.paused": Recovery(None, BP, bounded=False),
     "model.spend_capped": Recovery(None, BP, bounded=False),  # held until 00:00 UTC or an operator's override
     "model.daily_quota_exhausted": Recovery(None, BP, bounded=False),  # held until the hourly probe succeeds
-    "control.contended": Recovery(None, NONE),  # an answer to the writer (the CLI, the collector): write again
+    "control.contended": Recovery(None, NONE, again=True),  # an answer to the writer (the CLI, the collector): write again
     "batch.request_invalid": Recovery(None, NONE),  # refused before anything is submitted
-    "batch.job_failed": Recovery(None, NONE),  # not a chunk outcome: the collector re-batches its chunks (batch.py)
-    "batch.record_failed": Recovery(None, NONE),  # likewise, per record
+    "batch.job_failed": Recovery(None, NONE, again=True),  # not a chunk outcome: the collector re-batches its chunks (batch.py)
+    "batch.record_failed": Recovery(None, NONE, again=True),  # likewise, per record
     "batch.refused": Recovery(None, NONE),  # not a chunk outcome: the collector sends the chunks on demand
     "input.invalid": Recovery(None, NONE),
     "input.empty_document": Recovery(None, NONE),
@@ -98,8 +121,8 @@ POLICY: dict[str, Recovery] = {
     "runtime.time_exhausted": Recovery(None, HANDOFF),
     "runtime.backpressure_exhausted": Recovery(None, PERM),
     "runtime.dead_lettered": Recovery(None, PERM),
-    "runtime.receives_exhausted": Recovery(None, BP),
-    "runtime.intake_exhausted": Recovery(None, NONE),
+    "runtime.receives_exhausted": Recovery(None, BP, again=True),
+    "runtime.intake_exhausted": Recovery(None, NONE, again=True),
     "runtime.internal": Recovery(None, PERM),
     "job.chunks_missing": Recovery(None, NONE),
     "job.cancelled": Recovery(None, STOP),
@@ -116,7 +139,7 @@ POLICY: dict[str, Recovery] = {
     "api.unauthenticated": Recovery(None, NONE),
     "api.not_found": Recovery(None, NONE),
     "api.conflict": Recovery(None, NONE),
-    "api.rate_limited": Recovery(None, NONE),  # an answer to a request: the caller sends it again after Retry-After
+    "api.rate_limited": Recovery(None, NONE, again=True),  # an answer to a request: the caller sends it again after Retry-After
     "api.invalid_request": Recovery(None, NONE),
 }
 
@@ -135,12 +158,12 @@ def tier1_policy(profile: Profile, kind: Tier1) -> RetryPolicy:
     return profile.tier1.tool_retry.model_copy(update={"max_attempts": attempts})
 
 
-def retried_in_tier1(env: ErrorEnvelope) -> bool:
+def retried_in_tier1(env: Coded) -> bool:
     """Whether the model-call retrier (reliability/retry.py) retries it: a model call's transient failure."""
     return POLICY[env.error_code].tier1 is Tier1.MODEL
 
 
-def is_backpressure(env: ErrorEnvelope) -> bool:
+def is_backpressure(env: Coded) -> bool:
     """Requeue, not failure: the code's outcome is backpressure or a handoff, or it wraps a backpressure
     cause (tier 1's budget spent on throttles). The worker decides when a handoff after errors counts."""
     if POLICY[env.error_code].handling in (BP, HANDOFF):
@@ -148,7 +171,7 @@ def is_backpressure(env: ErrorEnvelope) -> bool:
     return env.cause_code is not None and POLICY[env.cause_code].handling is BP
 
 
-def bounded_by_deadline(env: ErrorEnvelope) -> bool:
+def bounded_by_deadline(env: Coded) -> bool:
     """Whether backpressure for this cause is dead-lettered once it lasts the backpressure deadline."""
     return POLICY[env.error_code].bounded
 
@@ -156,6 +179,43 @@ def bounded_by_deadline(env: ErrorEnvelope) -> bool:
 def counts_as_error(code: str | None) -> bool:
     """An error behind a handoff that makes it a failed attempt (not backpressure)."""
     return bool(code) and POLICY[code or ""].handling is not BP
+
+
+class Next(StrEnum):
+    """What a chunk attempt that ended with an error does next (the worker carries it out)."""
+
+    REQUEUE = "requeue"  # backpressure: released without a failure, sent again after a delay
+    REQUEUE_AT_ONCE = "requeue_at_once"  # a clean handoff (progress, no error behind it): sent again at once
+    RETRY = "retry"  # a failed attempt: tier 2 (the queue's redelivery after a backoff), then the DLQ
+    FAIL = "fail"  # the chunk fails at once (the job too, when the code is job-fatal)
+    STOP = "stop"  # not ours to finish: the attempt stops, writes nothing and counts no failure
+
+
+@dataclass(frozen=True)
+class Decision:
+    next: Next
+    cause_code: str | None = None  # a handoff that counts as a failed attempt: the error it counts as
+
+
+def decide(env: Coded, *, progressed: bool, retried: Iterable[str] = ()) -> Decision:
+    """What a chunk attempt that ended with `env` does next, from the rows only. `progressed`: the attempt
+    checkpointed something; `retried`: the codes tier 1 retried during it.
+    - a handoff (out of time) is requeued, at once when the attempt progressed and no error drove it; only when
+      errors (not throttles) ate the time and nothing was saved is it a failed attempt, counted as the first error;
+    - backpressure (the code's, or its cause's: a retry budget spent on throttles) is requeued after a delay;
+    - then the code's handling: a failure is retried (tier 2), a permanent error fails, a stop stops;
+    - a code that is not a chunk outcome (`NONE`) but ended one anyway: retried when its row says a later try may
+      succeed, else failed."""
+    row = POLICY[env.error_code]
+    if row.handling is HANDOFF:
+        errors = [c for c in (env.cause_code, *retried) if counts_as_error(c)]
+        if errors and not progressed:
+            return Decision(Next.RETRY, cause_code=env.cause_code or errors[0])
+        return Decision(Next.REQUEUE_AT_ONCE if progressed and env.cause_code is None else Next.REQUEUE)
+    if is_backpressure(env):
+        return Decision(Next.REQUEUE)
+    by_handling = {FAIL: Next.RETRY, PERM: Next.FAIL, STOP: Next.STOP}
+    return Decision(by_handling.get(row.handling) or (Next.RETRY if row.retryable else Next.FAIL))
 
 
 def trips_breaker(code: str) -> bool:
@@ -170,7 +230,27 @@ def _cell(value: object) -> str:
     return "-" if value is None or value is False else ("yes" if value is True else str(value))
 
 
-def render_markdown(profile: Profile) -> str:
+class CodeDoc(Protocol):
+    """What the generated document shows of a registered code (errors.ErrorCode)."""
+
+    @property
+    def cls(self) -> StrEnum: ...
+
+    @property
+    def retryable(self) -> bool: ...
+
+    @property
+    def job_fatal(self) -> bool: ...
+
+    @property
+    def cause(self) -> str: ...
+
+    @property
+    def recovery(self) -> str: ...
+
+
+def render_markdown(profile: Profile, registry: Mapping[str, CodeDoc]) -> str:
+    """docs/error-codes.md: the registry's codes (errors.REGISTRY, given: errors.py imports this module) with their rows."""
     lines = [
         "# Error codes",
         "",
@@ -193,7 +273,7 @@ def render_markdown(profile: Profile) -> str:
         "| code | class | retryable | tier 1 | handling | trips breaker | slows quota | job-fatal | cause | recovery |",
         "|---|---|---|---|---|---|---|---|---|---|",
     ]
-    for code, spec in REGISTRY.items():
+    for code, spec in registry.items():
         r = POLICY[code]
         lines.append(
             f"| `{code}` | {spec.cls.value} | {_cell(spec.retryable)} | {_cell(r.tier1 and r.tier1.value)} | "
@@ -205,5 +285,6 @@ def render_markdown(profile: Profile) -> str:
 
 if __name__ == "__main__":
     from contract_review.config.profile import get_profile
+    from contract_review.domain.errors import REGISTRY
 
-    print(render_markdown(get_profile("prod")), end="")
+    print(render_markdown(get_profile("prod"), REGISTRY), end="")

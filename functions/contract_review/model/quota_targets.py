@@ -1,6 +1,6 @@
 """The quotas a worker process paces to (model/pacing.py) and holds its daily tokens to (model/daily_quota.py), and
-where each came from. Asked at the start of every chunk (pipeline/worker.py), so a quota the sweeper publishes
-reaches warm workers within the store's cache age, without a redeploy or a cold start.
+where each came from. Asked at the start of every chunk (model/onion.py: the pacing and daily-quota layers), so a
+quota the sweeper publishes reaches warm workers within the store's cache age, without a redeploy or a cold start.
 
 Tokens per minute, first found wins:
 1. `-c model_tpm` (MODEL_TPM), then the profile's `model_tokens_per_minute`: given at deploy, nothing read;
@@ -11,7 +11,7 @@ Tokens per minute, first found wins:
    process started), or when Service Quotas names no tokens-per-minute quota for the model: the profile's
    `quota_fallback_tokens_per_minute` (prod: 100,000, docs/runbook.md "Riding the model quota"), low enough for any
    account's default quota of a current model, so a worker is never unpaced: it paces slow until it knows better.
-(`review quota set N`, the operator's runtime control, replaces all of these while it is set: pipeline/worker.py.)
+(`review quota set N`, the operator's runtime control, replaces all of these while it is set: model/onion.py `PacedModel`.)
 
 Daily tokens: the profile's `model_tokens_per_day`, else the published daily quota, else the last one read; before
 any was read, a day at the fallback rate (`quota_fallback_tokens_per_minute` x 1,440). A published record that names
