@@ -15,8 +15,8 @@ from contract_review.sideeffects.saga import COMPLETED_DETAIL, PUBLISH, TICKET
 
 from .fake_side_effects import FakeSideEffects
 from .fakes import FakeWorld
-from .test_saga import finished_job, job, unknown_outcome
-from .test_saga_pipeline import pipeline, waiting
+from .sideeffects.test_saga import finished_job, job, unknown_outcome
+from .sideeffects.test_saga_pipeline import pipeline, waiting
 
 
 def _recovery(code: str) -> str:

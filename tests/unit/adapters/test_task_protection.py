@@ -9,7 +9,7 @@ import pytest
 from contract_review.adapters.task_protection import ScaleInGuard, TaskProtection
 from contract_review.handlers.poller import NO_DEADLINE_MS, Shutdown
 
-from ..fake_ecs_agent import FakeEcsAgent
+from ...fake_ecs_agent import FakeEcsAgent
 
 
 @pytest.fixture

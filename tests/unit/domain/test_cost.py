@@ -25,9 +25,9 @@ from contract_review.model.bedrock import BedrockConverseModel, bedrock_client_c
 from contract_review.review.analysts import ANALYSTS, CATEGORIES, build_request, instructions
 from contract_review.review.chunking import Chunk
 
-from .fakes import FakeClock
+from ..fakes import FakeClock
 
-DOC = Path(__file__).resolve().parents[2] / "docs" / "cost.md"
+DOC = Path(__file__).resolve().parents[3] / "docs" / "cost.md"
 CHUNK = Chunk(index=0, chunk_id="c0", start=0, end=60,
               text="Either party may terminate this Agreement for convenience on 30 days notice.")
 

@@ -18,7 +18,7 @@ from contract_review.domain import errors
 from contract_review.domain.errors import REGISTRY, ErrorClass, ErrorEnvelope, ReviewError, classify
 from contract_review.domain.policy import POLICY, Handling, Tier1, is_backpressure, render_markdown, tier1_policy
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 ERROR_DOC = ROOT / "docs" / "error-codes.md"
 REGENERATE = "make docs"
 

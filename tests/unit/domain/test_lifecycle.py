@@ -12,10 +12,10 @@ from contract_review.domain.model import ModelRequest, ModelResponse
 from contract_review.domain.ports import Queue
 from contract_review.domain.records import ChunkStatus, JobState, job_id_for
 
-from ..texts import TEXT
-from .fakes import FakeWorld
-from .inprocess import Fault, InProcess
-from .scenarios import small_chunk_world
+from ...texts import TEXT
+from ..fakes import FakeWorld
+from ..inprocess import Fault, InProcess
+from ..scenarios import small_chunk_world
 
 KEY = "msa-lifecycle"
 JOB = job_id_for(KEY)

@@ -18,8 +18,8 @@ from contract_review.domain.ports import Queue
 from contract_review.pipeline.worker import ChunkWorker
 from review_local.sandbox import LambdaContext, sqs_event
 
-from .fakes import FakeWorld, Sent
-from .inprocess import FaultyModel
+from ..fakes import FakeWorld, Sent
+from ..inprocess import FaultyModel
 
 SECRET = "ZEBRA-MARKER-7731"  # in the document only: no log line may show it
 KEY = "customer-order 2026/ACME: renewal of the Delaware lease"  # user text: logged only as its hash
@@ -48,9 +48,11 @@ def modules(monkeypatch: pytest.MonkeyPatch) -> tuple[Any, Any, Any]:
 
 
 @pytest.fixture
-def world(monkeypatch: pytest.MonkeyPatch, modules: tuple[Any, Any, Any]) -> FakeWorld:
+def handlers_read_world(world: FakeWorld, monkeypatch: pytest.MonkeyPatch, modules: tuple[Any, Any, Any]) -> FakeWorld:
+    """The intake, worker and aggregator handlers run on `world` (the worker with the offline model behind a fault
+    switch), publishing in the namespace they have on AWS."""
     intake_handler, worker_handler, aggregator_handler = modules
-    w = FakeWorld()
+    w = world
     worker = ChunkWorker(w.deps, FaultyModel(), rng=random.Random(7), sleep=lambda _s: None)
     for module in (intake_handler, aggregator_handler):
         monkeypatch.setattr(module, "deps", lambda: w.deps)
@@ -84,6 +86,7 @@ def _ctx(name: str) -> LambdaContext:
     return LambdaContext(name, 512, 30, "req-1", "us-east-1")
 
 
+@pytest.mark.usefixtures("handlers_read_world")
 def test_every_line_about_a_job_carries_its_fields_and_no_document_text(world: FakeWorld, lines: io.StringIO,
                                                                         modules: tuple[Any, Any, Any]) -> None:
     intake_handler, worker_handler, aggregator_handler = modules

@@ -20,7 +20,7 @@ from contract_review.domain.messages import (
     parse_intake,
 )
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 SCHEMA_DOC = ROOT / "docs" / "intake-message.schema.json"
 REGENERATE = (
     ".venv/bin/python -c \"import json; from contract_review.domain.messages import intake_json_schema; "

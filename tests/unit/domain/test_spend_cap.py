@@ -12,9 +12,9 @@ from contract_review.domain.ports import Deps
 from contract_review.domain.records import JobState, job_id_for
 from contract_review.pipeline import admission, intake, sweeper
 
-from ..texts import TEXT
-from .inprocess import InProcess
-from .scenarios import small_chunk_world
+from ...texts import TEXT
+from ..inprocess import InProcess
+from ..scenarios import small_chunk_world
 
 ESTIMATE = admission.estimate(small_chunk_world().settings, TEXT).model_micro_usd  # one TEXT, as these worlds cut it
 

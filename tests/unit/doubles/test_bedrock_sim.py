@@ -22,7 +22,7 @@ from contract_review.doubles.bedrock_sim import DailyTokenLedger, SimulatedPromp
 from contract_review.doubles.faults import FaultInjectingModel
 from contract_review.doubles.spec import FaultSpec
 
-from .model_doubles import outcome, request, tokens_quota
+from ..model_doubles import outcome, request, tokens_quota
 
 SONNET = "global.anthropic.claude-sonnet-4-6"
 

@@ -28,7 +28,7 @@ from contract_review.doubles.faults import (
 from contract_review.doubles.spec import FaultSpec
 from contract_review.model.bedrock import BedrockConverseModel, bedrock_client_config
 
-from .model_doubles import EchoModel, outcome, request, tokens_quota
+from ..model_doubles import EchoModel, outcome, request, tokens_quota
 
 ECHO = EchoModel().model_id  # the model the simulated Bedrock counts for (unknown: the strictest facts)
 

@@ -9,7 +9,7 @@ from contract_review.doubles.offline_model import OfflineRuleModel
 from contract_review.review.analysts import analysts_for, build_request, run_analyst, step_schemas
 from contract_review.review.chunking import chunk_document
 
-from ..large_docs import large_contract
+from ...large_docs import large_contract
 
 
 def test_the_old_layout_gets_the_same_findings_and_caches_nothing_where_todays_caches_its_prefix():

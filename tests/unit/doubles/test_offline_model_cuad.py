@@ -37,7 +37,7 @@ from contract_review.review.chunking import split_into_chunks
 # with --dist loadgroup).
 pytestmark = pytest.mark.xdist_group("cuad_quality")
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 CUAD_DIR = ROOT.parent / "shared" / "data" / "cuad"
 REPORT = ROOT / ".review" / "cuad-recall.json"
 

@@ -15,11 +15,11 @@ from contract_review.handlers import collector as collector_handler
 from contract_review.pipeline.sweeper import sweep
 from review_local.sandbox import LambdaContext
 
-from ..texts import TEXT
-from .fakes import FakeBatchService
-from .inprocess import InProcess
-from .scenarios import small_chunk_world
-from .test_handler_metrics import _emf, _values
+from ...texts import TEXT
+from ..fakes import FakeBatchService
+from ..inprocess import InProcess
+from ..scenarios import small_chunk_world
+from .test_telemetry import _emf, _values
 
 
 def _world() -> tuple[InProcess, FakeBatchService]:

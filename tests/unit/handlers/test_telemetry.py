@@ -18,8 +18,8 @@ from contract_review.handlers.telemetry import record_attempt
 from contract_review.reliability.retry import RetryStats
 from review_local.sandbox import LambdaContext, sqs_event
 
-from .fakes import FakeWorld
-from .scenarios import running_job, settle_done
+from ..fakes import FakeWorld
+from ..scenarios import running_job, settle_done
 
 
 def _emf(out: str) -> list[dict[str, Any]]:
@@ -39,8 +39,9 @@ def _values(lines: list[dict[str, Any]], name: str) -> list[tuple[dict[str, str]
 
 
 @pytest.fixture
-def world(monkeypatch: pytest.MonkeyPatch) -> FakeWorld:
-    w = FakeWorld()
+def handlers_read_world(world: FakeWorld, monkeypatch: pytest.MonkeyPatch) -> FakeWorld:
+    """The sweeper and aggregator handlers run on `world`, publishing in the namespace they have on AWS."""
+    w = world
     # Powertools' Metrics instances of one process share their metric and dimension sets (the class's): what an
     # earlier test left there (its `service`) is not this test's. A Lambda process imports one handler only.
     sweeper_handler.metrics.clear_metrics()
@@ -55,6 +56,7 @@ def _ctx(name: str, timeout_s: int = 60) -> LambdaContext:
     return LambdaContext(name, 256, timeout_s, "r-1", "us-east-1")
 
 
+@pytest.mark.usefixtures("handlers_read_world")
 def test_sweeper_publishes_stuck_jobs_on_every_run(world: FakeWorld, capsys: pytest.CaptureFixture[str]) -> None:
     # GIVEN nothing stalled: StuckJobs 0 is still published (silence would mean the sweeper is down)
     sweeper_handler.handler({}, _ctx("SweeperFn"))
@@ -75,6 +77,7 @@ def test_sweeper_publishes_stuck_jobs_on_every_run(world: FakeWorld, capsys: pyt
     assert result["chunks_resent"] == 3  # with time enough, their pending chunks are sent again
 
 
+@pytest.mark.usefixtures("handlers_read_world")
 def test_a_sweep_that_reaches_its_deadline_still_publishes_what_it_counted(world: FakeWorld,
                                                                           capsys: pytest.CaptureFixture[str]) -> None:
     # GIVEN two running jobs without progress for longer than stall_after_s
@@ -94,6 +97,7 @@ def test_a_sweep_that_reaches_its_deadline_still_publishes_what_it_counted(world
     assert result["stalled_jobs"] == 2 and result["chunks_resent"] == 0 and result["stopped_at"], result
 
 
+@pytest.mark.usefixtures("handlers_read_world")
 def test_aggregator_publishes_job_duration_when_a_result_ends_the_job(world: FakeWorld,
                                                                       capsys: pytest.CaptureFixture[str]) -> None:
     job_id, (first, second) = running_job(world, 2)
@@ -162,7 +166,7 @@ def test_each_function_says_at_cold_start_which_sdk_it_runs_on() -> None:
     import botocore
     from aws_lambda_powertools.shared.version import VERSION
 
-    functions = Path(__file__).resolve().parents[2] / "functions"
+    functions = Path(__file__).resolve().parents[3] / "functions"
     # a fresh process importing a handler module, as a cold start does
     out = subprocess.run([sys.executable, "-c", "import contract_review.handlers.sweeper"], capture_output=True,
                          text=True, check=True, env={**os.environ, "PYTHONPATH": str(functions)}).stdout

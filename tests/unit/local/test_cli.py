@@ -26,9 +26,9 @@ from review_local import cli as cli_module
 from review_local import progress
 from review_local.cli import SUBMIT_GRACE_S, WATCH_GRACE_S, Ctx, cli
 
-from ..texts import LONG_TEXT, TEXT
-from .fakes import FakeWorld
-from .scenarios import worker_finishes
+from ...texts import LONG_TEXT, TEXT
+from ..fakes import FakeWorld
+from ..scenarios import worker_finishes
 
 
 class Pipeline:

@@ -16,9 +16,9 @@ from review_local import cli as cli_module
 from review_local.batches import LOCAL_PRINCIPAL
 from review_local.cli import Ctx, cli
 
-from ..texts import LONG_TEXT, TEXT
-from .fakes import FakeWorld
-from .inprocess import InProcess
+from ...texts import LONG_TEXT, TEXT
+from ..fakes import FakeWorld
+from ..inprocess import InProcess
 
 
 @pytest.fixture(autouse=True)

@@ -15,11 +15,11 @@ from contract_review.pipeline.intake import handle_intake
 from contract_review.review.chunking import document_hash
 from review_local import cli as cli_module
 
-from ..texts import LONG_TEXT, TEXT
-from .fakes import FakeWorld
-from .scenarios import intake, small_chunk_world
+from ...texts import LONG_TEXT, TEXT
+from ..fakes import FakeWorld
+from ..operate.test_ops import dead_letter_chunk
+from ..scenarios import intake, small_chunk_world
 from .test_cli import Pipeline, error_lines, fake_time, run
-from .test_ops import dead_letter_chunk
 
 
 @pytest.fixture(autouse=True)

@@ -18,9 +18,9 @@ from review_local import demo as demo_module
 from review_local import stack as stack_module
 from review_local.cli import cli
 
-from ..texts import LONG_TEXT, TEXT
-from .fakes import FakeWorld
-from .inprocess import InProcess
+from ...texts import LONG_TEXT, TEXT
+from ..fakes import FakeWorld
+from ..inprocess import InProcess
 
 SECRET_ARN = "arn:aws:secretsmanager:us-east-1:123456789012:secret:contract-review/ticket-credentials-AbCdEf"
 
@@ -75,9 +75,10 @@ class FakeStack:
         return self.world.deps
 
 
-@pytest.fixture
-def world(monkeypatch: pytest.MonkeyPatch) -> FakeWorld:
-    w = FakeWorld()
+@pytest.fixture(autouse=True)
+def stack_on_world(world: FakeWorld, monkeypatch: pytest.MonkeyPatch) -> FakeWorld:
+    """`review up` and `review demo` start a FakeStack on `world` instead of a LocalStack."""
+    w = world
     FakeStack.made.clear()
     monkeypatch.setattr(stack_module, "LocalStack", lambda **kw: FakeStack(w, **kw))
     monkeypatch.setattr(demo_module, "LocalStack", lambda **kw: FakeStack(w, **kw))

@@ -12,9 +12,9 @@ from contract_review.pipeline.intake import handle_intake
 from contract_review.review.chunking import document_hash
 from tests.oracle import counted
 
-from ..texts import TEXT
-from .fakes import FakeWorld
-from .scenarios import small_chunk_world, worker_finishes
+from ...texts import TEXT
+from ..fakes import FakeWorld
+from ..scenarios import small_chunk_world, worker_finishes
 from .test_cli import Pipeline, error_lines, fake_time, run, wide_console  # noqa: F401 -- wide_console: autouse fixture
 
 

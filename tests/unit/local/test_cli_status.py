@@ -12,9 +12,9 @@ from contract_review.domain.records import JobState
 from contract_review.operate import ops
 from contract_review.pipeline.intake import handle_intake
 
-from ..texts import TEXT
-from .fakes import FakeWorld
-from .scenarios import small_chunk_world, worker_finishes
+from ...texts import TEXT
+from ..fakes import FakeWorld
+from ..scenarios import small_chunk_world, worker_finishes
 from .test_cli import Pipeline, error_lines, fake_time, run, wide_console  # noqa: F401 -- wide_console: autouse fixture
 from .test_cli_retry import failed_by_access_denied
 
@@ -137,8 +137,8 @@ def test_a_job_id_is_accepted_by_a_unique_prefix_and_an_ambiguous_one_is_one_lin
 
 
 def test_status_and_explain_of_a_job_waiting_for_approval_say_a_person_decides():
-    from .fake_side_effects import FakeSideEffects
-    from .test_saga_pipeline import waiting
+    from ..fake_side_effects import FakeSideEffects
+    from ..sideeffects.test_saga_pipeline import waiting
 
     world, _, job_id = waiting(FakeSideEffects())
     status = run(world, "status", job_id)

@@ -35,7 +35,7 @@ from review_local.preflight import (
     run_preflight,
 )
 
-from . import bedrock_stubs as bs
+from .. import bedrock_stubs as bs
 
 SONNET_46 = "Anthropic Claude Sonnet 4.6"
 LAYER = "/aws/service/powertools/python/arm64/python3.12/3.37.0"  # what a deploy with the defaults reads

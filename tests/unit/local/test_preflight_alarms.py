@@ -8,7 +8,7 @@ from typing import Any
 
 from review_local.preflight import check_alarm_subscribers, preflight
 
-from . import bedrock_stubs as bs
+from .. import bedrock_stubs as bs
 from .test_preflight import Clients, WithClients, deployed_stack_run
 
 TOPIC = "arn:aws:sns:us-east-1:123456789012:Prod-AlarmsTopic1A2B3C4D-EXAMPLE"

@@ -10,7 +10,7 @@ from urllib.parse import quote
 
 from review_local.preflight import check_batch_role, preflight
 
-from . import bedrock_stubs as bs
+from .. import bedrock_stubs as bs
 from .test_preflight import Clients, WithClients, deployed_stack_run
 
 ROLE = "arn:aws:iam::123456789012:role/Prod-BatchServiceRoleBF1D8B3E-1AB2C3D4"

@@ -9,7 +9,7 @@ from typing import Any
 
 from review_local.preflight import SERVICE_LINKED_ROLES, check_service_linked_roles, preflight
 
-from . import bedrock_stubs as bs
+from .. import bedrock_stubs as bs
 from .test_preflight import Clients, WithClients, deployed_stack_run, local_stack_run
 
 ECS, SCALING = (role for role, _ in SERVICE_LINKED_ROLES)

@@ -16,7 +16,7 @@ from contract_review.config.sdk import installed_sdk, sdk_description
 from review_local.cli import cli
 from review_local.preflight import check_sdk_layer, preflight
 
-from . import bedrock_stubs as bs
+from .. import bedrock_stubs as bs
 from .test_preflight import PAGE_1, PAGE_2, SDK_LAYER_ARN, Clients, FakeSession, _stack
 
 PINNED = installed_sdk()

@@ -18,13 +18,15 @@ from contract_review.pipeline.admission import TextDocument
 from review_local.api_server import local_principal
 from review_local.ui_server import ACTION_HEADER, UiServer
 
-from ..texts import LONG_TEXT, RISKY
-from .fakes import FakeWorld
-from .inprocess import InProcess
-from .scenarios import small_chunk_world
+from ...texts import LONG_TEXT, RISKY
+from ..fakes import FakeWorld
+from ..inprocess import InProcess
+from ..scenarios import small_chunk_world
 
 ALICE = local_principal("alice")
 BOB = local_principal("bob")
+
+pytestmark = pytest.mark.small_chunks()  # the `world` fixture: every clause of TEXT is a chunk
 
 
 def request(ui: UiServer, method: str, path: str, body: object = None, *, act: bool = True,
@@ -41,11 +43,6 @@ def request(ui: UiServer, method: str, path: str, body: object = None, *, act: b
     conn.close()
     ctype = r.getheader("Content-Type") or ""
     return r.status, json.loads(text) if ctype.startswith("application/json") else text, ctype
-
-
-@pytest.fixture
-def world() -> FakeWorld:
-    return small_chunk_world()
 
 
 @pytest.fixture
@@ -169,8 +166,8 @@ def test_review_ui_as_refuses_a_name_that_is_not_a_local_principal_and_any_name_
 def test_the_dead_letters_are_listed_with_their_envelope_and_redriven_from_the_page():
     from contract_review.domain.ports import Queue
 
-    from .scenarios import intake
-    from .test_ops import dead_letter_chunk
+    from ..operate.test_ops import dead_letter_chunk
+    from ..scenarios import intake
 
     # GIVEN a running job whose chunk 1 a worker dead-lettered
     world = small_chunk_world()
@@ -193,8 +190,8 @@ def test_the_dead_letters_are_listed_with_their_envelope_and_redriven_from_the_p
 def test_a_dead_letter_is_discarded_from_the_page_as_review_dlq_discard_does():
     from contract_review.domain.ports import Queue
 
-    from .scenarios import intake
-    from .test_ops import dead_letter_chunk
+    from ..operate.test_ops import dead_letter_chunk
+    from ..scenarios import intake
 
     # GIVEN a running job whose chunk 1 a worker dead-lettered
     world = small_chunk_world()
@@ -229,8 +226,8 @@ def test_the_activity_chart_counts_the_model_calls_throttles_and_quota_tokens_of
     from contract_review.domain.model import quota_tokens
     from contract_review.operate import ops
 
-    from .inprocess import Fault, FaultyModel, on
-    from .test_recoveries import client_error, raises
+    from ..inprocess import Fault, FaultyModel, on
+    from ..reliability.test_recoveries import client_error, raises
 
     # GIVEN a stack that paces to 60,000 tokens a minute, and a job two of whose calls were throttled
     world = small_chunk_world(model_tokens_per_minute=60_000)

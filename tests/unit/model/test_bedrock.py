@@ -22,8 +22,8 @@ from contract_review.model.bedrock import (
     describe_model,
 )
 
-from . import bedrock_stubs as bs
-from .model_doubles import MODEL_ID, SCHEMA, request
+from .. import bedrock_stubs as bs
+from ..model_doubles import MODEL_ID, SCHEMA, request
 
 
 @pytest.fixture
@@ -484,7 +484,7 @@ def test_a_chunk_reviewed_through_the_messages_body_finds_what_the_rule_model_fi
     from contract_review.review.analysts import analysts_for, run_analyst
     from contract_review.review.chunking import chunk_document
 
-    from ..large_docs import large_contract
+    from ...large_docs import large_contract
 
     client, stubber = bedrock
     rules = OfflineRuleModel()

@@ -19,9 +19,9 @@ from contract_review.operate import ops
 from contract_review.pipeline.intake import handle_intake
 from contract_review.pipeline.worker import ChunkWorker, Delivery
 
-from ..texts import TEXT
-from .fakes import FakeWorld
-from .model_doubles import EchoModel, request
+from ...texts import TEXT
+from ..fakes import FakeWorld
+from ..model_doubles import EchoModel, request
 
 
 class Flaky(EchoModel):

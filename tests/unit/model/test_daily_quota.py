@@ -16,9 +16,9 @@ from contract_review.model.daily_quota import DAILY_QUOTA_CODE, DailyQuota
 from contract_review.operate import api, ops
 from contract_review.pipeline.worker import ChunkWorker, Delivery
 
-from .fakes import FakeClock, FakeTokenLedger, FakeWorld
-from .scenarios import one_chunk_job
-from .test_worker import RUN, ScriptedModel, _error
+from ..fakes import FakeClock, FakeTokenLedger, FakeWorld
+from ..pipeline.test_worker import RUN, ScriptedModel, _error
+from ..scenarios import one_chunk_job
 
 MODEL = "anthropic.claude-sonnet-4-6"  # output burndown 5 (domain/model.py MODEL_TRAITS)
 HOUR = 3600.0

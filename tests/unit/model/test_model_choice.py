@@ -17,10 +17,10 @@ from contract_review.model.bedrock import BedrockConverseModel, ModelIdCheck
 from contract_review.pipeline.intake import handle_intake
 from contract_review.pipeline.worker import ChunkWorker, Delivery
 
-from ..texts import TEXT
-from . import bedrock_stubs as bs
-from .fakes import FakeWorld
-from .scenarios import events_of, small_chunk_world
+from ...texts import TEXT
+from .. import bedrock_stubs as bs
+from ..fakes import FakeWorld
+from ..scenarios import events_of, small_chunk_world
 
 
 def _bedrock(model_id: str) -> tuple[BedrockConverseModel, Stubber, Stubber]:

@@ -21,7 +21,7 @@ from contract_review.doubles.faults import (
 from contract_review.doubles.spec import FaultSpec
 from contract_review.model.pacing import AimdPacer, QuotaLimiter, throttle_kind
 
-from .model_doubles import EchoModel, request
+from ..model_doubles import EchoModel, request
 
 
 class Clock:

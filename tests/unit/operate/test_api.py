@@ -23,10 +23,10 @@ from contract_review.pipeline.intake import handle_intake
 from contract_review.review.chunking import document_hash
 from review_local.api_server import http_api_event, local_principal
 
-from ..texts import LONG_TEXT, TEXT
-from .fakes import SETTINGS, FakeWorld
-from .inprocess import InProcess
-from .scenarios import small_chunk_world
+from ...texts import LONG_TEXT, TEXT
+from ..fakes import SETTINGS, FakeWorld
+from ..inprocess import InProcess
+from ..scenarios import small_chunk_world
 
 ALICE = local_principal("alice")
 BOB = local_principal("bob")

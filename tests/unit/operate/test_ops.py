@@ -29,10 +29,10 @@ from contract_review.reliability.chunks import dead_letter, settled_result
 from contract_review.review.analysts import ANALYSTS
 from contract_review.review.chunking import document_hash
 
-from ..texts import LONG_TEXT, TEXT
-from .fakes import SETTINGS, FakeQueues, FakeWorld, Sent
-from .inprocess import InProcess
-from .scenarios import ALL_OK, claim, deliver, intake, running_job, settle_done
+from ...texts import LONG_TEXT, TEXT
+from ..fakes import SETTINGS, FakeQueues, FakeWorld, Sent
+from ..inprocess import InProcess
+from ..scenarios import ALL_OK, claim, deliver, intake, running_job, settle_done
 
 IF_IT_FAILS_AGAIN = ("chunk messages go to the analysis DLQ with their error envelope; the job ends "
                      "`dead_lettered` listing them")

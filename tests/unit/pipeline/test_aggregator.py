@@ -24,9 +24,9 @@ from contract_review.review.analysts import ANALYSTS, Finding
 from contract_review.review.report import Report
 from tests.oracle import counted
 
-from ..texts import TEXT
-from .fakes import FakeWorld
-from .scenarios import ALL_OK, claim, deliver, intake, running_job, settle_done
+from ...texts import TEXT
+from ..fakes import FakeWorld
+from ..scenarios import ALL_OK, claim, deliver, intake, running_job, settle_done
 
 MANDATORY = [a.name for a in ANALYSTS if a.mandatory]
 OPTIONAL = [a.name for a in ANALYSTS if not a.mandatory]

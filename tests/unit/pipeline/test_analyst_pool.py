@@ -20,8 +20,8 @@ from contract_review.pipeline.analyst_pool import GroupCommit
 from contract_review.pipeline.worker import ChunkWorker, Delivery
 from contract_review.review.analysts import ChunkFindings, analysts_for
 
-from .fakes import SETTINGS, FakeWorld
-from .scenarios import one_chunk_job
+from ..fakes import SETTINGS, FakeWorld
+from ..scenarios import one_chunk_job
 
 ANALYSTS = [a.name for a in analysts_for(SETTINGS.profile.review.analyst_count)]
 CALL_S = 0.02  # each call takes this long, so the calls of analysts run at once overlap

@@ -34,9 +34,9 @@ from contract_review.pipeline.aggregator import handle_message
 from contract_review.pipeline.collector import collect as collector_run
 from contract_review.pipeline.sweeper import sweep
 
-from ..texts import TEXT
-from .fakes import FakeBatchService
-from .inprocess import Crash, InProcess
+from ...texts import TEXT
+from ..fakes import FakeBatchService
+from ..inprocess import Crash, InProcess
 from .test_batch_lane import JOB_ID, batch_world, completes_as_on_demand, events, submit
 
 ALL_FOUR = 44  # the first round of this document: 4 chunks x 11 analysts' locate requests

@@ -22,11 +22,11 @@ from contract_review.pipeline.sweeper import sweep
 from contract_review.review.analysts import ANALYSTS, build_request
 from contract_review.review.chunking import Chunk
 
-from ..oracle import counted
-from ..texts import TEXT
-from .fakes import FakeBatchService
-from .inprocess import Crash, InProcess, fault_free_findings
-from .scenarios import small_chunk_world
+from ...oracle import counted
+from ...texts import TEXT
+from ..fakes import FakeBatchService
+from ..inprocess import Crash, InProcess, fault_free_findings
+from ..scenarios import small_chunk_world
 
 KEY = "msa-batch"
 JOB_ID = job_id_for(KEY)

@@ -16,10 +16,10 @@ from contract_review.pipeline.aggregator import handle_result
 from contract_review.pipeline.worker import attempt_stats
 from contract_review.reliability.retry import RetryStats
 
-from ..texts import TEXT
-from .fakes import SETTINGS, FakeWorld
-from .inprocess import FaultyModel, InProcess
-from .scenarios import small_chunk_world
+from ...texts import TEXT
+from ..fakes import SETTINGS, FakeWorld
+from ..inprocess import FaultyModel, InProcess
+from ..scenarios import small_chunk_world
 
 
 def test_an_attempts_usage_adds_its_requests_the_recording_write_and_its_lambda_time():
@@ -110,8 +110,8 @@ def test_a_reopened_job_counts_each_chunk_once_with_all_its_attempts():
     # GIVEN a job whose chunk 1 failed for good (a permanent model error), its cost recorded
     from contract_review.pipeline import redrive
 
-    from .inprocess import Fault, FaultyModel, on
-    from .test_recoveries import client_error, raises
+    from ..inprocess import Fault, FaultyModel, on
+    from ..reliability.test_recoveries import client_error, raises
 
     world = small_chunk_world()
     model = FaultyModel()

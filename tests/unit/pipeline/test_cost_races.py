@@ -13,8 +13,8 @@ from contract_review.pipeline import redrive
 from contract_review.pipeline.aggregator import handle_result
 from contract_review.reliability.chunks import settled_result
 
-from .fakes import FakeWorld
-from .scenarios import claim, deliver, running_job, settle_done
+from ..fakes import FakeWorld
+from ..scenarios import claim, deliver, running_job, settle_done
 
 
 def _chunks_usage(world: FakeWorld, job_id: str) -> Usage:

@@ -26,8 +26,8 @@ from contract_review.model.pacing import estimated_reservation
 from contract_review.pipeline.worker import ChunkWorker, Delivery, Heartbeat
 from contract_review.reliability.chunks import analysis_message
 
-from .inprocess import Crash, Fault, FaultyModel, on
-from .test_recoveries import Run, client_error, raises
+from ..inprocess import Crash, Fault, FaultyModel, on
+from ..reliability.test_recoveries import Run, client_error, raises
 
 
 def _recorded_calls(r: Run) -> int:

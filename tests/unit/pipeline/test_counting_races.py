@@ -3,8 +3,8 @@ moto in tests/integration/test_counting_on_moto.py)."""
 
 from __future__ import annotations
 
-from .. import counting_races as races
-from .fakes import FakeWorld
+from ... import counting_races as races
+from ..fakes import FakeWorld
 
 
 def test_two_retries_of_one_ended_job_at_once_count_each_chunk_once():

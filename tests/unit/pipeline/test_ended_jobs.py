@@ -14,8 +14,8 @@ from contract_review.pipeline import fanout, redrive
 from contract_review.pipeline.worker import ChunkWorker, Delivery
 from tests.oracle import counted
 
-from .fakes import FakeWorld
-from .scenarios import claim, deliver, one_chunk_job, running_job
+from ..fakes import FakeWorld
+from ..scenarios import claim, deliver, one_chunk_job, running_job
 
 
 def _cancel(world: FakeWorld, job_id: str) -> None:
@@ -81,9 +81,9 @@ def test_a_cancelled_job_is_resumed_by_retry_from_its_checkpoints_and_completes_
     from contract_review.domain.records import job_id_for
     from contract_review.review.chunking import document_hash
 
-    from ..texts import TEXT
-    from .inprocess import InProcess, fault_free_findings
-    from .scenarios import small_chunk_world
+    from ...texts import TEXT
+    from ..inprocess import InProcess, fault_free_findings
+    from ..scenarios import small_chunk_world
 
     world = small_chunk_world()
     p = InProcess(world)
@@ -115,7 +115,7 @@ def test_a_cancelled_job_is_resumed_by_retry_from_its_checkpoints_and_completes_
 def test_the_fanout_sends_only_the_chunks_the_budget_left_covers_and_the_job_stops_before_passing_it():
     from contract_review.pipeline import fanout
 
-    from .scenarios import settle_done
+    from ..scenarios import settle_done
 
     # GIVEN a 10-chunk job estimated at $0.0001 a chunk, with a budget of $0.00045, its first 4 chunks sent
     world = FakeWorld()
@@ -145,9 +145,9 @@ def test_a_job_cancelled_between_intake_storing_its_plan_and_its_fan_out_is_fann
     from contract_review.domain.records import job_id_for
     from contract_review.review.chunking import document_hash
 
-    from ..texts import TEXT
-    from .inprocess import InProcess, fault_free_findings
-    from .scenarios import small_chunk_world
+    from ...texts import TEXT
+    from ..inprocess import InProcess, fault_free_findings
+    from ..scenarios import small_chunk_world
 
     world = small_chunk_world()
     p = InProcess(world)
@@ -179,9 +179,9 @@ def test_a_job_cancelled_before_intake_stored_its_document_is_not_reopened_to_wa
     from contract_review.domain.records import job_id_for
     from contract_review.review.chunking import document_hash
 
-    from ..texts import TEXT
-    from .inprocess import Crash, InProcess
-    from .scenarios import small_chunk_world
+    from ...texts import TEXT
+    from ..inprocess import Crash, InProcess
+    from ..scenarios import small_chunk_world
 
     world = small_chunk_world()
     p = InProcess(world)

@@ -19,9 +19,9 @@ from contract_review.pipeline.sweeper import sweep
 from contract_review.review.chunking import chunk_document
 from tests.oracle import counted
 
-from ..texts import LONG_TEXT, TEXT
-from .fakes import SETTINGS, FakeWorld
-from .scenarios import worker_finishes
+from ...texts import LONG_TEXT, TEXT
+from ..fakes import SETTINGS, FakeWorld
+from ..scenarios import worker_finishes
 
 P = SETTINGS.profile
 # The local profile's fanout_window and fanout_page (test_the_local_profile_... checks). Literals, and

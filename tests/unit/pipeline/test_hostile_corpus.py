@@ -40,10 +40,10 @@ from contract_review.pipeline.intake import handle_intake
 from contract_review.review.analysts import ChunkFindings, analysts_for, build_request
 from contract_review.review.chunking import Chunk
 
-from ..oracle import counted
-from ..texts import TEXT
-from .fakes import FakeWorld
-from .inprocess import Fault, FaultyModel, InProcess, fault_free_findings, on
+from ...oracle import counted
+from ...texts import TEXT
+from ..fakes import FakeWorld
+from ..inprocess import Fault, FaultyModel, InProcess, fault_free_findings, on
 
 
 def dlq_codes(world: FakeWorld, queue: Queue) -> list[str]:

@@ -32,7 +32,7 @@ from contract_review.pipeline.intake import handle_intake
 from contract_review.review.analysts import ANALYSTS
 from contract_review.review.chunking import chunk_document, split_into_chunks
 
-from .fakes import FakeWorld
+from ..fakes import FakeWorld
 
 BOUNDED = settings(max_examples=150, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)
 

@@ -19,8 +19,8 @@ from contract_review.review.analysts import job_config_hash
 from contract_review.review.chunking import chunk_document, document_hash
 from tests.oracle import counted
 
-from ..texts import LONG_TEXT, TEXT
-from .fakes import SETTINGS, FakeQueues, FakeWorld
+from ...texts import LONG_TEXT, TEXT
+from ..fakes import SETTINGS, FakeQueues, FakeWorld
 
 BUCKET = SETTINGS.bucket
 

@@ -17,9 +17,9 @@ from contract_review.pipeline.intake import handle_intake
 from contract_review.pipeline.priority import PriorityGate, starvation_bound_s
 from contract_review.pipeline.worker import ChunkWorker, Delivery
 
-from ..texts import LONG_TEXT
-from .fakes import FakeWorld
-from .scenarios import small_chunk_world
+from ...texts import LONG_TEXT
+from ..fakes import FakeWorld
+from ..scenarios import small_chunk_world
 
 CHUNK_S = 1.0  # what one analysed chunk takes on the fake clock
 

@@ -16,9 +16,9 @@ from contract_review.pipeline.redrive import Redriven, dlq_redrive, reopen
 from contract_review.reliability.chunks import analysis_message, announce, dead_letter
 from tests.oracle import counted
 
-from ..texts import TEXT
-from .fakes import SETTINGS, FakeWorld, Sent
-from .scenarios import events_of, small_chunk_world, start_job, worker_finishes
+from ...texts import TEXT
+from ..fakes import SETTINGS, FakeWorld, Sent
+from ..scenarios import events_of, small_chunk_world, start_job, worker_finishes
 
 INTAKE_BODY = json.dumps({"schema_version": 1, "document": {"text": TEXT}})
 LEASE = SETTINGS.claim_lease_s

@@ -42,10 +42,10 @@ from contract_review.reliability.chunks import analysis_message, dead_letter
 from contract_review.review.report import Report
 from tests.oracle import counted
 
-from ..texts import TEXT
-from .fakes import SETTINGS, FakeWorld
-from .inprocess import Crash, CrashOnPut, Fault, InProcess, fault_free_findings, on
-from .scenarios import claim, events_of, running_job, small_chunk_world, start_job, worker_finishes
+from ...texts import TEXT
+from ..fakes import SETTINGS, FakeWorld
+from ..inprocess import Crash, CrashOnPut, Fault, InProcess, fault_free_findings, on
+from ..scenarios import claim, events_of, running_job, small_chunk_world, start_job, worker_finishes
 
 STALL = SETTINGS.profile.recovery.stall_after_s
 LEASE = SETTINGS.claim_lease_s

@@ -28,9 +28,9 @@ from contract_review.pipeline.sweeper import Deadline, sweep
 from contract_review.reliability.chunks import analysis_message
 from tests.oracle import counted
 
-from ..texts import TEXT
-from .fakes import SETTINGS, FakeWorld, Sent
-from .scenarios import events_of, running_job, small_chunk_world, start_job, worker_finishes
+from ...texts import TEXT
+from ..fakes import SETTINGS, FakeWorld, Sent
+from ..scenarios import events_of, running_job, small_chunk_world, start_job, worker_finishes
 
 LEASE = SETTINGS.claim_lease_s  # 3 s (local profile)
 LAPSE = LEASE + 1.0  # past the lease, well inside stall_after_s

@@ -30,8 +30,8 @@ from contract_review.pipeline.worker import ChunkWorker, Delivery, Heartbeat, Ti
 from contract_review.review.analysts import ChunkFindings, analysis_identities, analysts_for
 from tests.oracle import counted
 
-from .fakes import SETTINGS, FakeWorld
-from .scenarios import one_chunk_job
+from ..fakes import SETTINGS, FakeWorld
+from ..scenarios import one_chunk_job
 
 RUN = analysts_for(SETTINGS.profile.review.analyst_count)  # the analysts a job runs (every one)
 ANALYSTS = len(RUN)
@@ -70,11 +70,6 @@ class ScriptedModel:
     @property
     def total(self) -> int:
         return sum(self.calls.values())
-
-
-@pytest.fixture
-def world() -> FakeWorld:
-    return FakeWorld()
 
 
 class PeekAtClaim(ScriptedModel):

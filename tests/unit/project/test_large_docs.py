@@ -7,7 +7,7 @@ import pytest
 from contract_review.domain.messages import MAX_DOCUMENT_BYTES
 from contract_review.review.chunking import document_hash, split_into_chunks
 
-from ..large_docs import large_contract, write_large_contract
+from ...large_docs import large_contract, write_large_contract
 
 
 @pytest.mark.parametrize("n_bytes", [5_000, 230_000, 1_200_000, MAX_DOCUMENT_BYTES])

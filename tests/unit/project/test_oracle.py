@@ -18,10 +18,10 @@ from contract_review.pipeline.intake import handle_intake
 from contract_review.pipeline.worker import ChunkWorker, Delivery
 from contract_review.review.analysts import ChunkFindings, Finding
 
-from ..oracle import assert_matches_fault_free, check_job, expected_findings
-from ..texts import LONG_TEXT, TEXT
-from .fakes import FakeWorld
-from .scenarios import small_chunk_world
+from ...oracle import assert_matches_fault_free, check_job, expected_findings
+from ...texts import LONG_TEXT, TEXT
+from ..fakes import FakeWorld
+from ..scenarios import small_chunk_world
 
 
 def _work_all(world: FakeWorld, text: str) -> str:

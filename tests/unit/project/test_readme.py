@@ -23,9 +23,9 @@ from contract_review.pipeline.intake import handle_intake
 from contract_review.review.chunking import document_hash
 from review_local.cli import cli
 
-from .fakes import FakeWorld
+from ..fakes import FakeWorld
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 README = (ROOT / "README.md").read_text(encoding="utf-8")
 SCHEMA = json.loads((ROOT / "docs" / "intake-message.schema.json").read_text(encoding="utf-8"))
 SAMPLE = "samples/mutual-nda.txt"

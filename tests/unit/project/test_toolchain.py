@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 CONTEXT = ["PROFILE=prod", "STACK=ContractReviewEu", "ALARM_EMAIL=oncall@example.com", "MODEL_ID=eu.anthropic.x",
            "REGION=eu-west-1", "WORKER=fargate"]
 

@@ -34,13 +34,13 @@ from contract_review.pipeline.worker import ChunkWorker, Delivery
 from contract_review.reliability.chunks import analysis_message
 from contract_review.review.analysts import ANALYSTS, analysts_for
 
-from ..texts import TEXT
-from .api_recoveries import API_RECOVERIES
-from .fakes import SETTINGS, FakeWorld
-from .inprocess import Crash, Fault, FaultyModel, InProcess, fault_free_findings, on
-from .saga_recoveries import SAGA_RECOVERIES
-from .scenarios import small_chunk_world
-from .test_batch_lane import BATCH_RECOVERIES
+from ...texts import TEXT
+from ..api_recoveries import API_RECOVERIES
+from ..fakes import SETTINGS, FakeWorld
+from ..inprocess import Crash, Fault, FaultyModel, InProcess, fault_free_findings, on
+from ..pipeline.test_batch_lane import BATCH_RECOVERIES
+from ..saga_recoveries import SAGA_RECOVERIES
+from ..scenarios import small_chunk_world
 
 KEY = "msa-2026"
 OTHER_TEXT = TEXT.replace("New York", "Delaware")

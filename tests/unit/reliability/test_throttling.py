@@ -22,9 +22,9 @@ from contract_review.pipeline.intake import handle_intake
 from contract_review.pipeline.worker import ChunkWorker, Delivery
 from contract_review.reliability.retry import Retrier, RetryBudget, RetryGiveUp, RetryStats, backoff_delay
 
-from ..texts import TEXT
-from .fakes import FakeWorld
-from .model_doubles import request
+from ...texts import TEXT
+from ..fakes import FakeWorld
+from ..model_doubles import request
 
 KINDS = pytest.mark.parametrize("message", [REQUESTS_THROTTLE_MESSAGE, TOKENS_THROTTLE_MESSAGE],
                                 ids=["requests-per-minute", "tokens-per-minute"])

@@ -39,13 +39,13 @@ from contract_review.review.analysts import (
     own_instructions,
 )
 
-from ..texts import TEXT
-from .fakes import FakeWorld
-from .inprocess import CrashOnPut, FaultyModel, InProcess
-from .scenarios import events_of, small_chunk_world
+from ...texts import TEXT
+from ..fakes import FakeWorld
+from ..inprocess import CrashOnPut, FaultyModel, InProcess
+from ..scenarios import events_of, small_chunk_world
 
 MODEL, PROVIDER = "global.anthropic.claude-sonnet-4-6", "bedrock"
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def identities(model_id: str = MODEL, provider: str = PROVIDER) -> dict[str, str]:

@@ -256,7 +256,7 @@ def test_every_profile_runs_every_analyst() -> None:
 
 # --- the project's own sample contracts --------------------------------------------------------
 
-SAMPLES = sorted((Path(__file__).resolve().parents[2] / "samples").glob("*.txt"))
+SAMPLES = sorted((Path(__file__).resolve().parents[3] / "samples").glob("*.txt"))
 
 
 @pytest.mark.parametrize("path", SAMPLES, ids=[p.name for p in SAMPLES])

@@ -144,7 +144,7 @@ def test_the_default_chunks_reach_the_models_cache_minimum_so_their_prefix_is_ca
     from contract_review.review.analysts import analysts_for, build_request
     from contract_review.review.chunking import chunk_document
 
-    from ..large_docs import large_contract
+    from ...large_docs import large_contract
 
     for name in ("prod", "local"):
         review = get_profile(name).review

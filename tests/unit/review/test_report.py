@@ -14,9 +14,9 @@ from contract_review.pipeline.intake import handle_intake
 from contract_review.review.analysts import CATEGORIES, CATEGORY_BY_KEY, Finding
 from contract_review.review.report import QUOTE_MAX, TOP_FINDINGS, Report
 
-from ..texts import LONG_TEXT
-from .fakes import FakeWorld
-from .scenarios import deliver, running_job, settle_done
+from ...texts import LONG_TEXT
+from ..fakes import FakeWorld
+from ..scenarios import deliver, running_job, settle_done
 
 METADATA = {"matter": "M-7", "pages": 3, "urgent": True, "tags": ["nda", "eu"]}
 

@@ -22,9 +22,9 @@ from contract_review.review.report import Report, coverage_of
 from contract_review.sideeffects import saga
 from contract_review.sideeffects.saga import COMPLETED_DETAIL, PUBLISH, TICKET, WITHDRAWN_DETAIL, SagaStatus, step_key
 
-from .fake_side_effects import FakeSideEffects
-from .fakes import SETTINGS, FakeWorld
-from .scenarios import events_of
+from ..fake_side_effects import FakeSideEffects
+from ..fakes import SETTINGS, FakeWorld
+from ..scenarios import events_of
 
 STEP_ATTEMPTS = SETTINGS.profile.side_effects.side_effect_attempts  # the saga's tier-1 attempts of one step call
 
@@ -344,7 +344,7 @@ def test_a_compensation_that_keeps_failing_lands_in_the_compensation_dlq_with_it
 # --- review approve / review reject -----------------------------------------------------------------
 
 def test_review_approve_and_reject_decide_a_waiting_job_and_refuse_any_other():
-    from .test_cli import run
+    from ..local.test_cli import run
 
     world, fx = FakeWorld(), FakeSideEffects()
     waiting = unknown_outcome(world, fx, written=True)
@@ -374,7 +374,7 @@ def test_review_approve_and_reject_decide_a_waiting_job_and_refuse_any_other():
 
 def test_review_compensations_lists_the_dead_letters_and_redrives_them():
 
-    from .test_cli import run
+    from ..local.test_cli import run
 
     world, fx = FakeWorld(), FakeSideEffects()
     world.deps = replace(world.deps, side_effects=fx.fx, compensator=saga.compensate_job)
@@ -405,7 +405,7 @@ def test_a_steps_in_progress_record_expires_with_the_invocations_remaining_time(
     from contract_review.domain.effects import JsonObject
     from contract_review.handlers import InvocationClock
 
-    from .fake_side_effects import MemoryPersistence
+    from ..fake_side_effects import MemoryPersistence
 
     class Context:
         def get_remaining_time_in_millis(self) -> int:

@@ -18,11 +18,11 @@ from contract_review.pipeline.aggregator import handle_message
 from contract_review.sideeffects import approvals, saga
 from contract_review.sideeffects.saga import COMPLETED_DETAIL, PUBLISH, TICKET, WITHDRAWN_DETAIL
 
-from ..texts import RISKY
-from .fake_side_effects import FakeSideEffects
-from .fakes import SETTINGS, FakeWorld
-from .inprocess import Crash, InProcess
-from .scenarios import events_of, small_chunk_world
+from ...texts import RISKY
+from ..fake_side_effects import FakeSideEffects
+from ..fakes import SETTINGS, FakeWorld
+from ..inprocess import Crash, InProcess
+from ..scenarios import events_of, small_chunk_world
 
 STEP_ATTEMPTS = SETTINGS.profile.side_effects.side_effect_attempts  # the saga's tier-1 attempts of one step call
 

@@ -21,12 +21,12 @@ from contract_review.model.quota_targets import MINUTES_PER_DAY, QuotaTargets
 from contract_review.pipeline.worker import ChunkWorker, Delivery
 from contract_review.wiring import build_chunk_worker, quota_reader
 
-from . import bedrock_stubs as bs
-from .fakes import FakeWorld
-from .inprocess import FaultyModel
-from .scenarios import one_chunk_job
-from .test_config import full_env
-from .test_preflight import PAGE_1, PAGE_2, SONNET_46, quota
+from .. import bedrock_stubs as bs
+from ..config.test_settings import full_env
+from ..fakes import FakeWorld
+from ..inprocess import FaultyModel
+from ..local.test_preflight import PAGE_1, PAGE_2, SONNET_46, quota
+from ..scenarios import one_chunk_job
 
 
 class StubbedSession:
