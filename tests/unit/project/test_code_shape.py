@@ -1,6 +1,7 @@
 """The code's shape, kept by tests. The layers and the import rules (no cycle, adapters and doubles
 imported by wiring only, no AWS SDK in the core) are import-linter contracts in pyproject.toml, run by
-`make lint` (`lint-imports`) and by the test below; what import-linter cannot see is checked here."""
+`make lint` (`lint-imports`) and by the test below: they, not a count of entries, decide where code goes (the
+package top has no cap); what import-linter cannot see is checked here."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 CORE = ROOT / "functions" / "contract_review"
 # Where a process meets its environment: only these read os.environ or create boto3 clients.
 EDGE = ("handlers/", "wiring.py", "adapters/")
@@ -24,7 +25,6 @@ SERIALIZATION_BOUNDARY = {"adapters/dynamo.py", "adapters/jobs.py", "adapters/cl
                           "handlers/poller.py", "handlers/sweeper.py", "handlers/collector.py", "handlers/worker.py",
                           # batch inference records: a model request / response body in JSONL (docs/batch-inference.md)
                           "domain/batch.py", "adapters/batch_inference.py"}
-MAX_TOP_LEVEL_ENTRIES = 13  # the package's modules and subpackages, __init__.py included
 
 
 def _modules() -> list[Path]:
@@ -42,11 +42,6 @@ def test_the_import_contracts_hold():
                        env={"PYTHONPATH": str(ROOT / "functions"), "PATH": str(lint.parent)})
     assert r.returncode == 0, r.stdout + r.stderr
     assert "0 broken" in r.stdout
-
-
-def test_the_package_top_shows_the_architecture():
-    entries = [p.name for p in CORE.iterdir() if p.name != "__pycache__" and (p.suffix == ".py" or p.is_dir())]
-    assert len(entries) <= MAX_TOP_LEVEL_ENTRIES, sorted(entries)
 
 
 @pytest.mark.parametrize("path", [p for p in _modules() if not _rel(p).startswith(EDGE)], ids=_rel)
