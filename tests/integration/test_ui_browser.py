@@ -23,7 +23,6 @@ from contract_review.doubles.spec import FaultSpec
 from contract_review.operate import api, ops
 from contract_review.pipeline.admission import TextDocument
 from review_local.api_server import local_principal
-from review_local.stack import LocalStack
 from review_local.ticket_service import TicketFaults
 from review_local.ui_server import UiServer
 
@@ -75,16 +74,9 @@ def browser(shots: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
         driver.quit()
 
 
-@pytest.fixture
-def stack(local_template: dict[str, Any], tmp_path: Path) -> Iterator[LocalStack]:
-    # as `review up` runs it: the ticket fake, whose held answer outlasts the functions' read timeout, and the page
-    s = LocalStack(template=local_template, state_dir=tmp_path / "stack", ticket_faults=TicketFaults(hang_s=4.0),
-                   faults=FaultSpec(latency_ms=CALL_MS))
-    s.start()
-    try:
-        yield s
-    finally:
-        s.stop()
+# the `stack` fixture as `review up` runs it: the ticket fake, whose held answer outlasts the functions' read timeout,
+# and the page
+pytestmark = pytest.mark.stack(ticket_faults=TicketFaults(hang_s=4.0), faults=FaultSpec(latency_ms=CALL_MS))
 
 
 class Page:
