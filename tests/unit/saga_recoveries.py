@@ -1,7 +1,7 @@
 """The documented recoveries of the side-effect codes (errors.py), executed on the fakes: the fault
 that produces the code, the job as it leaves it, then exactly what the recovery text says to do, and
 then the side effects must stand as if no fault had happened: each done exactly once, or each undone.
-`tests/unit/test_recoveries.py` runs these with every other code's recovery."""
+`tests/unit/reliability/test_recoveries.py` runs these with every other code's recovery."""
 
 from __future__ import annotations
 

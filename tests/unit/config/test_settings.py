@@ -327,7 +327,7 @@ def test_job_config_hash_is_stable_and_changes_with_the_model_and_provider_not_t
     assert job_config_hash(Settings.from_env(full_env(MODEL_ID="anthropic.claude-3-opus"))) != h
     # the provider changes outputs
     assert job_config_hash(Settings.from_env(full_env(MODEL_PROVIDER="offline"))) != h
-    # the prompt version is a label: the prompts themselves are in the identity (tests/unit/test_analysis_identity.py)
+    # the prompt version is a label: the prompts themselves are in the identity (tests/unit/review/test_analysis_identity.py)
     relabelled = base.model_copy(update={"profile": base.profile.with_overrides(**{"prompt_version": "2027-01-01"})})
     assert job_config_hash(relabelled) == h
 

@@ -200,7 +200,7 @@ def _calls_at_once(model: FaultInjectingModel, req: ModelRequest, n: int) -> lis
 def test_a_prefix_is_readable_only_once_its_writer_has_answered_so_calls_at_once_all_write():
     """Eleven calls that start together all miss and each pays the write (1.25 x input), as on Bedrock: the
     first writer's prefix is readable only once it has answered. A call after that reads it. (The worker's
-    warm-up runs one call first for this reason: tests/unit/test_analyst_concurrency.py.)"""
+    warm-up runs one call first for this reason: tests/unit/pipeline/test_analyst_pool.py.)"""
     from contract_review.doubles.offline_model import OfflineRuleModel
     from contract_review.review.analysts import ANALYSTS, build_request
     from contract_review.review.chunking import Chunk
