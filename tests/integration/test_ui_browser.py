@@ -230,7 +230,7 @@ def test_the_status_page_submits_shows_the_grid_filling_and_approves_and_cancels
     page.until("the discard's message", lambda: f"discarded {letter}" in page.text("#dlq-msg"))
     page.shot("discarded")
     assert ops.dlq_show(deps, letter) is None and ops.dlq_list(deps) == []
-    assert entry.job_id is None  # no job to record the discard on (tests/unit/test_ui_server.py checks one that has)
+    assert entry.job_id is None  # no job to record the discard on (tests/unit/local/test_ui_server.py checks one that has)
 
     # --- acting as one API principal (`review ui --as local-user`): its jobs only, read from DynamoDB's list
     mine = api.submit(deps, Caller(local_principal("local-user")), api.JobRequest(document=TextDocument(text=TEXT)),
@@ -248,7 +248,6 @@ def test_review_ui_against_a_stack_by_name_shows_every_job_and_acts_with_the_cal
     import socket
     import subprocess
     import sys
-    import time
 
     from contract_review.pipeline.intake import handle_intake
     from review_local.connect import local_deps
@@ -291,7 +290,6 @@ def test_review_ui_against_a_stack_by_name_shows_every_job_and_acts_with_the_cal
         assert deps.jobs.get(job_id).cancelled_by == "ui"  # type: ignore[union-attr]
     finally:
         proc.send_signal(signal.SIGTERM)
-        started = time.monotonic()
         out, err = proc.communicate(timeout=30)
-    assert proc.returncode == 0 and time.monotonic() - started < 10, err
+    assert proc.returncode == 0, err
     assert f"status page: {base}" in out and "stack ContractReview" in out

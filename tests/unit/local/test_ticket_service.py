@@ -5,7 +5,6 @@ Over real HTTP on loopback, through the real client adapter (`adapters/tickets.p
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Iterator
 
 import pytest
@@ -97,12 +96,11 @@ def test_a_write_whose_answer_never_comes_is_ambiguous_and_found_by_its_key(
     # GIVEN the system writes, then holds the answer past the client's read timeout (or drops it)
     service.inject(kind)  # type: ignore[arg-type]  # a FaultKind from the parameter list
     tickets = client(service, http)
-    started = time.monotonic()
     with pytest.raises(SideEffectError) as e:
         tickets.open("K", FIELDS)
-    # THEN the client cannot know: outcome unknown, in about its read timeout
+    # THEN the client cannot know: outcome unknown, from its read timeout (a client that waited for the held answer
+    # would have got it, and raised nothing)
     assert e.value.written == "unknown" and e.value.envelope.error_code == "sideeffect.ambiguous"
-    assert time.monotonic() - started < 0.9
     # AND the ticket exists: the key finds it, and the same key again creates nothing
     found = tickets.find("K")
     assert found is not None and found["status"] == "open"
