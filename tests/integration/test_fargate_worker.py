@@ -9,8 +9,8 @@ import signal
 from contract_review.doubles.spec import FaultSpec
 from contract_review.operate import ops
 
-from .conftest import ONE_BY_ONE, get_chunk, wait_jobs
-from .test_recovery import _doc, _pid, frozen_mid_chunk
+from .conftest import ONE_BY_ONE, get_chunk, wait_for, wait_jobs
+from .test_recovery import _claimed_with_checkpoints, _doc, _pid
 
 
 def test_fargate_pollers_review_and_recover_from_kill_9(tmp_path):
@@ -18,8 +18,7 @@ def test_fargate_pollers_review_and_recover_from_kill_9(tmp_path):
     from review_local.stack import LocalStack
 
     # analysts one by one: with all 11 at once a chunk takes two call latencies, and there is no "half-way" to kill
-    log = tmp_path / "calls.jsonl"
-    stack = LocalStack(worker="fargate", faults=FaultSpec(latency_ms=100, call_log=str(log)), concurrency={"worker": 2, "sweeper": 0},
+    stack = LocalStack(worker="fargate", faults=FaultSpec(latency_ms=100), concurrency={"worker": 2, "sweeper": 0},
                        template=synth("local", {"worker": "fargate"}), state_dir=tmp_path,
                        extra_env={"worker": {"PROFILE_OVERRIDES": json.dumps(ONE_BY_ONE)}})
     stack.start()
@@ -30,10 +29,10 @@ def test_fargate_pollers_review_and_recover_from_kill_9(tmp_path):
             ["contract_review.handlers.poller.main"] * 2
         deps = stack.deps()
         job_id = ops.submit(deps, _doc(3), document_id="fargate")
-        victim = frozen_mid_chunk(deps, log, job_id, 2)  # its lease as the poller, now frozen, last extended it
+        victim = wait_for(lambda: _claimed_with_checkpoints(deps, job_id, 2), 60, 0.05, "a half-done chunk")
         os.kill(_pid(victim), signal.SIGKILL)
-        lapsing = victim
-        assert lapsing.claim_expires_at is not None
+        lapsing = get_chunk(deps, job_id, victim.chunk_id)  # its lease as the killed poller last extended it
+        assert lapsing.fence == victim.fence and lapsing.claim_expires_at is not None
         job = wait_jobs(deps, [job_id], timeout=90)[job_id]
         assert job.state == "completed"
         record = get_chunk(deps, job_id, victim.chunk_id)

@@ -43,33 +43,13 @@ def _doc(min_chunks: int, max_chunks: int = 8) -> str:
     raise AssertionError("no document of the wanted size")
 
 
-def frozen_mid_chunk(deps: Deps, log: Path, job_id: str, at_least: int) -> ChunkRecord:
-    """A worker process frozen (SIGSTOP) while it holds a chunk with `at_least` of its analysts checkpointed, and
-    that chunk's record as the worker left it. Found from the model double's call log (a local file, read as fast as
-    the workers write it), then checked on the records while the worker cannot move: however slowly this machine
-    answers the repositories, the chunk cannot finish between being seen half-done and its worker being stopped.
-    With analysts one by one (ONE_BY_ONE), a worker that answered `at_least + 1` analysts of a chunk committed the
-    checkpoints of the first `at_least`; a chunk found finished is passed over and its worker let go."""
-    passed: set[tuple[int, str]] = set()
-
-    def frozen() -> ChunkRecord | None:
-        answered: dict[tuple[int, str], set[str]] = {}
-        for e in ledger(log):
-            if e["outcome"] == "ok":
-                answered.setdefault((e["pid"], e["chunk_id"]), set()).add(e["analyst"])
-        for (pid, chunk_id), analysts in answered.items():
-            if len(analysts) <= at_least or (pid, chunk_id) in passed:
-                continue
-            os.kill(pid, signal.SIGSTOP)
-            c = deps.claims.get(job_id, chunk_id)
-            if c is not None and c.status == "claimed" and c.claimed_by and _pid(c) == pid \
-                    and len(deps.claims.checkpoints(c)) >= at_least:
+def _claimed_with_checkpoints(deps: Deps, job_id: str, at_least: int) -> ChunkRecord | None:
+    for c in deps.claims.for_job(job_id):
+        if c.status == "claimed":
+            cps = deps.claims.checkpoints(c)
+            if len(cps) >= at_least:
                 return c
-            passed.add((pid, chunk_id))
-            os.kill(pid, signal.SIGCONT)
-        return None
-
-    return wait_for(frozen, 120, 0.02, f"a worker holding a chunk with {at_least} checkpoints")
+    return None
 
 
 def _pid(claim: ChunkRecord) -> int:
@@ -80,12 +60,13 @@ def _pid(claim: ChunkRecord) -> int:
 def _victim(make_stack: Callable[..., LocalStack], log: Path, latency_ms: int, min_chunks: int, checkpointed: int,
             name: str) -> tuple[LocalStack, Deps, str, str, ChunkRecord]:
     """Start 2 slowed-down workers on a document; return (stack, deps, job_id, the document, a claimed
-    chunk with checkpoints), its worker frozen (`frozen_mid_chunk`)."""
+    chunk with checkpoints)."""
     stack = make_stack(FaultSpec(latency_ms=latency_ms, call_log=str(log)), {"worker": 2}, ONE_BY_ONE)
     deps = stack.deps()
     text = _doc(min_chunks)
     job_id = ops.submit(deps, text, document_id=name)
-    victim = frozen_mid_chunk(deps, log, job_id, checkpointed)
+    victim = wait_for(lambda: _claimed_with_checkpoints(deps, job_id, checkpointed), 60, 0.05,
+                      f"a claimed chunk with {checkpointed} checkpoints")
     return stack, deps, job_id, text, victim
 
 
