@@ -1,8 +1,15 @@
 """Shared test configuration.
 
-Cost tiers: tests/unit (no network), tests/integration (moto server + real worker processes),
-tests/infra (synthesized template). Integration tests share one xdist group so their worker
-processes never compete with each other for the 2 cores (timing-based recovery assertions).
+Cost tiers: tests/unit (no network; one folder per room of functions/contract_review, plus `local` for
+review_local and `project` for the repository itself: docs, toolchain, code shape; the in-memory fakes and
+scenarios they share stay at tests/unit), tests/integration (moto server + real worker processes),
+tests/infra (synthesized template).
+
+`make test` runs two xdist workers with `--dist loadgroup`. Each integration test FILE is its own group, so its
+module-scoped fixtures (a stack, a deployed template) stay on one worker while the two workers run two files at
+once, each with its own moto server on a free port and its own tmp dirs (the synthesized template is cached on
+disk under a lock). No integration test asserts elapsed wall time: a recovery is checked on its records (leases,
+claims, events), so two files sharing the cores is safe. The infra tests are one group: one CDK synth per session.
 """
 
 from __future__ import annotations
@@ -21,7 +28,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         path = Path(str(item.fspath))
         if "integration" in path.parts:
             item.add_marker(pytest.mark.integration)
-            item.add_marker(pytest.mark.xdist_group("integration"))
+            item.add_marker(pytest.mark.xdist_group(f"integration:{path.stem}"))
         elif "infra" in path.parts:
             item.add_marker(pytest.mark.infra)
             item.add_marker(pytest.mark.xdist_group("infra"))

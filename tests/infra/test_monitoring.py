@@ -372,7 +372,7 @@ def _catalogued(s: Series) -> bool:
 def test_every_metric_an_alarm_or_the_dashboard_reads_is_in_the_catalogue(synth: Synth, name: str) -> None:
     """A misspelt metric name (or namespace, or service) in an alarm or a widget reads a series nobody publishes: the
     alarm never fires, the graph stays empty. Each must be a row of the catalogue, which the emitters publish from
-    (tests/unit/test_handler_metrics.py)."""
+    (tests/unit/handlers/test_telemetry.py)."""
     t = synth.templates[name]
     alarms = [s for a in resources(t, "AWS::CloudWatch::Alarm").values() for s in _alarm_series(a["Properties"])]
     graphed, searches = _dashboard_series(t)
@@ -388,7 +388,7 @@ def test_every_metric_an_alarm_or_the_dashboard_reads_is_in_the_catalogue(synth:
 
 def test_every_aws_metric_of_the_catalogue_is_read_by_an_alarm_or_the_dashboard(synth: Synth) -> None:
     """AWS's rows are in the catalogue only because an alarm or the dashboard reads them (the prod stack's Bedrock
-    alarms read the token counts); ours are held to their emitters instead (tests/unit/test_handler_metrics.py)."""
+    alarms read the token counts); ours are held to their emitters instead (tests/unit/handlers/test_telemetry.py)."""
     read = {(s[0], s[1]) for t in synth.templates.values()
             for s in [*(x for a in resources(t, "AWS::CloudWatch::Alarm").values() for x in _alarm_series(a["Properties"])),
                       *_dashboard_series(t)[0]]}

@@ -132,7 +132,7 @@ def scenario(synth: Synth) -> Iterator[Scenario]:
         for n in range(2):
             aws.client("sqs").send_message(QueueUrl=dlq_url, MessageBody=json.dumps(
                 {"schema_version": 1, "document": {"s3_uri": f"s3://{setup.settings.bucket}/uploads/gone-{n}.txt"}}))
-        ui = UiServer(deps)  # its methods are what its routes call (tests/unit/test_ui_server.py covers the routes)
+        ui = UiServer(deps)  # its methods are what its routes call (tests/unit/local/test_ui_server.py covers the routes)
         with rec.acting_as("read"):
             assert {j["jobId"] for j in ui.jobs()} >= {running, to_approve, to_reject}
             detail = ui.detail(running)

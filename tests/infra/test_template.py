@@ -46,13 +46,14 @@ FOURTEEN_DAYS_S = 1_209_600
 
 
 @pytest.fixture(params=STACKS)
-def stack(request: pytest.FixtureRequest, synth: Synth) -> tuple[str, dict[str, Any]]:
+def each_template(request: pytest.FixtureRequest, synth: Synth) -> tuple[str, dict[str, Any]]:
+    """(name, template) of each synthesized stack in turn."""
     return request.param, synth.templates[request.param]
 
 
 # ---------------------------------------------------------------------- queues
-def test_every_queue_has_a_dlq_with_the_profiles_receive_count(stack: tuple[str, dict], synth: Synth) -> None:
-    name, t = stack
+def test_every_queue_has_a_dlq_with_the_profiles_receive_count(each_template: tuple[str, dict], synth: Synth) -> None:
+    name, t = each_template
     all_queues = queues(t)
     sources = source_queues(t)
     # + the compensation DLQ (infra/side_effects.py): the saga dead-letters compensations to it itself
@@ -69,17 +70,17 @@ def test_every_queue_has_a_dlq_with_the_profiles_receive_count(stack: tuple[str,
     assert dlq_ids == set(all_queues) - set(sources), "every non-source queue is some queue's DLQ"
 
 
-def test_queues_that_hold_work_keep_it_14_days(stack: tuple[str, dict]) -> None:
+def test_queues_that_hold_work_keep_it_14_days(each_template: tuple[str, dict]) -> None:
     # a burst waits its turn in the queue (bench/burst_sim.py): intake, analysis and results keep a message
     # as long as SQS allows, so a backlog is never lost to retention
-    _, t = stack
+    _, t = each_template
     sources = source_queues(t)
     assert {p["QueueName"].split("-")[-1] for p in sources.values()} == {"intake", "analysis", "results.fifo"}
     assert {qid: p["MessageRetentionPeriod"] for qid, p in sources.items()} == dict.fromkeys(sources, FOURTEEN_DAYS_S)
 
 
-def test_dlq_retention_is_14_days_and_not_shorter_than_the_queue(stack: tuple[str, dict]) -> None:
-    _, t = stack
+def test_dlq_retention_is_14_days_and_not_shorter_than_the_queue(each_template: tuple[str, dict]) -> None:
+    _, t = each_template
     all_queues = queues(t)
     for qid, p in source_queues(t).items():
         dlq = all_queues[getatt_id(p["RedrivePolicy"]["deadLetterTargetArn"])]
@@ -87,8 +88,8 @@ def test_dlq_retention_is_14_days_and_not_shorter_than_the_queue(stack: tuple[st
         assert dlq["MessageRetentionPeriod"] >= p["MessageRetentionPeriod"], qid
 
 
-def test_queues_are_encrypted_and_tls_only(stack: tuple[str, dict]) -> None:
-    _, t = stack
+def test_queues_are_encrypted_and_tls_only(each_template: tuple[str, dict]) -> None:
+    _, t = each_template
     for qid, p in queues(t).items():
         assert p["SqsManagedSseEnabled"] is True, qid
     denied = set()
@@ -99,8 +100,8 @@ def test_queues_are_encrypted_and_tls_only(stack: tuple[str, dict]) -> None:
     assert denied == set(queues(t))
 
 
-def test_results_queue_and_its_dlq_are_fifo_with_explicit_names(stack: tuple[str, dict]) -> None:
-    name, t = stack
+def test_results_queue_and_its_dlq_are_fifo_with_explicit_names(each_template: tuple[str, dict]) -> None:
+    name, t = each_template
     fifo = {qid: p for qid, p in queues(t).items() if p.get("FifoQueue")}
     assert len(fifo) == 2
     names = {p["QueueName"] for p in fifo.values()}
@@ -116,8 +117,8 @@ def test_results_queue_and_its_dlq_are_fifo_with_explicit_names(stack: tuple[str
         for purpose in ("intake", "analysis", "results") for dlq in ("", "-dlq")} | {None}
 
 
-def test_each_dlq_accepts_redrives_from_its_own_source_queue_only(stack: tuple[str, dict]) -> None:
-    _, t = stack
+def test_each_dlq_accepts_redrives_from_its_own_source_queue_only(each_template: tuple[str, dict]) -> None:
+    _, t = each_template
     all_queues = queues(t)
     for p in source_queues(t).values():
         dlq = all_queues[getatt_id(p["RedrivePolicy"]["deadLetterTargetArn"])]
@@ -140,16 +141,16 @@ def _esm_pairs(t: dict[str, Any]) -> list[tuple[dict[str, Any], dict[str, Any], 
     return out
 
 
-def test_visibility_is_at_least_six_times_the_consumer_timeout(stack: tuple[str, dict]) -> None:
-    _, t = stack
+def test_visibility_is_at_least_six_times_the_consumer_timeout(each_template: tuple[str, dict]) -> None:
+    _, t = each_template
     pairs = _esm_pairs(t)
     assert len(pairs) == 3
     for _, q, fn in pairs:
         assert q["VisibilityTimeout"] >= LAMBDA_VISIBILITY_FACTOR * fn["Timeout"], fn["Handler"]
 
 
-def test_visibility_and_timeouts_come_from_the_profile(stack: tuple[str, dict], synth: Synth) -> None:
-    name, t = stack
+def test_visibility_and_timeouts_come_from_the_profile(each_template: tuple[str, dict], synth: Synth) -> None:
+    name, t = each_template
     p = synth.profiles[name]
     expected = {
         "intake.handler": (p.functions.intake_timeout_s, p.queues.intake_visibility_s, p.functions.intake_batch_size),
@@ -165,8 +166,8 @@ def test_visibility_and_timeouts_come_from_the_profile(stack: tuple[str, dict], 
     assert seen == set(expected)
 
 
-def test_event_source_mappings_report_partial_batch_failures(stack: tuple[str, dict], synth: Synth) -> None:
-    name, t = stack
+def test_event_source_mappings_report_partial_batch_failures(each_template: tuple[str, dict], synth: Synth) -> None:
+    name, t = each_template
     for esm, _, fn in _esm_pairs(t):
         assert esm["FunctionResponseTypes"] == ["ReportBatchItemFailures"], fn["Handler"]
         if fn["Handler"].endswith("worker.handler"):
@@ -178,13 +179,13 @@ def test_event_source_mappings_report_partial_batch_failures(stack: tuple[str, d
 
 
 def test_concurrency_guards_intake_capped_and_the_lambda_worker_reserving_its_maximum(
-        stack: tuple[str, dict], synth: Synth) -> None:
+        each_template: tuple[str, dict], synth: Synth) -> None:
     """A burst waits in its queue instead of taking the account's unreserved concurrency: the intake mapping has a
     maximum concurrency, and the Lambda worker reserves exactly the maximum its mapping may use (no more, so the
     account keeps the rest; no less, or the mapping would be throttled). A Fargate stack's worker function has no
     mapping and reserves nothing. The sweeper and the batch collector reserve 1 each (one run at a time: issue 25
     item 1). The ReservedConcurrency output, all of them, is what `review preflight` checks the account against."""
-    name, t = stack
+    name, t = each_template
     functions = synth.profiles[name].functions
     reserved = {fn["Handler"].rsplit(".", 2)[-2]: fn.get("ReservedConcurrentExecutions")
                 for fn in (r["Properties"] for r in resources(t, "AWS::Lambda::Function").values())
@@ -196,8 +197,8 @@ def test_concurrency_guards_intake_capped_and_the_lambda_worker_reserving_its_ma
     assert 2 <= functions.intake_max_concurrency <= 1000
 
 
-def test_one_dead_letter_raises_the_dlq_alarm(stack: tuple[str, dict]) -> None:
-    _, t = stack
+def test_one_dead_letter_raises_the_dlq_alarm(each_template: tuple[str, dict]) -> None:
+    _, t = each_template
     alarms = [a["Properties"] for a in resources(t, "AWS::CloudWatch::Alarm").values()
               if a["Properties"].get("MetricName") == "ApproximateNumberOfMessagesVisible"]
     dlqs = {getatt_id(p["RedrivePolicy"]["deadLetterTargetArn"]) for p in source_queues(t).values()}
@@ -234,15 +235,15 @@ def _tables(t: dict[str, Any]) -> dict[str, tuple[str, dict[str, Any]]]:
     return out
 
 
-def test_no_global_tables(stack: tuple[str, dict]) -> None:
-    _, t = stack
+def test_no_global_tables(each_template: tuple[str, dict]) -> None:
+    _, t = each_template
     assert not resources(t, "AWS::DynamoDB::GlobalTable")  # moto cannot create them (TableV2)
     assert len(resources(t, "AWS::DynamoDB::Table")) == 7  # jobs, claims, checkpoints, events, idempotency, ledger,
     # the runtime control
 
 
-def test_table_keys_ttl_pitr_billing_encryption(stack: tuple[str, dict]) -> None:
-    _, t = stack
+def test_table_keys_ttl_pitr_billing_encryption(each_template: tuple[str, dict]) -> None:
+    _, t = each_template
     tables = _tables(t)
     assert set(tables) == set(TABLE_KEYS)
     for prefix, (lid, r) in tables.items():
@@ -257,8 +258,8 @@ def test_table_keys_ttl_pitr_billing_encryption(stack: tuple[str, dict]) -> None
         assert p["SSESpecification"] == {"SSEEnabled": True}, lid  # AWS-managed KMS key
 
 
-def test_claims_by_lease_gsi(stack: tuple[str, dict]) -> None:
-    _, t = stack
+def test_claims_by_lease_gsi(each_template: tuple[str, dict]) -> None:
+    _, t = each_template
     _, claims = _tables(t)["TablesClaimsTable"]
     p = claims["Properties"]
     (gsi,) = p["GlobalSecondaryIndexes"]
@@ -272,9 +273,9 @@ def test_claims_by_lease_gsi(stack: tuple[str, dict]) -> None:
     assert types["lease_bucket"] == "S" and types["claim_expires_at"] == "N"
 
 
-def test_jobs_by_open_state_gsi(stack: tuple[str, dict]) -> None:
+def test_jobs_by_open_state_gsi(each_template: tuple[str, dict]) -> None:
     """Issue 17: the sweeper's sparse index of open jobs (only non-terminal jobs carry `open_state`), keys only."""
-    _, t = stack
+    _, t = each_template
     _, jobs = _tables(t)["TablesJobsTable"]
     p = jobs["Properties"]
     (gsi,) = p["GlobalSecondaryIndexes"]
@@ -305,8 +306,8 @@ def test_removal_policy_follows_the_profile(synth: Synth, name: str, policy: str
 
 
 # ---------------------------------------------------------------------- bucket
-def test_artifact_bucket_is_private_encrypted_versioned_tls_only(stack: tuple[str, dict]) -> None:
-    _, t = stack
+def test_artifact_bucket_is_private_encrypted_versioned_tls_only(each_template: tuple[str, dict]) -> None:
+    _, t = each_template
     buckets = resources(t, "AWS::S3::Bucket")
     art_id = next(k for k in buckets if k.startswith("StorageArtifacts"))
     p = buckets[art_id]["Properties"]
@@ -355,8 +356,8 @@ def test_every_artifact_expires_with_its_job_record(synth: Synth, name: str) -> 
 HANDLERS = ["intake", "worker", "aggregator", "sweeper", "collector", "api"]
 
 
-def test_functions_runtime_architecture_handlers_layer(stack: tuple[str, dict], synth: Synth) -> None:
-    name, t = stack
+def test_functions_runtime_architecture_handlers_layer(each_template: tuple[str, dict], synth: Synth) -> None:
+    name, t = each_template
     p = synth.profiles[name]
     timeouts = {"intake": p.functions.intake_timeout_s, "worker": p.functions.worker_timeout_s,
                 "aggregator": p.functions.aggregator_timeout_s, "sweeper": p.functions.sweeper_timeout_s,
@@ -381,8 +382,8 @@ def test_functions_runtime_architecture_handlers_layer(stack: tuple[str, dict], 
     assert collector["MemorySize"] == p.functions.collector_memory_mb
 
 
-def test_every_function_gets_the_whole_env_contract(stack: tuple[str, dict], synth: Synth) -> None:
-    name, t = stack
+def test_every_function_gets_the_whole_env_contract(each_template: tuple[str, dict], synth: Synth) -> None:
+    name, t = each_template
     p = synth.profiles[name]
     expected_provider = "offline" if name == LOCAL else "bedrock"
     for h in HANDLERS:
@@ -402,8 +403,8 @@ def test_every_function_gets_the_whole_env_contract(stack: tuple[str, dict], syn
             assert isinstance(env[ENV[key]], dict), key
 
 
-def test_log_groups_have_retention(stack: tuple[str, dict]) -> None:
-    _, t = stack
+def test_log_groups_have_retention(each_template: tuple[str, dict]) -> None:
+    _, t = each_template
     groups = resources(t, "AWS::Logs::LogGroup")
     assert len(groups) == len(HANDLERS) + 1  # one per function, and the Job API's access log
     assert all(g["Properties"]["RetentionInDays"] >= 1 for g in groups.values())
@@ -451,8 +452,8 @@ def test_every_resource_is_an_output_and_an_env_var_of_every_function(synth: Syn
             assert env[r.env] == value, (who, r.env)  # the same resource the output names
 
 
-def test_template_is_environment_agnostic(stack: tuple[str, dict]) -> None:
-    _, t = stack
+def test_template_is_environment_agnostic(each_template: tuple[str, dict]) -> None:
+    _, t = each_template
     text = json.dumps(t)
     assert "123456789012" not in text
     for region in ("us-east-1", "eu-west-1", "us-west-2"):

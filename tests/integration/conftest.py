@@ -22,6 +22,10 @@ from review_local.runtime import function_specs
 from review_local.stack import LocalStack
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "stack(start={...}, **fields): how the `stack` / `shared_stack` fixture starts")
+
+
 @pytest.fixture(scope="session")
 def local_template() -> dict[str, Any]:
     return synth("local")  # cached on disk by the hash of infra/ + config
@@ -103,6 +107,37 @@ def make_stack(local_template: dict[str, Any], tmp_path: Path) -> Iterator[Calla
     yield _make
     for s in stacks:
         s.stop()
+
+
+@contextmanager
+def running_stack(request: pytest.FixtureRequest, template: dict[str, Any], state_dir: Path) -> Iterator[LocalStack]:
+    """A LocalStack started as the module or test marked `@pytest.mark.stack(start={...}, **fields)` asks
+    (`fields`: LocalStack's, e.g. `ticket_faults=TicketFaults(hang_s=4.0)`; `start`: LocalStack.start's, e.g.
+    `{"workers": False}`), else as `review up` starts it; stopped after."""
+    marker = request.node.get_closest_marker("stack")
+    fields = dict(marker.kwargs) if marker is not None else {}
+    start = fields.pop("start", {})
+    s = LocalStack(template=template, state_dir=state_dir, **fields)
+    s.start(**start)
+    try:
+        yield s
+    finally:
+        s.stop()
+
+
+@pytest.fixture
+def stack(request: pytest.FixtureRequest, local_template: dict[str, Any], tmp_path: Path) -> Iterator[LocalStack]:
+    """A stack of its own per test (own moto server, worker processes, ticket fake, Job API): `running_stack`."""
+    with running_stack(request, local_template, tmp_path / "stack") as s:
+        yield s
+
+
+@pytest.fixture(scope="module")
+def shared_stack(request: pytest.FixtureRequest, local_template: dict[str, Any],
+                 tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStack]:
+    """One stack for a test module whose cases leave nothing another case reads (`running_stack`)."""
+    with running_stack(request, local_template, tmp_path_factory.mktemp("stack")) as s:
+        yield s
 
 
 def wait_for(predicate: Callable[[], Any], timeout: float, interval: float = 0.2, what: str = "condition") -> Any:

@@ -1,4 +1,4 @@
-"""The Job API over HTTP against the local stack with its worker processes: the loopback server of
+"""The Job API over HTTP against the local shared_stack with its worker processes: the loopback server of
 `review up` (the same resolver as the Lambda), real queues and tables.
 
 - events resumed with `Last-Event-ID` (server-sent events) and with `after=SEQ` lose nothing, repeat nothing;
@@ -15,7 +15,6 @@ import shutil
 import subprocess
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +24,7 @@ from contract_review.domain.principals import uploads_prefix
 from contract_review.domain.records import JobState
 from contract_review.review.chunking import document_hash
 from review_local.api_server import local_principal
-from review_local.stack import LocalStack
+from review_local.shared_stack import LocalStack
 
 LOCAL_USER = local_principal("local-user")
 
@@ -35,22 +34,12 @@ ROOT = Path(__file__).resolve().parents[2]
 SAMPLES = ROOT / "samples"
 
 
-@pytest.fixture(scope="module")
-def stack(local_template: dict[str, Any], tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStack]:
-    s = LocalStack(template=local_template, state_dir=tmp_path_factory.mktemp("api"))
-    s.start()
-    try:
-        yield s
-    finally:
-        s.stop()
-
-
-def http(stack: LocalStack, method: str, path: str, body: object = None, *, token: str | None = None,
+def http(shared_stack: LocalStack, method: str, path: str, body: object = None, *, token: str | None = None,
          headers: dict[str, str] | None = None) -> tuple[int, dict[str, str], Any]:
-    assert stack.api is not None
+    assert shared_stack.api is not None
     data = body if isinstance(body, bytes) else (None if body is None else json.dumps(body).encode())
-    req = urllib.request.Request(stack.api.url + path, data=data, method=method, headers={
-        "Authorization": f"Bearer {token or stack.api.token}", "Content-Type": "application/json", **(headers or {})})
+    req = urllib.request.Request(shared_stack.api.url + path, data=data, method=method, headers={
+        "Authorization": f"Bearer {token or shared_stack.api.token}", "Content-Type": "application/json", **(headers or {})})
     try:
         with urllib.request.urlopen(req, timeout=30) as r:
             return r.status, dict(r.headers), json.loads(r.read() or b"null")
@@ -58,14 +47,14 @@ def http(stack: LocalStack, method: str, path: str, body: object = None, *, toke
         return e.code, dict(e.headers), json.loads(e.read() or b"null")
 
 
-def sse(stack: LocalStack, job_id: str, last_event_id: int | None = None, stop_after: int | None = None,
+def sse(shared_stack: LocalStack, job_id: str, last_event_id: int | None = None, stop_after: int | None = None,
         timeout: float = 120) -> tuple[list[dict[str, Any]], bool]:
     """Read the job's event stream: (events, whether the `end` event came). Disconnects after `stop_after`."""
-    assert stack.api is not None
-    headers = {"Authorization": f"Bearer {stack.api.token}", "Accept": "text/event-stream"}
+    assert shared_stack.api is not None
+    headers = {"Authorization": f"Bearer {shared_stack.api.token}", "Accept": "text/event-stream"}
     if last_event_id is not None:
         headers["Last-Event-ID"] = str(last_event_id)
-    req = urllib.request.Request(f"{stack.api.url}/jobs/{job_id}/events", headers=headers)
+    req = urllib.request.Request(f"{shared_stack.api.url}/jobs/{job_id}/events", headers=headers)
     events: list[dict[str, Any]] = []
     with urllib.request.urlopen(req, timeout=timeout) as r:
         assert r.headers["Content-Type"] == "text/event-stream"
@@ -90,22 +79,22 @@ def sse(stack: LocalStack, job_id: str, last_event_id: int | None = None, stop_a
     return events, False
 
 
-def test_events_resumed_with_last_event_id_and_after_lose_nothing_and_repeat_nothing(stack: LocalStack):
+def test_events_resumed_with_last_event_id_and_after_lose_nothing_and_repeat_nothing(shared_stack: LocalStack):
     text = (SAMPLES / "supply-agreement.txt").read_text()
-    status, _, accepted = http(stack, "POST", "/jobs", {"document": {"text": text}, "document_id": "supply-sse"})
+    status, _, accepted = http(shared_stack, "POST", "/jobs", {"document": {"text": text}, "document_id": "supply-sse"})
     assert status == 202
     job_id = accepted["jobId"]
     # WHEN a client reads the stream, goes away after 3 events, and comes back with Last-Event-ID, twice
-    first, ended = sse(stack, job_id, stop_after=3)
+    first, ended = sse(shared_stack, job_id, stop_after=3)
     assert not ended and len(first) == 3
-    second, ended = sse(stack, job_id, last_event_id=first[-1]["seq"], stop_after=4)
-    rest, ended = sse(stack, job_id, last_event_id=(second or first)[-1]["seq"])
+    second, ended = sse(shared_stack, job_id, last_event_id=first[-1]["seq"], stop_after=4)
+    rest, ended = sse(shared_stack, job_id, last_event_id=(second or first)[-1]["seq"])
     assert ended
     streamed = first + second + rest
     # AND another client pages through the JSON API with after=SEQ
     paged: list[dict[str, Any]] = []
     while True:
-        status, _, page = http(stack, "GET", f"/jobs/{job_id}/events?after={paged[-1]['seq'] if paged else 0}&limit=4")
+        status, _, page = http(shared_stack, "GET", f"/jobs/{job_id}/events?after={paged[-1]['seq'] if paged else 0}&limit=4")
         assert status == 200
         if not page:
             break
@@ -114,7 +103,7 @@ def test_events_resumed_with_last_event_id_and_after_lose_nothing_and_repeat_not
     seqs = [e["seq"] for e in streamed]
     assert seqs == list(range(1, len(seqs) + 1)), seqs
     assert [e["seq"] for e in paged] == seqs and [e["type"] for e in paged] == [e["type"] for e in streamed]
-    status, _, job = http(stack, "GET", f"/jobs/{job_id}")
+    status, _, job = http(shared_stack, "GET", f"/jobs/{job_id}")
     assert job["status"] == "completed" and job["result"]["reportJson"].endswith(f"reports/{job_id}/report.json")
     assert streamed[-1]["type"] == "job.completed"
 
@@ -126,35 +115,35 @@ ROUTES = [("GET", "/jobs/{job}", None), ("GET", "/jobs/{job}/events", None), ("G
 
 
 @pytest.mark.parametrize("method,path,body", ROUTES, ids=[f"{m} {p}" for m, p, _ in ROUTES])
-def test_another_principal_gets_404_on_every_route(stack: LocalStack, method: str, path: str, body: object):
-    assert stack.api is not None
-    status, _, batch = http(stack, "POST", "/batches", [{"custom_id": "p1", "document": {"text": "1. Term. "
+def test_another_principal_gets_404_on_every_route(shared_stack: LocalStack, method: str, path: str, body: object):
+    assert shared_stack.api is not None
+    status, _, batch = http(shared_stack, "POST", "/batches", [{"custom_id": "p1", "document": {"text": "1. Term. "
                                                                                               "Ten years."}}])
     assert status == 202
     job_id, batch_id = batch["items"][0]["jobId"], batch["batchId"]
-    wait_for(lambda: stack.deps().jobs.get(job_id), 20, what="intake to record the job")
+    wait_for(lambda: shared_stack.deps().jobs.get(job_id), 20, what="intake to record the job")
     url = path.format(job=job_id, batch=batch_id)
-    status, _, answer = http(stack, method, url, body, token=stack.api.other_token)
+    status, _, answer = http(shared_stack, method, url, body, token=shared_stack.api.other_token)
     assert status == 404 and answer["error"]["code"] == "api.not_found"
-    job = stack.deps().jobs.get(job_id)
+    job = shared_stack.deps().jobs.get(job_id)
     assert job is not None and job.principal == "arn:aws:iam::123456789012:user/local-user"
     assert job.state not in (JobState.CANCELLING, JobState.CANCELLED)
-    assert http(stack, "GET", f"/jobs/{job_id}")[0] == 200  # its owner still reads it
-    assert http(stack, "GET", f"/jobs/{job_id}", token="not-a-token")[0] == 401
+    assert http(shared_stack, "GET", f"/jobs/{job_id}")[0] == 200  # its owner still reads it
+    assert http(shared_stack, "GET", f"/jobs/{job_id}", token="not-a-token")[0] == 401
 
 
-def test_a_batch_with_one_bad_item_runs_the_others_and_reports_the_bad_one(stack: LocalStack):
+def test_a_batch_with_one_bad_item_runs_the_others_and_reports_the_bad_one(shared_stack: LocalStack):
     lines = [{"custom_id": "nda", "document": {"text": (SAMPLES / "mutual-nda.txt").read_text()}},
-             {"custom_id": "missing", "document": {"s3_uri": f"s3://{stack.outputs['ArtifactBucketName']}/{uploads_prefix(LOCAL_USER)}no.txt"}},
+             {"custom_id": "missing", "document": {"s3_uri": f"s3://{shared_stack.outputs['ArtifactBucketName']}/{uploads_prefix(LOCAL_USER)}no.txt"}},
              {"custom_id": "saas", "document": {"text": (SAMPLES / "saas-subscription-agreement.txt").read_text()}}]
     body = "\n".join(json.dumps(line) for line in lines).encode()
-    status, headers, batch = http(stack, "POST", "/batches", body, headers={"Content-Type": "application/x-ndjson"})
+    status, headers, batch = http(shared_stack, "POST", "/batches", body, headers={"Content-Type": "application/x-ndjson"})
     assert status == 202 and headers["Location"] == batch["statusUrl"]
     assert (batch["accepted"], batch["rejected"]) == (2, 1)
     assert batch["items"][1]["status"] == "rejected" and batch["items"][1]["error"]["code"] == "input.document_missing"
 
     def ended() -> dict[str, Any] | None:
-        view = http(stack, "GET", f"/batches/{batch['batchId']}")[2]
+        view = http(shared_stack, "GET", f"/batches/{batch['batchId']}")[2]
         return view if view["ended"] else None
 
     view = wait_for(ended, 120, 0.5, "the batch's jobs to end")
@@ -175,10 +164,10 @@ def _readme_session() -> str:
 
 
 @pytest.mark.skipif(not (shutil.which("curl") and shutil.which("jq")), reason="needs curl and jq")
-def test_the_readme_curl_session_submits_watches_and_cancels(stack: LocalStack, tmp_path: Path):
-    assert stack.api is not None
+def test_the_readme_curl_session_submits_watches_and_cancels(shared_stack: LocalStack, tmp_path: Path):
+    assert shared_stack.api is not None
     # GIVEN `review up`'s .review/local.json in a working directory with the samples
-    stack.write_local_json(tmp_path / ".review" / "local.json")
+    shared_stack.write_local_json(tmp_path / ".review" / "local.json")
     (tmp_path / "samples").symlink_to(SAMPLES)
     # WHEN the README's session runs as written
     proc = subprocess.run(["bash", "-c", _readme_session()], cwd=tmp_path, capture_output=True, text=True, timeout=180)
@@ -188,7 +177,7 @@ def test_the_readme_curl_session_submits_watches_and_cancels(stack: LocalStack, 
     assert "event: job.cancelled" in out and "event: end" in out, (out, proc.stderr)
     job_id = re.search(r"job-[0-9a-f]{20}", out)
     assert job_id is not None
-    job = stack.deps().jobs.get(job_id.group(0))
+    job = shared_stack.deps().jobs.get(job_id.group(0))
     assert job is not None and job.state is JobState.CANCELLED
 
 
@@ -208,38 +197,38 @@ def presigned_post(upload: dict[str, Any], data: bytes) -> int:
         return int(e.code)
 
 
-def test_two_principals_of_review_up_are_isolated_as_a_user_would_try_it(stack: LocalStack, tmp_path: Path):
+def test_two_principals_of_review_up_are_isolated_as_a_user_would_try_it(shared_stack: LocalStack, tmp_path: Path):
     # GIVEN the two principals' tokens, by name, from .review/local.json as `review up` writes it
     local = tmp_path / "local.json"
-    stack.write_local_json(local)
+    shared_stack.write_local_json(local)
     tokens = json.loads(local.read_text())["api_tokens"]
     assert set(tokens) == {"local-user", "local-other"} and len(set(tokens.values())) == 2
     user, other = tokens["local-user"], tokens["local-other"]
     # WHEN local-user uploads a contract through POST /uploads (a real presigned POST to the embedded S3)
-    status, _, up = http(stack, "POST", "/uploads", {"name": "isolation"}, token=user)
+    status, _, up = http(shared_stack, "POST", "/uploads", {"name": "isolation"}, token=user)
     assert status == 201, up
     assert presigned_post(up["upload"], b"1. Term. This agreement lasts two years.\n") in (200, 204)
     # THEN local-other cannot submit it (the same code intake would give), and nothing is queued for it
-    status, _, refused = http(stack, "POST", "/jobs", {"document": {"s3_uri": up["s3Uri"]}}, token=other)
+    status, _, refused = http(shared_stack, "POST", "/jobs", {"document": {"s3_uri": up["s3Uri"]}}, token=other)
     assert status == 422 and refused["error"]["code"] == "input.document_forbidden", refused
     # AND local-user can; local-other can neither read, cancel, approve nor retry that job
-    status, _, accepted = http(stack, "POST", "/jobs", {"document": {"s3_uri": up["s3Uri"]}}, token=user)
+    status, _, accepted = http(shared_stack, "POST", "/jobs", {"document": {"s3_uri": up["s3Uri"]}}, token=user)
     assert status == 202, accepted
     job_id = accepted["jobId"]
-    wait_for(lambda: stack.deps().jobs.get(job_id), 20, what="intake to record the job")
+    wait_for(lambda: shared_stack.deps().jobs.get(job_id), 20, what="intake to record the job")
     for method, path, body in ROUTES[:5]:
-        status, _, answer = http(stack, method, path.format(job=job_id), body, token=other)
+        status, _, answer = http(shared_stack, method, path.format(job=job_id), body, token=other)
         assert status == 404 and answer["error"]["code"] == "api.not_found", (method, path, answer)
-    job = stack.deps().jobs.get(job_id)
+    job = shared_stack.deps().jobs.get(job_id)
     assert job is not None and job.principal.endswith(":user/local-user") and job.document_chars > 0
     assert job.state not in (JobState.CANCELLING, JobState.CANCELLED, JobState.FAILED)
 
 
 @pytest.mark.skipif(not (shutil.which("curl") and shutil.which("jq")), reason="needs curl and jq")
 def test_the_readme_upload_session_uploads_and_only_its_owner_submits_it_and_reads_its_report(
-        stack: LocalStack, tmp_path: Path):
+        shared_stack: LocalStack, tmp_path: Path):
     # GIVEN `review up`'s .review/local.json in a working directory with the samples
-    stack.write_local_json(tmp_path / ".review" / "local.json")
+    shared_stack.write_local_json(tmp_path / ".review" / "local.json")
     (tmp_path / "samples").symlink_to(SAMPLES)
     # WHEN the README's upload session runs as written
     proc = subprocess.run(["bash", "-c", _readme_block('"$API/uploads"')], cwd=tmp_path, capture_output=True,
@@ -250,32 +239,32 @@ def test_the_readme_upload_session_uploads_and_only_its_owner_submits_it_and_rea
     assert '"code":"input.document_forbidden"' in out, (out, proc.stderr)
     job_id = re.search(r"# Contract review (job-[0-9a-f]{20})", out)  # the report's first line, read by its owner
     assert job_id is not None, (out, proc.stderr)
-    job = stack.deps().jobs.get(job_id.group(1))
+    job = shared_stack.deps().jobs.get(job_id.group(1))
     assert job is not None and job.state is JobState.COMPLETED and job.report_md_key
     assert out.count("# Contract review") == 1 and "other: HTTP 404" in out, (out, proc.stderr)
     assert job.principal is not None and job.principal.endswith(":user/local-user")
     assert job.document_sha256 == document_hash((SAMPLES / "master-services-agreement.txt").read_text(encoding="utf-8"))
 
 
-def test_a_report_link_is_a_presigned_get_that_reads_the_report_without_the_api_token(stack: LocalStack):
-    status, _, accepted = http(stack, "POST", "/jobs", {"document": {"text": "1. Term. This agreement runs for one "
+def test_a_report_link_is_a_presigned_get_that_reads_the_report_without_the_api_token(shared_stack: LocalStack):
+    status, _, accepted = http(shared_stack, "POST", "/jobs", {"document": {"text": "1. Term. This agreement runs for one "
                                                                                "year from the effective date."}})
     assert status == 202
     job_id = accepted["jobId"]
-    wait_for(lambda: (j := stack.deps().jobs.get(job_id)) is not None and j.state is JobState.COMPLETED, 120,
+    wait_for(lambda: (j := shared_stack.deps().jobs.get(job_id)) is not None and j.state is JobState.COMPLETED, 120,
              what="the job to complete")
     # the API answers a 302 (not followed here) whose Location reads the report from S3 with no API token
     opener = urllib.request.build_opener(_NoRedirect)
-    req = urllib.request.Request(f"{stack.api.url}/jobs/{job_id}/report?format=md",  # type: ignore[union-attr]  # up
-                                 headers={"Authorization": f"Bearer {stack.api.token}"})  # type: ignore[union-attr]  # up
+    req = urllib.request.Request(f"{shared_stack.api.url}/jobs/{job_id}/report?format=md",  # type: ignore[union-attr]  # up
+                                 headers={"Authorization": f"Bearer {shared_stack.api.token}"})  # type: ignore[union-attr]  # up
     with pytest.raises(urllib.error.HTTPError) as redirect:
         opener.open(req, timeout=30)
     assert redirect.value.code == 302
     location = redirect.value.headers["Location"]
     with urllib.request.urlopen(location, timeout=30) as r:
         body = r.read().decode()
-    job = stack.deps().jobs.get(job_id)
-    assert job is not None and job.report_md_key and body == stack.deps().artifacts.get_text(job.report_md_key)
+    job = shared_stack.deps().jobs.get(job_id)
+    assert job is not None and job.report_md_key and body == shared_stack.deps().artifacts.get_text(job.report_md_key)
 
 
 class _NoRedirect(urllib.request.HTTPRedirectHandler):
@@ -283,13 +272,13 @@ class _NoRedirect(urllib.request.HTTPRedirectHandler):
         return None  # the 302 is the answer under test
 
 
-def test_a_10_mb_upload_never_becomes_a_job_that_reads_it_all(stack: LocalStack):
+def test_a_10_mb_upload_never_becomes_a_job_that_reads_it_all(shared_stack: LocalStack):
     # GIVEN a presigned upload (S3 on AWS refuses a body over the signed content-length-range; moto may not)
-    status, _, up = http(stack, "POST", "/uploads", {"name": "huge"})
+    status, _, up = http(shared_stack, "POST", "/uploads", {"name": "huge"})
     assert status == 201 and up["maxBytes"] == 5_000_000
     uploaded = presigned_post(up["upload"], b"1. Term. " + b"x" * (10 * 1024 * 1024))
     # WHEN it is submitted anyway THEN either S3 refused the upload (nothing to read), or the API reads at most
     # maxBytes + 1 of it and answers 422 input.too_large: no job, nothing queued
-    status, _, answer = http(stack, "POST", "/jobs", {"document": {"s3_uri": up["s3Uri"]}})
+    status, _, answer = http(shared_stack, "POST", "/jobs", {"document": {"s3_uri": up["s3Uri"]}})
     expected = "input.document_missing" if uploaded >= 400 else "input.too_large"
     assert status == 422 and answer["error"]["code"] == expected, (uploaded, answer)

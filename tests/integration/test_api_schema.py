@@ -5,7 +5,6 @@ embedded stack. Without worker processes: the API's own behaviour is under test,
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -26,14 +25,7 @@ CONFIG = {"phases": {"coverage": {"enabled": False}},
 schema = schemathesis.openapi.from_path(OPENAPI, config=SchemathesisConfig.from_dict(CONFIG))
 
 
-@pytest.fixture(scope="module")
-def api_stack(local_template: dict[str, Any], tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStack]:
-    stack = LocalStack(template=local_template, state_dir=tmp_path_factory.mktemp("api-schema"))
-    stack.start(workers=False)
-    try:
-        yield stack
-    finally:
-        stack.stop()
+pytestmark = pytest.mark.stack(start={"workers": False})  # the `shared_stack`: the API alone, no worker
 
 
 def test_the_document_names_every_route_the_app_serves():
@@ -53,9 +45,9 @@ def test_the_document_names_every_field_a_submission_takes():
 
 @schema.parametrize()
 @settings(max_examples=30, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)
-def test_the_api_keeps_its_openapi_document(case: schemathesis.Case, api_stack: LocalStack) -> None:
-    assert api_stack.api is not None
-    case.call_and_validate(base_url=api_stack.api.url, headers={"Authorization": f"Bearer {api_stack.api.token}"})
+def test_the_api_keeps_its_openapi_document(case: schemathesis.Case, shared_stack: LocalStack) -> None:
+    assert shared_stack.api is not None
+    case.call_and_validate(base_url=shared_stack.api.url, headers={"Authorization": f"Bearer {shared_stack.api.token}"})
 
 
 # The same document, stateful: schemathesis' state machine follows the document's links from a submitted job (read
@@ -83,8 +75,8 @@ class ApiWorkflow(schema.exclude(path_regex="^/batches").as_state_machine()):  #
                 deps.queues.delete(Queue.INTAKE, message.receipt_handle)
 
 
-def test_the_api_keeps_its_openapi_document_across_linked_calls(api_stack: LocalStack) -> None:
-    ApiWorkflow.stack = api_stack
+def test_the_api_keeps_its_openapi_document_across_linked_calls(shared_stack: LocalStack) -> None:
+    ApiWorkflow.stack = shared_stack
     # no shrinking: the stack keeps its state between walks, so a replayed walk meets other jobs and hypothesis would
     # report a flaky strategy instead of the failure it found
     ApiWorkflow.run(settings=settings(max_examples=15, stateful_step_count=6, deadline=None, derandomize=True,

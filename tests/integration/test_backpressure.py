@@ -2,7 +2,7 @@
 the prod ones scaled to seconds): a chunk slower than its Lambda completes across invocations; the
 sweeper tells a Lambda killed at its timeout from a crash; a 5xx burst shorter than the poison
 budget's span dead-letters nothing. (Throttling past the backpressure deadline is tested against
-the fakes in tests/unit/test_worker.py, with the local and prod numbers; the repositories' part of
+the fakes in tests/unit/pipeline/test_worker.py, with the local and prod numbers; the repositories' part of
 it, the streak on the chunk record, in test_repositories.py.)"""
 
 from __future__ import annotations

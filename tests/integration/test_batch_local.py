@@ -35,13 +35,7 @@ def _records(n: int) -> list[BatchRecord]:
             for i in range(n)]
 
 
-@pytest.fixture
-def stack(local_template: dict[str, Any], tmp_path: Path) -> Any:
-    s = LocalStack(template=local_template, state_dir=tmp_path / "stack").start(workers=False, api=False)
-    try:
-        yield s
-    finally:
-        s.stop()
+pytestmark = pytest.mark.stack(start={"workers": False, "api": False})  # the `stack` fixture
 
 
 def test_the_local_stack_serves_the_batch_stand_in_to_the_collector_and_the_cli(stack: LocalStack,

@@ -34,8 +34,8 @@ AWS_ONLY = {
 ELSEWHERE = {
     "make venv": "every CI run (.ci/run -> make test)",
     "source .venv/bin/activate": "every CI run",
-    "make deploy": "tests/unit/test_toolchain.py: the real Makefile, preflight first, its exit code gating the deploy",
-    "review --stack ContractReview preflight": "tests/unit/test_preflight*.py: a deployed stack's preflight (Stubber)",
+    "make deploy": "tests/unit/project/test_toolchain.py: the real Makefile, preflight first, its exit code gating the deploy",
+    "review --stack ContractReview preflight": "tests/unit/local/test_preflight*.py: a deployed stack's preflight (Stubber)",
 }
 
 

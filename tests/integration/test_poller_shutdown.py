@@ -55,15 +55,13 @@ def test_sigterm_mid_chunk_releases_it_within_the_stop_timeout_and_nothing_is_lo
             # WHEN ECS stops the task
             proc.send_signal(signal.SIGTERM)
             sent = time.monotonic()
-            code = proc.wait(timeout=deps.settings.profile.fargate.fargate_stop_timeout_s)
-            took = time.monotonic() - sent
+            code = proc.wait(timeout=deps.settings.profile.fargate.fargate_stop_timeout_s)  # else ECS SIGKILLs it
         finally:
             if proc.poll() is None:
                 proc.kill()
         # THEN it exited cleanly, well within the stop timeout (no SIGKILL needed)
         log = (tmp_path / "poller.log").read_text()
         assert code == 0, log[-3000:]
-        assert took < deps.settings.profile.fargate.fargate_stop_timeout_s
         # ... holding nothing: no chunk is left claimed, and no attempt was counted as a failure
         records = deps.claims.for_job(job_id)
         assert not [c for c in records if c.status is ChunkStatus.CLAIMED]

@@ -6,9 +6,6 @@ loopback, its URL handed to the functions as `TICKET_URL` the way `review up` do
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
-from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -27,16 +24,9 @@ from .conftest import get_job, wait_for, wait_jobs
 pytestmark = pytest.mark.integration
 
 
-@pytest.fixture
-def stack(local_template: dict[str, Any], tmp_path: Path) -> Iterator[LocalStack]:
-    # as `review up` runs it: the ticket fake on loopback, its URL in the aggregator's and sweeper's TICKET_URL;
-    # an answer it holds outlasts the functions' read timeout (local profile: ticket_read_timeout_s)
-    s = LocalStack(template=local_template, state_dir=tmp_path / "stack", ticket_faults=TicketFaults(hang_s=4.0))
-    s.start()
-    try:
-        yield s
-    finally:
-        s.stop()
+# the `stack` fixture as `review up` runs it: the ticket fake on loopback, its URL in the aggregator's and sweeper's
+# TICKET_URL; an answer it holds outlasts the functions' read timeout (local profile: ticket_read_timeout_s)
+pytestmark = pytest.mark.stack(ticket_faults=TicketFaults(hang_s=4.0))
 
 
 @pytest.fixture

@@ -1,4 +1,4 @@
-"""The redrive-versus-finalize interleavings of `tests/unit/test_stranding.py`, on the real adapters
+"""The redrive-versus-finalize interleavings of `tests/unit/pipeline/test_stranding.py`, on the real adapters
 (DynamoDB conditional writes, SQS) against the deployed template on moto: one repository call is
 wrapped so that the operator's redrive lands exactly inside finalize, and the job must end the way
 a fault-free run does."""

@@ -11,8 +11,6 @@ And the adapter on the real Powertools provider and moto's Secrets Manager: one 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -67,14 +65,7 @@ def test_the_adapter_reads_the_secret_once_then_again_only_after_a_refusal(aws: 
         assert reads == [arn, arn, arn] and fake.stats()["opened"] == 3
 
 
-@pytest.fixture
-def stack(local_template: dict[str, Any], tmp_path: Path) -> Iterator[LocalStack]:
-    s = LocalStack(template=local_template, state_dir=tmp_path / "stack", ticket_faults=TicketFaults())
-    s.start()
-    try:
-        yield s
-    finally:
-        s.stop()
+pytestmark = pytest.mark.stack(ticket_faults=TicketFaults())  # the `stack` fixture
 
 
 def test_a_refused_credential_fails_the_job_unauthorized_and_a_rotation_lands_without_a_restart(stack: LocalStack):

@@ -816,7 +816,7 @@ class FakeQueues:
 
 
 # Analysts one by one: unit tests place faults at the n-th model call, which needs a deterministic order.
-# Concurrent analysts have their own tests (test_analyst_concurrency.py) and run in the integration tests.
+# Concurrent analysts have their own tests (pipeline/test_analyst_pool.py) and run in the integration tests.
 SETTINGS = Settings(profile=get_profile("local").with_overrides(**{"analyst_concurrency": 1}), jobs_table="jobs", claims_table="claims",
                     checkpoints_table="checkpoints", events_table="events", bucket="artifacts",
                     intake_queue_url="intake", analysis_queue_url="analysis", results_queue_url="results",

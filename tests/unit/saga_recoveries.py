@@ -1,7 +1,7 @@
 """The documented recoveries of the side-effect codes (errors.py), executed on the fakes: the fault
 that produces the code, the job as it leaves it, then exactly what the recovery text says to do, and
 then the side effects must stand as if no fault had happened: each done exactly once, or each undone.
-`tests/unit/test_recoveries.py` runs these with every other code's recovery."""
+`tests/unit/reliability/test_recoveries.py` runs these with every other code's recovery."""
 
 from __future__ import annotations
 
@@ -15,8 +15,8 @@ from contract_review.sideeffects.saga import COMPLETED_DETAIL, PUBLISH, TICKET
 
 from .fake_side_effects import FakeSideEffects
 from .fakes import FakeWorld
-from .test_saga import finished_job, job, unknown_outcome
-from .test_saga_pipeline import pipeline, waiting
+from .sideeffects.test_saga import finished_job, job, unknown_outcome
+from .sideeffects.test_saga_pipeline import pipeline, waiting
 
 
 def _recovery(code: str) -> str:

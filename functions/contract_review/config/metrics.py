@@ -13,7 +13,7 @@ Who reads the rows, so that a misspelt name fails a test instead of an alarm tha
   Bedrock's token counts from the rows (the queues' and functions' own CDK helpers name the other AWS metrics);
 - docs/runbook.md's alarm table names each alarm's metrics;
 - tests/infra/test_metric_catalogue.py holds the synthesized templates (alarms and dashboard) and the runbook's table
-  to this catalogue, and every row of ours to an emitter; tests/unit/test_handler_metrics.py reads the handlers'
+  to this catalogue, and every row of ours to an emitter; tests/unit/handlers/test_telemetry.py reads the handlers'
   EMF lines against the rows (namespace, unit, dimensions).
 
 Adding a metric: a row here (its constant), an `emit` where it happens, and, when it is alarmed or graphed, its use in

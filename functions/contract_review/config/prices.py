@@ -58,7 +58,7 @@ class PriceTable(BaseModel):
 # Transcribed on 2026-11-22 from https://aws.amazon.com/bedrock/pricing/ (Anthropic, on-demand and prompt
 # caching), https://aws.amazon.com/dynamodb/pricing/on-demand/, https://aws.amazon.com/sqs/pricing/,
 # https://aws.amazon.com/s3/pricing/ and https://aws.amazon.com/lambda/pricing/ (us-east-1; free tiers left
-# out). docs/cost.md repeats them; tests/unit/test_cost.py keeps the two equal. Batch inference (the same page,
+# out). docs/cost.md repeats them; tests/unit/domain/test_cost.py keeps the two equal. Batch inference (the same page,
 # "Batch"): 50 % of the on-demand input and output prices for these models.
 PRICES = PriceTable(
     as_of="2026-11-22",

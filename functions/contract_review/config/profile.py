@@ -176,11 +176,11 @@ class ReviewConfig(BaseModel):
     # A chunk shorter than this takes the next paragraphs too (up to chunk_max_chars), so that its cached prefix
     # (the tool-use prompt, the tool, the shared instructions: ~1,270 tokens, then the excerpt at ~4 characters a
     # token) reaches the model's minimum cacheable prefix: 2,048 tokens assumed for Sonnet 4.6
-    # (domain/model.py MODEL_TRAITS; tests/unit/test_chunking.py checks it with a margin). A document's last
+    # (domain/model.py MODEL_TRAITS; tests/unit/review/test_chunking.py checks it with a margin). A document's last
     # chunk can still be shorter: its calls send no cache point (docs/cost.md).
     chunk_min_chars: int = 3600
     # How many of the analysts (review/analysts.py ANALYSTS, in order) a job runs; the job pins it. Every
-    # profile runs all of them (tests/unit/test_analysts.py checks it against ANALYSTS): a number here because
+    # profile runs all of them (tests/unit/review/test_analysts.py checks it against ANALYSTS): a number here because
     # the per-chunk work the worker timeout and `analyst_concurrency` are sized for grows with it.
     analyst_count: int = 11
     # How many of a chunk's analysts run at once (threads in one worker; each still checkpointed and

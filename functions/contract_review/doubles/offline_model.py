@@ -3,7 +3,7 @@
 It answers the same requests a Bedrock model gets (it reads the request's structured payload
 rather than the prose prompt) with keyword/regex rules per category, so the whole pipeline runs
 offline and its findings are reproducible. Recall against CUAD is measured by
-`tests/unit/test_cuad_quality.py`.
+`tests/unit/doubles/test_offline_model_cuad.py`.
 
 How `locate` works:
 1. the chunk is split into sentence units (blank lines, and sentence ends that are not
@@ -219,7 +219,7 @@ PATTERNS: dict[str, tuple[Rule, ...]] = {
     ),
 }
 
-# One clause per category that its rules must find (tests/unit/test_analysts.py checks every category has
+# One clause per category that its rules must find (tests/unit/review/test_analysts.py checks every category has
 # rules and an example they find, and reads the examples as a contract with one clause per category). A
 # category is added here, rules and example, together with its entry in review/analysts.py (docs/extending.md).
 EXAMPLES: dict[str, str] = {

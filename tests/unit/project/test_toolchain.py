@@ -1,0 +1,81 @@
+"""The toolchain: the Node the CDK runs on, and `make deploy`.
+
+package.json pins Node (the npm package `node`, an LTS release, not the machine's Node 20, past end of life), and
+the CDK's jsii runtime is pointed at it (infra/__init__.py). `make deploy` (Makefile): `review preflight
+--before-deploy` gates `cdk deploy`, and both get the same context.
+
+Runs the real Makefile with make: `-n` for what it would run, then with stand-ins for `review` and `npx` (BIN=a
+directory holding both: the Makefile calls $(BIN)/review and puts $(BIN) first on PATH, where `npx` is then found)
+that record their arguments, the stand-in preflight exiting as told. `-o .venv/.installed`: the venv is not
+(re)built.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[3]
+CONTEXT = ["PROFILE=prod", "STACK=ContractReviewEu", "ALARM_EMAIL=oncall@example.com", "MODEL_ID=eu.anthropic.x",
+           "REGION=eu-west-1", "WORKER=fargate"]
+
+needs_make = pytest.mark.skipif(shutil.which("make") is None, reason="no make on this machine")
+
+
+def test_the_cdk_runs_on_the_node_package_json_pins():
+    import infra
+
+    pinned = json.loads((ROOT / "package.json").read_text())["devDependencies"]["node"]
+    assert int(pinned.split(".")[0]) in (22, 24)  # an LTS release (even major), not 20 (end of life)
+    if not infra.PINNED_NODE.exists():
+        pytest.skip("node_modules has no pinned node: run `npm ci` (make venv)")
+    assert os.environ["JSII_NODE"] == str(infra.PINNED_NODE)
+    version = subprocess.run([str(infra.PINNED_NODE), "--version"], capture_output=True, text=True, check=True)
+    assert version.stdout.strip() == f"v{pinned}"
+
+
+def make(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(["make", "--no-print-directory", "-o", ".venv/.installed", *args], cwd=ROOT,
+                          env={**os.environ, **(env or {})}, capture_output=True, text=True, timeout=60)
+
+
+@needs_make
+def test_preflight_runs_first_with_the_deploys_stack_region_and_model():
+    run = make("-n", "deploy", *CONTEXT)
+    assert run.returncode == 0, run.stderr
+    preflight, deploy = run.stdout.strip().splitlines()
+    assert preflight.split() == ["AWS_REGION=eu-west-1", ".venv/bin/review", "--stack", "ContractReviewEu", "preflight",
+                                 "--before-deploy", "--model-id", "eu.anthropic.x", "--worker", "fargate"]
+    assert deploy.split() == ["AWS_REGION=eu-west-1", "npx", "cdk", "deploy", "-c", "profile=prod", "-c",
+                              "stack_name=ContractReviewEu", "-c", "alarm_email=oncall@example.com", "-c",
+                              "model_id=eu.anthropic.x", "-c", "worker=fargate"]
+
+
+def _stand_ins(bin_dir: Path, log: Path) -> None:
+    bin_dir.mkdir()
+    for name, code in (("review", '"${PREFLIGHT_EXIT:-0}"'), ("npx", "0")):
+        script = bin_dir / name
+        script.write_text(f'#!/bin/sh\necho "{name} $AWS_REGION $*" >> "{log}"\nexit {code}\n')
+        script.chmod(0o755)
+
+
+@needs_make
+@pytest.mark.parametrize("preflight_exit", [0, 1])
+def test_preflights_exit_code_gates_the_deploy(tmp_path: Path, preflight_exit: int):
+    log = tmp_path / "calls.log"
+    _stand_ins(tmp_path / "bin", log)
+    run = make("deploy", *CONTEXT, f"BIN={tmp_path / 'bin'}", env={"PREFLIGHT_EXIT": str(preflight_exit)})
+    calls = log.read_text().splitlines()
+    assert calls[0] == ("review eu-west-1 --stack ContractReviewEu preflight --before-deploy --model-id eu.anthropic.x "
+                        "--worker fargate")
+    if preflight_exit:
+        assert run.returncode != 0 and calls == calls[:1]  # no deploy after a blocking failure
+    else:
+        assert run.returncode == 0, run.stderr
+        assert calls[1:] == ["npx eu-west-1 cdk deploy -c profile=prod -c stack_name=ContractReviewEu "
+                             "-c alarm_email=oncall@example.com -c model_id=eu.anthropic.x -c worker=fargate"]
