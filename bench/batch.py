@@ -1,4 +1,4 @@
-"""What a contract costs on demand and in batch, side by side in one run on embedded AWS (issue 19).
+"""What a contract costs on demand and in batch, side by side in one run on embedded AWS.
 
     .venv/bin/python bench/batch.py [--bytes 100000] [--out bench/results/batch.json]    (make bench-batch)
 

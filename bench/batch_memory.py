@@ -1,4 +1,4 @@
-"""The batch collector's peak memory at the largest batch job it may build (issue 25 finding 4, build item 1).
+"""The batch collector's peak memory at the largest batch job it may build.
 
     .venv/bin/python bench/batch_memory.py [--records N] [--out bench/results/batch_memory.json]
 

@@ -2,7 +2,7 @@
 
     .venv/bin/python bench/burst_calibrate.py [--contracts 30] [--workers 1]     # ~3 minutes on 2 cores
 
-The flood issue 17 measured (30 small contracts at once, one worker, the local profile: stall period 15 s,
+The flood once measured (30 small contracts at once, one worker, the local profile: stall period 15 s,
 sweep every second), replayed on embedded AWS with real worker processes and the sweeper as a process:
 the makespan (submit to the last job ended), each chunk's time on the worker (its record's `claimed_at` to
 `settled_at`), how long chunks waited in the queue (fan-out to claim), how many times each chunk was claimed

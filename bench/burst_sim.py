@@ -1,6 +1,6 @@
 """A burst of contracts against the model quota and the worker fleet: a discrete-event simulation of the
 analysis queue, the workers, the quota and the sweeper's stall reconciler, with the old rule and the new
-one side by side (issue 17: a backlog is never mistaken for loss).
+one side by side (a backlog is never mistaken for loss).
 
     .venv/bin/python bench/burst_sim.py                      # 1,000 and 10,000 contracts, ~1 minute
     .venv/bin/python bench/burst_sim.py --bursts 1000 --workers 20 --tpm 2000000 --loss-rate 0.0001

@@ -1,5 +1,5 @@
 """What one DynamoDB TransactWriteItems costs on the embedded AWS, by table size: moto as shipped against moto with
-`review_local.embedded.roll_back_transactions_by_item` (issue 25: the full soak stalled behind it).
+`review_local.embedded.roll_back_transactions_by_item` (the full soak stalled behind it).
 
     .venv/bin/python bench/embedded_transactions.py [--items 300,3000,10000] [--out bench/results/embedded_transactions.json]
 

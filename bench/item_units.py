@@ -1,4 +1,4 @@
-"""Per-item DynamoDB write and read units of one job, before and after issue 17 (item 5), COMPUTED.
+"""Per-item DynamoDB write and read units of one job, before and after the settled count, COMPUTED.
 
     .venv/bin/python bench/item_units.py [--chunks 40] [--before-ref main] [--chunk-s 20]
 
@@ -21,7 +21,7 @@ transactional share twice.
 
 Per-second rates on one item assume the prod fan-out window of one job in flight (40 chunks) and a chunk taking
 `--chunk-s` seconds (default 20: two model-call latencies with 11 analysts at once): settles/s = window /
-chunk-s. The cancellation check before issue 17 read the job item before every model call; after, at most once
+chunk-s. The cancellation check before the settled count read the job item before every model call; after, at most once
 a second per chunk, so its reads/s lie between (chunks in flight x 1/s) and (model calls/s), whichever is
 lower; the in-process run (a clock that stands still within a chunk) shows the best case (one read per chunk
 attempt).
@@ -192,7 +192,7 @@ def _measure(n_chunks: int) -> dict[str, Any]:
         kw = {"endpoint_url": aws.endpoint, "region_name": aws.region, "aws_access_key_id": "testing",
               "aws_secret_access_key": "testing"}  # noqa: S106 (moto's)
         side = boto3.client("dynamodb", **kw)  # not counted: reads each item's size back
-        # Since the settled count (issue 17 item 5) a settle writes the chunk record too (one transaction with the job
+        # Since the settled count a settle writes the chunk record too (one transaction with the job
         # item): the code that does so gets its claims and checkpoints tables on moto as well (the before side, whose
         # jobs adapter never touches them, keeps the fakes').
         claims_on_moto = "claims_table" in inspect.signature(DynamoJobs).parameters

@@ -1,5 +1,4 @@
-"""Interactive before bulk, on embedded AWS with real worker processes (the local profile, as `review up` runs it;
-issue 19 item 5).
+"""Interactive before bulk, on embedded AWS with real worker processes (the local profile, as `review up` runs it).
 
     .venv/bin/python bench/priority.py [--reps 1] [--bulk 10] [--bulk-bytes 20000] [--interactive-bytes 60000]
                                        [--out bench/results/priority.json]

@@ -20,7 +20,7 @@ bound, the slowest chunk's calls in sequence / its analysts' concurrency x the m
 model call by service and operation (counted at the moto server, the bench's own polling excluded),
 orchestration $ per 1,000 model calls (bench/prices.py) beside Step Functions Standard with one task state
 per call, crash recovery latency, and jobs completed / failed with a code / silently incomplete (tests/oracle.py).
-PASS/FAIL against issue 10's targets are printed as measured. Results: bench/results/<name>.json.
+PASS/FAIL against the targets below are printed as measured. Results: bench/results/<name>.json.
 """
 
 from __future__ import annotations
@@ -302,7 +302,7 @@ def summarize(name: str, state: str, error_code: str | None, makespan: float, ca
     }
 
 
-# (label, run, key, comparison, bound) from issue 10. Retired by issue 15 (the figures stay in the table):
+# (label, run, key, comparison, bound) (the first targets). Retired by the token bench (the figures stay in the table):
 # "<= 1 DynamoDB write per model call" and "orchestration <= 1/100 of Step Functions Standard": orchestration is
 # about 1 % of the bill (model tokens are the rest), so neither measures what decides speed or money.
 TARGETS = [
@@ -399,7 +399,7 @@ def main() -> None:
     ap.add_argument("--p99-ms", type=float, default=900.0)
     ap.add_argument("--window-s", type=float, default=2.0, help="the quota's burst window (Bedrock: 60 s)")
     ap.add_argument("--workers", type=int, default=20)
-    ap.add_argument("--chars", type=int, default=56_000, help="document size (56 KB: issue 10's measurement)")
+    ap.add_argument("--chars", type=int, default=56_000, help="document size (56 KB: the first measurement)")
     ap.add_argument("--timeout", type=float, default=240.0)
     ap.add_argument("--baseline-timeout", type=float, default=420.0,
                     help="the baseline's deadline: a chunk not done by then counts as missing")

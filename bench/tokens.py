@@ -53,7 +53,7 @@ RUNS = {  # name: (the old prompt layout, paced to the quota)
     "cached": (False, True),
     "unpaced": (False, False),
 }
-TARGETS = [  # (label, run, key, comparison, bound): issue 15
+TARGETS = [  # (label, run, key, comparison, bound)
     ("makespan <= 1.3 x the token bound", "cached", "makespan_vs_token_bound", "<=", 1.3),
     ("throttled <= 5 % of attempts", "cached", "throttled_share", "<=", 0.05),
     ("cache-read share >= 0.6 of prompt tokens", "cached", "cache_read_share", ">=", 0.6),
@@ -146,7 +146,7 @@ def main() -> None:
     ap.add_argument("--name", default="tokens")
     ap.add_argument("--only", default=",".join(RUNS))
     ap.add_argument("--chars", default="100000",
-                    help="document size (issue 15: a ~100 KB contract); a list runs the scaling series")
+                    help="document size (a ~100 KB contract); a list runs the scaling series")
     ap.add_argument("--tpm", type=float, default=600_000.0, help="the tokens-per-minute quota")
     ap.add_argument("--median-ms", type=float, default=800.0)
     ap.add_argument("--p99-ms", type=float, default=2000.0)

@@ -1,4 +1,4 @@
-"""Issue 25 findings 8, 9 and 10: the counting races, written once over `Deps`, so each runs on the in-memory fakes
+"""The counting races, written once over `Deps`, so each runs on the in-memory fakes
 (tests/unit/pipeline/test_counting_races.py) and on the real adapters against the deployed template on moto
 (tests/integration/test_counting_on_moto.py). Each forces one interleaving by wrapping one repository call, and
 ends with the job's count and tokens checked against its chunk records."""

@@ -1,4 +1,4 @@
-"""THE BASELINE, not product code: SQS -> Lambda written with Powertools alone (issue 10, item 7).
+"""THE BASELINE, not product code: SQS -> Lambda written with Powertools alone.
 
 What a serverless developer writes from the Powertools docs, with nothing of the pipeline's own machinery:
 - one SQS message per chunk, processed with `BatchProcessor` + `process_partial_response` (partial batch

@@ -95,7 +95,7 @@ def test_only_the_collector_may_pass_the_service_role_and_only_to_bedrock(synth:
 
 @pytest.mark.parametrize("name", TEMPLATES)
 def test_only_the_collector_submits_and_collects_batch_jobs(synth: Synth, name: str) -> None:
-    """Issue 25 finding 17: no role lists batch jobs (no code does: the collector finds its jobs in its manifests);
+    """No role lists batch jobs (no code does: the collector finds its jobs in its manifests);
     Stop only on jobs carrying this stack's tag, TagResource only with that tag's value (the tag every job is created
     with: Bedrock checks TagResource on a create with tags); the sweeper holds no batch grant any more."""
     t = synth.templates[name]

@@ -1,4 +1,4 @@
-"""The batch collector is its own function, and the recovery sweeper runs alone (issue 25 build item 1, findings 2 and 4).
+"""The batch collector is its own function, and the recovery sweeper runs alone.
 
 Before: the sweeper collected batch jobs of up to `batch_max_records` inside its 256 MB / 60 s recovery run, had no
 concurrency limit and Lambda's default asynchronous retries (2) plus EventBridge's (2), so two sweeps overlapped (a

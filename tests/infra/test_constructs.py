@@ -141,7 +141,7 @@ def test_a_ticket_secret_is_granted_exactly_or_by_its_name() -> None:
 
 
 def test_the_worker_reserves_its_maximum_unless_told_otherwise() -> None:
-    one = {"sweeper": 1, "collector": 1}  # always: one run at a time each (issue 25 item 1)
+    one = {"sweeper": 1, "collector": 1}  # always: one run at a time each
     assert DeploySettings.from_context({}.get).reserved_concurrency == {"worker": 20, **one}
     assert DeploySettings.from_context({"worker_concurrency": "7"}.get).reserved_concurrency == {"worker": 7, **one}
     assert DeploySettings.from_context({"worker_reserved_concurrency": "0"}.get).reserved_concurrency == one

@@ -136,7 +136,7 @@ def test_each_role_is_granted_exactly_its_access_row(synth: Synth, name: str, ro
             assert st["Resource"] == "*", st
             assert "bedrock:ListModelInvocationJobs" not in actions or role == "sweeper", st
             assert not actions & XRAY_SAMPLING or role == "fargate", st
-            # the sweeper reads the model's quotas and publishes them: no worker reads Service Quotas (issue 26 item 7)
+            # the sweeper reads the model's quotas and publishes them: no worker reads Service Quotas
             assert not actions & QUOTAS or role == "sweeper", st
         elif actions <= BATCH_JOBS:  # the sweeper submits and collects batch inference jobs (infra/batch.py)
             assert role == "sweeper", st
@@ -173,7 +173,7 @@ def _ids(t: dict[str, Any]) -> dict[str, str]:
 
 
 def test_fargate_task_role_may_sweep_claims_poll_and_protect_itself(synth: Synth) -> None:
-    """The regression of issue 7 (the poller's in-process sweep failed with AccessDenied), and issue 17: the
+    """Two regressions: the poller's in-process sweep failed with AccessDenied; and the
     poller sweeps lapsed claims only; jobs and the DLQs are the sweeper Lambda's. (It queries the open-jobs index as
     the worker does, for priority only: is an interactive job open? pipeline/priority.py)"""
     t = synth.templates[FARGATE]
@@ -191,7 +191,7 @@ def test_fargate_task_role_may_sweep_claims_poll_and_protect_itself(synth: Synth
 
 @pytest.mark.parametrize("name", [LOCAL, PROD, FARGATE])
 def test_no_role_may_scan_and_the_sweeper_finds_open_jobs_through_a_sparse_index(synth: Synth, name: str) -> None:
-    """Issue 17: every sweep used to scan the jobs table (running, cancelling, compensating, waiting, queued)."""
+    """Every sweep used to scan the jobs table (running, cancelling, compensating, waiting, queued)."""
     t = synth.templates[name]
     roles = list(FUNCTION_ROLES) + ["api"] + (["fargate"] if name == FARGATE else [])
     for role in roles:
@@ -301,7 +301,7 @@ def test_the_daily_token_ledger_is_the_workers_alone_encrypted_on_demand_and_exp
             holders[role] = granted["table:token-ledger"]
     ledger_actions = {"dynamodb:Query", "dynamodb:UpdateItem"}
     # and the Job API, which only adds within a limit (the spend limits' counters: operate/limits.py), a daily
-    # charge with the record of the job it was taken for (PutItem, in the same transaction: issue 25 item 9); the
+    # charge with the record of the job it was taken for (PutItem, in the same transaction); the
     # stack's daily spend cap (domain/spend_cap.py): intake takes a job's charge the same way, the aggregator adds
     # what each chunk it counts spent (UpdateItem: ADD), the sweeper reads the day's spend and admits a held job
     charge = {"dynamodb:PutItem", "dynamodb:UpdateItem"}
@@ -312,7 +312,7 @@ def test_the_daily_token_ledger_is_the_workers_alone_encrypted_on_demand_and_exp
 
 @pytest.mark.parametrize("name", [LOCAL, PROD, FARGATE])
 def test_the_runtime_control_is_a_table_written_by_name_under_a_version_condition(synth: Synth, name: str) -> None:
-    """Issue 25 finding 12: the control was one SSM parameter overwritten whole (a pause racing a set lost one). It is
+    """The control was one SSM parameter overwritten whole (a pause racing a set lost one). It is
     an item of its own table now (adapters/model_control.py): readers may only GetItem it; a writer GetItems then
     UpdateItems named fields conditional on the version it read, never PutItem (a whole-item overwrite would drop a
     field another writer, or a later version of the code, owns), never DeleteItem."""
@@ -331,6 +331,6 @@ def test_the_runtime_control_is_a_table_written_by_name_under_a_version_conditio
     read, write = {"dynamodb:GetItem"}, {"dynamodb:GetItem", "dynamodb:UpdateItem"}
     # the workers read it before each model call (a pause, a quota); on the Fargate template that is the task role
     assert holders["worker"] == read and (name != FARGATE or holders["fargate"] == read)
-    # whoever else holds it (the batch collector: its off switch, issue 25 item 4) reads, or reads and updates
+    # whoever else holds it (the batch collector: its off switch) reads, or reads and updates
     assert all(actions in (read, write) for actions in holders.values()), holders
 

@@ -125,7 +125,7 @@ def test_no_other_function_may_call_bedrock(synth: Synth) -> None:
         if h == "collector":  # batch inference jobs only (tests/infra/test_batch_iam.py): it invokes no model itself,
             # and names the model to read its batch minimum from Service Quotas (wiring.batch_min_records)
             assert set(b) == BATCH_JOB_ACTIONS | {"bedrock:GetFoundationModel", "bedrock:GetInferenceProfile"}, b
-        elif h == "sweeper":  # names the model to read its quotas from Service Quotas, and publishes them (issue 26)
+        elif h == "sweeper":  # names the model to read its quotas from Service Quotas, and publishes them
             assert set(b) == {"bedrock:GetFoundationModel", "bedrock:GetInferenceProfile"}, b
         else:
             assert not b, h
@@ -217,7 +217,7 @@ def test_context_model_id_is_validated_and_defaults_to_the_profile() -> None:
 def test_pacing_is_on_in_every_deploy_the_quota_from_context_or_as_the_sweeper_publishes_it(
         synth: Synth, by_context: dict[str, Any]) -> None:
     """With no `-c model_tpm` the workers pace to their model's quota as the sweeper publishes it from Service Quotas
-    (issue 26: not every worker at cold start): the sweeper's role may read Service Quotas and the model's name, and
+    (not every worker at cold start): the sweeper's role may read Service Quotas and the model's name, and
     no worker role may; with `-c model_tpm`, the value reaches the workers' environment."""
     quotas = {"servicequotas:ListServiceQuotas", "servicequotas:ListAWSDefaultServiceQuotas"}
 

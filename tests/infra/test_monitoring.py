@@ -188,7 +188,7 @@ def test_backpressure_rate_and_stuck_jobs(synth: Synth, name: str) -> None:
 
 @pytest.mark.parametrize("name", [LOCAL, PROD])
 def test_a_failed_sweep_item_and_a_failed_collector_item_each_raise_an_alarm(synth: Synth, name: str) -> None:
-    """Issue 25 item 4: `SweepItemFailures` (handlers/sweeper.py) had no alarm, so a batch job the sweep failed on every
+    """`SweepItemFailures` (handlers/sweeper.py) had no alarm, so a batch job the sweep failed on every
     minute paged nobody; the batch collector's own item failures (handlers/collector.py) alarm too, and its function
     errors and timeouts are its Errors alarm."""
     t, p = synth.templates[name], synth.profiles[name]
@@ -202,7 +202,7 @@ def test_a_failed_sweep_item_and_a_failed_collector_item_each_raise_an_alarm(syn
             p.alarms.item_failures_alarm_threshold, p.alarms.alarm_period_s, "GreaterThanOrEqualToThreshold")
         assert a["TreatMissingData"] == "notBreaching"
     # a batch job Bedrock refused is an outcome, not a failure (its chunks go on demand), but the lane is then off for
-    # the model: someone is told (issue 25 item 4)
+    # the model: someone is told
     refused = alarms["batch-refused"]
     assert (refused["Namespace"], refused["MetricName"], refused["Statistic"], refused["Threshold"]) == (
         "ContractReview", "BatchJobsRefused", "Sum", 1)

@@ -18,7 +18,7 @@ Bedrock client. Each call is recorded with the shipped module that made it (aws_
 innermost frame under functions/ or review_local/). Then, on the synthesized local, prod and Fargate
 templates: every recorded call is allowed by the role's policy on its resource (ARNs resolved against
 the deployed stack), and every grant (`infra.permissions.ACCESS`, and infra/batch.py's) was used by a
-call shipped code made: a call the test makes itself counts for nothing (issue 25 finding 17: the
+call shipped code made: a call the test makes itself counts for nothing (the
 test once called Stop and List "as the sweeper" so that grants no code used passed).
 """
 
@@ -948,7 +948,7 @@ def test_the_scenarios_reach_the_paths_they_are_for(recorded: Recorded) -> None:
     for role in ("worker", "fargate"):
         assert any(n.resource.endswith("/index/by-open-state") for c in recorded.recorder.of(role) for n in c.needs)
     assert not [c for c in recorded.recorder.calls if c.operation == "Scan"], "nothing in the pipeline scans"
-    # a settle (and an unsettle) is one transaction of the chunk record and the job item (issue 17 item 5: the
+    # a settle (and an unsettle) is one transaction of the chunk record and the job item (the
     # settled count off the job item): UpdateItem on both tables, by each role that counts or uncounts chunks
     both = {Need("dynamodb:UpdateItem", _target_arn(recorded.aws.outputs, t)) for t in ("table:claims", "table:jobs")}
     settling = {c.role for c in recorded.recorder.calls if c.operation == "TransactWriteItems" and both <= set(c.needs)}
@@ -965,13 +965,13 @@ def test_the_scenarios_reach_the_paths_they_are_for(recorded: Recorded) -> None:
     # its rotated token's 403 (the two roles' scenarios share one process's cached value, as a Fargate task would)
     # batch inference: the collector (its own function) read the account's minimum, submitted and read jobs, passing
     # the service role; the stand-in, as Bedrock with that role, listed and read the input and wrote the output.
-    # Nothing lists batch jobs, and the sweeper makes no batch call (issue 25 items 1 and 12)
+    # Nothing lists batch jobs, and the sweeper makes no batch call
     assert {("collector", "bedrock", op) for op in ("CreateModelInvocationJob", "GetModelInvocationJob",
                                                      "GetFoundationModel")} <= ops
     assert not [c for c in recorded.recorder.calls if c.operation == "ListModelInvocationJobs"]
     assert {c.operation for c in recorded.recorder.of("sweeper") if c.service == "bedrock"} <= {
         "GetFoundationModel", "GetInferenceProfile"}  # the model's name, for its quotas: no batch call
-    # The model's quotas, read once (issue 26 item 7): the sweeper reads Service Quotas and publishes them in their own
+    # The model's quotas, read once: the sweeper reads Service Quotas and publishes them in their own
     # item of the control table; no worker (Lambda or Fargate) reads Service Quotas, at cold start or after
     assert ("sweeper", "service-quotas", "ListServiceQuotas") in ops
     assert any(c.operation == "UpdateItem" and c.service == "dynamodb" and any("ControlTable" in n.resource

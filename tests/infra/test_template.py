@@ -183,8 +183,8 @@ def test_concurrency_guards_intake_capped_and_the_lambda_worker_reserving_its_ma
     """A burst waits in its queue instead of taking the account's unreserved concurrency: the intake mapping has a
     maximum concurrency, and the Lambda worker reserves exactly the maximum its mapping may use (no more, so the
     account keeps the rest; no less, or the mapping would be throttled). A Fargate stack's worker function has no
-    mapping and reserves nothing. The sweeper and the batch collector reserve 1 each (one run at a time: issue 25
-    item 1). The ReservedConcurrency output, all of them, is what `review preflight` checks the account against."""
+    mapping and reserves nothing. The sweeper and the batch collector reserve 1 each (one run at a
+    time). The ReservedConcurrency output, all of them, is what `review preflight` checks the account against."""
     name, t = each_template
     functions = synth.profiles[name].functions
     reserved = {fn["Handler"].rsplit(".", 2)[-2]: fn.get("ReservedConcurrentExecutions")
@@ -274,7 +274,7 @@ def test_claims_by_lease_gsi(each_template: tuple[str, dict]) -> None:
 
 
 def test_jobs_by_open_state_gsi(each_template: tuple[str, dict]) -> None:
-    """Issue 17: the sweeper's sparse index of open jobs (only non-terminal jobs carry `open_state`), keys only."""
+    """The sweeper's sparse index of open jobs (only non-terminal jobs carry `open_state`), keys only."""
     _, t = each_template
     _, jobs = _tables(t)["TablesJobsTable"]
     p = jobs["Properties"]

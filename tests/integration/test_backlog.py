@@ -1,9 +1,9 @@
-"""A backlog is never mistaken for loss (issue 17): a burst of small contracts floods a local fleet of
+"""A backlog is never mistaken for loss: a burst of small contracts floods a local fleet of
 one worker, so most chunk messages wait in the analysis queue longer than the stall period, and the
 sweeper (a real process, sweeping every second) re-sends none of them while every job completes.
 
 Under the old rule (a pending chunk nobody holds and not released within the stall period is re-sent)
-such a burst was re-sent about three times over: 286 messages for 95 chunks, as issue 17 measured on this
+such a burst was re-sent about three times over: 286 messages for 95 chunks, as measured on this
 stack with 30 contracts. The count comes from what the sweeper did (its `job.reconciled` events and its
 `sweep` log lines), never from an expected number."""
 

@@ -1,4 +1,4 @@
-"""The batch collector's races (tests/unit/pipeline/test_batch_collector.py, issue 25 findings 1 and 2) on the real adapters:
+"""The batch collector's races (tests/unit/pipeline/test_batch_collector.py) on the real adapters:
 DynamoDB conditional writes, S3 and SQS of the deployed template on moto, and Bedrock batch inference's stand-in
 (review_local/batch_service.py) reading and writing that S3 through boto3's own `bedrock` client. One repository call
 is wrapped so that the interleaving happens exactly there; the job must then end the way a fault-free run does."""

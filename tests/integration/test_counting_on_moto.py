@@ -1,4 +1,4 @@
-"""Issue 25 findings 8, 9 and 10 on the real adapters (DynamoDB transactions and conditional writes) against the
+"""The counting races on the real adapters (DynamoDB transactions and conditional writes) against the
 deployed template on moto: the scenarios of tests/counting_races.py, one repository call wrapped in each."""
 
 from __future__ import annotations

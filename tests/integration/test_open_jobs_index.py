@@ -1,4 +1,4 @@
-"""Issue 17: the sweeper finds open jobs through the sparse `by-open-state` index of the jobs table, never a
+"""The sweeper finds open jobs through the sparse `by-open-state` index of the jobs table, never a
 scan. A sweep on moto, with every DynamoDB request counted at the client (botocore's parameter hook)."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The model's quotas read once, by the sweeper, and published for the workers (issue 26 item 7), on the local
+"""The model's quotas read once, by the sweeper, and published for the workers, on the local
 stack's control table in moto (adapters/published_quotas.py; pipeline/sweeper.py `publish_quotas`):
 - a sweep that reads changed quotas writes them once; one that reads the same quotas writes nothing;
 - two sweepers that read the same change at once write it once (the second's conditional update fails);
@@ -187,7 +187,7 @@ def test_a_worker_keeps_the_last_published_quota_when_the_item_cannot_be_read(em
 
 
 def test_a_bedrock_workers_cold_start_calls_no_service_quotas_and_paces_to_the_published_quota(embedded: EmbeddedAws):
-    """Issue 26 item 7: the worker read Service Quotas (and Bedrock's control plane, for the model's name) at every
+    """The worker read Service Quotas (and Bedrock's control plane, for the model's name) at every
     cold start. Every AWS call of the worker's session is recorded: none to service-quotas or bedrock."""
     model_id = MODEL  # a model the price table knows: a job is admitted for it (the only case publishing for it)
     deps, _ = sweeper_deps(embedded, model_id)

@@ -106,7 +106,7 @@ def test_kill_9_mid_chunk_resumes_from_checkpoints_within_lease_plus_sweep(make_
     # and the report is exactly that of a run without the crash
     assert_matches_fault_free(deps, job_id, text)
     # the job's tokens are the tokens the model answered (the double's usage log), but for those the killed attempt
-    # answered after its last write of its running spend (issue 25 finding 15: it used to lose all of its attempt's)
+    # answered after its last write of its running spend (it used to lose all of its attempt's)
     assert survives.input_tokens > 0
     answered = [e for e in ledger(log) if e["outcome"] == "ok"]
     killed_attempt = [e for e in answered if e["pid"] == pid and e["chunk_id"] == killed.chunk_id

@@ -161,7 +161,7 @@ def test_jobs_transition_is_conditional_and_writes_the_outcome(repos: Repos):
 
 
 def test_a_reopen_that_loses_to_another_leaves_the_winners_marks_alone(repos: Repos):
-    """Issue 25 finding 8: two retries of one ended job at once. Both read the job (one version) and its chunks; the
+    """Two retries of one ended job at once. Both read the job (one version) and its chunks; the
     first reopens it, and a chunk it reset is counted again under it. The second's transition then loses, and must
     have written nothing: the adapter used to rewrite every chunk's mark before its conditional write, so the loser
     unmarked the chunk the winner had counted (the count kept it), and the chunk was counted twice."""
@@ -210,7 +210,7 @@ def test_jobs_transition_can_be_conditional_on_the_settled_version(repos: Repos)
 
 
 def test_unsettling_takes_off_exactly_what_settling_counted_once(repos: Repos):
-    """Issue 16: a redrive of a dead-lettered chunk while its job runs unsettled it without taking its usage off,
+    """A redrive of a dead-lettered chunk while its job runs unsettled it without taking its usage off,
     so its attempts were counted again when it settled again. Now the usage leaves with the chunk, in one update
     conditional on the chunk being counted: twice, or for a chunk never counted, takes nothing."""
     job = _with_chunks(repos, _job(JobState.RUNNING))
@@ -326,7 +326,7 @@ def test_running_brief_reads_the_running_jobs_with_what_says_whose_chunks_are_op
 
 
 def test_running_brief_reads_whether_a_batch_mode_job_went_on_demand(repos: Repos):
-    """Issue 25 finding 7: priority counts a batch-mode job only once one of its chunks went on demand, so the brief
+    """Priority counts a batch-mode job only once one of its chunks went on demand, so the brief
     reads `inference` and `on_demand_since` (a projection without them read every batch-mode job as on demand's
     default, interactive work open); `mark_on_demand` sets the time once."""
     parked, _ = repos.jobs.create(_job(JobState.RUNNING, inference=Inference.BATCH, deadline_at=99.0))
@@ -400,7 +400,7 @@ def test_settle_new_chunk_counts_a_chunk_once_and_says_whether_it_did(repos: Rep
 
 
 def test_settle_new_chunk_counts_only_the_chunk_as_its_caller_read_it(repos: Repos):
-    """Issue 25 finding 9: the settle's mark is conditional on the chunk's fence and status as read, so a redrive
+    """The settle's mark is conditional on the chunk's fence and status as read, so a redrive
     landing after the read (a new fence, pending again) is not counted."""
     job = _with_chunks(repos, _job(JobState.RUNNING))
     won = repos.claims.claim(job.job_id, "c0", "w", 30, 1)
@@ -421,7 +421,7 @@ def test_settle_new_chunk_counts_only_the_chunk_as_its_caller_read_it(repos: Rep
 
 
 def test_a_settle_owes_its_event_and_the_event_is_written_once(repos: Repos):
-    """Issue 25 finding 10: the transaction that counts a chunk leaves its event owed on the record; the event is
+    """The transaction that counts a chunk leaves its event owed on the record; the event is
     written with the debt's removal, in one transaction conditional on it: once, however many writers try."""
     job = _with_chunks(repos, _job(JobState.RUNNING))
     assert repos.jobs.record_owed_event(job.job_id, "c0", "chunk.settled", chunk_id="c0") == 0  # nothing owed yet
@@ -458,7 +458,7 @@ def test_jobs_settled_count_stalled_and_events(repos: Repos):
 
 
 def test_a_fenced_out_attempts_spend_goes_on_its_chunk_and_on_the_job_that_counted_it_once(repos: Repos):
-    """Issue 25 finding 15: an attempt that lost its lease wrote nothing of what it spent. `add_fenced_out` adds it
+    """An attempt that lost its lease wrote nothing of what it spent. `add_fenced_out` adds it
     to the chunk record, and to the job in the same transaction when the chunk is counted there; once per fence."""
     job = _with_chunks(repos, _job(JobState.RUNNING))
     repos.jobs.settle_new_chunk(job.job_id, "c0", usage=Usage(input_tokens=100))
@@ -500,7 +500,7 @@ def test_an_owner_whose_ending_write_landed_but_whose_retry_failed_adds_nothing_
 
 
 def test_a_dead_attempts_running_spend_is_folded_once_by_whoever_ends_its_fence(repos: Repos):
-    """Issue 25 finding 15: an attempt killed mid-run recorded nothing of what it spent. Its beats and commits set its
+    """An attempt killed mid-run recorded nothing of what it spent. Its beats and commits set its
     running spend (by fence, set not added); its owner's ending write adds all and drops it; anyone else ending the
     fence (the sweeper, a later claim) folds in what was written, once; a frozen owner fenced out adds the rest."""
     job = _with_chunks(repos, _job(JobState.RUNNING), n=3)
@@ -547,7 +547,7 @@ def test_a_dead_attempts_running_spend_is_folded_once_by_whoever_ends_its_fence(
 
 
 def test_a_settle_counts_the_usage_it_read_or_nothing(repos: Repos):
-    """Issue 25 finding 15: the aggregator read a chunk's usage, an attempt fenced out of it added its spend to the
+    """The aggregator read a chunk's usage, an attempt fenced out of it added its spend to the
     (uncounted) record, and the settle counted only what it had read: the rest was on no job. The settle is
     conditional on the usage read; the count reads again and counts it all (forced here by wrapping the settle)."""
     job = _with_chunks(repos, _job(JobState.RUNNING))
@@ -575,7 +575,7 @@ def test_a_settle_counts_the_usage_it_read_or_nothing(repos: Repos):
 
 
 def test_event_numbers_have_no_gap_under_concurrent_writers_and_never_touch_the_job_item(repos: Repos):
-    """Issue 17: numbers and events are written together (the counter item beside the events), so concurrent
+    """Numbers and events are written together (the counter item beside the events), so concurrent
     writers leave numbers 1..n with no gap, and the job item is not written per event."""
     import threading
 
@@ -601,7 +601,7 @@ def test_event_numbers_have_no_gap_under_concurrent_writers_and_never_touch_the_
 
 
 def test_a_page_of_events_is_short_only_when_there_are_no_more(repos: Repos):
-    """Issue 25 finding 14: a Query stops at 1 MB whatever its Limit. 150 events of ~9 KB each are more than 1 MB:
+    """A Query stops at 1 MB whatever its Limit. 150 events of ~9 KB each are more than 1 MB:
     a page of 1000 must still hold all 150 (a reader takes a short page for the end of the log), and a page of 120
     the first 120, from any number a reader resumes after."""
     job, _ = repos.jobs.create(_job(JobState.RUNNING))
@@ -684,7 +684,7 @@ def test_a_job_in_flight_with_a_settled_set_on_its_item_keeps_working(repos: Rep
 
 
 def test_the_job_item_does_not_grow_with_the_chunks_it_counts(repos: Repos):
-    """Issue 17 item 5: every settle used to add the chunk id to a set on the job item (~19 bytes a chunk: a 5 MB
+    """Every settle used to add the chunk id to a set on the job item (~19 bytes a chunk: a 5 MB
     job's item reached ~24 KB, each write to it billed ~24 units). Now the mark is on the chunk record."""
     if not isinstance(repos.jobs, DynamoJobs):
         pytest.skip("item sizes are DynamoDB's")
@@ -921,7 +921,7 @@ def test_jobs_record_unused_batch_spend_once_per_batch_job_without_touching_prog
 
 
 def test_a_commit_and_a_beat_write_the_expiry_counted_from_their_start_on_both_repositories(repos: Repos):
-    """Issue 16 item 3, the contract in time: a commit whose outputs take seconds to write (a large one goes to
+    """The contract in time: a commit whose outputs take seconds to write (a large one goes to
     S3 first) extends the lease from its start, and says what it wrote; the fake must do exactly what the adapter
     does (it used to count from its end, which the unit tests could not see)."""
     job_id = _job().job_id
@@ -1144,7 +1144,7 @@ def test_the_daily_token_ledger_adds_atomically_reads_its_window_and_claims_each
 
 
 def test_a_spend_charge_is_taken_once_per_id_within_the_limit_and_given_back_once(repos: Repos):
-    """Issue 25 finding 11 / item 9: the allowance taken under the job's charge id, in one transaction with its
+    """The allowance taken under the job's charge id, in one transaction with its
     record: a replay takes nothing again, a give-back undoes it once, and an expired record is no record."""
     counter, day = f"spend#owner-{next(_n)}", 20_000
     first = Charge("job-a", counter, day, 60, expires_at=10_000)
@@ -1207,7 +1207,7 @@ class _Interleaved:
 
 
 def test_a_pause_racing_a_set_keeps_both_and_the_collectors_switch_survives_a_clear(repos: Repos):
-    """Issue 25 finding 12: the control was read, changed and overwritten whole, so of a `review quota pause` and a
+    """The control was read, changed and overwritten whole, so of a `review quota pause` and a
     `review quota set` at once, the later write undid the earlier. Each writer now writes its own fields,
     conditional on the version it read: the loser reads again and applies its change again."""
     from contract_review.operate import model_control

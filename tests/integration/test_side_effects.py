@@ -121,7 +121,7 @@ def test_cancel_after_the_ticket_closes_every_ticket_it_opened(stack: LocalStack
 
 def test_a_reject_whose_control_message_is_lost_is_compensated_by_the_stacks_sweeper(
         stack: LocalStack, tickets: TicketServiceFake):
-    """Issue 16 item 2(c) on DynamoDB: the reject is written (the job `compensating`, the ticket still open) and its
+    """On DynamoDB: the reject is written (the job `compensating`, the ticket still open) and its
     control message never sent; the stack's own sweeper finds the compensating job in the jobs table, looks the
     written-ahead ticket step up by its key, closes the ticket, and only then is the job `failed`."""
     from contract_review.sideeffects import saga

@@ -1,4 +1,4 @@
-"""The soak's youngest lanes (issue 25 item 13): dead letters that are really redriven, and the batch lane, priority
+"""The soak's youngest lanes: dead letters that are really redriven, and the batch lane, priority
 and the runtime control under chaos, with the counts that must be 0 after them.
 
 Dead letters (`run_dead_letter_phase`): the workers restart with every call of each job's chunk 1 failing (5xx) while

@@ -1,4 +1,4 @@
-"""The soak's lifecycle chaos (issue 16 item 10) and the invariants checked after it.
+"""The soak's lifecycle chaos and the invariants checked after it.
 
 While the mixed phase runs, `Lifecycle` (a thread) does to random jobs what people and integrations do: cancels
 (and retries some cancelled jobs: resumed from their checkpoints), approves or rejects jobs waiting for approval
@@ -230,7 +230,7 @@ def lifecycle_invariants(deps: Any, job_ids: list[str], tickets: TicketServiceFa
             delivered += [e.number for e in page]
             after = page[-1].number
         events_written += len(stored)
-        events_never_written += len(set(range(1, max(stored, default=0) + 1)) - stored)  # gaps (none: issue 17)
+        events_never_written += len(set(range(1, max(stored, default=0) + 1)) - stored)  # gaps (none)
         if delivered != sorted(stored):
             count("jobs_whose_resuming_reader_missed_a_written_event", job_id)
     must_be_zero = {k: bad.get(k, 0) for k in (

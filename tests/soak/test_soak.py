@@ -12,7 +12,7 @@ transient faults only (at 1 % of calls the permanent faults would fail some of i
 calls each, and 1 % malformed output would hold about one call malformed twice, a mandatory gap: either
 way it could not complete, and it must); (2) 200 documents (CUAD contracts and seeded variants, or variants
 of samples/ without ../shared) with all the faults and, on top, the lifecycle chaos of
-`tests/soak/lifecycle.py` (issue 16 item 10): random cancels and retries, approvals, rejects and
+`tests/soak/lifecycle.py`: random cancels and retries, approvals, rejects and
 expiries, retries of failed jobs, DLQ redrives, and ticket-system faults (a timeout before and after
 the write, errors, dropped answers, the lookup down) on the local ticket fake.
 

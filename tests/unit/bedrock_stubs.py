@@ -15,7 +15,7 @@ from contract_review.model.bedrock import bedrock_client_config
 REGION = "us-east-1"
 ACCOUNT = "123456789012"
 CURRENT = "global.anthropic.claude-sonnet-4-6"  # the prod profile's default
-RETIRED = "anthropic.claude-3-5-sonnet-20240620-v1:0"  # the id issue 7 found retired
+RETIRED = "anthropic.claude-3-5-sonnet-20240620-v1:0"  # an id Bedrock retired
 # What Bedrock answers Converse with for a retired model: a ValidationException (400), the same code
 # and status as any other bad request. Classification never reads this text.
 EOL_MESSAGE = "This model version has reached the end of its life. Please refer to the AWS documentation for more details."

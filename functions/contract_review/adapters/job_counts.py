@@ -22,7 +22,7 @@ SETTLE_ATTEMPTS = 20  # a settle's transaction cancelled by a concurrent one on 
 
 def _usage_is(read: Usage | None) -> tuple[str, dict[str, str], Values]:
     """A condition (" AND ...") that a chunk record's usage is still `read` (what the settle adds to its job): an
-    attempt fenced out since the read added to it (issue 25 finding 15). Empty for None."""
+    attempt fenced out since the read added to it. Empty for None."""
     if read is None:
         return "", {}, {}
     conds: list[str] = []
@@ -48,7 +48,7 @@ def mark_counted(tables: JobTables, job_id: str, counted: Collection[str],
     (only the records whose mark differs are written); the number marked. Each write is in a transaction with
     a check of the job's own condition (`guard`: the transition's): once another transition has won (a second
     retry of the same ended job), this writes nothing more and returns None, so it never unmarks a chunk
-    counted since under the winner (finding 8 of issue 25: a mark taken off while the count kept it, and the
+    counted since under the winner (a mark taken off while the count kept it, and the
     chunk counted twice). Up to MARKS_PER_TRANSACTION marks a transaction."""
     cond, names, values = guard
     check: TransactItem = {"ConditionCheck": {"TableName": tables.jobs.name, "Key": serialize({"job_id": job_id}),

@@ -18,7 +18,7 @@ class ModelPrice(BaseModel):
     output_per_1k: Decimal
     cache_read_per_1k: Decimal  # Bedrock prompt caching: tokens read from the cache
     cache_write_per_1k: Decimal  # tokens written to the cache (5-minute TTL)
-    # Bedrock batch inference (issue 19; docs/batch-inference.md): None when the model has no batch price
+    # Bedrock batch inference (docs/batch-inference.md): None when the model has no batch price
     batch_input_per_1k: Decimal | None = None
     batch_output_per_1k: Decimal | None = None
 

@@ -1,4 +1,4 @@
-"""Bedrock batch inference, as the core sees it (issue 19; docs/batch-inference.md).
+"""Bedrock batch inference, as the core sees it (docs/batch-inference.md).
 
 A batch job is a JSONL file of records in S3, `{"recordId", "modelInput"}` each, answered hours later by
 `{"recordId", "modelInput", "modelOutput"}` or `{"recordId", "modelInput", "error"}` lines in another file,

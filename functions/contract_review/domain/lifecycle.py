@@ -220,7 +220,7 @@ class JobCancelled(ReviewError):
 
 # How long one read of the job's state answers the cancellation check: every model call of every analyst of a
 # chunk asks, and a strongly consistent read of the job item before each one made the job item the hottest read
-# of the table (issue 17). A worker stops within one model call and about this long of a cancel.
+# of the table. A worker stops within one model call and about this long of a cancel.
 CANCEL_CHECK_MAX_AGE_S = 1.0
 
 

@@ -14,7 +14,7 @@ minute rows are still listed by preflight, but Bedrock no longer enforces them o
 workers pace by tokens. ListServiceQuotas leaves out quotas with no applied value, so AWS's defaults
 (ListAWSDefaultServiceQuotas) fill what is missing.
 
-Batch inference (issue 19, docs/batch-inference.md): "Minimum number of records per batch inference job" (per model,
+Batch inference (docs/batch-inference.md): "Minimum number of records per batch inference job" (per model,
 "... for <model>", or one row for the account), read by `read_batch_quota`. ListFoundationModels cannot say whether a
 model is offered in batch (its `inferenceTypesSupported` enum is ON_DEMAND | PROVISIONED only), so a batch quota
 named for the model in the region is taken as the sign that it is.

@@ -1,4 +1,4 @@
-"""The batch collector's own function (handlers/collector.py -> pipeline/collector.py; issue 25 items 1 and 4): one
+"""The batch collector's own function (handlers/collector.py -> pipeline/collector.py): one
 item that raises is logged and counted (`CollectorItemFailures`, alarmed) and the run goes on with the others; the
 metrics are published on every run. The recovery sweep does no batch work any more."""
 

@@ -217,7 +217,7 @@ def test_the_metrics_page_is_generated_from_the_catalogue() -> None:
 
 
 def test_each_function_says_at_cold_start_which_sdk_it_runs_on() -> None:
-    """Issue 26 item 7: the Lambda runtime brings its own boto3/botocore, not the pinned one the tests ran with;
+    """The Lambda runtime brings its own boto3/botocore, not the pinned one the tests ran with;
     a cold start's first line says which it got."""
     import os
     import subprocess

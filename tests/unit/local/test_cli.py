@@ -120,7 +120,7 @@ def test_submit_wait_of_the_same_document_twice_is_one_job_waited_on_once(tmp_pa
 @pytest.mark.parametrize("wait", [False, True])
 def test_submit_with_a_key_another_document_took_is_refused_in_one_line_as_the_api_refuses_it(
         tmp_path, monkeypatch, wait):
-    """Issue 16 item 7: the key K names a completed job made from another document: `submit` (with or without
+    """The key K names a completed job made from another document: `submit` (with or without
     --wait) says input.key_conflict in one line and exits 1; nothing is sent; never the other job's result."""
     world = FakeWorld()
     first, other = tmp_path / "msa.txt", tmp_path / "other.txt"

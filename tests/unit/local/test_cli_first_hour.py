@@ -163,7 +163,7 @@ def test_watch_progress_is_one_line_and_since_skips_the_events_seen(monkeypatch)
 
 @pytest.mark.parametrize("since", [0, 150])
 def test_watch_of_an_ended_job_prints_every_event_however_many_pages(monkeypatch, since):
-    """Issue 25 finding 14: on a job that had ended, `review watch` printed events 1-100, then "completed", exit 0.
+    """On a job that had ended, `review watch` printed events 1-100, then "completed", exit 0.
     A job of 267 events (a retried job's approval, compensation, reopening and completion come after the first 100):
     every one is printed, in order, before the watch ends, and `--since N` resumes after event N."""
     # GIVEN a job that completed, with 267 events in its log

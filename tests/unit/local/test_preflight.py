@@ -418,7 +418,7 @@ def test_the_account_concurrency_must_cover_the_reservations_and_the_100_unreser
 
 
 def test_a_local_stack_is_checked_for_what_a_prod_deploy_reserves(tmp_path):
-    """Issue 25 item 1: the sweeper and the batch collector reserve 1 each beside the worker's maximum; preflight counts
+    """The sweeper and the batch collector reserve 1 each beside the worker's maximum; preflight counts
     them (a deploy it passed would otherwise fail on the 100 that must stay unreserved)."""
     local = tmp_path / "local.json"
     local.write_text(json.dumps({"outputs": {"ModelProvider": "offline", "ModelId": bs.CURRENT}}))
@@ -534,7 +534,7 @@ def test_without_a_network_preflight_says_so_in_one_line_not_runtime_retry_advic
     assert "network" in message and "HTTPS_PROXY" in message and "retr" not in message
 
 
-# --- batch inference (issue 19; docs/batch-inference.md) ----------------------------------------------------
+# --- batch inference (docs/batch-inference.md) ----------------------------------------------------
 BATCH_PAGE = [
     quota("Minimum number of records per batch inference job for Anthropic Claude Sonnet 4.5 V1", 50, "L-BATCHOTHER"),
     quota(f"Minimum number of records per batch inference job for {SONNET_46}", 100, "L-BATCHMIN", adjustable=False),

@@ -1,5 +1,5 @@
 """`review preflight` on a deployed stack counts the alarm topic's confirmed subscribers (output AlarmTopicArn): every
-alarm notifies that topic only, and an email subscription reaches someone only once confirmed (issue 26 item 4).
+alarm notifies that topic only, and an email subscription reaches someone only once confirmed.
 ListSubscriptionsByTopic, answered by botocore's Stubber (the rest of preflight runs on Stubbers)."""
 
 from __future__ import annotations

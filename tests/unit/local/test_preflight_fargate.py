@@ -1,6 +1,6 @@
 """`review preflight` for the Fargate worker (the stack's WorkerKind output, or `--worker fargate` before a deploy):
 the ECS and Application Auto Scaling service-linked roles exist, else the check fails with the exact
-`aws iam create-service-linked-role` command (issue 26 item 5: on a fresh account the first create can race ECS's own
+`aws iam create-service-linked-role` command (on a fresh account the first create can race ECS's own
 creation of its role). GetRole answered by botocore's Stubber, like the rest of preflight."""
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """`review preflight` on a deployed stack checks its functions' SDK layer (output SdkLayerArn, infra/sdk_layer.py):
 the layer version's description names the boto3/botocore it carries, compared with the ones this checkout pins; a
-stack deployed from a checkout before the layer (no output) runs the Lambda runtime's own SDK (issue 26 item 7).
+stack deployed from a checkout before the layer (no output) runs the Lambda runtime's own SDK.
 `--before-deploy` (what `make deploy` runs) lets such a stack be deployed: the deploy is the fix. GetLayerVersionByArn
 answered by botocore's Stubber, like the rest of preflight."""
 

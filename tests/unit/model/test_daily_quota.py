@@ -274,7 +274,7 @@ def test_after_a_hold_a_throttle_starts_a_new_streak_instead_of_dead_lettering_a
 
 
 def test_a_failed_ledger_write_after_a_paid_probe_neither_loses_its_tokens_nor_makes_the_call_again():
-    """Issue 25 finding 13: the probe's answer lifted the hold with a ledger write inside the model call's wrapper; when
+    """The probe's answer lifted the hold with a ledger write inside the model call's wrapper; when
     that write failed, the answered (paid) call was taken for a failed one: its tokens were on no chunk, and the
     retrier made the call again. Now the call stands, its tokens are counted, and the lift is written later."""
     # GIVEN what a fault-free run of the chunk calls and counts, with the same daily quota and no hold

@@ -321,7 +321,7 @@ def test_a_body_that_names_a_principal_is_refused_and_nothing_is_queued():
 
 
 def test_a_budget_under_the_estimate_is_refused_alike_by_the_api_the_cli_and_intake_before_any_call():
-    """Issue 16 item 8: one estimator (cost.estimate_document), one check (admission.check_budget): POST /jobs
+    """One estimator (cost.estimate_document), one check (admission.check_budget): POST /jobs
     answers 422 job.budget_insufficient, `review submit --budget-usd` (submission.submit) raises it, and a message sent
     straight to the queue ends its job `failed` with it; nothing runs and no model call is made."""
     from contract_review.domain.errors import ReviewError
@@ -797,7 +797,7 @@ def test_an_approval_decides_a_waiting_job_once(decision: str, after: str):
     again = call(world, "POST", f"/jobs/{job_id}/approval", {"decision": decision})
     if decision == "approve":
         assert again.status == 409 and again.code == "api.conflict"
-    else:  # its compensation has not run yet (lost, or still on its way): sent again, harmless (issue 16 item 2c)
+    else:  # its compensation has not run yet (lost, or still on its way): sent again, harmless
         assert again.status == 202 and "sent again" in again.json["message"] and again.json["status"] == "compensating"
     job = world.jobs.get(job_id)
     assert job is not None and job.approval is not None and job.approval.decided_by == ALICE
@@ -858,7 +858,7 @@ def _spent(world: FakeWorld, who: str = ALICE) -> int:
 
 
 def test_a_replacement_under_a_failed_jobs_key_is_a_new_admission_and_is_charged():
-    """Issue 25 finding 11: a replacement submitted under the key of a job that failed on its input was never
+    """A replacement submitted under the key of a job that failed on its input was never
     charged (blank the upload before intake reads it, then submit an over-cap document under that key: 202, where a
     new key got 429)."""
     estimate = admission.estimate(SETTINGS, TEXT).model_micro_usd
@@ -882,7 +882,7 @@ def test_a_replacement_under_a_failed_jobs_key_is_a_new_admission_and_is_charged
 
 
 def test_a_retry_after_a_failed_submission_write_takes_the_allowance_once():
-    """Issue 25 finding 11: the allowance was taken before the submission record was written; when that write failed
+    """The allowance was taken before the submission record was written; when that write failed
     (503, Retry-After) the client's retry with the same key took the estimate again: near the cap, 429 until 00:00 UTC
     for a request that queued nothing. Now a failed admission gives back what it took, and the charge is keyed by
     the job: a retry or a replay takes it once."""
@@ -941,7 +941,7 @@ def test_requests_over_a_principals_rate_are_429_and_another_principal_is_not_sl
     assert call(world, "GET", "/jobs/job-" + "0" * 20).status == 404
 
 
-# ------------------------------------------------------------------------------ priority (issue 19 item 5)
+# ------------------------------------------------------------------------------ priority
 def test_a_job_is_interactive_and_a_batch_item_bulk_unless_they_say_otherwise():
     world = FakeWorld()
     # WHEN a job is posted without a priority, one with `bulk`, and a batch with an item of each kind

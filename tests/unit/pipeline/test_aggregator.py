@@ -89,7 +89,7 @@ def test_result_for_an_ended_job_changes_nothing_but_what_the_job_spent(ended):
     outcome = deliver(world, done)
     assert deliver(world, done) == outcome == "ignored"
     # THEN the job stays as it ended (its state; no report is written), but what the chunk spent is on it, once
-    # (issue 25 finding 15: a chunk that settled after its job ended was on no job), its count with its event
+    # (a chunk that settled after its job ended was on no job), its count with its event
     job = the_job(world, job_id)
     assert job.state is ended and (world.settings.bucket, report_keys(job_id)[0]) not in world.artifacts.objects
     assert counted(world.claims, job) == {done.chunk_id} and job.input_tokens == done.input_tokens

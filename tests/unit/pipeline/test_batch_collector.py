@@ -1,5 +1,5 @@
 """The batch collector (pipeline/batch_inference_collect.py `collect`) under forced interleavings, refusals, deadlines, a pause and
-batch jobs nobody wants any more (issue 25, findings 1-6). Each race wraps ONE repository or service call of the
+batch jobs nobody wants any more. Each race wraps ONE repository or service call of the
 in-memory world, as the other race tests do; tests/integration/test_batch_races_on_moto.py runs races 1 and 2 on the
 real adapters."""
 

@@ -1,4 +1,4 @@
-"""Issue 16, item 1: a job's cost is the sum of its settled chunks' usage, whatever interleaves.
+"""A job's cost is the sum of its settled chunks' usage, whatever interleaves.
 
 Each test forces its interleaving on the in-memory repositories (the same conditional updates run on moto in
 tests/integration/test_repositories.py) and compares the job's tokens with the sum of its chunk records'."""
@@ -83,7 +83,7 @@ def test_a_cancel_finishing_between_the_aggregators_read_and_its_settle_counts_t
 
 
 def test_an_attempt_fenced_out_between_the_aggregators_read_and_its_settle_is_counted_with_the_chunk():
-    """Issue 25 finding 15: the aggregator read the chunk's usage; an attempt fenced out of the chunk (it lost its
+    """The aggregator read the chunk's usage; an attempt fenced out of the chunk (it lost its
     lease to the attempt that finished it) added its spend to the record, still uncounted; the settle added only what
     was read, so the fenced-out spend was on the chunk record and on no job."""
     # GIVEN a running job whose only chunk settled `done` (700 tokens) after taking it over from a frozen attempt

@@ -1,4 +1,4 @@
-"""Issue 25 findings 15 and 16: what a job records of its model calls is what reached the model.
+"""What a job records of its model calls is what reached the model.
 
 - A call held before it is made (an operator's pause, a full daily token ledger) is no model call: the job's
   recorded calls (its chunks' `n_calls`, the report's reliability) equal the calls the model received.
@@ -107,7 +107,7 @@ def _on_the_job(r: Run, bill: Billed, in_flight_at_a_kill: int = 0) -> None:
 
 @pytest.mark.parametrize("analyst", [None, "termination"], ids=["first_call", "after_two_commits"])
 def test_an_attempt_fenced_out_of_its_chunk_still_puts_what_it_spent_on_the_job(analyst: str | None):
-    """Issue 25 finding 15: a worker froze in a call on chunk 0, its lease lapsed, another worker finished the chunk;
+    """A worker froze in a call on chunk 0, its lease lapsed, another worker finished the chunk;
     the frozen one's answers (and those of its other analysts, answered before their checkpoints were refused) were
     paid for, and were on no job: an attempt that lost its lease recorded nothing. `after_two_commits`: the frozen
     attempt's commits had written its running spend, which the claim that took the chunk over added to it: the
@@ -134,7 +134,7 @@ def test_an_attempt_fenced_out_of_its_chunk_still_puts_what_it_spent_on_the_job(
 
 
 def test_a_chunk_that_settles_after_its_job_ended_puts_what_it_spent_on_the_job():
-    """Issue 25 finding 15: a job-fatal error in one analyst of chunk 1 (access denied) fails the job at once; the
+    """A job-fatal error in one analyst of chunk 1 (access denied) fails the job at once; the
     chunk's other analysts had answered, and the chunk settles after the job ended: the aggregator dropped its
     result, and with it what the chunk spent."""
     r = Run()
@@ -149,7 +149,7 @@ def test_a_chunk_that_settles_after_its_job_ended_puts_what_it_spent_on_the_job(
 
 
 def test_a_chunk_whose_calls_mostly_time_out_dead_letters_with_its_answered_calls_on_the_job():
-    """Issue 25 finding 15, as reported: calls that outlive the client's timeout (9 answers in 560 attempts), the chunk
+    """As reported: calls that outlive the client's timeout (9 answers in 560 attempts), the chunk
     dead-lettered; the answered calls' tokens are on the job (and the calls that timed out are calls too)."""
     r = Run()
     ids = r.submit()
@@ -174,7 +174,7 @@ def test_a_chunk_whose_calls_mostly_time_out_dead_letters_with_its_answered_call
 
 @pytest.mark.parametrize("forever", [False, True], ids=["then_settles", "then_dead_letters"])
 def test_an_attempt_killed_mid_run_leaves_what_it_spent_up_to_its_last_write_on_the_job(forever: bool):
-    """Issue 25 finding 15: a worker killed mid-attempt (kill -9, a Lambda reaching its function timeout, out of
+    """A worker killed mid-attempt (kill -9, a Lambda reaching its function timeout, out of
     memory) recorded nothing of what it spent: the sweeper released (or dead-lettered) its lapsed claim with nothing.
     Its commits (and heartbeats) now carry its running spend; the sweeper folds it in, once. Killed at the first call
     of an analyst (the two before it committed), whether the chunk then completes or is dead-lettered."""
@@ -190,7 +190,7 @@ def test_an_attempt_killed_mid_run_leaves_what_it_spent_up_to_its_last_write_on_
 
 
 def test_a_killed_attempts_spend_is_added_by_the_claim_that_takes_its_chunk_over():
-    """Issue 25 finding 15: the lease of a killed worker lapsed and its message came back to another worker before
+    """The lease of a killed worker lapsed and its message came back to another worker before
     the sweeper looked: the new claim ends the dead fence, and adds what it had written of its spend, once."""
     r = Run()
     ids = r.submit()
@@ -212,7 +212,7 @@ def test_a_killed_attempts_spend_is_added_by_the_claim_that_takes_its_chunk_over
 
 
 def test_calls_that_time_out_are_on_the_job_with_their_estimated_cost():
-    """Issue 25 finding 15: a call that outlived the client's read timeout reached Bedrock, which may bill it; such
+    """A call that outlived the client's read timeout reached Bedrock, which may bill it; such
     calls were on no job. The job counts them and carries their estimated cost (the request's estimated input plus
     its maxTokens, at the model's prices) apart from what was measured, and its budget counts it."""
     r = Run()
@@ -246,7 +246,7 @@ def test_calls_that_time_out_are_on_the_job_with_their_estimated_cost():
 
 def test_a_heartbeat_carries_the_spend_of_the_analyst_under_way_when_the_process_is_killed(
         monkeypatch: pytest.MonkeyPatch):
-    """Issue 25 finding 15, as reported: an analyst's calls outlived the read timeout and were retried until its Lambda
+    """As reported: an analyst's calls outlived the read timeout and were retried until its Lambda
     reached its function timeout and was killed: the attempt's spend died with it, the answered calls' tokens and the
     timed-out calls alike. A beat of the heartbeat (driven here in place of its timer, in the analyst's third call)
     writes the attempt's spend so far, the analyst under way included, and the sweeper folds it in."""

@@ -1,4 +1,4 @@
-"""Issue 25 findings 8, 9 and 10 on the in-memory repositories (tests/counting_races.py; the same scenarios run on
+"""On the in-memory repositories (tests/counting_races.py; the same scenarios run on
 moto in tests/integration/test_counting_on_moto.py)."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Issue 16, item 4: no work, and no chunk pending, under an ended job. Each test forces its interleaving on the
+"""No work, and no chunk pending, under an ended job. Each test forces its interleaving on the
 in-memory repositories by wrapping one repository call."""
 
 from __future__ import annotations
@@ -77,7 +77,7 @@ def test_a_redrive_racing_a_cancel_leaves_no_chunk_pending_under_the_cancelled_j
 
 
 def test_a_cancelled_job_is_resumed_by_retry_from_its_checkpoints_and_completes_as_a_clean_run():
-    """Issue 16 item 9: `review retry` of a cancelled job resumes it: the chunk done before the cancel is kept (no
+    """`review retry` of a cancelled job resumes it: the chunk done before the cancel is kept (no
     model call for it again), the cancelled ones run, and the report equals a fault-free run's."""
     from contract_review.domain.records import job_id_for
     from contract_review.review.chunking import document_hash
@@ -111,7 +111,7 @@ def test_a_cancelled_job_is_resumed_by_retry_from_its_checkpoints_and_completes_
     assert p.model.calls == clean.model.calls  # every analyst once: nothing redone, nothing lost
 
 
-# --- issue 16 item 8: no chunk sent that the budget left cannot cover at its estimate ---------------------------
+# --- no chunk sent that the budget left cannot cover at its estimate ---------------------------
 
 def test_the_fanout_sends_only_the_chunks_the_budget_left_covers_and_the_job_stops_before_passing_it():
     from contract_review.pipeline import fanout
@@ -140,7 +140,7 @@ def test_the_fanout_sends_only_the_chunks_the_budget_left_covers_and_the_job_sto
 
 
 def test_a_job_cancelled_between_intake_storing_its_plan_and_its_fan_out_is_fanned_out_by_retry():
-    """Found by the extended soak (issue 25): a cancel that won intake's move to running left the job with its
+    """Found by the extended soak: a cancel that won intake's move to running left the job with its
     document and plan stored but no chunk record; `review retry` reopened it `running` with nothing to send, and
     nothing else would ever fan it out (it stayed running, stalled, for good)."""
     from contract_review.domain.records import job_id_for

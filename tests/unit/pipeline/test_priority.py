@@ -159,7 +159,7 @@ def test_while_an_interactive_job_stays_open_the_check_reads_that_job_again_not_
 
 
 def test_an_interactive_batch_mode_job_counts_only_once_one_of_its_chunks_went_on_demand():
-    """Issue 25 finding 7: an interactive job sent with `inference: batch`, every chunk parked in a batch job (waiting
+    """An interactive job sent with `inference: batch`, every chunk parked in a batch job (waiting
     for hours, not on the workers), made every bulk chunk give way (a bulk job took 234 s instead of 24 s, with 72
     deferrals). It is interactive work waiting on the workers only once one of its chunks went on demand."""
     # GIVEN an interactive batch-mode job whose chunks the workers have parked, all of them, awaiting a batch job

@@ -1,4 +1,4 @@
-"""Interleavings and crashes that used to strand work (issue 8), each forced at the exact step:
+"""Interleavings and crashes that used to strand work, each forced at the exact step:
 
 1. an operator's redrive between finalize's read of the chunk records and its job transition;
 2. a crash between settling a chunk `dead_lettered` and sending its DLQ message (worker, sweeper);

@@ -703,7 +703,7 @@ def test_a_checkpoint_commit_extends_the_lease_and_spares_the_next_heartbeat_its
 
 
 def test_a_commit_slower_than_a_third_of_the_lease_does_not_let_the_lease_lapse_between_beats():
-    """Issue 16 item 3: a commit extends the lease from its start; the heartbeat used to skip its next beat
+    """A commit extends the lease from its start; the heartbeat used to skip its next beat
     counting from the commit's end, so a commit slower than lease/3 let the lease lapse before the beat after.
     Now the beat counts from the expiry the commit wrote."""
     world = FakeWorld()

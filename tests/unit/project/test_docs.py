@@ -108,3 +108,12 @@ def test_no_page_labels_its_text_with_an_issue_number(page: Path):
     # a reader cannot open "issue 17"; the docs say what changed, the commit history says when
     text = page.read_text(encoding="utf-8")
     assert not re.findall(r"(?i)\bissues? ?\d+|\(#\d+\)|\bissue\d+", text)
+
+
+def test_no_source_file_labels_its_code_with_an_issue_number():
+    sources = [p for top in ("functions", "review_local", "infra", "tests", "bench") for p in (ROOT / top).rglob("*.py")
+               if p != Path(__file__).resolve()]
+    labelled = [f"{p.relative_to(ROOT)}:{n}" for p in sources
+                for n, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1)
+                if re.search(r"(?i)\bissues? ?\d+|\(#\d+\)|\bissue\d+", line)]
+    assert not labelled, labelled

@@ -427,7 +427,7 @@ def test_a_steps_in_progress_record_expires_with_the_invocations_remaining_time(
 
 
 def test_a_retried_jobs_second_unknown_ticket_is_closed_too_not_answered_by_the_first_ones_undo():
-    """Issue 25's soak: a job whose ticket outcome was unknown, rejected (its ticket closed by its key), retried, and
+    """Found by the soak: a job whose ticket outcome was unknown, rejected (its ticket closed by its key), retried, and
     whose new ticket (the next generation, another key) was unknown again and rejected. Both undos asked for "the
     ticket of an unknown outcome" (`ticket_id` None), so they shared one compensation key, and the second was
     answered by the first one's stored outcome: the new ticket stayed open under a failed job."""

@@ -140,7 +140,7 @@ def test_a_publish_that_keeps_failing_fails_the_job_and_closes_its_ticket():
 
 
 def test_retry_of_a_job_that_failed_only_in_its_side_effects_finalizes_at_once():
-    """Issue 16 item 6: every chunk is done, so `review retry` has nothing to send; it used to wait for the stall
+    """Every chunk is done, so `review retry` has nothing to send; it used to wait for the stall
     reconciler (20 minutes in prod). Now a done chunk's result goes to the aggregator, which finalizes at once."""
     fx = FakeSideEffects()
     fx.notifier.inject("error_before_write", COMPLETED_DETAIL, times=-1)
@@ -160,7 +160,7 @@ def test_retry_of_a_job_that_failed_only_in_its_side_effects_finalizes_at_once()
 
 
 def test_waiting_for_a_person_is_visible_and_watch_returns_at_once_with_its_own_exit_status(monkeypatch):
-    """Issue 16 item 9: `--wait`/`watch` return as soon as a job waits for approval, with the commands to decide
+    """`--wait`/`watch` return as soon as a job waits for approval, with the commands to decide
     and exit status 3 (0: completed, 1: did not complete), and `review status` shows step, reason, evidence and
     the expiry as a date."""
     from click.testing import CliRunner
@@ -189,7 +189,7 @@ def test_waiting_for_a_person_is_visible_and_watch_returns_at_once_with_its_own_
 
 
 def test_a_step_compensated_by_a_reject_runs_again_on_retry_when_the_findings_still_call_for_it():
-    """Issue 16 item 7: reject closes the ticket; a later `review retry` finalizes at once and opens it again (the
+    """Reject closes the ticket; a later `review retry` finalizes at once and opens it again (the
     high-risk finding is still there), so the job completes with one open ticket."""
     fx = FakeSideEffects()
     world, p, job_id = waiting(fx)
@@ -205,7 +205,7 @@ def test_a_step_compensated_by_a_reject_runs_again_on_retry_when_the_findings_st
 
 
 def test_a_cancel_that_finishes_while_a_ticket_step_runs_leaves_no_ticket_open():
-    """Issue 16 item 2(b): a slow ticket step while the sweeper finishes a cancel recorded its ticket on the
+    """A slow ticket step while the sweeper finishes a cancel recorded its ticket on the
     cancelled job, and nobody closed it. The saga re-checks the job after each step and undoes what it just did."""
     fx = FakeSideEffects()
     world, p, job_id = pipeline(fx)
@@ -226,7 +226,7 @@ def test_a_cancel_that_finishes_while_a_ticket_step_runs_leaves_no_ticket_open()
 
 
 def test_repeating_reject_finishes_a_compensation_whose_control_message_was_lost():
-    """Issue 16 item 2(c): the reject's control message is lost, so the ticket stays open under the failed job;
+    """The reject's control message is lost, so the ticket stays open under the failed job;
     repeating `review reject` was refused ("not waiting"). Now it sends the compensation again."""
     fx = FakeSideEffects()
     world, p, job_id = waiting(fx)
@@ -242,10 +242,10 @@ def test_repeating_reject_finishes_a_compensation_whose_control_message_was_lost
     assert not approvals.decide_approval(world.deps, job_id, "reject", by="ops").changed
 
 
-# --- issue 16 item 2: written ahead, compensated before the job ends -------------------------------------------
+# --- written ahead, compensated before the job ends -------------------------------------------
 
 def test_a_ticket_written_just_before_the_aggregator_died_is_closed_when_a_cancel_lands_before_the_redelivery():
-    """Issue 16 item 2(a): the ticket system writes, the aggregator dies before the step is recorded, a cancel
+    """The ticket system writes, the aggregator dies before the step is recorded, a cancel
     lands before the result's redelivery. Compensation used to undo only the steps recorded done, so the ticket
     stayed open; the step is now recorded `started` before it acts, and compensation looks its key up."""
     fx = FakeSideEffects()
@@ -270,7 +270,7 @@ def test_a_ticket_written_just_before_the_aggregator_died_is_closed_when_a_cance
 
 
 def test_a_reject_whose_control_message_is_lost_is_compensated_by_the_sweeper_before_the_job_fails():
-    """Issue 16 item 2(c): reject wrote `failed` and sent the compensation in a control message; lost, the ticket
+    """Reject wrote `failed` and sent the compensation in a control message; lost, the ticket
     stayed open under a failed job, with no DLQ message and no alarm. Now the job is `compensating` until what it
     did is undone, and the sweeper finishes a compensating job nobody is finishing."""
     fx = FakeSideEffects()
@@ -295,7 +295,7 @@ def test_a_reject_whose_control_message_is_lost_is_compensated_by_the_sweeper_be
 
 @pytest.mark.parametrize("how", ["expiry", "saga_failed"])
 def test_a_compensation_that_dies_half_way_is_finished_by_the_next_sweep(how: str):
-    """Issue 16 item 2(c): the expiry sweeper (or the aggregator failing a saga) died after writing `failed` and
+    """The expiry sweeper (or the aggregator failing a saga) died after writing `failed` and
     before closing the ticket: nothing retried it. Now it dies with the job `compensating`, and a later sweep
     closes the ticket, once, then fails the job."""
     fx = FakeSideEffects()

@@ -1,4 +1,4 @@
-"""Pacing is on in every deploy, and no worker reads Service Quotas (issue 26 item 7: twenty cold starts at once could
+"""Pacing is on in every deploy, and no worker reads Service Quotas (twenty cold starts at once could
 be throttled, and a worker whose read failed ran unpaced, without a daily-token hold). The quota comes from
 `-c model_tpm` (MODEL_TPM) or the profile, else from what the sweeper reads from Service Quotas (the same names
 `review preflight` prints, matched by name) and publishes (adapters/published_quotas.py; tests/integration/
@@ -225,7 +225,7 @@ def test_a_quota_set_at_runtime_replaces_the_pacers_target_at_the_next_chunk():
 
 
 def test_a_cleared_quota_gives_a_warm_worker_the_deploys_pacing_back_within_the_controls_cache_age():
-    """Issue 25 finding 12: `review quota set --clear` was ignored by a warm worker (a cleared control read as "no
+    """`review quota set --clear` was ignored by a warm worker (a cleared control read as "no
     change"), which paced to the operator's old quota until its process was recycled: hours for a Lambda container,
     days for a Fargate task (the poller runs this same `ChunkWorker.handle`)."""
     from contract_review.model.pacing import QuotaLimiter
