@@ -25,7 +25,7 @@ class ReleaseReason(StrEnum):
     # requeued fresh, no failure, and the chunk's backpressure streak is ended, not extended (the deadline counts
     # from the first backpressure after the hold)
     HELD = "held"
-    # its batch job ended (pipeline/batch.py): sent back with its answers, or to be batched again, or on demand
+    # its batch job ended (pipeline/batch_inference.py): sent back with its answers, or to be batched again, or on demand
     BATCH = "batch"
 
     @property
@@ -104,7 +104,7 @@ class ChunkRecord(Usage):
     # one that writes the event (`JobsRepo.record_owed_event`), so an aggregator that dies between the two leaves
     # the event owed, and whoever reads the chunk next (a redelivery, finalize, finish-cancel) writes it, once.
     event_owed: bool = False
-    # Batch inference (pipeline/batch.py; a job sent with `inference: batch`). The chunk's model requests that
+    # Batch inference (pipeline/batch_inference.py; a job sent with `inference: batch`). The chunk's model requests that
     # have no answer yet wait in S3 (`batch_pending_key`, `batch_records` of them, since `batch_since`) until they
     # are packed into a batch job (`batch_token`, its idempotency token); each ended batch job's answers are
     # stored apart (`batch_answer_keys`) and replayed by the worker. `batch_failures`: batch jobs in which some of
@@ -143,7 +143,7 @@ class ChunkRecord(Usage):
     @property
     def batch_message_due(self) -> bool:
         """Returned from batch (pending, unheld, release reason `batch`) and its message not recorded as sent since:
-        the collector that returned it died or failed before its send (pipeline/batch.py sends it again)."""
+        the collector that returned it died or failed before its send (pipeline/batch_inference.py sends it again)."""
         return (self.status is ChunkStatus.PENDING and self.claimed_by is None
                 and self.release_reason is ReleaseReason.BATCH
                 and self.message_sent_at is None)

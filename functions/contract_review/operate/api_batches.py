@@ -1,6 +1,6 @@
 """Submission batches of the Job API (`POST /batches`, `GET /batches/{id}`; `review submit --batch`): each item its
 own job through the one submit (`submission.submit`), a manifest (`batches/<batch>.json`) naming each item's job or
-its error. Not Bedrock batch inference (`pipeline/batch.py`), which a job's calls may use whatever way it came in."""
+its error. Not Bedrock batch inference (`pipeline/batch_inference.py`), which a job's calls may use whatever way it came in."""
 
 from __future__ import annotations
 

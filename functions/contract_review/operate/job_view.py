@@ -111,7 +111,7 @@ class JobView(BaseModel):
     mandatory_analysts: list[str] = Field(default_factory=list)  # the analysts whose gap fails the job
     side_effects: list[SideEffectDone] = Field(default_factory=list)  # each step the saga recorded, in full
     progress_label: str = ""  # the latest event in words, as `review watch` and GET /jobs/{id} show it
-    # batch inference (pipeline/batch.py): the job's mode, its deadline, the batch jobs holding its calls now
+    # batch inference (pipeline/batch_inference.py): the job's mode, its deadline, the batch jobs holding its calls now
     inference: Inference = Inference.ON_DEMAND
     deadline_at: float | None = None
     batches: list[BatchStatus] = Field(default_factory=list)

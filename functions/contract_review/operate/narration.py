@@ -39,7 +39,7 @@ def batch_off_line(off: BatchLaneOff) -> str:
             f"{off.reason}): its calls go on demand until `review quota batch --on`")
 
 
-ON_DEMAND_WHY = {  # `batch.on_demand` reasons (pipeline/batch.py), in words
+ON_DEMAND_WHY = {  # `batch.on_demand` reasons (pipeline/batch_inference.py), in words
     "refused": "Bedrock refused its batch job",
     "unavailable": "the batch lane was off for the model",
     "deadline": "its deadline was nearer than a batch job takes",
