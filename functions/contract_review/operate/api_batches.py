@@ -24,17 +24,17 @@ MAX_BATCH_ITEMS = 100  # an HTTP API request must be answered within 29 s: each 
 _BATCH_ID = re.compile(r"^batch-[0-9a-f]{20}$")
 
 
-class BatchLine(BaseModel):
+class SubmissionItem(BaseModel):
     custom_id: str | None
     job_id: str | None = None
     error: dict[str, JsonValue] | None = None
 
 
-class BatchManifest(BaseModel):
+class SubmissionBatch(BaseModel):
     batch_id: str
     principal: str
     created_at: float
-    items: list[BatchLine]
+    items: list[SubmissionItem]
 
 
 
@@ -60,14 +60,14 @@ def _item_error(code: str, message: str) -> dict[str, JsonValue]:
     return {"code": code, "message": message, "retryable": REGISTRY[code].retryable}
 
 
-def _submit_item(deps: Deps, who: Caller, batch_id: str, n: int, raw: object, seen: set[str]) -> BatchLine:
+def _submit_item(deps: Deps, who: Caller, batch_id: str, n: int, raw: object, seen: set[str]) -> SubmissionItem:
     """One item: its own job, or its error. Never raises for the item's own fault."""
     custom_id = raw.get("custom_id") if isinstance(raw, dict) else None
     custom_id = custom_id if isinstance(custom_id, str) else None
     if isinstance(raw, _BadLine):
-        return BatchLine(custom_id=None, error=_item_error("input.invalid", f"item {n}: not JSON"))
+        return SubmissionItem(custom_id=None, error=_item_error("input.invalid", f"item {n}: not JSON"))
     if custom_id is not None and custom_id in seen:
-        return BatchLine(custom_id=custom_id, error=_item_error("input.invalid", f"item {n}: custom_id {custom_id!r} "
+        return SubmissionItem(custom_id=custom_id, error=_item_error("input.invalid", f"item {n}: custom_id {custom_id!r} "
                                                                                 "appears twice in the batch"))
     try:
         check_unicode(raw)
@@ -77,19 +77,19 @@ def _submit_item(deps: Deps, who: Caller, batch_id: str, n: int, raw: object, se
         # without a key: keyed by its document
         done = submit(deps, who, req.submit_request(req.idempotency_key, batch_id))
     except Refused as exc:
-        return BatchLine(custom_id=custom_id, error=_item_error(exc.envelope.error_code,
+        return SubmissionItem(custom_id=custom_id, error=_item_error(exc.envelope.error_code,
                                                                f"item {n}: {exc.envelope.message}"))
-    return BatchLine(custom_id=req.custom_id, job_id=done.job_id)
+    return SubmissionItem(custom_id=req.custom_id, job_id=done.job_id)
 
 
-def batch_manifest(deps: Deps, who: Caller, batch_id: str) -> BatchManifest | None:
+def batch_manifest(deps: Deps, who: Caller, batch_id: str) -> SubmissionBatch | None:
     """The caller's batch; None when there is none (also another principal's: its existence is not revealed)."""
     raw = _get_json(deps, batch_key(batch_id)) if _BATCH_ID.fullmatch(batch_id) else None
-    manifest = BatchManifest.model_validate_json(raw) if raw else None
+    manifest = SubmissionBatch.model_validate_json(raw) if raw else None
     return manifest if manifest is not None and who.owns(manifest.principal) else None
 
 
-def batch_view(deps: Deps, manifest: BatchManifest, base_url: str = "") -> dict[str, JsonValue]:
+def batch_view(deps: Deps, manifest: SubmissionBatch, base_url: str = "") -> dict[str, JsonValue]:
     """`GET /batches/{id}`: each item's state (URLs under `base_url`)."""
     counts: dict[str, int] = {}
     items: list[JsonValue] = []
@@ -110,19 +110,19 @@ def batch_view(deps: Deps, manifest: BatchManifest, base_url: str = "") -> dict[
             "statusUrl": f"{base_url}/batches/{manifest.batch_id}"}
 
 
-def submit_batch(deps: Deps, who: Caller, raw_items: list[object], key: str) -> tuple[BatchManifest, bool]:
+def submit_batch(deps: Deps, who: Caller, raw_items: list[object], key: str) -> tuple[SubmissionBatch, bool]:
     """Each item its own job; one bad item is reported, never fails the batch. The same batch (key) again
     answers with the manifest already stored."""
     batch_id = "batch-" + hashlib.sha256(f"{who.principal}\n{key}".encode()).hexdigest()[:20]
     manifest_key = batch_key(batch_id)
     stored = _get_json(deps, manifest_key)
     if stored:
-        manifest = BatchManifest.model_validate_json(stored)
+        manifest = SubmissionBatch.model_validate_json(stored)
         if who.owns(manifest.principal):
             return manifest, True
     seen: set[str] = set()
     lines = [_submit_item(deps, who, batch_id, n, raw, seen) for n, raw in enumerate(raw_items, 1)]
-    manifest = BatchManifest(batch_id=batch_id, principal=who.principal, created_at=deps.clock(), items=lines)
+    manifest = SubmissionBatch(batch_id=batch_id, principal=who.principal, created_at=deps.clock(), items=lines)
     deps.artifacts.put_text(manifest_key, manifest.model_dump_json())
     return manifest, False
 
