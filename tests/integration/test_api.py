@@ -1,4 +1,4 @@
-"""The Job API over HTTP against the local shared_stack with its worker processes: the loopback server of
+"""The Job API over HTTP against the local stack with its worker processes: the loopback server of
 `review up` (the same resolver as the Lambda), real queues and tables.
 
 - events resumed with `Last-Event-ID` (server-sent events) and with `after=SEQ` lose nothing, repeat nothing;
@@ -24,7 +24,7 @@ from contract_review.domain.principals import uploads_prefix
 from contract_review.domain.records import JobState
 from contract_review.review.chunking import document_hash
 from review_local.api_server import local_principal
-from review_local.shared_stack import LocalStack
+from review_local.stack import LocalStack
 
 LOCAL_USER = local_principal("local-user")
 
