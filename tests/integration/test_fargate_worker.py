@@ -39,13 +39,14 @@ def test_fargate_pollers_review_and_recover_from_kill_9(tmp_path):
         record = get_chunk(deps, job_id, victim.chunk_id)
         assert record.fence >= 2
         # no sweeper Lambda here: the pollers' own sweep found the lease lapsed and requeued the chunk (a lost
-        # worker), and a poller claimed it on that fresh message, not on the old one back after its visibility
-        # timeout. From the records, whatever the machine's load: requeued after the lease expired, claimed after.
+        # worker), and a poller claimed it after that. From the records, whatever the machine's load: requeued after
+        # the lease expired, claimed after. (Which message the claim came on is not asserted: the poller's visibility
+        # is 30 s, and on a loaded machine the killed poller's message can come back before the sweep's arrives;
+        # either way the chunk is claimed only once the sweep released it.)
         requeues = [e for e in deps.jobs.events(job_id)
                     if e.type == "chunk.requeued" and e.detail["chunk_id"] == victim.chunk_id]
         assert requeues and requeues[0].detail["reason"] == "runtime.worker_lost", requeues
         assert lapsing.claim_expires_at <= requeues[0].at
         assert record.claimed_at is not None and requeues[0].at <= record.claimed_at
-        assert record.last_receive_count == 1  # the sweep's message, first received
     finally:
         stack.stop()
