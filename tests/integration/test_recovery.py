@@ -278,11 +278,12 @@ def test_sustained_throttling_never_dead_letters(make_stack, tmp_path):
     assert job.state == "completed"
     requeues = Counter(e.detail["chunk_id"] for e in deps.jobs.events(job_id)
                        if e.type == "chunk.requeued" and e.detail["reason"] == "model.throttled")
-    # every chunk was throttled more often than the receive count allows (tier-1 retries plus
-    # requeues), yet nothing was dead-lettered: throttling is backpressure, not failure
-    for c in deps.claims.for_job(job_id):
-        throttled = c.retries.get("model.throttled", 0) + requeues[c.chunk_id]
-        assert throttled > LOCAL.queues.max_receive_count, (c.chunk_id, throttled)
+    # a chunk was throttled more often than the receive count allows (tier-1 retries plus requeues), yet nothing
+    # was dead-lettered: throttling is backpressure, not failure. (At least one chunk, not each: how often each is
+    # throttled depends on how fast this machine lets the workers call; a loaded one throttles fewer of them.)
+    throttled = {c.chunk_id: c.retries.get("model.throttled", 0) + requeues[c.chunk_id]
+                 for c in deps.claims.for_job(job_id)}
+    assert max(throttled.values()) > LOCAL.queues.max_receive_count, throttled
     assert sum(requeues.values()) >= 1, "tier 1 gave up at least once and the chunk was requeued with a delay"
     for queue in (Queue.ANALYSIS_DLQ, Queue.RESULTS_DLQ):
         assert deps.queues.depth(queue) == 0
