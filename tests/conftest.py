@@ -23,6 +23,8 @@ CUAD_DIR = ROOT.parent / "shared" / "data" / "cuad"
 SAMPLES_DIR = ROOT / "samples"
 
 
+# tryfirst: xdist's worker hook, which reads the groups, registers after this file and would otherwise run first
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
         path = Path(str(item.fspath))

@@ -243,10 +243,9 @@ def test_five_percent_transient_faults_over_twenty_documents_all_complete(make_s
     log = tmp_path / "calls.jsonl"
     stack = make_stack(FaultSpec(seed=11, transient_rate=0.05, call_log=str(log)), {"worker": 4})
     deps = stack.deps()
-    docs = [t for _, t in cuad_texts(max_chars=30_000)][:20]
-    if len(docs) < 20:  # no ../shared: cut our samples into 20 documents
-        paras = "\n\n".join(p.read_text() for p in sorted(SAMPLES_DIR.glob("*.txt"))).split("\n\n")
-        docs = ["\n\n".join(paras[i::20]) for i in range(20)]
+    # twenty documents of about 3.7 KB each: every 40th paragraph of our samples (half of them in all)
+    paras = "\n\n".join(p.read_text() for p in sorted(SAMPLES_DIR.glob("*.txt"))).split("\n\n")
+    docs = ["\n\n".join(paras[i::40]) for i in range(20)]
     jobs = [submission.submit(deps, None, SubmitRequest.inline(t, document_id=f"doc{i}")).job_id for i, t in enumerate(docs)]
     ended = wait_jobs(deps, jobs, timeout=240)
     assert {j.state for j in ended.values()} == {"completed"}

@@ -16,6 +16,7 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -79,3 +80,27 @@ def test_preflights_exit_code_gates_the_deploy(tmp_path: Path, preflight_exit: i
         assert run.returncode == 0, run.stderr
         assert calls[1:] == ["npx eu-west-1 cdk deploy -c profile=prod -c stack_name=ContractReviewEu "
                              "-c alarm_email=oncall@example.com -c model_id=eu.anthropic.x -c worker=fargate"]
+
+
+def test_an_integration_files_tests_stay_on_one_xdist_worker(tmp_path: Path) -> None:
+    """`make test` relies on `--dist loadgroup` keeping each integration file on one worker (its module-scoped stack
+    built once). pytest 9.2's node ids broke xdist 3.8's grouping silently (pytest-xdist issue 1386): every test went
+    its own way and each worker built its own copy of every stack. Run the suite's own hook under `-n 2`."""
+    suite = tmp_path / "tests"
+    (suite / "integration").mkdir(parents=True)
+    (suite / "conftest.py").write_text(f"import sys\nsys.path.insert(0, {str(ROOT)!r})\n"
+                                       "from tests.conftest import pytest_collection_modifyitems  # noqa: F401\n")
+    for name in ("test_one", "test_two"):
+        (suite / "integration" / f"{name}.py").write_text(
+            "import os, pytest\n@pytest.mark.parametrize('i', range(6))\n"
+            "def test_worker(i):\n    print(os.environ['PYTEST_XDIST_WORKER'])\n")
+    out = subprocess.run([sys.executable, "-m", "pytest", "-n", "2", "--dist", "loadgroup", "-v", "-p", "no:cacheprovider",
+                          "-p", "no:randomly", str(suite)], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stdout + out.stderr
+    workers: dict[str, set[str]] = {}
+    for line in out.stdout.splitlines():
+        if "PASSED" in line and "::test_worker" in line:
+            worker, test = line.split()[0], line.split()[-1]
+            assert test.endswith(f"@integration:{test.split('/')[-1].split('.py')[0]}"), test
+            workers.setdefault(test.split("::")[0], set()).add(worker)
+    assert len(workers) == 2 and all(len(w) == 1 for w in workers.values()), workers
