@@ -72,6 +72,7 @@ docs: $(STAMP)
 	PYTHONPATH=functions $(BIN)/python -m contract_review.domain.policy > docs/error-codes.md
 	PYTHONPATH=functions $(BIN)/python -m contract_review.domain.lifecycle > docs/job-states.md
 	PYTHONPATH=functions $(BIN)/python -m contract_review.config.metrics > docs/metrics.md
+	PYTHONPATH=functions $(BIN)/python -m contract_review.config.catalogue > docs/models.md
 	PYTHONPATH=functions $(BIN)/python -c "import json; from contract_review.domain.messages import intake_json_schema; print(json.dumps(intake_json_schema(), indent=2))" > docs/intake-message.schema.json
 
 # At most 5 minutes on 2 cores: recovery and faults (one run per fault rate, without the 2-minute

@@ -184,7 +184,8 @@ def build(root: Path, records: int) -> tuple[Deps, BedrockBatchInference, DiskS3
         for chunk in chunks:
             if made >= records:
                 break
-            reqs = [batch_inference.record_for(job_id, chunk.chunk_id, build_request(spec, "locate", chunk, None, None))
+            reqs = [batch_inference.record_for(job_id, chunk.chunk_id, build_request(spec, "locate", chunk, None, None),
+                                               settings.effective_model_id)
                     for spec in ANALYSTS][: records - made]
             pending = batch_pending_key(job_id, chunk.chunk_id, 1)
             artifacts.put_text(pending, "".join(json.dumps({"recordId": r.record_id, "modelInput": r.model_input},

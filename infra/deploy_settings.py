@@ -7,6 +7,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Literal, cast
 
+from contract_review.config.catalogue import refused_id
 from contract_review.config.constants import ESM_MAX_CONCURRENCY, ONE_AT_A_TIME_FUNCTIONS, POWERTOOLS_LAYER_VERSION
 from contract_review.config.fleet import CALL_LATENCY_S, MAX_WORKERS, MIN_WORKERS, fleet_for_quota
 from contract_review.config.profile import Profile, get_profile
@@ -126,6 +127,9 @@ class DeploySettings:
         if not _MODEL_ID_RE.match(self.model_id):
             raise DeploySettingsError(f"model_id {self.model_id!r}: a Bedrock model id or inference profile id, such as "
                                       f"{self.profile.review.model_id!r} (not an ARN)")
+        refused = refused_id(self.model_id)
+        if refused is not None:
+            raise DeploySettingsError(refused)
         if not _STACK_NAME_RE.match(self.stack_name) or len(self.stack_name) > MAX_STACK_NAME:
             raise DeploySettingsError(f"stack_name {self.stack_name!r}: letters, digits and '-', letter first, at most "
                                       f"{MAX_STACK_NAME} characters (queue names `<stack>-results-dlq.fifo` are limited to 80)")

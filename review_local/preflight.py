@@ -20,6 +20,7 @@ import boto3
 from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError, NoRegionError
 from botocore.exceptions import ConnectionError as NoConnection
 
+from contract_review.config.catalogue import CORRECTNESS, refused_id, row_for
 from contract_review.config.constants import (
     OFFLINE_MODEL_ID,
     ONE_AT_A_TIME_FUNCTIONS,
@@ -60,7 +61,7 @@ class PreflightError(Exception):
 class PreflightReport:
     model_id: str
     region: str
-    api: str = ""  # the bedrock-runtime API the workers call this model through (domain/model.py MODEL_TRAITS)
+    api: str = ""  # the bedrock-runtime API the workers call this model through (its catalogue row)
     ok: bool = False
     latency_ms: float | None = None
     error_code: str | None = None
@@ -174,6 +175,22 @@ def render(report: PreflightReport) -> list[str]:
 
 
 # --- the model's own checks (its batch quota row, a global profile an SCP refuses); the account's: preflight_account.py
+
+def check_catalogue(model_id: str) -> Check:
+    """The model's row in the catalogue (config/catalogue.py): a deploy refuses an id without one; a row whose request
+    rules no AWS page confirms is a warning (the strictest known rules are sent: the first calls tell)."""
+    name = "model catalogue"
+    refused = refused_id(model_id)
+    if refused is not None:
+        return Check(name, False, refused)
+    row = row_for(model_id)
+    rules = (f"{row.name}: {row.api}, tool {'forced' if row.forced_tool_choice else 'offered'}, "
+             f"{'temperature sent' if row.sampling else 'no sampling parameter'}, output burndown {row.output_burndown}x")
+    unsure = [f for f in CORRECTNESS if f in row.unverified]
+    if unsure:
+        return Check(name, None, f"{rules}; not confirmed on an AWS page: {', '.join(unsure)} (docs/models.md)")
+    return Check(name, True, rules)
+
 
 def check_batch(quotas: Any, report: PreflightReport) -> Check:
     """The model's batch quota row (docs/batch-inference.md): its "Minimum number of records per batch inference job"
@@ -361,6 +378,7 @@ def preflight(stack: str | None, region: str | None, model_id: str | None = None
     report.paced_to = target.model_tpm
     restricted = region_restriction(report)
     checks += [restricted] if restricted else []
+    checks.insert(0, check_catalogue(target.model_id))
     ok = report.ok and all(c.ok is not False for c in checks if not (before_deploy and c.redeploy_fixes))
     if document is not None:
         document.update(as_document(target, report, checks, ok))

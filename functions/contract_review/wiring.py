@@ -236,12 +236,12 @@ def worker_model(deps: Deps, model: ModelClient, *, quotas: QuotaTargets | None 
     runtime control), the daily token quota (with `quotas` and a token ledger, or the hold given), the pacers (with
     `quotas` or a runtime control to follow, or the pacers given), the counting, then `model` (its breaker, trace and
     faults: `build_model`, the handlers). A layer with nothing to do is not built."""
-    s, p = deps.settings, deps.settings.profile
-    client: Layer = CountedModel(model, model_price(p.prices, s.effective_model_id))
+    p, model_id = deps.settings.profile, model.model_id  # the model the calls go to: its price, burndown, quotas
+    client: Layer = CountedModel(model, model_price(p.prices, model_id))
     if limiter is not None or quotas is not None or deps.model_control is not None:
-        client = PacedModel(client, p, s.effective_model_id, deps.model_control, quotas, limiter)
+        client = PacedModel(client, p, model_id, deps.model_control, quotas, limiter)
     if daily is not None or (quotas is not None and deps.token_ledger is not None):
-        client = DailyQuotaModel(client, p, s.effective_model_id, deps.clock, deps.token_ledger, quotas, daily)
+        client = DailyQuotaModel(client, p, model_id, deps.clock, deps.token_ledger, quotas, daily)
     if deps.model_control is not None:
         client = PausableModel(client, deps, deps.model_control)
     return client

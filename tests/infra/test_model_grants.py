@@ -27,7 +27,7 @@ from .conftest import (
 )
 
 DEFAULT = "global.anthropic.claude-sonnet-4-6"
-PLAIN = "amazon.nova-pro-v1:0"
+PLAIN = "anthropic.claude-haiku-4-5-20251001-v1:0"
 GEO = "us.anthropic.claude-sonnet-4-6"
 BASE = "anthropic.claude-sonnet-4-6"
 
@@ -212,6 +212,15 @@ def test_context_model_id_is_validated_and_defaults_to_the_profile() -> None:
     for bad in ("arn:aws:bedrock:us-east-1::foundation-model/x", "claude", "global.anthropic claude"):
         with pytest.raises(ValueError, match="model_id"):
             DeploySettings.from_context({"profile": "prod", "model_id": bad}.get)
+
+
+@pytest.mark.parametrize("model_id", ["amazon.nova-pro-v1:0", "global.anthropic.claude-sonnet-9"])
+def test_a_model_id_with_no_catalogue_row_is_refused_at_synth(model_id: str) -> None:
+    """Its API, request rules, burndown and price are unknown: a prod synth refuses it in one line."""
+    from infra.deploy_settings import DeploySettings
+
+    with pytest.raises(ValueError, match="no row in the model catalogue"):
+        DeploySettings.from_context({"profile": "prod", "model_id": model_id}.get)
 
 
 def test_pacing_is_on_in_every_deploy_the_quota_from_context_or_as_the_sweeper_publishes_it(

@@ -1,4 +1,5 @@
-"""The dated list prices a job's cost is computed from (docs/cost.md; `domain/cost.py`)."""
+"""The dated list prices a job's cost is computed from (docs/cost.md; `domain/cost.py`): the models' prices are
+their catalogue rows' (config/catalogue.py), the AWS services' are here."""
 
 from __future__ import annotations
 
@@ -6,26 +7,8 @@ from decimal import Decimal
 
 from pydantic import BaseModel, ConfigDict
 
+from contract_review.config.catalogue import CATALOGUE, DEAREST, OFFLINE_AS, ModelPrice
 from contract_review.config.constants import OFFLINE_MODEL_ID
-
-
-class ModelPrice(BaseModel):
-    """One model's on-demand list price, USD per 1,000 tokens."""
-
-    model_config = ConfigDict(frozen=True)
-
-    input_per_1k: Decimal
-    output_per_1k: Decimal
-    cache_read_per_1k: Decimal  # Bedrock prompt caching: tokens read from the cache
-    cache_write_per_1k: Decimal  # tokens written to the cache (5-minute TTL)
-    # Bedrock batch inference (docs/batch-inference.md): None when the model has no batch price
-    batch_input_per_1k: Decimal | None = None
-    batch_output_per_1k: Decimal | None = None
-
-    @property
-    def batch(self) -> bool:
-        """Whether the table prices this model's batch inference."""
-        return self.batch_input_per_1k is not None and self.batch_output_per_1k is not None
 
 
 class PriceTable(BaseModel):
@@ -36,8 +19,13 @@ class PriceTable(BaseModel):
 
     as_of: str  # the date the prices were transcribed (ISO)
     region: str  # the region the AWS list prices are for
-    # Bedrock, by foundation-model id (an inference profile id is priced as its model: `cost.model_price`)
+    # Bedrock, by foundation-model id (an inference profile id is priced as its model: `cost.model_price`): the
+    # catalogue rows whose price a public AWS page confirms
     models: dict[str, ModelPrice]
+    # What a model without a confirmed price (an unverified row, an uncatalogued id) is priced at: the dearest
+    # catalogued price, so a budget or a spend cap never reads it cheaper than it may be (never $0)
+    unconfirmed: ModelPrice
+    unconfirmed_as: str  # the row that price is
     # A model id priced as another one: the offline rule model (not an LLM, free) is priced as the default
     # Bedrock model, so a local run shows what its tokens would cost there.
     priced_as: dict[str, str]
@@ -55,33 +43,20 @@ class PriceTable(BaseModel):
     lambda_gb_second: Decimal  # arm64 (every function of the stack runs on Graviton), first pricing tier
 
 
-# Transcribed on 2026-11-22 from https://aws.amazon.com/bedrock/pricing/ (Anthropic, on-demand and prompt
-# caching), https://aws.amazon.com/dynamodb/pricing/on-demand/, https://aws.amazon.com/sqs/pricing/,
+# The models' prices: their catalogue rows (each with its source and date). The services' transcribed on 2026-11-22
+# from https://aws.amazon.com/dynamodb/pricing/on-demand/, https://aws.amazon.com/sqs/pricing/,
 # https://aws.amazon.com/s3/pricing/ and https://aws.amazon.com/lambda/pricing/ (us-east-1; free tiers left
-# out). docs/cost.md repeats them; tests/unit/domain/test_cost.py keeps the two equal. Batch inference (the same page,
-# "Batch"): 50 % of the on-demand input and output prices for these models.
+# out). docs/cost.md repeats them; tests/unit/domain/test_cost.py keeps the two equal.
 PRICES = PriceTable(
     as_of="2026-11-22",
     region="us-east-1",
-    models={
-        "anthropic.claude-sonnet-4-6": ModelPrice(input_per_1k=Decimal("0.003"), output_per_1k=Decimal("0.015"),
-                                                  cache_read_per_1k=Decimal("0.0003"),
-                                                  cache_write_per_1k=Decimal("0.00375"),
-                                                  batch_input_per_1k=Decimal("0.0015"),
-                                                  batch_output_per_1k=Decimal("0.0075")),
-        "anthropic.claude-sonnet-4-5-20250929-v1:0": ModelPrice(
-            input_per_1k=Decimal("0.003"), output_per_1k=Decimal("0.015"), cache_read_per_1k=Decimal("0.0003"),
-            cache_write_per_1k=Decimal("0.00375"), batch_input_per_1k=Decimal("0.0015"),
-            batch_output_per_1k=Decimal("0.0075")),
-        "anthropic.claude-haiku-4-5-20251001-v1:0": ModelPrice(
-            input_per_1k=Decimal("0.001"), output_per_1k=Decimal("0.005"), cache_read_per_1k=Decimal("0.0001"),
-            cache_write_per_1k=Decimal("0.00125"), batch_input_per_1k=Decimal("0.0005"),
-            batch_output_per_1k=Decimal("0.0025")),
-    },
-    priced_as={OFFLINE_MODEL_ID: "anthropic.claude-sonnet-4-6"},
+    models={model_id: row.price for model_id, row in CATALOGUE.items()
+            if row.price is not None and "price" not in row.unverified},
+    unconfirmed=DEAREST.price,
+    unconfirmed_as=DEAREST.model_id,
+    priced_as={OFFLINE_MODEL_ID: OFFLINE_AS},
     regional_premium=Decimal("0.10"),
-    regional_premium_models=("anthropic.claude-sonnet-4-6", "anthropic.claude-sonnet-4-5-20250929-v1:0",
-                             "anthropic.claude-haiku-4-5-20251001-v1:0"),
+    regional_premium_models=tuple(model_id for model_id, row in CATALOGUE.items() if row.regional_premium),
     dynamodb_write_per_million=Decimal("0.625"),
     dynamodb_read_per_million=Decimal("0.125"),
     sqs_standard_per_million=Decimal("0.40"),

@@ -12,6 +12,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from contract_review.config.catalogue import DEFAULT_MODEL_ID
 from contract_review.config.constants import (
     ANALYSIS_MESSAGE_FIXED_BYTES,
     ESM_MAX_CONCURRENCY,
@@ -186,14 +187,11 @@ class ReviewConfig(BaseModel):
     # How many of a chunk's analysts run at once (threads in one worker; each still checkpointed and
     # fenced): a chunk takes about two call latencies instead of 2 x analyst_count. 1: one by one.
     analyst_concurrency: int = 11
-    # The Bedrock model, through its global cross-region inference profile (routes to every commercial
-    # region; `us.`/`eu.`/`jp.` profiles keep processing in one geography). Claude Sonnet 4.6 is the
-    # newest Sonnet served by Converse with an ARN-versioned id (base id anthropic.claude-sonnet-4-6,
-    # profiles global/us/eu/jp): Anthropic, "Claude on Amazon Bedrock (legacy)",
-    # https://platform.claude.com/docs/en/build-with-claude/claude-on-amazon-bedrock-legacy; AWS,
-    # https://docs.aws.amazon.com/bedrock/latest/userguide/inference-profiles-support.html. Models
-    # retire: `cdk deploy -c model_id=ID` picks another without a code change (infra/deploy_settings.py).
-    model_id: str = "global.anthropic.claude-sonnet-4-6"
+    # The Bedrock model, through its global cross-region inference profile (routes to every commercial region;
+    # `us.`/`eu.`/`jp.` profiles keep processing in one geography): the catalogue's default (config/catalogue.py,
+    # which says why it is the one). Models retire: `cdk deploy -c model_id=ID` picks another catalogued one without
+    # a code change (infra/deploy_settings.py).
+    model_id: str = DEFAULT_MODEL_ID
     # A label shown on jobs and reports. Checkpoints do not depend on it: each analyst's are matched on its
     # analysis identity, derived from the prompts, categories and schemas themselves (review/analysts.py).
     # 2026-11-25: one cached prefix per chunk (one tool for both steps, the shared instructions with every

@@ -58,21 +58,24 @@ def format_usd(micro: int) -> str:
 # ------------------------------------------------------------------------------ model tokens
 @dataclass(frozen=True)
 class PricedModel:
-    price: ModelPrice | None  # None: the model is not in the price table (its tokens are counted, not priced)
-    priced_as: str  # the table entry used ("" when none)
+    price: ModelPrice | None  # None: its tokens are counted, not priced (a test's price table only)
+    priced_as: str  # the table entry used (the dearest catalogued for a model without a confirmed price)
     premium: Decimal  # the regional inference profile premium applied (0 for global profiles and base ids)
 
 
 def model_price(table: PriceTable, model_id: str) -> PricedModel:
     """The price of `model_id`: a foundation-model id, a cross-region inference profile id (priced as its
     model, plus the regional premium for a geographic profile of the models that have one), or an id the
-    table prices as another (`priced_as`: the offline rule model)."""
+    table prices as another (`priced_as`: the offline rule model). A model without a price confirmed on AWS's
+    pricing page (a catalogue row's unverified price, an uncatalogued id) is priced at the dearest catalogued price:
+    never $0, never cheaper than it may be."""
     from contract_review.domain.model import GLOBAL_PROFILE_PREFIX, base_model_id, is_inference_profile
 
     base = table.priced_as.get(model_id) or base_model_id(model_id)
     price = table.models.get(base)
     if price is None:
-        return PricedModel(None, "", Decimal(0))
+        return PricedModel(table.unconfirmed, f"{table.unconfirmed_as} (the dearest catalogued price: {base} has no "
+                                              "price confirmed on AWS's pricing page)", Decimal(0))
     regional = (is_inference_profile(model_id) and not model_id.startswith(GLOBAL_PROFILE_PREFIX)
                 and base in table.regional_premium_models)
     return PricedModel(price, base, table.regional_premium if regional else Decimal(0))

@@ -11,24 +11,11 @@ import json
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from contract_review.config.prices import PRICES
-
-# Cross-region inference profile ids carry a geography prefix (us.anthropic..., eu.amazon...);
-# `global.` profiles route to every commercial region.
-INFERENCE_PROFILE_PREFIXES = ("us.", "eu.", "apac.", "us-gov.", "jp.", "au.", "ca.", "global.")
-
-
-GLOBAL_PROFILE_PREFIX = "global."
-
-
-def is_inference_profile(model_id: str) -> bool:
-    return model_id.startswith(INFERENCE_PROFILE_PREFIXES)
-
-
-def base_model_id(model_id: str) -> str:
-    """The foundation model behind a cross-region inference profile id (the id itself otherwise)."""
-    return model_id.split(".", 1)[1] if is_inference_profile(model_id) else model_id
-
+from contract_review.config.catalogue import GLOBAL_PROFILE_PREFIX as GLOBAL_PROFILE_PREFIX
+from contract_review.config.catalogue import INFERENCE_PROFILE_PREFIXES as INFERENCE_PROFILE_PREFIXES
+from contract_review.config.catalogue import ModelRow, row_for
+from contract_review.config.catalogue import base_model_id as base_model_id
+from contract_review.config.catalogue import is_inference_profile as is_inference_profile
 
 JsonSchema = dict[str, Any]  # a tool's input schema, as Converse sends it
 
@@ -51,46 +38,14 @@ class ModelRequest:
     context: str = ""  # the shared part of the user message, before the cache point (the excerpt)
 
 
-# --- what Bedrock does with a request, per model --------------------------------------------------------------
+# --- what Bedrock does with a request, per model (the model catalogue: config/catalogue.py) ---------------------
 CHARS_PER_TOKEN = 4  # the estimate used where no tokenizer is at hand (Claude's tokenizer is not public)
 
 
-@dataclass(frozen=True)
-class ModelTraits:
-    """What Bedrock does with one model's requests (Anthropic and AWS documentation; docs/first-deploy.md says how
-    to check them on an account)."""
-
-    min_cache_tokens: int  # the shortest prefix the prompt cache keeps (a shorter one is silently not cached)
-    output_burndown: int  # one output token counts this many against tokens per minute
-    tool_prompt_tokens: int  # the tool-use system prompt Bedrock adds to a call with a forced tool choice
-    # How the workers call it on bedrock-runtime: "converse" (Converse) or "messages" (InvokeModel with the
-    # Anthropic Messages body: every Claude model answers it; Anthropic calls Converse its legacy Bedrock path
-    # for newer models). model/bedrock.py has one client for each.
-    api: str = "converse"
-    forced_tool_choice: bool = True  # False: the model rejects a forced tool choice; it is asked to use the tool
-
-
-# Claude Sonnet 4.6's minimum: Anthropic's table says 1,024, users observe 2,048 on Bedrock; until verified on the
-# Bedrock prompt-caching page the strict value is used (a cache point on a shorter prefix costs nothing, it is
-# only not cached).
-MODEL_TRAITS: dict[str, ModelTraits] = {
-    "anthropic.claude-sonnet-4-6": ModelTraits(min_cache_tokens=2048, output_burndown=5, tool_prompt_tokens=313),
-    "anthropic.claude-sonnet-4-5-20250929-v1:0": ModelTraits(1024, 5, 313),
-    "anthropic.claude-haiku-4-5-20251001-v1:0": ModelTraits(4096, 5, 313),
-    # Claude Opus 4.6 through the Messages body (its minimum cacheable prefix not verified: the strictest known)
-    "anthropic.claude-opus-4-6-v1": ModelTraits(4096, 5, 313, api="messages"),
-}
-# An unknown model gets the strictest traits of the table: never a cache or a quota kinder than a real one.
-STRICTEST = ModelTraits(max(t.min_cache_tokens for t in MODEL_TRAITS.values()),
-                        max(t.output_burndown for t in MODEL_TRAITS.values()),
-                        max(t.tool_prompt_tokens for t in MODEL_TRAITS.values()))
-
-
-def traits_for(model_id: str) -> ModelTraits:
-    """The traits of a model id (an inference profile is its model; the offline model is simulated as the model
-    it is priced as)."""
-    base = base_model_id(model_id)
-    return MODEL_TRAITS.get(PRICES.priced_as.get(base, base), STRICTEST)
+def traits_for(model_id: str) -> ModelRow:
+    """The catalogue row of a model id (an inference profile is its model; the offline model is simulated as the
+    model it is priced as; an uncatalogued id gets the strictest known values)."""
+    return row_for(model_id)
 
 
 def text_tokens(text: str) -> int:
@@ -104,6 +59,13 @@ def prefix_tokens(model_id: str, request: ModelRequest) -> int:
             + text_tokens(request.system) + text_tokens(request.context))
 
 
+def reserved_output(model_id: str, max_tokens: int) -> int:
+    """What a call's `maxTokens` holds against tokens per minute while it runs: x 1, or x the model's burndown where
+    its catalogue row says Bedrock reserves it so (`reserve_at_burndown`; the strictest known where unverified)."""
+    row = traits_for(model_id)
+    return max_tokens * (row.output_burndown if row.reserve_at_burndown else 1)
+
+
 def quota_tokens(model_id: str, input_tokens: int, cache_write_tokens: int, output_tokens: int) -> int:
     """What a finished call counts against tokens per minute: input + cache writes + output x the model's burndown
     (cache reads are released)."""
@@ -111,7 +73,7 @@ def quota_tokens(model_id: str, input_tokens: int, cache_write_tokens: int, outp
 
 
 def model_api(model_id: str) -> str:
-    """converse | messages: which bedrock-runtime API the workers call `model_id` through (MODEL_TRAITS)."""
+    """converse | messages: which bedrock-runtime API the workers call `model_id` through (its catalogue row)."""
     return traits_for(model_id).api
 
 

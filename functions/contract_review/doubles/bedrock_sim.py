@@ -19,7 +19,7 @@ What it follows, and where each rule comes from:
   or tool choice is a different prefix. Writes are priced 1.25 x input, reads 0.1 x (config/prices.py).
 - Tools (Anthropic, "Tool use: pricing and tokens"): with tools, a tool-use system prompt is added to the
   input of every call (313 tokens for Claude 4 models with a forced tool choice).
-The per-model numbers are the domain's table (domain/model.py MODEL_TRAITS), which the real client reads too.
+The per-model numbers are the model catalogue's (config/catalogue.py), which the real client reads too.
 
 Token counts are estimated at four characters a token (the offline model has no tokenizer).
 """
@@ -40,13 +40,14 @@ from contract_review.domain.model import (
     ModelRequest,
     base_model_id,
     prefix_tokens,
+    reserved_output,
     text_tokens,
     traits_for,
 )
 
 CACHE_TTL_S = 300.0  # Bedrock's default cache TTL: 5 minutes from the last use
-# The model's traits (minimum cacheable prefix, output burndown, tool-use prompt) are the domain's
-# (domain/model.py MODEL_TRAITS): the same table the Bedrock client decides its cache point with.
+# The model's facts (minimum cacheable prefix, output burndown, reservation, tool-use prompt) are its catalogue
+# row's (config/catalogue.py): the same row the Bedrock client decides its cache point with.
 
 
 def input_tokens(model_id: str, request: ModelRequest) -> int:
@@ -56,8 +57,8 @@ def input_tokens(model_id: str, request: ModelRequest) -> int:
 
 def reserved_tokens(model_id: str, request: ModelRequest) -> int:
     """What a call holds against a tokens-per-minute quota while it runs: all its input, cache reads
-    included, plus `maxTokens`."""
-    return input_tokens(model_id, request) + request.max_tokens
+    included, plus `maxTokens` (x the burndown for a model whose row says Bedrock reserves it so)."""
+    return input_tokens(model_id, request) + reserved_output(model_id, request.max_tokens)
 
 
 @dataclass(frozen=True)

@@ -1,8 +1,9 @@
 """The Bedrock side of the model port (`domain/model.py`).
 
 - `BedrockConverseModel`: Amazon Bedrock Converse via boto3 `bedrock-runtime` (the real one).
-- `BedrockMessagesModel`: InvokeModel with the Anthropic Messages body, for the models the traits table
-  (`domain/model.py` MODEL_TRAITS `api`) sends that way; `bedrock_model` picks one per model id.
+- `BedrockMessagesModel`: InvokeModel with the Anthropic Messages body, for the models the catalogue
+  (`config/catalogue.py`, `api`) sends that way; `bedrock_model` picks one per model id. Both build each body by
+  the model's catalogue row: its tool choice, its sampling parameters, its `anthropic_version`.
 - `ModelIdCheck`: asks the Bedrock control plane whether the configured model id is why a call
   failed (unknown, retired, or not invocable by that id), so a bad id fails the job at once.
 - The port itself (`ModelClient`, `ModelRequest`, `ModelResponse`) and the model-id helpers are
@@ -21,6 +22,7 @@ from typing import Any, cast
 
 from botocore.exceptions import BotoCoreError, ClientError
 
+from contract_review.config.catalogue import ModelRow
 from contract_review.domain.errors import ReviewError
 from contract_review.domain.model import (
     ModelRequest,
@@ -150,6 +152,7 @@ def id_rejected(model_id: str, reason: str, exc: ClientError) -> ReviewError:
 
 TOOL_NAME = "record_answer"  # the one tool every structured answer is given through
 TOOL_DESCRIPTION = "Record the structured answer."
+ASK_FOR_THE_TOOL = "Answer only by calling the record_answer tool."  # to a model that rejects a forced tool choice
 
 
 class _BedrockRuntimeModel:
@@ -183,42 +186,61 @@ class _BedrockRuntimeModel:
             raise
 
 
-def converse_body(request: ModelRequest, *, cache_point: bool) -> dict[str, Any]:
-    """The Converse request body (without `modelId`): what `BedrockConverseModel.invoke` sends, and the `modelInput`
-    of a batch inference record of invocation type Converse (docs/batch-inference.md), which reads no prompt cache.
+def sampling(row: ModelRow, temperature: float) -> dict[str, float]:
+    """The sampling parameters a body carries: the analyst's temperature, or none for a model that rejects them
+    (its catalogue row's `sampling`)."""
+    return {"temperature": temperature} if row.sampling else {}
+
+
+def tool_instruction(system: str, row: ModelRow) -> str:
+    """The system prompt: as it is for a model that takes a forced tool choice; with an instruction to answer
+    through the tool for one that rejects it (its catalogue row's `forced_tool_choice`)."""
+    return system if row.forced_tool_choice else f"{system}\n\n{ASK_FOR_THE_TOOL}"
+
+
+def converse_body(request: ModelRequest, row: ModelRow, *, cache_point: bool) -> dict[str, Any]:
+    """The Converse request body (without `modelId`) for the model of catalogue row `row`: what
+    `BedrockConverseModel.invoke` sends, and the `modelInput` of a batch inference record of invocation type Converse
+    (docs/batch-inference.md), which reads no prompt cache.
 
     The user message: the shared context (the excerpt), the cache point, then the analyst's part. Prompt caching:
     everything before the cache point (the tool definition and choice, the system prompt, the context: the same for
     every call about one chunk) is a prefix Bedrock caches; `usage` then reports cacheWrite/cacheReadInputTokens. A
-    prefix under the model's minimum is not cached (domain/model.py MODEL_TRAITS): no cache point is sent then."""
+    prefix under the model's minimum is not cached (its catalogue row): no cache point is sent then. The tool is
+    forced where the model takes a forced tool choice, else offered (`auto`) and asked for; no sampling parameter
+    is sent to a model that rejects them."""
     content: list[dict[str, Any]] = [{"text": request.context}] if request.context else []
     if cache_point:
         content.append({"cachePoint": {"type": "default"}})
     return {
-        "system": [{"text": request.system}],
+        "system": [{"text": tool_instruction(request.system, row)}],
         "messages": [{"role": "user", "content": [*content, {"text": request.prompt}]}],
-        "inferenceConfig": {"maxTokens": request.max_tokens, "temperature": request.temperature},
+        "inferenceConfig": {"maxTokens": request.max_tokens, **sampling(row, request.temperature)},
         "toolConfig": {
             "tools": [{"toolSpec": {
                 "name": TOOL_NAME,
                 "description": TOOL_DESCRIPTION,
                 "inputSchema": {"json": request.output_schema},
             }}],
-            "toolChoice": {"tool": {"name": TOOL_NAME}},
+            "toolChoice": {"tool": {"name": TOOL_NAME}} if row.forced_tool_choice else {"auto": {}},
         },
     }
 
 
-def converse_response(resp: Any, started: float | None = None) -> ModelResponse:
-    """A Converse response body as the port's answer (on demand, or a batch record's `modelOutput`)."""
+def converse_response(resp: Any, started: float | None = None, *, tool_expected: bool = True) -> ModelResponse:
+    """A Converse response body as the port's answer (on demand, or a batch record's `modelOutput`). Prose where
+    the tool was asked for (a model that is offered the tool, not forced to it) is `malformed_model_output`: asked
+    again once, as any invalid answer."""
     stop = resp.get("stopReason", "end_turn")
-    text = ""
+    text, used_tool = "", False
     for block in resp.get("output", {}).get("message", {}).get("content", []):
         if "toolUse" in block:
-            text = json.dumps(block["toolUse"].get("input", {}))
+            text, used_tool = json.dumps(block["toolUse"].get("input", {})), True
             break
         if "text" in block:
             text += block["text"]
+    if tool_expected and not used_tool and stop in ("end_turn", "tool_use"):
+        stop = "malformed_model_output"
     usage = resp.get("usage", {})
     return ModelResponse(
         text=text,
@@ -243,22 +265,20 @@ class BedrockConverseModel(_BedrockRuntimeModel):
 
     def converse_request(self, request: ModelRequest) -> dict[str, Any]:
         """The Converse request body (without modelId) `invoke` sends."""
-        return converse_body(request, cache_point=caches(self.model_id, request))
+        return converse_body(request, traits_for(self.model_id), cache_point=caches(self.model_id, request))
 
     def ping(self) -> ModelResponse:
         """One tiny call (no tools, at most 8 output tokens): does the model answer this account?"""
         started = time.monotonic()
         resp = self._send("converse", messages=[{"role": "user", "content": [{"text": "Reply with the single word OK."}]}],
-                          inferenceConfig={"maxTokens": 8, "temperature": 0.0})
-        return converse_response(resp, started)
+                          inferenceConfig={"maxTokens": 8, **sampling(traits_for(self.model_id), 0.0)})
+        return converse_response(resp, started, tool_expected=False)
 
 
-ANTHROPIC_VERSION = "bedrock-2023-05-31"
 # The Messages API's stop reasons as the port names them (Converse's): a tool answer ends the turn; a refusal
 # is a policy stop like Converse's content_filtered.
 _STOP_REASONS = {"tool_use": "end_turn", "end_turn": "end_turn", "stop_sequence": "end_turn",
                  "max_tokens": "max_tokens", "refusal": "content_filtered"}
-ASK_FOR_THE_TOOL = "Answer only by calling the record_answer tool."
 
 
 class BedrockMessagesModel(_BedrockRuntimeModel):
@@ -266,23 +286,24 @@ class BedrockMessagesModel(_BedrockRuntimeModel):
     model-parameters-anthropic-claude-messages-request-response.html): the same prompt layout as Converse (the
     tool, the system prompt and the excerpt, then `cache_control` on the last block of the shared prefix, then
     the analyst's part) and the same answer through one tool. A model that rejects a forced tool choice
-    (MODEL_TRAITS `forced_tool_choice` False) gets `auto` and an instruction to use the tool; an answer in prose
-    is then `malformed_model_output` (asked again once, as any invalid answer)."""
+    (its catalogue row's `forced_tool_choice` False) gets `auto` and an instruction to use the tool; an answer in
+    prose is then `malformed_model_output` (asked again once, as any invalid answer). The body's `anthropic_version`
+    and its sampling parameters are the row's."""
 
     API = "Messages API (InvokeModel)"
 
     def invoke(self, request: ModelRequest) -> ModelResponse:
         started = time.monotonic()
-        forced = traits_for(self.model_id).forced_tool_choice
-        system = request.system if forced else f"{request.system}\n\n{ASK_FOR_THE_TOOL}"
-        system_block: dict[str, Any] = {"type": "text", "text": system}
+        row = traits_for(self.model_id)
+        forced = row.forced_tool_choice
+        system_block: dict[str, Any] = {"type": "text", "text": tool_instruction(request.system, row)}
         content: list[dict[str, Any]] = [{"type": "text", "text": request.context}] if request.context else []
         if caches(self.model_id, request):  # the cache breakpoint: on the last block of the shared prefix
             (content[-1] if content else system_block)["cache_control"] = {"type": "ephemeral"}
         body = {
-            "anthropic_version": ANTHROPIC_VERSION,
+            "anthropic_version": row.anthropic_version,
             "max_tokens": request.max_tokens,
-            "temperature": request.temperature,
+            **sampling(row, request.temperature),
             "system": [system_block],
             "messages": [{"role": "user", "content": [*content, {"type": "text", "text": request.prompt}]}],
             "tools": [{"name": self.TOOL_NAME, "description": self.TOOL_DESCRIPTION,
@@ -294,7 +315,8 @@ class BedrockMessagesModel(_BedrockRuntimeModel):
     def ping(self) -> ModelResponse:
         """One tiny call (no tools, at most 8 output tokens): does the model answer this account?"""
         started = time.monotonic()
-        body = {"anthropic_version": ANTHROPIC_VERSION, "max_tokens": 8, "temperature": 0.0,
+        row = traits_for(self.model_id)
+        body = {"anthropic_version": row.anthropic_version, "max_tokens": 8, **sampling(row, 0.0),
                 "messages": [{"role": "user", "content": [{"type": "text", "text": "Reply with the single word OK."}]}]}
         return self._response(self._invoke(body), started, tool_expected=False)
 
@@ -332,7 +354,7 @@ BedrockModel = BedrockConverseModel | BedrockMessagesModel
 
 def bedrock_model(client: Any, model_id: str, id_check: ModelIdCheck | None = None,
                   invoke_id: str = "") -> BedrockModel:
-    """The client for `model_id`'s API (MODEL_TRAITS `api`), sending `invoke_id` (the stack's application inference
+    """The client for `model_id`'s API (its catalogue row's `api`), sending `invoke_id` (the stack's application inference
     profile: infra/inference.py) as the `modelId` when given, else `model_id`."""
     cls = BedrockMessagesModel if model_api(model_id) == "messages" else BedrockConverseModel
     return cls(client, model_id, id_check=id_check, invoke_id=invoke_id)

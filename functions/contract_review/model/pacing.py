@@ -36,7 +36,14 @@ from dataclasses import dataclass, field
 
 from contract_review.config.profile import Profile
 from contract_review.domain.errors import classify
-from contract_review.domain.model import ModelRequest, ModelResponse, prefix_tokens, quota_tokens, text_tokens
+from contract_review.domain.model import (
+    ModelRequest,
+    ModelResponse,
+    prefix_tokens,
+    quota_tokens,
+    reserved_output,
+    text_tokens,
+)
 from contract_review.domain.policy import slows_model_quota
 from contract_review.domain.records import Usage
 
@@ -113,18 +120,19 @@ class AimdPacer:
             return True
 
 
-def estimated_reservation(request: ModelRequest) -> int:
-    """What a call holds against a tokens-per-minute quota when it starts, as Bedrock counts it: all its input,
-    cache reads included (the tool-use prompt, the tool definition, the system prompt, the shared context, its own
-    part; about 4 characters a token) plus `maxTokens`. The same estimate the simulated Bedrock admits with."""
-    return prefix_tokens("", request) + text_tokens(request.prompt) + request.max_tokens
+def estimated_reservation(request: ModelRequest, model_id: str = "") -> int:
+    """What a call to `model_id` holds against a tokens-per-minute quota when it starts, as Bedrock counts it: all
+    its input, cache reads included (the tool-use prompt, the tool definition, the system prompt, the shared context,
+    its own part; about 4 characters a token) plus `maxTokens` (x the burndown where the model's catalogue row says
+    so; "": the strictest known). The same estimate the simulated Bedrock admits with."""
+    return prefix_tokens("", request) + text_tokens(request.prompt) + reserved_output(model_id, request.max_tokens)
 
 
 def unanswered_usage(request: ModelRequest) -> Usage:
     """What a call that got no answer (a client read timeout) may have cost at most, as tokens: its input as
     `estimated_reservation` estimates it (cache reads included, priced as input: the upper bound) and its whole
     `maxTokens` of output. Estimated spend (docs/cost.md): no usage came back to measure."""
-    return Usage(input_tokens=estimated_reservation(request) - request.max_tokens, output_tokens=request.max_tokens)
+    return Usage(input_tokens=prefix_tokens("", request) + text_tokens(request.prompt), output_tokens=request.max_tokens)
 
 
 def settled_tokens(model_id: str, response: ModelResponse) -> int:
@@ -193,7 +201,7 @@ class QuotaLimiter:
 
     def wait(self, request: ModelRequest, ready: Callable[[], None]) -> None:
         waited = 0.0
-        for pacer, cost in ((self.requests, 1.0), (self.tokens, float(estimated_reservation(request)))):
+        for pacer, cost in ((self.requests, 1.0), (self.tokens, float(estimated_reservation(request, self.model_id)))):
             if pacer is None:
                 continue
             while (delay := pacer.try_take(cost)) > 0:
@@ -216,7 +224,7 @@ class QuotaLimiter:
             self.requests.on_success()
         if self.tokens is not None:
             self.tokens.cooldown_s = cooldown
-            reserved = float(estimated_reservation(request))
+            reserved = float(estimated_reservation(request, self.model_id))
             self.tokens.on_success(reserved)
             # settled as Bedrock settles it: what the call counts (input, cache writes, output x burndown) replaces
             # what it reserved; the difference is free again (cache reads and unused maxTokens)

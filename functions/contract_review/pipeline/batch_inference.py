@@ -27,7 +27,7 @@ from contract_review.domain.chunk_records import ChunkRecord
 from contract_review.domain.control_records import BatchLaneOff
 from contract_review.domain.errors import ErrorClass, ErrorEnvelope, ReviewError
 from contract_review.domain.keys import batch_manifest_key, batch_pending_key
-from contract_review.domain.model import ModelRequest, ModelResponse
+from contract_review.domain.model import ModelRequest, ModelResponse, traits_for
 from contract_review.domain.ports import Deps
 from contract_review.domain.records import AttemptStats, ChunkStatus, Inference, Job
 from contract_review.model.bedrock import converse_body, converse_response
@@ -37,11 +37,11 @@ DEFAULT_MIN_RECORDS = 100  # Bedrock's default "minimum number of records per ba
 
 
 # ------------------------------------------------------------------------------ the worker's side
-def record_for(job_id: str, chunk_id: str, request: ModelRequest) -> BatchRecord:
-    """The batch record of one model request of a chunk: its Converse body without a cache point (a batch record
-    reads no prompt cache) under a recordId derived from the job, the chunk and that body: the same request is
+def record_for(job_id: str, chunk_id: str, request: ModelRequest, model_id: str) -> BatchRecord:
+    """The batch record of one model request of a chunk to `model_id`: its Converse body (by the model's catalogue
+    row) without a cache point (a batch record reads no prompt cache) under a recordId derived from the job, the chunk and that body: the same request is
     the same record in every process, and a repair (another body) another record."""
-    body = converse_body(request, cache_point=False)
+    body = converse_body(request, traits_for(model_id), cache_point=False)
     digest = hashlib.sha256(json.dumps([job_id, chunk_id, body], sort_keys=True, separators=(",", ":"))
                             .encode()).hexdigest()[:24]
     return BatchRecord(record_id=f"{request.analyst}.{request.step}.{digest}", model_input=body)
@@ -62,17 +62,18 @@ class Answers:
 
     job_id: str
     chunk_id: str
+    model_id: str  # the model the records are for (the bodies follow its catalogue row)
     outputs: dict[str, ModelBody] = field(default_factory=dict)
 
     @classmethod
-    def load(cls, deps: Deps, record: ChunkRecord) -> Answers:
+    def load(cls, deps: Deps, record: ChunkRecord, model_id: str) -> Answers:
         outputs: dict[str, ModelBody] = {}
         for key in record.batch_answer_keys:
             outputs.update(json.loads(deps.artifacts.get_text(key)))
-        return cls(record.job_id, record.chunk_id, outputs)
+        return cls(record.job_id, record.chunk_id, model_id, outputs)
 
     def answer(self, request: ModelRequest) -> tuple[BatchRecord, ModelResponse | None]:
-        record = record_for(self.job_id, self.chunk_id, request)
+        record = record_for(self.job_id, self.chunk_id, request, self.model_id)
         output = self.outputs.get(record.record_id)
         if output is None:
             return record, None

@@ -206,7 +206,7 @@ class ChunkWorker:
         error: ErrorEnvelope | None = None
         outputs: dict[str, AnalystOutput] = {}
         waiting: list[BatchRecord] = []  # a batch-mode chunk's requests still to be answered (batch_inference.py)
-        answers = batch_inference.Answers.load(self.deps, record) if record.batch_answer_keys else None
+        answers = batch_inference.Answers.load(self.deps, record, self.model.model_id) if record.batch_answer_keys else None
         batch_lane = batch_inference.in_batch_lane(self.deps, job, record)  # its calls go to batch inference: none from the pacers
         if job.inference is Inference.BATCH and not batch_lane and job.on_demand_since is None:
             self.deps.jobs.mark_on_demand(job.job_id)  # from now on its chunks wait on the workers (priority.py)
@@ -220,7 +220,8 @@ class ChunkWorker:
             try:
                 if batch_lane:
                     outputs, waiting = runner.run_batch(msg, job, fence, record,
-                                                        answers or batch_inference.Answers(msg.job_id, msg.chunk_id))
+                                                        answers or batch_inference.Answers(msg.job_id, msg.chunk_id,
+                                                                                         self.model.model_id))
                 else:
                     outputs = runner.run(msg, job, fence, record)
             except lifecycle.JobCancelled as exc:

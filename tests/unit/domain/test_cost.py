@@ -69,7 +69,7 @@ def test_the_cost_page_states_the_price_tables_date_and_every_price():
         PRICES.priced_as["offline-rules-v1"] == "anthropic.claude-sonnet-4-6"
 
 
-def test_batch_tokens_cost_half_the_on_demand_price_and_an_unpriced_model_has_no_batch_price():
+def test_batch_tokens_cost_half_the_on_demand_price_and_an_unconfirmed_model_has_no_batch_price():
     # GIVEN a chunk's tokens WHEN priced through batch inference THEN input and output cost half the on-demand price
     usage = Usage(input_tokens=10_000, output_tokens=2_000)
     for model in PRICES.models:
@@ -82,7 +82,7 @@ def test_batch_tokens_cost_half_the_on_demand_price_and_an_unpriced_model_has_no
         Decimal("0.0300") * Decimal("1.10")
     batch = cost.batch_usage(PRICES, "anthropic.claude-sonnet-4-6", usage)
     assert batch is not None and batch.model_micro_usd == 30_000 and batch.input_tokens == 10_000
-    # a model the table has no batch price for: None, never the on-demand price
+    # a model without a confirmed batch price: None (the collector then charges the on-demand price)
     assert cost.batch_cost_usd(cost.model_price(PRICES, "anthropic.claude-opus-4-6-v1"), usage) is None
     no_batch = PRICES.models["anthropic.claude-sonnet-4-6"].model_copy(
         update={"batch_input_per_1k": None, "batch_output_per_1k": None})
@@ -106,8 +106,12 @@ def test_model_tokens_are_priced_per_kind_and_inference_profiles_as_their_model(
     assert cost.model_cost_usd(us, tokens) == Decimal("0.02205") * Decimal("1.10")
     offline = cost.model_price(PRICES, "offline-rules-v1")
     assert offline.priced_as == "anthropic.claude-sonnet-4-6"
-    unknown = cost.model_price(PRICES, "mistral.unknown-v9")
-    assert unknown.price is None and cost.model_cost_usd(unknown, tokens) == 0
+    # a model without a price confirmed on AWS's page (uncatalogued, or its row's price unverified): the dearest
+    # catalogued price, never $0
+    for model_id in ("mistral.unknown-v9", "global.anthropic.claude-sonnet-5-5"):
+        unconfirmed = cost.model_price(PRICES, model_id)
+        assert unconfirmed.price == PRICES.unconfirmed and PRICES.unconfirmed_as in unconfirmed.priced_as
+        assert cost.model_cost_usd(unconfirmed, tokens) > cost.model_cost_usd(glob, tokens) > 0
 
 
 def test_requests_are_priced_by_class_in_integer_micro_dollars():

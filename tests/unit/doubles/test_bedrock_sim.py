@@ -9,9 +9,8 @@ import threading
 
 import pytest
 
+from contract_review.config.catalogue import CATALOGUE, STRICTEST
 from contract_review.domain.model import (
-    MODEL_TRAITS,
-    STRICTEST,
     ModelRequest,
     ModelResponse,
     prefix_tokens,
@@ -43,7 +42,7 @@ class CachedAnswer:
 
 
 def test_the_model_facts_are_bedrocks_and_unknown_models_get_the_strictest():
-    assert facts_for(SONNET) == facts_for("anthropic.claude-sonnet-4-6") == MODEL_TRAITS["anthropic.claude-sonnet-4-6"]
+    assert facts_for(SONNET) == facts_for("anthropic.claude-sonnet-4-6") == CATALOGUE["anthropic.claude-sonnet-4-6"]
     assert facts_for(SONNET).min_cache_tokens == 2048 and facts_for(SONNET).output_burndown == 5
     assert facts_for("offline-rules-v1") == facts_for(SONNET)  # simulated as the model it is priced as
     assert facts_for("some.new-model") == STRICTEST and STRICTEST.min_cache_tokens >= 2048

@@ -363,7 +363,7 @@ def _bucket_tokens(state_dir) -> float:
     return json.loads((state_dir / "model-tokens.json").read_text())["tokens"]
 
 
-def test_a_finished_call_is_settled_to_input_plus_five_times_its_output(tmp_path):
+def test_a_finished_call_is_settled_to_input_plus_the_burndown_times_its_output(tmp_path):
     # GIVEN a tokens quota with room for exactly one reservation (input + 1024 maxTokens), no refill to speak of
     req = request()
     reserved = reserved_tokens(ECHO, req)
@@ -371,11 +371,11 @@ def test_a_finished_call_is_settled_to_input_plus_five_times_its_output(tmp_path
     model = FaultInjectingModel(EchoModel(), spec)
     # WHEN one call answers with 3 output tokens
     assert outcome(model, req) == "ok"
-    # THEN the quota holds the answer's input (10, as its usage reports it) + 5 x 3 output, not the input and
-    # 1024 maxTokens reserved: the reservation was settled
+    # THEN the quota holds the answer's input (10, as its usage reports it) + 15 x 3 output (an uncatalogued model
+    # burns down at the strictest known rate), not the input and the maxTokens reserved: the reservation was settled
     used = reserved - _bucket_tokens(tmp_path)
     assert used == pytest.approx(used_tokens(ECHO, req, EchoModel().invoke(req)), abs=1)
-    assert used == pytest.approx(10 + 5 * 3, abs=1)
+    assert used == pytest.approx(10 + 15 * 3, abs=1)
 
 
 def test_a_call_in_flight_holds_its_whole_reservation(tmp_path):

@@ -464,10 +464,11 @@ def test_preflight_prints_one_line_per_account_check_and_fails_on_any(tmp_path):
     c.verify()
     assert not ok  # the model answers, but a deploy with the defaults would not fit the account
     account = lines[lines.index("account:") + 1:]
-    assert [line.split(":", 1)[0].strip() for line in account] == ["powertools layer", "lambda concurrency",
-                                                                   "batch inference"]
-    assert account[0].startswith("  powertools layer: ok - ") and "FAILED" in account[1]
-    assert account[2].startswith("  batch inference: ok - quota row in us-east-1: at least 100 records per job")
+    assert [line.split(":", 1)[0].strip() for line in account] == ["model catalogue", "powertools layer",
+                                                                   "lambda concurrency", "batch inference"]
+    assert account[0].startswith("  model catalogue: ok - Claude Sonnet 4.6: converse, tool forced")
+    assert account[1].startswith("  powertools layer: ok - ") and "FAILED" in account[2]
+    assert account[3].startswith("  batch inference: ok - quota row in us-east-1: at least 100 records per job")
     assert any(line.startswith("pacing: a deployed stack's workers pace to 2,000,000") for line in lines)
 
 
@@ -616,7 +617,7 @@ def test_preflight_json_is_one_document_with_every_field_of_the_report_and_the_c
     assert any(line.startswith("pacing: a deployed stack's workers pace to 2,000,000") for line in
                document["model"]["lines"])
     checks = {c_["name"]: c_ for c_ in document["checks"]}
-    assert list(checks) == ["powertools layer", "lambda concurrency", "batch inference"]
+    assert list(checks) == ["model catalogue", "powertools layer", "lambda concurrency", "batch inference"]
     assert checks["lambda concurrency"]["ok"] is False and checks["lambda concurrency"]["remedy"]
     assert checks["powertools layer"]["ok"] is True
 
@@ -639,3 +640,13 @@ def test_the_cli_prints_one_json_document_for_each_outcome(monkeypatch, outcome)
     assert parsed["ok"] is (outcome == "ok") and result.exit_code == (0 if outcome == "ok" else 1)
     if outcome == "cannot check":
         assert parsed["error"] == "no AWS region: pass --region or set AWS_REGION"
+
+
+def test_the_catalogue_check_refuses_an_uncatalogued_id_and_warns_of_unconfirmed_request_rules():
+    from review_local.preflight import check_catalogue
+
+    assert check_catalogue("global.anthropic.claude-sonnet-4-6").ok is True
+    unknown = check_catalogue("amazon.nova-pro-v1:0")
+    assert unknown.ok is False and "no row in the model catalogue" in unknown.line
+    unconfirmed = check_catalogue("global.anthropic.claude-sonnet-5-5")
+    assert unconfirmed.ok is None and "forced_tool_choice" in unconfirmed.line and "tool offered" in unconfirmed.line

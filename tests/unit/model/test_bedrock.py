@@ -91,7 +91,7 @@ def test_the_stacks_application_profile_is_what_is_sent_and_the_configured_id_wh
     req = request()
     # WHEN the model is invoked THEN Converse is called with the profile's ARN as the modelId
     runtime_stub.add_client_error("converse", service_error_code="ValidationException", service_message=bs.EOL_MESSAGE,
-                                  http_status_code=400, expected_params={**expected_converse_params(req),
+                                  http_status_code=400, expected_params={**model.converse_request(req),
                                                                          "modelId": APP_PROFILE})
     # AND a failure the id may cause asks the control plane about the configured id (its traits, its lifecycle)
     bs.expect_model(control_stub, bs.RETIRED, lifecycle="LEGACY", name="Claude 3.5 Sonnet",
@@ -381,7 +381,7 @@ def test_the_runtime_clients_pool_holds_every_analyst_at_once():
 
 # --- BedrockMessagesModel: InvokeModel with the Anthropic Messages body --------------------------------------
 
-MESSAGES_MODEL = "global.anthropic.claude-opus-4-6-v1"  # MODEL_TRAITS sends it through the Messages body
+MESSAGES_MODEL = "global.anthropic.claude-opus-4-6-v1"  # its catalogue row sends it through the Messages body
 
 
 INVOKE_PARAMS = {"modelId": MESSAGES_MODEL, "body": ANY, "contentType": "application/json", "accept": "application/json"}
@@ -407,7 +407,8 @@ def test_the_traits_table_picks_the_api_per_model_and_the_wiring_builds_that_cli
 
 
 def test_the_messages_body_has_the_cached_layout_and_the_forced_tool_and_the_answer_is_mapped(bedrock):
-    from contract_review.model.bedrock import ANTHROPIC_VERSION, BedrockMessagesModel
+    from contract_review.config.catalogue import MESSAGES_VERSION
+    from contract_review.model.bedrock import BedrockMessagesModel
 
     client, stubber = bedrock
     req = dataclasses.replace(request(), context="c" * 20_000)  # a prefix over Opus 4.6's minimum: cached
@@ -422,7 +423,7 @@ def test_the_messages_body_has_the_cached_layout_and_the_forced_tool_and_the_ans
                                 lambda params, **kw: sent.append(json.loads(params["body"])))
     resp = BedrockMessagesModel(client, MESSAGES_MODEL).invoke(req)
     (body,) = sent
-    assert body["anthropic_version"] == ANTHROPIC_VERSION and body["max_tokens"] == req.max_tokens
+    assert body["anthropic_version"] == MESSAGES_VERSION and body["max_tokens"] == req.max_tokens
     assert body["tool_choice"] == {"type": "tool", "name": "record_answer"}
     assert body["tools"] == [{"name": "record_answer", "description": ANY, "input_schema": req.output_schema}]
     assert body["system"] == [{"type": "text", "text": req.system}]
@@ -447,12 +448,11 @@ def test_messages_stop_reasons_map_to_the_ports(bedrock, content, stop, expected
 
 
 def test_a_model_that_rejects_a_forced_tool_choice_is_asked_for_the_tool_instead(bedrock, monkeypatch):
-    from contract_review.domain import model as model_module
+    from contract_review.config import catalogue
     from contract_review.model.bedrock import ASK_FOR_THE_TOOL, BedrockMessagesModel
 
-    base = model_module.base_model_id(MESSAGES_MODEL)
-    monkeypatch.setitem(model_module.MODEL_TRAITS, base,
-                        dataclasses.replace(model_module.MODEL_TRAITS[base], forced_tool_choice=False))
+    base = catalogue.base_model_id(MESSAGES_MODEL)
+    monkeypatch.setitem(catalogue.CATALOGUE, base, catalogue.CATALOGUE[base].model_copy(update={"forced_tool_choice": False}))
     client, stubber = bedrock
     sent: list[dict] = []
     client.meta.events.register("before-parameter-build.bedrock-runtime.InvokeModel",

@@ -129,7 +129,7 @@ def test_a_call_takes_its_reservation_and_gives_back_what_it_did_not_count_as_be
                        clock=clock)
     limiter = QuotaLimiter(requests=None, tokens=tokens, model_id="anthropic.claude-sonnet-4-6", sleep=lambda s: None)
     call = request()
-    reserved = estimated_reservation(call)
+    reserved = estimated_reservation(call, "anthropic.claude-sonnet-4-6")
     full = tokens._capacity()
     limiter.wait(call, lambda: None)
     assert tokens.tokens == pytest.approx(full - reserved)

@@ -290,10 +290,11 @@ def test_a_record_id_names_the_analyst_and_step_and_changes_with_the_request():
     chunk = Chunk(index=0, chunk_id="c0", start=0, end=len(TEXT[:300]), text=TEXT[:300])
     first = build_request(ANALYSTS[0], "locate", chunk, None, None)
     repair = build_request(ANALYSTS[0], "locate", chunk, None, "quotes must be verbatim")
-    a, b = batch_inference.record_for("job-1", "c0", first), batch_inference.record_for("job-1", "c0", first)
+    model = "global.anthropic.claude-sonnet-4-6"
+    a, b = batch_inference.record_for("job-1", "c0", first, model), batch_inference.record_for("job-1", "c0", first, model)
     assert a == b and a.record_id.startswith("liability.locate.")
-    assert batch_inference.record_for("job-1", "c0", repair).record_id != a.record_id
-    assert batch_inference.record_for("job-2", "c0", first).record_id != a.record_id
+    assert batch_inference.record_for("job-1", "c0", repair, model).record_id != a.record_id
+    assert batch_inference.record_for("job-2", "c0", first, model).record_id != a.record_id
     # a batch record reads no prompt cache: its body has no cache point
     assert "cachePoint" not in json.dumps(a.model_input)
 

@@ -237,7 +237,7 @@ def test_calls_that_time_out_are_on_the_job_with_their_estimated_cost():
     assert job.terminal and timed_out
     assert job.timed_out_calls == len(timed_out)
     # each: its input as the pacer estimates it (its reservation less maxTokens), and maxTokens of output
-    estimated = sum(micro_usd(model_cost_usd(price, Usage(input_tokens=estimated_reservation(q) - q.max_tokens,
+    estimated = sum(micro_usd(model_cost_usd(price, Usage(input_tokens=estimated_reservation(q, w.settings.effective_model_id) - q.max_tokens,
                                                           output_tokens=q.max_tokens))) for q in timed_out)
     assert estimated > 0 and job.estimated_micro_usd == estimated
     assert job.total_micro_usd == job.model_micro_usd + job.aws_micro_usd + estimated
@@ -286,7 +286,7 @@ def test_a_heartbeat_carries_the_spend_of_the_analyst_under_way_when_the_process
     job = w.jobs.get(r.job_id)
     assert job is not None and job.timed_out_calls == 1
     assert job.estimated_micro_usd == micro_usd(model_cost_usd(price, Usage(
-        input_tokens=estimated_reservation(timed_out[0]) - timed_out[0].max_tokens,
+        input_tokens=estimated_reservation(timed_out[0], w.settings.effective_model_id) - timed_out[0].max_tokens,
         output_tokens=timed_out[0].max_tokens)))
 
 

@@ -16,6 +16,7 @@ from contract_review.wiring import chunk_worker
 from tests.oracle import counted
 
 from ..fakes import FakeWorld
+from ..model_doubles import EchoModel
 from ..scenarios import claim, deliver, one_chunk_job, running_job
 
 
@@ -40,11 +41,13 @@ def test_a_chunk_message_of_a_job_cancelled_meanwhile_is_settled_cancelled_not_l
     # WHEN a worker receives the message
     delivery = Delivery(message_id="m", receipt_handle="r", receive_count=1, visibility_s=120,
                         remaining_ms=lambda: 10**9)
-    worker = chunk_worker(world.deps, model=None, rng=random.Random(1), sleep=lambda _s: None)  # type: ignore[arg-type]  # no model call may happen
+    model = EchoModel()
+    worker = chunk_worker(world.deps, model, rng=random.Random(1), sleep=lambda _s: None)
     outcome = worker.handle(msg, delivery)
     # THEN it settles the chunk `cancelled`, fenced, counts it on the job, and calls no model
     after = world.claims.get(job_id, msg.chunk_id)
     assert outcome.action == "cancelled" and after.status is ChunkStatus.CANCELLED and after.settled
+    assert model.calls == 0
     assert msg.chunk_id in counted(world.claims, world.jobs.get(job_id))
 
 

@@ -27,6 +27,14 @@ def test_job_states_doc_is_generated_from_the_transition_table():
         f"docs/job-states.md is stale; regenerate with: {REGENERATE}")
 
 
+def test_the_models_page_is_generated_from_the_catalogue():
+    from contract_review.config import catalogue
+
+    page = ROOT / "docs" / "models.md"
+    assert page.exists() and page.read_text(encoding="utf-8") == catalogue.render_markdown(), (
+        f"docs/models.md is stale; regenerate with: {REGENERATE}")
+
+
 def test_every_legal_move_has_its_reason_and_every_state_appears():
     moves = {(frm, to) for frm, tos in TRANSITIONS.items() for to in tos}
     assert set(WHY) == moves

@@ -84,7 +84,7 @@ def test_preflights_exit_code_gates_the_deploy(tmp_path: Path, preflight_exit: i
 
 def test_an_integration_files_tests_stay_on_one_xdist_worker(tmp_path: Path) -> None:
     """`make test` relies on `--dist loadgroup` keeping each integration file on one worker (its module-scoped stack
-    built once). pytest 9.2's node ids broke xdist 3.8's grouping silently (pytest-xdist issue 1386): every test went
+    built once). pytest 9.2's node ids broke xdist 3.8's grouping silently (an open pytest-xdist bug): every test went
     its own way and each worker built its own copy of every stack. Run the suite's own hook under `-n 2`."""
     suite = tmp_path / "tests"
     (suite / "integration").mkdir(parents=True)
