@@ -67,12 +67,17 @@ def deps(aws: EmbeddedAws) -> Deps:
     return handlers.deps()  # every case leaves each queue empty (asserted), so they share one stack
 
 
-def receive(aws: EmbeddedAws, url: str) -> list[dict[str, Any]]:
+def receive(aws: EmbeddedAws, url: str, *, keep: bool = False) -> list[dict[str, Any]]:
+    """Every message on the queue, taken off it (`keep`: left in flight, to be deleted by its handler): the cases
+    share one stack, so a message one case has read must not come back, its visibility over, in the next one's."""
     sqs = aws.client("sqs")
     out: list[dict[str, Any]] = []
     while batch := sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10, MessageAttributeNames=["All"],
                                        MessageSystemAttributeNames=["All"], WaitTimeSeconds=0).get("Messages", []):
         out += batch
+        if not keep:
+            for m in batch:
+                sqs.delete_message(QueueUrl=url, ReceiptHandle=m["ReceiptHandle"])
     return out
 
 
@@ -83,7 +88,7 @@ def intake(aws: EmbeddedAws, deps: Deps, *bodies: str) -> None:
     sqs = aws.client("sqs")
     for body in bodies:
         sqs.send_message(QueueUrl=deps.settings.intake_queue_url, MessageBody=body)
-    for message in receive(aws, deps.settings.intake_queue_url):  # one at a time: the conflict comes second
+    for message in receive(aws, deps.settings.intake_queue_url, keep=True):  # one at a time: the conflict second
         event = sqs_event([message], "arn:aws:sqs:us-east-1:123456789012:intake", aws.region)
         response = intake_handler.handler(event, LambdaContext("IntakeFn", 512, 10, "req", aws.region))
         assert response == {"batchItemFailures": []}  # handled in this attempt: nothing comes back
