@@ -73,6 +73,9 @@ class DeploySettings:
     auto_delete_objects: bool = False
     # The Bedrock model or inference profile id (`-c model_id=...`); empty: the profile's model_id.
     model_id: str = ""
+    # Other models the workers are granted (`-c model_fallbacks=ID,ID`): a job keeps the model it was submitted on,
+    # so after a redeploy with another model_id the jobs in flight on the old one finish on it only if it is here.
+    model_fallbacks: tuple[str, ...] = ()
     # The external ticket system's base URL (`-c ticket_url=https://...`): the saga opens a review ticket there
     # for high-risk findings. Empty: the ticket step is skipped, with an event saying so.
     ticket_url: str = ""
@@ -124,12 +127,7 @@ class DeploySettings:
             object.__setattr__(self, "profile", self.profile.with_overrides(**overrides))
         self._apply_concurrency()
         self._apply_limits()
-        if not _MODEL_ID_RE.match(self.model_id):
-            raise DeploySettingsError(f"model_id {self.model_id!r}: a Bedrock model id or inference profile id, such as "
-                                      f"{self.profile.review.model_id!r} (not an ARN)")
-        refused = refused_id(self.model_id)
-        if refused is not None:
-            raise DeploySettingsError(refused)
+        self._check_models()
         if not _STACK_NAME_RE.match(self.stack_name) or len(self.stack_name) > MAX_STACK_NAME:
             raise DeploySettingsError(f"stack_name {self.stack_name!r}: letters, digits and '-', letter first, at most "
                                       f"{MAX_STACK_NAME} characters (queue names `<stack>-results-dlq.fifo` are limited to 80)")
@@ -151,6 +149,21 @@ class DeploySettings:
         self._check_base_image()
         if self.auto_delete_objects and not self.is_disposable:
             raise DeploySettingsError("auto_delete_objects is only allowed for the local profile")
+
+    def _check_models(self) -> None:
+        """`model_id` and each of `model_fallbacks`: a Bedrock id (not an ARN) with a catalogue row, each once."""
+        if not _MODEL_ID_RE.match(self.model_id):
+            raise DeploySettingsError(f"model_id {self.model_id!r}: a Bedrock model id or inference profile id, such as "
+                                      f"{self.profile.review.model_id!r} (not an ARN)")
+        for model_id in (self.model_id, *self.model_fallbacks):
+            if not _MODEL_ID_RE.match(model_id):
+                raise DeploySettingsError(f"model_fallbacks: {model_id!r} is not a Bedrock model or inference profile id")
+            refused = refused_id(model_id)
+            if refused is not None:
+                raise DeploySettingsError(refused)
+        if self.model_id in self.model_fallbacks or len(set(self.model_fallbacks)) < len(self.model_fallbacks):
+            raise DeploySettingsError(f"model_fallbacks {','.join(self.model_fallbacks)}: each model once, and not "
+                                      f"model_id {self.model_id} itself")
 
     def _check_uploads(self) -> None:
         prefix = self.queue_uploads_prefix
@@ -282,6 +295,7 @@ class DeploySettings:
             fault_spec=FaultSpec.model_validate_json(fault if isinstance(fault, str) else json.dumps(fault)) if fault else None,
             auto_delete_objects=_truthy(get("auto_delete_objects")),
             model_id=str(get("model_id") or "").strip(),
+            model_fallbacks=tuple(m.strip() for m in str(get("model_fallbacks") or "").split(",") if m.strip()),
             ticket_url=str(get("ticket_url") or "").strip(),
             ticket_secret_arn=str(get("ticket_secret_arn") or "").strip(),
             ticket_secret_kms_key=str(get("ticket_secret_kms_key") or "").strip(),

@@ -199,7 +199,8 @@ class ContractReviewStack(Stack):
         arns = self.arns()
         grant_access(self.intake_fn.role, arns, ACCESS["intake"])
         grant_access(self.worker_fn.role, arns, ACCESS["worker"])
-        grant_bedrock(self.worker_fn.role, self, self.settings.model_id)  # invoke + describe the model (`-c model_id=...`)
+        for model_id in (self.settings.model_id, *self.settings.model_fallbacks):  # invoke + describe the model
+            grant_bedrock(self.worker_fn.role, self, model_id)  # (`-c model_id`) and those jobs kept (`model_fallbacks`)
         if self.model_profile is not None:  # the calls go through the stack's application profile
             self.model_profile.grant_invoke(self.worker_fn.role)
             self.worker_fn.function.add_environment(OPTION_ENV["invoke_model_id"], self.model_profile.arn)
@@ -231,7 +232,8 @@ class ContractReviewStack(Stack):
             )
             # the poller runs the worker and the sweep in-process, and is its own event source
             grant_access(self.fargate.task_role, arns, ACCESS["fargate"])
-            grant_bedrock(self.fargate.task_role, self, self.settings.model_id)
+            for model_id in (self.settings.model_id, *self.settings.model_fallbacks):
+                grant_bedrock(self.fargate.task_role, self, model_id)
             if self.model_profile is not None:
                 self.model_profile.grant_invoke(self.fargate.task_role)
             self.ticket_callers.append(self.fargate.task_role)  # its in-process sweep compensates tickets
@@ -313,6 +315,8 @@ class ContractReviewStack(Stack):
                     OPTION_ENV["model_id"]: s.model_id, OPTION_ENV["worker_kind"]: worker_kind})
         if s.fault_spec is not None:
             env[OPTION_ENV["fault_spec"]] = s.fault_spec.to_env()
+        if s.model_fallbacks:  # `-c model_fallbacks=ID,ID`: the other models granted (jobs keep their model)
+            env[OPTION_ENV["model_fallbacks"]] = ",".join(s.model_fallbacks)
         if s.model_tpm:  # `-c model_tpm=N`; without it the workers read the quota from Service Quotas
             env[OPTION_ENV["model_tpm"]] = f"{s.model_tpm:.0f}" if s.model_tpm.is_integer() else str(s.model_tpm)
         if s.profile_overrides:  # the fleet sized at deploy (config/fleet.py), the spend limits given: the functions'

@@ -4,6 +4,7 @@ import."""
 
 from __future__ import annotations
 
+import functools
 import logging
 import random
 import time
@@ -30,7 +31,7 @@ from contract_review.domain.cost import RequestMeter, model_price
 from contract_review.domain.effects import SideEffects
 from contract_review.domain.errors import ReviewError, classify
 from contract_review.domain.keys import BATCH_PREFIX
-from contract_review.domain.model import ModelClient
+from contract_review.domain.model import ModelClient, ModelRequest, ModelResponse
 from contract_review.domain.ports import Deps, Queue
 from contract_review.model.bedrock import ModelIdCheck, bedrock_client_config, bedrock_model, describe_model
 from contract_review.model.breaker import BreakerModel, CircuitBreaker
@@ -213,11 +214,42 @@ def quota_reader(settings: Settings, session: Any,
     return read
 
 
-def build_chunk_worker(settings: Settings, deps: Deps, model: ModelClient) -> ChunkWorker:
+def build_chunk_worker(settings: Settings, deps: Deps, model: ModelClient,
+                       build: Callable[[Settings], ModelClient] | None = None) -> ChunkWorker:
     """The process's analysis worker: its model, and the quotas it paces and holds to (model/quota_targets.py: given
     at deploy, else as the sweeper published them; no worker reads Service Quotas). Its pacers and its daily-quota
-    hold are built at its first chunk and follow the quotas from then on (model/onion.py)."""
-    return chunk_worker(deps, model, quotas=QuotaTargets.for_settings(settings, deps.published_quotas))
+    hold are built at its first chunk and follow the quotas from then on (model/onion.py). `build(settings)`: the
+    model of other settings (the handlers': traced), for the jobs recorded on another model than this deploy's (each
+    such model's onion built once, with its own pacers and daily hold: `model_settings`)."""
+    def onion(model_id: str) -> Layer:
+        other = model_settings(settings, model_id)
+        assert build is not None
+        model = build(other) if settings.grants(model_id) else NotGranted(model_id, settings.effective_model_id)
+        return worker_model(deps, model, quotas=QuotaTargets.for_settings(other, deps.published_quotas))
+
+    return ChunkWorker(deps, worker_model(deps, model, quotas=QuotaTargets.for_settings(settings, deps.published_quotas)),
+                       models=functools.cache(onion) if build is not None else None)
+
+
+class NotGranted:
+    """The model of a job this deploy does not grant (redeployed with another model, the job's not among
+    `model_fallbacks`): every call fails the job at once with `model.not_granted`, before anything is sent."""
+
+    def __init__(self, model_id: str, deployed: str):
+        self.model_id, self.deployed = model_id, deployed
+
+    def invoke(self, request: ModelRequest) -> ModelResponse:
+        raise ReviewError.of(
+            "model.not_granted",
+            f"this job runs on {self.model_id}, the model it was submitted on, and this deploy grants {self.deployed} "
+            f"only: redeploy with `-c model_fallbacks={self.model_id}` to let it finish on its model, then `review "
+            "retry JOB`; or cancel it and submit the document again to review it on the new model")
+
+
+def model_settings(settings: Settings, model_id: str) -> Settings:
+    """The settings a call to `model_id` is made with: that model, called by its id (the stack's application
+    inference profile is the deploy's model's only)."""
+    return settings.model_copy(update={"model_id": model_id, "invoke_model_id": ""})
 
 
 def chunk_worker(deps: Deps, model: ModelClient, *, quotas: QuotaTargets | None = None,

@@ -29,6 +29,7 @@ from .conftest import (
 DEFAULT = "global.anthropic.claude-sonnet-4-6"
 PLAIN = "anthropic.claude-haiku-4-5-20251001-v1:0"
 GEO = "us.anthropic.claude-sonnet-4-6"
+NEWER = "global.anthropic.claude-sonnet-5-5"
 BASE = "anthropic.claude-sonnet-4-6"
 
 
@@ -42,7 +43,8 @@ def by_context(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, 
 
     app = new_app(outdir=str(tmp_path_factory.mktemp("cdk.out.models")))
     contexts = {"ModelPlain": {"model_id": PLAIN}, "ModelGeo": {"model_id": GEO, "model_tpm": "2000000"},
-                "FleetFixed": {"worker_concurrency": "7", "daily_spend_cap_usd": "250"}}
+                "FleetFixed": {"worker_concurrency": "7", "daily_spend_cap_usd": "250"},
+                "ModelKept": {"model_id": NEWER, "model_fallbacks": DEFAULT}}
     for name, ctx in contexts.items():
         context = {"profile": "prod", "stack_name": name, **ctx}
         add_stack(app, DeploySettings.from_context(context.get))
@@ -184,6 +186,25 @@ def test_context_model_id_with_a_plain_model_id(by_context: dict[str, dict[str, 
     assert DEFAULT not in _text(t) and BASE not in _text(b)
 
 
+def test_a_redeploy_with_another_model_keeps_the_fallbacks_granted_for_the_jobs_in_flight(
+        by_context: dict[str, dict[str, Any]]) -> None:
+    """`-c model_id=NEW -c model_fallbacks=OLD`: jobs keep the model they were submitted on, so the workers are granted
+    the old model too (invoke through its profile, describe) and told which models they may call."""
+    t = by_context["ModelKept"]
+    _env_and_output(t, NEWER)
+    (role,) = _worker_roles(t)
+    b = _bedrock(_on_the_id(policy_statements_for_role(t, role)))
+    invoked = " ".join(r for st in b["bedrock:InvokeModel"] for r in _resources(st))
+    assert f":inference-profile/{NEWER}" in invoked and f":inference-profile/{DEFAULT}" in invoked
+    described = " ".join(r for st in b["bedrock:GetInferenceProfile"] for r in _resources(st))
+    assert NEWER in described and DEFAULT in described
+    _, worker = function_by_handler(t, "worker.handler")
+    assert worker["Environment"]["Variables"][ENV["model_fallbacks"]] == DEFAULT
+    # the other roles are granted no model they do not call
+    _, intake = function_by_handler(t, "intake.handler")
+    assert DEFAULT not in _text(policy_statements_for_role(t, getatt_id(intake["Role"])))
+
+
 def test_context_model_id_with_a_geographic_profile(by_context: dict[str, dict[str, Any]]) -> None:
     t = by_context["ModelGeo"]
     _env_and_output(t, GEO)
@@ -214,13 +235,25 @@ def test_context_model_id_is_validated_and_defaults_to_the_profile() -> None:
             DeploySettings.from_context({"profile": "prod", "model_id": bad}.get)
 
 
-@pytest.mark.parametrize("model_id", ["amazon.nova-pro-v1:0", "global.anthropic.claude-sonnet-9"])
-def test_a_model_id_with_no_catalogue_row_is_refused_at_synth(model_id: str) -> None:
+@pytest.mark.parametrize("context", [{"model_id": "amazon.nova-pro-v1:0"},
+                                     {"model_id": "global.anthropic.claude-sonnet-9"},
+                                     {"model_fallbacks": f"{NEWER},amazon.nova-pro-v1:0"}], ids=["plain", "profile", "fallback"])
+def test_a_model_id_with_no_catalogue_row_is_refused_at_synth(context: dict[str, str]) -> None:
     """Its API, request rules, burndown and price are unknown: a prod synth refuses it in one line."""
     from infra.deploy_settings import DeploySettings
 
     with pytest.raises(ValueError, match="no row in the model catalogue"):
-        DeploySettings.from_context({"profile": "prod", "model_id": model_id}.get)
+        DeploySettings.from_context({"profile": "prod", **context}.get)
+
+
+def test_a_fallback_is_another_model_each_once() -> None:
+    from infra.deploy_settings import DeploySettings
+
+    for fallbacks in (DEFAULT, f"{NEWER},{NEWER}"):
+        with pytest.raises(ValueError, match="each model once"):
+            DeploySettings.from_context({"profile": "prod", "model_fallbacks": fallbacks}.get)
+    kept = DeploySettings.from_context({"profile": "prod", "model_fallbacks": f" {NEWER} , "}.get)
+    assert kept.model_fallbacks == (NEWER,)
 
 
 def test_pacing_is_on_in_every_deploy_the_quota_from_context_or_as_the_sweeper_publishes_it(

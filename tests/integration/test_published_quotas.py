@@ -21,7 +21,7 @@ from contract_review.adapters.published_quotas import DynamoPublishedQuotas, quo
 from contract_review.domain.control_records import PublishedQuotas
 from contract_review.domain.ports import Deps
 from contract_review.model.daily_quota import DailyQuota
-from contract_review.model.onion import PacedModel, layer
+from contract_review.model.onion import DailyQuotaModel, PacedModel, layer
 from contract_review.model.pacing import QuotaLimiter
 from contract_review.model.quota_targets import QuotaTargets
 from contract_review.pipeline.intake import handle_intake
@@ -55,7 +55,8 @@ def _pacers(worker: ChunkWorker) -> QuotaLimiter | None:
 
 def _daily(worker: ChunkWorker) -> DailyQuota | None:
     """The daily-quota layer's hold, when a daily quota is known."""
-    return worker.daily.quota if worker.daily is not None else None
+    daily = layer(worker.model, DailyQuotaModel)
+    return daily.quota if daily is not None else None
 
 def quotas(tpm: float | None, tpd: float | None = 1e9, at: float = 1.0) -> PublishedQuotas:
     return PublishedQuotas(model_id=MODEL, tokens_per_minute=tpm, tokens_per_minute_quota=f"tpm row ({tpm})",

@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from typing import Literal, NamedTuple
 from urllib.parse import urlsplit
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, field_validator
 
 from contract_review.config.constants import OFFLINE_MODEL_ID
 from contract_review.config.profile import Profile, get_profile
@@ -65,6 +65,9 @@ OPTION_ENV = {
     "model_provider": "MODEL_PROVIDER",
     "model_id": "MODEL_ID",
     "invoke_model_id": "MODEL_INVOKE_ID",  # the application inference profile the workers call through (its ARN)
+    # the other models the deploy grants (CDK context `model_fallbacks`, comma-separated): a job recorded on one of
+    # them keeps running on it after the deploy's model changed
+    "model_fallbacks": "MODEL_FALLBACKS",
     "fault_spec": "FAULT_SPEC",
     "worker_kind": "WORKER_KIND",
     # the model's tokens-per-minute quota to pace to (CDK context `model_tpm`); empty: read from Service Quotas
@@ -169,6 +172,7 @@ class Settings(BaseModel):
     # MODEL_INVOKE_ID: what the workers send as `modelId`, the stack's application inference profile's ARN (tagged for
     # cost: infra/inference.py); empty: model_id itself. The model id stays the key for prices, traits and quotas.
     invoke_model_id: str = ""
+    model_fallbacks: tuple[str, ...] = ()  # MODEL_FALLBACKS: the other models this deploy grants (comma-separated)
     # The local doubles' FaultSpec as JSON (doubles/spec.py; wiring parses it): demo, tests and bench only.
     fault_spec: str | None = None
     worker_kind: Literal["lambda", "fargate"] = "lambda"
@@ -197,6 +201,15 @@ class Settings(BaseModel):
             profile = Profile.model_validate({**profile.model_dump(), **json.loads(env[PROFILE_OVERRIDES_ENV])})
         values["profile"] = profile
         return cls.model_validate(values)
+
+    @field_validator("model_fallbacks", mode="before")
+    @classmethod
+    def _comma_separated(cls, value: object) -> object:
+        return tuple(v.strip() for v in value.split(",") if v.strip()) if isinstance(value, str) else value
+
+    def grants(self, model_id: str) -> bool:
+        """Whether this deploy may call `model_id`: its own model or one of its fallbacks (the offline model: any)."""
+        return self.model_provider == "offline" or model_id in (self.effective_model_id, *self.model_fallbacks)
 
     @property
     def effective_model_id(self) -> str:

@@ -79,6 +79,13 @@ _CODES = [
               "with `cdk deploy -c model_id=ID`, enable access to the model in the Bedrock console, then "
               "`review retry JOB` (checkpoints made with another model are not reused). The job fails at once; the "
               "message names the rejected id.", job_fatal=True),
+    ErrorCode("model.not_granted", ErrorClass.PERMANENT,
+              "The job runs on the model it recorded at intake (jobs keep their model), and this deploy does not "
+              "grant that model: it was redeployed with another `-c model_id` without the job's model in "
+              "`-c model_fallbacks`. Decided before any call: no call is made.",
+              "Redeploy with `-c model_fallbacks=<the job's model id>` (the message names it) to let the job finish on "
+              "its model, then `review retry JOB`: its finished chunks and checkpoints are kept. Or cancel it and "
+              "submit the document again, to review it on the new model.", job_fatal=True),
     ErrorCode("model.request_invalid", ErrorClass.PERMANENT,
               "The provider rejected the request (HTTP 400 ValidationException).",
               "A bug or an input the model cannot take; the chunk fails permanently and the job ends `failed` "

@@ -93,6 +93,7 @@ POLICY: dict[str, Recovery] = {
     "model.access_denied": Recovery(None, PERM),
     "model.not_found": Recovery(None, PERM),
     "model.id_rejected": Recovery(None, PERM),
+    "model.not_granted": Recovery(None, PERM),
     "model.request_invalid": Recovery(None, PERM),
     "model.circuit_open": Recovery(None, BP),
     "model.paused": Recovery(None, BP, bounded=False),

@@ -128,7 +128,8 @@ def run(settings: Settings, session: Any, stop: Shutdown, guard: ScaleInGuard | 
     deps = build_deps(settings, session)
     threading.Thread(target=_sweep_loop, args=(deps, settings.profile.fargate.fargate_sweep_interval_s, stop),
                      daemon=True, name="sweeper").start()
-    worker = build_chunk_worker(settings, deps, build_traced_model(settings, session))
+    worker = build_chunk_worker(settings, deps, build_traced_model(settings, session),
+                                lambda other: build_traced_model(other, session))
     sqs = session.client("sqs", config=aws_client_config())  # the poller is its own event source mapping
     visibility = settings.profile.fargate.fargate_visibility_s
     try:

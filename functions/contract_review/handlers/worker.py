@@ -14,7 +14,7 @@ from contract_review.domain.messages import AnalysisMessage
 from contract_review.pipeline.worker import ChunkWorker, Delivery, Tier2
 
 from ..wiring import build_chunk_worker
-from . import deps, model, observe, settings, tracing
+from . import build_traced_model, deps, model, observe, session, settings, tracing
 from .telemetry import record_attempt
 
 logger = observe(Logger(service="worker"))
@@ -26,7 +26,8 @@ processor = BatchProcessor(event_type=EventType.SQS, raise_on_entire_batch_failu
 
 @functools.cache
 def chunk_worker() -> ChunkWorker:
-    return build_chunk_worker(settings(), deps(), model())  # one per process: its pacers, its daily hold
+    # one per process: its pacers, its daily hold; another model's, for a job recorded on it, built when first needed
+    return build_chunk_worker(settings(), deps(), model(), lambda other: build_traced_model(other, session()))
 
 
 def record_handler(record: SQSRecord, context: LambdaContext) -> None:

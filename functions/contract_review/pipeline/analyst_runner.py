@@ -156,7 +156,8 @@ class AnalystRunner:
         chunk = Chunk(index=msg.chunk_index, chunk_id=msg.chunk_id, start=msg.start, end=msg.end, text=msg.text)
         saved = self.deps.claims.checkpoints(record)
         specs = analysts_for(job.analyst_count or self.deps.settings.profile.review.analyst_count)
-        identities = analysis_identities(self.deps.settings, specs)  # per analyst: what its checkpoint must match
+        # per analyst: what its checkpoint must match, under the model it runs on (the job's)
+        identities = analysis_identities(self.deps.settings, specs, self.model.model_id)
         outputs: dict[str, AnalystOutput] = {}
         todo: list[AnalystSpec] = []
         for spec in specs:

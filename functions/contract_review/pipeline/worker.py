@@ -143,10 +143,13 @@ class ChunkWorker:
     """One per process. `model` is the process's onion (model/onion.py, built by wiring.worker_model): its pause, its
     daily quota, its pacers and its counting are layers of the one client every analyst calls."""
 
-    def __init__(self, deps: Deps, model: Layer, *, rng: random.Random | None = None,
-                 sleep: Callable[[float], None] = time.sleep, call_safety_s: float | None = None):
+    def __init__(self, deps: Deps, model: Layer, *, models: Callable[[str], Layer] | None = None,
+                 rng: random.Random | None = None, sleep: Callable[[float], None] = time.sleep,
+                 call_safety_s: float | None = None):
         self.deps, self.s, self.model, self.sleep = deps, deps.settings, model, sleep
-        self.daily = layer(model, DailyQuotaModel)  # its hold names the job's waiting condition (`_waiting`)
+        # A job runs on the model it recorded at intake, not the deploy's: `models(model_id)` is the onion of another
+        # model (wiring builds one per model, once); None: this worker calls only its own model
+        self.models = models
         self.priority = PriorityGate(deps)  # one per process: interactive chunks before bulk ones
         self.rng = rng or random.Random()
         # time left that one more model call needs: its timeout plus a margin to save and hand off
@@ -195,9 +198,28 @@ class ChunkWorker:
             self.deps.jobs.add_fenced_out(msg.job_id, msg.chunk_id, fence, attempt_stats(stats))  # is its job's still
         return outcome
 
+    def model_for(self, job: Job) -> Layer:
+        """The model a job's chunks are analysed with: the one it recorded at intake (its analysis identities, its
+        report and its price are that model's), whatever this deploy's default is now."""
+        if not job.model_id or job.model_id == self.model.model_id or self.models is None:
+            return self.model
+        return self.models(job.model_id)
+
     def _claimed(self, msg: AnalysisMessage, delivery: Delivery, job: Job, fence: int, record: ChunkRecord,
                  stats: RetryStats) -> Outcome:
-        """The attempt under the claim it won (`fence`): its analysts, then what their outcome makes of the chunk."""
+        """The attempt under the claim it won (`fence`): its analysts, on the job's model, then what their outcome
+        makes of the chunk."""
+        model = self.model_for(job)
+        if model is self.model:  # its attempt began with the delivery (`handle`)
+            return self._attempt(msg, delivery, job, fence, record, stats, model)
+        model.begin_attempt()
+        try:
+            return self._attempt(msg, delivery, job, fence, record, stats, model)
+        finally:
+            model.end_attempt()
+
+    def _attempt(self, msg: AnalysisMessage, delivery: Delivery, job: Job, fence: int, record: ChunkRecord,
+                 stats: RetryStats, model: Layer) -> Outcome:
         if job.state in (JobState.CANCELLING, JobState.CANCELLED):  # no work for a job being (or) cancelled
             return settle_cancelled(self.deps, msg, fence, stats, "claim", ended=job.state is JobState.CANCELLED)
         if record.failures >= msg.max_attempts:
@@ -206,7 +228,7 @@ class ChunkWorker:
         error: ErrorEnvelope | None = None
         outputs: dict[str, AnalystOutput] = {}
         waiting: list[BatchRecord] = []  # a batch-mode chunk's requests still to be answered (batch_inference.py)
-        answers = batch_inference.Answers.load(self.deps, record, self.model.model_id) if record.batch_answer_keys else None
+        answers = batch_inference.Answers.load(self.deps, record, model.model_id) if record.batch_answer_keys else None
         batch_lane = batch_inference.in_batch_lane(self.deps, job, record)  # its calls go to batch inference: none from the pacers
         if job.inference is Inference.BATCH and not batch_lane and job.on_demand_since is None:
             self.deps.jobs.mark_on_demand(job.job_id)  # from now on its chunks wait on the workers (priority.py)
@@ -216,12 +238,12 @@ class ChunkWorker:
             retrier = Retrier(policy=self.s.profile.tier1.model_retry, budget=RetryBudget(self.s.profile.tier1.chunk_retry_budget_s),
                               stats=stats, rng=self.rng, sleep=self.sleep, has_time=has_time,
                               check=before_each_call(hb, watch), on_retry=retry_recorder(self.deps, msg, watch))
-            runner = AnalystRunner(self.deps, self.model, retrier, hb, has_time, self.analyst_extra_s, watch, answers)
+            runner = AnalystRunner(self.deps, model, retrier, hb, has_time, self.analyst_extra_s, watch, answers)
             try:
                 if batch_lane:
                     outputs, waiting = runner.run_batch(msg, job, fence, record,
                                                         answers or batch_inference.Answers(msg.job_id, msg.chunk_id,
-                                                                                         self.model.model_id))
+                                                                                         model.model_id))
                 else:
                     outputs = runner.run(msg, job, fence, record)
             except lifecycle.JobCancelled as exc:
@@ -239,15 +261,17 @@ class ChunkWorker:
             log_fields.bind(log_fields.job_fields(error_code=error.error_code))
         outcome = self._on_error(msg, fence, delivery, stats, error, progressed=bool(runner.committed)) if error \
             else self._await_batch(msg, fence, stats, waiting) if waiting else self._complete(msg, fence, stats, outputs)
-        self._waiting(job, error, progressed=bool(runner.committed))
+        self._waiting(job, error, layer(model, DailyQuotaModel), progressed=bool(runner.committed))
         outcome.stats = stats
         return outcome
 
     # ------------------------------------------------------------------ pieces
-    def _waiting(self, job: Job, error: ErrorEnvelope | None, *, progressed: bool) -> None:
+    def _waiting(self, job: Job, error: ErrorEnvelope | None, daily: DailyQuotaModel | None, *,
+                 progressed: bool) -> None:
         """The job's named waiting condition: set by the first hold of one of its chunks for the daily token quota
-        (`job.waiting_quota`), ended by the first progress after it (`job.waiting_ended`)."""
-        quota = self.daily.quota if self.daily is not None else None  # the daily hold, when one is known now
+        of its model (`daily`: that layer of its onion) (`job.waiting_quota`), ended by the first progress after it
+        (`job.waiting_ended`)."""
+        quota = daily.quota if daily is not None else None  # the daily hold, when one is known now
         if error is not None and error.error_code == DAILY_QUOTA_CODE and quota is not None:
             if job.waiting is None:
                 waiting = quota.waiting(self.deps.clock())

@@ -396,9 +396,11 @@ def analyst_identity(spec: AnalystSpec, model_id: str, provider: str) -> str:
     return _digest(identity_material(spec, model_id, provider))
 
 
-def analysis_identities(settings: Settings, specs: Sequence[AnalystSpec]) -> dict[str, str]:
-    """Analyst name -> identity, under the settings' model (its effective model id and provider)."""
-    return {s.name: analyst_identity(s, settings.effective_model_id, settings.model_provider) for s in specs}
+def analysis_identities(settings: Settings, specs: Sequence[AnalystSpec], model_id: str = "") -> dict[str, str]:
+    """Analyst name -> identity, under `model_id` (the model the analysts run on: a job's; "": the settings' effective
+    model) and the settings' provider."""
+    return {s.name: analyst_identity(s, model_id or settings.effective_model_id, settings.model_provider)
+            for s in specs}
 
 
 def job_identity(identities: Mapping[str, str]) -> str:

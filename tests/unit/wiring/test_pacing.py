@@ -18,7 +18,7 @@ from contract_review.config.settings import Settings
 from contract_review.domain.control_records import PublishedQuotas
 from contract_review.domain.messages import AnalysisMessage
 from contract_review.model.daily_quota import DailyQuota
-from contract_review.model.onion import PacedModel, layer
+from contract_review.model.onion import DailyQuotaModel, PacedModel, layer
 from contract_review.model.pacing import QuotaLimiter
 from contract_review.model.quota_targets import MINUTES_PER_DAY, QuotaTargets
 from contract_review.pipeline.worker import ChunkWorker, Delivery
@@ -82,7 +82,8 @@ def _pacers(worker: ChunkWorker) -> QuotaLimiter | None:
 
 def _daily(worker: ChunkWorker) -> DailyQuota | None:
     """The daily-quota layer's hold, when a daily quota is known."""
-    return worker.daily.quota if worker.daily is not None else None
+    daily = layer(worker.model, DailyQuotaModel)
+    return daily.quota if daily is not None else None
 
 def bedrock_settings(**env: str) -> Settings:
     return Settings.from_env(full_env(REVIEW_PROFILE="prod", MODEL_PROVIDER="bedrock", MODEL_ID=bs.CURRENT, **env))
