@@ -560,6 +560,9 @@ RECOVERIES: dict[str, Callable[[str], None]] = {
                                            (JobState.FAILED, c), review_retry),
     "model.id_rejected": lambda c: ends_then(c, forever(ReviewError.of(c, "retired", step="liability")),
                                              (JobState.FAILED, c), review_retry),
+    # the deploy no longer grants the job's model: redeployed with it in model_fallbacks (the fault cleared), retried
+    "model.not_granted": lambda c: ends_then(c, forever(ReviewError.of(c, "not granted", step="liability")),
+                                             (JobState.FAILED, c), review_retry),
     "model.request_invalid": lambda c: ends_then(c, forever(client_error("ValidationException", 400)), MISSING,
                                                  review_retry),
     "runtime.internal": lambda c: ends_then(c, forever(RuntimeError("a bug")), MISSING, review_retry),
