@@ -35,7 +35,8 @@ LOCAL, PROD, FARGATE = "ContractReviewLocal", "ContractReviewProd", "ContractRev
 # the collector (and its STACK_TAG), the batch stand-in's URL only locally (test_batch_iam.py)
 ONLY_WHEN_GIVEN = {ENV["fault_spec"], ENV["ticket_url"], ENV["model_tpm"], ENV["queue_uploads_prefix"], ENV["stack_tag"],
                    ENV["batch_role_arn"], ENV["batch_endpoint_url"],
-                   ENV["invoke_model_id"]}  # the worker's only, with the Bedrock provider (infra/inference.py)
+                   ENV["invoke_model_id"],  # the worker's only, with the Bedrock provider (infra/inference.py)
+                   ENV["model_fallbacks"]}  # with `-c model_fallbacks` only
 ALARM_EMAIL = "oncall@example.com"  # `-c alarm_email=...` of the prod stack (the others have none)
 # Every stack calls an external ticket system with credentials from a secret (`-c ticket_url`, `-c ticket_secret_arn`),
 # given by its name: the roles may read `<name>-??????` in the stack's own account and region, the one secret of that

@@ -187,7 +187,7 @@ class CountedModel(OkModel):
 
 
 # ------------------------------------------------------------------------ the scenarios
-def _receive(aws: EmbeddedAws, url: str, want: int = 1, timeout_s: float = 10) -> list[dict[str, Any]]:
+def _receive(aws: EmbeddedAws, url: str, want: int = 1, timeout_s: float = 60) -> list[dict[str, Any]]:
     sqs, got, deadline = aws.client("sqs"), [], time.monotonic() + timeout_s
     while len(got) < want and time.monotonic() < deadline:
         r = sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10, MessageSystemAttributeNames=["All"],
@@ -582,7 +582,7 @@ def _fargate(rec: Recorder, setup: Deps, aws: EmbeddedAws, agent: FakeEcsAgent, 
         thread.start()
         try:
             _wait(lambda: all(c.status is ChunkStatus.DONE for j in (result.job_id, lost.job_id)
-                              for c in setup.claims.for_job(str(j))), 20)
+                              for c in setup.claims.for_job(str(j))), WAIT_S)
             time.sleep(settings.profile.fargate.fargate_sweep_interval_s * 1.5)  # at least one in-process sweep
         finally:
             stop.request()
@@ -617,7 +617,7 @@ def _collector(rec: Recorder, aws: EmbeddedAws, collector_env: dict[str, str], s
         with rec.acting_as("collector"):
             return collector_handler.handler({}, LambdaContext("CollectorFn", 1024, 60, "r-c", REGION))
 
-    setup = local_deps(aws.outputs, aws.region, aws.endpoint)
+    setup = as_deployed(local_deps(aws.outputs, aws.region, aws.endpoint), collector_env)
     p, url = setup.settings.profile, setup.settings.analysis_queue_url
 
     def work(job_id: str) -> str:
@@ -641,7 +641,7 @@ def _collector(rec: Recorder, aws: EmbeddedAws, collector_env: dict[str, str], s
         assert job is not None
         with rec.acting_as("api"):
             assert job_view.job_status(handlers.deps(), job)["batches"]
-        _wait(lambda: _batch_jobs_ended(setup, service.url, job_id), 20)
+        _wait(lambda: _batch_jobs_ended(setup, service.url, job_id), WAIT_S)
         assert run(BATCH_MIN_RECORDS)["collected"]
         if (action := work(job_id)) != "awaiting_batch":
             assert action == "done", action
@@ -666,7 +666,7 @@ def _collector(rec: Recorder, aws: EmbeddedAws, collector_env: dict[str, str], s
         TableName=setup.settings.jobs_table, Key={"job_id": {"S": dropped}}, UpdateExpression="SET principal = :p",
         ExpressionAttributeValues={":p": {"S": "arn:aws:iam::123456789012:user/alice"}})
     lifecycle.request_cancel(setup, dropped, by="role-coverage")
-    _wait(lambda: _batch_jobs_ended(setup, service.url, answered), 20)
+    _wait(lambda: _batch_jobs_ended(setup, service.url, answered), WAIT_S)
     assert run(BATCH_MIN_RECORDS)["collected"]
     after = setup.jobs.get(dropped)
     assert after is not None and after.batch_unused
@@ -685,6 +685,17 @@ def _batch_jobs_ended(setup: Deps, service_url: str, job_id: str) -> bool:
     return all(b.batch_job_arn is not None and bedrock.get_model_invocation_job(
         jobIdentifier=b.batch_job_arn)["status"] in ("Completed", "PartiallyCompleted", "Failed", "Stopped", "Expired")
         for b in shown)
+
+
+# How long a scenario waits for the local stack to get somewhere: a wait, not a bound (a loaded machine is slow)
+WAIT_S = 90.0
+
+
+def as_deployed(setup: Deps, env: dict[str, str]) -> Deps:
+    """The set-up's jobs are taken in on the model the functions run (env: Bedrock), as on a deployed stack: a job
+    records its model at intake and the workers keep to it (the local stack's outputs say the offline model)."""
+    return dataclasses.replace(setup, settings=setup.settings.model_copy(update={
+        "model_provider": "bedrock", "model_id": Settings.from_env(env).effective_model_id}))
 
 
 def _wait(predicate: Callable[[], bool], timeout_s: float) -> None:
@@ -737,7 +748,7 @@ def recorded(synth: Synth) -> Iterator[Recorded]:
             rec.attach(session)
             bedrock = BedrockDouble()
             bedrock.attach(session)
-            setup = local_deps(aws.outputs, aws.region, aws.endpoint)
+            setup = as_deployed(local_deps(aws.outputs, aws.region, aws.endpoint), env)
             try:
                 _intake(rec, setup, specs["intake"].queue_arn)
                 _worker(rec, setup, aws, bedrock, specs["worker"].queue_arn)
