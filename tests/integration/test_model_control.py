@@ -41,7 +41,9 @@ def test_review_quota_pause_holds_every_model_call_without_a_failure_and_resume_
     assert job is not None and job.state is JobState.RUNNING
     # AND nothing failed: the chunks are held as backpressure (`model.paused`), checkpoints kept
     assert all(r.failures == 0 for r in deps.claims.for_job(job_id))
-    assert any(e.type == "chunk.requeued" and e.detail.get("reason") == "model.paused" for e in deps.jobs.events(job_id))
+    # (the hold reaches each worker at its next call: on a loaded machine that can come after the sleep above)
+    wait_for(lambda: any(e.type == "chunk.requeued" and e.detail.get("reason") == "model.paused"
+                         for e in deps.jobs.events(job_id)), 60, 0.2, "a chunk held by the pause")
     # WHEN it is resumed THEN the job completes
     resumed = CliRunner().invoke(cli, ["quota", "resume"], obj=Ctx(None, None, deps=deps))
     assert resumed.exit_code == 0 and "model: running" in resumed.output

@@ -167,7 +167,8 @@ def test_zombie_worker_cannot_write_after_losing_its_lease(make_stack, tmp_path)
     resumed_at = time.time()
     job = wait_jobs(deps, [job_id], timeout=60)[job_id]
     assert job.state == "completed"
-    wait_for(lambda: any(e.type == "chunk.lease_lost" for e in deps.jobs.events(job_id)), 60, 0.2,
+    # a wait, not a bound: a resumed process on a machine running two suites took over 60 s to get there
+    wait_for(lambda: any(e.type == "chunk.lease_lost" for e in deps.jobs.events(job_id)), 180, 0.2,
              "the zombie to notice it lost the lease")
     record = get_chunk(deps, job_id, chunk_id)
     assert record.fence > old_fence
