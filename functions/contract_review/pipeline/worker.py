@@ -97,11 +97,12 @@ def worker_identity() -> str:
     return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
 
 
-def attempt_meter(settings: Settings, counter: RequestCounter) -> AttemptMeter:
+def attempt_meter(settings: Settings, counter: RequestCounter, model_id: str) -> AttemptMeter:
     """What a chunk attempt spends besides its tokens: its requests (`counter`) and, in a Lambda worker, one
-    invocation and its duration at the function's memory; priced at the profile's table."""
+    invocation and its duration at the function's memory; priced at the profile's table, its tokens at `model_id`'s
+    price (the job's model)."""
     p = settings.profile
-    return AttemptMeter(p.prices, model_price(p.prices, settings.effective_model_id), counter,
+    return AttemptMeter(p.prices, model_price(p.prices, model_id), counter,
                         lambda_memory_mb=p.functions.worker_memory_mb if settings.worker_kind == "lambda" else None)
 
 
@@ -192,7 +193,7 @@ class ChunkWorker:
         fence, record = claim.fence, claim.record
         log_fields.bind(log_fields.of_job(job))  # what this attempt's log lines know from here on
         log_fields.bind(log_fields.job_fields(lease_deadline=record.claim_expires_at, checkpoint_version=fence))
-        stats = RetryStats(meter=attempt_meter(self.s, counter))
+        stats = RetryStats(meter=attempt_meter(self.s, counter, self.model_for(job).model_id))
         outcome = self._claimed(msg, delivery, job, fence, record, stats)
         if outcome.action is Action.LEASE_LOST:  # fenced out, none of its fenced writes went through: what it spent
             self.deps.jobs.add_fenced_out(msg.job_id, msg.chunk_id, fence, attempt_stats(stats))  # is its job's still

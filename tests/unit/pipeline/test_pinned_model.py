@@ -70,6 +70,12 @@ def test_a_job_in_flight_keeps_its_model_when_the_workers_come_back_with_another
     job = world.jobs.get(job.job_id)
     assert job is not None and job.state is JobState.COMPLETED and job.model_id == recorded.model_id
     assert recorded.calls > 0 and new_default.calls == 0
+    # AND it was priced at its model: what the same job costs on a deploy that never changed its model
+    same = FakeWorld()
+    handle_intake(same.deps, json.dumps({"schema_version": 1, "document": {"text": LONG_TEXT}}), "m-1")
+    _run(same, Counted(recorded.model_id), {})
+    unchanged = same.jobs.get(job.job_id)
+    assert unchanged is not None and 0 < job.model_micro_usd == unchanged.model_micro_usd
     # AND its analysts' checkpoints are stored under the job's model's identities, not the new default's
     settings = redeployed(world, new_default.model_id, (job.model_id,))
     expected = analysis_identities(settings, analysts_for(job.analyst_count), recorded.model_id)
