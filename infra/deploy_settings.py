@@ -23,7 +23,7 @@ DEFAULT_STACK_NAME = "ContractReview"
 # headroom; `-c monthly_budget_usd=N` sets it, `none` deploys without one.
 DEFAULT_MONTHLY_BUDGET_USD = 5000.0
 WorkerKind = Literal["lambda", "fargate"]
-ModelProvider = Literal["offline", "bedrock"]
+ModelProvider = Literal["offline", "bedrock", "simulated"]
 
 # Powertools for AWS Lambda (Python) v3 public layer, python3.12 / arm64: CloudFormation reads its
 # ARN at deploy time from the public SSM parameter /aws/service/powertools/python/arm64/python3.12/
@@ -138,8 +138,12 @@ class DeploySettings:
             raise DeploySettingsError(f"alarm_email {self.alarm_email!r} is not an email address")
         if self.worker_kind not in ("lambda", "fargate"):
             raise DeploySettingsError(f"worker must be 'lambda' or 'fargate', not {self.worker_kind!r}")
-        if self.model_provider not in ("offline", "bedrock"):
-            raise DeploySettingsError(f"model_provider must be 'offline' or 'bedrock', not {self.model_provider!r}")
+        if self.model_provider not in ("offline", "bedrock", "simulated"):
+            raise DeploySettingsError(f"model_provider must be 'offline', 'bedrock' or 'simulated' (the strict simulated "
+                                      f"Bedrock, tests and demos only), not {self.model_provider!r}")
+        if self.model_provider == "simulated" and self.profile.name == "prod":
+            raise DeploySettingsError("model_provider 'simulated' (the strict simulated Bedrock) is for demos and "
+                                      "tests only; never in the prod profile")
         if self.fault_spec is not None and self.profile.name == "prod":
             raise DeploySettingsError("fault_spec is for demos and tests only; never in the prod profile")
         self._check_tickets()

@@ -374,8 +374,8 @@ class ContractReviewStack(Stack):
             "ApiUrl": (self.job_api.url, "Job API base URL (HTTP API, IAM authorization; docs/openapi.yaml)"),
             "ProfileName": (self.settings.profile.name, "config profile this stack was built from"),
             "WorkerKind": (self.settings.worker_kind, "analysis worker: lambda or fargate"),
-            "ModelProvider": (self.settings.model_provider, "model provider: bedrock, or offline (the rule model)"),
-            "ModelId": (self.settings.model_id, "Bedrock model or inference profile id (used when ModelProvider "
+            OPTION_OUTPUTS["model_provider"]: (self.settings.model_provider, "model provider: bedrock, or offline (the rule model)"),
+            OPTION_OUTPUTS["model_id"]: (self.settings.model_id, "Bedrock model or inference profile id (used when ModelProvider "
                                                 "is bedrock; `review preflight` checks it)"),
             "AlarmTopicArn": (self.alarm_topic.topic.topic_arn, "SNS topic of the alarms that need a person now "
                                                                 "(subscribe your pager to it)"),
@@ -403,6 +403,10 @@ class ContractReviewStack(Stack):
         if self.settings.profile_overrides:  # the CLI's profile (its budget check, `review status`) matches the stack's
             outputs[PROFILE_OVERRIDES_OUTPUT] = (json.dumps(self.settings.profile_overrides, sort_keys=True),
                                                  "profile fields this deploy changed (-c)")
+        if self.settings.model_fallbacks:  # the CLI's chain (`review model use` refuses a model the deploy does not grant)
+            outputs[OPTION_OUTPUTS["model_fallbacks"]] = (",".join(self.settings.model_fallbacks),
+                                                          "the other models the workers may call (-c model_fallbacks): "
+                                                          "a job falls back to them in this order")
         if self.model_profile is not None:
             outputs["ModelProfileArn"] = (self.model_profile.arn, "the application inference profile the workers call "
                                           "the model through (tagged review-stack for cost; infra/inference.py)")

@@ -290,9 +290,23 @@ def _offline_model(settings: Settings) -> ModelClient:
     return OfflineRuleModel(SimulatedPromptCache(spec.throttle_state_dir, ttl_s=spec.cache_ttl_s))
 
 
+def _simulated_model(settings: Settings) -> ModelClient:
+    """The real Bedrock client of the catalogued model, on the strict simulated Bedrock (doubles/bedrock_runtime.py: a
+    request the model would reject fails with its 400; a revoked model answers 403), answered by the offline rule
+    model. The local stack and tests only (infra refuses the provider in prod)."""
+    from contract_review.doubles.bedrock_runtime import RevokedFile, StrictBedrock
+    from contract_review.doubles.spec import FaultSpec
+
+    spec = FaultSpec.model_validate_json(settings.fault_spec) if settings.fault_spec else FaultSpec()
+    revoked = RevokedFile(spec.revoked_file) if spec.revoked_file else None
+    return StrictBedrock(_offline_model(settings), revoked).client(settings.effective_model_id)
+
+
 def build_model(settings: Settings, session: Any) -> ModelClient:
     model: ModelClient
-    if settings.model_provider == "bedrock":
+    if settings.model_provider == "simulated":
+        model = _simulated_model(settings)
+    elif settings.model_provider == "bedrock":
         model = bedrock_model(bedrock_runtime_client(session, settings.model_call_timeout_s,
                                                      settings.profile.review.analyst_concurrency),
                               settings.effective_model_id,

@@ -12,7 +12,7 @@ from typing import Any
 import click
 from botocore.exceptions import BotoCoreError, ClientError
 
-from . import dlq, jobs, quota, stack, submit
+from . import dlq, jobs, model, quota, stack, submit
 from .context import Ctx
 
 __all__ = ["Ctx", "cli", "main"]
@@ -41,7 +41,7 @@ def cli(ctx: click.Context, stack: str | None, region: str | None) -> None:
         ctx.obj = Ctx(stack, region)
 
 
-for _command in (*stack.COMMANDS, *submit.COMMANDS, *jobs.COMMANDS, *quota.COMMANDS, *dlq.COMMANDS):
+for _command in (*stack.COMMANDS, *submit.COMMANDS, *jobs.COMMANDS, *quota.COMMANDS, *model.COMMANDS, *dlq.COMMANDS):
     cli.add_command(_command)
 
 

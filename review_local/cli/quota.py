@@ -44,8 +44,8 @@ def _show_control(control: ModelControl, deps: Deps) -> None:
         say("batch lane: on")
 
 
-def _control(obj: Ctx, act: Callable[[Deps], T]) -> T:
-    """A quota command's call into the core; its refusals as one line (no control table; a write that kept losing
+def control_call(obj: Ctx, act: Callable[[Deps], T]) -> T:
+    """A control command's call into the core (`review quota`, `review model`); its refusals as one line (no control table; a write that kept losing
     its compare-and-set: control.contended)."""
     try:
         return act(obj.deps)
@@ -56,7 +56,7 @@ def _control(obj: Ctx, act: Callable[[Deps], T]) -> T:
 
 
 def _change(obj: Ctx, **change: Any) -> None:
-    control = _control(obj, lambda deps: model_control.quota_change(deps, "cli", **change))
+    control = control_call(obj, lambda deps: model_control.quota_change(deps, "cli", **change))
     _show_control(control, obj.deps)
 
 
@@ -66,7 +66,7 @@ def _change(obj: Ctx, **change: Any) -> None:
 @click.pass_obj
 def quota_show(obj: Ctx, as_json: bool) -> None:
     """Whether the model is paused, the quota the workers pace to, and the models whose batch lane is off (why)."""
-    control = _control(obj, model_control.quota_show)
+    control = control_call(obj, model_control.quota_show)
     if as_json:
         click.echo(control.model_dump_json(indent=2))
         return
@@ -85,10 +85,10 @@ def quota_batch(obj: Ctx, turn_on: bool, model_id: str | None) -> None:
     collector submit batch jobs for it again; its `inference: batch` jobs go to the batch lane from then on. Without
     `--on`: what `review quota show` says."""
     if not turn_on:
-        _show_control(_control(obj, model_control.quota_show), obj.deps)
+        _show_control(control_call(obj, model_control.quota_show), obj.deps)
         return
     model = model_id or obj.deps.settings.effective_model_id
-    control, removed = _control(obj, lambda deps: model_control.batch_lane_on(deps, model))
+    control, removed = control_call(obj, lambda deps: model_control.batch_lane_on(deps, model))
     if removed is None:
         off = ", ".join(sorted(control.batch_off)) or "none"
         say(f"the batch lane of {model} is not off; nothing changed (lanes off: {off})")

@@ -254,6 +254,15 @@ class FakeJobs:
         return True
 
     @_atomic
+    def switch_model(self, job_id: str, from_model: str, to_model: str) -> bool:
+        job = self.items.get(job_id)
+        if job is None or job.model_id != from_model:
+            return False
+        self.items[job_id] = job.model_copy(
+            update={"model_id": to_model, "earlier_models": [*job.earlier_models, from_model]}, deep=True)
+        return True
+
+    @_atomic
     def mark_on_demand(self, job_id: str) -> bool:
         job = self.items.get(job_id)
         if job is None or job.on_demand_since is not None:

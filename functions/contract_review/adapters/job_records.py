@@ -125,6 +125,15 @@ class DynamoJobRecords(JobTables):
                                    ExpressionAttributeNames={"#d": "on_demand_since"},
                                    ExpressionAttributeValues=serialize({":now": self.clock()})) is not None
 
+    def switch_model(self, job_id: str, from_model: str, to_model: str) -> bool:
+        return self.jobs.update_if(
+            {"job_id": job_id},
+            UpdateExpression="SET #m = :to, #e = list_append(if_not_exists(#e, :none), :from)",
+            ConditionExpression="attribute_exists(job_id) AND #m = :was",
+            ExpressionAttributeNames={"#m": "model_id", "#e": "earlier_models"},
+            ExpressionAttributeValues=serialize({":to": to_model, ":was": from_model, ":from": [from_model],
+                                                 ":none": []})) is not None
+
     def record_side_effect(self, job_id: str, effect: SideEffectDone) -> Job | None:
         """Read, replace the step's entry, write back conditional on the list's own revision
         (`side_effects_rev`, not the job's `version`): concurrent writers retry, none is lost."""

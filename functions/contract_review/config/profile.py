@@ -258,6 +258,10 @@ class QuotaConfig(BaseModel):
     daily_ledger_max_age_s: float = Field(60.0, ge=0)
     daily_ledger_flush_s: float = Field(60.0, ge=0)
     daily_ledger_bucket_s: float = Field(3600.0, gt=0)
+    # A job held this long by its model's own daily token quota moves to the next model of the deploy's fallback
+    # chain (`-c model_fallbacks`; pipeline/fallback.py), if it has one; None: it waits for the quota. Only the
+    # model's own quota: the account's quota across models is one no fallback escapes.
+    fallback_after_daily_hold_s: float | None = Field(3600.0, gt=0)
 
 
 class SideEffectsConfig(BaseModel):
@@ -525,6 +529,7 @@ PROFILES: dict[str, Profile] = {
         model_control_max_age_s=1.0,  # a `review quota pause` on the local stack takes effect within a second
         daily_ledger_max_age_s=1.0,  # the local stack's workers see a full daily token ledger within a second
         daily_ledger_flush_s=1.0,
+        fallback_after_daily_hold_s=5.0,  # a local job held by its model's daily quota falls back within seconds
         ticket_read_timeout_s=1.0,  # the local ticket fake holds a "timeout after write" answer for seconds
         ticket_secret_max_age_s=1,  # a credential rotated in the local secret is read within a second
         # the same limits as prod, wider: the local stack's soak and bench submit hundreds of documents at once

@@ -96,7 +96,8 @@ OPTION_ENV = {
 # URL only on a local stack (review_local/stack.py adds it to the outputs it writes into .review/local.json).
 OPTION_OUTPUTS = {"queue_uploads_prefix": "QueueUploadsPrefix", "ticket_url": "TicketUrl",
                   "ticket_secret_arn": "TicketSecretArn", "batch_role_arn": "BatchRoleArn",
-                  "batch_endpoint_url": "BatchEndpointUrl"}
+                  "batch_endpoint_url": "BatchEndpointUrl", "model_provider": "ModelProvider",
+                  "model_id": "ModelId", "model_fallbacks": "ModelFallbacks"}
 
 
 def ticket_url_problem(url: str) -> str | None:
@@ -167,7 +168,9 @@ class Settings(BaseModel):
     # The tokens-per-minute quota the workers pace to (`-c model_tpm=N`); None: the profile's, else the model's
     # quota as Service Quotas names it, as the sweeper publishes it (model/quota_targets.py).
     model_tpm: float | None = None
-    model_provider: Literal["offline", "bedrock"] = "offline"
+    # offline: the rule model; bedrock: Bedrock; simulated: the strict simulated Bedrock (doubles/bedrock_runtime.py)
+    # answering as the rule model under the catalogued `model_id` (local stack and tests only: infra refuses it in prod)
+    model_provider: Literal["offline", "bedrock", "simulated"] = "offline"
     model_id: str = ""
     # MODEL_INVOKE_ID: what the workers send as `modelId`, the stack's application inference profile's ARN (tagged for
     # cost: infra/inference.py); empty: model_id itself. The model id stays the key for prices, traits and quotas.
@@ -210,6 +213,14 @@ class Settings(BaseModel):
     def grants(self, model_id: str) -> bool:
         """Whether this deploy may call `model_id`: its own model or one of its fallbacks (the offline model: any)."""
         return self.model_provider == "offline" or model_id in (self.effective_model_id, *self.model_fallbacks)
+
+    @property
+    def model_chain(self) -> tuple[str, ...]:
+        """The models this deploy calls, in the order a job falls back through them (pipeline/fallback.py): its model,
+        then `-c model_fallbacks` (the offline model: itself only)."""
+        if self.model_provider == "offline":
+            return (OFFLINE_MODEL_ID,)
+        return tuple(dict.fromkeys((self.effective_model_id, *self.model_fallbacks)))
 
     @property
     def effective_model_id(self) -> str:

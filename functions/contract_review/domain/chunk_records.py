@@ -51,6 +51,7 @@ class ChunkOutcome(_Record):
     findings_key: str
     coverage: dict[str, str]  # analyst -> ok | refused | failed
     n_findings: int
+    models: dict[str, str] = Field(default_factory=dict)  # analyst -> the model its answer came from
 
 
 class ChunkRecord(Usage):
@@ -81,6 +82,7 @@ class ChunkRecord(Usage):
     findings_key: str | None = None
     coverage: dict[str, str] = Field(default_factory=dict)
     n_findings: int = 0
+    models: dict[str, str] = Field(default_factory=dict)  # analyst -> the model its answer came from (done chunks)
     redriven: int = 0
     redriven_at: float = 0.0
     expires_at: int = 0

@@ -49,6 +49,9 @@ class ModelControl(_Record):
     # operator lifted the cap for (`review quota resume --override-cap`: no hold, and admissions uncapped, that day)
     spend_hold: SpendHold | None = None
     cap_override_day: int | None = None
+    # the model an operator moved the stack's calls to (`review model use ID`; None: the deploy's): new jobs are
+    # taken in on it, and each job in flight moves to it at its next chunk (`job.model_switched`, by the operator)
+    model_override: str | None = None
 
     def spend_held(self, day: int) -> SpendHold | None:
         """The spend-cap hold in force on UTC `day`: set for that day and not lifted by an operator."""

@@ -86,6 +86,12 @@ _CODES = [
               "Redeploy with `-c model_fallbacks=<the job's model id>` (the message names it) to let the job finish on "
               "its model, then `review retry JOB`: its finished chunks and checkpoints are kept. Or cancel it and "
               "submit the document again, to review it on the new model.", job_fatal=True),
+    ErrorCode("model.not_catalogued", ErrorClass.PERMANENT,
+              "A model id with no row in the model catalogue (functions/contract_review/config/catalogue.py; "
+              "docs/models.md): its API, request rules, quota burndown and price are unknown. Refused before anything "
+              "is written: by `review model use` (and by a synth with `-c model_id` / `-c model_fallbacks`).",
+              "Use a catalogued id (the message lists them; an inference-profile prefix such as `global.` is "
+              "accepted), or add the model's row to the catalogue."),
     ErrorCode("model.request_invalid", ErrorClass.PERMANENT,
               "The provider rejected the request (HTTP 400 ValidationException).",
               "A bug or an input the model cannot take; the chunk fails permanently and the job ends `failed` "
@@ -111,6 +117,15 @@ _CODES = [
               "dead-lettered for the hold) and goes on at 00:00 UTC. To go on today: `review quota resume "
               "--override-cap` (lifts the cap for the rest of the UTC day); to change the cap: `npx cdk deploy "
               "-c daily_spend_cap_usd=<usd>` (docs/cost.md \"The stack's daily spend cap\")."),
+    ErrorCode("model.switched", ErrorClass.STATE,
+              "The job moved to the next model of the deploy's fallback chain (`-c model_fallbacks`; "
+              "pipeline/fallback.py): its model was refused as unavailable (model.access_denied, model.not_found, "
+              "model.id_rejected: access revoked, suspended, retired; decided from those codes, never the message), "
+              "or held by its own daily token quota longer than fallback_after_daily_hold_s; or an operator switched "
+              "the stack's model (`review model use ID`). The job records `job.model_switched` with the reason.",
+              "Nothing: the chunk is requeued at once and goes on with the next model; the checkpoints its analysts "
+              "made on the earlier model are kept (nothing runs or is billed twice). `review status JOB` names the "
+              "models; `review model use ID` / `review model reset` set the model by hand."),
     ErrorCode("model.daily_quota_exhausted", ErrorClass.STATE,
               "The model's daily token quota (Service Quotas: \"Model invocation max tokens per day for <model>\"; "
               "or the profile's model_tokens_per_day) is at least daily_quota_threshold (prod 98 %) used over the "

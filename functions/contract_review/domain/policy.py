@@ -70,6 +70,7 @@ class Recovery:
     bounded: bool = True  # backpressure for this cause ends at the backpressure deadline (False: a hold, which waits
     # for an operator or a quota and is released as `held`, outside the chunk's backpressure streak)
     again: bool = False  # tried again later outside the worker's tiers: by its caller, the sweeper, the collector
+    falls_back: bool = False  # the model is unavailable to this account: a job moves to its deploy's next model
 
     @property
     def retryable(self) -> bool:
@@ -90,14 +91,16 @@ POLICY: dict[str, Recovery] = {
     "model.timeout": Recovery(M, FAIL, trips_breaker=True),
     "model.output_invalid": Recovery(None, PERM),  # one repair attempt (semantic), then permanent for the analyst
     "model.refused": Recovery(None, PERM),
-    "model.access_denied": Recovery(None, PERM),
-    "model.not_found": Recovery(None, PERM),
-    "model.id_rejected": Recovery(None, PERM),
+    "model.access_denied": Recovery(None, PERM, falls_back=True),
+    "model.not_found": Recovery(None, PERM, falls_back=True),
+    "model.id_rejected": Recovery(None, PERM, falls_back=True),
     "model.not_granted": Recovery(None, PERM),
+    "model.not_catalogued": Recovery(None, NONE),  # refused before anything is written (`review model use`)
     "model.request_invalid": Recovery(None, PERM),
     "model.circuit_open": Recovery(None, BP),
     "model.paused": Recovery(None, BP, bounded=False),
     "model.spend_capped": Recovery(None, BP, bounded=False),  # held until 00:00 UTC or an operator's override
+    "model.switched": Recovery(None, BP, bounded=False),  # requeued at once on the job's next model
     "model.daily_quota_exhausted": Recovery(None, BP, bounded=False),  # held until the hourly probe succeeds
     "control.contended": Recovery(None, NONE, again=True),  # an answer to the writer (the CLI, the collector): write again
     "batch.request_invalid": Recovery(None, NONE),  # refused before anything is submitted
@@ -227,6 +230,11 @@ def slows_model_quota(code: str) -> bool:
     return POLICY[code].slows is Quota.MODEL
 
 
+def falls_back(env: Coded) -> bool:
+    """The model is unavailable to this account (the code's row, or its cause's): a job moves to its next model."""
+    return POLICY[env.error_code].falls_back or (env.cause_code is not None and POLICY[env.cause_code].falls_back)
+
+
 def _cell(value: object) -> str:
     return "-" if value is None or value is False else ("yes" if value is True else str(value))
 
@@ -269,16 +277,19 @@ def render_markdown(profile: Profile, registry: Mapping[str, CodeDoc]) -> str:
         + f"; `botocore` {BOTOCORE_ATTEMPTS} attempts in botocore's standard retry mode (its own backoff). "
         "Handling: what a chunk attempt ending with the code does (backpressure: requeued, no failure counted; "
         "handoff: requeued, a failure only after errors with nothing checkpointed; failure: tier 2, then the "
-        "DLQ; permanent: fails at once; stop: the work is someone else's; none: not a chunk outcome).",
+        "DLQ; permanent: fails at once; stop: the work is someone else's; none: not a chunk outcome). Falls back: "
+        "the model is unavailable, and a job whose deploy has a next model in its fallback chain "
+        "(`-c model_fallbacks`) moves to it (`model.switched`) instead.",
         "",
-        "| code | class | retryable | tier 1 | handling | trips breaker | slows quota | job-fatal | cause | recovery |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "| code | class | retryable | tier 1 | handling | trips breaker | slows quota | falls back | job-fatal | cause | "
+        "recovery |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for code, spec in registry.items():
         r = POLICY[code]
         lines.append(
             f"| `{code}` | {spec.cls.value} | {_cell(spec.retryable)} | {_cell(r.tier1 and r.tier1.value)} | "
-            f"{r.handling.value} | {_cell(r.trips_breaker)} | {_cell(r.slows and r.slows.value)} | "
+            f"{r.handling.value} | {_cell(r.trips_breaker)} | {_cell(r.slows and r.slows.value)} | {_cell(r.falls_back)} | "
             f"{_cell(spec.job_fatal)} | {spec.cause} | {spec.recovery} |"
         )
     return "\n".join(lines) + "\n"

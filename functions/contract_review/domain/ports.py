@@ -236,6 +236,11 @@ class JobRecords(Protocol):
         """A batch-mode job's first chunk taken on demand: `on_demand_since` set to now, once (kept when set
         already); without touching the job's `version`. True when this call set it."""
 
+    def switch_model(self, job_id: str, from_model: str, to_model: str) -> bool:
+        """The job's calls go to `to_model` from now on (pipeline/fallback.py): its `model_id` set to it and
+        `from_model` appended to its `earlier_models`, only while its model is still `from_model` (two workers that
+        see the same refusal switch it once); without touching the job's `version`. True when this call switched it."""
+
     def record_side_effect(self, job_id: str, effect: SideEffectDone) -> Job | None:
         """Upsert the job's side effect of `effect.step` (replaced in place, appended when new), without
         touching the job's `version` (a transition made after it still holds); None when there is no job."""

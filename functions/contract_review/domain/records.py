@@ -375,7 +375,9 @@ class Job(Usage):
     # with no cursor (failed on its input, or taken in before fan-out in pages: everything was sent at once).
     fanned_out: int | None = None
     analyst_count: int = 0
-    model_id: str = ""
+    model_id: str = ""  # the model its calls go to: the one recorded at intake, or the one it fell back to
+    # the models it ran on before (pipeline/fallback.py), oldest first: checkpoints made under them are kept
+    earlier_models: list[str] = Field(default_factory=list)
     model_provider: str = ""
     prompt_version: str = ""
     config_hash: str = ""  # the job's analysis identity, over its analysts' (analysts.py job_config_hash): reporting

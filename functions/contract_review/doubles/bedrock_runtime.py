@@ -9,6 +9,8 @@ real model rejects fails here as it does there, with HTTP 400 `ValidationExcepti
 - a Messages body whose `anthropic_version` is not the model's; a Converse call to a model the catalogue sends
   through the Messages body only;
 - an uncatalogued model id (`STRICTEST`: nothing is known that would let it through).
+A model made unavailable (`revoked`: its access revoked, suspended, retired) answers every request with HTTP 403
+`AccessDeniedException`, as Bedrock answers a model this account may no longer invoke.
 The others are answered by the offline rule model (doubles/offline_model.py), which reads the port's request: the
 client this module hands out (`StrictBedrock.client`) passes it alongside the body it built, so every body the
 real client builds is checked, and the answer goes back through the real client's response parsing.
@@ -19,6 +21,7 @@ from __future__ import annotations
 import json
 import threading
 from io import BytesIO
+from pathlib import Path
 from typing import Any
 
 from botocore.exceptions import ClientError
@@ -29,6 +32,24 @@ from contract_review.domain.model import ModelClient, ModelRequest, ModelRespons
 from contract_review.model.bedrock import TOOL_NAME, BedrockModel, bedrock_model
 
 _FORCED = ("tool", "any")
+
+
+class RevokedFile:
+    """The model ids revoked, as listed in a file (one a line), read at each call: every process of a local stack sees
+    a model revoked from the moment it is written there (FaultSpec.revoked_file)."""
+
+    def __init__(self, path: str):
+        self.path = Path(path)
+
+    def __contains__(self, model_id: object) -> bool:
+        try:
+            return model_id in self.path.read_text().split()
+        except FileNotFoundError:
+            return False
+
+    def add(self, model_id: str) -> None:
+        with self.path.open("a") as f:
+            f.write(model_id + "\n")
 Body = dict[str, Any]  # a request or response body, as boto3 passes it
 
 
@@ -62,21 +83,24 @@ def rejection(row: ModelRow, api: str, body: Body) -> str | None:
     return None
 
 
-def _refused(operation: str, reason: str) -> ClientError:
-    """Bedrock's answer to a request the model rejects: HTTP 400, ValidationException."""
-    return ClientError({"Error": {"Code": "ValidationException", "Message": reason},
-                        "ResponseMetadata": {"RequestId": "strict-stand-in", "HostId": "", "HTTPStatusCode": 400,
+def _refused(operation: str, reason: str, code: str = "ValidationException", status: int = 400) -> ClientError:
+    """Bedrock's answer to a request the model rejects: HTTP 400, ValidationException (or `code`, `status`)."""
+    return ClientError({"Error": {"Code": code, "Message": reason},
+                        "ResponseMetadata": {"RequestId": "strict-stand-in", "HostId": "", "HTTPStatusCode": status,
                                              "HTTPHeaders": {}, "RetryAttempts": 0}}, operation)
 
 
 class StrictBedrock:
     """bedrock-runtime's two operations, strict about each model's request rules, answering with `answer` (the offline
-    rule model). `refused` counts the requests refused (by reason), `answered` those answered."""
+    rule model). `refused` counts the requests refused (by reason), `answered` those answered (`answered_by`: per
+    model id). A model id in `revoked` is one this account may no longer invoke (HTTP 403)."""
 
-    def __init__(self, answer: ModelClient):
+    def __init__(self, answer: ModelClient, revoked: set[str] | RevokedFile | None = None):
         self.answer = answer
         self.refused: list[str] = []
         self.answered = 0
+        self.answered_by: dict[str, int] = {}
+        self.revoked: set[str] | RevokedFile = revoked if revoked is not None else set()
         self._request = threading.local()
 
     def client(self, model_id: str) -> ModelClient:
@@ -103,12 +127,17 @@ class StrictBedrock:
         return {"body": StreamingBody(BytesIO(raw), len(raw)), "contentType": "application/json"}
 
     def _answered(self, model_id: str, api: str, operation: str, body: Body) -> ModelResponse:
+        if model_id in self.revoked:
+            self.refused.append(f"{model_id}: access revoked")
+            raise _refused(operation, "You don't have access to the model with the specified model ID.",
+                           "AccessDeniedException", 403)
         reason = rejection(row_for(model_id), api, body)
         if reason is not None:
             self.refused.append(reason)
             raise _refused(operation, reason)
         request: ModelRequest = self._request.current
         self.answered += 1
+        self.answered_by[model_id] = self.answered_by.get(model_id, 0) + 1
         return self.answer.invoke(request)
 
 

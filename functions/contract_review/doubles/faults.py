@@ -356,6 +356,7 @@ class CallLedger:
             raise
         finally:
             line = json.dumps({"chunk_id": request.chunk_id, "analyst": request.analyst, "step": request.step,
+                               "model_id": self.model_id,
                                "outcome": outcome, "pid": os.getpid(), "started_at": started_at, "at": time.time(),
                                **tokens})
             with open(self.path, "a") as fh:

@@ -65,6 +65,9 @@ class FaultSpec(BaseModel):
     # applied around the fault-injecting model: the simulated Bedrock counts and caches what it sends. None: none.
     model_wrapper: str | None = None
     switch_file: str | None = None  # faults apply only while this file exists (when set)
+    # the strict simulated Bedrock (model provider `simulated`): the model ids listed in this file (one a line) are
+    # revoked (access withdrawn, suspended): every call to them is answered 403 AccessDeniedException
+    revoked_file: str | None = None
     call_log: str | None = None  # append one JSON line per model call (tests count calls)
 
     def wrap(self, model: ModelClient) -> ModelClient:

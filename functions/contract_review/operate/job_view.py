@@ -97,6 +97,10 @@ class JobView(BaseModel):
     model_id: str
     prompt_version: str
     recent_events: list[EventLine]
+    # the models it ran on before `model_id` (it fell back, or an operator switched the stack: pipeline/fallback.py),
+    # and per analyst the models its settled chunks' answers came from (model -> chunks)
+    earlier_models: list[str] = Field(default_factory=list)
+    analyst_models: dict[str, dict[str, int]] = Field(default_factory=dict)
     answers: Answers
     # the model's circuit breaker as this job met it (breaker.py): "closed" or how its chunks waited for it
     model_circuit: str = "closed"
@@ -249,7 +253,7 @@ def view_of(deps: Deps, job: Job, brief: bool = False) -> JobView:
     last_cp = max((c.settled_at or 0.0 for c in chunks if c.status is ChunkStatus.DONE), default=None)
     dead = [c for c in chunks if c.status in (ChunkStatus.DEAD_LETTERED, ChunkStatus.FAILED)]
     # mandatory gaps from the chunk records: the job item holds only a bounded sample
-    gaps = coverage_of(job.analyst_count, [c for c in chunks if c.settled]).mandatory_gaps if chunks else []
+    coverage = coverage_of(job.analyst_count, [c for c in chunks if c.settled]) if chunks else None
     steps = progress_of(job, events[-1] if events else None)
     control = not brief and not job.terminal  # the runtime control is read for an open job's full view only
     return JobView(
@@ -258,9 +262,10 @@ def view_of(deps: Deps, job: Job, brief: bool = False) -> JobView:
         error_code=job.error_code, error=job.error,
         missing_chunks=[MissingChunkView(chunk_id=c.chunk_id, chunk_index=c.chunk_index, status=c.status,
                                          error_code=c.last_error.error_code if c.last_error else None) for c in dead],
-        mandatory_gaps=gaps, reliability=job.reliability or Reliability.of(chunks),
+        mandatory_gaps=coverage.mandatory_gaps if coverage else [], reliability=job.reliability or Reliability.of(chunks),
         report={"json": job.report_json_key, "markdown": job.report_md_key},
         created_at=job.created_at, ended_at=job.ended_at, model_id=job.model_id, prompt_version=job.prompt_version,
+        earlier_models=list(job.earlier_models), analyst_models=coverage.models if coverage else {},
         recent_events=[_event_line(e) for e in events[-RECENT_EVENTS:]], answers=_answers(job, by_status, last_cp, dead),
         model_circuit=model_circuit(events, deps.clock(), deps.settings.profile.quota.breaker_open_s),
         cost=cost_line(job), usage=job.usage(), budget_micro_usd=job.budget_micro_usd,
@@ -404,6 +409,17 @@ def chunk_counts(view: JobView) -> str:
     never = c["total"] - sum(n for k, n in c.items() if k not in ("total", "settled"))
     kinds += [f"{never} never started"] if never > 0 else []
     return f"{c['settled']} of {c['total']} chunks settled" + (f"; its chunks: {', '.join(kinds)}" if kinds else "")
+
+
+def model_words(view: JobView) -> str:
+    """The job's model; when it ran on more than one (it fell back, or an operator switched the stack's model), each
+    in turn and the models each analyst's answers came from, in chunks."""
+    if not view.earlier_models:
+        return view.model_id
+    by_analyst = "; ".join(f"{a}: " + ", ".join(f"{m} {n}" for m, n in by.items())
+                           for a, by in view.analyst_models.items())
+    return f"{view.model_id} (ran on {' then '.join([*view.earlier_models, view.model_id])}; answers by analyst, " \
+           f"in chunks: {by_analyst or 'none settled yet'})"
 
 
 def other_gaps(view: JobView) -> list[CoverageGap]:

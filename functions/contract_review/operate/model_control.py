@@ -4,8 +4,10 @@ model call now, in words (`model_hold`)."""
 
 from __future__ import annotations
 
+from contract_review.config.catalogue import refused_id
 from contract_review.domain import spend_cap
 from contract_review.domain.control_records import BatchLaneOff, ModelControl
+from contract_review.domain.errors import ReviewError
 from contract_review.domain.ports import Deps, ModelControls
 
 
@@ -56,6 +58,33 @@ def batch_lane_on(deps: Deps, model_id: str) -> tuple[ModelControl, BatchLaneOff
     written = _controls(deps).update(change)
     return written, removed[0] if removed else None
 
+
+
+def model_use(deps: Deps, by: str, model_id: str) -> ModelControl:
+    """`review model use ID`: the stack's model calls go to `model_id` from now on, without a redeploy: new jobs are
+    taken in on it, and each job in flight moves to it at its next chunk (pipeline/fallback.py `follow_operator`,
+    within the profile's model_control_max_age_s). Refused, with nothing written, for a model with no catalogue row
+    (`model.not_catalogued`) or one this deploy does not grant (`model.not_granted`: the workers' role may not call
+    it)."""
+    refused = refused_id(model_id)
+    if refused is not None:
+        raise ReviewError.of("model.not_catalogued", refused)
+    s = deps.settings
+    if not s.grants(model_id) or s.model_provider == "offline":
+        raise ReviewError.of("model.not_granted", f"this deploy calls {', '.join(s.model_chain)} only (-c model_id, "
+                             f"-c model_fallbacks): redeploy with -c model_fallbacks={model_id} to switch to it")
+    return _set_model(deps, by, model_id)
+
+
+def model_reset(deps: Deps, by: str) -> ModelControl:
+    """`review model reset`: new jobs are taken in on the deploy's model again. A job that moved to the operator's
+    model stays on it (a job never switches back by itself; `review model use ID` moves them all)."""
+    return _set_model(deps, by, None)
+
+
+def _set_model(deps: Deps, by: str, model_id: str | None) -> ModelControl:
+    at = deps.clock()
+    return _controls(deps).update(lambda now: now.model_copy(update={"model_override": model_id, "by": by, "at": at}))
 
 
 def paused(deps: Deps) -> bool:

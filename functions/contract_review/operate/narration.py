@@ -106,7 +106,7 @@ def analysts_done(detail: Mapping[str, object]) -> str:
 _LABELLED = {"analyst.done", "model.retry", "chunk.retry", "chunk.settled", "chunk.requeued", "chunk.cancelled",
              "chunk.deferred", "job.fanned_out", "job.waiting_quota", "job.waiting_ended", "job.cancelled",
              "chunk.awaiting_batch", "batch.submitted", "batch.returned", "batch.on_demand", "job.batch_declined",
-             "batch.resent", "batch.refused", "batch.unavailable", "batch.stopped", "batch.unused"}
+             "batch.resent", "batch.refused", "batch.unavailable", "batch.stopped", "batch.unused", "job.model_switched"}
 
 
 def event_label(e: JobEvent) -> str:
@@ -128,6 +128,8 @@ def event_label(e: JobEvent) -> str:
         "job.fanned_out": lambda: f"chunks {d.get('fanned_out')}/{d.get('total')} sent",
         "job.waiting_quota": lambda: str(d.get("detail") or "waiting for the model's daily token quota"),
         "job.waiting_ended": lambda: "no longer waiting for the model's daily token quota",
+        "job.model_switched": lambda: f"model switched: {d.get('from_model')} -> {d.get('to_model')} "
+                                      f"({d.get('reason')}); the checkpoints made before are kept",
         "job.cancelled": lambda: _cancelled_label(d),
         "chunk.awaiting_batch": lambda: f"{chunk}: {d.get('records')} request(s) wait for a batch job",
         "batch.submitted": lambda: f"batch job submitted: {d.get('records')} of its {d.get('batch_records')} "

@@ -144,15 +144,18 @@ def check_principal(deps: Deps, principal: str, key: str | None, sha: str | None
 
 # ------------------------------------------------------------------------------ the budget, before any call
 def estimate(settings: Settings, text: str, chunks: Sequence[Chunk] | None = None) -> Usage:
-    """What reviewing `text` is expected to cost on the stack's model (cost.estimate_document): its chunks as
-    intake cuts them (`chunks`, when the caller has cut them already), each one's cached prefix as the analysts
-    send it."""
-    model_id = settings.effective_model_id
+    """What reviewing `text` is expected to cost (cost.estimate_document) on the dearest model of the deploy's chain
+    (`Settings.model_chain`: a job may fall back to any of them, so a budget admitted at a cheaper model's price
+    cannot be overrun by a fallback): its chunks as intake cuts them (`chunks`, when the caller has cut them
+    already), each one's cached prefix as the analysts send it."""
     spec = analysts_for(1)[0]
     cut = chunks if chunks is not None else chunk_document(text, settings.profile.review)
-    prefixes = [prefix_tokens(model_id, build_request(spec, "locate", c, None, None)) for c in cut]
-    return cost.estimate_document(settings.profile.prices, model_id, prefixes, CALLS_PER_CHUNK,
-                                  traits_for(model_id).min_cache_tokens)
+
+    def on(model_id: str) -> Usage:
+        prefixes = [prefix_tokens(model_id, build_request(spec, "locate", c, None, None)) for c in cut]
+        return cost.estimate_document(settings.profile.prices, model_id, prefixes, CALLS_PER_CHUNK,
+                                      traits_for(model_id).min_cache_tokens)
+    return max((on(m) for m in settings.model_chain), key=lambda u: u.model_micro_usd)
 
 
 def effective_budget(settings: Settings, budget_usd: float | None) -> float | None:

@@ -156,12 +156,14 @@ class AnalystRunner:
         chunk = Chunk(index=msg.chunk_index, chunk_id=msg.chunk_id, start=msg.start, end=msg.end, text=msg.text)
         saved = self.deps.claims.checkpoints(record)
         specs = analysts_for(job.analyst_count or self.deps.settings.profile.review.analyst_count)
-        # per analyst: what its checkpoint must match, under the model it runs on (the job's)
+        # per analyst: what its checkpoint must match, under the model it runs on (the job's), or under a model the
+        # job ran on before it fell back (pipeline/fallback.py: what those analysts finished is kept)
         identities = analysis_identities(self.deps.settings, specs, self.model.model_id)
+        earlier = [analysis_identities(self.deps.settings, specs, m) for m in job.earlier_models]
         outputs: dict[str, AnalystOutput] = {}
         todo: list[AnalystSpec] = []
         for spec in specs:
-            loaded = self._load(msg, job, spec, saved, identities[spec.name])
+            loaded = self._load(msg, job, spec, saved, identities[spec.name], {e[spec.name] for e in earlier})
             if loaded is not None:
                 outputs[spec.name] = loaded
             else:
@@ -190,7 +192,7 @@ class AnalystRunner:
                 if ended_by is None:
                     raise
                 out = ended_by
-            ended.append((spec.name, out))
+            ended.append((spec.name, self._answered(out)))
         if ended and not self._commit(msg, fence, identities, ended):
             raise LeaseLost("checkpoint write rejected by fencing token")
         outputs.update(ended)
@@ -232,12 +234,16 @@ class AnalystRunner:
         with self._stats_lock:
             self._in_flight.append(retrier.stats)
         try:
-            out = self._run_one(spec, chunk, retrier)
+            out = self._answered(self._run_one(spec, chunk, retrier))
         finally:
             self._add_stats(retrier.stats)
         if not commits.commit((spec.name, out)):
             raise LeaseLost("checkpoint write rejected by fencing token")
         return out
+
+    def _answered(self, out: AnalystOutput) -> AnalystOutput:
+        """The output as checkpointed: with the model that answered it (the report names each analyst's)."""
+        return out.model_copy(update={"model_id": self.model.model_id})
 
     def _commit(self, msg: AnalysisMessage, fence: int, identities: dict[str, str],
                 batch: list[tuple[str, AnalystOutput]]) -> bool:
@@ -282,13 +288,14 @@ class AnalystRunner:
         return attempt_stats(now)
 
     def _load(self, msg: AnalysisMessage, job: Job, spec: AnalystSpec, saved: dict[str, Checkpoint],
-              identity: str) -> AnalystOutput | None:
+              identity: str, earlier: set[str]) -> AnalystOutput | None:
         """This analyst's committed checkpoint, if it was made under its current identity (analysts.py: its
-        requests, categories and schemas, the model); else `checkpoint.stale` names the analyst, which re-runs."""
+        requests, categories and schemas, the model) or its identity under a model the job ran on before (`earlier`);
+        else `checkpoint.stale` names the analyst, which re-runs."""
         cp = saved.get(spec.name)
         if cp is None:
             return None
-        if cp.config_hash != identity:
+        if cp.config_hash != identity and cp.config_hash not in earlier:
             self.deps.jobs.record_event(msg.job_id, "checkpoint.stale", chunk_id=msg.chunk_id, analyst=spec.name,
                                         checkpoint_hash=cp.config_hash, current_hash=identity,
                                         job_hash=job.config_hash)

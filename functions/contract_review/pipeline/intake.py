@@ -30,7 +30,7 @@ from contract_review.domain.keys import document_key
 from contract_review.domain.messages import InlineDocument, IntakeMessage, parse_intake
 from contract_review.domain.ports import Charge, Deps, Queue
 from contract_review.domain.records import Inference, Job, JobState, Priority, job_id_for
-from contract_review.pipeline import admission, batch_inference, fanout
+from contract_review.pipeline import admission, batch_inference, fallback, fanout
 from contract_review.pipeline.admission import check_budget, check_principal, document_text, effective_budget
 from contract_review.review.analysts import job_config_hash
 from contract_review.review.chunking import Chunk, chunk_document, document_hash
@@ -133,12 +133,13 @@ def handle_intake(deps: Deps, body: str, message_id: str = "") -> IntakeResult:
     budget = effective_budget(s, msg.budget_usd)  # its own, else the stack's default per-job budget
     now = deps.clock()
     inference, deadline_at = batch_lane(s.profile, msg, now)
+    model_id = fallback.intake_model(deps)  # the deploy's, or the one an operator switched the stack to
     job = Job(job_id=job_id, state=JobState.QUEUED, created_at=now, updated_at=now, idempotency_key=key,
               document_id=msg.document_id or "", document_key=document_key(job_id), document_chars=len(text),
               document_sha256=sha, metadata=msg.model_dump(mode="json")["metadata"], chunk_count=len(chunks),
-              fanned_out=0, analyst_count=s.profile.review.analyst_count, model_id=s.effective_model_id,
+              fanned_out=0, analyst_count=s.profile.review.analyst_count, model_id=model_id,
               model_provider=s.model_provider, prompt_version=s.profile.review.prompt_version,
-              config_hash=job_config_hash(s), source_message_id=message_id, principal=msg.principal,
+              config_hash=job_config_hash(s, model_id), source_message_id=message_id, principal=msg.principal,
               budget_micro_usd=micro_usd(Decimal(str(budget))) if budget is not None else None,
               estimate_micro_usd=estimate, priority=msg.priority or Priority.INTERACTIVE,
               inference=inference, deadline_at=deadline_at)

@@ -45,7 +45,7 @@ from contract_review.domain.ports import Deps, Queue
 from contract_review.domain.records import AttemptStats, ChunkStatus, Inference, Job, JobFailure, JobState
 from contract_review.model.daily_quota import DAILY_QUOTA_CODE
 from contract_review.model.onion import DailyQuotaModel, Layer, layer
-from contract_review.pipeline import batch_inference
+from contract_review.pipeline import batch_inference, fallback
 from contract_review.pipeline.analyst_runner import AnalystRunner, Delivery, Heartbeat, attempt_stats
 from contract_review.pipeline.priority import PriorityGate
 from contract_review.reliability.chunks import announce, dead_letter, requeue
@@ -191,6 +191,7 @@ class ChunkWorker:
         if not claim.won or claim.record is None:
             return self._not_claimed(claim.record)
         fence, record = claim.fence, claim.record
+        job = fallback.follow_operator(self.deps, job)  # `review model use`: the job's calls move with the stack's
         log_fields.bind(log_fields.of_job(job))  # what this attempt's log lines know from here on
         log_fields.bind(log_fields.job_fields(lease_deadline=record.claim_expires_at, checkpoint_version=fence))
         stats = RetryStats(meter=attempt_meter(self.s, counter, self.model_for(job).model_id))
@@ -260,6 +261,11 @@ class ChunkWorker:
         # the heartbeat has stopped: it can no longer overwrite the tier-2 backoff visibility
         if error is not None:
             log_fields.bind(log_fields.job_fields(error_code=error.error_code))
+            to = fallback.after_error(self.deps, job.model_copy(update={"model_id": model.model_id}), error)
+            if to is not None:  # its model is unavailable: on with the next of the chain, its checkpoints kept
+                outcome = self._switched(msg, fence, stats, error, to)
+                outcome.stats = stats
+                return outcome
         outcome = self._on_error(msg, fence, delivery, stats, error, progressed=bool(runner.committed)) if error \
             else self._await_batch(msg, fence, stats, waiting) if waiting else self._complete(msg, fence, stats, outputs)
         self._waiting(job, error, layer(model, DailyQuotaModel), progressed=bool(runner.committed))
@@ -310,7 +316,8 @@ class ChunkWorker:
         self.deps.artifacts.put_text(key, ChunkFindings(chunk_id=msg.chunk_id, chunk_index=msg.chunk_index,
                                                         findings=findings).model_dump_json())
         outcome = ChunkOutcome(findings_key=key, coverage={name: o.status for name, o in outputs.items()},
-                               n_findings=len(findings))
+                               n_findings=len(findings),
+                               models={name: o.model_id for name, o in outputs.items() if o.model_id})
         done = self.deps.claims.finish(msg.job_id, msg.chunk_id, fence, ChunkStatus.DONE, attempt_stats(stats),
                                        outcome=outcome)
         if done is None:
@@ -350,6 +357,14 @@ class ChunkWorker:
                 env = env.model_copy(update={"cause_code": decision.cause_code})
             return self._tier2(msg, fence, delivery, stats, env, (record.failures if record else 0) + 1, checkpointed)
         return self._requeue(msg, fence, stats, env, record, checkpointed, clean=decision.next is Next.REQUEUE_AT_ONCE)
+
+    def _switched(self, msg: AnalysisMessage, fence: int, stats: RetryStats, error: ErrorEnvelope,
+                  to: str) -> Outcome:
+        """The job moved to model `to` (pipeline/fallback.py): the chunk requeued at once to go on with it."""
+        env = ErrorEnvelope.of(fallback.SWITCHED, f"{error.error_code}: the job goes on with {to}",
+                               cause_code=error.error_code, step="worker")
+        record = self.deps.claims.get(msg.job_id, msg.chunk_id)
+        return self._requeue(msg, fence, stats, env, record, sorted(record.checkpoints) if record else [], clean=True)
 
     def _requeue(self, msg: AnalysisMessage, fence: int, stats: RetryStats, env: ErrorEnvelope,
                  record: ChunkRecord | None, checkpointed: list[str], *, clean: bool) -> Outcome:

@@ -164,6 +164,7 @@ class AnalystOutput(BaseModel):
     findings: list[Finding]
     model_calls: int
     error_code: str | None = None
+    model_id: str = ""  # the model that answered it (a job that fell back runs on more than one); "": not recorded
 
 
 class Answer(BaseModel):
@@ -408,8 +409,8 @@ def job_identity(identities: Mapping[str, str]) -> str:
     return _digest(dict(identities))
 
 
-def job_config_hash(settings: Settings) -> str:
+def job_config_hash(settings: Settings, model_id: str = "") -> str:
     """What a new job records as its `config_hash` (and its messages as `checkpoint_version`): `job_identity`
-    over the analysts it will run, under the settings' model. For reporting and events; checkpoints are
-    matched per analyst."""
-    return job_identity(analysis_identities(settings, analysts_for(settings.profile.review.analyst_count)))
+    over the analysts it will run, under `model_id` (the job's; "": the settings' model). For reporting and events;
+    checkpoints are matched per analyst."""
+    return job_identity(analysis_identities(settings, analysts_for(settings.profile.review.analyst_count), model_id))

@@ -31,6 +31,8 @@ class Coverage(BaseModel):
     mandatory_gaps: list[CoverageGap]
     optional_gaps: list[CoverageGap]
     missing_chunks: list[MissingChunk]
+    # analyst -> model -> the chunks whose answer came from it (a job that fell back ran on more than one model)
+    models: dict[str, dict[str, int]] = Field(default_factory=dict)
 
     def verdict(self) -> tuple[JobState, str | None]:
         """The job's end state and error code under the coverage policy."""
@@ -114,7 +116,11 @@ def coverage_of(analyst_count: int, chunks: Sequence[ChunkRecord]) -> Coverage:
     mandatory_gaps: list[CoverageGap] = []
     optional_gaps: list[CoverageGap] = []
     missing: list[MissingChunk] = []
+    models: dict[str, dict[str, int]] = {}
     for c in chunks:
+        for analyst, model_id in c.models.items():
+            by_model = models.setdefault(analyst, {})
+            by_model[model_id] = by_model.get(model_id, 0) + 1
         row: dict[str, str] = {}
         for spec in specs:
             st = c.coverage.get(spec.name, "missing") if c.status is ChunkStatus.DONE else c.status.value
@@ -127,7 +133,8 @@ def coverage_of(analyst_count: int, chunks: Sequence[ChunkRecord]) -> Coverage:
             missing.append(MissingChunk(chunk_id=c.chunk_id, chunk_index=c.chunk_index, status=c.status,
                                         error=c.last_error, failures=c.failures))
     return Coverage(analysts=[s.name for s in specs], mandatory=[s.name for s in specs if s.mandatory],
-                    matrix=matrix, mandatory_gaps=mandatory_gaps, optional_gaps=optional_gaps, missing_chunks=missing)
+                    matrix=matrix, mandatory_gaps=mandatory_gaps, optional_gaps=optional_gaps, missing_chunks=missing,
+                    models=models)
 
 
 TOP_FINDINGS = 15  # report.md lists this many highest-risk findings; report.json has all of them
@@ -136,7 +143,7 @@ QUOTE_MAX = 300  # report.md shortens longer quotes (report.json has them whole)
 
 def is_offline(job: Job) -> bool:
     """Whether the findings come from the offline rule model (keyword/regex rules), not an LLM."""
-    return job.model_provider == "offline" or job.model_id == OFFLINE_MODEL_ID
+    return job.model_provider in ("offline", "simulated") or job.model_id == OFFLINE_MODEL_ID
 
 
 def _metadata_lines(metadata: dict[str, JsonValue]) -> list[str]:
@@ -149,12 +156,17 @@ def _metadata_lines(metadata: dict[str, JsonValue]) -> list[str]:
     return lines
 
 
-def _model_line(job: Job) -> str:
+def _model_lines(job: Job, coverage: Coverage) -> list[str]:
+    """The model line; and, when the job's answers came from more than one model (it fell back), each analyst's."""
     line = f"- model: {job.model_id} (prompt {job.prompt_version})"
     if is_offline(job):
         line += (" — **the offline rule model** (deterministic keyword/regex rules, not an LLM): the findings "
                  "show the pipeline at work; they are not a model's legal review")
-    return line
+    if len({m for by_model in coverage.models.values() for m in by_model}) < 2:
+        return [line]
+    return [line + f"; it ran on {', '.join([*job.earlier_models, job.model_id])} (it fell back), each analyst on:",
+            *(f"  - {analyst}: " + ", ".join(f"{m} ({n} chunk{'s' if n != 1 else ''})" for m, n in by_model.items())
+              for analyst, by_model in coverage.models.items())]
 
 
 def _quote(text: str) -> str:
@@ -201,7 +213,7 @@ def markdown(job: Job, report: Report, written_at: float | None = None) -> str:
     lines = [f"# Contract review {job.job_id}", "",
              f"- state: **{report.state.value}**", dates, f"- document: {job.document_id or job.document_sha256[:12]}"
              f" ({job.document_chars} chars, {job.chunk_count} chunks)",
-             _model_line(job), *_metadata_lines(report.metadata), f"- findings: {n}", "",
+             *_model_lines(job, report.coverage), *_metadata_lines(report.metadata), f"- findings: {n}", "",
              coverage_statement(report), "", RISK_LEGEND, ""]
     by_cat: dict[str, list[Finding]] = {}
     for f in report.findings:

@@ -41,6 +41,7 @@ from ..api_recoveries import API_RECOVERIES
 from ..fakes import SETTINGS, FakeWorld
 from ..inprocess import Crash, Fault, FaultyModel, InProcess, fault_free_findings, on
 from ..pipeline.test_batch_lane import BATCH_RECOVERIES
+from ..pipeline.test_model_fallback import FALLBACK_RECOVERIES
 from ..saga_recoveries import SAGA_RECOVERIES
 from ..scenarios import small_chunk_world
 
@@ -590,6 +591,7 @@ RECOVERIES: dict[str, Callable[[str], None]] = {
                                              BIG_TEXT, small=False),
     "input.key_conflict": key_conflict,
     **BATCH_RECOVERIES,  # the batch lane's codes (test_batch_lane.py)
+    **FALLBACK_RECOVERIES,  # a model that disappears, an operator's switch (test_model_fallback.py)
     **SAGA_RECOVERIES,  # the side effects' codes, on the saga's fakes (saga_recoveries.py)
     **API_RECOVERIES,  # the Job API's codes (api_recoveries.py)
 }
