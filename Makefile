@@ -60,13 +60,14 @@ synth: $(STAMP)
 # region, Lambda concurrency; the model answers; a deployed stack's alarm subscribers), and `cdk deploy` only when it
 # exits 0. What the deploy itself repairs (a stack's stale SDK layer, its batch role) is printed, not blocking. Both get
 # the same context: PROFILE (prod), STACK (ContractReview), ALARM_EMAIL (required in prod: an address, or none),
-# MODEL_ID (the profile's unless set), REGION (else your AWS_REGION / profile's), WORKER (lambda | fargate: preflight
-# then checks the ECS service-linked roles); CDK_ARGS adds more (-c daily_spend_cap_usd=N, -c model_tpm=N ...).
+# MODEL_ID (the profile's unless set), FALLBACKS (the models a job falls back to, comma-separated: preflight checks
+# each), REGION (else your AWS_REGION / profile's), WORKER (lambda | fargate: preflight then checks the ECS
+# service-linked roles); CDK_ARGS adds more (-c daily_spend_cap_usd=N, -c model_tpm=N ...).
 PROFILE ?= prod
 STACK ?= ContractReview
 deploy: $(STAMP)
-	$(if $(REGION),AWS_REGION=$(REGION)) $(BIN)/review --stack $(STACK) preflight --before-deploy $(if $(MODEL_ID),--model-id $(MODEL_ID)) $(if $(WORKER),--worker $(WORKER))
-	$(if $(REGION),AWS_REGION=$(REGION)) npx cdk deploy -c profile=$(PROFILE) -c stack_name=$(STACK) $(if $(ALARM_EMAIL),-c alarm_email=$(ALARM_EMAIL)) $(if $(MODEL_ID),-c model_id=$(MODEL_ID)) $(if $(WORKER),-c worker=$(WORKER)) $(CDK_ARGS)
+	$(if $(REGION),AWS_REGION=$(REGION)) $(BIN)/review --stack $(STACK) preflight --before-deploy $(if $(MODEL_ID),--model-id $(MODEL_ID)) $(if $(FALLBACKS),--fallbacks $(FALLBACKS)) $(if $(WORKER),--worker $(WORKER))
+	$(if $(REGION),AWS_REGION=$(REGION)) npx cdk deploy -c profile=$(PROFILE) -c stack_name=$(STACK) $(if $(ALARM_EMAIL),-c alarm_email=$(ALARM_EMAIL)) $(if $(MODEL_ID),-c model_id=$(MODEL_ID)) $(if $(FALLBACKS),-c model_fallbacks=$(FALLBACKS)) $(if $(WORKER),-c worker=$(WORKER)) $(CDK_ARGS)
 
 docs: $(STAMP)
 	PYTHONPATH=functions $(BIN)/python -m contract_review.domain.policy > docs/error-codes.md

@@ -69,8 +69,9 @@ BATCH_WORKER = (
 )
 # The runtime control (adapters/model_control.py): for every role whose code reads it (the worker: before each model
 # call; with it, the model's quotas the sweeper publishes: adapters/published_quotas.py).
-CONTROL_READ = Access("table:control", (GET,), "the runtime control (review quota): a pause, a quota, the batch lane's "
-                                               "off switch (one item, cached model_control_max_age_s); the worker: "
+CONTROL_READ = Access("table:control", (GET,), "the runtime control (review quota, review model): a pause, a quota, the "
+                                               "model an operator switched to, the batch lane's off switch (one item, "
+                                               "cached model_control_max_age_s); the worker: "
                                                "the model's quotas the sweeper published (their own item, cached alike)")
 # The batch collector reads the runtime control (a pause stops the batch lane) and turns a model's batch lane off on
 # a refusal (`ModelControls.update`: read consistently, then a conditional UpdateItem of its field). For the role that

@@ -192,6 +192,24 @@ def check_catalogue(model_id: str) -> Check:
     return Check(name, True, rules)
 
 
+def fallback_checks(session: Any, model_id: str) -> list[Check]:
+    """A model of the fallback chain, checked as the stack's own: its catalogue row, one tiny call the way the workers
+    would make it after a switch (they call a fallback by its id), and its batch quota row."""
+    catalogue = check_catalogue(model_id)
+    catalogue = replace(catalogue, name=f"fallback {model_id}: {catalogue.name}")
+    if catalogue.ok is False:
+        return [catalogue]
+    report = run_preflight(model_id, session.region_name, runtime=bedrock_runtime_client(session, PING_READ_TIMEOUT_S),
+                           bedrock=bedrock_control_client(session), quotas=session.client("service-quotas"))
+    call = Check(f"fallback {model_id}: invocable", report.ok,
+                 f"{report.api} answered in {report.latency_ms:.0f} ms" if report.ok
+                 else f"{report.error_code}: {report.message}",
+                 remedy="" if report.ok else "enable access to it in the Bedrock console, or drop it from "
+                                             "-c model_fallbacks")
+    batch = check_batch(session.client("service-quotas"), report)
+    return [catalogue, call, replace(batch, name=f"fallback {model_id}: {batch.name}")]
+
+
 def check_batch(quotas: Any, report: PreflightReport) -> Check:
     """The model's batch quota row (docs/batch-inference.md): its "Minimum number of records per batch inference job"
     quota in Service Quotas (ListFoundationModels does not say: its inferenceTypesSupported knows ON_DEMAND and
@@ -263,6 +281,7 @@ class Target:
     alarm_topic_arn: str = ""  # the topic every alarm notifies (output AlarmTopicArn; "": not a deployed stack)
     worker_kind: str = "lambda"  # the analysis worker (output WorkerKind, or `--worker`): fargate needs its SLRs
     sdk_layer_arn: str = ""  # the functions' SDK layer (output SdkLayerArn; "": none, or not a deployed stack)
+    model_fallbacks: tuple[str, ...] = ()  # the models a job falls back to (output ModelFallbacks, or --fallbacks)
 
 
 def stack_target(session: Any, stack: str, before_deploy: bool = False) -> Target:
@@ -287,11 +306,16 @@ def stack_target(session: Any, stack: str, before_deploy: bool = False) -> Targe
         return Target(f"stack {stack} ({session.region_name})", outputs.get("ModelProvider", "bedrock"),
                       outputs["ModelId"], tpm, reserved=reserved, deployed=True, layer_parameter=layer,
                       batch_role_arn=outputs.get("BatchRoleArn", ""), alarm_topic_arn=outputs.get("AlarmTopicArn", ""),
-                      worker_kind=outputs.get("WorkerKind", "lambda"), sdk_layer_arn=outputs.get("SdkLayerArn", ""))
+                      worker_kind=outputs.get("WorkerKind", "lambda"), sdk_layer_arn=outputs.get("SdkLayerArn", ""),
+                      model_fallbacks=_chain(outputs.get("ModelFallbacks", "")))
     # a stack deployed before the ModelId output existed: its profile's model
     profile = get_profile(outputs.get("ProfileName", "prod"))
     return Target(f"stack {stack} ({session.region_name}; no ModelId output, using profile {profile.name}'s model)",
                   "bedrock", profile.review.model_id, reserved=reserved, deployed=True, layer_parameter=layer)
+
+
+def _chain(ids: str) -> tuple[str, ...]:
+    return tuple(m.strip() for m in ids.split(",") if m.strip())
 
 
 def local_target(local_json: Path) -> Target:
@@ -330,12 +354,14 @@ def resolve_target(session: Any, stack: str | None, local_json: Path, before_dep
 def preflight(stack: str | None, region: str | None, model_id: str | None = None, *,
               session_factory: Callable[..., Any] = boto3.Session, local_json: Path = LOCAL_JSON,
               echo: Callable[[str], None] = print, document: dict[str, Any] | None = None,
-              worker: str | None = None, before_deploy: bool = False) -> bool:
+              worker: str | None = None, before_deploy: bool = False, fallbacks: str | None = None) -> bool:
     """Resolve the stack's model, check it against the real Bedrock, print the report. True: usable.
     `worker` (`--worker`): check the account for that analysis worker instead of the stack's.
     Raises `PreflightError` (one line) when it cannot check at all. With `document`, nothing is printed: the
     report is put in it instead (`review preflight --json`, `as_document`). `before_deploy` (`make deploy`): the
-    stack need not exist yet, and a failure the deploy repairs (`Check.redeploy_fixes`) is printed, not counted."""
+    stack need not exist yet, and a failure the deploy repairs (`Check.redeploy_fixes`) is printed, not counted.
+    `fallbacks` (`--fallbacks ID,ID`): the fallback chain to check instead of the stack's (output ModelFallbacks):
+    each model is checked as the stack's is (its catalogue row, one tiny call, its batch quota row)."""
     if document is not None:
         echo = _silent
     try:
@@ -350,8 +376,10 @@ def preflight(stack: str | None, region: str | None, model_id: str | None = None
             undeployed_fargate = worker == "fargate" and not target.deployed
             target = replace(target, worker_kind=worker,
                              reserved=len(ONE_AT_A_TIME_FUNCTIONS) if undeployed_fargate else target.reserved)
-        if model_id:  # another model: the stack's quota is not its
-            target = replace(target, model_provider="bedrock", model_id=model_id, model_tpm=None)
+        if model_id:  # another model: the stack's quota is not its (nor its fallbacks, unless given)
+            target = replace(target, model_provider="bedrock", model_id=model_id, model_tpm=None, model_fallbacks=())
+        if fallbacks is not None:
+            target = replace(target, model_fallbacks=_chain(fallbacks))
         if not session.region_name:
             raise PreflightError("no AWS region: pass --region or set AWS_REGION")
         _require_credentials(session)
@@ -360,6 +388,7 @@ def preflight(stack: str | None, region: str | None, model_id: str | None = None
                                bedrock=bedrock_control_client(session),
                                quotas=session.client("service-quotas"))
         checks = account_checks(session, target, report)
+        checks += [c for fallback in target.model_fallbacks for c in fallback_checks(session, fallback)]
     except NoCredentialsError as exc:
         raise PreflightError(_NO_CREDENTIALS) from exc
     except NoRegionError as exc:

@@ -177,13 +177,16 @@ def backfill_open_jobs(obj: Ctx) -> None:
 @click.option("--worker", type=click.Choice(["lambda", "fargate"]), default=None,
               help="Check the account for this analysis worker (default: the stack's WorkerKind, or lambda); fargate "
                    "adds the ECS and Application Auto Scaling service-linked roles.")
+@click.option("--fallbacks", default=None, metavar="ID,ID",
+              help="Check these fallback models (comma-separated) instead of the stack's (its ModelFallbacks): each "
+                   "as the stack's model is checked (catalogue row, one tiny call, batch quota row).")
 @click.option("--before-deploy", is_flag=True,
               help="The checks that gate a deploy (`make deploy`): --stack need not exist yet (without it: a first "
                    "deploy with the prod defaults, no local stack needed), and a failure the deploy itself repairs "
                    "(the stack's SDK layer, its batch role) is printed but does not fail.")
 @click.pass_obj
 def preflight(obj: Ctx, model_id: str | None, region: str | None, as_json: bool, worker: str | None,
-              before_deploy: bool) -> None:
+              fallbacks: str | None, before_deploy: bool) -> None:
     """Before deploying and submitting: one tiny Converse call with the stack's model (access, latency; a global
     profile an SCP keeps out of other regions is named, with the us./eu. profile to deploy instead), the
     tokens-per-minute quota the workers will pace to, and the account: the Powertools layer's SSM parameter exists
@@ -192,21 +195,22 @@ def preflight(obj: Ctx, model_id: str | None, region: str | None, as_json: bool,
     its alarm subscribers and whether its functions' SDK layer carries the boto3/botocore this checkout pins; for the
     Fargate worker (the stack's, or --worker fargate), the ECS and Application Auto Scaling service-linked roles exist.
     One line per check, with a command that fixes a failed one. Exits 1 unless the model answers and every account
-    check passes (with --before-deploy: every check a deploy does not fix)."""
+    check passes (with --before-deploy: every check a deploy does not fix). Each model of the fallback chain (the
+    stack's -c model_fallbacks, or --fallbacks) is checked the same way, one line each."""
     from ..preflight import PreflightError
     from ..preflight import preflight as run
 
     if not as_json:
         try:
             ok = run(obj.stack, region or obj.region, model_id, echo=click.echo, worker=worker,
-                     before_deploy=before_deploy)
+                     before_deploy=before_deploy, fallbacks=fallbacks)
         except PreflightError as exc:
             raise click.ClickException(str(exc)) from exc
         sys.exit(0 if ok else 1)
     document: dict[str, Any] = {}
     try:
         ok = run(obj.stack, region or obj.region, model_id, echo=lambda _line: None, document=document,
-                 worker=worker, before_deploy=before_deploy)
+                 worker=worker, before_deploy=before_deploy, fallbacks=fallbacks)
     except PreflightError as exc:
         ok, document = False, {"ok": False, "error": str(exc)}
     click.echo(json.dumps(document, indent=2))

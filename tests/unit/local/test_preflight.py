@@ -475,7 +475,7 @@ def test_preflight_prints_one_line_per_account_check_and_fails_on_any(tmp_path):
 def test_the_region_is_taken_after_the_subcommand_too_and_the_worker_passed_through(monkeypatch):
     seen: list[tuple[str | None, str | None]] = []
 
-    def fake(stack, region, model_id, echo, worker=None, before_deploy=False):  # noqa: ANN001  # preflight's signature
+    def fake(stack, region, model_id, echo, worker=None, before_deploy=False, fallbacks=None):  # noqa: ANN001  # preflight's signature
         seen.append((region, worker))
         return True
 
@@ -625,7 +625,7 @@ def test_preflight_json_is_one_document_with_every_field_of_the_report_and_the_c
 @pytest.mark.parametrize("outcome", ["ok", "failed", "cannot check"])
 def test_the_cli_prints_one_json_document_for_each_outcome(monkeypatch, outcome):
     def fake(stack, region, model_id, echo, document=None, worker=None,  # noqa: ANN001  # preflight's signature
-             before_deploy=False):
+             before_deploy=False, fallbacks=None):
         echo("a line that must not reach stdout with --json")
         if outcome == "cannot check":
             raise PreflightError("no AWS region: pass --region or set AWS_REGION")
@@ -650,3 +650,27 @@ def test_the_catalogue_check_refuses_an_uncatalogued_id_and_warns_of_unconfirmed
     assert unknown.ok is False and "no row in the model catalogue" in unknown.line
     unconfirmed = check_catalogue("global.anthropic.claude-sonnet-5-5")
     assert unconfirmed.ok is None and "forced_tool_choice" in unconfirmed.line and "tool offered" in unconfirmed.line
+
+
+def test_each_fallback_model_is_checked_as_the_stacks_model_is(tmp_path):
+    # GIVEN a chain of two fallbacks: one the account may call, one with no catalogue row
+    c = Clients()
+    local = local_stack_run(c, tmp_path, total=1000, unreserved=1000)
+    fallback = "us.anthropic.claude-sonnet-4-6"
+    bs.expect_current(c.bedrock_stub, fallback)
+    c.runtime_stub.add_response("converse", bs.converse_ok())  # one tiny call, the way a worker would call it
+    c.quota_pages(PAGE_1, PAGE_2)
+    c.quota_pages([], operation="list_aws_default_service_quotas")
+    c.quota_pages(BATCH_PAGE)  # its batch quota row
+    lines: list[str] = []
+    ok = preflight(None, None, session_factory=lambda **_: FakeSession(c), local_json=local, echo=lines.append,
+                   fallbacks=f"{fallback},anthropic.claude-nonesuch-9")
+    # THEN each got its lines, the callable one passing, the uncatalogued one failing without a call
+    c.verify()
+    account = [line.strip() for line in lines[lines.index("account:") + 1:]]
+    ours = [line for line in account if line.startswith("fallback ")]
+    assert [line.split(" - ")[0] for line in ours] == [
+        f"fallback {fallback}: model catalogue: ok", f"fallback {fallback}: invocable: ok",
+        f"fallback {fallback}: batch inference: ok", "fallback anthropic.claude-nonesuch-9: model catalogue: FAILED"]
+    assert "Converse answered in" in ours[1]
+    assert not ok
