@@ -168,6 +168,8 @@ class UiServer:
         status = job_view.job_status(self.deps, job)
         budget = view.budget_micro_usd if view is not None else None
         return {"job": status, "mode": self.mode(), "grid": self.grid(job, chunks), "findings": self.findings(chunks),
+                # its model; when it ran on more than one (it fell back), each and the models of each analyst's answers
+                "model": job_view.model_words(view) if view is not None else job.model_id,
                 "cost": {"line": view.cost if view is not None else "",
                          "microUsd": view.usage.total_micro_usd if view is not None else 0, "budgetMicroUsd": budget},
                 "answers": view.answers.model_dump(mode="json") if view is not None else {},

@@ -21,9 +21,11 @@ from contract_review.operate import job_view, model_control
 from contract_review.pipeline import admission, fallback
 from contract_review.pipeline.intake import handle_intake
 from contract_review.review.analysts import analysis_identities, analysts_for
+from review_local.ui_server import UiServer
 
 from ...texts import LONG_TEXT
 from ..fakes import FakeWorld
+from ..local.test_ui_server import request
 from .test_pinned_model import _run, redeployed
 
 PRIMARY = "global.anthropic.claude-sonnet-4-6"
@@ -103,6 +105,9 @@ def test_a_job_whose_model_is_revoked_mid_job_completes_on_the_fallback_keeping_
     view = job_view.view_of(world.deps, job)
     assert view.earlier_models == [PRIMARY] and view.analyst_models == report["coverage"]["models"]
     assert job_view.model_words(view).startswith(f"{FALLBACK} (ran on {PRIMARY} then {FALLBACK}; answers by analyst")
+    with UiServer(world.deps) as page:  # the status page's job route, as the page reads it
+        _, detail, _ = request(page, "GET", f"/api/jobs/{job_id}")
+    assert isinstance(detail, dict) and detail["model"] == job_view.model_words(view)
 
 
 def test_a_revoked_model_with_no_fallback_left_fails_the_job_with_its_code() -> None:
