@@ -10,14 +10,16 @@ export PATH := $(abspath $(BIN)):$(abspath node_modules/.bin):$(PATH)
 .PHONY: venv browser demo test test-unit test-integration test-infra synth deploy lint docs bench bench-quota bench-scaling bench-recovery-baseline bench-large bench-burst bench-batch bench-transactions soak clean
 
 # The install: requirements.txt holds every pin, uv's too. uv (installed from the package registry into the venv
-# with the venv's pip) installs them; when uv cannot be installed or fails, pip installs the same file.
+# with the venv's pip) installs them; when uv cannot be installed or fails, pip installs the same file. Compiled to
+# bytecode at install, as pip does: worker processes start with -B when PYTHONDONTWRITEBYTECODE is set (as on CI), so
+# without it every one of them would compile boto3 and the rest from source each time it starts.
 # INSTALLER=pip skips uv (bench/first_run.py measures both).
 INSTALLER ?= uv
 UV_PIN = $$(sed -n 's/^\(uv==[^ ]*\).*/\1/p' requirements.txt)
 $(STAMP): requirements.txt pyproject.toml package.json package-lock.json
 	$(PY) -m venv $(VENV)
 	@if [ "$(INSTALLER)" = uv ] && $(BIN)/python -m pip install --quiet --disable-pip-version-check "$(UV_PIN)" \
-	    && $(BIN)/uv pip install --quiet --python $(BIN)/python -r requirements.txt; then \
+	    && $(BIN)/uv pip install --quiet --compile-bytecode --python $(BIN)/python -r requirements.txt; then \
 	  echo "installed the requirements with $$($(BIN)/uv --version)"; \
 	else \
 	  if [ "$(INSTALLER)" = uv ]; then echo "uv could not install the requirements: installing them with pip"; fi; \

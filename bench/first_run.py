@@ -22,6 +22,7 @@ import json
 import os
 import platform
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -36,12 +37,14 @@ RESULTS = ROOT / "bench" / "results" / "first-run.json"
 DROPPED_ENV = ("VIRTUAL_ENV", "PYTHONPATH", "MAKEFLAGS", "MFLAGS", "MAKELEVEL")
 
 
-def du_bytes(path: Path) -> int:
-    """Bytes on disk under path (`du -sb`: a hard-linked file counted once)."""
-    if not path.exists():
+def du_bytes(*paths: Path) -> int:
+    """Bytes on disk under the paths together (`du -sbc`: a file hard-linked from two of them counted once: uv links
+    the venv's files to its cache)."""
+    present = [str(p) for p in paths if p.exists()]
+    if not present:
         return 0
-    out = subprocess.run(["du", "-sb", str(path)], capture_output=True, text=True, check=True)
-    return int(out.stdout.split()[0])
+    out = subprocess.run(["du", "-sbc", *present], capture_output=True, text=True, check=True)
+    return int(out.stdout.splitlines()[-1].split()[0])
 
 
 def rx_bytes() -> int:
@@ -94,6 +97,7 @@ def one_run(work: Path, n: int, installer: str, cache: Path, cold: bool, timeout
         "exit_code": demo_rc, "network_rx_bytes": rx_bytes() - rx0,
         "cache_bytes_after": du_bytes(cache),
         "venv_bytes": du_bytes(clone / ".venv"), "node_modules_bytes": du_bytes(clone / "node_modules"),
+        "checkout_and_cache_bytes": du_bytes(clone / ".venv", clone / "node_modules", cache),
     }
     if demo_rc:
         row["log_tail"] = log.read_text(errors="replace").splitlines()[-20:]
@@ -116,6 +120,8 @@ def summarise(runs: list[dict[str, Any]]) -> dict[str, Any]:
         if cold:
             entry["cold_network_rx_bytes"] = cold[0]["network_rx_bytes"]
             entry["cold_cache_bytes"] = cold[0]["cache_bytes_after"]
+        if cold:
+            entry["cold_checkout_and_cache_bytes"] = cold[0]["checkout_and_cache_bytes"]
         if mine:
             entry["venv_bytes"] = max(r["venv_bytes"] for r in mine)
             entry["node_modules_bytes"] = max(r["node_modules_bytes"] for r in mine)
@@ -158,6 +164,7 @@ def main() -> int:
     if not set(installers) <= {"uv", "pip"} or len(warms) != len(installers):
         print("error: --installer takes uv and/or pip; --warm one count, or one per installer", file=sys.stderr)
         return 2
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # a stopped bench still removes its clones
     work = Path(tempfile.mkdtemp(prefix="first-run-"))
     runs: list[dict[str, Any]] = []
     started = dt.datetime.now(dt.UTC)
