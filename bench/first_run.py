@@ -89,8 +89,9 @@ def one_run(work: Path, n: int, installer: str, cache: Path, cold: bool, timeout
     rx0 = rx_bytes()
     install_s, rc = timed_make("venv", clone, env, log, installer, timeout)
     demo_s, demo_rc = (0.0, rc) if rc else timed_make("demo", clone, env, log, installer, timeout)
+    cloned = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=clone, capture_output=True, text=True)
     row: dict[str, Any] = {
-        "installer": installer, "cache": "cold" if cold else "warm",
+        "commit": cloned.stdout.strip(), "installer": installer, "cache": "cold" if cold else "warm",
         "installed_with": installer_used(log),
         "load_1m_at_start": round(load[0], 2), "load_5m_at_start": round(load[1], 2),
         "install_s": install_s, "demo_s": demo_s, "total_s": round(install_s + demo_s, 1),
@@ -136,11 +137,21 @@ def tool_version(*cmd: str) -> str:
         return f"unavailable ({exc})"
 
 
+def _args_without_note(argv: list[str]) -> list[str]:
+    out, skip = [], False
+    for arg in argv:
+        if skip or arg == "--note" or arg.startswith("--note="):
+            skip = arg == "--note"
+            continue
+        out.append(arg)
+    return out
+
+
 def write_results(args: argparse.Namespace, started: dt.datetime, runs: list[dict[str, Any]]) -> None:
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True)
     results = {
         "what": "make demo on a fresh clone (git clone of the checkout, ../shared beside it): make venv + make demo",
-        "command": "python bench/first_run.py " + " ".join(sys.argv[1:]),
+        "command": "python bench/first_run.py " + " ".join(_args_without_note(sys.argv[1:])),
         "commit": commit.stdout.strip(), "date": started.date().isoformat(),
         "machine": {"nproc": os.cpu_count(), "python": platform.python_version(),
                     "node": tool_version("node", "--version"), "system": platform.platform()},

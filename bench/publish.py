@@ -14,6 +14,7 @@ import argparse
 import json
 import re
 import sys
+import textwrap
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -39,8 +40,15 @@ def _loads(runs: list[dict[str, Any]]) -> str:
 
 
 def _conditions(results: dict[str, Any]) -> str:
-    return (f"commit {results['commit']}, {results['date']}, {results['machine']['nproc']} cores, 1-minute load "
-            f"average {_loads(results['runs'])} as the runs started")
+    cores = results["machine"]["nproc"]
+    commits = sorted({r.get("commit", results["commit"]) for r in results["runs"]}) or [results["commit"]]
+    busy = max((r["load_1m_at_start"] for r in results["runs"]), default=0) > cores
+    return (f"commit {', '.join(commits)}, {results['date']}, {cores} cores, 1-minute load average "
+            f"{_loads(results['runs'])} as the runs started{' (above the core count: the machine was busy with other work)' if busy else ''}")
+
+
+def _wrap(text: str) -> str:
+    return textwrap.fill(text, width=118, break_long_words=False, break_on_hyphens=False) + "\n"
 
 
 def _timing(summary: dict[str, Any]) -> str:
@@ -50,7 +58,8 @@ def _timing(summary: dict[str, Any]) -> str:
         parts.append(f"**{minutes(summary['warm_total_s_median'])}** with a warm package cache "
                      f"({'median of ' + str(n) + ' runs' if n > 1 else 'one run'})")
     if summary.get("cold_runs"):
-        parts.append(f"**{minutes(summary['cold_total_s_median'])}** with a cold one, which received "
+        parts.append(f"**{minutes(summary['cold_total_s_median'])}** with a cold {'one' if parts else 'package cache'}, "
+                     "which received "
                      f"{megabytes(summary['cold_network_rx_bytes'])} over the network")
     return " and ".join(parts) if parts else "no completed run"
 
@@ -58,27 +67,27 @@ def _timing(summary: dict[str, Any]) -> str:
 def render_readme_first_run(results: dict[str, Any]) -> str:
     """The README's lines: the time a fresh clone's `make demo` takes and the disk it needs."""
     uv = results["summary"]["uv"]
-    return (
+    return _wrap(
         f"On a fresh clone, `make demo` (install included) took {_timing(uv)}. It needs "
         f"{megabytes(uv['venv_bytes'] + uv['node_modules_bytes'])} of disk (`.venv` {megabytes(uv['venv_bytes'])}, "
         f"`node_modules` {megabytes(uv['node_modules_bytes'])}), {megabytes(uv['cold_checkout_and_cache_bytes'])} "
         "with the package caches it leaves in your home folder (uv hard-links the files of `.venv` from its cache). "
-        f"Measured by `bench/first_run.py` on {_conditions(results)} "
-        "([every run](bench/README.md#make-demo-on-a-fresh-clone)).\n")
+        f"Measured by `bench/first_run.py` on {_conditions(results)}; every run: "
+        "[bench/README.md](bench/README.md#make-demo-on-a-fresh-clone).")
 
 
 def render_bench_first_run(results: dict[str, Any]) -> str:
     """bench/README.md's section: every run, and uv beside pip where pip was measured."""
-    lines = [
-        f"Measured by `{results['command']}` on {_conditions(results)} (machine: {results['machine']['system']}, "
+    lines = [_wrap(
+        f"Measured by `{results['command'].split(' --note')[0]}` on {_conditions(results)} (machine: {results['machine']['system']}, "
         f"Python {results['machine']['python']}, Node {results['machine']['node']}). Each run is a `git clone` of "
         "the checkout beside a copy of `../shared`, then `make venv` (the install) and `make demo`, timed; the "
         "package caches sit in a folder of the bench's own, empty before an installer's first (cold) run and kept "
         "for its warm runs. \"Received\" counts every byte the machine's network interfaces took in while the run "
-        "went (an upper bound on its downloads).",
+        "went (an upper bound on its downloads).").rstrip("\n"),
     ]
     if results.get("note"):
-        lines += ["", results["note"].rstrip(".") + "."]
+        lines += ["", _wrap(results["note"].rstrip(".") + ".").rstrip("\n")]
     lines += ["", "| installer | cache | load at start | install | demo | total | received | `.venv` | `node_modules` |",
               "|---|---|---|---|---|---|---|---|---|"]
     for r in results["runs"]:
@@ -90,7 +99,7 @@ def render_bench_first_run(results: dict[str, Any]) -> str:
     summary = results["summary"]
     lines.append("")
     for installer, s in summary.items():
-        lines.append(f"- {installer}: {_timing(s)}.")
+        lines.append(_wrap(f"- {installer}: {_timing(s)}.").rstrip("\n"))
     uv, pip = summary.get("uv", {}), summary.get("pip", {})
     for cache in ("cold", "warm"):
         key = f"{cache}_install_s_median"
