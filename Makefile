@@ -7,12 +7,25 @@ STAMP := $(VENV)/.installed
 export JSII_SILENCE_WARNING_DEPRECATED_NODE_VERSION := 1
 export PATH := $(abspath $(BIN)):$(abspath node_modules/.bin):$(PATH)
 
-.PHONY: venv browser demo test test-unit test-integration test-infra synth deploy lint docs bench bench-quota bench-scaling bench-recovery-baseline bench-large bench-burst bench-batch bench-transactions soak clean
+.PHONY: venv browser demo test test-unit test-integration test-infra synth deploy lint docs bench bench-quota bench-scaling bench-recovery-baseline bench-large bench-burst bench-batch bench-first-run bench-transactions soak clean
 
+# The install: requirements.txt holds every pin, uv's too. uv (installed from the package registry into the venv
+# with the venv's pip) installs them; when uv cannot be installed or fails, pip installs the same file. Compiled to
+# bytecode at install, as pip does: worker processes start with -B when PYTHONDONTWRITEBYTECODE is set (as on CI), so
+# without it every one of them would compile boto3 and the rest from source each time it starts.
+# INSTALLER=pip skips uv (bench/first_run.py measures both).
+INSTALLER ?= uv
+UV_PIN = $$(sed -n 's/^\(uv==[^ ]*\).*/\1/p' requirements.txt)
 $(STAMP): requirements.txt pyproject.toml package.json package-lock.json
 	$(PY) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -r requirements.txt
+	@if [ "$(INSTALLER)" = uv ] && $(BIN)/python -m pip install --quiet --disable-pip-version-check "$(UV_PIN)" \
+	    && $(BIN)/uv pip install --quiet --compile-bytecode --python $(BIN)/python -r requirements.txt; then \
+	  echo "installed the requirements with $$($(BIN)/uv --version)"; \
+	else \
+	  if [ "$(INSTALLER)" = uv ]; then echo "uv could not install the requirements: installing them with pip"; fi; \
+	  $(BIN)/python -m pip install --quiet --upgrade pip && $(BIN)/python -m pip install --quiet -r requirements.txt \
+	    && echo "installed the requirements with pip"; \
+	fi
 	npm ci --silent --no-audit --no-fund
 	touch $(STAMP)
 
@@ -75,6 +88,7 @@ docs: $(STAMP)
 	PYTHONPATH=functions $(BIN)/python -m contract_review.config.metrics > docs/metrics.md
 	PYTHONPATH=functions $(BIN)/python -m contract_review.config.catalogue > docs/models.md
 	PYTHONPATH=functions $(BIN)/python -c "import json; from contract_review.domain.messages import intake_json_schema; print(json.dumps(intake_json_schema(), indent=2))" > docs/intake-message.schema.json
+	$(BIN)/python bench/publish.py
 
 # At most 5 minutes on 2 cores: recovery and faults (one run per fault rate, without the 2-minute
 # visibility-timeout baseline), then a ~100 KB contract under a tokens-per-minute quota on the simulated
@@ -116,6 +130,12 @@ bench-burst: $(STAMP)
 # their ratio, the batch cost against its bound (bench/README.md "On demand and in batch").
 bench-batch: $(STAMP)
 	$(BIN)/python bench/batch.py
+
+# `make demo` on fresh clones of this checkout (committed work): uv with a cold package cache, then 3 warm runs, then
+# pip cold and warm; each run installs its own venv, so this needs no venv here (~25 minutes on 2 cores). Results:
+# bench/results/first-run.json, rendered into the README by `make docs`.
+bench-first-run:
+	$(PY) bench/first_run.py --installer uv,pip --warm 3,1
 
 # Over 200 documents under every fault at once (transient, permanent, malformed output, duplicates,
 # kill -9 and SIGSTOP of workers), each job checked against a fault-free run; ~15 minutes on 2 cores.

@@ -104,3 +104,79 @@ def test_an_integration_files_tests_stay_on_one_xdist_worker(tmp_path: Path) -> 
             assert test.endswith(f"@integration:{test.split('/')[-1].split('.py')[0]}"), test
             workers.setdefault(test.split("::")[0], set()).add(worker)
     assert len(workers) == 2 and all(len(w) == 1 for w in workers.values()), workers
+
+
+# --- the install: uv from the pin in requirements.txt, pip when uv cannot ---------------------------------------
+
+# A stand-in for the interpreter `make venv` runs (PY=...): `-m venv DIR` makes DIR/bin/python (this script again),
+# DIR/bin/uv and DIR/bin/npm, each recording its arguments in $LOG and exiting as $FAIL_<WHAT> says.
+FAKE_PY = r"""#!/bin/sh
+if [ "$1 $2" = "-m venv" ]; then
+  mkdir -p "$3/bin"; cp "$0" "$3/bin/python"
+  printf '#!/bin/sh\necho "uv $*" >> "$LOG"\n[ "$1" = --version ] && echo "uv 9.9.9"\n[ "$1 $2" = "pip install" ] && exit "${FAIL_UV_INSTALL:-0}"\nexit 0\n' > "$3/bin/uv"
+  printf '#!/bin/sh\necho "npm $*" >> "$LOG"\n' > "$3/bin/npm"
+  chmod +x "$3/bin/uv" "$3/bin/npm"; exit 0
+fi
+echo "python $*" >> "$LOG"
+case "$*" in *"install --quiet --disable-pip-version-check uv=="*) exit "${FAIL_PIP_UV:-0}";; esac
+exit 0
+"""
+
+
+def _install(tmp_path: Path, *make_args: str, **fail: str) -> tuple[subprocess.CompletedProcess[str], list[str]]:
+    fake = tmp_path / "fakepy"
+    fake.write_text(FAKE_PY)
+    fake.chmod(0o755)
+    log = tmp_path / "calls.log"
+    log.touch()
+    run = subprocess.run(["make", "--no-print-directory", "venv", f"PY={fake}", f"VENV={tmp_path / 'venv'}",
+                          *make_args], cwd=ROOT, env={**os.environ, "LOG": str(log), **fail},
+                         capture_output=True, text=True, timeout=60)
+    return run, log.read_text().splitlines()
+
+
+def _pin(name: str) -> str:
+    [line] = [line for line in (ROOT / "requirements.txt").read_text().splitlines() if line.startswith(f"{name}==")]
+    return line.split()[0]
+
+
+@needs_make
+def test_make_venv_installs_the_requirements_with_the_pinned_uv(tmp_path: Path) -> None:
+    run, calls = _install(tmp_path)
+    assert run.returncode == 0, run.stderr
+    venv = tmp_path / "venv"
+    assert calls[0] == f"python -m pip install --quiet --disable-pip-version-check {_pin('uv')}"
+    assert f"uv pip install --quiet --compile-bytecode --python {venv}/bin/python -r requirements.txt" in calls
+    assert not [c for c in calls if "-r requirements.txt" in c and c.startswith("python")]  # pip installed only uv
+    assert calls[-1] == "npm ci --silent --no-audit --no-fund" and (venv / ".installed").exists()
+    assert "installed the requirements with uv 9.9.9" in run.stdout
+
+
+@needs_make
+@pytest.mark.parametrize("fail", [{"FAIL_PIP_UV": "1"}, {"FAIL_UV_INSTALL": "1"}], ids=["uv-not-installable",
+                                                                                       "uv-install-fails"])
+def test_make_venv_falls_back_to_pip_when_uv_cannot_install(tmp_path: Path, fail: dict[str, str]) -> None:
+    run, calls = _install(tmp_path, **fail)
+    assert run.returncode == 0, run.stderr
+    assert "uv could not install the requirements: installing them with pip" in run.stdout
+    assert calls[-3:] == ["python -m pip install --quiet --upgrade pip", "python -m pip install --quiet -r requirements.txt",
+                          "npm ci --silent --no-audit --no-fund"]
+    assert (tmp_path / "venv" / ".installed").exists()
+
+
+@needs_make
+def test_installer_pip_skips_uv_and_a_failing_pip_fails_the_install(tmp_path: Path) -> None:
+    run, calls = _install(tmp_path, "INSTALLER=pip")
+    assert run.returncode == 0, run.stderr
+    assert not [c for c in calls if "uv" in c] and "installed the requirements with pip" in run.stdout
+    # AND when the fallback fails too, make fails: no stamp, no npm
+    failing = tmp_path / "again"
+    failing.mkdir()
+    fake = FAKE_PY.replace('echo "python $*" >> "$LOG"', 'echo "python $*" >> "$LOG"; exit 1')
+    (failing / "fakepy").write_text(fake)
+    (failing / "fakepy").chmod(0o755)
+    run = subprocess.run(["make", "--no-print-directory", "venv", f"PY={failing / 'fakepy'}",
+                          f"VENV={failing / 'venv'}"], cwd=ROOT, env={**os.environ, "LOG": str(failing / "log")},
+                         capture_output=True, text=True, timeout=60)
+    assert run.returncode != 0 and not (failing / "venv" / ".installed").exists()
+    assert "npm" not in (failing / "log").read_text()
