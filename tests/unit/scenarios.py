@@ -57,8 +57,10 @@ def start_job(world: FakeWorld) -> tuple[str, list[str]]:
 
 def running_job(world: FakeWorld, n_chunks: int, job_key: str = "big",
                 model_id: str = "offline-rules-v1") -> tuple[str, list[ChunkRecord]]:
-    """A running job with `n_chunks` pending chunk records, written directly (no document)."""
+    """A running job with `n_chunks` pending chunk records, written directly, and its document as intake stores it
+    (TEXT, numbered clauses: what the report reads each finding's section from)."""
     job_id, now = job_id_for(job_key), world.clock()
+    world.artifacts.put_text(document_key(job_id), TEXT)
     world.jobs.create(Job(job_id=job_id, state=JobState.RUNNING, created_at=now, updated_at=now,
                           idempotency_key=job_key, document_key=document_key(job_id), chunk_count=n_chunks,
                           analyst_count=len(ANALYSTS), model_id=model_id))

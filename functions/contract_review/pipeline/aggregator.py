@@ -24,7 +24,15 @@ from contract_review.domain.records import (
 )
 from contract_review.pipeline import fanout
 from contract_review.review.analysts import ChunkFindings, Finding
-from contract_review.review.report import Report, cost_report, coverage_of, markdown
+from contract_review.review.report import (
+    REPORT_SCHEMA_VERSION,
+    Report,
+    clauses_of,
+    cost_report,
+    coverage_of,
+    markdown,
+    reviewing_party,
+)
 from contract_review.sideeffects import saga
 
 BUDGET_EXCEEDED = "job.budget_exceeded"
@@ -127,6 +135,11 @@ def _count_after_the_end(deps: Deps, job: Job, msg: ResultMessage, counter: Requ
 FINDINGS_READERS = 8  # parallel reads of the findings objects (botocore pools 10 connections per client)
 
 
+def _document(deps: Deps, job: Job) -> str:
+    """The document's text, for the section each clause is in (`report.clauses_of`): one GET of what intake stored."""
+    return deps.artifacts.get_text(job.document_key) if job.document_key else ""
+
+
 def read_findings(deps: Deps, chunks: list[ChunkRecord]) -> list[Finding]:
     """Every done chunk's findings, in chunk order. A 5 MB document has ~1,500 findings objects: read
     in parallel (boto3 clients are thread-safe), finalize takes seconds instead of a minute."""
@@ -165,7 +178,10 @@ def finalize(deps: Deps, job: Job) -> JobState:
     report = Report(job_id=job.job_id, state=state, document_id=job.document_id, document_sha256=job.document_sha256,
                     model_id=job.model_id, model_provider=job.model_provider, prompt_version=job.prompt_version,
                     chunk_count=job.chunk_count, metadata=job.metadata, findings=findings, coverage=coverage,
-                    reliability=rel, cost=cost_report(deps.settings.profile.prices, job, usage))
+                    reliability=rel, cost=cost_report(deps.settings.profile.prices, job, usage),
+                    schema_version=REPORT_SCHEMA_VERSION, reviewed_at=deps.clock(), inference=job.inference.value,
+                    reviewing_party=reviewing_party(job.metadata),
+                    clauses=clauses_of(findings, _document(deps, job) if findings else ""))
     json_key, md_key = report_keys(job.job_id)
     deps.artifacts.put_text(json_key, report.model_dump_json(indent=1))
     deps.artifacts.put_text(md_key, markdown(job, report, deps.clock()), "text/markdown; charset=utf-8")

@@ -10,7 +10,9 @@ Coverage policy (docs/runbook.md):
 
 from __future__ import annotations
 
+import bisect
 import json
+import re
 from collections.abc import Sequence
 from datetime import UTC, datetime
 
@@ -94,7 +96,81 @@ def cost_line(job: Job) -> str:
     return f"{line} -- {ESTIMATE_NOTE}" if is_offline(job) else line
 
 
+REPORT_SCHEMA_VERSION = 2  # 2: `clauses` (one per span, all its categories), `reviewed_at`, `inference`,
+# `reviewing_party`, `confidence`, each analyst's models (`coverage.models`); `findings` as in 1
+PARTY_KEYS = ("reviewing_party", "reviewingParty", "party")  # the metadata keys the reviewing party is read from
+NOT_STATED = "not stated"
+CONFIDENCE_NOTE = ("The analysts give no confidence per finding: a risk score is the model's own assessment of the "
+                   "clause quoted, and a model's self-rated confidence is known to be poorly calibrated, so read the "
+                   "scores as an order of attention, not as probabilities. Every quote is verbatim from the document: "
+                   "check it there.")
+
+
+class Clause(BaseModel):
+    """One span of the document, with every category a finding put it in (highest score first): a clause that answers
+    two questions is one entry, not two (report.json `clauses`; report.md's highest-risk list)."""
+
+    start: int
+    end: int
+    quote: str
+    categories: list[str]
+    score: float  # the highest of its findings'
+    rationale: str  # the highest-scored finding's
+    analysts: list[str]
+    chunk_index: int
+    section: str = ""  # the nearest heading or clause number before it in the document ("": none found)
+    confidence: float | None = None  # the analyst's own, where one gives it (none does today: CONFIDENCE_NOTE)
+
+
+# A line that heads a part of the document: numbered ("ARTICLE 5", "Section 12.3 ...", "12.3 Limitation of
+# Liability", "12. TERM") or in capitals ("GOVERNING LAW"). A numbered paragraph counts: its number is its section.
+_LINE = re.compile(r"^[ \t]*(\S[^\n]*?)[ \t]*$", re.MULTILINE)
+_NUMBERED = re.compile(r"(?:article|section|clause|schedule|annex|exhibit)\s+[\dIVXLC]+\b|\d{1,3}(?:\.\d{1,3})*\.?\s+\S",
+                       re.IGNORECASE)
+SECTION_MAX = 80  # characters of a heading shown
+
+
+def sections(text: str) -> list[tuple[int, str]]:
+    """The document's heading lines (offset, heading cut at its first sentence or SECTION_MAX characters), in order."""
+    out = []
+    for m in _LINE.finditer(text):
+        line = " ".join(m.group(1).split())
+        if _NUMBERED.match(line) or (line.isupper() and 4 <= len(line) <= 100):
+            head = re.split(r"(?<=[a-z\)])\.\s", line, maxsplit=1)[0]
+            out.append((m.start(1), head if len(head) <= SECTION_MAX else head[:SECTION_MAX - 3] + "..."))
+    return out
+
+
+def nearest_section(heads: list[tuple[int, str]], offset: int) -> str:
+    i = bisect.bisect_right(heads, (offset, "\uffff")) - 1
+    return heads[i][1] if i >= 0 else ""
+
+
+def clauses_of(findings: Sequence[Finding], text: str) -> list[Clause]:
+    """The findings as clauses: one per span (start, end), its categories and analysts, its highest score; each with
+    the section it is in (`text`: the document; "" when it is not at hand)."""
+    heads = sections(text) if text else []
+    by_span: dict[tuple[int, int], list[Finding]] = {}
+    for f in findings:
+        by_span.setdefault((f.start, f.end), []).append(f)
+    out = []
+    for (start, end), fs in sorted(by_span.items()):
+        fs = sorted(fs, key=lambda f: -f.score)
+        out.append(Clause(start=start, end=end, quote=fs[0].quote, categories=list(dict.fromkeys(f.category for f in fs)),
+                          score=fs[0].score, rationale=fs[0].rationale, analysts=sorted({f.analyst for f in fs}),
+                          chunk_index=fs[0].chunk_index, section=nearest_section(heads, start)))
+    return out
+
+
+def reviewing_party(metadata: dict[str, JsonValue]) -> str:
+    """The party the review is for, as the submitter named it in the metadata (PARTY_KEYS); else "not stated"."""
+    named = next((metadata[k] for k in PARTY_KEYS if isinstance(metadata.get(k), str) and str(metadata[k]).strip()),
+                 None)
+    return " ".join(str(named).split()) if named is not None else NOT_STATED
+
+
 class Report(BaseModel):
+    schema_version: int = 1  # REPORT_SCHEMA_VERSION for a report written now (1: before clauses and the fields below)
     job_id: str
     state: JobState
     document_id: str
@@ -108,6 +184,11 @@ class Report(BaseModel):
     coverage: Coverage
     reliability: Reliability
     cost: CostReport | None = None  # None: a report written before cost was recorded
+    reviewed_at: float | None = None  # when the report was written
+    inference: str = "on_demand"  # on_demand | batch: how its model calls were made (a batch-mode job's: batch)
+    reviewing_party: str = NOT_STATED
+    confidence: str = CONFIDENCE_NOTE
+    clauses: list[Clause] = Field(default_factory=list)
 
 
 def coverage_of(analyst_count: int, chunks: Sequence[ChunkRecord]) -> Coverage:
@@ -198,10 +279,16 @@ def coverage_statement(report: Report) -> str:
             "there.")
 
 
-RISK_LEGEND = (f"Risk score: from 0 (benign) to 1 (most unfavourable to the reviewing party), one per finding, given "
-               f"by the model's assessment of the clause quoted; {HIGH_RISK:.2f} and above is high risk (a completed "
-               f"review with such a finding opens a review ticket where a ticket system is configured), below "
-               f"{HIGH_RISK:.2f} worth reading. \"max risk\" is a category's highest score (0.00: no finding).")
+def risk_legend(party: str) -> str:
+    whose = f"the reviewing party, {party}" if party != NOT_STATED else "the reviewing party (not stated: send " \
+        "`reviewing_party` with the document to name it)"
+    return (f"Risk score: from 0 (benign) to 1 (most unfavourable to {whose}), one per finding, given by the model's "
+            f"assessment of the clause quoted; {HIGH_RISK:.2f} and above is high risk (a completed review with such a "
+            f"finding opens a review ticket where a ticket system is configured), below {HIGH_RISK:.2f} worth "
+            "reading. \"max risk\" is a category's highest score (0.00: no finding).")
+
+
+RISK_LEGEND = risk_legend(NOT_STATED)
 
 
 def markdown(job: Job, report: Report, written_at: float | None = None) -> str:
@@ -210,11 +297,15 @@ def markdown(job: Job, report: Report, written_at: float | None = None) -> str:
     when = written_at or job.ended_at
     dates = (f"- reviewed: {_when(when)} (submitted {_when(job.created_at)})" if when
              else f"- submitted: {_when(job.created_at)}")
+    mode = "batch (Bedrock batch inference, where its calls stayed in the batch lane)" \
+        if report.inference == "batch" else "on demand"
     lines = [f"# Contract review {job.job_id}", "",
              f"- state: **{report.state.value}**", dates, f"- document: {job.document_id or job.document_sha256[:12]}"
-             f" ({job.document_chars} chars, {job.chunk_count} chunks)",
-             *_model_lines(job, report.coverage), *_metadata_lines(report.metadata), f"- findings: {n}", "",
-             coverage_statement(report), "", RISK_LEGEND, ""]
+             f" ({job.document_chars} chars, {job.chunk_count} chunks)", f"- reviewing party: {report.reviewing_party}",
+             *_model_lines(job, report.coverage), f"- inference: {mode}", *_metadata_lines(report.metadata),
+             f"- findings: {n}" + (f" in {len(report.clauses)} clauses" if report.clauses else ""), "",
+             coverage_statement(report), "", risk_legend(report.reviewing_party), "",
+             f"Confidence: {report.confidence}", ""]
     by_cat: dict[str, list[Finding]] = {}
     for f in report.findings:
         by_cat.setdefault(f.category, []).append(f)
@@ -226,15 +317,19 @@ def markdown(job: Job, report: Report, written_at: float | None = None) -> str:
         fs = by_cat.get(key, [])
         lines.append(f"| {cat.title} | {cat.question} | {len(fs)} | {max((f.score for f in fs), default=0):.2f} |")
     lines += ["", "## Highest-risk clauses", ""]
-    if n > TOP_FINDINGS:
-        lines += [f"Showing the {TOP_FINDINGS} highest-risk of {n} findings (all {n} are in report.json).", ""]
-    elif n:
-        lines += [f"All {n} findings, highest risk first.", ""]
+    clauses = report.clauses or clauses_of(report.findings, "")
+    k = len(clauses)
+    if k > TOP_FINDINGS:
+        lines += [f"Showing the {TOP_FINDINGS} highest-risk of {k} clauses (a clause in several categories is listed "
+                  "once; all are in report.json).", ""]
+    elif k:
+        lines += [f"All {k} clauses, highest risk first (a clause in several categories is listed once).", ""]
     else:
         lines += ["No findings.", ""]
-    for f in sorted(report.findings, key=lambda f: (-f.score, f.start))[:TOP_FINDINGS]:
-        lines.append(f"- **{CATEGORY_BY_KEY[f.category].title}** ({f.score:.2f}, chars {f.start}-{f.end}): "
-                     f"> {_quote(f.quote)}  \n  _{f.rationale}_")
+    for c in sorted(clauses, key=lambda c: (-c.score, c.start))[:TOP_FINDINGS]:
+        where = f"{c.section}, chars {c.start}-{c.end}" if c.section else f"chars {c.start}-{c.end}"
+        titles = ", ".join(CATEGORY_BY_KEY[cat].title for cat in c.categories)
+        lines.append(f"- **{titles}** ({c.score:.2f}; {where}): > {_quote(c.quote)}  \n  _{c.rationale}_")
     if report.cost is not None:
         c = report.cost
         lines += ["", "## Estimated cost" if c.estimate else "## Cost", "",

@@ -12,7 +12,14 @@ from contract_review.domain.chunk_records import ChunkRecord
 from contract_review.domain.keys import report_keys
 from contract_review.pipeline.intake import handle_intake
 from contract_review.review.analysts import CATEGORIES, CATEGORY_BY_KEY, Finding
-from contract_review.review.report import QUOTE_MAX, TOP_FINDINGS, Report
+from contract_review.review.report import (
+    QUOTE_MAX,
+    REPORT_SCHEMA_VERSION,
+    TOP_FINDINGS,
+    Report,
+    nearest_section,
+    sections,
+)
 
 from ...texts import LONG_TEXT
 from ..fakes import FakeWorld
@@ -55,7 +62,8 @@ def test_report_md_says_it_lists_15_of_42_findings_and_marks_shortened_quotes():
     assert len(report.findings) == 42 and long_quote in [f.quote for f in report.findings]
     # AND report.md lists 15 and says so, pointing at report.json for the rest
     assert TOP_FINDINGS == 15
-    assert "Showing the 15 highest-risk of 42 findings (all 42 are in report.json)." in md
+    assert "Showing the 15 highest-risk of 42 clauses (a clause in several categories is listed once; all are in " \
+        "report.json)." in md
     assert len(bullets(md)) == 15
     # AND the long quote is cut to QUOTE_MAX characters and marked as shortened
     top = bullets(md)[0]
@@ -70,7 +78,7 @@ def test_report_md_with_few_findings_says_they_are_all_there():
     job_id, records = running_job(world, 1)
     _, md = complete(world, job_id, records, {0: [finding(records[0], i, f"clause {i}") for i in range(3)]})
     # WHEN/THEN report.md lists all three and says nothing is shortened
-    assert "All 3 findings, highest risk first." in md and "Showing the" not in md
+    assert "All 3 clauses, highest risk first" in md and "Showing the" not in md
     assert len(bullets(md)) == 3 and "quote shortened" not in md
 
 
@@ -172,3 +180,54 @@ def test_report_md_has_its_date_a_coverage_statement_and_a_risk_legend():
     md = world.artifacts.get_text(report_keys(job_id)[1])
     assert ("Coverage: incomplete. 2 of 2 chunks were analysed by the " in md
             and "with 0 mandatory and 1 optional analyst gap(s)" in md)
+
+
+def test_a_clause_found_under_two_categories_is_listed_once_with_both_its_section_and_the_reviewing_party():
+    # GIVEN a job submitted for a named party, whose one clause two analysts flagged under two categories
+    world = FakeWorld()
+    job_id, records = running_job(world, 1)
+    world.jobs.items[job_id] = world.jobs.items[job_id].model_copy(
+        update={"metadata": {"reviewing_party": "Acme Supplies Ltd"}})
+    text = world.artifacts.get_text(world.jobs.items[job_id].document_key)
+    r = records[0]
+    at = text.index("3. Law") + 8
+    quote = text[at:at + 40]
+    same = [finding(r, at, quote, category="liability_cap").model_copy(update={"score": 0.9, "analyst": "liability"}),
+            finding(r, at, quote, category="indemnification").model_copy(update={"score": 0.6,
+                                                                                 "analyst": "indemnity"})]
+    # WHEN the job completes
+    report, md = complete(world, job_id, records, {0: same})
+    # THEN report.json keeps both findings and lists one clause with both categories, highest score first
+    assert len(report.findings) == 2 and report.schema_version == REPORT_SCHEMA_VERSION
+    (clause,) = report.clauses
+    assert clause.categories == ["liability_cap", "indemnification"] and clause.score == 0.9
+    assert clause.analysts == ["indemnity", "liability"] and clause.confidence is None
+    # AND the clause names the heading nearest before it in the document
+    assert clause.section == "3. Law" == nearest_section(sections(text), clause.start)
+    # AND report.md lists it once, with both titles and its section
+    (bullet,) = bullets(md)
+    assert bullet.startswith(f"- **{CATEGORY_BY_KEY['liability_cap'].title}, {CATEGORY_BY_KEY['indemnification'].title}** "
+                             f"(0.90; {clause.section}, chars ")
+    # AND the party is named, the date, the mode and the statement on confidence are there
+    assert report.reviewing_party == "Acme Supplies Ltd" and "- reviewing party: Acme Supplies Ltd" in md
+    assert "most unfavourable to the reviewing party, Acme Supplies Ltd" in md
+    assert report.reviewed_at == world.clock() and report.inference == "on_demand" and "- inference: on demand" in md
+    assert "Confidence: The analysts give no confidence per finding" in md
+
+
+def test_a_report_without_a_named_party_says_so_and_how_to_name_it():
+    world = FakeWorld()
+    job_id, records = running_job(world, 1)
+    report, md = complete(world, job_id, records, {0: [finding(records[0], 0, "clause")]})
+    assert report.reviewing_party == "not stated"
+    assert "the reviewing party (not stated: send `reviewing_party` with the document to name it)" in md
+
+
+def test_sections_are_headings_numbered_or_in_capitals() -> None:
+    text = "MASTER AGREEMENT\n\n1. DEFINITIONS\nwords here.\n12.3 Limitation of Liability. The Supplier shall...\n" \
+           "plain sentence line\nARTICLE 5 - TERM\nmore words"
+    heads = sections(text)
+    assert [h for _, h in heads] == ["MASTER AGREEMENT", "1. DEFINITIONS", "12.3 Limitation of Liability",
+                                     "ARTICLE 5 - TERM"]
+    assert nearest_section(heads, text.index("plain sentence")) == "12.3 Limitation of Liability"
+    assert nearest_section(heads, 0) == "MASTER AGREEMENT" and nearest_section([], 5) == ""
