@@ -410,7 +410,7 @@ def retry(job_id: str) -> Response[str]:
 _NOT_JSON = object()
 
 
-def _batch_items() -> list[object]:
+def _batch_items() -> list[api_batches.RawItem]:
     """The body: a JSON list, `{"items": [...]}`, or JSON Lines (one item per line)."""
     raw = _raw_body().strip()
     ctype = (app.current_event.headers.get("content-type") or "").lower()
@@ -425,7 +425,7 @@ def _batch_items() -> list[object]:
         if isinstance(parsed, dict) and isinstance(parsed.get("items"), list):
             parsed = parsed["items"]
         if isinstance(parsed, list):
-            return list(parsed)
+            return api_batches.numbered(parsed)
         if parsed is not _NOT_JSON:  # one JSON value that is no list of items (`null` too)
             raise ApiError(400, "input.invalid", 'a batch is a JSON list of items, {"items": [...]}, or JSON Lines '
                                                  "(Content-Type: application/x-ndjson)")
