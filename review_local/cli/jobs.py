@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -13,13 +14,13 @@ from rich.table import Table
 
 from contract_review.domain import lifecycle
 from contract_review.domain.ports import Queue
-from contract_review.domain.records import Job, JobState
+from contract_review.domain.records import Job, JobState, StepStatus
 from contract_review.operate import actions, narration
 from contract_review.operate import job_view as job_views
 
 from ..progress import UNKNOWN, WAITING, ended, watch_jobs
 from .context import Ctx, job_view, whole_job_id
-from .render import console, print_status, say
+from .render import STDERR, console, print_status, say
 
 WATCH_GRACE_S = 3.0
 
@@ -229,16 +230,63 @@ def cancel(obj: Ctx, job_ids: tuple[str, ...], wait: bool, timeout: float, as_js
 
 
 # ------------------------------------------------------------------------------------ approve / reject
-def _decide(obj: Ctx, job_id: str, decision: str, as_json: bool = False) -> None:
+UNDO_POLL_S = 1.0  # `review reject`: how often the job is read while its side effects are undone
+
+
+def _decide(obj: Ctx, job_id: str, decision: str, as_json: bool = False) -> actions.ApprovalOutcome:
     job_id = whole_job_id(obj, job_id)
     r = actions.decide(obj.deps, job_id, decision, by="cli")
-    if as_json:
-        click.echo(r.model_dump_json(indent=2))
-    else:
+    if not as_json:
         console.print(f"{job_id}  {r.state.value if r.state else '-'}  {r.message}",
                       style="" if r.changed else "yellow", markup=False, highlight=False, soft_wrap=True)
     if not r.changed:
+        if as_json:
+            click.echo(r.model_dump_json(indent=2))
         raise click.ClickException(f"{job_id}: {r.message}")
+    return r
+
+
+def _undo_words(job: Job) -> str:
+    """Each step the job did outside, and what became of it: "ticket.open compensated (TCK-00001 closed)"."""
+    words = []
+    for e in job.side_effects:
+        ticket = e.compensation_result.get("ticket_id") or e.result.get("ticket_id")
+        what = f" ({ticket} {e.compensation_result.get('status') or 'open'})" if e.step == "ticket.open" and ticket else ""
+        words.append(f"{e.step} {e.status.value.replace('_', ' ')}{what}")
+    return "; ".join(words) or "nothing was done outside, nothing to undo"
+
+
+def _await_undo(obj: Ctx, job_id: str, timeout: float, out: Console) -> tuple[Job | None, list[str]]:
+    """Wait (up to `timeout`) for a rejected job to leave `compensating`: a line each time what is undone changes.
+    The job as it ended (or as it still is), and the steps whose undo failed."""
+    deadline = time.monotonic() + timeout
+    said = ""
+    out.print(f"undoing what {job_id} did (up to {timeout:.0f} s; `review status {job_id}` shows it too)...",
+              markup=False, highlight=False, soft_wrap=True)
+    while True:
+        job = obj.deps.jobs.get(job_id)
+        if job is None:
+            return None, []
+        now = f"  {job.state.value}: {_undo_words(job)}"
+        if now != said:
+            out.print(now, markup=False, highlight=False, soft_wrap=True)
+            said = now
+        if job.state is not JobState.COMPENSATING or time.monotonic() >= deadline:
+            failed = [e.step for e in job.side_effects if e.status is StepStatus.COMPENSATION_FAILED]
+            return job, failed
+        time.sleep(UNDO_POLL_S)
+
+
+def _undo_failed_line(job: Job, failed: list[str]) -> str:
+    causes = []
+    for e in job.side_effects:
+        if e.step in failed:
+            cause = e.error.cause_code if e.error and e.error.cause_code else "unknown cause"
+            http = f", HTTP {e.error.http_status}" if e.error and e.error.http_status else ""
+            causes.append(f"{e.step} ({cause}{http})")
+    return (f"{job.job_id} is {job.state.value} ({job.error_code}), but undoing {', '.join(causes)} failed on every "
+            "attempt (sideeffect.compensation_failed; what it did stays: a ticket open): fix the cause, then "
+            "`review compensations --redrive --wait`")
 
 
 _DECISION_JSON = click.option("--json", "as_json", is_flag=True,
@@ -253,18 +301,45 @@ def approve(obj: Ctx, job_id: str, as_json: bool) -> None:
     """A job waiting for approval (a side effect whose outcome stayed unknown; `review status` shows the
     step, its key and the evidence): retry the step with the same key (the external system dedups it)
     and go on. Exit 1 when the job is not waiting."""
-    _decide(obj, job_id, "approve", as_json)
+    r = _decide(obj, job_id, "approve", as_json)
+    if as_json:
+        click.echo(r.model_dump_json(indent=2))
 
 
 @click.command()
 @click.argument("job_id")
-@_DECISION_JSON
+@click.option("--no-wait", is_flag=True, help="Do not wait for the undo: exit once the decision is recorded.")
+@click.option("--timeout", type=click.FloatRange(min=0), default=120.0, show_default=True,
+              help="How long to wait for the undo.")
+@click.option("--json", "as_json", is_flag=True,
+              help="Print the outcome as JSON (job_id, state, changed, message; and, once waited, ended, "
+                   "undo_failed: the steps whose undo failed).")
 @click.pass_obj
-def reject(obj: Ctx, job_id: str, as_json: bool) -> None:
+def reject(obj: Ctx, job_id: str, no_wait: bool, timeout: float, as_json: bool) -> None:
     """A job waiting for approval: fail it (job.approval_rejected): `compensating` while the side effects it did
-    are undone (a ticket closed, a withdrawal published), then `failed`. Again on a job still compensating: the
-    compensation is sent again. Exit 1 when the job is neither waiting nor compensating."""
-    _decide(obj, job_id, "reject", as_json)
+    are undone (a ticket closed, a withdrawal published), then `failed`. Waits for the undo and says how it went:
+    exit 1 when an undo failed (with what to run next) or the job is still compensating after --timeout. Again on
+    a job still compensating: the compensation is sent again. Exit 1 when the job is neither waiting nor
+    compensating."""
+    r = _decide(obj, job_id, "reject", as_json)
+    record: dict[str, Any] = r.model_dump(mode="json")
+    problem = None
+    if not no_wait:
+        job, failed = _await_undo(obj, r.job_id, timeout, STDERR if as_json else console)
+        record.update(ended=job.state.value if job else None, undo_failed=failed)
+        if job is None:
+            problem = f"{r.job_id}: the job is gone"
+        elif failed:
+            problem = _undo_failed_line(job, failed)
+        elif job.state is JobState.COMPENSATING:
+            problem = (f"{r.job_id} is still compensating after {timeout:.0f} s: `review status {r.job_id}` says "
+                       f"what is left; `review reject {r.job_id}` sends the undo again")
+        elif not as_json:
+            say(f"{r.job_id} {job.state.value} ({job.error_code}); undone: {_undo_words(job)}")
+    if as_json:
+        click.echo(json.dumps(record, indent=2))
+    if problem:
+        raise click.ClickException(problem)
 
 
 COMMANDS = (status, explain, watch, report, jobs, retry, cancel, approve, reject)

@@ -29,8 +29,9 @@ from .render import STDERR, console
               help="Without the local fake of the external ticket system (the ticket step is then skipped).")
 @click.option("--ticket-faults", default="", metavar="SPEC",
               help="Ticket system failures: rates, e.g. 'error=0.1,timeout_after_write=0.05,hang=3,seed=7', or the next N "
-                   "requests, e.g. 'timeout_after_write=x1,lookup_unavailable=x50' (the next ticket's outcome stays "
-                   "unknown: its job waits in waiting_approval).")
+                   "requests, e.g. 'timeout_after_write=x1,lookup_unavailable=x4' (the next ticket's outcome stays "
+                   "unknown: its job waits in waiting_approval; the 4 lookups are the ticket step's attempts, so the "
+                   "faults end once it waits).")
 @click.option("--batch-faults", default="", metavar="SPEC",
               help="Bedrock batch inference stand-in failures, e.g. 'refuse_create' (every CreateModelInvocationJob "
                    "refused with ValidationException, as for a model not offered in batch: the batch lane turns off "
