@@ -4,13 +4,16 @@ a model before deploying (`review preflight`), the demo, and the one-off index b
 from __future__ import annotations
 
 import json
+import os
 import signal
 import sys
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
 import click
+from rich.console import Console
 
 from contract_review.doubles.spec import FaultSpec
 
@@ -46,6 +49,7 @@ def up(fault_rate: float, seed: int, workers: int | None, worker_kind: str, no_t
     foreground."""
     from ..batch_service import BatchFaults
     from ..embedded import LOCAL_JSON
+    from ..instance import AlreadyRunning, UpLock
     from ..stack import LocalStack
     from ..ticket_service import TicketFaults
 
@@ -59,11 +63,36 @@ def up(fault_rate: float, seed: int, workers: int | None, worker_kind: str, no_t
         batch = BatchFaults.parse(batch_faults)
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="--batch-faults") from exc
+    try:  # one `review up` per checkout: a second one would take over .review/local.json
+        lock = UpLock(LOCAL_JSON).acquire()
+    except AlreadyRunning as exc:
+        raise click.ClickException(str(exc)) from exc
     stack = LocalStack(faults=faults, worker=worker_kind, concurrency={"worker": workers} if workers else {},
                        ticket_faults=tickets, batch_faults=batch)
-    out.print("[bold]synthesizing and deploying the template into embedded AWS...[/]")
-    stack.start()
-    stack.write_local_json()
+    try:
+        out.print("[bold]synthesizing and deploying the template into embedded AWS...[/]")
+        stack.start()
+        stack.write_local_json()
+        lock.record(endpoint=stack.aws.endpoint, api=stack.api.url if stack.api else None,
+                    ui=stack.ui.url if stack.ui else None)
+        _print_up(stack, out, batch_faults)
+        if as_json:
+            click.echo(json.dumps(_up_document(stack, LOCAL_JSON), indent=2))
+            sys.stdout.flush()
+        _serve_until_stopped()
+    finally:
+        _stop(stack, out)
+        lock.release()
+    # everything it started is stopped and its files written: the interpreter's teardown of embedded AWS's memory
+    # (moto's backends, hundreds of thousands of objects) would hold the terminal for seconds more, holding nothing
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
+
+
+def _print_up(stack: Any, out: Console, batch_faults: str) -> None:
+    from ..embedded import LOCAL_JSON
+
     out.print(f"AWS endpoint: [bold cyan]{stack.aws.endpoint}[/]  region: {stack.aws.region}")
     for k, v in sorted(stack.outputs.items()):
         out.print(f"  {k:22} {v}")
@@ -83,15 +112,33 @@ def up(fault_rate: float, seed: int, workers: int | None, worker_kind: str, no_t
                   f"(boto3 \"bedrock\" with endpoint_url; at least {stack.batch_service.min_records} records per "
                   f"job, a status every {stack.batch_service.step_s:g} s)"
                   + (f"; faults: {batch_faults}" if batch_faults else ""), soft_wrap=True)
-    out.print("wrote .review/local.json; worker logs in .review/logs/. Ctrl-C to stop.")
-    if as_json:
-        click.echo(json.dumps(_up_document(stack, LOCAL_JSON), indent=2))
-        sys.stdout.flush()
+    out.print(f"wrote {_shown(LOCAL_JSON)}; worker logs in .review/logs/. Ctrl-C to stop (pid {os.getpid()}).",
+              soft_wrap=True)
+
+
+def _shown(path: Path) -> str:
+    """A path relative to the working directory when it is under it (`.review/local.json`)."""
     try:
-        _serve_until_stopped()
-    finally:
-        out.print("stopping...")
-        stack.stop()
+        return str(path.resolve().relative_to(Path.cwd()))
+    except ValueError:
+        return str(path)
+
+
+def _stop(stack: Any, out: Console) -> None:
+    """Say what is stopped, stop it, and say so: a second Ctrl-C meanwhile is ignored (the stop is bounded)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    parts = [name for name, running in (("the status page", stack.ui), ("the Job API", stack.api),
+                                        ("the ticket system's fake", stack.tickets),
+                                        ("the batch inference stand-in", stack.batch_service)) if running]
+    if stack.runtime is not None:
+        parts.append(f"{len(stack.runtime.sandboxes)} worker processes")
+    if stack.aws.server is not None:
+        parts.append(f"embedded AWS at {stack.aws.endpoint} (its jobs, reports and dead letters go with it)")
+    out.print(f"stopping the local stack (pid {os.getpid()}): {', '.join(parts) or 'nothing had started'}...",
+              markup=False, highlight=False, soft_wrap=True)
+    started = time.monotonic()
+    stack.stop()
+    out.print(f"stopped in {time.monotonic() - started:.1f} s", markup=False, highlight=False)
 
 
 def _up_document(stack: Any, local_json: Path) -> dict[str, Any]:
