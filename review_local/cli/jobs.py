@@ -15,9 +15,10 @@ from rich.table import Table
 from contract_review.domain import lifecycle
 from contract_review.domain.ports import Queue
 from contract_review.domain.records import Job, JobState, StepStatus
-from contract_review.operate import actions, narration
+from contract_review.operate import actions, ids, narration
 from contract_review.operate import job_view as job_views
 
+from .. import progress
 from ..progress import UNKNOWN, WAITING, ended, watch_jobs
 from .context import Ctx, job_view, whole_job_id
 from .render import STDERR, console, print_status, say
@@ -32,6 +33,7 @@ def wait_for_jobs(obj: Ctx, job_ids: list[str], timeout: float, grace_s: float, 
     the SHA-256 each job must have been made from (a key another document took first, while this one's
     message was on its way, is intake's input.key_conflict: that job's end is not this document's)."""
     deps = obj.deps
+    started = progress.now()
     states = watch_jobs(out, deps.jobs, job_ids, timeout, grace_s=grace_s,
                         intake_busy=lambda: deps.queues.depth(Queue.INTAKE) > 0,
                         events=(lambda j, after: lifecycle.read_events(deps, j, after)) if show_events else None,
@@ -41,7 +43,8 @@ def wait_for_jobs(obj: Ctx, job_ids: list[str], timeout: float, grace_s: float, 
         if state == JobState.WAITING_APPROVAL.value:
             waiting.append(_waiting_line(deps.jobs.get(j), j))
         elif state == UNKNOWN:
-            problems.append(f"no job {j}: no record after {grace_s:.0f} s and the intake queue is empty, so "
+            problems.append(f"no job {j}: no record after {progress.now() - started:.0f} s and the intake queue is "
+                            "empty, so "
                             "nothing will create it (a mistyped id? or see `review jobs` and `review dlq list`)")
         elif state == WAITING or not ended(state):
             problems.append(f"{j} is still {state} after {timeout:.0f} s (`review watch {j}` to go on watching)")
@@ -117,7 +120,11 @@ def watch(obj: Ctx, job_id: str, timeout: float, progress_only: bool, since: int
     A job id without a record is waited for only while the intake queue still holds messages
     (it may be one just sent) and a few seconds more; then it is unknown."""
     deps = obj.deps
-    wait_for_jobs(obj, [whole_job_id(obj, job_id)], timeout, WATCH_GRACE_S, show_events=not progress_only, since=since,
+    whole = whole_job_id(obj, job_id)
+    if not ids.is_job_id(whole) and deps.jobs.get(whole) is None:  # nothing could ever be recorded under it
+        raise click.ClickException(f"no job {job_id}: not a job id (`job-` and 20 hex digits) and no job's id starts "
+                                   "with it (`review jobs` lists them)")
+    wait_for_jobs(obj, [whole], timeout, WATCH_GRACE_S, show_events=not progress_only, since=since,
           label=(lambda job: job_views.job_progress(deps, job).label) if progress_only else None)
 
 
@@ -236,13 +243,13 @@ UNDO_POLL_S = 1.0  # `review reject`: how often the job is read while its side e
 def _decide(obj: Ctx, job_id: str, decision: str, as_json: bool = False) -> actions.ApprovalOutcome:
     job_id = whole_job_id(obj, job_id)
     r = actions.decide(obj.deps, job_id, decision, by="cli")
-    if not as_json:
-        console.print(f"{job_id}  {r.state.value if r.state else '-'}  {r.message}",
-                      style="" if r.changed else "yellow", markup=False, highlight=False, soft_wrap=True)
-    if not r.changed:
+    if not r.changed:  # refused: said once, as the error line (with --json, the outcome on stdout too)
         if as_json:
             click.echo(r.model_dump_json(indent=2))
-        raise click.ClickException(f"{job_id}: {r.message}")
+        raise click.ClickException(f"{job_id} {r.state.value if r.state else '-'}: {r.message}")
+    if not as_json:
+        console.print(f"{job_id}  {r.state.value if r.state else '-'}  {r.message}", markup=False, highlight=False,
+                      soft_wrap=True)
     return r
 
 

@@ -357,6 +357,7 @@ def test_review_approve_and_reject_decide_a_waiting_job_and_refuse_any_other():
     # a second decision: the job is not waiting any more (exit 1, one line saying so)
     again = run(world, "reject", waiting.job_id)
     assert again.exit_code == 1 and "not waiting for approval" in again.output
+    assert again.output.count("not waiting for approval") == 1 and not again.stdout  # said once, as the error
     # reject on another waiting job: failed with job.approval_rejected
     other_world, other_fx = FakeWorld(), FakeSideEffects()
     other = unknown_outcome(other_world, other_fx, written=False)
