@@ -84,10 +84,12 @@ def up(fault_rate: float, seed: int, workers: int | None, worker_kind: str, no_t
         _stop(stack, out)
         lock.release()
     # everything it started is stopped and its files written: the interpreter's teardown of embedded AWS's memory
-    # (moto's backends, hundreds of thousands of objects) would hold the terminal for seconds more, holding nothing
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(0)
+    # (moto's backends, hundreds of thousands of objects) would hold the terminal for seconds more, holding nothing.
+    # The `review` program (`main`) then ends without it; a caller in-process (a test) goes on.
+    STOPPED_CLEANLY.set()
+
+
+STOPPED_CLEANLY = threading.Event()  # `review up` stopped all it started: `main` may skip the interpreter's teardown
 
 
 def _print_up(stack: Any, out: Console, batch_faults: str) -> None:
@@ -132,7 +134,7 @@ def _stop(stack: Any, out: Console) -> None:
                                         ("the batch inference stand-in", stack.batch_service)) if running]
     if stack.runtime is not None:
         parts.append(f"{len(stack.runtime.sandboxes)} worker processes")
-    if stack.aws.server is not None:
+    if stack.aws.endpoint:
         parts.append(f"embedded AWS at {stack.aws.endpoint} (its jobs, reports and dead letters go with it)")
     out.print(f"stopping the local stack (pid {os.getpid()}): {', '.join(parts) or 'nothing had started'}...",
               markup=False, highlight=False, soft_wrap=True)
