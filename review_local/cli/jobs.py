@@ -182,23 +182,26 @@ def retry(obj: Ctx, job_ids: tuple[str, ...], wait: bool, timeout: float, budget
     Works from the job's records, with or without DLQ messages (the job's DLQ copies are removed):
     failed and dead-lettered chunks get a fresh attempt budget, analysts with a mandatory gap run
     again, chunks never started are sent. A job that failed in intake (runtime.intake_exhausted) is
-    queued again with its intake message. Exits 1 when a job was not retried (its line says why)."""
+    queued again with its intake message. Exits 1 when a job was not retried (the error line says why)."""
     retried: list[str] = []
     refused: list[str] = []
     outcomes: list[Any] = []
     for job_id in [whole_job_id(obj, j) for j in job_ids]:
         r = actions.retry(obj.deps, job_id, budget_usd=budget_usd)
         outcomes.append(r.model_dump(mode="json"))
-        if not as_json:
-            console.print(f"{job_id}  {r.state.value if r.state else '-'}  {r.action}",
-                          style="" if r.retried else "yellow", markup=False, highlight=False, soft_wrap=True)
-        (retried if r.retried else refused).append(job_id)
+        if r.retried:
+            retried.append(job_id)
+            if not as_json:
+                console.print(f"{job_id}  {r.state.value if r.state else '-'}  {r.action}", markup=False,
+                              highlight=False, soft_wrap=True)
+        else:  # said once, in the error line
+            refused.append(f"{job_id} ({r.state.value if r.state else 'no record'}): {r.action}")
     if as_json:
         click.echo(json.dumps(outcomes, indent=2))
     if wait and retried:
         wait_for_jobs(obj, retried, timeout, WATCH_GRACE_S)
     if refused:
-        raise click.ClickException(f"not retried: {', '.join(refused)}")
+        raise click.ClickException(f"not retried: {'; '.join(refused)}")
 
 
 # ------------------------------------------------------------------------------------ cancel
@@ -211,19 +214,21 @@ def retry(obj: Ctx, job_ids: tuple[str, ...], wait: bool, timeout: float, budget
 def cancel(obj: Ctx, job_ids: tuple[str, ...], wait: bool, timeout: float, as_json: bool) -> None:
     """Cancel jobs: no new work starts, chunks in flight stop within one model call, side effects
     already done are compensated, and each job ends `cancelled`. Cancelling twice is cancelling once;
-    a job that already ended is left as it is (exit 1, its line says so)."""
+    a job that already ended is left as it is (exit 1, the error line says so)."""
     refused: list[str] = []
+    reasons: list[str] = []
     job_ids = tuple(whole_job_id(obj, j) for j in job_ids)
     outcomes: list[Any] = []
     for job_id in job_ids:
         r = lifecycle.request_cancel(obj.deps, job_id, by="cli")
         ok = r.changed or r.state in (JobState.CANCELLING, JobState.CANCELLED)
         outcomes.append(r.model_dump(mode="json"))
-        if not as_json:
-            console.print(f"{job_id}  {r.state.value if r.state else '-'}  {r.message}", style="" if ok else "yellow",
-                          markup=False, highlight=False, soft_wrap=True)
-        if not ok:
+        if not ok:  # said once, in the error line
             refused.append(job_id)
+            reasons.append(f"{job_id}: {r.message}")
+        elif not as_json:
+            console.print(f"{job_id}  {r.state.value if r.state else '-'}  {r.message}", markup=False,
+                          highlight=False, soft_wrap=True)
     if as_json:
         click.echo(json.dumps(outcomes, indent=2))
     pending = [j for j in job_ids if j not in refused]
@@ -233,7 +238,7 @@ def cancel(obj: Ctx, job_ids: tuple[str, ...], wait: bool, timeout: float, as_js
         if late:
             raise click.ClickException(f"not cancelled within {timeout:.0f} s: {', '.join(late)}")
     if refused:
-        raise click.ClickException(f"not cancelled: {', '.join(refused)}")
+        raise click.ClickException(f"not cancelled: {'; '.join(reasons)}")
 
 
 # ------------------------------------------------------------------------------------ approve / reject
@@ -246,7 +251,7 @@ def _decide(obj: Ctx, job_id: str, decision: str, as_json: bool = False) -> acti
     if not r.changed:  # refused: said once, as the error line (with --json, the outcome on stdout too)
         if as_json:
             click.echo(r.model_dump_json(indent=2))
-        raise click.ClickException(f"{job_id} {r.state.value if r.state else '-'}: {r.message}")
+        raise click.ClickException(f"{job_id}: {r.message}")
     if not as_json:
         console.print(f"{job_id}  {r.state.value if r.state else '-'}  {r.message}", markup=False, highlight=False,
                       soft_wrap=True)
