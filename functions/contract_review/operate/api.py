@@ -269,10 +269,12 @@ def post_upload() -> Response[str]:
     `s3Uri` it answers as the document of `POST /jobs`: only this principal's jobs may read it."""
     who = caller()
     raw = _raw_body().strip()
+    body: object = None
     try:
-        req = UploadRequest.model_validate(json.loads(raw) if raw else {})
+        body = json.loads(raw) if raw else {}
+        req = UploadRequest.model_validate(body)
     except ValueError as exc:  # not JSON, or a ValidationError
-        detail = validation_message(exc) if isinstance(exc, ValidationError) else "the body is not JSON"
+        detail = validation_message(exc, body) if isinstance(exc, ValidationError) else "the body is not JSON"
         raise ApiError(400, "api.invalid_request", detail) from exc
     deps = _deps()
     key = f"{uploads_prefix(who.principal)}{secrets.token_hex(16)}-{req.name or 'document'}.txt"
@@ -383,10 +385,11 @@ class ApprovalRequest(BaseModel):
 def approval(job_id: str) -> Response[str]:
     deps, who = _deps(), caller()
     _recorded(deps, who, job_id, "decide")
+    body = _body_json()
     try:
-        req = ApprovalRequest.model_validate(_body_json())
+        req = ApprovalRequest.model_validate(body)
     except ValidationError as exc:
-        raise ApiError(400, "api.invalid_request", validation_message(exc)) from exc
+        raise ApiError(400, "api.invalid_request", validation_message(exc, body)) from exc
     outcome = approvals.decide_approval(deps, job_id, req.decision, who.arn)
     if outcome.state is None:
         raise not_found("job", job_id)

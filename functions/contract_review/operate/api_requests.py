@@ -71,7 +71,7 @@ class BatchItem(JobRequest):
     custom_id: str = Field(pattern=_CUSTOM_ID.pattern)
 
 
-def validation_message(exc: ValidationError, raw: object = None) -> str:
+def validation_message(exc: ValidationError, raw: object) -> str:
     """One sentence per mistake, in the body's terms: the intake message's wording (`plain_errors`), so the API, a
     batch's items and the queue say the same thing for the same mistake."""
     return plain_errors(exc.errors(), raw)
