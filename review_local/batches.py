@@ -38,50 +38,56 @@ def cli_principal(stack: str | None, region: str | None) -> str:
     return str(boto3.Session(region_name=region).client("sts").get_caller_identity()["Arn"])
 
 
-def _with_files(items: list[object], base: Path) -> tuple[list[object], list[tuple[str, str]]]:
-    """`file` items: the file's text as the document. A file that cannot be read is left out, with its reason
-    (custom id, "code: why"): the other items are still submitted."""
-    out: list[object] = []
-    bad: list[tuple[str, str]] = []
+def _with_files(items: list[api_batches.RawItem], base: Path) -> list[api_batches.RawItem]:
+    """`file` items: the file's text as the document. A file that cannot be read makes its item a fault (its code
+    and why), reported on its line like any other bad item: the other items are still submitted."""
+    out: list[api_batches.RawItem] = []
     for item in items:
-        if isinstance(item, dict) and isinstance(item.get("file"), str) and "document" not in item:
-            path = base / item["file"]
-            rest = {k: v for k, v in item.items() if k != "file"}
-            name = str(item.get("custom_id") or "?")
-            try:
-                if path.stat().st_size > MAX_DOCUMENT_BYTES:
-                    bad.append((name, f"input.too_large: {path} (item {name!r}): more than {MAX_DOCUMENT_BYTES:,} "
-                                      "bytes: split it"))
-                    continue
-                out.append({**rest, "document": {"text": path.read_text(encoding="utf-8")}})
-            except OSError as exc:
-                bad.append((name, f"input.document_missing: {path} (item {name!r}): {exc.strerror}"))
-            except UnicodeDecodeError as exc:
-                bad.append((name, f"input.undecodable: {path} (item {name!r}): not UTF-8 text (at byte {exc.start}): "
-                                  "convert it to UTF-8 first"))
+        value = item.value
+        if not (isinstance(value, dict) and isinstance(value.get("file"), str) and "document" not in value):
+            out.append(item)
             continue
-        out.append(item)
-    return out, bad
+        path = base / str(value["file"])
+        rest = {k: v for k, v in value.items() if k != "file"}
+        fault: tuple[str, str] | None = None
+        try:
+            if path.stat().st_size > MAX_DOCUMENT_BYTES:
+                fault = ("input.too_large", f"{path}: more than {MAX_DOCUMENT_BYTES:,} bytes: split it")
+            else:
+                rest["document"] = {"text": path.read_text(encoding="utf-8")}
+        except OSError as exc:
+            fault = ("input.document_missing", f"{path}: {exc.strerror}")
+        except UnicodeDecodeError as exc:
+            fault = ("input.undecodable", f"{path}: not UTF-8 text (at byte {exc.start}): convert it to UTF-8 first")
+        out.append(api_batches.RawItem(value if fault else rest, item.where, fault))
+    return out
 
 
-def submit_batch_file(deps: Deps, who: str, path: Path, key: str | None, console: Console,
-                      as_json: bool = False) -> tuple[list[str], list[str]]:
-    """Submit the file's items; print one line per item, or with `as_json` one JSON object (`batchId`, `replayed`,
-    `items`: `customId`, `jobId`, `error` {code, message}). (job ids accepted, custom ids rejected)."""
-    raw = path.read_text(encoding="utf-8")
-    parsed: object = None
+def read_batch_file(path: Path) -> list[api_batches.RawItem]:
+    """The file's items, each named by where it is (`line N` of JSON Lines, `item N` of a JSON list)."""
+    try:
+        raw = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise click.ClickException(f"{path}: not UTF-8 text (at byte {exc.start}): a batch file is JSON Lines in "
+                                   "UTF-8") from exc
     try:
         parsed = json.loads(raw)
     except ValueError:
         parsed = None
-    items = list(parsed) if isinstance(parsed, list) else api_batches.parse_jsonl(raw)
+    items = api_batches.numbered(parsed) if isinstance(parsed, list) else api_batches.parse_jsonl(raw)
     if not items:
         raise click.ClickException(f"{path}: no items (one JSON object per line, each with a custom_id)")
-    items, unreadable = _with_files(items, path.parent)
-    if not items:  # nothing left to send: one line per file, nothing submitted
-        raise click.ClickException("; ".join(why for _, why in unreadable))
+    return _with_files(items, path.parent)
+
+
+def submit_batch_file(deps: Deps, who: str, path: Path, key: str | None, console: Console,
+                      as_json: bool = False) -> tuple[list[str], list[str]]:
+    """Submit the file's items; print one line per item (a rejected one: where it is in the file, its code and
+    why), or with `as_json` one JSON object (`batchId`, `replayed`, `items`: `customId`, `where`, `jobId`, `error`
+    {code, message}). (job ids accepted, the rejected items' places)."""
+    items = read_batch_file(path)
     # the batch's key: what is sent (a file fixed since is a new batch; its good items are still the same jobs)
-    sent = hashlib.sha256(json.dumps(items, sort_keys=True).encode()).hexdigest()
+    sent = hashlib.sha256(json.dumps([[i.where, i.value, i.fault] for i in items], sort_keys=True).encode()).hexdigest()
     manifest, replayed = api_batches.submit_batch(deps, Caller(who), items, key or sent)
     say = (lambda *_a, **_k: None) if as_json else console.print
     say(f"batch {manifest.batch_id}" + ("  (submitted before: the same batch)" if replayed else ""),
@@ -89,21 +95,18 @@ def submit_batch_file(deps: Deps, who: str, path: Path, key: str | None, console
     accepted, rejected = [], []
     records: list[dict[str, object]] = []
     for line in manifest.items:
-        name = line.custom_id or "?"
-        records.append({"customId": name, "jobId": line.job_id, "error": line.error})
+        name = line.custom_id or "-"
+        records.append({"customId": line.custom_id, "where": line.where, "jobId": line.job_id, "error": line.error})
         if line.job_id:
             accepted.append(line.job_id)
             say(f"  {name}  {line.job_id}", markup=False, highlight=False)
         else:
-            rejected.append(name)
+            where = line.where or "?"
+            rejected.append(f"{where} ({line.custom_id})" if line.custom_id else where)
             error = line.error or {}
-            say(f"  {name}  rejected: {error.get('code')} {error.get('message')}", style="yellow",
-                markup=False, highlight=False, soft_wrap=True)
-    for name, why in unreadable:  # not in the batch: read here, before anything was sent
-        rejected.append(name)
-        code, _, message = why.partition(": ")
-        records.append({"customId": name, "jobId": None, "error": {"code": code, "message": message}})
-        say(f"  {name}  not submitted: {why}", style="yellow", markup=False, highlight=False, soft_wrap=True)
+            why = str(error.get("message")).removeprefix(f"{where}: ")
+            say(f"  {path} {rejected[-1]}: {error.get('code')}: {why}", style="yellow", markup=False, highlight=False,
+                soft_wrap=True)
     if as_json:
         click.echo(json.dumps({"batchId": manifest.batch_id, "replayed": replayed, "items": records}, indent=2))
     return accepted, rejected

@@ -27,6 +27,11 @@ _now: Callable[[], float] = time.monotonic
 _sleep: Callable[[float], None] = time.sleep
 
 
+def now() -> float:
+    """The clock the watch runs on (monotonic; tests replace `_now`)."""
+    return _now()
+
+
 def ended(state: str) -> bool:
     """Whether a state `watch_jobs` returned is final (a terminal job state)."""
     return state not in (UNKNOWN, WAITING) and JobState(state).terminal

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import secrets
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -170,7 +171,7 @@ class LocalStack:
         return local_deps(self.outputs, self.aws.region, self.aws.endpoint, self.profile)
 
     def write_local_json(self, path: Path = LOCAL_JSON) -> None:
-        extra: dict[str, Any] = {"profile": self.profile}
+        extra: dict[str, Any] = {"profile": self.profile, "pid": os.getpid()}  # the process serving it
         if self.api is not None:  # the Job API: its base URL and each principal's bearer token, by name
             extra.update(api=self.api.url, api_token=self.api.token, api_tokens=self.api.tokens_by_name)
         if self.ui is not None:  # the status page (`review ui` serves it again, or as one of api_tokens' principals)

@@ -81,8 +81,9 @@ class TicketFaults(BaseModel):
         """`review up --ticket-faults "error=0.1,timeout_after_write=0.05,hang=3,seed=7"`: rates (a share of the
         writes). `KIND=xN` scripts the next N requests instead (creates; lookups for `lookup_unavailable`), KIND
         any of error_before_write, timeout_after_write, drop_after_write, timeout_before_write, lookup_unavailable:
-        "timeout_after_write=x1,lookup_unavailable=x50" makes the next ticket's outcome unknown, so its job waits
-        in `waiting_approval`."""
+        "timeout_after_write=x1,lookup_unavailable=x4" makes the next ticket's outcome unknown, so its job waits
+        in `waiting_approval` (4: the lookups the ticket step makes, `side_effect_attempts`; the faults end there,
+        so a reject then closes the ticket)."""
         names = {"error": "error_rate", "timeout_after_write": "timeout_after_write_rate", "hang": "hang_s",
                  "seed": "seed"}
         kinds = ("error_before_write", "timeout_after_write", "drop_after_write", "timeout_before_write",

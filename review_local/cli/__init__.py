@@ -7,6 +7,8 @@ print on."""
 
 from __future__ import annotations
 
+import os
+import sys
 from typing import Any
 
 import click
@@ -46,4 +48,12 @@ for _command in (*stack.COMMANDS, *submit.COMMANDS, *jobs.COMMANDS, *quota.COMMA
 
 
 def main() -> None:
-    cli(obj=None)
+    try:
+        cli(obj=None)
+    except SystemExit as exc:
+        if not stack.STOPPED_CLEANLY.is_set():
+            raise
+        # `review up` stopped everything it started: end now, not after seconds of tearing down moto's memory
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(exc.code if isinstance(exc.code, int) else 0)

@@ -4,13 +4,14 @@ compensation DLQ of side effects that could not be undone)."""
 from __future__ import annotations
 
 import json
+import time
 
 import click
 
 from contract_review.operate import dead_letters
 
 from .context import Ctx, whole_message_id
-from .render import console, say
+from .render import STDERR, console, say
 
 
 @click.group()
@@ -104,28 +105,69 @@ def dlq_discard(obj: Ctx, message_id: str, yes: bool) -> None:
     say(f"discarded {about}" + (f"; recorded as dlq.discarded on {gone.job_id}" if gone.job_id else ""))
 
 
+REDRIVE_AGAIN_S = 5.0  # `compensations --redrive --wait`: between two redrives
+
+
+def _redrive_line(out: dead_letters.CompensationResult) -> str:
+    return (f"compensated: {len(out.compensated)}  still failing: {len(out.dead_lettered)}  "
+            f"in flight: {out.in_flight}")
+
+
+def _not_compensated(out: dead_letters.CompensationResult) -> str:
+    """Why a redrive did not end it all, and what to run next: one line."""
+    parts = []
+    if out.dead_lettered:
+        failing = ", ".join(f"{step} of {job}" if job else step for step, job in zip(out.dead_lettered,
+                                                                                    out.failing_jobs, strict=False))
+        parts.append(f"still failing: {failing} (the cause: `review compensations`; fix it, then "
+                     "`review compensations --redrive --wait`)")
+    if out.in_flight:
+        parts.append(f"{out.in_flight} in flight: taken by another redrive (or one that stopped) and not back yet, so "
+                     "neither compensated nor failed: `review compensations --redrive --wait` waits for their outcome")
+    return "; ".join(parts)
+
+
 @click.command()
 @click.option("--redrive", is_flag=True, help="Run every dead-lettered compensation again (after fixing the cause).")
+@click.option("--wait", is_flag=True, help="With --redrive: redrive again until every compensation is done (or "
+                                           "--timeout), a progress line each time.")
+@click.option("--timeout", type=click.FloatRange(min=0), default=300.0, show_default=True,
+              help="With --wait: give up after this many seconds.")
 @click.option("--json", "as_json", is_flag=True, help="Print the dead letters (or the redrive's outcome) as JSON.")
 @click.pass_obj
-def compensations(obj: Ctx, redrive: bool, as_json: bool) -> None:
+def compensations(obj: Ctx, redrive: bool, wait: bool, timeout: float, as_json: bool) -> None:
     """The compensation DLQ: undoing a side effect (closing a ticket, publishing a withdrawal) that failed
     on every attempt (sideeffect.compensation_failed). Lists each one with its job, step and error; with
-    --redrive runs them again (each keeps its own key: nothing is closed or withdrawn twice)."""
+    --redrive runs them again (each keeps its own key: nothing is closed or withdrawn twice). Exit 1 while any is
+    not compensated: still failing, or in flight (taken by another redrive: its outcome is not known yet)."""
     import json as _json
 
-
+    if wait and not redrive:
+        raise click.UsageError("--wait is for --redrive")
     fx = obj.deps.side_effects
     if fx is None or fx.dlq is None:
         raise click.ClickException("this stack has no compensation DLQ (CompensationDlqUrl)")
     if redrive:
+        progress = STDERR if as_json else console
+        deadline = time.monotonic() + timeout
         out = dead_letters.redrive_compensations(obj.deps, fx)
+        done = list(out.compensated)
+        while wait and not out.complete and time.monotonic() < deadline:
+            progress.print(f"{_redrive_line(out)}: {_not_compensated(out)}; again in {REDRIVE_AGAIN_S:g} s "
+                           f"(up to {max(0.0, deadline - time.monotonic()):.0f} s more)",
+                           markup=False, highlight=False, soft_wrap=True)
+            time.sleep(REDRIVE_AGAIN_S)
+            out = dead_letters.redrive_compensations(obj.deps, fx)
+            done += out.compensated
+        out.compensated = done
         if as_json:
-            click.echo(_json.dumps({"compensated": out.compensated, "still_failing": out.dead_lettered}, indent=2))
+            click.echo(_json.dumps({"compensated": out.compensated, "still_failing": out.dead_lettered,
+                                    "in_flight": out.in_flight}, indent=2))
         else:
-            console.print(f"compensated: {len(out.compensated)}  still failing: {len(out.dead_lettered)}")
-        if out.dead_lettered:
-            raise click.ClickException(f"still failing: {', '.join(out.dead_lettered)}")
+            console.print(_redrive_line(out), markup=False, highlight=False)
+        if not out.complete:
+            late = f"after {timeout:.0f} s: " if wait else ""
+            raise click.ClickException(late + _not_compensated(out))
         return
     letters = fx.dlq.take_all(visibility_s=0)
     if as_json:

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -13,13 +14,14 @@ from rich.table import Table
 
 from contract_review.domain import lifecycle
 from contract_review.domain.ports import Queue
-from contract_review.domain.records import Job, JobState
-from contract_review.operate import actions, narration
+from contract_review.domain.records import Job, JobState, StepStatus
+from contract_review.operate import actions, ids, narration
 from contract_review.operate import job_view as job_views
 
+from .. import progress
 from ..progress import UNKNOWN, WAITING, ended, watch_jobs
 from .context import Ctx, job_view, whole_job_id
-from .render import console, print_status, say
+from .render import STDERR, console, print_status, say
 
 WATCH_GRACE_S = 3.0
 
@@ -31,6 +33,7 @@ def wait_for_jobs(obj: Ctx, job_ids: list[str], timeout: float, grace_s: float, 
     the SHA-256 each job must have been made from (a key another document took first, while this one's
     message was on its way, is intake's input.key_conflict: that job's end is not this document's)."""
     deps = obj.deps
+    started = progress.now()
     states = watch_jobs(out, deps.jobs, job_ids, timeout, grace_s=grace_s,
                         intake_busy=lambda: deps.queues.depth(Queue.INTAKE) > 0,
                         events=(lambda j, after: lifecycle.read_events(deps, j, after)) if show_events else None,
@@ -40,7 +43,8 @@ def wait_for_jobs(obj: Ctx, job_ids: list[str], timeout: float, grace_s: float, 
         if state == JobState.WAITING_APPROVAL.value:
             waiting.append(_waiting_line(deps.jobs.get(j), j))
         elif state == UNKNOWN:
-            problems.append(f"no job {j}: no record after {grace_s:.0f} s and the intake queue is empty, so "
+            problems.append(f"no job {j}: no record after {progress.now() - started:.0f} s and the intake queue is "
+                            "empty, so "
                             "nothing will create it (a mistyped id? or see `review jobs` and `review dlq list`)")
         elif state == WAITING or not ended(state):
             problems.append(f"{j} is still {state} after {timeout:.0f} s (`review watch {j}` to go on watching)")
@@ -116,7 +120,11 @@ def watch(obj: Ctx, job_id: str, timeout: float, progress_only: bool, since: int
     A job id without a record is waited for only while the intake queue still holds messages
     (it may be one just sent) and a few seconds more; then it is unknown."""
     deps = obj.deps
-    wait_for_jobs(obj, [whole_job_id(obj, job_id)], timeout, WATCH_GRACE_S, show_events=not progress_only, since=since,
+    whole = whole_job_id(obj, job_id)
+    if not ids.is_job_id(whole) and deps.jobs.get(whole) is None:  # nothing could ever be recorded under it
+        raise click.ClickException(f"no job {job_id}: not a job id (`job-` and 20 hex digits) and no job's id starts "
+                                   "with it (`review jobs` lists them)")
+    wait_for_jobs(obj, [whole], timeout, WATCH_GRACE_S, show_events=not progress_only, since=since,
           label=(lambda job: job_views.job_progress(deps, job).label) if progress_only else None)
 
 
@@ -174,23 +182,26 @@ def retry(obj: Ctx, job_ids: tuple[str, ...], wait: bool, timeout: float, budget
     Works from the job's records, with or without DLQ messages (the job's DLQ copies are removed):
     failed and dead-lettered chunks get a fresh attempt budget, analysts with a mandatory gap run
     again, chunks never started are sent. A job that failed in intake (runtime.intake_exhausted) is
-    queued again with its intake message. Exits 1 when a job was not retried (its line says why)."""
+    queued again with its intake message. Exits 1 when a job was not retried (the error line says why)."""
     retried: list[str] = []
     refused: list[str] = []
     outcomes: list[Any] = []
     for job_id in [whole_job_id(obj, j) for j in job_ids]:
         r = actions.retry(obj.deps, job_id, budget_usd=budget_usd)
         outcomes.append(r.model_dump(mode="json"))
-        if not as_json:
-            console.print(f"{job_id}  {r.state.value if r.state else '-'}  {r.action}",
-                          style="" if r.retried else "yellow", markup=False, highlight=False, soft_wrap=True)
-        (retried if r.retried else refused).append(job_id)
+        if r.retried:
+            retried.append(job_id)
+            if not as_json:
+                console.print(f"{job_id}  {r.state.value if r.state else '-'}  {r.action}", markup=False,
+                              highlight=False, soft_wrap=True)
+        else:  # said once, in the error line
+            refused.append(f"{job_id} ({r.state.value if r.state else 'no record'}): {r.action}")
     if as_json:
         click.echo(json.dumps(outcomes, indent=2))
     if wait and retried:
         wait_for_jobs(obj, retried, timeout, WATCH_GRACE_S)
     if refused:
-        raise click.ClickException(f"not retried: {', '.join(refused)}")
+        raise click.ClickException(f"not retried: {'; '.join(refused)}")
 
 
 # ------------------------------------------------------------------------------------ cancel
@@ -203,19 +214,21 @@ def retry(obj: Ctx, job_ids: tuple[str, ...], wait: bool, timeout: float, budget
 def cancel(obj: Ctx, job_ids: tuple[str, ...], wait: bool, timeout: float, as_json: bool) -> None:
     """Cancel jobs: no new work starts, chunks in flight stop within one model call, side effects
     already done are compensated, and each job ends `cancelled`. Cancelling twice is cancelling once;
-    a job that already ended is left as it is (exit 1, its line says so)."""
+    a job that already ended is left as it is (exit 1, the error line says so)."""
     refused: list[str] = []
+    reasons: list[str] = []
     job_ids = tuple(whole_job_id(obj, j) for j in job_ids)
     outcomes: list[Any] = []
     for job_id in job_ids:
         r = lifecycle.request_cancel(obj.deps, job_id, by="cli")
         ok = r.changed or r.state in (JobState.CANCELLING, JobState.CANCELLED)
         outcomes.append(r.model_dump(mode="json"))
-        if not as_json:
-            console.print(f"{job_id}  {r.state.value if r.state else '-'}  {r.message}", style="" if ok else "yellow",
-                          markup=False, highlight=False, soft_wrap=True)
-        if not ok:
+        if not ok:  # said once, in the error line
             refused.append(job_id)
+            reasons.append(f"{job_id}: {r.message}")
+        elif not as_json:
+            console.print(f"{job_id}  {r.state.value if r.state else '-'}  {r.message}", markup=False,
+                          highlight=False, soft_wrap=True)
     if as_json:
         click.echo(json.dumps(outcomes, indent=2))
     pending = [j for j in job_ids if j not in refused]
@@ -225,20 +238,67 @@ def cancel(obj: Ctx, job_ids: tuple[str, ...], wait: bool, timeout: float, as_js
         if late:
             raise click.ClickException(f"not cancelled within {timeout:.0f} s: {', '.join(late)}")
     if refused:
-        raise click.ClickException(f"not cancelled: {', '.join(refused)}")
+        raise click.ClickException(f"not cancelled: {'; '.join(reasons)}")
 
 
 # ------------------------------------------------------------------------------------ approve / reject
-def _decide(obj: Ctx, job_id: str, decision: str, as_json: bool = False) -> None:
+UNDO_POLL_S = 1.0  # `review reject`: how often the job is read while its side effects are undone
+
+
+def _decide(obj: Ctx, job_id: str, decision: str, as_json: bool = False) -> actions.ApprovalOutcome:
     job_id = whole_job_id(obj, job_id)
     r = actions.decide(obj.deps, job_id, decision, by="cli")
-    if as_json:
-        click.echo(r.model_dump_json(indent=2))
-    else:
-        console.print(f"{job_id}  {r.state.value if r.state else '-'}  {r.message}",
-                      style="" if r.changed else "yellow", markup=False, highlight=False, soft_wrap=True)
-    if not r.changed:
+    if not r.changed:  # refused: said once, as the error line (with --json, the outcome on stdout too)
+        if as_json:
+            click.echo(r.model_dump_json(indent=2))
         raise click.ClickException(f"{job_id}: {r.message}")
+    if not as_json:
+        console.print(f"{job_id}  {r.state.value if r.state else '-'}  {r.message}", markup=False, highlight=False,
+                      soft_wrap=True)
+    return r
+
+
+def _undo_words(job: Job) -> str:
+    """Each step the job did outside, and what became of it: "ticket.open compensated (TCK-00001 closed)"."""
+    words = []
+    for e in job.side_effects:
+        ticket = e.compensation_result.get("ticket_id") or e.result.get("ticket_id")
+        what = f" ({ticket} {e.compensation_result.get('status') or 'open'})" if e.step == "ticket.open" and ticket else ""
+        words.append(f"{e.step} {e.status.value.replace('_', ' ')}{what}")
+    return "; ".join(words) or "nothing was done outside, nothing to undo"
+
+
+def _await_undo(obj: Ctx, job_id: str, timeout: float, out: Console) -> tuple[Job | None, list[str]]:
+    """Wait (up to `timeout`) for a rejected job to leave `compensating`: a line each time what is undone changes.
+    The job as it ended (or as it still is), and the steps whose undo failed."""
+    deadline = time.monotonic() + timeout
+    said = ""
+    out.print(f"undoing what {job_id} did (up to {timeout:.0f} s; `review status {job_id}` shows it too)...",
+              markup=False, highlight=False, soft_wrap=True)
+    while True:
+        job = obj.deps.jobs.get(job_id)
+        if job is None:
+            return None, []
+        now = f"  {job.state.value}: {_undo_words(job)}"
+        if now != said:
+            out.print(now, markup=False, highlight=False, soft_wrap=True)
+            said = now
+        if job.state is not JobState.COMPENSATING or time.monotonic() >= deadline:
+            failed = [e.step for e in job.side_effects if e.status is StepStatus.COMPENSATION_FAILED]
+            return job, failed
+        time.sleep(UNDO_POLL_S)
+
+
+def _undo_failed_line(job: Job, failed: list[str]) -> str:
+    causes = []
+    for e in job.side_effects:
+        if e.step in failed:
+            cause = e.error.cause_code if e.error and e.error.cause_code else "unknown cause"
+            http = f", HTTP {e.error.http_status}" if e.error and e.error.http_status else ""
+            causes.append(f"{e.step} ({cause}{http})")
+    return (f"{job.job_id} is {job.state.value} ({job.error_code}), but undoing {', '.join(causes)} failed on every "
+            "attempt (sideeffect.compensation_failed; what it did stays: a ticket open): fix the cause, then "
+            "`review compensations --redrive --wait`")
 
 
 _DECISION_JSON = click.option("--json", "as_json", is_flag=True,
@@ -253,18 +313,45 @@ def approve(obj: Ctx, job_id: str, as_json: bool) -> None:
     """A job waiting for approval (a side effect whose outcome stayed unknown; `review status` shows the
     step, its key and the evidence): retry the step with the same key (the external system dedups it)
     and go on. Exit 1 when the job is not waiting."""
-    _decide(obj, job_id, "approve", as_json)
+    r = _decide(obj, job_id, "approve", as_json)
+    if as_json:
+        click.echo(r.model_dump_json(indent=2))
 
 
 @click.command()
 @click.argument("job_id")
-@_DECISION_JSON
+@click.option("--no-wait", is_flag=True, help="Do not wait for the undo: exit once the decision is recorded.")
+@click.option("--timeout", type=click.FloatRange(min=0), default=120.0, show_default=True,
+              help="How long to wait for the undo.")
+@click.option("--json", "as_json", is_flag=True,
+              help="Print the outcome as JSON (job_id, state, changed, message; and, once waited, ended, "
+                   "undo_failed: the steps whose undo failed).")
 @click.pass_obj
-def reject(obj: Ctx, job_id: str, as_json: bool) -> None:
+def reject(obj: Ctx, job_id: str, no_wait: bool, timeout: float, as_json: bool) -> None:
     """A job waiting for approval: fail it (job.approval_rejected): `compensating` while the side effects it did
-    are undone (a ticket closed, a withdrawal published), then `failed`. Again on a job still compensating: the
-    compensation is sent again. Exit 1 when the job is neither waiting nor compensating."""
-    _decide(obj, job_id, "reject", as_json)
+    are undone (a ticket closed, a withdrawal published), then `failed`. Waits for the undo and says how it went:
+    exit 1 when an undo failed (with what to run next) or the job is still compensating after --timeout. Again on
+    a job still compensating: the compensation is sent again. Exit 1 when the job is neither waiting nor
+    compensating."""
+    r = _decide(obj, job_id, "reject", as_json)
+    record: dict[str, Any] = r.model_dump(mode="json")
+    problem = None
+    if not no_wait:
+        job, failed = _await_undo(obj, r.job_id, timeout, STDERR if as_json else console)
+        record.update(ended=job.state.value if job else None, undo_failed=failed)
+        if job is None:
+            problem = f"{r.job_id}: the job is gone"
+        elif failed:
+            problem = _undo_failed_line(job, failed)
+        elif job.state is JobState.COMPENSATING:
+            problem = (f"{r.job_id} is still compensating after {timeout:.0f} s: `review status {r.job_id}` says "
+                       f"what is left; `review reject {r.job_id}` sends the undo again")
+        elif not as_json:
+            say(f"{r.job_id} {job.state.value} ({job.error_code}); undone: {_undo_words(job)}")
+    if as_json:
+        click.echo(json.dumps(record, indent=2))
+    if problem:
+        raise click.ClickException(problem)
 
 
 COMMANDS = (status, explain, watch, report, jobs, retry, cancel, approve, reject)

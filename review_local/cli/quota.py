@@ -120,8 +120,11 @@ def quota_resume(obj: Ctx, override_cap: bool) -> None:
 @click.pass_obj
 def quota_set(obj: Ctx, tokens_per_minute: float | None, clear: bool) -> None:
     """Pace to TOKENS_PER_MINUTE (the model's quota, or this stack's share of it)."""
-    if (tokens_per_minute is None) == (not clear):
-        raise click.UsageError("give TOKENS_PER_MINUTE or --clear")
+    if tokens_per_minute is not None and clear:
+        raise click.UsageError(f"TOKENS_PER_MINUTE ({tokens_per_minute:g}) and --clear both given: give one, a quota "
+                               "to pace to or --clear to pace to the deploy's again")
+    if tokens_per_minute is None and not clear:
+        raise click.UsageError("give TOKENS_PER_MINUTE (e.g. `review quota set 50000`) or --clear")
     _change(obj, tokens_per_minute=tokens_per_minute, clear_quota=clear)
 
 

@@ -4,13 +4,16 @@ a model before deploying (`review preflight`), the demo, and the one-off index b
 from __future__ import annotations
 
 import json
+import os
 import signal
 import sys
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
 import click
+from rich.console import Console
 
 from contract_review.doubles.spec import FaultSpec
 
@@ -29,8 +32,9 @@ from .render import STDERR, console
               help="Without the local fake of the external ticket system (the ticket step is then skipped).")
 @click.option("--ticket-faults", default="", metavar="SPEC",
               help="Ticket system failures: rates, e.g. 'error=0.1,timeout_after_write=0.05,hang=3,seed=7', or the next N "
-                   "requests, e.g. 'timeout_after_write=x1,lookup_unavailable=x50' (the next ticket's outcome stays "
-                   "unknown: its job waits in waiting_approval).")
+                   "requests, e.g. 'timeout_after_write=x1,lookup_unavailable=x4' (the next ticket's outcome stays "
+                   "unknown: its job waits in waiting_approval; the 4 lookups are the ticket step's attempts, so the "
+                   "faults end once it waits).")
 @click.option("--batch-faults", default="", metavar="SPEC",
               help="Bedrock batch inference stand-in failures, e.g. 'refuse_create' (every CreateModelInvocationJob "
                    "refused with ValidationException, as for a model not offered in batch: the batch lane turns off "
@@ -45,6 +49,7 @@ def up(fault_rate: float, seed: int, workers: int | None, worker_kind: str, no_t
     foreground."""
     from ..batch_service import BatchFaults
     from ..embedded import LOCAL_JSON
+    from ..instance import AlreadyRunning, UpLock
     from ..stack import LocalStack
     from ..ticket_service import TicketFaults
 
@@ -58,11 +63,38 @@ def up(fault_rate: float, seed: int, workers: int | None, worker_kind: str, no_t
         batch = BatchFaults.parse(batch_faults)
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="--batch-faults") from exc
+    try:  # one `review up` per checkout: a second one would take over .review/local.json
+        lock = UpLock(LOCAL_JSON).acquire()
+    except AlreadyRunning as exc:
+        raise click.ClickException(str(exc)) from exc
     stack = LocalStack(faults=faults, worker=worker_kind, concurrency={"worker": workers} if workers else {},
                        ticket_faults=tickets, batch_faults=batch)
-    out.print("[bold]synthesizing and deploying the template into embedded AWS...[/]")
-    stack.start()
-    stack.write_local_json()
+    try:
+        out.print("[bold]synthesizing and deploying the template into embedded AWS...[/]")
+        stack.start()
+        stack.write_local_json()
+        lock.record(endpoint=stack.aws.endpoint, api=stack.api.url if stack.api else None,
+                    ui=stack.ui.url if stack.ui else None)
+        _print_up(stack, out, batch_faults)
+        if as_json:
+            click.echo(json.dumps(_up_document(stack, LOCAL_JSON), indent=2))
+            sys.stdout.flush()
+        _serve_until_stopped()
+    finally:
+        _stop(stack, out)
+        lock.release()
+    # everything it started is stopped and its files written: the interpreter's teardown of embedded AWS's memory
+    # (moto's backends, hundreds of thousands of objects) would hold the terminal for seconds more, holding nothing.
+    # The `review` program (`main`) then ends without it; a caller in-process (a test) goes on.
+    STOPPED_CLEANLY.set()
+
+
+STOPPED_CLEANLY = threading.Event()  # `review up` stopped all it started: `main` may skip the interpreter's teardown
+
+
+def _print_up(stack: Any, out: Console, batch_faults: str) -> None:
+    from ..embedded import LOCAL_JSON
+
     out.print(f"AWS endpoint: [bold cyan]{stack.aws.endpoint}[/]  region: {stack.aws.region}")
     for k, v in sorted(stack.outputs.items()):
         out.print(f"  {k:22} {v}")
@@ -82,15 +114,33 @@ def up(fault_rate: float, seed: int, workers: int | None, worker_kind: str, no_t
                   f"(boto3 \"bedrock\" with endpoint_url; at least {stack.batch_service.min_records} records per "
                   f"job, a status every {stack.batch_service.step_s:g} s)"
                   + (f"; faults: {batch_faults}" if batch_faults else ""), soft_wrap=True)
-    out.print("wrote .review/local.json; worker logs in .review/logs/. Ctrl-C to stop.")
-    if as_json:
-        click.echo(json.dumps(_up_document(stack, LOCAL_JSON), indent=2))
-        sys.stdout.flush()
+    out.print(f"wrote {_shown(LOCAL_JSON)}; worker logs in .review/logs/. Ctrl-C to stop (pid {os.getpid()}).",
+              soft_wrap=True)
+
+
+def _shown(path: Path) -> str:
+    """A path relative to the working directory when it is under it (`.review/local.json`)."""
     try:
-        _serve_until_stopped()
-    finally:
-        out.print("stopping...")
-        stack.stop()
+        return str(path.resolve().relative_to(Path.cwd()))
+    except ValueError:
+        return str(path)
+
+
+def _stop(stack: Any, out: Console) -> None:
+    """Say what is stopped, stop it, and say so: a second Ctrl-C meanwhile is ignored (the stop is bounded)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    parts = [name for name, running in (("the status page", stack.ui), ("the Job API", stack.api),
+                                        ("the ticket system's fake", stack.tickets),
+                                        ("the batch inference stand-in", stack.batch_service)) if running]
+    if stack.runtime is not None:
+        parts.append(f"{len(stack.runtime.sandboxes)} worker processes")
+    if stack.aws.endpoint:
+        parts.append(f"embedded AWS at {stack.aws.endpoint} (its jobs, reports and dead letters go with it)")
+    out.print(f"stopping the local stack (pid {os.getpid()}): {', '.join(parts) or 'nothing had started'}...",
+              markup=False, highlight=False, soft_wrap=True)
+    started = time.monotonic()
+    stack.stop()
+    out.print(f"stopped in {time.monotonic() - started:.1f} s", markup=False, highlight=False)
 
 
 def _up_document(stack: Any, local_json: Path) -> dict[str, Any]:

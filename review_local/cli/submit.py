@@ -143,7 +143,9 @@ def _submit_batch(obj: Ctx, path: Path, with_files: bool, wait: bool, key: str |
     if wait and accepted:
         wait_for_jobs(obj, accepted, timeout, SUBMIT_GRACE_S, out=STDERR if as_json else console)
     if rejected:
-        raise click.ClickException(f"{len(rejected)} item(s) rejected or not submitted (the others were submitted): "
+        total = len(accepted) + len(rejected)
+        done = (f"the other {len(accepted)} submitted" if accepted else "nothing submitted")
+        raise click.ClickException(f"{len(rejected)} of {total} item(s) of {path} rejected ({done}): "
                                    f"{', '.join(rejected)}")
 
 

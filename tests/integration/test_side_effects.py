@@ -76,7 +76,7 @@ def test_a_timeout_after_the_ticket_write_is_looked_up_and_resumed_without_a_sec
 def waiting_for_approval(stack: LocalStack, tickets: TicketServiceFake, document_id: str) -> tuple[Deps, str]:
     """A risky document's job waiting for approval: its ticket written, the answer lost, the lookup down (the
     ticket faults are cleared once it waits)."""
-    # what README documents for reaching waiting_approval locally: `review up --ticket-faults ...`
+    # more lookup faults than docs/cli.md's recipe (which tests/integration/test_approval_recipe.py runs as written)
     tickets.set_faults(TicketFaults.parse("timeout_after_write=x1,lookup_unavailable=x50,hang=4"))
     deps = stack.deps()
     job_id = submission.submit(deps, None, SubmitRequest.inline(RISKY, document_id=document_id)).job_id
@@ -159,5 +159,5 @@ def test_review_compensations_redrive_reaches_the_stacks_ticket_system_and_close
     result = CliRunner().invoke(cli, ["compensations", "--redrive"], obj=Ctx(None, None, deps=cli_deps))
     # THEN it reached the same ticket system (with the secret's credentials) and closed the ticket, once
     assert result.exit_code == 0, result.output
-    assert "compensated: 1  still failing: 0" in result.output
+    assert "compensated: 1  still failing: 0  in flight: 0" in result.output
     assert tickets.stats()["opened"] == tickets.stats()["closed"] == 1

@@ -191,6 +191,7 @@ class FakeNotifier(_Faults):
 class FakeCompensationDlq:
     def __init__(self) -> None:
         self.messages: dict[str, DeadLetter] = {}
+        self.hidden: set[str] = set()  # taken, not deleted nor released: in flight
         self._ids = itertools.count(1)
 
     def send(self, body: str, envelope: ErrorEnvelope, **attributes: str) -> None:
@@ -200,10 +201,22 @@ class FakeCompensationDlq:
         self.messages[mid] = DeadLetter(message_id=mid, receipt_handle=mid, body=body, attributes=attrs)
 
     def take_all(self, visibility_s: int = 30) -> list[DeadLetter]:
-        return list(self.messages.values())
+        """The visible messages; with `visibility_s` > 0 they are hidden until released or deleted (a fake clock:
+        they never come back by themselves)."""
+        taken = [m for mid, m in self.messages.items() if mid not in self.hidden]
+        if visibility_s > 0:
+            self.hidden.update(m.message_id for m in taken)
+        return taken
 
     def delete(self, receipt_handle: str) -> None:
         self.messages.pop(receipt_handle, None)
+        self.hidden.discard(receipt_handle)
+
+    def release(self, receipt_handle: str) -> None:
+        self.hidden.discard(receipt_handle)
+
+    def in_flight(self) -> int:
+        return len(self.hidden & set(self.messages))
 
 
 @dataclass

@@ -89,3 +89,10 @@ class SqsCompensationDlq:
 
     def delete(self, receipt_handle: str) -> None:
         self.sqs.delete_message(QueueUrl=self.url, ReceiptHandle=receipt_handle)
+
+    def release(self, receipt_handle: str) -> None:
+        self.sqs.change_message_visibility(QueueUrl=self.url, ReceiptHandle=receipt_handle, VisibilityTimeout=0)
+
+    def in_flight(self) -> int:
+        attrs = self.sqs.get_queue_attributes(QueueUrl=self.url, AttributeNames=["ApproximateNumberOfMessagesNotVisible"])
+        return int(attrs["Attributes"].get("ApproximateNumberOfMessagesNotVisible", 0))

@@ -76,6 +76,12 @@ class CompensationDlq(Protocol):
 
     def delete(self, receipt_handle: str) -> None: ...
 
+    def release(self, receipt_handle: str) -> None:
+        """Make a taken message visible again at once (a redrive that failed: the next one sees it)."""
+
+    def in_flight(self) -> int:
+        """Messages taken and not yet deleted or back (another redrive's, or one that stopped half-way)."""
+
 
 class OutcomeStore(Protocol):
     """Runs an action at most once per key while its outcome is kept: a second call with the same key

@@ -117,25 +117,133 @@ class IntakeMessage(BaseModel):
 
 
 def _union_branch(raw: Any) -> str | None:
-    """Which `document` form a message meant: "S3Document" when it names `s3_uri`, else "InlineDocument"."""
+    """Which `document` form a message meant: "S3Document" when it names `s3_uri`, else the inline form."""
     document = raw.get("document") if isinstance(raw, dict) else None
     if not isinstance(document, dict):
         return None
-    return "S3Document" if "s3_uri" in document else "InlineDocument"
+    return "S3Document" if "s3_uri" in document else "inline"
 
 
-def _detail(errors: list[Any], raw: Any) -> str:
-    """The validation errors as one line: of the two `document` forms, only the one the message meant."""
+_EXPECTED = {"string_type": "a string", "bool_type": "true or false", "int_type": "a whole number",
+             "float_type": "a number", "list_type": "a list", "dict_type": "an object", "model_type": "an object",
+             "model_attributes_type": "an object", "none_required": "null",
+             # not the member's type either (what lax JSON parsing says of the same values)
+             "int_parsing": "a whole number", "int_parsing_size": "a whole number", "int_from_float": "a whole number",
+             "float_parsing": "a number", "bool_parsing": "true or false"}
+MAX_SENTENCES = 5
+
+
+def _json_kind(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int | float):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, list):
+        return "a list"
+    return "an object" if isinstance(value, dict) else type(value).__name__
+
+
+def _user_path(loc: Sequence[Any], raw: Any, kind: str) -> tuple[tuple[str | int, ...], bool]:
+    """The error's place in the caller's JSON (keys and list indexes) and whether it went through a union member
+    (pydantic names the member it tried, e.g. `constrained-str`: no key of the caller's)."""
+    path: list[str | int] = []
+    here, tagged = raw, False
+    for i, part in enumerate(loc):
+        last = i == len(loc) - 1
+        if isinstance(here, dict) and isinstance(part, str) and (part in here or (last and kind == "missing")):
+            path.append(part)
+            here = here.get(part)
+        elif isinstance(here, list) and isinstance(part, int):
+            path.append(part)
+            here = here[part] if 0 <= part < len(here) else None
+        else:
+            tagged = True
+    return tuple(path), tagged
+
+
+def _place(path: tuple[str | int, ...], whole: str) -> str:
+    text = ""
+    for part in path:
+        text += f"[{part}]" if isinstance(part, int) else (f".{part}" if text else part)
+    return text or whole
+
+
+def _sentence(e: Any, place: str) -> str:
+    """One mistake, in the caller's terms (the JSON field, what it must be, what it was)."""
+    kind, ctx, value = e["type"], e.get("ctx") or {}, e.get("input")
+    if kind == "missing":
+        return f"{place} is required"
+    if kind == "extra_forbidden":
+        return f"{place} is not a field here: leave it out (a misspelling?)"
+    if kind in _EXPECTED:
+        return f"{place} must be {_EXPECTED[kind]}, not {_json_kind(value)}"
+    if kind in ("string_too_long", "too_long"):
+        unit = "characters" if kind == "string_too_long" else "entries"
+        return f"{place} is too long: at most {ctx.get('max_length')} {unit}, it has {len(value) if hasattr(value, '__len__') else '?'}"
+    if kind in ("string_too_short", "too_short"):
+        return f"{place} must not be empty" if ctx.get("min_length") == 1 else \
+            f"{place} is too short: at least {ctx.get('min_length')}"
+    if kind == "string_pattern_mismatch":
+        return f"{place} {value!r} is not of the allowed form ({ctx.get('pattern')})"
+    bounds = {"greater_than": "greater than", "greater_than_equal": "at least", "less_than": "less than",
+              "less_than_equal": "at most"}
+    if kind in bounds:
+        limit = next(iter(ctx.values()), "?")
+        return f"{place} must be {bounds[kind]} {limit:g}, not {value!r}" if isinstance(limit, int | float) else \
+            f"{place} must be {bounds[kind]} {limit}"
+    if kind in ("literal_error", "enum"):
+        return f"{place} must be {ctx.get('expected')}, not {json.dumps(value) if _plain(value) else _json_kind(value)}"
+    if kind == "finite_number":
+        return f"{place} must be a finite number"
+    if kind == "value_error" and "error" in ctx:
+        return f"{place}: {ctx['error']}"
+    if kind == "json_invalid":
+        return f"{place} is not JSON ({ctx.get('error', 'invalid')})"
+    return f"{place}: {e['msg']}"
+
+
+def _plain(value: Any) -> bool:
+    return isinstance(value, str | int | float | bool) or value is None
+
+
+def plain_errors(errors: Sequence[Any], raw: Any, whole: str = "the body") -> str:
+    """Pydantic's validation errors as sentences, one per mistake, in the terms of the caller's JSON: the intake
+    message (the queue), the Job API's bodies and a batch's items say the same thing for the same mistake. Of the
+    two `document` forms, only the one the caller meant; of a union (a metadata value: a string, true or false, a
+    number or a list of strings), the member the value's type matched, or else what it may be."""
     meant = _union_branch(raw)
-    shown = []
+    groups: dict[tuple[str | int, ...], list[tuple[Any, bool]]] = {}
     for e in errors:
         loc = tuple(e["loc"])
-        if meant and loc[:1] == ("document",) and len(loc) > 1 and loc[1] in ("InlineDocument", "S3Document"):
-            if loc[1] != meant:
+        if meant and loc[:1] == ("document",) and len(loc) > 1 and isinstance(loc[1], str) \
+                and loc[1].endswith("Document"):
+            if (loc[1] == "S3Document") != (meant == "S3Document"):
                 continue
-            loc = (loc[0], *loc[2:])
-        shown.append(f"{'.'.join(map(str, loc)) or '<root>'}: {e['msg']}")
-    return "; ".join(shown[:5])
+        path, tagged = _user_path(loc, raw, e["type"])
+        groups.setdefault(path, []).append((e, tagged))
+    sentences: list[str] = []
+    for path, found in groups.items():
+        place = _place(path, whole)
+        union = [e for e, tagged in found if tagged]
+        if len(union) > 1:
+            if all(e["type"] in _EXPECTED for e in union):
+                if any(len(other) > len(path) and other[:len(path)] == path for other in groups):
+                    continue  # a member matched the value's type and failed deeper: that mistake is said there
+                names = list(dict.fromkeys(_EXPECTED[e["type"]] for e in union))
+                kinds = ", ".join(names[:-1]) + f" or {names[-1]}"
+                sentences.append(f"{place} must be {kinds}, not {_json_kind(union[0].get('input'))}")
+            else:
+                sentences += [_sentence(e, place) for e in union if e["type"] not in _EXPECTED]
+            sentences += [_sentence(e, place) for e, tagged in found if not tagged]
+            continue
+        sentences += [_sentence(e, place) for e, _ in found]
+    sentences = [x[0].upper() + x[1:] if x.startswith("the ") else x for x in dict.fromkeys(sentences)]
+    more = len(sentences) - MAX_SENTENCES
+    return ". ".join(sentences[:MAX_SENTENCES]) + "." + (f" ({more} more not shown.)" if more > 0 else "")
 
 
 def parse_intake(body: str) -> IntakeMessage:
@@ -160,7 +268,7 @@ def parse_intake(body: str) -> IntakeMessage:
             raw = json.loads(body)
         except ValueError:
             raw = None
-        raise ReviewError.of("input.invalid", _detail(errors, raw), step="intake.parse") from exc
+        raise ReviewError.of("input.invalid", plain_errors(errors, raw, "the message"), step="intake.parse") from exc
 
 
 def intake_json_schema() -> dict[str, Any]:

@@ -14,6 +14,7 @@ from contract_review.pipeline.aggregator import read_findings
 from contract_review.review.analysts import CATEGORY_BY_KEY, Finding, analysts_for
 from contract_review.review.report import Report
 from contract_review.sideeffects import approvals
+from contract_review.sideeffects.approvals import ApprovalOutcome
 
 
 def retry(deps: Deps, job_id: str, budget_usd: float | None = None) -> redrive.Retried:
@@ -26,7 +27,7 @@ def can_retry(job: Job) -> bool:
     return redrive.retryable(job)
 
 
-def decide(deps: Deps, job_id: str, decision: str, by: str) -> approvals.ApprovalOutcome:
+def decide(deps: Deps, job_id: str, decision: str, by: str) -> ApprovalOutcome:
     """`review approve|reject JOB` (`POST /jobs/{id}/approval`): a person's decision on a step of unknown outcome."""
     return approvals.decide_approval(deps, job_id, decision, by=by)
 

@@ -269,10 +269,12 @@ def post_upload() -> Response[str]:
     `s3Uri` it answers as the document of `POST /jobs`: only this principal's jobs may read it."""
     who = caller()
     raw = _raw_body().strip()
+    body: object = None
     try:
-        req = UploadRequest.model_validate(json.loads(raw) if raw else {})
+        body = json.loads(raw) if raw else {}
+        req = UploadRequest.model_validate(body)
     except ValueError as exc:  # not JSON, or a ValidationError
-        detail = validation_message(exc) if isinstance(exc, ValidationError) else "the body is not JSON"
+        detail = validation_message(exc, body) if isinstance(exc, ValidationError) else "the body is not JSON"
         raise ApiError(400, "api.invalid_request", detail) from exc
     deps = _deps()
     key = f"{uploads_prefix(who.principal)}{secrets.token_hex(16)}-{req.name or 'document'}.txt"
@@ -383,10 +385,11 @@ class ApprovalRequest(BaseModel):
 def approval(job_id: str) -> Response[str]:
     deps, who = _deps(), caller()
     _recorded(deps, who, job_id, "decide")
+    body = _body_json()
     try:
-        req = ApprovalRequest.model_validate(_body_json())
+        req = ApprovalRequest.model_validate(body)
     except ValidationError as exc:
-        raise ApiError(400, "api.invalid_request", validation_message(exc)) from exc
+        raise ApiError(400, "api.invalid_request", validation_message(exc, body)) from exc
     outcome = approvals.decide_approval(deps, job_id, req.decision, who.arn)
     if outcome.state is None:
         raise not_found("job", job_id)
@@ -410,7 +413,7 @@ def retry(job_id: str) -> Response[str]:
 _NOT_JSON = object()
 
 
-def _batch_items() -> list[object]:
+def _batch_items() -> list[api_batches.RawItem]:
     """The body: a JSON list, `{"items": [...]}`, or JSON Lines (one item per line)."""
     raw = _raw_body().strip()
     ctype = (app.current_event.headers.get("content-type") or "").lower()
@@ -425,7 +428,7 @@ def _batch_items() -> list[object]:
         if isinstance(parsed, dict) and isinstance(parsed.get("items"), list):
             parsed = parsed["items"]
         if isinstance(parsed, list):
-            return list(parsed)
+            return api_batches.numbered(parsed)
         if parsed is not _NOT_JSON:  # one JSON value that is no list of items (`null` too)
             raise ApiError(400, "input.invalid", 'a batch is a JSON list of items, {"items": [...]}, or JSON Lines '
                                                  "(Content-Type: application/x-ndjson)")

@@ -7,6 +7,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+from dataclasses import dataclass
 
 from pydantic import BaseModel, JsonValue
 
@@ -26,6 +27,7 @@ _BATCH_ID = re.compile(r"^batch-[0-9a-f]{20}$")
 
 class SubmissionItem(BaseModel):
     custom_id: str | None
+    where: str | None = None  # `line N` / `item N` (manifests written before it: None)
     job_id: str | None = None
     error: dict[str, JsonValue] | None = None
 
@@ -38,37 +40,53 @@ class SubmissionBatch(BaseModel):
 
 
 
-def parse_jsonl(raw: str) -> list[object]:
-    """JSON Lines: one item per non-blank line; a line that is no JSON stays an item (reported as rejected)."""
-    items: list[object] = []
+@dataclass(frozen=True)
+class RawItem:
+    """One item of a batch as it was sent, and where: `line N` of JSON Lines (the line in the body or file, blank
+    lines counted) or `item N` of a JSON list. `fault`: why it could not even be read (code, message: a line that
+    is no JSON, a file the CLI could not read); such an item is reported, never sent."""
+
+    value: JsonValue
+    where: str
+    fault: tuple[str, str] | None = None
+
+
+def numbered(values: list[JsonValue]) -> list[RawItem]:
+    """A JSON list's items: `item 1`, `item 2`, ..."""
+    return [RawItem(v, f"item {n}") for n, v in enumerate(values, 1)]
+
+
+def parse_jsonl(raw: str) -> list[RawItem]:
+    """JSON Lines: one item per non-blank line, named by its line; a line that is no JSON stays an item (rejected,
+    with why)."""
+    items: list[RawItem] = []
     for n, line in enumerate(raw.splitlines(), 1):
         if not line.strip():
             continue
         try:
-            items.append(json.loads(line))
-        except ValueError:
-            items.append(_BadLine(n))
+            items.append(RawItem(json.loads(line), f"line {n}"))
+        except ValueError as exc:
+            why = f"{exc.msg} at column {exc.colno}" if isinstance(exc, json.JSONDecodeError) else str(exc)
+            items.append(RawItem(None, f"line {n}", ("input.invalid", f"not JSON ({why})")))
     return items
-
-
-class _BadLine:
-    def __init__(self, line: int):
-        self.line = line
 
 
 def _item_error(code: str, message: str) -> dict[str, JsonValue]:
     return {"code": code, "message": message, "retryable": REGISTRY[code].retryable}
 
 
-def _submit_item(deps: Deps, who: Caller, batch_id: str, n: int, raw: object, seen: set[str]) -> SubmissionItem:
-    """One item: its own job, or its error. Never raises for the item's own fault."""
+def _submit_item(deps: Deps, who: Caller, batch_id: str, item: RawItem, seen: set[str]) -> SubmissionItem:
+    """One item: its own job, or its error (its message starts with where the item is). Never raises for the
+    item's own fault."""
+    raw = item.value
     custom_id = raw.get("custom_id") if isinstance(raw, dict) else None
     custom_id = custom_id if isinstance(custom_id, str) else None
-    if isinstance(raw, _BadLine):
-        return SubmissionItem(custom_id=None, error=_item_error("input.invalid", f"item {n}: not JSON"))
+    if item.fault is not None:
+        return SubmissionItem(custom_id=custom_id, where=item.where,
+                              error=_item_error(item.fault[0], f"{item.where}: {item.fault[1]}"))
     if custom_id is not None and custom_id in seen:
-        return SubmissionItem(custom_id=custom_id, error=_item_error("input.invalid", f"item {n}: custom_id {custom_id!r} "
-                                                                                "appears twice in the batch"))
+        return SubmissionItem(custom_id=custom_id, where=item.where, error=_item_error(
+            "input.invalid", f"{item.where}: custom_id {custom_id!r} appears twice in the batch"))
     try:
         check_unicode(raw)
         req = parse_request(BatchItem, raw)
@@ -77,9 +95,9 @@ def _submit_item(deps: Deps, who: Caller, batch_id: str, n: int, raw: object, se
         # without a key: keyed by its document
         done = submit(deps, who, req.submit_request(req.idempotency_key, batch_id))
     except Refused as exc:
-        return SubmissionItem(custom_id=custom_id, error=_item_error(exc.envelope.error_code,
-                                                               f"item {n}: {exc.envelope.message}"))
-    return SubmissionItem(custom_id=req.custom_id, job_id=done.job_id)
+        return SubmissionItem(custom_id=custom_id, where=item.where, error=_item_error(
+            exc.envelope.error_code, f"{item.where}: {exc.envelope.message}"))
+    return SubmissionItem(custom_id=req.custom_id, where=item.where, job_id=done.job_id)
 
 
 def batch_manifest(deps: Deps, who: Caller, batch_id: str) -> SubmissionBatch | None:
@@ -110,7 +128,7 @@ def batch_view(deps: Deps, manifest: SubmissionBatch, base_url: str = "") -> dic
             "statusUrl": f"{base_url}/batches/{manifest.batch_id}"}
 
 
-def submit_batch(deps: Deps, who: Caller, raw_items: list[object], key: str) -> tuple[SubmissionBatch, bool]:
+def submit_batch(deps: Deps, who: Caller, raw_items: list[RawItem], key: str) -> tuple[SubmissionBatch, bool]:
     """Each item its own job; one bad item is reported, never fails the batch. The same batch (key) again
     answers with the manifest already stored."""
     batch_id = "batch-" + hashlib.sha256(f"{who.principal}\n{key}".encode()).hexdigest()[:20]
@@ -121,7 +139,7 @@ def submit_batch(deps: Deps, who: Caller, raw_items: list[object], key: str) -> 
         if who.owns(manifest.principal):
             return manifest, True
     seen: set[str] = set()
-    lines = [_submit_item(deps, who, batch_id, n, raw, seen) for n, raw in enumerate(raw_items, 1)]
+    lines = [_submit_item(deps, who, batch_id, item, seen) for item in raw_items]
     manifest = SubmissionBatch(batch_id=batch_id, principal=who.principal, created_at=deps.clock(), items=lines)
     deps.artifacts.put_text(manifest_key, manifest.model_dump_json())
     return manifest, False

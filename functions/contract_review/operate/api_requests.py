@@ -11,7 +11,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from contract_review.domain.errors import ErrorEnvelope
-from contract_review.domain.messages import IntakeMessage, MetaKey, MetaValue, S3Document
+from contract_review.domain.messages import IntakeMessage, MetaKey, MetaValue, S3Document, plain_errors
 from contract_review.domain.records import Inference, Priority
 from contract_review.operate.submission import Refused, SubmitRequest
 from contract_review.pipeline.admission import TextDocument
@@ -71,12 +71,10 @@ class BatchItem(JobRequest):
     custom_id: str = Field(pattern=_CUSTOM_ID.pattern)
 
 
-def validation_message(exc: ValidationError) -> str:
-    shown = []
-    for e in exc.errors()[:5]:
-        loc = ".".join(str(x) for x in e["loc"] if x not in ("TextDocument", "S3Document"))
-        shown.append(f"{loc or '<body>'}: {e['msg']}")
-    return "; ".join(shown)
+def validation_message(exc: ValidationError, raw: object) -> str:
+    """One sentence per mistake, in the body's terms: the intake message's wording (`plain_errors`), so the API, a
+    batch's items and the queue say the same thing for the same mistake."""
+    return plain_errors(exc.errors(), raw)
 
 
 def parse_request(model: type[JobRequest], raw: object) -> JobRequest:
@@ -85,7 +83,7 @@ def parse_request(model: type[JobRequest], raw: object) -> JobRequest:
     try:
         return model.model_validate(raw)
     except ValidationError as exc:
-        raise invalid(validation_message(exc)) from exc
+        raise invalid(validation_message(exc, raw)) from exc
 
 
 

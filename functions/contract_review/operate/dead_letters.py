@@ -20,6 +20,7 @@ from contract_review.domain.records import ChunkStatus, job_id_for
 from contract_review.pipeline import redrive
 from contract_review.pipeline.intake import failure_key
 from contract_review.sideeffects import saga
+from contract_review.sideeffects.saga import CompensationResult
 
 QUEUE_OF_DLQ = {dlq: queue for queue, dlq in DLQS.items()}
 
@@ -170,6 +171,6 @@ def dlq_redrive(deps: Deps, message_ids: set[str] | None, force: bool = False) -
     return redrive.dlq_redrive(deps, message_ids, force=force)
 
 
-def redrive_compensations(deps: Deps, fx: SideEffects) -> saga.CompensationResult:
+def redrive_compensations(deps: Deps, fx: SideEffects) -> CompensationResult:
     """`review compensations --redrive`: every dead-lettered compensation run again, each with its own key."""
     return saga.redrive_compensations(deps, fx)

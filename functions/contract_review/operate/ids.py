@@ -3,6 +3,8 @@ and submission batches. A prefix that names more than one is `AmbiguousId`, list
 
 from __future__ import annotations
 
+import re
+
 from contract_review.domain.keys import BATCHES_PREFIX
 from contract_review.domain.ports import Deps
 from contract_review.domain.records import job_id_for
@@ -10,6 +12,14 @@ from contract_review.operate.dead_letters import QUEUE_OF_DLQ
 
 JOB_ID_CHARS = len(job_id_for(""))  # "job-" + 20 hex
 BATCH_ID_CHARS = len("batch-") + 20  # operate/api_batches.py: "batch-" + 20 hex
+
+
+_JOB_ID = re.compile(r"^job-[0-9a-f]{20}$")
+
+
+def is_job_id(given: str) -> bool:
+    """Whether `given` has a job id's form ("job-" + 20 hex digits): what a job could one day be recorded under."""
+    return bool(_JOB_ID.fullmatch(given))
 
 
 class AmbiguousId(Exception):

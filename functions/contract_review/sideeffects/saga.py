@@ -96,10 +96,14 @@ class SagaResult:
 class CompensationResult:
     compensated: list[str] = field(default_factory=list)  # steps compensated now or before
     dead_lettered: list[str] = field(default_factory=list)  # steps whose compensation went to the DLQ
+    # a redrive: the dead letters' jobs (one per entry of `dead_lettered`), and the messages it could not take
+    # because another run holds them (their outcome is not known yet: not compensated, not failed)
+    failing_jobs: list[str] = field(default_factory=list)
+    in_flight: int = 0
 
     @property
     def complete(self) -> bool:
-        return not self.dead_lettered
+        return not self.dead_lettered and not self.in_flight
 
 
 @dataclass(frozen=True)
@@ -450,15 +454,19 @@ def _dead_letter(deps: Deps, fx: SideEffects, job: Job, rec: SideEffectDone, ord
 
 def redrive_compensations(deps: Deps, fx: SideEffects) -> CompensationResult:
     """Run the dead-lettered compensations again (after the cause is fixed); each one that succeeds
-    leaves the DLQ and marks its step `compensated`; one that fails again stays (one message)."""
+    leaves the DLQ and marks its step `compensated`; one that fails again stays (one message, visible again at
+    once). Messages another run holds are counted `in_flight`: neither compensated nor failing yet."""
     assert fx.dlq is not None, "no compensation DLQ configured"
     out = CompensationResult()
     for letter in fx.dlq.take_all():
         if _redrive_one(deps, fx, letter):
             fx.dlq.delete(letter.receipt_handle)
             out.compensated.append(letter.attributes.get("step", ""))
-        else:
+        else:  # back at once: the next redrive sees it (not hidden for the visibility timeout as if in flight)
+            fx.dlq.release(letter.receipt_handle)
             out.dead_lettered.append(letter.attributes.get("step", ""))
+            out.failing_jobs.append(letter.attributes.get("job_id", ""))
+    out.in_flight = fx.dlq.in_flight()  # taken by another run (or one that stopped): their outcome is not known
     return out
 
 

@@ -184,6 +184,34 @@ def test_watch_of_an_unknown_job_answers_at_once(monkeypatch):
     assert line.startswith("Error: no job job-00000000000000000000: no record after 3 s and the intake queue is empty")
 
 
+@pytest.mark.parametrize("given", ["job-doesnotexist", "job-0000", "nda.txt"])
+def test_watch_of_an_id_no_job_could_have_refuses_at_once_even_while_intake_is_busy(monkeypatch, given: str):
+    # GIVEN a busy intake queue (a message nobody takes in yet)
+    world = FakeWorld()
+    world.queues.send_intake(json.dumps({"schema_version": 1, "document": {"text": TEXT}}))
+    t = fake_time(monkeypatch)
+    # WHEN an id that is no job id, and the start of none, is watched
+    result = run(world, "watch", given)
+    # THEN one line at once (no waiting for intake), exit 1
+    assert result.exit_code == 1 and t.sleeps == 0
+    assert error_lines(result) == [f"Error: no job {given}: not a job id (`job-` and 20 hex digits) and no job's id "
+                                   "starts with it (`review jobs` lists them)"]
+
+
+def test_watch_of_an_unknown_job_while_intake_was_busy_says_how_long_it_waited(monkeypatch):
+    # GIVEN an intake queue holding another message, which intake only takes in after 30 polls (9 s)
+    world = FakeWorld()
+    world.queues.send_intake(json.dumps({"schema_version": 1, "document": {"text": TEXT}}))
+    t = fake_time(monkeypatch, Pipeline(world), start_after=30)
+    # WHEN a well-formed job id nobody submitted is watched
+    result = run(world, "watch", "job-00000000000000000000")
+    # THEN it gave up once intake was empty, and says after how long (not the grace period's 3 s)
+    assert result.exit_code == 1 and t.now > WATCH_GRACE_S
+    [line] = error_lines(result)
+    assert line.startswith(f"Error: no job job-00000000000000000000: no record after {t.now:.0f} s and the intake "
+                           "queue is empty")
+
+
 def test_watch_of_a_job_still_in_the_intake_queue_waits_for_intake(monkeypatch):
     # GIVEN a message sent by hand (aws sqs send-message) that intake has not taken yet
     world = FakeWorld()
@@ -402,7 +430,11 @@ def test_review_quota_pauses_resumes_and_sets_the_quota_the_workers_read():
     assert run(world, "quota", "resume").exit_code == 0 and not world.model_control.control.paused
     assert run(world, "quota", "set", "--clear").exit_code == 0 and world.model_control.control.tokens_per_minute is None
     bad = run(world, "quota", "set")
-    assert bad.exit_code == 2 and "TOKENS_PER_MINUTE or --clear" in bad.output
+    assert bad.exit_code == 2 and "give TOKENS_PER_MINUTE (e.g. `review quota set 50000`) or --clear" in bad.output
+    # both given: said as both, not as if neither was; nothing changed
+    both = run(world, "quota", "set", "50000", "--clear")
+    assert both.exit_code == 2 and "TOKENS_PER_MINUTE (50000) and --clear both given: give one" in both.output
+    assert world.model_control.control.tokens_per_minute is None
 
 
 def test_review_quota_on_a_stack_without_the_control_is_one_clear_line():

@@ -125,9 +125,9 @@ def test_a_batch_with_an_unreadable_file_submits_the_good_items_and_names_the_ba
     assert result.exit_code == 1
     assert len(world.queues.sent[Queue.INTAKE]) == 1
     assert "  nda  job-" in result.stdout
-    assert "gone  not submitted: input.document_missing:" in result.stdout
-    assert "scan  not submitted: input.undecodable:" in result.stdout
-    assert "2 item(s) rejected or not submitted (the others were submitted): gone, scan" in result.stderr
+    assert f"{path} line 2 (gone): input.document_missing: {tmp_path / 'absent.txt'}:" in result.stdout
+    assert f"{path} line 3 (scan): input.undecodable: {tmp_path / 'scan.txt'}: not UTF-8 text" in result.stdout
+    assert f"2 of 3 item(s) of {path} rejected (the other 1 submitted): line 2 (gone), line 3 (scan)" in result.stderr
     # AND --json gives the same as records
     fixed = json.loads(run(world, "submit", "--batch", str(path), "--json").stdout)
     assert [(i["customId"], (i["error"] or {}).get("code")) for i in fixed["items"]] == [

@@ -5,6 +5,7 @@ moto, no worker process); `review preflight --json` is in test_preflight.py."""
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -14,6 +15,7 @@ from click.testing import CliRunner
 
 from contract_review.domain.records import JobState
 from review_local import demo as demo_module
+from review_local import embedded
 from review_local import stack as stack_module
 from review_local.cli import cli
 from review_local.cli import stack as cli_stack
@@ -76,12 +78,13 @@ class FakeStack:
 
 
 @pytest.fixture(autouse=True)
-def stack_on_world(world: FakeWorld, monkeypatch: pytest.MonkeyPatch) -> FakeWorld:
+def stack_on_world(world: FakeWorld, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> FakeWorld:
     """`review up` and `review demo` start a FakeStack on `world` instead of a LocalStack."""
     w = world
     FakeStack.made.clear()
     monkeypatch.setattr(stack_module, "LocalStack", lambda **kw: FakeStack(w, **kw))
     monkeypatch.setattr(demo_module, "LocalStack", lambda **kw: FakeStack(w, **kw))
+    monkeypatch.setattr(embedded, "LOCAL_JSON", tmp_path / ".review" / "local.json")  # its lock beside it: not the checkout's
     return w
 
 
@@ -101,7 +104,10 @@ def test_review_up_json_prints_one_document_of_the_running_stack_then_serves(wor
     assert doc["batch_service"] == stack.batch_service.url
     assert doc["local_json"].endswith("local.json") and doc["logs"] == ".review/logs/"
     # AND the human lines went to stderr; the stack was served, then stopped
-    assert "status page:" in result.stderr and "stopping..." in result.stderr
+    assert "status page:" in result.stderr
+    assert f"stopping the local stack (pid {os.getpid()}): the status page, the Job API, the ticket system's fake, " \
+           "the batch inference stand-in, embedded AWS at http://127.0.0.1:5999" in result.stderr
+    assert "stopped in " in result.stderr
     assert SECRET_ARN in result.stderr  # as it is: rich would print its `:secret:` as an emoji
     assert served == [True] and stack.stopped and stack.wrote
 

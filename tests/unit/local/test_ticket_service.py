@@ -279,8 +279,8 @@ def test_a_failure_that_is_not_secrets_managers_answer_is_not_called_a_credentia
 
 
 def test_ticket_faults_script_the_next_requests_so_a_job_can_be_made_to_wait_for_approval():
-    # `review up --ticket-faults timeout_after_write=x1,lookup_unavailable=x50` (README: reaching waiting_approval):
-    # the next create is written and its answer lost, the next 50 lookups answer 503 -- the outcome stays unknown
+    # `review up --ticket-faults timeout_after_write=x1,lookup_unavailable=xN` (docs/cli.md: reaching waiting_approval):
+    # the next create is written and its answer lost, the next N lookups answer 503 -- the outcome stays unknown
     faults = TicketFaults.parse("timeout_after_write=x1,lookup_unavailable=x50,hang=2")
     assert faults.hang_s == 2 and faults.timeout_after_write_rate == 0
     fake = TicketServiceFake(faults)

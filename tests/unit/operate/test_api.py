@@ -169,6 +169,38 @@ def test_a_bad_request_is_answered_with_its_code_and_sends_nothing(body: object,
     assert not intake_messages(world) and not world.jobs.all()
 
 
+@pytest.mark.parametrize("fields,sentences", [
+    ({"metadata": {"a": 1e200}}, "metadata.a: a number must be 0 or of a magnitude from 1e-130 to under 1e+126 "
+                                 "(what DynamoDB holds)."),
+    ({"metadata": {"a": {"nested": True}}}, "metadata.a must be a string, true or false, a whole number, a number or "
+                                            "a list, not an object."),
+    ({"metadata": {"tags": ["a", 3]}}, "metadata.tags[1] must be a string, not a number."),
+    ({"budget_usd": -1, "surprise": 1}, "budget_usd must be greater than 0, not -1. surprise is not a field here: leave "
+                                        "it out (a misspelling?)."),
+    ({"document": {"txt": TEXT}}, "document.text is required. document.txt is not a field here: leave it out "
+                                  "(a misspelling?)."),
+], ids=["number-out-of-range", "nested-object", "list-with-a-number", "two-mistakes", "misspelt-text"])
+def test_a_schema_error_is_one_sentence_per_mistake_in_the_bodys_terms_and_the_queue_says_the_same(
+        fields: dict[str, object], sentences: str):
+    # GIVEN a body with one or two mistakes
+    world = FakeWorld()
+    body = {"document": {"text": TEXT}, **fields}
+    # WHEN it is posted to the Job API, sent as a batch's item, and sent to the intake queue as a message
+    answer = call(world, "POST", "/jobs", body)
+    batch = call(world, "POST", "/batches", [{"custom_id": "c", **body}])
+    result = handle_intake(world.deps, json.dumps({"schema_version": 1, **body}), "m-1")
+    # THEN the same code and the same sentences, naming the caller's fields, none of pydantic's internals
+    assert (answer.status, answer.code) == (400, "input.invalid")
+    message = answer.json["error"]["message"]  # type: ignore[index]  # a JSON object
+    assert message == sentences
+    [item] = batch.json["items"]  # type: ignore[misc]  # a JSON list
+    assert item["error"] == {"code": "input.invalid", "message": f"item 1: {sentences}", "retryable": False}
+    assert result.error is not None and (result.error.error_code, result.error.message) == ("input.invalid", sentences)
+    for internal in ("function-after", "_dynamo_number", "constrained-str", "TextDocument", "Field required",
+                     "Input should"):
+        assert internal not in message
+
+
 def upload(world: FakeWorld, text: str, *, who: str = ALICE) -> str:
     """POST /uploads, then the upload itself as S3 would take it; the s3_uri to submit."""
     answer = call(world, "POST", "/uploads", {"name": "msa"}, who=who)

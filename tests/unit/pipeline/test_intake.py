@@ -478,9 +478,9 @@ def test_inline_text_over_the_limit_is_too_large_with_the_advice_to_use_s3_uri()
 
 
 @pytest.mark.parametrize("document,expected", [
-    ({"text": 5}, "document.text: Input should be a valid string"),
-    ({"s3_uri": "http://bucket/key"}, "document.s3_uri: String should match pattern"),
-    ({"txt": "a"}, "document.text: Field required; document.txt: Extra inputs are not permitted"),
+    ({"text": 5}, "document.text must be a string, not a number."),
+    ({"s3_uri": "http://bucket/key"}, "document.s3_uri 'http://bucket/key' is not of the allowed form"),
+    ({"txt": "a"}, "document.text is required. document.txt is not a field here: leave it out (a misspelling?)."),
 ], ids=["text-not-a-string", "bad-s3-uri", "misspelt-text"])
 def test_an_invalid_document_reports_only_the_form_it_meant(document, expected):
     # GIVEN a message whose document is wrong in one of its two forms

@@ -357,10 +357,11 @@ def test_review_approve_and_reject_decide_a_waiting_job_and_refuse_any_other():
     # a second decision: the job is not waiting any more (exit 1, one line saying so)
     again = run(world, "reject", waiting.job_id)
     assert again.exit_code == 1 and "not waiting for approval" in again.output
+    assert again.output.count("not waiting for approval") == 1 and not again.stdout  # said once, as the error
     # reject on another waiting job: failed with job.approval_rejected
     other_world, other_fx = FakeWorld(), FakeSideEffects()
     other = unknown_outcome(other_world, other_fx, written=False)
-    rejected = run(other_world, "reject", other.job_id)
+    rejected = run(other_world, "reject", other.job_id, "--no-wait")  # nothing here runs the aggregator: not waited
     assert rejected.exit_code == 0, rejected.output
     # failing, its error written; what it did is undone (the aggregator, on the control message) before `failed`
     assert (job(other_world, other.job_id).state, job(other_world, other.job_id).error_code) == (
@@ -390,9 +391,27 @@ def test_review_compensations_lists_the_dead_letters_and_redrives_them():
     assert letter["envelope"]["cause_code"] == "sideeffect.failed"
     still = run(world, "compensations", "--redrive")
     assert still.exit_code == 1 and len(fx.dlq.messages) == 1  # still failing: stays, one message
+    assert "compensated: 0  still failing: 1  in flight: 0" in still.stdout
+    assert f"still failing: ticket.open of {j.job_id}" in still.stderr
+    assert "`review compensations --redrive --wait`" in still.stderr
+    # AND the failed one is back at once: the next redrive tries it again (not hidden as if in flight)
+    again = run(world, "compensations", "--redrive")
+    assert again.exit_code == 1 and "still failing: 1  in flight: 0" in again.stdout
     fx.tickets.clear()
+    # WHEN another redrive holds the message (taken, not back yet)
+    [held] = fx.dlq.take_all(visibility_s=30)
+    busy = run(world, "compensations", "--redrive")
+    # THEN it is in flight: neither compensated nor failing, and not a success (exit 1, what to run)
+    assert busy.exit_code == 1, busy.output
+    assert "compensated: 0  still failing: 0  in flight: 1" in busy.stdout
+    assert "1 in flight" in busy.stderr and "--redrive --wait" in busy.stderr
+    assert fx.tickets.closed == 0
+    as_json = json.loads(run(world, "compensations", "--redrive", "--json").stdout)
+    assert as_json == {"compensated": [], "still_failing": [], "in_flight": 1}
+    fx.dlq.release(held.receipt_handle)
     fixed = run(world, "compensations", "--redrive")
     assert fixed.exit_code == 0, fixed.output
+    assert "compensated: 1  still failing: 0  in flight: 0" in fixed.stdout
     assert not fx.dlq.messages and fx.tickets.opened == fx.tickets.closed == 1
 
 
