@@ -15,9 +15,12 @@ from contract_review.doubles.spec import FaultSpec
 from contract_review.operate import actions
 from contract_review.operate.submission import SubmitRequest, submit
 
-from .embedded import ROOT
+from .embedded import ROOT, STATE_DIR
 from .progress import watch_jobs
 from .stack import LocalStack
+
+# Where the demo keeps each sample's report: the embedded AWS (and its S3) is gone when the demo exits, these stay
+REPORTS_DIR = STATE_DIR / "reports"
 
 
 def _dlq_depths(deps: Deps) -> dict[str, int]:
@@ -89,9 +92,9 @@ def run_demo(console: Console, fault_rate: float, samples_dir: Path | None = Non
                              "Bedrock may bill") if rep.cost.timed_out_calls else ""
                 console.print(f"    {label}: ${rep.cost.total_usd} (model ${rep.cost.model_usd}, orchestration "
                               f"${rep.cost.orchestration_usd}{timed_out})", markup=False, highlight=False)
+            kept = _keep_reports(deps, job.report_json_key, job.report_md_key, f.stem)
             record.update(
-                report_json=f"s3://{deps.artifacts.bucket}/{job.report_json_key}",
-                report_md=f"s3://{deps.artifacts.bucket}/{job.report_md_key}", findings=len(rep.findings),
+                report_json=str(kept[0]), report_md=str(kept[1]), findings=len(rep.findings),
                 findings_by_category=dict(by_cat), highest_risk=top.score if top else None,
                 cost_usd=str(rep.cost.total_usd) if rep.cost is not None else None,
                 cost_estimate=rep.cost.estimate if rep.cost is not None else None,
@@ -99,7 +102,7 @@ def run_demo(console: Console, fault_rate: float, samples_dir: Path | None = Non
                           "optional_gaps": len(gaps.optional_gaps)})
             console.print(f"    coverage: {len(gaps.missing_chunks)} missing chunks, "
                           f"{len(gaps.mandatory_gaps)} mandatory / {len(gaps.optional_gaps)} optional gaps; "
-                          f"report s3://{deps.artifacts.bucket}/{job.report_md_key}")
+                          f"report {_shown(kept[1])} (kept after the demo stops)")
         console.print("\n[bold]Reliability summary[/]")
         console.print(f"    model calls: {calls}   tier-1 retries by error code: {dict(retries) or 'none'}")
         console.print(f"    semantic repairs: {repairs}   queue redeliveries: {redeliveries}   "
@@ -116,3 +119,17 @@ def run_demo(console: Console, fault_rate: float, samples_dir: Path | None = Non
         return 0 if ok else 1
     finally:
         stack.stop()
+
+
+def _keep_reports(deps: Deps, json_key: str | None, md_key: str | None, name: str) -> tuple[Path, Path]:
+    """The job's report.json and report.md copied out of the embedded S3 into REPORTS_DIR (`name`.json, `name`.md)."""
+    REPORTS_DIR.mkdir(parents=True, exist_ok=True)
+    paths = (REPORTS_DIR / f"{name}.json", REPORTS_DIR / f"{name}.md")
+    for key, path in zip((json_key, md_key), paths, strict=True):
+        path.write_text(deps.artifacts.get_text(key or ""), encoding="utf-8")
+    return paths
+
+
+def _shown(path: Path) -> str:
+    """A path as the user can open it from the checkout (relative when it is under it)."""
+    return str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else str(path)

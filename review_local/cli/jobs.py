@@ -140,7 +140,7 @@ def report(obj: Ctx, job_id: str, as_json: bool) -> None:
         raise click.ClickException(f"no job {job_id}")
     key = job.report_json_key if as_json else job.report_md_key
     if not key:
-        raise click.ClickException(f"job {job_id} has no report yet (state {job.state.value})")
+        raise click.ClickException(job_views.no_report(job))
     click.echo(obj.deps.artifacts.get_text(key))
 
 

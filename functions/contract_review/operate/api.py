@@ -53,7 +53,7 @@ from contract_review.domain.records import Job, JobState, Submission
 from contract_review.operate import api_batches, limits
 from contract_review.operate.api_batches import MAX_BATCH_ITEMS
 from contract_review.operate.api_requests import JobRequest, check_unicode, parse_request, validation_message
-from contract_review.operate.job_view import api_time, job_status, links
+from contract_review.operate.job_view import api_time, job_status, links, no_report
 from contract_review.operate.narration import event_label
 from contract_review.operate.submission import Refused, submit
 from contract_review.pipeline import admission, redrive
@@ -320,9 +320,9 @@ def report_url(deps: Deps, found: Job | Submission, fmt: str) -> str:
         raise ApiError(400, "api.invalid_request", f"format must be one of {', '.join(REPORT_FORMATS)}, not {fmt!r}")
     key = None if isinstance(found, Submission) else (found.report_json_key if fmt == "json" else found.report_md_key)
     if key is None:
-        state = JobState.QUEUED.value if isinstance(found, Submission) else found.state.value
-        raise ApiError(409, "api.conflict", f"job {found.job_id} has no report yet (it is {state}): a report is "
-                                            "written when the job completes")
+        raise ApiError(409, "api.conflict", f"job {found.job_id} has no report yet (it is {JobState.QUEUED.value}): a "
+                                            "report is written when the job ends" if isinstance(found, Submission)
+                       else no_report(found))
     return deps.artifacts.presign_download(key, REPORT_URL_EXPIRY_S, f"{found.job_id}-report.{fmt}")
 
 

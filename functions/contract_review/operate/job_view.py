@@ -148,6 +148,16 @@ def _input_failure(code: str | None) -> bool:
     return (code or "").startswith("input.")
 
 
+def no_report(job: Job) -> str:
+    """Why `job` has no report, in one line (`review report`, the Job API's report route): still under way, or how it
+    ended (its code) and what would bring it one."""
+    if not job.terminal:
+        return (f"job {job.job_id} has no report yet: it is {job.state.value}, and a report is written when it ends "
+                f"(`review watch {job.job_id}` follows it)")
+    return (f"job {job.job_id} has no report: it ended {job.state.value} with {job.error_code or 'no error code'} "
+            f"before a report was written. What to do: {_retry_would(job.state, job.error_code, 0, 0)}")
+
+
 def _retry_would(state: JobState, error_code: str | None, dead_lettered: int, failed: int) -> str:
     """What `review dlq redrive`, `review retry` or a resubmission would do now."""
     if state is JobState.COMPLETED:

@@ -121,6 +121,7 @@ def test_review_demo_json_prints_one_document_of_the_results(world, monkeypatch,
         return {j: run.run(j).state.value for j in job_ids}
 
     monkeypatch.setattr(demo_module, "watch_jobs", run_the_jobs)
+    monkeypatch.setattr(demo_module, "REPORTS_DIR", tmp_path / "reports")
     # WHEN `review demo --json` reviews two samples
     result = CliRunner().invoke(cli, ["demo", "--json", "--samples", str(tmp_path)])
     # THEN stdout is one JSON document: each job with its state, reports, findings and coverage, and the summary
@@ -131,13 +132,19 @@ def test_review_demo_json_prints_one_document_of_the_results(world, monkeypatch,
     for j in doc["jobs"]:
         job = world.jobs.get(j["job_id"])
         assert job is not None and job.state is JobState.COMPLETED and j["state"] == "completed"
-        assert j["report_json"].endswith(str(job.report_json_key)) and j["report_md"].endswith(str(job.report_md_key))
+        # its reports kept on disk (the embedded S3 is gone once the demo exits), as the stack wrote them
+        stem = j["sample"].removesuffix(".txt")
+        assert (j["report_json"], j["report_md"]) == (str(tmp_path / "reports" / f"{stem}.json"),
+                                                      str(tmp_path / "reports" / f"{stem}.md"))
+        assert Path(j["report_md"]).read_text() == world.artifacts.get_text(str(job.report_md_key))
+        assert Path(j["report_json"]).read_text() == world.artifacts.get_text(str(job.report_json_key))
         assert j["findings"] == job.n_findings and j["coverage"]["missing_chunks"] == 0
         assert j["cost_estimate"] is True and float(j["cost_usd"]) > 0
     assert doc["reliability"]["model_calls"] > 0 and doc["reliability"]["dlq_depth"] == {
         "intake": 0, "analysis": 0, "results": 0}
     # AND the progress went to stderr
     assert "4/4" in result.stderr and "jobs completed in" in result.stderr
+    assert "s3://" not in result.stderr + result.stdout and "(kept after the demo stops)" in result.stderr
 
 
 def test_review_demo_json_without_samples_is_one_document_too(world, tmp_path):

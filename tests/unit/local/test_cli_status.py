@@ -7,9 +7,11 @@ from __future__ import annotations
 import json
 import re
 
+import pytest
+
 from contract_review.domain.ports import Queue
 from contract_review.domain.records import JobState
-from contract_review.operate import job_view
+from contract_review.operate import api, job_view
 from contract_review.pipeline.intake import handle_intake
 
 from ...texts import TEXT
@@ -149,3 +151,21 @@ def test_status_and_explain_of_a_job_waiting_for_approval_say_a_person_decides()
     story = run(world, "explain", job_id).stdout
     assert "What to do next: a person decides before " in story and f"`review approve {job_id}`" in story
     assert "makes the job wait for a decision again" in story
+
+
+def test_a_failed_job_with_no_report_says_its_code_and_what_to_do_in_the_cli_and_the_api():
+    # GIVEN a job failed by a job-fatal error before any report was written
+    world = small_chunk_world()
+    job_id, _ = failed_by_access_denied(world)
+    # WHEN its report is asked for
+    out = run(world, "report", job_id)
+    # THEN one line names the ending, its code and the remedy (review retry), not "no report yet"
+    assert out.exit_code == 1 and len(error_lines(out)) == 1, out.output
+    assert f"job {job_id} has no report: it ended failed with model.access_denied" in out.output
+    assert "`review retry JOB`" in out.output and "no report yet" not in out.output
+    # AND the Job API's report route says the same (one function)
+    job = world.jobs.get(job_id)
+    assert job is not None
+    with pytest.raises(api.ApiError) as refused:
+        api.report_url(world.deps, job, "md")
+    assert refused.value.status == 409 and refused.value.message == job_view.no_report(job)
