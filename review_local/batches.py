@@ -20,6 +20,8 @@ import click
 from rich.console import Console
 from rich.table import Table
 
+from contract_review.domain import plain_text
+from contract_review.domain.errors import ReviewError
 from contract_review.domain.messages import MAX_DOCUMENT_BYTES
 from contract_review.domain.ports import Deps
 from contract_review.domain.principals import Caller
@@ -54,11 +56,11 @@ def _with_files(items: list[api_batches.RawItem], base: Path) -> list[api_batche
             if path.stat().st_size > MAX_DOCUMENT_BYTES:
                 fault = ("input.too_large", f"{path}: more than {MAX_DOCUMENT_BYTES:,} bytes: split it")
             else:
-                rest["document"] = {"text": path.read_text(encoding="utf-8")}
+                rest["document"] = {"text": plain_text.decoded(str(path), path.read_bytes())}
         except OSError as exc:
             fault = ("input.document_missing", f"{path}: {exc.strerror}")
-        except UnicodeDecodeError as exc:
-            fault = ("input.undecodable", f"{path}: not UTF-8 text (at byte {exc.start}): convert it to UTF-8 first")
+        except ReviewError as exc:  # not UTF-8 plain text (domain/plain_text.py: the rule intake applies)
+            fault = (exc.envelope.error_code, exc.envelope.message)
         out.append(api_batches.RawItem(value if fault else rest, item.where, fault))
     return out
 

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import click
 
+from contract_review.domain import plain_text
 from contract_review.domain.errors import ReviewError
 from contract_review.domain.messages import MAX_DOCUMENT_BYTES
 from contract_review.domain.records import Inference, Priority
@@ -120,11 +121,10 @@ def _read_document(f: Path) -> str:
     if size > MAX_DOCUMENT_BYTES:
         raise click.ClickException(f"{f}: {size:,} bytes, more than the {MAX_DOCUMENT_BYTES:,} a document may have: "
                                    "split it")
-    try:
-        return f.read_text(encoding="utf-8")
-    except UnicodeDecodeError as exc:
-        raise click.ClickException(f"{f}: not UTF-8 text (at byte {exc.start}): convert it to UTF-8 text first "
-                                   "(e.g. `iconv -f latin1 -t utf-8`, or `pdftotext` for a PDF)") from exc
+    try:  # the rule intake applies (domain/plain_text.py), with the advice the bytes give, before anything is sent
+        return plain_text.decoded(str(f), f.read_bytes())
+    except ReviewError as exc:
+        raise click.ClickException(f"{exc.envelope.error_code}: {exc.envelope.message}") from exc
 
 
 def _document_id(f: Path) -> str:

@@ -178,7 +178,10 @@ _CODES = [
               "The document has no text (empty, or only whitespace, control characters and invisible format characters "
               "such as zero-width spaces, BOMs and bidi marks).", "Send a document with text."),
     ErrorCode("input.undecodable", ErrorClass.PERMANENT,
-              "The document referenced by s3_uri is not UTF-8 text.", "Convert the document to UTF-8 text."),
+              "The document is not UTF-8 plain text: another encoding (a UTF-16 or UTF-32 byte-order mark names "
+              "it), a binary file (PDF, Word, ZIP), or markup (RTF, an HTML page) that would be reviewed tags and all "
+              "(domain/plain_text.py; the message says which, from the bytes).",
+              "Convert the document to UTF-8 plain text (the message gives the command) and send it again."),
     ErrorCode("input.document_missing", ErrorClass.PERMANENT,
               "The s3_uri points at an object that does not exist or may not be read.",
               "Upload the document first, to the stack's bucket, and reference it."),

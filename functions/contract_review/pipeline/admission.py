@@ -27,7 +27,7 @@ from pydantic import BaseModel, ConfigDict, Field, JsonValue
 
 from contract_review.config.fleet import CALLS_PER_CHUNK
 from contract_review.config.settings import Settings
-from contract_review.domain import cost
+from contract_review.domain import cost, plain_text
 from contract_review.domain.errors import ReviewError
 from contract_review.domain.keys import submission_key
 from contract_review.domain.messages import MAX_DOCUMENT_BYTES, MAX_INLINE_CHARS, InlineDocument, S3Document
@@ -67,9 +67,9 @@ def document_text(deps: Deps, document: Document, principal: str | None = None) 
         if len(data) > MAX_DOCUMENT_BYTES:  # (so its size is not known: "more than")
             raise ReviewError.of("input.too_large", f"{document.s3_uri}: more than {MAX_DOCUMENT_BYTES:,} bytes: "
                                  "split the document", step="intake.load")
-        text = _decoded(document.s3_uri, data)
+        text = plain_text.decoded(document.s3_uri, data)
     else:
-        text = document.text
+        text = plain_text.plain("document.text", document.text)
         _check_size("document.text", len(text.encode("utf-8")))
     if _blank(text):
         raise ReviewError.of("input.empty_document", "document has no text (nothing but blanks, control or invisible "
@@ -109,14 +109,6 @@ def _check_size(where: str, size: int) -> None:
     if size > MAX_DOCUMENT_BYTES:
         raise ReviewError.of("input.too_large", f"{where}: {size:,} bytes > {MAX_DOCUMENT_BYTES:,}: split the document",
                              step="intake.load")
-
-
-def _decoded(where: str, data: bytes) -> str:
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise ReviewError.of("input.undecodable", f"{where}: not UTF-8 at byte {exc.start}: convert it to UTF-8 text",
-                             step="intake.load") from exc
 
 
 # ------------------------------------------------------------------------------ who sent it

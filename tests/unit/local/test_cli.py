@@ -247,7 +247,8 @@ def test_submit_of_a_file_that_is_not_utf8_is_one_clear_error(tmp_path):
     result = run(world, "submit", str(f))
     assert result.exit_code == 1 and world.queues.sent[Queue.INTAKE] == []
     [line] = error_lines(result)
-    assert line.startswith(f"Error: {f}: not UTF-8 text (at byte 10): convert it to UTF-8 text first")
+    assert line.startswith(f"Error: input.undecodable: {f}: not UTF-8 text (at byte 10): it is probably a "
+                           "single-byte encoding")
 
 
 def test_submit_turns_a_file_name_into_a_valid_document_id(tmp_path):
@@ -506,3 +507,31 @@ def test_review_up_refuses_a_bad_batch_fault_in_one_line_before_starting_anythin
     assert result.exit_code == 2 and said in result.output
     assert "Traceback" not in result.output and "errors.pydantic.dev" not in result.output
     assert len([line for line in result.output.splitlines() if line.startswith("Error")]) == 1
+
+
+@pytest.mark.parametrize(("data", "says"), [
+    ("Agreement".encode("utf-16"), "it is UTF-16LE (it starts with that byte-order mark): convert it to UTF-8 "
+                                   "(`iconv -f UTF-16LE -t UTF-8 FILE > out.txt`)"),
+    (b"%PDF-1.7\n\xe2\xe3\xcf\xd3 binary", "it is a PDF: extract its text first (`pdftotext FILE out.txt`)"),
+    (b"PK\x03\x04\x14\x00\x06\x00\x08\x00\x00\x00!\x00\xdf", "it is a ZIP archive (a .docx or .odt is one)"),
+    (b"{\\rtf1\\ansi\\deff0 {\\fonttbl} Agreement between the parties}", "RTF markup, not plain text"),
+    (b"<!DOCTYPE html><html><body><p>Agreement</p></body></html>", "HTML markup, not plain text"),
+], ids=["utf-16 with a BOM", "pdf", "docx", "rtf", "html"])
+def test_submit_names_what_a_file_that_is_not_plain_text_is_and_sends_nothing(tmp_path, data, says):
+    world = FakeWorld()
+    f = tmp_path / "contract.txt"
+    f.write_bytes(data)
+    result = run(world, "submit", str(f))
+    assert result.exit_code == 1 and world.queues.sent[Queue.INTAKE] == []
+    [line] = error_lines(result)
+    assert line.startswith(f"Error: input.undecodable: {f}: ") and says in line, line
+
+
+def test_a_utf8_file_with_a_byte_order_mark_is_taken_without_it(tmp_path):
+    world = FakeWorld()
+    f = tmp_path / "bom.txt"
+    f.write_bytes(b"\xef\xbb\xbf" + TEXT.encode())
+    result = run(world, "submit", str(f))
+    assert result.exit_code == 0, result.output
+    [sent] = world.queues.sent[Queue.INTAKE]
+    assert json.loads(sent.body)["document"]["text"] == TEXT

@@ -110,7 +110,7 @@ def test_before_a_first_deploy_the_stack_need_not_exist_nor_the_local_stack(tmp_
 def test_the_cli_flag_reaches_preflight(monkeypatch):
     seen = []
 
-    def fake(stack, region, model_id, echo, worker=None, before_deploy=False):  # noqa: ANN001  # preflight's signature
+    def fake(stack, region, model_id, echo, worker=None, before_deploy=False, fallbacks=None):  # noqa: ANN001  # preflight's signature
         seen.append((stack, before_deploy))
         return False
 

@@ -340,7 +340,8 @@ def test_an_upload_that_is_not_utf8_fails_undecodable_in_one_attempt():
     p.round()
     job = world.jobs.get(job_id_for("latin1"))
     assert job is not None and job.state is JobState.FAILED and job.error_code == "input.undecodable"
-    assert "not UTF-8 at byte 16" in (job.error.message if job.error else "")
+    assert "not UTF-8 text (at byte 16): it is probably a single-byte encoding such as Windows-1252" in (
+        job.error.message if job.error else "")
     assert world.claims.for_job(job.job_id) == [] and p.model.calls == 0
     assert all(world.queues.sent[q] == [] for q in Queue)
 
