@@ -147,10 +147,13 @@ def report(obj: Ctx, job_id: str, as_json: bool) -> None:
 @click.command()
 @click.option("--json", "as_json", is_flag=True)
 @click.option("--document-id", default=None, help="Only the jobs of this document id (e.g. after `aws sqs send-message`).")
+@click.option("--state", "states", multiple=True, type=click.Choice([s.value for s in JobState]),
+              help="Only the jobs in this state (repeat for several).")
 @click.pass_obj
-def jobs(obj: Ctx, as_json: bool, document_id: str | None) -> None:
+def jobs(obj: Ctx, as_json: bool, document_id: str | None, states: tuple[str, ...]) -> None:
     """List jobs (oldest first)."""
-    items = [j for j in obj.deps.jobs.all() if document_id is None or j.document_id == document_id]
+    items = [j for j in obj.deps.jobs.all() if (document_id is None or j.document_id == document_id)
+             and (not states or j.state.value in states)]
     if as_json:
         click.echo(json.dumps([j.model_dump(mode="json", exclude_defaults=True) for j in items], indent=2))
         return

@@ -24,8 +24,7 @@ def print_status(view: job_views.JobView) -> None:
     a = view.answers
     error = f": {view.error_code}" + (f", {view.error.message}" if view.error else "") if view.error_code else ""
     say(f"{view.job_id} is {view.state.value}{error}", style="bold")
-    when = f"created {narration.human_time(view.created_at)}" + (f", ended {narration.human_time(view.ended_at)}" if view.ended_at else "")
-    say(f"  document {view.document_id or '(no id)'}; model {job_views.model_words(view)}, prompts {view.prompt_version}; {when}")
+    say(f"  {job_views.header_words(view)}")
     say(f"  progress: {job_views.chunk_counts(view)}; latest: {view.progress_label}")
     if view.last_checkpoint_at:
         say(f"  last checkpoint: a chunk settled done at {narration.human_time(view.last_checkpoint_at)}")

@@ -421,6 +421,14 @@ def chunk_counts(view: JobView) -> str:
     return f"{c['settled']} of {c['total']} chunks settled" + (f"; its chunks: {', '.join(kinds)}" if kinds else "")
 
 
+def header_words(view: JobView) -> str:
+    """The job's document, model and dates in one line (`review status`); a field it does not have (a job that failed
+    on its input has no model yet) is left out, not printed empty."""
+    model = f"model {model_words(view)}" + (f", prompts {view.prompt_version}" if view.prompt_version else "")
+    when = f"created {human_time(view.created_at)}" + (f", ended {human_time(view.ended_at)}" if view.ended_at else "")
+    return "; ".join([f"document {view.document_id or '(no id)'}", *([model] if view.model_id else []), when])
+
+
 def model_words(view: JobView) -> str:
     """The job's model; when it ran on more than one (it fell back, or an operator switched the stack's model), each
     in turn and the models each analyst's answers came from, in chunks."""

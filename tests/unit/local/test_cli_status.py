@@ -169,3 +169,28 @@ def test_a_failed_job_with_no_report_says_its_code_and_what_to_do_in_the_cli_and
     with pytest.raises(api.ApiError) as refused:
         api.report_url(world.deps, job, "md")
     assert refused.value.status == 409 and refused.value.message == job_view.no_report(job)
+
+
+def test_status_of_a_job_failed_on_its_input_prints_no_empty_model_fields():
+    # GIVEN a job that failed on its input (no model, no prompts recorded)
+    world = FakeWorld()
+    result = handle_intake(world.deps, json.dumps({"schema_version": 1, "document": {"text": " \n "},
+                                                   "idempotency_key": "blank-1"}), "m-1")
+    job = world.jobs.get(result.job_id or "")
+    assert job is not None and job.state is JobState.FAILED
+    # WHEN its status is printed THEN the header has no empty "model , prompts ;"
+    out = run(world, "status", job.job_id)
+    header = out.stdout.splitlines()[1]
+    assert header.startswith("  document (no id); created ") and "model" not in header, out.stdout
+
+
+def test_review_jobs_filters_by_state():
+    world = small_chunk_world()
+    done = handle_intake(world.deps, json.dumps({"schema_version": 1, "document": {"text": TEXT}}), "m-1").job_id
+    failed = handle_intake(world.deps, json.dumps({"schema_version": 1, "document": {"text": " "},
+                                                   "idempotency_key": "blank"}), "m-2").job_id
+    out = run(world, "jobs", "--state", "failed")
+    assert out.exit_code == 0 and str(failed) in out.stdout and str(done) not in out.stdout
+    both = run(world, "jobs", "--state", "failed", "--state", "running")
+    assert str(failed) in both.stdout and str(done) in both.stdout
+    assert run(world, "jobs", "--state", "finished").exit_code == 2  # a state that does not exist: refused
