@@ -85,10 +85,9 @@ def watch_jobs(console: Console, jobs: JobsRepo, job_ids: list[str], timeout: fl
                     for e in page:
                         progress.console.print(f"[dim]{j} #{e.number}[/] {event_label(e)}", highlight=False)
                         seen[j] = e.number
-                total: int | None = job.chunk_count or None
-                done = job.n_settled
-                if job.terminal and (total is None or job.state is JobState.COMPLETED):
-                    total = done = total or 1
+                # a job that ended with no chunks (failed on its input) shows 0/0, not a chunk it never had
+                total: int | None = job.chunk_count or (0 if job.terminal else None)
+                done = total if job.state is JobState.COMPLETED else job.n_settled
                 progress.update(tasks[j], total=total, completed=done, state=states[j],
                                 label=label(job) if label is not None else "")
             if all(stops_watching(s) for s in states.values()):

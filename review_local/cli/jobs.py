@@ -53,7 +53,8 @@ def wait_for_jobs(obj: Ctx, job_ids: list[str], timeout: float, grace_s: float, 
             problems.append(f"input.key_conflict: {j} was made from another document under the same key; this one "
                             "is in the intake dead-letter queue (`review dlq list`): send it with its own key")
         elif state != "completed":
-            problems.append(f"{j} ended {state}: see `review status {j}`")
+            code = (job.error_code if (job := deps.jobs.get(j)) is not None else None)
+            problems.append(f"{j} ended {state}" + (f" with {code}" if code else "") + f": see `review status {j}`")
     if problems:
         raise click.ClickException("\n".join(problems + waiting))
     if waiting:  # not completed, not failed: a person decides. Its own exit status, so scripts can tell

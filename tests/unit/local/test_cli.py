@@ -234,10 +234,13 @@ def test_watch_of_a_failed_job_exits_non_zero_and_says_where_to_look(monkeypatch
     handle_intake(world.deps, json.dumps({"schema_version": 1, "document": {"text": " "}, "idempotency_key": "k"}),
                   "m-1")
     fake_time(monkeypatch)
-    # WHEN watched  THEN it answers at once: ended failed, see status
+    # WHEN watched  THEN it answers at once: ended failed, with its code, see status
     result = run(world, "watch", job_id_for("k"))
     assert result.exit_code == 1
-    assert error_lines(result) == [f"Error: {job_id_for('k')} ended failed: see `review status {job_id_for('k')}`"]
+    assert error_lines(result) == [f"Error: {job_id_for('k')} ended failed with input.empty_document: see "
+                                   f"`review status {job_id_for('k')}`"]
+    # AND its progress bar does not count a chunk it never had ("1/1 failed")
+    assert "1/1" not in result.output
 
 
 def test_submit_of_a_file_that_is_not_utf8_is_one_clear_error(tmp_path):
