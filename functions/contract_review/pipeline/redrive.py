@@ -177,7 +177,10 @@ def _reopen_job(deps: Deps, job: Job, via: str, resettable: Collection[ChunkStat
         return "redriven (every chunk done: finalizing)"
     text = deps.artifacts.get_text(job.document_key)
     deps.queues.send_analysis([analysis_message(deps, job, c, via, text) for c in todo])
-    return f"redriven ({len(todo)} chunk(s) sent)"
+    unsent = max(0, job.chunk_count - len(records))  # never fanned out yet: the fan-out sends them as chunks settle
+    left = (f"; its other {unsent} never sent follow as its fan-out goes on: {len(todo) + unsent} of its "
+            f"{job.chunk_count} left to run") if unsent else ""
+    return f"redriven ({len(todo)} chunk(s) sent{left})"
 
 
 def requeue_failed_intake(deps: Deps, job_id: str) -> bool:

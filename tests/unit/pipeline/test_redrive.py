@@ -426,3 +426,22 @@ def test_a_job_being_cancelled_or_waiting_for_approval_is_not_retried_and_nothin
     assert not retried.retried and retried.state is state
     assert state.value in retried.action
     assert (world.jobs.get(job_id), world.claims.for_job(job_id), len(world.queues.sent[Queue.ANALYSIS])) == before
+
+
+def test_retry_of_a_job_that_ended_mid_fan_out_says_how_many_chunks_are_left_not_only_those_sent():
+    # GIVEN a job of 24 chunks failed by a job-fatal error when its fan-out had sent 3 of them
+    from contract_review.pipeline import redrive
+
+    from ..scenarios import running_job
+    world = FakeWorld()
+    job_id, records = running_job(world, 3)
+    world.jobs.items[job_id] = world.jobs.items[job_id].model_copy(update={"chunk_count": 24, "fanned_out": 3})
+    env = ErrorEnvelope.of("model.access_denied", "AccessDeniedException", http_status=403)
+    assert world.jobs.transition(job_id, (JobState.RUNNING,), JobState.FAILED,
+                                 outcome=JobFailure(error=env, error_code=env.error_code, ended_at=world.clock()))
+    # WHEN it is retried
+    done = redrive.retry(world.deps, job_id)
+    # THEN the 3 recorded chunks are sent now, and the answer says the other 21 follow: 24 left in all
+    assert done.retried and len(world.queues.sent[Queue.ANALYSIS]) == 3
+    assert "3 chunk(s) sent; its other 21 never sent follow as its fan-out goes on: 24 of its 24 left to run" \
+        in done.action, done.action
