@@ -75,7 +75,7 @@ def up(fault_rate: float, seed: int, workers: int | None, worker_kind: str, no_t
         stack.write_local_json()
         lock.record(endpoint=stack.aws.endpoint, api=stack.api.url if stack.api else None,
                     ui=stack.ui.url if stack.ui else None)
-        _print_up(stack, out, batch_faults)
+        _print_up(stack, out, batch_faults, ticket_faults)
         if as_json:
             click.echo(json.dumps(_up_document(stack, LOCAL_JSON), indent=2))
             sys.stdout.flush()
@@ -92,10 +92,14 @@ def up(fault_rate: float, seed: int, workers: int | None, worker_kind: str, no_t
 STOPPED_CLEANLY = threading.Event()  # `review up` stopped all it started: `main` may skip the interpreter's teardown
 
 
-def _print_up(stack: Any, out: Console, batch_faults: str) -> None:
+def _print_up(stack: Any, out: Console, batch_faults: str, ticket_faults: str = "") -> None:
     from ..embedded import LOCAL_JSON
 
     out.print(f"AWS endpoint: [bold cyan]{stack.aws.endpoint}[/]  region: {stack.aws.region}")
+    spec = stack.faults
+    out.print("model faults: " + (f"{spec.transient_rate:.0%} transient (throttles, 5xx, timeouts; seed {spec.seed})"
+                                  if spec is not None and spec.transient_rate else "none (--faults R injects them)")
+              + (f"; ticket system faults: {ticket_faults}" if ticket_faults else ""), soft_wrap=True, markup=False)
     for k, v in sorted(stack.outputs.items()):
         out.print(f"  {k:22} {v}")
     if stack.api is not None:

@@ -52,8 +52,9 @@ class FakeStack:
 
     made: list[FakeStack] = []
 
-    def __init__(self, world: FakeWorld, **_: Any):
+    def __init__(self, world: FakeWorld, **fields: Any):
         self.world, self.aws, self.profile = world, _Aws(), "local"
+        self.faults = fields.get("faults")  # as `review up` asked for them
         self.outputs = {"IntakeQueueUrl": "http://127.0.0.1:5999/queue/intake", "JobsTableName": "jobs"}
         self.api, self.ui = _Served("http://127.0.0.1:6001/"), _Served("http://127.0.0.1:6002/")
         self.tickets, self.ticket_token = _Served("http://127.0.0.1:6003/"), "tk"
@@ -104,7 +105,7 @@ def test_review_up_json_prints_one_document_of_the_running_stack_then_serves(wor
     assert doc["batch_service"] == stack.batch_service.url
     assert doc["local_json"].endswith("local.json") and doc["logs"] == ".review/logs/"
     # AND the human lines went to stderr; the stack was served, then stopped
-    assert "status page:" in result.stderr
+    assert "status page:" in result.stderr and "model faults: none (--faults R injects them)" in result.stderr
     assert f"stopping the local stack (pid {os.getpid()}): the status page, the Job API, the ticket system's fake, " \
            "the batch inference stand-in, embedded AWS at http://127.0.0.1:5999" in result.stderr
     assert "stopped in " in result.stderr
@@ -150,3 +151,13 @@ def test_review_demo_json_prints_one_document_of_the_results(world, monkeypatch,
 def test_review_demo_json_without_samples_is_one_document_too(world, tmp_path):
     result = CliRunner().invoke(cli, ["demo", "--json", "--samples", str(tmp_path)])
     assert result.exit_code == 2 and json.loads(result.stdout) == {"ok": False, "error": "no samples/*.txt found"}
+
+
+def test_review_up_says_which_faults_it_injects(monkeypatch):
+    monkeypatch.setattr(cli_stack, "_serve_until_stopped", lambda: None)
+    result = CliRunner().invoke(cli, ["up", "--json", "--faults", "0.05", "--seed", "3", "--ticket-faults",
+                                      "error=0.1", "--batch-faults", "expire_job"])
+    assert result.exit_code == 0, result.output
+    assert "model faults: 5% transient (throttles, 5xx, timeouts; seed 3); ticket system faults: error=0.1" \
+        in result.stderr
+    assert "; faults: expire_job" in result.stderr  # on the batch stand-in's line
