@@ -479,6 +479,15 @@ def explain(view: JobView) -> list[str]:
         failures.append("mandatory analyses missing: " + "; ".join(gaps_summary(other_gaps(view), view.mandatory_analysts)))
     if view.approval is not None:
         failures.append(f"step {view.approval.step} has an unknown outcome: {view.approval.reason}")
+    decided = view.recorded_approval
+    if decided is not None and decided.decision in ("reject", "expired") and view.approval is None \
+            and not view.error_code:
+        # a person rejected a side effect (or let its approval expire) and the job was retried since: its ending is
+        # gone from the record, the decision is not
+        failures.append(f"earlier, step {decided.step}'s approval was {'rejected' if decided.decision == 'reject' else 'left to expire'}"
+                        + (f" by {decided.decided_by}" if decided.decided_by else "")
+                        + (f" at {human_time(decided.decided_at)}" if decided.decided_at else "")
+                        + f" ({decided.reason}); the job was retried after it")
     failed = "What failed and why: " + ("; ".join(failures) + "." if failures else "nothing.")
     if view.approval is not None:
         nxt = (f"What to do next: a person decides before {human_time(view.approval.expires_at)}: "

@@ -194,3 +194,21 @@ def test_review_jobs_filters_by_state():
     both = run(world, "jobs", "--state", "failed", "--state", "running")
     assert str(failed) in both.stdout and str(done) in both.stdout
     assert run(world, "jobs", "--state", "finished").exit_code == 2  # a state that does not exist: refused
+
+
+def test_explain_of_a_job_rejected_then_retried_says_what_failed_before():
+    # GIVEN a job whose ticket step a person rejected, retried since (its ending cleared, the decision kept)
+    from contract_review.domain.records import Approval
+
+    from ..scenarios import running_job
+    world = FakeWorld()
+    job_id, _ = running_job(world, 1)
+    at = world.clock()
+    decided = Approval(step="ticket", key="k" * 16, reason="the ticket may exist: its lookup failed", requested_at=at,
+                       expires_at=at + 3600, decision="reject", decided_by="alice", decided_at=at + 60)
+    world.jobs.items[job_id] = world.jobs.items[job_id].model_copy(update={"approval": decided})
+    # WHEN it is explained THEN the rejection is named, not "nothing"
+    story = job_view.explain(job_view.view_of(world.deps, world.jobs.items[job_id]))
+    failed = next(line for line in story if line.startswith("What failed and why:"))
+    assert failed.startswith("What failed and why: earlier, step ticket's approval was rejected by alice at "), failed
+    assert failed.endswith("(the ticket may exist: its lookup failed); the job was retried after it."), failed
