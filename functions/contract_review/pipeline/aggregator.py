@@ -22,7 +22,7 @@ from contract_review.domain.records import (
     JobState,
     Reliability,
 )
-from contract_review.pipeline import fanout
+from contract_review.pipeline import admission, fanout
 from contract_review.review.analysts import ChunkFindings, Finding
 from contract_review.review.report import (
     REPORT_SCHEMA_VERSION,
@@ -30,6 +30,7 @@ from contract_review.review.report import (
     clauses_of,
     cost_report,
     coverage_of,
+    is_offline,
     markdown,
     reviewing_party,
 )
@@ -175,13 +176,15 @@ def finalize(deps: Deps, job: Job) -> JobState:
     state, code = coverage.verdict()
     rel = Reliability.of(chunks)
     usage = job.usage()  # every chunk counted once when it settled (its attempts + the aggregator's requests)
+    text = _document(deps, job)  # each clause's section; the offline model's jobs: the estimate at LLM-like answers
+    llm_like = admission.estimate(deps.settings, text).model_micro_usd if is_offline(job) and text else None
     report = Report(job_id=job.job_id, state=state, document_id=job.document_id, document_sha256=job.document_sha256,
                     model_id=job.model_id, model_provider=job.model_provider, prompt_version=job.prompt_version,
                     chunk_count=job.chunk_count, metadata=job.metadata, findings=findings, coverage=coverage,
-                    reliability=rel, cost=cost_report(deps.settings.profile.prices, job, usage),
+                    reliability=rel, cost=cost_report(deps.settings.profile.prices, job, usage, llm_like),
                     schema_version=REPORT_SCHEMA_VERSION, reviewed_at=deps.clock(), inference=job.inference.value,
                     reviewing_party=reviewing_party(job.metadata),
-                    clauses=clauses_of(findings, _document(deps, job) if findings else ""))
+                    clauses=clauses_of(findings, text))
     json_key, md_key = report_keys(job.job_id)
     deps.artifacts.put_text(json_key, report.model_dump_json(indent=1))
     deps.artifacts.put_text(md_key, markdown(job, report, deps.clock()), "text/markdown; charset=utf-8")

@@ -21,7 +21,7 @@ from pydantic import BaseModel, Field, JsonValue
 from contract_review.config.constants import OFFLINE_MODEL_ID
 from contract_review.config.prices import PriceTable
 from contract_review.domain.chunk_records import ChunkRecord
-from contract_review.domain.cost import describe, model_price, usd
+from contract_review.domain.cost import ESTIMATE_ANSWER_TOKENS, describe, model_price, usd
 from contract_review.domain.records import ChunkStatus, CoverageGap, Job, JobState, MissingChunk, Reliability, Usage
 from contract_review.review.analysts import ANALYSTS, CATEGORY_BY_KEY, Finding, analysts_for
 
@@ -67,6 +67,10 @@ class CostReport(BaseModel):
     # True for a job of the offline rule model (local runs): what its calls would cost at Bedrock's list prices,
     # with token counts the simulated Bedrock estimates; nothing was charged.
     estimate: bool = False
+    # For such a job: what the same document is expected to cost at LLM-like answer lengths (the admission estimate,
+    # cost.estimate_document: ESTIMATE_ANSWER_TOKENS a call), beside the estimate above, which prices the rule model's
+    # own answers (much shorter than an LLM's). None: a real model's job (its cost is measured).
+    llm_like_usd: str | None = None
     note: str = ("model tokens as the model reported them x its list price; orchestration: the AWS requests the "
                  "workers' chunk attempts and the aggregator counted (DynamoDB, SQS, S3) and the worker Lambda's "
                  "invocations and GB-seconds, at list prices; estimated: calls that timed out on the client, at their "
@@ -74,7 +78,9 @@ class CostReport(BaseModel):
                  "an attempt that crashed spent after its last heartbeat or checkpoint. See docs/cost.md.")
 
 
-def cost_report(table: PriceTable, job: Job, usage: Usage) -> CostReport:
+def cost_report(table: PriceTable, job: Job, usage: Usage, llm_like_micro_usd: int | None = None) -> CostReport:
+    """`llm_like_micro_usd`: the document's admission estimate (at LLM-like answers), shown for the offline model's
+    jobs only (a real model's cost is measured)."""
     priced = model_price(table, job.model_id)
     return CostReport(total_usd=str(usd(usage.total_micro_usd)), model_usd=str(usd(usage.model_micro_usd)),
                       orchestration_usd=str(usd(usage.aws_micro_usd)), input_tokens=usage.input_tokens,
@@ -83,11 +89,15 @@ def cost_report(table: PriceTable, job: Job, usage: Usage) -> CostReport:
                       timed_out_calls=usage.timed_out_calls, estimated_usd=str(usd(usage.estimated_micro_usd)),
                       budget_usd=str(usd(job.budget_micro_usd)) if job.budget_micro_usd is not None else None,
                       model_id=job.model_id, priced_as=priced.priced_as, prices_as_of=table.as_of,
-                      estimate=is_offline(job))
+                      estimate=is_offline(job),
+                      llm_like_usd=str(usd(llm_like_micro_usd)) if is_offline(job) and llm_like_micro_usd is not None
+                      else None)
 
 
 ESTIMATE_NOTE = ("an estimate: the offline rule model (not an LLM) made these calls; this is what they would cost at "
-                 "Bedrock's list prices, with token counts the simulated Bedrock estimates. Nothing was charged")
+                 "Bedrock's list prices, with token counts the simulated Bedrock estimates and the rule model's own "
+                 "answers, much shorter than an LLM's (the report gives the estimate at LLM-like answer lengths "
+                 "beside it). Nothing was charged")
 
 
 def cost_line(job: Job) -> str:
@@ -334,6 +344,10 @@ def markdown(job: Job, report: Report, written_at: float | None = None) -> str:
         c = report.cost
         lines += ["", "## Estimated cost" if c.estimate else "## Cost", "",
                   cost_line(job), "",
+                  *([f"At LLM-like answer lengths ({ESTIMATE_ANSWER_TOKENS} output tokens a call, where the rule "
+                     f"model answered {c.output_tokens // max(report.reliability.model_calls, 1)} on average) the same "
+                     f"document's model tokens are estimated at ${c.llm_like_usd} (the admission estimate a budget is "
+                     "checked against; docs/cost.md).", ""] if c.llm_like_usd is not None else []),
                   f"Model tokens priced as {c.priced_as or 'nothing (no price for ' + c.model_id + ')'}; list prices "
                   f"of {c.prices_as_of} (docs/cost.md). Orchestration counts the workers' and the aggregator's AWS "
                   "requests and the worker Lambda's time; intake, the sweeper and the report are not counted."]

@@ -126,6 +126,10 @@ def test_a_local_runs_cost_is_labelled_an_estimate_and_a_bedrock_runs_is_not():
     assert "## Estimated cost" in offline_md and "Nothing was charged" in offline_md
     assert bedrock_report.cost is not None and not bedrock_report.cost.estimate
     assert "## Cost" in bedrock_md and "Nothing was charged" not in bedrock_md
+    # AND the local one gives the estimate at LLM-like answer lengths beside its own (a real run's is measured)
+    assert offline_report.cost.llm_like_usd is not None and float(offline_report.cost.llm_like_usd) > 0
+    assert f"the same document's model tokens are estimated at ${offline_report.cost.llm_like_usd}" in offline_md
+    assert bedrock_report.cost.llm_like_usd is None and "LLM-like" not in bedrock_md
 
 
 def test_metadata_sent_with_the_document_appears_in_both_reports():
