@@ -77,7 +77,7 @@ def reserved_tokens(model_id: str, request: ModelRequest) -> int:
     return input_tokens(model_id, request) + reserved_output(model_id, request.max_tokens)
 
 
-_PIECES = re.compile(r"(?P<word> ?[A-Za-z]+)|(?P<number>[0-9]+)|(?P<space>\s+)|(?P<other>.)", re.DOTALL)
+_PIECES = re.compile(r"(?P<word> ?[A-Za-z]+)|(?P<number>[0-9]+)|(?P<space>\s+)|(?P<other>[^\sA-Za-z0-9]{1,2})")
 _SHORT_WORD = 7  # letters a word may have and still be one token
 
 
@@ -88,7 +88,7 @@ def counted_tokens(text: str) -> int:
     A heuristic of how byte-pair tokenizers split text (Claude's tokenizer is not public; no figure here is Claude's):
     a word of up to seven letters, with the space before it, is one token, a longer one a token more for every four
     letters beyond; a number a token for every three digits; a run of whitespace not before a word one token; any
-    other character (punctuation, quotes, braces, non-ASCII) one token. So prose of short words counts fewer tokens
+    other characters (punctuation, quotes, braces, non-ASCII) a token for each one or two in a row. So prose of short words counts fewer tokens
     than the estimate, and JSON, figures and punctuation more (tests/unit/doubles/test_bedrock_physics.py)."""
     n = 0
     for m in _PIECES.finditer(text):
