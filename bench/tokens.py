@@ -6,7 +6,10 @@ The real pipeline (embedded AWS, real worker processes) against the simulated Be
 doubles/bedrock_sim.py): a tokens-per-minute quota shared by every worker process (a call reserves its input +
 maxTokens when admitted and is settled at input + cache writes + 5 x output; a throttle is a 429 without
 Retry-After), the account's prompt cache with the model's minimum prefix (2,048 tokens assumed for Sonnet 4.6),
-lognormal latency and LLM-like answer lengths. Every figure is simulated. Runs, each on a fresh stack, with the
+LLM-like answer lengths and, unless `--fixed-latency`, Bedrock's physics (FaultSpec, off by default elsewhere): a
+latency from each call's tokens (time to first token + the answer at an assumed output speed, heavy-tailed),
+capacity throttles below the quota in seeded busy slots, seeded 429/5xx/timeouts, and the double's own tokenizer
+(so the pacer's estimate is not its count and the pacer has to learn it). Every figure is simulated. Runs, each on a fresh stack, with the
 fleet a default deploy sizes for this quota (config/fleet.py) and the workers paced to it as `-c model_tpm` sets:
 - `old-layout`: the requests as the pipeline sent them before 2026-11-25 (bench/legacy_layout.py: per-analyst
   instructions under the cache minimum, the excerpt uncached in every call, maxTokens 2,048), paced;
@@ -74,13 +77,18 @@ def run_one(template: dict[str, Any], name: str, text: str, args: argparse.Names
     state = work / name.replace("@", "-")
     state.mkdir(parents=True, exist_ok=True)
     log = state / "calls.jsonl"
-    spec = FaultSpec.simulated_bedrock(str(state / "bedrock"), tokens_per_minute=args.tpm, median_ms=args.median_ms,
-                                       p99_ms=args.p99_ms, window_s=args.window_s, seed=11, call_log=str(log),
+    spec = FaultSpec.simulated_bedrock(str(state / "bedrock"), tokens_per_minute=args.tpm,
+                                       median_ms=args.median_ms if args.fixed_latency else 0.0,
+                                       p99_ms=args.p99_ms if args.fixed_latency else None,
+                                       window_s=args.window_s, seed=11, call_log=str(log),
                                        answer_tokens_median=args.answer_median, answer_tokens_p99=args.answer_p99,
-                                       model_wrapper="bench.legacy_layout:old_layout" if legacy else None)
+                                       model_wrapper="bench.legacy_layout:old_layout" if legacy else None,
+                                       **physics(args))
     # the fleet config/fleet.py sizes; a client timeout for this latency (the local profile's 1 s is for the
-    # offline model's milliseconds; a deploy's is 60 s)
-    overrides = {"worker_max_concurrency": workers, "fanout_window": 2 * workers, "model_call_timeout_s": 5}
+    # offline model's milliseconds; a deploy's is 60 s; 9 s is the most the local worker timeout, 20 s, fits for
+    # an analyst's two calls: a call slower than that ends in a read timeout, as it would at such a client)
+    overrides = {"worker_max_concurrency": workers, "fanout_window": 2 * workers,
+                 "model_call_timeout_s": 5 if args.fixed_latency else 9}
     env: dict[str, str] = {"PROFILE_OVERRIDES": json.dumps(overrides)}
     if paced:
         env["MODEL_TPM"] = str(args.tpm)  # what `cdk deploy -c model_tpm=N` sets on the worker
@@ -124,6 +132,23 @@ def run_one(template: dict[str, Any], name: str, text: str, args: argparse.Names
     }
 
 
+def physics(args: argparse.Namespace) -> dict[str, Any]:
+    """The simulated Bedrock's physics for this run (none with `--fixed-latency`, as the bench ran before them)."""
+    if args.fixed_latency:
+        return {}
+    return {"ttft_ms": args.ttft_ms, "output_tokens_per_s": args.output_tps, "latency_tail_p99": args.tail_p99,
+            "capacity_throttle_rate": args.capacity_throttle_rate, "capacity_slot_s": args.capacity_slot_s,
+            "transient_rate": args.transient_rate, "simulated_tokenizer": True}
+
+
+def typical_latency_s(args: argparse.Namespace) -> float:
+    """The call latency the fleet is sized for: the fixed median, or the token latency of a median answer (its
+    input's share of the time to first token left out)."""
+    if args.fixed_latency:
+        return float(args.median_ms) / 1000
+    return float(args.ttft_ms) / 1000 + args.answer_median / args.output_tps
+
+
 def output_usd(output_tokens: int) -> float:
     """What the answers cost at the dated price table: the same under both layouts (they answer alike)."""
     price = cost.model_price(PRICES, LOCAL.review.model_id).price
@@ -148,8 +173,21 @@ def main() -> None:
     ap.add_argument("--chars", default="100000",
                     help="document size (a ~100 KB contract); a list runs the scaling series")
     ap.add_argument("--tpm", type=float, default=600_000.0, help="the tokens-per-minute quota")
-    ap.add_argument("--median-ms", type=float, default=800.0)
-    ap.add_argument("--p99-ms", type=float, default=2000.0)
+    ap.add_argument("--fixed-latency", action="store_true",
+                    help="the latency as before the simulated Bedrock's physics: lognormal from --median-ms/--p99-ms, "
+                         "whatever the answer's length; no capacity throttles, no injected faults, the pacer's count")
+    ap.add_argument("--median-ms", type=float, default=800.0, help="with --fixed-latency")
+    ap.add_argument("--p99-ms", type=float, default=2000.0, help="with --fixed-latency")
+    defaults = FaultSpec()
+    ap.add_argument("--ttft-ms", type=float, default=500.0, help="time to first token, before its growth with input")
+    ap.add_argument("--output-tps", type=float, default=defaults.output_tokens_per_s,
+                    help="output tokens per second (an assumption: AWS publishes none; FaultSpec's default)")
+    ap.add_argument("--tail-p99", type=float, default=defaults.latency_tail_p99,
+                    help="99th percentile of the latency's tail factor (FaultSpec's default, an assumption)")
+    ap.add_argument("--capacity-throttle-rate", type=float, default=0.02,
+                    help="share of time slots in which the service throttles every call, below the quota")
+    ap.add_argument("--capacity-slot-s", type=float, default=2.0)
+    ap.add_argument("--transient-rate", type=float, default=0.01, help="seeded 429/5xx/timeouts, a third each")
     ap.add_argument("--window-s", type=float, default=10.0,
                     help="the quota's burst window (Bedrock: 60 s; scaled down so a one-minute run is not all burst, "
                          "and long enough for the calls in flight to hold their reservations, as on Bedrock)")
@@ -162,7 +200,7 @@ def main() -> None:
     template = synth("local")
     work = ROOT / ".review" / "bench-tokens" / args.name
     shutil.rmtree(work, ignore_errors=True)
-    fleet = fleet_for_quota(args.tpm, args.median_ms / 1000)
+    fleet = fleet_for_quota(args.tpm, typical_latency_s(args))
     fleets = [int(w) for w in args.workers.split(",")] if args.workers else [fleet.workers]
     sizes = [int(c) for c in args.chars.split(",")]
     minimum = traits_for(LOCAL.review.model_id).min_cache_tokens
@@ -173,8 +211,12 @@ def main() -> None:
         for workers in fleets:
             for name in args.only.split(","):
                 key = name if point else f"{name}@{chars}c{workers}w"
-                print(f"{key}: {chars} chars, {args.tpm:,.0f} tokens/min, {workers} workers, "
-                      f"{args.median_ms:g} ms median, cache minimum {minimum} tokens (assumed)", flush=True)
+                latency = (f"{args.median_ms:g} ms median (fixed)" if args.fixed_latency else
+                           f"latency from tokens ({args.ttft_ms:g} ms to first token, {args.output_tps:g} tokens/s), "
+                           f"capacity throttles {args.capacity_throttle_rate:g}, faults {args.transient_rate:g}, "
+                           f"the double's tokenizer")
+                print(f"{key}: {chars} chars, {args.tpm:,.0f} tokens/min, {workers} workers, {latency}, "
+                      f"cache minimum {minimum} tokens (assumed)", flush=True)
                 runs[key] = run_one(template, key, text, args, work, workers)
     old = {k.split("@")[-1] if "@" in k else "": r for k, r in runs.items() if k.startswith("old-layout")}
     for key, r in runs.items():
@@ -190,10 +232,12 @@ def main() -> None:
         "git": git_state(), "settings": vars(args), "simulated": True,
         "assumed": {"model_id": LOCAL.review.model_id, "min_cache_tokens": minimum,
                     "output_burndown": traits_for(LOCAL.review.model_id).output_burndown,
-                    "fleet_for_quota": fleet.__dict__, "prices_as_of": PRICES.as_of},
+                    "fleet_for_quota": fleet.__dict__, "prices_as_of": PRICES.as_of,
+                    "physics": physics(args), "typical_latency_s": typical_latency_s(args)},
         "runs": runs, "targets": verdicts(runs) if point else [],
         "reproduce": f".venv/bin/python bench/tokens.py --name {args.name} --only {args.only} --chars {args.chars} "
-                     f"--tpm {args.tpm:g}" + (f" --workers {args.workers}" if args.workers else ""),
+                     f"--tpm {args.tpm:g}" + (f" --workers {args.workers}" if args.workers else "")
+                     + (" --fixed-latency" if args.fixed_latency else ""),
     }
     out = ROOT / "bench" / "results" / f"{args.name}.json"
     out.write_text(json.dumps(result, indent=2) + "\n")

@@ -21,15 +21,31 @@ What it follows, and where each rule comes from:
   input of every call (313 tokens for Claude 4 models with a forced tool choice).
 The per-model numbers are the model catalogue's (config/catalogue.py), which the real client reads too.
 
-Token counts are estimated at four characters a token (the offline model has no tokenizer).
+Token counts are estimated at four characters a token (the offline model has no tokenizer), as the pacer estimates
+them, unless the spec asks for the double's own tokenizer (`FaultSpec.simulated_tokenizer`, `counted_tokens`): then
+every usage number the double reports, and every token its quotas take, is counted by that tokenizer, which differs
+from the estimate by an amount that depends on the text, in both directions, as a real tokenizer's count does.
+
+Bedrock's physics beyond counting, each a `FaultSpec` option off by default (faults.py applies them):
+- latency: time to first token, growing with the input, plus the answer's tokens at the model's output speed, with a
+  seeded heavy tail (`call_latency_s`). AWS publishes neither figure per model: the spec's defaults are assumptions.
+  A prefix written to the prompt cache is readable from the writing call's first token (Anthropic, "Prompt
+  caching": a cache entry becomes available after the first response begins), not from its last.
+- capacity throttles below the quota (`in_capacity_throttle`): Bedrock on demand answers 429 ThrottlingException
+  when the service is busy, whatever the account's quota ("Quotas for Amazon Bedrock", on-demand throughput is
+  not guaranteed); simulated as seeded busy time slots, shared by every process, so throttles come in bursts.
 """
 
 from __future__ import annotations
 
 import contextlib
 import fcntl
+import functools
 import hashlib
 import json
+import math
+import random
+import re
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -59,6 +75,73 @@ def reserved_tokens(model_id: str, request: ModelRequest) -> int:
     """What a call holds against a tokens-per-minute quota while it runs: all its input, cache reads
     included, plus `maxTokens` (x the burndown for a model whose row says Bedrock reserves it so)."""
     return input_tokens(model_id, request) + reserved_output(model_id, request.max_tokens)
+
+
+_PIECES = re.compile(r"(?P<word> ?[A-Za-z]+)|(?P<number>[0-9]+)|(?P<space>\s+)|(?P<other>[^\sA-Za-z0-9]{1,2})")
+_SHORT_WORD = 7  # letters a word may have and still be one token
+
+
+@functools.lru_cache(maxsize=512)
+def counted_tokens(text: str) -> int:
+    """The simulated Bedrock's own token count of `text`: deterministic, and not the pacer's four characters a token.
+
+    A heuristic of how byte-pair tokenizers split text (Claude's tokenizer is not public; no figure here is Claude's):
+    a word of up to seven letters, with the space before it, is one token, a longer one a token more for every four
+    letters beyond; a number a token for every three digits; a run of whitespace not before a word one token; any
+    other characters (punctuation, quotes, braces, non-ASCII) a token for each one or two in a row. So prose of short words counts fewer tokens
+    than the estimate, and JSON, figures and punctuation more (tests/unit/doubles/test_bedrock_physics.py)."""
+    n = 0
+    for m in _PIECES.finditer(text):
+        kind = m.lastgroup
+        if kind == "word":
+            letters = len(m.group().lstrip())
+            n += 1 + max(0, math.ceil((letters - _SHORT_WORD) / 4))
+        elif kind == "number":
+            n += math.ceil(len(m.group()) / 3)
+        else:
+            n += 1
+    return n
+
+
+def counted_prefix_tokens(model_id: str, request: ModelRequest) -> int:
+    """`prefix_tokens`, counted by the double's tokenizer: the tool-use prompt Bedrock adds (the catalogue's count),
+    then the tool definition, the system prompt and the context."""
+    return (traits_for(model_id).tool_prompt_tokens + counted_tokens(json.dumps(request.output_schema))
+            + counted_tokens(request.system) + counted_tokens(request.context))
+
+
+def counted_input_tokens(model_id: str, request: ModelRequest) -> int:
+    """Every input token of a call, counted by the double's tokenizer (`input_tokens`, not estimated)."""
+    return counted_prefix_tokens(model_id, request) + counted_tokens(request.prompt)
+
+
+_Z99 = 2.3263478740408408  # the standard normal's 99th percentile
+
+
+def latency_tail(rng: random.Random, p99: float) -> float:
+    """A call's seeded slowness factor: lognormal, median 1, 99th percentile `p99` (1: none)."""
+    return math.exp(math.log(p99) / _Z99 * rng.gauss(0.0, 1.0))
+
+
+def call_latency_s(input_tokens: int, output_tokens: int, *, ttft_ms: float, ttft_ms_per_1k_input: float,
+                   output_tokens_per_s: float, tail: float = 1.0) -> tuple[float, float]:
+    """(time to first token, whole call) in seconds: `ttft_ms` + `ttft_ms_per_1k_input` per 1,000 input tokens, then
+    the output at `output_tokens_per_s`; both times the call's `tail` factor (`latency_tail`): a slow call is slow
+    throughout, as on a busy host."""
+    first = (ttft_ms + ttft_ms_per_1k_input * input_tokens / 1000) / 1000 * tail
+    return first, first + output_tokens / output_tokens_per_s * tail
+
+
+def in_capacity_throttle(seed: int, rate: float, slot_s: float, now: float) -> bool:
+    """Whether the service is busy at `now`: the time slot of `slot_s` seconds holding it is busy with probability
+    `rate`, drawn from the seed and the slot's number (the same in every process). Every call that starts in a busy
+    slot is throttled, so throttles come in bursts of at least `slot_s` (neighbouring busy slots join into longer
+    ones), and over a long run about `rate` of the calls that start are throttled."""
+    if rate <= 0:
+        return False
+    slot = math.floor(now / slot_s)
+    digest = hashlib.sha256(f"capacity|{seed}|{slot}".encode()).digest()
+    return int.from_bytes(digest[:8], "big") / 2**64 < rate
 
 
 @dataclass(frozen=True)

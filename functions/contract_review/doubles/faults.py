@@ -15,7 +15,9 @@
   requests-per-minute quota only when asked, a lognormal latency (median + p99), LLM-like answer lengths
   (cut at `maxTokens`), 429 `ThrottlingException`s with no Retry-After, 5xx bursts (every process fails
   together for `burst_duration_s` out of every `burst_every_s`, at a seeded phase) and seeded transient
-  faults.
+  faults; when asked (each off by default): a latency from the call's tokens (time to first token + output
+  at the model's speed, heavy-tailed; a read timeout keeps its reservation), capacity throttles below the
+  quota in seeded busy slots, and the double's own tokenizer for every count.
 - `CallLedger`: an append-only record of every model call (the offline stand-in for a provider's
   usage log); tests count model calls from it.
 """
@@ -42,7 +44,18 @@ from typing import Any
 from botocore.exceptions import ClientError, ReadTimeoutError
 
 from contract_review.domain.model import CHARS_PER_TOKEN, ModelClient, ModelRequest, ModelResponse, quota_tokens
-from contract_review.doubles.bedrock_sim import DailyTokenLedger, answered_in, input_tokens, reserved_tokens
+from contract_review.doubles.bedrock_sim import (
+    DailyTokenLedger,
+    answered_in,
+    call_latency_s,
+    counted_input_tokens,
+    counted_prefix_tokens,
+    counted_tokens,
+    in_capacity_throttle,
+    input_tokens,
+    latency_tail,
+    reserved_tokens,
+)
 from contract_review.doubles.spec import FaultSpec
 
 # What Bedrock says when a quota is hit (HTTP 429 ThrottlingException, no Retry-After header).
@@ -191,6 +204,32 @@ class FaultInjectingModel:
             return spec.latency_median_ms * math.exp(sigma * rng.gauss(0.0, 1.0)) / 1000
         return spec.latency_ms / 1000
 
+    def _input_tokens(self, request: ModelRequest) -> int:
+        """All the call's input, as this double counts it (its tokenizer, when the spec asks for it)."""
+        if self.spec.simulated_tokenizer:
+            return counted_input_tokens(self.model_id, request)
+        return input_tokens(self.model_id, request)
+
+    def _reserved(self, request: ModelRequest) -> int:
+        """What the call holds against the token quotas while it runs (bedrock_sim.reserved_tokens), counted."""
+        if self.spec.simulated_tokenizer:
+            return reserved_tokens(self.model_id, request) - input_tokens(self.model_id, request) \
+                + counted_input_tokens(self.model_id, request)
+        return reserved_tokens(self.model_id, request)
+
+    def _counted(self, request: ModelRequest, response: ModelResponse) -> ModelResponse:
+        """The answer's usage as the double's tokenizer counts it (when the spec asks): the same split between cache
+        reads, cache writes and uncached input as the answer's, each part recounted, and the answer's text."""
+        if not self.spec.simulated_tokenizer:
+            return response
+        prefix, rest = counted_prefix_tokens(self.model_id, request), counted_tokens(request.prompt)
+        read = prefix if response.cache_read_tokens else 0
+        written = prefix if response.cache_write_tokens and not read else 0
+        uncached = rest if read or written else prefix + rest
+        output = counted_tokens(response.text) if response.text else response.output_tokens
+        return dataclasses.replace(response, input_tokens=uncached, cache_read_tokens=read, cache_write_tokens=written,
+                                   output_tokens=output)
+
     def invoke(self, request: ModelRequest) -> ModelResponse:
         fault_rng, latency_rng = self._rngs(request)
         answer: ModelResponse | None = None
@@ -199,9 +238,12 @@ class FaultInjectingModel:
             roll = fault_rng.random()  # one roll: transient | malformed | refused | ok | permanent, at the spec's rates
             self._raise_injected(request, fault_rng, roll)
             answer = self._injected_answer(roll - self.spec.transient_rate)
-        reserved = reserved_tokens(self.model_id, request) if self._active() else 0
+        reserved = self._reserved(request) if self._active() else 0
         response: ModelResponse | None = None
         try:
+            if self.spec.ttft_ms:
+                response = self._timed_by_tokens(request, answer, latency_rng)
+                return response
             delay = self.latency_s(latency_rng)
             if self.read_timeout_s is not None and delay > self.read_timeout_s:
                 self.sleep(self.read_timeout_s)
@@ -210,14 +252,46 @@ class FaultInjectingModel:
                 answered = answer or self.inner.invoke(request)
             if delay > 0:
                 self.sleep(delay)
-            response = self._answer_length(request, answered)
+            response = self._answer_length(request, self._counted(request, answered))
             return dataclasses.replace(response, latency_ms=response.latency_ms + delay * 1000)
         finally:  # settled: what the call used replaces what it reserved (cache reads released)
-            used = used_tokens(self.model_id, request, response) if response else reserved
+            used = self._used(request, response) if response else reserved
             if reserved and tokens is not None:
                 tokens.settle(reserved - used)
             if reserved and daily is not None:
                 daily.settle(self.model_id, reserved - used)
+
+    def _timed_by_tokens(self, request: ModelRequest, answer: ModelResponse | None,
+                         rng: random.Random) -> ModelResponse:
+        """A call whose latency follows its tokens (`FaultSpec.ttft_ms`): its first token after a time growing with
+        its input (all of it, cache reads included: stricter than Bedrock, where a cache read speeds the first
+        token), then its answer's tokens at the output speed, both times one heavy-tailed factor. The prompt cache
+        entry it writes is readable from its first token. A call slower than the client's read timeout ends, after
+        that long, in `ReadTimeoutError`: Bedrock went on with it, so its reservation stays taken."""
+        spec = self.spec
+        tail = latency_tail(rng, spec.latency_tail_p99)
+        timing = {"ttft_ms": spec.ttft_ms, "ttft_ms_per_1k_input": spec.ttft_ms_per_1k_input,
+                  "output_tokens_per_s": spec.output_tokens_per_s, "tail": tail}
+        n_in = self._input_tokens(request)
+        first, _ = call_latency_s(n_in, 0, **timing)
+        with answered_in(first):
+            answered = answer or self.inner.invoke(request)
+        counted = self._answer_length(request, self._counted(request, answered))
+        _, delay = call_latency_s(n_in, counted.output_tokens, **timing)
+        if self.read_timeout_s is not None and delay > self.read_timeout_s:
+            self.sleep(self.read_timeout_s)
+            raise ReadTimeoutError(endpoint_url=f"https://bedrock-runtime.amazonaws.com/model/{self.model_id}/converse")
+        self.sleep(delay)
+        return dataclasses.replace(counted, latency_ms=counted.latency_ms + delay * 1000)
+
+    def _used(self, request: ModelRequest, response: ModelResponse) -> int:
+        """What the finished call counts against the token quotas (`used_tokens`); an answer with no usage (an
+        injected malformed one) is counted from the request, by this double's tokenizer when it has one."""
+        if self.spec.simulated_tokenizer and not (response.input_tokens or response.cache_read_tokens
+                                                  or response.cache_write_tokens):
+            output = response.output_tokens or counted_tokens(response.text)
+            return quota_tokens(self.model_id, counted_input_tokens(self.model_id, request), 0, output)
+        return used_tokens(self.model_id, request, response)
 
     def _answer_length(self, request: ModelRequest, response: ModelResponse) -> ModelResponse:
         """An LLM-like answer length (the spec's lognormal): counted, not generated; one longer than `maxTokens` is
@@ -273,7 +347,7 @@ class FaultInjectingModel:
         except ReadTimeoutError:  # the client gave up; Bedrock went on with the call: its reservation stays taken
             raise
         except Exception:  # an error answered at once: the tokens it reserved are given back
-            reserved = reserved_tokens(self.model_id, request)
+            reserved = self._reserved(request)
             tokens, daily = self._tokens_bucket(), self._daily_ledger()
             if tokens is not None:
                 tokens.settle(reserved)
@@ -284,6 +358,10 @@ class FaultInjectingModel:
     def _raise_transient(self, rng: random.Random, roll: float) -> None:
         """A 5xx burst under way, or the seeded roll's transient faults."""
         spec = self.spec
+        if in_capacity_throttle(spec.seed, spec.capacity_throttle_rate, spec.capacity_slot_s, time.time()):
+            # the service is busy (below the quota); Bedrock's message for this is not documented: the requests one
+            # names no token quota, so a pacer slows what it paces
+            raise bedrock_error("ThrottlingException", REQUESTS_THROTTLE_MESSAGE)
         if in_burst(spec, time.time()):
             raise bedrock_error(rng.choice(("ServiceUnavailableException", "InternalServerException")))
         if roll < spec.transient_rate:
@@ -302,7 +380,7 @@ class FaultInjectingModel:
         reserves all its input, cache reads included, plus maxTokens. Refused by one, it gives back what it took
         from the others. A daily quota's throttle looks like any other (Bedrock says neither which nor when)."""
         requests, tokens, daily = self._requests_bucket(), self._tokens_bucket(), self._daily_ledger()
-        reserved = reserved_tokens(self.model_id, request)
+        reserved = self._reserved(request)
         if requests is not None and not requests.take():
             raise bedrock_error("ThrottlingException", REQUESTS_THROTTLE_MESSAGE)
         if tokens is not None and not tokens.take(reserved):

@@ -64,6 +64,24 @@ class FaultSpec(BaseModel):
     # run, e.g. "bench.legacy_layout:old_layout": every request rewritten into the prompt layout before 2026-11-25),
     # applied around the fault-injecting model: the simulated Bedrock counts and caches what it sends. None: none.
     model_wrapper: str | None = None
+    # --- Bedrock's physics, each off by default (doubles/bedrock_sim.py says where each rule comes from) ---------
+    # Latency as a call takes it: time to first token (`ttft_ms` + `ttft_ms_per_1k_input` for each 1,000 input
+    # tokens) + output tokens / `output_tokens_per_s`, times a seeded lognormal tail factor (median 1, 99th percentile
+    # `latency_tail_p99`). `ttft_ms` 0: off (the latency fields above apply). AWS publishes no output speed or time to
+    # first token per model: the three defaults below are ASSUMPTIONS, not measurements; a bench states the values it ran.
+    ttft_ms: float = 0.0
+    ttft_ms_per_1k_input: float = 20.0  # assumption: prefill time grows with the input
+    output_tokens_per_s: float = 60.0  # assumption: a Claude Sonnet-class model's decode speed on demand
+    latency_tail_p99: float = 3.0  # assumption: 1 call in 100 takes 3 x its typical time or more
+    # Capacity throttles below the quota (Bedrock on demand throttles when the service is busy, whatever the account's
+    # quota): wall time is cut into slots of `capacity_slot_s`; a slot is busy with probability `capacity_throttle_rate`
+    # (seeded, the same in every process), and every call starting in a busy slot is answered 429 ThrottlingException
+    # at once. Busy slots cluster as runs (bursts); 0: off. 5xx bursts and timeouts: `burst_*` and `transient_rate`.
+    capacity_throttle_rate: float = 0.0
+    capacity_slot_s: float = 2.0
+    # The double's own tokenizer (bedrock_sim.counted_tokens) for every usage number it reports and every token it
+    # takes from its quotas, instead of the pacer's four characters a token: False, the two agree by construction.
+    simulated_tokenizer: bool = False
     switch_file: str | None = None  # faults apply only while this file exists (when set)
     # the strict simulated Bedrock (model provider `simulated`): the model ids listed in this file (one a line) are
     # revoked (access withdrawn, suspended): every call to them is answered 403 AccessDeniedException
@@ -98,6 +116,12 @@ class FaultSpec(BaseModel):
                 raise ValueError(f"{name} must be within 0..1")
         if self.transient_rate + self.malformed_rate + self.refusal_rate + self.permanent_rate > 1.0:
             raise ValueError("transient, malformed, refusal and permanent rates share one roll: their sum must be <= 1")
+        if self.ttft_ms and (self.latency_ms or self.latency_median_ms):
+            raise ValueError("give ttft_ms (latency from the call's tokens) or latency_ms / latency_median_ms, not both")
+        if self.ttft_ms < 0 or self.ttft_ms_per_1k_input < 0 or self.output_tokens_per_s <= 0 or self.latency_tail_p99 < 1:
+            raise ValueError("ttft_ms >= 0, ttft_ms_per_1k_input >= 0, output_tokens_per_s > 0, latency_tail_p99 >= 1")
+        if not 0.0 <= self.capacity_throttle_rate < 1.0 or self.capacity_slot_s <= 0:
+            raise ValueError("capacity_throttle_rate must be within 0..1 (exclusive of 1), capacity_slot_s > 0")
         if self.latency_ms and self.latency_median_ms:
             raise ValueError("give latency_ms (constant) or latency_median_ms (+ latency_p99_ms), not both")
         if self.latency_p99_ms is not None and not 0 < self.latency_median_ms <= self.latency_p99_ms:

@@ -184,8 +184,11 @@ class PacedModel(Layer):
         if tpm is None and self.quotas is not None:  # the deploy's: given, published by the sweeper, or the fallback
             tpm, source = self.quotas.tokens_per_minute()
         if tpm != self._tpm:
+            learned = self.limiter.calibration if self.limiter is not None else None
             self.limiter = self.deploy if tpm is None else \
                 QuotaLimiter.for_profile(self.profile, tpm, self.pacing_model_id)
+            if self.limiter is not None and learned is not None:  # the model's token counts, as learned, stay
+                self.limiter.calibration = learned
             self._tpm = tpm
             if self.quotas is not None:
                 log.info("model quota", extra={"tokens_per_minute": tpm, "source": source,

@@ -20,6 +20,12 @@ stack runs at once), and keeps two pacers, one in requests per second and one in
   message ("Too many requests" / "Too many tokens"); the error code (`model.throttled`) is still derived
   from structured fields: the text only picks which pacer slows down (both, when it says neither).
 
+Each worker also learns how far its token estimate (about 4 characters a token) is from the counts the model returns
+for its own calls (`TokenCalibration`): a running ratio real / estimated input per model, starting at 1 and bounded,
+by which it scales the input part of every reservation, so its reservations converge on what Bedrock really holds.
+In process only (lost with the process; a new one starts again at 1). With an exact estimate the ratio stays 1 and
+nothing changes.
+
 Nothing is shared at run time: no lock, no table, no request per call. Workers that share a quota find
 their fair shares the way TCP flows do (AIMD converges to equal rates). Locally the simulated Bedrock's
 quota is a file-locked bucket (faults.py); that is the stand-in for the account's quota, never the
@@ -120,12 +126,48 @@ class AimdPacer:
             return True
 
 
+@dataclass
+class TokenCalibration:
+    """What this worker has learned of the model's real token counts: per model, a running ratio of the input tokens
+    the model reported to those estimated for the same calls (decayed sums: each call's weight falls by `decay` with
+    every later call, so the ratio follows recent calls), starting at 1 and held within [`floor`, `ceiling`] (one odd
+    answer cannot make the pacer reserve nothing or everything). Thread-safe; in process only."""
+
+    floor: float = 0.5
+    ceiling: float = 2.0
+    decay: float = 0.9
+    _sums: dict[str, tuple[float, float]] = field(default_factory=dict)  # model -> (real, estimated), decayed
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def ratio(self, model_id: str) -> float:
+        with self._lock:
+            real, estimated = self._sums.get(model_id, (0.0, 0.0))
+        if estimated <= 0:
+            return 1.0
+        return min(self.ceiling, max(self.floor, real / estimated))
+
+    def learn(self, model_id: str, estimated: int, real: int) -> None:
+        """One finished call: `estimated` input tokens (the pacer's estimate), `real` (what the model reported, cache
+        reads and writes included). A call that reported no usage teaches nothing."""
+        if estimated <= 0 or real <= 0:
+            return
+        with self._lock:
+            r, e = self._sums.get(model_id, (0.0, 0.0))
+            self._sums[model_id] = (r * self.decay + real, e * self.decay + estimated)
+
+
+def estimated_input(request: ModelRequest) -> int:
+    """The input part of `estimated_reservation`: every input token, cache reads included, at about 4 characters a
+    token."""
+    return prefix_tokens("", request) + text_tokens(request.prompt)
+
+
 def estimated_reservation(request: ModelRequest, model_id: str = "") -> int:
     """What a call to `model_id` holds against a tokens-per-minute quota when it starts, as Bedrock counts it: all
     its input, cache reads included (the tool-use prompt, the tool definition, the system prompt, the shared context,
     its own part; about 4 characters a token) plus `maxTokens` (x the burndown where the model's catalogue row says
     so; "": the strictest known). The same estimate the simulated Bedrock admits with."""
-    return prefix_tokens("", request) + text_tokens(request.prompt) + reserved_output(model_id, request.max_tokens)
+    return estimated_input(request) + reserved_output(model_id, request.max_tokens)
 
 
 def unanswered_usage(request: ModelRequest) -> Usage:
@@ -173,6 +215,15 @@ class QuotaLimiter:
     latency_s: float | None = None  # moving average of the calls' latency
     min_cooldown_s: float = 0.5
     stats: dict[str, float] = field(default_factory=lambda: {"waits": 0, "waited_s": 0.0, "decreases": 0})
+    # the model's real token counts as learned from this worker's calls (a new limiter for a new quota keeps them)
+    calibration: TokenCalibration = field(default_factory=TokenCalibration)
+    _taken: threading.local = field(default_factory=threading.local)  # what this thread's call reserved in `wait`
+
+    def reservation(self, request: ModelRequest) -> int:
+        """What the tokens pacer takes for a call: `estimated_reservation` with its input scaled by the learned ratio
+        (1 until calls have answered: the estimate as it is)."""
+        ratio = self.calibration.ratio(self.model_id)
+        return round(estimated_input(request) * ratio) + reserved_output(self.model_id, request.max_tokens)
 
     @classmethod
     def for_quota(cls, requests_per_minute: float | None, tokens_per_minute: float | None, workers: int,
@@ -201,7 +252,9 @@ class QuotaLimiter:
 
     def wait(self, request: ModelRequest, ready: Callable[[], None]) -> None:
         waited = 0.0
-        for pacer, cost in ((self.requests, 1.0), (self.tokens, float(estimated_reservation(request, self.model_id)))):
+        reserved = float(self.reservation(request))
+        self._taken.call = (id(request), reserved)
+        for pacer, cost in ((self.requests, 1.0), (self.tokens, reserved)):
             if pacer is None:
                 continue
             while (delay := pacer.try_take(cost)) > 0:
@@ -224,12 +277,15 @@ class QuotaLimiter:
             self.requests.on_success()
         if self.tokens is not None:
             self.tokens.cooldown_s = cooldown
-            reserved = float(estimated_reservation(request, self.model_id))
+            taken = getattr(self._taken, "call", None)
+            reserved = taken[1] if taken is not None and taken[0] == id(request) else float(self.reservation(request))
             self.tokens.on_success(reserved)
             # settled as Bedrock settles it: what the call counts (input, cache writes, output x burndown) replaces
             # what it reserved; the difference is free again (cache reads and unused maxTokens)
             used = settled_tokens(self.model_id, response)
             self.tokens.give_back(max(0.0, reserved - used))
+        self.calibration.learn(self.model_id, estimated_input(request),
+                               response.input_tokens + response.cache_read_tokens + response.cache_write_tokens)
 
     def failed(self, exc: BaseException) -> None:
         kind = throttle_kind(exc)
