@@ -57,20 +57,26 @@ def _intake(world: FakeWorld, deps: Deps) -> str:
     return result.job_id
 
 
+def _revoked_mid_job(after: int) -> tuple[FakeWorld, str, StrictBedrock]:
+    """A job taken in on a deploy of PRIMARY with FALLBACK as its fallback, PRIMARY's access revoked after it answered
+    `after` calls, and the deploy's workers working its chunks: the world, the job and the strict double."""
+    world = FakeWorld()
+    job_id = _intake(world, _deploy(world))
+    strict = StrictBedrock(OfflineRuleModel())
+    strict.answer = RevokedAfter(strict, PRIMARY, after=after)
+    models = {m: strict.client(m) for m in (PRIMARY, FALLBACK)}
+    _run(world, models[PRIMARY], models, fallbacks=(FALLBACK,))
+    return world, job_id, strict
+
+
 def _events(world: FakeWorld, job_id: str, kind: str) -> list[dict[str, object]]:
     return [e.detail for e in world.jobs.events(job_id) if e.type == kind]
 
 
 def test_a_job_whose_model_is_revoked_mid_job_completes_on_the_fallback_keeping_what_its_analysts_finished() -> None:
-    # GIVEN a job taken in on a deploy of PRIMARY with FALLBACK as its fallback, and PRIMARY's access revoked after it
-    # answered 5 calls
-    world = FakeWorld()
-    job_id = _intake(world, _deploy(world))
-    strict = StrictBedrock(OfflineRuleModel())
-    strict.answer = RevokedAfter(strict, PRIMARY, after=5)
-    models = {m: strict.client(m) for m in (PRIMARY, FALLBACK)}
+    # GIVEN a job on PRIMARY, with FALLBACK its fallback, and PRIMARY's access revoked after it answered 5 calls
     # WHEN the deploy's workers work its chunks
-    _run(world, models[PRIMARY], models, fallbacks=(FALLBACK,))
+    world, job_id, strict = _revoked_mid_job(after=5)
     # THEN the job completed on FALLBACK, having run on PRIMARY first
     job = world.jobs.get(job_id)
     assert job is not None and job.state is JobState.COMPLETED, job
@@ -215,12 +221,7 @@ def _fault_free() -> list[tuple[object, ...]]:
 def _switched(code: str) -> None:
     """model.switched: "Nothing": the job's model revoked mid-job, it goes on with the fallback by itself and completes
     with the findings of a run on which nothing was revoked."""
-    world = FakeWorld()
-    job_id = _intake(world, _deploy(world))
-    strict = StrictBedrock(OfflineRuleModel())
-    strict.answer = RevokedAfter(strict, PRIMARY, after=3)
-    models = {m: strict.client(m) for m in (PRIMARY, FALLBACK)}
-    _run(world, models[PRIMARY], models, fallbacks=(FALLBACK,))
+    world, job_id, _ = _revoked_mid_job(after=3)
     assert any(e.detail.get("reason") == fallback.SWITCHED for e in world.jobs.events(job_id)
                if e.type == "chunk.requeued"), code
     assert _findings(world, job_id) == _fault_free()
