@@ -11,8 +11,10 @@ from contract_review.domain.records import Inference
 from contract_review.operate import job_view as job_views
 from contract_review.operate import narration
 
-console = Console(emoji=False)  # an ARN holds `:secret:`, which rich would print as an emoji
-STDERR = Console(stderr=True, emoji=False)  # progress beside --json output
+# emoji=False: an ARN holds `:secret:`, which rich would print as an emoji; soft_wrap: a line is never broken at the
+# terminal's width (in a pipe, rich assumes 80 columns), so ids, ARNs and paths stay whole for grep and copy
+console = Console(emoji=False, soft_wrap=True)
+STDERR = Console(stderr=True, emoji=False, soft_wrap=True)  # progress beside --json output
 
 
 def say(text: str, style: str = "") -> None:
