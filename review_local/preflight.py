@@ -10,8 +10,10 @@ arguments (tests stub them with botocore's Stubber); `preflight` resolves the st
 from __future__ import annotations
 
 import json
+import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, cast
@@ -364,6 +366,27 @@ def preflight(stack: str | None, region: str | None, model_id: str | None = None
     each model is checked as the stack's is (its catalogue row, one tiny call, its batch quota row)."""
     if document is not None:
         echo = _silent
+    # the model client's own warning when the control plane does not answer ("cannot ask Bedrock about ...") is said
+    # by the report itself, in its words (a note, or the one-line error): not printed a second time before it
+    with _quiet(logging.getLogger(bedrock_model.__module__)):
+        return _preflight(stack, region, model_id, session_factory, local_json, echo, document, worker, before_deploy,
+                          fallbacks)
+
+
+@contextmanager
+def _quiet(logger: logging.Logger) -> Iterator[None]:
+    """`logger` says only errors while inside."""
+    level = logger.level
+    logger.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
+
+
+def _preflight(stack: str | None, region: str | None, model_id: str | None, session_factory: Callable[..., Any],
+               local_json: Path, echo: Callable[[str], None], document: dict[str, Any] | None, worker: str | None,
+               before_deploy: bool, fallbacks: str | None) -> bool:
     try:
         session = session_factory(region_name=region) if region else session_factory()
         target = resolve_target(session, stack, local_json, before_deploy)

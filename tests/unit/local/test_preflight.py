@@ -524,7 +524,7 @@ class OfflineSession:
                             config=Config(retries={"max_attempts": 1}, connect_timeout=1))
 
 
-def test_without_a_network_preflight_says_so_in_one_line_not_runtime_retry_advice(tmp_path):
+def test_without_a_network_preflight_says_so_in_one_line_not_runtime_retry_advice(tmp_path, caplog):
     local = tmp_path / "local.json"
     local.write_text(json.dumps({"endpoint": "http://127.0.0.1:5000", "region": "us-east-1",
                                  "outputs": {"ModelProvider": "offline", "ModelId": bs.CURRENT}}))
@@ -533,6 +533,8 @@ def test_without_a_network_preflight_says_so_in_one_line_not_runtime_retry_advic
     message = str(err.value)
     assert message.startswith("no network: could not connect to http://127.0.0.1:9")
     assert "network" in message and "HTTPS_PROXY" in message and "retr" not in message
+    # AND nothing is said before that line (the model client's own "cannot ask Bedrock about ..." warning)
+    assert [r.getMessage() for r in caplog.records if r.levelname == "WARNING"] == []
 
 
 # --- batch inference (docs/batch-inference.md) ----------------------------------------------------
