@@ -336,10 +336,11 @@ def markdown(job: Job, report: Report, written_at: float | None = None) -> str:
         lines += [f"All {k} clauses, highest risk first (a clause in several categories is listed once).", ""]
     else:
         lines += ["No findings.", ""]
-    for c in sorted(clauses, key=lambda c: (-c.score, c.start))[:TOP_FINDINGS]:
-        where = f"{c.section}, chars {c.start}-{c.end}" if c.section else f"chars {c.start}-{c.end}"
-        titles = ", ".join(CATEGORY_BY_KEY[cat].title for cat in c.categories)
-        lines.append(f"- **{titles}** ({c.score:.2f}; {where}): > {_quote(c.quote)}  \n  _{c.rationale}_")
+    for clause in sorted(clauses, key=lambda c: (-c.score, c.start))[:TOP_FINDINGS]:
+        where = f"chars {clause.start}-{clause.end}"
+        where = f"{clause.section}, {where}" if clause.section else where
+        titles = ", ".join(CATEGORY_BY_KEY[cat].title for cat in clause.categories)
+        lines.append(f"- **{titles}** ({clause.score:.2f}; {where}): > {_quote(clause.quote)}  \n  _{clause.rationale}_")
     if report.cost is not None:
         c = report.cost
         lines += ["", "## Estimated cost" if c.estimate else "## Cost", "",
