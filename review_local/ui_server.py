@@ -14,6 +14,12 @@ analysts and findings of the grid, and `activity.chunk_activity` / `activity.act
 throttles and quota use (from the chunk records), and `model_control.quota_show` for the model's runtime control
 beside it (a pause, a quota set, the batch lanes turned off: one read of the control table).
 
+What it computes it takes from `operate` too, the same for the CLI and the Job API: the one progress number
+(`job_view.chunk_counts`, `job_view.settled_chunks`), a failed job's remedy (`job_view.remedy`, `no_report`), the grid
+folded above `actions.GRID_FOLD` chunks (`actions.grid`), the findings by risk with their titles (`actions.by_risk`),
+the report as written (`actions.report_text`), a dead letter's reason (`dead_letters.dlq_reason`) and body
+(`dlq_show`), and the activity chart's axes and caption (`activity.axes`, `activity.caption`).
+
 Loopback is not enough against a web page the user visits (it can POST to 127.0.0.1): the server answers only
 requests whose Host is its own loopback address (DNS rebinding), and acts only on POSTs carrying
 `X-Review-UI: 1`, a header a cross-site form cannot send and a cross-site script cannot send without a CORS

@@ -449,23 +449,24 @@ def dead_letters_list(world: FakeWorld) -> list:
 
 def test_a_skipped_redrive_offers_the_page_s_own_redrive_anyway():
     from contract_review.domain.ports import Queue
+    from contract_review.pipeline.intake import handle_intake
 
-    # GIVEN an intake message dead-lettered for a permanent input error
+    # GIVEN an intake message dead-lettered for a permanent input error (a body that is not JSON)
     world = small_chunk_world()
-    run = InProcess(world)
-    run.send({"text": ""}, key="empty-doc")
-    run.intake()
+    assert handle_intake(world.deps, "{not json", "m-bad").state == "rejected"
     with UiServer(world.deps) as ui:
-        letters = request(ui, "GET", "/api/dlq")[1]
-        if not letters:
-            pytest.skip("intake records an empty document as a failed job, with no dead letter")
-        message_id = letters[0]["message_id"]  # type: ignore[index]
+        [letter] = request(ui, "GET", "/api/dlq")[1]  # type: ignore[misc]
+        message_id = letter["message_id"]
+        assert letter["reason"]["code"] == "input.invalid"
         # WHEN it is redriven from the page  THEN it is skipped, and the page may force it
         status, body, _ = request(ui, "POST", f"/api/dlq/{message_id}/redrive")
         assert status == 202 and body["ok"] is False and body["canForce"] is True, body  # type: ignore[index]
-        # AND forcing it resends it
+        assert world.queues.depth(Queue.INTAKE_DLQ) == 1
+        assert "redrive(id, true)" in str(request(ui, "GET", "/")[1])  # the page's Redrive anyway
+        # AND forcing it resends it, as `review dlq redrive ID --force` does
         status, body, _ = request(ui, "POST", f"/api/dlq/{message_id}/redrive?force=1")
-        assert status == 202 and body["ok"] is True and world.queues.depth(Queue.INTAKE_DLQ) == 0, body  # type: ignore[index]
+        assert status == 202 and body["ok"] is True, body  # type: ignore[index]
+        assert world.queues.depth(Queue.INTAKE_DLQ) == 0 and world.queues.depth(Queue.INTAKE) == 1
 
 
 def test_a_large_job_s_grid_is_folded_into_counts_per_analyst_and_its_findings_come_first(world, operator):
