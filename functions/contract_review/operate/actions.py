@@ -55,7 +55,7 @@ def grid(job: Job, chunks: list[ChunkRecord], fold_above: int = GRID_FOLD) -> di
     `byStatus` the chunks per status), so a job of a thousand chunks is a few lines, not a thousand rows."""
     analysts = analyst_names(job.analyst_count) if job.analyst_count else []
     by_index = {c.chunk_index: c for c in chunks}
-    rows = []
+    rows: list[dict[str, Any]] = []
     for i in range(job.chunk_count):
         c = by_index.get(i)
         status = c.status.value if c is not None else "unsent"
