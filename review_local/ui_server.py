@@ -14,6 +14,12 @@ analysts and findings of the grid, and `activity.chunk_activity` / `activity.act
 throttles and quota use (from the chunk records), and `model_control.quota_show` for the model's runtime control
 beside it (a pause, a quota set, the batch lanes turned off: one read of the control table).
 
+What it computes it takes from `operate` too, the same for the CLI and the Job API: the one progress number
+(`job_view.chunk_counts`, `job_view.settled_chunks`), a failed job's remedy (`job_view.remedy`, `no_report`), the grid
+folded above `actions.GRID_FOLD` chunks (`actions.grid`), the findings by risk with their titles (`actions.by_risk`),
+the report as written (`actions.report_text`), a dead letter's reason (`dead_letters.dlq_reason`) and body
+(`dlq_show`), and the activity chart's axes and caption (`activity.axes`, `activity.caption`).
+
 Loopback is not enough against a web page the user visits (it can POST to 127.0.0.1): the server answers only
 requests whose Host is its own loopback address (DNS rebinding), and acts only on POSTs carrying
 `X-Review-UI: 1`, a header a cross-site form cannot send and a cross-site script cannot send without a CORS
@@ -68,7 +74,7 @@ class UiServer:
     port: int = 0
     by: str = "ui"  # who the audit events name for an operator's action
     loop: Loopback = field(default_factory=Loopback)  # the server on 127.0.0.1 (loopback.py)
-    _findings: dict[str, list[dict[str, Any]]] = field(default_factory=dict)  # findings_key -> findings (immutable)
+    _findings: dict[str, list[actions.Finding]] = field(default_factory=dict)  # findings_key -> findings (immutable)
     # job id -> (the job item's updated_at when read, when read (monotonic), its settled chunks' activity): a settle
     # changes the job item; an open job's chunk records are read again at most every ACTIVITY_REFRESH_S
     _activity: dict[str, tuple[float, float, list[activity.ChunkActivity]]] = field(default_factory=dict)
@@ -129,52 +135,60 @@ class UiServer:
                 continue
             if q and q.lower() not in j.job_id.lower() and q.lower() not in (j.document_id or "").lower():
                 continue
+            steps = job_view.progress_of(j, None)  # the one progress number, as GET /jobs/{id} counts it
             rows.append({"jobId": j.job_id, "status": j.state.value, "documentId": j.document_id,
-                         "chunks": j.chunk_count, "error": j.error_code,
+                         "chunks": j.chunk_count, "settled": steps.current_step, "total": steps.total_steps,
+                         "error": j.error_code,
                          "createdAt": job_view.api_time(j.created_at), "created": j.created_at})
         rows.sort(key=lambda r: r["created"], reverse=True)
         return rows[:MAX_JOBS]
 
-    def grid(self, job: Job, chunks: list[ChunkRecord]) -> dict[str, Any]:
-        """Chunk x analyst: an analyst's cell is its outcome once the chunk settled (ok, refused, failed), `done`
-        once its checkpoint is committed, else the chunk's status (pending, claimed, cancelled, ...)."""
-        analysts = actions.analyst_names(job.analyst_count) if job.analyst_count else []
-        by_index = {c.chunk_index: c for c in chunks}
-        rows = []
-        for i in range(job.chunk_count):
-            c = by_index.get(i)
-            status = c.status.value if c is not None else "unsent"
-            cells = [c.coverage.get(a) if c is not None and a in c.coverage else
-                     "done" if c is not None and a in c.checkpoints else status for a in analysts]
-            rows.append({"index": i, "status": status, "cells": cells,
-                         "findings": c.n_findings if c is not None else 0,
-                         "error": c.last_error.error_code if c is not None and c.last_error else None})
-        return {"analysts": analysts, "rows": rows}
-
     def findings(self, chunks: list[ChunkRecord]) -> list[dict[str, Any]]:
-        """The settled chunks' findings in chunk order (each findings object read once: it never changes)."""
+        """The settled chunks' findings, highest risk first with their category titles (`actions.by_risk`; each
+        findings object read once: it never changes)."""
         done = [c for c in sorted(chunks, key=lambda c: c.chunk_index)
                 if c.status is ChunkStatus.DONE and c.findings_key]
         new = [c for c in done if c.findings_key not in self._findings]
         if new:
             for c, found in zip(new, _per_chunk(self.deps, new), strict=True):
                 self._findings[str(c.findings_key)] = found
-        return [f for c in done for f in self._findings[str(c.findings_key)]]
+        return actions.by_risk([f for c in done for f in self._findings[str(c.findings_key)]])
 
     def detail(self, job_id: str) -> dict[str, Any]:
+        """The job pane: the Job API's view of the job (`job`), its progress as `review status` prints it (the one
+        number, `job_view.settled_chunks`), the grid (folded above `actions.GRID_FOLD` chunks), its findings by risk,
+        its cost, links to its report, and for a job that ended without completing what to do (`remedy`)."""
         job = self._job(job_id)
         chunks = self.deps.claims.for_job(job_id) if job.chunk_count else []
         view = job_view.job_view(self.deps, job_id)
         status = job_view.job_status(self.deps, job)
         budget = view.budget_micro_usd if view is not None else None
-        return {"job": status, "mode": self.mode(), "grid": self.grid(job, chunks), "findings": self.findings(chunks),
+        base = f"/api/jobs/{job_id}/report"
+        return {"job": status, "mode": self.mode(), "grid": actions.grid(job, chunks),
+                "findings": self.findings(chunks),
+                "progress": job_view.chunk_counts(view) if view is not None else "",
                 # its model; when it ran on more than one (it fell back), each and the models of each analyst's answers
                 "model": job_view.model_words(view) if view is not None else job.model_id,
                 "cost": {"line": view.cost if view is not None else "",
                          "microUsd": view.usage.total_micro_usd if view is not None else 0, "budgetMicroUsd": budget},
                 "answers": view.answers.model_dump(mode="json") if view is not None else {},
+                "remedy": job_view.remedy(view) if view is not None else None,
+                "report": {"markdown": f"{base}?format=md" if job.report_md_key else None,
+                           "json": f"{base}?format=json"} if job.report_json_key else None,
+                "noReport": None if job.report_json_key else job_view.no_report(job),
                 "canCancel": not job.terminal and job.state is not JobState.CANCELLING,
                 "canRetry": actions.can_retry(job), "terminal": job.terminal}
+
+    def report(self, job_id: str, fmt: str) -> tuple[str, bytes]:
+        """The job's report as written (`md`, the default, or `json`), read with the page's own credentials: one
+        click from the job pane, no presigned URL. 409 `api.conflict` with `job_view.no_report` while it has none."""
+        if fmt not in ("md", "json"):
+            raise UiError(400, "api.invalid_request", f"format {fmt!r}: give md or json")
+        job = self._job(job_id)
+        text = actions.report_text(self.deps, job, fmt)
+        if text is None:
+            raise UiError(409, "api.conflict", job_view.no_report(job))
+        return ("application/json" if fmt == "json" else "text/plain; charset=utf-8"), text.encode()
 
     def events(self, job_id: str, after: int) -> list[Any]:
         self._job(job_id)
@@ -183,7 +197,20 @@ class UiServer:
     def dlq(self) -> list[dict[str, Any]]:
         if self.principal is not None:
             raise UiError(404, "api.not_found", "the dead letters are an operator's view: run `review ui` without --as")
-        return [i.model_dump(mode="json", exclude={"body"}) for i in dead_letters.dlq_list(self.deps)]
+        rows = []
+        for i in dead_letters.dlq_list(self.deps):  # each with its time and its reason (a code and a message)
+            code, message = dead_letters.dlq_reason(i)
+            rows.append({**i.model_dump(mode="json", exclude={"body"}), "at": job_view.api_time(i.sent_at),
+                         "reason": {"code": code, "message": message}})
+        return rows
+
+    def dlq_body(self, message_id: str) -> dict[str, Any]:
+        """One dead letter's message body as it was sent (`review dlq show ID --body`): the operator's to see."""
+        self.dlq()  # an operator's only
+        entry = dead_letters.dlq_show(self.deps, message_id, with_body=True)
+        if entry is None:
+            raise UiError(404, "api.not_found", f"no DLQ message {message_id}: someone else redrove or discarded it")
+        return {"messageId": entry.message_id, "queue": entry.queue, "body": entry.body}
 
     def activity(self, now: float | None = None) -> dict[str, Any]:
         """Model calls, throttles and quota use over time, over the jobs this view shows that were open within the
@@ -203,7 +230,8 @@ class UiServer:
                 self._activity[j.job_id] = cached
             points += cached[2]
         view = activity.activity(points, now, activity.paced_tokens_per_minute(self.deps))
-        return {**view.model_dump(mode="json"), "control": self.control()}
+        return {**view.model_dump(mode="json"), "axes": activity.axes(view), "caption": activity.caption(view),
+                "control": self.control()}
 
     def control(self) -> dict[str, Any] | None:
         """The model's runtime control as `review quota show` says it (an operator's view only; None for a principal or
@@ -245,12 +273,14 @@ class UiServer:
             raise UiError(answer.status, answer.code, answer.message) from exc
         return {"jobId": done.job_id}
 
-    def dlq_redrive(self, message_id: str) -> dict[str, Any]:
+    def dlq_redrive(self, message_id: str, force: bool = False) -> dict[str, Any]:
+        """`review dlq redrive ID [--force]`; a letter skipped (a permanent input error) answers `canForce`: the
+        page then offers **Redrive anyway** (`force`)."""
         self.dlq()  # an operator's only
-        done = dead_letters.dlq_redrive(self.deps, {message_id})
+        done = dead_letters.dlq_redrive(self.deps, {message_id}, force=force)
         if not done:
             raise UiError(404, "api.not_found", f"no DLQ message {message_id}")
-        return {"ok": not done[0].skipped, "message": done[0].action}
+        return {"ok": not done[0].skipped, "message": done[0].action, "canForce": done[0].skipped}
 
 
     def dlq_discard(self, message_id: str) -> dict[str, Any]:
@@ -264,12 +294,12 @@ class UiServer:
                 + (f"; recorded as dlq.discarded on {gone.job_id}" if gone.job_id else "")}
 
 
-def _per_chunk(deps: Deps, chunks: list[ChunkRecord]) -> list[list[dict[str, Any]]]:
+def _per_chunk(deps: Deps, chunks: list[ChunkRecord]) -> list[list[actions.Finding]]:
     found = actions.chunk_findings(deps, chunks)
-    out: list[list[dict[str, Any]]] = [[] for _ in chunks]
+    out: list[list[actions.Finding]] = [[] for _ in chunks]
     index = {c.chunk_id: n for n, c in enumerate(chunks)}
     for f in found:
-        out[index[f.chunk_id]].append(f.model_dump(mode="json"))
+        out[index[f.chunk_id]].append(f)
     return out
 
 
@@ -341,6 +371,10 @@ class _Handler(BaseHTTPRequestHandler):
             self._json(200, ui.activity())
         elif len(parts) == 3 and parts[:2] == ["api", "jobs"]:
             self._json(200, ui.detail(parts[2]))
+        elif len(parts) == 4 and parts[:2] == ["api", "jobs"] and parts[3] == "report":
+            self._send(200, *ui.report(parts[2], params.get("format", "md")))
+        elif len(parts) == 4 and parts[:2] == ["api", "dlq"] and parts[3] == "body":
+            self._json(200, ui.dlq_body(parts[2]))
         elif len(parts) == 4 and parts[:2] == ["api", "jobs"] and parts[3] == "events":
             after = params.get("after", "0")
             self._json(200, ui.events(parts[2], int(after) if after.isdigit() else 0))
@@ -364,7 +398,7 @@ class _Handler(BaseHTTPRequestHandler):
         elif len(parts) == 4 and parts[:2] == ["api", "jobs"]:
             self._json(202, ui.act(parts[2], parts[3]))
         elif len(parts) == 4 and parts[:2] == ["api", "dlq"] and parts[3] == "redrive":
-            self._json(202, ui.dlq_redrive(parts[2]))
+            self._json(202, ui.dlq_redrive(parts[2], force=params.get("force") == "1"))
         elif len(parts) == 4 and parts[:2] == ["api", "dlq"] and parts[3] == "discard":
             self._json(202, ui.dlq_discard(parts[2]))
         else:

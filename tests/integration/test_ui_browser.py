@@ -20,7 +20,7 @@ import pytest
 from contract_review.domain.principals import Caller
 from contract_review.domain.records import JobState, Priority
 from contract_review.doubles.spec import FaultSpec
-from contract_review.operate import dead_letters, job_view, submission
+from contract_review.operate import actions, dead_letters, job_view, submission
 from contract_review.operate.submission import SubmitRequest
 from review_local.api_server import local_principal
 from review_local.ticket_service import TicketFaults
@@ -158,8 +158,16 @@ def test_the_status_page_submits_shows_the_grid_filling_and_approves_and_cancels
     findings = page.all("#findings .finding")
     assert len(findings) == job.n_findings and int(page.text("#findings-count")) == job.n_findings > 0
     report = json.loads(deps.artifacts.get_text(str(job.report_json_key)))["findings"]
-    first = findings[0].text  # a finding as the page shows it: score, category, chunk, analyst, quote, rationale
-    assert any(f["category"] in first and f["quote"][:60] in first and f["rationale"] in first for f in report), first
+    first = findings[0].text  # a finding as the page shows it: score, category title, chunk, analyst, quote, rationale
+    top = max(f["score"] for f in report)  # highest risk first, named by its category's title
+    assert any(f["score"] == top and actions.category_title(f["category"]) in first and f["quote"][:60] in first
+               and f["rationale"] in first for f in report), first
+    # one progress number: the pane's line is `review status`'s; the report is one click away, served by the page
+    view = job_view.job_view(deps, job_id)
+    assert view is not None and page.text("#job-label").startswith(f"progress: {job_view.chunk_counts(view)}")
+    md = page.find("#report-md").get_attribute("href")
+    with urllib.request.urlopen(md, timeout=10) as r:
+        assert r.read().decode() == deps.artifacts.get_text(str(job.report_md_key))
     assert page.all('#timeline li[data-type="job.completed"]')
     page.until("the job's cost as `review status` prints it",
                lambda: page.text("#cost-line") == job_view.job_view(deps, job_id).cost)  # type: ignore[union-attr]
@@ -224,6 +232,10 @@ def test_the_status_page_submits_shows_the_grid_filling_and_approves_and_cancels
     letter = row.get_attribute("data-message")
     entry = dead_letters.dlq_show(deps, letter)
     assert entry is not None and entry.queue == "intake"
+    code, message = dead_letters.dlq_reason(entry)  # the row: its id, its time, its reason
+    assert letter in row.text and f"{code}: {message}" in row.text
+    row.find_element(page.by.CSS_SELECTOR, "button.show-body").click()
+    page.until("the letter's body shown", lambda: gone_key in page.text("#dlq-body"))
     row.find_element(page.by.CSS_SELECTOR, "button.discard").click()
     browser.switch_to.alert.accept()  # asks first, as `review dlq discard` does
     page.until("the dead letter gone from the page", lambda: not page.all("#dlq tr[data-message]"))

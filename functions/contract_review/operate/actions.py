@@ -6,6 +6,9 @@ pyproject.toml): each function here is the one they call.
 
 from __future__ import annotations
 
+from collections import Counter
+from typing import Any
+
 from contract_review.domain.chunk_records import ChunkRecord
 from contract_review.domain.ports import Deps
 from contract_review.domain.records import Job
@@ -42,14 +45,53 @@ def chunk_findings(deps: Deps, chunks: list[ChunkRecord]) -> list[Finding]:
     return read_findings(deps, chunks)
 
 
+GRID_FOLD = 200  # a job of more chunks than this: the status page shows its grid folded, counts per analyst
+
+
+def grid(job: Job, chunks: list[ChunkRecord], fold_above: int = GRID_FOLD) -> dict[str, Any]:
+    """The status page's chunk x analyst grid: an analyst's cell is its outcome once the chunk settled (ok, refused,
+    failed), `done` once its checkpoint is committed, else the chunk's status (pending, claimed, cancelled, ...).
+    Above `fold_above` chunks it is folded: no rows, `summary` counts each analyst's cells per state instead (and
+    `byStatus` the chunks per status), so a job of a thousand chunks is a few lines, not a thousand rows."""
+    analysts = analyst_names(job.analyst_count) if job.analyst_count else []
+    by_index = {c.chunk_index: c for c in chunks}
+    rows: list[dict[str, Any]] = []
+    for i in range(job.chunk_count):
+        c = by_index.get(i)
+        status = c.status.value if c is not None else "unsent"
+        cells = [c.coverage.get(a) if c is not None and a in c.coverage else
+                 "done" if c is not None and a in c.checkpoints else status for a in analysts]
+        rows.append({"index": i, "status": status, "cells": cells,
+                     "findings": c.n_findings if c is not None else 0,
+                     "error": c.last_error.error_code if c is not None and c.last_error else None})
+    if len(rows) <= fold_above:
+        return {"analysts": analysts, "rows": rows, "folded": False}
+    summary = {a: dict(Counter(str(r["cells"][n]) for r in rows)) for n, a in enumerate(analysts)}
+    return {"analysts": analysts, "rows": [], "folded": True, "chunks": len(rows), "summary": summary,
+            "byStatus": dict(Counter(str(r["status"]) for r in rows))}
+
+
+def by_risk(found: list[Finding]) -> list[dict[str, Any]]:
+    """Findings as the status page lists them: highest risk first (then in document order), each with its category's
+    title (`title`) beside its key."""
+    ranked = sorted(found, key=lambda f: (-f.score, f.start, f.chunk_index, f.analyst))
+    return [{**f.model_dump(mode="json"), "title": category_title(f.category)} for f in ranked]
+
+
+def report_text(deps: Deps, job: Job, fmt: str) -> str | None:
+    """The job's report as written (`md` or `json`), None while it has none (`job_view.no_report` says why)."""
+    key = job.report_md_key if fmt == "md" else job.report_json_key
+    return deps.artifacts.get_text(key) if key else None
+
+
 def report_of(deps: Deps, job: Job) -> Report | None:
     """The job's report, as written when it completed (None while it has none)."""
     return Report.model_validate_json(deps.artifacts.get_text(job.report_json_key)) if job.report_json_key else None
 
 
 def category_title(key: str) -> str:
-    """A finding category's title, as the report names it."""
-    return CATEGORY_BY_KEY[key].title
+    """A finding category's title, as the report names it (the key itself for a category no analyst has now)."""
+    return CATEGORY_BY_KEY[key].title if key in CATEGORY_BY_KEY else key
 
 
 def category_keys() -> list[str]:

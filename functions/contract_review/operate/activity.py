@@ -78,3 +78,24 @@ def paced_tokens_per_minute(deps: Deps) -> float | None:
     """The tokens-per-minute quota the workers pace to, when the stack's settings say it (no AWS call)."""
     return deps.settings.model_tpm or deps.settings.profile.quota.model_tokens_per_minute
 
+
+
+def _span(seconds: float) -> str:
+    return f"{seconds / 60:.0f} min" if seconds >= 120 else f"{seconds:.0f} s"
+
+
+def axes(view: ActivityView) -> dict[str, float | str]:
+    """The chart's axes: time from `start` to `end` (epoch s) along the bottom, and a count from 0 to `countMax`
+    (the tallest bar: model calls or throttles in one bucket) up the side, `countLabel` naming what is counted."""
+    return {"start": view.start, "end": view.start + view.bucket_s * len(view.calls),
+            "countMax": max(1, *view.calls, *view.throttles),
+            "countLabel": f"per {view.bucket_s:g} s"}
+
+
+def caption(view: ActivityView) -> str:
+    """The chart in one line: "12 model calls, 2 throttled in the last 5 min; peak 40.0 % of 60,000 tokens/min"."""
+    line = (f"{sum(view.calls)} model calls, {sum(view.throttles)} throttled in the last "
+            f"{_span(view.bucket_s * len(view.calls))}")
+    if view.quota_use is not None and view.tokens_per_minute:
+        line += f"; peak {100 * max(view.quota_use, default=0.0):.1f} % of {view.tokens_per_minute:,.0f} tokens/min"
+    return line

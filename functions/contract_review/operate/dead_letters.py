@@ -129,6 +129,17 @@ def _join(deps: Deps, queue: Queue, m: QueueMessage, with_body: bool = False) ->
     return entry
 
 
+def dlq_reason(entry: DlqEntry) -> tuple[str, str]:
+    """Why a letter is dead, as a code and a message: its error envelope's, else the code it was sent with, else SQS
+    moved it after its receives ran out (no envelope: the consumer never finished it)."""
+    if entry.envelope is not None:
+        return entry.envelope.error_code, entry.envelope.message
+    if entry.error_code:
+        return entry.error_code, f"sent to the {entry.queue} DLQ by the {entry.failed_step or 'pipeline'}"
+    return ("runtime.dead_lettered",
+            f"SQS moved it after {entry.attempts or 'its'} receive(s) without the {entry.failed_step} finishing it")
+
+
 def dlq_list(deps: Deps) -> list[DlqEntry]:
     return [_join(deps, queue, m) for dlq, queue in QUEUE_OF_DLQ.items() if deps.queues.has(dlq)
             for m in deps.queues.peek(dlq)]

@@ -158,6 +158,14 @@ def no_report(job: Job) -> str:
             f"before a report was written. What to do: {_retry_would(job.state, job.error_code, 0, 0)}")
 
 
+def remedy(view: JobView) -> str | None:
+    """What to do about a job that ended without completing, as `review status` prints it (`a retry would: ...`),
+    with its id in place of JOB; None for a job still open or completed."""
+    if not view.state.terminal or view.state is JobState.COMPLETED:
+        return None
+    return view.answers.retry_would.replace("JOB", view.job_id)
+
+
 def _retry_would(state: JobState, error_code: str | None, dead_lettered: int, failed: int) -> str:
     """What `review dlq redrive`, `review retry` or a resubmission would do now."""
     if state is JobState.COMPLETED:
@@ -227,9 +235,15 @@ def _if_cancelled_now(state: JobState) -> str:
 
 
 
+def settled_chunks(job: Job) -> int:
+    """The one progress number: how many of the job's chunks are settled (all of them once it completed). `review
+    status`, `GET /jobs/{id}`, its events' stream and the status page (its job list and its job pane) all count this."""
+    return job.chunk_count if job.state is JobState.COMPLETED else min(job.n_settled, job.chunk_count)
+
+
 def progress_of(job: Job, last: JobEvent | None) -> ProgressView:
     total = max(job.chunk_count, 1)
-    done = total if job.state is JobState.COMPLETED else min(job.n_settled, total)
+    done = settled_chunks(job) if job.chunk_count else int(job.state is JobState.COMPLETED)
     return ProgressView(current_step=done, total_steps=total, label=event_label(last) if last else job.state.value)
 
 
@@ -268,7 +282,7 @@ def view_of(deps: Deps, job: Job, brief: bool = False) -> JobView:
     control = not brief and not job.terminal  # the runtime control is read for an open job's full view only
     return JobView(
         job_id=job.job_id, state=job.state, document_id=job.document_id,
-        chunks={"total": job.chunk_count, "settled": job.n_settled, **by_status}, progress=job.progress,
+        chunks={"total": job.chunk_count, "settled": settled_chunks(job), **by_status}, progress=job.progress,
         error_code=job.error_code, error=job.error,
         missing_chunks=[MissingChunkView(chunk_id=c.chunk_id, chunk_index=c.chunk_index, status=c.status,
                                          error_code=c.last_error.error_code if c.last_error else None) for c in dead],

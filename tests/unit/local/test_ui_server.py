@@ -74,7 +74,6 @@ def test_a_contract_submitted_from_the_page_shows_its_grid_findings_cost_and_tim
     assert all(cell == "ok" for row in grid["rows"] for cell in row["cells"])
     report = run.findings(job)
     shown = [(f["chunk_index"], f["analyst"], f["category"], f["quote"]) for f in d["findings"]]
-    assert [s[0] for s in shown] == sorted(s[0] for s in shown)  # chunk order
     assert sorted(shown) == sorted((f["chunk_index"], f["analyst"], f["category"], f["quote"]) for f in report)
     assert d["job"] == job_view.job_status(world.deps, job) and d["cost"]["line"] and d["cost"]["microUsd"] > 0
     assert d["canCancel"] is False and d["canRetry"] is False
@@ -291,3 +290,227 @@ def test_the_page_shows_the_runtime_control_and_the_batch_lanes_turned_off_to_an
     with UiServer(world.deps, principal=local_principal("owner")) as ui:
         status, a, _ = request(ui, "GET", "/api/activity")
     assert status == 200 and a["control"] is None  # type: ignore[index]
+
+
+# ------------------------------------------------------------------ an operator can act from the page
+def _live_details(ui: UiServer, job_id: str) -> list[dict]:
+    """The `job` events of an ended job's live stream (it ends by itself)."""
+    _, stream, _ = request(ui, "GET", f"/api/jobs/{job_id}/live")
+    lines = str(stream).splitlines()
+    return [json.loads(lines[n + 1].split(": ", 1)[1]) for n, line in enumerate(lines) if line == "event: job"]
+
+
+def test_the_page_shows_one_progress_number_the_one_review_status_and_get_jobs_show(world, operator):
+    from contract_review.domain.messages import parse_results_body
+    from contract_review.domain.ports import Queue
+    from contract_review.pipeline.aggregator import handle_message
+
+    # GIVEN a running job two of whose chunks have been analysed and counted, the others not yet
+    job_id = request(operator, "POST", "/api/submit", {"text": LONG_TEXT})[1]["jobId"]  # type: ignore[index]
+    run = InProcess(world)
+    run.intake()
+    for s in world.queues.drain(Queue.ANALYSIS)[:2]:
+        run.deliver(s)
+    for s in world.queues.drain(Queue.RESULTS):
+        handle_message(world.deps, parse_results_body(s.body))
+    job = world.jobs.get(job_id)
+    assert job is not None and job.state is JobState.RUNNING and 0 < job.n_settled < job.chunk_count
+    # WHEN the page reads the job's detail and the job list
+    d = request(operator, "GET", f"/api/jobs/{job_id}")[1]
+    [row] = [j for j in request(operator, "GET", "/api/jobs")[1]["jobs"] if j["jobId"] == job_id]  # type: ignore[index]
+    # THEN its progress line is `review status`'s, and it, the job list and GET /jobs/{id} count the same chunks
+    view = job_view.job_view(world.deps, job_id)
+    assert view is not None
+    steps = job_view.job_status(world.deps, job)["progress"]
+    assert d["progress"] == job_view.chunk_counts(view)  # type: ignore[index]
+    assert d["progress"].startswith(f"{job.n_settled} of {job.chunk_count} chunks settled")  # type: ignore[index]
+    assert (row["settled"], row["total"]) == (steps["currentStep"], steps["totalSteps"]) == (  # type: ignore[index]
+        job.n_settled, job.chunk_count)
+    # AND the grid carries no count of its own: the page shows the detail's progress line, and no settled count of
+    # the grid's rows
+    page = str(request(operator, "GET", "/")[1])
+    assert "progress: ${d.progress}" in page and "settled`" not in page and "rows.filter" not in page
+    # AND once it ran, the live stream's detail says what `review status` says
+    InProcess(world).run(job_id)
+    view = job_view.job_view(world.deps, job_id)
+    assert view is not None and _live_details(operator, job_id)[-1]["progress"] == job_view.chunk_counts(view)
+
+
+def test_the_job_pane_loads_with_its_buttons_off_and_enables_only_what_the_job_allows(world, operator):
+    # GIVEN the page as served: every action button off until a job's detail says it applies, and a loading line
+    page = str(request(operator, "GET", "/")[1])
+    for button in ("cancel-btn", "retry-btn", "approve-btn", "reject-btn"):
+        assert f'<button id="{button}" disabled>' in page, button
+    assert 'id="job-loading"' in page
+    assert 'for (const id of ["cancel-btn", "retry-btn", "approve-btn", "reject-btn"]) $(id).disabled = true' in page
+    # AND the detail of a running job allows Cancel, not Retry; of a completed one, neither
+    job_id = request(operator, "POST", "/api/submit", {"text": LONG_TEXT})[1]["jobId"]  # type: ignore[index]
+    InProcess(world).intake()
+    d = request(operator, "GET", f"/api/jobs/{job_id}")[1]
+    assert (d["canCancel"], d["canRetry"]) == (True, False)  # type: ignore[index]
+    InProcess(world).run(job_id)
+    d = request(operator, "GET", f"/api/jobs/{job_id}")[1]
+    assert (d["canCancel"], d["canRetry"]) == (False, False)  # type: ignore[index]
+
+
+def test_findings_are_listed_by_risk_with_their_category_titles_and_the_report_is_one_click_away(world, operator):
+    from contract_review.operate import actions
+
+    # GIVEN a completed job with findings
+    job_id = request(operator, "POST", "/api/submit", {"text": LONG_TEXT})[1]["jobId"]  # type: ignore[index]
+    job = InProcess(world).run(job_id)
+    assert job.state is JobState.COMPLETED and job.n_findings > 1
+    # WHEN the page reads its detail
+    d = request(operator, "GET", f"/api/jobs/{job_id}")[1]
+    found = d["findings"]  # type: ignore[index]
+    # THEN its findings come highest risk first, each with its category's title, not its key
+    scores = [f["score"] for f in found]
+    assert scores == sorted(scores, reverse=True) and scores[0] > scores[-1]
+    assert all(f["title"] == actions.category_title(f["category"]) != f["category"] for f in found)
+    assert "f.title" in str(request(operator, "GET", "/")[1])  # the page shows the title
+    # AND its reports are linked, and served as written, read with the page's own credentials
+    assert d["report"] == {"markdown": f"/api/jobs/{job_id}/report?format=md",  # type: ignore[index]
+                           "json": f"/api/jobs/{job_id}/report?format=json"}
+    status, md, ctype = request(operator, "GET", d["report"]["markdown"])  # type: ignore[index]
+    assert status == 200 and ctype.startswith("text/plain") and md == world.artifacts.get_text(str(job.report_md_key))
+    status, body, ctype = request(operator, "GET", d["report"]["json"])  # type: ignore[index]
+    assert status == 200 and body == json.loads(world.artifacts.get_text(str(job.report_json_key)))
+    # AND a job with no report yet answers why, as `review report` does; another principal's is not found
+    other = request(operator, "POST", "/api/submit", {"text": RISKY})[1]["jobId"]  # type: ignore[index]
+    InProcess(world).intake()
+    status, body, _ = request(operator, "GET", f"/api/jobs/{other}/report")
+    running = world.jobs.get(other)
+    assert running is not None and (status, body["error"]["message"]) == (  # type: ignore[index]
+        409, job_view.no_report(running))
+    assert request(operator, "GET", f"/api/jobs/{other}")[1]["report"] is None  # type: ignore[index]
+    with UiServer(world.deps, principal=ALICE) as ui:
+        status, body, _ = request(ui, "GET", f"/api/jobs/{job_id}/report?format=md")
+        assert (status, body["error"]["code"]) == (404, "api.not_found")  # type: ignore[index]
+
+
+def test_a_failed_job_shows_its_remedy_as_review_status_prints_it(world, operator):
+    from contract_review.domain.records import job_id_for
+    from contract_review.pipeline.intake import handle_intake
+
+    # GIVEN a job that failed on its input at intake
+    handle_intake(world.deps, json.dumps({"schema_version": 9, "idempotency_key": "k-bad"}), "m-1")
+    job_id = job_id_for("k-bad")
+    # WHEN the page reads it
+    d = request(operator, "GET", f"/api/jobs/{job_id}")[1]
+    # THEN it shows what `review status` says a retry would do, with its id, and why it has no report
+    view = job_view.job_view(world.deps, job_id)
+    job = world.jobs.get(job_id)
+    assert view is not None and job is not None and view.state is JobState.FAILED
+    assert d["remedy"] == view.answers.retry_would.replace("JOB", job_id)  # type: ignore[index]
+    assert "Fix the input" in d["remedy"] and d["report"] is None  # type: ignore[index]
+    assert d["noReport"] == job_view.no_report(job)  # type: ignore[index]
+    assert '"What to do: " + d.remedy' in str(request(operator, "GET", "/")[1])
+    # AND a completed job has no remedy to show
+    done = request(operator, "POST", "/api/submit", {"text": LONG_TEXT})[1]["jobId"]  # type: ignore[index]
+    InProcess(world).run(done)
+    assert request(operator, "GET", f"/api/jobs/{done}")[1]["remedy"] is None  # type: ignore[index]
+
+
+def test_a_dead_letter_row_has_its_id_time_and_reason_and_its_body_on_demand():
+    from ..operate.test_ops import dead_letter_chunk
+    from ..scenarios import intake
+
+    # GIVEN a running job whose chunk 1 a worker dead-lettered
+    world = small_chunk_world()
+    with UiServer(world.deps) as ui:
+        job_id, records = intake(world)
+        _, env, chunk_text = dead_letter_chunk(world, records[1])
+        # WHEN the page lists the dead letters
+        [row] = request(ui, "GET", "/api/dlq")[1]  # type: ignore[misc]
+        # THEN the row names the message, when it was dead-lettered and why (the envelope's code and message)
+        [entry] = dead_letters_list(world)
+        assert row["message_id"] == entry.message_id and row["at"] == job_view.api_time(entry.sent_at)
+        assert row["reason"] == {"code": env.error_code, "message": env.message}
+        page = str(request(ui, "GET", "/")[1])
+        assert "i.reason.code" in page and "Show body" in page and "i.message_id)" in page
+        # AND "show body" reads the message as it was sent (the chunk's text with it), the list never does
+        status, body, _ = request(ui, "GET", f"/api/dlq/{row['message_id']}/body")
+        assert status == 200 and body["messageId"] == row["message_id"]  # type: ignore[index]
+        assert json.loads(body["body"])["text"] == chunk_text  # type: ignore[index]
+        assert chunk_text[:60] not in json.dumps(row)
+        status, body, _ = request(ui, "GET", "/api/dlq/no-such-letter/body")
+        assert (status, body["error"]["code"]) == (404, "api.not_found")  # type: ignore[index]
+    # AND a principal's page may not read a body (the dead letters are an operator's view)
+    with UiServer(world.deps, principal=ALICE) as ui:
+        status, body, _ = request(ui, "GET", f"/api/dlq/{row['message_id']}/body")
+        assert (status, body["error"]["code"]) == (404, "api.not_found")  # type: ignore[index]
+
+
+def dead_letters_list(world: FakeWorld) -> list:
+    from contract_review.operate import dead_letters
+
+    return dead_letters.dlq_list(world.deps)
+
+
+def test_a_skipped_redrive_offers_the_page_s_own_redrive_anyway():
+    from contract_review.domain.ports import Queue
+    from contract_review.pipeline.intake import handle_intake
+
+    # GIVEN an intake message dead-lettered for a permanent input error (a body that is not JSON)
+    world = small_chunk_world()
+    assert handle_intake(world.deps, "{not json", "m-bad").state == "rejected"
+    with UiServer(world.deps) as ui:
+        [letter] = request(ui, "GET", "/api/dlq")[1]  # type: ignore[misc]
+        message_id = letter["message_id"]
+        assert letter["reason"]["code"] == "input.invalid"
+        # WHEN it is redriven from the page  THEN it is skipped, and the page may force it
+        status, body, _ = request(ui, "POST", f"/api/dlq/{message_id}/redrive")
+        assert status == 202 and body["ok"] is False and body["canForce"] is True, body  # type: ignore[index]
+        assert world.queues.depth(Queue.INTAKE_DLQ) == 1
+        assert "redrive(id, true)" in str(request(ui, "GET", "/")[1])  # the page's Redrive anyway
+        # AND forcing it resends it, as `review dlq redrive ID --force` does
+        status, body, _ = request(ui, "POST", f"/api/dlq/{message_id}/redrive?force=1")
+        assert status == 202 and body["ok"] is True, body  # type: ignore[index]
+        assert world.queues.depth(Queue.INTAKE_DLQ) == 0 and world.queues.depth(Queue.INTAKE) == 1
+
+
+def test_a_large_job_s_grid_is_folded_into_counts_per_analyst_and_its_findings_come_first(world, operator):
+    from contract_review.operate.actions import GRID_FOLD
+
+    from ..scenarios import running_job
+
+    # GIVEN a running job of more chunks than the page draws a row for
+    job_id, records = running_job(world, GRID_FOLD + 1)
+    job = world.jobs.get(job_id)
+    assert job is not None
+    # WHEN the page reads its detail
+    g = request(operator, "GET", f"/api/jobs/{job_id}")[1]["grid"]  # type: ignore[index]
+    # THEN the grid is folded: no rows, each analyst's chunks counted per state
+    assert g["folded"] is True and g["rows"] == [] and g["chunks"] == GRID_FOLD + 1
+    assert set(g["summary"]) == set(g["analysts"]) and len(g["analysts"]) == job.analyst_count
+    assert all(sum(counts.values()) == GRID_FOLD + 1 for counts in g["summary"].values())
+    assert g["byStatus"] == {"pending": GRID_FOLD + 1}
+    # AND a small job's grid is not folded
+    small = request(operator, "POST", "/api/submit", {"text": LONG_TEXT})[1]["jobId"]  # type: ignore[index]
+    InProcess(world).intake()
+    g = request(operator, "GET", f"/api/jobs/{small}")[1]["grid"]  # type: ignore[index]
+    assert g["folded"] is False and len(g["rows"]) > 1
+    # AND the page lists the findings before the grid
+    page = str(request(operator, "GET", "/")[1])
+    assert page.index('id="findings"') < page.index('id="grid"') and "g.folded" in page
+
+
+def test_the_activity_chart_has_axes_and_a_one_line_caption(world, operator):
+    # GIVEN a job that ran
+    job_id = request(operator, "POST", "/api/submit", {"text": LONG_TEXT})[1]["jobId"]  # type: ignore[index]
+    InProcess(world).run(job_id)
+    # WHEN the page reads the chart's data
+    a = request(operator, "GET", "/api/activity")[1]
+    # THEN its axes span its buckets in time and its tallest bar in count, and its caption is one short line
+    assert a["axes"]["start"] == a["start"]  # type: ignore[index]
+    assert a["axes"]["end"] == a["start"] + a["bucket_s"] * len(a["calls"])  # type: ignore[index]
+    assert a["axes"]["countMax"] == max(a["calls"] + a["throttles"]) > 0  # type: ignore[index]
+    assert a["axes"]["countLabel"] == f"per {a['bucket_s']:g} s"  # type: ignore[index]
+    caption = a["caption"]  # type: ignore[index]
+    assert caption.startswith(f"{sum(a['calls'])} model calls, 0 throttled in the last ")  # type: ignore[index]
+    assert "\n" not in caption and len(caption) <= 100
+    # AND the page draws both axes' labels from them, and the caption
+    page = str(request(operator, "GET", "/")[1])
+    for label in ("activity-ymax", "activity-ylabel", "activity-from", "activity-to"):
+        assert f'id="{label}"' in page, label
+    assert '$("activity-summary").textContent = a.caption' in page
