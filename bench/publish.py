@@ -567,6 +567,50 @@ def rendered(block: Block, root: Path = ROOT) -> tuple[str, str]:
     return text, fill(text, block.name, block.render(files))
 
 
+
+# ---- hand-typed figures: none outside the generated blocks ------------------------------------------------------
+
+PAGES = (Path("README.md"), Path("docs/cost.md"), Path("bench/README.md"))
+
+# A dollar amount (not $0), a ratio written xN or ×N, a percentage, a duration, a fraction such as 1/8.
+FIGURE = re.compile(r"\$(?!0(?!\.?\d))\d[\d,]*(?:\.\d+)?|(?<![\w/.-])[x×]\d+(?:\.\d+)?(?!\w)|×\s\d|"
+                    r"\b\d+(?:\.\d+)?\s?%|\b\d[\d,]*(?:\.\d+)?\s?(?:ms|s|seconds?|min|minutes?|hours?|h|days?)\b|"
+                    r"\b1/\d+\b")
+
+# The only figures a page may type by hand: prices, limits and settings (inputs a reader sets or AWS publishes),
+# never a measurement. (page, a pattern matching the figure in its context, why it is not a bench figure)
+NOT_BENCH_FIGURES: tuple[tuple[str, str, str], ...] = (
+    ("docs/cost.md", r"\*\*10 %\*\* more|50 % of the on-demand", "AWS's price rules (the price table's section)"),
+    ("docs/cost.md", r"\$0\.01975 for 0\.5 vCPU|\$0\.005 for its public IPv4", "AWS Fargate list prices"),
+    ("docs/cost.md", r"\| \$[\d,]+ \| (?:\$[\d,]+|none) \||at 80 % of actual and 100 % of forecast|"
+                     r"Why \$1,000 in prod|local stack's \$100,000", "the spend limits' configured values"),
+    ("docs/cost.md", r"prod 40 s, local 1 s|within 24 hours|cap in 8 hours|\(80 % of the hour's quota",
+     "profile settings, alarm thresholds and AWS's documented delay"),
+    ("bench/README.md", r"lease 3 s, sweep 1 s, analysis visibility 120 s|function timeout 20 s|visibility timeout 120 s"
+                        r"|3 attempts,? 0\.5 s apart|\d+ s a chunk|retention of 4 days", "profile and baseline settings"),
+    ("bench/README.md", r"with 5 % transient|(?:'s|the phase-1 faults plus|and) \d+ % (?:transient|malformed|permanent)"
+                        r"|^\d % transient model faults|40 % of them|50 % discount",
+     "fault rates and a discount a bench is set to, not measured"),
+    ("bench/README.md", r"again \d+ s later|every ~\d+ s|lease \+ 2 s|every 2 s two|the 260 s grace",
+     "the soak's chaos schedule"),
+)
+
+
+def hand_typed(page: str, text: str) -> list[str]:
+    """The figures typed by hand on a page: outside its generated blocks, code and the allow-list above."""
+    text = re.sub(r"<!-- BEGIN ([\w-]+)\b[^\n]*-->\n.*?<!-- END \1 -->|^```.*?^```|`[^`]+`",
+                  lambda m: re.sub(r"[^\n]", " ", m.group(0)), text, flags=re.S | re.M)
+    allowed = [re.compile(rx) for p, rx, _ in NOT_BENCH_FIGURES if p == page]
+    found = []
+    for n, line in enumerate(text.split("\n"), 1):
+        spans = [m.span() for rx in allowed for m in rx.finditer(line.strip())]
+        offset = len(line) - len(line.lstrip())
+        for m in FIGURE.finditer(line):
+            a, b = m.start() - offset, m.end() - offset
+            if not any(s <= a and b <= e for s, e in spans):
+                found.append(f"{page}:{n}: {m.group(0)!r} in {line.strip()!r}")
+    return found
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--check", action="store_true", help="only say which blocks are stale (exit 1 if any)")
@@ -582,6 +626,12 @@ def main() -> int:
             stale.append(f"{block.page} ({block.name})")
             if not args.check:
                 (ROOT / block.page).write_text(wanted, encoding="utf-8")
+    typed = [f for page in PAGES for f in hand_typed(str(page), (ROOT / page).read_text(encoding="utf-8"))]
+    for figure in typed:
+        print(f"hand-typed figure (render it from its results file, or say it without a number): {figure}",
+              file=sys.stderr)
+    if typed:
+        return 1
     if args.check and stale:
         print("stale: " + ", ".join(stale) + "; regenerate with: make docs", file=sys.stderr)
         return 1
