@@ -4,6 +4,7 @@ measured, how often and under which load, and a block's markers bound what the g
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 from typing import Any
@@ -82,3 +83,80 @@ def test_fill_rewrites_between_the_markers_only_and_refuses_a_page_without_them(
         publish.fill("no markers here\n", "fig", "new\n")
     with pytest.raises(publish.MissingMarkers):
         publish.fill(page + page, "fig", "new\n")
+
+
+# ---- every figure from its results file, with the conditions that file records --------------------------------------
+
+@pytest.mark.parametrize("page", publish.PAGES, ids=str)
+def test_no_page_holds_a_hand_typed_figure_outside_its_generated_blocks(page: Path) -> None:
+    found = publish.hand_typed(str(page), (ROOT / page).read_text(encoding="utf-8"))
+    assert found == [], "hand-typed figures (render them from a results file, or say them without a number):\n" + \
+        "\n".join(found)
+
+
+def test_the_scan_finds_each_kind_of_hand_typed_figure_and_skips_generated_blocks_and_code() -> None:
+    page = ("It costs $1.73 and took 9 minutes, x1.34 faster, ×1.75 dearer, 4.2 % throttled, 3.7 s to recover,\n"
+            "1/8 of Step Functions.\n"
+            "<!-- BEGIN fig: generated -->\n$2.89 in 544 s, x0.60, 19.7 %\n<!-- END fig -->\n"
+            "`--median-ms 800` and\n```\nmake bench   # ~4.5 minutes\n```\nnever $0.\n")
+    found = " ".join(publish.hand_typed("some/page.md", page))
+    for figure in ("'$1.73'", "'9 minutes'", "'x1.34'", "'×1.75'", "'4.2 %'", "'3.7 s'", "'1/8'"):
+        assert figure in found
+    for inside in ("$2.89", "544 s", "x0.60", "19.7 %", "800", "4.5 minutes", "$0"):
+        assert inside not in found
+
+
+def test_the_allow_list_admits_a_price_or_a_setting_only_on_its_own_page_and_in_its_own_words() -> None:
+    line = "hour, $0.01975 for 0.5 vCPU and 1 GB on Linux/ARM, and it cost $0.01975 in all\n"
+    found = publish.hand_typed("docs/cost.md", line)
+    assert len(found) == 1 and "'$0.01975'" in found[0]  # the price passes, the same amount as a result does not
+    assert len(publish.hand_typed("bench/README.md", line)) == 2
+
+
+def test_a_block_is_stale_once_its_results_file_changes(tmp_path: Path) -> None:
+    block = next(b for b in publish.BLOCKS if b.page == Path("README.md") and b.name == "cost")
+    (tmp_path / "bench" / "results").mkdir(parents=True)
+    (tmp_path / "README.md").write_text((ROOT / "README.md").read_text(encoding="utf-8"), encoding="utf-8")
+    tokens = json.loads((ROOT / publish.TOKENS).read_text(encoding="utf-8"))
+    (tmp_path / publish.TOKENS).write_text(json.dumps(tokens), encoding="utf-8")
+    now, wanted = publish.rendered(block, root=tmp_path)
+    assert now == wanted
+    tokens["runs"]["cached"]["model_usd_per_100kb"] = 2.05
+    (tmp_path / publish.TOKENS).write_text(json.dumps(tokens), encoding="utf-8")
+    now, wanted = publish.rendered(block, root=tmp_path)
+    assert now != wanted and "$2.05" in wanted and "$2.05" not in now
+
+
+def test_conditions_say_what_the_file_does_not_record_and_claim_nothing_it_does_not() -> None:
+    bare = {"machine": {"cpus": 2}, "throughput": {}, "recovery": {}}
+    text = publish.recorded(bare, "bench/results/x.json")
+    assert text == "`bench/results/x.json`, no commit recorded, no date recorded, 2 cores, load not recorded"
+    assert publish.model_conditions(bare).startswith("an instant model")
+    full = {"git": {"head": "abc1234def", "changed": []}, "date": "2026-12-01",
+            "machine": {"cpus": 2, "load_1min_at_start": 6.1},
+            "settings": {"median_ms": 800.0, "p99_ms": 2000.0, "tpm": 600000.0, "window_s": 10.0,
+                         "answer_median": 150.0, "answer_p99": 600.0}}
+    assert publish.recorded(full, "f.json") == "`f.json`, commit abc1234, 2026-12-01, 2 cores, 1-minute load 6.1 at the start"
+    model = publish.model_conditions(full)
+    assert "latency median 800 ms, p99 2000 ms" in model and "600,000 tokens/min in a 10 s window" in model
+    assert "answers of median 150 tokens" in model and "instant" not in model
+
+
+def test_a_figure_measured_with_an_instant_model_says_so_where_it_is_quoted() -> None:
+    files = {publish.LARGE: json.loads((ROOT / publish.LARGE).read_text(encoding="utf-8")),
+             publish.PRIORITY: json.loads((ROOT / publish.PRIORITY).read_text(encoding="utf-8"))}
+    large = " ".join(publish.render_large(files).split())
+    priority = " ".join(publish.render_priority(files).split())
+    assert "an instant model" in large and "no quota" in large
+    assert "an instant model" in priority and "median of 3 batches" in priority and "spread" in priority
+
+
+def test_a_faults_row_says_how_many_calls_did_fail_not_only_the_rate_asked() -> None:
+    q = {"settings": {"median_ms": 500.0, "p99_ms": 900.0, "rpm": 600.0, "window_s": 2.0, "workers": 20,
+                      "chars": 16000}, "machine": {"cpus": 2},
+         "runs": {"faults": {"transient_rate": 0.05, "outcomes": {"ok": 73}, "recovery_s": 3.9, "makespan_s": 14.0,
+                             "makespan_vs_ideal": 1.9, "model_call_span_s": 11.0, "calls_made": 73,
+                             "calls_needed": 73, "goodput": 1.0, "redone_work": 0.0, "quota_utilisation": 0.5,
+                             "throttled_share": 0.0}}}
+    path = Path("bench/results/q.json")
+    assert "| faults | 5 % asked, 0 failed, kill -9 |" in publish.quota_renderer(path)({path: q})
