@@ -152,7 +152,8 @@ class UiServer:
         if new:
             for c, found in zip(new, _per_chunk(self.deps, new), strict=True):
                 self._findings[str(c.findings_key)] = found
-        return actions.by_risk([f for c in done for f in self._findings[str(c.findings_key)]])
+        return [f.model_dump(mode="json")
+                for f in actions.by_risk([f for c in done for f in self._findings[str(c.findings_key)]])]
 
     def detail(self, job_id: str) -> dict[str, Any]:
         """The job pane: the Job API's view of the job (`job`), its progress as `review status` prints it (the one
@@ -164,7 +165,7 @@ class UiServer:
         status = job_view.job_status(self.deps, job)
         budget = view.budget_micro_usd if view is not None else None
         base = f"/api/jobs/{job_id}/report"
-        return {"job": status, "mode": self.mode(), "grid": actions.grid(job, chunks),
+        return {"job": status, "mode": self.mode(), "grid": actions.grid(job, chunks).model_dump(mode="json", by_alias=True, exclude_none=True),
                 "findings": self.findings(chunks),
                 "progress": job_view.chunk_counts(view) if view is not None else "",
                 # its model; when it ran on more than one (it fell back), each and the models of each analyst's answers

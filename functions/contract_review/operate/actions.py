@@ -7,7 +7,8 @@ pyproject.toml): each function here is the one they call.
 from __future__ import annotations
 
 from collections import Counter
-from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
 
 from contract_review.domain.chunk_records import ChunkRecord
 from contract_review.domain.ports import Deps
@@ -48,34 +49,63 @@ def chunk_findings(deps: Deps, chunks: list[ChunkRecord]) -> list[Finding]:
 GRID_FOLD = 200  # a job of more chunks than this: the status page shows its grid folded, counts per analyst
 
 
-def grid(job: Job, chunks: list[ChunkRecord], fold_above: int = GRID_FOLD) -> dict[str, Any]:
+class GridRow(BaseModel):
+    """One chunk of the grid: its status and each analyst's cell."""
+
+    index: int
+    status: str
+    cells: list[str | None]
+    findings: int
+    error: str | None = None
+
+
+class Grid(BaseModel):
+    """The status page's chunk x analyst grid (`grid`); folded: `rows` empty, the counts instead (serialized with the
+    page's names: `byStatus`)."""
+
+    model_config = ConfigDict(populate_by_name=True)
+
+    analysts: list[str]
+    rows: list[GridRow]
+    folded: bool
+    chunks: int | None = None
+    summary: dict[str, dict[str, int]] | None = None
+    by_status: dict[str, int] | None = Field(default=None, alias="byStatus")
+
+
+class RankedFinding(Finding):
+    """A finding as the status page lists it: with its category's title."""
+
+    title: str
+
+
+def grid(job: Job, chunks: list[ChunkRecord], fold_above: int = GRID_FOLD) -> Grid:
     """The status page's chunk x analyst grid: an analyst's cell is its outcome once the chunk settled (ok, refused,
     failed), `done` once its checkpoint is committed, else the chunk's status (pending, claimed, cancelled, ...).
     Above `fold_above` chunks it is folded: no rows, `summary` counts each analyst's cells per state instead (and
     `byStatus` the chunks per status), so a job of a thousand chunks is a few lines, not a thousand rows."""
     analysts = analyst_names(job.analyst_count) if job.analyst_count else []
     by_index = {c.chunk_index: c for c in chunks}
-    rows: list[dict[str, Any]] = []
+    rows: list[GridRow] = []
     for i in range(job.chunk_count):
         c = by_index.get(i)
         status = c.status.value if c is not None else "unsent"
         cells = [c.coverage.get(a) if c is not None and a in c.coverage else
                  "done" if c is not None and a in c.checkpoints else status for a in analysts]
-        rows.append({"index": i, "status": status, "cells": cells,
-                     "findings": c.n_findings if c is not None else 0,
-                     "error": c.last_error.error_code if c is not None and c.last_error else None})
+        rows.append(GridRow(index=i, status=status, cells=cells, findings=c.n_findings if c is not None else 0,
+                            error=c.last_error.error_code if c is not None and c.last_error else None))
     if len(rows) <= fold_above:
-        return {"analysts": analysts, "rows": rows, "folded": False}
-    summary = {a: dict(Counter(str(r["cells"][n]) for r in rows)) for n, a in enumerate(analysts)}
-    return {"analysts": analysts, "rows": [], "folded": True, "chunks": len(rows), "summary": summary,
-            "byStatus": dict(Counter(str(r["status"]) for r in rows))}
+        return Grid(analysts=analysts, rows=rows, folded=False)
+    summary = {a: dict(Counter(str(r.cells[n]) for r in rows)) for n, a in enumerate(analysts)}
+    return Grid(analysts=analysts, rows=[], folded=True, chunks=len(rows), summary=summary,
+                by_status=dict(Counter(r.status for r in rows)))
 
 
-def by_risk(found: list[Finding]) -> list[dict[str, Any]]:
+def by_risk(found: list[Finding]) -> list[RankedFinding]:
     """Findings as the status page lists them: highest risk first (then in document order), each with its category's
     title (`title`) beside its key."""
     ranked = sorted(found, key=lambda f: (-f.score, f.start, f.chunk_index, f.analyst))
-    return [{**f.model_dump(mode="json"), "title": category_title(f.category)} for f in ranked]
+    return [RankedFinding(**f.model_dump(), title=category_title(f.category)) for f in ranked]
 
 
 def report_text(deps: Deps, job: Job, fmt: str) -> str | None:
