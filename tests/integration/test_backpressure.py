@@ -137,7 +137,7 @@ def test_a_5xx_burst_shorter_than_the_poison_budget_dead_letters_nothing(make_st
     deps = stack.deps()
     text = _doc(1, 1)
     job_id = submission.submit(deps, None, SubmitRequest.inline(text, document_id="outage")).job_id
-    wait_for(lambda: _events(stack, job_id, "chunk.retry"), 20, 0.1, "the first failed attempt")
+    wait_for(lambda: _events(stack, job_id, "chunk.retry"), 60, 0.1, "the first failed attempt")  # a wait, not a bound
     time.sleep(4.0)
     switch.unlink()  # the outage is over, 4 s after the first failed attempt
     # WHEN the job runs on

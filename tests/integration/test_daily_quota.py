@@ -4,7 +4,8 @@ model's count for the double's "day" is over it).
 
 1. The ledger is really written: after a job, the workers' counters in the stack's token-ledger table (moto)
    hold exactly what the simulated Bedrock counted against its daily quota (the same settled tokens).
-2. A full ledger holds: no model call, no failure, no dead letter, past the backpressure deadline (20 s locally),
+2. A full ledger holds: no model call, no failure, no dead letter, past the backpressure deadline (8 s on this stack,
+   set for its workers; the local profile's is 20 s),
    the job names what it waits for (`review status`); one probe per ledger bucket (5 s here instead of an hour)
    fails while the double's day is used up, and the first probe after the double's day turns (nobody told the
    workers when) lifts the hold and the job completes.
@@ -33,7 +34,9 @@ from ..texts import TEXT
 from .conftest import ledger, wait_for, wait_jobs
 
 BUCKET_S = 5.0  # the ledger's "hour" on this stack: a probe every 5 s
-DEADLINE_S = get_profile("local").recovery.backpressure_deadline_s
+# the workers' backpressure deadline on this stack (the local profile's 20 s, shortened: the double's day must outlast
+# it, and the test waits for that day to turn)
+DEADLINE_S = 8.0
 
 
 def _double_count(state_dir: Path) -> int:
@@ -60,13 +63,15 @@ def test_the_workers_ledger_counts_what_the_simulated_bedrock_counted_against_it
 def test_a_full_ledger_holds_the_job_past_the_deadline_and_the_first_probe_after_the_quota_turns_lifts_it(
         make_stack, tmp_path):
     state = tmp_path / "bedrock"
-    quota, day_s = 2_000_000, 36.0
+    quota, day_s = 2_000_000, 2 * DEADLINE_S + 2
     log = tmp_path / "calls.jsonl"
     stack = make_stack(FaultSpec(throttle_state_dir=str(state), daily_tokens_per_model=quota, daily_window_s=day_s,
                                  call_log=str(log)),
-                       worker_profile={"model_tokens_per_day": quota, "daily_ledger_bucket_s": BUCKET_S})
+                       worker_profile={"model_tokens_per_day": quota, "daily_ledger_bucket_s": BUCKET_S,
+                                       "backpressure_deadline_s": DEADLINE_S})
     deps = stack.deps()
     assert deps.token_ledger is not None
+    assert DEADLINE_S < get_profile("local").recovery.backpressure_deadline_s
     # GIVEN the double's day just began (it lasts longer than the backpressure deadline) and is already used up,
     # and the stack's ledger says so too (99 % of the quota counted in this bucket)
     left = day_s - time.time() % day_s

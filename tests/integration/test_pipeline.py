@@ -1,4 +1,7 @@
-"""The full path on embedded AWS: intake queue -> chunk fan-out -> worker processes -> FIFO results -> report."""
+"""The full path on embedded AWS: intake queue -> chunk fan-out -> worker processes -> FIFO results -> report.
+
+The cases share one stack as `review up` starts it (`shared_stack`): each submits documents no other case submits and
+reads only its own jobs, or counts the stack's jobs before it."""
 
 from __future__ import annotations
 
@@ -8,10 +11,12 @@ import subprocess
 import sys
 
 from contract_review.config.profile import get_profile
+from contract_review.domain.messages import MAX_INLINE_CHARS
 from contract_review.domain.ports import Queue
 from contract_review.domain.records import job_id_for
 from contract_review.operate import submission
 from contract_review.operate.submission import SubmitRequest
+from contract_review.pipeline.admission import MAX_INLINE_BYTES
 from contract_review.review.chunking import chunk_document, document_hash
 
 from ..conftest import SAMPLES_DIR, cuad_texts
@@ -27,10 +32,9 @@ def _docs(n: int) -> list[tuple[str, str]]:
     return docs
 
 
-def test_submitted_documents_become_complete_reports_with_verbatim_quotes(make_stack):
+def test_submitted_documents_become_complete_reports_with_verbatim_quotes(shared_stack):
     # GIVEN the stack deployed from the template, with worker processes
-    stack = make_stack()
-    deps = stack.deps()
+    deps = shared_stack.deps()
     docs = _docs(3)
     # WHEN documents are submitted through the intake queue
     jobs = {submission.submit(deps, None, SubmitRequest.inline(text, document_id=name)).job_id: text for name, text in docs}
@@ -60,10 +64,10 @@ def test_submitted_documents_become_complete_reports_with_verbatim_quotes(make_s
         assert deps.queues.depth(queue) == 0
 
 
-def test_same_document_twice_is_one_job(make_stack):
-    stack = make_stack()
-    deps = stack.deps()
-    name, text = _docs(1)[0]
+def test_same_document_twice_is_one_job(shared_stack):
+    deps = shared_stack.deps()
+    name, text = _docs(4)[-1]  # a document the other cases do not submit
+    jobs_before = len(deps.jobs.all())
     first = submission.submit(deps, None, SubmitRequest.inline(text, document_id=name)).job_id
     wait_jobs(deps, [first])
     second = submission.submit(deps, None, SubmitRequest.inline(text, document_id=name)).job_id  # same idempotency key (hash of the document)
@@ -71,13 +75,13 @@ def test_same_document_twice_is_one_job(make_stack):
     wait_for(lambda: deps.queues.depth(Queue.INTAKE) == 0, 20, what="intake drained")
     events = [e.type for e in deps.jobs.events(first)]
     assert events.count("job.queued") == 1 and events.count("job.completed") == 1
-    assert len(deps.jobs.all()) == 1
+    assert len(deps.jobs.all()) == jobs_before + 1
 
 
-def test_raw_sqs_message_and_cli_report(make_stack, tmp_path):
+def test_raw_sqs_message_and_cli_report(shared_stack, tmp_path):
     """The queue is the interface: a hand-written message (as `aws sqs send-message` sends it) works,
     and the `review` CLI finds the local stack through .review/local.json."""
-    stack = make_stack()
+    stack = shared_stack
     local_json = tmp_path / "local.json"
     stack.write_local_json(local_json)
     info = json.loads(local_json.read_text())
@@ -101,7 +105,8 @@ def test_raw_sqs_message_and_cli_report(make_stack, tmp_path):
     assert view["recent_events"][-1]["type"] == "job.completed"
     assert view["answers"]["retry_would"] == "nothing: the job is complete"
     lst = subprocess.run(review + ["jobs", "--json"], env=env, capture_output=True, text=True, timeout=60)
-    assert [j["job_id"] for j in json.loads(lst.stdout)] == [job_id]
+    listed = [j["job_id"] for j in json.loads(lst.stdout)]
+    assert job_id in listed and sorted(listed) == sorted(j.job_id for j in deps.jobs.all())  # every job, once
     # a deployed stack is found by name through CloudFormation's outputs (here: moto's CloudFormation)
     remote = {**os.environ, "REVIEW_LOCAL_JSON": str(tmp_path / "absent.json"), "AWS_ENDPOINT_URL": info["endpoint"],
               "AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing"}
@@ -111,15 +116,24 @@ def test_raw_sqs_message_and_cli_report(make_stack, tmp_path):
     assert json.loads(by_name.stdout)["state"] == "completed"
 
 
-def test_large_document_goes_through_s3_claim_check(make_stack):
-    stack = make_stack()
-    deps = stack.deps()
-    big = SAMPLES_DIR / "master-services-agreement.txt"
-    text = big.read_text() if big.exists() else "\n\n".join(t for _, t in _docs(3)) * 3
-    while len(text) <= 200_000:  # exceed the inline limit: the CLI must use the claim check
-        text = text + "\n\n" + text
+# The sample's letters in their fullwidth forms (3 UTF-8 bytes each, as in a contract written in CJK script)
+FULLWIDTH = {c: c + 0xFEE0 for c in range(0x21, 0x7F) if chr(c).isalpha()}
+
+
+def test_large_document_goes_through_s3_claim_check(shared_stack):
+    deps = shared_stack.deps()
+    # a contract over the inline limit in UTF-8 bytes (what a message holds), at 40 % of it in characters: the claim
+    # check is the point, not the chunk count (about 20 chunks where English text over the limit is 55)
+    source = (SAMPLES_DIR / "master-services-agreement.txt").read_text().translate(FULLWIDTH)
+    text = ""
+    for paragraph in source.split("\n\n"):
+        if len(text.encode("utf-8")) > MAX_INLINE_BYTES:
+            break
+        text += paragraph + "\n\n"
+    assert len(text) < MAX_INLINE_CHARS and len(text.encode("utf-8")) > MAX_INLINE_BYTES  # the CLI must claim-check
     job_id = submission.submit(deps, None, SubmitRequest.inline(text, document_id="big")).job_id
-    job = wait_jobs(deps, [job_id], timeout=300)[job_id]  # 55 chunks: a wait, not a bound
+    job = wait_jobs(deps, [job_id], timeout=300)[job_id]  # a wait, not a bound
     assert job.state == "completed"
+    assert job.chunk_count == len(chunk_document(text, LOCAL.review))
     assert deps.artifacts.get_text(f"uploads/{job_id}.txt") == text
     assert job.document_chars == len(text)

@@ -10,8 +10,9 @@ import subprocess
 import sys
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -27,7 +28,7 @@ from review_local.stack import LocalStack
 
 from ..conftest import SAMPLES_DIR, cuad_texts
 from ..oracle import assert_matches_fault_free, check_job, oracle_for
-from .conftest import ONE_BY_ONE, calls_by, get_chunk, ledger, report_json, wait_for, wait_jobs
+from .conftest import ONE_BY_ONE, calls_by, get_chunk, ledger, report_json, running_stack, wait_for, wait_jobs
 
 LOCAL = get_profile("local")
 
@@ -240,13 +241,14 @@ def test_every_chunk_message_delivered_twice_settles_each_chunk_once(make_stack,
     wait_for(lambda: deps.queues.depth(Queue.ANALYSIS) == 0, 20, what="every copy acknowledged")
 
 
-def test_five_percent_transient_faults_over_twenty_documents_all_complete(make_stack, tmp_path):
+def test_five_percent_transient_faults_over_ten_documents_all_complete(make_stack, tmp_path):
     log = tmp_path / "calls.jsonl"
     stack = make_stack(FaultSpec(seed=11, transient_rate=0.05, call_log=str(log)), {"worker": 4})
     deps = stack.deps()
-    # twenty documents of about 3.7 KB each: every 40th paragraph of our samples (half of them in all)
+    # ten documents of about 3.5 KB each: every 40th paragraph of our samples (a quarter of them in all), twelve
+    # chunks, over 250 model calls: about 13 of them fail (none at all: a chance of about one in a million)
     paras = "\n\n".join(p.read_text() for p in sorted(SAMPLES_DIR.glob("*.txt"))).split("\n\n")
-    docs = ["\n\n".join(paras[i::40]) for i in range(20)]
+    docs = ["\n\n".join(paras[i::40]) for i in range(10)]
     jobs = [submission.submit(deps, None, SubmitRequest.inline(t, document_id=f"doc{i}")).job_id for i, t in enumerate(docs)]
     ended = wait_jobs(deps, jobs, timeout=240)
     assert {j.state for j in ended.values()} == {"completed"}
@@ -316,7 +318,10 @@ def test_permanent_model_error_fails_the_job_on_first_attempt(make_stack, tmp_pa
 def test_always_failing_chunk_dead_letters_then_redrive_completes(make_stack, tmp_path):
     switch = tmp_path / "faults-on"
     switch.touch()
-    stack = make_stack(FaultSpec(always_fail_chunk="1", switch_file=str(switch)), {"worker": 2})
+    # tier 2 backs off one second after each failed attempt (the local profile's 1, 1-2, 2-4, 4-8 s: 8-15 s until the
+    # budget is spent): the dead letter and its redrive are the point here, not the backoff's growth
+    stack = make_stack(FaultSpec(always_fail_chunk="1", switch_file=str(switch)), {"worker": 2},
+                       worker_profile={"tier2_backoff_base_s": 1.0, "tier2_backoff_max_s": 1.0})
     local_json = tmp_path / "local.json"
     stack.write_local_json(local_json)
     deps = stack.deps()
@@ -360,43 +365,55 @@ def test_always_failing_chunk_dead_letters_then_redrive_completes(make_stack, tm
     assert_matches_fault_free(deps, job_id, text)
 
 
-@pytest.mark.parametrize("body,code", [
-    ("{not json", "input.invalid"),
-    # no key to be told: no idempotency_key, no inline text to hash, no document_id
-    (json.dumps({"schema_version": 2, "document": {"s3_uri": "s3://bucket/uploads/x.txt"}}), "input.invalid"),
-])
-def test_poison_intake_without_job_goes_to_dlq_on_first_attempt(make_stack, body, code):
-    stack = make_stack()
-    deps = stack.deps()
-    deps.queues.send_intake(body)
-    wait_for(lambda: deps.queues.depth(Queue.INTAKE_DLQ) == 1, 20, what="the envelope in the intake DLQ")
-    # acknowledged, not retried (the sandbox deletes it just after the handler returns)
-    wait_for(lambda: deps.queues.depth(Queue.INTAKE) == 0, 5, 0.05, "the poison message to be acknowledged")
-    (item,) = dead_letters.dlq_list(deps)
-    assert item.queue == "intake" and item.error_code == code
-    assert item.envelope is not None and item.envelope.error_class == "permanent"
-    # the listing can be matched to the sent message, and looking again changes nothing
-    assert item.source_message_id and item.source_message_id != item.message_id
-    assert (item.attempts, item.failed_step, item.moved_by) == (1, "intake.parse", "pipeline")
-    assert dead_letters.dlq_list(deps) == [item]
+@pytest.fixture(scope="class")
+def intake_stack(request: pytest.FixtureRequest, local_template: dict[str, Any],
+                 tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStack]:
+    """One stack, as `review up` starts it, for the poison-intake cases: each sends its own message (its own key)
+    and reads only what that message left (the dead letters there before it are counted first)."""
+    with running_stack(request, local_template, tmp_path_factory.mktemp("intake-stack")) as s:
+        yield s
 
 
-@pytest.mark.parametrize("document,code", [
-    ({"text": "   \n  "}, "input.empty_document"),
-    ({"s3_uri": "s3://{bucket}/uploads/never-uploaded.txt"}, "input.document_missing"),
-    ({"s3_uri": "s3://no-such-bucket-here/uploads/contract.txt"}, "input.document_forbidden"),
-    ({"text": "fine", "extra": 1}, "input.invalid"),
-])
-def test_poison_intake_with_a_key_fails_its_job_in_one_attempt(make_stack, document, code):
-    stack = make_stack()
-    deps = stack.deps()
-    body = json.dumps({"schema_version": 1, "document": document, "idempotency_key": f"key-{code}"})
-    body = body.replace("{bucket}", deps.artifacts.bucket)  # the stack's own bucket
-    deps.queues.send_intake(body)
-    job = wait_jobs(deps, [job_id_for(f"key-{code}")], timeout=20)[job_id_for(f"key-{code}")]
-    assert job.state == "failed" and job.error_code == code
-    wait_for(lambda: deps.queues.depth(Queue.INTAKE) == 0, 5, 0.05, "the poison message to be acknowledged")
-    assert deps.queues.depth(Queue.INTAKE_DLQ) == 0
+class TestPoisonIntake:
+    @pytest.mark.parametrize("body,code", [
+        ("{not json", "input.invalid"),
+        # no key to be told: no idempotency_key, no inline text to hash, no document_id
+        (json.dumps({"schema_version": 2, "document": {"s3_uri": "s3://bucket/uploads/x.txt"}}), "input.invalid"),
+    ])
+    def test_poison_intake_without_job_goes_to_dlq_on_first_attempt(self, intake_stack, body, code):
+        deps = intake_stack.deps()
+        before = dead_letters.dlq_list(deps)
+        deps.queues.send_intake(body)
+        wait_for(lambda: deps.queues.depth(Queue.INTAKE_DLQ) == len(before) + 1, 20,
+                 what="the envelope in the intake DLQ")
+        # acknowledged, not retried (the sandbox deletes it just after the handler returns)
+        wait_for(lambda: deps.queues.depth(Queue.INTAKE) == 0, 5, 0.05, "the poison message to be acknowledged")
+        listed = dead_letters.dlq_list(deps)
+        (item,) = [i for i in listed if i not in before]
+        assert len(listed) == len(before) + 1
+        assert item.queue == "intake" and item.error_code == code
+        assert item.envelope is not None and item.envelope.error_class == "permanent"
+        # the listing can be matched to the sent message, and looking again changes nothing
+        assert item.source_message_id and item.source_message_id != item.message_id
+        assert (item.attempts, item.failed_step, item.moved_by) == (1, "intake.parse", "pipeline")
+        assert dead_letters.dlq_list(deps) == listed
+
+    @pytest.mark.parametrize("document,code", [
+        ({"text": "   \n  "}, "input.empty_document"),
+        ({"s3_uri": "s3://{bucket}/uploads/never-uploaded.txt"}, "input.document_missing"),
+        ({"s3_uri": "s3://no-such-bucket-here/uploads/contract.txt"}, "input.document_forbidden"),
+        ({"text": "fine", "extra": 1}, "input.invalid"),
+    ])
+    def test_poison_intake_with_a_key_fails_its_job_in_one_attempt(self, intake_stack, document, code):
+        deps = intake_stack.deps()
+        dead_before = deps.queues.depth(Queue.INTAKE_DLQ)
+        body = json.dumps({"schema_version": 1, "document": document, "idempotency_key": f"key-{code}"})
+        body = body.replace("{bucket}", deps.artifacts.bucket)  # the stack's own bucket
+        deps.queues.send_intake(body)
+        job = wait_jobs(deps, [job_id_for(f"key-{code}")], timeout=20)[job_id_for(f"key-{code}")]
+        assert job.state == "failed" and job.error_code == code
+        wait_for(lambda: deps.queues.depth(Queue.INTAKE) == 0, 5, 0.05, "the poison message to be acknowledged")
+        assert deps.queues.depth(Queue.INTAKE_DLQ) == dead_before
 
 
 def test_heartbeat_keeps_a_chunk_longer_than_its_lease(make_stack, tmp_path):
