@@ -60,18 +60,24 @@ def _check_submit_options(files: tuple[Path, ...], batch_file: Path | None, idem
 @click.option("--deadline-hours", type=click.FloatRange(min=0, min_open=True), default=None,
               help="With --inference batch: the hours within which each job must end (default: the profile's "
                    "batch_default_deadline_hours); calls go on demand once a batch could not answer by then.")
+@click.option("--metadata", "metadata", multiple=True, metavar="KEY=VALUE",
+              help="Metadata echoed on the job and in its reports (repeatable; each value a string). "
+                   "`reviewing_party=NAME` names the party the review is for in the report's risk legend.")
 @click.option("--timeout", type=float, default=600.0)
 @click.option("--json", "as_json", is_flag=True,
               help="Print the submissions as JSON (a list of {job_id, file, note}; with --batch the batch's items).")
 @click.pass_obj
 def submit(obj: Ctx, files: tuple[Path, ...], batch_file: Path | None, wait: bool, idempotency_key: str | None,
            budget_usd: float | None, priority: str | None, inference: str | None, deadline_hours: float | None,
-           timeout: float, as_json: bool) -> None:
+           metadata: tuple[str, ...], timeout: float, as_json: bool) -> None:
     """Submit documents (UTF-8 text files) to the intake queue; print their job ids.
 
     The same document twice is one job (its id is a hash of the text): it is sent and waited on once.
     With --batch, a batch of the Job API (each item its own job; a bad item never stops the others)."""
     _check_submit_options(files, batch_file, idempotency_key, priority, inference, deadline_hours)
+    meta = _metadata(metadata)
+    if batch_file is not None and meta:
+        raise click.UsageError("--metadata is for FILES; each batch item carries its own \"metadata\"")
     if batch_file is not None:
         _submit_batch(obj, batch_file, bool(files), wait, idempotency_key, timeout, as_json)
         return
@@ -99,7 +105,7 @@ def submit(obj: Ctx, files: tuple[Path, ...], batch_file: Path | None, wait: boo
             done = submission.submit(obj.deps, None, SubmitRequest.inline(
                 text, document_id=_document_id(f), idempotency_key=idempotency_key, budget_usd=budget_usd,
                 priority=Priority(priority) if priority else None, inference=Inference(inference) if inference else None,
-                deadline_hours=deadline_hours, retry_ended=True))
+                deadline_hours=deadline_hours, metadata=meta, retry_ended=True))
         except KeyConflict as exc:  # as the Job API and intake refuse it: one line and exit 1, never that other job
             raise click.ClickException(
                 f"input.key_conflict: idempotency key {idempotency_key!r} names job {exc.job_id}, made from another "
@@ -114,6 +120,15 @@ def submit(obj: Ctx, files: tuple[Path, ...], batch_file: Path | None, wait: boo
         click.echo(json.dumps(records, indent=2))
     if wait:  # with --json, progress goes to stderr: stdout is the JSON alone
         wait_for_jobs(obj, list(jobs), timeout, SUBMIT_GRACE_S, documents=shas, out=STDERR if as_json else console)
+
+
+def _metadata(pairs: tuple[str, ...]) -> dict[str, str]:
+    """`--metadata KEY=VALUE` pairs as the message's metadata (each value a string); a pair without `=` is refused."""
+    bad = [p for p in pairs if "=" not in p or not p.split("=", 1)[0].strip()]
+    if bad:
+        raise click.BadParameter(f"{bad[0]!r}: give KEY=VALUE, e.g. reviewing_party=\"Acme Ltd\"",
+                                 param_hint="--metadata")
+    return {k.strip(): v for k, v in (p.split("=", 1) for p in pairs)}
 
 
 def _read_document(f: Path) -> str:

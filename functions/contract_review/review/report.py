@@ -137,17 +137,25 @@ class Clause(BaseModel):
 _LINE = re.compile(r"^[ \t]*(\S[^\n]*?)[ \t]*$", re.MULTILINE)
 _NUMBERED = re.compile(r"(?:article|section|clause|schedule|annex|exhibit)\s+[\dIVXLC]+\b|\d{1,3}(?:\.\d{1,3})*\.?\s+\S",
                        re.IGNORECASE)
-SECTION_MAX = 80  # characters of a heading shown
+_NUMBER = re.compile(r"(?:article|section|clause|schedule|annex|exhibit)\s+[\dIVXLC]+|\d{1,3}(?:\.\d{1,3})*\.?",
+                     re.IGNORECASE)
+SECTION_MAX = 60  # a heading longer than this (a numbered paragraph's own text) is shown by its number alone
 
 
 def sections(text: str) -> list[tuple[int, str]]:
-    """The document's heading lines (offset, heading cut at its first sentence or SECTION_MAX characters), in order."""
+    """The document's heading lines (offset, heading), in order: a heading cut at its first sentence; a numbered
+    paragraph whose first sentence is longer than SECTION_MAX by its number alone ("9.2", "Section 4"), so the
+    section beside a clause is a place to look it up, not the start of its text again."""
     out = []
     for m in _LINE.finditer(text):
         line = " ".join(m.group(1).split())
-        if _NUMBERED.match(line) or (line.isupper() and 4 <= len(line) <= 100):
+        numbered = _NUMBERED.match(line)
+        if numbered or (line.isupper() and 4 <= len(line) <= 100):
             head = re.split(r"(?<=[a-z\)])\.\s", line, maxsplit=1)[0]
-            out.append((m.start(1), head if len(head) <= SECTION_MAX else head[:SECTION_MAX - 3] + "..."))
+            if len(head) > SECTION_MAX:
+                number = _NUMBER.match(line) if numbered else None
+                head = number.group(0).rstrip(".") if number else head[:SECTION_MAX - 3] + "..."
+            out.append((m.start(1), head))
     return out
 
 
@@ -290,8 +298,8 @@ def coverage_statement(report: Report) -> str:
 
 
 def risk_legend(party: str) -> str:
-    whose = f"the reviewing party, {party}" if party != NOT_STATED else "the reviewing party (not stated: send " \
-        "`reviewing_party` with the document to name it)"
+    whose = f"the reviewing party, {party}" if party != NOT_STATED else "the reviewing party (not stated: name it in " \
+        "the document's metadata, `review submit --metadata reviewing_party=NAME`)"
     return (f"Risk score: from 0 (benign) to 1 (most unfavourable to {whose}), one per finding, given by the model's "
             f"assessment of the clause quoted; {HIGH_RISK:.2f} and above is high risk (a completed review with such a "
             f"finding opens a review ticket where a ticket system is configured), below {HIGH_RISK:.2f} worth "

@@ -538,3 +538,15 @@ def test_a_utf8_file_with_a_byte_order_mark_is_taken_without_it(tmp_path):
     assert result.exit_code == 0, result.output
     [sent] = world.queues.sent[Queue.INTAKE]
     assert json.loads(sent.body)["document"]["text"] == TEXT
+
+
+def test_submit_metadata_reaches_the_message_and_a_bad_pair_is_refused(tmp_path):
+    world = FakeWorld()
+    f = tmp_path / "msa.txt"
+    f.write_text(TEXT, encoding="utf-8")
+    result = run(world, "submit", str(f), "--metadata", "reviewing_party=Acme Ltd", "--metadata", "matter=M-1=2")
+    assert result.exit_code == 0, result.output
+    [sent] = world.queues.sent[Queue.INTAKE]
+    assert json.loads(sent.body)["metadata"] == {"reviewing_party": "Acme Ltd", "matter": "M-1=2"}
+    bad = run(world, "submit", str(f), "--metadata", "no-equals-sign")
+    assert bad.exit_code == 2 and "KEY=VALUE" in bad.output and len(world.queues.sent[Queue.INTAKE]) == 1

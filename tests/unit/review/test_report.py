@@ -151,7 +151,7 @@ def test_report_without_metadata_has_no_metadata_line():
     world = FakeWorld()
     job_id, records = running_job(world, 1)
     report, md = complete(world, job_id, records, {})
-    assert report.metadata == {} and "metadata" not in md
+    assert report.metadata == {} and "- metadata:" not in md
 
 
 def test_report_md_has_its_date_a_coverage_statement_and_a_risk_legend():
@@ -224,7 +224,8 @@ def test_a_report_without_a_named_party_says_so_and_how_to_name_it():
     job_id, records = running_job(world, 1)
     report, md = complete(world, job_id, records, {0: [finding(records[0], 0, "clause")]})
     assert report.reviewing_party == "not stated"
-    assert "the reviewing party (not stated: send `reviewing_party` with the document to name it)" in md
+    assert "the reviewing party (not stated: name it in the document's metadata, `review submit --metadata " \
+        "reviewing_party=NAME`)" in md
 
 
 def test_sections_are_headings_numbered_or_in_capitals() -> None:
@@ -235,3 +236,9 @@ def test_sections_are_headings_numbered_or_in_capitals() -> None:
                                      "ARTICLE 5 - TERM"]
     assert nearest_section(heads, text.index("plain sentence")) == "12.3 Limitation of Liability"
     assert nearest_section(heads, 0) == "MASTER AGREEMENT" and nearest_section([], 5) == ""
+
+
+def test_a_numbered_paragraph_is_its_sections_name_by_its_number_alone_when_its_text_is_long() -> None:
+    text = ("9.2 Either party may terminate this Agreement at any time, without cause, by giving the other party "
+            "notice.\nSection 4 The Supplier shall deliver the goods in accordance with the schedule agreed in writing.")
+    assert [h for _, h in sections(text)] == ["9.2", "Section 4"]
