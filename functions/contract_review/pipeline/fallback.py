@@ -24,7 +24,7 @@ from __future__ import annotations
 from contract_review.domain import policy
 from contract_review.domain.errors import ErrorEnvelope
 from contract_review.domain.ports import Deps
-from contract_review.domain.records import Job
+from contract_review.domain.records import Job, JobState
 from contract_review.model.daily_quota import DAILY_QUOTA_CODE
 
 SWITCHED = "model.switched"  # the requeue's reason: the chunk goes on with the job's next model
@@ -66,6 +66,8 @@ def after_error(deps: Deps, job: Job, error: ErrorEnvelope) -> str | None:
 def follow_operator(deps: Deps, job: Job) -> Job:
     """`job` on the model an operator switched the stack to (`review model use`), when one is set, is not the job's,
     and this deploy grants it (switched here, once); else `job` as it is."""
+    if job.state is not JobState.RUNNING:  # a job being cancelled (or ended) makes no more calls: nothing to move
+        return job
     override = operator_model(deps)
     if not override or override == job.model_id or not job.model_id:
         return job

@@ -152,6 +152,18 @@ def test_an_operators_switch_moves_new_jobs_and_jobs_in_flight_and_reset_brings_
     assert job is not None and job.model_id == PRIMARY
 
 
+def test_an_operators_switch_leaves_a_job_being_cancelled_alone() -> None:
+    world = FakeWorld()
+    deps = _deploy(world)
+    job = world.jobs.get(_intake(world, deps))
+    assert job is not None
+    model_control.model_use(deps, "cli", FALLBACK)
+    cancelling = job.model_copy(update={"state": JobState.CANCELLING})
+    assert fallback.follow_operator(deps, cancelling) is cancelling
+    assert world.jobs.get(job.job_id).model_id == PRIMARY  # type: ignore[union-attr]  # the job exists
+    assert not _events(world, job.job_id, "job.model_switched")
+
+
 @pytest.mark.parametrize(("model_id", "code"), [("anthropic.claude-nonesuch-9", "model.not_catalogued"),
                                                 ("global.anthropic.claude-opus-4-6-v1", "model.not_granted")])
 def test_review_model_use_refuses_an_uncatalogued_or_ungranted_model_writing_nothing(model_id: str, code: str) -> None:
